@@ -1,0 +1,27 @@
+# meshfold — see README.md.
+GO ?= go
+
+.PHONY: test vet bench fuzz serve demo fmt
+
+## test: vet, then every test with the race detector (what CI runs)
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+vet:
+	$(GO) vet ./...
+
+## serve: the reconciler with an embedded NATS server, data in ./meshfold-data
+serve:
+	$(GO) run ./cmd/meshfold serve
+
+## bench: the benchmarks (figures are ratios against raw JetStream in the same run)
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## fuzz: a short fuzz run of decode-then-fold
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecodeFold -fuzztime 60s ./reconcile
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')

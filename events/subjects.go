@@ -1,0 +1,116 @@
+package events
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+)
+
+// DefaultPrefix is the first token of every plain subject.
+const DefaultPrefix = "mesh"
+
+// DefaultPartitions is the default partition count N of the stream's
+// subject transform (DESIGN.md §3). It is fixed for the stream's life.
+const DefaultPartitions = 16
+
+// Subjects builds and parses meshfold subjects for one prefix. The zero
+// value uses [DefaultPrefix].
+//
+// Plain form (what publishers use):  <prefix>.<node>.<kind>
+// Stored form (what the stream holds): <p>.<prefix>.<node>.<kind>
+// where p = FNV-1a-32(node) mod N.
+type Subjects struct {
+	Prefix string
+}
+
+func (s Subjects) prefix() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+// ValidPrefix reports whether p can be a subject prefix: one token, a
+// valid name.
+func ValidPrefix(p string) bool { return ValidName(p) }
+
+// Event returns the plain subject of node's events of kind k.
+func (s Subjects) Event(node string, k Kind) string {
+	return s.prefix() + "." + node + "." + string(k)
+}
+
+// Fill returns the subject of node's fill requests. No stream captures it:
+// it carries secret content (DESIGN.md §3).
+func (s Subjects) Fill(node string) string { return s.prefix() + "." + node + ".fill" }
+
+// Input returns the plain subject patterns the stream captures, one per
+// event kind: <prefix>.*.<kind>.
+func (s Subjects) Input() []string {
+	out := make([]string, len(Kinds))
+	for i, k := range Kinds {
+		out[i] = s.prefix() + ".*." + string(k)
+	}
+	return out
+}
+
+// Transform returns the stream's subject transform for n partitions: every
+// plain subject gets its partition token first.
+func (s Subjects) Transform(n int) (source, destination string) {
+	return s.prefix() + ".*.*", fmt.Sprintf("{{partition(%d,1)}}.%s.{{wildcard(1)}}.{{wildcard(2)}}", n, s.prefix())
+}
+
+// Partition returns node's partition among n: FNV-1a-32(node) mod n, the
+// number the stream's transform computes.
+func Partition(node string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(node))
+	return int(h.Sum32() % uint32(n))
+}
+
+// Stored returns the stored subject of node's events of kind k among n
+// partitions. k "*" or ">" make a filter.
+func (s Subjects) Stored(node string, k Kind, n int) string {
+	return strconv.Itoa(Partition(node, n)) + "." + s.prefix() + "." + node + "." + string(k)
+}
+
+// StoredNode returns the stored-subject filter of every event of node.
+func (s Subjects) StoredNode(node string, n int) string {
+	return strconv.Itoa(Partition(node, n)) + "." + s.prefix() + "." + node + ".*"
+}
+
+// StoredPartition returns the stored-subject filters of partition p for the
+// given kinds: <p>.<prefix>.*.<kind>.
+func (s Subjects) StoredPartition(p int, kinds ...Kind) []string {
+	out := make([]string, len(kinds))
+	for i, k := range kinds {
+		out[i] = strconv.Itoa(p) + "." + s.prefix() + ".*." + string(k)
+	}
+	return out
+}
+
+// Parse splits a plain or stored subject into node and kind. The partition
+// token, when there, is checked to be a number and dropped.
+//
+// Errors: ErrBadSubject when the subject has another shape or prefix or an
+// invalid node name; ErrUnknownKind for an unknown last token.
+func (s Subjects) Parse(subject string) (node string, kind Kind, err error) {
+	toks := strings.Split(subject, ".")
+	if len(toks) == 4 {
+		if _, err := strconv.Atoi(toks[0]); err != nil {
+			return "", "", fmt.Errorf("%w: %q", ErrBadSubject, subject)
+		}
+		toks = toks[1:]
+	}
+	if len(toks) != 3 || toks[0] != s.prefix() {
+		return "", "", fmt.Errorf("%w: %q", ErrBadSubject, subject)
+	}
+	if !ValidName(toks[1]) {
+		return "", "", fmt.Errorf("%w: %q: node %v", ErrBadSubject, subject, ErrBadName)
+	}
+	kind = Kind(toks[2])
+	if !kind.Known() {
+		return toks[1], "", fmt.Errorf("%w %q in %q", ErrUnknownKind, toks[2], subject)
+	}
+	return toks[1], kind, nil
+}

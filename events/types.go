@@ -1,0 +1,372 @@
+package events
+
+import "time"
+
+// Version is the schema version this build writes and the newest it
+// understands. An event with a larger `v` is reported with [ErrNewerVersion]
+// and never guessed at.
+const Version = 1
+
+// Kind names an event kind; it is the last token of the event's subject.
+type Kind string
+
+// The event kinds of DESIGN.md §3.
+const (
+	KindWant    Kind = "want"    // controller: what the node should run
+	KindApprove Kind = "approve" // operator: yes for one module at one build
+	KindHave    Kind = "have"    // node: what runs
+	KindSettle  Kind = "settle"  // node: an apply or removal settled (or failed)
+	KindRefusal Kind = "refusal" // node: a filled-file write it refused or failed
+	KindFilled  Kind = "filled"  // node: a filled-file write it made
+	KindPlan    Kind = "plan"    // reconciler: the node's composition
+	KindKnock   Kind = "knock"   // reconciler: fill this node again
+	KindJournal Kind = "journal" // reconciler: a note about the node
+)
+
+// Kinds lists every event kind in a fixed order. Fill requests travel on a
+// subject of their own (see [Subjects.Fill]) and are not an event kind: no
+// stream ever captures them.
+var Kinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan, KindKnock, KindJournal}
+
+// InputKinds are the kinds the reconciler folds: everything published by
+// controllers, operators and nodes, and its own plans (DESIGN.md §3: it
+// folds its plan events to learn each plan's sequence).
+var InputKinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan}
+
+// Known reports whether k is one of [Kinds].
+func (k Kind) Known() bool {
+	switch k {
+	case KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan, KindKnock, KindJournal:
+		return true
+	}
+	return false
+}
+
+// Header is embedded in every payload.
+type Header struct {
+	// V is the schema version; required, 1 today.
+	V int `json:"v"`
+	// At is the publisher's clock in UTC: informational only. Order and
+	// audit times come from the stream. An effect copies the At of the
+	// event that caused it.
+	At time.Time `json:"at"`
+}
+
+func (h *Header) header() *Header { return h }
+
+// Payload is implemented by the pointer of every event type of this
+// package: *Want, *Approve, *Have, *Settle, *Refusal, *Filled, *Plan,
+// *Knock and *Journal.
+type Payload interface {
+	// Kind is the payload's event kind.
+	Kind() Kind
+	// Validate checks the payload against DESIGN.md §3. It returns nil or
+	// a *FieldError naming the field that failed; errors.Is(err,
+	// ErrInvalid) holds for all of them.
+	Validate() error
+	header() *Header
+}
+
+// HeaderOf returns the payload's header, for reading or setting v and at.
+func HeaderOf(p Payload) *Header { return p.header() }
+
+// Mode is a file mode as a string of 3 or 4 octal digits ("0600").
+type Mode string
+
+// File is a filled file the plan names: its absolute, clean path and mode.
+type File struct {
+	Path string `json:"path"`
+	Mode Mode   `json:"mode"`
+}
+
+// WantModule is one module of a want.
+type WantModule struct {
+	Name  string `json:"name"`
+	Build string `json:"build"`
+	// RunsAs is the account the module's process runs as.
+	RunsAs string `json:"runs_as,omitempty"`
+	// Files are filled by the provisioner client, never by the controller.
+	Files []File `json:"files,omitempty"`
+	// Provisioner marks the provisioner client; at most one per want. Its
+	// account decides which writer the node accepts (DESIGN.md §4).
+	Provisioner bool `json:"provisioner,omitempty"`
+	// RequiresApproval: the module moves to a new build only with an
+	// operator's approval of that build (incident 4).
+	RequiresApproval bool `json:"requires_approval,omitempty"`
+	// Hold keeps the module as it runs.
+	Hold bool `json:"hold,omitempty"`
+}
+
+// Want is the controller's full declaration for one node. A new want
+// replaces the old one; a module absent from it is to be removed.
+type Want struct {
+	Header
+	Modules []WantModule `json:"modules"`
+}
+
+// Approve is an operator's yes for one module at one build. Approvals are
+// never used up.
+type Approve struct {
+	Header
+	Module string `json:"module"`
+	Build  string `json:"build"`
+	By     string `json:"by"`
+}
+
+// RunState is what a have says of a module's process.
+type RunState string
+
+// Run states of a have's module.
+const (
+	Running RunState = "running"
+	Stopped RunState = "stopped"
+	Failed  RunState = "failed"
+)
+
+// HaveModule is one module of a have.
+type HaveModule struct {
+	Name  string   `json:"name"`
+	Build string   `json:"build"`
+	State RunState `json:"state"`
+	// Account is the account the module's process runs as.
+	Account string `json:"account,omitempty"`
+}
+
+// Have is the node's full report of what runs.
+type Have struct {
+	Header
+	Modules []HaveModule `json:"modules"`
+}
+
+// SettleOp says how an apply ended.
+type SettleOp string
+
+// Settle operations.
+const (
+	OpApply  SettleOp = "apply"
+	OpRemove SettleOp = "remove"
+	// OpFailed: the apply failed; the node keeps judging by its previous
+	// plan and this plan does not count as settled.
+	OpFailed SettleOp = "failed"
+)
+
+// Settle reports that the node's apply of a plan settled for one module
+// (Module empty: the plan changed no module).
+type Settle struct {
+	Header
+	Module string   `json:"module"`
+	Op     SettleOp `json:"op"`
+	// Plan is the stream sequence of the plan event; required (non-zero).
+	Plan  uint64 `json:"plan"`
+	Error string `json:"error,omitempty"`
+}
+
+// Reason says why a node refused a filled-file write.
+type Reason string
+
+// Refusal reasons (DESIGN.md §4, judge a write).
+const (
+	ReasonUndeclared   Reason = "undeclared"
+	ReasonNoAccount    Reason = "no-account"
+	ReasonWrongAccount Reason = "wrong-account"
+	ReasonWriteFailed  Reason = "write-failed"
+)
+
+// Refusal reports a filled-file write the node refused or failed.
+type Refusal struct {
+	Header
+	Module string `json:"module"`
+	Path   string `json:"path"`
+	Reason Reason `json:"reason"`
+	// Plan is the sequence of the settled plan the write was judged by; 0
+	// when the node had settled none.
+	Plan uint64 `json:"plan"`
+	// Writer is the account the provisioner client declared.
+	Writer string `json:"writer"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Filled reports a filled-file write the node made.
+type Filled struct {
+	Header
+	Module string `json:"module"`
+	Path   string `json:"path"`
+	Plan   uint64 `json:"plan"`
+	// Digest is the hex HMAC-SHA256 of the content under a key only the
+	// node keeps: never the content, never a plain hash of it.
+	Digest string `json:"digest"`
+}
+
+// HoldReason says why a plan row is held.
+type HoldReason string
+
+// Hold reasons (DESIGN.md §4, compose).
+const (
+	HoldWant     HoldReason = "want"
+	HoldApproval HoldReason = "approval"
+)
+
+// PlanModule is one row of a plan: composed (apply this build, account,
+// files) or held (keep what runs; Why says why).
+type PlanModule struct {
+	Name   string `json:"name"`
+	Build  string `json:"build"`
+	RunsAs string `json:"runs_as"`
+	Files  []File `json:"files"`
+	// Provisioner marks the provisioner client's row.
+	Provisioner bool       `json:"provisioner,omitempty"`
+	Held        bool       `json:"held,omitempty"`
+	Why         HoldReason `json:"why,omitempty"`
+	// Pending is the wanted build of a held row when it differs from the
+	// build the row carries.
+	Pending string `json:"pending,omitempty"`
+}
+
+// Plan is the reconciler's composition for one node.
+type Plan struct {
+	Header
+	// Cause is the stream sequence of the event whose folding produced it.
+	Cause uint64 `json:"cause"`
+	// Want is the stream sequence of the want it composes.
+	Want uint64 `json:"want"`
+	// ProvisionerAccount is the only writer the node accepts filled-file
+	// writes from while this plan is settled; empty: none.
+	ProvisionerAccount string       `json:"provisioner_account"`
+	Modules            []PlanModule `json:"modules"`
+}
+
+// Module returns the plan's row for name, or nil.
+func (p *Plan) Module(name string) *PlanModule {
+	if p == nil {
+		return nil
+	}
+	for i := range p.Modules {
+		if p.Modules[i].Name == name {
+			return &p.Modules[i]
+		}
+	}
+	return nil
+}
+
+// KnockReason is why a knock asks for a fill.
+type KnockReason string
+
+// Knock reasons, mapped from refusal reasons.
+const (
+	KnockDeclared    KnockReason = "declared"     // from undeclared
+	KnockAccount     KnockReason = "account"      // from no-account, wrong-account
+	KnockWriteFailed KnockReason = "write-failed" // from write-failed
+)
+
+// KnockReasonOf maps a refusal reason to the knock reason it brings.
+func KnockReasonOf(r Reason) KnockReason {
+	switch r {
+	case ReasonUndeclared:
+		return KnockDeclared
+	case ReasonNoAccount, ReasonWrongAccount:
+		return KnockAccount
+	default:
+		return KnockWriteFailed
+	}
+}
+
+// Owed is an owed item: a refused write that some plan now allows. Its
+// identity is (Module, Path, Plan, Writer).
+type Owed struct {
+	Module string `json:"module"`
+	Path   string `json:"path"`
+	Reason Reason `json:"reason"`
+	Plan   uint64 `json:"plan"`
+	Writer string `json:"writer"`
+}
+
+// Knock asks the node's provisioner client to fill every file again.
+type Knock struct {
+	Header
+	Cause uint64 `json:"cause"`
+	// Reasons are sorted and unique.
+	Reasons []KnockReason `json:"reasons"`
+	// Owed is sorted by module, path, plan, writer.
+	Owed []Owed `json:"owed"`
+}
+
+// Level is a journal entry's level.
+type Level string
+
+// Journal levels: error for events that cannot be folded and failed
+// applies, warn for the provisioner-account transition, info for the rest.
+const (
+	LevelInfo  Level = "info"
+	LevelWarn  Level = "warn"
+	LevelError Level = "error"
+)
+
+// Journal is a note of the reconciler's about a node.
+type Journal struct {
+	Header
+	Level Level  `json:"level"`
+	Msg   string `json:"msg"`
+	Cause uint64 `json:"cause"`
+}
+
+// Kind implementations.
+func (*Want) Kind() Kind    { return KindWant }
+func (*Approve) Kind() Kind { return KindApprove }
+func (*Have) Kind() Kind    { return KindHave }
+func (*Settle) Kind() Kind  { return KindSettle }
+func (*Refusal) Kind() Kind { return KindRefusal }
+func (*Filled) Kind() Kind  { return KindFilled }
+func (*Plan) Kind() Kind    { return KindPlan }
+func (*Knock) Kind() Kind   { return KindKnock }
+func (*Journal) Kind() Kind { return KindJournal }
+
+// New returns a zero payload of kind k, or nil for an unknown kind.
+func New(k Kind) Payload {
+	switch k {
+	case KindWant:
+		return new(Want)
+	case KindApprove:
+		return new(Approve)
+	case KindHave:
+		return new(Have)
+	case KindSettle:
+		return new(Settle)
+	case KindRefusal:
+		return new(Refusal)
+	case KindFilled:
+		return new(Filled)
+	case KindPlan:
+		return new(Plan)
+	case KindKnock:
+		return new(Knock)
+	case KindJournal:
+		return new(Journal)
+	}
+	return nil
+}
+
+// Event is one decoded stream message: where it is in the stream, whose it
+// is, and its payload. When the payload could not be decoded or failed
+// validation, Payload is nil and Err says why (the fold journals such an
+// event and does not fold it, DESIGN.md §3).
+type Event struct {
+	// Seq is the stream sequence; Time the stream's timestamp.
+	Seq  uint64
+	Time time.Time
+	Node string
+	Kind Kind
+	// Payload is nil exactly when Err is not.
+	Payload Payload
+	Err     error
+}
+
+// At returns the publisher's `at` of the event, or the stream time when the
+// payload could not be decoded or carried none.
+func (e Event) At() time.Time {
+	if e.Payload != nil {
+		if at := e.Payload.header().At; !at.IsZero() {
+			return at
+		}
+	}
+	return e.Time
+}

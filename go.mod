@@ -1,0 +1,3 @@
+module github.com/meshfold/meshfold
+
+go 1.26

@@ -1,0 +1,145 @@
+package reconcile
+
+import (
+	"slices"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// Running is what runs of one module (DESIGN.md §4, "what runs").
+type Running struct {
+	Build  string
+	RunsAs string
+	Files  []events.File
+}
+
+// Runs returns what runs of module name: the newest settled plan's row for
+// it (a composed row, or the values a held row carried); if that plan has
+// no row for it or no plan has settled, the have's build and account when
+// the have lists it running, with no files; else nothing (ok false).
+func (s *State) Runs(name string) (r Running, ok bool) {
+	if s.Settled != nil {
+		if row := s.Settled.Row(name); row != nil {
+			return Running{Build: row.Build, RunsAs: row.RunsAs, Files: row.Files}, true
+		}
+	}
+	if m := s.haveModule(name); m != nil && m.State == events.Running {
+		return Running{Build: m.Build, RunsAs: m.Account}, true
+	}
+	return Running{}, false
+}
+
+func (s *State) haveModule(name string) *events.HaveModule {
+	if s.Have == nil {
+		return nil
+	}
+	for i := range s.Have.Modules {
+		if s.Have.Modules[i].Name == name {
+			return &s.Have.Modules[i]
+		}
+	}
+	return nil
+}
+
+// Approved reports whether an approval names module at build.
+func (s *State) Approved(module, build string) bool {
+	_, found := slices.BinarySearchFunc(s.Approvals, Approval{Module: module, Build: build}, compareApproval)
+	return found
+}
+
+// Hold decides whether a wanted module is held, and why. It is the one
+// rule for it (incident 4: a second rule elsewhere is exactly the bug):
+//
+//   - held with why "want" if the want says hold;
+//   - held with why "approval" if it requires approval, the wanted build
+//     differs from the build that runs, and no approval names the wanted
+//     build (first placement included: nothing runs, so it waits);
+//   - otherwise composed.
+func Hold(m events.WantModule, runs Running, approved bool) (why events.HoldReason, held bool) {
+	switch {
+	case m.Hold:
+		return events.HoldWant, true
+	case m.RequiresApproval && m.Build != runs.Build && !approved:
+		return events.HoldApproval, true
+	}
+	return "", false
+}
+
+// Compose returns the plan rows and provisioner account the newest want
+// composes with what runs and the approvals (DESIGN.md §4). ok is false
+// before the first want.
+//
+// A composed row is the wanted build, runs_as and files. A held row carries
+// what runs (build empty when nothing runs: the node neither starts nor
+// removes it) and Pending, the wanted build when it differs.
+//
+// The provisioner account (incident 3) is decided by the want's provisioner
+// module: composed, its runs_as (none if empty); held, the account it runs
+// as (the runs_as of what runs, else the have's account when the have lists
+// it running); no provisioner module in the want, none.
+func (s *State) Compose() (rows []events.PlanModule, account string, ok bool) {
+	if s.Want == nil {
+		return nil, "", false
+	}
+	rows = make([]events.PlanModule, len(s.Want.Modules))
+	for i, m := range s.Want.Modules {
+		runs, _ := s.Runs(m.Name)
+		why, held := Hold(m, runs, s.Approved(m.Name, m.Build))
+		row := events.PlanModule{Name: m.Name, Provisioner: m.Provisioner}
+		if held {
+			row.Build, row.RunsAs, row.Files = runs.Build, runs.RunsAs, runs.Files
+			row.Held, row.Why = true, why
+			if m.Build != runs.Build {
+				row.Pending = m.Build
+			}
+		} else {
+			row.Build, row.RunsAs, row.Files = m.Build, m.RunsAs, m.Files
+		}
+		rows[i] = row
+		if m.Provisioner {
+			account = row.RunsAs
+			if held && account == "" {
+				if hm := s.haveModule(m.Name); hm != nil && hm.State == events.Running {
+					account = hm.Account
+				}
+			}
+		}
+	}
+	return rows, account, true
+}
+
+// runningAccountOfProvisioner returns the account the have names for the
+// provisioner module: the want's, or, when the want has none, the one the
+// newest settled plan marked (DESIGN.md §4, incident 3).
+func (s *State) runningAccountOfProvisioner() string {
+	name := ""
+	if s.Want != nil {
+		for _, m := range s.Want.Modules {
+			if m.Provisioner {
+				name = m.Name
+			}
+		}
+	}
+	if name == "" && s.Settled != nil {
+		for _, m := range s.Settled.Modules {
+			if m.Provisioner {
+				name = m.Name
+			}
+		}
+	}
+	if name == "" {
+		return ""
+	}
+	if hm := s.haveModule(name); hm != nil {
+		return hm.Account
+	}
+	return ""
+}
+
+func equalRows(a, b []events.PlanModule) bool {
+	return slices.EqualFunc(a, b, func(x, y events.PlanModule) bool {
+		return x.Name == y.Name && x.Build == y.Build && x.RunsAs == y.RunsAs &&
+			x.Provisioner == y.Provisioner && x.Held == y.Held && x.Why == y.Why &&
+			x.Pending == y.Pending && slices.Equal(x.Files, y.Files)
+	})
+}

@@ -1,0 +1,35 @@
+// Package reconcile is meshfold's pure core: it folds one node's events, in
+// stream order, into that node's [State] and returns the effects to publish
+// as data. It implements the rules of DESIGN.md §4, each in one place:
+//
+//   - what runs: [State.Runs];
+//   - compose, and the one decision whether a module is held: [Hold],
+//     used by [State.Compose] and everything else that needs it (incident 4);
+//   - the provisioner account: [State.Compose] (incident 3);
+//   - judge a write: [Judge], which the node agent calls for every fill
+//     request and the fold calls to know which settled plan accepts what;
+//   - owe and knock: [State.Fold] (incidents 1 and 2).
+//
+// The package reads no clock, does no I/O, starts no goroutine and imports
+// no NATS (DESIGN.md §5.6); time arrives inside events. A test fails if that
+// ever changes.
+//
+// # The caller's duties
+//
+// The shell (store's reconciler loop) drives the fold the way etcd's raft
+// is driven through Ready:
+//
+//  1. Feed each node's events to its State with [State.Fold], in stream
+//     order, including the reconciler's own plan events (the fold binds
+//     each emitted plan to its sequence when its event arrives).
+//  2. Publish the returned effects, in order, each with its [Effect.ID] as
+//     the message id, and wait for their acknowledgements.
+//  3. Only then checkpoint the state ([State.MarshalJSON] through
+//     encoding/json) with the sequence it covers. A crash before the
+//     checkpoint refolds the same events and makes the same effects with
+//     the same ids (DESIGN.md §5.1, §5.3).
+//
+// Folding an event whose sequence is not above [State.Seq] changes nothing
+// and returns no effect (DESIGN.md §5.4), so refolding after a restart is
+// safe.
+package reconcile

@@ -1,0 +1,274 @@
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// Fold folds one of the node's events into s, in place, and returns the
+// effects to publish, in the order they must be published (nil when none).
+//
+// ev.Seq must be the event's stream sequence. An event at or below s.Seq was
+// folded already: Fold returns nil and changes nothing (DESIGN.md §5.4).
+// An event that could not be decoded (ev.Err set), has a newer schema
+// version, or names a plan newer than the newest plan event folded is
+// journaled at level error and not folded (DESIGN.md §3); it never stops
+// the node's other events from folding.
+//
+// Knock, journal and unknown kinds are not inputs of the fold: they only
+// advance s.Seq.
+func (s *State) Fold(ev events.Event) []Effect {
+	if ev.Seq <= s.Seq {
+		return nil
+	}
+	s.Seq = ev.Seq
+	f := folder{s: s, ev: ev}
+	if ev.Err != nil {
+		if errors.Is(ev.Err, events.ErrNewerVersion) {
+			f.reject("not understood: %v", ev.Err)
+		} else {
+			f.reject("cannot be folded: %v", ev.Err)
+		}
+		return f.out
+	}
+	switch p := ev.Payload.(type) {
+	case *events.Want:
+		f.want(p)
+	case *events.Approve:
+		f.approve(p)
+	case *events.Have:
+		f.have(p)
+	case *events.Settle:
+		f.settle(p)
+	case *events.Refusal:
+		f.refusal(p)
+	case *events.Filled:
+		f.filled(p)
+	case *events.Plan:
+		f.plan(p)
+	}
+	return f.out
+}
+
+// folder carries one Fold call: the state, the event and the effects.
+type folder struct {
+	s   *State
+	ev  events.Event
+	out []Effect
+	n   [3]int // effects emitted so far per kind: plan, knock, journal
+}
+
+func (f *folder) emit(kind events.Kind, p events.Payload) {
+	i := 2
+	switch kind {
+	case events.KindPlan:
+		i = 0
+	case events.KindKnock:
+		i = 1
+	}
+	events.Stamp(p, f.ev.At())
+	f.out = append(f.out, Effect{Node: f.s.Node, Kind: kind, Cause: f.ev.Seq, N: f.n[i], Payload: p})
+	f.n[i]++
+}
+
+func (f *folder) journal(level events.Level, format string, args ...any) {
+	f.emit(events.KindJournal, &events.Journal{Level: level, Msg: fmt.Sprintf(format, args...), Cause: f.ev.Seq})
+}
+
+// reject journals an event that is not folded.
+func (f *folder) reject(format string, args ...any) {
+	f.journal(events.LevelError, "%s %d not folded: %s", f.ev.Kind, f.ev.Seq, fmt.Sprintf(format, args...))
+}
+
+// planExists is the DESIGN.md §3 check for events that name a plan: a
+// plan newer than the newest plan event folded does not exist yet.
+func (f *folder) planExists(plan uint64) bool {
+	if plan > f.s.NewestPlan {
+		f.reject("names plan %d, newer than the newest plan event folded (%d)", plan, f.s.NewestPlan)
+		return false
+	}
+	return true
+}
+
+func (f *folder) want(p *events.Want) {
+	s := f.s
+	if s.Want != nil {
+		// Removing a module from the want pays its items.
+		for _, m := range s.Want.Modules {
+			if !slices.ContainsFunc(p.Modules, func(n events.WantModule) bool { return n.Name == m.Name }) {
+				s.Owed = slices.DeleteFunc(s.Owed, func(it Item) bool { return it.Module == m.Name })
+			}
+		}
+	}
+	s.Want = &WantRecord{Seq: f.ev.Seq, Modules: p.Modules}
+	f.compose()
+}
+
+func (f *folder) approve(p *events.Approve) {
+	a := Approval{Module: p.Module, Build: p.Build, By: p.By, Seq: f.ev.Seq}
+	f.s.Approvals = upsert(f.s.Approvals, a, compareApproval, func(Approval) bool { return false })
+	f.compose()
+}
+
+func (f *folder) have(p *events.Have) {
+	f.s.Have = &HaveRecord{Seq: f.ev.Seq, Time: f.ev.Time, Modules: p.Modules}
+	f.compose()
+	f.knock(true)
+}
+
+func (f *folder) settle(p *events.Settle) {
+	s := f.s
+	if !f.planExists(p.Plan) {
+		return
+	}
+	if p.Op == events.OpFailed {
+		// The plan does not count as settled; the node keeps judging by
+		// its previous one.
+		f.journal(events.LevelError, "apply of plan %d failed for module %q: %s", p.Plan, p.Module, p.Error)
+		f.knock(true)
+		return
+	}
+	if s.Settled != nil && p.Plan < s.Settled.Seq {
+		return // an older plan than the newest settled: changes nothing
+	}
+	if s.Settled == nil || p.Plan > s.Settled.Seq {
+		i := slices.IndexFunc(s.Unsettled, func(r *PlanRecord) bool { return r.Seq == p.Plan })
+		if i < 0 {
+			f.reject("names sequence %d, which is no plan emitted for this node after the settled one", p.Plan)
+			return
+		}
+		// The whole plan counts as settled from the first settle naming it.
+		s.Settled = s.Unsettled[i]
+		s.Unsettled = slices.Delete(s.Unsettled, 0, i+1)
+		if s.Settled.Account != "" {
+			for _, row := range s.Settled.Modules {
+				for _, file := range row.Files {
+					if _, refused := Judge(s.Settled.Account, s.Settled.Modules, row.Name, file.Path, s.Settled.Account); refused != "" {
+						continue
+					}
+					a := Accepting{Module: row.Name, Path: file.Path, Account: s.Settled.Account, Plan: s.Settled.Seq}
+					s.Accepting = upsert(s.Accepting, a, compareAccepting, func(Accepting) bool { return true })
+				}
+			}
+		}
+		f.compose()
+	}
+	f.knock(true)
+}
+
+func (f *folder) refusal(p *events.Refusal) {
+	s := f.s
+	if !f.planExists(p.Plan) {
+		return
+	}
+	it := Item{Owed: events.Owed{Module: p.Module, Path: p.Path, Reason: p.Reason, Plan: p.Plan, Writer: p.Writer}, Seq: f.ev.Seq}
+	if !f.paidByFilled(it) {
+		// An unpaid item reported again adds nothing; items are never
+		// replaced.
+		s.Owed = upsert(s.Owed, it, compareItem, func(Item) bool { return false })
+	}
+	f.knock(false)
+}
+
+// paidByFilled reports whether a filled that came before it pays it: one
+// at a newer plan, or at the same plan unless it is a write failure (a
+// newer failure than that filled).
+func (f *folder) paidByFilled(it Item) bool {
+	i, found := slices.BinarySearchFunc(f.s.Filled, FilledMark{Module: it.Module, Path: it.Path}, compareFilled)
+	if !found {
+		return false
+	}
+	fp := f.s.Filled[i].Plan
+	return it.Plan < fp || (it.Plan == fp && it.Reason != events.ReasonWriteFailed)
+}
+
+func (f *folder) filled(p *events.Filled) {
+	s := f.s
+	if !f.planExists(p.Plan) {
+		return
+	}
+	m := FilledMark{Module: p.Module, Path: p.Path, Plan: p.Plan}
+	s.Filled = upsert(s.Filled, m, compareFilled, func(old FilledMark) bool { return old.Plan < m.Plan })
+	// Items that arrived before it, at its plan or older, are paid.
+	s.Owed = slices.DeleteFunc(s.Owed, func(it Item) bool {
+		return it.Module == p.Module && it.Path == p.Path && it.Plan <= p.Plan
+	})
+}
+
+func (f *folder) plan(p *events.Plan) {
+	s := f.s
+	for _, r := range s.Unsettled {
+		if r.Seq == 0 && r.Cause == p.Cause {
+			r.Seq = f.ev.Seq
+			s.NewestPlan = f.ev.Seq
+			return
+		}
+	}
+	f.reject("cause %d matches no plan this reconciler emitted and has not yet folded", p.Cause)
+}
+
+// compose recomposes the plan and emits it when its modules, provisioner
+// account or want differ from the last plan emitted; it journals the
+// provisioner-account transition once (incident 3).
+func (f *folder) compose() {
+	s := f.s
+	rows, account, ok := s.Compose()
+	if !ok {
+		return
+	}
+	if last := s.Emitted(); last == nil || last.Want != s.Want.Seq || last.Account != account || !equalRows(last.Modules, rows) {
+		s.Unsettled = append(s.Unsettled, &PlanRecord{Cause: f.ev.Seq, Want: s.Want.Seq, Account: account, Modules: rows})
+		f.emit(events.KindPlan, &events.Plan{Cause: f.ev.Seq, Want: s.Want.Seq, ProvisionerAccount: account, Modules: rows})
+	}
+	running := s.runningAccountOfProvisioner()
+	switch cond := account == "" && running != ""; {
+	case cond && !s.AccountJournaled:
+		s.AccountJournaled = true
+		f.journal(events.LevelWarn, "plan names no provisioner account while what runs names %q: the node will refuse every filled write", running)
+	case !cond:
+		s.AccountJournaled = false
+	}
+}
+
+// knock publishes one knock carrying every due item, which pays them
+// (DESIGN.md §4, "owe and knock"). An item is due when a settled plan newer
+// than its own accepts it; a write-failed item also when writeFailedDue
+// (the first settle or have after it).
+func (f *folder) knock(writeFailedDue bool) {
+	s := f.s
+	var due []events.Owed
+	s.Owed = slices.DeleteFunc(s.Owed, func(it Item) bool {
+		if (writeFailedDue && it.Reason == events.ReasonWriteFailed) || s.accepting(it.Module, it.Path, it.Writer) > it.Plan {
+			due = append(due, it.Owed)
+			return true
+		}
+		return false
+	})
+	if len(due) == 0 {
+		return
+	}
+	var reasons []events.KnockReason
+	for _, it := range due {
+		r := events.KnockReasonOf(it.Reason)
+		if !slices.Contains(reasons, r) {
+			reasons = append(reasons, r)
+		}
+	}
+	slices.Sort(reasons)
+	s.LastKnock = &KnockRecord{Cause: f.ev.Seq, Reasons: reasons, Owed: due}
+	f.emit(events.KindKnock, &events.Knock{Cause: f.ev.Seq, Reasons: reasons, Owed: due})
+}
+
+// accepting returns the newest settled plan that accepts writes of path
+// for module from account, or 0.
+func (s *State) accepting(module, path, account string) uint64 {
+	i, found := slices.BinarySearchFunc(s.Accepting, Accepting{Module: module, Path: path, Account: account}, compareAccepting)
+	if !found {
+		return 0
+	}
+	return s.Accepting[i].Plan
+}
+

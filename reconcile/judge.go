@@ -1,0 +1,45 @@
+package reconcile
+
+import "github.com/meshfold/meshfold/events"
+
+// Judge decides a filled-file write of path for module by writer against
+// the plan the node has settled (DESIGN.md §4, "judge a write"): account
+// and rows are that plan's provisioner account and rows; pass "" and nil
+// when the node has settled no plan. A held row's files count as declared.
+//
+// It returns the declared file and an empty reason when the write is
+// accepted; otherwise the reason it is refused, checked in this order:
+// no-account (the plan names no provisioner account), wrong-account (writer
+// is not that account), undeclared (path is not a file of that module in
+// that plan). Writing the file, and refusing write-failed when that fails
+// or the path escapes the node's root, is the node agent's part.
+//
+// The node agent calls Judge for every fill request, and the fold calls it
+// to learn which settled plan accepts what, so the two never disagree.
+func Judge(account string, rows []events.PlanModule, module, path, writer string) (events.File, events.Reason) {
+	if account == "" {
+		return events.File{}, events.ReasonNoAccount
+	}
+	if writer != account {
+		return events.File{}, events.ReasonWrongAccount
+	}
+	for i := range rows {
+		if rows[i].Name != module {
+			continue
+		}
+		for _, f := range rows[i].Files {
+			if f.Path == path {
+				return f, ""
+			}
+		}
+	}
+	return events.File{}, events.ReasonUndeclared
+}
+
+// JudgePlan is Judge against a plan event; p nil means no plan settled.
+func JudgePlan(p *events.Plan, module, path, writer string) (events.File, events.Reason) {
+	if p == nil {
+		return Judge("", nil, module, path, writer)
+	}
+	return Judge(p.ProvisionerAccount, p.Modules, module, path, writer)
+}

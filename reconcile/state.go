@@ -1,0 +1,287 @@
+package reconcile
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// State is one node's folded state. It holds only what DESIGN.md §4 lists,
+// so it grows with the node's configuration (distinct files, accounts,
+// approved builds) and with refusals no plan ever accepts, never with the
+// count of events.
+//
+// A State is not safe for concurrent use. Its JSON form (encoding/json) is
+// the snapshot format; decoding a snapshot and folding the rest gives the
+// same state and effects as folding everything (DESIGN.md §5.1).
+type State struct {
+	Node string `json:"node"`
+	// Seq is the last stream sequence folded.
+	// Invariant: every sequence recorded in the state is ≤ Seq.
+	Seq uint64 `json:"seq"`
+	// Want is the newest want; nil before the first.
+	Want *WantRecord `json:"want,omitempty"`
+	// Have is the newest have; nil before the first.
+	Have *HaveRecord `json:"have,omitempty"`
+	// Settled is the newest settled plan: the settled plan with the highest
+	// sequence; nil while none has settled.
+	Settled *PlanRecord `json:"settled,omitempty"`
+	// Unsettled are the plans emitted after Settled, in emission order.
+	// The last of them, or Settled when there is none, is the last plan
+	// emitted.
+	// Invariant: bound records (Seq > 0) come first, with increasing
+	// sequences above Settled.Seq; unbound ones (Seq == 0) follow.
+	Unsettled []*PlanRecord `json:"unsettled,omitempty"`
+	// NewestPlan is the sequence of the newest plan event folded. A settle,
+	// refusal or filled that names a newer plan names one that does not
+	// exist yet and is not folded (DESIGN.md §3).
+	// Invariant: NewestPlan ≥ Settled.Seq.
+	NewestPlan uint64 `json:"newest_plan,omitempty"`
+	// Accepting holds, for each (module, path, account), the newest settled
+	// plan that accepts such a write under the judge rule.
+	// Invariant: sorted by module, path, account; unique.
+	Accepting []Accepting `json:"accepting,omitempty"`
+	// Filled holds the newest filled plan per (module, path).
+	// Invariant: sorted by module, path; unique.
+	Filled []FilledMark `json:"filled,omitempty"`
+	// Approvals are kept per (module, build) whenever they arrive and are
+	// never used up.
+	// Invariant: sorted by module, build; unique.
+	Approvals []Approval `json:"approvals,omitempty"`
+	// Owed are the unpaid owed items.
+	// Invariant: sorted by module, path, plan, writer; unique by those.
+	Owed []Item `json:"owed,omitempty"`
+	// AccountJournaled is set while the "plan names no provisioner account
+	// while what runs names one" condition holds and has been journaled
+	// (incident 3); it clears with the condition.
+	AccountJournaled bool `json:"account_journaled,omitempty"`
+	// LastKnock describes the last knock emitted; introspection only.
+	LastKnock *KnockRecord `json:"last_knock,omitempty"`
+}
+
+// WantRecord is a folded want.
+type WantRecord struct {
+	Seq     uint64              `json:"seq"`
+	Modules []events.WantModule `json:"modules"`
+}
+
+// HaveRecord is a folded have.
+type HaveRecord struct {
+	Seq uint64 `json:"seq"`
+	// Time is the stream's time of the have, for staleness.
+	Time    time.Time           `json:"time"`
+	Modules []events.HaveModule `json:"modules"`
+}
+
+// PlanRecord is a plan this reconciler emitted.
+type PlanRecord struct {
+	// Seq is the plan event's stream sequence; 0 until that event is folded.
+	Seq uint64 `json:"seq"`
+	// Cause and Want are as in events.Plan.
+	Cause   uint64              `json:"cause"`
+	Want    uint64              `json:"want"`
+	Account string              `json:"account,omitempty"`
+	Modules []events.PlanModule `json:"modules"`
+}
+
+// Row returns the plan's row for module name, or nil.
+func (p *PlanRecord) Row(name string) *events.PlanModule {
+	for i := range p.Modules {
+		if p.Modules[i].Name == name {
+			return &p.Modules[i]
+		}
+	}
+	return nil
+}
+
+// Accepting records the newest settled plan that accepts writes of Path
+// for Module from Account.
+type Accepting struct {
+	Module  string `json:"module"`
+	Path    string `json:"path"`
+	Account string `json:"account"`
+	Plan    uint64 `json:"plan"`
+}
+
+// FilledMark records the newest plan a file was filled under.
+type FilledMark struct {
+	Module string `json:"module"`
+	Path   string `json:"path"`
+	Plan   uint64 `json:"plan"`
+}
+
+// Approval is an operator's yes for Module at Build; Seq and By are the
+// first approval's.
+type Approval struct {
+	Module string `json:"module"`
+	Build  string `json:"build"`
+	By     string `json:"by"`
+	Seq    uint64 `json:"seq"`
+}
+
+// Item is an owed item and the sequence of the refusal that made it.
+type Item struct {
+	events.Owed
+	Seq uint64 `json:"seq"`
+}
+
+// KnockRecord describes a knock the fold emitted.
+type KnockRecord struct {
+	Cause   uint64               `json:"cause"`
+	Reasons []events.KnockReason `json:"reasons"`
+	Owed    []events.Owed        `json:"owed"`
+}
+
+// NewState returns the empty state of node.
+func NewState(node string) *State { return &State{Node: node} }
+
+// Emitted returns the last plan emitted, or nil before the first.
+func (s *State) Emitted() *PlanRecord {
+	if n := len(s.Unsettled); n > 0 {
+		return s.Unsettled[n-1]
+	}
+	return s.Settled
+}
+
+// Clone returns a deep copy of s.
+func (s *State) Clone() *State {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err) // a State always encodes
+	}
+	c := new(State)
+	if err := json.Unmarshal(b, c); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// UnmarshalState decodes a snapshot made with encoding/json and checks its
+// invariants.
+func UnmarshalState(data []byte) (*State, error) {
+	s := new(State)
+	if err := json.Unmarshal(data, s); err != nil {
+		return nil, fmt.Errorf("reconcile: decode state: %w", err)
+	}
+	if err := s.CheckInvariants(); err != nil {
+		return nil, fmt.Errorf("reconcile: decode state: %w", err)
+	}
+	return s, nil
+}
+
+// CheckInvariants returns an error describing the first invariant of the
+// state that does not hold. Tests call it after every step.
+func (s *State) CheckInvariants() error {
+	maxSeq := func(name string, seq uint64) error {
+		if seq > s.Seq {
+			return fmt.Errorf("%s sequence %d above the folded sequence %d", name, seq, s.Seq)
+		}
+		return nil
+	}
+	if s.Want != nil {
+		if err := maxSeq("want", s.Want.Seq); err != nil {
+			return err
+		}
+	}
+	if s.Have != nil {
+		if err := maxSeq("have", s.Have.Seq); err != nil {
+			return err
+		}
+	}
+	if err := maxSeq("newest plan", s.NewestPlan); err != nil {
+		return err
+	}
+	var floor uint64
+	if s.Settled != nil {
+		if s.Settled.Seq == 0 {
+			return fmt.Errorf("settled plan has no sequence")
+		}
+		if s.NewestPlan < s.Settled.Seq {
+			return fmt.Errorf("newest plan %d below settled plan %d", s.NewestPlan, s.Settled.Seq)
+		}
+		floor = s.Settled.Seq
+	}
+	unbound := false
+	for _, p := range s.Unsettled {
+		switch {
+		case p.Seq == 0:
+			unbound = true
+		case unbound:
+			return fmt.Errorf("bound plan %d after an unbound one", p.Seq)
+		case p.Seq <= floor:
+			return fmt.Errorf("unsettled plan %d not above %d", p.Seq, floor)
+		case p.Seq > s.NewestPlan:
+			return fmt.Errorf("unsettled plan %d above the newest plan event %d", p.Seq, s.NewestPlan)
+		default:
+			floor = p.Seq
+		}
+	}
+	if !sortedUnique(s.Accepting, compareAccepting) {
+		return fmt.Errorf("accepting not sorted and unique")
+	}
+	for _, a := range s.Accepting {
+		if s.Settled == nil || a.Plan > s.Settled.Seq {
+			return fmt.Errorf("accepting plan %d above the settled plan", a.Plan)
+		}
+	}
+	if !sortedUnique(s.Filled, compareFilled) {
+		return fmt.Errorf("filled marks not sorted and unique")
+	}
+	if !sortedUnique(s.Approvals, compareApproval) {
+		return fmt.Errorf("approvals not sorted and unique")
+	}
+	if !sortedUnique(s.Owed, compareItem) {
+		return fmt.Errorf("owed items not sorted and unique")
+	}
+	for _, it := range s.Owed {
+		if err := maxSeq("owed item", it.Seq); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sortedUnique[T any](xs []T, c func(a, b T) int) bool {
+	for i := 1; i < len(xs); i++ {
+		if c(xs[i-1], xs[i]) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func compareOwed(a, b events.Owed) int {
+	return cmp.Or(cmp.Compare(a.Module, b.Module), cmp.Compare(a.Path, b.Path),
+		cmp.Compare(a.Plan, b.Plan), cmp.Compare(a.Writer, b.Writer))
+}
+
+func compareItem(a, b Item) int { return compareOwed(a.Owed, b.Owed) }
+
+func compareAccepting(a, b Accepting) int {
+	return cmp.Or(cmp.Compare(a.Module, b.Module), cmp.Compare(a.Path, b.Path), cmp.Compare(a.Account, b.Account))
+}
+
+func compareFilled(a, b FilledMark) int {
+	return cmp.Or(cmp.Compare(a.Module, b.Module), cmp.Compare(a.Path, b.Path))
+}
+
+func compareApproval(a, b Approval) int {
+	return cmp.Or(cmp.Compare(a.Module, b.Module), cmp.Compare(a.Build, b.Build))
+}
+
+// upsert inserts x into the sorted slice xs, or, when an element compares
+// equal, lets keep decide whether to replace it. It returns the new slice.
+func upsert[T any](xs []T, x T, c func(a, b T) int, replace func(old T) bool) []T {
+	i, found := slices.BinarySearchFunc(xs, x, c)
+	if found {
+		if replace(xs[i]) {
+			xs[i] = x
+		}
+		return xs
+	}
+	return slices.Insert(xs, i, x)
+}
