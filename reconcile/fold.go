@@ -30,7 +30,7 @@ func (s *State) Fold(ev events.Event) []Effect {
 		if errors.Is(ev.Err, events.ErrNewerVersion) {
 			f.reject("not understood: %v", ev.Err)
 		} else {
-			f.reject("cannot be folded: %v", ev.Err)
+			f.reject("%v", ev.Err)
 		}
 		return f.out
 	}
