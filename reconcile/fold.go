@@ -271,4 +271,3 @@ func (s *State) accepting(module, path, account string) uint64 {
 	}
 	return s.Accepting[i].Plan
 }
-
