@@ -1,0 +1,26 @@
+// Package store is meshfold's JetStream shell: the embedded nats-server,
+// connections to an external deployment, the event stream, publishing with
+// message ids and expectations, reading a node's history, snapshots, and
+// the reconciler loop that drives the pure fold of package reconcile.
+//
+// # Layout
+//
+// One stream (default MESH) captures the plain subjects of every event kind,
+// <prefix>.<node>.<kind>, and stores each message under a partition token,
+// <p>.<prefix>.<node>.<kind>, with p = FNV-1a-32(node) mod N (DESIGN.md §3).
+// The partition count N is fixed for the stream's life; [EnsureStream]
+// refuses to change it and never deletes or recreates a stream. The fill
+// subject is never captured.
+//
+// Snapshots live in a KV bucket beside the stream (default MESH_SNAPSHOTS):
+// node.<p>.<node> holds a node's folded state and checkpoint.<p> the stream
+// sequence a partition's states cover. See docs/store.md.
+//
+// # Errors
+//
+// Sentinels: [ErrConflict] (a publish's expected last subject sequence was
+// stale; test with [IsConflict] or errors.Is), [ErrIncompatibleStream] (an
+// existing stream differs in something that cannot be changed),
+// [ErrNoSnapshot] and [ErrNoMessage] (nothing stored under that name).
+// Validation failures of a payload or node name match events.ErrInvalid.
+package store

@@ -1,0 +1,160 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrConflict: the stream refused a publish because its expected last
+// subject sequence was stale (someone else published on that subject
+// since). Nothing was stored.
+var ErrConflict = errors.New("conflict: the subject's last sequence is not the expected one")
+
+// isConflict is the one place that maps the server's wrong-last-sequence
+// errors: code 10071 on a single replica, 10164 on a replicated stream.
+// jetstream.ErrKeyExists must not be used for this: it matches every 10071,
+// and misses 10164.
+func isConflict(err error) bool {
+	if errors.Is(err, ErrConflict) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// IsConflict reports whether err says a publish's expectation was stale:
+// an error wrapping [ErrConflict] or the server's raw reply (the error of a
+// [jetstream.PubAckFuture] from [Publisher.AppendAsync]).
+func IsConflict(err error) bool { return isConflict(err) }
+
+// Publisher appends events to the stream on their plain subjects
+// (<prefix>.<node>.<kind>). It is safe for concurrent use.
+type Publisher struct {
+	js   jetstream.JetStream
+	subj events.Subjects
+}
+
+// NewPublisher returns a Publisher for the stream whose subjects subj
+// builds.
+func NewPublisher(js jetstream.JetStream, subj events.Subjects) *Publisher {
+	return &Publisher{js: js, subj: subj}
+}
+
+// Ack is the stream's acknowledgement of an append.
+type Ack struct {
+	// Seq is the stream sequence of the stored message (of the original
+	// message when Duplicate).
+	Seq uint64
+	// Duplicate: a message with the same id was stored within the dedup
+	// window; nothing new was stored.
+	Duplicate bool
+}
+
+// AppendOpt is an option of [Publisher.Append].
+type AppendOpt func(*appendOpts)
+
+type appendOpts struct {
+	msgID     string
+	expect    bool
+	expectSeq uint64
+}
+
+// WithMsgID sets the Nats-Msg-Id header: the stream drops a second message
+// with the same id within its dedup window and acknowledges it with
+// Ack.Duplicate.
+func WithMsgID(id string) AppendOpt { return func(o *appendOpts) { o.msgID = id } }
+
+// WithExpectLastSubjectSeq sets Nats-Expected-Last-Subject-Sequence on the
+// message's own subject: the stream stores it only if the newest message
+// of that node and kind has sequence seq; 0 means "no message on that
+// subject yet". Otherwise the append fails with [ErrConflict].
+func WithExpectLastSubjectSeq(seq uint64) AppendOpt {
+	return func(o *appendOpts) { o.expect, o.expectSeq = true, seq }
+}
+
+// prepare validates and encodes one append.
+func (p *Publisher) prepare(ctx context.Context, node string, payload events.Payload, opts []AppendOpt) (*nats.Msg, []jetstream.PublishOpt, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	if !events.ValidName(node) {
+		return nil, nil, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
+	}
+	if payload == nil {
+		return nil, nil, &events.FieldError{Field: "payload", Err: events.ErrMissing}
+	}
+	kind := payload.Kind()
+	// Validate also refuses an unstamped payload (v 0, at zero).
+	if err := payload.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("append %s %s: %w", node, kind, err)
+	}
+	data, err := events.Encode(payload)
+	if err != nil {
+		return nil, nil, fmt.Errorf("append %s %s: encode: %w", node, kind, err)
+	}
+	var o appendOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var popts []jetstream.PublishOpt
+	if o.msgID != "" {
+		popts = append(popts, jetstream.WithMsgID(o.msgID))
+	}
+	if o.expect {
+		popts = append(popts, jetstream.WithExpectLastSequencePerSubject(o.expectSeq))
+	}
+	msg := &nats.Msg{Subject: p.subj.Event(node, kind), Data: data}
+	return msg, popts, nil
+}
+
+// Append validates payload (it must already be stamped, see events.Stamp),
+// publishes it on <prefix>.<node>.<kind> and returns once the stream has
+// acknowledged it.
+//
+// Errors: a validation error matching events.ErrInvalid before anything is
+// published; an error wrapping [ErrConflict] when a
+// [WithExpectLastSubjectSeq] expectation was stale; ctx's error; the
+// publish's error otherwise (no stream, timeout).
+func (p *Publisher) Append(ctx context.Context, node string, payload events.Payload, opts ...AppendOpt) (Ack, error) {
+	msg, popts, err := p.prepare(ctx, node, payload, opts)
+	if err != nil {
+		return Ack{}, err
+	}
+	pa, err := p.js.PublishMsg(ctx, msg, popts...)
+	if err != nil {
+		if isConflict(err) {
+			return Ack{}, fmt.Errorf("append %s: %w (%v)", msg.Subject, ErrConflict, err)
+		}
+		return Ack{}, fmt.Errorf("append %s: %w", msg.Subject, err)
+	}
+	return Ack{Seq: pa.Sequence, Duplicate: pa.Duplicate}, nil
+}
+
+// AppendAsync is [Append] without waiting: it validates and publishes, and
+// the returned future yields the stream's ack or error. A stale expectation
+// arrives on the future's Err channel as the server's error: test it with
+// [IsConflict]. Wait for every future (or js.PublishAsyncComplete) before
+// treating the appends as stored.
+//
+// Errors (returned directly): validation errors matching events.ErrInvalid,
+// ctx's error, or the client's refusal to queue (too many pending).
+func (p *Publisher) AppendAsync(ctx context.Context, node string, payload events.Payload, opts ...AppendOpt) (jetstream.PubAckFuture, error) {
+	msg, popts, err := p.prepare(ctx, node, payload, opts)
+	if err != nil {
+		return nil, err
+	}
+	f, err := p.js.PublishMsgAsync(msg, popts...)
+	if err != nil {
+		return nil, fmt.Errorf("append %s: %w", msg.Subject, err)
+	}
+	return f, nil
+}

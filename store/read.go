@@ -1,0 +1,149 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNoMessage: the stream holds no message on that subject.
+var ErrNoMessage = errors.New("no message")
+
+// Msg is one stored event with what the stream knows of it.
+type Msg struct {
+	// Event is the decoded event; Event.Err is set (and Payload nil) when
+	// the payload could not be decoded or validated.
+	Event events.Event
+	// MsgID is the message's Nats-Msg-Id header, empty when it had none.
+	MsgID string
+	// Subject is the stored subject, with the partition token first.
+	Subject string
+}
+
+// StreamLastSeq returns the stream's last sequence now (0 for a stream
+// that never held a message), read from a fresh stream info.
+func StreamLastSeq(ctx context.Context, stream jetstream.Stream) (uint64, error) {
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("stream info: %w", err)
+	}
+	return info.State.LastSeq, nil
+}
+
+// LastMsg returns node's newest event of kind k, read with a direct get on
+// its stored subject (subj.Stored(node, k, partitions)).
+//
+// Errors: [ErrNoMessage] when the stream holds none; a bad node name
+// (matching events.ErrInvalid); the get's error otherwise. A payload that
+// fails to decode is not an error: Msg.Event.Err says why.
+func LastMsg(ctx context.Context, stream jetstream.Stream, subj events.Subjects, partitions int, node string, kind events.Kind) (Msg, error) {
+	if !events.ValidName(node) {
+		return Msg{}, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
+	}
+	if partitions < 1 {
+		return Msg{}, fmt.Errorf("last %s of %s: partitions %d: must be at least 1", kind, node, partitions)
+	}
+	stored := subj.Stored(node, kind, partitions)
+	raw, err := stream.GetLastMsgForSubject(ctx, stored)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Msg{}, fmt.Errorf("last message on %s: %w", stored, ErrNoMessage)
+	}
+	if err != nil {
+		return Msg{}, fmt.Errorf("last message on %s: %w", stored, err)
+	}
+	ev, err := subj.DecodeEvent(raw.Subject, raw.Data, raw.Sequence, raw.Time)
+	if err != nil {
+		return Msg{}, fmt.Errorf("message %d: %w", raw.Sequence, err)
+	}
+	return Msg{Event: ev, MsgID: raw.Header.Get(jetstream.MsgIDHeader), Subject: raw.Subject}, nil
+}
+
+// ReadNode calls fn for each of node's events in stream order, from
+// sequence from (0: the first) up to and including sequence to (0: open),
+// and returns once it has passed the node's newest event as of the call:
+// it never waits for events published later. It reads with an ordered
+// consumer filtered to the node's stored subjects, so other nodes' events
+// are never fetched.
+//
+// Errors: fn's error, returned as is and ending the read; a bad node name
+// (matching events.ErrInvalid); ctx's error; the consumer's errors.
+func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, subj events.Subjects, partitions int, node string, from, to uint64, fn func(Msg) error) error {
+	if !events.ValidName(node) {
+		return &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
+	}
+	if partitions < 1 {
+		return fmt.Errorf("read %s: partitions %d: must be at least 1", node, partitions)
+	}
+	filter := subj.StoredNode(node, partitions)
+	stream, err := js.Stream(ctx, streamName)
+	if err != nil {
+		return fmt.Errorf("read %s: stream %s: %w", node, streamName, err)
+	}
+	// The node's newest event now bounds the read, so it ends without
+	// waiting for messages that may never come.
+	last, err := stream.GetLastMsgForSubject(ctx, filter)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: last message: %w", node, err)
+	}
+	end := last.Sequence
+	if to != 0 && to < end {
+		end = to
+	}
+	if from > end {
+		return nil
+	}
+	occ := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if from > 1 {
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	return readOrdered(ctx, js, streamName, occ, end, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
+		ev, err := subj.DecodeEvent(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp)
+		if err != nil {
+			return fmt.Errorf("read %s: message %d: %w", node, meta.Sequence.Stream, err)
+		}
+		return fn(Msg{Event: ev, MsgID: m.Headers().Get(jetstream.MsgIDHeader), Subject: m.Subject()})
+	})
+}
+
+// readOrdered reads with an ordered consumer until the message at sequence
+// end, or until nothing more is pending (the end message was removed by a
+// limit meanwhile), calling fn for each message with a sequence <= end.
+func readOrdered(ctx context.Context, js jetstream.JetStream, streamName string, occ jetstream.OrderedConsumerConfig, end uint64, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) error {
+	cons, err := js.OrderedConsumer(ctx, streamName, occ)
+	if err != nil {
+		return fmt.Errorf("ordered consumer on %s: %w", streamName, err)
+	}
+	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+		return nil
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("ordered consumer on %s: %w", streamName, err)
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", streamName, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("read %s: %w", streamName, err)
+		}
+		if meta.Sequence.Stream > end {
+			return nil
+		}
+		if err := fn(m, meta); err != nil {
+			return err
+		}
+		if meta.Sequence.Stream == end || meta.NumPending == 0 {
+			return nil
+		}
+	}
+}

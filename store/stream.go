@@ -1,0 +1,263 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream defaults (DESIGN.md §3).
+const (
+	DefaultStreamName = "MESH"
+	DefaultDuplicates = 2 * time.Minute
+	DefaultReplicas   = 1
+)
+
+// ErrIncompatibleStream: a stream of that name exists and differs from the
+// requested configuration in something that cannot be changed in place
+// (partition count, prefix, subjects, storage, retention). The stream is
+// left as it is; the error says what differs.
+var ErrIncompatibleStream = errors.New("incompatible existing stream")
+
+// StreamConfig describes meshfold's event stream. The zero value of every
+// field means "the default" when the stream is created and, for
+// Partitions, Replicas, Duplicates, MaxAge and MaxBytes, "whatever the
+// existing stream has" when it exists (see [EnsureStream]).
+type StreamConfig struct {
+	// Name is the stream name; default "MESH".
+	Name string
+	// Prefix is the first token of every plain subject; default "mesh".
+	Prefix string
+	// Partitions is N of the partition transform; default 16. Fixed for
+	// the stream's life.
+	Partitions int
+	// Replicas is the stream's replica count (1, 3 or 5); default 1.
+	Replicas int
+	// Duplicates is the Nats-Msg-Id dedup window; default 2 minutes.
+	Duplicates time.Duration
+	// MaxAge drops messages older than this; 0 (or negative) means no age
+	// limit.
+	MaxAge time.Duration
+	// MaxBytes caps the stream's size in bytes, dropping the oldest
+	// messages; 0 (or negative) means no limit.
+	MaxBytes int64
+}
+
+// WithDefaults returns c with every zero field set to its default: Name
+// "MESH", Prefix "mesh", Partitions 16, Replicas 1, Duplicates 2m. MaxAge
+// and MaxBytes stay 0 (no limit).
+func (c StreamConfig) WithDefaults() StreamConfig {
+	if c.Name == "" {
+		c.Name = DefaultStreamName
+	}
+	if c.Prefix == "" {
+		c.Prefix = events.DefaultPrefix
+	}
+	if c.Partitions == 0 {
+		c.Partitions = events.DefaultPartitions
+	}
+	if c.Replicas == 0 {
+		c.Replicas = DefaultReplicas
+	}
+	if c.Duplicates == 0 {
+		c.Duplicates = DefaultDuplicates
+	}
+	return c
+}
+
+// Subjects returns the subject builder of the stream's prefix.
+func (c StreamConfig) Subjects() events.Subjects {
+	return events.Subjects{Prefix: c.WithDefaults().Prefix}
+}
+
+// maxPartitions bounds N; a partition token is a subject token and a
+// reconciler reads whole partitions, so thousands make no sense.
+const maxPartitions = 1024
+
+func (c StreamConfig) validate() error {
+	if strings.ContainsAny(c.Name, ".*> \t\r\n/\\") {
+		return fmt.Errorf("stream name %q: must not contain . * > / \\ or whitespace", c.Name)
+	}
+	if !events.ValidPrefix(c.Prefix) {
+		return fmt.Errorf("subject prefix %q: %w", c.Prefix, events.ErrBadName)
+	}
+	if c.Partitions < 0 || c.Partitions > maxPartitions {
+		return fmt.Errorf("partitions %d: must be 1..%d (0: the existing stream's)", c.Partitions, maxPartitions)
+	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		return fmt.Errorf("replicas %d: must be 1..5", c.Replicas)
+	}
+	if c.Duplicates < 0 {
+		return fmt.Errorf("duplicates window %s: must not be negative", c.Duplicates)
+	}
+	return nil
+}
+
+// jsConfig is the JetStream configuration of a new stream for c (c has
+// its defaults applied).
+func (c StreamConfig) jsConfig() jetstream.StreamConfig {
+	subj := events.Subjects{Prefix: c.Prefix}
+	src, dst := subj.Transform(c.Partitions)
+	return jetstream.StreamConfig{
+		Name:              c.Name,
+		Description:       "meshfold events: " + c.Prefix + ".<node>.<kind>, stored as <partition>." + c.Prefix + ".<node>.<kind>",
+		Subjects:          subj.Input(),
+		SubjectTransform:  &jetstream.SubjectTransformConfig{Source: src, Destination: dst},
+		Storage:           jetstream.FileStorage,
+		Retention:         jetstream.LimitsPolicy,
+		Discard:           jetstream.DiscardOld,
+		AllowDirect:       true,
+		Replicas:          c.Replicas,
+		Duplicates:        c.Duplicates,
+		MaxAge:            max(c.MaxAge, 0),
+		MaxBytes:          limitOrNone(c.MaxBytes),
+		MaxMsgs:           -1,
+		MaxMsgsPerSubject: -1,
+	}
+}
+
+func limitOrNone(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
+// EnsureStream creates meshfold's event stream or adopts the existing one,
+// and returns it with its effective configuration (every field set, the
+// partition count read back from the stream's transform). It is safe at
+// every start and never deletes, purges or recreates a stream.
+//
+// On an existing stream, a zero Partitions, Replicas, Duplicates, MaxAge or
+// MaxBytes in cfg adopts the stream's value; a non-zero Replicas,
+// Duplicates, MaxAge or MaxBytes that differs is applied with UpdateStream
+// (MaxAge and MaxBytes: negative means "remove the limit"). A different
+// partition count, prefix, subject set, storage type, retention policy, or
+// a missing partition transform is an error wrapping
+// [ErrIncompatibleStream] that lists each difference.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, StreamConfig, error) {
+	want := cfg.WithDefaults()
+	if err := want.validate(); err != nil {
+		return nil, StreamConfig{}, fmt.Errorf("stream config: %w", err)
+	}
+	for attempt := 0; ; attempt++ {
+		stream, err := js.Stream(ctx, want.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			stream, err = js.CreateStream(ctx, want.jsConfig())
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) && attempt < 3 {
+				continue // created concurrently by another process: adopt it
+			}
+			if err != nil {
+				return nil, StreamConfig{}, fmt.Errorf("create stream %s: %w", want.Name, err)
+			}
+			return stream, want, nil
+		}
+		if err != nil {
+			return nil, StreamConfig{}, fmt.Errorf("look up stream %s: %w", want.Name, err)
+		}
+		return adoptStream(ctx, js, stream, cfg, want)
+	}
+}
+
+// adoptStream checks an existing stream against cfg (raw) and want (cfg
+// with defaults), applies the allowed updates and returns the effective
+// configuration.
+func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, cfg, want StreamConfig) (jetstream.Stream, StreamConfig, error) {
+	have := stream.CachedInfo().Config
+	subj := events.Subjects{Prefix: want.Prefix}
+	var diffs []string
+
+	n, err := partitionsOf(have.SubjectTransform, want.Prefix)
+	if err != nil {
+		diffs = append(diffs, err.Error())
+	} else if cfg.Partitions != 0 && cfg.Partitions != n {
+		diffs = append(diffs, fmt.Sprintf("partitions: stream has %d, asked for %d (fixed for the stream's life)", n, cfg.Partitions))
+	}
+	if got, exp := sortedCopy(have.Subjects), sortedCopy(subj.Input()); !slices.Equal(got, exp) {
+		diffs = append(diffs, fmt.Sprintf("subjects: stream has %v, prefix %q needs %v", got, want.Prefix, exp))
+	}
+	if have.Storage != jetstream.FileStorage {
+		diffs = append(diffs, fmt.Sprintf("storage: stream has %s, need file", have.Storage))
+	}
+	if have.Retention != jetstream.LimitsPolicy {
+		diffs = append(diffs, fmt.Sprintf("retention: stream has %s, need limits", have.Retention))
+	}
+	if len(diffs) > 0 {
+		return nil, StreamConfig{}, fmt.Errorf("%w %s: %s", ErrIncompatibleStream, have.Name, strings.Join(diffs, "; "))
+	}
+
+	eff := StreamConfig{
+		Name:       have.Name,
+		Prefix:     want.Prefix,
+		Partitions: n,
+		Replicas:   have.Replicas,
+		Duplicates: have.Duplicates,
+		MaxAge:     have.MaxAge,
+		MaxBytes:   max(have.MaxBytes, 0),
+	}
+	upd := have
+	changed := false
+	if cfg.Replicas != 0 && cfg.Replicas != have.Replicas {
+		upd.Replicas, eff.Replicas, changed = cfg.Replicas, cfg.Replicas, true
+	}
+	if cfg.Duplicates != 0 && cfg.Duplicates != have.Duplicates {
+		upd.Duplicates, eff.Duplicates, changed = cfg.Duplicates, cfg.Duplicates, true
+	}
+	if cfg.MaxAge != 0 && max(cfg.MaxAge, 0) != have.MaxAge {
+		upd.MaxAge, eff.MaxAge, changed = max(cfg.MaxAge, 0), max(cfg.MaxAge, 0), true
+	}
+	if cfg.MaxBytes != 0 && limitOrNone(cfg.MaxBytes) != limitOrNone(have.MaxBytes) {
+		upd.MaxBytes, eff.MaxBytes, changed = limitOrNone(cfg.MaxBytes), max(cfg.MaxBytes, 0), true
+	}
+	if !have.AllowDirect {
+		upd.AllowDirect, changed = true, true // LastMsg needs direct gets
+	}
+	if have.Discard != jetstream.DiscardOld {
+		upd.Discard, changed = jetstream.DiscardOld, true
+	}
+	if !changed {
+		return stream, eff, nil
+	}
+	stream, err = js.UpdateStream(ctx, upd)
+	if err != nil {
+		return nil, StreamConfig{}, fmt.Errorf("update stream %s: %w", have.Name, err)
+	}
+	return stream, eff, nil
+}
+
+var partitionRE = regexp.MustCompile(`^\{\{\s*partition\(\s*(\d+)\s*,\s*1\s*\)\s*\}\}\.`)
+
+// partitionsOf reads N back from the stream's transform and checks that
+// the transform is exactly the one meshfold makes for that N and prefix.
+func partitionsOf(t *jetstream.SubjectTransformConfig, prefix string) (int, error) {
+	if t == nil {
+		return 0, errors.New("transform: stream has none, need the partition transform")
+	}
+	m := partitionRE.FindStringSubmatch(t.Destination)
+	if m == nil {
+		return 0, fmt.Errorf("transform: destination %q is not a partition transform", t.Destination)
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("transform: bad partition count in %q", t.Destination)
+	}
+	src, dst := events.Subjects{Prefix: prefix}.Transform(n)
+	if t.Source != src || t.Destination != dst {
+		return 0, fmt.Errorf("transform: stream has %q → %q, prefix %q needs %q → %q", t.Source, t.Destination, prefix, src, dst)
+	}
+	return n, nil
+}
+
+func sortedCopy(s []string) []string {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c
+}

@@ -1,0 +1,155 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestEnsureStreamIdempotentAndPartitioned(t *testing.T) {
+	ctx := testCtx(t)
+	_, nc, js := storetest.Start(t)
+
+	stream, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCfg := store.StreamConfig{Name: "MESH", Prefix: "mesh", Partitions: 16, Replicas: 1, Duplicates: 2 * time.Minute}
+	if cfg != wantCfg {
+		t.Errorf("effective config = %+v, want %+v", cfg, wantCfg)
+	}
+	info := stream.CachedInfo().Config
+	if info.Storage != jetstream.FileStorage || !info.AllowDirect || info.Discard != jetstream.DiscardOld || info.MaxAge != 0 {
+		t.Errorf("stream config: storage %v, allow direct %v, discard %v, max age %v", info.Storage, info.AllowDirect, info.Discard, info.MaxAge)
+	}
+
+	// Again: no error, same config, nothing recreated.
+	pub := store.NewPublisher(js, cfg.Subjects())
+	ack, err := pub.Append(ctx, "ace", want("b1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream2, cfg2, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatalf("second EnsureStream: %v", err)
+	}
+	if cfg2 != cfg {
+		t.Errorf("second EnsureStream config = %+v, want %+v", cfg2, cfg)
+	}
+	if last, _ := store.StreamLastSeq(ctx, stream2); last != ack.Seq {
+		t.Errorf("after second EnsureStream last seq = %d, want %d (stream recreated?)", last, ack.Seq)
+	}
+
+	// Stored under the partition token.
+	p := events.Partition("ace", 16)
+	raw, err := stream.GetMsg(ctx, ack.Seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%d.mesh.ace.want", p); raw.Subject != want {
+		t.Errorf("stored subject = %q, want %q", raw.Subject, want)
+	}
+
+	// The fill subject is not captured: a plain publish on it reaches no
+	// stream. A JetStream publish there gets no stream response.
+	if _, err := js.Publish(ctx, "mesh.ace.fill", []byte("secret")); !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Errorf("publish on mesh.ace.fill: err = %v, want no stream response", err)
+	}
+	if err := nc.Publish("mesh.ace.fill", []byte("secret")); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	si, err := stream.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if si.State.Msgs != 1 {
+		t.Errorf("stream holds %d messages, want 1 (the want only)", si.State.Msgs)
+	}
+	for subj := range si.State.Subjects {
+		if strings.HasSuffix(subj, ".fill") {
+			t.Errorf("stream captured %q", subj)
+		}
+	}
+}
+
+func TestEnsureStreamAdoptsAndRefuses(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, js := storetest.Start(t)
+
+	if _, _, err := store.EnsureStream(ctx, js, store.StreamConfig{Partitions: 4}); err != nil {
+		t.Fatal(err)
+	}
+	// Partitions 0 adopts the stream's count.
+	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Partitions != 4 {
+		t.Errorf("adopted partitions = %d, want 4", cfg.Partitions)
+	}
+	// A different count is refused, and the stream is left alone.
+	_, _, err = store.EnsureStream(ctx, js, store.StreamConfig{Partitions: 16})
+	if !errors.Is(err, store.ErrIncompatibleStream) {
+		t.Fatalf("EnsureStream with 16 partitions on a 4-partition stream: err = %v, want ErrIncompatibleStream", err)
+	}
+	if !strings.Contains(err.Error(), "partitions") {
+		t.Errorf("error %q does not say the partitions differ", err)
+	}
+	// A different prefix is refused too.
+	_, _, err = store.EnsureStream(ctx, js, store.StreamConfig{Prefix: "other"})
+	if !errors.Is(err, store.ErrIncompatibleStream) || !strings.Contains(err.Error(), "subjects") {
+		t.Errorf("EnsureStream with another prefix: err = %v, want ErrIncompatibleStream about subjects", err)
+	}
+	// Allowed changes are applied.
+	_, cfg, err = store.EnsureStream(ctx, js, store.StreamConfig{Duplicates: 5 * time.Minute, MaxAge: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "MESH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.CachedInfo().Config
+	if got.Duplicates != 5*time.Minute || got.MaxAge != 24*time.Hour || cfg.Duplicates != 5*time.Minute || cfg.MaxAge != 24*time.Hour {
+		t.Errorf("after update: stream dup %v age %v, effective %+v", got.Duplicates, got.MaxAge, cfg)
+	}
+	if n, _ := partitionsOf(s); n != 4 {
+		t.Errorf("partitions after update = %d, want 4", n)
+	}
+}
+
+func partitionsOf(s jetstream.Stream) (int, error) {
+	var n int
+	_, err := fmt.Sscanf(s.CachedInfo().Config.SubjectTransform.Destination, "{{partition(%d,1)}}", &n)
+	return n, err
+}
+
+func TestEnsureStreamRefusesForeignStream(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, js := storetest.Start(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MESH", Subjects: []string{"mesh.>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if !errors.Is(err, store.ErrIncompatibleStream) {
+		t.Fatalf("err = %v, want ErrIncompatibleStream", err)
+	}
+	for _, what := range []string{"transform", "subjects", "storage"} {
+		if !strings.Contains(err.Error(), what) {
+			t.Errorf("error %q does not mention %s", err, what)
+		}
+	}
+	if _, err := js.Stream(ctx, "MESH"); err != nil {
+		t.Errorf("foreign stream gone: %v", err)
+	}
+}
