@@ -1,0 +1,260 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ConnectConfig says how to reach an external NATS deployment. Every
+// field is optional; explicit fields override what the context file says.
+type ConnectConfig struct {
+	// URLs are server URLs (nats://, tls://, ws://); an entry may hold a
+	// comma-separated list. Empty: the context's url, else
+	// nats://127.0.0.1:4222.
+	URLs []string
+	// Creds is the path of a user credentials file (JWT and seed).
+	Creds string
+	// NKeySeed is the path of a file holding a user NKey seed.
+	NKeySeed string
+	// TLSCA, TLSCert and TLSKey are PEM file paths: the CA to trust, and
+	// the client certificate and key (the two go together).
+	TLSCA, TLSCert, TLSKey string
+	// Context names a `nats` CLI context: NAME reads
+	// $XDG_CONFIG_HOME/nats/context/NAME.json (default
+	// ~/.config/nats/context/NAME.json); a value ending in .json or
+	// holding a path separator is read as a file path. The fields url,
+	// creds, nkey, cert, key, ca, user, password, token, inbox_prefix and
+	// tls_first are used.
+	Context string
+	// Name is the connection name the server shows; default "meshfold".
+	Name string
+	// Logger receives disconnect, reconnect, close and asynchronous error
+	// reports; nil uses slog.Default().
+	Logger *slog.Logger
+}
+
+// natsContext is the part of a natscli context file meshfold uses (the
+// format of github.com/nats-io/jsm.go/natscontext).
+type natsContext struct {
+	URL         string `json:"url"`
+	Creds       string `json:"creds"`
+	NKey        string `json:"nkey"`
+	Cert        string `json:"cert"`
+	Key         string `json:"key"`
+	CA          string `json:"ca"`
+	User        string `json:"user"`
+	Password    string `json:"password"`
+	Token       string `json:"token"`
+	InboxPrefix string `json:"inbox_prefix"`
+	TLSFirst    bool   `json:"tls_first"`
+}
+
+// contextPath resolves a context name or path to its file.
+func contextPath(name string) (string, error) {
+	if strings.HasSuffix(name, ".json") || strings.ContainsRune(name, os.PathSeparator) || strings.Contains(name, "/") {
+		return expandHome(name), nil
+	}
+	if strings.Contains(name, "..") {
+		return "", fmt.Errorf("nats context %q: invalid name", name)
+	}
+	dir := os.Getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("nats context %q: %w", name, err)
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "nats", "context", name+".json"), nil
+}
+
+// expandHome expands a leading ~/ as natscli does for paths in contexts.
+func expandHome(p string) string {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, p[1:])
+		}
+	}
+	return p
+}
+
+func loadContext(name string) (natsContext, error) {
+	var c natsContext
+	path, err := contextPath(name)
+	if err != nil {
+		return c, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("nats context %q: %w", name, err)
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return c, fmt.Errorf("nats context %q: %s: %w", name, path, err)
+	}
+	c.Creds, c.NKey = expandHome(c.Creds), expandHome(c.NKey)
+	c.Cert, c.Key, c.CA = expandHome(c.Cert), expandHome(c.Key), expandHome(c.CA)
+	return c, nil
+}
+
+// Reconnect pacing: unlimited attempts, 2 s apart plus up to 1 s (2 s with
+// TLS) of jitter so a fleet does not reconnect in lockstep.
+const (
+	reconnectWait      = 2 * time.Second
+	reconnectJitter    = time.Second
+	reconnectJitterTLS = 2 * time.Second
+)
+
+// Options returns the nats.Connect options c describes, the servers
+// included: use them as nats.Connect("", opts...) and append your own.
+// They reconnect forever with a jittered wait and log disconnects,
+// reconnects, the close and asynchronous errors (slow consumer,
+// permission denied) through c.Logger. Connection URLs are logged with
+// their credentials redacted.
+//
+// Errors: an unreadable or malformed context file, an unreadable NKey
+// seed, a client certificate without its key or the reverse.
+func (c ConnectConfig) Options() ([]nats.Option, error) {
+	var ctx natsContext
+	if c.Context != "" {
+		var err error
+		if ctx, err = loadContext(c.Context); err != nil {
+			return nil, err
+		}
+	}
+	log := c.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	name := c.Name
+	if name == "" {
+		name = "meshfold"
+	}
+
+	var servers []string
+	urls := c.URLs
+	if len(urls) == 0 && ctx.URL != "" {
+		urls = []string{ctx.URL}
+	}
+	for _, u := range urls {
+		for _, s := range strings.Split(u, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				servers = append(servers, s)
+			}
+		}
+	}
+	if len(servers) == 0 {
+		servers = []string{nats.DefaultURL}
+	}
+
+	opts := []nats.Option{
+		func(o *nats.Options) error { o.Servers = servers; return nil },
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(reconnectWait),
+		nats.ReconnectJitter(reconnectJitter, reconnectJitterTLS),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "url", nc.ConnectedUrlRedacted(), "err", err)
+			} else {
+				log.Info("nats disconnected", "url", nc.ConnectedUrlRedacted())
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if err := nc.LastError(); err != nil {
+				log.Warn("nats connection closed", "err", err)
+			} else {
+				log.Info("nats connection closed")
+			}
+		}),
+		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Error("nats async error", "subject", sub.Subject, "err", err)
+			} else {
+				log.Error("nats async error", "err", err)
+			}
+		}),
+	}
+
+	// Authentication: an explicit creds file or NKey seed replaces
+	// whatever the context says; otherwise the context's, in natscli's
+	// order (user, creds, nkey), with its token.
+	switch {
+	case c.Creds != "":
+		opts = append(opts, nats.UserCredentials(c.Creds))
+	case c.NKeySeed != "":
+		o, err := nats.NkeyOptionFromSeed(c.NKeySeed)
+		if err != nil {
+			return nil, fmt.Errorf("nkey seed %s: %w", c.NKeySeed, err)
+		}
+		opts = append(opts, o)
+	default:
+		switch {
+		case ctx.User != "":
+			opts = append(opts, nats.UserInfo(ctx.User, ctx.Password))
+		case ctx.Creds != "":
+			opts = append(opts, nats.UserCredentials(ctx.Creds))
+		case ctx.NKey != "":
+			o, err := nats.NkeyOptionFromSeed(ctx.NKey)
+			if err != nil {
+				return nil, fmt.Errorf("nats context %q: nkey %s: %w", c.Context, ctx.NKey, err)
+			}
+			opts = append(opts, o)
+		}
+		if ctx.Token != "" {
+			opts = append(opts, nats.Token(ctx.Token))
+		}
+	}
+
+	cert, key := ctx.Cert, ctx.Key
+	if c.TLSCert != "" || c.TLSKey != "" {
+		cert, key = c.TLSCert, c.TLSKey
+	}
+	switch {
+	case cert != "" && key != "":
+		opts = append(opts, nats.ClientCert(cert, key))
+	case cert != "" || key != "":
+		return nil, errors.New("TLS client certificate and key must be given together")
+	}
+	ca := ctx.CA
+	if c.TLSCA != "" {
+		ca = c.TLSCA
+	}
+	if ca != "" {
+		opts = append(opts, nats.RootCAs(ca))
+	}
+	if ctx.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(ctx.InboxPrefix))
+	}
+	if ctx.TLSFirst {
+		opts = append(opts, nats.TLSHandshakeFirst())
+	}
+	return opts, nil
+}
+
+// Connect connects to the deployment cfg describes (see
+// [ConnectConfig.Options]). The first connection must succeed; after that
+// the connection reconnects forever.
+//
+// Errors: those of Options, and the first connection's failure.
+func Connect(cfg ConnectConfig) (*nats.Conn, error) {
+	opts, err := cfg.Options()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect("", opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats: %w", err)
+	}
+	return nc, nil
+}

@@ -1,0 +1,328 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNoSnapshot: the bucket holds no state for that node.
+var ErrNoSnapshot = errors.New("no snapshot")
+
+// SnapshotBucketSuffix is appended to the stream name to name the
+// snapshot bucket: MESH → MESH_SNAPSHOTS.
+const SnapshotBucketSuffix = "_SNAPSHOTS"
+
+// putWindow bounds the async puts of [Snapshots.PutNodes] in flight,
+// below the client's default limit of 4000 pending async publishes.
+const putWindow = 1024
+
+// Snapshots stores folded node states and partition checkpoints in a KV
+// bucket (file storage, history 1, the stream's replica count):
+//
+//	node.<partition>.<node>   a node's state, as the reconciler encodes it
+//	checkpoint.<partition>    the stream sequence, decimal, up to which
+//	                          every state of that partition is folded
+//
+// Write a partition's node states, wait for them, then its checkpoint
+// (PutNodes, then PutCheckpoint): a crash in between leaves states newer
+// than the checkpoint, which a refold from the checkpoint absorbs. It is
+// safe for concurrent use.
+type Snapshots struct {
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	pre string // subject prefix of a put, key appended
+}
+
+// OpenSnapshots opens the snapshot bucket of streamCfg's stream (named
+// streamCfg.Name + "_SNAPSHOTS"), creating it with streamCfg's replica
+// count when it does not exist. Pass the effective configuration
+// [EnsureStream] returned. An existing bucket is opened as it is.
+//
+// Errors: the bucket's lookup or creation failing.
+func OpenSnapshots(ctx context.Context, js jetstream.JetStream, streamCfg StreamConfig) (*Snapshots, error) {
+	cfg := streamCfg.WithDefaults()
+	bucket := cfg.Name + SnapshotBucketSuffix
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      bucket,
+			Description: "meshfold snapshots of stream " + cfg.Name + ": node.<p>.<node> states, checkpoint.<p> sequences",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, bucket) // created concurrently
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot bucket %s: %w", bucket, err)
+	}
+	// The subject a put goes to, as KeyValue.Put builds it: async puts
+	// are publishes on it.
+	pre := "$KV." + bucket + "."
+	if p := js.Options().APIPrefix; p != "" && p != jetstream.DefaultAPIPrefix {
+		pre = p + pre
+	}
+	return &Snapshots{js: js, kv: kv, pre: pre}, nil
+}
+
+// Bucket returns the bucket's name.
+func (s *Snapshots) Bucket() string { return s.kv.Bucket() }
+
+func nodeKey(partition int, node string) string {
+	return "node." + strconv.Itoa(partition) + "." + node
+}
+
+func checkpointKey(partition int) string { return "checkpoint." + strconv.Itoa(partition) }
+
+func checkNode(node string) error {
+	if !events.ValidName(node) {
+		return &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
+	}
+	return nil
+}
+
+// PutNode stores node's state in partition and waits for the ack.
+//
+// Errors: a bad node name (matching events.ErrInvalid), a negative
+// partition, the put's error.
+func (s *Snapshots) PutNode(ctx context.Context, partition int, node string, state []byte) error {
+	if err := checkNode(node); err != nil {
+		return err
+	}
+	if partition < 0 {
+		return fmt.Errorf("put snapshot of %s: partition %d", node, partition)
+	}
+	if _, err := s.kv.Put(ctx, nodeKey(partition, node), state); err != nil {
+		return fmt.Errorf("put snapshot of %s: %w", node, err)
+	}
+	return nil
+}
+
+// PutNodes stores many node states of one partition with async publishes,
+// at most 1024 in flight, and returns once every one is acknowledged
+// (measured on loopback TCP: ~140k puts/s against ~24k/s for PutNode one
+// by one). states maps node name to
+// state.
+//
+// Errors: a bad node name (matching events.ErrInvalid) before anything
+// is written; otherwise the first failure, after waiting for the puts in
+// flight. On error some states may be stored and others not; write the
+// checkpoint only after a nil return.
+func (s *Snapshots) PutNodes(ctx context.Context, partition int, states map[string][]byte) error {
+	if partition < 0 {
+		return fmt.Errorf("put snapshots: partition %d", partition)
+	}
+	nodes := make([]string, 0, len(states))
+	for node := range states {
+		if err := checkNode(node); err != nil {
+			return err
+		}
+		nodes = append(nodes, node)
+	}
+	slices.Sort(nodes) // deterministic order: easier to reason about a partial failure
+	var (
+		inflight []jetstream.PubAckFuture
+		names    []string
+		firstErr error
+	)
+	wait := func(f jetstream.PubAckFuture, node string) {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			if firstErr == nil {
+				firstErr = fmt.Errorf("put snapshot of %s: %w", node, err)
+			}
+		case <-ctx.Done():
+			if firstErr == nil {
+				firstErr = fmt.Errorf("put snapshots: %w", ctx.Err())
+			}
+		}
+	}
+	for _, node := range nodes {
+		if firstErr != nil {
+			break
+		}
+		if len(inflight) == putWindow {
+			wait(inflight[0], names[0])
+			inflight, names = inflight[1:], names[1:]
+			if firstErr != nil {
+				break
+			}
+		}
+		f, err := s.js.PublishAsync(s.pre+nodeKey(partition, node), states[node])
+		if err != nil {
+			firstErr = fmt.Errorf("put snapshot of %s: %w", node, err)
+			break
+		}
+		inflight, names = append(inflight, f), append(names, node)
+	}
+	for i, f := range inflight {
+		if ctx.Err() != nil && firstErr != nil {
+			break
+		}
+		wait(f, names[i])
+	}
+	return firstErr
+}
+
+// GetNode returns node's state, found in its partition among partitions,
+// and the KV revision it was stored at.
+//
+// Errors: [ErrNoSnapshot] when none is stored; a bad node name (matching
+// events.ErrInvalid); the get's error.
+func (s *Snapshots) GetNode(ctx context.Context, node string, partitions int) ([]byte, uint64, error) {
+	if err := checkNode(node); err != nil {
+		return nil, 0, err
+	}
+	if partitions < 1 {
+		return nil, 0, fmt.Errorf("get snapshot of %s: partitions %d", node, partitions)
+	}
+	e, err := s.kv.Get(ctx, nodeKey(events.Partition(node, partitions), node))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("snapshot of %s: %w", node, ErrNoSnapshot)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("get snapshot of %s: %w", node, err)
+	}
+	return e.Value(), e.Revision(), nil
+}
+
+// PutCheckpoint records that every state of partition is folded up to
+// stream sequence seq. Call it only after the states' puts are
+// acknowledged.
+func (s *Snapshots) PutCheckpoint(ctx context.Context, partition int, seq uint64) error {
+	if partition < 0 {
+		return fmt.Errorf("put checkpoint: partition %d", partition)
+	}
+	if _, err := s.kv.Put(ctx, checkpointKey(partition), []byte(strconv.FormatUint(seq, 10))); err != nil {
+		return fmt.Errorf("put checkpoint of partition %d: %w", partition, err)
+	}
+	return nil
+}
+
+// Checkpoint returns partition's checkpoint, 0 when none is stored.
+func (s *Snapshots) Checkpoint(ctx context.Context, partition int) (uint64, error) {
+	e, err := s.kv.Get(ctx, checkpointKey(partition))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("get checkpoint of partition %d: %w", partition, err)
+	}
+	seq, err := strconv.ParseUint(string(e.Value()), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint of partition %d: %q: %w", partition, e.Value(), err)
+	}
+	return seq, nil
+}
+
+// LoadPartition returns partition's checkpoint (0 when none) and the
+// states of all its nodes (node name → state; empty, not nil, when none).
+// The checkpoint is read first, so every state returned is at or past it.
+// The states come from one KV watch over node.<partition>.* that ends at
+// the end-of-initial-values marker: one ordered pass over the latest
+// values, not a get per node (10,000 states of 600 B load in ~25 ms here,
+// see docs/store.md).
+func (s *Snapshots) LoadPartition(ctx context.Context, partition int) (checkpoint uint64, nodes map[string][]byte, err error) {
+	if partition < 0 {
+		return 0, nil, fmt.Errorf("load partition %d", partition)
+	}
+	if checkpoint, err = s.Checkpoint(ctx, partition); err != nil {
+		return 0, nil, err
+	}
+	nodes = make(map[string][]byte)
+	err = s.scan(ctx, "node."+strconv.Itoa(partition)+".*", func(node string, state []byte) error {
+		nodes[node] = state
+		return nil
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("load partition %d: %w", partition, err)
+	}
+	return checkpoint, nodes, nil
+}
+
+// LoadAll calls fn with every node's state, all partitions, in one
+// ordered pass over the bucket's latest values. fn's error stops the pass
+// and is returned as is.
+func (s *Snapshots) LoadAll(ctx context.Context, fn func(node string, state []byte) error) error {
+	return s.scan(ctx, "node.>", fn)
+}
+
+// ListNodes returns the names of every node with a stored state, sorted.
+// It reads keys only, not states.
+func (s *Snapshots) ListNodes(ctx context.Context) ([]string, error) {
+	kl, err := s.kv.ListKeysFiltered(ctx, "node.>")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	defer kl.Stop()
+	var out []string
+	for key := range kl.Keys() {
+		if node, ok := nodeOfKey(key); ok {
+			out = append(out, node)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// nodeOfKey parses node.<p>.<node>.
+func nodeOfKey(key string) (string, bool) {
+	parts := strings.SplitN(key, ".", 3)
+	if len(parts) != 3 || parts[0] != "node" {
+		return "", false
+	}
+	return parts[2], true
+}
+
+// scan calls fn for the latest value of every key matching filter, in
+// one watch that stops at the end-of-initial-values marker.
+func (s *Snapshots) scan(ctx context.Context, filter string, fn func(node string, state []byte) error) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := s.kv.Watch(wctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", filter, err)
+	}
+	defer func() {
+		w.Stop()
+		// Unblock the watcher's delivery if it is waiting to hand over a
+		// value nobody will read; the channel closes once it is stopped.
+		go func() {
+			for range w.Updates() {
+			}
+		}()
+	}()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("watch %s: closed before its initial values were done", filter)
+			}
+			if e == nil {
+				return nil
+			}
+			node, ok := nodeOfKey(e.Key())
+			if !ok {
+				continue
+			}
+			if err := fn(node, e.Value()); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
