@@ -2,9 +2,15 @@ package events
 
 import (
 	"bytes"
-	"encoding/json"
+	stdjson "encoding/json"
 	"fmt"
 	"time"
+
+	// encoding/json's API and behaviour, decoding our payloads 4-6x
+	// faster: the fold's budget is 2 µs an event and encoding/json alone
+	// took 2.7. The strict decoder of the CLI (not a hot path) stays on
+	// encoding/json.
+	"github.com/segmentio/encoding/json"
 )
 
 // Encode returns the payload's JSON. It does not validate.
@@ -29,7 +35,7 @@ func decode(k Kind, data []byte, strict bool) (Payload, error) {
 	}
 	var err error
 	if strict {
-		dec := json.NewDecoder(bytes.NewReader(data))
+		dec := stdjson.NewDecoder(bytes.NewReader(data))
 		dec.DisallowUnknownFields()
 		err = dec.Decode(p)
 		if err == nil && dec.More() {

@@ -200,10 +200,20 @@ func (f *folder) filled(p *events.Filled) {
 
 func (f *folder) plan(p *events.Plan) {
 	s := f.s
-	for _, r := range s.Unsettled {
+	for i, r := range s.Unsettled {
 		if r.Seq == 0 && r.Cause == p.Cause {
 			r.Seq = f.ev.Seq
 			s.NewestPlan = f.ev.Seq
+			// Plans are published in the order they are emitted, so an
+			// unbound plan emitted before this one was never published: the
+			// shell skipped it as superseded (DESIGN.md §3). Drop it.
+			kept := s.Unsettled[:0]
+			for j, o := range s.Unsettled {
+				if o.Seq != 0 || j >= i {
+					kept = append(kept, o)
+				}
+			}
+			s.Unsettled = kept
 			return
 		}
 	}

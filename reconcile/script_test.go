@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,12 +23,18 @@ import (
 //
 // Rewrite the expectations with: go test ./reconcile -run TestScripts -rewrite
 func TestScripts(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		h := newHarness(t, "ace")
-		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
-			return h.run(t, d)
+	scripts, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(scripts) == 0 {
+		t.Fatalf("no scripts in testdata: %v", err)
+	}
+	for _, path := range scripts {
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
+			h := newHarness(t, "ace")
+			datadriven.RunTestAny(t, path, func(t testing.TB, d *datadriven.TestData) string {
+				return h.run(t, d)
+			})
 		})
-	})
+	}
 }
 
 // base is the scripts' clock: event N happens at base + N seconds.
@@ -42,11 +49,11 @@ type harness struct {
 	out    *strings.Builder
 }
 
-func newHarness(t *testing.T, node string) *harness {
+func newHarness(t testing.TB, node string) *harness {
 	return &harness{node: node, state: reconcile.NewState(node)}
 }
 
-func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
+func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 	h.out = new(strings.Builder)
 	args := map[string]string{}
 	for _, a := range d.CmdArgs {
@@ -143,7 +150,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 
 // append puts ev on the stream with the next sequence, folds it and
 // publishes its effects.
-func (h *harness) append(t *testing.T, ev events.Event) {
+func (h *harness) append(t testing.TB, ev events.Event) {
 	ev.Seq = uint64(len(h.stream) + 1)
 	ev.Node = h.node
 	h.stream = append(h.stream, ev)
@@ -162,7 +169,7 @@ func (h *harness) append(t *testing.T, ev events.Event) {
 
 // publish appends an effect to the stream; the reconciler folds its plan
 // events (they bind the plan's sequence), not its knocks and journals.
-func (h *harness) publish(t *testing.T, e reconcile.Effect) {
+func (h *harness) publish(t testing.TB, e reconcile.Effect) {
 	seq := uint64(len(h.stream) + 1)
 	ev := events.Event{Seq: seq, Node: h.node, Kind: e.Kind, Payload: e.Payload, Time: base.Add(time.Duration(seq) * time.Second)}
 	h.stream = append(h.stream, ev)
@@ -176,7 +183,7 @@ func (h *harness) publish(t *testing.T, e reconcile.Effect) {
 	h.check(t)
 }
 
-func (h *harness) check(t *testing.T) {
+func (h *harness) check(t testing.TB) {
 	t.Helper()
 	if err := h.state.CheckInvariants(); err != nil {
 		t.Fatalf("invariant broken: %v\n%s", err, formatState(h.state))
@@ -200,7 +207,7 @@ func dash(s string) string {
 	return s
 }
 
-func u64(t *testing.T, s string) uint64 {
+func u64(t testing.TB, s string) uint64 {
 	if s == "" {
 		return 0
 	}
@@ -213,7 +220,7 @@ func u64(t *testing.T, s string) uint64 {
 
 // parseWantModule reads "NAME BUILD [runs_as=X] [files=P:M,P:M]
 // [provisioner] [requires_approval] [hold]".
-func parseWantModule(t *testing.T, line string) events.WantModule {
+func parseWantModule(t testing.TB, line string) events.WantModule {
 	f := strings.Fields(line)
 	if len(f) < 2 {
 		t.Fatalf("want line wants NAME BUILD [options]: %q", line)

@@ -1,0 +1,495 @@
+package reconcile_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// tb is what the helpers need of *testing.T and *rapid.T.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+// sim is a node's stream with the reconciler folding it: every event
+// appended is folded, and the effects are appended after it (plans are
+// folded too, as the reconciler reads its own plan events).
+type sim struct {
+	t      tb
+	state  *reconcile.State
+	stream []events.Event
+	// effects by the sequence of the event that caused them.
+	effects map[uint64][]reconcile.Effect
+	plans   []uint64 // sequences of the plan events on the stream
+	// next, when set, numbers events from a counter shared by several
+	// nodes' sims (a fleet's stream); else the node's stream is the stream.
+	next *uint64
+}
+
+func newSim(t tb) *sim {
+	return &sim{t: t, state: reconcile.NewState("ace"), effects: map[uint64][]reconcile.Effect{}}
+}
+
+func (s *sim) add(p events.Payload) uint64 {
+	seq := uint64(len(s.stream) + 1)
+	if s.next != nil {
+		*s.next++
+		seq = *s.next
+	}
+	at := base.Add(time.Duration(seq) * time.Second)
+	if events.HeaderOf(p).V == 0 { // an effect is stamped already
+		events.Stamp(p, at)
+	}
+	ev := events.Event{Seq: seq, Node: "ace", Kind: p.Kind(), Payload: p, Time: at}
+	s.stream = append(s.stream, ev)
+	effs := s.state.Fold(ev)
+	if err := s.state.CheckInvariants(); err != nil {
+		s.t.Fatalf("after #%d %s: %v", seq, p.Kind(), err)
+	}
+	s.effects[seq] = effs
+	for _, e := range effs {
+		if e.Kind != events.KindPlan {
+			continue // the reconciler does not read its knocks and journals
+		}
+		seq := s.add(e.Payload)
+		if e.Kind == events.KindPlan {
+			s.plans = append(s.plans, seq)
+		}
+	}
+	return seq
+}
+
+// knocked returns every owed item knocked, with the count of knocks that
+// carried it.
+func (s *sim) knocked() map[events.Owed]int {
+	out := map[events.Owed]int{}
+	for _, effs := range s.effects {
+		for _, e := range effs {
+			if k, ok := e.Payload.(*events.Knock); ok {
+				for _, o := range k.Owed {
+					out[o]++
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (s *sim) owed() []events.Owed {
+	var out []events.Owed
+	for _, it := range s.state.Owed {
+		out = append(out, it.Owed)
+	}
+	return out
+}
+
+// scenario is a node's history for the order-independence property: wants
+// whose plans are all published first, then settles (in plan order) and
+// refusals, interleaved.
+type scenario struct {
+	wants    []*events.Want
+	settle   []int // indexes of the plans to settle, increasing
+	refusals []refusalSpec
+}
+
+// refusalSpec names a plan by index (-1 for plan 0, before any settled).
+type refusalSpec struct {
+	module, path, writer string
+	plan                 int
+}
+
+// prefix folds the wants and their plan events and returns the sim.
+func (sc scenario) prefix(t tb) *sim {
+	s := newSim(t)
+	for _, w := range sc.wants {
+		s.add(&events.Want{Modules: w.Modules})
+	}
+	if len(s.plans) != len(sc.wants) {
+		t.Fatalf("%d wants made %d plans", len(sc.wants), len(s.plans))
+	}
+	return s
+}
+
+// refusal builds the refusal event of spec, with the reason the node's
+// judge gives against that plan; ok false when the judge accepts it.
+func (sc scenario) refusal(s *sim, r refusalSpec) (*events.Refusal, bool) {
+	var account string
+	var rows []events.PlanModule
+	plan := uint64(0)
+	if r.plan >= 0 {
+		p := s.stream[s.plans[r.plan]-1].Payload.(*events.Plan)
+		account, rows, plan = p.ProvisionerAccount, p.Modules, s.plans[r.plan]
+	}
+	_, reason := reconcile.Judge(account, rows, r.module, r.path, r.writer)
+	if reason == "" {
+		return nil, false
+	}
+	return &events.Refusal{Module: r.module, Path: r.path, Reason: reason, Plan: plan, Writer: r.writer}, true
+}
+
+// expected is the property's oracle: the refusals that some settled plan
+// newer than their own accepts.
+func (sc scenario) expected(s *sim, refs []*events.Refusal) map[events.Owed]int {
+	out := map[events.Owed]int{}
+	for _, r := range refs {
+		for _, i := range sc.settle {
+			p := s.stream[s.plans[i]-1].Payload.(*events.Plan)
+			if s.plans[i] <= r.Plan {
+				continue
+			}
+			if _, reason := reconcile.JudgePlan(p, r.Module, r.Path, r.Writer); reason == "" {
+				out[events.Owed{Module: r.Module, Path: r.Path, Reason: r.Reason, Plan: r.Plan, Writer: r.Writer}] = 1
+			}
+		}
+	}
+	return out
+}
+
+// run folds the scenario with the settles and refusals in the order given
+// by order: true takes the next settle, false the next refusal.
+func (sc scenario) run(t tb, order []bool) (owed []events.Owed, knocked map[events.Owed]int, refs []*events.Refusal) {
+	s := sc.prefix(t)
+	for _, r := range sc.refusals {
+		if ref, ok := sc.refusal(s, r); ok {
+			refs = append(refs, ref)
+		}
+	}
+	si, ri := 0, 0
+	for _, settle := range order {
+		if settle {
+			s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[sc.settle[si]]})
+			si++
+		} else if ri < len(refs) {
+			r := *refs[ri]
+			s.add(&r)
+			ri++
+		}
+	}
+	for ; ri < len(refs); ri++ {
+		r := *refs[ri]
+		s.add(&r)
+	}
+	got := s.knocked()
+	if want := sc.expected(s, refs); !mapsEqual(got, want) {
+		t.Fatalf("order %v: knocked %v, want %v", order, got, want)
+	}
+	return s.owed(), got, refs
+}
+
+func mapsEqual(a, b map[events.Owed]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func want(account string, files ...string) *events.Want {
+	app := events.WantModule{Name: "app", Build: "a:1", RunsAs: "app"}
+	for _, f := range files {
+		app.Files = append(app.Files, events.File{Path: f, Mode: "0600"})
+	}
+	return &events.Want{Modules: []events.WantModule{
+		{Name: "provisioner", Build: "p:1", RunsAs: account, Provisioner: true},
+		app,
+	}}
+}
+
+// TestOrderIndependenceExhaustive is DESIGN.md §5.2 over every
+// interleaving of a small history: three plans that declare, drop and
+// re-declare files under two accounts, their settles in plan order, and
+// refusals judged by plan 0 and by each plan.
+func TestOrderIndependenceExhaustive(t *testing.T) {
+	sc := scenario{
+		wants: []*events.Want{
+			want("prov", "/a"),
+			want("prov", "/b"),
+			want("other", "/a", "/b"),
+			want("prov", "/a", "/b", "/c"),
+		},
+		settle: []int{0, 1, 2, 3},
+		refusals: []refusalSpec{
+			{"app", "/c", "other", 3},
+			{"app", "/b", "prov", 0},
+			{"app", "/a", "prov", 1},
+			{"app", "/c", "prov", 2},
+			{"app", "/a", "other", 0},
+		},
+	}
+	var first []events.Owed
+	var firstKnocked map[events.Owed]int
+	runs := 0
+	n := len(sc.settle) + len(sc.refusals)
+	// Every placement of the settles among n slots, and every order of
+	// the refusals in the remaining ones.
+	for mask := 0; mask < 1<<n; mask++ {
+		if popcount(mask) != len(sc.settle) {
+			continue
+		}
+		order := make([]bool, n)
+		for i := range order {
+			order[i] = mask&(1<<i) != 0
+		}
+		for perm := range permutations(len(sc.refusals)) {
+			sc2 := sc
+			sc2.refusals = make([]refusalSpec, len(perm))
+			for i, j := range perm {
+				sc2.refusals[i] = sc.refusals[j]
+			}
+			owed, knocked, _ := sc2.run(t, order)
+			slices.SortFunc(owed, compareOwedT)
+			runs++
+			if first == nil && firstKnocked == nil {
+				first, firstKnocked = owed, knocked
+				if len(knocked) == 0 {
+					t.Fatal("the scenario knocks nothing: it tests nothing")
+				}
+				continue
+			}
+			if !slices.Equal(owed, first) || !mapsEqual(knocked, firstKnocked) {
+				t.Fatalf("order %v perm %v: owed %v knocked %v; first run owed %v knocked %v", order, perm, owed, knocked, first, firstKnocked)
+			}
+		}
+	}
+	t.Logf("%d interleavings agree: %d knocked, %d owed", runs, len(firstKnocked), len(first))
+}
+
+func compareOwedT(a, b events.Owed) int {
+	return strings.Compare(fmt.Sprint(a), fmt.Sprint(b))
+}
+
+func popcount(x int) int {
+	n := 0
+	for ; x != 0; x &= x - 1 {
+		n++
+	}
+	return n
+}
+
+// permutations yields every permutation of 0..n-1.
+func permutations(n int) func(yield func([]int) bool) {
+	return func(yield func([]int) bool) {
+		p := make([]int, n)
+		for i := range p {
+			p[i] = i
+		}
+		var rec func(k int) bool
+		rec = func(k int) bool {
+			if k == n {
+				return yield(slices.Clone(p))
+			}
+			for i := k; i < n; i++ {
+				p[k], p[i] = p[i], p[k]
+				if !rec(k + 1) {
+					return false
+				}
+				p[k], p[i] = p[i], p[k]
+			}
+			return true
+		}
+		rec(0)
+	}
+}
+
+var (
+	paths    = []string{"/a", "/b", "/c"}
+	accounts = []string{"prov", "other", ""}
+	writers  = []string{"prov", "other"}
+)
+
+// TestOrderIndependenceRandom is DESIGN.md §5.2 over random histories and
+// random interleavings, shrunk to the smallest failing one by rapid.
+func TestOrderIndependenceRandom(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		nw := rapid.IntRange(1, 5).Draw(rt, "wants")
+		sc := scenario{}
+		for range nw {
+			var files []string
+			for _, p := range paths {
+				if rapid.Bool().Draw(rt, "declares "+p) {
+					files = append(files, p)
+				}
+			}
+			sc.wants = append(sc.wants, want(rapid.SampledFrom(accounts).Draw(rt, "account"), files...))
+		}
+		for i := range nw {
+			if rapid.Bool().Draw(rt, "settles") {
+				sc.settle = append(sc.settle, i)
+			}
+		}
+		seen := map[refusalSpec]bool{}
+		for range rapid.IntRange(0, 6).Draw(rt, "refusals") {
+			r := refusalSpec{"app", rapid.SampledFrom(paths).Draw(rt, "path"), rapid.SampledFrom(writers).Draw(rt, "writer"),
+				rapid.IntRange(-1, nw-1).Draw(rt, "plan")}
+			if !seen[r] {
+				seen[r] = true
+				sc.refusals = append(sc.refusals, r)
+			}
+		}
+		n := len(sc.settle) + len(sc.refusals)
+		// Two random interleavings must agree (each also agrees with the
+		// oracle inside run).
+		draw := func(label string) []bool {
+			order := make([]bool, n)
+			for i := range sc.settle {
+				order[i] = true
+			}
+			return rapid.Permutation(order).Draw(rt, label)
+		}
+		owed1, k1, _ := sc.run(rt, draw("order1"))
+		owed2, k2, _ := sc.run(rt, draw("order2"))
+		slices.SortFunc(owed1, compareOwedT)
+		slices.SortFunc(owed2, compareOwedT)
+		if !slices.Equal(owed1, owed2) || !mapsEqual(k1, k2) {
+			rt.Fatalf("owed %v vs %v; knocked %v vs %v", owed1, owed2, k1, k2)
+		}
+	})
+}
+
+// randomHistory appends a random history of every input kind to s.
+func randomHistory(rt *rapid.T, s *sim, n int) {
+	modules := []string{"provisioner", "app", "db"}
+	builds := []string{"b1", "b2"}
+	for i := range n {
+		switch rapid.IntRange(0, 9).Draw(rt, fmt.Sprint("kind", i)) {
+		case 0, 1:
+			w := &events.Want{}
+			for j, m := range modules {
+				if !rapid.Bool().Draw(rt, "has "+m) {
+					continue
+				}
+				wm := events.WantModule{Name: m, Build: rapid.SampledFrom(builds).Draw(rt, "build"),
+					RunsAs:           rapid.SampledFrom(accounts).Draw(rt, "runs_as"),
+					Provisioner:      m == "provisioner",
+					RequiresApproval: rapid.Bool().Draw(rt, "requires_approval"),
+					Hold:             rapid.IntRange(0, 4).Draw(rt, "hold") == 0}
+				if m != "provisioner" {
+					for _, p := range paths {
+						if rapid.Bool().Draw(rt, "file") {
+							wm.Files = append(wm.Files, events.File{Path: fmt.Sprintf("/%d%s", j, p), Mode: "0600"})
+						}
+					}
+				}
+				w.Modules = append(w.Modules, wm)
+			}
+			s.add(w)
+		case 2:
+			s.add(&events.Approve{Module: rapid.SampledFrom(modules).Draw(rt, "module"), Build: rapid.SampledFrom(builds).Draw(rt, "build"), By: "ops"})
+		case 3:
+			h := &events.Have{}
+			for _, m := range modules {
+				if rapid.Bool().Draw(rt, "runs "+m) {
+					h.Modules = append(h.Modules, events.HaveModule{Name: m, Build: rapid.SampledFrom(builds).Draw(rt, "build"),
+						State: events.Running, Account: rapid.SampledFrom(accounts).Draw(rt, "account")})
+				}
+			}
+			s.add(h)
+		case 4, 5:
+			if len(s.plans) == 0 {
+				continue
+			}
+			op := rapid.SampledFrom([]events.SettleOp{events.OpApply, events.OpApply, events.OpRemove, events.OpFailed}).Draw(rt, "op")
+			s.add(&events.Settle{Module: rapid.SampledFrom(modules).Draw(rt, "module"), Op: op, Plan: rapid.SampledFrom(s.plans).Draw(rt, "plan")})
+		case 6, 7, 8:
+			plan := uint64(0)
+			if len(s.plans) > 0 && rapid.Bool().Draw(rt, "plan0") {
+				plan = rapid.SampledFrom(s.plans).Draw(rt, "plan")
+			}
+			s.add(&events.Refusal{Module: rapid.SampledFrom(modules[1:]).Draw(rt, "module"),
+				Path:   fmt.Sprintf("/%d%s", rapid.IntRange(1, 2).Draw(rt, "m"), rapid.SampledFrom(paths).Draw(rt, "path")),
+				Reason: rapid.SampledFrom([]events.Reason{events.ReasonUndeclared, events.ReasonNoAccount, events.ReasonWrongAccount, events.ReasonWriteFailed}).Draw(rt, "reason"),
+				Plan:   plan, Writer: rapid.SampledFrom(writers).Draw(rt, "writer")})
+		case 9:
+			if len(s.plans) == 0 {
+				continue
+			}
+			s.add(&events.Filled{Module: rapid.SampledFrom(modules[1:]).Draw(rt, "module"),
+				Path: fmt.Sprintf("/%d%s", rapid.IntRange(1, 2).Draw(rt, "m"), rapid.SampledFrom(paths).Draw(rt, "path")),
+				Plan: rapid.SampledFrom(s.plans).Draw(rt, "plan"), Digest: "d"})
+		}
+	}
+}
+
+func encode(t tb, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestFoldTwiceIsOnce is DESIGN.md §5.4: the same event folded twice
+// changes nothing the second time.
+func TestFoldTwiceIsOnce(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := newSim(rt)
+		randomHistory(rt, s, rapid.IntRange(1, 40).Draw(rt, "events"))
+		// Refold every event of the stream, old and newest: nothing moves.
+		before := encode(rt, s.state)
+		for _, ev := range s.stream {
+			if effs := s.state.Fold(ev); len(effs) != 0 {
+				rt.Fatalf("refolding #%d gave %d effects", ev.Seq, len(effs))
+			}
+		}
+		if after := encode(rt, s.state); after != before {
+			rt.Fatalf("refolding changed the state:\n%s\n%s", before, after)
+		}
+	})
+}
+
+// TestSnapshotReplay is DESIGN.md §5.1: folding a prefix, encoding and
+// decoding the state (a snapshot), then folding the rest gives the same
+// state and the same effects, with the same ids, as folding everything.
+func TestSnapshotReplay(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		live := newSim(rt)
+		randomHistory(rt, live, rapid.IntRange(1, 40).Draw(rt, "events"))
+		cut := rapid.IntRange(0, len(live.stream)).Draw(rt, "cut")
+
+		st := reconcile.NewState("ace")
+		var effs []reconcile.Effect
+		for _, ev := range live.stream[:cut] {
+			effs = append(effs, st.Fold(ev)...)
+		}
+		snap, err := json.Marshal(st)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		st, err = reconcile.UnmarshalState(snap)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for _, ev := range live.stream[cut:] {
+			effs = append(effs, st.Fold(ev)...)
+		}
+		if got, want := encode(rt, st), encode(rt, live.state); got != want {
+			rt.Fatalf("state after snapshot at %d:\n%s\nlive:\n%s", cut, got, want)
+		}
+		var liveEffs []reconcile.Effect
+		for _, ev := range live.stream {
+			liveEffs = append(liveEffs, live.effects[ev.Seq]...)
+		}
+		if len(effs) != len(liveEffs) {
+			rt.Fatalf("%d effects, live %d", len(effs), len(liveEffs))
+		}
+		for i := range effs {
+			if effs[i].ID() != liveEffs[i].ID() || encode(rt, effs[i].Payload) != encode(rt, liveEffs[i].Payload) {
+				rt.Fatalf("effect %d: %s %s, live %s %s", i, effs[i].ID(), encode(rt, effs[i].Payload), liveEffs[i].ID(), encode(rt, liveEffs[i].Payload))
+			}
+		}
+	})
+}
