@@ -82,7 +82,6 @@ func fleetStream(tb tb, nodes, rounds int) []rawMsg {
 // BenchmarkFold decodes and folds a realistic mixed stream; one op is one
 // event. The fold must never be the bottleneck beside JetStream, which
 // consumes about 200k events/s here (5 µs each): target ≤ 2 µs/event.
-//
 func BenchmarkFold(b *testing.B) {
 	msgs := fleetStream(b, 100, 40)
 	subj := events.Subjects{}
