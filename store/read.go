@@ -142,7 +142,7 @@ func readOrdered(ctx context.Context, js jetstream.JetStream, streamName string,
 		if err := fn(m, meta); err != nil {
 			return err
 		}
-		if false {
+		if meta.Sequence.Stream == end || meta.NumPending == 0 {
 			return nil
 		}
 	}
