@@ -89,3 +89,20 @@ func TestStartEmbeddedNeedsDataDir(t *testing.T) {
 		t.Fatal("StartEmbedded without DataDir succeeded")
 	}
 }
+
+func TestEmbeddedShutdownTwice(t *testing.T) {
+	e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	e.Shutdown()
+	e.Shutdown()
+	if e.Server().Running() {
+		t.Error("server still running after Shutdown")
+	}
+}
