@@ -261,3 +261,32 @@ func sortedCopy(s []string) []string {
 	slices.Sort(c)
 	return c
 }
+
+// ErrNoStream: the event stream does not exist yet. Only the reconciler
+// creates it ([EnsureStream]); the other roles open it ([OpenStream]).
+var ErrNoStream = errors.New("the event stream does not exist: start `meshfold serve` or `meshfold reconcile` first")
+
+// OpenStream opens the existing event stream without creating or changing
+// it and returns its effective configuration (the partition count read
+// from its transform). cfg's zero fields take their defaults.
+//
+// Errors: [ErrNoStream] when it does not exist; an error wrapping
+// [ErrIncompatibleStream] when it lacks meshfold's partition transform for
+// cfg's prefix.
+func OpenStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, StreamConfig, error) {
+	want := cfg.WithDefaults()
+	stream, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, StreamConfig{}, fmt.Errorf("stream %s: %w", want.Name, ErrNoStream)
+	}
+	if err != nil {
+		return nil, StreamConfig{}, fmt.Errorf("stream %s: %w", want.Name, err)
+	}
+	have := stream.CachedInfo().Config
+	n, err := partitionsOf(have.SubjectTransform, want.Prefix)
+	if err != nil {
+		return nil, StreamConfig{}, fmt.Errorf("stream %s: %w: %v", want.Name, ErrIncompatibleStream, err)
+	}
+	return stream, StreamConfig{Name: have.Name, Prefix: want.Prefix, Partitions: n, Replicas: have.Replicas,
+		Duplicates: have.Duplicates, MaxAge: have.MaxAge, MaxBytes: max(have.MaxBytes, 0)}, nil
+}

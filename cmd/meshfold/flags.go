@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/store"
+)
+
+// connFlags are the flags of every command that connects to NATS.
+type connFlags struct {
+	server  string
+	creds   string
+	nkey    string
+	context string
+	tlsCA   string
+	tlsCert string
+	tlsKey  string
+}
+
+func (f *connFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVarP(&f.server, "server", "s", "", "NATS server URLs, comma separated (default nats://127.0.0.1:4222, or the context's)")
+	fl.StringVar(&f.creds, "creds", "", "NATS credentials file (.creds)")
+	fl.StringVar(&f.nkey, "nkey", "", "NKey seed file")
+	fl.StringVar(&f.context, "context", "", "a nats CLI context name or .json file (~/.config/nats/context/NAME.json)")
+	fl.StringVar(&f.tlsCA, "tls-ca", "", "CA certificate to verify the server")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "client certificate")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "client certificate's key")
+}
+
+func (f *connFlags) config(name string, a *app) (store.ConnectConfig, error) {
+	log, err := a.logger()
+	if err != nil {
+		return store.ConnectConfig{}, err
+	}
+	cfg := store.ConnectConfig{Creds: f.creds, NKeySeed: f.nkey, Context: f.context,
+		TLSCA: f.tlsCA, TLSCert: f.tlsCert, TLSKey: f.tlsKey, Name: name, Logger: log}
+	if f.server != "" {
+		cfg.URLs = strings.Split(f.server, ",")
+	} else if f.context == "" {
+		cfg.URLs = []string{nats.DefaultURL}
+	}
+	return cfg, nil
+}
+
+// connect connects with the flags; name names the connection.
+func (f *connFlags) connect(name string, a *app) (*nats.Conn, error) {
+	cfg, err := f.config(name, a)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := store.Connect(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS: %w", err)
+	}
+	return nc, nil
+}
+
+// streamFlags name the stream and its subjects.
+type streamFlags struct {
+	name   string
+	prefix string
+}
+
+func (f *streamFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.name, "stream", store.DefaultStreamName, "the event stream's name")
+	fl.StringVar(&f.prefix, "prefix", "mesh", "the subject prefix")
+}
+
+func (f *streamFlags) config() store.StreamConfig {
+	return store.StreamConfig{Name: f.name, Prefix: f.prefix}
+}
+
+// openStream looks the existing stream up (it never creates one: only the
+// reconciler does) and returns its effective configuration.
+func (f *streamFlags) openStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, store.StreamConfig, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return store.OpenStream(ctx, js, f.config())
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitUsage    = 2
+	exitConflict = 3 // a stale --expect: someone else published first
+)
+
+// exitError carries a specific exit code out of a command.
+type codedError struct {
+	code int
+	err  error
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+
+func withCode(code int, err error) error { return &codedError{code: code, err: err} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes the CLI with args and returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRoot(stdin, stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(stderr, "meshfold:", err)
+	var ce *codedError
+	if errors.As(err, &ce) {
+		return ce.code
+	}
+	return exitError
+}
+
+// app is what every command shares: the streams and the global flags.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	logFormat      string
+	logLevel       string
+	conn           connFlags
+	stream         streamFlags
+}
+
+func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "meshfold",
+		Short: "An event-sourced reconciler for a mesh of nodes, on NATS JetStream",
+		Long: `meshfold keeps a fleet of nodes reconciled through an event log on NATS JetStream.
+
+Controllers publish what each node should run (want); nodes publish what runs
+(have), the filled-file writes they refused or made, and when an apply settled;
+a reconciler folds every node's events, in stream order, and publishes plans
+for the nodes and knocks for the provisioner clients.
+
+Start with:  meshfold serve     (an embedded NATS server and the reconciler)`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
+	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	for _, c := range commands {
+		root.AddCommand(c(a))
+	}
+	return root
+}
+
+// commands are registered by each verb's file in init, so that a verb is
+// one file.
+var commands []func(*app) *cobra.Command
+
+func register(c func(*app) *cobra.Command) { commands = append(commands, c) }
+
+// logger returns the logger the flags ask for, writing to stderr.
+func (a *app) logger() (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
+		return nil, withCode(exitUsage, fmt.Errorf("--log-level %q: %w", a.logLevel, err))
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch a.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(a.stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(a.stderr, opts)), nil
+	}
+	return nil, withCode(exitUsage, fmt.Errorf("--log-format %q: want text or json", a.logFormat))
+}
