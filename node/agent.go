@@ -1,0 +1,525 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+// DefaultResync is the default interval of the resync have (and of the
+// retry of a failed plan).
+const DefaultResync = 10 * time.Minute
+
+// ErrRunning: Run was called a second time on the same Agent.
+var ErrRunning = errors.New("node agent: Run already called")
+
+// Config configures an [Agent].
+type Config struct {
+	// Name is the node's name ([a-z0-9][a-z0-9_-]{0,62}).
+	Name string
+	// Root is the directory filled files are written under: a plan's path
+	// /run/x/key is written to Root/run/x/key. It must exist.
+	Root string
+	// StateDir holds the agent's HMAC key (fill-hmac.key). It is created
+	// with mode 0700 when missing, and must not be inside Root.
+	StateDir string
+	// Runtime applies and removes modules and reports what runs.
+	Runtime Runtime
+	// Resync is the interval of the resync have; 0 means [DefaultResync].
+	Resync time.Duration
+	// Logger receives the agent's log lines; nil uses slog.Default().
+	// Content is never logged.
+	Logger *slog.Logger
+	// Stream is the stream's effective configuration, as store.OpenStream
+	// or store.EnsureStream return it (its partition count must be the
+	// stream's). Zero fields take their defaults.
+	Stream store.StreamConfig
+}
+
+// publisher is what the agent appends events through: a *store.Publisher
+// (tests wrap it to observe the order of publishes).
+type publisher interface {
+	Append(ctx context.Context, node string, payload events.Payload, opts ...store.AppendOpt) (store.Ack, error)
+}
+
+// Agent is one node's agent. Create it with [New] and start it with
+// [Agent.Run].
+type Agent struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cfg  Config
+	subj events.Subjects
+	log  *slog.Logger
+	rt   Runtime
+	key  []byte
+	pub  publisher
+
+	started  atomic.Bool
+	haveKick chan struct{}
+
+	// mu is the judging lock: the fill handler judges and writes under it,
+	// and the plan loop switches the settled plan under it.
+	mu         sync.Mutex
+	settled    *events.Plan
+	settledSeq uint64
+	root       *os.Root // nil until Run opens it and after Run closes it
+
+	// failed is the newest plan whose apply failed, retried every Resync;
+	// touched by the plan loop only.
+	failed *events.Event
+}
+
+// New checks cfg, loads or creates the node's HMAC key and returns an
+// agent that is not running yet.
+//
+// Errors: an invalid Name (matching events.ErrInvalid); Root missing or not
+// a directory; StateDir empty, inside Root, or unusable; a nil Runtime; an
+// unreadable or badly protected key file.
+func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
+	if !events.ValidName(cfg.Name) {
+		return nil, &events.FieldError{Field: "node", Value: cfg.Name, Err: events.ErrBadName}
+	}
+	if nc == nil || js == nil {
+		return nil, errors.New("node agent: a NATS connection and a JetStream context are required")
+	}
+	if cfg.Runtime == nil {
+		return nil, errors.New("node agent: a Runtime is required")
+	}
+	if cfg.Root == "" {
+		return nil, errors.New("node agent: Root is required")
+	}
+	root, err := filepath.Abs(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("node agent: root: %w", err)
+	}
+	if fi, err := os.Stat(root); err != nil {
+		return nil, fmt.Errorf("node agent: root: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("node agent: root %s: not a directory", root)
+	}
+	if cfg.StateDir == "" {
+		return nil, errors.New("node agent: StateDir is required")
+	}
+	state, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("node agent: state dir: %w", err)
+	}
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return nil, fmt.Errorf("node agent: state dir: %w", err)
+	}
+	if inside(root, state) {
+		return nil, fmt.Errorf("node agent: state dir %s is inside the root %s: a fill could overwrite the agent's key", state, root)
+	}
+	key, err := loadKey(state)
+	if err != nil {
+		return nil, fmt.Errorf("node agent: %w", err)
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = DefaultResync
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg.Root, cfg.StateDir, cfg.Stream = root, state, cfg.Stream.WithDefaults()
+	return &Agent{
+		nc:       nc,
+		js:       js,
+		cfg:      cfg,
+		subj:     cfg.Stream.Subjects(),
+		log:      log.With("node", cfg.Name),
+		rt:       cfg.Runtime,
+		key:      key,
+		pub:      store.NewPublisher(js, cfg.Stream.Subjects()),
+		haveKick: make(chan struct{}, 1),
+	}, nil
+}
+
+// inside reports whether dir is root or below it, after resolving
+// symlinks in both.
+func inside(root, dir string) bool {
+	r, err1 := filepath.EvalSymlinks(root)
+	d, err2 := filepath.EvalSymlinks(dir)
+	if err1 != nil || err2 != nil {
+		r, d = root, dir
+	}
+	return d == r || strings.HasPrefix(d, r+string(os.PathSeparator))
+}
+
+// Settled returns the stream sequence of the plan the agent judges writes
+// by, 0 when it has settled none.
+func (a *Agent) Settled() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.settledSeq
+}
+
+// Run runs the agent until ctx is done, then returns nil. It applies the
+// node's newest plan, starts the fill service, follows newer plans and
+// publishes haves (see the package documentation for the order of
+// things). It can be called once per Agent.
+//
+// Errors: [ErrRunning]; the stream cannot be found; the root cannot be
+// opened; the fill service cannot be registered.
+func (a *Agent) Run(ctx context.Context) error {
+	if !a.started.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	root, err := os.OpenRoot(a.cfg.Root)
+	if err != nil {
+		return fmt.Errorf("node agent: open root: %w", err)
+	}
+	a.mu.Lock()
+	a.root = root
+	a.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		a.mu.Lock()
+		a.root = nil
+		a.mu.Unlock()
+		_ = root.Close()
+	}()
+
+	stream, err := a.js.Stream(ctx, a.cfg.Stream.Name)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("node agent: stream %s: %w", a.cfg.Stream.Name, err)
+	}
+	wg.Go(func() { a.haveLoop(ctx) })
+
+	from, err := a.startPlan(ctx, stream)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	svc, err := a.serve(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = svc.Stop() }()
+	a.log.Info("node agent running", "fill_subject", a.subj.Fill(a.cfg.Name), "root", a.cfg.Root, "settled", a.Settled())
+	a.follow(ctx, from)
+	return nil
+}
+
+// startPlan applies the node's newest plan, read with a direct get, and
+// returns its sequence (0 when the node has none). A transient read error
+// is retried until ctx is done.
+func (a *Agent) startPlan(ctx context.Context, stream jetstream.Stream) (uint64, error) {
+	m, err := retry(ctx, a.log, "read the newest plan", func() (store.Msg, error) {
+		m, err := store.LastMsg(ctx, stream, a.subj, a.cfg.Stream.Partitions, a.cfg.Name, events.KindPlan)
+		if errors.Is(err, store.ErrNoMessage) {
+			return m, backoff.Permanent(err)
+		}
+		return m, err
+	})
+	if errors.Is(err, store.ErrNoMessage) {
+		a.log.Info("no plan yet: writes are judged with no provisioner account (plan 0)")
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("node agent: newest plan: %w", err)
+	}
+	a.handlePlan(ctx, m.Event)
+	return m.Event.Seq, nil
+}
+
+// follow reads the node's plans after sequence from with an ordered
+// consumer until ctx is done, handling each in order. A failed consumer
+// is recreated from the last plan handled, with backoff.
+func (a *Agent) follow(ctx context.Context, from uint64) {
+	tick := time.NewTicker(a.cfg.Resync)
+	defer tick.Stop()
+	b := newBackoff()
+	for ctx.Err() == nil {
+		last, err := a.followOnce(ctx, from, tick.C)
+		if last > from {
+			from = last
+			b.Reset()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		d := b.NextBackOff()
+		a.log.Warn("plan consumer failed; recreating it", "after", from, "in", d, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+}
+
+// followOnce runs one ordered consumer from sequence from+1 and returns
+// the sequence of the last plan it handled and why it stopped.
+func (a *Agent) followOnce(ctx context.Context, from uint64, resync <-chan time.Time) (uint64, error) {
+	occ := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{a.subj.Stored(a.cfg.Name, events.KindPlan, a.cfg.Stream.Partitions)},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	}
+	if from > 0 {
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
+	}
+	cons, err := a.js.OrderedConsumer(ctx, a.cfg.Stream.Name, occ)
+	if err != nil {
+		return from, fmt.Errorf("ordered consumer: %w", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return from, fmt.Errorf("ordered consumer: %w", err)
+	}
+	type next struct {
+		m   jetstream.Msg
+		err error
+	}
+	msgs := make(chan next)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			m, err := it.Next(jetstream.NextContext(ctx))
+			select {
+			case msgs <- next{m, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { it.Stop(); <-done }()
+	for {
+		select {
+		case <-ctx.Done():
+			return from, ctx.Err()
+		case n := <-msgs:
+			if n.err != nil {
+				return from, n.err
+			}
+			meta, err := n.m.Metadata()
+			if err != nil {
+				return from, err
+			}
+			ev, err := a.subj.DecodeEvent(n.m.Subject(), n.m.Data(), meta.Sequence.Stream, meta.Timestamp)
+			if err != nil {
+				a.log.Error("not a plan subject; skipped", "subject", n.m.Subject(), "seq", meta.Sequence.Stream, "err", err)
+			} else {
+				a.handlePlan(ctx, ev)
+			}
+			from = meta.Sequence.Stream
+		case <-resync:
+			if a.failed != nil {
+				a.log.Info("retrying the failed plan", "plan", a.failed.Seq)
+				a.handlePlan(ctx, *a.failed)
+			}
+		}
+	}
+}
+
+// change is one module the apply of a plan changed.
+type change struct {
+	module string
+	op     events.SettleOp
+}
+
+// handlePlan applies one plan event and publishes its settles (see the
+// package documentation).
+func (a *Agent) handlePlan(ctx context.Context, ev events.Event) {
+	log := a.log.With("plan", ev.Seq)
+	if ev.Err != nil {
+		log.Error("plan not understood; writes are still judged by the settled plan", "settled", a.Settled(), "err", ev.Err)
+		return
+	}
+	p, ok := ev.Payload.(*events.Plan)
+	if !ok {
+		log.Error("not a plan; skipped", "kind", ev.Kind)
+		return
+	}
+	if ev.Seq <= a.Settled() {
+		return
+	}
+	changes, failedModule, err := a.apply(ctx, p)
+	if err != nil {
+		if ctx.Err() != nil {
+			return // stopping: the next start applies the plan again
+		}
+		a.failed = &ev
+		log.Error("apply failed; writes are still judged by the settled plan", "module", failedModule, "settled", a.Settled(), "err", err)
+		a.publish(ctx, events.Stamp(&events.Settle{Module: failedModule, Op: events.OpFailed, Plan: ev.Seq, Error: err.Error()}, time.Now()),
+			store.WithMsgID(nuid.Next()))
+		if len(changes) > 0 {
+			a.kickHave()
+		}
+		return
+	}
+	a.failed = nil
+
+	// The switch, under the judging lock; only then the settles.
+	a.mu.Lock()
+	a.settled, a.settledSeq = p, ev.Seq
+	a.mu.Unlock()
+
+	if len(changes) == 0 {
+		changes = []change{{module: "", op: events.OpApply}}
+	}
+	for _, c := range changes {
+		s := events.Stamp(&events.Settle{Module: c.module, Op: c.op, Plan: ev.Seq}, time.Now())
+		if _, err := a.publish(ctx, s, store.WithMsgID(nuid.Next())); err != nil {
+			return // stopping
+		}
+	}
+	log.Info("plan settled", "changed", len(changes), "account", p.ProvisionerAccount)
+	if changes[0].module != "" {
+		a.kickHave()
+	}
+}
+
+// apply makes the runtime run p: composed rows that differ from what runs
+// are applied in the plan's order, then modules the plan has no row for
+// are removed in name order. Held rows are left as they run. It returns
+// what it changed, and on failure the module that failed and why.
+func (a *Agent) apply(ctx context.Context, p *events.Plan) (changes []change, failedModule string, err error) {
+	running, err := a.rt.Running(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("read what runs: %w", err)
+	}
+	runs := make(map[string]events.HaveModule, len(running))
+	for _, m := range running {
+		runs[m.Name] = m
+	}
+	for _, row := range p.Modules {
+		if row.Held {
+			continue // keep it as it runs (empty build: nothing runs; neither start nor remove)
+		}
+		if cur, ok := runs[row.Name]; ok && cur.State == events.Running && cur.Build == row.Build && cur.Account == row.RunsAs {
+			continue
+		}
+		if err := a.rt.Apply(ctx, row); err != nil {
+			return changes, row.Name, err
+		}
+		a.log.Info("module applied", "module", row.Name, "build", row.Build, "account", row.RunsAs)
+		changes = append(changes, change{module: row.Name, op: events.OpApply})
+	}
+	var gone []string
+	for name := range runs {
+		if p.Module(name) == nil {
+			gone = append(gone, name)
+		}
+	}
+	slices.Sort(gone)
+	for _, name := range gone {
+		if err := a.rt.Remove(ctx, name); err != nil {
+			return changes, name, err
+		}
+		a.log.Info("module removed", "module", name)
+		changes = append(changes, change{module: name, op: events.OpRemove})
+	}
+	return changes, "", nil
+}
+
+func (a *Agent) kickHave() {
+	select {
+	case a.haveKick <- struct{}{}:
+	default:
+	}
+}
+
+// haveLoop publishes a full have on start, on every kick and every
+// Resync, until ctx is done.
+func (a *Agent) haveLoop(ctx context.Context) {
+	tick := time.NewTicker(a.cfg.Resync)
+	defer tick.Stop()
+	for {
+		a.publishHave(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.haveKick:
+		case <-tick.C:
+		}
+	}
+}
+
+// publishHave reads what runs and publishes it, retrying (and reading
+// again) until the stream acknowledges or ctx is done.
+func (a *Agent) publishHave(ctx context.Context) {
+	id := nuid.Next()
+	_, err := retry(ctx, a.log, "publish have", func() (store.Ack, error) {
+		mods, err := a.rt.Running(ctx)
+		if err != nil {
+			return store.Ack{}, fmt.Errorf("read what runs: %w", err)
+		}
+		if mods == nil {
+			mods = []events.HaveModule{}
+		}
+		h := events.Stamp(&events.Have{Modules: mods}, time.Now())
+		ack, err := a.pub.Append(ctx, a.cfg.Name, h, store.WithMsgID(id))
+		if errors.Is(err, events.ErrInvalid) {
+			return ack, backoff.Permanent(err)
+		}
+		return ack, err
+	})
+	if err != nil && ctx.Err() == nil {
+		a.log.Error("have not published", "err", err)
+	}
+}
+
+// publish appends p, retrying with backoff until the stream acknowledges
+// it or ctx is done. A validation error is not retried.
+func (a *Agent) publish(ctx context.Context, p events.Payload, opts ...store.AppendOpt) (store.Ack, error) {
+	ack, err := retry(ctx, a.log, "publish "+string(p.Kind()), func() (store.Ack, error) {
+		ack, err := a.pub.Append(ctx, a.cfg.Name, p, opts...)
+		if errors.Is(err, events.ErrInvalid) {
+			return ack, backoff.Permanent(err)
+		}
+		return ack, err
+	})
+	if err != nil && ctx.Err() == nil {
+		a.log.Error("event not published", "kind", p.Kind(), "err", err)
+	}
+	return ack, err
+}
+
+// newBackoff is the agent's retry pacing: 100 ms doubling to 5 s, ±50 %
+// jitter, no time limit (the caller's context bounds it).
+func newBackoff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0.5),
+		backoff.WithMaxInterval(5*time.Second),
+		backoff.WithMaxElapsedTime(0),
+	)
+}
+
+// retry runs op with newBackoff until it succeeds, fails permanently or
+// ctx is done, logging each retry.
+func retry[T any](ctx context.Context, log *slog.Logger, what string, op func() (T, error)) (T, error) {
+	return backoff.RetryNotifyWithData(op, backoff.WithContext(newBackoff(), ctx), func(err error, d time.Duration) {
+		log.Warn(what+" failed; retrying", "in", d.Round(time.Millisecond), "err", err)
+	})
+}

@@ -1,0 +1,286 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+// The agent switches the plan it judges by before it publishes the
+// plan's settles: a write judged at the moment a settle is published is
+// judged by the new plan. The recorder calls the fill path just before
+// each settle is appended, so the check is deterministic.
+func TestSettlesPublishedAfterSwitch(t *testing.T) {
+	e := newEnv(t)
+	a := e.startAgent(t, "ace", nil)
+	e.waitEvent(t, "ace", events.KindHave, func(store.Msg) bool { return true })
+
+	var mu sync.Mutex
+	var judged []events.FillReply
+	a.rec.before = func(p events.Payload) {
+		if s, ok := p.(*events.Settle); ok && s.Op == events.OpApply {
+			r := a.fill(context.Background(), mbg, creds, "prov", []byte(secret))
+			mu.Lock()
+			judged = append(judged, r)
+			mu.Unlock()
+		}
+	}
+	seq := e.publishPlan(t, "ace", "prov",
+		events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(seq))
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(judged) != 1 || !judged[0].OK {
+		t.Fatalf("writes judged as the settle was published: %+v; want one, accepted by the new plan", judged)
+	}
+	// And the filled names the new plan.
+	m := e.waitEvent(t, "ace", events.KindFilled, func(store.Msg) bool { return true })
+	if f := m.Event.Payload.(*events.Filled); f.Plan != seq {
+		t.Errorf("filled names plan %d, want %d", f.Plan, seq)
+	}
+}
+
+// settlesOf returns the settles of plan in stream order.
+func settlesOf(t *testing.T, e *env, node string, plan uint64) []events.Settle {
+	var out []events.Settle
+	for _, m := range e.events(t, node, events.KindSettle) {
+		if s := m.Event.Payload.(*events.Settle); s.Plan == plan {
+			out = append(out, *s)
+		}
+	}
+	return out
+}
+
+func brief(ss []events.Settle) string {
+	var b []string
+	for _, s := range ss {
+		b = append(b, s.Module+":"+string(s.Op))
+	}
+	return strings.Join(b, " ")
+}
+
+// One settle per module the plan changed (applied or removed), in order;
+// one with an empty module when it changed none; held rows are neither
+// started nor removed.
+func TestSettlesPerChangedModule(t *testing.T) {
+	e := newEnv(t)
+	a := e.startAgent(t, "ace", nil)
+	rt := filepath.Join(a.root, ReservedDir, "modules")
+	modA := events.PlanModule{Name: "alpha", Build: "a:1", RunsAs: "ua"}
+	modB := events.PlanModule{Name: "bravo", Build: "b:1", RunsAs: "ub"}
+
+	p1 := e.publishPlan(t, "ace", "", modA, modB)
+	modA2 := modA
+	modA2.Files = []events.File{{Path: "/etc/alpha/key", Mode: "0600"}}
+	p2 := e.publishPlan(t, "ace", "", modA2, modB) // files only: no runtime change
+	held := events.PlanModule{Name: "charlie", Held: true, Why: events.HoldApproval, Pending: "c:1"}
+	p3 := e.publishPlan(t, "ace", "", modA2, held) // bravo removed; charlie held with nothing running
+	heldA := events.PlanModule{Name: "alpha", Build: "a:1", RunsAs: "ua", Held: true, Why: events.HoldApproval, Pending: "a:2"}
+	p4 := e.publishPlan(t, "ace", "", heldA, held) // alpha held at what runs
+	modA3 := modA
+	modA3.RunsAs = "ua2"
+	p5 := e.publishPlan(t, "ace", "", modA3, held) // an account change is a change
+	p6 := e.publishPlan(t, "ace", "", modA3, held) // nothing: closes p5's settles
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p6))
+
+	for _, c := range []struct {
+		plan uint64
+		want string
+	}{
+		{p1, "alpha:apply bravo:apply"},
+		{p2, ":apply"},
+		{p3, "bravo:remove"},
+		{p4, ":apply"},
+		{p5, "alpha:apply"},
+		{p6, ":apply"},
+	} {
+		if got := brief(settlesOf(t, e, "ace", c.plan)); got != c.want {
+			t.Errorf("plan %d settles: %q, want %q", c.plan, got, c.want)
+		}
+	}
+	for _, f := range []string{"bravo.json", "charlie.json"} {
+		if _, err := os.Stat(filepath.Join(rt, f)); err == nil {
+			t.Errorf("%s recorded: a removed or held-with-nothing-running module runs", f)
+		}
+	}
+	if a.Settled() != p6 {
+		t.Errorf("settled = %d, want %d", a.Settled(), p6)
+	}
+}
+
+// failingRuntime fails to apply any build named "broken".
+type failingRuntime struct {
+	*DirRuntime
+	mu    sync.Mutex
+	fails int // fail this many applies of "broken" builds; <0: always
+}
+
+func (f *failingRuntime) Apply(ctx context.Context, m events.PlanModule) error {
+	f.mu.Lock()
+	fail := strings.HasPrefix(m.Build, "broken") && f.fails != 0
+	if fail && f.fails > 0 {
+		f.fails--
+	}
+	f.mu.Unlock()
+	if fail {
+		return errors.New("boom: image not found")
+	}
+	return f.DirRuntime.Apply(ctx, m)
+}
+
+// A failed apply publishes op failed with the error, and the agent keeps
+// judging writes by the previous plan.
+func TestFailedApplyKeepsPreviousPlan(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	dr, err := NewDirRuntime(filepath.Join(dir, "modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.startAgent(t, "ace", &failingRuntime{DirRuntime: dr, fails: -1})
+
+	p1 := e.publishPlan(t, "ace", "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p1))
+	p2 := e.publishPlan(t, "ace", "prov", events.PlanModule{Name: mbg, Build: "broken:2", RunsAs: "mbg",
+		Files: []events.File{{Path: "/run/mesh-build-go/new.creds", Mode: "0600"}}})
+	m := e.waitEvent(t, "ace", events.KindSettle, settleOf(p2))
+	s := m.Event.Payload.(*events.Settle)
+	if s.Op != events.OpFailed || s.Module != mbg || !strings.Contains(s.Error, "boom") {
+		t.Fatalf("settle = %+v, want op failed for %s with the error", s, mbg)
+	}
+	if got := settlesOf(t, e, "ace", p2); len(got) != 1 {
+		t.Errorf("plan %d: %d settles, want only the failure", p2, len(got))
+	}
+	if a.Settled() != p1 {
+		t.Fatalf("settled = %d, want the previous plan %d", a.Settled(), p1)
+	}
+	// Judged by p1: its file is accepted, p2's is undeclared at plan p1.
+	if r, _ := e.fill(t, "ace", mbg, creds, "prov", []byte(secret)); !r.OK {
+		t.Errorf("p1's file: %+v, want accepted", r)
+	}
+	r, _ := e.fill(t, "ace", mbg, "/run/mesh-build-go/new.creds", "prov", []byte(secret))
+	checkRefusal(t, e, r, "ace", mbg, "/run/mesh-build-go/new.creds", "prov", events.ReasonUndeclared, p1)
+	if dr2, _ := dr.Running(context.Background()); len(dr2) != 1 || dr2[0].Build != "g:1" {
+		t.Errorf("runs %+v, want g:1 still", dr2)
+	}
+	assertNoLeak(t, e.js, e.cfg.Name, a.logs.String())
+}
+
+// A failed plan is tried again every resync interval and settles once
+// the apply succeeds.
+func TestFailedPlanRetriedOnResync(t *testing.T) {
+	e := newEnv(t)
+	dr, err := NewDirRuntime(filepath.Join(t.TempDir(), "modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.startAgent(t, "ace", &failingRuntime{DirRuntime: dr, fails: 1},
+		func(c *Config) { c.Resync = 50 * time.Millisecond })
+	p1 := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "broken:1", RunsAs: "ua"})
+	e.waitEvent(t, "ace", events.KindSettle, func(m store.Msg) bool {
+		s := m.Event.Payload.(*events.Settle)
+		return s.Plan == p1 && s.Op == events.OpFailed
+	})
+	e.waitEvent(t, "ace", events.KindSettle, func(m store.Msg) bool {
+		s := m.Event.Payload.(*events.Settle)
+		return s.Plan == p1 && s.Op == events.OpApply && s.Module == "alpha"
+	})
+	if a.Settled() != p1 {
+		t.Errorf("settled = %d, want %d", a.Settled(), p1)
+	}
+}
+
+// A full have is published on start, after every change of what runs,
+// and lists each module with its build, state and account.
+func TestHavePublishedOnChange(t *testing.T) {
+	e := newEnv(t)
+	e.startAgent(t, "ace", nil)
+	e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool {
+		return len(m.Event.Payload.(*events.Have).Modules) == 0
+	})
+	e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:1", RunsAs: "ua"},
+		events.PlanModule{Name: "bravo", Build: "b:1"})
+	m := e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool {
+		return len(m.Event.Payload.(*events.Have).Modules) == 2
+	})
+	want := []events.HaveModule{{Name: "alpha", Build: "a:1", State: events.Running, Account: "ua"},
+		{Name: "bravo", Build: "b:1", State: events.Running}}
+	if got := m.Event.Payload.(*events.Have).Modules; !slices.Equal(got, want) {
+		t.Errorf("have = %+v, want %+v", got, want)
+	}
+	e.publishPlan(t, "ace", "", events.PlanModule{Name: "bravo", Build: "b:1"})
+	e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool {
+		h := m.Event.Payload.(*events.Have)
+		return len(h.Modules) == 1 && h.Modules[0].Name == "bravo"
+	})
+}
+
+// A resync have is published every Resync even when nothing changes.
+func TestHaveResync(t *testing.T) {
+	e := newEnv(t)
+	e.startAgent(t, "ace", nil, func(c *Config) { c.Resync = 20 * time.Millisecond })
+	var n int
+	e.waitEvent(t, "ace", events.KindHave, func(store.Msg) bool { n++; return n == 3 })
+}
+
+// On start the agent applies the node's newest plan (not the older ones)
+// and follows newer plans from there; a restart re-applies the newest
+// plan as a no-op and settles it with an empty module.
+func TestStartAppliesNewestPlanAndRestart(t *testing.T) {
+	e := newEnv(t)
+	e.publishPlan(t, "ace", "", events.PlanModule{Name: "old", Build: "o:1"})
+	p2 := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:1"})
+	dir := t.TempDir()
+	root, state := filepath.Join(dir, "root"), filepath.Join(dir, "state")
+	a := e.startAgentIn(t, "ace", root, state, nil)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p2))
+	if got := brief(settlesOf(t, e, "ace", p2)); got != "alpha:apply" {
+		t.Errorf("settles of the newest plan: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(root, ReservedDir, "modules", "old.json")); err == nil {
+		t.Errorf("an older plan was applied")
+	}
+	p3 := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:2"})
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p3))
+	a.stop()
+
+	e.startAgentIn(t, "ace", root, state, nil)
+	var n int
+	e.waitEvent(t, "ace", events.KindSettle, func(m store.Msg) bool {
+		if m.Event.Payload.(*events.Settle).Plan == p3 {
+			n++
+		}
+		return n == 2
+	})
+	if got := brief(settlesOf(t, e, "ace", p3)); got != "alpha:apply :apply" {
+		t.Errorf("settles of plan %d across the restart: %q, want the apply then an empty one", p3, got)
+	}
+}
+
+// New refuses a state directory inside the root, where a fill could
+// overwrite the key, and a bad node name.
+func TestNewRefusesBadConfig(t *testing.T) {
+	e := newEnv(t)
+	root := t.TempDir()
+	dr, _ := NewDirRuntime(filepath.Join(t.TempDir(), "m"))
+	if _, err := New(e.nc, e.js, Config{Name: "ace", Root: root, StateDir: filepath.Join(root, "state"), Runtime: dr}); err == nil {
+		t.Error("state dir inside the root accepted")
+	}
+	if _, err := New(e.nc, e.js, Config{Name: "Ace!", Root: root, StateDir: t.TempDir(), Runtime: dr}); !errors.Is(err, events.ErrInvalid) {
+		t.Errorf("bad name: %v", err)
+	}
+	if _, err := New(e.nc, e.js, Config{Name: "ace", Root: filepath.Join(root, "missing"), StateDir: t.TempDir(), Runtime: dr}); err == nil {
+		t.Error("missing root accepted")
+	}
+}

@@ -1,0 +1,80 @@
+// Package node is meshfold's node agent as a library: it follows one
+// node's plans, applies them through a [Runtime], publishes what runs
+// (have) and when an apply settled (settle), and serves the node's fill
+// requests, judging each write by the plan it has settled (DESIGN.md §4,
+// "judge a write") and reporting it as filled or refused.
+//
+// # Following plans
+//
+// On start [Agent.Run] reads the node's newest plan with a direct get and
+// then follows newer ones with an ordered consumer filtered to the node's
+// stored plan subject: no durable consumer per node. Plans are applied one
+// at a time, in stream order:
+//
+//  1. Each composed row whose build or account differs from what the
+//     runtime runs is applied ([Runtime.Apply]), in the plan's order. A
+//     held row is kept as it runs: neither applied nor removed, also when
+//     its build is empty (nothing runs). Then every module the runtime
+//     runs that the plan has no row for is removed ([Runtime.Remove]), in
+//     name order. A row whose files alone changed needs no runtime work.
+//  2. Under the lock the fill handler judges under, the plan becomes the
+//     settled plan: from then on writes are judged by it.
+//  3. Only then are the settles published: one per module applied or
+//     removed (op apply or remove), or one with an empty module when the
+//     plan changed nothing, each naming the plan's stream sequence.
+//  4. When what runs changed, a full have is published.
+//
+// If an apply or removal fails, the remaining rows are not applied, the
+// previous plan stays settled (writes are still judged by it) and one
+// settle with op failed names the plan, the module and the error. The
+// failed plan is tried again every resync interval until it succeeds or a
+// newer plan arrives.
+//
+// After a restart the agent has settled nothing until the newest plan is
+// applied again (usually a no-op: the runtime already runs it); it starts
+// serving fill requests only after that first apply, so a provisioner's
+// requests during the start wait (the client retries) rather than being
+// refused against plan 0.
+//
+// # Fill requests
+//
+// The agent serves mesh.<node>.fill as the endpoint "fill" of a NATS micro
+// service named "meshfold-node" (metadata node=<node>; `nats micro ls`
+// lists it). A request carries the headers Meshfold-Module,
+// Meshfold-Path and Meshfold-Writer and the content as its body; the reply
+// is events.FillReply as JSON. The write is judged with reconcile.Judge
+// against the settled plan (none settled: plan 0, no account). An accepted
+// write goes atomically under the root: a temporary file in the target's
+// directory, fsync, chown to the module's account (only when the agent runs
+// as root and the account exists as a user), chmod to the declared mode,
+// rename, fsync of the directory. Every path is resolved inside the root
+// through an [os.Root], so a path that escapes it, through ".." or a
+// symlink, fails; so does a path inside the root's /.meshfold directory,
+// which is the agent's own ([ReservedDir]). Either is refused as
+// write-failed.
+//
+// The agent then publishes filled (digest = hex HMAC-SHA256 of the
+// content under a 32-byte key created once, mode 0600, in the state
+// directory) or refusal (with the plan it was judged by and the message id
+// <node>.refusal.<plan>.<first 16 hex digits of sha256(module NUL path NUL
+// writer)>, so a repeated report of the same refusal is dropped by
+// JetStream's duplicate window), and replies once the event is stored. The
+// content never reaches a log line, an error or an event.
+//
+// # Haves
+//
+// A full have (every module the runtime reports) is published on start,
+// whenever what runs changes, and every resync interval (default 10
+// minutes); each is retried with exponential backoff until the stream
+// acknowledges it or the agent stops.
+//
+// # Plugging in a real engine
+//
+// [DirRuntime] starts no process: it records each applied module (build,
+// account) in a JSON file and reports those records as running. It is for
+// demos, tests and dry runs. A real engine (systemd units, containers,
+// nix profiles) implements [Runtime]: Apply makes the module run at the
+// row's build as the row's account and returns once it runs (or failed);
+// Remove stops and forgets it; Running reports what actually runs. Pass it
+// as [Config.Runtime].
+package node

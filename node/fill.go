@@ -1,0 +1,136 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
+)
+
+// ServiceName is the name of the agent's NATS micro service; its one
+// endpoint, "fill", listens on mesh.<node>.fill.
+const ServiceName = "meshfold-node"
+
+// serviceVersion is the micro service's version (semver, required).
+const serviceVersion = "1.0.0"
+
+// serve registers the fill endpoint as a micro service.
+func (a *Agent) serve(ctx context.Context) (micro.Service, error) {
+	subject := a.subj.Fill(a.cfg.Name)
+	svc, err := micro.AddService(a.nc, micro.Config{
+		Name:        ServiceName,
+		Version:     serviceVersion,
+		Description: "meshfold node agent: filled-file writes for node " + a.cfg.Name,
+		Metadata:    map[string]string{"node": a.cfg.Name},
+		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
+			a.log.Error("fill service error", "subject", e.Subject, "err", e.Description)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node agent: fill service: %w", err)
+	}
+	if err := svc.AddEndpoint("fill", micro.HandlerFunc(func(req micro.Request) { a.serveFill(ctx, req) }),
+		micro.WithEndpointSubject(subject)); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("node agent: fill endpoint on %s: %w", subject, err)
+	}
+	return svc, nil
+}
+
+// serveFill answers one fill request.
+func (a *Agent) serveFill(ctx context.Context, req micro.Request) {
+	h := req.Headers()
+	module, path, writer := h.Get(events.HeaderModule), h.Get(events.HeaderPath), h.Get(events.HeaderWriter)
+	if err := checkFillRequest(module, path, writer); err != nil {
+		a.log.Warn("bad fill request", "err", err)
+		reply := events.FillReply{Error: "bad fill request: " + err.Error()}
+		data, _ := json.Marshal(reply)
+		_ = req.Error("400", reply.Error, data)
+		return
+	}
+	reply := a.fill(ctx, module, path, writer, req.Data())
+	if err := req.RespondJSON(reply); err != nil {
+		a.log.Warn("fill reply not sent", "module", module, "path", path, "err", err)
+	}
+}
+
+// checkFillRequest checks the request's headers; the error names the
+// header.
+func checkFillRequest(module, path, writer string) error {
+	switch {
+	case module == "":
+		return &events.FieldError{Field: events.HeaderModule, Err: events.ErrMissing}
+	case !events.ValidName(module):
+		return &events.FieldError{Field: events.HeaderModule, Value: module, Err: events.ErrBadName}
+	case path == "":
+		return &events.FieldError{Field: events.HeaderPath, Err: events.ErrMissing}
+	case !events.ValidPath(path):
+		return &events.FieldError{Field: events.HeaderPath, Value: path, Err: events.ErrBadPath}
+	case writer == "":
+		return &events.FieldError{Field: events.HeaderWriter, Err: events.ErrMissing}
+	}
+	return nil
+}
+
+// fill judges one write against the settled plan, writes it when
+// accepted, publishes filled or refusal and returns the reply. Judging and
+// writing happen under the judging lock, so a plan switch never falls
+// between them; the event is published after the lock is released, and
+// the reply is sent once it is stored.
+func (a *Agent) fill(ctx context.Context, module, path, writer string, content []byte) events.FillReply {
+	a.mu.Lock()
+	if a.root == nil {
+		a.mu.Unlock()
+		return events.FillReply{Error: "node agent is stopping"}
+	}
+	plan, seq := a.settled, a.settledSeq
+	file, reason := reconcile.JudgePlan(plan, module, path, writer)
+	var werr error
+	if reason == "" {
+		account := ""
+		if row := plan.Module(module); row != nil {
+			account = row.RunsAs
+		}
+		if werr = writeFile(a.root, file, account, content); werr != nil {
+			reason = events.ReasonWriteFailed
+		}
+	}
+	a.mu.Unlock()
+
+	log := a.log.With("module", module, "path", path, "writer", writer, "plan", seq)
+	if reason != "" {
+		r := &events.Refusal{Module: module, Path: path, Reason: reason, Plan: seq, Writer: writer}
+		reply := events.FillReply{Reason: reason}
+		if werr != nil {
+			r.Error, reply.Error = werr.Error(), werr.Error()
+			log.Warn("fill refused", "reason", reason, "err", werr)
+		} else {
+			log.Info("fill refused", "reason", reason)
+		}
+		if _, err := a.publish(ctx, events.Stamp(r, time.Now()), store.WithMsgID(RefusalID(a.cfg.Name, seq, module, path, writer))); err != nil {
+			reply.Error = joinMsg(reply.Error, "refusal not recorded: "+err.Error())
+		}
+		return reply
+	}
+	f := &events.Filled{Module: module, Path: path, Plan: seq, Digest: digest(a.key, content)}
+	if _, err := a.publish(ctx, events.Stamp(f, time.Now()), store.WithMsgID(nuid.Next())); err != nil {
+		// The file is written; only the report is missing.
+		return events.FillReply{OK: true, Error: "filled not recorded: " + err.Error()}
+	}
+	log.Info("filled", "mode", file.Mode)
+	return events.FillReply{OK: true}
+}
+
+func joinMsg(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}

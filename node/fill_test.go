@@ -1,0 +1,257 @@
+package node
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+func mkdir(dir string) error { return os.MkdirAll(dir, 0o755) }
+
+const (
+	creds = "/run/mesh-build-go/broker.creds"
+	mbg   = "mesh-build-go"
+)
+
+// An accepted write lands under the root with its content and declared
+// mode, atomically (no temporary file left), and is reported as filled
+// with the keyed digest, never a plain hash.
+func TestFillAcceptedWritesContentAndMode(t *testing.T) {
+	e := newEnv(t)
+	seq := e.publishPlan(t, "ace", "prov",
+		events.PlanModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0640"}}})
+	a := e.startAgent(t, "ace", nil)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(seq))
+
+	reply, _ := e.fill(t, "ace", mbg, creds, "prov", []byte(secret))
+	if !reply.OK || reply.Reason != "" || reply.Error != "" {
+		t.Fatalf("reply = %+v, want ok", reply)
+	}
+	target := filepath.Join(a.root, creds)
+	got, err := os.ReadFile(target)
+	if err != nil || string(got) != secret {
+		t.Fatalf("file = %q, %v; want the content", got, err)
+	}
+	fi, _ := os.Stat(target)
+	if fi.Mode().Perm() != 0o640 {
+		t.Errorf("mode = %v, want 0640", fi.Mode().Perm())
+	}
+	ents, _ := os.ReadDir(filepath.Dir(target))
+	if len(ents) != 1 {
+		t.Errorf("directory holds %d entries, want only the file (no temporary left)", len(ents))
+	}
+
+	m := e.waitEvent(t, "ace", events.KindFilled, func(store.Msg) bool { return true })
+	f := m.Event.Payload.(*events.Filled)
+	key, err := os.ReadFile(filepath.Join(a.state, keyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := sha256.Sum256([]byte(secret))
+	if f.Module != mbg || f.Path != creds || f.Plan != seq {
+		t.Errorf("filled = %+v, want %s %s plan %d", f, mbg, creds, seq)
+	}
+	if f.Digest != digest(key, []byte(secret)) || f.Digest == hex.EncodeToString(plain[:]) {
+		t.Errorf("digest %s is not the HMAC under the node's key", f.Digest)
+	}
+	if fi, _ := os.Stat(filepath.Join(a.state, keyFile)); fi.Mode().Perm() != 0o600 {
+		t.Errorf("key mode = %v, want 0600", fi.Mode().Perm())
+	}
+	if fi, _ := os.Stat(a.state); fi.Mode().Perm() != 0o700 {
+		t.Errorf("state dir mode = %v, want 0700", fi.Mode().Perm())
+	}
+	assertNoLeak(t, e.js, e.cfg.Name, a.logs.String())
+	if testing.Verbose() {
+		t.Log(a.logs.String())
+	}
+}
+
+// The key is created once: a second agent on the same state directory
+// uses it, so digests of the same content agree across restarts.
+func TestKeyCreatedOnce(t *testing.T) {
+	dir := t.TempDir()
+	k1, err := loadKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := loadKey(dir)
+	if err != nil || string(k1) != string(k2) || len(k1) != keySize {
+		t.Fatalf("second load: %v, same=%v", err, string(k1) == string(k2))
+	}
+	if err := os.Chmod(filepath.Join(dir, keyFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadKey(dir); err == nil {
+		t.Fatal("a key readable by others was accepted")
+	}
+}
+
+// Every refusal reason, judged by the settled plan, with a refusal event
+// naming that plan and a deterministic message id; a repeat is dropped by
+// JetStream as a duplicate.
+func TestFillRefusals(t *testing.T) {
+	e := newEnv(t)
+	a := e.startAgent(t, "ace", nil)
+	outside := t.TempDir()
+
+	// No plan settled: plan 0, no account.
+	r, _ := e.fill(t, "ace", mbg, creds, "prov", []byte(secret))
+	checkRefusal(t, e, r, "ace", mbg, creds, "prov", events.ReasonNoAccount, 0)
+
+	// A plan that names no provisioner account.
+	p1 := e.publishPlan(t, "ace", "", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p1))
+	r, _ = e.fill(t, "ace", mbg, creds, "prov", []byte(secret))
+	checkRefusal(t, e, r, "ace", mbg, creds, "prov", events.ReasonNoAccount, p1)
+
+	// A plan with account prov.
+	files := []events.File{
+		{Path: creds, Mode: "0600"},
+		{Path: "/escape/inner/key", Mode: "0600"}, // /escape is a symlink out of the root
+		{Path: "/run/link", Mode: "0600"},         // a symlink to a file out of the root
+		{Path: ReservedDir + "/modules/x.json", Mode: "0600"},
+	}
+	p2 := e.publishPlan(t, "ace", "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: files})
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p2))
+
+	r, _ = e.fill(t, "ace", mbg, creds, "intruder", []byte(secret))
+	checkRefusal(t, e, r, "ace", mbg, creds, "intruder", events.ReasonWrongAccount, p2)
+	r, _ = e.fill(t, "ace", mbg, "/run/mesh-build-go/other", "prov", []byte(secret))
+	checkRefusal(t, e, r, "ace", mbg, "/run/mesh-build-go/other", "prov", events.ReasonUndeclared, p2)
+	r, _ = e.fill(t, "ace", "postgres", creds, "prov", []byte(secret))
+	checkRefusal(t, e, r, "ace", "postgres", creds, "prov", events.ReasonUndeclared, p2)
+
+	// Escapes through symlinks, with no ".." anywhere in the request.
+	if err := os.Symlink(outside, filepath.Join(a.root, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(a.root, "run"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "victim"), []byte("untouched"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "victim"), filepath.Join(a.root, "run", "link")); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = e.fill(t, "ace", mbg, "/escape/inner/key", "prov", []byte(secret))
+	checkRefusal(t, e, r, "ace", mbg, "/escape/inner/key", "prov", events.ReasonWriteFailed, p2)
+	r, _ = e.fill(t, "ace", mbg, "/run/link", "prov", []byte(secret))
+	checkRefusal(t, e, r, "ace", mbg, "/run/link", "prov", events.ReasonWriteFailed, p2)
+	r, _ = e.fill(t, "ace", mbg, ReservedDir+"/modules/x.json", "prov", []byte(secret))
+	checkRefusal(t, e, r, "ace", mbg, ReservedDir+"/modules/x.json", "prov", events.ReasonWriteFailed, p2)
+	if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+		t.Errorf("outside the root: %d entries, want only the untouched victim", len(ents))
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "victim")); string(b) != "untouched" {
+		t.Errorf("a file outside the root was overwritten")
+	}
+	if _, err := os.Stat(filepath.Join(a.root, ReservedDir, "modules", "x.json")); err == nil {
+		t.Errorf("a fill wrote into the reserved directory")
+	}
+
+	// The same refusal again: same id, dropped as a duplicate.
+	before := len(e.events(t, "ace", events.KindRefusal))
+	r, _ = e.fill(t, "ace", mbg, "/run/mesh-build-go/other", "prov", []byte(secret))
+	if r.Reason != events.ReasonUndeclared {
+		t.Fatalf("repeat: %+v", r)
+	}
+	if after := len(e.events(t, "ace", events.KindRefusal)); after != before {
+		t.Errorf("refusals in the stream: %d after the repeat, %d before; want the repeat dropped", after, before)
+	}
+	var dup int
+	for _, s := range a.rec.all() {
+		if _, ok := s.payload.(*events.Refusal); ok && s.ack.Duplicate {
+			dup++
+		}
+	}
+	if dup != 1 {
+		t.Errorf("%d refusal appends acknowledged as duplicates, want 1", dup)
+	}
+	assertNoLeak(t, e.js, e.cfg.Name, a.logs.String())
+	if testing.Verbose() {
+		t.Log(a.logs.String())
+	}
+}
+
+// checkRefusal checks the reply and the refusal event in the stream.
+func checkRefusal(t *testing.T, e *env, r events.FillReply, node, module, path, writer string, reason events.Reason, plan uint64) {
+	t.Helper()
+	if r.OK || r.Reason != reason {
+		t.Fatalf("%s %s by %s: reply %+v, want refused %s", module, path, writer, r, reason)
+	}
+	if reason == events.ReasonWriteFailed && r.Error == "" {
+		t.Errorf("write-failed reply without an error")
+	}
+	if strings.Contains(r.Error, secret) {
+		t.Errorf("reply error holds the content")
+	}
+	id := RefusalID(node, plan, module, path, writer)
+	m := e.waitEvent(t, node, events.KindRefusal, func(m store.Msg) bool { return m.MsgID == id })
+	got := m.Event.Payload.(*events.Refusal)
+	if got.Module != module || got.Path != path || got.Writer != writer || got.Reason != reason || got.Plan != plan {
+		t.Errorf("refusal = %+v, want %s %s %s %s plan %d", got, module, path, writer, reason, plan)
+	}
+	if !strings.HasPrefix(id, node+".refusal.") || len(id) != len(node)+len(".refusal.")+len(strconv.FormatUint(plan, 10))+1+16 {
+		t.Errorf("refusal id %q is not <node>.refusal.<plan>.<16 hex>", id)
+	}
+}
+
+// RefusalID depends on node, plan, module, path and writer only.
+func TestRefusalIDDeterministic(t *testing.T) {
+	a := RefusalID("ace", 7, mbg, creds, "prov")
+	if a != RefusalID("ace", 7, mbg, creds, "prov") {
+		t.Fatal("not deterministic")
+	}
+	for _, b := range []string{
+		RefusalID("ace", 8, mbg, creds, "prov"), RefusalID("bob", 7, mbg, creds, "prov"),
+		RefusalID("ace", 7, "x", creds, "prov"), RefusalID("ace", 7, mbg, "/x", "prov"),
+		RefusalID("ace", 7, mbg, creds, "other"),
+		// The NUL separators keep (a, bc) and (ab, c) apart.
+		RefusalID("ace", 7, "ab", "/c", "d"),
+	} {
+		if a == b {
+			t.Errorf("%s collides", b)
+		}
+	}
+	if RefusalID("ace", 7, "a", "/bc", "d") == RefusalID("ace", 7, "a/", "bc", "d") {
+		t.Error("fields run together")
+	}
+	if !strings.HasPrefix(a, "ace.refusal.7.") || len(a) != len("ace.refusal.7.")+16 {
+		t.Errorf("id %q", a)
+	}
+}
+
+// A malformed request is answered with a micro service error naming the
+// header, and publishes nothing.
+func TestBadFillRequest(t *testing.T) {
+	e := newEnv(t)
+	a := e.startAgent(t, "ace", nil)
+	r, msg := e.fill(t, "ace", mbg, "relative/path", "prov", []byte(secret))
+	if r.OK || r.Reason != "" || !strings.Contains(r.Error, events.HeaderPath) {
+		t.Fatalf("reply = %+v, want an error naming %s", r, events.HeaderPath)
+	}
+	if msg.Header.Get(micro.ErrorCodeHeader) != "400" {
+		t.Errorf("service error code = %q, want 400", msg.Header.Get(micro.ErrorCodeHeader))
+	}
+	r, _ = e.fill(t, "ace", mbg, creds, "prov", nil)
+	if r.Reason != events.ReasonNoAccount { // a good request after it still works
+		t.Fatalf("reply = %+v", r)
+	}
+	for _, s := range a.rec.all() {
+		if rf, ok := s.payload.(*events.Refusal); ok && rf.Path != creds {
+			t.Errorf("a malformed request was reported: %+v", rf)
+		}
+	}
+}

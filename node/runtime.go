@@ -1,0 +1,169 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// Runtime is how the agent makes modules run. A real engine (systemd,
+// containers, …) implements it; [DirRuntime] only records. The agent calls
+// one method at a time, from one goroutine, but Running may also be called
+// from the have publisher concurrently: implementations must be safe for
+// concurrent use.
+type Runtime interface {
+	// Apply makes module.Name run at module.Build as the account
+	// module.RunsAs, replacing what ran before under that name, and
+	// returns once it runs. The row's files are the provisioner's to fill:
+	// Apply must not create them. An error means the module does not run
+	// the row's build; the agent reports the plan as failed.
+	Apply(ctx context.Context, module events.PlanModule) error
+	// Remove stops the module and forgets it. Removing a module that does
+	// not run is not an error.
+	Remove(ctx context.Context, name string) error
+	// Running reports every module the runtime holds (running, stopped or
+	// failed), sorted by name: what a have reports. A module that is not
+	// running may have an empty build.
+	Running(ctx context.Context) ([]events.HaveModule, error)
+}
+
+// DirRuntime is a [Runtime] that starts no process. Apply records the
+// module's build and account in Dir/<module>.json (written atomically);
+// Remove deletes that file; Running reports every record as running. It is
+// meant for demos, tests and dry runs: it shows what a node would run.
+// The agent's command line keeps it under the node's root, in
+// <root>/.meshfold/modules, a directory fill requests may not write into
+// ([ReservedDir]).
+type DirRuntime struct {
+	dir string
+	mu  sync.Mutex
+}
+
+var _ Runtime = (*DirRuntime)(nil)
+
+// NewDirRuntime returns a DirRuntime recording under dir, creating dir
+// (mode 0755) when needed.
+//
+// Errors: dir empty, or the directory cannot be created.
+func NewDirRuntime(dir string) (*DirRuntime, error) {
+	if dir == "" {
+		return nil, errors.New("dir runtime: directory is required")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("dir runtime: %w", err)
+	}
+	return &DirRuntime{dir: dir}, nil
+}
+
+// Dir returns the directory the records are kept in.
+func (r *DirRuntime) Dir() string { return r.dir }
+
+// record is the JSON of one DirRuntime record.
+type record struct {
+	Name    string `json:"name"`
+	Build   string `json:"build"`
+	Account string `json:"account,omitempty"`
+}
+
+func (r *DirRuntime) file(name string) string { return filepath.Join(r.dir, name+".json") }
+
+// Apply records the module's build and account.
+//
+// Errors: an invalid module name (matching events.ErrInvalid), an empty
+// build, ctx's error, or the file system's.
+func (r *DirRuntime) Apply(ctx context.Context, m events.PlanModule) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !events.ValidName(m.Name) {
+		return &events.FieldError{Field: "name", Value: m.Name, Err: events.ErrBadName}
+	}
+	if m.Build == "" {
+		return fmt.Errorf("apply %s: %w", m.Name, &events.FieldError{Field: "build", Err: events.ErrMissing})
+	}
+	data, err := json.Marshal(record{Name: m.Name, Build: m.Build, Account: m.RunsAs})
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tmp := filepath.Join(r.dir, "."+m.Name+".json."+randomHex(6))
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("apply %s: %w", m.Name, err)
+	}
+	if err := os.Rename(tmp, r.file(m.Name)); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("apply %s: %w", m.Name, err)
+	}
+	return nil
+}
+
+// Remove deletes the module's record; a missing record is not an error.
+//
+// Errors: an invalid module name (matching events.ErrInvalid), ctx's
+// error, or the file system's.
+func (r *DirRuntime) Remove(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !events.ValidName(name) {
+		return &events.FieldError{Field: "name", Value: name, Err: events.ErrBadName}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := os.Remove(r.file(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", name, err)
+	}
+	return nil
+}
+
+// Running reports every record as a running module, sorted by name.
+// Files that are not records (other names, unreadable JSON) are skipped.
+//
+// Errors: ctx's error, or an unreadable directory.
+func (r *DirRuntime) Running(ctx context.Context) ([]events.HaveModule, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ents, err := os.ReadDir(r.dir)
+	if err != nil {
+		return nil, fmt.Errorf("dir runtime: %w", err)
+	}
+	out := []events.HaveModule{}
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !e.Type().IsRegular() || !events.ValidName(name) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(r.dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var rec record
+		if json.Unmarshal(data, &rec) != nil || rec.Name != name || rec.Build == "" {
+			continue
+		}
+		out = append(out, events.HaveModule{Name: name, Build: rec.Build, State: events.Running, Account: rec.Account})
+	}
+	slices.SortFunc(out, func(a, b events.HaveModule) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

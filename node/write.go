@@ -1,0 +1,219 @@
+package node
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// ReservedDir is the directory under the node's root that belongs to the
+// agent (the command line keeps [DirRuntime]'s records there). Fill
+// requests for a path inside it are refused as write-failed.
+const ReservedDir = "/.meshfold"
+
+// errReserved: a fill named a path inside [ReservedDir].
+var errReserved = errors.New("path is inside the agent's reserved directory " + ReservedDir)
+
+// writeFile writes data to file.Path under root atomically: a temporary
+// file in the target's directory (created 0600), the content, chown to
+// account when the agent runs as root and the account exists as a user,
+// chmod to the declared mode, fsync, rename over the target, fsync of the
+// directory. Missing parent directories are created 0755. Every name is
+// resolved through root, so a path that escapes it (a symlink pointing
+// outside, in any component) fails.
+//
+// Errors name the declared path and the failing step, never the content.
+func writeFile(root *os.Root, file events.File, account string, data []byte) (err error) {
+	if !events.ValidPath(file.Path) || !events.ValidMode(file.Mode) {
+		return fmt.Errorf("%s: invalid path or mode %q", file.Path, file.Mode)
+	}
+	if file.Path == ReservedDir || strings.HasPrefix(file.Path, ReservedDir+"/") {
+		return fmt.Errorf("%s: %w", file.Path, errReserved)
+	}
+	rel := file.Path[1:]
+	dir := path.Dir(rel)
+	if dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("%s: create parent directories: %w", file.Path, err)
+		}
+	}
+	// The rename replaces whatever entry is there. A symlink there must at
+	// least resolve inside the root; a directory cannot be replaced.
+	switch fi, err := root.Lstat(rel); {
+	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
+		if _, err := root.Stat(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s: %w", file.Path, err)
+		}
+	case err == nil && fi.IsDir():
+		return fmt.Errorf("%s: is a directory", file.Path)
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: %w", file.Path, err)
+	}
+
+	tmp := path.Join(dir, "."+path.Base(rel)+".meshfold-"+randomHex(8))
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("%s: create temporary file: %w", file.Path, err)
+	}
+	renamed := false
+	defer func() {
+		if !renamed {
+			_ = f.Close()
+			_ = root.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("%s: write: %w", file.Path, err)
+	}
+	if uid, gid, ok := ownerOf(account); ok {
+		if err := f.Chown(uid, gid); err != nil {
+			return fmt.Errorf("%s: chown to %s: %w", file.Path, account, err)
+		}
+	}
+	// After chown, which may clear set-id bits; fchmod ignores the umask.
+	if err := f.Chmod(fileMode(file.Mode)); err != nil {
+		return fmt.Errorf("%s: chmod %s: %w", file.Path, file.Mode, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("%s: fsync: %w", file.Path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("%s: close: %w", file.Path, err)
+	}
+	if err := root.Rename(tmp, rel); err != nil {
+		return fmt.Errorf("%s: rename into place: %w", file.Path, err)
+	}
+	renamed = true
+	d, err := root.Open(dir)
+	if err != nil {
+		return fmt.Errorf("%s: open directory for fsync: %w", file.Path, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("%s: fsync directory: %w", file.Path, err)
+	}
+	return nil
+}
+
+// fileMode converts a declared mode ("0640", "4755") to an os.FileMode,
+// set-id and sticky bits included.
+func fileMode(m events.Mode) os.FileMode {
+	p := m.Perm()
+	fm := os.FileMode(p & 0o777)
+	if p&0o4000 != 0 {
+		fm |= os.ModeSetuid
+	}
+	if p&0o2000 != 0 {
+		fm |= os.ModeSetgid
+	}
+	if p&0o1000 != 0 {
+		fm |= os.ModeSticky
+	}
+	return fm
+}
+
+// ownerOf returns the uid and gid to chown a written file to: only when
+// the agent runs as root and account names an existing user.
+func ownerOf(account string) (uid, gid int, ok bool) {
+	if account == "" || os.Geteuid() != 0 {
+		return 0, 0, false
+	}
+	u, err := user.Lookup(account)
+	if err != nil {
+		return 0, 0, false
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return uid, gid, true
+}
+
+// keyFile is the name of the HMAC key in the state directory.
+const keyFile = "fill-hmac.key"
+
+// keySize is the HMAC key's length in bytes.
+const keySize = 32
+
+// loadKey returns the node's HMAC key from dir/fill-hmac.key, creating dir
+// (0700) and the key (32 random bytes, 0600, exclusively: once) when
+// missing.
+//
+// Errors: the directory or file cannot be created or read; an existing key
+// of the wrong size, or readable or writable by group or others.
+func loadKey(dir string) ([]byte, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	name := dir + string(os.PathSeparator) + keyFile
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	switch {
+	case err == nil:
+		key := make([]byte, keySize)
+		if _, err := rand.Read(key); err != nil {
+			_ = f.Close()
+			_ = os.Remove(name)
+			return nil, fmt.Errorf("hmac key: %w", err)
+		}
+		_, werr := f.Write(key)
+		serr := f.Sync()
+		cerr := f.Close()
+		if err := errors.Join(werr, serr, cerr); err != nil {
+			_ = os.Remove(name)
+			return nil, fmt.Errorf("hmac key %s: %w", name, err)
+		}
+		return key, nil
+	case !errors.Is(err, fs.ErrExist):
+		return nil, fmt.Errorf("hmac key: %w", err)
+	}
+	fi, err := os.Stat(name)
+	if err != nil {
+		return nil, fmt.Errorf("hmac key: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("hmac key %s: mode %s: must not be accessible to group or others (chmod 0600)", name, fi.Mode().Perm())
+	}
+	key, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("hmac key: %w", err)
+	}
+	if len(key) != keySize {
+		return nil, fmt.Errorf("hmac key %s: %d bytes, want %d", name, len(key), keySize)
+	}
+	return key, nil
+}
+
+// digest is the hex HMAC-SHA256 of data under key: what a filled event
+// carries instead of the content or a plain hash of it.
+func digest(key, data []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write(data)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// RefusalID is the deterministic Nats-Msg-Id of a refusal:
+// <node>.refusal.<plan>.<first 16 hex digits of sha256(module NUL path NUL
+// writer)>. A repeat of the same refusal (same node, plan, module, path
+// and writer) gets the same id, and JetStream drops it within its
+// duplicate window.
+func RefusalID(node string, plan uint64, module, path, writer string) string {
+	h := sha256.New()
+	h.Write([]byte(module))
+	h.Write([]byte{0})
+	h.Write([]byte(path))
+	h.Write([]byte{0})
+	h.Write([]byte(writer))
+	return node + ".refusal." + strconv.FormatUint(plan, 10) + "." + hex.EncodeToString(h.Sum(nil))[:16]
+}
