@@ -1,0 +1,253 @@
+package audit_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+)
+
+func TestParseBound(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		seq  uint64
+		unit time.Duration
+	}{
+		{in: "42", seq: 42},
+		{in: "#42", seq: 42},
+		{in: "2026-11-03T20:50:05Z", unit: time.Second},
+		{in: "2026-11-03T20:50:05.1Z", unit: 100 * time.Millisecond},
+		{in: "2026-11-03T20:50:05.120Z", unit: time.Millisecond},
+		{in: "2026-11-03T21:50:05.123456789+01:00", unit: time.Nanosecond},
+	} {
+		b, err := audit.ParseBound(c.in)
+		if err != nil {
+			t.Errorf("%s: %v", c.in, err)
+			continue
+		}
+		if b.Seq != c.seq || b.Unit != c.unit || (c.unit != 0) != b.IsTime() {
+			t.Errorf("%s: got seq %d unit %v time %v", c.in, b.Seq, b.Unit, b.Time)
+		}
+	}
+	for _, bad := range []string{"", "0", "-3", "yesterday", "2026-11-03"} {
+		if _, err := audit.ParseBound(bad); !errors.Is(err, audit.ErrBadBound) {
+			t.Errorf("%q: err = %v, want ErrBadBound", bad, err)
+		}
+	}
+}
+
+// TestTimeBoundsSameTimestamp: events with the same stream time are both in
+// or both out of a time bound, and the output says so.
+func TestTimeBoundsSameTimestamp(t *testing.T) {
+	t0 := time.Date(2026, 11, 3, 20, 50, 5, 250_000_000, time.UTC)
+	mk := func(seq uint64, at time.Time) events.Event {
+		return events.Event{Seq: seq, Time: at, Node: "ace", Kind: events.KindApprove,
+			Payload: events.Stamp(&events.Approve{Module: "nats", Build: "b", By: "x"}, at)}
+	}
+	h, err := audit.NewHistory("ace", []events.Event{mk(3, t0.Add(-time.Second)), mk(7, t0), mk(9, t0), mk(12, t0.Add(time.Second))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := func(s string) audit.Bound {
+		b, err := audit.ParseBound(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, c := range []struct {
+		bound      string
+		until      int
+		since      int
+		noteSubstr string
+	}{
+		// Exactly the shared time: both in (until) and both in (since).
+		{"2026-11-03T20:50:05.25Z", 3, 1, "2 events share that time (#7 to #9)"},
+		// The whole second of the shared time.
+		{"2026-11-03T20:50:05Z", 3, 1, "2 events share that time"},
+		// Just before: both out of until, both in since.
+		{"2026-11-03T20:50:05.249Z", 1, 1, "falls between #3"},
+		// Just after: both in until, both out of since.
+		{"2026-11-03T20:50:05.251Z", 3, 3, "falls between #9"},
+		{"2026-11-03T20:40:00Z", 0, 0, "before ace's first event #3"},
+		{"2026-11-03T21:00:00Z", 4, 4, "after ace's last event #12"},
+		{"8", 2, 2, "#8 is not an event of ace; it falls between #7"},
+		{"9", 3, 2, ""},
+	} {
+		b := bound(c.bound)
+		n, note := h.Until(b)
+		i, note2 := h.Since(b)
+		if n != c.until || i != c.since {
+			t.Errorf("%s: until %d since %d, want %d %d", c.bound, n, i, c.until, c.since)
+		}
+		if !strings.Contains(note, c.noteSubstr) || (c.noteSubstr == "") != (note == "") || (note == "") != (note2 == "") {
+			t.Errorf("%s: notes %q / %q, want %q", c.bound, note, note2, c.noteSubstr)
+		}
+	}
+}
+
+// TestAsOfEqualsLive: for a long scripted history of several nodes, the
+// state as of every sequence S (replayed from the node's events alone)
+// equals the state the live fold held right after S.
+func TestAsOfEqualsLive(t *testing.T) {
+	nodes := []string{"ace", "shanks", "novox"}
+	// live[S][node] is the node's state, as JSON, right after the fold
+	// that built the stream folded sequence S.
+	live := map[uint64]map[string][]byte{}
+	last := map[string][]byte{}
+	s := audittest.Scripted(nodes, 600, 7, func(ev events.Event, st *reconcile.State) {
+		b, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last[ev.Node] = b
+		snap := make(map[string][]byte, len(last))
+		for n, v := range last {
+			snap[n] = v
+		}
+		live[ev.Seq] = snap
+	})
+	if len(s.Events) < 700 {
+		t.Fatalf("only %d events", len(s.Events))
+	}
+	kinds := map[events.Kind]int{}
+	for _, ev := range s.Events {
+		kinds[ev.Kind]++
+	}
+	for _, k := range events.Kinds {
+		if kinds[k] == 0 {
+			t.Errorf("the scripted history has no %s event: %v", k, kinds)
+		}
+	}
+	for _, node := range nodes {
+		h, err := audit.NewHistory(node, s.Node(node))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for seq := uint64(1); seq <= uint64(len(s.Events)); seq++ {
+			a := h.AsOf(audit.SeqBound(seq))
+			got, err := json.Marshal(a.State)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, ok := live[seq][node]
+			if !ok {
+				want, _ = json.Marshal(reconcile.NewState(node))
+			}
+			if string(got) != string(want) {
+				t.Fatalf("%s as of #%d:\n got %s\nwant %s", node, seq, got, want)
+			}
+			if err := a.State.CheckInvariants(); err != nil {
+				t.Fatalf("%s as of #%d: %v", node, seq, err)
+			}
+		}
+	}
+}
+
+// TestWhyEveryEffect: --why works on every event of a long history, and
+// for every effect the replay of its cause makes the same effect (the
+// audit and the fold agree), and every knock's items name their refusal.
+func TestWhyEveryEffect(t *testing.T) {
+	nodes := []string{"ace", "shanks"}
+	s := audittest.Scripted(nodes, 400, 11, nil)
+	for _, node := range nodes {
+		h, err := audit.NewHistory(node, s.Node(node))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range h.Events {
+			w, err := h.Why(ev.Seq)
+			if err != nil {
+				t.Fatalf("why #%d: %v", ev.Seq, err)
+			}
+			for _, l := range strings.Split(strings.TrimSuffix(w.Text(), "\n"), "\n") {
+				if n := len([]rune(l)); n > audit.LineWidth {
+					t.Errorf("why #%d: line of %d columns: %q", ev.Seq, n, l)
+				}
+			}
+			switch ev.Kind {
+			case events.KindPlan, events.KindKnock, events.KindJournal:
+				if !strings.HasPrefix(w.Replay, "folding #") {
+					t.Errorf("why #%d %s: replay %q", ev.Seq, ev.Kind, w.Replay)
+				}
+				if w.Cause == nil {
+					t.Errorf("why #%d %s: no cause", ev.Seq, ev.Kind)
+				}
+			}
+			for _, o := range w.Owed {
+				if o.Refusal == nil {
+					t.Errorf("why knock #%d: item %+v has no refusal", ev.Seq, o.Owed)
+				}
+			}
+		}
+		for _, e := range h.Timeline(0, len(h.Events)) {
+			if n := len([]rune(e.Line(7))); n > audit.LineWidth {
+				t.Errorf("timeline #%d: %d columns", e.Seq, n)
+			}
+		}
+	}
+	if _, err := (&audit.History{Node: "ace"}).Why(3); !errors.Is(err, audit.ErrNotInHistory) {
+		t.Errorf("why of a missing event: err = %v, want ErrNotInHistory", err)
+	}
+}
+
+func TestNewHistoryRefusesDisorder(t *testing.T) {
+	a := events.Event{Seq: 2, Node: "ace"}
+	b := events.Event{Seq: 1, Node: "ace"}
+	if _, err := audit.NewHistory("ace", []events.Event{a, b}); err == nil {
+		t.Error("out of order accepted")
+	}
+	if _, err := audit.NewHistory("shanks", []events.Event{b}); err == nil {
+		t.Error("another node's event accepted")
+	}
+}
+
+func TestFleetOrder(t *testing.T) {
+	now := time.Date(2026, 11, 3, 21, 0, 0, 0, time.UTC)
+	s := audittest.New(now.Add(-time.Hour), time.Second)
+	// calm: settled, fresh have, nothing owed.
+	s.Append("calm", &events.Want{Modules: []events.WantModule{{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}}})
+	s.Append("calm", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: 2})
+	// owing: a refusal no settled plan accepts yet.
+	s.Append("owing", &events.Want{Modules: []events.WantModule{{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}}})
+	s.Append("owing", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: 5})
+	s.Append("owing", &events.Refusal{Module: "pg", Path: "/etc/pg", Reason: events.ReasonUndeclared, Plan: 5, Writer: "prov"})
+	s.Append("owing", &events.Have{})
+	// waiting: held for an approval.
+	s.Append("waiting", &events.Want{Modules: []events.WantModule{{Name: "nats", Build: "n:2", RequiresApproval: true}}})
+	s.Append("waiting", &events.Have{})
+	// unsettled: a plan never settled.
+	s.Append("unsettled", &events.Want{Modules: []events.WantModule{{Name: "pg", Build: "p:1"}}})
+	s.Append("unsettled", &events.Have{})
+	s.Append("calm", &events.Have{})
+
+	var rows []audit.FleetRow
+	for _, n := range []string{"calm", "unsettled", "waiting", "owing"} {
+		rows = append(rows, audit.FleetRowOf(s.State(n), now, 2*time.Hour))
+	}
+	rows = append(rows, audit.FleetErrorRow("broken", errors.New("bad snapshot")))
+	audit.SortFleet(rows)
+	var order []string
+	for _, r := range rows {
+		order = append(order, r.Node)
+		if l := r.Line(10); len([]rune(l)) > audit.LineWidth {
+			t.Errorf("line too long: %q", l)
+		}
+	}
+	if got, want := strings.Join(order, " "), "broken owing waiting unsettled calm"; got != want {
+		t.Errorf("order %q, want %q", got, want)
+	}
+	if len(rows[2].Pending) != 1 || rows[2].Pending[0].Pending != "n:2" {
+		t.Errorf("waiting: pending = %+v", rows[2].Pending)
+	}
+	stale := audit.FleetRowOf(s.State("calm"), now.Add(3*time.Hour), 2*time.Hour)
+	if !stale.StaleHave || stale.Attention[0] != "stale-have" {
+		t.Errorf("an old have: %+v", stale)
+	}
+}

@@ -1,0 +1,126 @@
+package audittest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// Stream is a simulated event stream of one or more nodes. Events[i] has
+// sequence i+1; event N's stream time is Base + N×Step.
+//
+// After each event, Live (when set) is called with the event and the
+// state of its node as the fold left it: the "live" state a reconciler
+// would hold at that sequence.
+type Stream struct {
+	Base   time.Time
+	Step   time.Duration
+	Events []events.Event
+	// Live, when set, sees every event and its node's state after it.
+	Live func(ev events.Event, st *reconcile.State)
+
+	raw    map[uint64][]byte
+	states map[string]*reconcile.State
+}
+
+// New returns an empty stream whose event N happens at base + N×step.
+func New(base time.Time, step time.Duration) *Stream {
+	return &Stream{Base: base, Step: step, raw: map[uint64][]byte{}, states: map[string]*reconcile.State{}}
+}
+
+// Next returns the sequence the next appended event gets.
+func (s *Stream) Next() uint64 { return uint64(len(s.Events) + 1) }
+
+// TimeOf returns the stream time of sequence seq.
+func (s *Stream) TimeOf(seq uint64) time.Time { return s.Base.Add(time.Duration(seq) * s.Step) }
+
+// State returns node's live state (created empty on first use). Callers
+// must not change it.
+func (s *Stream) State(node string) *reconcile.State {
+	st, ok := s.states[node]
+	if !ok {
+		st = reconcile.NewState(node)
+		s.states[node] = st
+	}
+	return st
+}
+
+// Append stamps p with the time of its sequence, appends it as node's
+// event, folds it, and appends the effects the fold returns (folding each
+// plan effect as it lands). It returns the appended input event.
+func (s *Stream) Append(node string, p events.Payload) events.Event {
+	seq := s.Next()
+	events.Stamp(p, s.TimeOf(seq))
+	return s.add(events.Event{Seq: seq, Time: s.TimeOf(seq), Node: node, Kind: p.Kind(), Payload: p})
+}
+
+// AppendRaw appends data as node's event of kind k exactly as given,
+// decoded as a reader of the stream decodes it (it may carry Err), and
+// folds it like [Stream.Append].
+func (s *Stream) AppendRaw(node string, k events.Kind, data []byte) events.Event {
+	seq := s.Next()
+	p, err := events.Decode(k, data)
+	s.raw[seq] = append([]byte(nil), data...)
+	return s.add(events.Event{Seq: seq, Time: s.TimeOf(seq), Node: node, Kind: k, Payload: p, Err: err})
+}
+
+func (s *Stream) add(ev events.Event) events.Event {
+	s.Events = append(s.Events, ev)
+	st := s.State(ev.Node)
+	effs := st.Fold(ev)
+	if s.Live != nil {
+		s.Live(ev, st)
+	}
+	for _, e := range effs {
+		seq := s.Next()
+		eff := events.Event{Seq: seq, Time: s.TimeOf(seq), Node: e.Node, Kind: e.Kind, Payload: e.Payload}
+		s.Events = append(s.Events, eff)
+		// The reconciler folds every event of its node, its own effects
+		// included (knocks and journals only advance the sequence).
+		for _, e2 := range st.Fold(eff) {
+			panic(fmt.Sprintf("audittest: folding effect %s at #%d produced effect %s", e.ID(), seq, e2.ID()))
+		}
+		if s.Live != nil {
+			s.Live(eff, st)
+		}
+	}
+	return ev
+}
+
+// Data returns the bytes to publish for ev: the raw bytes of an event
+// appended with [Stream.AppendRaw], else its encoded payload.
+func (s *Stream) Data(ev events.Event) ([]byte, error) {
+	if b, ok := s.raw[ev.Seq]; ok {
+		return b, nil
+	}
+	if ev.Payload == nil {
+		return nil, fmt.Errorf("audittest: event #%d has no payload", ev.Seq)
+	}
+	return events.Encode(ev.Payload)
+}
+
+// Node returns node's events, in stream order.
+func (s *Stream) Node(node string) []events.Event {
+	var out []events.Event
+	for _, ev := range s.Events {
+		if ev.Node == node {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// Nodes returns the nodes that have events, in order of first appearance.
+func (s *Stream) Nodes() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, ev := range s.Events {
+		if !seen[ev.Node] {
+			seen[ev.Node] = true
+			out = append(out, ev.Node)
+		}
+	}
+	return out
+}

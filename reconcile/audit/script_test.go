@@ -1,0 +1,264 @@
+package audit_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+)
+
+// base is the scripts' clock: event N is on the stream at base + N s.
+var base = time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC)
+
+// TestScripts runs the golden scripts of testdata/. Input commands (want,
+// have, approve, settle, refusal, filled, raw) append an event of the
+// current node to a simulated stream and fold it with the reconciler's
+// fold; the effects it returns are appended after it (audittest.Stream).
+// The output lists what was appended. Query commands print what `meshfold
+// audit` prints: timeline [since=B] [until=B] [json], why seq=N [json],
+// asof bound=B [json].
+//
+// Rewrite the expectations with: go test ./reconcile/audit -run TestScripts -rewrite
+func TestScripts(t *testing.T) {
+	scripts, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(scripts) == 0 {
+		t.Fatalf("no scripts in testdata: %v", err)
+	}
+	for _, path := range scripts {
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
+			s := &script{stream: audittest.New(base, time.Second), node: "ace"}
+			datadriven.RunTestAny(t, path, func(t testing.TB, d *datadriven.TestData) string {
+				return s.run(t, d)
+			})
+		})
+	}
+}
+
+type script struct {
+	stream *audittest.Stream
+	node   string
+}
+
+func (s *script) history(t testing.TB) *audit.History {
+	h, err := audit.NewHistory(s.node, s.stream.Node(s.node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (s *script) bound(t testing.TB, d *datadriven.TestData, key string) (audit.Bound, bool) {
+	for _, a := range d.CmdArgs {
+		if a.Key == key {
+			b, err := audit.ParseBound(strings.Join(a.Vals, ","))
+			if err != nil {
+				t.Fatalf("%s: %v", d.Pos, err)
+			}
+			return b, true
+		}
+	}
+	return audit.Bound{}, false
+}
+
+func (s *script) run(t testing.TB, d *datadriven.TestData) string {
+	args := map[string]string{}
+	for _, a := range d.CmdArgs {
+		args[a.Key] = strings.Join(a.Vals, ",")
+	}
+	asJSON := d.HasArg("json")
+	var p events.Payload
+	switch d.Cmd {
+	case "node":
+		s.node = args["name"]
+		return "ok"
+	case "want":
+		w := &events.Want{}
+		for _, line := range lines(d.Input) {
+			w.Modules = append(w.Modules, parseWantModule(t, line))
+		}
+		p = w
+	case "have":
+		hv := &events.Have{}
+		for _, line := range lines(d.Input) {
+			f := strings.Fields(line)
+			if len(f) < 3 {
+				t.Fatalf("%s: have line wants NAME BUILD STATE [account=X]: %q", d.Pos, line)
+			}
+			m := events.HaveModule{Name: f[0], Build: f[1], State: events.RunState(f[2])}
+			if m.Build == "-" {
+				m.Build = ""
+			}
+			for _, kv := range f[3:] {
+				if v, ok := strings.CutPrefix(kv, "account="); ok {
+					m.Account = v
+				}
+			}
+			hv.Modules = append(hv.Modules, m)
+		}
+		p = hv
+	case "approve":
+		p = &events.Approve{Module: args["module"], Build: args["build"], By: args["by"]}
+	case "settle":
+		op := args["op"]
+		if op == "" {
+			op = "apply"
+		}
+		p = &events.Settle{Module: args["module"], Op: events.SettleOp(op), Plan: u64(t, args["plan"]), Error: args["error"]}
+	case "refusal":
+		p = &events.Refusal{Module: args["module"], Path: args["path"], Reason: events.Reason(args["reason"]),
+			Plan: u64(t, args["plan"]), Writer: args["writer"], Error: args["error"]}
+	case "filled":
+		p = &events.Filled{Module: args["module"], Path: args["path"], Plan: u64(t, args["plan"]), Digest: "hmac:not-a-secret"}
+	case "raw":
+		return s.appended(func() { s.stream.AppendRaw(s.node, events.Kind(args["kind"]), []byte(d.Input)) })
+	case "timeline":
+		h := s.history(t)
+		from, to := 0, len(h.Events)
+		var notes []string
+		if b, ok := s.bound(t, d, "since"); ok {
+			var n string
+			from, n = h.Since(b)
+			notes = append(notes, n)
+		}
+		if b, ok := s.bound(t, d, "until"); ok {
+			var n string
+			to, n = h.Until(b)
+			notes = append(notes, n)
+		}
+		var out strings.Builder
+		for _, n := range notes {
+			if n != "" {
+				out.WriteString(audit.NoteText(n))
+			}
+		}
+		entries := h.Timeline(from, max(from, to))
+		for _, e := range entries {
+			if asJSON {
+				b, err := json.Marshal(e)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out.Write(b)
+				out.WriteByte('\n')
+				continue
+			}
+			out.WriteString(e.Line(audit.SeqWidth(entries)) + "\n")
+		}
+		return out.String()
+	case "why":
+		w, err := s.history(t).Why(u64(t, args["seq"]))
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		if asJSON {
+			b, err := json.MarshalIndent(w, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(b)
+		}
+		return w.Text()
+	case "asof":
+		b, _ := s.bound(t, d, "bound")
+		a := s.history(t).AsOf(b)
+		if asJSON {
+			a.State = nil // the view and composition are what a reader checks here
+			out, err := json.MarshalIndent(a, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(out)
+		}
+		return a.Text()
+	default:
+		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
+	}
+	return s.appended(func() { s.stream.Append(s.node, p) })
+}
+
+// appended runs add and lists the events it appended, as the timeline
+// summarises them.
+func (s *script) appended(add func()) string {
+	from := s.stream.Next()
+	add()
+	h, err := audit.NewHistory(s.node, s.stream.Node(s.node))
+	if err != nil {
+		panic(err)
+	}
+	var out strings.Builder
+	for _, e := range h.Timeline(0, len(h.Events)) {
+		if e.Seq < from {
+			continue
+		}
+		indent := "  "
+		if e.Seq == from {
+			indent = ""
+		}
+		fmt.Fprintf(&out, "%s#%d %s %s\n", indent, e.Seq, e.Kind, e.Summary)
+	}
+	return out.String()
+}
+
+func lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func u64(t testing.TB, s string) uint64 {
+	if s == "" {
+		return 0
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("bad number %q", s)
+	}
+	return n
+}
+
+// parseWantModule reads "NAME BUILD [runs_as=X] [files=P:M,P:M]
+// [provisioner] [requires_approval] [hold]", as reconcile's scripts do.
+func parseWantModule(t testing.TB, line string) events.WantModule {
+	f := strings.Fields(line)
+	if len(f) < 2 {
+		t.Fatalf("want line wants NAME BUILD [options]: %q", line)
+	}
+	m := events.WantModule{Name: f[0], Build: f[1]}
+	for _, opt := range f[2:] {
+		k, v, _ := strings.Cut(opt, "=")
+		switch k {
+		case "runs_as":
+			m.RunsAs = v
+		case "files":
+			for _, pm := range strings.Split(v, ",") {
+				p, mode, _ := strings.Cut(pm, ":")
+				if mode == "" {
+					mode = "0600"
+				}
+				m.Files = append(m.Files, events.File{Path: p, Mode: events.Mode(mode)})
+			}
+		case "provisioner":
+			m.Provisioner = true
+		case "requires_approval":
+			m.RequiresApproval = true
+		case "hold":
+			m.Hold = true
+		default:
+			t.Fatalf("unknown want option %q", opt)
+		}
+	}
+	return m
+}

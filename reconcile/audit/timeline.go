@@ -1,0 +1,332 @@
+package audit
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// LineWidth is the most columns a timeline line, a fleet line or a line of
+// a why or state text takes.
+const LineWidth = 100
+
+// Entry is one event of the timeline. Its JSON field names are stable:
+// scripts read them (`meshfold audit --json`).
+type Entry struct {
+	Seq  uint64      `json:"seq"`
+	Time time.Time   `json:"time"` // the stream's time
+	Node string      `json:"node"`
+	Kind events.Kind `json:"kind"`
+	// Cause is the sequence of the event that caused a plan, knock or
+	// journal entry; 0 for the other kinds.
+	Cause uint64 `json:"cause,omitempty"`
+	// Summary is the short, untruncated summary the line shows.
+	Summary string `json:"summary"`
+	// Error says why the event could not be decoded; Event is then nil.
+	Error string `json:"error,omitempty"`
+	// Event is the payload as decoded, with the wire's field names.
+	Event events.Payload `json:"event,omitempty"`
+}
+
+// Timeline returns the entries of the events at positions [from, to).
+// A want's summary says what changed from the want before it, even when
+// that want is before from.
+func (h *History) Timeline(from, to int) []Entry {
+	var prev *events.Want
+	for _, ev := range h.Events[:from] {
+		if w, ok := ev.Payload.(*events.Want); ok {
+			prev = w
+		}
+	}
+	out := make([]Entry, 0, to-from)
+	for _, ev := range h.Events[from:to] {
+		e := Entry{Seq: ev.Seq, Time: ev.Time, Node: ev.Node, Kind: ev.Kind, Event: ev.Payload}
+		if ev.Err != nil {
+			e.Error = ev.Err.Error()
+		}
+		e.Cause = causeOf(ev.Payload)
+		e.Summary = Summary(ev, prev)
+		if w, ok := ev.Payload.(*events.Want); ok {
+			prev = w
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func causeOf(p events.Payload) uint64 {
+	switch p := p.(type) {
+	case *events.Plan:
+		return p.Cause
+	case *events.Knock:
+		return p.Cause
+	case *events.Journal:
+		return p.Cause
+	}
+	return 0
+}
+
+// Line returns the entry as one line of at most [LineWidth] columns:
+// sequence (right-aligned in seqWidth digits), stream time to the second
+// (a time bound written that way takes every event of that second), kind,
+// and the summary, cut with "…" when too long. The JSON entry has the
+// full time and the whole summary.
+func (e Entry) Line(seqWidth int) string {
+	line := fmt.Sprintf("%*d %s %-7s %s", seqWidth, e.Seq, e.Time.UTC().Format(time.RFC3339), e.Kind, e.Summary)
+	return Clip(line, LineWidth)
+}
+
+// SeqWidth returns the digits of the largest sequence among entries, for
+// [Entry.Line].
+func SeqWidth(entries []Entry) int {
+	w := 1
+	for _, e := range entries {
+		w = max(w, len(strconv.FormatUint(e.Seq, 10)))
+	}
+	return w
+}
+
+// Clip cuts s to at most width runes, ending it with "…" when cut.
+func Clip(s string, width int) string {
+	if utf8.RuneCountInString(s) <= width {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:width-1]) + "…"
+}
+
+// Summary returns the short summary of ev, most telling part first (a
+// line may cut the end); an effect's starts with ←#cause; prev is the node's want before
+// it (nil when none), against which a want's changes are told.
+func Summary(ev events.Event, prev *events.Want) string {
+	if ev.Err != nil {
+		return "not folded, cannot be decoded: " + ev.Err.Error()
+	}
+	switch p := ev.Payload.(type) {
+	case *events.Want:
+		return wantSummary(p, prev)
+	case *events.Approve:
+		return fmt.Sprintf("%s %s by %s", p.Module, p.Build, p.By)
+	case *events.Have:
+		return haveSummary(p)
+	case *events.Settle:
+		return settleSummary(p)
+	case *events.Refusal:
+		s := fmt.Sprintf("%s %s, plan %s (%s, writer %s)", p.Path, p.Reason, planRef(p.Plan), p.Module, p.Writer)
+		if p.Error != "" {
+			s += ": " + p.Error
+		}
+		return s
+	case *events.Filled:
+		return fmt.Sprintf("%s at plan %s (%s)", p.Path, planRef(p.Plan), p.Module)
+	case *events.Plan:
+		return planSummary(p)
+	case *events.Knock:
+		return knockSummary(p)
+	case *events.Journal:
+		return fmt.Sprintf("←#%d %s: %s", p.Cause, p.Level, p.Msg)
+	}
+	return string(ev.Kind)
+}
+
+// planRef names a plan sequence: #N, or 0 (the node had settled none).
+func planRef(seq uint64) string {
+	if seq == 0 {
+		return "0"
+	}
+	return "#" + strconv.FormatUint(seq, 10)
+}
+
+func countFiles(ms []events.WantModule) int {
+	n := 0
+	for _, m := range ms {
+		n += len(m.Files)
+	}
+	return n
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.Itoa(n) + " " + word + "s"
+}
+
+func wantSummary(w, prev *events.Want) string {
+	head := plural(len(w.Modules), "module") + ", " + plural(countFiles(w.Modules), "file")
+	if prev == nil {
+		parts := make([]string, len(w.Modules))
+		for i, m := range w.Modules {
+			parts[i] = m.Name + " " + m.Build + wantFlags(m)
+		}
+		return "first want, " + head + ": " + strings.Join(parts, ", ")
+	}
+	changes := WantChanges(prev, w)
+	if len(changes) == 0 {
+		return head + "; unchanged"
+	}
+	return head + "; " + strings.Join(changes, "; ")
+}
+
+func wantFlags(m events.WantModule) string {
+	var f []string
+	if m.Provisioner {
+		f = append(f, "provisioner")
+	}
+	if m.RequiresApproval {
+		f = append(f, "requires approval")
+	}
+	if m.Hold {
+		f = append(f, "hold")
+	}
+	if len(f) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(f, ", ") + ")"
+}
+
+// WantChanges lists what changed from want prev to want w, module by
+// module in w's order, removals last: "+name build" for an added module,
+// "-name" for a removed one, and for a changed one its build (a→b),
+// runs_as, files added and removed, and flags set or cleared.
+func WantChanges(prev, w *events.Want) []string {
+	old := map[string]events.WantModule{}
+	for _, m := range prev.Modules {
+		old[m.Name] = m
+	}
+	var out []string
+	for _, m := range w.Modules {
+		o, ok := old[m.Name]
+		if !ok {
+			out = append(out, "+"+m.Name+" "+m.Build+wantFlags(m))
+			continue
+		}
+		var c []string
+		if o.Build != m.Build {
+			c = append(c, o.Build+"→"+m.Build)
+		}
+		if o.RunsAs != m.RunsAs {
+			c = append(c, "runs_as "+orNone(o.RunsAs)+"→"+orNone(m.RunsAs))
+		}
+		for _, f := range m.Files {
+			if !slices.ContainsFunc(o.Files, func(g events.File) bool { return g.Path == f.Path }) {
+				c = append(c, "+file "+f.Path)
+			} else if !slices.Contains(o.Files, f) {
+				c = append(c, "mode "+f.Path+" "+string(f.Mode))
+			}
+		}
+		for _, f := range o.Files {
+			if !slices.ContainsFunc(m.Files, func(g events.File) bool { return g.Path == f.Path }) {
+				c = append(c, "-file "+f.Path)
+			}
+		}
+		c = appendFlag(c, o.Provisioner, m.Provisioner, "provisioner")
+		c = appendFlag(c, o.RequiresApproval, m.RequiresApproval, "requires approval")
+		c = appendFlag(c, o.Hold, m.Hold, "hold")
+		if len(c) > 0 {
+			out = append(out, m.Name+" "+strings.Join(c, ", "))
+		}
+	}
+	for _, m := range prev.Modules {
+		if !slices.ContainsFunc(w.Modules, func(n events.WantModule) bool { return n.Name == m.Name }) {
+			out = append(out, "-"+m.Name)
+		}
+	}
+	return out
+}
+
+func appendFlag(c []string, was, is bool, name string) []string {
+	switch {
+	case is && !was:
+		return append(c, "+"+name)
+	case was && !is:
+		return append(c, "-"+name)
+	}
+	return c
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func haveSummary(h *events.Have) string {
+	if len(h.Modules) == 0 {
+		return "nothing runs"
+	}
+	parts := make([]string, len(h.Modules))
+	for i, m := range h.Modules {
+		s := m.Name + " " + orNone(m.Build)
+		if m.Account != "" {
+			s += "@" + m.Account
+		}
+		if m.State != events.Running {
+			s += " " + string(m.State)
+		}
+		parts[i] = s
+	}
+	return strings.Join(parts, ", ")
+}
+
+func settleSummary(s *events.Settle) string {
+	switch {
+	case s.Op == events.OpFailed:
+		m := s.Module
+		if m == "" {
+			m = "(no module)"
+		}
+		return fmt.Sprintf("plan #%d FAILED for %s: %s", s.Plan, m, s.Error)
+	case s.Module == "":
+		return fmt.Sprintf("plan #%d settled, no module changed", s.Plan)
+	case s.Op == events.OpRemove:
+		return fmt.Sprintf("plan #%d settled: %s removed", s.Plan, s.Module)
+	}
+	return fmt.Sprintf("plan #%d settled: %s applied", s.Plan, s.Module)
+}
+
+func planSummary(p *events.Plan) string {
+	var composed, held []string
+	for _, m := range p.Modules {
+		if !m.Held {
+			composed = append(composed, m.Name+" "+m.Build)
+			continue
+		}
+		s := m.Name + " (" + string(m.Why)
+		if m.Pending != "" {
+			s += ", pending " + m.Pending
+		}
+		held = append(held, s+")")
+	}
+	s := fmt.Sprintf("←#%d account %s", p.Cause, orNone(p.ProvisionerAccount))
+	if len(held) > 0 {
+		s += "; held " + strings.Join(held, ", ")
+	}
+	if len(composed) > 0 {
+		s += "; composed " + strings.Join(composed, ", ")
+	}
+	if len(p.Modules) == 0 {
+		s += "; no module"
+	}
+	return s + fmt.Sprintf("; want #%d", p.Want)
+}
+
+func knockSummary(k *events.Knock) string {
+	rs := make([]string, len(k.Reasons))
+	for i, r := range k.Reasons {
+		rs[i] = string(r)
+	}
+	paths := make([]string, 0, len(k.Owed))
+	for _, o := range k.Owed {
+		if !slices.Contains(paths, o.Path) {
+			paths = append(paths, o.Path)
+		}
+	}
+	return fmt.Sprintf("←#%d %s: %s", k.Cause, strings.Join(rs, ","), strings.Join(paths, ", "))
+}
