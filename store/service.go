@@ -1,0 +1,189 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/audit"
+)
+
+// The state service (DESIGN.md §6, `meshfold state`): a NATS micro
+// service named "meshfold" with two endpoints, so `nats micro ls` and
+// `nats micro info meshfold` find it:
+//
+//	state        $MESHFOLD.<prefix>.state.<node>        → reconcile.View
+//	composition  $MESHFOLD.<prefix>.composition.<node>  → audit.Composition
+//
+// The node is the subject's last token (the request body is ignored), so
+// NATS permissions can allow an operator some nodes and not others. The
+// reply is JSON; an error reply carries the micro error headers
+// (Nats-Service-Error-Code): 400 for a bad node name, 404 for a node the
+// reconciler has never folded an event of. Replies hold no secret: the
+// state holds paths, accounts and sequences, never filled-file content.
+const (
+	StateServiceName    = "meshfold"
+	StateServiceVersion = "0.1.0"
+	// StateSubjectRoot is the first token of the service's subjects.
+	StateSubjectRoot = "$MESHFOLD"
+	// EndpointState and EndpointComposition name the endpoints.
+	EndpointState       = "state"
+	EndpointComposition = "composition"
+)
+
+// Errors of the state service's client side.
+var (
+	// ErrUnknownNode: the reconciler answered that it has folded no event
+	// of that node (micro error 404).
+	ErrUnknownNode = errors.New("unknown node: the reconciler has folded no event of it")
+	// ErrNoReconciler: no reconciler answered (no responders, or none in
+	// time).
+	ErrNoReconciler = errors.New("no reconciler answered")
+)
+
+// StateServiceConfig configures [AddStateService]. Every field is
+// optional.
+type StateServiceConfig struct {
+	// Prefix is the stream's subject prefix; default "mesh". It keeps the
+	// subjects of two meshes on one NATS apart.
+	Prefix string
+	// Partial says this reconciler owns only some nodes (a partitioned
+	// deployment): every instance then receives every request (no queue
+	// group) and only the one whose lookup knows the node answers; an
+	// unknown node gets no answer, and the client falls back to the
+	// snapshot. Without it, instances share a queue group and a lookup
+	// miss answers 404.
+	Partial bool
+}
+
+// StateSubject returns the subject of endpoint for node under prefix
+// ("" means "mesh"): $MESHFOLD.<prefix>.<endpoint>.<node>.
+func StateSubject(prefix, endpoint, node string) string {
+	if prefix == "" {
+		prefix = events.DefaultPrefix
+	}
+	return StateSubjectRoot + "." + prefix + "." + endpoint + "." + node
+}
+
+// AddStateService starts the state service on nc. lookup returns a node's
+// current folded state, or false when the node is unknown; it is called
+// from the service's subscription goroutines, concurrently, and must
+// return a state the service may read without locks (a copy, as
+// Reconciler.Node returns). Stop the returned service, or close nc, to end
+// it.
+//
+// Errors: a bad prefix; the micro service failing to start.
+func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, bool), cfg ...StateServiceConfig) (micro.Service, error) {
+	var c StateServiceConfig
+	if len(cfg) > 0 {
+		c = cfg[0]
+	}
+	if c.Prefix == "" {
+		c.Prefix = events.DefaultPrefix
+	}
+	if !events.ValidPrefix(c.Prefix) {
+		return nil, fmt.Errorf("state service: prefix %q: %w", c.Prefix, events.ErrBadName)
+	}
+	if lookup == nil {
+		return nil, errors.New("state service: lookup is nil")
+	}
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:               StateServiceName,
+		Version:            StateServiceVersion,
+		Description:        "meshfold: each node's folded state and composition, read-only",
+		Metadata:           map[string]string{"prefix": c.Prefix},
+		QueueGroupDisabled: c.Partial,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state service: %w", err)
+	}
+	grp := svc.AddGroup(StateSubjectRoot + "." + c.Prefix)
+	for _, ep := range []struct {
+		name string
+		body func(*reconcile.State) any
+		desc string
+	}{
+		{EndpointState, func(s *reconcile.State) any { return s.View() }, "reconcile.View of the node named by the last token"},
+		{EndpointComposition, func(s *reconcile.State) any { return audit.CompositionOf(s) }, "the last plan emitted for the node, row by row"},
+	} {
+		h := func(req micro.Request) {
+			subj := req.Subject()
+			node := subj[strings.LastIndexByte(subj, '.')+1:]
+			if !events.ValidName(node) {
+				_ = req.Error("400", fmt.Sprintf("node %q: %v", node, events.ErrBadName), nil)
+				return
+			}
+			st, ok := lookup(node)
+			if !ok || st == nil {
+				if c.Partial {
+					return // another instance may own it
+				}
+				_ = req.Error("404", fmt.Sprintf("node %q: %v", node, ErrUnknownNode), nil)
+				return
+			}
+			_ = req.RespondJSON(ep.body(st))
+		}
+		err := grp.AddEndpoint(ep.name, micro.HandlerFunc(h), micro.WithEndpointSubject(ep.name+".*"),
+			micro.WithEndpointMetadata(map[string]string{"description": ep.desc}))
+		if err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("state service: endpoint %s: %w", ep.name, err)
+		}
+	}
+	return svc, nil
+}
+
+// RequestState asks the state service for node's view and composition.
+// timeout bounds each of the two requests (0: 2 s).
+//
+// Errors: [ErrNoReconciler] when no service answers; [ErrUnknownNode]
+// when it answers 404; a bad node name (matching events.ErrInvalid);
+// another service error or an undecodable reply otherwise.
+func RequestState(ctx context.Context, nc *nats.Conn, prefix, node string, timeout time.Duration) (reconcile.View, audit.Composition, error) {
+	var v reconcile.View
+	var c audit.Composition
+	if !events.ValidName(node) {
+		return v, c, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
+	}
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	if err := request(ctx, nc, StateSubject(prefix, EndpointState, node), timeout, &v); err != nil {
+		return v, c, err
+	}
+	if err := request(ctx, nc, StateSubject(prefix, EndpointComposition, node), timeout, &c); err != nil {
+		return v, c, err
+	}
+	return v, c, nil
+}
+
+func request(ctx context.Context, nc *nats.Conn, subject string, timeout time.Duration, into any) error {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg, err := nc.RequestWithContext(rctx, subject, nil)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil, errors.Is(err, nats.ErrTimeout):
+		return fmt.Errorf("%s: %w", subject, ErrNoReconciler)
+	case err != nil:
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+		desc := msg.Header.Get(micro.ErrorHeader)
+		if code == "404" {
+			return fmt.Errorf("%s: %w", subject, ErrUnknownNode)
+		}
+		return fmt.Errorf("%s: service error %s: %s", subject, code, desc)
+	}
+	if err := json.Unmarshal(msg.Data, into); err != nil {
+		return fmt.Errorf("%s: decode reply: %w", subject, err)
+	}
+	return nil
+}
