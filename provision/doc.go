@@ -1,0 +1,38 @@
+// Package provision is meshfold's provisioner client as a library: it
+// fills one node's declared files from a source directory through the
+// node agent's fill endpoint, on start and again on every knock the
+// reconciler publishes for that node (DESIGN.md §1, §3, incident 1).
+//
+// # What it fills
+//
+// Each fill reads the node's newest plan (a direct get) and sends every
+// file of every row, composed or held (a held row's files stay declared),
+// in the plan's order. The content of module M's file /P is read from
+// From/M/P: for example /srv/secrets/mesh-build-go/run/mesh-build-go/broker.creds
+// for the file /run/mesh-build-go/broker.creds of module mesh-build-go
+// with From = /srv/secrets. A missing source file is logged by its path
+// and skipped; it is not an error.
+//
+// # Requests, retries and refusals
+//
+// A fill is a NATS request on mesh.<node>.fill with the headers
+// Meshfold-Module, Meshfold-Path and Meshfold-Writer (the client's
+// Account) and the content as its body; the node replies
+// events.FillReply. Transport failures (no responders, a timeout, a node
+// agent that is stopping) are retried with exponential, jittered backoff
+// capped at 10 s, for as long as the context allows. A refusal is not
+// retried: the node reports it, the reconciler owes it, and the knock that
+// follows once a settled plan accepts it brings the next try. A request
+// the node rejects as malformed is reported and not retried.
+//
+// # Knocks
+//
+// [Client.Run] notes the stream position of the node's newest knock,
+// fills everything, then follows the knocks after that position with an
+// ordered consumer (no durable consumer) and fills everything again on
+// each. A knock missed while the client was down is covered by the fill
+// on start. Knocks that arrive while a fill runs are coalesced: only the
+// newest of a backlog triggers a fill.
+//
+// Content is never logged, returned in an error or put in a [Report].
+package provision

@@ -1,0 +1,382 @@
+package provision
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+// DefaultTimeout is the default time a fill request waits for its reply.
+const DefaultTimeout = 5 * time.Second
+
+// ErrRunning: Run was called a second time on the same Client.
+var ErrRunning = errors.New("provisioner: Run already called")
+
+// Config configures a [Client].
+type Config struct {
+	// Node is the node whose files this client fills.
+	Node string
+	// From is the source directory: From/<module>/<path> holds the content
+	// of module's file <path>.
+	From string
+	// Account is the account the client runs as, sent as the writer of
+	// every fill; the node accepts it only when it is the settled plan's
+	// provisioner account.
+	Account string
+	// Logger receives the client's log lines; nil uses slog.Default().
+	// Content is never logged.
+	Logger *slog.Logger
+	// Stream is the stream's effective configuration, as store.OpenStream
+	// returns it. Zero fields take their defaults.
+	Stream store.StreamConfig
+	// Timeout bounds each fill request's wait for a reply; 0 means
+	// [DefaultTimeout]. A timed-out request is retried.
+	Timeout time.Duration
+	// OnFill, when set, is called after each fill pass with the stream
+	// sequence of the knock that caused it (0 for the pass on start) and
+	// its report. It runs on the client's goroutine.
+	OnFill func(knock uint64, r Report)
+}
+
+// FileRef names one declared file.
+type FileRef struct {
+	Module string `json:"module"`
+	Path   string `json:"path"`
+}
+
+// Refused is a fill the node refused, with its reason and, for
+// write-failed, the node's error.
+type Refused struct {
+	FileRef
+	Reason events.Reason `json:"reason"`
+	Error  string        `json:"error,omitempty"`
+}
+
+// Failed is a file that could not be sent or whose request the node
+// rejected as malformed.
+type Failed struct {
+	FileRef
+	Error string `json:"error"`
+}
+
+// Report says what one fill pass did. It never holds content.
+type Report struct {
+	// Plan is the stream sequence of the plan whose files were filled; 0
+	// when the node has no plan yet (nothing is declared).
+	Plan uint64 `json:"plan"`
+	// Filled are the files the node wrote.
+	Filled []FileRef `json:"filled,omitempty"`
+	// Refused are the files the node refused.
+	Refused []Refused `json:"refused,omitempty"`
+	// Missing are the source paths that do not exist (skipped).
+	Missing []string `json:"missing,omitempty"`
+	// Failed are the files that could not be read or sent.
+	Failed []Failed `json:"failed,omitempty"`
+}
+
+// Client is a provisioner client for one node. Create it with [New].
+type Client struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	cfg     Config
+	subj    events.Subjects
+	log     *slog.Logger
+	started atomic.Bool
+}
+
+// New checks cfg and returns a client that is not running yet.
+//
+// Errors: an invalid Node (matching events.ErrInvalid); an empty Account;
+// From missing or not a directory.
+func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
+	if !events.ValidName(cfg.Node) {
+		return nil, &events.FieldError{Field: "node", Value: cfg.Node, Err: events.ErrBadName}
+	}
+	if nc == nil || js == nil {
+		return nil, errors.New("provisioner: a NATS connection and a JetStream context are required")
+	}
+	if cfg.Account == "" {
+		return nil, &events.FieldError{Field: "account", Err: events.ErrMissing}
+	}
+	if cfg.From == "" {
+		return nil, errors.New("provisioner: a source directory (From) is required")
+	}
+	if fi, err := os.Stat(cfg.From); err != nil {
+		return nil, fmt.Errorf("provisioner: source: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("provisioner: source %s: not a directory", cfg.From)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg.Stream = cfg.Stream.WithDefaults()
+	return &Client{nc: nc, js: js, cfg: cfg, subj: cfg.Stream.Subjects(),
+		log: log.With("node", cfg.Node, "account", cfg.Account)}, nil
+}
+
+// Run fills every declared file on start and again on every knock, until
+// ctx is done; then it returns nil. It can be called once per Client.
+//
+// Errors: [ErrRunning]; the stream cannot be found.
+func (c *Client) Run(ctx context.Context) error {
+	if !c.started.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	stream, err := c.js.Stream(ctx, c.cfg.Stream.Name)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("provisioner: stream %s: %w", c.cfg.Stream.Name, err)
+	}
+	// The knock position first: a knock published during the fill on
+	// start is followed afterwards.
+	from, err := retry(ctx, c.log, "read the newest knock", func() (uint64, error) {
+		m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Stream.Partitions, c.cfg.Node, events.KindKnock)
+		if errors.Is(err, store.ErrNoMessage) {
+			return 0, nil
+		}
+		return m.Event.Seq, err
+	})
+	if err != nil {
+		return nil // only ctx ends the retry
+	}
+	c.log.Info("provisioner running", "from", c.cfg.From, "knocks_after", from)
+	if !c.pass(ctx, 0) {
+		return nil
+	}
+	c.follow(ctx, from)
+	return nil
+}
+
+// pass runs one FillOnce and reports it; false when ctx ended it.
+func (c *Client) pass(ctx context.Context, knock uint64) bool {
+	r, err := c.FillOnce(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		c.log.Error("fill pass failed", "knock", knock, "err", err)
+	}
+	c.log.Info("fill pass done", "knock", knock, "plan", r.Plan, "filled", len(r.Filled),
+		"refused", len(r.Refused), "missing", len(r.Missing), "failed", len(r.Failed))
+	if c.cfg.OnFill != nil {
+		c.cfg.OnFill(knock, r)
+	}
+	return true
+}
+
+// follow reads the node's knocks after sequence from until ctx is done,
+// recreating a failed consumer from the last knock handled.
+func (c *Client) follow(ctx context.Context, from uint64) {
+	b := newBackoff()
+	for ctx.Err() == nil {
+		last, err := c.followOnce(ctx, from)
+		if last > from {
+			from = last
+			b.Reset()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		d := b.NextBackOff()
+		c.log.Warn("knock consumer failed; recreating it", "after", from, "in", d, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+}
+
+func (c *Client) followOnce(ctx context.Context, from uint64) (uint64, error) {
+	occ := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{c.subj.Stored(c.cfg.Node, events.KindKnock, c.cfg.Stream.Partitions)},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	}
+	if from > 0 {
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
+	}
+	cons, err := c.js.OrderedConsumer(ctx, c.cfg.Stream.Name, occ)
+	if err != nil {
+		return from, fmt.Errorf("ordered consumer: %w", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return from, fmt.Errorf("ordered consumer: %w", err)
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return from, err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return from, err
+		}
+		from = meta.Sequence.Stream
+		log := c.log.With("knock", from)
+		if ev, err := c.subj.DecodeEvent(m.Subject(), m.Data(), from, meta.Timestamp); err == nil && ev.Err == nil {
+			k := ev.Payload.(*events.Knock)
+			log = log.With("cause", k.Cause, "reasons", k.Reasons, "owed", len(k.Owed))
+		}
+		if meta.NumPending > 0 {
+			log.Info("knock coalesced with a newer one")
+			continue
+		}
+		log.Info("knocked: filling again")
+		if !c.pass(ctx, from) {
+			return from, ctx.Err()
+		}
+	}
+}
+
+// FillOnce fills every file of every row of the node's newest plan, in
+// the plan's order, and reports what happened. Transport failures are
+// retried until ctx is done; refusals are not retried.
+//
+// Errors: ctx's error (the report holds what was done before it); the
+// newest plan cannot be read or decoded.
+func (c *Client) FillOnce(ctx context.Context) (Report, error) {
+	var r Report
+	stream, err := c.js.Stream(ctx, c.cfg.Stream.Name)
+	if err != nil {
+		return r, fmt.Errorf("provisioner: stream %s: %w", c.cfg.Stream.Name, err)
+	}
+	m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Stream.Partitions, c.cfg.Node, events.KindPlan)
+	if errors.Is(err, store.ErrNoMessage) {
+		c.log.Info("no plan yet: nothing declared to fill")
+		return r, nil
+	}
+	if err != nil {
+		return r, fmt.Errorf("provisioner: newest plan: %w", err)
+	}
+	if m.Event.Err != nil {
+		return r, fmt.Errorf("provisioner: newest plan %d: %w", m.Event.Seq, m.Event.Err)
+	}
+	r.Plan = m.Event.Seq
+	plan := m.Event.Payload.(*events.Plan)
+	for _, row := range plan.Modules {
+		for _, f := range row.Files {
+			if err := c.fillFile(ctx, &r, row.Name, f.Path); err != nil {
+				return r, err
+			}
+		}
+	}
+	return r, nil
+}
+
+// fillFile reads and sends one file, recording the outcome in r. It
+// returns an error only when ctx ended it.
+func (c *Client) fillFile(ctx context.Context, r *Report, module, path string) error {
+	ref := FileRef{Module: module, Path: path}
+	log := c.log.With("module", module, "path", path)
+	src := filepath.Join(c.cfg.From, module, filepath.FromSlash(path))
+	content, err := os.ReadFile(src)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		log.Warn("no source for the file; skipped", "source", src)
+		r.Missing = append(r.Missing, src)
+		return nil
+	case err != nil:
+		log.Error("source unreadable; skipped", "source", src, "err", err)
+		r.Failed = append(r.Failed, Failed{FileRef: ref, Error: err.Error()})
+		return nil
+	}
+	reply, err := c.request(ctx, log, module, path, content)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		log.Error("fill not sent", "err", err)
+		r.Failed = append(r.Failed, Failed{FileRef: ref, Error: err.Error()})
+	case reply.OK:
+		if reply.Error != "" {
+			log.Warn("filled, but the node could not record it", "err", reply.Error)
+		} else {
+			log.Info("filled")
+		}
+		r.Filled = append(r.Filled, ref)
+	default:
+		log.Warn("fill refused", "reason", reply.Reason, "err", reply.Error)
+		r.Refused = append(r.Refused, Refused{FileRef: ref, Reason: reply.Reason, Error: reply.Error})
+	}
+	return nil
+}
+
+// errBadRequest: the node rejected the request as malformed.
+var errBadRequest = errors.New("the node rejected the request")
+
+// request sends one fill request, retrying transport failures.
+func (c *Client) request(ctx context.Context, log *slog.Logger, module, path string, content []byte) (events.FillReply, error) {
+	if max := c.nc.MaxPayload(); max > 0 && int64(len(content)) > max {
+		return events.FillReply{}, fmt.Errorf("content of %d bytes exceeds the server's max payload of %d", len(content), max)
+	}
+	return retry(ctx, log, "fill request", func() (events.FillReply, error) {
+		msg := nats.NewMsg(c.subj.Fill(c.cfg.Node))
+		msg.Header.Set(events.HeaderModule, module)
+		msg.Header.Set(events.HeaderPath, path)
+		msg.Header.Set(events.HeaderWriter, c.cfg.Account)
+		msg.Data = content
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		resp, err := c.nc.RequestMsgWithContext(rctx, msg)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return events.FillReply{}, backoff.Permanent(ctx.Err())
+			}
+			if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubject) {
+				return events.FillReply{}, backoff.Permanent(err)
+			}
+			return events.FillReply{}, err // no responders, timeout, reconnecting: retry
+		}
+		var reply events.FillReply
+		if err := json.Unmarshal(resp.Data, &reply); err != nil {
+			return reply, backoff.Permanent(fmt.Errorf("unreadable reply: %w", err))
+		}
+		if code := resp.Header.Get(micro.ErrorCodeHeader); code != "" {
+			return reply, backoff.Permanent(fmt.Errorf("%w: %s %s", errBadRequest, code, resp.Header.Get(micro.ErrorHeader)))
+		}
+		if !reply.OK && reply.Reason == "" {
+			return reply, fmt.Errorf("node did not judge the write: %s", reply.Error) // e.g. stopping: retry
+		}
+		return reply, nil
+	})
+}
+
+// newBackoff is the client's retry pacing: 200 ms doubling to 10 s, ±50 %
+// jitter, bounded only by the caller's context.
+func newBackoff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(200*time.Millisecond),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0.5),
+		backoff.WithMaxInterval(10*time.Second),
+		backoff.WithMaxElapsedTime(0),
+	)
+}
+
+func retry[T any](ctx context.Context, log *slog.Logger, what string, op func() (T, error)) (T, error) {
+	return backoff.RetryNotifyWithData(op, backoff.WithContext(newBackoff(), ctx), func(err error, d time.Duration) {
+		log.Warn(what+" failed; retrying", "in", d.Round(time.Millisecond), "err", err)
+	})
+}

@@ -1,0 +1,407 @@
+package provision_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/provision"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+const (
+	secret = "s3cr3t-TOKEN-do-not-leak-7f3a9c"
+	wait   = 10 * time.Second
+	creds  = "/run/mesh-build-go/broker.creds"
+	mbg    = "mesh-build-go"
+)
+
+type env struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cfg  store.StreamConfig
+	pub  *store.Publisher
+	root string // the node agent's root
+	logs *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
+	return &env{nc: nc, js: js, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects()), logs: &syncBuffer{}}
+}
+
+func (e *env) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (e *env) append(t *testing.T, p events.Payload) uint64 {
+	t.Helper()
+	ack, err := e.pub.Append(ctxT(t), "ace", events.Stamp(p, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Seq
+}
+
+func (e *env) plan(t *testing.T, account string, rows ...events.PlanModule) uint64 {
+	for i := range rows {
+		if rows[i].Files == nil {
+			rows[i].Files = []events.File{}
+		}
+	}
+	return e.append(t, &events.Plan{Cause: 1, Want: 1, ProvisionerAccount: account, Modules: rows})
+}
+
+// startNode runs a node agent for ace until the test ends.
+func (e *env) startNode(t *testing.T) {
+	t.Helper()
+	dir := t.TempDir()
+	e.root = filepath.Join(dir, "root")
+	if err := os.MkdirAll(e.root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := node.NewDirRuntime(filepath.Join(e.root, node.ReservedDir, "modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := node.New(e.nc, e.js, node.Config{Name: "ace", Root: e.root, StateDir: filepath.Join(dir, "state"),
+		Runtime: rt, Stream: e.cfg, Logger: e.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, a.Run)
+}
+
+// run runs fn until the test ends and checks it returns nil.
+func run(t *testing.T, fn func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(wait):
+			t.Errorf("Run did not return")
+		}
+	})
+}
+
+// source writes the content of module's file path under from.
+func source(t *testing.T, from, module, path, content string) {
+	t.Helper()
+	p := filepath.Join(from, module, path)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reports collects the client's fill passes.
+type reports struct {
+	ch chan pass
+}
+
+type pass struct {
+	knock uint64
+	r     provision.Report
+}
+
+func newReports() *reports { return &reports{ch: make(chan pass, 100)} }
+
+func (r *reports) on(knock uint64, rep provision.Report) { r.ch <- pass{knock, rep} }
+
+func (r *reports) next(t *testing.T) pass {
+	t.Helper()
+	select {
+	case p := <-r.ch:
+		return p
+	case <-time.After(wait):
+		t.Fatal("no fill pass within the deadline")
+		return pass{}
+	}
+}
+
+func (e *env) client(t *testing.T, from string, rep *reports, mod ...func(*provision.Config)) *provision.Client {
+	t.Helper()
+	cfg := provision.Config{Node: "ace", From: from, Account: "prov", Stream: e.cfg, Logger: e.logger(), Timeout: time.Second}
+	if rep != nil {
+		cfg.OnFill = rep.on
+	}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	c, err := provision.New(e.nc, e.js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (e *env) settled(t *testing.T, plan uint64) {
+	t.Helper()
+	e.waitEvent(t, events.KindSettle, func(p events.Payload) bool { return p.(*events.Settle).Plan == plan })
+}
+
+func (e *env) waitEvent(t *testing.T, kind events.Kind, pred func(events.Payload) bool) events.Payload {
+	t.Helper()
+	ctx := ctxT(t)
+	cons, err := e.js.OrderedConsumer(ctx, e.cfg.Name, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{e.cfg.Subjects().Stored("ace", kind, e.cfg.Partitions)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			t.Fatalf("waiting for a %s: %v", kind, err)
+		}
+		p, err := events.Decode(kind, m.Data())
+		if err == nil && pred(p) {
+			return p
+		}
+	}
+}
+
+func checkFile(t *testing.T, path, content string, mode os.FileMode) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil || string(b) != content {
+		t.Fatalf("%s = %q, %v", path, b, err)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != mode {
+		t.Errorf("%s mode %v, want %v", path, fi.Mode().Perm(), mode)
+	}
+}
+
+func noLeak(t *testing.T, texts ...string) {
+	t.Helper()
+	sum := sha256.Sum256([]byte(secret))
+	for _, s := range texts {
+		if strings.Contains(s, secret) || strings.Contains(s, hex.EncodeToString(sum[:])) {
+			t.Errorf("content leaked into a log line or report")
+		}
+	}
+}
+
+// On start the client fills every declared file of the newest plan, held
+// rows included, and the files land on the node.
+func TestFillOnStart(t *testing.T) {
+	e := newEnv(t)
+	e.startNode(t)
+	p := e.plan(t, "prov",
+		events.PlanModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}},
+		events.PlanModule{Name: "postgres", Build: "pg:1", Held: true, Why: events.HoldApproval, Pending: "pg:2",
+			Files: []events.File{{Path: "/etc/postgres/pass", Mode: "0640"}}})
+	e.settled(t, p)
+	from := t.TempDir()
+	source(t, from, mbg, creds, secret)
+	source(t, from, "postgres", "/etc/postgres/pass", "pg-"+secret)
+	rep := newReports()
+	run(t, e.client(t, from, rep).Run)
+
+	got := rep.next(t)
+	if got.knock != 0 || got.r.Plan != p || len(got.r.Filled) != 2 || len(got.r.Refused)+len(got.r.Missing)+len(got.r.Failed) != 0 {
+		t.Fatalf("pass on start = %+v", got)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+	checkFile(t, filepath.Join(e.root, "/etc/postgres/pass"), "pg-"+secret, 0o640)
+	noLeak(t, e.logs.String())
+}
+
+// A knock makes the client fill again, reading the newest plan: the file
+// a newer plan declares lands only after the knock.
+func TestFillOnKnock(t *testing.T) {
+	e := newEnv(t)
+	e.startNode(t)
+	// A knock from before the client started is not followed: the fill on
+	// start covers it.
+	e.append(t, &events.Knock{Cause: 1, Reasons: []events.KnockReason{events.KnockDeclared}, Owed: []events.Owed{}})
+	p1 := e.plan(t, "prov", events.PlanModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true})
+	e.settled(t, p1)
+	from := t.TempDir()
+	source(t, from, mbg, creds, secret)
+	rep := newReports()
+	run(t, e.client(t, from, rep).Run)
+	if got := rep.next(t); got.knock != 0 || got.r.Plan != p1 || len(got.r.Filled) != 0 {
+		t.Fatalf("pass on start = %+v", got)
+	}
+
+	p2 := e.plan(t, "prov", events.PlanModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p2)
+	if _, err := os.Stat(filepath.Join(e.root, creds)); err == nil {
+		t.Fatal("filled before any knock")
+	}
+	k := e.append(t, &events.Knock{Cause: p2 + 1, Reasons: []events.KnockReason{events.KnockDeclared},
+		Owed: []events.Owed{{Module: mbg, Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"}}})
+	got := rep.next(t)
+	if got.knock != k || got.r.Plan != p2 || len(got.r.Filled) != 1 || got.r.Filled[0].Path != creds {
+		t.Fatalf("pass on knock %d = %+v", k, got)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+	select {
+	case extra := <-rep.ch:
+		t.Errorf("an extra fill pass: %+v", extra)
+	default:
+	}
+	noLeak(t, e.logs.String())
+}
+
+// A missing source file is logged by path and skipped; the others are
+// filled.
+func TestMissingSourceSkipped(t *testing.T) {
+	e := newEnv(t)
+	e.startNode(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: "/etc/a", Mode: "0600"}, {Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	from := t.TempDir()
+	source(t, from, mbg, creds, secret)
+	r, err := e.client(t, from, nil).FillOnce(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(from, mbg, "etc", "a")
+	if len(r.Missing) != 1 || r.Missing[0] != missing || len(r.Filled) != 1 {
+		t.Fatalf("report = %+v, want %s missing and one filled", r, missing)
+	}
+	if !strings.Contains(e.logs.String(), missing) {
+		t.Errorf("the missing source's path is not logged")
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+}
+
+// A refusal is reported and not retried: one request per file per pass.
+func TestRefusalNotRetried(t *testing.T) {
+	e := newEnv(t)
+	e.startNode(t)
+	p := e.plan(t, "someone-else", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	var requests atomic.Int32
+	sub, err := e.nc.Subscribe(e.cfg.Subjects().Fill("ace"), func(*nats.Msg) { requests.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	from := t.TempDir()
+	source(t, from, mbg, creds, secret)
+	r, err := e.client(t, from, nil).FillOnce(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Refused) != 1 || r.Refused[0].Reason != events.ReasonWrongAccount || len(r.Filled) != 0 {
+		t.Fatalf("report = %+v, want one wrong-account refusal", r)
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Errorf("%d requests, want 1: a refusal is not retried", n)
+	}
+	noLeak(t, e.logs.String())
+}
+
+// Transport failures are retried: a request nobody answers times out and
+// is sent again, and the fill succeeds once the node agent serves.
+func TestTransportFailureRetried(t *testing.T) {
+	e := newEnv(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	from := t.TempDir()
+	source(t, from, mbg, creds, secret)
+
+	// A silent listener: the first request times out.
+	first := make(chan struct{})
+	var once sync.Once
+	sub, err := e.nc.Subscribe(e.cfg.Subjects().Fill("ace"), func(*nats.Msg) { once.Do(func() { close(first) }) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.client(t, from, nil, func(c *provision.Config) { c.Timeout = 100 * time.Millisecond })
+	type result struct {
+		r   provision.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { r, err := c.FillOnce(ctxT(t)); done <- result{r, err} }()
+	select {
+	case <-first:
+	case <-time.After(wait):
+		t.Fatal("no request")
+	}
+	_ = sub.Unsubscribe()
+	e.startNode(t)
+	e.settled(t, p)
+	res := <-done
+	if res.err != nil || len(res.r.Filled) != 1 {
+		t.Fatalf("FillOnce = %+v, %v; want the file filled after retries", res.r, res.err)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+	if !strings.Contains(e.logs.String(), "fill request failed; retrying") {
+		t.Errorf("the retry is not logged")
+	}
+}
+
+// No plan: nothing to fill, not an error.
+func TestNoPlan(t *testing.T) {
+	e := newEnv(t)
+	r, err := e.client(t, t.TempDir(), nil).FillOnce(ctxT(t))
+	if err != nil || r.Plan != 0 || len(r.Filled) != 0 {
+		t.Fatalf("FillOnce = %+v, %v", r, err)
+	}
+}
