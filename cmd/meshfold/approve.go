@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+func init() { register(newApproveCmd) }
+
+func newApproveCmd(a *app) *cobra.Command {
+	var by string
+	cmd := &cobra.Command{
+		Use:   "approve NODE MODULE BUILD --by NAME",
+		Short: "Approve MODULE on NODE at BUILD (an operator's yes)",
+		Long: `approve publishes an operator's yes for one module at one build. A module
+whose want says requires_approval moves to a new build only once that build
+is approved; until then the plan holds it at what runs and shows the wanted
+build as pending ('meshfold state NODE'). An approval may come before or
+after the want, is kept per (module, build) and is never used up. Approving
+another build than the pending one moves nothing.
+
+--by names who approved (required); it is kept in the stream for audit.
+On success it prints the stream sequence of the stored approval.`,
+		Example: `  meshfold approve novox nats img:nats-2.10.24 --by alice`,
+		Args:    cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runApprove(cmd.Context(), a, args[0], args[1], args[2], by)
+		},
+	}
+	cmd.Flags().StringVar(&by, "by", "", "who approves (required)")
+	_ = cmd.MarkFlagRequired("by")
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func runApprove(ctx context.Context, a *app, nodeName, module, build, by string) error {
+	if !events.ValidName(nodeName) {
+		return withCode(exitUsage, &events.FieldError{Field: "NODE", Value: nodeName, Err: events.ErrBadName})
+	}
+	ap := events.Stamp(&events.Approve{Module: module, Build: build, By: by}, time.Now())
+	if err := ap.Validate(); err != nil {
+		return withCode(exitUsage, err)
+	}
+	nc, _, pub, err := a.openPublisher(ctx)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ack, err := pub.Append(ctx, nodeName, ap)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "approve %s %s %s: stream sequence %d\n", nodeName, module, build, ack.Seq)
+	return nil
+}

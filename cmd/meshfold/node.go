@@ -1,0 +1,135 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/node"
+)
+
+func init() { register(newNodeCmd) }
+
+type nodeOpts struct {
+	root       string
+	stateDir   string
+	runtimeDir string
+	resync     time.Duration
+}
+
+func newNodeCmd(a *app) *cobra.Command {
+	var o nodeOpts
+	cmd := &cobra.Command{
+		Use:   "node NAME --root DIR",
+		Short: "Run a node agent: follow the node's plans, publish have/settle, judge and write filled files",
+		Long: `node runs the agent of node NAME. It applies the node's newest plan, then
+follows newer ones (an ordered consumer, no durable state on the server),
+applies each through the runtime, switches the plan it judges writes by and
+only then publishes the plan's settles. It publishes a full have whenever
+what runs changes and every --resync.
+
+It serves fill requests on <prefix>.NAME.fill (a NATS micro service,
+"meshfold-node"; see 'nats micro ls'): each write is judged by the settled
+plan and written atomically under --root (a plan path /run/x/key lands in
+DIR/run/x/key with its declared mode), then reported as filled (with an
+HMAC digest, never the content) or refused.
+
+The runtime of this command records modules and starts no process: each
+applied module's build and account are written to --runtime-dir
+(default DIR/.meshfold/modules, a directory fills may not write into). A
+real engine plugs in through the Go interface node.Runtime.
+
+The HMAC key is created once in --state-dir (mode 0700, key 0600). The
+default is /var/lib/meshfold/node-NAME as root, else
+$XDG_STATE_HOME/meshfold/node-NAME (~/.local/state/...). It must not be
+inside --root.
+
+The event stream must exist: start 'meshfold serve' or 'meshfold reconcile'
+first.`,
+		Example: `  meshfold node ace --root /tmp/ace
+  meshfold node ace --root / --state-dir /var/lib/meshfold/node-ace --resync 5m
+  meshfold node ace --root /tmp/ace -s nats://10.0.0.1:4222 --creds ace.creds`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runNode(cmd, a, args[0], o)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.root, "root", "", "directory filled files are written under (required; created if missing)")
+	fl.StringVar(&o.stateDir, "state-dir", "", "directory of the agent's HMAC key (default: see above)")
+	fl.StringVar(&o.runtimeDir, "runtime-dir", "", "where the recording runtime keeps module records (default ROOT/.meshfold/modules)")
+	fl.DurationVar(&o.resync, "resync", node.DefaultResync, "interval of the resync have (and of retrying a failed plan)")
+	_ = cmd.MarkFlagRequired("root")
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+// defaultStateDir is where the agent of node keeps its key by default.
+func defaultStateDir(name string) (string, error) {
+	if os.Geteuid() == 0 {
+		return filepath.Join("/var/lib/meshfold", "node-"+name), nil
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "meshfold", "node-"+name), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("--state-dir: no default (%v): set it", err)
+	}
+	return filepath.Join(home, ".local", "state", "meshfold", "node-"+name), nil
+}
+
+func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
+	if !events.ValidName(name) {
+		return withCode(exitUsage, &events.FieldError{Field: "NAME", Value: name, Err: events.ErrBadName})
+	}
+	if o.resync <= 0 {
+		return withCode(exitUsage, fmt.Errorf("--resync %s: must be positive", o.resync))
+	}
+	log, err := a.logger()
+	if err != nil {
+		return err
+	}
+	if o.stateDir == "" {
+		if o.stateDir, err = defaultStateDir(name); err != nil {
+			return withCode(exitUsage, err)
+		}
+	}
+	if err := os.MkdirAll(o.root, 0o755); err != nil {
+		return fmt.Errorf("--root: %w", err)
+	}
+	if o.runtimeDir == "" {
+		o.runtimeDir = filepath.Join(o.root, node.ReservedDir, "modules")
+	}
+	rt, err := node.NewDirRuntime(o.runtimeDir)
+	if err != nil {
+		return err
+	}
+
+	ctx := cmd.Context()
+	nc, err := a.conn.connect("meshfold-node-"+name, a)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	_, scfg, err := a.stream.openStream(ctx, js)
+	if err != nil {
+		return err
+	}
+	agent, err := node.New(nc, js, node.Config{Name: name, Root: o.root, StateDir: o.stateDir, Runtime: rt,
+		Resync: o.resync, Logger: log, Stream: scfg})
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	return agent.Run(ctx)
+}

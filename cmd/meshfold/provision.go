@@ -1,0 +1,90 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/provision"
+)
+
+func init() { register(newProvisionCmd) }
+
+type provisionOpts struct {
+	from    string
+	account string
+	timeout time.Duration
+}
+
+func newProvisionCmd(a *app) *cobra.Command {
+	var o provisionOpts
+	cmd := &cobra.Command{
+		Use:   "provision NAME --from DIR --account ACCOUNT",
+		Short: "Run a provisioner client: fill node NAME's declared files on start and on every knock",
+		Long: `provision fills the files node NAME's newest plan declares, from a source
+directory, through the node agent's fill endpoint (<prefix>.NAME.fill). The
+content of module M's file /P is read from DIR/M/P; a missing source is
+logged by path and skipped.
+
+It fills everything once on start, then again on every knock the reconciler
+publishes for NAME (knocks that arrive together are coalesced). Requests that
+get no answer (no node agent yet, a timeout) are retried with jittered
+exponential backoff up to 10 s apart; a refused write is logged and left for
+the next knock, which comes once a settled plan accepts it.
+
+--account is the account this client runs as: the node accepts writes only
+from the settled plan's provisioner account. Content is never logged.`,
+		Example: `  meshfold provision ace --from /srv/secrets/ace --account prov
+  # with /srv/secrets/ace/mesh-build-go/run/mesh-build-go/broker.creds
+  # holding the content of mesh-build-go's /run/mesh-build-go/broker.creds`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runProvision(cmd, a, args[0], o)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.from, "from", "", "source directory: DIR/<module>/<path> holds each file's content (required)")
+	fl.StringVar(&o.account, "account", "", "the account this client runs as, sent as the writer (required)")
+	fl.DurationVar(&o.timeout, "timeout", provision.DefaultTimeout, "how long one fill request waits for its reply")
+	_ = cmd.MarkFlagRequired("from")
+	_ = cmd.MarkFlagRequired("account")
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) error {
+	if !events.ValidName(name) {
+		return withCode(exitUsage, &events.FieldError{Field: "NAME", Value: name, Err: events.ErrBadName})
+	}
+	if o.timeout <= 0 {
+		return withCode(exitUsage, fmt.Errorf("--timeout %s: must be positive", o.timeout))
+	}
+	log, err := a.logger()
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	nc, err := a.conn.connect("meshfold-provision-"+name, a)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	_, scfg, err := a.stream.openStream(ctx, js)
+	if err != nil {
+		return err
+	}
+	c, err := provision.New(nc, js, provision.Config{Node: name, From: o.from, Account: o.account,
+		Logger: log, Stream: scfg, Timeout: o.timeout})
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	return c.Run(ctx)
+}

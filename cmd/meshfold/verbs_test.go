@@ -1,0 +1,225 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+type verbCLI struct {
+	url    string
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	cfg    store.StreamConfig
+}
+
+func newVerbCLI(t *testing.T) *verbCLI {
+	t.Helper()
+	e, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
+	return &verbCLI{url: e.ClientURL(), js: js, stream: stream, cfg: cfg}
+}
+
+// run runs the CLI with args against the test server.
+func (c *verbCLI) run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	args = append(args, "-s", c.url, "--log-level", "warn")
+	code = run(ctx, args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func (c *verbCLI) last(t *testing.T, node string, kind events.Kind) (store.Msg, bool) {
+	t.Helper()
+	m, err := store.LastMsg(context.Background(), c.stream, c.cfg.Subjects(), c.cfg.Partitions, node, kind)
+	if err != nil {
+		return m, false
+	}
+	return m, true
+}
+
+func writeWantFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "want.json")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// seqOf reads the sequence the verbs print: "...: stream sequence N".
+func printedSeq(t *testing.T, stdout string) uint64 {
+	t.Helper()
+	_, after, ok := strings.Cut(strings.TrimSpace(stdout), "stream sequence ")
+	n, err := strconv.ParseUint(after, 10, 64)
+	if !ok || err != nil {
+		t.Fatalf("no sequence in %q", stdout)
+	}
+	return n
+}
+
+const goodWant = `{"modules": [
+  {"name": "provisioner", "build": "p:1", "runs_as": "prov", "provisioner": true},
+  {"name": "mesh-build-go", "build": "g:1", "runs_as": "mbg",
+   "files": [{"path": "/run/mesh-build-go/broker.creds", "mode": "0600"}]}
+]}`
+
+// Bad input is refused before anything is published, and the error names
+// the field: a typo (unknown field), a relative path, a bad node name.
+func TestWantRefusesBadInput(t *testing.T) {
+	c := newVerbCLI(t)
+	for _, tc := range []struct {
+		name, node, file, want string
+	}{
+		{"unknown field", "ace", `{"modules": [{"name": "a", "bulid": "x"}]}`, `"bulid"`},
+		{"relative path", "ace", `{"modules": [{"name": "a", "build": "x", "files": [{"path": "etc/a", "mode": "0600"}]}]}`, "modules[0].files[0].path"},
+		{"bad mode", "ace", `{"modules": [{"name": "a", "build": "x", "files": [{"path": "/etc/a", "mode": "600x"}]}]}`, "modules[0].files[0].mode"},
+		{"two provisioners", "ace", `{"modules": [{"name": "a", "build": "x", "provisioner": true}, {"name": "b", "build": "y", "provisioner": true}]}`, "modules[1].provisioner"},
+		{"newer version", "ace", `{"v": 2, "modules": []}`, "newer schema version"},
+		{"not an object", "ace", `[1]`, "not a JSON object"},
+		{"bad node", "Ace", goodWant, "NODE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := c.run(t, "", "want", tc.node, "-f", writeWantFile(t, tc.file))
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want %d naming %s", code, stderr, exitUsage, tc.want)
+			}
+		})
+	}
+	if _, ok := c.last(t, "ace", events.KindWant); ok {
+		t.Error("a want was published")
+	}
+}
+
+// A good want is published with v and at filled in and its sequence
+// printed; a stale --expect fails with exit code 3 and names the current
+// sequence; a current one succeeds.
+func TestWantPublishAndExpect(t *testing.T) {
+	c := newVerbCLI(t)
+	before := time.Now().UTC().Add(-time.Second)
+	code, stdout, stderr := c.run(t, "", "want", "ace", "-f", writeWantFile(t, goodWant))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	seq := printedSeq(t, stdout)
+	m, ok := c.last(t, "ace", events.KindWant)
+	if !ok || m.Event.Seq != seq || m.Event.Err != nil {
+		t.Fatalf("stream's newest want %+v, printed %d", m.Event, seq)
+	}
+	w := m.Event.Payload.(*events.Want)
+	if w.V != events.Version || w.At.Before(before) || len(w.Modules) != 2 {
+		t.Errorf("want = %+v: v and at not filled in", w)
+	}
+
+	code, _, stderr = c.run(t, "", "want", "ace", "-f", writeWantFile(t, goodWant), "--expect", "0")
+	if code != exitConflict || !strings.Contains(stderr, "conflict") || !strings.Contains(stderr, "sequence "+strconv.FormatUint(seq, 10)) {
+		t.Fatalf("stale --expect: exit %d, stderr %q; want %d naming sequence %d", code, stderr, exitConflict, seq)
+	}
+	if m, _ := c.last(t, "ace", events.KindWant); m.Event.Seq != seq {
+		t.Fatalf("a stale --expect published")
+	}
+
+	code, stdout, stderr = c.run(t, `{"v": 1, "at": "2026-01-02T03:04:05Z", "modules": []}`, "want", "ace", "-f", "-", "--expect", strconv.FormatUint(seq, 10))
+	if code != 0 {
+		t.Fatalf("current --expect: exit %d: %s", code, stderr)
+	}
+	m, _ = c.last(t, "ace", events.KindWant)
+	if m.Event.Seq != printedSeq(t, stdout) || !m.Event.Payload.(*events.Want).At.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Errorf("want from stdin: %+v", m.Event)
+	}
+}
+
+// approve prints the sequence it got; bad input is refused naming the
+// field.
+func TestApprove(t *testing.T) {
+	c := newVerbCLI(t)
+	code, stdout, stderr := c.run(t, "", "approve", "novox", "nats", "img:2.10", "--by", "alice")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	m, ok := c.last(t, "novox", events.KindApprove)
+	if !ok || m.Event.Seq != printedSeq(t, stdout) {
+		t.Fatalf("printed %q, stream has %+v", stdout, m.Event)
+	}
+	if a := m.Event.Payload.(*events.Approve); a.Module != "nats" || a.Build != "img:2.10" || a.By != "alice" {
+		t.Errorf("approve = %+v", a)
+	}
+	code, _, stderr = c.run(t, "", "approve", "novox", "NATS!", "img:2.10", "--by", "alice")
+	if code != exitUsage || !strings.Contains(stderr, "module") {
+		t.Errorf("bad module: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = c.run(t, "", "approve", "novox", "nats", "img:2.10", "--by", "")
+	if code == 0 || !strings.Contains(stderr, "by") {
+		t.Errorf("empty --by: exit %d, %q", code, stderr)
+	}
+	if m2, _ := c.last(t, "novox", events.KindApprove); m2.Event.Seq != m.Event.Seq {
+		t.Error("a bad approval was published")
+	}
+}
+
+// The node and provision verbs wire the libraries: a plan's file lands
+// under --root from --from.
+func TestNodeAndProvisionVerbs(t *testing.T) {
+	c := newVerbCLI(t)
+	dir := t.TempDir()
+	root, state, from := filepath.Join(dir, "root"), filepath.Join(dir, "state"), filepath.Join(dir, "from")
+	src := filepath.Join(from, "mesh-build-go", "run", "mesh-build-go", "broker.creds")
+	if err := os.MkdirAll(filepath.Dir(src), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(src, []byte("token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pub := store.NewPublisher(c.js, c.cfg.Subjects())
+	plan := events.Stamp(&events.Plan{Cause: 1, Want: 1, ProvisionerAccount: "prov", Modules: []events.PlanModule{
+		{Name: "mesh-build-go", Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: "/run/mesh-build-go/broker.creds", Mode: "0600"}}}}}, time.Now())
+	if _, err := pub.Append(context.Background(), "ace", plan); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 2)
+	var out bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"node", "ace", "--root", root, "--state-dir", state, "-s", c.url, "--log-level", "error"}, nil, &out, &out)
+	}()
+	go func() {
+		done <- run(ctx, []string{"provision", "ace", "--from", from, "--account", "prov", "-s", c.url, "--log-level", "error"}, nil, &out, &out)
+	}()
+	defer func() {
+		cancel()
+		for range 2 {
+			if code := <-done; code != 0 {
+				t.Errorf("a verb exited %d", code)
+			}
+		}
+	}()
+	// Wait for the filled event, then check the file.
+	cons, err := c.js.OrderedConsumer(ctx, c.cfg.Name, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{c.cfg.Subjects().Stored("ace", events.KindFilled, c.cfg.Partitions)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second)); err != nil {
+		t.Fatalf("no filled event: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "run", "mesh-build-go", "broker.creds"))
+	if err != nil || string(b) != "token" {
+		t.Fatalf("file = %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, ".meshfold", "modules", "mesh-build-go.json")); err != nil {
+		t.Errorf("runtime record: %v", err)
+	}
+}

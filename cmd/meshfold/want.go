@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+func init() { register(newWantCmd) }
+
+type wantOpts struct {
+	file   string
+	expect uint64
+}
+
+func newWantCmd(a *app) *cobra.Command {
+	var o wantOpts
+	cmd := &cobra.Command{
+		Use:   "want NODE -f FILE",
+		Short: "Publish what NODE should run (a want), from a JSON file",
+		Long: `want publishes a want for NODE: its full declaration of modules. A new want
+replaces the old one; a module absent from it is to be removed.
+
+FILE (or - for stdin) is one JSON object as DESIGN.md §3 describes:
+
+  {"modules": [
+    {"name": "provisioner", "build": "src2:9f1c", "runs_as": "prov", "provisioner": true},
+    {"name": "mesh-build-go", "build": "src2:77aa", "runs_as": "mbg",
+     "files": [{"path": "/run/mesh-build-go/broker.creds", "mode": "0600"}]},
+    {"name": "nats", "build": "img:2.10", "runs_as": "nats", "requires_approval": true}
+  ]}
+
+"v" and "at" may be left out: v defaults to this build's schema version (1)
+and at to the current time in UTC. When present they are kept and checked.
+Unknown fields are refused (a typo is an error, not a dropped field), and so
+is anything DESIGN.md §3 forbids (bad names, relative paths, bad modes, two
+provisioners, a path declared twice); the error names the field. Nothing is
+published unless the whole want is valid.
+
+--expect SEQ publishes only if the newest want of NODE is at stream sequence
+SEQ (0: NODE has no want yet), so two controllers cannot overwrite each other
+blindly. A stale --expect fails with exit code 3 and says which sequence is
+current.
+
+On success it prints the stream sequence of the stored want.`,
+		Example: `  meshfold want ace -f ace.json
+  meshfold want ace -f ace.json --expect 41
+  jq '.modules += [{"name":"restic","build":"r:3"}]' ace.json | meshfold want ace -f -`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var expect *uint64
+			if cmd.Flags().Changed("expect") {
+				expect = &o.expect
+			}
+			return runWant(cmd.Context(), a, args[0], o.file, expect)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&o.file, "file", "f", "", "the want as JSON; - reads stdin (required)")
+	fl.Uint64Var(&o.expect, "expect", 0, "publish only if NODE's newest want is at this stream sequence (0: none yet)")
+	_ = cmd.MarkFlagRequired("file")
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func runWant(ctx context.Context, a *app, nodeName, file string, expect *uint64) error {
+	if !events.ValidName(nodeName) {
+		return withCode(exitUsage, &events.FieldError{Field: "NODE", Value: nodeName, Err: events.ErrBadName})
+	}
+	var data []byte
+	var err error
+	if file == "-" {
+		data, err = io.ReadAll(a.stdin)
+	} else {
+		data, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return withCode(exitUsage, fmt.Errorf("--file: %w", err))
+	}
+	w, err := decodeWant(data, time.Now())
+	if err != nil {
+		return withCode(exitUsage, fmt.Errorf("%s: %w", fileLabel(file), err))
+	}
+
+	nc, js, pub, err := a.openPublisher(ctx)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	var opts []store.AppendOpt
+	if expect != nil {
+		opts = append(opts, store.WithExpectLastSubjectSeq(*expect))
+	}
+	ack, err := pub.Append(ctx, nodeName, w, opts...)
+	if store.IsConflict(err) {
+		cur := "unknown"
+		if seq, lerr := a.lastSeq(ctx, js, nodeName, events.KindWant); lerr == nil {
+			cur = strconv.FormatUint(seq, 10)
+		}
+		return withCode(exitConflict, fmt.Errorf("conflict: --expect %d is stale: the newest want of %s is at sequence %s (someone published since); nothing was published — read it (meshfold audit %s) and retry with --expect %s",
+			*expect, nodeName, cur, nodeName, cur))
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "want %s: stream sequence %d\n", nodeName, ack.Seq)
+	return nil
+}
+
+func fileLabel(file string) string {
+	if file == "-" {
+		return "stdin"
+	}
+	return file
+}
+
+// decodeWant reads a user's want: one JSON object, v and at filled in when
+// absent (v = events.Version, at = now), then decoded strictly (unknown
+// fields refused) and validated. Errors name the field.
+func decodeWant(data []byte, now time.Time) (*events.Want, error) {
+	var obj map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&obj); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if obj == nil {
+		return nil, errors.New("not a JSON object: null")
+	}
+	if dec.More() {
+		return nil, errors.New("trailing data after the JSON object")
+	}
+	if _, ok := obj["v"]; !ok {
+		obj["v"] = json.RawMessage(strconv.Itoa(events.Version))
+	}
+	if _, ok := obj["at"]; !ok {
+		at, _ := json.Marshal(now.UTC().Truncate(time.Microsecond))
+		obj["at"] = at
+	}
+	filled, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	p, err := events.DecodeStrict(events.KindWant, filled)
+	if err != nil {
+		return nil, err
+	}
+	return p.(*events.Want), nil
+}
+
+// openPublisher connects with the command's flags and opens the existing
+// stream. The caller closes the connection.
+func (a *app) openPublisher(ctx context.Context) (*nats.Conn, jetstream.JetStream, *store.Publisher, error) {
+	nc, err := a.conn.connect("meshfold-cli", a)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	_, scfg, err := a.stream.openStream(ctx, js)
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	return nc, js, store.NewPublisher(js, scfg.Subjects()), nil
+}
+
+// lastSeq returns the sequence of node's newest event of kind, 0 for none.
+func (a *app) lastSeq(ctx context.Context, js jetstream.JetStream, node string, kind events.Kind) (uint64, error) {
+	stream, scfg, err := a.stream.openStream(ctx, js)
+	if err != nil {
+		return 0, err
+	}
+	m, err := store.LastMsg(ctx, stream, scfg.Subjects(), scfg.Partitions, node, kind)
+	if errors.Is(err, store.ErrNoMessage) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return m.Event.Seq, nil
+}
