@@ -7,6 +7,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/segmentio/encoding v0.5.4
+	golang.org/x/term v0.47.0
 	pgregory.net/rapid v1.3.0
 )
 
