@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/store"
+)
+
+func init() { register(newAuditCmd) }
+
+type auditOpts struct {
+	since, until, asOf string
+	why                uint64
+	json               bool
+}
+
+func newAuditCmd(a *app) *cobra.Command {
+	var o auditOpts
+	cmd := &cobra.Command{
+		Use:   "audit NODE",
+		Short: "Replay a node's history: timeline, state as of a moment, why a plan, hold or knock happened",
+		Long: `audit reads every event of NODE from the stream, in stream order, and replays
+it through the reconciler's own fold. It only reads the stream, so it works
+with the reconciler down.
+
+Without --as-of or --why it prints the timeline, one event a line: stream
+sequence, stream time, kind and a short summary (effects start with ←#cause).
+
+Bounds (--since, --until, --as-of) are a stream sequence or an RFC 3339 time.
+A time covers the unit it is written in ("…T20:50:05Z" is that whole second),
+so events sharing a timestamp are both in or both out, and a time copied from
+the timeline includes its event. A bound that falls between events is said so
+in a line starting with "--" (on stderr with --json).
+
+--as-of prints the folded state after every event at or before the bound.
+--why SEQ explains the event at SEQ: for a knock, each owed item's refusal,
+the plan that accepts it, the settle and the want that declared the path;
+for a plan, its cause, its want and why each row is composed or held; for a
+journal entry, its cause; for any other event, what it led to.
+
+--json prints JSON lines: one timeline entry a line, or one state, or one
+explanation, with stable field names.`,
+		Example: `  meshfold audit ace
+  meshfold audit ace --since 2026-11-03T20:49:00Z --until 2026-11-03T20:55:00Z
+  meshfold audit ace --as-of 1234
+  meshfold audit ace --why 1240
+  meshfold audit ace --json | jq 'select(.kind=="knock")'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runAudit(cmd.Context(), a, args[0], o)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.since, "since", "", "first event: a stream sequence or an RFC 3339 time")
+	fl.StringVar(&o.until, "until", "", "last event: a stream sequence or an RFC 3339 time")
+	fl.StringVar(&o.asOf, "as-of", "", "print the state after folding every event at or before this sequence or time")
+	fl.Uint64Var(&o.why, "why", 0, "explain the event at this stream sequence")
+	fl.BoolVar(&o.json, "json", false, "print JSON lines")
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+// parseBounds reads the bound flags; a nil bound is absent.
+func (o auditOpts) parseBounds() (since, until, asOf *audit.Bound, err error) {
+	parse := func(flag, s string) (*audit.Bound, error) {
+		if s == "" {
+			return nil, nil
+		}
+		b, err := audit.ParseBound(s)
+		if err != nil {
+			return nil, withCode(exitUsage, fmt.Errorf("--%s: %w", flag, err))
+		}
+		return &b, nil
+	}
+	if since, err = parse("since", o.since); err != nil {
+		return
+	}
+	if until, err = parse("until", o.until); err != nil {
+		return
+	}
+	if asOf, err = parse("as-of", o.asOf); err != nil {
+		return
+	}
+	modes := 0
+	for _, on := range []bool{asOf != nil, o.why != 0, since != nil || until != nil} {
+		if on {
+			modes++
+		}
+	}
+	if modes > 1 {
+		err = withCode(exitUsage, errors.New("--as-of, --why and --since/--until do not go together"))
+	}
+	return
+}
+
+func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
+	if !events.ValidName(node) {
+		return withCode(exitUsage, fmt.Errorf("node %q: %w", node, events.ErrBadName))
+	}
+	since, until, asOf, err := o.parseBounds()
+	if err != nil {
+		return err
+	}
+	nc, err := a.conn.connect("meshfold-audit", a)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	stream, cfg, err := a.stream.openStream(ctx, js)
+	if err != nil {
+		return err
+	}
+	// Read only as far as the output needs: up to a sequence bound, or
+	// until the first event past a time bound.
+	end := until
+	if asOf != nil {
+		end = asOf
+	}
+	h, err := readHistory(ctx, js, stream, cfg, node, end, a.progress(node))
+	if err != nil {
+		return err
+	}
+	if len(h.Events) == 0 {
+		return fmt.Errorf("node %q has no events in stream %s", node, cfg.Name)
+	}
+	switch {
+	case o.why != 0:
+		w, err := h.Why(o.why)
+		if err != nil {
+			return err
+		}
+		if o.json {
+			return writeJSON(a.stdout, w)
+		}
+		_, err = io.WriteString(a.stdout, w.Text())
+		return err
+	case asOf != nil:
+		as := h.AsOf(*asOf)
+		if o.json {
+			return writeJSON(a.stdout, as)
+		}
+		_, err = io.WriteString(a.stdout, as.Text())
+		return err
+	}
+	from, to := 0, len(h.Events)
+	var notes []string
+	if since != nil {
+		var n string
+		from, n = h.Since(*since)
+		notes = append(notes, n)
+	}
+	if until != nil {
+		var n string
+		to, n = h.Until(*until)
+		notes = append(notes, n)
+	}
+	to = max(from, to)
+	return printTimeline(a, h, from, to, notes, o.json)
+}
+
+// printTimeline prints entries [from, to) of h, and the bounds' notes:
+// on stdout before the lines, or on stderr with --json (stdout then holds
+// only entries).
+func printTimeline(a *app, h *audit.History, from, to int, notes []string, asJSON bool) error {
+	noteOut := a.stdout
+	if asJSON {
+		noteOut = a.stderr
+	}
+	for _, n := range notes {
+		if n != "" {
+			if _, err := io.WriteString(noteOut, audit.NoteText(n)); err != nil {
+				return err
+			}
+		}
+	}
+	entries := h.Timeline(from, to)
+	if len(entries) == 0 {
+		_, err := io.WriteString(noteOut, audit.NoteText(fmt.Sprintf("no event of %s in that range", h.Node)))
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		for _, e := range entries {
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	width := audit.SeqWidth(entries)
+	var b strings.Builder
+	for _, e := range entries {
+		b.WriteString(e.Line(width))
+		b.WriteByte('\n')
+	}
+	_, err := io.WriteString(a.stdout, b.String())
+	return err
+}
+
+func writeJSON(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
+}
+
+// errPastBound ends a read at the first event past a time bound.
+var errPastBound = errors.New("past the bound")
+
+// readHistory reads node's events in stream order with an ordered consumer
+// filtered to the node (store.ReadNode: other nodes' events are never
+// fetched), up to end (nil: all of them; a sequence bound stops the
+// consumer there; a time bound stops at the first event after it).
+// progress, when not nil, is told the count read so far and the total.
+func readHistory(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, cfg store.StreamConfig, node string, end *audit.Bound, progress func(done, total int)) (*audit.History, error) {
+	subj := cfg.Subjects()
+	total := 0
+	if progress != nil {
+		// The node's message count, per kind, from the stream's subject
+		// index: one request, no message read.
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subj.StoredNode(node, cfg.Partitions)))
+		if err != nil {
+			return nil, fmt.Errorf("stream info: %w", err)
+		}
+		for _, n := range info.State.Subjects {
+			total += int(n)
+		}
+		if total <= progressThreshold {
+			progress = nil
+		}
+	}
+	var to uint64
+	if end != nil && !end.IsTime() {
+		to = end.Seq
+	}
+	var evs []events.Event
+	if total > 0 {
+		evs = make([]events.Event, 0, total)
+	}
+	err := store.ReadNode(ctx, js, cfg.Name, subj, cfg.Partitions, node, 0, to, func(m store.Msg) error {
+		if end != nil && end.IsTime() && !m.Event.Time.Before(end.Time.Add(end.Unit)) {
+			return errPastBound
+		}
+		evs = append(evs, m.Event)
+		if progress != nil && (len(evs)%1000 == 0 || len(evs) == total) {
+			progress(len(evs), total)
+		}
+		return nil
+	})
+	if progress != nil {
+		progress(-1, total) // done: clear the bar
+	}
+	if err != nil && !errors.Is(err, errPastBound) {
+		return nil, err
+	}
+	return audit.NewHistory(node, evs)
+}
+
+// progressThreshold: a replay of more events than this shows a progress
+// bar, when stderr is a terminal.
+const progressThreshold = 10000
+
+// progress returns a progress reporter drawing a bar on stderr, or nil
+// when stderr is not a terminal. golang.org/x/term decides: it asks the
+// terminal driver (TCGETS), which a character device such as /dev/null
+// fails, where a check of the file mode alone would take /dev/null for a
+// terminal and litter a redirected run with control characters.
+func (a *app) progress(node string) func(done, total int) {
+	f, ok := a.stderr.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	return func(done, total int) {
+		if done < 0 {
+			fmt.Fprint(f, "\r\033[K")
+			return
+		}
+		const width = 30
+		filled := width * done / max(total, 1)
+		fmt.Fprintf(f, "\rreplaying %s [%s%s] %s/%s events", node, strings.Repeat("#", filled), strings.Repeat(".", width-filled),
+			strconv.Itoa(done), strconv.Itoa(total))
+	}
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/store"
+)
+
+func init() { register(newFleetCmd) }
+
+func newFleetCmd(a *app) *cobra.Command {
+	var (
+		asJSON   bool
+		stale    time.Duration
+		warnings time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "fleet",
+		Short: "One line per node, what needs an operator first",
+		Long: `fleet reads every node's stored snapshot in one pass and prints one line per
+node: newest want and settled plan, unsettled plans, held modules, owed items,
+the last knock, the age of the last have and what needs an operator. Nodes
+are sorted so that what needs an operator comes first: an unreadable
+snapshot, owed items, pending approvals, unsettled plans, the provisioner
+account warning, a stale have (older than --stale, or none), then journal
+warnings (entries of level warn or error in the last --warnings, counted
+from the stream; 0 skips that read).
+
+Snapshots are as fresh as the reconciler's last checkpoint.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runFleet(cmd.Context(), a, asJSON, stale, warnings)
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVar(&asJSON, "json", false, "print JSON lines, one node a line")
+	fl.DurationVar(&stale, "stale", 10*time.Minute, "a have older than this is stale")
+	fl.DurationVar(&warnings, "warnings", time.Hour, "count journal warnings and errors this far back (0: do not)")
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func runFleet(ctx context.Context, a *app, asJSON bool, stale, warnings time.Duration) error {
+	nc, err := a.conn.connect("meshfold-fleet", a)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	snaps, cfg, err := openSnapshots(ctx, js, a.stream)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	rows, err := loadFleet(ctx, snaps, now, stale)
+	if err != nil {
+		return err
+	}
+	if warnings > 0 {
+		counts, err := journalWarnings(ctx, js, cfg, now.Add(-warnings))
+		if err != nil {
+			return err
+		}
+		for i := range rows {
+			rows[i].SetWarnings(counts[rows[i].Node])
+		}
+	}
+	audit.SortFleet(rows)
+	if asJSON {
+		for _, r := range rows {
+			if err := writeJSON(a.stdout, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return printFleet(a.stdout, rows)
+}
+
+// loadFleet reads every snapshot in one ordered pass and makes its row;
+// a snapshot that cannot be decoded makes an error row, not a failure.
+func loadFleet(ctx context.Context, snaps *store.Snapshots, now time.Time, stale time.Duration) ([]audit.FleetRow, error) {
+	var rows []audit.FleetRow
+	err := snaps.LoadAll(ctx, func(node string, data []byte) error {
+		st, err := reconcile.UnmarshalState(data)
+		if err != nil {
+			rows = append(rows, audit.FleetErrorRow(node, err))
+			return nil
+		}
+		rows = append(rows, audit.FleetRowOf(st, now, stale))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load snapshots: %w", err)
+	}
+	return rows, nil
+}
+
+// journalWarnings counts, per node, the journal entries of level warn or
+// error stored since since, in one ordered read of the journal subjects.
+func journalWarnings(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig, since time.Time) (map[string]int, error) {
+	subj := cfg.Subjects()
+	counts := map[string]int{}
+	cons, err := js.OrderedConsumer(ctx, cfg.Name, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"*." + cfg.WithDefaults().Prefix + ".*." + string(events.KindJournal)},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &since,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+		return counts, nil
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("read journal: %w", err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return nil, fmt.Errorf("read journal: %w", err)
+		}
+		if node, _, err := subj.Parse(m.Subject()); err == nil {
+			if p, err := events.Decode(events.KindJournal, m.Data()); err == nil {
+				if j := p.(*events.Journal); j.Level != events.LevelInfo {
+					counts[node]++
+				}
+			}
+		}
+		if meta.NumPending == 0 {
+			return counts, nil
+		}
+	}
+}
+
+func printFleet(w io.Writer, rows []audit.FleetRow) error {
+	width := 4
+	for _, r := range rows {
+		width = max(width, len(r.Node))
+	}
+	width = min(width, 24)
+	var b strings.Builder
+	b.WriteString(audit.FleetHeader(width) + "\n")
+	needs := 0
+	for _, r := range rows {
+		b.WriteString(r.Line(width) + "\n")
+		if len(r.Attention) > 0 {
+			needs++
+		}
+	}
+	fmt.Fprintf(&b, "-- %d nodes, %d need an operator\n", len(rows), needs)
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+func testCtx(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// mesh is an embedded server with meshfold's stream, for CLI tests.
+type mesh struct {
+	e   *store.Embedded
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	cfg store.StreamConfig
+}
+
+func startMesh(t testing.TB) *mesh {
+	e, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
+	return &mesh{e: e, nc: nc, js: js, cfg: cfg}
+}
+
+// cli runs meshfold with args against m's server and returns its stdout,
+// stderr and exit code.
+func (m *mesh) cli(t testing.TB, args ...string) (string, string, int) {
+	t.Helper()
+	var out bytes.Buffer
+	var errb syncBuffer // the connection logs "closed" asynchronously
+	all := append(append([]string{}, args...), "--server", m.e.ClientURL())
+	code := run(testCtx(t), all, nil, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// publish appends every event of s to the stream, in order, on its plain
+// subject, and checks that each lands at the sequence s gave it (the
+// stream must be empty before).
+func (m *mesh) publish(t testing.TB, s *audittest.Stream) {
+	t.Helper()
+	subj := m.cfg.Subjects()
+	publishEvents(t, m.js, len(s.Events), func(i int) (string, []byte, uint64) {
+		ev := s.Events[i]
+		data, err := s.Data(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return subj.Event(ev.Node, ev.Kind), data, ev.Seq
+	})
+}
+
+// publishEvents publishes n messages with async publishes, at most 4000
+// in flight, and checks each ack's sequence.
+func publishEvents(t testing.TB, js jetstream.JetStream, n int, msg func(i int) (subject string, data []byte, seq uint64)) {
+	t.Helper()
+	type pending struct {
+		f   jetstream.PubAckFuture
+		seq uint64
+	}
+	var inflight []pending
+	check := func(p pending) {
+		select {
+		case ack := <-p.f.Ok():
+			if ack.Sequence != p.seq {
+				t.Fatalf("event landed at #%d, want #%d", ack.Sequence, p.seq)
+			}
+		case err := <-p.f.Err():
+			t.Fatalf("publish #%d: %v", p.seq, err)
+		}
+	}
+	for i := range n {
+		subject, data, seq := msg(i)
+		if len(inflight) == 4000 {
+			check(inflight[0])
+			inflight = inflight[1:]
+		}
+		f, err := js.PublishAsync(subject, data)
+		if err != nil {
+			t.Fatalf("publish #%d: %v", seq, err)
+		}
+		inflight = append(inflight, pending{f, seq})
+	}
+	for _, p := range inflight {
+		check(p)
+	}
+}
+
+func seqArg(seq uint64) string { return fmt.Sprint(seq) }

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/store"
+)
+
+func init() { register(newStateCmd) }
+
+// Sources of `meshfold state`.
+const (
+	sourceReconciler = "reconciler"
+	sourceSnapshot   = "snapshot"
+)
+
+// stateReply is what `meshfold state --json` prints. Source says where
+// the state came from: "reconciler" (live, from the state service) or
+// "snapshot" (the stored snapshot: no reconciler answered).
+type stateReply struct {
+	Source      string            `json:"source"`
+	View        reconcile.View    `json:"view"`
+	Composition audit.Composition `json:"composition"`
+}
+
+func newStateCmd(a *app) *cobra.Command {
+	var asJSON bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "state NODE",
+		Short: "A node's current folded state and composition",
+		Long: `state shows NODE's current state: the provisioner account the plan names
+beside the account what runs names, counts of modules, filled files and held
+modules, each held module with its reason and pending build, owed items, the
+last knock, the last settled plan and how stale the last have is.
+
+It asks the reconciler's state service (NATS micro service "meshfold",
+endpoints state and composition on $MESHFOLD.<prefix>.state.<node> and
+$MESHFOLD.<prefix>.composition.<node>). When no reconciler answers it reads
+the node's stored snapshot instead, and says so: a snapshot is as old as
+the reconciler's last checkpoint. Read-only; it holds no secret.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runState(cmd.Context(), a, args[0], asJSON, timeout)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for the reconciler before reading the snapshot")
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func runState(ctx context.Context, a *app, node string, asJSON bool, timeout time.Duration) error {
+	if !events.ValidName(node) {
+		return withCode(exitUsage, fmt.Errorf("node %q: %w", node, events.ErrBadName))
+	}
+	nc, err := a.conn.connect("meshfold-state", a)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, note, err := fetchState(ctx, nc, a.stream, node, timeout)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(a.stdout, r)
+	}
+	_, err = io.WriteString(a.stdout, audit.StateText(r.View, r.Composition, time.Now(), note))
+	return err
+}
+
+// fetchState asks the state service, then falls back to the snapshot. note
+// says, for the text output, where the state came from.
+func fetchState(ctx context.Context, nc *nats.Conn, sf streamFlags, node string, timeout time.Duration) (stateReply, string, error) {
+	v, c, err := store.RequestState(ctx, nc, sf.prefix, node, timeout)
+	switch {
+	case err == nil:
+		return stateReply{Source: sourceReconciler, View: v, Composition: c}, "the reconciler (live)", nil
+	case errors.Is(err, store.ErrUnknownNode):
+		return stateReply{}, "", fmt.Errorf("node %q is unknown: the reconciler has folded no event of it", node)
+	case !errors.Is(err, store.ErrNoReconciler):
+		return stateReply{}, "", err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return stateReply{}, "", err
+	}
+	st, err := loadSnapshot(ctx, js, sf, node)
+	if err != nil {
+		return stateReply{}, "", err
+	}
+	return stateReply{Source: sourceSnapshot, View: st.View(), Composition: audit.CompositionOf(st)},
+		"the stored snapshot: no reconciler answered", nil
+}
+
+// openSnapshots opens the stream's snapshot bucket without creating it: a
+// read-only verb must not make one.
+func openSnapshots(ctx context.Context, js jetstream.JetStream, sf streamFlags) (*store.Snapshots, store.StreamConfig, error) {
+	_, cfg, err := sf.openStream(ctx, js)
+	if err != nil {
+		return nil, cfg, err
+	}
+	bucket := cfg.Name + store.SnapshotBucketSuffix
+	if _, err := js.KeyValue(ctx, bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, cfg, fmt.Errorf("no snapshots yet (bucket %s does not exist): no reconciler has checkpointed", bucket)
+	} else if err != nil {
+		return nil, cfg, fmt.Errorf("snapshot bucket %s: %w", bucket, err)
+	}
+	snaps, err := store.OpenSnapshots(ctx, js, cfg)
+	return snaps, cfg, err
+}
+
+func loadSnapshot(ctx context.Context, js jetstream.JetStream, sf streamFlags, node string) (*reconcile.State, error) {
+	snaps, cfg, err := openSnapshots(ctx, js, sf)
+	if err != nil {
+		return nil, fmt.Errorf("no reconciler answered, and %w", err)
+	}
+	data, _, err := snaps.GetNode(ctx, node, cfg.Partitions)
+	if errors.Is(err, store.ErrNoSnapshot) {
+		return nil, fmt.Errorf("node %q is unknown: no reconciler answered and no snapshot holds it", node)
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := reconcile.UnmarshalState(data)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot of %s: %w", node, err)
+	}
+	return st, nil
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+	"github.com/meshfold/meshfold/store"
+)
+
+// heldState is novox with nats held for an approval and an owed item.
+func heldState(t testing.TB) *reconcile.State {
+	s := audittest.New(time.Now().Add(-time.Hour), time.Second)
+	s.Append("novox", &events.Want{Modules: []events.WantModule{
+		{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		{Name: "nats", Build: "n:2.11", RunsAs: "nats", RequiresApproval: true, Files: []events.File{{Path: "/etc/nats/nats.creds", Mode: "0600"}}},
+	}})
+	s.Append("novox", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: 2})
+	s.Append("novox", &events.Refusal{Module: "postgres", Path: "/etc/pg.creds", Reason: events.ReasonUndeclared, Plan: 2, Writer: "prov"})
+	s.Append("novox", &events.Have{Modules: []events.HaveModule{{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"}}})
+	return s.State("novox")
+}
+
+func TestStateCommand(t *testing.T) {
+	m := startMesh(t)
+	st := heldState(t)
+	svc, err := store.AddStateService(m.nc, func(node string) (*reconcile.State, bool) {
+		if node != "novox" {
+			return nil, false
+		}
+		return st.Clone(), true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out, errOut, code := m.cli(t, "state", "novox")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"novox: folded through #5, from the reconciler (live)",
+		"account   plan names prov, what runs names prov", "counts    2 modules, 0 filled files, 1 held",
+		"held      nats (approval) carries (none), pending n:2.11", "owed      postgres /etc/pg.creds (undeclared, plan #2, writer prov)",
+		"plan      last emitted #2, last settled #2, 0 unsettled", "have      #5 at "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("state lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, code = m.cli(t, "state", "novox", "--json")
+	var r stateReply
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Source != "reconciler" || r.View.Held != 1 || len(r.Composition.Modules) != 2 {
+		t.Errorf("--json: exit %d\n%s", code, out)
+	}
+	if _, errOut, code := m.cli(t, "state", "zed"); code != exitError || !strings.Contains(errOut, `node "zed" is unknown: the reconciler has folded no event of it`) {
+		t.Errorf("unknown node via the service: exit %d %q", code, errOut)
+	}
+
+	// The reconciler goes away: the snapshot answers, and says so.
+	if err := svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := m.cli(t, "state", "novox"); code != exitError || !strings.Contains(errOut, "no snapshots yet") {
+		t.Errorf("no bucket: exit %d %q", code, errOut)
+	}
+	ctx := testCtx(t)
+	snaps, err := store.OpenSnapshots(ctx, m.js, m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(st)
+	if err := snaps.PutNode(ctx, events.Partition("novox", m.cfg.Partitions), "novox", data); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = m.cli(t, "state", "novox", "--timeout", "100ms")
+	if code != 0 || !strings.Contains(out, "from the stored snapshot: no reconciler answered") || !strings.Contains(out, "pending n:2.11") {
+		t.Errorf("snapshot: exit %d %s\n%s", code, errOut, out)
+	}
+	out, _, code = m.cli(t, "state", "novox", "--json")
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Source != "snapshot" || r.View.Seq != 5 {
+		t.Errorf("snapshot --json: exit %d\n%s", code, out)
+	}
+	if _, errOut, code := m.cli(t, "state", "zed"); code != exitError || !strings.Contains(errOut, `node "zed" is unknown: no reconciler answered and no snapshot holds it`) {
+		t.Errorf("unknown node via the snapshot: exit %d %q", code, errOut)
+	}
+	if _, _, code := m.cli(t, "state", "Bad!"); code != exitUsage {
+		t.Errorf("bad name: exit %d", code)
+	}
+}
+
+func TestFleetCommand(t *testing.T) {
+	m := startMesh(t)
+	ctx := testCtx(t)
+	snaps, err := store.OpenSnapshots(ctx, m.js, m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// calm: settled, a fresh have.
+	s := audittest.New(time.Now().Add(-time.Minute), time.Millisecond)
+	s.Append("calm", &events.Want{Modules: []events.WantModule{{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}}})
+	s.Append("calm", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: 2})
+	s.Append("calm", &events.Have{})
+	put := func(st *reconcile.State) {
+		data, _ := json.Marshal(st)
+		if err := snaps.PutNode(ctx, events.Partition(st.Node, m.cfg.Partitions), st.Node, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(s.State("calm"))
+	put(heldState(t))
+	if err := snaps.PutNode(ctx, 0, "broken", []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	// A journal warning of calm's, on the stream.
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	if _, err := pub.Append(ctx, "calm", events.Stamp(&events.Journal{Level: events.LevelWarn, Msg: "w", Cause: 1}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+
+	out, errOut, code := m.cli(t, "fleet")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "NODE") || !strings.HasPrefix(lines[1], "broken ") ||
+		!strings.HasPrefix(lines[2], "novox ") || !strings.HasPrefix(lines[3], "calm ") {
+		t.Fatalf("fleet:\n%s", out)
+	}
+	if !strings.Contains(lines[2], "owed, approve nats→n:2.11") || !strings.Contains(lines[3], "1 warnings") {
+		t.Errorf("needs:\n%s", out)
+	}
+	out, _, code = m.cli(t, "fleet", "--json", "--warnings", "0")
+	if code != 0 {
+		t.Fatal(out)
+	}
+	var nodes []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r struct {
+			Node     string `json:"node"`
+			Warnings int    `json:"journal_warnings"`
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, r.Node)
+		if r.Warnings != -1 {
+			t.Errorf("%s: warnings %d with --warnings 0, want -1 (not counted)", r.Node, r.Warnings)
+		}
+	}
+	if strings.Join(nodes, " ") != "broken novox calm" {
+		t.Errorf("json order %v", nodes)
+	}
+}
