@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/nats-io/nats.go/jetstream"
@@ -115,10 +116,14 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 // end, or until nothing more is pending (the end message was removed by a
 // limit meanwhile), calling fn for each message with a sequence <= end.
 func readOrdered(ctx context.Context, js jetstream.JetStream, streamName string, occ jetstream.OrderedConsumerConfig, end uint64, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) error {
+	if occ.InactiveThreshold == 0 {
+		occ.InactiveThreshold = orderedInactive
+	}
 	cons, err := js.OrderedConsumer(ctx, streamName, occ)
 	if err != nil {
 		return fmt.Errorf("ordered consumer on %s: %w", streamName, err)
 	}
+	defer dropOrdered(js, streamName, cons)
 	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
 		return nil
 	}
@@ -146,4 +151,24 @@ func readOrdered(ctx context.Context, js jetstream.JetStream, streamName string,
 			return nil
 		}
 	}
+}
+
+// orderedInactive is how long the server keeps an ordered consumer whose
+// client vanished without deleting it (a crash): short, so that restarts
+// do not pile up consumers against the server's limit.
+const orderedInactive = 30 * time.Second
+
+// dropOrdered deletes an ordered consumer once its reader has stopped.
+// Ordered consumers are ephemeral but the client does not delete them on
+// Stop: without this, every restart would leave one on the server until
+// its inactivity threshold, and a busy process would reach the server's
+// consumer limit (JetStream error 10026).
+func dropOrdered(js jetstream.JetStream, stream string, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = js.DeleteConsumer(ctx, stream, info.Name) // gone already is fine
 }

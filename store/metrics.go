@@ -1,0 +1,64 @@
+package store
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the reconciler's Prometheus metrics. Register them once
+// with [NewMetrics]; a nil *Metrics records nothing.
+type Metrics struct {
+	// Folded counts events folded, by kind.
+	Folded *prometheus.CounterVec
+	// Rejected counts events journaled as not folded (undecodable,
+	// invalid, a newer schema, a plan that does not exist yet).
+	Rejected prometheus.Counter
+	// BadSubject counts messages whose subject names no valid node.
+	BadSubject prometheus.Counter
+	// Effects counts effects published, by kind (plan, knock, journal).
+	Effects *prometheus.CounterVec
+	// Skipped counts effects found already published after a restart.
+	Skipped prometheus.Counter
+	// Lag is, per partition, the partition's messages not yet folded.
+	Lag *prometheus.GaugeVec
+	// Folding is the time to decode and fold one event, in seconds.
+	Folding prometheus.Histogram
+	// Publishing is the time from publishing an effect to its ack, in
+	// seconds.
+	Publishing prometheus.Histogram
+	// Checkpoints counts snapshots written.
+	Checkpoints prometheus.Counter
+	// Restarts counts partition sessions restarted after an error.
+	Restarts prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them with reg (nil: not
+// registered anywhere, still counted).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Folded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshfold_events_folded_total",
+			Help: "Events folded into node states, by kind."}, []string{"kind"}),
+		Rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshfold_events_rejected_total",
+			Help: "Events journaled as not folded: undecodable, invalid, newer schema, or naming a plan that does not exist yet."}),
+		BadSubject: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshfold_events_bad_subject_total",
+			Help: "Messages whose subject names no valid node; logged and skipped."}),
+		Effects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshfold_effects_published_total",
+			Help: "Effects published, by kind (plan, knock, journal)."}, []string{"kind"}),
+		Skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshfold_effects_skipped_total",
+			Help: "Effects found already published when refolding after a restart."}),
+		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meshfold_partition_lag_messages",
+			Help: "Messages of the partition stored but not yet folded."}, []string{"partition"}),
+		Folding: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meshfold_fold_seconds",
+			Help: "Time to decode and fold one event.", Buckets: prometheus.ExponentialBuckets(250e-9, 2, 14)}),
+		Publishing: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meshfold_publish_seconds",
+			Help: "Time from publishing an effect to the stream's acknowledgement.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
+		Checkpoints: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshfold_checkpoints_total",
+			Help: "Snapshots of a partition written."}),
+		Restarts: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshfold_partition_restarts_total",
+			Help: "Partition sessions restarted from their snapshot after an error."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Folded, m.Rejected, m.BadSubject, m.Effects, m.Skipped, m.Lag,
+			m.Folding, m.Publishing, m.Checkpoints, m.Restarts)
+	}
+	return m
+}

@@ -1,0 +1,576 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/segmentio/encoding/json"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// Reconciler defaults.
+const (
+	DefaultSnapshotEvery    = 1000
+	DefaultSnapshotInterval = time.Second
+)
+
+// ReconcilerConfig configures a [Reconciler].
+type ReconcilerConfig struct {
+	// Stream is the stream's effective configuration, as [EnsureStream]
+	// returns it.
+	Stream StreamConfig
+	// Partitions are the partitions this instance folds; nil: all.
+	Partitions []int
+	// SnapshotEvery writes a partition's snapshot after this many events
+	// (default 1000); SnapshotInterval at least this often while events
+	// arrive (default 1 s). A restart refolds the tail since the snapshot.
+	SnapshotEvery    int
+	SnapshotInterval time.Duration
+	Logger           *slog.Logger
+	// Metrics, when set, records what the loop does.
+	Metrics *Metrics
+	// Faults are hooks for crash tests; nil hooks do nothing.
+	Faults Faults
+}
+
+// Faults are test hooks at the loop's crash points. A hook that returns an
+// error stops the whole Reconciler at once, as a crash would: nothing more
+// is published, acknowledged or checkpointed, and Run returns the error.
+type Faults struct {
+	// AfterFold runs after an event is folded, before its effects are
+	// published.
+	AfterFold func(partition int, seq uint64) error
+	// AfterPublish runs after an event's effects are sent, before the
+	// checkpoint that covers it.
+	AfterPublish func(partition int, seq uint64) error
+	// AfterCheckpoint runs after a checkpoint is stored.
+	AfterCheckpoint func(partition int, seq uint64) error
+}
+
+// faultError marks an error a fault hook returned.
+type faultError struct{ err error }
+
+func (e *faultError) Error() string { return "fault: " + e.err.Error() }
+func (e *faultError) Unwrap() error { return e.err }
+
+func fault(hook func(int, uint64) error, p int, seq uint64) error {
+	if hook == nil {
+		return nil
+	}
+	if err := hook(p, seq); err != nil {
+		return &faultError{err}
+	}
+	return nil
+}
+
+// Reconciler is the loop that drives the pure fold over JetStream
+// (DESIGN.md §7): for each partition it owns, it reads the partition's
+// input events in stream order from its snapshot, folds each into its
+// node's state, publishes the effects with their deterministic ids,
+// and checkpoints the states once every effect they caused is
+// acknowledged.
+//
+// Exactly once (DESIGN.md §3, §5.3): an effect whose cause is at or before
+// the stream's last sequence when the partition's session started may
+// have been published by an earlier run. Such an effect is skipped when
+// its id is among the partition's effects stored since the checkpoint, or,
+// for a plan, when a later plan of that node is stored (a superseded plan
+// is never published after a newer one); otherwise it is published with
+// Nats-Expected-Last-Subject-Sequence set to the subject's last sequence,
+// which also fences off a second reconciler still publishing for the
+// node. Later effects rely on their Nats-Msg-Id alone. A failed publish
+// ends the session: the partition restarts from its snapshot and that
+// rule decides again, so the dedup window is never relied on alone.
+type Reconciler struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	snaps  *Snapshots
+	pub    *Publisher
+	cfg    ReconcilerConfig
+	subj   events.Subjects
+	log    *slog.Logger
+	m      *Metrics
+	parts  map[int]*partition
+}
+
+// NewReconciler opens the stream and the snapshot bucket. The stream must
+// exist: call [EnsureStream] first and pass its effective configuration.
+//
+// Errors: ErrNoStream when the stream is missing; a partition out of range;
+// the snapshot bucket's errors.
+func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerConfig) (*Reconciler, error) {
+	cfg.Stream = cfg.Stream.WithDefaults()
+	if cfg.SnapshotEvery <= 0 {
+		cfg.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if cfg.SnapshotInterval <= 0 {
+		cfg.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	stream, scfg, err := OpenStream(ctx, js, cfg.Stream)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Stream = scfg
+	snaps, err := OpenSnapshots(ctx, js, scfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reconciler{js: js, stream: stream, snaps: snaps, pub: NewPublisher(js, scfg.Subjects()),
+		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, m: cfg.Metrics, parts: map[int]*partition{}}
+	ids := cfg.Partitions
+	if ids == nil {
+		for p := range scfg.Partitions {
+			ids = append(ids, p)
+		}
+	}
+	for _, p := range ids {
+		if p < 0 || p >= scfg.Partitions {
+			return nil, fmt.Errorf("partition %d: the stream has partitions 0..%d", p, scfg.Partitions-1)
+		}
+		r.parts[p] = &partition{r: r, id: p, states: map[string]*reconcile.State{}}
+	}
+	return r, nil
+}
+
+// Stream returns the effective stream configuration.
+func (r *Reconciler) Stream() StreamConfig { return r.cfg.Stream }
+
+// Run folds the owned partitions until ctx is done, then stops gracefully:
+// it finishes the event in hand, waits for its effects' acknowledgements,
+// writes the snapshot and returns nil. A partition whose session fails
+// (a lost connection, a failed publish) restarts from its snapshot with
+// backoff; only a fault hook's error ends Run early.
+func (r *Reconciler) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(r.parts))
+	var wg sync.WaitGroup
+	for _, p := range r.parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.run(ctx); err != nil {
+				errs <- fmt.Errorf("partition %d: %w", p.id, err)
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// Node returns a deep copy of node's folded state, or false when this
+// instance folds no state for it (not its partition, or no event yet).
+func (r *Reconciler) Node(node string) (*reconcile.State, bool) {
+	p := r.parts[events.Partition(node, r.cfg.Stream.Partitions)]
+	if p == nil {
+		return nil, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.states[node]
+	if st == nil {
+		return nil, false
+	}
+	return st.Clone(), true
+}
+
+// Nodes returns the names of the nodes whose states this instance holds.
+func (r *Reconciler) Nodes() []string {
+	var out []string
+	for _, p := range r.parts {
+		p.mu.Lock()
+		for n := range p.states {
+			out = append(out, n)
+		}
+		p.mu.Unlock()
+	}
+	slices.Sort(out)
+	return out
+}
+
+// partition is one partition's fold: its node states, replaced at each
+// session start from the snapshot.
+type partition struct {
+	r  *Reconciler
+	id int
+
+	mu     sync.Mutex // guards states, and each state while it folds
+	states map[string]*reconcile.State
+}
+
+func (p *partition) run(ctx context.Context) error {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
+	for {
+		started := time.Now()
+		err := p.session(ctx)
+		var fe *faultError
+		switch {
+		case errors.As(err, &fe):
+			return err
+		case ctx.Err() != nil:
+			return nil
+		}
+		if time.Since(started) > time.Minute {
+			b.Reset()
+		}
+		wait := b.NextBackOff()
+		p.r.log.Warn("partition session ended; restarting from its snapshot", "partition", p.id, "err", err, "in", wait)
+		p.r.m.Restarts.Inc()
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// effectKey names one node's subject of one effect kind.
+type effectKey struct {
+	node string
+	kind events.Kind
+}
+
+// lastEffect is the last message stored on an effect subject: its
+// sequence (0: none) and the (cause, n) of its id.
+type lastEffect struct {
+	seq, cause uint64
+	n          int
+}
+
+// pendingAck is an effect sent and not yet acknowledged.
+type pendingAck struct {
+	f    jetstream.PubAckFuture
+	sent time.Time
+	kind events.Kind
+}
+
+// session is one run of a partition from its snapshot.
+type session struct {
+	p           *partition
+	checkpoint  uint64 // the sequence the stored snapshot covers
+	folded      uint64 // the last sequence read and folded (or skipped)
+	lastAtStart uint64 // the stream's last sequence when the session began
+	// published are the ids of the partition's effects stored after the
+	// checkpoint and up to lastAtStart; last, per subject, the last one
+	// known (filled from the scan, then lazily by direct get).
+	published map[string]struct{}
+	last      map[effectKey]lastEffect
+	dirty     map[string]*reconcile.State
+	pending   []pendingAck
+	since     int // events folded since the checkpoint
+}
+
+func (p *partition) session(ctx context.Context) error {
+	r := p.r
+	ck, raw, err := r.snaps.LoadPartition(ctx, p.id)
+	if err != nil {
+		return err
+	}
+	states := make(map[string]*reconcile.State, len(raw))
+	for node, b := range raw {
+		st, err := reconcile.UnmarshalState(b)
+		if err != nil {
+			return fmt.Errorf("snapshot of node %s: %w", node, err)
+		}
+		states[node] = st
+	}
+	p.mu.Lock()
+	p.states = states
+	p.mu.Unlock()
+	last, err := StreamLastSeq(ctx, r.stream)
+	if err != nil {
+		return err
+	}
+	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last,
+		published: map[string]struct{}{}, last: map[effectKey]lastEffect{}, dirty: map[string]*reconcile.State{}}
+	if err := s.scanPublished(ctx); err != nil {
+		return err
+	}
+	r.log.Debug("partition session", "partition", p.id, "checkpoint", ck, "nodes", len(states),
+		"stream_last", last, "effects_since_checkpoint", len(s.published))
+	return s.consume(ctx)
+}
+
+// scanPublished reads the partition's effects stored after the checkpoint,
+// up to the stream's last sequence at start.
+func (s *session) scanPublished(ctx context.Context) error {
+	if s.lastAtStart <= s.checkpoint {
+		return nil
+	}
+	r := s.p.r
+	occ := jetstream.OrderedConsumerConfig{
+		FilterSubjects: r.subj.StoredPartition(s.p.id, events.KindPlan, events.KindKnock, events.KindJournal),
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    s.checkpoint + 1,
+	}
+	return readOrdered(ctx, r.js, r.cfg.Stream.Name, occ, s.lastAtStart, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
+		id := m.Headers().Get(jetstream.MsgIDHeader)
+		node, kind, cause, n, ok := reconcile.ParseEffectID(id)
+		if !ok {
+			return nil // not ours: no effect id
+		}
+		s.published[id] = struct{}{}
+		k := effectKey{node, kind}
+		if meta.Sequence.Stream > s.last[k].seq {
+			s.last[k] = lastEffect{seq: meta.Sequence.Stream, cause: cause, n: n}
+		}
+		return nil
+	})
+}
+
+func (s *session) consume(ctx context.Context) error {
+	r := s.p.r
+	occ := jetstream.OrderedConsumerConfig{
+		FilterSubjects:    r.subj.StoredPartition(s.p.id, events.InputKinds...),
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       s.checkpoint + 1,
+		InactiveThreshold: orderedInactive,
+	}
+	cons, err := r.js.OrderedConsumer(ctx, r.cfg.Stream.Name, occ)
+	if err != nil {
+		return fmt.Errorf("ordered consumer: %w", err)
+	}
+	defer dropOrdered(r.js, r.cfg.Stream.Name, cons)
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("ordered consumer: %w", err)
+	}
+	type item struct {
+		msg jetstream.Msg
+		err error
+	}
+	ch := make(chan item)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			m, err := it.Next()
+			select {
+			case ch <- item{m, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(done)
+		it.Stop()
+		wg.Wait()
+	}()
+
+	// Publishing and checkpointing outlive a stop request: the event in
+	// hand finishes, and the final snapshot is written.
+	work := context.WithoutCancel(ctx)
+	tick := time.NewTicker(r.cfg.SnapshotInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			cctx, cancel := context.WithTimeout(work, 30*time.Second)
+			defer cancel()
+			return s.checkpointNow(cctx)
+		case <-tick.C:
+			if err := s.checkpointNow(work); err != nil {
+				return err
+			}
+		case it := <-ch:
+			if it.err != nil {
+				return fmt.Errorf("read: %w", it.err)
+			}
+			if err := s.handle(work, it.msg); err != nil {
+				return err
+			}
+			if s.since >= r.cfg.SnapshotEvery {
+				if err := s.checkpointNow(work); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// handle folds one message and publishes its effects.
+func (s *session) handle(ctx context.Context, msg jetstream.Msg) error {
+	r, p := s.p.r, s.p
+	meta, err := msg.Metadata()
+	if err != nil {
+		return fmt.Errorf("message metadata: %w", err)
+	}
+	seq := meta.Sequence.Stream
+	r.m.Lag.WithLabelValues(strconv.Itoa(p.id)).Set(float64(meta.NumPending))
+	start := time.Now()
+	ev, err := r.subj.DecodeEvent(msg.Subject(), msg.Data(), seq, meta.Timestamp)
+	if err != nil {
+		r.m.BadSubject.Inc()
+		r.log.Warn("message names no node: skipped", "seq", seq, "subject", msg.Subject(), "err", err)
+		s.folded = seq
+		s.since++
+		return nil
+	}
+	p.mu.Lock()
+	st := p.states[ev.Node]
+	if st == nil {
+		st = reconcile.NewState(ev.Node)
+		p.states[ev.Node] = st
+	}
+	effs := st.Fold(ev)
+	p.mu.Unlock()
+	r.m.Folding.Observe(time.Since(start).Seconds())
+	if ev.Err != nil {
+		r.m.Rejected.Inc()
+		r.log.Warn("event not folded", "node", ev.Node, "seq", seq, "kind", ev.Kind, "err", ev.Err)
+	} else {
+		r.m.Folded.WithLabelValues(string(ev.Kind)).Inc()
+	}
+	s.dirty[ev.Node] = st
+	if err := fault(r.cfg.Faults.AfterFold, p.id, seq); err != nil {
+		return err
+	}
+	for _, e := range effs {
+		if err := s.publish(ctx, e, seq <= s.lastAtStart); err != nil {
+			return err
+		}
+	}
+	if err := fault(r.cfg.Faults.AfterPublish, p.id, seq); err != nil {
+		return err
+	}
+	s.folded = seq
+	s.since++
+	return nil
+}
+
+// publish sends one effect: asynchronously with its id, or, when its cause
+// may have been folded by an earlier run (recovering), by the rule of
+// DESIGN.md §3 described on [Reconciler].
+func (s *session) publish(ctx context.Context, e reconcile.Effect, recovering bool) error {
+	r := s.p.r
+	id := e.ID()
+	if !recovering {
+		if len(s.pending) >= 1024 {
+			if err := s.awaitAcks(ctx); err != nil {
+				return err
+			}
+		}
+		f, err := r.pub.AppendAsync(ctx, e.Node, e.Payload, WithMsgID(id))
+		if err != nil {
+			return fmt.Errorf("publish %s: %w", id, err)
+		}
+		s.pending = append(s.pending, pendingAck{f: f, sent: time.Now(), kind: e.Kind})
+		return nil
+	}
+	if _, ok := s.published[id]; ok {
+		r.m.Skipped.Inc()
+		return nil
+	}
+	k := effectKey{e.Node, e.Kind}
+	last, known := s.last[k]
+	if !known {
+		m, err := LastMsg(ctx, r.stream, r.subj, r.cfg.Stream.Partitions, e.Node, e.Kind)
+		switch {
+		case errors.Is(err, ErrNoMessage):
+		case err != nil:
+			return fmt.Errorf("publish %s: %w", id, err)
+		default:
+			last.seq = m.Event.Seq
+			if _, _, c, n, ok := reconcile.ParseEffectID(m.MsgID); ok {
+				last.cause, last.n = c, n
+			}
+		}
+		s.last[k] = last
+	}
+	if e.Kind == events.KindPlan && (last.cause > e.Cause || (last.cause == e.Cause && last.n >= e.N)) {
+		// A later plan of the node is stored: this one is superseded and
+		// must never reach the node after it.
+		r.m.Skipped.Inc()
+		return nil
+	}
+	start := time.Now()
+	ack, err := r.pub.Append(ctx, e.Node, e.Payload, WithMsgID(id), WithExpectLastSubjectSeq(last.seq))
+	if err != nil {
+		return fmt.Errorf("publish %s (fenced at %d): %w", id, last.seq, err)
+	}
+	r.m.Publishing.Observe(time.Since(start).Seconds())
+	if !ack.Duplicate {
+		s.last[k] = lastEffect{seq: ack.Seq, cause: e.Cause, n: e.N}
+		r.m.Effects.WithLabelValues(string(e.Kind)).Inc()
+	}
+	return nil
+}
+
+// awaitAcks waits for every effect sent to be acknowledged.
+func (s *session) awaitAcks(ctx context.Context) error {
+	m := s.p.r.m
+	for _, pa := range s.pending {
+		select {
+		case ack := <-pa.f.Ok():
+			m.Publishing.Observe(time.Since(pa.sent).Seconds())
+			if !ack.Duplicate {
+				m.Effects.WithLabelValues(string(pa.kind)).Inc()
+			}
+		case err := <-pa.f.Err():
+			return fmt.Errorf("publish %s: %w", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.pending = s.pending[:0]
+	return nil
+}
+
+// checkpointNow makes the snapshot cover every event folded: effects
+// acknowledged first, then the changed node states, then the partition's
+// sequence.
+func (s *session) checkpointNow(ctx context.Context) error {
+	if s.folded == s.checkpoint && len(s.dirty) == 0 {
+		return nil
+	}
+	r, p := s.p.r, s.p
+	if err := s.awaitAcks(ctx); err != nil {
+		return err
+	}
+	if len(s.dirty) > 0 {
+		states := make(map[string][]byte, len(s.dirty))
+		for node, st := range s.dirty {
+			b, err := json.Marshal(st)
+			if err != nil {
+				return fmt.Errorf("encode state of %s: %w", node, err)
+			}
+			states[node] = b
+		}
+		if err := r.snaps.PutNodes(ctx, p.id, states); err != nil {
+			return err
+		}
+	}
+	if err := r.snaps.PutCheckpoint(ctx, p.id, s.folded); err != nil {
+		return err
+	}
+	s.checkpoint = s.folded
+	clear(s.dirty)
+	s.since = 0
+	r.m.Checkpoints.Inc()
+	return fault(r.cfg.Faults.AfterCheckpoint, p.id, s.folded)
+}

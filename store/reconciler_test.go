@@ -1,0 +1,601 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/segmentio/encoding/json"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// rig is an embedded server with the stream, and the reconcilers a test
+// starts on it.
+type rig struct {
+	t      *testing.T
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	cfg    store.StreamConfig
+	pub    *store.Publisher
+}
+
+func newRig(t *testing.T, cfg store.StreamConfig) *rig {
+	_, _, js, stream, eff := storetest.StartStream(t, cfg)
+	return &rig{t: t, js: js, stream: stream, cfg: eff, pub: store.NewPublisher(js, eff.Subjects())}
+}
+
+// running is a reconciler started by the rig.
+type running struct {
+	r      *store.Reconciler
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start runs a reconciler; stop it with stop (graceful) or let a fault
+// end it (wait).
+func (g *rig) start(faults store.Faults) *running {
+	g.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := store.NewReconciler(ctx, g.js, store.ReconcilerConfig{Stream: g.cfg, Faults: faults,
+		SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond, Logger: testLogger(g.t)})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	rn := &running{r: r, cancel: cancel, done: make(chan error, 1)}
+	go func() { rn.done <- r.Run(ctx) }()
+	g.t.Cleanup(func() { cancel(); <-rn.done })
+	return rn
+}
+
+func (rn *running) stop(t *testing.T) {
+	t.Helper()
+	rn.cancel()
+	select {
+	case err := <-rn.done:
+		rn.done <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("graceful stop: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("reconciler did not stop")
+	}
+}
+
+// wait returns Run's error, failing the test if it does not end.
+func (rn *running) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-rn.done:
+		rn.done <- err
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("reconciler did not end")
+		return nil
+	}
+}
+
+var at0 = time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC)
+
+func (g *rig) append(node string, p events.Payload) uint64 {
+	g.t.Helper()
+	events.Stamp(p, at0)
+	ack, err := g.pub.Append(context.Background(), node, p)
+	if err != nil {
+		g.t.Fatalf("append %s %s: %v", node, p.Kind(), err)
+	}
+	return ack.Seq
+}
+
+// eventually polls cond until it holds or the deadline passes: it waits on
+// a condition, never for a fixed time.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// planFor waits for node's plan caused by cause and returns its sequence.
+func (g *rig) planFor(node string, cause uint64) uint64 {
+	g.t.Helper()
+	var seq uint64
+	eventually(g.t, fmt.Sprintf("plan of %s caused by %d", node, cause), func() bool {
+		m, err := store.LastMsg(context.Background(), g.stream, g.cfg.Subjects(), g.cfg.Partitions, node, events.KindPlan)
+		if err != nil {
+			return false
+		}
+		if p, ok := m.Event.Payload.(*events.Plan); ok && p.Cause >= cause {
+			seq = m.Event.Seq
+			return true
+		}
+		return false
+	})
+	return seq
+}
+
+// all reads the whole stream.
+func (g *rig) all() []store.Msg {
+	g.t.Helper()
+	var out []store.Msg
+	ctx := context.Background()
+	last, err := store.StreamLastSeq(ctx, g.stream)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= last; seq++ {
+		raw, err := g.stream.GetMsg(ctx, seq)
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		ev, err := g.cfg.Subjects().DecodeEvent(raw.Subject, raw.Data, raw.Sequence, raw.Time)
+		if err != nil {
+			continue // a subject naming no node: no one's event
+		}
+		out = append(out, store.Msg{Event: ev, MsgID: raw.Header.Get(jetstream.MsgIDHeader), Subject: raw.Subject})
+	}
+	return out
+}
+
+// verify checks DESIGN.md §5.3 on the stream once the live reconciler has
+// caught up with it: every effect the pure fold of the stream's input
+// events makes is stored exactly once, and nothing else; and the live
+// reconciler's state of each node equals that fold.
+func (g *rig) verify(live *store.Reconciler) (knocks int) {
+	g.t.Helper()
+	snaps, err := store.OpenSnapshots(context.Background(), g.js, g.cfg)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	var msgs []store.Msg
+	var states map[string]*reconcile.State
+	var want map[string]bool
+	// The reconciler's own plans are inputs too: fold, wait for the live
+	// run to checkpoint past the stream's end (its effects acknowledged),
+	// and read again until the stream stops growing.
+	for stable := false; !stable; {
+		msgs = g.all()
+		states, want = map[string]*reconcile.State{}, map[string]bool{}
+		for _, m := range msgs {
+			if !isInput(m.Event.Kind) {
+				continue
+			}
+			st := states[m.Event.Node]
+			if st == nil {
+				st = reconcile.NewState(m.Event.Node)
+				states[m.Event.Node] = st
+			}
+			for _, e := range st.Fold(m.Event) {
+				want[e.ID()] = true
+			}
+		}
+		for node, st := range states {
+			p := events.Partition(node, g.cfg.Partitions)
+			eventually(g.t, "the reconciler to checkpoint "+node+" to the end", func() bool {
+				ck, err := snaps.Checkpoint(context.Background(), p)
+				return err == nil && ck >= st.Seq
+			})
+		}
+		stable = len(g.all()) == len(msgs)
+	}
+	got := map[string]int{}
+	for _, m := range msgs {
+		if m.Event.Kind == events.KindPlan || m.Event.Kind == events.KindKnock || m.Event.Kind == events.KindJournal {
+			got[m.MsgID]++
+			if m.Event.Kind == events.KindKnock {
+				knocks++
+			}
+		}
+	}
+	for id, n := range got {
+		if n != 1 {
+			g.t.Errorf("effect %s stored %d times", id, n)
+		}
+		if !want[id] {
+			g.t.Errorf("effect %s stored, but the fold of the stream does not make it", id)
+		}
+	}
+	for id := range want {
+		if got[id] == 0 {
+			g.t.Errorf("effect %s lost: the fold makes it, the stream lacks it", id)
+		}
+	}
+	for node, st := range states {
+		liveSt, ok := live.Node(node)
+		if !ok {
+			g.t.Errorf("node %s: the reconciler has no state", node)
+			continue
+		}
+		if a, b := mustJSON(g.t, liveSt), mustJSON(g.t, st); a != b {
+			g.t.Errorf("node %s: live state\n%s\nfold of the stream\n%s", node, a, b)
+		}
+	}
+	return knocks
+}
+
+func isInput(k events.Kind) bool {
+	for _, in := range events.InputKinds {
+		if k == in {
+			return true
+		}
+	}
+	return false
+}
+
+func mustJSON(t testing.TB, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+const creds = "/run/mesh-build-go/broker.creds"
+
+func provOnly() *events.Want {
+	return &events.Want{Modules: []events.WantModule{{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}}}
+}
+
+func provAndBroker() *events.Want {
+	return &events.Want{Modules: []events.WantModule{
+		{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		{Name: "mesh-build-go", Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}},
+	}}
+}
+
+// incident1 plays DESIGN.md §2 incident 1 for node and returns the
+// sequence of the settle that must bring the knock. step, when set, runs
+// before each publication with its name.
+func (g *rig) incident1(node string) (settle uint64) {
+	g.t.Helper()
+	p1 := g.planFor(node, g.append(node, provOnly()))
+	g.append(node, &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: p1})
+	g.append(node, &events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"})
+	p2 := g.planFor(node, g.append(node, provAndBroker()))
+	return g.append(node, &events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: p2})
+}
+
+func (g *rig) knocksOf(node string) int {
+	n := 0
+	for _, m := range g.all() {
+		if m.Event.Node == node && m.Event.Kind == events.KindKnock {
+			n++
+		}
+	}
+	return n
+}
+
+func TestReconcilerIncident1(t *testing.T) {
+	g := newRig(t, store.StreamConfig{})
+	rn := g.start(store.Faults{})
+	g.incident1("ace")
+	eventually(t, "the knock", func() bool { return g.knocksOf("ace") == 1 })
+	if k := g.verify(rn.r); k != 1 {
+		t.Fatalf("%d knocks, want 1", k)
+	}
+	st, _ := rn.r.Node("ace")
+	if st.LastKnock == nil || len(st.LastKnock.Owed) != 1 || st.LastKnock.Owed[0].Path != creds {
+		t.Fatalf("last knock %+v", st.LastKnock)
+	}
+}
+
+var errCrash = errors.New("crash")
+
+// TestReconcilerCrashPoints crashes the reconciler at each point of the
+// loop while it folds the settle that must knock, restarts it, and checks
+// that exactly one knock and one plan per cause are stored and the state
+// equals the pure fold of the stream (DESIGN.md §5.3).
+func TestReconcilerCrashPoints(t *testing.T) {
+	for _, point := range []string{"after-fold", "after-publish", "after-checkpoint"} {
+		t.Run(point, func(t *testing.T) {
+			g := newRig(t, store.StreamConfig{})
+			var mu sync.Mutex
+			var target uint64 // the settle's sequence, once known
+			crashAt := func(p int, seq uint64) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if target != 0 && seq >= target {
+					return errCrash
+				}
+				return nil
+			}
+			var f store.Faults
+			switch point {
+			case "after-fold":
+				f.AfterFold = crashAt
+			case "after-publish":
+				f.AfterPublish = crashAt
+			case "after-checkpoint":
+				f.AfterCheckpoint = crashAt
+			}
+			rn := g.start(f)
+			p1 := g.planFor("ace", g.append("ace", provOnly()))
+			g.append("ace", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: p1})
+			g.append("ace", &events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"})
+			p2 := g.planFor("ace", g.append("ace", provAndBroker()))
+			mu.Lock()
+			target = p2 + 1 // the settle below
+			mu.Unlock()
+			if s := g.append("ace", &events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: p2}); s != p2+1 {
+				t.Fatalf("settle at %d, want %d", s, p2+1)
+			}
+			if err := rn.wait(t); !errors.Is(err, errCrash) {
+				t.Fatalf("reconciler ended with %v, want the crash", err)
+			}
+			rn2 := g.start(store.Faults{})
+			eventually(t, "the knock", func() bool { return g.knocksOf("ace") >= 1 })
+			// More events after the restart fold on the recovered state.
+			g.append("ace", &events.Filled{Module: "mesh-build-go", Path: creds, Plan: p2, Digest: "d"})
+			if k := g.verify(rn2.r); k != 1 {
+				t.Fatalf("%d knocks, want 1", k)
+			}
+		})
+	}
+}
+
+// TestReconcilerPastDedupWindow refolds effects that were published long
+// ago, beyond the dedup window, as a reconciler does that crashed after
+// publishing and before its checkpoint: here the snapshot is removed, so
+// the whole stream is refolded. Nothing is published twice.
+func TestReconcilerPastDedupWindow(t *testing.T) {
+	g := newRig(t, store.StreamConfig{Duplicates: time.Second})
+	rn := g.start(store.Faults{})
+	g.incident1("ace")
+	eventually(t, "the knock", func() bool { return g.knocksOf("ace") == 1 })
+	rn.stop(t)
+	// Wait until JetStream has forgotten the ids: a probe published
+	// before with one id is stored again once the window has passed.
+	probe := func() store.Ack {
+		a, err := g.pub.Append(context.Background(), "probe", events.Stamp(&events.Approve{Module: "m", Build: "b", By: "t"}, at0), store.WithMsgID("probe"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	probe()
+	deadline := time.Now().Add(20 * time.Second)
+	for probe().Duplicate {
+		if time.Now().After(deadline) {
+			t.Fatal("the dedup window never passed")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Restart from an empty snapshot bucket: everything is refolded.
+	kv, err := g.js.KeyValue(context.Background(), g.cfg.Name+store.SnapshotBucketSuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(context.Background(), "checkpoint."+fmt.Sprint(events.Partition("ace", g.cfg.Partitions))); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(context.Background(), fmt.Sprintf("node.%d.ace", events.Partition("ace", g.cfg.Partitions))); err != nil {
+		t.Fatal(err)
+	}
+	rn2 := g.start(store.Faults{})
+	if k := g.verify(rn2.r); k != 1 {
+		t.Fatalf("%d knocks, want 1", k)
+	}
+}
+
+// TestReconcilerDuplicateAndConflict: one input published twice with one
+// Nats-Msg-Id is stored once; a want with a stale expected sequence gets
+// ErrConflict.
+func TestReconcilerDuplicateAndConflict(t *testing.T) {
+	g := newRig(t, store.StreamConfig{})
+	ctx := context.Background()
+	w := events.Stamp(provOnly(), at0)
+	a1, err := g.pub.Append(ctx, "ace", w, store.WithMsgID("ctl-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := g.pub.Append(ctx, "ace", w, store.WithMsgID("ctl-1"))
+	if err != nil || !a2.Duplicate || a2.Seq != a1.Seq {
+		t.Fatalf("second append: %+v %v", a2, err)
+	}
+	_, err = g.pub.Append(ctx, "ace", w, store.WithExpectLastSubjectSeq(a1.Seq-1))
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale expectation: %v", err)
+	}
+	rn := g.start(store.Faults{})
+	g.planFor("ace", a1.Seq)
+	g.verify(rn.r)
+}
+
+// TestReconcilerMalformedBetweenGood: a message that cannot be decoded is
+// journaled for its node, counted, and the good ones around it fold.
+func TestReconcilerMalformedBetweenGood(t *testing.T) {
+	g := newRig(t, store.StreamConfig{})
+	w1 := g.append("ace", provOnly())
+	if _, err := g.js.Publish(context.Background(), "mesh.ace.have", []byte(`{"v":1,"at":`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.js.Publish(context.Background(), "mesh.NOT-A-NODE.have", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	m := store.NewMetrics(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, err := store.NewReconciler(ctx, g.js, store.ReconcilerConfig{Stream: g.cfg, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	g.planFor("ace", w1)
+	w2 := g.append("ace", provAndBroker())
+	g.planFor("ace", w2)
+	var journal *events.Journal
+	eventually(t, "the journal entry", func() bool {
+		jm, err := store.LastMsg(ctx, g.stream, g.cfg.Subjects(), g.cfg.Partitions, "ace", events.KindJournal)
+		if err != nil {
+			return false
+		}
+		journal, _ = jm.Event.Payload.(*events.Journal)
+		return journal != nil
+	})
+	if journal.Level != events.LevelError {
+		t.Errorf("journal %+v", journal)
+	}
+	if got := counter(m.Rejected); got != 1 {
+		t.Errorf("rejected = %v, want 1", got)
+	}
+	eventually(t, "the bad subject counted", func() bool { return counter(m.BadSubject) == 1 })
+	g.verify(r)
+}
+
+// TestReconcilerGracefulStopAndResume: a reconciler stopped gracefully
+// writes its snapshot; events published while none runs are folded by the
+// next one, which continues from the snapshot.
+func TestReconcilerGracefulStopAndResume(t *testing.T) {
+	g := newRig(t, store.StreamConfig{})
+	rn := g.start(store.Faults{})
+	p1 := g.planFor("ace", g.append("ace", provOnly()))
+	g.append("ace", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: p1})
+	g.append("ace", &events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"})
+	eventually(t, "the refusal folded", func() bool {
+		st, ok := rn.r.Node("ace")
+		return ok && len(st.Owed) == 1
+	})
+	rn.stop(t)
+	// Published while no reconciler runs: folded from the snapshot on.
+	w2 := g.append("ace", provAndBroker())
+	rn2 := g.start(store.Faults{})
+	p2 := g.planFor("ace", w2)
+	g.append("ace", &events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: p2})
+	eventually(t, "the knock", func() bool { return g.knocksOf("ace") == 1 })
+	g.verify(rn2.r)
+}
+
+// TestReconcilerRandomKills drives several nodes through incident 1 while
+// the reconciler is killed at random points of its loop, again and again;
+// in the end every effect is stored exactly once and every state equals
+// the pure fold (DESIGN.md §5.1, §5.3).
+func TestReconcilerRandomKills(t *testing.T) {
+	g := newRig(t, store.StreamConfig{})
+	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
+	nodes := []string{"ace", "shanks", "novox", "luffy"}
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.incident1(n)
+			g.rounds(n, killRounds)
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+
+	kills := 0
+	for done := false; !done; {
+		var mu sync.Mutex
+		countdown := 1 + rng.IntN(5)
+		hook := func(int, uint64) error {
+			mu.Lock()
+			defer mu.Unlock()
+			countdown--
+			if countdown == 0 {
+				return errCrash
+			}
+			return nil
+		}
+		var f store.Faults
+		switch rng.IntN(3) {
+		case 0:
+			f.AfterFold = hook
+		case 1:
+			f.AfterPublish = hook
+		case 2:
+			f.AfterCheckpoint = hook
+		}
+		rn := g.start(f)
+		select {
+		case err := <-rn.done:
+			rn.done <- err
+			if !errors.Is(err, errCrash) {
+				t.Fatalf("reconciler ended with %v", err)
+			}
+			kills++
+		case <-finished:
+			rn.cancel()
+			if err := rn.wait(t); err != nil && !errors.Is(err, errCrash) {
+				t.Fatalf("reconciler ended with %v", err)
+			}
+			done = true
+		}
+	}
+	rn := g.start(store.Faults{})
+	eventually(t, "every knock", func() bool { return allKnocked(g, nodes) })
+	if k := g.verify(rn.r); k != len(nodes)*(1+killRounds) {
+		t.Fatalf("%d knocks for %d nodes", k, len(nodes))
+	}
+	if kills < 10 {
+		t.Fatalf("only %d kills: the test did not exercise restarts", kills)
+	}
+	t.Logf("%d kills", kills)
+}
+
+// killRounds is how many write-failure rounds each node plays after
+// incident 1 in TestReconcilerRandomKills; each brings one knock.
+const killRounds = 6
+
+// rounds plays n rounds on node after incident 1: a new build of the
+// broker, its settle, a write that fails, and the have that knocks it.
+func (g *rig) rounds(node string, n int) {
+	for i := range n {
+		w := provAndBroker()
+		w.Modules[1].Build = fmt.Sprintf("g:%d", i+2)
+		p := g.planFor(node, g.append(node, w))
+		g.append(node, &events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: p})
+		g.append(node, &events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonWriteFailed, Plan: p, Writer: "prov", Error: "disk full"})
+		g.append(node, &events.Have{Modules: []events.HaveModule{{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"}}})
+		deadline := time.Now().Add(10 * time.Second)
+		for g.knocksOf(node) != i+2 {
+			if time.Now().After(deadline) {
+				g.t.Errorf("node %s round %d: %d knocks", node, i, g.knocksOf(node))
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+func allKnocked(g *rig, nodes []string) bool {
+	for _, n := range nodes {
+		if g.knocksOf(n) != 1+killRounds {
+			return false
+		}
+	}
+	return true
+}
+
+func counter(c prometheus.Counter) float64 { return testutil.ToFloat64(c) }
+
+// testLogger logs through t, so a failing test shows what the loop said.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
