@@ -254,6 +254,9 @@ func TestStartAppliesNewestPlanAndRestart(t *testing.T) {
 	p3 := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:2"})
 	e.waitEvent(t, "ace", events.KindSettle, settleOf(p3))
 	a.stop()
+	if info, err := e.stream.Info(ctxT(t)); err != nil || info.State.Consumers != 0 {
+		t.Errorf("consumers left on the server after the agent stopped: %v (%v)", info.State.Consumers, err)
+	}
 
 	e.startAgentIn(t, "ace", root, state, nil)
 	var n int
