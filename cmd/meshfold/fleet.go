@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
+
+	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -93,21 +97,55 @@ func runFleet(ctx context.Context, a *app, asJSON bool, stale, warnings time.Dur
 
 // loadFleet reads every snapshot in one ordered pass and makes its row;
 // a snapshot that cannot be decoded makes an error row, not a failure.
+// Decoding is most of the cost (encoding/json took 0.55 s for 10,000
+// states of 4.6 kB here), so it uses segmentio's decoder, which the events
+// package already uses for payloads, and one worker per CPU.
 func loadFleet(ctx context.Context, snaps *store.Snapshots, now time.Time, stale time.Duration) ([]audit.FleetRow, error) {
-	var rows []audit.FleetRow
+	type raw struct {
+		node string
+		data []byte
+	}
+	var all []raw
 	err := snaps.LoadAll(ctx, func(node string, data []byte) error {
-		st, err := reconcile.UnmarshalState(data)
-		if err != nil {
-			rows = append(rows, audit.FleetErrorRow(node, err))
-			return nil
-		}
-		rows = append(rows, audit.FleetRowOf(st, now, stale))
+		all = append(all, raw{node, data})
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load snapshots: %w", err)
 	}
+	rows := make([]audit.FleetRow, len(all))
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(all)/256))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(all); i += workers {
+				st, err := decodeState(all[i].data)
+				if err != nil {
+					rows[i] = audit.FleetErrorRow(all[i].node, err)
+					continue
+				}
+				rows[i] = audit.FleetRowOf(st, now, stale)
+			}
+		}()
+	}
+	wg.Wait()
 	return rows, nil
+}
+
+// decodeState is reconcile.UnmarshalState with a faster decoder: the same
+// JSON, the same invariant check (TestDecodeStateMatches holds them
+// equal).
+func decodeState(data []byte) (*reconcile.State, error) {
+	s := new(reconcile.State)
+	if err := segjson.Unmarshal(data, s); err != nil {
+		return nil, fmt.Errorf("decode state: %w", err)
+	}
+	if err := s.CheckInvariants(); err != nil {
+		return nil, fmt.Errorf("decode state: %w", err)
+	}
+	return s, nil
 }
 
 // journalWarnings counts, per node, the journal entries of level warn or
