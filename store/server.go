@@ -137,7 +137,7 @@ type slogAdapter struct{ l *slog.Logger }
 
 var _ server.Logger = (*slogAdapter)(nil)
 
-func (a *slogAdapter) Noticef(format string, v ...any) { a.l.Info(fmt.Sprintf(format, v...)) }
+func (a *slogAdapter) Noticef(format string, v ...any) { a.l.Debug(fmt.Sprintf(format, v...)) }
 func (a *slogAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
 func (a *slogAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
 func (a *slogAdapter) Fatalf(format string, v ...any) {

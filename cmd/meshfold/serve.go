@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/store"
+)
+
+func init() {
+	register(newServeCmd)
+	register(newReconcileCmd)
+}
+
+// loopFlags configure the reconciler loop, in serve and reconcile.
+type loopFlags struct {
+	partitions       int
+	replicas         int
+	dedup            time.Duration
+	maxAge           time.Duration
+	maxBytes         int64
+	snapshotEvery    int
+	snapshotInterval time.Duration
+	metrics          string
+}
+
+func (f *loopFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.IntVar(&f.partitions, "partitions", 0, "partitions of a new stream (default 16); fixed for the stream's life, 0 adopts an existing stream's")
+	fl.IntVar(&f.replicas, "replicas", 0, "stream and snapshot replicas (default 1 for a new stream; 3 on a cluster); 0 keeps an existing stream's")
+	fl.DurationVar(&f.dedup, "dedup-window", 0, "the stream's Nats-Msg-Id dedup window (default 2m)")
+	fl.DurationVar(&f.maxAge, "max-age", 0, "drop events older than this (default: keep all history for audit)")
+	fl.Int64Var(&f.maxBytes, "max-bytes", 0, "cap the stream's size in bytes, dropping the oldest events (default: no cap)")
+	fl.IntVar(&f.snapshotEvery, "snapshot-every", store.DefaultSnapshotEvery, "write a partition's snapshot after this many events")
+	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", store.DefaultSnapshotInterval, "write a partition's snapshot at least this often while events arrive")
+	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on HOST:PORT at /metrics (default: off)")
+}
+
+func (f *loopFlags) stream(s streamFlags) store.StreamConfig {
+	return store.StreamConfig{Name: s.name, Prefix: s.prefix, Partitions: f.partitions, Replicas: f.replicas,
+		Duplicates: f.dedup, MaxAge: f.maxAge, MaxBytes: f.maxBytes}
+}
+
+func newServeCmd(a *app) *cobra.Command {
+	var (
+		data   string
+		listen string
+		lf     loopFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run an embedded NATS server with JetStream, the event stream and the reconciler",
+		Long: `serve is meshfold on one machine: an embedded nats-server with JetStream (file
+storage under --data), the event stream, the snapshot bucket, the reconciler and
+its state service, in one process. Other roles (node, provision, want, ...)
+connect to the NATS URL it prints.
+
+The file store fsyncs every 2 minutes: a crash of this process loses nothing
+acknowledged, a power loss can lose the last moments. Run a NATS cluster with
+three replicas when that matters (see docs/operations.md).`,
+		Example: `  meshfold serve
+  meshfold serve --data /var/lib/meshfold --listen 0.0.0.0:4222 --metrics 127.0.0.1:9090`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := a.logger()
+			if err != nil {
+				return err
+			}
+			abs, err := filepath.Abs(data)
+			if err != nil {
+				return err
+			}
+			srv, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: abs, Listen: listen, ServerName: "meshfold", Logger: log})
+			if err != nil {
+				return err
+			}
+			defer srv.Shutdown()
+			nc, err := srv.Connect(nats.Name("meshfold serve"))
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			return runReconciler(cmd.Context(), a, log, nc, lf, func(cfg store.StreamConfig) {
+				fmt.Fprintf(a.stdout, "meshfold: serving NATS at %s; stream %s (%d partitions, prefix %q); data in %s\n",
+					srv.ClientURL(), cfg.Name, cfg.Partitions, cfg.Prefix, abs)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&data, "data", "meshfold-data", "directory of the JetStream file store")
+	cmd.Flags().StringVar(&listen, "listen", store.DefaultListen, "client listen address HOST:PORT (port 0: a random one)")
+	a.stream.add(cmd)
+	lf.add(cmd)
+	return cmd
+}
+
+func newReconcileCmd(a *app) *cobra.Command {
+	var lf loopFlags
+	cmd := &cobra.Command{
+		Use:   "reconcile",
+		Short: "Run the reconciler alone against any NATS deployment",
+		Long: `reconcile runs the reconciler against an existing NATS server or cluster: it
+creates or adopts the event stream and the snapshot bucket, folds every node's
+events and publishes plans, knocks and journal entries, and answers state
+requests. Connect with a URL list, a creds file, an NKey seed, TLS, or a nats
+CLI context.`,
+		Example: `  meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --creds reconciler.creds
+  meshfold reconcile --context prod`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := a.logger()
+			if err != nil {
+				return err
+			}
+			nc, err := a.conn.connect("meshfold reconcile", a)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			return runReconciler(cmd.Context(), a, log, nc, lf, func(cfg store.StreamConfig) {
+				fmt.Fprintf(a.stdout, "meshfold: reconciling stream %s (%d partitions, prefix %q, %d replicas) on %s\n",
+					cfg.Name, cfg.Partitions, cfg.Prefix, cfg.Replicas, nc.ConnectedUrlRedacted())
+			})
+		},
+	}
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	lf.add(cmd)
+	return cmd
+}
+
+// runReconciler ensures the stream, starts the state service and the
+// metrics endpoint, and folds until ctx is done; ready is called once the
+// stream is there.
+func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, lf loopFlags, ready func(store.StreamConfig)) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, cfg, err := store.EnsureStream(sctx, js, lf.stream(a.stream))
+	cancel()
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := store.NewMetrics(reg)
+	if lf.metrics != "" {
+		ln, err := net.Listen("tcp", lf.metrics)
+		if err != nil {
+			return fmt.Errorf("--metrics: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server", "err", err)
+			}
+		}()
+		defer hs.Close()
+		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	}
+	r, err := store.NewReconciler(ctx, js, store.ReconcilerConfig{Stream: cfg, Logger: log,
+		Metrics: metrics, SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval})
+	if err != nil {
+		return err
+	}
+	svc, err := store.AddStateService(nc, r.Node, store.StateServiceConfig{Prefix: cfg.Prefix})
+	if err != nil {
+		return err
+	}
+	defer svc.Stop()
+	ready(cfg)
+	log.Info("reconciler running", "stream", cfg.Name, "partitions", cfg.Partitions)
+	if err := r.Run(ctx); err != nil {
+		return err
+	}
+	log.Info("reconciler stopped; snapshots written")
+	return nil
+}
