@@ -206,7 +206,11 @@ func printFleet(w io.Writer, rows []audit.FleetRow) error {
 			needs++
 		}
 	}
-	fmt.Fprintf(&b, "-- %d nodes, %d need an operator\n", len(rows), needs)
+	noun := "nodes"
+	if len(rows) == 1 {
+		noun = "node"
+	}
+	fmt.Fprintf(&b, "-- %d %s, %d need an operator\n", len(rows), noun, needs)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
