@@ -17,7 +17,7 @@ func TestEmbeddedRestartKeepsAckedMessages(t *testing.T) {
 	ctx := testCtx(t)
 	dir := t.TempDir()
 	var logs bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	start := func() (*store.Embedded, *nats.Conn, jetstream.JetStream) {
 		t.Helper()
@@ -79,7 +79,7 @@ func TestEmbeddedRestartKeepsAckedMessages(t *testing.T) {
 			t.Errorf("message %d after restart: %v", seq, err)
 		}
 	}
-	if !strings.Contains(logs.String(), "level=INFO") || !strings.Contains(logs.String(), "component=nats-server") {
+	if !strings.Contains(logs.String(), "level=DEBUG") || !strings.Contains(logs.String(), "component=nats-server") {
 		t.Errorf("server log not routed through slog; got:\n%.500s", logs.String())
 	}
 }
