@@ -89,6 +89,12 @@ func (s Subjects) StoredPartition(p int, kinds ...Kind) []string {
 	return out
 }
 
+// StoredPartitionAll returns the stored-subject filter of every event of
+// partition p: <p>.<prefix>.*.*.
+func (s Subjects) StoredPartitionAll(p int) string {
+	return strconv.Itoa(p) + "." + s.prefix() + ".*.*"
+}
+
 // Parse splits a plain or stored subject into node and kind. The partition
 // token, when there, is checked to be a number and dropped.
 //

@@ -1,0 +1,353 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// history simulates a fleet's stream exactly as the reconciler would write
+// it: input events with the effects of each appended right after it, each
+// at the sequence it will have on a fresh stream.
+type history struct {
+	msgs  []*nats.Msg
+	nodes int
+}
+
+// simulate builds a history of about n input events over nodes nodes: per
+// node and round, a want every tenth round, a settle of the latest plan, two
+// haves, a refusal and two filled writes.
+func simulate(n, nodes int) *history {
+	subj := events.Subjects{}
+	states := make([]*reconcile.State, nodes)
+	plans := make([]uint64, nodes)
+	for i := range states {
+		states[i] = reconcile.NewState(fmt.Sprintf("node-%05d", i))
+	}
+	h := &history{nodes: nodes}
+	seq := uint64(0)
+	at := time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC)
+	add := func(i int, p events.Payload, id string) {
+		seq++
+		if events.HeaderOf(p).V == 0 {
+			events.Stamp(p, at)
+		}
+		data, err := events.Encode(p)
+		if err != nil {
+			panic(err)
+		}
+		m := nats.NewMsg(subj.Event(states[i].Node, p.Kind()))
+		m.Data = data
+		if id != "" {
+			m.Header.Set(jetstream.MsgIDHeader, id)
+		}
+		h.msgs = append(h.msgs, m)
+	}
+	var fold func(i int, p events.Payload, id string)
+	fold = func(i int, p events.Payload, id string) {
+		add(i, p, id)
+		if p.Kind() == events.KindKnock || p.Kind() == events.KindJournal {
+			return
+		}
+		effs := states[i].Fold(events.Event{Seq: seq, Node: states[i].Node, Kind: p.Kind(), Payload: p, Time: at})
+		if p.Kind() == events.KindPlan {
+			plans[i] = seq
+		}
+		for _, e := range effs {
+			fold(i, e.Payload, e.ID())
+		}
+	}
+	digest := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for r := 0; len(h.msgs) < n; r++ {
+		build := fmt.Sprintf("b%d", r/10)
+		for i := range nodes {
+			if r%10 == 0 {
+				fold(i, &events.Want{Modules: []events.WantModule{
+					{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+					{Name: "postgres", Build: "pg:" + build, RunsAs: "postgres", Files: []events.File{{Path: "/etc/postgres/pw", Mode: "0600"}}},
+					{Name: "restic", Build: "r:" + build, RunsAs: "restic", Files: []events.File{{Path: "/etc/restic/key", Mode: "0600"}}},
+					{Name: "power", Build: "w:1", RunsAs: "power"},
+				}}, "")
+			}
+			have := func() *events.Have {
+				return &events.Have{Modules: []events.HaveModule{
+					{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"},
+					{Name: "postgres", Build: "pg:" + build, State: events.Running, Account: "postgres"},
+					{Name: "restic", Build: "r:" + build, State: events.Running, Account: "restic"},
+					{Name: "power", Build: "w:1", State: events.Running, Account: "power"},
+				}}
+			}
+			fold(i, &events.Settle{Module: "postgres", Op: events.OpApply, Plan: plans[i]}, "")
+			fold(i, have(), "")
+			fold(i, &events.Refusal{Module: "restic", Path: "/etc/restic/new", Reason: events.ReasonUndeclared, Plan: plans[i], Writer: "prov"}, "")
+			fold(i, &events.Filled{Module: "postgres", Path: "/etc/postgres/pw", Plan: plans[i], Digest: digest}, "")
+			fold(i, &events.Filled{Module: "restic", Path: "/etc/restic/key", Plan: plans[i], Digest: digest}, "")
+			fold(i, have(), "")
+		}
+	}
+	return h
+}
+
+// load publishes the history on a fresh stream, in order, and returns the
+// stream's last sequence.
+func (h *history) load(tb testing.TB, js jetstream.JetStream) uint64 {
+	ctx := context.Background()
+	var last uint64
+	const window = 2000
+	futs := make([]jetstream.PubAckFuture, 0, window)
+	flush := func() {
+		for _, f := range futs {
+			select {
+			case a := <-f.Ok():
+				last = max(last, a.Sequence)
+			case err := <-f.Err():
+				tb.Fatal(err)
+			}
+		}
+		futs = futs[:0]
+	}
+	for _, m := range h.msgs {
+		f, err := js.PublishMsgAsync(m)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		futs = append(futs, f)
+		if len(futs) == window {
+			flush()
+		}
+	}
+	flush()
+	_ = ctx
+	return last
+}
+
+// rawConsume reads the partitions' input kinds with one ordered consumer a
+// partition, in parallel, as the reconciler does, until want messages have
+// arrived (they may still be being published), and returns how long that
+// took.
+func rawConsume(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, want int) time.Duration {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	var got atomic.Int64
+	all := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	for p := range cfg.Partitions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cons, err := js.OrderedConsumer(ctx, cfg.Name, jetstream.OrderedConsumerConfig{FilterSubjects: []string{fmt.Sprintf("%d.%s.*.*", p, cfg.Prefix)}})
+			if err != nil {
+				tb.Error(err)
+				return
+			}
+			it, err := cons.Messages()
+			if err != nil {
+				tb.Error(err)
+				return
+			}
+			go func() { <-ctx.Done(); it.Stop() }()
+			for {
+				m, err := it.Next()
+				if err != nil {
+					return
+				}
+				_ = m.Data()
+				if got.Add(1) == int64(want) {
+					once.Do(func() { close(all) })
+				}
+			}
+		}()
+	}
+	<-all
+	took := time.Since(start)
+	cancel()
+	wg.Wait()
+	return took
+}
+
+// catchUp runs a reconciler from the stream's snapshots and returns how
+// long until every partition's checkpoint covers its last input event, and
+// the reconciler, still running: stop it with cancel and wait on done.
+func catchUp(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, targets map[int]uint64) (time.Duration, *store.Reconciler, context.CancelFunc, chan error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	snaps, err := store.OpenSnapshots(ctx, js, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	start := time.Now()
+	r, err := store.NewReconciler(ctx, js, store.ReconcilerConfig{Stream: cfg})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	took := waitCheckpoints(tb, snaps, targets, start)
+	return took, r, cancel, done
+}
+
+// waitCheckpoints waits until each partition's checkpoint reaches its
+// target and returns the time since start.
+func waitCheckpoints(tb testing.TB, snaps *store.Snapshots, targets map[int]uint64, start time.Time) time.Duration {
+	for p, want := range targets {
+		for {
+			ck, err := snaps.Checkpoint(context.Background(), p)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if ck >= want {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	return time.Since(start)
+}
+
+// inputTargets returns, per partition, the sequence of its last input
+// event in the stream.
+func inputTargets(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig) map[int]uint64 {
+	stream, err := js.Stream(context.Background(), cfg.Name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[int]uint64{}
+	for p := range cfg.Partitions {
+		for _, f := range cfg.Subjects().StoredPartition(p, events.InputKinds...) {
+			if m, err := stream.GetLastMsgForSubject(context.Background(), f); err == nil {
+				out[p] = max(out[p], m.Sequence)
+			}
+		}
+	}
+	return out
+}
+
+func inputCount(h *history) int {
+	n := 0
+	for _, m := range h.msgs {
+		if _, kind, _ := (events.Subjects{}).Parse(m.Subject); kind != events.KindKnock && kind != events.KindJournal {
+			n++
+		}
+	}
+	return n
+}
+
+// BenchmarkReconcilerThroughput folds a 100k-event history over 1,000
+// nodes whose effects are already stored (as after a crash: each is
+// checked and skipped) and compares the time with a raw read of the same
+// messages by the same kind of consumer, in the same run. Target: at least
+// 75 % of the raw rate.
+//
+//	go test ./store -run '^$' -bench ReconcilerThroughput -benchtime 1x
+func BenchmarkReconcilerThroughput(b *testing.B) {
+	h := simulate(100_000, 1_000)
+	n := len(h.msgs)
+	for range b.N {
+		_, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
+		h.load(b, js)
+		raw := rawConsume(b, js, cfg, n)
+		runtime.GC()
+		took, _, cancel, done := catchUp(b, js, cfg, inputTargets(b, js, cfg))
+		cancel()
+		<-done
+		b.ReportMetric(float64(n)/raw.Seconds(), "raw-events/s")
+		b.ReportMetric(float64(n)/took.Seconds(), "fold-events/s")
+		b.ReportMetric(raw.Seconds()/took.Seconds(), "ratio")
+	}
+}
+
+// BenchmarkReconcilerLive publishes 100k input events (wants, haves) over
+// 1,000 nodes while a reconciler runs, from the first publish to the
+// checkpoint covering the last one: consume, fold, publish the plans they
+// cause, checkpoint. The baseline, in the same run, is a raw consumer
+// reading while the same events are published.
+func BenchmarkReconcilerLive(b *testing.B) {
+	h := simulate(200_000, 1_000)
+	var inputs []*nats.Msg
+	for _, m := range h.msgs {
+		if _, kind, _ := (events.Subjects{}).Parse(m.Subject); kind == events.KindWant || kind == events.KindHave {
+			inputs = append(inputs, m)
+		}
+	}
+	live := &history{msgs: inputs[:min(len(inputs), 100_000)]}
+	for range b.N {
+		_, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
+		var raw time.Duration
+		done := make(chan struct{})
+		go func() { raw = rawConsume(b, js, cfg, len(live.msgs)); close(done) }()
+		live.load(b, js)
+		<-done
+
+		_, _, js2, _, cfg2 := storetest.StartStream(b, store.StreamConfig{})
+		ctx, cancel := context.WithCancel(context.Background())
+		r, err := store.NewReconciler(ctx, js2, store.ReconcilerConfig{Stream: cfg2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		stopped := make(chan error, 1)
+		go func() { stopped <- r.Run(ctx) }()
+		snaps, err := store.OpenSnapshots(ctx, js2, cfg2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		live.load(b, js2)
+		took := waitCheckpoints(b, snaps, inputTargets(b, js2, cfg2), start)
+		cancel()
+		<-stopped
+		b.ReportMetric(float64(len(live.msgs))/raw.Seconds(), "raw-events/s")
+		b.ReportMetric(float64(len(live.msgs))/took.Seconds(), "fold-events/s")
+		b.ReportMetric(raw.Seconds()/took.Seconds(), "ratio")
+	}
+}
+
+// BenchmarkReconcilerRecovery measures a restart with snapshots after a
+// short and a long history: the time for a new reconciler to catch up with
+// a tail of haves stored while none ran. With snapshots it should not
+// depend on the history's length (target: 1M / 10k ≤ 1.5). After the long
+// history (10,000 nodes) it reports the heap per node.
+//
+//	go test ./store -run '^$' -bench ReconcilerRecovery -benchtime 1x -timeout 30m
+func BenchmarkReconcilerRecovery(b *testing.B) {
+	for _, size := range []int{10_000, 1_000_000} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			h := simulate(size, min(10_000, size/10))
+			var tail []*nats.Msg
+			for _, m := range h.msgs[len(h.msgs)-4000:] {
+				if _, kind, _ := (events.Subjects{}).Parse(m.Subject); kind == events.KindHave {
+					tail = append(tail, m)
+				}
+			}
+			for range b.N {
+				_, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
+				h.load(b, js)
+				_, r, cancel, done := catchUp(b, js, cfg, inputTargets(b, js, cfg))
+				runtime.GC()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				nodes := len(r.Nodes())
+				cancel()
+				<-done
+				(&history{msgs: tail}).load(b, js)
+				took, _, cancel2, done2 := catchUp(b, js, cfg, inputTargets(b, js, cfg))
+				cancel2()
+				<-done2
+				b.ReportMetric(took.Seconds()*1000, "restart-ms")
+				b.ReportMetric(float64(ms.HeapAlloc)/float64(nodes), "heap-B/node")
+			}
+		})
+	}
+}
