@@ -1,0 +1,185 @@
+package events_test
+
+import (
+	"errors"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+const at = `"at":"2026-11-03T20:50:00Z"`
+
+func TestDecodeValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		kind  events.Kind
+		json  string
+		err   error  // nil: valid
+		field string // the field the error names
+	}{
+		{"want ok", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"/etc/pg","mode":"0600"}]}]}`, nil, ""},
+		{"unknown field ignored", events.KindWant, `{"v":1,` + at + `,"modules":[],"extra":1}`, nil, ""},
+		{"missing v", events.KindWant, `{` + at + `,"modules":[]}`, events.ErrVersion, "v"},
+		{"missing at", events.KindWant, `{"v":1,"modules":[]}`, events.ErrMissing, "at"},
+		{"newer v", events.KindWant, `{"v":2,` + at + `,"modules":[]}`, events.ErrNewerVersion, ""},
+		{"newer v, other shape", events.KindWant, `{"v":3,` + at + `,"modules":"all"}`, events.ErrNewerVersion, ""},
+		{"not json", events.KindHave, `{"v":1,`, events.ErrMalformed, ""},
+		{"bad module name", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"Pg","build":"b"}]}`, events.ErrBadName, "modules[0].name"},
+		{"name too long", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"` + strings.Repeat("a", 64) + `","build":"b"}]}`, events.ErrBadName, "modules[0].name"},
+		{"name starts with dash", events.KindApprove, `{"v":1,` + at + `,"module":"-x","build":"b","by":"o"}`, events.ErrBadName, "module"},
+		{"empty build", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":""}]}`, events.ErrMissing, "modules[0].build"},
+		{"relative path", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"etc/pg","mode":"0600"}]}]}`, events.ErrBadPath, "modules[0].files[0].path"},
+		{"dotdot path", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"/etc/../pg","mode":"0600"}]}]}`, events.ErrBadPath, "modules[0].files[0].path"},
+		{"trailing slash", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"/etc/pg/","mode":"0600"}]}]}`, events.ErrBadPath, "modules[0].files[0].path"},
+		{"NUL in path", events.KindRefusal, `{"v":1,` + at + `,"module":"pg","path":"/etc/p\u0000g","reason":"undeclared","plan":0,"writer":"w"}`, events.ErrBadPath, "path"},
+		{"mode not octal", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"/p","mode":"0800"}]}]}`, events.ErrBadMode, "modules[0].files[0].mode"},
+		{"mode too long", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"/p","mode":"00600"}]}]}`, events.ErrBadMode, "modules[0].files[0].mode"},
+		{"two provisioners", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"a","build":"b","provisioner":true},{"name":"c","build":"b","provisioner":true}]}`, events.ErrProvisioners, "modules[1].provisioner"},
+		{"duplicate module", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"a","build":"b"},{"name":"a","build":"c"}]}`, events.ErrDuplicate, "modules[1].name"},
+		{"path declared twice", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"a","build":"b","files":[{"path":"/p","mode":"600"}]},{"name":"c","build":"b","files":[{"path":"/p","mode":"600"}]}]}`, events.ErrDuplicate, "modules[1].files[0].path"},
+		{"approve without by", events.KindApprove, `{"v":1,` + at + `,"module":"a","build":"b"}`, events.ErrMissing, "by"},
+		{"have running without build", events.KindHave, `{"v":1,` + at + `,"modules":[{"name":"a","build":"","state":"running"}]}`, events.ErrMissing, "modules[0].build"},
+		{"have stopped without build", events.KindHave, `{"v":1,` + at + `,"modules":[{"name":"a","build":"","state":"stopped"}]}`, nil, ""},
+		{"have bad state", events.KindHave, `{"v":1,` + at + `,"modules":[{"name":"a","build":"b","state":"dead"}]}`, events.ErrBadValue, "modules[0].state"},
+		{"settle empty module", events.KindSettle, `{"v":1,` + at + `,"module":"","op":"apply","plan":3}`, nil, ""},
+		{"settle without plan", events.KindSettle, `{"v":1,` + at + `,"module":"a","op":"apply","plan":0}`, events.ErrMissing, "plan"},
+		{"settle bad op", events.KindSettle, `{"v":1,` + at + `,"module":"a","op":"done","plan":3}`, events.ErrBadValue, "op"},
+		{"refusal plan 0", events.KindRefusal, `{"v":1,` + at + `,"module":"a","path":"/p","reason":"no-account","plan":0,"writer":"w"}`, nil, ""},
+		{"refusal without writer", events.KindRefusal, `{"v":1,` + at + `,"module":"a","path":"/p","reason":"no-account","plan":0}`, events.ErrMissing, "writer"},
+		{"refusal bad reason", events.KindRefusal, `{"v":1,` + at + `,"module":"a","path":"/p","reason":"nope","plan":0,"writer":"w"}`, events.ErrBadValue, "reason"},
+		{"filled without digest", events.KindFilled, `{"v":1,` + at + `,"module":"a","path":"/p","plan":1}`, events.ErrMissing, "digest"},
+		{"journal bad level", events.KindJournal, `{"v":1,` + at + `,"level":"debug","msg":"m","cause":1}`, events.ErrBadValue, "level"},
+		{"unknown kind", events.Kind("fill"), `{}`, events.ErrUnknownKind, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := events.Decode(tc.kind, []byte(tc.json))
+			if tc.err == nil {
+				if err != nil {
+					t.Fatalf("Decode: %v", err)
+				}
+				if p.Kind() != tc.kind {
+					t.Fatalf("kind %s, want %s", p.Kind(), tc.kind)
+				}
+				return
+			}
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("Decode: %v, want %v", err, tc.err)
+			}
+			if tc.field != "" {
+				var fe *events.FieldError
+				if !errors.As(err, &fe) || fe.Field != tc.field || !errors.Is(err, events.ErrInvalid) {
+					t.Fatalf("error %v: want a field error on %s matching ErrInvalid", err, tc.field)
+				}
+			}
+		})
+	}
+}
+
+func TestDecodeStrictRefusesUnknownFields(t *testing.T) {
+	data := []byte(`{"v":1,` + at + `,"modules":[{"name":"a","build":"b","runs_ass":"x"}]}`)
+	if _, err := events.Decode(events.KindWant, data); err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	_, err := events.DecodeStrict(events.KindWant, data)
+	if !errors.Is(err, events.ErrMalformed) || !strings.Contains(err.Error(), "runs_ass") {
+		t.Fatalf("DecodeStrict: %v, want the unknown field named", err)
+	}
+}
+
+func TestEncodeRoundTrip(t *testing.T) {
+	w := events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "nats", Build: "n:1", RunsAs: "nats",
+		Files: []events.File{{Path: "/etc/nats/creds", Mode: "0600"}}, RequiresApproval: true}}}, time.Date(2026, 1, 2, 3, 4, 5, 6000, time.FixedZone("x", 3600)))
+	b, err := events.Encode(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// snake_case names exactly as DESIGN.md §3; at in UTC.
+	for _, want := range []string{`"v":1`, `"at":"2026-01-02T02:04:05.000006Z"`, `"runs_as":"nats"`, `"requires_approval":true`, `"mode":"0600"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %s", b, want)
+		}
+	}
+	p, err := events.Decode(events.KindWant, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.(*events.Want); got.Modules[0].Files[0] != w.Modules[0].Files[0] || !got.At.Equal(w.At) {
+		t.Fatalf("round trip: %+v", got)
+	}
+}
+
+func TestSubjects(t *testing.T) {
+	s := events.Subjects{}
+	if got := s.Event("ace", events.KindWant); got != "mesh.ace.want" {
+		t.Errorf("Event = %s", got)
+	}
+	if got := s.Fill("ace"); got != "mesh.ace.fill" {
+		t.Errorf("Fill = %s", got)
+	}
+	for _, sub := range s.Input() {
+		if strings.HasSuffix(sub, ".fill") {
+			t.Errorf("the stream must never capture fill requests: %s", sub)
+		}
+	}
+	if len(s.Input()) != len(events.Kinds) {
+		t.Errorf("Input = %v", s.Input())
+	}
+	src, dst := s.Transform(16)
+	if src != "mesh.*.*" || dst != "{{partition(16,1)}}.mesh.{{wildcard(1)}}.{{wildcard(2)}}" {
+		t.Errorf("Transform = %s → %s", src, dst)
+	}
+	// The partition is FNV-1a 32 of the node name mod N, as the server's
+	// transform computes it.
+	h := fnv.New32a()
+	h.Write([]byte("shanks"))
+	if got, want := events.Partition("shanks", 16), int(h.Sum32()%16); got != want {
+		t.Errorf("Partition = %d, want %d", got, want)
+	}
+	p := events.Partition("ace", 16)
+	stored := s.Stored("ace", events.KindKnock, 16)
+	for _, subject := range []string{"mesh.ace.knock", stored} {
+		node, kind, err := s.Parse(subject)
+		if err != nil || node != "ace" || kind != events.KindKnock {
+			t.Errorf("Parse(%s) = %s %s %v", subject, node, kind, err)
+		}
+	}
+	if want := strconv.Itoa(p) + ".mesh.ace.knock"; stored != want {
+		t.Errorf("Stored = %s, partition %d", stored, p)
+	}
+	for _, bad := range []string{"mesh.ACE.want", "x.mesh.ace.want", "other.ace.want", "mesh.ace", "mesh.ace.want.x"} {
+		if _, _, err := s.Parse(bad); !errors.Is(err, events.ErrBadSubject) {
+			t.Errorf("Parse(%s): %v, want ErrBadSubject", bad, err)
+		}
+	}
+	if _, _, err := s.Parse("mesh.ace.fill"); !errors.Is(err, events.ErrUnknownKind) {
+		t.Errorf("Parse(fill): %v, want ErrUnknownKind", err)
+	}
+	if got := (events.Subjects{Prefix: "prod"}).Event("ace", events.KindHave); got != "prod.ace.have" {
+		t.Errorf("prefixed Event = %s", got)
+	}
+}
+
+func TestDecodeEventKeepsBadPayloads(t *testing.T) {
+	ev, err := events.Subjects{}.DecodeEvent("3.mesh.ace.have", []byte(`nope`), 7, time.Unix(5, 0))
+	if err != nil {
+		t.Fatalf("DecodeEvent: %v", err)
+	}
+	if ev.Payload != nil || !errors.Is(ev.Err, events.ErrMalformed) || ev.Node != "ace" || ev.Seq != 7 || !ev.At().Equal(time.Unix(5, 0)) {
+		t.Fatalf("event %+v", ev)
+	}
+	if _, err := (events.Subjects{}).DecodeEvent("mesh.A.have", nil, 1, time.Time{}); !errors.Is(err, events.ErrBadSubject) {
+		t.Fatalf("bad subject: %v", err)
+	}
+}
+
+func TestModePerm(t *testing.T) {
+	for mode, want := range map[events.Mode]uint32{"0600": 0o600, "644": 0o644, "4755": 0o4755} {
+		if got := mode.Perm(); got != want {
+			t.Errorf("%s.Perm() = %o, want %o", mode, got, want)
+		}
+	}
+}
