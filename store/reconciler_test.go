@@ -599,3 +599,55 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestReconcilerServerRestart restarts the embedded server on the same
+// data directory in the middle of incident 1: every acknowledged event is
+// still there, and a reconciler on the restarted server folds on from its
+// snapshot to the one knock.
+func TestReconcilerServerRestart(t *testing.T) {
+	dir := t.TempDir()
+	boot := func() (*store.Embedded, *rig) {
+		srv, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Listen: "127.0.0.1:0", ServerName: "restart"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := srv.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream, cfg, err := store.EnsureStream(context.Background(), js, store.StreamConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close(); srv.Shutdown() })
+		return srv, &rig{t: t, js: js, stream: stream, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects())}
+	}
+	srv, g := boot()
+	rn := g.start(store.Faults{})
+	p1 := g.planFor("ace", g.append("ace", provOnly()))
+	g.append("ace", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: p1})
+	refusal := g.append("ace", &events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"})
+	w2 := g.append("ace", provAndBroker())
+	rn.stop(t)
+	srv.Shutdown()
+
+	_, g = boot()
+	msgs := g.all()
+	if len(msgs) == 0 || msgs[len(msgs)-1].Event.Seq < w2 {
+		t.Fatalf("after restart the stream ends at %d events, want through %d", len(msgs), w2)
+	}
+	rn = g.start(store.Faults{})
+	p2 := g.planFor("ace", w2)
+	g.append("ace", &events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: p2})
+	eventually(t, "the knock", func() bool { return g.knocksOf("ace") == 1 })
+	if k := g.verify(rn.r); k != 1 {
+		t.Fatalf("%d knocks", k)
+	}
+	if st, _ := rn.r.Node("ace"); st.LastKnock == nil || st.LastKnock.Owed[0].Plan != p1 || refusal == 0 {
+		t.Fatalf("last knock %+v", st.LastKnock)
+	}
+}
