@@ -50,6 +50,29 @@ type Config struct {
 	// or store.EnsureStream return it (its partition count must be the
 	// stream's). Zero fields take their defaults.
 	Stream store.StreamConfig
+	// Faults are test hooks; nil hooks do nothing.
+	Faults Faults
+}
+
+// Faults are hooks for tests that need to shape the timing of what the
+// agent publishes (the end-to-end race of incident 2 delays refusals as a
+// slow network would).
+type Faults struct {
+	// BeforePublish runs before each attempt to append an event the agent
+	// publishes (have, settle, refusal, filled), on the publishing
+	// goroutine.
+	BeforePublish func(events.Payload)
+}
+
+// faultyPublisher runs the BeforePublish hook before each append.
+type faultyPublisher struct {
+	next   publisher
+	before func(events.Payload)
+}
+
+func (f faultyPublisher) Append(ctx context.Context, node string, p events.Payload, opts ...store.AppendOpt) (store.Ack, error) {
+	f.before(p)
+	return f.next.Append(ctx, node, p, opts...)
 }
 
 // publisher is what the agent appends events through: a *store.Publisher
@@ -138,6 +161,10 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 		log = slog.Default()
 	}
 	cfg.Root, cfg.StateDir, cfg.Stream = root, state, cfg.Stream.WithDefaults()
+	var pub publisher = store.NewPublisher(js, cfg.Stream.Subjects())
+	if cfg.Faults.BeforePublish != nil {
+		pub = faultyPublisher{next: pub, before: cfg.Faults.BeforePublish}
+	}
 	return &Agent{
 		nc:       nc,
 		js:       js,
@@ -146,7 +173,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 		log:      log.With("node", cfg.Name),
 		rt:       cfg.Runtime,
 		key:      key,
-		pub:      store.NewPublisher(js, cfg.Stream.Subjects()),
+		pub:      pub,
 		haveKick: make(chan struct{}, 1),
 	}, nil
 }

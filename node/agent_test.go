@@ -75,6 +75,9 @@ func brief(ss []events.Settle) string {
 func TestSettlesPerChangedModule(t *testing.T) {
 	e := newEnv(t)
 	a := e.startAgent(t, "ace", nil)
+	// Serving fills means the agent read the (absent) newest plan and
+	// follows from there: every plan below is applied, none skipped.
+	e.fill(t, "ace", "alpha", "/etc/x", "prov", nil)
 	rt := filepath.Join(a.root, ReservedDir, "modules")
 	modA := events.PlanModule{Name: "alpha", Build: "a:1", RunsAs: "ua"}
 	modB := events.PlanModule{Name: "bravo", Build: "b:1", RunsAs: "ub"}
@@ -285,5 +288,28 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}
 	if _, err := New(e.nc, e.js, Config{Name: "ace", Root: filepath.Join(root, "missing"), StateDir: t.TempDir(), Runtime: dr}); err == nil {
 		t.Error("missing root accepted")
+	}
+}
+
+// The BeforePublish hook sees every event the agent publishes, before it
+// is appended.
+func TestFaultsBeforePublish(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	seen := map[events.Kind]int{}
+	e.startAgent(t, "ace", nil, func(c *Config) {
+		c.Faults.BeforePublish = func(p events.Payload) {
+			mu.Lock()
+			seen[p.Kind()]++
+			mu.Unlock()
+		}
+	})
+	seq := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:1"})
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(seq))
+	e.fill(t, "ace", "alpha", "/etc/x", "prov", []byte(secret))
+	mu.Lock()
+	defer mu.Unlock()
+	if seen[events.KindHave] == 0 || seen[events.KindSettle] != 1 || seen[events.KindRefusal] != 1 {
+		t.Errorf("hook saw %v, want have, one settle, one refusal", seen)
 	}
 }
