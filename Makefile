@@ -15,6 +15,10 @@ vet:
 serve:
 	$(GO) run ./cmd/meshfold serve
 
+## demo: incident 1 on node ace, everything in one process; prints the timeline
+demo:
+	$(GO) run ./cmd/meshfold demo
+
 ## bench: the benchmarks (figures are ratios against raw JetStream in the same run)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -223,3 +223,24 @@ func TestNodeAndProvisionVerbs(t *testing.T) {
 		t.Errorf("runtime record: %v", err)
 	}
 }
+
+// The demo plays incident 1 to its end: the file written, the knock that
+// caused it explained.
+func TestDemo(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if code := run(ctx, []string{"demo", "--dir", dir}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
+	}
+	for _, want := range []string{"refusal", "knock", "filled", "file written: " + filepath.Join(dir, "ace-root", "run", "mesh-build-go", "broker.creds"),
+		"mode 0600", "because of knock #", "due       settled plan"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "demo broker credential") {
+		t.Error("the demo printed the content")
+	}
+}

@@ -1,0 +1,381 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/provision"
+	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/store"
+)
+
+func init() { register(newDemoCmd) }
+
+// demoStep bounds each step of the demo.
+const demoStep = 30 * time.Second
+
+func newDemoCmd(a *app) *cobra.Command {
+	var (
+		dir  string
+		keep bool
+		logs bool
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Play incident 1 on node ace, everything in one process, and print its timeline",
+		Long: `demo starts everything in this process, in a temporary directory: an embedded
+NATS server with JetStream, the event stream, the reconciler, the node agent of
+node "ace" (writing under DIR/ace-root) and its provisioner client (filling from
+DIR/secrets, account "prov"). Then it plays incident 1 of DESIGN.md §2:
+
+  1. the controller wants the provisioner alone on ace; the plan settles;
+  2. the provisioner places mesh-build-go's broker credential before any
+     declaration names it: the node refuses it as undeclared;
+  3. the controller wants mesh-build-go with that file; the node applies and
+     settles the plan; the reconciler sees that the settled plan accepts the
+     refused write and publishes one knock;
+  4. the provisioner, knocked, fills again: the file is written.
+
+It prints ace's timeline as 'meshfold audit ace' would, the file written and
+why the knock was published. Nothing outside DIR is touched; DIR is removed at
+the end unless --keep or --dir is given.`,
+		Example: `  make demo
+  meshfold demo --keep          # keep the directory to look at the files
+  meshfold demo --logs          # also show every component's log lines`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDemo(cmd.Context(), a, dir, keep, logs)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&dir, "dir", "", "directory to run in (default: a new temporary one)")
+	fl.BoolVar(&keep, "keep", false, "keep the directory at the end")
+	fl.BoolVar(&logs, "logs", false, "show the components' log lines on stderr")
+	return cmd
+}
+
+// demoMesh is what the demo runs.
+type demoMesh struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	cfg    store.StreamConfig
+	pub    *store.Publisher
+	rc     atomic.Pointer[store.Reconciler]
+	events jetstream.MessagesContext // every event of ace, in stream order
+}
+
+func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err error) {
+	log := slog.New(slog.DiscardHandler)
+	if showLogs {
+		if log, err = a.logger(); err != nil {
+			return err
+		}
+	}
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "meshfold-demo-"); err != nil {
+			return err
+		}
+		if !keep {
+			defer os.RemoveAll(dir)
+		}
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return err
+	}
+	const name = "ace"
+	root, state, secrets := filepath.Join(dir, "ace-root"), filepath.Join(dir, "ace-state"), filepath.Join(dir, "secrets")
+	for _, d := range []string{root, secrets} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	const credsPath = "/run/mesh-build-go/broker.creds"
+	src := filepath.Join(secrets, "mesh-build-go", filepath.FromSlash(credsPath))
+	if err := os.MkdirAll(filepath.Dir(src), 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(src, []byte("demo broker credential for ace\n"), 0o600); err != nil {
+		return err
+	}
+
+	srv, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:0"})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	fmt.Fprintf(a.stdout, "meshfold demo: incident 1 on node %s, in %s\nNATS at %s (stream %s)\n\n", name, dir, srv.ClientURL(), store.DefaultStreamName)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stops []func()
+	defer func() {
+		cancel()
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+	// start runs one component on its own connection until the demo ends.
+	start := func(what string, run func(nc *nats.Conn, js jetstream.JetStream) error) error {
+		nc, err := srv.Connect(nats.Name("meshfold-demo-" + what))
+		if err != nil {
+			return err
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			nc.Close()
+			return err
+		}
+		done := make(chan error, 1)
+		go func() { done <- run(nc, js) }()
+		stops = append(stops, func() {
+			if err := <-done; err != nil {
+				fmt.Fprintf(a.stderr, "meshfold demo: %s: %v\n", what, err)
+			}
+			nc.Close()
+		})
+		return nil
+	}
+
+	m := &demoMesh{}
+	nc, err := srv.Connect(nats.Name("meshfold-demo"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if m.js, err = jetstream.New(nc); err != nil {
+		return err
+	}
+	if m.stream, m.cfg, err = store.EnsureStream(ctx, m.js, store.StreamConfig{}); err != nil {
+		return err
+	}
+	m.pub = store.NewPublisher(m.js, m.cfg.Subjects())
+	cons, err := m.js.OrderedConsumer(ctx, m.cfg.Name, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{m.cfg.Subjects().StoredNode(name, m.cfg.Partitions)}})
+	if err != nil {
+		return err
+	}
+	if m.events, err = cons.Messages(); err != nil {
+		return err
+	}
+	defer m.events.Stop()
+
+	if err := start("reconciler", func(_ *nats.Conn, js jetstream.JetStream) error {
+		r, err := store.NewReconciler(ctx, js, store.ReconcilerConfig{Stream: m.cfg, Logger: log.With("component", "reconciler")})
+		if err != nil {
+			return err
+		}
+		m.rc.Store(r)
+		return r.Run(ctx)
+	}); err != nil {
+		return err
+	}
+	rt, err := node.NewDirRuntime(filepath.Join(root, node.ReservedDir, "modules"))
+	if err != nil {
+		return err
+	}
+	if err := start("node", func(nc *nats.Conn, js jetstream.JetStream) error {
+		agent, err := node.New(nc, js, node.Config{Name: name, Root: root, StateDir: state, Runtime: rt,
+			Stream: m.cfg, Logger: log.With("component", "node")})
+		if err != nil {
+			return err
+		}
+		return agent.Run(ctx)
+	}); err != nil {
+		return err
+	}
+	if err := start("provisioner", func(nc *nats.Conn, js jetstream.JetStream) error {
+		c, err := provision.New(nc, js, provision.Config{Node: name, From: secrets, Account: "prov",
+			Stream: m.cfg, Logger: log.With("component", "provision")})
+		if err != nil {
+			return err
+		}
+		return c.Run(ctx)
+	}); err != nil {
+		return err
+	}
+
+	provisioner := events.WantModule{Name: "provisioner", Build: "src2:9f1c", RunsAs: "prov", Provisioner: true}
+	mbg := events.WantModule{Name: "mesh-build-go", Build: "src2:77aa", RunsAs: "mbg",
+		Files: []events.File{{Path: credsPath, Mode: "0600"}}}
+
+	// 1. The provisioner alone; wait until its plan settled.
+	w1, err := m.want(ctx, name, provisioner)
+	if err != nil {
+		return err
+	}
+	p1, err := m.waitFor(ctx, "the plan of the first want", func(ev events.Event) bool {
+		p, ok := ev.Payload.(*events.Plan)
+		return ok && p.Cause == w1
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := m.waitFor(ctx, "the settle of that plan", func(ev events.Event) bool {
+		s, ok := ev.Payload.(*events.Settle)
+		return ok && s.Plan == p1.Seq
+	}); err != nil {
+		return err
+	}
+
+	// 2. The credential placed before any declaration names it.
+	reply, err := demoFill(ctx, nc, m.cfg.Subjects().Fill(name), "mesh-build-go", credsPath, "prov", src)
+	if err != nil {
+		return err
+	}
+	if reply.OK {
+		return errors.New("the early write was accepted: the incident did not happen")
+	}
+
+	// 3. The declaration; 4. the knock and the refill.
+	w2, err := m.want(ctx, name, provisioner, mbg)
+	if err != nil {
+		return err
+	}
+	filled, err := m.waitFor(ctx, "the file to be filled", func(ev events.Event) bool {
+		f, ok := ev.Payload.(*events.Filled)
+		return ok && f.Path == credsPath && ev.Seq > w2
+	})
+	if err != nil {
+		return err
+	}
+	if err := m.folded(ctx, name, filled.Seq); err != nil {
+		return err
+	}
+
+	return m.print(ctx, a.stdout, name, root, credsPath)
+}
+
+func (m *demoMesh) want(ctx context.Context, node string, mods ...events.WantModule) (uint64, error) {
+	ack, err := m.pub.Append(ctx, node, events.Stamp(&events.Want{Modules: mods}, time.Now()))
+	return ack.Seq, err
+}
+
+// waitFor reads the node's events until pred holds, for at most demoStep.
+func (m *demoMesh) waitFor(ctx context.Context, what string, pred func(events.Event) bool) (events.Event, error) {
+	ctx, cancel := context.WithTimeout(ctx, demoStep)
+	defer cancel()
+	for {
+		msg, err := m.events.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return events.Event{}, fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return events.Event{}, err
+		}
+		ev, err := m.cfg.Subjects().DecodeEvent(msg.Subject(), msg.Data(), meta.Sequence.Stream, meta.Timestamp)
+		if err == nil && ev.Err == nil && pred(ev) {
+			return ev, nil
+		}
+	}
+}
+
+// folded waits until the reconciler has folded the node's events up to seq,
+// so the timeline is complete.
+func (m *demoMesh) folded(ctx context.Context, node string, seq uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, demoStep)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if r := m.rc.Load(); r != nil {
+			if st, ok := r.Node(node); ok && st.Seq >= seq {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the reconciler to fold #%d: %w", seq, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// demoFill sends the content of src as one fill request, as a provisioner
+// that ran ahead of the node would.
+func demoFill(ctx context.Context, nc *nats.Conn, subject, module, path, writer, src string) (events.FillReply, error) {
+	content, err := os.ReadFile(src)
+	if err != nil {
+		return events.FillReply{}, err
+	}
+	msg := nats.NewMsg(subject)
+	msg.Header.Set(events.HeaderModule, module)
+	msg.Header.Set(events.HeaderPath, path)
+	msg.Header.Set(events.HeaderWriter, writer)
+	msg.Data = content
+	var reply events.FillReply
+	ctx, cancel := context.WithTimeout(ctx, demoStep)
+	defer cancel()
+	for {
+		resp, err := nc.RequestMsgWithContext(ctx, msg)
+		if errors.Is(err, nats.ErrNoResponders) {
+			select { // the node agent is still starting
+			case <-ctx.Done():
+				return reply, fmt.Errorf("the node agent never served fill requests: %w", ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
+		}
+		if err != nil {
+			return reply, err
+		}
+		return reply, json.Unmarshal(resp.Data, &reply)
+	}
+}
+
+// print writes the node's timeline, the file and why the knock came.
+func (m *demoMesh) print(ctx context.Context, w io.Writer, name, root, path string) error {
+	var evs []events.Event
+	if err := store.ReadNode(ctx, m.js, m.cfg.Name, m.cfg.Subjects(), m.cfg.Partitions, name, 0, 0, func(msg store.Msg) error {
+		evs = append(evs, msg.Event)
+		return nil
+	}); err != nil {
+		return err
+	}
+	h, err := audit.NewHistory(name, evs)
+	if err != nil {
+		return err
+	}
+	entries := h.Timeline(0, len(h.Events))
+	width := audit.SeqWidth(entries)
+	fmt.Fprintf(w, "timeline of %s (meshfold audit %s):\n", name, name)
+	var knock, filled *audit.Entry
+	for i, e := range entries {
+		fmt.Fprintln(w, "  "+e.Line(width))
+		switch e.Kind {
+		case events.KindKnock:
+			knock = &entries[i]
+		case events.KindFilled:
+			filled = &entries[i]
+		}
+	}
+	if knock == nil || filled == nil {
+		return errors.New("no knock and filled in the timeline")
+	}
+	full := filepath.Join(root, filepath.FromSlash(path))
+	fi, err := os.Stat(full)
+	if err != nil {
+		return fmt.Errorf("the file is not written: %w", err)
+	}
+	fmt.Fprintf(w, "\nfile written: %s (mode %04o, %d bytes), reported by filled #%d\n", full, fi.Mode().Perm(), fi.Size(), filled.Seq)
+	why, err := h.Why(knock.Seq)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "because of knock #%d:\n%s", knock.Seq, why.Text())
+	return nil
+}
