@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"cmp"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -120,5 +121,35 @@ func BenchmarkDecode(b *testing.B) {
 		if _, err := subj.DecodeEvent(m.subject, m.data, m.seq, m.t); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkStateMemory folds a realistic history for 10,000 nodes and
+// reports the heap their states hold, per node (the reconciler's target:
+// at most 4 KiB a node).
+func BenchmarkStateMemory(b *testing.B) {
+	msgs := fleetStream(b, 10_000, 12)
+	subj := events.Subjects{}
+	for range b.N {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		states := map[string]*reconcile.State{}
+		for _, m := range msgs {
+			ev, err := subj.DecodeEvent(m.subject, m.data, m.seq, m.t)
+			if err != nil {
+				b.Fatal(err)
+			}
+			st := states[ev.Node]
+			if st == nil {
+				st = reconcile.NewState(ev.Node)
+				states[ev.Node] = st
+			}
+			st.Fold(ev)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(len(states)), "B/node")
+		runtime.KeepAlive(states)
 	}
 }
