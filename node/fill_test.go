@@ -4,9 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nats-io/nats.go/micro"
@@ -252,6 +254,38 @@ func TestBadFillRequest(t *testing.T) {
 	for _, s := range a.rec.all() {
 		if rf, ok := s.payload.(*events.Refusal); ok && rf.Path != creds {
 			t.Errorf("a malformed request was reported: %+v", rf)
+		}
+	}
+}
+
+// Running as root, an accepted write is owned by the module's account
+// when that account exists as a user; an unknown account leaves it to
+// the agent's user.
+func TestFillChownsToAccount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown needs root")
+	}
+	u, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skip("no user nobody")
+	}
+	e := newEnv(t)
+	seq := e.publishPlan(t, "ace", "prov",
+		events.PlanModule{Name: "alpha", Build: "a:1", RunsAs: "nobody", Files: []events.File{{Path: "/etc/alpha/key", Mode: "0400"}}},
+		events.PlanModule{Name: "bravo", Build: "b:1", RunsAs: "no-such-user-here", Files: []events.File{{Path: "/etc/bravo/key", Mode: "0400"}}})
+	a := e.startAgent(t, "ace", nil)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(seq))
+	for _, f := range []struct{ module, path, uid string }{{"alpha", "/etc/alpha/key", u.Uid}, {"bravo", "/etc/bravo/key", "0"}} {
+		if r, _ := e.fill(t, "ace", f.module, f.path, "prov", []byte(secret)); !r.OK {
+			t.Fatalf("%s: %+v", f.path, r)
+		}
+		fi, err := os.Stat(filepath.Join(a.root, f.path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if strconv.FormatUint(uint64(st.Uid), 10) != f.uid || fi.Mode().Perm() != 0o400 {
+			t.Errorf("%s: uid %d mode %v, want uid %s mode 0400", f.path, st.Uid, fi.Mode().Perm(), f.uid)
 		}
 	}
 }
