@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // ConnectConfig says how to reach an external NATS deployment. Every
@@ -34,6 +37,11 @@ type ConnectConfig struct {
 	// creds, nkey, cert, key, ca, user, password, token, inbox_prefix and
 	// tls_first are used.
 	Context string
+	// InboxPrefix is the first token of the connection's reply subjects
+	// (nats.CustomInboxPrefix). Empty: the context's inbox_prefix, else
+	// the one the creds file's JWT names (see [CredsInboxPrefix]), else
+	// NATS's default _INBOX.
+	InboxPrefix string
 	// Name is the connection name the server shows; default "meshfold".
 	Name string
 	// Logger receives disconnect, reconnect, close and asynchronous error
@@ -120,7 +128,8 @@ const (
 // their credentials redacted.
 //
 // Errors: an unreadable or malformed context file, an unreadable NKey
-// seed, a client certificate without its key or the reverse.
+// seed, an unreadable creds file or one without a user JWT, a client
+// certificate without its key or the reverse.
 func (c ConnectConfig) Options() ([]nats.Option, error) {
 	var ctx natsContext
 	if c.Context != "" {
@@ -233,13 +242,63 @@ func (c ConnectConfig) Options() ([]nats.Option, error) {
 	if ca != "" {
 		opts = append(opts, nats.RootCAs(ca))
 	}
-	if ctx.InboxPrefix != "" {
-		opts = append(opts, nats.CustomInboxPrefix(ctx.InboxPrefix))
+	inbox := c.InboxPrefix
+	if inbox == "" {
+		inbox = ctx.InboxPrefix
+	}
+	if inbox == "" {
+		creds := c.Creds
+		if creds == "" && c.NKeySeed == "" && ctx.User == "" {
+			creds = ctx.Creds
+		}
+		if creds != "" {
+			p, err := CredsInboxPrefix(creds)
+			if err != nil {
+				return nil, err
+			}
+			inbox = p
+		}
+	}
+	if inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inbox))
 	}
 	if ctx.TLSFirst {
 		opts = append(opts, nats.TLSHandshakeFirst())
 	}
 	return opts, nil
+}
+
+// InboxPrefixToken is how a user's own inbox prefix is named:
+// InboxPrefixToken + the user's name, "_INBOX_node-ace" for the user
+// node-ace. meshfold's credentials (package store/auth) allow each user to
+// subscribe to its own inbox only.
+const InboxPrefixToken = "_INBOX_"
+
+// CredsInboxPrefix returns the inbox prefix a user must connect with, read
+// from the user JWT in the creds file at path: "_INBOX_<name>" when the
+// JWT allows subscribing to "_INBOX_<name>.>" (its name claim), "" (NATS's
+// default, _INBOX) otherwise. The JWT is decoded, not verified: the server
+// verifies it.
+//
+// Errors: an unreadable file; no user JWT in it.
+func CredsInboxPrefix(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("creds: %w", err)
+	}
+	tok, err := nkeys.ParseDecoratedJWT(data)
+	if err != nil {
+		return "", fmt.Errorf("creds %s: %w", path, err)
+	}
+	uc, err := jwt.DecodeUserClaims(tok)
+	if err != nil {
+		return "", fmt.Errorf("creds %s: user JWT: %w", path, err)
+	}
+	p := InboxPrefixToken + uc.Name
+	if uc.Name != "" && slices.Contains(uc.Sub.Allow, p+".>") {
+		return p, nil
+	}
+	return "", nil
 }
 
 // Connect connects to the deployment cfg describes (see

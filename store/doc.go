@@ -16,6 +16,14 @@
 // node.<p>.<node> holds a node's folded state and checkpoint.<p> the stream
 // sequence a partition's states cover. See docs/store.md.
 //
+// # Security
+//
+// The embedded server runs in NATS operator mode when given
+// [EmbeddedConfig.Auth] (JWTs from package store/auth) and takes TLS
+// clients when given a certificate; [ConnectConfig] connects with creds,
+// NKeys, TLS and the user's own inbox prefix ([CredsInboxPrefix]). See
+// docs/operations.md.
+//
 // # Errors
 //
 // Sentinels: [ErrConflict] (a publish's expected last subject sequence was

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -33,6 +35,66 @@ type EmbeddedConfig struct {
 	// Logger receives the server's log lines (notice → Info, warn → Warn,
 	// error and fatal → Error, debug and trace → Debug). Nil silences them.
 	Logger *slog.Logger
+	// Auth, when set, runs the server in operator mode (decentralized JWT
+	// authentication): only users signed by an account the operator
+	// signed may connect, with the permissions their JWT carries. Nil:
+	// no authentication (anyone who reaches the port may do anything).
+	Auth *ServerAuth
+	// TLSCert and TLSKey are PEM files: when both are set, clients must
+	// connect with TLS. TLSClientCA, when set as well, is the CA whose
+	// certificates clients must present (mutual TLS). In-process
+	// connections ([Embedded.Connect]) never use TLS.
+	TLSCert, TLSKey, TLSClientCA string
+}
+
+// ServerAuth is what an embedded server needs for operator mode. The
+// accounts are held by an in-memory resolver, preloaded at start; an
+// account JWT pushed later by a system-account user on
+// $SYS.REQ.ACCOUNT.<account>.CLAIMS.UPDATE (a revocation, say) replaces
+// the loaded one at once, without a restart. Every account given here is
+// loaded at start, so such a push is never skipped as "not loaded".
+type ServerAuth struct {
+	// OperatorJWT is the trusted operator's JWT.
+	OperatorJWT string
+	// SystemAccount is the public key (A...) of the system account.
+	SystemAccount string
+	// AccountJWTs are the JWTs of every account, the system account's
+	// included, each signed by the operator.
+	AccountJWTs []string
+}
+
+// options returns the server options of a, and the public keys of its
+// accounts.
+func (a *ServerAuth) options(opts *server.Options) ([]string, error) {
+	op, err := jwt.DecodeOperatorClaims(a.OperatorJWT)
+	if err != nil {
+		return nil, fmt.Errorf("operator JWT: %w", err)
+	}
+	if a.SystemAccount == "" {
+		return nil, errors.New("operator mode: SystemAccount is required")
+	}
+	res := &server.MemAccResolver{}
+	var accounts []string
+	for _, s := range a.AccountJWTs {
+		ac, err := jwt.DecodeAccountClaims(s)
+		if err != nil {
+			return nil, fmt.Errorf("account JWT: %w", err)
+		}
+		if !op.DidSign(ac) {
+			return nil, fmt.Errorf("account %s (%s) is not signed by operator %s", ac.Name, ac.Subject, op.Subject)
+		}
+		if err := res.Store(ac.Subject, s); err != nil {
+			return nil, fmt.Errorf("account %s: %w", ac.Subject, err)
+		}
+		accounts = append(accounts, ac.Subject)
+	}
+	if !slices.Contains(accounts, a.SystemAccount) {
+		return nil, fmt.Errorf("operator mode: no JWT for the system account %s", a.SystemAccount)
+	}
+	opts.TrustedOperators = []*jwt.OperatorClaims{op}
+	opts.SystemAccount = a.SystemAccount
+	opts.AccountResolver = res
+	return accounts, nil
 }
 
 // Embedded is a running in-process nats-server with JetStream enabled.
@@ -50,8 +112,8 @@ const readyTimeout = 10 * time.Second
 // every 2 minutes by default: a process crash loses nothing acknowledged,
 // a power loss can lose the last interval; see docs/store.md).
 //
-// Errors: a missing DataDir, an unparsable Listen, a server that fails to
-// start or is not ready within 10 s.
+// Errors: a missing DataDir, an unparsable Listen, unusable Auth or TLS
+// settings, a server that fails to start or is not ready within 10 s.
 func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("embedded nats: DataDir is required")
@@ -84,6 +146,15 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		NoSigs:     true,
 		NoLog:      cfg.Logger == nil,
 	}
+	var accounts []string
+	if cfg.Auth != nil {
+		if accounts, err = cfg.Auth.options(opts); err != nil {
+			return nil, fmt.Errorf("embedded nats: %w", err)
+		}
+	}
+	if err := tlsOptions(opts, cfg); err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
@@ -103,11 +174,43 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		srv.WaitForShutdown()
 		return nil, errors.New("embedded nats: JetStream did not start (see the server log)")
 	}
+	// Load every account now: a claims update pushed for an account the
+	// server has not loaded yet is skipped, and the resolver would then
+	// hand out the preloaded (older) JWT at the first connection.
+	for _, a := range accounts {
+		if _, err := srv.LookupAccount(a); err != nil {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+			return nil, fmt.Errorf("embedded nats: account %s: %w", a, err)
+		}
+	}
 	return &Embedded{srv: srv}, nil
 }
 
+// tlsOptions sets the server's TLS options from cfg.
+func tlsOptions(opts *server.Options, cfg EmbeddedConfig) error {
+	switch {
+	case cfg.TLSCert == "" && cfg.TLSKey == "" && cfg.TLSClientCA == "":
+		return nil
+	case cfg.TLSCert == "" || cfg.TLSKey == "":
+		return errors.New("TLS: a certificate and its key go together (and a client CA needs both)")
+	}
+	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey,
+		CaFile: cfg.TLSClientCA, Verify: cfg.TLSClientCA != ""})
+	if err != nil {
+		return fmt.Errorf("TLS: %w", err)
+	}
+	opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, cfg.TLSClientCA != ""
+	opts.TLSTimeout = tlsTimeout.Seconds()
+	return nil
+}
+
+// tlsTimeout bounds a client's TLS handshake.
+const tlsTimeout = 2 * time.Second
+
 // ClientURL returns the URL clients in other processes connect to, with the
-// port actually bound (nats://127.0.0.1:PORT).
+// port actually bound: nats://127.0.0.1:PORT, or tls://127.0.0.1:PORT when
+// the server requires TLS.
 func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
 
 // Server returns the underlying server, for options this package does not

@@ -1,0 +1,111 @@
+package store_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// writeCreds writes a creds file of a user named name whose JWT allows
+// subscribing to subs.
+func writeCreds(t *testing.T, name string, subs ...string) string {
+	t.Helper()
+	acc, _ := nkeys.CreateAccount()
+	u, _ := nkeys.CreateUser()
+	pub, _ := u.PublicKey()
+	seed, _ := u.Seed()
+	uc := jwt.NewUserClaims(pub)
+	uc.Name = name
+	uc.Sub.Allow.Add(subs...)
+	tok, err := uc.Encode(acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := jwt.FormatUserConfig(tok, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), name+".creds")
+	if err := os.WriteFile(p, creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A user whose JWT allows only its own inbox connects with that inbox
+// prefix; any other user keeps NATS's default; an explicit prefix wins.
+func TestCredsInboxPrefix(t *testing.T) {
+	own := writeCreds(t, "node-ace", "_INBOX_node-ace.>", "mesh.ace.fill")
+	other := writeCreds(t, "someone", "_INBOX.>")
+	open := writeCreds(t, "admin")
+	for _, c := range []struct {
+		creds, inbox, want string
+	}{
+		{own, "", "_INBOX_node-ace"},
+		{other, "", "_INBOX"},
+		{open, "", "_INBOX"},
+		{own, "_INBOX_x", "_INBOX_x"},
+	} {
+		o := applyOptions(t, store.ConnectConfig{Creds: c.creds, InboxPrefix: c.inbox})
+		got := o.InboxPrefix
+		if got == "" {
+			got = "_INBOX"
+		}
+		if got != c.want {
+			t.Errorf("%s (explicit %q): inbox prefix %q, want %q", filepath.Base(c.creds), c.inbox, got, c.want)
+		}
+	}
+	if _, err := (store.ConnectConfig{Creds: filepath.Join(t.TempDir(), "missing.creds")}).Options(); err == nil {
+		t.Error("a missing creds file was accepted")
+	}
+}
+
+// An embedded server with TLS and a client CA takes clients that trust its
+// CA and present a certificate, and refuses the others.
+func TestEmbeddedTLS(t *testing.T) {
+	f := storetest.TLS(t)
+	e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:-1",
+		TLSCert: f.ServerCert, TLSKey: f.ServerKey, TLSClientCA: f.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	if !strings.HasPrefix(e.ClientURL(), "tls://127.0.0.1:") {
+		t.Errorf("ClientURL = %q, want tls://", e.ClientURL())
+	}
+	nc, err := store.Connect(store.ConnectConfig{URLs: []string{e.ClientURL()}, TLSCA: f.CA, TLSCert: f.ClientCert, TLSKey: f.ClientKey})
+	if err != nil {
+		t.Fatalf("client with a certificate: %v", err)
+	}
+	if !nc.TLSRequired() {
+		t.Error("connected without TLS")
+	}
+	nc.Close()
+	for name, cfg := range map[string]store.ConnectConfig{
+		"no client certificate": {TLSCA: f.CA},
+		"server not trusted":    {TLSCert: f.ClientCert, TLSKey: f.ClientKey},
+	} {
+		cfg.URLs = []string{e.ClientURL()}
+		if nc, err := store.Connect(cfg); err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", name)
+		}
+	}
+	// In-process connections need no TLS.
+	nc, err = e.Connect()
+	if err != nil {
+		t.Fatalf("in-process: %v", err)
+	}
+	nc.Close()
+
+	if _, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", TLSCert: f.ServerCert}); err == nil {
+		t.Error("a certificate without its key was accepted")
+	}
+}
