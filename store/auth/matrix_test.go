@@ -1,0 +1,349 @@
+package auth_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/auth"
+)
+
+// policy is the whole permission policy, as a real server in operator mode
+// enforces it on the credentials auth.Init and auth.AddNode issue: one row
+// per action, one column per user. "ok": the action succeeded; "-": the
+// server refused it with a permissions violation (a publish, a
+// subscription or a JetStream API request the user's JWT does not allow).
+//
+// Actions: "publish K N" appends an event of kind K for node N through
+// JetStream; "consume …" creates an ordered consumer (one filter subject,
+// as node agents, provisioners and readers make them) and reads its first
+// message: over N's plan, N's knock, all of N's events, or the whole
+// stream; "get K N" is the direct get of N's newest K that node agents and
+// provisioners make on start; "request fill" sends a fill request to
+// ace's agent and reads its reply; "subscribe fill" listens on ace's fill
+// subject (fill requests carry secrets); "read snapshots" opens the
+// snapshot bucket, gets ace's state and lists every state (state, fleet);
+// "write snapshots" puts ace's state; "ask state" asks the reconciler's
+// state service about ace.
+const policy = `
+action               reconciler controller operator node-ace provisioner-ace node-shanks
+publish want ace          -         ok         -        -          -            -
+publish want shanks       -         ok         -        -          -            -
+publish approve ace       -         -          ok       -          -            -
+publish approve shanks    -         -          ok       -          -            -
+publish have ace          -         -          -        ok         -            -
+publish have shanks       -         -          -        -          -            ok
+publish settle ace        -         -          -        ok         -            -
+publish settle shanks     -         -          -        -          -            ok
+publish refusal ace       -         -          -        ok         -            -
+publish refusal shanks    -         -          -        -          -            ok
+publish filled ace        -         -          -        ok         -            -
+publish filled shanks     -         -          -        -          -            ok
+publish plan ace          ok        -          -        -          -            -
+publish plan shanks       ok        -          -        -          -            -
+publish knock ace         ok        -          -        -          -            -
+publish knock shanks      ok        -          -        -          -            -
+publish journal ace       ok        -          -        -          -            -
+publish journal shanks    ok        -          -        -          -            -
+consume plan ace          ok        ok         ok       ok         -            -
+consume plan shanks       ok        ok         ok       -          -            ok
+consume knock ace         ok        -          ok       -          ok           -
+consume events ace        ok        -          ok       -          -            -
+consume all               ok        -          ok       -          -            -
+get plan ace              ok        ok         ok       ok         ok           -
+get plan shanks           ok        ok         ok       -          -            ok
+get knock ace             ok        -          ok       -          ok           -
+request fill ace          -         -          -        -          ok           -
+subscribe fill ace        -         -          -        ok         -            -
+read snapshots            ok        -          ok       -          -            -
+write snapshots           ok        -          -        -          -            -
+ask state ace             -         -          ok       -          -            -
+`
+
+// row is one action of the policy with its expected cell per user.
+type row struct {
+	action string
+	want   []string
+}
+
+func parsePolicy(t *testing.T) (users []string, rows []row) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(policy), "\n")
+	users = strings.Fields(lines[0])[1:]
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) < len(users)+1 {
+			t.Fatalf("policy line %q: %d cells, want %d", l, len(f)-1, len(users))
+		}
+		n := len(f) - len(users)
+		rows = append(rows, row{action: strings.Join(f[:n], " "), want: f[n:]})
+	}
+	return users, rows
+}
+
+// cell is what an action runs with: a fresh connection of one user.
+type cell struct {
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	cfg store.StreamConfig
+}
+
+// action performs one action; nil means it succeeded.
+type action func(ctx context.Context, c *cell) error
+
+func actions(cfg store.StreamConfig) map[string]action {
+	subj := cfg.Subjects()
+	n := cfg.Partitions
+	acts := map[string]action{}
+	for _, node := range []string{"ace", "shanks"} {
+		for _, k := range events.Kinds {
+			acts["publish "+string(k)+" "+node] = func(ctx context.Context, c *cell) error {
+				_, err := c.js.Publish(ctx, subj.Event(node, k), []byte(`{"v":1}`))
+				return err
+			}
+		}
+		acts["consume plan "+node] = consume(subj.Stored(node, events.KindPlan, n))
+		for _, k := range []events.Kind{events.KindPlan, events.KindKnock} {
+			acts["get "+string(k)+" "+node] = func(ctx context.Context, c *cell) error {
+				stream, err := c.js.Stream(ctx, c.cfg.Name)
+				if err != nil {
+					return err
+				}
+				_, err = store.LastMsg(ctx, stream, subj, n, node, k)
+				return err
+			}
+		}
+	}
+	acts["consume knock ace"] = consume(subj.Stored("ace", events.KindKnock, n))
+	acts["consume events ace"] = consume(subj.StoredNode("ace", n))
+	acts["consume all"] = consume("")
+	acts["request fill ace"] = func(ctx context.Context, c *cell) error {
+		msg := nats.NewMsg(subj.Fill("ace"))
+		msg.Header.Set(events.HeaderModule, "mesh-build-go")
+		msg.Header.Set(events.HeaderPath, "/run/mesh-build-go/broker.creds")
+		msg.Header.Set(events.HeaderWriter, "prov")
+		msg.Data = []byte("secret")
+		_, err := c.nc.RequestMsgWithContext(ctx, msg)
+		return err
+	}
+	acts["subscribe fill ace"] = func(ctx context.Context, c *cell) error {
+		_, err := c.nc.SubscribeSync(subj.Fill("ace"))
+		return err
+	}
+	acts["read snapshots"] = func(ctx context.Context, c *cell) error {
+		if _, err := c.js.KeyValue(ctx, c.cfg.Name+store.SnapshotBucketSuffix); err != nil {
+			return err // what the read-only verbs check first
+		}
+		snaps, err := store.OpenSnapshots(ctx, c.js, c.cfg)
+		if err != nil {
+			return err
+		}
+		if _, _, err := snaps.GetNode(ctx, "ace", n); err != nil {
+			return err
+		}
+		return snaps.LoadAll(ctx, func(string, []byte) error { return nil })
+	}
+	acts["write snapshots"] = func(ctx context.Context, c *cell) error {
+		snaps, err := store.OpenSnapshots(ctx, c.js, c.cfg)
+		if err != nil {
+			return err
+		}
+		return snaps.PutNode(ctx, events.Partition("ace", n), "ace", []byte(`{}`))
+	}
+	acts["ask state ace"] = func(ctx context.Context, c *cell) error {
+		_, _, err := store.RequestState(ctx, c.nc, c.cfg.Prefix, "ace", 0)
+		return err
+	}
+	return acts
+}
+
+// consume creates an ordered consumer with filter (none when empty),
+// reads its first message and deletes it, as the roles' readers do.
+func consume(filter string) action {
+	return func(ctx context.Context, c *cell) error {
+		occ := jetstream.OrderedConsumerConfig{InactiveThreshold: 30 * time.Second}
+		if filter != "" {
+			occ.FilterSubjects = []string{filter}
+		}
+		cons, err := c.js.OrderedConsumer(ctx, c.cfg.Name, occ)
+		if err != nil {
+			return err
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			return err
+		}
+		_, err = it.Next(jetstream.NextContext(ctx))
+		it.Stop()
+		if err != nil {
+			return err
+		}
+		return c.js.DeleteConsumer(ctx, c.cfg.Name, cons.CachedInfo().Name)
+	}
+}
+
+// fixture puts one event of every kind for ace and shanks in the stream,
+// each published by the user the policy lets publish it, a snapshot of
+// ace in the bucket, the state service, and a fill service for ace
+// served by node-ace, as its agent serves it.
+func fixture(t *testing.T, s *secured) store.StreamConfig {
+	t.Helper()
+	ctx := testCtx(t)
+	rnc, rjs := s.mustConnect(t, "reconciler")
+	_, cfg, err := store.EnsureStream(ctx, rjs, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := store.OpenSnapshots(ctx, rjs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snaps.PutNode(ctx, events.Partition("ace", cfg.Partitions), "ace", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := store.AddStateService(rnc, func(node string) (*reconcile.State, bool) { return reconcile.NewState(node), true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+
+	publisher := map[events.Kind]string{events.KindWant: "controller", events.KindApprove: "operator",
+		events.KindPlan: "reconciler", events.KindKnock: "reconciler", events.KindJournal: "reconciler"}
+	conns := map[string]jetstream.JetStream{"reconciler": rjs}
+	for _, node := range []string{"ace", "shanks"} {
+		for _, k := range events.Kinds {
+			user, ok := publisher[k]
+			if !ok {
+				user = auth.UserName(auth.RoleNode, node)
+			}
+			if conns[user] == nil {
+				_, conns[user] = s.mustConnect(t, user)
+			}
+			if _, err := conns[user].Publish(ctx, cfg.Subjects().Event(node, k), []byte(`{"v":1}`)); err != nil {
+				t.Fatalf("%s publishing %s of %s: %v", user, k, node, err)
+			}
+		}
+	}
+
+	nnc, _ := s.mustConnect(t, "node-ace")
+	fill, err := micro.AddService(nnc, micro.Config{Name: "meshfold-node", Version: "1.0.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fill.Stop() })
+	err = fill.AddEndpoint("fill", micro.HandlerFunc(func(r micro.Request) { _ = r.RespondJSON(events.FillReply{OK: true}) }),
+		micro.WithEndpointSubject(cfg.Subjects().Fill("ace")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range []*nats.Conn{rnc, nnc} {
+		if err := nc.FlushWithContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.LastError(); err != nil {
+			t.Fatalf("serving the state and fill services: %v", err)
+		}
+	}
+	return cfg
+}
+
+// Timeouts of one action. A refused action is recognized as soon as the
+// server reports the permissions violation (a refused JetStream call is
+// otherwise just a request nobody answers), so deniedTimeout only bounds
+// a refusal that never comes.
+const (
+	allowedTimeout = 5 * time.Second
+	deniedTimeout  = 300 * time.Millisecond
+)
+
+// run performs act as user on a fresh connection and returns "ok", "-"
+// (a permissions violation), or the error.
+func run(s *secured, cfg store.StreamConfig, user string, act action, expect string) (string, error) {
+	timeout := allowedTimeout
+	if expect == "-" {
+		timeout = deniedTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	nc, err := s.connect(user, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			cancel() // refused: do not wait for a reply that will not come
+		}
+	}))
+	if err != nil {
+		return "", err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return "", err
+	}
+	err = act(ctx, &cell{nc: nc, js: js, cfg: cfg})
+	// A violation arrives before the reply to a flush sent after it.
+	fctx, fcancel := context.WithTimeout(context.Background(), allowedTimeout)
+	defer fcancel()
+	ferr := nc.FlushWithContext(fctx)
+	switch {
+	case errors.Is(nc.LastError(), nats.ErrPermissionViolation):
+		return "-", nil
+	case err == nil && ferr == nil:
+		return "ok", nil
+	case err == nil:
+		return "", ferr
+	}
+	return "", err
+}
+
+// The permission matrix: every user against every action of policy, on a
+// real server in operator mode.
+func TestPermissionMatrix(t *testing.T) {
+	s := startSecured(t)
+	cfg := fixture(t, s)
+	users, rows := parsePolicy(t)
+	acts := actions(cfg)
+	start := time.Now()
+	denied, failed := 0, false
+	got := make([][]string, len(rows))
+	for i, r := range rows {
+		act := acts[r.action]
+		if act == nil {
+			t.Fatalf("policy action %q is not defined", r.action)
+		}
+		got[i] = make([]string, len(users))
+		for j, user := range users {
+			res, err := run(s, cfg, user, act, r.want[j])
+			if err != nil {
+				res = "ERR"
+				t.Errorf("%s: %s: %v", user, r.action, err)
+			}
+			got[i][j] = res
+			if res != r.want[j] {
+				failed = true
+				t.Errorf("%s: %s: %s, want %s", user, r.action, res, r.want[j])
+			}
+			if res == "-" {
+				denied++
+			}
+		}
+	}
+	t.Logf("permission matrix: %d users × %d actions = %d cells, %d denied, in %s",
+		len(users), len(rows), len(users)*len(rows), denied, time.Since(start).Round(time.Millisecond))
+	if failed {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%-22s %s\n", "action", strings.Join(users, " "))
+		for i, r := range rows {
+			fmt.Fprintf(&b, "%-22s %s\n", r.action, strings.Join(got[i], " "))
+		}
+		t.Logf("the server enforced:\n%s", b.String())
+	}
+}

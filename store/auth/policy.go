@@ -1,0 +1,201 @@
+package auth
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/jwt/v2"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+// Role is what a user is for; it decides the user's permissions.
+type Role string
+
+// The roles. Reconciler, controller and operator are one user each, named
+// after the role; node and provisioner are one user per node, named
+// node-<node> and provisioner-<node>; system is the system account's
+// user, which pushes account updates to running servers.
+const (
+	RoleReconciler  Role = "reconciler"
+	RoleController  Role = "controller"
+	RoleOperator    Role = "operator"
+	RoleNode        Role = "node"
+	RoleProvisioner Role = "provisioner"
+	RoleSystem      Role = "system"
+)
+
+// SystemUser is the name of the system account's user.
+const SystemUser = "sys"
+
+// perNode reports whether r has one user per node.
+func (r Role) perNode() bool { return r == RoleNode || r == RoleProvisioner }
+
+// UserName returns the user name of role r (for node and provisioner, of
+// node's user): "reconciler", "node-ace", "provisioner-ace", "sys".
+func UserName(r Role, node string) string {
+	switch {
+	case r == RoleSystem:
+		return SystemUser
+	case r.perNode():
+		return string(r) + "-" + node
+	}
+	return string(r)
+}
+
+// Names are the names the permissions are written for: the stream and the
+// subject prefix. Zero fields take their defaults (MESH, mesh).
+type Names struct {
+	Stream string `json:"stream"`
+	Prefix string `json:"prefix"`
+}
+
+func (n Names) withDefaults() Names {
+	if n.Stream == "" {
+		n.Stream = store.DefaultStreamName
+	}
+	if n.Prefix == "" {
+		n.Prefix = events.DefaultPrefix
+	}
+	return n
+}
+
+// validate checks n (with its defaults applied).
+func (n Names) validate() error {
+	if !events.ValidPrefix(n.Prefix) {
+		return fmt.Errorf("prefix %q: %w", n.Prefix, events.ErrBadName)
+	}
+	if strings.ContainsAny(n.Stream, ".*> \t\r\n/\\") {
+		return fmt.Errorf("stream name %q: must not contain . * > / \\ or whitespace", n.Stream)
+	}
+	return nil
+}
+
+// The JetStream API subjects the policy is written with (the API of
+// nats-server 2.9 and later, as nats.go's jetstream package calls it, on
+// the default $JS.API prefix: no JetStream domain).
+const jsAPI = "$JS.API"
+
+// Permissions returns the NATS permissions of role r; node names the node
+// of a node or provisioner user. Every user may subscribe only to its own
+// inbox, InboxPrefixToken+UserName (see store.CredsInboxPrefix), so no
+// user reads another's replies. The policy, by role:
+//
+//   - reconciler: publishes plans, knocks and journal entries of every
+//     node; creates, updates and reads the stream and the snapshot bucket
+//     (never deletes or purges them); serves the state service.
+//   - controller: publishes wants; reads wants and plans (direct gets,
+//     consumers filtered to plans).
+//   - operator: publishes approvals; reads everything in the stream and
+//     the snapshot bucket, asks the state service and subscribes to the
+//     live plain subjects, except the fill subjects (never: they carry
+//     secrets).
+//   - node (node-N): publishes N's have, settle, refusal and filled only;
+//     reads N's newest plan and creates consumers filtered to N's plan
+//     only; serves N's fill subject.
+//   - provisioner (provisioner-N): sends requests on N's fill subject;
+//     reads N's newest plan and knock and creates consumers filtered to
+//     N's knock only.
+//   - system: no restriction inside the system account (account updates).
+//
+// JetStream API access is scoped by subject: consumer creation only on
+// the filtered form $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>,
+// whose filter the server checks against the request's, and direct gets
+// only in the $JS.API.DIRECT.GET.<stream>.<subject> form, where the
+// server refuses a body that asks for another subject. Partition tokens
+// are wildcards: a node's events are stored only in its own partition,
+// so the permissions do not depend on the partition count.
+//
+// Known limits (subjects cannot express them): every role may read the
+// stream's info, whose subject listing can name other nodes and count
+// their events (never their content); pulling from and deleting a
+// consumer are allowed by stream (consumer names are random and unlisted
+// to nodes); and a node may create a push consumer that delivers its own
+// plans to a subject of its choice.
+func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
+	n := names.withDefaults()
+	if err := n.validate(); err != nil {
+		return jwt.Permissions{}, err
+	}
+	if r.perNode() && !events.ValidName(node) {
+		return jwt.Permissions{}, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
+	}
+	var p jwt.Permissions
+	user := UserName(r, node)
+	p.Sub.Allow.Add(store.InboxPrefixToken + user + ".>")
+
+	s, pre := n.Stream, n.Prefix
+	kv := "KV_" + s + store.SnapshotBucketSuffix
+	bucket := s + store.SnapshotBucketSuffix
+	api := func(format string, args ...any) string { return jsAPI + "." + fmt.Sprintf(format, args...) }
+	// readStream: looking the stream up, following consumers, deleting
+	// the consumers one made.
+	readStream := func(stream string) {
+		p.Pub.Allow.Add(api("STREAM.INFO.%s", stream), api("CONSUMER.MSG.NEXT.%s.*", stream), api("CONSUMER.DELETE.%s.*", stream))
+	}
+	subj := func(node, kind string) string { return pre + "." + node + "." + kind }
+	// stored is a stored-subject filter; the partition token is a wildcard.
+	stored := func(node, kind string) string { return "*." + subj(node, kind) }
+	service := func(name string) {
+		p.Sub.Allow.Add("$SRV.*", "$SRV.*."+name, "$SRV.*."+name+".*")
+	}
+	respond := func() { p.Resp = &jwt.ResponsePermission{MaxMsgs: 1} }
+
+	switch r {
+	case RoleReconciler:
+		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"), "$KV."+bucket+".>", api("INFO"))
+		for _, st := range []string{s, kv} {
+			readStream(st)
+			p.Pub.Allow.Add(api("STREAM.CREATE.%s", st), api("STREAM.UPDATE.%s", st), api("STREAM.MSG.GET.%s", st),
+				api("DIRECT.GET.%s", st), api("DIRECT.GET.%s.>", st),
+				api("CONSUMER.CREATE.%s.>", st), api("CONSUMER.INFO.%s.*", st))
+		}
+		p.Sub.Allow.Add(store.StateSubject(pre, store.EndpointState, "*"), store.StateSubject(pre, store.EndpointComposition, "*"))
+		service(store.StateServiceName)
+		respond()
+	case RoleController:
+		readStream(s)
+		p.Pub.Allow.Add(subj("*", "want"),
+			api("DIRECT.GET.%s.%s", s, stored("*", "want")), api("DIRECT.GET.%s.%s", s, stored("*", "plan")),
+			api("CONSUMER.CREATE.%s.*.%s", s, stored("*", "plan")))
+	case RoleOperator:
+		readStream(s)
+		readStream(kv)
+		p.Pub.Allow.Add(subj("*", "approve"), api("INFO"), api("STREAM.NAMES"), api("STREAM.LIST"),
+			api("STREAM.MSG.GET.%s", s), api("DIRECT.GET.%s", s), api("DIRECT.GET.%s.>", s),
+			api("CONSUMER.CREATE.%s.>", s), api("CONSUMER.INFO.%s.*", s),
+			api("CONSUMER.NAMES.%s", s), api("CONSUMER.LIST.%s", s),
+			api("DIRECT.GET.%s.>", kv), api("CONSUMER.CREATE.%s.>", kv), api("CONSUMER.INFO.%s.*", kv),
+			store.StateSubjectRoot+"."+pre+".>", "$SRV.>")
+		// Live events, never the fill subjects.
+		p.Sub.Allow.Add(pre + ".>")
+		p.Sub.Deny.Add(subj("*", "fill"))
+		p.Pub.Deny.Add(subj("*", "fill"))
+	case RoleNode:
+		readStream(s)
+		for _, k := range []events.Kind{events.KindHave, events.KindSettle, events.KindRefusal, events.KindFilled} {
+			p.Pub.Allow.Add(subj(node, string(k)))
+		}
+		p.Pub.Allow.Add(api("DIRECT.GET.%s.%s", s, stored(node, "plan")),
+			api("CONSUMER.CREATE.%s.*.%s", s, stored(node, "plan")))
+		p.Sub.Allow.Add(subj(node, "fill"))
+		service(nodeServiceName)
+		respond()
+	case RoleProvisioner:
+		readStream(s)
+		p.Pub.Allow.Add(subj(node, "fill"),
+			api("DIRECT.GET.%s.%s", s, stored(node, "plan")), api("DIRECT.GET.%s.%s", s, stored(node, "knock")),
+			api("CONSUMER.CREATE.%s.*.%s", s, stored(node, "knock")))
+	case RoleSystem:
+		return jwt.Permissions{}, nil
+	default:
+		return jwt.Permissions{}, fmt.Errorf("role %q: %w", r, ErrUnknownRole)
+	}
+	return p, nil
+}
+
+// nodeServiceName is the micro service name of the node agent
+// (node.ServiceName; package node imports store, so it is repeated here
+// and TestNodeServiceName keeps the two equal).
+const nodeServiceName = "meshfold-node"
