@@ -59,6 +59,7 @@ func newServeCmd(a *app) *cobra.Command {
 		data   string
 		listen string
 		lf     loopFlags
+		af     serveAuthFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -70,9 +71,16 @@ connect to the NATS URL it prints.
 
 The file store fsyncs every 2 minutes: a crash of this process loses nothing
 acknowledged, a power loss can lose the last moments. Run a NATS cluster with
-three replicas when that matters (see docs/operations.md).`,
+three replicas when that matters (see docs/operations.md).
+
+Without --auth anyone who reaches the port may do anything: keep the default
+loopback address, or run with --auth DIR (meshfold auth init), where every
+role connects with its own creds file and least-privilege permissions.
+--tls-cert and --tls-key make clients connect with TLS; --tls-client-ca also
+requires their certificates.`,
 		Example: `  meshfold serve
-  meshfold serve --data /var/lib/meshfold --listen 0.0.0.0:4222 --metrics 127.0.0.1:9090`,
+  meshfold serve --data /var/lib/meshfold --listen 0.0.0.0:4222 --metrics 127.0.0.1:9090
+  meshfold serve --auth ./mesh-auth --tls-cert server.pem --tls-key server-key.pem --listen 0.0.0.0:4222`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := a.logger()
@@ -83,12 +91,17 @@ three replicas when that matters (see docs/operations.md).`,
 			if err != nil {
 				return err
 			}
-			srv, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: abs, Listen: listen, ServerName: "meshfold", Logger: log})
+			ecfg := store.EmbeddedConfig{DataDir: abs, Listen: listen, ServerName: "meshfold", Logger: log}
+			copts, err := af.apply(cmd, a, &ecfg)
+			if err != nil {
+				return err
+			}
+			srv, err := store.StartEmbedded(ecfg)
 			if err != nil {
 				return err
 			}
 			defer srv.Shutdown()
-			nc, err := srv.Connect(nats.Name("meshfold serve"))
+			nc, err := srv.Connect(append(copts, nats.Name("meshfold serve"))...)
 			if err != nil {
 				return err
 			}
@@ -103,6 +116,7 @@ three replicas when that matters (see docs/operations.md).`,
 	cmd.Flags().StringVar(&listen, "listen", store.DefaultListen, "client listen address HOST:PORT (port 0: a random one)")
 	a.stream.add(cmd)
 	lf.add(cmd)
+	af.add(cmd)
 	return cmd
 }
 

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/auth"
+)
+
+func init() { register(newAuthCmd) }
+
+func newAuthCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "auth",
+		Short: "Issue and revoke least-privilege NATS credentials for every role",
+		Long: `auth manages an auth directory: a NATS operator, a system account, the mesh
+account (JetStream enabled, within limits) and one user per role, each with a
+creds file holding only the permissions its role needs (decentralized JWT
+auth, as nsc makes it). The directory is the mesh's root of trust: keep it on
+an administrator's machine; hand each role only its creds file.
+
+  meshfold auth init --dir ./mesh-auth          operator, accounts; reconciler, controller, operator
+  meshfold auth add-node ace --dir ./mesh-auth  node-ace and provisioner-ace
+  meshfold serve --auth ./mesh-auth             the embedded server in operator mode
+  meshfold node ace --creds ./mesh-auth/creds/node-ace.creds ...
+  meshfold auth revoke node-ace --dir ./mesh-auth   refused at once, no restart
+
+Each user subscribes only to its own inbox, _INBOX_<user>; meshfold's commands
+find that prefix in the creds file. For the nats CLI, save it in the context
+(nats context save ace --creds ... --inbox-prefix _INBOX_node-ace).
+See docs/operations.md for the policy and for external servers and clusters.`,
+	}
+	cmd.AddCommand(newAuthInitCmd(a), newAuthAddNodeCmd(a), newAuthRevokeCmd(a))
+	return cmd
+}
+
+func newAuthInitCmd(a *app) *cobra.Command {
+	var (
+		dir    string
+		force  bool
+		limits auth.Limits
+	)
+	cmd := &cobra.Command{
+		Use:   "init --dir DIR",
+		Short: "Create an operator, the accounts and the reconciler, controller and operator users",
+		Long: `init creates DIR (mode 0700) with a new operator, a system account (user
+"sys", for pushing account updates), the mesh account with JetStream enabled,
+and creds files for the users reconciler, controller and operator. Seeds and
+creds are written with mode 0600. DIR/resolver.conf configures an external
+nats-server with the same operator and accounts.
+
+init refuses a DIR that exists and is not empty. --force replaces an existing
+auth directory (one init wrote): every credential issued from it stops
+working.
+
+The permissions are written for the stream and prefix given (--stream,
+--prefix); a mesh with another stream name or prefix needs its own directory.`,
+		Example: `  meshfold auth init --dir ./mesh-auth
+  meshfold auth init --dir /etc/meshfold/auth --max-disk 50000000000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, err := auth.Init(dir, auth.Config{Names: auth.Names{Stream: a.stream.name, Prefix: a.stream.prefix},
+				Limits: limits, Force: force})
+			if errors.Is(err, auth.ErrExists) {
+				return withCode(exitUsage, err)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "auth directory %s: operator %s, mesh account %s (stream %s, prefix %q)\n",
+				d.Path(), d.Operator(), d.Account(), d.Names().Stream, d.Names().Prefix)
+			printUsers(a, d, d.Users())
+			fmt.Fprintf(a.stdout, "next: meshfold auth add-node NAME --dir %s; meshfold serve --auth %s\n", dir, dir)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&dir, "dir", "", "the auth directory to create (required)")
+	fl.BoolVar(&force, "force", false, "replace an existing auth directory")
+	fl.Int64Var(&limits.DiskStorage, "max-disk", auth.DefaultLimits.DiskStorage, "the mesh account's JetStream file storage, bytes (-1: unlimited)")
+	fl.Int64Var(&limits.MemoryStorage, "max-memory", auth.DefaultLimits.MemoryStorage, "the mesh account's JetStream memory storage, bytes (-1: unlimited)")
+	fl.Int64Var(&limits.Streams, "max-streams", auth.DefaultLimits.Streams, "the mesh account's stream count (meshfold uses 2)")
+	fl.Int64Var(&limits.Consumers, "max-consumers", auth.DefaultLimits.Consumers, "the mesh account's consumer count (-1: unlimited)")
+	_ = cmd.MarkFlagRequired("dir")
+	a.stream.add(cmd)
+	return cmd
+}
+
+func newAuthAddNodeCmd(a *app) *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "add-node NAME --dir DIR",
+		Short: "Issue the node-NAME and provisioner-NAME users",
+		Long: `add-node issues two users for node NAME and writes their creds files:
+
+  node-NAME         publishes only NAME's have, settle, refusal and filled;
+                    reads only NAME's plan; serves NAME's fill subject
+  provisioner-NAME  sends fill requests to NAME only; follows only NAME's
+                    knocks; reads only NAME's plan
+
+Nothing changes on the servers: users are signed by the mesh account and
+accepted as soon as they connect. A user that exists is refused unless it was
+revoked (then it is issued again with a new key).`,
+		Example: `  meshfold auth add-node ace --dir ./mesh-auth`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !events.ValidName(args[0]) {
+				return withCode(exitUsage, &events.FieldError{Field: "NAME", Value: args[0], Err: events.ErrBadName})
+			}
+			d, err := auth.Open(dir)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			users, err := d.AddNode(args[0])
+			if errors.Is(err, auth.ErrUserExists) {
+				return withCode(exitUsage, err)
+			}
+			if err != nil {
+				return err
+			}
+			printUsers(a, d, users)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the auth directory (required)")
+	_ = cmd.MarkFlagRequired("dir")
+	return cmd
+}
+
+func newAuthRevokeCmd(a *app) *cobra.Command {
+	var (
+		dir    string
+		noPush bool
+	)
+	cmd := &cobra.Command{
+		Use:   "revoke USER --dir DIR",
+		Short: "Revoke a user and push the account update to the running server",
+		Long: `revoke revokes USER (node-ace, provisioner-ace, controller, ...) in the mesh
+account's JWT, rewrites DIR/resolver.conf, and pushes the new account JWT to
+the server (--server, default nats://127.0.0.1:4222) as the system user
+(DIR/creds/sys.creds unless --creds says otherwise): the server closes the
+user's connections and refuses it from then on, without a restart. In a
+cluster, servers with a full resolver share the update.
+
+With --no-push only the files change: a server started later (meshfold serve
+--auth DIR, or one whose resolver.conf is the new one) refuses the user.
+A revoked node can be issued again (auth add-node) with a new key.`,
+		Example: `  meshfold auth revoke node-ace --dir ./mesh-auth
+  meshfold auth revoke node-ace --dir ./mesh-auth --server tls://nats.example:4222 --tls-ca ca.pem`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := auth.Open(dir)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			if err := d.Revoke(args[0]); errors.Is(err, auth.ErrUnknownUser) {
+				return withCode(exitUsage, err)
+			} else if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "revoked %s in %s\n", args[0], filepath.Join(d.Path(), "accounts", auth.MeshAccountName+".jwt"))
+			if noPush {
+				fmt.Fprintln(a.stdout, "not pushed (--no-push): running servers still accept it until they load the new account JWT")
+				return nil
+			}
+			conn := a.conn
+			if conn.creds == "" && conn.nkey == "" && conn.context == "" {
+				conn.creds = d.CredsPath(auth.SystemUser)
+			}
+			nc, err := conn.connect("meshfold-auth-revoke", a)
+			if err != nil {
+				return fmt.Errorf("revoked in %s, but not pushed: %w", d.Path(), err)
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			msg, err := d.Push(ctx, nc)
+			if err != nil {
+				return fmt.Errorf("revoked in %s, but the push failed: %w", d.Path(), err)
+			}
+			fmt.Fprintf(a.stdout, "pushed to %s\n", msg)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the auth directory (required)")
+	cmd.Flags().BoolVar(&noPush, "no-push", false, "only update the files; push nothing")
+	_ = cmd.MarkFlagRequired("dir")
+	a.conn.add(cmd)
+	return cmd
+}
+
+func printUsers(a *app, d *auth.Dir, users []auth.User) {
+	for _, u := range users {
+		fmt.Fprintf(a.stdout, "  %-22s %s\n", u.Name, d.CredsPath(u.Name))
+	}
+}
+
+// serveAuthFlags are serve's authentication and TLS flags.
+type serveAuthFlags struct {
+	dir                  string
+	tlsCert, tlsKey, tca string
+}
+
+func (f *serveAuthFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.dir, "auth", "", "run in operator mode with the accounts and users of this auth directory (meshfold auth init); the reconciler connects as its reconciler user")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "server certificate (PEM): clients must then connect with TLS")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "the server certificate's key (PEM)")
+	fl.StringVar(&f.tca, "tls-client-ca", "", "CA (PEM) whose client certificates are required (mutual TLS)")
+}
+
+// apply sets cfg's Auth and TLS fields and returns the options of the
+// reconciler's in-process connection. It checks that the stream flags
+// match the directory's names, or adopts them when the flags were not
+// given.
+func (f *serveAuthFlags) apply(cmd *cobra.Command, a *app, cfg *store.EmbeddedConfig) ([]nats.Option, error) {
+	cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA = f.tlsCert, f.tlsKey, f.tca
+	if f.dir == "" {
+		return nil, nil
+	}
+	d, err := auth.Open(f.dir)
+	if err != nil {
+		return nil, withCode(exitUsage, fmt.Errorf("--auth: %w", err))
+	}
+	names := d.Names()
+	for _, fl := range []struct {
+		flag, dirs string
+		val        *string
+	}{{"stream", names.Stream, &a.stream.name}, {"prefix", names.Prefix, &a.stream.prefix}} {
+		if !cmd.Flags().Changed(fl.flag) {
+			*fl.val = fl.dirs
+		} else if *fl.val != fl.dirs {
+			return nil, withCode(exitUsage, fmt.Errorf("--%s %q: the auth directory's permissions are written for %q", fl.flag, *fl.val, fl.dirs))
+		}
+	}
+	if cfg.Auth, err = d.ServerAuth(); err != nil {
+		return nil, err
+	}
+	creds := d.CredsPath(string(auth.RoleReconciler))
+	inbox, err := store.CredsInboxPrefix(creds)
+	if err != nil {
+		return nil, err
+	}
+	return []nats.Option{nats.UserCredentials(creds), nats.CustomInboxPrefix(inbox)}, nil
+}
