@@ -33,8 +33,9 @@ import (
 // ace's agent and reads its reply; "subscribe fill" listens on ace's fill
 // subject (fill requests carry secrets); "read snapshots" opens the
 // snapshot bucket, gets ace's state and lists every state (state, fleet);
-// "write snapshots" puts ace's state; "ask state" asks the reconciler's
-// state service about ace.
+// "write snapshots" puts ace's state; "write leases" opens (creating it
+// the first time) the lease bucket of reconciler groups and puts a lease;
+// "ask state" asks the reconciler's state service about ace.
 const policy = `
 action               reconciler controller operator node-ace provisioner-ace node-shanks
 publish want ace          -         ok         -        -          -            -
@@ -55,7 +56,7 @@ publish knock ace         ok        -          -        -          -            
 publish knock shanks      ok        -          -        -          -            -
 publish journal ace       ok        -          -        -          -            -
 publish journal shanks    ok        -          -        -          -            -
-consume plan ace          ok        ok         ok       ok         -            -
+consume plan ace          ok        ok         ok       ok         ok           -
 consume plan shanks       ok        ok         ok       -          -            ok
 consume knock ace         ok        -          ok       -          ok           -
 consume events ace        ok        -          ok       -          -            -
@@ -67,6 +68,7 @@ request fill ace          -         -          -        -          ok           
 subscribe fill ace        -         -          -        ok         -            -
 read snapshots            ok        -          ok       -          -            -
 write snapshots           ok        -          -        -          -            -
+write leases              ok        -          -        -          -            -
 ask state ace             -         -          ok       -          -            -
 `
 
@@ -159,6 +161,19 @@ func actions(cfg store.StreamConfig) map[string]action {
 			return err
 		}
 		return snaps.PutNode(ctx, events.Partition("ace", n), "ace", []byte(`{}`))
+	}
+	acts["write leases"] = func(ctx context.Context, c *cell) error {
+		bucket := c.cfg.Name + "_LEASES"
+		kv, err := c.js.KeyValue(ctx, bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = c.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1,
+				TTL: 5 * time.Second, LimitMarkerTTL: 5 * time.Second, Storage: jetstream.FileStorage})
+		}
+		if err != nil {
+			return err
+		}
+		_, err = kv.Put(ctx, "lease.0", []byte("matrix"))
+		return err
 	}
 	acts["ask state ace"] = func(ctx context.Context, c *cell) error {
 		_, _, err := store.RequestState(ctx, c.nc, c.cfg.Prefix, "ace", 0)

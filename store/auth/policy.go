@@ -83,8 +83,9 @@ const jsAPI = "$JS.API"
 // user reads another's replies. The policy, by role:
 //
 //   - reconciler: publishes plans, knocks and journal entries of every
-//     node; creates, updates and reads the stream and the snapshot bucket
-//     (never deletes or purges them); serves the state service.
+//     node; creates, updates, reads and writes the stream, the snapshot
+//     bucket and the lease bucket of reconciler groups (never deletes or
+//     purges them); serves the state service.
 //   - controller: publishes wants; reads wants and plans (direct gets,
 //     consumers filtered to plans).
 //   - operator: publishes approvals; reads everything in the stream and
@@ -96,7 +97,7 @@ const jsAPI = "$JS.API"
 //     only; serves N's fill subject.
 //   - provisioner (provisioner-N): sends requests on N's fill subject;
 //     reads N's newest plan and knock and creates consumers filtered to
-//     N's knock only.
+//     N's knock or N's plan only.
 //   - system: no restriction inside the system account (account updates).
 //
 // JetStream API access is scoped by subject: consumer creation only on
@@ -128,6 +129,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	s, pre := n.Stream, n.Prefix
 	kv := "KV_" + s + store.SnapshotBucketSuffix
 	bucket := s + store.SnapshotBucketSuffix
+	leases := s + leaseBucketSuffix
 	api := func(format string, args ...any) string { return jsAPI + "." + fmt.Sprintf(format, args...) }
 	// readStream: looking the stream up, following consumers, deleting
 	// the consumers one made.
@@ -144,8 +146,9 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 
 	switch r {
 	case RoleReconciler:
-		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"), "$KV."+bucket+".>", api("INFO"))
-		for _, st := range []string{s, kv} {
+		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"),
+			"$KV."+bucket+".>", "$KV."+leases+".>", api("INFO"))
+		for _, st := range []string{s, kv, "KV_" + leases} {
 			readStream(st)
 			p.Pub.Allow.Add(api("STREAM.CREATE.%s", st), api("STREAM.UPDATE.%s", st), api("STREAM.MSG.GET.%s", st),
 				api("DIRECT.GET.%s", st), api("DIRECT.GET.%s.>", st),
@@ -186,7 +189,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		readStream(s)
 		p.Pub.Allow.Add(subj(node, "fill"),
 			api("DIRECT.GET.%s.%s", s, stored(node, "plan")), api("DIRECT.GET.%s.%s", s, stored(node, "knock")),
-			api("CONSUMER.CREATE.%s.*.%s", s, stored(node, "knock")))
+			api("CONSUMER.CREATE.%s.*.%s", s, stored(node, "knock")), api("CONSUMER.CREATE.%s.*.%s", s, stored(node, "plan")))
 	case RoleSystem:
 		return jwt.Permissions{}, nil
 	default:
@@ -194,6 +197,11 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	}
 	return p, nil
 }
+
+// leaseBucketSuffix names the reconciler group's lease bucket beside the
+// stream (MESH → MESH_LEASES), where reconcilers sharing partitions keep
+// their leases.
+const leaseBucketSuffix = "_LEASES"
 
 // nodeServiceName is the micro service name of the node agent
 // (node.ServiceName; package node imports store, so it is repeated here
