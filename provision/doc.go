@@ -34,5 +34,16 @@
 // on start. Knocks that arrive while a fill runs are coalesced: only the
 // newest of a backlog triggers a fill.
 //
+// # New declarations
+//
+// Knocks pay refused writes only. A file that a new plan declares, and
+// that nobody tried to write, would otherwise wait for a restart of the
+// client. So the client also follows the node's settles: when the node
+// settles its newest plan, the client fills that plan's files that the
+// last plan it filled did not declare (all of them when the provisioner
+// account changed). The node judges that write by the plan that declares
+// it, so the normal path makes no refusal and no knock. (DESIGN.md is
+// silent here; docs/architecture.md records the decision.)
+//
 // Content is never logged, returned in an error or put in a [Report].
 package provision

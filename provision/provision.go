@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,8 +49,9 @@ type Config struct {
 	// [DefaultTimeout]. A timed-out request is retried.
 	Timeout time.Duration
 	// OnFill, when set, is called after each fill pass with the stream
-	// sequence of the knock that caused it (0 for the pass on start) and
-	// its report. It runs on the client's goroutine.
+	// sequence of the knock that caused it (0 for the pass on start and
+	// for a pass on a new plan's declarations) and its report. It runs on
+	// the client's goroutines, one pass at a time.
 	OnFill func(knock uint64, r Report)
 }
 
@@ -97,6 +99,12 @@ type Client struct {
 	subj    events.Subjects
 	log     *slog.Logger
 	started atomic.Bool
+
+	// fillMu serialises fill passes; it guards declared.
+	fillMu sync.Mutex
+	// declared are the files of the newest plan a pass has filled, and
+	// its provisioner account.
+	declared declaredSet
 }
 
 // New checks cfg and returns a client that is not running yet.
@@ -148,23 +156,37 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("provisioner: stream %s: %w", c.cfg.Stream.Name, err)
 	}
-	// The knock position first: a knock published during the fill on
-	// start is followed afterwards.
-	from, err := retry(ctx, c.log, "read the newest knock", func() (uint64, error) {
-		m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Stream.Partitions, c.cfg.Node, events.KindKnock)
-		if errors.Is(err, store.ErrNoMessage) {
-			return 0, nil
-		}
-		return m.Event.Seq, err
-	})
+	// The knock and settle positions first: those published during the
+	// fill on start are followed afterwards.
+	last := func(kind events.Kind) (uint64, error) {
+		return retry(ctx, c.log, "read the newest "+string(kind), func() (uint64, error) {
+			m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Stream.Partitions, c.cfg.Node, kind)
+			if errors.Is(err, store.ErrNoMessage) {
+				return 0, nil
+			}
+			return m.Event.Seq, err
+		})
+	}
+	from, err := last(events.KindKnock)
 	if err != nil {
 		return nil // only ctx ends the retry
+	}
+	settles, err := last(events.KindSettle)
+	if err != nil {
+		return nil
 	}
 	c.log.Info("provisioner running", "from", c.cfg.From, "knocks_after", from)
 	if !c.pass(ctx, 0) {
 		return nil
 	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.followSettles(ctx, settles)
+	}()
 	c.follow(ctx, from)
+	wg.Wait()
 	return nil
 }
 
@@ -260,6 +282,8 @@ func (c *Client) followOnce(ctx context.Context, from uint64) (uint64, error) {
 // Errors: ctx's error (the report holds what was done before it); the
 // newest plan cannot be read or decoded.
 func (c *Client) FillOnce(ctx context.Context) (Report, error) {
+	c.fillMu.Lock()
+	defer c.fillMu.Unlock()
 	var r Report
 	stream, err := c.js.Stream(ctx, c.cfg.Stream.Name)
 	if err != nil {
@@ -278,6 +302,7 @@ func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 	}
 	r.Plan = m.Event.Seq
 	plan := m.Event.Payload.(*events.Plan)
+	c.declared = declaredOf(m.Event.Seq, plan)
 	for _, row := range plan.Modules {
 		for _, f := range row.Files {
 			if err := c.fillFile(ctx, &r, row.Name, f.Path); err != nil {

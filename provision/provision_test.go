@@ -259,8 +259,8 @@ func TestFillOnStart(t *testing.T) {
 	noLeak(t, e.logs.String())
 }
 
-// A knock makes the client fill again, reading the newest plan: the file
-// a newer plan declares lands only after the knock.
+// A knock makes the client fill again, reading the newest plan: a file
+// whose source was missing when its plan settled lands with the knock.
 func TestFillOnKnock(t *testing.T) {
 	e := newEnv(t)
 	e.startNode(t)
@@ -270,7 +270,6 @@ func TestFillOnKnock(t *testing.T) {
 	p1 := e.plan(t, "prov", events.PlanModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true})
 	e.settled(t, p1)
 	from := t.TempDir()
-	source(t, from, mbg, creds, secret)
 	rep := newReports()
 	run(t, e.client(t, from, rep).Run)
 	if got := rep.next(t); got.knock != 0 || got.r.Plan != p1 || len(got.r.Filled) != 0 {
@@ -280,9 +279,11 @@ func TestFillOnKnock(t *testing.T) {
 	p2 := e.plan(t, "prov", events.PlanModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
 		events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}})
 	e.settled(t, p2)
-	if _, err := os.Stat(filepath.Join(e.root, creds)); err == nil {
-		t.Fatal("filled before any knock")
+	// The settle of p2 makes the client fill its new file: no source yet.
+	if got := rep.next(t); got.knock != 0 || got.r.Plan != p2 || len(got.r.Missing) != 1 || len(got.r.Filled) != 0 {
+		t.Fatalf("pass on the settle = %+v", got)
 	}
+	source(t, from, mbg, creds, secret)
 	k := e.append(t, &events.Knock{Cause: p2 + 1, Reasons: []events.KnockReason{events.KnockDeclared},
 		Owed: []events.Owed{{Module: mbg, Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"}}})
 	got := rep.next(t)
@@ -295,6 +296,34 @@ func TestFillOnKnock(t *testing.T) {
 		t.Errorf("an extra fill pass: %+v", extra)
 	default:
 	}
+	noLeak(t, e.logs.String())
+}
+
+// A file a new plan declares is filled once the node settles that plan,
+// with no refusal and no knock: knocks only pay refused writes, and a file
+// nobody tried to write would otherwise wait for a restart of the client.
+// Files already filled are not sent again.
+func TestFillOnSettleOfNewDeclaration(t *testing.T) {
+	e := newEnv(t)
+	e.startNode(t)
+	from := t.TempDir()
+	source(t, from, mbg, creds, secret)
+	source(t, from, "postgres", "/etc/postgres/pass", "pg-"+secret)
+	pg := events.PlanModule{Name: "postgres", Build: "pg:1", RunsAs: "postgres", Files: []events.File{{Path: "/etc/postgres/pass", Mode: "0600"}}}
+	p1 := e.plan(t, "prov", events.PlanModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}, pg)
+	e.settled(t, p1)
+	rep := newReports()
+	run(t, e.client(t, from, rep).Run)
+	if got := rep.next(t); got.r.Plan != p1 || len(got.r.Filled) != 1 {
+		t.Fatalf("pass on start = %+v", got)
+	}
+	p2 := e.plan(t, "prov", events.PlanModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}, pg,
+		events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}})
+	got := rep.next(t)
+	if got.knock != 0 || got.r.Plan != p2 || len(got.r.Filled) != 1 || got.r.Filled[0].Path != creds || len(got.r.Refused) != 0 {
+		t.Fatalf("pass on the settle of p2 = %+v, want only the new file filled", got)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
 	noLeak(t, e.logs.String())
 }
 

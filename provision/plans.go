@@ -1,0 +1,145 @@
+package provision
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+// declaredSet is what a plan declares for filling: its files and the
+// account the node accepts them from.
+type declaredSet struct {
+	plan    uint64
+	account string
+	files   map[FileRef]bool
+}
+
+func declaredOf(seq uint64, p *events.Plan) declaredSet {
+	d := declaredSet{plan: seq, account: p.ProvisionerAccount, files: map[FileRef]bool{}}
+	for _, row := range p.Modules {
+		for _, f := range row.Files {
+			d.files[FileRef{Module: row.Name, Path: f.Path}] = true
+		}
+	}
+	return d
+}
+
+// followSettles fills the files a plan declares that the previous one did
+// not (all of them when the provisioner account changed), once the node
+// has settled that plan. Knocks only pay refused writes: without this, a
+// file newly declared, and never tried, would wait for a restart of the
+// client. Waiting for the settle means the node judges the write by the
+// plan that declares it, so the normal path makes no refusal; a fill that
+// still fails is owed and knocked as usual.
+func (c *Client) followSettles(ctx context.Context, from uint64) {
+	b := newBackoff()
+	for ctx.Err() == nil {
+		last, err := c.followSettlesOnce(ctx, from)
+		if last > from {
+			from = last
+			b.Reset()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		d := b.NextBackOff()
+		c.log.Warn("settle consumer failed; recreating it", "after", from, "in", d, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+}
+
+func (c *Client) followSettlesOnce(ctx context.Context, from uint64) (uint64, error) {
+	occ := jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{c.subj.Stored(c.cfg.Node, events.KindSettle, c.cfg.Stream.Partitions)},
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: orderedInactive,
+	}
+	if from > 0 {
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
+	}
+	cons, err := c.js.OrderedConsumer(ctx, c.cfg.Stream.Name, occ)
+	if err != nil {
+		return from, err
+	}
+	defer dropOrdered(c.js, c.cfg.Stream.Name, cons)
+	it, err := cons.Messages()
+	if err != nil {
+		return from, err
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return from, err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return from, err
+		}
+		from = meta.Sequence.Stream
+		if meta.NumPending > 0 {
+			continue // a newer settle follows: judge by the newest
+		}
+		ev, err := c.subj.DecodeEvent(m.Subject(), m.Data(), from, meta.Timestamp)
+		if err != nil || ev.Err != nil {
+			continue
+		}
+		if st := ev.Payload.(*events.Settle); st.Op != events.OpFailed {
+			c.settled(ctx, st.Plan)
+		}
+	}
+}
+
+// settled fills what the node's newest plan declares beyond the files
+// last filled, when that plan is the one the node just settled (a newer
+// plan's own settle will come).
+func (c *Client) settled(ctx context.Context, plan uint64) {
+	stream, err := c.js.Stream(ctx, c.cfg.Stream.Name)
+	if err != nil {
+		c.log.Warn("settle seen, plan not read", "plan", plan, "err", err)
+		return
+	}
+	m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Stream.Partitions, c.cfg.Node, events.KindPlan)
+	if err != nil || m.Event.Err != nil || m.Event.Seq != plan {
+		return
+	}
+	c.fillDeclared(ctx, m.Event.Seq, m.Event.Payload.(*events.Plan))
+}
+
+// fillDeclared fills what plan declares beyond the files last filled.
+func (c *Client) fillDeclared(ctx context.Context, seq uint64, plan *events.Plan) {
+	c.fillMu.Lock()
+	defer c.fillMu.Unlock()
+	if seq <= c.declared.plan {
+		return // a pass already filled this plan or a newer one
+	}
+	next := declaredOf(seq, plan)
+	r := Report{Plan: seq}
+	for _, row := range plan.Modules {
+		for _, f := range row.Files {
+			ref := FileRef{Module: row.Name, Path: f.Path}
+			if c.declared.files[ref] && c.declared.account == next.account {
+				continue
+			}
+			if err := c.fillFile(ctx, &r, row.Name, f.Path); err != nil {
+				return // ctx ended it
+			}
+		}
+	}
+	c.declared = next
+	if len(r.Filled)+len(r.Refused)+len(r.Missing)+len(r.Failed) == 0 {
+		return
+	}
+	c.log.Info("settled plan declares new files: filled them", "plan", seq, "filled", len(r.Filled),
+		"refused", len(r.Refused), "missing", len(r.Missing), "failed", len(r.Failed))
+	if c.cfg.OnFill != nil {
+		c.cfg.OnFill(0, r)
+	}
+}
