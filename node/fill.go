@@ -114,7 +114,14 @@ func (a *Agent) fill(ctx context.Context, module, path, writer string, content [
 		} else {
 			log.Info("fill refused", "reason", reason)
 		}
-		if _, err := a.publish(ctx, events.Stamp(r, time.Now()), store.WithMsgID(RefusalID(a.cfg.Name, seq, module, path, writer))); err != nil {
+		id := RefusalID(a.cfg.Name, seq, module, path, writer)
+		if reason == events.ReasonWriteFailed {
+			// Each failed write is a new failure (DESIGN.md §4: a
+			// write-failed after a filled at its plan is owed again), not
+			// a repeat to drop within the dedup window.
+			id += "." + nuid.Next()
+		}
+		if _, err := a.publish(ctx, events.Stamp(r, time.Now()), store.WithMsgID(id)); err != nil {
 			reply.Error = joinMsg(reply.Error, "refusal not recorded: "+err.Error())
 		}
 		return reply

@@ -200,7 +200,13 @@ func checkRefusal(t *testing.T, e *env, r events.FillReply, node, module, path, 
 		t.Errorf("reply error holds the content")
 	}
 	id := RefusalID(node, plan, module, path, writer)
-	m := e.waitEvent(t, node, events.KindRefusal, func(m store.Msg) bool { return m.MsgID == id })
+	m := e.waitEvent(t, node, events.KindRefusal, func(m store.Msg) bool {
+		if reason == events.ReasonWriteFailed {
+			// Each failed write is a new failure: its id has a unique suffix.
+			return strings.HasPrefix(m.MsgID, id+".")
+		}
+		return m.MsgID == id
+	})
 	got := m.Event.Payload.(*events.Refusal)
 	if got.Module != module || got.Path != path || got.Writer != writer || got.Reason != reason || got.Plan != plan {
 		t.Errorf("refusal = %+v, want %s %s %s %s plan %d", got, module, path, writer, reason, plan)

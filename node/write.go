@@ -207,7 +207,8 @@ func digest(key, data []byte) string {
 // <node>.refusal.<plan>.<first 16 hex digits of sha256(module NUL path NUL
 // writer)>. A repeat of the same refusal (same node, plan, module, path
 // and writer) gets the same id, and JetStream drops it within its
-// duplicate window.
+// duplicate window. A write-failed refusal adds a unique suffix: each
+// failed write is a new failure.
 func RefusalID(node string, plan uint64, module, path, writer string) string {
 	h := sha256.New()
 	h.Write([]byte(module))

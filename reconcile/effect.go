@@ -42,7 +42,8 @@ func EffectID(node string, kind events.Kind, cause uint64, n int) string {
 }
 
 // ParseEffectID splits an effect id into node, kind, cause and n. ok is
-// false when id is not of that form.
+// false when id is not of that form or names no effect kind (plan, knock,
+// journal).
 func ParseEffectID(id string) (node string, kind events.Kind, cause uint64, n int, ok bool) {
 	// node.kind.cause.n: node has no dots.
 	var parts [4]string
@@ -55,6 +56,11 @@ func ParseEffectID(id string) (node string, kind events.Kind, cause uint64, n in
 		parts[i], rest = rest[:j], rest[j+1:]
 	}
 	parts[3] = rest
+	switch events.Kind(parts[1]) {
+	case events.KindPlan, events.KindKnock, events.KindJournal:
+	default:
+		return "", "", 0, 0, false // not an effect: a node's refusal id, say
+	}
 	c, err := strconv.ParseUint(parts[2], 10, 64)
 	if err != nil {
 		return "", "", 0, 0, false
