@@ -173,7 +173,7 @@ func (c ConnectConfig) Options() ([]nats.Option, error) {
 			if err != nil {
 				log.Warn("nats disconnected", "url", nc.ConnectedUrlRedacted(), "err", err)
 			} else {
-				log.Info("nats disconnected", "url", nc.ConnectedUrlRedacted())
+				log.Debug("nats disconnected", "url", nc.ConnectedUrlRedacted())
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
@@ -183,7 +183,7 @@ func (c ConnectConfig) Options() ([]nats.Option, error) {
 			if err := nc.LastError(); err != nil {
 				log.Warn("nats connection closed", "err", err)
 			} else {
-				log.Info("nats connection closed")
+				log.Debug("nats connection closed")
 			}
 		}),
 		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {

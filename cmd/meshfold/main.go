@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -52,7 +53,23 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if errors.As(err, &ce) {
 		return ce.code
 	}
+	if isUsage(err) {
+		return exitUsage
+	}
 	return exitError
+}
+
+// isUsage reports whether err is cobra's complaint about the command line
+// (a missing required flag, an unknown flag or command, wrong arguments).
+func isUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"required flag", "unknown flag", "unknown shorthand flag", "unknown command",
+		"accepts ", "requires at least", "requires exactly", "invalid argument", "flag needs an argument"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // app is what every command shares: the streams and the global flags.
