@@ -31,6 +31,10 @@ var (
 	ErrUserExists = errors.New("the user exists and is not revoked")
 	// ErrUnknownUser: no user of that name in the directory.
 	ErrUnknownUser = errors.New("no such user")
+	// ErrSystemUser: Revoke was asked to revoke the system user, the one
+	// that pushes revocations. Rotate it with every other key: Init with
+	// Force.
+	ErrSystemUser = errors.New("the system user cannot be revoked: it pushes the revocations (replace the whole directory with auth init --force to rotate it)")
 	// ErrUnknownRole: a role this package does not know.
 	ErrUnknownRole = errors.New("unknown role")
 )
@@ -390,23 +394,22 @@ func (d *Dir) issue(r Role, node string) (*User, error) {
 	return u, nil
 }
 
-// Revoke revokes user in its account's JWT (every JWT of the user's key
-// issued until now) and rewrites the account JWT and resolver.conf. A
+// Revoke revokes user in the mesh account's JWT (every JWT of the user's
+// key issued until now) and rewrites the account JWT and resolver.conf. A
 // running server learns of it only once the account JWT is pushed
 // ([Dir.Push]) or the server restarts with the new JWT. Revoking a user
 // twice is not an error (the revocation time moves forward).
 //
-// Errors: [ErrUnknownUser]; I/O errors.
+// Errors: [ErrUnknownUser]; [ErrSystemUser]; I/O errors.
 func (d *Dir) Revoke(user string) error {
 	u, ok := d.m.Users[user]
 	if !ok {
 		return fmt.Errorf("user %q: %w", user, ErrUnknownUser)
 	}
-	name := MeshAccountName
-	if u.Account == d.m.System {
-		name = SystemAccountName
+	if u.Account != d.m.Account {
+		return fmt.Errorf("user %q: %w", user, ErrSystemUser)
 	}
-	ac, err := d.accountClaims(name)
+	ac, err := d.accountClaims(MeshAccountName)
 	if err != nil {
 		return err
 	}

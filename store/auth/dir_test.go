@@ -59,6 +59,9 @@ func TestDir(t *testing.T) {
 	if err := o.Revoke("nobody"); !errors.Is(err, auth.ErrUnknownUser) {
 		t.Errorf("Revoke of an unknown user: %v, want ErrUnknownUser", err)
 	}
+	if err := o.Revoke(auth.SystemUser); !errors.Is(err, auth.ErrSystemUser) {
+		t.Errorf("Revoke of the system user: %v, want ErrSystemUser", err)
+	}
 	if _, err := auth.Permissions("admin", "", auth.Names{}); !errors.Is(err, auth.ErrUnknownRole) {
 		t.Errorf("Permissions of an unknown role: %v, want ErrUnknownRole", err)
 	}

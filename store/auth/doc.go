@@ -24,6 +24,6 @@
 // # Errors
 //
 // Sentinels: [ErrExists], [ErrNotAuthDir], [ErrUserExists],
-// [ErrUnknownUser], [ErrUnknownRole], [ErrPushSkipped]. A bad node name
+// [ErrUnknownUser], [ErrSystemUser], [ErrUnknownRole], [ErrPushSkipped]. A bad node name
 // matches events.ErrInvalid.
 package auth

@@ -27,8 +27,8 @@ import (
 // Actions: "publish K N" appends an event of kind K for node N through
 // JetStream; "consume …" creates an ordered consumer (one filter subject,
 // as node agents, provisioners and readers make them) and reads its first
-// message: over N's plan, N's knock, all of N's events, or the whole
-// stream; "get K N" is the direct get of N's newest K that node agents and
+// message: over N's plan, knock or settle, all of N's events, or the
+// whole stream; "get K N" is the direct get of N's newest K that node agents and
 // provisioners make on start; "request fill" sends a fill request to
 // ace's agent and reads its reply; "subscribe fill" listens on ace's fill
 // subject (fill requests carry secrets); "read snapshots" opens the
@@ -56,14 +56,16 @@ publish knock ace         ok        -          -        -          -            
 publish knock shanks      ok        -          -        -          -            -
 publish journal ace       ok        -          -        -          -            -
 publish journal shanks    ok        -          -        -          -            -
-consume plan ace          ok        ok         ok       ok         ok           -
+consume plan ace          ok        ok         ok       ok         -            -
 consume plan shanks       ok        ok         ok       -          -            ok
 consume knock ace         ok        -          ok       -          ok           -
+consume settle ace        ok        -          ok       -          ok           -
 consume events ace        ok        -          ok       -          -            -
 consume all               ok        -          ok       -          -            -
 get plan ace              ok        ok         ok       ok         ok           -
 get plan shanks           ok        ok         ok       -          -            ok
 get knock ace             ok        -          ok       -          ok           -
+get settle ace            ok        -          ok       -          ok           -
 request fill ace          -         -          -        -          ok           -
 subscribe fill ace        -         -          -        ok         -            -
 read snapshots            ok        -          ok       -          -            -
@@ -115,7 +117,7 @@ func actions(cfg store.StreamConfig) map[string]action {
 			}
 		}
 		acts["consume plan "+node] = consume(subj.Stored(node, events.KindPlan, n))
-		for _, k := range []events.Kind{events.KindPlan, events.KindKnock} {
+		for _, k := range []events.Kind{events.KindPlan, events.KindKnock, events.KindSettle} {
 			acts["get "+string(k)+" "+node] = func(ctx context.Context, c *cell) error {
 				stream, err := c.js.Stream(ctx, c.cfg.Name)
 				if err != nil {
@@ -127,6 +129,7 @@ func actions(cfg store.StreamConfig) map[string]action {
 		}
 	}
 	acts["consume knock ace"] = consume(subj.Stored("ace", events.KindKnock, n))
+	acts["consume settle ace"] = consume(subj.Stored("ace", events.KindSettle, n))
 	acts["consume events ace"] = consume(subj.StoredNode("ace", n))
 	acts["consume all"] = consume("")
 	acts["request fill ace"] = func(ctx context.Context, c *cell) error {

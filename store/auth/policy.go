@@ -96,8 +96,9 @@ const jsAPI = "$JS.API"
 //     reads N's newest plan and creates consumers filtered to N's plan
 //     only; serves N's fill subject.
 //   - provisioner (provisioner-N): sends requests on N's fill subject;
-//     reads N's newest plan and knock and creates consumers filtered to
-//     N's knock or N's plan only.
+//     reads N's newest plan, knock and settle, and creates consumers
+//     filtered to N's knock or N's settle only (it fills on every knock,
+//     and a plan's new files once the node settles it).
 //   - system: no restriction inside the system account (account updates).
 //
 // JetStream API access is scoped by subject: consumer creation only on
@@ -187,9 +188,13 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		respond()
 	case RoleProvisioner:
 		readStream(s)
-		p.Pub.Allow.Add(subj(node, "fill"),
-			api("DIRECT.GET.%s.%s", s, stored(node, "plan")), api("DIRECT.GET.%s.%s", s, stored(node, "knock")),
-			api("CONSUMER.CREATE.%s.*.%s", s, stored(node, "knock")), api("CONSUMER.CREATE.%s.*.%s", s, stored(node, "plan")))
+		p.Pub.Allow.Add(subj(node, "fill"))
+		for _, k := range []string{"plan", "knock", "settle"} {
+			p.Pub.Allow.Add(api("DIRECT.GET.%s.%s", s, stored(node, k)))
+		}
+		for _, k := range []string{"knock", "settle"} {
+			p.Pub.Allow.Add(api("CONSUMER.CREATE.%s.*.%s", s, stored(node, k)))
+		}
 	case RoleSystem:
 		return jwt.Permissions{}, nil
 	default:

@@ -41,36 +41,40 @@ type claimUpdateReply struct {
 func UpdateSubject(account string) string { return "$SYS.REQ.ACCOUNT." + account + ".CLAIMS.UPDATE" }
 
 // Push sends the current JWT of the mesh account to the servers nc is
-// connected to, and returns the answering server's name and message. nc
-// must be a connection of a system-account user (the creds of "sys"). The
-// server applies it at once: a revoked user's connections are closed and
-// it can no longer connect. In a cluster one server answers; servers with
-// a full resolver share the update, servers with a MEMORY resolver each
-// apply it to their loaded account.
+// connected to, and returns what the answering server said. nc must be a
+// connection of a system-account user (the creds of "sys"). The server
+// applies it at once: a revoked user's connections are closed and it can
+// no longer connect. In a cluster one server answers; servers with a full
+// resolver share the update, servers with a MEMORY resolver each apply it
+// to their loaded account.
 //
 // Errors: [ErrPushSkipped]; the server's refusal (a JWT not signed by its
 // operator, say); no answer before ctx is done (nats.ErrNoResponders when
 // nc is not a system-account user).
 func (d *Dir) Push(ctx context.Context, nc *nats.Conn) (string, error) {
-	s, err := d.AccountJWT(MeshAccountName)
+	return d.pushAccount(ctx, nc, MeshAccountName, d.m.Account)
+}
+
+func (d *Dir) pushAccount(ctx context.Context, nc *nats.Conn, name, pub string) (string, error) {
+	s, err := d.AccountJWT(name)
 	if err != nil {
 		return "", err
 	}
-	msg, err := nc.RequestWithContext(ctx, UpdateSubject(d.m.Account), []byte(s))
+	msg, err := nc.RequestWithContext(ctx, UpdateSubject(pub), []byte(s))
 	if err != nil {
-		return "", fmt.Errorf("push account %s: %w", d.m.Account, err)
+		return "", fmt.Errorf("push account %s: %w", name, err)
 	}
 	var r claimUpdateReply
 	if err := json.Unmarshal(msg.Data, &r); err != nil {
-		return "", fmt.Errorf("push account %s: reply %q: %w", d.m.Account, msg.Data, err)
+		return "", fmt.Errorf("push account %s: reply %q: %w", name, msg.Data, err)
 	}
 	switch {
 	case r.Error != nil:
-		return r.Server.Name, fmt.Errorf("push account %s: server %s: %s", d.m.Account, r.Server.Name, r.Error.Description)
+		return "", fmt.Errorf("push account %s: server %s: %s", name, r.Server.Name, r.Error.Description)
 	case r.Data == nil:
-		return r.Server.Name, fmt.Errorf("push account %s: reply %q: no status", d.m.Account, msg.Data)
+		return "", fmt.Errorf("push account %s: reply %q: no status", name, msg.Data)
 	case strings.Contains(r.Data.Message, "skipped"):
-		return r.Server.Name, fmt.Errorf("push account %s: server %s: %w", d.m.Account, r.Server.Name, ErrPushSkipped)
+		return "", fmt.Errorf("push account %s: server %s: %w", name, r.Server.Name, ErrPushSkipped)
 	}
-	return r.Server.Name + ": " + r.Data.Message, nil
+	return r.Server.Name + ": " + name + " " + r.Data.Message, nil
 }
