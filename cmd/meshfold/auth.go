@@ -161,7 +161,7 @@ A revoked node can be issued again (auth add-node) with a new key.`,
 			if err != nil {
 				return withCode(exitUsage, err)
 			}
-			if err := d.Revoke(args[0]); errors.Is(err, auth.ErrUnknownUser) {
+			if err := d.Revoke(args[0]); errors.Is(err, auth.ErrUnknownUser) || errors.Is(err, auth.ErrSystemUser) {
 				return withCode(exitUsage, err)
 			} else if err != nil {
 				return err

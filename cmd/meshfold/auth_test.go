@@ -118,12 +118,29 @@ func (l *lines) Write(p []byte) (int, error) {
 	}
 }
 
+// watchBuffer is a syncBuffer that calls onViolation when a permissions
+// violation is written to it.
+type watchBuffer struct {
+	syncBuffer
+	onViolation func()
+}
+
+func (w *watchBuffer) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("Violation")) {
+		w.onViolation()
+	}
+	return w.syncBuffer.Write(p)
+}
+
 // Incident 1 end to end with every role on its own credentials, over
 // mutual TLS, each role a real command: serve --auth (the reconciler
 // inside it as its user), node, provision, want (controller), audit
 // (operator), and a revocation pushed to the running server.
 func TestIncident1WithCredentialsOverTLS(t *testing.T) {
-	ctx := testCtx(t)
+	// A refused component would otherwise show only as a wait running
+	// out: a permissions violation in any component's log ends the test.
+	ctx, refused := context.WithCancel(testCtx(t))
+	defer refused()
 	base := t.TempDir()
 	dir := filepath.Join(base, "auth")
 	for _, args := range [][]string{{"auth", "init", "--dir", dir}, {"auth", "add-node", "ace", "--dir", dir}} {
@@ -147,13 +164,13 @@ func TestIncident1WithCredentialsOverTLS(t *testing.T) {
 	background := func(name string, stdout *lines, args ...string) {
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
-		var errb syncBuffer
+		errb := &watchBuffer{onViolation: refused}
 		go func() {
 			defer close(done)
 			if stdout == nil {
 				stdout = &lines{ch: make(chan string)}
 			}
-			if code := run(cctx, append(args, "--log-level", "warn"), nil, stdout, &errb); code != exitOK {
+			if code := run(cctx, append(args, "--log-level", "warn"), nil, stdout, errb); code != exitOK {
 				t.Errorf("%s: exit %d: %s", name, code, errb.String())
 			}
 		}()
