@@ -114,7 +114,7 @@ func (a *Agent) fill(ctx context.Context, module, path, writer string, content [
 		} else {
 			log.Info("fill refused", "reason", reason)
 		}
-		id := RefusalID(a.cfg.Name, seq, module, path, writer)
+		id := RefusalID(a.key, a.cfg.Name, seq, module, path, writer)
 		if reason == events.ReasonWriteFailed {
 			// Each failed write is a new failure (DESIGN.md §4: a
 			// write-failed after a filled at its plan is owed again), not

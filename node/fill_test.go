@@ -199,26 +199,37 @@ func checkRefusal(t *testing.T, e *env, r events.FillReply, node, module, path, 
 	if strings.Contains(r.Error, secret) {
 		t.Errorf("reply error holds the content")
 	}
-	id := RefusalID(node, plan, module, path, writer)
+	prefix := node + ".refusal." + strconv.FormatUint(plan, 10) + "."
 	m := e.waitEvent(t, node, events.KindRefusal, func(m store.Msg) bool {
-		if reason == events.ReasonWriteFailed {
-			// Each failed write is a new failure: its id has a unique suffix.
-			return strings.HasPrefix(m.MsgID, id+".")
-		}
-		return m.MsgID == id
+		got, ok := m.Event.Payload.(*events.Refusal)
+		return ok && strings.HasPrefix(m.MsgID, prefix) && got.Module == module && got.Path == path &&
+			got.Writer == writer && got.Reason == reason && got.Plan == plan
 	})
-	got := m.Event.Payload.(*events.Refusal)
-	if got.Module != module || got.Path != path || got.Writer != writer || got.Reason != reason || got.Plan != plan {
-		t.Errorf("refusal = %+v, want %s %s %s %s plan %d", got, module, path, writer, reason, plan)
+	// <node>.refusal.<plan>.<16 hex>, and for a write failure a unique
+	// suffix: each failed write is a new failure.
+	rest := strings.TrimPrefix(m.MsgID, prefix)
+	if reason == events.ReasonWriteFailed {
+		var ok bool
+		if rest, _, ok = strings.Cut(rest, "."); !ok {
+			t.Errorf("write-failed refusal id %q has no unique suffix", m.MsgID)
+		}
 	}
-	if !strings.HasPrefix(id, node+".refusal.") || len(id) != len(node)+len(".refusal.")+len(strconv.FormatUint(plan, 10))+1+16 {
-		t.Errorf("refusal id %q is not <node>.refusal.<plan>.<16 hex>", id)
+	if len(rest) != 16 {
+		t.Errorf("refusal id %q is not %s<16 hex>", m.MsgID, prefix)
 	}
 }
 
-// RefusalID depends on node, plan, module, path and writer only.
+// RefusalID depends on the node's key, node, plan, module, path and writer
+// only: another node, without the key, cannot predict it.
 func TestRefusalIDDeterministic(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	RefusalID := func(node string, plan uint64, module, path, writer string) string {
+		return RefusalID(key, node, plan, module, path, writer)
+	}
 	a := RefusalID("ace", 7, mbg, creds, "prov")
+	if other := refusalIDWithKey([]byte("another key"), "ace", 7, mbg, creds, "prov"); other == a {
+		t.Error("the id does not depend on the node's key")
+	}
 	if a != RefusalID("ace", 7, mbg, creds, "prov") {
 		t.Fatal("not deterministic")
 	}
@@ -295,3 +306,5 @@ func TestFillChownsToAccount(t *testing.T) {
 		}
 	}
 }
+
+var refusalIDWithKey = RefusalID

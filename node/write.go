@@ -204,13 +204,17 @@ func digest(key, data []byte) string {
 }
 
 // RefusalID is the deterministic Nats-Msg-Id of a refusal:
-// <node>.refusal.<plan>.<first 16 hex digits of sha256(module NUL path NUL
-// writer)>. A repeat of the same refusal (same node, plan, module, path
-// and writer) gets the same id, and JetStream drops it within its
-// duplicate window. A write-failed refusal adds a unique suffix: each
-// failed write is a new failure.
-func RefusalID(node string, plan uint64, module, path, writer string) string {
-	h := sha256.New()
+// <node>.refusal.<plan>.<first 16 hex digits of HMAC-SHA256(key, module NUL
+// path NUL writer)>, key being the node's own HMAC key. A repeat of the
+// same refusal (same node, plan, module, path and writer) gets the same
+// id, and JetStream drops it within its duplicate window. The HMAC keeps
+// the id unguessable: JetStream's dedup is stream-wide, so another node
+// that could predict it could publish first and have this refusal dropped.
+// A write-failed refusal adds a unique suffix: each failed write is a new
+// failure.
+func RefusalID(key []byte, node string, plan uint64, module, path, writer string) string {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte("refusal\x00"))
 	h.Write([]byte(module))
 	h.Write([]byte{0})
 	h.Write([]byte(path))
