@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -99,7 +101,8 @@ func (a *ServerAuth) options(opts *server.Options) ([]string, error) {
 
 // Embedded is a running in-process nats-server with JetStream enabled.
 type Embedded struct {
-	srv *server.Server
+	srv  *server.Server
+	lock *os.File // the data directory's lock, released by Shutdown
 }
 
 // readyTimeout bounds how long StartEmbedded waits for the server to accept
@@ -137,6 +140,27 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if name == "" {
 		name = "meshfold"
 	}
+	// Two servers on one store directory would assign the same sequences
+	// to different events and lose acknowledged writes: refuse the second.
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	// A busy port fails in milliseconds here, not after the ready timeout.
+	if port > 0 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("embedded nats: listen %s: %w", listen, err)
+		}
+		ln.Close()
+	}
+	started := false
+	defer func() {
+		if !started {
+			lock.Close()
+		}
+	}()
 	opts := &server.Options{
 		ServerName: name,
 		Host:       host,
@@ -184,7 +208,28 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 			return nil, fmt.Errorf("embedded nats: account %s: %w", a, err)
 		}
 	}
-	return &Embedded{srv: srv}, nil
+	started = true
+	return &Embedded{srv: srv, lock: lock}, nil
+}
+
+// ErrDataDirInUse: another process (or Embedded) holds the data directory.
+var ErrDataDirInUse = errors.New("the data directory is in use by another meshfold server")
+
+// lockDataDir creates dir and takes an exclusive lock on dir/LOCK for the
+// life of the server.
+func lockDataDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded nats: data dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("embedded nats: %s: %w", dir, ErrDataDirInUse)
+	}
+	return f, nil
 }
 
 // tlsOptions sets the server's TLS options from cfg.
@@ -233,6 +278,9 @@ func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
 func (e *Embedded) Shutdown() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
+	if e.lock != nil {
+		e.lock.Close() // releases the data directory
+	}
 }
 
 // slogAdapter implements server.Logger on a *slog.Logger.

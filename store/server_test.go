@@ -2,7 +2,9 @@ package store_test
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 
@@ -104,5 +106,39 @@ func TestEmbeddedShutdownTwice(t *testing.T) {
 	e.Shutdown()
 	if e.Server().Running() {
 		t.Error("server still running after Shutdown")
+	}
+}
+
+// A second server on the same data directory is refused at once: two would
+// assign the same stream sequences to different events and lose
+// acknowledged writes. The directory is free again after Shutdown.
+func TestEmbeddedDataDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	first, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Listen: "127.0.0.1:0"}); !errors.Is(err, store.ErrDataDirInUse) {
+		first.Shutdown()
+		t.Fatalf("second server on %s: %v, want ErrDataDirInUse", dir, err)
+	}
+	first.Shutdown()
+	again, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatalf("after shutdown: %v", err)
+	}
+	again.Shutdown()
+}
+
+// A busy port is an immediate error naming the address.
+func TestEmbeddedBusyPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = store.StartEmbedded(store.EmbeddedConfig{DataDir: t.TempDir(), Listen: ln.Addr().String()})
+	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
+		t.Fatalf("StartEmbedded on a busy port: %v", err)
 	}
 }
