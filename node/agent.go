@@ -354,13 +354,21 @@ func (a *Agent) followOnce(ctx context.Context, from uint64, resync <-chan time.
 			if err != nil {
 				return from, err
 			}
+			from = meta.Sequence.Stream
+			if meta.NumPending > 0 || a.newerPlan(ctx, from) {
+				// A newer plan is already stored (the agent was away or
+				// slow): apply the newest only. A skipped plan never
+				// settles, which the reconciler expects of superseded
+				// plans.
+				a.log.Debug("plan superseded before it was applied; skipped", "plan", from)
+				continue
+			}
 			ev, err := a.subj.DecodeEvent(n.m.Subject(), n.m.Data(), meta.Sequence.Stream, meta.Timestamp)
 			if err != nil {
 				a.log.Error("not a plan subject; skipped", "subject", n.m.Subject(), "seq", meta.Sequence.Stream, "err", err)
 			} else {
 				a.handlePlan(ctx, ev)
 			}
-			from = meta.Sequence.Stream
 		case <-resync:
 			if a.failed != nil {
 				a.log.Info("retrying the failed plan", "plan", a.failed.Seq)
@@ -368,6 +376,19 @@ func (a *Agent) followOnce(ctx context.Context, from uint64, resync <-chan time.
 			}
 		}
 	}
+}
+
+// newerPlan reports whether the stream holds a plan of the node newer than
+// seq (a direct get of the last one). The metadata's pending count is not
+// enough: a plan is delivered as soon as it is stored, while the agent may
+// still be busy applying an older one when newer ones arrive.
+func (a *Agent) newerPlan(ctx context.Context, seq uint64) bool {
+	stream, err := a.js.Stream(ctx, a.cfg.Stream.Name)
+	if err != nil {
+		return false
+	}
+	m, err := store.LastMsg(ctx, stream, a.subj, a.cfg.Stream.Partitions, a.cfg.Name, events.KindPlan)
+	return err == nil && m.Event.Seq > seq
 }
 
 // change is one module the apply of a plan changed.

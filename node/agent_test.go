@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,19 +83,25 @@ func TestSettlesPerChangedModule(t *testing.T) {
 	modA := events.PlanModule{Name: "alpha", Build: "a:1", RunsAs: "ua"}
 	modB := events.PlanModule{Name: "bravo", Build: "b:1", RunsAs: "ub"}
 
-	p1 := e.publishPlan(t, "ace", "", modA, modB)
+	// Each plan once the previous one settled: a plan superseded before
+	// the agent reaches it is skipped (TestSupersededPlansSkipped).
+	step := func(rows ...events.PlanModule) uint64 {
+		p := e.publishPlan(t, "ace", "", rows...)
+		e.waitEvent(t, "ace", events.KindSettle, settleOf(p))
+		return p
+	}
+	p1 := step(modA, modB)
 	modA2 := modA
 	modA2.Files = []events.File{{Path: "/etc/alpha/key", Mode: "0600"}}
-	p2 := e.publishPlan(t, "ace", "", modA2, modB) // files only: no runtime change
+	p2 := step(modA2, modB) // files only: no runtime change
 	held := events.PlanModule{Name: "charlie", Held: true, Why: events.HoldApproval, Pending: "c:1"}
-	p3 := e.publishPlan(t, "ace", "", modA2, held) // bravo removed; charlie held with nothing running
+	p3 := step(modA2, held) // bravo removed; charlie held with nothing running
 	heldA := events.PlanModule{Name: "alpha", Build: "a:1", RunsAs: "ua", Held: true, Why: events.HoldApproval, Pending: "a:2"}
-	p4 := e.publishPlan(t, "ace", "", heldA, held) // alpha held at what runs
+	p4 := step(heldA, held) // alpha held at what runs
 	modA3 := modA
 	modA3.RunsAs = "ua2"
-	p5 := e.publishPlan(t, "ace", "", modA3, held) // an account change is a change
-	p6 := e.publishPlan(t, "ace", "", modA3, held) // nothing: closes p5's settles
-	e.waitEvent(t, "ace", events.KindSettle, settleOf(p6))
+	p5 := step(modA3, held) // an account change is a change
+	p6 := step(modA3, held) // nothing: closes p5's settles
 
 	for _, c := range []struct {
 		plan uint64
@@ -311,5 +318,51 @@ func TestFaultsBeforePublish(t *testing.T) {
 	defer mu.Unlock()
 	if seen[events.KindHave] == 0 || seen[events.KindSettle] != 1 || seen[events.KindRefusal] != 1 {
 		t.Errorf("hook saw %v, want have, one settle, one refusal", seen)
+	}
+}
+
+// gatedRuntime blocks the apply of builds named "slow" until open is
+// closed, and says when one has begun.
+type gatedRuntime struct {
+	*DirRuntime
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (g *gatedRuntime) Apply(ctx context.Context, m events.PlanModule) error {
+	if strings.HasPrefix(m.Build, "slow") {
+		g.entered <- struct{}{}
+		<-g.open
+	}
+	return g.DirRuntime.Apply(ctx, m)
+}
+
+// Plans stored while the agent was busy (or away) are not replayed one by
+// one: the agent applies the newest, and the superseded ones never settle.
+func TestSupersededPlansSkipped(t *testing.T) {
+	e := newEnv(t)
+	dr, err := NewDirRuntime(filepath.Join(t.TempDir(), "modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedRuntime{DirRuntime: dr, entered: make(chan struct{}, 1), open: make(chan struct{})}
+	a := e.startAgent(t, "ace", g)
+	p1 := e.publishPlan(t, "ace", "prov", events.PlanModule{Name: mbg, Build: "slow:1", RunsAs: "mbg"})
+	<-g.entered // applying p1, blocked
+	var skipped []uint64
+	for i := 2; i <= 4; i++ {
+		skipped = append(skipped, e.publishPlan(t, "ace", "prov", events.PlanModule{Name: mbg, Build: fmt.Sprintf("g:%d", i), RunsAs: "mbg"}))
+	}
+	p5 := e.publishPlan(t, "ace", "prov", events.PlanModule{Name: mbg, Build: "g:5", RunsAs: "mbg"})
+	close(g.open)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p1))
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p5))
+	if a.Settled() != p5 {
+		t.Fatalf("settled %d, want %d", a.Settled(), p5)
+	}
+	for _, m := range e.events(t, "ace", events.KindSettle) {
+		if slices.Contains(skipped, m.Event.Payload.(*events.Settle).Plan) {
+			t.Errorf("superseded plan %d was applied and settled", m.Event.Payload.(*events.Settle).Plan)
+		}
 	}
 }
