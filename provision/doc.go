@@ -34,6 +34,12 @@
 // on start. Knocks that arrive while a fill runs are coalesced: only the
 // newest of a backlog triggers a fill.
 //
+// # Resync
+//
+// Every [Config.Resync] (10 minutes by default) the client fills
+// everything again, as on start: a source file that was missing, or a
+// filled file deleted on the node, is filled within that interval.
+//
 // # New declarations
 //
 // Knocks pay refused writes only. A file that a new plan declares, and

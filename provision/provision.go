@@ -25,6 +25,9 @@ import (
 // DefaultTimeout is the default time a fill request waits for its reply.
 const DefaultTimeout = 5 * time.Second
 
+// DefaultResync is the default interval of the full refill.
+const DefaultResync = 10 * time.Minute
+
 // ErrRunning: Run was called a second time on the same Client.
 var ErrRunning = errors.New("provisioner: Run already called")
 
@@ -48,6 +51,11 @@ type Config struct {
 	// Timeout bounds each fill request's wait for a reply; 0 means
 	// [DefaultTimeout]. A timed-out request is retried.
 	Timeout time.Duration
+	// Resync is the interval of a full refill, besides start, knocks and
+	// settles: a source file that was missing, or a filled file deleted on
+	// the node, is filled within it. 0 means [DefaultResync]; negative
+	// turns it off.
+	Resync time.Duration
 	// OnFill, when set, is called after each fill pass with the stream
 	// sequence of the knock that caused it (0 for the pass on start and
 	// for a pass on a new plan's declarations) and its report. It runs on
@@ -132,6 +140,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.Resync == 0 {
+		cfg.Resync = DefaultResync
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -180,14 +191,38 @@ func (c *Client) Run(ctx context.Context) error {
 		return nil
 	}
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		c.followSettles(ctx, settles)
 	}()
+	go func() {
+		defer wg.Done()
+		c.resync(ctx)
+	}()
 	c.follow(ctx, from)
 	wg.Wait()
 	return nil
+}
+
+// resync refills everything every Resync, until ctx is done.
+func (c *Client) resync(ctx context.Context) {
+	if c.cfg.Resync < 0 {
+		return
+	}
+	t := time.NewTicker(c.cfg.Resync)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.log.Debug("resync: filling everything again")
+			if !c.pass(ctx, 0) {
+				return
+			}
+		}
+	}
 }
 
 // pass runs one FillOnce and reports it; false when ctx ended it.

@@ -434,3 +434,29 @@ func TestNoPlan(t *testing.T) {
 		t.Fatalf("FillOnce = %+v, %v", r, err)
 	}
 }
+
+// A source file missing at the last fill, and a filled file deleted on the
+// node, are filled again within the resync interval, with no knock.
+func TestResyncFillsLateSourceAndDeletedFile(t *testing.T) {
+	e := newEnv(t)
+	e.startNode(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	from := t.TempDir()
+	rep := newReports()
+	run(t, e.client(t, from, rep, func(c *provision.Config) { c.Resync = 50 * time.Millisecond }).Run)
+	if got := rep.next(t); len(got.r.Missing) != 1 {
+		t.Fatalf("pass on start = %+v, want the source missing", got)
+	}
+	source(t, from, mbg, creds, secret)
+	for got := rep.next(t); len(got.r.Filled) != 1; got = rep.next(t) {
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+	if err := os.Remove(filepath.Join(e.root, creds)); err != nil {
+		t.Fatal(err)
+	}
+	for got := rep.next(t); len(got.r.Filled) != 1; got = rep.next(t) {
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+}

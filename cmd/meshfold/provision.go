@@ -17,6 +17,7 @@ type provisionOpts struct {
 	from    string
 	account string
 	timeout time.Duration
+	resync  time.Duration
 }
 
 func newProvisionCmd(a *app) *cobra.Command {
@@ -49,6 +50,7 @@ from the settled plan's provisioner account. Content is never logged.`,
 	fl.StringVar(&o.from, "from", "", "source directory: DIR/<module>/<path> holds each file's content (required)")
 	fl.StringVar(&o.account, "account", "", "the account this client runs as, sent as the writer (required)")
 	fl.DurationVar(&o.timeout, "timeout", provision.DefaultTimeout, "how long one fill request waits for its reply")
+	fl.DurationVar(&o.resync, "resync", provision.DefaultResync, "fill everything again this often (a missing source added later, a file deleted on the node); 0 turns it off")
 	_ = cmd.MarkFlagRequired("from")
 	_ = cmd.MarkFlagRequired("account")
 	a.conn.add(cmd)
@@ -82,9 +84,17 @@ func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) erro
 		return err
 	}
 	c, err := provision.New(nc, js, provision.Config{Node: name, From: o.from, Account: o.account,
-		Logger: log, Stream: scfg, Timeout: o.timeout})
+		Logger: log, Stream: scfg, Timeout: o.timeout, Resync: resyncOrOff(o.resync)})
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
 	return c.Run(ctx)
+}
+
+// resyncOrOff maps the flag's 0 ("off") to the library's negative.
+func resyncOrOff(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
