@@ -89,6 +89,8 @@ func TestWantRefusesBadInput(t *testing.T) {
 		{"two provisioners", "ace", `{"modules": [{"name": "a", "build": "x", "provisioner": true}, {"name": "b", "build": "y", "provisioner": true}]}`, "modules[1].provisioner"},
 		{"newer version", "ace", `{"v": 2, "modules": []}`, "newer schema version"},
 		{"not an object", "ace", `[1]`, "not a JSON object"},
+		{"no modules key", "ace", `{}`, "modules: required"},
+		{"misspelt modules", "ace", `{"modlues": []}`, `"modlues"`},
 		{"bad node", "Ace", goodWant, "NODE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -158,7 +158,14 @@ func decodeWant(data []byte, now time.Time) (*events.Want, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p.(*events.Want), nil
+	w := p.(*events.Want)
+	if w.Modules == nil {
+		// A want replaces the last one: no modules removes every module
+		// from the node. That must be said, never implied by a forgotten
+		// or misspelt key.
+		return nil, &events.FieldError{Field: "modules", Err: fmt.Errorf("%w (write \"modules\": [] to remove every module)", events.ErrMissing)}
+	}
+	return w, nil
 }
 
 // openPublisher connects with the command's flags and opens the existing
