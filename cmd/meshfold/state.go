@@ -41,7 +41,7 @@ func newStateCmd(a *app) *cobra.Command {
 		Use:   "state NODE",
 		Short: "A node's current folded state and composition",
 		Long: `state shows NODE's current state: the provisioner account the plan names
-beside the account what runs names, counts of modules, filled files and held
+beside the account what runs names, counts of modules, declared files and held
 modules, each held module with its reason and pending build, owed items, the
 last knock, the last settled plan and how stale the last have is.
 

@@ -43,7 +43,7 @@ func TestStateCommand(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{"novox: folded through #5, from the reconciler (live)",
-		"account   plan names prov, what runs names prov", "counts    2 modules, 0 filled files, 1 held",
+		"account   plan names prov, what runs names prov", "counts    2 modules, 0 declared files, 1 held",
 		"held      nats (approval) carries (none), pending n:2.11", "owed      postgres /etc/pg.creds (undeclared, plan #2, writer prov)",
 		"plan      last emitted #2, last settled #2, 0 unsettled", "have      #5 at "} {
 		if !strings.Contains(out, want) {

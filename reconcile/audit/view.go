@@ -134,7 +134,7 @@ func writeState(t *textWriter, v reconcile.View, c Composition, now time.Time, s
 		acct += " (WARNING: the node refuses every filled write)"
 	}
 	t.line(1, "account", acct)
-	t.line(1, "counts", fmt.Sprintf("%s, %s, %d held", plural(v.Modules, "module"), plural(v.Files, "filled file"), v.Held))
+	t.line(1, "counts", fmt.Sprintf("%s, %s, %d held", plural(v.Modules, "module"), plural(v.Files, "declared file"), v.Held))
 	for _, r := range c.Modules {
 		if r.Held {
 			s := fmt.Sprintf("%s (%s) carries %s", r.Name, r.Why, orNone(r.Build))
