@@ -103,18 +103,18 @@ func (f *folder) want(p *events.Want) {
 			}
 		}
 	}
-	s.Want = &WantRecord{Seq: f.ev.Seq, Modules: internWant(p.Modules)}
+	s.Want = &WantRecord{Seq: f.ev.Seq, Modules: p.Modules}
 	f.compose()
 }
 
 func (f *folder) approve(p *events.Approve) {
-	a := Approval{Module: in(p.Module), Build: in(p.Build), By: in(p.By), Seq: f.ev.Seq}
+	a := Approval{Module: p.Module, Build: p.Build, By: p.By, Seq: f.ev.Seq}
 	f.s.Approvals = upsert(f.s.Approvals, a, compareApproval, func(Approval) bool { return false })
 	f.compose()
 }
 
 func (f *folder) have(p *events.Have) {
-	f.s.Have = &HaveRecord{Seq: f.ev.Seq, Time: f.ev.Time, Modules: internHave(p.Modules)}
+	f.s.Have = &HaveRecord{Seq: f.ev.Seq, Time: f.ev.Time, Modules: p.Modules}
 	f.compose()
 	f.knock(true)
 }
@@ -164,7 +164,7 @@ func (f *folder) refusal(p *events.Refusal) {
 	if !f.planExists(p.Plan) {
 		return
 	}
-	it := Item{Owed: internOwed(events.Owed{Module: p.Module, Path: p.Path, Reason: p.Reason, Plan: p.Plan, Writer: p.Writer}), Seq: f.ev.Seq}
+	it := Item{Owed: events.Owed{Module: p.Module, Path: p.Path, Reason: p.Reason, Plan: p.Plan, Writer: p.Writer}, Seq: f.ev.Seq}
 	if !f.paidByFilled(it) {
 		// An unpaid item reported again adds nothing; items are never
 		// replaced.
@@ -190,7 +190,7 @@ func (f *folder) filled(p *events.Filled) {
 	if !f.planExists(p.Plan) {
 		return
 	}
-	m := FilledMark{Module: in(p.Module), Path: in(p.Path), Plan: p.Plan}
+	m := FilledMark{Module: p.Module, Path: p.Path, Plan: p.Plan}
 	s.Filled = upsert(s.Filled, m, compareFilled, func(old FilledMark) bool { return old.Plan < m.Plan })
 	// Items that arrived before it, at its plan or older, are paid.
 	s.Owed = slices.DeleteFunc(s.Owed, func(it Item) bool {

@@ -172,7 +172,6 @@ func UnmarshalState(data []byte) (*State, error) {
 	if err := s.CheckInvariants(); err != nil {
 		return nil, fmt.Errorf("reconcile: decode state: %w", err)
 	}
-	s.intern()
 	return s, nil
 }
 
