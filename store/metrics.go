@@ -29,6 +29,8 @@ type Metrics struct {
 	Checkpoints prometheus.Counter
 	// Restarts counts partition sessions restarted after an error.
 	Restarts prometheus.Counter
+	// Owned is the number of partitions this instance folds now.
+	Owned prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -55,10 +57,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Snapshots of a partition written."}),
 		Restarts: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshfold_partition_restarts_total",
 			Help: "Partition sessions restarted from their snapshot after an error."}),
+		Owned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meshfold_partitions_owned",
+			Help: "Partitions this reconciler instance folds now (all of them unless it runs in a group)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Folded, m.Rejected, m.BadSubject, m.Effects, m.Skipped, m.Lag,
-			m.Folding, m.Publishing, m.Checkpoints, m.Restarts)
+			m.Folding, m.Publishing, m.Checkpoints, m.Restarts, m.Owned)
 	}
 	return m
 }

@@ -29,8 +29,15 @@ type ReconcilerConfig struct {
 	// Stream is the stream's effective configuration, as [EnsureStream]
 	// returns it.
 	Stream StreamConfig
-	// Partitions are the partitions this instance folds; nil: all.
+	// Partitions are the partitions this instance folds for its whole
+	// run; nil: all. Ignored when Grants is set.
 	Partitions []int
+	// Grants, when set, makes ownership dynamic: the instance folds a
+	// partition from the moment a [Grant] for it arrives until the
+	// grant is revoked, and no other partition. [Group.Grants] supplies
+	// them. A closed channel grants nothing more. Nil: the fixed
+	// Partitions.
+	Grants <-chan Grant
 	// SnapshotEvery writes a partition's snapshot after this many events
 	// (default 1000); SnapshotInterval at least this often while events
 	// arrive (default 1 s). A restart refolds the tail since the snapshot.
@@ -95,6 +102,14 @@ func fault(hook func(int, uint64) error, p int, seq uint64) error {
 // their acks. A failed publish ends the session: the partition restarts
 // from its snapshot and the same rule decides again, so the dedup window
 // is never relied on alone.
+//
+// Ownership: with [ReconcilerConfig.Grants], a partition is folded only
+// while its grant holds. Every publish and every snapshot write first
+// checks that the grant is neither revoked as lost nor past its lease's
+// local deadline (Grant.Held); snapshot writes of node states are
+// conditional on the key's revision the session last saw, so a stale
+// former owner can never overwrite a newer state. See
+// docs/architecture.md, "Partitioned reconcilers".
 type Reconciler struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
@@ -104,7 +119,10 @@ type Reconciler struct {
 	subj   events.Subjects
 	log    *slog.Logger
 	m      *Metrics
-	parts  map[int]*partition
+	static []int // the fixed partitions, when cfg.Grants is nil
+
+	mu    sync.RWMutex // guards parts
+	parts map[int]*partition
 }
 
 // NewReconciler opens the stream and the snapshot bucket. The stream must
@@ -137,17 +155,24 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	}
 	r := &Reconciler{js: js, stream: stream, snaps: snaps, pub: NewPublisher(js, scfg.Subjects()),
 		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, m: cfg.Metrics, parts: map[int]*partition{}}
+	if cfg.Grants != nil {
+		return r, nil
+	}
 	ids := cfg.Partitions
 	if ids == nil {
 		for p := range scfg.Partitions {
 			ids = append(ids, p)
 		}
 	}
+	seen := map[int]bool{}
 	for _, p := range ids {
 		if p < 0 || p >= scfg.Partitions {
 			return nil, fmt.Errorf("partition %d: the stream has partitions 0..%d", p, scfg.Partitions-1)
 		}
-		r.parts[p] = &partition{r: r, id: p, states: map[string]*reconcile.State{}}
+		if !seen[p] {
+			seen[p] = true
+			r.static = append(r.static, p)
+		}
 	}
 	return r, nil
 }
@@ -158,32 +183,137 @@ func (r *Reconciler) Stream() StreamConfig { return r.cfg.Stream }
 // Run folds the owned partitions until ctx is done, then stops gracefully:
 // it finishes the event in hand, waits for its effects' acknowledgements,
 // writes the snapshot and returns nil. A partition whose session fails
-// (a lost connection, a failed publish) restarts from its snapshot with
-// backoff; only a fault hook's error ends Run early.
+// (a lost connection, a failed publish, a snapshot write conflict)
+// restarts from its snapshot with backoff; only a fault hook's error ends
+// Run early.
+//
+// With [ReconcilerConfig.Grants], Run starts a partition when its grant
+// arrives and stops it when the grant is revoked: gracefully (as above)
+// for [ErrReleased], at once and writing nothing more for any other cause
+// ([ErrLeaseLost]). Each grant's Stopped is called once its partition has
+// stopped. A grant for a partition out of range, or for one already
+// running, is a bug of the grant's source: Run stops and returns an error.
 func (r *Reconciler) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, len(r.parts))
+	errs := make(chan error, 1)
 	var wg sync.WaitGroup
-	for _, p := range r.parts {
+	start := func(g Grant) error {
+		p, err := r.addPartition(g)
+		if err != nil {
+			if g.Stopped != nil {
+				g.Stopped()
+			}
+			return err
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := p.run(ctx); err != nil {
-				errs <- fmt.Errorf("partition %d: %w", p.id, err)
+			err := p.run(ctx)
+			r.dropPartition(p)
+			if g.Stopped != nil {
+				g.Stopped()
+			}
+			if err != nil {
+				select {
+				case errs <- fmt.Errorf("partition %d: %w", p.id, err):
+				default:
+				}
 				cancel()
 			}
 		}()
+		return nil
+	}
+	var fatal error
+	if r.cfg.Grants == nil {
+		for _, id := range r.static {
+			if err := start(Grant{Partition: id}); err != nil {
+				fatal = err
+				cancel()
+				break
+			}
+		}
+	} else {
+		grants := r.cfg.Grants
+	loop:
+		for {
+			select {
+			case g, ok := <-grants:
+				if !ok {
+					grants = nil
+					continue
+				}
+				if err := start(g); err != nil {
+					fatal = err
+					cancel()
+					break loop
+				}
+			case <-ctx.Done():
+				break loop
+			}
+		}
 	}
 	wg.Wait()
-	close(errs)
-	return <-errs
+	if fatal != nil {
+		return fatal
+	}
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// addPartition registers the partition of a grant.
+func (r *Reconciler) addPartition(g Grant) (*partition, error) {
+	n := r.cfg.Stream.Partitions
+	if g.Partition < 0 || g.Partition >= n {
+		return nil, fmt.Errorf("grant of partition %d: the stream has partitions 0..%d", g.Partition, n-1)
+	}
+	p := &partition{r: r, id: g.Partition, states: map[string]*reconcile.State{}, revoked: g.Revoked, held: g.Held}
+	if p.revoked == nil {
+		p.revoked = context.Background()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.parts[g.Partition] != nil {
+		return nil, fmt.Errorf("grant of partition %d: already folded here", g.Partition)
+	}
+	r.parts[g.Partition] = p
+	r.m.Owned.Set(float64(len(r.parts)))
+	return p, nil
+}
+
+// dropPartition forgets a stopped partition: its nodes are no longer
+// this instance's to answer for.
+func (r *Reconciler) dropPartition(p *partition) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.parts[p.id] == p {
+		delete(r.parts, p.id)
+	}
+	r.m.Owned.Set(float64(len(r.parts)))
+}
+
+// Partitions returns the partitions this instance folds now, sorted.
+func (r *Reconciler) Partitions() []int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]int, 0, len(r.parts))
+	for id := range r.parts {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Node returns a deep copy of node's folded state, or false when this
 // instance folds no state for it (not its partition, or no event yet).
 func (r *Reconciler) Node(node string) (*reconcile.State, bool) {
+	r.mu.RLock()
 	p := r.parts[events.Partition(node, r.cfg.Stream.Partitions)]
+	r.mu.RUnlock()
 	if p == nil {
 		return nil, false
 	}
@@ -198,8 +328,14 @@ func (r *Reconciler) Node(node string) (*reconcile.State, bool) {
 
 // Nodes returns the names of the nodes whose states this instance holds.
 func (r *Reconciler) Nodes() []string {
-	var out []string
+	r.mu.RLock()
+	parts := make([]*partition, 0, len(r.parts))
 	for _, p := range r.parts {
+		parts = append(parts, p)
+	}
+	r.mu.RUnlock()
+	var out []string
+	for _, p := range parts {
 		p.mu.Lock()
 		for n := range p.states {
 			out = append(out, n)
@@ -215,12 +351,42 @@ func (r *Reconciler) Nodes() []string {
 type partition struct {
 	r  *Reconciler
 	id int
+	// revoked is the grant's: done when the partition is no longer this
+	// instance's (never, for a fixed partition); held its lease's local
+	// deadline check (nil: always held).
+	revoked context.Context
+	held    func() bool
 
 	mu     sync.Mutex // guards states, and each state while it folds
 	states map[string]*reconcile.State
 }
 
+// lost returns an error wrapping [ErrLeaseLost] once the partition may
+// no longer be written by this instance: its grant was revoked for any
+// cause but [ErrReleased], or its lease's local deadline has passed. A
+// released partition is still held until it has stopped: it writes its
+// final snapshot.
+func (p *partition) lost() error {
+	if p.revoked.Err() != nil {
+		cause := context.Cause(p.revoked)
+		if !errors.Is(cause, ErrReleased) {
+			if errors.Is(cause, ErrLeaseLost) {
+				return cause
+			}
+			return fmt.Errorf("%w: %v", ErrLeaseLost, cause)
+		}
+	}
+	if p.held != nil && !p.held() {
+		return fmt.Errorf("%w: its lease was not renewed in time", ErrLeaseLost)
+	}
+	return nil
+}
+
 func (p *partition) run(ctx context.Context) error {
+	// The partition stops when Run's ctx is done or its grant revoked.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(p.revoked, stop)()
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
@@ -231,6 +397,11 @@ func (p *partition) run(ctx context.Context) error {
 		case errors.As(err, &fe):
 			return err
 		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrLeaseLost):
+			// Past the lease's deadline: its revocation follows.
+			p.r.log.Warn("partition lease lost; stopped", "partition", p.id, "err", err)
+			<-ctx.Done()
 			return nil
 		}
 		if time.Since(started) > time.Minute {
@@ -281,13 +452,14 @@ type session struct {
 	heldIDs    map[string]bool // ids in held still to publish
 	last       map[effectKey]lastEffect
 	dirty      map[string]*reconcile.State
+	revs       map[string]uint64 // each node key's snapshot revision, as last seen
 	pending    []pendingAck
 	since      int // events folded since the checkpoint
 }
 
 func (p *partition) session(ctx context.Context) error {
 	r := p.r
-	ck, raw, err := r.snaps.LoadPartition(ctx, p.id)
+	ck, raw, revs, err := r.snaps.loadPartition(ctx, p.id)
 	if err != nil {
 		return err
 	}
@@ -307,7 +479,7 @@ func (p *partition) session(ctx context.Context) error {
 		return err
 	}
 	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck,
-		heldIDs: map[string]bool{}, last: map[effectKey]lastEffect{}, dirty: map[string]*reconcile.State{}}
+		heldIDs: map[string]bool{}, last: map[effectKey]lastEffect{}, dirty: map[string]*reconcile.State{}, revs: revs}
 	r.log.Debug("partition session", "partition", p.id, "checkpoint", ck, "nodes", len(states), "stream_last", last)
 	return s.consume(ctx)
 }
@@ -329,7 +501,7 @@ func (s *session) consume(ctx context.Context) error {
 		return fmt.Errorf("ordered consumer: %w", err)
 	}
 	defer dropOrdered(r.js, r.cfg.Stream.Name, cons)
-	it, err := cons.Messages()
+	it, err := cons.Messages(readHeartbeat)
 	if err != nil {
 		return fmt.Errorf("ordered consumer: %w", err)
 	}
@@ -362,13 +534,23 @@ func (s *session) consume(ctx context.Context) error {
 	}()
 
 	// Publishing and checkpointing outlive a stop request: the event in
-	// hand finishes, and the final snapshot is written.
-	work := context.WithoutCancel(ctx)
+	// hand finishes, and the final snapshot is written. Not a lost
+	// lease: that cancels them at once.
+	work, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelWork(nil)
+	defer context.AfterFunc(s.p.revoked, func() {
+		if err := s.p.lost(); err != nil {
+			cancelWork(err)
+		}
+	})()
 	tick := time.NewTicker(r.cfg.SnapshotInterval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			if err := s.p.lost(); err != nil {
+				return err
+			}
 			cctx, cancel := context.WithTimeout(work, 30*time.Second)
 			defer cancel()
 			return s.checkpointNow(cctx)
@@ -514,6 +696,9 @@ func (s *session) endRecovery(ctx context.Context) error {
 				last.seq = m.Event.Seq
 			}
 		}
+		if err := s.p.lost(); err != nil {
+			return err
+		}
 		start := time.Now()
 		ack, err := r.pub.Append(ctx, e.Node, e.Payload, WithMsgID(id), WithExpectLastSubjectSeq(last.seq))
 		if err != nil {
@@ -538,6 +723,9 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 			return err
 		}
 	}
+	if err := s.p.lost(); err != nil {
+		return err
+	}
 	id := e.ID()
 	f, err := s.p.r.pub.AppendAsync(ctx, e.Node, e.Payload, WithMsgID(id))
 	if err != nil {
@@ -547,9 +735,26 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 	return nil
 }
 
+// readHeartbeat is the idle heartbeat of a partition's ordered consumer.
+// The client recreates the consumer after two missed heartbeats: when the
+// server holding it stops (a cluster losing a stream leader), the read
+// resumes after ~2 s instead of the default's ~10 s.
+const readHeartbeat = jetstream.PullHeartbeat(time.Second)
+
+// ackTimeout bounds each wait for the acknowledgement of an effect, and a
+// checkpoint's whole snapshot write (10,000 states take ~70 ms). An async
+// publish's future never resolves when its ack is lost (its server
+// stopped before answering, on a cluster changing leaders) unless the
+// JetStream context sets a publish-async timeout, which the caller's may
+// not: the session gives up instead and restarts from its snapshot, where
+// the recovery rule decides again.
+const ackTimeout = 5 * time.Second
+
 // awaitAcks waits for every effect sent to be acknowledged.
 func (s *session) awaitAcks(ctx context.Context) error {
 	m := s.p.r.m
+	timer := time.NewTimer(ackTimeout)
+	defer timer.Stop()
 	for _, pa := range s.pending {
 		select {
 		case ack := <-pa.f.Ok():
@@ -559,9 +764,12 @@ func (s *session) awaitAcks(ctx context.Context) error {
 			}
 		case err := <-pa.f.Err():
 			return fmt.Errorf("publish %s: %w", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), err)
+		case <-timer.C:
+			return fmt.Errorf("publish %s: no acknowledgement within %s", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), ackTimeout)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		timer.Reset(ackTimeout)
 	}
 	s.pending = s.pending[:0]
 	return nil
@@ -569,7 +777,12 @@ func (s *session) awaitAcks(ctx context.Context) error {
 
 // checkpointNow makes the snapshot cover every event folded: effects
 // acknowledged first, then the changed node states, then the partition's
-// sequence.
+// sequence. Each node state is written only if its key is still at the
+// revision this session last saw: a second writer of the partition (a
+// stale former owner, or a new one) makes it fail with ErrConflict, and
+// the session restarts from the snapshot. So a stored node state only
+// ever moves forward, and a stored checkpoint never claims more than its
+// nodes' states cover.
 func (s *session) checkpointNow(ctx context.Context) error {
 	if s.recovering || (s.folded == s.checkpoint && len(s.dirty) == 0) {
 		return nil
@@ -578,6 +791,11 @@ func (s *session) checkpointNow(ctx context.Context) error {
 	if err := s.awaitAcks(ctx); err != nil {
 		return err
 	}
+	if err := p.lost(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
 	if len(s.dirty) > 0 {
 		states := make(map[string][]byte, len(s.dirty))
 		for node, st := range s.dirty {
@@ -587,9 +805,12 @@ func (s *session) checkpointNow(ctx context.Context) error {
 			}
 			states[node] = b
 		}
-		if err := r.snaps.PutNodes(ctx, p.id, states); err != nil {
+		if err := r.snaps.putNodes(ctx, p.id, states, s.revs); err != nil {
 			return err
 		}
+	}
+	if err := p.lost(); err != nil {
+		return err
 	}
 	if err := r.snaps.PutCheckpoint(ctx, p.id, s.folded); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +31,9 @@ type rig struct {
 	stream jetstream.Stream
 	cfg    store.StreamConfig
 	pub    *store.Publisher
+
+	mu    sync.Mutex
+	acked map[uint64]string // every input append acknowledged: sequence → message id
 }
 
 func newRig(t *testing.T, cfg store.StreamConfig) *rig {
@@ -89,14 +93,49 @@ func (rn *running) wait(t *testing.T) error {
 
 var at0 = time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC)
 
+// appendIDs numbers the rig's appends: each carries a message id, so a
+// retry after a lost acknowledgement (a cluster changing leaders) is
+// stored once.
+var appendIDs atomic.Uint64
+
 func (g *rig) append(node string, p events.Payload) uint64 {
 	g.t.Helper()
 	events.Stamp(p, at0)
-	ack, err := g.pub.Append(context.Background(), node, p)
-	if err != nil {
-		g.t.Fatalf("append %s %s: %v", node, p.Kind(), err)
+	id := fmt.Sprintf("test-%d", appendIDs.Add(1))
+	var ack store.Ack
+	retry(g.t, fmt.Sprintf("append %s %s", node, p.Kind()), func(ctx context.Context) error {
+		var err error
+		ack, err = g.pub.Append(ctx, node, p, store.WithMsgID(id))
+		return err
+	})
+	g.mu.Lock()
+	if g.acked == nil {
+		g.acked = map[uint64]string{}
 	}
+	g.acked[ack.Seq] = id
+	g.mu.Unlock()
 	return ack.Seq
+}
+
+// retry calls f until it succeeds, each attempt bounded by 2 s, for up
+// to 20 s: the errors of a cluster electing a leader pass. An invalid
+// event or a conflict fails at once.
+func retry(t testing.TB, what string, f func(ctx context.Context) error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := f(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			return
+		case errors.Is(err, events.ErrInvalid), errors.Is(err, store.ErrConflict), time.Now().After(deadline):
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("%s: %v; retrying", what, err)
+		time.Sleep(20 * time.Millisecond) // back off before the next attempt
+	}
 }
 
 // eventually polls cond until it holds or the deadline passes: it waits on
@@ -134,16 +173,17 @@ func (g *rig) planFor(node string, cause uint64) uint64 {
 func (g *rig) all() []store.Msg {
 	g.t.Helper()
 	var out []store.Msg
-	ctx := context.Background()
-	last, err := store.StreamLastSeq(ctx, g.stream)
-	if err != nil {
-		g.t.Fatal(err)
-	}
+	var last uint64
+	retry(g.t, "stream info", func(ctx context.Context) (err error) {
+		last, err = store.StreamLastSeq(ctx, g.stream)
+		return err
+	})
 	for seq := uint64(1); seq <= last; seq++ {
-		raw, err := g.stream.GetMsg(ctx, seq)
-		if err != nil {
-			g.t.Fatal(err)
-		}
+		var raw *jetstream.RawStreamMsg
+		retry(g.t, fmt.Sprint("get message ", seq), func(ctx context.Context) (err error) {
+			raw, err = g.stream.GetMsg(ctx, seq)
+			return err
+		})
 		ev, err := g.cfg.Subjects().DecodeEvent(raw.Subject, raw.Data, raw.Sequence, raw.Time)
 		if err != nil {
 			continue // a subject naming no node: no one's event
@@ -187,9 +227,13 @@ func (g *rig) verify(live *store.Reconciler) (knocks int) {
 		}
 		for node, st := range states {
 			p := events.Partition(node, g.cfg.Partitions)
-			eventually(g.t, "the reconciler to checkpoint "+node+" to the end", func() bool {
+			// The live reconciler's own state, not only the checkpoint:
+			// another writer of the partition (a stale owner) may have
+			// written that.
+			eventually(g.t, "the reconciler to fold and checkpoint "+node+" to the end", func() bool {
 				ck, err := snaps.Checkpoint(context.Background(), p)
-				return err == nil && ck >= st.Seq
+				liveSt, ok := live.Node(node)
+				return err == nil && ck >= st.Seq && ok && liveSt.Seq >= st.Seq
 			})
 		}
 		stable = len(g.all()) == len(msgs)
@@ -566,7 +610,7 @@ func (g *rig) rounds(node string, n int) {
 		g.append(node, &events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: p})
 		g.append(node, &events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonWriteFailed, Plan: p, Writer: "prov", Error: "disk full"})
 		g.append(node, &events.Have{Modules: []events.HaveModule{{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"}}})
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for g.knocksOf(node) != i+2 {
 			if time.Now().After(deadline) {
 				g.t.Errorf("node %s round %d: %d knocks", node, i, g.knocksOf(node))

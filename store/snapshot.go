@@ -118,6 +118,15 @@ func (s *Snapshots) PutNode(ctx context.Context, partition int, node string, sta
 // flight. On error some states may be stored and others not; write the
 // checkpoint only after a nil return.
 func (s *Snapshots) PutNodes(ctx context.Context, partition int, states map[string][]byte) error {
+	return s.putNodes(ctx, partition, states, nil)
+}
+
+// putNodes is PutNodes; with revs non-nil, each put is conditional
+// (Nats-Expected-Last-Subject-Sequence) on the key's revision in revs (0:
+// no message on the key yet), and revs is updated with each new
+// revision. A put whose key was written by someone else since fails with
+// an error wrapping [ErrConflict].
+func (s *Snapshots) putNodes(ctx context.Context, partition int, states map[string][]byte, revs map[string]uint64) error {
 	if partition < 0 {
 		return fmt.Errorf("put snapshots: partition %d", partition)
 	}
@@ -136,9 +145,15 @@ func (s *Snapshots) PutNodes(ctx context.Context, partition int, states map[stri
 	)
 	wait := func(f jetstream.PubAckFuture, node string) {
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			if revs != nil {
+				revs[node] = ack.Sequence
+			}
 		case err := <-f.Err():
 			if firstErr == nil {
+				if isConflict(err) {
+					err = fmt.Errorf("%w (%v)", ErrConflict, err)
+				}
 				firstErr = fmt.Errorf("put snapshot of %s: %w", node, err)
 			}
 		case <-ctx.Done():
@@ -158,7 +173,11 @@ func (s *Snapshots) PutNodes(ctx context.Context, partition int, states map[stri
 				break
 			}
 		}
-		f, err := s.js.PublishAsync(s.pre+nodeKey(partition, node), states[node])
+		var opts []jetstream.PublishOpt
+		if revs != nil {
+			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(revs[node]))
+		}
+		f, err := s.js.PublishAsync(s.pre+nodeKey(partition, node), states[node], opts...)
 		if err != nil {
 			firstErr = fmt.Errorf("put snapshot of %s: %w", node, err)
 			break
@@ -233,21 +252,32 @@ func (s *Snapshots) Checkpoint(ctx context.Context, partition int) (uint64, erro
 // values, not a get per node (10,000 states of 600 B load in ~25 ms here,
 // see docs/store.md).
 func (s *Snapshots) LoadPartition(ctx context.Context, partition int) (checkpoint uint64, nodes map[string][]byte, err error) {
+	checkpoint, nodes, _, err = s.loadPartition(ctx, partition)
+	return checkpoint, nodes, err
+}
+
+// loadPartition is LoadPartition that also returns the revision of every
+// node key of the partition, deleted or purged ones included (their
+// marker's revision): what putNodes expects next.
+func (s *Snapshots) loadPartition(ctx context.Context, partition int) (checkpoint uint64, nodes map[string][]byte, revs map[string]uint64, err error) {
 	if partition < 0 {
-		return 0, nil, fmt.Errorf("load partition %d", partition)
+		return 0, nil, nil, fmt.Errorf("load partition %d", partition)
 	}
 	if checkpoint, err = s.Checkpoint(ctx, partition); err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	nodes = make(map[string][]byte)
-	err = s.scan(ctx, "node."+strconv.Itoa(partition)+".*", func(node string, state []byte) error {
-		nodes[node] = state
+	nodes, revs = make(map[string][]byte), make(map[string]uint64)
+	err = s.scanEntries(ctx, "node."+strconv.Itoa(partition)+".*", true, func(node string, e jetstream.KeyValueEntry) error {
+		revs[node] = e.Revision()
+		if e.Operation() == jetstream.KeyValuePut {
+			nodes[node] = e.Value()
+		}
 		return nil
 	})
 	if err != nil {
-		return 0, nil, fmt.Errorf("load partition %d: %w", partition, err)
+		return 0, nil, nil, fmt.Errorf("load partition %d: %w", partition, err)
 	}
-	return checkpoint, nodes, nil
+	return checkpoint, nodes, revs, nil
 }
 
 // LoadAll calls fn with every node's state, all partitions, in one
@@ -290,9 +320,21 @@ func nodeOfKey(key string) (string, bool) {
 // scan calls fn for the latest value of every key matching filter, in
 // one watch that stops at the end-of-initial-values marker.
 func (s *Snapshots) scan(ctx context.Context, filter string, fn func(node string, state []byte) error) error {
+	return s.scanEntries(ctx, filter, false, func(node string, e jetstream.KeyValueEntry) error {
+		return fn(node, e.Value())
+	})
+}
+
+// scanEntries is scan over whole entries; with deletes, deleted and
+// purged keys come too (their markers' entries).
+func (s *Snapshots) scanEntries(ctx context.Context, filter string, deletes bool, fn func(node string, e jetstream.KeyValueEntry) error) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := s.kv.Watch(wctx, filter, jetstream.IgnoreDeletes())
+	var opts []jetstream.WatchOpt
+	if !deletes {
+		opts = append(opts, jetstream.IgnoreDeletes())
+	}
+	w, err := s.kv.Watch(wctx, filter, opts...)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", filter, err)
 	}
@@ -318,7 +360,7 @@ func (s *Snapshots) scan(ctx context.Context, filter string, fn func(node string
 			if !ok {
 				continue
 			}
-			if err := fn(node, e.Value()); err != nil {
+			if err := fn(node, e); err != nil {
 				return err
 			}
 		case <-ctx.Done():
