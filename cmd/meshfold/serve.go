@@ -35,6 +35,7 @@ type loopFlags struct {
 	snapshotEvery    int
 	snapshotInterval time.Duration
 	metrics          string
+	group            *groupFlags // reconcile only
 }
 
 func (f *loopFlags) add(cmd *cobra.Command) {
@@ -122,6 +123,8 @@ requires their certificates.`,
 
 func newReconcileCmd(a *app) *cobra.Command {
 	var lf loopFlags
+	var gf groupFlags
+	lf.group = &gf
 	cmd := &cobra.Command{
 		Use:   "reconcile",
 		Short: "Run the reconciler alone against any NATS deployment",
@@ -129,8 +132,16 @@ func newReconcileCmd(a *app) *cobra.Command {
 creates or adopts the event stream and the snapshot bucket, folds every node's
 events and publishes plans, knocks and journal entries, and answers state
 requests. Connect with a URL list, a creds file, an NKey seed, TLS, or a nats
-CLI context.`,
+CLI context.
+
+With --group, several reconcile instances share the stream's partitions: each
+partition is folded by one instance at a time, from its snapshot, and the
+partitions of an instance that dies or hangs are taken over by the others
+within --lease-ttl. Membership and leases live in the KV bucket
+<stream>_LEASES (nats kv watch MESH_LEASES shows them change); each instance
+answers state requests for the nodes it folds. See docs/operations.md.`,
 		Example: `  meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --creds reconciler.creds
+  meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --group reconcilers --instance r1
   meshfold reconcile --context prod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -152,6 +163,7 @@ CLI context.`,
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	lf.add(cmd)
+	gf.add(cmd)
 	return cmd
 }
 
@@ -188,17 +200,40 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 		defer hs.Close()
 		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
-	r, err := store.NewReconciler(ctx, js, store.ReconcilerConfig{Stream: cfg, Logger: log,
-		Metrics: metrics, SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval})
+	rcfg := store.ReconcilerConfig{Stream: cfg, Logger: log,
+		Metrics: metrics, SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval}
+	var group *store.Group
+	if lf.group.enabled() {
+		gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		group, err = store.JoinGroup(gctx, js, store.GroupConfig{Stream: cfg, Name: lf.group.name,
+			Instance: lf.group.instance, TTL: lf.group.ttl, Logger: log})
+		cancel()
+		if err != nil {
+			return err
+		}
+		rcfg.Grants = group.Grants()
+	}
+	r, err := store.NewReconciler(ctx, js, rcfg)
 	if err != nil {
 		return err
 	}
-	svc, err := store.AddStateService(nc, r.Node, store.StateServiceConfig{Prefix: cfg.Prefix})
+	// In a group each instance knows only its partitions' nodes: every
+	// instance hears every request and the owner answers.
+	svc, err := store.AddStateService(nc, r.Node, store.StateServiceConfig{Prefix: cfg.Prefix, Partial: group != nil})
 	if err != nil {
 		return err
 	}
 	defer svc.Stop()
 	ready(cfg)
+	if group != nil {
+		log.Info("reconciler running in a group", "stream", cfg.Name, "partitions", cfg.Partitions,
+			"group", lf.group.name, "instance", group.Instance(), "lease_ttl", group.TTL())
+		if err := runGrouped(ctx, group, r); err != nil {
+			return err
+		}
+		log.Info("reconciler stopped; snapshots written, leases released")
+		return nil
+	}
 	log.Info("reconciler running", "stream", cfg.Name, "partitions", cfg.Partitions)
 	if err := r.Run(ctx); err != nil {
 		return err

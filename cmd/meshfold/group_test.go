@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// reconcileProc is a `meshfold reconcile` run in process.
+type reconcileProc struct {
+	cancel context.CancelFunc
+	code   chan int
+	stderr *syncBuffer
+}
+
+func startReconcile(t *testing.T, args ...string) *reconcileProc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &reconcileProc{cancel: cancel, code: make(chan int, 1), stderr: &syncBuffer{}}
+	go func() { p.code <- run(ctx, append([]string{"reconcile"}, args...), nil, &syncBuffer{}, p.stderr) }()
+	t.Cleanup(func() { cancel(); <-p.code })
+	return p
+}
+
+// stop stops it as SIGTERM would and returns its exit code.
+func (p *reconcileProc) stop(t *testing.T) int {
+	t.Helper()
+	p.cancel()
+	select {
+	case code := <-p.code:
+		p.code <- code
+		return code
+	case <-time.After(30 * time.Second):
+		t.Fatal("meshfold reconcile did not stop")
+		return 0
+	}
+}
+
+// TestReconcileGroupOnCluster runs two `meshfold reconcile --group`
+// instances against a 3-server cluster with --replicas 3: they split the
+// 16 partitions (the lease bucket says who holds which), each folds the
+// nodes of its half and answers `meshfold state` for them; stopping one
+// hands its partitions to the other, which folds their next events.
+func TestReconcileGroupOnCluster(t *testing.T) {
+	c := storetest.StartCluster(t, 3)
+	_, js := c.Connect(t)
+	common := []string{"--server", c.URLs(), "--replicas", "3", "--group", "g", "--lease-ttl", "2s", "--snapshot-interval", "50ms"}
+	a := startReconcile(t, append(common, "--instance", "a")...)
+	b := startReconcile(t, append(common, "--instance", "b")...)
+	ctx := testCtx(t)
+
+	holders := func() map[string]int {
+		out := map[string]int{}
+		kv, err := js.KeyValue(ctx, store.DefaultStreamName+store.LeaseBucketSuffix)
+		if err != nil {
+			return out
+		}
+		for p := range 16 {
+			e, err := kv.Get(ctx, fmt.Sprintf("lease.%d", p))
+			if err != nil {
+				continue
+			}
+			var v struct{ Instance string }
+			_ = json.Unmarshal(e.Value(), &v)
+			out[v.Instance]++
+		}
+		return out
+	}
+	pollUntil(t, "a and b to hold 8 leases each", func() bool {
+		h := holders()
+		return h["a"] == 8 && h["b"] == 8
+	})
+	stream, cfg, err := store.OpenStream(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Replicas != 3 {
+		t.Fatalf("stream replicas %d", cfg.Replicas)
+	}
+	pub := store.NewPublisher(js, cfg.Subjects())
+	want := func(node, build string) uint64 {
+		w := events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "postgres", Build: build}}}, time.Now())
+		ack, err := pub.Append(ctx, node, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Seq
+	}
+	planned := func(node string, cause uint64) bool {
+		m, err := store.LastMsg(ctx, stream, cfg.Subjects(), cfg.Partitions, node, events.KindPlan)
+		if err != nil {
+			return false
+		}
+		p, ok := m.Event.Payload.(*events.Plan)
+		return ok && p.Cause == cause
+	}
+	var low, high string // a node of a's half, one of b's
+	for i := 0; low == "" || high == ""; i++ {
+		n := fmt.Sprintf("node-%d", i)
+		if events.Partition(n, cfg.Partitions) < 8 {
+			low = n
+		} else {
+			high = n
+		}
+	}
+	for _, n := range []string{low, high} {
+		seq := want(n, "pg:1")
+		pollUntil(t, "the plan of "+n, func() bool { return planned(n, seq) })
+	}
+	state := func(node string) string {
+		var out, errb syncBuffer
+		code := run(ctx, []string{"state", node, "--json", "--server", c.URLs(), "--timeout", "500ms"}, nil, &out, &errb)
+		if code != 0 {
+			t.Fatalf("state %s: exit %d: %s", node, code, errb.String())
+		}
+		var r stateReply
+		if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Source
+	}
+	for _, n := range []string{low, high} {
+		if src := state(n); src != sourceReconciler {
+			t.Errorf("state of %s from %q, want the live reconciler", n, src)
+		}
+	}
+
+	// a leaves: b takes its half over and folds its next events.
+	if code := a.stop(t); code != 0 {
+		t.Fatalf("a exited %d: %s", code, a.stderr.String())
+	}
+	pollUntil(t, "b to hold every lease", func() bool { return holders()["b"] == 16 })
+	seq := want(low, "pg:2")
+	pollUntil(t, "b's plan of "+low, func() bool { return planned(low, seq) })
+	if src := state(low); src != sourceReconciler {
+		t.Errorf("state of %s from %q after the handover", low, src)
+	}
+	if code := b.stop(t); code != 0 {
+		t.Fatalf("b exited %d: %s", code, b.stderr.String())
+	}
+	if !strings.Contains(b.stderr.String(), "leases released") {
+		t.Errorf("b's log lacks its release:\n%s", b.stderr.String())
+	}
+	if h := holders(); len(h) != 0 {
+		t.Errorf("leases left after both stopped gracefully: %v", h)
+	}
+}
+
+// pollUntil polls cond until it holds, for up to 20 s.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
