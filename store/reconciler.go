@@ -114,6 +114,7 @@ type Reconciler struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	snaps  *Snapshots
+	key    []byte // signs effect message ids: see EffectMsgID
 	pub    *Publisher
 	cfg    ReconcilerConfig
 	subj   events.Subjects
@@ -153,7 +154,11 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	if err != nil {
 		return nil, err
 	}
-	r := &Reconciler{js: js, stream: stream, snaps: snaps, pub: NewPublisher(js, scfg.Subjects()),
+	key, err := snaps.EffectKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reconciler{js: js, stream: stream, snaps: snaps, key: key, pub: NewPublisher(js, scfg.Subjects()),
 		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, m: cfg.Metrics, parts: map[int]*partition{}}
 	if cfg.Grants != nil {
 		return r, nil
@@ -641,7 +646,7 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	for _, e := range effs {
 		if s.recovering {
 			s.held = append(s.held, e)
-			s.heldIDs[e.ID()] = true
+			s.heldIDs[EffectMsgID(r.key, e.ID())] = true
 			continue
 		}
 		if err := s.publish(ctx, e); err != nil {
@@ -654,20 +659,25 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 // seen notes an effect message read while recovering: a held effect with
 // its id was published already, and so was every held plan of the node
 // it supersedes.
-func (s *session) seen(node string, kind events.Kind, seq uint64, id string) {
-	_, _, cause, n, ok := reconcile.ParseEffectID(id)
+func (s *session) seen(node string, kind events.Kind, seq uint64, msgID string) {
 	k := effectKey{node, kind}
-	s.last[k] = lastEffect{seq: seq, cause: cause, n: n}
+	s.last[k] = lastEffect{seq: seq}
+	id, ok := EffectIDOf(s.p.r.key, msgID)
 	if !ok {
+		return // not a message of this stream's reconcilers: a forgery at worst
+	}
+	idNode, _, cause, n, ok := reconcile.ParseEffectID(id)
+	if !ok || idNode != node {
 		return
 	}
-	delete(s.heldIDs, id)
+	s.last[k] = lastEffect{seq: seq, cause: cause, n: n}
+	delete(s.heldIDs, msgID)
 	if kind != events.KindPlan {
 		return
 	}
 	for _, e := range s.held {
 		if e.Node == node && e.Kind == events.KindPlan && (e.Cause < cause || (e.Cause == cause && e.N < n)) {
-			delete(s.heldIDs, e.ID())
+			delete(s.heldIDs, EffectMsgID(s.p.r.key, e.ID()))
 		}
 	}
 }
@@ -677,7 +687,7 @@ func (s *session) seen(node string, kind events.Kind, seq uint64, id string) {
 func (s *session) endRecovery(ctx context.Context) error {
 	r := s.p.r
 	for _, e := range s.held {
-		id := e.ID()
+		id := EffectMsgID(r.key, e.ID())
 		if !s.heldIDs[id] {
 			r.m.Skipped.Inc()
 			continue
@@ -726,7 +736,7 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 	if err := s.p.lost(); err != nil {
 		return err
 	}
-	id := e.ID()
+	id := EffectMsgID(s.p.r.key, e.ID())
 	f, err := s.p.r.pub.AppendAsync(ctx, e.Node, e.Payload, WithMsgID(id))
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", id, err)

@@ -238,10 +238,18 @@ func (g *rig) verify(live *store.Reconciler) (knocks int) {
 		}
 		stable = len(g.all()) == len(msgs)
 	}
+	key, err := snaps.EffectKey(context.Background())
+	if err != nil {
+		g.t.Fatal(err)
+	}
 	got := map[string]int{}
 	for _, m := range msgs {
 		if m.Event.Kind == events.KindPlan || m.Event.Kind == events.KindKnock || m.Event.Kind == events.KindJournal {
-			got[m.MsgID]++
+			id, ok := store.EffectIDOf(key, m.MsgID)
+			if !ok {
+				g.t.Errorf("effect message %d has id %q, not one the reconciler signs", m.Event.Seq, m.MsgID)
+			}
+			got[id]++
 			if m.Event.Kind == events.KindKnock {
 				knocks++
 			}
@@ -694,4 +702,32 @@ func TestReconcilerServerRestart(t *testing.T) {
 	if st, _ := rn.r.Node("ace"); st.LastKnock == nil || st.LastKnock.Owed[0].Plan != p1 || refusal == 0 {
 		t.Fatalf("last knock %+v", st.LastKnock)
 	}
+}
+
+// A node that publishes under another node's next effect id cannot make
+// the reconciler's real effect a duplicate: effect message ids are keyed
+// (store.EffectMsgID), so the forgery takes an id nobody uses.
+func TestReconcilerForgedEffectID(t *testing.T) {
+	g := newRig(t, store.StreamConfig{})
+	rn := g.start(store.Faults{})
+	p1 := g.planFor("ace", g.append("ace", provOnly()))
+	g.append("ace", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: p1})
+	g.append("ace", &events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"})
+	w2 := g.append("ace", provAndBroker())
+	p2 := g.planFor("ace", w2)
+	// The knock the settle below will cause has the effect id
+	// ace.knock.<settle's sequence>.0. Another node publishes first, under
+	// ids for the sequences just after its own messages.
+	const forged = 20
+	for i := uint64(1); i <= forged; i++ {
+		if _, err := g.pub.Append(context.Background(), "shanks", events.Stamp(&events.Have{Modules: []events.HaveModule{}}, at0),
+			store.WithMsgID(fmt.Sprintf("ace.knock.%d.0", p2+i+forged))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := g.append("ace", &events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: p2}); s != p2+forged+1 {
+		t.Fatalf("settle at %d, want %d: the forged ids miss it", s, p2+forged+1)
+	}
+	eventually(t, "the knock", func() bool { return g.knocksOf("ace") == 1 })
+	g.verify(rn.r)
 }
