@@ -307,7 +307,7 @@ func (a *Agent) followOnce(ctx context.Context, from uint64, resync <-chan time.
 		FilterSubjects: []string{a.subj.Stored(a.cfg.Name, events.KindPlan, a.cfg.Stream.Partitions)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		// Short, so consumers of crashed processes do not pile up.
-		InactiveThreshold: orderedInactive,
+		InactiveThreshold: store.OrderedInactive,
 	}
 	if from > 0 {
 		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
@@ -316,7 +316,7 @@ func (a *Agent) followOnce(ctx context.Context, from uint64, resync <-chan time.
 	if err != nil {
 		return from, fmt.Errorf("ordered consumer: %w", err)
 	}
-	defer dropOrdered(a.js, a.cfg.Stream.Name, cons)
+	defer store.DropOrdered(a.js, a.cfg.Stream.Name, cons)
 	it, err := cons.Messages()
 	if err != nil {
 		return from, fmt.Errorf("ordered consumer: %w", err)
@@ -573,21 +573,4 @@ func retry[T any](ctx context.Context, log *slog.Logger, what string, op func() 
 	return backoff.RetryNotifyWithData(op, backoff.WithContext(newBackoff(), ctx), func(err error, d time.Duration) {
 		log.Warn(what+" failed; retrying", "in", d.Round(time.Millisecond), "err", err)
 	})
-}
-
-// orderedInactive is how long the server keeps an ordered consumer whose
-// client vanished without deleting it.
-const orderedInactive = 30 * time.Second
-
-// dropOrdered deletes an ordered consumer once its reader has stopped: the
-// client does not delete it on Stop, and restarts would otherwise leave
-// consumers behind until their inactivity threshold.
-func dropOrdered(js jetstream.JetStream, stream string, cons jetstream.Consumer) {
-	info := cons.CachedInfo()
-	if info == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = js.DeleteConsumer(ctx, stream, info.Name) // gone already is fine
 }

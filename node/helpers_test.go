@@ -215,7 +215,7 @@ func (e *env) waitEvent(t *testing.T, node string, kind events.Kind, pred func(s
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dropOrdered(e.js, e.cfg.Name, cons)
+	defer store.DropOrdered(e.js, e.cfg.Name, cons)
 	it, err := cons.Messages()
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +276,7 @@ func assertNoLeak(t *testing.T, js jetstream.JetStream, streamName string, texts
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer dropOrdered(js, streamName, cons)
+		defer store.DropOrdered(js, streamName, cons)
 		it, err := cons.Messages()
 		if err != nil {
 			t.Fatal(err)

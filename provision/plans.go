@@ -2,9 +2,6 @@ package provision
 
 import (
 	"context"
-	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
@@ -28,73 +25,18 @@ func declaredOf(seq uint64, p *events.Plan) declaredSet {
 	return d
 }
 
-// followSettles fills the files a plan declares that the previous one did
+// settledEvent fills the files a plan declares that the previous one did
 // not (all of them when the provisioner account changed), once the node
 // has settled that plan. Knocks only pay refused writes: without this, a
-// file newly declared, and never tried, would wait for a restart of the
-// client. Waiting for the settle means the node judges the write by the
-// plan that declares it, so the normal path makes no refusal; a fill that
-// still fails is owed and knocked as usual.
-func (c *Client) followSettles(ctx context.Context, from uint64) {
-	b := newBackoff()
-	for ctx.Err() == nil {
-		last, err := c.followSettlesOnce(ctx, from)
-		if last > from {
-			from = last
-			b.Reset()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		d := b.NextBackOff()
-		c.log.Warn("settle consumer failed; recreating it", "after", from, "in", d, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		}
+// file newly declared, and never tried, would wait for a resync or a
+// restart of the client. Waiting for the settle means the node judges the
+// write by the plan that declares it, so the normal path makes no refusal;
+// a fill that still fails is owed and knocked as usual.
+func (c *Client) settledEvent(ctx context.Context, ev events.Event) bool {
+	if st, ok := ev.Payload.(*events.Settle); ok && st.Op != events.OpFailed {
+		c.settled(ctx, st.Plan)
 	}
-}
-
-func (c *Client) followSettlesOnce(ctx context.Context, from uint64) (uint64, error) {
-	occ := jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{c.subj.Stored(c.cfg.Node, events.KindSettle, c.cfg.Stream.Partitions)},
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		InactiveThreshold: orderedInactive,
-	}
-	if from > 0 {
-		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
-	}
-	cons, err := c.js.OrderedConsumer(ctx, c.cfg.Stream.Name, occ)
-	if err != nil {
-		return from, err
-	}
-	defer dropOrdered(c.js, c.cfg.Stream.Name, cons)
-	it, err := cons.Messages()
-	if err != nil {
-		return from, err
-	}
-	defer it.Stop()
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return from, err
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return from, err
-		}
-		from = meta.Sequence.Stream
-		if meta.NumPending > 0 {
-			continue // a newer settle follows: judge by the newest
-		}
-		ev, err := c.subj.DecodeEvent(m.Subject(), m.Data(), from, meta.Timestamp)
-		if err != nil || ev.Err != nil {
-			continue
-		}
-		if st := ev.Payload.(*events.Settle); st.Op != events.OpFailed {
-			c.settled(ctx, st.Plan)
-		}
-	}
+	return ctx.Err() == nil
 }
 
 // settled fills what the node's newest plan declares beyond the files

@@ -194,13 +194,13 @@ func (c *Client) Run(ctx context.Context) error {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		c.followSettles(ctx, settles)
+		c.follow(ctx, events.KindSettle, settles, func(ev events.Event) bool { return c.settledEvent(ctx, ev) })
 	}()
 	go func() {
 		defer wg.Done()
 		c.resync(ctx)
 	}()
-	c.follow(ctx, from)
+	c.follow(ctx, events.KindKnock, from, func(ev events.Event) bool { return c.knocked(ctx, ev) })
 	wg.Wait()
 	return nil
 }
@@ -242,12 +242,15 @@ func (c *Client) pass(ctx context.Context, knock uint64) bool {
 	return true
 }
 
-// follow reads the node's knocks after sequence from until ctx is done,
-// recreating a failed consumer from the last knock handled.
-func (c *Client) follow(ctx context.Context, from uint64) {
+// follow reads the node's events of kind after sequence from until ctx
+// is done, with an ordered consumer recreated (with backoff) from the last
+// event handled when it fails, and calls handle with each event that no
+// newer one of its kind already follows: a backlog is coalesced into its
+// newest. handle returns false when ctx ended its work.
+func (c *Client) follow(ctx context.Context, kind events.Kind, from uint64, handle func(events.Event) bool) {
 	b := newBackoff()
 	for ctx.Err() == nil {
-		last, err := c.followOnce(ctx, from)
+		last, err := c.followOnce(ctx, kind, from, handle)
 		if last > from {
 			from = last
 			b.Reset()
@@ -256,7 +259,7 @@ func (c *Client) follow(ctx context.Context, from uint64) {
 			return
 		}
 		d := b.NextBackOff()
-		c.log.Warn("knock consumer failed; recreating it", "after", from, "in", d, "err", err)
+		c.log.Warn(string(kind)+" consumer failed; recreating it", "after", from, "in", d, "err", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(d):
@@ -264,12 +267,11 @@ func (c *Client) follow(ctx context.Context, from uint64) {
 	}
 }
 
-func (c *Client) followOnce(ctx context.Context, from uint64) (uint64, error) {
+func (c *Client) followOnce(ctx context.Context, kind events.Kind, from uint64, handle func(events.Event) bool) (uint64, error) {
 	occ := jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{c.subj.Stored(c.cfg.Node, events.KindKnock, c.cfg.Stream.Partitions)},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		// Short, so consumers of crashed processes do not pile up.
-		InactiveThreshold: orderedInactive,
+		FilterSubjects:    []string{c.subj.Stored(c.cfg.Node, kind, c.cfg.Stream.Partitions)},
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: store.OrderedInactive,
 	}
 	if from > 0 {
 		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
@@ -278,7 +280,7 @@ func (c *Client) followOnce(ctx context.Context, from uint64) (uint64, error) {
 	if err != nil {
 		return from, fmt.Errorf("ordered consumer: %w", err)
 	}
-	defer dropOrdered(c.js, c.cfg.Stream.Name, cons)
+	defer store.DropOrdered(c.js, c.cfg.Stream.Name, cons)
 	it, err := cons.Messages()
 	if err != nil {
 		return from, fmt.Errorf("ordered consumer: %w", err)
@@ -294,20 +296,28 @@ func (c *Client) followOnce(ctx context.Context, from uint64) (uint64, error) {
 			return from, err
 		}
 		from = meta.Sequence.Stream
-		log := c.log.With("knock", from)
-		if ev, err := c.subj.DecodeEvent(m.Subject(), m.Data(), from, meta.Timestamp); err == nil && ev.Err == nil {
-			k := ev.Payload.(*events.Knock)
-			log = log.With("cause", k.Cause, "reasons", k.Reasons, "owed", len(k.Owed))
-		}
-		if meta.NumPending > 0 {
-			log.Info("knock coalesced with a newer one")
+		ev, err := c.subj.DecodeEvent(m.Subject(), m.Data(), from, meta.Timestamp)
+		if err != nil {
 			continue
 		}
-		log.Info("knocked: filling again")
-		if !c.pass(ctx, from) {
+		if meta.NumPending > 0 {
+			c.log.Info(string(kind)+" coalesced with a newer one", string(kind), from)
+			continue
+		}
+		if !handle(ev) {
 			return from, ctx.Err()
 		}
 	}
+}
+
+// knocked fills everything again for a knock.
+func (c *Client) knocked(ctx context.Context, ev events.Event) bool {
+	log := c.log.With("knock", ev.Seq)
+	if k, ok := ev.Payload.(*events.Knock); ok {
+		log = log.With("cause", k.Cause, "reasons", k.Reasons, "owed", len(k.Owed))
+	}
+	log.Info("knocked: filling again")
+	return c.pass(ctx, ev.Seq)
 }
 
 // FillOnce fills every file of every row of the node's newest plan, in
@@ -442,21 +452,4 @@ func retry[T any](ctx context.Context, log *slog.Logger, what string, op func() 
 	return backoff.RetryNotifyWithData(op, backoff.WithContext(newBackoff(), ctx), func(err error, d time.Duration) {
 		log.Warn(what+" failed; retrying", "in", d.Round(time.Millisecond), "err", err)
 	})
-}
-
-// orderedInactive is how long the server keeps an ordered consumer whose
-// client vanished without deleting it.
-const orderedInactive = 30 * time.Second
-
-// dropOrdered deletes an ordered consumer once its reader has stopped: the
-// client does not delete it on Stop, and restarts would otherwise leave
-// consumers behind until their inactivity threshold.
-func dropOrdered(js jetstream.JetStream, stream string, cons jetstream.Consumer) {
-	info := cons.CachedInfo()
-	if info == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = js.DeleteConsumer(ctx, stream, info.Name) // gone already is fine
 }

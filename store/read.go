@@ -117,13 +117,13 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 // limit meanwhile), calling fn for each message with a sequence <= end.
 func readOrdered(ctx context.Context, js jetstream.JetStream, streamName string, occ jetstream.OrderedConsumerConfig, end uint64, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) error {
 	if occ.InactiveThreshold == 0 {
-		occ.InactiveThreshold = orderedInactive
+		occ.InactiveThreshold = OrderedInactive
 	}
 	cons, err := js.OrderedConsumer(ctx, streamName, occ)
 	if err != nil {
 		return fmt.Errorf("ordered consumer on %s: %w", streamName, err)
 	}
-	defer dropOrdered(js, streamName, cons)
+	defer DropOrdered(js, streamName, cons)
 	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
 		return nil
 	}
@@ -153,17 +153,18 @@ func readOrdered(ctx context.Context, js jetstream.JetStream, streamName string,
 	}
 }
 
-// orderedInactive is how long the server keeps an ordered consumer whose
-// client vanished without deleting it (a crash): short, so that restarts
-// do not pile up consumers against the server's limit.
-const orderedInactive = 30 * time.Second
+// OrderedInactive is the inactivity threshold meshfold gives its ordered
+// consumers: how long the server keeps one whose client vanished without
+// deleting it (a crash). Short, so that restarts do not pile up consumers
+// against the server's limit.
+const OrderedInactive = 30 * time.Second
 
-// dropOrdered deletes an ordered consumer once its reader has stopped.
+// DropOrdered deletes an ordered consumer once its reader has stopped.
 // Ordered consumers are ephemeral but the client does not delete them on
 // Stop: without this, every restart would leave one on the server until
 // its inactivity threshold, and a busy process would reach the server's
 // consumer limit (JetStream error 10026).
-func dropOrdered(js jetstream.JetStream, stream string, cons jetstream.Consumer) {
+func DropOrdered(js jetstream.JetStream, stream string, cons jetstream.Consumer) {
 	info := cons.CachedInfo()
 	if info == nil {
 		return

@@ -499,13 +499,13 @@ func (s *session) consume(ctx context.Context) error {
 		FilterSubjects:    []string{r.subj.StoredPartitionAll(s.p.id)},
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       s.checkpoint + 1,
-		InactiveThreshold: orderedInactive,
+		InactiveThreshold: OrderedInactive,
 	}
 	cons, err := r.js.OrderedConsumer(ctx, r.cfg.Stream.Name, occ)
 	if err != nil {
 		return fmt.Errorf("ordered consumer: %w", err)
 	}
-	defer dropOrdered(r.js, r.cfg.Stream.Name, cons)
+	defer DropOrdered(r.js, r.cfg.Stream.Name, cons)
 	it, err := cons.Messages(readHeartbeat)
 	if err != nil {
 		return fmt.Errorf("ordered consumer: %w", err)
