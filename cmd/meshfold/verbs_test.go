@@ -90,6 +90,7 @@ func TestWantRefusesBadInput(t *testing.T) {
 		{"newer version", "ace", `{"v": 2, "modules": []}`, "newer schema version"},
 		{"not an object", "ace", `[1]`, "not a JSON object"},
 		{"no modules key", "ace", `{}`, "modules: required"},
+		{"setuid world-writable mode", "ace", `{"modules": [{"name": "a", "build": "x", "files": [{"path": "/etc/a", "mode": "4777"}]}]}`, "modules[0].files[0].mode"},
 		{"misspelt modules", "ace", `{"modlues": []}`, `"modlues"`},
 		{"bad node", "Ace", goodWant, "NODE"},
 	} {
