@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
 )
 
 func init() { register(newApproveCmd) }
@@ -47,7 +50,7 @@ func runApprove(ctx context.Context, a *app, nodeName, module, build, by string)
 	if err := ap.Validate(); err != nil {
 		return withCode(exitUsage, err)
 	}
-	nc, _, pub, err := a.openPublisher(ctx)
+	nc, js, pub, err := a.openPublisher(ctx)
 	if err != nil {
 		return err
 	}
@@ -57,5 +60,34 @@ func runApprove(ctx context.Context, a *app, nodeName, module, build, by string)
 		return err
 	}
 	fmt.Fprintf(a.stdout, "approve %s %s %s: stream sequence %d\n", nodeName, module, build, ack.Seq)
+	// An approval may come before the want that needs it (DESIGN.md §4),
+	// so it is stored either way; a typo in the node or module is worth a
+	// word on stderr.
+	if note := a.approvalNote(ctx, js, nodeName, module); note != "" {
+		fmt.Fprintln(a.stderr, "note:", note)
+	}
 	return nil
+}
+
+// approvalNote says when node's newest want does not name module (or the
+// node has no want), or "" when it does or the want cannot be read.
+func (a *app) approvalNote(ctx context.Context, js jetstream.JetStream, node, module string) string {
+	stream, scfg, err := a.stream.openStream(ctx, js)
+	if err != nil {
+		return ""
+	}
+	m, err := store.LastMsg(ctx, stream, scfg.Subjects(), scfg.Partitions, node, events.KindWant)
+	if errors.Is(err, store.ErrNoMessage) {
+		return fmt.Sprintf("node %s has no want yet; the approval is kept for when one names %s", node, module)
+	}
+	w, ok := m.Event.Payload.(*events.Want)
+	if err != nil || !ok {
+		return ""
+	}
+	for _, wm := range w.Modules {
+		if wm.Name == module {
+			return ""
+		}
+	}
+	return fmt.Sprintf("node %s's newest want (#%d) names no module %s; the approval is kept for when one does", node, m.Event.Seq, module)
 }

@@ -159,6 +159,11 @@ func TestApprove(t *testing.T) {
 	if a := m.Event.Payload.(*events.Approve); a.Module != "nats" || a.Build != "img:2.10" || a.By != "alice" {
 		t.Errorf("approve = %+v", a)
 	}
+	// Stored either way (an approval may precede its want), with a note
+	// on stderr when no want of the node names the module.
+	if !strings.Contains(stderr, "novox has no want yet") {
+		t.Errorf("approval before any want: stderr %q lacks the note", stderr)
+	}
 	code, _, stderr = c.run(t, "", "approve", "novox", "NATS!", "img:2.10", "--by", "alice")
 	if code != exitUsage || !strings.Contains(stderr, "module") {
 		t.Errorf("bad module: exit %d, %q", code, stderr)
