@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -313,6 +314,20 @@ func (r *Reconciler) Partitions() []int {
 	return out
 }
 
+// Progress returns, for each partition this instance owns, the last
+// stream sequence of that partition it has read and folded (0 before the
+// first). Effects of those events may still await their acks, and the
+// snapshot may be older: see the checkpoints for what is durable.
+func (r *Reconciler) Progress() map[int]uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make(map[int]uint64, len(r.parts))
+	for id, p := range r.parts {
+		out[id] = p.folded.Load()
+	}
+	return out
+}
+
 // Node returns a deep copy of node's folded state, or false when this
 // instance folds no state for it (not its partition, or no event yet).
 func (r *Reconciler) Node(node string) (*reconcile.State, bool) {
@@ -364,6 +379,8 @@ type partition struct {
 
 	mu     sync.Mutex // guards states, and each state while it folds
 	states map[string]*reconcile.State
+	// folded is the last sequence of the partition read and folded.
+	folded atomic.Uint64
 }
 
 // lost returns an error wrapping [ErrLeaseLost] once the partition may
@@ -485,6 +502,7 @@ func (p *partition) session(ctx context.Context) error {
 	}
 	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck,
 		heldIDs: map[string]bool{}, last: map[effectKey]lastEffect{}, dirty: map[string]*reconcile.State{}, revs: revs}
+	p.folded.Store(ck)
 	r.log.Debug("partition session", "partition", p.id, "checkpoint", ck, "nodes", len(states), "stream_last", last)
 	return s.consume(ctx)
 }
@@ -597,6 +615,7 @@ func (s *session) handle(ctx context.Context, msg jetstream.Msg) error {
 		return err
 	}
 	s.folded = seq
+	p.folded.Store(seq)
 	s.since++
 	if s.recovering && meta.NumPending == 0 {
 		// Caught up: nothing of the partition up to lastAtStart is left.
