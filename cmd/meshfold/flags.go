@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -58,9 +61,35 @@ func (f *connFlags) connect(name string, a *app) (*nats.Conn, error) {
 	}
 	nc, err := store.Connect(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS: %w", err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", strings.Join(cfg.URLs, ","), err)
 	}
 	return nc, nil
+}
+
+// connectWait is connect for the long-running roles (node, provision,
+// reconcile): a server not up yet is waited for, with backoff, until ctx
+// is done, so that the roles of a mesh may start in any order. Errors
+// that retrying cannot cure (a bad creds file, bad flags) end it at once.
+func (f *connFlags) connectWait(ctx context.Context, name string, a *app) (*nats.Conn, error) {
+	log, err := a.logger()
+	if err != nil {
+		return nil, err
+	}
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(250*time.Millisecond),
+		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+	for {
+		nc, err := f.connect(name, a)
+		if err == nil || !errors.Is(err, nats.ErrNoServers) {
+			return nc, err
+		}
+		d := b.NextBackOff()
+		log.Warn("NATS not reachable yet; retrying", "err", err, "in", d.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(d):
+		}
+	}
 }
 
 // streamFlags name the stream and its subjects.
@@ -85,4 +114,25 @@ func (f *streamFlags) openStream(ctx context.Context, js jetstream.JetStream) (j
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return store.OpenStream(ctx, js, f.config())
+}
+
+// openStreamWait is openStream for the long-running roles: a stream the
+// reconciler has not created yet is waited for, with backoff, until ctx is
+// done.
+func (f *streamFlags) openStreamWait(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (jetstream.Stream, store.StreamConfig, error) {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(250*time.Millisecond),
+		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+	for {
+		st, cfg, err := f.openStream(ctx, js)
+		if err == nil || !errors.Is(err, store.ErrNoStream) {
+			return st, cfg, err
+		}
+		d := b.NextBackOff()
+		log.Warn("the event stream does not exist yet; waiting for the reconciler", "stream", f.name, "in", d.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil, store.StreamConfig{}, err
+		case <-time.After(d):
+		}
+	}
 }

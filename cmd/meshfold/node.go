@@ -113,7 +113,7 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	}
 
 	ctx := cmd.Context()
-	nc, err := a.conn.connect("meshfold-node-"+name, a)
+	nc, err := a.conn.connectWait(ctx, "meshfold-node-"+name, a)
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	if err != nil {
 		return err
 	}
-	_, scfg, err := a.stream.openStream(ctx, js)
+	_, scfg, err := a.stream.openStreamWait(ctx, js, log)
 	if err != nil {
 		return err
 	}

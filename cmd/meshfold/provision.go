@@ -70,7 +70,7 @@ func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) erro
 		return err
 	}
 	ctx := cmd.Context()
-	nc, err := a.conn.connect("meshfold-provision-"+name, a)
+	nc, err := a.conn.connectWait(ctx, "meshfold-provision-"+name, a)
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) erro
 	if err != nil {
 		return err
 	}
-	_, scfg, err := a.stream.openStream(ctx, js)
+	_, scfg, err := a.stream.openStreamWait(ctx, js, log)
 	if err != nil {
 		return err
 	}

@@ -149,7 +149,7 @@ answers state requests for the nodes it folds. See docs/operations.md.`,
 			if err != nil {
 				return err
 			}
-			nc, err := a.conn.connect("meshfold reconcile", a)
+			nc, err := a.conn.connectWait(cmd.Context(), "meshfold reconcile", a)
 			if err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -251,4 +252,59 @@ func TestDemo(t *testing.T) {
 	if strings.Contains(out.String(), "demo broker credential") {
 		t.Error("the demo printed the content")
 	}
+}
+
+// The long-running roles start in any order: a node agent started before
+// its NATS server waits for it, then for the reconciler's stream, then
+// runs.
+func TestNodeWaitsForTheServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	errb := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"node", "ace", "--root", filepath.Join(dir, "root"), "--state-dir", filepath.Join(dir, "state"),
+			"-s", "nats://" + addr}, nil, &syncBuffer{}, errb)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("node exited %d: %s", code, errb.String())
+		}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	waitFor := func(what string) {
+		for !strings.Contains(errb.String(), what) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in the node's log:\n%s", what, errb.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("NATS not reachable yet; retrying")
+	srv, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: filepath.Join(dir, "data"), Listen: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the event stream does not exist yet")
+	if _, _, err := store.EnsureStream(context.Background(), js, store.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("node agent running")
 }
