@@ -103,7 +103,9 @@ func (f *folder) want(p *events.Want) {
 			}
 		}
 	}
-	s.Want = &WantRecord{Seq: f.ev.Seq, Modules: p.Modules}
+	// Exact-size copies: the state keeps them, a decoder's slices carry
+	// spare capacity.
+	s.Want = &WantRecord{Seq: f.ev.Seq, Modules: slices.Clone(p.Modules)}
 	f.compose()
 }
 
@@ -114,7 +116,7 @@ func (f *folder) approve(p *events.Approve) {
 }
 
 func (f *folder) have(p *events.Have) {
-	f.s.Have = &HaveRecord{Seq: f.ev.Seq, Time: f.ev.Time, Modules: p.Modules}
+	f.s.Have = &HaveRecord{Seq: f.ev.Seq, Time: f.ev.Time, Modules: slices.Clone(p.Modules)}
 	f.compose()
 	f.knock(true)
 }
