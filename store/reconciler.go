@@ -477,6 +477,7 @@ type session struct {
 	revs       map[string]uint64 // each node key's snapshot revision, as last seen
 	pending    []pendingAck
 	since      int // events folded since the checkpoint
+	in         *interner
 }
 
 func (p *partition) session(ctx context.Context) error {
@@ -485,12 +486,14 @@ func (p *partition) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	in := newInterner()
 	states := make(map[string]*reconcile.State, len(raw))
 	for node, b := range raw {
 		st, err := reconcile.UnmarshalState(b)
 		if err != nil {
 			return fmt.Errorf("snapshot of node %s: %w", node, err)
 		}
+		in.state(st)
 		states[node] = st
 	}
 	p.mu.Lock()
@@ -500,7 +503,7 @@ func (p *partition) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck,
+	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck, in: in,
 		heldIDs: map[string]bool{}, last: map[effectKey]lastEffect{}, dirty: map[string]*reconcile.State{}, revs: revs}
 	p.folded.Store(ck)
 	r.log.Debug("partition session", "partition", p.id, "checkpoint", ck, "nodes", len(states), "stream_last", last)
@@ -642,6 +645,9 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 		if ev.Kind != events.KindPlan {
 			return nil // the reconciler's own notes: not inputs of the fold
 		}
+	}
+	if ev.Payload != nil {
+		s.in.payload(ev.Payload)
 	}
 	p.mu.Lock()
 	st := p.states[ev.Node]

@@ -1,0 +1,125 @@
+package store
+
+import (
+	"slices"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// internCap bounds the strings one partition's interner keeps: past it,
+// new strings are used as they are (the fold's results do not change,
+// only how much memory equal strings take).
+const internCap = 1 << 14
+
+// interner keeps one copy of each string a partition's node states hold.
+// A fleet's module names, builds, accounts and paths repeat from node to
+// node; decoded separately, each node held its own copies. The pure fold
+// cannot share memory across nodes, so the loop does it, before folding
+// and when loading snapshots. One partition's session owns one: it is not
+// safe for concurrent use.
+type interner struct{ m map[string]string }
+
+func newInterner() *interner { return &interner{m: map[string]string{}} }
+
+func (in *interner) s(x string) string {
+	if x == "" {
+		return x
+	}
+	if v, ok := in.m[x]; ok {
+		return v
+	}
+	if len(in.m) < internCap {
+		in.m[x] = x
+	}
+	return x
+}
+
+func (in *interner) files(fs []events.File) {
+	for i := range fs {
+		fs[i].Path = in.s(fs[i].Path)
+		fs[i].Mode = events.Mode(in.s(string(fs[i].Mode)))
+	}
+}
+
+func (in *interner) wantModules(ms []events.WantModule) {
+	for i := range ms {
+		m := &ms[i]
+		m.Name, m.Build, m.RunsAs = in.s(m.Name), in.s(m.Build), in.s(m.RunsAs)
+		in.files(m.Files)
+	}
+}
+
+func (in *interner) haveModules(ms []events.HaveModule) {
+	for i := range ms {
+		m := &ms[i]
+		m.Name, m.Build, m.Account = in.s(m.Name), in.s(m.Build), in.s(m.Account)
+		m.State = events.RunState(in.s(string(m.State)))
+	}
+}
+
+func (in *interner) rows(rs []events.PlanModule) {
+	for i := range rs {
+		r := &rs[i]
+		r.Name, r.Build, r.RunsAs, r.Pending = in.s(r.Name), in.s(r.Build), in.s(r.RunsAs), in.s(r.Pending)
+		r.Why = events.HoldReason(in.s(string(r.Why)))
+		in.files(r.Files)
+	}
+}
+
+func (in *interner) owed(o *events.Owed) {
+	o.Module, o.Path, o.Writer = in.s(o.Module), in.s(o.Path), in.s(o.Writer)
+	o.Reason = events.Reason(in.s(string(o.Reason)))
+}
+
+// payload interns the strings of the payloads the fold keeps.
+func (in *interner) payload(p events.Payload) {
+	switch p := p.(type) {
+	case *events.Want:
+		in.wantModules(p.Modules)
+	case *events.Have:
+		in.haveModules(p.Modules)
+	case *events.Approve:
+		p.Module, p.Build, p.By = in.s(p.Module), in.s(p.Build), in.s(p.By)
+	case *events.Refusal:
+		p.Module, p.Path, p.Writer = in.s(p.Module), in.s(p.Path), in.s(p.Writer)
+		p.Reason = events.Reason(in.s(string(p.Reason)))
+	case *events.Filled:
+		p.Module, p.Path = in.s(p.Module), in.s(p.Path)
+	}
+}
+
+// state interns a state decoded from a snapshot, and trims the spare
+// capacity the decoder left in its largest slices.
+func (in *interner) state(st *reconcile.State) {
+	if st.Want != nil {
+		st.Want.Modules = slices.Clone(st.Want.Modules)
+		in.wantModules(st.Want.Modules)
+	}
+	if st.Have != nil {
+		st.Have.Modules = slices.Clone(st.Have.Modules)
+		in.haveModules(st.Have.Modules)
+	}
+	if st.Settled != nil {
+		st.Settled.Account = in.s(st.Settled.Account)
+		in.rows(st.Settled.Modules)
+	}
+	for _, p := range st.Unsettled {
+		p.Account = in.s(p.Account)
+		in.rows(p.Modules)
+	}
+	for i := range st.Accepting {
+		a := &st.Accepting[i]
+		a.Module, a.Path, a.Account = in.s(a.Module), in.s(a.Path), in.s(a.Account)
+	}
+	for i := range st.Filled {
+		st.Filled[i].Module, st.Filled[i].Path = in.s(st.Filled[i].Module), in.s(st.Filled[i].Path)
+	}
+	for i := range st.Approvals {
+		a := &st.Approvals[i]
+		a.Module, a.Build, a.By = in.s(a.Module), in.s(a.Build), in.s(a.By)
+	}
+	for i := range st.Owed {
+		in.owed(&st.Owed[i].Owed)
+	}
+}

@@ -1,0 +1,111 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// fleetEvents makes a small history for each of n nodes, as decoded from
+// the wire: every string a fresh copy.
+func fleetEvents(n int) [][]events.Event {
+	at := time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC)
+	out := make([][]events.Event, n)
+	seq := uint64(0)
+	for i := range n {
+		node := fmt.Sprintf("node-%05d", i)
+		payloads := []events.Payload{
+			&events.Want{Modules: []events.WantModule{
+				{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+				{Name: "postgres", Build: "pg:15", RunsAs: "postgres", Files: []events.File{{Path: "/etc/postgres/pw", Mode: "0600"}}},
+				{Name: "restic", Build: "r:1", RunsAs: "restic", Files: []events.File{{Path: "/etc/restic/key", Mode: "0600"}, {Path: "/etc/restic/env", Mode: "0640"}}},
+				{Name: "nats", Build: "n:2", RunsAs: "nats", RequiresApproval: true, Files: []events.File{{Path: "/etc/nats/nats.creds", Mode: "0600"}}},
+				{Name: "power", Build: "w:1", RunsAs: "power"},
+			}},
+			&events.Approve{Module: "nats", Build: "n:2", By: "ops"},
+			&events.Have{Modules: []events.HaveModule{
+				{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"},
+				{Name: "postgres", Build: "pg:15", State: events.Running, Account: "postgres"},
+				{Name: "restic", Build: "r:1", State: events.Running, Account: "restic"},
+				{Name: "nats", Build: "n:2", State: events.Running, Account: "nats"},
+				{Name: "power", Build: "w:1", State: events.Running, Account: "power"},
+			}},
+			&events.Refusal{Module: "restic", Path: "/etc/restic/new", Reason: events.ReasonUndeclared, Writer: "prov"},
+		}
+		for _, p := range payloads {
+			seq++
+			// A round trip through the codec: fresh strings, as the wire gives.
+			b, _ := events.Encode(events.Stamp(p, at))
+			dec, err := events.Decode(p.Kind(), b)
+			if err != nil {
+				panic(err)
+			}
+			out[i] = append(out[i], events.Event{Seq: seq, Node: node, Kind: p.Kind(), Payload: dec, Time: at})
+		}
+	}
+	return out
+}
+
+func foldFleet(evs [][]events.Event, in *interner) []*reconcile.State {
+	states := make([]*reconcile.State, len(evs))
+	for i, node := range evs {
+		st := reconcile.NewState(node[0].Node)
+		for _, ev := range node {
+			if in != nil {
+				in.payload(ev.Payload)
+			}
+			st.Fold(ev)
+		}
+		states[i] = st
+	}
+	return states
+}
+
+// Interned states share one copy of equal strings across nodes, and fold
+// to the same states.
+func TestInternerShares(t *testing.T) {
+	plain := foldFleet(fleetEvents(2), nil)
+	interned := foldFleet(fleetEvents(2), newInterner())
+	for i := range plain {
+		a, _ := json.Marshal(plain[i])
+		b, _ := json.Marshal(interned[i])
+		if string(a) != string(b) {
+			t.Fatalf("node %d: interning changed the state", i)
+		}
+	}
+	x, y := interned[0].Want.Modules[1].Files[0].Path, interned[1].Want.Modules[1].Files[0].Path
+	if unsafe.StringData(x) != unsafe.StringData(y) {
+		t.Error("two nodes' equal paths are two copies")
+	}
+	if x, y := plain[0].Want.Modules[1].Files[0].Path, plain[1].Want.Modules[1].Files[0].Path; unsafe.StringData(x) == unsafe.StringData(y) {
+		t.Error("the test's decoding already shares strings: it proves nothing")
+	}
+}
+
+// BenchmarkInternedStateMemory reports the heap of 10,000 nodes' states
+// folded from decoded events, plain and interned as the loop does.
+func BenchmarkInternedStateMemory(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		in   func() *interner
+	}{{"plain", func() *interner { return nil }}, {"interned", newInterner}} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				states := foldFleet(fleetEvents(10_000), c.in())
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(len(states)), "B/node")
+				runtime.KeepAlive(states)
+			}
+		})
+	}
+}
