@@ -102,23 +102,29 @@ func (in *interner) state(st *reconcile.State) {
 	}
 	if st.Settled != nil {
 		st.Settled.Account = in.s(st.Settled.Account)
+		st.Settled.Modules = slices.Clone(st.Settled.Modules)
 		in.rows(st.Settled.Modules)
 	}
 	for _, p := range st.Unsettled {
 		p.Account = in.s(p.Account)
+		p.Modules = slices.Clone(p.Modules)
 		in.rows(p.Modules)
 	}
+	st.Accepting = slices.Clone(st.Accepting)
 	for i := range st.Accepting {
 		a := &st.Accepting[i]
 		a.Module, a.Path, a.Account = in.s(a.Module), in.s(a.Path), in.s(a.Account)
 	}
+	st.Filled = slices.Clone(st.Filled)
 	for i := range st.Filled {
 		st.Filled[i].Module, st.Filled[i].Path = in.s(st.Filled[i].Module), in.s(st.Filled[i].Path)
 	}
+	st.Approvals = slices.Clone(st.Approvals)
 	for i := range st.Approvals {
 		a := &st.Approvals[i]
 		a.Module, a.Build, a.By = in.s(a.Module), in.s(a.Build), in.s(a.By)
 	}
+	st.Owed = slices.Clone(st.Owed)
 	for i := range st.Owed {
 		in.owed(&st.Owed[i].Owed)
 	}
