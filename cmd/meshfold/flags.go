@@ -75,18 +75,26 @@ func (f *connFlags) connectWait(ctx context.Context, name string, a *app) (*nats
 	if err != nil {
 		return nil, err
 	}
+	return waitFor(ctx, nats.ErrNoServers, func() (*nats.Conn, error) { return f.connect(name, a) },
+		func(err error, d time.Duration) { log.Warn("NATS not reachable yet; retrying", "err", err, "in", d) })
+}
+
+// waitFor calls op until it succeeds or fails with an error other than
+// retryable, with jittered backoff (250 ms doubling to 5 s) and note
+// called before each wait; when ctx ends it returns op's last error.
+func waitFor[T any](ctx context.Context, retryable error, op func() (T, error), note func(err error, d time.Duration)) (T, error) {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(250*time.Millisecond),
 		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
-		nc, err := f.connect(name, a)
-		if err == nil || !errors.Is(err, nats.ErrNoServers) {
-			return nc, err
+		v, err := op()
+		if err == nil || !errors.Is(err, retryable) {
+			return v, err
 		}
 		d := b.NextBackOff()
-		log.Warn("NATS not reachable yet; retrying", "err", err, "in", d.Round(time.Millisecond))
+		note(err, d.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
-			return nil, err
+			return v, err
 		case <-time.After(d):
 		}
 	}
@@ -120,19 +128,15 @@ func (f *streamFlags) openStream(ctx context.Context, js jetstream.JetStream) (j
 // reconciler has not created yet is waited for, with backoff, until ctx is
 // done.
 func (f *streamFlags) openStreamWait(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (jetstream.Stream, store.StreamConfig, error) {
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(250*time.Millisecond),
-		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
-	for {
-		st, cfg, err := f.openStream(ctx, js)
-		if err == nil || !errors.Is(err, store.ErrNoStream) {
-			return st, cfg, err
-		}
-		d := b.NextBackOff()
-		log.Warn("the event stream does not exist yet; waiting for the reconciler", "stream", f.name, "in", d.Round(time.Millisecond))
-		select {
-		case <-ctx.Done():
-			return nil, store.StreamConfig{}, err
-		case <-time.After(d):
-		}
+	type opened struct {
+		st  jetstream.Stream
+		cfg store.StreamConfig
 	}
+	o, err := waitFor(ctx, store.ErrNoStream, func() (opened, error) {
+		st, cfg, err := f.openStream(ctx, js)
+		return opened{st, cfg}, err
+	}, func(_ error, d time.Duration) {
+		log.Warn("the event stream does not exist yet; waiting for the reconciler", "stream", f.name, "in", d)
+	})
+	return o.st, o.cfg, err
 }
