@@ -29,6 +29,7 @@ an administrator's machine; hand each role only its creds file.
 
   meshfold auth init --dir ./mesh-auth          operator, accounts; reconciler, controller, operator
   meshfold auth add-node ace --dir ./mesh-auth  node-ace and provisioner-ace
+  meshfold auth add-user operator-read --dir ./mesh-auth   the web console's read-only user
   meshfold serve --auth ./mesh-auth             the embedded server in operator mode
   meshfold node ace --creds ./mesh-auth/creds/node-ace.creds ...
   meshfold auth revoke node-ace --dir ./mesh-auth   refused at once, no restart
@@ -38,7 +39,7 @@ find that prefix in the creds file. For the nats CLI, save it in the context
 (nats context save ace --creds ... --inbox-prefix _INBOX_node-ace).
 See docs/operations.md for the policy and for external servers and clusters.`,
 	}
-	cmd.AddCommand(newAuthInitCmd(a), newAuthAddNodeCmd(a), newAuthRevokeCmd(a))
+	cmd.AddCommand(newAuthInitCmd(a), newAuthAddNodeCmd(a), newAuthAddUserCmd(a), newAuthRevokeCmd(a))
 	return cmd
 }
 
@@ -53,7 +54,9 @@ func newAuthInitCmd(a *app) *cobra.Command {
 		Short: "Create an operator, the accounts and the reconciler, controller and operator users",
 		Long: `init creates DIR (mode 0700) with a new operator, a system account (user
 "sys", for pushing account updates), the mesh account with JetStream enabled,
-and creds files for the users reconciler, controller and operator. Seeds and
+and creds files for the users reconciler, controller, operator and
+operator-read (the web console's: it reads what the operator reads and
+publishes nothing). Seeds and
 creds are written with mode 0600. DIR/resolver.conf configures an external
 nats-server with the same operator and accounts.
 
@@ -127,6 +130,42 @@ revoked (then it is issued again with a new key).`,
 				return err
 			}
 			printUsers(a, d, users)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the auth directory (required)")
+	_ = cmd.MarkFlagRequired("dir")
+	return cmd
+}
+
+func newAuthAddUserCmd(a *app) *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "add-user ROLE --dir DIR",
+		Short: "Issue the user of a role that has one: reconciler, controller, operator, operator-read",
+		Long: `add-user issues the user of ROLE and writes its creds file: for a directory
+made before the role existed (operator-read, the web console's user, came
+after the others), or to issue again a user that was revoked, with a new key.
+A user that exists and is not revoked is refused.
+
+  operator-read   reads the stream, the snapshot bucket and the state
+                  service; publishes nothing, never sees a fill subject
+                  (meshfold console --creds DIR/creds/operator-read.creds)`,
+		Example: `  meshfold auth add-user operator-read --dir ./mesh-auth`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := auth.Open(dir)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			u, err := d.AddUser(auth.Role(args[0]))
+			if errors.Is(err, auth.ErrUserExists) || errors.Is(err, auth.ErrUnknownRole) {
+				return withCode(exitUsage, err)
+			}
+			if err != nil {
+				return err
+			}
+			printUsers(a, d, []auth.User{u})
 			return nil
 		},
 	}

@@ -92,6 +92,18 @@ func TestAuthVerbs(t *testing.T) {
 	if code, out, errs := runCLI(ctx, "auth", "add-node", "ace", "--dir", dir); code != exitOK || !strings.Contains(out, "node-ace") || strings.Contains(out, "provisioner-ace") {
 		t.Errorf("auth add-node after revoking node-ace: %d %s %s, want node-ace issued again alone", code, out, errs)
 	}
+	if code, _, _ := runCLI(ctx, "auth", "add-user", "operator-read", "--dir", dir); code != exitUsage {
+		t.Errorf("auth add-user of a valid user: exit %d, want %d", code, exitUsage)
+	}
+	if code, _, _ := runCLI(ctx, "auth", "add-user", "node", "--dir", dir); code != exitUsage {
+		t.Errorf("auth add-user node: exit %d, want %d", code, exitUsage)
+	}
+	if code, _, _ := runCLI(ctx, "auth", "revoke", "operator-read", "--dir", dir, "--no-push"); code != exitOK {
+		t.Errorf("auth revoke operator-read: exit %d", code)
+	}
+	if code, out, errs := runCLI(ctx, "auth", "add-user", "operator-read", "--dir", dir); code != exitOK || !strings.Contains(out, "operator-read.creds") {
+		t.Errorf("auth add-user operator-read after revoking it: %d %s %s", code, out, errs)
+	}
 	if code, _, errs := runCLI(ctx, "serve", "--auth", dir, "--prefix", "other", "--data", t.TempDir()); code != exitUsage {
 		t.Errorf("serve --auth with another prefix: %d %s, want a usage error", code, errs)
 	}

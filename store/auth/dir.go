@@ -261,7 +261,7 @@ func Init(path string, cfg Config) (*Dir, error) {
 			return nil, err
 		}
 	}
-	for _, r := range []Role{RoleSystem, RoleReconciler, RoleController, RoleOperator} {
+	for _, r := range initRoles {
 		if _, err := d.issue(r, ""); err != nil {
 			return nil, err
 		}
@@ -270,6 +270,32 @@ func Init(path string, cfg Config) (*Dir, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// initRoles are the roles of one user each that [Init] issues.
+var initRoles = []Role{RoleSystem, RoleReconciler, RoleController, RoleOperator, RoleOperatorRead}
+
+// AddUser issues the user of role r, one of the roles with a single user
+// (reconciler, controller, operator, operator-read), writes its creds file
+// and returns it: for a directory made before the role existed, or to
+// issue again a user that was revoked (with a new key).
+//
+// Errors: [ErrUnknownRole] for a per-node role (use [Dir.AddNode]), the
+// system role or an unknown one; [ErrUserExists] when the user exists and
+// is not revoked; I/O errors.
+func (d *Dir) AddUser(r Role) (User, error) {
+	if r.perNode() || r == RoleSystem || !slices.Contains(initRoles, r) {
+		return User{}, fmt.Errorf("role %q: %w (add-user issues reconciler, controller, operator or operator-read; add-node the node roles)", r, ErrUnknownRole)
+	}
+	name := UserName(r, "")
+	if u, ok := d.m.Users[name]; ok && u.Revoked == nil {
+		return User{}, fmt.Errorf("user %s: %w (revoke it to issue it again: meshfold auth revoke %s)", name, ErrUserExists, name)
+	}
+	u, err := d.issue(r, "")
+	if err != nil {
+		return User{}, err
+	}
+	return *u, d.save()
 }
 
 // prepare makes path an empty directory with mode 0700, or refuses.

@@ -35,7 +35,7 @@ func TestDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Names() != (auth.Names{Stream: store.DefaultStreamName, Prefix: "fleet"}) || o.Account() != d.Account() || len(o.Users()) != 6 {
+	if o.Names() != (auth.Names{Stream: store.DefaultStreamName, Prefix: "fleet"}) || o.Account() != d.Account() || len(o.Users()) != 7 {
 		t.Errorf("reopened: names %+v, account %s, %d users", o.Names(), o.Account(), len(o.Users()))
 	}
 	for _, u := range o.Users() {
@@ -55,6 +55,22 @@ func TestDir(t *testing.T) {
 	}
 	if _, err := o.AddNode("../x"); !errors.Is(err, events.ErrInvalid) {
 		t.Errorf("AddNode with a bad name: %v, want events.ErrInvalid", err)
+	}
+	// AddUser: the one-user roles only, again only once revoked.
+	if _, err := o.AddUser(auth.RoleOperatorRead); !errors.Is(err, auth.ErrUserExists) {
+		t.Errorf("AddUser of a valid operator-read: %v, want ErrUserExists", err)
+	}
+	for _, r := range []auth.Role{auth.RoleNode, auth.RoleSystem, "admin"} {
+		if _, err := o.AddUser(r); !errors.Is(err, auth.ErrUnknownRole) {
+			t.Errorf("AddUser(%s): %v, want ErrUnknownRole", r, err)
+		}
+	}
+	if err := o.Revoke("operator-read"); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := o.User("operator-read")
+	if u, err := o.AddUser(auth.RoleOperatorRead); err != nil || u.Revoked != nil || u.PublicKey == old.PublicKey {
+		t.Errorf("AddUser after revoking: %+v, %v; want a new valid key", u, err)
 	}
 	if err := o.Revoke("nobody"); !errors.Is(err, auth.ErrUnknownUser) {
 		t.Errorf("Revoke of an unknown user: %v, want ErrUnknownUser", err)

@@ -11,7 +11,8 @@
 // one function; docs/operations.md shows it as a table, and the
 // permission matrix test checks it against a real server.
 //
-// Users: "reconciler", "controller", "operator" ([Init]); "node-<N>" and
+// Users: "reconciler", "controller", "operator", "operator-read" ([Init],
+// [Dir.AddUser]); "node-<N>" and
 // "provisioner-<N>" per node ([Dir.AddNode]); "sys" in the system
 // account, to push account updates ([Dir.Push]). Each user may read only
 // its own inbox, _INBOX_<user>; store.Connect finds that prefix in the

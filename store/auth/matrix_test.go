@@ -37,41 +37,41 @@ import (
 // the first time) the lease bucket of reconciler groups and puts a lease;
 // "ask state" asks the reconciler's state service about ace.
 const policy = `
-action               reconciler controller operator node-ace provisioner-ace node-shanks
-publish want ace          -         ok         -        -          -            -
-publish want shanks       -         ok         -        -          -            -
-publish approve ace       -         -          ok       -          -            -
-publish approve shanks    -         -          ok       -          -            -
-publish have ace          -         -          -        ok         -            -
-publish have shanks       -         -          -        -          -            ok
-publish settle ace        -         -          -        ok         -            -
-publish settle shanks     -         -          -        -          -            ok
-publish refusal ace       -         -          -        ok         -            -
-publish refusal shanks    -         -          -        -          -            ok
-publish filled ace        -         -          -        ok         -            -
-publish filled shanks     -         -          -        -          -            ok
-publish plan ace          ok        -          -        -          -            -
-publish plan shanks       ok        -          -        -          -            -
-publish knock ace         ok        -          -        -          -            -
-publish knock shanks      ok        -          -        -          -            -
-publish journal ace       ok        -          -        -          -            -
-publish journal shanks    ok        -          -        -          -            -
-consume plan ace          ok        ok         ok       ok         -            -
-consume plan shanks       ok        ok         ok       -          -            ok
-consume knock ace         ok        -          ok       -          ok           -
-consume settle ace        ok        -          ok       -          ok           -
-consume events ace        ok        -          ok       -          -            -
-consume all               ok        -          ok       -          -            -
-get plan ace              ok        ok         ok       ok         ok           -
-get plan shanks           ok        ok         ok       -          -            ok
-get knock ace             ok        -          ok       -          ok           -
-get settle ace            ok        -          ok       -          ok           -
-request fill ace          -         -          -        -          ok           -
-subscribe fill ace        -         -          -        ok         -            -
-read snapshots            ok        -          ok       -          -            -
-write snapshots           ok        -          -        -          -            -
-write leases              ok        -          -        -          -            -
-ask state ace             -         -          ok       -          -            -
+action               reconciler controller operator node-ace provisioner-ace node-shanks  operator-read
+publish want ace          -         ok         -        -          -            -        -
+publish want shanks       -         ok         -        -          -            -        -
+publish approve ace       -         -          ok       -          -            -        -
+publish approve shanks    -         -          ok       -          -            -        -
+publish have ace          -         -          -        ok         -            -        -
+publish have shanks       -         -          -        -          -            ok        -
+publish settle ace        -         -          -        ok         -            -        -
+publish settle shanks     -         -          -        -          -            ok        -
+publish refusal ace       -         -          -        ok         -            -        -
+publish refusal shanks    -         -          -        -          -            ok        -
+publish filled ace        -         -          -        ok         -            -        -
+publish filled shanks     -         -          -        -          -            ok        -
+publish plan ace          ok        -          -        -          -            -        -
+publish plan shanks       ok        -          -        -          -            -        -
+publish knock ace         ok        -          -        -          -            -        -
+publish knock shanks      ok        -          -        -          -            -        -
+publish journal ace       ok        -          -        -          -            -        -
+publish journal shanks    ok        -          -        -          -            -        -
+consume plan ace          ok        ok         ok       ok         -            -       ok
+consume plan shanks       ok        ok         ok       -          -            ok       ok
+consume knock ace         ok        -          ok       -          ok           -       ok
+consume settle ace        ok        -          ok       -          ok           -       ok
+consume events ace        ok        -          ok       -          -            -       ok
+consume all               ok        -          ok       -          -            -       ok
+get plan ace              ok        ok         ok       ok         ok           -       ok
+get plan shanks           ok        ok         ok       -          -            ok       ok
+get knock ace             ok        -          ok       -          ok           -       ok
+get settle ace            ok        -          ok       -          ok           -       ok
+request fill ace          -         -          -        -          ok           -        -
+subscribe fill ace        -         -          -        ok         -            -        -
+read snapshots            ok        -          ok       -          -            -       ok
+write snapshots           ok        -          -        -          -            -        -
+write leases              ok        -          -        -          -            -        -
+ask state ace             -         -          ok       -          -            -       ok
 `
 
 // row is one action of the policy with its expected cell per user.

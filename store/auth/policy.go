@@ -18,12 +18,15 @@ type Role string
 // node-<node> and provisioner-<node>; system is the system account's
 // user, which pushes account updates to running servers.
 const (
-	RoleReconciler  Role = "reconciler"
-	RoleController  Role = "controller"
-	RoleOperator    Role = "operator"
-	RoleNode        Role = "node"
-	RoleProvisioner Role = "provisioner"
-	RoleSystem      Role = "system"
+	RoleReconciler Role = "reconciler"
+	RoleController Role = "controller"
+	RoleOperator   Role = "operator"
+	// RoleOperatorRead is the web console's user (`meshfold console`):
+	// everything the operator reads, nothing it may publish.
+	RoleOperatorRead Role = "operator-read"
+	RoleNode         Role = "node"
+	RoleProvisioner  Role = "provisioner"
+	RoleSystem       Role = "system"
 )
 
 // SystemUser is the name of the system account's user.
@@ -92,6 +95,13 @@ const jsAPI = "$JS.API"
 //     the snapshot bucket, asks the state service and subscribes to the
 //     live plain subjects, except the fill subjects (never: they carry
 //     secrets).
+//   - operator-read: the operator's reads and nothing else: the stream
+//     and the snapshot bucket (consumers, direct gets, stream info) and
+//     the state service. It publishes no event (not even an approval),
+//     subscribes to no live subject and never to the fill subjects, and
+//     may not ask a node agent for logs: the web console connects with
+//     it, so a console that leaks its creds file leaks no write and no
+//     secret.
 //   - node (node-N): publishes N's have, settle, refusal and filled only;
 //     reads N's newest plan and creates consumers filtered to N's plan
 //     only; serves N's fill subject.
@@ -176,6 +186,15 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		p.Sub.Allow.Add(pre + ".>")
 		p.Sub.Deny.Add(subj("*", "fill"))
 		p.Pub.Deny.Add(subj("*", "fill"))
+	case RoleOperatorRead:
+		readStream(s)
+		readStream(kv)
+		p.Pub.Allow.Add(api("INFO"), api("STREAM.MSG.GET.%s", s), api("DIRECT.GET.%s", s), api("DIRECT.GET.%s.>", s),
+			api("CONSUMER.CREATE.%s.>", s), api("CONSUMER.INFO.%s.*", s),
+			api("DIRECT.GET.%s.>", kv), api("CONSUMER.CREATE.%s.>", kv), api("CONSUMER.INFO.%s.*", kv),
+			store.StateSubject(pre, store.EndpointState, "*"), store.StateSubject(pre, store.EndpointComposition, "*"))
+		p.Pub.Deny.Add(subj("*", "fill"))
+		p.Sub.Deny.Add(subj("*", "fill"))
 	case RoleNode:
 		readStream(s)
 		for _, k := range []events.Kind{events.KindHave, events.KindSettle, events.KindRefusal, events.KindFilled} {
