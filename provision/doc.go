@@ -48,8 +48,12 @@
 // settles its newest plan, the client fills that plan's files that the
 // last plan it filled did not declare (all of them when the provisioner
 // account changed). The node judges that write by the plan that declares
-// it, so the normal path makes no refusal and no knock. (DESIGN.md is
-// silent here; docs/architecture.md records the decision.)
+// it, so the normal path makes no refusal and no knock. At that settle it
+// also sends again every file the plan declares whose last write it sent
+// was refused: a knock is not guaranteed for such a file (a repeated
+// refusal of an item already paid is dropped as a duplicate, and then
+// nothing is owed). (DESIGN.md is silent here; docs/architecture.md
+// records the decision.)
 //
 // Content is never logged, returned in an error or put in a [Report].
 package provision

@@ -25,13 +25,18 @@ func declaredOf(seq uint64, p *events.Plan) declaredSet {
 	return d
 }
 
-// settledEvent fills the files a plan declares that the previous one did
-// not (all of them when the provisioner account changed), once the node
-// has settled that plan. Knocks only pay refused writes: without this, a
+// settledEvent fills, once the node has settled a plan, the files it
+// declares that the previous one did not (all of them when the provisioner
+// account changed), and every file it declares whose last write this
+// client sent was refused. Knocks only pay refused writes: without this, a
 // file newly declared, and never tried, would wait for a resync or a
 // restart of the client. Waiting for the settle means the node judges the
 // write by the plan that declares it, so the normal path makes no refusal;
-// a fill that still fails is owed and knocked as usual.
+// a fill that still fails is owed and knocked as usual. The refused files
+// are sent again because a knock is not guaranteed for them: a refusal
+// whose owed item was paid (the module removed, then declared again) and
+// that is reported again is dropped as a duplicate within JetStream's
+// window, and nothing is owed (issue 14; docs/architecture.md).
 func (c *Client) settledEvent(ctx context.Context, ev events.Event) bool {
 	if st, ok := ev.Payload.(*events.Settle); ok && st.Op != events.OpFailed {
 		c.settled(ctx, st.Plan)
@@ -55,20 +60,26 @@ func (c *Client) settled(ctx context.Context, plan uint64) {
 	c.fillDeclared(ctx, m.Event.Seq, m.Event.Payload.(*events.Plan))
 }
 
-// fillDeclared fills what plan declares beyond the files last filled.
+// fillDeclared fills what plan declares beyond the files last filled, and
+// the files it declares whose last write was refused; once per plan.
 func (c *Client) fillDeclared(ctx context.Context, seq uint64, plan *events.Plan) {
 	c.fillMu.Lock()
 	defer c.fillMu.Unlock()
-	if seq <= c.declared.plan {
-		return // a pass already filled this plan or a newer one
+	if seq < c.declared.plan || seq <= c.settledSeen {
+		return // a pass already read a newer plan, or this settle was handled
 	}
+	c.settledSeen = seq
 	next := declaredOf(seq, plan)
 	r := Report{Plan: seq}
+	retried := 0
 	for _, row := range plan.Modules {
 		for _, f := range row.Files {
 			ref := FileRef{Module: row.Name, Path: f.Path}
-			if c.declared.files[ref] && c.declared.account == next.account {
+			if c.declared.files[ref] && c.declared.account == next.account && !c.refused[ref] {
 				continue
+			}
+			if c.refused[ref] {
+				retried++
 			}
 			if err := c.fillFile(ctx, &r, row.Name, f.Path); err != nil {
 				return // ctx ended it
@@ -76,11 +87,12 @@ func (c *Client) fillDeclared(ctx context.Context, seq uint64, plan *events.Plan
 		}
 	}
 	c.declared = next
+	c.forgetUndeclared()
 	if len(r.Filled)+len(r.Refused)+len(r.Missing)+len(r.Failed) == 0 {
 		return
 	}
-	c.log.Info("settled plan declares new files: filled them", "plan", seq, "filled", len(r.Filled),
-		"refused", len(r.Refused), "missing", len(r.Missing), "failed", len(r.Failed))
+	c.log.Info("settled plan declares new or refused files: filled them", "plan", seq, "retried", retried,
+		"filled", len(r.Filled), "refused", len(r.Refused), "missing", len(r.Missing), "failed", len(r.Failed))
 	if c.cfg.OnFill != nil {
 		c.cfg.OnFill(0, r)
 	}

@@ -108,11 +108,18 @@ type Client struct {
 	log     *slog.Logger
 	started atomic.Bool
 
-	// fillMu serialises fill passes; it guards declared.
+	// fillMu serialises fill passes; it guards declared, refused and
+	// settledSeen.
 	fillMu sync.Mutex
 	// declared are the files of the newest plan a pass has filled, and
 	// its provisioner account.
 	declared declaredSet
+	// refused are the declared files whose last write this client sent
+	// was refused: the next settle of a plan that declares them sends them
+	// again (see settledEvent).
+	refused map[FileRef]bool
+	// settledSeen is the newest plan whose settle was handled.
+	settledSeen uint64
 }
 
 // New checks cfg and returns a client that is not running yet.
@@ -148,7 +155,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
 		log = slog.Default()
 	}
 	cfg.Stream = cfg.Stream.WithDefaults()
-	return &Client{nc: nc, js: js, cfg: cfg, subj: cfg.Stream.Subjects(),
+	return &Client{nc: nc, js: js, cfg: cfg, subj: cfg.Stream.Subjects(), refused: map[FileRef]bool{},
 		log: log.With("node", cfg.Node, "account", cfg.Account)}, nil
 }
 
@@ -348,6 +355,7 @@ func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 	r.Plan = m.Event.Seq
 	plan := m.Event.Payload.(*events.Plan)
 	c.declared = declaredOf(m.Event.Seq, plan)
+	c.forgetUndeclared()
 	for _, row := range plan.Modules {
 		for _, f := range row.Files {
 			if err := c.fillFile(ctx, &r, row.Name, f.Path); err != nil {
@@ -389,11 +397,23 @@ func (c *Client) fillFile(ctx context.Context, r *Report, module, path string) e
 			log.Info("filled")
 		}
 		r.Filled = append(r.Filled, ref)
+		delete(c.refused, ref)
 	default:
 		log.Warn("fill refused", "reason", reply.Reason, "err", reply.Error)
 		r.Refused = append(r.Refused, Refused{FileRef: ref, Reason: reply.Reason, Error: reply.Error})
+		c.refused[ref] = true
 	}
 	return nil
+}
+
+// forgetUndeclared drops the refused files the declared plan no longer
+// declares: a later plan that declares one again fills it as new.
+func (c *Client) forgetUndeclared() {
+	for ref := range c.refused {
+		if !c.declared.files[ref] {
+			delete(c.refused, ref)
+		}
+	}
 }
 
 // errBadRequest: the node rejected the request as malformed.
