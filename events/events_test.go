@@ -3,6 +3,7 @@ package events_test
 import (
 	"errors"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,6 +55,30 @@ func TestDecodeValidation(t *testing.T) {
 		{"filled without digest", events.KindFilled, `{"v":1,` + at + `,"module":"a","path":"/p","plan":1}`, events.ErrMissing, "digest"},
 		{"journal bad level", events.KindJournal, `{"v":1,` + at + `,"level":"debug","msg":"m","cause":1}`, events.ErrBadValue, "level"},
 		{"unknown kind", events.Kind("fill"), `{}`, events.ErrUnknownKind, ""},
+		{"knock operator", events.KindKnock, `{"v":1,` + at + `,"cause":3,"reasons":["operator"],"owed":[]}`, nil, ""},
+		// Operator events (DESIGN.md §9): by is required in every one.
+		{"pause ok", events.KindPause, `{"v":1,` + at + `,"by":"alice","reason":"disk swap"}`, nil, ""},
+		{"pause without reason", events.KindPause, `{"v":1,` + at + `,"by":"alice"}`, nil, ""},
+		{"pause without by", events.KindPause, `{"v":1,` + at + `,"reason":"x"}`, events.ErrMissing, "by"},
+		{"pause reason with newline", events.KindPause, `{"v":1,` + at + `,"by":"alice","reason":"a\nb"}`, events.ErrControl, "reason"},
+		{"pause by with escape", events.KindPause, `{"v":1,` + at + `,"by":"al\u001bice"}`, events.ErrControl, "by"},
+		{"pause without at", events.KindPause, `{"v":1,"by":"alice"}`, events.ErrMissing, "at"},
+		{"resume ok", events.KindResume, `{"v":1,` + at + `,"by":"alice"}`, nil, ""},
+		{"resume without by", events.KindResume, `{"v":1,` + at + `}`, events.ErrMissing, "by"},
+		{"poke ok", events.KindPoke, `{"v":1,` + at + `,"by":"alice","reason":"new secret source"}`, nil, ""},
+		{"poke without by", events.KindPoke, `{"v":1,` + at + `}`, events.ErrMissing, "by"},
+		{"poke reason with tab", events.KindPoke, `{"v":1,` + at + `,"by":"a","reason":"a\tb"}`, events.ErrControl, "reason"},
+		{"revoke ok", events.KindRevoke, `{"v":1,` + at + `,"module":"nats","build":"img:2","by":"alice"}`, nil, ""},
+		{"revoke without by", events.KindRevoke, `{"v":1,` + at + `,"module":"nats","build":"img:2"}`, events.ErrMissing, "by"},
+		{"revoke bad module", events.KindRevoke, `{"v":1,` + at + `,"module":"Nats","build":"img:2","by":"a"}`, events.ErrBadName, "module"},
+		{"revoke without build", events.KindRevoke, `{"v":1,` + at + `,"module":"nats","by":"a"}`, events.ErrMissing, "build"},
+		{"waive ok", events.KindWaive, `{"v":1,` + at + `,"module":"app","path":"/etc/app/key","by":"alice"}`, nil, ""},
+		{"waive without by", events.KindWaive, `{"v":1,` + at + `,"module":"app","path":"/etc/app/key"}`, events.ErrMissing, "by"},
+		{"waive relative path", events.KindWaive, `{"v":1,` + at + `,"module":"app","path":"etc/key","by":"a"}`, events.ErrBadPath, "path"},
+		{"waive without module", events.KindWaive, `{"v":1,` + at + `,"path":"/k","by":"a"}`, events.ErrMissing, "module"},
+		{"retire ok", events.KindRetire, `{"v":1,` + at + `,"by":"alice"}`, nil, ""},
+		{"retire force", events.KindRetire, `{"v":1,` + at + `,"by":"alice","force":true}`, nil, ""},
+		{"retire without by", events.KindRetire, `{"v":1,` + at + `,"force":true}`, events.ErrMissing, "by"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := events.Decode(tc.kind, []byte(tc.json))
@@ -173,6 +198,71 @@ func TestDecodeEventKeepsBadPayloads(t *testing.T) {
 	}
 	if _, err := (events.Subjects{}).DecodeEvent("mesh.A.have", nil, 1, time.Time{}); !errors.Is(err, events.ErrBadSubject) {
 		t.Fatalf("bad subject: %v", err)
+	}
+}
+
+// TestKindLists keeps the kind lists, New and the subjects in step: every
+// kind decodes, parses from its subject, and is captured by the stream;
+// every operator kind is an input of the fold.
+func TestKindLists(t *testing.T) {
+	s := events.Subjects{}
+	inputs := map[events.Kind]bool{}
+	for _, k := range events.InputKinds {
+		inputs[k] = true
+	}
+	for _, k := range events.Kinds {
+		if !k.Known() {
+			t.Errorf("%s: not Known", k)
+		}
+		p := events.New(k)
+		if p == nil || p.Kind() != k {
+			t.Errorf("New(%s) = %v", k, p)
+		}
+		if _, kind, err := s.Parse(s.Event("ace", k)); err != nil || kind != k {
+			t.Errorf("Parse(%s) = %s, %v", s.Event("ace", k), kind, err)
+		}
+		if !slices.Contains(s.Input(), "mesh.*."+string(k)) {
+			t.Errorf("the stream does not capture %s", k)
+		}
+	}
+	for _, k := range events.OperatorKinds {
+		if !inputs[k] {
+			t.Errorf("operator kind %s is not an input of the fold", k)
+		}
+	}
+	for _, k := range []events.Kind{events.KindPause, events.KindResume, events.KindPoke, events.KindRevoke, events.KindWaive, events.KindRetire} {
+		if !slices.Contains(events.OperatorKinds, k) {
+			t.Errorf("%s missing from OperatorKinds", k)
+		}
+	}
+}
+
+func TestOperatorEventsRoundTrip(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, p := range []events.Payload{
+		&events.Pause{By: "alice", Reason: "disk swap"},
+		&events.Resume{By: "alice"},
+		&events.Poke{By: "bob"},
+		&events.Revoke{Module: "nats", Build: "img:2", By: "carol"},
+		&events.Waive{Module: "app", Path: "/etc/app/key", By: "dave"},
+		&events.Retire{By: "erin", Force: true},
+	} {
+		events.Stamp(p, now)
+		b, err := events.Encode(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := events.Decode(p.Kind(), b)
+		if err != nil {
+			t.Fatalf("%s: %v", p.Kind(), err)
+		}
+		b2, _ := events.Encode(got)
+		if string(b) != string(b2) {
+			t.Errorf("%s: %s round-trips as %s", p.Kind(), b, b2)
+		}
+		if !strings.Contains(string(b), `"by":`) {
+			t.Errorf("%s: %s lacks by", p.Kind(), b)
+		}
 	}
 }
 

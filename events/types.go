@@ -21,22 +21,37 @@ const (
 	KindPlan    Kind = "plan"    // reconciler: the node's composition
 	KindKnock   Kind = "knock"   // reconciler: fill this node again
 	KindJournal Kind = "journal" // reconciler: a note about the node
+
+	// Operator events (DESIGN.md §9).
+	KindPause  Kind = "pause"  // operator: emit no new plan for the node
+	KindResume Kind = "resume" // operator: end a pause
+	KindPoke   Kind = "poke"   // operator: knock, so the provisioner fills again
+	KindRevoke Kind = "revoke" // operator: take an approval back
+	KindWaive  Kind = "waive"  // operator: pay a file's owed items without a knock
+	KindRetire Kind = "retire" // operator: remove every module, then forget the node
 )
 
 // Kinds lists every event kind in a fixed order. Fill requests travel on a
 // subject of their own (see [Subjects.Fill]) and are not an event kind: no
 // stream ever captures them.
-var Kinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan, KindKnock, KindJournal}
+var Kinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan, KindKnock, KindJournal,
+	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire}
 
 // InputKinds are the kinds the reconciler folds: everything published by
 // controllers, operators and nodes, and its own plans (DESIGN.md §3: it
 // folds its plan events to learn each plan's sequence).
-var InputKinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan}
+var InputKinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan,
+	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire}
+
+// OperatorKinds are the kinds only an operator publishes: the approval and
+// the operator events of DESIGN.md §9.
+var OperatorKinds = []Kind{KindApprove, KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire}
 
 // Known reports whether k is one of [Kinds].
 func (k Kind) Known() bool {
 	switch k {
-	case KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan, KindKnock, KindJournal:
+	case KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan, KindKnock, KindJournal,
+		KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire:
 		return true
 	}
 	return false
@@ -56,7 +71,8 @@ func (h *Header) header() *Header { return h }
 
 // Payload is implemented by the pointer of every event type of this
 // package: *Want, *Approve, *Have, *Settle, *Refusal, *Filled, *Plan,
-// *Knock and *Journal.
+// *Knock, *Journal, and the operator events *Pause, *Resume, *Poke,
+// *Revoke, *Waive and *Retire.
 type Payload interface {
 	// Kind is the payload's event kind.
 	Kind() Kind
@@ -256,6 +272,9 @@ const (
 	KnockDeclared    KnockReason = "declared"     // from undeclared
 	KnockAccount     KnockReason = "account"      // from no-account, wrong-account
 	KnockWriteFailed KnockReason = "write-failed" // from write-failed
+	// KnockOperator: an operator's poke asked for it (DESIGN.md §9); such
+	// a knock may carry no owed item.
+	KnockOperator KnockReason = "operator"
 )
 
 // KnockReasonOf maps a refusal reason to the knock reason it brings.
@@ -309,6 +328,57 @@ type Journal struct {
 	Cause uint64 `json:"cause"`
 }
 
+// Pause asks the reconciler to emit no new plan for the node until a
+// [Resume]; wants and approvals are still folded, and knocks still flow
+// (DESIGN.md §9).
+type Pause struct {
+	Header
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Resume ends a pause: the plan composed then is published once if it
+// differs from the last plan emitted.
+type Resume struct {
+	Header
+	By string `json:"by"`
+}
+
+// Poke asks for a knock with reason "operator": the provisioner client
+// fills every file of the node again.
+type Poke struct {
+	Header
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Revoke takes the approval of Module at Build back. A module held for it
+// stays held; one already running that build is not stopped.
+type Revoke struct {
+	Header
+	Module string `json:"module"`
+	Build  string `json:"build"`
+	By     string `json:"by"`
+}
+
+// Waive pays the owed items of Module's file at Path without a knock: a
+// path nobody will ever fill.
+type Waive struct {
+	Header
+	Module string `json:"module"`
+	Path   string `json:"path"`
+	By     string `json:"by"`
+}
+
+// Retire empties the node's plan (every module removed) and pays all its
+// owed items; once that plan settles the node is retired. Force retires it
+// at once (an agent gone for good). A later want brings the node back.
+type Retire struct {
+	Header
+	By    string `json:"by"`
+	Force bool   `json:"force,omitempty"`
+}
+
 // Kind implementations.
 func (*Want) Kind() Kind    { return KindWant }
 func (*Approve) Kind() Kind { return KindApprove }
@@ -319,6 +389,12 @@ func (*Filled) Kind() Kind  { return KindFilled }
 func (*Plan) Kind() Kind    { return KindPlan }
 func (*Knock) Kind() Kind   { return KindKnock }
 func (*Journal) Kind() Kind { return KindJournal }
+func (*Pause) Kind() Kind   { return KindPause }
+func (*Resume) Kind() Kind  { return KindResume }
+func (*Poke) Kind() Kind    { return KindPoke }
+func (*Revoke) Kind() Kind  { return KindRevoke }
+func (*Waive) Kind() Kind   { return KindWaive }
+func (*Retire) Kind() Kind  { return KindRetire }
 
 // New returns a zero payload of kind k, or nil for an unknown kind.
 func New(k Kind) Payload {
@@ -341,6 +417,18 @@ func New(k Kind) Payload {
 		return new(Knock)
 	case KindJournal:
 		return new(Journal)
+	case KindPause:
+		return new(Pause)
+	case KindResume:
+		return new(Resume)
+	case KindPoke:
+		return new(Poke)
+	case KindRevoke:
+		return new(Revoke)
+	case KindWaive:
+		return new(Waive)
+	case KindRetire:
+		return new(Retire)
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ var (
 	ErrDuplicate    = errors.New("declared twice")
 	ErrProvisioners = errors.New("more than one provisioner module")
 	ErrVersion      = errors.New("must be a schema version from 1")
+	ErrControl      = errors.New("must not hold a newline or a control character")
 )
 
 // FieldError names the field that failed validation and why. Field is a
@@ -344,7 +345,7 @@ func (k *Knock) Validate() error {
 	}
 	for i, r := range k.Reasons {
 		switch r {
-		case KnockDeclared, KnockAccount, KnockWriteFailed:
+		case KnockDeclared, KnockAccount, KnockWriteFailed, KnockOperator:
 		default:
 			return fieldErr(fmt.Sprintf("reasons[%d]", i), string(r), ErrBadValue)
 		}
@@ -377,4 +378,90 @@ func (j *Journal) Validate() error {
 		return fieldErr("level", string(j.Level), ErrBadValue)
 	}
 	return checkRequired("msg", j.Msg)
+}
+
+// checkFreeText refuses free text (an operator's reason) holding a newline
+// or a control character: it is printed on one line of fleet, state and
+// the timeline, and must never be printed raw (DESIGN.md §10).
+func checkFreeText(field, s string) error {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return fieldErr(field, "", ErrControl)
+		}
+	}
+	return nil
+}
+
+// checkBy checks an operator event's by: required, one line.
+func checkBy(by string) error {
+	if err := checkRequired("by", by); err != nil {
+		return err
+	}
+	return checkFreeText("by", by)
+}
+
+// Validate checks by and the reason's text.
+func (p *Pause) Validate() error {
+	if err := p.header().validate(); err != nil {
+		return err
+	}
+	if err := checkBy(p.By); err != nil {
+		return err
+	}
+	return checkFreeText("reason", p.Reason)
+}
+
+// Validate checks by.
+func (r *Resume) Validate() error {
+	if err := r.header().validate(); err != nil {
+		return err
+	}
+	return checkBy(r.By)
+}
+
+// Validate checks by and the reason's text.
+func (p *Poke) Validate() error {
+	if err := p.header().validate(); err != nil {
+		return err
+	}
+	if err := checkBy(p.By); err != nil {
+		return err
+	}
+	return checkFreeText("reason", p.Reason)
+}
+
+// Validate checks module, build and by, as an approval's.
+func (r *Revoke) Validate() error {
+	if err := r.header().validate(); err != nil {
+		return err
+	}
+	if err := checkName("module", r.Module); err != nil {
+		return err
+	}
+	if err := checkRequired("build", r.Build); err != nil {
+		return err
+	}
+	return checkBy(r.By)
+}
+
+// Validate checks module, path and by.
+func (w *Waive) Validate() error {
+	if err := w.header().validate(); err != nil {
+		return err
+	}
+	if err := checkName("module", w.Module); err != nil {
+		return err
+	}
+	if err := checkPath("path", w.Path); err != nil {
+		return err
+	}
+	return checkBy(w.By)
+}
+
+// Validate checks by.
+func (r *Retire) Validate() error {
+	if err := r.header().validate(); err != nil {
+		return err
+	}
+	return checkBy(r.By)
 }

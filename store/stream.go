@@ -181,7 +181,11 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	} else if cfg.Partitions != 0 && cfg.Partitions != n {
 		diffs = append(diffs, fmt.Sprintf("partitions: stream has %d, asked for %d (fixed for the stream's life)", n, cfg.Partitions))
 	}
-	if got, exp := sortedCopy(have.Subjects), sortedCopy(subj.Input()); !slices.Equal(got, exp) {
+	got, exp := sortedCopy(have.Subjects), sortedCopy(subj.Input())
+	// A stream an older build made captures fewer kinds (the operator
+	// kinds of DESIGN.md §9 came later): it gains the missing ones.
+	addKinds := !slices.Equal(got, exp) && len(got) > 0 && !slices.ContainsFunc(got, func(s string) bool { return !slices.Contains(exp, s) })
+	if !slices.Equal(got, exp) && !addKinds {
 		diffs = append(diffs, fmt.Sprintf("subjects: stream has %v, prefix %q needs %v", got, want.Prefix, exp))
 	}
 	if have.Storage != jetstream.FileStorage {
@@ -205,6 +209,9 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	}
 	upd := have
 	changed := false
+	if addKinds {
+		upd.Subjects, changed = subj.Input(), true
+	}
 	if cfg.Replicas != 0 && cfg.Replicas != have.Replicas {
 		upd.Replicas, eff.Replicas, changed = cfg.Replicas, cfg.Replicas, true
 	}

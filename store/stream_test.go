@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,6 +126,35 @@ func TestEnsureStreamAdoptsAndRefuses(t *testing.T) {
 	}
 	if n, _ := partitionsOf(s); n != 4 {
 		t.Errorf("partitions after update = %d, want 4", n)
+	}
+}
+
+// A stream an older build made, capturing fewer kinds, gains the new
+// ones (the operator kinds of DESIGN.md §9) and keeps its events.
+func TestEnsureStreamAddsNewKinds(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, js := storetest.Start(t)
+	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "MESH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := s.CachedInfo().Config
+	old.Subjects = slices.DeleteFunc(slices.Clone(old.Subjects), func(x string) bool { return strings.HasSuffix(x, ".pause") || strings.HasSuffix(x, ".retire") })
+	if _, err := js.UpdateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, cfg.Subjects().Event("ace", events.KindPause), []byte(`{}`)); err == nil {
+		t.Fatal("the narrowed stream captures pause")
+	}
+	if _, _, err := store.EnsureStream(ctx, js, store.StreamConfig{}); err != nil {
+		t.Fatalf("EnsureStream on an older stream: %v", err)
+	}
+	if _, err := js.Publish(ctx, cfg.Subjects().Event("ace", events.KindPause), []byte(`{}`)); err != nil {
+		t.Fatalf("after EnsureStream the stream does not capture pause: %v", err)
 	}
 }
 

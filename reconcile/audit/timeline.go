@@ -130,8 +130,30 @@ func Summary(ev events.Event, prev *events.Want) string {
 		return knockSummary(p)
 	case *events.Journal:
 		return fmt.Sprintf("←#%d %s: %s", p.Cause, p.Level, p.Msg)
+	case *events.Pause:
+		return "by " + p.By + reasonSuffix(p.Reason)
+	case *events.Resume:
+		return "by " + p.By
+	case *events.Poke:
+		return "by " + p.By + reasonSuffix(p.Reason)
+	case *events.Revoke:
+		return fmt.Sprintf("%s %s by %s", p.Module, p.Build, p.By)
+	case *events.Waive:
+		return fmt.Sprintf("%s (%s) by %s", p.Path, p.Module, p.By)
+	case *events.Retire:
+		if p.Force {
+			return "by " + p.By + ", forced"
+		}
+		return "by " + p.By
 	}
 	return string(ev.Kind)
+}
+
+func reasonSuffix(r string) string {
+	if r == "" {
+		return ""
+	}
+	return ": " + r
 }
 
 // planRef names a plan sequence: #N, or 0 (the node had settled none).

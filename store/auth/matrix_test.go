@@ -42,6 +42,13 @@ publish want ace          -         ok         -        -          -            
 publish want shanks       -         ok         -        -          -            -        -
 publish approve ace       -         -          ok       -          -            -        -
 publish approve shanks    -         -          ok       -          -            -        -
+publish pause  ace        -         -          ok       -          -            -        -
+publish resume ace        -         -          ok       -          -            -        -
+publish poke   ace        -         -          ok       -          -            -        -
+publish revoke ace        -         -          ok       -          -            -        -
+publish waive  ace        -         -          ok       -          -            -        -
+publish retire ace        -         -          ok       -          -            -        -
+publish retire shanks     -         -          ok       -          -            -        -
 publish have ace          -         -          -        ok         -            -        -
 publish have shanks       -         -          -        -          -            ok        -
 publish settle ace        -         -          -        ok         -            -        -
@@ -235,8 +242,11 @@ func fixture(t *testing.T, s *secured) store.StreamConfig {
 	}
 	t.Cleanup(func() { _ = svc.Stop() })
 
-	publisher := map[events.Kind]string{events.KindWant: "controller", events.KindApprove: "operator",
+	publisher := map[events.Kind]string{events.KindWant: "controller",
 		events.KindPlan: "reconciler", events.KindKnock: "reconciler", events.KindJournal: "reconciler"}
+	for _, k := range events.OperatorKinds {
+		publisher[k] = "operator"
+	}
 	conns := map[string]jetstream.JetStream{"reconciler": rjs}
 	for _, node := range []string{"ace", "shanks"} {
 		for _, k := range events.Kinds {

@@ -91,7 +91,9 @@ const jsAPI = "$JS.API"
 //     purges them); serves the state service.
 //   - controller: publishes wants; reads wants and plans (direct gets,
 //     consumers filtered to plans).
-//   - operator: publishes approvals; reads everything in the stream and
+//   - operator: publishes approvals and the operator events of DESIGN.md
+//     §9 (pause, resume, poke, revoke, waive, retire), and no other
+//     role may; reads everything in the stream and
 //     the snapshot bucket, asks the state service and subscribes to the
 //     live plain subjects, except the fill subjects (never: they carry
 //     secrets).
@@ -176,7 +178,10 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	case RoleOperator:
 		readStream(s)
 		readStream(kv)
-		p.Pub.Allow.Add(subj("*", "approve"), api("INFO"), api("STREAM.NAMES"), api("STREAM.LIST"),
+		for _, k := range events.OperatorKinds {
+			p.Pub.Allow.Add(subj("*", string(k)))
+		}
+		p.Pub.Allow.Add(api("INFO"), api("STREAM.NAMES"), api("STREAM.LIST"),
 			api("STREAM.MSG.GET.%s", s), api("DIRECT.GET.%s", s), api("DIRECT.GET.%s.>", s),
 			api("CONSUMER.CREATE.%s.>", s), api("CONSUMER.INFO.%s.*", s),
 			api("CONSUMER.NAMES.%s", s), api("CONSUMER.LIST.%s", s),

@@ -47,7 +47,8 @@ var specs = []moduleSpec{
 // makes, so the stream holds more than inputs events. The history is a
 // function of seed: wants that add, drop and move modules (some requiring
 // approval, some held), approvals before and after, settles of the plans
-// in order (some failed, some of older plans), haves (sometimes naming
+// in order (some failed, some of older plans), operator events (pause,
+// resume, poke, revoke, waive, retire), haves (sometimes naming
 // another provisioner account), refusals of every reason judged by the
 // settled plan, plan 0 or an older plan, fills, and now and then a
 // malformed event or one naming a plan that does not exist yet.
@@ -69,8 +70,9 @@ func Scripted(nodes []string, inputs int, seed uint64, live func(events.Event, *
 }
 
 type gen struct {
-	s *Stream
-	r *rng
+	s   *Stream
+	r   *rng
+	ops int // operator events appended so far
 }
 
 func (g *gen) build(name string) string { return fmt.Sprintf("%s:%d", name[:1], 1+g.r.intn(3)) }
@@ -85,9 +87,11 @@ func (g *gen) step(node string) {
 	switch k := r.intn(100); {
 	case k < 14:
 		g.want(node)
-	case k < 20:
+	case k < 17:
 		m := specs[r.intn(len(specs))]
 		g.s.Append(node, &events.Approve{Module: m.name, Build: g.build(m.name), By: "alice"})
+	case k < 20:
+		g.operator(node)
 	case k < 45:
 		g.settle(node)
 	case k < 60:
@@ -101,6 +105,29 @@ func (g *gen) step(node string) {
 	default:
 		// A settle naming a plan that does not exist yet: journaled.
 		g.s.Append(node, &events.Settle{Module: "postgres", Op: events.OpApply, Plan: st.NewestPlan + 1000})
+	}
+}
+
+// operator appends one of the operator events of DESIGN.md §9.
+func (g *gen) operator(node string) {
+	r := g.r
+	m, path := g.target()
+	// In turn, so that every kind shows up in a short history.
+	g.ops++
+	switch g.ops % 6 {
+	case 0:
+		g.s.Append(node, &events.Pause{By: "alice", Reason: "maintenance"})
+	case 1:
+		g.s.Append(node, &events.Resume{By: "alice"})
+	case 2:
+		g.s.Append(node, &events.Poke{By: "bob"})
+	case 3:
+		n := specs[r.intn(len(specs))]
+		g.s.Append(node, &events.Revoke{Module: n.name, Build: g.build(n.name), By: "carol"})
+	case 4:
+		g.s.Append(node, &events.Waive{Module: m, Path: path, By: "dave"})
+	default:
+		g.s.Append(node, &events.Retire{By: "erin", Force: r.chance(30)})
 	}
 }
 
