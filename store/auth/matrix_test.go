@@ -35,7 +35,10 @@ import (
 // snapshot bucket, gets ace's state and lists every state (state, fleet);
 // "write snapshots" puts ace's state; "write leases" opens (creating it
 // the first time) the lease bucket of reconciler groups and puts a lease;
-// "ask state" asks the reconciler's state service about ace.
+// "ask state" asks the reconciler's state service about ace; "push
+// build", "list builds", "fetch build" and "remove build" act on the
+// builds bucket as `meshfold build` and node agents do (the bundle
+// fetched, and each one removed, were pushed by the operator first).
 const policy = `
 action               reconciler controller operator node-ace provisioner-ace node-shanks  operator-read
 publish want ace          -         ok         -        -          -            -        -
@@ -79,6 +82,10 @@ read snapshots            ok        -          ok       -          -            
 write snapshots           ok        -          -        -          -            -        -
 write leases              ok        -          -        -          -            -        -
 ask state ace             -         -          ok       -          -            -       ok
+push build                -         -          ok       -          -            -        -
+list builds               -         -          ok       -          -            -        -
+fetch build               -         -          ok       ok         -            ok       -
+remove build              -         -          ok       -          -            -        -
 `
 
 // row is one action of the policy with its expected cell per user.
@@ -185,6 +192,7 @@ func actions(cfg store.StreamConfig) map[string]action {
 		_, err = kv.Put(ctx, "lease.0", []byte("matrix"))
 		return err
 	}
+	builds(acts, cfg)
 	acts["ask state ace"] = func(ctx context.Context, c *cell) error {
 		_, _, err := store.RequestState(ctx, c.nc, c.cfg.Prefix, "ace", 0)
 		return err
@@ -282,6 +290,7 @@ func fixture(t *testing.T, s *secured) store.StreamConfig {
 			t.Fatalf("serving the state and fill services: %v", err)
 		}
 	}
+	setupBuilds(t, s)
 	return cfg
 }
 

@@ -96,7 +96,8 @@ const jsAPI = "$JS.API"
 //     role may; reads everything in the stream and
 //     the snapshot bucket, asks the state service and subscribes to the
 //     live plain subjects, except the fill subjects (never: they carry
-//     secrets).
+//     secrets); pushes, lists and removes module bundles in the builds
+//     bucket (<stream>_BUILDS), creating it on the first push.
 //   - operator-read: the operator's reads and nothing else: the stream
 //     and the snapshot bucket (consumers, direct gets, stream info) and
 //     the state service. It publishes no event (not even an approval),
@@ -106,7 +107,8 @@ const jsAPI = "$JS.API"
 //     secret.
 //   - node (node-N): publishes N's have, settle, refusal and filled only;
 //     reads N's newest plan and creates consumers filtered to N's plan
-//     only; serves N's fill subject.
+//     only; serves N's fill subject; reads bundles of the builds bucket
+//     (not their list, never a write).
 //   - provisioner (provisioner-N): sends requests on N's fill subject;
 //     reads N's newest plan, knock and settle, and creates consumers
 //     filtered to N's knock or N's settle only (it fills on every knock,
@@ -156,6 +158,21 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		p.Sub.Allow.Add("$SRV.*", "$SRV.*."+name, "$SRV.*."+name+".*")
 	}
 	respond := func() { p.Resp = &jwt.ResponsePermission{MaxMsgs: 1} }
+	// The builds bucket (an object store: stream OBJ_<bucket>, chunks on
+	// $O.<bucket>.C.<nuid>, metadata on $O.<bucket>.M.<name>), read as
+	// nats.go's object store reads: the stream's info, a direct get of an
+	// object's metadata, an ordered push consumer over its chunks (with
+	// flow-control replies). list adds a consumer over the metadata.
+	builds := s + buildsBucketSuffix
+	objStream, obj := "OBJ_"+builds, "$O."+builds
+	readBuilds := func(list bool) {
+		p.Pub.Allow.Add(api("STREAM.INFO.%s", objStream), api("DIRECT.GET.%s.%s.M.>", objStream, obj),
+			api("CONSUMER.CREATE.%s.*.%s.C.*", objStream, obj), api("CONSUMER.DELETE.%s.*", objStream),
+			"$JS.FC."+objStream+".>")
+		if list {
+			p.Pub.Allow.Add(api("CONSUMER.CREATE.%s.*.%s.M.>", objStream, obj))
+		}
+	}
 
 	switch r {
 	case RoleReconciler:
@@ -187,6 +204,9 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 			api("CONSUMER.NAMES.%s", s), api("CONSUMER.LIST.%s", s),
 			api("DIRECT.GET.%s.>", kv), api("CONSUMER.CREATE.%s.>", kv), api("CONSUMER.INFO.%s.*", kv),
 			store.StateSubjectRoot+"."+pre+".>", "$SRV.>")
+		// Bundles: push (creating the bucket on the first), list, remove.
+		readBuilds(true)
+		p.Pub.Allow.Add(api("STREAM.CREATE.%s", objStream), api("STREAM.PURGE.%s", objStream), obj+".>")
 		// Live events, never the fill subjects.
 		p.Sub.Allow.Add(pre + ".>")
 		p.Sub.Deny.Add(subj("*", "fill"))
@@ -207,6 +227,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		}
 		p.Pub.Allow.Add(api("DIRECT.GET.%s.%s", s, stored(node, "plan")),
 			api("CONSUMER.CREATE.%s.*.%s", s, stored(node, "plan")))
+		readBuilds(false) // fetch the bundles its modules run
 		p.Sub.Allow.Add(subj(node, "fill"))
 		service(nodeServiceName)
 		respond()
@@ -231,6 +252,12 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 // stream (MESH → MESH_LEASES), where reconcilers sharing partitions keep
 // their leases.
 const leaseBucketSuffix = "_LEASES"
+
+// buildsBucketSuffix names the object store bucket of module bundles
+// beside the stream (MESH → MESH_BUILDS; bundle.BucketSuffix, repeated
+// here so that store does not import node, and TestBuildsBucketSuffix
+// keeps the two equal).
+const buildsBucketSuffix = "_BUILDS"
 
 // nodeServiceName is the micro service name of the node agent
 // (node.ServiceName; package node imports store, so it is repeated here
