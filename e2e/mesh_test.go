@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/provision"
@@ -71,7 +72,7 @@ type mesh struct {
 	pub  *store.Publisher
 	logs *syncBuffer
 
-	rc         atomic.Pointer[store.Reconciler]
+	rc         atomic.Pointer[engine.Reconciler]
 	reconciler *proc
 }
 
@@ -139,7 +140,7 @@ func (p *proc) stop(t testing.TB) {
 
 func (m *mesh) startReconciler() {
 	m.reconciler = m.spawn("reconciler", func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
-		r, err := store.NewReconciler(ctx, js, store.ReconcilerConfig{Stream: m.cfg, Logger: m.logger("reconciler")})
+		r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: m.cfg, Logger: m.logger("reconciler")})
 		if err != nil {
 			return err
 		}

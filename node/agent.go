@@ -303,57 +303,21 @@ func (a *Agent) follow(ctx context.Context, from uint64) {
 // followOnce runs one ordered consumer from sequence from+1 and returns
 // the sequence of the last plan it handled and why it stopped.
 func (a *Agent) followOnce(ctx context.Context, from uint64, resync <-chan time.Time) (uint64, error) {
-	occ := jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{a.subj.Stored(a.cfg.Name, events.KindPlan, a.cfg.Stream.Partitions)},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		// Short, so consumers of crashed processes do not pile up.
-		InactiveThreshold: store.OrderedInactive,
-	}
-	if from > 0 {
-		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
-	}
-	cons, err := a.js.OrderedConsumer(ctx, a.cfg.Stream.Name, occ)
+	tail, err := store.Follow(ctx, a.js, store.TailConfig{Stream: a.cfg.Stream.Name,
+		Filter: a.subj.Stored(a.cfg.Name, events.KindPlan, a.cfg.Stream.Partitions), Start: from + 1})
 	if err != nil {
-		return from, fmt.Errorf("ordered consumer: %w", err)
+		return from, err
 	}
-	defer store.DropOrdered(a.js, a.cfg.Stream.Name, cons)
-	it, err := cons.Messages()
-	if err != nil {
-		return from, fmt.Errorf("ordered consumer: %w", err)
-	}
-	type next struct {
-		m   jetstream.Msg
-		err error
-	}
-	msgs := make(chan next)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			m, err := it.Next(jetstream.NextContext(ctx))
-			select {
-			case msgs <- next{m, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	defer func() { it.Stop(); <-done }()
+	defer tail.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return from, ctx.Err()
-		case n := <-msgs:
-			if n.err != nil {
-				return from, n.err
+		case n := <-tail.C():
+			if n.Err != nil {
+				return from, n.Err
 			}
-			meta, err := n.m.Metadata()
-			if err != nil {
-				return from, err
-			}
+			meta := n.Meta
 			from = meta.Sequence.Stream
 			if meta.NumPending > 0 || a.newerPlan(ctx, from) {
 				// A newer plan is already stored (the agent was away or
@@ -363,9 +327,9 @@ func (a *Agent) followOnce(ctx context.Context, from uint64, resync <-chan time.
 				a.log.Debug("plan superseded before it was applied; skipped", "plan", from)
 				continue
 			}
-			ev, err := a.subj.DecodeEvent(n.m.Subject(), n.m.Data(), meta.Sequence.Stream, meta.Timestamp)
+			ev, err := a.subj.DecodeEvent(n.Msg.Subject(), n.Msg.Data(), meta.Sequence.Stream, meta.Timestamp)
 			if err != nil {
-				a.log.Error("not a plan subject; skipped", "subject", n.m.Subject(), "seq", meta.Sequence.Stream, "err", err)
+				a.log.Error("not a plan subject; skipped", "subject", n.Msg.Subject(), "seq", meta.Sequence.Stream, "err", err)
 			} else {
 				a.handlePlan(ctx, ev)
 			}

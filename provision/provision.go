@@ -275,30 +275,14 @@ func (c *Client) follow(ctx context.Context, kind events.Kind, from uint64, hand
 }
 
 func (c *Client) followOnce(ctx context.Context, kind events.Kind, from uint64, handle func(events.Event) bool) (uint64, error) {
-	occ := jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{c.subj.Stored(c.cfg.Node, kind, c.cfg.Stream.Partitions)},
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		InactiveThreshold: store.OrderedInactive,
-	}
-	if from > 0 {
-		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
-	}
-	cons, err := c.js.OrderedConsumer(ctx, c.cfg.Stream.Name, occ)
+	tail, err := store.Follow(ctx, c.js, store.TailConfig{Stream: c.cfg.Stream.Name,
+		Filter: c.subj.Stored(c.cfg.Node, kind, c.cfg.Stream.Partitions), Start: from + 1})
 	if err != nil {
-		return from, fmt.Errorf("ordered consumer: %w", err)
+		return from, err
 	}
-	defer store.DropOrdered(c.js, c.cfg.Stream.Name, cons)
-	it, err := cons.Messages()
-	if err != nil {
-		return from, fmt.Errorf("ordered consumer: %w", err)
-	}
-	defer it.Stop()
+	defer tail.Stop()
 	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return from, err
-		}
-		meta, err := m.Metadata()
+		m, meta, err := tail.Next(ctx)
 		if err != nil {
 			return from, err
 		}

@@ -16,7 +16,7 @@
 //
 // # The caller's duties
 //
-// The shell (store's reconciler loop) drives the fold the way etcd's raft
+// The shell (package engine's loop) drives the fold the way etcd's raft
 // is driven through Ready:
 //
 //  1. Feed each node's events to its State with [State.Fold], in stream
@@ -24,8 +24,8 @@
 //     each emitted plan to its sequence when its event arrives).
 //  2. Publish the returned effects, in order, each with its [Effect.ID] as
 //     the message id, and wait for their acknowledgements.
-//  3. Only then checkpoint the state ([State.MarshalJSON] through
-//     encoding/json) with the sequence it covers. A crash before the
+//  3. Only then checkpoint the state (its encoding/json form, read back
+//     with [UnmarshalState]) with the sequence it covers. A crash before the
 //     checkpoint refolds the same events and makes the same effects with
 //     the same ids (DESIGN.md §5.1, §5.3).
 //

@@ -87,3 +87,37 @@ func (s *State) View() View {
 	}
 	return v
 }
+
+// Composition is the last plan the reconciler emitted for a node, as
+// `meshfold state` and the service's composition endpoint show it: each
+// row composed or held (with why and pending), the provisioner account
+// beside the account what runs names. It holds paths and modes, never
+// content. Sequences are stream sequences; 0 means none.
+type Composition struct {
+	Node string `json:"node"`
+	// Seq is the last sequence folded.
+	Seq  uint64 `json:"seq"`
+	Want uint64 `json:"want"`
+	// Plan is the last plan emitted (0 while its event is unfolded, or
+	// before the first); Cause the event that made it.
+	Plan        uint64 `json:"plan"`
+	Cause       uint64 `json:"cause"`
+	SettledPlan uint64 `json:"settled_plan"`
+	// ProvisionerAccount is the account the plan names; RunningAccount
+	// the one the have names for the provisioner module.
+	ProvisionerAccount string              `json:"provisioner_account"`
+	RunningAccount     string              `json:"running_account"`
+	Modules            []events.PlanModule `json:"modules"`
+}
+
+// CompositionOf returns s's composition.
+func CompositionOf(s *State) Composition {
+	v := s.View()
+	c := Composition{Node: s.Node, Seq: s.Seq, Want: v.Want, SettledPlan: v.SettledPlan,
+		ProvisionerAccount: v.ProvisionerAccount, RunningAccount: v.RunningAccount, Modules: []events.PlanModule{}}
+	if e := s.Emitted(); e != nil {
+		c.Plan, c.Cause = e.Seq, e.Cause
+		c.Modules = e.Modules
+	}
+	return c
+}

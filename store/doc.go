@@ -1,7 +1,9 @@
-// Package store is meshfold's JetStream shell: the embedded nats-server,
-// connections to an external deployment, the event stream, publishing with
-// message ids and expectations, reading a node's history, snapshots, and
-// the reconciler loop that drives the pure fold of package reconcile.
+// Package store is meshfold's JetStream client, what every role uses: the
+// embedded nats-server, connections to an external deployment, the event
+// stream, publishing with message ids and expectations, reading events
+// (one newest event, a node's history, and the one follow of a subject,
+// [Tail]), the snapshot bucket, and the signing of effect message ids.
+// The reconciler's loop that uses it is package engine.
 //
 // # Layout
 //

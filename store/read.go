@@ -99,52 +99,28 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 	if from > end {
 		return nil
 	}
-	occ := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
-	if from > 1 {
-		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	t, err := Follow(ctx, js, TailConfig{Stream: streamName, Filter: filter, Start: from})
+	if err != nil {
+		return fmt.Errorf("read %s: %w", node, err)
 	}
-	return readOrdered(ctx, js, streamName, occ, end, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
+	defer t.Stop()
+	if t.Empty() {
+		return nil
+	}
+	for {
+		m, meta, err := t.Next(ctx)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", node, err)
+		}
+		// Past end: the end message was removed by a limit meanwhile.
+		if meta.Sequence.Stream > end {
+			return nil
+		}
 		ev, err := subj.DecodeEvent(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp)
 		if err != nil {
 			return fmt.Errorf("read %s: message %d: %w", node, meta.Sequence.Stream, err)
 		}
-		return fn(Msg{Event: ev, MsgID: m.Headers().Get(jetstream.MsgIDHeader), Subject: m.Subject()})
-	})
-}
-
-// readOrdered reads with an ordered consumer until the message at sequence
-// end, or until nothing more is pending (the end message was removed by a
-// limit meanwhile), calling fn for each message with a sequence <= end.
-func readOrdered(ctx context.Context, js jetstream.JetStream, streamName string, occ jetstream.OrderedConsumerConfig, end uint64, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) error {
-	if occ.InactiveThreshold == 0 {
-		occ.InactiveThreshold = OrderedInactive
-	}
-	cons, err := js.OrderedConsumer(ctx, streamName, occ)
-	if err != nil {
-		return fmt.Errorf("ordered consumer on %s: %w", streamName, err)
-	}
-	defer DropOrdered(js, streamName, cons)
-	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
-		return nil
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("ordered consumer on %s: %w", streamName, err)
-	}
-	defer it.Stop()
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return fmt.Errorf("read %s: %w", streamName, err)
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("read %s: %w", streamName, err)
-		}
-		if meta.Sequence.Stream > end {
-			return nil
-		}
-		if err := fn(m, meta); err != nil {
+		if err := fn(Msg{Event: ev, MsgID: m.Headers().Get(jetstream.MsgIDHeader), Subject: m.Subject()}); err != nil {
 			return err
 		}
 		if meta.Sequence.Stream == end || meta.NumPending == 0 {

@@ -2,10 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -122,15 +118,15 @@ func (s *Snapshots) PutNode(ctx context.Context, partition int, node string, sta
 // flight. On error some states may be stored and others not; write the
 // checkpoint only after a nil return.
 func (s *Snapshots) PutNodes(ctx context.Context, partition int, states map[string][]byte) error {
-	return s.putNodes(ctx, partition, states, nil)
+	return s.PutNodesAt(ctx, partition, states, nil)
 }
 
-// putNodes is PutNodes; with revs non-nil, each put is conditional
+// PutNodesAt is [Snapshots.PutNodes]; with revs non-nil, each put is conditional
 // (Nats-Expected-Last-Subject-Sequence) on the key's revision in revs (0:
 // no message on the key yet), and revs is updated with each new
 // revision. A put whose key was written by someone else since fails with
 // an error wrapping [ErrConflict].
-func (s *Snapshots) putNodes(ctx context.Context, partition int, states map[string][]byte, revs map[string]uint64) error {
+func (s *Snapshots) PutNodesAt(ctx context.Context, partition int, states map[string][]byte, revs map[string]uint64) error {
 	if partition < 0 {
 		return fmt.Errorf("put snapshots: partition %d", partition)
 	}
@@ -256,14 +252,15 @@ func (s *Snapshots) Checkpoint(ctx context.Context, partition int) (uint64, erro
 // values, not a get per node (10,000 states of 600 B load in ~25 ms here,
 // see docs/store.md).
 func (s *Snapshots) LoadPartition(ctx context.Context, partition int) (checkpoint uint64, nodes map[string][]byte, err error) {
-	checkpoint, nodes, _, err = s.loadPartition(ctx, partition)
+	checkpoint, nodes, _, err = s.LoadPartitionRevisions(ctx, partition)
 	return checkpoint, nodes, err
 }
 
-// loadPartition is LoadPartition that also returns the revision of every
-// node key of the partition, deleted or purged ones included (their
-// marker's revision): what putNodes expects next.
-func (s *Snapshots) loadPartition(ctx context.Context, partition int) (checkpoint uint64, nodes map[string][]byte, revs map[string]uint64, err error) {
+// LoadPartitionRevisions is [Snapshots.LoadPartition] that also returns
+// the revision of every node key of the partition, deleted or purged ones
+// included (their marker's revision): what [Snapshots.PutNodesAt] expects
+// next.
+func (s *Snapshots) LoadPartitionRevisions(ctx context.Context, partition int) (checkpoint uint64, nodes map[string][]byte, revs map[string]uint64, err error) {
 	if partition < 0 {
 		return 0, nil, nil, fmt.Errorf("load partition %d", partition)
 	}
@@ -371,56 +368,4 @@ func (s *Snapshots) scanEntries(ctx context.Context, filter string, deletes bool
 			return ctx.Err()
 		}
 	}
-}
-
-// effectKeyName is the snapshot bucket's key holding the reconciler's
-// effect-id key.
-const effectKeyName = "effect-key"
-
-// EffectKey returns the key that signs the reconciler's effect message
-// ids (see [EffectMsgID]), creating it (32 random bytes) on first use.
-// Every reconciler of the stream shares it; roles without read access to
-// the snapshot bucket (nodes, provisioners) cannot learn it.
-//
-// Errors: the bucket's errors; a stored key of the wrong size.
-func (s *Snapshots) EffectKey(ctx context.Context) ([]byte, error) {
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return nil, fmt.Errorf("effect key: %w", err)
-	}
-	if _, err := s.kv.Create(ctx, effectKeyName, key); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, fmt.Errorf("effect key: %w", err)
-	}
-	e, err := s.kv.Get(ctx, effectKeyName)
-	if err != nil {
-		return nil, fmt.Errorf("effect key: %w", err)
-	}
-	if len(e.Value()) != 32 {
-		return nil, fmt.Errorf("effect key: %d bytes stored, want 32", len(e.Value()))
-	}
-	return e.Value(), nil
-}
-
-// EffectMsgID returns the Nats-Msg-Id an effect is published with: its id
-// (<node>.<kind>.<cause>.<n>, DESIGN.md §3) and the first 16 hex digits of
-// HMAC-SHA256(key, id). JetStream's duplicate window is stream-wide, so an
-// id anyone could compute would let any publisher (a node) store a message
-// under another node's next knock id first and have the real knock dropped
-// as a duplicate. Replays and restarts make the same ids.
-func EffectMsgID(key []byte, id string) string {
-	h := hmac.New(sha256.New, key)
-	h.Write([]byte(id))
-	return id + "." + hex.EncodeToString(h.Sum(nil))[:16]
-}
-
-// EffectIDOf checks a message id made by [EffectMsgID] and returns the
-// effect id it carries; ok is false for any other id, a forged one
-// included.
-func EffectIDOf(key []byte, msgID string) (id string, ok bool) {
-	i := strings.LastIndexByte(msgID, '.')
-	if i < 0 {
-		return "", false
-	}
-	id = msgID[:i]
-	return id, hmac.Equal([]byte(EffectMsgID(key, id)), []byte(msgID))
 }

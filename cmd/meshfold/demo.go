@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/provision"
@@ -74,7 +75,7 @@ type demoMesh struct {
 	stream jetstream.Stream
 	cfg    store.StreamConfig
 	pub    *store.Publisher
-	rc     atomic.Pointer[store.Reconciler]
+	rc     atomic.Pointer[engine.Reconciler]
 	events jetstream.MessagesContext // every event of ace, in stream order
 }
 
@@ -174,7 +175,7 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	defer m.events.Stop()
 
 	if err := start("reconciler", func(_ *nats.Conn, js jetstream.JetStream) error {
-		r, err := store.NewReconciler(ctx, js, store.ReconcilerConfig{Stream: m.cfg, Logger: log.With("component", "reconciler")})
+		r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: m.cfg, Logger: log.With("component", "reconciler")})
 		if err != nil {
 			return err
 		}

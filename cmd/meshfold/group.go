@@ -7,11 +7,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/engine"
 )
 
 // groupFlags put `meshfold reconcile` in a group of instances that share
-// the stream's partitions (store.Group).
+// the stream's partitions (engine.Group).
 type groupFlags struct {
 	name     string
 	instance string
@@ -22,7 +22,7 @@ func (f *groupFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.name, "group", "", "join the reconciler group NAME: its instances share the partitions, each folded by one instance at a time, and take over those of an instance that dies or hangs (default: fold every partition alone)")
 	fl.StringVar(&f.instance, "instance", "", "this instance's name in --group, unique in it (default <hostname>-<pid>)")
-	fl.DurationVar(&f.ttl, "lease-ttl", store.DefaultLeaseTTL, "with --group: how long a dead or hung instance keeps its partitions; set by the first instance (the lease bucket's TTL)")
+	fl.DurationVar(&f.ttl, "lease-ttl", engine.DefaultLeaseTTL, "with --group: how long a dead or hung instance keeps its partitions; set by the first instance (the lease bucket's TTL)")
 }
 
 func (f *groupFlags) enabled() bool { return f != nil && f.name != "" }
@@ -31,7 +31,7 @@ func (f *groupFlags) enabled() bool { return f != nil && f.name != "" }
 // fails: the group keeps the leases, the reconciler folds what they
 // grant. Each stops the other; the group releases its leases only after
 // the reconciler's partitions have written their final snapshots.
-func runGrouped(ctx context.Context, g *store.Group, r *store.Reconciler) error {
+func runGrouped(ctx context.Context, g *engine.Group, r *engine.Reconciler) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var gerr error

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -154,7 +155,7 @@ func TestReconcileGroupOnCluster(t *testing.T) {
 	pollUntil(t, "no lease left after both stopped gracefully", func() bool {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		kv, err := js.KeyValue(cctx, store.DefaultStreamName+store.LeaseBucketSuffix)
+		kv, err := js.KeyValue(cctx, store.DefaultStreamName+engine.LeaseBucketSuffix)
 		if err != nil {
 			return false
 		}

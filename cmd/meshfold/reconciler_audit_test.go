@@ -9,13 +9,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
 )
 
 // TestAuditMatchesReconciler drives incidents 1 and 4 through the real
-// reconciler loop (store.Reconciler publishes the plans, knocks and
+// reconciler loop (engine.Reconciler publishes the plans, knocks and
 // journals) and, after every step, checks that the audit's replay of the
 // stream as of the reconciler's last folded sequence equals the
 // reconciler's live state of that node. The state service, wired to the
@@ -24,14 +25,14 @@ func TestAuditMatchesReconciler(t *testing.T) {
 	m := startMesh(t)
 	ctx := testCtx(t)
 	rctx, cancel := context.WithCancel(context.Background())
-	r, err := store.NewReconciler(rctx, m.js, store.ReconcilerConfig{Stream: m.cfg})
+	r, err := engine.NewReconciler(rctx, m.js, engine.ReconcilerConfig{Stream: m.cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(rctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	svc, err := store.AddStateService(m.nc, r.Node)
+	svc, err := engine.AddStateService(m.nc, r.Node)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -45,8 +46,8 @@ func (f *loopFlags) add(cmd *cobra.Command) {
 	fl.DurationVar(&f.dedup, "dedup-window", 0, "the stream's Nats-Msg-Id dedup window (default 2m)")
 	fl.DurationVar(&f.maxAge, "max-age", 0, "drop events older than this (default: keep all history for audit)")
 	fl.Int64Var(&f.maxBytes, "max-bytes", 0, "cap the stream's size in bytes, dropping the oldest events (default: no cap)")
-	fl.IntVar(&f.snapshotEvery, "snapshot-every", store.DefaultSnapshotEvery, "write a partition's snapshot after this many events")
-	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", store.DefaultSnapshotInterval, "write a partition's snapshot at least this often while events arrive")
+	fl.IntVar(&f.snapshotEvery, "snapshot-every", engine.DefaultSnapshotEvery, "write a partition's snapshot after this many events")
+	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", engine.DefaultSnapshotInterval, "write a partition's snapshot at least this often while events arrive")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on HOST:PORT at /metrics (default: off)")
 }
 
@@ -183,7 +184,7 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := store.NewMetrics(reg)
+	metrics := engine.NewMetrics(reg)
 	if lf.metrics != "" {
 		ln, err := net.Listen("tcp", lf.metrics)
 		if err != nil {
@@ -200,12 +201,12 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 		defer hs.Close()
 		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
-	rcfg := store.ReconcilerConfig{Stream: cfg, Logger: log,
+	rcfg := engine.ReconcilerConfig{Stream: cfg, Logger: log,
 		Metrics: metrics, SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval}
-	var group *store.Group
+	var group *engine.Group
 	if lf.group.enabled() {
 		gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		group, err = store.JoinGroup(gctx, js, store.GroupConfig{Stream: cfg, Name: lf.group.name,
+		group, err = engine.JoinGroup(gctx, js, engine.GroupConfig{Stream: cfg, Name: lf.group.name,
 			Instance: lf.group.instance, TTL: lf.group.ttl, Logger: log})
 		cancel()
 		if err != nil {
@@ -213,13 +214,13 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 		}
 		rcfg.Grants = group.Grants()
 	}
-	r, err := store.NewReconciler(ctx, js, rcfg)
+	r, err := engine.NewReconciler(ctx, js, rcfg)
 	if err != nil {
 		return err
 	}
 	// In a group each instance knows only its partitions' nodes: every
 	// instance hears every request and the owner answers.
-	svc, err := store.AddStateService(nc, r.Node, store.StateServiceConfig{Prefix: cfg.Prefix, Partial: group != nil})
+	svc, err := engine.AddStateService(nc, r.Node, engine.StateServiceConfig{Prefix: cfg.Prefix, Partial: group != nil})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
@@ -29,9 +30,9 @@ const (
 // the state came from: "reconciler" (live, from the state service) or
 // "snapshot" (the stored snapshot: no reconciler answered).
 type stateReply struct {
-	Source      string            `json:"source"`
-	View        reconcile.View    `json:"view"`
-	Composition audit.Composition `json:"composition"`
+	Source      string                `json:"source"`
+	View        reconcile.View        `json:"view"`
+	Composition reconcile.Composition `json:"composition"`
 }
 
 func newStateCmd(a *app) *cobra.Command {
@@ -85,13 +86,13 @@ func runState(ctx context.Context, a *app, node string, asJSON bool, timeout tim
 // fetchState asks the state service, then falls back to the snapshot. note
 // says, for the text output, where the state came from.
 func fetchState(ctx context.Context, nc *nats.Conn, sf streamFlags, node string, timeout time.Duration) (stateReply, string, error) {
-	v, c, err := store.RequestState(ctx, nc, sf.prefix, node, timeout)
+	v, c, err := engine.RequestState(ctx, nc, sf.prefix, node, timeout)
 	switch {
 	case err == nil:
 		return stateReply{Source: sourceReconciler, View: v, Composition: c}, "the reconciler (live)", nil
-	case errors.Is(err, store.ErrUnknownNode):
+	case errors.Is(err, engine.ErrUnknownNode):
 		return stateReply{}, "", fmt.Errorf("node %q is unknown: the reconciler has folded no event of it", node)
-	case !errors.Is(err, store.ErrNoReconciler):
+	case !errors.Is(err, engine.ErrNoReconciler):
 		return stateReply{}, "", err
 	}
 	js, err := jetstream.New(nc)
@@ -102,7 +103,7 @@ func fetchState(ctx context.Context, nc *nats.Conn, sf streamFlags, node string,
 	if err != nil {
 		return stateReply{}, "", err
 	}
-	return stateReply{Source: sourceSnapshot, View: st.View(), Composition: audit.CompositionOf(st)},
+	return stateReply{Source: sourceSnapshot, View: st.View(), Composition: reconcile.CompositionOf(st)},
 		"the stored snapshot: no reconciler answered", nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit/audittest"
@@ -28,7 +29,7 @@ func heldState(t testing.TB) *reconcile.State {
 func TestStateCommand(t *testing.T) {
 	m := startMesh(t)
 	st := heldState(t)
-	svc, err := store.AddStateService(m.nc, func(node string) (*reconcile.State, bool) {
+	svc, err := engine.AddStateService(m.nc, func(node string) (*reconcile.State, bool) {
 		if node != "novox" {
 			return nil, false
 		}

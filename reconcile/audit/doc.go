@@ -29,7 +29,7 @@
 //     its want, each held row's reason, the approvals that exist) or a
 //     journal entry (its cause), built from the replayed events and the
 //     fold's results.
-//   - [CompositionOf], [StateText], [FleetRowOf] and [SortFleet]: the views
+//   - [StateText], [FleetRowOf] and [SortFleet]: the views
 //     of `meshfold state` and `meshfold fleet`, computed here so that the
 //     reconciler's service and the snapshot fallback show the same thing.
 //

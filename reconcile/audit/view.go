@@ -11,40 +11,6 @@ import (
 	"github.com/meshfold/meshfold/reconcile"
 )
 
-// Composition is the last plan the reconciler emitted for a node, as
-// `meshfold state` and the service's composition endpoint show it: each
-// row composed or held (with why and pending), the provisioner account
-// beside the account what runs names. It holds paths and modes, never
-// content. Sequences are stream sequences; 0 means none.
-type Composition struct {
-	Node string `json:"node"`
-	// Seq is the last sequence folded.
-	Seq  uint64 `json:"seq"`
-	Want uint64 `json:"want"`
-	// Plan is the last plan emitted (0 while its event is unfolded, or
-	// before the first); Cause the event that made it.
-	Plan        uint64 `json:"plan"`
-	Cause       uint64 `json:"cause"`
-	SettledPlan uint64 `json:"settled_plan"`
-	// ProvisionerAccount is the account the plan names; RunningAccount
-	// the one the have names for the provisioner module.
-	ProvisionerAccount string              `json:"provisioner_account"`
-	RunningAccount     string              `json:"running_account"`
-	Modules            []events.PlanModule `json:"modules"`
-}
-
-// CompositionOf returns s's composition.
-func CompositionOf(s *reconcile.State) Composition {
-	v := s.View()
-	c := Composition{Node: s.Node, Seq: s.Seq, Want: v.Want, SettledPlan: v.SettledPlan,
-		ProvisionerAccount: v.ProvisionerAccount, RunningAccount: v.RunningAccount, Modules: []events.PlanModule{}}
-	if e := s.Emitted(); e != nil {
-		c.Plan, c.Cause = e.Seq, e.Cause
-		c.Modules = e.Modules
-	}
-	return c
-}
-
 // AsOf is a node's state as of a bound: the fold of every event of the
 // node at or before it. Its JSON field names are stable.
 type AsOf struct {
@@ -60,17 +26,17 @@ type AsOf struct {
 	Note string `json:"note,omitempty"`
 	// At is the time ages are told against: a time bound's end, else the
 	// last event's time.
-	At          time.Time        `json:"at,omitzero"`
-	View        reconcile.View   `json:"view"`
-	Composition Composition      `json:"composition"`
-	State       *reconcile.State `json:"state"`
+	At          time.Time             `json:"at,omitzero"`
+	View        reconcile.View        `json:"view"`
+	Composition reconcile.Composition `json:"composition"`
+	State       *reconcile.State      `json:"state"`
 }
 
 // AsOf folds the node's events at or before b with the reconciler's fold.
 func (h *History) AsOf(b Bound) AsOf {
 	n, note := h.Until(b)
 	st := h.Fold(n)
-	a := AsOf{Node: h.Node, Bound: b.String(), Events: n, Note: note, View: st.View(), Composition: CompositionOf(st), State: st}
+	a := AsOf{Node: h.Node, Bound: b.String(), Events: n, Note: note, View: st.View(), Composition: reconcile.CompositionOf(st), State: st}
 	if n > 0 {
 		a.Seq, a.Time, a.At = h.Events[n-1].Seq, h.Events[n-1].Time, h.Events[n-1].Time
 	}
@@ -106,7 +72,7 @@ func (a AsOf) Text() string {
 // StateText returns the state view and composition of a node as
 // `meshfold state` prints it; now is the present, for the age of the last
 // have, and source says where the state came from.
-func StateText(v reconcile.View, c Composition, now time.Time, source string) string {
+func StateText(v reconcile.View, c reconcile.Composition, now time.Time, source string) string {
 	var t textWriter
 	t.line(0, "", fmt.Sprintf("%s: folded through #%d, from %s", v.Node, v.Seq, source))
 	writeState(&t, v, c, now, "ago")
@@ -122,7 +88,7 @@ func seqOrNone(seq uint64) string {
 
 // writeState writes the view and the composition's rows; ages are told
 // against now, followed by suffix ("ago").
-func writeState(t *textWriter, v reconcile.View, c Composition, now time.Time, suffix string) {
+func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now time.Time, suffix string) {
 	emitted := seqOrNone(v.EmittedPlan)
 	if v.EmittedPlan == 0 && c.Cause != 0 {
 		emitted = fmt.Sprintf("not yet on the stream (cause #%d)", c.Cause)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
@@ -194,7 +195,7 @@ func actions(cfg store.StreamConfig) map[string]action {
 	}
 	builds(acts, cfg)
 	acts["ask state ace"] = func(ctx context.Context, c *cell) error {
-		_, _, err := store.RequestState(ctx, c.nc, c.cfg.Prefix, "ace", 0)
+		_, _, err := engine.RequestState(ctx, c.nc, c.cfg.Prefix, "ace", 0)
 		return err
 	}
 	return acts
@@ -244,7 +245,7 @@ func fixture(t *testing.T, s *secured) store.StreamConfig {
 	if err := snaps.PutNode(ctx, events.Partition("ace", cfg.Partitions), "ace", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := store.AddStateService(rnc, func(node string) (*reconcile.State, bool) { return reconcile.NewState(node), true })
+	svc, err := engine.AddStateService(rnc, func(node string) (*reconcile.State, bool) { return reconcile.NewState(node), true })
 	if err != nil {
 		t.Fatal(err)
 	}

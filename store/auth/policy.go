@@ -184,8 +184,8 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 				api("DIRECT.GET.%s", st), api("DIRECT.GET.%s.>", st),
 				api("CONSUMER.CREATE.%s.>", st), api("CONSUMER.INFO.%s.*", st))
 		}
-		p.Sub.Allow.Add(store.StateSubject(pre, store.EndpointState, "*"), store.StateSubject(pre, store.EndpointComposition, "*"))
-		service(store.StateServiceName)
+		p.Sub.Allow.Add(events.StateSubject(pre, events.EndpointState, "*"), events.StateSubject(pre, events.EndpointComposition, "*"))
+		service(events.StateServiceName)
 		respond()
 	case RoleController:
 		readStream(s)
@@ -203,7 +203,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 			api("CONSUMER.CREATE.%s.>", s), api("CONSUMER.INFO.%s.*", s),
 			api("CONSUMER.NAMES.%s", s), api("CONSUMER.LIST.%s", s),
 			api("DIRECT.GET.%s.>", kv), api("CONSUMER.CREATE.%s.>", kv), api("CONSUMER.INFO.%s.*", kv),
-			store.StateSubjectRoot+"."+pre+".>", "$SRV.>")
+			events.StateSubjectRoot+"."+pre+".>", "$SRV.>")
 		// Bundles: push (creating the bucket on the first), list, remove.
 		readBuilds(true)
 		p.Pub.Allow.Add(api("STREAM.CREATE.%s", objStream), api("STREAM.PURGE.%s", objStream), obj+".>")
@@ -217,7 +217,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		p.Pub.Allow.Add(api("INFO"), api("STREAM.MSG.GET.%s", s), api("DIRECT.GET.%s", s), api("DIRECT.GET.%s.>", s),
 			api("CONSUMER.CREATE.%s.>", s), api("CONSUMER.INFO.%s.*", s),
 			api("DIRECT.GET.%s.>", kv), api("CONSUMER.CREATE.%s.>", kv), api("CONSUMER.INFO.%s.*", kv),
-			store.StateSubject(pre, store.EndpointState, "*"), store.StateSubject(pre, store.EndpointComposition, "*"))
+			events.StateSubject(pre, events.EndpointState, "*"), events.StateSubject(pre, events.EndpointComposition, "*"))
 		p.Pub.Deny.Add(subj("*", "fill"))
 		p.Sub.Deny.Add(subj("*", "fill"))
 	case RoleNode:

@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -68,7 +69,7 @@ func TestClusterConflictR3(t *testing.T) {
 // once, the state the pure fold.
 func TestClusterIncident1R3(t *testing.T) {
 	g, _ := newClusterRig(t)
-	rn := g.start(store.Faults{})
+	rn := g.start(engine.Faults{})
 	g.incident1("ace")
 	eventually(t, "the knock", func() bool { return g.knocksOf("ace") == 1 })
 	if k := g.verify(rn.r); k != 1 {
@@ -83,7 +84,7 @@ func TestClusterIncident1R3(t *testing.T) {
 // once.
 func TestClusterStreamLeaderStopped(t *testing.T) {
 	g, c := newClusterRig(t)
-	rn := g.start(store.Faults{})
+	rn := g.start(engine.Faults{})
 	nodes := []string{"ace", "shanks", "novox", "luffy"}
 	const rounds = 3
 	var wg sync.WaitGroup
@@ -172,8 +173,8 @@ func nodesIn(partitions, lo, hi, n int) []string {
 func TestGroupFailoverOnCluster(t *testing.T) {
 	g, c := newClusterRig(t)
 	const ttl = 2 * time.Second
-	a := startMember(t, c.Connect, g.cfg, "a", ttl, store.Faults{})
-	b := startMember(t, c.Connect, g.cfg, "b", ttl, store.Faults{})
+	a := startMember(t, c.Connect, g.cfg, "a", ttl, engine.Faults{})
+	b := startMember(t, c.Connect, g.cfg, "b", ttl, engine.Faults{})
 	eventually(t, "8 partitions each", func() bool {
 		return len(a.g.Owned()) == 8 && len(b.g.Owned()) == 8 &&
 			len(a.r.Partitions()) == 8 && len(b.r.Partitions()) == 8

@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/encoding/json"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
@@ -43,17 +44,17 @@ func newRig(t *testing.T, cfg store.StreamConfig) *rig {
 
 // running is a reconciler started by the rig.
 type running struct {
-	r      *store.Reconciler
+	r      *engine.Reconciler
 	cancel context.CancelFunc
 	done   chan error
 }
 
 // start runs a reconciler; stop it with stop (graceful) or let a fault
 // end it (wait).
-func (g *rig) start(faults store.Faults) *running {
+func (g *rig) start(faults engine.Faults) *running {
 	g.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r, err := store.NewReconciler(ctx, g.js, store.ReconcilerConfig{Stream: g.cfg, Faults: faults,
+	r, err := engine.NewReconciler(ctx, g.js, engine.ReconcilerConfig{Stream: g.cfg, Faults: faults,
 		SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond, Logger: testLogger(g.t)})
 	if err != nil {
 		g.t.Fatal(err)
@@ -197,7 +198,7 @@ func (g *rig) all() []store.Msg {
 // caught up with it: every effect the pure fold of the stream's input
 // events makes is stored exactly once, and nothing else; and the live
 // reconciler's state of each node equals that fold.
-func (g *rig) verify(live *store.Reconciler) (knocks int) {
+func (g *rig) verify(live *engine.Reconciler) (knocks int) {
 	g.t.Helper()
 	snaps, err := store.OpenSnapshots(context.Background(), g.js, g.cfg)
 	if err != nil {
@@ -335,7 +336,7 @@ func (g *rig) knocksOf(node string) int {
 
 func TestReconcilerIncident1(t *testing.T) {
 	g := newRig(t, store.StreamConfig{})
-	rn := g.start(store.Faults{})
+	rn := g.start(engine.Faults{})
 	g.incident1("ace")
 	eventually(t, "the knock", func() bool { return g.knocksOf("ace") == 1 })
 	if k := g.verify(rn.r); k != 1 {
@@ -367,7 +368,7 @@ func TestReconcilerCrashPoints(t *testing.T) {
 				}
 				return nil
 			}
-			var f store.Faults
+			var f engine.Faults
 			switch point {
 			case "after-fold":
 				f.AfterFold = crashAt
@@ -390,7 +391,7 @@ func TestReconcilerCrashPoints(t *testing.T) {
 			if err := rn.wait(t); !errors.Is(err, errCrash) {
 				t.Fatalf("reconciler ended with %v, want the crash", err)
 			}
-			rn2 := g.start(store.Faults{})
+			rn2 := g.start(engine.Faults{})
 			eventually(t, "the knock", func() bool { return g.knocksOf("ace") >= 1 })
 			// More events after the restart fold on the recovered state.
 			g.append("ace", &events.Filled{Module: "mesh-build-go", Path: creds, Plan: p2, Digest: "d"})
@@ -407,7 +408,7 @@ func TestReconcilerCrashPoints(t *testing.T) {
 // the whole stream is refolded. Nothing is published twice.
 func TestReconcilerPastDedupWindow(t *testing.T) {
 	g := newRig(t, store.StreamConfig{Duplicates: time.Second})
-	rn := g.start(store.Faults{})
+	rn := g.start(engine.Faults{})
 	g.incident1("ace")
 	eventually(t, "the knock", func() bool { return g.knocksOf("ace") == 1 })
 	rn.stop(t)
@@ -439,7 +440,7 @@ func TestReconcilerPastDedupWindow(t *testing.T) {
 	if err := kv.Purge(context.Background(), fmt.Sprintf("node.%d.ace", events.Partition("ace", g.cfg.Partitions))); err != nil {
 		t.Fatal(err)
 	}
-	rn2 := g.start(store.Faults{})
+	rn2 := g.start(engine.Faults{})
 	if k := g.verify(rn2.r); k != 1 {
 		t.Fatalf("%d knocks, want 1", k)
 	}
@@ -464,7 +465,7 @@ func TestReconcilerDuplicateAndConflict(t *testing.T) {
 	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("stale expectation: %v", err)
 	}
-	rn := g.start(store.Faults{})
+	rn := g.start(engine.Faults{})
 	g.planFor("ace", a1.Seq)
 	g.verify(rn.r)
 }
@@ -480,10 +481,10 @@ func TestReconcilerMalformedBetweenGood(t *testing.T) {
 	if _, err := g.js.Publish(context.Background(), "mesh.NOT-A-NODE.have", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	m := store.NewMetrics(nil)
+	m := engine.NewMetrics(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r, err := store.NewReconciler(ctx, g.js, store.ReconcilerConfig{Stream: g.cfg, Metrics: m})
+	r, err := engine.NewReconciler(ctx, g.js, engine.ReconcilerConfig{Stream: g.cfg, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +518,7 @@ func TestReconcilerMalformedBetweenGood(t *testing.T) {
 // next one, which continues from the snapshot.
 func TestReconcilerGracefulStopAndResume(t *testing.T) {
 	g := newRig(t, store.StreamConfig{})
-	rn := g.start(store.Faults{})
+	rn := g.start(engine.Faults{})
 	p1 := g.planFor("ace", g.append("ace", provOnly()))
 	g.append("ace", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: p1})
 	g.append("ace", &events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"})
@@ -528,7 +529,7 @@ func TestReconcilerGracefulStopAndResume(t *testing.T) {
 	rn.stop(t)
 	// Published while no reconciler runs: folded from the snapshot on.
 	w2 := g.append("ace", provAndBroker())
-	rn2 := g.start(store.Faults{})
+	rn2 := g.start(engine.Faults{})
 	p2 := g.planFor("ace", w2)
 	g.append("ace", &events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: p2})
 	eventually(t, "the knock", func() bool { return g.knocksOf("ace") == 1 })
@@ -568,7 +569,7 @@ func TestReconcilerRandomKills(t *testing.T) {
 			}
 			return nil
 		}
-		var f store.Faults
+		var f engine.Faults
 		switch rng.IntN(3) {
 		case 0:
 			f.AfterFold = hook
@@ -593,7 +594,7 @@ func TestReconcilerRandomKills(t *testing.T) {
 			done = true
 		}
 	}
-	rn := g.start(store.Faults{})
+	rn := g.start(engine.Faults{})
 	eventually(t, "every knock", func() bool { return allKnocked(g, nodes) })
 	if k := g.verify(rn.r); k != len(nodes)*(1+killRounds) {
 		t.Fatalf("%d knocks for %d nodes", k, len(nodes))
@@ -679,7 +680,7 @@ func TestReconcilerServerRestart(t *testing.T) {
 		return srv, &rig{t: t, js: js, stream: stream, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects())}
 	}
 	srv, g := boot()
-	rn := g.start(store.Faults{})
+	rn := g.start(engine.Faults{})
 	p1 := g.planFor("ace", g.append("ace", provOnly()))
 	g.append("ace", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: p1})
 	refusal := g.append("ace", &events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"})
@@ -692,7 +693,7 @@ func TestReconcilerServerRestart(t *testing.T) {
 	if len(msgs) == 0 || msgs[len(msgs)-1].Event.Seq < w2 {
 		t.Fatalf("after restart the stream ends at %d events, want through %d", len(msgs), w2)
 	}
-	rn = g.start(store.Faults{})
+	rn = g.start(engine.Faults{})
 	p2 := g.planFor("ace", w2)
 	g.append("ace", &events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: p2})
 	eventually(t, "the knock", func() bool { return g.knocksOf("ace") == 1 })
@@ -709,7 +710,7 @@ func TestReconcilerServerRestart(t *testing.T) {
 // (store.EffectMsgID), so the forgery takes an id nobody uses.
 func TestReconcilerForgedEffectID(t *testing.T) {
 	g := newRig(t, store.StreamConfig{})
-	rn := g.start(store.Faults{})
+	rn := g.start(engine.Faults{})
 	p1 := g.planFor("ace", g.append("ace", provOnly()))
 	g.append("ace", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: p1})
 	g.append("ace", &events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"})

@@ -1,4 +1,4 @@
-package store
+package engine
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/store"
 )
 
 // Group defaults.
@@ -70,7 +72,7 @@ type GroupConfig struct {
 	// Stream is the stream's effective configuration, as [EnsureStream]
 	// returns it: its name names the lease bucket, its partition count is
 	// what the group shares, and a new bucket gets its replica count.
-	Stream StreamConfig
+	Stream store.StreamConfig
 	// Name is the group's name; default "reconcilers". Letters, digits,
 	// '-' and '_'. The members of one group share the partitions.
 	Name string
@@ -625,7 +627,7 @@ func (g *Group) renew(ctx context.Context) {
 					l.mu.Unlock()
 					l.timer.Reset(time.Until(l.deadline))
 				case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists),
-					errors.Is(err, jetstream.ErrKeyNotFound), IsConflict(err):
+					errors.Is(err, jetstream.ErrKeyNotFound), store.IsConflict(err):
 					// Expired, perhaps taken: it is not ours any more.
 					l.revoke(fmt.Errorf("%w: %v", ErrLeaseLost, err))
 				default:

@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
@@ -182,14 +183,14 @@ func rawConsume(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, w
 // catchUp runs a reconciler from the stream's snapshots and returns how
 // long until every partition's checkpoint covers its last input event, and
 // the reconciler, still running: stop it with cancel and wait on done.
-func catchUp(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, targets map[int]uint64) (time.Duration, *store.Reconciler, context.CancelFunc, chan error) {
+func catchUp(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, targets map[int]uint64) (time.Duration, *engine.Reconciler, context.CancelFunc, chan error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	snaps, err := store.OpenSnapshots(ctx, js, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	start := time.Now()
-	r, err := store.NewReconciler(ctx, js, store.ReconcilerConfig{Stream: cfg, SnapshotInterval: benchSnapshotInterval})
+	r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: cfg, SnapshotInterval: benchSnapshotInterval})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func foldAll(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig) time
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
-	r, err := store.NewReconciler(ctx, js, store.ReconcilerConfig{Stream: cfg})
+	r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: cfg})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -327,7 +328,7 @@ func BenchmarkReconcilerLive(b *testing.B) {
 		// Default snapshot cadence: the end is seen through Progress, then
 		// a graceful stop waits for every ack and writes the last
 		// snapshot, which the time includes.
-		r, err := store.NewReconciler(ctx, js2, store.ReconcilerConfig{Stream: cfg2})
+		r, err := engine.NewReconciler(ctx, js2, engine.ReconcilerConfig{Stream: cfg2})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -20,8 +21,8 @@ import (
 type member struct {
 	name   string
 	nc     *nats.Conn
-	g      *store.Group
-	r      *store.Reconciler
+	g      *engine.Group
+	r      *engine.Reconciler
 	cancel context.CancelFunc
 	done   chan struct{}
 	mu     sync.Mutex
@@ -33,16 +34,16 @@ type connector func(t testing.TB, opts ...nats.Option) (*nats.Conn, jetstream.Je
 
 // startMember joins group "test" as instance name and runs a reconciler
 // on its grants.
-func startMember(t *testing.T, connect connector, cfg store.StreamConfig, name string, ttl time.Duration, faults store.Faults) *member {
+func startMember(t *testing.T, connect connector, cfg store.StreamConfig, name string, ttl time.Duration, faults engine.Faults) *member {
 	t.Helper()
 	nc, js := connect(t, nats.Name("member "+name))
 	ctx, cancel := context.WithCancel(context.Background())
 	log := testLogger(t).With("member", name)
-	g, err := store.JoinGroup(ctx, js, store.GroupConfig{Stream: cfg, Name: "test", Instance: name, TTL: ttl, Logger: log})
+	g, err := engine.JoinGroup(ctx, js, engine.GroupConfig{Stream: cfg, Name: "test", Instance: name, TTL: ttl, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := store.NewReconciler(ctx, js, store.ReconcilerConfig{Stream: cfg, Grants: g.Grants(), Faults: faults,
+	r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: cfg, Grants: g.Grants(), Faults: faults,
 		SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -121,14 +122,14 @@ func TestGroupHandover(t *testing.T) {
 	e, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	g := &rig{t: t, js: js, stream: stream, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects())}
 	const ttl = 10 * time.Second // long: a handover must not wait for it
-	a := startMember(t, embeddedConnector(e), cfg, "a", ttl, store.Faults{})
+	a := startMember(t, embeddedConnector(e), cfg, "a", ttl, engine.Faults{})
 	eventually(t, "a to own every partition", func() bool { return len(a.r.Partitions()) == 16 })
 	nodes := append(nodesIn(cfg.Partitions, 0, 8, 2), nodesIn(cfg.Partitions, 8, 16, 2)...)
 	for _, n := range nodes[:2] {
 		g.incident1(n)
 	}
 	joined := time.Now()
-	b := startMember(t, embeddedConnector(e), cfg, "b", ttl, store.Faults{})
+	b := startMember(t, embeddedConnector(e), cfg, "b", ttl, engine.Faults{})
 	eventually(t, "8 partitions each", func() bool {
 		return len(a.r.Partitions()) == 8 && len(b.r.Partitions()) == 8 && len(b.g.Owned()) == 8
 	})
@@ -167,15 +168,15 @@ func TestGrantLostWritesNothing(t *testing.T) {
 	g := newRig(t, store.StreamConfig{})
 	p := events.Partition("ace", g.cfg.Partitions)
 	folded := make(chan struct{}, 1)
-	grants := make(chan store.Grant, 1)
+	grants := make(chan engine.Grant, 1)
 	revoked, revoke := context.WithCancelCause(context.Background())
 	stopped := make(chan struct{})
-	grants <- store.Grant{Partition: p, Revoked: revoked, Held: func() bool { return false }, Stopped: func() { close(stopped) }}
+	grants <- engine.Grant{Partition: p, Revoked: revoked, Held: func() bool { return false }, Stopped: func() { close(stopped) }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r, err := store.NewReconciler(ctx, g.js, store.ReconcilerConfig{Stream: g.cfg, Grants: grants, Logger: testLogger(t),
+	r, err := engine.NewReconciler(ctx, g.js, engine.ReconcilerConfig{Stream: g.cfg, Grants: grants, Logger: testLogger(t),
 		SnapshotInterval: 10 * time.Millisecond,
-		Faults: store.Faults{AfterFold: func(int, uint64) error {
+		Faults: engine.Faults{AfterFold: func(int, uint64) error {
 			select {
 			case folded <- struct{}{}:
 			default:
@@ -189,7 +190,7 @@ func TestGrantLostWritesNothing(t *testing.T) {
 	go func() { done <- r.Run(ctx) }()
 	g.append("ace", provOnly())
 	<-folded
-	revoke(store.ErrLeaseLost)
+	revoke(engine.ErrLeaseLost)
 	select {
 	case <-stopped:
 	case <-time.After(10 * time.Second):
@@ -229,8 +230,8 @@ func TestGrantLostWritesNothing(t *testing.T) {
 // once and the survivor's states are the pure fold.
 func TestStaleOwnerDoublesNothing(t *testing.T) {
 	g := newRig(t, store.StreamConfig{})
-	stale := g.start(store.Faults{})
-	fresh := g.start(store.Faults{})
+	stale := g.start(engine.Faults{})
+	fresh := g.start(engine.Faults{})
 	nodes := []string{"ace", "shanks", "novox", "luffy"}
 	var wg sync.WaitGroup
 	for _, n := range nodes {

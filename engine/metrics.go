@@ -1,4 +1,4 @@
-package store
+package engine
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

@@ -1,4 +1,4 @@
-package store
+package engine
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
 )
 
 // Reconciler defaults.
@@ -29,7 +30,7 @@ const (
 type ReconcilerConfig struct {
 	// Stream is the stream's effective configuration, as [EnsureStream]
 	// returns it.
-	Stream StreamConfig
+	Stream store.StreamConfig
 	// Partitions are the partitions this instance folds for its whole
 	// run; nil: all. Ignored when Grants is set.
 	Partitions []int
@@ -114,9 +115,9 @@ func fault(hook func(int, uint64) error, p int, seq uint64) error {
 type Reconciler struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
-	snaps  *Snapshots
-	key    []byte // signs effect message ids: see EffectMsgID
-	pub    *Publisher
+	snaps  *store.Snapshots
+	key    []byte // signs effect message ids: see store.EffectMsgID
+	pub    *store.Publisher
 	cfg    ReconcilerConfig
 	subj   events.Subjects
 	log    *slog.Logger
@@ -146,12 +147,12 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	stream, scfg, err := OpenStream(ctx, js, cfg.Stream)
+	stream, scfg, err := store.OpenStream(ctx, js, cfg.Stream)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Stream = scfg
-	snaps, err := OpenSnapshots(ctx, js, scfg)
+	snaps, err := store.OpenSnapshots(ctx, js, scfg)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +160,7 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	if err != nil {
 		return nil, err
 	}
-	r := &Reconciler{js: js, stream: stream, snaps: snaps, key: key, pub: NewPublisher(js, scfg.Subjects()),
+	r := &Reconciler{js: js, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(js, scfg.Subjects()),
 		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, m: cfg.Metrics, parts: map[int]*partition{}}
 	if cfg.Grants != nil {
 		return r, nil
@@ -184,7 +185,7 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 }
 
 // Stream returns the effective stream configuration.
-func (r *Reconciler) Stream() StreamConfig { return r.cfg.Stream }
+func (r *Reconciler) Stream() store.StreamConfig { return r.cfg.Stream }
 
 // Run folds the owned partitions until ctx is done, then stops gracefully:
 // it finishes the event in hand, waits for its effects' acknowledgements,
@@ -482,7 +483,7 @@ type session struct {
 
 func (p *partition) session(ctx context.Context) error {
 	r := p.r
-	ck, raw, revs, err := r.snaps.loadPartition(ctx, p.id)
+	ck, raw, revs, err := r.snaps.LoadPartitionRevisions(ctx, p.id)
 	if err != nil {
 		return err
 	}
@@ -499,7 +500,7 @@ func (p *partition) session(ctx context.Context) error {
 	p.mu.Lock()
 	p.states = states
 	p.mu.Unlock()
-	last, err := StreamLastSeq(ctx, r.stream)
+	last, err := store.StreamLastSeq(ctx, r.stream)
 	if err != nil {
 		return err
 	}
@@ -516,48 +517,12 @@ func (s *session) consume(ctx context.Context) error {
 	// filter from its subject index, while several filters (the input
 	// kinds alone) made it scan, 30x slower on a long stream. Knocks and
 	// journal entries come along; the fold only counts them as seen.
-	occ := jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{r.subj.StoredPartitionAll(s.p.id)},
-		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       s.checkpoint + 1,
-		InactiveThreshold: OrderedInactive,
-	}
-	cons, err := r.js.OrderedConsumer(ctx, r.cfg.Stream.Name, occ)
+	tail, err := store.Follow(ctx, r.js, store.TailConfig{Stream: r.cfg.Stream.Name,
+		Filter: r.subj.StoredPartitionAll(s.p.id), Start: s.checkpoint + 1, Heartbeat: readHeartbeat})
 	if err != nil {
-		return fmt.Errorf("ordered consumer: %w", err)
+		return err
 	}
-	defer DropOrdered(r.js, r.cfg.Stream.Name, cons)
-	it, err := cons.Messages(readHeartbeat)
-	if err != nil {
-		return fmt.Errorf("ordered consumer: %w", err)
-	}
-	type item struct {
-		msg jetstream.Msg
-		err error
-	}
-	ch := make(chan item)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			m, err := it.Next()
-			select {
-			case ch <- item{m, err}:
-			case <-done:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	defer func() {
-		close(done)
-		it.Stop()
-		wg.Wait()
-	}()
+	defer tail.Stop()
 
 	// Publishing and checkpointing outlive a stop request: the event in
 	// hand finishes, and the final snapshot is written. Not a lost
@@ -584,11 +549,11 @@ func (s *session) consume(ctx context.Context) error {
 			if err := s.checkpointNow(work); err != nil {
 				return err
 			}
-		case it := <-ch:
-			if it.err != nil {
-				return fmt.Errorf("read: %w", it.err)
+		case it := <-tail.C():
+			if it.Err != nil {
+				return it.Err
 			}
-			if err := s.handle(work, it.msg); err != nil {
+			if err := s.handle(work, it.Msg, it.Meta); err != nil {
 				return err
 			}
 			if s.since >= r.cfg.SnapshotEvery {
@@ -601,12 +566,8 @@ func (s *session) consume(ctx context.Context) error {
 }
 
 // handle folds one message and publishes its effects.
-func (s *session) handle(ctx context.Context, msg jetstream.Msg) error {
+func (s *session) handle(ctx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
 	r, p := s.p.r, s.p
-	meta, err := msg.Metadata()
-	if err != nil {
-		return fmt.Errorf("message metadata: %w", err)
-	}
 	seq := meta.Sequence.Stream
 	if s.recovering && seq > s.lastAtStart {
 		if err := s.endRecovery(ctx); err != nil {
@@ -671,7 +632,7 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	for _, e := range effs {
 		if s.recovering {
 			s.held = append(s.held, e)
-			s.heldIDs[EffectMsgID(r.key, e.ID())] = true
+			s.heldIDs[store.EffectMsgID(r.key, e.ID())] = true
 			continue
 		}
 		if err := s.publish(ctx, e); err != nil {
@@ -687,7 +648,7 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 func (s *session) seen(node string, kind events.Kind, seq uint64, msgID string) {
 	k := effectKey{node, kind}
 	s.last[k] = lastEffect{seq: seq}
-	id, ok := EffectIDOf(s.p.r.key, msgID)
+	id, ok := store.EffectIDOf(s.p.r.key, msgID)
 	if !ok {
 		return // not a message of this stream's reconcilers: a forgery at worst
 	}
@@ -702,7 +663,7 @@ func (s *session) seen(node string, kind events.Kind, seq uint64, msgID string) 
 	}
 	for _, e := range s.held {
 		if e.Node == node && e.Kind == events.KindPlan && (e.Cause < cause || (e.Cause == cause && e.N < n)) {
-			delete(s.heldIDs, EffectMsgID(s.p.r.key, e.ID()))
+			delete(s.heldIDs, store.EffectMsgID(s.p.r.key, e.ID()))
 		}
 	}
 }
@@ -712,7 +673,7 @@ func (s *session) seen(node string, kind events.Kind, seq uint64, msgID string) 
 func (s *session) endRecovery(ctx context.Context) error {
 	r := s.p.r
 	for _, e := range s.held {
-		id := EffectMsgID(r.key, e.ID())
+		id := store.EffectMsgID(r.key, e.ID())
 		if !s.heldIDs[id] {
 			r.m.Skipped.Inc()
 			continue
@@ -722,9 +683,9 @@ func (s *session) endRecovery(ctx context.Context) error {
 		if !known {
 			// Nothing on the subject since the checkpoint: its last
 			// message, if any, is older.
-			m, err := LastMsg(ctx, r.stream, r.subj, r.cfg.Stream.Partitions, e.Node, e.Kind)
+			m, err := store.LastMsg(ctx, r.stream, r.subj, r.cfg.Stream.Partitions, e.Node, e.Kind)
 			switch {
-			case errors.Is(err, ErrNoMessage):
+			case errors.Is(err, store.ErrNoMessage):
 			case err != nil:
 				return fmt.Errorf("publish %s: %w", id, err)
 			default:
@@ -735,7 +696,7 @@ func (s *session) endRecovery(ctx context.Context) error {
 			return err
 		}
 		start := time.Now()
-		ack, err := r.pub.Append(ctx, e.Node, e.Payload, WithMsgID(id), WithExpectLastSubjectSeq(last.seq))
+		ack, err := r.pub.Append(ctx, e.Node, e.Payload, store.WithMsgID(id), store.WithExpectLastSubjectSeq(last.seq))
 		if err != nil {
 			return fmt.Errorf("publish %s (fenced at %d): %w", id, last.seq, err)
 		}
@@ -761,8 +722,8 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 	if err := s.p.lost(); err != nil {
 		return err
 	}
-	id := EffectMsgID(s.p.r.key, e.ID())
-	f, err := s.p.r.pub.AppendAsync(ctx, e.Node, e.Payload, WithMsgID(id))
+	id := store.EffectMsgID(s.p.r.key, e.ID())
+	f, err := s.p.r.pub.AppendAsync(ctx, e.Node, e.Payload, store.WithMsgID(id))
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", id, err)
 	}
@@ -774,7 +735,7 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 // The client recreates the consumer after two missed heartbeats: when the
 // server holding it stops (a cluster losing a stream leader), the read
 // resumes after ~2 s instead of the default's ~10 s.
-const readHeartbeat = jetstream.PullHeartbeat(time.Second)
+const readHeartbeat = time.Second
 
 // ackTimeout bounds each wait for the acknowledgement of an effect, and a
 // checkpoint's whole snapshot write (10,000 states take ~70 ms). An async
@@ -840,7 +801,7 @@ func (s *session) checkpointNow(ctx context.Context) error {
 			}
 			states[node] = b
 		}
-		if err := r.snaps.putNodes(ctx, p.id, states, s.revs); err != nil {
+		if err := r.snaps.PutNodesAt(ctx, p.id, states, s.revs); err != nil {
 			return err
 		}
 	}

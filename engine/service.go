@@ -1,4 +1,4 @@
-package store
+package engine
 
 import (
 	"context"
@@ -13,31 +13,12 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
-	"github.com/meshfold/meshfold/reconcile/audit"
 )
 
-// The state service (DESIGN.md §6, `meshfold state`): a NATS micro
-// service named "meshfold" with two endpoints, so `nats micro ls` and
-// `nats micro info meshfold` find it:
-//
-//	state        $MESHFOLD.<prefix>.state.<node>        → reconcile.View
-//	composition  $MESHFOLD.<prefix>.composition.<node>  → audit.Composition
-//
-// The node is the subject's last token (the request body is ignored), so
-// NATS permissions can allow an operator some nodes and not others. The
-// reply is JSON; an error reply carries the micro error headers
-// (Nats-Service-Error-Code): 400 for a bad node name, 404 for a node the
-// reconciler has never folded an event of. Replies hold no secret: the
-// state holds paths, accounts and sequences, never filled-file content.
-const (
-	StateServiceName    = "meshfold"
-	StateServiceVersion = "0.1.0"
-	// StateSubjectRoot is the first token of the service's subjects.
-	StateSubjectRoot = "$MESHFOLD"
-	// EndpointState and EndpointComposition name the endpoints.
-	EndpointState       = "state"
-	EndpointComposition = "composition"
-)
+// The state service's names and subjects (StateServiceName, StateSubject
+// and the endpoints) are in package events, beside the stream's subjects:
+// the credentials of package store/auth name them without linking the
+// engine.
 
 // Errors of the state service's client side.
 var (
@@ -64,15 +45,6 @@ type StateServiceConfig struct {
 	Partial bool
 }
 
-// StateSubject returns the subject of endpoint for node under prefix
-// ("" means "mesh"): $MESHFOLD.<prefix>.<endpoint>.<node>.
-func StateSubject(prefix, endpoint, node string) string {
-	if prefix == "" {
-		prefix = events.DefaultPrefix
-	}
-	return StateSubjectRoot + "." + prefix + "." + endpoint + "." + node
-}
-
 // AddStateService starts the state service on nc. lookup returns a node's
 // current folded state, or false when the node is unknown; it is called
 // from the service's subscription goroutines, concurrently, and must
@@ -96,8 +68,8 @@ func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, 
 		return nil, errors.New("state service: lookup is nil")
 	}
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:               StateServiceName,
-		Version:            StateServiceVersion,
+		Name:               events.StateServiceName,
+		Version:            events.StateServiceVersion,
 		Description:        "meshfold: each node's folded state and composition, read-only",
 		Metadata:           map[string]string{"prefix": c.Prefix},
 		QueueGroupDisabled: c.Partial,
@@ -105,14 +77,14 @@ func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, 
 	if err != nil {
 		return nil, fmt.Errorf("state service: %w", err)
 	}
-	grp := svc.AddGroup(StateSubjectRoot + "." + c.Prefix)
+	grp := svc.AddGroup(events.StateSubjectRoot + "." + c.Prefix)
 	for _, ep := range []struct {
 		name string
 		body func(*reconcile.State) any
 		desc string
 	}{
-		{EndpointState, func(s *reconcile.State) any { return s.View() }, "reconcile.View of the node named by the last token"},
-		{EndpointComposition, func(s *reconcile.State) any { return audit.CompositionOf(s) }, "the last plan emitted for the node, row by row"},
+		{events.EndpointState, func(s *reconcile.State) any { return s.View() }, "reconcile.View of the node named by the last token"},
+		{events.EndpointComposition, func(s *reconcile.State) any { return reconcile.CompositionOf(s) }, "the last plan emitted for the node, row by row"},
 	} {
 		h := func(req micro.Request) {
 			subj := req.Subject()
@@ -147,19 +119,19 @@ func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, 
 // Errors: [ErrNoReconciler] when no service answers; [ErrUnknownNode]
 // when it answers 404; a bad node name (matching events.ErrInvalid);
 // another service error or an undecodable reply otherwise.
-func RequestState(ctx context.Context, nc *nats.Conn, prefix, node string, timeout time.Duration) (reconcile.View, audit.Composition, error) {
+func RequestState(ctx context.Context, nc *nats.Conn, prefix, node string, timeout time.Duration) (reconcile.View, reconcile.Composition, error) {
 	var v reconcile.View
-	var c audit.Composition
+	var c reconcile.Composition
 	if !events.ValidName(node) {
 		return v, c, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
 	}
 	if timeout <= 0 {
 		timeout = 2 * time.Second
 	}
-	if err := request(ctx, nc, StateSubject(prefix, EndpointState, node), timeout, &v); err != nil {
+	if err := request(ctx, nc, events.StateSubject(prefix, events.EndpointState, node), timeout, &v); err != nil {
 		return v, c, err
 	}
-	if err := request(ctx, nc, StateSubject(prefix, EndpointComposition, node), timeout, &c); err != nil {
+	if err := request(ctx, nc, events.StateSubject(prefix, events.EndpointComposition, node), timeout, &c); err != nil {
 		return v, c, err
 	}
 	return v, c, nil

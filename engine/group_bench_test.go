@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -32,20 +33,20 @@ func cpuTime(tb testing.TB) time.Duration {
 // Reconciler on their own connection.
 type benchMember struct {
 	nc     *nats.Conn
-	g      *store.Group
-	r      *store.Reconciler
+	g      *engine.Group
+	r      *engine.Reconciler
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-func startBenchMember(tb testing.TB, connect connector, cfg store.StreamConfig, name string, ttl time.Duration, faults store.Faults) *benchMember {
+func startBenchMember(tb testing.TB, connect connector, cfg store.StreamConfig, name string, ttl time.Duration, faults engine.Faults) *benchMember {
 	nc, js := connect(tb, nats.Name("bench "+name))
 	ctx, cancel := context.WithCancel(context.Background())
-	g, err := store.JoinGroup(ctx, js, store.GroupConfig{Stream: cfg, Name: "bench", Instance: name, TTL: ttl})
+	g, err := engine.JoinGroup(ctx, js, engine.GroupConfig{Stream: cfg, Name: "bench", Instance: name, TTL: ttl})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r, err := store.NewReconciler(ctx, js, store.ReconcilerConfig{Stream: cfg, Grants: g.Grants(), Faults: faults,
+	r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: cfg, Grants: g.Grants(), Faults: faults,
 		SnapshotInterval: benchSnapshotInterval})
 	if err != nil {
 		tb.Fatal(err)
@@ -65,10 +66,10 @@ func startBenchMember(tb testing.TB, connect connector, cfg store.StreamConfig, 
 // acquires only its share: no partition is started, then handed over.
 func preJoin(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, ttl time.Duration, names []string) {
 	ctx := context.Background()
-	if _, err := store.JoinGroup(ctx, js, store.GroupConfig{Stream: cfg, Name: "bench", Instance: "probe", TTL: ttl}); err != nil {
+	if _, err := engine.JoinGroup(ctx, js, engine.GroupConfig{Stream: cfg, Name: "bench", Instance: "probe", TTL: ttl}); err != nil {
 		tb.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, cfg.Name+store.LeaseBucketSuffix)
+	kv, err := js.KeyValue(ctx, cfg.Name+engine.LeaseBucketSuffix)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func BenchmarkGroupThroughput(b *testing.B) {
 				start := time.Now()
 				var ms []*benchMember
 				for _, name := range names {
-					ms = append(ms, startBenchMember(b, embeddedConnector(e), cfg, name, ttl, store.Faults{}))
+					ms = append(ms, startBenchMember(b, embeddedConnector(e), cfg, name, ttl, engine.Faults{}))
 				}
 				took := waitCheckpoints(b, snaps, targets, start)
 				foldCPU := cpuTime(b) - cpu0
@@ -155,7 +156,7 @@ func BenchmarkGroupThroughput(b *testing.B) {
 // idle), so what differs is the instance: its states as a taken-over
 // partition loads them, its maps and its consumers.
 func heapPerNode(b *testing.B, e *store.Embedded, cfg store.StreamConfig, ttl time.Duration) float64 {
-	m := startBenchMember(b, embeddedConnector(e), cfg, "i0", ttl, store.Faults{})
+	m := startBenchMember(b, embeddedConnector(e), cfg, "i0", ttl, engine.Faults{})
 	for len(m.r.Nodes()) < 10_000 || len(m.r.Partitions()) < 16 {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -198,7 +199,7 @@ func BenchmarkGroupFailover(b *testing.B) {
 			haves = append(haves, m)
 		}
 	}
-	ttl := store.DefaultLeaseTTL
+	ttl := engine.DefaultLeaseTTL
 	var firstSum, allSum time.Duration
 	for i := range b.N {
 		c, _, js, _, cfg := storetest.StartClusterStream(b, 3, store.StreamConfig{Replicas: 3})
@@ -208,7 +209,7 @@ func BenchmarkGroupFailover(b *testing.B) {
 		var mu sync.Mutex
 		first := map[int]time.Time{}
 		var a *benchMember
-		b1 := startBenchMember(b, c.Connect, cfg, "b", ttl, store.Faults{AfterFold: func(p int, _ uint64) error {
+		b1 := startBenchMember(b, c.Connect, cfg, "b", ttl, engine.Faults{AfterFold: func(p int, _ uint64) error {
 			if p < 8 && killed.Load() != 0 {
 				mu.Lock()
 				if _, ok := first[p]; !ok {
@@ -218,7 +219,7 @@ func BenchmarkGroupFailover(b *testing.B) {
 			}
 			return nil
 		}})
-		a = startBenchMember(b, c.Connect, cfg, "a", ttl, store.Faults{})
+		a = startBenchMember(b, c.Connect, cfg, "a", ttl, engine.Faults{})
 		snaps, err := store.OpenSnapshots(context.Background(), js, cfg)
 		if err != nil {
 			b.Fatal(err)

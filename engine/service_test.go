@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"encoding/json"
@@ -9,10 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit/audittest"
-	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
 
@@ -41,13 +41,13 @@ func TestStateService(t *testing.T) {
 	ctx := testCtx(t)
 	_, nc, _ := storetest.Start(t)
 	lookup, st := fakeLookup(t)
-	svc, err := store.AddStateService(nc, lookup)
+	svc, err := engine.AddStateService(nc, lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = svc.Stop() })
 
-	v, c, err := store.RequestState(ctx, nc, "", "ace", 5*time.Second)
+	v, c, err := engine.RequestState(ctx, nc, "", "ace", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,10 +65,10 @@ func TestStateService(t *testing.T) {
 	}
 
 	// Unknown node: a clear 404, not an empty success.
-	if _, _, err := store.RequestState(ctx, nc, "", "zed", 5*time.Second); !errors.Is(err, store.ErrUnknownNode) {
+	if _, _, err := engine.RequestState(ctx, nc, "", "zed", 5*time.Second); !errors.Is(err, engine.ErrUnknownNode) {
 		t.Errorf("unknown node: err = %v, want ErrUnknownNode", err)
 	}
-	msg, err := nc.Request(store.StateSubject("mesh", "state", "zed"), nil, 5*time.Second)
+	msg, err := nc.Request(events.StateSubject("mesh", "state", "zed"), nil, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestStateService(t *testing.T) {
 		t.Errorf("bad name: code %q, want 400", code)
 	}
 	// Another prefix has no service: no reconciler.
-	if _, _, err := store.RequestState(ctx, nc, "other", "ace", 5*time.Second); !errors.Is(err, store.ErrNoReconciler) {
+	if _, _, err := engine.RequestState(ctx, nc, "other", "ace", 5*time.Second); !errors.Is(err, engine.ErrNoReconciler) {
 		t.Errorf("other prefix: err = %v, want ErrNoReconciler", err)
 	}
 
@@ -94,7 +94,7 @@ func TestStateService(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ping micro.Ping
-	if err := json.Unmarshal(msg.Data, &ping); err != nil || ping.Name != store.StateServiceName {
+	if err := json.Unmarshal(msg.Data, &ping); err != nil || ping.Name != events.StateServiceName {
 		t.Errorf("ping: %s (%v)", msg.Data, err)
 	}
 	msg, err = nc.Request("$SRV.INFO.meshfold", nil, 5*time.Second)
@@ -126,18 +126,18 @@ func TestStateServicePartial(t *testing.T) {
 	lookup, _ := fakeLookup(t)
 	none := func(string) (*reconcile.State, bool) { return nil, false }
 	for _, l := range []func(string) (*reconcile.State, bool){none, lookup, none} {
-		svc, err := store.AddStateService(nc, l, store.StateServiceConfig{Partial: true})
+		svc, err := engine.AddStateService(nc, l, engine.StateServiceConfig{Partial: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = svc.Stop() })
 	}
 	for range 5 {
-		if v, _, err := store.RequestState(ctx, nc, "", "ace", 5*time.Second); err != nil || v.Node != "ace" {
+		if v, _, err := engine.RequestState(ctx, nc, "", "ace", 5*time.Second); err != nil || v.Node != "ace" {
 			t.Fatalf("owned node: %+v, %v", v, err)
 		}
 	}
-	if _, _, err := store.RequestState(ctx, nc, "", "zed", 200*time.Millisecond); !errors.Is(err, store.ErrNoReconciler) {
+	if _, _, err := engine.RequestState(ctx, nc, "", "zed", 200*time.Millisecond); !errors.Is(err, engine.ErrNoReconciler) {
 		t.Errorf("node nobody owns: err = %v, want ErrNoReconciler (then the snapshot)", err)
 	}
 }

@@ -1,0 +1,33 @@
+package events
+
+// The state service (DESIGN.md §6, `meshfold state`): a NATS micro
+// service named "meshfold" with two endpoints, so `nats micro ls` and
+// `nats micro info meshfold` find it:
+//
+//	state        $MESHFOLD.<prefix>.state.<node>        → reconcile.View
+//	composition  $MESHFOLD.<prefix>.composition.<node>  → reconcile.Composition
+//
+// The node is the subject's last token (the request body is ignored), so
+// NATS permissions can allow an operator some nodes and not others. The
+// reply is JSON; an error reply carries the micro error headers
+// (Nats-Service-Error-Code): 400 for a bad node name, 404 for a node the
+// reconciler has never folded an event of. Replies hold no secret: the
+// state holds paths, accounts and sequences, never filled-file content.
+const (
+	StateServiceName    = "meshfold"
+	StateServiceVersion = "0.1.0"
+	// StateSubjectRoot is the first token of the service's subjects.
+	StateSubjectRoot = "$MESHFOLD"
+	// EndpointState and EndpointComposition name the endpoints.
+	EndpointState       = "state"
+	EndpointComposition = "composition"
+)
+
+// StateSubject returns the subject of endpoint for node under prefix
+// ("" means "mesh"): $MESHFOLD.<prefix>.<endpoint>.<node>.
+func StateSubject(prefix, endpoint, node string) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return StateSubjectRoot + "." + prefix + "." + endpoint + "." + node
+}

@@ -1,0 +1,144 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TailConfig configures [Follow].
+type TailConfig struct {
+	// Stream is the stream's name.
+	Stream string
+	// Filter is the one stored subject (or wildcard) read, e.g.
+	// Subjects.Stored(node, kind, n). One filter: the server serves it
+	// from its subject index, while several filters make it scan.
+	Filter string
+	// Start is the first stream sequence delivered; 0 and 1 both mean the
+	// stream's first message.
+	Start uint64
+	// Heartbeat is the consumer's idle heartbeat; 0: the client's default.
+	// The client recreates the consumer after two missed heartbeats, so a
+	// short one resumes a read sooner after the server holding the
+	// consumer stops.
+	Heartbeat time.Duration
+}
+
+// Tailed is one message of a [Tail], with its metadata, or the error that
+// ended the tail.
+type Tailed struct {
+	Msg  jetstream.Msg
+	Meta *jetstream.MsgMetadata
+	Err  error
+}
+
+// Tail is a follow of one subject filter in stream order from a start
+// sequence, with an ordered consumer: every message once, in order, and
+// messages published later as they arrive. It is the one reader every
+// role uses (the reconciler's partitions, a node's plans, a provisioner's
+// knocks and settles, [ReadNode]). Stop it when done: that deletes the
+// consumer.
+type Tail struct {
+	js     jetstream.JetStream
+	stream string
+	cons   jetstream.Consumer
+	it     jetstream.MessagesContext
+	ch     chan Tailed
+	done   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// Follow starts a [Tail]. Its messages arrive on [Tail.C] (or through
+// [Tail.Next]); the consumer is created before Follow returns.
+//
+// Errors: the consumer's creation (a missing stream matches
+// jetstream.ErrStreamNotFound).
+func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail, error) {
+	occ := jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{cfg.Filter},
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: OrderedInactive,
+	}
+	if cfg.Start > 1 {
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, cfg.Start
+	}
+	cons, err := js.OrderedConsumer(ctx, cfg.Stream, occ)
+	if err != nil {
+		return nil, fmt.Errorf("ordered consumer on %s: %w", cfg.Stream, err)
+	}
+	var opts []jetstream.PullMessagesOpt
+	if cfg.Heartbeat > 0 {
+		opts = append(opts, jetstream.PullHeartbeat(cfg.Heartbeat))
+	}
+	it, err := cons.Messages(opts...)
+	if err != nil {
+		DropOrdered(js, cfg.Stream, cons)
+		return nil, fmt.Errorf("ordered consumer on %s: %w", cfg.Stream, err)
+	}
+	t := &Tail{js: js, stream: cfg.Stream, cons: cons, it: it, ch: make(chan Tailed), done: make(chan struct{})}
+	t.wg.Add(1)
+	go t.pump()
+	return t, nil
+}
+
+// pump hands each message on, until an error (sent too) or Stop.
+func (t *Tail) pump() {
+	defer t.wg.Done()
+	for {
+		var x Tailed
+		x.Msg, x.Err = t.it.Next()
+		if x.Err == nil {
+			if x.Meta, x.Err = x.Msg.Metadata(); x.Err != nil {
+				x.Msg = nil
+			}
+		}
+		if x.Err != nil {
+			x.Err = fmt.Errorf("read %s: %w", t.stream, x.Err)
+		}
+		select {
+		case t.ch <- x:
+		case <-t.done:
+			return
+		}
+		if x.Err != nil {
+			return
+		}
+	}
+}
+
+// C returns the channel of the tail's messages, for a select. After an
+// element with Err set nothing more arrives.
+func (t *Tail) C() <-chan Tailed { return t.ch }
+
+// Next returns the next message.
+//
+// Errors: ctx's error; the read's error (the tail is then over).
+func (t *Tail) Next(ctx context.Context) (jetstream.Msg, *jetstream.MsgMetadata, error) {
+	select {
+	case x := <-t.ch:
+		return x.Msg, x.Meta, x.Err
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+// Empty reports whether nothing matched the filter from the start
+// sequence when the consumer was created.
+func (t *Tail) Empty() bool {
+	info := t.cons.CachedInfo()
+	return info != nil && info.NumPending == 0
+}
+
+// Stop ends the tail and deletes its consumer. It is idempotent.
+func (t *Tail) Stop() {
+	t.once.Do(func() {
+		close(t.done)
+		t.it.Stop()
+		t.wg.Wait()
+		DropOrdered(t.js, t.stream, t.cons)
+	})
+}
