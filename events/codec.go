@@ -19,7 +19,9 @@ func Encode(p Payload) ([]byte, error) { return json.Marshal(p) }
 // Decode parses data as a payload of kind k and validates it. Unknown
 // fields are ignored (a newer publisher may add some).
 //
-// Errors: ErrUnknownKind for a kind not in [Kinds]; ErrNewerVersion when
+// Errors: ErrUnknownKind for a kind not in [Kinds]; a *FieldError wrapping
+// ErrTooLong (and ErrInvalid) when data is over [MaxEventBytes];
+// ErrNewerVersion when
 // `v` is newer than [Version]; ErrMalformed when data is not JSON of the
 // kind's shape; a *FieldError (matching ErrInvalid) when validation fails.
 func Decode(k Kind, data []byte) (Payload, error) { return decode(k, data, false) }
@@ -31,7 +33,10 @@ func DecodeStrict(k Kind, data []byte) (Payload, error) { return decode(k, data,
 func decode(k Kind, data []byte, strict bool) (Payload, error) {
 	p := New(k)
 	if p == nil {
-		return nil, fmt.Errorf("%w %q", ErrUnknownKind, k)
+		return nil, fmt.Errorf("%w %s", ErrUnknownKind, Short(string(k)))
+	}
+	if len(data) > MaxEventBytes {
+		return nil, fieldErr("payload", "", &LimitError{Err: ErrTooLong, Got: len(data), Limit: MaxEventBytes, Name: "MaxEventBytes"})
 	}
 	var err error
 	if strict {

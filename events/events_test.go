@@ -36,7 +36,7 @@ func TestDecodeValidation(t *testing.T) {
 		{"relative path", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"etc/pg","mode":"0600"}]}]}`, events.ErrBadPath, "modules[0].files[0].path"},
 		{"dotdot path", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"/etc/../pg","mode":"0600"}]}]}`, events.ErrBadPath, "modules[0].files[0].path"},
 		{"trailing slash", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"/etc/pg/","mode":"0600"}]}]}`, events.ErrBadPath, "modules[0].files[0].path"},
-		{"NUL in path", events.KindRefusal, `{"v":1,` + at + `,"module":"pg","path":"/etc/p\u0000g","reason":"undeclared","plan":0,"writer":"w"}`, events.ErrBadPath, "path"},
+		{"NUL in path", events.KindRefusal, `{"v":1,` + at + `,"module":"pg","path":"/etc/p\u0000g","reason":"undeclared","plan":0,"writer":"w"}`, events.ErrControl, "path"},
 		{"mode not octal", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"/p","mode":"0800"}]}]}`, events.ErrBadMode, "modules[0].files[0].mode"},
 		{"mode too long", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"/p","mode":"00600"}]}]}`, events.ErrBadMode, "modules[0].files[0].mode"},
 		{"two provisioners", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"a","build":"b","provisioner":true},{"name":"c","build":"b","provisioner":true}]}`, events.ErrProvisioners, "modules[1].provisioner"},
@@ -54,6 +54,31 @@ func TestDecodeValidation(t *testing.T) {
 		{"refusal bad reason", events.KindRefusal, `{"v":1,` + at + `,"module":"a","path":"/p","reason":"nope","plan":0,"writer":"w"}`, events.ErrBadValue, "reason"},
 		{"filled without digest", events.KindFilled, `{"v":1,` + at + `,"module":"a","path":"/p","plan":1}`, events.ErrMissing, "digest"},
 		{"journal bad level", events.KindJournal, `{"v":1,` + at + `,"level":"debug","msg":"m","cause":1}`, events.ErrBadValue, "level"},
+		{"want without modules", events.KindWant, `{"v":1,` + at + `}`, events.ErrMissing, "modules"},
+		{"want with null modules", events.KindWant, `{"v":1,` + at + `,"modules":null}`, events.ErrMissing, "modules"},
+		{"want with no module", events.KindWant, `{"v":1,` + at + `,"modules":[]}`, nil, ""},
+		{"at not UTC", events.KindWant, `{"v":1,"at":"2026-11-03T20:50:00+02:00","modules":[]}`, events.ErrNotUTC, "at"},
+		{"at UTC as +00:00", events.KindWant, `{"v":1,"at":"2026-11-03T20:50:00+00:00","modules":[]}`, nil, ""},
+		{"build with newline", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b\n2026 forged"}]}`, events.ErrControl, "modules[0].build"},
+		{"build too long", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"` + strings.Repeat("b", events.MaxBuild+1) + `"}]}`, events.ErrTooLong, "modules[0].build"},
+		{"build at the limit", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"` + strings.Repeat("b", events.MaxBuild) + `"}]}`, nil, ""},
+		{"runs_as a shell command", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","runs_as":"root; rm -rf /"}]}`, events.ErrBadAccount, "modules[0].runs_as"},
+		{"runs_as too long", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","runs_as":"` + strings.Repeat("u", events.MaxAccount+1) + `"}]}`, events.ErrTooLong, "modules[0].runs_as"},
+		{"runs_as starting with a digit", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","runs_as":"1u"}]}`, events.ErrBadAccount, "modules[0].runs_as"},
+		{"runs_as underscore and dash", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","runs_as":"_pg-2"}]}`, nil, ""},
+		{"path too long", events.KindRefusal, `{"v":1,` + at + `,"module":"pg","path":"/` + strings.Repeat("p", events.MaxPath) + `","reason":"undeclared","plan":0,"writer":"w"}`, events.ErrTooLong, "path"},
+		{"path with newline", events.KindFilled, `{"v":1,` + at + `,"module":"pg","path":"/a\nb","plan":1,"digest":"d"}`, events.ErrControl, "path"},
+		{"path in the reserved dir", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"/.meshfold/modules/x","mode":"0600"}]}]}`, events.ErrReserved, "modules[0].files[0].path"},
+		{"the reserved dir itself", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"/.meshfold","mode":"0600"}]}]}`, events.ErrReserved, "modules[0].files[0].path"},
+		{"a sibling of the reserved dir", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[{"path":"/.meshfolder/x","mode":"0600"}]}]}`, nil, ""},
+		{"too many files in a module", events.KindWant, `{"v":1,` + at + `,"modules":[{"name":"pg","build":"b","files":[` + files(0, events.MaxFilesPerModule+1) + `]}]}`, events.ErrTooMany, "modules[0].files"},
+		{"too many modules", events.KindWant, `{"v":1,` + at + `,"modules":[` + modules(events.MaxModules+1, 0) + `]}`, events.ErrTooMany, "modules"},
+		{"too many files in a want", events.KindWant, `{"v":1,` + at + `,"modules":[` + modules(events.MaxFilesPerWant/events.MaxFilesPerModule+1, events.MaxFilesPerModule) + `]}`, events.ErrTooMany, "modules[16].files"},
+		{"approve by with newline", events.KindApprove, `{"v":1,` + at + `,"module":"a","build":"b","by":"o\nx"}`, events.ErrControl, "by"},
+		{"settle error too long", events.KindSettle, `{"v":1,` + at + `,"module":"a","op":"failed","plan":3,"error":"` + strings.Repeat("e", events.MaxText+1) + `"}`, events.ErrTooLong, "error"},
+		{"settle error with newlines", events.KindSettle, `{"v":1,` + at + `,"module":"a","op":"failed","plan":3,"error":"line 1\nline 2"}`, nil, ""},
+		{"have account not a user", events.KindHave, `{"v":1,` + at + `,"modules":[{"name":"a","build":"b","state":"running","account":"A B"}]}`, events.ErrBadAccount, "modules[0].account"},
+		{"payload too big", events.KindWant, `{"v":1,` + at + `,"modules":[],"pad":"` + strings.Repeat(" ", events.MaxEventBytes) + `"}`, events.ErrTooLong, "payload"},
 		{"unknown kind", events.Kind("fill"), `{}`, events.ErrUnknownKind, ""},
 		{"knock operator", events.KindKnock, `{"v":1,` + at + `,"cause":3,"reasons":["operator"],"owed":[]}`, nil, ""},
 		// Operator events (DESIGN.md §9): by is required in every one.
@@ -271,5 +296,69 @@ func TestModePerm(t *testing.T) {
 		if got := mode.Perm(); got != want {
 			t.Errorf("%s.Perm() = %o, want %o", mode, got, want)
 		}
+	}
+}
+
+// files returns n file declarations, paths /f<from>.. /f<from+n-1>.
+func files(from, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"path":"/f` + strconv.Itoa(from+i) + `","mode":"0600"}`)
+	}
+	return b.String()
+}
+
+// modules returns n module declarations with nfiles files each.
+func modules(n, nfiles int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"name":"m` + strconv.Itoa(i) + `","build":"b","files":[` + files(i*nfiles, nfiles) + `]}`)
+	}
+	return b.String()
+}
+
+func TestLimitErrorNamesTheLimit(t *testing.T) {
+	_, err := events.Decode(events.KindWant, []byte(`{"v":1,`+at+`,"modules":[`+modules(events.MaxModules+1, 0)+`]}`))
+	var le *events.LimitError
+	if !errors.As(err, &le) || le.Got != events.MaxModules+1 || le.Limit != events.MaxModules {
+		t.Fatalf("err %v: want a LimitError with got %d, limit %d", err, events.MaxModules+1, events.MaxModules)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "events.MaxModules") || !strings.Contains(msg, strconv.Itoa(events.MaxModules)) {
+		t.Fatalf("error %q does not name the limit", msg)
+	}
+}
+
+func TestShort(t *testing.T) {
+	long := "/" + strings.Repeat("a", 270000)
+	got := events.Short(long)
+	if len(got) > 100 || !strings.Contains(got, "(270001 bytes)") {
+		t.Fatalf("Short of a long value: %q", got)
+	}
+	if got := events.Short("a\nb\x1b[31m"); strings.ContainsAny(got, "\n\x1b") {
+		t.Fatalf("Short let a control character through: %q", got)
+	}
+	if got := events.Short("pg"); got != `"pg"` {
+		t.Fatalf("Short(pg) = %s", got)
+	}
+	// A cut never splits a rune.
+	if got := events.Short(strings.Repeat("é", 100)); !strings.Contains(got, "(200 bytes)") || strings.Contains(got, "\\x") {
+		t.Fatalf("Short of runes: %s", got)
+	}
+	if got := events.Cut(strings.Repeat("e", 5000), events.MaxText); len(got) > events.MaxText || !strings.HasSuffix(got, "(5000 bytes)") {
+		t.Fatalf("Cut: %d bytes, %q", len(got), got[len(got)-20:])
+	}
+	if got := events.Cut("short", events.MaxText); got != "short" {
+		t.Fatalf("Cut of a short value: %q", got)
+	}
+	// A field error quotes its value through Short.
+	_, err := events.Decode(events.KindRefusal, []byte(`{"v":1,`+at+`,"module":"pg","path":"`+long+`","reason":"undeclared","plan":0,"writer":"w"}`))
+	if err == nil || len(err.Error()) > 200 {
+		t.Fatalf("error of a long path is %d bytes", len(err.Error()))
 	}
 }

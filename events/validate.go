@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 )
 
 // Errors of validation and decoding. Validation errors come as a
@@ -29,25 +30,60 @@ var (
 	ErrDuplicate    = errors.New("declared twice")
 	ErrProvisioners = errors.New("more than one provisioner module")
 	ErrVersion      = errors.New("must be a schema version from 1")
-	ErrControl      = errors.New("must not hold a newline or a control character")
+	ErrTooLong      = errors.New("too long")
+	ErrTooMany      = errors.New("too many")
+	ErrControl      = errors.New("must not hold a newline, a control character or invalid UTF-8")
+	ErrBadAccount   = errors.New("must be a user name: [a-z_][a-z0-9_-]{0,31}")
+	ErrReserved     = errors.New("is inside the node agent's reserved directory " + ReservedDir)
+	ErrNotUTC       = errors.New("must be RFC 3339 in UTC (Z)")
 )
+
+// LimitError is the error of a value over one of the limits of
+// DESIGN.md §10 (see limits.go): it says the limit and the size found.
+// It wraps [ErrTooLong] or [ErrTooMany].
+type LimitError struct {
+	Err   error // ErrTooLong or ErrTooMany
+	Got   int   // the length in bytes, or the count
+	Limit int
+	Name  string // the limit's name in package events, e.g. "MaxPath"
+}
+
+func (e *LimitError) Error() string {
+	unit := ""
+	if e.Err == ErrTooLong {
+		unit = " bytes"
+	}
+	return fmt.Sprintf("%v: %d%s, the limit is %d (events.%s)", e.Err, e.Got, unit, e.Limit, e.Name)
+}
+
+// Unwrap returns ErrTooLong or ErrTooMany.
+func (e *LimitError) Unwrap() error { return e.Err }
+
+func tooLong(field, value string, limit int, name string) error {
+	return fieldErr(field, value, &LimitError{Err: ErrTooLong, Got: len(value), Limit: limit, Name: name})
+}
+
+func tooMany(field string, got, limit int, name string) error {
+	return fieldErr(field, "", &LimitError{Err: ErrTooMany, Got: got, Limit: limit, Name: name})
+}
 
 // FieldError names the field that failed validation and why. Field is a
 // JSON path such as "modules[2].files[0].path".
 type FieldError struct {
 	Field string
-	Value string // the offending value, quoted; empty when missing
-	Err   error  // one of the sentinels of this package
+	Value string // the offending value; empty when missing
+	Err   error  // one of the sentinels of this package, or a *LimitError
 }
 
+// Error names the field and the value, quoted and cut when long ([Short]).
 func (e *FieldError) Error() string {
 	if e.Value != "" {
-		return fmt.Sprintf("%s %q: %v", e.Field, e.Value, e.Err)
+		return fmt.Sprintf("%s %s: %v", e.Field, Short(e.Value), e.Err)
 	}
 	return fmt.Sprintf("%s: %v", e.Field, e.Err)
 }
 
-// Unwrap returns the specific sentinel and ErrInvalid.
+// Unwrap returns the specific sentinel (or *LimitError) and ErrInvalid.
 func (e *FieldError) Unwrap() []error { return []error{e.Err, ErrInvalid} }
 
 func fieldErr(field, value string, err error) error {
@@ -110,9 +146,38 @@ func checkName(field, s string) error {
 	return nil
 }
 
-func checkRequired(field, s string) error {
+// checkText checks a value that is required (when required), at most
+// limit bytes long (limitName names the limit) and, when plain, free of
+// control characters.
+func checkText(field, s string, required, plain bool, limit int, limitName string) error {
+	switch {
+	case s == "":
+		if required {
+			return fieldErr(field, "", ErrMissing)
+		}
+		return nil
+	case len(s) > limit:
+		return tooLong(field, s, limit, limitName)
+	case plain && HasControl(s):
+		return fieldErr(field, s, ErrControl)
+	}
+	return nil
+}
+
+func checkBuild(field, s string, required bool) error {
+	return checkText(field, s, required, true, MaxBuild, "MaxBuild")
+}
+
+// checkAccount checks an account that may be empty.
+func checkAccount(field, s string) error {
 	if s == "" {
-		return fieldErr(field, "", ErrMissing)
+		return nil
+	}
+	if len(s) > MaxAccount {
+		return tooLong(field, s, MaxAccount, "MaxAccount")
+	}
+	if !ValidAccount(s) {
+		return fieldErr(field, s, ErrBadAccount)
 	}
 	return nil
 }
@@ -121,17 +186,32 @@ func checkPath(field, p string) error {
 	if p == "" {
 		return fieldErr(field, "", ErrMissing)
 	}
+	if len(p) > MaxPath {
+		return tooLong(field, p, MaxPath, "MaxPath")
+	}
+	if HasControl(p) {
+		return fieldErr(field, p, ErrControl)
+	}
 	if !ValidPath(p) {
 		return fieldErr(field, p, ErrBadPath)
 	}
 	return nil
 }
 
-func checkFiles(field string, files []File, seen map[string]bool) error {
+// checkFiles checks a module's files; seen, when not nil, collects the
+// paths of the whole want or plan (declared twice is an error) and
+// reserved refuses paths in [ReservedDir].
+func checkFiles(field string, files []File, seen map[string]bool, reserved bool) error {
+	if len(files) > MaxFilesPerModule {
+		return tooMany(field, len(files), MaxFilesPerModule, "MaxFilesPerModule")
+	}
 	for i, f := range files {
 		fp := fmt.Sprintf("%s[%d]", field, i)
 		if err := checkPath(fp+".path", f.Path); err != nil {
 			return err
+		}
+		if reserved && InReserved(f.Path) {
+			return fieldErr(fp+".path", f.Path, ErrReserved)
 		}
 		if !ValidMode(f.Mode) {
 			return fieldErr(fp+".mode", string(f.Mode), ErrBadMode)
@@ -153,14 +233,25 @@ func (h *Header) validate() error {
 	if h.At.IsZero() {
 		return fieldErr("at", "", ErrMissing)
 	}
+	if _, off := h.At.Zone(); off != 0 {
+		return fieldErr("at", h.At.Format(time.RFC3339Nano), ErrNotUTC)
+	}
 	return nil
 }
 
-// Validate checks names, builds, paths, modes, at most one provisioner, and
-// no module name or file path declared twice in the want.
+// Validate checks names, builds, accounts, paths, modes, the limits of
+// DESIGN.md §10, at most one provisioner, no module name or file path
+// declared twice, and no path in [ReservedDir]. Modules must be present:
+// an explicit empty list removes every module, a missing one is an error.
 func (w *Want) Validate() error {
 	if err := w.header().validate(); err != nil {
 		return err
+	}
+	if w.Modules == nil {
+		return fieldErr("modules", "", ErrMissing)
+	}
+	if len(w.Modules) > MaxModules {
+		return tooMany("modules", len(w.Modules), MaxModules, "MaxModules")
 	}
 	names := make(map[string]bool, len(w.Modules))
 	paths := make(map[string]bool)
@@ -174,7 +265,10 @@ func (w *Want) Validate() error {
 			return fieldErr(f+".name", m.Name, ErrDuplicate)
 		}
 		names[m.Name] = true
-		if err := checkRequired(f+".build", m.Build); err != nil {
+		if err := checkBuild(f+".build", m.Build, true); err != nil {
+			return err
+		}
+		if err := checkAccount(f+".runs_as", m.RunsAs); err != nil {
 			return err
 		}
 		if m.Provisioner {
@@ -183,8 +277,11 @@ func (w *Want) Validate() error {
 			}
 			provisioner = m.Name
 		}
-		if err := checkFiles(f+".files", m.Files, paths); err != nil {
+		if err := checkFiles(f+".files", m.Files, paths, true); err != nil {
 			return err
+		}
+		if len(paths) > MaxFilesPerWant {
+			return tooMany(f+".files", len(paths), MaxFilesPerWant, "MaxFilesPerWant")
 		}
 	}
 	return nil
@@ -198,17 +295,20 @@ func (a *Approve) Validate() error {
 	if err := checkName("module", a.Module); err != nil {
 		return err
 	}
-	if err := checkRequired("build", a.Build); err != nil {
+	if err := checkBuild("build", a.Build, true); err != nil {
 		return err
 	}
-	return checkRequired("by", a.By)
+	return checkText("by", a.By, true, true, MaxBy, "MaxBy")
 }
 
-// Validate checks names, states and that only a module not running may
-// have an empty build.
+// Validate checks names, builds, accounts, states, the limits, and that
+// only a module not running may have an empty build.
 func (h *Have) Validate() error {
 	if err := h.header().validate(); err != nil {
 		return err
+	}
+	if len(h.Modules) > MaxHaveModules {
+		return tooMany("modules", len(h.Modules), MaxHaveModules, "MaxHaveModules")
 	}
 	names := make(map[string]bool, len(h.Modules))
 	for i, m := range h.Modules {
@@ -227,14 +327,18 @@ func (h *Have) Validate() error {
 		default:
 			return fieldErr(f+".state", string(m.State), ErrBadValue)
 		}
-		if m.State == Running && m.Build == "" {
-			return fieldErr(f+".build", "", ErrMissing)
+		if err := checkBuild(f+".build", m.Build, m.State == Running); err != nil {
+			return err
+		}
+		if err := checkAccount(f+".account", m.Account); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// Validate checks the module (empty allowed), op and a non-zero plan.
+// Validate checks the module (empty allowed), op, a non-zero plan and the
+// error's length.
 func (s *Settle) Validate() error {
 	if err := s.header().validate(); err != nil {
 		return err
@@ -252,7 +356,7 @@ func (s *Settle) Validate() error {
 	if s.Plan == 0 {
 		return fieldErr("plan", "", ErrMissing)
 	}
-	return nil
+	return checkText("error", s.Error, false, false, MaxText, "MaxText")
 }
 
 func validReason(r Reason) bool {
@@ -263,7 +367,7 @@ func validReason(r Reason) bool {
 	return false
 }
 
-// Validate checks module, path, reason and writer.
+// Validate checks module, path, reason, writer and the error's length.
 func (r *Refusal) Validate() error {
 	if err := r.header().validate(); err != nil {
 		return err
@@ -280,7 +384,12 @@ func (r *Refusal) Validate() error {
 	if !validReason(r.Reason) {
 		return fieldErr("reason", string(r.Reason), ErrBadValue)
 	}
-	return checkRequired("writer", r.Writer)
+	// The writer is what a client declared: any account it may be
+	// configured with, judged by the node, not a user-name pattern.
+	if err := checkText("writer", r.Writer, true, true, MaxAccount, "MaxAccount"); err != nil {
+		return err
+	}
+	return checkText("error", r.Error, false, false, MaxText, "MaxText")
 }
 
 // Validate checks module, path and digest.
@@ -294,16 +403,22 @@ func (f *Filled) Validate() error {
 	if err := checkPath("path", f.Path); err != nil {
 		return err
 	}
-	return checkRequired("digest", f.Digest)
+	return checkText("digest", f.Digest, true, true, MaxDigest, "MaxDigest")
 }
 
-// Validate checks the plan's rows like a want's.
+// Validate checks the plan's rows like a want's, and its limits.
 func (p *Plan) Validate() error {
 	if err := p.header().validate(); err != nil {
 		return err
 	}
 	if p.Cause == 0 {
 		return fieldErr("cause", "", ErrMissing)
+	}
+	if err := checkAccount("provisioner_account", p.ProvisionerAccount); err != nil {
+		return err
+	}
+	if len(p.Modules) > MaxModules {
+		return tooMany("modules", len(p.Modules), MaxModules, "MaxModules")
 	}
 	names := make(map[string]bool, len(p.Modules))
 	paths := make(map[string]bool)
@@ -316,8 +431,14 @@ func (p *Plan) Validate() error {
 			return fieldErr(f+".name", m.Name, ErrDuplicate)
 		}
 		names[m.Name] = true
-		if !m.Held && m.Build == "" {
-			return fieldErr(f+".build", "", ErrMissing)
+		if err := checkBuild(f+".build", m.Build, !m.Held); err != nil {
+			return err
+		}
+		if err := checkBuild(f+".pending", m.Pending, false); err != nil {
+			return err
+		}
+		if err := checkAccount(f+".runs_as", m.RunsAs); err != nil {
+			return err
 		}
 		switch m.Why {
 		case "":
@@ -328,7 +449,9 @@ func (p *Plan) Validate() error {
 		default:
 			return fieldErr(f+".why", string(m.Why), ErrBadValue)
 		}
-		if err := checkFiles(f+".files", m.Files, paths); err != nil {
+		// A held row carries the files of what runs, which an older
+		// plan declared: the per-want file limit does not apply.
+		if err := checkFiles(f+".files", m.Files, paths, false); err != nil {
 			return err
 		}
 	}
@@ -350,6 +473,9 @@ func (k *Knock) Validate() error {
 			return fieldErr(fmt.Sprintf("reasons[%d]", i), string(r), ErrBadValue)
 		}
 	}
+	if len(k.Owed) > MaxOwedPerKnock {
+		return tooMany("owed", len(k.Owed), MaxOwedPerKnock, "MaxOwedPerKnock")
+	}
 	for i, o := range k.Owed {
 		f := fmt.Sprintf("owed[%d]", i)
 		if err := checkName(f+".module", o.Module); err != nil {
@@ -360,6 +486,9 @@ func (k *Knock) Validate() error {
 		}
 		if !validReason(o.Reason) {
 			return fieldErr(f+".reason", string(o.Reason), ErrBadValue)
+		}
+		if err := checkText(f+".writer", o.Writer, false, true, MaxAccount, "MaxAccount"); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -377,27 +506,21 @@ func (j *Journal) Validate() error {
 	default:
 		return fieldErr("level", string(j.Level), ErrBadValue)
 	}
-	return checkRequired("msg", j.Msg)
+	return checkText("msg", j.Msg, true, false, MaxJournal, "MaxJournal")
 }
 
 // checkFreeText refuses free text (an operator's reason) holding a newline
-// or a control character: it is printed on one line of fleet, state and
-// the timeline, and must never be printed raw (DESIGN.md §10).
+// or a control character, or longer than [MaxText]: it is printed on one
+// line of fleet, state and the timeline, and must never be printed raw
+// (DESIGN.md §10).
 func checkFreeText(field, s string) error {
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return fieldErr(field, "", ErrControl)
-		}
-	}
-	return nil
+	return checkText(field, s, false, true, MaxText, "MaxText")
 }
 
-// checkBy checks an operator event's by: required, one line.
+// checkBy checks an operator event's by: required, one line, at most
+// [MaxBy] bytes.
 func checkBy(by string) error {
-	if err := checkRequired("by", by); err != nil {
-		return err
-	}
-	return checkFreeText("by", by)
+	return checkText("by", by, true, true, MaxBy, "MaxBy")
 }
 
 // Validate checks by and the reason's text.
@@ -438,7 +561,7 @@ func (r *Revoke) Validate() error {
 	if err := checkName("module", r.Module); err != nil {
 		return err
 	}
-	if err := checkRequired("build", r.Build); err != nil {
+	if err := checkBuild("build", r.Build, true); err != nil {
 		return err
 	}
 	return checkBy(r.By)

@@ -384,7 +384,7 @@ func (a *Agent) handlePlan(ctx context.Context, ev events.Event) {
 		}
 		a.failed = &ev
 		log.Error("apply failed; writes are still judged by the settled plan", "module", failedModule, "settled", a.Settled(), "err", err)
-		a.publish(ctx, events.Stamp(&events.Settle{Module: failedModule, Op: events.OpFailed, Plan: ev.Seq, Error: err.Error()}, time.Now()),
+		a.publish(ctx, events.Stamp(&events.Settle{Module: failedModule, Op: events.OpFailed, Plan: ev.Seq, Error: events.Cut(err.Error(), events.MaxText)}, time.Now()),
 			store.WithMsgID(nuid.Next()))
 		if len(changes) > 0 {
 			a.kickHave()

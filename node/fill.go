@@ -71,10 +71,18 @@ func checkFillRequest(module, path, writer string) error {
 		return &events.FieldError{Field: events.HeaderModule, Value: module, Err: events.ErrBadName}
 	case path == "":
 		return &events.FieldError{Field: events.HeaderPath, Err: events.ErrMissing}
+	case len(path) > events.MaxPath:
+		return &events.FieldError{Field: events.HeaderPath, Value: path, Err: &events.LimitError{Err: events.ErrTooLong, Got: len(path), Limit: events.MaxPath, Name: "MaxPath"}}
+	case events.HasControl(path):
+		return &events.FieldError{Field: events.HeaderPath, Value: path, Err: events.ErrControl}
 	case !events.ValidPath(path):
 		return &events.FieldError{Field: events.HeaderPath, Value: path, Err: events.ErrBadPath}
 	case writer == "":
 		return &events.FieldError{Field: events.HeaderWriter, Err: events.ErrMissing}
+	case len(writer) > events.MaxAccount:
+		return &events.FieldError{Field: events.HeaderWriter, Value: writer, Err: &events.LimitError{Err: events.ErrTooLong, Got: len(writer), Limit: events.MaxAccount, Name: "MaxAccount"}}
+	case events.HasControl(writer):
+		return &events.FieldError{Field: events.HeaderWriter, Value: writer, Err: events.ErrControl}
 	}
 	return nil
 }
@@ -109,7 +117,7 @@ func (a *Agent) fill(ctx context.Context, module, path, writer string, content [
 		r := &events.Refusal{Module: module, Path: path, Reason: reason, Plan: seq, Writer: writer}
 		reply := events.FillReply{Reason: reason}
 		if werr != nil {
-			r.Error, reply.Error = werr.Error(), werr.Error()
+			r.Error, reply.Error = events.Cut(werr.Error(), events.MaxText), werr.Error()
 			log.Warn("fill refused", "reason", reason, "err", werr)
 		} else {
 			log.Info("fill refused", "reason", reason)

@@ -12,15 +12,15 @@ import (
 	"os/user"
 	"path"
 	"strconv"
-	"strings"
 
 	"github.com/meshfold/meshfold/events"
 )
 
 // ReservedDir is the directory under the node's root that belongs to the
 // agent (the command line keeps [DirRuntime]'s records there). Fill
-// requests for a path inside it are refused as write-failed.
-const ReservedDir = "/.meshfold"
+// requests for a path inside it are refused as write-failed, and a want
+// may not declare one (events.ReservedDir, where the value lives).
+const ReservedDir = events.ReservedDir
 
 // errReserved: a fill named a path inside [ReservedDir].
 var errReserved = errors.New("path is inside the agent's reserved directory " + ReservedDir)
@@ -38,7 +38,7 @@ func writeFile(root *os.Root, file events.File, account string, data []byte) (er
 	if !events.ValidPath(file.Path) || !events.ValidMode(file.Mode) {
 		return fmt.Errorf("%s: invalid path or mode %q", file.Path, file.Mode)
 	}
-	if file.Path == ReservedDir || strings.HasPrefix(file.Path, ReservedDir+"/") {
+	if events.InReserved(file.Path) {
 		return fmt.Errorf("%s: %w", file.Path, errReserved)
 	}
 	rel := file.Path[1:]

@@ -111,6 +111,11 @@ func (f *folder) want(p *events.Want) {
 
 func (f *folder) approve(p *events.Approve) {
 	a := Approval{Module: p.Module, Build: p.Build, By: p.By, Seq: f.ev.Seq}
+	if _, found := slices.BinarySearchFunc(f.s.Approvals, a, compareApproval); !found && len(f.s.Approvals) >= MaxApprovals {
+		f.journal(events.LevelError, "approval %d of %s at build %s not kept: the node keeps at most %d approvals (reconcile.MaxApprovals)",
+			f.ev.Seq, events.Short(p.Module), events.Short(p.Build), MaxApprovals)
+		return
+	}
 	f.s.Approvals = upsert(f.s.Approvals, a, compareApproval, func(Approval) bool { return false })
 	f.compose()
 }
@@ -152,6 +157,9 @@ func (f *folder) settle(p *events.Settle) {
 						continue
 					}
 					a := Accepting{Module: row.Name, Path: file.Path, Account: s.Settled.Account, Plan: s.Settled.Seq}
+					if _, found := slices.BinarySearchFunc(s.Accepting, a, compareAccepting); !found {
+						s.Accepting = evictOldest(s.Accepting, MaxAccepting, func(a Accepting) uint64 { return a.Plan })
+					}
 					s.Accepting = upsert(s.Accepting, a, compareAccepting, func(Accepting) bool { return true })
 				}
 			}
@@ -170,7 +178,12 @@ func (f *folder) refusal(p *events.Refusal) {
 	if !f.paidByFilled(it) {
 		// An unpaid item reported again adds nothing; items are never
 		// replaced.
-		s.Owed = upsert(s.Owed, it, compareItem, func(Item) bool { return false })
+		if _, found := slices.BinarySearchFunc(s.Owed, it, compareItem); !found && len(s.Owed) >= MaxOwed {
+			f.journal(events.LevelWarn, "refusal %d of %s not owed: the node already owes %d items (reconcile.MaxOwed); the next knock fills every file",
+				f.ev.Seq, events.Short(p.Path), MaxOwed)
+		} else {
+			s.Owed = upsert(s.Owed, it, compareItem, func(Item) bool { return false })
+		}
 	}
 	f.knock(false)
 }
@@ -193,6 +206,9 @@ func (f *folder) filled(p *events.Filled) {
 		return
 	}
 	m := FilledMark{Module: p.Module, Path: p.Path, Plan: p.Plan}
+	if _, found := slices.BinarySearchFunc(s.Filled, m, compareFilled); !found {
+		s.Filled = evictOldest(s.Filled, MaxFilled, func(m FilledMark) uint64 { return m.Plan })
+	}
 	s.Filled = upsert(s.Filled, m, compareFilled, func(old FilledMark) bool { return old.Plan < m.Plan })
 	// Items that arrived before it, at its plan or older, are paid.
 	s.Owed = slices.DeleteFunc(s.Owed, func(it Item) bool {
@@ -232,6 +248,10 @@ func (f *folder) compose() {
 		return
 	}
 	if last := s.Emitted(); last == nil || last.Want != s.Want.Seq || last.Account != account || !equalRows(last.Modules, rows) {
+		if len(s.Unsettled) >= MaxUnsettled {
+			// Keep the oldest (the node may be applying it) and the newest.
+			s.Unsettled = slices.Delete(s.Unsettled, 1, 2)
+		}
 		s.Unsettled = append(s.Unsettled, &PlanRecord{Cause: f.ev.Seq, Want: s.Want.Seq, Account: account, Modules: rows})
 		f.emit(events.KindPlan, &events.Plan{Cause: f.ev.Seq, Want: s.Want.Seq, ProvisionerAccount: account, Modules: rows})
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -71,6 +72,15 @@ func printedSeq(t *testing.T, stdout string) uint64 {
 	return n
 }
 
+// manyModules returns n module declarations.
+func manyModules(n int) string {
+	ms := make([]string, n)
+	for i := range ms {
+		ms[i] = fmt.Sprintf(`{"name": "m%d", "build": "b"}`, i)
+	}
+	return strings.Join(ms, ",")
+}
+
 const goodWant = `{"modules": [
   {"name": "provisioner", "build": "p:1", "runs_as": "prov", "provisioner": true},
   {"name": "mesh-build-go", "build": "g:1", "runs_as": "mbg",
@@ -94,6 +104,13 @@ func TestWantRefusesBadInput(t *testing.T) {
 		{"setuid world-writable mode", "ace", `{"modules": [{"name": "a", "build": "x", "files": [{"path": "/etc/a", "mode": "4777"}]}]}`, "modules[0].files[0].mode"},
 		{"misspelt modules", "ace", `{"modlues": []}`, `"modlues"`},
 		{"bad node", "Ace", goodWant, "NODE"},
+		{"oversized file", "ace", `{"modules": [], "pad": "` + strings.Repeat(" ", events.MaxEventBytes) + `"}`, "events.MaxEventBytes"},
+		{"too many modules", "ace", `{"modules": [` + manyModules(events.MaxModules+1) + `]}`, "the limit is 32 (events.MaxModules)"},
+		{"null modules", "ace", `{"modules": null}`, "modules: required"},
+		{"runs_as a command", "ace", `{"modules": [{"name": "a", "build": "x", "runs_as": "root; rm -rf /"}]}`, "modules[0].runs_as"},
+		{"build with a newline", "ace", `{"modules": [{"name": "a", "build": "x\ny"}]}`, "modules[0].build"},
+		{"reserved path", "ace", `{"modules": [{"name": "a", "build": "x", "files": [{"path": "/.meshfold/modules/a", "mode": "0600"}]}]}`, "reserved directory"},
+		{"at not UTC", "ace", `{"at": "2026-12-01T12:00:00+01:00", "modules": []}`, "UTC"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := c.run(t, "", "want", tc.node, "-f", writeWantFile(t, tc.file))

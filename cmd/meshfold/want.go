@@ -91,6 +91,10 @@ func runWant(ctx context.Context, a *app, nodeName, file string, expect *uint64)
 	if err != nil {
 		return withCode(exitUsage, fmt.Errorf("--file: %w", err))
 	}
+	if len(data) > events.MaxEventBytes {
+		return withCode(exitUsage, fmt.Errorf("%s: %d bytes: a want is at most %d bytes (events.MaxEventBytes); nothing was published",
+			fileLabel(file), len(data), events.MaxEventBytes))
+	}
 	w, err := decodeWant(data, time.Now())
 	if err != nil {
 		return withCode(exitUsage, fmt.Errorf("%s: %w", fileLabel(file), err))
@@ -155,16 +159,16 @@ func decodeWant(data []byte, now time.Time) (*events.Want, error) {
 		return nil, err
 	}
 	p, err := events.DecodeStrict(events.KindWant, filled)
+	if fe := (*events.FieldError)(nil); errors.As(err, &fe) && fe.Field == "modules" && errors.Is(err, events.ErrMissing) {
+		// A want replaces the last one: no modules removes every module
+		// from the node. That must be said, never implied by a forgotten
+		// or misspelt key (events refuses it too).
+		return nil, &events.FieldError{Field: "modules", Err: fmt.Errorf("%w (write \"modules\": [] to remove every module)", events.ErrMissing)}
+	}
 	if err != nil {
 		return nil, err
 	}
 	w := p.(*events.Want)
-	if w.Modules == nil {
-		// A want replaces the last one: no modules removes every module
-		// from the node. That must be said, never implied by a forgotten
-		// or misspelt key.
-		return nil, &events.FieldError{Field: "modules", Err: fmt.Errorf("%w (write \"modules\": [] to remove every module)", events.ErrMissing)}
-	}
 	// Filled files hold credentials: a mode that makes one writable by
 	// anyone, or setuid, setgid or sticky, is a mistake the wire format
 	// allows (3 or 4 octal digits) and the controller's verb refuses.
