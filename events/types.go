@@ -146,6 +146,14 @@ type HaveModule struct {
 	State RunState `json:"state"`
 	// Account is the account the module's process runs as.
 	Account string `json:"account,omitempty"`
+	// Restarts counts the module's restarts since its last apply
+	// (DESIGN.md §8); optional, not negative.
+	Restarts int `json:"restarts,omitempty"`
+	// Exit is the last exit of the module's process: "status N",
+	// "signal NAME" or why it could not start; optional.
+	Exit string `json:"exit,omitempty"`
+	// Since is when State last changed; optional.
+	Since *time.Time `json:"since,omitempty"`
 }
 
 // Have is the node's full report of what runs.

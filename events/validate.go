@@ -333,6 +333,9 @@ func (h *Have) Validate() error {
 		if err := checkAccount(f+".account", m.Account); err != nil {
 			return err
 		}
+		if err := checkRuntimeFields(f, m); err != nil {
+			return err
+		}
 	}
 	return nil
 }
