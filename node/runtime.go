@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/meshfold/meshfold/events"
 )
@@ -167,3 +168,52 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// Supervisor is implemented by a [Runtime] whose modules change state on
+// their own: a process exits, is restarted, crash-loops (the process
+// runtime of DESIGN.md §8). The agent uses it when its runtime has it.
+type Supervisor interface {
+	// Changes receives a value whenever a module's state changes
+	// (coalesced: one pending value at most). The agent publishes a have
+	// for it, at most one a second.
+	Changes() <-chan struct{}
+	// Filled tells the runtime that a filled file of module was written:
+	// a module waiting out its restart backoff starts at once, a running
+	// one gets its on_fill action. It must return promptly: the fill's
+	// reply waits for it.
+	Filled(ctx context.Context, module string)
+}
+
+// LogQuery asks a [LogReader] for a module's captured output.
+type LogQuery struct {
+	// Tail is how many of the last lines to return when Cursor is empty
+	// (0: as many as fit in one page).
+	Tail int `json:"tail,omitempty"`
+	// Cursor continues after the position a previous page ended at.
+	Cursor string `json:"cursor,omitempty"`
+	// Wait is how long to wait for new output after Cursor when there is
+	// none yet (a follow), in milliseconds; at most [MaxLogWait].
+	WaitMS int `json:"wait_ms,omitempty"`
+}
+
+// MaxLogWait bounds a LogQuery's wait, so a follow's request is answered
+// well within a NATS request timeout.
+const MaxLogWait = 10 * time.Second
+
+// LogPage is one page of a module's output: whole lines, oldest first,
+// and the cursor to continue from.
+type LogPage struct {
+	Lines  []string `json:"lines"`
+	Cursor string   `json:"cursor"`
+}
+
+// LogReader is implemented by a [Runtime] that captures its modules'
+// stdout and stderr; the agent serves it as the "logs" endpoint.
+type LogReader interface {
+	// Logs returns a page of module's output. Errors: the module is
+	// unknown (matching ErrNoModule), or its log cannot be read.
+	Logs(ctx context.Context, module string, q LogQuery) (LogPage, error)
+}
+
+// ErrNoModule: the runtime holds no module of that name.
+var ErrNoModule = errors.New("node agent: no such module")
