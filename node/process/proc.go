@@ -1,0 +1,196 @@
+package process
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// startTime returns field 22 of /proc/<pid>/stat: the process's start time
+// in clock ticks since boot. With the pid it identifies a process: a pid
+// the kernel recycled has another start time.
+//
+// Errors: the process does not exist (matching fs.ErrNotExist), or the file
+// cannot be parsed.
+func startTime(pid int) (uint64, error) {
+	if pid <= 0 {
+		return 0, fmt.Errorf("pid %d: %w", pid, os.ErrNotExist)
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces and
+	// parentheses itself: the fields after it start after the last ')'.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
+	}
+	f := bytes.Fields(data[i+1:])
+	// f[0] is field 3 (state); field 22 is f[19].
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	if f[0][0] == 'Z' || f[0][0] == 'X' {
+		return 0, fmt.Errorf("pid %d: a zombie: %w", pid, os.ErrNotExist)
+	}
+	return strconv.ParseUint(string(f[19]), 10, 64)
+}
+
+// alive reports whether pid is the process that started at start.
+func alive(pid int, start uint64) bool {
+	st, err := startTime(pid)
+	return err == nil && st == start
+}
+
+// account is a Unix user resolved from the user database.
+type account struct {
+	Name   string   `json:"name"`
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups,omitempty"`
+	Home   string   `json:"home,omitempty"`
+}
+
+// ErrUnknownUser: the module's runs_as names no user of the node's user
+// database.
+var ErrUnknownUser = errors.New("process: unknown user")
+
+// lookupAccount resolves name (uid, primary gid, supplementary groups).
+// An empty name is the agent's own user.
+//
+// Errors: ErrUnknownUser (wrapped with the name), or the database's error.
+func lookupAccount(name string) (account, error) {
+	var u *user.User
+	var err error
+	if name == "" {
+		u, err = user.Current()
+	} else {
+		u, err = user.Lookup(name)
+	}
+	if err != nil {
+		var unknown user.UnknownUserError
+		if errors.As(err, &unknown) {
+			return account{}, fmt.Errorf("%w %q", ErrUnknownUser, name)
+		}
+		return account{}, fmt.Errorf("look up user %q: %w", name, err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return account{}, fmt.Errorf("user %q: uid %q or gid %q is not numeric", name, u.Uid, u.Gid)
+	}
+	a := account{Name: u.Username, UID: uint32(uid), GID: uint32(gid), Home: u.HomeDir}
+	ids, err := u.GroupIds()
+	if err != nil {
+		return account{}, fmt.Errorf("groups of user %q: %w", name, err)
+	}
+	for _, id := range ids {
+		g, err := strconv.ParseUint(id, 10, 32)
+		if err == nil && uint32(g) != a.GID {
+			a.Groups = append(a.Groups, uint32(g))
+		}
+	}
+	return a, nil
+}
+
+// maxSocketPath is the longest path a unix socket address holds on Linux
+// (sun_path is 108 bytes, NUL included).
+const maxSocketPath = 107
+
+// socketAddr returns an address for the unix socket dir/name. A path too
+// long for sun_path goes through the directory's descriptor
+// (/proc/self/fd/N/name); the returned closer releases it once the
+// socket is bound or connected.
+func socketAddr(dir, name string) (addr string, closer func(), err error) {
+	p := filepath.Join(dir, name)
+	if len(p) <= maxSocketPath {
+		return p, func() {}, nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	return "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + name, func() { _ = d.Close() }, nil
+}
+
+// listenUnix listens on the unix socket dir/name, replacing a stale one.
+func listenUnix(dir, name string) (*net.UnixListener, error) {
+	_ = os.Remove(filepath.Join(dir, name))
+	addr, done, err := socketAddr(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	// The socket's own path would be the /proc one: unlink by real path.
+	l.SetUnlinkOnClose(false)
+	return l, nil
+}
+
+// dialUnix connects to the unix socket dir/name.
+func dialUnix(dir, name string) (*net.UnixConn, error) {
+	addr, done, err := socketAddr(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return net.DialUnix("unix", nil, &net.UnixAddr{Name: addr, Net: "unix"})
+}
+
+// peerPID returns the pid of the process at the other end of c
+// (SO_PEERCRED: the process that created the listening socket).
+func peerPID(c *net.UnixConn) (int, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *syscall.Ucred
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if serr != nil {
+		return 0, serr
+	}
+	return int(cred.Pid), nil
+}
+
+// waitExit waits up to timeout for pid to exit, on a pidfd (which works
+// for a process that is not this one's child). It reports whether the
+// process is gone.
+func waitExit(pid int, timeout time.Duration) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return errors.Is(err, unix.ESRCH)
+	}
+	defer unix.Close(fd)
+	end := time.Now().Add(timeout)
+	for {
+		ms := int(time.Until(end) / time.Millisecond)
+		if ms <= 0 {
+			return false
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms)
+		if err == nil && n > 0 {
+			return true
+		}
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return false
+		}
+	}
+}

@@ -1,0 +1,608 @@
+package process
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/node/bundle"
+)
+
+// shimEnv marks the test binary re-executed as a shim: TestMain then runs
+// ShimMain instead of the tests. This is how the package's tests start
+// real shims without the meshfold command.
+const shimEnv = "MESHFOLD_PROCESS_TEST_SHIM"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(shimEnv) == "1" {
+		os.Exit(ShimMain(os.Args[len(os.Args)-1]))
+	}
+	os.Exit(m.Run())
+}
+
+// fakeFetcher serves bundles the test wrote, by build.
+type fakeFetcher struct {
+	mu      sync.Mutex
+	bundles map[string]fakeBundle
+	pruned  [][]string
+}
+
+type fakeBundle struct {
+	dir string
+	m   bundle.Manifest
+}
+
+func (f *fakeFetcher) Fetch(_ context.Context, build string) (string, bundle.Manifest, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.bundles[build]
+	if !ok {
+		return "", bundle.Manifest{}, fmt.Errorf("no bundle %s", build)
+	}
+	return b.dir, b.m, nil
+}
+
+func (f *fakeFetcher) Prune(_ context.Context, keep []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pruned = append(f.pruned, keep)
+	return nil
+}
+
+// env is one test's runtime setup.
+type env struct {
+	t     *testing.T
+	cfg   Config
+	fetch *fakeFetcher
+}
+
+func newEnv(t *testing.T, b Backoff) *env {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	openUp(t, base)
+	root := filepath.Join(base, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, fetch: &fakeFetcher{bundles: map[string]fakeBundle{}}}
+	e.cfg = Config{Node: "ace", Root: root, StateDir: filepath.Join(base, "state"), Fetcher: e.fetch,
+		Shim: []string{exe}, ShimEnv: []string{shimEnv + "=1"}, Backoff: b,
+		Logger: slog.New(slog.NewTextHandler(tlog{t}, nil))}
+	return e
+}
+
+// tlog writes log lines to the test's log.
+type tlog struct{ t *testing.T }
+
+func (l tlog) Write(p []byte) (int, error) {
+	l.t.Helper()
+	l.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// openUp makes dir and its parent searchable by every user, so a module
+// running as nobody can reach a bundle under the test's temp dir.
+func openUp(t *testing.T, dir string) {
+	t.Helper()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// script adds a bundle whose command is the shell script body.
+func (e *env) script(build, body string, m bundle.Manifest) {
+	e.t.Helper()
+	dir := filepath.Join(filepath.Dir(e.cfg.Root), "bundles", strings.ReplaceAll(build, ":", "_"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "run.sh"), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	m.Command = []string{"run.sh"}
+	if err := m.Validate(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.fetch.mu.Lock()
+	e.fetch.bundles[build] = fakeBundle{dir: dir, m: m}
+	e.fetch.mu.Unlock()
+}
+
+// open opens a runtime; cleanup stops every module it still holds.
+func (e *env) open() *Runtime {
+	e.t.Helper()
+	r, err := Open(e.cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r.StopAll(ctx)
+		_ = r.Close()
+	})
+	return r
+}
+
+const deadline = 30 * time.Second
+
+// waitFor waits, on the runtime's change notifications, until cond
+// holds.
+func waitFor(t *testing.T, r *Runtime, what string, cond func() bool) {
+	t.Helper()
+	timeout := time.NewTimer(deadline)
+	defer timeout.Stop()
+	for !cond() {
+		select {
+		case <-r.Changes():
+		case <-timeout.C:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func status(t *testing.T, r *Runtime, name string) Status {
+	t.Helper()
+	st, ok := r.Status(name)
+	if !ok {
+		t.Fatalf("runtime holds no module %s", name)
+	}
+	return st
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), deadline)
+	t.Cleanup(cancel)
+	return c
+}
+
+const sleeper = `echo "started as $(id -u) node=$MESHFOLD_NODE module=$MESHFOLD_MODULE"
+exec sleep 3600`
+
+// procField returns a line's fields of /proc/<pid>/status ("Uid:").
+func procField(t *testing.T, pid int, key string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), key); ok {
+			return strings.Fields(v)
+		}
+	}
+	t.Fatalf("/proc/%d/status has no %s", pid, key)
+	return nil
+}
+
+func TestApplyStartsAsAccountInOwnGroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("running a module as another user needs root")
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skip("no user nobody")
+	}
+	e := newEnv(t, Backoff{})
+	e.script("sha256:a", sleeper, bundle.Manifest{Env: map[string]string{"COLOR": "blue"}})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: "nobody"}); err != nil {
+		t.Fatal(err)
+	}
+	st := status(t, r, "web")
+	if st.State != events.Running || st.PID == 0 {
+		t.Fatalf("status after apply: %+v", st)
+	}
+	if uid := procField(t, st.PID, "Uid:"); uid[0] != nobody.Uid || uid[1] != nobody.Uid {
+		t.Errorf("module uid %v, want %s (nobody)", uid, nobody.Uid)
+	}
+	if gid := procField(t, st.PID, "Gid:"); gid[0] != nobody.Gid {
+		t.Errorf("module gid %v, want %s", gid, nobody.Gid)
+	}
+	if pgid, _ := syscall.Getpgid(st.PID); pgid != st.PID {
+		t.Errorf("module's process group %d, want its own (%d)", pgid, st.PID)
+	}
+	environ, err := os.ReadFile("/proc/" + strconv.Itoa(st.PID) + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := strings.Split(string(environ), "\x00")
+	for _, want := range []string{"MESHFOLD_NODE=ace", "MESHFOLD_MODULE=web", "MESHFOLD_ROOT=" + e.cfg.Root, "COLOR=blue"} {
+		if !contains(vars, want) {
+			t.Errorf("module environment %q lacks %s", vars, want)
+		}
+	}
+	for _, v := range vars {
+		if strings.HasPrefix(v, shimEnv) {
+			t.Errorf("the shim's marker leaked into the module's environment: %s", v)
+		}
+	}
+	hv, _ := r.Running(ctx(t))
+	if len(hv) != 1 || hv[0].State != events.Running || hv[0].Account != "nobody" || hv[0].Build != "sha256:a" || hv[0].Since == nil {
+		t.Errorf("have: %+v", hv)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestUnknownUserFailsApply(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	e.script("sha256:a", sleeper, bundle.Manifest{})
+	r := e.open()
+	err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: "no-such-user-meshfold"})
+	if !errors.Is(err, ErrUnknownUser) || !strings.Contains(err.Error(), "no-such-user-meshfold") {
+		t.Fatalf("apply as an unknown user: %v, want ErrUnknownUser naming the user", err)
+	}
+	if hv, _ := r.Running(ctx(t)); len(hv) != 0 {
+		t.Errorf("a module whose apply failed is reported: %+v", hv)
+	}
+}
+
+func TestFetchErrorFailsApply(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	r := e.open()
+	err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "img:nope"})
+	if err == nil || !strings.Contains(err.Error(), "no bundle img:nope") {
+		t.Fatalf("apply of a build the fetcher lacks: %v", err)
+	}
+}
+
+func TestCrashLoopBacksOffDoubling(t *testing.T) {
+	e := newEnv(t, Backoff{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond})
+	e.script("sha256:a", `echo "missing broker credential" >&2; exit 3`, bundle.Manifest{})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "job", Build: "sha256:a"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, r, "five restarts", func() bool { return status(t, r, "job").Restarts >= 5 })
+	st := status(t, r, "job")
+	if st.Exit != "status 3" {
+		t.Errorf("exit %q, want status 3", st.Exit)
+	}
+	page, err := r.Logs(ctx(t), "job", node.LogQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waits []string
+	crashes := 0
+	for _, l := range page.Lines {
+		if l == "missing broker credential" {
+			crashes++
+		}
+		if _, w, ok := strings.Cut(l, "next start in "); ok {
+			waits = append(waits, w)
+		}
+	}
+	want := []string{"10ms", "20ms", "40ms", "40ms"}
+	if len(waits) < len(want) || !equal(waits[:len(want)], want) {
+		t.Errorf("restart waits %v, want them to start %v (doubling to the cap)", waits, want)
+	}
+	if crashes < 5 {
+		t.Errorf("the module's own stderr line appears %d times in its log, want at least 5", crashes)
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// needsCred exits 1 until its credential exists, then runs.
+const needsCred = `if [ ! -f "$MESHFOLD_ROOT/cred" ]; then echo "missing broker credential" >&2; exit 1; fi
+echo "credential found"
+trap 'echo reloaded' USR1
+while :; do sleep 1; done`
+
+func TestFillWakesModuleInBackoff(t *testing.T) {
+	// A backoff of an hour: only the fill can bring the module back
+	// within the test's deadline.
+	e := newEnv(t, Backoff{Initial: time.Hour, Max: time.Hour})
+	e.script("sha256:a", needsCred, bundle.Manifest{})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "job", Build: "sha256:a"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, r, "the module to fail", func() bool { return status(t, r, "job").State == events.Failed })
+	if err := os.WriteFile(filepath.Join(e.cfg.Root, "cred"), []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	r.Filled(ctx(t), "job")
+	waitFor(t, r, "the module to run", func() bool {
+		st := status(t, r, "job")
+		return st.State == events.Running && st.Restarts == 1
+	})
+	t.Logf("fill → running: %s", time.Since(began))
+	st := status(t, r, "job")
+	if !alive(st.PID, st.PIDStart) {
+		t.Fatalf("reported pid %d is not alive", st.PID)
+	}
+	waitLog(t, r, "job", "credential found")
+}
+
+// waitLog waits, following the module's log, until a line equals want.
+func waitLog(t *testing.T, r *Runtime, module, want string) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	cursor := ""
+	for time.Now().Before(end) {
+		page, err := r.Logs(ctx(t), module, node.LogQuery{Cursor: cursor, WaitMS: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if contains(page.Lines, want) {
+			return
+		}
+		cursor = page.Cursor
+	}
+	t.Fatalf("the log of %s never showed %q", module, want)
+}
+
+func TestFillGivesRunningModuleItsAction(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	if err := os.WriteFile(filepath.Join(e.cfg.Root, "cred"), []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.script("sha256:sig", needsCred, bundle.Manifest{OnFill: "signal:SIGUSR1"})
+	e.script("sha256:re", needsCred, bundle.Manifest{OnFill: "restart"})
+	r := e.open()
+	for _, m := range []events.PlanModule{{Name: "sig", Build: "sha256:sig"}, {Name: "re", Build: "sha256:re"}} {
+		if err := r.Apply(ctx(t), m); err != nil {
+			t.Fatal(err)
+		}
+		waitLog(t, r, m.Name, "credential found")
+	}
+	sigPID, rePID := status(t, r, "sig").PID, status(t, r, "re").PID
+	r.Filled(ctx(t), "sig")
+	waitLog(t, r, "sig", "reloaded")
+	if st := status(t, r, "sig"); st.PID != sigPID || st.Restarts != 0 {
+		t.Errorf("on_fill signal restarted the module: %+v", st)
+	}
+	r.Filled(ctx(t), "re")
+	waitFor(t, r, "on_fill restart", func() bool {
+		st := status(t, r, "re")
+		return st.State == events.Running && st.PID != rePID
+	})
+	if st := status(t, r, "re"); st.Restarts != 1 {
+		t.Errorf("restarts after an on_fill restart: %d, want 1", st.Restarts)
+	}
+}
+
+func TestNewBuildReplacesOldProcess(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	e.script("sha256:a", sleeper, bundle.Manifest{})
+	e.script("sha256:b", sleeper, bundle.Manifest{})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a"}); err != nil {
+		t.Fatal(err)
+	}
+	old := status(t, r, "web")
+	// The same row again changes nothing.
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := status(t, r, "web"); st.PID != old.PID {
+		t.Fatalf("re-applying the same build restarted the module: pid %d → %d", old.PID, st.PID)
+	}
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:b"}); err != nil {
+		t.Fatal(err)
+	}
+	st := status(t, r, "web")
+	if alive(old.PID, old.PIDStart) {
+		t.Errorf("old build's process %d still runs", old.PID)
+	}
+	if st.PID == old.PID || st.Build != "sha256:b" || st.State != events.Running || !alive(st.PID, st.PIDStart) {
+		t.Errorf("after the new build: %+v (old pid %d)", st, old.PID)
+	}
+	e.fetch.mu.Lock()
+	last := e.fetch.pruned[len(e.fetch.pruned)-1]
+	e.fetch.mu.Unlock()
+	if !equal(last, []string{"sha256:b"}) {
+		t.Errorf("prune kept %v, want only the new build", last)
+	}
+}
+
+func TestRemoveStopsGroupAndForgets(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	// Ignores SIGTERM, and has a child in its group: both must go.
+	e.script("sha256:a", `trap '' TERM; sleep 3600 & echo child $!; while :; do sleep 1; done`,
+		bundle.Manifest{StopTimeout: "100ms"})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "stubborn", Build: "sha256:a"}); err != nil {
+		t.Fatal(err)
+	}
+	st := status(t, r, "stubborn")
+	var child int
+	waitLogFunc(t, r, "stubborn", func(l string) bool {
+		n, ok := strings.CutPrefix(l, "child ")
+		child, _ = strconv.Atoi(n)
+		return ok
+	})
+	childStart, err := startTime(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Remove(ctx(t), "stubborn"); err != nil {
+		t.Fatal(err)
+	}
+	if alive(st.PID, st.PIDStart) || alive(child, childStart) {
+		t.Errorf("after removal: module alive %v, its child alive %v", alive(st.PID, st.PIDStart), alive(child, childStart))
+	}
+	if hv, _ := r.Running(ctx(t)); len(hv) != 0 {
+		t.Errorf("removed module still reported: %+v", hv)
+	}
+	if _, err := os.Stat(filepath.Join(e.cfg.StateDir, "process", "stubborn")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("module directory left after removal: %v", err)
+	}
+	if err := r.Remove(ctx(t), "stubborn"); err != nil {
+		t.Errorf("removing a module that is gone: %v", err)
+	}
+}
+
+func waitLogFunc(t *testing.T, r *Runtime, module string, match func(string) bool) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	cursor := ""
+	for time.Now().Before(end) {
+		page, err := r.Logs(ctx(t), module, node.LogQuery{Cursor: cursor, WaitMS: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range page.Lines {
+			if match(l) {
+				return
+			}
+		}
+		cursor = page.Cursor
+	}
+	t.Fatalf("the log of %s never showed the line", module)
+}
+
+func TestNewRuntimeAdoptsRunningModules(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	e.script("sha256:a", sleeper, bundle.Manifest{})
+	r1, err := Open(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"one", "two"} {
+		if err := r1.Apply(ctx(t), events.PlanModule{Name: n, Build: "sha256:a"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one, two := status(t, r1, "one"), status(t, r1, "two")
+	// The agent goes away without stopping anything, as a kill -9 would.
+	if err := r1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	r2 := e.open()
+	t.Logf("adoption of 2 modules: %s", time.Since(began))
+	for _, was := range []Status{one, two} {
+		st := status(t, r2, was.Module)
+		if st.State != events.Running || st.PID != was.PID || st.PIDStart != was.PIDStart || st.ShimPID != was.ShimPID {
+			t.Errorf("adopted %s: %+v, want pid %d of shim %d running", was.Module, st, was.PID, was.ShimPID)
+		}
+	}
+	// The adopted shim answers: a new build replaces the adopted process.
+	e.script("sha256:b", sleeper, bundle.Manifest{})
+	if err := r2.Apply(ctx(t), events.PlanModule{Name: "one", Build: "sha256:b"}); err != nil {
+		t.Fatal(err)
+	}
+	if alive(one.PID, one.PIDStart) {
+		t.Errorf("adopted process %d survived its replacement", one.PID)
+	}
+}
+
+func TestLostShimAtAdoption(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	e.script("sha256:a", sleeper, bundle.Manifest{})
+	r1, err := Open(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a"}); err != nil {
+		t.Fatal(err)
+	}
+	st := status(t, r1, "web")
+	_ = r1.Close()
+	// The shim dies hard; its module lives on, orphaned.
+	if err := syscall.Kill(st.ShimPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, st.ShimPID, st.ShimStart)
+	r2 := e.open()
+	got := status(t, r2, "web")
+	if got.State != events.Stopped {
+		t.Errorf("module of a lost shim: %+v, want stopped", got)
+	}
+	if alive(st.PID, st.PIDStart) {
+		t.Errorf("the orphaned module %d was not killed", st.PID)
+	}
+	// The agent applies it again: a new shim runs it.
+	if err := r2.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a"}); err != nil {
+		t.Fatal(err)
+	}
+	if now := status(t, r2, "web"); now.State != events.Running || now.PID == st.PID {
+		t.Errorf("after re-apply: %+v", now)
+	}
+}
+
+func TestShimKilledWhileAgentRuns(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	e.script("sha256:a", sleeper, bundle.Manifest{})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a"}); err != nil {
+		t.Fatal(err)
+	}
+	st := status(t, r, "web")
+	if err := syscall.Kill(st.ShimPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, r, "a new shim", func() bool {
+		now := status(t, r, "web")
+		return now.State == events.Running && now.ShimPID != st.ShimPID
+	})
+	if alive(st.PID, st.PIDStart) {
+		t.Errorf("the module of the killed shim (%d) still runs beside the new one", st.PID)
+	}
+	if now := status(t, r, "web"); now.Restarts != 1 {
+		t.Errorf("restarts after a lost shim: %d, want 1", now.Restarts)
+	}
+}
+
+// waitGone waits until pid (started at start) has exited.
+func waitGone(t *testing.T, pid int, start uint64) {
+	t.Helper()
+	if alive(pid, start) && !waitExit(pid, deadline) {
+		t.Fatalf("pid %d did not exit", pid)
+	}
+}
+
+func TestStartTimeTellsRecycledPID(t *testing.T) {
+	st, err := startTime(os.Getpid())
+	if err != nil || st == 0 {
+		t.Fatalf("own start time: %d, %v", st, err)
+	}
+	if !alive(os.Getpid(), st) || alive(os.Getpid(), st+1) {
+		t.Error("alive must hold for the recorded start time only")
+	}
+	if _, err := startTime(0); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pid 0: %v", err)
+	}
+}

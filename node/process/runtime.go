@@ -1,0 +1,685 @@
+package process
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/node/bundle"
+)
+
+// Config configures a [Runtime].
+type Config struct {
+	// Node is the node's name (MESHFOLD_NODE of every module).
+	Node string
+	// Root is where filled files are written (MESHFOLD_ROOT).
+	Root string
+	// StateDir is the agent's state directory; the runtime keeps one
+	// directory per module in StateDir/process (mode 0700).
+	StateDir string
+	// Fetcher gives the runtime a build's bundle. Required.
+	Fetcher Fetcher
+	// Shim is the argv that runs a shim; the runtime appends the module's
+	// directory. The command must call [ShimMain] with it (`meshfold node
+	// shim DIR`). Required.
+	Shim []string
+	// ShimEnv is added to the shim's environment (tests mark their
+	// re-executed binary with it).
+	ShimEnv []string
+	// Backoff paces restarts; zero fields take DESIGN.md §8's figures.
+	Backoff Backoff
+	// LogMaxMB caps a module's log file before it is rotated (default
+	// 10); LogBackups is how many rotated files are kept (default 3).
+	LogMaxMB, LogBackups int
+	// Logger receives the runtime's log lines; nil uses slog.Default().
+	Logger *slog.Logger
+}
+
+// Runtime is the process runtime: a [node.Runtime] whose modules are
+// processes, each supervised by its own shim (see the package
+// documentation). Create it with [Open]; it is safe for concurrent use.
+type Runtime struct {
+	cfg    Config
+	dir    string // StateDir/process
+	log    *slog.Logger
+	asRoot bool
+	me     account
+
+	changes chan struct{}
+
+	mu   sync.Mutex
+	mods map[string]*module
+	shut bool
+	wg   sync.WaitGroup
+}
+
+var (
+	_ node.Runtime    = (*Runtime)(nil)
+	_ node.Supervisor = (*Runtime)(nil)
+	_ node.LogReader  = (*Runtime)(nil)
+)
+
+// module is one module the runtime holds.
+type module struct {
+	name string
+	dir  string
+
+	op sync.Mutex // serialises Apply, Remove and the recovery of a lost shim
+
+	// Under Runtime.mu:
+	spec     spec
+	st       Status
+	conn     *net.UnixConn // the watch connection; nil when none
+	stopping bool          // a stop was asked: the end of the watch is expected
+}
+
+// Open returns the runtime and adopts the shims a previous agent left
+// running in StateDir/process: each is identified by the pid and start
+// time it recorded, checked against /proc and against the peer of its
+// socket, and its module by the pid and start time it reports. A module
+// whose shim is gone is reported as stopped (its process, if it outlived
+// the shim, is killed first), so the agent applies or removes it.
+//
+// Errors: a missing Node, Root, StateDir, Fetcher or Shim; the state
+// directory cannot be created.
+func Open(cfg Config) (*Runtime, error) {
+	switch {
+	case !events.ValidName(cfg.Node):
+		return nil, &events.FieldError{Field: "node", Value: cfg.Node, Err: events.ErrBadName}
+	case cfg.Root == "", cfg.StateDir == "":
+		return nil, errors.New("process: Root and StateDir are required")
+	case cfg.Fetcher == nil:
+		return nil, errors.New("process: a Fetcher is required")
+	case len(cfg.Shim) == 0:
+		return nil, errors.New("process: the shim command is required")
+	}
+	if cfg.LogMaxMB <= 0 {
+		cfg.LogMaxMB = 10
+	}
+	if cfg.LogBackups <= 0 {
+		cfg.LogBackups = 3
+	}
+	cfg.Backoff = cfg.Backoff.withDefaults()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	dir := filepath.Join(cfg.StateDir, "process")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("process: state dir: %w", err)
+	}
+	me, err := lookupAccount("")
+	if err != nil {
+		return nil, fmt.Errorf("process: the agent's own user: %w", err)
+	}
+	r := &Runtime{cfg: cfg, dir: dir, log: log, asRoot: os.Geteuid() == 0, me: me,
+		changes: make(chan struct{}, 1), mods: map[string]*module{}}
+	if !r.asRoot {
+		log.Warn("the agent is not root: every module runs as the agent's own user, not as its account", "user", me.Name, "uid", me.UID)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("process: state dir: %w", err)
+	}
+	for _, e := range ents {
+		if e.IsDir() && events.ValidName(e.Name()) {
+			r.adopt(e.Name())
+		}
+	}
+	return r, nil
+}
+
+// adopt takes over the shim of module name left by a previous agent.
+func (r *Runtime) adopt(name string) {
+	m := &module{name: name, dir: filepath.Join(r.dir, name)}
+	log := r.log.With("module", name)
+	if err := readJSON(m.dir, specFile, &m.spec); err != nil {
+		log.Warn("module directory without a usable spec; deleted", "err", err)
+		_ = os.RemoveAll(m.dir)
+		return
+	}
+	r.mods[name] = m
+	st, conn, err := r.connect(m)
+	if err != nil {
+		log.Warn("shim gone; the module is reported stopped", "err", err)
+		r.reap(m)
+		m.st = Status{Module: name, Build: m.spec.Build, Account: m.spec.Account, State: events.Stopped, Since: time.Now().UTC(),
+			Exit: "supervisor lost"}
+		return
+	}
+	log.Info("module adopted", "pid", st.PID, "shim_pid", st.ShimPID, "state", st.State)
+	r.watch(m, st, conn)
+}
+
+// connect reaches m's shim and checks it is the one that recorded itself:
+// the socket's peer has the recorded pid, alive with the recorded start
+// time, and the module it reports is alive with its reported start time.
+// It returns the shim's status on a watch connection.
+func (r *Runtime) connect(m *module) (Status, watchConn, error) {
+	var id identity
+	if err := readJSON(m.dir, shimFile, &id); err != nil {
+		return Status{}, watchConn{}, fmt.Errorf("shim identity: %w", err)
+	}
+	if !alive(id.PID, id.Start) {
+		return Status{}, watchConn{}, fmt.Errorf("shim pid %d with start time %d is not running", id.PID, id.Start)
+	}
+	c, err := dialUnix(m.dir, sockFile)
+	if err != nil {
+		return Status{}, watchConn{}, fmt.Errorf("shim socket: %w", err)
+	}
+	if pid, err := peerPID(c); err != nil || pid != id.PID {
+		_ = c.Close()
+		return Status{}, watchConn{}, fmt.Errorf("shim socket is served by pid %d, not the recorded %d (%v)", pid, id.PID, err)
+	}
+	if err := json.NewEncoder(c).Encode(request{Op: opWatch}); err != nil {
+		_ = c.Close()
+		return Status{}, watchConn{}, err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	rd := bufio.NewReader(c)
+	line, err := rd.ReadBytes('\n')
+	_ = c.SetReadDeadline(time.Time{})
+	var st Status
+	if err == nil {
+		err = json.Unmarshal(line, &st)
+	}
+	if err != nil {
+		_ = c.Close()
+		return Status{}, watchConn{}, fmt.Errorf("shim status: %w", err)
+	}
+	if st.ShimPID != id.PID || st.ShimStart != id.Start {
+		_ = c.Close()
+		return Status{}, watchConn{}, fmt.Errorf("shim reports pid %d start %d, recorded %d start %d", st.ShimPID, st.ShimStart, id.PID, id.Start)
+	}
+	if st.PID != 0 && !alive(st.PID, st.PIDStart) {
+		// The module exited between the report and the check: the watch
+		// brings the next status.
+		r.log.Debug("module process gone since the shim's report", "module", m.name, "pid", st.PID)
+	}
+	return st, watchConn{c, rd}, nil
+}
+
+// watchConn is a watch connection and its reader (which may already hold
+// the shim's next statuses).
+type watchConn struct {
+	c  *net.UnixConn
+	rd *bufio.Reader
+}
+
+// reap cleans up after a lost shim: its module's process, if it outlived
+// the shim (it is killed with its group only when its recorded pid is
+// still the process that started at the recorded time), and the socket.
+func (r *Runtime) reap(m *module) {
+	var id identity
+	if err := readJSON(m.dir, moduleFile, &id); err == nil && alive(id.PID, id.Start) {
+		r.log.Warn("module process outlived its shim; killed", "module", m.name, "pid", id.PID)
+		_ = syscall.Kill(-id.PID, syscall.SIGKILL)
+		if !waitExit(id.PID, 10*time.Second) {
+			r.log.Error("orphaned module process did not exit after SIGKILL", "module", m.name, "pid", id.PID)
+		}
+	}
+	_ = os.Remove(filepath.Join(m.dir, sockFile))
+	_ = os.Remove(filepath.Join(m.dir, moduleFile))
+}
+
+// watch follows m's status on conn until the shim ends the connection.
+func (r *Runtime) watch(m *module, st Status, wc watchConn) {
+	conn := wc.c
+	r.mu.Lock()
+	m.st, m.conn, m.stopping = st, conn, false
+	r.wg.Add(1)
+	r.mu.Unlock()
+	r.changed()
+	go func() {
+		defer r.wg.Done()
+		rd := wc.rd
+		for {
+			line, err := rd.ReadBytes('\n')
+			if err != nil {
+				break
+			}
+			var st Status
+			if json.Unmarshal(line, &st) != nil {
+				continue
+			}
+			r.mu.Lock()
+			changed := st.State != m.st.State || st.Restarts != m.st.Restarts || st.PID != m.st.PID
+			if m.conn == conn {
+				m.st = st
+			}
+			r.mu.Unlock()
+			if changed {
+				r.changed()
+			}
+		}
+		_ = conn.Close()
+		r.mu.Lock()
+		expected := m.stopping || m.conn != conn || r.shut
+		if m.conn == conn {
+			m.conn = nil
+		}
+		r.mu.Unlock()
+		if !expected {
+			r.lost(m)
+		}
+	}()
+}
+
+// lost handles a shim that ended without being asked: its module is
+// reported failed and a new shim starts it again.
+func (r *Runtime) lost(m *module) {
+	r.log.Warn("shim exited unexpectedly; starting a new one", "module", m.name)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		m.op.Lock()
+		defer m.op.Unlock()
+		r.mu.Lock()
+		if r.shut || m.conn != nil || r.mods[m.name] != m {
+			r.mu.Unlock()
+			return
+		}
+		sp := m.spec
+		sp.Restarts = m.st.Restarts + 1
+		m.st.State, m.st.PID, m.st.Exit, m.st.Since = events.Failed, 0, "supervisor lost", time.Now().UTC()
+		r.mu.Unlock()
+		r.changed()
+		r.reap(m)
+		if err := r.startShim(context.Background(), m, sp); err != nil {
+			r.log.Error("new shim not started", "module", m.name, "err", err)
+		}
+	}()
+}
+
+func (r *Runtime) changed() {
+	select {
+	case r.changes <- struct{}{}:
+	default:
+	}
+}
+
+// Changes receives a value whenever a module's state changes (coalesced).
+func (r *Runtime) Changes() <-chan struct{} { return r.changes }
+
+// Apply makes module m run its build as its account: it fetches the
+// bundle, resolves the account and, unless the module's shim already runs
+// that very build as that account, stops the old shim and starts a new
+// one. It returns once the module's process started, or once its first
+// start failed (the shim then retries it with backoff): a module that
+// crashes still counts as applied (DESIGN.md §8).
+//
+// Errors: an invalid name or empty build; the Fetcher's error; an
+// unknown user (matching ErrUnknownUser); a shim that cannot be started.
+func (r *Runtime) Apply(ctx context.Context, row events.PlanModule) error {
+	if !events.ValidName(row.Name) {
+		return &events.FieldError{Field: "name", Value: row.Name, Err: events.ErrBadName}
+	}
+	if row.Build == "" {
+		return fmt.Errorf("apply %s: %w", row.Name, &events.FieldError{Field: "build", Err: events.ErrMissing})
+	}
+	dir, man, err := r.cfg.Fetcher.Fetch(ctx, row.Build)
+	if err != nil {
+		return fmt.Errorf("apply %s: bundle %s: %w", row.Name, row.Build, err)
+	}
+	if err := man.Validate(); err != nil {
+		return fmt.Errorf("apply %s: bundle %s: %w", row.Name, row.Build, err)
+	}
+	acct, err := lookupAccount(row.RunsAs)
+	if err != nil {
+		return fmt.Errorf("apply %s: runs_as: %w", row.Name, err)
+	}
+	sp := r.spec(row, dir, man, acct)
+
+	m := r.module(row.Name)
+	m.op.Lock()
+	defer m.op.Unlock()
+	r.mu.Lock()
+	cur, live := m.spec, m.conn != nil
+	r.mu.Unlock()
+	if live && cur.same(sp) {
+		return nil // the shim runs it (or restarts it with backoff)
+	}
+	if live {
+		if err := r.stopShim(ctx, m); err != nil {
+			return fmt.Errorf("apply %s: stop the running build: %w", row.Name, err)
+		}
+	}
+	if err := r.startShim(ctx, m, sp); err != nil {
+		return fmt.Errorf("apply %s: %w", row.Name, err)
+	}
+	r.prune(ctx)
+	return nil
+}
+
+// spec composes what the shim of row runs.
+func (r *Runtime) spec(row events.PlanModule, dir string, man bundle.Manifest, acct account) spec {
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"MESHFOLD_NODE=" + r.cfg.Node,
+		"MESHFOLD_MODULE=" + row.Name,
+		"MESHFOLD_ROOT=" + r.cfg.Root,
+	}
+	runAs := acct
+	if !r.asRoot {
+		runAs = r.me
+	}
+	env = append(env, "USER="+runAs.Name, "LOGNAME="+runAs.Name)
+	if runAs.Home != "" {
+		env = append(env, "HOME="+runAs.Home)
+	}
+	keys := make([]string, 0, len(man.Env))
+	for k := range man.Env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") })
+		env = append(env, k+"="+man.Env[k])
+	}
+	restart, sig := man.FillAction()
+	sp := spec{
+		Module: row.Name, Build: row.Build, Account: row.RunsAs,
+		Dir: dir, Argv: man.Command, Env: env,
+		StopSignal: int(man.Signal()), StopTimeout: man.Timeout(),
+		OnFillRestart: restart, OnFillSignal: int(sig),
+		Backoff: r.cfg.Backoff, LogMaxMB: r.cfg.LogMaxMB, LogBackups: r.cfg.LogBackups,
+	}
+	if r.asRoot {
+		sp.User = &acct
+	}
+	return sp
+}
+
+// module returns the runtime's entry for name, creating it.
+func (r *Runtime) module(name string) *module {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.mods[name]
+	if m == nil {
+		m = &module{name: name, dir: filepath.Join(r.dir, name)}
+		r.mods[name] = m
+	}
+	return m
+}
+
+// startShim starts a shim for sp and waits for its first start of the
+// module. Called with m.op held.
+func (r *Runtime) startShim(ctx context.Context, m *module, sp spec) error {
+	if err := os.MkdirAll(m.dir, 0o700); err != nil {
+		return err
+	}
+	sp.Since = time.Now().UTC()
+	for _, f := range []string{shimFile, moduleFile, sockFile} {
+		_ = os.Remove(filepath.Join(m.dir, f))
+	}
+	if err := writeJSON(m.dir, specFile, sp); err != nil {
+		return fmt.Errorf("write the shim's spec: %w", err)
+	}
+	r.mu.Lock()
+	m.spec = sp
+	r.mu.Unlock()
+	slog, err := os.OpenFile(filepath.Join(m.dir, shimLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer slog.Close()
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	cmd := exec.Command(r.cfg.Shim[0], append(slices.Clone(r.cfg.Shim[1:]), m.dir)...)
+	cmd.Env = append(os.Environ(), r.cfg.ShimEnv...)
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = slog, slog
+	cmd.ExtraFiles = []*os.File{wr}
+	// Its own session: a signal to the agent's terminal or process group
+	// does not reach it, and it outlives the agent.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	_ = wr.Close()
+	if err != nil {
+		return fmt.Errorf("start the shim: %w", err)
+	}
+	// Reap the shim if it exits while this agent runs; a later agent is
+	// not its parent and need not.
+	go func() { _ = cmd.Wait() }()
+
+	type first struct {
+		st  Status
+		err error
+	}
+	got := make(chan first, 1)
+	go func() {
+		var st Status
+		err := json.NewDecoder(rd).Decode(&st)
+		got <- first{st, err}
+	}()
+	var f first
+	select {
+	case f = <-got:
+	case <-ctx.Done():
+		_ = rd.Close()
+		return ctx.Err()
+	}
+	if f.err != nil {
+		return fmt.Errorf("the shim exited before starting the module (see %s): %w", filepath.Join(m.dir, shimLog), f.err)
+	}
+	st, conn, err := r.connect(m)
+	if err != nil {
+		return fmt.Errorf("reach the shim: %w", err)
+	}
+	r.log.Info("module started", "module", m.name, "pid", st.PID, "state", st.State, "shim_pid", st.ShimPID)
+	r.watch(m, st, conn)
+	return nil
+}
+
+// stopShim asks m's shim to stop the module and exit, and waits for it.
+// Called with m.op held.
+func (r *Runtime) stopShim(ctx context.Context, m *module) error {
+	r.mu.Lock()
+	m.stopping = true
+	r.mu.Unlock()
+	st, err := r.ask(ctx, m, opStop)
+	if err != nil {
+		// The shim is gone (or mute): clean up what it may have left.
+		r.reap(m)
+	} else {
+		r.mu.Lock()
+		m.st = st
+		r.mu.Unlock()
+	}
+	r.changed()
+	return nil
+}
+
+// ask sends op to m's shim on a new connection and returns its reply.
+func (r *Runtime) ask(ctx context.Context, m *module, op string) (Status, error) {
+	c, err := dialUnix(m.dir, sockFile)
+	if err != nil {
+		return Status{}, err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	if err := json.NewEncoder(c).Encode(request{Op: op}); err != nil {
+		return Status{}, err
+	}
+	var st Status
+	if err := json.NewDecoder(c).Decode(&st); err != nil {
+		return Status{}, err
+	}
+	return st, nil
+}
+
+// Remove stops the module's process (stop signal, then SIGKILL after
+// the stop timeout, to its whole process group), ends its shim and
+// deletes its directory (spec, logs). Removing a module the runtime does
+// not hold is not an error.
+func (r *Runtime) Remove(ctx context.Context, name string) error {
+	if !events.ValidName(name) {
+		return &events.FieldError{Field: "name", Value: name, Err: events.ErrBadName}
+	}
+	r.mu.Lock()
+	m := r.mods[name]
+	r.mu.Unlock()
+	if m == nil {
+		return nil
+	}
+	m.op.Lock()
+	defer m.op.Unlock()
+	if err := r.stopShim(ctx, m); err != nil {
+		return fmt.Errorf("remove %s: %w", name, err)
+	}
+	if err := os.RemoveAll(m.dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", name, err)
+	}
+	r.mu.Lock()
+	if r.mods[name] == m {
+		delete(r.mods, name)
+	}
+	r.mu.Unlock()
+	r.changed()
+	r.prune(ctx)
+	return nil
+}
+
+// Running reports every module the runtime holds, sorted by name.
+func (r *Runtime) Running(ctx context.Context) ([]events.HaveModule, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]events.HaveModule, 0, len(r.mods))
+	for _, m := range r.mods {
+		st := m.st
+		if st.Module == "" {
+			continue // being started for the first time
+		}
+		h := events.HaveModule{Name: m.name, Build: st.Build, State: st.State, Account: st.Account,
+			Restarts: st.Restarts, Exit: printable(st.Exit)}
+		if !st.Since.IsZero() {
+			since := st.Since.UTC().Truncate(time.Millisecond)
+			h.Since = &since
+		}
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b events.HaveModule) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Status returns what m's shim last reported (ok false when the runtime
+// does not hold the module).
+func (r *Runtime) Status(name string) (Status, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.mods[name]
+	if m == nil {
+		return Status{}, false
+	}
+	return m.st, true
+}
+
+// Filled tells module's shim that one of its filled files was written: a
+// module waiting out its backoff starts at once, a running one gets its
+// manifest's on_fill action. It returns without waiting for either.
+func (r *Runtime) Filled(ctx context.Context, name string) {
+	r.mu.Lock()
+	m := r.mods[name]
+	r.mu.Unlock()
+	if m == nil {
+		return
+	}
+	if _, err := r.ask(ctx, m, opWake); err != nil {
+		r.log.Warn("fill not passed to the module's shim", "module", name, "err", err)
+	}
+}
+
+// prune tells a Pruner which builds are still in use.
+func (r *Runtime) prune(ctx context.Context) {
+	p, ok := r.cfg.Fetcher.(Pruner)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	var keep []string
+	for _, m := range r.mods {
+		if m.spec.Build != "" && !slices.Contains(keep, m.spec.Build) {
+			keep = append(keep, m.spec.Build)
+		}
+	}
+	r.mu.Unlock()
+	slices.Sort(keep)
+	if err := p.Prune(ctx, keep); err != nil {
+		r.log.Warn("bundle cache not pruned", "err", err)
+	}
+}
+
+// Close lets go of the shims without stopping them: the modules keep
+// running, and the next [Open] adopts them. It is what an agent that
+// stops does.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	r.shut = true
+	for _, m := range r.mods {
+		if m.conn != nil {
+			_ = m.conn.Close()
+		}
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+	return nil
+}
+
+// StopAll stops every module and its shim (the modules do not outlive
+// this call), keeping their directories. Tests and an operator's full
+// shutdown use it.
+func (r *Runtime) StopAll(ctx context.Context) {
+	r.mu.Lock()
+	mods := make([]*module, 0, len(r.mods))
+	for _, m := range r.mods {
+		mods = append(mods, m)
+	}
+	r.mu.Unlock()
+	for _, m := range mods {
+		m.op.Lock()
+		_ = r.stopShim(ctx, m)
+		m.op.Unlock()
+	}
+}
+
+// printable makes an exit fit a have (events.MaxExit bytes, no control
+// characters).
+func printable(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > events.MaxExit {
+		s = s[:events.MaxExit-3]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+		s += "..."
+	}
+	return s
+}

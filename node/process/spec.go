@@ -1,0 +1,151 @@
+package process
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// Files of a module's directory, <state dir>/process/<module>/.
+const (
+	specFile   = "spec.json"   // what the shim runs, written by the runtime
+	shimFile   = "shim.json"   // the shim's pid and start time, written by the shim
+	moduleFile = "module.json" // the module process's pid and start time, written by the shim
+	sockFile   = "shim.sock"   // the shim's unix socket
+	logFile    = "module.log"  // the module's stdout and stderr (rotated: module-<time>.log)
+	shimLog    = "shim.log"    // the shim's own log lines
+)
+
+// spec is what one shim runs, as the runtime writes it to spec.json.
+type spec struct {
+	Module  string `json:"module"`
+	Build   string `json:"build"`
+	Account string `json:"account,omitempty"` // the plan's runs_as
+	// User is the resolved account to switch to; nil runs the module as
+	// the shim's own user (an agent that is not root).
+	User        *account      `json:"user,omitempty"`
+	Dir         string        `json:"dir"`
+	Argv        []string      `json:"argv"`
+	Env         []string      `json:"env"`
+	StopSignal  int           `json:"stop_signal"`
+	StopTimeout time.Duration `json:"stop_timeout"`
+	// OnFillRestart and OnFillSignal are the manifest's on_fill.
+	OnFillRestart bool      `json:"on_fill_restart,omitempty"`
+	OnFillSignal  int       `json:"on_fill_signal,omitempty"`
+	Backoff       Backoff   `json:"backoff"`
+	LogMaxMB      int       `json:"log_max_mb"`
+	LogBackups    int       `json:"log_backups"`
+	Restarts      int       `json:"restarts,omitempty"` // counted from here (a shim replacing a lost one)
+	Since         time.Time `json:"since"`
+}
+
+// same reports whether s and o run the same thing (what a re-apply of an
+// unchanged row finds).
+func (s spec) same(o spec) bool {
+	return s.Build == o.Build && s.Account == o.Account && s.Dir == o.Dir
+}
+
+// Backoff paces the restarts of a module whose process exited: Initial
+// doubling to Max; a process that ran at least Reset starts the sequence
+// again. Zero fields take DESIGN.md §8's figures (1 s, 5 min, 10 min).
+type Backoff struct {
+	Initial time.Duration `json:"initial"`
+	Max     time.Duration `json:"max"`
+	Reset   time.Duration `json:"reset"`
+}
+
+// DefaultBackoff is DESIGN.md §8's restart pacing (the kubelet's
+// CrashLoopBackOff figures).
+var DefaultBackoff = Backoff{Initial: time.Second, Max: 5 * time.Minute, Reset: 10 * time.Minute}
+
+func (b Backoff) withDefaults() Backoff {
+	if b.Initial <= 0 {
+		b.Initial = DefaultBackoff.Initial
+	}
+	if b.Max <= 0 {
+		b.Max = DefaultBackoff.Max
+	}
+	if b.Max < b.Initial {
+		b.Max = b.Initial
+	}
+	if b.Reset <= 0 {
+		b.Reset = DefaultBackoff.Reset
+	}
+	return b
+}
+
+// Status is what a shim reports of its module.
+type Status struct {
+	Module  string          `json:"module"`
+	Build   string          `json:"build"`
+	Account string          `json:"account,omitempty"`
+	State   events.RunState `json:"state"`
+	// PID and PIDStart identify the module's process (0 when none runs).
+	PID      int    `json:"pid,omitempty"`
+	PIDStart uint64 `json:"pid_start,omitempty"`
+	// Restarts counts the starts after the first since the module's apply.
+	Restarts int `json:"restarts"`
+	// Exit is the last exit: "status N", "signal SIGNAME" or "start: why".
+	Exit string `json:"exit,omitempty"`
+	// Since is when State last changed.
+	Since time.Time `json:"since"`
+	// Backoff is the wait before the next start while State is failed.
+	Backoff time.Duration `json:"backoff,omitempty"`
+	// ShimPID and ShimStart identify the shim.
+	ShimPID   int    `json:"shim_pid"`
+	ShimStart uint64 `json:"shim_start"`
+}
+
+// request is one line the runtime sends a shim.
+type request struct {
+	Op string `json:"op"` // opStatus, opWatch, opWake, opStop
+}
+
+const (
+	opStatus = "status" // reply: one Status
+	opWatch  = "watch"  // reply: a Status now and on every change, until the connection closes
+	opWake   = "wake"   // a filled file was written; reply: one Status
+	opStop   = "stop"   // stop the module and exit; reply: the final Status
+)
+
+// identity is a process's pid and start time, as shim.json and
+// module.json hold them.
+type identity struct {
+	PID   int    `json:"pid"`
+	Start uint64 `json:"start"`
+}
+
+// writeJSON writes v to dir/name atomically (temp file, rename), mode 0600.
+func writeJSON(dir, name string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, "."+name+".*")
+	if err != nil {
+		return err
+	}
+	_, werr := tmp.Write(append(data, '\n'))
+	cerr := tmp.Close()
+	if werr != nil || cerr != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("write %s: %v %v", name, werr, cerr)
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}
+
+func readJSON(dir, name string, v any) error {
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, v)
+}
