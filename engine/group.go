@@ -140,53 +140,6 @@ type Group struct {
 	logTimer *time.Timer // a pending log of owned partitions
 }
 
-// leaseView is the last the watch said of one lease key.
-type leaseView struct {
-	present bool
-	holder  string
-}
-
-// lease is a lease this instance holds (or held, until its partition
-// stopped).
-type lease struct {
-	p       int
-	rev     uint64
-	value   []byte
-	ctx     context.Context
-	revoke  context.CancelCauseFunc
-	stopped chan struct{}
-	timer   *time.Timer
-
-	mu       sync.Mutex
-	deadline time.Time
-
-	releasing bool // revoked with ErrReleased: delete once stopped
-	renewing  bool // a renewal is in flight
-}
-
-func (l *lease) held() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return time.Now().Before(l.deadline)
-}
-
-func (l *lease) isStopped() bool {
-	select {
-	case <-l.stopped:
-		return true
-	default:
-		return false
-	}
-}
-
-// leaseValue is what a lease or member key holds: for people reading
-// the bucket (`nats kv get MESH_LEASES lease.3`).
-type leaseValue struct {
-	Group    string    `json:"group"`
-	Instance string    `json:"instance"`
-	Since    time.Time `json:"since,omitzero"`
-}
-
 // JoinGroup opens (or creates) the lease bucket of cfg.Stream's stream
 // and returns this instance's membership. Nothing is acquired until
 // [Group.Run]; pass [Group.Grants] to the reconciler
@@ -470,31 +423,24 @@ func (g *Group) apply(e jetstream.KeyValueEntry) {
 
 func (g *Group) memberList() []string { return slices.Sorted(maps.Keys(g.members)) }
 
-// assigned reports whether partition p is this instance's share.
-func (g *Group) assigned(p int, members []string) bool {
-	m := len(members)
-	return m > 0 && members[p*m/g.n] == g.cfg.Instance
-}
-
 // rebalance releases what is no longer this instance's share and
-// acquires the free leases that are.
+// acquires the free leases that are (see [assignment.moves]).
 func (g *Group) rebalance(ctx context.Context) {
 	members := g.memberList()
-	var released, free []int
+	seen := make([]leaseSeen, g.n)
 	for p := range g.n {
-		want := g.assigned(p, members)
-		if l := g.mine[p]; l != nil {
-			if !want && l.ctx.Err() == nil {
-				released = append(released, p)
-				l.releasing = true
-				l.revoke(ErrReleased)
-			}
-			continue
-		}
-		if want && !g.acquiring[p] && !g.view[p].present {
-			g.acquiring[p] = true
-			free = append(free, p)
-		}
+		l := g.mine[p]
+		seen[p] = leaseSeen{mine: l != nil, revoked: l != nil && l.ctx.Err() != nil,
+			acquiring: g.acquiring[p], present: g.view[p].present}
+	}
+	released, free := assign(members, g.n).moves(g.cfg.Instance, seen)
+	for _, p := range released {
+		l := g.mine[p]
+		l.releasing = true
+		l.revoke(ErrReleased)
+	}
+	for _, p := range free {
+		g.acquiring[p] = true
 	}
 	if len(free) > 0 {
 		go g.acquire(ctx, free)
@@ -511,64 +457,6 @@ func (g *Group) post(f func()) {
 	case g.events <- f:
 	case <-g.quit:
 	}
-}
-
-// acquire tries to create the leases of partitions ps, concurrently,
-// then hands the results to the loop at once.
-func (g *Group) acquire(ctx context.Context, ps []int) {
-	val, _ := json.Marshal(leaseValue{Group: g.cfg.Name, Instance: g.cfg.Instance, Since: time.Now().UTC()})
-	revs := make([]uint64, len(ps))
-	errs := make([]error, len(ps))
-	sent := time.Now()
-	actx, cancel := context.WithTimeout(ctx, g.opTimeout())
-	var wg sync.WaitGroup
-	for i, p := range ps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			revs[i], errs[i] = g.kv.Create(actx, leaseKey(p), val)
-		}()
-	}
-	wg.Wait()
-	cancel()
-	g.post(func() {
-		for i, p := range ps {
-			g.acquiring[p] = false
-			if err := errs[i]; err != nil {
-				if !errors.Is(err, jetstream.ErrKeyExists) {
-					g.log.Debug("acquire partition lease", "partition", p, "err", err)
-				}
-				continue
-			}
-			g.grant(p, revs[i], val, sent)
-		}
-		g.setOwned()
-	})
-}
-
-// grant records an acquired lease and hands it to the reconciler.
-func (g *Group) grant(p int, rev uint64, val []byte, sent time.Time) {
-	lctx, revoke := context.WithCancelCause(context.Background())
-	l := &lease{p: p, rev: rev, value: val, ctx: lctx, revoke: revoke, stopped: make(chan struct{}),
-		deadline: sent.Add(g.ttl - g.margin())}
-	l.timer = time.AfterFunc(time.Until(l.deadline), func() {
-		l.revoke(fmt.Errorf("%w: not renewed within its TTL", ErrLeaseLost))
-		g.poke()
-	})
-	g.mine[p] = l
-	g.view[p] = leaseView{present: true, holder: g.cfg.Instance}
-	var once sync.Once
-	gr := Grant{Partition: p, Revoked: lctx, Held: l.held, Stopped: func() {
-		once.Do(func() { close(l.stopped); g.poke() })
-	}}
-	if g.closing {
-		l.releasing = true
-		l.revoke(ErrReleased)
-		gr.Stopped()
-		return
-	}
-	g.log.Debug("partition acquired", "partition", p)
-	g.grants <- gr // never blocks: at most one grant a partition is outstanding
 }
 
 // poke wakes the loop.
@@ -590,88 +478,6 @@ func (g *Group) drainGrants() {
 			return
 		}
 	}
-}
-
-// renew renews the member key and every held lease, asynchronously.
-func (g *Group) renew(ctx context.Context) {
-	if !g.memberRev && !g.closing {
-		g.memberRev = true
-		go func() {
-			err := g.putMember(ctx)
-			g.post(func() {
-				g.memberRev = false
-				if err != nil {
-					g.log.Warn("renew membership", "err", err)
-				}
-			})
-		}()
-	}
-	for _, l := range g.mine {
-		if l.renewing || l.isStopped() || (l.ctx.Err() != nil && !l.releasing) {
-			continue
-		}
-		l.renewing = true
-		rev := l.rev
-		go func() {
-			sent := time.Now()
-			rctx, cancel := context.WithTimeout(ctx, g.opTimeout())
-			nrev, err := g.kv.Update(rctx, leaseKey(l.p), l.value, rev)
-			cancel()
-			g.post(func() {
-				l.renewing = false
-				switch {
-				case err == nil:
-					l.rev = nrev
-					l.mu.Lock()
-					l.deadline = sent.Add(g.ttl - g.margin())
-					l.mu.Unlock()
-					l.timer.Reset(time.Until(l.deadline))
-				case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists),
-					errors.Is(err, jetstream.ErrKeyNotFound), store.IsConflict(err):
-					// Expired, perhaps taken: it is not ours any more.
-					l.revoke(fmt.Errorf("%w: %v", ErrLeaseLost, err))
-				default:
-					g.log.Debug("renew partition lease", "partition", l.p, "err", err)
-				}
-			})
-		}()
-	}
-}
-
-// sweep forgets the leases whose partitions have stopped: a released one
-// is deleted (at the revision held, so the next owner starts at once); a
-// lost one is left to expire or to its new holder.
-func (g *Group) sweep(ctx context.Context) {
-	var lost []int
-	for p, l := range g.mine {
-		if !l.isStopped() || l.renewing {
-			continue
-		}
-		l.timer.Stop()
-		delete(g.mine, p)
-		if errors.Is(context.Cause(l.ctx), ErrReleased) && l.held() {
-			g.deleting.Add(1)
-			go func() {
-				defer g.deleting.Done()
-				dctx, cancel := context.WithTimeout(ctx, g.opTimeout())
-				err := g.kv.Delete(dctx, leaseKey(p), jetstream.LastRevision(l.rev))
-				cancel()
-				if err != nil {
-					g.log.Warn("release partition lease: not deleted; it expires", "partition", p, "err", err)
-					return
-				}
-				g.log.Debug("partition released", "partition", p)
-			}()
-		} else {
-			lost = append(lost, p)
-			g.log.Debug("partition lease lost", "partition", p, "cause", context.Cause(l.ctx))
-		}
-	}
-	if len(lost) > 0 {
-		slices.Sort(lost)
-		g.log.Warn("partition leases lost; their sessions stopped without writing", "partitions", lost)
-	}
-	g.setOwned()
 }
 
 // setOwned publishes the partitions held and not revoked. A change is

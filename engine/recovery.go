@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// effectKey names one node's subject of one effect kind.
+type effectKey struct {
+	node string
+	kind events.Kind
+}
+
+// recovery decides, while a session re-reads the range an earlier run may
+// have published effects for, which of the effects folded in that range
+// were stored already (docs/architecture.md, "Exactly-once effects"). It is
+// a pure value: the session feeds it the effects it defers and the effect
+// messages it reads, and publishes what is left.
+//
+// An effect is stored when a message carrying its id is read; a plan also
+// when a later plan of its node is read (a superseded plan is never
+// published after a newer one). Every effect message read, its id valid or
+// not, moves its subject's fence: the sequence the deferred effect is
+// published behind (Nats-Expected-Last-Subject-Sequence).
+type recovery struct {
+	deferred []reconcile.Effect
+	// unstored holds the ids of deferred effects not seen stored.
+	unstored map[string]bool
+	// last is each effect subject's last sequence seen or published.
+	last map[effectKey]uint64
+}
+
+func newRecovery() *recovery {
+	return &recovery{unstored: map[string]bool{}, last: map[effectKey]uint64{}}
+}
+
+// deferEffect keeps e until the read passes the session's start.
+func (r *recovery) deferEffect(e reconcile.Effect) {
+	r.deferred = append(r.deferred, e)
+	r.unstored[e.ID()] = true
+}
+
+// seen notes an effect message read at seq on node's subject of kind;
+// id is the effect id its message id carries, valid false when the
+// message id is not one this stream's reconcilers made (a forgery at
+// worst): such a message stores nothing but still moves the fence.
+func (r *recovery) seen(node string, kind events.Kind, seq uint64, id string, valid bool) {
+	r.last[effectKey{node, kind}] = seq
+	if !valid {
+		return
+	}
+	idNode, _, cause, n, ok := reconcile.ParseEffectID(id)
+	if !ok || idNode != node {
+		return
+	}
+	delete(r.unstored, id)
+	if kind != events.KindPlan {
+		return
+	}
+	for _, e := range r.deferred {
+		if e.Node == node && e.Kind == events.KindPlan && (e.Cause < cause || (e.Cause == cause && e.N < n)) {
+			delete(r.unstored, e.ID())
+		}
+	}
+}
+
+// stored reports whether deferred effect e was seen stored (or superseded).
+func (r *recovery) stored(e reconcile.Effect) bool { return !r.unstored[e.ID()] }
+
+// fence returns the last sequence seen or published on e's subject since
+// the checkpoint; known is false when there is none (the subject's last
+// message, if any, is older: ask the stream).
+func (r *recovery) fence(e reconcile.Effect) (seq uint64, known bool) {
+	seq, known = r.last[effectKey{e.Node, e.Kind}]
+	return seq, known
+}
+
+// published records that e was stored at seq: the next effect of its
+// subject is fenced behind it.
+func (r *recovery) published(e reconcile.Effect, seq uint64) {
+	r.last[effectKey{e.Node, e.Kind}] = seq
+}

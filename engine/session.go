@@ -1,0 +1,352 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/segmentio/encoding/json"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
+)
+
+// pendingAck is an effect sent and not yet acknowledged.
+type pendingAck struct {
+	f    jetstream.PubAckFuture
+	sent time.Time
+	kind events.Kind
+}
+
+// session is one run of a partition from its snapshot.
+type session struct {
+	p           *partition
+	checkpoint  uint64 // the sequence the stored snapshot covers
+	folded      uint64 // the last sequence read and folded (or skipped)
+	lastAtStart uint64 // the stream's last sequence when the session began
+	// recovering holds while the read has not passed lastAtStart: effects
+	// are deferred in rec, to be dropped if seen stored, and no checkpoint
+	// is written.
+	recovering bool
+	rec        *recovery
+	dirty      map[string]*reconcile.State
+	revs       map[string]uint64 // each node key's snapshot revision, as last seen
+	pending    []pendingAck
+	since      int // events folded since the checkpoint
+	in         *interner
+}
+
+func (p *partition) session(ctx context.Context) error {
+	r := p.r
+	ck, raw, revs, err := r.snaps.LoadPartitionRevisions(ctx, p.id)
+	if err != nil {
+		return err
+	}
+	in := newInterner()
+	states := make(map[string]*reconcile.State, len(raw))
+	for node, b := range raw {
+		st, err := reconcile.UnmarshalState(b)
+		if err != nil {
+			return fmt.Errorf("snapshot of node %s: %w", node, err)
+		}
+		in.state(st)
+		states[node] = st
+	}
+	p.mu.Lock()
+	p.states = states
+	p.mu.Unlock()
+	last, err := store.StreamLastSeq(ctx, r.stream)
+	if err != nil {
+		return err
+	}
+	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck, in: in,
+		rec: newRecovery(), dirty: map[string]*reconcile.State{}, revs: revs}
+	p.folded.Store(ck)
+	r.log.Debug("partition session", "partition", p.id, "checkpoint", ck, "nodes", len(states), "stream_last", last)
+	return s.consume(ctx)
+}
+
+func (s *session) consume(ctx context.Context) error {
+	r := s.p.r
+	// One wildcard filter over the partition: the server serves a single
+	// filter from its subject index, while several filters (the input
+	// kinds alone) made it scan, 30x slower on a long stream. Knocks and
+	// journal entries come along; the fold only counts them as seen.
+	tail, err := store.Follow(ctx, r.js, store.TailConfig{Stream: r.cfg.Stream.Name,
+		Filter: r.subj.StoredPartitionAll(s.p.id), Start: s.checkpoint + 1, Heartbeat: readHeartbeat})
+	if err != nil {
+		return err
+	}
+	defer tail.Stop()
+
+	// Publishing and checkpointing outlive a stop request: the event in
+	// hand finishes, and the final snapshot is written. Not a lost
+	// lease: that cancels them at once.
+	work, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelWork(nil)
+	defer context.AfterFunc(s.p.revoked, func() {
+		if err := s.p.lost(); err != nil {
+			cancelWork(err)
+		}
+	})()
+	tick := time.NewTicker(r.cfg.SnapshotInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if err := s.p.lost(); err != nil {
+				return err
+			}
+			cctx, cancel := context.WithTimeout(work, 30*time.Second)
+			defer cancel()
+			return s.checkpointNow(cctx)
+		case <-tick.C:
+			if err := s.checkpointNow(work); err != nil {
+				return err
+			}
+		case it := <-tail.C():
+			if it.Err != nil {
+				return it.Err
+			}
+			if err := s.handle(work, it.Msg, it.Meta); err != nil {
+				return err
+			}
+			if s.since >= r.cfg.SnapshotEvery {
+				if err := s.checkpointNow(work); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// handle folds one message and publishes its effects.
+func (s *session) handle(ctx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
+	r, p := s.p.r, s.p
+	seq := meta.Sequence.Stream
+	if s.recovering && seq > s.lastAtStart {
+		if err := s.endRecovery(ctx); err != nil {
+			return err
+		}
+	}
+	r.m.Lag.WithLabelValues(strconv.Itoa(p.id)).Set(float64(meta.NumPending))
+	if err := s.fold(ctx, msg, meta); err != nil {
+		return err
+	}
+	s.folded = seq
+	p.folded.Store(seq)
+	s.since++
+	if s.recovering && meta.NumPending == 0 {
+		// Caught up: nothing of the partition up to lastAtStart is left.
+		return s.endRecovery(ctx)
+	}
+	return nil
+}
+
+func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
+	r, p := s.p.r, s.p
+	seq := meta.Sequence.Stream
+	start := time.Now()
+	ev, err := r.subj.DecodeEvent(msg.Subject(), msg.Data(), seq, meta.Timestamp)
+	if err != nil {
+		r.m.BadSubject.Inc()
+		r.log.Warn("message names no node: skipped", "seq", seq, "subject", msg.Subject(), "err", err)
+		return nil
+	}
+	switch ev.Kind {
+	case events.KindPlan, events.KindKnock, events.KindJournal:
+		if s.recovering {
+			id, valid := store.EffectIDOf(r.key, msg.Headers().Get(jetstream.MsgIDHeader))
+			s.rec.seen(ev.Node, ev.Kind, seq, id, valid)
+		}
+		if ev.Kind != events.KindPlan {
+			return nil // the reconciler's own notes: not inputs of the fold
+		}
+	}
+	if ev.Payload != nil {
+		s.in.payload(ev.Payload)
+	}
+	p.mu.Lock()
+	st := p.states[ev.Node]
+	if st == nil {
+		st = reconcile.NewState(ev.Node)
+		p.states[ev.Node] = st
+	}
+	effs := st.Fold(ev)
+	p.mu.Unlock()
+	r.m.Folding.Observe(time.Since(start).Seconds())
+	if ev.Err != nil {
+		r.m.Rejected.Inc()
+		r.log.Warn("event not folded", "node", ev.Node, "seq", seq, "kind", ev.Kind, "err", ev.Err)
+	} else {
+		r.m.Folded.WithLabelValues(string(ev.Kind)).Inc()
+	}
+	s.dirty[ev.Node] = st
+	if err := fault(r.cfg.Faults.AfterFold, p.id, seq); err != nil {
+		return err
+	}
+	for _, e := range effs {
+		if s.recovering {
+			s.rec.deferEffect(e)
+			continue
+		}
+		if err := s.publish(ctx, e); err != nil {
+			return err
+		}
+	}
+	return fault(r.cfg.Faults.AfterPublish, p.id, seq)
+}
+
+// endRecovery publishes the deferred effects that were not seen stored,
+// in order, each fenced by its subject's last sequence, and leaves
+// recovery.
+func (s *session) endRecovery(ctx context.Context) error {
+	r := s.p.r
+	for _, e := range s.rec.deferred {
+		id := store.EffectMsgID(r.key, e.ID())
+		if s.rec.stored(e) {
+			r.m.Skipped.Inc()
+			continue
+		}
+		fence, known := s.rec.fence(e)
+		if !known {
+			// Nothing on the subject since the checkpoint: its last
+			// message, if any, is older.
+			m, err := store.LastMsg(ctx, r.stream, r.subj, r.cfg.Stream.Partitions, e.Node, e.Kind)
+			switch {
+			case errors.Is(err, store.ErrNoMessage):
+			case err != nil:
+				return fmt.Errorf("publish %s: %w", id, err)
+			default:
+				fence = m.Event.Seq
+			}
+		}
+		if err := s.p.lost(); err != nil {
+			return err
+		}
+		start := time.Now()
+		ack, err := r.pub.Append(ctx, e.Node, e.Payload, store.WithMsgID(id), store.WithExpectLastSubjectSeq(fence))
+		if err != nil {
+			return fmt.Errorf("publish %s (fenced at %d): %w", id, fence, err)
+		}
+		r.m.Publishing.Observe(time.Since(start).Seconds())
+		if !ack.Duplicate {
+			s.rec.published(e, ack.Seq)
+			r.m.Effects.WithLabelValues(string(e.Kind)).Inc()
+		}
+	}
+	s.recovering = false
+	s.rec = nil
+	return nil
+}
+
+// publish sends one effect asynchronously with its id; the checkpoint
+// waits for its ack.
+func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
+	if len(s.pending) >= 1024 {
+		if err := s.awaitAcks(ctx); err != nil {
+			return err
+		}
+	}
+	if err := s.p.lost(); err != nil {
+		return err
+	}
+	id := store.EffectMsgID(s.p.r.key, e.ID())
+	f, err := s.p.r.pub.AppendAsync(ctx, e.Node, e.Payload, store.WithMsgID(id))
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", id, err)
+	}
+	s.pending = append(s.pending, pendingAck{f: f, sent: time.Now(), kind: e.Kind})
+	return nil
+}
+
+// readHeartbeat is the idle heartbeat of a partition's ordered consumer.
+// The client recreates the consumer after two missed heartbeats: when the
+// server holding it stops (a cluster losing a stream leader), the read
+// resumes after ~2 s instead of the default's ~10 s.
+const readHeartbeat = time.Second
+
+// ackTimeout bounds each wait for the acknowledgement of an effect, and a
+// checkpoint's whole snapshot write (10,000 states take ~70 ms). An async
+// publish's future never resolves when its ack is lost (its server
+// stopped before answering, on a cluster changing leaders) unless the
+// JetStream context sets a publish-async timeout, which the caller's may
+// not: the session gives up instead and restarts from its snapshot, where
+// the recovery rule decides again.
+const ackTimeout = 5 * time.Second
+
+// awaitAcks waits for every effect sent to be acknowledged.
+func (s *session) awaitAcks(ctx context.Context) error {
+	m := s.p.r.m
+	timer := time.NewTimer(ackTimeout)
+	defer timer.Stop()
+	for _, pa := range s.pending {
+		select {
+		case ack := <-pa.f.Ok():
+			m.Publishing.Observe(time.Since(pa.sent).Seconds())
+			if !ack.Duplicate {
+				m.Effects.WithLabelValues(string(pa.kind)).Inc()
+			}
+		case err := <-pa.f.Err():
+			return fmt.Errorf("publish %s: %w", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), err)
+		case <-timer.C:
+			return fmt.Errorf("publish %s: no acknowledgement within %s", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), ackTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		timer.Reset(ackTimeout)
+	}
+	s.pending = s.pending[:0]
+	return nil
+}
+
+// checkpointNow makes the snapshot cover every event folded: effects
+// acknowledged first, then the changed node states, then the partition's
+// sequence. Each node state is written only if its key is still at the
+// revision this session last saw: a second writer of the partition (a
+// stale former owner, or a new one) makes it fail with ErrConflict, and
+// the session restarts from the snapshot. So a stored node state only
+// ever moves forward, and a stored checkpoint never claims more than its
+// nodes' states cover.
+func (s *session) checkpointNow(ctx context.Context) error {
+	if s.recovering || (s.folded == s.checkpoint && len(s.dirty) == 0) {
+		return nil
+	}
+	r, p := s.p.r, s.p
+	if err := s.awaitAcks(ctx); err != nil {
+		return err
+	}
+	if err := p.lost(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	if len(s.dirty) > 0 {
+		states := make(map[string][]byte, len(s.dirty))
+		for node, st := range s.dirty {
+			b, err := json.Marshal(st)
+			if err != nil {
+				return fmt.Errorf("encode state of %s: %w", node, err)
+			}
+			states[node] = b
+		}
+		if err := r.snaps.PutNodesAt(ctx, p.id, states, s.revs); err != nil {
+			return err
+		}
+	}
+	if err := p.lost(); err != nil {
+		return err
+	}
+	if err := r.snaps.PutCheckpoint(ctx, p.id, s.folded); err != nil {
+		return err
+	}
+	s.checkpoint = s.folded
+	clear(s.dirty)
+	s.since = 0
+	r.m.Checkpoints.Inc()
+	return fault(r.cfg.Faults.AfterCheckpoint, p.id, s.folded)
+}
