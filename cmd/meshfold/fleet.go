@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
@@ -75,7 +74,7 @@ func runFleet(ctx context.Context, a *app, asJSON bool, stale, warnings time.Dur
 		return err
 	}
 	if warnings > 0 {
-		counts, err := journalWarnings(ctx, js, cfg, now.Add(-warnings))
+		counts, err := store.JournalWarnings(ctx, js, cfg, now.Add(-warnings))
 		if err != nil {
 			return err
 		}
@@ -146,49 +145,6 @@ func decodeState(data []byte) (*reconcile.State, error) {
 		return nil, fmt.Errorf("decode state: %w", err)
 	}
 	return s, nil
-}
-
-// journalWarnings counts, per node, the journal entries of level warn or
-// error stored since since, in one ordered read of the journal subjects.
-func journalWarnings(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig, since time.Time) (map[string]int, error) {
-	subj := cfg.Subjects()
-	counts := map[string]int{}
-	cons, err := js.OrderedConsumer(ctx, cfg.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"*." + cfg.WithDefaults().Prefix + ".*." + string(events.KindJournal)},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &since,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read journal: %w", err)
-	}
-	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
-		return counts, nil
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return nil, fmt.Errorf("read journal: %w", err)
-	}
-	defer it.Stop()
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return nil, fmt.Errorf("read journal: %w", err)
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return nil, fmt.Errorf("read journal: %w", err)
-		}
-		if node, _, err := subj.Parse(m.Subject()); err == nil {
-			if p, err := events.Decode(events.KindJournal, m.Data()); err == nil {
-				if j := p.(*events.Journal); j.Level != events.LevelInfo {
-					counts[node]++
-				}
-			}
-		}
-		if meta.NumPending == 0 {
-			return counts, nil
-		}
-	}
 }
 
 func printFleet(w io.Writer, rows []audit.FleetRow) error {

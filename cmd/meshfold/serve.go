@@ -62,6 +62,8 @@ func newServeCmd(a *app) *cobra.Command {
 		listen string
 		lf     loopFlags
 		af     serveAuthFlags
+		web    string
+		cf     consoleFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -111,14 +113,19 @@ requires their certificates.`,
 			return runReconciler(cmd.Context(), a, log, nc, lf, func(cfg store.StreamConfig) {
 				fmt.Fprintf(a.stdout, "meshfold: serving NATS at %s; stream %s (%d partitions, prefix %q); data in %s\n",
 					srv.ClientURL(), cfg.Name, cfg.Partitions, cfg.Prefix, abs)
+				if web != "" {
+					serveConsole(cmd.Context(), a, log, srv, af, cfg, web, cf)
+				}
 			})
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "meshfold-data", "directory of the JetStream file store")
 	cmd.Flags().StringVar(&listen, "listen", store.DefaultListen, "client listen address HOST:PORT (port 0: a random one)")
+	cmd.Flags().StringVar(&web, "http", "", "also serve the read-only web console (meshfold console) on HOST:PORT (default: off)")
 	a.stream.add(cmd)
 	lf.add(cmd)
 	af.add(cmd)
+	cf.add(cmd)
 	return cmd
 }
 

@@ -196,8 +196,14 @@ type FleetRow struct {
 // FleetRowOf returns the fleet row of s at now; a have older than stale
 // (or none at all) is stale.
 func FleetRowOf(s *reconcile.State, now time.Time, stale time.Duration) FleetRow {
-	v := s.View()
-	r := FleetRow{Node: s.Node, Seq: s.Seq, Want: v.Want, SettledPlan: v.SettledPlan, EmittedPlan: v.EmittedPlan,
+	return FleetRowOfView(s.View(), now, stale)
+}
+
+// FleetRowOfView returns the fleet row of a node's view at now, as
+// [FleetRowOf] makes it from the state: for a view the reconciler's state
+// service answered (the web console's live rows).
+func FleetRowOfView(v reconcile.View, now time.Time, stale time.Duration) FleetRow {
+	r := FleetRow{Node: v.Node, Seq: v.Seq, Want: v.Want, SettledPlan: v.SettledPlan, EmittedPlan: v.EmittedPlan,
 		Unsettled: v.Unsettled, Modules: v.Modules, Held: v.Held, Owed: len(v.Owed),
 		AccountWarning: v.AccountWarning, HaveTime: v.HaveTime, HaveAge: -1, Warnings: -1}
 	for _, h := range v.Holds {

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/console"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/auth"
+)
+
+func init() { register(newConsoleCmd) }
+
+// consoleFlags configure the web console, in console and serve --http.
+type consoleFlags struct {
+	stale    time.Duration
+	warnings time.Duration
+}
+
+func (f *consoleFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.DurationVar(&f.stale, "stale", 10*time.Minute, "the console shows a have older than this as stale")
+	fl.DurationVar(&f.warnings, "warnings", time.Hour, "the console counts journal warnings this far back at start (0: do not)")
+}
+
+func newConsoleCmd(a *app) *cobra.Command {
+	var (
+		listen string
+		cf     consoleFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "A read-only web console of the fleet and of each node's history",
+		Long: `console serves web pages of the fleet and of each node, read-only:
+
+  /                 what needs an operator first, then every node; filter by
+                    name; updated live as events fold (server-sent events)
+  /node/NODE        the node's history as a picture, one lane per event kind,
+                    plans, knocks and held rows marked (?from= ?to= zoom by
+                    sequence or time, ?axis=time); its state and composition
+                    (meshfold state); ?why=SEQ the causal chain of an event
+                    (meshfold audit --why); ?as_of= the page as of a sequence
+                    or time (meshfold audit --as-of)
+
+Everything shown is computed by the same code as fleet, state and audit. The
+console only reads: give it the operator-read user's creds (meshfold auth
+add-user operator-read). It listens on loopback unless --listen says
+otherwise; it has no login of its own, so put anything wider behind a proxy
+that authenticates. The same pages are served by meshfold serve --http ADDR.`,
+		Example: `  meshfold console
+  meshfold console --server nats://hub:4222 --creds mesh-auth/creds/operator-read.creds --listen 127.0.0.1:7070`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := a.logger()
+			if err != nil {
+				return err
+			}
+			nc, err := a.conn.connectWait(cmd.Context(), "meshfold console", a)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			_, cfg, err := a.stream.openStreamWait(cmd.Context(), js, log)
+			if err != nil {
+				return err
+			}
+			return runConsole(cmd.Context(), a, log, nc, cfg, listen, cf)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", console.DefaultListen, "HTTP listen address HOST:PORT (loopback unless told otherwise)")
+	cf.add(cmd)
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+// runConsole serves the console on listen until ctx is done.
+func runConsole(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, cfg store.StreamConfig, listen string, cf consoleFlags) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	warnings := cf.warnings
+	if warnings == 0 {
+		warnings = -1
+	}
+	c, err := console.New(console.Config{Source: &console.NATSSource{NC: nc, JS: js, Stream: cfg},
+		Logger: log, Stale: cf.stale, Warnings: warnings})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return withCode(exitUsage, fmt.Errorf("--listen: %w", err))
+	}
+	if !console.IsLoopback(ln.Addr().String()) {
+		log.Warn("the console listens beyond loopback; it has no login of its own", "addr", ln.Addr().String())
+	}
+	fmt.Fprintf(a.stdout, "meshfold: console at http://%s/ (stream %s)\n", ln.Addr(), cfg.Name)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	served := make(chan error, 1)
+	go func() { served <- console.Serve(ctx, ln, c) }()
+	select {
+	case err = <-ran:
+		cancel()
+		<-served
+	case err = <-served:
+		cancel()
+		<-ran
+	}
+	return err
+}
+
+// serveConsole starts the console of serve --http on its own in-process
+// connection: with --auth, as the directory's operator-read user, so the
+// pages read with the console's permissions, not the reconciler's. It
+// runs until ctx is done; its failure is logged, and does not stop the
+// reconciler.
+func serveConsole(ctx context.Context, a *app, log *slog.Logger, srv *store.Embedded, af serveAuthFlags, cfg store.StreamConfig, listen string, cf consoleFlags) {
+	opts := []nats.Option{nats.Name("meshfold serve console")}
+	if af.dir != "" {
+		d, err := auth.Open(af.dir)
+		if err != nil {
+			log.Error("console", "err", err)
+			return
+		}
+		creds := d.CredsPath(string(auth.RoleOperatorRead))
+		inbox, err := store.CredsInboxPrefix(creds)
+		if err != nil {
+			log.Error("console: no operator-read user in the auth directory (meshfold auth add-user operator-read)", "err", err)
+			return
+		}
+		opts = append(opts, nats.UserCredentials(creds), nats.CustomInboxPrefix(inbox))
+	}
+	nc, err := srv.Connect(opts...)
+	if err != nil {
+		log.Error("console: connect", "err", err)
+		return
+	}
+	go func() {
+		defer nc.Close()
+		if err := runConsole(ctx, a, log, nc, cfg, listen, cf); err != nil {
+			log.Error("console", "err", err)
+		}
+	}()
+}

@@ -1,0 +1,447 @@
+package console_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/console"
+	"github.com/meshfold/meshfold/engine"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+)
+
+// secret stands for filled-file content: the console never has it, and
+// no page may show it.
+const secret = "s3cr3t-console-7f3a9c"
+
+const (
+	mbg   = "mesh-build-go"
+	creds = "/run/mesh-build-go/broker.creds"
+)
+
+var base = time.Date(2026, 11, 3, 20, 49, 0, 0, time.UTC)
+
+// fake is a Source over a simulated stream: the snapshots are the states
+// when the console loads, Live is the stream's live state, Follow hands
+// over what the test appends afterwards.
+type fake struct {
+	mu     sync.Mutex
+	s      *audittest.Stream
+	follow chan events.Event
+	noLive bool
+}
+
+func newFake() *fake {
+	return &fake{s: audittest.New(base, 250*time.Millisecond), follow: make(chan events.Event, 256)}
+}
+
+// append appends an input event and hands it and its effects to Follow.
+func (f *fake) append(node string, p events.Payload) events.Event {
+	f.mu.Lock()
+	n := len(f.s.Events)
+	ev := f.s.Append(node, p)
+	added := append([]events.Event(nil), f.s.Events[n:]...)
+	f.mu.Unlock()
+	for _, e := range added {
+		f.follow <- e
+	}
+	return ev
+}
+
+func (f *fake) Fleet(context.Context) ([]console.NodeView, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []console.NodeView
+	for _, n := range f.s.Nodes() {
+		out = append(out, console.NodeView{Node: n, View: f.s.State(n).View()})
+	}
+	return out, nil
+}
+
+func (f *fake) Warnings(context.Context, time.Time) (map[string]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for _, ev := range f.s.Events {
+		if j, ok := ev.Payload.(*events.Journal); ok && j.Level != events.LevelInfo {
+			out[ev.Node]++
+		}
+	}
+	return out, nil
+}
+
+func (f *fake) Live(_ context.Context, node string) (reconcile.View, reconcile.Composition, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.noLive {
+		return reconcile.View{}, reconcile.Composition{}, engine.ErrNoReconciler
+	}
+	st := f.s.State(node)
+	return st.View(), reconcile.CompositionOf(st), nil
+}
+
+func (f *fake) History(_ context.Context, node string, end *audit.Bound) (*audit.History, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, err := audit.NewHistory(node, f.s.Node(node))
+	if err != nil || end == nil {
+		return h, err
+	}
+	n, _ := h.Until(*end)
+	return audit.NewHistory(node, h.Events[:n])
+}
+
+func (f *fake) Follow(ctx context.Context, fn func(events.Event)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-f.follow:
+			fn(ev)
+		}
+	}
+}
+
+var provisioner = events.WantModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}
+var mbgMod = events.WantModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}}
+
+// lastPlan returns the sequence of node's newest plan event.
+func (f *fake) lastPlan(node string) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var seq uint64
+	for _, ev := range f.s.Node(node) {
+		if ev.Kind == events.KindPlan {
+			seq = ev.Seq
+		}
+	}
+	return seq
+}
+
+// incident1 plays DESIGN.md §2 incident 1 on ace up to the refusal: the
+// write was refused as undeclared and is owed; the plan declaring it is
+// emitted and unsettled. settle finishes it: the knock.
+func incident1(f *fake) (settle func() uint64) {
+	f.append("ace", &events.Want{Modules: []events.WantModule{provisioner}})
+	p1 := f.lastPlan("ace")
+	f.append("ace", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: p1})
+	f.append("ace", &events.Have{Modules: []events.HaveModule{{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"}}})
+	f.append("ace", &events.Want{Modules: []events.WantModule{provisioner, mbgMod}})
+	p2 := f.lastPlan("ace")
+	f.append("ace", &events.Refusal{Module: mbg, Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"})
+	return func() uint64 {
+		f.append("ace", &events.Settle{Module: mbg, Op: events.OpApply, Plan: p2})
+		for _, ev := range f.s.Node("ace") {
+			if ev.Kind == events.KindKnock {
+				return ev.Seq
+			}
+		}
+		return 0
+	}
+}
+
+// healthy gives node a settled provisioner and a fresh have.
+func healthy(f *fake, node string) {
+	f.append(node, &events.Want{Modules: []events.WantModule{provisioner}})
+	f.append(node, &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: f.lastPlan(node)})
+	f.append(node, &events.Have{Modules: []events.HaveModule{{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"}}})
+}
+
+type fixture struct {
+	f   *fake
+	srv *httptest.Server
+	now time.Time
+}
+
+func start(t *testing.T, f *fake) *fixture {
+	t.Helper()
+	fx := &fixture{f: f}
+	c, err := console.New(console.Config{Source: f, Now: func() time.Time {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.s.TimeOf(f.s.Next())
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	fx.srv = httptest.NewServer(c)
+	t.Cleanup(func() {
+		fx.srv.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return fx
+}
+
+func (fx *fixture) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(fx.srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), secret) {
+		t.Errorf("GET %s: the page holds the filled content", path)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// waitPage fetches path until it holds want, within a deadline.
+func (fx *fixture) waitPage(t *testing.T, path, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body := fx.get(t, path)
+		if strings.Contains(body, want) {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s never held %q; last:\n%s", path, want, body)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a page, bounded by the deadline
+	}
+}
+
+var rowRE = regexp.MustCompile(`<tr class="need-row" id="need-([a-z0-9_-]+)"`)
+
+// The fleet page lists what needs an operator first, most pressing
+// first (audit.SortFleet), then every node; the filter keeps the nodes
+// whose name matches.
+func TestFleetPage(t *testing.T) {
+	f := newFake()
+	healthy(f, "shanks")
+	incident1(f)
+	// novox waits for an approval.
+	f.append("novox", &events.Want{Modules: []events.WantModule{provisioner, {Name: "nats", Build: "img:2.10", RunsAs: "nats", RequiresApproval: true}}})
+	f.append("novox", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: f.lastPlan("novox")})
+	f.append("novox", &events.Have{Modules: []events.HaveModule{{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"}}})
+	fx := start(t, f)
+	body := fx.waitPage(t, "/", `id="need-ace"`)
+	var needs []string
+	for _, m := range rowRE.FindAllStringSubmatch(body, -1) {
+		needs = append(needs, m[1])
+	}
+	if strings.Join(needs, ",") != "ace,novox" {
+		t.Errorf("needs an operator: %v, want ace (owed) then novox (approval)", needs)
+	}
+	if i, j := strings.Index(body, `id="needs"`), strings.Index(body, `id="nodes"`); i < 0 || j < i {
+		t.Errorf("the needs section is not before every node")
+	}
+	for _, n := range []string{"ace", "novox", "shanks"} {
+		if !strings.Contains(body, `id="node-`+n+`"`) {
+			t.Errorf("every node: %s missing", n)
+		}
+	}
+	if !strings.Contains(body, "nats → img:2.10") {
+		t.Error("novox's pending approval is not shown")
+	}
+	_, body = fx.get(t, "/?q=nov")
+	if strings.Contains(body, `id="node-ace"`) || !strings.Contains(body, `id="node-novox"`) {
+		t.Errorf("filter nov: %s", body)
+	}
+}
+
+// Live updates: an event folded after the page was loaded reaches an
+// open event stream as the fleet's new HTML.
+func TestFleetEvents(t *testing.T) {
+	f := newFake()
+	settle := incident1(f)
+	fx := start(t, f)
+	fx.waitPage(t, "/", `id="need-ace"`)
+	resp, err := http.Get(fx.srv.URL + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	frames := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var b strings.Builder
+		for sc.Scan() {
+			line := sc.Text()
+			if line == "" {
+				frames <- b.String()
+				b.Reset()
+				continue
+			}
+			b.WriteString(line + "\n")
+		}
+		close(frames)
+	}()
+	next := func() string {
+		select {
+		case fr, ok := <-frames:
+			if !ok {
+				t.Fatal("the event stream ended")
+			}
+			return fr
+		case <-time.After(10 * time.Second):
+			t.Fatal("no frame")
+		}
+		return ""
+	}
+	if fr := next(); !strings.Contains(fr, "event: fleet") || !strings.Contains(fr, `id="need-ace"`) {
+		t.Fatalf("first frame: %s", fr)
+	}
+	knock := settle()
+	cause := f.s.Events[knock-1].Payload.(*events.Knock).Cause
+	for {
+		// The row's last knock is told by its cause, as in meshfold fleet.
+		if fr := next(); strings.Contains(fr, fmt.Sprintf(`data-knock="%d"`, cause)) {
+			if !strings.Contains(fr, `id="node-ace" data-node="ace" data-owed="0"`) || strings.Contains(fr, `need-owed`) {
+				t.Errorf("ace still owes after the knock: %s", fr)
+			}
+			break
+		}
+	}
+}
+
+// The node page: the picture with a mark per event and the knock
+// marked; ?why= shows the chain the audit computes, each event a link;
+// ?as_of= shows audit --as-of's text; nothing shows the filled content.
+func TestNodePage(t *testing.T) {
+	f := newFake()
+	settle := incident1(f)
+	knock := settle()
+	f.append("ace", &events.Filled{Module: mbg, Path: creds, Plan: f.lastPlan("ace"), Digest: "hmac-of-" + "content"})
+	fx := start(t, f)
+	code, body := fx.get(t, "/node/ace")
+	if code != 200 {
+		t.Fatalf("GET /node/ace: %d %s", code, body)
+	}
+	h, _ := f.History(context.Background(), "ace", nil)
+	if n := strings.Count(body, `class="ev ev-`); n != len(h.Events) {
+		t.Errorf("%d marks, want one per event (%d)", n, len(h.Events))
+	}
+	if !strings.Contains(body, fmt.Sprintf(`id="ev-%d" href="/node/ace?why=%d#why"`, knock, knock)) {
+		t.Errorf("the knock #%d is not a link to its why", knock)
+	}
+	if !strings.Contains(body, audit.StateText(f.s.State("ace").View(), reconcile.CompositionOf(f.s.State("ace")), f.s.TimeOf(f.s.Next()), "the reconciler (live)")) {
+		t.Error("the state is not meshfold state's text")
+	}
+
+	_, body = fx.get(t, fmt.Sprintf("/node/ace?why=%d", knock))
+	w, err := h.Why(knock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := w.Owed[0]
+	for _, l := range []*audit.Link{o.Refusal, o.Want, o.Settle, o.Accepting, w.Cause} {
+		if !strings.Contains(body, fmt.Sprintf(`<a class="why-link" href="/node/ace?why=%d#why" data-seq="%d">#%d %s</a>`, l.Seq, l.Seq, l.Seq, l.Kind)) {
+			t.Errorf("the chain does not link #%d %s", l.Seq, l.Kind)
+		}
+	}
+	if !strings.Contains(body, "undeclared: plan #") {
+		t.Error("the chain does not say why the write was refused")
+	}
+
+	// As of the refusal: audit --as-of's text, owing the credential.
+	var refusal uint64
+	for _, ev := range h.Events {
+		if ev.Kind == events.KindRefusal {
+			refusal = ev.Seq
+		}
+	}
+	_, body = fx.get(t, fmt.Sprintf("/node/ace?as_of=%d", refusal))
+	want := h.AsOf(audit.SeqBound(refusal)).Text()
+	if !strings.Contains(body, template(want)) {
+		t.Errorf("as of #%d: the page does not hold audit --as-of's text:\n%s", refusal, want)
+	}
+	if strings.Contains(body, fmt.Sprintf(`id="ev-%d"`, knock)) {
+		t.Error("as of the refusal, the page draws the later knock")
+	}
+	if strings.Contains(body, "hmac-of-content") {
+		t.Error("a filled digest is on the page")
+	}
+
+	// Zoom and time axis keep working; bad parameters are refused.
+	if code, _ := fx.get(t, "/node/ace?from=2&to=5&axis=time"); code != 200 {
+		t.Errorf("zoom: %d", code)
+	}
+	for _, q := range []string{"?as_of=yesterday", "?why=x", "?from=0"} {
+		if code, _ := fx.get(t, "/node/ace"+q); code != 400 {
+			t.Errorf("%s: %d, want 400", q, code)
+		}
+	}
+	if code, _ := fx.get(t, "/node/zed"); code != 404 {
+		t.Errorf("unknown node: %d, want 404", code)
+	}
+	if code, _ := fx.get(t, "/node/Bad!"); code != 400 {
+		t.Errorf("bad node name: %d, want 400", code)
+	}
+}
+
+// template escapes s as html/template writes text.
+func template(s string) string {
+	r := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&#34;", "'", "&#39;", "+", "&#43;")
+	return r.Replace(s)
+}
+
+// With no reconciler answering, the node page shows the fold of the
+// stream instead, and says so.
+func TestNodePageNoReconciler(t *testing.T) {
+	f := newFake()
+	incident1(f)()
+	f.noLive = true
+	fx := start(t, f)
+	_, body := fx.get(t, "/node/ace")
+	if !strings.Contains(body, "a replay of the stream: no reconciler answered") {
+		t.Error("the state does not say it is a replay")
+	}
+}
+
+// The console is read-only: every other method is refused.
+func TestReadOnly(t *testing.T) {
+	f := newFake()
+	healthy(f, "ace")
+	fx := start(t, f)
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
+		for _, p := range []string{"/", "/node/ace", "/events"} {
+			req, _ := http.NewRequest(m, fx.srv.URL+p, strings.NewReader("x"))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("%s %s: %d, want 405", m, p, resp.StatusCode)
+			}
+		}
+	}
+	if code, body := fx.get(t, "/static/live.js"); code != 200 || !strings.Contains(body, "EventSource") {
+		t.Errorf("/static/live.js: %d", code)
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:7070": true, "[::1]:7070": true, "localhost:1": true,
+		"0.0.0.0:7070": false, ":7070": false, "10.0.0.1:80": false, "bad": false} {
+		if got := console.IsLoopback(addr); got != want {
+			t.Errorf("IsLoopback(%q) = %v", addr, got)
+		}
+	}
+}

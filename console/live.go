@@ -1,0 +1,210 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/meshfold/meshfold/engine"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/audit"
+)
+
+// fleet is the console's picture of every node: the views loaded from
+// the snapshots at start, each replaced by the reconciler's live view
+// once an event of the node folds. Rows are made from views with
+// audit.FleetRowOfView at render time, so ages are always told against
+// the present.
+type fleet struct {
+	src Source
+	log *slog.Logger
+
+	mu       sync.Mutex
+	views    map[string]NodeView
+	warnings map[string]int
+	// dirty maps a node to the newest sequence of it seen on the stream
+	// that its view does not cover yet.
+	dirty map[string]uint64
+	gen   uint64
+	subs  map[chan struct{}]struct{}
+	wake  chan struct{}
+}
+
+func newFleet(src Source, log *slog.Logger) *fleet {
+	return &fleet{src: src, log: log, views: map[string]NodeView{}, warnings: map[string]int{},
+		dirty: map[string]uint64{}, subs: map[chan struct{}]struct{}{}, wake: make(chan struct{}, 1)}
+}
+
+// load reads every snapshot and the journal warnings since since.
+func (f *fleet) load(ctx context.Context, since time.Time) error {
+	nvs, err := f.src.Fleet(ctx)
+	if err != nil {
+		return err
+	}
+	var counts map[string]int
+	if !since.IsZero() {
+		if counts, err = f.src.Warnings(ctx, since); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, nv := range nvs {
+		// A live view already taken in is newer than the snapshot.
+		if old, ok := f.views[nv.Node]; !ok || old.View.Seq < nv.View.Seq {
+			f.views[nv.Node] = nv
+		}
+	}
+	for n, c := range counts {
+		f.warnings[n] += c
+	}
+	f.changed()
+	return nil
+}
+
+// saw records an event from the stream: its node's view is refreshed
+// from the reconciler once it has folded it.
+func (f *fleet) saw(ev events.Event) {
+	f.mu.Lock()
+	if ev.Kind == events.KindJournal {
+		if j, ok := ev.Payload.(*events.Journal); ok && j.Level != events.LevelInfo {
+			f.warnings[ev.Node]++
+		}
+	}
+	f.dirty[ev.Node] = max(f.dirty[ev.Node], ev.Seq)
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// refreshRetry is how long a node whose event the reconciler has not
+// folded yet waits before it is asked again.
+const refreshRetry = 50 * time.Millisecond
+
+// refresh asks the reconciler for the view of every dirty node until ctx
+// is done. A node stays dirty until the view covers the newest event seen
+// of it; with no reconciler answering, it keeps its last view.
+func (f *fleet) refresh(ctx context.Context) {
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.wake:
+		case <-retry.C:
+		}
+		f.mu.Lock()
+		dirty := maps.Clone(f.dirty)
+		f.mu.Unlock()
+		again := false
+		for node, seq := range dirty {
+			v, _, err := f.src.Live(ctx, node)
+			switch {
+			case errors.Is(err, engine.ErrNoReconciler):
+				again = true
+				continue
+			case errors.Is(err, engine.ErrUnknownNode):
+				again = true // not folded yet
+				continue
+			case err != nil:
+				if ctx.Err() != nil {
+					return
+				}
+				f.log.Warn("console: live view", "node", node, "err", err)
+				again = true
+				continue
+			}
+			f.mu.Lock()
+			if old, ok := f.views[node]; !ok || old.View.Seq < v.Seq || old.Err != nil {
+				f.views[node] = NodeView{Node: node, View: v}
+				f.changed()
+			}
+			if v.Seq >= seq && f.dirty[node] == seq {
+				delete(f.dirty, node)
+			} else {
+				again = true
+			}
+			f.mu.Unlock()
+		}
+		if again {
+			retry.Reset(refreshRetry)
+		}
+	}
+}
+
+// changed bumps the generation and wakes every subscriber; f.mu is held.
+func (f *fleet) changed() {
+	f.gen++
+	for ch := range f.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// subscribe returns a channel told of every change, and its cancel.
+func (f *fleet) subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	f.mu.Lock()
+	f.subs[ch] = struct{}{}
+	f.mu.Unlock()
+	return ch, func() {
+		f.mu.Lock()
+		delete(f.subs, ch)
+		f.mu.Unlock()
+	}
+}
+
+// fleetPage is what the fleet page shows.
+type fleetPage struct {
+	// Needs are the rows needing an operator, most pressing first
+	// (audit.SortFleet); All is every row, by name.
+	Needs, All []audit.FleetRow
+	Query      string
+	Gen        uint64
+	Nodes      int
+	Now        time.Time
+}
+
+// page returns the rows of the nodes whose name contains q, at now.
+func (f *fleet) page(q string, now time.Time, stale time.Duration) fleetPage {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := fleetPage{Query: q, Gen: f.gen, Nodes: len(f.views), Now: now}
+	for _, name := range slices.Sorted(maps.Keys(f.views)) {
+		if !matches(name, q) {
+			continue
+		}
+		nv := f.views[name]
+		var r audit.FleetRow
+		if nv.Err != nil {
+			r = audit.FleetErrorRow(name, nv.Err)
+		} else {
+			r = audit.FleetRowOfView(nv.View, now, stale)
+			r.SetWarnings(f.warnings[name])
+		}
+		p.All = append(p.All, r)
+		if len(r.Attention) > 0 {
+			p.Needs = append(p.Needs, r)
+		}
+	}
+	audit.SortFleet(p.Needs)
+	return p
+}
+
+// view returns the view the fleet holds of node.
+func (f *fleet) view(node string) (reconcile.View, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	nv, ok := f.views[node]
+	return nv.View, ok && nv.Err == nil
+}

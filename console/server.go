@@ -1,0 +1,533 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshfold/meshfold/engine"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/audit"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// DefaultListen is where the console listens unless told otherwise:
+// loopback only.
+const DefaultListen = "127.0.0.1:7070"
+
+// Config configures a [Console].
+type Config struct {
+	// Source is where everything shown is read.
+	Source Source
+	// Logger gets the console's warnings (nil: discarded).
+	Logger *slog.Logger
+	// Stale is the age past which a have is stale (0: 10 min, as `meshfold
+	// fleet`).
+	Stale time.Duration
+	// Warnings is how far back journal warnings are counted at start (0:
+	// 1 h, as `meshfold fleet`; negative: not counted).
+	Warnings time.Duration
+	// Window is how many events the node page draws by default (0: 300).
+	Window int
+	// Now is the clock (nil: time.Now); ages on the pages are told
+	// against it.
+	Now func() time.Time
+}
+
+// MaxMarks is the most events one picture draws; a wider range shows
+// its newest MaxMarks events and says so.
+const MaxMarks = 2000
+
+// Console is the read-only web console: an http.Handler serving the fleet
+// page, the node pages and the live updates. Every route is a GET.
+type Console struct {
+	cfg   Config
+	log   *slog.Logger
+	fleet *fleet
+	tmpl  *template.Template
+	mux   *http.ServeMux
+}
+
+// New returns a console reading cfg.Source. Call [Console.Run] to load
+// the fleet and follow the stream; until then the fleet page is empty.
+func New(cfg Config) (*Console, error) {
+	if cfg.Source == nil {
+		return nil, errors.New("console: no source")
+	}
+	if cfg.Stale == 0 {
+		cfg.Stale = 10 * time.Minute
+	}
+	if cfg.Warnings == 0 {
+		cfg.Warnings = time.Hour
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 300
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t, err := template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: templates: %w", err)
+	}
+	c := &Console{cfg: cfg, log: log, fleet: newFleet(cfg.Source, log), tmpl: t, mux: http.NewServeMux()}
+	static, _ := fs.Sub(staticFS, "static")
+	c.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	c.mux.HandleFunc("GET /{$}", c.fleetPage)
+	c.mux.HandleFunc("GET /events", c.fleetEvents)
+	c.mux.HandleFunc("GET /node/{node}", c.nodePage)
+	return c, nil
+}
+
+// ServeHTTP serves the console. Anything but GET and HEAD is refused with
+// 405: the console changes nothing.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "the console is read-only", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	c.mux.ServeHTTP(w, r)
+}
+
+// Run follows the stream from now on, then loads the fleet from the
+// snapshots, and keeps the fleet's views fresh until ctx is done.
+// Following starts first so that no event between the load and the
+// follow is missed.
+//
+// Errors: the source's, when loading or following fails.
+func (c *Console) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	followed := make(chan error, 1)
+	go func() { followed <- c.cfg.Source.Follow(ctx, c.fleet.saw) }()
+	go c.fleet.refresh(ctx)
+	var since time.Time
+	if c.cfg.Warnings > 0 {
+		since = c.cfg.Now().Add(-c.cfg.Warnings)
+	}
+	if err := c.fleet.load(ctx, since); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-followed:
+		return err
+	}
+}
+
+// Serve serves the console on ln until ctx is done.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+		_ = hs.Close()
+	}()
+	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// IsLoopback reports whether addr (HOST:PORT) listens on loopback only.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (c *Console) render(w http.ResponseWriter, name string, data any) {
+	var b bytes.Buffer
+	if err := c.tmpl.ExecuteTemplate(&b, name, data); err != nil {
+		c.log.Error("console: render", "template", name, "err", err)
+		http.Error(w, "render: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b.Bytes())
+}
+
+func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query().Get("q")
+	c.render(w, "fleet.html", c.fleet.page(q, c.cfg.Now(), c.cfg.Stale))
+}
+
+// keepAlive is how often the live stream sends a comment, and re-renders
+// the fleet so that ages and stale haves move without an event.
+const keepAlive = 10 * time.Second
+
+// fleetEvents streams the fleet (filtered as the page's q) as
+// server-sent events: an event "fleet" whose data is the HTML of the
+// fleet's sections, on every change.
+func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	q := r.URL.Query().Get("q")
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	ch, cancel := c.fleet.subscribe()
+	defer cancel()
+	tick := time.NewTicker(keepAlive)
+	defer tick.Stop()
+	var last uint64
+	send := func(force bool) bool {
+		p := c.fleet.page(q, c.cfg.Now(), c.cfg.Stale)
+		if p.Gen == last && !force {
+			return true
+		}
+		last = p.Gen
+		var b bytes.Buffer
+		if err := c.tmpl.ExecuteTemplate(&b, "fleet-body", p); err != nil {
+			c.log.Error("console: render", "template", "fleet-body", "err", err)
+			return false
+		}
+		var out strings.Builder
+		fmt.Fprintf(&out, "event: fleet\nid: %d\n", p.Gen)
+		for _, line := range strings.Split(b.String(), "\n") {
+			out.WriteString("data: " + line + "\n")
+		}
+		out.WriteString("\n")
+		if _, err := w.Write([]byte(out.String())); err != nil {
+			return false
+		}
+		fl.Flush()
+		return true
+	}
+	// A first frame at once: the page may have been rendered before a
+	// change this stream would otherwise never report.
+	if !send(true) {
+		return
+	}
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-ch:
+			if !send(false) {
+				return
+			}
+		case <-tick.C:
+			if !send(true) {
+				return
+			}
+		}
+	}
+}
+
+// nodeQuery is a node page's parameters.
+type nodeQuery struct {
+	From, To, AsOf string
+	Why            uint64
+	ByTime         bool
+}
+
+func (q nodeQuery) values() url.Values {
+	v := url.Values{}
+	set := func(k, s string) {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	set("from", q.From)
+	set("to", q.To)
+	set("as_of", q.AsOf)
+	if q.Why != 0 {
+		v.Set("why", strconv.FormatUint(q.Why, 10))
+	}
+	if q.ByTime {
+		v.Set("axis", "time")
+	}
+	return v
+}
+
+func (q nodeQuery) url(node string) string {
+	s := "/node/" + url.PathEscape(node)
+	if e := q.values().Encode(); e != "" {
+		s += "?" + e
+	}
+	return s
+}
+
+// nodeView is what the node page shows.
+type nodeView struct {
+	Node    string
+	Events  int
+	Query   nodeQuery
+	Error   string
+	Notes   []string
+	Picture picture
+	// From and To are the window's first and last sequences.
+	From, To uint64
+	Shown    int
+	Entries  []entryView
+	Why      *whyView
+	// AsOf is the state as of the bound (audit --as-of), when asked.
+	AsOf *audit.AsOf
+	// StateText is `meshfold state`'s text: the live state, or the fold
+	// of the history when no reconciler answers; Source says which.
+	StateText   string
+	Composition reconcile.Composition
+	Source      string
+	Links       zoomLinks
+	AxisTime    bool
+}
+
+type entryView struct {
+	audit.Entry
+	Href      string
+	CauseHref string
+	Chosen    bool
+}
+
+type zoomLinks struct {
+	In, Out, Older, Newer, All, Latest, SeqAxis, TimeAxis, NoWhy, Now string
+}
+
+func (c *Console) nodePage(w http.ResponseWriter, r *http.Request) {
+	node := r.PathValue("node")
+	if !events.ValidName(node) {
+		http.Error(w, fmt.Sprintf("node %q: %v", node, events.ErrBadName), http.StatusBadRequest)
+		return
+	}
+	qs := r.URL.Query()
+	q := nodeQuery{From: qs.Get("from"), To: qs.Get("to"), AsOf: qs.Get("as_of"), ByTime: qs.Get("axis") == "time"}
+	if s := qs.Get("why"); s != "" {
+		n, err := strconv.ParseUint(strings.TrimPrefix(s, "#"), 10, 64)
+		if err != nil || n == 0 {
+			http.Error(w, "why: a stream sequence (1, 2, …)", http.StatusBadRequest)
+			return
+		}
+		q.Why = n
+	}
+	parse := func(name, s string) (*audit.Bound, bool) {
+		if s == "" {
+			return nil, true
+		}
+		b, err := audit.ParseBound(s)
+		if err != nil {
+			http.Error(w, name+": "+err.Error(), http.StatusBadRequest)
+			return nil, false
+		}
+		return &b, true
+	}
+	from, ok1 := parse("from", q.From)
+	to, ok2 := parse("to", q.To)
+	asOf, ok3 := parse("as_of", q.AsOf)
+	if !ok1 || !ok2 || !ok3 {
+		return
+	}
+	ctx := r.Context()
+	h, err := c.cfg.Source.History(ctx, node, asOf)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	if len(h.Events) == 0 && asOf == nil {
+		w.WriteHeader(http.StatusNotFound)
+		c.render(w, "node.html", nodeView{Node: node, Error: fmt.Sprintf("node %s has no events in the stream", node)})
+		return
+	}
+	v := nodeView{Node: node, Events: len(h.Events), Query: q, AxisTime: q.ByTime}
+	// The window: [i, j) of the events read.
+	i, j := max(0, len(h.Events)-c.cfg.Window), len(h.Events)
+	if from != nil || to != nil {
+		i, j = 0, len(h.Events)
+		if from != nil {
+			var n string
+			i, n = h.Since(*from)
+			v.Notes = appendNote(v.Notes, n)
+		}
+		if to != nil {
+			var n string
+			j, n = h.Until(*to)
+			v.Notes = appendNote(v.Notes, n)
+		}
+		j = max(i, j)
+	}
+	if j-i > MaxMarks {
+		v.Notes = append(v.Notes, fmt.Sprintf("the range holds %d events: drawing its newest %d; zoom in to see the rest", j-i, MaxMarks))
+		i = j - MaxMarks
+	}
+	href := func(seq uint64) string {
+		qq := q
+		qq.Why = seq
+		return qq.url(node) + "#why"
+	}
+	bound := ""
+	if asOf != nil {
+		bound = asOf.String()
+	}
+	v.Picture = draw(h, i, j, q.ByTime, q.Why, href, bound)
+	v.Shown = j - i
+	if j > i {
+		v.From, v.To = h.Events[i].Seq, h.Events[j-1].Seq
+	}
+	for _, e := range h.Timeline(i, j) {
+		ev := entryView{Entry: e, Href: href(e.Seq), Chosen: e.Seq == q.Why}
+		if e.Cause != 0 {
+			ev.CauseHref = href(e.Cause)
+		}
+		v.Entries = append(v.Entries, ev)
+	}
+	v.Links = c.zoom(node, h, q, i, j)
+	if q.Why != 0 {
+		wy, err := h.Why(q.Why)
+		if err != nil {
+			v.Notes = append(v.Notes, err.Error())
+		} else {
+			v.Why = newWhyView(wy, href)
+		}
+	}
+	if asOf != nil {
+		a := h.AsOf(*asOf)
+		v.AsOf = &a
+		v.Composition = a.Composition
+	} else {
+		v.StateText, v.Composition, v.Source = c.state(ctx, h)
+	}
+	c.render(w, "node.html", v)
+}
+
+func appendNote(notes []string, n string) []string {
+	if n == "" {
+		return notes
+	}
+	return append(notes, n)
+}
+
+// state returns `meshfold state`'s text of the node: the reconciler's
+// live state, or, when none answers, the fold of the history just read.
+func (c *Console) state(ctx context.Context, h *audit.History) (string, reconcile.Composition, string) {
+	now := c.cfg.Now()
+	v, comp, err := c.cfg.Source.Live(ctx, h.Node)
+	if err == nil {
+		return audit.StateText(v, comp, now, "the reconciler (live)"), comp, "live"
+	}
+	if !errors.Is(err, engine.ErrNoReconciler) && !errors.Is(err, engine.ErrUnknownNode) {
+		c.log.Warn("console: state", "node", h.Node, "err", err)
+	}
+	st := h.Fold(len(h.Events))
+	var view reconcile.View = st.View()
+	comp = reconcile.CompositionOf(st)
+	return audit.StateText(view, comp, now, "a replay of the stream: no reconciler answered"), comp, "replay"
+}
+
+// zoom makes the window's navigation links.
+func (c *Console) zoom(node string, h *audit.History, q nodeQuery, i, j int) zoomLinks {
+	n := len(h.Events)
+	win := func(a, b int) string {
+		a, b = max(0, a), min(n, b)
+		qq := q
+		qq.Why = 0
+		if b <= a {
+			b = min(n, a+1)
+		}
+		if a >= n {
+			a = max(0, n-1)
+		}
+		if q.ByTime {
+			qq.From = h.Events[a].Time.UTC().Format(time.RFC3339Nano)
+			qq.To = h.Events[b-1].Time.UTC().Format(time.RFC3339Nano)
+		} else {
+			qq.From = strconv.FormatUint(h.Events[a].Seq, 10)
+			qq.To = strconv.FormatUint(h.Events[b-1].Seq, 10)
+		}
+		return qq.url(node)
+	}
+	var z zoomLinks
+	if n == 0 {
+		return z
+	}
+	w := max(1, j-i)
+	mid := (i + j) / 2
+	z.In = win(mid-max(1, w/4), mid+max(1, w/4))
+	z.Out = win(mid-w, mid+w)
+	z.Older = win(i-w/2, j-w/2)
+	z.Newer = win(i+w/2, j+w/2)
+	all := q
+	all.From, all.To, all.Why = strconv.FormatUint(h.Events[0].Seq, 10), strconv.FormatUint(h.Events[n-1].Seq, 10), 0
+	z.All = all.url(node)
+	latest := q
+	latest.From, latest.To, latest.Why = "", "", 0
+	z.Latest = latest.url(node)
+	seq, tm := q, q
+	seq.ByTime, tm.ByTime = false, true
+	z.SeqAxis, z.TimeAxis = seq.url(node), tm.url(node)
+	nw := q
+	nw.Why = 0
+	z.NoWhy = nw.url(node)
+	now := q
+	now.AsOf = ""
+	z.Now = now.url(node)
+	return z
+}
+
+func matches(name, q string) bool {
+	q = strings.ToLower(strings.TrimSpace(q))
+	return q == "" || strings.Contains(name, q)
+}
+
+var funcs = template.FuncMap{
+	"age": func(seconds float64) string {
+		if seconds < 0 {
+			return "none"
+		}
+		return audit.Age(time.Duration(seconds * float64(time.Second)))
+	},
+	"seq": func(s uint64) string {
+		if s == 0 {
+			return "-"
+		}
+		return "#" + strconv.FormatUint(s, 10)
+	},
+	"time": audit.FormatTime,
+	"nodeURL": func(node string) string {
+		return "/node/" + url.PathEscape(node)
+	},
+	"f1":   func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
+	"join": strings.Join,
+	"orNone": func(s string) string {
+		if s == "" {
+			return "(none)"
+		}
+		return s
+	},
+}

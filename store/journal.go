@@ -1,0 +1,63 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// JournalWarnings counts, per node, the journal entries of level warn or
+// error stored at or after since, in one ordered read of the journal
+// subjects (DESIGN.md §6: what `meshfold fleet` and the web console show
+// as journal warnings). A message whose subject or payload cannot be read
+// is not counted.
+//
+// Errors: the consumer's errors, ctx's error.
+func JournalWarnings(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, since time.Time) (map[string]int, error) {
+	cfg = cfg.WithDefaults()
+	subj := cfg.Subjects()
+	counts := map[string]int{}
+	occ := jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{"*." + cfg.Prefix + ".*." + string(events.KindJournal)},
+		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
+		OptStartTime:      &since,
+		InactiveThreshold: OrderedInactive,
+	}
+	cons, err := js.OrderedConsumer(ctx, cfg.Name, occ)
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	defer DropOrdered(js, cfg.Name, cons)
+	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+		return counts, nil
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("read journal: %w", err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return nil, fmt.Errorf("read journal: %w", err)
+		}
+		if node, _, err := subj.Parse(m.Subject()); err == nil {
+			if p, err := events.Decode(events.KindJournal, m.Data()); err == nil {
+				if j := p.(*events.Journal); j.Level != events.LevelInfo {
+					counts[node]++
+				}
+			}
+		}
+		if meta.NumPending == 0 {
+			return counts, nil
+		}
+	}
+}
