@@ -202,9 +202,19 @@ func (a *Agent) Settled() uint64 {
 // publishes haves (see the package documentation for the order of
 // things). It can be called once per Agent.
 //
-// Errors: [ErrRunning]; the stream cannot be found; the root cannot be
+// One agent speaks for a node: Run first claims the node's lease (the
+// key <node> of the bucket <stream>_NODES, see [store.AcquireLease]),
+// renews it while it runs and releases it when it stops. A second agent
+// of the node is refused while the first is alive; after the first died
+// without releasing it, the next one waits for the lease to expire (at
+// most the bucket's TTL, 5 s by default).
+//
+// Errors: [ErrRunning]; the lease is held by another live agent (a
+// [*store.HeldError] naming its host, pid and since, matching
+// store.ErrLeaseHeld), also when another agent took it over while this
+// one could not renew it; the stream cannot be found; the root cannot be
 // opened; the fill service cannot be registered.
-func (a *Agent) Run(ctx context.Context) error {
+func (a *Agent) Run(ctx context.Context) (rerr error) {
 	if !a.started.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
@@ -212,6 +222,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node agent: open root: %w", err)
 	}
+	defer root.Close()
+	lease, err := a.claim(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	a.log.Info("node lease held", "ttl", lease.TTL())
 	a.mu.Lock()
 	a.root = root
 	a.mu.Unlock()
@@ -224,7 +243,24 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.mu.Lock()
 		a.root = nil
 		a.mu.Unlock()
-		_ = root.Close()
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		if err := lease.Release(rctx); err != nil {
+			a.log.Warn("node lease not released; it expires after its TTL", "ttl", lease.TTL(), "err", err)
+		}
+	}()
+	wg.Go(func() {
+		select {
+		case <-lease.Lost():
+			a.log.Error("node lease taken by another agent: stopping", "err", lease.Err())
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	defer func() {
+		if err := lease.Err(); err != nil && rerr == nil {
+			rerr = fmt.Errorf("node agent: lease lost: %w", err)
+		}
 	}()
 
 	stream, err := a.js.Stream(ctx, a.cfg.Stream.Name)
@@ -251,6 +287,26 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("node agent running", "fill_subject", a.subj.Fill(a.cfg.Name), "root", a.cfg.Root, "settled", a.Settled())
 	a.follow(ctx, from)
 	return nil
+}
+
+// claim claims the node's lease, retrying transient failures (the
+// bucket not created yet, the server unreachable) until ctx is done.
+func (a *Agent) claim(ctx context.Context) (*store.Lease, error) {
+	l, err := retry(ctx, a.log, "claim the node's lease", func() (*store.Lease, error) {
+		kv, err := store.OpenNodeLeases(ctx, a.js, a.cfg.Stream)
+		if err != nil {
+			return nil, err
+		}
+		l, err := store.AcquireLease(ctx, kv, a.cfg.Name, store.NewHolder("node", a.cfg.Name), a.log)
+		if errors.Is(err, store.ErrLeaseHeld) {
+			return nil, backoff.Permanent(err)
+		}
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node agent: %w", err)
+	}
+	return l, nil
 }
 
 // startPlan applies the node's newest plan, read with a direct get, and

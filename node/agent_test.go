@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -364,5 +365,55 @@ func TestSupersededPlansSkipped(t *testing.T) {
 		if slices.Contains(skipped, m.Event.Payload.(*events.Settle).Plan) {
 			t.Errorf("superseded plan %d was applied and settled", m.Event.Payload.(*events.Settle).Plan)
 		}
+	}
+}
+
+// One agent speaks for a node: a second agent of the same node is
+// refused at start with an error naming the first (host, pid, since), and
+// publishes nothing; the first keeps running. Once the first stops
+// cleanly, its lease is released and a new agent starts at once.
+func TestSecondAgentRefused(t *testing.T) {
+	e := newEnv(t)
+	p1 := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:1"})
+	a := e.startAgent(t, "ace", nil)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p1))
+	haves := len(e.events(t, "ace", events.KindHave))
+
+	dir := t.TempDir()
+	dr, err := NewDirRuntime(filepath.Join(dir, "modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(e.nc, e.js, Config{Name: "ace", Root: t.TempDir(), StateDir: filepath.Join(dir, "state"), Runtime: dr, Stream: e.cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Run(ctxT(t))
+	var held *store.HeldError
+	if !errors.As(err, &held) || !errors.Is(err, store.ErrLeaseHeld) {
+		t.Fatalf("second agent: %v, want refused with a HeldError", err)
+	}
+	host, _ := os.Hostname()
+	for _, s := range []string{"node ace", "host " + host, "pid " + strconv.Itoa(os.Getpid()), "since "} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not say %q", err, s)
+		}
+	}
+	if got, _ := dr.Running(ctxT(t)); len(got) != 0 {
+		t.Errorf("the refused agent applied %v", got)
+	}
+	p2 := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:2"})
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p2))
+	if n := len(e.events(t, "ace", events.KindHave)); n != haves+1 {
+		t.Errorf("%d haves after the refused start, want %d (the first agent's, on its change)", n, haves+1)
+	}
+
+	a.stop()
+	c := e.startAgentIn(t, "ace", a.root, a.state, nil)
+	e.waitEvent(t, "ace", events.KindSettle, func(m store.Msg) bool {
+		return m.Event.Payload.(*events.Settle).Plan == p2 && m.Event.Payload.(*events.Settle).Module == ""
+	})
+	if !strings.Contains(c.logs.String(), "node lease held") || strings.Contains(c.logs.String(), "waiting for a renewal") {
+		t.Errorf("the next agent did not take the released lease at once:\n%s", c.logs.String())
 	}
 }

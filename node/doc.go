@@ -4,6 +4,16 @@
 // requests, judging each write by the plan it has settled (DESIGN.md §4,
 // "judge a write") and reporting it as filled or refused.
 //
+// # One agent per node
+//
+// [Agent.Run] first claims the node's lease, the key <node> of the KV
+// bucket <stream>_NODES ([store.AcquireLease]): created only if absent,
+// renewed every TTL/4 (5 s TTL by default), deleted on a clean stop. A
+// second agent of the node is refused at start with a [*store.HeldError]
+// naming the holder's host, pid and since; after an agent died without
+// releasing it, the next one waits for the key to expire (about the TTL).
+// An agent whose lease another agent took meanwhile stops.
+//
 // # Following plans
 //
 // On start [Agent.Run] reads the node's newest plan with a direct get and

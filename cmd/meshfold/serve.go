@@ -185,6 +185,11 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	_, cfg, err := store.EnsureStream(sctx, js, lf.stream(a.stream))
+	if err == nil {
+		// The node agents' lease bucket: created here, where the
+		// credentials may create it (a node's may not).
+		_, err = store.OpenNodeLeases(sctx, js, cfg)
+	}
 	cancel()
 	if err != nil {
 		return err

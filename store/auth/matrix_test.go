@@ -82,6 +82,9 @@ subscribe fill ace        -         -          -        ok         -            
 read snapshots            ok        -          ok       -          -            -       ok
 write snapshots           ok        -          -        -          -            -        -
 write leases              ok        -          -        -          -            -        -
+hold node lease ace       -         -          -        ok         -            -        -
+hold node lease shanks    -         -          -        -          -            ok       -
+get node lease ace        ok        -          ok       ok         -            -        -
 ask state ace             -         -          ok       -          -            -       ok
 push build                -         -          ok       -          -            -        -
 list builds               -         -          ok       -          -            -        -
@@ -194,6 +197,29 @@ func actions(cfg store.StreamConfig) map[string]action {
 		return err
 	}
 	builds(acts, cfg)
+	for _, node := range []string{"ace", "shanks"} {
+		acts["hold node lease "+node] = func(ctx context.Context, c *cell) error {
+			kv, err := c.js.KeyValue(ctx, c.cfg.Name+store.NodeLeaseBucketSuffix)
+			if err != nil {
+				return err
+			}
+			l, err := store.AcquireLease(ctx, kv, node, store.NewHolder("node", node), nil)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}
+	}
+	acts["get node lease ace"] = func(ctx context.Context, c *cell) error {
+		kv, err := c.js.KeyValue(ctx, c.cfg.Name+store.NodeLeaseBucketSuffix)
+		if err != nil {
+			return err
+		}
+		if _, err := kv.Get(ctx, "ace"); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return err
+		}
+		return nil // answered: held or not
+	}
 	acts["ask state ace"] = func(ctx context.Context, c *cell) error {
 		_, _, err := engine.RequestState(ctx, c.nc, c.cfg.Prefix, "ace", 0)
 		return err
@@ -241,6 +267,9 @@ func fixture(t *testing.T, s *secured) store.StreamConfig {
 	snaps, err := store.OpenSnapshots(ctx, rjs, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := store.OpenNodeLeases(ctx, rjs, cfg); err != nil {
+		t.Fatal(err) // the reconciler creates the node lease bucket (runReconciler)
 	}
 	if err := snaps.PutNode(ctx, events.Partition("ace", cfg.Partitions), "ace", []byte(`{}`)); err != nil {
 		t.Fatal(err)

@@ -145,6 +145,8 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	kv := "KV_" + s + store.SnapshotBucketSuffix
 	bucket := s + store.SnapshotBucketSuffix
 	leases := s + leaseBucketSuffix
+	nodes := s + store.NodeLeaseBucketSuffix // node agents' leases, keyed by node
+	nodesKV := "KV_" + nodes
 	api := func(format string, args ...any) string { return jsAPI + "." + fmt.Sprintf(format, args...) }
 	// readStream: looking the stream up, following consumers, deleting
 	// the consumers one made.
@@ -178,7 +180,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	case RoleReconciler:
 		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"),
 			"$KV."+bucket+".>", "$KV."+leases+".>", api("INFO"))
-		for _, st := range []string{s, kv, "KV_" + leases} {
+		for _, st := range []string{s, kv, "KV_" + leases, nodesKV} {
 			readStream(st)
 			p.Pub.Allow.Add(api("STREAM.CREATE.%s", st), api("STREAM.UPDATE.%s", st), api("STREAM.MSG.GET.%s", st),
 				api("DIRECT.GET.%s", st), api("DIRECT.GET.%s.>", st),
@@ -203,6 +205,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 			api("CONSUMER.CREATE.%s.>", s), api("CONSUMER.INFO.%s.*", s),
 			api("CONSUMER.NAMES.%s", s), api("CONSUMER.LIST.%s", s),
 			api("DIRECT.GET.%s.>", kv), api("CONSUMER.CREATE.%s.>", kv), api("CONSUMER.INFO.%s.*", kv),
+			api("STREAM.INFO.%s", nodesKV), api("DIRECT.GET.%s.>", nodesKV),
 			events.StateSubjectRoot+"."+pre+".>", "$SRV.>")
 		// Bundles: push (creating the bucket on the first), list, remove.
 		readBuilds(true)
@@ -227,6 +230,8 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		}
 		p.Pub.Allow.Add(api("DIRECT.GET.%s.%s", s, stored(node, "plan")),
 			api("CONSUMER.CREATE.%s.*.%s", s, stored(node, "plan")))
+		// Its own lease, never another node's.
+		p.Pub.Allow.Add(api("STREAM.INFO.%s", nodesKV), "$KV."+nodes+"."+node, api("DIRECT.GET.%s.$KV.%s.%s", nodesKV, nodes, node))
 		readBuilds(false) // fetch the bundles its modules run
 		p.Sub.Allow.Add(subj(node, "fill"))
 		service(nodeServiceName)

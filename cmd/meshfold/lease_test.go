@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/store"
+)
+
+// TestHelperProcess is not a test: the tests below run the test binary
+// again as `meshfold ARGS...` (everything after "--"), a real process they
+// can kill by pid.
+func TestHelperProcess(t *testing.T) {
+	if os.Getenv("MESHFOLD_HELPER_PROCESS") != "1" {
+		t.Skip("only run as a helper process")
+	}
+	args := os.Args[slices.Index(os.Args, "--")+1:]
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// meshfoldProcess is `meshfold args...` running as its own process.
+type meshfoldProcess struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{}
+}
+
+func startMeshfold(t *testing.T, args ...string) *meshfoldProcess {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestHelperProcess$", "--"}, args...)...)
+	cmd.Env = append(os.Environ(), "MESHFOLD_HELPER_PROCESS=1")
+	p := &meshfoldProcess{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = &bytes.Buffer{}, p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill() // by pid: the process this test started
+			<-p.done
+		}
+	})
+	return p
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *meshfoldProcess) wait(t *testing.T, ctx context.Context) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-ctx.Done():
+		t.Fatalf("pid %d did not exit; stderr:\n%s", p.cmd.Process.Pid, p.stderr.String())
+		return -1
+	}
+}
+
+// nextHolder waits for the next change of the watched lease key: the
+// holder put, or nil for a delete.
+func nextHolder(t *testing.T, ctx context.Context, w jetstream.KeyWatcher) *store.Holder {
+	t.Helper()
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				continue // end of the initial values
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				return nil
+			}
+			var h store.Holder
+			if err := json.Unmarshal(e.Value(), &h); err != nil {
+				t.Fatal(err)
+			}
+			return &h
+		case <-ctx.Done():
+			t.Fatal("the lease key did not change")
+			return nil
+		}
+	}
+}
+
+// One agent per node, across real processes: a second `meshfold node ace`
+// is refused while the first runs, naming its pid; after the first is
+// killed with SIGKILL (no release), the next agent takes the lease once it
+// expires, within the TTL; a clean stop releases it.
+func TestNodeLeaseAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	m := startMesh(t)
+	ctx := testCtx(t)
+	kv, err := store.OpenNodeLeases(ctx, m.js, m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl := st.TTL()
+	w, err := kv.Watch(ctx, "ace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	dir := t.TempDir()
+	agent := func() *meshfoldProcess {
+		return startMeshfold(t, "node", "ace", "--root", filepath.Join(dir, "root"),
+			"--state-dir", filepath.Join(dir, "state"), "--server", m.e.ClientURL())
+	}
+	holderPID := func(pid int) {
+		t.Helper()
+		for {
+			if h := nextHolder(t, ctx, w); h != nil && h.PID == pid {
+				return
+			}
+		}
+	}
+
+	first := agent()
+	holderPID(first.cmd.Process.Pid)
+
+	second := agent()
+	if code := second.wait(t, ctx); code != exitError {
+		t.Fatalf("second agent exited %d, want %d; stderr:\n%s", code, exitError, second.stderr.String())
+	}
+	msg := second.stderr.String()
+	for _, s := range []string{"node ace is held by another live process", "pid " + strconv.Itoa(first.cmd.Process.Pid), "since "} {
+		if !strings.Contains(msg, s) {
+			t.Errorf("second agent's error does not say %q:\n%s", s, msg)
+		}
+	}
+
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	first.wait(t, ctx)
+	killed := time.Now()
+	third := agent()
+	holderPID(third.cmd.Process.Pid)
+	waited := time.Since(killed)
+	t.Logf("after kill -9, the next agent held the lease %s later (TTL %s)", waited.Round(time.Millisecond), ttl)
+	if waited > ttl+2*time.Second {
+		t.Errorf("the next agent waited %s, more than the TTL %s (and 2 s to start)", waited, ttl)
+	}
+
+	if err := third.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := third.wait(t, ctx); code != exitOK {
+		t.Errorf("agent stopped with SIGTERM exited %d; stderr:\n%s", code, third.stderr.String())
+	}
+	for {
+		if h := nextHolder(t, ctx, w); h == nil {
+			break // released
+		}
+	}
+}

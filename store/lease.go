@@ -1,0 +1,319 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// Node leases.
+const (
+	// NodeLeaseBucketSuffix is appended to the stream name to name the
+	// bucket of node agents' leases: MESH → MESH_NODES.
+	NodeLeaseBucketSuffix = "_NODES"
+	// DefaultNodeLeaseTTL is the TTL of a new node lease bucket: the
+	// longest the next agent of a node waits after its predecessor died
+	// without releasing its lease.
+	DefaultNodeLeaseTTL = 5 * time.Second
+)
+
+// ErrLeaseHeld: another live process holds the lease. The error is a
+// [*HeldError] naming the holder.
+var ErrLeaseHeld = errors.New("held by another live process")
+
+// Holder says who holds a lease; it is the lease key's value (JSON), for
+// people reading the bucket (`nats kv get MESH_NODES ace`) and for the
+// error a second claimant gets.
+type Holder struct {
+	// Role and Name say what holds it: "node" and the node's name, or
+	// "reconciler" and the stream's.
+	Role  string    `json:"role"`
+	Name  string    `json:"name"`
+	Host  string    `json:"host"`
+	PID   int       `json:"pid"`
+	Since time.Time `json:"since"`
+	// Token is random per claim: it tells a holder its own key from a
+	// successor's.
+	Token string `json:"token"`
+}
+
+// NewHolder returns a Holder for this process: its host name and pid,
+// now, and a fresh token.
+func NewHolder(role, name string) Holder {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return Holder{Role: role, Name: name, Host: host, PID: os.Getpid(), Since: time.Now().UTC().Truncate(time.Millisecond), Token: nuid.Next()}
+}
+
+// HeldError is the error of a claim on a lease another live process
+// holds. It matches [ErrLeaseHeld].
+type HeldError struct {
+	// Key is the lease's key; Holder its holder as last read.
+	Key    string
+	Holder Holder
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("%s %s is %s: host %s, pid %d, since %s", e.Holder.Role, e.Holder.Name, ErrLeaseHeld,
+		e.Holder.Host, e.Holder.PID, e.Holder.Since.Format(time.RFC3339))
+}
+
+func (e *HeldError) Unwrap() error { return ErrLeaseHeld }
+
+// OpenNodeLeases opens the node lease bucket of streamCfg's stream
+// (<stream>_NODES), creating it when missing: file storage, history 1,
+// TTL [DefaultNodeLeaseTTL], the stream's replica count. An existing
+// bucket is opened as it is (its TTL wins).
+//
+// Errors: the bucket's lookup or creation failing; a bucket without a TTL.
+func OpenNodeLeases(ctx context.Context, js jetstream.JetStream, streamCfg StreamConfig) (jetstream.KeyValue, error) {
+	cfg := streamCfg.WithDefaults()
+	return openLeaseBucket(ctx, js, cfg.Name+NodeLeaseBucketSuffix,
+		"meshfold node agents of stream "+cfg.Name+": one lease per node, keyed by its name", DefaultNodeLeaseTTL, cfg.Replicas)
+}
+
+func openLeaseBucket(ctx context.Context, js jetstream.JetStream, bucket, desc string, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Description: desc, History: 1,
+			TTL: ttl, Storage: jetstream.FileStorage, Replicas: replicas})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, bucket) // created concurrently
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease bucket %s: %w", bucket, err)
+	}
+	return kv, nil
+}
+
+// Lease is a key of a KV bucket with a TTL, held by one process: created
+// only when absent, renewed every TTL/4 at the revision it holds (compare
+// and swap), deleted at that revision on [Lease.Release]. A holder that
+// dies stops renewing, and the key expires after the bucket's TTL.
+type Lease struct {
+	kv     jetstream.KeyValue
+	key    string
+	ttl    time.Duration
+	holder Holder
+	value  []byte
+	log    *slog.Logger
+
+	stop     chan struct{}
+	done     chan struct{}
+	lost     chan struct{}
+	stopOnce sync.Once
+
+	mu  sync.Mutex
+	rev uint64
+	err error // why the lease was lost
+}
+
+// AcquireLease claims key in kv for holder. When another process holds
+// the key, it watches it (a direct get every TTL/20, at least 50 ms, at
+// most 250 ms): if the holder renews it, that holder is alive and the
+// claim fails with a [*HeldError]; if the key expires (its holder died)
+// or is released, the claim takes it. A live holder renews every TTL/4
+// and a dead one's key expires within the TTL, so a claim waits at most
+// about the TTL; one that sees neither within twice the TTL and a second
+// fails with a [*HeldError] too. The
+// lease is then renewed until [Lease.Release]; see [Lease.Lost].
+//
+// Errors: a [*HeldError] (matching [ErrLeaseHeld]); ctx's error; the
+// bucket's errors (no TTL, unreachable).
+func AcquireLease(ctx context.Context, kv jetstream.KeyValue, key string, holder Holder, log *slog.Logger) (*Lease, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lease %s: %w", key, err)
+	}
+	ttl := st.TTL()
+	if ttl <= 0 {
+		return nil, fmt.Errorf("lease bucket %s has no TTL: a dead holder's lease would never expire", kv.Bucket())
+	}
+	value, err := json.Marshal(holder)
+	if err != nil {
+		return nil, err
+	}
+	l := &Lease{kv: kv, key: key, ttl: ttl, holder: holder, value: value, log: log,
+		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{})}
+	if err := l.claim(ctx); err != nil {
+		return nil, err
+	}
+	go l.renew()
+	return l, nil
+}
+
+// claim creates the key, waiting for a dead holder's key to expire.
+func (l *Lease) claim(ctx context.Context) error {
+	poll := min(max(l.ttl/20, 50*time.Millisecond), 250*time.Millisecond)
+	var (
+		first   uint64 // the revision of the other holder's key when first seen
+		other   Holder
+		waiting time.Time
+	)
+	for {
+		rev, err := l.kv.Create(ctx, l.key, l.value)
+		if err == nil {
+			l.rev = rev
+			if first != 0 {
+				l.log.Info("lease taken over from a holder that stopped renewing it", "key", l.key,
+					"waited", time.Since(waiting).Round(time.Millisecond), "previous_host", other.Host, "previous_pid", other.PID)
+			}
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("lease %s: %w", l.key, err)
+		}
+		e, err := l.kv.Get(ctx, l.key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			continue // expired or released since: claim it
+		case err != nil:
+			return fmt.Errorf("lease %s: %w", l.key, err)
+		}
+		var h Holder
+		_ = json.Unmarshal(e.Value(), &h)
+		switch {
+		case first == 0:
+			first, other, waiting = e.Revision(), h, time.Now()
+			l.log.Info("lease held: waiting for a renewal (alive) or its expiry (dead)", "key", l.key, "ttl", l.ttl,
+				"host", h.Host, "pid", h.PID, "since", h.Since)
+		case e.Revision() != first:
+			return &HeldError{Key: l.key, Holder: h} // renewed: its holder is alive
+		case time.Since(waiting) > 2*l.ttl+time.Second:
+			return &HeldError{Key: l.key, Holder: h} // neither renewed nor expired: do not take it
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+// renew renews the lease every TTL/4 until Release or its loss.
+func (l *Lease) renew() {
+	defer close(l.done)
+	t := time.NewTicker(l.ttl / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		if err := l.renewOnce(); err != nil {
+			l.mu.Lock()
+			l.err = err
+			l.mu.Unlock()
+			close(l.lost)
+			return
+		}
+	}
+}
+
+// renewOnce renews the lease once. A failure to reach the server is only
+// logged (the next tick tries again); the error returned means the key
+// is another holder's now.
+func (l *Lease) renewOnce() error {
+	ctx, cancel := context.WithTimeout(context.Background(), l.ttl/4)
+	defer cancel()
+	l.mu.Lock()
+	rev := l.rev
+	l.mu.Unlock()
+	next, err := l.kv.Update(ctx, l.key, l.value, rev)
+	if err == nil {
+		l.setRev(next)
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+		l.log.Warn("lease not renewed; retrying", "key", l.key, "err", err)
+		return nil
+	}
+	// Not at our revision: expired while we could not renew it, or
+	// taken by a successor.
+	e, err := l.kv.Get(ctx, l.key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		next, err := l.kv.Create(ctx, l.key, l.value)
+		if err == nil {
+			l.log.Warn("lease expired before it was renewed; claimed again", "key", l.key)
+			l.setRev(next)
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			l.log.Warn("lease not renewed; retrying", "key", l.key, "err", err)
+			return nil
+		}
+		e, err = l.kv.Get(ctx, l.key)
+		if err != nil {
+			l.log.Warn("lease not renewed; retrying", "key", l.key, "err", err)
+			return nil
+		}
+	case err != nil:
+		l.log.Warn("lease not renewed; retrying", "key", l.key, "err", err)
+		return nil
+	}
+	var h Holder
+	_ = json.Unmarshal(e.Value(), &h)
+	if h.Token == l.holder.Token {
+		l.setRev(e.Revision()) // our own renewal, whose reply was lost
+		return nil
+	}
+	return &HeldError{Key: l.key, Holder: h}
+}
+
+func (l *Lease) setRev(rev uint64) {
+	l.mu.Lock()
+	l.rev = rev
+	l.mu.Unlock()
+}
+
+// TTL returns the lease's TTL (the bucket's).
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Lost is closed when another process has taken the key (this one could
+// not renew it within the TTL, and a successor claimed it); [Lease.Err]
+// then says who holds it.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Err returns why the lease was lost (a [*HeldError]), nil while held.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Release stops renewing and deletes the key at the revision held, so
+// the next claimant takes it at once instead of after the TTL. Calling it
+// twice, or after the lease was lost, deletes nothing more.
+//
+// Errors: the delete's (the key then expires after the TTL).
+func (l *Lease) Release(ctx context.Context) error {
+	first := false
+	l.stopOnce.Do(func() { close(l.stop); first = true })
+	<-l.done
+	if !first || l.Err() != nil {
+		return nil
+	}
+	l.mu.Lock()
+	rev := l.rev
+	l.mu.Unlock()
+	if err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(rev)); err != nil {
+		return fmt.Errorf("release lease %s: %w", l.key, err)
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package store_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// leaseBucket returns a lease bucket with a 1 s TTL.
+func leaseBucket(t *testing.T) jetstream.KeyValue {
+	t.Helper()
+	_, _, js := storetest.Start(t)
+	kv, err := js.CreateKeyValue(testCtx(t), jetstream.KeyValueConfig{Bucket: "MESH_NODES", History: 1, TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// A second claim on a lease whose holder is alive (renewing it) is
+// refused with an error naming the holder's host, pid and since.
+func TestLeaseRefusesASecondHolder(t *testing.T) {
+	kv := leaseBucket(t)
+	ctx := testCtx(t)
+	h := store.NewHolder("node", "ace")
+	a, err := store.AcquireLease(ctx, kv, "ace", h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(ctx)
+	_, err = store.AcquireLease(ctx, kv, "ace", store.NewHolder("node", "ace"), nil)
+	var held *store.HeldError
+	if !errors.As(err, &held) || !errors.Is(err, store.ErrLeaseHeld) {
+		t.Fatalf("second claim: %v, want a HeldError", err)
+	}
+	if held.Holder.Token != h.Token || held.Holder.Host != h.Host || held.Holder.PID != os.Getpid() || !held.Holder.Since.Equal(h.Since) {
+		t.Errorf("holder named %+v, want %+v", held.Holder, h)
+	}
+	for _, s := range []string{"node ace", "host " + h.Host, "pid " + strconv.Itoa(os.Getpid()), "since " + h.Since.Format(time.RFC3339)} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not say %q", err, s)
+		}
+	}
+	select {
+	case <-a.Lost():
+		t.Fatalf("the holder lost its lease: %v", a.Err())
+	default:
+	}
+}
+
+// A released lease is deleted, so the next claim takes it at once.
+func TestLeaseReleaseFreesTheKey(t *testing.T) {
+	kv := leaseBucket(t)
+	ctx := testCtx(t)
+	a, err := store.AcquireLease(ctx, kv, "ace", store.NewHolder("node", "ace"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, "ace"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("after Release: %v, want the key deleted", err)
+	}
+	b, err := store.AcquireLease(ctx, kv, "ace", store.NewHolder("node", "ace"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The lease of a holder that died (its key is never renewed) is taken
+// once the key expires, within about the bucket's TTL.
+func TestLeaseOfADeadHolderIsTakenAfterItsTTL(t *testing.T) {
+	kv := leaseBucket(t)
+	ctx := testCtx(t)
+	dead, _ := json.Marshal(store.Holder{Role: "node", Name: "ace", Host: "gone", PID: 1, Since: time.Now().UTC(), Token: "dead"})
+	if _, err := kv.Create(ctx, "ace", dead); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l, err := store.AcquireLease(ctx, kv, "ace", store.NewHolder("node", "ace"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	waited := time.Since(start)
+	t.Logf("took a dead holder's lease after %s (TTL %s)", waited.Round(time.Millisecond), l.TTL())
+	e, err := kv.Get(ctx, "ace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h store.Holder
+	if err := json.Unmarshal(e.Value(), &h); err != nil || h.Token == "dead" {
+		t.Fatalf("key holds %s, %v; want the new holder", e.Value(), err)
+	}
+}
+
+// A holder whose key was taken by a successor (it could not renew within
+// the TTL) learns it at its next renewal: Lost closes, Err names the
+// successor, and Release leaves the successor's key alone.
+func TestLeaseLostToASuccessor(t *testing.T) {
+	kv := leaseBucket(t)
+	ctx := testCtx(t)
+	a, err := store.AcquireLease(ctx, kv, "ace", store.NewHolder("node", "ace"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "ace"); err != nil {
+		t.Fatal(err)
+	}
+	succ, _ := json.Marshal(store.Holder{Role: "node", Name: "ace", Host: "elsewhere", PID: 42, Since: time.Now().UTC(), Token: "succ"})
+	if _, err := kv.Create(ctx, "ace", succ); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Lost():
+	case <-ctx.Done():
+		t.Fatal("the lease was never found lost")
+	}
+	var held *store.HeldError
+	if err := a.Err(); !errors.As(err, &held) || held.Holder.Host != "elsewhere" || held.Holder.PID != 42 {
+		t.Fatalf("Err = %v, want the successor named", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, "ace")
+	if err != nil || string(e.Value()) != string(succ) {
+		t.Fatalf("after Release: %v %s, want the successor's key kept", err, e.Value())
+	}
+}
