@@ -177,7 +177,7 @@ func TestGroupFailoverOnCluster(t *testing.T) {
 	b := startMember(t, c.Connect, g.cfg, "b", ttl, engine.Faults{})
 	eventually(t, "8 partitions each", func() bool {
 		return len(a.g.Owned()) == 8 && len(b.g.Owned()) == 8 &&
-			len(a.r.Partitions()) == 8 && len(b.r.Partitions()) == 8
+			len(a.r.Owned()) == 8 && len(b.r.Owned()) == 8
 	})
 	if a.g.Owned()[0] != 0 || b.g.Owned()[0] != 8 {
 		t.Fatalf("a owns %v, b owns %v", a.g.Owned(), b.g.Owned())
@@ -203,7 +203,7 @@ func TestGroupFailoverOnCluster(t *testing.T) {
 	})
 	killed := time.Now()
 	a.kill(t)
-	eventually(t, "b to own every partition", func() bool { return len(b.r.Partitions()) == 16 })
+	eventually(t, "b to own every partition", func() bool { return len(b.r.Owned()) == 16 })
 	t.Logf("b owns all 16 partitions %v after the kill (lease TTL %v)", time.Since(killed), ttl)
 	wg.Wait()
 	if t.Failed() {

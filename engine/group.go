@@ -55,13 +55,13 @@ type Grant struct {
 	// fold; context.Cause says how: [ErrReleased] (hand over gracefully)
 	// or an error wrapping [ErrLeaseLost] (stop at once). Nil: never.
 	Revoked context.Context
-	// Held reports whether the partition's lease still holds by this
+	// Valid reports whether the partition's lease still holds by this
 	// process's clock: false once its local deadline (the last renewal
 	// sent, plus the TTL, minus a margin) has passed, even before the
 	// revocation is delivered, as after a long pause of the process. The
 	// reconciler checks it before every publish and snapshot write. Nil:
-	// always held.
-	Held func() bool
+	// always valid.
+	Valid func() bool
 	// Stopped, when set, is called once, when the partition's session has
 	// ended and nothing more is written for it.
 	Stopped func()
@@ -480,7 +480,7 @@ func (g *Group) drainGrants() {
 	}
 }
 
-// setOwned publishes the partitions held and not revoked. A change is
+// setOwned publishes the partitions owned and not revoked. A change is
 // logged once things settle (100 ms later), so that a takeover of eight
 // partitions is one line.
 func (g *Group) setOwned() {

@@ -127,7 +127,7 @@ func BenchmarkGroupThroughput(b *testing.B) {
 				took := waitCheckpoints(b, snaps, targets, start)
 				foldCPU := cpuTime(b) - cpu0
 				for _, m := range ms {
-					if got := len(m.r.Partitions()); got != 16/k {
+					if got := len(m.r.Owned()); got != 16/k {
 						b.Fatalf("an instance folded %d partitions, want %d", got, 16/k)
 					}
 				}
@@ -157,7 +157,7 @@ func BenchmarkGroupThroughput(b *testing.B) {
 // partition loads them, its maps and its consumers.
 func heapPerNode(b *testing.B, e *store.Embedded, cfg store.StreamConfig, ttl time.Duration) float64 {
 	m := startBenchMember(b, embeddedConnector(e), cfg, "i0", ttl, engine.Faults{})
-	for len(m.r.Nodes()) < 10_000 || len(m.r.Partitions()) < 16 {
+	for len(m.r.Nodes()) < 10_000 || len(m.r.Owned()) < 16 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	nodes := len(m.r.Nodes())
@@ -225,7 +225,7 @@ func BenchmarkGroupFailover(b *testing.B) {
 			b.Fatal(err)
 		}
 		waitCheckpoints(b, snaps, inputTargets(b, js, cfg), time.Now())
-		if got := a.r.Partitions(); !slices.Equal(got, []int{0, 1, 2, 3, 4, 5, 6, 7}) {
+		if got := a.r.Owned(); !slices.Equal(got, []int{0, 1, 2, 3, 4, 5, 6, 7}) {
 			b.Fatalf("a folds %v", got)
 		}
 		// Haves keep arriving on every partition.
@@ -246,7 +246,7 @@ func BenchmarkGroupFailover(b *testing.B) {
 		// Let the flow settle, then kill a.
 		deadline := time.Now().Add(ttl)
 		for time.Now().Before(deadline) {
-			if len(b1.r.Partitions()) == 8 {
+			if len(b1.r.Owned()) == 8 {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)

@@ -123,7 +123,7 @@ func TestGroupHandover(t *testing.T) {
 	g := &rig{t: t, js: js, stream: stream, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects())}
 	const ttl = 10 * time.Second // long: a handover must not wait for it
 	a := startMember(t, embeddedConnector(e), cfg, "a", ttl, engine.Faults{})
-	eventually(t, "a to own every partition", func() bool { return len(a.r.Partitions()) == 16 })
+	eventually(t, "a to own every partition", func() bool { return len(a.r.Owned()) == 16 })
 	nodes := append(nodesIn(cfg.Partitions, 0, 8, 2), nodesIn(cfg.Partitions, 8, 16, 2)...)
 	for _, n := range nodes[:2] {
 		g.incident1(n)
@@ -131,7 +131,7 @@ func TestGroupHandover(t *testing.T) {
 	joined := time.Now()
 	b := startMember(t, embeddedConnector(e), cfg, "b", ttl, engine.Faults{})
 	eventually(t, "8 partitions each", func() bool {
-		return len(a.r.Partitions()) == 8 && len(b.r.Partitions()) == 8 && len(b.g.Owned()) == 8
+		return len(a.r.Owned()) == 8 && len(b.r.Owned()) == 8 && len(b.g.Owned()) == 8
 	})
 	if took := time.Since(joined); took > ttl/2 {
 		t.Fatalf("the handover took %v: it waited for leases to expire", took)
@@ -143,7 +143,7 @@ func TestGroupHandover(t *testing.T) {
 	}
 	left := time.Now()
 	b.stop(t)
-	eventually(t, "a to own every partition again", func() bool { return len(a.r.Partitions()) == 16 })
+	eventually(t, "a to own every partition again", func() bool { return len(a.r.Owned()) == 16 })
 	if took := time.Since(left); took > ttl/2 {
 		t.Fatalf("taking back took %v", took)
 	}
@@ -161,7 +161,7 @@ func TestGroupHandover(t *testing.T) {
 }
 
 // TestGrantLostWritesNothing: a partition whose lease is past its local
-// deadline (Grant.Held false: the process was paused, say) folds what it
+// deadline (Grant.Valid false: the process was paused, say) folds what it
 // reads but publishes no effect and writes no snapshot; revoked, it
 // stops at once and calls Stopped.
 func TestGrantLostWritesNothing(t *testing.T) {
@@ -171,7 +171,7 @@ func TestGrantLostWritesNothing(t *testing.T) {
 	grants := make(chan engine.Grant, 1)
 	revoked, revoke := context.WithCancelCause(context.Background())
 	stopped := make(chan struct{})
-	grants <- engine.Grant{Partition: p, Revoked: revoked, Held: func() bool { return false }, Stopped: func() { close(stopped) }}
+	grants <- engine.Grant{Partition: p, Revoked: revoked, Valid: func() bool { return false }, Stopped: func() { close(stopped) }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r, err := engine.NewReconciler(ctx, g.js, engine.ReconcilerConfig{Stream: g.cfg, Grants: grants, Logger: testLogger(t),
@@ -196,7 +196,7 @@ func TestGrantLostWritesNothing(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the revoked partition did not stop")
 	}
-	if got := r.Partitions(); len(got) != 0 {
+	if got := r.Owned(); len(got) != 0 {
 		t.Fatalf("still folding %v", got)
 	}
 	if _, ok := r.Node("ace"); ok {

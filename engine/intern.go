@@ -14,7 +14,7 @@ const internCap = 1 << 14
 
 // interner keeps one copy of each string a partition's node states hold.
 // A fleet's module names, builds, accounts and paths repeat from node to
-// node; decoded separately, each node held its own copies. The pure fold
+// node; decoded separately, each node kept its own copies. The pure fold
 // cannot share memory across nodes, so the loop does it, before folding
 // and when loading snapshots. One partition's session owns one: it is not
 // safe for concurrent use.

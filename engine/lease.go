@@ -23,7 +23,7 @@ type leaseView struct {
 	holder  string
 }
 
-// lease is a lease this instance holds (or held, until its partition
+// lease is a lease this instance holds (or owned, until its partition
 // stopped).
 type lease struct {
 	p       int
@@ -41,7 +41,7 @@ type lease struct {
 	renewing  bool // a renewal is in flight
 }
 
-func (l *lease) held() bool {
+func (l *lease) valid() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return time.Now().Before(l.deadline)
@@ -109,7 +109,7 @@ func (g *Group) grant(p int, rev uint64, val []byte, sent time.Time) {
 	g.mine[p] = l
 	g.view[p] = leaseView{present: true, holder: g.cfg.Instance}
 	var once sync.Once
-	gr := Grant{Partition: p, Revoked: lctx, Held: l.held, Stopped: func() {
+	gr := Grant{Partition: p, Revoked: lctx, Valid: l.valid, Stopped: func() {
 		once.Do(func() { close(l.stopped); g.poke() })
 	}}
 	if g.closing {
@@ -122,7 +122,7 @@ func (g *Group) grant(p int, rev uint64, val []byte, sent time.Time) {
 	g.grants <- gr // never blocks: at most one grant a partition is outstanding
 }
 
-// renew renews the member key and every held lease, asynchronously.
+// renew renews the member key and every lease it owns, asynchronously.
 func (g *Group) renew(ctx context.Context) {
 	if !g.memberRev && !g.closing {
 		g.memberRev = true
@@ -169,7 +169,7 @@ func (g *Group) renew(ctx context.Context) {
 }
 
 // sweep forgets the leases whose partitions have stopped: a released one
-// is deleted (at the revision held, so the next owner starts at once); a
+// is deleted (at the revision it owns, so the next owner starts at once); a
 // lost one is left to expire or to its new holder.
 func (g *Group) sweep(ctx context.Context) {
 	var lost []int
@@ -179,7 +179,7 @@ func (g *Group) sweep(ctx context.Context) {
 		}
 		l.timer.Stop()
 		delete(g.mine, p)
-		if errors.Is(context.Cause(l.ctx), ErrReleased) && l.held() {
+		if errors.Is(context.Cause(l.ctx), ErrReleased) && l.valid() {
 			g.deleting.Add(1)
 			go func() {
 				defer g.deleting.Done()

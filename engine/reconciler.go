@@ -29,14 +29,15 @@ type ReconcilerConfig struct {
 	// Stream is the stream's effective configuration, as [EnsureStream]
 	// returns it.
 	Stream store.StreamConfig
-	// Partitions are the partitions this instance folds for its whole
-	// run; nil: all. Ignored when Grants is set.
-	Partitions []int
+	// Assigned are the partitions this instance folds for its whole run
+	// (a set, each 0..N-1; nil: all). Ignored when Grants is set. Not to
+	// be confused with Stream.Partitions, the count N.
+	Assigned []int
 	// Grants, when set, makes ownership dynamic: the instance folds a
 	// partition from the moment a [Grant] for it arrives until the
 	// grant is revoked, and no other partition. [Group.Grants] supplies
 	// them. A closed channel grants nothing more. Nil: the fixed
-	// Partitions.
+	// Assigned.
 	Grants <-chan Grant
 	// SnapshotEvery writes a partition's snapshot after this many events
 	// (default 1000); SnapshotInterval at least this often while events
@@ -89,7 +90,7 @@ func fault(hook func(int, uint64) error, p int, seq uint64) error {
 //
 // Exactly once (DESIGN.md §3, §5.3): an effect whose cause is at or before
 // the stream's last sequence when the partition's session started may
-// have been published by an earlier run. Such effects are held back while
+// have been published by an earlier run. Such effects are deferred while
 // the session reads the rest of that range: the partition's own effect
 // messages come along in the read, and an effect is dropped when its id is
 // seen, or, for a plan, when a later plan of the node is seen (a
@@ -106,7 +107,7 @@ func fault(hook func(int, uint64) error, p int, seq uint64) error {
 // Ownership: with [ReconcilerConfig.Grants], a partition is folded only
 // while its grant holds. Every publish and every snapshot write first
 // checks that the grant is neither revoked as lost nor past its lease's
-// local deadline (Grant.Held); snapshot writes of node states are
+// local deadline (Grant.Valid); snapshot writes of node states are
 // conditional on the key's revision the session last saw, so a stale
 // former owner can never overwrite a newer state. See
 // docs/architecture.md, "Partitioned reconcilers".
@@ -163,7 +164,7 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	if cfg.Grants != nil {
 		return r, nil
 	}
-	ids := cfg.Partitions
+	ids := cfg.Assigned
 	if ids == nil {
 		for p := range scfg.Partitions {
 			ids = append(ids, p)
@@ -276,7 +277,7 @@ func (r *Reconciler) addPartition(g Grant) (*partition, error) {
 	if g.Partition < 0 || g.Partition >= n {
 		return nil, fmt.Errorf("grant of partition %d: the stream has partitions 0..%d", g.Partition, n-1)
 	}
-	p := &partition{r: r, id: g.Partition, states: map[string]*reconcile.State{}, revoked: g.Revoked, held: g.Held}
+	p := &partition{r: r, id: g.Partition, states: map[string]*reconcile.State{}, revoked: g.Revoked, valid: g.Valid}
 	if p.revoked == nil {
 		p.revoked = context.Background()
 	}
@@ -301,8 +302,8 @@ func (r *Reconciler) dropPartition(p *partition) {
 	r.m.Owned.Set(float64(len(r.parts)))
 }
 
-// Partitions returns the partitions this instance folds now, sorted.
-func (r *Reconciler) Partitions() []int {
+// Owned returns the partitions this instance folds now, sorted.
+func (r *Reconciler) Owned() []int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	out := make([]int, 0, len(r.parts))
@@ -371,10 +372,10 @@ type partition struct {
 	r  *Reconciler
 	id int
 	// revoked is the grant's: done when the partition is no longer this
-	// instance's (never, for a fixed partition); held its lease's local
-	// deadline check (nil: always held).
+	// instance's (never, for a fixed partition); valid its lease's local
+	// deadline check (nil: always valid).
 	revoked context.Context
-	held    func() bool
+	valid   func() bool
 
 	mu     sync.Mutex // guards states, and each state while it folds
 	states map[string]*reconcile.State
@@ -385,7 +386,7 @@ type partition struct {
 // lost returns an error wrapping [ErrLeaseLost] once the partition may
 // no longer be written by this instance: its grant was revoked for any
 // cause but [ErrReleased], or its lease's local deadline has passed. A
-// released partition is still held until it has stopped: it writes its
+// released partition is still its own until it has stopped: it writes its
 // final snapshot.
 func (p *partition) lost() error {
 	if p.revoked.Err() != nil {
@@ -397,7 +398,7 @@ func (p *partition) lost() error {
 			return fmt.Errorf("%w: %v", ErrLeaseLost, cause)
 		}
 	}
-	if p.held != nil && !p.held() {
+	if p.valid != nil && !p.valid() {
 		return fmt.Errorf("%w: its lease was not renewed in time", ErrLeaseLost)
 	}
 	return nil
