@@ -39,6 +39,9 @@ type View struct {
 	HaveTime time.Time `json:"have_time,omitzero"`
 	// AccountWarning is true while the provisioner-account warning holds.
 	AccountWarning bool `json:"account_warning,omitempty"`
+	// Runtime is what the newest have says of each module: its runtime
+	// state, restarts, last exit and the files it waits for (DESIGN.md §8).
+	Runtime []ModuleRuntime `json:"runtime,omitempty"`
 }
 
 // Held is one held row of the last plan emitted.
@@ -60,6 +63,7 @@ func (s *State) View() View {
 		RunningAccount: s.runningAccountOfProvisioner(),
 		LastKnock:      s.LastKnock,
 		AccountWarning: s.AccountJournaled,
+		Runtime:        RuntimeOf(s),
 	}
 	if s.Want != nil {
 		v.Want = s.Want.Seq

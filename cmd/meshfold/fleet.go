@@ -34,7 +34,8 @@ func newFleetCmd(a *app) *cobra.Command {
 node: newest want and settled plan, unsettled plans, held modules, owed items,
 the last knock, the age of the last have and what needs an operator. Nodes
 are sorted so that what needs an operator comes first: an unreadable
-snapshot, owed items, pending approvals, unsettled plans, the provisioner
+snapshot, a failed module (its process exited and waits to restart: a crash
+loop; the lines after the table name the files it waits for), owed items, pending approvals, unsettled plans, the provisioner
 account warning, a stale have (older than --stale, or none), then journal
 warnings (entries of level warn or error in the last --warnings, counted
 from the stream; 0 skips that read).
@@ -167,6 +168,7 @@ func printFleet(w io.Writer, rows []audit.FleetRow) error {
 		noun = "node"
 	}
 	fmt.Fprintf(&b, "-- %d %s, %d need an operator\n", len(rows), noun, needs)
+	b.WriteString(audit.FleetFailedText(rows))
 	_, err := io.WriteString(w, b.String())
 	return err
 }

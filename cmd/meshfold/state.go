@@ -44,7 +44,9 @@ func newStateCmd(a *app) *cobra.Command {
 		Long: `state shows NODE's current state: the provisioner account the plan names
 beside the account what runs names, counts of modules, declared files and held
 modules, each held module with its reason and pending build, owed items, the
-last knock, the last settled plan and how stale the last have is.
+last knock, the last settled plan and how stale the last have is, and for
+each module of the last have its runtime state (running, failed, stopped),
+restarts since its apply, last exit and the files it waits for.
 
 It asks the reconciler's state service (NATS micro service "meshfold",
 endpoints state and composition on $MESHFOLD.<prefix>.state.<node> and

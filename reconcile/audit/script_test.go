@@ -91,15 +91,24 @@ func (s *script) run(t testing.TB, d *datadriven.TestData) string {
 		for _, line := range lines(d.Input) {
 			f := strings.Fields(line)
 			if len(f) < 3 {
-				t.Fatalf("%s: have line wants NAME BUILD STATE [account=X]: %q", d.Pos, line)
+				t.Fatalf("%s: have line wants NAME BUILD STATE [account=X restarts=N exit=X since=SEQ]: %q", d.Pos, line)
 			}
 			m := events.HaveModule{Name: f[0], Build: f[1], State: events.RunState(f[2])}
 			if m.Build == "-" {
 				m.Build = ""
 			}
 			for _, kv := range f[3:] {
-				if v, ok := strings.CutPrefix(kv, "account="); ok {
+				k, v, _ := strings.Cut(kv, "=")
+				switch k {
+				case "account":
 					m.Account = v
+				case "restarts":
+					m.Restarts = int(u64(t, v))
+				case "exit": // exit=status_1 is "status 1"
+					m.Exit = strings.ReplaceAll(v, "_", " ")
+				case "since": // since=SEQ: the time of that sequence
+					at := s.stream.TimeOf(u64(t, v))
+					m.Since = &at
 				}
 			}
 			hv.Modules = append(hv.Modules, m)
@@ -154,6 +163,13 @@ func (s *script) run(t testing.TB, d *datadriven.TestData) string {
 			out.WriteString(e.Line(audit.SeqWidth(entries)) + "\n")
 		}
 		return out.String()
+	case "fleet":
+		// The node's fleet line and needs, as of its last event.
+		h := s.history(t)
+		st := h.Fold(len(h.Events))
+		row := audit.FleetRowOf(st, h.Events[len(h.Events)-1].Time, 10*time.Minute)
+		return audit.FleetHeader(4) + "\n" + row.Line(4) + "\nattention: " + strings.Join(row.Attention, ",") + "\n" +
+			audit.FleetFailedText([]audit.FleetRow{row})
 	case "why":
 		w, err := s.history(t).Why(u64(t, args["seq"]))
 		if err != nil {

@@ -38,9 +38,13 @@ type Entry struct {
 // that want is before from.
 func (h *History) Timeline(from, to int) []Entry {
 	var prev *events.Want
+	var prevHave *events.Have
 	for _, ev := range h.Events[:from] {
-		if w, ok := ev.Payload.(*events.Want); ok {
-			prev = w
+		switch p := ev.Payload.(type) {
+		case *events.Want:
+			prev = p
+		case *events.Have:
+			prevHave = p
 		}
 	}
 	out := make([]Entry, 0, to-from)
@@ -51,8 +55,16 @@ func (h *History) Timeline(from, to int) []Entry {
 		}
 		e.Cause = causeOf(ev.Payload)
 		e.Summary = Summary(ev, prev)
-		if w, ok := ev.Payload.(*events.Want); ok {
-			prev = w
+		switch p := ev.Payload.(type) {
+		case *events.Want:
+			prev = p
+		case *events.Have:
+			// A have is told against the one before it: running → failed
+			// → running is a crash loop's story (DESIGN.md §8).
+			if ev.Err == nil {
+				e.Summary = haveSummaryAfter(p, prevHave)
+			}
+			prevHave = p
 		}
 		out = append(out, e)
 	}
@@ -285,13 +297,14 @@ func haveSummary(h *events.Have) string {
 	}
 	parts := make([]string, len(h.Modules))
 	for i, m := range h.Modules {
-		s := m.Name + " " + orNone(m.Build)
+		s := m.Name + " " + orNone(ShortBuild(m.Build))
 		if m.Account != "" {
 			s += "@" + m.Account
 		}
 		if m.State != events.Running {
 			s += " " + string(m.State)
 		}
+		s += haveDetail(m)
 		parts[i] = s
 	}
 	return strings.Join(parts, ", ")

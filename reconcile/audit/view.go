@@ -119,6 +119,9 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 		}
 		t.line(1, "composed", s)
 	}
+	for _, r := range v.Runtime {
+		t.line(1, "runs", runtimeText(r, now, suffix))
+	}
 	if len(v.Owed) == 0 {
 		t.line(1, "owed", "nothing")
 	}
@@ -182,11 +185,14 @@ type FleetRow struct {
 	HaveAge        float64   `json:"have_age_s"`
 	StaleHave      bool      `json:"stale_have"`
 	AccountWarning bool      `json:"account_warning"`
+	// Failed are the modules the newest have reports failed (a crash
+	// loop), with the files they wait for.
+	Failed []reconcile.ModuleRuntime `json:"failed,omitempty"`
 	// Warnings counts journal entries of level warn or error in the
 	// window asked for (-1: not counted).
 	Warnings int `json:"journal_warnings"`
 	// Attention lists what needs an operator, most pressing first:
-	// "error", "owed", "approval", "unsettled", "account", "stale-have",
+	// "error", "failed", "owed", "approval", "unsettled", "account", "stale-have",
 	// "journal".
 	Attention []string `json:"attention"`
 	// Error says why the node's snapshot could not be read.
@@ -205,7 +211,8 @@ func FleetRowOf(s *reconcile.State, now time.Time, stale time.Duration) FleetRow
 func FleetRowOfView(v reconcile.View, now time.Time, stale time.Duration) FleetRow {
 	r := FleetRow{Node: v.Node, Seq: v.Seq, Want: v.Want, SettledPlan: v.SettledPlan, EmittedPlan: v.EmittedPlan,
 		Unsettled: v.Unsettled, Modules: v.Modules, Held: v.Held, Owed: len(v.Owed),
-		AccountWarning: v.AccountWarning, HaveTime: v.HaveTime, HaveAge: -1, Warnings: -1}
+		AccountWarning: v.AccountWarning, HaveTime: v.HaveTime, HaveAge: -1, Warnings: -1,
+		Failed: failing(v.Runtime)}
 	for _, h := range v.Holds {
 		if h.Why == events.HoldApproval && h.Pending != "" {
 			r.Pending = append(r.Pending, h)
@@ -247,6 +254,7 @@ func attention(r FleetRow) []string {
 		}
 	}
 	add(r.Error != "", "error")
+	add(len(r.Failed) > 0, "failed")
 	add(r.Owed > 0, "owed")
 	add(len(r.Pending) > 0, "approval")
 	add(r.Unsettled > 0, "unsettled")
@@ -257,11 +265,11 @@ func attention(r FleetRow) []string {
 }
 
 // rank orders what needs an operator: a lower rank comes first.
-var rank = map[string]int{"error": 0, "owed": 1, "approval": 2, "unsettled": 3, "account": 4, "stale-have": 5, "journal": 6}
+var rank = map[string]int{"error": 0, "failed": 1, "owed": 2, "approval": 3, "unsettled": 4, "account": 5, "stale-have": 6, "journal": 7}
 
 // SortFleet sorts rows so that what needs an operator comes first: rows
-// are compared by their most pressing need (an unreadable snapshot, owed
-// items, pending approvals, unsettled plans, the account warning, a stale
+// are compared by their most pressing need (an unreadable snapshot, a
+// failed module, owed items, pending approvals, unsettled plans, the account warning, a stale
 // have, journal warnings), then by how many needs they have, then by the
 // counts (more owed items, more pending approvals, more unsettled plans,
 // an older have first), then by node name.
@@ -276,6 +284,7 @@ func SortFleet(rows []FleetRow) {
 		return cmp.Or(
 			cmp.Compare(first(a), first(b)),
 			-cmp.Compare(len(a.Attention), len(b.Attention)),
+			-cmp.Compare(restarts(a.Failed), restarts(b.Failed)),
 			-cmp.Compare(a.Owed, b.Owed),
 			-cmp.Compare(len(a.Pending), len(b.Pending)),
 			-cmp.Compare(a.Unsettled, b.Unsettled),
@@ -311,6 +320,10 @@ func (r FleetRow) Line(nodeWidth int) string {
 			}
 		case "journal":
 			needs = append(needs, fmt.Sprintf("%d warnings", r.Warnings))
+		case "failed":
+			for _, f := range r.Failed {
+				needs = append(needs, failedNeed(f))
+			}
 		default:
 			needs = append(needs, a)
 		}
@@ -329,4 +342,13 @@ func seqOrDash(s uint64) string {
 		return "-"
 	}
 	return fmt.Sprintf("#%d", s)
+}
+
+// restarts sums the restarts of rs.
+func restarts(rs []reconcile.ModuleRuntime) int {
+	n := 0
+	for _, r := range rs {
+		n += r.Restarts
+	}
+	return n
 }

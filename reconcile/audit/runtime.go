@@ -1,0 +1,171 @@
+package audit
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// failing returns the failed modules of rs.
+func failing(rs []reconcile.ModuleRuntime) []reconcile.ModuleRuntime {
+	var out []reconcile.ModuleRuntime
+	for _, r := range rs {
+		if r.Failing() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ShortBuild cuts a sha256 build (a bundle's) to its first 12 digits for
+// lines; other builds are kept.
+func ShortBuild(b string) string {
+	const scheme = "sha256:"
+	if strings.HasPrefix(b, scheme) && len(b) > len(scheme)+12 {
+		return b[:len(scheme)+12] + "…"
+	}
+	return b
+}
+
+// runtimeText is one module's runtime for a state line: "mesh-build-go
+// sha256:9f1c2b3a4d5e… failed as mbg, 7 restarts, last exit status 1,
+// since 2026-…Z (45s ago); unfilled /run/x".
+func runtimeText(r reconcile.ModuleRuntime, now time.Time, suffix string) string {
+	s := fmt.Sprintf("%s %s %s", r.Module, orNone(ShortBuild(r.Build)), r.State)
+	if r.Account != "" {
+		s += " as " + r.Account
+	}
+	s += ", " + plural(r.Restarts, "restart")
+	if r.Exit != "" {
+		s += ", last exit " + r.Exit
+	}
+	if r.Since != nil {
+		s += fmt.Sprintf(", since %s (%s %s)", FormatTime(*r.Since), Age(now.Sub(*r.Since)), suffix)
+	}
+	if len(r.Unfilled) > 0 {
+		s += "; unfilled " + strings.Join(r.Unfilled, ", ")
+	}
+	return s
+}
+
+// failedNeed is a failed module as fleet's NEEDS column shows it:
+// "mesh-build-go failed ×7 (status 1), 1 unfilled"; [FleetFailedText]
+// names the files.
+func failedNeed(r reconcile.ModuleRuntime) string {
+	s := r.Module + " failed"
+	if r.Restarts > 0 {
+		s += fmt.Sprintf(" ×%d", r.Restarts)
+	}
+	if r.Exit != "" {
+		s += " (" + r.Exit + ")"
+	}
+	if n := len(r.Unfilled); n > 0 {
+		s += fmt.Sprintf(", %d unfilled", n)
+	}
+	return s
+}
+
+// FleetFailedText returns, for the rows in their order, one labelled line
+// (wrapped at [LineWidth]) per failed module: node, module, restarts, last
+// exit, since when, and the files it waits for in full, which a fleet
+// line has no room for. Empty when no module failed.
+func FleetFailedText(rows []FleetRow) string {
+	var t textWriter
+	for _, r := range rows {
+		for _, f := range r.Failed {
+			s := fmt.Sprintf("%s %s %s, %s", r.Node, f.Module, orNone(ShortBuild(f.Build)), plural(f.Restarts, "restart"))
+			if f.Exit != "" {
+				s += ", last exit " + f.Exit
+			}
+			if f.Since != nil {
+				s += ", since " + FormatTime(*f.Since)
+			}
+			if len(f.Unfilled) > 0 {
+				s += "; unfilled " + strings.Join(f.Unfilled, ", ")
+			}
+			t.line(0, "failed", s)
+		}
+	}
+	return t.b.String()
+}
+
+// haveChanges tells what changed from have prev to have h, module by
+// module in h's order, removals last: "+name build state" for a new
+// module, "-name" for one gone, and for a changed one its state
+// (running→failed, with the exit and restarts), build or account; a
+// failed module that restarted and failed again shows its restarts
+// (3→4).
+func haveChanges(prev, h *events.Have) []string {
+	old := map[string]events.HaveModule{}
+	for _, m := range prev.Modules {
+		old[m.Name] = m
+	}
+	var out []string
+	for _, m := range h.Modules {
+		o, ok := old[m.Name]
+		if !ok {
+			out = append(out, "+"+m.Name+" "+orNone(ShortBuild(m.Build))+" "+string(m.State)+haveDetail(m))
+			continue
+		}
+		var c []string
+		if o.State != m.State {
+			c = append(c, string(o.State)+"→"+string(m.State)+haveDetail(m))
+		} else if m.Restarts != o.Restarts || m.Exit != o.Exit {
+			c = append(c, fmt.Sprintf("%s, restarts %d→%d", m.State, o.Restarts, m.Restarts)+exitDetail(m))
+		}
+		if o.Build != m.Build {
+			c = append(c, orNone(ShortBuild(o.Build))+"→"+orNone(ShortBuild(m.Build)))
+		}
+		if o.Account != m.Account {
+			c = append(c, "account "+orNone(o.Account)+"→"+orNone(m.Account))
+		}
+		if len(c) > 0 {
+			out = append(out, m.Name+" "+strings.Join(c, ", "))
+		}
+	}
+	for _, m := range prev.Modules {
+		if !slices.ContainsFunc(h.Modules, func(n events.HaveModule) bool { return n.Name == m.Name }) {
+			out = append(out, "-"+m.Name)
+		}
+	}
+	return out
+}
+
+// haveDetail is a module's exit and restarts in parentheses, when any.
+func haveDetail(m events.HaveModule) string {
+	var d []string
+	if m.Exit != "" && m.State != events.Running {
+		d = append(d, m.Exit)
+	}
+	if m.Restarts > 0 {
+		d = append(d, plural(m.Restarts, "restart"))
+	}
+	if len(d) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(d, ", ") + ")"
+}
+
+func exitDetail(m events.HaveModule) string {
+	if m.Exit == "" {
+		return ""
+	}
+	return " (" + m.Exit + ")"
+}
+
+// haveSummaryAfter is a have's timeline summary told against the have
+// before it (nil: the first): its changes first, or "unchanged" and what
+// runs.
+func haveSummaryAfter(h, prev *events.Have) string {
+	if prev == nil {
+		return haveSummary(h)
+	}
+	if c := haveChanges(prev, h); len(c) > 0 {
+		return strings.Join(c, "; ")
+	}
+	return "unchanged: " + haveSummary(h)
+}

@@ -1,0 +1,62 @@
+package audit_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/audit"
+)
+
+// A node whose module crash-loops sorts before one with owed items, and
+// among failed nodes the one with more restarts comes first.
+func TestFleetFailedFirst(t *testing.T) {
+	owed := audit.FleetRow{Node: "a-owed", Owed: 3, HaveAge: 1}
+	failed := func(node string, restarts int) audit.FleetRow {
+		return audit.FleetRow{Node: node, HaveAge: 1, Failed: []reconcile.ModuleRuntime{{Module: "m", State: events.Failed, Restarts: restarts}}}
+	}
+	rows := []audit.FleetRow{owed, failed("b-few", 2), failed("c-many", 9)}
+	for i := range rows {
+		rows[i].SetWarnings(0)
+	}
+	audit.SortFleet(rows)
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Node)
+	}
+	if want := []string{"c-many", "b-few", "a-owed"}; !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+	if rows[0].Attention[0] != "failed" {
+		t.Fatalf("attention %v", rows[0].Attention)
+	}
+}
+
+// Unfilled: a module's owed paths and the files its settled row declares
+// that no filled event ever reported.
+func TestRuntimeUnfilled(t *testing.T) {
+	s := reconcile.NewState("ace")
+	s.Have = &reconcile.HaveRecord{Seq: 9, Modules: []events.HaveModule{
+		{Name: "m", Build: "b", State: events.Failed, Restarts: 4, Exit: "status 1"}, {Name: "n", Build: "c", State: events.Running}}}
+	s.Settled = &reconcile.PlanRecord{Seq: 5, Modules: []events.PlanModule{
+		{Name: "m", Build: "b", Files: []events.File{{Path: "/a", Mode: "0600"}, {Path: "/b", Mode: "0600"}}},
+		{Name: "n", Build: "c", Files: []events.File{{Path: "/c", Mode: "0600"}}}}}
+	s.Filled = []reconcile.FilledMark{{Module: "m", Path: "/b", Plan: 3}, {Module: "n", Path: "/c", Plan: 5}}
+	s.Owed = []reconcile.Item{{Owed: events.Owed{Module: "m", Path: "/z", Reason: events.ReasonUndeclared, Plan: 2, Writer: "p"}}}
+	rs := reconcile.RuntimeOf(s)
+	if len(rs) != 2 || !slices.Equal(rs[0].Unfilled, []string{"/a", "/z"}) || len(rs[1].Unfilled) != 0 {
+		t.Fatalf("runtime %+v", rs)
+	}
+	if !rs[0].Failing() || rs[1].Failing() || rs[0].Restarts != 4 || rs[0].Exit != "status 1" {
+		t.Fatalf("runtime %+v", rs)
+	}
+	row := audit.FleetRowOf(s, time.Now(), time.Hour)
+	if len(row.Failed) != 1 || row.Failed[0].Module != "m" || row.Attention[0] != "failed" {
+		t.Fatalf("fleet row %+v", row)
+	}
+	if v := s.View(); len(v.Runtime) != 2 {
+		t.Fatalf("view runtime %+v", v.Runtime)
+	}
+}
