@@ -255,6 +255,11 @@ func TestFleetPage(t *testing.T) {
 	if !strings.Contains(body, "nats → img:2.10") {
 		t.Error("novox's pending approval is not shown")
 	}
+	// novox's node page draws the held row and its pending build.
+	_, page := fx.get(t, "/node/novox")
+	if !strings.Contains(page, `class="hold hold-approval"`) || !strings.Contains(page, "nats (approval, pending img:2.10)") {
+		t.Errorf("novox's page does not draw nats held for its approval:\n%s", page)
+	}
 	_, body = fx.get(t, "/?q=nov")
 	if strings.Contains(body, `id="node-ace"`) || !strings.Contains(body, `id="node-novox"`) {
 		t.Errorf("filter nov: %s", body)

@@ -96,7 +96,24 @@ func laneKinds() []string {
 // bound, when set, is the as-of bound drawn as a line after the last
 // event it includes.
 func draw(h *audit.History, from, to int, byTime bool, chosen uint64, href func(seq uint64) string, bound string) picture {
-	kinds := laneKinds()
+	evs := h.Events[from:to]
+	// The lanes: the kinds every history has, and any other kind the
+	// window holds (approvals, journal entries, operator events).
+	present := map[string]bool{"want": true, "have": true, "settle": true, "refusal": true,
+		"filled": true, "plan": true, laneHeldKey: true, "knock": true}
+	for _, ev := range evs {
+		if ev.Kind.Known() {
+			present[string(ev.Kind)] = true
+		} else {
+			present["other"] = true
+		}
+	}
+	var kinds []string
+	for _, k := range laneKinds() {
+		if present[k] {
+			kinds = append(kinds, k)
+		}
+	}
 	p := picture{Width: svgWidth, PlotLeft: laneLabelW, PlotRight: svgWidth - svgRight}
 	laneOf := map[string]lane{}
 	for i, k := range kinds {
@@ -107,7 +124,6 @@ func draw(h *audit.History, from, to int, byTime bool, chosen uint64, href func(
 	}
 	p.AxisY = svgTop + len(kinds)*laneHeight
 	p.Height = p.AxisY + axisHeight
-	evs := h.Events[from:to]
 	n := len(evs)
 	if n == 0 {
 		return p
@@ -133,10 +149,10 @@ func draw(h *audit.History, from, to int, byTime bool, chosen uint64, href func(
 	var plans []int
 	for i, ev := range evs {
 		k := string(ev.Kind)
-		l, ok := laneOf[k]
-		if !ok || k == laneHeldKey {
-			l, k = laneOf["other"], "other"
+		if !ev.Kind.Known() {
+			k = "other"
 		}
+		l := laneOf[k]
 		m := mark{Seq: ev.Seq, Kind: k, Shape: "dot", X: x(i), Y: float64(l.Y), R: r,
 			Title: entries[i].Line(audit.SeqWidth(entries[i : i+1])), Href: href(ev.Seq), Chosen: ev.Seq == chosen}
 		switch {
