@@ -1,0 +1,241 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/console"
+	"github.com/meshfold/meshfold/engine"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// chromium returns the path of a Chromium (or Chrome) binary. Without one
+// the browser tests are skipped, except in CI, where they must run: .ci/run
+// installs Debian's chromium when it is missing.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no chromium binary, and CI is set: the browser tests must run (.ci/run installs Debian's chromium)")
+	}
+	t.Skip("no chromium binary (apt-get install chromium); CI is not set, so the browser tests are skipped")
+	return ""
+}
+
+// browser starts a headless Chromium with a fresh profile and returns a
+// context to run actions in. The flags keep it off the network: without
+// the background-networking ones, a closed network refuses its
+// connections and it stalls.
+func browser(t *testing.T, exe string) context.Context {
+	t.Helper()
+	profile, err := os.MkdirTemp("", "meshfold-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.UserDataDir(profile),
+		chromedp.WindowSize(1280, 900),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("hide-scrollbars", true),
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		cancel()
+		acancel() // stops the browser it started, and waits for it
+		// Chromium's helpers may still write in the profile for a moment.
+		deadline := time.Now().Add(5 * time.Second)
+		for os.RemoveAll(profile) != nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond) // retrying a removal, bounded
+		}
+	})
+	// The first run starts the browser; it must not carry a timeout.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+// step runs a within the test's deadline.
+func step[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	v, err := chromedp.Run(sctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// screenshot saves a full-page PNG as name in $MESHFOLD_SCREENSHOTS (the
+// README's pictures: MESHFOLD_SCREENSHOTS=$PWD/docs go test ./e2e -run
+// Console), or takes it and drops it.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png := step(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
+	if dir := os.Getenv("MESHFOLD_SCREENSHOTS"); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// noSecret fails when the page in the browser holds the fill content.
+func noSecret(t *testing.T, ctx context.Context, page string) {
+	t.Helper()
+	html := step(t, ctx, "read "+page, chromedp.OuterHTML("html"))
+	if strings.Contains(html, secret) {
+		t.Errorf("the %s page holds the filled content", page)
+	}
+}
+
+// The console in a real browser, on a mesh playing incident 1: the fleet
+// page lists ace first while its refused credential is owed, the node's
+// knock explains itself in a click (the refusal, the want, the settle),
+// and the fleet page follows the incident's end without a reload. No page
+// holds the filled content.
+func TestConsoleInBrowser(t *testing.T) {
+	exe := chromium(t)
+	m := newMesh(t)
+	svc, err := engine.AddStateService(m.nc, func(node string) (*reconcile.State, bool) {
+		if r := m.rc.Load(); r != nil {
+			return r.Node(node)
+		}
+		return nil, false
+	}, engine.StateServiceConfig{Prefix: m.cfg.Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	var srvURL string
+	{
+		nc, err := m.srv.Connect(nats.Name("console"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := console.New(console.Config{Source: &console.NATSSource{NC: nc, JS: js, Stream: m.cfg},
+			Logger: m.logger("console")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		hs := httptest.NewServer(c) // loopback
+		srvURL = hs.URL
+		t.Cleanup(func() {
+			hs.CloseClientConnections()
+			hs.Close()
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("console: %v", err)
+			}
+			nc.Close()
+		})
+	}
+	ctx := m.ctx()
+
+	// shanks runs its provisioner and needs nothing.
+	shanks := m.newNode("shanks")
+	shanks.startAgent(nil)
+	w := must(m.want(ctx, "shanks", provisionerMod))(t)
+	p, _ := must2(m.planOf(ctx, "shanks", w))(t)
+	must(m.settled(ctx, "shanks", p))(t)
+
+	b := browser(t, exe)
+	n, p1, p2 := incident1(t, m, func(*nodeT, *gate) {
+		// The write was refused, mesh-build-go's plan is unsettled: ace
+		// needs an operator, and comes first.
+		step(t, b, "open the fleet page", chromedp.Navigate(srvURL+"/"))
+		step(t, b, "ace listed as owing", chromedp.Poll[chromedp.Void](
+			`document.querySelector('#need-ace .need-owed') !== null`, chromedp.WithPollingTimeout(deadline)))
+		first := step(t, b, "the first row needing an operator",
+			chromedp.Evaluate[string](`document.querySelector('#needs tbody tr').dataset.node`))
+		if first != "ace" {
+			t.Errorf("the first node needing an operator is %q, want ace", first)
+		}
+		step(t, b, "mark the page", chromedp.Evaluate[chromedp.Void](`window.meshfoldMark = 1`))
+		screenshot(t, b, "console-fleet.png")
+		noSecret(t, b, "fleet")
+	})
+	healed(t, m, n, p1, p2)
+
+	// The knock, the fill: the open page shows ace owing nothing and its
+	// knock, without a reload (the mark set on the page is still there).
+	knock := must(m.events(ctx, "ace", events.KindKnock))(t)[0]
+	cause := knock.Payload.(*events.Knock).Cause
+	step(t, b, "the live update", chromedp.Poll[chromedp.Void](fmt.Sprintf(`(() => {
+		const r = document.getElementById('node-ace');
+		return r !== null && r.dataset.owed === '0' && r.dataset.knock === '%d' && window.meshfoldMark === 1;
+	})()`, cause), chromedp.WithPollingTimeout(deadline)))
+	noSecret(t, b, "fleet, updated")
+
+	// Open the node, click the knock.
+	step(t, b, "open ace", chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Click(chromedp.CSS(`#node-ace a`))))
+	sel := fmt.Sprintf("#ev-%d", knock.Seq)
+	step(t, b, "the knock's mark", chromedp.WaitReady(chromedp.CSS(sel)))
+	step(t, b, "click the knock", chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Click(chromedp.CSS(sel))))
+	chain := step(t, b, "the why", chromedp.Text(chromedp.CSS("#why")))
+	refusal := must(m.events(ctx, "ace", events.KindRefusal))(t)[0]
+	plan2 := must(m.events(ctx, "ace", events.KindPlan))(t)
+	var want2 uint64
+	for _, ev := range plan2 {
+		if ev.Seq == p2 {
+			want2 = ev.Payload.(*events.Plan).Want
+		}
+	}
+	for what, s := range map[string]string{
+		"the refusal": fmt.Sprintf("#%d refusal", refusal.Seq),
+		"its reason":  "undeclared",
+		"the want":    fmt.Sprintf("#%d want", want2),
+		"the settle":  fmt.Sprintf("#%d settle", cause),
+		"the plan":    fmt.Sprintf("#%d plan", p2),
+	} {
+		if !strings.Contains(chain, s) {
+			t.Errorf("the knock's chain does not name %s (%q):\n%s", what, s, chain)
+		}
+	}
+	screenshot(t, b, "console-node.png")
+	noSecret(t, b, "node")
+
+	// Follow the chain: the refusal's link opens its own explanation.
+	step(t, b, "follow the refusal", chromedp.WaitEvent(page.LoadEventFired, nil,
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#why a.why-link[data-seq="%d"]`, refusal.Seq)))))
+	if head := step(t, b, "the refusal's why", chromedp.Text(chromedp.CSS("#why h2"))); !strings.Contains(head, fmt.Sprintf("#%d refusal", refusal.Seq)) {
+		t.Errorf("after following the refusal's link the why is of %q", head)
+	}
+	// As of the refusal: the state owes the credential.
+	step(t, b, "as of the refusal", chromedp.Navigate(fmt.Sprintf("%s/node/ace?as_of=%d", srvURL, refusal.Seq)))
+	if asOf := step(t, b, "the state as of", chromedp.Text(chromedp.CSS("#asof-text"))); !strings.Contains(asOf, creds+" (undeclared") {
+		t.Errorf("as of the refusal the state owes nothing:\n%s", asOf)
+	}
+	noSecret(t, b, "as-of")
+}
