@@ -171,37 +171,9 @@ func JoinGroup(ctx context.Context, js jetstream.JetStream, cfg GroupConfig) (*G
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	bucket := cfg.Stream.Name + LeaseBucketSuffix
-	kv, err := js.KeyValue(ctx, bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:         bucket,
-			Description:    "meshfold reconciler groups of stream " + cfg.Stream.Name + ": member.<group>.<instance>, lease.<partition>",
-			History:        1,
-			TTL:            cfg.TTL,
-			LimitMarkerTTL: cfg.TTL,
-			Storage:        jetstream.FileStorage,
-			Replicas:       cfg.Stream.Replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, bucket) // created concurrently
-		}
-	}
+	kv, ttl, err := openLeaseBucket(ctx, js, cfg.Stream, cfg.TTL, cfg.Logger)
 	if err != nil {
-		return nil, fmt.Errorf("lease bucket %s: %w", bucket, err)
-	}
-	st, err := kv.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("lease bucket %s: %w", bucket, err)
-	}
-	ttl := st.TTL()
-	switch {
-	case ttl <= 0:
-		return nil, fmt.Errorf("lease bucket %s has no TTL: a dead instance's leases would never expire", bucket)
-	case st.LimitMarkerTTL() <= 0:
-		return nil, fmt.Errorf("lease bucket %s has no limit markers: expiries would go unseen", bucket)
-	case ttl != cfg.TTL:
-		cfg.Logger.Warn("lease bucket's TTL differs from --lease-ttl; the bucket's wins", "bucket", bucket, "ttl", ttl, "asked", cfg.TTL)
+		return nil, err
 	}
 	n := cfg.Stream.Partitions
 	return &Group{cfg: cfg, kv: kv, ttl: ttl, n: n,
@@ -209,6 +181,45 @@ func JoinGroup(ctx context.Context, js jetstream.JetStream, cfg GroupConfig) (*G
 		grants: make(chan Grant, n), notify: make(chan struct{}, 1), events: make(chan func(), 4*n+8),
 		quit:    make(chan struct{}),
 		members: map[string]bool{}, view: make([]leaseView, n), mine: map[int]*lease{}, acquiring: map[int]bool{}}, nil
+}
+
+// openLeaseBucket opens the lease bucket of streamCfg's stream, creating
+// it with ttl when missing, and returns it with its TTL (an existing
+// bucket's wins over ttl).
+func openLeaseBucket(ctx context.Context, js jetstream.JetStream, streamCfg store.StreamConfig, ttl time.Duration, log *slog.Logger) (jetstream.KeyValue, time.Duration, error) {
+	bucket := streamCfg.Name + LeaseBucketSuffix
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:         bucket,
+			Description:    "meshfold reconcilers of stream " + streamCfg.Name + ": member.<group>.<instance>, lease.<partition>, stream (an ungrouped reconciler)",
+			History:        1,
+			TTL:            ttl,
+			LimitMarkerTTL: ttl,
+			Storage:        jetstream.FileStorage,
+			Replicas:       streamCfg.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, bucket) // created concurrently
+		}
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("lease bucket %s: %w", bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("lease bucket %s: %w", bucket, err)
+	}
+	got := st.TTL()
+	switch {
+	case got <= 0:
+		return nil, 0, fmt.Errorf("lease bucket %s has no TTL: a dead instance's leases would never expire", bucket)
+	case st.LimitMarkerTTL() <= 0:
+		return nil, 0, fmt.Errorf("lease bucket %s has no limit markers: expiries would go unseen", bucket)
+	case got != ttl:
+		log.Warn("lease bucket's TTL differs from --lease-ttl; the bucket's wins", "bucket", bucket, "ttl", got, "asked", ttl)
+	}
+	return kv, got, nil
 }
 
 // DefaultInstance is the default instance name: "<hostname>-<pid>",
@@ -275,6 +286,12 @@ func (g *Group) Run(ctx context.Context) error {
 	work := context.WithoutCancel(ctx)
 	g.member, _ = json.Marshal(leaseValue{Group: g.cfg.Name, Instance: g.cfg.Instance, Since: time.Now().UTC()})
 	if err := g.putMember(ctx); err != nil {
+		return err
+	}
+	if err := g.checkUngrouped(ctx); err != nil {
+		dctx, cancel := context.WithTimeout(work, g.opTimeout())
+		_ = g.kv.Delete(dctx, g.memberKey())
+		cancel()
 		return err
 	}
 	w, err := g.watch(ctx)

@@ -176,3 +176,57 @@ func TestNodeLeaseAcrossProcesses(t *testing.T) {
 		}
 	}
 }
+
+// exited waits for an in-process `meshfold reconcile` to end by itself
+// and returns its exit code.
+func (p *reconcileProc) exited(t *testing.T) int {
+	t.Helper()
+	select {
+	case code := <-p.code:
+		p.code <- code
+		return code
+	case <-time.After(30 * time.Second):
+		t.Fatalf("meshfold reconcile did not exit; stderr:\n%s", p.stderr.String())
+		return 0
+	}
+}
+
+// One ungrouped reconciler per stream, and none beside a group: a second
+// ungrouped one is refused naming the first (host, pid, since), a group
+// member beside it is refused, and an ungrouped one beside a group is
+// refused naming the group's live members.
+func TestOneReconcilerPerStream(t *testing.T) {
+	m := startMesh(t)
+	url := []string{"--server", m.e.ClientURL()}
+	a := startReconcile(t, url...)
+	pollUntil(t, "the first reconciler to run", func() bool { return strings.Contains(a.stderr.String(), `msg="reconciler running"`) })
+
+	second := startReconcile(t, url...)
+	if code := second.exited(t); code != exitError {
+		t.Fatalf("second ungrouped reconciler exited %d, want %d:\n%s", code, exitError, second.stderr.String())
+	}
+	for _, s := range []string{"an ungrouped reconciler folds this stream", "reconciler MESH is held by another live process",
+		"pid " + strconv.Itoa(os.Getpid()), "since "} {
+		if !strings.Contains(second.stderr.String(), s) {
+			t.Errorf("second reconciler's error does not say %q:\n%s", s, second.stderr.String())
+		}
+	}
+	member := startReconcile(t, append(url, "--group", "g", "--instance", "x")...)
+	if code := member.exited(t); code != exitError || !strings.Contains(member.stderr.String(), "an ungrouped reconciler folds this stream") {
+		t.Fatalf("group member beside an ungrouped reconciler exited %d:\n%s", code, member.stderr.String())
+	}
+	if code := a.stop(t); code != exitOK {
+		t.Fatalf("first reconciler exited %d:\n%s", code, a.stderr.String())
+	}
+
+	g := startReconcile(t, append(url, "--group", "g", "--instance", "y")...)
+	pollUntil(t, "the group member to own partitions", func() bool { return strings.Contains(g.stderr.String(), `msg="partitions owned"`) })
+	beside := startReconcile(t, url...)
+	if code := beside.exited(t); code != exitError || !strings.Contains(beside.stderr.String(), "a reconciler group folds this stream") ||
+		!strings.Contains(beside.stderr.String(), "g/y") {
+		t.Fatalf("ungrouped reconciler beside a group exited %d, want refused naming g/y:\n%s", code, beside.stderr.String())
+	}
+	if code := g.stop(t); code != exitOK {
+		t.Fatalf("group member exited %d:\n%s", code, g.stderr.String())
+	}
+}

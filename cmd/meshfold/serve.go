@@ -215,7 +215,10 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 	}
 	rcfg := engine.ReconcilerConfig{Stream: cfg, Logger: log,
 		Metrics: metrics, SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval}
-	var group *engine.Group
+	var (
+		group *engine.Group
+		lease *store.Lease
+	)
 	if lf.group.enabled() {
 		gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		group, err = engine.JoinGroup(gctx, js, engine.GroupConfig{Stream: cfg, Name: lf.group.name,
@@ -225,6 +228,21 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 			return err
 		}
 		rcfg.Grants = group.Grants()
+	} else {
+		// One ungrouped reconciler per stream, and none beside a group.
+		if lease, err = engine.HoldStream(ctx, js, cfg, log); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := lease.Release(rctx); err != nil {
+				log.Warn("stream lease not released; it expires after its TTL", "ttl", lease.TTL(), "err", err)
+			}
+		}()
 	}
 	r, err := engine.NewReconciler(ctx, js, rcfg)
 	if err != nil {
@@ -247,9 +265,22 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 		log.Info("reconciler stopped; snapshots written, leases released")
 		return nil
 	}
-	log.Info("reconciler running", "stream", cfg.Name, "partitions", cfg.Partitions)
-	if err := r.Run(ctx); err != nil {
+	log.Info("reconciler running", "stream", cfg.Name, "partitions", cfg.Partitions, "lease_ttl", lease.TTL())
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-lease.Lost():
+			log.Error("stream lease taken by another reconciler: stopping", "err", lease.Err())
+			stop()
+		case <-rctx.Done():
+		}
+	}()
+	if err := r.Run(rctx); err != nil {
 		return err
+	}
+	if err := lease.Err(); err != nil {
+		return fmt.Errorf("stream lease lost: %w", err)
 	}
 	log.Info("reconciler stopped; snapshots written")
 	return nil

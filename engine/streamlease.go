@@ -1,0 +1,98 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/store"
+)
+
+// StreamLeaseKey is the key of the lease bucket (<stream>_LEASES) an
+// ungrouped reconciler holds while it folds the whole stream.
+const StreamLeaseKey = "stream"
+
+// Why a reconciler may not start beside another.
+var (
+	// ErrBesideGroup: a reconciler group folds the stream, so an ungrouped
+	// reconciler may not.
+	ErrBesideGroup = errors.New("a reconciler group folds this stream")
+	// ErrBesideUngrouped: an ungrouped reconciler folds the stream, so no
+	// group member may (nor a second ungrouped one).
+	ErrBesideUngrouped = errors.New("an ungrouped reconciler folds this stream")
+)
+
+// HoldStream claims the lease of an ungrouped reconciler (meshfold serve,
+// meshfold reconcile without --group): the key "stream" of the lease bucket,
+// created with [DefaultLeaseTTL] when missing. The lease is renewed until
+// Release; run the reconciler only while it holds (see store.Lease.Lost).
+// A claim on a key whose holder died waits for it to expire (at most the
+// bucket's TTL).
+//
+// Errors: [ErrBesideUngrouped] wrapping a *store.HeldError naming the
+// holder (host, pid, since) when another ungrouped reconciler runs;
+// [ErrBesideGroup] naming the live members when a group runs; the
+// bucket's errors.
+func HoldStream(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig, log *slog.Logger) (*store.Lease, error) {
+	cfg = cfg.WithDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	kv, _, err := openLeaseBucket(ctx, js, cfg, DefaultLeaseTTL, log)
+	if err != nil {
+		return nil, err
+	}
+	l, err := store.AcquireLease(ctx, kv, StreamLeaseKey, store.NewHolder("reconciler", cfg.Name), log)
+	if errors.Is(err, store.ErrLeaseHeld) {
+		return nil, fmt.Errorf("%w (stream %s): %w", ErrBesideUngrouped, cfg.Name, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Members join before they look at this key (Group.Run), and this
+	// lease is held before members are listed: one of the two sees the
+	// other.
+	members, err := liveMembers(ctx, kv)
+	if err == nil && len(members) > 0 {
+		err = fmt.Errorf("%w (stream %s; live members %s): stop them, or run this one with --group",
+			ErrBesideGroup, cfg.Name, strings.Join(members, ", "))
+	}
+	if err != nil {
+		_ = l.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return l, nil
+}
+
+// liveMembers lists the group members in kv, as "<group>/<instance>".
+func liveMembers(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
+	keys, err := kv.ListKeysFiltered(ctx, "member.>")
+	if err != nil {
+		return nil, fmt.Errorf("lease bucket: %w", err)
+	}
+	var out []string
+	for k := range keys.Keys() {
+		out = append(out, strings.Replace(strings.TrimPrefix(k, "member."), ".", "/", 1))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// checkUngrouped refuses to join while an ungrouped reconciler holds the
+// stream: it claims the stream key (waiting out a dead holder's, as
+// HoldStream does) and releases it at once.
+func (g *Group) checkUngrouped(ctx context.Context) error {
+	l, err := store.AcquireLease(ctx, g.kv, StreamLeaseKey, store.NewHolder("reconciler", g.cfg.Stream.Name), g.log)
+	if errors.Is(err, store.ErrLeaseHeld) {
+		return fmt.Errorf("%w (stream %s): stop it before starting a group: %w", ErrBesideUngrouped, g.cfg.Stream.Name, err)
+	}
+	if err != nil {
+		return err
+	}
+	return l.Release(context.WithoutCancel(ctx))
+}
