@@ -19,7 +19,9 @@ import (
 // the node's other events from folding.
 //
 // Knock, journal and unknown kinds are not inputs of the fold: they only
-// advance s.Seq.
+// advance s.Seq. Every fold ends by forgetting the records of files,
+// accounts and builds the node's configuration no longer names
+// (docs/design.md §4, "Bounded state").
 func (s *State) Fold(ev events.Event) []Effect {
 	if ev.Seq <= s.Seq {
 		return nil
@@ -50,6 +52,7 @@ func (s *State) Fold(ev events.Event) []Effect {
 	case *events.Plan:
 		f.plan(p)
 	}
+	s.forget()
 	return f.out
 }
 

@@ -58,14 +58,21 @@ func TestMaxApprovals(t *testing.T) {
 	}
 }
 
-// Filled marks beyond MaxFilled replace the one of the oldest plan.
+// Filled marks beyond MaxFilled replace the one of the oldest plan. The
+// files are declared by unsettled plans, so the marks are not forgotten
+// (docs/design.md §4, "Bounded state") and only the bound removes one.
 func TestMaxFilled(t *testing.T) {
 	s := newSim(t)
-	s.add(want("prov", "/a"))
+	s.add(want("prov", "/old"))
 	first := s.plans[0]
 	s.add(&events.Filled{Module: "app", Path: "/old", Plan: first, Digest: "d"})
-	s.add(want("prov", "/b"))
-	newer := s.plans[1]
+	var files [2][]string
+	for i := range reconcile.MaxFilled {
+		files[i*2/reconcile.MaxFilled] = append(files[i*2/reconcile.MaxFilled], fmt.Sprintf("/f/%d", i))
+	}
+	s.add(want("prov", files[0]...))
+	s.add(want("prov", files[1]...))
+	newer := s.plans[2]
 	for i := range reconcile.MaxFilled {
 		s.add(&events.Filled{Module: "app", Path: fmt.Sprintf("/f/%d", i), Plan: newer, Digest: "d"})
 	}

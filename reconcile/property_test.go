@@ -179,11 +179,52 @@ func (sc scenario) run(t tb, order []bool) (owed []events.Owed, knocked map[even
 		r := *refs[ri]
 		s.add(&r)
 	}
-	got := s.knocked()
-	if want := sc.expected(s, refs); !mapsEqual(got, want) {
-		t.Fatalf("order %v: knocked %v, want %v", order, got, want)
+	all, exp := s.knocked(), sc.expected(s, refs)
+	// A refusal of a file the final configuration no longer names may
+	// have been folded after its state was forgotten (docs/design.md §4,
+	// "Bounded state"): it is knocked at most once, and only if the
+	// oracle knocks it; the rest must agree with the oracle exactly.
+	knocked = map[events.Owed]int{}
+	forgotten := map[events.Owed]bool{}
+	for _, r := range refs {
+		o := events.Owed{Module: r.Module, Path: r.Path, Reason: r.Reason, Plan: r.Plan, Writer: r.Writer}
+		if !sc.remembered(s, r) {
+			forgotten[o] = true
+			if all[o] > exp[o] {
+				t.Fatalf("order %v: forgotten %v knocked %d times, oracle %d", order, o, all[o], exp[o])
+			}
+			continue
+		}
+		if all[o] != exp[o] {
+			t.Fatalf("order %v: %v knocked %d times, want %d (knocked %v, oracle %v)", order, o, all[o], exp[o], all, exp)
+		}
+		if all[o] > 0 {
+			knocked[o] = all[o]
+		}
 	}
-	return s.owed(), got, refs
+	for _, o := range s.owed() {
+		if !forgotten[o] {
+			owed = append(owed, o)
+		}
+	}
+	return owed, knocked, refs
+}
+
+// remembered reports whether the state still judges r exactly whenever it
+// arrives: some plan at or after the last one settled (the final
+// configuration) accepts r's file from r's writer, so its accepting
+// record is never forgotten.
+func (sc scenario) remembered(s *sim, r *events.Refusal) bool {
+	if len(sc.settle) == 0 {
+		return true // nothing settles, nothing is recorded or forgotten
+	}
+	for i := sc.settle[len(sc.settle)-1]; i < len(s.plans); i++ {
+		p := s.stream[s.plans[i]-1].Payload.(*events.Plan)
+		if _, reason := reconcile.JudgePlan(p, r.Module, r.Path, r.Writer); reason == "" {
+			return true
+		}
+	}
+	return false
 }
 
 func mapsEqual(a, b map[events.Owed]int) bool {
@@ -363,10 +404,13 @@ func TestOrderIndependenceRandom(t *testing.T) {
 	})
 }
 
+// churnPaths are the paths random histories declare, a few at a time.
+var churnPaths = []string{"/a", "/b", "/c", "/d", "/e", "/f", "/g", "/h"}
+
 // randomHistory appends a random history of every input kind to s.
 func randomHistory(rt *rapid.T, s *sim, n int) {
 	modules := []string{"provisioner", "app", "db"}
-	builds := []string{"b1", "b2"}
+	builds := []string{"b1", "b2", "b3", "b4"}
 	for i := range n {
 		switch rapid.IntRange(0, 9).Draw(rt, fmt.Sprint("kind", i)) {
 		case 0, 1:
@@ -381,8 +425,10 @@ func randomHistory(rt *rapid.T, s *sim, n int) {
 					RequiresApproval: rapid.Bool().Draw(rt, "requires_approval"),
 					Hold:             rapid.IntRange(0, 4).Draw(rt, "hold") == 0}
 				if m != "provisioner" {
-					for _, p := range paths {
-						if rapid.Bool().Draw(rt, "file") {
+					// Wants change paths: each declares a few of many,
+					// so records are made and forgotten.
+					for _, p := range churnPaths {
+						if rapid.IntRange(0, 2).Draw(rt, "file") == 0 {
 							wm.Files = append(wm.Files, events.File{Path: fmt.Sprintf("/%d%s", j, p), Mode: "0600"})
 						}
 					}
@@ -413,7 +459,7 @@ func randomHistory(rt *rapid.T, s *sim, n int) {
 				plan = rapid.SampledFrom(s.plans).Draw(rt, "plan")
 			}
 			s.add(&events.Refusal{Module: rapid.SampledFrom(modules[1:]).Draw(rt, "module"),
-				Path:   fmt.Sprintf("/%d%s", rapid.IntRange(1, 2).Draw(rt, "m"), rapid.SampledFrom(paths).Draw(rt, "path")),
+				Path:   fmt.Sprintf("/%d%s", rapid.IntRange(1, 2).Draw(rt, "m"), rapid.SampledFrom(churnPaths).Draw(rt, "path")),
 				Reason: rapid.SampledFrom([]events.Reason{events.ReasonUndeclared, events.ReasonNoAccount, events.ReasonWrongAccount, events.ReasonWriteFailed}).Draw(rt, "reason"),
 				Plan:   plan, Writer: rapid.SampledFrom(writers).Draw(rt, "writer")})
 		case 9:
@@ -421,7 +467,7 @@ func randomHistory(rt *rapid.T, s *sim, n int) {
 				continue
 			}
 			s.add(&events.Filled{Module: rapid.SampledFrom(modules[1:]).Draw(rt, "module"),
-				Path: fmt.Sprintf("/%d%s", rapid.IntRange(1, 2).Draw(rt, "m"), rapid.SampledFrom(paths).Draw(rt, "path")),
+				Path: fmt.Sprintf("/%d%s", rapid.IntRange(1, 2).Draw(rt, "m"), rapid.SampledFrom(churnPaths).Draw(rt, "path")),
 				Plan: rapid.SampledFrom(s.plans).Draw(rt, "plan"), Digest: "d"})
 		}
 	}

@@ -13,9 +13,10 @@ import (
 )
 
 // State is one node's folded state. It holds only what DESIGN.md §4 lists,
-// so it grows with the node's configuration (distinct files, accounts,
-// approved builds) and with refusals no plan ever accepts, never with the
-// count of events.
+// and every fold forgets the records of files, accounts and builds the
+// current configuration no longer names (docs/design.md §4, "Bounded
+// state"), so it is bounded by the node's current configuration and its
+// unpaid refusals, never by the count of events or of past wants.
 //
 // A State is not safe for concurrent use. Its JSON form (encoding/json) is
 // the snapshot format; decoding a snapshot and folding the rest gives the
@@ -51,7 +52,8 @@ type State struct {
 	// Invariant: sorted by module, path; unique.
 	Filled []FilledMark `json:"filled,omitempty"`
 	// Approvals are kept per (module, build) whenever they arrive and are
-	// never used up.
+	// never used up; they are forgotten once the configuration no longer
+	// names them (docs/design.md §4, "Bounded state").
 	// Invariant: sorted by module, build; unique.
 	Approvals []Approval `json:"approvals,omitempty"`
 	// Owed are the unpaid owed items.

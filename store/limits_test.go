@@ -125,9 +125,18 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 	for i := range reconcile.MaxApprovals {
 		fold(&events.Approve{Module: name(i % events.MaxModules), Build: build(100+i, i), By: pad(fmt.Sprintf("op%d-", i), events.MaxBy)})
 	}
-	// Filled marks at their bound.
-	for i := range reconcile.MaxFilled {
-		fold(&events.Filled{Module: name(i % events.MaxModules), Path: path(7, i, i), Plan: st.Settled.Seq, Digest: strings.Repeat("d", events.MaxDigest)})
+	// Filled marks at their bound, of files the unsettled plans of
+	// generations 2 and 3 declare (a mark of a file nothing names is
+	// forgotten: docs/design.md §4, "Bounded state").
+	for gen := 2; gen < 4; gen++ {
+		for i := half; i < events.MaxModules; i++ {
+			for j := range events.MaxFilesPerModule {
+				fold(&events.Filled{Module: name(i), Path: path(gen, i, j), Plan: st.Settled.Seq, Digest: strings.Repeat("d", events.MaxDigest)})
+			}
+		}
+	}
+	if 2*(events.MaxModules-half)*events.MaxFilesPerModule != reconcile.MaxFilled {
+		t.Fatalf("the filled marks do not reach MaxFilled: adjust this builder")
 	}
 	// Owed items at their bound, never due: paths no plan declares.
 	for i := range reconcile.MaxOwed + 10 {

@@ -1,0 +1,83 @@
+package reconcile_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// pathRound plays one round of path changes on s: a want that declares a
+// new file for app under one of three provisioner accounts and moves
+// nats (which requires approval) to a new build every third round, with
+// its approval; a refusal of the new file judged by the previous plan
+// (incident 1), the new plan's settle, which knocks it, a fill of the new
+// file, and a have.
+func pathRound(s *sim, r int) {
+	account := []string{"prov", "prov2", "prov3"}[r%3]
+	build := fmt.Sprintf("n:%d", r/3)
+	path := fmt.Sprintf("/etc/app/%d", r)
+	if r%3 == 0 {
+		s.add(&events.Approve{Module: "nats", Build: build, By: "ops"})
+	}
+	s.add(&events.Want{Modules: []events.WantModule{
+		{Name: "provisioner", Build: "p:1", RunsAs: account, Provisioner: true},
+		{Name: "app", Build: "a:1", RunsAs: "app", Files: []events.File{{Path: path, Mode: "0600"}, {Path: "/etc/app/fixed", Mode: "0600"}}},
+		{Name: "nats", Build: build, RunsAs: "nats", RequiresApproval: true},
+	}})
+	plan := s.plans[len(s.plans)-1]
+	var prev uint64
+	if len(s.plans) > 1 {
+		prev = s.plans[len(s.plans)-2]
+	}
+	s.add(&events.Refusal{Module: "app", Path: path, Reason: events.ReasonUndeclared, Plan: prev, Writer: account})
+	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: plan})
+	s.add(&events.Filled{Module: "app", Path: path, Plan: plan, Digest: "d"})
+	s.add(&events.Have{Modules: []events.HaveModule{
+		{Name: "provisioner", Build: "p:1", State: events.Running, Account: account},
+		{Name: "app", Build: "a:1", State: events.Running, Account: "app"},
+		{Name: "nats", Build: build, State: events.Running, Account: "nats"},
+	}})
+}
+
+// TestStateBoundedUnderPathChanges: 10,000 rounds of wants that change
+// paths, accounts and approved builds leave a state no larger than it was
+// after 100 rounds (but for longer numbers) (docs/design.md §4, "Bounded state"); without
+// forgetting, it grew with every round (106 KB after 420 rounds, issue 13).
+func TestStateBoundedUnderPathChanges(t *testing.T) {
+	const rounds = 10_000
+	s := newSim(t)
+	var next uint64
+	s.next = &next // numbers events while the sim's stream is trimmed
+	var largest, at100 int
+	var largestAt int
+	for r := range rounds {
+		pathRound(s, r)
+		b, err := json.Marshal(s.state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > largest {
+			largest, largestAt = len(b), r
+		}
+		if r == 99 {
+			at100 = largest
+		}
+		if r%1000 == 999 {
+			// The stream grows; only the sim's bookkeeping holds it.
+			s.stream, s.effects = nil, map[uint64][]reconcile.Effect{}
+		}
+	}
+	st := s.state
+	t.Logf("after %d rounds: largest state %d bytes (round %d; %d after 100 rounds): %d accepting, %d filled, %d approvals, %d owed",
+		rounds, largest, largestAt, at100, len(st.Accepting), len(st.Filled), len(st.Approvals), len(st.Owed))
+	// Only the digits of sequences and paths grow.
+	if largest > at100+at100/10 {
+		t.Fatalf("the state grew from %d bytes after 100 rounds to %d", at100, largest)
+	}
+	if len(st.Accepting) > 2 || len(st.Filled) > 2 || len(st.Approvals) > 8+1 {
+		t.Fatalf("records beyond the configuration: %+v %+v %+v", st.Accepting, st.Filled, st.Approvals)
+	}
+}
