@@ -46,7 +46,7 @@ func TestClusterConflictR3(t *testing.T) {
 		t.Fatal("a stale expectation was stored")
 	case err := <-f.Err():
 		var api *jetstream.APIError
-		if !store.IsConflict(err) || !errors.As(err, &api) {
+		if !errors.Is(store.ServerError(err), store.ErrConflict) || !errors.As(err, &api) {
 			t.Fatalf("async stale expectation on R3: %v, want a conflict", err)
 		}
 		t.Logf("R3 conflict: API error %d", api.ErrorCode)
@@ -55,7 +55,7 @@ func TestClusterConflictR3(t *testing.T) {
 	}
 	// Both codes, whichever this server sent.
 	for _, code := range []jetstream.ErrorCode{10071, 10164} {
-		if !store.IsConflict(&jetstream.APIError{Code: 400, ErrorCode: code}) {
+		if !errors.Is(store.ServerError(&jetstream.APIError{Code: 400, ErrorCode: code}), store.ErrConflict) {
 			t.Errorf("API error %d is not a conflict", code)
 		}
 	}

@@ -39,11 +39,11 @@ var (
 	// group. Its session finishes the event in hand, waits for its
 	// effects' acks and writes its snapshot, then stops; only then is the
 	// lease deleted for the next owner.
-	ErrReleased = errors.New("partition released to another instance")
+	ErrReleased = errors.New("engine: partition released to another instance")
 	// ErrLeaseLost: the partition's lease was not renewed in time or was
 	// taken by another instance. Its session stops at once and writes
 	// nothing more, not even a snapshot.
-	ErrLeaseLost = errors.New("partition lease lost")
+	ErrLeaseLost = errors.New("engine: partition lease lost")
 )
 
 // Grant hands one partition to a [Reconciler] (see

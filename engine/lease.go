@@ -157,7 +157,7 @@ func (g *Group) renew(ctx context.Context) {
 					l.mu.Unlock()
 					l.timer.Reset(time.Until(l.deadline))
 				case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists),
-					errors.Is(err, jetstream.ErrKeyNotFound), store.IsConflict(err):
+					errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(store.ServerError(err), store.ErrConflict):
 					// Expired, perhaps taken: it is not ours any more.
 					l.revoke(fmt.Errorf("%w: %v", ErrLeaseLost, err))
 				default:

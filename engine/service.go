@@ -24,10 +24,10 @@ import (
 var (
 	// ErrUnknownNode: the reconciler answered that it has folded no event
 	// of that node (micro error 404).
-	ErrUnknownNode = errors.New("unknown node: the reconciler has folded no event of it")
+	ErrUnknownNode = errors.New("engine: unknown node: the reconciler has folded no event of it")
 	// ErrNoReconciler: no reconciler answered (no responders, or none in
 	// time).
-	ErrNoReconciler = errors.New("no reconciler answered")
+	ErrNoReconciler = errors.New("engine: no reconciler answered")
 )
 
 // StateServiceConfig configures [AddStateService]. Every field is
@@ -53,11 +53,7 @@ type StateServiceConfig struct {
 // it.
 //
 // Errors: a bad prefix; the micro service failing to start.
-func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, bool), cfg ...StateServiceConfig) (micro.Service, error) {
-	var c StateServiceConfig
-	if len(cfg) > 0 {
-		c = cfg[0]
-	}
+func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, bool), c StateServiceConfig) (micro.Service, error) {
 	if c.Prefix == "" {
 		c.Prefix = events.DefaultPrefix
 	}

@@ -41,7 +41,7 @@ func TestStateService(t *testing.T) {
 	ctx := testCtx(t)
 	_, nc, _ := storetest.Start(t)
 	lookup, st := fakeLookup(t)
-	svc, err := engine.AddStateService(nc, lookup)
+	svc, err := engine.AddStateService(nc, lookup, engine.StateServiceConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -292,7 +292,7 @@ func (s *session) awaitAcks(ctx context.Context) error {
 				m.Effects.WithLabelValues(string(pa.kind)).Inc()
 			}
 		case err := <-pa.f.Err():
-			return fmt.Errorf("publish %s: %w", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), err)
+			return fmt.Errorf("publish %s: %w", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), store.ServerError(err))
 		case <-timer.C:
 			return fmt.Errorf("publish %s: no acknowledgement within %s", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), ackTimeout)
 		case <-ctx.Done():

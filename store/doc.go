@@ -29,7 +29,8 @@
 // # Errors
 //
 // Sentinels: [ErrConflict] (a publish's expected last subject sequence was
-// stale; test with [IsConflict] or errors.Is), [ErrIncompatibleStream] (an
+// stale; test with errors.Is, after [ServerError] for a future's raw
+// error), [ErrIncompatibleStream] (an
 // existing stream differs in something that cannot be changed),
 // [ErrNoSnapshot] and [ErrNoMessage] (nothing stored under that name).
 // Validation failures of a payload or node name match events.ErrInvalid.

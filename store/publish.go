@@ -12,29 +12,40 @@ import (
 
 // ErrConflict: the stream refused a publish because its expected last
 // subject sequence was stale (someone else published on that subject
-// since). Nothing was stored.
-var ErrConflict = errors.New("conflict: the subject's last sequence is not the expected one")
+// since). Nothing was stored. Test with errors.Is: every error of this
+// package a stale expectation caused matches it, and so does the server's
+// raw reply once passed through [ServerError] (the error of an
+// asynchronous publish's future).
+var ErrConflict = errors.New("store: conflict: the subject's last sequence is not the expected one")
 
-// isConflict is the one place that maps the server's wrong-last-sequence
-// errors: code 10071 on a single replica, 10164 on a replicated stream.
-// jetstream.ErrKeyExists must not be used for this: it matches every 10071,
-// and misses 10164.
-func isConflict(err error) bool {
-	if errors.Is(err, ErrConflict) {
-		return true
-	}
+// conflictError is the server's wrong-last-sequence reply: it matches
+// [ErrConflict] through errors.Is and unwraps to the reply, so errors.As
+// still finds the *jetstream.APIError.
+type conflictError struct{ reply error }
+
+func (e *conflictError) Error() string        { return "store: conflict: " + e.reply.Error() }
+func (e *conflictError) Unwrap() error        { return e.reply }
+func (e *conflictError) Is(target error) bool { return target == ErrConflict }
+
+// ServerError returns err, a server's reply, so that it matches
+// [ErrConflict] through errors.Is when it is a wrong-last-sequence reply:
+// code 10071 on a single replica, 10164 on a replicated stream. It is the
+// one place that maps them; nil and other errors come back unchanged.
+// (jetstream.ErrKeyExists must not be used for this: it matches every
+// 10071, and misses 10164. And errors.Is cannot match the raw reply to a
+// sentinel of ours: it consults the reply's own Is, which compares one
+// error code.)
+func ServerError(err error) error {
 	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
+	if err == nil || errors.Is(err, ErrConflict) || !errors.As(err, &apiErr) {
+		return err
 	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	if apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant {
+		return &conflictError{err}
+	}
+	return err
 }
-
-// IsConflict reports whether err says a publish's expectation was stale:
-// an error wrapping [ErrConflict] or the server's raw reply (the error of a
-// [jetstream.PubAckFuture] from [Publisher.AppendAsync]).
-func IsConflict(err error) bool { return isConflict(err) }
 
 // Publisher appends events to the stream on their plain subjects
 // (<prefix>.<node>.<kind>). It is safe for concurrent use.
@@ -131,18 +142,15 @@ func (p *Publisher) Append(ctx context.Context, node string, payload events.Payl
 	}
 	pa, err := p.js.PublishMsg(ctx, msg, popts...)
 	if err != nil {
-		if isConflict(err) {
-			return Ack{}, fmt.Errorf("append %s: %w (%v)", msg.Subject, ErrConflict, err)
-		}
-		return Ack{}, fmt.Errorf("append %s: %w", msg.Subject, err)
+		return Ack{}, fmt.Errorf("append %s: %w", msg.Subject, ServerError(err))
 	}
 	return Ack{Seq: pa.Sequence, Duplicate: pa.Duplicate}, nil
 }
 
 // AppendAsync is [Append] without waiting: it validates and publishes, and
 // the returned future yields the stream's ack or error. A stale expectation
-// arrives on the future's Err channel as the server's error: test it with
-// [IsConflict]. Wait for every future (or js.PublishAsyncComplete) before
+// arrives on the future's Err channel as the server's error: pass it
+// through [ServerError] and test it with errors.Is. Wait for every future (or js.PublishAsyncComplete) before
 // treating the appends as stored.
 //
 // Errors (returned directly): validation errors matching events.ErrInvalid,

@@ -3,7 +3,10 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
@@ -54,7 +57,7 @@ func TestAppendExpectLastSubjectSeq(t *testing.T) {
 	}
 	// A controller that still thinks a1 is the newest loses.
 	_, err = pub.Append(ctx, "ace", want("b3"), store.WithExpectLastSubjectSeq(a1.Seq))
-	if !errors.Is(err, store.ErrConflict) || !store.IsConflict(err) {
+	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("stale expectation: err = %v, want ErrConflict", err)
 	}
 	if _, err = pub.Append(ctx, "ace", want("b3"), store.WithExpectLastSubjectSeq(0)); !errors.Is(err, store.ErrConflict) {
@@ -73,7 +76,7 @@ func TestAppendExpectLastSubjectSeq(t *testing.T) {
 	case <-f.Ok():
 		t.Fatal("async append with a stale expectation was stored")
 	case err := <-f.Err():
-		if !store.IsConflict(err) {
+		if !errors.Is(store.ServerError(err), store.ErrConflict) {
 			t.Errorf("async stale expectation: err = %v, want a conflict", err)
 		}
 	case <-ctx.Done():
@@ -95,9 +98,22 @@ func TestAppendExpectLastSubjectSeq(t *testing.T) {
 	}
 }
 
-func TestIsConflictOnlyForConflicts(t *testing.T) {
-	if store.IsConflict(nil) || store.IsConflict(errors.New("nats: wrong last sequence")) || store.IsConflict(context.Canceled) {
-		t.Error("IsConflict true for a non-conflict")
+// TestServerErrorConflictOnlyForConflicts: only the server's two
+// wrong-last-sequence replies match ErrConflict, and the reply stays
+// reachable with errors.As.
+func TestServerErrorConflictOnlyForConflicts(t *testing.T) {
+	for _, err := range []error{nil, errors.New("nats: wrong last sequence"), context.Canceled,
+		&jetstream.APIError{Code: 404, ErrorCode: jetstream.JSErrCodeStreamNotFound}} {
+		if errors.Is(store.ServerError(err), store.ErrConflict) {
+			t.Errorf("%v matches ErrConflict", err)
+		}
+	}
+	for _, code := range []jetstream.ErrorCode{jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant} {
+		err := fmt.Errorf("put: %w", store.ServerError(&jetstream.APIError{Code: 400, ErrorCode: code}))
+		var api *jetstream.APIError
+		if !errors.Is(err, store.ErrConflict) || !errors.As(err, &api) || api.ErrorCode != code {
+			t.Errorf("API error %d: %v is not a conflict wrapping the reply", code, err)
+		}
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 // ErrNoMessage: the stream holds no message on that subject.
-var ErrNoMessage = errors.New("no message")
+var ErrNoMessage = errors.New("store: no message")
 
 // Msg is one stored event with what the stream knows of it.
 type Msg struct {

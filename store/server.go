@@ -213,7 +213,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 }
 
 // ErrDataDirInUse: another process (or Embedded) holds the data directory.
-var ErrDataDirInUse = errors.New("the data directory is in use by another meshfold server")
+var ErrDataDirInUse = errors.New("store: the data directory is in use by another meshfold server")
 
 // lockDataDir creates dir and takes an exclusive lock on dir/LOCK for the
 // life of the server.

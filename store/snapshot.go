@@ -13,7 +13,7 @@ import (
 )
 
 // ErrNoSnapshot: the bucket holds no state for that node.
-var ErrNoSnapshot = errors.New("no snapshot")
+var ErrNoSnapshot = errors.New("store: no snapshot")
 
 // SnapshotBucketSuffix is appended to the stream name to name the
 // snapshot bucket: MESH → MESH_SNAPSHOTS.
@@ -151,9 +151,7 @@ func (s *Snapshots) PutNodesAt(ctx context.Context, partition int, states map[st
 			}
 		case err := <-f.Err():
 			if firstErr == nil {
-				if isConflict(err) {
-					err = fmt.Errorf("%w (%v)", ErrConflict, err)
-				}
+				err = ServerError(err)
 				firstErr = fmt.Errorf("put snapshot of %s: %w", node, err)
 			}
 		case <-ctx.Done():

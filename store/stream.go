@@ -25,7 +25,7 @@ const (
 // requested configuration in something that cannot be changed in place
 // (partition count, prefix, subjects, storage, retention). The stream is
 // left as it is; the error says what differs.
-var ErrIncompatibleStream = errors.New("incompatible existing stream")
+var ErrIncompatibleStream = errors.New("store: incompatible existing stream")
 
 // StreamConfig describes meshfold's event stream. The zero value of every
 // field means "the default" when the stream is created and, for
@@ -271,7 +271,7 @@ func sortedCopy(s []string) []string {
 
 // ErrNoStream: the event stream does not exist yet. Only the reconciler
 // creates it ([EnsureStream]); the other roles open it ([OpenStream]).
-var ErrNoStream = errors.New("the event stream does not exist: start `meshfold serve` or `meshfold reconcile` first")
+var ErrNoStream = errors.New("store: the event stream does not exist: start `meshfold serve` or `meshfold reconcile` first")
 
 // OpenStream opens the existing event stream without creating or changing
 // it and returns its effective configuration (the partition count read

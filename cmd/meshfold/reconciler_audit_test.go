@@ -32,7 +32,7 @@ func TestAuditMatchesReconciler(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(rctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	svc, err := engine.AddStateService(m.nc, r.Node)
+	svc, err := engine.AddStateService(m.nc, r.Node, engine.StateServiceConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

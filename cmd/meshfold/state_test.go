@@ -34,7 +34,7 @@ func TestStateCommand(t *testing.T) {
 			return nil, false
 		}
 		return st.Clone(), true
-	})
+	}, engine.StateServiceConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func runWant(ctx context.Context, a *app, nodeName, file string, expect *uint64)
 		opts = append(opts, store.WithExpectLastSubjectSeq(*expect))
 	}
 	ack, err := pub.Append(ctx, nodeName, w, opts...)
-	if store.IsConflict(err) {
+	if errors.Is(store.ServerError(err), store.ErrConflict) {
 		cur := "unknown"
 		if seq, lerr := a.lastSeq(ctx, js, nodeName, events.KindWant); lerr == nil {
 			cur = strconv.FormatUint(seq, 10)

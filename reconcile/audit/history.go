@@ -15,10 +15,10 @@ import (
 // Errors of this package.
 var (
 	// ErrNotInHistory: the sequence is not one of the node's events.
-	ErrNotInHistory = errors.New("not an event of the node")
+	ErrNotInHistory = errors.New("audit: not an event of the node")
 	// ErrBadBound: a bound is neither a stream sequence nor an RFC 3339
 	// time.
-	ErrBadBound = errors.New("a bound is a stream sequence (1, 2, …) or an RFC 3339 time")
+	ErrBadBound = errors.New("audit: a bound is a stream sequence (1, 2, …) or an RFC 3339 time")
 )
 
 // History is one node's events in stream order (strictly increasing

@@ -22,21 +22,21 @@ var (
 	// ErrExists: Init was asked to write into a directory that is not
 	// empty (without Force), or that is not an auth directory (even with
 	// Force: Init never deletes what it did not write).
-	ErrExists = errors.New("the directory exists and is not empty")
+	ErrExists = errors.New("auth: the directory exists and is not empty")
 	// ErrNotAuthDir: Open found no auth.json in the directory.
-	ErrNotAuthDir = errors.New("not a meshfold auth directory (no auth.json): run `meshfold auth init` first")
+	ErrNotAuthDir = errors.New("auth: not a meshfold auth directory (no auth.json): run `meshfold auth init` first")
 	// ErrUserExists: AddNode found both users of the node valid. Revoke
 	// one first to issue it again: a re-issued key must not leave the old
 	// one valid.
-	ErrUserExists = errors.New("the user exists and is not revoked")
+	ErrUserExists = errors.New("auth: the user exists and is not revoked")
 	// ErrUnknownUser: no user of that name in the directory.
-	ErrUnknownUser = errors.New("no such user")
+	ErrUnknownUser = errors.New("auth: no such user")
 	// ErrSystemUser: Revoke was asked to revoke the system user, the one
 	// that pushes revocations. Rotate it with every other key: Init with
 	// Force.
-	ErrSystemUser = errors.New("the system user cannot be revoked: it pushes the revocations (replace the whole directory with auth init --force to rotate it)")
+	ErrSystemUser = errors.New("auth: the system user cannot be revoked: it pushes the revocations (replace the whole directory with auth init --force to rotate it)")
 	// ErrUnknownRole: a role this package does not know.
-	ErrUnknownRole = errors.New("unknown role")
+	ErrUnknownRole = errors.New("auth: unknown role")
 )
 
 // Account names, as the account JWTs carry them.

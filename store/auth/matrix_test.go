@@ -274,7 +274,7 @@ func fixture(t *testing.T, s *secured) store.StreamConfig {
 	if err := snaps.PutNode(ctx, events.Partition("ace", cfg.Partitions), "ace", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := engine.AddStateService(rnc, func(node string) (*reconcile.State, bool) { return reconcile.NewState(node), true })
+	svc, err := engine.AddStateService(rnc, func(node string) (*reconcile.State, bool) { return reconcile.NewState(node), true }, engine.StateServiceConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 // then load the account from its preloaded configuration, without the
 // update: give it the new resolver.conf (and reload it), or use a full
 // resolver, which stores every pushed JWT.
-var ErrPushSkipped = errors.New("the server skipped the update: it has not loaded the account")
+var ErrPushSkipped = errors.New("auth: the server skipped the update: it has not loaded the account")
 
 // claimUpdateReply is the server's reply on
 // $SYS.REQ.ACCOUNT.<account>.CLAIMS.UPDATE (server.ServerAPIClaimUpdateResponse).
