@@ -44,6 +44,9 @@ type ReconcilerConfig struct {
 	// arrive (default 1 s). A restart refolds the tail since the snapshot.
 	SnapshotEvery    int
 	SnapshotInterval time.Duration
+	// FleetJournalEvery is the least time between two entries of the
+	// fleet-wide journal (default [FleetJournalEvery]).
+	FleetJournalEvery time.Duration
 	Logger           *slog.Logger
 	// Metrics, when set, records what the loop does.
 	Metrics *Metrics
@@ -125,6 +128,8 @@ type Reconciler struct {
 
 	mu    sync.RWMutex // guards parts
 	parts map[int]*partition
+
+	fleet fleetJournal
 }
 
 // NewReconciler opens the stream and the snapshot bucket. The stream must
@@ -139,6 +144,9 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	}
 	if cfg.SnapshotInterval <= 0 {
 		cfg.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if cfg.FleetJournalEvery <= 0 {
+		cfg.FleetJournalEvery = FleetJournalEvery
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -204,6 +212,11 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	defer cancel()
 	errs := make(chan error, 1)
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.fleetLoop(ctx)
+	}()
 	start := func(g Grant) error {
 		p, err := r.addPartition(g)
 		if err != nil {

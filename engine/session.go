@@ -153,8 +153,7 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	start := time.Now()
 	ev, err := r.subj.DecodeEvent(msg.Subject(), msg.Data(), seq, meta.Timestamp)
 	if err != nil {
-		r.m.BadSubject.Inc()
-		r.log.Warn("message names no node: skipped", "seq", seq, "subject", msg.Subject(), "err", err)
+		r.badSubject(ctx, seq, msg.Subject())
 		return nil
 	}
 	switch ev.Kind {
@@ -180,8 +179,7 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	p.mu.Unlock()
 	r.m.Folding.Observe(time.Since(start).Seconds())
 	if ev.Err != nil {
-		r.m.Rejected.Inc()
-		r.log.Warn("event not folded", "node", ev.Node, "seq", seq, "kind", ev.Kind, "err", ev.Err)
+		r.m.Rejected.Inc() // logged with its journal entry, once
 	} else {
 		r.m.Folded.WithLabelValues(string(ev.Kind)).Inc()
 	}
@@ -237,6 +235,7 @@ func (s *session) endRecovery(ctx context.Context) error {
 		if !ack.Duplicate {
 			s.rec.published(e, ack.Seq)
 			r.m.Effects.WithLabelValues(string(e.Kind)).Inc()
+			r.logJournal(e)
 		}
 	}
 	s.recovering = false
@@ -261,6 +260,7 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 		return fmt.Errorf("publish %s: %w", id, err)
 	}
 	s.pending = append(s.pending, pendingAck{f: f, sent: time.Now(), kind: e.Kind})
+	s.p.r.logJournal(e)
 	return nil
 }
 

@@ -58,7 +58,7 @@ func decode(k Kind, data []byte, strict bool) (Payload, error) {
 		if json.Unmarshal(data, &v) == nil && v.V > Version {
 			return nil, fmt.Errorf("%w: v=%d, this build knows v=%d", ErrNewerVersion, v.V, Version)
 		}
-		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, k, err)
+		return nil, fmt.Errorf("%w: %s: %s", ErrMalformed, k, Text(err.Error()))
 	}
 	if v := p.header().V; v > Version {
 		return nil, fmt.Errorf("%w: v=%d, this build knows v=%d", ErrNewerVersion, v, Version)

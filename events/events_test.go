@@ -323,6 +323,16 @@ func modules(n, nfiles int) string {
 	return b.String()
 }
 
+func TestFleetSubject(t *testing.T) {
+	var s events.Subjects
+	if node, kind, err := s.Parse("3.mesh._fleet.journal"); err != nil || node != events.FleetNode || kind != events.KindJournal {
+		t.Fatalf("Parse of the fleet journal: %s %s %v", node, kind, err)
+	}
+	if _, _, err := s.Parse("mesh._fleet.want"); !errors.Is(err, events.ErrBadSubject) {
+		t.Fatalf("Parse of a want on the fleet token: %v", err)
+	}
+}
+
 func TestLimitErrorNamesTheLimit(t *testing.T) {
 	_, err := events.Decode(events.KindWant, []byte(`{"v":1,`+at+`,"modules":[`+modules(events.MaxModules+1, 0)+`]}`))
 	var le *events.LimitError
@@ -352,6 +362,12 @@ func TestShort(t *testing.T) {
 	}
 	if got := events.Cut(strings.Repeat("e", 5000), events.MaxText); len(got) > events.MaxText || !strings.HasSuffix(got, "(5000 bytes)") {
 		t.Fatalf("Cut: %d bytes, %q", len(got), got[len(got)-20:])
+	}
+	if got := events.Text("exit status 1"); got != "exit status 1" {
+		t.Fatalf("Text of a plain message: %q", got)
+	}
+	if got := events.Text("line 1\nline 2"); got != `"line 1\nline 2"` {
+		t.Fatalf("Text of two lines: %s", got)
 	}
 	if got := events.Cut("short", events.MaxText); got != "short" {
 		t.Fatalf("Cut of a short value: %q", got)

@@ -144,6 +144,16 @@ func Short(s string) string {
 	return strconv.Quote(prefix(s, shortKeep)+"…") + " (" + strconv.Itoa(len(s)) + " bytes)"
 }
 
+// Text returns free text (an error, a reason) for a line: as it is when
+// it is short and holds no control character, else through [Short]. It
+// keeps a plain message readable and a hostile one harmless.
+func Text(s string) string {
+	if len(s) <= shortKeep+16 && !HasControl(s) {
+		return s
+	}
+	return Short(s)
+}
+
 // Cut returns s unquoted, cut to at most max bytes (at a UTF-8 boundary)
 // with "… (N bytes)" appended when it was longer. Publishers use it on
 // their own free text (an apply's error) so that it stays within

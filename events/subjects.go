@@ -95,11 +95,20 @@ func (s Subjects) StoredPartitionAll(p int) string {
 	return strconv.Itoa(p) + "." + s.prefix() + ".*.*"
 }
 
+// FleetNode is the node token of the fleet-wide journal,
+// <prefix>._fleet.journal: where the reconciler notes events whose subject
+// names no valid node (so no node's journal can hold them). It is no
+// valid node name, so no node can be called that; [Subjects.Parse]
+// accepts it for the journal kind only.
+const FleetNode = "_fleet"
+
 // Parse splits a plain or stored subject into node and kind. The partition
 // token, when there, is checked to be a number and dropped.
 //
 // Errors: ErrBadSubject when the subject has another shape or prefix or an
-// invalid node name; ErrUnknownKind for an unknown last token.
+// invalid node name ([FleetNode] is taken for the journal kind only);
+// ErrUnknownKind for an unknown last token. Errors quote the subject
+// through [Short].
 func (s Subjects) Parse(subject string) (node string, kind Kind, err error) {
 	toks := strings.Split(subject, ".")
 	if len(toks) == 4 {
@@ -109,14 +118,17 @@ func (s Subjects) Parse(subject string) (node string, kind Kind, err error) {
 		toks = toks[1:]
 	}
 	if len(toks) != 3 || toks[0] != s.prefix() {
-		return "", "", fmt.Errorf("%w: %q", ErrBadSubject, subject)
+		return "", "", fmt.Errorf("%w: %s", ErrBadSubject, Short(subject))
+	}
+	if toks[1] == FleetNode && toks[2] == string(KindJournal) {
+		return FleetNode, KindJournal, nil
 	}
 	if !ValidName(toks[1]) {
-		return "", "", fmt.Errorf("%w: %q: node %v", ErrBadSubject, subject, ErrBadName)
+		return "", "", fmt.Errorf("%w: %s: node %v", ErrBadSubject, Short(subject), ErrBadName)
 	}
 	kind = Kind(toks[2])
 	if !kind.Known() {
-		return toks[1], "", fmt.Errorf("%w %q in %q", ErrUnknownKind, toks[2], subject)
+		return toks[1], "", fmt.Errorf("%w %s in %s", ErrUnknownKind, Short(toks[2]), Short(subject))
 	}
 	return toks[1], kind, nil
 }

@@ -509,7 +509,9 @@ func (j *Journal) Validate() error {
 	default:
 		return fieldErr("level", string(j.Level), ErrBadValue)
 	}
-	return checkText("msg", j.Msg, true, false, MaxJournal, "MaxJournal")
+	// The reconciler quotes every value it did not write through Short,
+	// so a message is one line.
+	return checkText("msg", j.Msg, true, true, MaxJournal, "MaxJournal")
 }
 
 // checkFreeText refuses free text (an operator's reason) holding a newline

@@ -97,11 +97,11 @@ func (p *Publisher) prepare(ctx context.Context, node string, payload events.Pay
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	if !events.ValidName(node) {
-		return nil, nil, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
-	}
 	if payload == nil {
 		return nil, nil, &events.FieldError{Field: "payload", Err: events.ErrMissing}
+	}
+	if !events.ValidName(node) && (node != events.FleetNode || payload.Kind() != events.KindJournal) {
+		return nil, nil, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
 	}
 	kind := payload.Kind()
 	// Validate also refuses an unstamped payload (v 0, at zero).

@@ -117,7 +117,7 @@ func Clip(s string, width int) string {
 // it (nil when none), against which a want's changes are told.
 func Summary(ev events.Event, prev *events.Want) string {
 	if ev.Err != nil {
-		return "not folded, cannot be decoded: " + ev.Err.Error()
+		return "not folded, cannot be decoded: " + ev.Err.Error() // values inside are events.Short
 	}
 	switch p := ev.Payload.(type) {
 	case *events.Want:
@@ -131,7 +131,7 @@ func Summary(ev events.Event, prev *events.Want) string {
 	case *events.Refusal:
 		s := fmt.Sprintf("%s %s, plan %s (%s, writer %s)", p.Path, p.Reason, planRef(p.Plan), p.Module, p.Writer)
 		if p.Error != "" {
-			s += ": " + p.Error
+			s += ": " + events.Text(p.Error)
 		}
 		return s
 	case *events.Filled:
@@ -165,7 +165,7 @@ func reasonSuffix(r string) string {
 	if r == "" {
 		return ""
 	}
-	return ": " + r
+	return ": " + events.Text(r)
 }
 
 // planRef names a plan sequence: #N, or 0 (the node had settled none).
@@ -317,7 +317,7 @@ func settleSummary(s *events.Settle) string {
 		if m == "" {
 			m = "(no module)"
 		}
-		return fmt.Sprintf("plan #%d FAILED for %s: %s", s.Plan, m, s.Error)
+		return fmt.Sprintf("plan #%d FAILED for %s: %s", s.Plan, m, events.Text(s.Error))
 	case s.Module == "":
 		return fmt.Sprintf("plan #%d settled, no module changed", s.Plan)
 	case s.Op == events.OpRemove:
