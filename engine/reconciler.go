@@ -47,7 +47,7 @@ type ReconcilerConfig struct {
 	// FleetJournalEvery is the least time between two entries of the
 	// fleet-wide journal (default [FleetJournalEvery]).
 	FleetJournalEvery time.Duration
-	Logger           *slog.Logger
+	Logger            *slog.Logger
 	// Metrics, when set, records what the loop does.
 	Metrics *Metrics
 	// Faults are hooks for crash tests; nil hooks do nothing.
