@@ -20,11 +20,21 @@ import (
 // plan the node had settled. The node's apply of mesh-build-go waits on
 // the returned gate. restart, when set, runs at that moment.
 func incident1(t *testing.T, m *mesh, restart func(n *nodeT, g *gate)) (n *nodeT, p1, p2 uint64) {
+	return incident1With(t, m, nil, restart)
+}
+
+// incident1With is incident1 with the node's runtime (the gate over a
+// DirRuntime) wrapped by wrap, when not nil.
+func incident1With(t *testing.T, m *mesh, wrap func(n *nodeT, rt node.Runtime) node.Runtime, restart func(n *nodeT, g *gate)) (n *nodeT, p1, p2 uint64) {
 	ctx := m.ctx()
 	n = m.newNode("ace")
 	n.source(mbg, creds, secret)
 	g := newGate(n.dirRuntime(), mbg)
-	n.startAgent(g)
+	var rt node.Runtime = g
+	if wrap != nil {
+		rt = wrap(n, g)
+	}
+	n.startAgent(rt)
 	n.startProvisioner("prov")
 
 	w1 := must(m.want(ctx, "ace", provisionerMod))(t)
