@@ -340,7 +340,7 @@ func run(s *secured, cfg store.StreamConfig, user string, act action, expect str
 	if expect == "-" {
 		timeout = deniedTimeout
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	refused, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	nc, err := s.connect(user, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if errors.Is(err, nats.ErrPermissionViolation) {
@@ -351,6 +351,11 @@ func run(s *secured, cfg store.StreamConfig, user string, act action, expect str
 		return "", err
 	}
 	defer nc.Close()
+	// The action's time starts once connected: under load a connection
+	// can take longer than deniedTimeout, and an action whose context
+	// ended before it sent anything would see no refusal at all.
+	ctx, cancelTimeout := context.WithTimeout(refused, timeout)
+	defer cancelTimeout()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return "", err
