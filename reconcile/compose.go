@@ -67,7 +67,8 @@ func Hold(m events.WantModule, runs Running, approved bool) (why events.HoldReas
 
 // Compose returns the plan rows and provisioner account the newest want
 // composes with what runs and the approvals (DESIGN.md §4). ok is false
-// before the first want.
+// before the first want. A retiring or retired node composes no row and
+// no account (DESIGN.md §9).
 //
 // A composed row is the wanted build, runs_as and files. A held row carries
 // what runs (build empty when nothing runs: the node neither starts nor
@@ -80,6 +81,10 @@ func Hold(m events.WantModule, runs Running, approved bool) (why events.HoldReas
 func (s *State) Compose() (rows []events.PlanModule, account string, ok bool) {
 	if s.Want == nil {
 		return nil, "", false
+	}
+	if s.Retire != nil {
+		// A retiring node's plan is empty: every module removed (§9).
+		return []events.PlanModule{}, "", true
 	}
 	rows = make([]events.PlanModule, len(s.Want.Modules))
 	for i, m := range s.Want.Modules {
@@ -134,6 +139,15 @@ func (s *State) runningAccountOfProvisioner() string {
 		return hm.Account
 	}
 	return ""
+}
+
+// differs reports whether a plan of rows and account, composing the newest
+// want, differs from the last plan emitted: the one rule for publishing a
+// plan (DESIGN.md §4), so each new want yields exactly one plan, and a
+// resume publishes only a plan that differs.
+func (s *State) differs(rows []events.PlanModule, account string) bool {
+	last := s.Emitted()
+	return last == nil || last.Want != s.Want.Seq || last.Account != account || !equalRows(last.Modules, rows)
 }
 
 func equalRows(a, b []events.PlanModule) bool {

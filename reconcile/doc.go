@@ -10,6 +10,29 @@
 //     request and the fold calls to know which settled plan accepts what;
 //   - owe and knock: [State.Fold] (incidents 1 and 2).
 //
+// and the operator events of DESIGN.md §9, each in one place of the fold:
+//
+//   - pause: compose emits nothing while [State.Paused] holds; wants and
+//     approvals still fold, [State.View] shows what resuming would publish
+//     ([View.Withheld]), and knocks still flow;
+//   - resume: ends the pause and composes once; [State.Compose] and the
+//     one publishing rule decide whether a plan differs;
+//   - poke: a knock with reason operator, paying nothing;
+//   - revoke: removes the approval; [Hold] decides the rest (a module held
+//     for it stays held, one running that build is not stopped);
+//   - waive: pays the file's owed items without a knock, and owes nothing
+//     for a refusal of it judged by a plan that existed at the waive
+//     ([State.Waivers]), whichever arrives first;
+//   - retire: compose yields an empty plan, every owed item is paid and
+//     refusals owe nothing; [State.Retire] is retired once that plan
+//     settles, or at once when forced; a later want clears it.
+//
+// [State.DryRun] composes a new want on a copy of the state with the
+// fold's own want rule, for `meshfold want --dry-run`; [DiffPlans] tells
+// how two compositions differ; [View.Stuck] derives what is stuck (a pause,
+// files never filled since their module was placed, owed items older than
+// an hour) from the view and a present the caller gives.
+//
 // The package reads no clock, does no I/O, starts no goroutine and imports
 // no NATS (DESIGN.md §5.6); time arrives inside events. A test fails if that
 // ever changes.

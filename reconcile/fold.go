@@ -51,6 +51,18 @@ func (s *State) Fold(ev events.Event) []Effect {
 		f.filled(p)
 	case *events.Plan:
 		f.plan(p)
+	case *events.Pause:
+		f.pause(p)
+	case *events.Resume:
+		f.resume(p)
+	case *events.Poke:
+		f.poke(p)
+	case *events.Revoke:
+		f.revoke(p)
+	case *events.Waive:
+		f.waive(p)
+	case *events.Retire:
+		f.retire(p)
 	}
 	s.forget()
 	return f.out
@@ -97,19 +109,28 @@ func (f *folder) planExists(plan uint64) bool {
 }
 
 func (f *folder) want(p *events.Want) {
-	s := f.s
+	f.s.takeWant(f.ev.Seq, p.Modules)
+	f.compose()
+}
+
+// takeWant makes modules, the want at seq, the node's newest want: the
+// fold's want rule, which [State.DryRun] runs too.
+func (s *State) takeWant(seq uint64, modules []events.WantModule) {
 	if s.Want != nil {
-		// Removing a module from the want pays its items.
+		// Removing a module from the want pays its items and drops its
+		// waivers.
 		for _, m := range s.Want.Modules {
-			if !slices.ContainsFunc(p.Modules, func(n events.WantModule) bool { return n.Name == m.Name }) {
+			if !slices.ContainsFunc(modules, func(n events.WantModule) bool { return n.Name == m.Name }) {
 				s.Owed = slices.DeleteFunc(s.Owed, func(it Item) bool { return it.Module == m.Name })
+				s.Waivers = slices.DeleteFunc(s.Waivers, func(w Waiver) bool { return w.Module == m.Name })
 			}
 		}
 	}
+	// A later want brings a retired (or retiring) node back (DESIGN.md §9).
+	s.Retire = nil
 	// Exact-size copies: the state keeps them, a decoder's slices carry
 	// spare capacity.
-	s.Want = &WantRecord{Seq: f.ev.Seq, Modules: slices.Clone(p.Modules)}
-	f.compose()
+	s.Want = &WantRecord{Seq: seq, Modules: slices.Clone(modules)}
 }
 
 func (f *folder) approve(p *events.Approve) {
@@ -151,8 +172,10 @@ func (f *folder) settle(p *events.Settle) {
 			return
 		}
 		// The whole plan counts as settled from the first settle naming it.
+		prev := s.Settled
 		s.Settled = s.Unsettled[i]
 		s.Unsettled = slices.Delete(s.Unsettled, 0, i+1)
+		s.place(prev, f.ev)
 		if s.Settled.Account != "" {
 			for _, row := range s.Settled.Modules {
 				for _, file := range row.Files {
@@ -168,8 +191,35 @@ func (f *folder) settle(p *events.Settle) {
 			}
 		}
 		f.compose()
+		f.retired()
 	}
 	f.knock(true)
+}
+
+// place updates where each module of the newly settled plan was placed:
+// a row whose build, account or files differ from the previously settled
+// plan's (or that it lacked) was placed by this plan, at this settle's
+// stream time; a row that carries no build, or a module the plan no longer
+// has, is placed nowhere.
+func (s *State) place(prev *PlanRecord, ev events.Event) {
+	placed := s.Placed[:0:0]
+	for _, row := range s.Settled.Modules {
+		if row.Build == "" {
+			continue
+		}
+		var old *events.PlanModule
+		if prev != nil {
+			old = prev.Row(row.Name)
+		}
+		i, found := slices.BinarySearchFunc(s.Placed, Placement{Module: row.Name}, comparePlacement)
+		if found && old != nil && old.Build == row.Build && old.RunsAs == row.RunsAs && slices.Equal(old.Files, row.Files) {
+			placed = append(placed, s.Placed[i])
+			continue
+		}
+		placed = append(placed, Placement{Module: row.Name, Plan: s.Settled.Seq, Seq: ev.Seq, Time: ev.Time})
+	}
+	slices.SortFunc(placed, comparePlacement)
+	s.Placed = placed
 }
 
 func (f *folder) refusal(p *events.Refusal) {
@@ -177,7 +227,12 @@ func (f *folder) refusal(p *events.Refusal) {
 	if !f.planExists(p.Plan) {
 		return
 	}
-	it := Item{Owed: events.Owed{Module: p.Module, Path: p.Path, Reason: p.Reason, Plan: p.Plan, Writer: p.Writer}, Seq: f.ev.Seq}
+	if s.Retire != nil || s.waived(p.Module, p.Path, p.Plan) {
+		// A retiring node owes nothing (DESIGN.md §9), nor does a file
+		// waived at this plan or a newer one.
+		return
+	}
+	it := Item{Owed: events.Owed{Module: p.Module, Path: p.Path, Reason: p.Reason, Plan: p.Plan, Writer: p.Writer}, Seq: f.ev.Seq, Time: f.ev.Time}
 	if !f.paidByFilled(it) {
 		// An unpaid item reported again adds nothing; items are never
 		// replaced.
@@ -241,16 +296,108 @@ func (f *folder) plan(p *events.Plan) {
 	f.reject("cause %d matches no plan this reconciler emitted and has not yet folded", p.Cause)
 }
 
-// compose recomposes the plan and emits it when its modules, provisioner
-// account or want differ from the last plan emitted; it journals the
-// provisioner-account transition once (incident 3).
+// pause holds plans back (DESIGN.md §9). A pause while paused keeps the
+// first one: who paused, and since when.
+func (f *folder) pause(p *events.Pause) {
+	if f.s.Paused == nil {
+		f.s.Paused = &PauseRecord{Seq: f.ev.Seq, Time: f.ev.Time, By: p.By, Reason: p.Reason}
+	}
+}
+
+// resume ends a pause; the plan composed now is published if it differs
+// from the last one emitted (compose's one rule), so once.
+func (f *folder) resume(*events.Resume) {
+	if f.s.Paused == nil {
+		return
+	}
+	f.s.Paused = nil
+	f.compose()
+}
+
+// poke knocks with reason operator: the provisioner client fills every
+// file again. It pays no owed item (a refill the node refuses again is
+// reported again, and an item becomes due only when a plan accepts it).
+func (f *folder) poke(*events.Poke) {
+	reasons := []events.KnockReason{events.KnockOperator}
+	f.s.LastKnock = &KnockRecord{Cause: f.ev.Seq, Reasons: reasons, Owed: []events.Owed{}}
+	f.emit(events.KindKnock, &events.Knock{Cause: f.ev.Seq, Reasons: reasons, Owed: []events.Owed{}})
+}
+
+// revoke removes the approval of module at build. Compose decides the
+// rest with its one hold rule: a module held for that approval stays
+// held; one already running that build is not held (its wanted build is
+// what runs), so it is not stopped.
+func (f *folder) revoke(p *events.Revoke) {
+	s := f.s
+	s.Approvals = slices.DeleteFunc(s.Approvals, func(a Approval) bool { return a.Module == p.Module && a.Build == p.Build })
+	f.compose()
+}
+
+// waive pays the owed items of one file without a knock, and owes nothing
+// for a refusal of it judged by any plan that exists now, whether that
+// refusal arrives before or after the waive.
+func (f *folder) waive(p *events.Waive) {
+	s := f.s
+	s.Owed = slices.DeleteFunc(s.Owed, func(it Item) bool { return it.Module == p.Module && it.Path == p.Path })
+	w := Waiver{Module: p.Module, Path: p.Path, Plan: s.NewestPlan, By: p.By, Seq: f.ev.Seq}
+	s.Waivers = upsert(s.Waivers, w, compareWaiver, func(old Waiver) bool { return old.Plan <= w.Plan })
+}
+
+// waived reports whether a waive covers a refusal of module's path judged
+// by plan.
+func (s *State) waived(module, path string, plan uint64) bool {
+	i, found := slices.BinarySearchFunc(s.Waivers, Waiver{Module: module, Path: path}, compareWaiver)
+	return found && plan <= s.Waivers[i].Plan
+}
+
+// retire empties the node's plan and pays every owed item; the node is
+// retired once that plan settles, or at once when forced. A retire ends a
+// pause: removing every module is what the operator asked for.
+func (f *folder) retire(p *events.Retire) {
+	s := f.s
+	if s.Retire != nil && s.Retire.Retired {
+		return // retired already
+	}
+	if s.Retire == nil || (p.Force && !s.Retire.Force) {
+		s.Retire = &RetireRecord{Seq: f.ev.Seq, Time: f.ev.Time, By: p.By, Force: p.Force}
+	}
+	s.Owed = nil
+	s.Paused = nil
+	f.compose()
+	if p.Force {
+		s.Retire.Retired, s.Retire.RetiredSeq, s.Retire.RetiredTime = true, f.ev.Seq, f.ev.Time
+		return
+	}
+	f.retired()
+}
+
+// retired completes a retirement once nothing the node was asked to run
+// is left: every plan emitted has settled and the settled one has no row
+// (or no plan was ever emitted).
+func (f *folder) retired() {
+	s := f.s
+	r := s.Retire
+	if r == nil || r.Retired || len(s.Unsettled) > 0 || (s.Settled != nil && len(s.Settled.Modules) > 0) {
+		return
+	}
+	r.Retired, r.RetiredSeq, r.RetiredTime = true, f.ev.Seq, f.ev.Time
+}
+
+// compose recomposes the plan and emits it when it differs from the last
+// plan emitted ([State.differs]); it journals the provisioner-account
+// transition once (incident 3). While the node is paused it does neither:
+// the want and approvals are in the state, and [State.View] shows what
+// resuming would publish.
 func (f *folder) compose() {
 	s := f.s
+	if s.Paused != nil {
+		return
+	}
 	rows, account, ok := s.Compose()
 	if !ok {
 		return
 	}
-	if last := s.Emitted(); last == nil || last.Want != s.Want.Seq || last.Account != account || !equalRows(last.Modules, rows) {
+	if s.differs(rows, account) {
 		if len(s.Unsettled) >= MaxUnsettled {
 			// Keep the oldest (the node may be applying it) and the newest.
 			s.Unsettled = slices.Delete(s.Unsettled, 1, 2)
@@ -259,6 +406,11 @@ func (f *folder) compose() {
 		f.emit(events.KindPlan, &events.Plan{Cause: f.ev.Seq, Want: s.Want.Seq, ProvisionerAccount: account, Modules: rows})
 	}
 	running := s.runningAccountOfProvisioner()
+	if s.Retire != nil {
+		// Removing every module is the point of a retirement, not the
+		// account loss of incident 3.
+		running = ""
+	}
 	switch cond := account == "" && running != ""; {
 	case cond && !s.AccountJournaled:
 		s.AccountJournaled = true

@@ -412,7 +412,7 @@ func randomHistory(rt *rapid.T, s *sim, n int) {
 	modules := []string{"provisioner", "app", "db"}
 	builds := []string{"b1", "b2", "b3", "b4"}
 	for i := range n {
-		switch rapid.IntRange(0, 9).Draw(rt, fmt.Sprint("kind", i)) {
+		switch rapid.IntRange(0, 13).Draw(rt, fmt.Sprint("kind", i)) {
 		case 0, 1:
 			w := &events.Want{}
 			for j, m := range modules {
@@ -469,6 +469,29 @@ func randomHistory(rt *rapid.T, s *sim, n int) {
 			s.add(&events.Filled{Module: rapid.SampledFrom(modules[1:]).Draw(rt, "module"),
 				Path: fmt.Sprintf("/%d%s", rapid.IntRange(1, 2).Draw(rt, "m"), rapid.SampledFrom(churnPaths).Draw(rt, "path")),
 				Plan: rapid.SampledFrom(s.plans).Draw(rt, "plan"), Digest: "d"})
+		case 10:
+			// The operator events of DESIGN.md §9.
+			switch rapid.IntRange(0, 5).Draw(rt, "operator") {
+			case 0:
+				s.add(&events.Pause{By: "ops"})
+			case 1:
+				s.add(&events.Resume{By: "ops"})
+			case 2:
+				s.add(&events.Poke{By: "ops"})
+			case 3:
+				s.add(&events.Revoke{Module: rapid.SampledFrom(modules).Draw(rt, "module"), Build: rapid.SampledFrom(builds).Draw(rt, "build"), By: "ops"})
+			case 4:
+				s.add(&events.Waive{Module: rapid.SampledFrom(modules[1:]).Draw(rt, "module"),
+					Path: fmt.Sprintf("/%d%s", rapid.IntRange(1, 2).Draw(rt, "m"), rapid.SampledFrom(paths).Draw(rt, "path")), By: "ops"})
+			case 5:
+				s.add(&events.Retire{By: "ops", Force: rapid.Bool().Draw(rt, "force")})
+			}
+		case 11:
+			s.add(&events.Pause{By: "ops"})
+		case 12:
+			s.add(&events.Resume{By: "ops"})
+		case 13:
+			s.add(&events.Approve{Module: rapid.SampledFrom(modules).Draw(rt, "module"), Build: rapid.SampledFrom(builds).Draw(rt, "build"), By: "ops"})
 		}
 	}
 }
@@ -539,6 +562,172 @@ func TestSnapshotReplay(t *testing.T) {
 			if effs[i].ID() != liveEffs[i].ID() || encode(rt, effs[i].Payload) != encode(rt, liveEffs[i].Payload) {
 				rt.Fatalf("effect %d: %s %s, live %s %s", i, effs[i].ID(), encode(rt, effs[i].Payload), liveEffs[i].ID(), encode(rt, liveEffs[i].Payload))
 			}
+		}
+	})
+}
+
+// TestPauseHoldsPlans is the pause rule of DESIGN.md §9 over random
+// histories: no event but a resume or a retire emits a plan while the node
+// is paused, a resume emits at most one, and knocks still flow (a poke
+// while paused knocks).
+func TestPauseHoldsPlans(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := newSim(rt)
+		randomHistory(rt, s, rapid.IntRange(1, 60).Draw(rt, "events"))
+		st := reconcile.NewState("ace")
+		for _, ev := range s.stream {
+			paused := st.Paused != nil
+			effs := st.Fold(ev)
+			plans, knocks := 0, 0
+			for _, e := range effs {
+				switch e.Kind {
+				case events.KindPlan:
+					plans++
+				case events.KindKnock:
+					knocks++
+				}
+			}
+			switch {
+			case ev.Kind == events.KindResume && plans > 1:
+				rt.Fatalf("#%d resume emitted %d plans", ev.Seq, plans)
+			case paused && plans > 0 && ev.Kind != events.KindResume && ev.Kind != events.KindRetire:
+				rt.Fatalf("#%d %s emitted a plan while paused", ev.Seq, ev.Kind)
+			case ev.Kind == events.KindPoke && knocks != 1:
+				rt.Fatalf("#%d poke made %d knocks", ev.Seq, knocks)
+			}
+		}
+	})
+}
+
+// TestNoTimer is DESIGN.md §9's "no timer" (and §5.6): shifting every
+// stream time of a history changes no decision: the same effects, with
+// the same ids and the same payloads but for the at they copy.
+func TestNoTimer(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := newSim(rt)
+		randomHistory(rt, s, rapid.IntRange(1, 60).Draw(rt, "events"))
+		shift := time.Duration(rapid.Int64Range(1, 1<<40).Draw(rt, "shift"))
+		st := reconcile.NewState("ace")
+		for _, ev := range s.stream {
+			ev.Time = ev.Time.Add(shift)
+			effs := st.Fold(ev)
+			live := s.effects[ev.Seq]
+			if len(effs) != len(live) {
+				rt.Fatalf("#%d: %d effects shifted, %d live", ev.Seq, len(effs), len(live))
+			}
+			for i := range effs {
+				if effs[i].ID() != live[i].ID() || encode(rt, effs[i].Payload) != encode(rt, live[i].Payload) {
+					rt.Fatalf("#%d: effect %s %s shifted, %s %s live", ev.Seq, effs[i].ID(), encode(rt, effs[i].Payload), live[i].ID(), encode(rt, live[i].Payload))
+				}
+			}
+		}
+	})
+}
+
+// TestWaiveOrderIndependence is the order independence DESIGN.md §9 allows
+// a waive: a waive and a refusal of the same file, in either order, end
+// with nothing owed for it and no knock for it, whatever settles follow.
+// The refusal is judged by the newest settled plan (or plan 0 when none
+// has settled), so it is not due when it arrives.
+func TestWaiveOrderIndependence(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		nw := rapid.IntRange(1, 4).Draw(rt, "wants")
+		var wants []*events.Want
+		for range nw {
+			var files []string
+			for _, p := range paths {
+				if rapid.Bool().Draw(rt, "declares "+p) {
+					files = append(files, p)
+				}
+			}
+			wants = append(wants, want(rapid.SampledFrom(accounts).Draw(rt, "account"), files...))
+		}
+		settledBefore := rapid.IntRange(0, nw).Draw(rt, "settled before")
+		path := rapid.SampledFrom(paths).Draw(rt, "path")
+		writer := rapid.SampledFrom(writers).Draw(rt, "writer")
+		run := func(waiveFirst bool) (owed []events.Owed, knocked map[events.Owed]int) {
+			s := newSim(rt)
+			for _, w := range wants {
+				s.add(&events.Want{Modules: w.Modules})
+			}
+			var account string
+			var rows []events.PlanModule
+			plan := uint64(0)
+			for i := range settledBefore {
+				s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[i]})
+				p := s.stream[s.plans[i]-1].Payload.(*events.Plan)
+				account, rows, plan = p.ProvisionerAccount, p.Modules, s.plans[i]
+			}
+			_, reason := reconcile.Judge(account, rows, "app", path, writer)
+			if reason == "" {
+				reason = events.ReasonUndeclared // a write the node refused anyway, say a stale client's
+			}
+			ref := &events.Refusal{Module: "app", Path: path, Reason: reason, Plan: plan, Writer: writer}
+			waive := &events.Waive{Module: "app", Path: path, By: "ops"}
+			if waiveFirst {
+				s.add(waive)
+				s.add(ref)
+			} else {
+				s.add(ref)
+				s.add(waive)
+			}
+			for i := settledBefore; i < nw; i++ {
+				s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[i]})
+				s.add(&events.Have{})
+			}
+			return s.owed(), s.knocked()
+		}
+		for _, first := range []bool{true, false} {
+			owed, knocked := run(first)
+			for _, o := range owed {
+				if o.Path == path {
+					rt.Fatalf("waive first=%v: %v still owed", first, o)
+				}
+			}
+			for o := range knocked {
+				if o.Path == path {
+					rt.Fatalf("waive first=%v: %v knocked", first, o)
+				}
+			}
+		}
+	})
+}
+
+// TestRetireSettles is the retire rule of DESIGN.md §9 over random
+// histories: after a retire nothing is owed and the last plan has no row;
+// the node is retired exactly when, past the retire, every plan emitted
+// has settled (or at once when forced), and a want brings it back.
+func TestRetireSettles(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := newSim(rt)
+		randomHistory(rt, s, rapid.IntRange(1, 40).Draw(rt, "events"))
+		force := rapid.Bool().Draw(rt, "force")
+		// A node retired already stays so (a forced retire may have come
+		// before the plans it emptied settled).
+		force = force || (s.state.Retire != nil && s.state.Retire.Retired)
+		s.add(&events.Retire{By: "ops", Force: force})
+		st := s.state
+		if st.Retire == nil || len(st.Owed) != 0 {
+			rt.Fatalf("after retire: %+v, %d owed", st.Retire, len(st.Owed))
+		}
+		if e := st.Emitted(); e != nil && len(e.Modules) != 0 {
+			rt.Fatalf("after retire the last plan has %d rows", len(e.Modules))
+		}
+		if force && !st.Retire.Retired {
+			rt.Fatal("a forced retire did not retire at once")
+		}
+		for _, p := range slices.Clone(st.Unsettled) {
+			if st.Retire.Retired && !force {
+				rt.Fatalf("retired with plan %d unsettled", p.Seq)
+			}
+			s.add(&events.Settle{Module: "", Op: events.OpApply, Plan: p.Seq})
+		}
+		if !st.Retire.Retired {
+			rt.Fatalf("every plan settled and not retired: %+v", st.Retire)
+		}
+		s.add(&events.Want{Modules: []events.WantModule{{Name: "app", Build: "b1"}}})
+		if st.Retire != nil || len(st.Emitted().Modules) != 1 {
+			rt.Fatalf("a want did not bring the node back: %+v", st.Retire)
 		}
 	})
 }

@@ -18,7 +18,8 @@ import (
 // appends an event to a simulated stream of one node and folds it; the
 // output shows the event and the effects the fold returned. Plans the fold
 // emits are appended to the stream and folded at once (as the reconciler
-// reads its own plan events), unless "pause" holds them until "flush".
+// reads its own plan events), unless "hold-plans" holds them until
+// "flush".
 // Knocks and journals take a sequence too, as on the real stream.
 //
 // Rewrite the expectations with: go test ./reconcile -run TestScripts -rewrite
@@ -116,9 +117,36 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		h.check(t)
 		fmt.Fprintf(h.out, "refold #%d: %d effects\n", seq, len(effs))
 		return h.out.String()
-	case "pause":
+	case "hold-plans":
 		h.paused = true
 		return "ok"
+	case "pause":
+		p = &events.Pause{By: orDefault(args["by"], "ops"), Reason: args["reason"]}
+	case "resume":
+		p = &events.Resume{By: orDefault(args["by"], "ops")}
+	case "poke":
+		p = &events.Poke{By: orDefault(args["by"], "ops"), Reason: args["reason"]}
+	case "revoke":
+		p = &events.Revoke{Module: args["module"], Build: args["build"], By: orDefault(args["by"], "ops")}
+	case "waive":
+		p = &events.Waive{Module: args["module"], Path: args["path"], By: orDefault(args["by"], "ops")}
+	case "retire":
+		p = &events.Retire{By: orDefault(args["by"], "ops"), Force: args["force"] == "true"}
+	case "dry-run":
+		var ms []events.WantModule
+		for _, line := range lines(d.Input) {
+			ms = append(ms, parseWantModule(t, line))
+		}
+		before := formatState(h.state)
+		out := formatDryRun(h.state.DryRun(ms))
+		if after := formatState(h.state); after != before {
+			t.Fatalf("%s: the dry run changed the state:\n%s\n%s", d.Pos, before, after)
+		}
+		return out
+	case "stuck":
+		// What is stuck, N seconds after the scripts' base time.
+		now := base.Add(time.Duration(u64(t, args["at"])) * time.Second)
+		return formatStuck(h.state.View().Stuck(now))
 	case "flush":
 		h.paused = false
 		q := h.queued
@@ -188,6 +216,72 @@ func (h *harness) check(t testing.TB) {
 	if err := h.state.CheckInvariants(); err != nil {
 		t.Fatalf("invariant broken: %v\n%s", err, formatState(h.state))
 	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func formatDryRun(d reconcile.DryRun) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dry run at #%d (want #%d): publish=%v account=%s", d.Seq, d.Want, d.Publish, orNone(d.Account))
+	if d.Paused != nil {
+		fmt.Fprintf(&b, " paused-by=%s", d.Paused.By)
+	}
+	if d.Returns {
+		b.WriteString(" returns-from-retirement")
+	}
+	for _, m := range d.Modules {
+		fmt.Fprintf(&b, "\n  %s", formatRow(m))
+	}
+	b.WriteString(formatDiff(d.Diff, "  "))
+	return b.String()
+}
+
+func formatDiff(d reconcile.PlanDiff, indent string) string {
+	var b strings.Builder
+	if d.AccountFrom != d.AccountTo {
+		fmt.Fprintf(&b, "\n%saccount %s -> %s", indent, orNone(d.AccountFrom), orNone(d.AccountTo))
+	}
+	for _, r := range d.Added {
+		fmt.Fprintf(&b, "\n%sadded %s", indent, formatRow(r))
+	}
+	for _, r := range d.Removed {
+		fmt.Fprintf(&b, "\n%sremoved %s", indent, r.Name)
+	}
+	for _, c := range d.Changed {
+		fmt.Fprintf(&b, "\n%schanged %s (%s): %s", indent, c.Module, strings.Join(c.Fields, ","), formatRow(c.To))
+	}
+	for _, h := range d.Held {
+		fmt.Fprintf(&b, "\n%sheld %s why=%s pending=%s", indent, h.Module, h.Why, orNone(h.Pending))
+	}
+	return b.String()
+}
+
+func formatStuck(k reconcile.Stuck) string {
+	var b strings.Builder
+	if k.Paused != nil {
+		fmt.Fprintf(&b, "paused by %s since #%d (%.0fs) withheld=%v\n", k.Paused.By, k.Paused.Seq, k.PausedFor, k.Withheld)
+	}
+	if k.Retiring {
+		b.WriteString("retiring\n")
+	}
+	if k.Retired {
+		b.WriteString("retired\n")
+	}
+	for _, u := range k.Unfilled {
+		fmt.Fprintf(&b, "unfilled %s %s since plan %d (%.0fs)\n", u.Module, u.Path, u.Plan, u.For)
+	}
+	for _, o := range k.Owed {
+		fmt.Fprintf(&b, "owed %s (%.0fs)\n", formatOwed(o.Owed), o.For)
+	}
+	if !k.Any() {
+		b.WriteString("nothing stuck\n")
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 func lines(s string) []string {
@@ -285,6 +379,18 @@ func summary(ev events.Event) string {
 		return fmt.Sprintf("refusal %s %s %s plan=%d writer=%s", p.Module, p.Path, p.Reason, p.Plan, p.Writer)
 	case *events.Filled:
 		return fmt.Sprintf("filled %s %s plan=%d", p.Module, p.Path, p.Plan)
+	case *events.Pause:
+		return fmt.Sprintf("pause by=%s reason=%s", p.By, orNone(p.Reason))
+	case *events.Resume:
+		return "resume by=" + p.By
+	case *events.Poke:
+		return "poke by=" + p.By
+	case *events.Revoke:
+		return fmt.Sprintf("revoke %s %s by=%s", p.Module, p.Build, p.By)
+	case *events.Waive:
+		return fmt.Sprintf("waive %s %s by=%s", p.Module, p.Path, p.By)
+	case *events.Retire:
+		return fmt.Sprintf("retire by=%s force=%v", p.By, p.Force)
 	}
 	return string(ev.Kind)
 }
@@ -392,11 +498,27 @@ func formatState(s *reconcile.State) string {
 	if s.AccountJournaled {
 		b.WriteString("account transition journaled\n")
 	}
+	if p := s.Paused; p != nil {
+		fmt.Fprintf(&b, "paused: by %s since #%d reason=%s\n", p.By, p.Seq, orNone(p.Reason))
+	}
+	if r := s.Retire; r != nil {
+		state := "retiring"
+		if r.Retired {
+			state = fmt.Sprintf("retired at #%d", r.RetiredSeq)
+		}
+		fmt.Fprintf(&b, "retire: %s by %s since #%d force=%v\n", state, r.By, r.Seq, r.Force)
+	}
+	for _, w := range s.Waivers {
+		fmt.Fprintf(&b, "waiver: %s %s through plan %d by %s (#%d)\n", w.Module, w.Path, w.Plan, w.By, w.Seq)
+	}
 	v := s.View()
 	fmt.Fprintf(&b, "view: account plan=%s runs=%s modules=%d files=%d held=%d",
 		orNone(v.ProvisionerAccount), orNone(v.RunningAccount), v.Modules, v.Files, v.Held)
 	for _, hd := range v.Holds {
 		fmt.Fprintf(&b, "\nview: hold %s why=%s carries=%s pending=%s", hd.Module, hd.Why, orNone(hd.Build), orNone(hd.Pending))
+	}
+	if v.Withheld != nil {
+		b.WriteString("\nview: withheld by the pause:" + formatDiff(*v.Withheld, "  "))
 	}
 	return b.String()
 }

@@ -13,10 +13,12 @@ import (
 )
 
 // State is one node's folded state. It holds only what DESIGN.md §4 lists,
-// and every fold forgets the records of files, accounts and builds the
-// current configuration no longer names (docs/design.md §4, "Bounded
-// state"), so it is bounded by the node's current configuration and its
-// unpaid refusals, never by the count of events or of past wants.
+// and what the operator events of §9 need (the pause, the retirement, the
+// waivers, and where each running module was placed, for `state`); every
+// fold forgets the records of files, accounts and builds the current
+// configuration no longer names (docs/design.md §4, "Bounded state"), so
+// it is bounded by the node's current configuration and its unpaid
+// refusals, never by the count of events or of past wants.
 //
 // A State is not safe for concurrent use. Its JSON form (encoding/json) is
 // the snapshot format; decoding a snapshot and folding the rest gives the
@@ -65,6 +67,71 @@ type State struct {
 	AccountJournaled bool `json:"account_journaled,omitempty"`
 	// LastKnock describes the last knock emitted; introspection only.
 	LastKnock *KnockRecord `json:"last_knock,omitempty"`
+
+	// The operator events of DESIGN.md §9.
+
+	// Paused is the pause in force, nil when none: no plan is emitted
+	// while it holds (wants and approvals still fold; knocks still flow).
+	Paused *PauseRecord `json:"paused,omitempty"`
+	// Retire is the node's retirement, nil when it is not retiring: its
+	// plan is empty; Retired once that plan settled (or at once when
+	// forced). A later want clears it.
+	// Invariant: while set, nothing is owed and the last plan emitted, if
+	// any, has no row.
+	Retire *RetireRecord `json:"retire,omitempty"`
+	// Waivers record, per (module, path), the newest plan a waive covered:
+	// a refusal of that file judged by that plan or an older one is owed
+	// nothing. A module removed from the want drops its waivers.
+	// Invariant: sorted by module, path; unique.
+	Waivers []Waiver `json:"waivers,omitempty"`
+	// Placed records, for each module the newest settled plan runs, the
+	// settled plan that placed it as it runs now (its build, account and
+	// files last changed there) and when that plan settled (stream time):
+	// what `meshfold state` needs to tell a file never filled since.
+	// Invariant: sorted by module; unique; every plan ≤ Settled.Seq.
+	Placed []Placement `json:"placed,omitempty"`
+}
+
+// PauseRecord is the pause in force: the pause event's sequence, stream
+// time, who paused and why.
+type PauseRecord struct {
+	Seq    uint64    `json:"seq"`
+	Time   time.Time `json:"time"`
+	By     string    `json:"by"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// RetireRecord is a node's retirement: the retire event (sequence, stream
+// time, who, forced or not), and, once Retired, the event that completed it
+// (the settle of the empty plan, or the retire itself when forced or when
+// nothing was ever planned).
+type RetireRecord struct {
+	Seq         uint64    `json:"seq"`
+	Time        time.Time `json:"time"`
+	By          string    `json:"by"`
+	Force       bool      `json:"force,omitempty"`
+	Retired     bool      `json:"retired,omitempty"`
+	RetiredSeq  uint64    `json:"retired_seq,omitempty"`
+	RetiredTime time.Time `json:"retired_time,omitzero"`
+}
+
+// Waiver records a waive of Module's file at Path: refusals of it judged by
+// Plan or an older plan are owed nothing. Seq and By are the newest waive's.
+type Waiver struct {
+	Module string `json:"module"`
+	Path   string `json:"path"`
+	Plan   uint64 `json:"plan"`
+	By     string `json:"by"`
+	Seq    uint64 `json:"seq"`
+}
+
+// Placement is the settled plan that placed Module as it runs now, and the
+// sequence and stream time of its first settle.
+type Placement struct {
+	Module string    `json:"module"`
+	Plan   uint64    `json:"plan"`
+	Seq    uint64    `json:"seq"`
+	Time   time.Time `json:"time"`
 }
 
 // WantRecord is a folded want.
@@ -127,10 +194,12 @@ type Approval struct {
 	Seq    uint64 `json:"seq"`
 }
 
-// Item is an owed item and the sequence of the refusal that made it.
+// Item is an owed item, and the sequence and stream time of the refusal
+// that made it (Time is zero in a snapshot older than the field).
 type Item struct {
 	events.Owed
-	Seq uint64 `json:"seq"`
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time,omitzero"`
 }
 
 // KnockRecord describes a knock the fold emitted.
@@ -246,8 +315,52 @@ func (s *State) CheckInvariants() error {
 			return err
 		}
 	}
+	if s.Paused != nil {
+		if err := maxSeq("pause", s.Paused.Seq); err != nil {
+			return err
+		}
+	}
+	if r := s.Retire; r != nil {
+		if err := maxSeq("retire", max(r.Seq, r.RetiredSeq)); err != nil {
+			return err
+		}
+		if len(s.Owed) > 0 {
+			return fmt.Errorf("retiring node owes %d items", len(s.Owed))
+		}
+		if e := s.Emitted(); e != nil && len(e.Modules) > 0 {
+			return fmt.Errorf("retiring node's last plan has %d rows", len(e.Modules))
+		}
+		if r.Retired != (r.RetiredSeq != 0) {
+			return fmt.Errorf("retirement done=%v at sequence %d", r.Retired, r.RetiredSeq)
+		}
+	}
+	if !sortedUnique(s.Waivers, compareWaiver) {
+		return fmt.Errorf("waivers not sorted and unique")
+	}
+	for _, w := range s.Waivers {
+		if err := maxSeq("waiver", w.Seq); err != nil {
+			return err
+		}
+	}
+	if !sortedUnique(s.Placed, comparePlacement) {
+		return fmt.Errorf("placements not sorted and unique")
+	}
+	for _, p := range s.Placed {
+		if s.Settled == nil || p.Plan > s.Settled.Seq {
+			return fmt.Errorf("placement of %s at plan %d above the settled plan", p.Module, p.Plan)
+		}
+		if err := maxSeq("placement", p.Seq); err != nil {
+			return err
+		}
+	}
 	return nil
 }
+
+func compareWaiver(a, b Waiver) int {
+	return cmp.Or(cmp.Compare(a.Module, b.Module), cmp.Compare(a.Path, b.Path))
+}
+
+func comparePlacement(a, b Placement) int { return cmp.Compare(a.Module, b.Module) }
 
 func sortedUnique[T any](xs []T, c func(a, b T) int) bool {
 	for i := 1; i < len(xs); i++ {

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"slices"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
@@ -42,6 +43,29 @@ type View struct {
 	// Runtime is what the newest have says of each module: its runtime
 	// state, restarts, last exit and the files it waits for (DESIGN.md §8).
 	Runtime []ModuleRuntime `json:"runtime,omitempty"`
+
+	// OwedAt[i] is the stream time of the refusal that made Owed[i] (zero
+	// when unknown: a snapshot older than the field).
+	OwedAt []time.Time `json:"owed_at,omitempty"`
+	// Paused is the pause in force (DESIGN.md §9); Withheld, while paused,
+	// what resuming would publish, when it differs from the last plan
+	// emitted (a want or approval taken in and shown as pending).
+	Paused   *PauseRecord `json:"paused,omitempty"`
+	Withheld *PlanDiff    `json:"withheld,omitempty"`
+	// Retire is the node's retirement: retiring until Retire.Retired.
+	Retire *RetireRecord `json:"retire,omitempty"`
+	// Unfilled are the files the newest settled plan declares that were
+	// never filled since their module was placed.
+	Unfilled []Unfilled `json:"unfilled,omitempty"`
+}
+
+// Unfilled is a file the newest settled plan declares for Module, never
+// filled since Plan placed the module as it runs (at stream time Since).
+type Unfilled struct {
+	Module string    `json:"module"`
+	Path   string    `json:"path"`
+	Plan   uint64    `json:"plan"`
+	Since  time.Time `json:"since"`
 }
 
 // Held is one held row of the last plan emitted.
@@ -88,7 +112,21 @@ func (s *State) View() View {
 	}
 	for _, it := range s.Owed {
 		v.Owed = append(v.Owed, it.Owed)
+		v.OwedAt = append(v.OwedAt, it.Time)
 	}
+	if s.Paused != nil {
+		p := *s.Paused
+		v.Paused = &p
+		if rows, account, ok := s.Compose(); ok && s.differs(rows, account) {
+			d := DiffPlans(s.Emitted(), rows, account, s.Want.Seq)
+			v.Withheld = &d
+		}
+	}
+	if s.Retire != nil {
+		r := *s.Retire
+		v.Retire = &r
+	}
+	v.Unfilled = s.unfilled()
 	return v
 }
 
@@ -124,4 +162,104 @@ func CompositionOf(s *State) Composition {
 		c.Modules = e.Modules
 	}
 	return c
+}
+
+// unfilled returns the files of the newest settled plan never filled
+// since their module was placed: no filled mark at the placing plan or a
+// newer one.
+func (s *State) unfilled() []Unfilled {
+	if s.Settled == nil {
+		return nil
+	}
+	var out []Unfilled
+	for _, p := range s.Placed {
+		row := s.Settled.Row(p.Module)
+		if row == nil {
+			continue
+		}
+		for _, f := range row.Files {
+			i, found := slices.BinarySearchFunc(s.Filled, FilledMark{Module: p.Module, Path: f.Path}, compareFilled)
+			if found && s.Filled[i].Plan >= p.Plan {
+				continue
+			}
+			out = append(out, Unfilled{Module: p.Module, Path: f.Path, Plan: p.Plan, Since: p.Time})
+		}
+	}
+	return out
+}
+
+// UnfilledStuckAfter is how long after its module was placed a declared
+// file may stay unfilled before [View.Stuck] calls it stuck: a provisioner
+// fills a settled plan's new files within seconds, so a minute means it
+// cannot (no source for the secret, a wrong account).
+const UnfilledStuckAfter = time.Minute
+
+// OwedStuckAfter is how old an owed item is before [View.Stuck] calls it
+// stuck: a knock follows a settle within seconds, so an item an hour old
+// waits for something only an operator can give (DESIGN.md §9).
+const OwedStuckAfter = time.Hour
+
+// Stuck is what is stuck on a node, at a glance (`fleet`, `state`): the
+// pause (by whom, since when), the retirement, the files never filled
+// since their module was placed for longer than [UnfilledStuckAfter],
+// and owed items older than [OwedStuckAfter]. Ages are in seconds, against the now given.
+type Stuck struct {
+	Paused *PauseRecord `json:"paused,omitempty"`
+	// PausedFor is the pause's age in seconds.
+	PausedFor float64       `json:"paused_for_s,omitempty"`
+	Retiring  bool          `json:"retiring,omitempty"`
+	Retired   bool          `json:"retired,omitempty"`
+	Unfilled  []StuckFile   `json:"unfilled,omitempty"`
+	Owed      []StuckOwed   `json:"owed,omitempty"`
+	Withheld  bool          `json:"withheld,omitempty"`
+	Retire    *RetireRecord `json:"retire,omitempty"`
+}
+
+// StuckFile is an [Unfilled] file and how long ago its placing plan
+// settled, in seconds.
+type StuckFile struct {
+	Unfilled
+	For float64 `json:"for_s"`
+}
+
+// StuckOwed is an owed item older than [OwedStuckAfter]: since when, and
+// its age in seconds.
+type StuckOwed struct {
+	events.Owed
+	Since time.Time `json:"since"`
+	For   float64   `json:"for_s"`
+}
+
+// Any reports whether anything is stuck (a retired node is not: it is
+// done).
+func (k Stuck) Any() bool {
+	return k.Paused != nil || k.Retiring || len(k.Unfilled) > 0 || len(k.Owed) > 0
+}
+
+// Stuck derives what is stuck from the view, at now (stream times in the
+// view, the present from the caller: the core reads no clock).
+func (v View) Stuck(now time.Time) Stuck {
+	var k Stuck
+	if v.Paused != nil {
+		k.Paused = v.Paused
+		k.PausedFor = now.Sub(v.Paused.Time).Seconds()
+		k.Withheld = v.Withheld != nil
+	}
+	if r := v.Retire; r != nil {
+		k.Retire, k.Retired, k.Retiring = r, r.Retired, !r.Retired
+	}
+	for _, u := range v.Unfilled {
+		if age := now.Sub(u.Since); age > UnfilledStuckAfter {
+			k.Unfilled = append(k.Unfilled, StuckFile{Unfilled: u, For: age.Seconds()})
+		}
+	}
+	for i, o := range v.Owed {
+		if i >= len(v.OwedAt) || v.OwedAt[i].IsZero() {
+			continue
+		}
+		if age := now.Sub(v.OwedAt[i]); age > OwedStuckAfter {
+			k.Owed = append(k.Owed, StuckOwed{Owed: o, Since: v.OwedAt[i], For: age.Seconds()})
+		}
+	}
+	return k
 }

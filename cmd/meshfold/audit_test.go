@@ -62,11 +62,32 @@ func TestAuditAsOfEqualsLive(t *testing.T) {
 	}
 	check := func(how, node string, seq uint64, st *reconcile.State) {
 		t.Helper()
-		if st.Have != nil {
-			if !st.Have.Time.Equal(streamTime[st.Have.Seq]) {
-				t.Fatalf("%s %s as of #%d: have time %v, stream says %v", how, node, seq, st.Have.Time, streamTime[st.Have.Seq])
+		// Every time the state keeps is the stream time of the event at
+		// the sequence beside it.
+		restamp := func(what string, at *time.Time, of uint64) {
+			t.Helper()
+			if !at.Equal(streamTime[of]) {
+				t.Fatalf("%s %s as of #%d: %s time %v, stream says %v of #%d", how, node, seq, what, *at, streamTime[of], of)
 			}
-			st.Have.Time = s.TimeOf(st.Have.Seq)
+			*at = s.TimeOf(of)
+		}
+		if st.Have != nil {
+			restamp("have", &st.Have.Time, st.Have.Seq)
+		}
+		for i := range st.Owed {
+			restamp("owed item", &st.Owed[i].Time, st.Owed[i].Seq)
+		}
+		for i := range st.Placed {
+			restamp("placement", &st.Placed[i].Time, st.Placed[i].Seq)
+		}
+		if p := st.Paused; p != nil {
+			restamp("pause", &p.Time, p.Seq)
+		}
+		if r := st.Retire; r != nil {
+			restamp("retire", &r.Time, r.Seq)
+			if r.Retired {
+				restamp("retired", &r.RetiredTime, r.RetiredSeq)
+			}
 		}
 		got, _ := json.Marshal(st)
 		want, ok := live[seq][node]

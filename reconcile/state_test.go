@@ -1,0 +1,98 @@
+package reconcile_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// operatorState folds a history that sets every field the operator events
+// of DESIGN.md §9 add: a pause, waivers, placements, an item with its time,
+// then a retire.
+func operatorState(t *testing.T, retire bool) *reconcile.State {
+	s := newSim(t)
+	s.add(want("prov", "/a", "/b"))
+	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[0]})
+	s.add(&events.Refusal{Module: "app", Path: "/c", Reason: events.ReasonUndeclared, Plan: s.plans[0], Writer: "prov"})
+	s.add(&events.Waive{Module: "app", Path: "/b", By: "ops"})
+	s.add(&events.Pause{By: "ops", Reason: "disk swap"})
+	if retire {
+		s.add(&events.Retire{By: "ops"})
+	}
+	return s.state
+}
+
+// TestSnapshotRoundTripOperatorFields: a state holding every §9 field
+// survives the snapshot format unchanged, invariants checked.
+func TestSnapshotRoundTripOperatorFields(t *testing.T) {
+	for _, retire := range []bool{false, true} {
+		st := operatorState(t, retire)
+		b, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, field := range []string{`"waivers"`, `"placed"`} {
+			if !strings.Contains(string(b), field) {
+				t.Errorf("snapshot lacks %s: %s", field, b)
+			}
+		}
+		if retire != strings.Contains(string(b), `"retire"`) || retire == strings.Contains(string(b), `"paused"`) {
+			t.Errorf("retire=%v: snapshot %s", retire, b)
+		}
+		back, err := reconcile.UnmarshalState(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b2, _ := json.Marshal(back); string(b2) != string(b) {
+			t.Errorf("round trip:\n%s\n%s", b, b2)
+		}
+	}
+}
+
+// TestInvariantsOfOperatorFields: CheckInvariants catches each broken
+// invariant of the §9 fields.
+func TestInvariantsOfOperatorFields(t *testing.T) {
+	for name, breakIt := range map[string]func(s *reconcile.State){
+		"retiring node owes": func(s *reconcile.State) {
+			s.Owed = append(s.Owed, reconcile.Item{Owed: events.Owed{Module: "app", Path: "/z", Reason: events.ReasonUndeclared, Writer: "w"}})
+		},
+		"retiring node's plan has rows": func(s *reconcile.State) {
+			s.Retire.Seq = s.Seq
+			s.Unsettled = nil
+			s.Settled.Modules = []events.PlanModule{{Name: "app", Build: "a"}}
+		},
+		"retired without a sequence":       func(s *reconcile.State) { s.Retire.Retired = true },
+		"retire after the folded sequence": func(s *reconcile.State) { s.Retire.Seq = s.Seq + 1 },
+		"waivers unsorted": func(s *reconcile.State) {
+			s.Waivers = append(s.Waivers, reconcile.Waiver{Module: "a", Path: "/a"})
+		},
+		"placement above the settled plan": func(s *reconcile.State) { s.Placed[0].Plan = s.Settled.Seq + 1 },
+		"placements unsorted": func(s *reconcile.State) {
+			s.Placed = append(s.Placed, reconcile.Placement{Module: "a", Plan: 1, Time: time.Unix(0, 0)})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := operatorState(t, true)
+			if err := st.CheckInvariants(); err != nil {
+				t.Fatalf("before: %v", err)
+			}
+			breakIt(st)
+			if err := st.CheckInvariants(); err == nil {
+				t.Fatal("CheckInvariants passed a broken state")
+			}
+			b, _ := json.Marshal(st)
+			if _, err := reconcile.UnmarshalState(b); err == nil {
+				t.Fatal("UnmarshalState took a broken snapshot")
+			}
+		})
+	}
+	st := operatorState(t, false)
+	st.Paused.Seq = st.Seq + 1
+	if err := st.CheckInvariants(); err == nil {
+		t.Fatal("a pause after the folded sequence passed")
+	}
+}
