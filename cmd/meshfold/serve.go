@@ -248,6 +248,7 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(r.StateCollector())
 	// In a group each instance knows only its partitions' nodes: every
 	// instance hears every request and the owner answers.
 	svc, err := engine.AddStateService(nc, r.Node, engine.StateServiceConfig{Prefix: cfg.Prefix, Partial: group != nil})

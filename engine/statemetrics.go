@@ -1,0 +1,78 @@
+package engine
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// The gauges of [Reconciler.StateCollector], read from the node states
+// at each scrape.
+var (
+	descPartitions = prometheus.NewDesc("meshfold_partitions",
+		"Partitions of the stream (fixed for its life); minus the sum of meshfold_partitions_owned over a group's instances, the partitions nobody folds.", nil, nil)
+	descNodes = prometheus.NewDesc("meshfold_nodes",
+		"Nodes whose states this instance holds.", nil, nil)
+	descOwed = prometheus.NewDesc("meshfold_owed_items",
+		"Unpaid owed items (refused filled-file writes not yet knocked, filled or waived) of the nodes this instance folds.", nil, nil)
+	descOwing = prometheus.NewDesc("meshfold_nodes_owing",
+		"Nodes this instance folds with at least one unpaid owed item.", nil, nil)
+	descFailed = prometheus.NewDesc("meshfold_modules_failed",
+		"Modules the newest have of their node reports failed: exited or could not start, waiting to restart (a crash loop while it lasts).", nil, nil)
+	descUnsettled = prometheus.NewDesc("meshfold_plans_unsettled",
+		"Plans emitted and not settled yet, over the nodes this instance folds.", nil, nil)
+)
+
+// stateCollector counts over every node state of a Reconciler.
+type stateCollector struct{ r *Reconciler }
+
+// StateCollector returns a Prometheus collector of gauges read from this
+// instance's node states at each scrape (meshfold_partitions,
+// meshfold_nodes, meshfold_owed_items, meshfold_nodes_owing,
+// meshfold_modules_failed, meshfold_plans_unsettled). A scrape takes each
+// partition's lock once, for a count over its states: register it with the
+// registry that serves /metrics (meshfold serve and reconcile do).
+func (r *Reconciler) StateCollector() prometheus.Collector { return stateCollector{r} }
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPartitions, descNodes, descOwed, descOwing, descFailed, descUnsettled} {
+		ch <- d
+	}
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	r := c.r
+	r.mu.RLock()
+	parts := make([]*partition, 0, len(r.parts))
+	for _, p := range r.parts {
+		parts = append(parts, p)
+	}
+	r.mu.RUnlock()
+	var nodes, owed, owing, failed, unsettled int
+	for _, p := range parts {
+		p.mu.Lock()
+		for _, st := range p.states {
+			nodes++
+			owed += len(st.Owed)
+			if len(st.Owed) > 0 {
+				owing++
+			}
+			unsettled += len(st.Unsettled)
+			for _, m := range reconcile.RuntimeOf(st) {
+				if m.Failing() {
+					failed++
+				}
+			}
+		}
+		p.mu.Unlock()
+	}
+	g := func(d *prometheus.Desc, v int) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v))
+	}
+	g(descPartitions, r.cfg.Stream.Partitions)
+	g(descNodes, nodes)
+	g(descOwed, owed)
+	g(descOwing, owing)
+	g(descFailed, failed)
+	g(descUnsettled, unsettled)
+}
