@@ -111,7 +111,7 @@ func (s *NATSSource) History(ctx context.Context, node string, end *audit.Bound)
 		to = end.Seq
 	}
 	var evs []events.Event
-	err := store.ReadNode(ctx, s.JS, cfg.Name, cfg.Subjects(), cfg.Partitions, node, 0, to, func(m store.Msg) error {
+	err := store.ReadNode(ctx, s.JS, cfg.Name, cfg.Subjects(), node, 0, to, func(m store.Msg) error {
 		if end != nil && end.IsTime() && !m.Event.Time.Before(end.Time.Add(end.Unit)) {
 			return errPastBound
 		}

@@ -315,7 +315,7 @@ func (m *mesh) approve(ctx context.Context, node, module, build string) (uint64,
 func (m *mesh) waitEvent(ctx context.Context, node string, kind events.Kind, pred func(events.Event) bool) (events.Event, error) {
 	subj := m.cfg.Subjects()
 	cons, err := m.js.OrderedConsumer(ctx, m.cfg.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{subj.Stored(node, kind, m.cfg.Partitions)},
+		FilterSubjects:    []string{subj.Stored(node, kind)},
 		InactiveThreshold: 30 * time.Second,
 	})
 	if err != nil {
@@ -389,7 +389,7 @@ func (m *mesh) quiesce(ctx context.Context, node string) (owed int, err error) {
 	}
 	var last uint64
 	for _, k := range events.InputKinds {
-		msg, err := store.LastMsg(ctx, stream, m.cfg.Subjects(), m.cfg.Partitions, node, k)
+		msg, err := store.LastMsg(ctx, stream, m.cfg.Subjects(), node, k)
 		if errors.Is(err, store.ErrNoMessage) {
 			continue
 		}
@@ -417,7 +417,7 @@ func (m *mesh) quiesce(ctx context.Context, node string) (owed int, err error) {
 // events returns node's events of kind in the stream, in order.
 func (m *mesh) events(ctx context.Context, node string, kind events.Kind) ([]events.Event, error) {
 	var out []events.Event
-	err := store.ReadNode(ctx, m.js, m.cfg.Name, m.cfg.Subjects(), m.cfg.Partitions, node, 0, 0, func(msg store.Msg) error {
+	err := store.ReadNode(ctx, m.js, m.cfg.Name, m.cfg.Subjects(), node, 0, 0, func(msg store.Msg) error {
 		if msg.Event.Kind == kind {
 			out = append(out, msg.Event)
 		}

@@ -208,7 +208,7 @@ func TestRejectionLoggedOnce(t *testing.T) {
 	cfg := engine.ReconcilerConfig{Faults: crashAt(&crash, &mu), SnapshotEvery: 1 << 20, SnapshotInterval: time.Hour, Logger: slog.New(logs)}
 	rn := g.startCfg(cfg)
 	eventually(t, "the rejection's journal entry", func() bool {
-		m, err := store.LastMsg(ctx, g.stream, g.cfg.Subjects(), g.cfg.Partitions, "ace", events.KindJournal)
+		m, err := store.LastMsg(ctx, g.stream, g.cfg.Subjects(), "ace", events.KindJournal)
 		return err == nil && m.Event.Payload.(*events.Journal).Cause == bad
 	})
 	mu.Lock()

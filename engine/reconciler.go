@@ -345,7 +345,7 @@ func (r *Reconciler) Progress() map[int]uint64 {
 // instance folds no state for it (not its partition, or no event yet).
 func (r *Reconciler) Node(node string) (*reconcile.State, bool) {
 	r.mu.RLock()
-	p := r.parts[events.Partition(node, r.cfg.Stream.Partitions)]
+	p := r.parts[r.subj.Partition(node)]
 	r.mu.RUnlock()
 	if p == nil {
 		return nil, false

@@ -157,7 +157,7 @@ func (g *rig) planFor(node string, cause uint64) uint64 {
 	g.t.Helper()
 	var seq uint64
 	eventually(g.t, fmt.Sprintf("plan of %s caused by %d", node, cause), func() bool {
-		m, err := store.LastMsg(context.Background(), g.stream, g.cfg.Subjects(), g.cfg.Partitions, node, events.KindPlan)
+		m, err := store.LastMsg(context.Background(), g.stream, g.cfg.Subjects(), node, events.KindPlan)
 		if err != nil {
 			return false
 		}
@@ -499,7 +499,7 @@ func TestReconcilerMalformedBetweenGood(t *testing.T) {
 	g.planFor("ace", w2)
 	var journal *events.Journal
 	eventually(t, "the journal entry", func() bool {
-		jm, err := store.LastMsg(ctx, g.stream, g.cfg.Subjects(), g.cfg.Partitions, "ace", events.KindJournal)
+		jm, err := store.LastMsg(ctx, g.stream, g.cfg.Subjects(), "ace", events.KindJournal)
 		if err != nil {
 			return false
 		}

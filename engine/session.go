@@ -214,7 +214,7 @@ func (s *session) endRecovery(ctx context.Context) error {
 		if !known {
 			// Nothing on the subject since the checkpoint: its last
 			// message, if any, is older.
-			m, err := store.LastMsg(ctx, r.stream, r.subj, r.cfg.Stream.Partitions, e.Node, e.Kind)
+			m, err := store.LastMsg(ctx, r.stream, r.subj, e.Node, e.Kind)
 			switch {
 			case errors.Is(err, store.ErrNoMessage):
 			case err != nil:

@@ -178,7 +178,7 @@ func TestSubjects(t *testing.T) {
 	if len(s.Input()) != len(events.Kinds) {
 		t.Errorf("Input = %v", s.Input())
 	}
-	src, dst := s.Transform(16)
+	src, dst := s.Transform()
 	if src != "mesh.*.*" || dst != "{{partition(16,1)}}.mesh.{{wildcard(1)}}.{{wildcard(2)}}" {
 		t.Errorf("Transform = %s → %s", src, dst)
 	}
@@ -190,7 +190,7 @@ func TestSubjects(t *testing.T) {
 		t.Errorf("Partition = %d, want %d", got, want)
 	}
 	p := events.Partition("ace", 16)
-	stored := s.Stored("ace", events.KindKnock, 16)
+	stored := s.Stored("ace", events.KindKnock)
 	for _, subject := range []string{"mesh.ace.knock", stored} {
 		node, kind, err := s.Parse(subject)
 		if err != nil || node != "ace" || kind != events.KindKnock {

@@ -14,14 +14,27 @@ const DefaultPrefix = "mesh"
 // subject transform (DESIGN.md §3). It is fixed for the stream's life.
 const DefaultPartitions = 16
 
-// Subjects builds and parses meshfold subjects for one prefix. The zero
-// value uses [DefaultPrefix].
+// Subjects builds and parses meshfold subjects for one prefix and
+// partition count. The zero value uses [DefaultPrefix] and
+// [DefaultPartitions].
 //
 // Plain form (what publishers use):  <prefix>.<node>.<kind>
 // Stored form (what the stream holds): <p>.<prefix>.<node>.<kind>
 // where p = FNV-1a-32(node) mod N.
 type Subjects struct {
 	Prefix string
+	// Partitions is the stream's partition count N (1..1024); 0 means
+	// [DefaultPartitions]. Take it from the stream's effective
+	// configuration: it is fixed for the stream's life.
+	Partitions int
+}
+
+// N returns the partition count.
+func (s Subjects) N() int {
+	if s.Partitions <= 0 {
+		return DefaultPartitions
+	}
+	return s.Partitions
 }
 
 func (s Subjects) prefix() string {
@@ -54,10 +67,10 @@ func (s Subjects) Input() []string {
 	return out
 }
 
-// Transform returns the stream's subject transform for n partitions: every
-// plain subject gets its partition token first.
-func (s Subjects) Transform(n int) (source, destination string) {
-	return s.prefix() + ".*.*", fmt.Sprintf("{{partition(%d,1)}}.%s.{{wildcard(1)}}.{{wildcard(2)}}", n, s.prefix())
+// Transform returns the stream's subject transform for the N
+// partitions: every plain subject gets its partition token first.
+func (s Subjects) Transform() (source, destination string) {
+	return s.prefix() + ".*.*", fmt.Sprintf("{{partition(%d,1)}}.%s.{{wildcard(1)}}.{{wildcard(2)}}", s.N(), s.prefix())
 }
 
 // Partition returns node's partition among n: FNV-1a-32(node) mod n, the
@@ -68,15 +81,18 @@ func Partition(node string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// Stored returns the stored subject of node's events of kind k among n
-// partitions. k "*" or ">" make a filter.
-func (s Subjects) Stored(node string, k Kind, n int) string {
-	return strconv.Itoa(Partition(node, n)) + "." + s.prefix() + "." + node + "." + string(k)
+// Partition returns node's partition: [Partition] among the N.
+func (s Subjects) Partition(node string) int { return Partition(node, s.N()) }
+
+// Stored returns the stored subject of node's events of kind k. k "*" or
+// ">" make a filter.
+func (s Subjects) Stored(node string, k Kind) string {
+	return strconv.Itoa(s.Partition(node)) + "." + s.prefix() + "." + node + "." + string(k)
 }
 
 // StoredNode returns the stored-subject filter of every event of node.
-func (s Subjects) StoredNode(node string, n int) string {
-	return strconv.Itoa(Partition(node, n)) + "." + s.prefix() + "." + node + ".*"
+func (s Subjects) StoredNode(node string) string {
+	return strconv.Itoa(s.Partition(node)) + "." + s.prefix() + "." + node + ".*"
 }
 
 // StoredPartition returns the stored-subject filters of partition p for the

@@ -314,7 +314,7 @@ func (a *Agent) claim(ctx context.Context) (*store.Lease, error) {
 // is retried until ctx is done.
 func (a *Agent) startPlan(ctx context.Context, stream jetstream.Stream) (uint64, error) {
 	m, err := retry(ctx, a.log, "read the newest plan", func() (store.Msg, error) {
-		m, err := store.LastMsg(ctx, stream, a.subj, a.cfg.Stream.Partitions, a.cfg.Name, events.KindPlan)
+		m, err := store.LastMsg(ctx, stream, a.subj, a.cfg.Name, events.KindPlan)
 		if errors.Is(err, store.ErrNoMessage) {
 			return m, backoff.Permanent(err)
 		}
@@ -360,7 +360,7 @@ func (a *Agent) follow(ctx context.Context, from uint64) {
 // the sequence of the last plan it handled and why it stopped.
 func (a *Agent) followOnce(ctx context.Context, from uint64, resync <-chan time.Time) (uint64, error) {
 	tail, err := store.Follow(ctx, a.js, store.TailConfig{Stream: a.cfg.Stream.Name,
-		Filter: a.subj.Stored(a.cfg.Name, events.KindPlan, a.cfg.Stream.Partitions), Start: from + 1})
+		Filter: a.subj.Stored(a.cfg.Name, events.KindPlan), Start: from + 1})
 	if err != nil {
 		return from, err
 	}
@@ -407,7 +407,7 @@ func (a *Agent) newerPlan(ctx context.Context, seq uint64) bool {
 	if err != nil {
 		return false
 	}
-	m, err := store.LastMsg(ctx, stream, a.subj, a.cfg.Stream.Partitions, a.cfg.Name, events.KindPlan)
+	m, err := store.LastMsg(ctx, stream, a.subj, a.cfg.Name, events.KindPlan)
 	return err == nil && m.Event.Seq > seq
 }
 

@@ -210,7 +210,7 @@ func (e *env) waitEvent(t *testing.T, node string, kind events.Kind, pred func(s
 	ctx := ctxT(t)
 	subj := e.cfg.Subjects()
 	cons, err := e.js.OrderedConsumer(ctx, e.cfg.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subj.Stored(node, kind, e.cfg.Partitions)},
+		FilterSubjects: []string{subj.Stored(node, kind)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +242,7 @@ func (e *env) waitEvent(t *testing.T, node string, kind events.Kind, pred func(s
 func (e *env) events(t *testing.T, node string, kind events.Kind) []store.Msg {
 	t.Helper()
 	var out []store.Msg
-	err := store.ReadNode(ctxT(t), e.js, e.cfg.Name, e.cfg.Subjects(), e.cfg.Partitions, node, 0, 0, func(m store.Msg) error {
+	err := store.ReadNode(ctxT(t), e.js, e.cfg.Name, e.cfg.Subjects(), node, 0, 0, func(m store.Msg) error {
 		if m.Event.Kind == kind {
 			out = append(out, m)
 		}

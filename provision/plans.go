@@ -53,7 +53,7 @@ func (c *Client) settled(ctx context.Context, plan uint64) {
 		c.log.Warn("settle seen, plan not read", "plan", plan, "err", err)
 		return
 	}
-	m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Stream.Partitions, c.cfg.Node, events.KindPlan)
+	m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Node, events.KindPlan)
 	if err != nil || m.Event.Err != nil || m.Event.Seq != plan {
 		return
 	}

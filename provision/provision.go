@@ -178,7 +178,7 @@ func (c *Client) Run(ctx context.Context) error {
 	// fill on start are followed afterwards.
 	last := func(kind events.Kind) (uint64, error) {
 		return retry(ctx, c.log, "read the newest "+string(kind), func() (uint64, error) {
-			m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Stream.Partitions, c.cfg.Node, kind)
+			m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Node, kind)
 			if errors.Is(err, store.ErrNoMessage) {
 				return 0, nil
 			}
@@ -276,7 +276,7 @@ func (c *Client) follow(ctx context.Context, kind events.Kind, from uint64, hand
 
 func (c *Client) followOnce(ctx context.Context, kind events.Kind, from uint64, handle func(events.Event) bool) (uint64, error) {
 	tail, err := store.Follow(ctx, c.js, store.TailConfig{Stream: c.cfg.Stream.Name,
-		Filter: c.subj.Stored(c.cfg.Node, kind, c.cfg.Stream.Partitions), Start: from + 1})
+		Filter: c.subj.Stored(c.cfg.Node, kind), Start: from + 1})
 	if err != nil {
 		return from, err
 	}
@@ -325,7 +325,7 @@ func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 	if err != nil {
 		return r, fmt.Errorf("provisioner: stream %s: %w", c.cfg.Stream.Name, err)
 	}
-	m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Stream.Partitions, c.cfg.Node, events.KindPlan)
+	m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Node, events.KindPlan)
 	if errors.Is(err, store.ErrNoMessage) {
 		c.log.Info("no plan yet: nothing declared to fill")
 		return r, nil

@@ -191,7 +191,7 @@ func (e *env) waitEvent(t *testing.T, kind events.Kind, pred func(events.Payload
 	t.Helper()
 	ctx := ctxT(t)
 	cons, err := e.js.OrderedConsumer(ctx, e.cfg.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{e.cfg.Subjects().Stored("ace", kind, e.cfg.Partitions)}})
+		FilterSubjects: []string{e.cfg.Subjects().Stored("ace", kind)}})
 	if err != nil {
 		t.Fatal(err)
 	}

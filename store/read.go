@@ -35,19 +35,16 @@ func StreamLastSeq(ctx context.Context, stream jetstream.Stream) (uint64, error)
 }
 
 // LastMsg returns node's newest event of kind k, read with a direct get on
-// its stored subject (subj.Stored(node, k, partitions)).
+// its stored subject (subj.Stored(node, k)).
 //
 // Errors: [ErrNoMessage] when the stream holds none; a bad node name
 // (matching events.ErrInvalid); the get's error otherwise. A payload that
 // fails to decode is not an error: Msg.Event.Err says why.
-func LastMsg(ctx context.Context, stream jetstream.Stream, subj events.Subjects, partitions int, node string, kind events.Kind) (Msg, error) {
+func LastMsg(ctx context.Context, stream jetstream.Stream, subj events.Subjects, node string, kind events.Kind) (Msg, error) {
 	if !events.ValidName(node) {
 		return Msg{}, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
 	}
-	if partitions < 1 {
-		return Msg{}, fmt.Errorf("last %s of %s: partitions %d: must be at least 1", kind, node, partitions)
-	}
-	stored := subj.Stored(node, kind, partitions)
+	stored := subj.Stored(node, kind)
 	raw, err := stream.GetLastMsgForSubject(ctx, stored)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Msg{}, fmt.Errorf("last message on %s: %w", stored, ErrNoMessage)
@@ -71,14 +68,11 @@ func LastMsg(ctx context.Context, stream jetstream.Stream, subj events.Subjects,
 //
 // Errors: fn's error, returned as is and ending the read; a bad node name
 // (matching events.ErrInvalid); ctx's error; the consumer's errors.
-func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, subj events.Subjects, partitions int, node string, from, to uint64, fn func(Msg) error) error {
+func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, subj events.Subjects, node string, from, to uint64, fn func(Msg) error) error {
 	if !events.ValidName(node) {
 		return &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
 	}
-	if partitions < 1 {
-		return fmt.Errorf("read %s: partitions %d: must be at least 1", node, partitions)
-	}
-	filter := subj.StoredNode(node, partitions)
+	filter := subj.StoredNode(node)
 	stream, err := js.Stream(ctx, streamName)
 	if err != nil {
 		return fmt.Errorf("read %s: stream %s: %w", node, streamName, err)

@@ -16,7 +16,7 @@ func TestLastMsg(t *testing.T) {
 	pub := store.NewPublisher(js, cfg.Subjects())
 	subj := cfg.Subjects()
 
-	if _, err := store.LastMsg(ctx, stream, subj, cfg.Partitions, "ace", events.KindKnock); !errors.Is(err, store.ErrNoMessage) {
+	if _, err := store.LastMsg(ctx, stream, subj, "ace", events.KindKnock); !errors.Is(err, store.ErrNoMessage) {
 		t.Fatalf("no knock yet: err = %v, want ErrNoMessage", err)
 	}
 	var last store.Ack
@@ -34,7 +34,7 @@ func TestLastMsg(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m, err := store.LastMsg(ctx, stream, subj, cfg.Partitions, "ace", events.KindJournal)
+	m, err := store.LastMsg(ctx, stream, subj, "ace", events.KindJournal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,10 +44,10 @@ func TestLastMsg(t *testing.T) {
 	if j, ok := m.Event.Payload.(*events.Journal); !ok || j.Msg != "j2" {
 		t.Errorf("payload = %#v", m.Event.Payload)
 	}
-	if want := subj.Stored("ace", events.KindJournal, cfg.Partitions); m.Subject != want {
+	if want := subj.Stored("ace", events.KindJournal); m.Subject != want {
 		t.Errorf("subject = %q, want %q", m.Subject, want)
 	}
-	if _, err := store.LastMsg(ctx, stream, subj, cfg.Partitions, "novox", events.KindJournal); !errors.Is(err, store.ErrNoMessage) {
+	if _, err := store.LastMsg(ctx, stream, subj, "novox", events.KindJournal); !errors.Is(err, store.ErrNoMessage) {
 		t.Errorf("other node: err = %v, want ErrNoMessage", err)
 	}
 }
@@ -82,7 +82,7 @@ func TestReadNode(t *testing.T) {
 	read := func(from, to uint64) []store.Msg {
 		t.Helper()
 		var got []store.Msg
-		if err := store.ReadNode(ctx, js, cfg.Name, subj, cfg.Partitions, "ace", from, to, func(m store.Msg) error {
+		if err := store.ReadNode(ctx, js, cfg.Name, subj, "ace", from, to, func(m store.Msg) error {
 			got = append(got, m)
 			return nil
 		}); err != nil {
@@ -114,7 +114,7 @@ func TestReadNode(t *testing.T) {
 	if got := read(bad+1, 0); len(got) != 0 {
 		t.Errorf("past the end: %d messages", len(got))
 	}
-	if err := store.ReadNode(ctx, js, cfg.Name, subj, cfg.Partitions, "novox", 0, 0, func(store.Msg) error {
+	if err := store.ReadNode(ctx, js, cfg.Name, subj, "novox", 0, 0, func(store.Msg) error {
 		t.Error("novox has no events")
 		return nil
 	}); err != nil {
@@ -124,7 +124,7 @@ func TestReadNode(t *testing.T) {
 	// fn's error ends the read and is returned.
 	stop := errors.New("stop")
 	n := 0
-	err = store.ReadNode(ctx, js, cfg.Name, subj, cfg.Partitions, "ace", 0, 0, func(store.Msg) error {
+	err = store.ReadNode(ctx, js, cfg.Name, subj, "ace", 0, 0, func(store.Msg) error {
 		n++
 		if n == 3 {
 			return stop

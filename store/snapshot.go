@@ -35,9 +35,10 @@ const putWindow = 1024
 // than the checkpoint, which a refold from the checkpoint absorbs. It is
 // safe for concurrent use.
 type Snapshots struct {
-	js  jetstream.JetStream
-	kv  jetstream.KeyValue
-	pre string // subject prefix of a put, key appended
+	js   jetstream.JetStream
+	kv   jetstream.KeyValue
+	pre  string // subject prefix of a put, key appended
+	subj events.Subjects
 }
 
 // OpenSnapshots opens the snapshot bucket of streamCfg's stream (named
@@ -71,7 +72,7 @@ func OpenSnapshots(ctx context.Context, js jetstream.JetStream, streamCfg Stream
 	if p := js.Options().APIPrefix; p != "" && p != jetstream.DefaultAPIPrefix {
 		pre = p + pre
 	}
-	return &Snapshots{js: js, kv: kv, pre: pre}, nil
+	return &Snapshots{js: js, kv: kv, pre: pre, subj: cfg.Subjects()}, nil
 }
 
 // Bucket returns the bucket's name.
@@ -191,19 +192,16 @@ func (s *Snapshots) PutNodesAt(ctx context.Context, partition int, states map[st
 	return firstErr
 }
 
-// GetNode returns node's state, found in its partition among partitions,
+// GetNode returns node's state, found in its partition of the stream's,
 // and the KV revision it was stored at.
 //
 // Errors: [ErrNoSnapshot] when none is stored; a bad node name (matching
 // events.ErrInvalid); the get's error.
-func (s *Snapshots) GetNode(ctx context.Context, node string, partitions int) ([]byte, uint64, error) {
+func (s *Snapshots) GetNode(ctx context.Context, node string) ([]byte, uint64, error) {
 	if err := checkNode(node); err != nil {
 		return nil, 0, err
 	}
-	if partitions < 1 {
-		return nil, 0, fmt.Errorf("get snapshot of %s: partitions %d", node, partitions)
-	}
-	e, err := s.kv.Get(ctx, nodeKey(events.Partition(node, partitions), node))
+	e, err := s.kv.Get(ctx, nodeKey(s.subj.Partition(node), node))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("snapshot of %s: %w", node, ErrNoSnapshot)
 	}

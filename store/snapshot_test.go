@@ -26,7 +26,7 @@ func TestSnapshots(t *testing.T) {
 	if _, err := store.OpenSnapshots(ctx, js, cfg); err != nil {
 		t.Fatalf("second open: %v", err)
 	}
-	if _, _, err := snaps.GetNode(ctx, "ace", cfg.Partitions); !errors.Is(err, store.ErrNoSnapshot) {
+	if _, _, err := snaps.GetNode(ctx, "ace"); !errors.Is(err, store.ErrNoSnapshot) {
 		t.Fatalf("GetNode before any put: err = %v, want ErrNoSnapshot", err)
 	}
 
@@ -37,7 +37,7 @@ func TestSnapshots(t *testing.T) {
 	if err := snaps.PutNode(ctx, pAce, "ace", []byte(`{"seq":2}`)); err != nil {
 		t.Fatal(err)
 	}
-	state, rev, err := snaps.GetNode(ctx, "ace", cfg.Partitions)
+	state, rev, err := snaps.GetNode(ctx, "ace")
 	if err != nil || string(state) != `{"seq":2}` || rev == 0 {
 		t.Fatalf("GetNode = %s, %d, %v", state, rev, err)
 	}

@@ -73,9 +73,11 @@ func (c StreamConfig) WithDefaults() StreamConfig {
 	return c
 }
 
-// Subjects returns the subject builder of the stream's prefix.
+// Subjects returns the subject builder of the stream's prefix and
+// partition count.
 func (c StreamConfig) Subjects() events.Subjects {
-	return events.Subjects{Prefix: c.WithDefaults().Prefix}
+	d := c.WithDefaults()
+	return events.Subjects{Prefix: d.Prefix, Partitions: d.Partitions}
 }
 
 // maxPartitions bounds N; a partition token is a subject token and a
@@ -104,8 +106,8 @@ func (c StreamConfig) validate() error {
 // jsConfig is the JetStream configuration of a new stream for c (c has
 // its defaults applied).
 func (c StreamConfig) jsConfig() jetstream.StreamConfig {
-	subj := events.Subjects{Prefix: c.Prefix}
-	src, dst := subj.Transform(c.Partitions)
+	subj := c.Subjects()
+	src, dst := subj.Transform()
 	return jetstream.StreamConfig{
 		Name:              c.Name,
 		Description:       "meshfold events: " + c.Prefix + ".<node>.<kind>, stored as <partition>." + c.Prefix + ".<node>.<kind>",
@@ -256,7 +258,7 @@ func partitionsOf(t *jetstream.SubjectTransformConfig, prefix string) (int, erro
 	if err != nil || n < 1 {
 		return 0, fmt.Errorf("transform: bad partition count in %q", t.Destination)
 	}
-	src, dst := events.Subjects{Prefix: prefix}.Transform(n)
+	src, dst := events.Subjects{Prefix: prefix, Partitions: n}.Transform()
 	if t.Source != src || t.Destination != dst {
 		return 0, fmt.Errorf("transform: stream has %q → %q, prefix %q needs %q → %q", t.Source, t.Destination, prefix, src, dst)
 	}

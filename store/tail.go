@@ -14,7 +14,7 @@ type TailConfig struct {
 	// Stream is the stream's name.
 	Stream string
 	// Filter is the one stored subject (or wildcard) read, e.g.
-	// Subjects.Stored(node, kind, n). One filter: the server serves it
+	// Subjects.Stored(node, kind). One filter: the server serves it
 	// from its subject index, while several filters make it scan.
 	Filter string
 	// Start is the first stream sequence delivered; 0 and 1 both mean the

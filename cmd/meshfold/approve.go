@@ -76,7 +76,7 @@ func (a *app) approvalNote(ctx context.Context, js jetstream.JetStream, node, mo
 	if err != nil {
 		return ""
 	}
-	m, err := store.LastMsg(ctx, stream, scfg.Subjects(), scfg.Partitions, node, events.KindWant)
+	m, err := store.LastMsg(ctx, stream, scfg.Subjects(), node, events.KindWant)
 	if errors.Is(err, store.ErrNoMessage) {
 		return fmt.Sprintf("node %s has no want yet; the approval is kept for when one names %s", node, module)
 	}

@@ -233,7 +233,7 @@ func readHistory(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	if progress != nil {
 		// The node's message count, per kind, from the stream's subject
 		// index: one request, no message read.
-		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subj.StoredNode(node, cfg.Partitions)))
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subj.StoredNode(node)))
 		if err != nil {
 			return nil, fmt.Errorf("stream info: %w", err)
 		}
@@ -252,7 +252,7 @@ func readHistory(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	if total > 0 {
 		evs = make([]events.Event, 0, total)
 	}
-	err := store.ReadNode(ctx, js, cfg.Name, subj, cfg.Partitions, node, 0, to, func(m store.Msg) error {
+	err := store.ReadNode(ctx, js, cfg.Name, subj, node, 0, to, func(m store.Msg) error {
 		if end != nil && end.IsTime() && !m.Event.Time.Before(end.Time.Add(end.Unit)) {
 			return errPastBound
 		}

@@ -129,7 +129,7 @@ func BenchmarkAudit1M(b *testing.B) {
 		b.Fatal(err)
 	}
 	node := "n05000"
-	filter := m.cfg.Subjects().StoredNode(node, m.cfg.Partitions)
+	filter := m.cfg.Subjects().StoredNode(node)
 
 	raw := func() {
 		cons, err := m.js.OrderedConsumer(ctx, m.cfg.Name, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})

@@ -232,7 +232,7 @@ func TestIncident1WithCredentialsOverTLS(t *testing.T) {
 	}
 	cfg := store.StreamConfig{}.WithDefaults()
 	cons, err := ojs.OrderedConsumer(ctx, cfg.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{cfg.Subjects().StoredNode("ace", cfg.Partitions)}, InactiveThreshold: 30 * time.Second})
+		FilterSubjects: []string{cfg.Subjects().StoredNode("ace")}, InactiveThreshold: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -165,7 +165,7 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	}
 	m.pub = store.NewPublisher(m.js, m.cfg.Subjects())
 	cons, err := m.js.OrderedConsumer(ctx, m.cfg.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{m.cfg.Subjects().StoredNode(name, m.cfg.Partitions)}})
+		FilterSubjects: []string{m.cfg.Subjects().StoredNode(name)}})
 	if err != nil {
 		return err
 	}
@@ -341,7 +341,7 @@ func demoFill(ctx context.Context, nc *nats.Conn, subject, module, path, writer,
 // print writes the node's timeline, the file and why the knock came.
 func (m *demoMesh) print(ctx context.Context, w io.Writer, name, root, path string) error {
 	var evs []events.Event
-	if err := store.ReadNode(ctx, m.js, m.cfg.Name, m.cfg.Subjects(), m.cfg.Partitions, name, 0, 0, func(msg store.Msg) error {
+	if err := store.ReadNode(ctx, m.js, m.cfg.Name, m.cfg.Subjects(), name, 0, 0, func(msg store.Msg) error {
 		evs = append(evs, msg.Event)
 		return nil
 	}); err != nil {

@@ -96,7 +96,7 @@ func TestReconcileGroupOnCluster(t *testing.T) {
 		return ack.Seq
 	}
 	planned := func(node string, cause uint64) bool {
-		m, err := store.LastMsg(ctx, stream, cfg.Subjects(), cfg.Partitions, node, events.KindPlan)
+		m, err := store.LastMsg(ctx, stream, cfg.Subjects(), node, events.KindPlan)
 		if err != nil {
 			return false
 		}

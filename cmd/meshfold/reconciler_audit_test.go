@@ -142,7 +142,7 @@ func TestAuditMatchesReconciler(t *testing.T) {
 	}
 
 	// The knock of incident 1, as the reconciler published it, explained.
-	knock, err := store.LastMsg(ctx, stream, m.cfg.Subjects(), m.cfg.Partitions, "ace", events.KindKnock)
+	knock, err := store.LastMsg(ctx, stream, m.cfg.Subjects(), "ace", events.KindKnock)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,11 +127,11 @@ func openSnapshots(ctx context.Context, js jetstream.JetStream, sf streamFlags) 
 }
 
 func loadSnapshot(ctx context.Context, js jetstream.JetStream, sf streamFlags, node string) (*reconcile.State, error) {
-	snaps, cfg, err := openSnapshots(ctx, js, sf)
+	snaps, _, err := openSnapshots(ctx, js, sf)
 	if err != nil {
 		return nil, fmt.Errorf("no reconciler answered, and %w", err)
 	}
-	data, _, err := snaps.GetNode(ctx, node, cfg.Partitions)
+	data, _, err := snaps.GetNode(ctx, node)
 	if errors.Is(err, store.ErrNoSnapshot) {
 		return nil, fmt.Errorf("node %q is unknown: no reconciler answered and no snapshot holds it", node)
 	}

@@ -45,7 +45,7 @@ func (c *verbCLI) run(t *testing.T, stdin string, args ...string) (code int, std
 
 func (c *verbCLI) last(t *testing.T, node string, kind events.Kind) (store.Msg, bool) {
 	t.Helper()
-	m, err := store.LastMsg(context.Background(), c.stream, c.cfg.Subjects(), c.cfg.Partitions, node, kind)
+	m, err := store.LastMsg(context.Background(), c.stream, c.cfg.Subjects(), node, kind)
 	if err != nil {
 		return m, false
 	}
@@ -234,7 +234,7 @@ func TestNodeAndProvisionVerbs(t *testing.T) {
 	}()
 	// Wait for the filled event, then check the file.
 	cons, err := c.js.OrderedConsumer(ctx, c.cfg.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{c.cfg.Subjects().Stored("ace", events.KindFilled, c.cfg.Partitions)}})
+		FilterSubjects: []string{c.cfg.Subjects().Stored("ace", events.KindFilled)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -209,7 +209,7 @@ func (a *app) lastSeq(ctx context.Context, js jetstream.JetStream, node string, 
 	if err != nil {
 		return 0, err
 	}
-	m, err := store.LastMsg(ctx, stream, scfg.Subjects(), scfg.Partitions, node, kind)
+	m, err := store.LastMsg(ctx, stream, scfg.Subjects(), node, kind)
 	if errors.Is(err, store.ErrNoMessage) {
 		return 0, nil
 	}

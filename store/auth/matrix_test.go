@@ -125,7 +125,6 @@ type action func(ctx context.Context, c *cell) error
 
 func actions(cfg store.StreamConfig) map[string]action {
 	subj := cfg.Subjects()
-	n := cfg.Partitions
 	acts := map[string]action{}
 	for _, node := range []string{"ace", "shanks"} {
 		for _, k := range events.Kinds {
@@ -134,21 +133,21 @@ func actions(cfg store.StreamConfig) map[string]action {
 				return err
 			}
 		}
-		acts["consume plan "+node] = consume(subj.Stored(node, events.KindPlan, n))
+		acts["consume plan "+node] = consume(subj.Stored(node, events.KindPlan))
 		for _, k := range []events.Kind{events.KindPlan, events.KindKnock, events.KindSettle} {
 			acts["get "+string(k)+" "+node] = func(ctx context.Context, c *cell) error {
 				stream, err := c.js.Stream(ctx, c.cfg.Name)
 				if err != nil {
 					return err
 				}
-				_, err = store.LastMsg(ctx, stream, subj, n, node, k)
+				_, err = store.LastMsg(ctx, stream, subj, node, k)
 				return err
 			}
 		}
 	}
-	acts["consume knock ace"] = consume(subj.Stored("ace", events.KindKnock, n))
-	acts["consume settle ace"] = consume(subj.Stored("ace", events.KindSettle, n))
-	acts["consume events ace"] = consume(subj.StoredNode("ace", n))
+	acts["consume knock ace"] = consume(subj.Stored("ace", events.KindKnock))
+	acts["consume settle ace"] = consume(subj.Stored("ace", events.KindSettle))
+	acts["consume events ace"] = consume(subj.StoredNode("ace"))
 	acts["consume all"] = consume("")
 	acts["request fill ace"] = func(ctx context.Context, c *cell) error {
 		msg := nats.NewMsg(subj.Fill("ace"))
@@ -171,7 +170,7 @@ func actions(cfg store.StreamConfig) map[string]action {
 		if err != nil {
 			return err
 		}
-		if _, _, err := snaps.GetNode(ctx, "ace", n); err != nil {
+		if _, _, err := snaps.GetNode(ctx, "ace"); err != nil {
 			return err
 		}
 		return snaps.LoadAll(ctx, func(string, []byte) error { return nil })
@@ -181,7 +180,7 @@ func actions(cfg store.StreamConfig) map[string]action {
 		if err != nil {
 			return err
 		}
-		return snaps.PutNode(ctx, events.Partition("ace", n), "ace", []byte(`{}`))
+		return snaps.PutNode(ctx, subj.Partition("ace"), "ace", []byte(`{}`))
 	}
 	acts["write leases"] = func(ctx context.Context, c *cell) error {
 		bucket := c.cfg.Name + "_LEASES"

@@ -26,10 +26,10 @@ import (
 func TestScopedJetStreamCannotBeWidened(t *testing.T) {
 	s := startSecured(t)
 	cfg := fixture(t, s)
-	subj, n := cfg.Subjects(), cfg.Partitions
+	subj := cfg.Subjects()
 	ctx := testCtx(t)
 	nc, _ := s.mustConnect(t, "node-ace")
-	plan := func(node string) string { return subj.Stored(node, events.KindPlan, n) }
+	plan := func(node string) string { return subj.Stored(node, events.KindPlan) }
 
 	// A consumer whose subject says ace's plan and whose body says shanks'.
 	body, _ := json.Marshal(map[string]any{"stream_name": cfg.Name, "config": map[string]any{
