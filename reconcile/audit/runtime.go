@@ -22,7 +22,9 @@ func failing(rs []reconcile.ModuleRuntime) []reconcile.ModuleRuntime {
 }
 
 // ShortBuild cuts a sha256 build (a bundle's) to its first 12 digits for
-// lines; other builds are kept.
+// summaries and lines, where the whole digest would push what follows
+// past [LineWidth]; other builds are kept. JSON entries keep every build
+// whole.
 func ShortBuild(b string) string {
 	const scheme = "sha256:"
 	if strings.HasPrefix(b, scheme) && len(b) > len(scheme)+12 {

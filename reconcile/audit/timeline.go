@@ -196,7 +196,7 @@ func wantSummary(w, prev *events.Want) string {
 	if prev == nil {
 		parts := make([]string, len(w.Modules))
 		for i, m := range w.Modules {
-			parts[i] = m.Name + " " + m.Build + wantFlags(m)
+			parts[i] = m.Name + " " + ShortBuild(m.Build) + wantFlags(m)
 		}
 		return "first want, " + head + ": " + strings.Join(parts, ", ")
 	}
@@ -237,12 +237,12 @@ func WantChanges(prev, w *events.Want) []string {
 	for _, m := range w.Modules {
 		o, ok := old[m.Name]
 		if !ok {
-			out = append(out, "+"+m.Name+" "+m.Build+wantFlags(m))
+			out = append(out, "+"+m.Name+" "+ShortBuild(m.Build)+wantFlags(m))
 			continue
 		}
 		var c []string
 		if o.Build != m.Build {
-			c = append(c, o.Build+"→"+m.Build)
+			c = append(c, ShortBuild(o.Build)+"→"+ShortBuild(m.Build))
 		}
 		if o.RunsAs != m.RunsAs {
 			c = append(c, "runs_as "+orNone(o.RunsAs)+"→"+orNone(m.RunsAs))
@@ -330,12 +330,12 @@ func planSummary(p *events.Plan) string {
 	var composed, held []string
 	for _, m := range p.Modules {
 		if !m.Held {
-			composed = append(composed, m.Name+" "+m.Build)
+			composed = append(composed, m.Name+" "+ShortBuild(m.Build))
 			continue
 		}
 		s := m.Name + " (" + string(m.Why)
 		if m.Pending != "" {
-			s += ", pending " + m.Pending
+			s += ", pending " + ShortBuild(m.Pending)
 		}
 		held = append(held, s+")")
 	}
