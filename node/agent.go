@@ -95,6 +95,10 @@ type Agent struct {
 
 	started  atomic.Bool
 	haveKick chan struct{}
+	// ready is closed once the first plan has been applied (or there was
+	// none): fill requests that arrive earlier wait for it instead of
+	// being judged against plan 0 or finding no responder.
+	ready chan struct{}
 
 	// mu is the judging lock: the fill handler judges and writes under it,
 	// and the plan loop switches the settled plan under it.
@@ -175,6 +179,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 		key:      key,
 		pub:      pub,
 		haveKick: make(chan struct{}, 1),
+		ready:    make(chan struct{}),
 	}, nil
 }
 
@@ -272,6 +277,14 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 	}
 	wg.Go(func() { a.haveLoop(ctx) })
 
+	// The fill endpoint is registered before the first plan's settles
+	// are published, so a provisioner reacting to them finds a responder;
+	// its requests wait for ready (see serveFill).
+	svc, err := a.serve(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = svc.Stop() }()
 	from, err := a.startPlan(ctx, stream)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -279,11 +292,7 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 		}
 		return err
 	}
-	svc, err := a.serve(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = svc.Stop() }()
+	close(a.ready)
 	a.log.Info("node agent running", "fill_subject", a.subj.Fill(a.cfg.Name), "root", a.cfg.Root, "settled", a.Settled())
 	a.follow(ctx, from)
 	return nil

@@ -374,9 +374,12 @@ func TestSupersededPlansSkipped(t *testing.T) {
 // cleanly, its lease is released and a new agent starts at once.
 func TestSecondAgentRefused(t *testing.T) {
 	e := newEnv(t)
-	p1 := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:1"})
+	e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:1"})
 	a := e.startAgent(t, "ace", nil)
-	e.waitEvent(t, "ace", events.KindSettle, settleOf(p1))
+	e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool {
+		h := m.Event.Payload.(*events.Have)
+		return len(h.Modules) == 1 && h.Modules[0].Build == "a:1"
+	})
 	haves := len(e.events(t, "ace", events.KindHave))
 
 	dir := t.TempDir()
@@ -404,6 +407,11 @@ func TestSecondAgentRefused(t *testing.T) {
 	}
 	p2 := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:2"})
 	e.waitEvent(t, "ace", events.KindSettle, settleOf(p2))
+	// The have follows the settles: wait for the one that reports a:2.
+	e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool {
+		h := m.Event.Payload.(*events.Have)
+		return len(h.Modules) == 1 && h.Modules[0].Build == "a:2"
+	})
 	if n := len(e.events(t, "ace", events.KindHave)); n != haves+1 {
 		t.Errorf("%d haves after the refused start, want %d (the first agent's, on its change)", n, haves+1)
 	}

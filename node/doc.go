@@ -41,9 +41,10 @@
 // newer plan arrives.
 //
 // After a restart the agent has settled nothing until the newest plan is
-// applied again (usually a no-op: the runtime already runs it); it starts
-// serving fill requests only after that first apply, so a provisioner's
-// requests during the start wait (the client retries) rather than being
+// applied again (usually a no-op: the runtime already runs it). Its fill
+// endpoint is registered before that first apply publishes its settles, so
+// a provisioner reacting to them finds a responder, but it answers only
+// after that apply: requests during the start wait rather than being
 // refused against plan 0.
 //
 // # Fill requests

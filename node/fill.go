@@ -55,6 +55,11 @@ func (a *Agent) serveFill(ctx context.Context, req micro.Request) {
 		_ = req.Error("400", reply.Error, data)
 		return
 	}
+	select {
+	case <-a.ready:
+	case <-ctx.Done():
+		return // the agent stops: no reply, the client retries elsewhere or later
+	}
 	reply := a.fill(ctx, module, path, writer, req.Data())
 	if err := req.RespondJSON(reply); err != nil {
 		a.log.Warn("fill reply not sent", "module", module, "path", path, "err", err)
