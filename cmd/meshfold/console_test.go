@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The console on an operator-mode server, both ways it runs: inside serve
+// (--http, connecting as the directory's operator-read user) and as its
+// own command with the operator-read creds. Each shows the fleet, follows
+// it live, serves the node's page, and is refused nothing by the server;
+// anything but GET is refused by the console.
+func TestConsoleWithCredentials(t *testing.T) {
+	ctx, refused := context.WithCancel(testCtx(t))
+	defer refused()
+	base := t.TempDir()
+	dir := filepath.Join(base, "auth")
+	if code, _, errs := runCLI(ctx, "auth", "init", "--dir", dir); code != exitOK {
+		t.Fatalf("auth init: %d %s", code, errs)
+	}
+	var stops []func()
+	t.Cleanup(func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	})
+	// background runs a command until the test ends; a permissions
+	// violation in its log ends the test at once.
+	background := func(name string, args ...string) *lines {
+		out := &lines{ch: make(chan string, 8)}
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		errb := &watchBuffer{onViolation: refused}
+		go func() {
+			defer close(done)
+			if code := run(cctx, append(args, "--log-level", "warn"), nil, out, errb); code != exitOK {
+				t.Errorf("%s: exit %d: %s", name, code, errb.String())
+			}
+		}()
+		stops = append(stops, func() {
+			cancel()
+			<-done
+			if s := errb.String(); strings.Contains(s, "iolation") {
+				t.Errorf("%s was refused something:\n%s", name, s)
+			}
+		})
+		return out
+	}
+	line := func(out *lines, re string) string {
+		t.Helper()
+		for {
+			select {
+			case l := <-out.ch:
+				if m := regexp.MustCompile(re).FindStringSubmatch(l); m != nil {
+					return m[1]
+				}
+			case <-ctx.Done():
+				t.Fatalf("no line matching %s", re)
+			}
+		}
+	}
+
+	serve := background("serve", "serve", "--auth", dir, "--data", filepath.Join(base, "data"), "--listen", "127.0.0.1:0",
+		"--http", "127.0.0.1:0")
+	url := line(serve, `serving NATS at (\S+);`)
+	served := line(serve, `console at (http://\S+)/ `)
+	alone := line(background("console", "console", "--server", url, "--listen", "127.0.0.1:0",
+		"--creds", filepath.Join(dir, "creds", "operator-read.creds")), `console at (http://\S+)/ `)
+
+	// Each console's live stream, opened before the want.
+	streams := map[string]*bufio.Scanner{}
+	for name, u := range map[string]string{"serve --http": served, "console": alone} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u+"/events", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		streams[name] = sc
+	}
+	code, out, errs := runCLI(ctx, "want", "ace", "-f", writeWantFile(t, `{"modules":[{"name":"provisioner","build":"p:1","runs_as":"prov","provisioner":true}]}`),
+		"--server", url, "--creds", filepath.Join(dir, "creds", "controller.creds"))
+	if code != exitOK {
+		t.Fatalf("want: %d %s %s", code, out, errs)
+	}
+	for name, sc := range streams {
+		for {
+			if !sc.Scan() {
+				t.Fatalf("%s: the live stream ended before ace appeared: %v", name, sc.Err())
+			}
+			// ace's plan is emitted and unsettled: no agent runs.
+			if strings.Contains(sc.Text(), `id="need-ace"`) {
+				break
+			}
+		}
+	}
+	for name, u := range map[string]string{"serve --http": served, "console": alone} {
+		resp, err := http.Get(u + "/node/ace")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `class="ev ev-want`) || !strings.Contains(string(body), "the reconciler (live)") {
+			t.Errorf("%s: GET /node/ace: %d\n%s", name, resp.StatusCode, body)
+		}
+		resp, err = http.Post(u+"/node/ace", "text/plain", strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("%s: POST: %d, want 405", name, resp.StatusCode)
+		}
+	}
+}
