@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -43,6 +44,7 @@ func TestDeployMetricsExported(t *testing.T) {
 		t.Fatalf("the deploy files name %d metrics: %v", len(named), named)
 	}
 
+	started := time.Now()
 	g := newRig(t, store.StreamConfig{})
 	reg := prometheus.NewRegistry()
 	m := engine.NewMetrics(reg)
@@ -77,6 +79,10 @@ func TestDeployMetricsExported(t *testing.T) {
 		return gauge(got, "meshfold_owed_items") == 1 && gauge(got, "meshfold_modules_failed") == 1 &&
 			gauge(got, "meshfold_events_rejected_total") == 1 && gauge(got, "meshfold_plans_unsettled") == 1
 	})
+	// The refusal's stream time: after the rig started, before now.
+	if ts := got["meshfold_owed_oldest_timestamp_seconds"]; ts < float64(started.Unix()) || ts > float64(time.Now().Unix()+1) {
+		t.Errorf("meshfold_owed_oldest_timestamp_seconds = %v, want the refusal's stream time, between %v and now", ts, started.Unix())
+	}
 	for name, want := range map[string]float64{"meshfold_partitions": float64(g.cfg.Partitions), "meshfold_nodes": 2,
 		"meshfold_nodes_owing": 1, "meshfold_partitions_owned": float64(g.cfg.Partitions)} {
 		if got[name] != want {

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshfold/meshfold/reconcile"
@@ -21,6 +23,10 @@ var (
 		"Modules the newest have of their node reports failed: exited or could not start, waiting to restart (a crash loop while it lasts).", nil, nil)
 	descUnsettled = prometheus.NewDesc("meshfold_plans_unsettled",
 		"Plans emitted and not settled yet, over the nodes this instance folds.", nil, nil)
+	descOldestOwed = prometheus.NewDesc("meshfold_owed_oldest_timestamp_seconds",
+		"Stream time (Unix seconds) of the refusal of the oldest unpaid owed item; absent when nothing is owed. time() minus it is the age of the oldest owed item.", nil, nil)
+	descPaused = prometheus.NewDesc("meshfold_nodes_paused",
+		"Nodes paused by an operator (DESIGN.md §9): no new plan is emitted for them.", nil, nil)
 )
 
 // stateCollector counts over every node state of a Reconciler.
@@ -29,13 +35,14 @@ type stateCollector struct{ r *Reconciler }
 // StateCollector returns a Prometheus collector of gauges read from this
 // instance's node states at each scrape (meshfold_partitions,
 // meshfold_nodes, meshfold_owed_items, meshfold_nodes_owing,
-// meshfold_modules_failed, meshfold_plans_unsettled). A scrape takes each
+// meshfold_owed_oldest_timestamp_seconds, meshfold_modules_failed,
+// meshfold_plans_unsettled, meshfold_nodes_paused). A scrape takes each
 // partition's lock once, for a count over its states: register it with the
 // registry that serves /metrics (meshfold serve and reconcile do).
 func (r *Reconciler) StateCollector() prometheus.Collector { return stateCollector{r} }
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPartitions, descNodes, descOwed, descOwing, descFailed, descUnsettled} {
+	for _, d := range []*prometheus.Desc{descPartitions, descNodes, descOwed, descOwing, descFailed, descUnsettled, descOldestOwed, descPaused} {
 		ch <- d
 	}
 }
@@ -48,7 +55,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		parts = append(parts, p)
 	}
 	r.mu.RUnlock()
-	var nodes, owed, owing, failed, unsettled int
+	var nodes, owed, owing, failed, unsettled, paused int
+	var oldest time.Time
 	for _, p := range parts {
 		p.mu.Lock()
 		for _, st := range p.states {
@@ -58,6 +66,14 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 				owing++
 			}
 			unsettled += len(st.Unsettled)
+			for _, it := range st.Owed {
+				if !it.Time.IsZero() && (oldest.IsZero() || it.Time.Before(oldest)) {
+					oldest = it.Time
+				}
+			}
+			if st.Paused != nil {
+				paused++
+			}
 			for _, m := range reconcile.RuntimeOf(st) {
 				if m.Failing() {
 					failed++
@@ -75,4 +91,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	g(descOwing, owing)
 	g(descFailed, failed)
 	g(descUnsettled, unsettled)
+	g(descPaused, paused)
+	if !oldest.IsZero() {
+		ch <- prometheus.MustNewConstMetric(descOldestOwed, prometheus.GaugeValue, float64(oldest.UnixNano())/1e9)
+	}
 }
