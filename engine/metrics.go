@@ -18,6 +18,12 @@ type Metrics struct {
 	Effects *prometheus.CounterVec
 	// Skipped counts effects found already published after a restart.
 	Skipped prometheus.Counter
+	// Poison counts effects that could never be stored (over the
+	// server's max_payload, invalid): journaled, shortened, and skipped.
+	Poison prometheus.Counter
+	// TooBig counts node-state snapshots written as a refold marker
+	// because the state was over the server's max_payload.
+	TooBig prometheus.Counter
 	// Lag is, per partition, the partition's messages not yet folded.
 	Lag *prometheus.GaugeVec
 	// Folding is the time to decode and fold one event, in seconds.
@@ -47,6 +53,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Effects published, by kind (plan, knock, journal)."}, []string{"kind"}),
 		Skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshfold_effects_skipped_total",
 			Help: "Effects found already published when refolding after a restart."}),
+		Poison: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshfold_effects_poison_total",
+			Help: "Effects that could never be stored (over max_payload, invalid): journaled and skipped."}),
+		TooBig: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshfold_snapshots_too_big_total",
+			Help: "Node-state snapshots over max_payload, written as a marker that makes a restart refold the node."}),
 		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meshfold_partition_lag_messages",
 			Help: "Messages of the partition stored but not yet folded."}, []string{"partition"}),
 		Folding: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meshfold_fold_seconds",
@@ -61,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Partitions this reconciler instance folds now (all of them unless it runs in a group)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Folded, m.Rejected, m.BadSubject, m.Effects, m.Skipped, m.Lag,
+		reg.MustRegister(m.Folded, m.Rejected, m.BadSubject, m.Effects, m.Skipped, m.Poison, m.TooBig, m.Lag,
 			m.Folding, m.Publishing, m.Checkpoints, m.Restarts, m.Owned)
 	}
 	return m

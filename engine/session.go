@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/segmentio/encoding/json"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
@@ -19,7 +18,7 @@ import (
 type pendingAck struct {
 	f    jetstream.PubAckFuture
 	sent time.Time
-	kind events.Kind
+	e    reconcile.Effect
 }
 
 // session is one run of a partition from its snapshot.
@@ -38,6 +37,9 @@ type session struct {
 	pending    []pendingAck
 	since      int // events folded since the checkpoint
 	in         *interner
+	// tooBig holds the nodes whose snapshot is a marker (their state is
+	// over the server's max_payload): journaled once.
+	tooBig map[string]bool
 }
 
 func (p *partition) session(ctx context.Context) error {
@@ -48,7 +50,19 @@ func (p *partition) session(ctx context.Context) error {
 	}
 	in := newInterner()
 	states := make(map[string]*reconcile.State, len(raw))
+	tooBig := map[string]bool{}
 	for node, b := range raw {
+		if _, ok := markerOf(b); ok {
+			st, err := p.refoldNode(ctx, node, ck)
+			if err != nil {
+				return err
+			}
+			r.log.Info("node state refolded from the stream: its snapshot is a marker", "node", node, "seq", st.Seq)
+			tooBig[node] = true
+			in.state(st)
+			states[node] = st
+			continue
+		}
 		st, err := reconcile.UnmarshalState(b)
 		if err != nil {
 			return fmt.Errorf("snapshot of node %s: %w", node, err)
@@ -64,7 +78,7 @@ func (p *partition) session(ctx context.Context) error {
 		return err
 	}
 	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck, in: in,
-		rec: newRecovery(), dirty: map[string]*reconcile.State{}, revs: revs}
+		rec: newRecovery(), dirty: map[string]*reconcile.State{}, revs: revs, tooBig: tooBig}
 	p.folded.Store(ck)
 	r.log.Debug("partition session", "partition", p.id, "checkpoint", ck, "nodes", len(states), "stream_last", last)
 	return s.consume(ctx)
@@ -228,6 +242,12 @@ func (s *session) endRecovery(ctx context.Context) error {
 		}
 		start := time.Now()
 		ack, err := r.pub.Append(ctx, e.Node, e.Payload, store.WithMsgID(id), store.WithExpectLastSubjectSeq(fence))
+		if store.Permanent(err) {
+			if err := s.poisoned(ctx, e, err); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("publish %s (fenced at %d): %w", id, fence, err)
 		}
@@ -256,10 +276,13 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 	}
 	id := store.EffectMsgID(s.p.r.key, e.ID())
 	f, err := s.p.r.pub.AppendAsync(ctx, e.Node, e.Payload, store.WithMsgID(id))
+	if store.Permanent(err) {
+		return s.poisoned(ctx, e, err)
+	}
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", id, err)
 	}
-	s.pending = append(s.pending, pendingAck{f: f, sent: time.Now(), kind: e.Kind})
+	s.pending = append(s.pending, pendingAck{f: f, sent: time.Now(), e: e})
 	s.p.r.logJournal(e)
 	return nil
 }
@@ -289,9 +312,15 @@ func (s *session) awaitAcks(ctx context.Context) error {
 		case ack := <-pa.f.Ok():
 			m.Publishing.Observe(time.Since(pa.sent).Seconds())
 			if !ack.Duplicate {
-				m.Effects.WithLabelValues(string(pa.kind)).Inc()
+				m.Effects.WithLabelValues(string(pa.e.Kind)).Inc()
 			}
 		case err := <-pa.f.Err():
+			if store.Permanent(err) {
+				if err := s.poisoned(ctx, pa.e, err); err != nil {
+					return err
+				}
+				break
+			}
 			return fmt.Errorf("publish %s: %w", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), store.ServerError(err))
 		case <-timer.C:
 			return fmt.Errorf("publish %s: no acknowledgement within %s", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), ackTimeout)
@@ -328,9 +357,9 @@ func (s *session) checkpointNow(ctx context.Context) error {
 	if len(s.dirty) > 0 {
 		states := make(map[string][]byte, len(s.dirty))
 		for node, st := range s.dirty {
-			b, err := json.Marshal(st)
+			b, err := s.snapshotOf(ctx, node, st)
 			if err != nil {
-				return fmt.Errorf("encode state of %s: %w", node, err)
+				return err
 			}
 			states[node] = b
 		}

@@ -47,6 +47,24 @@ func ServerError(err error) error {
 	return err
 }
 
+// Permanent reports whether a publish or a put failed for a reason a
+// retry cannot change: the message is over the server's max_payload
+// (nats.ErrMaxPayload, refused by the client before sending) or the
+// stream's or bucket's maximum message size (the server's 10054), or the
+// payload is invalid (events.ErrInvalid). No server, no leader, a
+// timeout, a conflict or a denied permission are not permanent: an
+// operator or a failover can change them.
+func Permanent(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, events.ErrInvalid) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
+}
+
 // Publisher appends events to the stream on their plain subjects
 // (<prefix>.<node>.<kind>). It is safe for concurrent use.
 type Publisher struct {

@@ -1,0 +1,143 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/encoding/json"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
+)
+
+// poisoned handles an effect that can never be stored (store.Permanent:
+// over the server's max_payload, invalid): it is journaled at error,
+// shortened, and skipped, and the partition goes on (DESIGN.md §10). Only
+// a transient failure restarts a session; retrying this one would restart
+// it forever and stop every node of the partition.
+//
+// The journal entry is published under the effect's own message id, so a
+// session that refolds the range reads it as the effect's stand-in and
+// does not try again.
+func (s *session) poisoned(ctx context.Context, e reconcile.Effect, cause error) error {
+	r := s.p.r
+	r.m.Poison.Inc()
+	size := 0
+	if b, err := events.Encode(e.Payload); err == nil {
+		size = len(b)
+	}
+	r.log.Error("effect can never be stored: journaled and skipped", "node", e.Node, "effect", e.ID(), "bytes", size,
+		"err", events.Text(cause.Error()))
+	j := &events.Journal{Level: events.LevelError, Cause: e.Cause,
+		Msg: fmt.Sprintf("%s %s of %d bytes not stored, skipped: %s", e.Kind, e.ID(), size, events.Text(cause.Error()))}
+	events.Stamp(j, events.HeaderOf(e.Payload).At)
+	if err := s.p.lost(); err != nil {
+		return err
+	}
+	_, err := r.pub.Append(ctx, e.Node, j, store.WithMsgID(store.EffectMsgID(r.key, e.ID())))
+	switch {
+	case err == nil:
+		return nil
+	case store.Permanent(err):
+		r.log.Error("journal entry of a skipped effect not stored either: skipped", "node", e.Node, "effect", e.ID(), "err", err)
+		return nil
+	}
+	return fmt.Errorf("journal skipped effect %s: %w", e.ID(), err)
+}
+
+// stateMarker is what a node's snapshot key holds instead of a state over
+// the server's max_payload: a restart refolds that node from the stream.
+type stateMarker struct {
+	Node   string `json:"node"`
+	Seq    uint64 `json:"seq"`
+	TooBig int    `json:"too_big"` // the state's encoded size, bytes
+}
+
+// markerOf returns the marker a snapshot holds, ok false for a state.
+func markerOf(b []byte) (stateMarker, bool) {
+	var m stateMarker
+	if json.Unmarshal(b, &m) != nil || m.TooBig <= 0 {
+		return stateMarker{}, false
+	}
+	return m, true
+}
+
+// stateRoom is what a node-state put needs beside the state: its headers
+// (the expected-sequence fence) and the protocol line.
+const stateRoom = 1024
+
+// snapshotOf encodes st for the snapshot bucket: the state, or a marker
+// when it is over the server's max_payload. The first time a node's state
+// is too big in a session (not already a marker when the session loaded
+// it), that is journaled at error and logged.
+func (s *session) snapshotOf(ctx context.Context, node string, st *reconcile.State) ([]byte, error) {
+	r := s.p.r
+	b, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("encode state of %s: %w", node, err)
+	}
+	max := int(r.js.Conn().MaxPayload()) - stateRoom
+	if len(b) <= max {
+		delete(s.tooBig, node)
+		return b, nil
+	}
+	r.m.TooBig.Inc()
+	if !s.tooBig[node] {
+		s.tooBig[node] = true
+		msg := fmt.Sprintf("state of %d bytes is over the server's max_payload of %d: its snapshot is a marker, and a restart refolds the node from the stream",
+			len(b), max+stateRoom)
+		r.log.Error("node state too big for a snapshot", "node", node, "bytes", len(b), "max_payload", max+stateRoom)
+		j := events.Stamp(&events.Journal{Level: events.LevelError, Msg: msg, Cause: st.Seq}, time.Now())
+		if _, err := r.pub.Append(ctx, node, j); err != nil && !store.Permanent(err) {
+			return nil, fmt.Errorf("journal the state of %s: %w", node, err)
+		}
+	}
+	return json.Marshal(stateMarker{Node: node, Seq: st.Seq, TooBig: len(b)})
+}
+
+// refoldNode rebuilds node's state from its events in the stream up to
+// and including sequence upTo: what a marker stands for. The effects are
+// dropped: they were carried out when those events were first folded.
+func (p *partition) refoldNode(ctx context.Context, node string, upTo uint64) (*reconcile.State, error) {
+	r := p.r
+	st := reconcile.NewState(node)
+	filter := r.subj.StoredNode(node, r.cfg.Stream.Partitions)
+	last, err := r.stream.GetLastMsgForSubject(ctx, filter)
+	if err != nil {
+		return nil, fmt.Errorf("refold %s: %w", node, err)
+	}
+	target := min(last.Sequence, upTo)
+	if target == 0 {
+		return st, nil
+	}
+	tail, err := store.Follow(ctx, r.js, store.TailConfig{Stream: r.cfg.Stream.Name, Filter: filter, Heartbeat: readHeartbeat})
+	if err != nil {
+		return nil, fmt.Errorf("refold %s: %w", node, err)
+	}
+	defer tail.Stop()
+	for {
+		var it store.Tailed
+		select {
+		case it = <-tail.C():
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if it.Err != nil {
+			return nil, fmt.Errorf("refold %s: %w", node, it.Err)
+		}
+		seq := it.Meta.Sequence.Stream
+		if seq > upTo {
+			return st, nil
+		}
+		ev, err := r.subj.DecodeEvent(it.Msg.Subject(), it.Msg.Data(), seq, it.Meta.Timestamp)
+		if err == nil && ev.Kind != events.KindKnock && ev.Kind != events.KindJournal {
+			st.Fold(ev)
+		}
+		if seq >= target {
+			return st, nil
+		}
+	}
+}
+
