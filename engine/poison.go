@@ -103,7 +103,7 @@ func (s *session) snapshotOf(ctx context.Context, node string, st *reconcile.Sta
 func (p *partition) refoldNode(ctx context.Context, node string, upTo uint64) (*reconcile.State, error) {
 	r := p.r
 	st := reconcile.NewState(node)
-	filter := r.subj.StoredNode(node, r.cfg.Stream.Partitions)
+	filter := r.subj.StoredNode(node)
 	last, err := r.stream.GetLastMsgForSubject(ctx, filter)
 	if err != nil {
 		return nil, fmt.Errorf("refold %s: %w", node, err)

@@ -89,7 +89,7 @@ func publishWedge(t *testing.T, js jetstream.JetStream, name, node string) {
 // checkRejected checks that node's wedge was journaled, shortened.
 func (g *rig) checkRejected(node string) {
 	g.t.Helper()
-	m, err := store.LastMsg(context.Background(), g.stream, g.cfg.Subjects(), g.cfg.Partitions, node, events.KindJournal)
+	m, err := store.LastMsg(context.Background(), g.stream, g.cfg.Subjects(), node, events.KindJournal)
 	if err != nil {
 		g.t.Fatalf("no journal entry for %s: %v", node, err)
 	}
@@ -226,7 +226,7 @@ func TestPoisonPlanAndSnapshotSkipped(t *testing.T) {
 	bigWant := g.append(big, w) // fits in 4 KiB; its plan does not
 	g.planFor("ace", g.append("ace", want("pg:1")))
 	eventually(t, "the skipped plan's journal entry", func() bool {
-		m, err := store.LastMsg(context.Background(), g.stream, g.cfg.Subjects(), g.cfg.Partitions, big, events.KindJournal)
+		m, err := store.LastMsg(context.Background(), g.stream, g.cfg.Subjects(), big, events.KindJournal)
 		return err == nil && strings.Contains(m.Event.Payload.(*events.Journal).Msg, "not stored, skipped")
 	})
 	snaps, err := store.OpenSnapshots(context.Background(), g.js, g.cfg)
@@ -234,7 +234,7 @@ func TestPoisonPlanAndSnapshotSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the marker in place of the big state", func() bool {
-		b, _, err := snaps.GetNode(context.Background(), big, g.cfg.Partitions)
+		b, _, err := snaps.GetNode(context.Background(), big)
 		return err == nil && strings.Contains(string(b), `"too_big"`)
 	})
 	if counter(metrics.Poison) != 1 || counter(metrics.TooBig) == 0 {
