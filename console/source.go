@@ -60,12 +60,10 @@ type NATSSource struct {
 // No bucket yet (no reconciler checkpointed) is an empty fleet.
 func (s *NATSSource) Fleet(ctx context.Context) ([]NodeView, error) {
 	cfg := s.Stream.WithDefaults()
-	if _, err := s.JS.KeyValue(ctx, cfg.Name+store.SnapshotBucketSuffix); errors.Is(err, jetstream.ErrBucketNotFound) {
+	snaps, err := store.FindSnapshots(ctx, s.JS, cfg)
+	if errors.Is(err, store.ErrNoSnapshots) {
 		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("console: snapshot bucket: %w", err)
 	}
-	snaps, err := store.OpenSnapshots(ctx, s.JS, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
@@ -124,32 +122,22 @@ func (s *NATSSource) History(ctx context.Context, node string, end *audit.Bound)
 	return audit.NewHistory(node, evs)
 }
 
-// Follow implements [Source] with an ordered consumer over the whole
-// stream, delivering only what is stored from now on.
+// Follow implements [Source] with a [store.Tail] over the whole stream,
+// delivering only what is stored from now on.
 func (s *NATSSource) Follow(ctx context.Context, fn func(events.Event)) error {
 	cfg := s.Stream.WithDefaults()
 	subj := cfg.Subjects()
-	cons, err := s.JS.OrderedConsumer(ctx, cfg.Name, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: store.OrderedInactive})
+	t, err := store.Follow(ctx, s.JS, store.TailConfig{Stream: cfg.Name, New: true})
 	if err != nil {
 		return fmt.Errorf("console: follow: %w", err)
 	}
-	defer store.DropOrdered(s.JS, cfg.Name, cons)
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("console: follow: %w", err)
-	}
-	defer it.Stop()
+	defer t.Stop()
 	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
+		m, meta, err := t.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("console: follow: %w", err)
-		}
-		meta, err := m.Metadata()
-		if err != nil {
 			return fmt.Errorf("console: follow: %w", err)
 		}
 		ev, err := subj.DecodeEvent(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp)

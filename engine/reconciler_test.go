@@ -214,7 +214,7 @@ func (g *rig) verify(live *engine.Reconciler) (knocks int) {
 		msgs = g.all()
 		states, want = map[string]*reconcile.State{}, map[string]bool{}
 		for _, m := range msgs {
-			if !isInput(m.Event.Kind) {
+			if !m.Event.Kind.Input() {
 				continue
 			}
 			st := states[m.Event.Node]
@@ -283,15 +283,6 @@ func (g *rig) verify(live *engine.Reconciler) (knocks int) {
 		}
 	}
 	return knocks
-}
-
-func isInput(k events.Kind) bool {
-	for _, in := range events.InputKinds {
-		if k == in {
-			return true
-		}
-	}
-	return false
 }
 
 func mustJSON(t testing.TB, v any) string {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 )
@@ -170,15 +169,12 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 		r.badSubject(ctx, seq, msg.Subject())
 		return nil
 	}
-	switch ev.Kind {
-	case events.KindPlan, events.KindKnock, events.KindJournal:
-		if s.recovering {
-			id, valid := store.EffectIDOf(r.key, msg.Headers().Get(jetstream.MsgIDHeader))
-			s.rec.seen(ev.Node, ev.Kind, seq, id, valid)
-		}
-		if ev.Kind != events.KindPlan {
-			return nil // the reconciler's own notes: not inputs of the fold
-		}
+	if ev.Kind.Effect() && s.recovering {
+		id, valid := store.EffectIDOf(r.key, msg.Headers().Get(jetstream.MsgIDHeader))
+		s.rec.seen(ev.Node, ev.Kind, seq, id, valid)
+	}
+	if !ev.Kind.Input() {
+		return nil // knocks and journal entries: the reconciler's own notes, not inputs of the fold
 	}
 	if ev.Payload != nil {
 		s.in.payload(ev.Payload)

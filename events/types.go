@@ -1,6 +1,9 @@
 package events
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Version is the schema version this build writes and the newest it
 // understands. An event with a larger `v` is reported with [ErrNewerVersion]
@@ -48,14 +51,7 @@ var InputKinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal
 var OperatorKinds = []Kind{KindApprove, KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire}
 
 // Known reports whether k is one of [Kinds].
-func (k Kind) Known() bool {
-	switch k {
-	case KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan, KindKnock, KindJournal,
-		KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire:
-		return true
-	}
-	return false
-}
+func (k Kind) Known() bool { return slices.Contains(Kinds, k) }
 
 // Header is embedded in every payload.
 type Header struct {

@@ -403,6 +403,18 @@ func (c *Client) forgetUndeclared() {
 // errBadRequest: the node rejected the request as malformed.
 var errBadRequest = errors.New("the node rejected the request")
 
+// Request sends content as one fill request for module's file at path,
+// as the client's account, and returns the node's reply: what a
+// provisioner that runs ahead of the node does. It records nothing (a
+// refusal is not remembered for the next settle). Transport failures (no
+// node agent answering yet, a timeout) are retried until ctx is done.
+//
+// Errors: ctx's error; content above the server's max payload; a reply
+// that cannot be read or says the request was malformed.
+func (c *Client) Request(ctx context.Context, module, path string, content []byte) (events.FillReply, error) {
+	return c.request(ctx, c.log.With("module", module, "path", path), module, path, content)
+}
+
 // request sends one fill request, retrying transport failures.
 func (c *Client) request(ctx context.Context, log *slog.Logger, module, path string, content []byte) (events.FillReply, error) {
 	if max := c.nc.MaxPayload(); max > 0 && int64(len(content)) > max {

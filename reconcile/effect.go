@@ -56,9 +56,7 @@ func ParseEffectID(id string) (node string, kind events.Kind, cause uint64, n in
 		parts[i], rest = rest[:j], rest[j+1:]
 	}
 	parts[3] = rest
-	switch events.Kind(parts[1]) {
-	case events.KindPlan, events.KindKnock, events.KindJournal:
-	default:
+	if !events.Kind(parts[1]).Effect() {
 		return "", "", 0, 0, false // not an effect: a node's refusal id, say
 	}
 	c, err := strconv.ParseUint(parts[2], 10, 64)

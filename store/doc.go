@@ -32,6 +32,7 @@
 // stale; test with errors.Is, after [ServerError] for a future's raw
 // error), [ErrIncompatibleStream] (an
 // existing stream differs in something that cannot be changed),
-// [ErrNoSnapshot] and [ErrNoMessage] (nothing stored under that name).
+// [ErrNoSnapshot] and [ErrNoMessage] (nothing stored under that name),
+// [ErrNoSnapshots] (no snapshot bucket yet).
 // Validation failures of a payload or node name match events.ErrInvalid.
 package store

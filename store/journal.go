@@ -21,31 +21,16 @@ func JournalWarnings(ctx context.Context, js jetstream.JetStream, cfg StreamConf
 	cfg = cfg.WithDefaults()
 	subj := cfg.Subjects()
 	counts := map[string]int{}
-	occ := jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{"*." + cfg.Prefix + ".*." + string(events.KindJournal)},
-		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
-		OptStartTime:      &since,
-		InactiveThreshold: OrderedInactive,
-	}
-	cons, err := js.OrderedConsumer(ctx, cfg.Name, occ)
+	t, err := Follow(ctx, js, TailConfig{Stream: cfg.Name, Filter: "*." + cfg.Prefix + ".*." + string(events.KindJournal), StartTime: since})
 	if err != nil {
 		return nil, fmt.Errorf("read journal: %w", err)
 	}
-	defer DropOrdered(js, cfg.Name, cons)
-	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+	defer t.Stop()
+	if t.Empty() {
 		return counts, nil
 	}
-	it, err := cons.Messages()
-	if err != nil {
-		return nil, fmt.Errorf("read journal: %w", err)
-	}
-	defer it.Stop()
 	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return nil, fmt.Errorf("read journal: %w", err)
-		}
-		meta, err := m.Metadata()
+		m, meta, err := t.Next(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("read journal: %w", err)
 		}

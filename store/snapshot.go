@@ -41,6 +41,10 @@ type Snapshots struct {
 	subj events.Subjects
 }
 
+// ErrNoSnapshots: the snapshot bucket does not exist: no reconciler has
+// checkpointed yet.
+var ErrNoSnapshots = errors.New("store: no snapshot bucket: no reconciler has checkpointed yet")
+
 // OpenSnapshots opens the snapshot bucket of streamCfg's stream (named
 // streamCfg.Name + "_SNAPSHOTS"), creating it with streamCfg's replica
 // count when it does not exist. Pass the effective configuration
@@ -48,10 +52,27 @@ type Snapshots struct {
 //
 // Errors: the bucket's lookup or creation failing.
 func OpenSnapshots(ctx context.Context, js jetstream.JetStream, streamCfg StreamConfig) (*Snapshots, error) {
+	return openSnapshots(ctx, js, streamCfg, true)
+}
+
+// FindSnapshots opens the snapshot bucket of streamCfg's stream without
+// creating it: what a reader (`meshfold state`, `fleet`, the console)
+// uses, which must not make one.
+//
+// Errors: an error wrapping [ErrNoSnapshots] when the bucket does not
+// exist; the lookup's errors.
+func FindSnapshots(ctx context.Context, js jetstream.JetStream, streamCfg StreamConfig) (*Snapshots, error) {
+	return openSnapshots(ctx, js, streamCfg, false)
+}
+
+func openSnapshots(ctx context.Context, js jetstream.JetStream, streamCfg StreamConfig, create bool) (*Snapshots, error) {
 	cfg := streamCfg.WithDefaults()
 	bucket := cfg.Name + SnapshotBucketSuffix
 	kv, err := js.KeyValue(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		if !create {
+			return nil, fmt.Errorf("bucket %s: %w", bucket, ErrNoSnapshots)
+		}
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      bucket,
 			Description: "meshfold snapshots of stream " + cfg.Name + ": node.<p>.<node> states, checkpoint.<p> sequences",

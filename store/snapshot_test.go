@@ -141,3 +141,26 @@ func TestSnapshotsEmpty(t *testing.T) {
 		t.Errorf("ListNodes on an empty bucket = %v, %v", names, err)
 	}
 }
+
+// TestFindSnapshotsCreatesNothing: a reader's open of the snapshot bucket
+// says there is none, and leaves none; once the bucket exists it opens it.
+func TestFindSnapshotsCreatesNothing(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
+	if _, err := store.FindSnapshots(ctx, js, cfg); !errors.Is(err, store.ErrNoSnapshots) {
+		t.Fatalf("no bucket: err = %v, want ErrNoSnapshots", err)
+	}
+	if _, err := js.KeyValue(ctx, cfg.Name+store.SnapshotBucketSuffix); err == nil {
+		t.Fatal("FindSnapshots created the bucket")
+	}
+	if _, err := store.OpenSnapshots(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := store.FindSnapshots(ctx, js, cfg)
+	if err != nil {
+		t.Fatalf("existing bucket: %v", err)
+	}
+	if snaps.Bucket() != cfg.Name+store.SnapshotBucketSuffix {
+		t.Errorf("bucket %q", snaps.Bucket())
+	}
+}

@@ -14,12 +14,17 @@ type TailConfig struct {
 	// Stream is the stream's name.
 	Stream string
 	// Filter is the one stored subject (or wildcard) read, e.g.
-	// Subjects.Stored(node, kind). One filter: the server serves it
-	// from its subject index, while several filters make it scan.
+	// Subjects.Stored(node, kind); "" reads the whole stream. One filter:
+	// the server serves it from its subject index, while several filters
+	// make it scan.
 	Filter string
-	// Start is the first stream sequence delivered; 0 and 1 both mean the
-	// stream's first message.
-	Start uint64
+	// Where the tail starts, the first that is set: New (only messages
+	// stored from now on), StartTime (the first message stored at or
+	// after it), Start (the first stream sequence delivered; 0 and 1 both
+	// mean the stream's first message).
+	New       bool
+	StartTime time.Time
+	Start     uint64
 	// Heartbeat is the consumer's idle heartbeat; 0: the client's default.
 	// The client recreates the consumer after two missed heartbeats, so a
 	// short one resumes a read sooner after the server holding the
@@ -39,7 +44,8 @@ type Tailed struct {
 // sequence, with an ordered consumer: every message once, in order, and
 // messages published later as they arrive. It is the one reader every
 // role uses (the reconciler's partitions, a node's plans, a provisioner's
-// knocks and settles, [ReadNode]). Stop it when done: that deletes the
+// knocks and settles, [ReadNode], [JournalWarnings], the console's live
+// view, the demo). Stop it when done: that deletes the
 // consumer.
 type Tail struct {
 	js     jetstream.JetStream
@@ -59,11 +65,18 @@ type Tail struct {
 // jetstream.ErrStreamNotFound).
 func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail, error) {
 	occ := jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{cfg.Filter},
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: OrderedInactive,
 	}
-	if cfg.Start > 1 {
+	if cfg.Filter != "" {
+		occ.FilterSubjects = []string{cfg.Filter}
+	}
+	switch {
+	case cfg.New:
+		occ.DeliverPolicy = jetstream.DeliverNewPolicy
+	case !cfg.StartTime.IsZero():
+		occ.DeliverPolicy, occ.OptStartTime = jetstream.DeliverByStartTimePolicy, &cfg.StartTime
+	case cfg.Start > 1:
 		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, cfg.Start
 	}
 	cons, err := js.OrderedConsumer(ctx, cfg.Stream, occ)
@@ -126,8 +139,8 @@ func (t *Tail) Next(ctx context.Context) (jetstream.Msg, *jetstream.MsgMetadata,
 	}
 }
 
-// Empty reports whether nothing matched the filter from the start
-// sequence when the consumer was created.
+// Empty reports whether nothing matched the filter from the start when
+// the consumer was created.
 func (t *Tail) Empty() bool {
 	info := t.cons.CachedInfo()
 	return info != nil && info.NumPending == 0

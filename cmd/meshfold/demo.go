@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -76,7 +75,7 @@ type demoMesh struct {
 	cfg    store.StreamConfig
 	pub    *store.Publisher
 	rc     atomic.Pointer[engine.Reconciler]
-	events jetstream.MessagesContext // every event of ace, in stream order
+	events *store.Tail // every event of ace, in stream order
 }
 
 func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err error) {
@@ -164,12 +163,7 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 		return err
 	}
 	m.pub = store.NewPublisher(m.js, m.cfg.Subjects())
-	cons, err := m.js.OrderedConsumer(ctx, m.cfg.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{m.cfg.Subjects().StoredNode(name)}})
-	if err != nil {
-		return err
-	}
-	if m.events, err = cons.Messages(); err != nil {
+	if m.events, err = store.Follow(ctx, m.js, store.TailConfig{Stream: m.cfg.Name, Filter: m.cfg.Subjects().StoredNode(name)}); err != nil {
 		return err
 	}
 	defer m.events.Stop()
@@ -233,9 +227,20 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	}
 
 	// 2. The credential placed before any declaration names it.
-	reply, err := demoFill(ctx, nc, m.cfg.Subjects().Fill(name), "mesh-build-go", credsPath, "prov", src)
+	early, err := provision.New(nc, m.js, provision.Config{Node: name, From: secrets, Account: "prov",
+		Stream: m.cfg, Logger: log.With("component", "provision")})
 	if err != nil {
 		return err
+	}
+	content, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithTimeout(ctx, demoStep)
+	reply, err := early.Request(fctx, "mesh-build-go", credsPath, content)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("the early fill: %w", err)
 	}
 	if reply.OK {
 		return errors.New("the early write was accepted: the incident did not happen")
@@ -270,13 +275,9 @@ func (m *demoMesh) waitFor(ctx context.Context, what string, pred func(events.Ev
 	ctx, cancel := context.WithTimeout(ctx, demoStep)
 	defer cancel()
 	for {
-		msg, err := m.events.Next(jetstream.NextContext(ctx))
+		msg, meta, err := m.events.Next(ctx)
 		if err != nil {
 			return events.Event{}, fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return events.Event{}, err
 		}
 		ev, err := m.cfg.Subjects().DecodeEvent(msg.Subject(), msg.Data(), meta.Sequence.Stream, meta.Timestamp)
 		if err == nil && ev.Err == nil && pred(ev) {
@@ -303,38 +304,6 @@ func (m *demoMesh) folded(ctx context.Context, node string, seq uint64) error {
 			return fmt.Errorf("waiting for the reconciler to fold #%d: %w", seq, ctx.Err())
 		case <-tick.C:
 		}
-	}
-}
-
-// demoFill sends the content of src as one fill request, as a provisioner
-// that ran ahead of the node would.
-func demoFill(ctx context.Context, nc *nats.Conn, subject, module, path, writer, src string) (events.FillReply, error) {
-	content, err := os.ReadFile(src)
-	if err != nil {
-		return events.FillReply{}, err
-	}
-	msg := nats.NewMsg(subject)
-	msg.Header.Set(events.HeaderModule, module)
-	msg.Header.Set(events.HeaderPath, path)
-	msg.Header.Set(events.HeaderWriter, writer)
-	msg.Data = content
-	var reply events.FillReply
-	ctx, cancel := context.WithTimeout(ctx, demoStep)
-	defer cancel()
-	for {
-		resp, err := nc.RequestMsgWithContext(ctx, msg)
-		if errors.Is(err, nats.ErrNoResponders) {
-			select { // the node agent is still starting
-			case <-ctx.Done():
-				return reply, fmt.Errorf("the node agent never served fill requests: %w", ctx.Err())
-			case <-time.After(20 * time.Millisecond):
-			}
-			continue
-		}
-		if err != nil {
-			return reply, err
-		}
-		return reply, json.Unmarshal(resp.Data, &reply)
 	}
 }
 

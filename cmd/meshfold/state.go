@@ -116,13 +116,10 @@ func openSnapshots(ctx context.Context, js jetstream.JetStream, sf streamFlags) 
 	if err != nil {
 		return nil, cfg, err
 	}
-	bucket := cfg.Name + store.SnapshotBucketSuffix
-	if _, err := js.KeyValue(ctx, bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, cfg, fmt.Errorf("no snapshots yet (bucket %s does not exist): no reconciler has checkpointed", bucket)
-	} else if err != nil {
-		return nil, cfg, fmt.Errorf("snapshot bucket %s: %w", bucket, err)
+	snaps, err := store.FindSnapshots(ctx, js, cfg)
+	if errors.Is(err, store.ErrNoSnapshots) {
+		return nil, cfg, fmt.Errorf("no snapshots yet (bucket %s does not exist): no reconciler has checkpointed", cfg.Name+store.SnapshotBucketSuffix)
 	}
-	snaps, err := store.OpenSnapshots(ctx, js, cfg)
 	return snaps, cfg, err
 }
 

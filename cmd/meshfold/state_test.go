@@ -155,35 +155,3 @@ func TestFleetCommand(t *testing.T) {
 		t.Errorf("json order %v", nodes)
 	}
 }
-
-// TestDecodeStateMatches: the fleet's fast decoder gives exactly the state
-// reconcile.UnmarshalState gives, for every state of a long history.
-func TestDecodeStateMatches(t *testing.T) {
-	n := 0
-	audittest.Scripted([]string{"ace", "novox"}, 300, 5, func(_ events.Event, st *reconcile.State) {
-		data, err := json.Marshal(st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := reconcile.UnmarshalState(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := decodeState(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, _ := json.Marshal(want)
-		b, _ := json.Marshal(got)
-		if string(a) != string(b) {
-			t.Fatalf("decodeState differs:\n got %s\nwant %s", b, a)
-		}
-		n++
-	})
-	if _, err := decodeState([]byte(`{"node":"x","seq":1,"want":{"seq":5}}`)); err == nil {
-		t.Error("a state breaking an invariant decoded")
-	}
-	if n < 300 {
-		t.Fatalf("%d states", n)
-	}
-}

@@ -169,16 +169,8 @@ func decodeWant(data []byte, now time.Time) (*events.Want, error) {
 		return nil, err
 	}
 	w := p.(*events.Want)
-	// Filled files hold credentials: a mode that makes one writable by
-	// anyone, or setuid, setgid or sticky, is a mistake the wire format
-	// allows (3 or 4 octal digits) and the controller's verb refuses.
-	for i, m := range w.Modules {
-		for j, f := range m.Files {
-			if perm := f.Mode.Perm(); perm&0o7002 != 0 {
-				return nil, &events.FieldError{Field: fmt.Sprintf("modules[%d].files[%d].mode", i, j), Value: string(f.Mode),
-					Err: errors.New("a filled file must not be world-writable, setuid, setgid or sticky")}
-			}
-		}
+	if err := events.CheckFileModes(w); err != nil {
+		return nil, err
 	}
 	return w, nil
 }
