@@ -43,6 +43,9 @@ type Config struct {
 	Runtime Runtime
 	// Resync is the interval of the resync have; 0 means [DefaultResync].
 	Resync time.Duration
+	// HaveEvery is the least interval between two haves; 0 means
+	// [DefaultHaveEvery].
+	HaveEvery time.Duration
 	// Logger receives the agent's log lines; nil uses slog.Default().
 	// Content is never logged.
 	Logger *slog.Logger
@@ -160,6 +163,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 	if cfg.Resync <= 0 {
 		cfg.Resync = DefaultResync
 	}
+	if cfg.HaveEvery <= 0 {
+		cfg.HaveEvery = DefaultHaveEvery
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -275,7 +281,11 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 		}
 		return fmt.Errorf("node agent: stream %s: %w", a.cfg.Stream.Name, err)
 	}
+	a.sweepTemps()
 	wg.Go(func() { a.haveLoop(ctx) })
+	if sup, ok := a.rt.(Supervisor); ok {
+		wg.Go(func() { a.watchRuntime(ctx, sup) })
+	}
 
 	// The fill endpoint is registered before the first plan's settles
 	// are published, so a provisioner reacting to them finds a responder;
@@ -461,6 +471,7 @@ func (a *Agent) handlePlan(ctx context.Context, ev events.Event) {
 	// The switch, under the judging lock; only then the settles.
 	a.mu.Lock()
 	a.settled, a.settledSeq = p, ev.Seq
+	a.noteFiles(p)
 	a.mu.Unlock()
 
 	if len(changes) == 0 {
@@ -515,6 +526,7 @@ func (a *Agent) apply(ctx context.Context, p *events.Plan) (changes []change, fa
 		if err := a.rt.Remove(ctx, name); err != nil {
 			return changes, name, err
 		}
+		a.forgetFiles(name)
 		a.log.Info("module removed", "module", name)
 		changes = append(changes, change{module: name, op: events.OpRemove})
 	}
@@ -529,17 +541,32 @@ func (a *Agent) kickHave() {
 }
 
 // haveLoop publishes a full have on start, on every kick and every
-// Resync, until ctx is done.
+// Resync, at most one every HaveEvery, until ctx is done. Kicks that
+// arrive while it waits are folded into the next have.
 func (a *Agent) haveLoop(ctx context.Context) {
 	tick := time.NewTicker(a.cfg.Resync)
 	defer tick.Stop()
 	for {
+		select {
+		case <-a.haveKick: // this have reads what runs now
+		default:
+		}
 		a.publishHave(ctx)
+		last := time.Now()
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.haveKick:
 		case <-tick.C:
+		}
+		if wait := a.cfg.HaveEvery - time.Since(last); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
 		}
 	}
 }

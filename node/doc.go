@@ -76,8 +76,37 @@
 //
 // A full have (every module the runtime reports) is published on start,
 // whenever what runs changes, and every resync interval (default 10
-// minutes); each is retried with exponential backoff until the stream
-// acknowledges it or the agent stops.
+// minutes), at most one a second ([DefaultHaveEvery]: changes that come
+// faster are folded into the next have); each is retried with
+// exponential backoff until the stream acknowledges it or the agent
+// stops. A runtime that implements [Supervisor] reports the changes its
+// modules make on their own (an exit, a restart), and each brings a have.
+//
+// # Filled files of removed modules
+//
+// After every settled plan the agent records, in the state directory
+// (module-files.json), the files each module was declared; a module
+// removed later, also by a later agent, has its filled files deleted
+// under the root, with the temporary files of interrupted writes beside
+// them (DESIGN.md §8: a credential does not outlive its module on disk).
+// On start, before it serves fills, the agent deletes the temporary files
+// interrupted writes left beside every recorded file: an agent killed
+// mid-write leaves one, holding the content.
+//
+// An accepted fill is passed to a [Supervisor] runtime ([Supervisor.Filled])
+// before the filled event is published, so a module waiting for its
+// credential starts at once.
+//
+// # Logs
+//
+// The micro service has a second endpoint, "logs", on
+// $MESHFOLD.<prefix>.logs.<node> ([LogsSubject]; the stream does not
+// capture it, and only the operator role may request it). A request is
+// [LogsRequest] as JSON, the reply [LogsReply]: a page of a module's
+// captured output from a runtime that implements [LogReader]. A follow
+// is a sequence of requests, each with the previous page's cursor and a
+// wait of up to [MaxLogWait] for new output. Log lines never enter the
+// stream.
 //
 // # Plugging in a real engine
 //

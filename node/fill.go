@@ -41,6 +41,10 @@ func (a *Agent) serve(ctx context.Context) (micro.Service, error) {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("node agent: fill endpoint on %s: %w", subject, err)
 	}
+	if err := a.addLogs(ctx, svc); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("node agent: logs endpoint: %w", err)
+	}
 	return svc, nil
 }
 
@@ -116,6 +120,10 @@ func (a *Agent) fill(ctx context.Context, module, path, writer string, content [
 		}
 	}
 	a.mu.Unlock()
+	if reason == "" {
+		// Wake the module before reporting: its start waits on this file.
+		a.filledModule(ctx, module)
+	}
 
 	log := a.log.With("module", module, "path", path, "writer", writer, "plan", seq)
 	if reason != "" {

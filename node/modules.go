@@ -1,0 +1,240 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// DefaultHaveEvery is the least interval between two haves of a node
+// (DESIGN.md §8: a have on every change, at most one a second).
+const DefaultHaveEvery = time.Second
+
+// filesFile, in the state directory, records the files each module's
+// settled plan declared, so a removal after an agent restart still knows
+// which filled files to delete.
+const filesFile = "module-files.json"
+
+// loadFiles reads the record of declared files (empty when missing or
+// unreadable: nothing is known to delete).
+func (a *Agent) loadFiles() map[string][]string {
+	var rec map[string][]string
+	data, err := os.ReadFile(filepath.Join(a.cfg.StateDir, filesFile))
+	if err == nil {
+		err = json.Unmarshal(data, &rec)
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		a.log.Warn("record of module files unreadable; starting a new one", "err", err)
+	}
+	if rec == nil {
+		rec = map[string][]string{}
+	}
+	return rec
+}
+
+// noteFiles records the files of every module of p, the plan just
+// settled, merged over what the record holds for modules p keeps but has
+// no row for. Called with a.mu held.
+func (a *Agent) noteFiles(p *events.Plan) {
+	rec := a.loadFiles()
+	for name := range rec {
+		if p.Module(name) == nil {
+			delete(rec, name)
+		}
+	}
+	for _, m := range p.Modules {
+		var paths []string
+		for _, f := range m.Files {
+			paths = append(paths, f.Path)
+		}
+		// A module keeps the files it was written while it runs: the union
+		// with what an older plan declared for it.
+		paths = append(paths, rec[m.Name]...)
+		slices.Sort(paths)
+		rec[m.Name] = slices.Compact(paths)
+	}
+	data, err := json.Marshal(rec)
+	if err == nil {
+		tmp := filepath.Join(a.cfg.StateDir, "."+filesFile+"."+randomHex(6))
+		if err = os.WriteFile(tmp, data, 0o600); err == nil {
+			if err = os.Rename(tmp, filepath.Join(a.cfg.StateDir, filesFile)); err != nil {
+				_ = os.Remove(tmp)
+			}
+		}
+	}
+	if err != nil {
+		a.log.Warn("record of module files not written", "err", err)
+	}
+}
+
+// forgetFiles deletes the filled files of a removed module, and any
+// temporary file an interrupted write of them left behind (DESIGN.md §8:
+// a credential does not outlive its module on disk). Errors are logged:
+// the removal itself has happened.
+func (a *Agent) forgetFiles(module string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.root == nil {
+		return
+	}
+	paths := a.loadFiles()[module]
+	if a.settled != nil {
+		if row := a.settled.Module(module); row != nil {
+			for _, f := range row.Files {
+				paths = append(paths, f.Path)
+			}
+		}
+	}
+	slices.Sort(paths)
+	for _, p := range slices.Compact(paths) {
+		if !events.ValidPath(p) {
+			continue
+		}
+		if err := a.root.Remove(p[1:]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			a.log.Warn("filled file of a removed module not deleted", "module", module, "path", p, "err", err)
+		} else if err == nil {
+			a.log.Info("filled file of a removed module deleted", "module", module, "path", p)
+		}
+		a.sweepTemp(p)
+	}
+}
+
+// sweepTemps deletes the temporary files interrupted writes left beside
+// every recorded file (an agent killed mid-write leaves one, holding the
+// content). Called on start, before fills are served.
+func (a *Agent) sweepTemps() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.root == nil {
+		return
+	}
+	for _, paths := range a.loadFiles() {
+		for _, p := range paths {
+			if events.ValidPath(p) {
+				a.sweepTemp(p)
+			}
+		}
+	}
+}
+
+// sweepTemp deletes the temporary files of writes of p (see writeFile:
+// .<base>.meshfold-<16 hex> in p's directory). Called with a.mu held, so
+// no write is in flight.
+func (a *Agent) sweepTemp(p string) {
+	rel := p[1:]
+	dir := path.Dir(rel)
+	prefix := "." + path.Base(rel) + ".meshfold-"
+	d, err := a.root.Open(dir)
+	if err != nil {
+		return
+	}
+	names, _ := d.Readdirnames(-1)
+	_ = d.Close()
+	for _, n := range names {
+		if rest, ok := strings.CutPrefix(n, prefix); ok && len(rest) == 16 {
+			if err := a.root.Remove(path.Join(dir, n)); err == nil {
+				a.log.Warn("deleted the temporary file of an interrupted write", "path", p)
+			}
+		}
+	}
+}
+
+// watchRuntime publishes a have (at most one a DefaultHaveEvery) on every
+// change a Supervisor runtime reports, until ctx is done.
+func (a *Agent) watchRuntime(ctx context.Context, sup Supervisor) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sup.Changes():
+			a.kickHave()
+		}
+	}
+}
+
+// filledModule tells a Supervisor runtime that one of module's files was
+// written.
+func (a *Agent) filledModule(ctx context.Context, module string) {
+	if sup, ok := a.rt.(Supervisor); ok {
+		sup.Filled(ctx, module)
+	}
+}
+
+// EndpointLogs is the agent's logs endpoint, on
+// $MESHFOLD.<prefix>.logs.<node> (events.StateSubject): a subject the
+// stream does not capture, which only the operator role may request.
+const EndpointLogs = "logs"
+
+// LogsRequest is the body of a logs request.
+type LogsRequest struct {
+	Module string `json:"module"`
+	LogQuery
+}
+
+// LogsReply is the reply: a page of the module's output, or an error.
+type LogsReply struct {
+	LogPage
+	Error string `json:"error,omitempty"`
+}
+
+// LogsSubject is the subject of node's logs endpoint under prefix.
+func LogsSubject(prefix, node string) string {
+	return events.StateSubject(prefix, EndpointLogs, node)
+}
+
+// maxLogRequests bounds the logs requests served at once (each may wait
+// up to MaxLogWait for new output).
+const maxLogRequests = 8
+
+// addLogs registers the logs endpoint on svc.
+func (a *Agent) addLogs(ctx context.Context, svc micro.Service) error {
+	subject := LogsSubject(a.subj.Prefix, a.cfg.Name)
+	busy := make(chan struct{}, maxLogRequests)
+	return svc.AddEndpoint(EndpointLogs, micro.HandlerFunc(func(req micro.Request) {
+		select {
+		case busy <- struct{}{}:
+		default:
+			_ = req.RespondJSON(LogsReply{Error: "too many logs requests at once; try again"})
+			return
+		}
+		go func() {
+			defer func() { <-busy }()
+			_ = req.RespondJSON(a.serveLogs(ctx, req.Data()))
+		}()
+	}), micro.WithEndpointSubject(subject))
+}
+
+func (a *Agent) serveLogs(ctx context.Context, body []byte) LogsReply {
+	var q LogsRequest
+	if err := json.Unmarshal(body, &q); err != nil {
+		return LogsReply{Error: "bad logs request: " + err.Error()}
+	}
+	if !events.ValidName(q.Module) {
+		return LogsReply{Error: fmt.Sprintf("bad logs request: module %q: %v", q.Module, events.ErrBadName)}
+	}
+	lr, ok := a.rt.(LogReader)
+	if !ok {
+		return LogsReply{Error: "this node's runtime captures no output (it starts no process)"}
+	}
+	q.WaitMS = min(max(q.WaitMS, 0), int(MaxLogWait/time.Millisecond))
+	page, err := lr.Logs(ctx, q.Module, q.LogQuery)
+	if err != nil {
+		return LogsReply{Error: err.Error()}
+	}
+	if page.Lines == nil {
+		page.Lines = []string{}
+	}
+	return LogsReply{LogPage: page}
+}

@@ -1,0 +1,164 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+// A temporary file as writeFile names them, as a kill -9 mid-write
+// leaves it: holding the content.
+const leftover = ".key.meshfold-0123456789abcdef"
+
+// Removing a module deletes its filled files and the temporary files of
+// its interrupted writes; another module's files stay.
+func TestRemovalDeletesFilledFiles(t *testing.T) {
+	e := newEnv(t)
+	a := e.startAgent(t, "ace", nil)
+	alpha := events.PlanModule{Name: "alpha", Build: "a:1", RunsAs: "ua", Files: []events.File{{Path: "/etc/alpha/key", Mode: "0600"}}}
+	bravo := events.PlanModule{Name: "bravo", Build: "b:1", RunsAs: "ub", Files: []events.File{{Path: "/etc/bravo/key", Mode: "0600"}}}
+	p1 := e.publishPlan(t, "ace", "prov", alpha, bravo)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p1))
+	for _, m := range []events.PlanModule{alpha, bravo} {
+		if r, _ := e.fill(t, "ace", m.Name, m.Files[0].Path, "prov", []byte(secret)); !r.OK {
+			t.Fatalf("fill %s: %+v", m.Name, r)
+		}
+	}
+	tmp := filepath.Join(a.root, "etc/alpha", leftover)
+	if err := os.WriteFile(tmp, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p2 := e.publishPlan(t, "ace", "prov", bravo)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p2))
+	for _, f := range []string{"etc/alpha/key", "etc/alpha/" + leftover} {
+		if _, err := os.Stat(filepath.Join(a.root, f)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after its module's removal: %v, want it deleted", f, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(a.root, "etc/bravo/key")); err != nil {
+		t.Errorf("the file of a module that stays: %v", err)
+	}
+}
+
+// The record of declared files outlives the agent: a removal applied by
+// the next agent, which never saw the plan that declared the file, still
+// deletes it; and that agent deletes an interrupted write's temporary
+// file on start, before it serves fills.
+func TestNextAgentDeletesWhatItNeverSaw(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	root, state := filepath.Join(dir, "root"), filepath.Join(dir, "state")
+	a1 := e.startAgentIn(t, "ace", root, state, nil)
+	alpha := events.PlanModule{Name: "alpha", Build: "a:1", RunsAs: "ua", Files: []events.File{{Path: "/etc/alpha/key", Mode: "0600"}}}
+	bravo := events.PlanModule{Name: "bravo", Build: "b:1", RunsAs: "ub", Files: []events.File{{Path: "/etc/bravo/key", Mode: "0600"}}}
+	p1 := e.publishPlan(t, "ace", "prov", alpha, bravo)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p1))
+	for _, m := range []events.PlanModule{alpha, bravo} {
+		if r, _ := e.fill(t, "ace", m.Name, m.Files[0].Path, "prov", []byte(secret)); !r.OK {
+			t.Fatalf("fill %s: %+v", m.Name, r)
+		}
+	}
+	a1.stop()
+	tmp := filepath.Join(root, "etc/bravo", leftover)
+	if err := os.WriteFile(tmp, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p2 := e.publishPlan(t, "ace", "prov", bravo) // alpha removed while no agent runs
+	e.startAgentIn(t, "ace", root, state, nil)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p2))
+	if _, err := os.Stat(filepath.Join(root, "etc/alpha/key")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the removed module's file: %v, want it deleted", err)
+	}
+	if _, err := os.Stat(tmp); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the interrupted write's temporary file: %v, want it deleted on start", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/bravo/key")); err != nil {
+		t.Errorf("the file of a module that stays: %v", err)
+	}
+}
+
+// supRuntime is a DirRuntime with the Supervisor interface: the test
+// drives its changes and sees its fills.
+type supRuntime struct {
+	*DirRuntime
+	changes chan struct{}
+	mu      sync.Mutex
+	filled  []string
+	fills   chan string
+}
+
+func (s *supRuntime) Changes() <-chan struct{} { return s.changes }
+
+func (s *supRuntime) Filled(_ context.Context, module string) {
+	s.mu.Lock()
+	s.filled = append(s.filled, module)
+	s.mu.Unlock()
+	s.fills <- module
+}
+
+// An accepted fill tells a Supervisor runtime; a refused one does not.
+func TestFillTellsSupervisor(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	dr, err := NewDirRuntime(filepath.Join(dir, "records"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &supRuntime{DirRuntime: dr, changes: make(chan struct{}, 1), fills: make(chan string, 4)}
+	e.startAgentIn(t, "ace", filepath.Join(dir, "root"), filepath.Join(dir, "state"), rt)
+	alpha := events.PlanModule{Name: "alpha", Build: "a:1", RunsAs: "ua", Files: []events.File{{Path: "/etc/alpha/key", Mode: "0600"}}}
+	p := e.publishPlan(t, "ace", "prov", alpha)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p))
+	if r, _ := e.fill(t, "ace", "alpha", "/etc/alpha/other", "prov", []byte(secret)); r.OK {
+		t.Fatal("an undeclared write was accepted")
+	}
+	if r, _ := e.fill(t, "ace", "alpha", "/etc/alpha/key", "prov", []byte(secret)); !r.OK {
+		t.Fatalf("fill: %+v", r)
+	}
+	// The fill's reply came after Filled returned.
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.filled) != 1 || rt.filled[0] != "alpha" {
+		t.Errorf("Filled calls %v, want one for alpha (the accepted write only)", rt.filled)
+	}
+}
+
+// Every change a Supervisor reports brings a have, and two haves are at
+// least HaveEvery apart in the stream, however fast the changes come.
+func TestHavesOnChangesAtMostOneAnInterval(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	dr, err := NewDirRuntime(filepath.Join(dir, "records"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &supRuntime{DirRuntime: dr, changes: make(chan struct{}, 1), fills: make(chan string, 4)}
+	const every = 150 * time.Millisecond
+	e.startAgentIn(t, "ace", filepath.Join(dir, "root"), filepath.Join(dir, "state"), rt,
+		func(c *Config) { c.HaveEvery = every })
+	e.waitEvent(t, "ace", events.KindHave, func(store.Msg) bool { return true })
+	// A burst of changes, each reported once the agent took the previous
+	// one: each is followed by a have, spaced out.
+	for i := 0; i < 4; i++ {
+		rt.changes <- struct{}{}
+		n := i + 2
+		e.waitEvent(t, "ace", events.KindHave, func(store.Msg) bool { n--; return n == 0 })
+	}
+	haves := e.events(t, "ace", events.KindHave)
+	if len(haves) < 5 {
+		t.Fatalf("%d haves, want one at start and one per change", len(haves))
+	}
+	for i := 1; i < len(haves); i++ {
+		if d := haves[i].Event.Time.Sub(haves[i-1].Event.Time); d < every {
+			t.Errorf("haves %d and %d are %s apart in the stream, want at least %s", i-1, i, d, every)
+		}
+	}
+}
