@@ -21,6 +21,10 @@ const (
 	// EndpointState and EndpointComposition name the endpoints.
 	EndpointState       = "state"
 	EndpointComposition = "composition"
+	// EndpointLogs is the node agent's endpoint of a module's captured
+	// output (DESIGN.md §8), $MESHFOLD.<prefix>.logs.<node>, served by the
+	// node's agent (service "meshfold-node"), not by the reconciler.
+	EndpointLogs = "logs"
 )
 
 // StateSubject returns the subject of endpoint for node under prefix

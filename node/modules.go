@@ -175,7 +175,7 @@ func (a *Agent) filledModule(ctx context.Context, module string) {
 // EndpointLogs is the agent's logs endpoint, on
 // $MESHFOLD.<prefix>.logs.<node> (events.StateSubject): a subject the
 // stream does not capture, which only the operator role may request.
-const EndpointLogs = "logs"
+const EndpointLogs = events.EndpointLogs
 
 // LogsRequest is the body of a logs request.
 type LogsRequest struct {

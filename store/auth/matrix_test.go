@@ -36,7 +36,9 @@ import (
 // snapshot bucket, gets ace's state and lists every state (state, fleet);
 // "write snapshots" puts ace's state; "write leases" opens (creating it
 // the first time) the lease bucket of reconciler groups and puts a lease;
-// "ask state" asks the reconciler's state service about ace; "push
+// "ask state" asks the reconciler's state service about ace; "request
+// logs" asks ace's agent for a module's output and "serve logs" listens
+// on that subject (`meshfold logs`, operator only); "push
 // build", "list builds", "fetch build" and "remove build" act on the
 // builds bucket as `meshfold build` and node agents do (the bundle
 // fetched, and each one removed, were pushed by the operator first).
@@ -79,6 +81,8 @@ get knock ace             ok        -          ok       -          ok           
 get settle ace            ok        -          ok       -          ok           -       ok
 request fill ace          -         -          -        -          ok           -        -
 subscribe fill ace        -         -          -        ok         -            -        -
+request logs ace          -         -          ok       -          -            -        -
+serve logs ace            -         -          -        ok         -            -        -
 read snapshots            ok        -          ok       -          -            -       ok
 write snapshots           ok        -          -        -          -            -        -
 write leases              ok        -          -        -          -            -        -
@@ -219,6 +223,14 @@ func actions(cfg store.StreamConfig) map[string]action {
 		}
 		return nil // answered: held or not
 	}
+	acts["request logs ace"] = func(ctx context.Context, c *cell) error {
+		_, err := c.nc.RequestWithContext(ctx, events.StateSubject(c.cfg.Prefix, events.EndpointLogs, "ace"), []byte(`{"module":"alpha"}`))
+		return err
+	}
+	acts["serve logs ace"] = func(ctx context.Context, c *cell) error {
+		_, err := c.nc.SubscribeSync(events.StateSubject(c.cfg.Prefix, events.EndpointLogs, "ace"))
+		return err
+	}
 	acts["ask state ace"] = func(ctx context.Context, c *cell) error {
 		_, _, err := engine.RequestState(ctx, c.nc, c.cfg.Prefix, "ace", 0)
 		return err
@@ -308,6 +320,11 @@ func fixture(t *testing.T, s *secured) store.StreamConfig {
 	t.Cleanup(func() { _ = fill.Stop() })
 	err = fill.AddEndpoint("fill", micro.HandlerFunc(func(r micro.Request) { _ = r.RespondJSON(events.FillReply{OK: true}) }),
 		micro.WithEndpointSubject(cfg.Subjects().Fill("ace")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = fill.AddEndpoint("logs", micro.HandlerFunc(func(r micro.Request) { _ = r.RespondJSON(map[string]any{"lines": []string{}}) }),
+		micro.WithEndpointSubject(events.StateSubject(cfg.Prefix, events.EndpointLogs, "ace")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,6 +106,8 @@ const jsAPI = "$JS.API"
 //     it, so a console that leaks its creds file leaks no write and no
 //     secret.
 //   - node (node-N): publishes N's have, settle, refusal and filled only;
+//     serves N's logs endpoint ($MESHFOLD.<prefix>.logs.N, which only the
+//     operator may request: module output is for operators);
 //     reads N's newest plan and creates consumers filtered to N's plan
 //     only; serves N's fill subject; reads bundles of the builds bucket
 //     (not their list, never a write).
@@ -233,7 +235,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		// Its own lease, never another node's.
 		p.Pub.Allow.Add(api("STREAM.INFO.%s", nodesKV), "$KV."+nodes+"."+node, api("DIRECT.GET.%s.$KV.%s.%s", nodesKV, nodes, node))
 		readBuilds(false) // fetch the bundles its modules run
-		p.Sub.Allow.Add(subj(node, "fill"))
+		p.Sub.Allow.Add(subj(node, "fill"), events.StateSubject(pre, events.EndpointLogs, node))
 		service(nodeServiceName)
 		respond()
 	case RoleProvisioner:
