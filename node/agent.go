@@ -43,8 +43,8 @@ type Config struct {
 	Runtime Runtime
 	// Resync is the interval of the resync have; 0 means [DefaultResync].
 	Resync time.Duration
-	// HaveEvery is the least interval between two haves; 0 means
-	// [DefaultHaveEvery].
+	// HaveEvery is the least interval between two haves a Supervisor
+	// runtime's changes bring; 0 means [DefaultHaveEvery].
 	HaveEvery time.Duration
 	// Logger receives the agent's log lines; nil uses slog.Default().
 	// Content is never logged.
@@ -96,8 +96,9 @@ type Agent struct {
 	key  []byte
 	pub  publisher
 
-	started  atomic.Bool
-	haveKick chan struct{}
+	started    atomic.Bool
+	haveKick   chan struct{}
+	changeKick chan struct{}
 	// ready is closed once the first plan has been applied (or there was
 	// none): fill requests that arrive earlier wait for it instead of
 	// being judged against plan 0 or finding no responder.
@@ -176,16 +177,17 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 		pub = faultyPublisher{next: pub, before: cfg.Faults.BeforePublish}
 	}
 	return &Agent{
-		nc:       nc,
-		js:       js,
-		cfg:      cfg,
-		subj:     cfg.Stream.Subjects(),
-		log:      log.With("node", cfg.Name),
-		rt:       cfg.Runtime,
-		key:      key,
-		pub:      pub,
-		haveKick: make(chan struct{}, 1),
-		ready:    make(chan struct{}),
+		nc:         nc,
+		js:         js,
+		cfg:        cfg,
+		subj:       cfg.Stream.Subjects(),
+		log:        log.With("node", cfg.Name),
+		rt:         cfg.Runtime,
+		key:        key,
+		pub:        pub,
+		haveKick:   make(chan struct{}, 1),
+		ready:      make(chan struct{}),
+		changeKick: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -540,16 +542,20 @@ func (a *Agent) kickHave() {
 	}
 }
 
-// haveLoop publishes a full have on start, on every kick and every
-// Resync, at most one every HaveEvery, until ctx is done. Kicks that
+// haveLoop publishes a full have on start, after every applied plan
+// (kickHave: at once, the reconciler waits on it), every Resync, and on
+// every change a Supervisor runtime reports (kickChange: at most one every
+// HaveEvery, so a crash loop is bounded), until ctx is done. Changes that
 // arrive while it waits are folded into the next have.
 func (a *Agent) haveLoop(ctx context.Context) {
 	tick := time.NewTicker(a.cfg.Resync)
 	defer tick.Stop()
 	for {
-		select {
-		case <-a.haveKick: // this have reads what runs now
-		default:
+		for _, c := range []chan struct{}{a.haveKick, a.changeKick} {
+			select {
+			case <-c: // this have reads what runs now
+			default:
+			}
 		}
 		a.publishHave(ctx)
 		last := time.Now()
@@ -557,7 +563,10 @@ func (a *Agent) haveLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-a.haveKick:
+			continue
 		case <-tick.C:
+			continue
+		case <-a.changeKick:
 		}
 		if wait := a.cfg.HaveEvery - time.Since(last); wait > 0 {
 			t := time.NewTimer(wait)
@@ -566,6 +575,8 @@ func (a *Agent) haveLoop(ctx context.Context) {
 				t.Stop()
 				return
 			case <-t.C:
+			case <-a.haveKick:
+				t.Stop()
 			}
 		}
 	}

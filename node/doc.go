@@ -76,11 +76,14 @@
 //
 // A full have (every module the runtime reports) is published on start,
 // whenever what runs changes, and every resync interval (default 10
-// minutes), at most one a second ([DefaultHaveEvery]: changes that come
-// faster are folded into the next have); each is retried with
-// exponential backoff until the stream acknowledges it or the agent
-// stops. A runtime that implements [Supervisor] reports the changes its
-// modules make on their own (an exit, a restart), and each brings a have.
+// minutes); each is retried with exponential backoff until the stream
+// acknowledges it or the agent stops. A runtime that implements
+// [Supervisor] reports the changes its modules make on their own (an
+// exit, a restart), and each brings a have, at most one a second
+// ([DefaultHaveEvery]: changes that come faster are folded into the next
+// have), so a crash loop shows in the stream but is bounded. The have
+// after an applied plan is never delayed: the reconciler judges what runs
+// by it.
 //
 // # Filled files of removed modules
 //

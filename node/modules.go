@@ -18,8 +18,10 @@ import (
 	"github.com/meshfold/meshfold/events"
 )
 
-// DefaultHaveEvery is the least interval between two haves of a node
-// (DESIGN.md §8: a have on every change, at most one a second).
+// DefaultHaveEvery is the least interval between two haves that a
+// runtime's own changes bring (DESIGN.md §8: a have on every change, at
+// most one a second). The have after an applied plan is not delayed: the
+// reconciler judges what runs by it.
 const DefaultHaveEvery = time.Second
 
 // filesFile, in the state directory, records the files each module's
@@ -151,7 +153,7 @@ func (a *Agent) sweepTemp(p string) {
 	}
 }
 
-// watchRuntime publishes a have (at most one a DefaultHaveEvery) on every
+// watchRuntime publishes a have (at most one a HaveEvery) on every
 // change a Supervisor runtime reports, until ctx is done.
 func (a *Agent) watchRuntime(ctx context.Context, sup Supervisor) {
 	for {
@@ -159,7 +161,10 @@ func (a *Agent) watchRuntime(ctx context.Context, sup Supervisor) {
 		case <-ctx.Done():
 			return
 		case <-sup.Changes():
-			a.kickHave()
+			select {
+			case a.changeKick <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
