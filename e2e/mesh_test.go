@@ -44,24 +44,6 @@ var provisionerMod = events.WantModule{Name: "provisioner", Build: "p:1", RunsAs
 
 var mbgMod = events.WantModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}}
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // mesh is one embedded server with the event stream and a reconciler.
 type mesh struct {
 	t    testing.TB
@@ -70,7 +52,7 @@ type mesh struct {
 	js   jetstream.JetStream
 	cfg  store.StreamConfig
 	pub  *store.Publisher
-	logs *syncBuffer
+	logs *storetest.SyncBuffer
 
 	rc         atomic.Pointer[engine.Reconciler]
 	reconciler *proc
@@ -85,7 +67,7 @@ func newMesh(t testing.TB) *mesh {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &mesh{t: t, srv: srv, nc: nc, js: js, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects()), logs: &syncBuffer{}}
+	m := &mesh{t: t, srv: srv, nc: nc, js: js, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects()), logs: &storetest.SyncBuffer{}}
 	m.startReconciler()
 	return m
 }

@@ -313,7 +313,7 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 // claim claims the node's lease, retrying transient failures (the
 // bucket not created yet, the server unreachable) until ctx is done.
 func (a *Agent) claim(ctx context.Context) (*store.Lease, error) {
-	l, err := retry(ctx, a.log, "claim the node's lease", func() (*store.Lease, error) {
+	l, err := store.Retry(ctx, a.log, "claim the node's lease", newBackoff(), func() (*store.Lease, error) {
 		kv, err := store.OpenNodeLeases(ctx, a.js, a.cfg.Stream)
 		if err != nil {
 			return nil, err
@@ -334,7 +334,7 @@ func (a *Agent) claim(ctx context.Context) (*store.Lease, error) {
 // returns its sequence (0 when the node has none). A transient read error
 // is retried until ctx is done.
 func (a *Agent) startPlan(ctx context.Context, stream jetstream.Stream) (uint64, error) {
-	m, err := retry(ctx, a.log, "read the newest plan", func() (store.Msg, error) {
+	m, err := store.Retry(ctx, a.log, "read the newest plan", newBackoff(), func() (store.Msg, error) {
 		m, err := store.LastMsg(ctx, stream, a.subj, a.cfg.Name, events.KindPlan)
 		if errors.Is(err, store.ErrNoMessage) {
 			return m, backoff.Permanent(err)
@@ -586,7 +586,7 @@ func (a *Agent) haveLoop(ctx context.Context) {
 // again) until the stream acknowledges or ctx is done.
 func (a *Agent) publishHave(ctx context.Context) {
 	id := nuid.Next()
-	_, err := retry(ctx, a.log, "publish have", func() (store.Ack, error) {
+	_, err := store.Retry(ctx, a.log, "publish have", newBackoff(), func() (store.Ack, error) {
 		mods, err := a.rt.Running(ctx)
 		if err != nil {
 			return store.Ack{}, fmt.Errorf("read what runs: %w", err)
@@ -609,7 +609,7 @@ func (a *Agent) publishHave(ctx context.Context) {
 // publish appends p, retrying with backoff until the stream acknowledges
 // it or ctx is done. A validation error is not retried.
 func (a *Agent) publish(ctx context.Context, p events.Payload, opts ...store.AppendOpt) (store.Ack, error) {
-	ack, err := retry(ctx, a.log, "publish "+string(p.Kind()), func() (store.Ack, error) {
+	ack, err := store.Retry(ctx, a.log, "publish "+string(p.Kind()), newBackoff(), func() (store.Ack, error) {
 		ack, err := a.pub.Append(ctx, a.cfg.Name, p, opts...)
 		if errors.Is(err, events.ErrInvalid) {
 			return ack, backoff.Permanent(err)
@@ -625,19 +625,5 @@ func (a *Agent) publish(ctx context.Context, p events.Payload, opts ...store.App
 // newBackoff is the agent's retry pacing: 100 ms doubling to 5 s, ±50 %
 // jitter, no time limit (the caller's context bounds it).
 func newBackoff() *backoff.ExponentialBackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMultiplier(2),
-		backoff.WithRandomizationFactor(0.5),
-		backoff.WithMaxInterval(5*time.Second),
-		backoff.WithMaxElapsedTime(0),
-	)
-}
-
-// retry runs op with newBackoff until it succeeds, fails permanently or
-// ctx is done, logging each retry.
-func retry[T any](ctx context.Context, log *slog.Logger, what string, op func() (T, error)) (T, error) {
-	return backoff.RetryNotifyWithData(op, backoff.WithContext(newBackoff(), ctx), func(err error, d time.Duration) {
-		log.Warn(what+" failed; retrying", "in", d.Round(time.Millisecond), "err", err)
-	})
+	return store.Backoff(100*time.Millisecond, 5*time.Second)
 }

@@ -67,24 +67,6 @@ func (e *env) publishPlan(t *testing.T, node, account string, rows ...events.Pla
 	return ack.Seq
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // recorder wraps the agent's publisher and records what it appended.
 type recorder struct {
 	next   publisher
@@ -119,7 +101,7 @@ func (r *recorder) all() []sent {
 type agentT struct {
 	*Agent
 	root, state string
-	logs        *syncBuffer
+	logs        *storetest.SyncBuffer
 	rec         *recorder
 	stop        func()
 }
@@ -143,7 +125,7 @@ func (e *env) startAgentIn(t *testing.T, node, root, state string, rt Runtime, m
 			t.Fatal(err)
 		}
 	}
-	logs := &syncBuffer{}
+	logs := &storetest.SyncBuffer{}
 	cfg := Config{Name: node, Root: root, StateDir: state, Runtime: rt, Stream: e.cfg,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	for _, m := range mod {

@@ -177,7 +177,7 @@ func (c *Client) Run(ctx context.Context) error {
 	// The knock and settle positions first: those published during the
 	// fill on start are followed afterwards.
 	last := func(kind events.Kind) (uint64, error) {
-		return retry(ctx, c.log, "read the newest "+string(kind), func() (uint64, error) {
+		return store.Retry(ctx, c.log, "read the newest "+string(kind), newBackoff(), func() (uint64, error) {
 			m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Node, kind)
 			if errors.Is(err, store.ErrNoMessage) {
 				return 0, nil
@@ -420,7 +420,7 @@ func (c *Client) request(ctx context.Context, log *slog.Logger, module, path str
 	if max := c.nc.MaxPayload(); max > 0 && int64(len(content)) > max {
 		return events.FillReply{}, fmt.Errorf("content of %d bytes exceeds the server's max payload of %d", len(content), max)
 	}
-	return retry(ctx, log, "fill request", func() (events.FillReply, error) {
+	return store.Retry(ctx, log, "fill request", newBackoff(), func() (events.FillReply, error) {
 		msg := nats.NewMsg(c.subj.Fill(c.cfg.Node))
 		msg.Header.Set(events.HeaderModule, module)
 		msg.Header.Set(events.HeaderPath, path)
@@ -455,17 +455,5 @@ func (c *Client) request(ctx context.Context, log *slog.Logger, module, path str
 // newBackoff is the client's retry pacing: 200 ms doubling to 10 s, ±50 %
 // jitter, bounded only by the caller's context.
 func newBackoff() *backoff.ExponentialBackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(200*time.Millisecond),
-		backoff.WithMultiplier(2),
-		backoff.WithRandomizationFactor(0.5),
-		backoff.WithMaxInterval(10*time.Second),
-		backoff.WithMaxElapsedTime(0),
-	)
-}
-
-func retry[T any](ctx context.Context, log *slog.Logger, what string, op func() (T, error)) (T, error) {
-	return backoff.RetryNotifyWithData(op, backoff.WithContext(newBackoff(), ctx), func(err error, d time.Duration) {
-		log.Warn(what+" failed; retrying", "in", d.Round(time.Millisecond), "err", err)
-	})
+	return store.Backoff(200*time.Millisecond, 10*time.Second)
 }

@@ -1,7 +1,6 @@
 package provision_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -37,30 +36,13 @@ type env struct {
 	cfg  store.StreamConfig
 	pub  *store.Publisher
 	root string // the node agent's root
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *storetest.SyncBuffer
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
-	return &env{nc: nc, js: js, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects()), logs: &syncBuffer{}}
+	return &env{nc: nc, js: js, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects()), logs: &storetest.SyncBuffer{}}
 }
 
 func (e *env) logger() *slog.Logger {

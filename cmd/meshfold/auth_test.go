@@ -28,7 +28,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // runCLI runs meshfold with args until it returns or ctx is done.
 func runCLI(ctx context.Context, args ...string) (code int, stdout, stderr string) {
 	var out bytes.Buffer
-	var errb syncBuffer
+	var errb storetest.SyncBuffer
 	code = run(ctx, append(args, "--log-level", "warn"), nil, &out, &errb)
 	return code, out.String(), errb.String()
 }
@@ -130,10 +130,10 @@ func (l *lines) Write(p []byte) (int, error) {
 	}
 }
 
-// watchBuffer is a syncBuffer that calls onViolation when a permissions
+// watchBuffer is a storetest.SyncBuffer that calls onViolation when a permissions
 // violation is written to it.
 type watchBuffer struct {
-	syncBuffer
+	storetest.SyncBuffer
 	onViolation func()
 }
 
@@ -141,7 +141,7 @@ func (w *watchBuffer) Write(p []byte) (int, error) {
 	if bytes.Contains(p, []byte("Violation")) {
 		w.onViolation()
 	}
-	return w.syncBuffer.Write(p)
+	return w.SyncBuffer.Write(p)
 }
 
 // Incident 1 end to end with every role on its own credentials, over

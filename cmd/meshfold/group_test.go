@@ -18,14 +18,16 @@ import (
 type reconcileProc struct {
 	cancel context.CancelFunc
 	code   chan int
-	stderr *syncBuffer
+	stderr *storetest.SyncBuffer
 }
 
 func startReconcile(t *testing.T, args ...string) *reconcileProc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &reconcileProc{cancel: cancel, code: make(chan int, 1), stderr: &syncBuffer{}}
-	go func() { p.code <- run(ctx, append([]string{"reconcile"}, args...), nil, &syncBuffer{}, p.stderr) }()
+	p := &reconcileProc{cancel: cancel, code: make(chan int, 1), stderr: &storetest.SyncBuffer{}}
+	go func() {
+		p.code <- run(ctx, append([]string{"reconcile"}, args...), nil, &storetest.SyncBuffer{}, p.stderr)
+	}()
 	t.Cleanup(func() { cancel(); <-p.code })
 	return p
 }
@@ -117,7 +119,7 @@ func TestReconcileGroupOnCluster(t *testing.T) {
 		pollUntil(t, "the plan of "+n, func() bool { return planned(n, seq) })
 	}
 	state := func(node string) string {
-		var out, errb syncBuffer
+		var out, errb storetest.SyncBuffer
 		code := run(ctx, []string{"state", node, "--json", "--server", c.URLs(), "--timeout", "500ms"}, nil, &out, &errb)
 		if code != 0 {
 			t.Fatalf("state %s: exit %d: %s", node, code, errb.String())

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,28 +40,10 @@ func startMesh(t testing.TB) *mesh {
 func (m *mesh) cli(t testing.TB, args ...string) (string, string, int) {
 	t.Helper()
 	var out bytes.Buffer
-	var errb syncBuffer // the connection logs "closed" asynchronously
+	var errb storetest.SyncBuffer // the connection logs "closed" asynchronously
 	all := append(append([]string{}, args...), "--server", m.e.ClientURL())
 	code := run(testCtx(t), all, nil, &out, &errb)
 	return out.String(), errb.String(), code
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // publish appends every event of s to the stream, in order, on its plain

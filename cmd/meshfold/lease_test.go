@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // TestHelperProcess is not a test: the tests below run the test binary
@@ -37,7 +38,7 @@ func TestHelperProcess(t *testing.T) {
 // meshfoldProcess is `meshfold args...` running as its own process.
 type meshfoldProcess struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *storetest.SyncBuffer
 	done   chan struct{}
 }
 
@@ -45,7 +46,7 @@ func startMeshfold(t *testing.T, args ...string) *meshfoldProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestHelperProcess$", "--"}, args...)...)
 	cmd.Env = append(os.Environ(), "MESHFOLD_HELPER_PROCESS=1")
-	p := &meshfoldProcess{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &meshfoldProcess{cmd: cmd, stderr: &storetest.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &bytes.Buffer{}, p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

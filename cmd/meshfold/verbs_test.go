@@ -283,11 +283,11 @@ func TestNodeWaitsForTheServer(t *testing.T) {
 	ln.Close()
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	errb := &syncBuffer{}
+	errb := &storetest.SyncBuffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"node", "ace", "--root", filepath.Join(dir, "root"), "--state-dir", filepath.Join(dir, "state"),
-			"-s", "nats://" + addr}, nil, &syncBuffer{}, errb)
+			"-s", "nats://" + addr}, nil, &storetest.SyncBuffer{}, errb)
 	}()
 	defer func() {
 		cancel()
