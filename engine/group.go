@@ -23,13 +23,23 @@ import (
 // Group defaults.
 const (
 	DefaultGroupName = "reconcilers"
-	DefaultLeaseTTL  = 5 * time.Second
+	// DefaultLeaseTTL outlives an election of the lease bucket's leader
+	// after a crash (4.5–9.8 s measured, see docs/architecture.md, "Leases
+	// and elections"): with it a lease survives a bucket without a leader
+	// for ~12 s.
+	DefaultLeaseTTL = 15 * time.Second
 	// LeaseBucketSuffix is appended to the stream name to name the lease
 	// bucket: MESH → MESH_LEASES.
 	LeaseBucketSuffix = "_LEASES"
-	// minLeaseTTL bounds the TTL from below: renewals run every TTL/4,
-	// and the server expires keys with a granularity of ~0.2 s.
+	// minLeaseTTL bounds the TTL from below: renewals run every TTL/6 (at
+	// most every second), and the server expires keys with a granularity
+	// of ~0.2 s.
 	minLeaseTTL = time.Second
+	// retryEvery is the group's tick: a renewal that failed (the bucket
+	// electing a leader) is sent again at the next tick, until the
+	// lease's own deadline; missing leases of the member's share are
+	// looked for at every tick.
+	retryEvery = 250 * time.Millisecond
 )
 
 // Why a partition stops being this instance's: the cause of a
@@ -81,8 +91,9 @@ type GroupConfig struct {
 	// replaced by '-').
 	Instance string
 	// TTL is how long a lease or a membership lives without renewal: the
-	// longest a dead or hung instance keeps its partitions. Default 5 s,
-	// at least 1 s. It is the lease bucket's TTL, set when the bucket is
+	// longest a dead or hung instance keeps its partitions, and what a
+	// bucket without a leader must elect one within. Default 15 s, at
+	// least 1 s. It is the lease bucket's TTL, set when the bucket is
 	// created; an existing bucket's TTL wins over this one.
 	TTL    time.Duration
 	Logger *slog.Logger
@@ -95,7 +106,8 @@ var groupTokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // storage, the stream's replicas, history 1, TTL = the lease TTL, with
 // limit markers so that an expiry is seen by every watcher):
 //
-//	member.<group>.<instance>  one per live instance, renewed every TTL/4
+//	member.<group>.<instance>  one per live instance, renewed every
+//	                           TTL/6 (at most every second)
 //	lease.<partition>          the partition's holder: created only if
 //	                           absent (Create), renewed only at the
 //	                           revision it holds (Update, compare and
@@ -107,7 +119,14 @@ var groupTokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // members). It acquires the free leases of its share and hands each to
 // its reconciler as a [Grant]; it releases (gracefully) the partitions
 // that moved to another member, and revokes at once (as lost) any lease
-// whose renewal fails at the server or whose local deadline passes. A
+// a renewal finds gone or taken, or whose local deadline passes; a
+// renewal that fails for another reason (no leader) is retried every
+// 250 ms until that deadline. The watch is not trusted alone (it missed
+// entries across server crashes, issue 13): every TTL/2 it is replaced
+// by a fresh one whose initial values rebuild the view; a lease of the
+// share that the view says is missing, stale (not renewed for 1.25 TTL)
+// or this instance's while it holds none is looked for at every tick;
+// and this instance always counts itself a member. A
 // dead or hung instance's leases and membership expire after the TTL,
 // and the others take its partitions over. Leases are per stream, not
 // per group: two groups on one stream never fold a partition at the same
@@ -125,14 +144,20 @@ type Group struct {
 	member []byte        // the member key's value
 
 	// Owned by the loop goroutine.
-	members   map[string]bool // live members of this group
-	view      []leaseView     // what the watch says of each lease
-	mine      map[int]*lease
-	acquiring map[int]bool
-	memberRev bool // a member renewal is in flight
-	closing   bool
-	loading   bool // applying a watch's initial values: nothing to log
-	deleting  sync.WaitGroup
+	w          jetstream.KeyWatcher
+	members    map[string]time.Time // members of this group: when each last renewed (the server's time)
+	view       []leaseView          // what the watch says of each lease
+	mine       map[int]*lease
+	acquiring  map[int]bool
+	tryAt      []time.Time // no create of the lease before then (one just failed)
+	memberRev  bool        // a member renewal is in flight
+	memberNext time.Time   // the member key's next renewal
+	memberFail time.Time   // when member renewals started failing; zero while they succeed
+	rewatching bool        // a fresh watch is being read
+	watchNext  time.Time   // when the watch is next replaced by a fresh one
+	closing    bool
+	loading    bool // applying a watch's initial values: nothing to log
+	deleting   sync.WaitGroup
 
 	mu       sync.Mutex // guards owned, logged, logTimer
 	owned    []int
@@ -180,7 +205,8 @@ func JoinGroup(ctx context.Context, js jetstream.JetStream, cfg GroupConfig) (*G
 		log:    cfg.Logger.With("group", cfg.Name, "instance", cfg.Instance),
 		grants: make(chan Grant, n), notify: make(chan struct{}, 1), events: make(chan func(), 4*n+8),
 		quit:    make(chan struct{}),
-		members: map[string]bool{}, view: make([]leaseView, n), mine: map[int]*lease{}, acquiring: map[int]bool{}}, nil
+		members: map[string]time.Time{}, view: make([]leaseView, n), mine: map[int]*lease{}, acquiring: map[int]bool{},
+		tryAt: make([]time.Time, n)}, nil
 }
 
 // openLeaseBucket opens the lease bucket of streamCfg's stream, creating
@@ -261,9 +287,21 @@ func (g *Group) Owned() []int {
 	return slices.Clone(g.owned)
 }
 
-func (g *Group) memberKey() string        { return "member." + g.cfg.Name + "." + g.cfg.Instance }
-func leaseKey(p int) string               { return "lease." + strconv.Itoa(p) }
-func (g *Group) opTimeout() time.Duration { return g.ttl / 4 }
+func (g *Group) memberKey() string { return "member." + g.cfg.Name + "." + g.cfg.Instance }
+func leaseKey(p int) string        { return "lease." + strconv.Itoa(p) }
+
+// opTimeout bounds each call on the bucket: a call that fails for want
+// of a leader is retried at a later tick.
+func (g *Group) opTimeout() time.Duration { return min(g.ttl/4, 2*time.Second) }
+
+// renewEvery is the renewal cadence of the member key and of every lease:
+// a lease survives a bucket without a leader for its TTL minus the margin
+// minus one cadence (see docs/architecture.md, "Leases and elections").
+func (g *Group) renewEvery() time.Duration { return min(g.ttl/6, time.Second) }
+
+// resyncEvery is how often the watch is replaced by a fresh one whose
+// initial values rebuild the view.
+func (g *Group) resyncEvery() time.Duration { return g.ttl / 2 }
 
 // margin is how much earlier than the server the local clock gives a
 // lease up: for clock rate differences and scheduling.
@@ -294,29 +332,29 @@ func (g *Group) Run(ctx context.Context) error {
 		cancel()
 		return err
 	}
-	w, err := g.watch(ctx)
+	g.memberNext = time.Now().Add(g.renewEvery())
+	w, entries, err := g.watch(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { w.Stop() }()
+	g.install(w, entries)
+	defer func() { stopWatch(g.w) }()
 	g.log.Info("joined the reconciler group", "ttl", g.ttl, "members", g.memberList())
 	g.rebalance(work)
 
-	tick := time.NewTicker(g.ttl / 4)
+	tick := time.NewTicker(retryEvery)
 	defer tick.Stop()
 	var shutdown <-chan time.Time
 	done := ctx.Done()
 	for {
 		select {
-		case e, ok := <-w.Updates():
+		case e, ok := <-g.w.Updates():
 			if !ok {
 				// The watch ended (it should not): watch again, from the
 				// bucket's current values.
 				g.log.Warn("lease watch ended; watching again")
-				if w, err = g.watch(work); err != nil {
-					g.log.Warn("lease watch", "err", err)
-					w = closedWatcher{}
-				}
+				g.w = closedWatcher{}
+				g.rewatch(work)
 				continue
 			}
 			if e != nil {
@@ -337,10 +375,8 @@ func (g *Group) Run(ctx context.Context) error {
 		case <-g.notify:
 		case <-tick.C:
 			g.renew(work)
-			if _, ok := w.(closedWatcher); ok {
-				if nw, err := g.watch(work); err == nil {
-					w = nw
-				}
+			if !time.Now().Before(g.watchNext) {
+				g.rewatch(work)
 			}
 		case <-done:
 			done = nil
@@ -373,36 +409,105 @@ func (g *Group) Run(ctx context.Context) error {
 	}
 }
 
-// closedWatcher stands in for a watch that could not be restarted.
+// closedWatcher stands in for a watch that ended, until a fresh one is
+// installed.
 type closedWatcher struct{}
 
 func (closedWatcher) Updates() <-chan jetstream.KeyValueEntry { return nil }
 func (closedWatcher) Stop() error                             { return nil }
 
-// watch watches the whole bucket and applies its initial values.
-func (g *Group) watch(ctx context.Context) (jetstream.KeyWatcher, error) {
+// watch starts a watch of the whole bucket and returns it with its
+// initial values (the newest entry of every key, markers included),
+// waiting for them at most a few operation timeouts.
+func (g *Group) watch(ctx context.Context) (jetstream.KeyWatcher, []jetstream.KeyValueEntry, error) {
+	wctx, cancel := context.WithTimeout(ctx, 4*g.opTimeout())
+	defer cancel()
 	w, err := g.kv.WatchAll(context.WithoutCancel(ctx))
 	if err != nil {
-		return nil, fmt.Errorf("watch lease bucket: %w", err)
+		return nil, nil, fmt.Errorf("watch lease bucket: %w", err)
 	}
-	g.members = map[string]bool{}
-	g.view = make([]leaseView, g.n)
-	g.loading = true
-	defer func() { g.loading = false }()
+	var entries []jetstream.KeyValueEntry
 	for {
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, errors.New("watch lease bucket: closed before its initial values")
+				return nil, nil, errors.New("watch lease bucket: closed before its initial values")
 			}
 			if e == nil {
-				return w, nil
+				return w, entries, nil
 			}
-			g.apply(e)
-		case <-ctx.Done():
-			w.Stop()
-			return nil, ctx.Err()
+			entries = append(entries, e)
+		case <-wctx.Done():
+			stopWatch(w)
+			return nil, nil, fmt.Errorf("watch lease bucket: initial values: %w", wctx.Err())
 		}
+	}
+}
+
+// stopWatch stops w and drains what it still delivers: the client's
+// delivery blocks on a full channel nobody reads.
+func stopWatch(w jetstream.KeyWatcher) {
+	if _, closed := w.(closedWatcher); w == nil || closed {
+		return
+	}
+	w.Stop()
+	go func() {
+		for range w.Updates() {
+		}
+	}()
+}
+
+// rewatch replaces the watch by a fresh one, in the background: its
+// initial values then replace the view. It runs every resyncEvery and
+// whenever the watch ends, because the view must not depend on a watch
+// having delivered every entry: across a crash of the server holding its
+// consumer, the watch missed entries (issue 13), and a missed expiry
+// left a lease present in the view forever, so nobody created it again.
+func (g *Group) rewatch(ctx context.Context) {
+	if g.rewatching {
+		return
+	}
+	g.rewatching = true
+	go func() {
+		w, entries, err := g.watch(ctx)
+		if !g.post(func() {
+			g.rewatching = false
+			if err != nil {
+				g.log.Debug("lease watch", "err", err)
+				g.watchNext = time.Now().Add(retryEvery)
+				return
+			}
+			old := g.w
+			g.install(w, entries)
+			stopWatch(old)
+		}) && w != nil {
+			stopWatch(w)
+		}
+	}()
+}
+
+// install makes w the watch and rebuilds the view from its initial
+// values, logging what the previous view had wrong.
+func (g *Group) install(w jetstream.KeyWatcher, entries []jetstream.KeyValueEntry) {
+	first := g.w == nil
+	oldView, oldMembers := g.view, g.memberList()
+	g.w = w
+	g.members = map[string]time.Time{}
+	g.view = make([]leaseView, g.n)
+	g.loading = true
+	for _, e := range entries {
+		g.apply(e)
+	}
+	g.loading = false
+	g.watchNext = time.Now().Add(g.resyncEvery())
+	var wrong []int
+	for p := range g.n {
+		if oldView[p].present != g.view[p].present || oldView[p].holder != g.view[p].holder {
+			wrong = append(wrong, p)
+		}
+	}
+	if members := g.memberList(); !first && (len(wrong) > 0 || !slices.Equal(oldMembers, members)) {
+		g.log.Warn("lease view resynced from the bucket: the watch had not delivered every change", "leases", wrong, "members", members)
 	}
 }
 
@@ -411,15 +516,14 @@ func (g *Group) apply(e jetstream.KeyValueEntry) {
 	live := e.Operation() == jetstream.KeyValuePut
 	key := e.Key()
 	if rest, ok := strings.CutPrefix(key, "member."+g.cfg.Name+"."); ok {
-		if live != g.members[rest] {
-			if live {
-				g.members[rest] = true
-			} else {
-				delete(g.members, rest)
-			}
-			if !g.loading {
-				g.log.Info("group membership changed", "members", g.memberList())
-			}
+		_, was := g.members[rest]
+		if live {
+			g.members[rest] = e.Created()
+		} else {
+			delete(g.members, rest)
+		}
+		if live != was && !g.loading {
+			g.log.Info("group membership changed", "members", g.memberList())
 		}
 		return
 	}
@@ -428,7 +532,7 @@ func (g *Group) apply(e jetstream.KeyValueEntry) {
 		if err != nil || p < 0 || p >= g.n {
 			return
 		}
-		v := leaseView{present: live}
+		v := leaseView{present: live, created: e.Created()}
 		if live {
 			var lv leaseValue
 			_ = json.Unmarshal(e.Value(), &lv)
@@ -438,17 +542,39 @@ func (g *Group) apply(e jetstream.KeyValueEntry) {
 	}
 }
 
-func (g *Group) memberList() []string { return slices.Sorted(maps.Keys(g.members)) }
+// memberList returns the live members, sorted: those whose key the view
+// holds and that renewed it recently enough for it to exist still, and
+// always this instance while it runs (it renews its own key, and a watch
+// that missed that put must not make it give its share away).
+func (g *Group) memberList() []string {
+	var out []string
+	for m, renewed := range g.members {
+		if !stale(renewed, g.ttl, time.Now()) {
+			out = append(out, m)
+		}
+	}
+	if !g.closing && !slices.Contains(out, g.cfg.Instance) {
+		out = append(out, g.cfg.Instance)
+	}
+	slices.Sort(out)
+	return out
+}
 
 // rebalance releases what is no longer this instance's share and
 // acquires the free leases that are (see [assignment.moves]).
 func (g *Group) rebalance(ctx context.Context) {
 	members := g.memberList()
+	now := time.Now()
 	seen := make([]leaseSeen, g.n)
 	for p := range g.n {
 		l := g.mine[p]
+		// A lease the view says exists counts only while another instance
+		// renews it: one the view says is this instance's, which holds
+		// none, or one not renewed for longer than a lease lives, is
+		// looked for again (creating it fails harmlessly if it exists).
 		seen[p] = leaseSeen{mine: l != nil, revoked: l != nil && l.ctx.Err() != nil,
-			acquiring: g.acquiring[p], present: g.view[p].present}
+			acquiring: g.acquiring[p] || now.Before(g.tryAt[p]),
+			present:   g.view[p].live(g.cfg.Instance, g.ttl, now)}
 	}
 	released, free := assign(members, g.n).moves(g.cfg.Instance, seen)
 	for _, p := range released {
@@ -468,11 +594,13 @@ func (g *Group) rebalance(ctx context.Context) {
 	}
 }
 
-// post hands f to the loop, unless Run has returned.
-func (g *Group) post(f func()) {
+// post hands f to the loop, unless Run has returned; it reports which.
+func (g *Group) post(f func()) bool {
 	select {
 	case g.events <- f:
+		return true
 	case <-g.quit:
+		return false
 	}
 }
 

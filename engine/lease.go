@@ -21,6 +21,21 @@ import (
 type leaseView struct {
 	present bool
 	holder  string
+	created time.Time // the server's time of that revision
+}
+
+// live reports whether the lease v describes exists and is another
+// instance's than self: present, held by someone else, and renewed
+// within the last 1.25 TTL (a live holder renews every TTL/6 at most;
+// an older entry's key has expired, whatever the watch said since).
+func (v leaseView) live(self string, ttl time.Duration, now time.Time) bool {
+	return v.present && v.holder != self && !stale(v.created, ttl, now)
+}
+
+// stale reports whether an entry the server stored at created is older,
+// at now, than any live holder lets its key get.
+func stale(created time.Time, ttl time.Duration, now time.Time) bool {
+	return now.Sub(created) > ttl+ttl/4
 }
 
 // lease is a lease this instance holds (or owned, until its partition
@@ -37,8 +52,9 @@ type lease struct {
 	mu       sync.Mutex
 	deadline time.Time
 
-	releasing bool // revoked with ErrReleased: delete once stopped
-	renewing  bool // a renewal is in flight
+	releasing bool      // revoked with ErrReleased: delete once stopped
+	renewing  bool      // a renewal is in flight
+	next      time.Time // when the next renewal is due
 }
 
 func (l *lease) valid() bool {
@@ -86,6 +102,7 @@ func (g *Group) acquire(ctx context.Context, ps []int) {
 		for i, p := range ps {
 			g.acquiring[p] = false
 			if err := errs[i]; err != nil {
+				g.tryAt[p] = time.Now().Add(retryEvery)
 				if !errors.Is(err, jetstream.ErrKeyExists) {
 					g.log.Debug("acquire partition lease", "partition", p, "err", err)
 				}
@@ -101,13 +118,13 @@ func (g *Group) acquire(ctx context.Context, ps []int) {
 func (g *Group) grant(p int, rev uint64, val []byte, sent time.Time) {
 	lctx, revoke := context.WithCancelCause(context.Background())
 	l := &lease{p: p, rev: rev, value: val, ctx: lctx, revoke: revoke, stopped: make(chan struct{}),
-		deadline: sent.Add(g.ttl - g.margin())}
+		deadline: sent.Add(g.ttl - g.margin()), next: sent.Add(g.renewEvery())}
 	l.timer = time.AfterFunc(time.Until(l.deadline), func() {
 		l.revoke(fmt.Errorf("%w: not renewed within its TTL", ErrLeaseLost))
 		g.poke()
 	})
 	g.mine[p] = l
-	g.view[p] = leaseView{present: true, holder: g.cfg.Instance}
+	g.view[p] = leaseView{present: true, holder: g.cfg.Instance, created: sent}
 	var once sync.Once
 	gr := Grant{Partition: p, Revoked: lctx, Valid: l.valid, Stopped: func() {
 		once.Do(func() { close(l.stopped); g.poke() })
@@ -122,22 +139,37 @@ func (g *Group) grant(p int, rev uint64, val []byte, sent time.Time) {
 	g.grants <- gr // never blocks: at most one grant a partition is outstanding
 }
 
-// renew renews the member key and every lease it owns, asynchronously.
+// renew renews, asynchronously, the member key and every held lease that
+// is due: every renewEvery after the last renewal sent, and at every tick
+// after one failed for any other reason than the lease being gone (the
+// bucket has no leader, say), until the lease's own deadline revokes it.
 func (g *Group) renew(ctx context.Context) {
-	if !g.memberRev && !g.closing {
+	now := time.Now()
+	if !g.memberRev && !g.closing && !now.Before(g.memberNext) {
 		g.memberRev = true
 		go func() {
+			sent := time.Now()
 			err := g.putMember(ctx)
 			g.post(func() {
 				g.memberRev = false
 				if err != nil {
-					g.log.Warn("renew membership", "err", err)
+					g.memberNext = time.Now().Add(retryEvery)
+					if g.memberFail.IsZero() {
+						g.memberFail = sent
+						g.log.Warn("renew membership; retrying", "err", err)
+					}
+					return
+				}
+				g.memberNext = sent.Add(g.renewEvery())
+				if !g.memberFail.IsZero() {
+					g.log.Info("membership renewed again", "after", time.Since(g.memberFail).Round(time.Millisecond))
+					g.memberFail = time.Time{}
 				}
 			})
 		}()
 	}
 	for _, l := range g.mine {
-		if l.renewing || l.isStopped() || (l.ctx.Err() != nil && !l.releasing) {
+		if l.renewing || l.isStopped() || (l.ctx.Err() != nil && !l.releasing) || now.Before(l.next) {
 			continue
 		}
 		l.renewing = true
@@ -152,6 +184,7 @@ func (g *Group) renew(ctx context.Context) {
 				switch {
 				case err == nil:
 					l.rev = nrev
+					l.next = sent.Add(g.renewEvery())
 					l.mu.Lock()
 					l.deadline = sent.Add(g.ttl - g.margin())
 					l.mu.Unlock()
@@ -161,7 +194,8 @@ func (g *Group) renew(ctx context.Context) {
 					// Expired, perhaps taken: it is not ours any more.
 					l.revoke(fmt.Errorf("%w: %v", ErrLeaseLost, err))
 				default:
-					g.log.Debug("renew partition lease", "partition", l.p, "err", err)
+					l.next = time.Now().Add(retryEvery)
+					g.log.Debug("renew partition lease; retrying", "partition", l.p, "err", err)
 				}
 			})
 		}()

@@ -423,7 +423,7 @@ func (p *partition) run(ctx context.Context) error {
 	defer stop()
 	defer context.AfterFunc(p.revoked, stop)()
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
+		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
 		started := time.Now()
 		err := p.session(ctx)

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
@@ -396,5 +398,96 @@ func BenchmarkReconcilerRecovery(b *testing.B) {
 				b.ReportMetric(float64(running.HeapAlloc-gone.HeapAlloc)/float64(nodes), "heap-B/node")
 			}
 		})
+	}
+}
+
+// BenchmarkRefoldUnderRestarts measures what a reconciler refolds when
+// it is killed faster than its snapshot interval (the default, 1 s):
+// 90,000 wants and haves of 1,000 nodes are published at ~4,500/s while
+// the reconciler crashes (a fault: nothing more published or
+// checkpointed) every 450 ms and is started again, then runs to the end.
+// refold-factor is the events it folded over the events stored (1.0: each
+// folded once); checkpoints counts the snapshots written.
+//
+//	go test ./engine -run '^$' -bench RefoldUnderRestarts -benchtime 1x
+func BenchmarkRefoldUnderRestarts(b *testing.B) {
+	h := simulate(200_000, 1_000)
+	var inputs []*nats.Msg
+	for _, m := range h.msgs {
+		if _, kind, _ := (events.Subjects{}).Parse(m.Subject); kind == events.KindWant || kind == events.KindHave {
+			inputs = append(inputs, m)
+		}
+	}
+	inputs = inputs[:min(len(inputs), 90_000)]
+	const every = 450 * time.Millisecond
+	for range b.N {
+		_, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
+		pubDone := make(chan struct{})
+		go func() {
+			defer close(pubDone)
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for i := 0; i < len(inputs); i += 45 {
+				<-tick.C
+				(&history{msgs: inputs[i:min(i+45, len(inputs))]}).load(b, js)
+			}
+		}()
+		var folded, checkpoints float64
+		restarts := 0
+		run := func(crash bool) {
+			m := engine.NewMetrics(nil)
+			start := time.Now()
+			var f engine.Faults
+			if crash {
+				f.AfterFold = func(int, uint64) error {
+					if time.Since(start) > every {
+						return errCrash
+					}
+					return nil
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: cfg, Metrics: m, Faults: f})
+			if err != nil {
+				b.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- r.Run(ctx) }()
+			if crash {
+				if err := <-done; !errors.Is(err, errCrash) {
+					b.Fatalf("reconciler ended with %v", err)
+				}
+				restarts++
+			} else {
+				for p, want := range inputTargets(b, js, cfg) {
+					for r.Progress()[p] < want {
+						time.Sleep(time.Millisecond)
+					}
+				}
+				cancel()
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, k := range []events.Kind{events.KindWant, events.KindHave} {
+				folded += testutil.ToFloat64(m.Folded.WithLabelValues(string(k)))
+			}
+			checkpoints += testutil.ToFloat64(m.Checkpoints)
+		}
+		for {
+			select {
+			case <-pubDone:
+			default:
+				run(true)
+				continue
+			}
+			break
+		}
+		run(false)
+		b.Logf("%d restarts, %.0f checkpoints, %.0f events folded for %d stored", restarts, checkpoints, folded, len(inputs))
+		b.ReportMetric(folded/float64(len(inputs)), "refold-factor")
+		b.ReportMetric(float64(restarts), "restarts")
+		b.ReportMetric(checkpoints, "checkpoints")
 	}
 }

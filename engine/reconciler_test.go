@@ -32,6 +32,8 @@ type rig struct {
 	stream jetstream.Stream
 	cfg    store.StreamConfig
 	pub    *store.Publisher
+	// wait bounds each wait for a plan; 0: 20 s.
+	wait time.Duration
 
 	mu    sync.Mutex
 	acked map[uint64]string // every input append acknowledged: sequence → message id
@@ -143,7 +145,13 @@ func retry(t testing.TB, what string, f func(ctx context.Context) error) {
 // a condition, never for a fixed time.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	eventuallyWithin(t, 20*time.Second, what, cond)
+}
+
+// eventuallyWithin is eventually with its own deadline.
+func eventuallyWithin(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -156,7 +164,11 @@ func eventually(t testing.TB, what string, cond func() bool) {
 func (g *rig) planFor(node string, cause uint64) uint64 {
 	g.t.Helper()
 	var seq uint64
-	eventually(g.t, fmt.Sprintf("plan of %s caused by %d", node, cause), func() bool {
+	limit := g.wait
+	if limit == 0 {
+		limit = 20 * time.Second
+	}
+	eventuallyWithin(g.t, limit, fmt.Sprintf("plan of %s caused by %d", node, cause), func() bool {
 		m, err := store.LastMsg(context.Background(), g.stream, g.cfg.Subjects(), node, events.KindPlan)
 		if err != nil {
 			return false
@@ -194,11 +206,16 @@ func (g *rig) all() []store.Msg {
 	return out
 }
 
+// nodeStates answers for node states: a Reconciler, or several.
+type nodeStates interface {
+	Node(node string) (*reconcile.State, bool)
+}
+
 // verify checks DESIGN.md §5.3 on the stream once the live reconciler has
 // caught up with it: every effect the pure fold of the stream's input
 // events makes is stored exactly once, and nothing else; and the live
 // reconciler's state of each node equals that fold.
-func (g *rig) verify(live *engine.Reconciler) (knocks int) {
+func (g *rig) verify(live nodeStates) (knocks int) {
 	g.t.Helper()
 	snaps, err := store.OpenSnapshots(context.Background(), g.js, g.cfg)
 	if err != nil {

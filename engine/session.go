@@ -90,7 +90,8 @@ func (s *session) consume(ctx context.Context) error {
 	// kinds alone) made it scan, 30x slower on a long stream. Knocks and
 	// journal entries come along; the fold only counts them as seen.
 	tail, err := store.Follow(ctx, r.js, store.TailConfig{Stream: r.cfg.Stream.Name,
-		Filter: r.subj.StoredPartitionAll(s.p.id), Start: s.checkpoint + 1, Heartbeat: readHeartbeat})
+		Filter: r.subj.StoredPartitionAll(s.p.id), Start: s.checkpoint + 1, Heartbeat: readHeartbeat,
+		ResetAttempts: readResets})
 	if err != nil {
 		return err
 	}
@@ -288,6 +289,16 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 // server holding it stops (a cluster losing a stream leader), the read
 // resumes after ~2 s instead of the default's ~10 s.
 const readHeartbeat = time.Second
+
+// readResets is how many times the client may try to recreate a
+// partition's lost consumer before the read fails and the session
+// restarts from its snapshot on the engine's own schedule. The client
+// alone retried forever, with waits growing to 10 s between attempts
+// that could each take 10 s: after a server crash in a cluster whose
+// other servers had crashed and rejoined before, reads stayed stuck for
+// over a minute while a fresh consumer was created within 6 s
+// (TestClusterChaos, issue 13).
+const readResets = 1
 
 // ackTimeout bounds each wait for the acknowledgement of an effect, and a
 // checkpoint's whole snapshot write (10,000 states take ~70 ms). An async

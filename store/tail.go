@@ -30,6 +30,12 @@ type TailConfig struct {
 	// short one resumes a read sooner after the server holding the
 	// consumer stops.
 	Heartbeat time.Duration
+	// ResetAttempts bounds how many times the client tries to recreate a
+	// consumer it lost (its server stopped) before the tail ends with an
+	// error; 0: forever, the client's default, with waits growing to
+	// 10 s between attempts of up to 10 s each. A reader that restarts
+	// its tail itself, on its own schedule, sets a small bound.
+	ResetAttempts int
 }
 
 // Tailed is one message of a [Tail], with its metadata, or the error that
@@ -67,6 +73,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail,
 	occ := jetstream.OrderedConsumerConfig{
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: OrderedInactive,
+		MaxResetAttempts:  cfg.ResetAttempts,
 	}
 	if cfg.Filter != "" {
 		occ.FilterSubjects = []string{cfg.Filter}

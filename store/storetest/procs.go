@@ -1,0 +1,286 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ProcCluster is n nats-server processes forming one JetStream cluster
+// over loopback routes, each with its own name (p0, p1, …), store
+// directory in t.TempDir(), client, route and monitoring ports. Unlike
+// [Cluster], whose servers stop with Shutdown (which first hands each
+// Raft group it leads to a follower, so a new leader is elected in
+// ~0.1 s), a ProcCluster server is killed with SIGKILL by its pid: its
+// peers learn nothing but a closed route and elect new leaders only when
+// their election timers fire (4–9 s in nats-server 2.15), as after a
+// real crash. Cleanup kills every server still running.
+type ProcCluster struct {
+	t    testing.TB
+	bin  string
+	srvs []*procServer
+}
+
+type procServer struct {
+	name    string
+	conf    string
+	client  int
+	monitor int
+	log     string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// natsServerBinary builds the nats-server of this module's go.mod (the
+// version the embedded servers run) once per test process, into a
+// directory under os.TempDir() that later runs reuse.
+func natsServerBinary() (string, error) {
+	binOnce.Do(func() {
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/nats-io/nats-server/v2").Output()
+		if err != nil {
+			binErr = fmt.Errorf("storetest: nats-server version: %w", err)
+			return
+		}
+		version := strings.TrimSpace(string(out))
+		dir := filepath.Join(os.TempDir(), "meshfold-storetest")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "nats-server-"+version)
+		if _, err := os.Stat(binPath); err == nil {
+			return
+		}
+		tmp := fmt.Sprintf("%s.%d", binPath, os.Getpid())
+		build := exec.Command("go", "build", "-o", tmp, "github.com/nats-io/nats-server/v2")
+		if out, err := build.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("storetest: build nats-server: %v\n%s", err, out)
+			return
+		}
+		binErr = os.Rename(tmp, binPath)
+	})
+	return binPath, binErr
+}
+
+// StartProcCluster builds nats-server (once per test binary; cached
+// across runs) and starts an n-server cluster of processes, each in its
+// own process group. It returns once every server reports itself healthy
+// (/healthz: JetStream current with its meta leader). The test is skipped
+// when the go tool is not available to build the server.
+func StartProcCluster(t testing.TB, n int) *ProcCluster {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("storetest: no go tool to build nats-server")
+	}
+	bin, err := natsServerBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, 3*n)
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+1]))
+	}
+	c := &ProcCluster{t: t, bin: bin}
+	for i := range n {
+		dir := t.TempDir()
+		s := &procServer{name: fmt.Sprintf("p%d", i), client: ports[3*i], monitor: ports[3*i+2],
+			conf: filepath.Join(dir, "server.conf"), log: filepath.Join(dir, "server.log")}
+		conf := fmt.Sprintf(`server_name: %s
+listen: 127.0.0.1:%d
+http: 127.0.0.1:%d
+jetstream: { store_dir: %q }
+cluster: {
+  name: meshfold-proc-test
+  listen: 127.0.0.1:%d
+  routes: [%s]
+}
+`, s.name, s.client, s.monitor, filepath.Join(dir, "js"), ports[3*i+1], strings.Join(routes, ", "))
+		if err := os.WriteFile(s.conf, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c.srvs = append(c.srvs, s)
+	}
+	t.Cleanup(func() {
+		for i := range c.srvs {
+			c.kill(i)
+		}
+	})
+	for i := range c.srvs {
+		if err := c.start(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range c.srvs {
+		if err := c.WaitHealthy(i, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func (c *ProcCluster) start(i int) error {
+	s := c.srvs[i]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return fmt.Errorf("storetest: server %s already running", s.name)
+	}
+	logf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(c.bin, "-c", s.conf)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("storetest: start %s: %w", s.name, err)
+	}
+	s.cmd = cmd
+	return nil
+}
+
+// kill sends SIGKILL to server i's process group and reaps it; false if
+// it was not running.
+func (c *ProcCluster) kill(i int) bool {
+	s := c.srvs[i]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return false
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	_ = s.cmd.Wait()
+	s.cmd = nil
+	return true
+}
+
+// N returns the number of servers.
+func (c *ProcCluster) N() int { return len(c.srvs) }
+
+// Name returns server i's name (p0, p1, …).
+func (c *ProcCluster) Name(i int) string { return c.srvs[i].name }
+
+// Index returns the index of the server named name, or -1.
+func (c *ProcCluster) Index(name string) int {
+	for i, s := range c.srvs {
+		if s.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Kill kills server i with SIGKILL (by the pid of its process group) and
+// waits for the process to end. It fails the test if i was not running.
+func (c *ProcCluster) Kill(i int) {
+	c.t.Helper()
+	if !c.kill(i) {
+		c.t.Fatalf("storetest: kill %s: not running", c.srvs[i].name)
+	}
+}
+
+// Restart starts killed server i again on its configuration and store
+// directory and waits until it is healthy (up to 60 s).
+func (c *ProcCluster) Restart(i int) {
+	c.t.Helper()
+	if err := c.start(i); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := c.WaitHealthy(i, 60*time.Second); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// Running reports whether server i runs.
+func (c *ProcCluster) Running(i int) bool {
+	s := c.srvs[i]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// WaitHealthy waits until server i's /healthz answers 200: it accepts
+// clients and its JetStream is current with the meta leader and with the
+// streams and consumers it holds.
+func (c *ProcCluster) WaitHealthy(i int, timeout time.Duration) error {
+	s := c.srvs[i]
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", s.monitor)
+	deadline := time.Now().Add(timeout)
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := hc.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("storetest: server %s not healthy after %s (last: %v); log %s", s.name, timeout, err, s.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// URLs returns every server's client URL, comma separated.
+func (c *ProcCluster) URLs() string {
+	var out []string
+	for _, s := range c.srvs {
+		out = append(out, fmt.Sprintf("nats://127.0.0.1:%d", s.client))
+	}
+	return strings.Join(out, ",")
+}
+
+// Connect opens a connection to the cluster (every server's URL, so it
+// fails over), reconnecting forever every 50 ms, and a JetStream context.
+// opts come after these defaults. Cleanup closes it.
+func (c *ProcCluster) Connect(t testing.TB, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	all := append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond),
+		nats.ReconnectJitter(0, 0)}, opts...)
+	nc, err := nats.Connect(c.URLs(), all...)
+	if err != nil {
+		t.Fatalf("storetest: connect to the cluster: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("storetest: jetstream: %v", err)
+	}
+	return nc, js
+}
+
+// Leader returns the index of the server leading stream's replica group
+// (a KV bucket's stream is KV_<bucket>), as the stream's info says, or -1
+// when none does or the info cannot be had.
+func (c *ProcCluster) Leader(ctx context.Context, js jetstream.JetStream, stream string) int {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return -1
+	}
+	info := s.CachedInfo()
+	if info.Cluster == nil || info.Cluster.Leader == "" {
+		return -1
+	}
+	return c.Index(info.Cluster.Leader)
+}
