@@ -54,6 +54,11 @@ type mesh struct {
 	pub  *store.Publisher
 	logs *storetest.SyncBuffer
 
+	// signer signs the reconciler's plans and knocks; trust is what the
+	// node agents and provisioners verify them against.
+	signer *store.Signer
+	trust  *store.Trust
+
 	rc         atomic.Pointer[engine.Reconciler]
 	reconciler *proc
 }
@@ -68,6 +73,12 @@ func newMesh(t testing.TB) *mesh {
 		t.Fatal(err)
 	}
 	m := &mesh{t: t, srv: srv, nc: nc, js: js, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects()), logs: &storetest.SyncBuffer{}}
+	kp, err := store.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.signer = must(store.NewSigner(kp))(t)
+	m.trust = must(store.NewTrust(m.signer.PublicKey()))(t)
 	m.startReconciler()
 	return m
 }
@@ -122,7 +133,7 @@ func (p *proc) stop(t testing.TB) {
 
 func (m *mesh) startReconciler() {
 	m.reconciler = m.spawn("reconciler", func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
-		r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: m.cfg, Logger: m.logger("reconciler")})
+		r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: m.cfg, Logger: m.logger("reconciler"), Signer: m.signer})
 		if err != nil {
 			return err
 		}
@@ -183,7 +194,7 @@ func (n *nodeT) startAgentFaults(rt node.Runtime, faults node.Faults) {
 	}
 	n.agent = n.m.spawn(n.name+"-agent", func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
 		a, err := node.New(nc, js, node.Config{Name: n.name, Root: n.root, StateDir: n.state, Runtime: rt,
-			Stream: n.m.cfg, Logger: n.m.logger("node"), Faults: faults})
+			Stream: n.m.cfg, Logger: n.m.logger("node"), Faults: faults, Trust: n.m.trust})
 		if err != nil {
 			return err
 		}
@@ -194,7 +205,7 @@ func (n *nodeT) startAgentFaults(rt node.Runtime, faults node.Faults) {
 // client returns a provisioner client for the node (not running).
 func (n *nodeT) client(nc *nats.Conn, js jetstream.JetStream, account string) *provision.Client {
 	c, err := provision.New(nc, js, provision.Config{Node: n.name, From: n.from, Account: account,
-		Stream: n.m.cfg, Logger: n.m.logger("provision"), Timeout: 2 * time.Second,
+		Stream: n.m.cfg, Logger: n.m.logger("provision"), Timeout: 2 * time.Second, Trust: n.m.trust,
 		OnFill: func(k uint64, r provision.Report) {
 			select {
 			case n.fills <- fillPass{k, r}:
@@ -240,7 +251,7 @@ func (n *nodeT) source(module, path, content string) {
 // that ran ahead of the node would.
 func (n *nodeT) fillOnce(ctx context.Context, account string) (provision.Report, error) {
 	c, err := provision.New(n.m.nc, n.m.js, provision.Config{Node: n.name, From: n.from, Account: account,
-		Stream: n.m.cfg, Logger: n.m.logger("provision-once"), Timeout: 2 * time.Second})
+		Stream: n.m.cfg, Logger: n.m.logger("provision-once"), Timeout: 2 * time.Second, Trust: n.m.trust})
 	if err != nil {
 		return provision.Report{}, err
 	}

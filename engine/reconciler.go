@@ -52,6 +52,17 @@ type ReconcilerConfig struct {
 	Metrics *Metrics
 	// Faults are hooks for crash tests; nil hooks do nothing.
 	Faults Faults
+	// Signer signs every plan and knock published (docs/architecture.md,
+	// "Signed effects"). Own are the public keys whose plan events count
+	// as this reconciler's: nil means Signer's alone; after a rotation,
+	// the new key and every key it signed with before, so that a refold
+	// of older plans finds them its own. A plan event whose signature
+	// does not verify against Own is folded as foreign (events.Event
+	// Foreign): journaled, and the last plan published again. A nil
+	// Signer publishes unsigned effects and takes every plan event as its
+	// own (tests of the loop alone).
+	Signer *store.Signer
+	Own    *store.Trust
 }
 
 // Faults are test hooks at the loop's crash points. A hook that returns an
@@ -132,6 +143,16 @@ type Reconciler struct {
 	fleet fleetJournal
 }
 
+// publishOpts are the options an effect is published with: its message
+// id, and its signature for a plan or a knock.
+func (r *Reconciler) publishOpts(e reconcile.Effect, id string, more ...store.AppendOpt) []store.AppendOpt {
+	opts := append([]store.AppendOpt{store.WithMsgID(id)}, more...)
+	if r.cfg.Signer != nil && (e.Kind == events.KindPlan || e.Kind == events.KindKnock) {
+		opts = append(opts, store.WithSigner(r.cfg.Signer))
+	}
+	return opts
+}
+
 // NewReconciler opens the stream and the snapshot bucket. The stream must
 // exist: call [EnsureStream] first and pass its effective configuration.
 //
@@ -166,6 +187,11 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	key, err := snaps.EffectKey(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Signer != nil && cfg.Own == nil {
+		if cfg.Own, err = store.NewTrust(cfg.Signer.PublicKey()); err != nil {
+			return nil, err
+		}
 	}
 	r := &Reconciler{js: js, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(js, scfg.Subjects()),
 		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, m: cfg.Metrics, parts: map[int]*partition{}}

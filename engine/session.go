@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 )
@@ -177,6 +178,13 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	if !ev.Kind.Input() {
 		return nil // knocks and journal entries: the reconciler's own notes, not inputs of the fold
 	}
+	if ev.Kind == events.KindPlan && r.cfg.Own != nil {
+		if err := r.cfg.Own.Verify(ev.Node, ev.Kind, msg.Headers(), msg.Data()); err != nil {
+			ev.Foreign = true
+			r.log.Error("plan not emitted by this reconciler: not folded; its last plan is published again",
+				"node", ev.Node, "seq", seq, "err", err)
+		}
+	}
 	if ev.Payload != nil {
 		s.in.payload(ev.Payload)
 	}
@@ -238,7 +246,7 @@ func (s *session) endRecovery(ctx context.Context) error {
 			return err
 		}
 		start := time.Now()
-		ack, err := r.pub.Append(ctx, e.Node, e.Payload, store.WithMsgID(id), store.WithExpectLastSubjectSeq(fence))
+		ack, err := r.pub.Append(ctx, e.Node, e.Payload, r.publishOpts(e, id, store.WithExpectLastSubjectSeq(fence))...)
 		if store.Permanent(err) {
 			if err := s.poisoned(ctx, e, err); err != nil {
 				return err
@@ -272,7 +280,7 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 		return err
 	}
 	id := store.EffectMsgID(s.p.r.key, e.ID())
-	f, err := s.p.r.pub.AppendAsync(ctx, e.Node, e.Payload, store.WithMsgID(id))
+	f, err := s.p.r.pub.AppendAsync(ctx, e.Node, e.Payload, s.p.r.publishOpts(e, id)...)
 	if store.Permanent(err) {
 		return s.poisoned(ctx, e, err)
 	}

@@ -450,6 +450,11 @@ type Event struct {
 	// Payload is nil exactly when Err is not.
 	Payload Payload
 	Err     error
+	// Foreign marks a plan or knock whose signature does not verify
+	// against the reconciler's own keys: not one it emitted (a forgery, a
+	// replayed signature of another node's effect). The shell that read
+	// the message sets it; the fold decides what follows (issue 14).
+	Foreign bool
 }
 
 // At returns the publisher's `at` of the event, or the stream time when the

@@ -53,6 +53,11 @@ type Config struct {
 	// or store.EnsureStream return it (its partition count must be the
 	// stream's). Zero fields take their defaults.
 	Stream store.StreamConfig
+	// Trust are the reconciler public keys whose plans the agent applies
+	// (store.Trust.Verify); a plan signed by no trusted key is refused.
+	// Nil trusts every plan unsigned: only for tests and embedders that
+	// verify elsewhere (the meshfold command always sets it).
+	Trust *store.Trust
 	// Faults are test hooks; nil hooks do nothing.
 	Faults Faults
 }
@@ -348,8 +353,38 @@ func (a *Agent) startPlan(ctx context.Context, stream jetstream.Stream) (uint64,
 	if err != nil {
 		return 0, fmt.Errorf("node agent: newest plan: %w", err)
 	}
-	a.handlePlan(ctx, m.Event)
+	if a.trusted(ctx, m.Event, m.Header, m.Data) {
+		a.handlePlan(ctx, m.Event)
+	}
 	return m.Event.Seq, nil
+}
+
+// trusted reports whether ev, a plan message with headers h and payload
+// data, is to be applied: its signature verifies against the trusted
+// reconciler keys ([Config.Trust]), and its cause is newer than the
+// settled plan's (an older plan of the node, replayed, is not). A plan
+// that is not is logged, never applied, and reported with a failed settle
+// naming it, which the reconciler journals.
+func (a *Agent) trusted(ctx context.Context, ev events.Event, h nats.Header, data []byte) bool {
+	if a.cfg.Trust == nil {
+		return true
+	}
+	err := a.cfg.Trust.Verify(a.cfg.Name, events.KindPlan, h, data)
+	if p, ok := ev.Payload.(*events.Plan); ok && err == nil {
+		a.mu.Lock()
+		settled := a.settled
+		a.mu.Unlock()
+		if settled != nil && p.Cause <= settled.Cause {
+			err = fmt.Errorf("replayed: its cause %d is not newer than the settled plan's (%d)", p.Cause, settled.Cause)
+		}
+	}
+	if err == nil {
+		return true
+	}
+	a.log.Error("plan refused: not from a trusted reconciler; not applied", "plan", ev.Seq, "settled", a.Settled(), "err", err)
+	a.publish(ctx, events.Stamp(&events.Settle{Module: "", Op: events.OpFailed, Plan: ev.Seq,
+		Error: "plan refused: not from a trusted reconciler: " + err.Error()}, time.Now()), store.WithMsgID(nuid.Next()))
+	return false
 }
 
 // follow reads the node's plans after sequence from with an ordered
@@ -407,7 +442,7 @@ func (a *Agent) followOnce(ctx context.Context, from uint64, resync <-chan time.
 			ev, err := a.subj.DecodeEvent(n.Msg.Subject(), n.Msg.Data(), meta.Sequence.Stream, meta.Timestamp)
 			if err != nil {
 				a.log.Error("not a plan subject; skipped", "subject", n.Msg.Subject(), "seq", meta.Sequence.Stream, "err", err)
-			} else {
+			} else if a.trusted(ctx, ev, n.Msg.Headers(), n.Msg.Data()) {
 				a.handlePlan(ctx, ev)
 			}
 		case <-resync:

@@ -57,6 +57,10 @@ func (c *Client) settled(ctx context.Context, plan uint64) {
 	if err != nil || m.Event.Err != nil || m.Event.Seq != plan {
 		return
 	}
+	if err := c.verify(events.KindPlan, m.Header, m.Data); err != nil {
+		c.log.Error("settled plan not from a trusted reconciler: not filled", "plan", plan, "err", err)
+		return
+	}
 	c.fillDeclared(ctx, m.Event.Seq, m.Event.Payload.(*events.Plan))
 }
 

@@ -56,6 +56,11 @@ type Config struct {
 	// the node, is filled within it. 0 means [DefaultResync]; negative
 	// turns it off.
 	Resync time.Duration
+	// Trust are the reconciler public keys whose knocks the client acts
+	// on and whose plans it fills (store.Trust.Verify); nil trusts every
+	// knock and plan unsigned (tests; the meshfold command always sets
+	// it).
+	Trust *store.Trust
 	// OnFill, when set, is called after each fill pass with the stream
 	// sequence of the knock that caused it (0 for the pass on start and
 	// for a pass on a new plan's declarations) and its report. It runs on
@@ -281,6 +286,7 @@ func (c *Client) followOnce(ctx context.Context, kind events.Kind, from uint64, 
 		return from, err
 	}
 	defer tail.Stop()
+	var coalesced *events.Event // the last event skipped for a newer one
 	for {
 		m, meta, err := tail.Next(ctx)
 		if err != nil {
@@ -291,14 +297,38 @@ func (c *Client) followOnce(ctx context.Context, kind events.Kind, from uint64, 
 		if err != nil {
 			continue
 		}
+		if kind == events.KindKnock {
+			if err := c.verify(kind, m.Headers(), m.Data()); err != nil {
+				c.log.Error("knock ignored: not from a trusted reconciler", "knock", from, "err", err)
+				if meta.NumPending == 0 && coalesced != nil {
+					// The trusted knock it coalesced is the newest.
+					if !handle(*coalesced) {
+						return from, ctx.Err()
+					}
+					coalesced = nil
+				}
+				continue
+			}
+		}
 		if meta.NumPending > 0 {
 			c.log.Info(string(kind)+" coalesced with a newer one", string(kind), from)
+			coalesced = &ev
 			continue
 		}
+		coalesced = nil
 		if !handle(ev) {
 			return from, ctx.Err()
 		}
 	}
+}
+
+// verify checks an effect's signature against the trusted reconciler
+// keys; nil when Config.Trust is nil.
+func (c *Client) verify(kind events.Kind, h nats.Header, data []byte) error {
+	if c.cfg.Trust == nil {
+		return nil
+	}
+	return c.cfg.Trust.Verify(c.cfg.Node, kind, h, data)
 }
 
 // knocked fills everything again for a knock.
@@ -335,6 +365,9 @@ func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 	}
 	if m.Event.Err != nil {
 		return r, fmt.Errorf("provisioner: newest plan %d: %w", m.Event.Seq, m.Event.Err)
+	}
+	if err := c.verify(m.Event.Kind, m.Header, m.Data); err != nil {
+		return r, fmt.Errorf("provisioner: newest plan %d: %w (the reconciler publishes its own again)", m.Event.Seq, err)
 	}
 	r.Plan = m.Event.Seq
 	plan := m.Event.Payload.(*events.Plan)

@@ -18,6 +18,12 @@ import (
 // journaled at level error and not folded (DESIGN.md §3); it never stops
 // the node's other events from folding.
 //
+// A plan event the reconciler did not emit (ev.Foreign: its signature does
+// not verify against the reconciler's keys) is never folded as a plan: it
+// is journaled at level error and the last plan emitted is published
+// again, under this event's cause, so the node returns to what the want
+// says even if it applied the forgery (issue 14).
+//
 // Knock, journal and unknown kinds are not inputs of the fold: they only
 // advance s.Seq. Every fold ends by forgetting the records of files,
 // accounts and builds the node's configuration no longer names
@@ -28,6 +34,10 @@ func (s *State) Fold(ev events.Event) []Effect {
 	}
 	s.Seq = ev.Seq
 	f := folder{s: s, ev: ev}
+	if ev.Foreign && ev.Kind == events.KindPlan {
+		f.foreignPlan()
+		return f.out
+	}
 	if ev.Err != nil {
 		if errors.Is(ev.Err, events.ErrNewerVersion) {
 			f.reject("not understood: %v", ev.Err)
@@ -381,6 +391,24 @@ func (f *folder) retired() {
 		return
 	}
 	r.Retired, r.RetiredSeq, r.RetiredTime = true, f.ev.Seq, f.ev.Time
+}
+
+// foreignPlan journals a plan event this reconciler did not emit and
+// publishes its last emitted plan again.
+func (f *folder) foreignPlan() {
+	s := f.s
+	last := s.Emitted()
+	if last == nil {
+		f.journal(events.LevelError, "plan %d not emitted by this reconciler (no valid signature of its keys): not folded; no plan of its own to publish again", f.ev.Seq)
+		return
+	}
+	f.journal(events.LevelError, "plan %d not emitted by this reconciler (no valid signature of its keys): not folded; its last plan (cause %d) is published again", f.ev.Seq, last.Cause)
+	if len(s.Unsettled) >= MaxUnsettled {
+		s.Unsettled = slices.Delete(s.Unsettled, 1, 2)
+	}
+	again := &PlanRecord{Cause: f.ev.Seq, Want: last.Want, Account: last.Account, Modules: slices.Clone(last.Modules)}
+	s.Unsettled = append(s.Unsettled, again)
+	f.emit(events.KindPlan, &events.Plan{Cause: f.ev.Seq, Want: again.Want, ProvisionerAccount: again.Account, Modules: again.Modules})
 }
 
 // compose recomposes the plan and emits it when it differs from the last

@@ -111,6 +111,12 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		pl, err := events.Decode(k, []byte(d.Input))
 		h.append(t, events.Event{Kind: k, Payload: pl, Err: err, Time: at})
 		return h.out.String()
+	case "forged":
+		// A plan on the node's plan subject that the reconciler did not
+		// emit: its signature does not verify (the shell sets Foreign).
+		pl, err := events.Decode(events.KindPlan, []byte(d.Input))
+		h.append(t, events.Event{Kind: events.KindPlan, Payload: pl, Err: err, Time: at, Foreign: true})
+		return h.out.String()
 	case "refold":
 		seq := u64(t, args["seq"])
 		effs := h.state.Fold(h.stream[seq-1])

@@ -92,6 +92,7 @@ type Ack struct {
 type AppendOpt func(*appendOpts)
 
 type appendOpts struct {
+	signer    *Signer
 	msgID     string
 	expect    bool
 	expectSeq uint64
@@ -101,6 +102,11 @@ type appendOpts struct {
 // with the same id within its dedup window and acknowledges it with
 // Ack.Duplicate.
 func WithMsgID(id string) AppendOpt { return func(o *appendOpts) { o.msgID = id } }
+
+// WithSigner signs the message with s (see [Signer.Sign]): the signature
+// headers cover the node, the kind, the message id and the payload. It
+// needs [WithMsgID].
+func WithSigner(s *Signer) AppendOpt { return func(o *appendOpts) { o.signer = s } }
 
 // WithExpectLastSubjectSeq sets Nats-Expected-Last-Subject-Sequence on the
 // message's own subject: the stream stores it only if the newest message
@@ -142,6 +148,15 @@ func (p *Publisher) prepare(ctx context.Context, node string, payload events.Pay
 		popts = append(popts, jetstream.WithExpectLastSequencePerSubject(o.expectSeq))
 	}
 	msg := &nats.Msg{Subject: p.subj.Event(node, kind), Data: data}
+	if o.signer != nil {
+		if o.msgID == "" {
+			return nil, nil, fmt.Errorf("append %s %s: a signed effect needs a message id", node, kind)
+		}
+		msg.Header = nats.Header{}
+		if err := o.signer.Sign(msg.Header, node, kind, o.msgID, data); err != nil {
+			return nil, nil, err
+		}
+	}
 	return msg, popts, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -22,6 +23,10 @@ type Msg struct {
 	MsgID string
 	// Subject is the stored subject, with the partition token first.
 	Subject string
+	// Header and Data are the message's headers and payload as stored
+	// (for [Trust.Verify]).
+	Header nats.Header
+	Data   []byte
 }
 
 // StreamLastSeq returns the stream's last sequence now (0 for a stream
@@ -56,7 +61,7 @@ func LastMsg(ctx context.Context, stream jetstream.Stream, subj events.Subjects,
 	if err != nil {
 		return Msg{}, fmt.Errorf("message %d: %w", raw.Sequence, err)
 	}
-	return Msg{Event: ev, MsgID: raw.Header.Get(jetstream.MsgIDHeader), Subject: raw.Subject}, nil
+	return Msg{Event: ev, MsgID: raw.Header.Get(jetstream.MsgIDHeader), Subject: raw.Subject, Header: raw.Header, Data: raw.Data}, nil
 }
 
 // ReadNode calls fn for each of node's events in stream order, from
@@ -114,7 +119,7 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 		if err != nil {
 			return fmt.Errorf("read %s: message %d: %w", node, meta.Sequence.Stream, err)
 		}
-		if err := fn(Msg{Event: ev, MsgID: m.Headers().Get(jetstream.MsgIDHeader), Subject: m.Subject()}); err != nil {
+		if err := fn(Msg{Event: ev, MsgID: m.Headers().Get(jetstream.MsgIDHeader), Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}); err != nil {
 			return err
 		}
 		if meta.Sequence.Stream == end || meta.NumPending == 0 {

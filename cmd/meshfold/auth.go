@@ -39,7 +39,7 @@ find that prefix in the creds file. For the nats CLI, save it in the context
 (nats context save ace --creds ... --inbox-prefix _INBOX_node-ace).
 See docs/operations.md for the policy and for external servers and clusters.`,
 	}
-	cmd.AddCommand(newAuthInitCmd(a), newAuthAddNodeCmd(a), newAuthAddUserCmd(a), newAuthRevokeCmd(a))
+	cmd.AddCommand(newAuthInitCmd(a), newAuthAddNodeCmd(a), newAuthAddUserCmd(a), newAuthRevokeCmd(a), newAuthRotateReconcilerCmd(a))
 	return cmd
 }
 
@@ -233,6 +233,52 @@ A revoked node can be issued again (auth add-node) with a new key.`,
 	cmd.Flags().BoolVar(&noPush, "no-push", false, "only update the files; push nothing")
 	_ = cmd.MarkFlagRequired("dir")
 	a.conn.add(cmd)
+	return cmd
+}
+
+func newAuthRotateReconcilerCmd(a *app) *cobra.Command {
+	var (
+		dir    string
+		finish bool
+	)
+	cmd := &cobra.Command{
+		Use:   "rotate-reconciler --dir DIR",
+		Short: "Replace the key that signs plans and knocks, with an overlap where both keys verify",
+		Long: `rotate-reconciler replaces the reconciler's signing key (DIR/` + signingKeyFile + `).
+The old public key is kept in DIR/` + retiredKeysFile + ` (the reconciler still
+takes its older plans for its own), and DIR/` + trustFileName + ` then names both
+keys: the overlap. In this order:
+
+  1. meshfold auth rotate-reconciler --dir DIR
+  2. copy DIR/` + trustFileName + ` to every node; restart its agent and provisioner
+     (they now accept plans and knocks signed by either key)
+  3. restart every reconciler (partitioned ones with the same new seed)
+  4. meshfold auth rotate-reconciler --dir DIR --finish, and copy the trust
+     file again: only the new key verifies from then on`,
+		Example: `  meshfold auth rotate-reconciler --dir ./mesh-auth
+  meshfold auth rotate-reconciler --dir ./mesh-auth --finish`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, err := auth.Open(dir)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			keys, err := d.RotateReconciler(finish)
+			if err != nil {
+				return err
+			}
+			if finish {
+				fmt.Fprintf(a.stdout, "overlap ended: %s trusts only %s\n", d.TrustPath(), keys[0])
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "new signing key %s in %s\n%s trusts it and the previous %s: copy it to every node, restart the agents and provisioners, then the reconcilers; then --finish\n",
+				keys[0], d.SigningKeyPath(), d.TrustPath(), keys[1])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the auth directory (required)")
+	cmd.Flags().BoolVar(&finish, "finish", false, "end the overlap: trust only the current key")
+	_ = cmd.MarkFlagRequired("dir")
 	return cmd
 }
 

@@ -266,8 +266,9 @@ func TestIncident1WithCredentialsOverTLS(t *testing.T) {
 	if err := os.WriteFile(src, []byte(secret), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	background("node", nil, append([]string{"node", "ace", "--root", root, "--state-dir", filepath.Join(base, "ace-state")}, as("node-ace")...)...)
-	background("provision", nil, append([]string{"provision", "ace", "--from", secrets, "--account", "prov"}, as("provisioner-ace")...)...)
+	trust := filepath.Join(dir, trustFileName) // written by auth init, copied to each node
+	background("node", nil, append([]string{"node", "ace", "--root", root, "--state-dir", filepath.Join(base, "ace-state"), "--trust", trust}, as("node-ace")...)...)
+	background("provision", nil, append([]string{"provision", "ace", "--from", secrets, "--account", "prov", "--trust", trust}, as("provisioner-ace")...)...)
 
 	want := func(body string) uint64 {
 		t.Helper()

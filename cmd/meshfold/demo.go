@@ -168,8 +168,22 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	}
 	defer m.events.Stop()
 
+	// Plans and knocks are signed, and verified by the agent and the
+	// provisioner, as in a real mesh.
+	kp, err := store.NewSigningKey()
+	if err != nil {
+		return err
+	}
+	signer, err := store.NewSigner(kp)
+	if err != nil {
+		return err
+	}
+	trust, err := store.NewTrust(signer.PublicKey())
+	if err != nil {
+		return err
+	}
 	if err := start("reconciler", func(_ *nats.Conn, js jetstream.JetStream) error {
-		r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: m.cfg, Logger: log.With("component", "reconciler")})
+		r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: m.cfg, Logger: log.With("component", "reconciler"), Signer: signer})
 		if err != nil {
 			return err
 		}
@@ -184,7 +198,7 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	}
 	if err := start("node", func(nc *nats.Conn, js jetstream.JetStream) error {
 		agent, err := node.New(nc, js, node.Config{Name: name, Root: root, StateDir: state, Runtime: rt,
-			Stream: m.cfg, Logger: log.With("component", "node")})
+			Stream: m.cfg, Logger: log.With("component", "node"), Trust: trust})
 		if err != nil {
 			return err
 		}
@@ -194,7 +208,7 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	}
 	if err := start("provisioner", func(nc *nats.Conn, js jetstream.JetStream) error {
 		c, err := provision.New(nc, js, provision.Config{Node: name, From: secrets, Account: "prov",
-			Stream: m.cfg, Logger: log.With("component", "provision")})
+			Stream: m.cfg, Logger: log.With("component", "provision"), Trust: trust})
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,8 @@ func (p *reconcileProc) stop(t *testing.T) int {
 func TestReconcileGroupOnCluster(t *testing.T) {
 	c := storetest.StartCluster(t, 3)
 	_, js := c.Connect(t)
-	common := []string{"--server", c.URLs(), "--replicas", "3", "--group", "g", "--lease-ttl", "2s", "--snapshot-interval", "50ms"}
+	common := []string{"--server", c.URLs(), "--replicas", "3", "--group", "g", "--lease-ttl", "2s", "--snapshot-interval", "50ms",
+		"--signing-key", filepath.Join(t.TempDir(), signingKeyFile)}
 	a := startReconcile(t, append(common, "--instance", "a")...)
 	// b joins once a runs, as a second instance joins a running group; the
 	// store's group tests start instances together.

@@ -125,9 +125,10 @@ func TestNodeLeaseAcrossProcesses(t *testing.T) {
 	}
 	defer w.Stop()
 	dir := t.TempDir()
+	_, trust := testSigner(t)
 	agent := func() *meshfoldProcess {
 		return startMeshfold(t, "node", "ace", "--root", filepath.Join(dir, "root"),
-			"--state-dir", filepath.Join(dir, "state"), "--server", m.e.ClientURL())
+			"--state-dir", filepath.Join(dir, "state"), "--server", m.e.ClientURL(), "--trust", trust)
 	}
 	holderPID := func(pid int) {
 		t.Helper()
@@ -198,7 +199,7 @@ func (p *reconcileProc) exited(t *testing.T) int {
 // refused naming the group's live members.
 func TestOneReconcilerPerStream(t *testing.T) {
 	m := startMesh(t)
-	url := []string{"--server", m.e.ClientURL()}
+	url := []string{"--server", m.e.ClientURL(), "--signing-key", filepath.Join(t.TempDir(), signingKeyFile)}
 	a := startReconcile(t, url...)
 	pollUntil(t, "the first reconciler to run", func() bool { return strings.Contains(a.stderr.String(), `msg="reconciler running"`) })
 

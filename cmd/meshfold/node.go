@@ -20,6 +20,7 @@ type nodeOpts struct {
 	stateDir   string
 	runtimeDir string
 	resync     time.Duration
+	trust      trustFlag
 }
 
 func newNodeCmd(a *app) *cobra.Command {
@@ -64,6 +65,7 @@ first.`,
 	fl.StringVar(&o.stateDir, "state-dir", "", "directory of the agent's HMAC key (default: see above)")
 	fl.StringVar(&o.runtimeDir, "runtime-dir", "", "where the recording runtime keeps module records (default ROOT/.meshfold/modules)")
 	fl.DurationVar(&o.resync, "resync", node.DefaultResync, "interval of the resync have (and of retrying a failed plan)")
+	o.trust.add(cmd)
 	_ = cmd.MarkFlagRequired("root")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
@@ -112,6 +114,10 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 		return err
 	}
 
+	trust, err := o.trust.load()
+	if err != nil {
+		return err
+	}
 	ctx := cmd.Context()
 	nc, err := a.conn.connectWait(ctx, "meshfold-node-"+name, a)
 	if err != nil {
@@ -127,7 +133,7 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 		return err
 	}
 	agent, err := node.New(nc, js, node.Config{Name: name, Root: o.root, StateDir: o.stateDir, Runtime: rt,
-		Resync: o.resync, Logger: log, Stream: scfg})
+		Resync: o.resync, Logger: log, Stream: scfg, Trust: trust})
 	if err != nil {
 		return withCode(exitUsage, err)
 	}

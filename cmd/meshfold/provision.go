@@ -18,6 +18,7 @@ type provisionOpts struct {
 	account string
 	timeout time.Duration
 	resync  time.Duration
+	trust   trustFlag
 }
 
 func newProvisionCmd(a *app) *cobra.Command {
@@ -51,6 +52,7 @@ from the settled plan's provisioner account. Content is never logged.`,
 	fl.StringVar(&o.account, "account", "", "the account this client runs as, sent as the writer (required)")
 	fl.DurationVar(&o.timeout, "timeout", provision.DefaultTimeout, "how long one fill request waits for its reply")
 	fl.DurationVar(&o.resync, "resync", provision.DefaultResync, "fill everything again this often (a missing source added later, a file deleted on the node); 0 turns it off")
+	o.trust.add(cmd)
 	_ = cmd.MarkFlagRequired("from")
 	_ = cmd.MarkFlagRequired("account")
 	a.conn.add(cmd)
@@ -69,6 +71,10 @@ func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) erro
 	if err != nil {
 		return err
 	}
+	trust, err := o.trust.load()
+	if err != nil {
+		return err
+	}
 	ctx := cmd.Context()
 	nc, err := a.conn.connectWait(ctx, "meshfold-provision-"+name, a)
 	if err != nil {
@@ -84,7 +90,7 @@ func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) erro
 		return err
 	}
 	c, err := provision.New(nc, js, provision.Config{Node: name, From: o.from, Account: o.account,
-		Logger: log, Stream: scfg, Timeout: o.timeout, Resync: resyncOrOff(o.resync)})
+		Logger: log, Stream: scfg, Timeout: o.timeout, Resync: resyncOrOff(o.resync), Trust: trust})
 	if err != nil {
 		return withCode(exitUsage, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -36,7 +37,12 @@ type loopFlags struct {
 	snapshotEvery    int
 	snapshotInterval time.Duration
 	metrics          string
+	signingKey       string
 	group            *groupFlags // reconcile only
+	// signer and own are set from signingKey before runReconciler.
+	signer *store.Signer
+	own    *store.Trust
+	notes  []string // printed once the stream is there
 }
 
 func (f *loopFlags) add(cmd *cobra.Command) {
@@ -49,6 +55,23 @@ func (f *loopFlags) add(cmd *cobra.Command) {
 	fl.IntVar(&f.snapshotEvery, "snapshot-every", engine.DefaultSnapshotEvery, "write a partition's snapshot after this many events")
 	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", engine.DefaultSnapshotInterval, "write a partition's snapshot at least this often while events arrive")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on HOST:PORT at /metrics (default: off)")
+	fl.StringVar(&f.signingKey, "signing-key", "", "the reconciler's signing key (an nkey seed; created when missing), which signs every plan and knock; partitioned reconcilers share one (default: serve: DATA/"+signingKeyFile+", with --auth DIR/"+signingKeyFile+"; reconcile: $XDG_STATE_HOME/meshfold/"+signingKeyFile+", required with --group)")
+}
+
+// loadKeys loads (or creates) the signing key at path and prints its
+// public key.
+func (f *loopFlags) loadKeys(a *app, path string) error {
+	signer, own, created, err := reconcilerKeys(path)
+	if err != nil {
+		return fmt.Errorf("--signing-key: %w", err)
+	}
+	f.signer, f.own = signer, own
+	verb := "signed with"
+	if created {
+		verb = "signed with a new key,"
+	}
+	f.notes = append(f.notes, fmt.Sprintf("meshfold: plans and knocks %s %s (seed %s)", verb, signer.PublicKey(), path))
+	return nil
 }
 
 func (f *loopFlags) stream(s streamFlags) store.StreamConfig {
@@ -99,6 +122,27 @@ requires their certificates.`,
 			copts, err := af.apply(cmd, a, &ecfg)
 			if err != nil {
 				return err
+			}
+			// The signing key, and the trust file the node agents and
+			// provisioners of this machine (or of the auth directory)
+			// read: serve, then node, needs no extra step.
+			keyDir, trustPath := abs, ""
+			if af.dir != "" {
+				keyDir, trustPath = af.dir, filepath.Join(af.dir, trustFileName)
+			} else if trustPath, err = defaultTrustFile(); err != nil {
+				return err
+			}
+			if lf.signingKey == "" {
+				lf.signingKey = filepath.Join(keyDir, signingKeyFile)
+			}
+			if err := lf.loadKeys(a, lf.signingKey); err != nil {
+				return err
+			}
+			if _, err := os.Stat(trustPath); af.dir == "" || err != nil {
+				if err := publishTrust(trustPath, lf.signer); err != nil {
+					return fmt.Errorf("trust file: %w", err)
+				}
+				lf.notes = append(lf.notes, "meshfold: node agents and provisioners trust it through "+trustPath)
 			}
 			srv, err := store.StartEmbedded(ecfg)
 			if err != nil {
@@ -157,6 +201,19 @@ answers state requests for the nodes it folds. See docs/operations.md.`,
 			if err != nil {
 				return err
 			}
+			if lf.signingKey == "" {
+				if gf.enabled() {
+					return withCode(exitUsage, errors.New("--signing-key is required with --group: every instance must sign with the same key"))
+				}
+				base, err := stateBase()
+				if err != nil {
+					return withCode(exitUsage, fmt.Errorf("--signing-key: %w", err))
+				}
+				lf.signingKey = filepath.Join(base, signingKeyFile)
+			}
+			if err := lf.loadKeys(a, lf.signingKey); err != nil {
+				return err
+			}
 			nc, err := a.conn.connectWait(cmd.Context(), "meshfold reconcile", a)
 			if err != nil {
 				return err
@@ -213,7 +270,7 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 		defer hs.Close()
 		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
-	rcfg := engine.ReconcilerConfig{Stream: cfg, Logger: log,
+	rcfg := engine.ReconcilerConfig{Stream: cfg, Logger: log, Signer: lf.signer, Own: lf.own,
 		Metrics: metrics, SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval}
 	var (
 		group *engine.Group
@@ -257,6 +314,9 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 	}
 	defer svc.Stop()
 	ready(cfg)
+	for _, n := range lf.notes {
+		fmt.Fprintln(a.stdout, n)
+	}
 	if group != nil {
 		log.Info("reconciler running in a group", "stream", cfg.Name, "partitions", cfg.Partitions,
 			"group", lf.group.name, "instance", group.Instance(), "lease_ttl", group.TTL())

@@ -211,7 +211,8 @@ func TestNodeAndProvisionVerbs(t *testing.T) {
 	pub := store.NewPublisher(c.js, c.cfg.Subjects())
 	plan := events.Stamp(&events.Plan{Cause: 1, Want: 1, ProvisionerAccount: "prov", Modules: []events.PlanModule{
 		{Name: "mesh-build-go", Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: "/run/mesh-build-go/broker.creds", Mode: "0600"}}}}}, time.Now())
-	if _, err := pub.Append(context.Background(), "ace", plan); err != nil {
+	signer, trust := testSigner(t)
+	if _, err := pub.Append(context.Background(), "ace", plan, store.WithMsgID("ace.plan.1.0"), store.WithSigner(signer)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -219,10 +220,10 @@ func TestNodeAndProvisionVerbs(t *testing.T) {
 	done := make(chan int, 2)
 	var out bytes.Buffer
 	go func() {
-		done <- run(ctx, []string{"node", "ace", "--root", root, "--state-dir", state, "-s", c.url, "--log-level", "error"}, nil, &out, &out)
+		done <- run(ctx, []string{"node", "ace", "--root", root, "--state-dir", state, "-s", c.url, "--log-level", "error", "--trust", trust}, nil, &out, &out)
 	}()
 	go func() {
-		done <- run(ctx, []string{"provision", "ace", "--from", from, "--account", "prov", "-s", c.url, "--log-level", "error"}, nil, &out, &out)
+		done <- run(ctx, []string{"provision", "ace", "--from", from, "--account", "prov", "-s", c.url, "--log-level", "error", "--trust", trust}, nil, &out, &out)
 	}()
 	defer func() {
 		cancel()
@@ -286,8 +287,9 @@ func TestNodeWaitsForTheServer(t *testing.T) {
 	errb := &storetest.SyncBuffer{}
 	done := make(chan int, 1)
 	go func() {
+		_, trust := testSigner(t)
 		done <- run(ctx, []string{"node", "ace", "--root", filepath.Join(dir, "root"), "--state-dir", filepath.Join(dir, "state"),
-			"-s", "nats://" + addr}, nil, &storetest.SyncBuffer{}, errb)
+			"-s", "nats://" + addr, "--trust", trust}, nil, &storetest.SyncBuffer{}, errb)
 	}()
 	defer func() {
 		cancel()

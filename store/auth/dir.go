@@ -266,6 +266,9 @@ func Init(path string, cfg Config) (*Dir, error) {
 			return nil, err
 		}
 	}
+	if _, err := d.ensureSigningKey(); err != nil {
+		return nil, err
+	}
 	if err := d.save(); err != nil {
 		return nil, err
 	}
@@ -315,7 +318,7 @@ func prepare(path string, force bool) error {
 		return fmt.Errorf("%s: %w, and it is not an auth directory: refusing to touch it even with --force", path, ErrExists)
 	}
 	// Only what Init writes is removed.
-	for _, name := range []string{metaFile, operatorJWT, operatorSeed, accountsDir, credsDir, resolverFile} {
+	for _, name := range []string{metaFile, operatorJWT, operatorSeed, accountsDir, credsDir, resolverFile, SigningKeyFile, RetiredKeysFile, TrustFile} {
 		if err := os.RemoveAll(filepath.Join(path, name)); err != nil {
 			return err
 		}
@@ -374,6 +377,11 @@ func (d *Dir) AddNode(name string) ([]User, error) {
 			return nil, err
 		}
 		out = append(out, *u)
+	}
+	// The node's agent and provisioner trust the reconciler's key
+	// through the trust file (written once, kept by rotations).
+	if _, err := d.ensureSigningKey(); err != nil {
+		return nil, err
 	}
 	return out, d.save()
 }

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/meshfold/meshfold/store"
+)
+
+// TestMain points meshfold's per-machine state ($XDG_STATE_HOME: the trust
+// file serve writes, default signing keys) at a temporary directory, so
+// that no test writes into the home or /var/lib of the machine.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "meshfold-cmd-test-state")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_STATE_HOME", dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// testSigner returns a reconciler signing key and a trust file naming it,
+// for tests that publish plans or knocks as the reconciler would.
+func testSigner(t testing.TB) (*store.Signer, string) {
+	t.Helper()
+	kp, err := store.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.NewSigner(kp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), trustFileName)
+	if err := store.WriteTrustFile(path, s.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	return s, path
+}

@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+// A forged plan is never applied, and the reconciler restores the right
+// one: issue 14's attack (a plan on mesh.ace.plan that runs "evil" as root
+// and drops every other module) three ways: unsigned, signed with a key
+// nobody trusts, and carrying the signature of another node's real plan.
+// For each, the agent refuses it, the reconciler journals it at error and
+// publishes its own last plan again under the forgery's cause, and the
+// node settles that plan.
+func TestForgedPlanNeverApplied(t *testing.T) {
+	m := newMesh(t)
+	ctx := m.ctx()
+	n := m.newNode("ace")
+	n.startAgent(nil)
+	w := must(m.want(ctx, "ace", provisionerMod, mbgMod))(t)
+	p1, real := must2(m.planOf(ctx, "ace", w))(t)
+	must(m.settled(ctx, "ace", p1))(t)
+
+	// Node shanks' real plan, whose signature the third forgery copies.
+	shanks := m.newNode("shanks")
+	shanks.startAgent(nil)
+	ws := must(m.want(ctx, "shanks", provisionerMod))(t)
+	ps, _ := must2(m.planOf(ctx, "shanks", ws))(t)
+	stream := must(m.js.Stream(ctx, m.cfg.Name))(t)
+	shanksPlan := must(store.LastMsg(ctx, stream, m.cfg.Subjects(), "shanks", events.KindPlan))(t)
+	if shanksPlan.Event.Seq != ps {
+		t.Fatalf("shanks' newest plan is %d, want %d", shanksPlan.Event.Seq, ps)
+	}
+
+	evil := events.Stamp(&events.Plan{Cause: real.Cause, Want: real.Want, Modules: []events.PlanModule{
+		{Name: "evil", Build: "x:1", RunsAs: "root", Files: []events.File{}}}}, time.Now())
+	otherKey := must(store.NewSigningKey())(t)
+	other := must(store.NewSigner(otherKey))(t)
+	forgeries := []struct {
+		name    string
+		publish func() uint64
+	}{
+		{"unsigned", func() uint64 {
+			return must(m.pub.Append(ctx, "ace", evil, store.WithMsgID(nuid.Next())))(t).Seq
+		}},
+		{"signed with an untrusted key", func() uint64 {
+			return must(m.pub.Append(ctx, "ace", evil, store.WithMsgID(nuid.Next()), store.WithSigner(other)))(t).Seq
+		}},
+		{"another node's signature", func() uint64 {
+			msg := nats.NewMsg(m.cfg.Subjects().Event("ace", events.KindPlan))
+			msg.Data = shanksPlan.Data
+			msg.Header.Set(store.HeaderSigner, shanksPlan.Header.Get(store.HeaderSigner))
+			msg.Header.Set(store.HeaderSignature, shanksPlan.Header.Get(store.HeaderSignature))
+			ack := must(m.js.PublishMsg(ctx, msg, jetstream.WithMsgID(nuid.Next())))(t)
+			return ack.Sequence
+		}},
+	}
+	for _, f := range forgeries {
+		seq := f.publish()
+		journal := must(m.waitEvent(ctx, "ace", events.KindJournal, func(ev events.Event) bool {
+			return ev.Payload.(*events.Journal).Cause == seq
+		}))(t).Payload.(*events.Journal)
+		if journal.Level != events.LevelError || !strings.Contains(journal.Msg, "not emitted by this reconciler") {
+			t.Errorf("%s: journal %+v, want an error saying the plan is not the reconciler's", f.name, journal)
+		}
+		restored, plan := must2(m.planOf(ctx, "ace", seq))(t)
+		if !equalModules(plan.Modules, real.Modules) || plan.ProvisionerAccount != real.ProvisionerAccount {
+			t.Errorf("%s: plan published again = %+v, want the real plan's rows %+v", f.name, plan, real)
+		}
+		must(m.settled(ctx, "ace", restored))(t)
+		runs := must(n.runs(ctx))(t)
+		if _, ok := runs["evil"]; ok || len(runs) != 2 {
+			t.Fatalf("%s: the node runs %v, want the provisioner and %s only", f.name, runs, mbg)
+		}
+	}
+	if strings.Contains(m.logs.String(), `module applied module=evil`) {
+		t.Error("a forged plan was applied")
+	}
+	if !strings.Contains(m.logs.String(), "plan refused: not from a trusted reconciler") {
+		t.Error("the agent never logged a refused plan")
+	}
+}
+
+func equalModules(a, b []events.PlanModule) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Build != b[i].Build || a[i].RunsAs != b[i].RunsAs || len(a[i].Files) != len(b[i].Files) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,89 @@
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/meshfold/meshfold/store"
+)
+
+// The reconciler's signing key in an auth directory (issue 14; see
+// docs/operations.md, "Signed plans and knocks"):
+//
+//	reconciler-signing.nk    0600  the seed that signs every plan and knock
+//	reconciler-retired.pub   0644  public keys it signed with before a rotation
+//	reconcilers.pub          0644  the keys node agents and provisioners trust:
+//	                               the current one, and the previous one
+//	                               during a rotation's overlap
+const (
+	SigningKeyFile  = "reconciler-signing.nk"
+	RetiredKeysFile = "reconciler-retired.pub"
+	TrustFile       = "reconcilers.pub"
+)
+
+// SigningKeyPath returns the path of the reconciler's signing seed.
+func (d *Dir) SigningKeyPath() string { return filepath.Join(d.path, SigningKeyFile) }
+
+// TrustPath returns the path of the trust file: copy it to every node,
+// beside its creds, and pass it to node and provision with --trust.
+func (d *Dir) TrustPath() string { return filepath.Join(d.path, TrustFile) }
+
+// ensureSigningKey creates the signing key when missing and the trust
+// file when missing (naming the current key).
+func (d *Dir) ensureSigningKey() (string, error) {
+	kp, _, err := store.LoadOrCreateSigningKey(d.SigningKeyPath())
+	if err != nil {
+		return "", err
+	}
+	pub, _ := kp.PublicKey()
+	if _, err := os.Stat(d.TrustPath()); errors.Is(err, fs.ErrNotExist) {
+		if err := store.WriteTrustFile(d.TrustPath(), pub); err != nil {
+			return "", err
+		}
+	}
+	return pub, nil
+}
+
+// RotateReconciler replaces the reconciler's signing key. With finish
+// false it creates a new key, adds the old public key to the retired
+// keys (the reconciler's own, for folding its older plans) and writes a
+// trust file naming both: the overlap, during which agents that have the
+// new trust file accept plans signed by either key. Copy the trust file
+// to every node and restart their agents and provisioners, then restart
+// the reconcilers with the new seed. With finish true it writes a trust
+// file naming the current key alone, ending the overlap. It returns the
+// keys the trust file names now, the current first.
+//
+// Errors: a missing or unreadable key; I/O errors.
+func (d *Dir) RotateReconciler(finish bool) ([]string, error) {
+	old, err := d.ensureSigningKey()
+	if err != nil {
+		return nil, err
+	}
+	if finish {
+		return []string{old}, store.WriteTrustFile(d.TrustPath(), old)
+	}
+	retired := []string{old}
+	if t, err := store.ReadTrustFile(filepath.Join(d.path, RetiredKeysFile)); err == nil {
+		retired = append(t.Keys(), old)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	kp, err := store.NewSigningKey()
+	if err != nil {
+		return nil, err
+	}
+	seed, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	if err := store.WriteTrustFile(filepath.Join(d.path, RetiredKeysFile), retired...); err != nil {
+		return nil, err
+	}
+	if err := writeFile(d.SigningKeyPath(), append(seed, '\n'), 0o600); err != nil {
+		return nil, fmt.Errorf("signing key: %w", err)
+	}
+	keys := []string{pub, old}
+	return keys, store.WriteTrustFile(d.TrustPath(), keys...)
+}
