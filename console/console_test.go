@@ -43,7 +43,7 @@ type fake struct {
 }
 
 func newFake() *fake {
-	return &fake{s: audittest.New(base, 250*time.Millisecond), follow: make(chan events.Event, 256)}
+	return &fake{s: audittest.New(base, 250*time.Millisecond), follow: make(chan events.Event, 1<<14)}
 }
 
 // append appends an input event and hands it and its effects to Follow.
@@ -448,5 +448,25 @@ func TestIsLoopback(t *testing.T) {
 		if got := console.IsLoopback(addr); got != want {
 			t.Errorf("IsLoopback(%q) = %v", addr, got)
 		}
+	}
+}
+
+// A fleet larger than a page: each table shows at most MaxRows rows and
+// says how many more there are; the filter finds the rest.
+func TestFleetPageCap(t *testing.T) {
+	f := newFake()
+	for i := range console.MaxRows + 5 {
+		f.append(fmt.Sprintf("n%04d", i), &events.Want{Modules: []events.WantModule{provisioner}})
+	}
+	fx := start(t, f)
+	body := fx.waitPage(t, "/", "5 more nodes")
+	if n := strings.Count(body, `<tr id="node-`); n != console.MaxRows {
+		t.Errorf("%d rows of every node, want %d", n, console.MaxRows)
+	}
+	if n := strings.Count(body, `class="need-row"`); n != console.MaxRows || !strings.Contains(body, fmt.Sprintf("the %d most pressing of %d", console.MaxRows, console.MaxRows+5)) {
+		t.Errorf("%d rows needing an operator, want the %d most pressing", n, console.MaxRows)
+	}
+	if _, body := fx.get(t, fmt.Sprintf("/?q=n%04d", console.MaxRows+4)); !strings.Contains(body, fmt.Sprintf(`id="node-n%04d"`, console.MaxRows+4)) {
+		t.Error("the filter does not find a node past the cap")
 	}
 }

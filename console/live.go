@@ -88,12 +88,17 @@ func (f *fleet) saw(ev events.Event) {
 // folded yet waits before it is asked again.
 const refreshRetry = 50 * time.Millisecond
 
+// refreshMaxRetry bounds the wait between two asks while the reconciler
+// makes no progress (down, or not folding).
+const refreshMaxRetry = 5 * time.Second
+
 // refresh asks the reconciler for the view of every dirty node until ctx
 // is done. A node stays dirty until the view covers the newest event seen
 // of it; with no reconciler answering, it keeps its last view.
 func (f *fleet) refresh(ctx context.Context) {
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
+	delay := refreshRetry
 	for {
 		select {
 		case <-ctx.Done():
@@ -104,7 +109,7 @@ func (f *fleet) refresh(ctx context.Context) {
 		f.mu.Lock()
 		dirty := maps.Clone(f.dirty)
 		f.mu.Unlock()
-		again := false
+		again, progress := false, false
 		for node, seq := range dirty {
 			v, _, err := f.src.Live(ctx, node)
 			switch {
@@ -126,6 +131,7 @@ func (f *fleet) refresh(ctx context.Context) {
 			if old, ok := f.views[node]; !ok || old.View.Seq < v.Seq || old.Err != nil {
 				f.views[node] = NodeView{Node: node, View: v}
 				f.changed()
+				progress = true
 			}
 			if v.Seq >= seq && f.dirty[node] == seq {
 				delete(f.dirty, node)
@@ -134,8 +140,15 @@ func (f *fleet) refresh(ctx context.Context) {
 			}
 			f.mu.Unlock()
 		}
+		// A reconciler that lags is asked again soon; one that is down or
+		// stuck, less and less often (up to refreshMaxRetry).
+		if progress {
+			delay = refreshRetry
+		} else if again {
+			delay = min(2*delay, refreshMaxRetry)
+		}
 		if again {
-			retry.Reset(refreshRetry)
+			retry.Reset(delay)
 		}
 	}
 }
@@ -167,13 +180,21 @@ func (f *fleet) subscribe() (<-chan struct{}, func()) {
 // fleetPage is what the fleet page shows.
 type fleetPage struct {
 	// Needs are the rows needing an operator, most pressing first
-	// (audit.SortFleet); All is every row, by name.
+	// (audit.SortFleet); All is every row, by name, the first MaxRows of
+	// them, and More how many more match.
 	Needs, All []audit.FleetRow
+	More       int
+	NeedsMore  int
+	Matching   int
 	Query      string
 	Gen        uint64
 	Nodes      int
 	Now        time.Time
 }
+
+// MaxRows is the most rows each table of the fleet page shows; the rest
+// are counted, and found with the filter.
+const MaxRows = 1000
 
 // page returns the rows of the nodes whose name contains q, at now.
 func (f *fleet) page(q string, now time.Time, stale time.Duration) fleetPage {
@@ -192,12 +213,21 @@ func (f *fleet) page(q string, now time.Time, stale time.Duration) fleetPage {
 			r = audit.FleetRowOfView(nv.View, now, stale)
 			r.SetWarnings(f.warnings[name])
 		}
-		p.All = append(p.All, r)
+		p.Matching++
+		if len(p.All) < MaxRows {
+			p.All = append(p.All, r)
+		} else {
+			p.More++
+		}
 		if len(r.Attention) > 0 {
 			p.Needs = append(p.Needs, r)
 		}
 	}
 	audit.SortFleet(p.Needs)
+	if len(p.Needs) > MaxRows {
+		p.NeedsMore = len(p.Needs) - MaxRows
+		p.Needs = p.Needs[:MaxRows]
+	}
 	return p
 }
 

@@ -191,6 +191,9 @@ func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request) {
 // the fleet so that ages and stale haves move without an event.
 const keepAlive = 10 * time.Second
 
+// minFrameGap is the least time between two frames of the live stream.
+const minFrameGap = time.Second
+
 // fleetEvents streams the fleet (filtered as the page's q) as
 // server-sent events: an event "fleet" whose data is the HTML of the
 // fleet's sections, on every change.
@@ -208,6 +211,7 @@ func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request) {
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
 	var last uint64
+	var sent time.Time
 	send := func(force bool) bool {
 		p := c.fleet.page(q, c.cfg.Now(), c.cfg.Stale)
 		if p.Gen == last && !force {
@@ -229,6 +233,7 @@ func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request) {
 			return false
 		}
 		fl.Flush()
+		sent = time.Now()
 		return true
 	}
 	// A first frame at once: the page may have been rendered before a
@@ -241,6 +246,15 @@ func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-ch:
+			// At most one frame a second: a busy fleet changes more often
+			// than a page needs to be redrawn.
+			if wait := time.Until(sent.Add(minFrameGap)); wait > 0 {
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(wait):
+				}
+			}
 			if !send(false) {
 				return
 			}
@@ -523,6 +537,7 @@ var funcs = template.FuncMap{
 		return "/node/" + url.PathEscape(node)
 	},
 	"f1":   func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
+	"add":  func(a, b int) int { return a + b },
 	"join": strings.Join,
 	"orNone": func(s string) string {
 		if s == "" {
