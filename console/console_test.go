@@ -18,7 +18,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
-	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 )
 
 // secret stands for filled-file content: the console never has it, and
@@ -37,13 +37,13 @@ var base = time.Date(2026, 11, 3, 20, 49, 0, 0, time.UTC)
 // over what the test appends afterwards.
 type fake struct {
 	mu     sync.Mutex
-	s      *audittest.Stream
+	s      *reconciletest.Stream
 	follow chan events.Event
 	noLive bool
 }
 
 func newFake() *fake {
-	return &fake{s: audittest.New(base, 250*time.Millisecond), follow: make(chan events.Event, 1<<14)}
+	return &fake{s: reconciletest.New(base, 250*time.Millisecond), follow: make(chan events.Event, 1<<14)}
 }
 
 // append appends an input event and hands it and its effects to Follow.

@@ -12,13 +12,13 @@ import (
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
-	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // fakeLookup serves ace's state from a history built with the fold.
 func fakeLookup(t *testing.T) (func(string) (*reconcile.State, bool), *reconcile.State) {
-	s := audittest.New(t0, time.Second)
+	s := reconciletest.New(t0, time.Second)
 	s.Append("ace", &events.Want{Modules: []events.WantModule{
 		{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
 		{Name: "nats", Build: "n:2", RunsAs: "nats", RequiresApproval: true, Files: []events.File{{Path: "/etc/nats/creds", Mode: "0600"}}},

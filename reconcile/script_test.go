@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 )
 
 // TestScripts runs the datadriven scripts of testdata/: each command
@@ -68,13 +69,13 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		return "ok"
 	case "want":
 		w := &events.Want{}
-		for _, line := range lines(d.Input) {
-			w.Modules = append(w.Modules, parseWantModule(t, line))
+		for _, line := range reconciletest.Lines(d.Input) {
+			w.Modules = append(w.Modules, reconciletest.WantModule(t, line))
 		}
 		p = w
 	case "have":
 		hv := &events.Have{}
-		for _, line := range lines(d.Input) {
+		for _, line := range reconciletest.Lines(d.Input) {
 			f := strings.Fields(line)
 			if len(f) < 3 {
 				t.Fatalf("%s: have line wants NAME BUILD STATE [account=X]: %q", d.Pos, line)
@@ -99,12 +100,12 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		if op == "" {
 			op = "apply"
 		}
-		p = &events.Settle{Module: args["module"], Op: events.SettleOp(op), Plan: u64(t, args["plan"]), Error: args["error"]}
+		p = &events.Settle{Module: args["module"], Op: events.SettleOp(op), Plan: reconciletest.U64(t, args["plan"]), Error: args["error"]}
 	case "refusal":
 		p = &events.Refusal{Module: args["module"], Path: args["path"], Reason: events.Reason(args["reason"]),
-			Plan: u64(t, args["plan"]), Writer: args["writer"], Error: args["error"]}
+			Plan: reconciletest.U64(t, args["plan"]), Writer: args["writer"], Error: args["error"]}
 	case "filled":
-		p = &events.Filled{Module: args["module"], Path: args["path"], Plan: u64(t, args["plan"]), Digest: "hmac:test"}
+		p = &events.Filled{Module: args["module"], Path: args["path"], Plan: reconciletest.U64(t, args["plan"]), Digest: "hmac:test"}
 	case "raw":
 		// A payload exactly as given, decoded as the reconciler decodes.
 		k := events.Kind(args["kind"])
@@ -118,7 +119,7 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		h.append(t, events.Event{Kind: events.KindPlan, Payload: pl, Err: err, Time: at, Foreign: true})
 		return h.out.String()
 	case "refold":
-		seq := u64(t, args["seq"])
+		seq := reconciletest.U64(t, args["seq"])
 		effs := h.state.Fold(h.stream[seq-1])
 		h.check(t)
 		fmt.Fprintf(h.out, "refold #%d: %d effects\n", seq, len(effs))
@@ -140,8 +141,8 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		p = &events.Retire{By: orDefault(args["by"], "ops"), Force: args["force"] == "true"}
 	case "dry-run":
 		var ms []events.WantModule
-		for _, line := range lines(d.Input) {
-			ms = append(ms, parseWantModule(t, line))
+		for _, line := range reconciletest.Lines(d.Input) {
+			ms = append(ms, reconciletest.WantModule(t, line))
 		}
 		before := formatState(h.state)
 		out := formatDryRun(h.state.DryRun(ms))
@@ -151,7 +152,7 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		return out
 	case "stuck":
 		// What is stuck, N seconds after the scripts' base time.
-		now := base.Add(time.Duration(u64(t, args["at"])) * time.Second)
+		now := base.Add(time.Duration(reconciletest.U64(t, args["at"])) * time.Second)
 		return formatStuck(h.state.View().Stuck(now))
 	case "flush":
 		h.paused = false
@@ -290,66 +291,11 @@ func formatStuck(k reconcile.Stuck) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-func lines(s string) []string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 func dash(s string) string {
 	if s == "-" {
 		return ""
 	}
 	return s
-}
-
-func u64(t testing.TB, s string) uint64 {
-	if s == "" {
-		return 0
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		t.Fatalf("bad number %q", s)
-	}
-	return n
-}
-
-// parseWantModule reads "NAME BUILD [runs_as=X] [files=P:M,P:M]
-// [provisioner] [requires_approval] [hold]".
-func parseWantModule(t testing.TB, line string) events.WantModule {
-	f := strings.Fields(line)
-	if len(f) < 2 {
-		t.Fatalf("want line wants NAME BUILD [options]: %q", line)
-	}
-	m := events.WantModule{Name: f[0], Build: f[1]}
-	for _, opt := range f[2:] {
-		k, v, _ := strings.Cut(opt, "=")
-		switch k {
-		case "runs_as":
-			m.RunsAs = v
-		case "files":
-			for _, pm := range strings.Split(v, ",") {
-				p, mode, _ := strings.Cut(pm, ":")
-				if mode == "" {
-					mode = "0600"
-				}
-				m.Files = append(m.Files, events.File{Path: p, Mode: events.Mode(mode)})
-			}
-		case "provisioner":
-			m.Provisioner = true
-		case "requires_approval":
-			m.RequiresApproval = true
-		case "hold":
-			m.Hold = true
-		default:
-			t.Fatalf("unknown want option %q", opt)
-		}
-	}
-	return m
 }
 
 func summary(ev events.Event) string {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
-	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 )
 
 // TestUnmarshalStateRoundTrip: every state of a long history comes back
@@ -16,7 +16,7 @@ import (
 // is gone, it uses UnmarshalState.)
 func TestUnmarshalStateRoundTrip(t *testing.T) {
 	n := 0
-	audittest.Scripted([]string{"ace", "novox"}, 300, 5, func(_ events.Event, st *reconcile.State) {
+	reconciletest.Scripted([]string{"ace", "novox"}, 300, 5, func(_ events.Event, st *reconcile.State) {
 		data, err := json.Marshal(st)
 		if err != nil {
 			t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile/audit"
-	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -23,9 +23,9 @@ const (
 )
 
 // benchTemplate is one node's history of benchPerNode events, built with
-// the fold (audittest.Scripted), sequences 1..benchPerNode.
-func benchTemplate() *audittest.Stream {
-	s := audittest.Scripted([]string{"t"}, benchPerNode, 1, nil)
+// the fold (reconciletest.Scripted), sequences 1..benchPerNode.
+func benchTemplate() *reconciletest.Stream {
+	s := reconciletest.Scripted([]string{"t"}, benchPerNode, 1, nil)
 	s.Events = s.Events[:benchPerNode]
 	return s
 }

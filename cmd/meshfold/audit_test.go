@@ -9,7 +9,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
-	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 )
 
 // TestAuditAsOfEqualsLive: a scripted history of several hundred events
@@ -22,7 +22,7 @@ func TestAuditAsOfEqualsLive(t *testing.T) {
 	nodes := []string{"ace", "shanks", "novox"}
 	live := map[uint64]map[string][]byte{}
 	last := map[string][]byte{}
-	s := audittest.Scripted(nodes, 330, 42, func(ev events.Event, st *reconcile.State) {
+	s := reconciletest.Scripted(nodes, 330, 42, func(ev events.Event, st *reconcile.State) {
 		b, err := json.Marshal(st)
 		if err != nil {
 			t.Fatal(err)
@@ -135,7 +135,7 @@ func TestAuditAsOfEqualsLive(t *testing.T) {
 // timeline shows the refusal, the want that declared the file, the settle
 // and the knock, and --why on the knock names those events.
 func TestAuditIncident1(t *testing.T) {
-	s := audittest.New(time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC), time.Second)
+	s := reconciletest.New(time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC), time.Second)
 	prov := events.WantModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}
 	mbg := events.WantModule{Name: "mesh-build-go", Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: "/run/mesh-build-go/broker.creds", Mode: "0600"}}}
 	s.Append("shanks", &events.Want{Modules: []events.WantModule{prov}}) // another node in between

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/console"
-	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 )
 
 // BenchmarkConsoleNode10k compares, for one node with 10,000 events in
@@ -25,7 +25,7 @@ func BenchmarkConsoleNode10k(b *testing.B) {
 		b.Skip("-short")
 	}
 	const n = 10000
-	s := audittest.Scripted([]string{"ace"}, n, 7, nil)
+	s := reconciletest.Scripted([]string{"ace"}, n, 7, nil)
 	s.Events = s.Events[:n]
 	m := startMesh(b)
 	m.publish(b, s)

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -49,7 +49,7 @@ func (m *mesh) cli(t testing.TB, args ...string) (string, string, int) {
 // publish appends every event of s to the stream, in order, on its plain
 // subject, and checks that each lands at the sequence s gave it (the
 // stream must be empty before).
-func (m *mesh) publish(t testing.TB, s *audittest.Stream) {
+func (m *mesh) publish(t testing.TB, s *reconciletest.Stream) {
 	t.Helper()
 	subj := m.cfg.Subjects()
 	publishEvents(t, m.js, len(s.Events), func(i int) (string, []byte, uint64) {

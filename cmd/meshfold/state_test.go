@@ -9,13 +9,13 @@ import (
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
-	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store"
 )
 
 // heldState is novox with nats held for an approval and an owed item.
 func heldState(t testing.TB) *reconcile.State {
-	s := audittest.New(time.Now().Add(-time.Hour), time.Second)
+	s := reconciletest.New(time.Now().Add(-time.Hour), time.Second)
 	s.Append("novox", &events.Want{Modules: []events.WantModule{
 		{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
 		{Name: "nats", Build: "n:2.11", RunsAs: "nats", RequiresApproval: true, Files: []events.File{{Path: "/etc/nats/nats.creds", Mode: "0600"}}},
@@ -100,7 +100,7 @@ func TestFleetCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	// calm: settled, a fresh have.
-	s := audittest.New(time.Now().Add(-time.Minute), time.Millisecond)
+	s := reconciletest.New(time.Now().Add(-time.Minute), time.Millisecond)
 	s.Append("calm", &events.Want{Modules: []events.WantModule{{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}}})
 	s.Append("calm", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: 2})
 	s.Append("calm", &events.Have{})

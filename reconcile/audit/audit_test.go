@@ -10,7 +10,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
-	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 )
 
 func TestParseBound(t *testing.T) {
@@ -101,7 +101,7 @@ func TestAsOfEqualsLive(t *testing.T) {
 	// that built the stream folded sequence S.
 	live := map[uint64]map[string][]byte{}
 	last := map[string][]byte{}
-	s := audittest.Scripted(nodes, 600, 7, func(ev events.Event, st *reconcile.State) {
+	s := reconciletest.Scripted(nodes, 600, 7, func(ev events.Event, st *reconcile.State) {
 		b, err := json.Marshal(st)
 		if err != nil {
 			t.Fatal(err)
@@ -155,7 +155,7 @@ func TestAsOfEqualsLive(t *testing.T) {
 // audit and the fold agree), and every knock's items name their refusal.
 func TestWhyEveryEffect(t *testing.T) {
 	nodes := []string{"ace", "shanks"}
-	s := audittest.Scripted(nodes, 400, 11, nil)
+	s := reconciletest.Scripted(nodes, 400, 11, nil)
 	for _, node := range nodes {
 		h, err := audit.NewHistory(node, s.Node(node))
 		if err != nil {
@@ -210,7 +210,7 @@ func TestNewHistoryRefusesDisorder(t *testing.T) {
 
 func TestFleetOrder(t *testing.T) {
 	now := time.Date(2026, 11, 3, 21, 0, 0, 0, time.UTC)
-	s := audittest.New(now.Add(-time.Hour), time.Second)
+	s := reconciletest.New(now.Add(-time.Hour), time.Second)
 	// calm: settled, fresh have, nothing owed.
 	s.Append("calm", &events.Want{Modules: []events.WantModule{{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}}})
 	s.Append("calm", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: 2})

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile/audit"
-	"github.com/meshfold/meshfold/reconcile/audit/audittest"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 )
 
 // base is the scripts' clock: event N is on the stream at base + N s.
@@ -22,7 +21,7 @@ var base = time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC)
 // TestScripts runs the golden scripts of testdata/. Input commands (want,
 // have, approve, settle, refusal, filled, raw) append an event of the
 // current node to a simulated stream and fold it with the reconciler's
-// fold; the effects it returns are appended after it (audittest.Stream).
+// fold; the effects it returns are appended after it (reconciletest.Stream).
 // The output lists what was appended. Query commands print what `meshfold
 // audit` prints: timeline [since=B] [until=B] [json], why seq=N [json],
 // asof bound=B [json].
@@ -35,7 +34,7 @@ func TestScripts(t *testing.T) {
 	}
 	for _, path := range scripts {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
-			s := &script{stream: audittest.New(base, time.Second), node: "ace"}
+			s := &script{stream: reconciletest.New(base, time.Second), node: "ace"}
 			datadriven.RunTestAny(t, path, func(t testing.TB, d *datadriven.TestData) string {
 				return s.run(t, d)
 			})
@@ -44,7 +43,7 @@ func TestScripts(t *testing.T) {
 }
 
 type script struct {
-	stream *audittest.Stream
+	stream *reconciletest.Stream
 	node   string
 }
 
@@ -82,13 +81,13 @@ func (s *script) run(t testing.TB, d *datadriven.TestData) string {
 		return "ok"
 	case "want":
 		w := &events.Want{}
-		for _, line := range lines(d.Input) {
-			w.Modules = append(w.Modules, parseWantModule(t, line))
+		for _, line := range reconciletest.Lines(d.Input) {
+			w.Modules = append(w.Modules, reconciletest.WantModule(t, line))
 		}
 		p = w
 	case "have":
 		hv := &events.Have{}
-		for _, line := range lines(d.Input) {
+		for _, line := range reconciletest.Lines(d.Input) {
 			f := strings.Fields(line)
 			if len(f) < 3 {
 				t.Fatalf("%s: have line wants NAME BUILD STATE [account=X restarts=N exit=X since=SEQ]: %q", d.Pos, line)
@@ -103,11 +102,11 @@ func (s *script) run(t testing.TB, d *datadriven.TestData) string {
 				case "account":
 					m.Account = v
 				case "restarts":
-					m.Restarts = int(u64(t, v))
+					m.Restarts = int(reconciletest.U64(t, v))
 				case "exit": // exit=status_1 is "status 1"
 					m.Exit = strings.ReplaceAll(v, "_", " ")
 				case "since": // since=SEQ: the time of that sequence
-					at := s.stream.TimeOf(u64(t, v))
+					at := s.stream.TimeOf(reconciletest.U64(t, v))
 					m.Since = &at
 				}
 			}
@@ -121,12 +120,12 @@ func (s *script) run(t testing.TB, d *datadriven.TestData) string {
 		if op == "" {
 			op = "apply"
 		}
-		p = &events.Settle{Module: args["module"], Op: events.SettleOp(op), Plan: u64(t, args["plan"]), Error: args["error"]}
+		p = &events.Settle{Module: args["module"], Op: events.SettleOp(op), Plan: reconciletest.U64(t, args["plan"]), Error: args["error"]}
 	case "refusal":
 		p = &events.Refusal{Module: args["module"], Path: args["path"], Reason: events.Reason(args["reason"]),
-			Plan: u64(t, args["plan"]), Writer: args["writer"], Error: args["error"]}
+			Plan: reconciletest.U64(t, args["plan"]), Writer: args["writer"], Error: args["error"]}
 	case "filled":
-		p = &events.Filled{Module: args["module"], Path: args["path"], Plan: u64(t, args["plan"]), Digest: "hmac:not-a-secret"}
+		p = &events.Filled{Module: args["module"], Path: args["path"], Plan: reconciletest.U64(t, args["plan"]), Digest: "hmac:not-a-secret"}
 	case "raw":
 		return s.appended(func() { s.stream.AppendRaw(s.node, events.Kind(args["kind"]), []byte(d.Input)) })
 	case "timeline":
@@ -171,7 +170,7 @@ func (s *script) run(t testing.TB, d *datadriven.TestData) string {
 		return audit.FleetHeader(4) + "\n" + row.Line(4) + "\nattention: " + strings.Join(row.Attention, ",") + "\n" +
 			audit.FleetFailedText([]audit.FleetRow{row})
 	case "why":
-		w, err := s.history(t).Why(u64(t, args["seq"]))
+		w, err := s.history(t).Why(reconciletest.U64(t, args["seq"]))
 		if err != nil {
 			return "error: " + err.Error()
 		}
@@ -222,59 +221,4 @@ func (s *script) appended(add func()) string {
 		fmt.Fprintf(&out, "%s#%d %s %s\n", indent, e.Seq, e.Kind, e.Summary)
 	}
 	return out.String()
-}
-
-func lines(s string) []string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-func u64(t testing.TB, s string) uint64 {
-	if s == "" {
-		return 0
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		t.Fatalf("bad number %q", s)
-	}
-	return n
-}
-
-// parseWantModule reads "NAME BUILD [runs_as=X] [files=P:M,P:M]
-// [provisioner] [requires_approval] [hold]", as reconcile's scripts do.
-func parseWantModule(t testing.TB, line string) events.WantModule {
-	f := strings.Fields(line)
-	if len(f) < 2 {
-		t.Fatalf("want line wants NAME BUILD [options]: %q", line)
-	}
-	m := events.WantModule{Name: f[0], Build: f[1]}
-	for _, opt := range f[2:] {
-		k, v, _ := strings.Cut(opt, "=")
-		switch k {
-		case "runs_as":
-			m.RunsAs = v
-		case "files":
-			for _, pm := range strings.Split(v, ",") {
-				p, mode, _ := strings.Cut(pm, ":")
-				if mode == "" {
-					mode = "0600"
-				}
-				m.Files = append(m.Files, events.File{Path: p, Mode: events.Mode(mode)})
-			}
-		case "provisioner":
-			m.Provisioner = true
-		case "requires_approval":
-			m.RequiresApproval = true
-		case "hold":
-			m.Hold = true
-		default:
-			t.Fatalf("unknown want option %q", opt)
-		}
-	}
-	return m
 }

@@ -1,4 +1,4 @@
-package audittest
+package reconciletest
 
 import (
 	"fmt"

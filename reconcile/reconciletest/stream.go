@@ -1,4 +1,4 @@
-package audittest
+package reconciletest
 
 import (
 	"fmt"
@@ -80,7 +80,7 @@ func (s *Stream) add(ev events.Event) events.Event {
 		// The reconciler folds every event of its node, its own effects
 		// included (knocks and journals only advance the sequence).
 		for _, e2 := range st.Fold(eff) {
-			panic(fmt.Sprintf("audittest: folding effect %s at #%d produced effect %s", e.ID(), seq, e2.ID()))
+			panic(fmt.Sprintf("reconciletest: folding effect %s at #%d produced effect %s", e.ID(), seq, e2.ID()))
 		}
 		if s.Live != nil {
 			s.Live(eff, st)
@@ -96,7 +96,7 @@ func (s *Stream) Data(ev events.Event) ([]byte, error) {
 		return b, nil
 	}
 	if ev.Payload == nil {
-		return nil, fmt.Errorf("audittest: event #%d has no payload", ev.Seq)
+		return nil, fmt.Errorf("reconciletest: event #%d has no payload", ev.Seq)
 	}
 	return events.Encode(ev.Payload)
 }
