@@ -58,6 +58,14 @@ func (f *loopFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.signingKey, "signing-key", "", "the reconciler's signing key (an nkey seed; created when missing), which signs every plan and knock; partitioned reconcilers share one (default: serve: DATA/"+signingKeyFile+", with --auth DIR/"+signingKeyFile+"; reconcile: $XDG_STATE_HOME/meshfold/"+signingKeyFile+", required with --group)")
 }
 
+// printNotes prints what loadKeys noted (the signing key, the trust
+// file), after the command's first line.
+func (f *loopFlags) printNotes(a *app) {
+	for _, n := range f.notes {
+		fmt.Fprintln(a.stdout, n)
+	}
+}
+
 // loadKeys loads (or creates) the signing key at path and prints its
 // public key.
 func (f *loopFlags) loadKeys(a *app, path string) error {
@@ -157,6 +165,7 @@ requires their certificates.`,
 			return runReconciler(cmd.Context(), a, log, nc, lf, func(cfg store.StreamConfig) {
 				fmt.Fprintf(a.stdout, "meshfold: serving NATS at %s; stream %s (%d partitions, prefix %q); data in %s\n",
 					srv.ClientURL(), cfg.Name, cfg.Partitions, cfg.Prefix, abs)
+				lf.printNotes(a)
 				if web != "" {
 					serveConsole(cmd.Context(), a, log, srv, af, cfg, web, cf)
 				}
@@ -222,6 +231,7 @@ answers state requests for the nodes it folds. See docs/operations.md.`,
 			return runReconciler(cmd.Context(), a, log, nc, lf, func(cfg store.StreamConfig) {
 				fmt.Fprintf(a.stdout, "meshfold: reconciling stream %s (%d partitions, prefix %q, %d replicas) on %s\n",
 					cfg.Name, cfg.Partitions, cfg.Prefix, cfg.Replicas, nc.ConnectedUrlRedacted())
+				lf.printNotes(a)
 			})
 		},
 	}
@@ -314,9 +324,6 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 	}
 	defer svc.Stop()
 	ready(cfg)
-	for _, n := range lf.notes {
-		fmt.Fprintln(a.stdout, n)
-	}
 	if group != nil {
 		log.Info("reconciler running in a group", "stream", cfg.Name, "partitions", cfg.Partitions,
 			"group", lf.group.name, "instance", group.Instance(), "lease_ttl", group.TTL())
