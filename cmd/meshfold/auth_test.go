@@ -267,7 +267,7 @@ func TestIncident1WithCredentialsOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	trust := filepath.Join(dir, trustFileName) // written by auth init, copied to each node
-	background("node", nil, append([]string{"node", "ace", "--root", root, "--state-dir", filepath.Join(base, "ace-state"), "--trust", trust}, as("node-ace")...)...)
+	background("node", nil, append([]string{"node", "ace", "--runtime", "record", "--root", root, "--state-dir", filepath.Join(base, "ace-state"), "--trust", trust}, as("node-ace")...)...)
 	background("provision", nil, append([]string{"provision", "ace", "--from", secrets, "--account", "prov", "--trust", trust}, as("provisioner-ace")...)...)
 
 	want := func(body string) uint64 {

@@ -127,7 +127,7 @@ func TestNodeLeaseAcrossProcesses(t *testing.T) {
 	dir := t.TempDir()
 	_, trust := testSigner(t)
 	agent := func() *meshfoldProcess {
-		return startMeshfold(t, "node", "ace", "--root", filepath.Join(dir, "root"),
+		return startMeshfold(t, "node", "ace", "--runtime", "record", "--root", filepath.Join(dir, "root"),
 			"--state-dir", filepath.Join(dir, "state"), "--server", m.e.ClientURL(), "--trust", trust)
 	}
 	holderPID := func(pid int) {

@@ -19,6 +19,7 @@ type nodeOpts struct {
 	root       string
 	stateDir   string
 	runtimeDir string
+	runtime    string
 	resync     time.Duration
 	trust      trustFlag
 }
@@ -40,10 +41,17 @@ plan and written atomically under --root (a plan path /run/x/key lands in
 DIR/run/x/key with its declared mode), then reported as filled (with an
 HMAC digest, never the content) or refused.
 
-The runtime of this command records modules and starts no process: each
-applied module's build and account are written to --runtime-dir
-(default DIR/.meshfold/modules, a directory fills may not write into). A
-real engine plugs in through the Go interface node.Runtime.
+--runtime process (the default) runs each module as a process (DESIGN.md
+§8): its build is a bundle of the object store bucket <stream>_BUILDS
+('meshfold build push'), fetched once into --state-dir/bundles and checked
+against the build; its command starts as the Unix user runs_as (as root;
+an agent that is not root runs every module as itself), supervised by a
+small per-module process that restarts it with backoff, wakes it when one
+of its files is filled, captures its output and keeps it
+running while the agent restarts. --runtime record starts nothing: each
+applied module's build and account are written to --runtime-dir (default
+DIR/.meshfold/modules, a directory fills may not write into), for dry runs.
+Another engine plugs in through the Go interface node.Runtime.
 
 The HMAC key is created once in --state-dir (mode 0700, key 0600). The
 default is /var/lib/meshfold/node-NAME as root, else
@@ -53,6 +61,7 @@ inside --root.
 The event stream must exist: start 'meshfold serve' or 'meshfold reconcile'
 first.`,
 		Example: `  meshfold node ace --root /tmp/ace
+  meshfold node ace --root /tmp/ace --runtime record     # start nothing, record what would run
   meshfold node ace --root / --state-dir /var/lib/meshfold/node-ace --resync 5m
   meshfold node ace --root /tmp/ace -s nats://10.0.0.1:4222 --creds ace.creds`,
 		Args: cobra.ExactArgs(1),
@@ -63,10 +72,12 @@ first.`,
 	fl := cmd.Flags()
 	fl.StringVar(&o.root, "root", "", "directory filled files are written under (required; created if missing)")
 	fl.StringVar(&o.stateDir, "state-dir", "", "directory of the agent's HMAC key (default: see above)")
+	fl.StringVar(&o.runtime, "runtime", runtimeProcess, "how modules run: process (real processes) or record (start nothing)")
 	fl.StringVar(&o.runtimeDir, "runtime-dir", "", "where the recording runtime keeps module records (default ROOT/.meshfold/modules)")
 	fl.DurationVar(&o.resync, "resync", node.DefaultResync, "interval of the resync have (and of retrying a failed plan)")
 	o.trust.add(cmd)
 	_ = cmd.MarkFlagRequired("root")
+	cmd.AddCommand(newNodeShimCmd())
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
@@ -106,12 +117,8 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	if err := os.MkdirAll(o.root, 0o755); err != nil {
 		return fmt.Errorf("--root: %w", err)
 	}
-	if o.runtimeDir == "" {
-		o.runtimeDir = filepath.Join(o.root, node.ReservedDir, "modules")
-	}
-	rt, err := node.NewDirRuntime(o.runtimeDir)
-	if err != nil {
-		return err
+	if o.runtime != runtimeProcess && o.runtime != runtimeRecord {
+		return withCode(exitUsage, fmt.Errorf("--runtime %q: want %s or %s", o.runtime, runtimeProcess, runtimeRecord))
 	}
 
 	trust, err := o.trust.load()
@@ -132,6 +139,11 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	if err != nil {
 		return err
 	}
+	rt, release, err := nodeRuntime(o.runtime, name, o.root, o.stateDir, o.runtimeDir, js, scfg.Name, log)
+	if err != nil {
+		return err
+	}
+	defer release()
 	agent, err := node.New(nc, js, node.Config{Name: name, Root: o.root, StateDir: o.stateDir, Runtime: rt,
 		Resync: o.resync, Logger: log, Stream: scfg, Trust: trust})
 	if err != nil {

@@ -220,7 +220,7 @@ func TestNodeAndProvisionVerbs(t *testing.T) {
 	done := make(chan int, 2)
 	var out bytes.Buffer
 	go func() {
-		done <- run(ctx, []string{"node", "ace", "--root", root, "--state-dir", state, "-s", c.url, "--log-level", "error", "--trust", trust}, nil, &out, &out)
+		done <- run(ctx, []string{"node", "ace", "--runtime", "record", "--root", root, "--state-dir", state, "-s", c.url, "--log-level", "error", "--trust", trust}, nil, &out, &out)
 	}()
 	go func() {
 		done <- run(ctx, []string{"provision", "ace", "--from", from, "--account", "prov", "-s", c.url, "--log-level", "error", "--trust", trust}, nil, &out, &out)
@@ -288,7 +288,7 @@ func TestNodeWaitsForTheServer(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		_, trust := testSigner(t)
-		done <- run(ctx, []string{"node", "ace", "--root", filepath.Join(dir, "root"), "--state-dir", filepath.Join(dir, "state"),
+		done <- run(ctx, []string{"node", "ace", "--runtime", "record", "--root", filepath.Join(dir, "root"), "--state-dir", filepath.Join(dir, "state"),
 			"-s", "nats://" + addr, "--trust", trust}, nil, &storetest.SyncBuffer{}, errb)
 	}()
 	defer func() {
