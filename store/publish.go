@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nuid"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/nats-io/nats.go"
@@ -68,14 +72,15 @@ func Permanent(err error) bool {
 // Publisher appends events to the stream on their plain subjects
 // (<prefix>.<node>.<kind>). It is safe for concurrent use.
 type Publisher struct {
-	js   jetstream.JetStream
-	subj events.Subjects
+	js     jetstream.JetStream
+	subj   events.Subjects
+	denied *denials
 }
 
 // NewPublisher returns a Publisher for the stream whose subjects subj
 // builds.
 func NewPublisher(js jetstream.JetStream, subj events.Subjects) *Publisher {
-	return &Publisher{js: js, subj: subj}
+	return &Publisher{js: js, subj: subj, denied: watchDenials(js.Conn())}
 }
 
 // Ack is the stream's acknowledgement of an append.
@@ -166,18 +171,78 @@ func (p *Publisher) prepare(ctx context.Context, node string, payload events.Pay
 //
 // Errors: a validation error matching events.ErrInvalid before anything is
 // published; an error wrapping [ErrConflict] when a
-// [WithExpectLastSubjectSeq] expectation was stale; ctx's error; the
-// publish's error otherwise (no stream, timeout).
+// [WithExpectLastSubjectSeq] expectation was stale; one wrapping
+// nats.ErrPermissionViolation as soon as the server denies the publish
+// (not after the timeout); ctx's error; the publish's error otherwise (no
+// stream, timeout).
 func (p *Publisher) Append(ctx context.Context, node string, payload events.Payload, opts ...AppendOpt) (Ack, error) {
 	msg, popts, err := p.prepare(ctx, node, payload, opts)
 	if err != nil {
 		return Ack{}, err
 	}
-	pa, err := p.js.PublishMsg(ctx, msg, popts...)
+	gctx, release := p.denied.guard(ctx, msg.Subject)
+	defer release()
+	pa, err := p.js.PublishMsg(gctx, msg, popts...)
 	if err != nil {
+		if cause := context.Cause(gctx); errors.Is(cause, nats.ErrPermissionViolation) {
+			return Ack{}, fmt.Errorf("append %s: %w", msg.Subject, cause)
+		}
 		return Ack{}, fmt.Errorf("append %s: %w", msg.Subject, ServerError(err))
 	}
 	return Ack{Seq: pa.Sequence, Duplicate: pa.Duplicate}, nil
+}
+
+// Transient reports whether an append failed for a reason that passes by
+// itself: no stream responded (a cluster electing a leader, a server
+// restarting), no responders, a timeout, a server temporarily
+// unavailable. Conflicts, denied permissions, invalid or oversized
+// payloads ([Permanent]) are not transient: retrying cannot help.
+func Transient(err error) bool {
+	if err == nil || Permanent(err) || errors.Is(err, ErrConflict) || errors.Is(err, nats.ErrPermissionViolation) {
+		return false
+	}
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code == 503
+}
+
+// appendAttempt bounds one attempt of [Publisher.AppendRetrying].
+const appendAttempt = 2 * time.Second
+
+// AppendRetrying is [Append] for a user's verb: it retries [Transient]
+// failures (a cluster electing a leader) with backoff until ctx is done,
+// each attempt bounded by 2 s. Every attempt carries the same message id
+// (a random one unless opts set it), so an append whose acknowledgement
+// was lost is stored once.
+//
+// Errors: those of Append that are not transient, at once; the last
+// transient one when ctx ends.
+func (p *Publisher) AppendRetrying(ctx context.Context, node string, payload events.Payload, opts ...AppendOpt) (Ack, error) {
+	var o appendOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.msgID == "" {
+		opts = append(opts, WithMsgID(nuid.Next()))
+	}
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0))
+	for {
+		actx, cancel := context.WithTimeout(ctx, appendAttempt)
+		ack, err := p.Append(actx, node, payload, opts...)
+		cancel()
+		if err == nil || !Transient(err) || ctx.Err() != nil {
+			return ack, err
+		}
+		select {
+		case <-ctx.Done():
+			return ack, err
+		case <-time.After(b.NextBackOff()):
+		}
+	}
 }
 
 // AppendAsync is [Append] without waiting: it validates and publishes, and
