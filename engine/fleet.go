@@ -24,6 +24,9 @@ type fleetJournal struct {
 	first   uint64 // the sequence of the first counted
 	example string // its subject
 	last    time.Time
+	// aged is the stream's first sequence when an aged-out gap was last
+	// noted.
+	aged uint64
 }
 
 // badSubject counts a message whose subject names no valid node, for the
@@ -94,4 +97,31 @@ func (r *Reconciler) logJournal(e reconcile.Effect) {
 		log = r.log.Warn
 	}
 	log("journaled", "node", e.Node, "level", j.Level, "cause", j.Cause, "msg", j.Msg)
+}
+
+// agedOut notes, once per gap, that the stream begins at first, past a
+// partition's checkpoint + 1: the events at sequences checkpoint+1 ..
+// first-1 aged out of the stream (--max-age, a size limit) before they
+// were folded, and whatever of them belonged to the partition's nodes is
+// missing from their states. The stream's first sequence is the same for
+// every partition, so the first partition to see a gap notes it on the
+// fleet journal (which nodes lost events is no longer knowable), and logs
+// it.
+func (r *Reconciler) agedOut(ctx context.Context, partition int, checkpoint, first uint64) {
+	r.fleet.mu.Lock()
+	noted := r.fleet.aged >= first
+	r.fleet.aged = max(r.fleet.aged, first)
+	r.fleet.mu.Unlock()
+	if noted {
+		return
+	}
+	msg := fmt.Sprintf("events up to sequence %d aged out of the stream before they were folded (partition %d's checkpoint was %d): the states of nodes whose events they were miss them",
+		first-1, partition, checkpoint)
+	r.log.Error("events aged out of the stream before they were folded", "partition", partition, "checkpoint", checkpoint, "stream_first", first)
+	j := events.Stamp(&events.Journal{Level: events.LevelError, Msg: msg, Cause: first}, time.Now())
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	if _, err := r.pub.Append(ctx, events.FleetNode, j); err != nil {
+		r.log.Warn("fleet journal entry not published", "err", err)
+	}
 }

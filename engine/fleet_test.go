@@ -11,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // logRecords is a slog handler that keeps every record, for tests that
@@ -229,5 +232,57 @@ func TestRejectionLoggedOnce(t *testing.T) {
 	s := strconv.FormatUint(bad, 10)
 	if n := logs.count(s, "seq", "cause"); n != 1 {
 		t.Errorf("the rejection of event %d was logged %d times over a crash and a refold, want once", bad, n)
+	}
+}
+
+// Unsaved is empty after a clean stop and names the partitions whose
+// final snapshot could not be written (the server gone), so that serve
+// says "snapshots written" only when they were.
+func TestUnsavedSnapshots(t *testing.T) {
+	e, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
+	g := &rig{t: t, js: js, stream: stream, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects())}
+	rn := g.startCfg(engine.ReconcilerConfig{SnapshotInterval: time.Hour, SnapshotEvery: 1 << 20, Logger: testLogger(t)})
+	g.planFor("ace", g.append("ace", want("pg:1")))
+	rn.stop(t)
+	if u := rn.r.Unsaved(); len(u) != 0 {
+		t.Fatalf("a clean stop left %v unsaved", u)
+	}
+	rn = g.startCfg(engine.ReconcilerConfig{SnapshotInterval: time.Hour, SnapshotEvery: 1 << 20, Logger: testLogger(t)})
+	g.planFor("ace", g.append("ace", want("pg:2")))
+	e.Shutdown()
+	rn.stop(t)
+	u := rn.r.Unsaved()
+	if _, ok := u[events.Partition("ace", cfg.Partitions)]; !ok {
+		t.Fatalf("the server stopped before the final snapshot, and Unsaved is %v", u)
+	}
+}
+
+// Events removed from the stream before they were folded (an age limit)
+// are detected when a partition's session starts (the stream begins past
+// its checkpoint + 1) and journaled on the fleet journal, once.
+func TestAgedOutDetected(t *testing.T) {
+	ctx := testCtx(t)
+	g := newRig(t, store.StreamConfig{})
+	g.append("ace", want("pg:1"))
+	g.append("ace", want("pg:2"))
+	keep := g.append("ace", want("pg:3"))
+	if err := g.stream.Purge(ctx, jetstream.WithPurgeSequence(keep)); err != nil {
+		t.Fatal(err)
+	}
+	rn := g.startCfg(engine.ReconcilerConfig{SnapshotInterval: 20 * time.Millisecond, Logger: testLogger(t)})
+	g.planFor("ace", keep)
+	aged := func() int {
+		n := 0
+		for _, m := range g.all() {
+			if j, ok := m.Event.Payload.(*events.Journal); ok && m.Event.Node == events.FleetNode && strings.Contains(j.Msg, "aged out") {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, "the aged-out entry", func() bool { return aged() > 0 })
+	rn.stop(t)
+	if n := aged(); n != 1 {
+		t.Errorf("%d aged-out entries, want 1", n)
 	}
 }

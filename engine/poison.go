@@ -140,4 +140,3 @@ func (p *partition) refoldNode(ctx context.Context, node string, upTo uint64) (*
 		}
 	}
 }
-

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -141,6 +142,9 @@ type Reconciler struct {
 	parts map[int]*partition
 
 	fleet fleetJournal
+
+	unsavedMu  sync.Mutex
+	unsavedErr map[int]error // see Unsaved
 }
 
 // publishOpts are the options an effect is published with: its message
@@ -458,10 +462,14 @@ func (p *partition) run(ctx context.Context) error {
 		case errors.As(err, &fe):
 			return err
 		case ctx.Err() != nil:
+			if err != nil {
+				p.r.unsaved(p.id, err) // the final snapshot failed
+			}
 			return nil
 		case errors.Is(err, ErrLeaseLost):
 			// Past the lease's deadline: its revocation follows.
 			p.r.log.Warn("partition lease lost; stopped", "partition", p.id, "err", err)
+			p.r.unsaved(p.id, err)
 			<-ctx.Done()
 			return nil
 		}
@@ -474,7 +482,30 @@ func (p *partition) run(ctx context.Context) error {
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
+			p.r.unsaved(p.id, err)
 			return nil
 		}
 	}
+}
+
+// unsaved records that partition p stopped without writing its final
+// snapshot, and why.
+func (r *Reconciler) unsaved(p int, err error) {
+	r.unsavedMu.Lock()
+	defer r.unsavedMu.Unlock()
+	if r.unsavedErr == nil {
+		r.unsavedErr = map[int]error{}
+	}
+	r.unsavedErr[p] = err
+}
+
+// Unsaved returns the partitions whose final snapshot the last Run did
+// not write (a failed write, a lost lease, a session that had failed), and
+// why; empty after a clean stop. A restart refolds those partitions from
+// their previous snapshot: nothing is lost, but "snapshots written" would
+// not be true.
+func (r *Reconciler) Unsaved() map[int]error {
+	r.unsavedMu.Lock()
+	defer r.unsavedMu.Unlock()
+	return maps.Clone(r.unsavedErr)
 }

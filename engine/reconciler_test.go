@@ -186,12 +186,12 @@ func (g *rig) planFor(node string, cause uint64) uint64 {
 func (g *rig) all() []store.Msg {
 	g.t.Helper()
 	var out []store.Msg
-	var last uint64
+	var first, last uint64
 	retry(g.t, "stream info", func(ctx context.Context) (err error) {
-		last, err = store.StreamLastSeq(ctx, g.stream)
+		first, last, err = store.StreamBounds(ctx, g.stream)
 		return err
 	})
-	for seq := uint64(1); seq <= last; seq++ {
+	for seq := max(first, 1); seq <= last; seq++ {
 		var raw *jetstream.RawStreamMsg
 		retry(g.t, fmt.Sprint("get message ", seq), func(ctx context.Context) (err error) {
 			raw, err = g.stream.GetMsg(ctx, seq)

@@ -73,13 +73,19 @@ func (p *partition) session(ctx context.Context) error {
 	p.mu.Lock()
 	p.states = states
 	p.mu.Unlock()
-	last, err := store.StreamLastSeq(ctx, r.stream)
+	first, last, err := store.StreamBounds(ctx, r.stream)
 	if err != nil {
 		return err
 	}
 	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck, in: in,
 		rec: newRecovery(), dirty: map[string]*reconcile.State{}, revs: revs, tooBig: tooBig}
 	p.folded.Store(ck)
+	if first > ck+1 && last >= first {
+		// Events past the checkpoint were removed before they were
+		// folded: say so, once, and checkpoint past the gap.
+		r.agedOut(ctx, p.id, ck, first)
+		s.folded = first - 1
+	}
 	r.log.Debug("partition session", "partition", p.id, "checkpoint", ck, "nodes", len(states), "stream_last", last)
 	return s.consume(ctx)
 }

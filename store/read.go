@@ -39,6 +39,17 @@ func StreamLastSeq(ctx context.Context, stream jetstream.Stream) (uint64, error)
 	return info.State.LastSeq, nil
 }
 
+// StreamBounds returns the stream's first and last sequences. A first
+// sequence past 1 means the stream no longer holds its oldest messages
+// (an age or size limit removed them).
+func StreamBounds(ctx context.Context, stream jetstream.Stream) (first, last uint64, err error) {
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("stream info: %w", err)
+	}
+	return info.State.FirstSeq, info.State.LastSeq, nil
+}
+
 // LastMsg returns node's newest event of kind k, read with a direct get on
 // its stored subject (subj.Stored(node, k)).
 //

@@ -17,6 +17,7 @@ func init() { register(newApproveCmd) }
 
 func newApproveCmd(a *app) *cobra.Command {
 	var by string
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "approve NODE MODULE BUILD --by NAME",
 		Short: "Approve MODULE on NODE at BUILD (an operator's yes)",
@@ -32,11 +33,14 @@ On success it prints the stream sequence of the stored approval.`,
 		Example: `  meshfold approve novox nats img:nats-2.10.24 --by alice`,
 		Args:    cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runApprove(cmd.Context(), a, args[0], args[1], args[2], by)
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			return runApprove(ctx, a, args[0], args[1], args[2], by)
 		},
 	}
 	cmd.Flags().StringVar(&by, "by", "", "who approves (required)")
 	_ = cmd.MarkFlagRequired("by")
+	addPublishTimeout(cmd, &timeout)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
@@ -55,7 +59,7 @@ func runApprove(ctx context.Context, a *app, nodeName, module, build, by string)
 		return err
 	}
 	defer nc.Close()
-	ack, err := pub.Append(ctx, nodeName, ap)
+	ack, err := pub.AppendRetrying(ctx, nodeName, ap)
 	if err != nil {
 		return err
 	}

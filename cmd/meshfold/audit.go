@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -141,6 +142,10 @@ func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
 	if len(h.Events) == 0 {
 		return fmt.Errorf("node %q has no events in stream %s", node, cfg.Name)
 	}
+	begins := historyBegins(ctx, stream, h)
+	if begins != "" && (o.why != 0 || asOf != nil) {
+		fmt.Fprint(a.stderr, audit.NoteText(begins))
+	}
 	switch {
 	case o.why != 0:
 		w, err := h.Why(o.why)
@@ -161,7 +166,7 @@ func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
 		return err
 	}
 	from, to := 0, len(h.Events)
-	var notes []string
+	notes := []string{begins}
 	if since != nil {
 		var n string
 		from, n = h.Since(*since)
@@ -174,6 +179,19 @@ func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
 	}
 	to = max(from, to)
 	return printTimeline(a, h, from, to, notes, o.json)
+}
+
+// historyBegins says where the node's history begins when the stream no
+// longer holds its first events (trimmed by --max-age or a size limit):
+// "" when the stream still begins at sequence 1.
+func historyBegins(ctx context.Context, stream jetstream.Stream, h *audit.History) string {
+	info, err := stream.Info(ctx)
+	if err != nil || info.State.FirstSeq <= 1 {
+		return ""
+	}
+	first := h.Events[0]
+	return fmt.Sprintf("the stream begins at sequence %d (%s): earlier events aged out, so %s's history here begins at #%d (%s) and its state may rest on events no longer shown",
+		info.State.FirstSeq, info.State.FirstTime.UTC().Format(time.RFC3339), h.Node, first.Seq, first.Time.UTC().Format(time.RFC3339))
 }
 
 // printTimeline prints entries [from, to) of h, and the bounds' notes:

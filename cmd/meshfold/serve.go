@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -330,7 +332,7 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 		if err := runGrouped(ctx, group, r); err != nil {
 			return err
 		}
-		log.Info("reconciler stopped; snapshots written, leases released")
+		logStopped(log, r, ", leases released")
 		return nil
 	}
 	log.Info("reconciler running", "stream", cfg.Name, "partitions", cfg.Partitions, "lease_ttl", lease.TTL())
@@ -350,6 +352,19 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 	if err := lease.Err(); err != nil {
 		return fmt.Errorf("stream lease lost: %w", err)
 	}
-	log.Info("reconciler stopped; snapshots written")
+	logStopped(log, r, "")
 	return nil
+}
+
+// logStopped says how the reconciler stopped: "snapshots written" only
+// when every partition's final snapshot was.
+func logStopped(log *slog.Logger, r *engine.Reconciler, also string) {
+	unsaved := r.Unsaved()
+	if len(unsaved) == 0 {
+		log.Info("reconciler stopped; snapshots written" + also)
+		return
+	}
+	parts := slices.Sorted(maps.Keys(unsaved))
+	log.Warn("reconciler stopped; the final snapshot of some partitions was not written: a restart refolds them from their previous one"+also,
+		"partitions", parts, "err", unsaved[parts[0]])
 }

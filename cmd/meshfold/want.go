@@ -22,8 +22,9 @@ import (
 func init() { register(newWantCmd) }
 
 type wantOpts struct {
-	file   string
-	expect uint64
+	file    string
+	expect  uint64
+	timeout time.Duration
 }
 
 func newWantCmd(a *app) *cobra.Command {
@@ -65,12 +66,15 @@ On success it prints the stream sequence of the stored want.`,
 			if cmd.Flags().Changed("expect") {
 				expect = &o.expect
 			}
-			return runWant(cmd.Context(), a, args[0], o.file, expect)
+			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+			defer cancel()
+			return runWant(ctx, a, args[0], o.file, expect)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&o.file, "file", "f", "", "the want as JSON; - reads stdin (required)")
 	fl.Uint64Var(&o.expect, "expect", 0, "publish only if NODE's newest want is at this stream sequence (0: none yet)")
+	addPublishTimeout(cmd, &o.timeout)
 	_ = cmd.MarkFlagRequired("file")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
@@ -109,7 +113,7 @@ func runWant(ctx context.Context, a *app, nodeName, file string, expect *uint64)
 	if expect != nil {
 		opts = append(opts, store.WithExpectLastSubjectSeq(*expect))
 	}
-	ack, err := pub.Append(ctx, nodeName, w, opts...)
+	ack, err := pub.AppendRetrying(ctx, nodeName, w, opts...)
 	if errors.Is(store.ServerError(err), store.ErrConflict) {
 		cur := "unknown"
 		if seq, lerr := a.lastSeq(ctx, js, nodeName, events.KindWant); lerr == nil {
@@ -173,6 +177,12 @@ func decodeWant(data []byte, now time.Time) (*events.Want, error) {
 		return nil, err
 	}
 	return w, nil
+}
+
+// addPublishTimeout adds --timeout, the time a verb that publishes takes
+// at most: a cluster electing a leader is retried within it.
+func addPublishTimeout(cmd *cobra.Command, d *time.Duration) {
+	cmd.Flags().DurationVar(d, "timeout", 10*time.Second, "give up publishing after this long (a cluster electing a leader is retried within it)")
 }
 
 // openPublisher connects with the command's flags and opens the existing
