@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/node"
+)
+
+func init() { register(newLogsCmd) }
+
+type logsOpts struct {
+	tail    int
+	follow  bool
+	timeout time.Duration
+}
+
+func newLogsCmd(a *app) *cobra.Command {
+	var o logsOpts
+	cmd := &cobra.Command{
+		Use:   "logs NODE MODULE",
+		Short: "A module's captured stdout and stderr, from its node agent",
+		Long: `logs prints MODULE's stdout and stderr as NODE's agent captured them (the
+process runtime keeps them in size-capped rotating files in the agent's
+state directory; the current file is read). It asks the agent's micro
+service, endpoint logs on $MESHFOLD.<prefix>.logs.NODE, which only the
+operator role may use. Log lines never enter the event stream.
+
+--tail N prints the last N lines (default 100; 0: as much as one page
+holds). --follow then keeps printing new lines until interrupted.`,
+		Example: `  meshfold logs ace mesh-build-go
+  meshfold logs ace mesh-build-go --tail 20 --follow`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runLogs(cmd.Context(), a, args[0], args[1], o)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVarP(&o.tail, "tail", "n", 100, "how many of the last lines to print (0: one page)")
+	fl.BoolVarP(&o.follow, "follow", "f", false, "keep printing new lines")
+	fl.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for the node agent to answer")
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+// followWait is how long one follow request waits for new output.
+const followWait = 5 * time.Second
+
+func runLogs(ctx context.Context, a *app, nodeName, module string, o logsOpts) error {
+	if !events.ValidName(nodeName) {
+		return withCode(exitUsage, &events.FieldError{Field: "NODE", Value: nodeName, Err: events.ErrBadName})
+	}
+	if !events.ValidName(module) {
+		return withCode(exitUsage, &events.FieldError{Field: "MODULE", Value: module, Err: events.ErrBadName})
+	}
+	if o.tail < 0 {
+		return withCode(exitUsage, fmt.Errorf("--tail %d: must not be negative", o.tail))
+	}
+	nc, err := a.conn.connect("meshfold-logs", a)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	subject := node.LogsSubject(a.stream.config().Prefix, nodeName)
+	q := node.LogsRequest{Module: module, LogQuery: node.LogQuery{Tail: o.tail}}
+	for {
+		timeout := o.timeout + time.Duration(q.WaitMS)*time.Millisecond
+		page, err := requestLogs(ctx, nc, subject, q, timeout)
+		if err != nil {
+			if ctx.Err() != nil && o.follow {
+				return nil // interrupted
+			}
+			if errors.Is(err, nats.ErrNoResponders) {
+				return fmt.Errorf("no agent of node %s answered (is 'meshfold node %s' running?)", nodeName, nodeName)
+			}
+			return err
+		}
+		for _, l := range page.Lines {
+			fmt.Fprintln(a.stdout, l)
+		}
+		if !o.follow {
+			return nil
+		}
+		q.LogQuery = node.LogQuery{Cursor: page.Cursor, WaitMS: int(followWait / time.Millisecond)}
+	}
+}
+
+func requestLogs(ctx context.Context, nc *nats.Conn, subject string, q node.LogsRequest, timeout time.Duration) (node.LogPage, error) {
+	body, err := json.Marshal(q)
+	if err != nil {
+		return node.LogPage{}, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg, err := nc.RequestWithContext(rctx, subject, body)
+	if err != nil {
+		return node.LogPage{}, fmt.Errorf("logs of %s: %w", q.Module, err)
+	}
+	var r node.LogsReply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return node.LogPage{}, fmt.Errorf("logs reply: %w", err)
+	}
+	if r.Error != "" {
+		return node.LogPage{}, errors.New(r.Error)
+	}
+	return r.LogPage, nil
+}

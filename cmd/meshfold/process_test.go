@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// `meshfold node` runs a pushed bundle as a real process by default;
+// `meshfold logs` shows the module's own output; a restarted agent adopts
+// the process (same pid) and reports it running; a plan without the
+// module stops it.
+func TestNodeRunsBundleAndLogs(t *testing.T) {
+	m := startMesh(t)
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil { // modules may run as another user
+			t.Fatal(err)
+		}
+	}
+	src := filepath.Join(dir, "web")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "meshfold.json"), []byte(`{"command":["run.sh"],"stop_timeout":"2s"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "run.sh"), []byte("#!/bin/sh\necho \"hello from $MESHFOLD_MODULE on $MESHFOLD_NODE\"\nexec sleep 3600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := m.cli(t, "build", "push", src)
+	if code != 0 {
+		t.Fatalf("build push: %d %s", code, errs)
+	}
+	build := strings.TrimSpace(out)
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	signer, trust := testSigner(t)
+	n := 0
+	plan := func(rows ...events.PlanModule) uint64 {
+		t.Helper()
+		n++
+		p := events.Stamp(&events.Plan{Cause: uint64(n), Want: 1, Modules: rows}, time.Now())
+		ack, err := pub.Append(testCtx(t), "ace", p, store.WithMsgID("ace.plan."+strconv.Itoa(n)+".0"), store.WithSigner(signer))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Seq
+	}
+	root, state := filepath.Join(dir, "root"), filepath.Join(dir, "state")
+	agent := func() func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan int, 1)
+		var out storetest.SyncBuffer
+		go func() {
+			done <- run(ctx, []string{"node", "ace", "--root", root, "--state-dir", state, "-s", m.e.ClientURL(), "--log-level", "warn", "--trust", trust}, nil, &out, &out)
+		}()
+		return func() {
+			cancel()
+			if code := <-done; code != 0 {
+				t.Errorf("node exited %d:\n%s", code, out.String())
+			}
+		}
+	}
+	t.Cleanup(func() { killModules(t, filepath.Join(state, "process")) })
+
+	p1 := plan(events.PlanModule{Name: "web", Build: build, Files: []events.File{}})
+	stop := agent()
+	waitHave(t, m, func(h *events.Have) bool { return len(h.Modules) == 1 && h.Modules[0].State == events.Running })
+	waitLogLine(t, m, "web", "hello from web on ace")
+	out, errs, code = m.cli(t, "logs", "ace", "web", "--tail", "1")
+	if code != 0 || strings.TrimSpace(out) != "hello from web on ace" {
+		t.Fatalf("logs --tail 1: %d %q %s", code, out, errs)
+	}
+	pid := modulePID(t, state, "web")
+
+	// The agent stops; the module does not. The next agent adopts it.
+	stop()
+	if !processAlive(pid) {
+		t.Fatalf("the module (pid %d) stopped with its agent", pid)
+	}
+	began := time.Now()
+	stop = agent()
+	defer func() { stop() }()
+	// The restarted agent applies p1 again: a no-op on the adopted
+	// module, so its settle names no module.
+	waitKind(t, m, events.KindSettle, func(ev events.Event) bool {
+		s := ev.Payload.(*events.Settle)
+		return s.Plan == p1 && s.Module == ""
+	})
+	t.Logf("agent restart → plan settled with the module adopted: %s", time.Since(began))
+	if now := modulePID(t, state, "web"); now != pid {
+		t.Errorf("after the agent's restart the module's pid is %d, want the adopted %d", now, pid)
+	}
+
+	p2 := plan()
+	waitSettle(t, m, p2)
+	if processAlive(pid) {
+		t.Errorf("module pid %d still runs after its removal", pid)
+	}
+	if _, errs, code := m.cli(t, "logs", "ace", "web"); code == 0 || !strings.Contains(errs, "no such module") {
+		t.Errorf("logs of a removed module: %d %s", code, errs)
+	}
+}
+
+func waitHave(t *testing.T, m *mesh, pred func(*events.Have) bool) {
+	t.Helper()
+	waitKind(t, m, events.KindHave, func(ev events.Event) bool { return pred(ev.Payload.(*events.Have)) })
+}
+
+func waitSettle(t *testing.T, m *mesh, plan uint64) {
+	t.Helper()
+	waitKind(t, m, events.KindSettle, func(ev events.Event) bool { return ev.Payload.(*events.Settle).Plan == plan })
+}
+
+// waitKind reads ace's events of kind until pred holds.
+func waitKind(t *testing.T, m *mesh, kind events.Kind, pred func(events.Event) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	subj := m.cfg.Subjects()
+	cons, err := m.js.OrderedConsumer(ctx, m.cfg.Name, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subj.Stored("ace", kind)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			t.Fatalf("waiting for a %s: %v", kind, err)
+		}
+		meta, _ := msg.Metadata()
+		ev, err := subj.DecodeEvent(msg.Subject(), msg.Data(), meta.Sequence.Stream, meta.Timestamp)
+		if err == nil && ev.Err == nil && pred(ev) {
+			return
+		}
+	}
+}
+
+// waitLogLine follows the module's log through the agent's logs endpoint
+// (each request waits on the agent's side for new output) until want.
+func waitLogLine(t *testing.T, m *mesh, module, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	q := node.LogsRequest{Module: module}
+	for ctx.Err() == nil {
+		q.WaitMS = 2000
+		page, err := requestLogs(ctx, m.nc, node.LogsSubject(m.cfg.Prefix, "ace"), q, 10*time.Second)
+		if err != nil {
+			t.Fatalf("logs: %v", err)
+		}
+		for _, l := range page.Lines {
+			if l == want {
+				return
+			}
+		}
+		q.Cursor = page.Cursor
+	}
+	t.Fatalf("the log of %s never showed %q", module, want)
+}
+
+func modulePID(t *testing.T, state, module string) int {
+	t.Helper()
+	var id struct{ PID int }
+	data, err := os.ReadFile(filepath.Join(state, "process", module, "module.json"))
+	if err == nil {
+		err = json.Unmarshal(data, &id)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.PID
+}
+
+func processAlive(pid int) bool {
+	data, err := os.ReadFile("/proc/" + itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// killModules kills, by the pids they recorded, the shims and modules a
+// failed test left running under dir (processes this test started).
+func killModules(t *testing.T, dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		for _, f := range []string{"shim.json", "module.json"} {
+			var id struct{ PID int }
+			data, err := os.ReadFile(filepath.Join(dir, e.Name(), f))
+			if err != nil || json.Unmarshal(data, &id) != nil || id.PID <= 0 {
+				continue
+			}
+			if processAlive(id.PID) {
+				t.Logf("killing %s's leftover %s (pid %d)", e.Name(), f, id.PID)
+				_ = syscall.Kill(-id.PID, syscall.SIGKILL)
+				_ = syscall.Kill(id.PID, syscall.SIGKILL)
+			}
+		}
+	}
+}
