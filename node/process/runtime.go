@@ -109,6 +109,15 @@ func Open(cfg Config) (*Runtime, error) {
 	case len(cfg.Shim) == 0:
 		return nil, errors.New("process: the shim command is required")
 	}
+	// MESHFOLD_ROOT and the shims' directories must not depend on the
+	// working directory (a module's is its bundle).
+	var err error
+	if cfg.Root, err = filepath.Abs(cfg.Root); err != nil {
+		return nil, fmt.Errorf("process: root: %w", err)
+	}
+	if cfg.StateDir, err = filepath.Abs(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("process: state dir: %w", err)
+	}
 	if cfg.LogMaxMB <= 0 {
 		cfg.LogMaxMB = 10
 	}
