@@ -81,6 +81,7 @@ func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, 
 	}{
 		{events.EndpointState, func(s *reconcile.State) any { return s.View() }, "reconcile.View of the node named by the last token"},
 		{events.EndpointComposition, func(s *reconcile.State) any { return reconcile.CompositionOf(s) }, "the last plan emitted for the node, row by row"},
+		{events.EndpointFold, func(s *reconcile.State) any { return s }, "the node's whole folded state (the snapshot form), for dry runs"},
 	} {
 		h := func(req micro.Request) {
 			subj := req.Subject()
@@ -131,6 +132,25 @@ func RequestState(ctx context.Context, nc *nats.Conn, prefix, node string, timeo
 		return v, c, err
 	}
 	return v, c, nil
+}
+
+// RequestFold asks the state service for node's whole folded state (what
+// a dry run composes from), with its invariants checked. timeout bounds
+// the request (0: 2 s).
+//
+// Errors: as [RequestState]; a state whose invariants do not hold.
+func RequestFold(ctx context.Context, nc *nats.Conn, prefix, node string, timeout time.Duration) (*reconcile.State, error) {
+	if !events.ValidName(node) {
+		return nil, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
+	}
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	var raw json.RawMessage
+	if err := request(ctx, nc, events.StateSubject(prefix, events.EndpointFold, node), timeout, &raw); err != nil {
+		return nil, err
+	}
+	return reconcile.UnmarshalState(raw)
 }
 
 func request(ctx context.Context, nc *nats.Conn, subject string, timeout time.Duration, into any) error {

@@ -64,6 +64,19 @@ func TestStateService(t *testing.T) {
 		t.Errorf("composition = %+v", c)
 	}
 
+	// The whole state, for dry runs: the snapshot form, equal to the
+	// reconciler's.
+	full, err := engine.RequestFold(ctx, nc, "", "ace", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, exp := mustMarshal(t, full), mustMarshal(t, st); got != exp {
+		t.Errorf("fold:\n got %s\nwant %s", got, exp)
+	}
+	if _, err := engine.RequestFold(ctx, nc, "", "zed", 5*time.Second); !errors.Is(err, engine.ErrUnknownNode) {
+		t.Errorf("fold of an unknown node: err = %v, want ErrUnknownNode", err)
+	}
+
 	// Unknown node: a clear 404, not an empty success.
 	if _, _, err := engine.RequestState(ctx, nc, "", "zed", 5*time.Second); !errors.Is(err, engine.ErrUnknownNode) {
 		t.Errorf("unknown node: err = %v, want ErrUnknownNode", err)
@@ -109,7 +122,7 @@ func TestStateService(t *testing.T) {
 	for _, e := range info.Endpoints {
 		subjects[e.Name] = e.Subject
 	}
-	if subjects["state"] != "$MESHFOLD.mesh.state.*" || subjects["composition"] != "$MESHFOLD.mesh.composition.*" {
+	if subjects["state"] != "$MESHFOLD.mesh.state.*" || subjects["composition"] != "$MESHFOLD.mesh.composition.*" || subjects["fold"] != "$MESHFOLD.mesh.fold.*" {
 		t.Errorf("info endpoints = %+v", info.Endpoints)
 	}
 	stats := svc.Stats()
@@ -140,4 +153,13 @@ func TestStateServicePartial(t *testing.T) {
 	if _, _, err := engine.RequestState(ctx, nc, "", "zed", 200*time.Millisecond); !errors.Is(err, engine.ErrNoReconciler) {
 		t.Errorf("node nobody owns: err = %v, want ErrNoReconciler (then the snapshot)", err)
 	}
+}
+
+func mustMarshal(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

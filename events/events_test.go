@@ -103,6 +103,8 @@ func TestDecodeValidation(t *testing.T) {
 		{"waive without module", events.KindWaive, `{"v":1,` + at + `,"path":"/k","by":"a"}`, events.ErrMissing, "module"},
 		{"retire ok", events.KindRetire, `{"v":1,` + at + `,"by":"alice"}`, nil, ""},
 		{"retire force", events.KindRetire, `{"v":1,` + at + `,"by":"alice","force":true}`, nil, ""},
+		{"retire reason with newline", events.KindRetire, `{"v":1,` + at + `,"by":"a","reason":"x\ny"}`, events.ErrControl, "reason"},
+		{"resume reason", events.KindResume, `{"v":1,` + at + `,"by":"a","reason":"disk swapped"}`, nil, ""},
 		{"retire without by", events.KindRetire, `{"v":1,` + at + `,"force":true}`, events.ErrMissing, "by"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

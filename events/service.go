@@ -25,6 +25,9 @@ const (
 	// output (DESIGN.md §8), $MESHFOLD.<prefix>.logs.<node>, served by the
 	// node's agent (service "meshfold-node"), not by the reconciler.
 	EndpointLogs = "logs"
+	// EndpointFold returns the node's whole folded state (reconcile.State,
+	// the snapshot form): what `meshfold want --dry-run` composes from.
+	EndpointFold = "fold"
 )
 
 // StateSubject returns the subject of endpoint for node under prefix

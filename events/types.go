@@ -346,6 +346,9 @@ type Pause struct {
 type Resume struct {
 	Header
 	By string `json:"by"`
+	// Reason is free text for the audit, optional (an addition to
+	// DESIGN.md §9's payload, which decoders that do not know it ignore).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Poke asks for a knock with reason "operator": the provisioner client
@@ -381,6 +384,8 @@ type Retire struct {
 	Header
 	By    string `json:"by"`
 	Force bool   `json:"force,omitempty"`
+	// Reason is free text for the audit, optional (as Resume's).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Kind implementations.

@@ -539,12 +539,15 @@ func (p *Pause) Validate() error {
 	return checkFreeText("reason", p.Reason)
 }
 
-// Validate checks by.
+// Validate checks by and the reason's text.
 func (r *Resume) Validate() error {
 	if err := r.header().validate(); err != nil {
 		return err
 	}
-	return checkBy(r.By)
+	if err := checkBy(r.By); err != nil {
+		return err
+	}
+	return checkFreeText("reason", r.Reason)
 }
 
 // Validate checks by and the reason's text.
@@ -586,10 +589,13 @@ func (w *Waive) Validate() error {
 	return checkBy(w.By)
 }
 
-// Validate checks by.
+// Validate checks by and the reason's text.
 func (r *Retire) Validate() error {
 	if err := r.header().validate(); err != nil {
 		return err
 	}
-	return checkBy(r.By)
+	if err := checkBy(r.By); err != nil {
+		return err
+	}
+	return checkFreeText("reason", r.Reason)
 }

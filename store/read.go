@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
@@ -158,4 +159,31 @@ func DropOrdered(js jetstream.JetStream, stream string, cons jetstream.Consumer)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = js.DeleteConsumer(ctx, stream, info.Name) // gone already is fine
+}
+
+// ListNodes returns the names of the nodes the stream holds an event of
+// kind k for ("*": of any kind), sorted, from the stream's subject index
+// (one stream info request; no message is read). The operator verbs' --all
+// and shell completion use it.
+//
+// Errors: the stream info's.
+func ListNodes(ctx context.Context, stream jetstream.Stream, subj events.Subjects, k events.Kind) ([]string, error) {
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter("*."+subj.Event("*", k)))
+	if err != nil {
+		return nil, fmt.Errorf("stream info: %w", err)
+	}
+	seen := map[string]bool{}
+	for s := range info.State.Subjects {
+		if node, _, err := subj.Parse(s); err == nil || errors.Is(err, events.ErrUnknownKind) {
+			if node != "" {
+				seen[node] = true
+			}
+		}
+	}
+	nodes := make([]string, 0, len(seen))
+	for n := range seen {
+		nodes = append(nodes, n)
+	}
+	slices.Sort(nodes)
+	return nodes, nil
 }

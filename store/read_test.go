@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/meshfold/meshfold/events"
@@ -49,6 +50,35 @@ func TestLastMsg(t *testing.T) {
 	}
 	if _, err := store.LastMsg(ctx, stream, subj, "novox", events.KindJournal); !errors.Is(err, store.ErrNoMessage) {
 		t.Errorf("other node: err = %v, want ErrNoMessage", err)
+	}
+}
+
+func TestListNodes(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
+	pub := store.NewPublisher(js, cfg.Subjects())
+	subj := cfg.Subjects()
+	if nodes, err := store.ListNodes(ctx, stream, subj, "*"); err != nil || len(nodes) != 0 {
+		t.Fatalf("empty stream: %v, %v", nodes, err)
+	}
+	for _, n := range []string{"shanks", "ace", "novox"} {
+		if _, err := pub.Append(ctx, n, journal("j")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pub.Append(ctx, "ace", want("b")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Append(ctx, "ace", want("c")); err != nil {
+		t.Fatal(err)
+	}
+	all, err := store.ListNodes(ctx, stream, subj, "*")
+	if err != nil || !slices.Equal(all, []string{"ace", "novox", "shanks"}) {
+		t.Errorf("every node: %v, %v", all, err)
+	}
+	wanted, err := store.ListNodes(ctx, stream, subj, events.KindWant)
+	if err != nil || !slices.Equal(wanted, []string{"ace"}) {
+		t.Errorf("nodes with a want: %v, %v", wanted, err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -16,61 +15,42 @@ import (
 func init() { register(newApproveCmd) }
 
 func newApproveCmd(a *app) *cobra.Command {
-	var by string
-	var timeout time.Duration
+	var o operatorFlags
 	cmd := &cobra.Command{
-		Use:   "approve NODE MODULE BUILD --by NAME",
-		Short: "Approve MODULE on NODE at BUILD (an operator's yes)",
-		Long: `approve publishes an operator's yes for one module at one build. A module
-whose want says requires_approval moves to a new build only once that build
-is approved; until then the plan holds it at what runs and shows the wanted
-build as pending ('meshfold state NODE'). An approval may come before or
-after the want, is kept per (module, build) and is never used up. Approving
-another build than the pending one moves nothing.
+		Use:   "approve NODE... MODULE BUILD --by NAME | approve --all MODULE BUILD --by NAME",
+		Short: "Approve MODULE at BUILD on nodes (an operator's yes)",
+		Long: `approve publishes an operator's yes for one module at one build, one event
+per node. A module whose want says requires_approval moves to a new build
+only once that build is approved; until then the plan holds it at what runs
+and shows the wanted build as pending ('meshfold state NODE'). An approval
+may come before or after the want, is kept per (module, build) and is never
+used up. Approving another build than the pending one moves nothing; take an
+approval back with 'meshfold revoke'.
 
---by names who approved (required); it is kept in the stream for audit.
-On success it prints the stream sequence of the stored approval.`,
-		Example: `  meshfold approve novox nats img:nats-2.10.24 --by alice`,
-		Args:    cobra.ExactArgs(3),
+The last two arguments are MODULE and BUILD; the ones before them name the
+nodes, or --all approves on every node that has a want. --by names who
+approved (required); it is kept in the stream for audit. Prints each
+approval's stream sequence, one line per node; exit 1 if any publish failed,
+2 on a usage error.`,
+		Example: `  meshfold approve novox nats img:nats-2.10.24 --by alice
+  meshfold approve novox ace nats img:nats-2.10.24 --by alice
+  meshfold approve --all nats img:nats-2.10.24 --by alice`,
+		Args:              cobra.MinimumNArgs(2),
+		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			ctx, cancel := o.context(cmd)
 			defer cancel()
-			return runApprove(ctx, a, args[0], args[1], args[2], by)
+			n := len(args)
+			module, build := args[n-2], args[n-1]
+			return a.publishEach(ctx, events.KindApprove, args[:n-2], o.all, func() events.Payload {
+				return &events.Approve{Module: module, Build: build, By: o.by}
+			})
 		},
 	}
-	cmd.Flags().StringVar(&by, "by", "", "who approves (required)")
-	_ = cmd.MarkFlagRequired("by")
-	addPublishTimeout(cmd, &timeout)
+	o.add(cmd, false, true)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
-}
-
-func runApprove(ctx context.Context, a *app, nodeName, module, build, by string) error {
-	if !events.ValidName(nodeName) {
-		return withCode(exitUsage, &events.FieldError{Field: "NODE", Value: nodeName, Err: events.ErrBadName})
-	}
-	ap := events.Stamp(&events.Approve{Module: module, Build: build, By: by}, time.Now())
-	if err := ap.Validate(); err != nil {
-		return withCode(exitUsage, err)
-	}
-	nc, js, pub, err := a.openPublisher(ctx)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	ack, err := pub.AppendRetrying(ctx, nodeName, ap)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(a.stdout, "approve %s %s %s: stream sequence %d\n", nodeName, module, build, ack.Seq)
-	// An approval may come before the want that needs it (DESIGN.md §4),
-	// so it is stored either way; a typo in the node or module is worth a
-	// word on stderr.
-	if note := a.approvalNote(ctx, js, nodeName, module); note != "" {
-		fmt.Fprintln(a.stderr, "note:", note)
-	}
-	return nil
 }
 
 // approvalNote says when node's newest want does not name module (or the

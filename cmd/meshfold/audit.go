@@ -25,7 +25,8 @@ func init() { register(newAuditCmd) }
 type auditOpts struct {
 	since, until, asOf string
 	why                uint64
-	json               bool
+	out                outputFlag
+	format             string
 }
 
 func newAuditCmd(a *app) *cobra.Command {
@@ -44,7 +45,7 @@ Bounds (--since, --until, --as-of) are a stream sequence or an RFC 3339 time.
 A time covers the unit it is written in ("…T20:50:05Z" is that whole second),
 so events sharing a timestamp are both in or both out, and a time copied from
 the timeline includes its event. A bound that falls between events is said so
-in a line starting with "--" (on stderr with --json).
+in a line starting with "--" (on stderr with -o json or yaml).
 
 --as-of prints the folded state after every event at or before the bound.
 --why SEQ explains the event at SEQ: for a knock, each owed item's refusal,
@@ -52,14 +53,17 @@ the plan that accepts it, the settle and the want that declared the path;
 for a plan, its cause, its want and why each row is composed or held; for a
 journal entry, its cause; for any other event, what it led to.
 
---json prints JSON lines: one timeline entry a line, or one state, or one
-explanation, with stable field names.`,
+-o json prints JSON lines: one timeline entry a line, or one state, or one
+explanation, with stable field names; -o yaml the same, one YAML document
+each (--json is -o json).`,
 		Example: `  meshfold audit ace
   meshfold audit ace --since 2026-11-03T20:49:00Z --until 2026-11-03T20:55:00Z
   meshfold audit ace --as-of 1234
   meshfold audit ace --why 1240
-  meshfold audit ace --json | jq 'select(.kind=="knock")'`,
-		Args: cobra.ExactArgs(1),
+  meshfold audit ace -o json | jq 'select(.kind=="knock")'
+  meshfold audit ace --as-of 1234 -o yaml`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runAudit(cmd.Context(), a, args[0], o)
 		},
@@ -69,7 +73,7 @@ explanation, with stable field names.`,
 	fl.StringVar(&o.until, "until", "", "last event: a stream sequence or an RFC 3339 time")
 	fl.StringVar(&o.asOf, "as-of", "", "print the state after folding every event at or before this sequence or time")
 	fl.Uint64Var(&o.why, "why", 0, "explain the event at this stream sequence")
-	fl.BoolVar(&o.json, "json", false, "print JSON lines")
+	o.out.add(cmd, "print JSON lines (-o json)")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
@@ -109,6 +113,10 @@ func (o auditOpts) parseBounds() (since, until, asOf *audit.Bound, err error) {
 }
 
 func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
+	var err error
+	if o.format, err = o.out.get(); err != nil {
+		return err
+	}
 	if !events.ValidName(node) {
 		return withCode(exitUsage, fmt.Errorf("node %q: %w", node, events.ErrBadName))
 	}
@@ -152,15 +160,15 @@ func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
 		if err != nil {
 			return err
 		}
-		if o.json {
-			return writeJSON(a.stdout, w)
+		if o.format != outTable {
+			return writeValue(a.stdout, o.format, w)
 		}
 		_, err = io.WriteString(a.stdout, w.Text())
 		return err
 	case asOf != nil:
 		as := h.AsOf(*asOf)
-		if o.json {
-			return writeJSON(a.stdout, as)
+		if o.format != outTable {
+			return writeValue(a.stdout, o.format, as)
 		}
 		_, err = io.WriteString(a.stdout, as.Text())
 		return err
@@ -178,7 +186,7 @@ func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
 		notes = append(notes, n)
 	}
 	to = max(from, to)
-	return printTimeline(a, h, from, to, notes, o.json)
+	return printTimeline(a, h, from, to, notes, o.format)
 }
 
 // historyBegins says where the node's history begins when the stream no
@@ -195,9 +203,10 @@ func historyBegins(ctx context.Context, stream jetstream.Stream, h *audit.Histor
 }
 
 // printTimeline prints entries [from, to) of h, and the bounds' notes:
-// on stdout before the lines, or on stderr with --json (stdout then holds
+// on stdout before the lines, or on stderr with -o json|yaml (stdout then holds
 // only entries).
-func printTimeline(a *app, h *audit.History, from, to int, notes []string, asJSON bool) error {
+func printTimeline(a *app, h *audit.History, from, to int, notes []string, format string) error {
+	asJSON := format != outTable
 	noteOut := a.stdout
 	if asJSON {
 		noteOut = a.stderr
@@ -215,9 +224,8 @@ func printTimeline(a *app, h *audit.History, from, to int, notes []string, asJSO
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(a.stdout)
 		for _, e := range entries {
-			if err := enc.Encode(e); err != nil {
+			if err := writeValue(a.stdout, format, e); err != nil {
 				return err
 			}
 		}

@@ -134,26 +134,31 @@ func runBuildPush(ctx context.Context, a *app, path string, asJSON bool) error {
 }
 
 func newBuildLsCmd(a *app) *cobra.Command {
-	var asJSON bool
+	var out outputFlag
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List the stored bundles, newest first",
 		Long: `ls lists every bundle of the bucket, newest first: its build, size, when it
 was pushed and what was packed. An empty or missing bucket lists nothing.`,
 		Example: `  meshfold build ls
-  meshfold build ls --json | jq -r .build`,
+  meshfold build ls -o json | jq -r .build
+  meshfold build ls -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBuildLs(cmd.Context(), a, asJSON)
+			format, err := out.get()
+			if err != nil {
+				return err
+			}
+			return runBuildLs(cmd.Context(), a, format)
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON lines, one bundle a line")
+	out.add(cmd, "print JSON lines, one bundle a line (-o json)")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
 }
 
-func runBuildLs(ctx context.Context, a *app, asJSON bool) error {
+func runBuildLs(ctx context.Context, a *app, format string) error {
 	nc, err := a.conn.connect("meshfold-build", a)
 	if err != nil {
 		return err
@@ -168,9 +173,9 @@ func runBuildLs(ctx context.Context, a *app, asJSON bool) error {
 	if err != nil {
 		return err
 	}
-	if asJSON {
+	if format != outTable {
 		for _, i := range list {
-			if err := writeJSON(a.stdout, i); err != nil {
+			if err := writeValue(a.stdout, format, i); err != nil {
 				return err
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,7 +22,8 @@ func init() { register(newFleetCmd) }
 
 func newFleetCmd(a *app) *cobra.Command {
 	var (
-		asJSON   bool
+		out      outputFlag
+		all      bool
 		stale    time.Duration
 		warnings time.Duration
 	)
@@ -38,14 +40,30 @@ account warning, a stale have (older than --stale, or none), then journal
 warnings (entries of level warn or error in the last --warnings, counted
 from the stream; 0 skips that read).
 
-Snapshots are as fresh as the reconciler's last checkpoint.`,
+What is stuck is said too: a file a settled plan declares that was never
+filled since its module was placed (a minute after that plan settled: is the
+provisioner's source for it there?), owed items older than an hour ('meshfold
+waive' clears one nobody will fill), a paused node (by whom, for how long), a
+node retiring (its empty plan not settled yet: 'retire --force' forgets a node
+whose agent is gone). Retired nodes are left out; --all lists them too.
+
+Snapshots are as fresh as the reconciler's last checkpoint. -o json prints
+JSON lines, one node a line; -o yaml one YAML document per node.`,
+		Example: `  meshfold fleet
+  meshfold fleet --all -o yaml
+  meshfold fleet -o json | jq 'select(.stuck.paused)'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runFleet(cmd.Context(), a, asJSON, stale, warnings)
+			format, err := out.get()
+			if err != nil {
+				return err
+			}
+			return runFleet(cmd.Context(), a, format, all, stale, warnings)
 		},
 	}
 	fl := cmd.Flags()
-	fl.BoolVar(&asJSON, "json", false, "print JSON lines, one node a line")
+	out.add(cmd, "print JSON lines, one node a line (-o json)")
+	fl.BoolVar(&all, "all", false, "list retired nodes too")
 	fl.DurationVar(&stale, "stale", 10*time.Minute, "a have older than this is stale")
 	fl.DurationVar(&warnings, "warnings", time.Hour, "count journal warnings and errors this far back (0: do not)")
 	a.conn.add(cmd)
@@ -53,7 +71,7 @@ Snapshots are as fresh as the reconciler's last checkpoint.`,
 	return cmd
 }
 
-func runFleet(ctx context.Context, a *app, asJSON bool, stale, warnings time.Duration) error {
+func runFleet(ctx context.Context, a *app, format string, all bool, stale, warnings time.Duration) error {
 	nc, err := a.conn.connect("meshfold-fleet", a)
 	if err != nil {
 		return err
@@ -81,10 +99,13 @@ func runFleet(ctx context.Context, a *app, asJSON bool, stale, warnings time.Dur
 			rows[i].SetWarnings(counts[rows[i].Node])
 		}
 	}
+	if !all {
+		rows = slices.DeleteFunc(rows, func(r audit.FleetRow) bool { return r.Retired })
+	}
 	audit.SortFleet(rows)
-	if asJSON {
+	if format != outTable {
 		for _, r := range rows {
-			if err := writeJSON(a.stdout, r); err != nil {
+			if err := writeValue(a.stdout, format, r); err != nil {
 				return err
 			}
 		}

@@ -26,17 +26,19 @@ const (
 	sourceSnapshot   = "snapshot"
 )
 
-// stateReply is what `meshfold state --json` prints. Source says where
+// stateReply is what `meshfold state -o json|yaml` prints. Source says where
 // the state came from: "reconciler" (live, from the state service) or
 // "snapshot" (the stored snapshot: no reconciler answered).
 type stateReply struct {
 	Source      string                `json:"source"`
 	View        reconcile.View        `json:"view"`
 	Composition reconcile.Composition `json:"composition"`
+	// Stuck is what is stuck now (reconcile.View.Stuck at the present).
+	Stuck reconcile.Stuck `json:"stuck"`
 }
 
 func newStateCmd(a *app) *cobra.Command {
-	var asJSON bool
+	var out outputFlag
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "state NODE",
@@ -52,20 +54,37 @@ It asks the reconciler's state service (NATS micro service "meshfold",
 endpoints state and composition on $MESHFOLD.<prefix>.state.<node> and
 $MESHFOLD.<prefix>.composition.<node>). When no reconciler answers it reads
 the node's stored snapshot instead, and says so: a snapshot is as old as
-the reconciler's last checkpoint. Read-only; it holds no secret.`,
-		Args: cobra.ExactArgs(1),
+the reconciler's last checkpoint. Read-only; it holds no secret.
+
+It says what is stuck, too: a pause (by whom, since when, and what resuming
+would publish: a want or approval taken in while paused shows there as
+pending), a retirement, each file a settled plan declares that was never
+filled since its module was placed (and how long ago that plan settled), and
+the age of each owed item (older than an hour: stuck).
+
+-o json prints one JSON object (source, view, composition, stuck); -o yaml the
+same as YAML.`,
+		Example: `  meshfold state ace
+  meshfold state ace -o yaml
+  meshfold state ace -o json | jq .stuck`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runState(cmd.Context(), a, args[0], asJSON, timeout)
+			format, err := out.get()
+			if err != nil {
+				return err
+			}
+			return runState(cmd.Context(), a, args[0], format, timeout)
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	out.add(cmd, "print one JSON object (-o json)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for the reconciler before reading the snapshot")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
 }
 
-func runState(ctx context.Context, a *app, node string, asJSON bool, timeout time.Duration) error {
+func runState(ctx context.Context, a *app, node string, format string, timeout time.Duration) error {
 	if !events.ValidName(node) {
 		return withCode(exitUsage, fmt.Errorf("node %q: %w", node, events.ErrBadName))
 	}
@@ -78,10 +97,12 @@ func runState(ctx context.Context, a *app, node string, asJSON bool, timeout tim
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		return writeJSON(a.stdout, r)
+	now := time.Now()
+	if format != outTable {
+		r.Stuck = r.View.Stuck(now)
+		return writeValue(a.stdout, format, r)
 	}
-	_, err = io.WriteString(a.stdout, audit.StateText(r.View, r.Composition, time.Now(), note))
+	_, err = io.WriteString(a.stdout, audit.StateText(r.View, r.Composition, now, note))
 	return err
 }
 

@@ -15,7 +15,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -24,6 +27,8 @@ func init() { register(newWantCmd) }
 type wantOpts struct {
 	file    string
 	expect  uint64
+	dryRun  bool
+	out     outputFlag
 	timeout time.Duration
 }
 
@@ -56,8 +61,17 @@ SEQ (0: NODE has no want yet), so two controllers cannot overwrite each other
 blindly. A stale --expect fails with exit code 3 and says which sequence is
 current.
 
-On success it prints the stream sequence of the stored want.`,
+On success it prints the stream sequence of the stored want.
+
+--dry-run publishes nothing: it prints the plan the reconciler would emit now
+for this want, and its difference from the last plan emitted (modules added,
+removed, changed; what is held and why), computed by the reconciler's own
+Compose from the node's current state: the reconciler's (its state service),
+else the stored snapshot. It prints the sequence that state was folded
+through and the newest want's, to pin with --expect when publishing. -o json
+or yaml prints the same as one document.`,
 		Example: `  meshfold want ace -f ace.json
+  meshfold want ace -f ace.json --dry-run
   meshfold want ace -f ace.json --expect 41
   jq '.modules += [{"name":"restic","build":"r:3"}]' ace.json | meshfold want ace -f -`,
 		Args: cobra.ExactArgs(1),
@@ -68,25 +82,32 @@ On success it prints the stream sequence of the stored want.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
 			defer cancel()
-			return runWant(ctx, a, args[0], o.file, expect)
+			return runWant(ctx, a, args[0], o, expect)
 		},
+		ValidArgsFunction: a.completeNodes(1),
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&o.file, "file", "f", "", "the want as JSON; - reads stdin (required)")
 	fl.Uint64Var(&o.expect, "expect", 0, "publish only if NODE's newest want is at this stream sequence (0: none yet)")
 	addPublishTimeout(cmd, &o.timeout)
+	fl.BoolVar(&o.dryRun, "dry-run", false, "publish nothing: print the plan the reconciler would emit now and how it differs from the last")
+	o.out.add(cmd, "")
 	_ = cmd.MarkFlagRequired("file")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
 }
 
-func runWant(ctx context.Context, a *app, nodeName, file string, expect *uint64) error {
+func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *uint64) error {
+	file := o.file
+	format, err := o.out.get()
+	if err != nil {
+		return err
+	}
 	if !events.ValidName(nodeName) {
 		return withCode(exitUsage, &events.FieldError{Field: "NODE", Value: nodeName, Err: events.ErrBadName})
 	}
 	var data []byte
-	var err error
 	if file == "-" {
 		data, err = io.ReadAll(a.stdin)
 	} else {
@@ -102,6 +123,12 @@ func runWant(ctx context.Context, a *app, nodeName, file string, expect *uint64)
 	w, err := decodeWant(data, time.Now())
 	if err != nil {
 		return withCode(exitUsage, fmt.Errorf("%s: %w", fileLabel(file), err))
+	}
+	if o.dryRun {
+		if expect != nil {
+			return withCode(exitUsage, errors.New("--dry-run publishes nothing: --expect has nothing to guard"))
+		}
+		return runDryRun(ctx, a, nodeName, w, format, 2*time.Second)
 	}
 
 	nc, js, pub, err := a.openPublisher(ctx)
@@ -219,4 +246,80 @@ func (a *app) lastSeq(ctx context.Context, js jetstream.JetStream, node string, 
 		return 0, err
 	}
 	return m.Event.Seq, nil
+}
+
+// runDryRun prints what the reconciler would do now with w: the state is
+// the reconciler's (state service), else the stored snapshot, else (a
+// node nothing is known of) the empty state; reconcile.State.DryRun does
+// the rest. Nothing is published.
+func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format string, timeout time.Duration) error {
+	nc, err := a.conn.connect("meshfold-dry-run", a)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	st, source, err := fetchFold(ctx, nc, a.stream, node, timeout)
+	if err != nil {
+		return err
+	}
+	d := st.DryRun(w.Modules)
+	if format != outTable {
+		return writeValue(a.stdout, format, dryRunReply{Source: source, DryRun: d})
+	}
+	_, err = io.WriteString(a.stdout, audit.DryRunText(d, sourceText(source)))
+	return err
+}
+
+// dryRunReply is what `want --dry-run -o json|yaml` prints.
+type dryRunReply struct {
+	// Source is where the state came from: "reconciler", "snapshot" or
+	// "none" (nothing is known of the node yet).
+	Source string           `json:"source"`
+	DryRun reconcile.DryRun `json:"dry_run"`
+}
+
+const sourceNone = "none"
+
+func sourceText(source string) string {
+	switch source {
+	case sourceReconciler:
+		return "the reconciler (live)"
+	case sourceSnapshot:
+		return "the stored snapshot: no reconciler answered"
+	}
+	return "nothing: no event of the node is known yet"
+}
+
+// fetchFold returns node's whole folded state from the state service, else
+// from the stored snapshot, else the empty state, and says which.
+func fetchFold(ctx context.Context, nc *nats.Conn, sf streamFlags, node string, timeout time.Duration) (*reconcile.State, string, error) {
+	st, err := engine.RequestFold(ctx, nc, sf.prefix, node, timeout)
+	switch {
+	case err == nil:
+		return st, sourceReconciler, nil
+	case errors.Is(err, engine.ErrUnknownNode):
+		return reconcile.NewState(node), sourceNone, nil
+	case !errors.Is(err, engine.ErrNoReconciler):
+		return nil, "", err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, "", err
+	}
+	snaps, _, err := openSnapshots(ctx, js, sf)
+	if err != nil {
+		return nil, "", fmt.Errorf("no reconciler answered, and %w", err)
+	}
+	data, _, err := snaps.GetNode(ctx, node)
+	if errors.Is(err, store.ErrNoSnapshot) {
+		return reconcile.NewState(node), sourceNone, nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	st, err = reconcile.UnmarshalState(data)
+	if err != nil {
+		return nil, "", fmt.Errorf("snapshot of %s: %w", node, err)
+	}
+	return st, sourceSnapshot, nil
 }

@@ -145,7 +145,7 @@ func Summary(ev events.Event, prev *events.Want) string {
 	case *events.Pause:
 		return "by " + p.By + reasonSuffix(p.Reason)
 	case *events.Resume:
-		return "by " + p.By
+		return "by " + p.By + reasonSuffix(p.Reason)
 	case *events.Poke:
 		return "by " + p.By + reasonSuffix(p.Reason)
 	case *events.Revoke:
@@ -154,9 +154,9 @@ func Summary(ev events.Event, prev *events.Want) string {
 		return fmt.Sprintf("%s (%s) by %s", p.Path, p.Module, p.By)
 	case *events.Retire:
 		if p.Force {
-			return "by " + p.By + ", forced"
+			return "by " + p.By + ", forced" + reasonSuffix(p.Reason)
 		}
-		return "by " + p.By
+		return "by " + p.By + reasonSuffix(p.Reason)
 	}
 	return string(ev.Kind)
 }

@@ -122,11 +122,20 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 	for _, r := range v.Runtime {
 		t.line(1, "runs", runtimeText(r, now, suffix))
 	}
+	writeOperator(t, v, now, suffix)
 	if len(v.Owed) == 0 {
 		t.line(1, "owed", "nothing")
 	}
-	for _, o := range v.Owed {
-		t.line(1, "owed", fmt.Sprintf("%s %s (%s, plan %s, writer %s)", o.Module, o.Path, o.Reason, planRef(o.Plan), o.Writer))
+	for i, o := range v.Owed {
+		s := fmt.Sprintf("%s %s (%s, plan %s, writer %s)", o.Module, o.Path, o.Reason, planRef(o.Plan), o.Writer)
+		if i < len(v.OwedAt) && !v.OwedAt[i].IsZero() {
+			age := now.Sub(v.OwedAt[i])
+			s += fmt.Sprintf(", refused %s %s", Age(age), suffix)
+			if age > reconcile.OwedStuckAfter {
+				s += ": STUCK (waive it if nobody will ever fill it)"
+			}
+		}
+		t.line(1, "owed", s)
 	}
 	if k := v.LastKnock; k != nil {
 		var paths []string
@@ -146,6 +155,93 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 	} else {
 		t.line(1, "have", fmt.Sprintf("#%d at %s, %s %s", v.HaveSeq, FormatTime(v.HaveTime), Age(now.Sub(v.HaveTime)), suffix))
 	}
+}
+
+// writeOperator writes what the operator events of DESIGN.md §9 left on
+// the node, and what is stuck: the pause and what resuming would publish,
+// the retirement, and the files never filled since their module was
+// placed, with how long ago that plan settled. Ages are told against now.
+func writeOperator(t *textWriter, v reconcile.View, now time.Time, suffix string) {
+	if p := v.Paused; p != nil {
+		s := fmt.Sprintf("by %s since %s (%s %s, #%d): no new plan is published", events.Text(p.By), FormatTime(p.Time), Age(now.Sub(p.Time)), suffix, p.Seq)
+		if p.Reason != "" {
+			s += "; reason: " + events.Text(p.Reason)
+		}
+		t.line(1, "paused", s)
+		if w := v.Withheld; w != nil {
+			for _, line := range diffLines(*w) {
+				t.line(1, "withheld", line)
+			}
+		} else {
+			t.line(1, "withheld", "nothing: resuming publishes no plan")
+		}
+	}
+	if r := v.Retire; r != nil {
+		s := fmt.Sprintf("retiring since %s (#%d by %s): the empty plan waits to settle (retire --force forgets it now)",
+			FormatTime(r.Time), r.Seq, events.Text(r.By))
+		if r.Retired {
+			s = fmt.Sprintf("retired at %s (#%d; retire #%d by %s): a want brings it back", FormatTime(r.RetiredTime), r.RetiredSeq, r.Seq, events.Text(r.By))
+		}
+		t.line(1, "retire", s)
+	}
+	for _, u := range v.Unfilled {
+		s := fmt.Sprintf("%s %s: never filled since plan #%d placed it, settled %s %s", u.Module, u.Path, u.Plan, Age(now.Sub(u.Since)), suffix)
+		if now.Sub(u.Since) > reconcile.UnfilledStuckAfter {
+			s += ": STUCK (is the provisioner's source for it there?)"
+		}
+		t.line(1, "unfilled", s)
+	}
+}
+
+// diffLines tells a plan difference as short lines: the want, the account,
+// each row added, removed or changed.
+func diffLines(d reconcile.PlanDiff) []string {
+	var out []string
+	if d.WantFrom != d.WantTo && d.WantTo != 0 {
+		out = append(out, fmt.Sprintf("want %s → #%d", seqOrNone(d.WantFrom), d.WantTo))
+	}
+	if d.AccountFrom != d.AccountTo {
+		out = append(out, fmt.Sprintf("account %s → %s", orNone(d.AccountFrom), orNone(d.AccountTo)))
+	}
+	for _, r := range d.Added {
+		out = append(out, "added "+planRowText(r))
+	}
+	for _, r := range d.Removed {
+		out = append(out, "removed "+r.Name)
+	}
+	for _, c := range d.Changed {
+		out = append(out, c.Module+": "+changeText(c))
+	}
+	return out
+}
+
+func changeText(c reconcile.RowChange) string {
+	var parts []string
+	for _, f := range c.Fields {
+		switch f {
+		case "build":
+			parts = append(parts, fmt.Sprintf("build %s → %s", orNone(c.From.Build), orNone(c.To.Build)))
+		case "runs_as":
+			parts = append(parts, fmt.Sprintf("runs_as %s → %s", orNone(c.From.RunsAs), orNone(c.To.RunsAs)))
+		case "files":
+			parts = append(parts, fmt.Sprintf("files %d → %d", len(c.From.Files), len(c.To.Files)))
+		case "held":
+			if c.To.Held {
+				parts = append(parts, "held ("+string(c.To.Why)+")")
+			} else {
+				parts = append(parts, "composed")
+			}
+		case "why":
+			if c.From.Held && c.To.Held {
+				parts = append(parts, fmt.Sprintf("why %s → %s", c.From.Why, c.To.Why))
+			}
+		case "pending":
+			parts = append(parts, fmt.Sprintf("pending %s → %s", orNone(c.From.Pending), orNone(c.To.Pending)))
+		default:
+			parts = append(parts, f)
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Age formats a duration for an operator: 45s, 12m, 3h10m, 2d4h.
@@ -192,11 +288,18 @@ type FleetRow struct {
 	// window asked for (-1: not counted).
 	Warnings int `json:"journal_warnings"`
 	// Attention lists what needs an operator, most pressing first:
-	// "error", "failed", "owed", "approval", "unsettled", "account", "stale-have",
-	// "journal".
+	// "error", "failed", "unfilled", "owed", "approval", "unsettled",
+	// "paused", "retiring", "account", "stale-have", "journal". A retired
+	// node needs nothing.
 	Attention []string `json:"attention"`
 	// Error says why the node's snapshot could not be read.
 	Error string `json:"error,omitempty"`
+	// Stuck is what is stuck (DESIGN.md §9, issue 15): the pause (by
+	// whom, since when), the retirement, files never filled since their
+	// module was placed (a minute after), owed items older than an hour.
+	Stuck reconcile.Stuck `json:"stuck"`
+	// Retired: the node is retired; `fleet` hides it unless --all.
+	Retired bool `json:"retired,omitempty"`
 }
 
 // FleetRowOf returns the fleet row of s at now; a have older than stale
@@ -212,7 +315,8 @@ func FleetRowOfView(v reconcile.View, now time.Time, stale time.Duration) FleetR
 	r := FleetRow{Node: v.Node, Seq: v.Seq, Want: v.Want, SettledPlan: v.SettledPlan, EmittedPlan: v.EmittedPlan,
 		Unsettled: v.Unsettled, Modules: v.Modules, Held: v.Held, Owed: len(v.Owed),
 		AccountWarning: v.AccountWarning, HaveTime: v.HaveTime, HaveAge: -1, Warnings: -1,
-		Failed: failing(v.Runtime)}
+		Failed: failing(v.Runtime), Stuck: v.Stuck(now)}
+	r.Retired = r.Stuck.Retired
 	for _, h := range v.Holds {
 		if h.Why == events.HoldApproval && h.Pending != "" {
 			r.Pending = append(r.Pending, h)
@@ -253,11 +357,19 @@ func attention(r FleetRow) []string {
 			a = append(a, what)
 		}
 	}
+	if r.Retired {
+		// Done: nothing of it needs an operator (a want brings it back).
+		add(r.Error != "", "error")
+		return a
+	}
 	add(r.Error != "", "error")
 	add(len(r.Failed) > 0, "failed")
+	add(len(r.Stuck.Unfilled) > 0, "unfilled")
 	add(r.Owed > 0, "owed")
 	add(len(r.Pending) > 0, "approval")
 	add(r.Unsettled > 0, "unsettled")
+	add(r.Stuck.Paused != nil, "paused")
+	add(r.Stuck.Retiring, "retiring")
 	add(r.AccountWarning, "account")
 	add(r.StaleHave, "stale-have")
 	add(r.Warnings > 0, "journal")
@@ -265,12 +377,14 @@ func attention(r FleetRow) []string {
 }
 
 // rank orders what needs an operator: a lower rank comes first.
-var rank = map[string]int{"error": 0, "failed": 1, "owed": 2, "approval": 3, "unsettled": 4, "account": 5, "stale-have": 6, "journal": 7}
+var rank = map[string]int{"error": 0, "failed": 1, "unfilled": 2, "owed": 3, "approval": 4, "unsettled": 5,
+	"paused": 6, "retiring": 7, "account": 8, "stale-have": 9, "journal": 10}
 
 // SortFleet sorts rows so that what needs an operator comes first: rows
 // are compared by their most pressing need (an unreadable snapshot, a
-// failed module, owed items, pending approvals, unsettled plans, the account warning, a stale
-// have, journal warnings), then by how many needs they have, then by the
+// failed module, a file never filled, owed items, pending approvals,
+// unsettled plans, a pause, a retirement under way, the account warning,
+// a stale have, journal warnings), then by how many needs they have, then by the
 // counts (more owed items, more pending approvals, more unsettled plans,
 // an older have first), then by node name.
 func SortFleet(rows []FleetRow) {
@@ -324,6 +438,21 @@ func (r FleetRow) Line(nodeWidth int) string {
 			for _, f := range r.Failed {
 				needs = append(needs, failedNeed(f))
 			}
+		case "unfilled":
+			for _, u := range r.Stuck.Unfilled {
+				needs = append(needs, fmt.Sprintf("unfilled %s for %s", u.Path, Age(time.Duration(u.For*float64(time.Second)))))
+			}
+		case "owed":
+			if n := len(r.Stuck.Owed); n > 0 {
+				needs = append(needs, fmt.Sprintf("owed (%d over %s: waive?)", n, Age(reconcile.OwedStuckAfter)))
+			} else {
+				needs = append(needs, a)
+			}
+		case "paused":
+			p := r.Stuck.Paused
+			needs = append(needs, fmt.Sprintf("paused by %s for %s", events.Text(p.By), Age(time.Duration(r.Stuck.PausedFor*float64(time.Second)))))
+		case "retiring":
+			needs = append(needs, "retiring (retire --force if its agent is gone)")
 		default:
 			needs = append(needs, a)
 		}

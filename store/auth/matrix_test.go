@@ -36,7 +36,8 @@ import (
 // snapshot bucket, gets ace's state and lists every state (state, fleet);
 // "write snapshots" puts ace's state; "write leases" opens (creating it
 // the first time) the lease bucket of reconciler groups and puts a lease;
-// "ask state" asks the reconciler's state service about ace; "request
+// "ask state" asks the reconciler's state service about ace; "ask fold"
+// asks it for ace's whole folded state (want --dry-run); "request
 // logs" asks ace's agent for a module's output and "serve logs" listens
 // on that subject (`meshfold logs`, operator only); "push
 // build", "list builds", "fetch build" and "remove build" act on the
@@ -90,6 +91,7 @@ hold node lease ace       -         -          -        ok         -            
 hold node lease shanks    -         -          -        -          -            ok       -
 get node lease ace        ok        -          ok       ok         -            -        -
 ask state ace             -         -          ok       -          -            -       ok
+ask fold ace              -         -          ok       -          -            -        -
 push build                -         -          ok       -          -            -        -
 list builds               -         -          ok       -          -            -        -
 fetch build               -         -          ok       ok         -            ok       -
@@ -233,6 +235,10 @@ func actions(cfg store.StreamConfig) map[string]action {
 	}
 	acts["ask state ace"] = func(ctx context.Context, c *cell) error {
 		_, _, err := engine.RequestState(ctx, c.nc, c.cfg.Prefix, "ace", 0)
+		return err
+	}
+	acts["ask fold ace"] = func(ctx context.Context, c *cell) error {
+		_, err := engine.RequestFold(ctx, c.nc, c.cfg.Prefix, "ace", 0)
 		return err
 	}
 	return acts

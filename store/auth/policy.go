@@ -188,7 +188,8 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 				api("DIRECT.GET.%s", st), api("DIRECT.GET.%s.>", st),
 				api("CONSUMER.CREATE.%s.>", st), api("CONSUMER.INFO.%s.*", st))
 		}
-		p.Sub.Allow.Add(events.StateSubject(pre, events.EndpointState, "*"), events.StateSubject(pre, events.EndpointComposition, "*"))
+		p.Sub.Allow.Add(events.StateSubject(pre, events.EndpointState, "*"), events.StateSubject(pre, events.EndpointComposition, "*"),
+			events.StateSubject(pre, events.EndpointFold, "*"))
 		service(events.StateServiceName)
 		respond()
 	case RoleController:

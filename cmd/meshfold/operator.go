@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+// The operator verbs of DESIGN.md §9: each publishes one event per node.
+
+func init() {
+	register(newPauseCmd)
+	register(newResumeCmd)
+	register(newPokeCmd)
+	register(newRetireCmd)
+	register(newRevokeCmd)
+	register(newWaiveCmd)
+}
+
+// operatorFlags are the flags every operator verb shares.
+type operatorFlags struct {
+	by      string
+	reason  string
+	all     bool
+	timeout time.Duration
+}
+
+func (o *operatorFlags) add(cmd *cobra.Command, reason, all bool) {
+	addPublishTimeout(cmd, &o.timeout)
+	cmd.Flags().StringVar(&o.by, "by", "", "who acts (required); kept in the stream for the audit")
+	_ = cmd.MarkFlagRequired("by")
+	if reason {
+		cmd.Flags().StringVar(&o.reason, "reason", "", "why, for the audit (one line)")
+	}
+	if all {
+		cmd.Flags().BoolVar(&o.all, "all", false, "every node that has a want, instead of naming nodes")
+	}
+}
+
+func newPauseCmd(a *app) *cobra.Command {
+	var o operatorFlags
+	cmd := &cobra.Command{
+		Use:   "pause NODE... | --all --by NAME [--reason TEXT]",
+		Short: "Stop the reconciler from publishing new plans for nodes",
+		Long: `pause publishes a pause event for each node. While a node is paused the
+reconciler emits no new plan for it: wants and approvals are still folded and
+shown as pending ('meshfold state NODE' lists what resuming would publish),
+and knocks still flow, so a credential is never held back. 'meshfold fleet'
+shows who paused a node and since when. A second pause keeps the first.
+
+Undo with 'meshfold resume'. Prints each event's stream sequence, one line
+per node; exit 1 if any publish failed, 2 on a usage error.`,
+		Example: `  meshfold pause ace --by alice --reason "disk swap"
+  meshfold pause ace shanks --by alice
+  meshfold pause --all --by alice --reason "freeze for the release"`,
+		ValidArgsFunction: a.completeNodes(-1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := o.context(cmd)
+			defer cancel()
+			return a.publishEach(ctx, events.KindPause, args, o.all, func() events.Payload {
+				return &events.Pause{By: o.by, Reason: o.reason}
+			})
+		},
+	}
+	o.add(cmd, true, true)
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func newResumeCmd(a *app) *cobra.Command {
+	var o operatorFlags
+	cmd := &cobra.Command{
+		Use:   "resume NODE... | --all --by NAME [--reason TEXT]",
+		Short: "End a pause: publish the plan composed now, once, if it differs",
+		Long: `resume publishes a resume event for each node. It ends the node's pause; if
+the plan the reconciler composes then differs from the last one it emitted
+(a want or an approval taken in while paused), that plan is published, once.
+A resume of a node that is not paused changes nothing.
+
+Prints each event's stream sequence, one line per node; exit 1 if any
+publish failed, 2 on a usage error.`,
+		Example: `  meshfold resume ace --by alice
+  meshfold resume --all --by alice`,
+		ValidArgsFunction: a.completeNodes(-1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := o.context(cmd)
+			defer cancel()
+			return a.publishEach(ctx, events.KindResume, args, o.all, func() events.Payload {
+				return &events.Resume{By: o.by, Reason: o.reason}
+			})
+		},
+	}
+	o.add(cmd, true, true)
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func newPokeCmd(a *app) *cobra.Command {
+	var o operatorFlags
+	cmd := &cobra.Command{
+		Use:   "poke NODE... | --all --by NAME [--reason TEXT]",
+		Short: "Ask the provisioner to fill every file of nodes again",
+		Long: `poke publishes a poke event for each node; the reconciler answers it with a
+knock of reason "operator", and the node's provisioner client fills every
+declared file again (after fixing a secret source, say). A poke pays no owed
+item: the node judges the refill as any other write.
+
+Prints each event's stream sequence, one line per node; exit 1 if any
+publish failed, 2 on a usage error.`,
+		Example: `  meshfold poke ace --by alice --reason "broker creds rotated"
+  meshfold poke --all --by alice`,
+		ValidArgsFunction: a.completeNodes(-1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := o.context(cmd)
+			defer cancel()
+			return a.publishEach(ctx, events.KindPoke, args, o.all, func() events.Payload {
+				return &events.Poke{By: o.by, Reason: o.reason}
+			})
+		},
+	}
+	o.add(cmd, true, true)
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func newRetireCmd(a *app) *cobra.Command {
+	var o operatorFlags
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "retire NODE --by NAME [--force] [--reason TEXT]",
+		Short: "Remove every module from a node, then forget it",
+		Long: `retire publishes a retire event. The node's plan becomes empty (every module
+removed) and all its owed items are paid; once the node settles that plan it
+is retired and leaves 'meshfold fleet' ('fleet --all' still lists it). Until
+then fleet shows it as retiring. --force retires it at once, for a node whose
+agent is gone for good (the empty plan is still published, so an agent that
+comes back removes everything). A later want brings the node back.`,
+		Example: `  meshfold retire shanks --by alice --reason "decommissioned"
+  meshfold retire shanks --by alice --force`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeNodes(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := o.context(cmd)
+			defer cancel()
+			return a.publishEach(ctx, events.KindRetire, args, false, func() events.Payload {
+				return &events.Retire{By: o.by, Force: force, Reason: o.reason}
+			})
+		},
+	}
+	o.add(cmd, true, false)
+	cmd.Flags().BoolVar(&force, "force", false, "retire at once, without waiting for the node to settle the empty plan")
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func newRevokeCmd(a *app) *cobra.Command {
+	var o operatorFlags
+	cmd := &cobra.Command{
+		Use:   "revoke NODE MODULE BUILD --by NAME",
+		Short: "Take an approval back",
+		Long: `revoke publishes a revoke event: the approval of MODULE at BUILD on NODE is
+removed. A module held for that approval stays held; a module already running
+that build is not stopped (its want asks for what runs). A module approved but
+not yet settled at that build is held again at what runs by the next plan.`,
+		Example:           `  meshfold revoke novox nats img:nats-2.10.24 --by alice`,
+		Args:              cobra.ExactArgs(3),
+		ValidArgsFunction: a.completeNodes(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := o.context(cmd)
+			defer cancel()
+			return a.publishEach(ctx, events.KindRevoke, args[:1], false, func() events.Payload {
+				return &events.Revoke{Module: args[1], Build: args[2], By: o.by}
+			})
+		},
+	}
+	o.add(cmd, false, false)
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func newWaiveCmd(a *app) *cobra.Command {
+	var o operatorFlags
+	cmd := &cobra.Command{
+		Use:   "waive NODE MODULE PATH --by NAME",
+		Short: "Pay a file's owed items without a knock (a path nobody will fill)",
+		Long: `waive publishes a waive event: the owed items of MODULE's file PATH on NODE
+are paid without a knock, and a refusal of that file judged by a plan that
+exists now is owed nothing, whether it arrives before or after the waive. Use
+it for a bogus owed item ('meshfold state NODE' lists owed items, 'fleet'
+flags those older than an hour). A refusal judged by a later plan is owed
+again: it is a new fact.`,
+		Example:           `  meshfold waive ace mesh-build-go /run/mesh-build-go/old.creds --by alice`,
+		Args:              cobra.ExactArgs(3),
+		ValidArgsFunction: a.completeNodes(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := o.context(cmd)
+			defer cancel()
+			return a.publishEach(ctx, events.KindWaive, args[:1], false, func() events.Payload {
+				return &events.Waive{Module: args[1], Path: args[2], By: o.by}
+			})
+		},
+	}
+	o.add(cmd, false, false)
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+// context is the command's context bounded by --timeout.
+func (o *operatorFlags) context(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cmd.Context(), o.timeout)
+}
+
+// publishEach publishes one event of kind, made by mk, to each of nodes
+// (or, with all, to every node that has a want), and reports each on its
+// own line. Everything is checked before anything is published: a bad
+// node name, no node, --all beside nodes, or a payload that fails
+// validation are usage errors (exit 2). A publish that fails is reported
+// and the others still go; the error then says how many failed (exit 1).
+func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string, all bool, mk func() events.Payload) error {
+	switch {
+	case all && len(nodes) > 0:
+		return withCode(exitUsage, fmt.Errorf("--all names every node: name no node beside it (got %s)", strings.Join(nodes, " ")))
+	case !all && len(nodes) == 0:
+		return withCode(exitUsage, errors.New("name at least one NODE, or --all"))
+	}
+	for _, n := range nodes {
+		if !events.ValidName(n) {
+			return withCode(exitUsage, &events.FieldError{Field: "NODE", Value: n, Err: events.ErrBadName})
+		}
+	}
+	if err := events.Stamp(mk(), time.Now()).Validate(); err != nil {
+		return withCode(exitUsage, err)
+	}
+	nc, js, pub, err := a.openPublisher(ctx)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if all {
+		if nodes, err = a.wantedNodes(ctx, js); err != nil {
+			return err
+		}
+		if len(nodes) == 0 {
+			return errors.New("--all: no node has a want yet")
+		}
+	}
+	failed := 0
+	for _, n := range nodes {
+		p := events.Stamp(mk(), time.Now())
+		ack, err := pub.AppendRetrying(ctx, n, p)
+		if err != nil {
+			failed++
+			fmt.Fprintf(a.stderr, "%s %s: not published: %v\n", kind, n, err)
+			continue
+		}
+		fmt.Fprintf(a.stdout, "%s %s: stream sequence %d\n", kind, n, ack.Seq)
+		if ap, ok := p.(*events.Approve); ok {
+			// An approval may come before the want that needs it
+			// (DESIGN.md §4), so it is stored either way; a typo in the
+			// node or module is worth a word on stderr.
+			if note := a.approvalNote(ctx, js, n, ap.Module); note != "" {
+				fmt.Fprintln(a.stderr, "note:", note)
+			}
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d %s events not published", failed, len(nodes), kind)
+	}
+	return nil
+}
+
+// wantedNodes returns every node the stream holds a want of.
+func (a *app) wantedNodes(ctx context.Context, js jetstream.JetStream) ([]string, error) {
+	stream, cfg, err := a.stream.openStream(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return store.ListNodes(ctx, stream, cfg.Subjects(), events.KindWant)
+}
+
+// completeNodes is a cobra ValidArgsFunction completing node names from
+// the stream (every node it holds an event of), for the first n
+// positional arguments (-1: every one). It connects with the command's
+// flags, as the verb would, and gives up quietly after two seconds.
+func (a *app) completeNodes(n int) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if n >= 0 && len(args) >= n {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+		defer cancel()
+		nc, err := a.conn.connect("meshfold-complete", a)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		stream, cfg, err := a.stream.openStream(ctx, js)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		nodes, err := store.ListNodes(ctx, stream, cfg.Subjects(), "*")
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []cobra.Completion
+		for _, node := range nodes {
+			if strings.HasPrefix(node, toComplete) && !slices.Contains(args, node) {
+				out = append(out, node)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}

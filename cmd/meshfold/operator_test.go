@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/engine"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
+)
+
+// Each operator verb publishes its event of DESIGN.md §9, with by and the
+// other fields from the command line, and prints its stream sequence.
+func TestOperatorVerbsPublish(t *testing.T) {
+	c := newVerbCLI(t)
+	for _, tc := range []struct {
+		args  []string
+		kind  events.Kind
+		check func(p events.Payload) bool
+	}{
+		{[]string{"pause", "ace", "--by", "alice", "--reason", "disk swap"}, events.KindPause,
+			func(p events.Payload) bool { x := p.(*events.Pause); return x.By == "alice" && x.Reason == "disk swap" }},
+		{[]string{"resume", "ace", "--by", "bob"}, events.KindResume,
+			func(p events.Payload) bool { return p.(*events.Resume).By == "bob" }},
+		{[]string{"poke", "ace", "--by", "carol", "--reason", "creds rotated"}, events.KindPoke,
+			func(p events.Payload) bool {
+				x := p.(*events.Poke)
+				return x.By == "carol" && x.Reason == "creds rotated"
+			}},
+		{[]string{"retire", "ace", "--by", "dave", "--force"}, events.KindRetire,
+			func(p events.Payload) bool { x := p.(*events.Retire); return x.By == "dave" && x.Force }},
+		{[]string{"revoke", "ace", "nats", "img:2", "--by", "erin"}, events.KindRevoke,
+			func(p events.Payload) bool {
+				x := p.(*events.Revoke)
+				return x.Module == "nats" && x.Build == "img:2" && x.By == "erin"
+			}},
+		{[]string{"waive", "ace", "app", "/etc/app/key", "--by", "frank"}, events.KindWaive,
+			func(p events.Payload) bool {
+				x := p.(*events.Waive)
+				return x.Module == "app" && x.Path == "/etc/app/key" && x.By == "frank"
+			}},
+	} {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			code, stdout, stderr := c.run(t, "", tc.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			m, ok := c.last(t, "ace", tc.kind)
+			if !ok || m.Event.Seq != printedSeq(t, stdout) || !strings.HasPrefix(stdout, string(tc.kind)+" ace: ") {
+				t.Fatalf("printed %q, stream has %+v", stdout, m.Event)
+			}
+			if m.Event.Err != nil || !tc.check(m.Event.Payload) {
+				t.Errorf("%s: %+v (%v)", tc.kind, m.Event.Payload, m.Event.Err)
+			}
+		})
+	}
+}
+
+// Usage errors exit 2 and publish nothing.
+func TestOperatorVerbsUsage(t *testing.T) {
+	c := newVerbCLI(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no node", []string{"pause", "--by", "alice"}, "name at least one NODE, or --all"},
+		{"all and a node", []string{"pause", "ace", "--all", "--by", "alice"}, "--all names every node"},
+		{"no by", []string{"poke", "ace"}, `required flag(s) "by"`},
+		{"empty by", []string{"resume", "ace", "--by", ""}, "by: required"},
+		{"bad node", []string{"poke", "Ace", "--by", "alice"}, "NODE"},
+		{"one bad node of two", []string{"pause", "ace", "b@d", "--by", "alice"}, "NODE"},
+		{"reason with a newline", []string{"pause", "ace", "--by", "alice", "--reason", "a\nb"}, "reason"},
+		{"retire two nodes", []string{"retire", "ace", "shanks", "--by", "alice"}, "accepts 1 arg"},
+		{"revoke without build", []string{"revoke", "ace", "nats", "--by", "alice"}, "accepts 3 arg"},
+		{"waive a relative path", []string{"waive", "ace", "app", "etc/key", "--by", "alice"}, "path"},
+		{"approve without build", []string{"approve", "nats", "--by", "alice"}, "requires at least 2 arg"},
+		{"approve no node", []string{"approve", "nats", "img:2", "--by", "alice"}, "name at least one NODE, or --all"},
+		{"unknown output", []string{"state", "ace", "-o", "xml"}, `-o "xml"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := c.run(t, "", tc.args...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want %d naming %q", code, stderr, exitUsage, tc.want)
+			}
+		})
+	}
+	info, err := c.stream.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Errorf("usage errors published %d events", info.State.Msgs)
+	}
+}
+
+// --all and a list of nodes publish one event per node, each reported;
+// completion offers the stream's nodes.
+func TestOperatorVerbsManyNodes(t *testing.T) {
+	c := newVerbCLI(t)
+	for _, n := range []string{"ace", "shanks"} {
+		if code, _, stderr := c.run(t, "", "want", n, "-f", writeWantFile(t, goodWant)); code != 0 {
+			t.Fatalf("want %s: %s", n, stderr)
+		}
+	}
+	// A node with an event but no want: --all leaves it out.
+	if code, _, stderr := c.run(t, "", "approve", "novox", "nats", "img:2", "--by", "alice"); code != 0 {
+		t.Fatalf("approve novox: %s", stderr)
+	}
+	code, stdout, stderr := c.run(t, "", "pause", "--all", "--by", "alice")
+	if code != 0 {
+		t.Fatalf("pause --all: exit %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "pause ace: stream sequence ") || !strings.HasPrefix(lines[1], "pause shanks: stream sequence ") {
+		t.Errorf("pause --all printed %q", stdout)
+	}
+	for _, n := range []string{"ace", "shanks"} {
+		if _, ok := c.last(t, n, events.KindPause); !ok {
+			t.Errorf("no pause of %s", n)
+		}
+	}
+	if _, ok := c.last(t, "novox", events.KindPause); ok {
+		t.Error("--all paused novox, which has no want")
+	}
+	code, stdout, stderr = c.run(t, "", "approve", "ace", "shanks", "nats", "img:3", "--by", "bob")
+	if code != 0 || strings.Count(stdout, "stream sequence") != 2 {
+		t.Fatalf("approve two nodes: exit %d %q %q", code, stdout, stderr)
+	}
+	for _, n := range []string{"ace", "shanks"} {
+		m, ok := c.last(t, n, events.KindApprove)
+		if !ok || m.Event.Payload.(*events.Approve).Build != "img:3" {
+			t.Errorf("approve of %s: %+v", n, m.Event)
+		}
+	}
+	code, stdout, _ = c.run(t, "", "poke", "ace", "shanks", "--by", "bob")
+	if code != 0 || strings.Count(stdout, "poke ") != 2 {
+		t.Errorf("poke two nodes: exit %d %q", code, stdout)
+	}
+
+	// Completion: node names from the stream, those already given left
+	// out; the flags that pick the server are honoured.
+	complete := func(args ...string) []string {
+		t.Helper()
+		var out, errb strings.Builder
+		// The word being completed comes last: the server flag first.
+		all := append([]string{"__complete", args[0], "-s", c.url}, args[1:]...)
+		if code := run(context.Background(), all, strings.NewReader(""), &out, &errb); code != 0 {
+			t.Fatalf("__complete %v: exit %d: %s", args, code, errb.String())
+		}
+		return completions(out.String())
+	}
+	if got := complete("pause", "ace", ""); strings.Join(got, " ") != "novox shanks" {
+		t.Errorf("complete pause ace ⇥ = %v", got)
+	}
+	if got := complete("state", "s"); strings.Join(got, " ") != "shanks" {
+		t.Errorf("complete state s⇥ = %v", got)
+	}
+	if got := complete("waive", "ace", ""); len(got) != 0 {
+		t.Errorf("complete waive ace ⇥ (a module) = %v", got)
+	}
+	if got := complete("approve", ""); strings.Join(got, " ") != "ace novox shanks" {
+		t.Errorf("complete approve ⇥ = %v", got)
+	}
+}
+
+// completions reads cobra's __complete output: one completion a line, then
+// ":<directive>"; the required flags cobra offers too (--by) are left out.
+func completions(out string) []string {
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l != "" && !strings.HasPrefix(l, ":") && !strings.HasPrefix(l, "--") && !strings.HasPrefix(l, "Completion ended") {
+			got = append(got, l)
+		}
+	}
+	return got
+}
+
+// The operator's whole loop against a live reconciler, as
+// docs/operations.md shows it: pause, a new want shown pending in state,
+// the dry run, resume and exactly one new plan; poke and its knock; waive
+// an owed file; retire.
+func TestOperatorFlow(t *testing.T) {
+	m := startMesh(t)
+	ctx := testCtx(t)
+	rctx, cancel := context.WithCancel(context.Background())
+	r, err := engine.NewReconciler(rctx, m.js, engine.ReconcilerConfig{Stream: m.cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	svc, err := engine.AddStateService(m.nc, r.Node, engine.StateServiceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	stream, err := m.js.Stream(ctx, m.cfg.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := m.cfg.Subjects()
+	cli := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := m.cli(t, args...)
+		if code != 0 {
+			t.Fatalf("meshfold %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+		}
+		return out
+	}
+	// folded waits until the reconciler has folded ace through last, the
+	// sequence of the input just published (a deadline, never a sleep;
+	// the reconciler does not fold its own knocks and journals).
+	// The last plan emitted, once its own event is folded back, has its
+	// sequence.
+	folded := func(last uint64) *reconcile.State {
+		t.Helper()
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if st, ok := r.Node("ace"); ok && st.Seq >= last && (st.Emitted() == nil || st.Emitted().Seq != 0) {
+				return st
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the reconciler did not fold ace through #%d", last)
+			case <-tick.C:
+			}
+		}
+	}
+	plans := func() int {
+		t.Helper()
+		n := 0
+		err := store.ReadNode(ctx, m.js, m.cfg.Name, subj, "ace", 0, 0, func(msg store.Msg) error {
+			if msg.Event.Kind == events.KindPlan {
+				n++
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	v1 := writeWantFile(t, goodWant)
+	v2 := writeWantFile(t, strings.ReplaceAll(goodWant, `"g:1"`, `"g:2"`))
+
+	st := folded(printedSeq(t, cli("want", "ace", "-f", v1)))
+	if plans() != 1 {
+		t.Fatalf("one want, %d plans", plans())
+	}
+	settle := func() {
+		t.Helper()
+		e := st.Emitted()
+		pub := store.NewPublisher(m.js, subj)
+		ack, err := pub.Append(ctx, "ace", events.Stamp(&events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: e.Seq}, time.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = folded(ack.Seq)
+	}
+	settle()
+
+	// Pause; a new want is taken in and shown pending; no plan.
+	folded(printedSeq(t, cli("pause", "ace", "--by", "alice", "--reason", "disk swap")))
+	wantOut := cli("want", "ace", "-f", v2)
+	st = folded(printedSeq(t, wantOut))
+	if plans() != 1 || st.Want.Seq != printedSeq(t, wantOut) {
+		t.Fatalf("paused: %d plans, want #%d", plans(), st.Want.Seq)
+	}
+	out := cli("state", "ace")
+	for _, w := range []string{"paused    by alice", "disk swap", "withheld", "mesh-build-go: build g:1 → g:2"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("state of a paused node lacks %q:\n%s", w, out)
+		}
+	}
+	// The dry run of a third want: computed from the reconciler's state,
+	// the sequence to pin, nothing published.
+	before, _ := store.StreamLastSeq(ctx, stream)
+	out = cli("want", "ace", "-f", v1, "--dry-run")
+	for _, w := range []string{fmt.Sprintf("folded through #%d, from the reconciler (live)", st.Seq),
+		fmt.Sprintf("--expect %d", st.Want.Seq), "no plan yet: the node is paused (by alice", "nothing was published"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("dry run lacks %q:\n%s", w, out)
+		}
+	}
+	out = cli("want", "ace", "-f", v1, "--dry-run", "-o", "json")
+	var dr dryRunReply
+	if err := json.Unmarshal([]byte(out), &dr); err != nil || dr.Source != sourceReconciler || dr.DryRun.Seq != st.Seq || dr.DryRun.Publish || len(dr.DryRun.Modules) != 2 {
+		t.Errorf("dry run json: %v %+v", err, dr)
+	}
+	if after, _ := store.StreamLastSeq(ctx, stream); after != before {
+		t.Errorf("a dry run published: #%d → #%d", before, after)
+	}
+
+	// Resume: exactly one new plan, of the newest want.
+	st = folded(printedSeq(t, cli("resume", "ace", "--by", "alice")))
+	if n := plans(); n != 2 {
+		t.Fatalf("after resume: %d plans, want 2", n)
+	}
+	if e := st.Emitted(); e.Want != st.Want.Seq || e.Modules[1].Build != "g:2" {
+		t.Errorf("resumed plan %+v", e)
+	}
+	settle()
+
+	// Poke: a knock with reason operator.
+	poke := printedSeq(t, cli("poke", "ace", "--by", "bob"))
+	folded(poke)
+	// The knock is published after the fold: wait for it (a deadline).
+	var k store.Msg
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for k.Event.Seq <= poke {
+		k, err = store.LastMsg(ctx, stream, subj, "ace", events.KindKnock)
+		if err != nil && !errors.Is(err, store.ErrNoMessage) {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no knock after the poke")
+		case <-tick.C:
+		}
+	}
+	if kn := k.Event.Payload.(*events.Knock); len(kn.Reasons) != 1 || kn.Reasons[0] != events.KnockOperator {
+		t.Errorf("poke's knock: %+v", kn)
+	}
+
+	// Waive a bogus owed file.
+	pub := store.NewPublisher(m.js, subj)
+	ack, err := pub.Append(ctx, "ace", events.Stamp(&events.Refusal{Module: "mesh-build-go", Path: "/run/mesh-build-go/old.creds",
+		Reason: events.ReasonUndeclared, Plan: st.Settled.Seq, Writer: "prov"}, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st = folded(ack.Seq); len(st.Owed) != 1 {
+		t.Fatalf("owed %v", st.Owed)
+	}
+	if st = folded(printedSeq(t, cli("waive", "ace", "mesh-build-go", "/run/mesh-build-go/old.creds", "--by", "carol"))); len(st.Owed) != 0 {
+		t.Errorf("after waive, owed %v", st.Owed)
+	}
+
+	// Retire: an empty plan; retired once it settles.
+	st = folded(printedSeq(t, cli("retire", "ace", "--by", "dave")))
+	if e := st.Emitted(); len(e.Modules) != 0 || st.Retire == nil || st.Retire.Retired {
+		t.Fatalf("retiring: plan %+v retire %+v", e, st.Retire)
+	}
+	settle()
+	if !st.Retire.Retired {
+		t.Errorf("the empty plan settled and ace is not retired: %+v", st.Retire)
+	}
+}

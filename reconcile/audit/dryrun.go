@@ -1,0 +1,97 @@
+package audit
+
+import (
+	"fmt"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// DryRunText returns a dry run (`meshfold want NODE -f FILE --dry-run`)
+// as lines of at most [LineWidth] columns: whether the reconciler would
+// publish a plan now, the sequence the state was folded through (the want
+// to pin with --expect), the difference from the last plan emitted (rows
+// added, removed, changed; held rows and why) and the whole composition.
+// source says where the state came from.
+func DryRunText(d reconcile.DryRun, source string) string {
+	var t textWriter
+	t.line(0, "", fmt.Sprintf("dry run of a want for %s, against its state folded through #%d, from %s", d.Node, d.Seq, source))
+	switch {
+	case d.Paused != nil:
+		t.line(1, "publish", fmt.Sprintf("no plan yet: the node is paused (by %s since #%d); resuming would publish this one",
+			events.Text(d.Paused.By), d.Paused.Seq))
+	case d.Publish:
+		t.line(1, "publish", "a new plan, composed as below")
+	default:
+		t.line(1, "publish", "no plan: it would be the last one emitted")
+	}
+	if d.Returns {
+		t.line(1, "retired", "the node is retiring or retired: this want brings it back")
+	}
+	expect := fmt.Sprintf("the newest want is #%d: publish with --expect %d to be sure nothing came in between", d.Want, d.Want)
+	if d.Want == 0 {
+		expect = "the node has no want yet: publish with --expect 0 to be sure none came in between"
+	}
+	t.line(1, "expect", expect)
+	df := d.Diff
+	if df.AccountFrom != df.AccountTo {
+		t.line(1, "account", fmt.Sprintf("%s → %s", orNone(df.AccountFrom), orNone(df.AccountTo)))
+	} else {
+		t.line(1, "account", orNone(df.AccountTo)+" (unchanged)")
+	}
+	for _, r := range df.Added {
+		t.line(1, "added", planRowText(r))
+	}
+	for _, r := range df.Removed {
+		t.line(1, "removed", r.Name+" (the node removes it)")
+	}
+	for _, c := range df.Changed {
+		t.line(1, "changed", c.Module+": "+changeText(c))
+	}
+	if !df.Rows() {
+		t.line(1, "rows", "no module changes")
+	}
+	for _, h := range df.Held {
+		s := fmt.Sprintf("%s (%s) carries %s", h.Module, holdWhy(h.Why), orNone(h.Build))
+		if h.Pending != "" {
+			s += ", pending " + h.Pending
+		}
+		t.line(1, "held", s)
+	}
+	for _, r := range d.Modules {
+		t.line(1, "plan", planRowText(r))
+	}
+	if len(d.Modules) == 0 {
+		t.line(1, "plan", "empty: every module removed")
+	}
+	t.line(0, "", "-- nothing was published")
+	return t.b.String()
+}
+
+func holdWhy(w events.HoldReason) string {
+	switch w {
+	case events.HoldApproval:
+		return "waits for an approval"
+	case events.HoldWant:
+		return "the want holds it"
+	}
+	return string(w)
+}
+
+func planRowText(r events.PlanModule) string {
+	if r.Held {
+		s := fmt.Sprintf("%s held (%s) carries %s", r.Name, r.Why, orNone(r.Build))
+		if r.Pending != "" {
+			s += ", pending " + r.Pending
+		}
+		return s
+	}
+	s := fmt.Sprintf("%s %s as %s", r.Name, r.Build, orNone(r.RunsAs))
+	if n := len(r.Files); n > 0 {
+		s += ", " + plural(n, "file")
+	}
+	if r.Provisioner {
+		s += " (provisioner)"
+	}
+	return s
+}
