@@ -65,6 +65,12 @@ type shim struct {
 	stop   context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // the supervisor loop ended
+
+	// unlisten closes the listener and removes the socket, once. A stop
+	// calls it before its reply: the agent starts the next shim of the
+	// module (same socket path) only after that reply, so the old shim's
+	// cleanup can never delete the new shim's socket.
+	unlisten func()
 }
 
 func newShim(dir string, sp spec, log *slog.Logger) *shim {
@@ -103,10 +109,16 @@ func (s *shim) run() error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	defer func() {
+	sock := filepath.Join(s.dir, sockFile)
+	own, _ := os.Stat(sock)
+	s.unlisten = sync.OnceFunc(func() {
 		_ = l.Close()
-		_ = os.Remove(filepath.Join(s.dir, sockFile))
-	}()
+		// Only our own socket: never one a newer shim bound at this path.
+		if fi, err := os.Stat(sock); err == nil && own != nil && os.SameFile(own, fi) {
+			_ = os.Remove(sock)
+		}
+	})
+	defer s.unlisten()
 	go s.accept(l)
 
 	sigs := make(chan os.Signal, 1)
@@ -164,6 +176,7 @@ func (s *shim) serve(c *net.UnixConn) {
 	case opStop:
 		s.cancel()
 		<-s.done
+		s.unlisten()
 		_ = enc.Encode(s.status())
 	case opWatch:
 		ch := make(chan Status, 1)
