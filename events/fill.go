@@ -24,4 +24,8 @@ type FillReply struct {
 	OK     bool   `json:"ok"`
 	Reason Reason `json:"reason,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// Unchanged: the file already held that content (same keyed digest),
+	// mode and owner; nothing was rewritten and no filled was appended.
+	// A field an older client ignores (DESIGN.md §3).
+	Unchanged bool `json:"unchanged,omitempty"`
 }

@@ -115,6 +115,11 @@ type Agent struct {
 	settled    *events.Plan
 	settledSeq uint64
 	root       *os.Root // nil until Run opens it and after Run closes it
+	// refused holds the files this agent refused a write of since it last
+	// wrote them: an item may be owed for them, which only a filled pays,
+	// so their next accepted fill is written and reported even when the
+	// content is unchanged.
+	refused map[fileRef]bool
 
 	// failed is the newest plan whose apply failed, retried every Resync;
 	// touched by the plan loop only.

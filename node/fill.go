@@ -109,17 +109,39 @@ func (a *Agent) fill(ctx context.Context, module, path, writer string, content [
 	}
 	plan, seq := a.settled, a.settledSeq
 	file, reason := reconcile.JudgePlan(plan, module, path, writer)
+	ref := fileRef{module, path}
+	sum := digest(a.key, content)
 	var werr error
+	unchanged := false
 	if reason == "" {
 		account := ""
 		if row := plan.Module(module); row != nil {
 			account = row.RunsAs
 		}
-		if werr = writeFile(a.root, file, account, content); werr != nil {
+		// A refill of what the file already holds (same keyed digest, mode
+		// and owner) rewrites nothing and reports nothing, unless this
+		// agent refused a write of it since it last wrote it (an item may
+		// be owed that only a filled pays).
+		if !a.refused[ref] && sameFile(a.root, file, account, a.key, sum) {
+			unchanged = true
+		} else if werr = writeFile(a.root, file, account, content); werr != nil {
 			reason = events.ReasonWriteFailed
 		}
 	}
+	switch {
+	case reason != "":
+		if a.refused == nil {
+			a.refused = map[fileRef]bool{}
+		}
+		a.refused[ref] = true
+	case !unchanged:
+		delete(a.refused, ref)
+	}
 	a.mu.Unlock()
+	if unchanged {
+		a.log.Debug("fill unchanged: not rewritten", "module", module, "path", path, "plan", seq)
+		return events.FillReply{OK: true, Unchanged: true}
+	}
 	if reason == "" {
 		// Wake the module before reporting: its start waits on this file.
 		a.filledModule(ctx, module)
@@ -147,7 +169,7 @@ func (a *Agent) fill(ctx context.Context, module, path, writer string, content [
 		}
 		return reply
 	}
-	f := &events.Filled{Module: module, Path: path, Plan: seq, Digest: digest(a.key, content)}
+	f := &events.Filled{Module: module, Path: path, Plan: seq, Digest: sum}
 	if _, err := a.publish(ctx, events.Stamp(f, time.Now()), store.WithMsgID(nuid.Next())); err != nil {
 		// The file is written; only the report is missing.
 		return events.FillReply{OK: true, Error: "filled not recorded: " + err.Error()}

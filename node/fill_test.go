@@ -308,3 +308,62 @@ func TestFillChownsToAccount(t *testing.T) {
 }
 
 var refusalIDWithKey = RefusalID
+
+// A refill of the content a file already holds rewrites nothing and
+// appends no filled; new content does, and so does the first accepted
+// fill after this agent refused a write of that file (an item may be
+// owed that only a filled pays).
+func TestRefillUnchangedAppendsNothing(t *testing.T) {
+	e := newEnv(t)
+	seq := e.publishPlan(t, "ace", "prov",
+		events.PlanModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}})
+	a := e.startAgent(t, "ace", nil)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(seq))
+	filled := func() int { return len(e.events(t, "ace", events.KindFilled)) }
+
+	if r, _ := e.fill(t, "ace", mbg, creds, "prov", []byte(secret)); !r.OK || r.Unchanged {
+		t.Fatalf("first fill: %+v", r)
+	}
+	target := filepath.Join(a.root, creds)
+	fi, err := os.Stat(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if r, _ := e.fill(t, "ace", mbg, creds, "prov", []byte(secret)); !r.OK || !r.Unchanged {
+			t.Fatalf("refill of the same content: %+v, want ok and unchanged", r)
+		}
+	}
+	if n := filled(); n != 1 {
+		t.Fatalf("%d filled events after three unchanged refills, want 1", n)
+	}
+	if fi2, _ := os.Stat(target); !os.SameFile(fi, fi2) {
+		t.Error("the unchanged refill replaced the file")
+	}
+	// A refused write of the file (a stale writer), then the same content
+	// again: written and reported, since something may be owed.
+	if r, _ := e.fill(t, "ace", mbg, creds, "stale", []byte(secret)); r.Reason != events.ReasonWrongAccount {
+		t.Fatalf("stale writer: %+v", r)
+	}
+	if r, _ := e.fill(t, "ace", mbg, creds, "prov", []byte(secret)); !r.OK || r.Unchanged {
+		t.Fatalf("fill after a refusal: %+v, want written", r)
+	}
+	if r, _ := e.fill(t, "ace", mbg, creds, "prov", []byte(secret)); !r.Unchanged {
+		t.Fatalf("refill after that: %+v, want unchanged", r)
+	}
+	// New content is written.
+	if r, _ := e.fill(t, "ace", mbg, creds, "prov", []byte(secret+"2")); !r.OK || r.Unchanged {
+		t.Fatalf("new content: %+v", r)
+	}
+	// The file changed behind the agent's back (deleted): written again.
+	if err := os.Remove(target); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := e.fill(t, "ace", mbg, creds, "prov", []byte(secret+"2")); !r.OK || r.Unchanged {
+		t.Fatalf("fill of a deleted file: %+v", r)
+	}
+	if n := filled(); n != 4 {
+		t.Fatalf("%d filled events, want 4 (first, after the refusal, new content, deleted)", n)
+	}
+}

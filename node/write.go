@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/user"
 	"path"
 	"strconv"
+	"syscall"
 
 	"github.com/meshfold/meshfold/events"
 )
@@ -104,6 +106,40 @@ func writeFile(root *os.Root, file events.File, account string, data []byte) (er
 		return fmt.Errorf("%s: fsync directory: %w", file.Path, err)
 	}
 	return nil
+}
+
+// fileRef names one filled file of a module.
+type fileRef struct{ module, path string }
+
+// sameFile reports whether file.Path under root already is what writing
+// data (whose keyed digest is sum) would make it: a regular file, not a
+// symlink, with the declared mode, owned as writeFile would own it, and
+// content of the same HMAC under key. Any error reading it says no.
+func sameFile(root *os.Root, file events.File, account string, key []byte, sum string) bool {
+	if !events.ValidPath(file.Path) || !events.ValidMode(file.Mode) || events.InReserved(file.Path) {
+		return false
+	}
+	rel := file.Path[1:]
+	fi, err := root.Lstat(rel)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&(fs.ModePerm|os.ModeSetuid|os.ModeSetgid|os.ModeSticky) != fileMode(file.Mode) {
+		return false
+	}
+	if uid, gid, ok := ownerOf(account); ok {
+		st, isUnix := fi.Sys().(*syscall.Stat_t)
+		if !isUnix || int(st.Uid) != uid || int(st.Gid) != gid {
+			return false
+		}
+	}
+	f, err := root.Open(rel)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	m := hmac.New(sha256.New, key)
+	if _, err := io.Copy(m, f); err != nil {
+		return false
+	}
+	return hmac.Equal([]byte(hex.EncodeToString(m.Sum(nil))), []byte(sum))
 }
 
 // fileMode converts a declared mode ("0640", "4755") to an os.FileMode,

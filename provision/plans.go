@@ -92,7 +92,7 @@ func (c *Client) fillDeclared(ctx context.Context, seq uint64, plan *events.Plan
 	}
 	c.declared = next
 	c.forgetUndeclared()
-	if len(r.Filled)+len(r.Refused)+len(r.Missing)+len(r.Failed) == 0 {
+	if len(r.Filled)+len(r.Unchanged)+len(r.Refused)+len(r.Missing)+len(r.Failed) == 0 {
 		return
 	}
 	c.log.Info("settled plan declares new or refused files: filled them", "plan", seq, "retried", retried,

@@ -96,6 +96,9 @@ type Report struct {
 	Plan uint64 `json:"plan"`
 	// Filled are the files the node wrote.
 	Filled []FileRef `json:"filled,omitempty"`
+	// Unchanged are the files that already held the content: the node
+	// rewrote nothing and appended no filled.
+	Unchanged []FileRef `json:"unchanged,omitempty"`
 	// Refused are the files the node refused.
 	Refused []Refused `json:"refused,omitempty"`
 	// Missing are the source paths that do not exist (skipped).
@@ -246,7 +249,7 @@ func (c *Client) pass(ctx context.Context, knock uint64) bool {
 		}
 		c.log.Error("fill pass failed", "knock", knock, "err", err)
 	}
-	c.log.Info("fill pass done", "knock", knock, "plan", r.Plan, "filled", len(r.Filled),
+	c.log.Info("fill pass done", "knock", knock, "plan", r.Plan, "filled", len(r.Filled), "unchanged", len(r.Unchanged),
 		"refused", len(r.Refused), "missing", len(r.Missing), "failed", len(r.Failed))
 	if c.cfg.OnFill != nil {
 		c.cfg.OnFill(knock, r)
@@ -407,6 +410,9 @@ func (c *Client) fillFile(ctx context.Context, r *Report, module, path string) e
 	case err != nil:
 		log.Error("fill not sent", "err", err)
 		r.Failed = append(r.Failed, Failed{FileRef: ref, Error: err.Error()})
+	case reply.OK && reply.Unchanged:
+		log.Debug("unchanged: not rewritten")
+		r.Unchanged = append(r.Unchanged, ref)
 	case reply.OK:
 		if reply.Error != "" {
 			log.Warn("filled, but the node could not record it", "err", reply.Error)
