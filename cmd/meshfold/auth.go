@@ -110,7 +110,9 @@ func newAuthAddNodeCmd(a *app) *cobra.Command {
                     knocks; reads only NAME's plan
 
 Nothing changes on the servers: users are signed by the mesh account and
-accepted as soon as they connect. A user that exists is refused unless it was
+accepted as soon as they connect. Copy DIR/` + trustFileName + ` to the node too: its agent
+and provisioner trust the plans and knocks the reconciler signs with that
+key (--trust).` + ` A user that exists is refused unless it was
 revoked (then it is issued again with a new key).`,
 		Example: `  meshfold auth add-node ace --dir ./mesh-auth`,
 		Args:    cobra.ExactArgs(1),
