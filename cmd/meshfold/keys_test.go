@@ -59,7 +59,7 @@ func TestServeThenNodeNeedsNoTrustFlag(t *testing.T) {
 	nodeErr := &storetest.SyncBuffer{}
 	noded := make(chan int, 1)
 	go func() {
-		noded <- run(ctx, []string{"node", "ace", "--root", root, "--state-dir", filepath.Join(base, "state"), "-s", url},
+		noded <- run(ctx, []string{"node", "ace", "--root", root, "--state-dir", filepath.Join(base, "state"), "-s", url, "--runtime", "record"},
 			nil, &storetest.SyncBuffer{}, nodeErr)
 	}()
 	nc, err := nats.Connect(url)
@@ -77,6 +77,11 @@ func TestServeThenNodeNeedsNoTrustFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	record := filepath.Join(root, ".meshfold", "modules", "app.json")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node said:\n%s", nodeErr.String())
+		}
+	})
 	pollUntil(t, "the node to apply the signed plan", func() bool { _, err := os.Stat(record); return err == nil })
 	if strings.Contains(nodeErr.String(), "plan refused") {
 		t.Errorf("the node refused a plan:\n%s", nodeErr.String())
