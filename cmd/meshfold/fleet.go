@@ -174,6 +174,7 @@ func printFleet(w io.Writer, rows []audit.FleetRow) error {
 	}
 	fmt.Fprintf(&b, "-- %d %s, %d need an operator\n", len(rows), noun, needs)
 	b.WriteString(audit.FleetFailedText(rows))
+	b.WriteString(audit.FleetStuckText(rows))
 	_, err := io.WriteString(w, b.String())
 	return err
 }

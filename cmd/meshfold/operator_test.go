@@ -12,6 +12,7 @@ import (
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -354,5 +355,56 @@ func TestOperatorFlow(t *testing.T) {
 	settle()
 	if !st.Retire.Retired {
 		t.Errorf("the empty plan settled and ace is not retired: %+v", st.Retire)
+	}
+}
+
+// fleet leaves retired nodes out and --all lists them; a paused node says
+// by whom; -o yaml prints one document per node with the JSON's field
+// names; state -o yaml likewise.
+func TestFleetRetiredAndYAML(t *testing.T) {
+	m := startMesh(t)
+	ctx := testCtx(t)
+	snaps, err := store.OpenSnapshots(ctx, m.js, m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := reconciletest.New(time.Now().Add(-time.Minute), time.Millisecond)
+	w := &events.Want{Modules: []events.WantModule{{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}}}
+	for _, n := range []string{"gone", "held", "calm"} {
+		s.Append(n, w)
+		s.Append(n, &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: s.State(n).Emitted().Seq})
+		s.Append(n, &events.Have{})
+	}
+	s.Append("gone", &events.Retire{By: "alice", Force: true})
+	s.Append("held", &events.Pause{By: "bob", Reason: "disk swap"})
+	for _, n := range []string{"gone", "held", "calm"} {
+		data, _ := json.Marshal(s.State(n))
+		if err := snaps.PutNode(ctx, events.Partition(n, m.cfg.Partitions), n, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, errOut, code := m.cli(t, "fleet", "--warnings", "0")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if strings.Contains(out, "gone") || !strings.Contains(out, "-- 2 nodes, 1 need an operator") ||
+		!strings.Contains(out, "held paused by bob since") || !strings.Contains(out, "reason: disk swap") {
+		t.Errorf("fleet:\n%s", out)
+	}
+	out, _, code = m.cli(t, "fleet", "--warnings", "0", "--all")
+	if code != 0 || !strings.Contains(out, "gone ") || !strings.Contains(out, "-- 3 nodes") {
+		t.Errorf("fleet --all:\n%s", out)
+	}
+	out, _, code = m.cli(t, "fleet", "--warnings", "0", "--all", "-o", "yaml")
+	if code != 0 || strings.Count(out, "---\n") != 3 || !strings.Contains(out, "node: gone") || !strings.Contains(out, "retired: true") ||
+		!strings.Contains(out, "by: bob") || !strings.Contains(out, "have_age_s:") {
+		t.Errorf("fleet -o yaml:\n%s", out)
+	}
+	if _, errOut, code := m.cli(t, "fleet", "-o", "yaml", "--json"); code != exitUsage {
+		t.Errorf("-o yaml --json: exit %d %s", code, errOut)
+	}
+	out, _, code = m.cli(t, "state", "held", "-o", "yaml", "--timeout", "100ms")
+	if code != 0 || !strings.Contains(out, "source: snapshot") || !strings.Contains(out, "paused:") || !strings.Contains(out, "reason: disk swap") {
+		t.Errorf("state -o yaml:\n%s", out)
 	}
 }

@@ -439,20 +439,15 @@ func (r FleetRow) Line(nodeWidth int) string {
 				needs = append(needs, failedNeed(f))
 			}
 		case "unfilled":
-			for _, u := range r.Stuck.Unfilled {
-				needs = append(needs, fmt.Sprintf("unfilled %s for %s", u.Path, Age(time.Duration(u.For*float64(time.Second)))))
-			}
+			needs = append(needs, fmt.Sprintf("unfilled %d", len(r.Stuck.Unfilled)))
 		case "owed":
 			if n := len(r.Stuck.Owed); n > 0 {
-				needs = append(needs, fmt.Sprintf("owed (%d over %s: waive?)", n, Age(reconcile.OwedStuckAfter)))
+				needs = append(needs, fmt.Sprintf("owed (%d over 1h)", n))
 			} else {
 				needs = append(needs, a)
 			}
 		case "paused":
-			p := r.Stuck.Paused
-			needs = append(needs, fmt.Sprintf("paused by %s for %s", events.Text(p.By), Age(time.Duration(r.Stuck.PausedFor*float64(time.Second)))))
-		case "retiring":
-			needs = append(needs, "retiring (retire --force if its agent is gone)")
+			needs = append(needs, "paused "+Age(time.Duration(r.Stuck.PausedFor*float64(time.Second))))
 		default:
 			needs = append(needs, a)
 		}
@@ -471,6 +466,39 @@ func seqOrDash(s uint64) string {
 		return "-"
 	}
 	return fmt.Sprintf("#%d", s)
+}
+
+// FleetStuckText returns, for the lines after fleet's table, what is stuck
+// on each row: who paused a node and since when, a retirement waiting for
+// its empty plan to settle, each file never filled since its module was
+// placed (and how long ago that plan settled), each owed item older than
+// an hour, and what an operator can do about it.
+func FleetStuckText(rows []FleetRow) string {
+	var t textWriter
+	for _, r := range rows {
+		k := r.Stuck
+		if p := k.Paused; p != nil {
+			s := fmt.Sprintf("%s paused by %s since %s (%s): no new plan until 'meshfold resume %s'", r.Node, events.Text(p.By),
+				FormatTime(p.Time), Age(time.Duration(k.PausedFor*float64(time.Second))), r.Node)
+			if p.Reason != "" {
+				s += "; reason: " + events.Text(p.Reason)
+			}
+			t.line(0, "stuck", s)
+		}
+		if k.Retiring {
+			t.line(0, "stuck", fmt.Sprintf("%s retiring since %s: its empty plan has not settled ('meshfold retire %s --force' if its agent is gone)",
+				r.Node, FormatTime(k.Retire.Time), r.Node))
+		}
+		for _, u := range k.Unfilled {
+			t.line(0, "stuck", fmt.Sprintf("%s %s %s never filled since plan #%d placed it, %s ago (the provisioner's source?)",
+				r.Node, u.Module, u.Path, u.Plan, Age(time.Duration(u.For*float64(time.Second)))))
+		}
+		for _, o := range k.Owed {
+			t.line(0, "stuck", fmt.Sprintf("%s %s %s owed (%s) since %s ago ('meshfold waive %s %s %s' if nobody will fill it)",
+				r.Node, o.Module, o.Path, o.Reason, Age(time.Duration(o.For*float64(time.Second))), r.Node, o.Module, o.Path))
+		}
+	}
+	return t.b.String()
 }
 
 // restarts sums the restarts of rs.
