@@ -470,3 +470,52 @@ func TestFleetPageCap(t *testing.T) {
 		t.Error("the filter does not find a node past the cap")
 	}
 }
+
+// An open node page is told of the node's newer events, and of no other
+// node's.
+func TestNodeEvents(t *testing.T) {
+	f := newFake()
+	healthy(f, "ace")
+	fx := start(t, f)
+	_, page := fx.get(t, "/node/ace")
+	h, _ := f.History(context.Background(), "ace", nil)
+	last := h.Events[len(h.Events)-1].Seq
+	src := fmt.Sprintf("/node/ace/events?after=%d", last)
+	if !strings.Contains(page, `data-src="`+strings.ReplaceAll(src, "&", "&amp;")+`"`) {
+		t.Fatalf("the node page does not follow %s", src)
+	}
+	resp, err := http.Get(fx.srv.URL + src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	if l := <-lines; !strings.HasPrefix(l, ": follows ace") {
+		t.Fatalf("first line %q", l)
+	}
+	f.append("shanks", &events.Want{Modules: []events.WantModule{provisioner}})
+	ev := f.append("ace", &events.Approve{Module: "provisioner", Build: "p:2", By: "ops"})
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the stream ended")
+			}
+			if strings.HasPrefix(l, "data: ") {
+				if l != fmt.Sprintf("data: %d", ev.Seq) {
+					t.Errorf("told %q, want ace's newest event #%d", l, ev.Seq)
+				}
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the page was not told of ace's newer event")
+		}
+	}
+}

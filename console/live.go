@@ -11,7 +11,6 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
-	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
 )
 
@@ -30,14 +29,17 @@ type fleet struct {
 	// dirty maps a node to the newest sequence of it seen on the stream
 	// that its view does not cover yet.
 	dirty map[string]uint64
-	gen   uint64
-	subs  map[chan struct{}]struct{}
-	wake  chan struct{}
+	// last maps a node to the newest sequence of it seen on the stream
+	// since the console started following.
+	last map[string]uint64
+	gen  uint64
+	subs map[chan struct{}]struct{}
+	wake chan struct{}
 }
 
 func newFleet(src Source, log *slog.Logger) *fleet {
 	return &fleet{src: src, log: log, views: map[string]NodeView{}, warnings: map[string]int{},
-		dirty: map[string]uint64{}, subs: map[chan struct{}]struct{}{}, wake: make(chan struct{}, 1)}
+		dirty: map[string]uint64{}, last: map[string]uint64{}, subs: map[chan struct{}]struct{}{}, wake: make(chan struct{}, 1)}
 }
 
 // load reads every snapshot and the journal warnings since since.
@@ -77,6 +79,8 @@ func (f *fleet) saw(ev events.Event) {
 		}
 	}
 	f.dirty[ev.Node] = max(f.dirty[ev.Node], ev.Seq)
+	f.last[ev.Node] = max(f.last[ev.Node], ev.Seq)
+	f.notify() // node pages: a newer event, before it folds
 	f.mu.Unlock()
 	select {
 	case f.wake <- struct{}{}:
@@ -156,6 +160,11 @@ func (f *fleet) refresh(ctx context.Context) {
 // changed bumps the generation and wakes every subscriber; f.mu is held.
 func (f *fleet) changed() {
 	f.gen++
+	f.notify()
+}
+
+// notify wakes every subscriber; f.mu is held.
+func (f *fleet) notify() {
 	for ch := range f.subs {
 		select {
 		case ch <- struct{}{}:
@@ -231,10 +240,10 @@ func (f *fleet) page(q string, now time.Time, stale time.Duration) fleetPage {
 	return p
 }
 
-// view returns the view the fleet holds of node.
-func (f *fleet) view(node string) (reconcile.View, bool) {
+// lastSeen returns the newest sequence of node seen on the stream since
+// the console started following (0: none).
+func (f *fleet) lastSeen(node string) uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	nv, ok := f.views[node]
-	return nv.View, ok && nv.Err == nil
+	return f.last[node]
 }

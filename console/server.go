@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -97,6 +98,7 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET /{$}", c.fleetPage)
 	c.mux.HandleFunc("GET /events", c.fleetEvents)
 	c.mux.HandleFunc("GET /node/{node}", c.nodePage)
+	c.mux.HandleFunc("GET /node/{node}/events", c.nodeEvents)
 	return c, nil
 }
 
@@ -266,6 +268,54 @@ func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// nodeEvents tells an open node page, as server-sent events ("node",
+// data: the newest sequence), that the node has events newer than the
+// page's last (?after=SEQ). The page offers a reload; it redraws nothing
+// by itself, so a picture being read does not move.
+func (c *Console) nodeEvents(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	node := r.PathValue("node")
+	after, err := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
+	switch {
+	case !ok:
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	case !events.ValidName(node) || err != nil:
+		http.Error(w, "node and after=SEQ", http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	ch, cancel := c.fleet.subscribe()
+	defer cancel()
+	tick := time.NewTicker(keepAlive)
+	defer tick.Stop()
+	if _, err := io.WriteString(w, ": follows "+node+"\n\n"); err != nil {
+		return
+	}
+	fl.Flush()
+	sent := after
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-tick.C:
+			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			fl.Flush()
+		case <-ch:
+			if last := c.fleet.lastSeen(node); last > sent {
+				sent = last
+				if _, err := fmt.Fprintf(w, "event: node\nid: %d\ndata: %d\n\n", last, last); err != nil {
+					return
+				}
+				fl.Flush()
+			}
+		}
+	}
+}
+
 // nodeQuery is a node page's parameters.
 type nodeQuery struct {
 	From, To, AsOf string
@@ -322,6 +372,9 @@ type nodeView struct {
 	Source      string
 	Links       zoomLinks
 	AxisTime    bool
+	// Live is the event stream telling the page of newer events, when
+	// the page shows the node as it is now.
+	Live string
 }
 
 type entryView struct {
@@ -422,6 +475,9 @@ func (c *Console) nodePage(w http.ResponseWriter, r *http.Request) {
 		v.Entries = append(v.Entries, ev)
 	}
 	v.Links = c.zoom(node, h, q, i, j)
+	if asOf == nil && len(h.Events) > 0 {
+		v.Live = fmt.Sprintf("/node/%s/events?after=%d", url.PathEscape(node), h.Events[len(h.Events)-1].Seq)
+	}
 	if q.Why != 0 {
 		wy, err := h.Why(q.Why)
 		if err != nil {

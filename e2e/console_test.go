@@ -314,6 +314,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	screenshot(t, b, "console-node.png")
 	noSecret(t, b, "node")
 
+	// A newer event of ace: the open node page offers it, without a reload.
+	ap := must(m.approve(ctx, "ace", mbg, "g:1"))(t)
+	step(t, b, "the node page's live offer", chromedp.Poll[chromedp.Void](
+		fmt.Sprintf(`document.querySelector('#node-live').dataset.newest === '%d'`, ap), chromedp.WithPollingTimeout(deadline)))
+
 	// Follow the chain: the refusal's link opens its own explanation.
 	step(t, b, "follow the refusal", chromedp.WaitEvent(page.LoadEventFired, nil,
 		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#why a.why-link[data-seq="%d"]`, refusal.Seq)))))
