@@ -179,19 +179,24 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	stream, scfg, err := store.OpenStream(ctx, js, cfg.Stream)
+	var stream jetstream.Stream
+	var scfg store.StreamConfig
+	var snaps *store.Snapshots
+	var key []byte
+	err := retryTransient(ctx, func(ctx context.Context) (err error) {
+		if stream, scfg, err = store.OpenStream(ctx, js, cfg.Stream); err != nil {
+			return err
+		}
+		if snaps, err = store.OpenSnapshots(ctx, js, scfg); err != nil {
+			return err
+		}
+		key, err = snaps.EffectKey(ctx)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	cfg.Stream = scfg
-	snaps, err := store.OpenSnapshots(ctx, js, scfg)
-	if err != nil {
-		return nil, err
-	}
-	key, err := snaps.EffectKey(ctx)
-	if err != nil {
-		return nil, err
-	}
 	if cfg.Signer != nil && cfg.Own == nil {
 		if cfg.Own, err = store.NewTrust(cfg.Signer.PublicKey()); err != nil {
 			return nil, err
@@ -219,6 +224,33 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 		}
 	}
 	return r, nil
+}
+
+// startRetryFor bounds how long NewReconciler retries transient failures:
+// a freshly formed cluster answers "no response from stream" until its
+// stream and bucket leaders are elected (issue 12, item 7).
+const startRetryFor = 30 * time.Second
+
+// retryTransient runs op, each attempt bounded by ackTimeout, until it
+// succeeds, fails for a reason that is not store.Transient, ctx is done or
+// startRetryFor has passed.
+func retryTransient(ctx context.Context, op func(ctx context.Context) error) error {
+	deadline := time.Now().Add(startRetryFor)
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))
+	for {
+		actx, cancel := context.WithTimeout(ctx, ackTimeout)
+		err := op(actx)
+		cancel()
+		if err == nil || !store.Transient(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(b.NextBackOff()):
+		}
+	}
 }
 
 // Stream returns the effective stream configuration.
