@@ -519,3 +519,24 @@ func TestNodeEvents(t *testing.T) {
 		}
 	}
 }
+
+// A paused node needs an operator and says who paused it, as fleet says;
+// a retired node leaves the fleet page unless asked for (?all=1).
+func TestFleetPausedRetired(t *testing.T) {
+	f := newFake()
+	healthy(f, "shanks")
+	f.append("shanks", &events.Pause{By: "alice", Reason: "disk swap"})
+	healthy(f, "novox")
+	f.append("novox", &events.Retire{By: "alice", Force: true})
+	fx := start(t, f)
+	body := fx.waitPage(t, "/", `id="need-shanks"`)
+	if !strings.Contains(body, `need-paused`) || !strings.Contains(body, "paused by alice") {
+		t.Errorf("shanks is not shown paused by alice:\n%s", body)
+	}
+	if strings.Contains(body, `id="node-novox"`) || !strings.Contains(body, "1 retired left out") {
+		t.Errorf("the retired novox is listed:\n%s", body)
+	}
+	if _, body := fx.get(t, "/?all=1"); !strings.Contains(body, `id="node-novox"`) {
+		t.Error("?all=1 does not list the retired novox")
+	}
+}

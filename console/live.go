@@ -189,10 +189,13 @@ func (f *fleet) subscribe() (<-chan struct{}, func()) {
 // fleetPage is what the fleet page shows.
 type fleetPage struct {
 	// Needs are the rows needing an operator, most pressing first
-	// (audit.SortFleet); All is every row, by name, the first MaxRows of
+	// (audit.SortFleet); Rows is every row, by name, the first MaxRows of
 	// them, and More how many more match.
-	Needs, All []audit.FleetRow
+	Needs, Rows []audit.FleetRow
 	More       int
+	// RetiredOut counts the retired nodes left out (All: none are).
+	RetiredOut int
+	All        bool
 	NeedsMore  int
 	Matching   int
 	Query      string
@@ -205,11 +208,12 @@ type fleetPage struct {
 // are counted, and found with the filter.
 const MaxRows = 1000
 
-// page returns the rows of the nodes whose name contains q, at now.
-func (f *fleet) page(q string, now time.Time, stale time.Duration) fleetPage {
+// page returns the rows of the nodes whose name contains q, at now;
+// retired nodes only with all (they leave the fleet, DESIGN.md §9).
+func (f *fleet) page(q string, all bool, now time.Time, stale time.Duration) fleetPage {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p := fleetPage{Query: q, Gen: f.gen, Nodes: len(f.views), Now: now}
+	p := fleetPage{Query: q, All: all, Gen: f.gen, Nodes: len(f.views), Now: now}
 	for _, name := range slices.Sorted(maps.Keys(f.views)) {
 		if !matches(name, q) {
 			continue
@@ -222,9 +226,13 @@ func (f *fleet) page(q string, now time.Time, stale time.Duration) fleetPage {
 			r = audit.FleetRowOfView(nv.View, now, stale)
 			r.SetWarnings(f.warnings[name])
 		}
+		if r.Retired && !all {
+			p.RetiredOut++
+			continue
+		}
 		p.Matching++
-		if len(p.All) < MaxRows {
-			p.All = append(p.All, r)
+		if len(p.Rows) < MaxRows {
+			p.Rows = append(p.Rows, r)
 		} else {
 			p.More++
 		}

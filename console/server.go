@@ -185,8 +185,8 @@ func (c *Console) render(w http.ResponseWriter, name string, data any) {
 }
 
 func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query().Get("q")
-	c.render(w, "fleet.html", c.fleet.page(q, c.cfg.Now(), c.cfg.Stale))
+	q, all := r.URL.Query().Get("q"), r.URL.Query().Get("all") != ""
+	c.render(w, "fleet.html", c.fleet.page(q, all, c.cfg.Now(), c.cfg.Stale))
 }
 
 // keepAlive is how often the live stream sends a comment, and re-renders
@@ -205,7 +205,7 @@ func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
-	q := r.URL.Query().Get("q")
+	q, all := r.URL.Query().Get("q"), r.URL.Query().Get("all") != ""
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	ch, cancel := c.fleet.subscribe()
@@ -215,7 +215,7 @@ func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request) {
 	var last uint64
 	var sent time.Time
 	send := func(force bool) bool {
-		p := c.fleet.page(q, c.cfg.Now(), c.cfg.Stale)
+		p := c.fleet.page(q, all, c.cfg.Now(), c.cfg.Stale)
 		if p.Gen == last && !force {
 			return true
 		}
@@ -592,9 +592,11 @@ var funcs = template.FuncMap{
 	"nodeURL": func(node string) string {
 		return "/node/" + url.PathEscape(node)
 	},
-	"f1":   func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
-	"add":  func(a, b int) int { return a + b },
-	"join": strings.Join,
+	"f1":  func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
+	"add": func(a, b int) int { return a + b },
+	// stuck is what `meshfold fleet` prints after its table for a row.
+	"stuck": func(r audit.FleetRow) string { return audit.FleetStuckText([]audit.FleetRow{r}) },
+	"join":  strings.Join,
 	"orNone": func(s string) string {
 		if s == "" {
 			return "(none)"
