@@ -206,13 +206,15 @@ func (f *folder) settle(p *events.Settle) {
 	f.knock(true)
 }
 
-// place updates where each module of the newly settled plan was placed:
-// a row whose build, account or files differ from the previously settled
-// plan's (or that it lacked) was placed by this plan, at this settle's
-// stream time; a row that carries no build, or a module the plan no longer
-// has, is placed nowhere.
+// place updates, for each file the newly settled plan declares for a
+// module it runs (a row with a build), the settled plan since which it has
+// been declared so, and that settle's stream time: kept when the previous
+// settled plan declared it for the module running too (a new build keeps
+// the module's files on disk), else this plan. A file no longer declared,
+// or of a row that runs nothing, is dropped: removing a module deletes its
+// files (DESIGN.md §8), so declaring it again places it anew.
 func (s *State) place(prev *PlanRecord, ev events.Event) {
-	placed := s.Placed[:0:0]
+	var placed []Placement
 	for _, row := range s.Settled.Modules {
 		if row.Build == "" {
 			continue
@@ -221,12 +223,15 @@ func (s *State) place(prev *PlanRecord, ev events.Event) {
 		if prev != nil {
 			old = prev.Row(row.Name)
 		}
-		i, found := slices.BinarySearchFunc(s.Placed, Placement{Module: row.Name}, comparePlacement)
-		if found && old != nil && old.Build == row.Build && old.RunsAs == row.RunsAs && slices.Equal(old.Files, row.Files) {
-			placed = append(placed, s.Placed[i])
-			continue
+		for _, f := range row.Files {
+			p := Placement{Module: row.Name, Path: f.Path, Plan: s.Settled.Seq, Seq: ev.Seq, Time: ev.Time}
+			if old != nil && old.Build != "" && declares(old.Files, f.Path) {
+				if i, found := slices.BinarySearchFunc(s.Placed, p, comparePlacement); found {
+					p = s.Placed[i]
+				}
+			}
+			placed = append(placed, p)
 		}
-		placed = append(placed, Placement{Module: row.Name, Plan: s.Settled.Seq, Seq: ev.Seq, Time: ev.Time})
 	}
 	slices.SortFunc(placed, comparePlacement)
 	s.Placed = placed

@@ -84,11 +84,12 @@ type State struct {
 	// nothing. A module removed from the want drops its waivers.
 	// Invariant: sorted by module, path; unique.
 	Waivers []Waiver `json:"waivers,omitempty"`
-	// Placed records, for each module the newest settled plan runs, the
-	// settled plan that placed it as it runs now (its build, account and
-	// files last changed there) and when that plan settled (stream time):
-	// what `meshfold state` needs to tell a file never filled since.
-	// Invariant: sorted by module; unique; every plan ≤ Settled.Seq.
+	// Placed records, for each file the newest settled plan declares for a
+	// module it runs, the settled plan since which it has been declared so
+	// (its module placed, or the file added) and when that plan settled
+	// (stream time): what `meshfold state` needs to tell a file never
+	// filled since.
+	// Invariant: sorted by module, path; unique; every plan ≤ Settled.Seq.
 	Placed []Placement `json:"placed,omitempty"`
 }
 
@@ -125,10 +126,12 @@ type Waiver struct {
 	Seq    uint64 `json:"seq"`
 }
 
-// Placement is the settled plan that placed Module as it runs now, and the
-// sequence and stream time of its first settle.
+// Placement is the settled plan since which Module's file Path has been
+// declared for it running, and the sequence and stream time of that plan's
+// first settle.
 type Placement struct {
 	Module string    `json:"module"`
+	Path   string    `json:"path"`
 	Plan   uint64    `json:"plan"`
 	Seq    uint64    `json:"seq"`
 	Time   time.Time `json:"time"`
@@ -347,7 +350,7 @@ func (s *State) CheckInvariants() error {
 	}
 	for _, p := range s.Placed {
 		if s.Settled == nil || p.Plan > s.Settled.Seq {
-			return fmt.Errorf("placement of %s at plan %d above the settled plan", p.Module, p.Plan)
+			return fmt.Errorf("placement of %s %s at plan %d above the settled plan", p.Module, p.Path, p.Plan)
 		}
 		if err := maxSeq("placement", p.Seq); err != nil {
 			return err
@@ -360,7 +363,9 @@ func compareWaiver(a, b Waiver) int {
 	return cmp.Or(cmp.Compare(a.Module, b.Module), cmp.Compare(a.Path, b.Path))
 }
 
-func comparePlacement(a, b Placement) int { return cmp.Compare(a.Module, b.Module) }
+func comparePlacement(a, b Placement) int {
+	return cmp.Or(cmp.Compare(a.Module, b.Module), cmp.Compare(a.Path, b.Path))
+}
 
 func sortedUnique[T any](xs []T, c func(a, b T) int) bool {
 	for i := 1; i < len(xs); i++ {

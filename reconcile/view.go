@@ -60,7 +60,8 @@ type View struct {
 }
 
 // Unfilled is a file the newest settled plan declares for Module, never
-// filled since Plan placed the module as it runs (at stream time Since).
+// filled since Plan, settled at stream time Since, placed it: the plan
+// since which the file has been declared for the module running.
 type Unfilled struct {
 	Module string    `json:"module"`
 	Path   string    `json:"path"`
@@ -168,22 +169,13 @@ func CompositionOf(s *State) Composition {
 // since their module was placed: no filled mark at the placing plan or a
 // newer one.
 func (s *State) unfilled() []Unfilled {
-	if s.Settled == nil {
-		return nil
-	}
 	var out []Unfilled
 	for _, p := range s.Placed {
-		row := s.Settled.Row(p.Module)
-		if row == nil {
+		i, found := slices.BinarySearchFunc(s.Filled, FilledMark{Module: p.Module, Path: p.Path}, compareFilled)
+		if found && s.Filled[i].Plan >= p.Plan {
 			continue
 		}
-		for _, f := range row.Files {
-			i, found := slices.BinarySearchFunc(s.Filled, FilledMark{Module: p.Module, Path: f.Path}, compareFilled)
-			if found && s.Filled[i].Plan >= p.Plan {
-				continue
-			}
-			out = append(out, Unfilled{Module: p.Module, Path: f.Path, Plan: p.Plan, Since: p.Time})
-		}
+		out = append(out, Unfilled{Module: p.Module, Path: p.Path, Plan: p.Plan, Since: p.Time})
 	}
 	return out
 }
