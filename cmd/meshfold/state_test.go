@@ -38,6 +38,11 @@ func TestStateCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The CLI connects anew: the service's subscriptions must be on the
+	// server first, or under load it finds no responder.
+	if err := m.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 
 	out, errOut, code := m.cli(t, "state", "novox")
 	if code != 0 {
