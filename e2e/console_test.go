@@ -184,6 +184,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = svc.Stop() })
+	if err := m.nc.Flush(); err != nil { // the service is on the server before the console asks
+		t.Fatal(err)
+	}
 	var srvURL string
 	{
 		nc, err := m.srv.Connect(nats.Name("console"))
