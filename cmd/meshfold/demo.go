@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -17,7 +20,10 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/examples"
 	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/node/bundle"
+	"github.com/meshfold/meshfold/node/process"
 	"github.com/meshfold/meshfold/provision"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
@@ -36,23 +42,30 @@ func newDemoCmd(a *app) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Play incident 1 on node ace, everything in one process, and print its timeline",
+		Short: "Play incident 1 on node ace with a real crash-looping module, everything in one process",
 		Long: `demo starts everything in this process, in a temporary directory: an embedded
-NATS server with JetStream, the event stream, the reconciler, the node agent of
-node "ace" (writing under DIR/ace-root) and its provisioner client (filling from
-DIR/secrets, account "prov"). Then it plays incident 1 of DESIGN.md §2:
+NATS server with JetStream, the event stream, the reconciler, and the node agent
+of node "ace" with the process runtime (filled files under DIR/ace-root, its
+state and bundle cache in DIR/ace-state). It pushes two bundles to the object
+store: examples/mesh-build-go, a script that exits 1 saying "missing broker
+credential" while its credential file is missing, and examples/idle, a stand-in
+for the provisioner. Then it plays incident 1 of DESIGN.md §2:
 
   1. the controller wants the provisioner alone on ace; the plan settles;
   2. the provisioner places mesh-build-go's broker credential before any
      declaration names it: the node refuses it as undeclared;
-  3. the controller wants mesh-build-go with that file; the node applies and
-     settles the plan; the reconciler sees that the settled plan accepts the
-     refused write and publishes one knock;
-  4. the provisioner, knocked, fills again: the file is written.
+  3. the controller wants mesh-build-go with that file; the node starts it,
+     it finds no credential and exits 1, and its have says failed: a crash
+     loop; the settle makes the reconciler publish one knock;
+  4. the provisioner, knocked, fills again (the demo plays the provisioner
+     client's fill pass itself once the crash shows, so every step is seen):
+     the file is written, the module is woken at once and runs.
 
-It prints ace's timeline as 'meshfold audit ace' would, the file written and
-why the knock was published. Nothing outside DIR is touched; DIR is removed at
-the end unless --keep or --dir is given.`,
+It prints ace's timeline as 'meshfold audit ace' would, the file written, why
+the knock was published, and the module's own output as 'meshfold logs ace
+mesh-build-go' shows it. Modules run as nobody when the demo runs as root,
+else as the current user. Every module is stopped at the end; nothing outside
+DIR is touched; DIR is removed unless --keep or --dir is given.`,
 		Example: `  make demo
   meshfold demo --keep          # keep the directory to look at the files
   meshfold demo --logs          # also show every component's log lines`,
@@ -76,6 +89,25 @@ type demoMesh struct {
 	pub    *store.Publisher
 	rc     atomic.Pointer[engine.Reconciler]
 	events *store.Tail // every event of ace, in stream order
+	rt     *process.Runtime
+	nc     *nats.Conn
+}
+
+// demoAccount is the account the demo's modules run as: nobody under
+// root (so the module runs as another user), else the current user (an
+// agent that is not root runs modules as itself; runs_as must still name a
+// user).
+func demoAccount() (string, error) {
+	if os.Geteuid() == 0 {
+		if _, err := user.Lookup("nobody"); err == nil {
+			return "nobody", nil
+		}
+	}
+	u, err := user.Current()
+	if err != nil {
+		return "", err
+	}
+	return u.Username, nil
 }
 
 func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err error) {
@@ -96,6 +128,10 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	if dir, err = filepath.Abs(dir); err != nil {
 		return err
 	}
+	acct, err := demoAccount()
+	if err != nil {
+		return err
+	}
 	const name = "ace"
 	root, state, secrets := filepath.Join(dir, "ace-root"), filepath.Join(dir, "ace-state"), filepath.Join(dir, "secrets")
 	for _, d := range []string{root, secrets} {
@@ -103,7 +139,15 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 			return err
 		}
 	}
-	const credsPath = "/run/mesh-build-go/broker.creds"
+	// The module's account reaches its bundle (under the state dir) and
+	// its root.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	if err := searchable(filepath.Dir(dir), acct); err != nil {
+		return withCode(exitUsage, err)
+	}
+	credsPath := examples.MeshBuildGoCreds
 	src := filepath.Join(secrets, "mesh-build-go", filepath.FromSlash(credsPath))
 	if err := os.MkdirAll(filepath.Dir(src), 0o700); err != nil {
 		return err
@@ -117,7 +161,8 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 		return err
 	}
 	defer srv.Shutdown()
-	fmt.Fprintf(a.stdout, "meshfold demo: incident 1 on node %s, in %s\nNATS at %s (stream %s)\n\n", name, dir, srv.ClientURL(), store.DefaultStreamName)
+	fmt.Fprintf(a.stdout, "meshfold demo: incident 1 on node %s, in %s\nNATS at %s (stream %s); modules run as %s\n\n",
+		name, dir, srv.ClientURL(), store.DefaultStreamName, acct)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -156,6 +201,7 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 		return err
 	}
 	defer nc.Close()
+	m.nc = nc
 	if m.js, err = jetstream.New(nc); err != nil {
 		return err
 	}
@@ -167,6 +213,18 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 		return err
 	}
 	defer m.events.Stop()
+
+	// The bundles, as 'meshfold build push' stores them.
+	builds := bundle.NewStore(m.js, m.cfg.Name)
+	idle, err := demoPush(ctx, a.stdout, builds, dir, examples.WriteIdle)
+	if err != nil {
+		return err
+	}
+	mbgBuild, err := demoPush(ctx, a.stdout, builds, dir, examples.WriteMeshBuildGo)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout)
 
 	// Plans and knocks are signed, and verified by the agent and the
 	// provisioner, as in a real mesh.
@@ -192,12 +250,18 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	}); err != nil {
 		return err
 	}
-	rt, err := node.NewDirRuntime(filepath.Join(root, node.ReservedDir, "modules"))
-	if err != nil {
+	if m.rt, err = openProcessRuntime(name, root, state, m.js, m.cfg.Name, log); err != nil {
 		return err
 	}
+	// Last out: stop every module, so the demo leaves no process behind.
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), demoStep)
+		defer scancel()
+		m.rt.StopAll(sctx)
+		_ = m.rt.Close()
+	}()
 	if err := start("node", func(nc *nats.Conn, js jetstream.JetStream) error {
-		agent, err := node.New(nc, js, node.Config{Name: name, Root: root, StateDir: state, Runtime: rt,
+		agent, err := node.New(nc, js, node.Config{Name: name, Root: root, StateDir: state, Runtime: m.rt,
 			Stream: m.cfg, Logger: log.With("component", "node"), Trust: trust})
 		if err != nil {
 			return err
@@ -206,19 +270,8 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	}); err != nil {
 		return err
 	}
-	if err := start("provisioner", func(nc *nats.Conn, js jetstream.JetStream) error {
-		c, err := provision.New(nc, js, provision.Config{Node: name, From: secrets, Account: "prov",
-			Stream: m.cfg, Logger: log.With("component", "provision"), Trust: trust})
-		if err != nil {
-			return err
-		}
-		return c.Run(ctx)
-	}); err != nil {
-		return err
-	}
-
-	provisioner := events.WantModule{Name: "provisioner", Build: "src2:9f1c", RunsAs: "prov", Provisioner: true}
-	mbg := events.WantModule{Name: "mesh-build-go", Build: "src2:77aa", RunsAs: "mbg",
+	provisioner := events.WantModule{Name: "provisioner", Build: idle, RunsAs: acct, Provisioner: true}
+	mbg := events.WantModule{Name: "mesh-build-go", Build: mbgBuild, RunsAs: acct,
 		Files: []events.File{{Path: credsPath, Mode: "0600"}}}
 
 	// 1. The provisioner alone; wait until its plan settled.
@@ -241,8 +294,10 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	}
 
 	// 2. The credential placed before any declaration names it.
-	early, err := provision.New(nc, m.js, provision.Config{Node: name, From: secrets, Account: "prov",
-		Stream: m.cfg, Logger: log.With("component", "provision")})
+	// The provisioner client: its early write now, its fill pass on the
+	// knock below.
+	early, err := provision.New(nc, m.js, provision.Config{Node: name, From: secrets, Account: acct,
+		Stream: m.cfg, Logger: log.With("component", "provision"), Trust: trust})
 	if err != nil {
 		return err
 	}
@@ -250,9 +305,9 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithTimeout(ctx, demoStep)
+	fctx, fcancel := context.WithTimeout(ctx, demoStep)
 	reply, err := early.Request(fctx, "mesh-build-go", credsPath, content)
-	cancel()
+	fcancel()
 	if err != nil {
 		return fmt.Errorf("the early fill: %w", err)
 	}
@@ -260,23 +315,99 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 		return errors.New("the early write was accepted: the incident did not happen")
 	}
 
-	// 3. The declaration; 4. the knock and the refill.
+	// 3. The declaration: the module starts, crashes; the knock.
 	w2, err := m.want(ctx, name, provisioner, mbg)
 	if err != nil {
 		return err
 	}
-	filled, err := m.waitFor(ctx, "the file to be filled", func(ev events.Event) bool {
-		f, ok := ev.Payload.(*events.Filled)
-		return ok && f.Path == credsPath && ev.Seq > w2
+	var knocked, failed bool
+	var applyErr error
+	if _, err := m.waitFor(ctx, "the knock and mesh-build-go's crash", func(ev events.Event) bool {
+		switch p := ev.Payload.(type) {
+		case *events.Knock:
+			knocked = knocked || ev.Seq > w2
+		case *events.Settle:
+			if p.Op == events.OpFailed {
+				applyErr = fmt.Errorf("the node could not apply plan #%d: %s", p.Plan, p.Error)
+			}
+		case *events.Have:
+			for _, hm := range p.Modules {
+				if hm.Name != mbg.Name || hm.State != events.Failed {
+					continue
+				}
+				if hm.Exit != "status 1" { // not its crash: it could not start
+					applyErr = fmt.Errorf("mesh-build-go did not start: %s", hm.Exit)
+				}
+				failed = true
+			}
+		}
+		return applyErr != nil || knocked && failed
+	}); err != nil {
+		return err
+	}
+	if applyErr != nil {
+		return applyErr
+	}
+
+	// 4. The provisioner's fill pass, as a knock makes it.
+	if _, err := early.FillOnce(ctx); err != nil {
+		return err
+	}
+	running, err := m.waitFor(ctx, "mesh-build-go to run", func(ev events.Event) bool {
+		p, ok := ev.Payload.(*events.Have)
+		return ok && slices.ContainsFunc(p.Modules, func(hm events.HaveModule) bool {
+			return hm.Name == mbg.Name && hm.State == events.Running && hm.Restarts > 0
+		})
 	})
 	if err != nil {
 		return err
 	}
-	if err := m.folded(ctx, name, filled.Seq); err != nil {
+	if err := m.folded(ctx, name, running.Seq); err != nil {
 		return err
 	}
-
 	return m.print(ctx, a.stdout, name, root, credsPath)
+}
+
+// searchable checks that every directory from dir up is searchable by
+// others when modules run as another account than the demo's, so that
+// they reach their bundle and their files under the demo's directory.
+func searchable(dir, acct string) error {
+	if u, err := user.Current(); err != nil || u.Username == acct {
+		return nil
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("--dir: %s is not searchable by other users (mode %04o), so modules running as %s could not reach their bundles: choose a directory under /tmp", d, fi.Mode().Perm(), acct)
+		}
+		if filepath.Dir(d) == d {
+			return nil
+		}
+	}
+}
+
+// demoPush packs an example bundle and stores it, printing its build, size
+// and push time.
+func demoPush(ctx context.Context, w io.Writer, st *bundle.Store, dir string, write func(string) (string, error)) (string, error) {
+	src, err := write(filepath.Join(dir, "bundles"))
+	if err != nil {
+		return "", err
+	}
+	var b bytes.Buffer
+	p, err := bundle.Pack(src, &b)
+	if err != nil {
+		return "", err
+	}
+	start := time.Now()
+	if _, _, err := st.Push(ctx, p.Build, filepath.Base(src), &b); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(w, "meshfold build push %s → %s (%d bytes, %s)\n", filepath.Base(src), p.Build, p.Size,
+		time.Since(start).Round(100*time.Microsecond))
+	return p.Build, nil
 }
 
 func (m *demoMesh) want(ctx context.Context, node string, mods ...events.WantModule) (uint64, error) {
@@ -361,5 +492,15 @@ func (m *demoMesh) print(ctx context.Context, w io.Writer, name, root, path stri
 		return err
 	}
 	fmt.Fprintf(w, "because of knock #%d:\n%s", knock.Seq, why.Text())
+	// Through the agent's logs endpoint, as 'meshfold logs' reads them.
+	page, err := requestLogs(ctx, m.nc, node.LogsSubject(m.cfg.Prefix, name),
+		node.LogsRequest{Module: "mesh-build-go", LogQuery: node.LogQuery{Tail: 20}}, demoStep)
+	if err != nil {
+		return fmt.Errorf("the module's logs: %w", err)
+	}
+	fmt.Fprintf(w, "\nits own output (meshfold logs %s mesh-build-go):\n", name)
+	for _, l := range page.Lines {
+		fmt.Fprintln(w, "  "+audit.Clip(l, audit.LineWidth-2))
+	}
 	return nil
 }

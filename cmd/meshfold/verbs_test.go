@@ -255,14 +255,24 @@ func TestNodeAndProvisionVerbs(t *testing.T) {
 // caused it explained.
 func TestDemo(t *testing.T) {
 	dir := t.TempDir()
+	// Modules may run as nobody: the test's temporary directories must let
+	// them through.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if code := run(ctx, []string{"demo", "--dir", dir}, nil, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
 	}
-	for _, want := range []string{"refusal", "knock", "filled", "file written: " + filepath.Join(dir, "ace-root", "run", "mesh-build-go", "broker.creds"),
-		"mode 0600", "because of knock #", "due       settled plan"} {
+	for _, want := range []string{"meshfold build push mesh-build-go → sha256:", "refusal", "knock", "filled",
+		"file written: " + filepath.Join(dir, "ace-root", "run", "mesh-build-go", "broker.creds"),
+		"mode 0600", "because of knock #", "due       settled plan",
+		"+mesh-build-go sha256:", "failed (status 1)", "mesh-build-go failed→running",
+		"meshfold logs ace mesh-build-go", "missing broker credential", "broker credential found"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
