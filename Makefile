@@ -1,12 +1,18 @@
 # meshfold — see README.md.
 GO ?= go
 
-.PHONY: test vet bench fuzz serve demo fmt
+.PHONY: test vet bench fuzz serve demo fmt chaos
 
 ## test: vet, then every test with the race detector (what CI runs)
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+## chaos: issue 12's chaos suite at full size: 50k events over 200 nodes, serve
+## SIGKILLed 30 times and restarted 10 times, 10k malformed events (make test
+## runs a short version of it)
+chaos:
+	MESHFOLD_CHAOS=full $(GO) test -count=1 -timeout 60m -run '^TestChaos$$' -v ./cmd/meshfold
 
 vet:
 	$(GO) vet ./...
