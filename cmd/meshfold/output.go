@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -78,7 +79,16 @@ func toYAML(v any) ([]byte, error) {
 		return nil, fmt.Errorf("yaml: %w", err)
 	}
 	blockStyle(&doc)
-	return yaml.Marshal(&doc)
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, fmt.Errorf("yaml: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("yaml: %w", err)
+	}
+	return b.Bytes(), nil
 }
 
 // blockStyle clears the flow style JSON's braces gave every node; the

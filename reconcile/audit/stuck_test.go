@@ -73,7 +73,7 @@ func TestFleetRowStuck(t *testing.T) {
 	}
 	s.Append("ace", &events.Settle{Module: "mesh-build-go", Op: events.OpRemove, Plan: st.Emitted().Seq})
 	r = audit.FleetRowOf(s.State("ace"), later, time.Minute)
-	if !r.Retired || len(r.Attention) != 0 {
-		t.Errorf("retired: retired=%v attention %v", r.Retired, r.Attention)
+	if !r.Retired || len(r.Attention) != 0 || !strings.HasSuffix(r.Line(8), " retired") {
+		t.Errorf("retired: retired=%v attention %v line %q", r.Retired, r.Attention, r.Line(8))
 	}
 }

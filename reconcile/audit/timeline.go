@@ -363,5 +363,9 @@ func knockSummary(k *events.Knock) string {
 			paths = append(paths, o.Path)
 		}
 	}
+	if len(paths) == 0 {
+		// An operator's poke: no owed item, every file filled again.
+		return fmt.Sprintf("←#%d %s: fill every file again", k.Cause, strings.Join(rs, ","))
+	}
 	return fmt.Sprintf("←#%d %s: %s", k.Cause, strings.Join(rs, ","), strings.Join(paths, ", "))
 }

@@ -146,7 +146,11 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 		for i, r := range k.Reasons {
 			rs[i] = string(r)
 		}
-		t.line(1, "knock", fmt.Sprintf("last caused by #%d: %s; %s", k.Cause, strings.Join(rs, ","), strings.Join(paths, ", ")))
+		what := strings.Join(paths, ", ")
+		if len(paths) == 0 {
+			what = "every file" // an operator's poke
+		}
+		t.line(1, "knock", fmt.Sprintf("last caused by #%d: %s; %s", k.Cause, strings.Join(rs, ","), what))
 	} else {
 		t.line(1, "knock", "none")
 	}
@@ -451,6 +455,9 @@ func (r FleetRow) Line(nodeWidth int) string {
 		default:
 			needs = append(needs, a)
 		}
+	}
+	if r.Retired {
+		needs = append(needs, "retired")
 	}
 	knock := "-"
 	if r.LastKnock != 0 {
