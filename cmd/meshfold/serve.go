@@ -204,7 +204,7 @@ within --lease-ttl. Membership and leases live in the KV bucket
 <stream>_LEASES (nats kv watch MESH_LEASES shows them change); each instance
 answers state requests for the nodes it folds. See docs/operations.md.`,
 		Example: `  meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --creds reconciler.creds
-  meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --group reconcilers --instance r1
+  meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --group reconcilers --instance r1 --signing-key reconciler-signing.nk
   meshfold reconcile --context prod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
