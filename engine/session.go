@@ -150,7 +150,7 @@ func (s *session) handle(ctx context.Context, msg jetstream.Msg, meta *jetstream
 	r, p := s.p.r, s.p
 	seq := meta.Sequence.Stream
 	if s.recovering && seq > s.lastAtStart {
-		if err := s.endRecovery(ctx); err != nil {
+		if err := s.caughtUp(ctx); err != nil {
 			return err
 		}
 	}
@@ -163,9 +163,21 @@ func (s *session) handle(ctx context.Context, msg jetstream.Msg, meta *jetstream
 	s.since++
 	if s.recovering && meta.NumPending == 0 {
 		// Caught up: nothing of the partition up to lastAtStart is left.
-		return s.endRecovery(ctx)
+		return s.caughtUp(ctx)
 	}
 	return nil
+}
+
+// caughtUp ends the recovery and writes a checkpoint at once: what the
+// session refolded is then not refolded again, however soon the next
+// restart comes. Without it the first checkpoint waited for the snapshot
+// interval (or SnapshotEvery events), and restarts faster than that
+// refolded the same tail each time (issue 13).
+func (s *session) caughtUp(ctx context.Context) error {
+	if err := s.endRecovery(ctx); err != nil {
+		return err
+	}
+	return s.checkpointNow(ctx)
 }
 
 func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
