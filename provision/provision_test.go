@@ -2,6 +2,7 @@ package provision_test
 
 import (
 	"context"
+	"fmt"
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
@@ -441,4 +442,60 @@ func TestResyncFillsLateSourceAndDeletedFile(t *testing.T) {
 	for got := rep.next(t); len(got.r.Filled) != 1; got = rep.next(t) {
 	}
 	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+}
+
+// With Trust set, the client acts only on knocks, and fills only from
+// plans, signed by a trusted reconciler key: an unsigned knock brings no
+// pass (and coalesces no trusted one away), an unsigned newest plan is
+// not filled from.
+func TestOnlySignedKnocksAndPlans(t *testing.T) {
+	e := newEnv(t)
+	e.startNode(t)
+	kp, err := store.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, _ := store.NewSigner(kp)
+	trust, _ := store.NewTrust(signer.PublicKey())
+	n := 0
+	signed := func(p events.Payload) uint64 {
+		t.Helper()
+		n++
+		ack, err := e.pub.Append(ctxT(t), "ace", events.Stamp(p, time.Now()),
+			store.WithMsgID(fmt.Sprintf("ace.%s.%d.0", p.Kind(), n)), store.WithSigner(signer))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Seq
+	}
+	row := events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}}
+	p1 := signed(&events.Plan{Cause: 1, Want: 1, ProvisionerAccount: "prov", Modules: []events.PlanModule{row}})
+	e.settled(t, p1)
+	from := t.TempDir()
+	source(t, from, mbg, creds, secret)
+	rep := newReports()
+	run(t, e.client(t, from, rep, func(c *provision.Config) { c.Trust = trust }).Run)
+	if got := rep.next(t); got.r.Plan != p1 || len(got.r.Filled) != 1 {
+		t.Fatalf("pass on start = %+v, want the signed plan's file filled", got)
+	}
+
+	knock := &events.Knock{Cause: 2, Reasons: []events.KnockReason{events.KnockOperator}, Owed: []events.Owed{}}
+	e.append(t, knock) // unsigned: ignored
+	k := signed(knock)
+	e.append(t, knock) // unsigned, right after a trusted one
+	if got := rep.next(t); got.knock != k {
+		t.Fatalf("pass for knock %d, want one for the signed knock %d", got.knock, k)
+	}
+
+	e.plan(t, "prov", row) // unsigned newest plan
+	k2 := signed(knock)
+	got := rep.next(t)
+	if got.knock != k2 || got.r.Plan != 0 || len(got.r.Filled) != 0 {
+		t.Fatalf("pass on knock %d with an unsigned newest plan = %+v, want nothing filled", k2, got)
+	}
+	// Passes come in order: a pass for either unsigned knock would have
+	// come before k's, or before k2's.
+	if !strings.Contains(e.logs.String(), "knock ignored: not from a trusted reconciler") {
+		t.Error("the unsigned knocks were not logged as ignored")
+	}
 }
