@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -112,4 +113,57 @@ func equalModules(a, b []events.PlanModule) bool {
 		}
 	}
 	return true
+}
+
+// After a key rotation the reconciler still takes the plans it signed
+// with its retired key for its own: refolded from the start of the stream
+// (its snapshot gone), it journals no forgery and publishes no plan again.
+// Without the retired key among its own, the same refold would.
+func TestRotatedKeyRefoldsOwnPlans(t *testing.T) {
+	for _, keepRetired := range []bool{true, false} {
+		t.Run(fmt.Sprintf("retired key kept %v", keepRetired), func(t *testing.T) {
+			m := newMesh(t)
+			ctx := m.ctx()
+			n := m.newNode("ace")
+			n.startAgent(nil)
+			w := must(m.want(ctx, "ace", provisionerMod, mbgMod))(t)
+			p1, _ := must2(m.planOf(ctx, "ace", w))(t)
+			must(m.settled(ctx, "ace", p1))(t)
+			m.reconciler.stop(t)
+			m.rc.Store(nil)
+
+			// Rotate, and forget every snapshot of the node's partition.
+			old := m.signer.PublicKey()
+			m.signer = must(store.NewSigner(must(store.NewSigningKey())(t)))(t)
+			if keepRetired {
+				m.own = must(store.NewTrust(m.signer.PublicKey(), old))(t)
+			}
+			kv := must(m.js.KeyValue(ctx, m.cfg.Name+store.SnapshotBucketSuffix))(t)
+			keys := must(kv.ListKeys(ctx))(t)
+			for k := range keys.Keys() {
+				if strings.HasPrefix(k, "node.") || strings.HasPrefix(k, "checkpoint.") {
+					if err := kv.Purge(ctx, k); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			m.startReconciler()
+			// A new want: once its plan is out, the refold of the old
+			// ones is done.
+			w2 := must(m.want(ctx, "ace", provisionerMod))(t)
+			must2(m.planOf(ctx, "ace", w2))(t)
+			var forged int
+			for _, ev := range must(m.events(ctx, "ace", events.KindJournal))(t) {
+				if strings.Contains(ev.Payload.(*events.Journal).Msg, "not emitted by this reconciler") {
+					forged++
+				}
+			}
+			switch {
+			case keepRetired && forged != 0:
+				t.Errorf("%d plans of the retired key journaled as forged", forged)
+			case !keepRetired && forged == 0:
+				t.Error("without the retired key the refold found no forged plan: the test shows nothing")
+			}
+		})
+	}
 }

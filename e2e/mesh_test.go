@@ -58,6 +58,7 @@ type mesh struct {
 	// node agents and provisioners verify them against.
 	signer *store.Signer
 	trust  *store.Trust
+	own    *store.Trust // the reconciler's own keys; nil: the signer's
 
 	rc         atomic.Pointer[engine.Reconciler]
 	reconciler *proc
@@ -133,7 +134,7 @@ func (p *proc) stop(t testing.TB) {
 
 func (m *mesh) startReconciler() {
 	m.reconciler = m.spawn("reconciler", func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
-		r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: m.cfg, Logger: m.logger("reconciler"), Signer: m.signer})
+		r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: m.cfg, Logger: m.logger("reconciler"), Signer: m.signer, Own: m.own})
 		if err != nil {
 			return err
 		}
