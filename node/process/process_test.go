@@ -30,6 +30,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(shimEnv) == "1" {
 		os.Exit(ShimMain(os.Args[len(os.Args)-1]))
 	}
+	// Under -race every process sleeps a second at exit (the race
+	// runtime's atexit_sleep_ms), and the runtime waits for each shim it
+	// stops to exit: the shims this binary starts skip that sleep.
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
 }
 
@@ -429,8 +433,22 @@ func TestNewBuildReplacesOldProcess(t *testing.T) {
 	if st.PID == old.PID || st.Build != "sha256:b" || st.State != events.Running || !alive(st.PID, st.PIDStart) {
 		t.Errorf("after the new build: %+v (old pid %d)", st, old.PID)
 	}
+	// The old shim is gone, and the new one answers on the module's
+	// socket (the old one's exit must not take the socket with it).
+	if alive(old.ShimPID, old.ShimStart) {
+		t.Errorf("old shim %d still runs after the new build started", old.ShimPID)
+	}
+	if got, err := r.ask(ctx(t), r.mods["web"], opStatus); err != nil || got.ShimPID != st.ShimPID {
+		t.Errorf("the module's socket after the new build: %+v, %v; want the new shim %d", got, err, st.ShimPID)
+	}
+	if err := r.Remove(ctx(t), "web"); err != nil {
+		t.Fatal(err)
+	}
+	if alive(st.ShimPID, st.ShimStart) || alive(st.PID, st.PIDStart) {
+		t.Errorf("after removal: shim alive %v, module alive %v", alive(st.ShimPID, st.ShimStart), alive(st.PID, st.PIDStart))
+	}
 	e.fetch.mu.Lock()
-	last := e.fetch.pruned[len(e.fetch.pruned)-1]
+	last := e.fetch.pruned[len(e.fetch.pruned)-2]
 	e.fetch.mu.Unlock()
 	if !equal(last, []string{"sha256:b"}) {
 		t.Errorf("prune kept %v, want only the new build", last)

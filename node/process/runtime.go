@@ -499,21 +499,42 @@ func (r *Runtime) startShim(ctx context.Context, m *module, sp spec) error {
 	return nil
 }
 
-// stopShim asks m's shim to stop the module and exit, and waits for it.
-// Called with m.op held.
+// stopShim asks m's shim to stop the module and exit, and waits until the
+// shim process is gone: the next shim of the module may then use the
+// directory. A shim that does not answer, or does not exit within the
+// stop timeout and a margin, is killed (identified by its recorded pid and
+// start time), and so is what it left of its module. Called with m.op
+// held.
 func (r *Runtime) stopShim(ctx context.Context, m *module) error {
 	r.mu.Lock()
 	m.stopping = true
+	timeout := m.spec.StopTimeout
 	r.mu.Unlock()
-	st, err := r.ask(ctx, m, opStop)
-	if err != nil {
-		// The shim is gone (or mute): clean up what it may have left.
-		r.reap(m)
-	} else {
+	var id identity
+	haveID := readJSON(m.dir, shimFile, &id) == nil && alive(id.PID, id.Start)
+	err := errors.New("no shim runs")
+	var st Status
+	if haveID {
+		st, err = r.ask(ctx, m, opStop)
+	}
+	if err != nil && haveID {
+		r.log.Warn("shim did not answer the stop", "module", m.name, "err", err)
+	} else if err == nil {
 		r.mu.Lock()
 		m.st = st
 		r.mu.Unlock()
 	}
+	if haveID && alive(id.PID, id.Start) && !waitExit(id.PID, timeout+5*time.Second) && alive(id.PID, id.Start) {
+		r.log.Warn("shim did not exit after the stop; killed", "module", m.name, "pid", id.PID)
+		_ = syscall.Kill(id.PID, syscall.SIGKILL)
+		waitExit(id.PID, 10*time.Second)
+	}
+	r.reap(m)
+	r.mu.Lock()
+	if err != nil {
+		m.st.State, m.st.PID, m.st.PIDStart, m.st.Since = events.Stopped, 0, 0, time.Now().UTC()
+	}
+	r.mu.Unlock()
 	r.changed()
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -60,6 +61,8 @@ type shim struct {
 	st       Status
 	watchers map[chan Status]struct{}
 	wakes    uint64 // fills seen; the loop compares against the count at start
+
+	replies sync.WaitGroup // stop requests not answered yet
 
 	wake   chan struct{} // 1-buffered: a fill arrived
 	stop   context.Context
@@ -136,6 +139,9 @@ func (s *shim) run() error {
 	ready := os.NewFile(readyFD, "ready")
 	go s.supervise(ready)
 	<-s.done
+	// Answer the stop requests before exiting, or the runtime would take
+	// the lost reply for a mute shim.
+	s.replies.Wait()
 	s.log.Info("shim: module stopped; exiting")
 	return nil
 }
@@ -174,9 +180,12 @@ func (s *shim) serve(c *net.UnixConn) {
 		}
 		_ = enc.Encode(st)
 	case opStop:
+		s.replies.Add(1)
+		defer s.replies.Done()
 		s.cancel()
 		<-s.done
 		s.unlisten()
+		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		_ = enc.Encode(s.status())
 	case opWatch:
 		ch := make(chan Status, 1)
@@ -357,7 +366,12 @@ func (s *shim) start() (*proc, error) {
 		// Learn the exit without reaping, so the pid (and the group id)
 		// cannot be recycled before the leftovers of the group are killed.
 		var info unix.Siginfo
-		_ = unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		for {
+			err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 		err := cmd.Wait()
 		p.exited <- describeExit(cmd, err)
