@@ -47,7 +47,7 @@ HMAC digest, never the content) or refused.
 against the build; its command starts as the Unix user runs_as (as root;
 an agent that is not root runs every module as itself), supervised by a
 small per-module process that restarts it with backoff, wakes it when one
-of its files is filled, captures its output and keeps it
+of its files is filled, captures its output ('meshfold logs') and keeps it
 running while the agent restarts. --runtime record starts nothing: each
 applied module's build and account are written to --runtime-dir (default
 DIR/.meshfold/modules, a directory fills may not write into), for dry runs.
