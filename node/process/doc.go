@@ -3,6 +3,67 @@
 // module's Unix account, supervised by a per-module shim that outlives the
 // agent.
 //
+// # Shims
+//
+// [Runtime.Apply] fetches the row's bundle (a [Fetcher]), resolves runs_as
+// in the user database (an unknown user fails the apply, matching
+// [ErrUnknownUser]) and starts a shim: the command of [Config.Shim] (the
+// meshfold binary as `meshfold node shim DIR`) with the module's directory
+// <state dir>/process/<module> as its argument, in its own session. The
+// shim reads spec.json there, records its pid and start time (shim.json),
+// listens on shim.sock and starts the module: the manifest's command,
+// relative to the bundle, in the bundle as working directory, in its own
+// process group, as the account's uid, gid and supplementary groups (only
+// when the agent is root; otherwise as the agent's user, which Open logs),
+// with a minimal environment (PATH, USER, LOGNAME, HOME, MESHFOLD_NODE,
+// MESHFOLD_MODULE, MESHFOLD_ROOT, then the manifest's env), stdin
+// /dev/null, stdout and stderr into module.log (rotated at
+// [Config.LogMaxMB]). Apply returns once that first start happened, or
+// failed: a module that crashes still counts as applied.
+//
+// The shim restarts an exited module after a backoff ([Backoff]: 1 s
+// doubling to 5 min, reset after 10 min of running), ends a backoff at
+// once when told a filled file was written ([Runtime.Filled]), gives a
+// running module its on_fill action (a restart, or a signal to its main
+// process), and stops it with the stop signal, then SIGKILL after the stop
+// timeout, to its whole process group. Every exit of the main process also
+// kills what is left of its group, before the pid can be reused.
+//
+// A new build or account replaces the shim: the old one is stopped and gone
+// before the new one starts. [Runtime.Remove] stops the shim and deletes the
+// module's directory (spec, logs). [Runtime.Running] reports, per module,
+// state (running, failed while it waits to restart, stopped), restarts
+// since the apply, the last exit ("status 1", "signal SIGKILL", "start:
+// …") and since; [Runtime.Changes] signals every change, which the agent
+// turns into a have.
+//
+// # Agent restarts
+//
+// [Runtime.Close] lets go of the shims without stopping them. [Open]
+// adopts every shim it finds in the state directory: one whose recorded
+// pid is alive with its recorded start time (/proc/<pid>/stat field 22),
+// whose socket's peer is that pid, and whose status names itself. A shim
+// found dead has its module killed, only if the module's recorded pid
+// still has its recorded start time, and is reported stopped, so the agent
+// applies or removes it; a shim that dies while the agent runs is replaced
+// at once (restarts + 1). Under systemd, the agent's unit needs
+// KillMode=process, or a restart of the unit kills every module with it.
+//
+// # Tests
+//
+// The package's tests start real shims without the meshfold command: the
+// test binary re-executes itself (TestMain runs [ShimMain] when the
+// environment variable MESHFOLD_PROCESS_TEST_SHIM is 1, which
+// [Config.ShimEnv] sets), and cmd/meshfold's TestMain does the same for
+// `node shim`. Modules there are shell scripts in bundles the tests write,
+// served by a fake [Fetcher].
+//
+// # What it does not do
+//
+// No cgroups (limits, accounting), no namespaces, no health probes: a
+// running module is a live process, and its account is its isolation (see
+// docs/architecture.md, "The process runtime").
+//
 // # Where builds come from: the Fetcher
 //
 // The runtime does not know the object store. It asks a [Fetcher] for a
