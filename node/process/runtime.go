@@ -251,6 +251,12 @@ func (r *Runtime) reap(m *module) {
 func (r *Runtime) watch(m *module, st Status, wc watchConn) {
 	conn := wc.c
 	r.mu.Lock()
+	if r.shut {
+		// Closing: the shim runs on for the next runtime to adopt.
+		r.mu.Unlock()
+		_ = conn.Close()
+		return
+	}
 	m.st, m.conn, m.stopping = st, conn, false
 	r.wg.Add(1)
 	r.mu.Unlock()
@@ -294,6 +300,11 @@ func (r *Runtime) watch(m *module, st Status, wc watchConn) {
 // reported failed and a new shim starts it again.
 func (r *Runtime) lost(m *module) {
 	r.log.Warn("shim exited unexpectedly; starting a new one", "module", m.name)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.shut {
+		return
+	}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -306,6 +317,20 @@ func (r *Runtime) lost(m *module) {
 		}
 		sp := m.spec
 		sp.Restarts = m.st.Restarts + 1
+		r.mu.Unlock()
+		var id identity
+		if readJSON(m.dir, shimFile, &id) == nil && alive(id.PID, id.Start) {
+			// Only the connection was lost: watch the shim again, or, if
+			// it does not answer, make sure it is gone before another
+			// one starts.
+			if st, wc, err := r.connect(m); err == nil {
+				r.watch(m, st, wc)
+				return
+			}
+			_ = syscall.Kill(id.PID, syscall.SIGKILL)
+			waitExit(id.PID, 10*time.Second)
+		}
+		r.mu.Lock()
 		m.st.State, m.st.PID, m.st.Exit, m.st.Since = events.Failed, 0, "supervisor lost", time.Now().UTC()
 		r.mu.Unlock()
 		r.changed()
