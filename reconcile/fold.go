@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/meshfold/meshfold/events"
 )
@@ -228,6 +229,11 @@ func (s *State) place(prev *PlanRecord, ev events.Event) {
 			if old != nil && old.Build != "" && declares(old.Files, f.Path) {
 				if i, found := slices.BinarySearchFunc(s.Placed, p, comparePlacement); found {
 					p = s.Placed[i]
+				} else {
+					// Declared before this state recorded placements (a
+					// snapshot older than the field): placed at no known
+					// plan, so any fill of it counts.
+					p.Plan, p.Seq, p.Time = 0, 0, time.Time{}
 				}
 			}
 			placed = append(placed, p)

@@ -128,7 +128,8 @@ type Waiver struct {
 
 // Placement is the settled plan since which Module's file Path has been
 // declared for it running, and the sequence and stream time of that plan's
-// first settle.
+// first settle; all zero when it was declared before the state recorded
+// placements (a snapshot older than the field).
 type Placement struct {
 	Module string    `json:"module"`
 	Path   string    `json:"path"`

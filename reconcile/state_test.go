@@ -96,3 +96,25 @@ func TestInvariantsOfOperatorFields(t *testing.T) {
 		t.Fatal("a pause after the folded sequence passed")
 	}
 }
+
+// A snapshot from before placements were recorded: the next settle places
+// its files at no known plan, so a fill from before counts and a file
+// never filled is still said to be unfilled.
+func TestPlacementFromOlderSnapshot(t *testing.T) {
+	s := newSim(t)
+	s.add(want("prov", "/a", "/b"))
+	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[0]})
+	s.add(&events.Filled{Module: "app", Path: "/a", Plan: s.plans[0], Digest: "d"})
+	s.state.Placed = nil // as a snapshot of an older build decodes
+	w := want("prov", "/a", "/b")
+	w.Modules[1].Build = "a:2"
+	s.add(w)
+	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[1]})
+	got := s.state.View().Unfilled
+	if len(got) != 1 || got[0].Path != "/b" || got[0].Plan != 0 || !got[0].Since.IsZero() {
+		t.Fatalf("unfilled %+v, want /b only, at no known plan", got)
+	}
+	if k := s.state.View().Stuck(base.Add(time.Hour)); len(k.Unfilled) != 1 {
+		t.Errorf("stuck %+v", k)
+	}
+}

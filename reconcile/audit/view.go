@@ -190,6 +190,9 @@ func writeOperator(t *textWriter, v reconcile.View, now time.Time, suffix string
 	}
 	for _, u := range v.Unfilled {
 		s := fmt.Sprintf("%s %s: never filled since plan #%d placed it, settled %s %s", u.Module, u.Path, u.Plan, Age(now.Sub(u.Since)), suffix)
+		if u.Plan == 0 {
+			s = fmt.Sprintf("%s %s: never filled (declared since before this state recorded placements)", u.Module, u.Path)
+		}
 		if now.Sub(u.Since) > reconcile.UnfilledStuckAfter {
 			s += ": STUCK (is the provisioner's source for it there?)"
 		}
@@ -497,8 +500,11 @@ func FleetStuckText(rows []FleetRow) string {
 				r.Node, FormatTime(k.Retire.Time), r.Node))
 		}
 		for _, u := range k.Unfilled {
-			t.line(0, "stuck", fmt.Sprintf("%s %s %s never filled since plan #%d placed it, %s ago (the provisioner's source?)",
-				r.Node, u.Module, u.Path, u.Plan, Age(time.Duration(u.For*float64(time.Second)))))
+			since := fmt.Sprintf("since plan #%d placed it, %s ago", u.Plan, Age(time.Duration(u.For*float64(time.Second))))
+			if u.Plan == 0 {
+				since = "(declared since before placements were recorded)"
+			}
+			t.line(0, "stuck", fmt.Sprintf("%s %s %s never filled %s (the provisioner's source?)", r.Node, u.Module, u.Path, since))
 		}
 		for _, o := range k.Owed {
 			t.line(0, "stuck", fmt.Sprintf("%s %s %s owed (%s) since %s ago ('meshfold waive %s %s %s' if nobody will fill it)",
