@@ -271,7 +271,7 @@ func TestDemo(t *testing.T) {
 	for _, want := range []string{"meshfold build push mesh-build-go → sha256:", "refusal", "knock", "filled",
 		"file written: " + filepath.Join(dir, "ace-root", "run", "mesh-build-go", "broker.creds"),
 		"mode 0600", "because of knock #", "due       settled plan",
-		"+mesh-build-go sha256:", "failed (status 1)", "mesh-build-go failed→running",
+		"+mesh-build-go sha256:", "failed (status 1", "mesh-build-go failed→running",
 		"meshfold logs ace mesh-build-go", "missing broker credential", "broker credential found"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
