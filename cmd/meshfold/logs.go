@@ -37,7 +37,8 @@ operator role may use. Log lines never enter the event stream.
 holds). --follow then keeps printing new lines until interrupted.`,
 		Example: `  meshfold logs ace mesh-build-go
   meshfold logs ace mesh-build-go --tail 20 --follow`,
-		Args: cobra.ExactArgs(2),
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runLogs(cmd.Context(), a, args[0], args[1], o)
 		},

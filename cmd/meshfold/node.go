@@ -64,7 +64,8 @@ first.`,
   meshfold node ace --root /tmp/ace --runtime record     # start nothing, record what would run
   meshfold node ace --root / --state-dir /var/lib/meshfold/node-ace --resync 5m
   meshfold node ace --root /tmp/ace -s nats://10.0.0.1:4222 --creds ace.creds`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runNode(cmd, a, args[0], o)
 		},

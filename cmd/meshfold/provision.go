@@ -42,7 +42,8 @@ from the settled plan's provisioner account. Content is never logged.`,
 		Example: `  meshfold provision ace --from /srv/secrets/ace --account prov
   # with /srv/secrets/ace/mesh-build-go/run/mesh-build-go/broker.creds
   # holding the content of mesh-build-go's /run/mesh-build-go/broker.creds`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runProvision(cmd, a, args[0], o)
 		},
