@@ -3,6 +3,7 @@ package auth_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"sync/atomic"
@@ -30,11 +31,17 @@ func newBundle() (string, []byte) {
 }
 
 // setupBuilds pushes, as the operator, the bundle "fetch build" reads
-// (creating the bucket).
+// (creating the bucket): 4 MiB of random bytes.
 func setupBuilds(t *testing.T, s *secured) {
 	t.Helper()
 	_, js := s.mustConnect(t, "operator")
-	build, data := newBundle()
+	// Large enough to take many chunks (128 KiB each) with flow control,
+	// as a real bundle does.
+	data := make([]byte, 4<<20)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	build := bundle.BuildOf(data)
 	if _, _, err := bundle.NewStore(js, "").Push(testCtx(t), build, "matrix", bytes.NewReader(data)); err != nil {
 		t.Fatalf("operator pushing a bundle: %v", err)
 	}
