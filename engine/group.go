@@ -326,7 +326,13 @@ func (g *Group) Run(ctx context.Context) error {
 	if err := g.putMember(ctx); err != nil {
 		return err
 	}
-	if err := g.checkUngrouped(ctx); err != nil {
+	// The claim on the stream key may wait out a dead holder's (up to
+	// the TTL): the member key is kept alive meanwhile, or it would
+	// expire and an ungrouped reconciler could start beside the group.
+	stopKeeping := g.keepMember(ctx)
+	err := g.checkUngrouped(ctx)
+	stopKeeping()
+	if err != nil {
 		dctx, cancel := context.WithTimeout(work, g.opTimeout())
 		_ = g.kv.Delete(dctx, g.memberKey())
 		cancel()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -81,6 +82,30 @@ func liveMembers(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// keepMember puts the member key every TTL/4 until the returned stop is
+// called (stop waits for the last put).
+func (g *Group) keepMember(ctx context.Context) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(g.renewEvery())
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := g.putMember(ctx); err != nil {
+					g.log.Warn("membership not renewed while waiting for the stream lease", "err", err)
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }
 
 // checkUngrouped refuses to join while an ungrouped reconciler holds the
