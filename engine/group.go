@@ -321,6 +321,7 @@ func (g *Group) margin() time.Duration { return g.ttl / 10 }
 // renewed are revoked as lost.
 func (g *Group) Run(ctx context.Context) error {
 	defer close(g.quit)
+	defer g.flushOwnedLog()
 	work := context.WithoutCancel(ctx)
 	g.member, _ = json.Marshal(leaseValue{Group: g.cfg.Name, Instance: g.cfg.Instance, Since: time.Now().UTC()})
 	if err := g.putMember(ctx); err != nil {
@@ -655,6 +656,22 @@ func (g *Group) setOwned() {
 				g.log.Info("partitions owned", "count", len(g.owned), "partitions", g.owned)
 			}
 		})
+	}
+}
+
+// flushOwnedLog logs a pending change of the owned partitions at once,
+// so that nothing of the group logs after Run returns (a pending timer
+// that fires later finds it logged).
+func (g *Group) flushOwnedLog() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.logTimer != nil {
+		g.logTimer.Stop()
+		g.logTimer = nil
+	}
+	if !slices.Equal(g.owned, g.logged) {
+		g.logged = g.owned
+		g.log.Info("partitions owned", "count", len(g.owned), "partitions", g.owned)
 	}
 }
 
