@@ -196,7 +196,14 @@ func JoinGroup(ctx context.Context, js jetstream.JetStream, cfg GroupConfig) (*G
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	kv, ttl, err := openLeaseBucket(ctx, js, cfg.Stream, cfg.TTL, cfg.Logger)
+	var kv jetstream.KeyValue
+	var ttl time.Duration
+	// A freshly formed cluster answers "no response from stream" until
+	// the bucket's leader is elected: retried, as NewReconciler does.
+	err := retryTransient(ctx, func(ctx context.Context) (err error) {
+		kv, ttl, err = openLeaseBucket(ctx, js, cfg.Stream, cfg.TTL, cfg.Logger)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -494,7 +494,10 @@ func (p *partition) run(ctx context.Context) error {
 		case errors.As(err, &fe):
 			return err
 		case ctx.Err() != nil:
-			if err != nil {
+			// The final snapshot is written with a context of its own: a
+			// cancelled error is a session stopped while it started,
+			// which had nothing past its snapshot to write.
+			if err != nil && !errors.Is(err, context.Canceled) {
 				p.r.unsaved(p.id, err) // the final snapshot failed
 			}
 			return nil
