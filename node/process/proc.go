@@ -194,3 +194,46 @@ func waitExit(pid int, timeout time.Duration) bool {
 		}
 	}
 }
+
+// groupAlive reports whether a process other than a zombie is in process
+// group pgid (field 5 of /proc/<pid>/stat).
+func groupAlive(pgid int) bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	want := []byte(strconv.Itoa(pgid))
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(data, ')')
+		if i < 0 {
+			continue
+		}
+		f := bytes.Fields(data[i+1:])
+		// f[0] is the state (field 3), f[2] the process group (field 5).
+		if len(f) > 2 && f[0][0] != 'Z' && f[0][0] != 'X' && bytes.Equal(f[2], want) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitGroupGone waits up to timeout for every process of group pgid to
+// exit, looking every few milliseconds: there is no descriptor to wait on
+// for processes that are not this one's children.
+func waitGroupGone(pgid int, timeout time.Duration) bool {
+	end := time.Now().Add(timeout)
+	for groupAlive(pgid) {
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}

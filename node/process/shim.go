@@ -372,7 +372,13 @@ func (s *shim) start() (*proc, error) {
 				break
 			}
 		}
+		// What is left of its group goes with it, and is gone before the
+		// exit is reported: a stop is complete, and a restart does not
+		// meet the old process's descendants.
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		if !waitGroupGone(p.pid, 5*time.Second) {
+			s.log.Warn("shim: the module's process group outlived SIGKILL", "pgid", p.pid)
+		}
 		err := cmd.Wait()
 		p.exited <- describeExit(cmd, err)
 	}()
