@@ -652,6 +652,10 @@ func (r *Runtime) Status(name string) (Status, bool) {
 	return m.st, true
 }
 
+// fillWakeTimeout bounds how long a fill waits for the module's shim to
+// take the wake.
+const fillWakeTimeout = 2 * time.Second
+
 // Filled tells module's shim that one of its filled files was written: a
 // module waiting out its backoff starts at once, a running one gets its
 // manifest's on_fill action. It returns without waiting for either.
@@ -662,6 +666,10 @@ func (r *Runtime) Filled(ctx context.Context, name string) {
 	if m == nil {
 		return
 	}
+	// The fill's reply waits for this: a shim that does not answer within
+	// a moment is not waited for (it is restarted when its watch ends).
+	ctx, cancel := context.WithTimeout(ctx, fillWakeTimeout)
+	defer cancel()
 	if _, err := r.ask(ctx, m, opWake); err != nil {
 		r.log.Warn("fill not passed to the module's shim", "module", name, "err", err)
 	}
