@@ -624,3 +624,29 @@ func TestStartTimeTellsRecycledPID(t *testing.T) {
 		t.Errorf("pid 0: %v", err)
 	}
 }
+
+// A process that ran at least Backoff.Reset starts the backoff over: a
+// module that always runs a while before it exits waits Initial every
+// time, where one that crashes at once waits longer each time.
+func TestBackoffResetAfterARun(t *testing.T) {
+	e := newEnv(t, Backoff{Initial: 10 * time.Millisecond, Max: time.Second, Reset: 50 * time.Millisecond})
+	e.script("sha256:a", `sleep 0.1; exit 2`, bundle.Manifest{})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "job", Build: "sha256:a"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, r, "three restarts", func() bool { return status(t, r, "job").Restarts >= 3 })
+	page, err := r.Logs(ctx(t), "job", node.LogQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waits []string
+	for _, l := range page.Lines {
+		if _, w, ok := strings.Cut(l, "next start in "); ok {
+			waits = append(waits, w)
+		}
+	}
+	if len(waits) < 3 || !equal(waits[:3], []string{"10ms", "10ms", "10ms"}) {
+		t.Errorf("restart waits %v, want 10ms each: every run lasted past the reset", waits)
+	}
+}
