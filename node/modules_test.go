@@ -2,13 +2,19 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
@@ -160,5 +166,63 @@ func TestHavesOnChangesAtMostOneAnInterval(t *testing.T) {
 		if d := haves[i].Event.Time.Sub(haves[i-1].Event.Time); d < every {
 			t.Errorf("haves %d and %d are %s apart in the stream, want at least %s", i-1, i, d, every)
 		}
+	}
+}
+
+// logRuntime is a DirRuntime whose modules "printed" fixed lines.
+type logRuntime struct {
+	*DirRuntime
+}
+
+func (logRuntime) Logs(_ context.Context, module string, q LogQuery) (LogPage, error) {
+	if module != "alpha" {
+		return LogPage{}, fmt.Errorf("%w %q", ErrNoModule, module)
+	}
+	return LogPage{Lines: []string{"hello", "tail=" + strconv.Itoa(q.Tail)}, Cursor: "1:2"}, nil
+}
+
+// The logs endpoint serves a LogReader runtime's pages, says which module
+// is unknown, and says so when the runtime captures nothing.
+func TestLogsEndpoint(t *testing.T) {
+	e := newEnv(t)
+	ask := func(module string) LogsReply {
+		t.Helper()
+		body, _ := json.Marshal(LogsRequest{Module: module, LogQuery: LogQuery{Tail: 7}})
+		var r LogsReply
+		deadline := time.Now().Add(wait)
+		for {
+			msg, err := e.nc.Request(LogsSubject(e.cfg.Prefix, "ace"), body, wait)
+			if errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond) // poll interval while the service registers, not synchronisation
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(msg.Data, &r); err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+	}
+	dir := t.TempDir()
+	dr, err := NewDirRuntime(filepath.Join(dir, "records"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.startAgentIn(t, "ace", filepath.Join(dir, "root"), filepath.Join(dir, "state"), logRuntime{dr})
+	if r := ask("alpha"); r.Error != "" || strings.Join(r.Lines, "|") != "hello|tail=7" || r.Cursor != "1:2" {
+		t.Errorf("logs of alpha: %+v", r)
+	}
+	if r := ask("bravo"); !strings.Contains(r.Error, "no such module") {
+		t.Errorf("logs of an unknown module: %+v", r)
+	}
+	if r := ask("Bad!"); !strings.Contains(r.Error, "bad logs request") {
+		t.Errorf("logs of a bad name: %+v", r)
+	}
+	a.stop()
+	e.startAgent(t, "ace", nil) // a DirRuntime captures nothing
+	if r := ask("alpha"); !strings.Contains(r.Error, "captures no output") {
+		t.Errorf("logs from a recording runtime: %+v", r)
 	}
 }
