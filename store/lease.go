@@ -187,6 +187,9 @@ func (l *Lease) claim(ctx context.Context) error {
 		var h Holder
 		_ = json.Unmarshal(e.Value(), &h)
 		switch {
+		case h.Token == l.holder.Token:
+			l.rev = e.Revision() // our own create, whose reply came after its deadline
+			return nil
 		case first == 0:
 			first, other, waiting = e.Revision(), h, time.Now()
 			l.log.Info("lease held: waiting for a renewal (alive) or its expiry (dead)", "key", l.key, "ttl", l.ttl,
@@ -312,7 +315,26 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	rev := l.rev
 	l.mu.Unlock()
-	if err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(rev)); err != nil {
+	err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(rev))
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		// Not at the revision held: a renewal the server stored but whose
+		// reply came after its deadline left rev behind. The key is still
+		// ours if it holds our token; a successor's is left alone.
+		e, gerr := l.kv.Get(ctx, l.key)
+		switch {
+		case errors.Is(gerr, jetstream.ErrKeyNotFound):
+			return nil // expired already
+		case gerr != nil:
+			return fmt.Errorf("release lease %s: %w", l.key, gerr)
+		}
+		var h Holder
+		_ = json.Unmarshal(e.Value(), &h)
+		if h.Token != l.holder.Token {
+			return nil
+		}
+		err = l.kv.Delete(ctx, l.key, jetstream.LastRevision(e.Revision()))
+	}
+	if err != nil {
 		return fmt.Errorf("release lease %s: %w", l.key, err)
 	}
 	return nil

@@ -80,6 +80,64 @@ func TestLeaseReleaseFreesTheKey(t *testing.T) {
 	}
 }
 
+// A renewal the server stored but whose reply came after its deadline
+// leaves the holder a revision behind its key: Release still deletes
+// the key, which holds its token, so the next claim (and a watcher)
+// sees it released at once, not after the TTL. The bucket's TTL is a
+// minute so that no renewal tick mends the revision first.
+func TestLeaseReleasedAfterALateRenewal(t *testing.T) {
+	_, _, js := storetest.Start(t)
+	ctx := testCtx(t)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "MESH_NODES", History: 1, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := store.AcquireLease(ctx, kv, "ace", store.NewHolder("node", "ace"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, "ace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(ctx, "ace", e.Value(), e.Revision()); err != nil { // the late renewal
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, "ace"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("after Release: %v, want the key deleted", err)
+	}
+}
+
+// A claim whose create the server stored but whose reply came after its
+// deadline finds its own token in the key when it tries again: it holds
+// the lease, at once, instead of waiting out a "holder" that is itself.
+func TestLeaseClaimFindsItsOwnKey(t *testing.T) {
+	kv := leaseBucket(t)
+	ctx := testCtx(t)
+	h := store.NewHolder("node", "ace")
+	own, _ := json.Marshal(h)
+	if _, err := kv.Create(ctx, "ace", own); err != nil { // the late create
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l, err := store.AcquireLease(ctx, kv, "ace", h, nil)
+	if err != nil {
+		t.Fatalf("claim over its own key: %v", err)
+	}
+	if waited := time.Since(start); waited > l.TTL()/2 {
+		t.Errorf("the claim waited %s over its own key (TTL %s)", waited, l.TTL())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, "ace"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("after Release: %v, want the key deleted", err)
+	}
+}
+
 // The lease of a holder that died (its key is never renewed) is taken
 // once the key expires, within about the bucket's TTL.
 func TestLeaseOfADeadHolderIsTakenAfterItsTTL(t *testing.T) {

@@ -59,6 +59,9 @@ func startMeshfold(t *testing.T, args ...string) *meshfoldProcess {
 			_ = cmd.Process.Kill() // by pid: the process this test started
 			<-p.done
 		}
+		if t.Failed() {
+			t.Logf("pid %d (%s) said:\n%s", cmd.Process.Pid, strings.Join(args, " "), p.stderr.String())
+		}
 	})
 	return p
 }
