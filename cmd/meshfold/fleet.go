@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
@@ -97,6 +98,12 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		}
 		for i := range rows {
 			rows[i].SetWarnings(counts[rows[i].Node])
+		}
+		// The fleet-wide journal: events no node's journal can hold (on
+		// subjects that name no valid node, aged out before folded).
+		if n := counts[events.FleetNode]; n > 0 {
+			fmt.Fprintf(a.stderr, "note: the fleet journal (%s) has %d entries at warn or error in the last %s: meshfold audit cannot show them; read them with nats stream get or subscribe\n",
+				cfg.Subjects().Event(events.FleetNode, events.KindJournal), n, warnings)
 		}
 	}
 	if !all {

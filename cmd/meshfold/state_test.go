@@ -126,9 +126,17 @@ func TestFleetCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An entry of the fleet-wide journal is said on stderr.
+	if _, err := pub.Append(ctx, events.FleetNode, events.Stamp(&events.Journal{Level: events.LevelError, Msg: "1 event(s) on subjects that name no valid node", Cause: 1}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+
 	out, errOut, code := m.cli(t, "fleet")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "fleet journal (mesh._fleet.journal) has 1 entries") {
+		t.Errorf("stderr does not tell the fleet journal's entry: %q", errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 5 || !strings.HasPrefix(lines[0], "NODE") || !strings.HasPrefix(lines[1], "broken ") ||
