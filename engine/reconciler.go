@@ -190,7 +190,7 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 		if snaps, err = store.OpenSnapshots(ctx, js, scfg); err != nil {
 			return err
 		}
-		key, err = snaps.EffectKey(ctx)
+		key, err = store.EffectKey(ctx, js, scfg, snaps)
 		return err
 	})
 	if err != nil {

@@ -256,7 +256,7 @@ func (g *rig) verify(live nodeStates) (knocks int) {
 		}
 		stable = len(g.all()) == len(msgs)
 	}
-	key, err := snaps.EffectKey(context.Background())
+	key, err := store.EffectKey(context.Background(), g.js, g.cfg, snaps)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -454,6 +454,70 @@ func TestReconcilerPastDedupWindow(t *testing.T) {
 	rn2 := g.start(engine.Faults{})
 	if k := g.verify(rn2.r); k != 1 {
 		t.Fatalf("%d knocks, want 1", k)
+	}
+}
+
+// TestReconcilerRefoldAfterSnapshotBucketDeleted: an operator deletes the
+// snapshot bucket to force a refold, beyond the dedup window. The refold
+// recognises every stored effect (the key of their ids is kept apart from
+// the snapshots): no effect is published twice, and nothing is journaled
+// as an error (issue 17).
+func TestReconcilerRefoldAfterSnapshotBucketDeleted(t *testing.T) {
+	g := newRig(t, store.StreamConfig{Duplicates: time.Second})
+	rn := g.start(engine.Faults{})
+	for _, n := range []string{"ace", "bob"} {
+		g.incident1(n)
+	}
+	// Plans the node never settles: a refold must not publish the older
+	// ones after the newer.
+	for i := range 3 {
+		w := provAndBroker()
+		w.Modules[1].Build = fmt.Sprintf("g:%d", i+2)
+		g.planFor("ace", g.append("ace", w))
+	}
+	eventually(t, "the knocks", func() bool { return g.knocksOf("ace") == 1 && g.knocksOf("bob") == 1 })
+	g.verify(rn.r)
+	rn.stop(t)
+	errorsJournaled := func() int {
+		n := 0
+		for _, m := range g.all() {
+			if j, ok := m.Event.Payload.(*events.Journal); ok && j.Level == events.LevelError {
+				n++
+			}
+		}
+		return n
+	}
+	if n := errorsJournaled(); n != 0 {
+		t.Fatalf("%d errors journaled before the refold", n)
+	}
+	before := len(g.all())
+	// Past the dedup window: a probe id is stored again.
+	probe := func() store.Ack {
+		a, err := g.pub.Append(context.Background(), "probe", events.Stamp(&events.Approve{Module: "m", Build: "b", By: "t"}, at0), store.WithMsgID("probe"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	probe()
+	deadline := time.Now().Add(20 * time.Second)
+	for probe().Duplicate {
+		if time.Now().After(deadline) {
+			t.Fatal("the dedup window never passed")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	before += 2 // the probes
+	if err := g.js.DeleteKeyValue(context.Background(), g.cfg.Name+store.SnapshotBucketSuffix); err != nil {
+		t.Fatal(err)
+	}
+	rn2 := g.start(engine.Faults{})
+	g.verify(rn2.r) // waits for the refold to reach the stream's end
+	if n := errorsJournaled(); n != 0 {
+		t.Errorf("%d errors journaled by the refold", n)
+	}
+	if after := len(g.all()); after != before {
+		t.Errorf("the refold appended %d messages", after-before)
 	}
 }
 

@@ -15,28 +15,75 @@ import (
 
 // Effect message ids: the reconciler signs each effect's id so that no
 // other publisher can take it first (docs/architecture.md, "Exactly-once
-// effects"). The key lives in the snapshot bucket, which nodes and
-// provisioners cannot read.
+// effects"). The key lives in a bucket of its own, <stream>_KEYS, apart
+// from the snapshots: deleting the snapshot bucket to force a refold must
+// not lose it, or the refold would recognise none of the stored effects
+// and publish them all again (issue 17). Only reconcilers may read it.
 
-// effectKeyName is the snapshot bucket's key holding the reconciler's
-// effect-id key.
+// EffectKeyBucketSuffix is appended to the stream name to name the bucket
+// of the reconcilers' keys: MESH → MESH_KEYS.
+const EffectKeyBucketSuffix = "_KEYS"
+
+// effectKeyName is the key, in the keys bucket and (before issue 17) in
+// the snapshot bucket, holding the reconciler's effect-id key.
 const effectKeyName = "effect-key"
 
 // EffectKey returns the key that signs the reconciler's effect message
-// ids (see [EffectMsgID]), creating it (32 random bytes) on first use.
-// Every reconciler of the stream shares it; roles without read access to
-// the snapshot bucket (nodes, provisioners) cannot learn it.
+// ids (see [EffectMsgID]), 32 bytes, from the bucket <stream>_KEYS
+// (created with the stream's replica count when missing). When that
+// bucket has no key yet, the key a deployment from before the bucket
+// kept in its snapshot bucket (snaps; nil: none) is moved there, so its
+// stored effects keep their ids; only when neither has one is a new key
+// made (32 random bytes). Every reconciler of the stream shares it;
+// roles without read access to the keys bucket (every role but the
+// reconciler) cannot learn it.
 //
-// Errors: the bucket's errors; a stored key of the wrong size.
-func (s *Snapshots) EffectKey(ctx context.Context) ([]byte, error) {
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return nil, fmt.Errorf("effect key: %w", err)
+// Errors: the buckets' errors; a stored key of the wrong size.
+func EffectKey(ctx context.Context, js jetstream.JetStream, streamCfg StreamConfig, snaps *Snapshots) ([]byte, error) {
+	cfg := streamCfg.WithDefaults()
+	bucket := cfg.Name + EffectKeyBucketSuffix
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      bucket,
+			Description: "meshfold reconcilers' keys of stream " + cfg.Name + ": effect-key signs effect message ids",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, bucket) // created concurrently
+		}
 	}
-	if _, err := s.kv.Create(ctx, effectKeyName, key); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, fmt.Errorf("effect key: %w", err)
+	if err != nil {
+		return nil, fmt.Errorf("effect key: bucket %s: %w", bucket, err)
 	}
-	e, err := s.kv.Get(ctx, effectKeyName)
+	e, err := kv.Get(ctx, effectKeyName)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		var key []byte
+		if snaps != nil {
+			old, err := snaps.kv.Get(ctx, effectKeyName)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+			case err != nil:
+				return nil, fmt.Errorf("effect key: the snapshot bucket's: %w", err)
+			default:
+				key = old.Value()
+			}
+		}
+		if key == nil {
+			key = make([]byte, 32)
+			if _, err := rand.Read(key); err != nil {
+				return nil, fmt.Errorf("effect key: %w", err)
+			}
+		}
+		// Create, not put: of two reconcilers starting at once, the first
+		// key stored wins and both read it back.
+		if _, err := kv.Create(ctx, effectKeyName, key); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("effect key: %w", err)
+		}
+		e, err = kv.Get(ctx, effectKeyName)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("effect key: %w", err)
 	}

@@ -36,7 +36,8 @@ import (
 // snapshot bucket, gets ace's state and lists every state (state, fleet);
 // "write snapshots" puts ace's state; "write leases" opens (creating it
 // the first time) the lease bucket of reconciler groups and puts a lease;
-// "ask state" asks the reconciler's state service about ace; "ask fold"
+// "read effect key" opens the keys bucket (creating it the first time)
+// and reads the key that signs effect message ids; "ask state" asks the reconciler's state service about ace; "ask fold"
 // asks it for ace's whole folded state (want --dry-run); "request
 // logs" asks ace's agent for a module's output and "serve logs" listens
 // on that subject (`meshfold logs`, operator only); "push
@@ -87,6 +88,7 @@ serve logs ace            -         -          -        ok         -            
 read snapshots            ok        -          ok       -          -            -       ok
 write snapshots           ok        -          -        -          -            -        -
 write leases              ok        -          -        -          -            -        -
+read effect key           ok        -          -        -          -            -        -
 hold node lease ace       -         -          -        ok         -            -        -
 hold node lease shanks    -         -          -        -          -            ok       -
 get node lease ace        ok        -          ok       ok         -            -        -
@@ -187,6 +189,10 @@ func actions(cfg store.StreamConfig) map[string]action {
 			return err
 		}
 		return snaps.PutNode(ctx, subj.Partition("ace"), "ace", []byte(`{}`))
+	}
+	acts["read effect key"] = func(ctx context.Context, c *cell) error {
+		_, err := store.EffectKey(ctx, c.js, c.cfg, nil)
+		return err
 	}
 	acts["write leases"] = func(ctx context.Context, c *cell) error {
 		bucket := c.cfg.Name + "_LEASES"

@@ -147,6 +147,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	kv := "KV_" + s + store.SnapshotBucketSuffix
 	bucket := s + store.SnapshotBucketSuffix
 	leases := s + leaseBucketSuffix
+	keys := s + store.EffectKeyBucketSuffix  // the reconcilers' effect-id key: theirs alone
 	nodes := s + store.NodeLeaseBucketSuffix // node agents' leases, keyed by node
 	nodesKV := "KV_" + nodes
 	api := func(format string, args ...any) string { return jsAPI + "." + fmt.Sprintf(format, args...) }
@@ -181,8 +182,8 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	switch r {
 	case RoleReconciler:
 		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"),
-			"$KV."+bucket+".>", "$KV."+leases+".>", api("INFO"))
-		for _, st := range []string{s, kv, "KV_" + leases, nodesKV} {
+			"$KV."+bucket+".>", "$KV."+leases+".>", "$KV."+keys+".>", api("INFO"))
+		for _, st := range []string{s, kv, "KV_" + leases, nodesKV, "KV_" + keys} {
 			readStream(st)
 			p.Pub.Allow.Add(api("STREAM.CREATE.%s", st), api("STREAM.UPDATE.%s", st), api("STREAM.MSG.GET.%s", st),
 				api("DIRECT.GET.%s", st), api("DIRECT.GET.%s.>", st),
