@@ -359,7 +359,7 @@ func chaosVerify(t *testing.T, ctx context.Context, js jetstream.JetStream, stre
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := snaps.EffectKey(ctx)
+	key, err := store.EffectKey(ctx, js, cfg, snaps)
 	if err != nil {
 		t.Fatal(err)
 	}
