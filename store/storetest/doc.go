@@ -1,5 +1,9 @@
 // Package storetest starts a real embedded nats-server with JetStream for
 // the tests of any package: a random loopback port, storage in
-// t.TempDir(), everything closed by t.Cleanup. It is a library for tests,
-// not a test itself.
+// t.TempDir(), everything closed by t.Cleanup. [StartCluster] starts an
+// in-process cluster whose servers stop gracefully; [StartProcCluster]
+// starts nats-server processes (built once from this module's version
+// into os.TempDir()/meshfold-storetest and reused) that a test kills with
+// SIGKILL by pid, so that their peers see a crash and hold an election.
+// It is a library for tests, not a test itself.
 package storetest
