@@ -237,3 +237,14 @@ func waitGroupGone(pgid int, timeout time.Duration) bool {
 	}
 	return true
 }
+
+// bootNanos is CLOCK_BOOTTIME in nanoseconds: monotonic, and the same in
+// every process of the host (the agent stamps a fill with it, the shim a
+// start).
+func bootNanos() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano()
+}

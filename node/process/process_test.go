@@ -650,3 +650,33 @@ func TestBackoffResetAfterARun(t *testing.T) {
 		t.Errorf("restart waits %v, want 10ms each: every run lasted past the reset", waits)
 	}
 }
+
+// A fill written before the running process started (the race of a
+// backoff's timer with the fill's wake) gives it no on_fill action: it
+// saw the file. A later fill restarts it.
+func TestFillBeforeStartGivesNoAction(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	if err := os.WriteFile(filepath.Join(e.cfg.Root, "cred"), []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.script("sha256:re", needsCred, bundle.Manifest{OnFill: "restart"})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "re", Build: "sha256:re"}); err != nil {
+		t.Fatal(err)
+	}
+	first := status(t, r, "re")
+	// A wake stamped before the process started, as one delayed behind
+	// the timer's restart would be.
+	if _, err := r.send(ctx(t), r.mods["re"], request{Op: opWake, At: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, r, "re", "meshfold: a filled file was written before this process started: no on_fill action")
+	if st := status(t, r, "re"); st.PID != first.PID || st.Restarts != 0 {
+		t.Fatalf("a stale fill restarted the module: %+v", st)
+	}
+	r.Filled(ctx(t), "re")
+	waitFor(t, r, "on_fill restart", func() bool {
+		st := status(t, r, "re")
+		return st.State == events.Running && st.PID != first.PID
+	})
+}

@@ -566,6 +566,11 @@ func (r *Runtime) stopShim(ctx context.Context, m *module) error {
 
 // ask sends op to m's shim on a new connection and returns its reply.
 func (r *Runtime) ask(ctx context.Context, m *module, op string) (Status, error) {
+	return r.send(ctx, m, request{Op: op})
+}
+
+// send sends req to m's shim on a new connection and returns its reply.
+func (r *Runtime) send(ctx context.Context, m *module, req request) (Status, error) {
 	c, err := dialUnix(m.dir, sockFile)
 	if err != nil {
 		return Status{}, err
@@ -573,7 +578,7 @@ func (r *Runtime) ask(ctx context.Context, m *module, op string) (Status, error)
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
-	if err := json.NewEncoder(c).Encode(request{Op: op}); err != nil {
+	if err := json.NewEncoder(c).Encode(req); err != nil {
 		return Status{}, err
 	}
 	var st Status
@@ -668,9 +673,12 @@ func (r *Runtime) Filled(ctx context.Context, name string) {
 	}
 	// The fill's reply waits for this: a shim that does not answer within
 	// a moment is not waited for (it is restarted when its watch ends).
+	// The file is written before Filled is called: a process the shim
+	// starts after this moment saw it and gets no on_fill action.
+	at := bootNanos()
 	ctx, cancel := context.WithTimeout(ctx, fillWakeTimeout)
 	defer cancel()
-	if _, err := r.ask(ctx, m, opWake); err != nil {
+	if _, err := r.send(ctx, m, request{Op: opWake, At: at}); err != nil {
 		r.log.Warn("fill not passed to the module's shim", "module", name, "err", err)
 	}
 }

@@ -61,6 +61,7 @@ type shim struct {
 	st       Status
 	watchers map[chan Status]struct{}
 	wakes    uint64 // fills seen; the loop compares against the count at start
+	wokeAt   int64  // the newest fill's time (boottime ns, the agent's clock and ours), 0 if unknown
 
 	replies sync.WaitGroup // stop requests not answered yet
 
@@ -172,6 +173,7 @@ func (s *shim) serve(c *net.UnixConn) {
 	case opWake:
 		s.mu.Lock()
 		s.wakes++
+		s.wokeAt = max(s.wokeAt, req.At)
 		st := s.st
 		s.mu.Unlock()
 		select {
@@ -328,6 +330,7 @@ type proc struct {
 	cmd    *exec.Cmd
 	pid    int
 	start  uint64
+	began  int64       // boottime ns taken just before the exec: the process opens any file after it
 	exited chan string // the exit description, once the group is killed and the process reaped
 }
 
@@ -350,13 +353,14 @@ func (s *shim) start() (*proc, error) {
 	if u := sp.User; u != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
 	}
+	began := bootNanos()
 	err = cmd.Start()
 	_ = w.Close()
 	if err != nil {
 		_ = r.Close()
 		return nil, err
 	}
-	p := &proc{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan string, 1)}
+	p := &proc{cmd: cmd, pid: cmd.Process.Pid, began: began, exited: make(chan string, 1)}
 	p.start, _ = startTime(p.pid)
 	if err := writeJSON(s.dir, moduleFile, identity{PID: p.pid, Start: p.start}); err != nil {
 		s.log.Warn("shim: module identity not recorded", "err", err)
@@ -399,11 +403,17 @@ func (s *shim) wait(p *proc, seen uint64) (exit string, stopped bool) {
 			return s.terminate(p), true
 		case <-s.wake:
 			s.mu.Lock()
-			fresh := s.wakes > seen
+			// A fill that was written before this process started (by the
+			// clock both sides share, else by the count at its start) is
+			// one it saw: no action.
+			fresh := s.wakes > seen && (s.wokeAt == 0 || s.wokeAt > p.began)
 			seen = s.wakes
 			s.mu.Unlock()
 			if !fresh {
-				continue // the fill came before this process started: it saw the file
+				if s.spec.OnFillRestart || s.spec.OnFillSignal != 0 {
+					s.note("a filled file was written before this process started: no on_fill action")
+				}
+				continue
 			}
 			switch {
 			case s.spec.OnFillRestart:

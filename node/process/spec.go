@@ -103,6 +103,9 @@ type Status struct {
 // request is one line the runtime sends a shim.
 type request struct {
 	Op string `json:"op"` // opStatus, opWatch, opWake, opStop
+	// At is, for a wake, when the fill was known written: CLOCK_BOOTTIME
+	// in nanoseconds, a clock every process of the host shares.
+	At int64 `json:"at,omitempty"`
 }
 
 const (
