@@ -32,11 +32,15 @@ type session struct {
 	// is written.
 	recovering bool
 	rec        *recovery
-	dirty      map[string]*reconcile.State
-	revs       map[string]uint64 // each node key's snapshot revision, as last seen
-	pending    []pendingAck
-	since      int // events folded since the checkpoint
-	in         *interner
+	// readAll holds when the read began at or before the stream's first
+	// message: every stored message of the partition up to the read's
+	// position is seen.
+	readAll bool
+	dirty   map[string]*reconcile.State
+	revs    map[string]uint64 // each node key's snapshot revision, as last seen
+	pending []pendingAck
+	since   int // events folded since the checkpoint
+	in      *interner
 	// tooBig holds the nodes whose snapshot is a marker (their state is
 	// over the server's max_payload): journaled once.
 	tooBig map[string]bool
@@ -77,7 +81,7 @@ func (p *partition) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck, in: in,
+	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck, readAll: ck < first, in: in,
 		rec: newRecovery(), dirty: map[string]*reconcile.State{}, revs: revs, tooBig: tooBig}
 	p.folded.Store(ck)
 	if first > ck+1 && last >= first {
@@ -237,20 +241,76 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 }
 
 // endRecovery publishes the deferred effects that were not seen stored,
-// in order, each fenced by its subject's last sequence, and leaves
-// recovery.
+// each fenced by its subject's last sequence (Nats-Expected-Last-Subject-
+// Sequence), and leaves recovery. Effects of different subjects do not
+// wait for each other: they go in waves, each wave the first unpublished
+// effect of every subject, sent asynchronously (at most recoveryWindow in
+// flight) and all acknowledged before the next, which is fenced behind
+// them. So a subject's effects are stored in order, each behind the one
+// before, as one at a time stored them; a cold refold that publishes its
+// plans costs a round trip per plan of the busiest node instead of two
+// per effect (issue 17).
 func (s *session) endRecovery(ctx context.Context) error {
 	r := s.p.r
+	todo := make([]reconcile.Effect, 0, len(s.rec.deferred))
 	for _, e := range s.rec.deferred {
-		id := store.EffectMsgID(r.key, e.ID())
 		if s.rec.stored(e) {
 			r.m.Skipped.Inc()
 			continue
 		}
+		todo = append(todo, e)
+	}
+	busy := map[effectKey]bool{}
+	for len(todo) > 0 {
+		var wave, rest []reconcile.Effect
+		clear(busy)
+		for _, e := range todo {
+			k := effectKey{e.Node, e.Kind}
+			if busy[k] {
+				rest = append(rest, e)
+				continue
+			}
+			busy[k] = true
+			wave = append(wave, e)
+		}
+		for len(wave) > 0 {
+			n := min(len(wave), recoveryWindow)
+			if err := s.publishFenced(ctx, wave[:n]); err != nil {
+				return err
+			}
+			wave = wave[n:]
+		}
+		todo = rest
+	}
+	s.recovering = false
+	s.rec = nil
+	return nil
+}
+
+// recoveryWindow bounds the fenced publishes of endRecovery in flight,
+// below the client's default limit of 4000 pending async publishes.
+const recoveryWindow = 1024
+
+// publishFenced sends effects of distinct subjects, each fenced by its
+// subject's last sequence, and waits for every ack.
+func (s *session) publishFenced(ctx context.Context, effs []reconcile.Effect) error {
+	r := s.p.r
+	type sent struct {
+		e     reconcile.Effect
+		id    string
+		fence uint64
+		f     jetstream.PubAckFuture
+		at    time.Time
+	}
+	out := make([]sent, 0, len(effs))
+	for _, e := range effs {
+		id := store.EffectMsgID(r.key, e.ID())
 		fence, known := s.rec.fence(e)
-		if !known {
+		if !known && !s.readAll {
 			// Nothing on the subject since the checkpoint: its last
-			// message, if any, is older.
+			// message, if any, is older. (When the read began at the
+			// stream's first message, there is none: 0, and a message a
+			// second writer stored since makes the publish fail.)
 			m, err := store.LastMsg(ctx, r.stream, r.subj, e.Node, e.Kind)
 			switch {
 			case errors.Is(err, store.ErrNoMessage):
@@ -263,8 +323,7 @@ func (s *session) endRecovery(ctx context.Context) error {
 		if err := s.p.lost(); err != nil {
 			return err
 		}
-		start := time.Now()
-		ack, err := r.pub.Append(ctx, e.Node, e.Payload, r.publishOpts(e, id, store.WithExpectLastSubjectSeq(fence))...)
+		f, err := r.pub.AppendAsync(ctx, e.Node, e.Payload, r.publishOpts(e, id, store.WithExpectLastSubjectSeq(fence))...)
 		if store.Permanent(err) {
 			if err := s.poisoned(ctx, e, err); err != nil {
 				return err
@@ -274,15 +333,35 @@ func (s *session) endRecovery(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("publish %s (fenced at %d): %w", id, fence, err)
 		}
-		r.m.Publishing.Observe(time.Since(start).Seconds())
-		if !ack.Duplicate {
-			s.rec.published(e, ack.Seq)
-			r.m.Effects.WithLabelValues(string(e.Kind)).Inc()
-			r.logJournal(e)
-		}
+		out = append(out, sent{e: e, id: id, fence: fence, f: f, at: time.Now()})
 	}
-	s.recovering = false
-	s.rec = nil
+	timer := time.NewTimer(ackTimeout)
+	defer timer.Stop()
+	for _, x := range out {
+		select {
+		case ack := <-x.f.Ok():
+			r.m.Publishing.Observe(time.Since(x.at).Seconds())
+			if !ack.Duplicate {
+				s.rec.published(x.e, ack.Sequence)
+				r.m.Effects.WithLabelValues(string(x.e.Kind)).Inc()
+				r.logJournal(x.e)
+			}
+		case err := <-x.f.Err():
+			err = store.ServerError(err)
+			if store.Permanent(err) {
+				if err := s.poisoned(ctx, x.e, err); err != nil {
+					return err
+				}
+				break
+			}
+			return fmt.Errorf("publish %s (fenced at %d): %w", x.id, x.fence, err)
+		case <-timer.C:
+			return fmt.Errorf("publish %s (fenced at %d): no acknowledgement within %s", x.id, x.fence, ackTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		timer.Reset(ackTimeout)
+	}
 	return nil
 }
 
