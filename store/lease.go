@@ -315,27 +315,30 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	rev := l.rev
 	l.mu.Unlock()
-	err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(rev))
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-		// Not at the revision held: a renewal the server stored but whose
-		// reply came after its deadline left rev behind. The key is still
-		// ours if it holds our token; a successor's is left alone.
-		e, gerr := l.kv.Get(ctx, l.key)
+	// Not at the revision held: a renewal the server stored but whose
+	// reply came after its deadline left rev behind. The key is still
+	// ours if it holds our token (read again: a replica answering a
+	// direct get may lag by a revision); a successor's is left alone.
+	for attempt := 0; ; attempt++ {
+		err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(rev))
+		if err == nil {
+			return nil
+		}
+		if attempt == 3 || !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("release lease %s: %w", l.key, err)
+		}
+		e, err := l.kv.Get(ctx, l.key)
 		switch {
-		case errors.Is(gerr, jetstream.ErrKeyNotFound):
+		case errors.Is(err, jetstream.ErrKeyNotFound):
 			return nil // expired already
-		case gerr != nil:
-			return fmt.Errorf("release lease %s: %w", l.key, gerr)
+		case err != nil:
+			return fmt.Errorf("release lease %s: %w", l.key, err)
 		}
 		var h Holder
 		_ = json.Unmarshal(e.Value(), &h)
 		if h.Token != l.holder.Token {
 			return nil
 		}
-		err = l.kv.Delete(ctx, l.key, jetstream.LastRevision(e.Revision()))
+		rev = e.Revision()
 	}
-	if err != nil {
-		return fmt.Errorf("release lease %s: %w", l.key, err)
-	}
-	return nil
 }
