@@ -55,7 +55,12 @@ func (p *reconcileProc) stop(t *testing.T) int {
 func TestReconcileGroupOnCluster(t *testing.T) {
 	c := storetest.StartCluster(t, 3)
 	_, js := c.Connect(t)
-	common := []string{"--server", c.URLs(), "--replicas", "3", "--group", "g", "--lease-ttl", "2s", "--snapshot-interval", "50ms",
+	// The default lease TTL: every handover here is graceful (a joins,
+	// a leaves) and waits on no expiry, while a 2 s TTL was shorter than
+	// the loaded cluster's stalls (renewals timed out for 3 s), so both
+	// instances lost their leases mid-test and a state asked then came
+	// from the snapshot.
+	common := []string{"--server", c.URLs(), "--replicas", "3", "--group", "g", "--snapshot-interval", "50ms",
 		"--signing-key", filepath.Join(t.TempDir(), signingKeyFile)}
 	a := startReconcile(t, append(common, "--instance", "a")...)
 	// b joins once a runs, as a second instance joins a running group; the
