@@ -188,18 +188,23 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	r, p := s.p.r, s.p
 	seq := meta.Sequence.Stream
 	start := time.Now()
-	ev, err := r.subj.DecodeEvent(msg.Subject(), msg.Data(), seq, meta.Timestamp)
+	node, kind, err := r.subj.Parse(msg.Subject())
 	if err != nil {
 		r.badSubject(ctx, seq, msg.Subject())
 		return nil
 	}
-	if ev.Kind.Effect() && s.recovering {
+	if kind.Effect() && s.recovering {
 		id, valid := store.EffectIDOf(r.key, msg.Headers().Get(jetstream.MsgIDHeader))
-		s.rec.seen(ev.Node, ev.Kind, seq, id, valid)
+		s.rec.seen(node, kind, seq, id, valid)
 	}
-	if !ev.Kind.Input() {
-		return nil // knocks and journal entries: the reconciler's own notes, not inputs of the fold
+	if !kind.Input() {
+		// Knocks and journal entries: the reconciler's own notes, not
+		// inputs of the fold; their payloads are not even decoded (a
+		// cold catch-up read every one of them, issue 17).
+		return nil
 	}
+	ev := events.Event{Seq: seq, Time: meta.Timestamp, Node: node, Kind: kind}
+	ev.Payload, ev.Err = events.Decode(kind, msg.Data())
 	if ev.Kind == events.KindPlan && r.cfg.Own != nil {
 		if err := r.cfg.Own.Verify(ev.Node, ev.Kind, msg.Headers(), msg.Data()); err != nil {
 			ev.Foreign = true

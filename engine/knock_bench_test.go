@@ -1,0 +1,157 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/meshfold/meshfold/engine"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// knockLoad is the rate of other nodes' haves published while
+// BenchmarkKnockLatency measures (issue 17 asks for 50,000/s; the rate
+// reached is reported, and on this 2-core machine the publisher, the
+// server and the reconciler share the cores).
+const knockLoad = 50_000
+
+// BenchmarkKnockLatency is figure 4 of issue 17: while haves of 1,000
+// other nodes are published at up to knockLoad a second and a reconciler
+// folds them, a probe node reports a write-failed refusal and then a
+// have; the time from the have's publish to the knock's arrival at an
+// ordered consumer of the node's knock subject (as a provisioner reads
+// it) is taken, 200 times. Interleaved with each, in the same load, the
+// raw hop: a have of another probe node published, then read by an
+// ordered consumer of its subject. It reports both p50 and p99 and the
+// ratio of the p99s (target: ≤ 3).
+//
+//	go test ./engine -run '^$' -bench KnockLatency -benchtime 1x
+func BenchmarkKnockLatency(b *testing.B) {
+	h := simulate(60_000, 1_000)
+	var haves []*nats.Msg
+	for _, m := range h.msgs {
+		if _, kind, _ := (events.Subjects{}).Parse(m.Subject); kind == events.KindHave {
+			haves = append(haves, m)
+		}
+	}
+	const rounds = 200
+	for range b.N {
+		_, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
+		subj := cfg.Subjects()
+		pub := store.NewPublisher(js, subj)
+		ctx, cancel := context.WithCancel(context.Background())
+		r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: cfg})
+		if err != nil {
+			b.Fatal(err)
+		}
+		stopped := make(chan error, 1)
+		go func() { stopped <- r.Run(ctx) }()
+		at := time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC)
+		appendSync := func(node string, p events.Payload) uint64 {
+			a, err := pub.Append(ctx, node, events.Stamp(p, at))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return a.Seq
+		}
+		follow := func(node string, k events.Kind) *store.Tail {
+			t, err := store.Follow(ctx, js, store.TailConfig{Stream: cfg.Name, Filter: subj.Stored(node, k), New: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(t.Stop)
+			return t
+		}
+		next := func(t *store.Tail) uint64 {
+			select {
+			case it := <-t.C():
+				if it.Err != nil {
+					b.Fatal(it.Err)
+				}
+				return it.Meta.Sequence.Stream
+			case <-time.After(30 * time.Second):
+				b.Fatal("nothing arrived within 30 s")
+			}
+			return 0
+		}
+		// The probe: a plan it settles, naming the provisioner account.
+		const probe, rawProbe = "knock-probe", "raw-probe"
+		plans := follow(probe, events.KindPlan)
+		appendSync(probe, &events.Want{Modules: []events.WantModule{{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}}})
+		plan := next(plans)
+		appendSync(probe, &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: plan})
+		knocks := follow(probe, events.KindKnock)
+		raws := follow(rawProbe, events.KindHave)
+		have := &events.Have{Modules: []events.HaveModule{{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"}}}
+
+		// The load.
+		var sent atomic.Int64
+		loadDone := make(chan struct{})
+		go func() {
+			defer close(loadDone)
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			per := knockLoad / 100
+			for i := 0; ctx.Err() == nil; {
+				<-tick.C
+				for range per {
+					if _, err := js.PublishMsgAsync(haves[i%len(haves)]); err != nil {
+						b.Error(err)
+						return
+					}
+					i++
+				}
+				sent.Add(int64(per))
+				// Behind the pace: wait for the acks rather than pile up
+				// more than the client lets pend; the rate reached is
+				// what is reported.
+				if js.PublishAsyncPending() > 2*per {
+					select {
+					case <-js.PublishAsyncComplete():
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}()
+		time.Sleep(time.Second) // the load running before the first probe
+		start, sent0 := time.Now(), sent.Load()
+		var knock, raw []time.Duration
+		for i := range rounds {
+			t0 := time.Now()
+			appendSync(rawProbe, have)
+			next(raws)
+			raw = append(raw, time.Since(t0))
+			appendSync(probe, &events.Refusal{Module: "provisioner", Path: fmt.Sprintf("/run/p/%d", i),
+				Reason: events.ReasonWriteFailed, Plan: plan, Writer: "prov", Error: "disk full"})
+			t0 = time.Now()
+			hs := appendSync(probe, have)
+			ks := next(knocks)
+			if ks <= hs {
+				b.Fatalf("knock at %d, not after the have at %d", ks, hs)
+			}
+			knock = append(knock, time.Since(t0))
+		}
+		rate := float64(sent.Load()-sent0) / time.Since(start).Seconds()
+		cancel()
+		<-loadDone
+		<-stopped
+		pct := func(d []time.Duration, q float64) float64 {
+			slices.Sort(d)
+			return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000
+		}
+		b.ReportMetric(rate, "load-events/s")
+		b.ReportMetric(pct(raw, 0.5), "raw-p50-ms")
+		b.ReportMetric(pct(raw, 0.99), "raw-p99-ms")
+		b.ReportMetric(pct(knock, 0.5), "knock-p50-ms")
+		b.ReportMetric(pct(knock, 0.99), "knock-p99-ms")
+		b.ReportMetric(pct(knock, 0.99)/pct(raw, 0.99), "p99-ratio")
+	}
+}
