@@ -192,7 +192,7 @@ type fleetPage struct {
 	// (audit.SortFleet); Rows is every row, by name, the first MaxRows of
 	// them, and More how many more match.
 	Needs, Rows []audit.FleetRow
-	More       int
+	More        int
 	// RetiredOut counts the retired nodes left out (All: none are).
 	RetiredOut int
 	All        bool
