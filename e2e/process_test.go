@@ -281,6 +281,21 @@ func TestIncident1RealProcess(t *testing.T) {
 		t.Errorf("running have: %+v", hm)
 	}
 
+	// The process that found the credential: the first one reported
+	// running after the pass began may have started just before the write
+	// and been restarted by the fill (on_fill restart).
+	for q := (node.LogQuery{Tail: 50}); ; {
+		page := must(r.rt.Logs(ctx, mbg, q))(t)
+		if strings.Contains(strings.Join(page.Lines, "\n"), "broker credential found") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the module never logged finding its credential: %v", ctx.Err())
+		}
+		q = node.LogQuery{Cursor: page.Cursor, WaitMS: 1000}
+	}
+	st, _ = r.rt.Status(mbg)
+
 	// The process runs as the module's account (another user under root).
 	acct := must(user.Lookup(r.acct))(t)
 	if uid := must(uidOf(st.PID))(t); strconv.Itoa(uid) != acct.Uid {
