@@ -315,6 +315,9 @@ func TestFaultsBeforePublish(t *testing.T) {
 	seq := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:1"})
 	e.waitEvent(t, "ace", events.KindSettle, settleOf(seq))
 	e.fill(t, "ace", "alpha", "/etc/x", "prov", []byte(secret))
+	// The start have goes out on its own goroutine, which a loaded machine
+	// may not have run yet: wait until one is stored (the hook ran before).
+	e.waitEvent(t, "ace", events.KindHave, func(store.Msg) bool { return true })
 	mu.Lock()
 	defer mu.Unlock()
 	if seen[events.KindHave] == 0 || seen[events.KindSettle] != 1 || seen[events.KindRefusal] != 1 {
