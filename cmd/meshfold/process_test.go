@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -79,7 +80,12 @@ func TestNodeRunsBundleAndLogs(t *testing.T) {
 	}
 	t.Cleanup(func() { killModules(t, filepath.Join(state, "process")) })
 
-	p1 := plan(events.PlanModule{Name: "web", Build: build, Files: []events.File{}})
+	me, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// runs_as is the test's own user: a root agent refuses an empty one.
+	p1 := plan(events.PlanModule{Name: "web", Build: build, RunsAs: me.Username, Files: []events.File{}})
 	stop := agent()
 	waitHave(t, m, func(h *events.Have) bool { return len(h.Modules) == 1 && h.Modules[0].State == events.Running })
 	waitLogLine(t, m, "web", "hello from web on ace")

@@ -7,7 +7,10 @@
 //
 // [Runtime.Apply] fetches the row's bundle (a [Fetcher]), resolves runs_as
 // in the user database (an unknown user fails the apply, matching
-// [ErrUnknownUser]) and starts a shim: the command of [Config.Shim] (the
+// [ErrUnknownUser]) and starts a shim. An agent that is root refuses a row
+// with an empty runs_as: the apply fails (matching [ErrNoRunsAs]) rather
+// than run the module as root without the want saying so; a want that
+// means root says runs_as "root". The shim is the command of [Config.Shim] (the
 // meshfold binary as `meshfold node shim DIR`) with the module's directory
 // <state dir>/process/<module> as its argument, in its own session. The
 // shim reads spec.json there, records its pid and start time (shim.json),

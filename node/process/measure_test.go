@@ -30,7 +30,7 @@ func TestMeasure(t *testing.T) {
 	}
 	const n = 20
 	for i := range n {
-		if err := r1.Apply(ctx(t), events.PlanModule{Name: "m" + strconv.Itoa(i), Build: "sha256:a"}); err != nil {
+		if err := r1.Apply(ctx(t), events.PlanModule{Name: "m" + strconv.Itoa(i), Build: "sha256:a", RunsAs: self}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,7 +62,7 @@ func TestMeasure(t *testing.T) {
 	var fill []time.Duration
 	for range 50 {
 		_ = os.Remove(cred)
-		if err := r.Apply(ctx(t), events.PlanModule{Name: "job", Build: "sha256:cred"}); err != nil {
+		if err := r.Apply(ctx(t), events.PlanModule{Name: "job", Build: "sha256:cred", RunsAs: self}); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, r, "failed", func() bool { return status(t, r, "job").State == events.Failed })

@@ -65,6 +65,12 @@ type account struct {
 // database.
 var ErrUnknownUser = errors.New("process: unknown user")
 
+// ErrNoRunsAs: the agent is root and the module's row has no runs_as. The
+// runtime would run it as the agent's own user, root, without the want
+// saying so; it refuses instead (docs/architecture.md, "The process
+// runtime"). A want that means root says runs_as "root".
+var ErrNoRunsAs = errors.New(`process: runs_as is empty; the process runtime runs no module as root unless the want says runs_as "root"`)
+
 // lookupAccount resolves name (uid, primary gid, supplementary groups).
 // An empty name is the agent's own user.
 //

@@ -270,10 +270,49 @@ func TestUnknownUserFailsApply(t *testing.T) {
 	}
 }
 
+// self is the user the tests run as: the runs_as of modules that may run
+// as the test's own user (root in CI, which then runs them as root because
+// the row says so).
+var self = func() string {
+	u, err := user.Current()
+	if err != nil {
+		panic(err)
+	}
+	return u.Username
+}()
+
+func TestEmptyRunsAsRefusedWhenRoot(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	e.script("sha256:a", sleeper, bundle.Manifest{})
+	r := e.open()
+	r.asRoot = true // the refusal comes before anything that needs root
+	err := r.Apply(ctx(t), events.PlanModule{Name: "who", Build: "sha256:a"})
+	if !errors.Is(err, ErrNoRunsAs) || !strings.HasPrefix(err.Error(), "module who: ") || !strings.Contains(err.Error(), `unless the want says runs_as "root"`) {
+		t.Fatalf("apply with no runs_as by a root agent: %v, want ErrNoRunsAs naming the module", err)
+	}
+	if hv, _ := r.Running(ctx(t)); len(hv) != 0 {
+		t.Errorf("a module refused for its empty runs_as is reported: %+v", hv)
+	}
+	if _, err := os.Stat(filepath.Join(e.cfg.StateDir, "process", "who")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a module refused for its empty runs_as has a shim directory: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	// Root is allowed when the want says so.
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "who", Build: "sha256:a", RunsAs: "root"}); err != nil {
+		t.Fatalf("apply with runs_as root: %v", err)
+	}
+	st := status(t, r, "who")
+	if uid := procField(t, st.PID, "Uid:"); uid[0] != "0" {
+		t.Errorf("module uid %v, want 0 (runs_as root)", uid)
+	}
+}
+
 func TestFetchErrorFailsApply(t *testing.T) {
 	e := newEnv(t, Backoff{})
 	r := e.open()
-	err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "img:nope"})
+	err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "img:nope", RunsAs: self})
 	if err == nil || !strings.Contains(err.Error(), "no bundle img:nope") {
 		t.Fatalf("apply of a build the fetcher lacks: %v", err)
 	}
@@ -283,7 +322,7 @@ func TestCrashLoopBacksOffDoubling(t *testing.T) {
 	e := newEnv(t, Backoff{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond})
 	e.script("sha256:a", `echo "missing broker credential" >&2; exit 3`, bundle.Manifest{})
 	r := e.open()
-	if err := r.Apply(ctx(t), events.PlanModule{Name: "job", Build: "sha256:a"}); err != nil {
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "job", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, r, "five restarts", func() bool { return status(t, r, "job").Restarts >= 5 })
@@ -338,7 +377,7 @@ func TestFillWakesModuleInBackoff(t *testing.T) {
 	e := newEnv(t, Backoff{Initial: time.Hour, Max: time.Hour})
 	e.script("sha256:a", needsCred, bundle.Manifest{})
 	r := e.open()
-	if err := r.Apply(ctx(t), events.PlanModule{Name: "job", Build: "sha256:a"}); err != nil {
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "job", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, r, "the module to fail", func() bool { return status(t, r, "job").State == events.Failed })
@@ -385,7 +424,7 @@ func TestFillGivesRunningModuleItsAction(t *testing.T) {
 	e.script("sha256:sig", needsCred, bundle.Manifest{OnFill: "signal:SIGUSR1"})
 	e.script("sha256:re", needsCred, bundle.Manifest{OnFill: "restart"})
 	r := e.open()
-	for _, m := range []events.PlanModule{{Name: "sig", Build: "sha256:sig"}, {Name: "re", Build: "sha256:re"}} {
+	for _, m := range []events.PlanModule{{Name: "sig", Build: "sha256:sig", RunsAs: self}, {Name: "re", Build: "sha256:re", RunsAs: self}} {
 		if err := r.Apply(ctx(t), m); err != nil {
 			t.Fatal(err)
 		}
@@ -412,18 +451,18 @@ func TestNewBuildReplacesOldProcess(t *testing.T) {
 	e.script("sha256:a", sleeper, bundle.Manifest{})
 	e.script("sha256:b", sleeper, bundle.Manifest{})
 	r := e.open()
-	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a"}); err != nil {
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
 	old := status(t, r, "web")
 	// The same row again changes nothing.
-	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a"}); err != nil {
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
 	if st := status(t, r, "web"); st.PID != old.PID {
 		t.Fatalf("re-applying the same build restarted the module: pid %d → %d", old.PID, st.PID)
 	}
-	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:b"}); err != nil {
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:b", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
 	st := status(t, r, "web")
@@ -461,7 +500,7 @@ func TestRemoveStopsGroupAndForgets(t *testing.T) {
 	e.script("sha256:a", `trap '' TERM; sleep 3600 & echo child $!; while :; do sleep 1; done`,
 		bundle.Manifest{StopTimeout: "100ms"})
 	r := e.open()
-	if err := r.Apply(ctx(t), events.PlanModule{Name: "stubborn", Build: "sha256:a"}); err != nil {
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "stubborn", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
 	st := status(t, r, "stubborn")
@@ -519,7 +558,7 @@ func TestNewRuntimeAdoptsRunningModules(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"one", "two"} {
-		if err := r1.Apply(ctx(t), events.PlanModule{Name: n, Build: "sha256:a"}); err != nil {
+		if err := r1.Apply(ctx(t), events.PlanModule{Name: n, Build: "sha256:a", RunsAs: self}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -539,7 +578,7 @@ func TestNewRuntimeAdoptsRunningModules(t *testing.T) {
 	}
 	// The adopted shim answers: a new build replaces the adopted process.
 	e.script("sha256:b", sleeper, bundle.Manifest{})
-	if err := r2.Apply(ctx(t), events.PlanModule{Name: "one", Build: "sha256:b"}); err != nil {
+	if err := r2.Apply(ctx(t), events.PlanModule{Name: "one", Build: "sha256:b", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
 	if alive(one.PID, one.PIDStart) {
@@ -554,7 +593,7 @@ func TestLostShimAtAdoption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r1.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a"}); err != nil {
+	if err := r1.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
 	st := status(t, r1, "web")
@@ -573,7 +612,7 @@ func TestLostShimAtAdoption(t *testing.T) {
 		t.Errorf("the orphaned module %d was not killed", st.PID)
 	}
 	// The agent applies it again: a new shim runs it.
-	if err := r2.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a"}); err != nil {
+	if err := r2.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
 	if now := status(t, r2, "web"); now.State != events.Running || now.PID == st.PID {
@@ -585,7 +624,7 @@ func TestShimKilledWhileAgentRuns(t *testing.T) {
 	e := newEnv(t, Backoff{})
 	e.script("sha256:a", sleeper, bundle.Manifest{})
 	r := e.open()
-	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a"}); err != nil {
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
 	st := status(t, r, "web")
@@ -632,7 +671,7 @@ func TestBackoffResetAfterARun(t *testing.T) {
 	e := newEnv(t, Backoff{Initial: 10 * time.Millisecond, Max: time.Second, Reset: 50 * time.Millisecond})
 	e.script("sha256:a", `sleep 0.1; exit 2`, bundle.Manifest{})
 	r := e.open()
-	if err := r.Apply(ctx(t), events.PlanModule{Name: "job", Build: "sha256:a"}); err != nil {
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "job", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, r, "three restarts", func() bool { return status(t, r, "job").Restarts >= 3 })
@@ -661,7 +700,7 @@ func TestFillBeforeStartGivesNoAction(t *testing.T) {
 	}
 	e.script("sha256:re", needsCred, bundle.Manifest{OnFill: "restart"})
 	r := e.open()
-	if err := r.Apply(ctx(t), events.PlanModule{Name: "re", Build: "sha256:re"}); err != nil {
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "re", Build: "sha256:re", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
 	first := status(t, r, "re")

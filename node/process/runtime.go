@@ -358,14 +358,19 @@ func (r *Runtime) Changes() <-chan struct{} { return r.changes }
 // start failed (the shim then retries it with backoff): a module that
 // crashes still counts as applied (DESIGN.md §8).
 //
-// Errors: an invalid name or empty build; the Fetcher's error; an
-// unknown user (matching ErrUnknownUser); a shim that cannot be started.
+// Errors: an invalid name or empty build; an empty runs_as when the agent
+// is root (matching ErrNoRunsAs: no module runs as root unless its want
+// says runs_as "root"); the Fetcher's error; an unknown user (matching
+// ErrUnknownUser); a shim that cannot be started.
 func (r *Runtime) Apply(ctx context.Context, row events.PlanModule) error {
 	if !events.ValidName(row.Name) {
 		return &events.FieldError{Field: "name", Value: row.Name, Err: events.ErrBadName}
 	}
 	if row.Build == "" {
 		return fmt.Errorf("apply %s: %w", row.Name, &events.FieldError{Field: "build", Err: events.ErrMissing})
+	}
+	if row.RunsAs == "" && r.asRoot {
+		return fmt.Errorf("module %s: %w", row.Name, ErrNoRunsAs)
 	}
 	dir, man, err := r.cfg.Fetcher.Fetch(ctx, row.Build)
 	if err != nil {
