@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -170,6 +171,19 @@ func ReadTrustFile(path string) (*Trust, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trusted reconciler keys: %w", err)
 	}
+	keys := trustLines(data)
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("trusted reconciler keys: %s lists none", path)
+	}
+	t, err := NewTrust(keys...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// trustLines returns the key lines of a trust file, in order.
+func trustLines(data []byte) []string {
 	var keys []string
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
@@ -179,14 +193,7 @@ func ReadTrustFile(path string) (*Trust, error) {
 		}
 		keys = append(keys, line)
 	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("trusted reconciler keys: %s lists none", path)
-	}
-	t, err := NewTrust(keys...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return t, nil
+	return keys
 }
 
 // WriteTrustFile writes the public keys to path (mode 0644, atomically),
@@ -201,6 +208,51 @@ func WriteTrustFile(path string, pubs ...string) error {
 		return err
 	}
 	return writeAtomic(path, []byte(b.String()), 0o644)
+}
+
+// AddTrustFile adds the public keys to the trust file at path, creating
+// it (and its directory) when missing: the keys it lists stay, in their
+// order, the new ones follow, each key once. It never removes a key. The
+// read and the atomic rewrite happen under an exclusive lock on
+// path+".lock" (the trust file itself is replaced by a rename, so it
+// cannot carry the lock), so that two processes adding at once lose
+// neither key. It returns the keys the file lists afterwards.
+//
+// Errors: the file's or the lock's; a line of the file, or a key given,
+// that is not a public key (the file is then left as it is).
+func AddTrustFile(path string, pubs ...string) ([]string, error) {
+	if _, err := NewTrust(pubs...); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("trusted reconciler keys: %w", err)
+	}
+	defer lock.Close() // releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("trusted reconciler keys: lock %s: %w", lock.Name(), err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("trusted reconciler keys: %w", err)
+	}
+	had := trustLines(data)
+	if _, err := NewTrust(had...); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	keys := make([]string, 0, len(had)+len(pubs))
+	for _, k := range append(slices.Clone(had), pubs...) {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	if data != nil && slices.Equal(keys, had) {
+		return keys, nil
+	}
+	return keys, WriteTrustFile(path, keys...)
 }
 
 // LoadOrCreateSigningKey reads the seed at path, or creates a new key

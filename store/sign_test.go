@@ -2,6 +2,11 @@ package store_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -104,5 +109,88 @@ func BenchmarkVerifyEffect(b *testing.B) {
 		if err := trust.Verify("ace", events.KindPlan, h, data); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// AddTrustFile adds, never replaces: the keys already listed stay in
+// their order, new ones follow, each key once, and a second add of the
+// same key leaves the file as it is.
+func TestAddTrustFileKeepsEveryKeyOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state", "reconcilers.pub")
+	a, b := newSigner(t).PublicKey(), newSigner(t).PublicKey()
+	if keys, err := store.AddTrustFile(path, a); err != nil || !slices.Equal(keys, []string{a}) {
+		t.Fatalf("first add: %v %v", keys, err)
+	}
+	if keys, err := store.AddTrustFile(path, b); err != nil || !slices.Equal(keys, []string{a, b}) {
+		t.Fatalf("second key: %v %v, want both, the first first", keys, err)
+	}
+	before, _ := os.ReadFile(path)
+	for _, k := range []string{a, b, a} {
+		if keys, err := store.AddTrustFile(path, k); err != nil || !slices.Equal(keys, []string{a, b}) {
+			t.Fatalf("add again %s: %v %v", k, keys, err)
+		}
+	}
+	after, _ := os.ReadFile(path)
+	if string(after) != string(before) || strings.Count(string(after), a) != 1 || strings.Count(string(after), b) != 1 {
+		t.Fatalf("the file after adding its own keys again:\n%s\nbefore:\n%s", after, before)
+	}
+	trust, err := store.ReadTrustFile(path)
+	if err != nil || !slices.Equal(trust.Keys(), slices.Sorted(slices.Values([]string{a, b}))) {
+		t.Fatalf("read back: %v %v", trust.Keys(), err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("mode: %v %v, want 0644", fi, err)
+	}
+}
+
+// A file with a line that is not a key is an error, and stays as it is:
+// the add does not drop what it cannot read.
+func TestAddTrustFileLeavesAnUnreadableFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "reconcilers.pub")
+	const bad = "# hand-edited\nnot-a-key\n"
+	if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.AddTrustFile(path, newSigner(t).PublicKey()); err == nil {
+		t.Fatal("added to a file with a line that is not a key")
+	}
+	if got, _ := os.ReadFile(path); string(got) != bad {
+		t.Fatalf("the file became:\n%s", got)
+	}
+	if _, err := store.AddTrustFile(filepath.Join(t.TempDir(), "x.pub"), "not-a-key"); err == nil {
+		t.Fatal("added a key that is not a public key")
+	}
+}
+
+// Serves starting together each add their key under the lock: none is
+// lost to another's read-modify-write.
+func TestAddTrustFileConcurrentAddsLoseNone(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "reconcilers.pub")
+	const n = 16
+	want := make([]string, n)
+	for i := range want {
+		want[i] = newSigner(t).PublicKey()
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for _, k := range want {
+		wg.Go(func() {
+			_, err := store.AddTrustFile(path, k)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	trust, err := store.ReadTrustFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := trust.Keys(); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Fatalf("the file lists %d keys, want the %d added", len(got), n)
 	}
 }

@@ -43,8 +43,9 @@ func stateBase() (string, error) {
 	return filepath.Join(home, ".local", "state", "meshfold"), nil
 }
 
-// defaultTrustFile is where serve writes its public key and local node
-// agents and provisioners read the keys they trust.
+// defaultTrustFile is where serve adds its public key and local node
+// agents and provisioners read the keys they trust: the keys of every
+// serve started on this machine (without --auth).
 func defaultTrustFile() (string, error) {
 	base, err := stateBase()
 	if err != nil {
@@ -81,7 +82,7 @@ func reconcilerKeys(seedPath string) (*store.Signer, *store.Trust, bool, error) 
 type trustFlag struct{ path string }
 
 func (f *trustFlag) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.path, "trust", "", "file of the reconciler public keys whose plans and knocks are trusted, one a line (default: the file meshfold serve writes on this machine, $XDG_STATE_HOME/meshfold/"+trustFileName+", /var/lib/meshfold/"+trustFileName+" as root; with auth: the auth directory's "+trustFileName+")")
+	cmd.Flags().StringVar(&f.path, "trust", "", "file of the reconciler public keys whose plans and knocks are trusted, one a line (default: the file every meshfold serve started on this machine adds its key to, $XDG_STATE_HOME/meshfold/"+trustFileName+", /var/lib/meshfold/"+trustFileName+" as root; with auth: the auth directory's "+trustFileName+")")
 }
 
 // load reads the trust file.
@@ -103,8 +104,10 @@ func (f *trustFlag) load() (*store.Trust, error) {
 	return t, nil
 }
 
-// publishTrust writes the signer's public key to path, for the node
-// agents and provisioners of this machine.
-func publishTrust(path string, signer *store.Signer) error {
-	return store.WriteTrustFile(path, signer.PublicKey())
+// publishTrust adds the signer's public key to the machine's default trust
+// file at path, for the node agents and provisioners of this machine: the
+// keys of the other serves started here stay (docs/architecture.md,
+// "Signed effects"). It returns the keys the file lists.
+func publishTrust(path string, signer *store.Signer) ([]string, error) {
+	return store.AddTrustFile(path, signer.PublicKey())
 }

@@ -13,7 +13,7 @@ import (
 // node shim DIR`, which under `go test` is the test binary (the testing
 // package never passes a bare "node" as the first argument, so nothing
 // else lands there). Otherwise it points meshfold's per-machine state
-// ($XDG_STATE_HOME: the trust file serve writes, default signing keys) at
+// ($XDG_STATE_HOME: the trust file serve adds its key to, default signing keys) at
 // a temporary directory, so that no test writes into the home or /var/lib
 // of the machine.
 func TestMain(m *testing.M) {

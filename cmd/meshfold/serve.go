@@ -148,8 +148,24 @@ requires their certificates.`,
 			if err := lf.loadKeys(a, lf.signingKey); err != nil {
 				return err
 			}
-			if _, err := os.Stat(trustPath); af.dir == "" || err != nil {
-				if err := publishTrust(trustPath, lf.signer); err != nil {
+			// Without --auth the key joins the machine's default trust
+			// file, beside those of other serves started here (another
+			// --data and port): replacing it would make their node
+			// agents refuse their own reconciler's plans once restarted.
+			// With --auth the directory's trust file is written only
+			// when missing: rotate-reconciler owns it.
+			if af.dir == "" {
+				keys, err := publishTrust(trustPath, lf.signer)
+				if err != nil {
+					return fmt.Errorf("trust file: %w", err)
+				}
+				note := "meshfold: node agents and provisioners trust it through " + trustPath
+				if n := len(keys) - 1; n > 0 {
+					note += fmt.Sprintf(" (beside %d other key(s) of serves started on this machine)", n)
+				}
+				lf.notes = append(lf.notes, note)
+			} else if _, err := os.Stat(trustPath); err != nil {
+				if err := store.WriteTrustFile(trustPath, lf.signer.PublicKey()); err != nil {
 					return fmt.Errorf("trust file: %w", err)
 				}
 				lf.notes = append(lf.notes, "meshfold: node agents and provisioners trust it through "+trustPath)
