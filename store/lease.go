@@ -165,7 +165,21 @@ func (l *Lease) claim(ctx context.Context) error {
 		waiting time.Time
 	)
 	for {
-		rev, err := l.kv.Create(ctx, l.key, l.value)
+		// The create outlives a stop (bounded by the TTL): a create
+		// stored by the server but cancelled before its reply would
+		// leave a key no one releases, for the next claimant to wait
+		// out and a watcher never to see deleted.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
+		rev, err := l.kv.Create(cctx, l.key, l.value)
+		cancel()
+		if err == nil && ctx.Err() != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
+			defer cancel()
+			if err := l.kv.Delete(dctx, l.key, jetstream.LastRevision(rev)); err != nil {
+				l.log.Warn("lease claimed as the claim stopped, and not given back; it expires after its TTL", "key", l.key, "ttl", l.ttl, "err", err)
+			}
+			return ctx.Err()
+		}
 		if err == nil {
 			l.rev = rev
 			if first != 0 {

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -135,6 +136,44 @@ func TestLeaseClaimFindsItsOwnKey(t *testing.T) {
 	}
 	if _, err := kv.Get(ctx, "ace"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("after Release: %v, want the key deleted", err)
+	}
+}
+
+// stopDuringCreate is a bucket whose Create is answered after the claim
+// was stopped: the server stores the key, the claimant's context is
+// cancelled meanwhile, and the reply comes after it, as a SIGTERM just
+// after an agent's create reached the server.
+type stopDuringCreate struct {
+	jetstream.KeyValue
+	stop context.CancelFunc
+}
+
+func (kv stopDuringCreate) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	rev, err := kv.KeyValue.Create(context.WithoutCancel(ctx), key, value, opts...)
+	kv.stop()
+	if ctx.Err() != nil {
+		return 0, ctx.Err() // the reply came after the caller's context ended
+	}
+	return rev, err
+}
+
+// A claim stopped while its create is on its way leaves no key behind:
+// the claim fails with its context's error and the key is deleted, so
+// the next claimant takes it at once and a watcher sees it released.
+// (A TTL of a minute: no expiry removes the key first.)
+func TestLeaseClaimStoppedDuringItsCreateLeavesNoKey(t *testing.T) {
+	_, _, js := storetest.Start(t)
+	kv, err := js.CreateKeyValue(testCtx(t), jetstream.KeyValueConfig{Bucket: "MESH_NODES", History: 1, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(testCtx(t))
+	_, err = store.AcquireLease(ctx, stopDuringCreate{KeyValue: kv, stop: stop}, "ace", store.NewHolder("node", "ace"), nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("claim stopped during its create: %v, want context.Canceled", err)
+	}
+	if _, err := kv.Get(testCtx(t), "ace"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("after the stopped claim: %v, want no key", err)
 	}
 }
 
