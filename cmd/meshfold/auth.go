@@ -52,7 +52,8 @@ func newAuthInitCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "init --dir DIR",
 		Short: "Create an operator, the accounts and the reconciler, controller and operator users",
-		Long: `init creates DIR (mode 0700) with a new operator, a system account (user
+		Long: `init creates DIR (mode 0700; missing parent directories are made with
+mode 0755, as mkdir -p does) with a new operator, a system account (user
 "sys", for pushing account updates), the mesh account with JetStream enabled,
 and creds files for the users reconciler, controller, operator and
 operator-read (the web console's: it reads what the operator reads and

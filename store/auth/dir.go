@@ -302,11 +302,20 @@ func (d *Dir) AddUser(r Role) (User, error) {
 }
 
 // prepare makes path an empty directory with mode 0700, or refuses.
+// Missing parents are made with mode 0755, as mkdir -p would: only the
+// auth directory itself is private, so a node's root or a state
+// directory placed beside it later stays reachable.
 func prepare(path string, force bool) error {
 	entries, err := os.ReadDir(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return os.MkdirAll(path, 0o700)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.Mkdir(path, 0o700); err != nil {
+			return err
+		}
+		return os.Chmod(path, 0o700)
 	case err != nil:
 		return err
 	case len(entries) == 0:

@@ -14,10 +14,23 @@ import (
 // An auth directory: its files and modes, reopened as written, and the
 // refusals of Init and AddNode.
 func TestDir(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "auth")
+	parent := filepath.Join(t.TempDir(), "a", "b")
+	path := filepath.Join(parent, "auth")
 	d, err := auth.Init(path, auth.Config{Names: auth.Names{Prefix: "fleet"}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Only the auth directory is private: the parents Init made have the
+	// mode mkdir -p gives (0755 under the umask), as ref has.
+	ref := filepath.Join(t.TempDir(), "ref")
+	if err := os.Mkdir(ref, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rfi, _ := os.Stat(ref)
+	for _, p := range []string{parent, filepath.Dir(parent)} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != rfi.Mode().Perm() {
+			t.Errorf("parent %s: %v, want mode %v", p, err, rfi.Mode().Perm())
+		}
 	}
 	if _, err := d.AddNode("ace"); err != nil {
 		t.Fatal(err)
