@@ -75,7 +75,11 @@ that authenticates. The same pages are served by meshfold serve --http ADDR.`,
 			if err != nil {
 				return err
 			}
-			return runConsole(cmd.Context(), a, log, nc, cfg, listen, cf)
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return withCode(exitUsage, fmt.Errorf("--listen: %w", err))
+			}
+			return runConsole(cmd.Context(), a, log, nc, cfg, ln, cf)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", console.DefaultListen, "HTTP listen address HOST:PORT (loopback unless told otherwise)")
@@ -85,8 +89,9 @@ that authenticates. The same pages are served by meshfold serve --http ADDR.`,
 	return cmd
 }
 
-// runConsole serves the console on listen until ctx is done.
-func runConsole(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, cfg store.StreamConfig, listen string, cf consoleFlags) error {
+// runConsole serves the console on ln until ctx is done, and closes ln.
+func runConsole(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, cfg store.StreamConfig, ln net.Listener, cf consoleFlags) error {
+	defer ln.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -99,10 +104,6 @@ func runConsole(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, cf
 		Logger: log, Stale: cf.stale, Warnings: warnings})
 	if err != nil {
 		return err
-	}
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return withCode(exitUsage, fmt.Errorf("--listen: %w", err))
 	}
 	if !console.IsLoopback(ln.Addr().String()) {
 		log.Warn("the console listens beyond loopback; it has no login of its own", "addr", ln.Addr().String())
@@ -128,9 +129,10 @@ func runConsole(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, cf
 // serveConsole starts the console of serve --http on its own in-process
 // connection: with --auth, as the directory's operator-read user, so the
 // pages read with the console's permissions, not the reconciler's. It
-// runs until ctx is done; its failure is logged, and does not stop the
+// runs on ln (taken before serve started, so that a busy port ends serve)
+// until ctx is done; a later failure is logged, and does not stop the
 // reconciler.
-func serveConsole(ctx context.Context, a *app, log *slog.Logger, srv *store.Embedded, af serveAuthFlags, cfg store.StreamConfig, listen string, cf consoleFlags) {
+func serveConsole(ctx context.Context, a *app, log *slog.Logger, srv *store.Embedded, af serveAuthFlags, cfg store.StreamConfig, ln net.Listener, cf consoleFlags) {
 	opts := []nats.Option{nats.Name("meshfold serve console")}
 	if af.dir != "" {
 		d, err := auth.Open(af.dir)
@@ -153,7 +155,7 @@ func serveConsole(ctx context.Context, a *app, log *slog.Logger, srv *store.Embe
 	}
 	go func() {
 		defer nc.Close()
-		if err := runConsole(ctx, a, log, nc, cfg, listen, cf); err != nil {
+		if err := runConsole(ctx, a, log, nc, cfg, ln, cf); err != nil {
 			log.Error("console", "err", err)
 		}
 	}()

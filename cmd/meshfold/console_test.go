@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -120,5 +121,36 @@ func TestConsoleWithCredentials(t *testing.T) {
 		if resp.StatusCode != http.StatusMethodNotAllowed {
 			t.Errorf("%s: POST: %d, want 405", name, resp.StatusCode)
 		}
+	}
+}
+
+// serve --http on a port already taken ends serve at start, with an error
+// naming the flag, as a busy NATS port does, instead of running on
+// without its console.
+func TestServeHTTPPortBusy(t *testing.T) {
+	ctx := testCtx(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	done := make(chan struct{})
+	var code int
+	var out, errs string
+	go func() {
+		defer close(done)
+		code, out, errs = runCLI(ctx, "serve", "--data", filepath.Join(t.TempDir(), "data"), "--listen", "127.0.0.1:0",
+			"--http", busy.Addr().String())
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("serve --http on a busy port kept running")
+	}
+	if code == exitOK || !strings.Contains(errs, "--http") || !strings.Contains(errs, "address already in use") {
+		t.Errorf("serve --http %s (busy): exit %d, stderr %q", busy.Addr(), code, errs)
+	}
+	if strings.Contains(out, "serving NATS") {
+		t.Errorf("serve started NATS before failing on --http: %q", out)
 	}
 }

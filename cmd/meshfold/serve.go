@@ -170,6 +170,15 @@ requires their certificates.`,
 				}
 				lf.notes = append(lf.notes, "meshfold: node agents and provisioners trust it through "+trustPath)
 			}
+			// The console's port is taken before anything starts, so a
+			// busy one ends serve at once, as a busy NATS port does.
+			var webLn net.Listener
+			if web != "" {
+				if webLn, err = net.Listen("tcp", web); err != nil {
+					return fmt.Errorf("--http: %w", err)
+				}
+				defer webLn.Close()
+			}
 			srv, err := store.StartEmbedded(ecfg)
 			if err != nil {
 				return err
@@ -184,8 +193,8 @@ requires their certificates.`,
 				fmt.Fprintf(a.stdout, "meshfold: serving NATS at %s; stream %s (%d partitions, prefix %q); data in %s\n",
 					srv.ClientURL(), cfg.Name, cfg.Partitions, cfg.Prefix, abs)
 				lf.printNotes(a)
-				if web != "" {
-					serveConsole(cmd.Context(), a, log, srv, af, cfg, web, cf)
+				if webLn != nil {
+					serveConsole(cmd.Context(), a, log, srv, af, cfg, webLn, cf)
 				}
 			})
 		},
