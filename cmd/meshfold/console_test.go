@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -152,5 +153,18 @@ func TestServeHTTPPortBusy(t *testing.T) {
 	}
 	if strings.Contains(out, "serving NATS") {
 		t.Errorf("serve started NATS before failing on --http: %q", out)
+	}
+}
+
+// serve --data naming a regular file is refused as such, before the
+// signing key (kept in the data directory) is looked for.
+func TestServeDataNotADirectory(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(f, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runCLI(testCtx(t), "serve", "--data", f, "--listen", "127.0.0.1:0")
+	if code != exitUsage || !strings.Contains(errs, "--data "+f+": not a directory") || strings.Contains(errs, "signing-key") {
+		t.Errorf("serve --data FILE: exit %d, stderr %q", code, errs)
 	}
 }

@@ -128,6 +128,9 @@ requires their certificates.`,
 			if err != nil {
 				return err
 			}
+			if fi, err := os.Stat(abs); err == nil && !fi.IsDir() {
+				return withCode(exitUsage, fmt.Errorf("--data %s: not a directory", abs))
+			}
 			ecfg := store.EmbeddedConfig{DataDir: abs, Listen: listen, ServerName: "meshfold", Logger: log}
 			copts, err := af.apply(cmd, a, &ecfg)
 			if err != nil {
