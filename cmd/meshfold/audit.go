@@ -65,6 +65,9 @@ each (--json is -o json).`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("why") && o.why == 0 {
+				return withCode(exitUsage, errors.New("--why 0: stream sequences start at 1"))
+			}
 			return runAudit(cmd.Context(), a, args[0], o)
 		},
 	}

@@ -59,6 +59,12 @@ JSON lines, one node a line; -o yaml one YAML document per node.`,
 			if err != nil {
 				return err
 			}
+			if stale < 0 {
+				return withCode(exitUsage, fmt.Errorf("--stale %s: must not be negative", stale))
+			}
+			if warnings < 0 {
+				return withCode(exitUsage, fmt.Errorf("--warnings %s: must not be negative (0 skips the read)", warnings))
+			}
 			return runFleet(cmd.Context(), a, format, all, stale, warnings)
 		},
 	}

@@ -68,6 +68,11 @@ func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) erro
 	if o.timeout <= 0 {
 		return withCode(exitUsage, fmt.Errorf("--timeout %s: must be positive", o.timeout))
 	}
+	// The same rule as a want's runs_as: an account the want cannot name
+	// would never be the plan's provisioner account.
+	if !events.ValidAccount(o.account) {
+		return withCode(exitUsage, &events.FieldError{Field: "--account", Value: o.account, Err: events.ErrBadAccount})
+	}
 	log, err := a.logger()
 	if err != nil {
 		return err

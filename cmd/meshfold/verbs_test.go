@@ -337,3 +337,24 @@ func TestNodeWaitsForTheServer(t *testing.T) {
 	}
 	waitFor("node agent running")
 }
+
+// Flag values no run could mean are usage errors (exit 2), said before
+// anything connects: no server listens on the address given.
+func TestBadFlagValues(t *testing.T) {
+	ctx := testCtx(t)
+	for _, c := range []struct {
+		args []string
+		say  string
+	}{
+		{[]string{"audit", "ace", "--why", "0"}, "--why 0"},
+		{[]string{"fleet", "--stale", "-5s"}, "--stale -5s"},
+		{[]string{"fleet", "--warnings", "-1h"}, "--warnings -1h0m0s"},
+		{[]string{"provision", "ace", "--from", t.TempDir(), "--account", "bad user"}, `--account "bad user"`},
+		{[]string{"provision", "ace", "--from", t.TempDir(), "--account", "Prov"}, `--account "Prov"`},
+	} {
+		code, _, errs := runCLI(ctx, append(c.args, "-s", "nats://127.0.0.1:1")...)
+		if code != exitUsage || !strings.Contains(errs, c.say) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, errs, c.say)
+		}
+	}
+}
