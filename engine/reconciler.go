@@ -183,6 +183,7 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	var scfg store.StreamConfig
 	var snaps *store.Snapshots
 	var key []byte
+	var keyErr error // the key came from the snapshot bucket: see store.ErrKeysDenied
 	err := retryTransient(ctx, func(ctx context.Context) (err error) {
 		if stream, scfg, err = store.OpenStream(ctx, js, cfg.Stream); err != nil {
 			return err
@@ -191,10 +192,17 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 			return err
 		}
 		key, err = store.EffectKey(ctx, js, scfg, snaps)
+		if errors.Is(err, store.ErrKeysDenied) && key != nil {
+			keyErr, err = err, nil
+		}
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if keyErr != nil {
+		cfg.Logger.Warn("effect-id key read from the snapshot bucket: issue the reconciler's credentials anew so that it may use its own bucket; until then, deleting the snapshot bucket republishes every effect",
+			"err", keyErr)
 	}
 	cfg.Stream = scfg
 	if cfg.Signer != nil && cfg.Own == nil {

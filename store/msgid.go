@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -28,6 +29,20 @@ const EffectKeyBucketSuffix = "_KEYS"
 // the snapshot bucket, holding the reconciler's effect-id key.
 const effectKeyName = "effect-key"
 
+// ErrKeysDenied: this user may not read the keys bucket (credentials
+// issued before it existed); [EffectKey] returned the key of the snapshot
+// bucket with it, and exactly-once across a refold depends on that bucket
+// again until the reconciler's credentials are issued anew.
+var ErrKeysDenied = errors.New("store: the keys bucket is denied to this user: the effect key was read from the snapshot bucket")
+
+// apiPrefix is the JetStream API subject prefix of js, dot-terminated.
+func apiPrefix(js jetstream.JetStream) string {
+	if p := js.Options().APIPrefix; p != "" {
+		return strings.TrimSuffix(p, ".") + "."
+	}
+	return jetstream.DefaultAPIPrefix
+}
+
 // EffectKey returns the key that signs the reconciler's effect message
 // ids (see [EffectMsgID]), 32 bytes, from the bucket <stream>_KEYS
 // (created with the stream's replica count when missing). When that
@@ -38,11 +53,28 @@ const effectKeyName = "effect-key"
 // roles without read access to the keys bucket (every role but the
 // reconciler) cannot learn it.
 //
-// Errors: the buckets' errors; a stored key of the wrong size.
+// Errors: the buckets' errors; a stored key of the wrong size. When this
+// user is denied the keys bucket and the snapshot bucket holds a key, that
+// key is returned together with an error wrapping [ErrKeysDenied]: use it,
+// and warn.
 func EffectKey(ctx context.Context, js jetstream.JetStream, streamCfg StreamConfig, snaps *Snapshots) ([]byte, error) {
 	cfg := streamCfg.WithDefaults()
 	bucket := cfg.Name + EffectKeyBucketSuffix
-	kv, err := js.KeyValue(ctx, bucket)
+	// A reconciler whose credentials were issued before the keys bucket
+	// existed is denied it: detected at once (not as a timeout), and the
+	// snapshot bucket's key is used as before, with ErrKeysDenied.
+	gctx, release := watchDenials(js.Conn()).guard(ctx, apiPrefix(js)+"STREAM.INFO.KV_"+bucket)
+	kv, err := js.KeyValue(gctx, bucket)
+	cause := context.Cause(gctx)
+	release()
+	if errors.Is(cause, nats.ErrPermissionViolation) {
+		if snaps != nil {
+			if old, err := snaps.kv.Get(ctx, effectKeyName); err == nil && len(old.Value()) == 32 {
+				return old.Value(), fmt.Errorf("bucket %s: %w: %v", bucket, ErrKeysDenied, cause)
+			}
+		}
+		return nil, fmt.Errorf("effect key: bucket %s: %w", bucket, cause)
+	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      bucket,

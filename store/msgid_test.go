@@ -2,7 +2,13 @@ package store_test
 
 import (
 	"bytes"
+	"errors"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -69,5 +75,60 @@ func TestEffectKeyNew(t *testing.T) {
 	}
 	if len(a) != 32 || !bytes.Equal(a, b) {
 		t.Fatalf("keys %x and %x, want one of 32 bytes", a, b)
+	}
+}
+
+// TestEffectKeyDeniedKeysBucket: a reconciler whose credentials predate
+// the keys bucket is denied it; the snapshot bucket's key is used, with
+// ErrKeysDenied, at once rather than after a timeout.
+func TestEffectKeyDeniedKeysBucket(t *testing.T) {
+	ctx := testCtx(t)
+	srv, err := server.NewServer(&server.Options{ServerName: "denied", Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "r", Password: "p", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.*.*.KV_MESH_KEYS"}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("r", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := store.OpenSnapshots(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := bytes.Repeat([]byte{9}, 32)
+	kv, err := js.KeyValue(ctx, snaps.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "effect-key", legacy); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	key, err := store.EffectKey(ctx, js, cfg, snaps)
+	if !errors.Is(err, store.ErrKeysDenied) {
+		t.Fatalf("err = %v, want ErrKeysDenied", err)
+	}
+	if !bytes.Equal(key, legacy) {
+		t.Fatalf("key %x, want the snapshot bucket's %x", key, legacy)
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("took %s: the denial was waited out, not detected", took)
 	}
 }
