@@ -28,16 +28,23 @@ type recovery struct {
 	unstored map[string]bool
 	// last is each effect subject's last sequence seen or published.
 	last map[effectKey]uint64
+	// plans holds each node's deferred plans, in order: a plan seen
+	// supersedes only its own node's (a scan of every deferred effect at
+	// each plan seen made a cold catch-up quadratic, issue 17).
+	plans map[string][]reconcile.Effect
 }
 
 func newRecovery() *recovery {
-	return &recovery{unstored: map[string]bool{}, last: map[effectKey]uint64{}}
+	return &recovery{unstored: map[string]bool{}, last: map[effectKey]uint64{}, plans: map[string][]reconcile.Effect{}}
 }
 
 // deferEffect keeps e until the read passes the session's start.
 func (r *recovery) deferEffect(e reconcile.Effect) {
 	r.deferred = append(r.deferred, e)
 	r.unstored[e.ID()] = true
+	if e.Kind == events.KindPlan {
+		r.plans[e.Node] = append(r.plans[e.Node], e)
+	}
 }
 
 // seen notes an effect message read at seq on node's subject of kind;
@@ -57,8 +64,8 @@ func (r *recovery) seen(node string, kind events.Kind, seq uint64, id string, va
 	if kind != events.KindPlan {
 		return
 	}
-	for _, e := range r.deferred {
-		if e.Node == node && e.Kind == events.KindPlan && (e.Cause < cause || (e.Cause == cause && e.N < n)) {
+	for _, e := range r.plans[node] {
+		if e.Cause < cause || (e.Cause == cause && e.N < n) {
 			delete(r.unstored, e.ID())
 		}
 	}
