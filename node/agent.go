@@ -548,7 +548,11 @@ func (a *Agent) apply(ctx context.Context, p *events.Plan) (changes []change, fa
 		if row.Held {
 			continue // keep it as it runs (empty build: nothing runs; neither start nor remove)
 		}
-		if cur, ok := runs[row.Name]; ok && cur.State == events.Running && cur.Build == row.Build && cur.Account == row.RunsAs {
+		account := row.RunsAs
+		if am, ok := a.rt.(AccountMapper); ok {
+			account = am.RunningAs(row.RunsAs)
+		}
+		if cur, ok := runs[row.Name]; ok && cur.State == events.Running && cur.Build == row.Build && cur.Account == account {
 			continue
 		}
 		if err := a.rt.Apply(ctx, row); err != nil {

@@ -434,3 +434,57 @@ func TestSecondAgentRefused(t *testing.T) {
 		t.Errorf("the next agent did not take the released lease at once:\n%s", c.logs.String())
 	}
 }
+
+// mappedRuntime runs every module as one account, whatever its runs_as,
+// like the process runtime of an agent that is not root.
+type mappedRuntime struct {
+	*DirRuntime
+	mu      sync.Mutex
+	applies int
+}
+
+const mappedAccount = "agent-user"
+
+func (m *mappedRuntime) RunningAs(string) string { return mappedAccount }
+
+func (m *mappedRuntime) Apply(ctx context.Context, row events.PlanModule) error {
+	m.mu.Lock()
+	m.applies++
+	m.mu.Unlock()
+	return m.DirRuntime.Apply(ctx, row)
+}
+
+func (m *mappedRuntime) Running(ctx context.Context) ([]events.HaveModule, error) {
+	hv, err := m.DirRuntime.Running(ctx)
+	for i := range hv {
+		hv[i].Account = mappedAccount
+	}
+	return hv, err
+}
+
+// A row that runs, as the account its runtime maps its runs_as to, is not
+// applied again by a newer plan.
+func TestMappedAccountIsNotReapplied(t *testing.T) {
+	e := newEnv(t)
+	dr, err := NewDirRuntime(filepath.Join(t.TempDir(), "modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &mappedRuntime{DirRuntime: dr}
+	e.startAgent(t, "ace", rt)
+	row := events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}}
+	p1 := e.publishPlan(t, "ace", "prov", row)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p1))
+	p2 := e.publishPlan(t, "ace", "prov", row)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p2))
+	for _, s := range settlesOf(t, e, "ace", p2) {
+		if s.Module != "" {
+			t.Errorf("plan %d settle %+v: the unchanged row was applied again", p2, s)
+		}
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.applies != 1 {
+		t.Errorf("%d applies, want 1", rt.applies)
+	}
+}

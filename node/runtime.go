@@ -169,6 +169,18 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// AccountMapper is implemented by a [Runtime] whose modules may run as
+// another account than their row's runs_as (the process runtime of an
+// agent that is not root runs every module as the agent's own user). Its
+// have reports the account the process really runs as; the agent compares
+// that with RunningAs(row.RunsAs), not with runs_as, when it decides
+// whether a row already runs (DESIGN.md §8).
+type AccountMapper interface {
+	// RunningAs returns the account a module whose row says runsAs
+	// would run as.
+	RunningAs(runsAs string) string
+}
+
 // Supervisor is implemented by a [Runtime] whose modules change state on
 // their own: a process exits, is restarted, crash-loops (the process
 // runtime of DESIGN.md §8). The agent uses it when its runtime has it.

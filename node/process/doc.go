@@ -17,7 +17,8 @@
 // listens on shim.sock and starts the module: the manifest's command,
 // relative to the bundle, in the bundle as working directory, in its own
 // process group, as the account's uid, gid and supplementary groups (only
-// when the agent is root; otherwise as the agent's user, which Open logs),
+// when the agent is root; otherwise as the agent's user, which Open logs,
+// Apply logs once per module whose runs_as differs, and the have reports),
 // with a minimal environment (PATH, USER, LOGNAME, HOME, MESHFOLD_NODE,
 // MESHFOLD_MODULE, MESHFOLD_ROOT, then the manifest's env), stdin
 // /dev/null, stdout and stderr into module.log (rotated at

@@ -309,6 +309,63 @@ func TestEmptyRunsAsRefusedWhenRoot(t *testing.T) {
 	}
 }
 
+// syncBuf is a log sink tests read while the runtime writes.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// An agent that is not root runs the module as itself: the have names that
+// account, not the row's runs_as, and the log says so once per module.
+func TestNotRootReportsOwnAccount(t *testing.T) {
+	other := "daemon"
+	if self == other {
+		other = "nobody"
+	}
+	if _, err := user.Lookup(other); err != nil {
+		t.Skipf("no user %s", other)
+	}
+	e := newEnv(t, Backoff{})
+	var logs syncBuf
+	e.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	e.script("sha256:a", sleeper, bundle.Manifest{})
+	e.script("sha256:b", sleeper, bundle.Manifest{})
+	r := e.open()
+	r.asRoot = false // what an agent that is not root does: run as itself
+	for _, b := range []string{"sha256:a", "sha256:a", "sha256:b"} {
+		if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: b, RunsAs: other}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := status(t, r, "web")
+	uid := procField(t, st.PID, "Uid:")
+	if me, _ := user.Current(); uid[0] != me.Uid {
+		t.Fatalf("module uid %v, want the agent's %s", uid, me.Uid)
+	}
+	hv, _ := r.Running(ctx(t))
+	if len(hv) != 1 || hv[0].Account != self {
+		t.Errorf("have %+v: want account %s (what the process runs as), not the row's %s", hv, self, other)
+	}
+	if got := r.RunningAs(other); got != self {
+		t.Errorf("RunningAs(%s) = %s, want %s", other, got, self)
+	}
+	if n := strings.Count(logs.String(), "not as its runs_as"); n != 1 {
+		t.Errorf("%d log lines say the module does not run as its runs_as, want 1:\n%s", n, logs.String())
+	}
+}
+
 func TestFetchErrorFailsApply(t *testing.T) {
 	e := newEnv(t, Backoff{})
 	r := e.open()

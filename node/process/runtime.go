@@ -70,9 +70,10 @@ type Runtime struct {
 }
 
 var (
-	_ node.Runtime    = (*Runtime)(nil)
-	_ node.Supervisor = (*Runtime)(nil)
-	_ node.LogReader  = (*Runtime)(nil)
+	_ node.Runtime       = (*Runtime)(nil)
+	_ node.Supervisor    = (*Runtime)(nil)
+	_ node.LogReader     = (*Runtime)(nil)
+	_ node.AccountMapper = (*Runtime)(nil)
 )
 
 // module is one module the runtime holds.
@@ -87,6 +88,7 @@ type module struct {
 	st       Status
 	conn     *net.UnixConn // the watch connection; nil when none
 	stopping bool          // a stop was asked: the end of the watch is expected
+	warnedAs bool          // the log said the module does not run as its runs_as
 }
 
 // Open returns the runtime and adopts the shims a previous agent left
@@ -388,6 +390,15 @@ func (r *Runtime) Apply(ctx context.Context, row events.PlanModule) error {
 	m := r.module(row.Name)
 	m.op.Lock()
 	defer m.op.Unlock()
+	if !r.asRoot && row.RunsAs != r.me.Name {
+		r.mu.Lock()
+		warn := !m.warnedAs
+		m.warnedAs = true
+		r.mu.Unlock()
+		if warn {
+			r.log.Warn("the agent is not root: the module runs as the agent's own user, not as its runs_as", "module", row.Name, "runs_as", row.RunsAs, "user", r.me.Name)
+		}
+	}
 	r.mu.Lock()
 	cur, live := m.spec, m.conn != nil
 	r.mu.Unlock()
@@ -442,7 +453,30 @@ func (r *Runtime) spec(row events.PlanModule, dir string, man bundle.Manifest, a
 	if r.asRoot {
 		sp.User = &acct
 	}
+	sp.As = runAs.Name
 	return sp
+}
+
+// runningAs returns the account sp's process runs as. A spec written
+// before As existed: User's, else the shim's user, the agent's.
+func (r *Runtime) runningAs(sp spec) string {
+	switch {
+	case sp.As != "":
+		return sp.As
+	case sp.User != nil:
+		return sp.User.Name
+	}
+	return r.me.Name
+}
+
+// RunningAs returns the account a module whose row says runsAs runs as,
+// which its have reports: runsAs itself when the agent is root, else the
+// agent's own user (see [node.AccountMapper]).
+func (r *Runtime) RunningAs(runsAs string) string {
+	if r.asRoot {
+		return runsAs
+	}
+	return r.me.Name
 }
 
 // module returns the runtime's entry for name, creating it.
@@ -638,7 +672,7 @@ func (r *Runtime) Running(ctx context.Context) ([]events.HaveModule, error) {
 		if st.Module == "" {
 			continue // being started for the first time
 		}
-		h := events.HaveModule{Name: m.name, Build: st.Build, State: st.State, Account: st.Account,
+		h := events.HaveModule{Name: m.name, Build: st.Build, State: st.State, Account: r.runningAs(m.spec),
 			Restarts: st.Restarts, Exit: printable(st.Exit)}
 		if !st.Since.IsZero() {
 			since := st.Since.UTC().Truncate(time.Millisecond)

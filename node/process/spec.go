@@ -27,7 +27,10 @@ type spec struct {
 	Account string `json:"account,omitempty"` // the plan's runs_as
 	// User is the resolved account to switch to; nil runs the module as
 	// the shim's own user (an agent that is not root).
-	User        *account      `json:"user,omitempty"`
+	User *account `json:"user,omitempty"`
+	// As is the account the module's process really runs as: User's, or
+	// the agent's own when it is not root. A have reports it.
+	As          string        `json:"as,omitempty"`
 	Dir         string        `json:"dir"`
 	Argv        []string      `json:"argv"`
 	Env         []string      `json:"env"`
