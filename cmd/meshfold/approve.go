@@ -42,7 +42,7 @@ approval's stream sequence, one line per node; exit 1 if any publish failed,
 			defer cancel()
 			n := len(args)
 			module, build := args[n-2], args[n-1]
-			return a.publishEach(ctx, events.KindApprove, args[:n-2], o.all, func() events.Payload {
+			return a.publishEach(ctx, events.KindApprove, args[:n-2], o.all, false, func() events.Payload {
 				return &events.Approve{Module: module, Build: build, By: o.by}
 			})
 		},

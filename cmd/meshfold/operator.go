@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -31,6 +32,7 @@ type operatorFlags struct {
 	by      string
 	reason  string
 	all     bool
+	newNode bool
 	timeout time.Duration
 }
 
@@ -46,6 +48,18 @@ func (o *operatorFlags) add(cmd *cobra.Command, reason, all bool) {
 	}
 }
 
+// addNew adds --new, to the verbs that refuse a node with no want (a
+// mistyped name would otherwise make a phantom node that fleet lists).
+func (o *operatorFlags) addNew(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&o.newNode, "new", false, "act on a node that has no want in the stream yet (refused without it: a mistyped name would make a phantom node)")
+}
+
+// newNodeHelp is the paragraph of the --help of the verbs that take --new.
+const newNodeHelp = `A node with no want in the stream is refused (exit 2, nothing published):
+a mistyped name would make a phantom node that 'meshfold fleet' lists as
+needing an operator. 'meshfold fleet' lists the nodes; --new acts on such a
+node anyway.`
+
 func newPauseCmd(a *app) *cobra.Command {
 	var o operatorFlags
 	cmd := &cobra.Command{
@@ -58,7 +72,9 @@ and knocks still flow, so a credential is never held back. 'meshfold fleet'
 shows who paused a node and since when. A second pause keeps the first.
 
 Undo with 'meshfold resume'. Prints each event's stream sequence, one line
-per node; exit 1 if any publish failed, 2 on a usage error.`,
+per node; exit 1 if any publish failed, 2 on a usage error.
+
+` + newNodeHelp,
 		Example: `  meshfold pause ace --by alice --reason "disk swap"
   meshfold pause ace shanks --by alice
   meshfold pause --all --by alice --reason "freeze for the release"`,
@@ -66,12 +82,13 @@ per node; exit 1 if any publish failed, 2 on a usage error.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := o.context(cmd)
 			defer cancel()
-			return a.publishEach(ctx, events.KindPause, args, o.all, func() events.Payload {
+			return a.publishEach(ctx, events.KindPause, args, o.all, !o.newNode, func() events.Payload {
 				return &events.Pause{By: o.by, Reason: o.reason}
 			})
 		},
 	}
 	o.add(cmd, true, true)
+	o.addNew(cmd)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
@@ -88,19 +105,22 @@ the plan the reconciler composes then differs from the last one it emitted
 A resume of a node that is not paused changes nothing.
 
 Prints each event's stream sequence, one line per node; exit 1 if any
-publish failed, 2 on a usage error.`,
+publish failed, 2 on a usage error.
+
+` + newNodeHelp,
 		Example: `  meshfold resume ace --by alice
   meshfold resume --all --by alice`,
 		ValidArgsFunction: a.completeNodes(-1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := o.context(cmd)
 			defer cancel()
-			return a.publishEach(ctx, events.KindResume, args, o.all, func() events.Payload {
+			return a.publishEach(ctx, events.KindResume, args, o.all, !o.newNode, func() events.Payload {
 				return &events.Resume{By: o.by, Reason: o.reason}
 			})
 		},
 	}
 	o.add(cmd, true, true)
+	o.addNew(cmd)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
@@ -117,19 +137,22 @@ declared file again (after fixing a secret source, say). A poke pays no owed
 item: the node judges the refill as any other write.
 
 Prints each event's stream sequence, one line per node; exit 1 if any
-publish failed, 2 on a usage error.`,
+publish failed, 2 on a usage error.
+
+` + newNodeHelp,
 		Example: `  meshfold poke ace --by alice --reason "broker creds rotated"
   meshfold poke --all --by alice`,
 		ValidArgsFunction: a.completeNodes(-1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := o.context(cmd)
 			defer cancel()
-			return a.publishEach(ctx, events.KindPoke, args, o.all, func() events.Payload {
+			return a.publishEach(ctx, events.KindPoke, args, o.all, !o.newNode, func() events.Payload {
 				return &events.Poke{By: o.by, Reason: o.reason}
 			})
 		},
 	}
 	o.add(cmd, true, true)
+	o.addNew(cmd)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
@@ -146,7 +169,9 @@ removed) and all its owed items are paid; once the node settles that plan it
 is retired and leaves 'meshfold fleet' ('fleet --all' still lists it). Until
 then fleet shows it as retiring. --force retires it at once, for a node whose
 agent is gone for good (the empty plan is still published, so an agent that
-comes back removes everything). A later want brings the node back.`,
+comes back removes everything). A later want brings the node back.
+
+` + newNodeHelp,
 		Example: `  meshfold retire shanks --by alice --reason "decommissioned"
   meshfold retire shanks --by alice --force`,
 		Args:              cobra.ExactArgs(1),
@@ -154,12 +179,13 @@ comes back removes everything). A later want brings the node back.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := o.context(cmd)
 			defer cancel()
-			return a.publishEach(ctx, events.KindRetire, args, false, func() events.Payload {
+			return a.publishEach(ctx, events.KindRetire, args, false, !o.newNode, func() events.Payload {
 				return &events.Retire{By: o.by, Force: force, Reason: o.reason}
 			})
 		},
 	}
 	o.add(cmd, true, false)
+	o.addNew(cmd)
 	cmd.Flags().BoolVar(&force, "force", false, "retire at once, without waiting for the node to settle the empty plan")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
@@ -174,19 +200,22 @@ func newRevokeCmd(a *app) *cobra.Command {
 		Long: `revoke publishes a revoke event: the approval of MODULE at BUILD on NODE is
 removed. A module held for that approval stays held; a module already running
 that build is not stopped (its want asks for what runs). A module approved but
-not yet settled at that build is held again at what runs by the next plan.`,
+not yet settled at that build is held again at what runs by the next plan.
+
+` + newNodeHelp,
 		Example:           `  meshfold revoke novox nats img:nats-2.10.24 --by alice`,
 		Args:              cobra.ExactArgs(3),
 		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := o.context(cmd)
 			defer cancel()
-			return a.publishEach(ctx, events.KindRevoke, args[:1], false, func() events.Payload {
+			return a.publishEach(ctx, events.KindRevoke, args[:1], false, !o.newNode, func() events.Payload {
 				return &events.Revoke{Module: args[1], Build: args[2], By: o.by}
 			})
 		},
 	}
 	o.add(cmd, false, false)
+	o.addNew(cmd)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
@@ -202,19 +231,24 @@ are paid without a knock, and a refusal of that file judged by a plan that
 exists now is owed nothing, whether it arrives before or after the waive. Use
 it for a bogus owed item ('meshfold state NODE' lists owed items, 'fleet'
 flags those older than an hour). A refusal judged by a later plan is owed
-again: it is a new fact.`,
+again: it is a new fact. A waive of a file nothing is owed for now is
+published (it still covers a refusal judged by a plan that exists now) with
+a note on stderr.
+
+` + newNodeHelp,
 		Example:           `  meshfold waive ace mesh-build-go /run/mesh-build-go/old.creds --by alice`,
 		Args:              cobra.ExactArgs(3),
 		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := o.context(cmd)
 			defer cancel()
-			return a.publishEach(ctx, events.KindWaive, args[:1], false, func() events.Payload {
+			return a.publishEach(ctx, events.KindWaive, args[:1], false, !o.newNode, func() events.Payload {
 				return &events.Waive{Module: args[1], Path: args[2], By: o.by}
 			})
 		},
 	}
 	o.add(cmd, false, false)
+	o.addNew(cmd)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
@@ -229,9 +263,10 @@ func (o *operatorFlags) context(cmd *cobra.Command) (context.Context, context.Ca
 // (or, with all, to every node that has a want), and reports each on its
 // own line. Everything is checked before anything is published: a bad
 // node name, no node, --all beside nodes, or a payload that fails
-// validation are usage errors (exit 2). A publish that fails is reported
+// validation are usage errors (exit 2); so is, with wanted, a named node
+// the stream holds no want of. A publish that fails is reported
 // and the others still go; the error then says how many failed (exit 1).
-func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string, all bool, mk func() events.Payload) error {
+func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string, all, wanted bool, mk func() events.Payload) error {
 	switch {
 	case all && len(nodes) > 0:
 		return withCode(exitUsage, fmt.Errorf("--all names every node: name no node beside it (got %s)", strings.Join(nodes, " ")))
@@ -258,6 +293,14 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 		if len(nodes) == 0 {
 			return errors.New("--all: no node has a want yet")
 		}
+	} else if wanted {
+		if err := a.checkWanted(ctx, js, kind, nodes); err != nil {
+			return err
+		}
+	}
+	var notes map[string]string
+	if w, ok := mk().(*events.Waive); ok {
+		notes = a.waiveNotes(ctx, nc, nodes, w)
 	}
 	failed := 0
 	for _, n := range nodes {
@@ -269,6 +312,9 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 			continue
 		}
 		fmt.Fprintf(a.stdout, "%s %s: stream sequence %d\n", kind, n, ack.Seq)
+		if note := notes[n]; note != "" {
+			fmt.Fprintln(a.stderr, "note:", note)
+		}
 		if ap, ok := p.(*events.Approve); ok {
 			// An approval may come before the want that needs it
 			// (DESIGN.md §4), so it is stored either way; a typo in the
@@ -282,6 +328,44 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 		return fmt.Errorf("%d of %d %s events not published", failed, len(nodes), kind)
 	}
 	return nil
+}
+
+// checkWanted refuses (exit 2) when the stream holds no want of one of
+// nodes: a mistyped name would make a phantom node.
+func (a *app) checkWanted(ctx context.Context, js jetstream.JetStream, kind events.Kind, nodes []string) error {
+	stream, cfg, err := a.stream.openStream(ctx, js)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		_, err := store.LastMsg(ctx, stream, cfg.Subjects(), n, events.KindWant)
+		if errors.Is(err, store.ErrNoMessage) {
+			return withCode(exitUsage, fmt.Errorf("node %s has no want in stream %s: nothing published (is the name mistyped? 'meshfold fleet' lists the nodes; --new %s it anyway)", n, cfg.Name, kind))
+		}
+		if err != nil {
+			return fmt.Errorf("node %s: read its want: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// waiveNotes says, per node, when nothing is owed for w's module and path
+// in the node's state (from the reconciler, or its snapshot) before the
+// waive: the waive pays nothing now. A node whose state cannot be read
+// gets no note.
+func (a *app) waiveNotes(ctx context.Context, nc *nats.Conn, nodes []string, w *events.Waive) map[string]string {
+	notes := map[string]string{}
+	for _, n := range nodes {
+		r, _, err := fetchState(ctx, nc, a.stream, n, 2*time.Second)
+		if err != nil {
+			continue
+		}
+		if !slices.ContainsFunc(r.View.Owed, func(o events.Owed) bool { return o.Module == w.Module && o.Path == w.Path }) {
+			notes[n] = fmt.Sprintf("nothing is owed for %s's %s on %s ('meshfold state %s' lists owed items): the waive pays nothing now, and covers a refusal of that file judged by a plan that exists now",
+				events.Short(w.Module), events.Short(w.Path), n, n)
+		}
+	}
+	return notes
 }
 
 // wantedNodes returns every node the stream holds a want of.

@@ -20,6 +20,9 @@ import (
 // other fields from the command line, and prints its stream sequence.
 func TestOperatorVerbsPublish(t *testing.T) {
 	c := newVerbCLI(t)
+	if code, _, stderr := c.run(t, "", "want", "ace", "-f", writeWantFile(t, goodWant)); code != 0 {
+		t.Fatalf("want ace: %s", stderr)
+	}
 	for _, tc := range []struct {
 		args  []string
 		kind  events.Kind
@@ -98,6 +101,54 @@ func TestOperatorVerbsUsage(t *testing.T) {
 	}
 	if info.State.Msgs != 0 {
 		t.Errorf("usage errors published %d events", info.State.Msgs)
+	}
+}
+
+// A node the stream holds no want of (a mistyped name) is refused by the
+// verbs that would make it a phantom node: exit 2, the node and fleet
+// named, nothing published; --new acts on it anyway. approve still takes
+// it (an approval may come before the want) with a note.
+func TestOperatorVerbsRefuseUnknownNode(t *testing.T) {
+	c := newVerbCLI(t)
+	if code, _, stderr := c.run(t, "", "want", "ace", "-f", writeWantFile(t, goodWant)); code != 0 {
+		t.Fatalf("want ace: %s", stderr)
+	}
+	info := func() uint64 {
+		t.Helper()
+		i, err := c.stream.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i.State.Msgs
+	}
+	before := info()
+	verbs := [][]string{
+		{"pause", "ghostnode", "--by", "x"},
+		{"resume", "ghostnode", "--by", "x"},
+		{"poke", "ghostnode", "--by", "x"},
+		{"retire", "ghostnode", "--by", "x"},
+		{"revoke", "ghostnode", "nats", "img:2", "--by", "x"},
+		{"waive", "ghostnode", "app", "/etc/app/key", "--by", "x"},
+		{"pause", "ace", "ghostnode", "--by", "x"}, // one good name does not carry the other
+	}
+	for _, args := range verbs {
+		code, _, stderr := c.run(t, "", args...)
+		if code != exitUsage || !strings.Contains(stderr, "node ghostnode has no want") || !strings.Contains(stderr, "meshfold fleet") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+	if n := info(); n != before {
+		t.Errorf("refused verbs published %d events", n-before)
+	}
+	for _, args := range verbs[:6] {
+		code, stdout, stderr := c.run(t, "", append(args, "--new")...)
+		if code != 0 || !strings.Contains(stdout, args[0]+" ghostnode: stream sequence") {
+			t.Errorf("%v --new: exit %d, %q %q", args, code, stdout, stderr)
+		}
+	}
+	code, _, stderr := c.run(t, "", "approve", "novox", "nats", "img:2", "--by", "x")
+	if code != 0 || !strings.Contains(stderr, "node novox has no want yet") {
+		t.Errorf("approve of a node with no want: exit %d, stderr %q", code, stderr)
 	}
 }
 
@@ -343,9 +394,19 @@ func TestOperatorFlow(t *testing.T) {
 	if st = folded(ack.Seq); len(st.Owed) != 1 {
 		t.Fatalf("owed %v", st.Owed)
 	}
-	if st = folded(printedSeq(t, cli("waive", "ace", "mesh-build-go", "/run/mesh-build-go/old.creds", "--by", "carol"))); len(st.Owed) != 0 {
+	out, errOut, code := m.cli(t, "waive", "ace", "mesh-build-go", "/run/mesh-build-go/old.creds", "--by", "carol")
+	if code != 0 || strings.Contains(errOut, "note:") {
+		t.Fatalf("waive of an owed file: exit %d, stderr %q", code, errOut)
+	}
+	if st = folded(printedSeq(t, out)); len(st.Owed) != 0 {
 		t.Errorf("after waive, owed %v", st.Owed)
 	}
+	// A second waive of it pays nothing: published, with a note.
+	out, errOut, code = m.cli(t, "waive", "ace", "mesh-build-go", "/run/mesh-build-go/old.creds", "--by", "carol")
+	if code != 0 || !strings.Contains(errOut, `note: nothing is owed for "mesh-build-go"'s "/run/mesh-build-go/old.creds" on ace`) {
+		t.Errorf("waive of a file nothing is owed for: exit %d, stderr %q", code, errOut)
+	}
+	folded(printedSeq(t, out))
 
 	// Retire: an empty plan; retired once it settles.
 	st = folded(printedSeq(t, cli("retire", "ace", "--by", "dave")))
