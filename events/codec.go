@@ -58,7 +58,13 @@ func decode(k Kind, data []byte, strict bool) (Payload, error) {
 		if json.Unmarshal(data, &v) == nil && v.V > Version {
 			return nil, fmt.Errorf("%w: v=%d, this build knows v=%d", ErrNewerVersion, v.V, Version)
 		}
-		return nil, fmt.Errorf("%w: %s: %s", ErrMalformed, k, Text(err.Error()))
+		// A user's own file (strict) is told in full; a stored event's
+		// error keeps its head and tail.
+		show := ErrorText
+		if strict {
+			show = Plain
+		}
+		return nil, fmt.Errorf("%w: %s: %s", ErrMalformed, k, show(err.Error()))
 	}
 	if v := p.header().V; v > Version {
 		return nil, fmt.Errorf("%w: v=%d, this build knows v=%d", ErrNewerVersion, v, Version)

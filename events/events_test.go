@@ -380,3 +380,38 @@ func TestShort(t *testing.T) {
 		t.Fatalf("error of a long path is %d bytes", len(err.Error()))
 	}
 }
+
+// An error's text keeps a longer budget than a value and, when cut, its
+// head and its tail, where the cause is; control characters are quoted
+// either way, and a cut never splits a rune.
+func TestErrorText(t *testing.T) {
+	demo := "apply mesh-build-go: bundle sha256:2267110a3fb464bd2077a311377b0c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b: no such bundle in bucket MESH_BUILDS: push it with meshfold build push"
+	if got := events.ErrorText(demo); got != demo {
+		t.Errorf("ErrorText of a %d-byte error cut it: %q", len(demo), got)
+	}
+	long := "apply x: " + strings.Repeat("é", 500) + ": no such bundle: push it with meshfold build push"
+	got := events.ErrorText(long)
+	if !strings.HasPrefix(got, `"apply x: `) || !strings.Contains(got, `push it with meshfold build push" (`+strconv.Itoa(len(long))+" bytes)") ||
+		len(got) > 240 || strings.Contains(got, `\x`) {
+		t.Errorf("ErrorText of a long error: %q", got)
+	}
+	if got := events.ErrorText("a\nb\x1b[31m"); got != `"a\nb\x1b[31m"` {
+		t.Errorf("ErrorText let a control character through: %q", got)
+	}
+	if got := events.ErrorText(strings.Repeat("\n", 300)); strings.Contains(got, "\n") {
+		t.Errorf("ErrorText of a long error let a newline through")
+	}
+	if got := events.Plain(strings.Repeat("x", 5000)); len(got) != 5000 {
+		t.Errorf("Plain cut a long text to %d bytes", len(got))
+	}
+	if got := events.Plain("a\tb"); got != `"a\tb"` {
+		t.Errorf("Plain(a tab) = %s", got)
+	}
+	// A user's own file (strict decoding) is told in full: a JSON error
+	// naming a long field is not cut.
+	field := strings.Repeat("f", 300)
+	_, err := events.DecodeStrict(events.KindWant, []byte(`{"v":1,`+at+`,"modules":[],"`+field+`":1}`))
+	if err == nil || !strings.Contains(err.Error(), field) {
+		t.Errorf("DecodeStrict of a file with an unknown long field: %v", err)
+	}
+}

@@ -154,6 +154,40 @@ func Text(s string) string {
 	return Short(s)
 }
 
+// errKeep is the budget of [ErrorText]: an error's cause is often at its
+// end ("…: push it with meshfold build push"), so an error keeps more
+// than a value, and its tail.
+const (
+	errKeep = 200
+	errTail = 120
+)
+
+// ErrorText returns an error's text (a settle's or refusal's error, a
+// journal message) for a line: as it is when it is at most 200 bytes and
+// holds no control character; else quoted (Go syntax, as [Short]) and, when
+// longer than 200 bytes, cut in the middle, keeping its first 80 bytes and
+// its last 120, where the cause usually is, and its full length:
+// `"apply x: bundle sha256:…no such bundle: push it with meshfold build push" (1024 bytes)`.
+func ErrorText(s string) string {
+	if len(s) <= errKeep {
+		if HasControl(s) {
+			return strconv.Quote(s)
+		}
+		return s
+	}
+	return strconv.Quote(prefix(s, errKeep-errTail)+"…"+suffix(s, errTail)) + " (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// Plain returns s as it is when it holds no control character, else
+// quoted; it never cuts. It is for what a user wrote and is shown back
+// to them (an error about their own file), where every byte may matter.
+func Plain(s string) string {
+	if HasControl(s) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
 // Cut returns s unquoted, cut to at most max bytes (at a UTF-8 boundary)
 // with "… (N bytes)" appended when it was longer. Publishers use it on
 // their own free text (an apply's error) so that it stays within
@@ -179,4 +213,17 @@ func prefix(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// suffix returns the longest suffix of s of at most n bytes that starts
+// at a rune boundary.
+func suffix(s string, n int) string {
+	if n >= len(s) {
+		return s
+	}
+	i := len(s) - max(n, 0)
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
 }

@@ -169,7 +169,7 @@ func (f *folder) settle(p *events.Settle) {
 	if p.Op == events.OpFailed {
 		// The plan does not count as settled; the node keeps judging by
 		// its previous one.
-		f.journal(events.LevelError, "apply of plan %d failed for module %q: %s", p.Plan, p.Module, events.Text(p.Error))
+		f.journal(events.LevelError, "apply of plan %d failed for module %q: %s", p.Plan, p.Module, events.ErrorText(p.Error))
 		f.knock(true)
 		return
 	}

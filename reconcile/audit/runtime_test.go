@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,5 +59,23 @@ func TestRuntimeUnfilled(t *testing.T) {
 	}
 	if v := s.View(); len(v.Runtime) != 2 {
 		t.Fatalf("view runtime %+v", v.Runtime)
+	}
+}
+
+// A failed apply's error and a refusal's error show their cause, at the
+// end, in the timeline, and so does the journal entry the fold writes.
+func TestErrorTextKeepsTheCause(t *testing.T) {
+	cause := ": no such bundle in bucket MESH_BUILDS: push it with meshfold build push"
+	msg := "apply mesh-build-go: bundle sha256:2267110a3fb464bd2077a311377b0c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b" + cause
+	long := "apply mesh-build-go: " + strings.Repeat("x", 600) + cause
+	for _, p := range []events.Payload{
+		&events.Settle{Module: "mesh-build-go", Op: events.OpFailed, Plan: 3, Error: msg},
+		&events.Settle{Module: "mesh-build-go", Op: events.OpFailed, Plan: 3, Error: long},
+		&events.Refusal{Module: "m", Path: "/run/m/c", Reason: events.ReasonWriteFailed, Plan: 3, Writer: "prov", Error: long},
+		&events.Journal{Level: events.LevelError, Cause: 4, Msg: "apply of plan 3 failed for module \"m\": " + long},
+	} {
+		if s := audit.Summary(events.Event{Payload: p}, nil); !strings.Contains(s, cause) {
+			t.Errorf("%T: the summary lost the cause: %s", p, s)
+		}
 	}
 }

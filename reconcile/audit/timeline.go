@@ -131,7 +131,7 @@ func Summary(ev events.Event, prev *events.Want) string {
 	case *events.Refusal:
 		s := fmt.Sprintf("%s %s, plan %s (%s, writer %s)", p.Path, p.Reason, planRef(p.Plan), p.Module, p.Writer)
 		if p.Error != "" {
-			s += ": " + events.Text(p.Error)
+			s += ": " + events.ErrorText(p.Error)
 		}
 		return s
 	case *events.Filled:
@@ -141,7 +141,7 @@ func Summary(ev events.Event, prev *events.Want) string {
 	case *events.Knock:
 		return knockSummary(p)
 	case *events.Journal:
-		return fmt.Sprintf("←#%d %s: %s", p.Cause, p.Level, p.Msg)
+		return fmt.Sprintf("←#%d %s: %s", p.Cause, p.Level, events.ErrorText(p.Msg))
 	case *events.Pause:
 		return "by " + p.By + reasonSuffix(p.Reason)
 	case *events.Resume:
@@ -317,7 +317,7 @@ func settleSummary(s *events.Settle) string {
 		if m == "" {
 			m = "(no module)"
 		}
-		return fmt.Sprintf("plan #%d FAILED for %s: %s", s.Plan, m, events.Text(s.Error))
+		return fmt.Sprintf("plan #%d FAILED for %s: %s", s.Plan, m, events.ErrorText(s.Error))
 	case s.Module == "":
 		return fmt.Sprintf("plan #%d settled, no module changed", s.Plan)
 	case s.Op == events.OpRemove:

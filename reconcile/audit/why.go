@@ -243,7 +243,7 @@ func (h *History) judged(o events.Owed, refusal *Link) string {
 	if refusal != nil {
 		if ev, ok := h.Event(refusal.Seq); ok {
 			if rf, ok := ev.Payload.(*events.Refusal); ok && rf.Error != "" {
-				detail = ": " + rf.Error
+				detail = ": " + events.ErrorText(rf.Error)
 			}
 		}
 	}
