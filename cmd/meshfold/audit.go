@@ -297,7 +297,13 @@ func readHistory(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	if err != nil && !errors.Is(err, errPastBound) {
 		return nil, err
 	}
-	return audit.NewHistory(node, evs)
+	h, err := audit.NewHistory(node, evs)
+	if err != nil {
+		return nil, err
+	}
+	// Read up to a bound: later events are not known to be absent.
+	h.Partial = end != nil
+	return h, nil
 }
 
 // progressThreshold: a replay of more events than this shows a progress

@@ -205,6 +205,21 @@ func TestAuditIncident1(t *testing.T) {
 		t.Errorf("json kinds %q", got)
 	}
 
+	// A time between two events: the read stops at the bound, and the
+	// note names the last event at or before it, not "ace's last event".
+	// Stream times are the publish times: take the midpoint of #7's and
+	// #8's.
+	out, _, _ = m.cli(t, "audit", "ace", "--json", "--since", "7", "--until", "8")
+	var e7, e8 struct{ Time time.Time }
+	if ls := strings.Split(strings.TrimSpace(out), "\n"); len(ls) != 2 || json.Unmarshal([]byte(ls[0]), &e7) != nil || json.Unmarshal([]byte(ls[1]), &e8) != nil || !e8.Time.After(e7.Time.Add(100*time.Nanosecond)) {
+		t.Fatalf("#7 and #8 as JSON: %s", out)
+	}
+	mid := e7.Time.Add(e8.Time.Sub(e7.Time) / 2).UTC().Format(time.RFC3339Nano)
+	out, errOut, code = m.cli(t, "audit", "ace", "--as-of", mid)
+	if code != 0 || !strings.Contains(out, "the last event of ace at or before it is #") || strings.Contains(out, "last event #") {
+		t.Errorf("--as-of between events: exit %d %s\n%s", code, errOut, out)
+	}
+
 	// Errors: unknown node, a sequence not the node's, bad flags.
 	if _, errOut, code := m.cli(t, "audit", "zed"); code != exitError || !strings.Contains(errOut, `node "zed" has no events`) {
 		t.Errorf("unknown node: exit %d %q", code, errOut)

@@ -27,6 +27,10 @@ var (
 type History struct {
 	Node   string
 	Events []events.Event
+	// Partial is set when Events were read only up to a bound: the node
+	// may have later events, so a bound after the last of Events is not
+	// after the node's last event.
+	Partial bool
 }
 
 // NewHistory checks that evs are node's events in strictly increasing
@@ -219,6 +223,8 @@ func (h *History) note(b Bound, cut int, which string) string {
 	switch {
 	case cut == 0:
 		return fmt.Sprintf("%s %s: %s; it is before %s's first event %s", which, b, what, h.Node, ref(evs[0]))
+	case cut == len(evs) && h.Partial:
+		return fmt.Sprintf("%s %s: %s; the last event of %s at or before it is %s", which, b, what, h.Node, ref(evs[len(evs)-1]))
 	case cut == len(evs):
 		return fmt.Sprintf("%s %s: %s; it is after %s's last event %s", which, b, what, h.Node, ref(evs[len(evs)-1]))
 	}
