@@ -279,9 +279,12 @@ type FleetRow struct {
 	Modules     int    `json:"modules"`
 	Held        int    `json:"held"`
 	// Pending are the rows held for an approval, with the build waiting.
-	Pending   []reconcile.Held `json:"pending,omitempty"`
-	Owed      int              `json:"owed"`
-	LastKnock uint64           `json:"last_knock,omitempty"`
+	Pending []reconcile.Held `json:"pending,omitempty"`
+	Owed    int              `json:"owed"`
+	// LastKnockCause is the sequence of the event that caused the last
+	// knock (the knock itself is the reconciler's next publish: the
+	// timeline shows it as ←#cause); 0 when none.
+	LastKnockCause uint64 `json:"last_knock_cause,omitempty"`
 	// HaveTime is the last have's stream time; HaveAge its age in
 	// seconds at the time the row was made (-1: no have yet).
 	HaveTime       time.Time `json:"have_time,omitzero"`
@@ -330,7 +333,7 @@ func FleetRowOfView(v reconcile.View, now time.Time, stale time.Duration) FleetR
 		}
 	}
 	if v.LastKnock != nil {
-		r.LastKnock = v.LastKnock.Cause
+		r.LastKnockCause = v.LastKnock.Cause
 	}
 	if v.HaveSeq != 0 {
 		age := now.Sub(v.HaveTime)
@@ -422,7 +425,7 @@ func FleetHeader(nodeWidth int) string {
 
 // Line returns the row in at most [LineWidth] columns, aligned under
 // [FleetHeader]: node, want, settled plan, unsettled plans, held rows, owed
-// items, last knock's cause, the have's age, and what needs attention
+// items, last knock's cause (←#N, as the timeline writes it), the have's age, and what needs attention
 // (pending approvals as module→build).
 func (r FleetRow) Line(nodeWidth int) string {
 	if r.Error != "" {
@@ -463,8 +466,8 @@ func (r FleetRow) Line(nodeWidth int) string {
 		needs = append(needs, "retired")
 	}
 	knock := "-"
-	if r.LastKnock != 0 {
-		knock = fmt.Sprintf("#%d", r.LastKnock)
+	if r.LastKnockCause != 0 {
+		knock = fmt.Sprintf("←#%d", r.LastKnockCause)
 	}
 	line := fmt.Sprintf("%-*s %7s %7s %4d %4d %4d %6s %7s %s", nodeWidth, r.Node, seqOrDash(r.Want), seqOrDash(r.SettledPlan),
 		r.Unsettled, r.Held, r.Owed, knock, have, strings.Join(needs, ", "))
