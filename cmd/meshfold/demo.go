@@ -491,7 +491,7 @@ func (m *demoMesh) print(ctx context.Context, w io.Writer, name, root, path stri
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "because of knock #%d:\n%s", knock.Seq, why.Text())
+	fmt.Fprintf(w, "because of knock #%d (meshfold audit %s --why %d):\n%s", knock.Seq, name, knock.Seq, why.Text())
 	// Through the agent's logs endpoint, as 'meshfold logs' reads them.
 	page, err := requestLogs(ctx, m.nc, node.LogsSubject(m.cfg.Prefix, name),
 		node.LogsRequest{Module: "mesh-build-go", LogQuery: node.LogQuery{Tail: 20}}, demoStep)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -276,6 +277,12 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	// The demo prints the --why command with the knock's own sequence,
+	// the one on the knock's timeline line.
+	if m := regexp.MustCompile(`because of knock #(\d+) \(meshfold audit ace --why (\d+)\)`).FindStringSubmatch(out.String()); m == nil || m[1] != m[2] ||
+		!regexp.MustCompile(`(?m)^\s+`+m[1]+` \S+ knock `).MatchString(out.String()) {
+		t.Errorf("no --why command naming the knock's timeline sequence:\n%s", out.String())
 	}
 	if strings.Contains(out.String(), "demo broker credential") {
 		t.Error("the demo printed the content")
