@@ -79,6 +79,47 @@ func (f *connFlags) connectWait(ctx context.Context, name string, a *app) (*nats
 		func(err error, d time.Duration) { log.Warn("NATS not reachable yet; retrying", "err", err, "in", d) })
 }
 
+// errConnClosed: the NATS connection of a long-running role closed for
+// good (an authorization revoked, a server that refused it again after a
+// reconnect): nats.go will not reconnect it, so the role stops with an
+// error and a non-zero exit, and its service manager starts it again.
+var errConnClosed = errors.New("NATS connection closed for good")
+
+// whileConnected returns a context that ends when ctx does or when nc
+// closes for good, whichever is first; in the second case
+// connClosed(ctx) returns the error to exit with (errConnClosed and the
+// connection's last error). The returned func releases it.
+func whileConnected(ctx context.Context, nc *nats.Conn) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	closed := func(c *nats.Conn) {
+		if err := c.LastError(); err != nil {
+			cancel(fmt.Errorf("%w: %w", errConnClosed, err))
+			return
+		}
+		cancel(errConnClosed)
+	}
+	prev := nc.ClosedHandler()
+	nc.SetClosedHandler(func(c *nats.Conn) {
+		if prev != nil {
+			prev(c)
+		}
+		closed(c)
+	})
+	if nc.IsClosed() { // closed before the handler was in place
+		closed(nc)
+	}
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// connClosed returns the error a role whose context whileConnected made
+// exits with when its connection closed for good, else nil.
+func connClosed(ctx context.Context) error {
+	if err := context.Cause(ctx); ctx.Err() != nil && errors.Is(err, errConnClosed) {
+		return err
+	}
+	return nil
+}
+
 // waitFor calls op until it succeeds or fails with an error other than
 // retryable, with jittered backoff (250 ms doubling to 5 s) and note
 // called before each wait; when ctx ends it returns op's last error.

@@ -1,16 +1,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/store"
 )
 
 func init() { register(newNodeCmd) }
@@ -126,12 +130,24 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	nc, err := a.conn.connectWait(ctx, "meshfold-node-"+name, a)
+	nc, err := a.conn.connectWait(cmd.Context(), "meshfold-node-"+name, a)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	// A connection closed for good (a revoked user) ends the agent with an
+	// error: it would never reconnect, and systemd's Restart= brings it back.
+	ctx, stop := whileConnected(cmd.Context(), nc)
+	defer stop()
+	err = runNodeAgent(ctx, a, name, o, nc, trust, log)
+	if cerr := connClosed(ctx); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// runNodeAgent runs the agent of node name on nc until ctx is done.
+func runNodeAgent(ctx context.Context, a *app, name string, o nodeOpts, nc *nats.Conn, trust *store.Trust, log *slog.Logger) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err

@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/provision"
+	"github.com/meshfold/meshfold/store"
 )
 
 func init() { register(newProvisionCmd) }
@@ -81,12 +85,26 @@ func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) erro
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	nc, err := a.conn.connectWait(ctx, "meshfold-provision-"+name, a)
+	nc, err := a.conn.connectWait(cmd.Context(), "meshfold-provision-"+name, a)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	// A connection closed for good (a revoked user) ends the client with
+	// an error: it would never reconnect, and its service manager brings
+	// it back.
+	ctx, stop := whileConnected(cmd.Context(), nc)
+	defer stop()
+	err = runProvisioner(ctx, a, name, o, nc, trust, log)
+	if cerr := connClosed(ctx); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// runProvisioner runs the provisioner client of node name on nc until
+// ctx is done.
+func runProvisioner(ctx context.Context, a *app, name string, o provisionOpts, nc *nats.Conn, trust *store.Trust, log *slog.Logger) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err

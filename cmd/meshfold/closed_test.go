@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/meshfold/meshfold/store/auth"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// noteBuffer is a storetest.SyncBuffer that signals every write.
+type noteBuffer struct {
+	storetest.SyncBuffer
+	wrote chan struct{}
+}
+
+func newNoteBuffer() *noteBuffer { return &noteBuffer{wrote: make(chan struct{}, 1)} }
+
+func (b *noteBuffer) Write(p []byte) (int, error) {
+	n, err := b.SyncBuffer.Write(p)
+	select {
+	case b.wrote <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+// waitText waits until b holds s, or ctx ends.
+func (b *noteBuffer) waitText(ctx context.Context, t *testing.T, what, s string) {
+	t.Helper()
+	for !strings.Contains(b.String(), s) {
+		select {
+		case <-b.wrote:
+		case <-ctx.Done():
+			t.Fatalf("%s never wrote %q:\n%s", what, s, b.String())
+		}
+	}
+}
+
+// A node agent and a provisioner client whose users are revoked stop with
+// an error and a non-zero exit (their connections are closed for good and
+// would never come back), so that systemd's Restart= starts them again.
+func TestRevokedRolesExit(t *testing.T) {
+	ctx := testCtx(t)
+	base := t.TempDir()
+	dir := filepath.Join(base, "auth")
+	for _, args := range [][]string{{"auth", "init", "--dir", dir}, {"auth", "add-node", "ace", "--dir", dir}} {
+		if code, _, errs := runCLI(ctx, args...); code != exitOK {
+			t.Fatalf("%v: %d %s", args, code, errs)
+		}
+	}
+	d, err := auth.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type proc struct {
+		name string
+		out  *noteBuffer
+		done chan int
+	}
+	start := func(name string, args ...string) *proc {
+		cctx, cancel := context.WithCancel(ctx)
+		p := &proc{name: name, out: newNoteBuffer(), done: make(chan int, 1)}
+		go func() { p.done <- run(cctx, args, nil, p.out, p.out) }()
+		t.Cleanup(func() {
+			cancel()
+			<-p.done
+		})
+		return p
+	}
+	serve := start("serve", "serve", "--auth", dir, "--data", filepath.Join(base, "data"), "--listen", "127.0.0.1:0", "--log-level", "warn")
+	serve.out.waitText(ctx, t, "serve", "serving NATS at ")
+	url := regexp.MustCompile(`serving NATS at (\S+);`).FindStringSubmatch(serve.out.String())[1]
+	as := func(user string) []string { return []string{"--server", url, "--creds", d.CredsPath(user)} }
+	trust := filepath.Join(dir, trustFileName)
+	if err := os.MkdirAll(filepath.Join(base, "secrets"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	node := start("node", append([]string{"node", "ace", "--runtime", "record", "--root", filepath.Join(base, "root"),
+		"--state-dir", filepath.Join(base, "state"), "--trust", trust}, as("node-ace")...)...)
+	prov := start("provision", append([]string{"provision", "ace", "--from", filepath.Join(base, "secrets"),
+		"--account", "prov", "--trust", trust}, as("provisioner-ace")...)...)
+	node.out.waitText(ctx, t, "node", "node agent running")
+	prov.out.waitText(ctx, t, "provision", "provisioner running")
+
+	for _, user := range []string{"node-ace", "provisioner-ace"} {
+		args := append([]string{"auth", "revoke", user, "--dir", dir}, as(auth.SystemUser)...)
+		if code, out, errs := runCLI(ctx, args...); code != exitOK || !strings.Contains(out, "jwt updated") {
+			t.Fatalf("auth revoke %s: %d %s %s", user, code, out, errs)
+		}
+	}
+	for _, p := range []*proc{node, prov} {
+		select {
+		case code := <-p.done:
+			p.done <- code // for the cleanup
+			if code == exitOK || !strings.Contains(p.out.String(), "meshfold: NATS connection closed for good") {
+				t.Errorf("%s after its user's revocation: exit %d, want an error saying the connection closed for good:\n%s", p.name, code, p.out.String())
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s still runs after its user's revocation:\n%s", p.name, p.out.String())
+		}
+	}
+}
