@@ -114,6 +114,21 @@ func TestNodeRunsBundleAndLogs(t *testing.T) {
 		t.Errorf("after the agent's restart the module's pid is %d, want the adopted %d", now, pid)
 	}
 
+	// A second agent of the node, on the same state directory, is refused
+	// by the node's lease before its runtime reaches a shim: it adopts
+	// nothing from the agent that runs.
+	var refused storetest.SyncBuffer
+	code = run(context.Background(), []string{"node", "ace", "--root", root, "--state-dir", state, "-s", m.e.ClientURL(), "--log-level", "info", "--trust", trust}, nil, &refused, &refused)
+	if code == exitOK || !strings.Contains(refused.String(), "held by another live process") {
+		t.Errorf("a second agent of ace: exit %d, want refused by the lease:\n%s", code, refused.String())
+	}
+	if strings.Contains(refused.String(), "module adopted") {
+		t.Errorf("the refused agent adopted the running agent's modules:\n%s", refused.String())
+	}
+	if now := modulePID(t, state, "web"); now != pid {
+		t.Errorf("after the refused agent the module's pid is %d, want %d", now, pid)
+	}
+
 	p2 := plan()
 	waitSettle(t, m, p2)
 	if processAlive(pid) {

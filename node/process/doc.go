@@ -43,8 +43,11 @@
 //
 // # Agent restarts
 //
-// [Runtime.Close] lets go of the shims without stopping them. [Open]
-// adopts every shim it finds in the state directory: one whose recorded
+// [Runtime.Close] lets go of the shims without stopping them. The next
+// runtime adopts every shim it finds in the state directory, on its first
+// use rather than in [Open] (an agent refused by the node's lease uses its
+// runtime for nothing, and so never reaches the shims of the agent that
+// holds the lease): one whose recorded
 // pid is alive with its recorded start time (/proc/<pid>/stat field 22),
 // whose socket's peer is that pid, and whose status names itself. A shim
 // found dead has its module killed, only if the module's recorded pid

@@ -30,6 +30,7 @@ const logPoll = 200 * time.Millisecond
 //
 // Errors: node.ErrNoModule; the log cannot be read.
 func (r *Runtime) Logs(ctx context.Context, name string, q node.LogQuery) (node.LogPage, error) {
+	r.ready()
 	r.mu.Lock()
 	m := r.mods[name]
 	r.mu.Unlock()

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/node/bundle"
@@ -775,4 +777,75 @@ func TestFillBeforeStartGivesNoAction(t *testing.T) {
 		st := status(t, r, "re")
 		return st.State == events.Running && st.PID != first.PID
 	})
+}
+
+// Open reaches no shim: a previous agent's shims are adopted on the
+// runtime's first use, so an agent refused by the node's lease never
+// talks to the shims of the agent that holds it. The shim here is the
+// test itself, listening on the module's socket.
+func TestOpenReachesNoShimUntilUsed(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	dir := filepath.Join(e.cfg.StateDir, "process", "web")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pid := os.Getpid()
+	start, err := startTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSON(dir, specFile, spec{Module: "web", Build: "sha256:a", Account: self}); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSON(dir, shimFile, identity{PID: pid, Start: start}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := listenUnix(dir, sockFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	r, err := Open(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// A dial Open made is in the listener's backlog by now: a
+	// non-blocking accept finds it.
+	rc, err := l.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acceptErr error
+	if err := rc.Control(func(fd uintptr) {
+		var nfd int
+		nfd, _, acceptErr = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		if acceptErr == nil {
+			unix.Close(nfd)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if acceptErr == nil {
+		t.Fatal("Open connected to a shim")
+	} else if !errors.Is(acceptErr, unix.EAGAIN) {
+		t.Fatalf("accept: %v", acceptErr)
+	}
+	// The first use adopts: it connects (and, this shim saying nothing,
+	// reports the module stopped).
+	_ = l.SetDeadline(time.Now().Add(deadline))
+	used := make(chan []events.HaveModule, 1)
+	go func() {
+		hv, _ := r.Running(context.Background())
+		used <- hv
+	}()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatalf("the first use did not connect to the shim: %v", err)
+	}
+	c.Close()
+	if hv := <-used; len(hv) != 1 || hv[0].Name != "web" || hv[0].State != events.Stopped {
+		t.Errorf("have after adopting a silent shim: %+v, want web stopped", hv)
+	}
 }

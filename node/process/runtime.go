@@ -63,6 +63,8 @@ type Runtime struct {
 
 	changes chan struct{}
 
+	adoptOnce sync.Once // the shims of a previous agent are adopted on first use
+
 	mu   sync.Mutex
 	mods map[string]*module
 	shut bool
@@ -91,12 +93,15 @@ type module struct {
 	warnedAs bool          // the log said the module does not run as its runs_as
 }
 
-// Open returns the runtime and adopts the shims a previous agent left
-// running in StateDir/process: each is identified by the pid and start
-// time it recorded, checked against /proc and against the peer of its
-// socket, and its module by the pid and start time it reports. A module
-// whose shim is gone is reported as stopped (its process, if it outlived
-// the shim, is killed first), so the agent applies or removes it.
+// Open returns the runtime. It touches no shim: the shims a previous agent
+// left running in StateDir/process are adopted on the runtime's first use
+// (any method but Changes and Close), so that an agent refused by the
+// node's lease, which uses it for nothing, never reaches the shims of the
+// agent that holds it. Each is identified by the pid and start time it
+// recorded, checked against /proc and against the peer of its socket, and
+// its module by the pid and start time it reports. A module whose shim is
+// gone is reported as stopped (its process, if it outlived the shim, is
+// killed first), so the agent applies or removes it.
 //
 // Errors: a missing Node, Root, StateDir, Fetcher or Shim; the state
 // directory cannot be created.
@@ -144,16 +149,25 @@ func Open(cfg Config) (*Runtime, error) {
 	if !r.asRoot {
 		log.Warn("the agent is not root: every module runs as the agent's own user, not as its account", "user", me.Name, "uid", me.UID)
 	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("process: state dir: %w", err)
-	}
-	for _, e := range ents {
-		if e.IsDir() && events.ValidName(e.Name()) {
-			r.adopt(e.Name())
-		}
-	}
 	return r, nil
+}
+
+// ready adopts, once, the shims a previous agent left in the state
+// directory. Every method that reads or changes the modules calls it
+// first.
+func (r *Runtime) ready() {
+	r.adoptOnce.Do(func() {
+		ents, err := os.ReadDir(r.dir)
+		if err != nil {
+			r.log.Error("state directory not read: no shim adopted", "dir", r.dir, "err", err)
+			return
+		}
+		for _, e := range ents {
+			if e.IsDir() && events.ValidName(e.Name()) {
+				r.adopt(e.Name())
+			}
+		}
+	})
 }
 
 // adopt takes over the shim of module name left by a previous agent.
@@ -165,13 +179,21 @@ func (r *Runtime) adopt(name string) {
 		_ = os.RemoveAll(m.dir)
 		return
 	}
+	r.mu.Lock()
+	if r.shut {
+		r.mu.Unlock()
+		return
+	}
 	r.mods[name] = m
+	r.mu.Unlock()
 	st, conn, err := r.connect(m)
 	if err != nil {
 		log.Warn("shim gone; the module is reported stopped", "err", err)
 		r.reap(m)
+		r.mu.Lock()
 		m.st = Status{Module: name, Build: m.spec.Build, Account: m.spec.Account, State: events.Stopped, Since: time.Now().UTC(),
 			Exit: "supervisor lost"}
+		r.mu.Unlock()
 		return
 	}
 	log.Info("module adopted", "pid", st.PID, "shim_pid", st.ShimPID, "state", st.State)
@@ -365,6 +387,7 @@ func (r *Runtime) Changes() <-chan struct{} { return r.changes }
 // says runs_as "root"); the Fetcher's error; an unknown user (matching
 // ErrUnknownUser); a shim that cannot be started.
 func (r *Runtime) Apply(ctx context.Context, row events.PlanModule) error {
+	r.ready()
 	if !events.ValidName(row.Name) {
 		return &events.FieldError{Field: "name", Value: row.Name, Err: events.ErrBadName}
 	}
@@ -632,6 +655,7 @@ func (r *Runtime) send(ctx context.Context, m *module, req request) (Status, err
 // deletes its directory (spec, logs). Removing a module the runtime does
 // not hold is not an error.
 func (r *Runtime) Remove(ctx context.Context, name string) error {
+	r.ready()
 	if !events.ValidName(name) {
 		return &events.FieldError{Field: "name", Value: name, Err: events.ErrBadName}
 	}
@@ -661,6 +685,7 @@ func (r *Runtime) Remove(ctx context.Context, name string) error {
 
 // Running reports every module the runtime holds, sorted by name.
 func (r *Runtime) Running(ctx context.Context) ([]events.HaveModule, error) {
+	r.ready()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -687,6 +712,7 @@ func (r *Runtime) Running(ctx context.Context) ([]events.HaveModule, error) {
 // Status returns what m's shim last reported (ok false when the runtime
 // does not hold the module).
 func (r *Runtime) Status(name string) (Status, bool) {
+	r.ready()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.mods[name]
@@ -704,6 +730,7 @@ const fillWakeTimeout = 2 * time.Second
 // module waiting out its backoff starts at once, a running one gets its
 // manifest's on_fill action. It returns without waiting for either.
 func (r *Runtime) Filled(ctx context.Context, name string) {
+	r.ready()
 	r.mu.Lock()
 	m := r.mods[name]
 	r.mu.Unlock()
@@ -762,6 +789,7 @@ func (r *Runtime) Close() error {
 // this call), keeping their directories. Tests and an operator's full
 // shutdown use it.
 func (r *Runtime) StopAll(ctx context.Context) {
+	r.ready()
 	r.mu.Lock()
 	mods := make([]*module, 0, len(r.mods))
 	for _, m := range r.mods {
