@@ -384,7 +384,12 @@ func TestTransportFailureRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := e.client(t, from, nil, func(c *provision.Config) { c.Timeout = 100 * time.Millisecond })
+	// A second per request: the first times out at the silent listener,
+	// and the agent's fill (the file written, its filled appended) has
+	// the time it needs. At 100 ms a fill under load outlived its
+	// request: the retry then found the content in place and the pass
+	// reported it unchanged, not filled.
+	c := e.client(t, from, nil, func(c *provision.Config) { c.Timeout = time.Second })
 	type result struct {
 		r   provision.Report
 		err error
