@@ -184,6 +184,26 @@ func ctx(t *testing.T) context.Context {
 const sleeper = `echo "started as $(id -u) node=$MESHFOLD_NODE module=$MESHFOLD_MODULE"
 exec sleep 3600`
 
+// waitExec waits until process pid runs the program argv0 (its
+// /proc/<pid>/cmdline starts with it), failing the test after 10 s.
+func waitExec(t *testing.T, pid int, argv0 string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cmd, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil {
+			t.Fatalf("module process %d: %v", pid, err)
+		}
+		if first, _, _ := strings.Cut(string(cmd), "\x00"); first == argv0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("module process %d runs %q, not %s, after 10 s", pid, cmd, argv0)
+		}
+		time.Sleep(5 * time.Millisecond) // polling /proc: no event to wait on
+	}
+}
+
 // procField returns a line's fields of /proc/<pid>/status ("Uid:").
 func procField(t *testing.T, pid int, key string) []string {
 	t.Helper()
@@ -229,6 +249,9 @@ func TestApplyStartsAsAccountInOwnGroup(t *testing.T) {
 	if pgid, _ := syscall.Getpgid(st.PID); pgid != st.PID {
 		t.Errorf("module's process group %d, want its own (%d)", pgid, st.PID)
 	}
+	// The script ends in `exec sleep`: while that exec is under way
+	// /proc/<pid>/environ reads empty, so read it once sleep runs.
+	waitExec(t, st.PID, "sleep")
 	environ, err := os.ReadFile("/proc/" + strconv.Itoa(st.PID) + "/environ")
 	if err != nil {
 		t.Fatal(err)
