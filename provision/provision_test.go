@@ -405,7 +405,12 @@ func TestTransportFailureRetried(t *testing.T) {
 	e.startNode(t)
 	e.settled(t, p)
 	res := <-done
-	if res.err != nil || len(res.r.Filled) != 1 {
+	// The agent holds requests that arrive before its first apply is
+	// done; under load one such request can outlive the client's 1 s and
+	// still write the file, so the retry after it finds the content in
+	// place (unchanged). Either way the file got there through retries:
+	// the root is new, so nothing but this client can have written it.
+	if res.err != nil || len(res.r.Filled)+len(res.r.Unchanged) != 1 || len(res.r.Refused)+len(res.r.Failed) != 0 {
 		t.Fatalf("FillOnce = %+v, %v; want the file filled after retries", res.r, res.err)
 	}
 	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
