@@ -9,7 +9,7 @@ import (
 
 // shimEnv marks this test binary re-executed as a process runtime shim
 // (the per-module supervisor, DESIGN.md §8): TestMain then runs the shim
-// instead of the tests, as `meshfold node shim DIR` does in production.
+// instead of the tests, as `meshfold shim DIR` does in production.
 const shimEnv = "MESHFOLD_E2E_SHIM"
 
 func TestMain(m *testing.M) {

@@ -10,14 +10,14 @@ import (
 
 // TestMain runs main when this test binary is started as a process
 // runtime shim: the demo's runtime starts its shims as `<this executable>
-// node shim DIR`, which under `go test` is the test binary (the testing
-// package never passes a bare "node" as the first argument, so nothing
+// shim DIR`, which under `go test` is the test binary (the testing
+// package never passes a bare "shim" as the first argument, so nothing
 // else lands there). Otherwise it points meshfold's per-machine state
 // ($XDG_STATE_HOME: the trust file serve adds its key to, default signing keys) at
 // a temporary directory, so that no test writes into the home or /var/lib
 // of the machine.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 2 && os.Args[1] == "node" && os.Args[2] == "shim" {
+	if len(os.Args) > 1 && os.Args[1] == "shim" {
 		main()
 		return
 	}

@@ -82,7 +82,6 @@ first.`,
 	fl.DurationVar(&o.resync, "resync", node.DefaultResync, "interval of the resync have (and of retrying a failed plan)")
 	o.trust.add(cmd)
 	_ = cmd.MarkFlagRequired("root")
-	cmd.AddCommand(newNodeShimCmd())
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd

@@ -26,7 +26,7 @@ func bundleCacheDir(stateDir string) string { return filepath.Join(stateDir, "bu
 
 // openProcessRuntime opens the process runtime of node name: bundles come
 // from the builds bucket of stream through a cache in the state directory;
-// shims are this executable, run as `meshfold node shim DIR`. The state
+// shims are this executable, run as `meshfold shim DIR`. The state
 // directory is made traversable (0711) so that modules running as their
 // own accounts reach their bundles; what it holds stays private (the HMAC
 // key 0600, the runtime's directory 0700).
@@ -46,12 +46,16 @@ func openProcessRuntime(name, root, stateDir string, js jetstream.JetStream, str
 		return nil, fmt.Errorf("the shim command: %w", err)
 	}
 	return process.Open(process.Config{Node: name, Root: root, StateDir: stateDir, Fetcher: cache,
-		Shim: []string{exe, "node", "shim"}, Logger: log.With("component", "process")})
+		Shim: []string{exe, "shim"}, Logger: log.With("component", "process")})
 }
 
-// newNodeShimCmd is `meshfold node shim DIR`: the supervisor of one
-// module, started by the process runtime, never by hand.
-func newNodeShimCmd() *cobra.Command {
+func init() { register(func(*app) *cobra.Command { return newShimCmd() }) }
+
+// newShimCmd is `meshfold shim DIR`: the supervisor of one module,
+// started by the process runtime, never by hand. It is a top-level
+// command, not a subcommand of node, so that a node named "shim" is a node
+// like any other.
+func newShimCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:    "shim DIR",
 		Short:  "The per-module supervisor the process runtime starts (internal)",

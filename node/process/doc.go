@@ -11,7 +11,7 @@
 // with an empty runs_as: the apply fails (matching [ErrNoRunsAs]) rather
 // than run the module as root without the want saying so; a want that
 // means root says runs_as "root". The shim is the command of [Config.Shim] (the
-// meshfold binary as `meshfold node shim DIR`) with the module's directory
+// meshfold binary as `meshfold shim DIR`) with the module's directory
 // <state dir>/process/<module> as its argument, in its own session. The
 // shim reads spec.json there, records its pid and start time (shim.json),
 // listens on shim.sock and starts the module: the manifest's command,
@@ -62,7 +62,7 @@
 // test binary re-executes itself (TestMain runs [ShimMain] when the
 // environment variable MESHFOLD_PROCESS_TEST_SHIM is 1, which
 // [Config.ShimEnv] sets), and cmd/meshfold's TestMain does the same for
-// `node shim`. Modules there are shell scripts in bundles the tests write,
+// `shim`. Modules there are shell scripts in bundles the tests write,
 // served by a fake [Fetcher].
 //
 // # What it does not do

@@ -31,7 +31,7 @@ const readyFD = 3
 // ShimMain runs a shim: the supervisor of one module, whose directory
 // (<state dir>/process/<module>) holds its spec.json. The runtime starts
 // it as its configured shim command with that directory as the last
-// argument; `meshfold node shim DIR` calls it. It returns the process's
+// argument; `meshfold shim DIR` calls it. It returns the process's
 // exit code: 0 after a stop request or SIGTERM, 2 when the spec is
 // unusable.
 func ShimMain(dir string) int {
