@@ -79,19 +79,10 @@ per node; exit 1 if any publish failed, 2 on a usage error.
   meshfold pause ace shanks --by alice
   meshfold pause --all --by alice --reason "freeze for the release"`,
 		ValidArgsFunction: a.completeNodes(-1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := o.context(cmd)
-			defer cancel()
-			return a.publishEach(ctx, events.KindPause, args, o.all, !o.newNode, func() events.Payload {
-				return &events.Pause{By: o.by, Reason: o.reason}
-			})
-		},
 	}
-	o.add(cmd, true, true)
-	o.addNew(cmd)
-	a.conn.add(cmd)
-	a.stream.add(cmd)
-	return cmd
+	return a.operatorVerb(cmd, &o, events.KindPause, true, true, func(args []string) events.Payload {
+		return &events.Pause{By: o.by, Reason: o.reason}
+	})
 }
 
 func newResumeCmd(a *app) *cobra.Command {
@@ -111,19 +102,10 @@ publish failed, 2 on a usage error.
 		Example: `  meshfold resume ace --by alice
   meshfold resume --all --by alice`,
 		ValidArgsFunction: a.completeNodes(-1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := o.context(cmd)
-			defer cancel()
-			return a.publishEach(ctx, events.KindResume, args, o.all, !o.newNode, func() events.Payload {
-				return &events.Resume{By: o.by, Reason: o.reason}
-			})
-		},
 	}
-	o.add(cmd, true, true)
-	o.addNew(cmd)
-	a.conn.add(cmd)
-	a.stream.add(cmd)
-	return cmd
+	return a.operatorVerb(cmd, &o, events.KindResume, true, true, func(args []string) events.Payload {
+		return &events.Resume{By: o.by, Reason: o.reason}
+	})
 }
 
 func newPokeCmd(a *app) *cobra.Command {
@@ -143,19 +125,10 @@ publish failed, 2 on a usage error.
 		Example: `  meshfold poke ace --by alice --reason "broker creds rotated"
   meshfold poke --all --by alice`,
 		ValidArgsFunction: a.completeNodes(-1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := o.context(cmd)
-			defer cancel()
-			return a.publishEach(ctx, events.KindPoke, args, o.all, !o.newNode, func() events.Payload {
-				return &events.Poke{By: o.by, Reason: o.reason}
-			})
-		},
 	}
-	o.add(cmd, true, true)
-	o.addNew(cmd)
-	a.conn.add(cmd)
-	a.stream.add(cmd)
-	return cmd
+	return a.operatorVerb(cmd, &o, events.KindPoke, true, true, func(args []string) events.Payload {
+		return &events.Poke{By: o.by, Reason: o.reason}
+	})
 }
 
 func newRetireCmd(a *app) *cobra.Command {
@@ -176,20 +149,11 @@ comes back removes everything). A later want brings the node back.
   meshfold retire shanks --by alice --force`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNodes(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := o.context(cmd)
-			defer cancel()
-			return a.publishEach(ctx, events.KindRetire, args, false, !o.newNode, func() events.Payload {
-				return &events.Retire{By: o.by, Force: force, Reason: o.reason}
-			})
-		},
 	}
-	o.add(cmd, true, false)
-	o.addNew(cmd)
 	cmd.Flags().BoolVar(&force, "force", false, "retire at once, without waiting for the node to settle the empty plan")
-	a.conn.add(cmd)
-	a.stream.add(cmd)
-	return cmd
+	return a.operatorVerb(cmd, &o, events.KindRetire, true, false, func(args []string) events.Payload {
+		return &events.Retire{By: o.by, Force: force, Reason: o.reason}
+	})
 }
 
 func newRevokeCmd(a *app) *cobra.Command {
@@ -206,19 +170,10 @@ not yet settled at that build is held again at what runs by the next plan.
 		Example:           `  meshfold revoke novox nats img:nats-2.10.24 --by alice`,
 		Args:              cobra.ExactArgs(3),
 		ValidArgsFunction: a.completeNodes(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := o.context(cmd)
-			defer cancel()
-			return a.publishEach(ctx, events.KindRevoke, args[:1], false, !o.newNode, func() events.Payload {
-				return &events.Revoke{Module: args[1], Build: args[2], By: o.by}
-			})
-		},
 	}
-	o.add(cmd, false, false)
-	o.addNew(cmd)
-	a.conn.add(cmd)
-	a.stream.add(cmd)
-	return cmd
+	return a.operatorVerb(cmd, &o, events.KindRevoke, false, false, func(args []string) events.Payload {
+		return &events.Revoke{Module: args[1], Build: args[2], By: o.by}
+	})
 }
 
 func newWaiveCmd(a *app) *cobra.Command {
@@ -239,22 +194,35 @@ a note on stderr.
 		Example:           `  meshfold waive ace mesh-build-go /run/mesh-build-go/old.creds --by alice`,
 		Args:              cobra.ExactArgs(3),
 		ValidArgsFunction: a.completeNodes(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := o.context(cmd)
-			defer cancel()
-			return a.publishEach(ctx, events.KindWaive, args[:1], false, !o.newNode, func() events.Payload {
-				return &events.Waive{Module: args[1], Path: args[2], By: o.by}
-			})
-		},
 	}
-	o.add(cmd, false, false)
+	return a.operatorVerb(cmd, &o, events.KindWaive, false, false, func(args []string) events.Payload {
+		return &events.Waive{Module: args[1], Path: args[2], By: o.by}
+	})
+}
+
+// context is the command's context bounded by --timeout.
+// operatorVerb completes the command of an operator verb: its flags (--by;
+// --reason and --all when asked; --new; the connection and the stream) and
+// a RunE that publishes one event of kind, made by mk from the arguments,
+// to each node named: every argument of a verb that takes --all, else the
+// first.
+func (a *app) operatorVerb(cmd *cobra.Command, o *operatorFlags, kind events.Kind, reason, all bool, mk func(args []string) events.Payload) *cobra.Command {
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx, cancel := o.context(cmd)
+		defer cancel()
+		nodes := args
+		if !all {
+			nodes = args[:1]
+		}
+		return a.publishEach(ctx, kind, nodes, o.all, !o.newNode, func() events.Payload { return mk(args) })
+	}
+	o.add(cmd, reason, all)
 	o.addNew(cmd)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
 }
 
-// context is the command's context bounded by --timeout.
 func (o *operatorFlags) context(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(cmd.Context(), o.timeout)
 }
