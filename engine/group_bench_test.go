@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/engine"
+	"github.com/meshfold/meshfold/engine/enginetest"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -95,18 +96,18 @@ func preJoin(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, ttl 
 //
 //	go test ./store -run '^$' -bench GroupThroughput -benchtime 1x -timeout 30m
 func BenchmarkGroupThroughput(b *testing.B) {
-	h := simulate(1_000_000, 10_000)
-	n := len(h.msgs)
+	h := enginetest.Simulate(1_000_000, 10_000)
+	n := len(h.Msgs)
 	for _, k := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("%dinstances", k), func(b *testing.B) {
 			for range b.N {
 				e, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
-				h.load(b, js)
+				h.Load(b, js)
 				runtime.GC()
 				cpu0 := cpuTime(b)
-				raw := rawConsume(b, js, cfg, n)
+				raw := enginetest.RawConsume(b, js, cfg, n)
 				rawCPU := cpuTime(b) - cpu0
-				targets := inputTargets(b, js, cfg)
+				targets := enginetest.InputTargets(b, js, cfg)
 				const ttl = 5 * time.Second
 				var names []string
 				for i := range k {
@@ -124,7 +125,7 @@ func BenchmarkGroupThroughput(b *testing.B) {
 				for _, name := range names {
 					ms = append(ms, startBenchMember(b, embeddedConnector(e), cfg, name, ttl, engine.Faults{}))
 				}
-				took := waitCheckpoints(b, snaps, targets, start)
+				took := enginetest.WaitCheckpoints(b, snaps, targets, start)
 				foldCPU := cpuTime(b) - cpu0
 				for _, m := range ms {
 					if got := len(m.r.Owned()); got != 16/k {
@@ -192,9 +193,9 @@ func heapAfterGC() int64 {
 //
 //	go test ./store -run '^$' -bench GroupFailover -benchtime 3x
 func BenchmarkGroupFailover(b *testing.B) {
-	h := simulate(100_000, 1_000)
+	h := enginetest.Simulate(100_000, 1_000)
 	var haves []*nats.Msg
-	for _, m := range h.msgs {
+	for _, m := range h.Msgs {
 		if _, kind, _ := (events.Subjects{}).Parse(m.Subject); kind == events.KindHave {
 			haves = append(haves, m)
 		}
@@ -203,7 +204,7 @@ func BenchmarkGroupFailover(b *testing.B) {
 	var firstSum, allSum time.Duration
 	for i := range b.N {
 		c, _, js, _, cfg := storetest.StartClusterStream(b, 3, store.StreamConfig{Replicas: 3})
-		h.load(b, js)
+		h.Load(b, js)
 		preJoin(b, js, cfg, ttl, []string{"a", "b"})
 		var killed atomic.Int64 // unix nanos of the kill
 		var mu sync.Mutex
@@ -224,7 +225,7 @@ func BenchmarkGroupFailover(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		waitCheckpoints(b, snaps, inputTargets(b, js, cfg), time.Now())
+		enginetest.WaitCheckpoints(b, snaps, enginetest.InputTargets(b, js, cfg), time.Now())
 		if got := a.r.Owned(); !slices.Equal(got, []int{0, 1, 2, 3, 4, 5, 6, 7}) {
 			b.Fatalf("a folds %v", got)
 		}

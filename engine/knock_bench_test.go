@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/meshfold/meshfold/engine"
+	"github.com/meshfold/meshfold/engine/enginetest"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -34,9 +35,9 @@ const knockLoad = 50_000
 //
 //	go test ./engine -run '^$' -bench KnockLatency -benchtime 1x
 func BenchmarkKnockLatency(b *testing.B) {
-	h := simulate(60_000, 1_000)
+	h := enginetest.Simulate(60_000, 1_000)
 	var haves []*nats.Msg
-	for _, m := range h.msgs {
+	for _, m := range h.Msgs {
 		if _, kind, _ := (events.Subjects{}).Parse(m.Subject); kind == events.KindHave {
 			haves = append(haves, m)
 		}

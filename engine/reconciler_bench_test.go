@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,172 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meshfold/meshfold/engine"
+	"github.com/meshfold/meshfold/engine/enginetest"
 	"github.com/meshfold/meshfold/events"
-	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
-
-// history simulates a fleet's stream exactly as the reconciler would write
-// it: input events with the effects of each appended right after it, each
-// at the sequence it will have on a fresh stream.
-type history struct {
-	msgs  []*nats.Msg
-	nodes int
-}
-
-// simulate builds a history of about n input events over nodes nodes: per
-// node and round, a want every tenth round, a settle of the latest plan, two
-// haves, a refusal and two filled writes.
-func simulate(n, nodes int) *history {
-	subj := events.Subjects{}
-	states := make([]*reconcile.State, nodes)
-	plans := make([]uint64, nodes)
-	for i := range states {
-		states[i] = reconcile.NewState(fmt.Sprintf("node-%05d", i))
-	}
-	h := &history{nodes: nodes}
-	seq := uint64(0)
-	at := time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC)
-	add := func(i int, p events.Payload, id string) {
-		seq++
-		if events.HeaderOf(p).V == 0 {
-			events.Stamp(p, at)
-		}
-		data, err := events.Encode(p)
-		if err != nil {
-			panic(err)
-		}
-		m := nats.NewMsg(subj.Event(states[i].Node, p.Kind()))
-		m.Data = data
-		if id != "" {
-			m.Header.Set(jetstream.MsgIDHeader, id)
-		}
-		h.msgs = append(h.msgs, m)
-	}
-	var fold func(i int, p events.Payload, id string)
-	fold = func(i int, p events.Payload, id string) {
-		add(i, p, id)
-		if p.Kind() == events.KindKnock || p.Kind() == events.KindJournal {
-			return
-		}
-		effs := states[i].Fold(events.Event{Seq: seq, Node: states[i].Node, Kind: p.Kind(), Payload: p, Time: at})
-		if p.Kind() == events.KindPlan {
-			plans[i] = seq
-		}
-		for _, e := range effs {
-			fold(i, e.Payload, e.ID())
-		}
-	}
-	digest := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	for r := 0; len(h.msgs) < n; r++ {
-		build := fmt.Sprintf("b%d", r/10)
-		for i := range nodes {
-			if r%10 == 0 {
-				fold(i, &events.Want{Modules: []events.WantModule{
-					{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
-					{Name: "postgres", Build: "pg:" + build, RunsAs: "postgres", Files: []events.File{{Path: "/etc/postgres/pw", Mode: "0600"}}},
-					{Name: "restic", Build: "r:" + build, RunsAs: "restic", Files: []events.File{{Path: "/etc/restic/key", Mode: "0600"}}},
-					{Name: "power", Build: "w:1", RunsAs: "power"},
-				}}, "")
-			}
-			have := func() *events.Have {
-				return &events.Have{Modules: []events.HaveModule{
-					{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"},
-					{Name: "postgres", Build: "pg:" + build, State: events.Running, Account: "postgres"},
-					{Name: "restic", Build: "r:" + build, State: events.Running, Account: "restic"},
-					{Name: "power", Build: "w:1", State: events.Running, Account: "power"},
-				}}
-			}
-			fold(i, &events.Settle{Module: "postgres", Op: events.OpApply, Plan: plans[i]}, "")
-			fold(i, have(), "")
-			fold(i, &events.Refusal{Module: "restic", Path: "/etc/restic/new", Reason: events.ReasonUndeclared, Plan: plans[i], Writer: "prov"}, "")
-			fold(i, &events.Filled{Module: "postgres", Path: "/etc/postgres/pw", Plan: plans[i], Digest: digest}, "")
-			fold(i, &events.Filled{Module: "restic", Path: "/etc/restic/key", Plan: plans[i], Digest: digest}, "")
-			fold(i, have(), "")
-		}
-	}
-	return h
-}
-
-// load publishes the history on a fresh stream, in order, and returns the
-// stream's last sequence.
-func (h *history) load(tb testing.TB, js jetstream.JetStream) uint64 {
-	ctx := context.Background()
-	var last uint64
-	const window = 2000
-	futs := make([]jetstream.PubAckFuture, 0, window)
-	flush := func() {
-		for _, f := range futs {
-			select {
-			case a := <-f.Ok():
-				last = max(last, a.Sequence)
-			case err := <-f.Err():
-				tb.Fatal(err)
-			}
-		}
-		futs = futs[:0]
-	}
-	for _, m := range h.msgs {
-		f, err := js.PublishMsgAsync(m)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		futs = append(futs, f)
-		if len(futs) == window {
-			flush()
-		}
-	}
-	flush()
-	_ = ctx
-	return last
-}
-
-// rawConsume reads the partitions' input kinds with one ordered consumer a
-// partition, in parallel, as the reconciler does, until want messages have
-// arrived (they may still be being published), and returns how long that
-// took.
-func rawConsume(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, want int) time.Duration {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	start := time.Now()
-	var got atomic.Int64
-	all := make(chan struct{})
-	var once sync.Once
-	var wg sync.WaitGroup
-	for p := range cfg.Partitions {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cons, err := js.OrderedConsumer(ctx, cfg.Name, jetstream.OrderedConsumerConfig{FilterSubjects: []string{fmt.Sprintf("%d.%s.*.*", p, cfg.Prefix)}})
-			if err != nil {
-				tb.Error(err)
-				return
-			}
-			it, err := cons.Messages()
-			if err != nil {
-				tb.Error(err)
-				return
-			}
-			go func() { <-ctx.Done(); it.Stop() }()
-			for {
-				m, err := it.Next()
-				if err != nil {
-					return
-				}
-				_ = m.Data()
-				if got.Add(1) == int64(want) {
-					once.Do(func() { close(all) })
-				}
-			}
-		}()
-	}
-	<-all
-	took := time.Since(start)
-	cancel()
-	wg.Wait()
-	return took
-}
 
 // catchUp runs a reconciler from the stream's snapshots and returns how
 // long until every partition's checkpoint covers its last input event, and
@@ -198,7 +35,7 @@ func catchUp(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, targ
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	took := waitCheckpoints(tb, snaps, targets, start)
+	took := enginetest.WaitCheckpoints(tb, snaps, targets, start)
 	return took, r, cancel, done
 }
 
@@ -207,7 +44,7 @@ func catchUp(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, targ
 // stops it gracefully, which waits for every ack and writes the last
 // snapshot, and returns the whole time.
 func foldAll(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig) time.Duration {
-	targets := inputTargets(tb, js, cfg)
+	targets := enginetest.InputTargets(tb, js, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
@@ -235,52 +72,6 @@ func foldAll(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig) time
 // time to every figure.
 const benchSnapshotInterval = 20 * time.Millisecond
 
-// waitCheckpoints waits until each partition's checkpoint reaches its
-// target and returns the time since start.
-func waitCheckpoints(tb testing.TB, snaps *store.Snapshots, targets map[int]uint64, start time.Time) time.Duration {
-	for p, want := range targets {
-		for {
-			ck, err := snaps.Checkpoint(context.Background(), p)
-			if err != nil {
-				tb.Fatal(err)
-			}
-			if ck >= want {
-				break
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}
-	return time.Since(start)
-}
-
-// inputTargets returns, per partition, the sequence of its last input
-// event in the stream.
-func inputTargets(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig) map[int]uint64 {
-	stream, err := js.Stream(context.Background(), cfg.Name)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out := map[int]uint64{}
-	for p := range cfg.Partitions {
-		for _, f := range cfg.Subjects().StoredPartition(p, events.InputKinds...) {
-			if m, err := stream.GetLastMsgForSubject(context.Background(), f); err == nil {
-				out[p] = max(out[p], m.Sequence)
-			}
-		}
-	}
-	return out
-}
-
-func inputCount(h *history) int {
-	n := 0
-	for _, m := range h.msgs {
-		if _, kind, _ := (events.Subjects{}).Parse(m.Subject); kind != events.KindKnock && kind != events.KindJournal {
-			n++
-		}
-	}
-	return n
-}
-
 // BenchmarkReconcilerThroughput folds a 100k-event history over 1,000
 // nodes whose effects are already stored (as after a crash: each is
 // checked and skipped) and compares the time with a raw read of the same
@@ -289,12 +80,12 @@ func inputCount(h *history) int {
 //
 //	go test ./store -run '^$' -bench ReconcilerThroughput -benchtime 1x
 func BenchmarkReconcilerThroughput(b *testing.B) {
-	h := simulate(100_000, 1_000)
-	n := len(h.msgs)
+	h := enginetest.Simulate(100_000, 1_000)
+	n := len(h.Msgs)
 	for range b.N {
 		_, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
-		h.load(b, js)
-		raw := rawConsume(b, js, cfg, n)
+		h.Load(b, js)
+		raw := enginetest.RawConsume(b, js, cfg, n)
 		runtime.GC()
 		took := foldAll(b, js, cfg)
 		b.ReportMetric(float64(n)/raw.Seconds(), "raw-events/s")
@@ -309,20 +100,20 @@ func BenchmarkReconcilerThroughput(b *testing.B) {
 // cause, checkpoint. The baseline, in the same run, is a raw consumer
 // reading while the same events are published.
 func BenchmarkReconcilerLive(b *testing.B) {
-	h := simulate(200_000, 1_000)
+	h := enginetest.Simulate(200_000, 1_000)
 	var inputs []*nats.Msg
-	for _, m := range h.msgs {
+	for _, m := range h.Msgs {
 		if _, kind, _ := (events.Subjects{}).Parse(m.Subject); kind == events.KindWant || kind == events.KindHave {
 			inputs = append(inputs, m)
 		}
 	}
-	live := &history{msgs: inputs[:min(len(inputs), 100_000)]}
+	live := &enginetest.History{Msgs: inputs[:min(len(inputs), 100_000)]}
 	for range b.N {
 		_, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
 		var raw time.Duration
 		done := make(chan struct{})
-		go func() { raw = rawConsume(b, js, cfg, len(live.msgs)); close(done) }()
-		live.load(b, js)
+		go func() { raw = enginetest.RawConsume(b, js, cfg, len(live.Msgs)); close(done) }()
+		live.Load(b, js)
 		<-done
 
 		_, _, js2, _, cfg2 := storetest.StartStream(b, store.StreamConfig{})
@@ -337,8 +128,8 @@ func BenchmarkReconcilerLive(b *testing.B) {
 		stopped := make(chan error, 1)
 		go func() { stopped <- r.Run(ctx) }()
 		start := time.Now()
-		live.load(b, js2)
-		for p, want := range inputTargets(b, js2, cfg2) {
+		live.Load(b, js2)
+		for p, want := range enginetest.InputTargets(b, js2, cfg2) {
 			for r.Progress()[p] < want {
 				time.Sleep(time.Millisecond)
 			}
@@ -348,8 +139,8 @@ func BenchmarkReconcilerLive(b *testing.B) {
 			b.Fatal(err)
 		}
 		took := time.Since(start)
-		b.ReportMetric(float64(len(live.msgs))/raw.Seconds(), "raw-events/s")
-		b.ReportMetric(float64(len(live.msgs))/took.Seconds(), "fold-events/s")
+		b.ReportMetric(float64(len(live.Msgs))/raw.Seconds(), "raw-events/s")
+		b.ReportMetric(float64(len(live.Msgs))/took.Seconds(), "fold-events/s")
 		b.ReportMetric(raw.Seconds()/took.Seconds(), "ratio")
 	}
 }
@@ -365,17 +156,17 @@ func BenchmarkReconcilerLive(b *testing.B) {
 func BenchmarkReconcilerRecovery(b *testing.B) {
 	for _, c := range []struct{ events, nodes int }{{10_000, 1_000}, {1_000_000, 1_000}, {1_000_000, 10_000}} {
 		b.Run(fmt.Sprintf("%dev-%dnodes", c.events, c.nodes), func(b *testing.B) {
-			h := simulate(c.events, c.nodes)
+			h := enginetest.Simulate(c.events, c.nodes)
 			var tail []*nats.Msg
-			for _, m := range h.msgs[len(h.msgs)-4000:] {
+			for _, m := range h.Msgs[len(h.Msgs)-4000:] {
 				if _, kind, _ := (events.Subjects{}).Parse(m.Subject); kind == events.KindHave {
 					tail = append(tail, m)
 				}
 			}
 			for range b.N {
 				_, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
-				h.load(b, js)
-				_, r, cancel, done := catchUp(b, js, cfg, inputTargets(b, js, cfg))
+				h.Load(b, js)
+				_, r, cancel, done := catchUp(b, js, cfg, enginetest.InputTargets(b, js, cfg))
 				nodes := len(r.Nodes())
 				// The heap while the reconciler runs minus the heap once it
 				// is gone. This includes the embedded server's message
@@ -390,8 +181,8 @@ func BenchmarkReconcilerRecovery(b *testing.B) {
 				r = nil
 				runtime.GC()
 				runtime.ReadMemStats(&gone)
-				(&history{msgs: tail}).load(b, js)
-				took, _, cancel2, done2 := catchUp(b, js, cfg, inputTargets(b, js, cfg))
+				(&enginetest.History{Msgs: tail}).Load(b, js)
+				took, _, cancel2, done2 := catchUp(b, js, cfg, enginetest.InputTargets(b, js, cfg))
 				cancel2()
 				<-done2
 				b.ReportMetric(took.Seconds()*1000, "restart-ms")
@@ -411,9 +202,9 @@ func BenchmarkReconcilerRecovery(b *testing.B) {
 //
 //	go test ./engine -run '^$' -bench RefoldUnderRestarts -benchtime 1x
 func BenchmarkRefoldUnderRestarts(b *testing.B) {
-	h := simulate(200_000, 1_000)
+	h := enginetest.Simulate(200_000, 1_000)
 	var inputs []*nats.Msg
-	for _, m := range h.msgs {
+	for _, m := range h.Msgs {
 		if _, kind, _ := (events.Subjects{}).Parse(m.Subject); kind == events.KindWant || kind == events.KindHave {
 			inputs = append(inputs, m)
 		}
@@ -429,7 +220,7 @@ func BenchmarkRefoldUnderRestarts(b *testing.B) {
 			defer tick.Stop()
 			for i := 0; i < len(inputs); i += 45 {
 				<-tick.C
-				(&history{msgs: inputs[i:min(i+45, len(inputs))]}).load(b, js)
+				(&enginetest.History{Msgs: inputs[i:min(i+45, len(inputs))]}).Load(b, js)
 			}
 		}()
 		var folded, checkpoints float64
@@ -470,7 +261,7 @@ func BenchmarkRefoldUnderRestarts(b *testing.B) {
 					}
 				}
 			} else {
-				for p, want := range inputTargets(b, js, cfg) {
+				for p, want := range enginetest.InputTargets(b, js, cfg) {
 					for r.Progress()[p] < want {
 						time.Sleep(time.Millisecond)
 					}

@@ -1,0 +1,209 @@
+package enginetest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// History is a fleet's stream exactly as the reconciler would write it:
+// input events with the effects of each appended right after it, each at
+// the sequence it will have on a fresh stream (Msgs[i] at sequence i+1).
+type History struct {
+	Msgs  []*nats.Msg
+	Nodes int
+}
+
+// Node is the name of the simulated fleet's node i: "node-%05d".
+func Node(i int) string { return fmt.Sprintf("node-%05d", i) }
+
+// simAt is the time stamped on every simulated event.
+var simAt = time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC)
+
+// simDigest is the digest of every simulated filled write.
+const simDigest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// simulator folds each node's events through the pure fold and appends
+// every event and its effects, in order, to h.
+type simulator struct {
+	h      *History
+	states []*reconcile.State
+	plans  []uint64
+	seq    uint64
+}
+
+func newSimulator(nodes int) *simulator {
+	s := &simulator{h: &History{Nodes: nodes}, states: make([]*reconcile.State, nodes), plans: make([]uint64, nodes)}
+	for i := range s.states {
+		s.states[i] = reconcile.NewState(Node(i))
+	}
+	return s
+}
+
+func (s *simulator) add(i int, p events.Payload, id string) {
+	s.seq++
+	if events.HeaderOf(p).V == 0 {
+		events.Stamp(p, simAt)
+	}
+	data, err := events.Encode(p)
+	if err != nil {
+		panic(err)
+	}
+	m := nats.NewMsg(events.Subjects{}.Event(s.states[i].Node, p.Kind()))
+	m.Data = data
+	if id != "" {
+		m.Header.Set(jetstream.MsgIDHeader, id)
+	}
+	s.h.Msgs = append(s.h.Msgs, m)
+}
+
+// fold appends p for node i and then, depth first, the effects the fold
+// gives for it (knocks and journal entries are not folded).
+func (s *simulator) fold(i int, p events.Payload, id string) {
+	s.add(i, p, id)
+	if p.Kind() == events.KindKnock || p.Kind() == events.KindJournal {
+		return
+	}
+	effs := s.states[i].Fold(events.Event{Seq: s.seq, Node: s.states[i].Node, Kind: p.Kind(), Payload: p, Time: simAt})
+	if p.Kind() == events.KindPlan {
+		s.plans[i] = s.seq
+	}
+	for _, e := range effs {
+		s.fold(i, e.Payload, e.ID())
+	}
+}
+
+// want is round r's want: four modules, two of them with a file, whose
+// builds change every tenth round (build names "b<r/10>").
+func want(build string) *events.Want {
+	return &events.Want{Modules: []events.WantModule{
+		{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		{Name: "postgres", Build: "pg:" + build, RunsAs: "postgres", Files: []events.File{{Path: "/etc/postgres/pw", Mode: "0600"}}},
+		{Name: "restic", Build: "r:" + build, RunsAs: "restic", Files: []events.File{{Path: "/etc/restic/key", Mode: "0600"}}},
+		{Name: "power", Build: "w:1", RunsAs: "power"},
+	}}
+}
+
+func have(build string) *events.Have {
+	return &events.Have{Modules: []events.HaveModule{
+		{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"},
+		{Name: "postgres", Build: "pg:" + build, State: events.Running, Account: "postgres"},
+		{Name: "restic", Build: "r:" + build, State: events.Running, Account: "restic"},
+		{Name: "power", Build: "w:1", State: events.Running, Account: "power"},
+	}}
+}
+
+// Simulate builds a history of about n events (inputs and effects) over
+// nodes nodes: per node and round, a want every tenth round, a settle of
+// the latest plan, two haves, a refusal and two filled writes. Each
+// node's newest plan is settled.
+func Simulate(n, nodes int) *History {
+	s := newSimulator(nodes)
+	for r := 0; len(s.h.Msgs) < n; r++ {
+		build := fmt.Sprintf("b%d", r/10)
+		for i := range nodes {
+			if r%10 == 0 {
+				s.fold(i, want(build), "")
+			}
+			s.fold(i, &events.Settle{Module: "postgres", Op: events.OpApply, Plan: s.plans[i]}, "")
+			s.fold(i, have(build), "")
+			s.fold(i, &events.Refusal{Module: "restic", Path: "/etc/restic/new", Reason: events.ReasonUndeclared, Plan: s.plans[i], Writer: "prov"}, "")
+			s.fold(i, &events.Filled{Module: "postgres", Path: "/etc/postgres/pw", Plan: s.plans[i], Digest: simDigest}, "")
+			s.fold(i, &events.Filled{Module: "restic", Path: "/etc/restic/key", Plan: s.plans[i], Digest: simDigest}, "")
+			s.fold(i, have(build), "")
+		}
+	}
+	return s.h
+}
+
+// SimulateDown builds the history of nodes nodes that are down while
+// wants keep coming: each node reports one have and settles its first
+// plan, then receives wants more wants, each of a new build, and never
+// settles or reports again. Every plan after the first stays unsettled.
+func SimulateDown(nodes, wants int) *History {
+	s := newSimulator(nodes)
+	for i := range nodes {
+		s.fold(i, want("b0"), "")
+		s.fold(i, have("b0"), "")
+		s.fold(i, &events.Settle{Module: "postgres", Op: events.OpApply, Plan: s.plans[i]}, "")
+	}
+	for w := 1; w <= wants; w++ {
+		build := fmt.Sprintf("b%d", w)
+		for i := range nodes {
+			s.fold(i, want(build), "")
+		}
+	}
+	return s.h
+}
+
+// Kinds is the history's messages of the given kinds only, in order (a
+// history of inputs only is not at the sequences of a fresh stream's
+// reconciler writes: the reconciler publishes its effects between them).
+func (h *History) Kinds(kinds ...events.Kind) *History {
+	out := &History{Nodes: h.Nodes}
+	for _, m := range h.Msgs {
+		_, kind, _ := events.Subjects{}.Parse(m.Subject)
+		for _, k := range kinds {
+			if kind == k {
+				out.Msgs = append(out.Msgs, m)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Inputs is the history's wants and haves only: what a first refold that
+// must publish its plans reads.
+func (h *History) Inputs() *History { return h.Kinds(events.KindWant, events.KindHave) }
+
+// InputCount is the count of the history's messages the fold reads (every
+// kind but knocks and journal entries).
+func (h *History) InputCount() int {
+	n := 0
+	for _, m := range h.Msgs {
+		if _, kind, _ := (events.Subjects{}).Parse(m.Subject); kind != events.KindKnock && kind != events.KindJournal {
+			n++
+		}
+	}
+	return n
+}
+
+// Load publishes the history on js's stream, in order (at most 2,000
+// acks pending), and returns the stream's last sequence. It fails tb on
+// any publish error.
+func (h *History) Load(tb testing.TB, js jetstream.JetStream) uint64 {
+	tb.Helper()
+	var last uint64
+	const window = 2000
+	futs := make([]jetstream.PubAckFuture, 0, window)
+	flush := func() {
+		for _, f := range futs {
+			select {
+			case a := <-f.Ok():
+				last = max(last, a.Sequence)
+			case err := <-f.Err():
+				tb.Fatal(err)
+			}
+		}
+		futs = futs[:0]
+	}
+	for _, m := range h.Msgs {
+		f, err := js.PublishMsgAsync(m)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		futs = append(futs, f)
+		if len(futs) == window {
+			flush()
+		}
+	}
+	flush()
+	return last
+}
