@@ -4,6 +4,9 @@
 // in-process cluster whose servers stop gracefully; [StartProcCluster]
 // starts nats-server processes (built once from this module's version
 // into os.TempDir()/meshfold-storetest and reused) that a test kills with
-// SIGKILL by pid, so that their peers see a crash and hold an election.
+// SIGKILL by pid, so that their peers see a crash and hold an election;
+// [StartProcServer] starts one standalone nats-server process, the
+// separate server of the outside benchmarks, whose CPU time [ProcCPU]
+// reads from /proc.
 // It is a library for tests, not a test itself.
 package storetest

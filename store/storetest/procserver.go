@@ -1,0 +1,148 @@
+package storetest
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ProcServer is one standalone nats-server process with JetStream on
+// loopback (a random client port and monitoring port), its store in
+// t.TempDir(): the separate server a benchmark measures a reconciler
+// process against, whose CPU time it reads from /proc by [ProcServer.Pid].
+// Cleanup kills it (SIGKILL to its process group) if still running.
+type ProcServer struct {
+	t       testing.TB
+	cmd     *exec.Cmd
+	url     string
+	monitor int
+	log     string
+}
+
+// StartProcServer builds nats-server as [StartProcCluster] does (once;
+// cached across runs) and starts one server process in its own process
+// group. It returns once /healthz answers 200 (up to 30 s). The test is
+// skipped when the go tool is not available to build the server.
+func StartProcServer(t testing.TB) *ProcServer {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("storetest: no go tool to build nats-server")
+	}
+	bin, err := natsServerBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, 2)
+	dir := t.TempDir()
+	s := &ProcServer{t: t, url: fmt.Sprintf("nats://127.0.0.1:%d", ports[0]), monitor: ports[1],
+		log: filepath.Join(dir, "server.log")}
+	conf := filepath.Join(dir, "server.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "server_name: solo\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\njetstream: { store_dir: %q }\n",
+		ports[0], ports[1], filepath.Join(dir, "js")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(s.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	s.cmd = exec.Command(bin, "-c", conf)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("storetest: start nats-server: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		_ = s.cmd.Wait()
+	})
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", s.monitor)
+	hc := &http.Client{Timeout: time.Second}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err := hc.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("storetest: nats-server not healthy after 30s (last: %v); log %s", err, s.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return s
+}
+
+// URL is the server's client URL, nats://127.0.0.1:PORT.
+func (s *ProcServer) URL() string { return s.url }
+
+// Pid is the server process's pid (also its process group's id).
+func (s *ProcServer) Pid() int { return s.cmd.Process.Pid }
+
+// CPU is the server process's CPU time so far, user and system (see
+// [ProcCPU]).
+func (s *ProcServer) CPU() time.Duration {
+	s.t.Helper()
+	d, err := ProcCPU(s.Pid())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return d
+}
+
+// Connect opens a connection to the server and a JetStream context; opts
+// come after a default that reconnects forever every 50 ms. Cleanup
+// closes it.
+func (s *ProcServer) Connect(t testing.TB, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	all := append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)
+	nc, err := nats.Connect(s.url, all...)
+	if err != nil {
+		t.Fatalf("storetest: connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("storetest: jetstream: %v", err)
+	}
+	return nc, js
+}
+
+// clockTicks is the unit of /proc/<pid>/stat's CPU times: USER_HZ, 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100
+
+// ProcCPU returns the CPU time, user and system, that process pid has
+// used so far (its threads', not its children's), from /proc/<pid>/stat
+// fields 14 and 15, at the 10 ms resolution of USER_HZ. Linux only; an
+// error when the process is gone (or reaped) or the file cannot be read.
+func ProcCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("storetest: cpu of %d: %w", pid, err)
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// the fields after its closing parenthesis start at field 3.
+	i := strings.LastIndexByte(string(data), ')')
+	f := strings.Fields(string(data[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("storetest: cpu of %d: malformed stat %q", pid, data)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("storetest: cpu of %d: malformed stat %q", pid, data)
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
