@@ -102,7 +102,7 @@ func BenchmarkGroupThroughput(b *testing.B) {
 		b.Run(fmt.Sprintf("%dinstances", k), func(b *testing.B) {
 			for range b.N {
 				e, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
-				h.Load(b, js)
+				sealed(b, js, cfg, h).Load(b, js)
 				runtime.GC()
 				cpu0 := cpuTime(b)
 				raw := enginetest.RawConsume(b, js, cfg, n)
@@ -204,7 +204,7 @@ func BenchmarkGroupFailover(b *testing.B) {
 	var firstSum, allSum time.Duration
 	for i := range b.N {
 		c, _, js, _, cfg := storetest.StartClusterStream(b, 3, store.StreamConfig{Replicas: 3})
-		h.Load(b, js)
+		sealed(b, js, cfg, h).Load(b, js)
 		preJoin(b, js, cfg, ttl, []string{"a", "b"})
 		var killed atomic.Int64 // unix nanos of the kill
 		var mu sync.Mutex

@@ -84,7 +84,7 @@ func BenchmarkReconcilerThroughput(b *testing.B) {
 	n := len(h.Msgs)
 	for range b.N {
 		_, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
-		h.Load(b, js)
+		sealed(b, js, cfg, h).Load(b, js)
 		raw := enginetest.RawConsume(b, js, cfg, n)
 		runtime.GC()
 		took := foldAll(b, js, cfg)
@@ -165,7 +165,7 @@ func BenchmarkReconcilerRecovery(b *testing.B) {
 			}
 			for range b.N {
 				_, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
-				h.Load(b, js)
+				sealed(b, js, cfg, h).Load(b, js)
 				_, r, cancel, done := catchUp(b, js, cfg, enginetest.InputTargets(b, js, cfg))
 				nodes := len(r.Nodes())
 				// The heap while the reconciler runs minus the heap once it

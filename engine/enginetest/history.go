@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
 )
 
 // History is a fleet's stream exactly as the reconciler would write it:
@@ -206,4 +207,38 @@ func (h *History) Load(tb testing.TB, js jetstream.JetStream) uint64 {
 	}
 	flush()
 	return last
+}
+
+// Seal returns the history as a reconciler holding effect-id key key and
+// signer s writes it: each effect's Nats-Msg-Id made with
+// store.EffectMsgID (so a reconciler reading it with the same key
+// recognises the effect as stored) and each plan and knock signed by s
+// (nil: unsigned, as a reconciler without a signer writes them). The
+// inputs are shared with h; the effects are copies. Without it, a
+// reconciler sees the simulated effects' plain ids as another
+// publisher's and publishes its last effects again.
+func (h *History) Seal(key []byte, s *store.Signer) *History {
+	out := &History{Nodes: h.Nodes, Msgs: make([]*nats.Msg, len(h.Msgs))}
+	for i, m := range h.Msgs {
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		if id == "" {
+			out.Msgs[i] = m
+			continue
+		}
+		node, kind, err := events.Subjects{}.Parse(m.Subject)
+		if err != nil {
+			panic(err)
+		}
+		c := nats.NewMsg(m.Subject)
+		c.Data = m.Data
+		msgID := store.EffectMsgID(key, id)
+		c.Header.Set(jetstream.MsgIDHeader, msgID)
+		if s != nil && (kind == events.KindPlan || kind == events.KindKnock) {
+			if err := s.Sign(c.Header, node, kind, msgID, c.Data); err != nil {
+				panic(err)
+			}
+		}
+		out.Msgs[i] = c
+	}
+	return out
 }
