@@ -8,8 +8,10 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"time"
 
@@ -39,6 +41,7 @@ type loopFlags struct {
 	snapshotEvery    int
 	snapshotInterval time.Duration
 	metrics          string
+	pprof            bool
 	signingKey       string
 	group            *groupFlags // reconcile only
 	// signer and own are set from signingKey before runReconciler.
@@ -57,6 +60,7 @@ func (f *loopFlags) add(cmd *cobra.Command) {
 	fl.IntVar(&f.snapshotEvery, "snapshot-every", engine.DefaultSnapshotEvery, "write a partition's snapshot after this many events")
 	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", engine.DefaultSnapshotInterval, "write a partition's snapshot at least this often while events arrive")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on HOST:PORT at /metrics (default: off)")
+	fl.BoolVar(&f.pprof, "pprof", false, "with --metrics: also serve Go's profiles (heap, CPU, goroutines) at /debug/pprof/ on that listener, for diagnosing the reconciler's memory and CPU; they expose its internals: keep the listener private")
 	fl.StringVar(&f.signingKey, "signing-key", "", "the reconciler's signing key (an nkey seed; created when missing), which signs every plan and knock; partitioned reconcilers share one (default: serve: DATA/"+signingKeyFile+", with --auth DIR/"+signingKeyFile+"; reconcile: $XDG_STATE_HOME/meshfold/"+signingKeyFile+", required with --group)")
 }
 
@@ -276,6 +280,9 @@ answers state requests for the nodes it folds. See docs/operations.md.`,
 // metrics endpoint, and folds until ctx is done; ready is called once the
 // stream is there.
 func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, lf loopFlags, ready func(store.StreamConfig)) error {
+	if lf.pprof && lf.metrics == "" {
+		return withCode(exitUsage, errors.New("--pprof needs --metrics: the profiles are served on its listener"))
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -292,7 +299,12 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// go_gc_heap_live_bytes (the heap the last collection marked live)
+	// beside the classic memstats: the memory per node of issue 17 is read
+	// from it.
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := engine.NewMetrics(reg)
 	if lf.metrics != "" {
 		ln, err := net.Listen("tcp", lf.metrics)
@@ -301,6 +313,13 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		if lf.pprof {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
