@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/auth"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -105,5 +106,78 @@ func TestRevokedRolesExit(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("%s still runs after its user's revocation:\n%s", p.name, p.out.String())
 		}
+	}
+}
+
+// A reconciler whose user is revoked stops with an error and a non-zero
+// exit, as the node agent does: `meshfold reconcile` alone and in a
+// group, against a server of the auth directory, and `meshfold serve
+// --auth`, whose in-process reconciler connects as the same user.
+func TestRevokedReconcilerExits(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		group bool // reconcile --group
+		serve bool // serve --auth instead of reconcile
+	}{{name: "reconcile"}, {name: "reconcile --group", group: true}, {name: "serve", serve: true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			base := t.TempDir()
+			dir := filepath.Join(base, "auth")
+			if code, _, errs := runCLI(ctx, "auth", "init", "--dir", dir); code != exitOK {
+				t.Fatalf("auth init: %d %s", code, errs)
+			}
+			d, err := auth.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := newNoteBuffer()
+			done := make(chan int, 1)
+			start := func(args ...string) {
+				cctx, cancel := context.WithCancel(ctx)
+				go func() { done <- run(cctx, args, nil, out, out) }()
+				t.Cleanup(func() {
+					cancel()
+					<-done
+				})
+			}
+			var url string
+			if tc.serve {
+				start("serve", "--auth", dir, "--data", filepath.Join(base, "data"), "--listen", "127.0.0.1:0", "--log-level", "warn")
+				out.waitText(ctx, t, tc.name, "serving NATS at ")
+				url = regexp.MustCompile(`serving NATS at (\S+);`).FindStringSubmatch(out.String())[1]
+			} else {
+				sa, err := d.ServerAuth()
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: filepath.Join(base, "data"), Listen: "127.0.0.1:0", Auth: sa})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(srv.Shutdown)
+				url = srv.ClientURL()
+				args := []string{"reconcile", "--server", url, "--creds", d.CredsPath(string(auth.RoleReconciler)),
+					"--signing-key", filepath.Join(base, signingKeyFile), "--log-level", "warn"}
+				if tc.group {
+					args = append(args, "--group", "g", "--instance", "a")
+				}
+				start(args...)
+				out.waitText(ctx, t, tc.name, "reconciling stream ")
+			}
+
+			args := []string{"auth", "revoke", string(auth.RoleReconciler), "--dir", dir, "--server", url, "--creds", d.CredsPath(auth.SystemUser)}
+			if code, o, errs := runCLI(ctx, args...); code != exitOK || !strings.Contains(o, "jwt updated") {
+				t.Fatalf("auth revoke reconciler: %d %s %s", code, o, errs)
+			}
+			select {
+			case code := <-done:
+				done <- code // for the cleanup
+				if code != exitError || !strings.Contains(out.String(), "meshfold: NATS connection closed for good") {
+					t.Errorf("%s after its user's revocation: exit %d, want %d and an error saying the connection closed for good:\n%s", tc.name, code, exitError, out.String())
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s still runs after its user's revocation:\n%s", tc.name, out.String())
+			}
+		})
 	}
 }

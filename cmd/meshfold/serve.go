@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -191,19 +192,20 @@ requires their certificates.`,
 				return err
 			}
 			defer srv.Shutdown()
-			nc, err := srv.Connect(append(copts, nats.Name("meshfold serve"))...)
+			var rv revocation
+			nc, err := srv.Connect(append(copts, nats.Name("meshfold serve"), rv.option())...)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			return runReconciler(cmd.Context(), a, log, nc, lf, func(cfg store.StreamConfig) {
+			return rv.explain(runReconciler(cmd.Context(), a, log, nc, lf, func(ctx context.Context, cfg store.StreamConfig) {
 				fmt.Fprintf(a.stdout, "meshfold: serving NATS at %s; stream %s (%d partitions, prefix %q); data in %s\n",
 					srv.ClientURL(), cfg.Name, cfg.Partitions, cfg.Prefix, abs)
 				lf.printNotes(a)
 				if webLn != nil {
-					serveConsole(cmd.Context(), a, log, srv, af, cfg, webLn, cf)
+					serveConsole(ctx, a, log, srv, af, cfg, webLn, cf)
 				}
-			})
+			}))
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "meshfold-data", "directory of the JetStream file store")
@@ -262,7 +264,7 @@ answers state requests for the nodes it folds. See docs/operations.md.`,
 				return err
 			}
 			defer nc.Close()
-			return runReconciler(cmd.Context(), a, log, nc, lf, func(cfg store.StreamConfig) {
+			return runReconciler(cmd.Context(), a, log, nc, lf, func(_ context.Context, cfg store.StreamConfig) {
 				fmt.Fprintf(a.stdout, "meshfold: reconciling stream %s (%d partitions, prefix %q, %d replicas) on %s\n",
 					cfg.Name, cfg.Partitions, cfg.Prefix, cfg.Replicas, nc.ConnectedUrlRedacted())
 				lf.printNotes(a)
@@ -276,13 +278,61 @@ answers state requests for the nodes it folds. See docs/operations.md.`,
 	return cmd
 }
 
+// revocation closes serve's in-process connection for good when the
+// server revokes (or expires) its user. nats.go gives a TCP connection up
+// once the same auth error refuses it twice, but a refused in-process
+// reconnect ends with its pipe closed before the -ERR is read, so it
+// would retry for ever and the reconciler would hang; closed here, serve
+// exits as reconcile does (errConnClosed).
+type revocation struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (r *revocation) option() nats.Option {
+	return nats.ErrorHandler(func(c *nats.Conn, _ *nats.Subscription, err error) {
+		if !errors.Is(err, nats.ErrAuthRevoked) && !errors.Is(err, nats.ErrAuthExpired) {
+			return
+		}
+		r.mu.Lock()
+		if r.err == nil {
+			r.err = err
+		}
+		r.mu.Unlock()
+		c.Close()
+	})
+}
+
+// explain names the revocation as the reason of an errConnClosed.
+func (r *revocation) explain(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil && errors.Is(err, errConnClosed) {
+		return fmt.Errorf("%w: %w", errConnClosed, r.err)
+	}
+	return err
+}
+
 // runReconciler ensures the stream, starts the state service and the
-// metrics endpoint, and folds until ctx is done; ready is called once the
-// stream is there.
-func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, lf loopFlags, ready func(store.StreamConfig)) error {
+// metrics endpoint, and folds until ctx is done or nc closes for good;
+// ready is called once the stream is there, with the context it runs
+// under. A connection closed for good (its user revoked) ends it with
+// errConnClosed: nats.go would never reconnect it, and the service
+// manager's restart brings the reconciler back, or says why it cannot.
+func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, lf loopFlags, ready func(context.Context, store.StreamConfig)) error {
 	if lf.pprof && lf.metrics == "" {
 		return withCode(exitUsage, errors.New("--pprof needs --metrics: the profiles are served on its listener"))
 	}
+	ctx, stop := whileConnected(ctx, nc)
+	defer stop()
+	err := runReconcilerLoop(ctx, a, log, nc, lf, ready)
+	if cerr := connClosed(ctx); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+func runReconcilerLoop(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, lf loopFlags, ready func(context.Context, store.StreamConfig)) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -372,12 +422,12 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 		return err
 	}
 	defer svc.Stop()
-	ready(cfg)
+	ready(ctx, cfg)
 	if group != nil {
 		log.Info("reconciler running in a group", "stream", cfg.Name, "partitions", cfg.Partitions,
 			"group", lf.group.name, "instance", group.Instance(), "lease_ttl", group.TTL())
-		if err := runGrouped(ctx, group, r); err != nil {
-			return err
+		if err := runGrouped(ctx, group, r); err != nil || connClosed(ctx) != nil {
+			return err // a closed connection released nothing: runReconciler says so
 		}
 		logStopped(log, r, ", leases released")
 		return nil
@@ -393,7 +443,7 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 		case <-rctx.Done():
 		}
 	}()
-	if err := r.Run(rctx); err != nil {
+	if err := r.Run(rctx); err != nil || connClosed(ctx) != nil {
 		return err
 	}
 	if err := lease.Err(); err != nil {
