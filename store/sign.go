@@ -139,6 +139,9 @@ func (t *Trust) Keys() []string {
 	return out
 }
 
+// Trusts reports whether pub is one of t's keys.
+func (t *Trust) Trusts(pub string) bool { return t != nil && t.keys[pub] != nil }
+
 // Verify checks the signature of an effect message of node and kind with
 // headers h and payload data.
 //
