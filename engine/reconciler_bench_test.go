@@ -44,11 +44,17 @@ func catchUp(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, targ
 // stops it gracefully, which waits for every ack and writes the last
 // snapshot, and returns the whole time.
 func foldAll(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig) time.Duration {
+	return foldAllWith(tb, js, engine.ReconcilerConfig{Stream: cfg})
+}
+
+// foldAllWith is [foldAll] by a reconciler of configuration rcfg.
+func foldAllWith(tb testing.TB, js jetstream.JetStream, rcfg engine.ReconcilerConfig) time.Duration {
+	cfg := rcfg.Stream
 	targets := enginetest.InputTargets(tb, js, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
-	r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: cfg})
+	r, err := engine.NewReconciler(ctx, js, rcfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,30 @@ func RawDecode(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, wa
 		}
 		_, err = subj.DecodeEvent(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp)
 		return err
+	})
+}
+
+// RawDecodeStd is the baseline issue 17 states: as [RawConsume], each
+// message's metadata parsed, its subject split into node and kind, and
+// its payload decoded by encoding/json into the kind's type (no
+// validation), as a consumer written without meshfold would read the
+// stream. The fold decodes with a faster decoder ([RawDecode] measures a
+// read with it), so this baseline is the slower of the two.
+func RawDecodeStd(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, want int) time.Duration {
+	subj := cfg.Subjects()
+	return rawRead(tb, js, cfg, want, func(m jetstream.Msg) error {
+		if _, err := m.Metadata(); err != nil {
+			return err
+		}
+		_, kind, err := subj.Parse(m.Subject())
+		if err != nil {
+			return err
+		}
+		p := events.New(kind)
+		if p == nil {
+			return fmt.Errorf("kind %q", kind)
+		}
+		return json.Unmarshal(m.Data(), p)
 	})
 }
 
