@@ -62,10 +62,7 @@ func StartProcServer(t testing.TB) *ProcServer {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("storetest: start nats-server: %v", err)
 	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		_ = s.cmd.Wait()
-	})
+	t.Cleanup(s.Stop)
 	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", s.monitor)
 	hc := &http.Client{Timeout: time.Second}
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -145,4 +142,14 @@ func ProcCPU(pid int) (time.Duration, error) {
 		return 0, fmt.Errorf("storetest: cpu of %d: malformed stat %q", pid, data)
 	}
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// Stop kills the server (SIGKILL to its process group) and reaps it;
+// Cleanup does nothing more. Its store directory stays until Cleanup.
+func (s *ProcServer) Stop() {
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	_ = s.cmd.Wait()
 }
