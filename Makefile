@@ -1,7 +1,7 @@
 # meshfold — see README.md.
 GO ?= go
 
-.PHONY: test vet bench fuzz serve demo fmt chaos
+.PHONY: test vet bench bench-all fuzz serve demo fmt chaos
 
 ## test: vet, then every test with the race detector (what CI runs)
 test:
@@ -25,8 +25,15 @@ serve:
 demo:
 	$(GO) run ./cmd/meshfold demo
 
-## bench: the benchmarks (figures are ratios against raw JetStream in the same run)
+## bench: issue 17's figures, each beside its raw JetStream baseline of the same
+## run: meshfold reconcile processes against a nats-server process (catch-up,
+## group catch-up, memory per node, recovery), then the knock latency under load
 bench:
+	$(GO) test -run '^$$' -bench '^BenchmarkOutside$$' -benchtime 1x -timeout 60m ./cmd/meshfold
+	$(GO) test -run '^$$' -bench '^BenchmarkKnockLatency$$' -benchtime 1x -timeout 10m ./engine
+
+## bench-all: every benchmark of every package
+bench-all:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 ## fuzz: a short fuzz run of decode-then-fold

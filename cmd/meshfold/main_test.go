@@ -28,6 +28,7 @@ func TestMain(m *testing.M) {
 	os.Setenv("XDG_STATE_HOME", dir)
 	code := m.Run()
 	os.RemoveAll(dir)
+	removeBenchBinary()
 	os.Exit(code)
 }
 

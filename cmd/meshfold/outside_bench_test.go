@@ -1,0 +1,698 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/engine"
+	"github.com/meshfold/meshfold/engine/enginetest"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// The outside benchmarks of issue 17: `meshfold reconcile` processes (the
+// binary built from this module) against a separate nats-server process
+// (storetest.StartProcServer), each figure beside its raw JetStream
+// baseline measured on the same server in the same run. The CPU of each
+// process is read from /proc/<pid>/stat, so the server's share and the
+// reconciler's are apart; the memory of a reconciler is read from its
+// /metrics (go_gc_heap_live_bytes after forced collections) and
+// /proc/<pid>/status (VmRSS). docs/architecture.md, "Catch-up speed
+// (issue 17)", says how each figure is measured.
+//
+//	go test ./cmd/meshfold -run '^$' -bench Outside -benchtime 1x -timeout 60m
+//
+// MESHFOLD_BENCH_PROFILES=DIR also writes the heap profile of each
+// loaded reconciler (memory-*) into DIR, sampled every 4 KiB (which
+// slows every process of the run a little).
+
+// The sizes of issue 17: 10,000 nodes, histories of 1M and 100k events.
+const outsideNodes, bigEvents, smallEvents = 10_000, 1_000_000, 100_000
+
+var (
+	benchBinOnce sync.Once
+	benchBinDir  string
+	benchBinErr  error
+)
+
+// meshfoldBinary builds this module's meshfold once per test process
+// (without the race detector, as shipped) and returns its path;
+// removeBenchBinary, from TestMain, removes it.
+func meshfoldBinary(tb testing.TB) string {
+	tb.Helper()
+	benchBinOnce.Do(func() {
+		if benchBinDir, benchBinErr = os.MkdirTemp("", "meshfold-bench-bin"); benchBinErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(benchBinDir, "meshfold"), "github.com/meshfold/meshfold/cmd/meshfold").CombinedOutput()
+		if err != nil {
+			benchBinErr = fmt.Errorf("build meshfold: %v\n%s", err, out)
+		}
+	})
+	if benchBinErr != nil {
+		tb.Fatal(benchBinErr)
+	}
+	return filepath.Join(benchBinDir, "meshfold")
+}
+
+func removeBenchBinary() {
+	if benchBinDir != "" {
+		os.RemoveAll(benchBinDir)
+	}
+}
+
+// outsideServer is a nats-server process with meshfold's stream (the
+// defaults: MESH, 16 partitions), the stream's effect key (so that a
+// history sealed with it is recognised as stored) and a signing key file
+// every reconciler of the benchmark signs with.
+type outsideServer struct {
+	srv     *storetest.ProcServer
+	js      jetstream.JetStream
+	cfg     store.StreamConfig
+	key     []byte
+	seed    string
+	signer  *store.Signer
+	snaps   *store.Snapshots
+	targets map[int]uint64 // refreshed by refresh
+	msgs    int            // the stream's messages, refreshed by refresh
+}
+
+func startOutsideServer(tb testing.TB) *outsideServer {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := &outsideServer{srv: storetest.StartProcServer(tb)}
+	_, s.js = s.srv.Connect(tb)
+	var err error
+	if _, s.cfg, err = store.EnsureStream(ctx, s.js, store.StreamConfig{}); err != nil {
+		tb.Fatal(err)
+	}
+	if s.key, err = store.EffectKey(ctx, s.js, s.cfg, nil); err != nil {
+		tb.Fatal(err)
+	}
+	s.seed = filepath.Join(tb.TempDir(), "reconciler-signing.nk")
+	kp, _, err := store.LoadOrCreateSigningKey(s.seed)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if s.signer, err = store.NewSigner(kp); err != nil {
+		tb.Fatal(err)
+	}
+	if s.snaps, err = store.OpenSnapshots(ctx, s.js, s.cfg); err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// load publishes h sealed with the server's keys, then refreshes.
+func (s *outsideServer) load(tb testing.TB, h *enginetest.History) {
+	tb.Helper()
+	h.Seal(s.key, s.signer).Load(tb, s.js)
+	s.refresh(tb)
+}
+
+// refresh reads the stream's message count and each partition's last
+// input sequence.
+func (s *outsideServer) refresh(tb testing.TB) {
+	tb.Helper()
+	st, err := s.js.Stream(context.Background(), s.cfg.Name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.msgs = int(info.State.Msgs)
+	s.targets = enginetest.InputTargets(tb, s.js, s.cfg)
+}
+
+// lastSeq is the stream's last sequence.
+func (s *outsideServer) lastSeq(tb testing.TB) uint64 {
+	tb.Helper()
+	st, err := s.js.Stream(context.Background(), s.cfg.Name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+// forget deletes the snapshot and lease buckets (a refold from the
+// stream's first message, as after an operator deleted the snapshots;
+// the effect key lives apart and stays) and opens a new snapshot bucket.
+func (s *outsideServer) forget(tb testing.TB) {
+	tb.Helper()
+	ctx := context.Background()
+	for _, b := range []string{s.cfg.Name + store.SnapshotBucketSuffix, s.cfg.Name + engine.LeaseBucketSuffix} {
+		if err := s.js.DeleteKeyValue(ctx, b); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			tb.Fatal(err)
+		}
+	}
+	var err error
+	if s.snaps, err = store.OpenSnapshots(ctx, s.js, s.cfg); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// raw is a raw baseline's figures: the rate of enginetest.RawDecode of
+// every message of the stream, and the CPU per message of the benchmark
+// process (the reader) and of the server.
+type raw struct {
+	rate, cpuNs, serverNs float64
+}
+
+// rawRead measures the raw baseline on s, with n the stream's messages.
+func (s *outsideServer) rawRead(tb testing.TB) raw {
+	tb.Helper()
+	runtime.GC()
+	self0, srv0 := selfCPU(tb), s.srv.CPU()
+	took := enginetest.RawDecode(tb, s.js, s.cfg, s.msgs)
+	self, srv := selfCPU(tb)-self0, s.srv.CPU()-srv0
+	n := float64(s.msgs)
+	return raw{rate: n / took.Seconds(), cpuNs: float64(self.Nanoseconds()) / n, serverNs: float64(srv.Nanoseconds()) / n}
+}
+
+func (r raw) report(b *testing.B) {
+	b.ReportMetric(r.rate, "raw-events/s")
+	b.ReportMetric(r.cpuNs, "raw-cpu-ns/event")
+	b.ReportMetric(r.serverNs, "raw-server-cpu-ns/event")
+}
+
+func selfCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchProc is a `meshfold reconcile` process of a benchmark, in its
+// own process group, its output in a log file; its metrics (and pprof)
+// listener on a loopback port.
+type benchProc struct {
+	tb      testing.TB
+	cmd     *exec.Cmd
+	log     string
+	metrics string
+	start   time.Time
+	exited  chan struct{}
+	werr    error
+}
+
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startProc starts `meshfold reconcile` against s with s's signing key, a
+// 20 ms snapshot interval (the end of a catch-up is seen through the
+// checkpoints) and --metrics with --pprof; extra flags follow.
+func (s *outsideServer) startProc(tb testing.TB, extra ...string) *benchProc {
+	tb.Helper()
+	p := &benchProc{tb: tb, log: filepath.Join(tb.TempDir(), "reconcile.log"), metrics: freeAddr(tb), exited: make(chan struct{})}
+	logf, err := os.Create(p.log)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer logf.Close()
+	args := append([]string{"reconcile", "--server", s.srv.URL(), "--signing-key", s.seed,
+		"--snapshot-interval", "20ms", "--metrics", p.metrics, "--pprof"}, extra...)
+	p.cmd = exec.Command(meshfoldBinary(tb), args...)
+	if os.Getenv("MESHFOLD_BENCH_PROFILES") != "" {
+		// A heap profile that samples every 4 KiB rather than 512 KiB:
+		// a state is a few KiB.
+		p.cmd.Env = append(os.Environ(), "GODEBUG=memprofilerate=4096")
+	}
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.start = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	go func() { p.werr = p.cmd.Wait(); close(p.exited) }()
+	tb.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.exited
+		}
+	})
+	return p
+}
+
+func (p *benchProc) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// fail ends the benchmark with what the process logged last.
+func (p *benchProc) fail(format string, args ...any) {
+	p.tb.Helper()
+	data, _ := os.ReadFile(p.log)
+	if len(data) > 4000 {
+		data = data[len(data)-4000:]
+	}
+	p.tb.Fatalf("meshfold reconcile (pid %d): %s; its log ends:\n%s", p.cmd.Process.Pid, fmt.Sprintf(format, args...), data)
+}
+
+// cpu is the process's CPU time so far (it must be running).
+func (p *benchProc) cpu() time.Duration {
+	p.tb.Helper()
+	d, err := storetest.ProcCPU(p.cmd.Process.Pid)
+	if err != nil {
+		p.fail("%v", err)
+	}
+	return d
+}
+
+// rss is the process's resident set size, VmRSS of /proc/<pid>/status.
+func (p *benchProc) rss() float64 {
+	p.tb.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		p.fail("%v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				p.fail("VmRSS %q", v)
+			}
+			return kb * 1024
+		}
+	}
+	p.fail("no VmRSS in /proc/%d/status", p.cmd.Process.Pid)
+	return 0
+}
+
+// get fetches path from the process's metrics listener.
+func (p *benchProc) get(path string) ([]byte, error) {
+	hc := &http.Client{Timeout: 30 * time.Second}
+	resp, err := hc.Get("http://" + p.metrics + path)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return body, err
+}
+
+// metric returns the sum of the samples of the named metric on /metrics
+// (every label set), and whether there was one.
+func (p *benchProc) metric(name string) (float64, bool) {
+	body, err := p.get("/metrics")
+	if err != nil {
+		return 0, false
+	}
+	var sum float64
+	found := false
+	for line := range strings.SplitSeq(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(f) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+			sum, found = sum+v, true
+		}
+	}
+	return sum, found
+}
+
+// waitMetric polls the process's metrics until cond holds of name's
+// value (up to a minute).
+func (p *benchProc) waitMetric(name string, cond func(float64) bool) float64 {
+	p.tb.Helper()
+	for deadline := time.Now().Add(time.Minute); ; {
+		if v, ok := p.metric(name); ok && cond(v) {
+			return v
+		}
+		if !p.alive() {
+			p.fail("exited (%v) before %s was reached", p.werr, name)
+		}
+		if time.Now().After(deadline) {
+			v, _ := p.metric(name)
+			p.fail("%s is %v after a minute", name, v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// heap forces collections (the heap profile's gc=1, twice: the strings
+// interned by package unique go a cycle later) and returns the live heap
+// the last one marked, go_gc_heap_live_bytes. With
+// MESHFOLD_BENCH_PROFILES set, the last profile is written there as
+// <name>.heap.pb.gz.
+func (p *benchProc) heap(name string) float64 {
+	p.tb.Helper()
+	var prof []byte
+	for range 3 {
+		var err error
+		if prof, err = p.get("/debug/pprof/heap?gc=1"); err != nil {
+			p.fail("%v", err)
+		}
+	}
+	if dir := os.Getenv("MESHFOLD_BENCH_PROFILES"); dir != "" && name != "" {
+		path := filepath.Join(dir, name+".heap.pb.gz")
+		if err := os.WriteFile(path, prof, 0o644); err != nil {
+			p.tb.Fatal(err)
+		}
+		p.tb.Logf("heap profile of %s: %s", name, path)
+	}
+	v, ok := p.metric("go_gc_heap_live_bytes")
+	if !ok {
+		p.fail("no go_gc_heap_live_bytes on /metrics")
+	}
+	return v
+}
+
+// stop sends SIGTERM, waits for the exit (up to a minute) and returns the
+// process's whole CPU time (its rusage). A non-zero exit fails tb.
+func (p *benchProc) stop() time.Duration {
+	p.tb.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && p.alive() {
+		p.fail("SIGTERM: %v", err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(time.Minute):
+		p.fail("still running a minute after SIGTERM")
+	}
+	if p.werr != nil {
+		p.fail("exit: %v", p.werr)
+	}
+	st := p.cmd.ProcessState
+	return st.UserTime() + st.SystemTime()
+}
+
+// waitCaughtUp waits (polling every 5 ms, up to timeout) until every
+// partition's checkpoint in s's snapshot bucket reaches s.targets, as
+// engine's benchmarks see the end of a catch-up, and returns the time
+// since any process of procs started (the earliest) and the CPU time of
+// each process at that moment.
+func (s *outsideServer) waitCaughtUp(tb testing.TB, timeout time.Duration, procs ...*benchProc) (time.Duration, []time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for part, want := range s.targets {
+		for {
+			ck, err := s.snaps.Checkpoint(context.Background(), part)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if ck >= want {
+				break
+			}
+			for _, p := range procs {
+				if !p.alive() {
+					p.fail("exited (%v) before partition %d's checkpoint reached #%d (at #%d)", p.werr, part, want, ck)
+				}
+			}
+			if time.Now().After(deadline) {
+				procs[0].fail("partition %d's checkpoint at #%d after %s, want #%d", part, ck, timeout, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	start := procs[0].start
+	for _, p := range procs[1:] {
+		if p.start.Before(start) {
+			start = p.start
+		}
+	}
+	took := time.Since(start)
+	cpus := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		cpus[i] = p.cpu()
+	}
+	return took, cpus
+}
+
+// catchUp is figures 1 and 2: the raw baseline on s, then k reconcile
+// processes (k > 1: one group, members pre-joined so that each acquires
+// its share at once) folding s's stream from no snapshot until every
+// partition's checkpoint reaches its last input, with the processes' and
+// the server's CPU over that time; then SIGTERM to each. The stream must
+// hold nothing a fold would publish when stored (it is checked).
+func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) {
+	b.Helper()
+	r := s.rawRead(b)
+	s.forget(b)
+	var names []string
+	if k > 1 {
+		const ttl = 5 * time.Second
+		for i := range k {
+			names = append(names, fmt.Sprintf("i%d", i))
+		}
+		preJoin(b, s.js, s.cfg, ttl, names)
+	}
+	before := s.lastSeq(b)
+	runtime.GC()
+	srv0 := s.srv.CPU()
+	var procs []*benchProc
+	if k == 1 {
+		procs = append(procs, s.startProc(b))
+	}
+	for _, name := range names {
+		procs = append(procs, s.startProc(b, "--group", "bench", "--instance", name, "--lease-ttl", "5s"))
+	}
+	took, cpus := s.waitCaughtUp(b, 20*time.Minute, procs...)
+	srv := s.srv.CPU() - srv0
+	for _, p := range procs {
+		if owned, _ := p.metric("meshfold_partitions_owned"); int(owned) != s.cfg.Partitions/k {
+			p.fail("folded %v partitions, want %d: a partition was handed over", owned, s.cfg.Partitions/k)
+		}
+	}
+	for _, p := range procs {
+		p.stop()
+	}
+	var sum time.Duration
+	for _, c := range cpus {
+		sum += c
+	}
+	n := float64(s.msgs)
+	published := s.lastSeq(b) - before
+	if stored && published != 0 {
+		b.Errorf("the effects were stored, yet the fold published %d messages", published)
+	}
+	r.report(b)
+	b.ReportMetric(n, "events")
+	b.ReportMetric(n/took.Seconds(), "fold-events/s")
+	b.ReportMetric(n/took.Seconds()/r.rate, "ratio")
+	b.ReportMetric(float64(sum.Nanoseconds())/n, "fold-cpu-ns/event")
+	if k > 1 {
+		b.ReportMetric(float64(sum.Nanoseconds())/n/float64(k), "fold-cpu-ns/event/instance")
+	}
+	b.ReportMetric(float64(srv.Nanoseconds())/n, "fold-server-cpu-ns/event")
+	b.ReportMetric(float64(published), "published")
+}
+
+// preJoin puts the member keys of names in the group bench's lease
+// bucket (created with ttl) before the members start, so that each sees
+// all of them at its first look and acquires only its share (as engine's
+// benchmarks do).
+func preJoin(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, ttl time.Duration, names []string) {
+	tb.Helper()
+	ctx := context.Background()
+	if _, err := engine.JoinGroup(ctx, js, engine.GroupConfig{Stream: cfg, Name: "bench", Instance: "probe", TTL: ttl}); err != nil {
+		tb.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, cfg.Name+engine.LeaseBucketSuffix)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, n := range names {
+		if _, err := kv.Put(ctx, "member.bench."+n, []byte(`{"group":"bench","instance":"`+n+`"}`)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// idle is the memory of a reconcile process idle on an empty stream of
+// the same configuration (its own server), measured once per run.
+var idle struct {
+	once      sync.Once
+	heap, rss float64
+}
+
+func idleMemory(b *testing.B) (heap, rss float64) {
+	b.Helper()
+	idle.once.Do(func() {
+		s := startOutsideServer(b)
+		p := s.startProc(b)
+		p.waitMetric("meshfold_partitions_owned", func(v float64) bool { return int(v) == s.cfg.Partitions })
+		idle.heap, idle.rss = p.heap(""), p.rss()
+		p.stop()
+	})
+	return idle.heap, idle.rss
+}
+
+// memory is figure 3: a fresh reconcile process loads s's nodes from the
+// snapshots the previous fold left and catches up; then its live heap and
+// RSS, minus those of an idle process, per node.
+func (s *outsideServer) memory(b *testing.B, name string) {
+	b.Helper()
+	idleHeap, idleRSS := idleMemory(b)
+	p := s.startProc(b)
+	s.waitCaughtUp(b, 10*time.Minute, p)
+	nodes := p.waitMetric("meshfold_nodes", func(v float64) bool { return v >= outsideNodes })
+	heap, rss := p.heap(name), p.rss()
+	unsettled, _ := p.metric("meshfold_plans_unsettled")
+	p.stop()
+	b.ReportMetric(nodes, "nodes")
+	b.ReportMetric((heap-idleHeap)/nodes, "heap-B/node")
+	b.ReportMetric((rss-idleRSS)/nodes, "rss-B/node")
+	b.ReportMetric(idleHeap, "idle-heap-B")
+	b.ReportMetric(idleRSS, "idle-rss-B")
+	b.ReportMetric(unsettled/nodes, "unsettled-plans/node")
+}
+
+// recovery is figure 5: tail (haves that cause nothing) is published
+// while no reconciler runs, then a reconcile process restarts from the
+// snapshots: the time from its start until every partition's checkpoint
+// covers the tail.
+func (s *outsideServer) recovery(b *testing.B, tail []*nats.Msg) time.Duration {
+	b.Helper()
+	(&enginetest.History{Msgs: tail}).Load(b, s.js)
+	s.refresh(b)
+	before := s.lastSeq(b)
+	p := s.startProc(b)
+	took, _ := s.waitCaughtUp(b, 10*time.Minute, p)
+	p.stop()
+	if published := s.lastSeq(b) - before; published != 0 {
+		b.Errorf("the restart published %d messages, want none", published)
+	}
+	b.ReportMetric(float64(took.Microseconds())/1000, "restart-ms")
+	return took
+}
+
+// tailHaves is the haves among the last 4,000 messages of h: a tail that
+// repeats what the nodes reported, which a restart folds without
+// publishing.
+func tailHaves(h *enginetest.History) []*nats.Msg {
+	return (&enginetest.History{Msgs: h.Msgs[len(h.Msgs)-4000:]}).Kinds(events.KindHave).Msgs
+}
+
+// BenchmarkOutside is issue 17's figures 1, 2, 3 and 5, measured from
+// outside. Its parts, in order (each reports its raw baseline or its
+// reference beside the figure):
+//
+//   - memory-100k, recovery-100k: a 100k-event history of 10,000 nodes,
+//     folded once (untimed) to leave snapshots; a fresh process's heap
+//     and RSS per node; a restart's time over a tail of haves.
+//
+//   - catchup-stored: figure 1 with the effects stored, 1M events over
+//     10,000 nodes (the history sealed with the stream's keys).
+//
+//   - recovery-1M (with the ratio to recovery-100k, figure 5) and
+//     memory-1M, on the snapshots catchup-stored left.
+//
+//   - group-1, group-2, group-4: figure 2 on the same stream, its
+//     snapshots deleted before each.
+//
+//   - catchup-unstored: figure 1 with only the history's wants and haves
+//     stored (a first refold that publishes the plans).
+//
+//   - memory-unsettled-6, memory-unsettled-15: 10,000 nodes down (no
+//     settle) while 6 or 15 wants each keep coming: the heap is bounded
+//     by reconcile.MaxUnsettled plans a node, not by the wants.
+//
+//     go test ./cmd/meshfold -run '^$' -bench Outside -benchtime 1x -timeout 60m
+func BenchmarkOutside(b *testing.B) {
+	var recovery100k time.Duration
+	small := startOutsideServer(b)
+	{
+		h := enginetest.Simulate(smallEvents, outsideNodes)
+		small.load(b, h)
+		tail := tailHaves(h)
+		h = nil
+		p := small.startProc(b)
+		small.waitCaughtUp(b, 10*time.Minute, p)
+		p.stop()
+		b.Run("memory-100k", func(b *testing.B) { small.memory(b, "memory-100k") })
+		b.Run("recovery-100k", func(b *testing.B) { recovery100k = small.recovery(b, tail) })
+	}
+	small.srv.Stop()
+
+	big := startOutsideServer(b)
+	{
+		h := enginetest.Simulate(bigEvents, outsideNodes)
+		big.load(b, h)
+		tail := tailHaves(h)
+		h = nil
+		b.Run("catchup-stored", func(b *testing.B) { big.catchUp(b, 1, true) })
+		b.Run("recovery-1M", func(b *testing.B) {
+			took := big.recovery(b, tail)
+			if recovery100k > 0 {
+				b.ReportMetric(float64(recovery100k.Microseconds())/1000, "restart-100k-ms")
+				b.ReportMetric(took.Seconds()/recovery100k.Seconds(), "ratio")
+			}
+		})
+		b.Run("memory-1M", func(b *testing.B) { big.memory(b, "memory-1M") })
+		for _, k := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("group-%d", k), func(b *testing.B) { big.catchUp(b, k, true) })
+		}
+	}
+	big.srv.Stop()
+
+	b.Run("catchup-unstored", func(b *testing.B) {
+		s := startOutsideServer(b)
+		s.load(b, enginetest.Simulate(bigEvents, outsideNodes).Inputs())
+		s.catchUp(b, 1, false)
+		s.srv.Stop()
+	})
+
+	for _, wants := range []int{6, 15} {
+		b.Run(fmt.Sprintf("memory-unsettled-%d", wants), func(b *testing.B) {
+			s := startOutsideServer(b)
+			s.load(b, enginetest.SimulateDown(outsideNodes, wants))
+			p := s.startProc(b)
+			s.waitCaughtUp(b, 10*time.Minute, p)
+			p.stop()
+			s.memory(b, fmt.Sprintf("memory-unsettled-%d", wants))
+			b.ReportMetric(float64(wants), "wants/node")
+			s.srv.Stop()
+		})
+	}
+}
