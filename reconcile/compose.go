@@ -88,29 +88,62 @@ func (s *State) Compose() (rows []events.PlanModule, account string, ok bool) {
 	}
 	rows = make([]events.PlanModule, len(s.Want.Modules))
 	for i, m := range s.Want.Modules {
-		runs, _ := s.Runs(m.Name)
-		why, held := Hold(m, runs, s.Approved(m.Name, m.Build))
-		row := events.PlanModule{Name: m.Name, Provisioner: m.Provisioner}
-		if held {
-			row.Build, row.RunsAs, row.Files = runs.Build, runs.RunsAs, runs.Files
-			row.Held, row.Why = true, why
-			if m.Build != runs.Build {
-				row.Pending = m.Build
-			}
-		} else {
-			row.Build, row.RunsAs, row.Files = m.Build, m.RunsAs, m.Files
-		}
+		row, acc := s.composeRow(m)
 		rows[i] = row
 		if m.Provisioner {
-			account = row.RunsAs
-			if held && account == "" {
-				if hm := s.haveModule(m.Name); hm != nil && hm.State == events.Running {
-					account = hm.Account
-				}
-			}
+			account = acc
 		}
 	}
 	return rows, account, true
+}
+
+// composeRow is [State.Compose]'s row for the wanted module m, and, when m
+// is the provisioner, the account that row decides.
+func (s *State) composeRow(m events.WantModule) (row events.PlanModule, account string) {
+	runs, _ := s.Runs(m.Name)
+	why, held := Hold(m, runs, s.Approved(m.Name, m.Build))
+	row = events.PlanModule{Name: m.Name, Provisioner: m.Provisioner}
+	if held {
+		row.Build, row.RunsAs, row.Files = runs.Build, runs.RunsAs, runs.Files
+		row.Held, row.Why = true, why
+		if m.Build != runs.Build {
+			row.Pending = m.Build
+		}
+	} else {
+		row.Build, row.RunsAs, row.Files = m.Build, m.RunsAs, m.Files
+	}
+	if m.Provisioner {
+		account = row.RunsAs
+		if held && account == "" {
+			if hm := s.haveModule(m.Name); hm != nil && hm.State == events.Running {
+				account = hm.Account
+			}
+		}
+	}
+	return row, account
+}
+
+// composesEmitted reports whether [State.Compose] gives the rows and
+// account of the last plan emitted (so [State.differs] is false), and
+// that account, without building the rows: most events (a have that
+// changes nothing, above all) compose the plan already emitted, and
+// building it to compare was most of their fold (issue 17). false when
+// it cannot tell (no want, a retirement, no plan emitted): compose then.
+func (s *State) composesEmitted() (account string, same bool) {
+	last := s.Emitted()
+	if s.Want == nil || s.Retire != nil || last == nil || last.Want != s.Want.Seq || len(last.Modules) != len(s.Want.Modules) {
+		return "", false
+	}
+	for i, m := range s.Want.Modules {
+		row, acc := s.composeRow(m)
+		if !equalRow(last.Modules[i], row) {
+			return "", false
+		}
+		if m.Provisioner {
+			account = acc
+		}
+	}
+	return account, account == last.Account
 }
 
 // runningAccountOfProvisioner returns the account the have names for the
@@ -150,10 +183,10 @@ func (s *State) differs(rows []events.PlanModule, account string) bool {
 	return last == nil || last.Want != s.Want.Seq || last.Account != account || !equalRows(last.Modules, rows)
 }
 
-func equalRows(a, b []events.PlanModule) bool {
-	return slices.EqualFunc(a, b, func(x, y events.PlanModule) bool {
-		return x.Name == y.Name && x.Build == y.Build && x.RunsAs == y.RunsAs &&
-			x.Provisioner == y.Provisioner && x.Held == y.Held && x.Why == y.Why &&
-			x.Pending == y.Pending && slices.Equal(x.Files, y.Files)
-	})
+func equalRows(a, b []events.PlanModule) bool { return slices.EqualFunc(a, b, equalRow) }
+
+func equalRow(x, y events.PlanModule) bool {
+	return x.Name == y.Name && x.Build == y.Build && x.RunsAs == y.RunsAs &&
+		x.Provisioner == y.Provisioner && x.Held == y.Held && x.Why == y.Why &&
+		x.Pending == y.Pending && slices.Equal(x.Files, y.Files)
 }

@@ -432,17 +432,14 @@ func (f *folder) compose() {
 	if s.Paused != nil {
 		return
 	}
-	rows, account, ok := s.Compose()
-	if !ok {
-		return
-	}
-	if s.differs(rows, account) {
-		if len(s.Unsettled) >= MaxUnsettled {
-			// Keep the oldest (the node may be applying it) and the newest.
-			s.Unsettled = slices.Delete(s.Unsettled, 1, 2)
+	account, same := s.composesEmitted()
+	if !same {
+		var rows []events.PlanModule
+		var ok bool
+		if rows, account, ok = s.Compose(); !ok {
+			return
 		}
-		s.Unsettled = append(s.Unsettled, &PlanRecord{Cause: f.ev.Seq, Want: s.Want.Seq, Account: account, Modules: rows})
-		f.emit(events.KindPlan, &events.Plan{Cause: f.ev.Seq, Want: s.Want.Seq, ProvisionerAccount: account, Modules: rows})
+		f.emitPlan(rows, account)
 	}
 	running := s.runningAccountOfProvisioner()
 	if s.Retire != nil {
@@ -456,6 +453,20 @@ func (f *folder) compose() {
 		f.journal(events.LevelWarn, "plan names no provisioner account while what runs names %q: the node will refuse every filled write", running)
 	case !cond:
 		s.AccountJournaled = false
+	}
+}
+
+// emitPlan emits a plan of rows and account when it differs from the last
+// plan emitted ([State.differs]).
+func (f *folder) emitPlan(rows []events.PlanModule, account string) {
+	s := f.s
+	if s.differs(rows, account) {
+		if len(s.Unsettled) >= MaxUnsettled {
+			// Keep the oldest (the node may be applying it) and the newest.
+			s.Unsettled = slices.Delete(s.Unsettled, 1, 2)
+		}
+		s.Unsettled = append(s.Unsettled, &PlanRecord{Cause: f.ev.Seq, Want: s.Want.Seq, Account: account, Modules: rows})
+		f.emit(events.KindPlan, &events.Plan{Cause: f.ev.Seq, Want: s.Want.Seq, ProvisionerAccount: account, Modules: rows})
 	}
 }
 
