@@ -43,7 +43,9 @@ import (
 //
 // MESHFOLD_BENCH_PROFILES=DIR also writes the heap profile of each
 // loaded reconciler (memory-*) into DIR, sampled every 4 KiB (which
-// slows every process of the run a little).
+// slows every process of the run a little), and a CPU profile of the
+// first 5 s of each one-process catch-up (which the profile slows: do not
+// take that run's figures).
 
 // The sizes of issue 17: 10,000 nodes, histories of 1M and 100k events.
 const outsideNodes, bigEvents, smallEvents = 10_000, 1_000_000, 100_000
@@ -416,6 +418,30 @@ func (p *benchProc) heap(name string) float64 {
 	return v
 }
 
+// cpuProfile writes a CPU profile of the process's first 5 s (from the
+// moment its metrics listener answers) to path; it logs why not instead.
+func (p *benchProc) cpuProfile(path string) {
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := p.get("/metrics"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) || !p.alive() {
+			p.tb.Logf("no CPU profile: the metrics listener did not answer")
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	prof, err := p.get("/debug/pprof/profile?seconds=5")
+	if err == nil {
+		err = os.WriteFile(path, prof, 0o644)
+	}
+	if err != nil {
+		p.tb.Logf("no CPU profile: %v", err)
+		return
+	}
+	p.tb.Logf("CPU profile: %s", path)
+}
+
 // stop sends SIGTERM, waits for the exit (up to a minute) and returns the
 // process's whole CPU time (its rusage). A non-zero exit fails tb.
 func (p *benchProc) stop() time.Duration {
@@ -505,7 +531,18 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) {
 	for _, name := range names {
 		procs = append(procs, s.startProc(b, "--group", "bench", "--instance", name, "--lease-ttl", "5s"))
 	}
+	var profiled chan struct{}
+	if dir := os.Getenv("MESHFOLD_BENCH_PROFILES"); dir != "" && k == 1 {
+		profiled = make(chan struct{})
+		go func() {
+			defer close(profiled)
+			procs[0].cpuProfile(filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_")+".cpu.pb.gz"))
+		}()
+	}
 	took, cpus := s.waitCaughtUp(b, 20*time.Minute, procs...)
+	if profiled != nil {
+		<-profiled
+	}
 	srv := s.srv.CPU() - srv0
 	for _, p := range procs {
 		if owned, _ := p.metric("meshfold_partitions_owned"); int(owned) != s.cfg.Partitions/k {
