@@ -35,18 +35,24 @@ func (in *interner) s(x string) string {
 	return x
 }
 
-func (in *interner) files(fs []events.File) {
+// files returns fs interned, in a copy of exactly its length: the
+// decoder gives a slice room for several more elements than it holds (a
+// module's one file took 320 bytes), and a state keeps it for as long as
+// the want or plan stands (issue 17).
+func (in *interner) files(fs []events.File) []events.File {
+	fs = slices.Clone(fs)
 	for i := range fs {
 		fs[i].Path = in.s(fs[i].Path)
 		fs[i].Mode = events.Mode(in.s(string(fs[i].Mode)))
 	}
+	return fs
 }
 
 func (in *interner) wantModules(ms []events.WantModule) {
 	for i := range ms {
 		m := &ms[i]
 		m.Name, m.Build, m.RunsAs = in.s(m.Name), in.s(m.Build), in.s(m.RunsAs)
-		in.files(m.Files)
+		m.Files = in.files(m.Files)
 	}
 }
 
@@ -63,7 +69,7 @@ func (in *interner) rows(rs []events.PlanModule) {
 		r := &rs[i]
 		r.Name, r.Build, r.RunsAs, r.Pending = in.s(r.Name), in.s(r.Build), in.s(r.RunsAs), in.s(r.Pending)
 		r.Why = events.HoldReason(in.s(string(r.Why)))
-		in.files(r.Files)
+		r.Files = in.files(r.Files)
 	}
 }
 
@@ -127,5 +133,25 @@ func (in *interner) state(st *reconcile.State) {
 	st.Owed = slices.Clone(st.Owed)
 	for i := range st.Owed {
 		in.owed(&st.Owed[i].Owed)
+	}
+	st.Unsettled = slices.Clone(st.Unsettled)
+	st.Placed = slices.Clone(st.Placed)
+	for i := range st.Placed {
+		st.Placed[i].Module, st.Placed[i].Path = in.s(st.Placed[i].Module), in.s(st.Placed[i].Path)
+	}
+	st.Waivers = slices.Clone(st.Waivers)
+	for i := range st.Waivers {
+		w := &st.Waivers[i]
+		w.Module, w.Path, w.By = in.s(w.Module), in.s(w.Path), in.s(w.By)
+	}
+	if k := st.LastKnock; k != nil {
+		k.Reasons = slices.Clone(k.Reasons)
+		for i := range k.Reasons {
+			k.Reasons[i] = events.KnockReason(in.s(string(k.Reasons[i])))
+		}
+		k.Owed = slices.Clone(k.Owed)
+		for i := range k.Owed {
+			in.owed(&k.Owed[i])
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/meshfold/meshfold/engine/enginetest"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 )
@@ -107,5 +108,66 @@ func BenchmarkInternedStateMemory(b *testing.B) {
 				runtime.KeepAlive(states)
 			}
 		})
+	}
+}
+
+// TestInternerTrimsSnapshotStates: a state decoded from its snapshot keeps
+// no decoder slack (every slice it keeps, the files of each module and
+// plan row and the placements among them, holds exactly its elements),
+// two nodes' equal strings are one copy, and the state is unchanged.
+func TestInternerTrimsSnapshotStates(t *testing.T) {
+	h := enginetest.Simulate(200, 2)
+	states := map[string]*reconcile.State{}
+	for i, m := range h.Msgs {
+		node, kind, err := events.Subjects{}.Parse(m.Subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind == events.KindKnock || kind == events.KindJournal {
+			continue
+		}
+		p, err := events.Decode(kind, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if states[node] == nil {
+			states[node] = reconcile.NewState(node)
+		}
+		states[node].Fold(events.Event{Seq: uint64(i + 1), Node: node, Kind: kind, Payload: p, Time: events.HeaderOf(p).At})
+	}
+	in := newInterner()
+	var loaded []*reconcile.State
+	for _, node := range []string{enginetest.Node(0), enginetest.Node(1)} {
+		b, err := json.Marshal(states[node])
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := reconcile.UnmarshalState(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.state(st)
+		if after, _ := json.Marshal(st); string(after) != string(b) {
+			t.Fatalf("%s: interning changed the state:\n%s\n%s", node, b, after)
+		}
+		if st.Settled == nil || len(st.Placed) == 0 {
+			t.Fatalf("%s: the history settled nothing: the test proves nothing", node)
+		}
+		tight := func(what string, n, c int) {
+			if c != n {
+				t.Errorf("%s: %s holds %d of room for %d", node, what, n, c)
+			}
+		}
+		for _, m := range st.Want.Modules {
+			tight("want files of "+m.Name, len(m.Files), cap(m.Files))
+		}
+		for _, r := range st.Settled.Modules {
+			tight("settled files of "+r.Name, len(r.Files), cap(r.Files))
+		}
+		tight("placements", len(st.Placed), cap(st.Placed))
+		loaded = append(loaded, st)
+	}
+	if x, y := loaded[0].Placed[0].Path, loaded[1].Placed[0].Path; unsafe.StringData(x) != unsafe.StringData(y) {
+		t.Error("two nodes' equal placed paths are two copies")
 	}
 }
