@@ -442,6 +442,19 @@ func (p *benchProc) cpuProfile(path string) {
 	p.tb.Logf("CPU profile: %s", path)
 }
 
+// freeHeap is the heap the runtime holds free and has not returned to
+// the system (go_memstats_heap_idle_bytes − …_heap_released_bytes): part
+// of the RSS that no live object uses.
+func (p *benchProc) freeHeap() float64 {
+	p.tb.Helper()
+	idle, ok1 := p.metric("go_memstats_heap_idle_bytes")
+	released, ok2 := p.metric("go_memstats_heap_released_bytes")
+	if !ok1 || !ok2 {
+		p.fail("no go_memstats_heap_idle_bytes or _released_bytes on /metrics")
+	}
+	return idle - released
+}
+
 // stop sends SIGTERM, waits for the exit (up to a minute) and returns the
 // process's whole CPU time (its rusage). A non-zero exit fails tb.
 func (p *benchProc) stop() time.Duration {
@@ -597,8 +610,8 @@ func preJoin(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, ttl 
 // idle is the memory of a reconcile process idle on an empty stream of
 // the same configuration (its own server), measured once per run.
 var idle struct {
-	once      sync.Once
-	heap, rss float64
+	once            sync.Once
+	heap, rss, free float64
 }
 
 func idleMemory(b *testing.B) (heap, rss float64) {
@@ -608,6 +621,7 @@ func idleMemory(b *testing.B) (heap, rss float64) {
 		p := s.startProc(b)
 		p.waitMetric("meshfold_partitions_owned", func(v float64) bool { return int(v) == s.cfg.Partitions })
 		idle.heap, idle.rss = p.heap(""), p.rss()
+		idle.free = p.freeHeap()
 		p.stop()
 	})
 	return idle.heap, idle.rss
@@ -623,11 +637,13 @@ func (s *outsideServer) memory(b *testing.B, name string) {
 	s.waitCaughtUp(b, 10*time.Minute, p)
 	nodes := p.waitMetric("meshfold_nodes", func(v float64) bool { return v >= outsideNodes })
 	heap, rss := p.heap(name), p.rss()
+	free := p.freeHeap()
 	unsettled, _ := p.metric("meshfold_plans_unsettled")
 	p.stop()
 	b.ReportMetric(nodes, "nodes")
 	b.ReportMetric((heap-idleHeap)/nodes, "heap-B/node")
 	b.ReportMetric((rss-idleRSS)/nodes, "rss-B/node")
+	b.ReportMetric((free-idle.free)/nodes, "rss-free-B/node")
 	b.ReportMetric(idleHeap, "idle-heap-B")
 	b.ReportMetric(idleRSS, "idle-rss-B")
 	b.ReportMetric(unsettled/nodes, "unsettled-plans/node")
@@ -652,6 +668,21 @@ func (s *outsideServer) recovery(b *testing.B, tail []*nats.Msg) time.Duration {
 	return took
 }
 
+// folded starts a server with a sealed history of events over nodes,
+// folds it once with a reconcile process (untimed) so that snapshots
+// cover it, and returns the server and the history's tailHaves.
+func folded(b *testing.B, events, nodes int) (*outsideServer, []*nats.Msg) {
+	b.Helper()
+	s := startOutsideServer(b)
+	h := enginetest.Simulate(events, nodes)
+	s.load(b, h)
+	tail := tailHaves(h)
+	p := s.startProc(b)
+	s.waitCaughtUp(b, 10*time.Minute, p)
+	p.stop()
+	return s, tail
+}
+
 // tailHaves is the haves among the last 4,000 messages of h: a tail that
 // repeats what the nodes reported, which a restart folds without
 // publishing.
@@ -662,6 +693,10 @@ func tailHaves(h *enginetest.History) []*nats.Msg {
 // BenchmarkOutside is issue 17's figures 1, 2, 3 and 5, measured from
 // outside. Its parts, in order (each reports its raw baseline or its
 // reference beside the figure):
+//
+//   - recovery-1000nodes-10k, recovery-1000nodes-1M: figure 5 as the
+//     issue states it, a restart's time over a tail of haves after 10k
+//     and after 1M events of 1,000 nodes, and their ratio.
 //
 //   - memory-100k, recovery-100k: a 100k-event history of 10,000 nodes,
 //     folded once (untimed) to leave snapshots; a fresh process's heap
@@ -685,16 +720,30 @@ func tailHaves(h *enginetest.History) []*nats.Msg {
 //
 //     go test ./cmd/meshfold -run '^$' -bench Outside -benchtime 1x -timeout 60m
 func BenchmarkOutside(b *testing.B) {
+	// Figure 5 as the issue states it, 1,000 nodes: restart after 10k
+	// events, then after 1M.
+	var recovery10k time.Duration
+	for _, events := range []int{10_000, bigEvents} {
+		s, tail := folded(b, events, 1_000)
+		name := "recovery-1000nodes-10k"
+		if events == bigEvents {
+			name = "recovery-1000nodes-1M"
+		}
+		b.Run(name, func(b *testing.B) {
+			took := s.recovery(b, tail)
+			if events == bigEvents && recovery10k > 0 {
+				b.ReportMetric(float64(recovery10k.Microseconds())/1000, "restart-10k-ms")
+				b.ReportMetric(took.Seconds()/recovery10k.Seconds(), "ratio")
+			} else {
+				recovery10k = took
+			}
+		})
+		s.srv.Stop()
+	}
+
 	var recovery100k time.Duration
-	small := startOutsideServer(b)
+	small, tail := folded(b, smallEvents, outsideNodes)
 	{
-		h := enginetest.Simulate(smallEvents, outsideNodes)
-		small.load(b, h)
-		tail := tailHaves(h)
-		h = nil
-		p := small.startProc(b)
-		small.waitCaughtUp(b, 10*time.Minute, p)
-		p.stop()
 		b.Run("memory-100k", func(b *testing.B) { small.memory(b, "memory-100k") })
 		b.Run("recovery-100k", func(b *testing.B) { recovery100k = small.recovery(b, tail) })
 	}
