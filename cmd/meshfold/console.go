@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -126,28 +127,47 @@ func runConsole(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, cf
 	return err
 }
 
-// serveConsole starts the console of serve --http on its own in-process
-// connection: with --auth, as the directory's operator-read user, so the
-// pages read with the console's permissions, not the reconciler's. It
-// runs on ln (taken before serve started, so that a busy port ends serve)
-// until ctx is done; a later failure is logged, and does not stop the
-// reconciler.
-func serveConsole(ctx context.Context, a *app, log *slog.Logger, srv *store.Embedded, af serveAuthFlags, cfg store.StreamConfig, ln net.Listener, cf consoleFlags) {
+// serveConsoleOptions are the options of the in-process connection of
+// serve --http's console: with --auth, the directory's operator-read
+// user, so the pages read with the console's permissions, not the
+// reconciler's. serve calls it before anything starts: a directory with
+// no usable operator-read user (one made before the role existed, or
+// whose user was revoked) ends serve at once with the command that fixes
+// it, as a busy --http port does, rather than running on without the
+// console that was asked for.
+func serveConsoleOptions(af serveAuthFlags) ([]nats.Option, error) {
 	opts := []nats.Option{nats.Name("meshfold serve console")}
-	if af.dir != "" {
-		d, err := auth.Open(af.dir)
-		if err != nil {
-			log.Error("console", "err", err)
-			return
-		}
-		creds := d.CredsPath(string(auth.RoleOperatorRead))
-		inbox, err := store.CredsInboxPrefix(creds)
-		if err != nil {
-			log.Error("console: no operator-read user in the auth directory (meshfold auth add-user operator-read)", "err", err)
-			return
-		}
-		opts = append(opts, nats.UserCredentials(creds), nats.CustomInboxPrefix(inbox))
+	if af.dir == "" {
+		return opts, nil
 	}
+	d, err := auth.Open(af.dir)
+	if err != nil {
+		return nil, withCode(exitUsage, fmt.Errorf("--auth: %w", err))
+	}
+	user := string(auth.RoleOperatorRead)
+	fix := fmt.Sprintf("meshfold auth add-user %s --dir %s", user, af.dir)
+	u, err := d.User(user)
+	if errors.Is(err, auth.ErrUnknownUser) {
+		return nil, withCode(exitUsage, fmt.Errorf("--http: the auth directory %s has no %s user for the console; issue it with '%s', or drop --http", af.dir, user, fix))
+	} else if err != nil {
+		return nil, err
+	}
+	if u.Revoked != nil {
+		return nil, withCode(exitUsage, fmt.Errorf("--http: the console's user %s of %s is revoked; issue it again with '%s', or drop --http", user, af.dir, fix))
+	}
+	creds := d.CredsPath(user)
+	inbox, err := store.CredsInboxPrefix(creds)
+	if err != nil {
+		return nil, withCode(exitUsage, fmt.Errorf("--http: the console's user %s: %w", user, err))
+	}
+	return append(opts, nats.UserCredentials(creds), nats.CustomInboxPrefix(inbox)), nil
+}
+
+// serveConsole starts the console of serve --http on its own in-process
+// connection, made with opts (serveConsoleOptions). It runs on ln (taken
+// before serve started, so that a busy port ends serve) until ctx is
+// done; a later failure is logged, and does not stop the reconciler.
+func serveConsole(ctx context.Context, a *app, log *slog.Logger, srv *store.Embedded, opts []nats.Option, cfg store.StreamConfig, ln net.Listener, cf consoleFlags) {
 	nc, err := srv.Connect(opts...)
 	if err != nil {
 		log.Error("console: connect", "err", err)

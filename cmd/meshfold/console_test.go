@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -166,5 +167,82 @@ func TestServeDataNotADirectory(t *testing.T) {
 	code, _, errs := runCLI(testCtx(t), "serve", "--data", f, "--listen", "127.0.0.1:0")
 	if code != exitUsage || !strings.Contains(errs, "--data "+f+": not a directory") || strings.Contains(errs, "signing-key") {
 		t.Errorf("serve --data FILE: exit %d, stderr %q", code, errs)
+	}
+}
+
+// serve --http --auth DIR with no usable operator-read user for its
+// console (a directory made before the role existed, or whose user was
+// revoked) refuses to start, naming the command that fixes it, rather
+// than running on without the console it was asked for.
+func TestServeHTTPWithoutConsoleUser(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		unfit func(ctx context.Context, t *testing.T, dir string)
+		says  string
+	}{
+		{"made before operator-read", func(_ context.Context, t *testing.T, dir string) {
+			// As a directory made before the role: no such user in
+			// auth.json, no creds file.
+			if err := os.Remove(filepath.Join(dir, "creds", "operator-read.creds")); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(dir, "auth.json")
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m map[string]any
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Fatal(err)
+			}
+			delete(m["users"].(map[string]any), "operator-read")
+			if b, err = json.Marshal(m); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "has no operator-read user for the console"},
+		{"revoked", func(ctx context.Context, t *testing.T, dir string) {
+			if code, _, errs := runCLI(ctx, "auth", "revoke", "operator-read", "--dir", dir, "--no-push"); code != exitOK {
+				t.Fatalf("auth revoke: %d %s", code, errs)
+			}
+		}, "operator-read of " + "DIR is revoked"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			base := t.TempDir()
+			dir := filepath.Join(base, "auth")
+			if code, _, errs := runCLI(ctx, "auth", "init", "--dir", dir); code != exitOK {
+				t.Fatalf("auth init: %d %s", code, errs)
+			}
+			tc.unfit(ctx, t, dir)
+			code, out, errs := runCLI(ctx, "serve", "--auth", dir, "--data", filepath.Join(base, "data"),
+				"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
+			says := strings.ReplaceAll(tc.says, "DIR", dir)
+			fix := "meshfold auth add-user operator-read --dir " + dir
+			if code != exitUsage || !strings.Contains(errs, says) || !strings.Contains(errs, fix) {
+				t.Errorf("serve --http --auth (%s): exit %d, want %d and an error saying %q and %q:\n%s", tc.name, code, exitUsage, says, fix, errs)
+			}
+			if out != "" {
+				t.Errorf("serve printed before refusing: %q", out)
+			}
+			// The fix it names works: serve then starts with its console.
+			if code, _, errs := runCLI(ctx, "auth", "add-user", "operator-read", "--dir", dir); code != exitOK {
+				t.Fatalf("%s: %d %s", fix, code, errs)
+			}
+			sctx, stop := context.WithCancel(ctx)
+			served := newNoteBuffer()
+			done := make(chan int, 1)
+			go func() {
+				done <- run(sctx, []string{"serve", "--auth", dir, "--data", filepath.Join(base, "data"),
+					"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-level", "warn"}, nil, served, served)
+			}()
+			served.waitText(ctx, t, "serve after "+fix, "meshfold: console at http://")
+			stop()
+			if code := <-done; code != exitOK {
+				t.Errorf("serve after %s: exit %d:\n%s", fix, code, served.String())
+			}
+		})
 	}
 }

@@ -141,6 +141,15 @@ requires their certificates.`,
 			if err != nil {
 				return err
 			}
+			// The console's user is checked before any key or file is
+			// written: with --auth and no operator-read user, serve
+			// refuses to start (serveConsoleOptions says why).
+			var webOpts []nats.Option
+			if web != "" {
+				if webOpts, err = serveConsoleOptions(af); err != nil {
+					return err
+				}
+			}
 			// The signing key, and the trust file the node agents and
 			// provisioners of this machine (or of the auth directory)
 			// read: serve, then node, needs no extra step.
@@ -203,14 +212,14 @@ requires their certificates.`,
 					srv.ClientURL(), cfg.Name, cfg.Partitions, cfg.Prefix, abs)
 				lf.printNotes(a)
 				if webLn != nil {
-					serveConsole(ctx, a, log, srv, af, cfg, webLn, cf)
+					serveConsole(ctx, a, log, srv, webOpts, cfg, webLn, cf)
 				}
 			}))
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "meshfold-data", "directory of the JetStream file store")
 	cmd.Flags().StringVar(&listen, "listen", store.DefaultListen, "client listen address HOST:PORT (port 0: a random one)")
-	cmd.Flags().StringVar(&web, "http", "", "also serve the read-only web console (meshfold console) on HOST:PORT (default: off)")
+	cmd.Flags().StringVar(&web, "http", "", "also serve the read-only web console (meshfold console) on HOST:PORT; with --auth it reads as the directory's operator-read user (default: off)")
 	a.stream.add(cmd)
 	lf.add(cmd)
 	af.add(cmd)
