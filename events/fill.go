@@ -13,6 +13,12 @@ const (
 	// as. It guards against a misconfigured or stale client, not against an
 	// attacker: NATS permissions decide who may send fill requests at all.
 	HeaderWriter = "Meshfold-Writer"
+	// HeaderRequest, optional, names one fill request across its
+	// retries: a client sends the same value on every attempt, so that a
+	// retry of an attempt whose reply was lost (a timeout) after it wrote
+	// the file is answered as filled, not unchanged. Any opaque token up
+	// to [MaxAccount] bytes; empty means none.
+	HeaderRequest = "Meshfold-Request"
 )
 
 // FillReply is the node's JSON reply to a fill request: {ok, reason?,
@@ -26,6 +32,8 @@ type FillReply struct {
 	Error  string `json:"error,omitempty"`
 	// Unchanged: the file already held that content (same keyed digest),
 	// mode and owner; nothing was rewritten and no filled was appended.
+	// Not set for a retry of the request that wrote it (the same
+	// [HeaderRequest]): that reply is OK, as the lost one was.
 	// A field an older client ignores (DESIGN.md §3).
 	Unchanged bool `json:"unchanged,omitempty"`
 }

@@ -120,6 +120,10 @@ type Agent struct {
 	// so their next accepted fill is written and reported even when the
 	// content is unchanged.
 	refused map[fileRef]bool
+	// wrote holds, for each file this agent wrote, the request
+	// (events.HeaderRequest) whose write it was: a retry of it that finds
+	// the content in place was written by it, not before it.
+	wrote map[fileRef]string
 
 	// failed is the newest plan whose apply failed, retried every Resync;
 	// touched by the plan loop only.

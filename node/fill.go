@@ -51,8 +51,8 @@ func (a *Agent) serve(ctx context.Context) (micro.Service, error) {
 // serveFill answers one fill request.
 func (a *Agent) serveFill(ctx context.Context, req micro.Request) {
 	h := req.Headers()
-	module, path, writer := h.Get(events.HeaderModule), h.Get(events.HeaderPath), h.Get(events.HeaderWriter)
-	if err := checkFillRequest(module, path, writer); err != nil {
+	module, path, writer, request := h.Get(events.HeaderModule), h.Get(events.HeaderPath), h.Get(events.HeaderWriter), h.Get(events.HeaderRequest)
+	if err := checkFillRequest(module, path, writer, request); err != nil {
 		a.log.Warn("bad fill request", "err", err)
 		reply := events.FillReply{Error: "bad fill request: " + err.Error()}
 		data, _ := json.Marshal(reply)
@@ -64,7 +64,7 @@ func (a *Agent) serveFill(ctx context.Context, req micro.Request) {
 	case <-ctx.Done():
 		return // the agent stops: no reply, the client retries elsewhere or later
 	}
-	reply := a.fill(ctx, module, path, writer, req.Data())
+	reply := a.fill(ctx, module, path, writer, request, req.Data())
 	if err := req.RespondJSON(reply); err != nil {
 		a.log.Warn("fill reply not sent", "module", module, "path", path, "err", err)
 	}
@@ -72,7 +72,7 @@ func (a *Agent) serveFill(ctx context.Context, req micro.Request) {
 
 // checkFillRequest checks the request's headers; the error names the
 // header.
-func checkFillRequest(module, path, writer string) error {
+func checkFillRequest(module, path, writer, request string) error {
 	switch {
 	case module == "":
 		return &events.FieldError{Field: events.HeaderModule, Err: events.ErrMissing}
@@ -92,6 +92,10 @@ func checkFillRequest(module, path, writer string) error {
 		return &events.FieldError{Field: events.HeaderWriter, Value: writer, Err: &events.LimitError{Err: events.ErrTooLong, Got: len(writer), Limit: events.MaxAccount, Name: "MaxAccount"}}
 	case events.HasControl(writer):
 		return &events.FieldError{Field: events.HeaderWriter, Value: writer, Err: events.ErrControl}
+	case len(request) > events.MaxAccount:
+		return &events.FieldError{Field: events.HeaderRequest, Value: request, Err: &events.LimitError{Err: events.ErrTooLong, Got: len(request), Limit: events.MaxAccount, Name: "MaxAccount"}}
+	case events.HasControl(request):
+		return &events.FieldError{Field: events.HeaderRequest, Value: request, Err: events.ErrControl}
 	}
 	return nil
 }
@@ -100,8 +104,11 @@ func checkFillRequest(module, path, writer string) error {
 // accepted, publishes filled or refusal and returns the reply. Judging and
 // writing happen under the judging lock, so a plan switch never falls
 // between them; the event is published after the lock is released, and
-// the reply is sent once it is stored.
-func (a *Agent) fill(ctx context.Context, module, path, writer string, content []byte) events.FillReply {
+// the reply is sent once it is stored. request is the client's
+// events.HeaderRequest ("" for none): a retry of the request that last
+// wrote the file, finding its content in place, is answered OK as that
+// write was, and appends no second filled.
+func (a *Agent) fill(ctx context.Context, module, path, writer, request string, content []byte) events.FillReply {
 	a.mu.Lock()
 	if a.root == nil {
 		a.mu.Unlock()
@@ -112,7 +119,7 @@ func (a *Agent) fill(ctx context.Context, module, path, writer string, content [
 	ref := fileRef{module, path}
 	sum := digest(a.key, content)
 	var werr error
-	unchanged := false
+	unchanged, again := false, false
 	if reason == "" {
 		account := ""
 		if row := plan.Module(module); row != nil {
@@ -121,11 +128,18 @@ func (a *Agent) fill(ctx context.Context, module, path, writer string, content [
 		// A refill of what the file already holds (same keyed digest, mode
 		// and owner) rewrites nothing and reports nothing, unless this
 		// agent refused a write of it since it last wrote it (an item may
-		// be owed that only a filled pays).
+		// be owed that only a filled pays). When it is a retry of the
+		// request that wrote it, the retry is told so (again).
 		if !a.refused[ref] && sameFile(a.root, file, account, a.key, sum) {
-			unchanged = true
+			again = request != "" && a.wrote[ref] == request
+			unchanged = !again
 		} else if werr = writeFile(a.root, file, account, content); werr != nil {
 			reason = events.ReasonWriteFailed
+		} else {
+			if a.wrote == nil {
+				a.wrote = map[fileRef]string{}
+			}
+			a.wrote[ref] = request
 		}
 	}
 	switch {
@@ -141,6 +155,10 @@ func (a *Agent) fill(ctx context.Context, module, path, writer string, content [
 	if unchanged {
 		a.log.Debug("fill unchanged: not rewritten", "module", module, "path", path, "plan", seq)
 		return events.FillReply{OK: true, Unchanged: true}
+	}
+	if again {
+		a.log.Debug("fill retried after this request wrote it: not rewritten", "module", module, "path", path, "plan", seq)
+		return events.FillReply{OK: true}
 	}
 	if reason == "" {
 		// Wake the module before reporting: its start waits on this file.

@@ -367,3 +367,39 @@ func TestRefillUnchangedAppendsNothing(t *testing.T) {
 		t.Fatalf("%d filled events, want 4 (first, after the refusal, new content, deleted)", n)
 	}
 }
+
+// A retry of the fill request that wrote a file (the same
+// events.HeaderRequest, its reply lost to a timeout) finds the content in
+// place and is answered as that write was, OK and not unchanged, with no
+// second filled; another request, or none, finds it unchanged. A new
+// write by another request makes the first one's retry unchanged.
+func TestRetryOfWritingRequestIsNotUnchanged(t *testing.T) {
+	e := newEnv(t)
+	seq := e.publishPlan(t, "ace", "prov",
+		events.PlanModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.startAgent(t, "ace", nil)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(seq))
+	filled := func() int { return len(e.events(t, "ace", events.KindFilled)) }
+
+	for i, step := range []struct {
+		request, content string
+		unchanged        bool
+	}{
+		{"r1", secret, false},       // the write
+		{"r1", secret, false},       // its retry
+		{"r1", secret, false},       // and another
+		{"r2", secret, true},        // another request: the content was there before it
+		{"", secret, true},          // a client that names no request
+		{"r3", secret + "2", false}, // new content, written by r3
+		{"r1", secret + "2", true},  // r1 did not write what is there now
+	} {
+		r, _ := e.fillRequest(t, "ace", mbg, creds, "prov", step.request, []byte(step.content))
+		if !r.OK || r.Unchanged != step.unchanged {
+			t.Fatalf("step %d (request %q): %+v, want ok and unchanged=%v", i, step.request, r, step.unchanged)
+		}
+	}
+	if n := filled(); n != 2 {
+		t.Fatalf("%d filled events, want 2 (r1's write, r3's)", n)
+	}
+}

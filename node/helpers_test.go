@@ -162,12 +162,21 @@ func (e *env) startAgentIn(t *testing.T, node, root, state string, rt Runtime, m
 // serves fills once its first plan is applied).
 func (e *env) fill(t *testing.T, node, module, path, writer string, content []byte) (events.FillReply, *nats.Msg) {
 	t.Helper()
+	return e.fillRequest(t, node, module, path, writer, "", content)
+}
+
+// fillRequest is fill with request as the events.HeaderRequest ("": none).
+func (e *env) fillRequest(t *testing.T, node, module, path, writer, request string, content []byte) (events.FillReply, *nats.Msg) {
+	t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
 		msg := nats.NewMsg(events.Subjects{}.Fill(node))
 		msg.Header.Set(events.HeaderModule, module)
 		msg.Header.Set(events.HeaderPath, path)
 		msg.Header.Set(events.HeaderWriter, writer)
+		if request != "" {
+			msg.Header.Set(events.HeaderRequest, request)
+		}
 		msg.Data = content
 		resp, err := e.nc.RequestMsg(msg, wait)
 		if errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline) {

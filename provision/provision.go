@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
@@ -94,10 +95,12 @@ type Report struct {
 	// Plan is the stream sequence of the plan whose files were filled; 0
 	// when the node has no plan yet (nothing is declared).
 	Plan uint64 `json:"plan"`
-	// Filled are the files the node wrote.
+	// Filled are the files the node wrote for this pass, also those whose
+	// reply was lost (a timeout) after the write: the retry, which names
+	// the same request (events.HeaderRequest), is answered as filled.
 	Filled []FileRef `json:"filled,omitempty"`
-	// Unchanged are the files that already held the content: the node
-	// rewrote nothing and appended no filled.
+	// Unchanged are the files that already held the content before this
+	// pass's request: the node rewrote nothing and appended no filled.
 	Unchanged []FileRef `json:"unchanged,omitempty"`
 	// Refused are the files the node refused.
 	Refused []Refused `json:"refused,omitempty"`
@@ -459,11 +462,16 @@ func (c *Client) request(ctx context.Context, log *slog.Logger, module, path str
 	if max := c.nc.MaxPayload(); max > 0 && int64(len(content)) > max {
 		return events.FillReply{}, fmt.Errorf("content of %d bytes exceeds the server's max payload of %d", len(content), max)
 	}
+	// One id for every attempt: a retry of an attempt that wrote the file
+	// but whose reply was lost (a timeout) is then answered as filled, not
+	// as unchanged, since the write it finds in place is its own.
+	request := nuid.Next()
 	return store.Retry(ctx, log, "fill request", newBackoff(), func() (events.FillReply, error) {
 		msg := nats.NewMsg(c.subj.Fill(c.cfg.Node))
 		msg.Header.Set(events.HeaderModule, module)
 		msg.Header.Set(events.HeaderPath, path)
 		msg.Header.Set(events.HeaderWriter, c.cfg.Account)
+		msg.Header.Set(events.HeaderRequest, request)
 		msg.Data = content
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 		resp, err := c.nc.RequestMsgWithContext(rctx, msg)

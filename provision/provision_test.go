@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -407,15 +409,88 @@ func TestTransportFailureRetried(t *testing.T) {
 	res := <-done
 	// The agent holds requests that arrive before its first apply is
 	// done; under load one such request can outlive the client's 1 s and
-	// still write the file, so the retry after it finds the content in
-	// place (unchanged). Either way the file got there through retries:
-	// the root is new, so nothing but this client can have written it.
-	if res.err != nil || len(res.r.Filled)+len(res.r.Unchanged) != 1 || len(res.r.Refused)+len(res.r.Failed) != 0 {
+	// still write the file. The retry after it finds the content in place
+	// and is still reported filled: it names the same request
+	// (TestRetryAfterLostReplyIsFilled).
+	if res.err != nil || len(res.r.Filled) != 1 || len(res.r.Unchanged)+len(res.r.Refused)+len(res.r.Failed) != 0 {
 		t.Fatalf("FillOnce = %+v, %v; want the file filled after retries", res.r, res.err)
 	}
 	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
 	if !strings.Contains(e.logs.String(), "fill request failed; retrying") {
 		t.Errorf("the retry is not logged")
+	}
+}
+
+// A fill whose reply is lost after the node wrote the file (the request
+// timed out) is retried, and the retry, finding the content in place, is
+// reported filled, not unchanged: the write was this pass's own. The
+// test plays the lost reply: a listener that answers nothing takes the
+// first attempt before the node agent runs, and the test hands it to the
+// agent itself, keeping the reply, while the client waits out its
+// timeout.
+func TestRetryAfterLostReplyIsFilled(t *testing.T) {
+	e := newEnv(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	from := t.TempDir()
+	source(t, from, mbg, creds, secret)
+	first := make(chan *nats.Msg, 1)
+	sub, err := e.nc.Subscribe(e.cfg.Subjects().Fill("ace"), func(m *nats.Msg) {
+		select {
+		case first <- m:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first attempt waits 5 s for its reply: the agent starts and
+	// writes within it. Were it slower, the client's retry would write
+	// and be answered filled itself; the test would still pass.
+	c := e.client(t, from, nil, func(c *provision.Config) { c.Timeout = 5 * time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*wait)
+	defer cancel()
+	type result struct {
+		r   provision.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { r, err := c.FillOnce(ctx); done <- result{r, err} }()
+	var lost *nats.Msg
+	select {
+	case lost = <-first:
+	case <-time.After(wait):
+		t.Fatal("no request")
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if lost.Header.Get(events.HeaderRequest) == "" {
+		t.Fatalf("the fill request names no %s: %v", events.HeaderRequest, lost.Header)
+	}
+	e.startNode(t)
+	e.settled(t, p)
+	fwd := nats.NewMsg(lost.Subject)
+	fwd.Header, fwd.Data = lost.Header, lost.Data
+	for {
+		resp, err := e.nc.RequestMsgWithContext(ctx, fwd)
+		if errors.Is(err, nats.ErrNoResponders) {
+			time.Sleep(10 * time.Millisecond) // poll while the service registers, not synchronisation
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reply events.FillReply
+		if err := json.Unmarshal(resp.Data, &reply); err != nil || !reply.OK || reply.Unchanged {
+			t.Fatalf("the lost attempt, delivered: %s (%v); want it written", resp.Data, err)
+		}
+		break
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+	res := <-done
+	if res.err != nil || len(res.r.Filled) != 1 || len(res.r.Unchanged)+len(res.r.Refused)+len(res.r.Failed) != 0 {
+		t.Fatalf("FillOnce = %+v, %v; want the file filled: the write its retry found was its own", res.r, res.err)
 	}
 }
 
