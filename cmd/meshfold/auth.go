@@ -57,9 +57,9 @@ mode 0755, as mkdir -p does) with a new operator, a system account (user
 "sys", for pushing account updates), the mesh account with JetStream enabled,
 and creds files for the users reconciler, controller, operator and
 operator-read (the web console's: it reads what the operator reads and
-publishes nothing). Seeds and
-creds are written with mode 0600. DIR/resolver.conf configures an external
-nats-server with the same operator and accounts.
+publishes nothing). Seeds and creds are written with mode 0600.
+DIR/resolver.conf configures an external nats-server with the same operator
+and accounts.
 
 init refuses a DIR that exists and is not empty. --force replaces an existing
 auth directory (one init wrote): every credential issued from it stops
@@ -111,9 +111,9 @@ func newAuthAddNodeCmd(a *app) *cobra.Command {
                     knocks; reads only NAME's plan
 
 Nothing changes on the servers: users are signed by the mesh account and
-accepted as soon as they connect. Copy DIR/` + trustFileName + ` to the node too: its agent
-and provisioner trust the plans and knocks the reconciler signs with that
-key (--trust).` + ` A user that exists is refused unless it was
+accepted as soon as they connect. Copy DIR/` + trustFileName + ` to the node
+too: its agent and provisioner trust the plans and knocks the reconciler
+signs with that key (--trust). A user that exists is refused unless it was
 revoked (then it is issued again with a new key).`,
 		Example: `  meshfold auth add-node ace --dir ./mesh-auth`,
 		Args:    cobra.ExactArgs(1),
@@ -247,10 +247,11 @@ func newAuthRotateReconcilerCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rotate-reconciler --dir DIR",
 		Short: "Replace the key that signs plans and knocks, with an overlap where both keys verify",
-		Long: `rotate-reconciler replaces the reconciler's signing key (DIR/` + signingKeyFile + `).
-The old public key is kept in DIR/` + retiredKeysFile + ` (the reconciler still
-takes its older plans for its own), and DIR/` + trustFileName + ` then names both
-keys: the overlap. In this order:
+		Long: `rotate-reconciler replaces the reconciler's signing key
+(DIR/` + signingKeyFile + `). The old public key is kept in
+DIR/` + retiredKeysFile + ` (the reconciler still takes its older plans for
+its own), and DIR/` + trustFileName + ` then names both keys: the overlap. In
+this order:
 
   1. meshfold auth rotate-reconciler --dir DIR
   2. copy DIR/` + trustFileName + ` to every node; restart its agent and provisioner

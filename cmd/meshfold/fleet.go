@@ -34,10 +34,11 @@ func newFleetCmd(a *app) *cobra.Command {
 		Long: `fleet reads every node's stored snapshot in one pass and prints one line per
 node: newest want and settled plan, unsettled plans, held modules, owed items,
 the last knock (KNOCK ←#N: the event that caused it, as the timeline writes
-an effect; JSON last_knock_cause), the age of the last have and what needs an operator. Nodes
-are sorted so that what needs an operator comes first: an unreadable
-snapshot, a failed module (its process exited and waits to restart: a crash
-loop; the lines after the table name the files it waits for), owed items, pending approvals, unsettled plans, the provisioner
+an effect; JSON last_knock_cause), the age of the last have and what needs
+an operator. Nodes are sorted so that what needs an operator comes first: an
+unreadable snapshot, a failed module (its process exited and waits to
+restart: a crash loop; the lines after the table name the files it waits
+for), owed items, pending approvals, unsettled plans, the provisioner
 account warning, a stale have (older than --stale, or none), then journal
 warnings (entries of level warn or error in the last --warnings, counted
 from the stream; 0 skips that read).

@@ -87,7 +87,8 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "meshfold",
 		Short: "An event-sourced reconciler for a mesh of nodes, on NATS JetStream",
-		Long: `meshfold keeps a fleet of nodes reconciled through an event log on NATS JetStream.
+		Long: `meshfold keeps a fleet of nodes reconciled through an event log on NATS
+JetStream.
 
 Controllers publish what each node should run (want); nodes publish what runs
 (have), the filled-file writes they refused or made, and when an apply settled;
