@@ -27,12 +27,19 @@ creds file holding only the permissions its role needs (decentralized JWT
 auth, as nsc makes it). The directory is the mesh's root of trust: keep it on
 an administrator's machine; hand each role only its creds file.
 
-  meshfold auth init --dir ./mesh-auth          operator, accounts; reconciler, controller, operator
-  meshfold auth add-node ace --dir ./mesh-auth  node-ace and provisioner-ace
-  meshfold auth add-user operator-read --dir ./mesh-auth   the web console's read-only user
-  meshfold serve --auth ./mesh-auth             the embedded server in operator mode
-  meshfold node ace --creds ./mesh-auth/creds/node-ace.creds ...
-  meshfold auth revoke node-ace --dir ./mesh-auth   refused at once, no restart
+  meshfold auth init --dir ./mesh-auth
+      the operator, the accounts, and the users reconciler, controller,
+      operator, operator-read (the web console's) and sys
+  meshfold auth add-node ace --dir ./mesh-auth
+      node-ace and provisioner-ace
+  meshfold serve --auth ./mesh-auth
+      the embedded server in operator mode
+  meshfold node ace --creds ./mesh-auth/creds/node-ace.creds --trust ./mesh-auth/reconcilers.pub ...
+      a role connects with its own creds file
+  meshfold auth revoke node-ace --dir ./mesh-auth
+      refused at once, no restart; a revoked node agent exits with status 1
+  meshfold auth add-user operator-read --dir ./mesh-auth
+      a user issued again after its revocation, or one an older directory lacks
 
 Each user subscribes only to its own inbox, _INBOX_<user>; meshfold's commands
 find that prefix in the creds file. For the nats CLI, save it in the context
@@ -51,7 +58,7 @@ func newAuthInitCmd(a *app) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "init --dir DIR",
-		Short: "Create an operator, the accounts and the reconciler, controller and operator users",
+		Short: "Create an operator, the accounts and the users of every role but the nodes'",
 		Long: `init creates DIR (mode 0700; missing parent directories are made with
 mode 0755, as mkdir -p does) with a new operator, a system account (user
 "sys", for pushing account updates), the mesh account with JetStream enabled,
@@ -108,7 +115,7 @@ func newAuthAddNodeCmd(a *app) *cobra.Command {
   node-NAME         publishes only NAME's have, settle, refusal and filled;
                     reads only NAME's plan; serves NAME's fill subject
   provisioner-NAME  sends fill requests to NAME only; follows only NAME's
-                    knocks; reads only NAME's plan
+                    knocks and settles; reads only NAME's plan
 
 Nothing changes on the servers: users are signed by the mesh account and
 accepted as soon as they connect. Copy DIR/` + trustFileName + ` to the node
@@ -192,10 +199,17 @@ the server (--server, default nats://127.0.0.1:4222) as the system user
 user's connections and refuses it from then on, without a restart. In a
 cluster, servers with a full resolver share the update.
 
+A long-running command connected as the user (node, provision, reconcile, or
+serve --auth when USER is reconciler) exits with status 1, "NATS connection
+closed for good", so that its service manager restarts it, with the new
+credentials once issued.
+
 With --no-push only the files change: a server started later (meshfold serve
 --auth DIR, or one whose resolver.conf is the new one) refuses the user.
-A revoked node can be issued again (auth add-node) with a new key.`,
+A revoked user is issued again with a new key: a node's with auth add-node
+NAME, any other with auth add-user ROLE.`,
 		Example: `  meshfold auth revoke node-ace --dir ./mesh-auth
+  meshfold auth revoke operator-read --dir ./mesh-auth --no-push   # files only; servers started later refuse it
   meshfold auth revoke node-ace --dir ./mesh-auth --server tls://nats.example:4222 --tls-ca ca.pem`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
