@@ -82,7 +82,7 @@ func reconcilerKeys(seedPath string) (*store.Signer, *store.Trust, bool, error) 
 type trustFlag struct{ path string }
 
 func (f *trustFlag) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.path, "trust", "", "file of the reconciler public keys whose plans and knocks are trusted, one a line (default: the file every meshfold serve started on this machine adds its key to, $XDG_STATE_HOME/meshfold/"+trustFileName+", /var/lib/meshfold/"+trustFileName+" as root; with auth: the auth directory's "+trustFileName+")")
+	cmd.Flags().StringVar(&f.path, "trust", "", "file of the reconciler public keys whose plans and knocks are trusted, one a line (default: the file every meshfold serve started on this machine adds its key to, $XDG_STATE_HOME/meshfold/"+trustFileName+", /var/lib/meshfold/"+trustFileName+" as root); in a mesh with an auth directory, its "+trustFileName+" copied to the node")
 }
 
 // load reads the trust file.

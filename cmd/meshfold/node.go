@@ -62,12 +62,19 @@ default is /var/lib/meshfold/node-NAME as root, else
 $XDG_STATE_HOME/meshfold/node-NAME (~/.local/state/...). It must not be
 inside --root.
 
+It applies only plans a trusted reconciler key signed. On a machine where no
+meshfold serve ran, pass the reconciler's trust file with --trust (an auth
+directory's reconcilers.pub, copied to the node).
+
 The event stream must exist: start 'meshfold serve' or 'meshfold reconcile'
-first.`,
+first (until then the agent waits for it). It exits with status 1 when its
+NATS connection is closed for good (its user revoked), so that its service
+manager restarts it; the modules it runs keep running.`,
 		Example: `  meshfold node ace --root /tmp/ace
   meshfold node ace --root /tmp/ace --runtime record     # start nothing, record what would run
   meshfold node ace --root / --state-dir /var/lib/meshfold/node-ace --resync 5m
-  meshfold node ace --root /tmp/ace -s nats://10.0.0.1:4222 --creds ace.creds`,
+  meshfold node ace --root /srv/ace -s tls://hub.example:4222 --tls-ca ca.pem \
+    --creds node-ace.creds --trust reconcilers.pub`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -78,7 +85,7 @@ first.`,
 	fl.StringVar(&o.root, "root", "", "directory filled files are written under (required; created if missing)")
 	fl.StringVar(&o.stateDir, "state-dir", "", "directory of the agent's HMAC key (default: see above)")
 	fl.StringVar(&o.runtime, "runtime", runtimeProcess, "how modules run: process (real processes) or record (start nothing)")
-	fl.StringVar(&o.runtimeDir, "runtime-dir", "", "where the recording runtime keeps module records (default ROOT/.meshfold/modules)")
+	fl.StringVar(&o.runtimeDir, "runtime-dir", "", "where the recording runtime keeps module records (default DIR/.meshfold/modules, DIR the --root)")
 	fl.DurationVar(&o.resync, "resync", node.DefaultResync, "interval of the resync have (and of retrying a failed plan)")
 	o.trust.add(cmd)
 	_ = cmd.MarkFlagRequired("root")

@@ -29,23 +29,36 @@ func newProvisionCmd(a *app) *cobra.Command {
 	var o provisionOpts
 	cmd := &cobra.Command{
 		Use:   "provision NAME --from DIR --account ACCOUNT",
-		Short: "Run a provisioner client: fill node NAME's declared files on start and on every knock",
+		Short: "Run a provisioner client: fill node NAME's declared files on start, on every knock and as plans declare them",
 		Long: `provision fills the files node NAME's newest plan declares, from a source
 directory, through the node agent's fill endpoint (<prefix>.NAME.fill). The
 content of module M's file /P is read from DIR/M/P; a missing source is
 logged by path and skipped.
 
-It fills everything once on start, then again on every knock the reconciler
-publishes for NAME (knocks that arrive together are coalesced). Requests that
-get no answer (no node agent yet, a timeout) are retried with jittered
-exponential backoff up to 10 s apart; a refused write is logged and left for
-the next knock, which comes once a settled plan accepts it.
+It fills everything once on start, again on every knock the reconciler
+publishes for NAME (knocks that arrive together are coalesced) and every
+--resync. When NAME settles a plan that declares files the last pass did not
+fill, or files whose last write was refused, it fills those at once. Requests
+that get no answer (no node agent yet, a timeout) are retried with jittered
+exponential backoff up to 10 s apart; a write the node made before its reply
+was lost is reported filled, not unchanged. A refused write is logged and
+sent again at the next knock or settle that may accept it.
 
 --account is the account this client runs as: the node accepts writes only
-from the settled plan's provisioner account. Content is never logged.`,
+from the settled plan's provisioner account. Content is never logged. Each
+pass logs what it did: filled, unchanged (the file already held the
+content), refused, missing (no source), failed.
+
+It fills only from plans, and on knocks, that a trusted reconciler key
+signed. On a machine where no meshfold serve ran, pass the reconciler's
+trust file with --trust (an auth directory's reconcilers.pub, copied to the
+node). It exits with status 1 when its NATS connection is closed for good
+(its user revoked).`,
 		Example: `  meshfold provision ace --from /srv/secrets/ace --account prov
   # with /srv/secrets/ace/mesh-build-go/run/mesh-build-go/broker.creds
-  # holding the content of mesh-build-go's /run/mesh-build-go/broker.creds`,
+  # holding the content of mesh-build-go's /run/mesh-build-go/broker.creds
+  meshfold provision ace --from /srv/secrets/ace --account prov -s tls://hub.example:4222 \
+    --tls-ca ca.pem --creds provisioner-ace.creds --trust reconcilers.pub`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
