@@ -63,7 +63,7 @@ node anyway.`
 func newPauseCmd(a *app) *cobra.Command {
 	var o operatorFlags
 	cmd := &cobra.Command{
-		Use:   "pause NODE... | --all --by NAME [--reason TEXT]",
+		Use:   "pause NODE... --by NAME [--reason TEXT] | pause --all --by NAME [--reason TEXT]",
 		Short: "Stop the reconciler from publishing new plans for nodes",
 		Long: `pause publishes a pause event for each node. While a node is paused the
 reconciler emits no new plan for it: wants and approvals are still folded and
@@ -88,7 +88,7 @@ per node; exit 1 if any publish failed, 2 on a usage error.
 func newResumeCmd(a *app) *cobra.Command {
 	var o operatorFlags
 	cmd := &cobra.Command{
-		Use:   "resume NODE... | --all --by NAME [--reason TEXT]",
+		Use:   "resume NODE... --by NAME [--reason TEXT] | resume --all --by NAME [--reason TEXT]",
 		Short: "End a pause: publish the plan composed now, once, if it differs",
 		Long: `resume publishes a resume event for each node. It ends the node's pause; if
 the plan the reconciler composes then differs from the last one it emitted
@@ -111,7 +111,7 @@ publish failed, 2 on a usage error.
 func newPokeCmd(a *app) *cobra.Command {
 	var o operatorFlags
 	cmd := &cobra.Command{
-		Use:   "poke NODE... | --all --by NAME [--reason TEXT]",
+		Use:   "poke NODE... --by NAME [--reason TEXT] | poke --all --by NAME [--reason TEXT]",
 		Short: "Ask the provisioner to fill every file of nodes again",
 		Long: `poke publishes a poke event for each node; the reconciler answers it with a
 knock of reason "operator", and the node's provisioner client fills every
@@ -144,6 +144,9 @@ then fleet shows it as retiring. --force retires it at once, for a node whose
 agent is gone for good (the empty plan is still published, so an agent that
 comes back removes everything). A later want brings the node back.
 
+Prints the event's stream sequence; exit 1 if the publish failed, 2 on a
+usage error.
+
 ` + newNodeHelp,
 		Example: `  meshfold retire shanks --by alice --reason "decommissioned"
   meshfold retire shanks --by alice --force`,
@@ -165,6 +168,10 @@ func newRevokeCmd(a *app) *cobra.Command {
 removed. A module held for that approval stays held; a module already running
 that build is not stopped (its want asks for what runs). A module approved but
 not yet settled at that build is held again at what runs by the next plan.
+(To revoke a NATS user's credentials, see 'meshfold auth revoke'.)
+
+Prints the event's stream sequence; exit 1 if the publish failed, 2 on a
+usage error.
 
 ` + newNodeHelp,
 		Example:           `  meshfold revoke novox nats img:nats-2.10.24 --by alice`,
@@ -189,6 +196,9 @@ flags those older than an hour). A refusal judged by a later plan is owed
 again: it is a new fact. A waive of a file nothing is owed for now is
 published (it still covers a refusal judged by a plan that exists now) with
 a note on stderr.
+
+Prints the event's stream sequence; exit 1 if the publish failed, 2 on a
+usage error.
 
 ` + newNodeHelp,
 		Example:           `  meshfold waive ace mesh-build-go /run/mesh-build-go/old.creds --by alice`,
