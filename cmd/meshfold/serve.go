@@ -119,8 +119,16 @@ Without --auth anyone who reaches the port may do anything: keep the default
 loopback address, or run with --auth DIR (meshfold auth init), where every
 role connects with its own creds file and least-privilege permissions.
 --tls-cert and --tls-key make clients connect with TLS; --tls-client-ca also
-requires their certificates.`,
+requires their certificates.
+
+--http ADDR also serves the read-only web console (meshfold console); with
+--auth it reads as the directory's operator-read user, and serve refuses to
+start when the directory has none (meshfold auth add-user operator-read).
+
+serve exits with status 1 when its reconciler's connection is closed for
+good (the reconciler user revoked), so that its service manager restarts it.`,
 		Example: `  meshfold serve
+  meshfold serve --http 127.0.0.1:7070          # and the web console
   meshfold serve --data /var/lib/meshfold --listen 0.0.0.0:4222 --metrics 127.0.0.1:9090
   meshfold serve --auth ./mesh-auth --tls-cert server.pem --tls-key server-key.pem --listen 0.0.0.0:4222`,
 		Args: cobra.NoArgs,
@@ -245,7 +253,13 @@ partition is folded by one instance at a time, from its snapshot, and the
 partitions of an instance that dies or hangs are taken over by the others
 within --lease-ttl. Membership and leases live in the KV bucket
 <stream>_LEASES (nats kv watch MESH_LEASES shows them change); each instance
-answers state requests for the nodes it folds. See docs/operations.md.`,
+answers state requests for the nodes it folds. See docs/operations.md.
+
+Without --group one reconcile (or serve) folds the stream alone: another
+ungrouped one, or one beside a group, is refused at start with an error
+naming the holder (a holder that died is waited out, at most its lease TTL).
+reconcile exits with status 1 when its NATS connection is closed for good
+(its user revoked), so that its service manager restarts it.`,
 		Example: `  meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --creds reconciler.creds
   meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --group reconcilers --instance r1 --signing-key reconciler-signing.nk
   meshfold reconcile --context prod`,
