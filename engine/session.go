@@ -117,29 +117,39 @@ func (s *session) foldedCounter(kind events.Kind) prometheus.Counter {
 
 func (p *partition) session(ctx context.Context) error {
 	r := p.r
-	ck, raw, revs, err := r.snaps.LoadPartitionRevisions(ctx, p.id)
-	if err != nil {
-		return err
-	}
 	in := newInterner()
-	states := make(map[string]*reconcile.State, len(raw))
+	states := map[string]*reconcile.State{}
 	tooBig := map[string]bool{}
-	for node, b := range raw {
+	var markers []string
+	// Each state is decoded as the pass reads it: the raw snapshots of a
+	// partition are never all held at once.
+	ck, revs, err := r.snaps.ScanPartition(ctx, p.id, func(node string, b []byte) error {
 		if _, ok := markerOf(b); ok {
-			st, err := p.refoldNode(ctx, node, ck)
-			if err != nil {
-				return err
-			}
-			r.log.Info("node state refolded from the stream: its snapshot is a marker", "node", node, "seq", st.Seq)
-			tooBig[node] = true
-			in.state(st)
-			states[node] = st
-			continue
+			markers = append(markers, node)
+			delete(states, node)
+			return nil
 		}
 		st, err := reconcile.UnmarshalState(b)
 		if err != nil {
 			return fmt.Errorf("snapshot of node %s: %w", node, err)
 		}
+		in.state(st)
+		states[node] = st
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, node := range markers {
+		if states[node] != nil {
+			continue // written again during the pass, as a state
+		}
+		st, err := p.refoldNode(ctx, node, ck)
+		if err != nil {
+			return err
+		}
+		r.log.Info("node state refolded from the stream: its snapshot is a marker", "node", node, "seq", st.Seq)
+		tooBig[node] = true
 		in.state(st)
 		states[node] = st
 	}

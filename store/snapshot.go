@@ -278,24 +278,50 @@ func (s *Snapshots) LoadPartition(ctx context.Context, partition int) (checkpoin
 // included (their marker's revision): what [Snapshots.PutNodesAt] expects
 // next.
 func (s *Snapshots) LoadPartitionRevisions(ctx context.Context, partition int) (checkpoint uint64, nodes map[string][]byte, revs map[string]uint64, err error) {
-	if partition < 0 {
-		return 0, nil, nil, fmt.Errorf("load partition %d", partition)
-	}
-	if checkpoint, err = s.Checkpoint(ctx, partition); err != nil {
-		return 0, nil, nil, err
-	}
-	nodes, revs = make(map[string][]byte), make(map[string]uint64)
-	err = s.scanEntries(ctx, "node."+strconv.Itoa(partition)+".*", true, func(node string, e jetstream.KeyValueEntry) error {
-		revs[node] = e.Revision()
-		if e.Operation() == jetstream.KeyValuePut {
-			nodes[node] = e.Value()
-		}
+	nodes = make(map[string][]byte)
+	checkpoint, revs, err = s.ScanPartition(ctx, partition, func(node string, state []byte) error {
+		nodes[node] = state
 		return nil
 	})
 	if err != nil {
-		return 0, nil, nil, fmt.Errorf("load partition %d: %w", partition, err)
+		return 0, nil, nil, err
 	}
 	return checkpoint, nodes, revs, nil
+}
+
+// ScanPartition is [Snapshots.LoadPartitionRevisions] that hands each
+// node's state to fn as the pass reads it instead of returning them all:
+// a caller that decodes each one holds one raw state at a time, not its
+// partition's (a reconciler loading its 16 partitions at once held every
+// raw snapshot of the fleet besides the decoded states: 7.1 KiB of RSS a
+// node for 2.4 KiB of heap, issue 17). A key written again during the
+// pass may come twice; the later is the newer. fn's error stops the pass
+// and is returned as is.
+func (s *Snapshots) ScanPartition(ctx context.Context, partition int, fn func(node string, state []byte) error) (checkpoint uint64, revs map[string]uint64, err error) {
+	if partition < 0 {
+		return 0, nil, fmt.Errorf("load partition %d", partition)
+	}
+	if checkpoint, err = s.Checkpoint(ctx, partition); err != nil {
+		return 0, nil, err
+	}
+	revs = make(map[string]uint64)
+	var fnErr error
+	err = s.scanEntries(ctx, "node."+strconv.Itoa(partition)+".*", true, func(node string, e jetstream.KeyValueEntry) error {
+		revs[node] = e.Revision()
+		if e.Operation() == jetstream.KeyValuePut {
+			if fnErr = fn(node, e.Value()); fnErr != nil {
+				return fnErr
+			}
+		}
+		return nil
+	})
+	if fnErr != nil {
+		return 0, nil, fnErr
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("load partition %d: %w", partition, err)
+	}
+	return checkpoint, revs, nil
 }
 
 // LoadAll calls fn with every node's state, all partitions, in one
