@@ -42,9 +42,10 @@ func (b *noteBuffer) waitText(ctx context.Context, t *testing.T, what, s string)
 	}
 }
 
-// A node agent and a provisioner client whose users are revoked stop with
-// an error and a non-zero exit (their connections are closed for good and
-// would never come back), so that systemd's Restart= starts them again.
+// A node agent, a provisioner client and a console whose users are
+// revoked stop with an error and a non-zero exit (their connections are
+// closed for good and would never come back), so that systemd's Restart=
+// starts them again.
 func TestRevokedRolesExit(t *testing.T) {
 	ctx := testCtx(t)
 	base := t.TempDir()
@@ -87,16 +88,18 @@ func TestRevokedRolesExit(t *testing.T) {
 		"--state-dir", filepath.Join(base, "state"), "--trust", trust}, as("node-ace")...)...)
 	prov := start("provision", append([]string{"provision", "ace", "--from", filepath.Join(base, "secrets"),
 		"--account", "prov", "--trust", trust}, as("provisioner-ace")...)...)
+	cons := start("console", append([]string{"console", "--listen", "127.0.0.1:0"}, as("operator-read")...)...)
 	node.out.waitText(ctx, t, "node", "node agent running")
 	prov.out.waitText(ctx, t, "provision", "provisioner running")
+	cons.out.waitText(ctx, t, "console", "meshfold: console at http://")
 
-	for _, user := range []string{"node-ace", "provisioner-ace"} {
+	for _, user := range []string{"node-ace", "provisioner-ace", "operator-read"} {
 		args := append([]string{"auth", "revoke", user, "--dir", dir}, as(auth.SystemUser)...)
 		if code, out, errs := runCLI(ctx, args...); code != exitOK || !strings.Contains(out, "jwt updated") {
 			t.Fatalf("auth revoke %s: %d %s %s", user, code, out, errs)
 		}
 	}
-	for _, p := range []*proc{node, prov} {
+	for _, p := range []*proc{node, prov, cons} {
 		select {
 		case code := <-p.done:
 			p.done <- code // for the cleanup

@@ -68,19 +68,16 @@ that authenticates. The same pages are served by meshfold serve --http ADDR.`,
 				return err
 			}
 			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
+			// A connection closed for good (a revoked user) ends the
+			// console with an error, as it does the other long-running
+			// roles: its pages would never read anything again.
+			ctx, stop := whileConnected(cmd.Context(), nc)
+			defer stop()
+			err = consoleAlone(ctx, a, log, nc, listen, cf)
+			if cerr := connClosed(ctx); cerr != nil {
+				return cerr
 			}
-			_, cfg, err := a.stream.openStreamWait(cmd.Context(), js, log)
-			if err != nil {
-				return err
-			}
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return withCode(exitUsage, fmt.Errorf("--listen: %w", err))
-			}
-			return runConsole(cmd.Context(), a, log, nc, cfg, ln, cf)
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", console.DefaultListen, "HTTP listen address HOST:PORT (loopback unless told otherwise)")
@@ -88,6 +85,24 @@ that authenticates. The same pages are served by meshfold serve --http ADDR.`,
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
+}
+
+// consoleAlone is meshfold console on nc: it waits for the stream, takes
+// the listen address and serves until ctx is done.
+func consoleAlone(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, listen string, cf consoleFlags) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	_, cfg, err := a.stream.openStreamWait(ctx, js, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return withCode(exitUsage, fmt.Errorf("--listen: %w", err))
+	}
+	return runConsole(ctx, a, log, nc, cfg, ln, cf)
 }
 
 // runConsole serves the console on ln until ctx is done, and closes ln.
