@@ -20,8 +20,11 @@ func (r readMsg) Subject() string      { return r.m.Subject }
 func (r readMsg) Data() []byte         { return r.m.Data }
 func (r readMsg) Headers() nats.Header { return r.m.Header }
 
-func planMsg(id, sig, data string) *nats.Msg {
-	m := nats.NewMsg(events.Subjects{}.Event("ace", events.KindPlan))
+// planMsg is a plan of node ace as published (subject mesh.ace.plan).
+func planMsg(id, sig, data string) *nats.Msg { return planOf("ace", id, sig, data) }
+
+func planOf(node, id, sig, data string) *nats.Msg {
+	m := nats.NewMsg(events.Subjects{}.Event(node, events.KindPlan))
 	m.Data = []byte(data)
 	m.Header.Set(jetstream.MsgIDHeader, id)
 	m.Header.Set(store.HeaderSigner, "NSIGNER")
@@ -29,15 +32,24 @@ func planMsg(id, sig, data string) *nats.Msg {
 	return m
 }
 
+// stored is m as the stream stores it: under its partition's subject.
+func stored(m *nats.Msg) *nats.Msg {
+	c := *m
+	c.Subject = "3." + m.Subject
+	return &c
+}
+
 // TestOwnReadTrustsOnlyTheSameBytes: a plan read back skips the signature
 // check only when it is, byte for byte, one this session published (the
-// subject, payload, message id, signer and signature), and only once.
+// node, payload, message id, signer and signature), and only once. The
+// read-back copy carries the stored subject, with its partition token.
 func TestOwnReadTrustsOnlyTheSameBytes(t *testing.T) {
 	r := &Reconciler{subj: events.Subjects{}}
-	s := &session{p: &partition{r: r}, mine: map[string]*nats.Msg{}}
+	s := &session{p: &partition{r: r}, mine: map[string]minePlan{}}
 	s.remember(planMsg("id1", "sig1", `{"cause":1}`))
 	s.remember(planMsg("id2", "sig2", `{"cause":2}`))
 	s.remember(planMsg("id3", "sig3", `{"cause":3}`))
+	s.remember(planMsg("id4", "sig4", `{"cause":4}`))
 	knock := nats.NewMsg(events.Subjects{}.Event("ace", events.KindKnock))
 	knock.Header.Set(jetstream.MsgIDHeader, "k1")
 	s.remember(knock)
@@ -46,14 +58,19 @@ func TestOwnReadTrustsOnlyTheSameBytes(t *testing.T) {
 		m    *nats.Msg
 		want bool
 	}{
-		{"the same bytes", planMsg("id1", "sig1", `{"cause":1}`), true},
-		{"read again", planMsg("id1", "sig1", `{"cause":1}`), false},
+		{"the same bytes", stored(planMsg("id1", "sig1", `{"cause":1}`)), true},
+		{"read again", stored(planMsg("id1", "sig1", `{"cause":1}`)), false},
+		{"another node", stored(planOf("bee", "id4", "sig4", `{"cause":4}`)), false},
 		{"another signature", planMsg("id2", "forged", `{"cause":2}`), false},
 		{"other bytes", planMsg("id3", "sig3", `{"cause":4}`), false},
 		{"not published here", planMsg("id9", "sig9", `{"cause":9}`), false},
 		{"a knock is not remembered", knock, false},
 	} {
-		if got := s.ownRead(readMsg{m: c.m}); got != c.want {
+		node, _, err := r.subj.Parse(c.m.Subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.ownRead(node, readMsg{m: c.m}); got != c.want {
 			t.Errorf("%s: ownRead = %v, want %v", c.name, got, c.want)
 		}
 	}

@@ -57,7 +57,14 @@ type session struct {
 	// mine holds the plan messages this session published and has not
 	// read back yet, by message id (at most mineCap; nil when the
 	// reconciler does not sign, or its own key is not in Own).
-	mine map[string]*nats.Msg
+	mine map[string]minePlan
+}
+
+// minePlan is a plan message a session published, as it signed it.
+type minePlan struct {
+	node              string
+	data              []byte
+	signer, signature string
 }
 
 // mineCap bounds the plans a session remembers between publishing and
@@ -65,25 +72,28 @@ type session struct {
 const mineCap = 4096
 
 // remember notes a plan message the session published: read back
-// byte-for-byte (subject, payload, message id, signer and signature), it
-// is the plan this reconciler signed, and its signature needs no check.
+// byte-for-byte (node, payload, message id, signer and signature), it is
+// the plan this reconciler signed, and its signature needs no check.
 // Ed25519 signatures are deterministic, so the stored copy of a plan this
 // process signed carries exactly these bytes; verifying one took 48 µs,
-// more than the rest of its fold, and a catch-up that publishes its plans
-// reads each one back (issue 17).
+// more than the rest of its fold, and a reconciler reads back each plan
+// it publishes (issue 17).
 func (s *session) remember(m *nats.Msg) {
 	if s.mine == nil || len(s.mine) >= mineCap || m == nil {
 		return
 	}
-	if _, kind, err := s.p.r.subj.Parse(m.Subject); err != nil || kind != events.KindPlan {
+	node, kind, err := s.p.r.subj.Parse(m.Subject)
+	if err != nil || kind != events.KindPlan {
 		return
 	}
-	s.mine[m.Header.Get(jetstream.MsgIDHeader)] = m
+	s.mine[m.Header.Get(jetstream.MsgIDHeader)] = minePlan{node: node, data: m.Data,
+		signer: m.Header.Get(store.HeaderSigner), signature: m.Header.Get(store.HeaderSignature)}
 }
 
-// ownRead reports whether msg is a plan this session published and
+// ownRead reports whether msg, a plan of node as the stream stored it
+// (under its partition's subject), is one this session published and
 // remembered, byte-for-byte, and forgets it.
-func (s *session) ownRead(msg jetstream.Msg) bool {
+func (s *session) ownRead(node string, msg jetstream.Msg) bool {
 	if len(s.mine) == 0 {
 		return false
 	}
@@ -94,9 +104,8 @@ func (s *session) ownRead(msg jetstream.Msg) bool {
 		return false
 	}
 	delete(s.mine, id)
-	return m.Subject == msg.Subject() && bytes.Equal(m.Data, msg.Data()) &&
-		m.Header.Get(store.HeaderSigner) == h.Get(store.HeaderSigner) &&
-		m.Header.Get(store.HeaderSignature) == h.Get(store.HeaderSignature)
+	return m.node == node && bytes.Equal(m.data, msg.Data()) &&
+		m.signer == h.Get(store.HeaderSigner) && m.signature == h.Get(store.HeaderSignature)
 }
 
 // foldSample: the fold's duration (meshfold_fold_seconds) is observed for
@@ -164,7 +173,7 @@ func (p *partition) session(ctx context.Context) error {
 		rec: newRecovery(), dirty: map[string]*reconcile.State{}, revs: revs, tooBig: tooBig,
 		lag: r.m.Lag.WithLabelValues(strconv.Itoa(p.id)), counted: map[events.Kind]prometheus.Counter{}}
 	if r.cfg.Signer != nil && r.cfg.Own.Trusts(r.cfg.Signer.PublicKey()) {
-		s.mine = map[string]*nats.Msg{}
+		s.mine = map[string]minePlan{}
 	}
 	p.folded.Store(ck)
 	if first > ck+1 && last >= first {
@@ -293,7 +302,7 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	}
 	ev := events.Event{Seq: seq, Time: meta.Timestamp, Node: node, Kind: kind}
 	ev.Payload, ev.Err = events.Decode(kind, msg.Data())
-	if ev.Kind == events.KindPlan && r.cfg.Own != nil && !s.ownRead(msg) {
+	if ev.Kind == events.KindPlan && r.cfg.Own != nil && !s.ownRead(node, msg) {
 		if err := r.cfg.Own.Verify(ev.Node, ev.Kind, msg.Headers(), msg.Data()); err != nil {
 			ev.Foreign = true
 			r.log.Error("plan not emitted by this reconciler: not folded; its last plan is published again",
