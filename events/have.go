@@ -18,15 +18,15 @@ var ErrBadExit = errors.New("must be at most 256 bytes without control character
 // checkRuntimeFields checks the additive runtime fields of a have's
 // module (DESIGN.md §8): restarts not negative, exit short and printable,
 // since not the zero time.
-func checkRuntimeFields(f string, m HaveModule) error {
+func checkRuntimeFields(m HaveModule) error {
 	if m.Restarts < 0 {
-		return fieldErr(f+".restarts", strconv.Itoa(m.Restarts), ErrBadValue)
+		return fieldErr("restarts", strconv.Itoa(m.Restarts), ErrBadValue)
 	}
 	if len(m.Exit) > MaxExit || exitHasControl(m.Exit) {
-		return fieldErr(f+".exit", exitClip(m.Exit), ErrBadExit)
+		return fieldErr("exit", exitClip(m.Exit), ErrBadExit)
 	}
 	if m.Since != nil && m.Since.IsZero() {
-		return fieldErr(f+".since", "", ErrMissing)
+		return fieldErr("since", "", ErrMissing)
 	}
 	return nil
 }

@@ -126,25 +126,43 @@ const FleetNode = "_fleet"
 // ErrUnknownKind for an unknown last token. Errors quote the subject
 // through [Short].
 func (s Subjects) Parse(subject string) (node string, kind Kind, err error) {
-	toks := strings.Split(subject, ".")
-	if len(toks) == 4 {
-		if _, err := strconv.Atoi(toks[0]); err != nil {
+	// Tokens by hand, not strings.Split: the fold parses every message's
+	// subject, and the slice Split allocates was a tenth of a catch-up's
+	// allocations (issue 17).
+	var toks [4]string
+	n, rest := 0, subject
+	for n < len(toks) {
+		tok, more, found := strings.Cut(rest, ".")
+		toks[n] = tok
+		n++
+		if !found {
+			rest = ""
+			break
+		}
+		rest = more
+		if n == len(toks) {
+			n++ // a fifth token: too many
+		}
+	}
+	t := toks[:min(n, len(toks))]
+	if n == 4 {
+		if _, err := strconv.Atoi(t[0]); err != nil {
 			return "", "", fmt.Errorf("%w: %q", ErrBadSubject, subject)
 		}
-		toks = toks[1:]
+		t = t[1:]
 	}
-	if len(toks) != 3 || toks[0] != s.prefix() {
+	if len(t) != 3 || n > 4 || t[0] != s.prefix() {
 		return "", "", fmt.Errorf("%w: %s", ErrBadSubject, Short(subject))
 	}
-	if toks[1] == FleetNode && toks[2] == string(KindJournal) {
+	if t[1] == FleetNode && t[2] == string(KindJournal) {
 		return FleetNode, KindJournal, nil
 	}
-	if !ValidName(toks[1]) {
+	if !ValidName(t[1]) {
 		return "", "", fmt.Errorf("%w: %s: node %v", ErrBadSubject, Short(subject), ErrBadName)
 	}
-	kind = Kind(toks[2])
+	kind = Kind(t[2])
 	if !kind.Known() {
-		return toks[1], "", fmt.Errorf("%w %s in %s", ErrUnknownKind, Short(toks[2]), Short(subject))
+		return t[1], "", fmt.Errorf("%w %s in %s", ErrUnknownKind, Short(t[2]), Short(subject))
 	}
-	return toks[1], kind, nil
+	return t[1], kind, nil
 }

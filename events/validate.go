@@ -90,6 +90,26 @@ func fieldErr(field, value string, err error) error {
 	return &FieldError{Field: field, Value: value, Err: err}
 }
 
+// at places a field error of element i of list: "owed" and "path" give
+// "owed[2].path", an error without a field gives "owed[2]". Element
+// checks name their fields relative to the element and the loop places
+// the error, so that a path is built only for an error: building
+// "modules[%d].name" and its siblings for every element of every event
+// was most of a have's validation (issue 17).
+func at(list string, i int, err error) error {
+	fe, ok := err.(*FieldError)
+	if !ok {
+		return err
+	}
+	c := *fe
+	if c.Field == "" {
+		c.Field = fmt.Sprintf("%s[%d]", list, i)
+	} else {
+		c.Field = fmt.Sprintf("%s[%d].%s", list, i, c.Field)
+	}
+	return &c
+}
+
 // ValidName reports whether s is a valid node or module name:
 // [a-z0-9][a-z0-9_-]{0,62}.
 func ValidName(s string) bool {
@@ -206,22 +226,29 @@ func checkFiles(field string, files []File, seen map[string]bool, reserved bool)
 		return tooMany(field, len(files), MaxFilesPerModule, "MaxFilesPerModule")
 	}
 	for i, f := range files {
-		fp := fmt.Sprintf("%s[%d]", field, i)
-		if err := checkPath(fp+".path", f.Path); err != nil {
-			return err
+		if err := checkFile(f, seen, reserved); err != nil {
+			return at(field, i, err)
 		}
-		if reserved && InReserved(f.Path) {
-			return fieldErr(fp+".path", f.Path, ErrReserved)
+	}
+	return nil
+}
+
+// checkFile is one file of [checkFiles], its fields named relative to it.
+func checkFile(f File, seen map[string]bool, reserved bool) error {
+	if err := checkPath("path", f.Path); err != nil {
+		return err
+	}
+	if reserved && InReserved(f.Path) {
+		return fieldErr("path", f.Path, ErrReserved)
+	}
+	if !ValidMode(f.Mode) {
+		return fieldErr("mode", string(f.Mode), ErrBadMode)
+	}
+	if seen != nil {
+		if seen[f.Path] {
+			return fieldErr("path", f.Path, ErrDuplicate)
 		}
-		if !ValidMode(f.Mode) {
-			return fieldErr(fp+".mode", string(f.Mode), ErrBadMode)
-		}
-		if seen != nil {
-			if seen[f.Path] {
-				return fieldErr(fp+".path", f.Path, ErrDuplicate)
-			}
-			seen[f.Path] = true
-		}
+		seen[f.Path] = true
 	}
 	return nil
 }
@@ -257,32 +284,40 @@ func (w *Want) Validate() error {
 	paths := make(map[string]bool)
 	provisioner := ""
 	for i, m := range w.Modules {
-		f := fmt.Sprintf("modules[%d]", i)
-		if err := checkName(f+".name", m.Name); err != nil {
-			return err
+		if err := checkWantModule(m, names, paths, &provisioner); err != nil {
+			return at("modules", i, err)
 		}
-		if names[m.Name] {
-			return fieldErr(f+".name", m.Name, ErrDuplicate)
+	}
+	return nil
+}
+
+// checkWantModule is one module of [Want.Validate], its fields named
+// relative to it.
+func checkWantModule(m WantModule, names, paths map[string]bool, provisioner *string) error {
+	if err := checkName("name", m.Name); err != nil {
+		return err
+	}
+	if names[m.Name] {
+		return fieldErr("name", m.Name, ErrDuplicate)
+	}
+	names[m.Name] = true
+	if err := checkBuild("build", m.Build, true); err != nil {
+		return err
+	}
+	if err := checkAccount("runs_as", m.RunsAs); err != nil {
+		return err
+	}
+	if m.Provisioner {
+		if *provisioner != "" {
+			return fieldErr("provisioner", m.Name, ErrProvisioners)
 		}
-		names[m.Name] = true
-		if err := checkBuild(f+".build", m.Build, true); err != nil {
-			return err
-		}
-		if err := checkAccount(f+".runs_as", m.RunsAs); err != nil {
-			return err
-		}
-		if m.Provisioner {
-			if provisioner != "" {
-				return fieldErr(f+".provisioner", m.Name, ErrProvisioners)
-			}
-			provisioner = m.Name
-		}
-		if err := checkFiles(f+".files", m.Files, paths, true); err != nil {
-			return err
-		}
-		if len(paths) > MaxFilesPerWant {
-			return tooMany(f+".files", len(paths), MaxFilesPerWant, "MaxFilesPerWant")
-		}
+		*provisioner = m.Name
+	}
+	if err := checkFiles("files", m.Files, paths, true); err != nil {
+		return err
+	}
+	if len(paths) > MaxFilesPerWant {
+		return tooMany("files", len(paths), MaxFilesPerWant, "MaxFilesPerWant")
 	}
 	return nil
 }
@@ -312,32 +347,37 @@ func (h *Have) Validate() error {
 	}
 	names := make(map[string]bool, len(h.Modules))
 	for i, m := range h.Modules {
-		f := fmt.Sprintf("modules[%d]", i)
-		if err := checkName(f+".name", m.Name); err != nil {
-			return err
-		}
-		if names[m.Name] {
-			return fieldErr(f+".name", m.Name, ErrDuplicate)
-		}
-		names[m.Name] = true
-		switch m.State {
-		case Running, Stopped, Failed:
-		case "":
-			return fieldErr(f+".state", "", ErrMissing)
-		default:
-			return fieldErr(f+".state", string(m.State), ErrBadValue)
-		}
-		if err := checkBuild(f+".build", m.Build, m.State == Running); err != nil {
-			return err
-		}
-		if err := checkAccount(f+".account", m.Account); err != nil {
-			return err
-		}
-		if err := checkRuntimeFields(f, m); err != nil {
-			return err
+		if err := checkHaveModule(m, names); err != nil {
+			return at("modules", i, err)
 		}
 	}
 	return nil
+}
+
+// checkHaveModule is one module of [Have.Validate], its fields named
+// relative to it.
+func checkHaveModule(m HaveModule, names map[string]bool) error {
+	if err := checkName("name", m.Name); err != nil {
+		return err
+	}
+	if names[m.Name] {
+		return fieldErr("name", m.Name, ErrDuplicate)
+	}
+	names[m.Name] = true
+	switch m.State {
+	case Running, Stopped, Failed:
+	case "":
+		return fieldErr("state", "", ErrMissing)
+	default:
+		return fieldErr("state", string(m.State), ErrBadValue)
+	}
+	if err := checkBuild("build", m.Build, m.State == Running); err != nil {
+		return err
+	}
+	if err := checkAccount("account", m.Account); err != nil {
+		return err
+	}
+	return checkRuntimeFields(m)
 }
 
 // Validate checks the module (empty allowed), op, a non-zero plan and the
@@ -426,39 +466,44 @@ func (p *Plan) Validate() error {
 	names := make(map[string]bool, len(p.Modules))
 	paths := make(map[string]bool)
 	for i, m := range p.Modules {
-		f := fmt.Sprintf("modules[%d]", i)
-		if err := checkName(f+".name", m.Name); err != nil {
-			return err
-		}
-		if names[m.Name] {
-			return fieldErr(f+".name", m.Name, ErrDuplicate)
-		}
-		names[m.Name] = true
-		if err := checkBuild(f+".build", m.Build, !m.Held); err != nil {
-			return err
-		}
-		if err := checkBuild(f+".pending", m.Pending, false); err != nil {
-			return err
-		}
-		if err := checkAccount(f+".runs_as", m.RunsAs); err != nil {
-			return err
-		}
-		switch m.Why {
-		case "":
-			if m.Held {
-				return fieldErr(f+".why", "", ErrMissing)
-			}
-		case HoldWant, HoldApproval:
-		default:
-			return fieldErr(f+".why", string(m.Why), ErrBadValue)
-		}
-		// A held row carries the files of what runs, which an older
-		// plan declared: the per-want file limit does not apply.
-		if err := checkFiles(f+".files", m.Files, paths, false); err != nil {
-			return err
+		if err := checkPlanModule(m, names, paths); err != nil {
+			return at("modules", i, err)
 		}
 	}
 	return nil
+}
+
+// checkPlanModule is one row of [Plan.Validate], its fields named
+// relative to it.
+func checkPlanModule(m PlanModule, names, paths map[string]bool) error {
+	if err := checkName("name", m.Name); err != nil {
+		return err
+	}
+	if names[m.Name] {
+		return fieldErr("name", m.Name, ErrDuplicate)
+	}
+	names[m.Name] = true
+	if err := checkBuild("build", m.Build, !m.Held); err != nil {
+		return err
+	}
+	if err := checkBuild("pending", m.Pending, false); err != nil {
+		return err
+	}
+	if err := checkAccount("runs_as", m.RunsAs); err != nil {
+		return err
+	}
+	switch m.Why {
+	case "":
+		if m.Held {
+			return fieldErr("why", "", ErrMissing)
+		}
+	case HoldWant, HoldApproval:
+	default:
+		return fieldErr("why", string(m.Why), ErrBadValue)
+	}
+	// A held row carries the files of what runs, which an older plan
+	// declared: the per-want file limit does not apply.
+	return checkFiles("files", m.Files, paths, false)
 }
 
 // Validate checks the cause, reasons and owed items.
@@ -480,21 +525,26 @@ func (k *Knock) Validate() error {
 		return tooMany("owed", len(k.Owed), MaxOwedPerKnock, "MaxOwedPerKnock")
 	}
 	for i, o := range k.Owed {
-		f := fmt.Sprintf("owed[%d]", i)
-		if err := checkName(f+".module", o.Module); err != nil {
-			return err
-		}
-		if err := checkPath(f+".path", o.Path); err != nil {
-			return err
-		}
-		if !validReason(o.Reason) {
-			return fieldErr(f+".reason", string(o.Reason), ErrBadValue)
-		}
-		if err := checkText(f+".writer", o.Writer, false, true, MaxAccount, "MaxAccount"); err != nil {
-			return err
+		if err := checkOwed(o); err != nil {
+			return at("owed", i, err)
 		}
 	}
 	return nil
+}
+
+// checkOwed is one owed item of [Knock.Validate], its fields named
+// relative to it.
+func checkOwed(o Owed) error {
+	if err := checkName("module", o.Module); err != nil {
+		return err
+	}
+	if err := checkPath("path", o.Path); err != nil {
+		return err
+	}
+	if !validReason(o.Reason) {
+		return fieldErr("reason", string(o.Reason), ErrBadValue)
+	}
+	return checkText("writer", o.Writer, false, true, MaxAccount, "MaxAccount")
 }
 
 // Validate checks the level and message.
