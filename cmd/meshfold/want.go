@@ -55,10 +55,8 @@ Unknown fields are refused (a typo is an error, not a dropped field), and so
 is anything DESIGN.md §3 forbids (bad names, relative paths, bad modes, two
 provisioners, a path declared twice, a runs_as that is no Unix user name, a
 path in the node agent's /.meshfold, a control character in a name, build or
-path) and anything over the limits of DESIGN.md §10:
-` + wantLimits + `;
-the error names the field and the limit. Nothing is published unless the
-whole want is valid.
+path) and anything over the limits of DESIGN.md §10: ` + wantLimits + `; the error names the field and
+the limit. Nothing is published unless the whole want is valid.
 
 --expect SEQ publishes only if the newest want of NODE is at stream sequence
 SEQ (0: NODE has no want yet), so two controllers cannot overwrite each other
@@ -211,8 +209,8 @@ func decodeWant(data []byte, now time.Time) (*events.Want, error) {
 }
 
 // wantLimits lists the limits a want is checked against, for want's help.
-var wantLimits = fmt.Sprintf("%d modules, %d files a module and %d a want, builds of %d bytes, paths\nof %d, accounts of %d, and a file of %d KiB",
-	events.MaxModules, events.MaxFilesPerModule, events.MaxFilesPerWant, events.MaxBuild, events.MaxPath, events.MaxAccount, events.MaxEventBytes>>10)
+var wantLimits = fmt.Sprintf("%d modules, %d\nfiles a module and %d a want, builds of %d bytes, paths of %d, accounts of\n%d, names of %d, and FILE of at most %d KiB",
+	events.MaxModules, events.MaxFilesPerModule, events.MaxFilesPerWant, events.MaxBuild, events.MaxPath, events.MaxAccount, events.MaxName, events.MaxEventBytes>>10)
 
 // addPublishTimeout adds --timeout, the time a verb that publishes takes
 // at most: a cluster electing a leader is retried within it.
