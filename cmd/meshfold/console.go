@@ -74,7 +74,7 @@ that authenticates. The same pages are served by meshfold serve --http ADDR.`,
 			ctx, stop := whileConnected(cmd.Context(), nc)
 			defer stop()
 			err = consoleAlone(ctx, a, log, nc, listen, cf)
-			if cerr := connClosed(ctx); cerr != nil {
+			if cerr := connClosed(ctx, nc); cerr != nil {
 				return cerr
 			}
 			return err

@@ -87,17 +87,11 @@ var errConnClosed = errors.New("NATS connection closed for good")
 
 // whileConnected returns a context that ends when ctx does or when nc
 // closes for good, whichever is first; in the second case
-// connClosed(ctx) returns the error to exit with (errConnClosed and the
-// connection's last error). The returned func releases it.
+// connClosed(ctx, nc) returns the error to exit with (errConnClosed and
+// the connection's last error). The returned func releases it.
 func whileConnected(ctx context.Context, nc *nats.Conn) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	closed := func(c *nats.Conn) {
-		if err := c.LastError(); err != nil {
-			cancel(fmt.Errorf("%w: %w", errConnClosed, err))
-			return
-		}
-		cancel(errConnClosed)
-	}
+	closed := func(c *nats.Conn) { cancel(closedErr(c)) }
 	prev := nc.ClosedHandler()
 	nc.SetClosedHandler(func(c *nats.Conn) {
 		if prev != nil {
@@ -111,11 +105,25 @@ func whileConnected(ctx context.Context, nc *nats.Conn) (context.Context, func()
 	return ctx, func() { cancel(context.Canceled) }
 }
 
+// closedErr is errConnClosed with c's last error, if any.
+func closedErr(c *nats.Conn) error {
+	if err := c.LastError(); err != nil {
+		return fmt.Errorf("%w: %w", errConnClosed, err)
+	}
+	return errConnClosed
+}
+
 // connClosed returns the error a role whose context whileConnected made
-// exits with when its connection closed for good, else nil.
-func connClosed(ctx context.Context) error {
+// for nc exits with when nc closed for good, else nil. It asks nc too:
+// nats.go marks a connection closed before it runs the closed handler,
+// so a role that stopped on the closed connection itself (a consumer
+// failing) can return before the handler has ended ctx.
+func connClosed(ctx context.Context, nc *nats.Conn) error {
 	if err := context.Cause(ctx); ctx.Err() != nil && errors.Is(err, errConnClosed) {
 		return err
+	}
+	if nc.IsClosed() {
+		return closedErr(nc)
 	}
 	return nil
 }

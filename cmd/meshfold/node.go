@@ -146,7 +146,7 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	ctx, stop := whileConnected(cmd.Context(), nc)
 	defer stop()
 	err = runNodeAgent(ctx, a, name, o, nc, trust, log)
-	if cerr := connClosed(ctx); cerr != nil {
+	if cerr := connClosed(ctx, nc); cerr != nil {
 		return cerr
 	}
 	return err

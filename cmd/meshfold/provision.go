@@ -109,7 +109,7 @@ func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) erro
 	ctx, stop := whileConnected(cmd.Context(), nc)
 	defer stop()
 	err = runProvisioner(ctx, a, name, o, nc, trust, log)
-	if cerr := connClosed(ctx); cerr != nil {
+	if cerr := connClosed(ctx, nc); cerr != nil {
 		return cerr
 	}
 	return err

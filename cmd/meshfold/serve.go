@@ -349,7 +349,7 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 	ctx, stop := whileConnected(ctx, nc)
 	defer stop()
 	err := runReconcilerLoop(ctx, a, log, nc, lf, ready)
-	if cerr := connClosed(ctx); cerr != nil {
+	if cerr := connClosed(ctx, nc); cerr != nil {
 		return cerr
 	}
 	return err
@@ -449,7 +449,7 @@ func runReconcilerLoop(ctx context.Context, a *app, log *slog.Logger, nc *nats.C
 	if group != nil {
 		log.Info("reconciler running in a group", "stream", cfg.Name, "partitions", cfg.Partitions,
 			"group", lf.group.name, "instance", group.Instance(), "lease_ttl", group.TTL())
-		if err := runGrouped(ctx, group, r); err != nil || connClosed(ctx) != nil {
+		if err := runGrouped(ctx, group, r); err != nil || connClosed(ctx, nc) != nil {
 			return err // a closed connection released nothing: runReconciler says so
 		}
 		logStopped(log, r, ", leases released")
@@ -466,7 +466,7 @@ func runReconcilerLoop(ctx context.Context, a *app, log *slog.Logger, nc *nats.C
 		case <-rctx.Done():
 		}
 	}()
-	if err := r.Run(rctx); err != nil || connClosed(ctx) != nil {
+	if err := r.Run(rctx); err != nil || connClosed(ctx, nc) != nil {
 		return err
 	}
 	if err := lease.Err(); err != nil {
