@@ -203,7 +203,17 @@ func (s *outsideServer) rawRead(tb testing.TB) (std, fast raw) {
 		n := float64(s.msgs)
 		return raw{rate: n / took.Seconds(), cpuNs: float64(self.Nanoseconds()) / n, serverNs: float64(srv.Nanoseconds()) / n}
 	}
-	return one(enginetest.RawDecodeStd), one(enginetest.RawDecode)
+	// The better of two reads each: one read alone was now and then
+	// disturbed (a rate a third of the next part's), which made a ratio
+	// of 2.4; the better one is also the stricter baseline.
+	best := func(read func(testing.TB, jetstream.JetStream, store.StreamConfig, int) time.Duration) raw {
+		a, b := one(read), one(read)
+		if b.rate > a.rate {
+			return b
+		}
+		return a
+	}
+	return best(enginetest.RawDecodeStd), best(enginetest.RawDecode)
 }
 
 // report reports r's figures, the names prefixed with prefix (raw,
@@ -634,7 +644,7 @@ func idleMemory(b *testing.B) (heap, rss float64) {
 // memory is figure 3: a fresh reconcile process loads s's nodes from the
 // snapshots the previous fold left and catches up; then its live heap and
 // RSS, minus those of an idle process, per node.
-func (s *outsideServer) memory(b *testing.B, name string) {
+func (s *outsideServer) memory(b *testing.B, name string) (heapPerNode float64) {
 	b.Helper()
 	s.ensureFolded(b)
 	idleHeap, idleRSS := idleMemory(b)
@@ -648,12 +658,14 @@ func (s *outsideServer) memory(b *testing.B, name string) {
 	unsettled, _ := p.metric("meshfold_plans_unsettled")
 	p.stop()
 	b.ReportMetric(nodes, "nodes")
-	b.ReportMetric((heap-idleHeap)/nodes, "heap-B/node")
+	heapPerNode = (heap - idleHeap) / nodes
+	b.ReportMetric(heapPerNode, "heap-B/node")
 	b.ReportMetric((rss-idleRSS)/nodes, "rss-B/node")
 	b.ReportMetric((free-idle.free)/nodes, "rss-free-B/node")
 	b.ReportMetric(idleHeap, "idle-heap-B")
 	b.ReportMetric(idleRSS, "idle-rss-B")
 	b.ReportMetric(unsettled/nodes, "unsettled-plans/node")
+	return heapPerNode
 }
 
 // ensureFolded folds s's stream once, untimed, unless its snapshots
@@ -738,8 +750,9 @@ func tailHaves(h *enginetest.History) []*nats.Msg {
 //   - group-1, group-2, group-4: figure 2 on the same stream, its
 //     snapshots deleted before each.
 //
-//   - catchup-unstored: figure 1 with only the history's wants and haves
-//     stored (a first refold that publishes the plans).
+//   - catchup-unstored: figure 1 with a stream of 1M wants and haves
+//     whose effects were never stored (a first refold that publishes
+//     the plans).
 //
 //   - memory-unsettled-6, memory-unsettled-15: 10,000 nodes down (no
 //     settle) while 6 or 15 wants each keep coming: the heap is bounded
@@ -747,6 +760,7 @@ func tailHaves(h *enginetest.History) []*nats.Msg {
 //
 //     go test ./cmd/meshfold -run '^$' -bench Outside -benchtime 1x -timeout 60m
 func BenchmarkOutside(b *testing.B) {
+	var heap100k float64
 	// Figure 5 as the issue states it, 1,000 nodes: restart after 10k
 	// events, then after 1M.
 	var recovery10k time.Duration
@@ -771,7 +785,7 @@ func BenchmarkOutside(b *testing.B) {
 	var recovery100k time.Duration
 	small, tail := folded(b, smallEvents, outsideNodes)
 	{
-		b.Run("memory-100k", func(b *testing.B) { small.memory(b, "memory-100k") })
+		b.Run("memory-100k", func(b *testing.B) { heap100k = small.memory(b, "memory-100k") })
 		b.Run("recovery-100k", func(b *testing.B) { recovery100k = small.recovery(b, tail) })
 	}
 	small.srv.Stop()
@@ -790,7 +804,13 @@ func BenchmarkOutside(b *testing.B) {
 				b.ReportMetric(took.Seconds()/recovery100k.Seconds(), "ratio")
 			}
 		})
-		b.Run("memory-1M", func(b *testing.B) { big.memory(b, "memory-1M") })
+		b.Run("memory-1M", func(b *testing.B) {
+			heap := big.memory(b, "memory-1M")
+			if heap100k > 0 {
+				// Flat from 100k to 1M events: the issue's figure 3.
+				b.ReportMetric(heap/heap100k, "heap-ratio-to-100k")
+			}
+		})
 		for _, k := range []int{1, 2, 4} {
 			b.Run(fmt.Sprintf("group-%d", k), func(b *testing.B) { big.catchUp(b, k, true) })
 		}
@@ -799,7 +819,7 @@ func BenchmarkOutside(b *testing.B) {
 
 	b.Run("catchup-unstored", func(b *testing.B) {
 		s := startOutsideServer(b)
-		s.load(b, enginetest.Simulate(bigEvents, outsideNodes).Inputs())
+		s.load(b, enginetest.SimulateInputs(bigEvents, outsideNodes))
 		s.catchUp(b, 1, false)
 		s.srv.Stop()
 	})

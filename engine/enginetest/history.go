@@ -37,6 +37,9 @@ type simulator struct {
 	states []*reconcile.State
 	plans  []uint64
 	seq    uint64
+	// inputsOnly keeps only wants and haves in h (the fold still sees
+	// every event).
+	inputsOnly bool
 }
 
 func newSimulator(nodes int) *simulator {
@@ -49,6 +52,9 @@ func newSimulator(nodes int) *simulator {
 
 func (s *simulator) add(i int, p events.Payload, id string) {
 	s.seq++
+	if s.inputsOnly && p.Kind() != events.KindWant && p.Kind() != events.KindHave {
+		return
+	}
 	if events.HeaderOf(p).V == 0 {
 		events.Stamp(p, simAt)
 	}
@@ -104,8 +110,20 @@ func have(build string) *events.Have {
 // nodes nodes: per node and round, a want every tenth round, a settle of
 // the latest plan, two haves, a refusal and two filled writes. Each
 // node's newest plan is settled.
-func Simulate(n, nodes int) *History {
+func Simulate(n, nodes int) *History { return simulate(newSimulator(nodes), n) }
+
+// SimulateInputs is the wants and haves of a [Simulate] history long
+// enough to hold about n of them: a stream of n inputs whose effects were
+// never stored, for a first refold that must publish its plans (without
+// building the three times longer whole history first).
+func SimulateInputs(n, nodes int) *History {
 	s := newSimulator(nodes)
+	s.inputsOnly = true
+	return simulate(s, n)
+}
+
+func simulate(s *simulator, n int) *History {
+	nodes := len(s.states)
 	for r := 0; len(s.h.Msgs) < n; r++ {
 		build := fmt.Sprintf("b%d", r/10)
 		for i := range nodes {

@@ -92,3 +92,18 @@ func TestSimulateDownLeavesPlansUnsettled(t *testing.T) {
 		t.Errorf("%d plans and %d settles, want %d and %d", plans, settles, 3*6, 3)
 	}
 }
+
+// TestSimulateInputs: the inputs-only history is the wants and haves of
+// the whole history, in order, message for message.
+func TestSimulateInputs(t *testing.T) {
+	in := enginetest.SimulateInputs(2_000, 30)
+	all := enginetest.Simulate(8_000, 30).Inputs()
+	if len(in.Msgs) < 2_000 || len(in.Msgs) > len(all.Msgs) {
+		t.Fatalf("%d inputs, want about 2,000 (of %d)", len(in.Msgs), len(all.Msgs))
+	}
+	for i, m := range in.Msgs {
+		if m.Subject != all.Msgs[i].Subject || string(m.Data) != string(all.Msgs[i].Data) {
+			t.Fatalf("input %d: %s %s, the whole history's is %s %s", i, m.Subject, m.Data, all.Msgs[i].Subject, all.Msgs[i].Data)
+		}
+	}
+}
