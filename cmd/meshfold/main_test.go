@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/meshfold/meshfold/store"
@@ -49,4 +50,32 @@ func testSigner(t testing.TB) (*store.Signer, string) {
 		t.Fatal(err)
 	}
 	return s, path
+}
+
+// TestLoopFlagsRefused: serve and reconcile refuse a snapshot cadence of
+// zero or less (once silently taken as the default) and --pprof without
+// --metrics, with exit 2, before they start anything.
+func TestLoopFlagsRefused(t *testing.T) {
+	ctx := testCtx(t)
+	data := filepath.Join(t.TempDir(), "data")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--snapshot-interval", "0"}, "--snapshot-interval 0s: must be more than 0"},
+		{[]string{"--snapshot-interval", "-1s"}, "--snapshot-interval -1s: must be more than 0"},
+		{[]string{"--snapshot-every", "0"}, "--snapshot-every 0: must be at least 1 event"},
+		{[]string{"--pprof"}, "--pprof needs --metrics"},
+	} {
+		for _, role := range [][]string{{"serve", "--data", data, "--listen", "127.0.0.1:0"}, {"reconcile", "--server", "nats://127.0.0.1:1"}} {
+			args := append(append([]string{}, role...), c.args...)
+			code, _, errs := runCLI(ctx, args...)
+			if code != exitUsage || !strings.Contains(errs, c.want) {
+				t.Errorf("meshfold %s: exit %d, stderr %q; want exit %d saying %q", strings.Join(args, " "), code, errs, exitUsage, c.want)
+			}
+		}
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("serve created its data directory before refusing its flags (%v)", err)
+	}
 }

@@ -67,6 +67,22 @@ func (f *loopFlags) add(cmd *cobra.Command) {
 
 // printNotes prints what loadKeys noted (the signing key, the trust
 // file), after the command's first line.
+// check refuses values of the loop's flags that mean nothing, before
+// anything starts: a snapshot cadence of zero or less (it was silently
+// taken as the default), and --pprof without --metrics.
+func (f *loopFlags) check() error {
+	if f.snapshotEvery < 1 {
+		return withCode(exitUsage, fmt.Errorf("--snapshot-every %d: must be at least 1 event", f.snapshotEvery))
+	}
+	if f.snapshotInterval <= 0 {
+		return withCode(exitUsage, fmt.Errorf("--snapshot-interval %s: must be more than 0", f.snapshotInterval))
+	}
+	if f.pprof && f.metrics == "" {
+		return withCode(exitUsage, errors.New("--pprof needs --metrics: the profiles are served on its listener"))
+	}
+	return nil
+}
+
 func (f *loopFlags) printNotes(a *app) {
 	for _, n := range f.notes {
 		fmt.Fprintln(a.stdout, n)
@@ -133,6 +149,9 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
   meshfold serve --auth ./mesh-auth --tls-cert server.pem --tls-key server-key.pem --listen 0.0.0.0:4222`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := lf.check(); err != nil {
+				return err
+			}
 			log, err := a.logger()
 			if err != nil {
 				return err
@@ -265,6 +284,9 @@ reconcile exits with status 1 when its NATS connection is closed for good
   meshfold reconcile --context prod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := lf.check(); err != nil {
+				return err
+			}
 			log, err := a.logger()
 			if err != nil {
 				return err
@@ -343,9 +365,6 @@ func (r *revocation) explain(err error) error {
 // errConnClosed: nats.go would never reconnect it, and the service
 // manager's restart brings the reconciler back, or says why it cannot.
 func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, lf loopFlags, ready func(context.Context, store.StreamConfig)) error {
-	if lf.pprof && lf.metrics == "" {
-		return withCode(exitUsage, errors.New("--pprof needs --metrics: the profiles are served on its listener"))
-	}
 	ctx, stop := whileConnected(ctx, nc)
 	defer stop()
 	err := runReconcilerLoop(ctx, a, log, nc, lf, ready)
