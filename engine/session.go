@@ -54,32 +54,10 @@ type session struct {
 	// n counts the messages the session handled; the fold's duration is
 	// observed for one in foldSample.
 	n uint64
-	// held is, while a cold refold recovers, the effect subjects the
-	// stream held a message of when the session began (nil: not known).
-	// The effects of every other subject are not deferred but published
-	// as they are folded, each fenced behind the one before (early; see
-	// publishEarly).
-	held  map[effectKey]bool
-	early map[effectKey]*earlySubject
 	// mine holds the plan messages this session published and has not
 	// read back yet, by message id (at most mineCap; nil when the
 	// reconciler does not sign, or its own key is not in Own).
 	mine map[string]minePlan
-}
-
-// earlySubject is an effect subject published to during recovery: the
-// sequence its last acknowledged effect was stored at (0: none yet; the
-// subject held nothing), and the effect sent and not yet acknowledged.
-type earlySubject struct {
-	last    uint64
-	pending *earlyAck
-}
-
-type earlyAck struct {
-	e  reconcile.Effect
-	id string
-	f  jetstream.PubAckFuture
-	at time.Time
 }
 
 // minePlan is a plan message a session published, as it signed it.
@@ -196,12 +174,6 @@ func (p *partition) session(ctx context.Context) error {
 		lag: r.m.Lag.WithLabelValues(strconv.Itoa(p.id)), counted: map[events.Kind]prometheus.Counter{}}
 	if r.cfg.Signer != nil && r.cfg.Own.Trusts(r.cfg.Signer.PublicKey()) {
 		s.mine = map[string]minePlan{}
-	}
-	if s.recovering && s.readAll {
-		if s.held, err = p.heldEffectSubjects(ctx); err != nil {
-			return err
-		}
-		s.early = map[effectKey]*earlySubject{}
 	}
 	p.folded.Store(ck)
 	if first > ck+1 && last >= first {
@@ -362,22 +334,6 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	}
 	for _, e := range effs {
 		if s.recovering {
-			if k := (effectKey{e.Node, e.Kind}); s.held != nil && !s.held[k] {
-				sub := s.early[k]
-				if sub == nil {
-					sub = &earlySubject{}
-					s.early[k] = sub
-				}
-				if ok, err := s.publishEarly(ctx, sub, e); err != nil {
-					return err
-				} else if ok {
-					continue
-				}
-				// The subject's last effect is still in flight: this one
-				// and the subject's next wait for the end of the read,
-				// fenced behind it, rather than the fold for its ack.
-				s.held[k] = true
-			}
 			s.rec.deferEffect(e)
 			continue
 		}
@@ -400,15 +356,6 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 // per effect (issue 17).
 func (s *session) endRecovery(ctx context.Context) error {
 	r := s.p.r
-	for k, sub := range s.early {
-		if err := s.awaitEarly(ctx, sub, true); err != nil {
-			return err
-		}
-		if sub.last != 0 {
-			s.rec.last[k] = sub.last // the fence of the subject's deferred effects
-		}
-	}
-	s.held, s.early = nil, nil
 	todo := make([]reconcile.Effect, 0, len(s.rec.deferred))
 	for _, e := range s.rec.deferred {
 		if s.rec.stored(e) {
@@ -441,110 +388,6 @@ func (s *session) endRecovery(ctx context.Context) error {
 	}
 	s.recovering = false
 	s.rec = nil
-	return nil
-}
-
-// heldEffectSubjects returns the partition's effect subjects (plan,
-// knock, journal) that hold a message. Nothing was ever stored on any
-// other: an effect a cold refold folds for one is not stored, and need
-// not wait for the whole read. A first refold that must publish its plans
-// (a stream of inputs only) then publishes them as it reads, not all
-// after it: the publishing took a quarter of such a catch-up, the reads
-// done (issue 17). The fence stays: each is published expecting the
-// subject's last sequence (0 for the first), so a message another writer
-// stores there meanwhile fails the publish and the session restarts, as a
-// deferred effect's would.
-func (p *partition) heldEffectSubjects(ctx context.Context) (map[effectKey]bool, error) {
-	r := p.r
-	held := map[effectKey]bool{}
-	for _, f := range r.subj.StoredPartition(p.id, events.KindPlan, events.KindKnock, events.KindJournal) {
-		info, err := r.stream.Info(ctx, jetstream.WithSubjectFilter(f))
-		if err != nil {
-			return nil, fmt.Errorf("effect subjects of partition %d: %w", p.id, err)
-		}
-		for subject := range info.State.Subjects {
-			if node, kind, err := r.subj.Parse(subject); err == nil {
-				held[effectKey{node, kind}] = true
-			}
-		}
-	}
-	return held, nil
-}
-
-// publishEarly publishes e, folded during recovery on a subject that held
-// nothing when the session began, fenced behind the subject's last
-// effect. It does not wait: false when that effect is not acknowledged
-// yet (e is then deferred with the rest of the subject's).
-func (s *session) publishEarly(ctx context.Context, sub *earlySubject, e reconcile.Effect) (bool, error) {
-	r := s.p.r
-	if err := s.awaitEarly(ctx, sub, false); err != nil {
-		return false, err
-	}
-	if sub.pending != nil {
-		return false, nil
-	}
-	if err := s.p.lost(); err != nil {
-		return false, err
-	}
-	id := store.EffectMsgID(r.key, e.ID())
-	f, err := r.pub.AppendAsync(ctx, e.Node, e.Payload, r.publishOpts(e, id, store.WithExpectLastSubjectSeq(sub.last))...)
-	if store.Permanent(err) {
-		return true, s.poisoned(ctx, e, err)
-	}
-	if err != nil {
-		return false, fmt.Errorf("publish %s (fenced at %d): %w", id, sub.last, err)
-	}
-	s.remember(f.Msg())
-	sub.pending = &earlyAck{e: e, id: id, f: f, at: time.Now()}
-	return true, nil
-}
-
-// awaitEarly takes the acknowledgement of sub's effect in flight, if any
-// (waiting for it when wait, else only if it has come), and moves the
-// subject's fence to the sequence it was stored at.
-func (s *session) awaitEarly(ctx context.Context, sub *earlySubject, wait bool) error {
-	x := sub.pending
-	if x == nil {
-		return nil
-	}
-	var (
-		ack *jetstream.PubAck
-		err error
-	)
-	if wait {
-		timer := time.NewTimer(ackTimeout)
-		defer timer.Stop()
-		select {
-		case ack = <-x.f.Ok():
-		case err = <-x.f.Err():
-		case <-timer.C:
-			return fmt.Errorf("publish %s (fenced at %d): no acknowledgement within %s", x.id, sub.last, ackTimeout)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	} else {
-		select {
-		case ack = <-x.f.Ok():
-		case err = <-x.f.Err():
-		default:
-			return nil
-		}
-	}
-	sub.pending = nil
-	r := s.p.r
-	if err != nil {
-		err = store.ServerError(err)
-		if store.Permanent(err) {
-			return s.poisoned(ctx, x.e, err)
-		}
-		return fmt.Errorf("publish %s (fenced at %d): %w", x.id, sub.last, err)
-	}
-	r.m.Publishing.Observe(time.Since(x.at).Seconds())
-	if !ack.Duplicate {
-		sub.last = ack.Sequence
-		r.m.Effects.WithLabelValues(string(x.e.Kind)).Inc()
-		r.logJournal(x.e)
-	}
 	return nil
 }
 
