@@ -223,7 +223,7 @@ func openLeaseBucket(ctx context.Context, js jetstream.JetStream, streamCfg stor
 	bucket := streamCfg.Name + LeaseBucketSuffix
 	kv, err := js.KeyValue(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		kv, err = store.CreateKV(ctx, js, jetstream.KeyValueConfig{
 			Bucket:         bucket,
 			Description:    "meshfold reconcilers of stream " + streamCfg.Name + ": member.<group>.<instance>, lease.<partition>, stream (an ungrouped reconciler)",
 			History:        1,
@@ -232,9 +232,6 @@ func openLeaseBucket(ctx context.Context, js jetstream.JetStream, streamCfg stor
 			Storage:        jetstream.FileStorage,
 			Replicas:       streamCfg.Replicas,
 		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, bucket) // created concurrently
-		}
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("lease bucket %s: %w", bucket, err)

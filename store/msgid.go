@@ -76,16 +76,13 @@ func EffectKey(ctx context.Context, js jetstream.JetStream, streamCfg StreamConf
 		return nil, fmt.Errorf("effect key: bucket %s: %w", bucket, cause)
 	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		kv, err = CreateKV(ctx, js, jetstream.KeyValueConfig{
 			Bucket:      bucket,
 			Description: "meshfold reconcilers' keys of stream " + cfg.Name + ": effect-key signs effect message ids",
 			History:     1,
 			Storage:     jetstream.FileStorage,
 			Replicas:    cfg.Replicas,
 		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, bucket) // created concurrently
-		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("effect key: bucket %s: %w", bucket, err)

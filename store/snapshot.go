@@ -73,16 +73,13 @@ func openSnapshots(ctx context.Context, js jetstream.JetStream, streamCfg Stream
 		if !create {
 			return nil, fmt.Errorf("bucket %s: %w", bucket, ErrNoSnapshots)
 		}
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		kv, err = CreateKV(ctx, js, jetstream.KeyValueConfig{
 			Bucket:      bucket,
 			Description: "meshfold snapshots of stream " + cfg.Name + ": node.<p>.<node> states, checkpoint.<p> sequences",
 			History:     1,
 			Storage:     jetstream.FileStorage,
 			Replicas:    cfg.Replicas,
 		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, bucket) // created concurrently
-		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("snapshot bucket %s: %w", bucket, err)
@@ -269,32 +266,25 @@ func (s *Snapshots) Checkpoint(ctx context.Context, partition int) (uint64, erro
 // values, not a get per node (10,000 states of 600 B load in ~25 ms here,
 // see docs/store.md).
 func (s *Snapshots) LoadPartition(ctx context.Context, partition int) (checkpoint uint64, nodes map[string][]byte, err error) {
-	checkpoint, nodes, _, err = s.LoadPartitionRevisions(ctx, partition)
-	return checkpoint, nodes, err
-}
-
-// LoadPartitionRevisions is [Snapshots.LoadPartition] that also returns
-// the revision of every node key of the partition, deleted or purged ones
-// included (their marker's revision): what [Snapshots.PutNodesAt] expects
-// next.
-func (s *Snapshots) LoadPartitionRevisions(ctx context.Context, partition int) (checkpoint uint64, nodes map[string][]byte, revs map[string]uint64, err error) {
 	nodes = make(map[string][]byte)
-	checkpoint, revs, err = s.ScanPartition(ctx, partition, func(node string, state []byte) error {
+	checkpoint, _, err = s.ScanPartition(ctx, partition, func(node string, state []byte) error {
 		nodes[node] = state
 		return nil
 	})
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, err
 	}
-	return checkpoint, nodes, revs, nil
+	return checkpoint, nodes, nil
 }
 
-// ScanPartition is [Snapshots.LoadPartitionRevisions] that hands each
-// node's state to fn as the pass reads it instead of returning them all:
-// a caller that decodes each one holds one raw state at a time, not its
-// partition's (a reconciler loading its 16 partitions at once held every
-// raw snapshot of the fleet besides the decoded states: 7.1 KiB of RSS a
-// node for 2.4 KiB of heap, issue 17). A key written again during the
+// ScanPartition is [Snapshots.LoadPartition] that hands each node's state
+// to fn as the pass reads it instead of returning them all, and returns
+// the revision of every node key of the partition, deleted or purged ones
+// included (their marker's revision): what [Snapshots.PutNodesAt] expects
+// next. A caller that decodes each state as it comes holds one raw state
+// at a time, not its partition's (a reconciler loading its 16 partitions
+// at once held every raw snapshot of the fleet besides the decoded
+// states: 7.1 KiB of RSS a node for 2.4 KiB of heap, issue 17). A key written again during the
 // pass may come twice; the later is the newer. fn's error stops the pass
 // and is returned as is.
 func (s *Snapshots) ScanPartition(ctx context.Context, partition int, fn func(node string, state []byte) error) (checkpoint uint64, revs map[string]uint64, err error) {
