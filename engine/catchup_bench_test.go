@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -55,18 +56,11 @@ func BenchmarkCatchUp(b *testing.B) {
 				_, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
 				signer := benchSigner(b)
 				sealedBy(b, js, cfg, c.h, signer).Load(b, js)
-				runtime.GC()
-				cpu0 := cpuTime(b)
-				raw := enginetest.RawDecodeStd(b, js, cfg, n)
-				rawCPU := cpuTime(b) - cpu0
-				runtime.GC()
-				cpu0 = cpuTime(b)
-				fast := enginetest.RawDecode(b, js, cfg, n)
-				fastCPU := cpuTime(b) - cpu0
-				runtime.GC()
-				cpu0 = cpuTime(b)
-				took := foldAllWith(b, js, engine.ReconcilerConfig{Stream: cfg, Signer: signer})
-				foldCPU := cpuTime(b) - cpu0
+				raw, rawCPU := timed(b, func() time.Duration { return enginetest.RawDecodeStd(b, js, cfg, n) })
+				fast, fastCPU := timed(b, func() time.Duration { return enginetest.RawDecode(b, js, cfg, n) })
+				took, foldCPU := timed(b, func() time.Duration {
+					return foldAllWith(b, js, engine.ReconcilerConfig{Stream: cfg, Signer: signer})
+				})
 				// CPU of the whole process (the embedded server's share
 				// included in both): steadier than the rates while other
 				// work shares the cores.
@@ -99,6 +93,15 @@ func sealedBy(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, h *
 		tb.Fatal(err)
 	}
 	return h.Seal(key, s)
+}
+
+// timed collects garbage, then runs f and returns the duration f reports
+// and the process's CPU time f took.
+func timed(tb testing.TB, f func() time.Duration) (took, cpu time.Duration) {
+	runtime.GC()
+	cpu0 := cpuTime(tb)
+	took = f()
+	return took, cpuTime(tb) - cpu0
 }
 
 // benchSigner is a new reconciler signing key.

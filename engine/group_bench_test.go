@@ -110,14 +110,8 @@ func BenchmarkGroupThroughput(b *testing.B) {
 				n := len(h.Msgs)
 				sealed(b, js, cfg, h).Load(b, js)
 				h = nil
-				runtime.GC()
-				cpu0 := cpuTime(b)
-				raw := enginetest.RawDecodeStd(b, js, cfg, n)
-				rawCPU := cpuTime(b) - cpu0
-				runtime.GC()
-				cpu0 = cpuTime(b)
-				fast := enginetest.RawDecode(b, js, cfg, n)
-				fastCPU := cpuTime(b) - cpu0
+				raw, rawCPU := timed(b, func() time.Duration { return enginetest.RawDecodeStd(b, js, cfg, n) })
+				fast, fastCPU := timed(b, func() time.Duration { return enginetest.RawDecode(b, js, cfg, n) })
 				targets := enginetest.InputTargets(b, js, cfg)
 				const ttl = 5 * time.Second
 				var names []string
@@ -130,7 +124,7 @@ func BenchmarkGroupThroughput(b *testing.B) {
 					b.Fatal(err)
 				}
 				runtime.GC()
-				cpu0 = cpuTime(b)
+				cpu0 := cpuTime(b)
 				start := time.Now()
 				var ms []*benchMember
 				for _, name := range names {
