@@ -25,6 +25,7 @@ import (
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/provision"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/embedded"
 	"github.com/meshfold/meshfold/store/storetest"
 )
 
@@ -47,7 +48,7 @@ var mbgMod = events.WantModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []
 // mesh is one embedded server with the event stream and a reconciler.
 type mesh struct {
 	t    testing.TB
-	srv  *store.Embedded
+	srv  *embedded.Server
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	cfg  store.StreamConfig

@@ -18,6 +18,7 @@ import (
 	"github.com/meshfold/meshfold/engine/enginetest"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/embedded"
 	"github.com/meshfold/meshfold/store/storetest"
 )
 
@@ -164,7 +165,7 @@ func BenchmarkGroupThroughput(b *testing.B) {
 // once it is gone. The server's message-block caches expire first (10 s
 // idle), so what differs is the instance: its states as a taken-over
 // partition loads them, its maps and its consumers.
-func heapPerNode(b *testing.B, e *store.Embedded, cfg store.StreamConfig, ttl time.Duration) float64 {
+func heapPerNode(b *testing.B, e *embedded.Server, cfg store.StreamConfig, ttl time.Duration) float64 {
 	m := startBenchMember(b, embeddedConnector(e), cfg, "i0", ttl, engine.Faults{})
 	for len(m.r.Nodes()) < 10_000 || len(m.r.Owned()) < 16 {
 		time.Sleep(10 * time.Millisecond)

@@ -13,6 +13,7 @@ import (
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/embedded"
 	"github.com/meshfold/meshfold/store/storetest"
 )
 
@@ -98,7 +99,7 @@ func (m *member) wait(t *testing.T) {
 }
 
 // embeddedConnector connects to an embedded server in process.
-func embeddedConnector(e *store.Embedded) connector {
+func embeddedConnector(e *embedded.Server) connector {
 	return func(t testing.TB, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 		nc, err := e.Connect(opts...)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/embedded"
 )
 
 // neighbours returns n node names in the partition of node.
@@ -137,8 +138,8 @@ func TestWedgesDoNotStopThePartition(t *testing.T) {
 // past them.
 func TestWedgesAcrossServeRestart(t *testing.T) {
 	dir := t.TempDir()
-	boot := func() (*store.Embedded, *rig) {
-		srv, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Listen: "127.0.0.1:0", ServerName: "wedges"})
+	boot := func() (*embedded.Server, *rig) {
+		srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0", ServerName: "wedges"})
 		if err != nil {
 			t.Fatal(err)
 		}

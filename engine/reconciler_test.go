@@ -21,6 +21,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/embedded"
 	"github.com/meshfold/meshfold/store/storetest"
 )
 
@@ -734,8 +735,8 @@ func (w tWriter) Write(p []byte) (int, error) {
 // snapshot to the one knock.
 func TestReconcilerServerRestart(t *testing.T) {
 	dir := t.TempDir()
-	boot := func() (*store.Embedded, *rig) {
-		srv, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Listen: "127.0.0.1:0", ServerName: "restart"})
+	boot := func() (*embedded.Server, *rig) {
+		srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0", ServerName: "restart"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,11 +9,13 @@ import (
 // TestClientDeps keeps the roles light (docs/architecture.md, the package
 // map): the node agent, the provisioner client and store itself link
 // neither the reconciler's engine, nor Prometheus, nor the audit's
-// renderer, directly or through any dependency, as TestPure does for the
-// core.
+// renderer, nor any package of nats-server (the embedded server is
+// package store/embedded), directly or through any dependency, as
+// TestPure does for the core.
 func TestClientDeps(t *testing.T) {
 	const mod = "github.com/meshfold/meshfold/"
-	forbidden := []string{mod + "engine", "github.com/prometheus/", mod + "reconcile/audit"}
+	forbidden := []string{mod + "engine", "github.com/prometheus/", mod + "reconcile/audit",
+		"github.com/nats-io/nats-server/", mod + "store/embedded"}
 	for _, pkg := range []string{mod + "store", mod + "node", mod + "provision"} {
 		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
 		if err != nil {

@@ -1,8 +1,8 @@
-// Package store is meshfold's JetStream client, what every role uses: the
-// embedded nats-server, connections to an external deployment, the event
-// stream, publishing with message ids and expectations, reading events
-// (one newest event, a node's history, and the one follow of a subject,
-// [Tail]), the snapshot bucket, and the signing of effect message ids.
+// Package store is meshfold's JetStream client, what every role uses:
+// connections to a deployment, the event stream, publishing with message
+// ids and expectations, reading events (one newest event, a node's
+// history, and the one follow of a subject, [Tail]), the snapshot bucket,
+// and the signing of effect message ids.
 // The reconciler's loop that uses it is package engine.
 //
 // # Layout
@@ -20,10 +20,11 @@
 //
 // # Security
 //
-// The embedded server runs in NATS operator mode when given
-// [EmbeddedConfig.Auth] (JWTs from package store/auth) and takes TLS
-// clients when given a certificate; [ConnectConfig] connects with creds,
-// NKeys, TLS and the user's own inbox prefix ([CredsInboxPrefix]). See
+// The embedded server (package store/embedded, apart so that a role that
+// only connects links no server) runs in NATS operator mode when given a
+// [ServerAuth] (JWTs from package store/auth) and takes TLS clients when
+// given a certificate; [ConnectConfig] connects with creds, NKeys, TLS
+// and the user's own inbox prefix ([CredsInboxPrefix]). See
 // docs/operations.md.
 //
 // # Errors

@@ -3,14 +3,12 @@ package store_test
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
 	"github.com/meshfold/meshfold/store"
-	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // writeCreds writes a creds file of a user named name whose JWT allows
@@ -64,48 +62,5 @@ func TestCredsInboxPrefix(t *testing.T) {
 	}
 	if _, err := (store.ConnectConfig{Creds: filepath.Join(t.TempDir(), "missing.creds")}).Options(); err == nil {
 		t.Error("a missing creds file was accepted")
-	}
-}
-
-// An embedded server with TLS and a client CA takes clients that trust its
-// CA and present a certificate, and refuses the others.
-func TestEmbeddedTLS(t *testing.T) {
-	f := storetest.TLS(t)
-	e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:-1",
-		TLSCert: f.ServerCert, TLSKey: f.ServerKey, TLSClientCA: f.CA})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown()
-	if !strings.HasPrefix(e.ClientURL(), "tls://127.0.0.1:") {
-		t.Errorf("ClientURL = %q, want tls://", e.ClientURL())
-	}
-	nc, err := store.Connect(store.ConnectConfig{URLs: []string{e.ClientURL()}, TLSCA: f.CA, TLSCert: f.ClientCert, TLSKey: f.ClientKey})
-	if err != nil {
-		t.Fatalf("client with a certificate: %v", err)
-	}
-	if !nc.TLSRequired() {
-		t.Error("connected without TLS")
-	}
-	nc.Close()
-	for name, cfg := range map[string]store.ConnectConfig{
-		"no client certificate": {TLSCA: f.CA},
-		"server not trusted":    {TLSCert: f.ClientCert, TLSKey: f.ClientKey},
-	} {
-		cfg.URLs = []string{e.ClientURL()}
-		if nc, err := store.Connect(cfg); err == nil {
-			nc.Close()
-			t.Errorf("%s: connected", name)
-		}
-	}
-	// In-process connections need no TLS.
-	nc, err = e.Connect()
-	if err != nil {
-		t.Fatalf("in-process: %v", err)
-	}
-	nc.Close()
-
-	if _, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", TLSCert: f.ServerCert}); err == nil {
-		t.Error("a certificate without its key was accepted")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/auth"
+	"github.com/meshfold/meshfold/store/embedded"
 )
 
 func init() { register(newAuthCmd) }
@@ -324,7 +325,7 @@ func (f *serveAuthFlags) add(cmd *cobra.Command) {
 // reconciler's in-process connection. It checks that the stream flags
 // match the directory's names, or adopts them when the flags were not
 // given.
-func (f *serveAuthFlags) apply(cmd *cobra.Command, a *app, cfg *store.EmbeddedConfig) ([]nats.Option, error) {
+func (f *serveAuthFlags) apply(cmd *cobra.Command, a *app, cfg *embedded.Config) ([]nats.Option, error) {
 	cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA = f.tlsCert, f.tlsKey, f.tca
 	if f.dir == "" {
 		return nil, nil

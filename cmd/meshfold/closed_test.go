@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/auth"
+	"github.com/meshfold/meshfold/store/embedded"
 	"github.com/meshfold/meshfold/store/storetest"
 )
 
@@ -153,7 +153,7 @@ func TestRevokedReconcilerExits(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				srv, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: filepath.Join(base, "data"), Listen: "127.0.0.1:0", Auth: sa})
+				srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(base, "data"), Listen: "127.0.0.1:0", Auth: sa})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -15,6 +15,7 @@ import (
 	"github.com/meshfold/meshfold/console"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/auth"
+	"github.com/meshfold/meshfold/store/embedded"
 )
 
 func init() { register(newConsoleCmd) }
@@ -182,7 +183,7 @@ func serveConsoleOptions(af serveAuthFlags) ([]nats.Option, error) {
 // connection, made with opts (serveConsoleOptions). It runs on ln (taken
 // before serve started, so that a busy port ends serve) until ctx is
 // done; a later failure is logged, and does not stop the reconciler.
-func serveConsole(ctx context.Context, a *app, log *slog.Logger, srv *store.Embedded, opts []nats.Option, cfg store.StreamConfig, ln net.Listener, cf consoleFlags) {
+func serveConsole(ctx context.Context, a *app, log *slog.Logger, srv *embedded.Server, opts []nats.Option, cfg store.StreamConfig, ln net.Listener, cf consoleFlags) {
 	nc, err := srv.Connect(opts...)
 	if err != nil {
 		log.Error("console: connect", "err", err)

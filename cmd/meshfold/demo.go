@@ -27,6 +27,7 @@ import (
 	"github.com/meshfold/meshfold/provision"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/embedded"
 )
 
 func init() { register(newDemoCmd) }
@@ -156,7 +157,7 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 		return err
 	}
 
-	srv, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:0"})
+	srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:0"})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/embedded"
 	"github.com/meshfold/meshfold/store/storetest"
 )
 
@@ -24,7 +25,7 @@ func testCtx(t testing.TB) context.Context {
 
 // mesh is an embedded server with meshfold's stream, for CLI tests.
 type mesh struct {
-	e   *store.Embedded
+	e   *embedded.Server
 	nc  *nats.Conn
 	js  jetstream.JetStream
 	cfg store.StreamConfig

@@ -25,6 +25,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/embedded"
 )
 
 func init() {
@@ -163,7 +164,7 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 			if fi, err := os.Stat(abs); err == nil && !fi.IsDir() {
 				return withCode(exitUsage, fmt.Errorf("--data %s: not a directory", abs))
 			}
-			ecfg := store.EmbeddedConfig{DataDir: abs, Listen: listen, ServerName: "meshfold", Logger: log}
+			ecfg := embedded.Config{DataDir: abs, Listen: listen, ServerName: "meshfold", Logger: log}
 			copts, err := af.apply(cmd, a, &ecfg)
 			if err != nil {
 				return err
@@ -223,7 +224,7 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 				}
 				defer webLn.Close()
 			}
-			srv, err := store.StartEmbedded(ecfg)
+			srv, err := embedded.Start(ecfg)
 			if err != nil {
 				return err
 			}
@@ -245,7 +246,7 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "meshfold-data", "directory of the JetStream file store")
-	cmd.Flags().StringVar(&listen, "listen", store.DefaultListen, "client listen address HOST:PORT (port 0: a random one)")
+	cmd.Flags().StringVar(&listen, "listen", embedded.DefaultListen, "client listen address HOST:PORT (port 0: a random one)")
 	cmd.Flags().StringVar(&web, "http", "", "also serve the read-only web console (meshfold console) on HOST:PORT; with --auth it reads as the directory's operator-read user (default: off)")
 	a.stream.add(cmd)
 	lf.add(cmd)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/embedded"
 	"github.com/meshfold/meshfold/store/storetest"
 )
 
@@ -324,7 +325,7 @@ func TestNodeWaitsForTheServer(t *testing.T) {
 		}
 	}
 	waitFor("NATS not reachable yet; retrying")
-	srv, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: filepath.Join(dir, "data"), Listen: addr})
+	srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "data"), Listen: addr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@
 // creds file (store.CredsInboxPrefix).
 //
 // The embedded server trusts a directory through [Dir.ServerAuth]
-// (store.EmbeddedConfig.Auth); an external nats-server or cluster
+// (store/embedded's Config.Auth); an external nats-server or cluster
 // through resolver.conf ([Dir.ResolverConfig]).
 //
 // # Errors

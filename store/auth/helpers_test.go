@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/auth"
+	"github.com/meshfold/meshfold/store/embedded"
 )
 
 func testCtx(t testing.TB) context.Context {
@@ -25,7 +26,7 @@ func testCtx(t testing.TB) context.Context {
 // directory with nodes ace and shanks.
 type secured struct {
 	dir *auth.Dir
-	srv *store.Embedded
+	srv *embedded.Server
 }
 
 func startSecured(t testing.TB) *secured {
@@ -43,7 +44,7 @@ func startSecured(t testing.TB) *secured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: sa})
+	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: sa})
 	if err != nil {
 		t.Fatal(err)
 	}

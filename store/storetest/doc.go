@@ -1,4 +1,4 @@
-// Package storetest starts a real embedded nats-server with JetStream for
+// Package storetest starts real nats-servers with JetStream for
 // the tests of any package: a random loopback port, storage in
 // t.TempDir(), everything closed by t.Cleanup. [StartCluster] starts an
 // in-process cluster whose servers stop gracefully; [StartProcCluster]

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/embedded"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -14,9 +15,9 @@ import (
 // in t.TempDir(), connects to it in-process and returns the server, the
 // connection and a JetStream context. Cleanup closes the connection and
 // shuts the server down. It fails the test on any error.
-func Start(t testing.TB) (*store.Embedded, *nats.Conn, jetstream.JetStream) {
+func Start(t testing.TB) (*embedded.Server, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	e, err := store.StartEmbedded(store.EmbeddedConfig{
+	e, err := embedded.Start(embedded.Config{
 		DataDir: t.TempDir(),
 		Listen:  "127.0.0.1:-1",
 	})
@@ -38,7 +39,7 @@ func Start(t testing.TB) (*store.Embedded, *nats.Conn, jetstream.JetStream) {
 
 // StartStream is [Start] plus [store.EnsureStream] with cfg. It returns
 // the stream and its effective configuration (every field set) as well.
-func StartStream(t testing.TB, cfg store.StreamConfig) (*store.Embedded, *nats.Conn, jetstream.JetStream, jetstream.Stream, store.StreamConfig) {
+func StartStream(t testing.TB, cfg store.StreamConfig) (*embedded.Server, *nats.Conn, jetstream.JetStream, jetstream.Stream, store.StreamConfig) {
 	t.Helper()
 	e, nc, js := Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

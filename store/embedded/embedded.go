@@ -1,4 +1,4 @@
-package store
+package embedded
 
 import (
 	"context"
@@ -16,21 +16,23 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/meshfold/meshfold/store"
 )
 
 // DefaultListen is the client listen address of an embedded server when
-// [EmbeddedConfig.Listen] is empty.
+// [Config.Listen] is empty.
 const DefaultListen = "127.0.0.1:4222"
 
-// EmbeddedConfig configures an embedded nats-server with JetStream.
-type EmbeddedConfig struct {
+// Config configures an embedded nats-server with JetStream.
+type Config struct {
 	// DataDir holds the server's state; JetStream's file store is
 	// DataDir/jetstream. Required: an empty StoreDir would make the server
 	// share $TMPDIR/nats/jetstream with every other process.
 	DataDir string
 	// Listen is the client address, host:port. Empty means
 	// [DefaultListen]; port 0 or -1 picks a free port (see
-	// [Embedded.ClientURL]).
+	// [Server.ClientURL]).
 	Listen string
 	// ServerName names the server; empty means "meshfold".
 	ServerName string
@@ -41,33 +43,17 @@ type EmbeddedConfig struct {
 	// authentication): only users signed by an account the operator
 	// signed may connect, with the permissions their JWT carries. Nil:
 	// no authentication (anyone who reaches the port may do anything).
-	Auth *ServerAuth
+	Auth *store.ServerAuth
 	// TLSCert and TLSKey are PEM files: when both are set, clients must
 	// connect with TLS. TLSClientCA, when set as well, is the CA whose
 	// certificates clients must present (mutual TLS). In-process
-	// connections ([Embedded.Connect]) never use TLS.
+	// connections ([Server.Connect]) never use TLS.
 	TLSCert, TLSKey, TLSClientCA string
 }
 
-// ServerAuth is what an embedded server needs for operator mode. The
-// accounts are held by an in-memory resolver, preloaded at start; an
-// account JWT pushed later by a system-account user on
-// $SYS.REQ.ACCOUNT.<account>.CLAIMS.UPDATE (a revocation, say) replaces
-// the loaded one at once, without a restart. Every account given here is
-// loaded at start, so such a push is never skipped as "not loaded".
-type ServerAuth struct {
-	// OperatorJWT is the trusted operator's JWT.
-	OperatorJWT string
-	// SystemAccount is the public key (A...) of the system account.
-	SystemAccount string
-	// AccountJWTs are the JWTs of every account, the system account's
-	// included, each signed by the operator.
-	AccountJWTs []string
-}
-
-// options returns the server options of a, and the public keys of its
-// accounts.
-func (a *ServerAuth) options(opts *server.Options) ([]string, error) {
+// authOptions sets the server options of operator mode from a, and
+// returns the public keys of its accounts.
+func authOptions(opts *server.Options, a *store.ServerAuth) ([]string, error) {
 	op, err := jwt.DecodeOperatorClaims(a.OperatorJWT)
 	if err != nil {
 		return nil, fmt.Errorf("operator JWT: %w", err)
@@ -99,17 +85,17 @@ func (a *ServerAuth) options(opts *server.Options) ([]string, error) {
 	return accounts, nil
 }
 
-// Embedded is a running in-process nats-server with JetStream enabled.
-type Embedded struct {
+// Server is a running in-process nats-server with JetStream enabled.
+type Server struct {
 	srv  *server.Server
 	lock *os.File // the data directory's lock, released by Shutdown
 }
 
-// readyTimeout bounds how long StartEmbedded waits for the server to accept
+// readyTimeout bounds how long Start waits for the server to accept
 // connections.
 const readyTimeout = 10 * time.Second
 
-// StartEmbedded starts a nats-server with JetStream and a file store under
+// Start starts a nats-server with JetStream and a file store under
 // cfg.DataDir and returns once it accepts connections. Restarting on the
 // same DataDir recovers every acknowledged message (the file store fsyncs
 // every 2 minutes by default: a process crash loses nothing acknowledged,
@@ -117,7 +103,7 @@ const readyTimeout = 10 * time.Second
 //
 // Errors: a missing DataDir, an unparsable Listen, unusable Auth or TLS
 // settings, a server that fails to start or is not ready within 10 s.
-func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+func Start(cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("embedded nats: DataDir is required")
 	}
@@ -172,7 +158,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	var accounts []string
 	if cfg.Auth != nil {
-		if accounts, err = cfg.Auth.options(opts); err != nil {
+		if accounts, err = authOptions(opts, cfg.Auth); err != nil {
 			return nil, fmt.Errorf("embedded nats: %w", err)
 		}
 	}
@@ -209,11 +195,11 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		}
 	}
 	started = true
-	return &Embedded{srv: srv, lock: lock}, nil
+	return &Server{srv: srv, lock: lock}, nil
 }
 
-// ErrDataDirInUse: another process (or Embedded) holds the data directory.
-var ErrDataDirInUse = errors.New("store: the data directory is in use by another meshfold server")
+// ErrDataDirInUse: another process (or Server) holds the data directory.
+var ErrDataDirInUse = errors.New("embedded: the data directory is in use by another meshfold server")
 
 // lockDataDir creates dir and takes an exclusive lock on dir/LOCK for the
 // life of the server.
@@ -233,7 +219,7 @@ func lockDataDir(dir string) (*os.File, error) {
 }
 
 // tlsOptions sets the server's TLS options from cfg.
-func tlsOptions(opts *server.Options, cfg EmbeddedConfig) error {
+func tlsOptions(opts *server.Options, cfg Config) error {
 	switch {
 	case cfg.TLSCert == "" && cfg.TLSKey == "" && cfg.TLSClientCA == "":
 		return nil
@@ -256,15 +242,15 @@ const tlsTimeout = 2 * time.Second
 // ClientURL returns the URL clients in other processes connect to, with the
 // port actually bound: nats://127.0.0.1:PORT, or tls://127.0.0.1:PORT when
 // the server requires TLS.
-func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+func (e *Server) ClientURL() string { return e.srv.ClientURL() }
 
-// Server returns the underlying server, for options this package does not
-// expose.
-func (e *Embedded) Server() *server.Server { return e.srv }
+// NATS returns the underlying nats-server, for options this package does
+// not expose.
+func (e *Server) NATS() *server.Server { return e.srv }
 
 // Connect returns a connection to the embedded server that does not use a
 // socket (nats.InProcessServer). opts are applied after it.
-func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
+func (e *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	all := append([]nats.Option{nats.InProcessServer(e.srv), nats.Name("meshfold-inprocess")}, opts...)
 	nc, err := nats.Connect("", all...)
 	if err != nil {
@@ -275,7 +261,7 @@ func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
 
 // Shutdown stops the server and waits until it has stopped, its stores
 // flushed and closed. Safe to call twice.
-func (e *Embedded) Shutdown() {
+func (e *Server) Shutdown() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
 	if e.lock != nil {

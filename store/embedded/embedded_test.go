@@ -1,29 +1,38 @@
-package store_test
+package embedded_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/meshfold/meshfold/store"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/embedded"
+	"github.com/meshfold/meshfold/store/storetest"
 )
+
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // An embedded server restarted on the same data dir still holds every
 // acknowledged message, and its stream.
 func TestEmbeddedRestartKeepsAckedMessages(t *testing.T) {
-	ctx := testCtx(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	dir := t.TempDir()
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
-	start := func() (*store.Embedded, *nats.Conn, jetstream.JetStream) {
+	start := func() (*embedded.Server, *nats.Conn, jetstream.JetStream) {
 		t.Helper()
-		e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Listen: "127.0.0.1:0", Logger: logger})
+		e, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: logger})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +59,7 @@ func TestEmbeddedRestartKeepsAckedMessages(t *testing.T) {
 	pub := store.NewPublisher(js, cfg.Subjects())
 	var acked []uint64
 	for i := range 5 {
-		ack, err := pub.Append(ctx, "ace", journal("note "+string(rune('a'+i))))
+		ack, err := pub.Append(ctx, "ace", events.Stamp(&events.Journal{Level: events.LevelInfo, Msg: "note " + string(rune('a'+i)), Cause: 1}, t0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,13 +96,13 @@ func TestEmbeddedRestartKeepsAckedMessages(t *testing.T) {
 }
 
 func TestStartEmbeddedNeedsDataDir(t *testing.T) {
-	if _, err := store.StartEmbedded(store.EmbeddedConfig{Listen: "127.0.0.1:-1"}); err == nil {
+	if _, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1"}); err == nil {
 		t.Fatal("StartEmbedded without DataDir succeeded")
 	}
 }
 
 func TestEmbeddedShutdownTwice(t *testing.T) {
-	e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:-1"})
+	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +113,7 @@ func TestEmbeddedShutdownTwice(t *testing.T) {
 	defer nc.Close()
 	e.Shutdown()
 	e.Shutdown()
-	if e.Server().Running() {
+	if e.NATS().Running() {
 		t.Error("server still running after Shutdown")
 	}
 }
@@ -114,16 +123,16 @@ func TestEmbeddedShutdownTwice(t *testing.T) {
 // acknowledged writes. The directory is free again after Shutdown.
 func TestEmbeddedDataDirLocked(t *testing.T) {
 	dir := t.TempDir()
-	first, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	first, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Listen: "127.0.0.1:0"}); !errors.Is(err, store.ErrDataDirInUse) {
+	if _, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"}); !errors.Is(err, embedded.ErrDataDirInUse) {
 		first.Shutdown()
 		t.Fatalf("second server on %s: %v, want ErrDataDirInUse", dir, err)
 	}
 	first.Shutdown()
-	again, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	again, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatalf("after shutdown: %v", err)
 	}
@@ -137,8 +146,51 @@ func TestEmbeddedBusyPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	_, err = store.StartEmbedded(store.EmbeddedConfig{DataDir: t.TempDir(), Listen: ln.Addr().String()})
+	_, err = embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: ln.Addr().String()})
 	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Fatalf("StartEmbedded on a busy port: %v", err)
+	}
+}
+
+// An embedded server with TLS and a client CA takes clients that trust its
+// CA and present a certificate, and refuses the others.
+func TestEmbeddedTLS(t *testing.T) {
+	f := storetest.TLS(t)
+	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1",
+		TLSCert: f.ServerCert, TLSKey: f.ServerKey, TLSClientCA: f.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	if !strings.HasPrefix(e.ClientURL(), "tls://127.0.0.1:") {
+		t.Errorf("ClientURL = %q, want tls://", e.ClientURL())
+	}
+	nc, err := store.Connect(store.ConnectConfig{URLs: []string{e.ClientURL()}, TLSCA: f.CA, TLSCert: f.ClientCert, TLSKey: f.ClientKey})
+	if err != nil {
+		t.Fatalf("client with a certificate: %v", err)
+	}
+	if !nc.TLSRequired() {
+		t.Error("connected without TLS")
+	}
+	nc.Close()
+	for name, cfg := range map[string]store.ConnectConfig{
+		"no client certificate": {TLSCA: f.CA},
+		"server not trusted":    {TLSCert: f.ClientCert, TLSKey: f.ClientKey},
+	} {
+		cfg.URLs = []string{e.ClientURL()}
+		if nc, err := store.Connect(cfg); err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", name)
+		}
+	}
+	// In-process connections need no TLS.
+	nc, err = e.Connect()
+	if err != nil {
+		t.Fatalf("in-process: %v", err)
+	}
+	nc.Close()
+
+	if _, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", TLSCert: f.ServerCert}); err == nil {
+		t.Error("a certificate without its key was accepted")
 	}
 }
