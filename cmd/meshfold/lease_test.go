@@ -48,7 +48,7 @@ func startMeshfold(t *testing.T, args ...string) *meshfoldProcess {
 	cmd.Env = append(os.Environ(), "MESHFOLD_HELPER_PROCESS=1")
 	p := &meshfoldProcess{cmd: cmd, stderr: &storetest.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &bytes.Buffer{}, p.stderr
-	if err := cmd.Start(); err != nil {
+	if err := storetest.StartChild(cmd); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = cmd.Wait(); close(p.done) }()

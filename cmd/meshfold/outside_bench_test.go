@@ -277,9 +277,8 @@ func (s *outsideServer) startProc(tb testing.TB, extra ...string) *benchProc {
 		p.cmd.Env = append(os.Environ(), "GODEBUG=memprofilerate=4096")
 	}
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p.start = time.Now()
-	if err := p.cmd.Start(); err != nil {
+	if err := storetest.StartChild(p.cmd); err != nil {
 		tb.Fatal(err)
 	}
 	go func() { p.werr = p.cmd.Wait(); close(p.exited) }()

@@ -82,7 +82,8 @@ func natsServerBinary() (string, error) {
 
 // StartProcCluster builds nats-server (once per test binary; cached
 // across runs) and starts an n-server cluster of processes, each in its
-// own process group. It returns once every server reports itself healthy
+// own process group and killed when the test process dies
+// ([StartChild]). It returns once every server reports itself healthy
 // (/healthz: JetStream current with its meta leader). The test is skipped
 // when the go tool is not available to build the server.
 func StartProcCluster(t testing.TB, n int) *ProcCluster {
@@ -151,8 +152,7 @@ func (c *ProcCluster) start(i int) error {
 	defer logf.Close()
 	cmd := exec.Command(c.bin, "-c", s.conf)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err := StartChild(cmd); err != nil {
 		return fmt.Errorf("storetest: start %s: %w", s.name, err)
 	}
 	s.cmd = cmd

@@ -31,7 +31,7 @@ type ProcServer struct {
 
 // StartProcServer builds nats-server as [StartProcCluster] does (once;
 // cached across runs) and starts one server process in its own process
-// group. It returns once /healthz answers 200 (up to 30 s). The test is
+// group, killed when the test process dies ([StartChild]). It returns once /healthz answers 200 (up to 30 s). The test is
 // skipped when the go tool is not available to build the server.
 func StartProcServer(t testing.TB) *ProcServer {
 	t.Helper()
@@ -58,8 +58,7 @@ func StartProcServer(t testing.TB) *ProcServer {
 	defer logf.Close()
 	s.cmd = exec.Command(bin, "-c", conf)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := s.cmd.Start(); err != nil {
+	if err := StartChild(s.cmd); err != nil {
 		t.Fatalf("storetest: start nats-server: %v", err)
 	}
 	t.Cleanup(s.Stop)

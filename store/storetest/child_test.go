@@ -1,0 +1,131 @@
+package storetest_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// childHelperEnv marks this test binary re-executed as a test process
+// that starts a server process and waits: TestHelperStartsServer then
+// runs instead of being skipped.
+const childHelperEnv = "MESHFOLD_STORETEST_CHILD_HELPER"
+
+// TestHelperStartsServer is not a test: re-executed by
+// TestChildrenDieWithTheTest, it starts a nats-server process as a test
+// does, prints its pid and waits until its stdin closes.
+func TestHelperStartsServer(t *testing.T) {
+	if os.Getenv(childHelperEnv) != "1" {
+		t.Skip("a helper process of TestChildrenDieWithTheTest")
+	}
+	s := storetest.StartProcServer(t)
+	fmt.Printf("pid %d\n", s.Pid())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// A test binary killed from outside (SIGKILL, as a CI timeout does) takes
+// the server processes it started with it: a helper test process starts
+// one, is killed, and the server is gone within seconds. Before
+// StartChild, such servers ran on for good.
+func TestChildrenDieWithTheTest(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("a parent-death signal is Linux's")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperStartsServer$", "-test.count=1")
+	cmd.Env = append(os.Environ(), childHelperEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := storetest.StartChild(cmd); err != nil {
+		t.Fatal(err)
+	}
+	helper := cmd.Process.Pid
+	killed := false
+	defer func() {
+		if !killed {
+			_ = syscall.Kill(-helper, syscall.SIGKILL)
+			_ = cmd.Wait()
+		}
+	}()
+	pids := make(chan int, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "pid "); ok {
+				if pid, err := strconv.Atoi(rest); err == nil {
+					pids <- pid
+				}
+			}
+		}
+		close(pids)
+	}()
+	var server int
+	select {
+	case pid, ok := <-pids:
+		if !ok {
+			t.Fatal("the helper exited without starting a server")
+		}
+		server = pid
+	case <-time.After(2 * time.Minute): // the first run builds nats-server
+		t.Fatal("the helper started no server within 2 minutes")
+	}
+	// SIGKILL to the helper alone, not its group: what survives is what
+	// the kernel does not end for us.
+	if err := syscall.Kill(helper, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killed = true
+	if err := waitGone(server, 10*time.Second); err != nil {
+		_ = syscall.Kill(-server, syscall.SIGKILL) // by the pid it printed: the server this test started
+		t.Fatalf("server %d of the killed test process: %v", server, err)
+	}
+}
+
+// waitGone waits up to d for process pid (not a child of this one) to
+// end, through a pidfd that becomes readable when it exits; a process
+// already gone is no error.
+func waitGone(pid int, d time.Duration) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("pidfd_open: %w", err)
+	}
+	defer unix.Close(fd)
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("still running after %s", d)
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left.Milliseconds())+1)
+		switch {
+		case errors.Is(err, unix.EINTR):
+		case err != nil:
+			return fmt.Errorf("poll: %w", err)
+		case n > 0:
+			return nil
+		}
+	}
+}
