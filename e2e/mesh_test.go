@@ -45,7 +45,8 @@ var provisionerMod = events.WantModule{Name: "provisioner", Build: "p:1", RunsAs
 
 var mbgMod = events.WantModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}}
 
-// mesh is one embedded server with the event stream and a reconciler.
+// mesh is one embedded server with the event stream and a reconciler,
+// started as serve starts it (engine.Serve).
 type mesh struct {
 	t    testing.TB
 	srv  *embedded.Server
@@ -134,13 +135,9 @@ func (p *proc) stop(t testing.TB) {
 }
 
 func (m *mesh) startReconciler() {
-	m.reconciler = m.spawn("reconciler", func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
-		r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: m.cfg, Logger: m.logger("reconciler"), Signer: m.signer, Own: m.own})
-		if err != nil {
-			return err
-		}
-		m.rc.Store(r)
-		return r.Run(ctx)
+	m.reconciler = m.spawn("reconciler", func(ctx context.Context, nc *nats.Conn, _ jetstream.JetStream) error {
+		return engine.Serve(ctx, nc, engine.Config{Stream: m.cfg, Logger: m.logger("reconciler"), Signer: m.signer, Own: m.own,
+			Ready: func(_ context.Context, r *engine.Reconciler) { m.rc.Store(r) }})
 	})
 }
 

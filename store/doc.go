@@ -34,6 +34,7 @@
 // error), [ErrIncompatibleStream] (an
 // existing stream differs in something that cannot be changed),
 // [ErrNoSnapshot] and [ErrNoMessage] (nothing stored under that name),
-// [ErrNoSnapshots] (no snapshot bucket yet).
+// [ErrNoSnapshots] (no snapshot bucket yet), [ErrConnClosed] (a
+// connection closed for good: see [WhileConnected]).
 // Validation failures of a payload or node name match events.ErrInvalid.
 package store

@@ -72,13 +72,9 @@ that authenticates. The same pages are served by meshfold serve --http ADDR.`,
 			// A connection closed for good (a revoked user) ends the
 			// console with an error, as it does the other long-running
 			// roles: its pages would never read anything again.
-			ctx, stop := whileConnected(cmd.Context(), nc)
-			defer stop()
-			err = consoleAlone(ctx, a, log, nc, listen, cf)
-			if cerr := connClosed(ctx, nc); cerr != nil {
-				return cerr
-			}
-			return err
+			return store.WhileConnected(cmd.Context(), nc, func(ctx context.Context) error {
+				return consoleAlone(ctx, a, log, nc, listen, cf)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", console.DefaultListen, "HTTP listen address HOST:PORT (loopback unless told otherwise)")

@@ -241,13 +241,9 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	if err != nil {
 		return err
 	}
-	if err := start("reconciler", func(_ *nats.Conn, js jetstream.JetStream) error {
-		r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: m.cfg, Logger: log.With("component", "reconciler"), Signer: signer})
-		if err != nil {
-			return err
-		}
-		m.rc.Store(r)
-		return r.Run(ctx)
+	if err := start("reconciler", func(nc *nats.Conn, _ jetstream.JetStream) error {
+		return engine.Serve(ctx, nc, engine.Config{Stream: m.cfg, Logger: log.With("component", "reconciler"), Signer: signer,
+			Ready: func(_ context.Context, r *engine.Reconciler) { m.rc.Store(r) }})
 	}); err != nil {
 		return err
 	}

@@ -79,55 +79,6 @@ func (f *connFlags) connectWait(ctx context.Context, name string, a *app) (*nats
 		func(err error, d time.Duration) { log.Warn("NATS not reachable yet; retrying", "err", err, "in", d) })
 }
 
-// errConnClosed: the NATS connection of a long-running role closed for
-// good (an authorization revoked, a server that refused it again after a
-// reconnect): nats.go will not reconnect it, so the role stops with an
-// error and a non-zero exit, and its service manager starts it again.
-var errConnClosed = errors.New("NATS connection closed for good")
-
-// whileConnected returns a context that ends when ctx does or when nc
-// closes for good, whichever is first; in the second case
-// connClosed(ctx, nc) returns the error to exit with (errConnClosed and
-// the connection's last error). The returned func releases it.
-func whileConnected(ctx context.Context, nc *nats.Conn) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	closed := func(c *nats.Conn) { cancel(closedErr(c)) }
-	prev := nc.ClosedHandler()
-	nc.SetClosedHandler(func(c *nats.Conn) {
-		if prev != nil {
-			prev(c)
-		}
-		closed(c)
-	})
-	if nc.IsClosed() { // closed before the handler was in place
-		closed(nc)
-	}
-	return ctx, func() { cancel(context.Canceled) }
-}
-
-// closedErr is errConnClosed with c's last error, if any.
-func closedErr(c *nats.Conn) error {
-	if err := c.LastError(); err != nil {
-		return fmt.Errorf("%w: %w", errConnClosed, err)
-	}
-	return errConnClosed
-}
-
-// connClosed returns the error a role whose context whileConnected made
-// for nc exits with when nc closed for good, else nil. It asks nc too:
-// nats.go marks a connection closed before it runs the closed handler,
-// so a role that stopped on the closed connection itself (a consumer
-// failing) can return before the handler has ended ctx.
-func connClosed(ctx context.Context, nc *nats.Conn) error {
-	if err := context.Cause(ctx); ctx.Err() != nil && errors.Is(err, errConnClosed) {
-		return err
-	}
-	if nc.IsClosed() {
-		return closedErr(nc)
-	}
-	return nil
-}
-
 // waitFor calls op until it succeeds or fails with an error other than
 // retryable, with jittered backoff (250 ms doubling to 5 s) and note
 // called before each wait; when ctx ends it returns op's last error.

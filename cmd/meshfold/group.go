@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,23 +24,3 @@ func (f *groupFlags) add(cmd *cobra.Command) {
 }
 
 func (f *groupFlags) enabled() bool { return f != nil && f.name != "" }
-
-// runGrouped runs r on the grants of g until ctx is done or either
-// fails: the group keeps the leases, the reconciler folds what they
-// grant. Each stops the other; the group releases its leases only after
-// the reconciler's partitions have written their final snapshots.
-func runGrouped(ctx context.Context, g *engine.Group, r *engine.Reconciler) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var gerr error
-	gdone := make(chan struct{})
-	go func() {
-		defer close(gdone)
-		gerr = g.Run(ctx)
-		cancel()
-	}()
-	rerr := r.Run(ctx)
-	cancel()
-	<-gdone
-	return errors.Join(rerr, gerr)
-}

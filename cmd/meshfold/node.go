@@ -143,13 +143,9 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	defer nc.Close()
 	// A connection closed for good (a revoked user) ends the agent with an
 	// error: it would never reconnect, and systemd's Restart= brings it back.
-	ctx, stop := whileConnected(cmd.Context(), nc)
-	defer stop()
-	err = runNodeAgent(ctx, a, name, o, nc, trust, log)
-	if cerr := connClosed(ctx, nc); cerr != nil {
-		return cerr
-	}
-	return err
+	return store.WhileConnected(cmd.Context(), nc, func(ctx context.Context) error {
+		return runNodeAgent(ctx, a, name, o, nc, trust, log)
+	})
 }
 
 // runNodeAgent runs the agent of node name on nc until ctx is done.

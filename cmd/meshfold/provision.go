@@ -106,13 +106,9 @@ func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) erro
 	// A connection closed for good (a revoked user) ends the client with
 	// an error: it would never reconnect, and its service manager brings
 	// it back.
-	ctx, stop := whileConnected(cmd.Context(), nc)
-	defer stop()
-	err = runProvisioner(ctx, a, name, o, nc, trust, log)
-	if cerr := connClosed(ctx, nc); cerr != nil {
-		return cerr
-	}
-	return err
+	return store.WhileConnected(cmd.Context(), nc, func(ctx context.Context) error {
+		return runProvisioner(ctx, a, name, o, nc, trust, log)
+	})
 }
 
 // runProvisioner runs the provisioner client of node name on nc until

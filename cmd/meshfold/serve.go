@@ -5,22 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/engine"
@@ -329,7 +320,7 @@ reconcile exits with status 1 when its NATS connection is closed for good
 // once the same auth error refuses it twice, but a refused in-process
 // reconnect ends with its pipe closed before the -ERR is read, so it
 // would retry for ever and the reconciler would hang; closed here, serve
-// exits as reconcile does (errConnClosed).
+// exits as reconcile does (store.ErrConnClosed).
 type revocation struct {
 	mu  sync.Mutex
 	err error
@@ -349,162 +340,30 @@ func (r *revocation) option() nats.Option {
 	})
 }
 
-// explain names the revocation as the reason of an errConnClosed.
+// explain names the revocation as the reason of a store.ErrConnClosed.
 func (r *revocation) explain(err error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err != nil && errors.Is(err, errConnClosed) {
-		return fmt.Errorf("%w: %w", errConnClosed, r.err)
+	if r.err != nil && errors.Is(err, store.ErrConnClosed) {
+		return fmt.Errorf("%w: %w", store.ErrConnClosed, r.err)
 	}
 	return err
 }
 
-// runReconciler ensures the stream, starts the state service and the
-// metrics endpoint, and folds until ctx is done or nc closes for good;
-// ready is called once the stream is there, with the context it runs
-// under. A connection closed for good (its user revoked) ends it with
-// errConnClosed: nats.go would never reconnect it, and the service
-// manager's restart brings the reconciler back, or says why it cannot.
+// runReconciler runs the reconciler on nc through engine.Serve, with
+// the loop's flags, until ctx is done or it fails; ready is called once
+// everything is up, with the context it runs under and the stream's
+// effective configuration. A connection closed for good (its user
+// revoked) ends it with store.ErrConnClosed: nats.go would never
+// reconnect it, and the service manager's restart brings the reconciler
+// back, or says why it cannot.
 func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, lf loopFlags, ready func(context.Context, store.StreamConfig)) error {
-	ctx, stop := whileConnected(ctx, nc)
-	defer stop()
-	err := runReconcilerLoop(ctx, a, log, nc, lf, ready)
-	if cerr := connClosed(ctx, nc); cerr != nil {
-		return cerr
-	}
-	return err
-}
-
-func runReconcilerLoop(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, lf loopFlags, ready func(context.Context, store.StreamConfig)) error {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, cfg, err := store.EnsureStream(sctx, js, lf.stream(a.stream))
-	if err == nil {
-		// The node agents' lease bucket: created here, where the
-		// credentials may create it (a node's may not).
-		_, err = store.OpenNodeLeases(sctx, js, cfg)
-	}
-	cancel()
-	if err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
-	// go_gc_heap_live_bytes (the heap the last collection marked live)
-	// beside the classic memstats: the memory per node of issue 17 is read
-	// from it.
-	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
-		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := engine.NewMetrics(reg)
-	if lf.metrics != "" {
-		ln, err := net.Listen("tcp", lf.metrics)
-		if err != nil {
-			return fmt.Errorf("--metrics: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		if lf.pprof {
-			mux.HandleFunc("/debug/pprof/", pprof.Index)
-			mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		}
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server", "err", err)
-			}
-		}()
-		defer hs.Close()
-		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
-	}
-	rcfg := engine.ReconcilerConfig{Stream: cfg, Logger: log, Signer: lf.signer, Own: lf.own,
-		Metrics: metrics, SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval}
-	var (
-		group *engine.Group
-		lease *store.Lease
-	)
+	cfg := engine.Config{Stream: lf.stream(a.stream), Logger: log, Signer: lf.signer, Own: lf.own,
+		SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval,
+		MetricsAddr: lf.metrics, Pprof: lf.pprof,
+		Ready: func(ctx context.Context, r *engine.Reconciler) { ready(ctx, r.Stream()) }}
 	if lf.group.enabled() {
-		gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		group, err = engine.JoinGroup(gctx, js, engine.GroupConfig{Stream: cfg, Name: lf.group.name,
-			Instance: lf.group.instance, TTL: lf.group.ttl, Logger: log})
-		cancel()
-		if err != nil {
-			return err
-		}
-		rcfg.Grants = group.Grants()
-	} else {
-		// One ungrouped reconciler per stream, and none beside a group.
-		if lease, err = engine.HoldStream(ctx, js, cfg, log); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		defer func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := lease.Release(rctx); err != nil {
-				log.Warn("stream lease not released; it expires after its TTL", "ttl", lease.TTL(), "err", err)
-			}
-		}()
+		cfg.Group, cfg.Instance, cfg.LeaseTTL = lf.group.name, lf.group.instance, lf.group.ttl
 	}
-	r, err := engine.NewReconciler(ctx, js, rcfg)
-	if err != nil {
-		return err
-	}
-	reg.MustRegister(r.StateCollector())
-	// In a group each instance knows only its partitions' nodes: every
-	// instance hears every request and the owner answers.
-	svc, err := engine.AddStateService(nc, r.Node, engine.StateServiceConfig{Prefix: cfg.Prefix, Partial: group != nil})
-	if err != nil {
-		return err
-	}
-	defer svc.Stop()
-	ready(ctx, cfg)
-	if group != nil {
-		log.Info("reconciler running in a group", "stream", cfg.Name, "partitions", cfg.Partitions,
-			"group", lf.group.name, "instance", group.Instance(), "lease_ttl", group.TTL())
-		if err := runGrouped(ctx, group, r); err != nil || connClosed(ctx, nc) != nil {
-			return err // a closed connection released nothing: runReconciler says so
-		}
-		logStopped(log, r, ", leases released")
-		return nil
-	}
-	log.Info("reconciler running", "stream", cfg.Name, "partitions", cfg.Partitions, "lease_ttl", lease.TTL())
-	rctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		select {
-		case <-lease.Lost():
-			log.Error("stream lease taken by another reconciler: stopping", "err", lease.Err())
-			stop()
-		case <-rctx.Done():
-		}
-	}()
-	if err := r.Run(rctx); err != nil || connClosed(ctx, nc) != nil {
-		return err
-	}
-	if err := lease.Err(); err != nil {
-		return fmt.Errorf("stream lease lost: %w", err)
-	}
-	logStopped(log, r, "")
-	return nil
-}
-
-// logStopped says how the reconciler stopped: "snapshots written" only
-// when every partition's final snapshot was.
-func logStopped(log *slog.Logger, r *engine.Reconciler, also string) {
-	unsaved := r.Unsaved()
-	if len(unsaved) == 0 {
-		log.Info("reconciler stopped; snapshots written" + also)
-		return
-	}
-	parts := slices.Sorted(maps.Keys(unsaved))
-	log.Warn("reconciler stopped; the final snapshot of some partitions was not written: a restart refolds them from their previous one"+also,
-		"partitions", parts, "err", unsaved[parts[0]])
+	return engine.Serve(ctx, nc, cfg)
 }

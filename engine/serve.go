@@ -1,0 +1,282 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/meshfold/meshfold/store"
+)
+
+// Why [Serve] stopped, beside store.ErrConnClosed and the errors of
+// HoldStream and JoinGroup.
+var (
+	// ErrStreamLeaseLost: another process took the stream lease of this
+	// ungrouped reconciler (it was not renewed within its TTL, as after a
+	// long pause); the reconciler stopped at once, writing nothing more.
+	ErrStreamLeaseLost = errors.New("stream lease lost")
+	// ErrMetricsListen: the metrics address could not be listened on.
+	ErrMetricsListen = errors.New("metrics listener")
+)
+
+// Config configures [Serve]. Stream is the stream wanted; every other
+// field is optional.
+type Config struct {
+	// Stream is the stream wanted: created, or adopted with the changes
+	// that may be made, by store.EnsureStream. Zero fields take the
+	// defaults, or an existing stream's values.
+	Stream store.StreamConfig
+	// Logger receives the lifecycle's lines ("reconciler running",
+	// "reconciler stopped; ...") and the loop's; nil discards them.
+	Logger *slog.Logger
+	// Signer and Own: as [ReconcilerConfig].
+	Signer *store.Signer
+	Own    *store.Trust
+	// SnapshotEvery and SnapshotInterval: as [ReconcilerConfig] (0: the
+	// defaults).
+	SnapshotEvery    int
+	SnapshotInterval time.Duration
+
+	// Group, when set, makes this instance a member of the reconciler
+	// group of that name ([JoinGroup]): it folds the partitions the
+	// group grants it, and answers state requests for their nodes only.
+	// Empty: the reconciler folds every partition alone, holding the
+	// stream lease ([HoldStream]) while it runs.
+	Group string
+	// Instance names this member in Group (default "<hostname>-<pid>").
+	Instance string
+	// LeaseTTL is the lease bucket's TTL when this instance creates it:
+	// the longest a dead or hung instance keeps its partitions (0:
+	// [DefaultLeaseTTL]; an existing bucket's TTL wins). Used with Group;
+	// the stream lease of an ungrouped reconciler takes DefaultLeaseTTL.
+	LeaseTTL time.Duration
+
+	// MetricsAddr, when set, serves the Prometheus metrics (the loop's,
+	// its state gauges, Go's and the process's) on HOST:PORT at
+	// /metrics. Empty: not served (still counted).
+	MetricsAddr string
+	// Pprof also serves Go's profiles at /debug/pprof/ on MetricsAddr's
+	// listener; they expose the reconciler's internals. Needs
+	// MetricsAddr.
+	Pprof bool
+
+	// Ready, when set, is called once everything is up (the stream, the
+	// lease or the membership, the reconciler, the state service), just
+	// before the reconciler starts folding, with the context Serve runs
+	// under (it ends when Serve is stopping) and the reconciler
+	// (Reconciler.Stream is the stream's effective configuration). It
+	// runs on Serve's goroutine: start anything long from it in a
+	// goroutine of its own.
+	Ready func(ctx context.Context, r *Reconciler)
+}
+
+// Serve runs the reconciler on nc until ctx ends or a fatal error, as a
+// `meshfold serve` or `meshfold reconcile` process does (DESIGN.md §7). In
+// order, it: ensures the stream (cfg.Stream) and the node agents' lease
+// bucket; serves the metrics when cfg.MetricsAddr is set; joins cfg.Group,
+// or else claims the stream lease (waiting out a dead holder's, at most
+// its TTL); opens the reconciler and the snapshot bucket; starts the state
+// service (partial in a group); calls cfg.Ready; and folds. When ctx
+// ends it stops gracefully: the last snapshots are written, then the
+// group's leases or the stream lease are released, and Serve returns nil.
+// It logs how it stopped ("snapshots written" only when every partition's
+// final snapshot was).
+//
+// Errors: store.ErrConnClosed (wrapping the connection's last error)
+// when nc closes for good, whatever else failed; [ErrStreamLeaseLost]
+// (wrapping the lease's error) when another process took the stream
+// lease; [ErrBesideGroup] or [ErrBesideUngrouped] when another reconciler
+// folds the stream; [ErrMetricsListen] wrapping the listen error; the
+// stream's (store.ErrIncompatibleStream), the buckets' and the group's
+// errors; the state service's. A ctx that ends while the stream lease
+// is awaited returns nil.
+func Serve(ctx context.Context, nc *nats.Conn, cfg Config) error {
+	if cfg.Pprof && cfg.MetricsAddr == "" {
+		return errors.New("engine: Pprof needs MetricsAddr: the profiles are served on its listener")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return store.WhileConnected(ctx, nc, func(ctx context.Context) error { return serve(ctx, nc, cfg) })
+}
+
+func serve(ctx context.Context, nc *nats.Conn, c Config) error {
+	log := c.Logger
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, scfg, err := store.EnsureStream(sctx, js, c.Stream)
+	if err == nil {
+		// The node agents' lease bucket: created here, where the
+		// credentials may create it (a node's may not).
+		_, err = store.OpenNodeLeases(sctx, js, scfg)
+	}
+	cancel()
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	// go_gc_heap_live_bytes (the heap the last collection marked live)
+	// beside the classic memstats: the memory per node of issue 17 is read
+	// from it.
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := NewMetrics(reg)
+	if c.MetricsAddr != "" {
+		stop, err := serveMetrics(c.MetricsAddr, c.Pprof, reg, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	rcfg := ReconcilerConfig{Stream: scfg, Logger: log, Signer: c.Signer, Own: c.Own,
+		Metrics: metrics, SnapshotEvery: c.SnapshotEvery, SnapshotInterval: c.SnapshotInterval}
+	var (
+		group *Group
+		lease *store.Lease
+	)
+	if c.Group != "" {
+		gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		group, err = JoinGroup(gctx, js, GroupConfig{Stream: scfg, Name: c.Group,
+			Instance: c.Instance, TTL: c.LeaseTTL, Logger: log})
+		cancel()
+		if err != nil {
+			return err
+		}
+		rcfg.Grants = group.Grants()
+	} else {
+		// One ungrouped reconciler per stream, and none beside a group.
+		if lease, err = HoldStream(ctx, js, scfg, log); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := lease.Release(rctx); err != nil {
+				log.Warn("stream lease not released; it expires after its TTL", "ttl", lease.TTL(), "err", err)
+			}
+		}()
+	}
+	r, err := NewReconciler(ctx, js, rcfg)
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(r.StateCollector())
+	// In a group each instance knows only its partitions' nodes: every
+	// instance hears every request and the owner answers.
+	svc, err := AddStateService(nc, r.Node, StateServiceConfig{Prefix: scfg.Prefix, Partial: group != nil})
+	if err != nil {
+		return err
+	}
+	defer svc.Stop()
+	if c.Ready != nil {
+		c.Ready(ctx, r)
+	}
+	if group != nil {
+		log.Info("reconciler running in a group", "stream", scfg.Name, "partitions", scfg.Partitions,
+			"group", c.Group, "instance", group.Instance(), "lease_ttl", group.TTL())
+		if err := runGrouped(ctx, group, r); err != nil || nc.IsClosed() {
+			return err // a closed connection released nothing: Serve says so
+		}
+		logStopped(log, r, ", leases released")
+		return nil
+	}
+	log.Info("reconciler running", "stream", scfg.Name, "partitions", scfg.Partitions, "lease_ttl", lease.TTL())
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-lease.Lost():
+			log.Error("stream lease taken by another reconciler: stopping", "err", lease.Err())
+			stop()
+		case <-rctx.Done():
+		}
+	}()
+	if err := r.Run(rctx); err != nil || nc.IsClosed() {
+		return err
+	}
+	if err := lease.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrStreamLeaseLost, err)
+	}
+	logStopped(log, r, "")
+	return nil
+}
+
+// serveMetrics serves reg at /metrics on addr, and Go's profiles at
+// /debug/pprof/ when withPprof, until the returned stop.
+func serveMetrics(addr string, withPprof bool, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMetricsListen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() { _ = hs.Close() }, nil
+}
+
+// runGrouped runs r on the grants of g until ctx is done or either
+// fails: the group keeps the leases, the reconciler folds what they
+// grant. Each stops the other; the group releases its leases only after
+// the reconciler's partitions have written their final snapshots.
+func runGrouped(ctx context.Context, g *Group, r *Reconciler) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var gerr error
+	gdone := make(chan struct{})
+	go func() {
+		defer close(gdone)
+		gerr = g.Run(ctx)
+		cancel()
+	}()
+	rerr := r.Run(ctx)
+	cancel()
+	<-gdone
+	return errors.Join(rerr, gerr)
+}
+
+// logStopped says how the reconciler stopped: "snapshots written" only
+// when every partition's final snapshot was.
+func logStopped(log *slog.Logger, r *Reconciler, also string) {
+	unsaved := r.Unsaved()
+	if len(unsaved) == 0 {
+		log.Info("reconciler stopped; snapshots written" + also)
+		return
+	}
+	parts := slices.Sorted(maps.Keys(unsaved))
+	log.Warn("reconciler stopped; the final snapshot of some partitions was not written: a restart refolds them from their previous one"+also,
+		"partitions", parts, "err", unsaved[parts[0]])
+}

@@ -1,0 +1,55 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ErrConnClosed: a NATS connection closed for good (its user revoked or
+// expired, a server that refused it again after a reconnect). nats.go
+// will not reconnect it, so a long-running role stops with this error and
+// its service manager starts it again.
+var ErrConnClosed = errors.New("NATS connection closed for good")
+
+// WhileConnected runs run with a context that ends when ctx does or when
+// nc closes for good, whichever is first, and returns run's error; when
+// nc closed for good, it returns [ErrConnClosed] wrapping the
+// connection's last error instead, whatever run returned. It chains nc's
+// closed handler (the one set before is still called).
+func WhileConnected(ctx context.Context, nc *nats.Conn, run func(context.Context) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(context.Canceled)
+	closed := func(c *nats.Conn) { cancel(closedErr(c)) }
+	prev := nc.ClosedHandler()
+	nc.SetClosedHandler(func(c *nats.Conn) {
+		if prev != nil {
+			prev(c)
+		}
+		closed(c)
+	})
+	if nc.IsClosed() { // closed before the handler was in place
+		closed(nc)
+	}
+	err := run(ctx)
+	// nats.go marks a connection closed before it runs the closed
+	// handler, so run may return (a consumer failing on the closed
+	// connection) before the handler has ended ctx: nc is asked too.
+	if cerr := context.Cause(ctx); ctx.Err() != nil && errors.Is(cerr, ErrConnClosed) {
+		return cerr
+	}
+	if nc.IsClosed() {
+		return closedErr(nc)
+	}
+	return err
+}
+
+// closedErr is ErrConnClosed with c's last error, if any.
+func closedErr(c *nats.Conn) error {
+	if err := c.LastError(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConnClosed, err)
+	}
+	return ErrConnClosed
+}
