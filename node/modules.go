@@ -10,12 +10,12 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/atomicfile"
 )
 
 // DefaultHaveEvery is the least interval between two haves that a
@@ -69,12 +69,7 @@ func (a *Agent) noteFiles(p *events.Plan) {
 	}
 	data, err := json.Marshal(rec)
 	if err == nil {
-		tmp := filepath.Join(a.cfg.StateDir, "."+filesFile+"."+randomHex(6))
-		if err = os.WriteFile(tmp, data, 0o600); err == nil {
-			if err = os.Rename(tmp, filepath.Join(a.cfg.StateDir, filesFile)); err != nil {
-				_ = os.Remove(tmp)
-			}
-		}
+		err = atomicfile.Write(filepath.Join(a.cfg.StateDir, filesFile), data, 0o600)
 	}
 	if err != nil {
 		a.log.Warn("record of module files not written", "err", err)
@@ -131,13 +126,12 @@ func (a *Agent) sweepTemps() {
 	}
 }
 
-// sweepTemp deletes the temporary files of writes of p (see writeFile:
-// .<base>.meshfold-<16 hex> in p's directory). Called with a.mu held, so
-// no write is in flight.
+// sweepTemp deletes the temporary files of writes of p (see writeFile and
+// atomicfile.IsTemp: .<base>.meshfold-<16 hex> in p's directory). Called
+// with a.mu held, so no write is in flight.
 func (a *Agent) sweepTemp(p string) {
 	rel := p[1:]
 	dir := path.Dir(rel)
-	prefix := "." + path.Base(rel) + ".meshfold-"
 	d, err := a.root.Open(dir)
 	if err != nil {
 		return
@@ -145,7 +139,7 @@ func (a *Agent) sweepTemp(p string) {
 	names, _ := d.Readdirnames(-1)
 	_ = d.Close()
 	for _, n := range names {
-		if rest, ok := strings.CutPrefix(n, prefix); ok && len(rest) == 16 {
+		if atomicfile.IsTemp(n, path.Base(rel)) {
 			if err := a.root.Remove(path.Join(dir, n)); err == nil {
 				a.log.Warn("deleted the temporary file of an interrupted write", "path", p)
 			}

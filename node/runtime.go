@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/atomicfile"
 )
 
 // Runtime is how the agent makes modules run. A real engine (systemd,
@@ -99,12 +98,7 @@ func (r *DirRuntime) Apply(ctx context.Context, m events.PlanModule) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	tmp := filepath.Join(r.dir, "."+m.Name+".json."+randomHex(6))
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("apply %s: %w", m.Name, err)
-	}
-	if err := os.Rename(tmp, r.file(m.Name)); err != nil {
-		_ = os.Remove(tmp)
+	if err := atomicfile.Write(r.file(m.Name), append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("apply %s: %w", m.Name, err)
 	}
 	return nil
@@ -161,12 +155,6 @@ func (r *DirRuntime) Running(ctx context.Context) ([]events.HaveModule, error) {
 	}
 	slices.SortFunc(out, func(a, b events.HaveModule) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // AccountMapper is implemented by a [Runtime] whose modules may run as

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/atomicfile"
 )
 
 // ReservedDir is the directory under the node's root that belongs to the
@@ -27,16 +28,16 @@ const ReservedDir = events.ReservedDir
 // errReserved: a fill named a path inside [ReservedDir].
 var errReserved = errors.New("path is inside the agent's reserved directory " + ReservedDir)
 
-// writeFile writes data to file.Path under root atomically: a temporary
-// file in the target's directory (created 0600), the content, chown to
-// account when the agent runs as root and the account exists as a user,
-// chmod to the declared mode, fsync, rename over the target, fsync of the
-// directory. Missing parent directories are created 0755. Every name is
-// resolved through root, so a path that escapes it (a symlink pointing
-// outside, in any component) fails.
+// writeFile writes data to file.Path under root atomically, through
+// atomicfile.WriteIn: a temporary file in the target's directory (created
+// 0600), the content, chown to account when the agent runs as root and
+// the account exists as a user, chmod to the declared mode, fsync, rename
+// over the target, fsync of the directory. Missing parent directories are
+// created 0755. Every name is resolved through root, so a path that
+// escapes it (a symlink pointing outside, in any component) fails.
 //
 // Errors name the declared path and the failing step, never the content.
-func writeFile(root *os.Root, file events.File, account string, data []byte) (err error) {
+func writeFile(root *os.Root, file events.File, account string, data []byte) error {
 	if !events.ValidPath(file.Path) || !events.ValidMode(file.Mode) {
 		return fmt.Errorf("%s: invalid path or mode %q", file.Path, file.Mode)
 	}
@@ -63,47 +64,18 @@ func writeFile(root *os.Root, file events.File, account string, data []byte) (er
 		return fmt.Errorf("%s: %w", file.Path, err)
 	}
 
-	tmp := path.Join(dir, "."+path.Base(rel)+".meshfold-"+randomHex(8))
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("%s: create temporary file: %w", file.Path, err)
-	}
-	renamed := false
-	defer func() {
-		if !renamed {
-			_ = f.Close()
-			_ = root.Remove(tmp)
+	// After chown, which may clear set-id bits, the mode is set with
+	// fchmod (the umask does not apply).
+	err := atomicfile.WriteIn(root, rel, data, fileMode(file.Mode), func(f *os.File) error {
+		if uid, gid, ok := ownerOf(account); ok {
+			if err := f.Chown(uid, gid); err != nil {
+				return fmt.Errorf("chown to %s: %w", account, err)
+			}
 		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("%s: write: %w", file.Path, err)
-	}
-	if uid, gid, ok := ownerOf(account); ok {
-		if err := f.Chown(uid, gid); err != nil {
-			return fmt.Errorf("%s: chown to %s: %w", file.Path, account, err)
-		}
-	}
-	// After chown, which may clear set-id bits; fchmod ignores the umask.
-	if err := f.Chmod(fileMode(file.Mode)); err != nil {
-		return fmt.Errorf("%s: chmod %s: %w", file.Path, file.Mode, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("%s: fsync: %w", file.Path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("%s: close: %w", file.Path, err)
-	}
-	if err := root.Rename(tmp, rel); err != nil {
-		return fmt.Errorf("%s: rename into place: %w", file.Path, err)
-	}
-	renamed = true
-	d, err := root.Open(dir)
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("%s: open directory for fsync: %w", file.Path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("%s: fsync directory: %w", file.Path, err)
+		return fmt.Errorf("%s: %w", file.Path, err)
 	}
 	return nil
 }
@@ -184,8 +156,8 @@ const keyFile = "fill-hmac.key"
 const keySize = 32
 
 // loadKey returns the node's HMAC key from dir/fill-hmac.key, creating dir
-// (0700) and the key (32 random bytes, 0600, exclusively: once) when
-// missing.
+// (0700) and the key (32 random bytes, 0600, exclusively and atomically:
+// once) when missing.
 //
 // Errors: the directory or file cannot be created or read; an existing key
 // of the wrong size, or readable or writable by group or others.
@@ -194,25 +166,21 @@ func loadKey(dir string) ([]byte, error) {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	name := dir + string(os.PathSeparator) + keyFile
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	switch {
-	case err == nil:
+	// Created whole or not at all (atomicfile.Create): an agent killed
+	// while creating it leaves no empty key that would stop every later
+	// start.
+	if _, err := os.Lstat(name); errors.Is(err, fs.ErrNotExist) {
 		key := make([]byte, keySize)
 		if _, err := rand.Read(key); err != nil {
-			_ = f.Close()
-			_ = os.Remove(name)
 			return nil, fmt.Errorf("hmac key: %w", err)
 		}
-		_, werr := f.Write(key)
-		serr := f.Sync()
-		cerr := f.Close()
-		if err := errors.Join(werr, serr, cerr); err != nil {
-			_ = os.Remove(name)
+		err := atomicfile.Create(name, key, 0o600)
+		if err == nil {
+			return key, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("hmac key %s: %w", name, err)
 		}
-		return key, nil
-	case !errors.Is(err, fs.ErrExist):
-		return nil, fmt.Errorf("hmac key: %w", err)
 	}
 	fi, err := os.Stat(name)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/atomicfile"
 )
 
 // Effect signatures (issue 14; docs/architecture.md, "Signed effects"):
@@ -210,7 +211,7 @@ func WriteTrustFile(path string, pubs ...string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return writeAtomic(path, []byte(b.String()), 0o644)
+	return atomicfile.Write(path, []byte(b.String()), 0o644)
 }
 
 // AddTrustFile adds the public keys to the trust file at path, creating
@@ -273,7 +274,7 @@ func LoadOrCreateSigningKey(path string) (kp nkeys.KeyPair, created bool, err er
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, false, err
 		}
-		if err := writeAtomic(path, append(s, '\n'), 0o600); err != nil {
+		if err := atomicfile.Write(path, append(s, '\n'), 0o600); err != nil {
 			return nil, false, err
 		}
 		return kp, true, nil
@@ -286,31 +287,4 @@ func LoadOrCreateSigningKey(path string) (kp nkeys.KeyPair, created bool, err er
 		return nil, false, fmt.Errorf("signing key %s: %w", path, err)
 	}
 	return kp, false, nil
-}
-
-// writeAtomic writes data to path through a temporary file in the same
-// directory, synced and renamed.
-func writeAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

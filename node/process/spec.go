@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/atomicfile"
 )
 
 // Files of a module's directory, <state dir>/process/<module>/.
@@ -125,25 +126,17 @@ type identity struct {
 	Start uint64 `json:"start"`
 }
 
-// writeJSON writes v to dir/name atomically (temp file, rename), mode 0600.
+// writeJSON writes v to dir/name atomically and durably
+// (atomicfile.Write: temp file, fsync, rename, fsync of the directory),
+// mode 0600: a power loss leaves the old record or the new, never an
+// empty one.
 func writeJSON(dir, name string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+name+".*")
-	if err != nil {
-		return err
-	}
-	_, werr := tmp.Write(append(data, '\n'))
-	cerr := tmp.Close()
-	if werr != nil || cerr != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %v %v", name, werr, cerr)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		_ = os.Remove(tmp.Name())
-		return err
+	if err := atomicfile.Write(filepath.Join(dir, name), append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
 	}
 	return nil
 }

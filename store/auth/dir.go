@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/atomicfile"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -556,41 +557,13 @@ func readSeed(path string) (nkeys.KeyPair, error) {
 	return kp, nil
 }
 
-// writeFile writes data to path atomically (a temporary file in the same
-// directory, synced, then renamed), with mode perm; the parent directory
-// is created with mode 0700 when missing.
+// writeFile writes data to path atomically and durably (atomicfile.Write:
+// a temporary file in the same directory, synced, renamed, the directory
+// synced), with mode perm; the parent directory is created with mode 0700
+// when missing.
 func writeFile(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename there is nothing to remove
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
+	return atomicfile.Write(path, data, perm)
 }
