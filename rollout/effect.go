@@ -1,0 +1,64 @@
+package rollout
+
+import (
+	"strconv"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// Effect is one thing the controller must do: publish a want on a node's
+// want subject, or append a record on the fleet's rollout subject.
+// Exactly one of Want and Record is set.
+type Effect struct {
+	Fleet string
+	// Cause is the stream sequence of the event whose folding produced it.
+	Cause uint64
+	// N counts the records produced by the same cause: 0, 1, …
+	N      int
+	Want   *WantEffect
+	Record *Record
+}
+
+// WantEffect is a want to publish: a target's new want (step forward) or
+// its previous one given back (step revert).
+type WantEffect struct {
+	Rollout uint64
+	Node    string
+	Step    Step
+	// Modules are the want's modules. For a revert they are nil when
+	// CopyOf names the previous want: the controller publishes the modules
+	// of the want stored at that sequence (it reads the message by
+	// sequence); a revert of a node that had no want before carries an
+	// empty, non-nil list (every module removed).
+	Modules []events.WantModule
+	CopyOf  uint64
+	// Expect is the sequence of the node's newest want the step was
+	// decided against: publish with Nats-Expected-Last-Subject-Sequence
+	// set to it (0: the subject must hold no message), so a want changed
+	// by hand meanwhile is refused, never overwritten (DESIGN.md §11).
+	Expect uint64
+}
+
+// ID is the effect's message id. A want's is
+// `<fleet>.rollout.<rollout>.<node>.<step>`: one forward want and one
+// revert per target and rollout, whatever event caused it, so a replay, a
+// restart or a second controller makes the same id. A record's is
+// `<fleet>.record.<cause>.<n>`.
+func (e Effect) ID() string {
+	if e.Want != nil {
+		return WantID(e.Fleet, e.Want.Rollout, e.Want.Node, e.Want.Step)
+	}
+	return e.Fleet + ".record." + strconv.FormatUint(e.Cause, 10) + "." + strconv.Itoa(e.N)
+}
+
+// WantID is the message id of a step's want.
+func WantID(fleet string, rollout uint64, node string, step Step) string {
+	return fleet + ".rollout." + strconv.FormatUint(rollout, 10) + "." + node + "." + string(step)
+}
+
+// OutcomeID is the message id of the controller's record of a step's
+// outcome, [Published] or [Refused]: one per step, so the first one stored
+// is the outcome.
+func OutcomeID(fleet string, rollout uint64, node string, step Step) string {
+	return fleet + ".outcome." + strconv.FormatUint(rollout, 10) + "." + node + "." + string(step)
+}

@@ -1,0 +1,185 @@
+package fleetfile_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/rollout/fleetfile"
+)
+
+const good = `fleet: web                       # a subject token
+nodes:
+  ace: {site: eu, role: build}
+  bob: {site: us}
+  cat: {site: eu}
+groups:
+  - name: base
+    select: {}
+    modules:
+      - {name: provisioner, build: "sha256:1", runs_as: prov, provisioner: true}
+  - name: build
+    select: {role: build}
+    modules:
+      - {name: mesh-build-go, build: "sha256:2", runs_as: mbg,
+         files: [{path: /run/mesh-build-go/broker.creds, mode: 0600}]}
+rollout: {batch: 2, max_unavailable: "25%", canary: 1, min_healthy: 10s,
+          healthy_deadline: 5m, auto_revert: true}
+`
+
+func TestParse(t *testing.T) {
+	f, warns, err := fleetfile.Parse([]byte(good))
+	if err != nil || len(warns) > 0 {
+		t.Fatalf("Parse: %v %v", err, warns)
+	}
+	if f.Name != "web" || len(f.Nodes) != 3 || len(f.Groups) != 2 {
+		t.Fatalf("parsed %+v", f)
+	}
+	want := rollout.Params{Batch: rollout.Amount{N: 2}, MaxUnavailable: rollout.Amount{N: 25, Percent: true},
+		Canary: rollout.Amount{N: 1}, MinHealthy: rollout.Duration(10e9), HealthyDeadline: rollout.Duration(300e9), AutoRevert: true}
+	if f.Rollout != want {
+		t.Fatalf("rollout block %+v, want %+v", f.Rollout, want)
+	}
+	ace, _ := f.Want("ace")
+	if got := names(ace); got != "mesh-build-go:sha256:2,provisioner:sha256:1" {
+		t.Fatalf("ace wants %s", got)
+	}
+	if ace[0].Files[0].Mode != "0600" {
+		t.Fatalf("mode read as %q", ace[0].Files[0].Mode)
+	}
+	bob, _ := f.Want("bob")
+	if got := names(bob); got != "provisioner:sha256:1" {
+		t.Fatalf("bob wants %s", got)
+	}
+	if _, ok := f.Want("zed"); ok {
+		t.Fatal("zed is not owned")
+	}
+	// A pure function of the file: the same bytes, the same wants.
+	again, _, _ := fleetfile.Parse([]byte(good))
+	for _, n := range f.Nodes {
+		a, _ := f.Want(n.Name)
+		b, _ := again.Want(n.Name)
+		if !rollout.EqualWant(a, b) {
+			t.Fatalf("%s: two parses, two wants", n.Name)
+		}
+	}
+}
+
+func TestParseJSON(t *testing.T) {
+	f, _, err := fleetfile.Parse([]byte(`{"fleet":"web","nodes":{"ace":{}},"groups":[{"name":"all","select":{},"modules":[{"name":"web","build":"b1"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := f.Want("ace"); names(w) != "web:b1" {
+		t.Fatalf("ace wants %s", names(w))
+	}
+}
+
+func names(ms []events.WantModule) string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Name+":"+m.Build)
+	}
+	return strings.Join(out, ",")
+}
+
+// TestErrors: every error names its line and field.
+func TestErrors(t *testing.T) {
+	many := new(strings.Builder)
+	for i := range events.MaxModules + 1 {
+		fmt.Fprintf(many, "      - {name: m%d, build: b}\n", i)
+	}
+	for _, c := range []struct {
+		name, file string
+		is         error
+		want       string
+	}{
+		{"two groups", "fleet: web\nnodes:\n  ace: {role: db}\ngroups:\n  - name: base\n    select: {}\n    modules:\n      - {name: web, build: b1}\n  - name: db\n    select: {role: db}\n    modules:\n      - {name: web, build: b2}\n",
+			fleetfile.ErrTwoGroups, "line 12: error: groups[1].modules[0].name: module in two of the node's groups: web is in groups base and db of node ace"},
+		{"unknown field", "fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: base\n    modules:\n      - {name: web, biuld: b1}\n",
+			fleetfile.ErrUnknownField, "line 6: error: groups[0].modules[0].biuld: unknown field"},
+		{"unknown top field", "fleet: web\nnodes: {ace: {}}\ngroups: []\nrolout: {batch: 2}\n",
+			fleetfile.ErrUnknownField, "line 4: error: rolout: unknown field"},
+		{"bad path", "fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: base\n    modules:\n      - name: web\n        build: b1\n        files: [{path: relative, mode: \"0600\"}]\n",
+			events.ErrBadPath, `line 6: error: groups[0].modules[0].files[0].path: "relative": must be absolute`},
+		{"over the limits", "fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: base\n    modules:\n" + many.String(),
+			events.ErrTooMany, "line 5: error: groups[0].modules: too many: 33, the limit is 32 (events.MaxModules)"},
+		{"union over the limits", "fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: a\n    modules:\n      - {name: p, build: b, provisioner: true}\n  - name: b\n    modules:\n      - {name: q, build: b, provisioner: true}\n",
+			events.ErrProvisioners, "line 2: error: nodes.ace: its want (the union of its groups): modules[1].provisioner"},
+		{"bad amount", "fleet: web\nnodes: {ace: {}}\ngroups: []\nrollout:\n  batch: 0\n",
+			rollout.ErrBadAmount, "line 5: error: rollout.batch: batch 0"},
+		{"bad duration", "fleet: web\nnodes: {ace: {}}\ngroups: []\nrollout:\n  min_healthy: soon\n",
+			rollout.ErrBadDuration, `line 5: error: rollout.min_healthy: "soon"`},
+		{"missing fleet", "nodes: {ace: {}}\ngroups: []\n", fleetfile.ErrMissing, "line 1: error: fleet: required"},
+		{"bad node", "fleet: web\nnodes: {Ace: {}}\ngroups: []\n", events.ErrBadName, "line 2: error: nodes.Ace"},
+		{"not yaml", "fleet: [\n", nil, "line 1: error: file: yaml: line 1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := fleetfile.Parse([]byte(c.file))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if c.is != nil && !errors.Is(err, c.is) {
+				t.Errorf("error %v is not %v", err, c.is)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error\n%v\nlacks\n%s", err, c.want)
+			}
+		})
+	}
+}
+
+// TestSelectorMatchingNothing is a warning, not an error.
+func TestSelectorMatchingNothing(t *testing.T) {
+	_, warns, err := fleetfile.Parse([]byte("fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: gpu\n    select: {gpu: \"yes\"}\n    modules: [{name: cuda, build: c1}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 1 || !errors.Is(warns[0], fleetfile.ErrMatchesNone) || warns[0].Line != 5 {
+		t.Fatalf("warnings %v", warns)
+	}
+	if got := warns[0].Error(); got != "line 5: warning: groups[0].select: selects no owned node" {
+		t.Fatalf("warning %q", got)
+	}
+}
+
+// TestNewStart: the targets are the nodes whose want changes; distinct
+// wants are carried once; nodes past a page go to pages.
+func TestNewStart(t *testing.T) {
+	f, _, err := fleetfile.Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cands []rollout.Candidate
+	for i, n := range f.Nodes {
+		w, _ := f.Want(n.Name)
+		c := rollout.Candidate{Node: n.Name, Want: w, Prev: uint64(i + 1)}
+		if n.Name == "cat" {
+			c.Current = w // unchanged
+		}
+		cands = append(cands, c)
+	}
+	start, pages := rollout.NewStart("alice", "", f.Rollout, cands)
+	if len(pages) != 0 || start.Pages != 1 || len(start.Wants) != 2 || len(start.Nodes) != 3 {
+		t.Fatalf("start %+v pages %d", start, len(pages))
+	}
+	if start.Nodes[2].Want != 0 || start.Nodes[0].Want != 1 || start.Nodes[1].Want != 2 {
+		t.Fatalf("nodes %+v", start.Nodes)
+	}
+	if err := rollout.Stamp(start, testTime).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]rollout.Candidate, rollout.MaxNodesPerEvent*2+5)
+	for i := range big {
+		big[i] = rollout.Candidate{Node: fmt.Sprintf("n%d", i), Want: []events.WantModule{{Name: "web", Build: "b2"}}}
+	}
+	start, pages = rollout.NewStart("alice", "", rollout.Params{}, big)
+	if start.Pages != 3 || len(pages) != 2 || len(pages[1]) != 5 || len(start.Wants) != 1 {
+		t.Fatalf("pages %d/%d", start.Pages, len(pages))
+	}
+}
+
+var testTime = mustTime("2026-12-01T20:00:00Z")

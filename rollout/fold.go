@@ -1,0 +1,974 @@
+package rollout
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// CrashLoopRestarts is how many restarts of a module at its new build
+// (the node counts them since the apply, DESIGN.md §8) make it
+// crash-looping: its target fails at once, without waiting for its
+// healthy_deadline. One failure only breaks its healthy window.
+const CrashLoopRestarts = 3
+
+// Fold folds one input into s, in place, and returns the effects to carry
+// out, in order (nil when none).
+//
+// in.Seq must be the input's place in the fleet's one order; an input at
+// or below s.Seq was folded already: Fold returns nil and changes nothing.
+// A rollout event that could not be decoded (in.Err) is recorded as
+// rejected. Node events of nodes the rollout does not own are ignored.
+// After every input the fold judges the targets in progress at the
+// input's stream time (done, failed, unreached), then steps as many
+// targets as the batch and the budget allow.
+func (s *State) Fold(in Input) []Effect {
+	if in.Seq <= s.Seq {
+		return nil
+	}
+	s.Seq = in.Seq
+	if in.Time.After(s.Now) {
+		s.Now = in.Time
+	}
+	f := &folder{s: s, r: s.Rollout, in: in}
+	if in.Err != nil {
+		what := "not understood"
+		if !errors.Is(in.Err, events.ErrNewerVersion) {
+			what = "not folded"
+		}
+		f.record(0, "", "rejected", events.LevelError, "%s %d %s: %s", in.Kind, in.Seq, what, events.ErrorText(in.Err.Error()))
+		return f.out
+	}
+	switch p := in.Payload.(type) {
+	case *Start:
+		f.start(p)
+	case *Nodes:
+		f.page(p)
+	case *Published:
+		f.published(p)
+	case *Refused:
+		f.refused(p)
+	case *Operator:
+		f.operator(p)
+	case *Tick, *Record:
+		// Time passes (below); a record changes nothing.
+	case *events.Plan:
+		f.plan(p)
+	case *events.Settle:
+		f.settle(p)
+	case *Have:
+		f.have(p)
+	case nil:
+		switch in.Kind {
+		case KindWant:
+			f.want()
+		case KindDown, KindUp:
+			f.liveness(in.Kind == KindUp)
+		}
+	}
+	f.judgeAll()
+	f.advance()
+	return f.out
+}
+
+// folder carries one Fold call.
+type folder struct {
+	s   *State
+	r   *Rollout
+	in  Input
+	out []Effect
+	n   int // records emitted so far
+}
+
+func (f *folder) mark(by, node, reason string) *Mark {
+	return &Mark{Seq: f.in.Seq, Time: f.s.Now, By: by, Node: node, Reason: reason}
+}
+
+// record emits a record of rollout id (0: the current one).
+func (f *folder) record(id uint64, node, what string, level events.Level, format string, args ...any) {
+	if id == 0 && f.r != nil {
+		id = f.r.ID
+	}
+	rec := Stamp(&Record{Rollout: id, Cause: f.in.Seq, Node: node, What: what, Level: level, Msg: fmt.Sprintf(format, args...)}, f.s.Now)
+	f.out = append(f.out, Effect{Fleet: f.s.Fleet, Cause: f.in.Seq, N: f.n, Record: rec})
+	f.n++
+}
+
+func (f *folder) ignored(format string, args ...any) {
+	f.record(0, "", "ignored", events.LevelInfo, "%s %d ignored: %s", f.in.Kind, f.in.Seq, fmt.Sprintf(format, args...))
+}
+
+func (f *folder) publish(w *WantEffect) {
+	f.out = append(f.out, Effect{Fleet: f.s.Fleet, Cause: f.in.Seq, Want: w})
+}
+
+// start begins a rollout; one still active is superseded.
+func (f *folder) start(p *Start) {
+	if old := f.r; old != nil && old.active() {
+		old.Phase = Superseded
+		old.End = f.mark(p.By, "", fmt.Sprintf("superseded by rollout %d", f.in.Seq))
+		f.record(old.ID, "", string(Superseded), events.LevelWarn, "rollout %d superseded by rollout %d (by %s)", old.ID, f.in.Seq, events.Text(p.By))
+	}
+	r := &Rollout{ID: f.in.Seq, Time: f.s.Now, By: p.By, Reason: p.Reason, Params: p.Params,
+		Wants: p.Wants, Pages: p.Pages, Phase: Loading, Nodes: make(map[string]*Node, len(p.Nodes))}
+	f.s.Rollout, f.r = r, r
+	f.addNodes(p.Nodes)
+	r.Loaded = 1
+	if r.Loaded == r.Pages {
+		f.load()
+	}
+}
+
+// page adds one page of the start's nodes.
+func (f *folder) page(p *Nodes) {
+	r := f.r
+	switch {
+	case r == nil || p.Rollout != r.ID:
+		f.ignored("a page of rollout %d, not the current one", p.Rollout)
+	case r.Phase != Loading || p.Page != r.Loaded:
+		f.record(0, "", "rejected", events.LevelError, "nodes %d not folded: page %d, expected page %d of %d", f.in.Seq, p.Page, r.Loaded, r.Pages)
+	default:
+		f.addNodes(p.Nodes)
+		r.Loaded++
+		if r.Loaded == r.Pages {
+			f.load()
+		}
+	}
+}
+
+func (f *folder) addNodes(list []NodeAtStart) {
+	r := f.r
+	for _, a := range list {
+		if r.Nodes[a.Node] != nil || a.Want > len(r.Wants) || len(r.Nodes) >= MaxNodes {
+			f.record(0, a.Node, "rejected", events.LevelError, "node %s of event %d not folded: listed twice, naming no want, or over %d nodes", a.Node, f.in.Seq, MaxNodes)
+			continue
+		}
+		n := &Node{Name: a.Node, Down: a.Down, Unhealthy: slices.Sorted(slices.Values(a.Unhealthy)), NewestWant: a.Prev}
+		if len(n.Unhealthy) == 0 {
+			n.Unhealthy = nil
+		}
+		if a.Down {
+			n.DownSince = f.s.Now
+		}
+		if a.Want > 0 {
+			n.Want, n.Prev, n.Status, n.Order = a.Want, a.Prev, Pending, len(r.Targets)
+			r.Targets = append(r.Targets, a.Node)
+		}
+		r.Nodes[a.Node] = n
+		f.update(n)
+	}
+}
+
+// load resolves the rollout block once every node is known, and starts.
+func (f *folder) load() {
+	r := f.r
+	r.R = r.Params.Resolve(len(r.Targets), len(r.Nodes))
+	for _, name := range r.Targets {
+		n := r.Nodes[name]
+		n.Batch = r.batchOf(n.Order)
+	}
+	r.Phase = Running
+	f.record(0, "", string(Running), events.LevelInfo, "rollout %d by %s: %s of %s in %s (canary %d, batch %d), max_unavailable %d, min_healthy %s, healthy_deadline %s, auto_revert %v",
+		r.ID, events.Text(r.By), plural(len(r.Targets), "target"), plural(len(r.Nodes), "node"), plural(r.Batches(), "batch"), r.R.Canary, r.R.Batch, r.R.MaxUnavailable, r.R.MinHealthy, r.R.HealthyDeadline, r.R.AutoRevert)
+	// Conflicts found while loading halt it at once.
+	for _, name := range r.Targets {
+		if n := r.Nodes[name]; n.Status == Conflict {
+			f.halt(n)
+			return
+		}
+	}
+}
+
+// update refreshes n's cached availability and batch clearance and the
+// rollout's counts of both.
+func (f *folder) update(n *Node) {
+	r := f.r
+	if u := n.unavailable(); u != n.Unavail {
+		n.Unavail = u
+		if u {
+			r.Unavailable++
+		} else {
+			r.Unavailable--
+		}
+	}
+	if n.Want > 0 && r.Phase != Loading {
+		if c := n.clear(); c != n.Clear {
+			n.Clear = c
+			if n.Batch == r.Batch {
+				if c {
+					r.Clear++
+				} else {
+					r.Clear--
+				}
+			}
+		}
+	}
+}
+
+// node returns the fleet's node of a node event, nil when the rollout
+// does not own it.
+func (f *folder) node() *Node {
+	if f.r == nil {
+		return nil
+	}
+	return f.r.Nodes[f.in.Node]
+}
+
+// want notes a want on the node's subject: one the rollout did not
+// publish is a conflict.
+func (f *folder) want() {
+	n := f.node()
+	if n == nil || f.in.Seq <= n.NewestWant {
+		return
+	}
+	n.NewestWant = f.in.Seq
+	f.checkConflict(n)
+}
+
+// checkConflict marks a target whose newest want is none of the
+// rollout's: changed by hand (DESIGN.md §11).
+func (f *folder) checkConflict(n *Node) {
+	if n.Want == 0 {
+		return
+	}
+	switch {
+	case n.Status == Failed || n.Status == Conflict:
+	case n.Status == Pending:
+		if n.NewestWant > n.Prev {
+			f.conflict(n, fmt.Sprintf("its want was changed by hand at #%d after the rollout diffed against #%d", n.NewestWant, n.Prev))
+		}
+	case n.Published == 0:
+		// Decided when the publication is recorded.
+	case n.Back != nil:
+		b := n.Back
+		if b.Want > 0 && n.NewestWant > b.Want && !b.finished() {
+			b.Status, b.Why = RevertRefused, fmt.Sprintf("its want was changed by hand at #%d after the revert's #%d", n.NewestWant, b.Want)
+			f.backFinished(n, events.LevelError)
+		}
+	case n.NewestWant > n.Published:
+		f.conflict(n, fmt.Sprintf("its want was changed by hand at #%d after the rollout's #%d", n.NewestWant, n.Published))
+	}
+}
+
+func (f *folder) conflict(n *Node, why string) {
+	n.Status, n.Why = Conflict, why
+	f.finish(n)
+	f.record(0, n.Name, string(Conflict), events.LevelError, "target %s: %s: skipped, never overwritten", n.Name, why)
+	f.halt(n)
+}
+
+// finish takes a target out of the active ones.
+func (f *folder) finish(n *Node) {
+	n.Finished = f.mark("", "", "")
+	f.r.Active = slices.DeleteFunc(f.r.Active, func(s string) bool { return s == n.Name })
+	f.update(n)
+}
+
+// fail fails a target and halts the rollout.
+func (f *folder) fail(n *Node, why string) {
+	n.Status, n.Why, n.GoodSince = Failed, why, time.Time{}
+	f.finish(n)
+	f.record(0, n.Name, string(Failed), events.LevelError, "target %s failed: %s", n.Name, why)
+	f.halt(n)
+}
+
+// halt stops a running rollout after a failure; with auto_revert every
+// changed target gets its previous want back.
+func (f *folder) halt(n *Node) {
+	r := f.r
+	if r.Phase != Running && r.Phase != WaitingPromote && r.Phase != Loading {
+		return
+	}
+	if r.Phase == Loading {
+		return // load halts it once every node is known
+	}
+	r.Phase = Halted
+	r.Halt = f.mark("", n.Name, n.Why)
+	f.record(0, n.Name, string(Halted), events.LevelError, "rollout %d halted: target %s %s: %s", r.ID, n.Name, n.Status, n.Why)
+	if r.R.AutoRevert {
+		f.revert(f.mark("auto_revert", n.Name, "target "+n.Name+" "+string(n.Status)))
+	}
+}
+
+func (f *folder) plan(p *events.Plan) {
+	n := f.node()
+	if n == nil || (n.Plan != nil && f.in.Seq <= n.Plan.Seq) {
+		return
+	}
+	rows := make([]Row, len(p.Modules))
+	for i, m := range p.Modules {
+		rows[i] = Row{Name: m.Name, Build: m.Build, Held: m.Held, Why: m.Why, Pending: m.Pending}
+	}
+	n.Plan = &PlanSeen{Seq: f.in.Seq, Want: p.Want, Rows: rows}
+	f.judge(n)
+}
+
+func (f *folder) settle(p *events.Settle) {
+	n := f.node()
+	if n == nil {
+		return
+	}
+	if p.Op == events.OpFailed {
+		if n.Plan == nil || p.Plan != n.Plan.Seq {
+			return // a failure of a superseded plan: the node tries the newer one
+		}
+		why := fmt.Sprintf("apply of plan %d failed for module %q: %s", p.Plan, p.Module, events.ErrorText(p.Error))
+		switch {
+		case n.Back != nil && n.Back.Want > 0 && n.Plan.Want == n.Back.Want && !n.Back.finished():
+			n.Back.Status, n.Back.Why = RevertFailed, why
+			f.backFinished(n, events.LevelError)
+		case n.Back == nil && n.Published > 0 && n.Plan.Want == n.Published && (n.Status == Changing || n.Status == WaitingApproval) && f.forwardWatched():
+			f.fail(n, why)
+		}
+		return
+	}
+	if p.Plan > n.Settled {
+		n.Settled, n.SettledAt = p.Plan, f.s.Now
+	}
+	f.judge(n)
+}
+
+func (f *folder) have(p *Have) {
+	n := f.node()
+	if n == nil {
+		return
+	}
+	prev := n.Have
+	n.Have = &HaveSeen{Seq: f.in.Seq, Time: f.s.Now, Modules: slices.Clone(p.Modules)}
+	var bad []string
+	for _, m := range p.Modules {
+		if m.Health == Unhealthy || m.State == events.Failed {
+			bad = append(bad, m.Name)
+		}
+		// A restart between two haves breaks the healthy window even when
+		// the module runs again by the second.
+		if prev != nil {
+			for _, o := range prev.Modules {
+				if o.Name == m.Name && o.Build == m.Build && m.Restarts > o.Restarts {
+					n.GoodSince = time.Time{}
+				}
+			}
+		}
+	}
+	slices.Sort(bad)
+	n.Unhealthy = bad
+	if n.Down {
+		// A restarted agent is up again on its first have.
+		f.up(n)
+	}
+	f.update(n)
+	f.judge(n)
+}
+
+func (f *folder) liveness(up bool) {
+	n := f.node()
+	if n == nil {
+		return
+	}
+	if up {
+		if n.Down {
+			f.up(n)
+		}
+	} else if !n.Down {
+		n.Down, n.DownSince, n.GoodSince = true, f.s.Now, time.Time{}
+	}
+	f.update(n)
+	f.judge(n)
+}
+
+// up brings a node's agent back; an unreached target of a rollout still
+// watching is being changed again, its deadline counted from now.
+func (f *folder) up(n *Node) {
+	n.Down, n.DownSince = false, time.Time{}
+	if n.Status == Unreached && f.forwardWatched() && n.Back == nil {
+		n.Status, n.Why, n.Finished, n.DeadlineFrom = Changing, "", nil, f.s.Now
+		f.r.Active = append(f.r.Active, n.Name)
+		f.record(0, n.Name, string(Changing), events.LevelInfo, "target %s: its agent is back: watched again", n.Name)
+	}
+}
+
+// forwardWatched reports whether the rollout still judges its targets'
+// new wants: running, waiting for a promote, or halted without revert.
+func (f *folder) forwardWatched() bool {
+	switch f.r.Phase {
+	case Running, WaitingPromote, Halted:
+		return true
+	}
+	return false
+}
+
+func (f *folder) published(p *Published) {
+	r := f.r
+	if r == nil || p.Rollout != r.ID {
+		f.ignored("the outcome of a step of rollout %d, not the current one", p.Rollout)
+		return
+	}
+	n := r.Nodes[p.Node]
+	if n == nil || n.Want == 0 {
+		f.ignored("node %s is no target", p.Node)
+		return
+	}
+	n.NewestWant = max(n.NewestWant, p.Want)
+	if p.Step == StepRevert {
+		if n.Back == nil || n.Back.Status != RevertPublishing {
+			return // recorded already
+		}
+		n.Back.Want, n.Back.Status = p.Want, RevertChanging
+		f.update(n)
+		f.checkConflict(n)
+		f.judgeBack(n)
+		return
+	}
+	if n.Status != Publishing {
+		return // recorded already
+	}
+	if p.Want <= n.Prev {
+		f.record(0, n.Name, "rejected", events.LevelError, "published %d not folded: want %d is not after the want the step diffed against (%d)", f.in.Seq, p.Want, n.Prev)
+		return
+	}
+	n.Published, n.Status = p.Want, Changing
+	f.update(n)
+	if n.Back != nil && n.Back.Status == RevertWaiting {
+		f.giveBack(n)
+		return
+	}
+	f.checkConflict(n)
+	f.judge(n)
+}
+
+func (f *folder) refused(p *Refused) {
+	r := f.r
+	if r == nil || p.Rollout != r.ID {
+		f.ignored("the outcome of a step of rollout %d, not the current one", p.Rollout)
+		return
+	}
+	n := r.Nodes[p.Node]
+	if n == nil || n.Want == 0 {
+		f.ignored("node %s is no target", p.Node)
+		return
+	}
+	why := fmt.Sprintf("its want could not be published: %s", events.ErrorText(p.Error))
+	if p.Last > 0 {
+		n.NewestWant = max(n.NewestWant, p.Last)
+		why = fmt.Sprintf("its want was changed by hand: the newest is #%d", p.Last)
+	}
+	if p.Step == StepRevert {
+		if n.Back != nil && n.Back.Status == RevertPublishing {
+			n.Back.Status, n.Back.Why = RevertRefused, why
+			f.backFinished(n, events.LevelError)
+		}
+		return
+	}
+	if n.Status != Publishing {
+		return
+	}
+	if n.Back != nil { // its revert waited for this outcome: nothing to give back
+		n.Back = nil
+		r.Reverting = slices.DeleteFunc(r.Reverting, func(s string) bool { return s == n.Name })
+	}
+	if p.Last > 0 {
+		f.conflict(n, why+fmt.Sprintf(", the rollout diffed against #%d", n.Prev))
+	} else {
+		f.fail(n, why)
+	}
+	f.revertDone()
+}
+
+func (f *folder) operator(p *Operator) {
+	r := f.r
+	if r == nil {
+		f.ignored("no rollout")
+		return
+	}
+	if p.Rollout != 0 && p.Rollout != r.ID {
+		f.ignored("it names rollout %d, the current one is %d", p.Rollout, r.ID)
+		return
+	}
+	by := events.Text(p.By)
+	switch p.Kind() {
+	case KindPromote:
+		switch {
+		case r.Phase == WaitingPromote:
+			r.Promoted = f.mark(p.By, "", p.Reason)
+			r.Phase = Running
+			f.record(0, "", "promoted", events.LevelInfo, "canary promoted by %s", by)
+		case r.R.Canary > 0 && r.Promoted == nil && (r.Phase == Running || r.Phase == Loading):
+			f.ignored("the canary batch is not done (%d of %d clear)", r.Clear, r.R.Canary)
+		default:
+			f.ignored("no canary waits for a promote (rollout %s)", r.Phase)
+		}
+	case KindPause:
+		if r.Paused != nil || !(r.Phase == Loading || r.Phase == Running || r.Phase == WaitingPromote) {
+			f.ignored("rollout %s%s", r.Phase, pausedText(r))
+			return
+		}
+		r.Paused = f.mark(p.By, "", p.Reason)
+		f.record(0, "", "paused", events.LevelInfo, "paused by %s: no target gets its new want until resumed", by)
+	case KindResume:
+		if r.Paused == nil || r.Phase.Final() {
+			f.ignored("rollout %s%s", r.Phase, map[bool]string{true: ", paused", false: ", not paused"}[r.Paused != nil])
+			return
+		}
+		r.Paused = nil
+		f.record(0, "", "resumed", events.LevelInfo, "resumed by %s", by)
+	case KindAbort:
+		if r.Phase.Final() {
+			f.ignored("rollout %s", r.Phase)
+			return
+		}
+		r.Phase, r.End = Aborted, f.mark(p.By, "", p.Reason)
+		f.record(0, "", string(Aborted), events.LevelWarn, "rollout %d aborted by %s: no further want; targets keep the want they have", r.ID, by)
+	case KindRevert:
+		if r.Phase == Reverting || r.Phase == Reverted || r.Phase == Superseded || r.Phase == Loading {
+			f.ignored("rollout %s", r.Phase)
+			return
+		}
+		f.revert(f.mark(p.By, "", p.Reason))
+	}
+}
+
+func pausedText(r *Rollout) string {
+	if r.Paused != nil {
+		return ", paused already"
+	}
+	return ""
+}
+
+// revert gives every target the rollout changed its previous want back,
+// at once (no budget: the previous want is the known one), as the
+// rollout's own recorded steps. A target in conflict is never
+// overwritten.
+func (f *folder) revert(m *Mark) {
+	r := f.r
+	r.Phase, r.Revert = Reverting, m
+	f.record(0, "", string(Reverting), events.LevelWarn, "rollout %d reverting (by %s): every changed target gets its previous want", r.ID, events.Text(m.By))
+	for _, name := range r.Targets[:r.Next] {
+		n := r.Nodes[name]
+		switch {
+		case n.Status == Conflict || n.Status == Pending:
+		case n.Published > 0:
+			f.giveBack(n)
+		case n.Status == Publishing:
+			n.Back = &Back{Status: RevertWaiting}
+			r.Reverting = append(r.Reverting, n.Name)
+			f.update(n)
+		}
+	}
+	f.revertDone()
+}
+
+// giveBack steps a target back to its previous want.
+func (f *folder) giveBack(n *Node) {
+	r := f.r
+	n.Back = &Back{Status: RevertPublishing, Step: f.mark("", "", "")}
+	if !slices.Contains(r.Reverting, n.Name) {
+		r.Reverting = append(r.Reverting, n.Name)
+	}
+	w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.Prev, Expect: n.Published}
+	if n.Prev == 0 {
+		w.Modules = []events.WantModule{}
+	}
+	f.publish(w)
+	f.update(n)
+}
+
+// judgeBack decides a revert: done once the plan of the previous want
+// settled; failed or unreached past its deadline.
+func (f *folder) judgeBack(n *Node) {
+	b := n.Back
+	if b == nil || b.finished() || b.Step == nil {
+		return
+	}
+	if b.Want > 0 && n.Plan != nil && n.Plan.Want == b.Want && n.Settled >= n.Plan.Seq {
+		b.Status = RevertDone
+		f.backFinished(n, events.LevelInfo)
+		return
+	}
+	if f.s.Now.Before(b.Step.Time.Add(f.r.R.HealthyDeadline)) {
+		return
+	}
+	if n.Down {
+		b.Status, b.Why = RevertUnreached, "its agent was down at the revert's deadline: it takes its previous want when it returns"
+		f.backFinished(n, events.LevelWarn)
+		return
+	}
+	b.Status, b.Why = RevertFailed, "its previous want's plan did not settle within healthy_deadline"
+	f.backFinished(n, events.LevelError)
+}
+
+func (f *folder) backFinished(n *Node, level events.Level) {
+	r := f.r
+	r.Reverting = slices.DeleteFunc(r.Reverting, func(s string) bool { return s == n.Name })
+	f.update(n)
+	msg := fmt.Sprintf("target %s %s", n.Name, n.Back.Status)
+	if n.Back.Why != "" {
+		msg += ": " + n.Back.Why
+	}
+	f.record(0, n.Name, "revert-"+string(n.Back.Status), level, "%s", msg)
+	f.revertDone()
+}
+
+// revertDone ends a revert once no target's revert is in progress.
+func (f *folder) revertDone() {
+	r := f.r
+	if r.Phase != Reverting || len(r.Reverting) > 0 {
+		return
+	}
+	r.Phase = Reverted
+	r.End = f.mark("", "", "")
+	counts := map[Status]int{}
+	for _, name := range r.Targets {
+		if b := r.Nodes[name].Back; b != nil {
+			counts[b.Status]++
+		}
+	}
+	f.record(0, "", string(Reverted), events.LevelWarn, "rollout %d reverted: %d given their previous want back, %d failed, %d refused, %d unreached",
+		r.ID, counts[RevertDone], counts[RevertFailed], counts[RevertRefused], counts[RevertUnreached])
+}
+
+// judgeAll judges, at the input's time, every target whose outcome
+// depends on time.
+func (f *folder) judgeAll() {
+	r := f.r
+	if r == nil {
+		return
+	}
+	if f.forwardWatched() {
+		for _, name := range slices.Clone(r.Active) {
+			f.judge(r.Nodes[name])
+		}
+	}
+	if r.Phase == Reverting {
+		for _, name := range slices.Clone(r.Reverting) {
+			f.judgeBack(r.Nodes[name])
+		}
+	}
+}
+
+// judge decides a target being changed (DESIGN.md §11): waiting for an
+// approval, done once its plan settled and every module ran at its build,
+// healthy, for min_healthy without a break; failed on a crash loop or
+// past its healthy_deadline; unreached when its agent is down then.
+func (f *folder) judge(n *Node) {
+	r := f.r
+	if n.Back != nil {
+		f.judgeBack(n)
+		return
+	}
+	if !f.forwardWatched() {
+		return
+	}
+	now := f.s.Now
+	switch n.Status {
+	case Publishing:
+		if !now.Before(n.DeadlineFrom.Add(r.R.HealthyDeadline)) {
+			f.fail(n, "its want was not recorded published within healthy_deadline")
+		}
+		return
+	case Changing, WaitingApproval:
+	default:
+		return
+	}
+	ours := n.Plan != nil && n.Plan.Want == n.Published
+	if ours {
+		if row := heldForApproval(n.Plan); row != nil {
+			if n.Status != WaitingApproval {
+				n.Status, n.GoodSince = WaitingApproval, time.Time{}
+				n.Why = fmt.Sprintf("module %s waits for an approval of build %s", row.Name, events.Short(row.Pending))
+				f.update(n)
+				f.record(0, n.Name, string(WaitingApproval), events.LevelWarn, "target %s: %s", n.Name, n.Why)
+			}
+			return
+		}
+		if n.Status == WaitingApproval {
+			n.Status, n.Why, n.DeadlineFrom = Changing, "", now
+			f.update(n)
+			f.record(0, n.Name, string(Changing), events.LevelInfo, "target %s: approved, its plan #%d composes every module", n.Name, n.Plan.Seq)
+		}
+	}
+	settled := ours && n.Settled >= n.Plan.Seq
+	if settled {
+		if why := crashLoop(n); why != "" {
+			f.fail(n, why)
+			return
+		}
+	}
+	good := settled && !n.Down && mismatch(n) == ""
+	switch {
+	case !good:
+		n.GoodSince = time.Time{}
+	case n.GoodSince.IsZero():
+		n.GoodSince = now
+	}
+	if good && now.Sub(n.GoodSince) >= r.R.MinHealthy {
+		n.Status, n.Why = Done, ""
+		f.finish(n)
+		f.record(0, n.Name, string(Done), events.LevelInfo, "target %s done: every module ran at its build, healthy, from %s for min_healthy %s", n.Name, n.GoodSince.Format(time.RFC3339), r.R.MinHealthy)
+		return
+	}
+	if n.Status == WaitingApproval || now.Before(n.DeadlineFrom.Add(r.R.HealthyDeadline)) {
+		return
+	}
+	if n.Down {
+		n.Status = Unreached
+		n.Why = fmt.Sprintf("its agent was down at its healthy_deadline (down since %s): it takes its newest want when it returns", n.DownSince.Format(time.RFC3339))
+		f.finish(n)
+		f.record(0, n.Name, string(Unreached), events.LevelWarn, "target %s unreached: %s", n.Name, n.Why)
+		return
+	}
+	f.fail(n, stuckWhy(n, ours, settled, now, r.R))
+}
+
+// heldForApproval returns the plan's first row held for an approval.
+func heldForApproval(p *PlanSeen) *Row {
+	for i := range p.Rows {
+		if p.Rows[i].Held && p.Rows[i].Why == events.HoldApproval {
+			return &p.Rows[i]
+		}
+	}
+	return nil
+}
+
+// haveOf returns the have's module name, or nil.
+func haveOf(n *Node, name string) *HaveModule {
+	if n.Have == nil {
+		return nil
+	}
+	for i := range n.Have.Modules {
+		if n.Have.Modules[i].Name == name {
+			return &n.Have.Modules[i]
+		}
+	}
+	return nil
+}
+
+// mismatch says the first module of the target's plan that does not run
+// at its row's build, healthy (a module without a check counts healthy
+// while it runs: its window is min_healthy of running); "" when all do.
+// A row the want holds that runs nothing is not asked to run.
+func mismatch(n *Node) string {
+	for _, row := range n.Plan.Rows {
+		if row.Build == "" {
+			continue
+		}
+		m := haveOf(n, row.Name)
+		switch {
+		case m == nil:
+			return fmt.Sprintf("module %s is not in its have", row.Name)
+		case m.Build != row.Build:
+			return fmt.Sprintf("module %s runs build %s, not %s", row.Name, events.Short(m.Build), events.Short(row.Build))
+		case m.State != events.Running:
+			return fmt.Sprintf("module %s is %s%s", row.Name, m.State, exitText(m))
+		case m.Health == Unhealthy || m.Health == Starting:
+			return fmt.Sprintf("module %s is %s", row.Name, m.Health)
+		}
+	}
+	return ""
+}
+
+func exitText(m *HaveModule) string {
+	if m.Exit == "" {
+		return ""
+	}
+	return " (last exit: " + events.Text(m.Exit) + ")"
+}
+
+// crashLoop says which module of the target's plan crash-loops at its
+// new build; "" when none.
+func crashLoop(n *Node) string {
+	for _, row := range n.Plan.Rows {
+		if m := haveOf(n, row.Name); m != nil && row.Build != "" && m.Build == row.Build && m.Restarts >= CrashLoopRestarts {
+			return fmt.Sprintf("module %s crash-loops at build %s: %d restarts%s", row.Name, events.Short(row.Build), m.Restarts, exitText(m))
+		}
+	}
+	return ""
+}
+
+// stuckWhy says why a target is not done at its deadline.
+func stuckWhy(n *Node, ours, settled bool, now time.Time, r Resolved) string {
+	switch {
+	case !ours:
+		return fmt.Sprintf("no plan for its want #%d within healthy_deadline %s", n.Published, r.HealthyDeadline)
+	case !settled:
+		return fmt.Sprintf("its plan #%d did not settle within healthy_deadline %s", n.Plan.Seq, r.HealthyDeadline)
+	}
+	if why := mismatch(n); why != "" {
+		return why + " at its healthy_deadline " + r.HealthyDeadline.String()
+	}
+	return fmt.Sprintf("healthy for %s only, of min_healthy %s, at its healthy_deadline %s", now.Sub(n.GoodSince), r.MinHealthy, r.HealthyDeadline)
+}
+
+// advance moves the rollout on: a batch whose targets are all clear ends
+// (after the canary, the rollout waits for a promote), the next begins,
+// and targets of the current batch get their new want, in order, while
+// the budget allows (DESIGN.md §11).
+func (f *folder) advance() {
+	r := f.r
+	for r != nil && r.Phase == Running {
+		nb := r.Batches()
+		if r.Batch < nb {
+			end := r.batchEnd(r.Batch)
+			if r.Next >= end && r.Clear == end-r.batchStart(r.Batch) {
+				if r.Batch == 0 && r.R.Canary > 0 && r.Promoted == nil {
+					r.Phase = WaitingPromote
+					f.record(0, "", string(WaitingPromote), events.LevelInfo, "canary batch done (%s): waiting for a promote", plural(r.R.Canary, "target"))
+					return
+				}
+				r.Batch++
+				r.Clear = 0
+				for i := r.batchStart(r.Batch); i < r.batchEnd(r.Batch); i++ {
+					if r.Nodes[r.Targets[i]].Clear {
+						r.Clear++
+					}
+				}
+				if r.Batch < nb {
+					f.record(0, "", "batch", events.LevelInfo, "batch %d of %d begins: %s", r.Batch+1, nb, plural(r.batchEnd(r.Batch)-r.batchStart(r.Batch), "target"))
+				}
+				continue
+			}
+		}
+		if r.Batch >= nb {
+			if len(r.Active) == 0 {
+				f.complete()
+			}
+			return
+		}
+		if r.Paused != nil {
+			return
+		}
+		stepped := false
+		for end := r.batchEnd(r.Batch); r.Next < end; {
+			n := r.Nodes[r.Targets[r.Next]]
+			if n.Status == Pending {
+				if !r.allows(n) {
+					break
+				}
+				f.step(n)
+				stepped = true
+			}
+			r.Next++
+		}
+		if !stepped {
+			return
+		}
+	}
+}
+
+// batchStart returns the index in Targets of batch k's first target.
+func (r *Rollout) batchStart(k int) int {
+	if k == 0 {
+		return 0
+	}
+	return r.batchEnd(k - 1)
+}
+
+// allows reports whether the budget lets n be changed now: fewer than
+// max_unavailable nodes unavailable, counting n as it will be. A node
+// already unavailable (its agent down) does not spend more of it.
+func (r *Rollout) allows(n *Node) bool {
+	if n.Unavail {
+		return r.Unavailable <= r.R.MaxUnavailable
+	}
+	return r.Unavailable < r.R.MaxUnavailable
+}
+
+// step gives a target its new want.
+func (f *folder) step(n *Node) {
+	r := f.r
+	n.Status, n.Step, n.DeadlineFrom = Publishing, f.mark("", "", fmt.Sprintf("batch %d", n.Batch+1)), f.s.Now
+	r.Active = append(r.Active, n.Name)
+	f.update(n)
+	f.publish(&WantEffect{Rollout: r.ID, Node: n.Name, Step: StepForward, Modules: r.Wants[n.Want-1], Expect: n.Prev})
+}
+
+func (f *folder) complete() {
+	r := f.r
+	r.Phase, r.End = Completed, f.mark("", "", "")
+	done, unreached := 0, 0
+	for _, name := range r.Targets {
+		switch r.Nodes[name].Status {
+		case Done:
+			done++
+		case Unreached:
+			unreached++
+		}
+	}
+	f.record(0, "", string(Completed), events.LevelInfo, "rollout %d completed: %d targets done, %d unreached", r.ID, done, unreached)
+}
+
+// Pending returns the wants decided and not yet recorded published or
+// refused: what a controller that restarted publishes once it has folded
+// the stream to its end (see the package doc). Forward wants are left
+// out once the rollout ended.
+func (s *State) Pending() []Effect {
+	r := s.Rollout
+	if r == nil || r.Phase == Superseded {
+		return nil
+	}
+	var out []Effect
+	for _, name := range r.Targets[:min(r.Next, len(r.Targets))] {
+		n := r.Nodes[name]
+		switch {
+		case n.Back != nil && n.Back.Status == RevertPublishing:
+			w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.Prev, Expect: n.Published}
+			if n.Prev == 0 {
+				w.Modules = []events.WantModule{}
+			}
+			out = append(out, Effect{Fleet: s.Fleet, Cause: n.Back.Step.Seq, Want: w})
+		case n.Status == Publishing && !r.Phase.Final():
+			out = append(out, Effect{Fleet: s.Fleet, Cause: n.Step.Seq,
+				Want: &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepForward, Modules: r.Wants[n.Want-1], Expect: n.Prev}})
+		}
+	}
+	return out
+}
+
+// NextWake returns the earliest stream time at which the fold would
+// decide something with no other input (a target's min_healthy window or
+// healthy_deadline ending); ok is false when no such time exists. The
+// controller publishes a tick once its clock passes it.
+func (s *State) NextWake() (t time.Time, ok bool) {
+	r := s.Rollout
+	if r == nil {
+		return time.Time{}, false
+	}
+	take := func(c time.Time) {
+		if !ok || c.Before(t) {
+			t, ok = c, true
+		}
+	}
+	if r.Phase == Running || r.Phase == WaitingPromote || r.Phase == Halted {
+		for _, name := range r.Active {
+			n := r.Nodes[name]
+			if n.Status != WaitingApproval {
+				take(n.DeadlineFrom.Add(r.R.HealthyDeadline))
+			}
+			if !n.GoodSince.IsZero() {
+				take(n.GoodSince.Add(r.R.MinHealthy))
+			}
+		}
+	}
+	if r.Phase == Reverting {
+		for _, name := range r.Reverting {
+			if b := r.Nodes[name].Back; b.Step != nil {
+				take(b.Step.Time.Add(r.R.HealthyDeadline))
+			}
+		}
+	}
+	return t, ok
+}
+
+// plural writes "1 target", "2 targets", "1 batch", "3 batches".
+func plural(n int, word string) string {
+	switch {
+	case n == 1:
+		return "1 " + word
+	case strings.HasSuffix(word, "ch"):
+		return fmt.Sprintf("%d %ses", n, word)
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}

@@ -1,0 +1,106 @@
+package rollout
+
+import (
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// Input is one event the fold reads: one of the fleet's rollout events or
+// one of its nodes' events, with its place in the one order the
+// controller reads them in.
+//
+// Payload is, by Kind: *Start, *Nodes, *Published, *Refused, *Operator
+// (promote, pause, resume, abort, revert), *Tick or *Record for the
+// rollout's events; nil for a want (its sequence is what counts),
+// *events.Plan, *events.Settle, *Have, or nil for down and up, for a
+// node's.
+type Input struct {
+	// Seq is the event's stream sequence: strictly increasing across
+	// every input of the fleet (see the package doc on order).
+	Seq uint64
+	// Time is the stream's time of the event: the fold's only clock.
+	Time time.Time
+	// Node is the node of a node event; empty for a rollout event.
+	Node    string
+	Kind    Kind
+	Payload any
+	// Err is set, and Payload nil, when a rollout event could not be
+	// decoded or validated: the fold records it as rejected.
+	Err error
+}
+
+// Health is a have module's health (DESIGN.md §11): empty when the
+// module declares no check.
+type Health string
+
+// Health values.
+const (
+	Starting  Health = "starting"
+	Healthy   Health = "healthy"
+	Unhealthy Health = "unhealthy"
+)
+
+// HaveModule is what the fold reads of one module of a have.
+type HaveModule struct {
+	Name  string          `json:"name"`
+	Build string          `json:"build"`
+	State events.RunState `json:"state"`
+	// Health is empty when the module declares no check.
+	Health Health `json:"health,omitempty"`
+	// Restarts counts restarts since the module's last apply.
+	Restarts int    `json:"restarts,omitempty"`
+	Exit     string `json:"exit,omitempty"`
+}
+
+// Have is what the fold reads of a have: its modules.
+type Have struct {
+	Modules []HaveModule `json:"modules"`
+}
+
+// HaveOf reads a have for the fold. The have's per-module `health`
+// (DESIGN.md §11) is read once events.HaveModule carries it; until then
+// every module reads as declaring no check.
+func HaveOf(h *events.Have) *Have {
+	out := &Have{Modules: make([]HaveModule, len(h.Modules))}
+	for i, m := range h.Modules {
+		out.Modules[i] = HaveModule{Name: m.Name, Build: m.Build, State: m.State, Restarts: m.Restarts, Exit: m.Exit}
+	}
+	return out
+}
+
+// FromNodeEvent returns the input of a node event the fold reads (a want,
+// plan, settle or have that decoded), and false for any other: the
+// reconciler journals what does not decode, and the rollout has nothing
+// to learn from it. The agent's down and up moments are built by the
+// controller as Input{Kind: KindDown or KindUp} from wherever liveness
+// records them.
+func FromNodeEvent(ev events.Event) (Input, bool) {
+	in := Input{Seq: ev.Seq, Time: ev.Time, Node: ev.Node}
+	if ev.Err != nil || ev.Payload == nil || ev.Foreign {
+		return in, false
+	}
+	switch p := ev.Payload.(type) {
+	case *events.Want:
+		in.Kind = KindWant
+	case *events.Plan:
+		in.Kind, in.Payload = KindPlan, p
+	case *events.Settle:
+		in.Kind, in.Payload = KindSettle, p
+	case *events.Have:
+		in.Kind, in.Payload = KindHave, HaveOf(p)
+	default:
+		return in, false
+	}
+	return in, true
+}
+
+// FromRolloutEvent returns the input of a rollout event of kind k stored
+// at seq and time t, decoded and validated ([Decode]); a payload that
+// does not decode gives an input with Err set, which the fold records as
+// rejected.
+func FromRolloutEvent(k Kind, data []byte, seq uint64, t time.Time) Input {
+	in := Input{Seq: seq, Time: t, Kind: k}
+	in.Payload, in.Err = Decode(k, data)
+	return in
+}

@@ -1,0 +1,218 @@
+package rollout_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/rollout"
+)
+
+// history drives a harness with a random rollout: a fleet of 2 to 7
+// nodes, some targets, random parameters, then random node behaviour
+// (plans that settle or fail, haves healthy, unhealthy, crash-looping,
+// agents going down and up, wants by hand), time passing and operator
+// verbs, with the controller now and then stalled and restarted.
+func history(t *rapid.T) *harness {
+	h := newHarness("web")
+	h.quiet = true
+	count := rapid.IntRange(2, 7).Draw(t, "nodes")
+	var names []string
+	for i := range count {
+		name := fmt.Sprintf("n%d", i)
+		names = append(names, name)
+		h.addWant(t, name, []events.WantModule{{Name: "web", Build: "b1"}}, "")
+	}
+	p := &rollout.Start{By: "ops", Pages: 1, Wants: [][]events.WantModule{{{Name: "web", Build: "b2"}}, {{Name: "web", Build: "b2"}, {Name: "db", Build: "d1", RequiresApproval: true}}}}
+	p.Params = rollout.Params{
+		Batch:           rollout.Amount{N: rapid.IntRange(1, 3).Draw(t, "batch")},
+		MaxUnavailable:  rollout.Amount{N: rapid.IntRange(1, 3).Draw(t, "max_unavailable")},
+		Canary:          rollout.Amount{N: rapid.IntRange(0, 2).Draw(t, "canary")},
+		MinHealthy:      rollout.Duration(time.Duration(rapid.IntRange(0, 20).Draw(t, "min_healthy")) * time.Second),
+		HealthyDeadline: rollout.Duration(time.Duration(rapid.IntRange(30, 300).Draw(t, "healthy_deadline")) * time.Second),
+		AutoRevert:      rapid.Bool().Draw(t, "auto_revert"),
+	}
+	for _, name := range names {
+		n := rollout.NodeAtStart{Node: name, Want: rapid.IntRange(0, 2).Draw(t, "want "+name), Prev: h.newest[name]}
+		n.Down = rapid.IntRange(0, 9).Draw(t, "down "+name) == 0
+		p.Nodes = append(p.Nodes, n)
+	}
+	h.append(t, rollout.Input{Kind: rollout.KindStart, Payload: rollout.Stamp(p, h.now)})
+	steps := rapid.IntRange(1, 80).Draw(t, "steps")
+	for range steps {
+		node := rapid.SampledFrom(names).Draw(t, "node")
+		switch rapid.IntRange(0, 15).Draw(t, "action") {
+		case 0, 1, 2:
+			h.plan(t, node, rapid.SampledFrom([]string{"", "", "db"}).Draw(t, "held"))
+		case 3, 4:
+			op := rapid.SampledFrom([]events.SettleOp{events.OpApply, events.OpApply, events.OpFailed}).Draw(t, "op")
+			h.node(t, node, rollout.KindSettle, &events.Settle{Op: op, Plan: h.plans[node], Error: "boom"})
+		case 5, 6, 7:
+			hv := &rollout.Have{}
+			for _, m := range h.wants[h.newest[node]] {
+				hv.Modules = append(hv.Modules, rollout.HaveModule{Name: m.Name, Build: m.Build,
+					State:    rapid.SampledFrom([]events.RunState{events.Running, events.Running, events.Running, events.Failed}).Draw(t, "state"),
+					Health:   rapid.SampledFrom([]rollout.Health{"", rollout.Healthy, rollout.Starting, rollout.Unhealthy}).Draw(t, "health"),
+					Restarts: rapid.IntRange(0, 4).Draw(t, "restarts")})
+			}
+			h.node(t, node, rollout.KindHave, hv)
+		case 8:
+			h.node(t, node, rapid.SampledFrom([]rollout.Kind{rollout.KindDown, rollout.KindUp}).Draw(t, "liveness"), nil)
+		case 9, 10:
+			h.now = h.now.Add(time.Duration(rapid.IntRange(1, 120).Draw(t, "wait")) * time.Second)
+			h.append(t, rollout.Input{Kind: rollout.KindTick, Payload: &rollout.Tick{}})
+		case 11:
+			k := rapid.SampledFrom([]rollout.Kind{rollout.KindPromote, rollout.KindPromote, rollout.KindPause, rollout.KindResume, rollout.KindAbort, rollout.KindRevert}).Draw(t, "verb")
+			h.append(t, rollout.Input{Kind: k, Payload: rollout.NewOperator(k, 0, "ops", "")})
+		case 12:
+			if rapid.IntRange(0, 3).Draw(t, "by hand") == 0 {
+				h.addWant(t, node, []events.WantModule{{Name: "web", Build: "b9"}}, "")
+			}
+		case 13:
+			// The controller stalls (its wants are not published) or
+			// restarts and publishes what is pending.
+			if h.stall {
+				h.stall = false
+				for _, e := range h.state.Pending() {
+					h.carry(t, e)
+				}
+			} else {
+				h.stall = true
+			}
+		case 14, 15:
+			h.plan(t, node, "")
+			h.node(t, node, rollout.KindSettle, &events.Settle{Op: events.OpApply, Plan: h.plans[node]})
+		}
+	}
+	return h
+}
+
+// TestReplay: folding the stream again, from the first event or from a
+// snapshot taken anywhere, gives the same state and the same effects
+// with the same ids (DESIGN.md §5.1).
+func TestReplay(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		h := history(t)
+		cut := rapid.IntRange(0, len(h.stream)).Draw(t, "snapshot at")
+		s := rollout.NewState("web")
+		var effs []rollout.Effect
+		for i, in := range h.stream {
+			if i == cut {
+				b, err := json.Marshal(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s, err = rollout.UnmarshalState(b); err != nil {
+					t.Fatalf("snapshot at %d: %v", cut, err)
+				}
+			}
+			effs = append(effs, s.Fold(in)...)
+			if again := s.Fold(in); again != nil {
+				t.Fatalf("refolding #%d gave %d effects", in.Seq, len(again))
+			}
+		}
+		want, _ := json.Marshal(h.state)
+		got, _ := json.Marshal(s)
+		if string(want) != string(got) {
+			t.Fatalf("replayed state differs:\nlive   %s\nreplay %s", want, got)
+		}
+		if len(effs) != len(h.effect) {
+			t.Fatalf("replay made %d effects, the live run %d", len(effs), len(h.effect))
+		}
+		for i := range effs {
+			a, _ := json.Marshal(effs[i])
+			b, _ := json.Marshal(h.effect[i])
+			if string(a) != string(b) || effs[i].ID() != h.effect[i].ID() {
+				t.Fatalf("effect %d differs:\nlive   %s %s\nreplay %s %s", i, b, h.effect[i].ID(), a, effs[i].ID())
+			}
+		}
+	})
+}
+
+// unavailable counts the fleet's nodes unavailable (DESIGN.md §11), from
+// the state's fields, apart from the fold's own count.
+func unavailable(r *rollout.Rollout) int {
+	c := 0
+	for _, n := range r.Nodes {
+		switch {
+		case n.Down, len(n.Unhealthy) > 0:
+			c++
+		case n.Back != nil:
+			if slices.Contains([]rollout.Status{rollout.RevertWaiting, rollout.RevertPublishing, rollout.RevertChanging}, n.Back.Status) {
+				c++
+			}
+		case slices.Contains([]rollout.Status{rollout.Publishing, rollout.Changing, rollout.WaitingApproval, rollout.Failed}, n.Status):
+			c++
+		}
+	}
+	return c
+}
+
+// TestBudget: no target gets its new want while the budget is spent:
+// after any fold that gave a target its want, at most max_unavailable of
+// the fleet's nodes are unavailable, and each target given one was
+// pending before. A forward want is given only to a target once, and
+// never twice by id.
+func TestBudget(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		h := history(t)
+		s := rollout.NewState("web")
+		ids := map[string]bool{}
+		for _, in := range h.stream {
+			before := s.Clone()
+			effs := s.Fold(in)
+			for _, e := range effs {
+				if e.Want == nil || e.Want.Step != rollout.StepForward {
+					continue
+				}
+				if ids[e.ID()] {
+					t.Fatalf("#%d: want %s given twice", in.Seq, e.ID())
+				}
+				ids[e.ID()] = true
+				if before.Rollout == nil || in.Kind == rollout.KindStart {
+					// A start's first steps: every target was pending.
+				} else if n := before.Rollout.Nodes[e.Want.Node]; n.Status != rollout.Pending {
+					t.Fatalf("#%d: %s given its want while %s", in.Seq, e.Want.Node, n.Status)
+				}
+				r := s.Rollout
+				if u := unavailable(r); u > r.R.MaxUnavailable {
+					t.Fatalf("#%d: %s given its want, %d nodes unavailable after, max_unavailable %d", in.Seq, e.Want.Node, u, r.R.MaxUnavailable)
+				}
+				if u := unavailable(r); u != r.Unavailable {
+					t.Fatalf("#%d: counted %d unavailable, %d are", in.Seq, r.Unavailable, u)
+				}
+			}
+		}
+	})
+}
+
+// TestHaltedPublishesNoForwardWant: once a rollout halted (or ended), no
+// fold gives any target its new want.
+func TestHaltedPublishesNoForwardWant(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		h := history(t)
+		s := rollout.NewState("web")
+		stopped := rollout.Phase("")
+		for _, in := range h.stream {
+			effs := s.Fold(in)
+			if stopped != "" {
+				for _, e := range effs {
+					if e.Want != nil && e.Want.Step == rollout.StepForward {
+						t.Fatalf("#%d: rollout %s, yet %s given its new want", in.Seq, stopped, e.Want.Node)
+					}
+				}
+			}
+			if r := s.Rollout; r != nil && stopped == "" {
+				switch r.Phase {
+				case rollout.Halted, rollout.Reverting, rollout.Reverted, rollout.Aborted, rollout.Completed:
+					stopped = r.Phase
+				}
+			}
+		}
+	})
+}

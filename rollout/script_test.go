@@ -1,0 +1,491 @@
+package rollout_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
+	"github.com/meshfold/meshfold/rollout"
+)
+
+// TestScripts runs the datadriven scripts of testdata/: each command
+// appends an event to a simulated stream of one fleet (its rollout events
+// and its nodes' events in one order) and folds it; the output shows the
+// event and the effects. The harness is the controller and the server:
+// a want effect is appended to the node's want subject when the node's
+// newest want is the one it expects (else the server refuses it), then
+// its outcome (published or refused) is appended; records are appended
+// and folded back. Event N of the stream happens one second after event
+// N-1; "tick after=D" lets D pass first.
+//
+// Rewrite the expectations with: go test ./rollout -run TestScripts -rewrite
+func TestScripts(t *testing.T) {
+	scripts, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(scripts) == 0 {
+		t.Fatalf("no scripts in testdata: %v", err)
+	}
+	for _, path := range scripts {
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
+			h := newHarness("web")
+			datadriven.RunTestAny(t, path, func(t testing.TB, d *datadriven.TestData) string {
+				return h.run(t, d)
+			})
+		})
+	}
+}
+
+// tb is what the harness needs of *testing.T and *rapid.T.
+type tb interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// base is the scripts' clock at event 0.
+var base = time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
+
+type harness struct {
+	state  *rollout.State
+	now    time.Time
+	stream []rollout.Input
+	// wants holds every want on the stream by sequence; newest the newest
+	// want's sequence per node.
+	wants  map[uint64][]events.WantModule
+	newest map[string]uint64
+	plans  map[string]uint64 // newest plan per node
+	// stall, when set, keeps the controller from carrying out wants.
+	stall  bool
+	held   []rollout.Effect
+	quiet  bool   // records are folded without being printed
+	note   string // printed after the next event's summary
+	out    *strings.Builder
+	effect []rollout.Effect // every effect, in order (for the properties)
+}
+
+func newHarness(fleet string) *harness {
+	return &harness{state: rollout.NewState(fleet), now: base, wants: map[uint64][]events.WantModule{},
+		newest: map[string]uint64{}, plans: map[string]uint64{}, out: new(strings.Builder)}
+}
+
+func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
+	h.out = new(strings.Builder)
+	args := map[string]string{}
+	for _, a := range d.CmdArgs {
+		args[a.Key] = strings.Join(a.Vals, ",")
+	}
+	by := orDefault(args["by"], "ops")
+	switch d.Cmd {
+	case "nodes":
+		// Each node gets a want of its own, by hand, before any rollout.
+		for _, a := range d.CmdArgs {
+			h.addWant(t, a.Key, wantLines(t, d.Input), "")
+		}
+	case "hand-want":
+		h.addWant(t, args["node"], wantLines(t, d.Input), "by hand")
+	case "start":
+		h.start(t, d, args)
+	case "page":
+		p := &rollout.Nodes{Rollout: reconciletest.U64(t, args["rollout"]), Page: int(reconciletest.U64(t, args["page"]))}
+		for _, l := range reconciletest.Lines(d.Input) {
+			p.Nodes = append(p.Nodes, h.nodeLine(t, l))
+		}
+		h.append(t, rollout.Input{Kind: rollout.KindNodes, Payload: p})
+	case "plan":
+		for _, node := range strings.Split(args["node"], ",") {
+			h.plan(t, node, args["held"])
+		}
+	case "settle":
+		for _, node := range strings.Split(args["node"], ",") {
+			plan := h.plans[node]
+			if args["plan"] != "" {
+				plan = reconciletest.U64(t, args["plan"])
+			}
+			h.node(t, node, rollout.KindSettle, &events.Settle{Module: args["module"], Op: events.SettleOp(orDefault(args["op"], "apply")), Plan: plan, Error: args["error"]})
+		}
+	case "have":
+		for _, node := range strings.Split(args["node"], ",") {
+			h.node(t, node, rollout.KindHave, haveOf(t, d.Input))
+		}
+	case "converge":
+		// plan, settle and a have with every module of the node's newest
+		// want running (health= gives their health).
+		for _, node := range strings.Split(args["node"], ",") {
+			h.plan(t, node, "")
+			h.node(t, node, rollout.KindSettle, &events.Settle{Op: events.OpApply, Plan: h.plans[node]})
+			hv := &rollout.Have{}
+			for _, m := range h.wants[h.newest[node]] {
+				hv.Modules = append(hv.Modules, rollout.HaveModule{Name: m.Name, Build: m.Build, State: events.Running, Health: rollout.Health(args["health"])})
+			}
+			h.node(t, node, rollout.KindHave, hv)
+		}
+	case "down", "up":
+		for _, node := range strings.Split(args["node"], ",") {
+			h.node(t, node, rollout.Kind(d.Cmd), nil)
+		}
+	case "tick":
+		if args["after"] != "" {
+			dur, err := time.ParseDuration(args["after"])
+			if err != nil {
+				t.Fatalf("%s: %v", d.Pos, err)
+			}
+			h.now = h.now.Add(dur - time.Second)
+		}
+		h.append(t, rollout.Input{Kind: rollout.KindTick, Payload: &rollout.Tick{}})
+	case "promote", "pause", "resume", "abort", "revert":
+		id := reconciletest.U64(t, args["rollout"])
+		h.append(t, rollout.Input{Kind: rollout.Kind(d.Cmd), Payload: rollout.NewOperator(rollout.Kind(d.Cmd), id, by, args["reason"])})
+	case "raw":
+		k := rollout.Kind(args["kind"])
+		in := rollout.FromRolloutEvent(k, []byte(strings.TrimSpace(d.Input)), 0, time.Time{})
+		h.append(t, in)
+	case "stall":
+		h.stall = true
+		return "ok"
+	case "carry":
+		// The controller restarts: it publishes what the state says is
+		// pending.
+		h.stall = false
+		h.held = nil
+		for _, e := range h.state.Pending() {
+			fmt.Fprintf(h.out, "pending %s\n", formatEffect(e))
+			h.carry(t, e)
+		}
+	case "quiet":
+		h.quiet = args["on"] != "false"
+		return "ok"
+	case "view":
+		return formatView(h.state.View())
+	case "why":
+		lines, ok := h.state.Why(args["node"])
+		if !ok {
+			return "not in the rollout"
+		}
+		return strings.Join(lines, "\n")
+	case "wake":
+		w, ok := h.state.NextWake()
+		if !ok {
+			return "none"
+		}
+		return "next wake at +" + w.Sub(base).String()
+	default:
+		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
+	}
+	return h.out.String()
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// wantLines reads want module lines, as the reconcile scripts write them.
+func wantLines(t testing.TB, input string) []events.WantModule {
+	ms := []events.WantModule{}
+	for _, l := range reconciletest.Lines(input) {
+		ms = append(ms, reconciletest.WantModule(t, l))
+	}
+	return ms
+}
+
+// haveOf reads have lines "NAME BUILD STATE [starting|healthy|unhealthy]
+// [restarts=N] [exit=X]".
+func haveOf(t testing.TB, input string) *rollout.Have {
+	hv := &rollout.Have{}
+	for _, l := range reconciletest.Lines(input) {
+		f := strings.Fields(l)
+		if len(f) < 3 {
+			t.Fatalf("have line wants NAME BUILD STATE: %q", l)
+		}
+		m := rollout.HaveModule{Name: f[0], Build: strings.Trim(f[1], "-"), State: events.RunState(f[2])}
+		for _, o := range f[3:] {
+			k, v, _ := strings.Cut(o, "=")
+			switch k {
+			case "starting", "healthy", "unhealthy":
+				m.Health = rollout.Health(k)
+			case "restarts":
+				m.Restarts, _ = strconv.Atoi(v)
+			case "exit":
+				m.Exit = v
+			default:
+				t.Fatalf("unknown have option %q", o)
+			}
+		}
+		hv.Modules = append(hv.Modules, m)
+	}
+	return hv
+}
+
+func (h *harness) addWant(t tb, node string, ms []events.WantModule, note string) {
+	if note != "" {
+		h.note = " (" + note + ")"
+	}
+	seq := h.append(t, rollout.Input{Node: node, Kind: rollout.KindWant})
+	h.wants[seq], h.newest[node] = ms, seq
+}
+
+// start reads "want: NAME BUILD ...; NAME BUILD" lines (the distinct
+// wants, numbered from 1) and "node NAME WANT [down] [unhealthy=M,M]"
+// lines (WANT 0: not a target); prev is the node's newest want.
+func (h *harness) start(t testing.TB, d *datadriven.TestData, args map[string]string) {
+	p := &rollout.Start{By: orDefault(args["by"], "ops"), Pages: 1}
+	if args["pages"] != "" {
+		p.Pages, _ = strconv.Atoi(args["pages"])
+	}
+	var err error
+	amount := func(k string) rollout.Amount {
+		if args[k] == "" {
+			return rollout.Amount{}
+		}
+		a, e := rollout.ParseAmount(args[k])
+		if e != nil {
+			err = e
+		}
+		return a
+	}
+	dur := func(k string) rollout.Duration {
+		if args[k] == "" {
+			return 0
+		}
+		v, e := time.ParseDuration(args[k])
+		if e != nil {
+			err = e
+		}
+		return rollout.Duration(v)
+	}
+	p.Params = rollout.Params{Batch: amount("batch"), MaxUnavailable: amount("max_unavailable"), Canary: amount("canary"),
+		MinHealthy: dur("min_healthy"), HealthyDeadline: dur("healthy_deadline"), AutoRevert: args["auto_revert"] == "true"}
+	if err != nil {
+		t.Fatalf("%s: %v", d.Pos, err)
+	}
+	for _, l := range reconciletest.Lines(d.Input) {
+		if w, ok := strings.CutPrefix(l, "want:"); ok {
+			var ms []events.WantModule
+			for _, m := range strings.Split(w, ";") {
+				ms = append(ms, reconciletest.WantModule(t, strings.TrimSpace(m)))
+			}
+			p.Wants = append(p.Wants, ms)
+			continue
+		}
+		p.Nodes = append(p.Nodes, h.nodeLine(t, l))
+	}
+	if err := rollout.Stamp(p, h.now).Validate(); err != nil {
+		t.Fatalf("%s: start: %v", d.Pos, err)
+	}
+	h.append(t, rollout.Input{Kind: rollout.KindStart, Payload: p})
+}
+
+// nodeLine reads "node NAME WANT [down] [unhealthy=M,M]".
+func (h *harness) nodeLine(t tb, l string) rollout.NodeAtStart {
+	f := strings.Fields(l)
+	if len(f) < 3 || f[0] != "node" {
+		t.Fatalf("start line wants 'want: …' or 'node NAME WANT [down] [unhealthy=M]': %q", l)
+	}
+	w, _ := strconv.Atoi(f[2])
+	n := rollout.NodeAtStart{Node: f[1], Want: w, Prev: h.newest[f[1]]}
+	for _, o := range f[3:] {
+		if o == "down" {
+			n.Down = true
+		} else if v, ok := strings.CutPrefix(o, "unhealthy="); ok {
+			n.Unhealthy = strings.Split(v, ",")
+		}
+	}
+	return n
+}
+
+func (h *harness) plan(t tb, node, held string) {
+	want := h.newest[node]
+	p := &events.Plan{Cause: want, Want: want}
+	for _, m := range h.wants[want] {
+		row := events.PlanModule{Name: m.Name, Build: m.Build, RunsAs: m.RunsAs}
+		if slices.Contains(strings.Split(held, ","), m.Name) {
+			row = events.PlanModule{Name: m.Name, Held: true, Why: events.HoldApproval, Pending: m.Build}
+		}
+		p.Modules = append(p.Modules, row)
+	}
+	h.plans[node] = h.node(t, node, rollout.KindPlan, p)
+}
+
+func (h *harness) node(t tb, node string, k rollout.Kind, p any) uint64 {
+	return h.append(t, rollout.Input{Node: node, Kind: k, Payload: p})
+}
+
+// append puts in on the stream at the next sequence, folds it and
+// carries out its effects.
+func (h *harness) append(t tb, in rollout.Input) uint64 {
+	h.now = h.now.Add(time.Second)
+	in.Seq, in.Time = uint64(len(h.stream)+1), h.now
+	h.stream = append(h.stream, in)
+	if in.Kind != rollout.KindRecord {
+		fmt.Fprintf(h.out, "#%d %s%s\n", in.Seq, summary(in), h.note)
+		h.note = ""
+	}
+	effs := h.state.Fold(in)
+	if err := h.state.CheckInvariants(); err != nil {
+		t.Fatalf("after #%d: invariant broken: %v", in.Seq, err)
+	}
+	h.effect = append(h.effect, effs...)
+	for _, e := range effs {
+		if e.Record != nil {
+			seq := h.append(t, rollout.Input{Kind: rollout.KindRecord, Payload: e.Record})
+			if !h.quiet {
+				fmt.Fprintf(h.out, "  #%d %s\n", seq, formatEffect(e))
+			}
+			continue
+		}
+		fmt.Fprintf(h.out, "  %s\n", formatEffect(e))
+		if h.stall {
+			h.held = append(h.held, e)
+			continue
+		}
+		h.carry(t, e)
+	}
+	return in.Seq
+}
+
+// carry publishes a want as the server would: only when the node's
+// newest want is the one expected; then records the outcome.
+func (h *harness) carry(t tb, e rollout.Effect) {
+	w := e.Want
+	if last := h.newest[w.Node]; last != w.Expect {
+		h.append(t, rollout.Input{Kind: rollout.KindRefused, Payload: &rollout.Refused{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Last: last}})
+		return
+	}
+	ms := w.Modules
+	if ms == nil {
+		ms = h.wants[w.CopyOf]
+	}
+	seq := h.append(t, rollout.Input{Node: w.Node, Kind: rollout.KindWant})
+	h.wants[seq], h.newest[w.Node] = ms, seq
+	h.append(t, rollout.Input{Kind: rollout.KindPublished, Payload: &rollout.Published{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Want: seq}})
+}
+
+func summary(in rollout.Input) string {
+	if in.Err != nil {
+		return fmt.Sprintf("%s (not decoded: %v)", in.Kind, in.Err)
+	}
+	switch p := in.Payload.(type) {
+	case *rollout.Start:
+		return fmt.Sprintf("start by %s: %d wants, %d nodes, %d pages", p.By, len(p.Wants), len(p.Nodes), p.Pages)
+	case *rollout.Nodes:
+		return fmt.Sprintf("nodes of rollout %d page %d: %d nodes", p.Rollout, p.Page, len(p.Nodes))
+	case *rollout.Published:
+		return fmt.Sprintf("published %s %s want=#%d", p.Node, p.Step, p.Want)
+	case *rollout.Refused:
+		return fmt.Sprintf("refused %s %s last=#%d", p.Node, p.Step, p.Last)
+	case *rollout.Operator:
+		return fmt.Sprintf("%s by %s", p.Kind(), p.By)
+	case *rollout.Tick:
+		return fmt.Sprintf("tick at +%s", in.Time.Sub(base))
+	case *rollout.Record:
+		return fmt.Sprintf("record %s", p.What)
+	case *events.Plan:
+		var rows []string
+		for _, m := range p.Modules {
+			if m.Held {
+				rows = append(rows, m.Name+":held("+string(m.Why)+")")
+			} else {
+				rows = append(rows, m.Name+":"+m.Build)
+			}
+		}
+		return fmt.Sprintf("plan %s want=#%d %s", in.Node, p.Want, strings.Join(rows, ","))
+	case *events.Settle:
+		return fmt.Sprintf("settle %s plan=#%d %s", in.Node, p.Plan, p.Op)
+	case *rollout.Have:
+		var ms []string
+		for _, m := range p.Modules {
+			s := m.Name + ":" + m.Build + ":" + string(m.State)
+			if m.Health != "" {
+				s += ":" + string(m.Health)
+			}
+			if m.Restarts > 0 {
+				s += fmt.Sprintf(":restarts=%d", m.Restarts)
+			}
+			ms = append(ms, s)
+		}
+		return fmt.Sprintf("have %s %s", in.Node, strings.Join(ms, ","))
+	}
+	if in.Node != "" {
+		return fmt.Sprintf("%s %s", in.Kind, in.Node)
+	}
+	return string(in.Kind)
+}
+
+func formatEffect(e rollout.Effect) string {
+	if r := e.Record; r != nil {
+		lvl := ""
+		if r.Level != events.LevelInfo {
+			lvl = " [" + string(r.Level) + "]"
+		}
+		return fmt.Sprintf("record %s%s: %s", r.What, lvl, r.Msg)
+	}
+	w := e.Want
+	var ms []string
+	for _, m := range w.Modules {
+		ms = append(ms, m.Name+":"+m.Build)
+	}
+	s := fmt.Sprintf("want %s %s expect=#%d", w.Node, w.Step, w.Expect)
+	if w.Modules == nil {
+		s += fmt.Sprintf(" copy-of=#%d", w.CopyOf)
+	} else {
+		s += " modules=" + strings.Join(ms, ",")
+	}
+	return s + " id=" + e.ID()
+}
+
+func formatView(v rollout.View) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rollout %d %s batch %d/%d unavailable %d/%d", v.Rollout, v.Phase, v.Batch, v.Batches, v.Unavailable, v.Params.MaxUnavailable)
+	if v.Paused != nil {
+		fmt.Fprintf(&b, " paused-by=%s", v.Paused.By)
+	}
+	if v.Promoted {
+		b.WriteString(" promoted")
+	}
+	b.WriteString("\n")
+	for _, t := range v.Targets {
+		fmt.Fprintf(&b, "  %s batch=%d %s", t.Node, t.Batch, t.Status)
+		if t.Published > 0 {
+			fmt.Fprintf(&b, " want=#%d", t.Published)
+		}
+		if t.Plan > 0 {
+			fmt.Fprintf(&b, " plan=#%d settled=%v", t.Plan, t.Settled)
+		}
+		var run []string
+		for _, m := range t.Running {
+			s := m.Module + ":" + m.Build
+			if m.Health != "" {
+				s += ":" + string(m.Health)
+			}
+			run = append(run, s)
+		}
+		if len(run) > 0 {
+			fmt.Fprintf(&b, " running=%s", strings.Join(run, ","))
+		}
+		if !t.HealthySince.IsZero() {
+			fmt.Fprintf(&b, " healthy-since=+%s", t.HealthySince.Sub(base))
+		}
+		if t.Down {
+			b.WriteString(" down")
+		}
+		if t.Revert != nil {
+			fmt.Fprintf(&b, " revert=%s", t.Revert.Status)
+		}
+		if t.Why != "" {
+			fmt.Fprintf(&b, " why=%q", t.Why)
+		}
+		b.WriteString("\n")
+	}
+	for _, c := range v.Builds {
+		fmt.Fprintf(&b, "  build %s %s on %d nodes\n", c.Module, c.Build, c.Nodes)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}

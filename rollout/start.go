@@ -1,0 +1,69 @@
+package rollout
+
+import (
+	"slices"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// Candidate is one of the fleet's nodes as `apply` sees it: the want the
+// fleet file gives it, and its newest want and liveness as the stream
+// says now.
+type Candidate struct {
+	Node string
+	// Want is the fleet file's want for the node.
+	Want []events.WantModule
+	// Prev is its newest want's sequence (0: none) and Current that
+	// want's modules.
+	Prev    uint64
+	Current []events.WantModule
+	// Down and Unhealthy are its availability now (see [NodeAtStart]).
+	Down      bool
+	Unhealthy []string
+}
+
+// NewStart builds the start of a rollout over the candidates: the
+// targets are those whose want differs from their newest want (or that
+// have none), in the candidates' order; each distinct want is carried
+// once. Nodes beyond [MaxNodesPerEvent] go to pages, which the caller
+// publishes after the start as [Nodes] events (Page i+1 of the start's
+// sequence). It returns a nil start when no node's want changes.
+func NewStart(by, reason string, params Params, cands []Candidate) (start *Start, pages [][]NodeAtStart) {
+	start = &Start{By: by, Reason: reason, Params: params, Wants: [][]events.WantModule{}}
+	var all []NodeAtStart
+	targets := 0
+	for _, c := range cands {
+		n := NodeAtStart{Node: c.Node, Prev: c.Prev, Down: c.Down, Unhealthy: c.Unhealthy}
+		if c.Prev == 0 || !EqualWant(c.Want, c.Current) {
+			i := slices.IndexFunc(start.Wants, func(w []events.WantModule) bool { return EqualWant(w, c.Want) })
+			if i < 0 {
+				i = len(start.Wants)
+				start.Wants = append(start.Wants, c.Want)
+			}
+			n.Want = i + 1
+			targets++
+		}
+		all = append(all, n)
+	}
+	if targets == 0 {
+		return nil, nil
+	}
+	start.Nodes = all[:min(len(all), MaxNodesPerEvent)]
+	for rest := all[len(start.Nodes):]; len(rest) > 0; {
+		k := min(len(rest), MaxNodesPerEvent)
+		pages = append(pages, rest[:k])
+		rest = rest[k:]
+	}
+	start.Pages = 1 + len(pages)
+	return start, pages
+}
+
+// EqualWant reports whether two wants declare the same modules, in the
+// same order, with the same fields (a nil and an empty file list are the
+// same).
+func EqualWant(a, b []events.WantModule) bool {
+	return slices.EqualFunc(a, b, func(x, y events.WantModule) bool {
+		return x.Name == y.Name && x.Build == y.Build && x.RunsAs == y.RunsAs && x.Provisioner == y.Provisioner &&
+			x.RequiresApproval == y.RequiresApproval && x.Hold == y.Hold && slices.Equal(x.Files, y.Files)
+	})
+}

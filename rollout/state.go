@@ -1,0 +1,414 @@
+package rollout
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// Phase is where a rollout is.
+type Phase string
+
+// Phases. Loading waits for the start's pages; running, waiting-promote,
+// halted and reverting are active; completed, aborted, reverted and
+// superseded are final.
+const (
+	Loading        Phase = "loading"
+	Running        Phase = "running"
+	WaitingPromote Phase = "waiting-promote"
+	Halted         Phase = "halted"
+	Reverting      Phase = "reverting"
+	Completed      Phase = "completed"
+	Aborted        Phase = "aborted"
+	Reverted       Phase = "reverted"
+	Superseded     Phase = "superseded"
+)
+
+// Final reports whether nothing more happens in the phase.
+func (p Phase) Final() bool {
+	switch p {
+	case Completed, Aborted, Reverted, Superseded:
+		return true
+	}
+	return false
+}
+
+// Status is a target's progress.
+type Status string
+
+// Target statuses (DESIGN.md §11).
+const (
+	// Pending: not given its new want yet.
+	Pending Status = "pending"
+	// Publishing: the step is decided; the controller has not recorded
+	// the want's publication yet.
+	Publishing Status = "publishing"
+	// Changing: its want is published; its plan has not settled, or its
+	// modules have not run healthy for min_healthy yet.
+	Changing Status = "changing"
+	// WaitingApproval: its plan holds a module for an operator's approval
+	// (incident 4): it neither fails nor completes.
+	WaitingApproval Status = "waiting-approval"
+	Done            Status = "done"
+	Failed          Status = "failed"
+	// Conflict: its want was changed by hand; the rollout never
+	// overwrites it, not even to revert it.
+	Conflict Status = "conflict"
+	// Unreached: its agent was down when its deadline passed; it takes its
+	// newest want when it returns.
+	Unreached Status = "unreached"
+)
+
+// Revert statuses of a target given its previous want back.
+const (
+	RevertWaiting    Status = "waiting"    // its forward want's outcome is not known yet
+	RevertPublishing Status = "publishing" // decided, not recorded published
+	RevertChanging   Status = "reverting"  // published, its plan not settled
+	RevertDone       Status = "reverted"
+	RevertFailed     Status = "failed"    // its apply failed, or its plan did not settle in time
+	RevertRefused    Status = "refused"   // not published (changed by hand, or the previous want unreadable)
+	RevertUnreached  Status = "unreached" // its agent was down
+)
+
+// State is one fleet's rollout state: the pure fold of the fleet's
+// rollout events and of its nodes' events since the current rollout's
+// start. It is not safe for concurrent use. Its JSON form is its
+// snapshot; [UnmarshalState] reads it back.
+type State struct {
+	Fleet string `json:"fleet"`
+	// Seq is the last sequence folded.
+	Seq uint64 `json:"seq"`
+	// Now is the newest stream time folded: the fold's clock.
+	Now time.Time `json:"now,omitzero"`
+	// Rollout is the current (or last) rollout; nil before the first
+	// start.
+	Rollout *Rollout `json:"rollout,omitempty"`
+}
+
+// Mark is who did something, when (stream sequence and time) and why.
+type Mark struct {
+	Seq    uint64    `json:"seq"`
+	Time   time.Time `json:"time"`
+	By     string    `json:"by,omitempty"`
+	Node   string    `json:"node,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// Rollout is one rollout: its start, its phase, its fleet's nodes and its
+// progress.
+type Rollout struct {
+	// ID is the start's stream sequence.
+	ID     uint64    `json:"id"`
+	Time   time.Time `json:"time"`
+	By     string    `json:"by"`
+	Reason string    `json:"reason,omitempty"`
+	Params Params    `json:"params"`
+	// R is Params resolved against the targets and nodes, once loaded.
+	R     Resolved              `json:"resolved"`
+	Wants [][]events.WantModule `json:"wants"`
+	// Pages is the start's page count; Loaded how many were folded.
+	Pages  int   `json:"pages"`
+	Loaded int   `json:"loaded"`
+	Phase  Phase `json:"phase"`
+	// Paused is the pause in force; Promoted the promote of the canary;
+	// Halt the failure that halted it (Node, Reason); End the event that
+	// ended it (abort, revert, a new start, the last target done).
+	Paused   *Mark `json:"paused,omitempty"`
+	Promoted *Mark `json:"promoted,omitempty"`
+	Halt     *Mark `json:"halt,omitempty"`
+	Revert   *Mark `json:"revert,omitempty"`
+	End      *Mark `json:"end,omitempty"`
+	// Nodes are the fleet's nodes, by name.
+	Nodes map[string]*Node `json:"nodes"`
+	// Targets are the targets' names in rollout order.
+	Targets []string `json:"targets"`
+	// Batch is the current batch (0-based; the canary is batch 0 when
+	// there is one); Next the index in Targets of the next target to
+	// step.
+	Batch int `json:"batch"`
+	Next  int `json:"next"`
+	// Unavailable counts the fleet's nodes that are unavailable now;
+	// Clear the targets of the current batch that no longer hold it back
+	// (done, unreached, or given their want with their agent down).
+	// Invariant: both equal their count over Nodes.
+	Unavailable int `json:"unavailable"`
+	Clear       int `json:"clear"`
+	// Active are the targets stepped and not finished, in step order;
+	// Reverting the targets whose revert is not finished.
+	Active    []string `json:"active,omitempty"`
+	Reverting []string `json:"reverting,omitempty"`
+}
+
+// Node is one of the fleet's nodes: its availability, and, for a target,
+// its progress.
+type Node struct {
+	Name string `json:"name"`
+	// Down: its agent is down (since DownSince).
+	Down      bool      `json:"down,omitempty"`
+	DownSince time.Time `json:"down_since,omitzero"`
+	// Unhealthy are its modules the newest have reports unhealthy or
+	// failed, sorted.
+	Unhealthy []string `json:"unhealthy,omitempty"`
+	// Have is the newest have folded.
+	Have *HaveSeen `json:"have,omitempty"`
+	// NewestWant is the sequence of the newest want on its subject known
+	// to the rollout.
+	NewestWant uint64 `json:"newest_want,omitempty"`
+	// Unavail caches [Node.unavailable] for the rollout's count.
+	Unavail bool `json:"unavail,omitempty"`
+
+	// A target's fields; Want is 0 for a node that is not one.
+	Want   int    `json:"want,omitempty"` // 1 + index in Rollout.Wants
+	Order  int    `json:"order,omitempty"`
+	Batch  int    `json:"batch,omitempty"`
+	Prev   uint64 `json:"prev,omitempty"`
+	Status Status `json:"status,omitempty"`
+	// Why says why it failed, is in conflict, is unreached, or waits.
+	Why  string `json:"why,omitempty"`
+	Step *Mark  `json:"step,omitempty"`
+	// Published is the sequence of its new want, once recorded.
+	Published uint64 `json:"published,omitempty"`
+	// Plan is the newest plan folded; Settled the newest plan that
+	// settled (SettledAt its first settle's time).
+	Plan      *PlanSeen `json:"plan,omitempty"`
+	Settled   uint64    `json:"settled,omitempty"`
+	SettledAt time.Time `json:"settled_at,omitzero"`
+	// GoodSince is when every module of its plan began to run at its
+	// build, healthy, without a break since; zero while not.
+	GoodSince time.Time `json:"good_since,omitzero"`
+	// DeadlineFrom is when its healthy_deadline began: its step, or when
+	// it stopped waiting for an approval or came back.
+	DeadlineFrom time.Time `json:"deadline_from,omitzero"`
+	// Finished is when it became done, failed, in conflict or unreached.
+	Finished *Mark `json:"finished,omitempty"`
+	// Clear caches whether it no longer holds its batch back.
+	Clear bool `json:"clear,omitempty"`
+	// Back is its revert, when the rollout gives it its previous want.
+	Back *Back `json:"back,omitempty"`
+}
+
+// Back is a target's revert.
+type Back struct {
+	Status Status `json:"status"`
+	Step   *Mark  `json:"step,omitempty"`
+	// Want is the sequence of the previous want given back, once
+	// recorded.
+	Want uint64 `json:"want,omitempty"`
+	Why  string `json:"why,omitempty"`
+}
+
+// HaveSeen is the newest have of a node.
+type HaveSeen struct {
+	Seq     uint64       `json:"seq"`
+	Time    time.Time    `json:"time"`
+	Modules []HaveModule `json:"modules"`
+}
+
+// PlanSeen is what the fold keeps of a plan: its sequence, its want and
+// its rows' names, builds and holds.
+type PlanSeen struct {
+	Seq  uint64 `json:"seq"`
+	Want uint64 `json:"want"`
+	Rows []Row  `json:"rows"`
+}
+
+// Row is one row of a plan, without its files and account.
+type Row struct {
+	Name    string            `json:"name"`
+	Build   string            `json:"build,omitempty"`
+	Held    bool              `json:"held,omitempty"`
+	Why     events.HoldReason `json:"why,omitempty"`
+	Pending string            `json:"pending,omitempty"`
+}
+
+// NewState returns the empty state of fleet.
+func NewState(fleet string) *State { return &State{Fleet: fleet} }
+
+// Clone returns a deep copy of s.
+func (s *State) Clone() *State {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err) // a State always encodes
+	}
+	c := new(State)
+	if err := json.Unmarshal(b, c); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// UnmarshalState decodes a snapshot and checks its invariants.
+func UnmarshalState(data []byte) (*State, error) {
+	s := new(State)
+	if err := json.Unmarshal(data, s); err != nil {
+		return nil, fmt.Errorf("rollout: decode state: %w", err)
+	}
+	if err := s.CheckInvariants(); err != nil {
+		return nil, fmt.Errorf("rollout: decode state: %w", err)
+	}
+	return s, nil
+}
+
+// CheckInvariants returns an error naming the first invariant of the
+// state that does not hold. Tests call it after every step.
+func (s *State) CheckInvariants() error {
+	r := s.Rollout
+	if r == nil {
+		return nil
+	}
+	if r.ID > s.Seq {
+		return fmt.Errorf("rollout %d above the folded sequence %d", r.ID, s.Seq)
+	}
+	if r.Loaded > r.Pages {
+		return fmt.Errorf("%d pages loaded of %d", r.Loaded, r.Pages)
+	}
+	unavail, clear := 0, 0
+	for name, n := range r.Nodes {
+		if n.Name != name {
+			return fmt.Errorf("node %q filed as %q", n.Name, name)
+		}
+		if n.Unavail != n.unavailable() {
+			return fmt.Errorf("node %s: cached unavailable %v, is %v", name, n.Unavail, n.unavailable())
+		}
+		if n.Unavail {
+			unavail++
+		}
+		if n.Want > 0 {
+			if n.Want > len(r.Wants) {
+				return fmt.Errorf("target %s names want %d of %d", name, n.Want, len(r.Wants))
+			}
+			if n.Order >= len(r.Targets) || r.Targets[n.Order] != name {
+				return fmt.Errorf("target %s not at its order %d", name, n.Order)
+			}
+			if n.Clear != n.clear() {
+				return fmt.Errorf("target %s: cached clear %v, is %v", name, n.Clear, n.clear())
+			}
+			if r.Phase != Loading && n.Clear && n.Batch == r.Batch {
+				clear++
+			}
+			if (n.Status == Pending) != (n.Order >= r.Next) && n.Status != Conflict {
+				return fmt.Errorf("target %s is %s at order %d, next %d", name, n.Status, n.Order, r.Next)
+			}
+			if n.Published != 0 && n.Published <= n.Prev {
+				return fmt.Errorf("target %s published at %d, not after %d", name, n.Published, n.Prev)
+			}
+		}
+	}
+	if unavail != r.Unavailable {
+		return fmt.Errorf("%d nodes unavailable, counted %d", unavail, r.Unavailable)
+	}
+	if r.Phase != Loading && clear != r.Clear {
+		return fmt.Errorf("%d targets of batch %d clear, counted %d", clear, r.Batch, r.Clear)
+	}
+	for _, name := range r.Active {
+		n := r.Nodes[name]
+		if n == nil || !n.active() {
+			return fmt.Errorf("active target %s is not active", name)
+		}
+	}
+	if len(r.Active) != len(slices.Compact(slices.Sorted(slices.Values(r.Active)))) {
+		return fmt.Errorf("active targets repeated")
+	}
+	for _, name := range r.Reverting {
+		n := r.Nodes[name]
+		if n == nil || n.Back == nil || n.Back.finished() {
+			return fmt.Errorf("reverting target %s is not reverting", name)
+		}
+	}
+	if r.Phase != Loading && r.Phase != Completed && r.Phase != Superseded {
+		if r.Next > len(r.Targets) {
+			return fmt.Errorf("next target %d of %d", r.Next, len(r.Targets))
+		}
+	}
+	return nil
+}
+
+// unavailable reports whether the node counts against max_unavailable
+// (DESIGN.md §11): its agent is down, a module is unhealthy or failed, or
+// it is a target being changed.
+func (n *Node) unavailable() bool {
+	if n.Down || len(n.Unhealthy) > 0 {
+		return true
+	}
+	if n.Back != nil {
+		// Given its previous want back: being changed until that ends.
+		return !n.Back.finished()
+	}
+	switch n.Status {
+	case Publishing, Changing, WaitingApproval, Failed:
+		return true
+	}
+	return false
+}
+
+// clear reports whether a target no longer holds its batch back: done,
+// unreached, or given its want while its agent is down (it takes it when
+// it returns; DESIGN.md §11: it does not stop the others).
+func (n *Node) clear() bool {
+	switch n.Status {
+	case Done, Unreached:
+		return true
+	case Publishing, Changing, WaitingApproval:
+		return n.Down
+	}
+	return false
+}
+
+// active reports whether a target was stepped and is not finished.
+func (n *Node) active() bool {
+	switch n.Status {
+	case Publishing, Changing, WaitingApproval:
+		return true
+	}
+	return false
+}
+
+func (b *Back) finished() bool {
+	switch b.Status {
+	case RevertDone, RevertFailed, RevertRefused, RevertUnreached:
+		return true
+	}
+	return false
+}
+
+// batchEnd returns the index in Targets past the last target of batch k.
+func (r *Rollout) batchEnd(k int) int {
+	n := len(r.Targets)
+	if r.R.Canary > 0 {
+		if k == 0 {
+			return r.R.Canary
+		}
+		return min(n, r.R.Canary+k*r.R.Batch)
+	}
+	return min(n, (k+1)*r.R.Batch)
+}
+
+// Batches returns the count of batches, the canary included.
+func (r *Rollout) Batches() int {
+	n := len(r.Targets)
+	if n == 0 {
+		return 0
+	}
+	if r.R.Canary > 0 {
+		return 1 + (n-r.R.Canary+r.R.Batch-1)/r.R.Batch
+	}
+	return (n + r.R.Batch - 1) / r.R.Batch
+}
+
+// batchOf returns the batch of the target at index i of Targets.
+func (r *Rollout) batchOf(i int) int {
+	if r.R.Canary > 0 {
+		if i < r.R.Canary {
+			return 0
+		}
+		return 1 + (i-r.R.Canary)/r.R.Batch
+	}
+	return i / r.R.Batch
+}
+
+// Active reports whether the rollout still acts: loading, running,
+// waiting for a promote, halted or reverting.
+func (r *Rollout) active() bool { return !r.Phase.Final() }

@@ -1,0 +1,256 @@
+package rollout
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// View is the delivery view of a fleet's rollout (DESIGN.md §11): where
+// the rollout is, each target's progress and, per build, how many of the
+// fleet's nodes run it. Its JSON field names are stable (`meshfold
+// rollout status -o json`).
+type View struct {
+	Fleet   string    `json:"fleet"`
+	Rollout uint64    `json:"rollout"`
+	Phase   Phase     `json:"phase"`
+	By      string    `json:"by"`
+	Started time.Time `json:"started"`
+	Paused  *Mark     `json:"paused,omitempty"`
+	Halt    *Mark     `json:"halt,omitempty"`
+	Revert  *Mark     `json:"revert,omitempty"`
+	End     *Mark     `json:"end,omitempty"`
+	// Batch is the current batch, 1-based, of Batches.
+	Batch    int      `json:"batch"`
+	Batches  int      `json:"batches"`
+	Params   Resolved `json:"params"`
+	Promoted bool     `json:"promoted,omitempty"`
+	// Unavailable counts the fleet's nodes unavailable now, against
+	// Params.MaxUnavailable.
+	Unavailable int `json:"unavailable"`
+	Nodes       int `json:"nodes"`
+	// Counts are the targets per status.
+	Counts  map[Status]int `json:"counts"`
+	Targets []TargetView   `json:"targets"`
+	Builds  []BuildCount   `json:"builds"`
+}
+
+// TargetView is one target's line of the delivery view: want published,
+// plan, settled, running at build, healthy since, failed and why.
+type TargetView struct {
+	Node   string `json:"node"`
+	Batch  int    `json:"batch"` // 1-based
+	Status Status `json:"status"`
+	Why    string `json:"why,omitempty"`
+	// Step is when the rollout gave it its new want; Published that
+	// want's sequence.
+	Step      *Mark  `json:"step,omitempty"`
+	Prev      uint64 `json:"prev,omitempty"`
+	Published uint64 `json:"published,omitempty"`
+	// Plan is the newest plan of its want, Settled whether it settled.
+	Plan         uint64          `json:"plan,omitempty"`
+	Settled      bool            `json:"settled,omitempty"`
+	SettledAt    time.Time       `json:"settled_at,omitzero"`
+	Running      []ModuleRunning `json:"running,omitempty"`
+	HealthySince time.Time       `json:"healthy_since,omitzero"`
+	Down         bool            `json:"down,omitempty"`
+	Revert       *Back           `json:"revert,omitempty"`
+}
+
+// ModuleRunning is a module of a target's newest have.
+type ModuleRunning struct {
+	Module   string          `json:"module"`
+	Build    string          `json:"build"`
+	State    events.RunState `json:"state"`
+	Health   Health          `json:"health,omitempty"`
+	Restarts int             `json:"restarts,omitempty"`
+}
+
+// BuildCount is how many of the fleet's nodes run Module at Build, by
+// their newest haves.
+type BuildCount struct {
+	Module string `json:"module"`
+	Build  string `json:"build"`
+	Nodes  int    `json:"nodes"`
+}
+
+// View returns the delivery view; the zero View before the first start.
+func (s *State) View() View {
+	r := s.Rollout
+	if r == nil {
+		return View{Fleet: s.Fleet}
+	}
+	v := View{Fleet: s.Fleet, Rollout: r.ID, Phase: r.Phase, By: r.By, Started: r.Time, Paused: r.Paused, Halt: r.Halt,
+		Revert: r.Revert, End: r.End, Batch: min(r.Batch, r.Batches()-1) + 1, Batches: r.Batches(), Params: r.R,
+		Promoted: r.Promoted != nil, Unavailable: r.Unavailable, Nodes: len(r.Nodes), Counts: map[Status]int{}}
+	for _, name := range r.Targets {
+		n := r.Nodes[name]
+		v.Counts[n.Status]++
+		t := TargetView{Node: name, Batch: n.Batch + 1, Status: n.Status, Why: n.Why, Step: n.Step, Prev: n.Prev,
+			Published: n.Published, Down: n.Down, Revert: n.Back, HealthySince: n.GoodSince}
+		if n.Plan != nil && n.Published > 0 && n.Plan.Want == n.Published {
+			t.Plan = n.Plan.Seq
+			t.Settled = n.Settled >= n.Plan.Seq
+			if t.Settled {
+				t.SettledAt = n.SettledAt
+			}
+		}
+		if n.Have != nil {
+			for _, m := range n.Have.Modules {
+				t.Running = append(t.Running, ModuleRunning{Module: m.Name, Build: m.Build, State: m.State, Health: m.Health, Restarts: m.Restarts})
+			}
+		}
+		v.Targets = append(v.Targets, t)
+	}
+	counts := map[[2]string]int{}
+	for _, n := range r.Nodes {
+		if n.Have == nil {
+			continue
+		}
+		for _, m := range n.Have.Modules {
+			if m.State == events.Running {
+				counts[[2]string{m.Name, m.Build}]++
+			}
+		}
+	}
+	for k, c := range counts {
+		v.Builds = append(v.Builds, BuildCount{Module: k[0], Build: k[1], Nodes: c})
+	}
+	slices.SortFunc(v.Builds, func(a, b BuildCount) int {
+		return cmp.Or(cmp.Compare(a.Module, b.Module), cmp.Compare(b.Nodes, a.Nodes), cmp.Compare(a.Build, b.Build))
+	})
+	return v
+}
+
+// Why explains, one line each, where a node stands in the rollout and
+// why: for a target waiting, what holds it (its batch, the canary's
+// promote, a pause, the budget and who spends it, a halt); for one in
+// progress, what it waits for; for one finished, how. ok is false when
+// the rollout does not own the node.
+func (s *State) Why(node string) (lines []string, ok bool) {
+	r := s.Rollout
+	if r == nil {
+		return nil, false
+	}
+	n := r.Nodes[node]
+	if n == nil {
+		return nil, false
+	}
+	say := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
+	say("rollout %d (%s, by %s, started at %s)", r.ID, r.Phase, events.Text(r.By), r.Time.Format(time.RFC3339))
+	if n.Want == 0 {
+		say("%s is not a target: its want does not change%s", node, availText(n))
+		return lines, true
+	}
+	say("%s is target %d of %d, batch %d of %d: %s", node, n.Order+1, len(r.Targets), n.Batch+1, r.Batches(), n.Status)
+	if n.Step != nil {
+		say("given its new want at #%d (%s, %s), diffed against want #%d", n.Step.Seq, n.Step.Time.Format(time.RFC3339), n.Step.Reason, n.Prev)
+	}
+	if n.Published > 0 {
+		say("want #%d published", n.Published)
+	}
+	if n.Plan != nil && n.Published > 0 && n.Plan.Want == n.Published {
+		if n.Settled >= n.Plan.Seq {
+			say("plan #%d of that want settled at %s", n.Plan.Seq, n.SettledAt.Format(time.RFC3339))
+		} else {
+			say("plan #%d of that want not settled yet", n.Plan.Seq)
+		}
+	}
+	switch n.Status {
+	case Pending:
+		say("waiting: %s", r.holding(n))
+	case Publishing:
+		say("waiting for the controller to record its want published")
+	case Changing:
+		switch {
+		case n.Down:
+			say("its agent is down since %s: it takes its want when it returns", n.DownSince.Format(time.RFC3339))
+		case !n.GoodSince.IsZero():
+			say("healthy since %s (%s of min_healthy %s)", n.GoodSince.Format(time.RFC3339), s.Now.Sub(n.GoodSince), r.R.MinHealthy)
+		case n.Plan != nil && n.Plan.Want == n.Published && n.Settled >= n.Plan.Seq:
+			say("not healthy yet: %s", mismatch(n))
+		}
+		say("healthy_deadline at %s", n.DeadlineFrom.Add(r.R.HealthyDeadline).Format(time.RFC3339))
+	case WaitingApproval, Failed, Conflict, Unreached:
+		say("%s", n.Why)
+	case Done:
+		say("done at #%d (%s)", n.Finished.Seq, n.Finished.Time.Format(time.RFC3339))
+	}
+	if b := n.Back; b != nil {
+		line := fmt.Sprintf("revert: %s", b.Status)
+		if b.Want > 0 {
+			line += fmt.Sprintf(", previous want published again as #%d", b.Want)
+		}
+		if b.Why != "" {
+			line += ": " + b.Why
+		}
+		say("%s", line)
+	}
+	if s := availText(n); s != "" {
+		say("%s", strings.TrimPrefix(s, "; "))
+	}
+	return lines, true
+}
+
+func availText(n *Node) string {
+	var parts []string
+	if n.Down {
+		parts = append(parts, "agent down since "+n.DownSince.Format(time.RFC3339))
+	}
+	if len(n.Unhealthy) > 0 {
+		parts = append(parts, "unhealthy or failed: "+strings.Join(n.Unhealthy, ", "))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, "; ")
+}
+
+// holding says what keeps a pending target from its new want.
+func (r *Rollout) holding(n *Node) string {
+	switch {
+	case r.Phase == Loading:
+		return fmt.Sprintf("the start's nodes are loading (%d of %d pages)", r.Loaded, r.Pages)
+	case r.Phase == Halted:
+		return fmt.Sprintf("the rollout halted (target %s: %s)", r.Halt.Node, r.Halt.Reason)
+	case r.Phase.Final() || r.Phase == Reverting:
+		return fmt.Sprintf("the rollout is %s: it never got its new want", r.Phase)
+	case r.Phase == WaitingPromote:
+		return "the canary batch is done and waits for a promote"
+	case n.Batch > r.Batch:
+		return fmt.Sprintf("its batch %d begins after batch %d is done", n.Batch+1, r.Batch+1)
+	case r.Paused != nil:
+		return fmt.Sprintf("paused by %s since %s", events.Text(r.Paused.By), r.Paused.Time.Format(time.RFC3339))
+	}
+	var who []string
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		for k, o := range r.Nodes {
+			if o.Unavail && !yield(k) {
+				return
+			}
+		}
+	}) {
+		if len(who) == 5 {
+			who = append(who, "…")
+			break
+		}
+		who = append(who, name+" ("+unavailWhy(r.Nodes[name])+")")
+	}
+	return fmt.Sprintf("the budget: %d of max_unavailable %d unavailable: %s", r.Unavailable, r.R.MaxUnavailable, strings.Join(who, ", "))
+}
+
+func unavailWhy(n *Node) string {
+	switch {
+	case n.Down:
+		return "agent down"
+	case len(n.Unhealthy) > 0:
+		return "unhealthy: " + strings.Join(n.Unhealthy, ",")
+	case n.Back != nil && !n.Back.finished():
+		return "reverting"
+	}
+	return string(n.Status)
+}
