@@ -16,8 +16,8 @@ const MaxExit = 256
 var ErrBadExit = errors.New("must be at most 256 bytes without control characters")
 
 // checkRuntimeFields checks the additive runtime fields of a have's
-// module (DESIGN.md §8): restarts not negative, exit short and printable,
-// since not the zero time.
+// module (DESIGN.md §8, §11): restarts not negative, exit short and
+// printable, since not the zero time, health one of its three values.
 func checkRuntimeFields(m HaveModule) error {
 	if m.Restarts < 0 {
 		return fieldErr("restarts", strconv.Itoa(m.Restarts), ErrBadValue)
@@ -27,6 +27,11 @@ func checkRuntimeFields(m HaveModule) error {
 	}
 	if m.Since != nil && m.Since.IsZero() {
 		return fieldErr("since", "", ErrMissing)
+	}
+	switch m.Health {
+	case "", HealthStarting, Healthy, Unhealthy:
+	default:
+		return fieldErr("health", exitClip(string(m.Health)), ErrBadValue)
 	}
 	return nil
 }

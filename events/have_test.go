@@ -21,7 +21,11 @@ func TestHaveRuntimeFields(t *testing.T) {
 		field string
 	}{
 		{"none", ``, nil, ""},
-		{"all", `,"restarts":4,"exit":"status 1","since":"2026-01-02T03:04:00.123Z"`, nil, ""},
+		{"all", `,"restarts":4,"exit":"status 1","since":"2026-01-02T03:04:00.123Z","health":"unhealthy"`, nil, ""},
+		{"starting", `,"health":"starting"`, nil, ""},
+		{"healthy", `,"health":"healthy"`, nil, ""},
+		{"unknown health", `,"health":"fine"`, events.ErrBadValue, "modules[0].health"},
+		{"health with newline", `,"health":"healthy\nforged"`, events.ErrBadValue, "modules[0].health"},
 		{"negative restarts", `,"restarts":-1`, events.ErrBadValue, "modules[0].restarts"},
 		{"exit with newline", `,"exit":"status 1\nforged line"`, events.ErrBadExit, "modules[0].exit"},
 		{"exit too long", `,"exit":"` + strings.Repeat("x", events.MaxExit+1) + `"`, events.ErrBadExit, "modules[0].exit"},
@@ -45,7 +49,7 @@ func TestHaveRuntimeFields(t *testing.T) {
 
 func TestHaveRuntimeFieldsRoundTrip(t *testing.T) {
 	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	h := events.Stamp(&events.Have{Modules: []events.HaveModule{{Name: "a", Build: "b", State: events.Failed, Restarts: 2, Exit: "signal SIGKILL", Since: &since}}}, since)
+	h := events.Stamp(&events.Have{Modules: []events.HaveModule{{Name: "a", Build: "b", State: events.Failed, Restarts: 2, Exit: "signal SIGKILL", Since: &since, Health: events.Unhealthy}}}, since)
 	data, err := json.Marshal(h)
 	if err != nil {
 		t.Fatal(err)
@@ -55,12 +59,12 @@ func TestHaveRuntimeFieldsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := p.(*events.Have).Modules[0]
-	if got.Restarts != 2 || got.Exit != "signal SIGKILL" || got.Since == nil || !got.Since.Equal(since) {
+	if got.Restarts != 2 || got.Exit != "signal SIGKILL" || got.Since == nil || !got.Since.Equal(since) || got.Health != events.Unhealthy {
 		t.Fatalf("round trip: %+v", got)
 	}
 	// A module without them encodes as before: the fields are omitted.
 	plain, _ := json.Marshal(events.HaveModule{Name: "a", Build: "b", State: events.Running})
-	if s := string(plain); strings.Contains(s, "restarts") || strings.Contains(s, "exit") || strings.Contains(s, "since") {
+	if s := string(plain); strings.Contains(s, "restarts") || strings.Contains(s, "exit") || strings.Contains(s, "since") || strings.Contains(s, "health") {
 		t.Errorf("a have module without runtime fields encodes them: %s", s)
 	}
 }

@@ -150,7 +150,21 @@ type HaveModule struct {
 	Exit string `json:"exit,omitempty"`
 	// Since is when State last changed; optional.
 	Since *time.Time `json:"since,omitempty"`
+	// Health is what the module's check says (DESIGN.md §11 "Health");
+	// absent when its bundle declares no check.
+	Health Health `json:"health,omitempty"`
 }
+
+// Health is what a module's check says of it (DESIGN.md §11).
+type Health string
+
+// Health states of a have's module.
+const (
+	// HealthStarting: alive, no passing check yet.
+	HealthStarting Health = "starting"
+	Healthy        Health = "healthy"
+	Unhealthy      Health = "unhealthy"
+)
 
 // Have is the node's full report of what runs.
 type Have struct {

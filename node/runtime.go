@@ -187,8 +187,12 @@ type Supervisor interface {
 // LogQuery asks a [LogReader] for a module's captured output.
 type LogQuery struct {
 	// Tail is how many of the last lines to return when Cursor is empty
-	// (0: as many as fit in one page).
+	// (0: as many as fit in one page); the lines that do not fit in one
+	// page come in the next ones (see LogPage.More).
 	Tail int `json:"tail,omitempty"`
+	// Since, when Cursor is empty, starts at the first line written at or
+	// after this RFC 3339 time (the later start of Since and Tail wins).
+	Since string `json:"since,omitempty"`
 	// Cursor continues after the position a previous page ended at.
 	Cursor string `json:"cursor,omitempty"`
 	// Wait is how long to wait for new output after Cursor when there is
@@ -203,8 +207,22 @@ const MaxLogWait = 10 * time.Second
 // LogPage is one page of a module's output: whole lines, oldest first,
 // and the cursor to continue from.
 type LogPage struct {
-	Lines  []string `json:"lines"`
+	Lines []string `json:"lines"`
+	// Tags, when the runtime records them, say of each line (same index)
+	// when it was written and which stream it came from.
+	Tags   []LogTag `json:"tags,omitempty"`
 	Cursor string   `json:"cursor"`
+	// More: the page ended because it was full; more output follows at
+	// Cursor already.
+	More bool `json:"more,omitempty"`
+}
+
+// LogTag is when a line of output was captured and from which stream:
+// "out" (stdout), "err" (stderr) or "meshfold" (a line of the module's
+// supervisor: an exit, a restart); empty for a line captured untagged.
+type LogTag struct {
+	At     time.Time `json:"at,omitzero"`
+	Stream string    `json:"stream,omitempty"`
 }
 
 // LogReader is implemented by a [Runtime] that captures its modules'

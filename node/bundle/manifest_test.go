@@ -23,6 +23,25 @@ func TestParseManifest(t *testing.T) {
 		{"bad on_fill signal", `{"command":["x"],"on_fill":"signal:NOPE"}`, "on_fill"},
 		{"escaping command", `{"command":["../x"]}`, "command[0]"},
 		{"reserved env", `{"command":["x"],"env":{"MESHFOLD_ROOT":"/"}}`, "env.MESHFOLD_ROOT"},
+		{"limits", `{"command":["x"],"limits":{"memory":67108864,"cpu":0.5,"pids":64}}`, ""},
+		{"tiny memory", `{"command":["x"],"limits":{"memory":4096}}`, "limits.memory"},
+		{"negative cpu", `{"command":["x"],"limits":{"cpu":-1}}`, "limits.cpu"},
+		{"one pid", `{"command":["x"],"limits":{"pids":1}}`, "limits.pids"},
+		{"memory as text", `{"command":["x"],"limits":{"memory":"64M"}}`, bundle.ManifestName},
+		{"unknown limit", `{"command":["x"],"limits":{"disk":1}}`, bundle.ManifestName},
+		{"exec check", `{"command":["x"],"health":{"exec":["check.sh","-q"],"interval":"2s","timeout":"1s","grace":"30s","failures":5,"restart":true}}`, ""},
+		{"http check", `{"command":["x"],"health":{"http":"http://127.0.0.1:8080/healthz"}}`, ""},
+		{"tcp check", `{"command":["x"],"health":{"tcp":"127.0.0.1:8080"}}`, ""},
+		{"notify check", `{"command":["x"],"health":{"notify":true,"interval":"5s"}}`, ""},
+		{"no check kind", `{"command":["x"],"health":{"interval":"5s"}}`, "health"},
+		{"two check kinds", `{"command":["x"],"health":{"tcp":"a:1","notify":true}}`, "health"},
+		{"ftp check", `{"command":["x"],"health":{"http":"ftp://h/x"}}`, "health.http"},
+		{"tcp without port", `{"command":["x"],"health":{"tcp":"localhost"}}`, "health.tcp"},
+		{"escaping check", `{"command":["x"],"health":{"exec":["../c"]}}`, "health.exec[0]"},
+		{"bad interval", `{"command":["x"],"health":{"tcp":"a:1","interval":"1ms"}}`, "health.interval"},
+		{"bad grace", `{"command":["x"],"health":{"tcp":"a:1","grace":"-1s"}}`, "health.grace"},
+		{"bad failures", `{"command":["x"],"health":{"tcp":"a:1","failures":-2}}`, "health.failures"},
+		{"unknown check field", `{"command":["x"],"health":{"tcp":"a:1","retries":2}}`, bundle.ManifestName},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := bundle.ParseManifest([]byte(tc.in))
@@ -50,6 +69,13 @@ func TestManifestDefaults(t *testing.T) {
 	}
 	if r, s := m.FillAction(); r || s != 0 {
 		t.Fatalf("default on_fill: %v %v", r, s)
+	}
+	h := bundle.Health{TCP: "a:1"}
+	if i, to, g := h.Durations(); i != bundle.DefaultHealthInterval || to != bundle.DefaultHealthTimeout || g != 0 || h.FailuresOrDefault() != 3 {
+		t.Fatalf("health defaults: %v %v %v %d", i, to, g, h.FailuresOrDefault())
+	}
+	if i, _, _ := (bundle.Health{Notify: true}).Durations(); i != 0 {
+		t.Fatalf("a notify check without interval has a watchdog of %v", i)
 	}
 	m.OnFill = "signal:SIGUSR1"
 	if _, s := m.FillAction(); s != syscall.SIGUSR1 {

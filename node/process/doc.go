@@ -16,22 +16,42 @@
 // shim reads spec.json there, records its pid and start time (shim.json),
 // listens on shim.sock and starts the module: the manifest's command,
 // relative to the bundle, in the bundle as working directory, in its own
-// process group, as the account's uid, gid and supplementary groups (only
-// when the agent is root; otherwise as the agent's user, which Open logs,
-// Apply logs once per module whose runs_as differs, and the have reports),
-// with a minimal environment (PATH, USER, LOGNAME, HOME, MESHFOLD_NODE,
-// MESHFOLD_MODULE, MESHFOLD_ROOT, then the manifest's env), stdin
-// /dev/null, stdout and stderr into module.log (rotated at
-// [Config.LogMaxMB]). Apply returns once that first start happened, or
-// failed: a module that crashes still counts as applied.
+// process group, as the account's uid, gid and exactly the account's
+// groups (only when the agent is root; otherwise as the agent's user,
+// which Open logs, Apply logs once per module whose runs_as differs, and
+// the have reports), with a minimal environment (PATH, USER, LOGNAME,
+// HOME, MESHFOLD_NODE, MESHFOLD_MODULE, MESHFOLD_ROOT, then the manifest's
+// env), stdin /dev/null, stdout and stderr into module.log, each line
+// tagged with its time and stream (rotated at [Config.LogMaxMB]; the
+// shim's own shim.log is capped the same way). Apply returns once that
+// first start happened, or failed: a module that crashes still counts as
+// applied.
+//
+// # The whole tree
+//
+// Everything a module starts is the module's (DESIGN.md §8). The shim is
+// a child subreaper: an orphan of the module (a daemon's double fork, a
+// shell's children) becomes the shim's child, and the shim reaps every
+// child, so no zombie accumulates. Where the agent can make cgroups (it is
+// root, and a probe cgroup under [Config.CgroupParent] could be made; v1
+// or v2, through containerd's cgroups library), each module runs in a
+// cgroup of its own, <parent>/<module>-<hash of its directory>, born in it
+// (clone3 into the cgroup on v2; on v1 the shim forks from a thread it
+// moved in), with the manifest's limits (memory bytes, cpu cores as a CFS
+// quota, pids); an exit during which the cgroup's OOM killer struck is
+// "oom". Where none can be made, Open says so once and a module's tree is
+// every descendant of its shim. Stopping a module stops its whole tree:
+// the stop signal to every process of it (so each one's handler runs),
+// up to the stop timeout for all of them to exit, then SIGKILL to what is
+// left. When the main process exits on its own, what it left behind is
+// stopped the same way before the exit is reported: a restart or a new
+// build never meets the previous run's processes.
 //
 // The shim restarts an exited module after a backoff ([Backoff]: 1 s
 // doubling to 5 min, reset after 10 min of running), ends a backoff at
-// once when told a filled file was written ([Runtime.Filled]), gives a
+// once when told a filled file was written ([Runtime.Filled]), and gives a
 // running module its on_fill action (a restart, or a signal to its main
-// process), and stops it with the stop signal, then SIGKILL after the stop
-// timeout, to its whole process group. Every exit of the main process also
-// kills what is left of its group, before the pid can be reused.
+// process).
 //
 // A new build or account replaces the shim: the old one is stopped and gone
 // before the new one starts. [Runtime.Remove] stops the shim and deletes the
@@ -48,10 +68,12 @@
 // use rather than in [Open] (an agent refused by the node's lease uses its
 // runtime for nothing, and so never reaches the shims of the agent that
 // holds the lease): one whose recorded
-// pid is alive with its recorded start time (/proc/<pid>/stat field 22),
-// whose socket's peer is that pid, and whose status names itself. A shim
-// found dead has its module killed, only if the module's recorded pid
-// still has its recorded start time, and is reported stopped, so the agent
+// pid is alive with its recorded start time (/proc/<pid>/stat field 22)
+// in the recorded boot (/proc/sys/kernel/random/boot_id), whose socket's
+// peer is that pid, and whose status names itself. A shim found dead has
+// its module killed, only if the module's recorded pid still has its
+// recorded start time in this boot (and whatever is left in its cgroup),
+// and is reported stopped, so the agent
 // applies or removes it; a shim that dies while the agent runs is replaced
 // at once (restarts + 1). Under systemd, the agent's unit needs
 // KillMode=process, or a restart of the unit kills every module with it.
@@ -67,8 +89,8 @@
 //
 // # What it does not do
 //
-// No cgroups (limits, accounting), no namespaces, no health probes: a
-// running module is a live process, and its account is its isolation (see
+// No namespaces: a module sees the host's filesystem, network and
+// processes; its account and its cgroup are its isolation (see
 // docs/architecture.md, "The process runtime").
 //
 // # Where builds come from: the Fetcher

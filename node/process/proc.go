@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -100,9 +101,10 @@ func lookupAccount(name string) (account, error) {
 	if err != nil {
 		return account{}, fmt.Errorf("groups of user %q: %w", name, err)
 	}
+	// Exactly the account's groups, its primary one included, as
+	// initgroups(3) sets them: nothing of the shim's.
 	for _, id := range ids {
-		g, err := strconv.ParseUint(id, 10, 32)
-		if err == nil && uint32(g) != a.GID {
+		if g, err := strconv.ParseUint(id, 10, 32); err == nil && !slices.Contains(a.Groups, uint32(g)) {
 			a.Groups = append(a.Groups, uint32(g))
 		}
 	}

@@ -2,6 +2,7 @@ package process
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,6 +50,11 @@ type Config struct {
 	LogMaxMB, LogBackups int
 	// Logger receives the runtime's log lines; nil uses slog.Default().
 	Logger *slog.Logger
+	// CgroupParent is the cgroup under which each module gets its own
+	// (default DefaultCgroupParent); NoCgroups runs every module in its
+	// process group below its shim, as where no cgroup can be made.
+	CgroupParent string
+	NoCgroups    bool
 }
 
 // Runtime is the process runtime: a [node.Runtime] whose modules are
@@ -60,6 +66,7 @@ type Runtime struct {
 	log    *slog.Logger
 	asRoot bool
 	me     account
+	cgroup string // the parent of the modules' cgroups; "" when none can be made
 
 	changes chan struct{}
 
@@ -149,6 +156,19 @@ func Open(cfg Config) (*Runtime, error) {
 	if !r.asRoot {
 		log.Warn("the agent is not root: every module runs as the agent's own user, not as its account", "user", me.Name, "uid", me.UID)
 	}
+	r.cgroup = cmp.Or(cfg.CgroupParent, DefaultCgroupParent)
+	switch {
+	case cfg.NoCgroups:
+		r.cgroup = ""
+	case !r.asRoot:
+		r.cgroup = ""
+		log.Warn("no cgroup can be made (the agent is not root): each module's tree is its process group and what its shim reaps; manifest limits are not applied")
+	default:
+		if err := probeCgroups(r.cgroup); err != nil {
+			r.cgroup = ""
+			log.Warn("no cgroup can be made: each module's tree is its process group and what its shim reaps; manifest limits are not applied", "err", err)
+		}
+	}
 	return r, nil
 }
 
@@ -209,8 +229,8 @@ func (r *Runtime) connect(m *module) (Status, watchConn, error) {
 	if err := readJSON(m.dir, shimFile, &id); err != nil {
 		return Status{}, watchConn{}, fmt.Errorf("shim identity: %w", err)
 	}
-	if !alive(id.PID, id.Start) {
-		return Status{}, watchConn{}, fmt.Errorf("shim pid %d with start time %d is not running", id.PID, id.Start)
+	if !id.is() {
+		return Status{}, watchConn{}, fmt.Errorf("shim pid %d with start time %d in boot %q is not running", id.PID, id.Start, id.Boot)
 	}
 	c, err := dialUnix(m.dir, sockFile)
 	if err != nil {
@@ -260,11 +280,20 @@ type watchConn struct {
 // still the process that started at the recorded time), and the socket.
 func (r *Runtime) reap(m *module) {
 	var id identity
-	if err := readJSON(m.dir, moduleFile, &id); err == nil && alive(id.PID, id.Start) {
+	if err := readJSON(m.dir, moduleFile, &id); err == nil && id.is() {
 		r.log.Warn("module process outlived its shim; killed", "module", m.name, "pid", id.PID)
 		_ = syscall.Kill(-id.PID, syscall.SIGKILL)
 		if !waitExit(id.PID, 10*time.Second) {
 			r.log.Error("orphaned module process did not exit after SIGKILL", "module", m.name, "pid", id.PID)
+		}
+	}
+	if r.cgroup != "" {
+		// Whatever else of its tree outlived the shim is in its cgroup.
+		if cg, err := newCgroup(r.cgroup, cgroupName(m.name, m.dir), bundle.Limits{}); err == nil {
+			if _, gone := (tree{cg: cg}).stop(0, 0); !gone {
+				r.log.Error("processes of the module's cgroup did not exit after SIGKILL", "module", m.name)
+			}
+			_ = cg.remove()
 		}
 	}
 	_ = os.Remove(filepath.Join(m.dir, sockFile))
@@ -343,7 +372,7 @@ func (r *Runtime) lost(m *module) {
 		sp.Restarts = m.st.Restarts + 1
 		r.mu.Unlock()
 		var id identity
-		if readJSON(m.dir, shimFile, &id) == nil && alive(id.PID, id.Start) {
+		if readJSON(m.dir, shimFile, &id) == nil && id.is() {
 			// Only the connection was lost: watch the shim again, or, if
 			// it does not answer, make sure it is gone before another
 			// one starts.
@@ -472,6 +501,7 @@ func (r *Runtime) spec(row events.PlanModule, dir string, man bundle.Manifest, a
 		StopSignal: int(man.Signal()), StopTimeout: man.Timeout(),
 		OnFillRestart: restart, OnFillSignal: int(sig),
 		Backoff: r.cfg.Backoff, LogMaxMB: r.cfg.LogMaxMB, LogBackups: r.cfg.LogBackups,
+		Cgroup: r.cgroup, Limits: man.Limits, Health: man.Health,
 	}
 	if r.asRoot {
 		sp.User = &acct
@@ -598,7 +628,7 @@ func (r *Runtime) stopShim(ctx context.Context, m *module) error {
 	timeout := m.spec.StopTimeout
 	r.mu.Unlock()
 	var id identity
-	haveID := readJSON(m.dir, shimFile, &id) == nil && alive(id.PID, id.Start)
+	haveID := readJSON(m.dir, shimFile, &id) == nil && id.is()
 	err := errors.New("no shim runs")
 	var st Status
 	if haveID {
@@ -611,7 +641,7 @@ func (r *Runtime) stopShim(ctx context.Context, m *module) error {
 		m.st = st
 		r.mu.Unlock()
 	}
-	if haveID && alive(id.PID, id.Start) && !waitExit(id.PID, timeout+5*time.Second) && alive(id.PID, id.Start) {
+	if haveID && id.is() && !waitExit(id.PID, timeout+5*time.Second) && id.is() {
 		r.log.Warn("shim did not exit after the stop; killed", "module", m.name, "pid", id.PID)
 		_ = syscall.Kill(id.PID, syscall.SIGKILL)
 		waitExit(id.PID, 10*time.Second)
@@ -650,8 +680,9 @@ func (r *Runtime) send(ctx context.Context, m *module, req request) (Status, err
 	return st, nil
 }
 
-// Remove stops the module's process (stop signal, then SIGKILL after
-// the stop timeout, to its whole process group), ends its shim and
+// Remove stops the module's whole tree (the stop signal to each of its
+// processes, then SIGKILL to what is left after the stop timeout), ends
+// its shim and
 // deletes its directory (spec, logs). Removing a module the runtime does
 // not hold is not an error.
 func (r *Runtime) Remove(ctx context.Context, name string) error {

@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sync"
@@ -22,6 +20,7 @@ import (
 	"gopkg.in/natefinch/lumberjack.v2"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/node/bundle"
 )
 
 // readyFD is the descriptor a shim reports its first start on (the
@@ -41,6 +40,11 @@ func ShimMain(dir string) int {
 		log.Error("shim: read spec", "dir", dir, "err", err)
 		return 2
 	}
+	// The shim's own log is capped like the module's: its stderr (where
+	// a Go panic would go) stays the file the runtime opened.
+	own := &lumberjack.Logger{Filename: filepath.Join(dir, shimLog), MaxSize: max(sp.LogMaxMB, 1), MaxBackups: max(sp.LogBackups, 1)}
+	defer own.Close()
+	log = slog.New(slog.NewTextHandler(own, nil))
 	s := newShim(dir, sp, log.With("module", sp.Module))
 	if err := s.run(); err != nil {
 		s.log.Error("shim: stopped", "err", err)
@@ -51,11 +55,15 @@ func ShimMain(dir string) int {
 
 // shim supervises one module's process.
 type shim struct {
-	dir  string
-	spec spec
-	log  *slog.Logger
-	out  *lumberjack.Logger
-	self identity
+	dir   string
+	spec  spec
+	log   *slog.Logger
+	out   *lumberjack.Logger
+	lines *lineWriter // tags the lines written to out
+	self  identity
+	reap  *reaper
+	cg    modCgroup // nil: no cgroup could be made
+	tree  tree
 
 	mu       sync.Mutex
 	st       Status
@@ -79,15 +87,17 @@ type shim struct {
 
 func newShim(dir string, sp spec, log *slog.Logger) *shim {
 	stop, cancel := context.WithCancel(context.Background())
+	out := &lumberjack.Logger{
+		Filename:   filepath.Join(dir, logFile),
+		MaxSize:    max(sp.LogMaxMB, 1),
+		MaxBackups: max(sp.LogBackups, 1),
+	}
 	return &shim{
-		dir:  dir,
-		spec: sp,
-		log:  log,
-		out: &lumberjack.Logger{
-			Filename:   filepath.Join(dir, logFile),
-			MaxSize:    max(sp.LogMaxMB, 1),
-			MaxBackups: max(sp.LogBackups, 1),
-		},
+		dir:      dir,
+		spec:     sp,
+		log:      log,
+		out:      out,
+		lines:    &lineWriter{out: out},
 		watchers: map[chan Status]struct{}{},
 		wake:     make(chan struct{}, 1),
 		stop:     stop,
@@ -103,9 +113,14 @@ func (s *shim) run() error {
 	if err != nil {
 		return fmt.Errorf("own start time: %w", err)
 	}
-	s.self = identity{PID: pid, Start: start}
+	s.self = identity{PID: pid, Start: start, Boot: bootID()}
 	s.st = Status{Module: s.spec.Module, Build: s.spec.Build, Account: s.spec.Account, State: events.Stopped,
 		Restarts: s.spec.Restarts, Since: time.Now().UTC(), ShimPID: pid, ShimStart: start}
+	if s.reap, err = newReaper(); err != nil {
+		return fmt.Errorf("become a child subreaper: %w", err)
+	}
+	s.makeCgroup()
+	defer s.removeCgroup()
 	if err := writeJSON(s.dir, shimFile, s.self); err != nil {
 		return fmt.Errorf("write %s: %w", shimFile, err)
 	}
@@ -145,6 +160,41 @@ func (s *shim) run() error {
 	s.replies.Wait()
 	s.log.Info("shim: module stopped; exiting")
 	return nil
+}
+
+// makeCgroup gives the module its cgroup, with its limits, when the
+// runtime could make cgroups; a failure here leaves the module in its
+// process group below the subreaper, and says so in its log. What a
+// previous shim of the module left in the cgroup is killed first.
+func (s *shim) makeCgroup() {
+	if s.spec.Cgroup == "" {
+		return
+	}
+	var l bundle.Limits
+	if s.spec.Limits != nil {
+		l = *s.spec.Limits
+	}
+	cg, err := newCgroup(s.spec.Cgroup, cgroupName(s.spec.Module, s.dir), l)
+	if err != nil {
+		s.log.Warn("shim: no cgroup; the module runs in its process group, without limits", "err", err)
+		s.note("no cgroup could be made (%v): the module runs without its limits", err)
+		return
+	}
+	s.cg, s.tree = cg, tree{cg: cg}
+	if _, gone := s.tree.stop(0, 0); !gone {
+		s.log.Warn("shim: processes left in the module's cgroup outlived SIGKILL")
+	}
+}
+
+// removeCgroup deletes the module's cgroup once its tree is gone.
+func (s *shim) removeCgroup() {
+	if s.cg == nil {
+		return
+	}
+	s.tree.stop(0, 0)
+	if err := s.cg.remove(); err != nil {
+		s.log.Warn("shim: the module's cgroup not removed", "err", err)
+	}
 }
 
 // accept serves the runtime's connections until l is closed.
@@ -252,7 +302,7 @@ func (s *shim) set(f func(*Status)) {
 // note writes one line of the shim's own into the module's log, so
 // `meshfold logs` shows why a module restarted.
 func (s *shim) note(format string, args ...any) {
-	_, _ = fmt.Fprintf(s.out, "meshfold: "+format+"\n", args...)
+	s.lines.line(streamShim, fmt.Appendf(nil, "meshfold: "+format, args...))
 }
 
 // supervise runs the module until the shim is told to stop: start,
@@ -327,67 +377,91 @@ func (s *shim) supervise(ready *os.File) {
 
 // proc is one started module process.
 type proc struct {
-	cmd    *exec.Cmd
+	proc   *os.Process
 	pid    int
 	start  uint64
 	began  int64       // boottime ns taken just before the exec: the process opens any file after it
-	exited chan string // the exit description, once the group is killed and the process reaped
+	ooms   uint64      // the cgroup's OOM kills before it started
+	exited chan string // the exit description, once the process is reaped
 }
 
-// start starts the module's command in its own process group, as its
-// account, stdout and stderr into the module's log.
+// start starts the module's command in its own process group, in the
+// module's cgroup when there is one, as its account, stdout and stderr
+// into the module's log.
 func (s *shim) start() (*proc, error) {
 	sp := s.spec
 	argv0 := sp.Argv[0]
 	if !filepath.IsAbs(argv0) {
 		argv0 = filepath.Join(sp.Dir, argv0)
 	}
-	r, w, err := os.Pipe()
+	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(argv0, sp.Argv[1:]...)
-	cmd.Args[0] = sp.Argv[0]
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = sp.Dir, sp.Env, w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if u := sp.User; u != nil {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
-	}
-	began := bootNanos()
-	err = cmd.Start()
-	_ = w.Close()
+	errR, errW, err := os.Pipe()
 	if err != nil {
-		_ = r.Close()
+		_ = outR.Close()
+		_ = outW.Close()
 		return nil, err
 	}
-	p := &proc{cmd: cmd, pid: cmd.Process.Pid, began: began, exited: make(chan string, 1)}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		for _, f := range []*os.File{outR, outW, errR, errW} {
+			_ = f.Close()
+		}
+		return nil, err
+	}
+	attr := &os.ProcAttr{Dir: sp.Dir, Env: sp.Env, Files: []*os.File{null, outW, errW},
+		Sys: s.sysAttr()}
+	p := &proc{began: bootNanos(), exited: make(chan string, 1)}
+	if s.cg != nil {
+		p.ooms = s.cg.ooms()
+	}
+	pr, ws, err := s.spawn(attr, argv0, sp.Argv)
+	for _, f := range []*os.File{null, outW, errW} {
+		_ = f.Close()
+	}
+	if err != nil {
+		_ = outR.Close()
+		_ = errR.Close()
+		return nil, err
+	}
+	p.proc, p.pid = pr, pr.Pid
 	p.start, _ = startTime(p.pid)
-	if err := writeJSON(s.dir, moduleFile, identity{PID: p.pid, Start: p.start}); err != nil {
+	if err := writeJSON(s.dir, moduleFile, identity{PID: p.pid, Start: p.start, Boot: bootID()}); err != nil {
 		s.log.Warn("shim: module identity not recorded", "err", err)
 	}
-	go func() { _, _ = io.Copy(s.out, r); _ = r.Close() }()
+	go func() { s.lines.copyLines(streamOut, outR); _ = outR.Close() }()
+	go func() { s.lines.copyLines(streamErr, errR); _ = errR.Close() }()
 	go func() {
-		// Learn the exit without reaping, so the pid (and the group id)
-		// cannot be recycled before the leftovers of the group are killed.
-		var info unix.Siginfo
-		for {
-			err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-			if !errors.Is(err, unix.EINTR) {
-				break
-			}
-		}
-		// What is left of its group goes with it, and is gone before the
-		// exit is reported: a stop is complete, and a restart does not
-		// meet the old process's descendants.
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-		if !waitGroupGone(p.pid, 5*time.Second) {
-			s.log.Warn("shim: the module's process group outlived SIGKILL", "pgid", p.pid)
-		}
-		err := cmd.Wait()
-		p.exited <- describeExit(cmd, err)
+		st := <-ws
+		_ = pr.Release()
+		p.exited <- describeStatus(st)
 	}()
 	s.log.Info("shim: module started", "pid", p.pid, "build", sp.Build)
 	return p, nil
+}
+
+// sysAttr is how every process of the module starts: its own process
+// group, as the module's account with exactly the account's groups.
+func (s *shim) sysAttr() *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Setpgid: true}
+	if u := s.spec.User; u != nil {
+		a.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
+	}
+	return a
+}
+
+// spawn starts argv in the module's cgroup (when it has one) and hands
+// its exit to the reaper.
+func (s *shim) spawn(attr *os.ProcAttr, argv0 string, argv []string) (*os.Process, <-chan unix.WaitStatus, error) {
+	return s.reap.spawn(func() (*os.Process, error) {
+		start := func() (*os.Process, error) { return os.StartProcess(argv0, argv, attr) }
+		if s.cg != nil {
+			return s.cg.spawn(attr.Sys, start)
+		}
+		return start()
+	})
 }
 
 // wait waits for p to exit and returns its exit; stopped is true when the
@@ -398,7 +472,11 @@ func (s *shim) wait(p *proc, seen uint64) (exit string, stopped bool) {
 	for {
 		select {
 		case exit := <-p.exited:
-			return exit, false
+			// What the main process left behind goes with it, and is gone
+			// before the exit is reported: a restart does not meet the old
+			// process's descendants.
+			s.stopTree(p)
+			return s.exitOf(p, exit), false
 		case <-s.stop.Done():
 			return s.terminate(p), true
 		case <-s.wake:
@@ -423,47 +501,52 @@ func (s *shim) wait(p *proc, seen uint64) (exit string, stopped bool) {
 			case s.spec.OnFillSignal != 0:
 				sig := syscall.Signal(s.spec.OnFillSignal)
 				s.note("a filled file was written: sending %s (on_fill)", unix.SignalName(sig))
-				_ = p.cmd.Process.Signal(sig)
+				_ = p.proc.Signal(sig)
 			}
 		}
 	}
 }
 
-// terminate stops p: the stop signal to its process group, then SIGKILL
-// to the group after the stop timeout. It returns p's exit.
+// terminate stops p and its whole tree: the stop signal to every process
+// of the module (so each one's handler runs), then SIGKILL to what is
+// left after the stop timeout. It returns p's exit.
 func (s *shim) terminate(p *proc) string {
+	s.stopTree(p)
+	return s.exitOf(p, <-p.exited)
+}
+
+// stopTree stops every process of the module's tree (see [tree.stop]).
+func (s *shim) stopTree(p *proc) {
 	sig := syscall.Signal(s.spec.StopSignal)
 	if sig == 0 {
 		sig = syscall.SIGTERM
 	}
-	_ = syscall.Kill(-p.pid, sig)
 	timeout := s.spec.StopTimeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case exit := <-p.exited:
-		return exit
-	case <-t.C:
+	killed, gone := s.tree.stop(sig, timeout)
+	if killed {
 		s.note("did not stop within %s: SIGKILL", timeout)
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-		return <-p.exited
+	}
+	if !gone {
+		s.log.Warn("shim: processes of the module outlived SIGKILL", "pid", p.pid)
 	}
 }
 
-// describeExit says how a process ended: "status N" or "signal NAME".
-func describeExit(cmd *exec.Cmd, err error) string {
-	ps := cmd.ProcessState
-	if ps == nil {
-		if err != nil {
-			return "wait: " + err.Error()
-		}
-		return "unknown"
+// exitOf is p's exit as a have says it: "oom" when the kernel's OOM
+// killer killed a process of the module's cgroup while p ran.
+func (s *shim) exitOf(p *proc, exit string) string {
+	if s.cg != nil && s.cg.ooms() > p.ooms {
+		return "oom"
 	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	return exit
+}
+
+// describeStatus says how a process ended: "status N" or "signal NAME".
+func describeStatus(ws unix.WaitStatus) string {
+	if ws.Signaled() {
 		return "signal " + unix.SignalName(ws.Signal())
 	}
-	return fmt.Sprintf("status %d", ps.ExitCode())
+	return fmt.Sprintf("status %d", ws.ExitStatus())
 }

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/internal/atomicfile"
+	"github.com/meshfold/meshfold/node/bundle"
 )
 
 // Files of a module's directory, <state dir>/process/<module>/.
@@ -38,13 +41,18 @@ type spec struct {
 	StopSignal  int           `json:"stop_signal"`
 	StopTimeout time.Duration `json:"stop_timeout"`
 	// OnFillRestart and OnFillSignal are the manifest's on_fill.
-	OnFillRestart bool      `json:"on_fill_restart,omitempty"`
-	OnFillSignal  int       `json:"on_fill_signal,omitempty"`
-	Backoff       Backoff   `json:"backoff"`
-	LogMaxMB      int       `json:"log_max_mb"`
-	LogBackups    int       `json:"log_backups"`
-	Restarts      int       `json:"restarts,omitempty"` // counted from here (a shim replacing a lost one)
-	Since         time.Time `json:"since"`
+	OnFillRestart bool    `json:"on_fill_restart,omitempty"`
+	OnFillSignal  int     `json:"on_fill_signal,omitempty"`
+	Backoff       Backoff `json:"backoff"`
+	LogMaxMB      int     `json:"log_max_mb"`
+	LogBackups    int     `json:"log_backups"`
+	Restarts      int     `json:"restarts,omitempty"` // counted from here (a shim replacing a lost one)
+	// Cgroup is the parent of the module's cgroup; empty: the runtime
+	// could make none, and the module's tree is its shim's descendants.
+	Cgroup string         `json:"cgroup,omitempty"`
+	Limits *bundle.Limits `json:"limits,omitempty"`
+	Health *bundle.Health `json:"health,omitempty"`
+	Since  time.Time      `json:"since"`
 }
 
 // same reports whether s and o run the same thing (what a re-apply of an
@@ -119,12 +127,31 @@ const (
 	opStop   = "stop"   // stop the module and exit; reply: the final Status
 )
 
-// identity is a process's pid and start time, as shim.json and
-// module.json hold them.
+// identity is a process's pid, start time and the boot it started in,
+// as shim.json and module.json hold them: together they name one process
+// (a pid is recycled, a start time repeats after a reboot).
 type identity struct {
 	PID   int    `json:"pid"`
 	Start uint64 `json:"start"`
+	Boot  string `json:"boot,omitempty"`
 }
+
+// is reports whether id names a live process: its pid alive with its
+// start time, in this boot. A record without a boot id (written before
+// they were recorded) is judged by pid and start time.
+func (id identity) is() bool {
+	return (id.Boot == "" || id.Boot == bootID()) && alive(id.PID, id.Start)
+}
+
+// bootID is this boot's id (/proc/sys/kernel/random/boot_id), "" if
+// unreadable.
+var bootID = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+})
 
 // writeJSON writes v to dir/name atomically and durably
 // (atomicfile.Write: temp file, fsync, rename, fsync of the directory),

@@ -1,0 +1,79 @@
+package process
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"sync"
+	"time"
+)
+
+// A module's log file holds one line per line of output, tagged with when
+// the shim read it and which stream it came from:
+//
+//	2026-12-01T21:50:31.123456789Z out listening on :8080
+//	2026-12-01T21:50:32.000000001Z err warning: no cache
+//	2026-12-01T21:50:33.500000000Z meshfold meshfold: exited: status 1; next start in 1s
+//
+// so stdout and stderr stay apart, --since needs no guess, and a reader
+// finds lines across rotations. A line longer than maxLogLine is cut into
+// several.
+const (
+	streamOut   = "out"
+	streamErr   = "err"
+	streamShim  = "meshfold"
+	logTimeForm = "2006-01-02T15:04:05.000000000Z"
+	maxLogLine  = 64 << 10
+)
+
+// lineWriter writes tagged lines to one file; its methods are safe for
+// concurrent use (stdout, stderr and the shim's notes share the file).
+type lineWriter struct {
+	mu  sync.Mutex
+	out io.Writer
+	buf []byte
+}
+
+// line writes text (no newline) as one line of stream.
+func (w *lineWriter) line(stream string, text []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = time.Now().UTC().AppendFormat(w.buf[:0], logTimeForm)
+	w.buf = append(w.buf, ' ')
+	w.buf = append(w.buf, stream...)
+	w.buf = append(w.buf, ' ')
+	w.buf = append(w.buf, text...)
+	w.buf = append(w.buf, '\n')
+	_, _ = w.out.Write(w.buf)
+}
+
+// copyLines tags every line read from r as stream until r ends.
+func (w *lineWriter) copyLines(stream string, r io.Reader) {
+	br := bufio.NewReaderSize(r, maxLogLine)
+	for {
+		data, err := br.ReadSlice('\n')
+		if len(data) > 0 {
+			w.line(stream, bytes.TrimSuffix(data, []byte("\n")))
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return
+		}
+	}
+}
+
+// parseLogLine splits a stored line into its time, stream and text. A
+// line not in the tagged form (a file written before tagging) is all
+// text, of no stream and no time.
+func parseLogLine(l string) (at time.Time, stream, text string) {
+	if len(l) > len(logTimeForm)+1 && l[len(logTimeForm)] == ' ' {
+		if t, err := time.Parse(logTimeForm, l[:len(logTimeForm)]); err == nil {
+			rest := l[len(logTimeForm)+1:]
+			for _, s := range []string{streamOut, streamErr, streamShim} {
+				if len(rest) > len(s) && rest[:len(s)] == s && rest[len(s)] == ' ' {
+					return t, s, rest[len(s)+1:]
+				}
+			}
+		}
+	}
+	return time.Time{}, "", l
+}
