@@ -23,9 +23,11 @@ const CrashLoopRestarts = 3
 // or below s.Seq was folded already: Fold returns nil and changes nothing.
 // A rollout event that could not be decoded (in.Err) is recorded as
 // rejected. Node events of nodes the rollout does not own are ignored.
-// After every input the fold judges the targets in progress at the
-// input's stream time (done, failed, unreached), then steps as many
-// targets as the batch and the budget allow.
+// Every node event judges its node at the event's stream time; a tick
+// judges every target in progress (done after min_healthy, failed or
+// unreached past its deadline), so the fold's cost per event does not
+// grow with the targets in progress. Then it steps as many targets as the
+// batch and the budget allow.
 func (s *State) Fold(in Input) []Effect {
 	if in.Seq <= s.Seq {
 		return nil
@@ -70,7 +72,9 @@ func (s *State) Fold(in Input) []Effect {
 			f.liveness(in.Kind == KindUp)
 		}
 	}
-	f.judgeAll()
+	if _, ok := in.Payload.(*Tick); ok {
+		f.judgeAll()
+	}
 	f.advance()
 	return f.out
 }
@@ -264,7 +268,7 @@ func (f *folder) conflict(n *Node, why string) {
 // finish takes a target out of the active ones.
 func (f *folder) finish(n *Node) {
 	n.Finished = f.mark("", "", "")
-	f.r.Active = slices.DeleteFunc(f.r.Active, func(s string) bool { return s == n.Name })
+	f.r.Active = remove(f.r.Active, n.Name)
 	f.update(n)
 }
 
@@ -468,7 +472,7 @@ func (f *folder) refused(p *Refused) {
 	}
 	if n.Back != nil { // its revert waited for this outcome: nothing to give back
 		n.Back = nil
-		r.Reverting = slices.DeleteFunc(r.Reverting, func(s string) bool { return s == n.Name })
+		r.Reverting = remove(r.Reverting, n.Name)
 	}
 	if p.Last > 0 {
 		f.conflict(n, why+fmt.Sprintf(", the rollout diffed against #%d", n.Prev))
@@ -602,7 +606,7 @@ func (f *folder) judgeBack(n *Node) {
 
 func (f *folder) backFinished(n *Node, level events.Level) {
 	r := f.r
-	r.Reverting = slices.DeleteFunc(r.Reverting, func(s string) bool { return s == n.Name })
+	r.Reverting = remove(r.Reverting, n.Name)
 	f.update(n)
 	msg := fmt.Sprintf("target %s %s", n.Name, n.Back.Status)
 	if n.Back.Why != "" {
@@ -971,4 +975,13 @@ func plural(n int, word string) string {
 		return fmt.Sprintf("%d %ses", n, word)
 	}
 	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// remove deletes name from list, keeping the order. Targets finish in
+// about the order they began, so the search stops near the front.
+func remove(list []string, name string) []string {
+	if i := slices.Index(list, name); i >= 0 {
+		return slices.Delete(list, i, i+1)
+	}
+	return list
 }

@@ -28,8 +28,8 @@ type Params struct {
 	Canary Amount `json:"canary,omitzero" yaml:"canary"`
 	// MinHealthy is how long every module of a target's want must run at
 	// its build, healthy, without a break, for the target to be done.
-	// Default 10s.
-	MinHealthy Duration `json:"min_healthy,omitzero" yaml:"min_healthy"`
+	// Default 10s (nil); 0 is done as soon as every module runs healthy.
+	MinHealthy *Duration `json:"min_healthy,omitempty" yaml:"min_healthy"`
 	// HealthyDeadline is how long a target has, from the step that gave
 	// it its want, to be done. Default 5m.
 	HealthyDeadline Duration `json:"healthy_deadline,omitzero" yaml:"healthy_deadline"`
@@ -65,12 +65,12 @@ func (p Params) Resolve(targets, nodes int) Resolved {
 		Batch:           max(1, p.Batch.of(targets, true, 1)),
 		MaxUnavailable:  max(1, p.MaxUnavailable.of(nodes, false, 1)),
 		Canary:          min(targets, p.Canary.of(targets, true, 0)),
-		MinHealthy:      time.Duration(p.MinHealthy),
+		MinHealthy:      DefaultMinHealthy,
 		HealthyDeadline: time.Duration(p.HealthyDeadline),
 		AutoRevert:      p.AutoRevert,
 	}
-	if p.MinHealthy == 0 {
-		r.MinHealthy = DefaultMinHealthy
+	if p.MinHealthy != nil {
+		r.MinHealthy = time.Duration(*p.MinHealthy)
 	}
 	if p.HealthyDeadline == 0 {
 		r.HealthyDeadline = DefaultHealthyDeadline
@@ -91,8 +91,10 @@ func (p Params) Validate() error {
 	if err := p.Canary.check("canary", 0); err != nil {
 		return err
 	}
-	if d := time.Duration(p.MinHealthy); d < 0 || d > MaxDuration {
-		return fmt.Errorf("min_healthy %s: %w", d, ErrBadDuration)
+	if p.MinHealthy != nil {
+		if d := time.Duration(*p.MinHealthy); d < 0 || d > MaxDuration {
+			return fmt.Errorf("min_healthy %s: %w", d, ErrBadDuration)
+		}
 	}
 	if d := time.Duration(p.HealthyDeadline); d < 0 || d > MaxDuration {
 		return fmt.Errorf("healthy_deadline %s: %w", d, ErrBadDuration)
@@ -113,6 +115,9 @@ type Amount struct {
 	N       int
 	Percent bool
 }
+
+// Ptr returns a pointer to d, for [Params.MinHealthy].
+func (d Duration) Ptr() *Duration { return &d }
 
 // IsZero reports whether the amount was not set.
 func (a Amount) IsZero() bool { return a == Amount{} }

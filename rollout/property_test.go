@@ -33,7 +33,7 @@ func history(t *rapid.T) *harness {
 		Batch:           rollout.Amount{N: rapid.IntRange(1, 3).Draw(t, "batch")},
 		MaxUnavailable:  rollout.Amount{N: rapid.IntRange(1, 3).Draw(t, "max_unavailable")},
 		Canary:          rollout.Amount{N: rapid.IntRange(0, 2).Draw(t, "canary")},
-		MinHealthy:      rollout.Duration(time.Duration(rapid.IntRange(0, 20).Draw(t, "min_healthy")) * time.Second),
+		MinHealthy:      rollout.Duration(time.Duration(rapid.IntRange(0, 20).Draw(t, "min_healthy")) * time.Second).Ptr(),
 		HealthyDeadline: rollout.Duration(time.Duration(rapid.IntRange(30, 300).Draw(t, "healthy_deadline")) * time.Second),
 		AutoRevert:      rapid.Bool().Draw(t, "auto_revert"),
 	}

@@ -262,7 +262,10 @@ func (h *harness) start(t testing.TB, d *datadriven.TestData, args map[string]st
 		return rollout.Duration(v)
 	}
 	p.Params = rollout.Params{Batch: amount("batch"), MaxUnavailable: amount("max_unavailable"), Canary: amount("canary"),
-		MinHealthy: dur("min_healthy"), HealthyDeadline: dur("healthy_deadline"), AutoRevert: args["auto_revert"] == "true"}
+		HealthyDeadline: dur("healthy_deadline"), AutoRevert: args["auto_revert"] == "true"}
+	if args["min_healthy"] != "" {
+		p.Params.MinHealthy = dur("min_healthy").Ptr()
+	}
 	if err != nil {
 		t.Fatalf("%s: %v", d.Pos, err)
 	}

@@ -400,7 +400,7 @@ func (p *parser) rollout(n *yaml.Node) {
 				return
 			}
 			if key == "min_healthy" {
-				r.MinHealthy = rollout.Duration(d)
+				r.MinHealthy = rollout.Duration(d).Ptr()
 			} else {
 				r.HealthyDeadline = rollout.Duration(d)
 			}

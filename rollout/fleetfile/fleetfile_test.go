@@ -39,8 +39,8 @@ func TestParse(t *testing.T) {
 		t.Fatalf("parsed %+v", f)
 	}
 	want := rollout.Params{Batch: rollout.Amount{N: 2}, MaxUnavailable: rollout.Amount{N: 25, Percent: true},
-		Canary: rollout.Amount{N: 1}, MinHealthy: rollout.Duration(10e9), HealthyDeadline: rollout.Duration(300e9), AutoRevert: true}
-	if f.Rollout != want {
+		Canary: rollout.Amount{N: 1}, MinHealthy: rollout.Duration(10e9).Ptr(), HealthyDeadline: rollout.Duration(300e9), AutoRevert: true}
+	if got := f.Rollout; *got.MinHealthy != *want.MinHealthy || got.Resolve(3, 3) != want.Resolve(3, 3) {
 		t.Fatalf("rollout block %+v, want %+v", f.Rollout, want)
 	}
 	ace, _ := f.Want("ace")
