@@ -18,10 +18,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/console"
-	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node"
-	"github.com/meshfold/meshfold/reconcile"
 )
 
 // chromium returns the path of a Chromium (or Chrome) binary. Without one
@@ -173,20 +171,7 @@ func (c *crashing) Filled(_ context.Context, module string) {
 // holds the filled content.
 func TestConsoleInBrowser(t *testing.T) {
 	exe := chromium(t)
-	m := newMesh(t)
-	svc, err := engine.AddStateService(m.nc, func(node string) (*reconcile.State, bool) {
-		if r := m.rc.Load(); r != nil {
-			return r.Node(node)
-		}
-		return nil, false
-	}, engine.StateServiceConfig{Prefix: m.cfg.Prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Stop() })
-	if err := m.nc.Flush(); err != nil { // the service is on the server before the console asks
-		t.Fatal(err)
-	}
+	m := newMesh(t) // its reconciler's state service answers once newMesh returns
 	var srvURL string
 	{
 		nc, err := m.srv.Connect(nats.Name("console"))

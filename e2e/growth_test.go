@@ -24,7 +24,6 @@ import (
 // at the default settings (144 cycles a day).
 func TestStreamGrowth(t *testing.T) {
 	m := newMesh(t)
-	m.startReconciler()
 	ctx := m.ctx()
 	n := m.newNode("ace")
 	mods := []events.WantModule{provisionerMod}

@@ -134,11 +134,23 @@ func (p *proc) stop(t testing.TB) {
 	p.nc.Close()
 }
 
+// startReconciler starts the reconciler as serve does and returns once it
+// is up (its stream lease held, its state service answering).
 func (m *mesh) startReconciler() {
+	m.t.Helper()
+	ready := make(chan struct{})
 	m.reconciler = m.spawn("reconciler", func(ctx context.Context, nc *nats.Conn, _ jetstream.JetStream) error {
 		return engine.Serve(ctx, nc, engine.Config{Stream: m.cfg, Logger: m.logger("reconciler"), Signer: m.signer, Own: m.own,
-			Ready: func(_ context.Context, r *engine.Reconciler) { m.rc.Store(r) }})
+			Ready: func(_ context.Context, r *engine.Reconciler) { m.rc.Store(r); close(ready) }})
 	})
+	select {
+	case <-ready:
+	case err := <-m.reconciler.done:
+		m.reconciler.done <- err // for stop
+		m.t.Fatalf("reconciler did not start: %v", err)
+	case <-time.After(deadline):
+		m.t.Fatalf("reconciler not up within %s", deadline)
+	}
 }
 
 func (m *mesh) restartReconciler() {

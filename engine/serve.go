@@ -75,7 +75,8 @@ type Config struct {
 	Pprof bool
 
 	// Ready, when set, is called once everything is up (the stream, the
-	// lease or the membership, the reconciler, the state service), just
+	// lease or the membership, the reconciler, the state service, whose
+	// subscriptions the server has confirmed), just
 	// before the reconciler starts folding, with the context Serve runs
 	// under (it ends when Serve is stopping) and the reconciler
 	// (Reconciler.Stream is the stream's effective configuration). It
@@ -189,6 +190,10 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 		return err
 	}
 	defer svc.Stop()
+	// Ready means answering: the service's subscriptions are on the server.
+	if err := nc.FlushTimeout(5 * time.Second); err != nil {
+		log.Warn("state service not confirmed by the server yet", "err", err)
+	}
 	if c.Ready != nil {
 		c.Ready(ctx, r)
 	}

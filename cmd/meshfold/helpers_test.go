@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/embedded"
@@ -34,6 +35,41 @@ type mesh struct {
 func startMesh(t testing.TB) *mesh {
 	e, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	return &mesh{e: e, nc: nc, js: js, cfg: cfg}
+}
+
+// serveReconciler runs the reconciler on m as serve does (engine.Serve,
+// with its state service, on a connection of its own) and returns it
+// once it is up; the test's end stops it.
+func (m *mesh) serveReconciler(t testing.TB) *engine.Reconciler {
+	t.Helper()
+	nc, err := m.e.Connect(nats.Name("reconciler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan *engine.Reconciler, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- engine.Serve(ctx, nc, engine.Config{Stream: m.cfg,
+			Ready: func(_ context.Context, r *engine.Reconciler) { ready <- r }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("reconciler: %v", err)
+		}
+		nc.Close()
+	})
+	select {
+	case r := <-ready:
+		return r
+	case err := <-done:
+		done <- err // for the cleanup
+		t.Fatalf("reconciler did not start: %v", err)
+	case <-testCtx(t).Done():
+		t.Fatal("reconciler not up in time")
+	}
+	return nil
 }
 
 // cli runs meshfold with args against m's server and returns its stdout,

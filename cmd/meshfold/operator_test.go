@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
@@ -241,19 +240,7 @@ func completions(out string) []string {
 func TestOperatorFlow(t *testing.T) {
 	m := startMesh(t)
 	ctx := testCtx(t)
-	rctx, cancel := context.WithCancel(context.Background())
-	r, err := engine.NewReconciler(rctx, m.js, engine.ReconcilerConfig{Stream: m.cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	svc, err := engine.AddStateService(m.nc, r.Node, engine.StateServiceConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Stop() })
+	r := m.serveReconciler(t)
 	stream, err := m.js.Stream(ctx, m.cfg.Name)
 	if err != nil {
 		t.Fatal(err)

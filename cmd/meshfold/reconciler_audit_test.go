@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
@@ -24,19 +22,7 @@ import (
 func TestAuditMatchesReconciler(t *testing.T) {
 	m := startMesh(t)
 	ctx := testCtx(t)
-	rctx, cancel := context.WithCancel(context.Background())
-	r, err := engine.NewReconciler(rctx, m.js, engine.ReconcilerConfig{Stream: m.cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	svc, err := engine.AddStateService(m.nc, r.Node, engine.StateServiceConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Stop() })
+	r := m.serveReconciler(t)
 
 	// Plans are awaited by message, not by time: an ordered consumer on
 	// the plan subjects delivers each plan once it is stored, with its
