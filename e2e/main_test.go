@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"os"
+	"syscall"
 	"testing"
 
+	"github.com/meshfold/meshfold/internal/testproc"
 	"github.com/meshfold/meshfold/node/process"
 )
 
@@ -14,7 +16,12 @@ const shimEnv = "MESHFOLD_E2E_SHIM"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(shimEnv) == "1" {
+		// A shim of a test ends with the test process (SIGTERM: it stops
+		// its module first): a test binary killed from outside leaves
+		// neither behind.
+		testproc.DieWithParent(syscall.SIGTERM)
 		os.Exit(process.ShimMain(os.Args[len(os.Args)-1]))
 	}
+	testproc.MarkParent()
 	os.Exit(m.Run())
 }

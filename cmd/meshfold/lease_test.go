@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshfold/meshfold/internal/testproc"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -48,7 +49,7 @@ func startMeshfold(t *testing.T, args ...string) *meshfoldProcess {
 	cmd.Env = append(os.Environ(), "MESHFOLD_HELPER_PROCESS=1")
 	p := &meshfoldProcess{cmd: cmd, stderr: &storetest.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &bytes.Buffer{}, p.stderr
-	if err := storetest.StartChild(cmd); err != nil {
+	if err := testproc.StartChild(cmd); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = cmd.Wait(); close(p.done) }()

@@ -4,8 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/meshfold/meshfold/internal/testproc"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -16,12 +18,17 @@ import (
 // else lands there). Otherwise it points meshfold's per-machine state
 // ($XDG_STATE_HOME: the trust file serve adds its key to, default signing keys) at
 // a temporary directory, so that no test writes into the home or /var/lib
-// of the machine.
+// of the machine, and records itself as the parent its shims die with.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "shim" {
+		// A shim of a test ends with the test process that started it
+		// (SIGTERM: it stops its module first): a test binary killed from
+		// outside leaves neither behind.
+		testproc.DieWithParent(syscall.SIGTERM)
 		main()
 		return
 	}
+	testproc.MarkParent()
 	dir, err := os.MkdirTemp("", "meshfold-cmd-test-state")
 	if err != nil {
 		panic(err)

@@ -25,6 +25,7 @@ import (
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/engine/enginetest"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/testproc"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -278,7 +279,7 @@ func (s *outsideServer) startProc(tb testing.TB, extra ...string) *benchProc {
 	}
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.start = time.Now()
-	if err := storetest.StartChild(p.cmd); err != nil {
+	if err := testproc.StartChild(p.cmd); err != nil {
 		tb.Fatal(err)
 	}
 	go func() { p.werr = p.cmd.Wait(); close(p.exited) }()

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/testproc"
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/node/bundle"
 )
@@ -30,8 +31,13 @@ const shimEnv = "MESHFOLD_PROCESS_TEST_SHIM"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(shimEnv) == "1" {
+		// A shim of a test ends with the test process (SIGTERM: it stops
+		// its module first), so a test binary killed from outside leaves
+		// neither behind; in production a shim outlives its agent.
+		testproc.DieWithParent(syscall.SIGTERM)
 		os.Exit(ShimMain(os.Args[len(os.Args)-1]))
 	}
+	testproc.MarkParent()
 	// Under -race every process sleeps a second at exit (the race
 	// runtime's atexit_sleep_ms), and the runtime waits for each shim it
 	// stops to exit: the shims this binary starts skip that sleep.

@@ -2,7 +2,6 @@ package storetest_test
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,8 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/meshfold/meshfold/internal/testproc"
 	"github.com/meshfold/meshfold/store/storetest"
 )
 
@@ -39,7 +37,7 @@ func TestHelperStartsServer(t *testing.T) {
 // A test binary killed from outside (SIGKILL, as a CI timeout does) takes
 // the server processes it started with it: a helper test process starts
 // one, is killed, and the server is gone within seconds. Before
-// StartChild, such servers ran on for good.
+// testproc.StartChild, such servers ran on for good.
 func TestChildrenDieWithTheTest(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("a parent-death signal is Linux's")
@@ -55,7 +53,7 @@ func TestChildrenDieWithTheTest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := storetest.StartChild(cmd); err != nil {
+	if err := testproc.StartChild(cmd); err != nil {
 		t.Fatal(err)
 	}
 	helper := cmd.Process.Pid
@@ -95,37 +93,8 @@ func TestChildrenDieWithTheTest(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	killed = true
-	if err := waitGone(server, 10*time.Second); err != nil {
+	if err := testproc.WaitGone(server, 10*time.Second); err != nil {
 		_ = syscall.Kill(-server, syscall.SIGKILL) // by the pid it printed: the server this test started
 		t.Fatalf("server %d of the killed test process: %v", server, err)
-	}
-}
-
-// waitGone waits up to d for process pid (not a child of this one) to
-// end, through a pidfd that becomes readable when it exits; a process
-// already gone is no error.
-func waitGone(pid int, d time.Duration) error {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("pidfd_open: %w", err)
-	}
-	defer unix.Close(fd)
-	deadline := time.Now().Add(d)
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return fmt.Errorf("still running after %s", d)
-		}
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left.Milliseconds())+1)
-		switch {
-		case errors.Is(err, unix.EINTR):
-		case err != nil:
-			return fmt.Errorf("poll: %w", err)
-		case n > 0:
-			return nil
-		}
 	}
 }

@@ -7,8 +7,8 @@
 // SIGKILL by pid, so that their peers see a crash and hold an election;
 // [StartProcServer] starts one standalone nats-server process, the
 // separate server of the outside benchmarks, whose CPU time [ProcCPU]
-// reads from /proc. Every process these start, and any a test starts
-// through [StartChild], dies with the test process: a test binary killed
-// from outside (a CI timeout) leaves none behind.
+// reads from /proc. Every process these start dies with the test process
+// (internal/testproc): a test binary killed from outside (a CI timeout)
+// leaves none behind.
 // It is a library for tests, not a test itself.
 package storetest

@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/internal/testproc"
 )
 
 // ProcCluster is n nats-server processes forming one JetStream cluster
@@ -83,9 +85,9 @@ func natsServerBinary() (string, error) {
 // StartProcCluster builds nats-server (once per test binary; cached
 // across runs) and starts an n-server cluster of processes, each in its
 // own process group and killed when the test process dies
-// ([StartChild]). It returns once every server reports itself healthy
-// (/healthz: JetStream current with its meta leader). The test is skipped
-// when the go tool is not available to build the server.
+// (testproc.StartChild). It returns once every server reports itself
+// healthy (/healthz: JetStream current with its meta leader). The test is
+// skipped when the go tool is not available to build the server.
 func StartProcCluster(t testing.TB, n int) *ProcCluster {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
@@ -152,7 +154,7 @@ func (c *ProcCluster) start(i int) error {
 	defer logf.Close()
 	cmd := exec.Command(c.bin, "-c", s.conf)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := StartChild(cmd); err != nil {
+	if err := testproc.StartChild(cmd); err != nil {
 		return fmt.Errorf("storetest: start %s: %w", s.name, err)
 	}
 	s.cmd = cmd

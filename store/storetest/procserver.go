@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/internal/testproc"
 )
 
 // ProcServer is one standalone nats-server process with JetStream on
@@ -31,8 +33,9 @@ type ProcServer struct {
 
 // StartProcServer builds nats-server as [StartProcCluster] does (once;
 // cached across runs) and starts one server process in its own process
-// group, killed when the test process dies ([StartChild]). It returns once /healthz answers 200 (up to 30 s). The test is
-// skipped when the go tool is not available to build the server.
+// group, killed when the test process dies (testproc.StartChild). It
+// returns once /healthz answers 200 (up to 30 s). The test is skipped
+// when the go tool is not available to build the server.
 func StartProcServer(t testing.TB) *ProcServer {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
@@ -58,7 +61,7 @@ func StartProcServer(t testing.TB) *ProcServer {
 	defer logf.Close()
 	s.cmd = exec.Command(bin, "-c", conf)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := StartChild(s.cmd); err != nil {
+	if err := testproc.StartChild(s.cmd); err != nil {
 		t.Fatalf("storetest: start nats-server: %v", err)
 	}
 	t.Cleanup(s.Stop)

@@ -1,4 +1,4 @@
-package storetest
+package testproc
 
 import (
 	"os/exec"
