@@ -57,8 +57,6 @@ func (f *loopFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.signingKey, "signing-key", "", "the reconciler's signing key (an nkey seed; created when missing), which signs every plan and knock; partitioned reconcilers share one (default: serve: DATA/"+signingKeyFile+", with --auth DIR/"+signingKeyFile+"; reconcile: $XDG_STATE_HOME/meshfold/"+signingKeyFile+", required with --group)")
 }
 
-// printNotes prints what loadKeys noted (the signing key, the trust
-// file), after the command's first line.
 // check refuses values of the loop's flags that mean nothing, before
 // anything starts: a snapshot cadence of zero or less (it was silently
 // taken as the default), and --pprof without --metrics.
@@ -75,6 +73,8 @@ func (f *loopFlags) check() error {
 	return nil
 }
 
+// printNotes prints what loadKeys noted (the signing key, the trust
+// file), after the command's first line.
 func (f *loopFlags) printNotes(a *app) {
 	for _, n := range f.notes {
 		fmt.Fprintln(a.stdout, n)
