@@ -39,7 +39,7 @@ func FuzzDecodeFold(f *testing.F) {
 			case *rollout.Have:
 				hv := &events.Have{}
 				for _, m := range p.Modules {
-					hv.Modules = append(hv.Modules, events.HaveModule{Name: m.Name, Build: m.Build, State: m.State, Restarts: m.Restarts})
+					hv.Modules = append(hv.Modules, events.HaveModule{Name: m.Name, Build: m.Build, State: m.State, Health: m.Health, Restarts: m.Restarts})
 				}
 				b, _ = json.Marshal(events.Stamp(hv, in.Time))
 			case events.Payload:

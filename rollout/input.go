@@ -32,13 +32,13 @@ type Input struct {
 
 // Health is a have module's health (DESIGN.md §11): empty when the
 // module declares no check.
-type Health string
+type Health = events.Health
 
-// Health values.
+// Health values, events' own.
 const (
-	Starting  Health = "starting"
-	Healthy   Health = "healthy"
-	Unhealthy Health = "unhealthy"
+	Starting  = events.HealthStarting
+	Healthy   = events.Healthy
+	Unhealthy = events.Unhealthy
 )
 
 // HaveModule is what the fold reads of one module of a have.
@@ -58,13 +58,12 @@ type Have struct {
 	Modules []HaveModule `json:"modules"`
 }
 
-// HaveOf reads a have for the fold. The have's per-module `health`
-// (DESIGN.md §11) is read once events.HaveModule carries it; until then
-// every module reads as declaring no check.
+// HaveOf reads a have for the fold: each module's name, build, state,
+// health (DESIGN.md §11), restarts and last exit.
 func HaveOf(h *events.Have) *Have {
 	out := &Have{Modules: make([]HaveModule, len(h.Modules))}
 	for i, m := range h.Modules {
-		out.Modules[i] = HaveModule{Name: m.Name, Build: m.Build, State: m.State, Restarts: m.Restarts, Exit: m.Exit}
+		out.Modules[i] = HaveModule{Name: m.Name, Build: m.Build, State: m.State, Health: m.Health, Restarts: m.Restarts, Exit: m.Exit}
 	}
 	return out
 }
