@@ -190,7 +190,7 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		}
 		say("%s", line)
 	}
-	if s := availText(n); s != "" {
+	if s := availText(n); s != "" && !(n.Status == Changing && n.Down) {
 		say("%s", strings.TrimPrefix(s, "; "))
 	}
 	return lines, true
