@@ -43,16 +43,33 @@ type Holder struct {
 	// Token is random per claim: it tells a holder its own key from a
 	// successor's.
 	Token string `json:"token"`
+	// Boot, PIDNS and Start say which process PID is: the host's boot
+	// id (/proc/sys/kernel/random/boot_id), its pid namespace
+	// (/proc/self/ns/pid) and the process's start time in clock ticks
+	// since boot (/proc/<pid>/stat field 22). Empty where /proc does not
+	// tell (not Linux): such a holder is never proven dead, see
+	// [AcquireLease].
+	Boot  string `json:"boot,omitempty"`
+	PIDNS string `json:"pid_ns,omitempty"`
+	Start uint64 `json:"start,omitempty"`
 }
 
-// NewHolder returns a Holder for this process: its host name and pid,
-// now, and a fresh token.
+// NewHolder returns a Holder for this process: its host name, pid and
+// process identity (boot id, pid namespace, start time), now, and a
+// fresh token.
 func NewHolder(role, name string) Holder {
+	h := Holder{Role: role, Name: name, Host: hostname(), PID: os.Getpid(), Since: time.Now().UTC().Truncate(time.Millisecond), Token: nuid.Next()}
+	identify(&h)
+	return h
+}
+
+// hostname is os.Hostname, "unknown" when it fails.
+func hostname() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
-		host = "unknown"
+		return "unknown"
 	}
-	return Holder{Role: role, Name: name, Host: host, PID: os.Getpid(), Since: time.Now().UTC().Truncate(time.Millisecond), Token: nuid.Next()}
+	return host
 }
 
 // HeldError is the error of a claim on a lease another live process
@@ -116,15 +133,21 @@ type Lease struct {
 	err error // why the lease was lost
 }
 
-// AcquireLease claims key in kv for holder. When another process holds
-// the key, it watches it (a direct get every TTL/20, at least 50 ms, at
-// most 250 ms): if the holder renews it, that holder is alive and the
-// claim fails with a [*HeldError]; if the key expires (its holder died)
-// or is released, the claim takes it. A live holder renews every TTL/4
-// and a dead one's key expires within the TTL, so a claim waits at most
-// about the TTL; one that sees neither within twice the TTL and a second
-// fails with a [*HeldError] too. The
-// lease is then renewed until [Lease.Release]; see [Lease.Lost].
+// AcquireLease claims key in kv for holder. A key whose holder is
+// provably dead is taken at once (compare and swap at the revision
+// read): one recorded on this host (same host name, boot id and pid
+// namespace) by a process that is gone, a zombie, or whose pid now
+// names another process (another start time), as after a kill -9 and a
+// restart. Otherwise, when another process holds the key, it watches
+// it (a direct get every TTL/20, at least 50 ms, at most 250 ms): if
+// the holder renews it, that holder is alive and the claim fails with a
+// [*HeldError]; if the key expires (its holder died) or is released,
+// the claim takes it. A live holder renews every TTL/4 and a dead one's
+// key expires within the TTL, so a claim waits at most about the TTL;
+// one that sees neither within twice the TTL and a second fails with a
+// [*HeldError] too. A holder on another host or boot, or one whose
+// process identity is unknown, is never taken before its key expires.
+// The lease is then renewed until [Lease.Release]; see [Lease.Lost].
 //
 // Errors: a [*HeldError] (matching [ErrLeaseHeld]); ctx's error; the
 // bucket's errors (no TTL, unreachable).
@@ -162,21 +185,7 @@ func (l *Lease) claim(ctx context.Context) error {
 		waiting time.Time
 	)
 	for {
-		// The create outlives a stop (bounded by the TTL): a create
-		// stored by the server but cancelled before its reply would
-		// leave a key no one releases, for the next claimant to wait
-		// out and a watcher never to see deleted.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
-		rev, err := l.kv.Create(cctx, l.key, l.value)
-		cancel()
-		if err == nil && ctx.Err() != nil {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
-			defer cancel()
-			if err := l.kv.Delete(dctx, l.key, jetstream.LastRevision(rev)); err != nil {
-				l.log.Warn("lease claimed as the claim stopped, and not given back; it expires after its TTL", "key", l.key, "ttl", l.ttl, "err", err)
-			}
-			return ctx.Err()
-		}
+		rev, err := l.put(ctx, 0)
 		if err == nil {
 			l.rev = rev
 			if first != 0 {
@@ -184,6 +193,9 @@ func (l *Lease) claim(ctx context.Context) error {
 					"waited", time.Since(waiting).Round(time.Millisecond), "previous_host", other.Host, "previous_pid", other.PID)
 			}
 			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("lease %s: %w", l.key, err)
@@ -201,6 +213,21 @@ func (l *Lease) claim(ctx context.Context) error {
 		case h.Token == l.holder.Token:
 			l.rev = e.Revision() // our own create, whose reply came after its deadline
 			return nil
+		case provablyDead(h):
+			rev, err := l.put(ctx, e.Revision())
+			switch {
+			case err == nil:
+				l.rev = rev
+				l.log.Info("lease taken at once from a holder that died on this host", "key", l.key,
+					"previous_pid", h.PID, "previous_since", h.Since)
+				return nil
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists),
+				errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(ServerError(err), ErrConflict):
+				continue // changed since it was read: read it again
+			}
+			return fmt.Errorf("lease %s: %w", l.key, err)
 		case first == 0:
 			first, other, waiting = e.Revision(), h, time.Now()
 			l.log.Info("lease held: waiting for a renewal (alive) or its expiry (dead)", "key", l.key, "ttl", l.ttl,
@@ -216,6 +243,35 @@ func (l *Lease) claim(ctx context.Context) error {
 		case <-time.After(poll):
 		}
 	}
+}
+
+// put writes the lease's value: a create when rev is 0, else an update
+// at rev (the key of a dead holder). The write outlives a stop (bounded
+// by the TTL): one stored by the server but cancelled before its reply
+// would leave a key no one releases, for the next claimant to wait out
+// and a watcher never to see deleted. A write that succeeds after ctx
+// ended is given back (deleted at its revision) and ctx's error returned.
+func (l *Lease) put(ctx context.Context, rev uint64) (uint64, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
+	var (
+		next uint64
+		err  error
+	)
+	if rev == 0 {
+		next, err = l.kv.Create(cctx, l.key, l.value)
+	} else {
+		next, err = l.kv.Update(cctx, l.key, l.value, rev)
+	}
+	cancel()
+	if err == nil && ctx.Err() != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
+		defer cancel()
+		if err := l.kv.Delete(dctx, l.key, jetstream.LastRevision(next)); err != nil {
+			l.log.Warn("lease claimed as the claim stopped, and not given back; it expires after its TTL", "key", l.key, "ttl", l.ttl, "err", err)
+		}
+		return 0, ctx.Err()
+	}
+	return next, err
 }
 
 // renew renews the lease every TTL/4 until Release or its loss.
