@@ -60,9 +60,10 @@ type Config struct {
 	// Instance names this member in Group (default "<hostname>-<pid>").
 	Instance string
 	// LeaseTTL is the lease bucket's TTL when this instance creates it:
-	// the longest a dead or hung instance keeps its partitions (0:
-	// [DefaultLeaseTTL]; an existing bucket's TTL wins). Used with Group;
-	// the stream lease of an ungrouped reconciler takes DefaultLeaseTTL.
+	// the longest a hung instance, or one that died on another host,
+	// keeps its partitions or the stream lease (0: [DefaultLeaseTTL]; an
+	// existing bucket's TTL wins). One that died on this host is
+	// replaced at once (store.AcquireLease).
 	LeaseTTL time.Duration
 
 	// MetricsAddr, when set, serves the Prometheus metrics (the loop's,
@@ -164,7 +165,7 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 		rcfg.Grants = group.Grants()
 	} else {
 		// One ungrouped reconciler per stream, and none beside a group.
-		if lease, err = HoldStream(ctx, js, scfg, log); err != nil {
+		if lease, err = HoldStream(ctx, js, scfg, c.LeaseTTL, log); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}

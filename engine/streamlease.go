@@ -30,21 +30,29 @@ var (
 
 // HoldStream claims the lease of an ungrouped reconciler (meshfold serve,
 // meshfold reconcile without --group): the key "stream" of the lease bucket,
-// created with [DefaultLeaseTTL] when missing. The lease is renewed until
+// created with TTL ttl when missing ([DefaultLeaseTTL] when 0; an existing
+// bucket's TTL wins, as for [JoinGroup]). The lease is renewed until
 // Release; run the reconciler only while it holds (see store.Lease.Lost).
-// A claim on a key whose holder died waits for it to expire (at most the
-// bucket's TTL).
+// A key whose holder provably died on this host (a kill -9 and a restart)
+// is taken at once; one whose holder may be alive elsewhere is waited
+// for until it expires (at most the bucket's TTL), see store.AcquireLease.
 //
 // Errors: [ErrBesideUngrouped] wrapping a *store.HeldError naming the
 // holder (host, pid, since) when another ungrouped reconciler runs;
 // [ErrBesideGroup] naming the live members when a group runs; the
-// bucket's errors.
-func HoldStream(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig, log *slog.Logger) (*store.Lease, error) {
+// bucket's errors; a ttl below a second.
+func HoldStream(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig, ttl time.Duration, log *slog.Logger) (*store.Lease, error) {
 	cfg = cfg.WithDefaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	kv, _, err := openLeaseBucket(ctx, js, cfg, DefaultLeaseTTL, log)
+	if ttl == 0 {
+		ttl = DefaultLeaseTTL
+	}
+	if ttl < minLeaseTTL {
+		return nil, fmt.Errorf("lease TTL %s: at least %s", ttl, minLeaseTTL)
+	}
+	kv, _, err := openLeaseBucket(ctx, js, cfg, ttl, log)
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ func TestGroupWaitsOutADeadUngroupedReconciler(t *testing.T) {
 	a := startMember(t, embeddedConnector(e), cfg, "a", ttl, engine.Faults{})
 	eventually(t, "member a to own every partition", func() bool { return len(a.g.Owned()) == cfg.Partitions })
 
-	_, err = engine.HoldStream(ctx, js, cfg, nil)
+	_, err = engine.HoldStream(ctx, js, cfg, 0, nil)
 	if !errors.Is(err, engine.ErrBesideGroup) {
 		t.Fatalf("HoldStream beside a live group: %v, want ErrBesideGroup", err)
 	}

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"time"
-
 	"github.com/spf13/cobra"
-
-	"github.com/meshfold/meshfold/engine"
 )
 
 // groupFlags put `meshfold reconcile` in a group of instances that share
@@ -13,14 +9,12 @@ import (
 type groupFlags struct {
 	name     string
 	instance string
-	ttl      time.Duration
 }
 
 func (f *groupFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.name, "group", "", "join the reconciler group NAME: its instances share the partitions, each folded by one instance at a time, and take over those of an instance that dies or hangs (default: fold every partition alone)")
 	fl.StringVar(&f.instance, "instance", "", "this instance's name in --group, unique in it (default <hostname>-<pid>)")
-	fl.DurationVar(&f.ttl, "lease-ttl", engine.DefaultLeaseTTL, "with --group: how long a dead or hung instance keeps its partitions; set by the first instance (the lease bucket's TTL)")
 }
 
 func (f *groupFlags) enabled() bool { return f != nil && f.name != "" }

@@ -36,6 +36,7 @@ type loopFlags struct {
 	metrics          string
 	pprof            bool
 	signingKey       string
+	leaseTTL         time.Duration
 	group            *groupFlags // reconcile only
 	// signer and own are set from signingKey before runReconciler.
 	signer *store.Signer
@@ -54,6 +55,7 @@ func (f *loopFlags) add(cmd *cobra.Command) {
 	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", engine.DefaultSnapshotInterval, "write a partition's snapshot at least this often while events arrive")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on HOST:PORT at /metrics (default: off)")
 	fl.BoolVar(&f.pprof, "pprof", false, "with --metrics: also serve Go's profiles (heap, CPU, goroutines) at /debug/pprof/ on that listener, for diagnosing the reconciler's memory and CPU; they expose its internals: keep the listener private")
+	fl.DurationVar(&f.leaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "how long a hung reconciler, or one that died on another host, keeps the stream (or, with --group, its partitions) before another takes over; one that died on this host is replaced at once; set by the first reconciler (the lease bucket's TTL)")
 	fl.StringVar(&f.signingKey, "signing-key", "", "the reconciler's signing key (an nkey seed; created when missing), which signs every plan and knock; partitioned reconcilers share one (default: serve: DATA/"+signingKeyFile+", with --auth DIR/"+signingKeyFile+"; reconcile: $XDG_STATE_HOME/meshfold/"+signingKeyFile+", required with --group)")
 }
 
@@ -268,7 +270,8 @@ answers state requests for the nodes it folds. See docs/operations.md.
 
 Without --group one reconcile (or serve) folds the stream alone: another
 ungrouped one, or one beside a group, is refused at start with an error
-naming the holder (a holder that died is waited out, at most its lease TTL).
+naming the holder (a holder that died on this host is replaced at once; one
+elsewhere is waited out, at most --lease-ttl).
 reconcile exits with status 1 when its NATS connection is closed for good
 (its user revoked), so that its service manager restarts it.`,
 		Example: `  meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --creds reconciler.creds
@@ -360,10 +363,10 @@ func (r *revocation) explain(err error) error {
 func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, lf loopFlags, ready func(context.Context, store.StreamConfig)) error {
 	cfg := engine.Config{Stream: lf.stream(a.stream), Logger: log, Signer: lf.signer, Own: lf.own,
 		SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval,
-		MetricsAddr: lf.metrics, Pprof: lf.pprof,
+		MetricsAddr: lf.metrics, Pprof: lf.pprof, LeaseTTL: lf.leaseTTL,
 		Ready: func(ctx context.Context, r *engine.Reconciler) { ready(ctx, r.Stream()) }}
 	if lf.group.enabled() {
-		cfg.Group, cfg.Instance, cfg.LeaseTTL = lf.group.name, lf.group.instance, lf.group.ttl
+		cfg.Group, cfg.Instance = lf.group.name, lf.group.instance
 	}
 	return engine.Serve(ctx, nc, cfg)
 }
