@@ -233,8 +233,9 @@ func (a *Agent) Settled() uint64 {
 // key <node> of the bucket <stream>_NODES, see [store.AcquireLease]),
 // renews it while it runs and releases it when it stops. A second agent
 // of the node is refused while the first is alive; after the first died
-// without releasing it, the next one waits for the lease to expire (at
-// most the bucket's TTL, 5 s by default).
+// without releasing it, the next one takes it at once on the same host
+// (store.AcquireLease proves the pid dead), and waits for it to expire
+// elsewhere (at most the bucket's TTL, 5 s by default).
 //
 // Errors: [ErrRunning]; the lease is held by another live agent (a
 // [*store.HeldError] naming its host, pid and since, matching

@@ -11,7 +11,9 @@
 // renewed every TTL/4 (5 s TTL by default), deleted on a clean stop. A
 // second agent of the node is refused at start with a [*store.HeldError]
 // naming the holder's host, pid and since; after an agent died without
-// releasing it, the next one waits for the key to expire (about the TTL).
+// releasing it, the next one on the same host takes it at once (the dead
+// pid is provably gone), one on another host waits for the key to expire
+// (about the TTL).
 // An agent whose lease another agent took meanwhile stops.
 //
 // # Following plans
