@@ -45,7 +45,10 @@
 //
 //  1. Find the fleet's newest start; fold from it, in stream order, the
 //     rollout's events and the want, plan, settle, have and liveness
-//     events of the nodes the start names.
+//     events of the nodes the start names. (`apply` publishes a start's
+//     pages right after it: a node's event folded before its page is
+//     not seen, and the page's status as `apply` read it stands until
+//     the node's next event.)
 //  2. Carry out the effects of each input in order. A [WantEffect] is
 //     published on the node's want subject with [Effect.ID] as the
 //     message id and Nats-Expected-Last-Subject-Sequence set to its

@@ -510,12 +510,13 @@ func (o *Operator) Validate() error {
 // Validate checks the header.
 func (t *Tick) Validate() error { return checkHeader(&t.Header) }
 
-// Validate checks the rollout, the level and the message.
+// Validate checks the rollout (0 only for an event rejected or ignored
+// before any rollout), the node, the level and the message.
 func (r *Record) Validate() error {
 	if err := checkHeader(&r.Header); err != nil {
 		return err
 	}
-	if r.Rollout == 0 && r.What != "rejected" {
+	if r.Rollout == 0 && r.What != "rejected" && r.What != "ignored" {
 		return fieldErr("rollout", "", events.ErrMissing)
 	}
 	if r.Node != "" && !events.ValidName(r.Node) {
