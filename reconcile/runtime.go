@@ -20,6 +20,7 @@ type ModuleRuntime struct {
 	Restarts int             `json:"restarts"`
 	Exit     string          `json:"exit,omitempty"`
 	Since    *time.Time      `json:"since,omitempty"`
+	Health   events.Health   `json:"health,omitempty"` // absent without a check (DESIGN.md §11)
 	// Unfilled are the paths of the module's owed items and the files its
 	// row of the newest settled plan declares that no filled event ever
 	// reported, sorted: what a module crash-looping for want of a
@@ -40,7 +41,7 @@ func RuntimeOf(s *State) []ModuleRuntime {
 	out := make([]ModuleRuntime, 0, len(s.Have.Modules))
 	for _, m := range s.Have.Modules {
 		out = append(out, ModuleRuntime{Module: m.Name, Build: m.Build, State: m.State, Account: m.Account,
-			Restarts: m.Restarts, Exit: m.Exit, Since: m.Since, Unfilled: unfilled(s, m.Name)})
+			Restarts: m.Restarts, Exit: m.Exit, Since: m.Since, Health: m.Health, Unfilled: unfilled(s, m.Name)})
 	}
 	return out
 }

@@ -61,6 +61,15 @@
 // …") and since; [Runtime.Changes] signals every change, which the agent
 // turns into a have.
 //
+// # Health
+//
+// A manifest's health check (exec, http, tcp or notify; DESIGN.md §11)
+// runs in the shim, so it goes on while the agent restarts; see health.go
+// for the rules. The status, and the have, say starting, healthy or
+// unhealthy (absent without a check; unhealthy while the module waits to
+// restart); with restart, an unhealthy module is stopped, its exit is
+// "unhealthy", and it is started again after the crash backoff.
+//
 // # Agent restarts
 //
 // [Runtime.Close] lets go of the shims without stopping them. The next

@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 		testproc.DieWithParent(syscall.SIGTERM)
 		os.Exit(ShimMain(os.Args[len(os.Args)-1]))
 	}
+	if os.Getenv(notifyDaemonEnv) != "" {
+		os.Exit(notifyDaemon(os.Getenv(notifyDaemonEnv)))
+	}
 	testproc.MarkParent()
 	// Under -race every process sleeps a second at exit (the race
 	// runtime's atexit_sleep_ms), and the runtime waits for each shim it

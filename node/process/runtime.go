@@ -327,7 +327,7 @@ func (r *Runtime) watch(m *module, st Status, wc watchConn) {
 				continue
 			}
 			r.mu.Lock()
-			changed := st.State != m.st.State || st.Restarts != m.st.Restarts || st.PID != m.st.PID
+			changed := st.State != m.st.State || st.Restarts != m.st.Restarts || st.PID != m.st.PID || st.Health != m.st.Health
 			if m.conn == conn {
 				m.st = st
 			}
@@ -493,6 +493,11 @@ func (r *Runtime) spec(row events.PlanModule, dir string, man bundle.Manifest, a
 	for _, k := range keys {
 		env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") })
 		env = append(env, k+"="+man.Env[k])
+	}
+	for _, e := range notifyEnv(row.Name, filepath.Join(r.dir, row.Name), man.Health) {
+		k, _, _ := strings.Cut(e, "=")
+		env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") })
+		env = append(env, e)
 	}
 	restart, sig := man.FillAction()
 	sp := spec{
@@ -729,7 +734,7 @@ func (r *Runtime) Running(ctx context.Context) ([]events.HaveModule, error) {
 			continue // being started for the first time
 		}
 		h := events.HaveModule{Name: m.name, Build: st.Build, State: st.State, Account: r.runningAs(m.spec),
-			Restarts: st.Restarts, Exit: printable(st.Exit)}
+			Restarts: st.Restarts, Exit: printable(st.Exit), Health: st.Health}
 		if !st.Since.IsZero() {
 			since := st.Since.UTC().Truncate(time.Millisecond)
 			h.Since = &since

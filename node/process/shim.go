@@ -74,6 +74,8 @@ type shim struct {
 	replies sync.WaitGroup // stop requests not answered yet
 
 	wake   chan struct{} // 1-buffered: a fill arrived
+	notes  chan []byte   // notify messages from the module's processes
+	sick   chan struct{} // 1-buffered: the check found the module unhealthy, to be restarted
 	stop   context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // the supervisor loop ended
@@ -100,6 +102,8 @@ func newShim(dir string, sp spec, log *slog.Logger) *shim {
 		lines:    &lineWriter{out: out},
 		watchers: map[chan Status]struct{}{},
 		wake:     make(chan struct{}, 1),
+		notes:    make(chan []byte, 16),
+		sick:     make(chan struct{}, 1),
 		stop:     stop,
 		cancel:   cancel,
 		done:     make(chan struct{}),
@@ -152,6 +156,12 @@ func (s *shim) run() error {
 		}
 	}()
 
+	if h := s.spec.Health; h != nil && h.Notify {
+		if err := s.listenNotify(); err != nil {
+			s.log.Warn("shim: no notify socket; the module stays starting", "err", err)
+			s.note("no notify socket could be made (%v)", err)
+		}
+	}
 	ready := os.NewFile(readyFD, "ready")
 	go s.supervise(ready)
 	<-s.done
@@ -339,9 +349,13 @@ func (s *shim) supervise(ready *os.File) {
 			}
 		}
 		if p != nil {
+			endCheck := s.startCheck(p)
 			exit, stopped := s.wait(p, seen)
+			endCheck()
 			if stopped {
-				s.set(func(st *Status) { st.State, st.PID, st.PIDStart, st.Exit, st.Backoff = events.Stopped, 0, 0, exit, 0 })
+				s.set(func(st *Status) {
+					st.State, st.PID, st.PIDStart, st.Exit, st.Backoff, st.Health = events.Stopped, 0, 0, exit, 0, ""
+				})
 				return
 			}
 			if exit == "" { // restarted for a fill (on_fill restart)
@@ -352,6 +366,9 @@ func (s *shim) supervise(ready *os.File) {
 				b.Reset()
 			}
 			s.set(func(st *Status) { st.State, st.PID, st.PIDStart, st.Exit = events.Failed, 0, 0, exit })
+		}
+		if s.spec.Health != nil {
+			s.set(func(st *Status) { st.Health = events.Unhealthy }) // not running: no check can pass
 		}
 		d := b.NextBackOff()
 		if p != nil {
@@ -368,10 +385,36 @@ func (s *shim) supervise(ready *os.File) {
 			s.note("a filled file was written: starting now")
 		case <-s.stop.Done():
 			t.Stop()
-			s.set(func(st *Status) { st.State, st.Backoff = events.Stopped, 0 })
+			s.set(func(st *Status) { st.State, st.Backoff, st.Health = events.Stopped, 0, "" })
 			return
 		}
 		s.set(func(st *Status) { st.Restarts++ })
+	}
+}
+
+// startCheck starts the check of run p, if the module has one; the
+// returned func ends it and waits until it has ended.
+func (s *shim) startCheck(p *proc) (end func()) {
+	if s.spec.Health == nil {
+		return func() {}
+	}
+	for drained := false; !drained; { // what the previous run said
+		select {
+		case <-s.notes:
+		case <-s.sick:
+		default:
+			drained = true
+		}
+	}
+	ctx, cancel := context.WithCancel(s.stop)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.check(ctx, p, s.sick)
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
 
@@ -479,6 +522,9 @@ func (s *shim) wait(p *proc, seen uint64) (exit string, stopped bool) {
 			return s.exitOf(p, exit), false
 		case <-s.stop.Done():
 			return s.terminate(p), true
+		case <-s.sick:
+			s.terminate(p)
+			return "unhealthy", false
 		case <-s.wake:
 			s.mu.Lock()
 			// A fill that was written before this process started (by the

@@ -107,6 +107,8 @@ type Status struct {
 	Since time.Time `json:"since"`
 	// Backoff is the wait before the next start while State is failed.
 	Backoff time.Duration `json:"backoff,omitempty"`
+	// Health is what the module's check says; empty without a check.
+	Health events.Health `json:"health,omitempty"`
 	// ShimPID and ShimStart identify the shim.
 	ShimPID   int    `json:"shim_pid"`
 	ShimStart uint64 `json:"shim_start"`

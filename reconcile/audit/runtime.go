@@ -38,6 +38,9 @@ func ShortBuild(b string) string {
 // since 2026-…Z (45s ago); unfilled /run/x".
 func runtimeText(r reconcile.ModuleRuntime, now time.Time, suffix string) string {
 	s := fmt.Sprintf("%s %s %s", r.Module, orNone(ShortBuild(r.Build)), r.State)
+	if r.Health != "" {
+		s += " " + string(r.Health)
+	}
 	if r.Account != "" {
 		s += " as " + r.Account
 	}

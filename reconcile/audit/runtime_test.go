@@ -79,3 +79,15 @@ func TestErrorTextKeepsTheCause(t *testing.T) {
 		}
 	}
 }
+
+// A have's health (DESIGN.md §11) shows in state's runs line, after the
+// run state; a module without a check shows none.
+func TestStateShowsHealth(t *testing.T) {
+	s := reconcile.NewState("ace")
+	s.Have = &reconcile.HaveRecord{Seq: 9, Modules: []events.HaveModule{
+		{Name: "m", Build: "b", State: events.Running, Health: events.Unhealthy}, {Name: "n", Build: "c", State: events.Running}}}
+	text := audit.StateText(s.View(), reconcile.Composition{}, time.Now(), "test")
+	if !strings.Contains(text, "m b running unhealthy,") || !strings.Contains(text, "n c running,") {
+		t.Fatalf("state text lacks the health, or shows one without a check:\n%s", text)
+	}
+}

@@ -1,0 +1,227 @@
+package process
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/node/bundle"
+)
+
+// notifyDaemonEnv makes the test binary a daemon written for systemd:
+// READY=1 once the file named by the variable's value + ".ready" exists,
+// then WATCHDOG=1 every half WATCHDOG_USEC until the file + ".hang"
+// exists.
+const notifyDaemonEnv = "PROCESS_TEST_NOTIFY_DAEMON"
+
+func notifyDaemon(base string) int {
+	addr := os.Getenv("NOTIFY_SOCKET")
+	if addr == "" {
+		return 3
+	}
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: addr, Net: "unixgram"})
+	if err != nil {
+		return 4
+	}
+	usec, _ := strconv.Atoi(os.Getenv("WATCHDOG_USEC"))
+	half := time.Duration(usec) * time.Microsecond / 2
+	exists := func(suffix string) bool { _, err := os.Stat(base + suffix); return err == nil }
+	for !exists(".ready") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, _ = c.Write([]byte("STATUS=serving\nREADY=1"))
+	for {
+		time.Sleep(half)
+		if !exists(".hang") {
+			_, _ = c.Write([]byte("WATCHDOG=1"))
+		}
+	}
+}
+
+// healthSeen follows a module's health and records every value in order.
+type healthSeen struct {
+	t    *testing.T
+	r    *Runtime
+	name string
+	seen []events.Health
+}
+
+// until waits for health h, recording what came before.
+func (w *healthSeen) until(h events.Health) {
+	w.t.Helper()
+	waitFor(w.t, w.r, "health "+string(h), func() bool {
+		now := status(w.t, w.r, w.name).Health
+		// "" only before the checker's first word, just after a start.
+		if now != "" && (len(w.seen) == 0 || w.seen[len(w.seen)-1] != now) {
+			w.seen = append(w.seen, now)
+		}
+		return now == h
+	})
+}
+
+// A module that becomes healthy a moment after it starts, with a 30 s
+// grace, is healthy as soon as its check passes, not at the grace's end,
+// and never unhealthy on the way; each kind of check.
+func TestHealthyAsSoonAsTheCheckPasses(t *testing.T) {
+	for _, kind := range []string{"exec", "http", "tcp"} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t, Backoff{})
+			dir := t.TempDir()
+			openUp(t, dir)
+			h := &bundle.Health{Interval: "100ms", Timeout: "1s", Grace: "30s"}
+			var flip func()
+			switch kind {
+			case "exec":
+				flag := filepath.Join(dir, "ready")
+				h.Exec = []string{"/bin/sh", "-c", "test -f " + flag}
+				flip = func() {
+					if err := os.WriteFile(flag, nil, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			case "http":
+				var ready atomic.Bool
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+					if !ready.Load() {
+						w.WriteHeader(http.StatusServiceUnavailable)
+					}
+				}))
+				t.Cleanup(srv.Close)
+				h.HTTP = srv.URL + "/healthz"
+				flip = func() { ready.Store(true) }
+			case "tcp":
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				addr := l.Addr().String()
+				_ = l.Close() // nothing listens until the flip
+				h.TCP = addr
+				flip = func() {
+					l, err := net.Listen("tcp", addr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = l.Close() })
+				}
+			}
+			e.script("sha256:a", sleeper, bundle.Manifest{Health: h})
+			r := e.open()
+			if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: self}); err != nil {
+				t.Fatal(err)
+			}
+			w := &healthSeen{t: t, r: r, name: "web"}
+			w.until(events.HealthStarting)
+			flipped := time.Now()
+			flip()
+			w.until(events.Healthy)
+			t.Logf("%s check: ready → healthy %s (interval 100ms)", kind, time.Since(flipped).Round(time.Millisecond))
+			for _, s := range w.seen {
+				if s == events.Unhealthy {
+					t.Errorf("health went %v: unhealthy within the grace", w.seen)
+				}
+			}
+			hv, _ := r.Running(ctx(t))
+			if len(hv) != 1 || hv[0].Health != events.Healthy {
+				t.Errorf("have: %+v, want health healthy", hv)
+			}
+		})
+	}
+}
+
+// A module whose check never passes is unhealthy once the grace is over
+// and, with restart, restarted through the crash backoff, starting again.
+func TestNeverHealthyIsRestarted(t *testing.T) {
+	e := newEnv(t, Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond})
+	e.script("sha256:a", sleeper, bundle.Manifest{Health: &bundle.Health{
+		Exec: []string{"/bin/false"}, Interval: "100ms", Grace: "300ms", Failures: 2, Restart: true}})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: self}); err != nil {
+		t.Fatal(err)
+	}
+	first := status(t, r, "web").PID
+	w := &healthSeen{t: t, r: r, name: "web"}
+	w.until(events.Unhealthy)
+	waitFor(t, r, "a restart", func() bool {
+		st := status(t, r, "web")
+		return st.Restarts >= 1 && st.State == events.Running && st.PID != first
+	})
+	if st := status(t, r, "web"); st.Exit != "unhealthy" {
+		t.Errorf("exit %q, want unhealthy", st.Exit)
+	}
+	w.until(events.HealthStarting)
+	if len(w.seen) < 3 || w.seen[0] != events.HealthStarting {
+		t.Errorf("health went %v, want starting, unhealthy, starting", w.seen)
+	}
+	if alive(first, 0) {
+		t.Errorf("the unhealthy process %d still runs", first)
+	}
+}
+
+// Without restart an unhealthy module is left running, reported
+// unhealthy.
+func TestUnhealthyWithoutRestartKeepsRunning(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	e.script("sha256:a", sleeper, bundle.Manifest{Health: &bundle.Health{
+		TCP: "127.0.0.1:1", Interval: "100ms", Timeout: "100ms", Failures: 1}})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: self}); err != nil {
+		t.Fatal(err)
+	}
+	pid := status(t, r, "web").PID
+	w := &healthSeen{t: t, r: r, name: "web"}
+	w.until(events.Unhealthy)
+	if st := status(t, r, "web"); st.State != events.Running || st.PID != pid || st.Restarts != 0 {
+		t.Errorf("status %+v, want the same process running", st)
+	}
+}
+
+// A daemon written for systemd: healthy on READY=1, unhealthy when its
+// watchdog lapses.
+func TestNotifyReadyAndWatchdog(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(t.TempDir(), "daemon")
+	openUp(t, filepath.Dir(base))
+	dir := filepath.Join(filepath.Dir(e.cfg.Root), "bundles", "n")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := bundle.Manifest{Command: []string{exe}, Env: map[string]string{notifyDaemonEnv: base},
+		// The grace covers the daemon's start (the test binary, under
+		// load); the lapse after it is counted once the grace is over.
+		Health: &bundle.Health{Notify: true, Interval: "200ms", Grace: "5s", Failures: 1}}
+	e.fetch.bundles["sha256:n"] = fakeBundle{dir: dir, m: m}
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "sd", Build: "sha256:n", RunsAs: self}); err != nil {
+		t.Fatal(err)
+	}
+	w := &healthSeen{t: t, r: r, name: "sd"}
+	w.until(events.HealthStarting)
+	ready := time.Now()
+	if err := os.WriteFile(base+".ready", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.until(events.Healthy)
+	t.Logf("notify: READY=1 → healthy %s", time.Since(ready).Round(time.Millisecond))
+	if err := os.WriteFile(base+".hang", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.until(events.Unhealthy)
+	if st := status(t, r, "sd"); st.State != events.Running {
+		t.Errorf("state %s, want running (no restart declared)", st.State)
+	}
+	if want := []events.Health{events.HealthStarting, events.Healthy, events.Unhealthy}; len(w.seen) != 3 || w.seen[0] != want[0] || w.seen[1] != want[1] {
+		t.Errorf("health went %v, want %v", w.seen, want)
+	}
+}
