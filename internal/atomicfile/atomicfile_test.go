@@ -235,3 +235,36 @@ func TestWriteIn(t *testing.T) {
 		t.Errorf("etc holds %d entries, want up and app.conf", len(ents))
 	}
 }
+
+// PlaceTree moves a tree whole, symlinks as they are, and refuses to
+// replace a non-empty directory.
+func TestPlaceTree(t *testing.T) {
+	base := t.TempDir()
+	tmp := filepath.Join(base, ".unpack")
+	if err := os.MkdirAll(filepath.Join(tmp, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "bin", "run"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/nonexistent", filepath.Join(tmp, "dangling")); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(base, "bundle")
+	if err := PlaceTree(tmp, target); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(target, "bin", "run")); err != nil || string(got) != "#!/bin/sh\n" {
+		t.Fatalf("placed file: %q, %v", got, err)
+	}
+	if _, err := os.Lstat(tmp); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the temporary tree is still there: %v", err)
+	}
+	again := filepath.Join(base, ".again")
+	if err := os.Mkdir(again, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := PlaceTree(again, target); err == nil {
+		t.Error("a tree replaced a non-empty directory")
+	}
+}

@@ -4,7 +4,8 @@
 // rename over the target (or a link, for a file created once), fsync of
 // the directory. Every file of meshfold's meant to survive a crash is
 // written through it (filled files, the process runtime's records, keys,
-// credentials, trust lists).
+// credentials, trust lists); [PlaceTree] does the same for a directory
+// tree written whole (an unpacked bundle).
 //
 // It imports nothing but the standard library, so every package can use
 // it without linking anything more.

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/meshfold/meshfold/internal/atomicfile"
 )
 
 // Source is where a [Cache] fetches bundles from; [Store] is one.
@@ -163,7 +165,7 @@ func (c *Cache) download(ctx context.Context, build string) (string, error) {
 }
 
 // unpack unpacks the checked bundle file into a temporary directory and
-// renames it to dir.
+// places it at dir durably (atomicfile.PlaceTree).
 func (c *Cache) unpack(file, dir string) (Manifest, error) {
 	tmp := filepath.Join(c.dir, tmpUnpack+randomHex())
 	if err := os.Mkdir(tmp, 0o755); err != nil {
@@ -180,7 +182,10 @@ func (c *Cache) unpack(file, dir string) (Manifest, error) {
 		err = os.Chmod(tmp, 0o755)
 	}
 	if err == nil {
-		err = os.Rename(tmp, dir)
+		// Every file synced before the name appears: after a power loss
+		// a cached bundle, which is trusted without a second check, is
+		// whole or absent.
+		err = atomicfile.PlaceTree(tmp, dir)
 	}
 	if err != nil {
 		os.RemoveAll(tmp)
