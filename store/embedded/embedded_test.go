@@ -97,7 +97,7 @@ func TestEmbeddedRestartKeepsAckedMessages(t *testing.T) {
 
 func TestStartEmbeddedNeedsDataDir(t *testing.T) {
 	if _, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1"}); err == nil {
-		t.Fatal("StartEmbedded without DataDir succeeded")
+		t.Fatal("Start without DataDir succeeded")
 	}
 }
 
@@ -148,7 +148,7 @@ func TestEmbeddedBusyPort(t *testing.T) {
 	defer ln.Close()
 	_, err = embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: ln.Addr().String()})
 	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
-		t.Fatalf("StartEmbedded on a busy port: %v", err)
+		t.Fatalf("Start on a busy port: %v", err)
 	}
 }
 
