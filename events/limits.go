@@ -13,8 +13,8 @@ import (
 // (its owed items, filled marks, accepting records, approvals and
 // unsettled plans, see reconcile.MaxOwed and its neighbours). With all of
 // them at their maximum, a plan encodes to 51 KB and a node's state to
-// 542 KB (TestLargestFits in store builds both and publishes them): a
-// twentieth and a half of the default max_payload.
+// 614 KB (TestLargestFits in store builds both and publishes them): a
+// twentieth and under three fifths of the default max_payload.
 const (
 	// MaxEventBytes bounds an encoded event. The largest valid want is
 	// about 30 KB and the largest plan 51 KB; anything much bigger is

@@ -26,9 +26,9 @@ import (
 // says even if it applied the forgery (issue 14).
 //
 // Knock, journal and unknown kinds are not inputs of the fold: they only
-// advance s.Seq. Every fold ends by forgetting the records of files,
-// accounts and builds the node's configuration no longer names
-// (docs/design.md §4, "Bounded state").
+// advance s.Seq. A record one more would take past its cap (limits.go) is
+// dropped, oldest first, and journaled (DESIGN.md §4, "Bounded by
+// counts"); nothing is dropped otherwise.
 func (s *State) Fold(ev events.Event) []Effect {
 	if ev.Seq <= s.Seq {
 		return nil
@@ -75,7 +75,6 @@ func (s *State) Fold(ev events.Event) []Effect {
 	case *events.Retire:
 		f.retire(p)
 	}
-	s.forget()
 	return f.out
 }
 
@@ -129,11 +128,19 @@ func (f *folder) want(p *events.Want) {
 func (s *State) takeWant(seq uint64, modules []events.WantModule) {
 	if s.Want != nil {
 		// Removing a module from the want pays its items and drops its
-		// waivers.
+		// waivers; removing a file from a module the want keeps pays that
+		// file's items (DESIGN.md §4, "Bounded by counts").
 		for _, m := range s.Want.Modules {
-			if !slices.ContainsFunc(modules, func(n events.WantModule) bool { return n.Name == m.Name }) {
+			i := slices.IndexFunc(modules, func(n events.WantModule) bool { return n.Name == m.Name })
+			if i < 0 {
 				s.Owed = slices.DeleteFunc(s.Owed, func(it Item) bool { return it.Module == m.Name })
 				s.Waivers = slices.DeleteFunc(s.Waivers, func(w Waiver) bool { return w.Module == m.Name })
+				continue
+			}
+			for _, file := range m.Files {
+				if !declares(modules[i].Files, file.Path) {
+					s.Owed = slices.DeleteFunc(s.Owed, func(it Item) bool { return it.Module == m.Name && it.Path == file.Path })
+				}
 			}
 		}
 	}
@@ -145,14 +152,50 @@ func (s *State) takeWant(seq uint64, modules []events.WantModule) {
 }
 
 func (f *folder) approve(p *events.Approve) {
+	s := f.s
 	a := Approval{Module: p.Module, Build: p.Build, By: p.By, Seq: f.ev.Seq}
-	if _, found := slices.BinarySearchFunc(f.s.Approvals, a, compareApproval); !found && len(f.s.Approvals) >= MaxApprovals {
-		f.journal(events.LevelError, "approval %d of %s at build %s not kept: the node keeps at most %d approvals (reconcile.MaxApprovals)",
-			f.ev.Seq, events.Short(p.Module), events.Short(p.Build), MaxApprovals)
+	if _, found := slices.BinarySearchFunc(s.Approvals, a, compareApproval); !found {
+		lim := s.limits()
+		n := 0
+		for _, o := range s.Approvals {
+			if o.Module == p.Module {
+				n++
+			}
+		}
+		if n >= lim.moduleApprovals {
+			f.dropApproval(func(o Approval) bool { return o.Module == p.Module },
+				"a module", lim.moduleApprovals, "reconcile.MaxModuleApprovals")
+		}
+		if len(s.Approvals) >= lim.approvals {
+			f.dropApproval(nil, "a node", lim.approvals, "reconcile.MaxApprovals")
+		}
+	}
+	s.Approvals = upsert(s.Approvals, a, compareApproval, func(Approval) bool { return false })
+	f.compose()
+}
+
+// dropApproval drops the oldest approval among those of (all when nil),
+// preferring one of a build the want does not ask for, and journals it at
+// warn: one more approval would pass the cap max, named name.
+func (f *folder) dropApproval(of func(Approval) bool, whose string, max int, name string) {
+	s := f.s
+	wanted := func(a Approval) bool {
+		return s.Want != nil && slices.ContainsFunc(s.Want.Modules, func(m events.WantModule) bool {
+			return m.Name == a.Module && m.Build == a.Build
+		})
+	}
+	seq := func(a Approval) uint64 { return a.Seq }
+	i := oldest(s.Approvals, seq, func(a Approval) bool { return wanted(a) || (of != nil && !of(a)) })
+	if i < 0 {
+		i = oldest(s.Approvals, seq, func(a Approval) bool { return of != nil && !of(a) })
+	}
+	if i < 0 {
 		return
 	}
-	f.s.Approvals = upsert(f.s.Approvals, a, compareApproval, func(Approval) bool { return false })
-	f.compose()
+	old := s.Approvals[i]
+	s.Approvals = slices.Delete(s.Approvals, i, i+1)
+	f.journal(events.LevelWarn, "approval #%d of %s at build %s dropped: %s keeps at most %d approvals (%s); going back to that build needs a new approval",
+		old.Seq, events.Short(old.Module), events.Short(old.Build), whose, max, name)
 }
 
 func (f *folder) have(p *events.Have) {
@@ -187,24 +230,50 @@ func (f *folder) settle(p *events.Settle) {
 		s.Settled = s.Unsettled[i]
 		s.Unsettled = slices.Delete(s.Unsettled, 0, i+1)
 		s.place(prev, f.ev)
-		if s.Settled.Account != "" {
-			for _, row := range s.Settled.Modules {
-				for _, file := range row.Files {
-					if _, refused := Judge(s.Settled.Account, s.Settled.Modules, row.Name, file.Path, s.Settled.Account); refused != "" {
-						continue
-					}
-					a := Accepting{Module: row.Name, Path: file.Path, Account: s.Settled.Account, Plan: s.Settled.Seq}
-					if _, found := slices.BinarySearchFunc(s.Accepting, a, compareAccepting); !found {
-						s.Accepting = evictOldest(s.Accepting, MaxAccepting, func(a Accepting) uint64 { return a.Plan })
-					}
-					s.Accepting = upsert(s.Accepting, a, compareAccepting, func(Accepting) bool { return true })
-				}
-			}
-		}
+		f.accept()
 		f.compose()
 		f.retired()
 	}
 	f.knock(true)
+}
+
+// accept records the newly settled plan as the newest that accepts each
+// of its files from its provisioner account. A record one more would take
+// past the accepting cap drops the one of the oldest plan (never one of
+// this plan's files, whose records are all of this plan); the drops of one
+// settle are journaled once, at info.
+func (f *folder) accept() {
+	s := f.s
+	if s.Settled.Account == "" {
+		return
+	}
+	plan := func(a Accepting) uint64 { return a.Plan }
+	ours := func(a Accepting) bool { return a.Plan == s.Settled.Seq }
+	dropped, oldestPlan := 0, uint64(0)
+	for _, row := range s.Settled.Modules {
+		for _, file := range row.Files {
+			if _, refused := Judge(s.Settled.Account, s.Settled.Modules, row.Name, file.Path, s.Settled.Account); refused != "" {
+				continue
+			}
+			a := Accepting{Module: row.Name, Path: file.Path, Account: s.Settled.Account, Plan: s.Settled.Seq}
+			if _, found := slices.BinarySearchFunc(s.Accepting, a, compareAccepting); !found && len(s.Accepting) >= s.limits().accepting {
+				if i := oldest(s.Accepting, plan, ours); i >= 0 {
+					if dropped == 0 {
+						oldestPlan = s.Accepting[i].Plan
+					}
+					dropped++
+					s.Accepting = slices.Delete(s.Accepting, i, i+1)
+				} else {
+					continue // every record is of this plan: the cap holds no more
+				}
+			}
+			s.Accepting = upsert(s.Accepting, a, compareAccepting, func(Accepting) bool { return true })
+		}
+	}
+	if dropped > 0 {
+		f.journal(events.LevelInfo, "%d accepting records dropped, the oldest of plan %d: the node keeps at most %d (reconcile.MaxAccepting); a refusal judged by a plan that old is not knocked",
+			dropped, oldestPlan, s.limits().accepting)
+	}
 }
 
 // place updates, for each file the newly settled plan declares for a
@@ -257,12 +326,14 @@ func (f *folder) refusal(p *events.Refusal) {
 	if !f.paidByFilled(it) {
 		// An unpaid item reported again adds nothing; items are never
 		// replaced.
-		if _, found := slices.BinarySearchFunc(s.Owed, it, compareItem); !found && len(s.Owed) >= MaxOwed {
-			f.journal(events.LevelWarn, "refusal %d of %s not owed: the node already owes %d items (reconcile.MaxOwed); the next knock fills every file",
-				f.ev.Seq, events.Short(p.Path), MaxOwed)
-		} else {
-			s.Owed = upsert(s.Owed, it, compareItem, func(Item) bool { return false })
+		if _, found := slices.BinarySearchFunc(s.Owed, it, compareItem); !found && len(s.Owed) >= s.limits().owed {
+			i := oldest(s.Owed, func(it Item) uint64 { return it.Seq }, nil)
+			old := s.Owed[i]
+			s.Owed = slices.Delete(s.Owed, i, i+1)
+			f.journal(events.LevelWarn, "owed item of %s (%s, refusal #%d) dropped: the node owes at most %d items (reconcile.MaxOwed); the file waits for the provisioner's next refill",
+				events.Short(old.Path), events.Short(old.Module), old.Seq, s.limits().owed)
 		}
+		s.Owed = upsert(s.Owed, it, compareItem, func(Item) bool { return false })
 	}
 	f.knock(false)
 }
@@ -285,8 +356,12 @@ func (f *folder) filled(p *events.Filled) {
 		return
 	}
 	m := FilledMark{Module: p.Module, Path: p.Path, Plan: p.Plan}
-	if _, found := slices.BinarySearchFunc(s.Filled, m, compareFilled); !found {
-		s.Filled = evictOldest(s.Filled, MaxFilled, func(m FilledMark) uint64 { return m.Plan })
+	if _, found := slices.BinarySearchFunc(s.Filled, m, compareFilled); !found && len(s.Filled) >= s.limits().filled {
+		i := oldest(s.Filled, func(m FilledMark) uint64 { return m.Plan }, nil)
+		old := s.Filled[i]
+		s.Filled = slices.Delete(s.Filled, i, i+1)
+		f.journal(events.LevelInfo, "filled mark of %s (%s) at plan %d dropped: the node keeps at most %d (reconcile.MaxFilled); a late refusal judged by an older plan is knocked once more",
+			events.Short(old.Path), events.Short(old.Module), old.Plan, s.limits().filled)
 	}
 	s.Filled = upsert(s.Filled, m, compareFilled, func(old FilledMark) bool { return old.Plan < m.Plan })
 	// Items that arrived before it, at its plan or older, are paid.
@@ -414,9 +489,7 @@ func (f *folder) foreignPlan() {
 		return
 	}
 	f.journal(events.LevelError, "plan %d not emitted by this reconciler (no valid signature of its keys): not folded; its last plan (cause %d) is published again", f.ev.Seq, last.Cause)
-	if len(s.Unsettled) >= MaxUnsettled {
-		s.Unsettled = slices.Delete(s.Unsettled, 1, 2)
-	}
+	s.roomForPlan()
 	again := &PlanRecord{Cause: f.ev.Seq, Want: last.Want, Account: last.Account, Modules: slices.Clone(last.Modules)}
 	s.Unsettled = append(s.Unsettled, again)
 	f.emit(events.KindPlan, &events.Plan{Cause: f.ev.Seq, Want: again.Want, ProvisionerAccount: again.Account, Modules: again.Modules})
@@ -461,12 +534,20 @@ func (f *folder) compose() {
 func (f *folder) emitPlan(rows []events.PlanModule, account string) {
 	s := f.s
 	if s.differs(rows, account) {
-		if len(s.Unsettled) >= MaxUnsettled {
-			// Keep the oldest (the node may be applying it) and the newest.
-			s.Unsettled = slices.Delete(s.Unsettled, 1, 2)
-		}
+		s.roomForPlan()
 		s.Unsettled = append(s.Unsettled, &PlanRecord{Cause: f.ev.Seq, Want: s.Want.Seq, Account: account, Modules: rows})
 		f.emit(events.KindPlan, &events.Plan{Cause: f.ev.Seq, Want: s.Want.Seq, ProvisionerAccount: account, Modules: rows})
+	}
+}
+
+// roomForPlan makes room for one more unsettled plan: past the cap it
+// drops the second oldest, keeping the oldest (the node may be applying
+// it) and the newer ones (it applies the newest it follows). Not
+// journaled: the node never needs it; a settle naming it is.
+func (s *State) roomForPlan() {
+	if n := len(s.Unsettled); n > 0 && n >= s.limits().unsettled {
+		i := min(1, n-1)
+		s.Unsettled = slices.Delete(s.Unsettled, i, i+1)
 	}
 }
 

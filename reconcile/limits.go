@@ -1,57 +1,93 @@
 package reconcile
 
-import (
-	"slices"
+import "github.com/meshfold/meshfold/events"
 
-	"github.com/meshfold/meshfold/events"
-)
-
-// Bounds of a node's state (DESIGN.md §10). The events package bounds
+// Caps of a node's state: "bounded by counts, never by forgetting what
+// still matters" (DESIGN.md §4; each cap and what happens past it is
+// recorded in docs/design.md §4, "The caps"). The events package bounds
 // every value and list an event carries; these bound the records a state
 // keeps across events, so that the largest state's snapshot fits in one
-// message (store's TestLargestFits builds it: 542 KB, against the
-// server's default max_payload of 1 MiB). Each is reached only by a
-// history no real node makes; what happens then is chosen so that the
-// node's other events still fold and at worst a knock is sent that was
-// not needed or a refusal waits for the provisioner's next full refill.
+// message (store's TestLargestFits builds it, against the server's default
+// max_payload of 1 MiB; DESIGN.md §10). A record is dropped only when one
+// more would pass its cap, oldest first; never because a want stopped
+// naming its module or file. Each cap is above what a node whose
+// configuration changes less often than it ever holds, so such a node
+// folds exactly as DESIGN.md §4's rules say; past a cap the node's other
+// events still fold and the drop is journaled.
 const (
-	// MaxOwed bounds the owed items. A refusal that would make one more
-	// is journaled and not owed: a knock makes the provisioner fill every
-	// file anyway, so nothing is lost while the node owes the others.
-	MaxOwed = events.MaxOwedPerKnock
-	// MaxFilled bounds the filled marks (a node fills at most
-	// events.MaxFilesPerWant files of its want; twice that leaves room
-	// for files a newer want dropped). A new mark beyond it replaces the
-	// one of the oldest plan: at worst, a refusal arriving late is owed
-	// and knocked once more.
-	MaxFilled = 2 * events.MaxFilesPerWant
-	// MaxAccepting bounds the accepting records, per (module, path,
-	// account). A new one beyond it replaces the one of the oldest plan:
-	// at worst, a refusal judged by a plan older than that one is not
-	// knocked, and the provisioner's next full refill writes the file.
-	MaxAccepting = 2 * events.MaxFilesPerWant
-	// MaxApprovals bounds the approvals kept. One more is journaled at
-	// error and not kept: the operator revokes old ones first.
-	MaxApprovals = 128
-	// MaxUnsettled bounds the plans emitted and not settled yet. A node
-	// agent applies its newest plan, so only the plan it may be applying
-	// (the oldest) and the newest ones can be settled: when one more is
-	// emitted, the second oldest is dropped. A settle naming it is
-	// journaled as naming no plan.
+	// MaxUnsettled bounds the plans emitted and not settled yet (a node
+	// that is down while wants keep coming). A node agent applies the
+	// newest plan it follows, so only the plan it may be applying (the
+	// oldest) and the newest can be settled: when one more is emitted,
+	// the second oldest is dropped, not journaled (the node never needs
+	// it). A settle naming it is journaled at error as naming no plan.
 	MaxUnsettled = 4
+	// MaxOwed bounds the owed items: a knock carries at most
+	// events.MaxOwedPerKnock. One more drops the oldest (the first to
+	// arrive), journaled at warn: its file waits for the provisioner's
+	// next refill, which every knock makes it do.
+	MaxOwed = events.MaxOwedPerKnock
+	// MaxApprovals bounds the approvals of a node: four builds for each
+	// of events.MaxModules modules. One more drops the node's oldest
+	// approval of a build its want does not ask for, journaled at warn:
+	// going back to that build needs a new yes.
+	MaxApprovals = 4 * events.MaxModules
+	// MaxModuleApprovals bounds the approvals of one module: its last 16
+	// approved builds, several releases of rollbacks. One more drops the
+	// module's oldest approval of a build its want does not ask for,
+	// journaled at warn.
+	MaxModuleApprovals = 16
+	// MaxAccepting bounds the accepting records, per (module, path,
+	// account): every file of the largest want under the provisioner
+	// account and the one it rotates from, or as many again of files
+	// dropped from it. One more drops the record of the oldest plan,
+	// journaled at info: at worst a refusal judged by a plan older than
+	// that one is not knocked, and the provisioner's next refill writes
+	// the file.
+	MaxAccepting = 2 * events.MaxFilesPerWant
+	// MaxFilled bounds the filled marks, per (module, path): every file of
+	// the largest want and as many dropped from it. One more drops the
+	// mark of the oldest plan, journaled at info: at worst a refusal
+	// judged by a plan older than that mark arrives late, is owed and is
+	// knocked once more.
+	MaxFilled = 2 * events.MaxFilesPerWant
 )
 
-// evictOldest removes from xs the element with the lowest plan (the first
-// of them in xs' order) when xs holds max elements, so one more fits.
-func evictOldest[T any](xs []T, max int, plan func(T) uint64) []T {
-	if len(xs) < max {
-		return xs
+// caps are a state's caps, the constants above unless a test lifts them
+// (export_test.go): the property that a bounded fold equals an unbounded
+// one below the caps needs an unbounded fold to compare with.
+type caps struct {
+	unsettled, owed, approvals, moduleApprovals, accepting, filled int
+}
+
+var defaultCaps = caps{
+	unsettled:       MaxUnsettled,
+	owed:            MaxOwed,
+	approvals:       MaxApprovals,
+	moduleApprovals: MaxModuleApprovals,
+	accepting:       MaxAccepting,
+	filled:          MaxFilled,
+}
+
+// limits returns s's caps.
+func (s *State) limits() *caps {
+	if s.caps != nil {
+		return s.caps
 	}
-	i := 0
+	return &defaultCaps
+}
+
+// oldest returns the index of the element of xs with the lowest key among
+// those protected does not exclude (the first of them in xs' order), or -1.
+func oldest[T any](xs []T, key func(T) uint64, protected func(T) bool) int {
+	i := -1
 	for j := range xs {
-		if plan(xs[j]) < plan(xs[i]) {
+		if protected != nil && protected(xs[j]) {
+			continue
+		}
+		if i < 0 || key(xs[j]) < key(xs[i]) {
 			i = j
 		}
 	}
-	return slices.Delete(xs, i, i+1)
+	return i
 }

@@ -21,46 +21,102 @@ func (s *sim) journals(seq uint64) []string {
 	return out
 }
 
-// A node's refusals beyond MaxOwed are journaled, not owed: the state
-// stays bounded whatever the node sends.
+// A refusal one more than MaxOwed would owe drops the oldest owed item,
+// journaled at warn: the state stays bounded whatever the node sends, and
+// the newest refusals are the ones owed (DESIGN.md §4, "Bounded by
+// counts").
 func TestMaxOwed(t *testing.T) {
 	s := newSim(t)
 	s.add(want("prov", "/a"))
 	var last uint64
-	for i := range reconcile.MaxOwed + 3 {
+	n := reconcile.MaxOwed + 3
+	for i := range n {
 		last = s.add(&events.Refusal{Module: "app", Path: fmt.Sprintf("/nowhere/%d", i), Reason: events.ReasonUndeclared, Writer: "prov"})
 	}
 	if len(s.state.Owed) != reconcile.MaxOwed {
 		t.Fatalf("%d owed items, want %d", len(s.state.Owed), reconcile.MaxOwed)
 	}
-	if j := s.journals(last); len(j) != 1 || !strings.Contains(j[0], "reconcile.MaxOwed") {
-		t.Fatalf("journal of the refusal over the bound: %q", j)
+	for _, it := range s.state.Owed {
+		if it.Path == "/nowhere/0" || it.Path == "/nowhere/1" || it.Path == "/nowhere/2" {
+			t.Fatalf("the oldest items were kept: %v", it)
+		}
 	}
-	// A repeat of an owed item is still nothing new, not over the bound.
-	rep := s.add(&events.Refusal{Module: "app", Path: "/nowhere/0", Reason: events.ReasonUndeclared, Writer: "prov"})
+	if j := s.journals(last); len(j) != 1 || !strings.Contains(j[0], "reconcile.MaxOwed") || !strings.Contains(j[0], `"/nowhere/2"`) {
+		t.Fatalf("journal of the refusal over the cap: %q", j)
+	}
+	if l := s.levels(last); len(l) != 1 || l[0] != events.LevelWarn {
+		t.Fatalf("journal levels %v, want warn", l)
+	}
+	// A repeat of an owed item is still nothing new, not over the cap.
+	rep := s.add(&events.Refusal{Module: "app", Path: fmt.Sprintf("/nowhere/%d", n-1), Reason: events.ReasonUndeclared, Writer: "prov"})
 	if j := s.journals(rep); len(j) != 0 {
 		t.Fatalf("a repeat was journaled: %q", j)
 	}
 }
 
-// Approvals beyond MaxApprovals are journaled at error and not kept.
+// levels returns the levels of the journal effects of the event at seq.
+func (s *sim) levels(seq uint64) []events.Level {
+	var out []events.Level
+	for _, e := range s.effects[seq] {
+		if j, ok := e.Payload.(*events.Journal); ok {
+			out = append(out, j.Level)
+		}
+	}
+	return out
+}
+
+// One approval more than MaxApprovals drops the node's oldest approval,
+// journaled at warn; an approval of a build the want asks for is dropped
+// last.
 func TestMaxApprovals(t *testing.T) {
 	s := newSim(t)
+	s.add(&events.Want{Modules: []events.WantModule{{Name: "m000", Build: "b", RequiresApproval: true}}})
 	var last uint64
 	for i := range reconcile.MaxApprovals + 1 {
-		last = s.add(&events.Approve{Module: "app", Build: fmt.Sprintf("b%d", i), By: "ops"})
+		last = s.add(&events.Approve{Module: fmt.Sprintf("m%03d", i), Build: "b", By: "ops"})
 	}
 	if len(s.state.Approvals) != reconcile.MaxApprovals {
 		t.Fatalf("%d approvals, want %d", len(s.state.Approvals), reconcile.MaxApprovals)
 	}
-	if j := s.journals(last); len(j) != 1 || !strings.Contains(j[0], "reconcile.MaxApprovals") {
-		t.Fatalf("journal of the approval over the bound: %q", j)
+	if a := s.state.Approvals[0]; a.Module != "m000" {
+		t.Fatalf("the approval the want asks for was dropped: first kept %v", a)
+	}
+	if a := s.state.Approvals[1]; a.Module != "m002" {
+		t.Fatalf("the oldest approval the want does not ask for was kept: second kept %v", a)
+	}
+	if j := s.journals(last); len(j) != 1 || !strings.Contains(j[0], "reconcile.MaxApprovals") || !strings.Contains(j[0], `"m001"`) {
+		t.Fatalf("journal of the approval over the cap: %q", j)
+	}
+	if l := s.levels(last); len(l) != 1 || l[0] != events.LevelWarn {
+		t.Fatalf("journal levels %v, want warn", l)
 	}
 }
 
-// Filled marks beyond MaxFilled replace the one of the oldest plan. The
-// files are declared by unsettled plans, so the marks are not forgotten
-// (docs/design.md §4, "Bounded state") and only the bound removes one.
+// One approval of a module more than MaxModuleApprovals drops the
+// module's oldest, journaled at warn; another module's are kept.
+func TestMaxModuleApprovals(t *testing.T) {
+	s := newSim(t)
+	s.add(&events.Approve{Module: "db", Build: "d:1", By: "ops"})
+	var last uint64
+	for i := range reconcile.MaxModuleApprovals + 1 {
+		last = s.add(&events.Approve{Module: "app", Build: fmt.Sprintf("a:%02d", i), By: "ops"})
+	}
+	if len(s.state.Approvals) != reconcile.MaxModuleApprovals+1 {
+		t.Fatalf("%d approvals, want %d", len(s.state.Approvals), reconcile.MaxModuleApprovals+1)
+	}
+	if a := s.state.Approvals[0]; a.Build != "a:01" {
+		t.Fatalf("the module's oldest approval was kept: %v", a)
+	}
+	if a := s.state.Approvals[len(s.state.Approvals)-1]; a.Module != "db" {
+		t.Fatalf("another module's approval was dropped: last %v", a)
+	}
+	if j := s.journals(last); len(j) != 1 || !strings.Contains(j[0], "reconcile.MaxModuleApprovals") || !strings.Contains(j[0], `"a:00"`) {
+		t.Fatalf("journal of the approval over the cap: %q", j)
+	}
+}
+
+// Filled marks beyond MaxFilled replace the one of the oldest plan,
+// journaled at info.
 func TestMaxFilled(t *testing.T) {
 	s := newSim(t)
 	s.add(want("prov", "/old"))
@@ -83,6 +139,51 @@ func TestMaxFilled(t *testing.T) {
 		if m.Path == "/old" {
 			t.Fatal("the mark of the oldest plan was kept, a newer one dropped")
 		}
+	}
+	last := s.stream[len(s.stream)-1].Seq
+	if j := s.journals(last); len(j) != 1 || !strings.Contains(j[0], "reconcile.MaxFilled") || !strings.Contains(j[0], `"/old"`) {
+		t.Fatalf("journal of the mark over the cap: %q", j)
+	}
+	if l := s.levels(last); len(l) != 1 || l[0] != events.LevelInfo {
+		t.Fatalf("journal levels %v, want info", l)
+	}
+}
+
+// Accepting records beyond MaxAccepting replace those of the oldest plan,
+// journaled once per settle at info; the settled plan's own are kept.
+func TestMaxAccepting(t *testing.T) {
+	s := newSim(t)
+	var old, newer []string
+	for i := range reconcile.MaxAccepting {
+		old = append(old, fmt.Sprintf("/old/%d", i))
+	}
+	for i := range 3 {
+		newer = append(newer, fmt.Sprintf("/new/%d", i))
+	}
+	s.add(want("prov", old[:len(old)/2]...))
+	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[0]})
+	s.add(want("prov", old[len(old)/2:]...))
+	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[1]})
+	if len(s.state.Accepting) != reconcile.MaxAccepting {
+		t.Fatalf("%d accepting records, want %d", len(s.state.Accepting), reconcile.MaxAccepting)
+	}
+	s.add(want("prov", newer...))
+	last := s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[2]})
+	if len(s.state.Accepting) != reconcile.MaxAccepting {
+		t.Fatalf("%d accepting records, want %d", len(s.state.Accepting), reconcile.MaxAccepting)
+	}
+	byPlan := map[uint64]int{}
+	for _, a := range s.state.Accepting {
+		byPlan[a.Plan]++
+	}
+	if byPlan[s.plans[2]] != 3 || byPlan[s.plans[0]] != len(old)/2-3 {
+		t.Fatalf("records by plan %v: want 3 of the newest, 3 fewer of the oldest", byPlan)
+	}
+	if j := s.journals(last); len(j) != 1 || !strings.Contains(j[0], "3 accepting records dropped") || !strings.Contains(j[0], "reconcile.MaxAccepting") {
+		t.Fatalf("journal of the records over the cap: %q", j)
+	}
+	if l := s.levels(last); len(l) != 1 || l[0] != events.LevelInfo {
+		t.Fatalf("journal levels %v, want info", l)
 	}
 }
 

@@ -14,11 +14,11 @@ import (
 
 // State is one node's folded state. It holds only what DESIGN.md §4 lists,
 // and what the operator events of §9 need (the pause, the retirement, the
-// waivers, and where each running module was placed, for `state`); every
-// fold forgets the records of files, accounts and builds the current
-// configuration no longer names (docs/design.md §4, "Bounded state"), so
-// it is bounded by the node's current configuration and its unpaid
-// refusals, never by the count of events or of past wants.
+// waivers, and where each running module was placed, for `state`). Each
+// kind of record it keeps across events has a cap (limits.go), and a
+// record is dropped only past it, oldest first, never because a want
+// stopped naming its module or file (DESIGN.md §4, "Bounded by counts"):
+// the state is bounded by those caps, never by the count of events.
 //
 // A State is not safe for concurrent use. Its JSON form (encoding/json) is
 // the snapshot format; decoding a snapshot and folding the rest gives the
@@ -39,7 +39,8 @@ type State struct {
 	// The last of them, or Settled when there is none, is the last plan
 	// emitted.
 	// Invariant: bound records (Seq > 0) come first, with increasing
-	// sequences above Settled.Seq; unbound ones (Seq == 0) follow.
+	// sequences above Settled.Seq; unbound ones (Seq == 0) follow; at
+	// most MaxUnsettled.
 	Unsettled []*PlanRecord `json:"unsettled,omitempty"`
 	// NewestPlan is the sequence of the newest plan event folded. A settle,
 	// refusal or filled that names a newer plan names one that does not
@@ -48,18 +49,20 @@ type State struct {
 	NewestPlan uint64 `json:"newest_plan,omitempty"`
 	// Accepting holds, for each (module, path, account), the newest settled
 	// plan that accepts such a write under the judge rule.
-	// Invariant: sorted by module, path, account; unique.
+	// Invariant: sorted by module, path, account; unique; at most
+	// MaxAccepting.
 	Accepting []Accepting `json:"accepting,omitempty"`
 	// Filled holds the newest filled plan per (module, path).
-	// Invariant: sorted by module, path; unique.
+	// Invariant: sorted by module, path; unique; at most MaxFilled.
 	Filled []FilledMark `json:"filled,omitempty"`
 	// Approvals are kept per (module, build) whenever they arrive and are
-	// never used up; they are forgotten once the configuration no longer
-	// names them (docs/design.md §4, "Bounded state").
-	// Invariant: sorted by module, build; unique.
+	// never used up; only past MaxModuleApprovals or MaxApprovals is the
+	// oldest dropped.
+	// Invariant: sorted by module, build; unique; at most MaxApprovals.
 	Approvals []Approval `json:"approvals,omitempty"`
 	// Owed are the unpaid owed items.
-	// Invariant: sorted by module, path, plan, writer; unique by those.
+	// Invariant: sorted by module, path, plan, writer; unique by those;
+	// at most MaxOwed.
 	Owed []Item `json:"owed,omitempty"`
 	// AccountJournaled is set while the "plan names no provisioner account
 	// while what runs names one" condition holds and has been journaled
@@ -91,6 +94,11 @@ type State struct {
 	// filled since.
 	// Invariant: sorted by module, path; unique; every plan ≤ Settled.Seq.
 	Placed []Placement `json:"placed,omitempty"`
+
+	// caps are the state's caps; nil is the constants of limits.go. Only
+	// a test sets them (an unbounded fold to compare with); a snapshot
+	// does not carry them.
+	caps *caps
 }
 
 // PauseRecord is the pause in force: the pause event's sequence, stream
@@ -234,6 +242,7 @@ func (s *State) Clone() *State {
 	if err := json.Unmarshal(b, c); err != nil {
 		panic(err)
 	}
+	c.caps = s.caps
 	return c
 }
 
@@ -281,6 +290,21 @@ func (s *State) CheckInvariants() error {
 			return fmt.Errorf("newest plan %d below settled plan %d", s.NewestPlan, s.Settled.Seq)
 		}
 		floor = s.Settled.Seq
+	}
+	lim := s.limits()
+	for _, c := range []struct {
+		what   string
+		n, max int
+	}{
+		{"unsettled plans", len(s.Unsettled), lim.unsettled},
+		{"owed items", len(s.Owed), lim.owed},
+		{"approvals", len(s.Approvals), lim.approvals},
+		{"accepting records", len(s.Accepting), lim.accepting},
+		{"filled marks", len(s.Filled), lim.filled},
+	} {
+		if c.n > c.max {
+			return fmt.Errorf("%d %s, above the cap of %d", c.n, c.what, c.max)
+		}
 	}
 	unbound := false
 	for _, p := range s.Unsettled {
@@ -407,4 +431,9 @@ func upsert[T any](xs []T, x T, c func(a, b T) int, replace func(old T) bool) []
 		return xs
 	}
 	return slices.Insert(xs, i, x)
+}
+
+// declares reports whether files holds path.
+func declares(files []events.File, path string) bool {
+	return slices.ContainsFunc(files, func(f events.File) bool { return f.Path == path })
 }
