@@ -1,15 +1,14 @@
 package reconcile_test
 
 import (
-	"cmp"
 	"fmt"
 	"runtime"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 )
 
 type rawMsg struct {
@@ -26,12 +25,10 @@ type rawMsg struct {
 // rare). It returns the messages as the reconciler reads them.
 func fleetStream(tb tb, nodes, rounds int) []rawMsg {
 	subj := events.Subjects{}
-	var next uint64
-	sims := make([]*sim, nodes)
-	for i := range sims {
-		sims[i] = newSim(tb)
-		sims[i].state = reconcile.NewState(fmt.Sprintf("node-%d", i))
-		sims[i].next = &next
+	stream := reconciletest.New(base, time.Second)
+	names := make([]string, nodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%d", i)
 	}
 	for r := range rounds {
 		build := fmt.Sprintf("b%d", r/10)
@@ -52,31 +49,33 @@ func fleetStream(tb tb, nodes, rounds int) []rawMsg {
 			}}
 		}
 		digest := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-		for _, s := range sims {
+		for _, node := range names {
+			add := func(p events.Payload) { stream.Append(node, p) }
 			if r%10 == 0 {
-				s.add(&events.Want{Modules: w.Modules})
-				s.add(&events.Approve{Module: "nats", Build: "n:" + build, By: "ops"})
+				add(&events.Want{Modules: w.Modules})
+				add(&events.Approve{Module: "nats", Build: "n:" + build, By: "ops"})
 			}
-			plan := s.plans[len(s.plans)-1]
-			s.add(&events.Settle{Module: "postgres", Op: events.OpApply, Plan: plan})
-			s.add(have())
-			s.add(&events.Refusal{Module: "restic", Path: "/etc/restic/new", Reason: events.ReasonUndeclared, Plan: plan, Writer: "prov"})
-			s.add(&events.Filled{Module: "postgres", Path: "/etc/postgres/pw", Plan: plan, Digest: digest})
-			s.add(&events.Filled{Module: "restic", Path: "/etc/restic/key", Plan: plan, Digest: digest})
-			s.add(have())
+			plans := stream.Plans(node)
+			plan := plans[len(plans)-1]
+			add(&events.Settle{Module: "postgres", Op: events.OpApply, Plan: plan})
+			add(have())
+			add(&events.Refusal{Module: "restic", Path: "/etc/restic/new", Reason: events.ReasonUndeclared, Plan: plan, Writer: "prov"})
+			add(&events.Filled{Module: "postgres", Path: "/etc/postgres/pw", Plan: plan, Digest: digest})
+			add(&events.Filled{Module: "restic", Path: "/etc/restic/key", Plan: plan, Digest: digest})
+			add(have())
 		}
 	}
 	var out []rawMsg
-	for _, s := range sims {
-		for _, ev := range s.stream {
-			data, err := events.Encode(ev.Payload)
-			if err != nil {
-				tb.Fatal(err)
-			}
-			out = append(out, rawMsg{subject: subj.Event(s.state.Node, ev.Kind), data: data, seq: ev.Seq, t: ev.Time})
+	for _, ev := range stream.Events {
+		if ev.Kind == events.KindKnock || ev.Kind == events.KindJournal {
+			continue // not inputs of the fold: the workload is the inputs and plans
 		}
+		data, err := events.Encode(ev.Payload)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, rawMsg{subject: subj.Event(ev.Node, ev.Kind), data: data, seq: ev.Seq, t: ev.Time})
 	}
-	slices.SortFunc(out, func(a, b rawMsg) int { return cmp.Compare(a.seq, b.seq) })
 	return out
 }
 

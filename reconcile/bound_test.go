@@ -27,10 +27,10 @@ func pathRound(s *sim, r int) {
 		{Name: "app", Build: "a:1", RunsAs: "app", Files: []events.File{{Path: path, Mode: "0600"}, {Path: "/etc/app/fixed", Mode: "0600"}}},
 		{Name: "nats", Build: build, RunsAs: "nats", RequiresApproval: true},
 	}})
-	plan := s.plans[len(s.plans)-1]
+	plan := s.plans()[len(s.plans())-1]
 	var prev uint64
-	if len(s.plans) > 1 {
-		prev = s.plans[len(s.plans)-2]
+	if len(s.plans()) > 1 {
+		prev = s.plans()[len(s.plans())-2]
 	}
 	s.add(&events.Refusal{Module: "app", Path: path, Reason: events.ReasonUndeclared, Plan: prev, Writer: account})
 	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: plan})
@@ -58,8 +58,6 @@ const maxBoundedState = 40 << 10
 func TestStateBoundedUnderPathChanges(t *testing.T) {
 	const rounds = 10_000
 	s := newSim(t)
-	var next uint64
-	s.next = &next // numbers events while the sim's stream is trimmed
 	var largest, at1000 int
 	var largestAt int
 	for r := range rounds {
@@ -75,8 +73,7 @@ func TestStateBoundedUnderPathChanges(t *testing.T) {
 			at1000 = largest
 		}
 		if r%1000 == 999 {
-			// The stream grows; only the sim's bookkeeping holds it.
-			s.stream, s.effects = nil, map[uint64][]reconcile.Effect{}
+			s.Trim() // the stream grows; only the sim's memory holds it
 		}
 	}
 	st := s.state

@@ -29,7 +29,7 @@ func FuzzDecodeFold(f *testing.F) {
 			h.run(f, d)
 		}
 		var seed bytes.Buffer
-		for _, ev := range h.stream {
+		for _, ev := range h.Stream.Events {
 			if ev.Payload == nil {
 				continue
 			}

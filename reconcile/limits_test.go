@@ -13,7 +13,7 @@ import (
 // seq.
 func (s *sim) journals(seq uint64) []string {
 	var out []string
-	for _, e := range s.effects[seq] {
+	for _, e := range s.Effects(seq) {
 		if j, ok := e.Payload.(*events.Journal); ok {
 			out = append(out, j.Msg)
 		}
@@ -57,7 +57,7 @@ func TestMaxOwed(t *testing.T) {
 // levels returns the levels of the journal effects of the event at seq.
 func (s *sim) levels(seq uint64) []events.Level {
 	var out []events.Level
-	for _, e := range s.effects[seq] {
+	for _, e := range s.Effects(seq) {
 		if j, ok := e.Payload.(*events.Journal); ok {
 			out = append(out, j.Level)
 		}
@@ -120,7 +120,7 @@ func TestMaxModuleApprovals(t *testing.T) {
 func TestMaxFilled(t *testing.T) {
 	s := newSim(t)
 	s.add(want("prov", "/old"))
-	first := s.plans[0]
+	first := s.plans()[0]
 	s.add(&events.Filled{Module: "app", Path: "/old", Plan: first, Digest: "d"})
 	var files [2][]string
 	for i := range reconcile.MaxFilled {
@@ -128,9 +128,10 @@ func TestMaxFilled(t *testing.T) {
 	}
 	s.add(want("prov", files[0]...))
 	s.add(want("prov", files[1]...))
-	newer := s.plans[2]
+	newer := s.plans()[2]
+	var last uint64
 	for i := range reconcile.MaxFilled {
-		s.add(&events.Filled{Module: "app", Path: fmt.Sprintf("/f/%d", i), Plan: newer, Digest: "d"})
+		last = s.add(&events.Filled{Module: "app", Path: fmt.Sprintf("/f/%d", i), Plan: newer, Digest: "d"})
 	}
 	if len(s.state.Filled) != reconcile.MaxFilled {
 		t.Fatalf("%d filled marks, want %d", len(s.state.Filled), reconcile.MaxFilled)
@@ -140,7 +141,6 @@ func TestMaxFilled(t *testing.T) {
 			t.Fatal("the mark of the oldest plan was kept, a newer one dropped")
 		}
 	}
-	last := s.stream[len(s.stream)-1].Seq
 	if j := s.journals(last); len(j) != 1 || !strings.Contains(j[0], "reconcile.MaxFilled") || !strings.Contains(j[0], `"/old"`) {
 		t.Fatalf("journal of the mark over the cap: %q", j)
 	}
@@ -161,14 +161,14 @@ func TestMaxAccepting(t *testing.T) {
 		newer = append(newer, fmt.Sprintf("/new/%d", i))
 	}
 	s.add(want("prov", old[:len(old)/2]...))
-	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[0]})
+	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans()[0]})
 	s.add(want("prov", old[len(old)/2:]...))
-	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[1]})
+	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans()[1]})
 	if len(s.state.Accepting) != reconcile.MaxAccepting {
 		t.Fatalf("%d accepting records, want %d", len(s.state.Accepting), reconcile.MaxAccepting)
 	}
 	s.add(want("prov", newer...))
-	last := s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[2]})
+	last := s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans()[2]})
 	if len(s.state.Accepting) != reconcile.MaxAccepting {
 		t.Fatalf("%d accepting records, want %d", len(s.state.Accepting), reconcile.MaxAccepting)
 	}
@@ -176,7 +176,7 @@ func TestMaxAccepting(t *testing.T) {
 	for _, a := range s.state.Accepting {
 		byPlan[a.Plan]++
 	}
-	if byPlan[s.plans[2]] != 3 || byPlan[s.plans[0]] != len(old)/2-3 {
+	if byPlan[s.plans()[2]] != 3 || byPlan[s.plans()[0]] != len(old)/2-3 {
 		t.Fatalf("records by plan %v: want 3 of the newest, 3 fewer of the oldest", byPlan)
 	}
 	if j := s.journals(last); len(j) != 1 || !strings.Contains(j[0], "3 accepting records dropped") || !strings.Contains(j[0], "reconcile.MaxAccepting") {
@@ -197,19 +197,19 @@ func TestMaxUnsettled(t *testing.T) {
 	if len(s.state.Unsettled) != reconcile.MaxUnsettled {
 		t.Fatalf("%d unsettled plans, want %d", len(s.state.Unsettled), reconcile.MaxUnsettled)
 	}
-	if got, want := s.state.Unsettled[0].Seq, s.plans[0]; got != want {
+	if got, want := s.state.Unsettled[0].Seq, s.plans()[0]; got != want {
 		t.Fatalf("oldest unsettled plan %d, want %d", got, want)
 	}
-	if got, want := s.state.Unsettled[len(s.state.Unsettled)-1].Seq, s.plans[len(s.plans)-1]; got != want {
+	if got, want := s.state.Unsettled[len(s.state.Unsettled)-1].Seq, s.plans()[len(s.plans())-1]; got != want {
 		t.Fatalf("newest unsettled plan %d, want %d", got, want)
 	}
 	// The oldest settles; then the newest.
-	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[0]})
-	if s.state.Settled == nil || s.state.Settled.Seq != s.plans[0] {
+	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans()[0]})
+	if s.state.Settled == nil || s.state.Settled.Seq != s.plans()[0] {
 		t.Fatalf("the oldest plan did not settle")
 	}
-	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[len(s.plans)-1]})
-	if s.state.Settled.Seq != s.plans[len(s.plans)-1] || len(s.state.Unsettled) != 0 {
+	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans()[len(s.plans())-1]})
+	if s.state.Settled.Seq != s.plans()[len(s.plans())-1] || len(s.state.Unsettled) != 0 {
 		t.Fatalf("the newest plan did not settle: settled %d, %d unsettled", s.state.Settled.Seq, len(s.state.Unsettled))
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 )
 
 // tb is what the helpers need of *testing.T and *rapid.T.
@@ -21,60 +22,52 @@ type tb interface {
 	Fatalf(format string, args ...any)
 }
 
-// sim is a node's stream with the reconciler folding it: every event
-// appended is folded, and the effects are appended after it (plans are
-// folded too, as the reconciler reads its own plan events).
+// sim is one node's history on reconciletest's stream, which folds every
+// event appended and appends the effects after it (and folds the plans,
+// as the reconciler reads its own plan events); sim checks the state's
+// invariants after every fold and adds what the properties read.
 type sim struct {
-	t      tb
-	state  *reconcile.State
-	stream []events.Event
-	// effects by the sequence of the event that caused them.
-	effects map[uint64][]reconcile.Effect
-	plans   []uint64 // sequences of the plan events on the stream
-	// next, when set, numbers events from a counter shared by several
-	// nodes' sims (a fleet's stream); else the node's stream is the stream.
-	next *uint64
+	*reconciletest.Stream
+	t     tb
+	state *reconcile.State
 }
 
-func newSim(t tb) *sim {
-	return &sim{t: t, state: reconcile.NewState("ace"), effects: map[uint64][]reconcile.Effect{}}
+func newSim(t tb) *sim { return newSimOf(t, nil) }
+
+// newSimOf is newSim whose state newState makes (nil: reconcile.NewState).
+func newSimOf(t tb, newState func(string) *reconcile.State) *sim {
+	s := &sim{Stream: reconciletest.New(base, time.Second), t: t}
+	s.NewState = newState
+	s.Live = func(ev events.Event, st *reconcile.State) {
+		if err := st.CheckInvariants(); err != nil {
+			s.t.Fatalf("after #%d %s: %v", ev.Seq, ev.Kind, err)
+		}
+	}
+	s.state = s.State("ace")
+	return s
 }
 
-func (s *sim) add(p events.Payload) uint64 {
-	seq := uint64(len(s.stream) + 1)
-	if s.next != nil {
-		*s.next++
-		seq = *s.next
+// add appends p as the node's event and returns its sequence.
+func (s *sim) add(p events.Payload) uint64 { return s.Append("ace", p).Seq }
+
+// plans returns the sequences of the node's plan events.
+func (s *sim) plans() []uint64 { return s.Plans("ace") }
+
+// plan returns the plan event at seq.
+func (s *sim) plan(seq uint64) *events.Plan {
+	ev, ok := s.Event(seq)
+	if !ok {
+		s.t.Fatalf("no event #%d", seq)
 	}
-	at := base.Add(time.Duration(seq) * time.Second)
-	if events.HeaderOf(p).V == 0 { // an effect is stamped already
-		events.Stamp(p, at)
-	}
-	ev := events.Event{Seq: seq, Node: "ace", Kind: p.Kind(), Payload: p, Time: at}
-	s.stream = append(s.stream, ev)
-	effs := s.state.Fold(ev)
-	if err := s.state.CheckInvariants(); err != nil {
-		s.t.Fatalf("after #%d %s: %v", seq, p.Kind(), err)
-	}
-	s.effects[seq] = effs
-	for _, e := range effs {
-		if e.Kind != events.KindPlan {
-			continue // the reconciler does not read its knocks and journals
-		}
-		seq := s.add(e.Payload)
-		if e.Kind == events.KindPlan {
-			s.plans = append(s.plans, seq)
-		}
-	}
-	return seq
+	return ev.Payload.(*events.Plan)
 }
 
 // knocked returns every owed item knocked, with the count of knocks that
 // carried it.
 func (s *sim) knocked() map[events.Owed]int {
 	out := map[events.Owed]int{}
-	for _, effs := range s.effects {
-		for _, e := range effs {
+	for _, ev := range s.Events {
+		for _, e := range s.Effects(ev.Seq) {
 			if k, ok := e.Payload.(*events.Knock); ok {
 				for _, o := range k.Owed {
 					out[o]++
@@ -114,8 +107,8 @@ func (sc scenario) prefix(t tb) *sim {
 	for _, w := range sc.wants {
 		s.add(&events.Want{Modules: w.Modules})
 	}
-	if len(s.plans) != len(sc.wants) {
-		t.Fatalf("%d wants made %d plans", len(sc.wants), len(s.plans))
+	if len(s.plans()) != len(sc.wants) {
+		t.Fatalf("%d wants made %d plans", len(sc.wants), len(s.plans()))
 	}
 	return s
 }
@@ -127,8 +120,8 @@ func (sc scenario) refusal(s *sim, r refusalSpec) (*events.Refusal, bool) {
 	var rows []events.PlanModule
 	plan := uint64(0)
 	if r.plan >= 0 {
-		p := s.stream[s.plans[r.plan]-1].Payload.(*events.Plan)
-		account, rows, plan = p.ProvisionerAccount, p.Modules, s.plans[r.plan]
+		p := s.plan(s.plans()[r.plan])
+		account, rows, plan = p.ProvisionerAccount, p.Modules, s.plans()[r.plan]
 	}
 	_, reason := reconcile.Judge(account, rows, r.module, r.path, r.writer)
 	if reason == "" {
@@ -143,8 +136,8 @@ func (sc scenario) expected(s *sim, refs []*events.Refusal) map[events.Owed]int 
 	out := map[events.Owed]int{}
 	for _, r := range refs {
 		for _, i := range sc.settle {
-			p := s.stream[s.plans[i]-1].Payload.(*events.Plan)
-			if s.plans[i] <= r.Plan {
+			p := s.plan(s.plans()[i])
+			if s.plans()[i] <= r.Plan {
 				continue
 			}
 			if _, reason := reconcile.JudgePlan(p, r.Module, r.Path, r.Writer); reason == "" {
@@ -167,7 +160,7 @@ func (sc scenario) run(t tb, order []bool) (owed []events.Owed, knocked map[even
 	si, ri := 0, 0
 	for _, settle := range order {
 		if settle {
-			s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[sc.settle[si]]})
+			s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans()[sc.settle[si]]})
 			si++
 		} else if ri < len(refs) {
 			r := *refs[ri]
@@ -409,27 +402,27 @@ func randomHistory(rt *rapid.T, s *sim, n int) {
 			}
 			s.add(h)
 		case 4, 5:
-			if len(s.plans) == 0 {
+			if len(s.plans()) == 0 {
 				continue
 			}
 			op := rapid.SampledFrom([]events.SettleOp{events.OpApply, events.OpApply, events.OpRemove, events.OpFailed}).Draw(rt, "op")
-			s.add(&events.Settle{Module: rapid.SampledFrom(modules).Draw(rt, "module"), Op: op, Plan: rapid.SampledFrom(s.plans).Draw(rt, "plan")})
+			s.add(&events.Settle{Module: rapid.SampledFrom(modules).Draw(rt, "module"), Op: op, Plan: rapid.SampledFrom(s.plans()).Draw(rt, "plan")})
 		case 6, 7, 8:
 			plan := uint64(0)
-			if len(s.plans) > 0 && rapid.Bool().Draw(rt, "plan0") {
-				plan = rapid.SampledFrom(s.plans).Draw(rt, "plan")
+			if len(s.plans()) > 0 && rapid.Bool().Draw(rt, "plan0") {
+				plan = rapid.SampledFrom(s.plans()).Draw(rt, "plan")
 			}
 			s.add(&events.Refusal{Module: rapid.SampledFrom(modules[1:]).Draw(rt, "module"),
 				Path:   fmt.Sprintf("/%d%s", rapid.IntRange(1, 2).Draw(rt, "m"), rapid.SampledFrom(churnPaths).Draw(rt, "path")),
 				Reason: rapid.SampledFrom([]events.Reason{events.ReasonUndeclared, events.ReasonNoAccount, events.ReasonWrongAccount, events.ReasonWriteFailed}).Draw(rt, "reason"),
 				Plan:   plan, Writer: rapid.SampledFrom(writers).Draw(rt, "writer")})
 		case 9:
-			if len(s.plans) == 0 {
+			if len(s.plans()) == 0 {
 				continue
 			}
 			s.add(&events.Filled{Module: rapid.SampledFrom(modules[1:]).Draw(rt, "module"),
 				Path: fmt.Sprintf("/%d%s", rapid.IntRange(1, 2).Draw(rt, "m"), rapid.SampledFrom(churnPaths).Draw(rt, "path")),
-				Plan: rapid.SampledFrom(s.plans).Draw(rt, "plan"), Digest: "d"})
+				Plan: rapid.SampledFrom(s.plans()).Draw(rt, "plan"), Digest: "d"})
 		case 10:
 			// The operator events of DESIGN.md §9.
 			switch rapid.IntRange(0, 5).Draw(rt, "operator") {
@@ -473,7 +466,7 @@ func TestFoldTwiceIsOnce(t *testing.T) {
 		randomHistory(rt, s, rapid.IntRange(1, 40).Draw(rt, "events"))
 		// Refold every event of the stream, old and newest: nothing moves.
 		before := encode(rt, s.state)
-		for _, ev := range s.stream {
+		for _, ev := range s.Events {
 			if effs := s.state.Fold(ev); len(effs) != 0 {
 				rt.Fatalf("refolding #%d gave %d effects", ev.Seq, len(effs))
 			}
@@ -491,11 +484,11 @@ func TestSnapshotReplay(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		live := newSim(rt)
 		randomHistory(rt, live, rapid.IntRange(1, 40).Draw(rt, "events"))
-		cut := rapid.IntRange(0, len(live.stream)).Draw(rt, "cut")
+		cut := rapid.IntRange(0, len(live.Events)).Draw(rt, "cut")
 
 		st := reconcile.NewState("ace")
 		var effs []reconcile.Effect
-		for _, ev := range live.stream[:cut] {
+		for _, ev := range live.Events[:cut] {
 			effs = append(effs, st.Fold(ev)...)
 		}
 		snap, err := json.Marshal(st)
@@ -506,15 +499,15 @@ func TestSnapshotReplay(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		for _, ev := range live.stream[cut:] {
+		for _, ev := range live.Events[cut:] {
 			effs = append(effs, st.Fold(ev)...)
 		}
 		if got, want := encode(rt, st), encode(rt, live.state); got != want {
 			rt.Fatalf("state after snapshot at %d:\n%s\nlive:\n%s", cut, got, want)
 		}
 		var liveEffs []reconcile.Effect
-		for _, ev := range live.stream {
-			liveEffs = append(liveEffs, live.effects[ev.Seq]...)
+		for _, ev := range live.Events {
+			liveEffs = append(liveEffs, live.Effects(ev.Seq)...)
 		}
 		if len(effs) != len(liveEffs) {
 			rt.Fatalf("%d effects, live %d", len(effs), len(liveEffs))
@@ -536,7 +529,7 @@ func TestPauseHoldsPlans(t *testing.T) {
 		s := newSim(rt)
 		randomHistory(rt, s, rapid.IntRange(1, 60).Draw(rt, "events"))
 		st := reconcile.NewState("ace")
-		for _, ev := range s.stream {
+		for _, ev := range s.Events {
 			paused := st.Paused != nil
 			effs := st.Fold(ev)
 			plans, knocks := 0, 0
@@ -569,10 +562,10 @@ func TestNoTimer(t *testing.T) {
 		randomHistory(rt, s, rapid.IntRange(1, 60).Draw(rt, "events"))
 		shift := time.Duration(rapid.Int64Range(1, 1<<40).Draw(rt, "shift"))
 		st := reconcile.NewState("ace")
-		for _, ev := range s.stream {
+		for _, ev := range s.Events {
 			ev.Time = ev.Time.Add(shift)
 			effs := st.Fold(ev)
-			live := s.effects[ev.Seq]
+			live := s.Effects(ev.Seq)
 			if len(effs) != len(live) {
 				rt.Fatalf("#%d: %d effects shifted, %d live", ev.Seq, len(effs), len(live))
 			}
@@ -615,9 +608,9 @@ func TestWaiveOrderIndependence(t *testing.T) {
 			var rows []events.PlanModule
 			plan := uint64(0)
 			for i := range settledBefore {
-				s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[i]})
-				p := s.stream[s.plans[i]-1].Payload.(*events.Plan)
-				account, rows, plan = p.ProvisionerAccount, p.Modules, s.plans[i]
+				s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans()[i]})
+				p := s.plan(s.plans()[i])
+				account, rows, plan = p.ProvisionerAccount, p.Modules, s.plans()[i]
 			}
 			_, reason := reconcile.Judge(account, rows, "app", path, writer)
 			if reason == "" {
@@ -633,7 +626,7 @@ func TestWaiveOrderIndependence(t *testing.T) {
 				s.add(waive)
 			}
 			for i := settledBefore; i < nw; i++ {
-				s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[i]})
+				s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans()[i]})
 				s.add(&events.Have{})
 			}
 			return s.owed(), s.knocked()

@@ -15,13 +15,13 @@ import (
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
 )
 
-// TestScripts runs the datadriven scripts of testdata/: each command
-// appends an event to a simulated stream of one node and folds it; the
-// output shows the event and the effects the fold returned. Plans the fold
-// emits are appended to the stream and folded at once (as the reconciler
-// reads its own plan events), unless "hold-plans" holds them until
-// "flush".
-// Knocks and journals take a sequence too, as on the real stream.
+// TestScripts runs the datadriven scripts of testdata/: each input
+// command (reconciletest.Script) appends an event to a simulated stream of
+// one node (reconciletest.Stream) and folds it; the output shows the event
+// and the effects the fold returned, each at the sequence it takes on the
+// stream (plans are folded at once, as the reconciler reads its own plan
+// events). "node name=X" starts a new stream of node X. The query
+// commands print: state, dry-run, stuck at=SECONDS, judge, refold seq=N.
 //
 // Rewrite the expectations with: go test ./reconcile -run TestScripts -rewrite
 func TestScripts(t *testing.T) {
@@ -42,132 +42,79 @@ func TestScripts(t *testing.T) {
 // base is the scripts' clock: event N happens at base + N seconds.
 var base = time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC)
 
+// harness is the scripts' one node on its stream.
 type harness struct {
-	node   string
-	state  *reconcile.State
-	stream []events.Event // stream[i].Seq == i+1
-	paused bool
-	queued []reconcile.Effect
-	out    *strings.Builder
+	reconciletest.Script
+	t testing.TB // the test running the current command
 }
 
+// newHarness returns node's empty stream, which checks the state's
+// invariants after every fold.
 func newHarness(t testing.TB, node string) *harness {
-	return &harness{node: node, state: reconcile.NewState(node)}
+	h := &harness{t: t}
+	h.Stream = reconciletest.New(base, time.Second)
+	h.Stream.PlansOnly = true // the states printed never folded a knock or journal
+	h.Node = node
+	h.Stream.Live = func(ev events.Event, st *reconcile.State) {
+		if err := st.CheckInvariants(); err != nil {
+			h.t.Fatalf("after #%d %s: invariant broken: %v\n%s", ev.Seq, ev.Kind, err, formatState(st))
+		}
+	}
+	return h
 }
+
+func (h *harness) state() *reconcile.State { return h.Stream.State(h.Node) }
 
 func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
-	h.out = new(strings.Builder)
+	h.t = t
+	if ev, ok := h.Input(t, d); ok {
+		var out strings.Builder
+		fmt.Fprintf(&out, "#%d %s\n", ev.Seq, summary(ev))
+		for i, e := range h.Stream.Effects(ev.Seq) {
+			fmt.Fprintf(&out, "  %s\n", formatEffect(e, ev.Seq+1+uint64(i)))
+		}
+		return out.String()
+	}
 	args := map[string]string{}
 	for _, a := range d.CmdArgs {
 		args[a.Key] = strings.Join(a.Vals, ",")
 	}
-	at := base.Add(time.Duration(len(h.stream)+1) * time.Second)
-	var p events.Payload
 	switch d.Cmd {
 	case "node":
 		*h = *newHarness(t, args["name"])
 		return "ok"
-	case "want":
-		w := &events.Want{}
-		for _, line := range reconciletest.Lines(d.Input) {
-			w.Modules = append(w.Modules, reconciletest.WantModule(t, line))
-		}
-		p = w
-	case "have":
-		hv := &events.Have{}
-		for _, line := range reconciletest.Lines(d.Input) {
-			f := strings.Fields(line)
-			if len(f) < 3 {
-				t.Fatalf("%s: have line wants NAME BUILD STATE [account=X]: %q", d.Pos, line)
-			}
-			m := events.HaveModule{Name: f[0], Build: dash(f[1]), State: events.RunState(f[2])}
-			for _, kv := range f[3:] {
-				if v, ok := strings.CutPrefix(kv, "account="); ok {
-					m.Account = v
-				}
-			}
-			hv.Modules = append(hv.Modules, m)
-		}
-		p = hv
-	case "approve":
-		by := args["by"]
-		if by == "" {
-			by = "ops"
-		}
-		p = &events.Approve{Module: args["module"], Build: args["build"], By: by}
-	case "settle":
-		op := args["op"]
-		if op == "" {
-			op = "apply"
-		}
-		p = &events.Settle{Module: args["module"], Op: events.SettleOp(op), Plan: reconciletest.U64(t, args["plan"]), Error: args["error"]}
-	case "refusal":
-		p = &events.Refusal{Module: args["module"], Path: args["path"], Reason: events.Reason(args["reason"]),
-			Plan: reconciletest.U64(t, args["plan"]), Writer: args["writer"], Error: args["error"]}
-	case "filled":
-		p = &events.Filled{Module: args["module"], Path: args["path"], Plan: reconciletest.U64(t, args["plan"]), Digest: "hmac:test"}
-	case "raw":
-		// A payload exactly as given, decoded as the reconciler decodes.
-		k := events.Kind(args["kind"])
-		pl, err := events.Decode(k, []byte(d.Input))
-		h.append(t, events.Event{Kind: k, Payload: pl, Err: err, Time: at})
-		return h.out.String()
-	case "forged":
-		// A plan on the node's plan subject that the reconciler did not
-		// emit: its signature does not verify (the shell sets Foreign).
-		pl, err := events.Decode(events.KindPlan, []byte(d.Input))
-		h.append(t, events.Event{Kind: events.KindPlan, Payload: pl, Err: err, Time: at, Foreign: true})
-		return h.out.String()
 	case "refold":
 		seq := reconciletest.U64(t, args["seq"])
-		effs := h.state.Fold(h.stream[seq-1])
-		h.check(t)
-		fmt.Fprintf(h.out, "refold #%d: %d effects\n", seq, len(effs))
-		return h.out.String()
-	case "hold-plans":
-		h.paused = true
-		return "ok"
-	case "pause":
-		p = &events.Pause{By: orDefault(args["by"], "ops"), Reason: args["reason"]}
-	case "resume":
-		p = &events.Resume{By: orDefault(args["by"], "ops")}
-	case "poke":
-		p = &events.Poke{By: orDefault(args["by"], "ops"), Reason: args["reason"]}
-	case "revoke":
-		p = &events.Revoke{Module: args["module"], Build: args["build"], By: orDefault(args["by"], "ops")}
-	case "waive":
-		p = &events.Waive{Module: args["module"], Path: args["path"], By: orDefault(args["by"], "ops")}
-	case "retire":
-		p = &events.Retire{By: orDefault(args["by"], "ops"), Force: args["force"] == "true"}
+		ev, ok := h.Stream.Event(seq)
+		if !ok {
+			t.Fatalf("%s: no event #%d", d.Pos, seq)
+		}
+		effs := h.state().Fold(ev)
+		if err := h.state().CheckInvariants(); err != nil {
+			t.Fatalf("%s: invariant broken: %v", d.Pos, err)
+		}
+		return fmt.Sprintf("refold #%d: %d effects\n", seq, len(effs))
 	case "dry-run":
 		var ms []events.WantModule
 		for _, line := range reconciletest.Lines(d.Input) {
 			ms = append(ms, reconciletest.WantModule(t, line))
 		}
-		before := formatState(h.state)
-		out := formatDryRun(h.state.DryRun(ms))
-		if after := formatState(h.state); after != before {
+		before := formatState(h.state())
+		out := formatDryRun(h.state().DryRun(ms))
+		if after := formatState(h.state()); after != before {
 			t.Fatalf("%s: the dry run changed the state:\n%s\n%s", d.Pos, before, after)
 		}
 		return out
 	case "stuck":
 		// What is stuck, N seconds after the scripts' base time.
 		now := base.Add(time.Duration(reconciletest.U64(t, args["at"])) * time.Second)
-		return formatStuck(h.state.View().Stuck(now))
-	case "flush":
-		h.paused = false
-		q := h.queued
-		h.queued = nil
-		for _, e := range q {
-			h.publish(t, e)
-		}
-		return h.out.String()
+		return formatStuck(h.state().View().Stuck(now))
 	case "state":
-		return formatState(h.state)
+		return formatState(h.state())
 	case "judge":
 		var account string
 		var rows []events.PlanModule
-		if s := h.state.Settled; s != nil {
+		if s := h.state().Settled; s != nil {
 			account, rows = s.Account, s.Modules
 		}
 		f, reason := reconcile.Judge(account, rows, args["module"], args["path"], args["writer"])
@@ -178,58 +125,7 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 	default:
 		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 	}
-	events.Stamp(p, at)
-	h.append(t, events.Event{Kind: p.Kind(), Payload: p, Time: at})
-	return h.out.String()
-}
-
-// append puts ev on the stream with the next sequence, folds it and
-// publishes its effects.
-func (h *harness) append(t testing.TB, ev events.Event) {
-	ev.Seq = uint64(len(h.stream) + 1)
-	ev.Node = h.node
-	h.stream = append(h.stream, ev)
-	fmt.Fprintf(h.out, "#%d %s\n", ev.Seq, summary(ev))
-	effs := h.state.Fold(ev)
-	h.check(t)
-	for _, e := range effs {
-		if e.Kind == events.KindPlan && h.paused {
-			fmt.Fprintf(h.out, "  queued %s\n", formatEffect(e, 0))
-			h.queued = append(h.queued, e)
-			continue
-		}
-		h.publish(t, e)
-	}
-}
-
-// publish appends an effect to the stream; the reconciler folds its plan
-// events (they bind the plan's sequence), not its knocks and journals.
-func (h *harness) publish(t testing.TB, e reconcile.Effect) {
-	seq := uint64(len(h.stream) + 1)
-	ev := events.Event{Seq: seq, Node: h.node, Kind: e.Kind, Payload: e.Payload, Time: base.Add(time.Duration(seq) * time.Second)}
-	h.stream = append(h.stream, ev)
-	fmt.Fprintf(h.out, "  %s\n", formatEffect(e, seq))
-	if e.Kind != events.KindPlan {
-		return
-	}
-	for _, e2 := range h.state.Fold(ev) {
-		fmt.Fprintf(h.out, "  %s\n", formatEffect(e2, 0))
-	}
-	h.check(t)
-}
-
-func (h *harness) check(t testing.TB) {
-	t.Helper()
-	if err := h.state.CheckInvariants(); err != nil {
-		t.Fatalf("invariant broken: %v\n%s", err, formatState(h.state))
-	}
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
+	return ""
 }
 
 func formatDryRun(d reconcile.DryRun) string {
@@ -289,13 +185,6 @@ func formatStuck(k reconcile.Stuck) string {
 		b.WriteString("nothing stuck\n")
 	}
 	return strings.TrimSuffix(b.String(), "\n")
-}
-
-func dash(s string) string {
-	if s == "-" {
-		return ""
-	}
-	return s
 }
 
 func summary(ev events.Event) string {

@@ -16,8 +16,8 @@ import (
 func operatorState(t *testing.T, retire bool) *reconcile.State {
 	s := newSim(t)
 	s.add(want("prov", "/a", "/b"))
-	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[0]})
-	s.add(&events.Refusal{Module: "app", Path: "/c", Reason: events.ReasonUndeclared, Plan: s.plans[0], Writer: "prov"})
+	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans()[0]})
+	s.add(&events.Refusal{Module: "app", Path: "/c", Reason: events.ReasonUndeclared, Plan: s.plans()[0], Writer: "prov"})
 	s.add(&events.Waive{Module: "app", Path: "/b", By: "ops"})
 	s.add(&events.Pause{By: "ops", Reason: "disk swap"})
 	if retire {
@@ -103,13 +103,13 @@ func TestInvariantsOfOperatorFields(t *testing.T) {
 func TestPlacementFromOlderSnapshot(t *testing.T) {
 	s := newSim(t)
 	s.add(want("prov", "/a", "/b"))
-	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[0]})
-	s.add(&events.Filled{Module: "app", Path: "/a", Plan: s.plans[0], Digest: "d"})
+	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans()[0]})
+	s.add(&events.Filled{Module: "app", Path: "/a", Plan: s.plans()[0], Digest: "d"})
 	s.state.Placed = nil // as a snapshot of an older build decodes
 	w := want("prov", "/a", "/b")
 	w.Modules[1].Build = "a:2"
 	s.add(w)
-	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans[1]})
+	s.add(&events.Settle{Module: "app", Op: events.OpApply, Plan: s.plans()[1]})
 	got := s.state.View().Unfilled
 	if len(got) != 1 || got[0].Path != "/b" || got[0].Plan != 0 || !got[0].Since.IsZero() {
 		t.Fatalf("unfilled %+v, want /b only, at no known plan", got)

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
-	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -30,60 +30,57 @@ var simAt = time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC)
 // simDigest is the digest of every simulated filled write.
 const simDigest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
-// simulator folds each node's events through the pure fold and appends
-// every event and its effects, in order, to h.
+// simulator folds each node's events through reconciletest's stream (the
+// one simulator of the fold) and appends every event and its effects, in
+// order, to h.
 type simulator struct {
 	h      *History
-	states []*reconcile.State
+	stream *reconciletest.Stream
+	names  []string // Node(i)
 	plans  []uint64
-	seq    uint64
 	// inputsOnly keeps only wants and haves in h (the fold still sees
 	// every event).
 	inputsOnly bool
 }
 
 func newSimulator(nodes int) *simulator {
-	s := &simulator{h: &History{Nodes: nodes}, states: make([]*reconcile.State, nodes), plans: make([]uint64, nodes)}
-	for i := range s.states {
-		s.states[i] = reconcile.NewState(Node(i))
+	s := &simulator{h: &History{Nodes: nodes}, stream: reconciletest.New(simAt, 0), names: make([]string, nodes), plans: make([]uint64, nodes)}
+	for i := range s.names {
+		s.names[i] = Node(i)
 	}
 	return s
 }
 
-func (s *simulator) add(i int, p events.Payload, id string) {
-	s.seq++
-	if s.inputsOnly && p.Kind() != events.KindWant && p.Kind() != events.KindHave {
-		return
+// fold appends p for node i and then the effects the fold gives for it,
+// each effect with its id as the message id, and drops them from the
+// stream (the history holds them).
+func (s *simulator) fold(i int, p events.Payload) {
+	node := s.names[i]
+	in := s.stream.Append(node, p)
+	effs := s.stream.Effects(in.Seq)
+	for j, ev := range s.stream.Events {
+		id := ""
+		if j > 0 {
+			id = effs[j-1].ID()
+		}
+		if ev.Kind == events.KindPlan {
+			s.plans[i] = ev.Seq
+		}
+		if s.inputsOnly && ev.Kind != events.KindWant && ev.Kind != events.KindHave {
+			continue
+		}
+		data, err := events.Encode(ev.Payload)
+		if err != nil {
+			panic(err)
+		}
+		m := nats.NewMsg(events.Subjects{}.Event(node, ev.Kind))
+		m.Data = data
+		if id != "" {
+			m.Header.Set(jetstream.MsgIDHeader, id)
+		}
+		s.h.Msgs = append(s.h.Msgs, m)
 	}
-	if events.HeaderOf(p).V == 0 {
-		events.Stamp(p, simAt)
-	}
-	data, err := events.Encode(p)
-	if err != nil {
-		panic(err)
-	}
-	m := nats.NewMsg(events.Subjects{}.Event(s.states[i].Node, p.Kind()))
-	m.Data = data
-	if id != "" {
-		m.Header.Set(jetstream.MsgIDHeader, id)
-	}
-	s.h.Msgs = append(s.h.Msgs, m)
-}
-
-// fold appends p for node i and then, depth first, the effects the fold
-// gives for it (knocks and journal entries are not folded).
-func (s *simulator) fold(i int, p events.Payload, id string) {
-	s.add(i, p, id)
-	if p.Kind() == events.KindKnock || p.Kind() == events.KindJournal {
-		return
-	}
-	effs := s.states[i].Fold(events.Event{Seq: s.seq, Node: s.states[i].Node, Kind: p.Kind(), Payload: p, Time: simAt})
-	if p.Kind() == events.KindPlan {
-		s.plans[i] = s.seq
-	}
-	for _, e := range effs {
-		s.fold(i, e.Payload, e.ID())
-	}
+	s.stream.Trim()
 }
 
 // want is round r's want: four modules, two of them with a file, whose
@@ -123,19 +120,19 @@ func SimulateInputs(n, nodes int) *History {
 }
 
 func simulate(s *simulator, n int) *History {
-	nodes := len(s.states)
+	nodes := len(s.plans)
 	for r := 0; len(s.h.Msgs) < n; r++ {
 		build := fmt.Sprintf("b%d", r/10)
 		for i := range nodes {
 			if r%10 == 0 {
-				s.fold(i, want(build), "")
+				s.fold(i, want(build))
 			}
-			s.fold(i, &events.Settle{Module: "postgres", Op: events.OpApply, Plan: s.plans[i]}, "")
-			s.fold(i, have(build), "")
-			s.fold(i, &events.Refusal{Module: "restic", Path: "/etc/restic/new", Reason: events.ReasonUndeclared, Plan: s.plans[i], Writer: "prov"}, "")
-			s.fold(i, &events.Filled{Module: "postgres", Path: "/etc/postgres/pw", Plan: s.plans[i], Digest: simDigest}, "")
-			s.fold(i, &events.Filled{Module: "restic", Path: "/etc/restic/key", Plan: s.plans[i], Digest: simDigest}, "")
-			s.fold(i, have(build), "")
+			s.fold(i, &events.Settle{Module: "postgres", Op: events.OpApply, Plan: s.plans[i]})
+			s.fold(i, have(build))
+			s.fold(i, &events.Refusal{Module: "restic", Path: "/etc/restic/new", Reason: events.ReasonUndeclared, Plan: s.plans[i], Writer: "prov"})
+			s.fold(i, &events.Filled{Module: "postgres", Path: "/etc/postgres/pw", Plan: s.plans[i], Digest: simDigest})
+			s.fold(i, &events.Filled{Module: "restic", Path: "/etc/restic/key", Plan: s.plans[i], Digest: simDigest})
+			s.fold(i, have(build))
 		}
 	}
 	return s.h
@@ -148,14 +145,14 @@ func simulate(s *simulator, n int) *History {
 func SimulateDown(nodes, wants int) *History {
 	s := newSimulator(nodes)
 	for i := range nodes {
-		s.fold(i, want("b0"), "")
-		s.fold(i, have("b0"), "")
-		s.fold(i, &events.Settle{Module: "postgres", Op: events.OpApply, Plan: s.plans[i]}, "")
+		s.fold(i, want("b0"))
+		s.fold(i, have("b0"))
+		s.fold(i, &events.Settle{Module: "postgres", Op: events.OpApply, Plan: s.plans[i]})
 	}
 	for w := 1; w <= wants; w++ {
 		build := fmt.Sprintf("b%d", w)
 		for i := range nodes {
-			s.fold(i, want(build), "")
+			s.fold(i, want(build))
 		}
 	}
 	return s.h

@@ -10,7 +10,6 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
-	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
 )
@@ -18,10 +17,11 @@ import (
 // base is the scripts' clock: event N is on the stream at base + N s.
 var base = time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC)
 
-// TestScripts runs the golden scripts of testdata/. Input commands (want,
-// have, approve, settle, refusal, filled, raw) append an event of the
-// current node to a simulated stream and fold it with the reconciler's
-// fold; the effects it returns are appended after it (reconciletest.Stream).
+// TestScripts runs the golden scripts of testdata/. Input commands
+// (reconciletest.Script: want, have, approve, settle, refusal, filled,
+// raw, the operator events) append an event of the current node to a
+// simulated stream and fold it with the reconciler's fold; the effects it
+// returns are appended after it (reconciletest.Stream).
 // The output lists what was appended. Query commands print what `meshfold
 // audit` prints: timeline [since=B] [until=B] [json], why seq=N [json],
 // asof bound=B [json].
@@ -34,7 +34,7 @@ func TestScripts(t *testing.T) {
 	}
 	for _, path := range scripts {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
-			s := &script{stream: reconciletest.New(base, time.Second), node: "ace"}
+			s := &script{reconciletest.Script{Stream: reconciletest.New(base, time.Second), Node: "ace"}}
 			datadriven.RunTestAny(t, path, func(t testing.TB, d *datadriven.TestData) string {
 				return s.run(t, d)
 			})
@@ -42,13 +42,12 @@ func TestScripts(t *testing.T) {
 	}
 }
 
-type script struct {
-	stream *reconciletest.Stream
-	node   string
-}
+// script is the scripts' fleet on one stream, and the node the input
+// commands are of.
+type script struct{ reconciletest.Script }
 
 func (s *script) history(t testing.TB) *audit.History {
-	h, err := audit.NewHistory(s.node, s.stream.Node(s.node))
+	h, err := audit.NewHistory(s.Node, s.Stream.Node(s.Node))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,60 +73,14 @@ func (s *script) run(t testing.TB, d *datadriven.TestData) string {
 		args[a.Key] = strings.Join(a.Vals, ",")
 	}
 	asJSON := d.HasArg("json")
-	var p events.Payload
+	from := s.Stream.Next()
+	if _, ok := s.Input(t, d); ok {
+		return s.appended(from)
+	}
 	switch d.Cmd {
 	case "node":
-		s.node = args["name"]
+		s.Node = args["name"]
 		return "ok"
-	case "want":
-		w := &events.Want{}
-		for _, line := range reconciletest.Lines(d.Input) {
-			w.Modules = append(w.Modules, reconciletest.WantModule(t, line))
-		}
-		p = w
-	case "have":
-		hv := &events.Have{}
-		for _, line := range reconciletest.Lines(d.Input) {
-			f := strings.Fields(line)
-			if len(f) < 3 {
-				t.Fatalf("%s: have line wants NAME BUILD STATE [account=X restarts=N exit=X since=SEQ]: %q", d.Pos, line)
-			}
-			m := events.HaveModule{Name: f[0], Build: f[1], State: events.RunState(f[2])}
-			if m.Build == "-" {
-				m.Build = ""
-			}
-			for _, kv := range f[3:] {
-				k, v, _ := strings.Cut(kv, "=")
-				switch k {
-				case "account":
-					m.Account = v
-				case "restarts":
-					m.Restarts = int(reconciletest.U64(t, v))
-				case "exit": // exit=status_1 is "status 1"
-					m.Exit = strings.ReplaceAll(v, "_", " ")
-				case "since": // since=SEQ: the time of that sequence
-					at := s.stream.TimeOf(reconciletest.U64(t, v))
-					m.Since = &at
-				}
-			}
-			hv.Modules = append(hv.Modules, m)
-		}
-		p = hv
-	case "approve":
-		p = &events.Approve{Module: args["module"], Build: args["build"], By: args["by"]}
-	case "settle":
-		op := args["op"]
-		if op == "" {
-			op = "apply"
-		}
-		p = &events.Settle{Module: args["module"], Op: events.SettleOp(op), Plan: reconciletest.U64(t, args["plan"]), Error: args["error"]}
-	case "refusal":
-		p = &events.Refusal{Module: args["module"], Path: args["path"], Reason: events.Reason(args["reason"]),
-			Plan: reconciletest.U64(t, args["plan"]), Writer: args["writer"], Error: args["error"]}
-	case "filled":
-		p = &events.Filled{Module: args["module"], Path: args["path"], Plan: reconciletest.U64(t, args["plan"]), Digest: "hmac:not-a-secret"}
-	case "raw":
-		return s.appended(func() { s.stream.AppendRaw(s.node, events.Kind(args["kind"]), []byte(d.Input)) })
 	case "timeline":
 		h := s.history(t)
 		from, to := 0, len(h.Events)
@@ -197,15 +150,13 @@ func (s *script) run(t testing.TB, d *datadriven.TestData) string {
 	default:
 		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 	}
-	return s.appended(func() { s.stream.Append(s.node, p) })
+	return ""
 }
 
-// appended runs add and lists the events it appended, as the timeline
-// summarises them.
-func (s *script) appended(add func()) string {
-	from := s.stream.Next()
-	add()
-	h, err := audit.NewHistory(s.node, s.stream.Node(s.node))
+// appended lists the events appended from sequence from on, as the
+// timeline summarises them.
+func (s *script) appended(from uint64) string {
+	h, err := audit.NewHistory(s.Node, s.Stream.Node(s.Node))
 	if err != nil {
 		panic(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/datadriven"
+
 	"github.com/meshfold/meshfold/events"
 )
 
@@ -63,6 +65,126 @@ func WantModule(t testing.TB, line string) events.WantModule {
 			m.Hold = true
 		default:
 			t.Fatalf("unknown want option %q", opt)
+		}
+	}
+	return m
+}
+
+// Script is the one handler of the input commands of the datadriven
+// scripts of reconcile and reconcile/audit: each appends one event of
+// Node to Stream, which folds it and appends its effects. The query
+// commands, which print, are each suite's own.
+//
+// The input commands and their arguments:
+//
+//	want                 one module a line (see [WantModule])
+//	have                 one module a line: NAME BUILD|- STATE [account=X]
+//	                     [restarts=N] [exit=X] (exit=status_1 is "status 1")
+//	                     [since=SEQ] (the stream time of SEQ)
+//	approve module= build= [by=ops]
+//	settle plan= [module=] [op=apply] [error=]
+//	refusal module= path= reason= [plan=] writer= [error=]
+//	filled module= path= [plan=]
+//	pause [by=ops] [reason=]; resume [by=ops]; poke [by=ops] [reason=]
+//	revoke module= build= [by=ops]; waive module= path= [by=ops]
+//	retire [by=ops] [force=true]
+//	raw kind=K           the input as the payload's bytes, decoded as a
+//	                     reader of the stream decodes it
+//	forged               a plan on the node's subject that the reconciler
+//	                     did not emit (its signature does not verify)
+type Script struct {
+	Stream *Stream
+	Node   string
+}
+
+// Input appends the event d's command describes and returns it, with true;
+// false, and nothing appended, when d's command is not an input command. A
+// malformed line fails t.
+func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, bool) {
+	t.Helper()
+	args := map[string]string{}
+	for _, a := range d.CmdArgs {
+		args[a.Key] = strings.Join(a.Vals, ",")
+	}
+	by := func() string {
+		if b := args["by"]; b != "" {
+			return b
+		}
+		return "ops"
+	}
+	var p events.Payload
+	switch d.Cmd {
+	case "want":
+		w := &events.Want{}
+		for _, line := range Lines(d.Input) {
+			w.Modules = append(w.Modules, WantModule(t, line))
+		}
+		p = w
+	case "have":
+		hv := &events.Have{}
+		for _, line := range Lines(d.Input) {
+			hv.Modules = append(hv.Modules, sc.haveModule(t, d, line))
+		}
+		p = hv
+	case "approve":
+		p = &events.Approve{Module: args["module"], Build: args["build"], By: by()}
+	case "settle":
+		op := args["op"]
+		if op == "" {
+			op = "apply"
+		}
+		p = &events.Settle{Module: args["module"], Op: events.SettleOp(op), Plan: U64(t, args["plan"]), Error: args["error"]}
+	case "refusal":
+		p = &events.Refusal{Module: args["module"], Path: args["path"], Reason: events.Reason(args["reason"]),
+			Plan: U64(t, args["plan"]), Writer: args["writer"], Error: args["error"]}
+	case "filled":
+		p = &events.Filled{Module: args["module"], Path: args["path"], Plan: U64(t, args["plan"]), Digest: "hmac:not-a-secret"}
+	case "pause":
+		p = &events.Pause{By: by(), Reason: args["reason"]}
+	case "resume":
+		p = &events.Resume{By: by()}
+	case "poke":
+		p = &events.Poke{By: by(), Reason: args["reason"]}
+	case "revoke":
+		p = &events.Revoke{Module: args["module"], Build: args["build"], By: by()}
+	case "waive":
+		p = &events.Waive{Module: args["module"], Path: args["path"], By: by()}
+	case "retire":
+		p = &events.Retire{By: by(), Force: args["force"] == "true"}
+	case "raw":
+		return sc.Stream.AppendRaw(sc.Node, events.Kind(args["kind"]), []byte(d.Input)), true
+	case "forged":
+		pl, err := events.Decode(events.KindPlan, []byte(d.Input))
+		return sc.Stream.AppendEvent(events.Event{Node: sc.Node, Kind: events.KindPlan, Payload: pl, Err: err, Foreign: true}), true
+	default:
+		return events.Event{}, false
+	}
+	return sc.Stream.Append(sc.Node, p), true
+}
+
+// haveModule reads a have line.
+func (sc *Script) haveModule(t testing.TB, d *datadriven.TestData, line string) events.HaveModule {
+	t.Helper()
+	f := strings.Fields(line)
+	if len(f) < 3 {
+		t.Fatalf("%s: have line wants NAME BUILD STATE [account=X restarts=N exit=X since=SEQ]: %q", d.Pos, line)
+	}
+	m := events.HaveModule{Name: f[0], Build: f[1], State: events.RunState(f[2])}
+	if m.Build == "-" {
+		m.Build = ""
+	}
+	for _, kv := range f[3:] {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "account":
+			m.Account = v
+		case "restarts":
+			m.Restarts = int(U64(t, v))
+		case "exit": // exit=status_1 is "status 1"
+			m.Exit = strings.ReplaceAll(v, "_", " ")
+		case "since": // since=SEQ: the time of that sequence
+			at := sc.Stream.TimeOf(U64(t, v))
+			m.Since = &at
 		}
 	}
 	return m

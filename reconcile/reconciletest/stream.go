@@ -8,8 +8,10 @@ import (
 	"github.com/meshfold/meshfold/reconcile"
 )
 
-// Stream is a simulated event stream of one or more nodes. Events[i] has
-// sequence i+1; event N's stream time is Base + N×Step.
+// Stream is a simulated event stream of one or more nodes: the one
+// simulator of the fold that every test of the core and of the shell
+// uses. Events[i] has sequence Trimmed+i+1; event N's stream time is
+// Base + N×Step.
 //
 // After each event, Live (when set) is called with the event and the
 // state of its node as the fold left it: the "live" state a reconciler
@@ -18,20 +20,62 @@ type Stream struct {
 	Base   time.Time
 	Step   time.Duration
 	Events []events.Event
+	// Trimmed is the count of events [Stream.Trim] dropped from the front
+	// of Events.
+	Trimmed uint64
 	// Live, when set, sees every event and its node's state after it.
 	Live func(ev events.Event, st *reconcile.State)
+	// NewState, when set, makes a node's state on its first event (a
+	// test's unbounded state, say); else [reconcile.NewState].
+	NewState func(node string) *reconcile.State
+	// PlansOnly, when set, folds only the plans among the effects: the
+	// knocks and journals are appended but not folded (folding them
+	// changes nothing but the state's Seq), as the scripts of package
+	// reconcile print their states.
+	PlansOnly bool
 
-	raw    map[uint64][]byte
-	states map[string]*reconcile.State
+	raw     map[uint64][]byte
+	states  map[string]*reconcile.State
+	effects map[uint64][]reconcile.Effect
+	plans   map[string][]uint64
 }
 
 // New returns an empty stream whose event N happens at base + N×step.
 func New(base time.Time, step time.Duration) *Stream {
-	return &Stream{Base: base, Step: step, raw: map[uint64][]byte{}, states: map[string]*reconcile.State{}}
+	return &Stream{Base: base, Step: step, raw: map[uint64][]byte{}, states: map[string]*reconcile.State{},
+		effects: map[uint64][]reconcile.Effect{}, plans: map[string][]uint64{}}
 }
 
 // Next returns the sequence the next appended event gets.
-func (s *Stream) Next() uint64 { return uint64(len(s.Events) + 1) }
+func (s *Stream) Next() uint64 { return s.Trimmed + uint64(len(s.Events)) + 1 }
+
+// Event returns the event at seq, and false when there is none (or Trim
+// dropped it).
+func (s *Stream) Event(seq uint64) (events.Event, bool) {
+	if seq <= s.Trimmed || seq >= s.Next() {
+		return events.Event{}, false
+	}
+	return s.Events[seq-s.Trimmed-1], true
+}
+
+// Effects returns the effects the fold returned for the event at seq, in
+// order, as the reconciler publishes them: they are the events right after
+// it. Nil for an event that made none, for an effect, and for an event
+// Trim dropped.
+func (s *Stream) Effects(seq uint64) []reconcile.Effect { return s.effects[seq] }
+
+// Plans returns the sequences of the plans the fold emitted for node,
+// oldest first (Trim keeps them).
+func (s *Stream) Plans(node string) []uint64 { return s.plans[node] }
+
+// Trim drops the events and effects held so far (a long history's memory)
+// and keeps the states, the plans' sequences and the numbering.
+func (s *Stream) Trim() {
+	s.Trimmed += uint64(len(s.Events))
+	s.Events = s.Events[:0]
+	clear(s.raw)
+	clear(s.effects)
+}
 
 // TimeOf returns the stream time of sequence seq.
 func (s *Stream) TimeOf(seq uint64) time.Time { return s.Base.Add(time.Duration(seq) * s.Step) }
@@ -41,7 +85,11 @@ func (s *Stream) TimeOf(seq uint64) time.Time { return s.Base.Add(time.Duration(
 func (s *Stream) State(node string) *reconcile.State {
 	st, ok := s.states[node]
 	if !ok {
-		st = reconcile.NewState(node)
+		if s.NewState != nil {
+			st = s.NewState(node)
+		} else {
+			st = reconcile.NewState(node)
+		}
 		s.states[node] = st
 	}
 	return st
@@ -66,10 +114,22 @@ func (s *Stream) AppendRaw(node string, k events.Kind, data []byte) events.Event
 	return s.add(events.Event{Seq: seq, Time: s.TimeOf(seq), Node: node, Kind: k, Payload: p, Err: err})
 }
 
+// AppendEvent appends ev as its node's event at the next sequence and
+// its time, exactly as given otherwise (a plan whose signature did not
+// verify, with Foreign set, say), and folds it like [Stream.Append].
+func (s *Stream) AppendEvent(ev events.Event) events.Event {
+	ev.Seq = s.Next()
+	ev.Time = s.TimeOf(ev.Seq)
+	return s.add(ev)
+}
+
 func (s *Stream) add(ev events.Event) events.Event {
 	s.Events = append(s.Events, ev)
 	st := s.State(ev.Node)
 	effs := st.Fold(ev)
+	if len(effs) > 0 {
+		s.effects[ev.Seq] = effs
+	}
 	if s.Live != nil {
 		s.Live(ev, st)
 	}
@@ -77,8 +137,14 @@ func (s *Stream) add(ev events.Event) events.Event {
 		seq := s.Next()
 		eff := events.Event{Seq: seq, Time: s.TimeOf(seq), Node: e.Node, Kind: e.Kind, Payload: e.Payload}
 		s.Events = append(s.Events, eff)
+		if e.Kind == events.KindPlan {
+			s.plans[e.Node] = append(s.plans[e.Node], seq)
+		}
 		// The reconciler folds every event of its node, its own effects
 		// included (knocks and journals only advance the sequence).
+		if s.PlansOnly && e.Kind != events.KindPlan {
+			continue
+		}
 		for _, e2 := range st.Fold(eff) {
 			panic(fmt.Sprintf("reconciletest: folding effect %s at #%d produced effect %s", e.ID(), seq, e2.ID()))
 		}
