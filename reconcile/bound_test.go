@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"pgregory.net/rapid"
+
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 )
@@ -88,5 +90,86 @@ func TestStateBoundedUnderPathChanges(t *testing.T) {
 	}
 	if len(st.Accepting) != reconcile.MaxAccepting || len(st.Filled) != reconcile.MaxFilled || len(st.Approvals) != reconcile.MaxModuleApprovals {
 		t.Fatalf("records not at their caps: %d accepting, %d filled, %d approvals", len(st.Accepting), len(st.Filled), len(st.Approvals))
+	}
+}
+
+// exceeds reports whether st holds more records of a kind than c allows.
+func exceeds(st *reconcile.State, c reconcile.Caps) bool {
+	perModule := map[string]int{}
+	most := 0
+	for _, a := range st.Approvals {
+		perModule[a.Module]++
+		most = max(most, perModule[a.Module])
+	}
+	return len(st.Unsettled) > c.Unsettled || len(st.Owed) > c.Owed || len(st.Approvals) > c.Approvals ||
+		most > c.ModuleApprovals || len(st.Accepting) > c.Accepting || len(st.Filled) > c.Filled
+}
+
+// TestBoundedFoldEqualsUnbounded is DESIGN.md §4's promise that ordinary
+// histories fold exactly as its rules say: for any history whose unbounded
+// fold never holds more records of a kind than that kind's cap (its
+// configuration changes fewer times than the caps), the bounded fold
+// makes the same effects, with the same ids, the same owed set and the
+// same state. Half the cases fold under the caps of limits.go, half under
+// small caps drawn at random, so that histories come near them.
+func TestBoundedFoldEqualsUnbounded(t *testing.T) {
+	var cases, compared, small int
+	rapid.Check(t, func(rt *rapid.T) {
+		cases++
+		c := reconcile.Caps{Unsettled: reconcile.MaxUnsettled, Owed: reconcile.MaxOwed, Approvals: reconcile.MaxApprovals,
+			ModuleApprovals: reconcile.MaxModuleApprovals, Accepting: reconcile.MaxAccepting, Filled: reconcile.MaxFilled}
+		isSmall := rapid.Bool().Draw(rt, "small caps")
+		if isSmall {
+			c = reconcile.Caps{
+				Unsettled:       rapid.IntRange(2, 6).Draw(rt, "unsettled"),
+				Owed:            rapid.IntRange(1, 12).Draw(rt, "owed"),
+				Approvals:       rapid.IntRange(1, 8).Draw(rt, "approvals"),
+				ModuleApprovals: rapid.IntRange(1, 4).Draw(rt, "module approvals"),
+				Accepting:       rapid.IntRange(1, 24).Draw(rt, "accepting"),
+				Filled:          rapid.IntRange(1, 12).Draw(rt, "filled"),
+			}
+		}
+		unbounded := newSimOf(rt, func(node string) *reconcile.State { return reconcile.NewStateCapped(node, reconcile.Caps{}) })
+		within := true
+		check := unbounded.Live
+		unbounded.Live = func(ev events.Event, st *reconcile.State) {
+			check(ev, st)
+			within = within && !exceeds(st, c)
+		}
+		randomHistory(rt, unbounded, rapid.IntRange(1, 60).Draw(rt, "events"))
+		if !within {
+			return
+		}
+		compared++
+		if isSmall {
+			small++
+		}
+		// The bounded fold of the same stream: if it makes the same effects
+		// at every event, it would have written the same stream.
+		bounded := reconcile.NewStateCapped("ace", c)
+		for _, ev := range unbounded.Events {
+			got, want := bounded.Fold(ev), unbounded.Effects(ev.Seq)
+			if err := bounded.CheckInvariants(); err != nil {
+				rt.Fatalf("bounded, after #%d: %v", ev.Seq, err)
+			}
+			if len(got) != len(want) {
+				rt.Fatalf("#%d %s: %d effects bounded, %d unbounded", ev.Seq, ev.Kind, len(got), len(want))
+			}
+			for i := range got {
+				if got[i].ID() != want[i].ID() || encode(rt, got[i].Payload) != encode(rt, want[i].Payload) {
+					rt.Fatalf("#%d: effect %s %s bounded, %s %s unbounded", ev.Seq, got[i].ID(), encode(rt, got[i].Payload), want[i].ID(), encode(rt, want[i].Payload))
+				}
+			}
+		}
+		if got, want := encode(rt, bounded.Owed), encode(rt, unbounded.state.Owed); got != want {
+			rt.Fatalf("owed bounded %s, unbounded %s", got, want)
+		}
+		if got, want := encode(rt, bounded), encode(rt, unbounded.state); got != want {
+			rt.Fatalf("state bounded:\n%s\nunbounded:\n%s", got, want)
+		}
+	})
+	t.Logf("%d cases: %d below the caps compared (%d of them under small caps)", cases, compared, small)
+	if compared < cases/4 {
+		t.Fatalf("only %d of %d cases stayed below the caps: the property tests little", compared, cases)
 	}
 }

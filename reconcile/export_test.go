@@ -1,0 +1,25 @@
+package reconcile
+
+import "math"
+
+// Caps are the caps a test folds under; a zero lifts its cap.
+type Caps struct {
+	Unsettled, Owed, Approvals, ModuleApprovals, Accepting, Filled int
+}
+
+// NewStateCapped returns node's empty state whose records are bounded by
+// c instead of the constants of limits.go: with Caps{}, a fold without
+// caps, which the property that a bounded fold equals an unbounded one
+// below the caps compares with. A snapshot of it does not keep its caps.
+func NewStateCapped(node string, c Caps) *State {
+	or := func(n int) int {
+		if n == 0 {
+			return math.MaxInt
+		}
+		return n
+	}
+	s := NewState(node)
+	s.caps = &caps{unsettled: or(c.Unsettled), owed: or(c.Owed), approvals: or(c.Approvals),
+		moduleApprovals: or(c.ModuleApprovals), accepting: or(c.Accepting), filled: or(c.Filled)}
+	return s
+}
