@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,9 +18,11 @@ import (
 func init() { register(newLogsCmd) }
 
 type logsOpts struct {
-	tail    int
-	follow  bool
-	timeout time.Duration
+	tail       int
+	since      string
+	follow     bool
+	timestamps bool
+	timeout    time.Duration
 }
 
 func newLogsCmd(a *app) *cobra.Command {
@@ -29,14 +32,21 @@ func newLogsCmd(a *app) *cobra.Command {
 		Short: "A module's captured stdout and stderr, from its node agent",
 		Long: `logs prints MODULE's stdout and stderr as NODE's agent captured them (the
 process runtime keeps them in size-capped rotating files in the agent's
-state directory; the current file is read). It asks the agent's micro
-service, endpoint logs on $MESHFOLD.<prefix>.logs.NODE, which only the
-operator role may use. Log lines never enter the event stream.
+state directory, read across the rotated files and the current one). It
+asks the agent's micro service, endpoint logs on
+$MESHFOLD.<prefix>.logs.NODE, which only the operator role may use. Log
+lines never enter the event stream.
 
 --tail N prints the last N lines (default 100; 0: as much as one page
-holds). --follow then keeps printing new lines until interrupted.`,
+holds), --since the lines written from a moment on (a duration back from
+now, as 10m, or an RFC 3339 time); with both, the later start wins.
+--follow then keeps printing new lines until interrupted. --timestamps
+prefixes each line with when it was captured and its stream: out
+(stdout), err (stderr) or meshfold (the module's supervisor: exits,
+restarts, health).`,
 		Example: `  meshfold logs ace mesh-build-go
-  meshfold logs ace mesh-build-go --tail 20 --follow`,
+  meshfold logs ace mesh-build-go --tail 20 --follow
+  meshfold logs ace mesh-build-go --since 1h --tail 1000000 --timestamps`,
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -45,7 +55,9 @@ holds). --follow then keeps printing new lines until interrupted.`,
 	}
 	fl := cmd.Flags()
 	fl.IntVarP(&o.tail, "tail", "n", 100, "how many of the last lines to print (0: one page)")
+	fl.StringVar(&o.since, "since", "", "print the lines written since this moment: a duration back from now (10m) or an RFC 3339 time")
 	fl.BoolVarP(&o.follow, "follow", "f", false, "keep printing new lines")
+	fl.BoolVarP(&o.timestamps, "timestamps", "t", false, "prefix each line with when it was captured and its stream (out, err, meshfold)")
 	fl.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for the node agent to answer")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
@@ -65,13 +77,17 @@ func runLogs(ctx context.Context, a *app, nodeName, module string, o logsOpts) e
 	if o.tail < 0 {
 		return withCode(exitUsage, fmt.Errorf("--tail %d: must not be negative", o.tail))
 	}
+	since, err := parseSince(o.since, time.Now())
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
 	nc, err := a.conn.connect("meshfold-logs", a)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	subject := node.LogsSubject(a.stream.config().Prefix, nodeName)
-	q := node.LogsRequest{Module: module, LogQuery: node.LogQuery{Tail: o.tail}}
+	q := node.LogsRequest{Module: module, LogQuery: node.LogQuery{Tail: o.tail, Since: since}}
 	for {
 		timeout := o.timeout + time.Duration(q.WaitMS)*time.Millisecond
 		page, err := requestLogs(ctx, nc, subject, q, timeout)
@@ -84,14 +100,49 @@ func runLogs(ctx context.Context, a *app, nodeName, module string, o logsOpts) e
 			}
 			return err
 		}
-		for _, l := range page.Lines {
+		for i, l := range page.Lines {
+			if o.timestamps {
+				var tag node.LogTag
+				if i < len(page.Tags) {
+					tag = page.Tags[i]
+				}
+				at := "-"
+				if !tag.At.IsZero() {
+					at = tag.At.UTC().Format(time.RFC3339Nano)
+				}
+				fmt.Fprintf(a.stdout, "%s %s %s\n", at, cmp.Or(tag.Stream, "-"), l)
+				continue
+			}
 			fmt.Fprintln(a.stdout, l)
 		}
-		if !o.follow {
+		switch {
+		case page.More: // a full page: read on at once
+			q.LogQuery = node.LogQuery{Cursor: page.Cursor}
+		case o.follow:
+			q.LogQuery = node.LogQuery{Cursor: page.Cursor, WaitMS: int(followWait / time.Millisecond)}
+		default:
 			return nil
 		}
-		q.LogQuery = node.LogQuery{Cursor: page.Cursor, WaitMS: int(followWait / time.Millisecond)}
 	}
+}
+
+// parseSince reads --since: empty, a duration back from now, or an RFC
+// 3339 time; it returns the RFC 3339 time the query carries.
+func parseSince(v string, now time.Time) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		if d < 0 {
+			return "", fmt.Errorf("--since %s: a duration back from now must not be negative", v)
+		}
+		return now.Add(-d).UTC().Format(time.RFC3339Nano), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return "", fmt.Errorf("--since %q: want a duration (10m) or an RFC 3339 time (2026-01-02T15:04:05Z)", v)
+	}
+	return t.UTC().Format(time.RFC3339Nano), nil
 }
 
 func requestLogs(ctx context.Context, nc *nats.Conn, subject string, q node.LogsRequest, timeout time.Duration) (node.LogPage, error) {

@@ -3,10 +3,15 @@ package process
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/node/bundle"
 )
 
 func TestReadLogTailCursorRotation(t *testing.T) {
@@ -50,5 +55,98 @@ func TestReadLogTailCursorRotation(t *testing.T) {
 	page, _ = readLog(path, node.LogQuery{Cursor: page.Cursor})
 	if strings.Join(page.Lines, "|") != "five" {
 		t.Fatalf("after rotation: %+v, want five", page)
+	}
+}
+
+// readAll reads a module's whole kept log through Logs, page by page, as
+// `meshfold logs --tail <more than it holds>` does, and returns the
+// module's stdout lines.
+func readAll(t *testing.T, r *Runtime, module string) (out []string, pages int) {
+	t.Helper()
+	q := node.LogQuery{Tail: 10_000_000}
+	for {
+		page, err := r.Logs(ctx(t), module, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if len(page.Tags) != len(page.Lines) {
+			t.Fatalf("page of %d lines with %d tags", len(page.Lines), len(page.Tags))
+		}
+		for i, l := range page.Lines {
+			if page.Tags[i].Stream == streamOut {
+				out = append(out, l)
+			}
+		}
+		if !page.More {
+			return out, pages
+		}
+		q = node.LogQuery{Cursor: page.Cursor}
+	}
+}
+
+// A module writes 200,000 numbered lines across rotations: the reader
+// returns every line the rotation keeps, in order, none twice; with
+// fewer files kept, an unbroken run that ends at the last line.
+func TestLogsAcrossRotations(t *testing.T) {
+	const n = 200_000
+	for _, tc := range []struct {
+		name    string
+		backups int
+		all     bool
+	}{{"all kept", 12, true}, {"oldest dropped", 2, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, Backoff{Initial: time.Hour})
+			e.cfg.LogMaxMB, e.cfg.LogBackups = 1, tc.backups
+			e.script("sha256:a", `i=1; while [ $i -le `+strconv.Itoa(n)+` ]; do echo $i; i=$((i+1)); done; echo "to stderr" >&2`, bundle.Manifest{})
+			r := e.open()
+			if err := r.Apply(ctx(t), events.PlanModule{Name: "count", Build: "sha256:a", RunsAs: self}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, r, "the module's exit", func() bool { return status(t, r, "count").State == events.Failed })
+			// The exit is reported once the process is reaped; its last
+			// line may still be on its way through the pipe.
+			waitLog(t, r, "count", "to stderr")
+			files, _ := filepath.Glob(filepath.Join(e.cfg.StateDir, "process", "count", "module*.log"))
+			if len(files) < 3 {
+				t.Fatalf("%d log files: the test wants rotations", len(files))
+			}
+			began := time.Now()
+			lines, pages := readAll(t, r, "count")
+			t.Logf("%d files, %d lines read in %d pages, %s", len(files), len(lines), pages, time.Since(began).Round(time.Millisecond))
+			if len(lines) == 0 || lines[len(lines)-1] != strconv.Itoa(n) {
+				t.Fatalf("the last line read is not %d (%d lines read)", n, len(lines))
+			}
+			first, err := strconv.Atoi(lines[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, l := range lines {
+				if l != strconv.Itoa(first+i) {
+					t.Fatalf("line %d is %q, want %d: out of order, missing or twice", i, l, first+i)
+				}
+			}
+			if tc.all && first != 1 {
+				t.Errorf("first line %d, want 1: every file is kept", first)
+			}
+			if !tc.all && first == 1 {
+				t.Errorf("the oldest lines are still read: the test wants a dropped file")
+			}
+			// The tail ends with the shim's note of the exit, after the
+			// module's last lines; stderr's line is tagged err.
+			page, err := r.Logs(ctx(t), "count", node.LogQuery{Tail: 3})
+			if err != nil || len(page.Lines) != 3 || page.Lines[2] != "meshfold: exited: status 0; next start in 1h0m0s" || page.Tags[2].Stream != streamShim {
+				t.Fatalf("tail 3: %q %+v, %v", page.Lines, page.Tags, err)
+			}
+			if i := slices.Index(page.Lines, "to stderr"); i >= 0 && page.Tags[i].Stream != streamErr {
+				t.Errorf("stderr's line tagged %q", page.Tags[i].Stream)
+			}
+			// --since the last line's time starts at it.
+			last := page.Tags[2].At
+			page, err = r.Logs(ctx(t), "count", node.LogQuery{Since: last.Format(time.RFC3339Nano)})
+			if err != nil || len(page.Lines) == 0 || page.Lines[len(page.Lines)-1] != "meshfold: exited: status 0; next start in 1h0m0s" || page.Tags[0].At.Before(last) {
+				t.Errorf("since %s: %q, %v", last, page.Lines, err)
+			}
+		})
 	}
 }

@@ -423,9 +423,22 @@ type proc struct {
 	proc   *os.Process
 	pid    int
 	start  uint64
-	began  int64       // boottime ns taken just before the exec: the process opens any file after it
-	ooms   uint64      // the cgroup's OOM kills before it started
-	exited chan string // the exit description, once the process is reaped
+	began  int64         // boottime ns taken just before the exec: the process opens any file after it
+	ooms   uint64        // the cgroup's OOM kills before it started
+	exited chan string   // the exit description, once the process is reaped
+	copied chan struct{} // closed once its stdout and stderr are copied to their end
+}
+
+// drained waits, a moment at most, until p's output is all in the log
+// (its pipes end once no process of its tree holds them), so the shim's
+// note of an exit comes after the module's last lines.
+func (p *proc) drained() {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-p.copied:
+	case <-t.C:
+	}
 }
 
 // start starts the module's command in its own process group, in the
@@ -456,7 +469,7 @@ func (s *shim) start() (*proc, error) {
 	}
 	attr := &os.ProcAttr{Dir: sp.Dir, Env: sp.Env, Files: []*os.File{null, outW, errW},
 		Sys: s.sysAttr()}
-	p := &proc{began: bootNanos(), exited: make(chan string, 1)}
+	p := &proc{began: bootNanos(), exited: make(chan string, 1), copied: make(chan struct{})}
 	if s.cg != nil {
 		p.ooms = s.cg.ooms()
 	}
@@ -474,8 +487,10 @@ func (s *shim) start() (*proc, error) {
 	if err := writeJSON(s.dir, moduleFile, identity{PID: p.pid, Start: p.start, Boot: bootID()}); err != nil {
 		s.log.Warn("shim: module identity not recorded", "err", err)
 	}
-	go func() { s.lines.copyLines(streamOut, outR); _ = outR.Close() }()
-	go func() { s.lines.copyLines(streamErr, errR); _ = errR.Close() }()
+	var copies sync.WaitGroup
+	copies.Go(func() { s.lines.copyLines(streamOut, outR); _ = outR.Close() })
+	copies.Go(func() { s.lines.copyLines(streamErr, errR); _ = errR.Close() })
+	go func() { copies.Wait(); close(p.copied) }()
 	go func() {
 		st := <-ws
 		_ = pr.Release()
@@ -519,6 +534,7 @@ func (s *shim) wait(p *proc, seen uint64) (exit string, stopped bool) {
 			// before the exit is reported: a restart does not meet the old
 			// process's descendants.
 			s.stopTree(p)
+			p.drained()
 			return s.exitOf(p, exit), false
 		case <-s.stop.Done():
 			return s.terminate(p), true
@@ -558,7 +574,9 @@ func (s *shim) wait(p *proc, seen uint64) (exit string, stopped bool) {
 // left after the stop timeout. It returns p's exit.
 func (s *shim) terminate(p *proc) string {
 	s.stopTree(p)
-	return s.exitOf(p, <-p.exited)
+	exit := s.exitOf(p, <-p.exited)
+	p.drained()
+	return exit
 }
 
 // stopTree stops every process of the module's tree (see [tree.stop]).
