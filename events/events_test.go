@@ -77,6 +77,11 @@ func TestDecodeValidation(t *testing.T) {
 		{"approve by with newline", events.KindApprove, `{"v":1,` + at + `,"module":"a","build":"b","by":"o\nx"}`, events.ErrControl, "by"},
 		{"settle error too long", events.KindSettle, `{"v":1,` + at + `,"module":"a","op":"failed","plan":3,"error":"` + strings.Repeat("e", events.MaxText+1) + `"}`, events.ErrTooLong, "error"},
 		{"settle error with newlines", events.KindSettle, `{"v":1,` + at + `,"module":"a","op":"failed","plan":3,"error":"line 1\nline 2"}`, nil, ""},
+		// Free text a node reports is folded with its control characters,
+		// and escaped where shown (DESIGN.md §10).
+		{"settle error with control characters", events.KindSettle, `{"v":1,` + at + `,"module":"a","op":"failed","plan":3,"error":"a\u001b[31m\u0000\tb"}`, nil, ""},
+		{"refusal error with newline and control", events.KindRefusal, `{"v":1,` + at + `,"module":"a","path":"/p","reason":"write-failed","plan":3,"writer":"w","error":"disk\nfull\u001b[0m\u007f"}`, nil, ""},
+		{"refusal error too long", events.KindRefusal, `{"v":1,` + at + `,"module":"a","path":"/p","reason":"write-failed","plan":3,"writer":"w","error":"` + strings.Repeat("e", events.MaxText+1) + `"}`, events.ErrTooLong, "error"},
 		{"have account not a user", events.KindHave, `{"v":1,` + at + `,"modules":[{"name":"a","build":"b","state":"running","account":"A B"}]}`, events.ErrBadAccount, "modules[0].account"},
 		{"payload too big", events.KindWant, `{"v":1,` + at + `,"modules":[],"pad":"` + strings.Repeat(" ", events.MaxEventBytes) + `"}`, events.ErrTooLong, "payload"},
 		{"unknown kind", events.Kind("fill"), `{}`, events.ErrUnknownKind, ""},

@@ -213,7 +213,7 @@ func summary(ev events.Event) string {
 	case *events.Settle:
 		s := fmt.Sprintf("settle plan=%d module=%s op=%s", p.Plan, p.Module, p.Op)
 		if p.Error != "" {
-			s += " error=" + p.Error
+			s += " error=" + events.ErrorText(p.Error)
 		}
 		return s
 	case *events.Refusal:

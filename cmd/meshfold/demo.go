@@ -325,7 +325,7 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 			knocked = knocked || ev.Seq > w2
 		case *events.Settle:
 			if p.Op == events.OpFailed {
-				applyErr = fmt.Errorf("the node could not apply plan #%d: %s", p.Plan, p.Error)
+				applyErr = fmt.Errorf("the node could not apply plan #%d: %s", p.Plan, events.ErrorText(p.Error))
 			}
 		case *events.Have:
 			for _, hm := range p.Modules {
