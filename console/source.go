@@ -126,24 +126,22 @@ func (s *NATSSource) History(ctx context.Context, node string, end *audit.Bound)
 // delivering only what is stored from now on.
 func (s *NATSSource) Follow(ctx context.Context, fn func(events.Event)) error {
 	cfg := s.Stream.WithDefaults()
-	subj := cfg.Subjects()
-	t, err := store.Follow(ctx, s.JS, store.TailConfig{Stream: cfg.Name, New: true})
+	t, err := store.Follow(ctx, s.JS, store.TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(), New: true})
 	if err != nil {
 		return fmt.Errorf("console: follow: %w", err)
 	}
 	defer t.Stop()
 	for {
-		m, meta, err := t.Next(ctx)
+		m, err := t.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("console: follow: %w", err)
 		}
-		ev, err := subj.DecodeEvent(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp)
-		if err != nil {
+		if m.Event.Kind == "" {
 			continue // a subject naming no valid node: nothing to show
 		}
-		fn(ev)
+		fn(m.Event)
 	}
 }

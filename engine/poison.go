@@ -112,27 +112,24 @@ func (p *partition) refoldNode(ctx context.Context, node string, upTo uint64) (*
 	if target == 0 {
 		return st, nil
 	}
-	tail, err := store.Follow(ctx, r.js, store.TailConfig{Stream: r.cfg.Stream.Name, Filter: filter, Heartbeat: readHeartbeat})
+	tail, err := store.Follow(ctx, r.js, store.TailConfig{Stream: r.cfg.Stream.Name, Subjects: r.subj, Filter: filter, Heartbeat: readHeartbeat})
 	if err != nil {
 		return nil, fmt.Errorf("refold %s: %w", node, err)
 	}
 	defer tail.Stop()
 	for {
-		var it store.Tailed
-		select {
-		case it = <-tail.C():
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		m, err := tail.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("refold %s: %w", node, err)
 		}
-		if it.Err != nil {
-			return nil, fmt.Errorf("refold %s: %w", node, it.Err)
-		}
-		seq := it.Meta.Sequence.Stream
+		seq := m.Event.Seq
 		if seq > upTo {
 			return st, nil
 		}
-		ev, err := r.subj.DecodeEvent(it.Msg.Subject(), it.Msg.Data(), seq, it.Meta.Timestamp)
-		if err == nil && ev.Kind != events.KindKnock && ev.Kind != events.KindJournal {
+		if ev := m.Event; ev.Kind != "" && ev.Kind != events.KindKnock && ev.Kind != events.KindJournal {
 			st.Fold(ev)
 		}
 		if seq >= target {

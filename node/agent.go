@@ -363,118 +363,78 @@ func (a *Agent) startPlan(ctx context.Context, stream jetstream.Stream) (uint64,
 	if err != nil {
 		return 0, fmt.Errorf("node agent: newest plan: %w", err)
 	}
-	if a.trusted(ctx, m.Event, m.Header, m.Data) {
+	if err := a.verifyPlan(m); err != nil {
+		a.refusePlan(ctx, m, err)
+	} else {
 		a.handlePlan(ctx, m.Event)
 	}
 	return m.Event.Seq, nil
 }
 
-// trusted reports whether ev, a plan message with headers h and payload
-// data, is to be applied: its signature verifies against the trusted
-// reconciler keys ([Config.Trust]), and its cause is newer than the
-// settled plan's (an older plan of the node, replayed, is not). A plan
-// that is not is logged, never applied, and reported with a failed settle
-// naming it, which the reconciler journals.
-func (a *Agent) trusted(ctx context.Context, ev events.Event, h nats.Header, data []byte) bool {
+// verifyPlan is the agent's trust rule for a plan message m (DESIGN.md
+// §3, signatures): nil when it is to be applied. Its signature must
+// verify against the trusted reconciler keys ([Config.Trust]); its cause
+// must be below its own stream sequence (an effect follows its cause: a
+// plan claiming a later cause is no reconciler's); and its cause must be
+// newer than the settled plan's (an older plan of the node, replayed, is
+// not). Nil Trust accepts every plan.
+func (a *Agent) verifyPlan(m store.Msg) error {
 	if a.cfg.Trust == nil {
-		return true
+		return nil
 	}
-	err := a.cfg.Trust.Verify(a.cfg.Name, events.KindPlan, h, data)
-	if p, ok := ev.Payload.(*events.Plan); ok && err == nil {
-		a.mu.Lock()
-		settled := a.settled
-		a.mu.Unlock()
-		if settled != nil && p.Cause <= settled.Cause {
-			err = fmt.Errorf("replayed: its cause %d is not newer than the settled plan's (%d)", p.Cause, settled.Cause)
-		}
+	if err := a.cfg.Trust.VerifyMsg(m); err != nil {
+		return err
 	}
-	if err == nil {
-		return true
+	p, ok := m.Event.Payload.(*events.Plan)
+	if !ok {
+		return nil // not understood: handlePlan says so
 	}
-	a.log.Error("plan refused: not from a trusted reconciler; not applied", "plan", ev.Seq, "settled", a.Settled(), "err", err)
-	a.publish(ctx, events.Stamp(&events.Settle{Module: "", Op: events.OpFailed, Plan: ev.Seq,
-		Error: "plan refused: not from a trusted reconciler: " + err.Error()}, time.Now()), store.WithMsgID(nuid.Next()))
-	return false
+	if p.Cause >= m.Event.Seq {
+		return fmt.Errorf("cause ahead: its cause %d is not below its own sequence %d", p.Cause, m.Event.Seq)
+	}
+	a.mu.Lock()
+	settled := a.settled
+	a.mu.Unlock()
+	if settled != nil && p.Cause <= settled.Cause {
+		return fmt.Errorf("replayed: its cause %d is not newer than the settled plan's (%d)", p.Cause, settled.Cause)
+	}
+	return nil
 }
 
-// follow reads the node's plans after sequence from with an ordered
-// consumer until ctx is done, handling each in order. A failed consumer
-// is recreated from the last plan handled, with backoff.
+// refusePlan logs a plan verifyPlan refused, with why, and reports it with
+// a failed settle naming it, which the reconciler journals. It is never
+// applied.
+func (a *Agent) refusePlan(ctx context.Context, m store.Msg, err error) {
+	a.log.Error("plan refused: not from a trusted reconciler; not applied", "plan", m.Event.Seq, "settled", a.Settled(), "err", err)
+	a.publish(ctx, events.Stamp(&events.Settle{Module: "", Op: events.OpFailed, Plan: m.Event.Seq,
+		Error: "plan refused: not from a trusted reconciler: " + err.Error()}, time.Now()), store.WithMsgID(nuid.Next()))
+}
+
+// follow applies the node's plans after sequence from until ctx is done
+// (store.FollowNode): each is verified as it arrives, and of plans
+// stored while the agent was busy (or away) only the newest accepted one
+// is applied. A skipped plan never settles, which the reconciler expects
+// of superseded plans. Every Resync, a plan whose apply failed is tried
+// again.
 func (a *Agent) follow(ctx context.Context, from uint64) {
 	tick := time.NewTicker(a.cfg.Resync)
 	defer tick.Stop()
-	b := newBackoff()
-	for ctx.Err() == nil {
-		last, err := a.followOnce(ctx, from, tick.C)
-		if last > from {
-			from = last
-			b.Reset()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		d := b.NextBackOff()
-		a.log.Warn("plan consumer failed; recreating it", "after", from, "in", d, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		}
-	}
-}
-
-// followOnce runs one ordered consumer from sequence from+1 and returns
-// the sequence of the last plan it handled and why it stopped.
-func (a *Agent) followOnce(ctx context.Context, from uint64, resync <-chan time.Time) (uint64, error) {
-	tail, err := store.Follow(ctx, a.js, store.TailConfig{Stream: a.cfg.Stream.Name,
-		Filter: a.subj.Stored(a.cfg.Name, events.KindPlan), Start: from + 1})
-	if err != nil {
-		return from, err
-	}
-	defer tail.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return from, ctx.Err()
-		case n := <-tail.C():
-			if n.Err != nil {
-				return from, n.Err
-			}
-			meta := n.Meta
-			from = meta.Sequence.Stream
-			if meta.NumPending > 0 || a.newerPlan(ctx, from) {
-				// A newer plan is already stored (the agent was away or
-				// slow): apply the newest only. A skipped plan never
-				// settles, which the reconciler expects of superseded
-				// plans.
-				a.log.Debug("plan superseded before it was applied; skipped", "plan", from)
-				continue
-			}
-			ev, err := a.subj.DecodeEvent(n.Msg.Subject(), n.Msg.Data(), meta.Sequence.Stream, meta.Timestamp)
-			if err != nil {
-				a.log.Error("not a plan subject; skipped", "subject", n.Msg.Subject(), "seq", meta.Sequence.Stream, "err", err)
-			} else if a.trusted(ctx, ev, n.Msg.Headers(), n.Msg.Data()) {
-				a.handlePlan(ctx, ev)
-			}
-		case <-resync:
+	store.FollowNode(ctx, a.js, store.NodeFollow{
+		Stream: a.cfg.Stream, Node: a.cfg.Name, Kind: events.KindPlan, After: from,
+		Verify:  a.verifyPlan,
+		Refused: a.refusePlan,
+		Handle:  func(ctx context.Context, m store.Msg) { a.handlePlan(ctx, m.Event) },
+		Latest:  true,
+		Tick:    tick.C,
+		OnTick: func(ctx context.Context) {
 			if a.failed != nil {
 				a.log.Info("retrying the failed plan", "plan", a.failed.Seq)
 				a.handlePlan(ctx, *a.failed)
 			}
-		}
-	}
-}
-
-// newerPlan reports whether the stream holds a plan of the node newer than
-// seq (a direct get of the last one). The metadata's pending count is not
-// enough: a plan is delivered as soon as it is stored, while the agent may
-// still be busy applying an older one when newer ones arrive.
-func (a *Agent) newerPlan(ctx context.Context, seq uint64) bool {
-	stream, err := a.js.Stream(ctx, a.cfg.Stream.Name)
-	if err != nil {
-		return false
-	}
-	m, err := store.LastMsg(ctx, stream, a.subj, a.cfg.Name, events.KindPlan)
-	return err == nil && m.Event.Seq > seq
+		},
+		Backoff: newBackoff(),
+		Log:     a.log,
+	})
 }
 
 // change is one module the apply of a plan changed.

@@ -30,7 +30,7 @@ func TestSettlesPublishedAfterSwitch(t *testing.T) {
 	var judged []events.FillReply
 	a.rec.before = func(p events.Payload) {
 		if s, ok := p.(*events.Settle); ok && s.Op == events.OpApply {
-			r := a.fill(context.Background(), mbg, creds, "prov", "", []byte(secret))
+			r := a.fill(context.Background(), events.FillRequest{Module: mbg, Path: creds, Writer: "prov"}, []byte(secret))
 			mu.Lock()
 			judged = append(judged, r)
 			mu.Unlock()

@@ -19,9 +19,15 @@
 // # Following plans
 //
 // On start [Agent.Run] reads the node's newest plan with a direct get and
-// then follows newer ones with an ordered consumer filtered to the node's
-// stored plan subject: no durable consumer per node. Plans are applied one
-// at a time, in stream order:
+// then follows newer ones with [store.FollowNode] (an ordered consumer
+// filtered to the node's stored plan subject: no durable consumer per
+// node), the loop the provisioner follows its knocks with. Each plan is
+// verified as it arrives (with [Config.Trust]: signed by a trusted key, a
+// cause below its own sequence, a cause newer than the settled plan's);
+// a refused plan is logged and reported with a failed settle naming it,
+// and never applied. Of plans stored while the agent was busy or away,
+// only the newest accepted one is applied. Plans are applied one at a
+// time, in stream order:
 //
 //  1. Each composed row whose build or account differs from what the
 //     runtime runs is applied ([Runtime.Apply]), in the plan's order. A
@@ -54,8 +60,9 @@
 // The agent serves mesh.<node>.fill as the endpoint "fill" of a NATS micro
 // service named "meshfold-node" (metadata node=<node>; `nats micro ls`
 // lists it). A request carries the headers Meshfold-Module,
-// Meshfold-Path and Meshfold-Writer and the content as its body; the reply
-// is events.FillReply as JSON. The write is judged with reconcile.Judge
+// Meshfold-Path and Meshfold-Writer (events.FillRequest, checked by its
+// Validate) and the content as its body; the reply is events.FillReply as
+// JSON. The write is judged with reconcile.Judge
 // against the settled plan (none settled: plan 0, no account). An accepted
 // write goes atomically under the root: a temporary file in the target's
 // directory, fsync, chown to the module's account (only when the agent runs

@@ -50,9 +50,8 @@ func (a *Agent) serve(ctx context.Context) (micro.Service, error) {
 
 // serveFill answers one fill request.
 func (a *Agent) serveFill(ctx context.Context, req micro.Request) {
-	h := req.Headers()
-	module, path, writer, request := h.Get(events.HeaderModule), h.Get(events.HeaderPath), h.Get(events.HeaderWriter), h.Get(events.HeaderRequest)
-	if err := checkFillRequest(module, path, writer, request); err != nil {
+	r := events.FillRequestOf(req.Headers())
+	if err := r.Validate(); err != nil {
 		a.log.Warn("bad fill request", "err", err)
 		reply := events.FillReply{Error: "bad fill request: " + err.Error()}
 		data, _ := json.Marshal(reply)
@@ -64,51 +63,22 @@ func (a *Agent) serveFill(ctx context.Context, req micro.Request) {
 	case <-ctx.Done():
 		return // the agent stops: no reply, the client retries elsewhere or later
 	}
-	reply := a.fill(ctx, module, path, writer, request, req.Data())
+	reply := a.fill(ctx, r, req.Data())
 	if err := req.RespondJSON(reply); err != nil {
-		a.log.Warn("fill reply not sent", "module", module, "path", path, "err", err)
+		a.log.Warn("fill reply not sent", "module", r.Module, "path", r.Path, "err", err)
 	}
-}
-
-// checkFillRequest checks the request's headers; the error names the
-// header.
-func checkFillRequest(module, path, writer, request string) error {
-	switch {
-	case module == "":
-		return &events.FieldError{Field: events.HeaderModule, Err: events.ErrMissing}
-	case !events.ValidName(module):
-		return &events.FieldError{Field: events.HeaderModule, Value: module, Err: events.ErrBadName}
-	case path == "":
-		return &events.FieldError{Field: events.HeaderPath, Err: events.ErrMissing}
-	case len(path) > events.MaxPath:
-		return &events.FieldError{Field: events.HeaderPath, Value: path, Err: &events.LimitError{Err: events.ErrTooLong, Got: len(path), Limit: events.MaxPath, Name: "MaxPath"}}
-	case events.HasControl(path):
-		return &events.FieldError{Field: events.HeaderPath, Value: path, Err: events.ErrControl}
-	case !events.ValidPath(path):
-		return &events.FieldError{Field: events.HeaderPath, Value: path, Err: events.ErrBadPath}
-	case writer == "":
-		return &events.FieldError{Field: events.HeaderWriter, Err: events.ErrMissing}
-	case len(writer) > events.MaxAccount:
-		return &events.FieldError{Field: events.HeaderWriter, Value: writer, Err: &events.LimitError{Err: events.ErrTooLong, Got: len(writer), Limit: events.MaxAccount, Name: "MaxAccount"}}
-	case events.HasControl(writer):
-		return &events.FieldError{Field: events.HeaderWriter, Value: writer, Err: events.ErrControl}
-	case len(request) > events.MaxAccount:
-		return &events.FieldError{Field: events.HeaderRequest, Value: request, Err: &events.LimitError{Err: events.ErrTooLong, Got: len(request), Limit: events.MaxAccount, Name: "MaxAccount"}}
-	case events.HasControl(request):
-		return &events.FieldError{Field: events.HeaderRequest, Value: request, Err: events.ErrControl}
-	}
-	return nil
 }
 
 // fill judges one write against the settled plan, writes it when
 // accepted, publishes filled or refusal and returns the reply. Judging and
 // writing happen under the judging lock, so a plan switch never falls
 // between them; the event is published after the lock is released, and
-// the reply is sent once it is stored. request is the client's
-// events.HeaderRequest ("" for none): a retry of the request that last
-// wrote the file, finding its content in place, is answered OK as that
-// write was, and appends no second filled.
-func (a *Agent) fill(ctx context.Context, module, path, writer, request string, content []byte) events.FillReply {
+// the reply is sent once it is stored. A retry of the request that last
+// wrote the file (the same events.HeaderRequest, not empty), finding its
+// content in place, is answered OK as that write was, and appends no
+// second filled.
+func (a *Agent) fill(ctx context.Context, req events.FillRequest, content []byte) events.FillReply {
+	module, path, writer, request := req.Module, req.Path, req.Writer, req.Request
 	a.mu.Lock()
 	if a.root == nil {
 		a.mu.Unlock()

@@ -17,8 +17,8 @@
 //
 // A fill is a NATS request on mesh.<node>.fill with the headers
 // Meshfold-Module, Meshfold-Path and Meshfold-Writer (the client's
-// Account) and the content as its body; the node replies
-// events.FillReply. Transport failures (no responders, a timeout, a node
+// Account; events.FillRequest) and the content as its body; the node
+// replies events.FillReply (events.DecodeFillReply). Transport failures (no responders, a timeout, a node
 // agent that is stopping) are retried with exponential, jittered backoff
 // capped at 10 s, for as long as the context allows. A refusal is not
 // retried: the node reports it, the reconciler owes it, and the knock that
@@ -28,11 +28,13 @@
 // # Knocks
 //
 // [Client.Run] notes the stream position of the node's newest knock,
-// fills everything, then follows the knocks after that position with an
-// ordered consumer (no durable consumer) and fills everything again on
+// fills everything, then follows the knocks after that position with
+// [store.FollowNode] (an ordered consumer, no durable consumer; the loop
+// the node agent follows its plans with) and fills everything again on
 // each. A knock missed while the client was down is covered by the fill
-// on start. Knocks that arrive while a fill runs are coalesced: only the
-// newest of a backlog triggers a fill.
+// on start. With [Config.Trust], a knock whose signature does not verify
+// is logged and ignored. Knocks that arrive while a fill runs are
+// coalesced: only the newest accepted knock of a backlog triggers a fill.
 //
 // # Resync
 //

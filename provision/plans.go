@@ -2,6 +2,7 @@ package provision
 
 import (
 	"context"
+	"errors"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
@@ -37,31 +38,28 @@ func declaredOf(seq uint64, p *events.Plan) declaredSet {
 // whose owed item was paid (the module removed, then declared again) and
 // that is reported again is dropped as a duplicate within JetStream's
 // window, and nothing is owed (issue 14; docs/architecture.md).
-func (c *Client) settledEvent(ctx context.Context, ev events.Event) bool {
+func (c *Client) settledEvent(ctx context.Context, ev events.Event) {
 	if st, ok := ev.Payload.(*events.Settle); ok && st.Op != events.OpFailed {
 		c.settled(ctx, st.Plan)
 	}
-	return ctx.Err() == nil
 }
 
 // settled fills what the node's newest plan declares beyond the files
 // last filled, when that plan is the one the node just settled (a newer
 // plan's own settle will come).
 func (c *Client) settled(ctx context.Context, plan uint64) {
-	stream, err := c.js.Stream(ctx, c.cfg.Stream.Name)
-	if err != nil {
+	m, err := c.newestPlan(ctx)
+	if err != nil && !errors.Is(err, store.ErrNoMessage) && m.Event.Err == nil {
 		c.log.Warn("settle seen, plan not read", "plan", plan, "err", err)
+	}
+	if err != nil || m.Event.Seq != plan {
 		return
 	}
-	m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Node, events.KindPlan)
-	if err != nil || m.Event.Err != nil || m.Event.Seq != plan {
-		return
-	}
-	if err := c.verify(events.KindPlan, m.Header, m.Data); err != nil {
+	if err := c.verify(m); err != nil {
 		c.log.Error("settled plan not from a trusted reconciler: not filled", "plan", plan, "err", err)
 		return
 	}
-	c.fillDeclared(ctx, m.Event.Seq, m.Event.Payload.(*events.Plan))
+	c.fillDeclared(ctx, plan, m.Event.Payload.(*events.Plan))
 }
 
 // fillDeclared fills what plan declares beyond the files last filled, and

@@ -2,7 +2,6 @@ package provision
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -209,16 +208,11 @@ func (c *Client) Run(ctx context.Context) error {
 		return nil
 	}
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		c.follow(ctx, events.KindSettle, settles, func(ev events.Event) bool { return c.settledEvent(ctx, ev) })
-	}()
-	go func() {
-		defer wg.Done()
-		c.resync(ctx)
-	}()
-	c.follow(ctx, events.KindKnock, from, func(ev events.Event) bool { return c.knocked(ctx, ev) })
+	wg.Go(func() {
+		c.follow(ctx, events.KindSettle, settles, nil, func(ctx context.Context, m store.Msg) { c.settledEvent(ctx, m.Event) })
+	})
+	wg.Go(func() { c.resync(ctx) })
+	c.follow(ctx, events.KindKnock, from, c.verify, func(ctx context.Context, m store.Msg) { c.knocked(ctx, m.Event) })
 	wg.Wait()
 	return nil
 }
@@ -260,91 +254,59 @@ func (c *Client) pass(ctx context.Context, knock uint64) bool {
 	return true
 }
 
-// follow reads the node's events of kind after sequence from until ctx
-// is done, with an ordered consumer recreated (with backoff) from the last
-// event handled when it fails, and calls handle with each event that no
-// newer one of its kind already follows: a backlog is coalesced into its
-// newest. handle returns false when ctx ended its work.
-func (c *Client) follow(ctx context.Context, kind events.Kind, from uint64, handle func(events.Event) bool) {
-	b := newBackoff()
-	for ctx.Err() == nil {
-		last, err := c.followOnce(ctx, kind, from, handle)
-		if last > from {
-			from = last
-			b.Reset()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		d := b.NextBackOff()
-		c.log.Warn(string(kind)+" consumer failed; recreating it", "after", from, "in", d, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		}
-	}
-}
-
-func (c *Client) followOnce(ctx context.Context, kind events.Kind, from uint64, handle func(events.Event) bool) (uint64, error) {
-	tail, err := store.Follow(ctx, c.js, store.TailConfig{Stream: c.cfg.Stream.Name,
-		Filter: c.subj.Stored(c.cfg.Node, kind), Start: from + 1})
-	if err != nil {
-		return from, err
-	}
-	defer tail.Stop()
-	var coalesced *events.Event // the last event skipped for a newer one
-	for {
-		m, meta, err := tail.Next(ctx)
-		if err != nil {
-			return from, err
-		}
-		from = meta.Sequence.Stream
-		ev, err := c.subj.DecodeEvent(m.Subject(), m.Data(), from, meta.Timestamp)
-		if err != nil {
-			continue
-		}
-		if kind == events.KindKnock {
-			if err := c.verify(kind, m.Headers(), m.Data()); err != nil {
-				c.log.Error("knock ignored: not from a trusted reconciler", "knock", from, "err", err)
-				if meta.NumPending == 0 && coalesced != nil {
-					// The trusted knock it coalesced is the newest.
-					if !handle(*coalesced) {
-						return from, ctx.Err()
-					}
-					coalesced = nil
-				}
-				continue
-			}
-		}
-		if meta.NumPending > 0 {
-			c.log.Info(string(kind)+" coalesced with a newer one", string(kind), from)
-			coalesced = &ev
-			continue
-		}
-		coalesced = nil
-		if !handle(ev) {
-			return from, ctx.Err()
-		}
-	}
+// follow handles the node's events of kind after sequence from until ctx
+// is done (store.FollowNode): each is checked by verify (nil: none) as it
+// arrives, a refused one is logged and ignored, and a backlog is
+// coalesced into its newest accepted event.
+func (c *Client) follow(ctx context.Context, kind events.Kind, from uint64, verify func(store.Msg) error, handle func(context.Context, store.Msg)) {
+	store.FollowNode(ctx, c.js, store.NodeFollow{
+		Stream: c.cfg.Stream, Node: c.cfg.Node, Kind: kind, After: from,
+		Verify: verify,
+		Refused: func(_ context.Context, m store.Msg, err error) {
+			c.log.Error(string(kind)+" ignored: not from a trusted reconciler", string(kind), m.Event.Seq, "err", err)
+		},
+		Handle:  handle,
+		Backoff: newBackoff(),
+		Log:     c.log,
+	})
 }
 
 // verify checks an effect's signature against the trusted reconciler
-// keys; nil when Config.Trust is nil.
-func (c *Client) verify(kind events.Kind, h nats.Header, data []byte) error {
+// keys (DESIGN.md §3, signatures); nil when Config.Trust is nil.
+func (c *Client) verify(m store.Msg) error {
 	if c.cfg.Trust == nil {
 		return nil
 	}
-	return c.cfg.Trust.Verify(c.cfg.Node, kind, h, data)
+	return c.cfg.Trust.VerifyMsg(m)
+}
+
+// newestPlan reads the node's newest plan, not verified yet.
+//
+// Errors: [store.ErrNoMessage] when the node has none; the read's; a plan
+// that cannot be decoded (or validated).
+func (c *Client) newestPlan(ctx context.Context) (store.Msg, error) {
+	stream, err := c.js.Stream(ctx, c.cfg.Stream.Name)
+	if err != nil {
+		return store.Msg{}, fmt.Errorf("stream %s: %w", c.cfg.Stream.Name, err)
+	}
+	m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Node, events.KindPlan)
+	if err != nil {
+		return m, fmt.Errorf("newest plan: %w", err)
+	}
+	if m.Event.Err != nil {
+		return m, fmt.Errorf("newest plan %d: %w", m.Event.Seq, m.Event.Err)
+	}
+	return m, nil
 }
 
 // knocked fills everything again for a knock.
-func (c *Client) knocked(ctx context.Context, ev events.Event) bool {
+func (c *Client) knocked(ctx context.Context, ev events.Event) {
 	log := c.log.With("knock", ev.Seq)
 	if k, ok := ev.Payload.(*events.Knock); ok {
 		log = log.With("cause", k.Cause, "reasons", k.Reasons, "owed", len(k.Owed))
 	}
 	log.Info("knocked: filling again")
-	return c.pass(ctx, ev.Seq)
+	c.pass(ctx, ev.Seq)
 }
 
 // FillOnce fills every file of every row of the node's newest plan, in
@@ -357,27 +319,20 @@ func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 	c.fillMu.Lock()
 	defer c.fillMu.Unlock()
 	var r Report
-	stream, err := c.js.Stream(ctx, c.cfg.Stream.Name)
-	if err != nil {
-		return r, fmt.Errorf("provisioner: stream %s: %w", c.cfg.Stream.Name, err)
-	}
-	m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Node, events.KindPlan)
+	m, err := c.newestPlan(ctx)
 	if errors.Is(err, store.ErrNoMessage) {
 		c.log.Info("no plan yet: nothing declared to fill")
 		return r, nil
 	}
 	if err != nil {
-		return r, fmt.Errorf("provisioner: newest plan: %w", err)
+		return r, fmt.Errorf("provisioner: %w", err)
 	}
-	if m.Event.Err != nil {
-		return r, fmt.Errorf("provisioner: newest plan %d: %w", m.Event.Seq, m.Event.Err)
+	seq, plan := m.Event.Seq, m.Event.Payload.(*events.Plan)
+	if err := c.verify(m); err != nil {
+		return r, fmt.Errorf("provisioner: newest plan %d: %w (the reconciler publishes its own again)", seq, err)
 	}
-	if err := c.verify(m.Event.Kind, m.Header, m.Data); err != nil {
-		return r, fmt.Errorf("provisioner: newest plan %d: %w (the reconciler publishes its own again)", m.Event.Seq, err)
-	}
-	r.Plan = m.Event.Seq
-	plan := m.Event.Payload.(*events.Plan)
-	c.declared = declaredOf(m.Event.Seq, plan)
+	r.Plan = seq
+	c.declared = declaredOf(seq, plan)
 	c.forgetUndeclared()
 	for _, row := range plan.Modules {
 		for _, f := range row.Files {
@@ -466,13 +421,9 @@ func (c *Client) request(ctx context.Context, log *slog.Logger, module, path str
 	// but whose reply was lost (a timeout) is then answered as filled, not
 	// as unchanged, since the write it finds in place is its own.
 	request := nuid.Next()
+	fr := events.FillRequest{Module: module, Path: path, Writer: c.cfg.Account, Request: request}
 	return store.Retry(ctx, log, "fill request", newBackoff(), func() (events.FillReply, error) {
-		msg := nats.NewMsg(c.subj.Fill(c.cfg.Node))
-		msg.Header.Set(events.HeaderModule, module)
-		msg.Header.Set(events.HeaderPath, path)
-		msg.Header.Set(events.HeaderWriter, c.cfg.Account)
-		msg.Header.Set(events.HeaderRequest, request)
-		msg.Data = content
+		msg := &nats.Msg{Subject: c.subj.Fill(c.cfg.Node), Header: fr.Header(), Data: content}
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 		resp, err := c.nc.RequestMsgWithContext(rctx, msg)
 		cancel()
@@ -485,8 +436,8 @@ func (c *Client) request(ctx context.Context, log *slog.Logger, module, path str
 			}
 			return events.FillReply{}, err // no responders, timeout, reconnecting: retry
 		}
-		var reply events.FillReply
-		if err := json.Unmarshal(resp.Data, &reply); err != nil {
+		reply, err := events.DecodeFillReply(resp.Data)
+		if err != nil {
 			return reply, backoff.Permanent(fmt.Errorf("unreadable reply: %w", err))
 		}
 		if code := resp.Header.Get(micro.ErrorCodeHeader); code != "" {

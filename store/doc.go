@@ -1,8 +1,10 @@
 // Package store is meshfold's JetStream client, what every role uses:
 // connections to a deployment, the event stream, publishing with message
-// ids and expectations, reading events (one newest event, a node's
-// history, and the one follow of a subject, [Tail]), the snapshot bucket,
-// and the signing of effect message ids.
+// ids and expectations, reading events decoded as [Msg] (one newest
+// event, a node's history, the one follow of a subject, [Tail], and
+// [FollowNode], the follow-and-verify loop of the node agent and the
+// provisioner), the snapshot bucket, and the signing and verifying of
+// effects.
 // The reconciler's loop that uses it is package engine.
 //
 // # Layout

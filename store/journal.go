@@ -19,9 +19,9 @@ import (
 // Errors: the consumer's errors, ctx's error.
 func JournalWarnings(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, since time.Time) (map[string]int, error) {
 	cfg = cfg.WithDefaults()
-	subj := cfg.Subjects()
 	counts := map[string]int{}
-	t, err := Follow(ctx, js, TailConfig{Stream: cfg.Name, Filter: "*." + cfg.Prefix + ".*." + string(events.KindJournal), StartTime: since})
+	t, err := Follow(ctx, js, TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(),
+		Filter: "*." + cfg.Prefix + ".*." + string(events.KindJournal), StartTime: since})
 	if err != nil {
 		return nil, fmt.Errorf("read journal: %w", err)
 	}
@@ -30,18 +30,14 @@ func JournalWarnings(ctx context.Context, js jetstream.JetStream, cfg StreamConf
 		return counts, nil
 	}
 	for {
-		m, meta, err := t.Next(ctx)
+		m, err := t.Next(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("read journal: %w", err)
 		}
-		if node, _, err := subj.Parse(m.Subject()); err == nil {
-			if p, err := events.Decode(events.KindJournal, m.Data()); err == nil {
-				if j := p.(*events.Journal); j.Level != events.LevelInfo {
-					counts[node]++
-				}
-			}
+		if j, ok := m.Event.Payload.(*events.Journal); ok && j.Level != events.LevelInfo {
+			counts[m.Event.Node]++
 		}
-		if meta.NumPending == 0 {
+		if m.Pending == 0 {
 			return counts, nil
 		}
 	}

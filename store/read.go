@@ -15,19 +15,34 @@ import (
 // ErrNoMessage: the stream holds no message on that subject.
 var ErrNoMessage = errors.New("store: no message")
 
-// Msg is one stored event with what the stream knows of it.
+// Msg is one stored event, decoded, with what the stream knows of it:
+// what [LastMsg], [ReadNode], [Tail.Next] and [FollowNode] return.
 type Msg struct {
-	// Event is the decoded event; Event.Err is set (and Payload nil) when
-	// the payload could not be decoded or validated.
+	// Event is the decoded event, with its stream sequence (Event.Seq)
+	// and time; Event.Err is set (and Payload nil) when the payload could
+	// not be decoded or validated.
 	Event events.Event
 	// MsgID is the message's Nats-Msg-Id header, empty when it had none.
 	MsgID string
 	// Subject is the stored subject, with the partition token first.
 	Subject string
+	// Signer is the key the message says signed it (its [HeaderSigner]),
+	// empty when unsigned. It proves nothing until [Trust.VerifyMsg]
+	// accepted the message.
+	Signer string
+	// Pending is, for a message read by a follow, how many messages
+	// matching its filter were stored after it when it was delivered; 0
+	// for a direct get.
+	Pending uint64
 	// Header and Data are the message's headers and payload as stored
-	// (for [Trust.Verify]).
+	// (for [Trust.VerifyMsg]).
 	Header nats.Header
 	Data   []byte
+}
+
+func newMsg(ev events.Event, subject string, h nats.Header, data []byte, pending uint64) Msg {
+	return Msg{Event: ev, MsgID: h.Get(jetstream.MsgIDHeader), Subject: subject, Signer: h.Get(HeaderSigner),
+		Pending: pending, Header: h, Data: data}
 }
 
 // StreamLastSeq returns the stream's last sequence now (0 for a stream
@@ -73,7 +88,7 @@ func LastMsg(ctx context.Context, stream jetstream.Stream, subj events.Subjects,
 	if err != nil {
 		return Msg{}, fmt.Errorf("message %d: %w", raw.Sequence, err)
 	}
-	return Msg{Event: ev, MsgID: raw.Header.Get(jetstream.MsgIDHeader), Subject: raw.Subject, Header: raw.Header, Data: raw.Data}, nil
+	return newMsg(ev, raw.Subject, raw.Header, raw.Data, 0), nil
 }
 
 // ReadNode calls fn for each of node's events in stream order, from
@@ -110,7 +125,7 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 	if from > end {
 		return nil
 	}
-	t, err := Follow(ctx, js, TailConfig{Stream: streamName, Filter: filter, Start: from})
+	t, err := Follow(ctx, js, TailConfig{Stream: streamName, Subjects: subj, Filter: filter, Start: from})
 	if err != nil {
 		return fmt.Errorf("read %s: %w", node, err)
 	}
@@ -119,22 +134,22 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 		return nil
 	}
 	for {
-		m, meta, err := t.Next(ctx)
+		m, err := t.Next(ctx)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", node, err)
 		}
+		seq := m.Event.Seq
 		// Past end: the end message was removed by a limit meanwhile.
-		if meta.Sequence.Stream > end {
+		if seq > end {
 			return nil
 		}
-		ev, err := subj.DecodeEvent(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp)
-		if err != nil {
-			return fmt.Errorf("read %s: message %d: %w", node, meta.Sequence.Stream, err)
+		if m.Event.Kind == "" {
+			return fmt.Errorf("read %s: message %d: %w", node, seq, m.Event.Err)
 		}
-		if err := fn(Msg{Event: ev, MsgID: m.Headers().Get(jetstream.MsgIDHeader), Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}); err != nil {
+		if err := fn(m); err != nil {
 			return err
 		}
-		if meta.Sequence.Stream == end || meta.NumPending == 0 {
+		if seq == end || m.Pending == 0 {
 			return nil
 		}
 	}

@@ -166,6 +166,14 @@ func (t *Trust) Verify(node string, kind events.Kind, h nats.Header, data []byte
 	return nil
 }
 
+// VerifyMsg is [Trust.Verify] of a stored message: the signature of
+// m's node and kind (as its subject names them), message id and payload.
+//
+// Errors: those of [Trust.Verify].
+func (t *Trust) VerifyMsg(m Msg) error {
+	return t.Verify(m.Event.Node, m.Event.Kind, m.Header, m.Data)
+}
+
 // ReadTrustFile reads a trust file: one public key a line; blank lines
 // and lines starting with # are ignored.
 //

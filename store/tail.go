@@ -7,12 +7,18 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
 )
 
 // TailConfig configures [Follow].
 type TailConfig struct {
 	// Stream is the stream's name.
 	Stream string
+	// Subjects decodes the subjects [Tail.Next] returns (its prefix and
+	// partition count: the stream's, StreamConfig.Subjects); the zero
+	// value is the default prefix and count.
+	Subjects events.Subjects
 	// Filter is the one stored subject (or wildcard) read, e.g.
 	// Subjects.Stored(node, kind); "" reads the whole stream. One filter:
 	// the server serves it from its subject index, while several filters
@@ -38,8 +44,10 @@ type TailConfig struct {
 	ResetAttempts int
 }
 
-// Tailed is one message of a [Tail], with its metadata, or the error that
-// ended the tail.
+// Tailed is one message of a [Tail] as read, with its metadata, or the
+// error that ended the tail: what [Tail.C] carries for a reader that
+// decodes only some messages (the reconciler's partitions). [Tail.Next]
+// returns it decoded.
 type Tailed struct {
 	Msg  jetstream.Msg
 	Meta *jetstream.MsgMetadata
@@ -56,6 +64,7 @@ type Tailed struct {
 type Tail struct {
 	js     jetstream.JetStream
 	stream string
+	subj   events.Subjects
 	cons   jetstream.Consumer
 	it     jetstream.MessagesContext
 	ch     chan Tailed
@@ -99,7 +108,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail,
 		DropOrdered(js, cfg.Stream, cons)
 		return nil, fmt.Errorf("ordered consumer on %s: %w", cfg.Stream, err)
 	}
-	t := &Tail{js: js, stream: cfg.Stream, cons: cons, it: it, ch: make(chan Tailed, tailBuffer), done: make(chan struct{})}
+	t := &Tail{js: js, stream: cfg.Stream, subj: cfg.Subjects, cons: cons, it: it, ch: make(chan Tailed, tailBuffer), done: make(chan struct{})}
 	t.wg.Add(1)
 	go t.pump()
 	return t, nil
@@ -136,20 +145,40 @@ func (t *Tail) pump() {
 	}
 }
 
-// C returns the channel of the tail's messages, for a select. After an
-// element with Err set nothing more arrives.
+// C returns the channel of the tail's messages as read, for a select
+// (decode each with [Tail.Decode]). After an element with Err set
+// nothing more arrives.
 func (t *Tail) C() <-chan Tailed { return t.ch }
 
-// Next returns the next message.
+// Next returns the next message, decoded ([Tail.Decode]).
 //
 // Errors: ctx's error; the read's error (the tail is then over).
-func (t *Tail) Next(ctx context.Context) (jetstream.Msg, *jetstream.MsgMetadata, error) {
+func (t *Tail) Next(ctx context.Context) (Msg, error) {
 	select {
 	case x := <-t.ch:
-		return x.Msg, x.Meta, x.Err
+		if x.Err != nil {
+			return Msg{}, x.Err
+		}
+		return t.Decode(x), nil
 	case <-ctx.Done():
-		return nil, nil, ctx.Err()
+		return Msg{}, ctx.Err()
 	}
+}
+
+// Decode returns x, a message of the tail (x.Err nil), decoded: its
+// event (with its stream sequence and time), subject, message id,
+// claimed signer, headers, payload and pending count. A subject that
+// names no node and kind gives an event with Kind empty and Err saying
+// why (matching events.ErrBadSubject or events.ErrUnknownKind); a payload
+// that cannot be decoded or validated, one with Err set and Payload nil
+// (DESIGN.md §3: the fold journals it).
+func (t *Tail) Decode(x Tailed) Msg {
+	seq := x.Meta.Sequence.Stream
+	ev, err := t.subj.DecodeEvent(x.Msg.Subject(), x.Msg.Data(), seq, x.Meta.Timestamp)
+	if err != nil {
+		ev = events.Event{Seq: seq, Time: x.Meta.Timestamp, Err: err}
+	}
+	return newMsg(ev, x.Msg.Subject(), x.Msg.Headers(), x.Msg.Data(), x.Meta.NumPending)
 }
 
 // Empty reports whether nothing matched the filter from the start when

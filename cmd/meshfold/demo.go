@@ -210,7 +210,7 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 		return err
 	}
 	m.pub = store.NewPublisher(m.js, m.cfg.Subjects())
-	if m.events, err = store.Follow(ctx, m.js, store.TailConfig{Stream: m.cfg.Name, Filter: m.cfg.Subjects().StoredNode(name)}); err != nil {
+	if m.events, err = store.Follow(ctx, m.js, store.TailConfig{Stream: m.cfg.Name, Subjects: m.cfg.Subjects(), Filter: m.cfg.Subjects().StoredNode(name)}); err != nil {
 		return err
 	}
 	defer m.events.Stop()
@@ -417,12 +417,11 @@ func (m *demoMesh) waitFor(ctx context.Context, what string, pred func(events.Ev
 	ctx, cancel := context.WithTimeout(ctx, demoStep)
 	defer cancel()
 	for {
-		msg, meta, err := m.events.Next(ctx)
+		msg, err := m.events.Next(ctx)
 		if err != nil {
 			return events.Event{}, fmt.Errorf("waiting for %s: %w", what, err)
 		}
-		ev, err := m.cfg.Subjects().DecodeEvent(msg.Subject(), msg.Data(), meta.Sequence.Stream, meta.Timestamp)
-		if err == nil && ev.Err == nil && pred(ev) {
+		if ev := msg.Event; ev.Err == nil && pred(ev) {
 			return ev, nil
 		}
 	}
