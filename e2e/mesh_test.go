@@ -318,37 +318,19 @@ func (m *mesh) approve(ctx context.Context, node, module, build string) (uint64,
 // until pred holds.
 func (m *mesh) waitEvent(ctx context.Context, node string, kind events.Kind, pred func(events.Event) bool) (events.Event, error) {
 	subj := m.cfg.Subjects()
-	cons, err := m.js.OrderedConsumer(ctx, m.cfg.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{subj.Stored(node, kind)},
-		InactiveThreshold: 30 * time.Second,
-	})
+	tail, err := store.Follow(ctx, m.js, store.TailConfig{Stream: m.cfg.Name, Subjects: subj, Filter: subj.Stored(node, kind)})
 	if err != nil {
 		return events.Event{}, err
 	}
-	defer func() {
-		if info := cons.CachedInfo(); info != nil {
-			_ = m.js.DeleteConsumer(context.Background(), m.cfg.Name, info.Name)
-		}
-	}()
-	it, err := cons.Messages()
-	if err != nil {
-		return events.Event{}, err
-	}
-	defer it.Stop()
+	defer tail.Stop()
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		msg, err := tail.Next(ctx)
 		if err != nil {
 			return events.Event{}, fmt.Errorf("waiting for a %s of %s: %w", kind, node, err)
 		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return events.Event{}, err
-		}
-		ev, err := subj.DecodeEvent(msg.Subject(), msg.Data(), meta.Sequence.Stream, meta.Timestamp)
-		if err != nil {
-			return events.Event{}, err
-		}
-		if ev.Err == nil && pred(ev) {
+		if ev := msg.Event; ev.Kind == "" {
+			return events.Event{}, ev.Err
+		} else if ev.Err == nil && pred(ev) {
 			return ev, nil
 		}
 	}

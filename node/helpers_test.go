@@ -200,31 +200,21 @@ func (e *env) waitEvent(t *testing.T, node string, kind events.Kind, pred func(s
 	t.Helper()
 	ctx := ctxT(t)
 	subj := e.cfg.Subjects()
-	cons, err := e.js.OrderedConsumer(ctx, e.cfg.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subj.Stored(node, kind)},
-	})
+	tail, err := store.Follow(ctx, e.js, store.TailConfig{Stream: e.cfg.Name, Subjects: subj, Filter: subj.Stored(node, kind)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.DropOrdered(e.js, e.cfg.Name, cons)
-	it, err := cons.Messages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Stop()
+	defer tail.Stop()
 	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
+		m, err := tail.Next(ctx)
 		if err != nil {
 			t.Fatalf("waiting for a %s of %s: %v", kind, node, err)
 		}
-		meta, _ := m.Metadata()
-		ev, err := subj.DecodeEvent(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp)
-		if err != nil {
-			t.Fatal(err)
+		if m.Event.Kind == "" {
+			t.Fatal(m.Event.Err)
 		}
-		msg := store.Msg{Event: ev, MsgID: m.Headers().Get(jetstream.MsgIDHeader), Subject: m.Subject()}
-		if ev.Err == nil && pred(msg) {
-			return msg
+		if m.Event.Err == nil && pred(m) {
+			return m
 		}
 	}
 }

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/store"
@@ -56,7 +54,13 @@ func TestNodeRunsBundleAndLogs(t *testing.T) {
 	plan := func(rows ...events.PlanModule) uint64 {
 		t.Helper()
 		n++
-		p := events.Stamp(&events.Plan{Cause: uint64(n), Want: 1, Modules: rows}, time.Now())
+		// The want the plan composes, before it: a plan's cause is below
+		// its own sequence, or the agent refuses it.
+		w, err := pub.Append(testCtx(t), "ace", events.Stamp(&events.Want{Modules: []events.WantModule{}}, time.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := events.Stamp(&events.Plan{Cause: w.Seq, Want: w.Seq, Modules: rows}, time.Now())
 		ack, err := pub.Append(testCtx(t), "ace", p, store.WithMsgID("ace.plan."+strconv.Itoa(n)+".0"), store.WithSigner(signer))
 		if err != nil {
 			t.Fatal(err)
@@ -171,24 +175,17 @@ func waitKind(t *testing.T, m *mesh, kind events.Kind, pred func(events.Event) b
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	subj := m.cfg.Subjects()
-	cons, err := m.js.OrderedConsumer(ctx, m.cfg.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subj.Stored("ace", kind)}})
+	tail, err := store.Follow(ctx, m.js, store.TailConfig{Stream: m.cfg.Name, Subjects: subj, Filter: subj.Stored("ace", kind)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	it, err := cons.Messages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Stop()
+	defer tail.Stop()
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		msg, err := tail.Next(ctx)
 		if err != nil {
 			t.Fatalf("waiting for a %s: %v", kind, err)
 		}
-		meta, _ := msg.Metadata()
-		ev, err := subj.DecodeEvent(msg.Subject(), msg.Data(), meta.Sequence.Stream, meta.Timestamp)
-		if err == nil && ev.Err == nil && pred(ev) {
+		if ev := msg.Event; ev.Kind != "" && ev.Err == nil && pred(ev) {
 			return
 		}
 	}

@@ -211,10 +211,16 @@ func TestNodeAndProvisionVerbs(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub := store.NewPublisher(c.js, c.cfg.Subjects())
-	plan := events.Stamp(&events.Plan{Cause: 1, Want: 1, ProvisionerAccount: "prov", Modules: []events.PlanModule{
+	// The want the plan composes, before it: a plan's cause is below its
+	// own sequence, or the agent refuses it.
+	w, err := pub.Append(context.Background(), "ace", events.Stamp(&events.Want{Modules: []events.WantModule{}}, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := events.Stamp(&events.Plan{Cause: w.Seq, Want: w.Seq, ProvisionerAccount: "prov", Modules: []events.PlanModule{
 		{Name: "mesh-build-go", Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: "/run/mesh-build-go/broker.creds", Mode: "0600"}}}}}, time.Now())
 	signer, trust := testSigner(t)
-	if _, err := pub.Append(context.Background(), "ace", plan, store.WithMsgID("ace.plan.1.0"), store.WithSigner(signer)); err != nil {
+	if _, err := pub.Append(context.Background(), "ace", plan, store.WithMsgID(fmt.Sprintf("ace.plan.%d.0", w.Seq)), store.WithSigner(signer)); err != nil {
 		t.Fatal(err)
 	}
 
