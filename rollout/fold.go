@@ -544,8 +544,9 @@ func pausedText(r *Rollout) string {
 
 // revert gives every target the rollout changed its previous want back,
 // at once (no budget: the previous want is the known one), as the
-// rollout's own recorded steps. A target in conflict is never
-// overwritten.
+// rollout's own recorded steps. A target in conflict, or whose want was
+// changed by hand after it failed, is never overwritten; a target is
+// given its previous want back once per rollout.
 func (f *folder) revert(m *Mark) {
 	r := f.r
 	r.Phase, r.Revert = Reverting, m
@@ -554,6 +555,14 @@ func (f *folder) revert(m *Mark) {
 		n := r.Nodes[name]
 		switch {
 		case n.Status == Conflict || n.Status == Pending:
+		case n.Back != nil:
+			// Given back once already (a revert after an abort that
+			// stopped a revert): one revert step per target and rollout.
+		case n.Published > 0 && n.NewestWant > n.Published:
+			// Changed by hand after it failed: never overwritten.
+			n.Back = &Back{Status: RevertRefused, Why: fmt.Sprintf("its want was changed by hand at #%d after the rollout's #%d: not overwritten", n.NewestWant, n.Published)}
+			f.update(n)
+			f.record(0, n.Name, "revert-"+string(RevertRefused), events.LevelError, "target %s: %s", n.Name, n.Back.Why)
 		case n.Published > 0:
 			f.giveBack(n)
 		case n.Status == Publishing:

@@ -216,3 +216,39 @@ func TestHaltedPublishesNoForwardWant(t *testing.T) {
 		}
 	})
 }
+
+// TestNeverOverwritten: a target in conflict (its want changed by hand)
+// is never given a want again, not even its previous one back; every
+// want is published against the newest want the rollout knew of its
+// node; no target is given its previous want twice.
+func TestNeverOverwritten(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		h := history(t)
+		s := rollout.NewState("web")
+		back := map[string]bool{}
+		for _, in := range h.stream {
+			before := s.Clone()
+			for _, e := range s.Fold(in) {
+				w := e.Want
+				if w == nil || before.Rollout == nil || in.Kind == rollout.KindStart {
+					continue
+				}
+				n := before.Rollout.Nodes[w.Node]
+				if n.Status == rollout.Conflict {
+					t.Fatalf("#%d: %s in conflict given a %s want", in.Seq, w.Node, w.Step)
+				}
+				if w.Step == rollout.StepRevert {
+					if back[e.ID()] {
+						t.Fatalf("#%d: %s given its previous want twice", in.Seq, w.Node)
+					}
+					back[e.ID()] = true
+					if w.Expect != s.Rollout.Nodes[w.Node].Published || w.Expect < n.NewestWant {
+						t.Fatalf("#%d: revert of %s expects #%d; the rollout's want is #%d, the newest known #%d", in.Seq, w.Node, w.Expect, n.Published, n.NewestWant)
+					}
+				} else if w.Expect != n.Prev || n.NewestWant != n.Prev {
+					t.Fatalf("#%d: %s's want expects #%d; diffed against #%d, newest known #%d", in.Seq, w.Node, w.Expect, n.Prev, n.NewestWant)
+				}
+			}
+		}
+	})
+}
