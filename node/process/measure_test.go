@@ -1,6 +1,9 @@
 package process
 
 import (
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -97,4 +100,121 @@ func vmRSS(t *testing.T, pid int) int {
 		}
 	}
 	return 0
+}
+
+// smapsRollup returns a process's Rss and Pss in kB (/proc/PID/smaps_rollup).
+func smapsRollup(t *testing.T, pid int) (rss, pss int) {
+	t.Helper()
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "Rss:":
+			rss, _ = strconv.Atoi(f[1])
+		case "Pss:":
+			pss, _ = strconv.Atoi(f[1])
+		}
+	}
+	return rss, pss
+}
+
+// TestMeasureTree prints issue 22's figures: removal → last process of a
+// daemonizing module gone, check start → healthy for each kind, and the
+// shims' RSS and PSS with checks running. MESHFOLD_MEASURE_SHIM names a
+// meshfold binary to run as the shim (`meshfold shim DIR`), as in
+// production; by default the shim is this test binary.
+func TestMeasureTree(t *testing.T) {
+	if os.Getenv("MESHFOLD_MEASURE") != "1" {
+		t.Skip("set MESHFOLD_MEASURE=1 to measure")
+	}
+	e := newEnv(t, Backoff{Initial: time.Hour, Max: time.Hour})
+	if bin := os.Getenv("MESHFOLD_MEASURE_SHIM"); bin != "" {
+		e.cfg.Shim, e.cfg.ShimEnv = []string{bin, "shim"}, nil
+	}
+	mark := filepath.Join(t.TempDir(), "marks")
+	openUp(t, filepath.Dir(mark))
+	e.script("sha256:d", `( setsid `+handler(mark, "daemon")+` & ) ; exec sleep 3600`, bundle.Manifest{StopTimeout: "5s"})
+	r := e.open()
+	var removal []time.Duration
+	for i := range 10 {
+		_ = os.Remove(mark)
+		if err := r.Apply(ctx(t), events.PlanModule{Name: "d", Build: "sha256:d", RunsAs: self}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the daemon up", func() bool { return slices.Contains(marks(t, mark), "daemon-up") })
+		began := time.Now()
+		if err := r.Remove(ctx(t), "d"); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "no process left", func() bool { return len(moduleProcs(t, e.cfg.Root, "d")) == 0 })
+		removal = append(removal, time.Since(began))
+		_ = i
+	}
+	slices.Sort(removal)
+	t.Logf("removal → last process of a daemonizing module gone (its TERM handler takes 200 ms), 10 rounds: min %s, median %s, max %s",
+		removal[0].Round(time.Millisecond), removal[5].Round(time.Millisecond), removal[9].Round(time.Millisecond))
+
+	// Each kind of check against a target ready from the start.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	exe, _ := os.Executable()
+	base := filepath.Join(t.TempDir(), "sd")
+	openUp(t, filepath.Dir(base))
+	if err := os.WriteFile(base+".ready", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checks := map[string]*bundle.Health{
+		"exec":   {Exec: []string{"/bin/true"}, Interval: "1s"},
+		"http":   {HTTP: srv.URL, Interval: "1s"},
+		"tcp":    {TCP: l.Addr().String(), Interval: "1s"},
+		"notify": {Notify: true, Interval: "1s"},
+	}
+	dir := filepath.Join(filepath.Dir(e.cfg.Root), "bundles", "n")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"exec", "http", "tcp", "notify"} {
+		var took []time.Duration
+		for i := range 5 {
+			name := kind + strconv.Itoa(i)
+			if kind == "notify" {
+				e.fetch.bundles["sha256:"+name] = fakeBundle{dir: dir, m: bundle.Manifest{Command: []string{exe},
+					Env: map[string]string{notifyDaemonEnv: base}, Health: checks[kind]}}
+			} else {
+				e.script("sha256:"+name, sleeper, bundle.Manifest{Health: checks[kind]})
+			}
+			began := time.Now()
+			if err := r.Apply(ctx(t), events.PlanModule{Name: name, Build: "sha256:" + name, RunsAs: self}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, r, name+" healthy", func() bool { return status(t, r, name).Health == events.Healthy })
+			took = append(took, time.Since(began))
+		}
+		slices.Sort(took)
+		t.Logf("%s check: apply → healthy (the target ready at once), 5 modules: min %s, median %s, max %s", kind,
+			took[0].Round(time.Millisecond), took[2].Round(time.Millisecond), took[4].Round(time.Millisecond))
+	}
+	// The shims with their checks running (every second), a few rounds in.
+	time.Sleep(3 * time.Second) // measuring: let each shim run several checks
+	for _, kind := range []string{"exec", "http", "tcp", "notify"} {
+		var rs, ps []int
+		for i := range 5 {
+			rss, pss := smapsRollup(t, status(t, r, kind+strconv.Itoa(i)).ShimPID)
+			rs, ps = append(rs, rss), append(ps, pss)
+		}
+		slices.Sort(rs)
+		slices.Sort(ps)
+		t.Logf("shim with a %s check: RSS %d–%d kB, PSS %d–%d kB (5 shims, 21 on the host)", kind, rs[0], rs[4], ps[0], ps[4])
+	}
 }
