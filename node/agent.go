@@ -54,9 +54,11 @@ type Config struct {
 	// stream's). Zero fields take their defaults.
 	Stream store.StreamConfig
 	// Trust are the reconciler public keys whose plans the agent applies
-	// (store.Trust.Verify); a plan signed by no trusted key is refused.
-	// Nil trusts every plan unsigned: only for tests and embedders that
-	// verify elsewhere (the meshfold command always sets it).
+	// (store.Trust.VerifyMsg); a plan signed by no trusted key is refused,
+	// as is one whose cause is not below its own sequence or not newer
+	// than the settled plan's (verifyPlan). Nil trusts every plan
+	// unsigned: only for tests and embedders that verify elsewhere (the
+	// meshfold command always sets it).
 	Trust *store.Trust
 	// Faults are test hooks; nil hooks do nothing.
 	Faults Faults

@@ -406,8 +406,9 @@ var errBadRequest = errors.New("the node rejected the request")
 // refusal is not remembered for the next settle). Transport failures (no
 // node agent answering yet, a timeout) are retried until ctx is done.
 //
-// Errors: ctx's error; content above the server's max payload; a reply
-// that cannot be read or says the request was malformed.
+// Errors: ctx's error; content above the server's max payload; a request
+// that fails events.FillRequest.Validate (matching events.ErrInvalid; not
+// sent); a reply that cannot be read or says the request was malformed.
 func (c *Client) Request(ctx context.Context, module, path string, content []byte) (events.FillReply, error) {
 	return c.request(ctx, c.log.With("module", module, "path", path), module, path, content)
 }
@@ -422,6 +423,9 @@ func (c *Client) request(ctx context.Context, log *slog.Logger, module, path str
 	// as unchanged, since the write it finds in place is its own.
 	request := nuid.Next()
 	fr := events.FillRequest{Module: module, Path: path, Writer: c.cfg.Account, Request: request}
+	if err := fr.Validate(); err != nil {
+		return events.FillReply{}, fmt.Errorf("bad fill request, not sent: %w", err) // the node would refuse it too
+	}
 	return store.Retry(ctx, log, "fill request", newBackoff(), func() (events.FillReply, error) {
 		msg := &nats.Msg{Subject: c.subj.Fill(c.cfg.Node), Header: fr.Header(), Data: content}
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)

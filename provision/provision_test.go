@@ -584,3 +584,22 @@ func TestOnlySignedKnocksAndPlans(t *testing.T) {
 		t.Error("the unsigned knocks were not logged as ignored")
 	}
 }
+
+// A request that events.FillRequest.Validate refuses is not sent: no
+// node agent runs here, so a sent one would wait out its retries.
+func TestBadRequestNotSent(t *testing.T) {
+	e := newEnv(t)
+	c := e.client(t, t.TempDir(), nil)
+	for _, tc := range []struct{ module, path, header string }{
+		{mbg, "run/relative", events.HeaderPath},
+		{"Mesh!", creds, events.HeaderModule},
+	} {
+		_, err := c.Request(ctxT(t), tc.module, tc.path, []byte(secret))
+		if !errors.Is(err, events.ErrInvalid) || !strings.Contains(err.Error(), tc.header) {
+			t.Errorf("Request(%s, %s) = %v, want a validation error naming %s", tc.module, tc.path, err, tc.header)
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Error("the error holds the content")
+		}
+	}
+}
