@@ -10,8 +10,9 @@
 //     nodes are unavailable; one already unavailable spends nothing more);
 //   - what makes a node unavailable (a target being changed, its agent
 //     down, a module unhealthy or failed): Node.unavailable;
-//   - done, failed, waiting-approval, unreached: judge (done once the plan
-//     of its new want settled and every module ran at its build, healthy,
+//   - done, failed, waiting-approval, unreached: judge, on each event of
+//     the target's node and, for every target in progress, on each tick
+//     (done once the plan of its new want settled and every module ran at its build, healthy,
 //     for min_healthy without a break; a module without a check counts
 //     while it runs; failed on an apply failure, a crash loop
 //     ([CrashLoopRestarts]) or past healthy_deadline; a target whose
@@ -29,7 +30,7 @@
 // [Input] carries one event with its stream sequence and stream time. The
 // rollout's own events ([Start] and its [Nodes] pages, [Operator] verbs,
 // the controller's [Published], [Refused] and [Tick], and the fold's own
-// [Record]s read back) are decoded by [Decode] (see [FromRolloutEvent]);
+// [Record] events read back) are decoded by [Decode] (see [FromRolloutEvent]);
 // a node's want, plan, settle and have by package events, then
 // [FromNodeEvent]. Its agent's down and up moments are Input{Kind:
 // KindDown or KindUp}. The fold reads no clock: time is the stream time of
@@ -56,7 +57,9 @@
 //     that sequence); then its outcome is appended on the rollout's
 //     subject, under [OutcomeID]: [Published] with the want's sequence, or
 //     [Refused] with the subject's last sequence when the server refused
-//     it. A [Record] is appended under its [Effect.ID].
+//     it (JetStream's atomic batch publish, where the server has it,
+//     closes the window between the two). A [Record] is appended under
+//     its [Effect.ID].
 //  3. After a restart, fold without carrying out effects until the end of
 //     the stream as it was, then publish [State.Pending]: the wants
 //     decided and not recorded. Before publishing one, read the node's
