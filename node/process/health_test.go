@@ -225,3 +225,33 @@ func TestNotifyReadyAndWatchdog(t *testing.T) {
 		t.Errorf("health went %v, want %v", w.seen, want)
 	}
 }
+
+// A daemon that says READY=1 the moment it starts, before its run's
+// checker is under way, is healthy: what a run says is never dropped as
+// the previous run's.
+func TestNotifyReadyAtOnce(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(t.TempDir(), "daemon")
+	openUp(t, filepath.Dir(base))
+	if err := os.WriteFile(base+".ready", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(filepath.Dir(e.cfg.Root), "bundles", "n")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.fetch.bundles["sha256:n"] = fakeBundle{dir: dir, m: bundle.Manifest{Command: []string{exe},
+		Env: map[string]string{notifyDaemonEnv: base}, Health: &bundle.Health{Notify: true, Grace: "1h"}}}
+	r := e.open()
+	for i := range 3 {
+		name := "sd" + strconv.Itoa(i)
+		if err := r.Apply(ctx(t), events.PlanModule{Name: name, Build: "sha256:n", RunsAs: self}); err != nil {
+			t.Fatal(err)
+		}
+		(&healthSeen{t: t, r: r, name: name}).until(events.Healthy)
+	}
+}

@@ -205,9 +205,14 @@ func TestMeasureTree(t *testing.T) {
 		t.Logf("%s check: apply → healthy (the target ready at once), 5 modules: min %s, median %s, max %s", kind,
 			took[0].Round(time.Millisecond), took[2].Round(time.Millisecond), took[4].Round(time.Millisecond))
 	}
+	for i := range 5 { // shims without a check, to compare
+		if err := r.Apply(ctx(t), events.PlanModule{Name: "none" + strconv.Itoa(i), Build: "sha256:d", RunsAs: self}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// The shims with their checks running (every second), a few rounds in.
 	time.Sleep(3 * time.Second) // measuring: let each shim run several checks
-	for _, kind := range []string{"exec", "http", "tcp", "notify"} {
+	for _, kind := range []string{"none", "exec", "http", "tcp", "notify"} {
 		var rs, ps []int
 		for i := range 5 {
 			rss, pss := smapsRollup(t, status(t, r, kind+strconv.Itoa(i)).ShimPID)
@@ -215,6 +220,6 @@ func TestMeasureTree(t *testing.T) {
 		}
 		slices.Sort(rs)
 		slices.Sort(ps)
-		t.Logf("shim with a %s check: RSS %d–%d kB, PSS %d–%d kB (5 shims, 21 on the host)", kind, rs[0], rs[4], ps[0], ps[4])
+		t.Logf("shim with a %s check: RSS %d–%d kB, PSS %d–%d kB (5 shims, 25 on the host)", kind, rs[0], rs[4], ps[0], ps[4])
 	}
 }

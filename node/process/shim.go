@@ -333,6 +333,7 @@ func (s *shim) supervise(ready *os.File) {
 		s.mu.Lock()
 		seen := s.wakes
 		s.mu.Unlock()
+		s.forget()
 		began := time.Now()
 		p, err := s.start()
 		if err != nil {
@@ -392,19 +393,25 @@ func (s *shim) supervise(ready *os.File) {
 	}
 }
 
+// forget drops what the previous run said to the checker (its notify
+// messages, its sickness), before the next run starts: the new run's
+// first words may come before its checker does.
+func (s *shim) forget() {
+	for {
+		select {
+		case <-s.notes:
+		case <-s.sick:
+		default:
+			return
+		}
+	}
+}
+
 // startCheck starts the check of run p, if the module has one; the
 // returned func ends it and waits until it has ended.
 func (s *shim) startCheck(p *proc) (end func()) {
 	if s.spec.Health == nil {
 		return func() {}
-	}
-	for drained := false; !drained; { // what the previous run said
-		select {
-		case <-s.notes:
-		case <-s.sick:
-		default:
-			drained = true
-		}
 	}
 	ctx, cancel := context.WithCancel(s.stop)
 	done := make(chan struct{})

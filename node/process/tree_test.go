@@ -352,3 +352,63 @@ func TestNoCgroupFallbackStopsDaemon(t *testing.T) {
 		t.Errorf("the daemon's marks %v", got)
 	}
 }
+
+// The manifest's cpu and pids limits are the module's cgroup's (v1: CFS
+// quota per 100 ms period, pids.max; v2: cpu.max, pids.max).
+func TestLimitsApplied(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("cgroups need root")
+	}
+	if err := probeCgroups(DefaultCgroupParent); err != nil {
+		t.Skipf("no cgroup can be made here: %v", err)
+	}
+	e := newEnv(t, Backoff{})
+	e.script("sha256:a", sleeper, bundle.Manifest{Limits: &bundle.Limits{Memory: 64 << 20, CPU: 0.5, Pids: 64}})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "lim", Build: "sha256:a", RunsAs: self}); err != nil {
+		t.Fatal(err)
+	}
+	pid := status(t, r, "lim").PID
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(path string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	want := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if !strings.Contains(parts[2], "/"+DefaultCgroupParent+"/lim-") {
+			continue
+		}
+		switch parts[1] {
+		case "cpu", "cpu,cpuacct":
+			want["/sys/fs/cgroup/"+parts[1]+parts[2]+"/cpu.cfs_quota_us"] = "50000"
+		case "pids":
+			want["/sys/fs/cgroup/pids"+parts[2]+"/pids.max"] = "64"
+		case "memory":
+			want["/sys/fs/cgroup/memory"+parts[2]+"/memory.limit_in_bytes"] = strconv.Itoa(64 << 20)
+		case "":
+			want["/sys/fs/cgroup"+parts[2]+"/cpu.max"] = "50000 100000"
+			want["/sys/fs/cgroup"+parts[2]+"/pids.max"] = "64"
+			want["/sys/fs/cgroup"+parts[2]+"/memory.max"] = strconv.Itoa(64 << 20)
+		}
+	}
+	if len(want) == 0 {
+		t.Fatalf("the module is in no cgroup of its own:\n%s", data)
+	}
+	for path, v := range want {
+		if got := read(path); got != v {
+			t.Errorf("%s = %s, want %s", path, got, v)
+		}
+	}
+}
