@@ -118,7 +118,7 @@ func (f *folder) start(p *Start) {
 		f.record(old.ID, "", string(Superseded), events.LevelWarn, "rollout %d superseded by rollout %d (by %s)", old.ID, f.in.Seq, events.Text(p.By))
 	}
 	r := &Rollout{ID: f.in.Seq, Time: f.s.Now, By: p.By, Reason: p.Reason, Params: p.Params,
-		Wants: p.Wants, Pages: p.Pages, Phase: Loading, Nodes: make(map[string]*Node, len(p.Nodes))}
+		Wants: cloneWants(p.Wants), Pages: p.Pages, Phase: Loading, Nodes: make(map[string]*Node, len(p.Nodes))}
 	f.s.Rollout, f.r = r, r
 	f.addNodes(p.Nodes)
 	r.Loaded = 1
@@ -993,4 +993,17 @@ func remove(list []string, name string) []string {
 		return slices.Delete(list, i, i+1)
 	}
 	return list
+}
+
+// cloneWants copies the start's wants: the state keeps them, apart from
+// the decoded payload.
+func cloneWants(ws [][]events.WantModule) [][]events.WantModule {
+	out := make([][]events.WantModule, len(ws))
+	for i, w := range ws {
+		out[i] = slices.Clone(w)
+		for j := range out[i] {
+			out[i][j].Files = slices.Clone(out[i][j].Files)
+		}
+	}
+	return out
 }

@@ -37,16 +37,20 @@ func history(t *rapid.T) *harness {
 		HealthyDeadline: rollout.Duration(time.Duration(rapid.IntRange(30, 300).Draw(t, "healthy_deadline")) * time.Second),
 		AutoRevert:      rapid.Bool().Draw(t, "auto_revert"),
 	}
-	for _, name := range names {
-		n := rollout.NodeAtStart{Node: name, Want: rapid.IntRange(0, 2).Draw(t, "want "+name), Prev: h.newest[name]}
-		n.Down = rapid.IntRange(0, 9).Draw(t, "down "+name) == 0
-		p.Nodes = append(p.Nodes, n)
+	begin := func() {
+		sp := *p // each start its own: the stream keeps the payload
+		for _, name := range names {
+			n := rollout.NodeAtStart{Node: name, Want: rapid.IntRange(0, 2).Draw(t, "want "+name), Prev: h.newest[name]}
+			n.Down = rapid.IntRange(0, 9).Draw(t, "down "+name) == 0
+			sp.Nodes = append(sp.Nodes, n)
+		}
+		h.append(t, rollout.Input{Kind: rollout.KindStart, Payload: rollout.Stamp(&sp, h.now)})
 	}
-	h.append(t, rollout.Input{Kind: rollout.KindStart, Payload: rollout.Stamp(p, h.now)})
+	begin()
 	steps := rapid.IntRange(1, 80).Draw(t, "steps")
 	for range steps {
 		node := rapid.SampledFrom(names).Draw(t, "node")
-		switch rapid.IntRange(0, 15).Draw(t, "action") {
+		switch rapid.IntRange(0, 16).Draw(t, "action") {
 		case 0, 1, 2:
 			h.plan(t, node, rapid.SampledFrom([]string{"", "", "db"}).Draw(t, "held"))
 		case 3, 4:
@@ -87,6 +91,12 @@ func history(t *rapid.T) *harness {
 		case 14, 15:
 			h.plan(t, node, "")
 			h.node(t, node, rollout.KindSettle, &events.Settle{Op: events.OpApply, Plan: h.plans[node]})
+		case 16:
+			// Now and then a new apply, which supersedes an active
+			// rollout.
+			if rapid.IntRange(0, 4).Draw(t, "again") == 0 {
+				begin()
+			}
 		}
 	}
 	return h
@@ -192,7 +202,7 @@ func TestBudget(t *testing.T) {
 }
 
 // TestHaltedPublishesNoForwardWant: once a rollout halted (or ended), no
-// fold gives any target its new want.
+// fold gives any target its new want, until a new start.
 func TestHaltedPublishesNoForwardWant(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		h := history(t)
@@ -200,6 +210,9 @@ func TestHaltedPublishesNoForwardWant(t *testing.T) {
 		stopped := rollout.Phase("")
 		for _, in := range h.stream {
 			effs := s.Fold(in)
+			if in.Kind == rollout.KindStart {
+				stopped = ""
+			}
 			if stopped != "" {
 				for _, e := range effs {
 					if e.Want != nil && e.Want.Step == rollout.StepForward {
