@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/console"
-	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
@@ -85,20 +85,20 @@ func (f *fake) Live(_ context.Context, node string) (reconcile.View, reconcile.C
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.noLive {
-		return reconcile.View{}, reconcile.Composition{}, engine.ErrNoReconciler
+		return reconcile.View{}, reconcile.Composition{}, query.ErrNoReconciler
 	}
 	st := f.s.State(node)
 	return st.View(), reconcile.CompositionOf(st), nil
 }
 
-func (f *fake) History(_ context.Context, node string, end *audit.Bound) (*audit.History, error) {
+func (f *fake) History(_ context.Context, node string, b query.Bounds) (*audit.History, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h, err := audit.NewHistory(node, f.s.Node(node))
-	if err != nil || end == nil {
+	if err != nil || b.Until == nil {
 		return h, err
 	}
-	n, _ := h.Until(*end)
+	n, _ := h.Until(*b.Until)
 	return audit.NewHistory(node, h.Events[:n])
 }
 
@@ -338,7 +338,7 @@ func TestNodePage(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("GET /node/ace: %d %s", code, body)
 	}
-	h, _ := f.History(context.Background(), "ace", nil)
+	h, _ := f.History(context.Background(), "ace", query.Bounds{})
 	if n := strings.Count(body, `class="ev ev-`); n != len(h.Events) {
 		t.Errorf("%d marks, want one per event (%d)", n, len(h.Events))
 	}
@@ -478,7 +478,7 @@ func TestNodeEvents(t *testing.T) {
 	healthy(f, "ace")
 	fx := start(t, f)
 	_, page := fx.get(t, "/node/ace")
-	h, _ := f.History(context.Background(), "ace", nil)
+	h, _ := f.History(context.Background(), "ace", query.Bounds{})
 	last := h.Events[len(h.Events)-1].Seq
 	src := fmt.Sprintf("/node/ace/events?after=%d", last)
 	if !strings.Contains(page, `data-src="`+strings.ReplaceAll(src, "&", "&amp;")+`"`) {

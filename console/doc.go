@@ -16,9 +16,10 @@
 // server-sent events, swapped in by a dozen lines of JavaScript; no other
 // script, no build step.
 //
-// It reads through a [Source]; [NATSSource] reads the stream, the
-// snapshot bucket and the reconciler's state service, and needs no more
-// than the operator-read role of store/auth. Every route is a GET: the
+// It reads through a [Source]: a *query.Reader, the read side every
+// reader of a deployment uses, reads the stream, the snapshot bucket and
+// the reconciler's state service, and needs no more than the
+// operator-read role of store/auth. Every route is a GET: the
 // console publishes nothing. Nothing it shows holds filled-file content:
 // the stream never carries it (DESIGN.md §5.5), and a filled event's
 // digest is left out of every summary. It listens on loopback unless

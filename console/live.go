@@ -3,14 +3,15 @@ package console
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/audit"
 )
 
@@ -45,8 +46,11 @@ func newFleet(src Source, log *slog.Logger) *fleet {
 // load reads every snapshot and the journal warnings since since.
 func (f *fleet) load(ctx context.Context, since time.Time) error {
 	nvs, err := f.src.Fleet(ctx)
+	if errors.Is(err, query.ErrNoSnapshots) {
+		nvs, err = nil, nil // no reconciler checkpointed yet: an empty fleet
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("console: %w", err)
 	}
 	var counts map[string]int
 	if !since.IsZero() {
@@ -117,10 +121,10 @@ func (f *fleet) refresh(ctx context.Context) {
 		for node, seq := range dirty {
 			v, _, err := f.src.Live(ctx, node)
 			switch {
-			case errors.Is(err, engine.ErrNoReconciler):
+			case errors.Is(err, query.ErrNoReconciler):
 				again = true
 				continue
-			case errors.Is(err, engine.ErrUnknownNode):
+			case errors.Is(err, query.ErrUnknownNode):
 				again = true // not folded yet
 				continue
 			case err != nil:
@@ -219,11 +223,8 @@ func (f *fleet) page(q string, all bool, now time.Time, stale time.Duration) fle
 			continue
 		}
 		nv := f.views[name]
-		var r audit.FleetRow
-		if nv.Err != nil {
-			r = audit.FleetErrorRow(name, nv.Err)
-		} else {
-			r = audit.FleetRowOfView(nv.View, now, stale)
+		r := nv.Row(now, stale)
+		if nv.Err == nil {
 			r.SetWarnings(f.warnings[name])
 		}
 		if r.Retired && !all {

@@ -17,8 +17,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
 )
@@ -422,7 +422,7 @@ func (c *Console) nodePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	h, err := c.cfg.Source.History(ctx, node, asOf)
+	h, err := c.cfg.Source.History(ctx, node, query.Bounds{Until: asOf})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
@@ -504,20 +504,23 @@ func appendNote(notes []string, n string) []string {
 }
 
 // state returns `meshfold state`'s text of the node: the reconciler's
-// live state, or, when none answers, the fold of the history just read.
+// live state, or, when none answers, the fold of the history just read
+// (query.SourceStream). Unlike query.Reader.State it does not try the
+// snapshot between the two: the page holds the whole history already,
+// and its fold is newer than the last checkpoint.
 func (c *Console) state(ctx context.Context, h *audit.History) (string, reconcile.Composition, string) {
 	now := c.cfg.Now()
 	v, comp, err := c.cfg.Source.Live(ctx, h.Node)
 	if err == nil {
-		return audit.StateText(v, comp, now, "the reconciler (live)"), comp, "live"
+		return audit.StateText(v, comp, now, query.SourceReconciler.Text()), comp, "live"
 	}
-	if !errors.Is(err, engine.ErrNoReconciler) && !errors.Is(err, engine.ErrUnknownNode) {
+	if !errors.Is(err, query.ErrNoReconciler) && !errors.Is(err, query.ErrUnknownNode) {
 		c.log.Warn("console: state", "node", h.Node, "err", err)
 	}
 	st := h.Fold(len(h.Events))
 	var view reconcile.View = st.View()
 	comp = reconcile.CompositionOf(st)
-	return audit.StateText(view, comp, now, "a replay of the stream: no reconciler answered"), comp, "replay"
+	return audit.StateText(view, comp, now, query.SourceStream.Text()), comp, "replay"
 }
 
 // zoom makes the window's navigation links.

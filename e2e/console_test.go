@@ -15,11 +15,11 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/console"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/query"
 )
 
 // chromium returns the path of a Chromium (or Chrome) binary. Without one
@@ -178,12 +178,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		js, err := jetstream.New(nc)
+		r, err := query.New(nc, query.Config{Stream: m.cfg})
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := console.New(console.Config{Source: &console.NATSSource{NC: nc, JS: js, Stream: m.cfg},
-			Logger: m.logger("console")})
+		c, err := console.New(console.Config{Source: r, Logger: m.logger("console")})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -131,7 +132,7 @@ func TestClusterChaos(t *testing.T) {
 			eventuallyWithin(t, time.Minute, "every node to answer state", func() bool {
 				for _, n := range nodes {
 					qctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-					_, _, err := engine.RequestState(qctx, client, events.DefaultPrefix, n, time.Second)
+					_, _, err := query.RequestState(qctx, client, events.DefaultPrefix, n, time.Second)
 					cancel()
 					if err != nil {
 						return false

@@ -2,9 +2,10 @@
 // reads each owned partition of the stream in order, drives the pure fold
 // of package reconcile and carries out its effects exactly once
 // ([Reconciler]); the group that shares partitions between instances
-// through leases ([Group]); the state service ([AddStateService],
-// [RequestState]); and the loop's Prometheus metrics ([Metrics]). It
-// reaches JetStream only through package store.
+// through leases ([Group]); the state service's serving half
+// ([AddStateService]; its client half is package query's); and the
+// loop's Prometheus metrics ([Metrics]). It reaches JetStream only
+// through package store.
 //
 // [Serve] is the reconciler's whole lifecycle in one call, as
 // controller-runtime's manager.Start is: the stream and its buckets, the
@@ -21,7 +22,6 @@
 // # Errors
 //
 // Sentinels: [ErrReleased] and [ErrLeaseLost] (why a [Grant] was revoked),
-// [ErrUnknownNode] and [ErrNoReconciler] (the state service's client),
 // [ErrBesideGroup] and [ErrBesideUngrouped] (another reconciler folds the
 // stream), [ErrStreamLeaseLost] and [ErrMetricsListen] (why [Serve]
 // stopped or could not start; a closed connection is store.ErrConnClosed).

@@ -1,12 +1,9 @@
 package engine
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -18,17 +15,8 @@ import (
 // The state service's names and subjects (StateServiceName, StateSubject
 // and the endpoints) are in package events, beside the stream's subjects:
 // the credentials of package store/auth name them without linking the
-// engine.
-
-// Errors of the state service's client side.
-var (
-	// ErrUnknownNode: the reconciler answered that it has folded no event
-	// of that node (micro error 404).
-	ErrUnknownNode = errors.New("engine: unknown node: the reconciler has folded no event of it")
-	// ErrNoReconciler: no reconciler answered (no responders, or none in
-	// time).
-	ErrNoReconciler = errors.New("engine: no reconciler answered")
-)
+// engine. Its client half is package query's (query.RequestState,
+// query.RequestFold): readers link neither the loop nor Prometheus.
 
 // StateServiceConfig configures [AddStateService]. Every field is
 // optional.
@@ -41,7 +29,7 @@ type StateServiceConfig struct {
 	// group) and only the one whose lookup knows the node answers; an
 	// unknown node gets no answer, and the client falls back to the
 	// snapshot. Without it, instances share a queue group and a lookup
-	// miss answers 404.
+	// miss answers 404 (query.ErrUnknownNode to the client).
 	Partial bool
 }
 
@@ -95,7 +83,7 @@ func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, 
 				if c.Partial {
 					return // another instance may own it
 				}
-				_ = req.Error("404", fmt.Sprintf("node %q: %v", node, ErrUnknownNode), nil)
+				_ = req.Error("404", fmt.Sprintf("node %q: unknown: the reconciler has folded no event of it", node), nil)
 				return
 			}
 			_ = req.RespondJSON(ep.body(st))
@@ -108,70 +96,4 @@ func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, 
 		}
 	}
 	return svc, nil
-}
-
-// RequestState asks the state service for node's view and composition.
-// timeout bounds each of the two requests (0: 2 s).
-//
-// Errors: [ErrNoReconciler] when no service answers; [ErrUnknownNode]
-// when it answers 404; a bad node name (matching events.ErrInvalid);
-// another service error or an undecodable reply otherwise.
-func RequestState(ctx context.Context, nc *nats.Conn, prefix, node string, timeout time.Duration) (reconcile.View, reconcile.Composition, error) {
-	var v reconcile.View
-	var c reconcile.Composition
-	if !events.ValidName(node) {
-		return v, c, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
-	}
-	if timeout <= 0 {
-		timeout = 2 * time.Second
-	}
-	if err := request(ctx, nc, events.StateSubject(prefix, events.EndpointState, node), timeout, &v); err != nil {
-		return v, c, err
-	}
-	if err := request(ctx, nc, events.StateSubject(prefix, events.EndpointComposition, node), timeout, &c); err != nil {
-		return v, c, err
-	}
-	return v, c, nil
-}
-
-// RequestFold asks the state service for node's whole folded state (what
-// a dry run composes from), with its invariants checked. timeout bounds
-// the request (0: 2 s).
-//
-// Errors: as [RequestState]; a state whose invariants do not hold.
-func RequestFold(ctx context.Context, nc *nats.Conn, prefix, node string, timeout time.Duration) (*reconcile.State, error) {
-	if !events.ValidName(node) {
-		return nil, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
-	}
-	if timeout <= 0 {
-		timeout = 2 * time.Second
-	}
-	var raw json.RawMessage
-	if err := request(ctx, nc, events.StateSubject(prefix, events.EndpointFold, node), timeout, &raw); err != nil {
-		return nil, err
-	}
-	return reconcile.UnmarshalState(raw)
-}
-
-func request(ctx context.Context, nc *nats.Conn, subject string, timeout time.Duration, into any) error {
-	rctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	msg, err := nc.RequestWithContext(rctx, subject, nil)
-	switch {
-	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil, errors.Is(err, nats.ErrTimeout):
-		return fmt.Errorf("%s: %w", subject, ErrNoReconciler)
-	case err != nil:
-		return fmt.Errorf("%s: %w", subject, err)
-	}
-	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		desc := msg.Header.Get(micro.ErrorHeader)
-		if code == "404" {
-			return fmt.Errorf("%s: %w", subject, ErrUnknownNode)
-		}
-		return fmt.Errorf("%s: service error %s: %s", subject, code, desc)
-	}
-	if err := json.Unmarshal(msg.Data, into); err != nil {
-		return fmt.Errorf("%s: decode reply: %w", subject, err)
-	}
-	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -47,7 +48,7 @@ func TestStateService(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = svc.Stop() })
 
-	v, c, err := engine.RequestState(ctx, nc, "", "ace", 5*time.Second)
+	v, c, err := query.RequestState(ctx, nc, "", "ace", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,19 +67,19 @@ func TestStateService(t *testing.T) {
 
 	// The whole state, for dry runs: the snapshot form, equal to the
 	// reconciler's.
-	full, err := engine.RequestFold(ctx, nc, "", "ace", 5*time.Second)
+	full, err := query.RequestFold(ctx, nc, "", "ace", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, exp := mustMarshal(t, full), mustMarshal(t, st); got != exp {
 		t.Errorf("fold:\n got %s\nwant %s", got, exp)
 	}
-	if _, err := engine.RequestFold(ctx, nc, "", "zed", 5*time.Second); !errors.Is(err, engine.ErrUnknownNode) {
+	if _, err := query.RequestFold(ctx, nc, "", "zed", 5*time.Second); !errors.Is(err, query.ErrUnknownNode) {
 		t.Errorf("fold of an unknown node: err = %v, want ErrUnknownNode", err)
 	}
 
 	// Unknown node: a clear 404, not an empty success.
-	if _, _, err := engine.RequestState(ctx, nc, "", "zed", 5*time.Second); !errors.Is(err, engine.ErrUnknownNode) {
+	if _, _, err := query.RequestState(ctx, nc, "", "zed", 5*time.Second); !errors.Is(err, query.ErrUnknownNode) {
 		t.Errorf("unknown node: err = %v, want ErrUnknownNode", err)
 	}
 	msg, err := nc.Request(events.StateSubject("mesh", "state", "zed"), nil, 5*time.Second)
@@ -97,7 +98,7 @@ func TestStateService(t *testing.T) {
 		t.Errorf("bad name: code %q, want 400", code)
 	}
 	// Another prefix has no service: no reconciler.
-	if _, _, err := engine.RequestState(ctx, nc, "other", "ace", 5*time.Second); !errors.Is(err, engine.ErrNoReconciler) {
+	if _, _, err := query.RequestState(ctx, nc, "other", "ace", 5*time.Second); !errors.Is(err, query.ErrNoReconciler) {
 		t.Errorf("other prefix: err = %v, want ErrNoReconciler", err)
 	}
 
@@ -146,11 +147,11 @@ func TestStateServicePartial(t *testing.T) {
 		t.Cleanup(func() { _ = svc.Stop() })
 	}
 	for range 5 {
-		if v, _, err := engine.RequestState(ctx, nc, "", "ace", 5*time.Second); err != nil || v.Node != "ace" {
+		if v, _, err := query.RequestState(ctx, nc, "", "ace", 5*time.Second); err != nil || v.Node != "ace" {
 			t.Fatalf("owned node: %+v, %v", v, err)
 		}
 	}
-	if _, _, err := engine.RequestState(ctx, nc, "", "zed", 200*time.Millisecond); !errors.Is(err, engine.ErrNoReconciler) {
+	if _, _, err := query.RequestState(ctx, nc, "", "zed", 200*time.Millisecond); !errors.Is(err, query.ErrNoReconciler) {
 		t.Errorf("node nobody owns: err = %v, want ErrNoReconciler (then the snapshot)", err)
 	}
 }

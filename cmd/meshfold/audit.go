@@ -9,15 +9,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/audit"
-	"github.com/meshfold/meshfold/store"
 )
 
 func init() { register(newAuditCmd) }
@@ -132,11 +130,7 @@ func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	stream, cfg, err := a.stream.openStream(ctx, js)
+	r, err := a.stream.reader(nc, query.Config{Progress: a.progress()})
 	if err != nil {
 		return err
 	}
@@ -146,14 +140,18 @@ func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
 	if asOf != nil {
 		end = asOf
 	}
-	h, err := readHistory(ctx, js, stream, cfg, node, end, a.progress(node))
+	h, err := r.History(ctx, node, query.Bounds{Until: end})
 	if err != nil {
 		return err
 	}
 	if len(h.Events) == 0 {
+		cfg, err := r.Stream(ctx)
+		if err != nil {
+			return err
+		}
 		return fmt.Errorf("node %q has no events in stream %s", node, cfg.Name)
 	}
-	begins := historyBegins(ctx, stream, h)
+	begins := r.Begins(ctx, h)
 	if begins != "" && (o.why != 0 || asOf != nil) {
 		fmt.Fprint(a.stderr, audit.NoteText(begins))
 	}
@@ -190,19 +188,6 @@ func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
 	}
 	to = max(from, to)
 	return printTimeline(a, h, from, to, notes, o.format)
-}
-
-// historyBegins says where the node's history begins when the stream no
-// longer holds its first events (trimmed by --max-age or a size limit):
-// "" when the stream still begins at sequence 1.
-func historyBegins(ctx context.Context, stream jetstream.Stream, h *audit.History) string {
-	info, err := stream.Info(ctx)
-	if err != nil || info.State.FirstSeq <= 1 {
-		return ""
-	}
-	first := h.Events[0]
-	return fmt.Sprintf("the stream begins at sequence %d (%s): earlier events aged out, so %s's history here begins at #%d (%s) and its state may rest on events no longer shown",
-		info.State.FirstSeq, info.State.FirstTime.UTC().Format(time.RFC3339), h.Node, first.Seq, first.Time.UTC().Format(time.RFC3339))
 }
 
 // printTimeline prints entries [from, to) of h, and the bounds' notes:
@@ -248,79 +233,18 @@ func writeJSON(w io.Writer, v any) error {
 	return json.NewEncoder(w).Encode(v)
 }
 
-// errPastBound ends a read at the first event past a time bound.
-var errPastBound = errors.New("past the bound")
-
-// readHistory reads node's events in stream order with an ordered consumer
-// filtered to the node (store.ReadNode: other nodes' events are never
-// fetched), up to end (nil: all of them; a sequence bound stops the
-// consumer there; a time bound stops at the first event after it).
-// progress, when not nil, is told the count read so far and the total.
-func readHistory(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, cfg store.StreamConfig, node string, end *audit.Bound, progress func(done, total int)) (*audit.History, error) {
-	subj := cfg.Subjects()
-	total := 0
-	if progress != nil {
-		// The node's message count, per kind, from the stream's subject
-		// index: one request, no message read.
-		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subj.StoredNode(node)))
-		if err != nil {
-			return nil, fmt.Errorf("stream info: %w", err)
-		}
-		for _, n := range info.State.Subjects {
-			total += int(n)
-		}
-		if total <= progressThreshold {
-			progress = nil
-		}
-	}
-	var to uint64
-	if end != nil && !end.IsTime() {
-		to = end.Seq
-	}
-	var evs []events.Event
-	if total > 0 {
-		evs = make([]events.Event, 0, total)
-	}
-	err := store.ReadNode(ctx, js, cfg.Name, subj, node, 0, to, func(m store.Msg) error {
-		if end != nil && end.IsTime() && !m.Event.Time.Before(end.Time.Add(end.Unit)) {
-			return errPastBound
-		}
-		evs = append(evs, m.Event)
-		if progress != nil && (len(evs)%1000 == 0 || len(evs) == total) {
-			progress(len(evs), total)
-		}
-		return nil
-	})
-	if progress != nil {
-		progress(-1, total) // done: clear the bar
-	}
-	if err != nil && !errors.Is(err, errPastBound) {
-		return nil, err
-	}
-	h, err := audit.NewHistory(node, evs)
-	if err != nil {
-		return nil, err
-	}
-	// Read up to a bound: later events are not known to be absent.
-	h.Partial = end != nil
-	return h, nil
-}
-
-// progressThreshold: a replay of more events than this shows a progress
-// bar, when stderr is a terminal.
-const progressThreshold = 10000
-
-// progress returns a progress reporter drawing a bar on stderr, or nil
-// when stderr is not a terminal. golang.org/x/term decides: it asks the
+// progress returns a progress reporter (query.Config.Progress: a replay
+// of more than query.ProgressThreshold events) drawing a bar on stderr,
+// or nil when stderr is not a terminal. golang.org/x/term decides: it asks the
 // terminal driver (TCGETS), which a character device such as /dev/null
 // fails, where a check of the file mode alone would take /dev/null for a
 // terminal and litter a redirected run with control characters.
-func (a *app) progress(node string) func(done, total int) {
+func (a *app) progress() func(node string, done, total int) {
 	f, ok := a.stderr.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
 		return nil
 	}
-	return func(done, total int) {
+	return func(node string, done, total int) {
 		if done < 0 {
 			fmt.Fprint(f, "\r\033[K")
 			return

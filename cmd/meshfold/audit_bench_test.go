@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store"
@@ -124,10 +125,7 @@ func BenchmarkAudit1M(b *testing.B) {
 	skipUnlessBench(b)
 	m := benchStream(b)
 	ctx := context.Background()
-	stream, err := m.js.Stream(ctx, m.cfg.Name)
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := m.reader(b)
 	node := "n05000"
 	filter := m.cfg.Subjects().StoredNode(node)
 
@@ -157,7 +155,7 @@ func BenchmarkAudit1M(b *testing.B) {
 		}
 	}
 	full := func() {
-		h, err := readHistory(ctx, m.js, stream, m.cfg, node, nil, nil)
+		h, err := r.History(ctx, node, query.Bounds{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -229,9 +227,11 @@ func BenchmarkFleet10k(b *testing.B) {
 		}
 	}
 	b.Logf("10,000 snapshots of %d bytes", size)
+	r := m.reader(b)
 	now := time.Now()
 	for b.Loop() {
-		rows, err := loadFleet(ctx, snaps, now, 10*time.Minute)
+		nvs, err := r.Fleet(ctx)
+		rows := fleetRows(nvs, now, 10*time.Minute)
 		if err != nil || len(rows) != benchNodes {
 			b.Fatalf("%d rows, %v", len(rows), err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
@@ -40,10 +41,7 @@ func TestAuditAsOfEqualsLive(t *testing.T) {
 	m := startMesh(t)
 	m.publish(t, s)
 	ctx := testCtx(t)
-	stream, err := m.js.Stream(ctx, m.cfg.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := m.reader(t)
 
 	// The stream stamps its own times: a have's time in the state is the
 	// stream's. Compare the rest with the live fold, and that time with
@@ -51,7 +49,7 @@ func TestAuditAsOfEqualsLive(t *testing.T) {
 	streamTime := map[uint64]time.Time{}
 	histories := map[string]*audit.History{}
 	for _, node := range nodes {
-		h, err := readHistory(ctx, m.js, stream, m.cfg, node, nil, nil)
+		h, err := r.History(ctx, node, query.Bounds{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,4 +231,14 @@ func TestAuditIncident1(t *testing.T) {
 	if _, _, code := m.cli(t, "audit", "ace", "--as-of", "3", "--why", "4"); code != exitUsage {
 		t.Errorf("two modes: exit %d", code)
 	}
+}
+
+// reader is the read side over m's stream, as the CLI's read verbs make it.
+func (m *mesh) reader(t testing.TB) *query.Reader {
+	t.Helper()
+	r, err := query.New(m.nc, query.Config{Stream: m.cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

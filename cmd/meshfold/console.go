@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/console"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/auth"
 	"github.com/meshfold/meshfold/store/embedded"
@@ -105,7 +106,7 @@ func consoleAlone(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, 
 // runConsole serves the console on ln until ctx is done, and closes ln.
 func runConsole(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, cfg store.StreamConfig, ln net.Listener, cf consoleFlags) error {
 	defer ln.Close()
-	js, err := jetstream.New(nc)
+	r, err := query.New(nc, query.Config{Stream: cfg})
 	if err != nil {
 		return err
 	}
@@ -113,7 +114,7 @@ func runConsole(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, cf
 	if warnings == 0 {
 		warnings = -1
 	}
-	c, err := console.New(console.Config{Source: &console.NATSSource{NC: nc, JS: js, Stream: cfg},
+	c, err := console.New(console.Config{Source: r,
 		Logger: log, Stale: cf.stale, Warnings: warnings})
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/console"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
 )
 
@@ -30,7 +31,11 @@ func BenchmarkConsoleNode10k(b *testing.B) {
 	m := startMesh(b)
 	m.publish(b, s)
 	ctx := context.Background()
-	c, err := console.New(console.Config{Source: &console.NATSSource{NC: m.nc, JS: m.js, Stream: m.cfg, Timeout: 200 * time.Millisecond}})
+	r, err := query.New(m.nc, query.Config{Stream: m.cfg, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := console.New(console.Config{Source: r})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -135,10 +136,10 @@ func TestReconcileGroupOnCluster(t *testing.T) {
 		if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
 			t.Fatal(err)
 		}
-		return r.Source
+		return string(r.Source)
 	}
 	for _, n := range []string{low, high} {
-		if src := state(n); src != sourceReconciler {
+		if src := state(n); src != string(query.SourceReconciler) {
 			t.Errorf("state of %s from %q, want the live reconciler", n, src)
 		}
 	}
@@ -150,7 +151,7 @@ func TestReconcileGroupOnCluster(t *testing.T) {
 	pollUntil(t, "b to own every partition", func() bool { return owned(b) == 16 })
 	seq := want(low, "pg:2")
 	pollUntil(t, "b's plan of "+low, func() bool { return planned(low, seq) })
-	if src := state(low); src != sourceReconciler {
+	if src := state(low); src != string(query.SourceReconciler) {
 		t.Errorf("state of %s from %q after the handover", low, src)
 	}
 	if code := b.stop(t); code != 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -328,17 +329,20 @@ func (a *app) checkWanted(ctx context.Context, js jetstream.JetStream, kind even
 }
 
 // waiveNotes says, per node, when nothing is owed for w's module and path
-// in the node's state (from the reconciler, or its snapshot) before the
-// waive: the waive pays nothing now. A node whose state cannot be read
-// gets no note.
+// in the node's state (query.Reader.State) before the waive: the waive
+// pays nothing now. A node whose state cannot be read gets no note.
 func (a *app) waiveNotes(ctx context.Context, nc *nats.Conn, nodes []string, w *events.Waive) map[string]string {
 	notes := map[string]string{}
+	r, err := a.stream.reader(nc, query.Config{})
+	if err != nil {
+		return notes
+	}
 	for _, n := range nodes {
-		r, _, err := fetchState(ctx, nc, a.stream, n, 2*time.Second)
+		ns, err := r.State(ctx, n)
 		if err != nil {
 			continue
 		}
-		if !slices.ContainsFunc(r.View.Owed, func(o events.Owed) bool { return o.Module == w.Module && o.Path == w.Path }) {
+		if !slices.ContainsFunc(ns.View.Owed, func(o events.Owed) bool { return o.Module == w.Module && o.Path == w.Path }) {
 			notes[n] = fmt.Sprintf("nothing is owed for %s's %s on %s ('meshfold state %s' lists owed items): the waive pays nothing now, and covers a refusal of that file judged by a plan that exists now",
 				events.Short(w.Module), events.Short(w.Path), n, n)
 		}

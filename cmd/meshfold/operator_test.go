@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store"
@@ -332,7 +333,7 @@ func TestOperatorFlow(t *testing.T) {
 	}
 	out = cli("want", "ace", "-f", v1, "--dry-run", "-o", "json")
 	var dr dryRunReply
-	if err := json.Unmarshal([]byte(out), &dr); err != nil || dr.Source != sourceReconciler || dr.DryRun.Seq != st.Seq || dr.DryRun.Publish || len(dr.DryRun.Modules) != 2 {
+	if err := json.Unmarshal([]byte(out), &dr); err != nil || dr.Source != query.SourceReconciler || dr.DryRun.Seq != st.Seq || dr.DryRun.Publish || len(dr.DryRun.Modules) != 2 {
 		t.Errorf("dry run json: %v %+v", err, dr)
 	}
 	if after, _ := store.StreamLastSeq(ctx, stream); after != before {

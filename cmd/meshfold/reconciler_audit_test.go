@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
 )
@@ -77,7 +78,7 @@ func TestAuditMatchesReconciler(t *testing.T) {
 				continue
 			}
 			b := audit.SeqBound(st.Seq)
-			h, err := readHistory(ctx, m.js, stream, m.cfg, node, &b, nil)
+			h, err := m.reader(t).History(ctx, node, query.Bounds{Until: &b})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,11 +140,11 @@ func TestAuditMatchesReconciler(t *testing.T) {
 	// `meshfold state` through the service wired to the reconciler.
 	out, _, code = m.cli(t, "state", "novox", "--json")
 	var sr stateReply
-	if code != 0 || json.Unmarshal([]byte(out), &sr) != nil || sr.Source != sourceReconciler {
+	if code != 0 || json.Unmarshal([]byte(out), &sr) != nil || sr.Source != query.SourceReconciler {
 		t.Fatalf("state: exit %d\n%s", code, out)
 	}
 	b := audit.SeqBound(sr.View.Seq)
-	h, err := readHistory(ctx, m.js, stream, m.cfg, "novox", &b, nil)
+	h, err := m.reader(t).History(ctx, "novox", query.Bounds{Until: &b})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,29 +8,22 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
-	"github.com/meshfold/meshfold/store"
 )
 
 func init() { register(newStateCmd) }
 
-// Sources of `meshfold state`.
-const (
-	sourceReconciler = "reconciler"
-	sourceSnapshot   = "snapshot"
-)
-
 // stateReply is what `meshfold state -o json|yaml` prints. Source says where
-// the state came from: "reconciler" (live, from the state service) or
-// "snapshot" (the stored snapshot: no reconciler answered).
+// the state came from: "reconciler" (live, from the state service),
+// "snapshot" (the stored snapshot: no reconciler answered) or "stream"
+// (its events folded: no reconciler answered and no snapshot holds it).
 type stateReply struct {
-	Source      string                `json:"source"`
+	Source      query.Source          `json:"source"`
 	View        reconcile.View        `json:"view"`
 	Composition reconcile.Composition `json:"composition"`
 	// Stuck is what is stuck now (reconcile.View.Stuck at the present).
@@ -54,7 +47,9 @@ It asks the reconciler's state service (NATS micro service "meshfold",
 endpoints state and composition on $MESHFOLD.<prefix>.state.<node> and
 $MESHFOLD.<prefix>.composition.<node>). When no reconciler answers it reads
 the node's stored snapshot instead, and says so: a snapshot is as old as
-the reconciler's last checkpoint. Read-only; it holds no secret.
+the reconciler's last checkpoint. When no snapshot holds the node either,
+it folds the node's events from the stream, as audit does. Read-only; it
+holds no secret.
 
 It says what is stuck, too: a pause (by whom, since when, and what resuming
 would publish: a want or approval taken in while paused shows there as
@@ -93,72 +88,29 @@ func runState(ctx context.Context, a *app, node string, format string, timeout t
 		return err
 	}
 	defer nc.Close()
-	r, note, err := fetchState(ctx, nc, a.stream, node, timeout)
+	r, err := a.stream.reader(nc, query.Config{Timeout: timeout})
+	if err != nil {
+		return err
+	}
+	ns, err := r.State(ctx, node)
 	if err != nil {
 		return err
 	}
 	now := time.Now()
 	if format != outTable {
-		r.Stuck = r.View.Stuck(now)
-		return writeValue(a.stdout, format, r)
+		return writeValue(a.stdout, format, stateReply{Source: ns.Source, View: ns.View, Composition: ns.Composition, Stuck: ns.View.Stuck(now)})
 	}
-	_, err = io.WriteString(a.stdout, audit.StateText(r.View, r.Composition, now, note))
+	_, err = io.WriteString(a.stdout, audit.StateText(ns.View, ns.Composition, now, ns.Source.Text()))
 	return err
 }
 
-// fetchState asks the state service, then falls back to the snapshot. note
-// says, for the text output, where the state came from.
-func fetchState(ctx context.Context, nc *nats.Conn, sf streamFlags, node string, timeout time.Duration) (stateReply, string, error) {
-	v, c, err := engine.RequestState(ctx, nc, sf.prefix, node, timeout)
-	switch {
-	case err == nil:
-		return stateReply{Source: sourceReconciler, View: v, Composition: c}, "the reconciler (live)", nil
-	case errors.Is(err, engine.ErrUnknownNode):
-		return stateReply{}, "", fmt.Errorf("node %q is unknown: the reconciler has folded no event of it", node)
-	case !errors.Is(err, engine.ErrNoReconciler):
-		return stateReply{}, "", err
+// reader returns the read side over nc for the stream the flags name;
+// c's Stream is set from them.
+func (f *streamFlags) reader(nc *nats.Conn, c query.Config) (*query.Reader, error) {
+	c.Stream = f.config()
+	r, err := query.New(nc, c)
+	if errors.Is(err, events.ErrInvalid) {
+		return nil, withCode(exitUsage, fmt.Errorf("--prefix: %w", err))
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return stateReply{}, "", err
-	}
-	st, err := loadSnapshot(ctx, js, sf, node)
-	if err != nil {
-		return stateReply{}, "", err
-	}
-	return stateReply{Source: sourceSnapshot, View: st.View(), Composition: reconcile.CompositionOf(st)},
-		"the stored snapshot: no reconciler answered", nil
-}
-
-// openSnapshots opens the stream's snapshot bucket without creating it: a
-// read-only verb must not make one.
-func openSnapshots(ctx context.Context, js jetstream.JetStream, sf streamFlags) (*store.Snapshots, store.StreamConfig, error) {
-	_, cfg, err := sf.openStream(ctx, js)
-	if err != nil {
-		return nil, cfg, err
-	}
-	snaps, err := store.FindSnapshots(ctx, js, cfg)
-	if errors.Is(err, store.ErrNoSnapshots) {
-		return nil, cfg, fmt.Errorf("no snapshots yet (bucket %s does not exist): no reconciler has checkpointed", cfg.Name+store.SnapshotBucketSuffix)
-	}
-	return snaps, cfg, err
-}
-
-func loadSnapshot(ctx context.Context, js jetstream.JetStream, sf streamFlags, node string) (*reconcile.State, error) {
-	snaps, _, err := openSnapshots(ctx, js, sf)
-	if err != nil {
-		return nil, fmt.Errorf("no reconciler answered, and %w", err)
-	}
-	data, _, err := snaps.GetNode(ctx, node)
-	if errors.Is(err, store.ErrNoSnapshot) {
-		return nil, fmt.Errorf("node %q is unknown: no reconciler answered and no snapshot holds it", node)
-	}
-	if err != nil {
-		return nil, err
-	}
-	st, err := reconcile.UnmarshalState(data)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot of %s: %w", node, err)
-	}
-	return st, nil
+	return r, err
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
@@ -69,9 +69,10 @@ On success it prints the stream sequence of the stored want.
 for this want, and its difference from the last plan emitted (modules added,
 removed, changed; what is held and why), computed by the reconciler's own
 Compose from the node's current state: the reconciler's (its state service),
-else the stored snapshot. It prints the sequence that state was folded
-through and the newest want's, to pin with --expect when publishing. -o json
-or yaml prints the same as one document.`,
+else the stored snapshot, else its events folded from the stream. It prints
+the sequence that state was folded through and the newest want's, to pin
+with --expect when publishing. -o json or yaml prints the same as one
+document.`,
 		Example: `  meshfold want ace -f ace.json
   meshfold want ace -f ace.json --dry-run
   meshfold want ace -f ace.json --expect 41
@@ -254,78 +255,35 @@ func (a *app) lastSeq(ctx context.Context, js jetstream.JetStream, node string, 
 	return m.Event.Seq, nil
 }
 
-// runDryRun prints what the reconciler would do now with w: the state is
-// the reconciler's (state service), else the stored snapshot, else (a
-// node nothing is known of) the empty state; reconcile.State.DryRun does
-// the rest. Nothing is published.
+// runDryRun prints what the reconciler would do now with w
+// (query.Reader.DryRun: the state is the reconciler's, else the stored
+// snapshot, else the node's events folded, else the empty state).
+// Nothing is published.
 func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format string, timeout time.Duration) error {
 	nc, err := a.conn.connect("meshfold-dry-run", a)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	st, source, err := fetchFold(ctx, nc, a.stream, node, timeout)
+	r, err := a.stream.reader(nc, query.Config{Timeout: timeout})
 	if err != nil {
 		return err
 	}
-	d := st.DryRun(w.Modules)
+	d, source, err := r.DryRun(ctx, node, w)
+	if err != nil {
+		return err
+	}
 	if format != outTable {
 		return writeValue(a.stdout, format, dryRunReply{Source: source, DryRun: d})
 	}
-	_, err = io.WriteString(a.stdout, audit.DryRunText(d, sourceText(source)))
+	_, err = io.WriteString(a.stdout, audit.DryRunText(d, source.Text()))
 	return err
 }
 
 // dryRunReply is what `want --dry-run -o json|yaml` prints.
 type dryRunReply struct {
-	// Source is where the state came from: "reconciler", "snapshot" or
-	// "none" (nothing is known of the node yet).
-	Source string           `json:"source"`
+	// Source is where the state came from: "reconciler", "snapshot",
+	// "stream" or "none" (nothing is known of the node yet).
+	Source query.Source     `json:"source"`
 	DryRun reconcile.DryRun `json:"dry_run"`
-}
-
-const sourceNone = "none"
-
-func sourceText(source string) string {
-	switch source {
-	case sourceReconciler:
-		return "the reconciler (live)"
-	case sourceSnapshot:
-		return "the stored snapshot: no reconciler answered"
-	}
-	return "nothing: no event of the node is known yet"
-}
-
-// fetchFold returns node's whole folded state from the state service, else
-// from the stored snapshot, else the empty state, and says which.
-func fetchFold(ctx context.Context, nc *nats.Conn, sf streamFlags, node string, timeout time.Duration) (*reconcile.State, string, error) {
-	st, err := engine.RequestFold(ctx, nc, sf.prefix, node, timeout)
-	switch {
-	case err == nil:
-		return st, sourceReconciler, nil
-	case errors.Is(err, engine.ErrUnknownNode):
-		return reconcile.NewState(node), sourceNone, nil
-	case !errors.Is(err, engine.ErrNoReconciler):
-		return nil, "", err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, "", err
-	}
-	snaps, _, err := openSnapshots(ctx, js, sf)
-	if err != nil {
-		return nil, "", fmt.Errorf("no reconciler answered, and %w", err)
-	}
-	data, _, err := snaps.GetNode(ctx, node)
-	if errors.Is(err, store.ErrNoSnapshot) {
-		return reconcile.NewState(node), sourceNone, nil
-	}
-	if err != nil {
-		return nil, "", err
-	}
-	st, err = reconcile.UnmarshalState(data)
-	if err != nil {
-		return nil, "", fmt.Errorf("snapshot of %s: %w", node, err)
-	}
-	return st, sourceSnapshot, nil
 }

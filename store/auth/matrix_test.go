@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/auth"
@@ -240,11 +241,11 @@ func actions(cfg store.StreamConfig) map[string]action {
 		return err
 	}
 	acts["ask state ace"] = func(ctx context.Context, c *cell) error {
-		_, _, err := engine.RequestState(ctx, c.nc, c.cfg.Prefix, "ace", 0)
+		_, _, err := query.RequestState(ctx, c.nc, c.cfg.Prefix, "ace", 0)
 		return err
 	}
 	acts["ask fold ace"] = func(ctx context.Context, c *cell) error {
-		_, err := engine.RequestFold(ctx, c.nc, c.cfg.Prefix, "ace", 0)
+		_, err := query.RequestFold(ctx, c.nc, c.cfg.Prefix, "ace", 0)
 		return err
 	}
 	return acts

@@ -1,0 +1,40 @@
+package query
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+// Follow calls fn with every event stored from now on, in stream order,
+// until ctx is done (then it returns nil) or reading fails. A message
+// that is no valid event (a subject naming no valid node) is skipped:
+// there is nothing of it to show.
+//
+// Errors: the stream's lookup errors; the read's errors.
+func (r *Reader) Follow(ctx context.Context, fn func(events.Event)) error {
+	_, cfg, err := r.open(ctx)
+	if err != nil {
+		return err
+	}
+	t, err := store.Follow(ctx, r.js, store.TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(), New: true})
+	if err != nil {
+		return fmt.Errorf("follow: %w", err)
+	}
+	defer t.Stop()
+	for {
+		m, err := t.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("follow: %w", err)
+		}
+		if m.Event.Kind == "" {
+			continue // a subject naming no valid node: nothing to show
+		}
+		fn(m.Event)
+	}
+}

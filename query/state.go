@@ -1,0 +1,156 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
+)
+
+// Source says where a node's state came from.
+type Source string
+
+// The sources of a node's state, freshest first: a read takes the first
+// that answers.
+const (
+	// SourceReconciler: the reconciler's state service answered (live).
+	SourceReconciler Source = "reconciler"
+	// SourceSnapshot: no reconciler answered; the node's stored snapshot,
+	// as old as the reconciler's last checkpoint.
+	SourceSnapshot Source = "snapshot"
+	// SourceStream: no reconciler answered; the node's events, read from
+	// the stream and folded here with the reconciler's fold.
+	SourceStream Source = "stream"
+	// SourceNone: nothing is known of the node (a dry run composes from
+	// the empty state).
+	SourceNone Source = "none"
+)
+
+// Text says where a state came from, as `meshfold state`, the dry run and
+// the console print it.
+func (s Source) Text() string {
+	switch s {
+	case SourceReconciler:
+		return "the reconciler (live)"
+	case SourceSnapshot:
+		return "the stored snapshot: no reconciler answered"
+	case SourceStream:
+		return "a replay of the stream: no reconciler answered"
+	}
+	return "nothing: no event of the node is known yet"
+}
+
+// NodeState is a node's current state as a reader sees it.
+type NodeState struct {
+	Source      Source
+	View        reconcile.View
+	Composition reconcile.Composition
+}
+
+// Live asks the reconciler's state service alone for node's view and
+// composition, as [RequestState].
+func (r *Reader) Live(ctx context.Context, node string) (reconcile.View, reconcile.Composition, error) {
+	return RequestState(ctx, r.nc, r.pre, node, r.c.Timeout)
+}
+
+// State returns node's current state: the reconciler's (live), else,
+// when none answers, its stored snapshot, else its events folded from
+// the stream; Source says which.
+//
+// Errors: [ErrUnknownNode] when the reconciler has folded no event of
+// node, or none answers and neither a snapshot nor the stream holds it;
+// a bad node name (matching events.ErrInvalid); an undecodable snapshot;
+// the reads' errors.
+func (r *Reader) State(ctx context.Context, node string) (NodeState, error) {
+	v, c, err := r.Live(ctx, node)
+	if err == nil {
+		return NodeState{Source: SourceReconciler, View: v, Composition: c}, nil
+	}
+	if err := r.notLive(node, err); err != nil {
+		return NodeState{}, err
+	}
+	st, src, err := r.stored(ctx, node)
+	if err != nil {
+		return NodeState{}, err
+	}
+	return NodeState{Source: src, View: st.View(), Composition: reconcile.CompositionOf(st)}, nil
+}
+
+// Fold returns node's whole folded state (the snapshot form), from the
+// same sources as [Reader.State] and with the same errors.
+func (r *Reader) Fold(ctx context.Context, node string) (*reconcile.State, Source, error) {
+	st, err := RequestFold(ctx, r.nc, r.pre, node, r.c.Timeout)
+	if err == nil {
+		return st, SourceReconciler, nil
+	}
+	if err := r.notLive(node, err); err != nil {
+		return nil, "", err
+	}
+	return r.stored(ctx, node)
+}
+
+// DryRun returns what the reconciler would plan now for want w of node
+// (reconcile.State.DryRun), composed from node's folded state as
+// [Reader.Fold] finds it; a node nothing is known of composes from the
+// empty state, [SourceNone]. Nothing is published.
+//
+// Errors: as [Reader.Fold], but never [ErrUnknownNode].
+func (r *Reader) DryRun(ctx context.Context, node string, w *events.Want) (reconcile.DryRun, Source, error) {
+	st, src, err := r.Fold(ctx, node)
+	if errors.Is(err, ErrUnknownNode) {
+		st, src, err = reconcile.NewState(node), SourceNone, nil
+	}
+	if err != nil {
+		return reconcile.DryRun{}, "", err
+	}
+	return st.DryRun(w.Modules), src, nil
+}
+
+// notLive returns nil when a state service request failed because no
+// reconciler answered (the read goes on to what is stored), else the
+// error to return.
+func (r *Reader) notLive(node string, err error) error {
+	switch {
+	case errors.Is(err, ErrUnknownNode):
+		return wrap(ErrUnknownNode, "node %q is unknown: the reconciler has folded no event of it", node)
+	case errors.Is(err, ErrNoReconciler):
+		return nil
+	}
+	return err
+}
+
+// stored returns node's state from its snapshot, else from its events in
+// the stream.
+func (r *Reader) stored(ctx context.Context, node string) (*reconcile.State, Source, error) {
+	none := "no snapshot holds it"
+	snaps, err := r.snapshots(ctx)
+	switch {
+	case errors.Is(err, ErrNoSnapshots):
+		none = err.Error()
+	case err != nil:
+		return nil, "", fmt.Errorf("no reconciler answered, and %w", err)
+	default:
+		data, _, err := snaps.GetNode(ctx, node)
+		if err == nil {
+			st, err := reconcile.UnmarshalState(data)
+			if err != nil {
+				return nil, "", fmt.Errorf("snapshot of %s: %w", node, err)
+			}
+			return st, SourceSnapshot, nil
+		}
+		if !errors.Is(err, store.ErrNoSnapshot) {
+			return nil, "", err
+		}
+	}
+	h, err := r.History(ctx, node, Bounds{})
+	if err != nil {
+		return nil, "", err
+	}
+	if len(h.Events) == 0 {
+		return nil, "", wrap(ErrUnknownNode, "node %q is unknown: no reconciler answered and %s, and the stream holds no event of it", node, none)
+	}
+	return h.Fold(len(h.Events)), SourceStream, nil
+}
