@@ -18,7 +18,7 @@ import (
 // the state `meshfold audit NODE --as-of S` computes equals the state the
 // live fold held right after S. The CLI runs for the node of every event;
 // the other nodes at every S go through the same read and replay in
-// process (readHistory, History.AsOf), to keep the test fast.
+// process (query.Reader.History, History.AsOf), to keep the test fast.
 func TestAuditAsOfEqualsLive(t *testing.T) {
 	nodes := []string{"ace", "shanks", "novox"}
 	live := map[uint64]map[string][]byte{}
