@@ -6,12 +6,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/node/bundle"
 )
 
@@ -253,5 +255,40 @@ func TestNotifyReadyAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		(&healthSeen{t: t, r: r, name: name}).until(events.Healthy)
+	}
+}
+
+// Checks run in the shim: while no agent runs they go on, and the next
+// runtime adopts the health the shim found meanwhile.
+func TestHealthGoesOnWithoutTheAgent(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	flag := filepath.Join(t.TempDir(), "ready")
+	openUp(t, filepath.Dir(flag))
+	e.script("sha256:a", sleeper, bundle.Manifest{Health: &bundle.Health{
+		Exec: []string{"/bin/sh", "-c", "test -f " + flag}, Interval: "100ms", Grace: "1h"}})
+	r1, err := Open(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: self}); err != nil {
+		t.Fatal(err)
+	}
+	(&healthSeen{t: t, r: r1, name: "web"}).until(events.HealthStarting)
+	if err := r1.Close(); err != nil { // the agent goes away
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// No runtime runs: the module's log (read from its file) shows the
+	// shim found it healthy.
+	logPath := filepath.Join(e.cfg.StateDir, "process", "web", logFile)
+	waitUntil(t, "the shim's healthy note", func() bool {
+		page, err := readLog(logPath, node.LogQuery{})
+		return err == nil && slices.Contains(page.Lines, "meshfold: healthy (exec check)")
+	})
+	r2 := e.open()
+	if st := status(t, r2, "web"); st.Health != events.Healthy || st.State != events.Running {
+		t.Errorf("adopted status %+v, want running and healthy", st)
 	}
 }
