@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/user"
@@ -328,87 +329,50 @@ func TestMemoryLimitKillsAndReportsOOM(t *testing.T) {
 }
 
 // Without cgroups (as where none can be made) the tree is the shim's
-// descendants: removal still leaves no daemon.
+// descendants: removal still leaves no daemon. An agent that cannot make
+// a cgroup says so once, at start.
 func TestNoCgroupFallbackStopsDaemon(t *testing.T) {
-	e := newEnv(t, Backoff{})
-	e.cfg.NoCgroups = true
-	mark := filepath.Join(t.TempDir(), "marks")
-	openUp(t, filepath.Dir(mark))
-	e.script("sha256:a", `( setsid `+handler(mark, "daemon")+` & ) ; exec sleep 3600`, bundle.Manifest{StopTimeout: "5s"})
-	r := e.open()
-	if err := r.Apply(ctx(t), events.PlanModule{Name: "forker", Build: "sha256:a", RunsAs: self}); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "the daemon up", func() bool { return slices.Contains(marks(t, mark), "daemon-up") })
-	c, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	if err := r.Remove(c, "forker"); err != nil {
-		t.Fatal(err)
-	}
-	if left := moduleProcs(t, e.cfg.Root, "forker"); len(left) > 0 {
-		t.Errorf("processes left after removal: %v", left)
-	}
-	if got := marks(t, mark); !slices.Equal(got, []string{"daemon-up", "daemon-term", "daemon-done"}) {
-		t.Errorf("the daemon's marks %v", got)
-	}
-}
-
-// The manifest's cpu and pids limits are the module's cgroup's (v1: CFS
-// quota per 100 ms period, pids.max; v2: cpu.max, pids.max).
-func TestLimitsApplied(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("cgroups need root")
-	}
-	if err := probeCgroups(DefaultCgroupParent); err != nil {
-		t.Skipf("no cgroup can be made here: %v", err)
-	}
-	e := newEnv(t, Backoff{})
-	e.script("sha256:a", sleeper, bundle.Manifest{Limits: &bundle.Limits{Memory: 64 << 20, CPU: 0.5, Pids: 64}})
-	r := e.open()
-	if err := r.Apply(ctx(t), events.PlanModule{Name: "lim", Build: "sha256:a", RunsAs: self}); err != nil {
-		t.Fatal(err)
-	}
-	pid := status(t, r, "lim").PID
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := func(path string) string {
-		t.Helper()
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(b))
-	}
-	want := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		parts := strings.SplitN(l, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if !strings.Contains(parts[2], "/"+DefaultCgroupParent+"/lim-") {
-			continue
-		}
-		switch parts[1] {
-		case "cpu", "cpu,cpuacct":
-			want["/sys/fs/cgroup/"+parts[1]+parts[2]+"/cpu.cfs_quota_us"] = "50000"
-		case "pids":
-			want["/sys/fs/cgroup/pids"+parts[2]+"/pids.max"] = "64"
-		case "memory":
-			want["/sys/fs/cgroup/memory"+parts[2]+"/memory.limit_in_bytes"] = strconv.Itoa(64 << 20)
-		case "":
-			want["/sys/fs/cgroup"+parts[2]+"/cpu.max"] = "50000 100000"
-			want["/sys/fs/cgroup"+parts[2]+"/pids.max"] = "64"
-			want["/sys/fs/cgroup"+parts[2]+"/memory.max"] = strconv.Itoa(64 << 20)
-		}
-	}
-	if len(want) == 0 {
-		t.Fatalf("the module is in no cgroup of its own:\n%s", data)
-	}
-	for path, v := range want {
-		if got := read(path); got != v {
-			t.Errorf("%s = %s, want %s", path, got, v)
-		}
+	for _, tc := range []struct {
+		name string
+		set  func(*Config)
+		says bool
+	}{
+		{"configured off", func(c *Config) { c.NoCgroups = true }, false},
+		// A parent that is a file of the hierarchy: no cgroup can be made.
+		{"none can be made", func(c *Config) { c.CgroupParent = "cgroup.procs" }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, Backoff{})
+			tc.set(&e.cfg)
+			var logs syncBuf
+			e.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			mark := filepath.Join(t.TempDir(), "marks")
+			openUp(t, filepath.Dir(mark))
+			e.script("sha256:a", `( setsid `+handler(mark, "daemon")+` & ) ; exec sleep 3600`, bundle.Manifest{StopTimeout: "5s"})
+			r := e.open()
+			for _, name := range []string{"other", "forker"} {
+				if err := r.Apply(ctx(t), events.PlanModule{Name: name, Build: "sha256:a", RunsAs: self}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := strings.Count(logs.String(), "no cgroup can be made"); (n == 1) != tc.says || n > 1 {
+				t.Errorf("the log says %d times that no cgroup can be made:\n%s", n, logs.String())
+			}
+			waitUntil(t, "both daemons up", func() bool { return strings.Count(strings.Join(marks(t, mark), " "), "daemon-up") == 2 })
+			c, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			if err := r.Remove(c, "forker"); err != nil {
+				t.Fatal(err)
+			}
+			if left := moduleProcs(t, e.cfg.Root, "forker"); len(left) > 0 {
+				t.Errorf("processes left after removal: %v", left)
+			}
+			if got := marks(t, mark); !slices.Contains(got, "daemon-done") {
+				t.Errorf("the daemon's marks %v: its TERM handler did not run", got)
+			}
+			if len(moduleProcs(t, e.cfg.Root, "other")) < 2 {
+				t.Errorf("the other module's tree did not survive the removal")
+			}
+		})
 	}
 }
