@@ -40,7 +40,7 @@ func TestNodeRunsBundleAndLogs(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src, "meshfold.json"), []byte(`{"command":["run.sh"],"stop_timeout":"2s"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(src, "run.sh"), []byte("#!/bin/sh\ni=1; while [ $i -le 20000 ]; do echo $i; i=$((i+1)); done\necho \"hello from $MESHFOLD_MODULE on $MESHFOLD_NODE\"\nexec sleep 3600\n"), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(src, "run.sh"), []byte("#!/bin/sh\ni=1; while [ $i -le 200000 ]; do echo \"$i pppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp\"; i=$((i+1)); done\necho \"hello from $MESHFOLD_MODULE on $MESHFOLD_NODE\"\nexec sleep 3600\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	out, errs, code := m.cli(t, "build", "push", src)
@@ -97,15 +97,20 @@ func TestNodeRunsBundleAndLogs(t *testing.T) {
 	if code != 0 || strings.TrimSpace(out) != "hello from web on ace" {
 		t.Fatalf("logs --tail 1: %d %q %s", code, out, errs)
 	}
-	// More lines than a page holds: logs reads on, page after page, in
-	// order, none twice.
-	out, errs, code = m.cli(t, "logs", "ace", "web", "--tail", "20001")
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 20001 || lines[20000] != "hello from web on ace" {
-		t.Fatalf("logs --tail 20001: %d, %d lines, %s", code, len(lines), errs)
+	// 200,000 lines of 70 bytes, over the 10 MB a log file holds: logs
+	// reads across the rotated file and the current one, page after page,
+	// in order, none twice.
+	if old, _ := filepath.Glob(filepath.Join(state, "process", "web", "module-*.log")); len(old) == 0 {
+		t.Fatalf("no rotated log file: the test wants a rotation")
+	}
+	out, errs, code = m.cli(t, "logs", "ace", "web", "--tail", "200001")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 200001 || lines[200000] != "hello from web on ace" {
+		t.Fatalf("logs --tail 200001: %d, %d lines, %s", code, len(lines), errs)
 	} else {
-		for i, l := range lines[:20000] {
-			if l != strconv.Itoa(i+1) {
-				t.Fatalf("logs --tail 20001: line %d is %q", i, l)
+		pad := " " + strings.Repeat("p", 60)
+		for i, l := range lines[:200000] {
+			if l != strconv.Itoa(i+1)+pad {
+				t.Fatalf("logs --tail 200001: line %d is %q", i, l)
 			}
 		}
 	}
