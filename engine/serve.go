@@ -129,6 +129,14 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 		// credentials may create it (a node's may not).
 		_, err = store.OpenNodeLeases(sctx, js, scfg)
 	}
+	if err == nil {
+		// The sealed secrets and the fill statuses (DESIGN.md §12): the
+		// provisioners' credentials may not create them either.
+		_, err = store.OpenSecrets(sctx, js, scfg, true)
+	}
+	if err == nil {
+		_, err = store.OpenFillStatus(sctx, js, scfg, true)
+	}
 	cancel()
 	if err != nil {
 		return err

@@ -7,11 +7,18 @@
 //
 // Each fill reads the node's newest plan (a direct get) and sends every
 // file of every row, composed or held (a held row's files stay declared),
-// in the plan's order. The content of module M's file /P is read from
-// From/M/P: for example /srv/secrets/mesh-build-go/run/mesh-build-go/broker.creds
-// for the file /run/mesh-build-go/broker.creds of module mesh-build-go
-// with From = /srv/secrets. A missing source file is logged by its path
-// and skipped; it is not an error.
+// in the plan's order. The content comes from the client's sources
+// ([Source]), tried in order, the first with content winning (DESIGN.md
+// §12): a directory ([Dir]: module M's file /P is read from DIR/M/P, e.g.
+// /srv/secrets/mesh-build-go/run/mesh-build-go/broker.creds for the file
+// /run/mesh-build-go/broker.creds of module mesh-build-go), a helper
+// command ([Exec], as git's credential helpers), or the node's sealed
+// secrets ([Sealed], opened with the provisioner's curve key). A file no
+// source gives is logged and skipped, not an error; why (no source, a
+// failed helper, a secret sealed to another key or that cannot be opened)
+// is kept in the fill status bucket ([Config.Status]) until it is filled.
+// A sealed secret put or removed is filled at once: the client watches
+// the node's keys.
 //
 // # Requests, retries and refusals
 //

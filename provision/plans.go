@@ -90,6 +90,7 @@ func (c *Client) fillDeclared(ctx context.Context, seq uint64, plan *events.Plan
 	}
 	c.declared = next
 	c.forgetUndeclared()
+	c.clearUndeclared(ctx)
 	if len(r.Filled)+len(r.Unchanged)+len(r.Refused)+len(r.Missing)+len(r.Failed) == 0 {
 		return
 	}

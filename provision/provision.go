@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,9 +34,17 @@ var ErrRunning = errors.New("provisioner: Run already called")
 type Config struct {
 	// Node is the node whose files this client fills.
 	Node string
-	// From is the source directory: From/<module>/<path> holds the content
-	// of module's file <path>.
+	// From is a source directory: From/<module>/<path> holds the content
+	// of module's file <path>. When set, it is tried first: [Dir](From)
+	// before Sources.
 	From string
+	// Sources are where content is found, tried in order (DESIGN.md §12):
+	// the first with content wins. At least one of From and Sources.
+	Sources []Source
+	// Status, when set, is the fill status bucket (store.OpenFillStatus):
+	// the client keeps there why each file it could not fill is not
+	// filled, and deletes it once the file is filled or undeclared.
+	Status jetstream.KeyValue
 	// Account is the account the client runs as, sent as the writer of
 	// every fill; the node accepts it only when it is the settled plan's
 	// provisioner account.
@@ -89,6 +96,15 @@ type Failed struct {
 	Error string `json:"error"`
 }
 
+// Unfilled is a file no source gave content for: State says which kind
+// of reason (store.FillMissing when every source had none), Why what each
+// source said.
+type Unfilled struct {
+	FileRef
+	State store.FillState `json:"state"`
+	Why   string          `json:"why"`
+}
+
 // Report says what one fill pass did. It never holds content.
 type Report struct {
 	// Plan is the stream sequence of the plan whose files were filled; 0
@@ -103,8 +119,11 @@ type Report struct {
 	Unchanged []FileRef `json:"unchanged,omitempty"`
 	// Refused are the files the node refused.
 	Refused []Refused `json:"refused,omitempty"`
-	// Missing are the source paths that do not exist (skipped).
+	// Missing are, for each file no source had, where the sources looked
+	// (a directory source's path; several joined by ", ") (skipped).
 	Missing []string `json:"missing,omitempty"`
+	// Unfilled are the files no source gave content for, with why.
+	Unfilled []Unfilled `json:"unfilled,omitempty"`
 	// Failed are the files that could not be read or sent.
 	Failed []Failed `json:"failed,omitempty"`
 }
@@ -130,12 +149,18 @@ type Client struct {
 	refused map[FileRef]bool
 	// settledSeen is the newest plan whose settle was handled.
 	settledSeen uint64
+
+	sources []Source
+	// status is what the status bucket holds for this node, as last
+	// written or read (guarded by fillMu).
+	status     map[FileRef]store.FillStatus
+	statusWarn bool
 }
 
 // New checks cfg and returns a client that is not running yet.
 //
 // Errors: an invalid Node (matching events.ErrInvalid); an empty Account;
-// From missing or not a directory.
+// From set but missing or not a directory; no source at all.
 func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
 	if !events.ValidName(cfg.Node) {
 		return nil, &events.FieldError{Field: "node", Value: cfg.Node, Err: events.ErrBadName}
@@ -146,13 +171,18 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
 	if cfg.Account == "" {
 		return nil, &events.FieldError{Field: "account", Err: events.ErrMissing}
 	}
-	if cfg.From == "" {
-		return nil, errors.New("provisioner: a source directory (From) is required")
+	var sources []Source
+	if cfg.From != "" {
+		if fi, err := os.Stat(cfg.From); err != nil {
+			return nil, fmt.Errorf("provisioner: source: %w", err)
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("provisioner: source %s: not a directory", cfg.From)
+		}
+		sources = append(sources, Dir(cfg.From))
 	}
-	if fi, err := os.Stat(cfg.From); err != nil {
-		return nil, fmt.Errorf("provisioner: source: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("provisioner: source %s: not a directory", cfg.From)
+	sources = append(sources, cfg.Sources...)
+	if len(sources) == 0 {
+		return nil, errors.New("provisioner: a source (From or Sources) is required")
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
@@ -166,6 +196,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
 	}
 	cfg.Stream = cfg.Stream.WithDefaults()
 	return &Client{nc: nc, js: js, cfg: cfg, subj: cfg.Stream.Subjects(), refused: map[FileRef]bool{},
+		sources: sources, status: map[FileRef]store.FillStatus{},
 		log: log.With("node", cfg.Node, "account", cfg.Account)}, nil
 }
 
@@ -203,17 +234,44 @@ func (c *Client) Run(ctx context.Context) error {
 	if err != nil {
 		return nil
 	}
-	c.log.Info("provisioner running", "from", c.cfg.From, "knocks_after", from)
+	names := make([]string, len(c.sources))
+	for i, src := range c.sources {
+		names[i] = src.String()
+	}
+	c.loadStatus(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// Sealed sources: the key registered, and the watch started before
+	// the fill on start, so that a put after that fill's read is seen.
+	for _, src := range c.sources {
+		sealed, ok := src.(*Sealed)
+		if !ok {
+			continue
+		}
+		changed, err := store.Retry(ctx, c.log, "register the curve key", newBackoff(), func() (bool, error) {
+			return sealed.Register(ctx, c.cfg.Node)
+		})
+		if err != nil {
+			return nil // only ctx ends the retry
+		}
+		c.log.Info("sealed secrets: curve key registered", "public_key", sealed.PublicKey(), "changed", changed)
+		ready := make(chan struct{})
+		wg.Go(func() { c.watchSealed(ctx, sealed, ready) })
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	c.log.Info("provisioner running", "sources", strings.Join(names, ", "), "knocks_after", from)
 	if !c.pass(ctx, 0) {
 		return nil
 	}
-	var wg sync.WaitGroup
 	wg.Go(func() {
 		c.follow(ctx, events.KindSettle, settles, nil, func(ctx context.Context, m store.Msg) { c.settledEvent(ctx, m.Event) })
 	})
 	wg.Go(func() { c.resync(ctx) })
 	c.follow(ctx, events.KindKnock, from, c.verify, func(ctx context.Context, m store.Msg) { c.knocked(ctx, m.Event) })
-	wg.Wait()
 	return nil
 }
 
@@ -334,6 +392,7 @@ func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 	r.Plan = seq
 	c.declared = declaredOf(seq, plan)
 	c.forgetUndeclared()
+	c.clearUndeclared(ctx)
 	for _, row := range plan.Modules {
 		for _, f := range row.Files {
 			if err := c.fillFile(ctx, &r, row.Name, f.Path); err != nil {
@@ -349,16 +408,16 @@ func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 func (c *Client) fillFile(ctx context.Context, r *Report, module, path string) error {
 	ref := FileRef{Module: module, Path: path}
 	log := c.log.With("module", module, "path", path)
-	src := filepath.Join(c.cfg.From, module, filepath.FromSlash(path))
-	content, err := os.ReadFile(src)
+	content, un, err := c.content(ctx, r, module, path)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		log.Warn("no source for the file; skipped", "source", src)
-		r.Missing = append(r.Missing, src)
-		return nil
 	case err != nil:
-		log.Error("source unreadable; skipped", "source", src, "err", err)
-		r.Failed = append(r.Failed, Failed{FileRef: ref, Error: err.Error()})
+		return err
+	case un != nil && un.State == store.FillMissing:
+		log.Warn("no source for the file; skipped", "source", r.Missing[len(r.Missing)-1], "why", un.Why)
+		return nil
+	case un != nil:
+		log.Error("no source could give the file; skipped", "state", un.State, "why", un.Why)
+		r.Failed = append(r.Failed, Failed{FileRef: ref, Error: un.Why})
 		return nil
 	}
 	reply, err := c.request(ctx, log, module, path, content)
@@ -368,10 +427,13 @@ func (c *Client) fillFile(ctx context.Context, r *Report, module, path string) e
 	case err != nil:
 		log.Error("fill not sent", "err", err)
 		r.Failed = append(r.Failed, Failed{FileRef: ref, Error: err.Error()})
+		c.setStatus(ctx, ref, store.FillNotSent, err.Error())
 	case reply.OK && reply.Unchanged:
 		log.Debug("unchanged: not rewritten")
 		r.Unchanged = append(r.Unchanged, ref)
+		c.clearStatus(ctx, ref)
 	case reply.OK:
+		c.clearStatus(ctx, ref)
 		if reply.Error != "" {
 			log.Warn("filled, but the node could not record it", "err", reply.Error)
 		} else {
@@ -383,6 +445,7 @@ func (c *Client) fillFile(ctx context.Context, r *Report, module, path string) e
 		log.Warn("fill refused", "reason", reply.Reason, "err", reply.Error)
 		r.Refused = append(r.Refused, Refused{FileRef: ref, Reason: reply.Reason, Error: reply.Error})
 		c.refused[ref] = true
+		c.clearStatus(ctx, ref) // a refusal is owed and shown by the fold, not here
 	}
 	return nil
 }

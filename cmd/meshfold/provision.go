@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,22 +21,42 @@ import (
 func init() { register(newProvisionCmd) }
 
 type provisionOpts struct {
-	from    string
-	account string
-	timeout time.Duration
-	resync  time.Duration
-	trust   trustFlag
+	from        []string
+	key         string
+	execTimeout time.Duration
+	account     string
+	timeout     time.Duration
+	resync      time.Duration
+	trust       trustFlag
 }
 
 func newProvisionCmd(a *app) *cobra.Command {
 	var o provisionOpts
 	cmd := &cobra.Command{
-		Use:   "provision NAME --from DIR --account ACCOUNT",
+		Use:   "provision NAME --from DIR|exec:CMD|sealed... --account ACCOUNT",
 		Short: "Run a provisioner client: fill node NAME's declared files on start, on every knock and as plans declare them",
-		Long: `provision fills the files node NAME's newest plan declares, from a source
-directory, through the node agent's fill endpoint (<prefix>.NAME.fill). The
-content of module M's file /P is read from DIR/M/P; a missing source is
-logged by path and skipped.
+		Long: `provision fills the files node NAME's newest plan declares, from its sources,
+through the node agent's fill endpoint (<prefix>.NAME.fill). --from may be
+given several times; the sources are tried in that order and the first with
+content wins:
+
+  --from DIR        module M's file /P is read from DIR/M/P
+  --from exec:CMD   the helper 'sh -c "CMD \"\$@\"" sh NAME M /P' is run, with
+                    MESHFOLD_NODE, MESHFOLD_MODULE and MESHFOLD_PATH in its
+                    environment (as git's credential helpers): exit 0 with
+                    output is the content; exit 0 with no output, or non-zero,
+                    is no source; past --exec-timeout it is killed. Its stdout
+                    is never logged, the first line of its stderr is.
+  --from sealed     the sealed secret 'meshfold secret put' stored for NAME,
+                    opened with this provisioner's curve key (--key, created
+                    0600 on the first start and registered so that 'secret
+                    put' seals to it). A put is filled at once: the client
+                    watches NAME's secrets.
+
+A file no source gives is skipped; why (no source, a helper that failed, a
+secret sealed to another key or that cannot be opened) is kept in the
+<stream>_FILLS bucket, shown by 'meshfold fleet' and 'state', and cleared once
+the file is filled.
 
 It fills everything once on start, again on every knock the reconciler
 publishes for NAME (knocks that arrive together are coalesced) and every
@@ -55,6 +78,7 @@ trust file with --trust (an auth directory's reconcilers.pub, copied to the
 node). It exits with status 1 when its NATS connection is closed for good
 (its user revoked).`,
 		Example: `  meshfold provision ace --from /srv/secrets/ace --account prov
+  meshfold provision ace --from sealed --from 'exec:/usr/local/bin/vault-fill' --account prov
   # with /srv/secrets/ace/mesh-build-go/run/mesh-build-go/broker.creds
   # holding the content of mesh-build-go's /run/mesh-build-go/broker.creds
   meshfold provision ace --from /srv/secrets/ace --account prov -s tls://hub.example:4222 \
@@ -66,7 +90,9 @@ node). It exits with status 1 when its NATS connection is closed for good
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&o.from, "from", "", "source directory: DIR/<module>/<path> holds each file's content (required)")
+	fl.StringArrayVar(&o.from, "from", nil, "a source, tried in the order given: DIR, exec:CMD or sealed (required; repeatable)")
+	fl.StringVar(&o.key, "key", "", "the curve key file of --from sealed (default: provisioner-NAME/curve.key beside the node agent's default state directory)")
+	fl.DurationVar(&o.execTimeout, "exec-timeout", provision.DefaultExecTimeout, "how long one run of an exec: helper may take")
 	fl.StringVar(&o.account, "account", "", "the account this client runs as, sent as the writer (required)")
 	fl.DurationVar(&o.timeout, "timeout", provision.DefaultTimeout, "how long one fill request waits for its reply")
 	fl.DurationVar(&o.resync, "resync", provision.DefaultResync, "fill everything again this often (a missing source added later, a file deleted on the node); 0 turns it off")
@@ -84,6 +110,14 @@ func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) erro
 	}
 	if o.timeout <= 0 {
 		return withCode(exitUsage, fmt.Errorf("--timeout %s: must be positive", o.timeout))
+	}
+	if o.execTimeout <= 0 {
+		return withCode(exitUsage, fmt.Errorf("--exec-timeout %s: must be positive", o.execTimeout))
+	}
+	for _, f := range o.from {
+		if f == "" || f == "exec:" {
+			return withCode(exitUsage, fmt.Errorf("--from %q: a directory, exec:CMD or sealed", f))
+		}
 	}
 	// The same rule as a want's runs_as: an account the want cannot name
 	// would never be the plan's provisioner account.
@@ -122,7 +156,32 @@ func runProvisioner(ctx context.Context, a *app, name string, o provisionOpts, n
 	if err != nil {
 		return err
 	}
-	c, err := provision.New(nc, js, provision.Config{Node: name, From: o.from, Account: o.account,
+	var sources []provision.Source
+	for _, f := range o.from {
+		switch {
+		case f == "sealed":
+			src, err := sealedSource(ctx, js, scfg, name, o.key, log)
+			if err != nil {
+				return err
+			}
+			sources = append(sources, src)
+		case strings.HasPrefix(f, "exec:"):
+			sources = append(sources, provision.Exec{Command: strings.TrimPrefix(f, "exec:"), Timeout: o.execTimeout, Log: log})
+		default:
+			if fi, err := os.Stat(f); err != nil {
+				return withCode(exitUsage, fmt.Errorf("--from: %w", err))
+			} else if !fi.IsDir() {
+				return withCode(exitUsage, fmt.Errorf("--from %s: not a directory (nor exec:CMD, nor sealed)", f))
+			}
+			sources = append(sources, provision.Dir(f))
+		}
+	}
+	status, err := store.OpenFillStatus(ctx, js, scfg, true)
+	if err != nil {
+		log.Warn("fill status bucket not opened: fleet and state will not show why a file is unfilled", "err", err)
+		status = nil
+	}
+	c, err := provision.New(nc, js, provision.Config{Node: name, Sources: sources, Account: o.account, Status: status,
 		Logger: log, Stream: scfg, Timeout: o.timeout, Resync: resyncOrOff(o.resync), Trust: trust})
 	if err != nil {
 		return withCode(exitUsage, err)
@@ -136,4 +195,27 @@ func resyncOrOff(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// sealedSource opens the sealed secrets bucket (waiting for the reconciler
+// to create it) and the provisioner's curve key.
+func sealedSource(ctx context.Context, js jetstream.JetStream, scfg store.StreamConfig, name, keyFile string, log *slog.Logger) (*provision.Sealed, error) {
+	if keyFile == "" {
+		dir, err := defaultStateDir(name)
+		if err != nil {
+			return nil, withCode(exitUsage, fmt.Errorf("--key: %w", err))
+		}
+		keyFile = filepath.Join(filepath.Dir(dir), "provisioner-"+name, "curve.key")
+	}
+	key, err := provision.LoadCurveKey(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := store.Retry(ctx, log, "open the sealed secrets bucket", store.Backoff(200*time.Millisecond, 5*time.Second), func() (jetstream.KeyValue, error) {
+		return store.OpenSecrets(ctx, js, scfg, true)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return provision.NewSealed(kv, key)
 }

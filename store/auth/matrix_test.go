@@ -99,6 +99,17 @@ push build                -         -          ok       -          -            
 list builds               -         -          ok       -          -            -        -
 fetch build               -         -          ok       ok         -            ok       -
 remove build              -         -          ok       -          -            -        -
+put secret ace            -         -          ok       -          -            -        -
+put secret shanks         -         -          ok       -          -            -        -
+read secret ace           -         -          ok       -          ok           -        -
+read secret shanks        -         -          ok       -          -            -        -
+watch secrets ace         -         -          ok       -          ok           -        -
+list secrets              -         -          ok       -          -            -        -
+register key ace          -         -          ok       -          ok           -        -
+register key shanks       -         -          ok       -          -            -        -
+write fill status ace     -         -          -        -          ok           -        -
+write fill status shanks  -         -          -        -          -            -        -
+read fill status          -         -          ok       -          -            -       ok
 `
 
 // row is one action of the policy with its expected cell per user.
@@ -209,6 +220,7 @@ func actions(cfg store.StreamConfig) map[string]action {
 		return err
 	}
 	builds(acts, cfg)
+	secretActions(acts)
 	for _, node := range []string{"ace", "shanks"} {
 		acts["hold node lease "+node] = func(ctx context.Context, c *cell) error {
 			kv, err := c.js.KeyValue(ctx, c.cfg.Name+store.NodeLeaseBucketSuffix)
@@ -350,6 +362,7 @@ func fixture(t *testing.T, s *secured) store.StreamConfig {
 		}
 	}
 	setupBuilds(t, s)
+	setupSecrets(t, s, cfg)
 	return cfg
 }
 

@@ -114,7 +114,16 @@ const jsAPI = "$JS.API"
 //   - provisioner (provisioner-N): sends requests on N's fill subject;
 //     reads N's newest plan, knock and settle, and creates consumers
 //     filtered to N's knock or N's settle only (it fills on every knock,
-//     and a plan's new files once the node settles it).
+//     and a plan's new files once the node settles it); reads and
+//     watches N's sealed secrets only (keys N.>) and registers N's curve
+//     key (N.curve-key) in <stream>_SECRETS; writes and reads N's fill
+//     statuses in <stream>_FILLS (DESIGN.md §12).
+//
+// The secrets bucket: operators put, list and remove (and create it);
+// the reconciler creates it; a node's provisioner reads its own node's;
+// nobody else reads it (node agents, controllers, the console, other
+// nodes' provisioners). The fill statuses: operator and operator-read
+// read them.
 //   - system: no restriction inside the system account (account updates).
 //
 // JetStream API access is scoped by subject: consumer creation only on
@@ -179,8 +188,24 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		}
 	}
 
+	// The sealed secrets bucket (DESIGN.md §12) and the fill statuses:
+	// KV buckets, read as nats.go reads one (the stream's info, direct
+	// gets of a key, ordered push consumers over a filter with flow
+	// control) and written by publishing on $KV.<bucket>.<key>.
+	secrets, fills := s+store.SecretsBucketSuffix, s+store.FillStatusBucketSuffix
+	readKV := func(bucket, keys string) {
+		st := "KV_" + bucket
+		p.Pub.Allow.Add(api("STREAM.INFO.%s", st), api("DIRECT.GET.%s.$KV.%s.%s", st, bucket, keys),
+			api("CONSUMER.CREATE.%s.*.$KV.%s.%s", st, bucket, keys), api("CONSUMER.DELETE.%s.*", st),
+			"$JS.FC."+st+".>")
+	}
+
 	switch r {
 	case RoleReconciler:
+		// It creates the secrets and fill status buckets, and reads neither.
+		for _, b := range []string{secrets, fills} {
+			p.Pub.Allow.Add(api("STREAM.INFO.KV_%s", b), api("STREAM.CREATE.KV_%s", b))
+		}
 		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"),
 			"$KV."+bucket+".>", "$KV."+leases+".>", "$KV."+keys+".>", api("INFO"))
 		for _, st := range []string{s, kv, "KV_" + leases, nodesKV, "KV_" + keys} {
@@ -214,6 +239,11 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		// Bundles: push (creating the bucket on the first), list, remove.
 		readBuilds(true)
 		p.Pub.Allow.Add(api("STREAM.CREATE.%s", objStream), api("STREAM.PURGE.%s", objStream), obj+".>")
+		// Sealed secrets: put (creating the bucket on the first), list,
+		// remove; the fill statuses: read.
+		readKV(secrets, ">")
+		p.Pub.Allow.Add(api("STREAM.CREATE.KV_%s", secrets), "$KV."+secrets+".>")
+		readKV(fills, ">")
 		// Live events, never the fill subjects.
 		p.Sub.Allow.Add(pre + ".>")
 		p.Sub.Deny.Add(subj("*", "fill"))
@@ -225,6 +255,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 			api("CONSUMER.CREATE.%s.>", s), api("CONSUMER.INFO.%s.*", s),
 			api("DIRECT.GET.%s.>", kv), api("CONSUMER.CREATE.%s.>", kv), api("CONSUMER.INFO.%s.*", kv),
 			events.StateSubject(pre, events.EndpointState, "*"), events.StateSubject(pre, events.EndpointComposition, "*"))
+		readKV(fills, ">") // why files are unfilled; never the secrets
 		p.Pub.Deny.Add(subj("*", "fill"))
 		p.Sub.Deny.Add(subj("*", "fill"))
 	case RoleNode:
@@ -249,6 +280,12 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		for _, k := range []string{"knock", "settle"} {
 			p.Pub.Allow.Add(api("CONSUMER.CREATE.%s.*.%s", s, stored(node, k)))
 		}
+		// Its own node's sealed secrets only (read and watch), and its
+		// curve key's registration; its node's fill statuses.
+		readKV(secrets, node+".>")
+		p.Pub.Allow.Add("$KV." + secrets + "." + store.CurveKeyName(node))
+		readKV(fills, node+".>")
+		p.Pub.Allow.Add("$KV." + fills + "." + node + ".>")
 	case RoleSystem:
 		return jwt.Permissions{}, nil
 	default:

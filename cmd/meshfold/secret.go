@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/provision"
+	"github.com/meshfold/meshfold/store"
+)
+
+func init() { register(newSecretCmd) }
+
+func newSecretCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "secret",
+		Short: "Sealed per-node secrets for 'provision --from sealed': put, ls, rm",
+		Long: `secret manages sealed secrets (DESIGN.md §12). A secret is the content of one
+filled file (node, module, path), sealed to that node's provisioner curve key
+(X25519 with XSalsa20-Poly1305, as nkeys' xkeys) and stored as ciphertext
+only in the KV bucket <stream>_SECRETS, with history. Only the node's
+provisioner can open it; 'meshfold provision NODE --from sealed' registers
+its public key on its first start and fills a put at once.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withCode(exitUsage, errors.New("secret needs a subcommand: put, ls or rm (see meshfold secret --help)"))
+		},
+	}
+	cmd.AddCommand(newSecretPutCmd(a), newSecretLsCmd(a), newSecretRmCmd(a))
+	return cmd
+}
+
+// secretArgs checks NODE MODULE PATH.
+func secretArgs(args []string) error {
+	if !events.ValidName(args[0]) {
+		return withCode(exitUsage, &events.FieldError{Field: "NODE", Value: args[0], Err: events.ErrBadName})
+	}
+	if !events.ValidName(args[1]) {
+		return withCode(exitUsage, &events.FieldError{Field: "MODULE", Value: args[1], Err: events.ErrBadName})
+	}
+	if !events.ValidPath(args[2]) {
+		return withCode(exitUsage, &events.FieldError{Field: "PATH", Value: args[2], Err: events.ErrBadPath})
+	}
+	return nil
+}
+
+// openSecrets connects and opens the secrets bucket (creating it when
+// create). The caller closes the connection (close).
+func (a *app) openSecrets(ctx context.Context, create bool) (jetstream.KeyValue, func(), error) {
+	nc, err := a.conn.connect("meshfold-secret", a)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	_, scfg, err := a.stream.openStream(ctx, js)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	kv, err := store.OpenSecrets(ctx, js, scfg, create)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return kv, nc.Close, nil
+}
+
+func newSecretPutCmd(a *app) *cobra.Command {
+	var file, by string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "put NODE MODULE PATH [-f FILE] --by NAME",
+		Short: "Seal a file's content to NODE's provisioner and store it",
+		Long: `put reads the content (from -f FILE, else from stdin), seals it to NODE's
+provisioner curve key, and stores the ciphertext under NODE, MODULE and PATH.
+NODE's provisioner ('provision NODE --from sealed') fills it at once; a
+provisioner that is down fills it on its start. Content equal to what the
+node holds is not written again, and triggers no on_fill.
+
+NODE's provisioner must have started once with --from sealed (it registers
+its key then). After its key changed (a new node, a lost key file), put every
+secret of NODE again: 'secret ls NODE' marks the ones sealed to an old key.
+Prints the revision and the digest (an HMAC under a key kept in the bucket,
+never a plain hash); the content is never printed.`,
+		Example: `  meshfold secret put ace mesh-build-go /run/mesh-build-go/broker.creds -f broker.creds --by alice
+  vault kv get -field=token kv/ace/mbg | meshfold secret put ace mesh-build-go /run/mbg/token --by alice`,
+		Args: cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := secretArgs(args); err != nil {
+				return err
+			}
+			if by == "" || events.HasControl(by) || len(by) > events.MaxText {
+				return withCode(exitUsage, fmt.Errorf("--by %s: one line naming who puts it", events.Short(by)))
+			}
+			var r io.Reader = a.stdin
+			if file != "" {
+				f, err := os.Open(file)
+				if err != nil {
+					return withCode(exitUsage, err)
+				}
+				defer f.Close()
+				r = f
+			}
+			content, err := io.ReadAll(io.LimitReader(r, provision.MaxContent+1))
+			if err != nil {
+				return err
+			}
+			if len(content) > provision.MaxContent {
+				return withCode(exitUsage, fmt.Errorf("content above %d bytes", provision.MaxContent))
+			}
+			if len(content) == 0 {
+				return withCode(exitUsage, errors.New("empty content: nothing to seal (an empty file is no source)"))
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			kv, closeConn, err := a.openSecrets(ctx, true)
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			rev, digest, err := putSecret(ctx, kv, args[0], args[1], args[2], content, by)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(a.stdout, "%s %s %s revision %d digest %s\n", args[0], args[1], args[2], rev, digest[:16])
+			return err
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "read the content from FILE (default: stdin)")
+	cmd.Flags().StringVar(&by, "by", "", "who puts it (required); kept beside the ciphertext")
+	addPublishTimeout(cmd, &timeout)
+	_ = cmd.MarkFlagRequired("by")
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+// putSecret seals content to node's registered key and stores it; it
+// returns the revision and the digest.
+func putSecret(ctx context.Context, kv jetstream.KeyValue, node, module, path string, content []byte, by string) (uint64, string, error) {
+	e, err := kv.Get(ctx, store.CurveKeyName(node))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, "", fmt.Errorf("%w: start 'meshfold provision %s --from sealed' once, then put again", store.ErrNoCurveKey, node)
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	dkey, err := digestKey(ctx, kv)
+	if err != nil {
+		return 0, "", err
+	}
+	rec, err := store.SealSecret(node, module, path, content, string(e.Value()), dkey, by, time.Now())
+	if err != nil {
+		return 0, "", err
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return 0, "", err
+	}
+	rev, err := kv.Put(ctx, store.SecretKey(node, module, path), data)
+	return rev, rec.Digest, err
+}
+
+// digestKey returns the bucket's digest HMAC key, creating it once.
+func digestKey(ctx context.Context, kv jetstream.KeyValue) ([]byte, error) {
+	for range 3 {
+		e, err := kv.Get(ctx, store.DigestKeyName)
+		if err == nil && len(e.Value()) == 32 {
+			return e.Value(), nil
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, err
+		}
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, err
+		}
+		if _, err := kv.Create(ctx, store.DigestKeyName, key); err == nil {
+			return key, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, err
+		}
+	}
+	return nil, errors.New("secret: the digest key cannot be read")
+}
+
+// secretRow is one line of `secret ls`.
+type secretRow struct {
+	Node     string    `json:"node"`
+	Module   string    `json:"module"`
+	Path     string    `json:"path"`
+	Revision uint64    `json:"revision"`
+	Digest   string    `json:"digest"`
+	By       string    `json:"by"`
+	At       time.Time `json:"at"`
+	// Current is false when the secret is sealed to another key than the
+	// one the node's provisioner registered: put it again.
+	Current bool `json:"current"`
+}
+
+func newSecretLsCmd(a *app) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:   "ls [NODE]",
+		Short: "List the stored secrets (digests and revisions, never content)",
+		Long: `ls lists the sealed secrets, of NODE or of every node: node, module, path,
+revision, digest (HMAC-SHA256 under the bucket's digest key, cut), who put it
+and when, and whether it is sealed to the key NODE's provisioner registered
+("old key": put it again). Never content.`,
+		Example: `  meshfold secret ls
+  meshfold secret ls ace -o json`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, err := out.get()
+			if err != nil {
+				return err
+			}
+			filter := ">"
+			if len(args) == 1 {
+				if !events.ValidName(args[0]) {
+					return withCode(exitUsage, &events.FieldError{Field: "NODE", Value: args[0], Err: events.ErrBadName})
+				}
+				filter = args[0] + ".>"
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			kv, closeConn, err := a.openSecrets(ctx, false)
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			entries, err := store.ReadKV(ctx, kv, filter)
+			if err != nil {
+				return err
+			}
+			keys := map[string]string{} // node → its registered curve key
+			for _, e := range entries {
+				if node := firstToken(e.Key()); e.Key() == store.CurveKeyName(node) {
+					keys[node] = string(e.Value())
+				}
+			}
+			var rows []secretRow
+			for _, e := range entries {
+				node, module, path, ok := store.ParseSecretKey(e.Key())
+				if !ok {
+					continue
+				}
+				rec, err := store.DecodeSealedSecret(e.Value())
+				if err != nil {
+					continue
+				}
+				rows = append(rows, secretRow{Node: node, Module: module, Path: path, Revision: e.Revision(),
+					Digest: rec.Digest, By: rec.By, At: rec.At, Current: rec.To == keys[node]})
+			}
+			sort.Slice(rows, func(i, j int) bool {
+				if rows[i].Node != rows[j].Node {
+					return rows[i].Node < rows[j].Node
+				}
+				if rows[i].Module != rows[j].Module {
+					return rows[i].Module < rows[j].Module
+				}
+				return rows[i].Path < rows[j].Path
+			})
+			if format != outTable {
+				if rows == nil {
+					rows = []secretRow{}
+				}
+				return writeValue(a.stdout, format, rows)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE\tMODULE\tPATH\tREV\tDIGEST\tBY\tAT\tKEY")
+			for _, r := range rows {
+				key := "current"
+				if !r.Current {
+					key = "old key: put again"
+				}
+				d := r.Digest
+				if len(d) > 16 {
+					d = d[:16]
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Node, r.Module, events.Text(r.Path), r.Revision, d,
+					events.Text(r.By), r.At.Format(time.RFC3339), key)
+			}
+			return tw.Flush()
+		},
+	}
+	out.add(cmd, "")
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func firstToken(key string) string {
+	for i := range len(key) {
+		if key[i] == '.' {
+			return key[:i]
+		}
+	}
+	return key
+}
+
+func newSecretRmCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rm NODE MODULE PATH",
+		Short: "Remove a stored secret (its history stays until it ages out)",
+		Long: `rm deletes NODE's secret for MODULE's PATH. The file on the node is left as
+it is; the provisioner reports it as having no source ('meshfold fleet') until
+another source or a new put fills it.`,
+		Example: `  meshfold secret rm ace mesh-build-go /run/mesh-build-go/broker.creds`,
+		Args: cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := secretArgs(args); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			kv, closeConn, err := a.openSecrets(ctx, false)
+			if err != nil {
+				return err
+			}
+			defer closeConn()
+			key := store.SecretKey(args[0], args[1], args[2])
+			if _, err := kv.Get(ctx, key); errors.Is(err, jetstream.ErrKeyNotFound) {
+				return fmt.Errorf("no secret for %s %s %s", args[0], args[1], events.Short(args[2]))
+			} else if err != nil {
+				return err
+			}
+			if err := kv.Delete(ctx, key); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(a.stdout, "removed %s %s %s\n", args[0], args[1], args[2])
+			return err
+		},
+	}
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}

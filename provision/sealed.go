@@ -1,0 +1,203 @@
+package provision
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/meshfold/meshfold/internal/atomicfile"
+	"github.com/meshfold/meshfold/store"
+)
+
+// Sealed is the sealed-secrets source (DESIGN.md §12): the node's
+// secrets in the bucket <stream>_SECRETS (store.OpenSecrets), each sealed
+// to this provisioner's curve key, opened here and nowhere else. Create
+// it with [NewSealed].
+type Sealed struct {
+	kv  jetstream.KeyValue
+	key nkeys.KeyPair
+	pub string
+}
+
+// NewSealed returns the sealed source over kv, opening with the curve key
+// pair key (see [LoadCurveKey]).
+func NewSealed(kv jetstream.KeyValue, key nkeys.KeyPair) (*Sealed, error) {
+	pub, err := key.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	return &Sealed{kv: kv, key: key, pub: pub}, nil
+}
+
+func (s *Sealed) String() string { return "sealed" }
+
+// PublicKey is the curve public key secrets must be sealed to.
+func (s *Sealed) PublicKey() string { return s.pub }
+
+// Content reads and opens node's secret for module's file path.
+//
+// Errors: [ErrNoSource] when none is stored; store.ErrSealedToOther,
+// store.ErrCannotOpen; the bucket's read.
+func (s *Sealed) Content(ctx context.Context, node, module, path string) ([]byte, error) {
+	e, err := s.kv.Get(ctx, store.SecretKey(node, module, path))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, &NoSourceError{Where: "sealed " + store.SecretKey(node, module, path), Why: "no sealed secret"}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sealed secret: %w", err)
+	}
+	rec, err := store.DecodeSealedSecret(e.Value())
+	if err != nil {
+		return nil, err
+	}
+	return rec.Open(s.key, node, module, path)
+}
+
+// Register publishes the public key under node's name in the bucket (a
+// put only when it differs), so that `meshfold secret put` seals to it.
+func (s *Sealed) Register(ctx context.Context, node string) (changed bool, err error) {
+	name := store.CurveKeyName(node)
+	e, err := s.kv.Get(ctx, name)
+	if err == nil && string(e.Value()) == s.pub {
+		return false, nil
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, fmt.Errorf("read the registered key: %w", err)
+	}
+	if _, err := s.kv.Put(ctx, name, []byte(s.pub)); err != nil {
+		return false, fmt.Errorf("register the curve key: %w", err)
+	}
+	return true, nil
+}
+
+// watch calls changed with the module and path of every secret of node
+// put or removed after the watch started, until ctx is done or the
+// watch ends. ready is closed once the watch has started.
+func (s *Sealed) watch(ctx context.Context, node string, ready chan<- struct{}, changed func(module, path string)) error {
+	w, err := s.kv.Watch(ctx, node+".>", jetstream.UpdatesOnly())
+	close(ready)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("watch closed")
+			}
+			if e == nil {
+				continue
+			}
+			if n, module, path, ok := store.ParseSecretKey(e.Key()); ok && n == node {
+				changed(module, path)
+			}
+		}
+	}
+}
+
+// LoadCurveKey returns the provisioner's curve key pair from the seed in
+// file, creating it (mode 0600, its directory 0700, exclusively and
+// whole, through internal/atomicfile) when missing.
+//
+// Errors: the file cannot be created or read; it is readable or writable
+// by group or others; it holds no curve seed.
+func LoadCurveKey(file string) (nkeys.KeyPair, error) {
+	if _, err := os.Lstat(file); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+			return nil, fmt.Errorf("curve key: %w", err)
+		}
+		kp, err := nkeys.CreateCurveKeys()
+		if err != nil {
+			return nil, fmt.Errorf("curve key: %w", err)
+		}
+		seed, err := kp.Seed()
+		if err != nil {
+			return nil, fmt.Errorf("curve key: %w", err)
+		}
+		err = atomicfile.Create(file, append(seed, '\n'), 0o600)
+		if err == nil {
+			return kp, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("curve key %s: %w", file, err)
+		}
+	}
+	fi, err := os.Stat(file)
+	if err != nil {
+		return nil, fmt.Errorf("curve key: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("curve key %s: mode %s: must not be accessible to group or others (chmod 0600)", file, fi.Mode().Perm())
+	}
+	seed, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("curve key: %w", err)
+	}
+	kp, err := nkeys.FromCurveSeed(bytes.TrimSpace(seed))
+	if err != nil {
+		return nil, fmt.Errorf("curve key %s: not a curve seed: %w", file, err)
+	}
+	return kp, nil
+}
+
+// watchSealed fills a declared file of the node as soon as its sealed
+// secret is put or removed (DESIGN.md §12: no knock needed), restarting
+// the watch with backoff when it ends, until ctx is done.
+func (c *Client) watchSealed(ctx context.Context, s *Sealed, ready chan struct{}) {
+	b := newBackoff()
+	for ctx.Err() == nil {
+		started := ready
+		if started == nil {
+			started = make(chan struct{})
+		}
+		ready = nil
+		err := s.watch(ctx, c.cfg.Node, started, func(module, path string) { c.sealedChanged(ctx, module, path) })
+		if ctx.Err() != nil {
+			return
+		}
+		d := b.NextBackOff()
+		c.log.Warn("sealed secrets watch ended; restarting", "err", err, "in", d)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+		// Whatever changed while no watch ran is filled by a pass.
+		c.pass(ctx, 0)
+	}
+}
+
+// sealedChanged fills one file whose sealed secret changed, when the
+// newest plan this client filled declares it; a file not declared yet is
+// filled when a plan declaring it settles.
+func (c *Client) sealedChanged(ctx context.Context, module, path string) {
+	c.fillMu.Lock()
+	ref := FileRef{Module: module, Path: path}
+	if !c.declared.files[ref] {
+		c.fillMu.Unlock()
+		c.log.Info("sealed secret changed for a file the plan does not declare: not filled", "module", module, "path", path)
+		return
+	}
+	r := Report{Plan: c.declared.plan}
+	err := c.fillFile(ctx, &r, module, path)
+	c.fillMu.Unlock()
+	if err != nil {
+		return
+	}
+	c.log.Info("sealed secret changed: filled", "module", module, "path", path, "filled", len(r.Filled), "unchanged", len(r.Unchanged),
+		"refused", len(r.Refused), "unfilled", len(r.Unfilled))
+	if c.cfg.OnFill != nil {
+		c.cfg.OnFill(0, r)
+	}
+}

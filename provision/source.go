@@ -1,0 +1,174 @@
+package provision
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+// Source is where a provisioner finds a file's content (DESIGN.md §12).
+// A client tries its sources in order; the first with content wins.
+type Source interface {
+	// Content returns the content of module's file path on node.
+	//
+	// Errors: one wrapping [ErrNoSource] when this source has nothing
+	// for the file (saying why, e.g. "no file"); any other is a failure
+	// of the source. Neither ever holds content.
+	Content(ctx context.Context, node, module, path string) ([]byte, error)
+	// String names the source in logs and fill statuses ("dir /srv/x").
+	String() string
+}
+
+// ErrNoSource: a source has no content for the file.
+var ErrNoSource = errors.New("no source")
+
+// NoSourceError is a source's "nothing for this file": Where it looked
+// (a path, a helper, a bucket key) and Why. It matches [ErrNoSource].
+type NoSourceError struct{ Where, Why string }
+
+func (e *NoSourceError) Error() string { return "no source: " + e.Why }
+
+// Is makes the error match [ErrNoSource].
+func (e *NoSourceError) Is(target error) bool { return target == ErrNoSource }
+
+// MaxContent bounds what a source may return, in bytes: a fill request
+// carries the content in one message (the server's max payload is 1 MiB
+// by default).
+const MaxContent = 1 << 20
+
+// Dir is the directory source: Dir/<module>/<path> holds the content of
+// module's file path (the same on every node: one directory per node).
+type Dir string
+
+func (d Dir) String() string { return "dir " + string(d) }
+
+// Content reads Dir/<module>/<path>.
+func (d Dir) Content(_ context.Context, _, module, path string) ([]byte, error) {
+	src := filepath.Join(string(d), module, filepath.FromSlash(path))
+	content, err := os.ReadFile(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &NoSourceError{Where: src, Why: "no file " + src}
+	}
+	if err != nil {
+		return nil, err // the path, the operation and the errno; never content
+	}
+	return content, nil
+}
+
+// DefaultExecTimeout bounds one run of an exec helper.
+const DefaultExecTimeout = 10 * time.Second
+
+// Exec is a helper command (DESIGN.md §12, as git's and docker's
+// credential helpers): run as `sh -c 'COMMAND "$@"' sh NODE MODULE PATH`,
+// with MESHFOLD_NODE, MESHFOLD_MODULE and MESHFOLD_PATH added to the
+// provisioner's environment, its stdin empty. Exit 0 with output: the
+// output is the content. Exit 0 with no output, or a non-zero exit: no
+// source. A helper that cannot start, runs past Timeout (its process
+// group is killed) or prints more than [MaxContent] failed. Its stdout is
+// never logged; the first line of its stderr, cut, is logged at warn.
+type Exec struct {
+	// Command is a shell command line; the node, module and path follow
+	// it as arguments.
+	Command string
+	// Timeout bounds one run; 0 means [DefaultExecTimeout].
+	Timeout time.Duration
+	// Log receives the stderr line; nil uses slog.Default().
+	Log *slog.Logger
+}
+
+func (x Exec) String() string { return "exec " + events.Cut(x.Command, 80) }
+
+// Content runs the helper for one file.
+func (x Exec) Content(ctx context.Context, node, module, path string) ([]byte, error) {
+	timeout := x.Timeout
+	if timeout <= 0 {
+		timeout = DefaultExecTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", x.Command+` "$@"`, "sh", node, module, path)
+	cmd.Env = append(os.Environ(), "MESHFOLD_NODE="+node, "MESHFOLD_MODULE="+module, "MESHFOLD_PATH="+path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	stdout, stderr := &limited{max: MaxContent}, &limited{max: 4096}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	err := cmd.Run()
+	if line := firstLine(stderr.buf.Bytes()); line != "" {
+		log := x.Log
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("exec source said", "source", x.String(), "module", module, "path", path, "stderr", line)
+	}
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() == context.DeadlineExceeded:
+		return nil, fmt.Errorf("helper timed out after %s", timeout)
+	case stdout.over:
+		return nil, fmt.Errorf("helper printed more than %d bytes", MaxContent)
+	case errors.As(err, &exit):
+		return nil, &NoSourceError{Where: x.String(), Why: "helper " + exit.ProcessState.String()}
+	case err != nil:
+		return nil, fmt.Errorf("helper: %w", err)
+	case stdout.buf.Len() == 0:
+		return nil, &NoSourceError{Where: x.String(), Why: "helper printed nothing"}
+	}
+	return stdout.buf.Bytes(), nil
+}
+
+// limited keeps at most max bytes written to it and notes an overflow.
+type limited struct {
+	buf  bytes.Buffer
+	max  int
+	over bool
+}
+
+func (l *limited) Write(p []byte) (int, error) {
+	if room := l.max - l.buf.Len(); len(p) > room {
+		l.over = true
+		if room > 0 {
+			l.buf.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return l.buf.Write(p)
+}
+
+// firstLine is the first non-empty line of b, cut and escaped.
+func firstLine(b []byte) string {
+	sc := bufio.NewScanner(io.LimitReader(bytes.NewReader(b), 4096))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			return events.ErrorText(l)
+		}
+	}
+	return ""
+}
+
+// errFillState maps a source error to the state a fill status reports.
+func errFillState(err error) store.FillState {
+	switch {
+	case errors.Is(err, store.ErrSealedToOther):
+		return store.FillSealedToOther
+	case errors.Is(err, store.ErrCannotOpen):
+		return store.FillCannotOpen
+	case errors.Is(err, ErrNoSource):
+		return store.FillMissing
+	}
+	return store.FillSourceFailed
+}

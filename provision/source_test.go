@@ -1,0 +1,322 @@
+package provision_test
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/provision"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// helper writes an exec helper script and returns its path.
+func helper(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "helper")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// An exec helper gets node, module and path as arguments and in its
+// environment; exit 0 with output is the content, exit 0 with none or a
+// non-zero exit is no source, a timeout is a failure; its stdout is never
+// logged and its stderr at most as one line.
+func TestExecSource(t *testing.T) {
+	logs := &storetest.SyncBuffer{}
+	log := slogTo(logs)
+	ctx := ctxT(t)
+	args := provision.Exec{Command: helper(t, `[ "$1 $2 $3" = "$MESHFOLD_NODE $MESHFOLD_MODULE $MESHFOLD_PATH" ] || exit 9
+printf '%s' "`+secret+`-$1-$2-$3"`), Log: log}
+	got, err := args.Content(ctx, "ace", mbg, creds)
+	if err != nil || string(got) != secret+"-ace-"+mbg+"-"+creds {
+		t.Fatalf("content %q, %v", got, err)
+	}
+	for name, body := range map[string]string{
+		"empty":    "exit 0",
+		"non-zero": "echo " + secret + "; echo 'vault: permission denied' >&2; echo second line >&2; exit 2",
+	} {
+		_, err := provision.Exec{Command: helper(t, body), Log: log}.Content(ctx, "ace", mbg, creds)
+		if !errors.Is(err, provision.ErrNoSource) {
+			t.Errorf("%s: %v, want no source", name, err)
+		}
+	}
+	start := time.Now()
+	_, err = provision.Exec{Command: helper(t, "sleep 30"), Timeout: 200 * time.Millisecond, Log: log}.Content(ctx, "ace", mbg, creds)
+	if err == nil || errors.Is(err, provision.ErrNoSource) || !strings.Contains(err.Error(), "timed out") {
+		t.Errorf("a helper past its timeout: %v, want a failure", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the timed-out helper took %s to end", d)
+	}
+	if !strings.Contains(logs.String(), "vault: permission denied") {
+		t.Errorf("the helper's stderr line is not logged:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "second line") {
+		t.Errorf("more than one stderr line logged:\n%s", logs.String())
+	}
+	noLeak(t, logs.String())
+}
+
+// Sources are tried in order: the first with content wins; when none has
+// content, the report says why, source by source, and the status bucket
+// keeps it until the file is filled.
+func TestSourcesInOrderAndStatus(t *testing.T) {
+	e := newEnv(t)
+	e.startNode(t)
+	status, err := store.OpenFillStatus(ctxT(t), e.js, e.cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	dir := t.TempDir()
+	failing := provision.Exec{Command: helper(t, "echo boom >&2; exit 3"), Log: e.logger()}
+	c := e.client(t, "", nil, func(cfg *provision.Config) {
+		cfg.Sources = []provision.Source{failing, provision.Dir(dir)}
+		cfg.Status = status
+	})
+	r, err := c.FillOnce(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Unfilled) != 1 || r.Unfilled[0].State != store.FillMissing || !strings.Contains(r.Unfilled[0].Why, "exit status 3") ||
+		!strings.Contains(r.Unfilled[0].Why, "no file") {
+		t.Fatalf("unfilled = %+v, want missing from both sources", r.Unfilled)
+	}
+	sts, err := store.ReadFillStatus(ctxT(t), status, "ace")
+	if err != nil || len(sts) != 1 || sts[0].State != store.FillMissing || sts[0].Path != creds {
+		t.Fatalf("status = %+v, %v", sts, err)
+	}
+	// The directory gets the file: the failing helper before it is passed over.
+	source(t, dir, mbg, creds, secret)
+	r, err = c.FillOnce(ctxT(t))
+	if err != nil || len(r.Filled) != 1 {
+		t.Fatalf("report %+v, %v; want filled", r, err)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+	if sts, err := store.ReadFillStatus(ctxT(t), status, "ace"); err != nil || len(sts) != 0 {
+		t.Fatalf("status after the fill = %+v, %v; want cleared", sts, err)
+	}
+	noLeak(t, e.logs.String())
+}
+
+// sealedEnv is a node agent, the secrets bucket and a provisioner with
+// the sealed source (and its status) for ace.
+type sealedEnv struct {
+	*env
+	kv      jetstream.KeyValue
+	status  jetstream.KeyValue
+	keyFile string
+}
+
+func newSealedEnv(t *testing.T) *sealedEnv {
+	e := newEnv(t)
+	e.startNode(t)
+	kv, err := store.OpenSecrets(ctxT(t), e.js, e.cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := store.OpenFillStatus(ctxT(t), e.js, e.cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sealedEnv{env: e, kv: kv, status: status, keyFile: filepath.Join(t.TempDir(), "prov", "curve.key")}
+}
+
+func (e *sealedEnv) sealed(t *testing.T) *provision.Sealed {
+	key, err := provision.LoadCurveKey(e.keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := provision.NewSealed(e.kv, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// put seals content to ace's registered key, as `secret put` does.
+func (e *sealedEnv) put(t *testing.T, path, content string) uint64 {
+	t.Helper()
+	ctx := ctxT(t)
+	k, err := e.kv.Get(ctx, store.CurveKeyName("ace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := store.SealSecret("ace", mbg, path, []byte(content), string(k.Value()), []byte("0123456789abcdef0123456789abcdef"), "alice", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(rec)
+	rev, err := e.kv.Put(ctx, store.SecretKey("ace", mbg, path), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+// waitStatus waits until pred holds for ace's statuses.
+func (e *sealedEnv) waitStatus(t *testing.T, what string, pred func([]store.FillStatus) bool) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	w, err := e.status.Watch(ctxT(t), "ace.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for {
+		sts, err := store.ReadFillStatus(ctxT(t), e.status, "ace")
+		if err == nil && pred(sts) {
+			return
+		}
+		select {
+		case <-w.Updates():
+		case <-time.After(time.Until(deadline)):
+			t.Fatalf("%s: status %+v, %v", what, sts, err)
+		}
+	}
+}
+
+// A put reaches the node without a knock: the client watches its keys.
+// The key file is created 0600 and registered; a tampered ciphertext and
+// one sealed to another key are refused, reported in the status bucket,
+// and never written; a good put clears the status.
+func TestSealedPutFillsAtOnce(t *testing.T) {
+	e := newSealedEnv(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0640"}}})
+	e.settled(t, p)
+	rep := newReports()
+	c := e.client(t, "", rep, func(cfg *provision.Config) {
+		cfg.Sources = []provision.Source{e.sealed(t)}
+		cfg.Status = e.status
+		cfg.Resync = -1
+	})
+	run(t, c.Run)
+	if got := rep.next(t); len(got.r.Unfilled) != 1 || got.r.Unfilled[0].State != store.FillMissing {
+		t.Fatalf("start: %+v, want the file unfilled (no secret yet)", got.r)
+	}
+	if fi, err := os.Stat(e.keyFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v, %v; want mode 0600", fi, err)
+	}
+	e.waitStatus(t, "missing", func(s []store.FillStatus) bool { return len(s) == 1 && s[0].State == store.FillMissing })
+
+	e.put(t, creds, secret)
+	if got := rep.next(t); len(got.r.Filled) != 1 {
+		t.Fatalf("after a put: %+v, want filled", got.r)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o640)
+	e.waitStatus(t, "cleared", func(s []store.FillStatus) bool { return len(s) == 0 })
+
+	// Tampered: one byte of the ciphertext flipped.
+	ent, err := e.kv.Get(ctxT(t), store.SecretKey("ace", mbg, creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := store.DecodeSealedSecret(ent.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Sealed[len(rec.Sealed)-1] ^= 1
+	data, _ := json.Marshal(rec)
+	if _, err := e.kv.Put(ctxT(t), store.SecretKey("ace", mbg, creds), data); err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.next(t); len(got.r.Filled) != 0 || len(got.r.Unfilled) != 1 || got.r.Unfilled[0].State != store.FillCannotOpen {
+		t.Fatalf("tampered: %+v, want cannot-open, nothing written", got.r)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o640)
+	e.waitStatus(t, "cannot-open", func(s []store.FillStatus) bool { return len(s) == 1 && s[0].State == store.FillCannotOpen })
+
+	// Sealed to another key (a rotated key, a put before registration).
+	other := filepath.Join(t.TempDir(), "other.key")
+	okp, err := provision.LoadCurveKey(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opub, _ := okp.PublicKey()
+	rec2, err := store.SealSecret("ace", mbg, creds, []byte("other-"+secret), opub, nil, "mallory", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ = json.Marshal(rec2)
+	if _, err := e.kv.Put(ctxT(t), store.SecretKey("ace", mbg, creds), data); err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.next(t); len(got.r.Unfilled) != 1 || got.r.Unfilled[0].State != store.FillSealedToOther {
+		t.Fatalf("other key: %+v, want sealed-to-other-key", got.r)
+	}
+	e.waitStatus(t, "sealed to another key", func(s []store.FillStatus) bool { return len(s) == 1 && s[0].State == store.FillSealedToOther })
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o640)
+
+	// Re-sealed to the right key: filled again, status cleared.
+	e.put(t, creds, "new-"+secret)
+	if got := rep.next(t); len(got.r.Filled) != 1 {
+		t.Fatalf("re-sealed: %+v, want filled", got.r)
+	}
+	checkFile(t, filepath.Join(e.root, creds), "new-"+secret, 0o640)
+	e.waitStatus(t, "cleared again", func(s []store.FillStatus) bool { return len(s) == 0 })
+	noLeak(t, e.logs.String())
+}
+
+// A ciphertext copied under another file's key does not open: the
+// content is bound to its node, module and path.
+func TestSealedBoundToItsFile(t *testing.T) {
+	e := newSealedEnv(t)
+	s := e.sealed(t)
+	if _, err := s.Register(ctxT(t), "ace"); err != nil {
+		t.Fatal(err)
+	}
+	e.put(t, creds, secret)
+	ent, err := e.kv.Get(ctxT(t), store.SecretKey("ace", mbg, creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.kv.Put(ctxT(t), store.SecretKey("ace", mbg, "/etc/other"), ent.Value()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Content(ctxT(t), "ace", mbg, "/etc/other"); !errors.Is(err, store.ErrCannotOpen) {
+		t.Fatalf("a copied ciphertext: %v, want %v", err, store.ErrCannotOpen)
+	}
+	if got, err := s.Content(ctxT(t), "ace", mbg, creds); err != nil || string(got) != secret {
+		t.Fatalf("content %q, %v", got, err)
+	}
+}
+
+// A put made while the provisioner is down is filled on its start.
+func TestSealedPutWhileDown(t *testing.T) {
+	e := newSealedEnv(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	if _, err := e.sealed(t).Register(ctxT(t), "ace"); err != nil {
+		t.Fatal(err) // its first start, long ago
+	}
+	e.put(t, creds, secret)
+	rep := newReports()
+	c := e.client(t, "", rep, func(cfg *provision.Config) {
+		cfg.Sources = []provision.Source{e.sealed(t)}
+		cfg.Resync = -1
+	})
+	run(t, c.Run)
+	if got := rep.next(t); len(got.r.Filled) != 1 {
+		t.Fatalf("start: %+v, want filled", got.r)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+}
+
+func slogTo(w *storetest.SyncBuffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

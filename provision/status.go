@@ -1,0 +1,115 @@
+package provision
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/meshfold/meshfold/store"
+)
+
+// content asks the sources in order for module's file path. When none
+// gives content it returns the Unfilled saying why (also recorded in r
+// and in the status bucket); err only when ctx ended it.
+func (c *Client) content(ctx context.Context, r *Report, module, path string) ([]byte, *Unfilled, error) {
+	ref := FileRef{Module: module, Path: path}
+	var whys, wheres []string
+	state := store.FillMissing
+	for _, src := range c.sources {
+		content, err := src.Content(ctx, c.cfg.Node, module, path)
+		if err == nil {
+			return content, nil, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		var ns *NoSourceError
+		if errors.As(err, &ns) {
+			wheres = append(wheres, ns.Where)
+			whys = append(whys, src.String()+": "+ns.Why)
+			continue
+		}
+		whys = append(whys, src.String()+": "+err.Error())
+		if state == store.FillMissing {
+			state = errFillState(err) // the first failure names the state
+		}
+	}
+	un := &Unfilled{FileRef: ref, State: state, Why: strings.Join(whys, "; ")}
+	r.Unfilled = append(r.Unfilled, *un)
+	if state == store.FillMissing {
+		r.Missing = append(r.Missing, strings.Join(wheres, ", "))
+	}
+	c.setStatus(ctx, ref, un.State, un.Why)
+	return nil, un, nil
+}
+
+// setStatus records in the status bucket why ref is not filled, when it
+// differs from what is recorded (a put per change, not per pass).
+func (c *Client) setStatus(ctx context.Context, ref FileRef, state store.FillState, why string) {
+	if c.cfg.Status == nil {
+		return
+	}
+	old, ok := c.status[ref]
+	if ok && old.State == state && old.Why == why {
+		return
+	}
+	st := store.FillStatus{V: 1, Node: c.cfg.Node, Module: ref.Module, Path: ref.Path, State: state, Why: why, Since: time.Now().UTC()}
+	data, _ := json.Marshal(st)
+	if _, err := c.cfg.Status.Put(ctx, store.SecretKey(c.cfg.Node, ref.Module, ref.Path), data); err != nil {
+		c.statusFailed(err)
+		return
+	}
+	c.status[ref] = st
+}
+
+// clearStatus deletes ref's status once it is filled.
+func (c *Client) clearStatus(ctx context.Context, ref FileRef) {
+	if c.cfg.Status == nil {
+		return
+	}
+	if _, ok := c.status[ref]; !ok {
+		return
+	}
+	if err := c.cfg.Status.Delete(ctx, store.SecretKey(c.cfg.Node, ref.Module, ref.Path)); err != nil {
+		c.statusFailed(err)
+		return
+	}
+	delete(c.status, ref)
+}
+
+// loadStatus reads what the status bucket holds for this node (a
+// previous run's), so that a file filled now clears it.
+func (c *Client) loadStatus(ctx context.Context) {
+	if c.cfg.Status == nil {
+		return
+	}
+	sts, err := store.ReadFillStatus(ctx, c.cfg.Status, c.cfg.Node)
+	if err != nil {
+		c.statusFailed(err)
+	}
+	c.fillMu.Lock()
+	defer c.fillMu.Unlock()
+	for _, st := range sts {
+		c.status[FileRef{Module: st.Module, Path: st.Path}] = st
+	}
+}
+
+// clearUndeclared deletes the statuses of files the declared plan no
+// longer names.
+func (c *Client) clearUndeclared(ctx context.Context) {
+	for ref := range c.status {
+		if !c.declared.files[ref] {
+			c.clearStatus(ctx, ref)
+		}
+	}
+}
+
+// statusFailed logs a failed status write, once until one succeeds.
+func (c *Client) statusFailed(err error) {
+	if !c.statusWarn {
+		c.statusWarn = true
+		c.log.Warn("fill status not recorded (fleet and state will not show why a file is unfilled)", "err", err)
+	}
+}

@@ -1,0 +1,306 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// Sealed secrets (DESIGN.md §12): content sealed to one node's
+// provisioner curve key and stored, as ciphertext only, in the KV bucket
+// <stream>_SECRETS, one key per (node, module, path); and the status of
+// each file a provisioner could not fill, in <stream>_FILLS.
+const (
+	// SecretsBucketSuffix names the sealed-secrets bucket beside the
+	// stream (MESH → MESH_SECRETS).
+	SecretsBucketSuffix = "_SECRETS"
+	// FillStatusBucketSuffix names the bucket of unfilled files beside the
+	// stream (MESH → MESH_FILLS).
+	FillStatusBucketSuffix = "_FILLS"
+	// SecretsHistory is how many revisions of each secret the bucket keeps.
+	SecretsHistory = 10
+	// DigestKeyName is the secrets bucket's key holding the HMAC key of
+	// the digests `secret ls` shows (read by operators only).
+	DigestKeyName = "digest-key"
+	// curveKeySuffix is the last token of a node's registered public key:
+	// <node>.curve-key (a module name has no dot, a secret key has three
+	// tokens).
+	curveKeySuffix = "curve-key"
+)
+
+// The sealed-secret errors.
+var (
+	// ErrSealedToOther: the secret was sealed to another curve key than
+	// the provisioner's (a key rotated since, or a put before it
+	// registered): re-seal it with `meshfold secret put`.
+	ErrSealedToOther = errors.New("store: secret sealed to another key")
+	// ErrCannotOpen: the ciphertext does not open with the provisioner's
+	// key (tampered, truncated, or not for this node, module and path).
+	ErrCannotOpen = errors.New("store: secret cannot be opened")
+	// ErrNoCurveKey: the node's provisioner has not registered its curve
+	// key yet (it does on its first start).
+	ErrNoCurveKey = errors.New("store: node has no registered provisioner key")
+)
+
+// SecretKey is the secrets bucket's key of (node, module, path):
+// <node>.<module>.<path as unpadded base64url>, so that any valid path
+// (DESIGN.md §3) is one key token. The same key names the file in the
+// fill status bucket.
+func SecretKey(node, module, path string) string {
+	return node + "." + module + "." + base64.RawURLEncoding.EncodeToString([]byte(path))
+}
+
+// ParseSecretKey undoes [SecretKey]; ok is false for any other key (a
+// curve key registration, the digest key).
+func ParseSecretKey(key string) (node, module, path string, ok bool) {
+	f := strings.Split(key, ".")
+	if len(f) != 3 || !events.ValidName(f[0]) || !events.ValidName(f[1]) {
+		return "", "", "", false
+	}
+	p, err := base64.RawURLEncoding.DecodeString(f[2])
+	if err != nil || !events.ValidPath(string(p)) {
+		return "", "", "", false
+	}
+	return f[0], f[1], string(p), true
+}
+
+// CurveKeyName is the secrets bucket's key where node's provisioner
+// registers its public curve key.
+func CurveKeyName(node string) string { return node + "." + curveKeySuffix }
+
+// SealedSecret is one stored secret: the ciphertext and what `secret ls`
+// shows. It never holds the content, nor a plain hash of it.
+type SealedSecret struct {
+	V int `json:"v"`
+	// To is the recipient's public curve key (the node's provisioner).
+	To string `json:"to"`
+	// From is the one-time sender curve key the content was sealed with.
+	From string `json:"from"`
+	// Sealed is the ciphertext (nkeys xkeys: X25519, XSalsa20-Poly1305)
+	// of the content bound to its node, module and path.
+	Sealed []byte `json:"sealed"`
+	// Digest is the hex HMAC-SHA256 of the content under the bucket's
+	// digest key; empty when it was sealed without one.
+	Digest string `json:"digest,omitempty"`
+	// By is who put it; At when (the putter's clock).
+	By string    `json:"by"`
+	At time.Time `json:"at"`
+}
+
+// bound is the plaintext actually sealed: a header naming where the
+// content belongs, so a ciphertext copied under another key does not open.
+func bound(node, module, path string, content []byte) []byte {
+	var b bytes.Buffer
+	b.WriteString("meshfold-secret/1\x00" + node + "\x00" + module + "\x00" + path + "\x00")
+	b.Write(content)
+	return b.Bytes()
+}
+
+// SealSecret seals content for node's provisioner, whose public curve key
+// is to, as the file path of module: a fresh sender key per call.
+// digestKey, when not nil, keys the record's Digest.
+//
+// Errors: to is not a curve public key; sealing fails.
+func SealSecret(node, module, path string, content []byte, to string, digestKey []byte, by string, at time.Time) (SealedSecret, error) {
+	if !nkeys.IsValidPublicCurveKey(to) {
+		return SealedSecret{}, fmt.Errorf("store: %q is not a curve public key", to)
+	}
+	sender, err := nkeys.CreateCurveKeys()
+	if err != nil {
+		return SealedSecret{}, err
+	}
+	defer sender.Wipe()
+	from, err := sender.PublicKey()
+	if err != nil {
+		return SealedSecret{}, err
+	}
+	sealed, err := sender.Seal(bound(node, module, path, content), to)
+	if err != nil {
+		return SealedSecret{}, fmt.Errorf("store: seal: %w", err)
+	}
+	s := SealedSecret{V: 1, To: to, From: from, Sealed: sealed, By: by, At: at.UTC()}
+	if digestKey != nil {
+		s.Digest = SecretDigest(digestKey, content)
+	}
+	return s, nil
+}
+
+// SecretDigest is the hex HMAC-SHA256 of content under key.
+func SecretDigest(key, content []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write(content)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// Open returns the content of s, sealed for (node, module, path), with
+// the recipient's curve key pair kp.
+//
+// Errors: [ErrSealedToOther] when s was sealed to another key;
+// [ErrCannotOpen] when it does not open or names another file.
+func (s SealedSecret) Open(kp nkeys.KeyPair, node, module, path string) ([]byte, error) {
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	if s.To != pub {
+		return nil, fmt.Errorf("%w: sealed to %s, this provisioner's key is %s", ErrSealedToOther, s.To, pub)
+	}
+	plain, err := kp.Open(s.Sealed, s.From)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCannotOpen, err)
+	}
+	head := bound(node, module, path, nil)
+	if !bytes.HasPrefix(plain, head) {
+		return nil, fmt.Errorf("%w: sealed for another file", ErrCannotOpen)
+	}
+	return plain[len(head):], nil
+}
+
+// DecodeSealedSecret reads a stored record.
+//
+// Errors: [ErrCannotOpen] for a record that is not one.
+func DecodeSealedSecret(data []byte) (SealedSecret, error) {
+	var s SealedSecret
+	if err := json.Unmarshal(data, &s); err != nil {
+		return s, fmt.Errorf("%w: not a sealed secret record: %v", ErrCannotOpen, err)
+	}
+	if s.V != 1 || len(s.Sealed) == 0 {
+		return s, fmt.Errorf("%w: not a sealed secret record (v %d)", ErrCannotOpen, s.V)
+	}
+	return s, nil
+}
+
+// OpenSecrets opens the sealed-secrets bucket of streamCfg's stream
+// (<stream>_SECRETS), creating it when missing (file storage, history
+// [SecretsHistory], the stream's replicas) when create is true.
+//
+// Errors: the bucket's lookup (jetstream.ErrBucketNotFound when missing
+// and create is false) or creation failing.
+func OpenSecrets(ctx context.Context, js jetstream.JetStream, streamCfg StreamConfig, create bool) (jetstream.KeyValue, error) {
+	cfg := streamCfg.WithDefaults()
+	return openBucket(ctx, js, create, jetstream.KeyValueConfig{Bucket: cfg.Name + SecretsBucketSuffix,
+		Description: "meshfold sealed secrets of stream " + cfg.Name + ": ciphertext only, keyed by node, module and path",
+		History:     SecretsHistory, Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
+}
+
+// OpenFillStatus opens the fill status bucket of streamCfg's stream
+// (<stream>_FILLS), creating it when missing and create is true. Each
+// provisioner keeps there, under [SecretKey], the [FillStatus] of every
+// file of its node it could not fill, and deletes it once filled.
+//
+// Errors: as [OpenSecrets].
+func OpenFillStatus(ctx context.Context, js jetstream.JetStream, streamCfg StreamConfig, create bool) (jetstream.KeyValue, error) {
+	cfg := streamCfg.WithDefaults()
+	return openBucket(ctx, js, create, jetstream.KeyValueConfig{Bucket: cfg.Name + FillStatusBucketSuffix,
+		Description: "meshfold provisioners: why each unfilled file of a node is not filled (never content)",
+		History:     1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
+}
+
+func openBucket(ctx context.Context, js jetstream.JetStream, create bool, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && create {
+		kv, err = CreateKV(ctx, js, cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}
+
+// FillStatus is why a provisioner could not fill one file (DESIGN.md
+// §12): kept in the fill status bucket until the file is filled. It
+// never holds content.
+type FillStatus struct {
+	V      int    `json:"v"`
+	Node   string `json:"node"`
+	Module string `json:"module"`
+	Path   string `json:"path"`
+	// State is one of the FillState values.
+	State FillState `json:"state"`
+	// Why says, source by source, why no content was found or sent.
+	Why string `json:"why"`
+	// Since is when this state began (the provisioner's clock).
+	Since time.Time `json:"since"`
+}
+
+// FillState is the kind of a [FillStatus].
+type FillState string
+
+// The fill states.
+const (
+	// FillMissing: no source had content for the file.
+	FillMissing FillState = "missing"
+	// FillSourceFailed: a source failed (a helper that could not run or
+	// timed out, an unreadable file, a bucket that cannot be read) and
+	// no later one had content.
+	FillSourceFailed FillState = "source-failed"
+	// FillSealedToOther: the sealed secret is sealed to another key.
+	FillSealedToOther FillState = "sealed-to-other-key"
+	// FillCannotOpen: the sealed secret does not open (tampered).
+	FillCannotOpen FillState = "cannot-open"
+	// FillRefused: the node refused the write (its reason in Why).
+	FillRefused FillState = "refused"
+	// FillNotSent: the request could not be sent or was rejected.
+	FillNotSent FillState = "not-sent"
+)
+
+// ReadFillStatus lists the fill statuses of node ("" for every node),
+// in key order.
+//
+// Errors: the bucket's read.
+func ReadFillStatus(ctx context.Context, kv jetstream.KeyValue, node string) ([]FillStatus, error) {
+	filter := ">"
+	if node != "" {
+		filter = node + ".>"
+	}
+	entries, err := ReadKV(ctx, kv, filter)
+	var out []FillStatus
+	for _, e := range entries {
+		var st FillStatus
+		if json.Unmarshal(e.Value(), &st) == nil && st.State != "" {
+			out = append(out, st)
+		}
+	}
+	return out, err
+}
+
+// ReadKV returns the newest entry of every key of kv matching filter (a
+// KV key pattern), deleted keys left out: one ordered consumer over the
+// bucket, read up to its end.
+//
+// Errors: the watch's; ctx's.
+func ReadKV(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	var out []jetstream.KeyValueEntry
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return out, errors.New("store: bucket watch closed")
+			}
+			if e == nil {
+				return out, nil
+			}
+			out = append(out, e)
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+}
