@@ -322,7 +322,7 @@ func newSecretRmCmd(a *app) *cobra.Command {
 it is; the provisioner reports it as having no source ('meshfold fleet') until
 another source or a new put fills it.`,
 		Example: `  meshfold secret rm ace mesh-build-go /run/mesh-build-go/broker.creds`,
-		Args: cobra.ExactArgs(3),
+		Args:    cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := secretArgs(args); err != nil {
 				return err
