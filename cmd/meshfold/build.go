@@ -35,9 +35,19 @@ The manifest:
    "env": {"NAME": "value"},              added to the environment (no secrets)
    "stop_signal": "SIGTERM",              then SIGKILL after
    "stop_timeout": "10s",
-   "on_fill": "none"}                     or "restart" or "signal:SIGHUP": what a
+   "on_fill": "none",                     or "restart" or "signal:SIGHUP": what a
                                           running module gets when a file of
-                                          its is filled`,
+                                          its is filled
+   "limits": {"memory": 268435456,        optional, applied to the module's
+              "cpu": 0.5, "pids": 128},   cgroup: bytes, cores, processes
+   "health": {"http": "http://127.0.0.1:8080/healthz",
+                                          or "exec": [argv] (exit 0, run as the
+                                          module's account), "tcp": "host:port"
+                                          (connects), "notify": true (systemd's
+                                          READY=1, WATCHDOG=1 each interval)
+              "interval": "10s", "timeout": "1s", "grace": "30s",
+              "failures": 3,              consecutive, after the grace
+              "restart": true}}           restart an unhealthy module (backoff)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withCode(exitUsage, errors.New("build needs a subcommand: push, ls or rm (see meshfold build --help)"))

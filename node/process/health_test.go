@@ -72,7 +72,7 @@ func (w *healthSeen) until(h events.Health) {
 // grace, is healthy as soon as its check passes, not at the grace's end,
 // and never unhealthy on the way; each kind of check.
 func TestHealthyAsSoonAsTheCheckPasses(t *testing.T) {
-	for _, kind := range []string{"exec", "http", "tcp"} {
+	for _, kind := range []string{"exec", "http", "https", "tcp"} {
 		t.Run(kind, func(t *testing.T) {
 			e := newEnv(t, Backoff{})
 			dir := t.TempDir()
@@ -88,13 +88,18 @@ func TestHealthyAsSoonAsTheCheckPasses(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-			case "http":
+			case "http", "https": // https: a certificate no CA of the node signed
 				var ready atomic.Bool
-				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 					if !ready.Load() {
 						w.WriteHeader(http.StatusServiceUnavailable)
 					}
 				}))
+				if kind == "https" {
+					srv.StartTLS()
+				} else {
+					srv.Start()
+				}
 				t.Cleanup(srv.Close)
 				h.HTTP = srv.URL + "/healthz"
 				flip = func() { ready.Store(true) }

@@ -132,8 +132,8 @@ func (t tree) signal(sig syscall.Signal) int {
 // that are not the shim's children give no event to wait on.
 const treePoll = 10 * time.Millisecond
 
-// waitEmpty waits up to timeout for the tree to have no live process, or
-// until done is closed (nil: never), and reports whether it is empty.
+// waitEmpty waits up to timeout for the tree to have no live process, and
+// reports whether it is empty.
 func (t tree) waitEmpty(timeout time.Duration) bool {
 	end := time.Now().Add(timeout)
 	for len(t.members()) > 0 {
