@@ -102,6 +102,8 @@ func (f *fake) History(_ context.Context, node string, b query.Bounds) (*audit.H
 	return audit.NewHistory(node, h.Events[:n])
 }
 
+func (f *fake) Begins(context.Context, *audit.History) string { return "" }
+
 func (f *fake) Follow(ctx context.Context, fn func(events.Event)) error {
 	for {
 		select {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/meshfold/meshfold/console"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/query"
@@ -18,7 +20,8 @@ import (
 // view of a bound between ace's events reads ace's history only up to
 // the bound, so it must not say the bound is after ace's last event (ace
 // has a later one); it says which event of ace is the last at or before
-// it, as `meshfold audit --as-of` does.
+// it, as `meshfold audit --as-of` does. A stream that lost its first
+// events is said so too.
 func TestAsOfPartial(t *testing.T) {
 	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -58,5 +61,19 @@ func TestAsOfPartial(t *testing.T) {
 	}
 	if !strings.Contains(body, "#2 is not an event of ace; the last event of ace at or before it is #1") {
 		t.Errorf("the as-of view does not say ace's last event at or before #2:\n%s", body)
+	}
+
+	// The stream loses its first events: the page says where ace's
+	// history now begins, as `meshfold audit` does.
+	stream, err := js.Stream(ctx, cfg.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(3)); err != nil {
+		t.Fatal(err)
+	}
+	code, body = fx.get(t, "/node/ace")
+	if code != 200 || !strings.Contains(body, "the stream begins at sequence 3") || !strings.Contains(body, "history here begins at #3") {
+		t.Errorf("a trimmed stream: %d\n%s", code, body)
 	}
 }

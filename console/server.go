@@ -433,6 +433,9 @@ func (c *Console) nodePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := nodeView{Node: node, Events: len(h.Events), Query: q, AxisTime: q.ByTime}
+	// The stream may no longer hold the node's first events: said as
+	// `meshfold audit` says it.
+	v.Notes = appendNote(v.Notes, c.cfg.Source.Begins(ctx, h))
 	// The window: [i, j) of the events read.
 	i, j := max(0, len(h.Events)-c.cfg.Window), len(h.Events)
 	if from != nil || to != nil {

@@ -33,6 +33,9 @@ type Source interface {
 	// bounded by b.Until is partial (audit.History.Partial). A node with
 	// no event is an empty history, not an error.
 	History(ctx context.Context, node string, b query.Bounds) (*audit.History, error)
+	// Begins says where h's history begins when the stream no longer
+	// holds the node's first events ("" when it does).
+	Begins(ctx context.Context, h *audit.History) string
 	// Follow calls fn with every event stored from now on, in stream
 	// order, until ctx is done or reading fails.
 	Follow(ctx context.Context, fn func(events.Event)) error
