@@ -245,7 +245,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 
 // killModules kills, by the pids they recorded, the shims and modules a
 // failed test left running under dir (processes this test started).
-func killModules(t *testing.T, dir string) {
+func killModules(t testing.TB, dir string) {
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
 		for _, f := range []string{"shim.json", "module.json"} {

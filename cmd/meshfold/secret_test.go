@@ -1,0 +1,489 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/engine"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/examples"
+	"github.com/meshfold/meshfold/internal/testproc"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// Sealed secrets end to end (issue 26, DESIGN.md §12), with real
+// processes: meshfold as shipped (built once) runs the node agent, whose
+// shims and modules are real processes, and the provisioner with
+// --from sealed; the test puts secrets with `meshfold secret put`.
+
+// sealedMesh is a server, a reconciler, the app's bundle and the
+// paths and processes of node ace.
+type sealedMesh struct {
+	t          testing.TB
+	m          *mesh
+	bin, trust string
+	root       string
+	state      string
+	key        string
+	acct       string
+	secretsKV  jetstream.KeyValue
+	agent      *exec.Cmd
+	prov       *exec.Cmd
+	provErr    *storetest.SyncBuffer
+	agentErr   *storetest.SyncBuffer
+}
+
+const (
+	sealedPath = "/run/app/token"
+	sealedMode = 0o640
+)
+
+func startSealedMesh(t testing.TB) *sealedMesh {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds meshfold and runs real processes: not in -short")
+	}
+	s := &sealedMesh{t: t, m: startMesh(t), bin: meshfoldBinary(t)}
+	signer, trust := testSigner(t)
+	s.trust = trust
+	// The reconciler, in this process: it creates the secrets and fill
+	// status buckets as serve does.
+	nc, err := s.m.e.Connect(nats.Name("reconciler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- engine.Serve(ctx, nc, engine.Config{Stream: s.m.cfg, Signer: signer,
+			Ready: func(context.Context, *engine.Reconciler) { close(ready) }})
+	}()
+	t.Cleanup(func() { cancel(); <-done; nc.Close() })
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("reconciler: %v", err)
+	}
+	if s.secretsKV, err = store.OpenSecrets(testCtx(t), s.m.js, s.m.cfg, false); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	for d := dir; d != filepath.Dir(filepath.Dir(dir)); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil { // modules may run as another user
+			t.Fatal(err)
+		}
+	}
+	s.root, s.state, s.key = filepath.Join(dir, "root"), filepath.Join(dir, "state"), filepath.Join(dir, "prov", "curve.key")
+	t.Cleanup(func() { killModules(t, filepath.Join(s.state, "process")) })
+	s.acct = currentOrNobody(t)
+
+	// The app: restarted on every fill of its files.
+	src := filepath.Join(dir, "app")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "meshfold.json"), []byte(`{"command":["run.sh"],"on_fill":"restart","stop_timeout":"2s"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "run.sh"), []byte("#!/bin/sh\nexec sleep 3600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	idle, err := examples.WriteIdle(filepath.Join(dir, "idle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	appBuild, provBuild := s.push(src), s.push(idle)
+	s.agentStart()
+	s.provStart()
+	s.waitRegistered()
+	// The secret first, then the want: the provisioner fills it once the
+	// plan declaring it settles.
+	s.put("v0")
+	w := &events.Want{Modules: []events.WantModule{
+		{Name: "provisioner", Build: provBuild, RunsAs: s.acct, Provisioner: true},
+		{Name: "app", Build: appBuild, RunsAs: s.acct, Files: []events.File{{Path: sealedPath, Mode: events.Mode(fmt.Sprintf("%04o", sealedMode))}}},
+	}}
+	if _, err := store.NewPublisher(s.m.js, s.m.cfg.Subjects()).Append(testCtx(t), "ace", events.Stamp(w, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	s.waitContent(content("v0"))
+	return s
+}
+
+// currentOrNobody is the account modules and the provisioner run as.
+func currentOrNobody(t testing.TB) string {
+	if os.Geteuid() == 0 {
+		if _, err := user.Lookup("nobody"); err != nil {
+			t.Skip("running as root with no user nobody")
+		}
+		return "nobody"
+	}
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Username
+}
+
+func (s *sealedMesh) push(dir string) string {
+	out, errs, code := s.m.cli(s.t, "build", "push", dir)
+	if code != 0 {
+		s.t.Fatalf("build push: %d %s", code, errs)
+	}
+	return strings.TrimSpace(out)
+}
+
+// start runs the shipped meshfold with args as a process of its own.
+func (s *sealedMesh) start(args ...string) (*exec.Cmd, *storetest.SyncBuffer) {
+	cmd := exec.Command(s.bin, append(args, "-s", s.m.e.ClientURL(), "--trust", s.trust)...)
+	stderr := &storetest.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := testproc.StartChild(cmd); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill() // by pid: the process this test started
+			_ = cmd.Wait()
+		}
+		if s.t.Failed() {
+			s.t.Logf("%s said:\n%s", args[0], stderr.String())
+		}
+	})
+	return cmd, stderr
+}
+
+func (s *sealedMesh) agentStart() {
+	s.agent, s.agentErr = s.start("node", "ace", "--root", s.root, "--state-dir", s.state, "--log-level", "info")
+}
+
+func (s *sealedMesh) provStart() {
+	s.prov, s.provErr = s.start("provision", "ace", "--from", "sealed", "--key", s.key, "--account", s.acct,
+		"--resync", "0", "--log-level", "info")
+}
+
+// kill9 kills cmd with SIGKILL, by its pid, and reaps it.
+func kill9(t testing.TB, cmd *exec.Cmd) {
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
+
+func (s *sealedMesh) waitRegistered() {
+	ctx := testCtx(s.t)
+	w, err := s.secretsKV.Watch(ctx, store.CurveKeyName("ace"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case e := <-w.Updates():
+			if e != nil && e.Operation() == jetstream.KeyValuePut {
+				return
+			}
+		case <-ctx.Done():
+			s.t.Fatalf("the provisioner never registered its key:\n%s", s.provErr.String())
+		}
+	}
+}
+
+// content is the secret of a label: 64 KiB, so a partial file shows.
+func content(label string) []byte {
+	return append([]byte("sealed-"+label+"-"), bytes.Repeat([]byte{'x'}, 64<<10)...)
+}
+
+// put runs `meshfold secret put` with content(label) from a file.
+func (s *sealedMesh) put(label string) {
+	f := filepath.Join(s.t.TempDir(), "secret")
+	if err := os.WriteFile(f, content(label), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	out, errs, code := s.m.cli(s.t, "secret", "put", "ace", "app", sealedPath, "-f", f, "--by", "test")
+	if code != 0 || strings.Contains(out, "sealed-") || strings.Contains(errs, "sealed-") {
+		s.t.Fatalf("secret put: %d %s %s", code, out, errs)
+	}
+}
+
+// waitContent waits until the node's file holds want (read every
+// millisecond: the wait is measured, and a file event is not cheaper).
+func (s *sealedMesh) waitContent(want []byte) {
+	deadline := time.Now().Add(time.Minute)
+	p := filepath.Join(s.root, sealedPath)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(p); err == nil && bytes.Equal(b, want) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.t.Fatalf("%s never held %q…; provisioner:\n%s", sealedPath, want[:12], s.provErr.String())
+}
+
+// waitPID waits until the app runs with a pid other than old, and
+// returns it.
+func (s *sealedMesh) waitPID(old int) int {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if pid, ok := readPID(s.state, "app"); ok && pid != old && processAlive(pid) {
+			return pid
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	s.t.Fatalf("the app never restarted (pid %d)", old)
+	return 0
+}
+
+func readPID(state, module string) (int, bool) {
+	data, err := os.ReadFile(filepath.Join(state, "process", module, "module.json"))
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.Index(data, []byte(`"pid":`))
+	if i < 0 {
+		return 0, false
+	}
+	rest := data[i+6:]
+	j := bytes.IndexAny(rest, ",}")
+	pid, err := strconv.Atoi(strings.TrimSpace(string(rest[:j])))
+	return pid, err == nil && pid > 0
+}
+
+// restarts waits for a have of ace whose app reports at least n restarts
+// and returns what it reports.
+func (s *sealedMesh) restarts(n int) int {
+	var got int
+	waitKind(s.t.(*testing.T), s.m, events.KindHave, func(ev events.Event) bool {
+		for _, hm := range ev.Payload.(*events.Have).Modules {
+			if hm.Name == "app" && hm.State == events.Running && hm.Restarts >= n {
+				got = hm.Restarts
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// filledCount counts ace's filled events of the app's file.
+func (s *sealedMesh) filledCount() int {
+	evs := readEvents(s.t, s.m, "ace", events.KindFilled)
+	n := 0
+	for _, ev := range evs {
+		if f, ok := ev.Payload.(*events.Filled); ok && f.Path == sealedPath {
+			n++
+		}
+	}
+	return n
+}
+
+func readEvents(t testing.TB, m *mesh, node string, kind events.Kind) []events.Event {
+	t.Helper()
+	var out []events.Event
+	err := store.ReadNode(testCtx(t), m.js, m.cfg.Name, m.cfg.Subjects(), node, 0, 0, func(msg store.Msg) error {
+		if msg.Event.Kind == kind {
+			out = append(out, msg.Event)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A module with on_fill restart and a sealed credential rotated 20
+// times: 20 restarts, never a partial file, mode and owner exact. Then
+// the agent and the provisioner are killed -9 and restarted with the
+// secret unchanged: the module keeps its pid and nothing is written. The
+// server's store holds no plaintext anywhere.
+func TestSealedRotation(t *testing.T) {
+	s := startSealedMesh(t)
+	pid := s.waitPID(0)
+	base := s.restarts(1) // the fill of v0 restarted the app once (it started before)
+
+	// A reader that never sees a partial file.
+	p := filepath.Join(s.root, sealedPath)
+	var stop atomic.Bool
+	var reads, bad atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for !stop.Load() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				bad.Add(1)
+				continue
+			}
+			reads.Add(1)
+			if len(b) != len(content("v00")) && len(b) != len(content("v0")) || !bytes.HasPrefix(b, []byte("sealed-v")) ||
+				!bytes.HasSuffix(b, bytes.Repeat([]byte{'x'}, 64<<10)) {
+				bad.Add(1)
+			}
+		}
+	})
+	var waits []time.Duration
+	for i := 1; i <= 20; i++ {
+		label := fmt.Sprintf("v%02d", i)
+		began := time.Now()
+		s.put(label)
+		s.waitContent(content(label))
+		waits = append(waits, time.Since(began))
+		pid = s.waitPID(pid)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if bad.Load() != 0 {
+		t.Errorf("%d of %d reads saw a missing or partial file", bad.Load(), reads.Load()+bad.Load())
+	}
+	if got := s.restarts(base + 20); got != base+20 {
+		t.Errorf("after 20 rotations the app restarted %d times, want %d", got-base, 20)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != sealedMode {
+		t.Errorf("mode %v, want %o", fi.Mode().Perm(), sealedMode)
+	}
+	if os.Geteuid() == 0 {
+		u, _ := user.Lookup(s.acct)
+		st := fi.Sys().(*syscall.Stat_t)
+		if strconv.Itoa(int(st.Uid)) != u.Uid || strconv.Itoa(int(st.Gid)) != u.Gid {
+			t.Errorf("owner %d:%d, want %s:%s (%s)", st.Uid, st.Gid, u.Uid, u.Gid, s.acct)
+		}
+	}
+	t.Logf("secret put → file written on the node, 20 rotations: p50 %s, max %s; %d reads, none partial",
+		percentile(waits, 50).Round(time.Millisecond), slices.Max(waits).Round(time.Millisecond), reads.Load())
+
+	// kill -9 of the agent and the provisioner, the secret unchanged.
+	ino := fi.Sys().(*syscall.Stat_t).Ino
+	filled := s.filledCount()
+	kill9(t, s.prov)
+	kill9(t, s.agent)
+	if !processAlive(pid) {
+		t.Fatalf("the app (pid %d) died with its agent", pid)
+	}
+	s.agentStart()
+	s.provStart()
+	waitUntil(t, testCtx(t), "the restarted provisioner's fill pass", func() bool {
+		return strings.Contains(s.provErr.String(), `msg="fill pass done"`) && strings.Contains(s.provErr.String(), "unchanged=1")
+	})
+	if now, _ := readPID(s.state, "app"); now != pid || !processAlive(pid) {
+		t.Errorf("after the restarts the app's pid is %d, want %d", now, pid)
+	}
+	fi, err = os.Stat(p)
+	if err != nil || fi.Sys().(*syscall.Stat_t).Ino != ino {
+		t.Errorf("the file was written again after the restarts (inode %d → %v)", ino, fi)
+	}
+	if n := s.filledCount(); n != filled {
+		t.Errorf("%d filled events after the restarts, want %d (none)", n, filled)
+	}
+
+	// No plaintext in the server's store, nor a plain hash of it.
+	assertNotStored(t, s.m.e.NATS().StoreDir(), [][]byte{[]byte("sealed-v"), content("v20")[:40]})
+	out, _, _ := s.m.cli(t, "secret", "ls", "ace")
+	if !strings.Contains(out, "current") || strings.Contains(out, "sealed-") {
+		t.Errorf("secret ls:\n%s", out)
+	}
+}
+
+// assertNotStored fails when any file under dir holds one of needles.
+func assertNotStored(t *testing.T, dir string, needles [][]byte) {
+	t.Helper()
+	files := 0
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		files++
+		for _, n := range needles {
+			if bytes.Contains(b, n) {
+				t.Errorf("%s holds plaintext", path)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files == 0 {
+		t.Fatalf("no file under %s", dir)
+	}
+}
+
+// BenchmarkSealedPut measures, over 100 puts each, `meshfold secret put`
+// (the CLI connecting, sealing, putting) until the file is written on
+// the node (the provisioner's watch, its open, the fill request, the
+// agent's atomic write), against a raw KV put until its watch delivers it,
+// in the same run on the same server:
+//
+//	go test ./cmd/meshfold -run '^$' -bench SealedPut -benchtime 1x
+func BenchmarkSealedPut(b *testing.B) {
+	s := startSealedMesh(b)
+	for range b.N {
+		var puts, raws []time.Duration
+		for i := range 100 {
+			label := fmt.Sprintf("b%03d", i)
+			began := time.Now()
+			s.put(label)
+			s.waitContent(content(label))
+			puts = append(puts, time.Since(began))
+		}
+		ctx := testCtx(b)
+		kv, err := store.CreateKV(ctx, s.m.js, jetstream.KeyValueConfig{Bucket: "BENCH_RAW", History: 10, Storage: jetstream.FileStorage})
+		if err != nil {
+			b.Fatal(err)
+		}
+		w, err := kv.Watch(ctx, "k", jetstream.UpdatesOnly())
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range 100 {
+			began := time.Now()
+			if _, err := kv.Put(ctx, "k", content(fmt.Sprint(i))); err != nil {
+				b.Fatal(err)
+			}
+			for e := range w.Updates() {
+				if e != nil && bytes.Equal(e.Value(), content(fmt.Sprint(i))) {
+					break
+				}
+			}
+			raws = append(raws, time.Since(began))
+		}
+		_ = w.Stop()
+		b.ReportMetric(float64(percentile(puts, 50).Microseconds())/1000, "put-p50-ms")
+		b.ReportMetric(float64(percentile(puts, 99).Microseconds())/1000, "put-p99-ms")
+		b.ReportMetric(float64(percentile(raws, 50).Microseconds())/1000, "raw-p50-ms")
+		b.ReportMetric(float64(percentile(raws, 99).Microseconds())/1000, "raw-p99-ms")
+		b.Logf("secret put → file written: p50 %s p99 %s; raw KV put → watch: p50 %s p99 %s (100 each)",
+			percentile(puts, 50).Round(100*time.Microsecond), percentile(puts, 99).Round(100*time.Microsecond),
+			percentile(raws, 50).Round(10*time.Microsecond), percentile(raws, 99).Round(10*time.Microsecond))
+	}
+}
