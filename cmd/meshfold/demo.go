@@ -25,6 +25,7 @@ import (
 	"github.com/meshfold/meshfold/node/bundle"
 	"github.com/meshfold/meshfold/node/process"
 	"github.com/meshfold/meshfold/provision"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/embedded"
@@ -450,14 +451,11 @@ func (m *demoMesh) folded(ctx context.Context, node string, seq uint64) error {
 
 // print writes the node's timeline, the file and why the knock came.
 func (m *demoMesh) print(ctx context.Context, w io.Writer, name, root, path string) error {
-	var evs []events.Event
-	if err := store.ReadNode(ctx, m.js, m.cfg.Name, m.cfg.Subjects(), name, 0, 0, func(msg store.Msg) error {
-		evs = append(evs, msg.Event)
-		return nil
-	}); err != nil {
+	r, err := query.New(m.nc, query.Config{Stream: m.cfg})
+	if err != nil {
 		return err
 	}
-	h, err := audit.NewHistory(name, evs)
+	h, err := r.History(ctx, name, query.Bounds{})
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,7 @@
 // implements a rule of its own, so the audit cannot disagree with the
 // reconciler about what the rules decided.
 //
-// The caller reads the node's events from the stream (store.ReadNode),
+// The caller reads the node's events from the stream (query.Reader.History),
 // in stream order, and hands them over as a [History]. Everything here is
 // then a pure function of those events: no NATS, no clock (the present
 // arrives as an argument where an age is shown), no I/O, no goroutine. A
