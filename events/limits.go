@@ -13,8 +13,9 @@ import (
 // (its owed items, filled marks, accepting records, approvals and
 // unsettled plans, see reconcile.MaxOwed and its neighbours). With all of
 // them at their maximum, a plan encodes to 51 KB and a node's state to
-// 614 KB (TestLargestFits in store builds both and publishes them): a
-// twentieth and under three fifths of the default max_payload.
+// 636 KB, its have's runtime fields at their longest (TestLargestFits in
+// store builds both and publishes them): a twentieth and under two thirds
+// of the default max_payload.
 const (
 	// MaxEventBytes bounds an encoded event. The largest valid want is
 	// about 30 KB and the largest plan 51 KB; anything much bigger is

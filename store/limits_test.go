@@ -114,11 +114,14 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 	for gen := 2; gen < 2+reconcile.MaxUnsettled; gen++ {
 		fold(want(gen, true))
 	}
-	// The have, at its bound.
+	// The have, at its bound, every runtime field at its longest (DESIGN.md
+	// §8, §11: an exit of MaxExit bytes, a since, the longest health).
 	h := &events.Have{}
+	since := time.Date(2026, 1, 2, 3, 4, 5, 123_000_000, time.UTC)
 	for i := range events.MaxHaveModules {
 		h.Modules = append(h.Modules, events.HaveModule{Name: pad(fmt.Sprintf("h%02d-", i), events.MaxName), Build: build(9, i),
-			State: events.Running, Account: account(i)})
+			State: events.Running, Account: account(i), Restarts: 1 << 30, Exit: strings.Repeat("x", events.MaxExit),
+			Since: &since, Health: events.Unhealthy})
 	}
 	fold(h)
 	// Approvals at their bound.
