@@ -10,9 +10,11 @@
 // --dry-run`, the waive's notes) and the web console read only through a
 // [Reader], so a rule of reading (which source wins, when a history is
 // partial) is written once. A reader never writes: it creates no stream,
-// bucket or durable consumer, and the operator-read role of store/auth
-// suffices. Every view it returns is computed by packages reconcile and
-// reconcile/audit, the code the reconciler itself folds with.
+// bucket or durable consumer. The operator-read role of store/auth
+// suffices for every read but the state service's whole folded state
+// ([Reader.Fold], [Reader.DryRun]), which is the operator's. Every view
+// it returns is computed by packages reconcile and reconcile/audit, the
+// code the reconciler itself folds with.
 //
 // The state service's client half is here too ([RequestState],
 // [RequestFold]); its serving half is the engine's (engine.AddStateService),

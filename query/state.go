@@ -80,7 +80,9 @@ func (r *Reader) State(ctx context.Context, node string) (NodeState, error) {
 }
 
 // Fold returns node's whole folded state (the snapshot form), from the
-// same sources as [Reader.State] and with the same errors.
+// same sources as [Reader.State] and with the same errors. The state
+// service's fold endpoint answers the operator role, not operator-read
+// (store/auth).
 func (r *Reader) Fold(ctx context.Context, node string) (*reconcile.State, Source, error) {
 	st, err := RequestFold(ctx, r.nc, r.pre, node, r.c.Timeout)
 	if err == nil {
