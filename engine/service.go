@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
 )
 
 // The state service's names and subjects (StateServiceName, StateSubject
@@ -88,7 +89,10 @@ func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, 
 			}
 			_ = req.RespondJSON(ep.body(st))
 		}
-		err := grp.AddEndpoint(ep.name, micro.HandlerFunc(h), micro.WithEndpointSubject(ep.name+".*"),
+		// A JetStream delivery steered onto the subject is dropped
+		// (store.CoreRequestsOnly): answering it would ack another
+		// role's consumer.
+		err := grp.AddEndpoint(ep.name, store.CoreRequestsOnly(micro.HandlerFunc(h), nil), micro.WithEndpointSubject(ep.name+".*"),
 			micro.WithEndpointMetadata(map[string]string{"description": ep.desc}))
 		if err != nil {
 			_ = svc.Stop()

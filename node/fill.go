@@ -21,6 +21,12 @@ const ServiceName = "meshfold-node"
 // serviceVersion is the micro service's version (semver, required).
 const serviceVersion = "1.0.0"
 
+// dropped logs a message a service endpoint did not answer: a JetStream
+// delivery steered onto its subject by another role's consumer.
+func (a *Agent) dropped(req micro.Request) {
+	a.log.Warn("service: dropped a message that is no core request (a JetStream delivery?)", "subject", req.Subject(), "reply", req.Reply())
+}
+
 // serve registers the fill endpoint as a micro service.
 func (a *Agent) serve(ctx context.Context) (micro.Service, error) {
 	subject := a.subj.Fill(a.cfg.Name)
@@ -36,7 +42,7 @@ func (a *Agent) serve(ctx context.Context) (micro.Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node agent: fill service: %w", err)
 	}
-	if err := svc.AddEndpoint("fill", micro.HandlerFunc(func(req micro.Request) { a.serveFill(ctx, req) }),
+	if err := svc.AddEndpoint("fill", store.CoreRequestsOnly(micro.HandlerFunc(func(req micro.Request) { a.serveFill(ctx, req) }), a.dropped),
 		micro.WithEndpointSubject(subject)); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("node agent: fill endpoint on %s: %w", subject, err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/internal/atomicfile"
+	"github.com/meshfold/meshfold/store"
 )
 
 // DefaultHaveEvery is the least interval between two haves that a
@@ -201,7 +202,7 @@ const maxLogRequests = 8
 func (a *Agent) addLogs(ctx context.Context, svc micro.Service) error {
 	subject := LogsSubject(a.subj.Prefix, a.cfg.Name)
 	busy := make(chan struct{}, maxLogRequests)
-	return svc.AddEndpoint(EndpointLogs, micro.HandlerFunc(func(req micro.Request) {
+	return svc.AddEndpoint(EndpointLogs, store.CoreRequestsOnly(micro.HandlerFunc(func(req micro.Request) {
 		select {
 		case busy <- struct{}{}:
 		default:
@@ -212,7 +213,7 @@ func (a *Agent) addLogs(ctx context.Context, svc micro.Service) error {
 			defer func() { <-busy }()
 			_ = req.RespondJSON(a.serveLogs(ctx, req.Data()))
 		}()
-	}), micro.WithEndpointSubject(subject))
+	}), a.dropped), micro.WithEndpointSubject(subject))
 }
 
 func (a *Agent) serveLogs(ctx context.Context, body []byte) LogsReply {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +46,20 @@ import (
 // build", "list builds", "fetch build" and "remove build" act on the
 // builds bucket as `meshfold build` and node agents do (the bundle
 // fetched, and each one removed, were pushed by the operator first).
+//
+// "deliver [group] to S" creates a push consumer over a subject the user
+// may consume (N's plan for node-N and the readers, ace's knock for
+// provisioner-ace) whose deliver subject is service S's (ace's fill or
+// logs endpoint, the state endpoint of node "victim"), with deliver group
+// "q" (the services' queue group) or none, and counts whether a delivery
+// reached the service's handler: "ok" it did, "-" it did not (the
+// consumer was refused, or its deliveries were dropped at the service's
+// door, store.CoreRequestsOnly). The server checks no deliver subject
+// against its creator's permissions (nats-server v2.15), so no cell of
+// these rows may be "ok". (A consumer without a deliver group reaches
+// no queue group's member, and the state service's wildcard
+// subscription takes no delivery on this server: those rows hold even
+// without the door; the group rows to fill and logs did not.)
 const policy = `
 action               reconciler controller operator node-ace provisioner-ace node-shanks  operator-read
 publish want ace          -         ok         -        -          -            -        -
@@ -110,6 +125,12 @@ register key shanks       -         -          ok       -          -            
 write fill status ace     -         -          -        -          ok           -        -
 write fill status shanks  -         -          -        -          -            -        -
 read fill status          -         -          ok       -          -            -       ok
+deliver to fill ace        -         -          -        -          -            -        -
+deliver group to fill ace  -         -          -        -          -            -        -
+deliver to logs ace        -         -          -        -          -            -        -
+deliver group to logs ace  -         -          -        -          -            -        -
+deliver to state victim    -         -          -        -          -            -        -
+deliver group to state victim -      -          -        -          -            -        -
 `
 
 // row is one action of the policy with its expected cell per user.
@@ -135,17 +156,99 @@ func parsePolicy(t *testing.T) (users []string, rows []row) {
 
 // cell is what an action runs with: a fresh connection of one user.
 type cell struct {
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	cfg store.StreamConfig
+	user string
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cfg  store.StreamConfig
+}
+
+// witness is what the deliver actions observe: how many deliveries
+// reached each of the fixture's services' handlers, and a barrier per
+// service, a legitimate request whose reply means every message the
+// service's subscription received before it was handled (an endpoint's
+// handler runs once at a time, in order).
+type witness struct {
+	rjs     jetstream.JetStream // the reconciler's: consumer info and delete
+	reached map[string]*atomic.Int64
+	barrier map[string]func(context.Context) error
+}
+
+// errUnreached: a delivery was made and no service handled it.
+var errUnreached = errors.New("no delivery reached the service")
+
+// consumable is, per user, a subject the user may create consumers on.
+func consumable(subj events.Subjects, user string) string {
+	switch user {
+	case "provisioner-ace":
+		return subj.Stored("ace", events.KindKnock)
+	case "node-shanks":
+		return subj.Stored("shanks", events.KindPlan)
+	}
+	return subj.Stored("ace", events.KindPlan)
+}
+
+// deliver creates a push consumer over a subject the user may consume,
+// delivering to the subject of service target (with deliver group "q"
+// when group), waits for the server to deliver a message, then for the
+// service's barrier, and reports whether a delivery reached the
+// service's handler (nil) or not (errUnreached).
+func deliver(w *witness, target, subject string, group bool) action {
+	return func(ctx context.Context, c *cell) error {
+		before := w.reached[target].Load()
+		cc := jetstream.ConsumerConfig{FilterSubject: consumable(c.cfg.Subjects(), c.user), DeliverSubject: subject,
+			AckPolicy: jetstream.AckExplicitPolicy}
+		if group {
+			cc.DeliverGroup = "q"
+		}
+		cons, err := c.js.CreatePushConsumer(ctx, c.cfg.Name, cc)
+		if err != nil {
+			return err
+		}
+		name := cons.CachedInfo().Name
+		defer func() { _ = w.rjs.DeleteConsumer(context.WithoutCancel(ctx), c.cfg.Name, name) }()
+		for {
+			rc, err := w.rjs.PushConsumer(ctx, c.cfg.Name, name)
+			if err != nil {
+				return err
+			}
+			info := rc.CachedInfo()
+			if info.Delivered.Consumer > 0 {
+				break
+			}
+			if !info.PushBound {
+				// The server sees no subscriber it may deliver to (a
+				// queue group's members take deliveries only from a
+				// consumer with that deliver group): nothing is sent.
+				return errUnreached
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("consumer %s delivered nothing: %w", name, ctx.Err())
+			case <-time.After(10 * time.Millisecond): // polling the server's count
+			}
+		}
+		if err := w.barrier[target](ctx); err != nil {
+			return fmt.Errorf("barrier request to %s: %w", target, err)
+		}
+		if w.reached[target].Load() > before {
+			return nil
+		}
+		return errUnreached
+	}
 }
 
 // action performs one action; nil means it succeeded.
 type action func(ctx context.Context, c *cell) error
 
-func actions(cfg store.StreamConfig) map[string]action {
+func actions(cfg store.StreamConfig, w *witness) map[string]action {
 	subj := cfg.Subjects()
 	acts := map[string]action{}
+	for target, subject := range map[string]string{"fill ace": subj.Fill("ace"),
+		"logs ace":     events.StateSubject(cfg.Prefix, events.EndpointLogs, "ace"),
+		"state victim": events.StateSubject(cfg.Prefix, events.EndpointState, "victim")} {
+		acts["deliver to "+target] = deliver(w, target, subject, false)
+		acts["deliver group to "+target] = deliver(w, target, subject, true)
+	}
 	for _, node := range []string{"ace", "shanks"} {
 		for _, k := range events.Kinds {
 			acts["publish "+string(k)+" "+node] = func(ctx context.Context, c *cell) error {
@@ -292,10 +395,25 @@ func consume(filter string) action {
 // each published by the user the policy lets publish it, a snapshot of
 // ace in the bucket, the state service, and a fill service for ace
 // served by node-ace, as its agent serves it.
-func fixture(t *testing.T, s *secured) store.StreamConfig {
+//
+// Every service counts, in the returned witness, the messages its
+// handler got that were no core request (JetStream deliveries), behind
+// store.CoreRequestsOnly as meshfold's own services are; the state
+// service is engine's own, counting lookups of node "victim".
+func fixture(t *testing.T, s *secured) (store.StreamConfig, *witness) {
 	t.Helper()
 	ctx := testCtx(t)
 	rnc, rjs := s.mustConnect(t, "reconciler")
+	w := &witness{rjs: rjs, reached: map[string]*atomic.Int64{"fill ace": {}, "logs ace": {}, "state victim": {}},
+		barrier: map[string]func(context.Context) error{}}
+	count := func(target string, h micro.HandlerFunc) micro.Handler {
+		return store.CoreRequestsOnly(micro.HandlerFunc(func(r micro.Request) {
+			if !strings.HasPrefix(r.Reply(), "_INBOX") {
+				w.reached[target].Add(1)
+			}
+			h(r)
+		}), nil)
+	}
 	_, cfg, err := store.EnsureStream(ctx, rjs, store.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +428,12 @@ func fixture(t *testing.T, s *secured) store.StreamConfig {
 	if err := snaps.PutNode(ctx, events.Partition("ace", cfg.Partitions), "ace", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := engine.AddStateService(rnc, func(node string) (*reconcile.State, bool) { return reconcile.NewState(node), true }, engine.StateServiceConfig{})
+	svc, err := engine.AddStateService(rnc, func(node string) (*reconcile.State, bool) {
+		if node == "victim" {
+			w.reached["state victim"].Add(1)
+		}
+		return reconcile.NewState(node), true
+	}, engine.StateServiceConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,12 +466,12 @@ func fixture(t *testing.T, s *secured) store.StreamConfig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = fill.Stop() })
-	err = fill.AddEndpoint("fill", micro.HandlerFunc(func(r micro.Request) { _ = r.RespondJSON(events.FillReply{OK: true}) }),
+	err = fill.AddEndpoint("fill", count("fill ace", func(r micro.Request) { _ = r.RespondJSON(events.FillReply{OK: true}) }),
 		micro.WithEndpointSubject(cfg.Subjects().Fill("ace")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = fill.AddEndpoint("logs", micro.HandlerFunc(func(r micro.Request) { _ = r.RespondJSON(map[string]any{"lines": []string{}}) }),
+	err = fill.AddEndpoint("logs", count("logs ace", func(r micro.Request) { _ = r.RespondJSON(map[string]any{"lines": []string{}}) }),
 		micro.WithEndpointSubject(events.StateSubject(cfg.Prefix, events.EndpointLogs, "ace")))
 	if err != nil {
 		t.Fatal(err)
@@ -363,7 +486,25 @@ func fixture(t *testing.T, s *secured) store.StreamConfig {
 	}
 	setupBuilds(t, s)
 	setupSecrets(t, s, cfg)
-	return cfg
+
+	// The barriers: the requests each service's legitimate user sends.
+	pnc, _ := s.mustConnect(t, "provisioner-ace")
+	onc, _ := s.mustConnect(t, "operator")
+	w.barrier["fill ace"] = func(ctx context.Context) error {
+		msg := nats.NewMsg(cfg.Subjects().Fill("ace"))
+		msg.Header.Set(events.HeaderModule, "barrier")
+		_, err := pnc.RequestMsgWithContext(ctx, msg)
+		return err
+	}
+	w.barrier["logs ace"] = func(ctx context.Context) error {
+		_, err := onc.RequestWithContext(ctx, events.StateSubject(cfg.Prefix, events.EndpointLogs, "ace"), []byte(`{"module":"alpha"}`))
+		return err
+	}
+	w.barrier["state victim"] = func(ctx context.Context) error {
+		_, err := onc.RequestWithContext(ctx, events.StateSubject(cfg.Prefix, events.EndpointState, "ace"), nil)
+		return err
+	}
+	return cfg, w
 }
 
 // actionTimeout bounds one action, allowed or refused. A refused action
@@ -397,13 +538,13 @@ func run(s *secured, cfg store.StreamConfig, user string, act action) (string, e
 	if err != nil {
 		return "", err
 	}
-	err = act(ctx, &cell{nc: nc, js: js, cfg: cfg})
+	err = act(ctx, &cell{user: user, nc: nc, js: js, cfg: cfg})
 	// A violation arrives before the reply to a flush sent after it.
 	fctx, fcancel := context.WithTimeout(context.Background(), actionTimeout)
 	defer fcancel()
 	ferr := nc.FlushWithContext(fctx)
 	switch {
-	case errors.Is(nc.LastError(), nats.ErrPermissionViolation):
+	case errors.Is(nc.LastError(), nats.ErrPermissionViolation), errors.Is(err, errUnreached) && ferr == nil:
 		return "-", nil
 	case err == nil && ferr == nil:
 		return "ok", nil
@@ -417,9 +558,9 @@ func run(s *secured, cfg store.StreamConfig, user string, act action) (string, e
 // real server in operator mode.
 func TestPermissionMatrix(t *testing.T) {
 	s := startSecured(t)
-	cfg := fixture(t, s)
+	cfg, w := fixture(t, s)
 	users, rows := parsePolicy(t)
-	acts := actions(cfg)
+	acts := actions(cfg, w)
 	start := time.Now()
 	denied, failed := 0, false
 	got := make([][]string, len(rows))

@@ -138,8 +138,10 @@ const jsAPI = "$JS.API"
 // stream's info, whose subject listing can name other nodes and count
 // their events (never their content); pulling from and deleting a
 // consumer are allowed by stream (consumer names are random and unlisted
-// to nodes); and a node may create a push consumer that delivers its own
-// plans to a subject of its choice.
+// to nodes); and any role that may create a consumer chooses its deliver
+// subject and group (the server checks neither), which meshfold's
+// services meet by answering only core requests
+// (store.CoreRequestsOnly).
 func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	n := names.withDefaults()
 	if err := n.validate(); err != nil {

@@ -26,7 +26,7 @@ import (
 // node's literal token.
 func TestScopedJetStreamCannotBeWidened(t *testing.T) {
 	s := startSecured(t)
-	cfg := fixture(t, s)
+	cfg, _ := fixture(t, s)
 	subj := cfg.Subjects()
 	ctx := testCtx(t)
 	nc, _ := s.mustConnect(t, "node-ace")
@@ -81,7 +81,7 @@ func TestScopedJetStreamCannotBeWidened(t *testing.T) {
 // is a secret, never reaches it.
 func TestOperatorNeverSeesFills(t *testing.T) {
 	s := startSecured(t)
-	cfg := fixture(t, s)
+	cfg, _ := fixture(t, s)
 	ctx := testCtx(t)
 	onc, _ := s.mustConnect(t, "operator")
 	sub, err := onc.SubscribeSync(cfg.Prefix + ".>")
