@@ -27,10 +27,13 @@ demo:
 
 ## bench: issue 17's figures, each beside its raw JetStream baseline of the same
 ## run: meshfold reconcile processes against a nats-server process (catch-up,
-## group catch-up, memory per node, recovery), then the knock latency under load
+## group catch-up, memory per node, recovery), then the knock latency under load;
+## then issue 24's restarts: kill -9 and an immediate restart of serve, reconcile
+## and a node agent, 20 each, start to first plan (or have), p50 and max
 bench:
 	$(GO) test -run '^$$' -bench '^BenchmarkOutside$$' -benchtime 1x -timeout 60m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkKnockLatency$$' -benchtime 1x -timeout 10m ./engine
+	$(GO) test -run '^$$' -bench '^BenchmarkRestartAfterKill$$' -benchtime 1x -timeout 20m ./cmd/meshfold
 
 ## bench-all: every benchmark of every package
 bench-all:
