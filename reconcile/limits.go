@@ -77,8 +77,9 @@ func (s *State) limits() *caps {
 	return &defaultCaps
 }
 
-// oldest returns the index of the element of xs with the lowest key among
-// those protected does not exclude (the first of them in xs' order), or -1.
+// oldest returns the index of the element of xs with the lowest key, the
+// first of them in xs' order, skipping those protected reports (nil
+// skips none); -1 when every element is skipped.
 func oldest[T any](xs []T, key func(T) uint64, protected func(T) bool) int {
 	i := -1
 	for j := range xs {
