@@ -99,7 +99,11 @@ func (f *fake) History(_ context.Context, node string, b query.Bounds) (*audit.H
 		return h, err
 	}
 	n, _ := h.Until(*b.Until)
-	return audit.NewHistory(node, h.Events[:n])
+	h, err = audit.NewHistory(node, h.Events[:n])
+	if h != nil {
+		h.Partial = true // a bounded read, as query.Reader.History marks it
+	}
+	return h, err
 }
 
 func (f *fake) Begins(context.Context, *audit.History) string { return "" }
