@@ -40,6 +40,8 @@ type fake struct {
 	s      *reconciletest.Stream
 	follow chan events.Event
 	noLive bool
+	// sources are the provisioners' reports Sources returns.
+	sources map[string][]audit.SourceProblem
 }
 
 func newFake() *fake {
@@ -65,6 +67,18 @@ func (f *fake) Fleet(context.Context) ([]console.NodeView, error) {
 	var out []console.NodeView
 	for _, n := range f.s.Nodes() {
 		out = append(out, console.NodeView{Node: n, View: f.s.State(n).View()})
+	}
+	return out, nil
+}
+
+func (f *fake) Sources(_ context.Context, node string) (map[string][]audit.SourceProblem, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string][]audit.SourceProblem{}
+	for n, ps := range f.sources {
+		if node == "" || n == node {
+			out[n] = ps
+		}
 	}
 	return out, nil
 }
@@ -544,5 +558,40 @@ func TestFleetPausedRetired(t *testing.T) {
 	}
 	if _, body := fx.get(t, "/?all=1"); !strings.Contains(body, `id="node-novox"`) {
 		t.Error("?all=1 does not list the retired novox")
+	}
+}
+
+// Why a file is unfilled, as its provisioner reports it (DESIGN.md §12),
+// is on the fleet page (the node needs an operator: "source") and in
+// the node page's state, with no content; it clears when the report goes.
+func TestSourceProblems(t *testing.T) {
+	f := newFake()
+	healthy(f, "ace")
+	healthy(f, "bob")
+	fx := start(t, f)
+	f.mu.Lock()
+	f.sources = map[string][]audit.SourceProblem{"ace": {{Module: "app", Path: "/run/app/token", State: "missing",
+		Why: "exec vault-fill: helper exit status 3", Since: base}}}
+	f.mu.Unlock()
+	page := fx.waitPage(t, "/", "vault-fill")
+	if !strings.Contains(page, "/run/app/token") || !strings.Contains(page, "source") {
+		t.Errorf("the fleet page does not name the unfilled file:\n%s", page)
+	}
+	_, node := fx.get(t, "/node/ace")
+	if !strings.Contains(node, "not filled, as the provisioner reports it") || !strings.Contains(node, "vault-fill") {
+		t.Errorf("the node page's state does not say why the file is unfilled")
+	}
+	f.mu.Lock()
+	f.sources = nil
+	f.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, page := fx.get(t, "/"); !strings.Contains(page, "vault-fill") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fleet page still shows a cleared report")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

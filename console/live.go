@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -36,6 +37,9 @@ type fleet struct {
 	gen  uint64
 	subs map[chan struct{}]struct{}
 	wake chan struct{}
+	// sources are the provisioners' reports of unfilled files, per node
+	// (pollSources).
+	sources map[string][]audit.SourceProblem
 }
 
 func newFleet(src Source, log *slog.Logger) *fleet {
@@ -226,6 +230,9 @@ func (f *fleet) page(q string, all bool, now time.Time, stale time.Duration) fle
 		r := nv.Row(now, stale)
 		if nv.Err == nil {
 			r.SetWarnings(f.warnings[name])
+			if ps := f.sources[name]; len(ps) > 0 {
+				r.SetSources(ps)
+			}
 		}
 		if r.Retired && !all {
 			p.RetiredOut++
@@ -255,4 +262,33 @@ func (f *fleet) lastSeen(node string) uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.last[node]
+}
+
+// SourcesEvery is how often the console reads the provisioners' reports
+// of unfilled files (a KV bucket, not the stream it follows).
+const SourcesEvery = time.Second
+
+// pollSources reads the provisioners' reports every SourcesEvery until
+// ctx is done, and tells the pages when they changed.
+func (f *fleet) pollSources(ctx context.Context) {
+	t := time.NewTicker(SourcesEvery)
+	defer t.Stop()
+	for {
+		ps, err := f.src.Sources(ctx, "")
+		if err == nil {
+			f.mu.Lock()
+			if !reflect.DeepEqual(ps, f.sources) && !(len(ps) == 0 && len(f.sources) == 0) {
+				f.sources = ps
+				f.changed()
+			}
+			f.mu.Unlock()
+		} else if ctx.Err() == nil {
+			f.log.Debug("console: fill statuses", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

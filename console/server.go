@@ -128,6 +128,7 @@ func (c *Console) Run(ctx context.Context) error {
 	followed := make(chan error, 1)
 	go func() { followed <- c.cfg.Source.Follow(ctx, c.fleet.saw) }()
 	go c.fleet.refresh(ctx)
+	go c.fleet.pollSources(ctx)
 	var since time.Time
 	if c.cfg.Warnings > 0 {
 		since = c.cfg.Now().Add(-c.cfg.Warnings)
@@ -513,9 +514,16 @@ func appendNote(notes []string, n string) []string {
 // and its fold is newer than the last checkpoint.
 func (c *Console) state(ctx context.Context, h *audit.History) (string, reconcile.Composition, string) {
 	now := c.cfg.Now()
+	// Why files are unfilled, as the provisioner reports it (live).
+	sources := ""
+	if ps, err := c.cfg.Source.Sources(ctx, h.Node); err != nil {
+		c.log.Warn("console: fill statuses", "node", h.Node, "err", err)
+	} else if len(ps[h.Node]) > 0 {
+		sources = "not filled, as the provisioner reports it:\n" + audit.SourcesText(h.Node, ps[h.Node], now)
+	}
 	v, comp, err := c.cfg.Source.Live(ctx, h.Node)
 	if err == nil {
-		return audit.StateText(v, comp, now, query.SourceReconciler.Text()), comp, "live"
+		return audit.StateText(v, comp, now, query.SourceReconciler.Text()) + sources, comp, "live"
 	}
 	if !errors.Is(err, query.ErrNoReconciler) && !errors.Is(err, query.ErrUnknownNode) {
 		c.log.Warn("console: state", "node", h.Node, "err", err)
@@ -523,7 +531,7 @@ func (c *Console) state(ctx context.Context, h *audit.History) (string, reconcil
 	st := h.Fold(len(h.Events))
 	var view reconcile.View = st.View()
 	comp = reconcile.CompositionOf(st)
-	return audit.StateText(view, comp, now, query.SourceStream.Text()), comp, "replay"
+	return audit.StateText(view, comp, now, query.SourceStream.Text()) + sources, comp, "replay"
 }
 
 // zoom makes the window's navigation links.
@@ -601,8 +609,11 @@ var funcs = template.FuncMap{
 	"f1":  func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"add": func(a, b int) int { return a + b },
 	// stuck is what `meshfold fleet` prints after its table for a row.
-	"stuck": func(r audit.FleetRow) string { return audit.FleetStuckText([]audit.FleetRow{r}) },
-	"join":  strings.Join,
+	"stuck": func(r audit.FleetRow) string {
+		rows := []audit.FleetRow{r}
+		return audit.FleetStuckText(rows) + audit.FleetSourcesText(rows, time.Now())
+	},
+	"join": strings.Join,
 	"orNone": func(s string) string {
 		if s == "" {
 			return "(none)"

@@ -39,6 +39,10 @@ type Source interface {
 	// Follow calls fn with every event stored from now on, in stream
 	// order, until ctx is done or reading fails.
 	Follow(ctx context.Context, fn func(events.Event)) error
+	// Sources returns, per node, the files its provisioner could not
+	// fill and why (node "" for every node), live from the provisioners'
+	// reports (DESIGN.md §12).
+	Sources(ctx context.Context, node string) (map[string][]audit.SourceProblem, error)
 }
 
 var _ Source = (*query.Reader)(nil)

@@ -27,6 +27,10 @@ const DefaultTimeout = 5 * time.Second
 // DefaultResync is the default interval of the full refill.
 const DefaultResync = 10 * time.Minute
 
+// DefaultRetryUnfilled is the default interval at which files no source
+// gave are tried again.
+const DefaultRetryUnfilled = 5 * time.Second
+
 // ErrRunning: Run was called a second time on the same Client.
 var ErrRunning = errors.New("provisioner: Run already called")
 
@@ -63,6 +67,11 @@ type Config struct {
 	// the node, is filled within it. 0 means [DefaultResync]; negative
 	// turns it off.
 	Resync time.Duration
+	// RetryUnfilled is how often the files no source gave are tried
+	// again (a helper failing for a while, a file restored in a
+	// directory): a restored source is filled within it, not at the next
+	// resync. 0 means [DefaultRetryUnfilled]; negative turns it off.
+	RetryUnfilled time.Duration
 	// Trust are the reconciler public keys whose knocks the client acts
 	// on and whose plans it fills (store.Trust.Verify); nil trusts every
 	// knock and plan unsigned (tests; the meshfold command always sets
@@ -103,6 +112,8 @@ type Unfilled struct {
 	FileRef
 	State store.FillState `json:"state"`
 	Why   string          `json:"why"`
+	// again: the last try of the file said the same (logged at debug).
+	again bool
 }
 
 // Report says what one fill pass did. It never holds content.
@@ -155,6 +166,10 @@ type Client struct {
 	// written or read (guarded by fillMu).
 	status     map[FileRef]store.FillStatus
 	statusWarn bool
+	// unfilled are the declared files no source gave at their last try
+	// (guarded by fillMu); retryUnfilled tries them again.
+	unfilled map[FileRef]bool
+	lastWhy  map[FileRef]string
 }
 
 // New checks cfg and returns a client that is not running yet.
@@ -190,13 +205,16 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
 	if cfg.Resync == 0 {
 		cfg.Resync = DefaultResync
 	}
+	if cfg.RetryUnfilled == 0 {
+		cfg.RetryUnfilled = DefaultRetryUnfilled
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	cfg.Stream = cfg.Stream.WithDefaults()
 	return &Client{nc: nc, js: js, cfg: cfg, subj: cfg.Stream.Subjects(), refused: map[FileRef]bool{},
-		sources: sources, status: map[FileRef]store.FillStatus{},
+		sources: sources, status: map[FileRef]store.FillStatus{}, unfilled: map[FileRef]bool{}, lastWhy: map[FileRef]string{},
 		log: log.With("node", cfg.Node, "account", cfg.Account)}, nil
 }
 
@@ -271,6 +289,7 @@ func (c *Client) Run(ctx context.Context) error {
 		c.follow(ctx, events.KindSettle, settles, nil, func(ctx context.Context, m store.Msg) { c.settledEvent(ctx, m.Event) })
 	})
 	wg.Go(func() { c.resync(ctx) })
+	wg.Go(func() { c.retryUnfilled(ctx) })
 	c.follow(ctx, events.KindKnock, from, c.verify, func(ctx context.Context, m store.Msg) { c.knocked(ctx, m.Event) })
 	return nil
 }
@@ -412,6 +431,12 @@ func (c *Client) fillFile(ctx context.Context, r *Report, module, path string) e
 	switch {
 	case err != nil:
 		return err
+	case un != nil && un.again:
+		log.Debug("still no source for the file; skipped", "state", un.State, "why", un.Why)
+		if un.State != store.FillMissing {
+			r.Failed = append(r.Failed, Failed{FileRef: ref, Error: un.Why})
+		}
+		return nil
 	case un != nil && un.State == store.FillMissing:
 		log.Warn("no source for the file; skipped", "source", r.Missing[len(r.Missing)-1], "why", un.Why)
 		return nil

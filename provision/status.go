@@ -20,6 +20,8 @@ func (c *Client) content(ctx context.Context, r *Report, module, path string) ([
 	for _, src := range c.sources {
 		content, err := src.Content(ctx, c.cfg.Node, module, path)
 		if err == nil {
+			delete(c.unfilled, ref)
+			delete(c.lastWhy, ref)
 			return content, nil, nil
 		}
 		if ctx.Err() != nil {
@@ -37,6 +39,9 @@ func (c *Client) content(ctx context.Context, r *Report, module, path string) ([
 		}
 	}
 	un := &Unfilled{FileRef: ref, State: state, Why: strings.Join(whys, "; ")}
+	un.again = c.unfilled[ref] && c.lastWhy[ref] == un.Why
+	c.unfilled[ref] = true
+	c.lastWhy[ref] = un.Why
 	r.Unfilled = append(r.Unfilled, *un)
 	if state == store.FillMissing {
 		r.Missing = append(r.Missing, strings.Join(wheres, ", "))
@@ -111,5 +116,42 @@ func (c *Client) statusFailed(err error) {
 	if !c.statusWarn {
 		c.statusWarn = true
 		c.log.Warn("fill status not recorded (fleet and state will not show why a file is unfilled)", "err", err)
+	}
+}
+
+// retryUnfilled tries the files no source gave again every
+// RetryUnfilled, until ctx is done: a restored source is filled then.
+func (c *Client) retryUnfilled(ctx context.Context) {
+	if c.cfg.RetryUnfilled < 0 {
+		return
+	}
+	t := time.NewTicker(c.cfg.RetryUnfilled)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.fillMu.Lock()
+		r := Report{Plan: c.declared.plan}
+		for ref := range c.unfilled {
+			if !c.declared.files[ref] {
+				delete(c.unfilled, ref)
+				continue
+			}
+			if err := c.fillFile(ctx, &r, ref.Module, ref.Path); err != nil {
+				break // ctx ended it
+			}
+		}
+		c.fillMu.Unlock()
+		// Reported only when a source gave something: a file still
+		// unfilled was reported (and logged) when it became so.
+		if len(r.Filled)+len(r.Unchanged)+len(r.Refused) > 0 {
+			c.log.Info("files no source gave are sent now", "filled", len(r.Filled), "unchanged", len(r.Unchanged), "refused", len(r.Refused))
+			if c.cfg.OnFill != nil {
+				c.cfg.OnFill(0, r)
+			}
+		}
 	}
 }

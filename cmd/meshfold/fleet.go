@@ -34,7 +34,10 @@ an effect; JSON last_knock_cause), the age of the last have and what needs
 an operator. Nodes are sorted so that what needs an operator comes first: an
 unreadable snapshot, a failed module (its process exited and waits to
 restart: a crash loop; the lines after the table name the files it waits
-for), owed items, pending approvals, unsettled plans, the provisioner
+for), a file never filled, a file the provisioner could not fill (no source,
+a failed helper, a secret sealed to another key or that cannot be opened: the
+'source' lines after the table say which and why, live from the provisioners'
+reports), owed items, pending approvals, unsettled plans, the provisioner
 account warning, a stale have (older than --stale, or none), then journal
 warnings (entries of level warn or error in the last --warnings, counted
 from the stream; 0 skips that read).
@@ -111,6 +114,16 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 				cfg.Subjects().Event(events.FleetNode, events.KindJournal), n, warnings)
 		}
 	}
+	// Why files are unfilled, as the provisioners report it (live).
+	sources, err := r.Sources(ctx, "")
+	if err != nil {
+		fmt.Fprintf(a.stderr, "note: why files are unfilled (the provisioners' reports) could not be read: %v\n", err)
+	}
+	for i := range rows {
+		if ps := sources[rows[i].Node]; len(ps) > 0 {
+			rows[i].SetSources(ps)
+		}
+	}
 	if !all {
 		rows = slices.DeleteFunc(rows, func(r audit.FleetRow) bool { return r.Retired })
 	}
@@ -123,7 +136,7 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		}
 		return nil
 	}
-	return printFleet(a.stdout, rows)
+	return printFleet(a.stdout, rows, now)
 }
 
 // fleetRows makes each node's row at now.
@@ -135,7 +148,7 @@ func fleetRows(nvs []query.NodeView, now time.Time, stale time.Duration) []audit
 	return rows
 }
 
-func printFleet(w io.Writer, rows []audit.FleetRow) error {
+func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time) error {
 	width := 4
 	for _, r := range rows {
 		width = max(width, len(r.Node))
@@ -157,6 +170,7 @@ func printFleet(w io.Writer, rows []audit.FleetRow) error {
 	fmt.Fprintf(&b, "-- %d %s, %d need an operator\n", len(rows), noun, needs)
 	b.WriteString(audit.FleetFailedText(rows))
 	b.WriteString(audit.FleetStuckText(rows))
+	b.WriteString(audit.FleetSourcesText(rows, now))
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -24,6 +24,7 @@ type provisionOpts struct {
 	from        []string
 	key         string
 	execTimeout time.Duration
+	retry       time.Duration
 	account     string
 	timeout     time.Duration
 	resync      time.Duration
@@ -93,6 +94,7 @@ node). It exits with status 1 when its NATS connection is closed for good
 	fl.StringArrayVar(&o.from, "from", nil, "a source, tried in the order given: DIR, exec:CMD or sealed (required; repeatable)")
 	fl.StringVar(&o.key, "key", "", "the curve key file of --from sealed (default: provisioner-NAME/curve.key beside the node agent's default state directory)")
 	fl.DurationVar(&o.execTimeout, "exec-timeout", provision.DefaultExecTimeout, "how long one run of an exec: helper may take")
+	fl.DurationVar(&o.retry, "retry-unfilled", provision.DefaultRetryUnfilled, "try the files no source gave again this often (a restored source is filled within it); 0 turns it off")
 	fl.StringVar(&o.account, "account", "", "the account this client runs as, sent as the writer (required)")
 	fl.DurationVar(&o.timeout, "timeout", provision.DefaultTimeout, "how long one fill request waits for its reply")
 	fl.DurationVar(&o.resync, "resync", provision.DefaultResync, "fill everything again this often (a missing source added later, a file deleted on the node); 0 turns it off")
@@ -182,7 +184,7 @@ func runProvisioner(ctx context.Context, a *app, name string, o provisionOpts, n
 		status = nil
 	}
 	c, err := provision.New(nc, js, provision.Config{Node: name, Sources: sources, Account: o.account, Status: status,
-		Logger: log, Stream: scfg, Timeout: o.timeout, Resync: resyncOrOff(o.resync), Trust: trust})
+		Logger: log, Stream: scfg, Timeout: o.timeout, Resync: resyncOrOff(o.resync), RetryUnfilled: resyncOrOff(o.retry), Trust: trust})
 	if err != nil {
 		return withCode(exitUsage, err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -63,26 +64,8 @@ func startSealedMesh(t testing.TB) *sealedMesh {
 		t.Skip("builds meshfold and runs real processes: not in -short")
 	}
 	s := &sealedMesh{t: t, m: startMesh(t), bin: meshfoldBinary(t)}
-	signer, trust := testSigner(t)
-	s.trust = trust
-	// The reconciler, in this process: it creates the secrets and fill
-	// status buckets as serve does.
-	nc, err := s.m.e.Connect(nats.Name("reconciler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- engine.Serve(ctx, nc, engine.Config{Stream: s.m.cfg, Signer: signer,
-			Ready: func(context.Context, *engine.Reconciler) { close(ready) }})
-	}()
-	t.Cleanup(func() { cancel(); <-done; nc.Close() })
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("reconciler: %v", err)
-	}
+	s.trust = s.m.serveSigned(t)
+	var err error
 	if s.secretsKV, err = store.OpenSecrets(testCtx(t), s.m.js, s.m.cfg, false); err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +111,31 @@ func startSealedMesh(t testing.TB) *sealedMesh {
 	}
 	s.waitContent(content("v0"))
 	return s
+}
+
+// serveSigned runs the reconciler on m in this process (engine.Serve,
+// which creates the secrets and fill status buckets as serve does),
+// signing with a fresh key, and returns the trust file naming it.
+func (m *mesh) serveSigned(t testing.TB) string {
+	t.Helper()
+	signer, trust := testSigner(t)
+	nc, err := m.e.Connect(nats.Name("reconciler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- engine.Serve(ctx, nc, engine.Config{Stream: m.cfg, Signer: signer,
+			Ready: func(context.Context, *engine.Reconciler) { close(ready) }})
+	}()
+	t.Cleanup(func() { cancel(); <-done; nc.Close() })
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("reconciler: %v", err)
+	}
+	return trust
 }
 
 // currentOrNobody is the account modules and the provisioner run as.
@@ -486,4 +494,115 @@ func BenchmarkSealedPut(b *testing.B) {
 			percentile(puts, 50).Round(100*time.Microsecond), percentile(puts, 99).Round(100*time.Microsecond),
 			percentile(raws, 50).Round(10*time.Microsecond), percentile(raws, 99).Round(10*time.Microsecond))
 	}
+}
+
+// A failing helper, a missing source and a restored source are each
+// visible in `meshfold fleet` and `meshfold state` soon after the
+// provisioner notices, with no content, and clear once the file is
+// filled. The helper's behaviour is switched through a control file.
+func TestSourceProblemsInFleet(t *testing.T) {
+	m := startMesh(t)
+	trust := m.serveSigned(t)
+	dir := t.TempDir()
+	ctl := filepath.Join(dir, "mode")
+	helperPath := filepath.Join(dir, "helper")
+	script := `#!/bin/sh
+case "$(cat ` + ctl + `)" in
+fail) echo "vault: permission denied" >&2; exit 3 ;;
+hang) exec sleep 30 ;;
+empty) exit 0 ;;
+ok) printf 'restored-s3cr3t-%s' "$MESHFOLD_MODULE" ;;
+esac
+`
+	if err := os.WriteFile(helperPath, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mode := func(m string) {
+		if err := os.WriteFile(ctl, []byte(m), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mode("fail")
+	empty := filepath.Join(dir, "secrets")
+	if err := os.MkdirAll(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := &events.Want{Modules: []events.WantModule{
+		{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		{Name: "app", Build: "a:1", RunsAs: "app", Files: []events.File{{Path: sealedPath, Mode: "0600"}}},
+	}}
+	if _, err := store.NewPublisher(m.js, m.cfg.Subjects()).Append(testCtx(t), "ace", events.Stamp(w, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "root")
+	background := func(args ...string) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan int, 1)
+		out := &storetest.SyncBuffer{}
+		go func() {
+			done <- run(ctx, append(args, "-s", m.e.ClientURL(), "--trust", trust), nil, out, out)
+		}()
+		t.Cleanup(func() {
+			cancel()
+			if code := <-done; code != 0 || t.Failed() {
+				t.Logf("%s exited %d:\n%s", args[0], code, out.String())
+			}
+		})
+	}
+	background("node", "ace", "--runtime", "record", "--root", root, "--state-dir", filepath.Join(dir, "state"), "--log-level", "warn")
+	background("provision", "ace", "--from", empty, "--from", "exec:"+helperPath, "--account", "prov",
+		"--exec-timeout", "300ms", "--retry-unfilled", "100ms", "--log-level", "info")
+
+	// fleetShows waits until ace's fleet row shows what pred accepts
+	// (its source problems) and returns how long that took.
+	fleetShows := func(what string, pred func([]map[string]any) bool) time.Duration {
+		t.Helper()
+		began := time.Now()
+		waitUntil(t, testCtx(t), "fleet to show "+what, func() bool {
+			out, _, code := m.cli(t, "fleet", "-o", "json", "--warnings", "0")
+			if code != 0 || strings.Contains(out, "s3cr3t") {
+				if strings.Contains(out, "s3cr3t") {
+					t.Fatalf("fleet shows content:\n%s", out)
+				}
+				return false
+			}
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+				var row struct {
+					Node    string           `json:"node"`
+					Sources []map[string]any `json:"source_problems"`
+				}
+				if json.Unmarshal([]byte(l), &row) == nil && row.Node == "ace" {
+					return pred(row.Sources)
+				}
+			}
+			return false
+		})
+		return time.Since(began)
+	}
+	has := func(state, why string) func([]map[string]any) bool {
+		return func(ps []map[string]any) bool {
+			return len(ps) == 1 && ps[0]["state"] == state && strings.Contains(fmt.Sprint(ps[0]["why"]), why)
+		}
+	}
+	d1 := fleetShows("a failing helper", has("missing", "exit status 3"))
+	out, _, _ := m.cli(t, "state", "ace")
+	if !strings.Contains(out, "not filled") || !strings.Contains(out, "exit status 3") {
+		t.Errorf("state does not say why the file is unfilled:\n%s", out)
+	}
+	out, _, _ = m.cli(t, "fleet", "--warnings", "0")
+	if !strings.Contains(out, "source") || !strings.Contains(out, sealedPath) {
+		t.Errorf("fleet's table does not say why the file is unfilled:\n%s", out)
+	}
+	mode("hang")
+	d2 := fleetShows("a helper timing out", has("source-failed", "timed out"))
+	mode("empty")
+	d3 := fleetShows("a missing source", has("missing", "printed nothing"))
+	mode("ok")
+	d4 := fleetShows("the restored source filled", func(ps []map[string]any) bool { return len(ps) == 0 })
+	b, err := os.ReadFile(filepath.Join(root, sealedPath))
+	if err != nil || string(b) != "restored-s3cr3t-app" {
+		t.Fatalf("the restored file: %v", err)
+	}
+	t.Logf("fleet shows: a failing helper %s (the first pass and the first checkpoint), a timing-out helper %s, a missing source %s, the restored source cleared %s (each from the switch, with --retry-unfilled 100ms and --exec-timeout 300ms)",
+		d1.Round(time.Millisecond), d2.Round(time.Millisecond), d3.Round(time.Millisecond), d4.Round(time.Millisecond))
 }

@@ -28,6 +28,9 @@ type stateReply struct {
 	Composition reconcile.Composition `json:"composition"`
 	// Stuck is what is stuck now (reconcile.View.Stuck at the present).
 	Stuck reconcile.Stuck `json:"stuck"`
+	// Sources are the files the node's provisioner could not fill, and
+	// why (DESIGN.md §12).
+	Sources []audit.SourceProblem `json:"source_problems,omitempty"`
 }
 
 func newStateCmd(a *app) *cobra.Command {
@@ -97,10 +100,19 @@ func runState(ctx context.Context, a *app, node string, format string, timeout t
 		return err
 	}
 	now := time.Now()
+	sources, serr := r.Sources(ctx, node)
 	if format != outTable {
-		return writeValue(a.stdout, format, stateReply{Source: ns.Source, View: ns.View, Composition: ns.Composition, Stuck: ns.View.Stuck(now)})
+		return writeValue(a.stdout, format, stateReply{Source: ns.Source, View: ns.View, Composition: ns.Composition, Stuck: ns.View.Stuck(now),
+			Sources: sources[node]})
 	}
-	_, err = io.WriteString(a.stdout, audit.StateText(ns.View, ns.Composition, now, ns.Source.Text()))
+	text := audit.StateText(ns.View, ns.Composition, now, ns.Source.Text())
+	if serr != nil {
+		text += fmt.Sprintf("note: why files are unfilled (the provisioner's reports) could not be read: %v\n", serr)
+	}
+	if ps := sources[node]; len(ps) > 0 {
+		text += "not filled, as the provisioner reports it:\n" + audit.SourcesText(node, ps, now)
+	}
+	_, err = io.WriteString(a.stdout, text)
 	return err
 }
 

@@ -297,8 +297,11 @@ type FleetRow struct {
 	// Warnings counts journal entries of level warn or error in the
 	// window asked for (-1: not counted).
 	Warnings int `json:"journal_warnings"`
+	// Sources are the files the node's provisioner could not fill, and
+	// why (DESIGN.md §12), as it reported them; set with [FleetRow.SetSources].
+	Sources []SourceProblem `json:"source_problems,omitempty"`
 	// Attention lists what needs an operator, most pressing first:
-	// "error", "failed", "unfilled", "owed", "approval", "unsettled",
+	// "error", "failed", "unfilled", "source", "owed", "approval", "unsettled",
 	// "paused", "retiring", "account", "stale-have", "journal". A retired
 	// node needs nothing.
 	Attention []string `json:"attention"`
@@ -353,6 +356,48 @@ func FleetErrorRow(node string, err error) FleetRow {
 	return r
 }
 
+// SourceProblem is why a node's provisioner could not fill one file
+// (DESIGN.md §12): no source had it, a source failed, a sealed secret is
+// sealed to another key or cannot be opened. It never holds content.
+type SourceProblem struct {
+	Module string `json:"module"`
+	Path   string `json:"path"`
+	// State: missing, source-failed, sealed-to-other-key, cannot-open,
+	// not-sent (store.FillState).
+	State string `json:"state"`
+	// Why says what each source answered.
+	Why string `json:"why"`
+	// Since is when the provisioner first saw it so.
+	Since time.Time `json:"since"`
+}
+
+// SetSources sets the source problems of r and updates what needs
+// attention.
+func (r *FleetRow) SetSources(p []SourceProblem) {
+	r.Sources = p
+	r.Attention = attention(*r)
+}
+
+// SourcesText is what [FleetSourcesText] and `meshfold state` print for
+// one node's source problems, a line each; now dates them.
+func SourcesText(node string, ps []SourceProblem, now time.Time) string {
+	var t textWriter
+	for _, p := range ps {
+		t.line(0, "source", fmt.Sprintf("%s %s %s not filled: %s since %s ago: %s", node, p.Module, events.Text(p.Path), p.State,
+			Age(now.Sub(p.Since)), events.ErrorText(p.Why)))
+	}
+	return t.b.String()
+}
+
+// FleetSourcesText lists the source problems of rows, a line each.
+func FleetSourcesText(rows []FleetRow, now time.Time) string {
+	var b strings.Builder
+	for _, r := range rows {
+		b.WriteString(SourcesText(r.Node, r.Sources, now))
+	}
+	return b.String()
+}
+
 // SetWarnings sets the count of journal warnings of r and updates what
 // needs attention.
 func (r *FleetRow) SetWarnings(n int) {
@@ -375,6 +420,7 @@ func attention(r FleetRow) []string {
 	add(r.Error != "", "error")
 	add(len(r.Failed) > 0, "failed")
 	add(len(r.Stuck.Unfilled) > 0, "unfilled")
+	add(len(r.Sources) > 0, "source")
 	add(r.Owed > 0, "owed")
 	add(len(r.Pending) > 0, "approval")
 	add(r.Unsettled > 0, "unsettled")
@@ -387,8 +433,8 @@ func attention(r FleetRow) []string {
 }
 
 // rank orders what needs an operator: a lower rank comes first.
-var rank = map[string]int{"error": 0, "failed": 1, "unfilled": 2, "owed": 3, "approval": 4, "unsettled": 5,
-	"paused": 6, "retiring": 7, "account": 8, "stale-have": 9, "journal": 10}
+var rank = map[string]int{"error": 0, "failed": 1, "unfilled": 2, "source": 3, "owed": 4, "approval": 5, "unsettled": 6,
+	"paused": 7, "retiring": 8, "account": 9, "stale-have": 10, "journal": 11}
 
 // SortFleet sorts rows so that what needs an operator comes first: rows
 // are compared by their most pressing need (an unreadable snapshot, a
