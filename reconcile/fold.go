@@ -20,10 +20,12 @@ import (
 // the node's other events from folding.
 //
 // A plan event the reconciler did not emit (ev.Foreign: its signature does
-// not verify against the reconciler's keys) is never folded as a plan: it
-// is journaled at level error and the last plan emitted is published
-// again, under this event's cause, so the node returns to what the want
-// says even if it applied the forgery (issue 14).
+// not verify against the reconciler's keys; or a signed plan whose cause
+// matches no plan it emitted and has not yet folded: a copy, or a retired
+// key's) is never folded as a plan: it is journaled at level error and
+// the last plan emitted is published again, under this event's cause, so
+// the node returns to what the want says even if it applied it (issues
+// 14, 24).
 //
 // Knock, journal and unknown kinds are not inputs of the fold: they only
 // advance s.Seq. A record one more would take past its cap (limits.go) is
@@ -36,7 +38,7 @@ func (s *State) Fold(ev events.Event) []Effect {
 	s.Seq = ev.Seq
 	f := folder{s: s, ev: ev}
 	if ev.Foreign && ev.Kind == events.KindPlan {
-		f.foreignPlan()
+		f.foreignPlan("no valid signature of its keys")
 		return f.out
 	}
 	if ev.Err != nil {
@@ -389,7 +391,11 @@ func (f *folder) plan(p *events.Plan) {
 			return
 		}
 	}
-	f.reject("cause %d matches no plan this reconciler emitted and has not yet folded", p.Cause)
+	// A validly signed plan that binds to nothing the reconciler emitted:
+	// a copy of one of its plans published again, or a plan of a key it
+	// no longer signs with (a retired key). Foreign as a forgery is: the
+	// node may have applied it (issue 24).
+	f.foreignPlan(fmt.Sprintf("its cause %d matches no plan this reconciler emitted and has not yet folded", p.Cause))
 }
 
 // pause holds plans back (DESIGN.md §9). A pause while paused keeps the
@@ -479,16 +485,16 @@ func (f *folder) retired() {
 	r.Retired, r.RetiredSeq, r.RetiredTime = true, f.ev.Seq, f.ev.Time
 }
 
-// foreignPlan journals a plan event this reconciler did not emit and
-// publishes its last emitted plan again.
-func (f *folder) foreignPlan() {
+// foreignPlan journals a plan event this reconciler did not emit, saying
+// why it is not its own, and publishes its last emitted plan again.
+func (f *folder) foreignPlan(why string) {
 	s := f.s
 	last := s.Emitted()
 	if last == nil {
-		f.journal(events.LevelError, "plan %d not emitted by this reconciler (no valid signature of its keys): not folded; no plan of its own to publish again", f.ev.Seq)
+		f.journal(events.LevelError, "plan %d not emitted by this reconciler (%s): not folded; no plan of its own to publish again", f.ev.Seq, why)
 		return
 	}
-	f.journal(events.LevelError, "plan %d not emitted by this reconciler (no valid signature of its keys): not folded; its last plan (cause %d) is published again", f.ev.Seq, last.Cause)
+	f.journal(events.LevelError, "plan %d not emitted by this reconciler (%s): not folded; its last plan (cause %d) is published again", f.ev.Seq, why, last.Cause)
 	s.roomForPlan()
 	again := &PlanRecord{Cause: f.ev.Seq, Want: last.Want, Account: last.Account, Modules: slices.Clone(last.Modules)}
 	s.Unsettled = append(s.Unsettled, again)

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -44,6 +44,8 @@ var (
 	// ErrBadSignature: the signature does not verify over this node, kind,
 	// message id and payload (altered, or copied from another effect).
 	ErrBadSignature = errors.New("effect signature does not verify")
+	// ErrRetired: signed by a retired key whose rotation overlap has ended.
+	ErrRetired = errors.New("effect signed by a retired key whose overlap has ended")
 )
 
 // SignedBytes returns what an effect's signature covers: a domain tag, the
@@ -103,31 +105,55 @@ func (s *Signer) Sign(h nats.Header, node string, kind events.Kind, msgID string
 	return nil
 }
 
-// Trust is a set of trusted reconciler public keys. Its zero value and
-// nil trust nothing.
+// Trust is a set of trusted reconciler public keys: current keys, and
+// retired ones (a key rotation's overlap, docs/architecture.md, "Trust
+// per deployment"), each retired key trusted until its overlap ends. Its
+// zero value and nil trust nothing.
 type Trust struct {
-	keys map[string]ed25519.PublicKey // by nkey, decoded once
+	keys    map[string]ed25519.PublicKey // by nkey, decoded once
+	retired map[string]time.Time         // retired keys: trusted until then (zero: no end)
+	now     func() time.Time
 }
 
-// NewTrust returns the trust of the given public keys.
+// NewTrust returns the trust of the given public keys, all current.
 //
 // Errors: a key that is not a public nkey.
 func NewTrust(pubs ...string) (*Trust, error) {
-	t := &Trust{keys: map[string]ed25519.PublicKey{}}
+	t := &Trust{keys: map[string]ed25519.PublicKey{}, retired: map[string]time.Time{}, now: time.Now}
 	for _, p := range pubs {
-		if _, err := nkeys.FromPublicKey(p); err != nil {
-			return nil, fmt.Errorf("trusted key %q: %w", p, err)
+		if err := t.add(p); err != nil {
+			return nil, err
 		}
-		raw, err := nkeys.Decode(nkeys.PrefixByteServer, []byte(p))
-		if err != nil {
-			return nil, fmt.Errorf("trusted key %q: not a signing key (%w)", p, err)
-		}
-		t.keys[p] = ed25519.PublicKey(raw)
 	}
 	return t, nil
 }
 
-// Keys returns the trusted public keys, sorted.
+func (t *Trust) add(p string) error {
+	if _, err := nkeys.FromPublicKey(p); err != nil {
+		return fmt.Errorf("trusted key %q: %w", p, err)
+	}
+	raw, err := nkeys.Decode(nkeys.PrefixByteServer, []byte(p))
+	if err != nil {
+		return fmt.Errorf("trusted key %q: not a signing key (%w)", p, err)
+	}
+	t.keys[p] = ed25519.PublicKey(raw)
+	return nil
+}
+
+// Retire adds pub as a retired key, trusted until the time until (the
+// zero time: until it is removed from the trust), and returns t. A
+// current key of t given here becomes retired.
+//
+// Errors: a key that is not a public nkey.
+func (t *Trust) Retire(pub string, until time.Time) (*Trust, error) {
+	if err := t.add(pub); err != nil {
+		return nil, err
+	}
+	t.retired[pub] = until
+	return t, nil
+}
+
+// Keys returns the trusted public keys, current and retired, sorted.
 func (t *Trust) Keys() []string {
 	if t == nil {
 		return nil
@@ -140,13 +166,49 @@ func (t *Trust) Keys() []string {
 	return out
 }
 
-// Trusts reports whether pub is one of t's keys.
+// Current returns the current (not retired) keys, sorted.
+func (t *Trust) Current() []string {
+	return slices.DeleteFunc(t.Keys(), t.Retired)
+}
+
+// Trusts reports whether pub is one of t's keys, current or retired.
 func (t *Trust) Trusts(pub string) bool { return t != nil && t.keys[pub] != nil }
 
+// Retired reports whether pub is one of t's retired keys.
+func (t *Trust) Retired(pub string) bool {
+	if t == nil {
+		return false
+	}
+	_, ok := t.retired[pub]
+	return ok
+}
+
+// String describes the keys for a log line: each key, and for a retired
+// one until when it is trusted.
+func (t *Trust) String() string {
+	var b strings.Builder
+	for i, k := range t.Keys() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(k)
+		if until, ok := t.retired[k]; ok {
+			if until.IsZero() {
+				b.WriteString(" (retired)")
+			} else {
+				b.WriteString(" (retired, until " + until.UTC().Format(time.RFC3339) + ")")
+			}
+		}
+	}
+	return b.String()
+}
+
 // Verify checks the signature of an effect message of node and kind with
-// headers h and payload data.
+// headers h and payload data. A retired key verifies only until its
+// overlap ends.
 //
-// Errors: [ErrUnsigned], [ErrUntrusted] (naming the key), [ErrBadSignature].
+// Errors: [ErrUnsigned], [ErrUntrusted] (naming the key), [ErrRetired]
+// (naming the key), [ErrBadSignature].
 func (t *Trust) Verify(node string, kind events.Kind, h nats.Header, data []byte) error {
 	signer, sig64, msgID := h.Get(HeaderSigner), h.Get(HeaderSignature), h.Get(jetstream.MsgIDHeader)
 	if signer == "" || sig64 == "" || msgID == "" {
@@ -158,6 +220,9 @@ func (t *Trust) Verify(node string, kind events.Kind, h nats.Header, data []byte
 	}
 	if key == nil {
 		return fmt.Errorf("%w: %s", ErrUntrusted, signer)
+	}
+	if until, ok := t.retired[signer]; ok && !until.IsZero() && !t.now().Before(until) {
+		return fmt.Errorf("%w: %s (since %s)", ErrRetired, signer, until.UTC().Format(time.RFC3339))
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(sig64)
 	if err != nil || !ed25519.Verify(key, SignedBytes(node, kind, msgID, data), sig) {
@@ -174,97 +239,92 @@ func (t *Trust) VerifyMsg(m Msg) error {
 	return t.Verify(m.Event.Node, m.Event.Kind, m.Header, m.Data)
 }
 
-// ReadTrustFile reads a trust file: one public key a line; blank lines
-// and lines starting with # are ignored.
+// ReadTrustFile reads a trust file: one public key a line, a current
+// key alone on its line, a retired one followed by "retired" and
+// optionally "until" and an RFC 3339 time (its overlap's end, written by
+// [WriteTrust]); blank lines and lines starting with # are ignored.
 //
-// Errors: the file's; a line that is not a public key; no key at all.
+// Errors: the file's; a line that is neither; no key at all.
 func ReadTrustFile(path string) (*Trust, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("trusted reconciler keys: %w", err)
 	}
-	keys := trustLines(data)
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("trusted reconciler keys: %s lists none", path)
-	}
-	t, err := NewTrust(keys...)
+	t, err := parseTrust(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(t.keys) == 0 {
+		return nil, fmt.Errorf("trusted reconciler keys: %s lists none", path)
 	}
 	return t, nil
 }
 
-// trustLines returns the key lines of a trust file, in order.
-func trustLines(data []byte) []string {
-	var keys []string
+func parseTrust(data []byte) (*Trust, error) {
+	t, _ := NewTrust()
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
+	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		keys = append(keys, line)
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 1:
+			if err := t.add(f[0]); err != nil {
+				return nil, err
+			}
+		case len(f) == 2 && f[1] == "retired":
+			if _, err := t.Retire(f[0], time.Time{}); err != nil {
+				return nil, err
+			}
+		case len(f) == 4 && f[1] == "retired" && f[2] == "until":
+			until, err := time.Parse(time.RFC3339, f[3])
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %w", n, err)
+			}
+			if _, err := t.Retire(f[0], until); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("line %d: want a public key, or KEY retired [until TIME]", n)
+		}
 	}
-	return keys
+	return t, nil
 }
 
-// WriteTrustFile writes the public keys to path (mode 0644, atomically),
-// creating its directory (0755) when needed.
+// WriteTrustFile writes the public keys to path as current keys (mode
+// 0644, atomically), creating its directory (0755) when needed.
 func WriteTrustFile(path string, pubs ...string) error {
+	t, err := NewTrust(pubs...)
+	if err != nil {
+		return err
+	}
+	return WriteTrust(path, t)
+}
+
+// WriteTrust writes t to path (mode 0644, atomically) in the form
+// [ReadTrustFile] reads, creating its directory (0755) when needed.
+func WriteTrust(path string, t *Trust) error {
 	var b strings.Builder
 	b.WriteString("# meshfold: the reconciler public keys this node agent or provisioner trusts, one a line\n")
-	for _, p := range pubs {
-		b.WriteString(p + "\n")
+	for _, k := range t.Current() {
+		b.WriteString(k + "\n")
+	}
+	for _, k := range t.Keys() {
+		until, ok := t.retired[k]
+		switch {
+		case !ok:
+		case until.IsZero():
+			b.WriteString(k + " retired\n")
+		default:
+			b.WriteString(k + " retired until " + until.UTC().Format(time.RFC3339) + "\n")
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return atomicfile.Write(path, []byte(b.String()), 0o644)
-}
-
-// AddTrustFile adds the public keys to the trust file at path, creating
-// it (and its directory) when missing: the keys it lists stay, in their
-// order, the new ones follow, each key once. It never removes a key. The
-// read and the atomic rewrite happen under an exclusive lock on
-// path+".lock" (the trust file itself is replaced by a rename, so it
-// cannot carry the lock), so that two processes adding at once lose
-// neither key. It returns the keys the file lists afterwards.
-//
-// Errors: the file's or the lock's; a line of the file, or a key given,
-// that is not a public key (the file is then left as it is).
-func AddTrustFile(path string, pubs ...string) ([]string, error) {
-	if _, err := NewTrust(pubs...); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, err
-	}
-	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("trusted reconciler keys: %w", err)
-	}
-	defer lock.Close() // releases the lock
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return nil, fmt.Errorf("trusted reconciler keys: lock %s: %w", lock.Name(), err)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("trusted reconciler keys: %w", err)
-	}
-	had := trustLines(data)
-	if _, err := NewTrust(had...); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	keys := make([]string, 0, len(had)+len(pubs))
-	for _, k := range append(slices.Clone(had), pubs...) {
-		if !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
-	if data != nil && slices.Equal(keys, had) {
-		return keys, nil
-	}
-	return keys, WriteTrustFile(path, keys...)
 }
 
 // LoadOrCreateSigningKey reads the seed at path, or creates a new key

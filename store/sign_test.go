@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -112,85 +112,56 @@ func BenchmarkVerifyEffect(b *testing.B) {
 	}
 }
 
-// AddTrustFile adds, never replaces: the keys already listed stay in
-// their order, new ones follow, each key once, and a second add of the
-// same key leaves the file as it is.
-func TestAddTrustFileKeepsEveryKeyOnce(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state", "reconcilers.pub")
-	a, b := newSigner(t).PublicKey(), newSigner(t).PublicKey()
-	if keys, err := store.AddTrustFile(path, a); err != nil || !slices.Equal(keys, []string{a}) {
-		t.Fatalf("first add: %v %v", keys, err)
-	}
-	if keys, err := store.AddTrustFile(path, b); err != nil || !slices.Equal(keys, []string{a, b}) {
-		t.Fatalf("second key: %v %v, want both, the first first", keys, err)
-	}
-	before, _ := os.ReadFile(path)
-	for _, k := range []string{a, b, a} {
-		if keys, err := store.AddTrustFile(path, k); err != nil || !slices.Equal(keys, []string{a, b}) {
-			t.Fatalf("add again %s: %v %v", k, keys, err)
-		}
-	}
-	after, _ := os.ReadFile(path)
-	if string(after) != string(before) || strings.Count(string(after), a) != 1 || strings.Count(string(after), b) != 1 {
-		t.Fatalf("the file after adding its own keys again:\n%s\nbefore:\n%s", after, before)
-	}
-	trust, err := store.ReadTrustFile(path)
-	if err != nil || !slices.Equal(trust.Keys(), slices.Sorted(slices.Values([]string{a, b}))) {
-		t.Fatalf("read back: %v %v", trust.Keys(), err)
-	}
-	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o644 {
-		t.Fatalf("mode: %v %v, want 0644", fi, err)
-	}
-}
-
-// A file with a line that is not a key is an error, and stays as it is:
-// the add does not drop what it cannot read.
-func TestAddTrustFileLeavesAnUnreadableFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "reconcilers.pub")
-	const bad = "# hand-edited\nnot-a-key\n"
-	if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.AddTrustFile(path, newSigner(t).PublicKey()); err == nil {
-		t.Fatal("added to a file with a line that is not a key")
-	}
-	if got, _ := os.ReadFile(path); string(got) != bad {
-		t.Fatalf("the file became:\n%s", got)
-	}
-	if _, err := store.AddTrustFile(filepath.Join(t.TempDir(), "x.pub"), "not-a-key"); err == nil {
-		t.Fatal("added a key that is not a public key")
-	}
-}
-
-// Serves starting together each add their key under the lock: none is
-// lost to another's read-modify-write.
-func TestAddTrustFileConcurrentAddsLoseNone(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "reconcilers.pub")
-	const n = 16
-	want := make([]string, n)
-	for i := range want {
-		want[i] = newSigner(t).PublicKey()
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for _, k := range want {
-		wg.Go(func() {
-			_, err := store.AddTrustFile(path, k)
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	trust, err := store.ReadTrustFile(path)
+// A trust file names current keys and retired ones, each until its
+// overlap ends: a retired key verifies until then and fails with
+// ErrRetired after; the file reads back as written; a line that is
+// neither form is an error.
+func TestTrustFileRetiredKeys(t *testing.T) {
+	cur, old, gone := newSigner(t), newSigner(t), newSigner(t)
+	trust, err := store.NewTrust(cur.PublicKey())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := trust.Keys(); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
-		t.Fatalf("the file lists %d keys, want the %d added", len(got), n)
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	if _, err := trust.Retire(old.PublicKey(), until); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trust.Retire(gone.PublicKey(), time.Now().Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "reconcilers.pub")
+	if err := store.WriteTrust(path, trust); err != nil {
+		t.Fatal(err)
+	}
+	back, err := store.ReadTrustFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := back.Current(); !slices.Equal(got, []string{cur.PublicKey()}) {
+		t.Errorf("current keys read back: %v", got)
+	}
+	if !back.Retired(old.PublicKey()) || !back.Retired(gone.PublicKey()) || back.Retired(cur.PublicKey()) {
+		t.Errorf("retired keys read back wrong: %s", back)
+	}
+	if !strings.Contains(back.String(), "retired, until "+until.Format(time.RFC3339)) {
+		t.Errorf("String() = %s, want the overlap's end", back)
+	}
+	data := []byte(`{"v":1,"cause":3}`)
+	for _, c := range []struct {
+		s    *store.Signer
+		want error
+	}{{cur, nil}, {old, nil}, {gone, store.ErrRetired}} {
+		h := nats.Header{}
+		h.Set(jetstream.MsgIDHeader, "ace.plan.3.0.x")
+		_ = c.s.Sign(h, "ace", events.KindPlan, "ace.plan.3.0.x", data)
+		if err := back.Verify("ace", events.KindPlan, h, data); !errors.Is(err, c.want) {
+			t.Errorf("key %s: %v, want %v", c.s.PublicKey(), err, c.want)
+		}
+	}
+	if err := os.WriteFile(path, []byte(cur.PublicKey()+" retired since yesterday\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ReadTrustFile(path); err == nil {
+		t.Error("read a line that is neither a key nor a retired key")
 	}
 }

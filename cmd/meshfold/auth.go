@@ -120,9 +120,10 @@ func newAuthAddNodeCmd(a *app) *cobra.Command {
 
 Nothing changes on the servers: users are signed by the mesh account and
 accepted as soon as they connect. Copy DIR/` + trustFileName + ` to the node
-too: its agent and provisioner trust the plans and knocks the reconciler
-signs with that key (--trust). A user that exists is refused unless it was
-revoked (then it is issued again with a new key).`,
+too (add-node prints its path): its agent and provisioner trust exactly the
+plans and knocks signed by the keys it names (--trust FILE). A user that
+exists is refused unless it was revoked (then it is issued again with a new
+key).`,
 		Example: `  meshfold auth add-node ace --dir ./mesh-auth`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -141,6 +142,7 @@ revoked (then it is issued again with a new key).`,
 				return err
 			}
 			printUsers(a, d, users)
+			fmt.Fprintf(a.stdout, "  %-22s %s   (copy to the node: node and provision --trust FILE)\n", "trusted reconcilers", d.TrustPath())
 			return nil
 		},
 	}
@@ -256,8 +258,9 @@ NAME, any other with auth add-user ROLE.`,
 
 func newAuthRotateReconcilerCmd(a *app) *cobra.Command {
 	var (
-		dir    string
-		finish bool
+		dir     string
+		finish  bool
+		overlap time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "rotate-reconciler --dir DIR",
@@ -265,8 +268,12 @@ func newAuthRotateReconcilerCmd(a *app) *cobra.Command {
 		Long: `rotate-reconciler replaces the reconciler's signing key
 (DIR/` + signingKeyFile + `). The old public key is kept in
 DIR/` + retiredKeysFile + ` (the reconciler still takes its older plans for
-its own), and DIR/` + trustFileName + ` then names both keys: the overlap. In
-this order:
+its own), and DIR/` + trustFileName + ` then names the new key and the old
+one, retired until --overlap from now: the overlap. During it an agent
+applies plans signed by either key, but never one of the old key after one
+of the new key (a plan of the retired key is never newer than the current
+key's); once it ends, the agents refuse the old key even if their trust
+file still names it. In this order:
 
   1. meshfold auth rotate-reconciler --dir DIR
   2. copy DIR/` + trustFileName + ` to every node; restart its agent and provisioner
@@ -275,14 +282,18 @@ this order:
   4. meshfold auth rotate-reconciler --dir DIR --finish, and copy the trust
      file again: only the new key verifies from then on`,
 		Example: `  meshfold auth rotate-reconciler --dir ./mesh-auth
+  meshfold auth rotate-reconciler --dir ./mesh-auth --overlap 72h
   meshfold auth rotate-reconciler --dir ./mesh-auth --finish`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if overlap <= 0 {
+				return withCode(exitUsage, fmt.Errorf("--overlap %s: must be more than 0", overlap))
+			}
 			d, err := auth.Open(dir)
 			if err != nil {
 				return withCode(exitUsage, err)
 			}
-			keys, err := d.RotateReconciler(finish)
+			keys, until, err := d.RotateReconciler(finish, overlap)
 			if err != nil {
 				return err
 			}
@@ -290,13 +301,14 @@ this order:
 				fmt.Fprintf(a.stdout, "overlap ended: %s trusts only %s\n", d.TrustPath(), keys[0])
 				return nil
 			}
-			fmt.Fprintf(a.stdout, "new signing key %s in %s\n%s trusts it and the previous %s: copy it to every node, restart the agents and provisioners, then the reconcilers; then --finish\n",
-				keys[0], d.SigningKeyPath(), d.TrustPath(), keys[1])
+			fmt.Fprintf(a.stdout, "new signing key %s in %s\n%s trusts it and the previous %s until %s: copy it to every node, restart the agents and provisioners, then the reconcilers; then --finish\n",
+				keys[0], d.SigningKeyPath(), d.TrustPath(), keys[1], until.Format(time.RFC3339))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "the auth directory (required)")
 	cmd.Flags().BoolVar(&finish, "finish", false, "end the overlap: trust only the current key")
+	cmd.Flags().DurationVar(&overlap, "overlap", 24*time.Hour, "how long agents with the new trust file still accept the old key's plans and knocks")
 	_ = cmd.MarkFlagRequired("dir")
 	return cmd
 }

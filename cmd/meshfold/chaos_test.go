@@ -54,7 +54,6 @@ func TestChaos(t *testing.T) {
 		t.Skip("kills and restarts a serve process: not in -short")
 	}
 	sc := scaleOfChaos()
-	t.Setenv("XDG_STATE_HOME", t.TempDir()) // serve's trust file, in the test's own state
 	dir := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -25,34 +24,6 @@ const (
 	// trustFileName is the trust file of node agents and provisioners.
 	trustFileName = auth.TrustFile
 )
-
-// stateBase is meshfold's per-machine state directory: $XDG_STATE_HOME/
-// meshfold when set, else /var/lib/meshfold as root, else
-// ~/.local/state/meshfold.
-func stateBase() (string, error) {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "meshfold"), nil
-	}
-	if os.Geteuid() == 0 {
-		return "/var/lib/meshfold", nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("no state directory (%v): set XDG_STATE_HOME", err)
-	}
-	return filepath.Join(home, ".local", "state", "meshfold"), nil
-}
-
-// defaultTrustFile is where serve adds its public key and local node
-// agents and provisioners read the keys they trust: the keys of every
-// serve started on this machine (without --auth).
-func defaultTrustFile() (string, error) {
-	base, err := stateBase()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(base, trustFileName), nil
-}
 
 // reconcilerKeys loads (creating it when missing) the signing key at
 // seedPath and the retired public keys beside it, and returns the signer
@@ -78,36 +49,42 @@ func reconcilerKeys(seedPath string) (*store.Signer, *store.Trust, bool, error) 
 	return signer, trust, created, err
 }
 
-// trustFlag is --trust of node and provision.
-type trustFlag struct{ path string }
+// trustFlag is --trust and --trust-from of node and provision: the
+// keys a role trusts are exactly those it was given, never a file that
+// another deployment on the machine writes (issue 24).
+type trustFlag struct{ path, from string }
 
 func (f *trustFlag) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.path, "trust", "", "file of the reconciler public keys whose plans and knocks are trusted, one a line (default: the file every meshfold serve started on this machine adds its key to, $XDG_STATE_HOME/meshfold/"+trustFileName+", /var/lib/meshfold/"+trustFileName+" as root); in a mesh with an auth directory, its "+trustFileName+" copied to the node")
+	cmd.Flags().StringVar(&f.path, "trust", "", "file of the reconciler public keys whose plans and knocks are trusted, one a line: an auth directory's "+trustFileName+" copied to the node ('meshfold auth add-node' prints its path)")
+	cmd.Flags().StringVar(&f.from, "trust-from", "", "trust the keys of the meshfold serve whose --data (or --auth) directory is DIR: DIR/"+trustFileName+", which serve writes at start")
+	cmd.MarkFlagsMutuallyExclusive("trust", "trust-from")
 }
 
-// load reads the trust file.
-func (f *trustFlag) load() (*store.Trust, error) {
+// load reads the trust file the flags name and returns it with the path
+// it came from.
+func (f *trustFlag) load() (*store.Trust, string, error) {
 	path := f.path
-	if path == "" {
-		var err error
-		if path, err = defaultTrustFile(); err != nil {
-			return nil, withCode(exitUsage, fmt.Errorf("--trust: %w", err))
-		}
+	switch {
+	case f.from != "":
+		path = filepath.Join(f.from, trustFileName)
+	case path == "":
+		return nil, "", withCode(exitUsage, errors.New("no trusted reconciler keys: pass --trust-from DIR, DIR the data (or auth) directory of the meshfold serve beside it, or --trust FILE, the reconcilers' public keys (an auth directory's "+trustFileName+")"))
 	}
 	t, err := store.ReadTrustFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, withCode(exitUsage, fmt.Errorf("--trust: no trusted reconciler keys at %s: start meshfold serve on this machine first, or pass the reconciler's %s with --trust", path, trustFileName))
+		if f.from != "" {
+			return nil, "", withCode(exitUsage, fmt.Errorf("--trust-from %s: no %s there: start meshfold serve --data %s first (it writes its public key there)", f.from, trustFileName, f.from))
+		}
+		return nil, "", withCode(exitUsage, fmt.Errorf("--trust: %w", err))
 	}
 	if err != nil {
-		return nil, withCode(exitUsage, fmt.Errorf("--trust: %w", err))
+		return nil, "", withCode(exitUsage, fmt.Errorf("--trust: %w", err))
 	}
-	return t, nil
+	return t, path, nil
 }
 
-// publishTrust adds the signer's public key to the machine's default trust
-// file at path, for the node agents and provisioners of this machine: the
-// keys of the other serves started here stay (docs/architecture.md,
-// "Signed effects"). It returns the keys the file lists.
-func publishTrust(path string, signer *store.Signer) ([]string, error) {
-	return store.AddTrustFile(path, signer.PublicKey())
+// sayTrust prints, when a role starts, which reconciler keys it trusts
+// and where it read them.
+func sayTrust(a *app, role string, t *store.Trust, path string) {
+	fmt.Fprintf(a.stdout, "meshfold: %s trusts plans and knocks signed by %s (from %s)\n", role, t, path)
 }

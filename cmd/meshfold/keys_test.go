@@ -19,50 +19,38 @@ import (
 	"github.com/meshfold/meshfold/store/storetest"
 )
 
-// The embedded default needs no extra step for signing: serve prints its
-// key and writes the trust file a local node agent reads by default, and
-// `meshfold node` without --trust applies the reconciler's signed plans.
-func TestServeThenNodeNeedsNoTrustFlag(t *testing.T) {
-	t.Setenv("XDG_STATE_HOME", t.TempDir()) // this test's own trust file
+// Trust is per deployment and explicit (issue 24): serve writes its
+// public key beside its data, and nothing in the machine's state
+// directory; a node agent started without --trust or --trust-from is
+// refused with how to give it, and one given the serve's data directory
+// says at start which key it trusts and from where, and applies the
+// reconciler's signed plans.
+func TestServeThenNodeTrustsFromItsDataDir(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
 	base := t.TempDir()
-	serveOut := &lines{ch: make(chan string, 8)}
-	served := make(chan int, 1)
-	go func() {
-		served <- run(ctx, []string{"serve", "--data", filepath.Join(base, "data"), "--listen", "127.0.0.1:0", "--log-level", "warn"},
-			nil, serveOut, &storetest.SyncBuffer{})
-	}()
-	next := func() string {
-		select {
-		case l := <-serveOut.ch:
-			return l
-		case <-ctx.Done():
-			t.Fatal("serve printed nothing")
-			return ""
-		}
+	data := filepath.Join(base, "data")
+	srv, url, key := startServe(t, ctx, data)
+	defer srv.stop(t)
+	if trust, err := store.ReadTrustFile(filepath.Join(data, trustFileName)); err != nil || !slices.Equal(trust.Keys(), []string{key}) {
+		t.Fatalf("trust file beside the data: %v %v, want the key %s", trust.Keys(), err, key)
 	}
-	url := regexp.MustCompile(`serving NATS at (\S+);`).FindStringSubmatch(next())[1]
-	keyLine, trustLine := next(), next()
-	key := regexp.MustCompile(`signed with a new key, (N[A-Z0-9]+)`).FindStringSubmatch(keyLine)
-	if key == nil {
-		t.Fatalf("serve's key line: %q", keyLine)
-	}
-	wantTrust, _ := defaultTrustFile()
-	if !strings.Contains(trustLine, wantTrust) {
-		t.Fatalf("serve's trust line %q does not name %s", trustLine, wantTrust)
-	}
-	if trust, err := store.ReadTrustFile(wantTrust); err != nil || len(trust.Keys()) != 1 || trust.Keys()[0] != key[1] {
-		t.Fatalf("trust file: %v %v, want the key %s", trust.Keys(), err, key[1])
+	if entries, _ := os.ReadDir(state); len(entries) != 0 {
+		t.Errorf("serve wrote into the machine's state directory: %v", entries)
 	}
 
 	root := filepath.Join(base, "root")
-	nodeErr := &storetest.SyncBuffer{}
-	noded := make(chan int, 1)
-	go func() {
-		noded <- run(ctx, []string{"node", "ace", "--root", root, "--state-dir", filepath.Join(base, "state"), "-s", url, "--runtime", "record"},
-			nil, &storetest.SyncBuffer{}, nodeErr)
-	}()
+	args := []string{"node", "ace", "--root", root, "--state-dir", filepath.Join(base, "state"), "-s", url, "--runtime", "record"}
+	if code, _, errs := runCLI(ctx, args...); code != exitUsage || !strings.Contains(errs, "--trust-from DIR") {
+		t.Fatalf("node without trust: exit %d %q, want %d naming --trust-from", code, errs, exitUsage)
+	}
+	agent := startRole(ctx, append(args, "--trust-from", data)...)
+	defer agent.stop(t)
+	if l := agent.line(t, ctx); !strings.Contains(l, "node agent ace trusts plans and knocks signed by "+key+" (from "+filepath.Join(data, trustFileName)+")") {
+		t.Errorf("the agent's first line %q does not say which key it trusts and from where", l)
+	}
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
@@ -78,20 +66,9 @@ func TestServeThenNodeNeedsNoTrustFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	record := filepath.Join(root, ".meshfold", "modules", "app.json")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("node said:\n%s", nodeErr.String())
-		}
-	})
 	pollUntil(t, "the node to apply the signed plan", func() bool { _, err := os.Stat(record); return err == nil })
-	if strings.Contains(nodeErr.String(), "plan refused") {
-		t.Errorf("the node refused a plan:\n%s", nodeErr.String())
-	}
-	cancel()
-	for _, ch := range []chan int{noded, served} {
-		if code := <-ch; code != exitOK {
-			t.Errorf("exit %d; node said:\n%s", code, nodeErr.String())
-		}
+	if strings.Contains(agent.errb.String(), "plan refused") {
+		t.Errorf("the node refused a plan:\n%s", agent.errb.String())
 	}
 }
 
@@ -126,6 +103,9 @@ func TestAuthRotateReconciler(t *testing.T) {
 	overlap, _ := store.ReadTrustFile(d.TrustPath())
 	if got := overlap.Keys(); len(got) != 2 || !slices.Contains(got, old) || !slices.Contains(got, signer.PublicKey()) {
 		t.Errorf("trust during the overlap: %v, want the old and the new key", got)
+	}
+	if !overlap.Retired(old) || overlap.Retired(signer.PublicKey()) || !strings.Contains(out, "until ") {
+		t.Errorf("trust during the overlap: %s, want the old key retired until a time the command printed (%q)", overlap, out)
 	}
 	if got := own.Keys(); len(got) != 2 || !slices.Contains(got, old) {
 		t.Errorf("the reconciler's own keys: %v, want the new one and the retired %s", got, old)
@@ -179,7 +159,8 @@ func (r *role) stop(t *testing.T) {
 }
 
 // startServe runs serve on data and returns it with its NATS URL and the
-// public key it signs with, once it has written the trust file.
+// public key it signs with, once it has written the trust file beside
+// its data.
 func startServe(t *testing.T, ctx context.Context, data string) (srv *role, url, key string) {
 	t.Helper()
 	srv = startRole(ctx, "serve", "--data", data, "--listen", "127.0.0.1:0")
@@ -189,87 +170,41 @@ func startServe(t *testing.T, ctx context.Context, data string) (srv *role, url,
 	if m == nil || k == nil {
 		t.Fatal("serve's first lines name no URL or key")
 	}
-	if trust, _ := defaultTrustFile(); !strings.Contains(srv.line(t, ctx), trust) {
-		t.Fatalf("serve's trust line does not name %s", trust)
+	if l := srv.line(t, ctx); !strings.Contains(l, "--trust-from "+data+" ("+filepath.Join(data, trustFileName)+")") {
+		t.Fatalf("serve's trust line %q does not name its data directory", l)
 	}
 	return srv, m[1], k[1]
 }
 
 // Two meshes on one machine (the README's demo serve, then the
-// walkthrough's): each serve adds its key to the default trust file
-// instead of replacing it, so that the node agents of either, started or
-// restarted after the other serve, apply their own reconciler's plans,
-// and restarts add no key twice.
-func TestTwoServesShareTheDefaultTrustFile(t *testing.T) {
-	state := t.TempDir()
-	t.Setenv("XDG_STATE_HOME", state)
+// walkthrough's): each serve's key stays beside its own data, so each
+// one's agents apply their own reconciler's plans, also after both serves
+// restarted, and an agent given the other deployment's keys refuses them:
+// no deployment trusts another's reconciler.
+func TestTwoServesTrustOnlyTheirOwn(t *testing.T) {
 	ctx := testCtx(t)
 	base := t.TempDir()
-	trustPath, _ := defaultTrustFile()
-	if !strings.HasPrefix(trustPath, state) {
-		t.Fatalf("default trust file %s outside the test's state %s", trustPath, state)
-	}
 	data := map[string]string{"ace": filepath.Join(base, "a"), "bob": filepath.Join(base, "b")}
 	type served struct {
 		srv      *role
 		url, key string
 	}
-	// Both start together: the lock keeps either add from losing the other.
-	started := map[string]chan served{"ace": make(chan served, 1), "bob": make(chan served, 1)}
-	for node, d := range data {
-		go func() {
-			srv := startRole(ctx, "serve", "--data", d, "--listen", "127.0.0.1:0")
-			t.Cleanup(srv.cancel)
-			var s served
-			s.srv = srv
-			for range 3 { // URL, key, trust file
-				select {
-				case l := <-srv.out.ch:
-					if m := regexp.MustCompile(`serving NATS at (\S+);`).FindStringSubmatch(l); m != nil {
-						s.url = m[1]
-					}
-					if m := regexp.MustCompile(`signed with a new key, (N[A-Z0-9]+)`).FindStringSubmatch(l); m != nil {
-						s.key = m[1]
-					}
-				case <-ctx.Done():
-				}
-			}
-			started[node] <- s
-		}()
-	}
 	meshes := map[string]served{}
-	for node, ch := range started {
-		s := <-ch
-		if s.url == "" || s.key == "" {
-			t.Fatalf("serve for %s did not start: %s", node, s.srv.errb.String())
-		}
-		meshes[node] = s
+	for _, node := range []string{"ace", "bob"} {
+		srv, url, key := startServe(t, ctx, data[node])
+		meshes[node] = served{srv, url, key}
 	}
-	wantKeys := []string{meshes["ace"].key, meshes["bob"].key}
-	slices.Sort(wantKeys)
-	checkFile := func(when string) {
-		t.Helper()
-		raw, err := os.ReadFile(trustPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range wantKeys {
-			if n := strings.Count(string(raw), k); n != 1 {
-				t.Errorf("%s: the trust file lists %s %d times, want once:\n%s", when, k, n, raw)
-			}
-		}
-		if trust, err := store.ReadTrustFile(trustPath); err != nil || !slices.Equal(trust.Keys(), wantKeys) {
-			t.Fatalf("%s: trust file %v %v, want %v", when, trust.Keys(), err, wantKeys)
-		}
+	if meshes["ace"].key == meshes["bob"].key {
+		t.Fatal("two deployments sign with one key")
 	}
-	checkFile("two serves started together")
 
-	// apply runs node against url with the default trust until it applies
-	// build, and checks it refused no plan.
-	apply := func(node, url, build string) {
+	// apply runs node against url trusting the keys of trustFrom until it
+	// applies build, or refuses the plan when refused.
+	apply := func(node, url, trustFrom, build string, refused bool) {
 		t.Helper()
 		root := filepath.Join(base, "root-"+node)
-		agent := startRole(ctx, "node", node, "--root", root, "--state-dir", filepath.Join(base, "state-"+node), "-s", url, "--runtime", "record")
+		agent := startRole(ctx, "node", node, "--root", root, "--state-dir", filepath.Join(base, "state-"+node), "-s", url,
+			"--runtime", "record", "--trust-from", trustFrom)
 		defer agent.stop(t)
 		nc, err := nats.Connect(url)
 		if err != nil {
@@ -286,19 +221,19 @@ func TestTwoServesShareTheDefaultTrustFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		record := filepath.Join(root, ".meshfold", "modules", "app.json")
-		pollUntil(t, node+" to apply "+build, func() bool {
+		pollUntil(t, node+" to apply or refuse "+build, func() bool {
 			b, err := os.ReadFile(record)
 			return err == nil && strings.Contains(string(b), build) || strings.Contains(agent.errb.String(), "plan refused")
 		})
-		if strings.Contains(agent.errb.String(), "plan refused") {
-			t.Fatalf("%s refused its reconciler's plan:\n%s", node, agent.errb.String())
+		if got := strings.Contains(agent.errb.String(), "plan refused"); got != refused {
+			t.Fatalf("%s trusting %s: refused %v, want %v:\n%s", node, trustFrom, got, refused, agent.errb.String())
 		}
 	}
-	apply("ace", meshes["ace"].url, "a:1")
-	apply("bob", meshes["bob"].url, "b:1")
+	apply("ace", meshes["ace"].url, data["ace"], "a:1", false)
+	apply("bob", meshes["bob"].url, data["bob"], "b:1", false)
+	apply("cid", meshes["bob"].url, data["ace"], "c:1", true)
 
-	// Restart both, bob's last (the one that used to win the file), then
-	// restart ace's agent: it still trusts its own reconciler.
+	// Restart both, then ace's agent: it still trusts its own reconciler.
 	for _, node := range []string{"ace", "bob"} {
 		meshes[node].srv.stop(t)
 	}
@@ -313,6 +248,5 @@ func TestTwoServesShareTheDefaultTrustFile(t *testing.T) {
 			url = u
 		}
 	}
-	checkFile("both serves restarted")
-	apply("ace", url, "a:2")
+	apply("ace", url, data["ace"], "a:2", false)
 }

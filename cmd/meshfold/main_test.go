@@ -16,7 +16,7 @@ import (
 // shim DIR`, which under `go test` is the test binary (the testing
 // package never passes a bare "shim" as the first argument, so nothing
 // else lands there). Otherwise it points meshfold's per-machine state
-// ($XDG_STATE_HOME: the trust file serve adds its key to, default signing keys) at
+// ($XDG_STATE_HOME: the node agents' default state directories) at
 // a temporary directory, so that no test writes into the home or /var/lib
 // of the machine, and records itself as the parent its shims die with.
 func TestMain(m *testing.M) {

@@ -62,17 +62,20 @@ default is /var/lib/meshfold/node-NAME as root, else
 $XDG_STATE_HOME/meshfold/node-NAME (~/.local/state/...). It must not be
 inside --root.
 
-It applies only plans a trusted reconciler key signed. On a machine where no
-meshfold serve ran, pass the reconciler's trust file with --trust (an auth
-directory's reconcilers.pub, copied to the node).
+It applies only plans signed by a key it was given, and says at start which
+keys and from where: --trust-from DIR, DIR the --data (or --auth) directory
+of the meshfold serve beside it, or --trust FILE (an auth directory's
+reconcilers.pub, copied to the node). During a key rotation's overlap
+(meshfold auth rotate-reconciler) it also applies the retired key's plans,
+never one after a plan of the current key.
 
 The event stream must exist: start 'meshfold serve' or 'meshfold reconcile'
 first (until then the agent waits for it). It exits with status 1 when its
 NATS connection is closed for good (its user revoked), so that its service
 manager restarts it; the modules it runs keep running.`,
-		Example: `  meshfold node ace --root /tmp/ace
-  meshfold node ace --root /tmp/ace --runtime record     # start nothing, record what would run
-  meshfold node ace --root / --state-dir /var/lib/meshfold/node-ace --resync 5m
+		Example: `  meshfold node ace --root /tmp/ace --trust-from meshfold-data   # beside 'meshfold serve'
+  meshfold node ace --root /tmp/ace --trust-from meshfold-data --runtime record   # start nothing, record what would run
+  meshfold node ace --root / --state-dir /var/lib/meshfold/node-ace --resync 5m --trust /etc/meshfold/reconcilers.pub
   meshfold node ace --root /srv/ace -s tls://hub.example:4222 --tls-ca ca.pem \
     --creds node-ace.creds --trust reconcilers.pub`,
 		Args:              cobra.ExactArgs(1),
@@ -132,10 +135,11 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 		return withCode(exitUsage, fmt.Errorf("--runtime %q: want %s or %s", o.runtime, runtimeProcess, runtimeRecord))
 	}
 
-	trust, err := o.trust.load()
+	trust, trustPath, err := o.trust.load()
 	if err != nil {
 		return err
 	}
+	sayTrust(a, "node agent "+name, trust, trustPath)
 	nc, err := a.conn.connectWait(cmd.Context(), "meshfold-node-"+name, a)
 	if err != nil {
 		return err

@@ -73,13 +73,14 @@ from the settled plan's provisioner account. Content is never logged. Each
 pass logs what it did: filled, unchanged (the file already held the
 content), refused, missing (no source), failed.
 
-It fills only from plans, and on knocks, that a trusted reconciler key
-signed. On a machine where no meshfold serve ran, pass the reconciler's
-trust file with --trust (an auth directory's reconcilers.pub, copied to the
-node). It exits with status 1 when its NATS connection is closed for good
-(its user revoked).`,
-		Example: `  meshfold provision ace --from /srv/secrets/ace --account prov
-  meshfold provision ace --from sealed --from 'exec:/usr/local/bin/vault-fill' --account prov
+It fills only from plans, and on knocks, signed by a key it was given,
+and says at start which keys and from where: --trust-from DIR, DIR the
+--data (or --auth) directory of the meshfold serve beside it, or --trust
+FILE (an auth directory's reconcilers.pub, copied to the node). It exits
+with status 1 when its NATS connection is closed for good (its user
+revoked).`,
+		Example: `  meshfold provision ace --from /srv/secrets/ace --account prov --trust-from meshfold-data
+  meshfold provision ace --from sealed --from 'exec:/usr/local/bin/vault-fill' --account prov --trust-from meshfold-data
   # with /srv/secrets/ace/mesh-build-go/run/mesh-build-go/broker.creds
   # holding the content of mesh-build-go's /run/mesh-build-go/broker.creds
   meshfold provision ace --from /srv/secrets/ace --account prov -s tls://hub.example:4222 \
@@ -130,10 +131,11 @@ func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) erro
 	if err != nil {
 		return err
 	}
-	trust, err := o.trust.load()
+	trust, trustPath, err := o.trust.load()
 	if err != nil {
 		return err
 	}
+	sayTrust(a, "provisioner "+name, trust, trustPath)
 	nc, err := a.conn.connectWait(cmd.Context(), "meshfold-provision-"+name, a)
 	if err != nil {
 		return err

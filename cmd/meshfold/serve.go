@@ -56,7 +56,7 @@ func (f *loopFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on HOST:PORT at /metrics (default: off)")
 	fl.BoolVar(&f.pprof, "pprof", false, "with --metrics: also serve Go's profiles (heap, CPU, goroutines) at /debug/pprof/ on that listener, for diagnosing the reconciler's memory and CPU; they expose its internals: keep the listener private")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "how long a hung reconciler, or one that died on another host, keeps the stream (or, with --group, its partitions) before another takes over; one that died on this host is replaced at once; set by the first reconciler (the lease bucket's TTL)")
-	fl.StringVar(&f.signingKey, "signing-key", "", "the reconciler's signing key (an nkey seed; created when missing), which signs every plan and knock; partitioned reconcilers share one (default: serve: DATA/"+signingKeyFile+", with --auth DIR/"+signingKeyFile+"; reconcile: $XDG_STATE_HOME/meshfold/"+signingKeyFile+", required with --group)")
+	fl.StringVar(&f.signingKey, "signing-key", "", "the reconciler's signing key (an nkey seed; created when missing), which signs every plan and knock; partitioned reconcilers share one (default: serve: DATA/"+signingKeyFile+", with --auth DIR/"+signingKeyFile+"; reconcile: required); its public key is written beside it, in "+trustFileName+" when missing, for the node agents' --trust-from")
 }
 
 // check refuses values of the loop's flags that mean nothing, before
@@ -96,6 +96,30 @@ func (f *loopFlags) loadKeys(a *app, path string) error {
 		verb = "signed with a new key,"
 	}
 	f.notes = append(f.notes, fmt.Sprintf("meshfold: plans and knocks %s %s (seed %s)", verb, signer.PublicKey(), path))
+	return nil
+}
+
+// writeTrust writes the trust file of this deployment's node agents and
+// provisioners at path, naming the signing key: when missing, or with
+// replace when it names other keys (serve's data directory, which only
+// serve writes). An auth directory's, which rotate-reconciler owns, is
+// never replaced; a note warns when it does not name the key.
+func (f *loopFlags) writeTrust(path string, replace bool) error {
+	pub := f.signer.PublicKey()
+	t, err := store.ReadTrustFile(path)
+	switch {
+	case err == nil && t.Trusts(pub) && (!replace || len(t.Keys()) == 1):
+	case err == nil && !replace:
+		f.notes = append(f.notes, fmt.Sprintf("meshfold: warning: %s does not name %s: agents that trust it refuse these plans", path, pub))
+		return nil
+	case err != nil && !errors.Is(err, os.ErrNotExist) && !replace:
+		return fmt.Errorf("trust file: %w", err)
+	default:
+		if err := store.WriteTrustFile(path, pub); err != nil {
+			return fmt.Errorf("trust file: %w", err)
+		}
+	}
+	f.notes = append(f.notes, fmt.Sprintf("meshfold: node agents and provisioners trust it with --trust-from %s (%s)", filepath.Dir(path), path))
 	return nil
 }
 
@@ -171,42 +195,27 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 					return err
 				}
 			}
-			// The signing key, and the trust file the node agents and
-			// provisioners of this machine (or of the auth directory)
-			// read: serve, then node, needs no extra step.
-			keyDir, trustPath := abs, ""
+			// The signing key, and the trust file of this deployment's
+			// node agents and provisioners, beside it: the data
+			// directory, or the auth directory. Nothing machine-wide: a
+			// node agent trusts exactly the keys it is given (--trust-from
+			// DIR, --trust FILE), never another deployment's (issue 24).
+			keyDir := abs
 			if af.dir != "" {
-				keyDir, trustPath = af.dir, filepath.Join(af.dir, trustFileName)
-			} else if trustPath, err = defaultTrustFile(); err != nil {
-				return err
+				keyDir = af.dir
 			}
+			trustPath := filepath.Join(keyDir, trustFileName)
 			if lf.signingKey == "" {
 				lf.signingKey = filepath.Join(keyDir, signingKeyFile)
 			}
 			if err := lf.loadKeys(a, lf.signingKey); err != nil {
 				return err
 			}
-			// Without --auth the key joins the machine's default trust
-			// file, beside those of other serves started here (another
-			// --data and port): replacing it would make their node
-			// agents refuse their own reconciler's plans once restarted.
-			// With --auth the directory's trust file is written only
-			// when missing: rotate-reconciler owns it.
-			if af.dir == "" {
-				keys, err := publishTrust(trustPath, lf.signer)
-				if err != nil {
-					return fmt.Errorf("trust file: %w", err)
-				}
-				note := "meshfold: node agents and provisioners trust it through " + trustPath
-				if n := len(keys) - 1; n > 0 {
-					note += fmt.Sprintf(" (beside %d other key(s) of serves started on this machine)", n)
-				}
-				lf.notes = append(lf.notes, note)
-			} else if _, err := os.Stat(trustPath); err != nil {
-				if err := store.WriteTrustFile(trustPath, lf.signer.PublicKey()); err != nil {
-					return fmt.Errorf("trust file: %w", err)
-				}
-				lf.notes = append(lf.notes, "meshfold: node agents and provisioners trust it through "+trustPath)
+			// With --auth the directory's trust file is written only when
+			// missing: rotate-reconciler owns it. Without, it names the
+			// signing key, rewritten when it names another.
+			if err := lf.writeTrust(trustPath, af.dir == ""); err != nil {
+				return err
 			}
 			// The console's port is taken before anything starts, so a
 			// busy one ends serve at once, as a busy NATS port does.
@@ -287,16 +296,15 @@ reconcile exits with status 1 when its NATS connection is closed for good
 				return err
 			}
 			if lf.signingKey == "" {
-				if gf.enabled() {
-					return withCode(exitUsage, errors.New("--signing-key is required with --group: every instance must sign with the same key"))
-				}
-				base, err := stateBase()
-				if err != nil {
-					return withCode(exitUsage, fmt.Errorf("--signing-key: %w", err))
-				}
-				lf.signingKey = filepath.Join(base, signingKeyFile)
+				// No machine-wide default: two deployments on one machine
+				// would sign with one key, and each one's agents would
+				// trust the other's plans (issue 24).
+				return withCode(exitUsage, errors.New("--signing-key FILE is required: the deployment's signing key (an auth directory's "+signingKeyFile+", or a new file: created when missing; every --group instance the same)"))
 			}
 			if err := lf.loadKeys(a, lf.signingKey); err != nil {
+				return err
+			}
+			if err := lf.writeTrust(filepath.Join(filepath.Dir(lf.signingKey), trustFileName), false); err != nil {
 				return err
 			}
 			nc, err := a.conn.connectWait(cmd.Context(), "meshfold reconcile", a)

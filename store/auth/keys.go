@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/meshfold/meshfold/store"
 )
@@ -50,40 +51,50 @@ func (d *Dir) ensureSigningKey() (string, error) {
 // RotateReconciler replaces the reconciler's signing key. With finish
 // false it creates a new key, adds the old public key to the retired
 // keys (the reconciler's own, for folding its older plans) and writes a
-// trust file naming both: the overlap, during which agents that have the
-// new trust file accept plans signed by either key. Copy the trust file
-// to every node and restart their agents and provisioners, then restart
-// the reconcilers with the new seed. With finish true it writes a trust
-// file naming the current key alone, ending the overlap. It returns the
-// keys the trust file names now, the current first.
+// trust file naming the new key and the old one retired until overlap
+// from now: the overlap, during which agents that have the new trust file
+// accept plans signed by either key, the old key's never over a plan of
+// the new one (docs/architecture.md, "Trust per deployment"). Copy the
+// trust file to every node and restart their agents and provisioners,
+// then restart the reconcilers with the new seed. With finish true it
+// writes a trust file naming the current key alone, ending the overlap.
+// It returns the keys the trust file names now, the current first, and
+// when the overlap ends (zero with finish).
 //
 // Errors: a missing or unreadable key; I/O errors.
-func (d *Dir) RotateReconciler(finish bool) ([]string, error) {
+func (d *Dir) RotateReconciler(finish bool, overlap time.Duration) ([]string, time.Time, error) {
 	old, err := d.ensureSigningKey()
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	if finish {
-		return []string{old}, store.WriteTrustFile(d.TrustPath(), old)
+		return []string{old}, time.Time{}, store.WriteTrustFile(d.TrustPath(), old)
 	}
 	retired := []string{old}
 	if t, err := store.ReadTrustFile(filepath.Join(d.path, RetiredKeysFile)); err == nil {
 		retired = append(t.Keys(), old)
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	kp, err := store.NewSigningKey()
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	seed, _ := kp.Seed()
 	pub, _ := kp.PublicKey()
+	until := time.Now().Add(overlap).UTC().Truncate(time.Second)
+	trust, err := store.NewTrust(pub)
+	if err == nil {
+		trust, err = trust.Retire(old, until)
+	}
+	if err != nil {
+		return nil, time.Time{}, err
+	}
 	if err := store.WriteTrustFile(filepath.Join(d.path, RetiredKeysFile), retired...); err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	if err := writeFile(d.SigningKeyPath(), append(seed, '\n'), 0o600); err != nil {
-		return nil, fmt.Errorf("signing key: %w", err)
+		return nil, time.Time{}, fmt.Errorf("signing key: %w", err)
 	}
-	keys := []string{pub, old}
-	return keys, store.WriteTrustFile(d.TrustPath(), keys...)
+	return []string{pub, old}, until, store.WriteTrust(d.TrustPath(), trust)
 }
