@@ -167,3 +167,95 @@ func TestRotatedKeyRefoldsOwnPlans(t *testing.T) {
 		})
 	}
 }
+
+// Issue 24's wedge: a plan for ace signed by a key the agent trusts but
+// the reconciler does not sign with (another deployment's, once in a
+// shared trust file; or the reconciler's retired key during a rotation's
+// overlap), published while the reconciler is away, with an inflated
+// cause. It used to be applied, and its cause made the agent refuse the
+// reconciler's correction and every later plan as replayed. Now the agent
+// refuses a cause that is not below the plan's own sequence, and a
+// retired key's plan after a current one; a foreign plan it may apply
+// (the highest cause the rule lets a signer claim) is corrected by the
+// reconciler, which journals it and publishes its own plan again; and in
+// every case the node converges to the genuine plan and applies the next
+// want's.
+func TestInflatedCauseWedge(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		retired bool // signed by the reconciler's retired key, else another deployment's
+		ahead   bool // cause above the plan's own sequence, else just below it
+		refused string
+	}{
+		{"foreign key, cause ahead", false, true, "cause ahead"},
+		{"foreign key, highest cause allowed", false, false, ""},
+		{"retired key, cause ahead", true, true, "cause ahead"},
+		{"retired key, highest cause allowed", true, false, "a retired key's plan is never newer"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMesh(t)
+			ctx := m.ctx()
+			other := must(store.NewSigner(must(store.NewSigningKey())(t)))(t)
+			old := must(store.NewSigner(must(store.NewSigningKey())(t)))(t)
+			m.trust = must(store.NewTrust(m.signer.PublicKey(), other.PublicKey()))(t)
+			must(m.trust.Retire(old.PublicKey(), time.Now().Add(time.Hour)))(t)
+			m.own = must(store.NewTrust(m.signer.PublicKey(), old.PublicKey()))(t)
+			n := m.newNode("vic")
+			n.startAgent(nil)
+			w := must(m.want(ctx, "vic", provisionerMod, mbgMod))(t)
+			p1, real := must2(m.planOf(ctx, "vic", w))(t)
+			must(m.settled(ctx, "vic", p1))(t)
+
+			// The reconciler waits (out of its lease, or stopped): the
+			// forgery is the newest plan the agent sees.
+			m.reconciler.stop(t)
+			m.rc.Store(nil)
+			signer := other
+			if c.retired {
+				signer = old
+			}
+			stream := must(m.js.Stream(ctx, m.cfg.Name))(t)
+			last := must(stream.Info(ctx))(t).State.LastSeq
+			cause := last // below the forgery's own sequence
+			if c.ahead {
+				cause = last + 500
+			}
+			evil := events.Stamp(&events.Plan{Cause: cause, Want: real.Want, ProvisionerAccount: "mallory", Modules: []events.PlanModule{
+				{Name: "evil", Build: "evil:1", RunsAs: "root", Files: []events.File{}}}}, time.Now())
+			forged := must(m.pub.Append(ctx, "vic", evil, store.WithMsgID(fmt.Sprintf("vic.plan.%d.0", cause)), store.WithSigner(signer)))(t).Seq
+			s := must(m.waitEvent(ctx, "vic", events.KindSettle, func(ev events.Event) bool {
+				return ev.Payload.(*events.Settle).Plan == forged
+			}))(t).Payload.(*events.Settle)
+			switch {
+			case c.refused != "" && (s.Op != events.OpFailed || !strings.Contains(s.Error, c.refused)):
+				t.Fatalf("the forgery's settle %+v, want refused saying %q", s, c.refused)
+			case c.refused == "" && s.Op == events.OpFailed:
+				t.Fatalf("the forgery's settle %+v: the rule lets a trusted key's plan with this cause through", s)
+			}
+
+			// The reconciler comes back: it journals the plan it did not
+			// emit and publishes its own again, which the node settles.
+			m.startReconciler()
+			journal := must(m.waitEvent(ctx, "vic", events.KindJournal, func(ev events.Event) bool {
+				return ev.Payload.(*events.Journal).Cause == forged
+			}))(t).Payload.(*events.Journal)
+			if journal.Level != events.LevelError || !strings.Contains(journal.Msg, "not emitted by this reconciler") {
+				t.Errorf("journal %+v, want an error saying the plan is not the reconciler's", journal)
+			}
+			restored, plan := must2(m.planOf(ctx, "vic", forged))(t)
+			if !equalModules(plan.Modules, real.Modules) {
+				t.Errorf("plan published again = %+v, want the genuine rows %+v", plan.Modules, real.Modules)
+			}
+			must(m.settled(ctx, "vic", restored))(t)
+
+			// The next want's plan is applied: nothing is wedged.
+			w2 := must(m.want(ctx, "vic", provisionerMod))(t)
+			p2, _ := must2(m.planOf(ctx, "vic", w2))(t)
+			must(m.settled(ctx, "vic", p2))(t)
+			runs := must(n.runs(ctx))(t)
+			if _, ok := runs["evil"]; ok || len(runs) != 1 {
+				t.Fatalf("the node runs %v, want the provisioner alone", runs)
+			}
+		})
+	}
+}

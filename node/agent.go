@@ -116,7 +116,12 @@ type Agent struct {
 	mu         sync.Mutex
 	settled    *events.Plan
 	settledSeq uint64
-	root       *os.Root // nil until Run opens it and after Run closes it
+	// settledRetired: the settled plan was signed by a retired key (a
+	// rotation's overlap): a plan of a current key is newer than it
+	// whatever their causes, and none of a retired key is newer than a
+	// current key's (docs/architecture.md, "Trust per deployment").
+	settledRetired bool
+	root           *os.Root // nil until Run opens it and after Run closes it
 	// refused holds the files this agent refused a write of since it last
 	// wrote them: an item may be owed for them, which only a filled pays,
 	// so their next accepted fill is written and reported even when the
@@ -129,7 +134,7 @@ type Agent struct {
 
 	// failed is the newest plan whose apply failed, retried every Resync;
 	// touched by the plan loop only.
-	failed *events.Event
+	failed *store.Msg
 }
 
 // New checks cfg, loads or creates the node's HMAC key and returns an
@@ -368,18 +373,22 @@ func (a *Agent) startPlan(ctx context.Context, stream jetstream.Stream) (uint64,
 	if err := a.verifyPlan(m); err != nil {
 		a.refusePlan(ctx, m, err)
 	} else {
-		a.handlePlan(ctx, m.Event)
+		a.handlePlan(ctx, m)
 	}
 	return m.Event.Seq, nil
 }
 
 // verifyPlan is the agent's trust rule for a plan message m (DESIGN.md
-// §3, signatures): nil when it is to be applied. Its signature must
-// verify against the trusted reconciler keys ([Config.Trust]); its cause
-// must be below its own stream sequence (an effect follows its cause: a
-// plan claiming a later cause is no reconciler's); and its cause must be
-// newer than the settled plan's (an older plan of the node, replayed, is
-// not). Nil Trust accepts every plan.
+// §3, signatures; docs/architecture.md, "Trust per deployment"): nil when
+// it is to be applied. Its signature must verify against the trusted
+// reconciler keys ([Config.Trust]; a retired key only until its overlap
+// ends); its cause must be below its own stream sequence (an effect
+// follows its cause: a plan claiming a later cause is no reconciler's);
+// and it must be newer than the settled plan: a plan of a retired key is
+// never newer than one of a current key, a current key's is always newer
+// than a retired key's, and between plans of the same kind of key the
+// cause decides (an older plan of the node, replayed, is not newer). Nil
+// Trust accepts every plan.
 func (a *Agent) verifyPlan(m store.Msg) error {
 	if a.cfg.Trust == nil {
 		return nil
@@ -394,10 +403,16 @@ func (a *Agent) verifyPlan(m store.Msg) error {
 	if p.Cause >= m.Event.Seq {
 		return fmt.Errorf("cause ahead: its cause %d is not below its own sequence %d", p.Cause, m.Event.Seq)
 	}
+	retired := a.cfg.Trust.Retired(m.Signer)
 	a.mu.Lock()
-	settled := a.settled
+	settled, settledSeq, settledRetired := a.settled, a.settledSeq, a.settledRetired
 	a.mu.Unlock()
-	if settled != nil && p.Cause <= settled.Cause {
+	switch {
+	case settled == nil:
+	case retired && !settledRetired:
+		return fmt.Errorf("retired key: signed by %s, retired, after the settled plan %d of a current key: a retired key's plan is never newer", m.Signer, settledSeq)
+	case !retired && settledRetired:
+	case p.Cause <= settled.Cause:
 		return fmt.Errorf("replayed: its cause %d is not newer than the settled plan's (%d)", p.Cause, settled.Cause)
 	}
 	return nil
@@ -425,12 +440,12 @@ func (a *Agent) follow(ctx context.Context, from uint64) {
 		Stream: a.cfg.Stream, Node: a.cfg.Name, Kind: events.KindPlan, After: from,
 		Verify:  a.verifyPlan,
 		Refused: a.refusePlan,
-		Handle:  func(ctx context.Context, m store.Msg) { a.handlePlan(ctx, m.Event) },
+		Handle:  a.handlePlan,
 		Latest:  true,
 		Tick:    tick.C,
 		OnTick: func(ctx context.Context) {
 			if a.failed != nil {
-				a.log.Info("retrying the failed plan", "plan", a.failed.Seq)
+				a.log.Info("retrying the failed plan", "plan", a.failed.Event.Seq)
 				a.handlePlan(ctx, *a.failed)
 			}
 		},
@@ -445,9 +460,10 @@ type change struct {
 	op     events.SettleOp
 }
 
-// handlePlan applies one plan event and publishes its settles (see the
+// handlePlan applies one plan message and publishes its settles (see the
 // package documentation).
-func (a *Agent) handlePlan(ctx context.Context, ev events.Event) {
+func (a *Agent) handlePlan(ctx context.Context, m store.Msg) {
+	ev := m.Event
 	log := a.log.With("plan", ev.Seq)
 	if ev.Err != nil {
 		log.Error("plan not understood; writes are still judged by the settled plan", "settled", a.Settled(), "err", ev.Err)
@@ -466,7 +482,7 @@ func (a *Agent) handlePlan(ctx context.Context, ev events.Event) {
 		if ctx.Err() != nil {
 			return // stopping: the next start applies the plan again
 		}
-		a.failed = &ev
+		a.failed = &m
 		log.Error("apply failed; writes are still judged by the settled plan", "module", failedModule, "settled", a.Settled(), "err", err)
 		a.publish(ctx, events.Stamp(&events.Settle{Module: failedModule, Op: events.OpFailed, Plan: ev.Seq, Error: events.Cut(err.Error(), events.MaxText)}, time.Now()),
 			store.WithMsgID(nuid.Next()))
@@ -480,6 +496,7 @@ func (a *Agent) handlePlan(ctx context.Context, ev events.Event) {
 	// The switch, under the judging lock; only then the settles.
 	a.mu.Lock()
 	a.settled, a.settledSeq = p, ev.Seq
+	a.settledRetired = a.cfg.Trust.Retired(m.Signer)
 	a.noteFiles(p)
 	a.mu.Unlock()
 

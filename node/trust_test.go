@@ -84,3 +84,82 @@ func TestPlanTrustRule(t *testing.T) {
 		t.Errorf("a refused plan was applied:\n%s", logs)
 	}
 }
+
+// A rotation's overlap (issue 24): the agent trusts the current key and
+// the retired one. It applies the retired key's plans until it has
+// applied one of the current key; from then on a retired key's plan is
+// never newer, whatever its cause. Once the overlap has ended the retired
+// key is refused outright, even before any current plan.
+func TestRetiredKeyNeverNewer(t *testing.T) {
+	e := newEnv(t)
+	newSigner := func() *store.Signer {
+		kp, err := store.NewSigningKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := store.NewSigner(kp)
+		return s
+	}
+	cur, old, gone := newSigner(), newSigner(), newSigner()
+	trust, _ := store.NewTrust(cur.PublicKey())
+	if _, err := trust.Retire(old.PublicKey(), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trust.Retire(gone.PublicKey(), time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	a := e.startAgent(t, "vic", nil, func(c *Config) { c.Trust = trust })
+	var causes []uint64
+	for range 4 {
+		ack, err := e.pub.Append(ctxT(t), "vic", events.Stamp(&events.Want{Modules: []events.WantModule{}}, time.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		causes = append(causes, ack.Seq)
+	}
+	n := 0
+	plan := func(s *store.Signer, cause uint64, build string) uint64 {
+		t.Helper()
+		n++
+		p := events.Stamp(&events.Plan{Cause: cause, Want: causes[0], ProvisionerAccount: "prov",
+			Modules: []events.PlanModule{{Name: mbg, Build: build, RunsAs: "mbg", Files: []events.File{}}}}, time.Now())
+		ack, err := e.pub.Append(ctxT(t), "vic", p, store.WithMsgID(fmt.Sprintf("vic.plan.%d.%d", cause, n)), store.WithSigner(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Seq
+	}
+	settle := func(seq uint64) *events.Settle {
+		t.Helper()
+		return e.waitEvent(t, "vic", events.KindSettle, settleOf(seq)).Event.Payload.(*events.Settle)
+	}
+
+	expired := plan(gone, causes[0], "gone:1")
+	if s := settle(expired); s.Op != events.OpFailed || !strings.Contains(s.Error, store.ErrRetired.Error()) {
+		t.Errorf("plan of a key whose overlap ended: settle %+v, want failed saying %q", s, store.ErrRetired)
+	}
+	p1 := plan(old, causes[0], "old:1")
+	if s := settle(p1); s.Op == events.OpFailed {
+		t.Fatalf("the retired key's plan during the overlap, before any current one: %+v", s)
+	}
+	p2 := plan(cur, causes[1], "cur:1")
+	if s := settle(p2); s.Op == events.OpFailed {
+		t.Fatalf("the current key's plan: %+v", s)
+	}
+	// The wedge of the issue with the retired key: a higher cause, still
+	// below its own sequence, published after the current key's plan.
+	late := plan(old, causes[3], "evil:1")
+	if s := settle(late); s.Op != events.OpFailed || !strings.Contains(s.Error, "a retired key's plan is never newer") {
+		t.Errorf("the retired key's plan after a current one: settle %+v, want refused", s)
+	}
+	p3 := plan(cur, causes[2], "cur:2")
+	if s := settle(p3); s.Op == events.OpFailed {
+		t.Fatalf("the current key's next plan after the refused one: %+v", s)
+	}
+	if got := a.Settled(); got != p3 {
+		t.Errorf("settled %d, want %d", got, p3)
+	}
+	if logs := a.logs.String(); strings.Contains(logs, "evil") || strings.Contains(logs, "gone:1") {
+		t.Errorf("a refused plan was applied:\n%s", logs)
+	}
+}
