@@ -81,8 +81,9 @@
 // in the recorded boot (/proc/sys/kernel/random/boot_id), whose socket's
 // peer is that pid, and whose status names itself. A shim found dead has
 // its module killed, only if the module's recorded pid still has its
-// recorded start time in this boot (and whatever is left in its cgroup),
-// and is reported stopped, so the agent
+// recorded start time in this boot (and whatever is left in its cgroup,
+// or, without one, every process whose environment names the node, root
+// and module), and is reported stopped, so the agent
 // applies or removes it; a shim that dies while the agent runs is replaced
 // at once (restarts + 1). Under systemd, the agent's unit needs
 // KillMode=process, or a restart of the unit kills every module with it.

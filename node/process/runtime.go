@@ -2,6 +2,7 @@ package process
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -295,9 +297,46 @@ func (r *Runtime) reap(m *module) {
 			}
 			_ = cg.remove()
 		}
+	} else if left := r.killByEnv(m.name); left > 0 {
+		// No cgroup: what left the process group and lost its subreaper
+		// is found, best effort, by the environment the shim gave it.
+		r.log.Warn("processes of the module outlived its shim; killed", "module", m.name, "count", left)
 	}
 	_ = os.Remove(filepath.Join(m.dir, sockFile))
 	_ = os.Remove(filepath.Join(m.dir, moduleFile))
+}
+
+// killByEnv SIGKILLs, until none is left (10 s at most), every process
+// whose environment names this node, this root and module: the
+// descendants of a module whose shim died, where no cgroup holds them. A
+// process that rewrote its environment escapes it. It returns how many
+// it found.
+func (r *Runtime) killByEnv(module string) int {
+	want := [][]byte{[]byte("MESHFOLD_NODE=" + r.cfg.Node), []byte("MESHFOLD_ROOT=" + r.cfg.Root), []byte("MESHFOLD_MODULE=" + module)}
+	found := 0
+	end := time.Now().Add(10 * time.Second)
+	for time.Now().Before(end) {
+		var ms []member
+		for _, m := range descendants(1) {
+			env, err := os.ReadFile("/proc/" + strconv.Itoa(m.pid) + "/environ")
+			if err != nil {
+				continue
+			}
+			vars := bytes.Split(env, []byte{0})
+			if !slices.ContainsFunc(want, func(w []byte) bool {
+				return !slices.ContainsFunc(vars, func(v []byte) bool { return bytes.Equal(v, w) })
+			}) {
+				ms = append(ms, m)
+			}
+		}
+		if len(ms) == 0 {
+			break
+		}
+		found = max(found, len(ms))
+		signalMembers(ms, syscall.SIGKILL)
+		time.Sleep(treePoll)
+	}
+	return found
 }
 
 // watch follows m's status on conn until the shim ends the connection.

@@ -114,8 +114,14 @@ func (t tree) members() []member {
 // its start time, so a pid recycled meanwhile is never signalled. It
 // returns how many were signalled.
 func (t tree) signal(sig syscall.Signal) int {
+	return signalMembers(t.members(), sig)
+}
+
+// signalMembers sends sig to each of ms that still has its start time
+// (see [tree.signal]); it returns how many were signalled.
+func signalMembers(ms []member, sig syscall.Signal) int {
 	n := 0
-	for _, m := range t.members() {
+	for _, m := range ms {
 		fd, err := unix.PidfdOpen(m.pid, 0)
 		if err != nil {
 			continue

@@ -376,3 +376,41 @@ func TestNoCgroupFallbackStopsDaemon(t *testing.T) {
 		})
 	}
 }
+
+// Without a cgroup, a module whose shim is killed loses its subreaper:
+// its daemon, out of its process group, is found by its environment and
+// killed before the new shim starts the module again.
+func TestLostShimDaemonKilledWithoutCgroup(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	e.cfg.NoCgroups = true
+	mark := filepath.Join(t.TempDir(), "marks")
+	openUp(t, filepath.Dir(mark))
+	e.script("sha256:a", `( setsid `+handler(mark, "daemon")+` & ) ; exec sleep 3600`, bundle.Manifest{})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "forker", Build: "sha256:a", RunsAs: self}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the daemon up", func() bool { return slices.Contains(marks(t, mark), "daemon-up") })
+	st := status(t, r, "forker")
+	var old []member
+	for _, pid := range moduleProcs(t, e.cfg.Root, "forker") {
+		if start, err := startTime(pid); err == nil {
+			old = append(old, member{pid, start})
+		}
+	}
+	if len(old) < 2 {
+		t.Fatalf("%d processes of the module, want its main one and its daemon", len(old))
+	}
+	if err := syscall.Kill(st.ShimPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, r, "a new shim", func() bool {
+		now := status(t, r, "forker")
+		return now.State == events.Running && now.ShimPID != st.ShimPID
+	})
+	for _, m := range old {
+		if alive(m.pid, m.start) {
+			t.Errorf("process %d of the lost shim's module still runs", m.pid)
+		}
+	}
+}
