@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/meshfold/meshfold/engine/rollouts"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -84,6 +85,13 @@ type Config struct {
 	// runs on Serve's goroutine: start anything long from it in a
 	// goroutine of its own.
 	Ready func(ctx context.Context, r *Reconciler)
+
+	// NoRollouts: do not run the rollout controller (package
+	// engine/rollouts) beside the reconciler. By default it runs: one
+	// controller per fleet across every serve and reconcile process of
+	// the stream, each fleet's held by a lease in the lease bucket
+	// (DESIGN.md §11).
+	NoRollouts bool
 }
 
 // Serve runs the reconciler on nc until ctx ends or a fatal error, as a
@@ -206,6 +214,13 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 	if c.Ready != nil {
 		c.Ready(ctx, r)
 	}
+	if !c.NoRollouts {
+		stop, err := startRollouts(ctx, js, scfg, c)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if group != nil {
 		log.Info("reconciler running in a group", "stream", scfg.Name, "partitions", scfg.Partitions,
 			"group", c.Group, "instance", group.Instance(), "lease_ttl", group.TTL())
@@ -234,6 +249,32 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 	}
 	logStopped(log, r, "")
 	return nil
+}
+
+// startRollouts runs the rollout controller until the returned stop,
+// which waits for it.
+func startRollouts(ctx context.Context, js jetstream.JetStream, scfg store.StreamConfig, c Config) (stop func(), err error) {
+	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	kv, err := js.KeyValue(kctx, scfg.Name+LeaseBucketSuffix)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("rollout controller: lease bucket: %w", err)
+	}
+	own := c.Own
+	if own == nil && c.Signer != nil {
+		if own, err = store.NewTrust(c.Signer.PublicKey()); err != nil {
+			return nil, err
+		}
+	}
+	rctx, cancelRun := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := rollouts.Run(rctx, js, rollouts.Config{Stream: scfg, Leases: kv, Own: own, Logger: c.Logger}); err != nil {
+			c.Logger.Error("rollout controller stopped", "err", err)
+		}
+	}()
+	return func() { cancelRun(); <-done }, nil
 }
 
 // serveMetrics serves reg at /metrics on addr, and Go's profiles at

@@ -166,3 +166,39 @@ func (s Subjects) Parse(subject string) (node string, kind Kind, err error) {
 	}
 	return t[1], kind, nil
 }
+
+// RolloutToken is the second token of a fleet's rollout subjects,
+// <prefix>.rollout.<fleet>.<kind> (DESIGN.md §11). They have four
+// tokens, so the partition transform (<prefix>.*.*) leaves them as they
+// are: they are stored in the nodes' stream, in its one order, outside
+// every partition, and no node's subject can be one.
+const RolloutToken = "rollout"
+
+// Rollout returns the subject of fleet's rollout events of kind k
+// (a rollout kind, see package rollout): <prefix>.rollout.<fleet>.<k>.
+// It is the plain and the stored form at once. k "*" makes a filter.
+func (s Subjects) Rollout(fleet, k string) string {
+	return s.prefix() + "." + RolloutToken + "." + fleet + "." + k
+}
+
+// RolloutInput returns the pattern of every fleet's rollout subjects the
+// stream captures: <prefix>.rollout.*.*.
+func (s Subjects) RolloutInput() string { return s.Rollout("*", "*") }
+
+// ParseRollout splits a rollout subject into fleet and kind; ok is false
+// for any other subject (the kind is not checked: package rollout does).
+func (s Subjects) ParseRollout(subject string) (fleet, kind string, ok bool) {
+	rest, found := strings.CutPrefix(subject, s.prefix()+"."+RolloutToken+".")
+	if !found {
+		return "", "", false
+	}
+	fleet, kind, found = strings.Cut(rest, ".")
+	if !found || !ValidName(fleet) || kind == "" || strings.Contains(kind, ".") {
+		return "", "", false
+	}
+	return fleet, kind, true
+}
+
+// Captured returns every subject pattern the stream captures: the node
+// events' ([Subjects.Input]) and the fleets' rollout events'.
+func (s Subjects) Captured() []string { return append(s.Input(), s.RolloutInput()) }

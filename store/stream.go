@@ -111,7 +111,7 @@ func (c StreamConfig) jsConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              c.Name,
 		Description:       "meshfold events: " + c.Prefix + ".<node>.<kind>, stored as <partition>." + c.Prefix + ".<node>.<kind>",
-		Subjects:          subj.Input(),
+		Subjects:          subj.Captured(),
 		SubjectTransform:  &jetstream.SubjectTransformConfig{Source: src, Destination: dst},
 		Storage:           jetstream.FileStorage,
 		Retention:         jetstream.LimitsPolicy,
@@ -183,9 +183,10 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	} else if cfg.Partitions != 0 && cfg.Partitions != n {
 		diffs = append(diffs, fmt.Sprintf("partitions: stream has %d, asked for %d (fixed for the stream's life)", n, cfg.Partitions))
 	}
-	got, exp := sortedCopy(have.Subjects), sortedCopy(subj.Input())
+	got, exp := sortedCopy(have.Subjects), sortedCopy(subj.Captured())
 	// A stream an older build made captures fewer kinds (the operator
-	// kinds of DESIGN.md §9 came later): it gains the missing ones.
+	// kinds of DESIGN.md §9 came later, the rollout subjects of §11
+	// later still): it gains the missing ones.
 	addKinds := !slices.Equal(got, exp) && len(got) > 0 && !slices.ContainsFunc(got, func(s string) bool { return !slices.Contains(exp, s) })
 	if !slices.Equal(got, exp) && !addKinds {
 		diffs = append(diffs, fmt.Sprintf("subjects: stream has %v, prefix %q needs %v", got, want.Prefix, exp))
@@ -212,7 +213,7 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	upd := have
 	changed := false
 	if addKinds {
-		upd.Subjects, changed = subj.Input(), true
+		upd.Subjects, changed = subj.Captured(), true
 	}
 	if cfg.Replicas != 0 && cfg.Replicas != have.Replicas {
 		upd.Replicas, eff.Replicas, changed = cfg.Replicas, cfg.Replicas, true

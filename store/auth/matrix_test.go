@@ -62,8 +62,8 @@ import (
 // without the door; the group rows to fill and logs did not.)
 const policy = `
 action               reconciler controller operator node-ace provisioner-ace node-shanks  operator-read
-publish want ace          -         ok         -        -          -            -        -
-publish want shanks       -         ok         -        -          -            -        -
+publish want ace          ok        ok         -        -          -            -        -
+publish want shanks       ok        ok         -        -          -            -        -
 publish approve ace       -         -          ok       -          -            -        -
 publish approve shanks    -         -          ok       -          -            -        -
 publish pause  ace        -         -          ok       -          -            -        -
@@ -73,6 +73,13 @@ publish revoke ace        -         -          ok       -          -            
 publish waive  ace        -         -          ok       -          -            -        -
 publish retire ace        -         -          ok       -          -            -        -
 publish retire shanks     -         -          ok       -          -            -        -
+publish rollout start     -         -          ok       -          -            -        -
+publish rollout nodes     -         -          ok       -          -            -        -
+publish rollout promote   -         -          ok       -          -            -        -
+publish rollout revert    -         -          ok       -          -            -        -
+publish rollout published ok        -          -        -          -            -        -
+publish rollout record    ok        -          -        -          -            -        -
+publish rollout tick      ok        -          -        -          -            -        -
 publish have ace          -         -          -        ok         -            -        -
 publish have shanks       -         -          -        -          -            ok        -
 publish settle ace        -         -          -        ok         -            -        -
@@ -248,6 +255,12 @@ func actions(cfg store.StreamConfig, w *witness) map[string]action {
 		"state victim": events.StateSubject(cfg.Prefix, events.EndpointState, "victim")} {
 		acts["deliver to "+target] = deliver(w, target, subject, false)
 		acts["deliver group to "+target] = deliver(w, target, subject, true)
+	}
+	for _, k := range []string{"start", "nodes", "promote", "revert", "published", "record", "tick"} {
+		acts["publish rollout "+k] = func(ctx context.Context, c *cell) error {
+			_, err := c.js.Publish(ctx, subj.Rollout("web", k), []byte(`{"v":1}`))
+			return err
+		}
 	}
 	for _, node := range []string{"ace", "shanks"} {
 		for _, k := range events.Kinds {

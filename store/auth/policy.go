@@ -86,14 +86,16 @@ const jsAPI = "$JS.API"
 // user reads another's replies. The policy, by role:
 //
 //   - reconciler: publishes plans, knocks and journal entries of every
-//     node; creates, updates, reads and writes the stream, the snapshot
+//     node, and, for the rollout controller it runs (DESIGN.md §11),
+//     wants and a fleet's published, refused, tick and record events; creates, updates, reads and writes the stream, the snapshot
 //     bucket and the lease bucket of reconciler groups (never deletes or
 //     purges them); serves the state service.
 //   - controller: publishes wants; reads wants and plans (direct gets,
 //     consumers filtered to plans).
 //   - operator: publishes approvals and the operator events of DESIGN.md
 //     §9 (pause, resume, poke, revoke, waive, retire), and no other
-//     role may; reads everything in the stream and
+//     role may; starts rollouts and gives their verbs (a fleet's start,
+//     nodes, promote, pause, resume, abort, revert); reads everything in the stream and
 //     the snapshot bucket, asks the state service and subscribes to the
 //     live plain subjects, except the fill subjects (never: they carry
 //     secrets); pushes, lists and removes module bundles in the builds
@@ -168,6 +170,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		p.Pub.Allow.Add(api("STREAM.INFO.%s", stream), api("CONSUMER.MSG.NEXT.%s.*", stream), api("CONSUMER.DELETE.%s.*", stream))
 	}
 	subj := func(node, kind string) string { return pre + "." + node + "." + kind }
+	rolloutSubj := func(kind string) string { return events.Subjects{Prefix: pre}.Rollout("*", kind) }
 	// stored is a stored-subject filter; the partition token is a wildcard.
 	stored := func(node, kind string) string { return "*." + subj(node, kind) }
 	service := func(name string) {
@@ -208,6 +211,12 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		for _, b := range []string{secrets, fills} {
 			p.Pub.Allow.Add(api("STREAM.INFO.KV_%s", b), api("STREAM.CREATE.KV_%s", b))
 		}
+		// The rollout controller runs in serve and reconcile (DESIGN.md
+		// §11): it publishes the steps' wants and its own facts.
+		p.Pub.Allow.Add(subj("*", "want"))
+		for _, k := range rolloutController {
+			p.Pub.Allow.Add(rolloutSubj(k))
+		}
 		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"),
 			"$KV."+bucket+".>", "$KV."+leases+".>", "$KV."+keys+".>", api("INFO"))
 		for _, st := range []string{s, kv, "KV_" + leases, nodesKV, "KV_" + keys} {
@@ -230,6 +239,9 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		readStream(kv)
 		for _, k := range events.OperatorKinds {
 			p.Pub.Allow.Add(subj("*", string(k)))
+		}
+		for _, k := range rolloutOperator {
+			p.Pub.Allow.Add(rolloutSubj(k))
 		}
 		p.Pub.Allow.Add(api("INFO"), api("STREAM.NAMES"), api("STREAM.LIST"),
 			api("STREAM.MSG.GET.%s", s), api("DIRECT.GET.%s", s), api("DIRECT.GET.%s.>", s),
@@ -295,6 +307,15 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	}
 	return p, nil
 }
+
+// A fleet's rollout kinds (package rollout's, repeated here: rollout's
+// vocabulary is not store's): the operator starts rollouts (`meshfold
+// apply`: start and its nodes pages) and gives the verbs; the controller
+// records the server's answers, the ticks and the fold's records.
+var (
+	rolloutOperator   = []string{"start", "nodes", "promote", "pause", "resume", "abort", "revert"}
+	rolloutController = []string{"published", "refused", "tick", "record"}
+)
 
 // leaseBucketSuffix names the reconciler group's lease bucket beside the
 // stream (MESH → MESH_LEASES), where reconcilers sharing partitions keep

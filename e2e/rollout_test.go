@@ -1,0 +1,231 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/rollout/feed"
+	"github.com/meshfold/meshfold/rollout/fleetfile"
+	"github.com/meshfold/meshfold/store"
+)
+
+// rolloutDeadline bounds a whole rollout of these tests.
+const rolloutDeadline = 60 * time.Second
+
+// badBuild is the build a crashLooping runtime reports failed, restarted
+// three times: a crash loop (rollout.CrashLoopRestarts).
+const badBuild = "web:bad"
+
+// crashLooping reports every module at badBuild failed with three
+// restarts: the build crash-loops.
+type crashLooping struct{ node.Runtime }
+
+func (c crashLooping) Running(ctx context.Context) ([]events.HaveModule, error) {
+	mods, err := c.Runtime.Running(ctx)
+	for i := range mods {
+		if mods[i].Build == badBuild {
+			mods[i].State, mods[i].Restarts, mods[i].Exit = events.Failed, 3, "status 1"
+		}
+	}
+	return mods, err
+}
+
+// fleetNodes starts n node agents named n00.. with a crashLooping
+// DirRuntime and gives each the want web at build b1, waiting until each
+// settled it.
+func fleetNodes(t *testing.T, m *mesh, n int) []*nodeT {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), rolloutDeadline)
+	defer cancel()
+	var nodes []*nodeT
+	for i := range n {
+		nd := m.newNode(fmt.Sprintf("n%02d", i))
+		nd.startAgent(crashLooping{nd.dirRuntime()})
+		nodes = append(nodes, nd)
+	}
+	for _, nd := range nodes {
+		seq := must(m.want(ctx, nd.name, events.WantModule{Name: "web", Build: "web:1"}))(t)
+		plan, _ := must2(m.planOf(ctx, nd.name, seq))(t)
+		if _, err := m.settled(ctx, nd.name, plan); err != nil {
+			t.Fatalf("%s: %v", nd.name, err)
+		}
+	}
+	return nodes
+}
+
+// fleetFile is a fleet of nodes running web at build, with the rollout
+// block.
+func fleetFile(t *testing.T, nodes []*nodeT, build, block string) *fleetfile.Fleet {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("fleet: web\nnodes:\n")
+	for _, n := range nodes {
+		fmt.Fprintf(&b, "  %s: {}\n", n.name)
+	}
+	fmt.Fprintf(&b, "groups:\n  - name: all\n    select: {}\n    modules: [{name: web, build: %q}]\nrollout: %s\n", build, block)
+	f, _, err := fleetfile.Parse([]byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// apply starts a rollout of f as `meshfold apply` does and returns its id.
+func (m *mesh) apply(t *testing.T, f *fleetfile.Fleet) uint64 {
+	t.Helper()
+	ctx := m.ctx()
+	stream := must(m.js.Stream(ctx, m.cfg.Name))(t)
+	plan := must(feed.NewPlan(ctx, stream, m.cfg.Subjects(), f, "alice", "test"))(t)
+	return must(plan.Apply(ctx, m.js, m.cfg.Subjects()))(t)
+}
+
+// waitRollout replays the fleet's rollout until it reaches a final
+// phase, or phase when not empty, and returns the state.
+func (m *mesh) waitRollout(t *testing.T, fleet string, id uint64, phase rollout.Phase) *rollout.State {
+	t.Helper()
+	end := time.Now().Add(rolloutDeadline)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		s, err := feed.Replay(ctx, m.js, m.cfg, nil, fleet)
+		cancel()
+		if err != nil && !errors.Is(err, feed.ErrNoRollout) {
+			t.Fatal(err)
+		}
+		if err == nil && s.Rollout != nil && s.Rollout.ID == id {
+			p := s.Rollout.Phase
+			if phase == "" && p.Final() || p == phase {
+				return s
+			}
+		}
+		if time.Now().After(end) {
+			var v rollout.View
+			if s != nil {
+				v = s.View()
+			}
+			t.Fatalf("rollout %d not %q within %s: %+v", id, phase, rolloutDeadline, v)
+		}
+		time.Sleep(100 * time.Millisecond) // polling a replay: no event says "the fold decided"
+	}
+}
+
+// rolloutEvents reads every event of fleet's rollout subjects from seq on.
+func (m *mesh) rolloutEvents(t *testing.T, fleet string, from uint64) []rollout.Input {
+	t.Helper()
+	ctx := m.ctx()
+	subj := m.cfg.Subjects()
+	stream := must(m.js.Stream(ctx, m.cfg.Name))(t)
+	last := must(store.StreamLastSeq(ctx, stream))(t)
+	tail := must(store.Follow(ctx, m.js, store.TailConfig{Stream: m.cfg.Name, Subjects: subj, Filter: subj.Rollout(fleet, "*"), Start: from}))(t)
+	defer tail.Stop()
+	var out []rollout.Input
+	for {
+		select {
+		case x := <-tail.C():
+			if x.Err != nil {
+				t.Fatal(x.Err)
+			}
+			_, k, _ := subj.ParseRollout(x.Msg.Subject())
+			out = append(out, rollout.FromRolloutEvent(rollout.Kind(k), x.Msg.Data(), x.Meta.Sequence.Stream, x.Meta.Timestamp))
+			if x.Meta.NumPending == 0 {
+				return out
+			}
+		case <-ctx.Done():
+			t.Fatalf("rollout events to #%d: %v", last, ctx.Err())
+		}
+	}
+}
+
+// wantIDs returns the message ids of every want of node from seq on.
+func (m *mesh) wantIDs(t *testing.T, node string, from uint64) []string {
+	t.Helper()
+	ctx := m.ctx()
+	var ids []string
+	err := store.ReadNode(ctx, m.js, m.cfg.Name, m.cfg.Subjects(), node, from, 0, func(msg store.Msg) error {
+		if msg.Event.Kind == events.KindWant {
+			ids = append(ids, msg.MsgID)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// A good build rolls out over 12 node agents in batches of 4, never more
+// than max_unavailable (2) targets changing at once; every node gets its
+// new want exactly once.
+func TestRolloutGoodBuildInBatches(t *testing.T) {
+	m := newMesh(t)
+	nodes := fleetNodes(t, m, 12)
+	f := fleetFile(t, nodes, "web:2", "{batch: 4, max_unavailable: 2, min_healthy: 1s, healthy_deadline: 30s}")
+	began := time.Now()
+	id := m.apply(t, f)
+	s := m.waitRollout(t, "web", id, "")
+	took := time.Since(began)
+	v := s.View()
+	if s.Rollout.Phase != rollout.Completed || v.Counts[rollout.Done] != 12 {
+		t.Fatalf("phase %s, counts %v", s.Rollout.Phase, v.Counts)
+	}
+	// The budget, read back from the records: a published forward want
+	// changes its target until the target's done record.
+	changing, most := map[string]bool{}, 0
+	for _, in := range m.rolloutEvents(t, "web", id) {
+		switch p := in.Payload.(type) {
+		case *rollout.Published:
+			changing[p.Node] = true
+		case *rollout.Record:
+			if p.What == string(rollout.Done) {
+				delete(changing, p.Node)
+			}
+		}
+		most = max(most, len(changing))
+	}
+	if most > 2 || most == 0 {
+		t.Errorf("at most %d targets changing at once; max_unavailable is 2", most)
+	}
+	for _, n := range nodes {
+		ids := m.wantIDs(t, n.name, id)
+		if len(ids) != 1 || ids[0] != rollout.WantID("web", id, n.name, rollout.StepForward) {
+			t.Errorf("%s: wants since the start %v", n.name, ids)
+		}
+	}
+	t.Logf("12 nodes, batch 4, max_unavailable 2, min_healthy 1s: completed in %s", took.Round(time.Millisecond))
+}
+
+// A crash-looping build is halted at the canary and reverted: only the
+// canary ever gets it, and it gets its previous want back.
+func TestRolloutCrashLoopHaltedAtCanaryAndReverted(t *testing.T) {
+	m := newMesh(t)
+	nodes := fleetNodes(t, m, 12)
+	f := fleetFile(t, nodes, badBuild, "{canary: 1, batch: 4, max_unavailable: 2, min_healthy: 1s, healthy_deadline: 30s, auto_revert: true}")
+	id := m.apply(t, f)
+	s := m.waitRollout(t, "web", id, "")
+	if s.Rollout.Phase != rollout.Reverted {
+		t.Fatalf("phase %s: %+v", s.Rollout.Phase, s.View())
+	}
+	canary := s.Rollout.Targets[0]
+	for _, n := range nodes {
+		ids := m.wantIDs(t, n.name, id)
+		var want []string
+		if n.name == canary {
+			want = []string{rollout.WantID("web", id, n.name, rollout.StepForward), rollout.WantID("web", id, n.name, rollout.StepRevert)}
+		}
+		if strings.Join(ids, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: wants since the start %v, want %v", n.name, ids, want)
+		}
+	}
+	// The canary runs its previous build again.
+	ctx := m.ctx()
+	last := must(store.LastMsg(ctx, must(m.js.Stream(ctx, m.cfg.Name))(t), m.cfg.Subjects(), canary, events.KindWant))(t)
+	if w := last.Event.Payload.(*events.Want); len(w.Modules) != 1 || w.Modules[0].Build != "web:1" {
+		t.Errorf("canary's newest want %+v", w.Modules)
+	}
+}

@@ -1,0 +1,445 @@
+package rollouts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/rollout/feed"
+	"github.com/meshfold/meshfold/store"
+)
+
+// LeaseKeyPrefix prefixes a fleet's controller lease key in the lease
+// bucket (<stream>_LEASES): "rollout.<fleet>".
+const LeaseKeyPrefix = "rollout."
+
+// DefaultTickEvery is the least time between two ticks of one fleet
+// (package rollout's duty 4: at most once a second).
+const DefaultTickEvery = time.Second
+
+// Config configures [Run] and [RunFleet].
+type Config struct {
+	// Stream is the stream's effective configuration (its name, prefix
+	// and partition count), as store.EnsureStream returns it.
+	Stream store.StreamConfig
+	// Leases is the lease bucket a fleet's controller holds its lease in
+	// (key [LeaseKeyPrefix]+fleet): one controller acts per fleet. Nil:
+	// no lease (a test that runs one controller).
+	Leases jetstream.KeyValue
+	// Own, when set, are the keys whose plans count: a plan that does
+	// not verify against them is not folded (as the reconciler folds it
+	// as foreign). Nil: every plan counts.
+	Own *store.Trust
+	// Logger receives the controller's lines; nil discards them.
+	Logger *slog.Logger
+	// TickEvery is the least time between two ticks (0:
+	// [DefaultTickEvery]).
+	TickEvery time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.TickEvery <= 0 {
+		c.TickEvery = DefaultTickEvery
+	}
+	c.Stream = c.Stream.WithDefaults()
+	return c
+}
+
+// Run runs a controller for every fleet the stream holds a rollout start
+// of, and for every fleet that gets one later, until ctx ends (it then
+// returns nil). A fleet's controller that fails (its lease held by
+// another process, the server gone for a while) is started again after a
+// pause; its errors are logged.
+//
+// Errors: the follow of the start subjects failing.
+func Run(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	cfg = cfg.withDefaults()
+	subj := cfg.Stream.Subjects()
+	tail, err := store.Follow(ctx, js, store.TailConfig{Stream: cfg.Stream.Name, Subjects: subj,
+		Filter: subj.Rollout("*", string(rollout.KindStart))})
+	if err != nil {
+		return fmt.Errorf("rollout controller: %w", err)
+	}
+	defer tail.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	seen := map[string]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case x := <-tail.C():
+			if x.Err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("rollout controller: %w", x.Err)
+			}
+			fleet, _, ok := subj.ParseRollout(x.Msg.Subject())
+			if !ok || seen[fleet] {
+				continue
+			}
+			seen[fleet] = true
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				superviseFleet(ctx, js, cfg, fleet)
+			}()
+		}
+	}
+}
+
+// superviseFleet runs fleet's controller again after each failure, until
+// ctx ends.
+func superviseFleet(ctx context.Context, js jetstream.JetStream, cfg Config, fleet string) {
+	for {
+		err := RunFleet(ctx, js, cfg, fleet)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, store.ErrLeaseHeld) {
+			cfg.Logger.Debug("rollout controller: another process holds the fleet", "fleet", fleet, "err", err)
+		} else {
+			cfg.Logger.Warn("rollout controller stopped; starting again", "fleet", fleet, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// RunFleet runs the controller of one fleet until ctx ends (then it
+// returns nil): it holds the fleet's lease (cfg.Leases), finds the
+// fleet's newest rollout start, refolds from it to the end of the stream
+// as it was, carries out what was decided and not done, and then folds
+// and carries out each event as it comes, ticking when the fold asks.
+//
+// Errors: store.ErrLeaseHeld (a *store.HeldError) when another process
+// holds the fleet; an error wrapping jetstream.ErrMsgNotFound when the
+// stream holds no start of the fleet; the stream's and the read's errors;
+// the lease lost while running.
+func RunFleet(ctx context.Context, js jetstream.JetStream, cfg Config, fleet string) error {
+	cfg = cfg.withDefaults()
+	if !events.ValidName(fleet) {
+		return &events.FieldError{Field: "fleet", Value: fleet, Err: events.ErrBadName}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var lease *store.Lease
+	if cfg.Leases != nil {
+		var err error
+		lease, err = store.AcquireLease(ctx, cfg.Leases, LeaseKeyPrefix+fleet, store.NewHolder("rollout-controller", fleet), cfg.Logger)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			rctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer stop()
+			_ = lease.Release(rctx)
+		}()
+		go func() {
+			select {
+			case <-lease.Lost():
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	stream, err := js.Stream(ctx, cfg.Stream.Name)
+	if err != nil {
+		return fmt.Errorf("rollout controller %s: %w", fleet, err)
+	}
+	c := &controller{cfg: cfg, js: js, stream: stream, subj: cfg.Stream.Subjects(), fleet: fleet,
+		pub: store.NewPublisher(js, cfg.Stream.Subjects()), state: rollout.NewState(fleet), log: cfg.Logger.With("fleet", fleet)}
+	err = c.run(ctx)
+	if lease != nil && lease.Err() != nil {
+		return fmt.Errorf("rollout controller %s: lease lost: %w", fleet, lease.Err())
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+type controller struct {
+	cfg    Config
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	subj   events.Subjects
+	fleet  string
+	pub    *store.Publisher
+	state  *rollout.State
+	log    *slog.Logger
+
+	live     bool
+	lastTick time.Time
+}
+
+func (c *controller) run(ctx context.Context) error {
+	start, err := c.stream.GetLastMsgForSubject(ctx, c.subj.Rollout(c.fleet, string(rollout.KindStart)))
+	if err != nil {
+		return fmt.Errorf("rollout controller %s: newest start: %w", c.fleet, err)
+	}
+	end, err := store.StreamLastSeq(ctx, c.stream)
+	if err != nil {
+		return fmt.Errorf("rollout controller %s: %w", c.fleet, err)
+	}
+	recorded, err := c.lastRecordCause(ctx)
+	if err != nil {
+		return err
+	}
+	tail, err := store.Follow(ctx, c.js, store.TailConfig{Stream: c.cfg.Stream.Name, Subjects: c.subj, Start: start.Sequence})
+	if err != nil {
+		return fmt.Errorf("rollout controller %s: %w", c.fleet, err)
+	}
+	defer tail.Stop()
+	c.log.Info("rollout controller refolding", "from", start.Sequence, "to", end)
+	var held []rollout.Effect // records decided while refolding, not on the stream yet
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	sinceWake := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+			c.tick(ctx)
+		case x := <-tail.C():
+			if x.Err != nil {
+				return fmt.Errorf("rollout controller %s: %w", c.fleet, x.Err)
+			}
+			seq := x.Meta.Sequence.Stream
+			if in, ok := c.input(x); ok {
+				effs := c.state.Fold(in)
+				if c.live {
+					c.carry(ctx, effs)
+				} else {
+					for _, e := range effs {
+						if e.Record != nil && e.Cause > recorded {
+							held = append(held, e)
+						}
+					}
+				}
+			}
+			if !c.live && seq >= end {
+				c.live = true
+				c.log.Info("rollout controller live", "seq", seq, "records", len(held), "pending", len(c.state.Pending()))
+				c.carry(ctx, held)
+				held = nil
+				c.carry(ctx, c.state.Pending())
+			}
+			// The wake is computed when the tail is drained (it walks the
+			// targets in progress), and at least every 256 messages.
+			if sinceWake++; c.live && (len(tail.C()) == 0 || sinceWake >= 256) {
+				sinceWake = 0
+				c.schedule(timer)
+			}
+		}
+	}
+}
+
+// input returns the fold's input of a tailed message, false for a message
+// the fleet's rollout does not read.
+func (c *controller) input(x store.Tailed) (rollout.Input, bool) {
+	return feed.Input(c.subj, c.state, c.cfg.Own, feed.FromTailed(x))
+}
+
+// schedule sets timer to the fold's next wake, no sooner than TickEvery
+// after the last tick.
+func (c *controller) schedule(timer *time.Timer) {
+	timer.Stop()
+	wake, ok := c.state.NextWake()
+	if !ok {
+		return
+	}
+	d := time.Until(wake)
+	if gap := time.Until(c.lastTick.Add(c.cfg.TickEvery)); gap > d {
+		d = gap
+	}
+	timer.Reset(max(d, 0))
+}
+
+// tick publishes a tick: time passed.
+func (c *controller) tick(ctx context.Context) {
+	r := c.state.Rollout
+	if r == nil {
+		return
+	}
+	c.lastTick = time.Now()
+	c.append(ctx, rollout.KindTick, &rollout.Tick{Rollout: r.ID}, "")
+}
+
+// carry carries out effects in order.
+func (c *controller) carry(ctx context.Context, effs []rollout.Effect) {
+	for _, e := range effs {
+		if ctx.Err() != nil {
+			return
+		}
+		if e.Record != nil {
+			c.append(ctx, rollout.KindRecord, e.Record, e.ID())
+			continue
+		}
+		c.publishWant(ctx, e)
+	}
+}
+
+// publishWant publishes a step's want with its message id, expecting the
+// want it was decided against, and records the outcome.
+func (c *controller) publishWant(ctx context.Context, e rollout.Effect) {
+	w := e.Want
+	id := e.ID()
+	refuse := func(last uint64, why string) {
+		c.log.Warn("rollout want refused", "node", w.Node, "step", w.Step, "last", last, "why", events.Short(why))
+		c.append(ctx, rollout.KindRefused, &rollout.Refused{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Last: last,
+			Error: events.ErrorText(why)}, rollout.OutcomeID(c.fleet, w.Rollout, w.Node, w.Step))
+	}
+	modules := w.Modules
+	if modules == nil && w.CopyOf > 0 {
+		var err error
+		if modules, err = c.wantAt(ctx, w.CopyOf); err != nil {
+			if ctx.Err() == nil {
+				refuse(0, fmt.Sprintf("the previous want #%d could not be read: %v", w.CopyOf, err))
+			}
+			return
+		}
+	}
+	if modules == nil {
+		modules = []events.WantModule{}
+	}
+	want := events.Stamp(&events.Want{Modules: modules}, time.Now())
+	var (
+		ack store.Ack
+		err error
+	)
+	for attempt := 0; ; attempt++ {
+		ack, err = c.pub.Append(ctx, w.Node, want, store.WithMsgID(id), store.WithExpectLastSubjectSeq(w.Expect))
+		if err == nil || !store.Transient(err) || !c.wait(ctx, attempt) {
+			break
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		return
+	case err == nil:
+		c.published(ctx, w, ack.Seq)
+	case errors.Is(err, store.ErrConflict):
+		// Stored already by this step (a restart past the duplicate
+		// window), or changed by hand: the newest want's id says which.
+		last, lerr := store.LastMsg(ctx, c.stream, c.subj, w.Node, events.KindWant)
+		switch {
+		case lerr == nil && last.MsgID == id:
+			c.published(ctx, w, last.Event.Seq)
+		case lerr == nil:
+			refuse(last.Event.Seq, "")
+		case errors.Is(lerr, store.ErrNoMessage):
+			refuse(0, fmt.Sprintf("the node's want #%d is gone from the stream", w.Expect))
+		default:
+			refuse(0, lerr.Error())
+		}
+	default:
+		refuse(0, err.Error())
+	}
+}
+
+func (c *controller) published(ctx context.Context, w *rollout.WantEffect, seq uint64) {
+	c.append(ctx, rollout.KindPublished, &rollout.Published{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Want: seq},
+		rollout.OutcomeID(c.fleet, w.Rollout, w.Node, w.Step))
+}
+
+// wantAt reads the modules of the want stored at seq.
+func (c *controller) wantAt(ctx context.Context, seq uint64) ([]events.WantModule, error) {
+	for attempt := 0; ; attempt++ {
+		m, err := c.stream.GetMsg(ctx, seq)
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgNotFound) && c.wait(ctx, attempt) {
+				continue
+			}
+			return nil, err
+		}
+		ev, err := c.subj.DecodeEvent(m.Subject, m.Data, seq, m.Time)
+		if err != nil {
+			return nil, err
+		}
+		if ev.Err != nil {
+			return nil, ev.Err
+		}
+		want, ok := ev.Payload.(*events.Want)
+		if !ok {
+			return nil, fmt.Errorf("#%d is a %s, not a want", seq, ev.Kind)
+		}
+		return want.Modules, nil
+	}
+}
+
+// append publishes a rollout event of the fleet under id (none when
+// empty), retrying what passes by itself. One that cannot be stored is
+// logged and skipped (DESIGN.md §10): the controller goes on.
+func (c *controller) append(ctx context.Context, k rollout.Kind, p any, id string) {
+	rollout.Stamp(p, time.Now())
+	data, err := json.Marshal(p)
+	if err != nil {
+		c.log.Error("rollout event not encoded", "kind", k, "err", err)
+		return
+	}
+	msg := &nats.Msg{Subject: c.subj.Rollout(c.fleet, string(k)), Data: data}
+	var opts []jetstream.PublishOpt
+	if id != "" {
+		opts = append(opts, jetstream.WithMsgID(id))
+	}
+	for attempt := 0; ; attempt++ {
+		_, err = c.js.PublishMsg(ctx, msg, opts...)
+		err = store.ServerError(err)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if !store.Transient(err) || !c.wait(ctx, attempt) {
+			c.log.Error("rollout event not stored: skipped", "kind", k, "id", id, "err", events.Short(err.Error()))
+			return
+		}
+	}
+}
+
+// wait sleeps before retry attempt+1 (100 ms doubling to 5 s) and
+// reports whether to retry: false once ctx ended.
+func (c *controller) wait(ctx context.Context, attempt int) bool {
+	d := min(100*time.Millisecond<<min(attempt, 6), 5*time.Second)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// lastRecordCause returns the cause of the newest record on the fleet's
+// subject (0: none): a record refolded with a cause at or below it was
+// appended before.
+func (c *controller) lastRecordCause(ctx context.Context) (uint64, error) {
+	m, err := c.stream.GetLastMsgForSubject(ctx, c.subj.Rollout(c.fleet, string(rollout.KindRecord)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("rollout controller %s: newest record: %w", c.fleet, err)
+	}
+	p, err := rollout.Decode(rollout.KindRecord, m.Data)
+	if err != nil {
+		return 0, nil // a record that does not decode says nothing
+	}
+	return p.(*rollout.Record).Cause, nil
+}

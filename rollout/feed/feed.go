@@ -1,0 +1,287 @@
+package feed
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/rollout/fleetfile"
+	"github.com/meshfold/meshfold/store"
+)
+
+// ErrNoRollout: the stream holds no rollout start of the fleet.
+var ErrNoRollout = errors.New("feed: no rollout of this fleet")
+
+// Message is one stored message as the fold needs it.
+type Message struct {
+	Subject string
+	Header  nats.Header
+	Data    []byte
+	Seq     uint64
+	Time    time.Time
+}
+
+// Input returns the fold's input of a stored message for fleet's state s,
+// and false for a message the fleet's rollout does not read: another
+// fleet's rollout event, an event of a node s's rollout does not name,
+// a kind the fold does not read, or (own set) a plan that does not verify
+// against own (folded as foreign by the reconciler).
+func Input(subj events.Subjects, s *rollout.State, own *store.Trust, m Message) (rollout.Input, bool) {
+	if fleet, k, ok := subj.ParseRollout(m.Subject); ok {
+		if fleet != s.Fleet {
+			return rollout.Input{}, false
+		}
+		return rollout.FromRolloutEvent(rollout.Kind(k), m.Data, m.Seq, m.Time), true
+	}
+	r := s.Rollout
+	if r == nil {
+		return rollout.Input{}, false
+	}
+	node, kind, err := subj.Parse(m.Subject)
+	if err != nil {
+		return rollout.Input{}, false
+	}
+	switch kind {
+	case events.KindWant, events.KindPlan, events.KindSettle, events.KindHave:
+	default:
+		return rollout.Input{}, false
+	}
+	if _, ok := r.Nodes[node]; !ok {
+		return rollout.Input{}, false
+	}
+	if kind == events.KindPlan && own != nil && own.Verify(node, kind, m.Header, m.Data) != nil {
+		return rollout.Input{}, false
+	}
+	ev, err := subj.DecodeEvent(m.Subject, m.Data, m.Seq, m.Time)
+	if err != nil {
+		return rollout.Input{}, false
+	}
+	return rollout.FromNodeEvent(ev)
+}
+
+// FromTailed is the [Message] of a tailed message.
+func FromTailed(x store.Tailed) Message {
+	return Message{Subject: x.Msg.Subject(), Header: x.Msg.Headers(), Data: x.Msg.Data(),
+		Seq: x.Meta.Sequence.Stream, Time: x.Meta.Timestamp}
+}
+
+// NewestStart returns the sequence of fleet's newest rollout start.
+//
+// Errors: [ErrNoRollout]; the stream's.
+func NewestStart(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet string) (uint64, error) {
+	m, err := stream.GetLastMsgForSubject(ctx, subj.Rollout(fleet, string(rollout.KindStart)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, fmt.Errorf("%w %s", ErrNoRollout, fleet)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("newest start of %s: %w", fleet, err)
+	}
+	return m.Sequence, nil
+}
+
+// Replay folds fleet's rollout from its newest start to the stream's end
+// as it is now, and returns the state (the effects are dropped: this is
+// a read). own: as [Input].
+//
+// Errors: [ErrNoRollout]; the stream's and the read's; ctx's.
+func Replay(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig, own *store.Trust, fleet string) (*rollout.State, error) {
+	cfg = cfg.WithDefaults()
+	subj := cfg.Subjects()
+	stream, err := js.Stream(ctx, cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", cfg.Name, err)
+	}
+	start, err := NewestStart(ctx, stream, subj, fleet)
+	if err != nil {
+		return nil, err
+	}
+	end, err := store.StreamLastSeq(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	s := rollout.NewState(fleet)
+	tail, err := store.Follow(ctx, js, store.TailConfig{Stream: cfg.Name, Subjects: subj, Start: start})
+	if err != nil {
+		return nil, err
+	}
+	defer tail.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case x := <-tail.C():
+			if x.Err != nil {
+				return nil, x.Err
+			}
+			m := FromTailed(x)
+			if in, ok := Input(subj, s, own, m); ok {
+				s.Fold(in)
+			}
+			if m.Seq >= end {
+				return s, nil
+			}
+		}
+	}
+}
+
+// Fleets returns the fleets the stream holds a rollout start of, sorted.
+//
+// Errors: the stream info's.
+func Fleets(ctx context.Context, stream jetstream.Stream, subj events.Subjects) ([]string, error) {
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subj.Rollout("*", string(rollout.KindStart))))
+	if err != nil {
+		return nil, fmt.Errorf("stream info: %w", err)
+	}
+	var out []string
+	for s := range info.State.Subjects {
+		if f, _, ok := subj.ParseRollout(s); ok {
+			out = append(out, f)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Candidates reads, for each node fleet owns, its newest want and its
+// newest have's unhealthy modules, and pairs them with the fleet file's
+// want: what [rollout.NewStart] starts a rollout from.
+//
+// Errors: the stream's reads.
+func Candidates(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet *fleetfile.Fleet) ([]rollout.Candidate, error) {
+	var out []rollout.Candidate
+	for _, n := range fleet.Nodes {
+		want, _ := fleet.Want(n.Name)
+		c := rollout.Candidate{Node: n.Name, Want: want}
+		m, err := store.LastMsg(ctx, stream, subj, n.Name, events.KindWant)
+		switch {
+		case errors.Is(err, store.ErrNoMessage):
+		case err != nil:
+			return nil, err
+		default:
+			c.Prev = m.Event.Seq
+			if w, ok := m.Event.Payload.(*events.Want); ok {
+				c.Current = w.Modules
+			}
+		}
+		h, err := store.LastMsg(ctx, stream, subj, n.Name, events.KindHave)
+		switch {
+		case errors.Is(err, store.ErrNoMessage):
+		case err != nil:
+			return nil, err
+		default:
+			if have, ok := h.Event.Payload.(*events.Have); ok {
+				for _, hm := range have.Modules {
+					if hm.Health == events.Unhealthy || hm.State == events.Failed {
+						c.Unhealthy = append(c.Unhealthy, hm.Name)
+					}
+				}
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Publish appends a rollout event of fleet, of kind k, under message id
+// id (none when empty), stamped now, and returns its sequence. The
+// payload is validated first.
+//
+// Errors: a validation error (matching events.ErrInvalid); the
+// publish's (store.ServerError).
+func Publish(ctx context.Context, js jetstream.JetStream, subj events.Subjects, fleet string, k rollout.Kind, p any, id string) (uint64, error) {
+	rollout.Stamp(p, time.Now())
+	if v, ok := p.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return 0, fmt.Errorf("rollout %s: %w", k, err)
+		}
+	}
+	data, err := json.Marshal(p)
+	if err != nil {
+		return 0, err
+	}
+	var opts []jetstream.PublishOpt
+	if id != "" {
+		opts = append(opts, jetstream.WithMsgID(id))
+	}
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subj.Rollout(fleet, string(k)), Data: data}, opts...)
+	if err != nil {
+		return 0, fmt.Errorf("publish rollout %s of %s: %w", k, fleet, store.ServerError(err))
+	}
+	return ack.Sequence, nil
+}
+
+// Plan is what apply computed: the start (nil when no node's want
+// changes) and its pages.
+type Plan struct {
+	Fleet *fleetfile.Fleet
+	Cands []rollout.Candidate
+	Start *rollout.Start
+	Pages [][]rollout.NodeAtStart
+}
+
+// NewPlan computes apply's start for fleet, reading the nodes' newest
+// wants and haves.
+func NewPlan(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet *fleetfile.Fleet, by, reason string) (*Plan, error) {
+	cands, err := Candidates(ctx, stream, subj, fleet)
+	if err != nil {
+		return nil, err
+	}
+	start, pages := rollout.NewStart(by, reason, fleet.Rollout, cands)
+	return &Plan{Fleet: fleet, Cands: cands, Start: start, Pages: pages}, nil
+}
+
+// Apply publishes the plan's start and then its pages, and returns the
+// start's sequence: the rollout's id.
+//
+// Errors: a plan with no start (nothing to change); the publishes'.
+func (p *Plan) Apply(ctx context.Context, js jetstream.JetStream, subj events.Subjects) (uint64, error) {
+	if p.Start == nil {
+		return 0, errors.New("apply: no node's want changes")
+	}
+	id, err := Publish(ctx, js, subj, p.Fleet.Name, rollout.KindStart, p.Start, "")
+	if err != nil {
+		return 0, err
+	}
+	for i, page := range p.Pages {
+		np := &rollout.Nodes{Rollout: id, Page: i + 1, Nodes: page}
+		if _, err := Publish(ctx, js, subj, p.Fleet.Name, rollout.KindNodes, np, fmt.Sprintf("%s.nodes.%d.%d", p.Fleet.Name, id, i+1)); err != nil {
+			return id, err
+		}
+	}
+	return id, nil
+}
+
+// Diff describes a target's want change: "web b1 → b2", "+api b1",
+// "-old".
+func Diff(from, to []events.WantModule) string {
+	var parts []string
+	for _, m := range to {
+		i := slices.IndexFunc(from, func(x events.WantModule) bool { return x.Name == m.Name })
+		switch {
+		case i < 0:
+			parts = append(parts, "+"+m.Name+" "+events.Short(m.Build))
+		case from[i].Build != m.Build:
+			parts = append(parts, m.Name+" "+events.Short(from[i].Build)+" → "+events.Short(m.Build))
+		case !rollout.EqualWant([]events.WantModule{from[i]}, []events.WantModule{m}):
+			parts = append(parts, m.Name+" (fields)")
+		}
+	}
+	for _, m := range from {
+		if !slices.ContainsFunc(to, func(x events.WantModule) bool { return x.Name == m.Name }) {
+			parts = append(parts, "-"+m.Name)
+		}
+	}
+	if len(parts) == 0 {
+		return "(order)"
+	}
+	return strings.Join(parts, ", ")
+}
