@@ -73,10 +73,10 @@ publish revoke ace        -         -          ok       -          -            
 publish waive  ace        -         -          ok       -          -            -        -
 publish retire ace        -         -          ok       -          -            -        -
 publish retire shanks     -         -          ok       -          -            -        -
-publish rollout start     -         -          ok       -          -            -        -
-publish rollout nodes     -         -          ok       -          -            -        -
-publish rollout promote   -         -          ok       -          -            -        -
-publish rollout revert    -         -          ok       -          -            -        -
+publish rollout start     ok        -          ok       -          -            -        -
+publish rollout nodes     ok        -          ok       -          -            -        -
+publish rollout promote   ok        -          ok       -          -            -        -
+publish rollout revert    ok        -          ok       -          -            -        -
 publish rollout published ok        -          -        -          -            -        -
 publish rollout record    ok        -          -        -          -            -        -
 publish rollout tick      ok        -          -        -          -            -        -

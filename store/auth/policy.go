@@ -212,11 +212,10 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 			p.Pub.Allow.Add(api("STREAM.INFO.KV_%s", b), api("STREAM.CREATE.KV_%s", b))
 		}
 		// The rollout controller runs in serve and reconcile (DESIGN.md
-		// §11): it publishes the steps' wants and its own facts.
-		p.Pub.Allow.Add(subj("*", "want"))
-		for _, k := range rolloutController {
-			p.Pub.Allow.Add(rolloutSubj(k))
-		}
+		// §11): it publishes the steps' wants and its own facts. One
+		// pattern for the fleet's kinds, not four: the reconciler's
+		// credentials are near the server's 4 KB control line.
+		p.Pub.Allow.Add(subj("*", "want"), rolloutSubj("*"))
 		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"),
 			"$KV."+bucket+".>", "$KV."+leases+".>", "$KV."+keys+".>", api("INFO"))
 		for _, st := range []string{s, kv, "KV_" + leases, nodesKV, "KV_" + keys} {
@@ -311,10 +310,10 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 // A fleet's rollout kinds (package rollout's, repeated here: rollout's
 // vocabulary is not store's): the operator starts rollouts (`meshfold
 // apply`: start and its nodes pages) and gives the verbs; the controller
-// records the server's answers, the ticks and the fold's records.
+// (the reconciler's credentials) records the server's answers, the ticks
+// and the fold's records, under one pattern.
 var (
-	rolloutOperator   = []string{"start", "nodes", "promote", "pause", "resume", "abort", "revert"}
-	rolloutController = []string{"published", "refused", "tick", "record"}
+	rolloutOperator = []string{"start", "nodes", "promote", "pause", "resume", "abort", "revert"}
 )
 
 // leaseBucketSuffix names the reconciler group's lease bucket beside the
