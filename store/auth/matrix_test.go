@@ -38,6 +38,9 @@ import (
 // snapshot bucket, gets ace's state and lists every state (state, fleet);
 // "write snapshots" puts ace's state; "write leases" opens (creating it
 // the first time) the lease bucket of reconciler groups and puts a lease;
+// "hold rollout lease web" claims and releases the rollout controller's
+// lease of fleet web there; "publish rollout K" appends a fleet's rollout
+// event of kind K;
 // "read effect key" opens the keys bucket (creating it the first time)
 // and reads the key that signs effect message ids; "ask state" asks the reconciler's state service about ace; "ask fold"
 // asks it for ace's whole folded state (want --dry-run); "request
@@ -62,8 +65,8 @@ import (
 // without the door; the group rows to fill and logs did not.)
 const policy = `
 action               reconciler controller operator node-ace provisioner-ace node-shanks  operator-read
-publish want ace          ok        ok         -        -          -            -        -
-publish want shanks       ok        ok         -        -          -            -        -
+publish want ace          -         ok         -        -          -            -        -
+publish want shanks       -         ok         -        -          -            -        -
 publish approve ace       -         -          ok       -          -            -        -
 publish approve shanks    -         -          ok       -          -            -        -
 publish pause  ace        -         -          ok       -          -            -        -
@@ -73,13 +76,13 @@ publish revoke ace        -         -          ok       -          -            
 publish waive  ace        -         -          ok       -          -            -        -
 publish retire ace        -         -          ok       -          -            -        -
 publish retire shanks     -         -          ok       -          -            -        -
-publish rollout start     ok        -          ok       -          -            -        -
-publish rollout nodes     ok        -          ok       -          -            -        -
-publish rollout promote   ok        -          ok       -          -            -        -
-publish rollout revert    ok        -          ok       -          -            -        -
-publish rollout published ok        -          -        -          -            -        -
-publish rollout record    ok        -          -        -          -            -        -
-publish rollout tick      ok        -          -        -          -            -        -
+publish rollout start     -         -          ok       -          -            -        -
+publish rollout nodes     -         -          ok       -          -            -        -
+publish rollout promote   -         -          ok       -          -            -        -
+publish rollout revert    -         -          ok       -          -            -        -
+publish rollout published -         ok         -        -          -            -        -
+publish rollout record    -         ok         -        -          -            -        -
+publish rollout tick      -         ok         -        -          -            -        -
 publish have ace          -         -          -        ok         -            -        -
 publish have shanks       -         -          -        -          -            ok        -
 publish settle ace        -         -          -        ok         -            -        -
@@ -96,10 +99,10 @@ publish journal ace       ok        -          -        -          -            
 publish journal shanks    ok        -          -        -          -            -        -
 consume plan ace          ok        ok         ok       ok         -            -       ok
 consume plan shanks       ok        ok         ok       -          -            ok       ok
-consume knock ace         ok        -          ok       -          ok           -       ok
-consume settle ace        ok        -          ok       -          ok           -       ok
-consume events ace        ok        -          ok       -          -            -       ok
-consume all               ok        -          ok       -          -            -       ok
+consume knock ace         ok        ok         ok       -          ok           -       ok
+consume settle ace        ok        ok         ok       -          ok           -       ok
+consume events ace        ok        ok         ok       -          -            -       ok
+consume all               ok        ok         ok       -          -            -       ok
 get plan ace              ok        ok         ok       ok         ok           -       ok
 get plan shanks           ok        ok         ok       -          -            ok       ok
 get knock ace             ok        -          ok       -          ok           -       ok
@@ -111,6 +114,7 @@ serve logs ace            -         -          -        ok         -            
 read snapshots            ok        -          ok       -          -            -       ok
 write snapshots           ok        -          -        -          -            -        -
 write leases              ok        -          -        -          -            -        -
+hold rollout lease web    ok        ok         -        -          -            -        -
 read effect key           ok        -          -        -          -            -        -
 hold node lease ace       -         -          -        ok         -            -        -
 hold node lease shanks    -         -          -        -          -            ok       -
@@ -334,6 +338,19 @@ func actions(cfg store.StreamConfig, w *witness) map[string]action {
 		}
 		_, err = kv.Put(ctx, "lease.0", []byte("matrix"))
 		return err
+	}
+	// The rollout controller's lease of fleet web, in the bucket the
+	// reconciler made ("write leases" comes first).
+	acts["hold rollout lease web"] = func(ctx context.Context, c *cell) error {
+		kv, err := c.js.KeyValue(ctx, c.cfg.Name+"_LEASES")
+		if err != nil {
+			return err
+		}
+		l, err := store.AcquireLease(ctx, kv, "rollout.web", store.NewHolder("rollout-controller", "web"), nil)
+		if err != nil {
+			return err
+		}
+		return l.Release(ctx)
 	}
 	builds(acts, cfg)
 	secretActions(acts)

@@ -86,12 +86,13 @@ const jsAPI = "$JS.API"
 // user reads another's replies. The policy, by role:
 //
 //   - reconciler: publishes plans, knocks and journal entries of every
-//     node, and, for the rollout controller it runs (DESIGN.md §11),
-//     wants and a fleet's published, refused, tick and record events; creates, updates, reads and writes the stream, the snapshot
+//     node; creates, updates, reads and writes the stream, the snapshot
 //     bucket and the lease bucket of reconciler groups (never deletes or
 //     purges them); serves the state service.
 //   - controller: publishes wants; reads wants and plans (direct gets,
-//     consumers filtered to plans).
+//     consumers filtered to plans); as the rollout controller (DESIGN.md
+//     §11), publishes a fleet's published, refused, tick and record
+//     events, reads the whole stream and holds rollout.<fleet> leases.
 //   - operator: publishes approvals and the operator events of DESIGN.md
 //     §9 (pause, resume, poke, revoke, waive, retire), and no other
 //     role may; starts rollouts and gives their verbs (a fleet's start,
@@ -211,11 +212,6 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		for _, b := range []string{secrets, fills} {
 			p.Pub.Allow.Add(api("STREAM.INFO.KV_%s", b), api("STREAM.CREATE.KV_%s", b))
 		}
-		// The rollout controller runs in serve and reconcile (DESIGN.md
-		// §11): it publishes the steps' wants and its own facts. One
-		// pattern for the fleet's kinds, not four: the reconciler's
-		// credentials are near the server's 4 KB control line.
-		p.Pub.Allow.Add(subj("*", "want"), rolloutSubj("*"))
 		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"),
 			"$KV."+bucket+".>", "$KV."+leases+".>", "$KV."+keys+".>", api("INFO"))
 		for _, st := range []string{s, kv, "KV_" + leases, nodesKV, "KV_" + keys} {
@@ -230,6 +226,15 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		respond()
 	case RoleController:
 		readStream(s)
+		// The rollout controller (DESIGN.md §11): its facts on the
+		// fleets' subjects, the whole stream read from a start, and its
+		// fleets' leases in the lease bucket.
+		for _, k := range rolloutController {
+			p.Pub.Allow.Add(rolloutSubj(k))
+		}
+		readStream("KV_" + leases)
+		p.Pub.Allow.Add(api("CONSUMER.CREATE.%s.>", s), api("DIRECT.GET.%s.%s", s, rolloutSubj("*")), api("DIRECT.GET.%s", s),
+			api("DIRECT.GET.KV_%s.$KV.%s.rollout.>", leases, leases), "$KV."+leases+".rollout.>")
 		p.Pub.Allow.Add(subj("*", "want"),
 			api("DIRECT.GET.%s.%s", s, stored("*", "want")), api("DIRECT.GET.%s.%s", s, stored("*", "plan")),
 			api("CONSUMER.CREATE.%s.*.%s", s, stored("*", "plan")))
@@ -310,10 +315,10 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 // A fleet's rollout kinds (package rollout's, repeated here: rollout's
 // vocabulary is not store's): the operator starts rollouts (`meshfold
 // apply`: start and its nodes pages) and gives the verbs; the controller
-// (the reconciler's credentials) records the server's answers, the ticks
-// and the fold's records, under one pattern.
+// records the server's answers, the ticks and the fold's records.
 var (
-	rolloutOperator = []string{"start", "nodes", "promote", "pause", "resume", "abort", "revert"}
+	rolloutOperator   = []string{"start", "nodes", "promote", "pause", "resume", "abort", "revert"}
+	rolloutController = []string{"published", "refused", "tick", "record"}
 )
 
 // leaseBucketSuffix names the reconciler group's lease bucket beside the
