@@ -116,7 +116,9 @@ func newAuthAddNodeCmd(a *app) *cobra.Command {
   node-NAME         publishes only NAME's have, settle, refusal and filled;
                     reads only NAME's plan; serves NAME's fill subject
   provisioner-NAME  sends fill requests to NAME only; follows only NAME's
-                    knocks and settles; reads only NAME's plan
+                    knocks and settles; reads only NAME's plan and NAME's
+                    sealed secrets; registers NAME's curve key; reports why
+                    NAME's files are unfilled
 
 Nothing changes on the servers: users are signed by the mesh account and
 accepted as soon as they connect. Copy DIR/` + trustFileName + ` to the node

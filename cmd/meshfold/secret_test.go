@@ -383,9 +383,23 @@ func TestSealedRotation(t *testing.T) {
 	t.Logf("secret put → file written on the node, 20 rotations: p50 %s, max %s; %d reads, none partial",
 		percentile(waits, 50).Round(time.Millisecond), slices.Max(waits).Round(time.Millisecond), reads.Load())
 
-	// kill -9 of the agent and the provisioner, the secret unchanged.
+	// The same content put again: nothing written, no restart.
 	ino := fi.Sys().(*syscall.Stat_t).Ino
 	filled := s.filledCount()
+	s.put("v20")
+	waitUntil(t, testCtx(t), "the provisioner to take the same content in", func() bool {
+		for _, l := range strings.Split(s.provErr.String(), "\n") {
+			if strings.Contains(l, `msg="sealed secret changed: filled"`) && strings.Contains(l, "filled=0 unchanged=1") {
+				return true
+			}
+		}
+		return false
+	})
+	if now, _ := readPID(s.state, "app"); now != pid {
+		t.Errorf("the same content put again restarted the app (pid %d → %d)", pid, now)
+	}
+
+	// kill -9 of the agent and the provisioner, the secret unchanged.
 	kill9(t, s.prov)
 	kill9(t, s.agent)
 	if !processAlive(pid) {
