@@ -13,7 +13,7 @@ import (
 // (its owed items, filled marks, accepting records, approvals and
 // unsettled plans, see reconcile.MaxOwed and its neighbours). With all of
 // them at their maximum, a plan encodes to 51 KB and a node's state to
-// 636 KB, its have's runtime fields at their longest (TestLargestFits in
+// 661 KB, its have's runtime fields at their longest (TestLargestFits in
 // store builds both and publishes them): a twentieth and under two thirds
 // of the default max_payload.
 const (

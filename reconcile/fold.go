@@ -215,6 +215,7 @@ func (f *folder) settle(p *events.Settle) {
 		// The plan does not count as settled; the node keeps judging by
 		// its previous one.
 		f.journal(events.LevelError, "apply of plan %d failed for module %q: %s", p.Plan, p.Module, events.ErrorText(p.Error))
+		f.failed(p)
 		f.knock(true)
 		return
 	}
@@ -232,11 +233,37 @@ func (f *folder) settle(p *events.Settle) {
 		s.Settled = s.Unsettled[i]
 		s.Unsettled = slices.Delete(s.Unsettled, 0, i+1)
 		s.place(prev, f.ev)
+		s.Failed = slices.DeleteFunc(s.Failed, func(fa FailedApply) bool { return fa.Plan <= s.Settled.Seq })
 		f.accept()
 		f.compose()
 		f.retired()
 	}
 	f.knock(true)
+}
+
+// failed records p, a failed settle, as its module's newest failed apply
+// when its plan is above the settled one; past MaxFailed the record of
+// the oldest settle is dropped.
+func (f *folder) failed(p *events.Settle) {
+	s := f.s
+	if s.Settled != nil && p.Plan <= s.Settled.Seq {
+		return
+	}
+	fa := FailedApply{Module: p.Module, Plan: p.Plan, Seq: f.ev.Seq, Time: f.ev.Time, Error: events.ErrorText(p.Error)}
+	i, found := slices.BinarySearchFunc(s.Failed, fa, compareFailed)
+	if found {
+		if s.Failed[i].Plan > fa.Plan {
+			return // a failure of an older plan than the one recorded
+		}
+		s.Failed[i] = fa
+		return
+	}
+	if len(s.Failed) >= MaxFailed {
+		j := oldest(s.Failed, func(fa FailedApply) uint64 { return fa.Seq }, nil)
+		s.Failed = slices.Delete(s.Failed, j, j+1)
+		i, _ = slices.BinarySearchFunc(s.Failed, fa, compareFailed)
+	}
+	s.Failed = slices.Insert(s.Failed, i, fa)
 }
 
 // accept records the newly settled plan as the newest that accepts each

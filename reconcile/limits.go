@@ -51,6 +51,10 @@ const (
 	// judged by a plan older than that mark arrives late, is owed and is
 	// knocked once more.
 	MaxFilled = 2 * events.MaxFilesPerWant
+	// MaxFailed bounds the failed-apply records, one per module of a
+	// have (and one for a whole plan): one more drops the oldest, not
+	// journaled (each failed settle is journaled at error already).
+	MaxFailed = events.MaxHaveModules + 1
 )
 
 // caps are a state's caps, the constants above unless a test lifts them

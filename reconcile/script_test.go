@@ -352,6 +352,9 @@ func formatState(s *reconcile.State) string {
 	for _, w := range s.Waivers {
 		fmt.Fprintf(&b, "waiver: %s %s through plan %d by %s (#%d)\n", w.Module, w.Path, w.Plan, w.By, w.Seq)
 	}
+	for _, f := range s.Failed {
+		fmt.Fprintf(&b, "failed: module=%s plan %d (#%d) error=%q\n", orNone(f.Module), f.Plan, f.Seq, f.Error)
+	}
 	v := s.View()
 	fmt.Fprintf(&b, "view: account plan=%s runs=%s modules=%d files=%d held=%d",
 		orNone(v.ProvisionerAccount), orNone(v.RunningAccount), v.Modules, v.Files, v.Held)

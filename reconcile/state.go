@@ -94,6 +94,13 @@ type State struct {
 	// filled since.
 	// Invariant: sorted by module, path; unique; every plan ≤ Settled.Seq.
 	Placed []Placement `json:"placed,omitempty"`
+	// Failed holds, per module ("" for a whole plan an agent refused),
+	// the newest failed settle of a plan newer than the settled one: why
+	// the node is unsettled, for `state`, `fleet` and the console. A plan
+	// settling at or above its plan clears it.
+	// Invariant: sorted by module; unique; at most MaxFailed; every plan
+	// above Settled.Seq.
+	Failed []FailedApply `json:"failed,omitempty"`
 
 	// caps are the state's caps; nil is the constants of limits.go. Only
 	// a test sets them (an unbounded fold to compare with); a snapshot
@@ -145,6 +152,21 @@ type Placement struct {
 	Seq    uint64    `json:"seq"`
 	Time   time.Time `json:"time"`
 }
+
+// FailedApply is the newest failed settle of Module: the plan whose apply
+// failed, the settle's sequence and stream time, and its error as
+// events.ErrorText tells it, safe to print (DESIGN.md §10: never quoted at
+// full length, control characters escaped; the whole error stays in the
+// stream for audit).
+type FailedApply struct {
+	Module string    `json:"module"`
+	Plan   uint64    `json:"plan"`
+	Seq    uint64    `json:"seq"`
+	Time   time.Time `json:"time"`
+	Error  string    `json:"error,omitempty"`
+}
+
+func compareFailed(a, b FailedApply) int { return cmp.Compare(a.Module, b.Module) }
 
 // WantRecord is a folded want.
 type WantRecord struct {
@@ -367,6 +389,17 @@ func (s *State) CheckInvariants() error {
 	}
 	for _, w := range s.Waivers {
 		if err := maxSeq("waiver", w.Seq); err != nil {
+			return err
+		}
+	}
+	if !sortedUnique(s.Failed, compareFailed) || len(s.Failed) > MaxFailed {
+		return fmt.Errorf("failed applies not sorted and unique, or more than %d", MaxFailed)
+	}
+	for _, fa := range s.Failed {
+		if s.Settled != nil && fa.Plan <= s.Settled.Seq {
+			return fmt.Errorf("failed apply of %q at plan %d not above the settled plan", fa.Module, fa.Plan)
+		}
+		if err := maxSeq("failed apply", fa.Seq); err != nil {
 			return err
 		}
 	}

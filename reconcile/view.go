@@ -57,6 +57,10 @@ type View struct {
 	// Unfilled are the files the newest settled plan declares that were
 	// never filled since their module was placed.
 	Unfilled []Unfilled `json:"unfilled,omitempty"`
+	// Failed is, per module, the newest failed apply of a plan not
+	// settled yet: why the node is unsettled (module "" when the agent
+	// refused the whole plan).
+	Failed []FailedApply `json:"failed,omitempty"`
 }
 
 // Unfilled is a file the newest settled plan declares for Module, never
@@ -128,6 +132,7 @@ func (s *State) View() View {
 		v.Retire = &r
 	}
 	v.Unfilled = s.unfilled()
+	v.Failed = slices.Clone(s.Failed)
 	return v
 }
 

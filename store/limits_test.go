@@ -141,6 +141,14 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 	if 2*(events.MaxModules-half)*events.MaxFilesPerModule != reconcile.MaxFilled {
 		t.Fatalf("the filled marks do not reach MaxFilled: adjust this builder")
 	}
+	// Failed applies at their bound, each error at its longest.
+	for i := range reconcile.MaxFailed + 5 {
+		m := pad(fmt.Sprintf("f%02d-", i), events.MaxName)
+		if i == 0 {
+			m = "" // the whole plan refused
+		}
+		fold(&events.Settle{Module: m, Op: events.OpFailed, Plan: st.NewestPlan, Error: strings.Repeat("e", events.MaxText)})
+	}
 	// Owed items at their bound, never due: paths no plan declares.
 	for i := range reconcile.MaxOwed + 10 {
 		fold(&events.Refusal{Module: name(i % events.MaxModules), Path: path(8, i, i), Reason: events.ReasonUndeclared,
@@ -157,6 +165,8 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 		t.Fatalf("%d owed items, want %d", len(st.Owed), reconcile.MaxOwed)
 	case len(st.Approvals) != reconcile.MaxApprovals:
 		t.Fatalf("%d approvals, want %d", len(st.Approvals), reconcile.MaxApprovals)
+	case len(st.Failed) != reconcile.MaxFailed:
+		t.Fatalf("%d failed applies, want %d", len(st.Failed), reconcile.MaxFailed)
 	}
 	for _, p := range st.Unsettled {
 		if n := countFiles(p.Modules); n != events.MaxModules*events.MaxFilesPerModule {

@@ -34,7 +34,9 @@ an effect; JSON last_knock_cause), the age of the last have and what needs
 an operator. Nodes are sorted so that what needs an operator comes first: an
 unreadable snapshot, a failed module (its process exited and waits to
 restart: a crash loop; the lines after the table name the files it waits
-for), a file never filled, a file the provisioner could not fill (no source,
+for), a failed apply (the agent could not apply a plan; the lines after
+the table say why, per module: the newest failed settle's error, cut), a
+file never filled, a file the provisioner could not fill (no source,
 a failed helper, a secret sealed to another key or that cannot be opened: the
 'source' lines after the table say which and why, live from the provisioners'
 reports), owed items, pending approvals, unsettled plans, the provisioner
@@ -169,6 +171,7 @@ func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time) error {
 	}
 	fmt.Fprintf(&b, "-- %d %s, %d need an operator\n", len(rows), noun, needs)
 	b.WriteString(audit.FleetFailedText(rows))
+	b.WriteString(audit.FleetAppliesText(rows, now))
 	b.WriteString(audit.FleetStuckText(rows))
 	b.WriteString(audit.FleetSourcesText(rows, now))
 	_, err := io.WriteString(w, b.String())

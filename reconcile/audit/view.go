@@ -95,6 +95,9 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 	}
 	t.line(1, "want", seqOrNone(v.Want))
 	t.line(1, "plan", fmt.Sprintf("last emitted %s, last settled %s, %d unsettled", emitted, seqOrNone(v.SettledPlan), v.Unsettled))
+	for _, f := range v.Failed {
+		t.line(1, "failed", FailedText(f, now, suffix))
+	}
 	acct := fmt.Sprintf("plan names %s, what runs names %s", orNone(v.ProvisionerAccount), orNone(v.RunningAccount))
 	if v.AccountWarning {
 		acct += " (WARNING: the node refuses every filled write)"
@@ -159,6 +162,17 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 	} else {
 		t.line(1, "have", fmt.Sprintf("#%d at %s, %s %s", v.HaveSeq, FormatTime(v.HaveTime), Age(now.Sub(v.HaveTime)), suffix))
 	}
+}
+
+// FailedText says why a module's apply failed, for `state`, `fleet` and
+// the console: the module ("the plan" when the agent refused it whole),
+// the plan, how long ago and the error, shortened (DESIGN.md §10).
+func FailedText(f reconcile.FailedApply, now time.Time, suffix string) string {
+	what := "module " + f.Module
+	if f.Module == "" {
+		what = "the plan"
+	}
+	return fmt.Sprintf("apply of plan #%d failed for %s (#%d, %s %s): %s", f.Plan, what, f.Seq, Age(now.Sub(f.Time)), suffix, f.Error)
 }
 
 // writeOperator writes what the operator events of DESIGN.md §9 left on
@@ -294,6 +308,9 @@ type FleetRow struct {
 	// Failed are the modules the newest have reports failed (a crash
 	// loop), with the files they wait for.
 	Failed []reconcile.ModuleRuntime `json:"failed,omitempty"`
+	// FailedApplies are, per module, the newest failed apply of a plan
+	// not settled yet, with its error cut (reconcile.View.Failed).
+	FailedApplies []reconcile.FailedApply `json:"failed_applies,omitempty"`
 	// Warnings counts journal entries of level warn or error in the
 	// window asked for (-1: not counted).
 	Warnings int `json:"journal_warnings"`
@@ -301,7 +318,7 @@ type FleetRow struct {
 	// why (DESIGN.md §12), as it reported them; set with [FleetRow.SetSources].
 	Sources []SourceProblem `json:"source_problems,omitempty"`
 	// Attention lists what needs an operator, most pressing first:
-	// "error", "failed", "unfilled", "source", "owed", "approval", "unsettled",
+	// "error", "failed", "apply-failed", "unfilled", "source", "owed", "approval", "unsettled",
 	// "paused", "retiring", "account", "stale-have", "journal". A retired
 	// node needs nothing.
 	Attention []string `json:"attention"`
@@ -328,7 +345,7 @@ func FleetRowOfView(v reconcile.View, now time.Time, stale time.Duration) FleetR
 	r := FleetRow{Node: v.Node, Seq: v.Seq, Want: v.Want, SettledPlan: v.SettledPlan, EmittedPlan: v.EmittedPlan,
 		Unsettled: v.Unsettled, Modules: v.Modules, Held: v.Held, Owed: len(v.Owed),
 		AccountWarning: v.AccountWarning, HaveTime: v.HaveTime, HaveAge: -1, Warnings: -1,
-		Failed: failing(v.Runtime), Stuck: v.Stuck(now)}
+		Failed: failing(v.Runtime), FailedApplies: v.Failed, Stuck: v.Stuck(now)}
 	r.Retired = r.Stuck.Retired
 	for _, h := range v.Holds {
 		if h.Why == events.HoldApproval && h.Pending != "" {
@@ -419,6 +436,7 @@ func attention(r FleetRow) []string {
 	}
 	add(r.Error != "", "error")
 	add(len(r.Failed) > 0, "failed")
+	add(len(r.FailedApplies) > 0, "apply-failed")
 	add(len(r.Stuck.Unfilled) > 0, "unfilled")
 	add(len(r.Sources) > 0, "source")
 	add(r.Owed > 0, "owed")
@@ -433,12 +451,12 @@ func attention(r FleetRow) []string {
 }
 
 // rank orders what needs an operator: a lower rank comes first.
-var rank = map[string]int{"error": 0, "failed": 1, "unfilled": 2, "source": 3, "owed": 4, "approval": 5, "unsettled": 6,
-	"paused": 7, "retiring": 8, "account": 9, "stale-have": 10, "journal": 11}
+var rank = map[string]int{"error": 0, "failed": 1, "apply-failed": 2, "unfilled": 3, "source": 4, "owed": 5, "approval": 6, "unsettled": 7,
+	"paused": 8, "retiring": 9, "account": 10, "stale-have": 11, "journal": 12}
 
 // SortFleet sorts rows so that what needs an operator comes first: rows
 // are compared by their most pressing need (an unreadable snapshot, a
-// failed module, a file never filled, owed items, pending approvals,
+// failed module, a failed apply, a file never filled, owed items, pending approvals,
 // unsettled plans, a pause, a retirement under way, the account warning,
 // a stale have, journal warnings), then by how many needs they have, then by the
 // counts (more owed items, more pending approvals, more unsettled plans,
@@ -494,6 +512,10 @@ func (r FleetRow) Line(nodeWidth int) string {
 			for _, f := range r.Failed {
 				needs = append(needs, failedNeed(f))
 			}
+		case "apply-failed":
+			for _, f := range r.FailedApplies {
+				needs = append(needs, "apply failed: "+cmp.Or(f.Module, "the plan"))
+			}
 		case "unfilled":
 			needs = append(needs, fmt.Sprintf("unfilled %d", len(r.Stuck.Unfilled)))
 		case "owed":
@@ -525,6 +547,19 @@ func seqOrDash(s uint64) string {
 		return "-"
 	}
 	return fmt.Sprintf("#%d", s)
+}
+
+// FleetAppliesText says, one line per node and module, why an apply
+// failed (FleetRow.FailedApplies, as [FailedText] tells it), ages
+// against now.
+func FleetAppliesText(rows []FleetRow, now time.Time) string {
+	var t textWriter
+	for _, r := range rows {
+		for _, f := range r.FailedApplies {
+			t.line(0, "apply-failed", r.Node+" "+FailedText(f, now, "ago"))
+		}
+	}
+	return t.b.String()
 }
 
 // FleetStuckText returns, for the lines after fleet's table, what is stuck
