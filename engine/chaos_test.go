@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
@@ -95,7 +96,7 @@ func TestClusterChaos(t *testing.T) {
 	for round := range 2 {
 		for _, k := range kinds {
 			leader := -1
-			eventuallyWithin(t, time.Minute, "a leader of "+k.stream, func() bool {
+			waitfor.Until(t, time.Minute, "a leader of "+k.stream, func() bool {
 				qctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
 				leader = pc.Leader(qctx, js, k.stream)
@@ -108,28 +109,38 @@ func TestClusterChaos(t *testing.T) {
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			var slowest time.Duration
+			errs := make(chan error, len(nodes))
 			for _, n := range nodes {
 				wg.Add(1)
-				go func() {
+				go func() { // reports through errs: t.Fatal ends only the test's goroutine
 					defer wg.Done()
 					w := provAndBroker()
 					w.Modules[1].Build = fmt.Sprintf("g:chaos-%d", build)
-					g.planFor(n, g.append(n, w))
+					seq, err := g.tryAppend(context.Background(), n, w, nil)
+					if err == nil {
+						_, err = g.tryPlanFor(context.Background(), n, seq)
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
 					mu.Lock()
 					slowest = max(slowest, time.Since(killed))
 					mu.Unlock()
 				}()
 			}
 			wg.Wait()
+			close(errs)
+			failures(t, errs)
 			if t.Failed() {
 				return
 			}
-			eventuallyWithin(t, time.Minute, "every partition owned", func() bool {
+			waitfor.Until(t, time.Minute, "every partition owned", func() bool {
 				leases, folded := ms.owned()
 				return leases == cfg.Partitions && folded == cfg.Partitions
 			})
 			owned := time.Since(killed)
-			eventuallyWithin(t, time.Minute, "every node to answer state", func() bool {
+			waitfor.Until(t, time.Minute, "every node to answer state", func() bool {
 				for _, n := range nodes {
 					qctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 					_, _, err := query.RequestState(qctx, client, events.DefaultPrefix, n, time.Second)

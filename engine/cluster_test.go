@@ -3,7 +3,6 @@ package engine_test
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -87,15 +86,7 @@ func TestClusterStreamLeaderStopped(t *testing.T) {
 	rn := g.start(engine.Faults{})
 	nodes := []string{"ace", "shanks", "novox", "luffy"}
 	const rounds = 3
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g.incident1(n)
-			g.rounds(n, rounds)
-		}()
-	}
+	errs := g.play(nodes, rounds)
 	// Mid-run: once every node has its knock of incident 1.
 	eventually(t, "incident 1 on every node", func() bool {
 		for _, n := range nodes {
@@ -115,7 +106,7 @@ func TestClusterStreamLeaderStopped(t *testing.T) {
 	t.Logf("stopped the stream leader %s (meta leader too: %v)", leader.Name(), meta)
 	eventually(t, "a new stream leader", func() bool { return c.StreamLeader(g.cfg.Name) != nil })
 	t.Logf("new leader %s after %v", c.StreamLeader(g.cfg.Name).Name(), time.Since(stopped))
-	wg.Wait()
+	failures(t, errs)
 	if t.Failed() {
 		return
 	}
@@ -184,15 +175,7 @@ func TestGroupFailoverOnCluster(t *testing.T) {
 	}
 	nodes := append(nodesIn(g.cfg.Partitions, 0, 8, 3), nodesIn(g.cfg.Partitions, 8, 16, 3)...)
 	const rounds = 3
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g.incident1(n)
-			g.rounds(n, rounds)
-		}()
-	}
+	errs := g.play(nodes, rounds)
 	eventually(t, "incident 1 on every node", func() bool {
 		for _, n := range nodes {
 			if g.knocksOf(n) < 1 {
@@ -205,7 +188,7 @@ func TestGroupFailoverOnCluster(t *testing.T) {
 	a.kill(t)
 	eventually(t, "b to own every partition", func() bool { return len(b.r.Owned()) == 16 })
 	t.Logf("b owns all 16 partitions %v after the kill (lease TTL %v)", time.Since(killed), ttl)
-	wg.Wait()
+	failures(t, errs)
 	if t.Failed() {
 		return
 	}

@@ -234,16 +234,7 @@ func TestStaleOwnerDoublesNothing(t *testing.T) {
 	stale := g.start(engine.Faults{})
 	fresh := g.start(engine.Faults{})
 	nodes := []string{"ace", "shanks", "novox", "luffy"}
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g.incident1(n)
-			g.rounds(n, 2)
-		}()
-	}
-	wg.Wait()
+	failures(t, g.play(nodes, 2))
 	stale.cancel()
 	if err := stale.wait(t); err != nil && !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("stale reconciler: %v", err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/embedded"
@@ -104,21 +105,35 @@ var appendIDs atomic.Uint64
 
 func (g *rig) append(node string, p events.Payload) uint64 {
 	g.t.Helper()
+	seq, err := g.tryAppend(context.Background(), node, p, g.t.Logf)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return seq
+}
+
+// tryAppend is append that returns its failure, for a goroutine the test
+// starts (which must not call t.Fatal); logf, if not nil, hears each
+// retry.
+func (g *rig) tryAppend(ctx context.Context, node string, p events.Payload, logf func(string, ...any)) (uint64, error) {
 	events.Stamp(p, at0)
 	id := fmt.Sprintf("test-%d", appendIDs.Add(1))
 	var ack store.Ack
-	retry(g.t, fmt.Sprintf("append %s %s", node, p.Kind()), func(ctx context.Context) error {
+	err := tryRetry(ctx, fmt.Sprintf("append %s %s", node, p.Kind()), logf, func(ctx context.Context) error {
 		var err error
 		ack, err = g.pub.Append(ctx, node, p, store.WithMsgID(id))
 		return err
 	})
+	if err != nil {
+		return 0, err
+	}
 	g.mu.Lock()
 	if g.acked == nil {
 		g.acked = map[uint64]string{}
 	}
 	g.acked[ack.Seq] = id
 	g.mu.Unlock()
-	return ack.Seq
+	return ack.Seq, nil
 }
 
 // retry calls f until it succeeds, each attempt bounded by 2 s, for up
@@ -126,85 +141,113 @@ func (g *rig) append(node string, p events.Payload) uint64 {
 // event or a conflict fails at once.
 func retry(t testing.TB, what string, f func(ctx context.Context) error) {
 	t.Helper()
+	if err := tryRetry(context.Background(), what, t.Logf, f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryRetry is retry that returns its failure instead of failing the test
+// (and ends early with ctx); logf, if not nil, hears each retry.
+func tryRetry(ctx context.Context, what string, logf func(string, ...any), f func(ctx context.Context) error) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := f(ctx)
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := f(actx)
 		cancel()
 		switch {
 		case err == nil:
-			return
-		case errors.Is(err, events.ErrInvalid), errors.Is(err, store.ErrConflict), time.Now().After(deadline):
-			t.Fatalf("%s: %v", what, err)
+			return nil
+		case errors.Is(err, events.ErrInvalid), errors.Is(err, store.ErrConflict), time.Now().After(deadline), ctx.Err() != nil:
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		t.Logf("%s: %v; retrying", what, err)
-		time.Sleep(20 * time.Millisecond) // back off before the next attempt
+		if logf != nil {
+			logf("%s: %v; retrying", what, err)
+		}
+		select { // back off before the next attempt
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+		}
 	}
 }
 
-// eventually polls cond until it holds or the deadline passes: it waits on
-// a condition, never for a fixed time.
+// eventually waits, up to 20 s, until cond holds.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	eventuallyWithin(t, 20*time.Second, what, cond)
-}
-
-// eventuallyWithin is eventually with its own deadline.
-func eventuallyWithin(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.Until(t, 20*time.Second, what, cond)
 }
 
 // planFor waits for node's plan caused by cause and returns its sequence.
 func (g *rig) planFor(node string, cause uint64) uint64 {
 	g.t.Helper()
-	var seq uint64
-	limit := g.wait
-	if limit == 0 {
-		limit = 20 * time.Second
+	return waitfor.Value(g.t, g.planWait(), fmt.Sprintf("plan of %s caused by %d", node, cause), g.planOf(node, cause))
+}
+
+// tryPlanFor is planFor that returns its failure, for a goroutine the
+// test starts.
+func (g *rig) tryPlanFor(ctx context.Context, node string, cause uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.planWait())
+	defer cancel()
+	return waitfor.Poll(ctx, fmt.Sprintf("plan of %s caused by %d", node, cause), g.planOf(node, cause))
+}
+
+func (g *rig) planWait() time.Duration {
+	if g.wait == 0 {
+		return 20 * time.Second
 	}
-	eventuallyWithin(g.t, limit, fmt.Sprintf("plan of %s caused by %d", node, cause), func() bool {
+	return g.wait
+}
+
+// planOf looks for node's plan caused by cause (or a later one).
+func (g *rig) planOf(node string, cause uint64) func() (uint64, bool) {
+	return func() (uint64, bool) {
 		m, err := store.LastMsg(context.Background(), g.stream, g.cfg.Subjects(), node, events.KindPlan)
 		if err != nil {
-			return false
+			return 0, false
 		}
 		if p, ok := m.Event.Payload.(*events.Plan); ok && p.Cause >= cause {
-			seq = m.Event.Seq
-			return true
+			return m.Event.Seq, true
 		}
-		return false
-	})
-	return seq
+		return 0, false
+	}
 }
 
 // all reads the whole stream.
 func (g *rig) all() []store.Msg {
 	g.t.Helper()
+	out, err := g.tryAll(context.Background(), g.t.Logf)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return out
+}
+
+// tryAll is all that returns its failure, for a goroutine the test starts.
+func (g *rig) tryAll(ctx context.Context, logf func(string, ...any)) ([]store.Msg, error) {
 	var out []store.Msg
 	var first, last uint64
-	retry(g.t, "stream info", func(ctx context.Context) (err error) {
+	err := tryRetry(ctx, "stream info", logf, func(ctx context.Context) (err error) {
 		first, last, err = store.StreamBounds(ctx, g.stream)
 		return err
 	})
+	if err != nil {
+		return nil, err
+	}
 	for seq := max(first, 1); seq <= last; seq++ {
 		var raw *jetstream.RawStreamMsg
-		retry(g.t, fmt.Sprint("get message ", seq), func(ctx context.Context) (err error) {
+		err := tryRetry(ctx, fmt.Sprint("get message ", seq), logf, func(ctx context.Context) (err error) {
 			raw, err = g.stream.GetMsg(ctx, seq)
 			return err
 		})
+		if err != nil {
+			return nil, err
+		}
 		ev, err := g.cfg.Subjects().DecodeEvent(raw.Subject, raw.Data, raw.Sequence, raw.Time)
 		if err != nil {
 			continue // a subject naming no node: no one's event
 		}
 		out = append(out, store.Msg{Event: ev, MsgID: raw.Header.Get(jetstream.MsgIDHeader), Subject: raw.Subject})
 	}
-	return out
+	return out, nil
 }
 
 // nodeStates answers for node states: a Reconciler, or several.
@@ -325,25 +368,67 @@ func provAndBroker() *events.Want {
 }
 
 // incident1 plays DESIGN.md §2 incident 1 for node and returns the
-// sequence of the settle that must bring the knock. step, when set, runs
-// before each publication with its name.
+// sequence of the settle that must bring the knock.
 func (g *rig) incident1(node string) (settle uint64) {
 	g.t.Helper()
-	p1 := g.planFor(node, g.append(node, provOnly()))
-	g.append(node, &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: p1})
-	g.append(node, &events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"})
-	p2 := g.planFor(node, g.append(node, provAndBroker()))
-	return g.append(node, &events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: p2})
+	settle, err := g.tryIncident1(context.Background(), node, g.t.Logf)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return settle
+}
+
+// tryIncident1 is incident1 that returns its failure, for a goroutine the
+// test starts.
+func (g *rig) tryIncident1(ctx context.Context, node string, logf func(string, ...any)) (settle uint64, err error) {
+	w1, err := g.tryAppend(ctx, node, provOnly(), logf)
+	if err != nil {
+		return 0, err
+	}
+	p1, err := g.tryPlanFor(ctx, node, w1)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := g.tryAppend(ctx, node, &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: p1}, logf); err != nil {
+		return 0, err
+	}
+	if _, err := g.tryAppend(ctx, node, &events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"}, logf); err != nil {
+		return 0, err
+	}
+	w2, err := g.tryAppend(ctx, node, provAndBroker(), logf)
+	if err != nil {
+		return 0, err
+	}
+	p2, err := g.tryPlanFor(ctx, node, w2)
+	if err != nil {
+		return 0, err
+	}
+	return g.tryAppend(ctx, node, &events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: p2}, logf)
 }
 
 func (g *rig) knocksOf(node string) int {
+	g.t.Helper()
+	n, err := g.tryKnocksOf(context.Background(), node, g.t.Logf)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return n
+}
+
+// tryKnocksOf is knocksOf that returns its failure, for a goroutine the
+// test starts.
+func (g *rig) tryKnocksOf(ctx context.Context, node string, logf func(string, ...any)) (int, error) {
+	msgs, err := g.tryAll(ctx, logf)
+	if err != nil {
+		return 0, err
+	}
 	n := 0
-	for _, m := range g.all() {
+	for _, m := range msgs {
 		if m.Event.Node == node && m.Event.Kind == events.KindKnock {
 			n++
 		}
 	}
-	return n
+	return n, nil
 }
 
 func TestReconcilerIncident1(t *testing.T) {
@@ -620,17 +705,15 @@ func TestReconcilerRandomKills(t *testing.T) {
 	g := newRig(t, store.StreamConfig{})
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	nodes := []string{"ace", "shanks", "novox", "luffy"}
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g.incident1(n)
-			g.rounds(n, killRounds)
-		}()
-	}
+	errs := g.play(nodes, killRounds)
 	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
+	var failed []error
+	go func() {
+		for err := range errs {
+			failed = append(failed, err)
+		}
+		close(finished)
+	}()
 
 	kills := 0
 	for done := false; !done; {
@@ -670,6 +753,9 @@ func TestReconcilerRandomKills(t *testing.T) {
 			done = true
 		}
 	}
+	for _, err := range failed {
+		t.Error(err)
+	}
 	rn := g.start(engine.Faults{})
 	eventually(t, "every knock", func() bool { return allKnocked(g, nodes) })
 	if k := g.verify(rn.r); k != len(nodes)*(1+killRounds) {
@@ -688,21 +774,80 @@ const killRounds = 6
 // rounds plays n rounds on node after incident 1: a new build of the
 // broker, its settle, a write that fails, and the have that knocks it.
 func (g *rig) rounds(node string, n int) {
+	g.t.Helper()
+	if err := g.tryRounds(context.Background(), node, n, g.t.Logf); err != nil {
+		g.t.Error(err)
+	}
+}
+
+// tryRounds is rounds that returns its failure, for a goroutine the test
+// starts.
+func (g *rig) tryRounds(ctx context.Context, node string, n int, logf func(string, ...any)) error {
 	for i := range n {
 		w := provAndBroker()
 		w.Modules[1].Build = fmt.Sprintf("g:%d", i+2)
-		p := g.planFor(node, g.append(node, w))
-		g.append(node, &events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: p})
-		g.append(node, &events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonWriteFailed, Plan: p, Writer: "prov", Error: "disk full"})
-		g.append(node, &events.Have{Modules: []events.HaveModule{{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"}}})
-		deadline := time.Now().Add(30 * time.Second)
-		for g.knocksOf(node) != i+2 {
-			if time.Now().After(deadline) {
-				g.t.Errorf("node %s round %d: %d knocks", node, i, g.knocksOf(node))
+		seq, err := g.tryAppend(ctx, node, w, logf)
+		if err != nil {
+			return err
+		}
+		p, err := g.tryPlanFor(ctx, node, seq)
+		if err != nil {
+			return err
+		}
+		for _, ev := range []events.Payload{
+			&events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: p},
+			&events.Refusal{Module: "mesh-build-go", Path: creds, Reason: events.ReasonWriteFailed, Plan: p, Writer: "prov", Error: "disk full"},
+			&events.Have{Modules: []events.HaveModule{{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"}}},
+		} {
+			if _, err := g.tryAppend(ctx, node, ev, logf); err != nil {
+				return err
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err = waitfor.Poll(wctx, fmt.Sprintf("node %s round %d's knock", node, i), func() (int, bool) {
+			k, err := g.tryKnocksOf(wctx, node, logf)
+			return k, err == nil && k == i+2
+		})
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// play plays incident 1 and then n rounds on each node, each node in a
+// goroutine of its own. The channel it returns carries each node's
+// failure and is closed once every node is done. The goroutines never
+// touch the test (t.Fatal from one does not end the test; a log after
+// the test ended panics) and end with it.
+func (g *rig) play(nodes []string, rounds int) <-chan error {
+	ctx, cancel := context.WithCancel(context.Background())
+	g.t.Cleanup(cancel)
+	errs := make(chan error, len(nodes))
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := g.tryIncident1(ctx, n, nil); err != nil {
+				errs <- err
 				return
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			if err := g.tryRounds(ctx, n, rounds, nil); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(errs) }()
+	return errs
+}
+
+// failures reports every failure errs carries, waiting until it closes.
+func failures(t *testing.T, errs <-chan error) {
+	t.Helper()
+	for err := range errs {
+		t.Error(err)
 	}
 }
 
