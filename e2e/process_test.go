@@ -115,7 +115,9 @@ func (n *nodeT) processRuntime(b process.Backoff) (*process.Runtime, *bundle.Cac
 // waitStatus waits until the runtime reports module in a status pred
 // accepts. The runtime's status is what its shim last reported; it is
 // read every few milliseconds (the test measures with the status's own
-// Since, never with the poll).
+// Since, never with the poll). It keeps its own 2 ms tick rather than
+// internal/waitfor's backoff: BenchmarkFillToRunning's time per op
+// includes this wait.
 func waitStatus(ctx context.Context, rt *process.Runtime, module string, pred func(process.Status) bool) (process.Status, error) {
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()

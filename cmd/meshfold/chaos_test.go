@@ -23,6 +23,7 @@ import (
 	"github.com/segmentio/encoding/json"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 )
@@ -336,15 +337,14 @@ func vmRSS(pid int) (int64, bool) {
 	return 0, false
 }
 
+// waitUntil waits until cond holds, for as long as ctx's deadline leaves.
 func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(50 * time.Millisecond):
-		}
+	limit := 2 * time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		limit = time.Until(dl)
 	}
+	waitfor.Until(t, limit, what, cond)
 }
 
 // chaosVerify reads the whole stream and checks it against a clean fold

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/testproc"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -166,7 +167,7 @@ func restartAfterKill(tb testing.TB, role string, kills int, command func(args .
 		proc, stderr = command(args...), &storetest.SyncBuffer{}
 		proc.Stderr = stderr
 		began := time.Now()
-		if err := proc.Start(); err != nil {
+		if err := testproc.StartChild(proc); err != nil { // dies with a killed test
 			tb.Fatal(err)
 		}
 		return began

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/node/bundle"
 )
@@ -288,7 +289,7 @@ func TestHealthGoesOnWithoutTheAgent(t *testing.T) {
 	// No runtime runs: the module's log (read from its file) shows the
 	// shim found it healthy.
 	logPath := filepath.Join(e.cfg.StateDir, "process", "web", logFile)
-	waitUntil(t, "the shim's healthy note", func() bool {
+	waitfor.Until(t, deadline, "the shim's healthy note", func() bool {
 		page, err := readLog(logPath, node.LogQuery{})
 		return err == nil && slices.Contains(page.Lines, "meshfold: healthy (exec check)")
 	})

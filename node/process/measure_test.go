@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/node/bundle"
 )
 
@@ -147,12 +148,12 @@ func TestMeasureTree(t *testing.T) {
 		if err := r.Apply(ctx(t), events.PlanModule{Name: "d", Build: "sha256:d", RunsAs: self}); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, "the daemon up", func() bool { return slices.Contains(marks(t, mark), "daemon-up") })
+		waitfor.Until(t, deadline, "the daemon up", func() bool { return slices.Contains(marks(t, mark), "daemon-up") })
 		began := time.Now()
 		if err := r.Remove(ctx(t), "d"); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, "no process left", func() bool { return len(moduleProcs(t, e.cfg.Root, "d")) == 0 })
+		waitfor.Until(t, deadline, "no process left", func() bool { return len(moduleProcs(t, e.cfg.Root, "d")) == 0 })
 		removal = append(removal, time.Since(began))
 		_ = i
 	}

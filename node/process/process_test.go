@@ -20,6 +20,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/internal/testproc"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/node/bundle"
 )
@@ -164,15 +165,7 @@ const deadline = 30 * time.Second
 // holds.
 func waitFor(t *testing.T, r *Runtime, what string, cond func() bool) {
 	t.Helper()
-	timeout := time.NewTimer(deadline)
-	defer timeout.Stop()
-	for !cond() {
-		select {
-		case <-r.Changes():
-		case <-timeout.C:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	waitfor.UntilOn(t, deadline, what, r.Changes(), cond)
 }
 
 func status(t *testing.T, r *Runtime, name string) Status {
@@ -197,19 +190,18 @@ exec sleep 3600`
 // /proc/<pid>/cmdline starts with it), failing the test after 10 s.
 func waitExec(t *testing.T, pid int, argv0 string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		cmd, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-		if err != nil {
-			t.Fatalf("module process %d: %v", pid, err)
+	var err error
+	// Polling /proc: no event to wait on.
+	waitfor.Value(t, 10*time.Second, fmt.Sprintf("module process %d to run %s", pid, argv0), func() (string, bool) {
+		var cmd []byte
+		if cmd, err = os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err != nil {
+			return "", true
 		}
-		if first, _, _ := strings.Cut(string(cmd), "\x00"); first == argv0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("module process %d runs %q, not %s, after 10 s", pid, cmd, argv0)
-		}
-		time.Sleep(5 * time.Millisecond) // polling /proc: no event to wait on
+		first, _, _ := strings.Cut(string(cmd), "\x00")
+		return fmt.Sprintf("%q", cmd), first == argv0
+	})
+	if err != nil {
+		t.Fatalf("module process %d: %v", pid, err)
 	}
 }
 
@@ -492,19 +484,7 @@ func TestFillWakesModuleInBackoff(t *testing.T) {
 // waitLog waits, following the module's log, until a line equals want.
 func waitLog(t *testing.T, r *Runtime, module, want string) {
 	t.Helper()
-	end := time.Now().Add(deadline)
-	cursor := ""
-	for time.Now().Before(end) {
-		page, err := r.Logs(ctx(t), module, node.LogQuery{Cursor: cursor, WaitMS: 1000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if contains(page.Lines, want) {
-			return
-		}
-		cursor = page.Cursor
-	}
-	t.Fatalf("the log of %s never showed %q", module, want)
+	followLog(t, r, module, fmt.Sprintf("%q", want), func(l string) bool { return l == want })
 }
 
 func TestFillGivesRunningModuleItsAction(t *testing.T) {
@@ -624,6 +604,13 @@ func TestRemoveStopsGroupAndForgets(t *testing.T) {
 
 func waitLogFunc(t *testing.T, r *Runtime, module string, match func(string) bool) {
 	t.Helper()
+	followLog(t, r, module, "the line", match)
+}
+
+// followLog follows the module's log (each read waits up to 1 s on the
+// runtime's side for new lines) until a line matches.
+func followLog(t *testing.T, r *Runtime, module, what string, match func(string) bool) {
+	t.Helper()
 	end := time.Now().Add(deadline)
 	cursor := ""
 	for time.Now().Before(end) {
@@ -638,7 +625,7 @@ func waitLogFunc(t *testing.T, r *Runtime, module string, match func(string) boo
 		}
 		cursor = page.Cursor
 	}
-	t.Fatalf("the log of %s never showed the line", module)
+	t.Fatalf("the log of %s never showed %s", module, what)
 }
 
 func TestNewRuntimeAdoptsRunningModules(t *testing.T) {

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/testproc"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/node/bundle"
 )
 
@@ -72,19 +74,6 @@ func zombiesOf(pid int) []int {
 	return out
 }
 
-// waitUntil polls cond (there is no event for another process's state)
-// until it holds, failing after the test deadline.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // marks reads the lines the test's processes appended to file.
 func marks(t *testing.T, file string) []string {
 	t.Helper()
@@ -113,7 +102,7 @@ func TestRemoveStopsDaemonizedChild(t *testing.T) {
 	if err := r.Apply(ctx(t), events.PlanModule{Name: "forker", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the daemon up", func() bool { return slices.Contains(marks(t, mark), "daemon-up") })
+	waitfor.Until(t, deadline, "the daemon up", func() bool { return slices.Contains(marks(t, mark), "daemon-up") })
 	if n := len(moduleProcs(t, e.cfg.Root, "forker")); n < 2 {
 		t.Fatalf("%d processes of the module, want the main one and the daemon's", n)
 	}
@@ -167,7 +156,7 @@ wait`, bundle.Manifest{StopTimeout: "5s"})
 	if err := r.Apply(ctx(t), events.PlanModule{Name: "sh", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "both children up", func() bool {
+	waitfor.Until(t, deadline, "both children up", func() bool {
 		m := marks(t, mark)
 		return slices.Contains(m, "c1-up") && slices.Contains(m, "c2-up")
 	})
@@ -198,9 +187,9 @@ func TestThousandOrphansReaped(t *testing.T) {
 	if err := r.Apply(ctx(t), events.PlanModule{Name: "many", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the 1,000 forks", func() bool { return slices.Contains(marks(t, mark), "forked") })
+	waitfor.Until(t, deadline, "the 1,000 forks", func() bool { return slices.Contains(marks(t, mark), "forked") })
 	shim := status(t, r, "many").ShimPID
-	waitUntil(t, "no zombie below the shim", func() bool { return len(zombiesOf(shim)) == 0 })
+	waitfor.Until(t, deadline, "no zombie below the shim", func() bool { return len(zombiesOf(shim)) == 0 })
 	if err := r.Remove(ctx(t), "many"); err != nil {
 		t.Fatal(err)
 	}
@@ -227,8 +216,7 @@ func TestAdoptionRecordOfAnUnrelatedProcess(t *testing.T) {
 			// The unrelated process: records every signal it gets.
 			mark := filepath.Join(t.TempDir(), "signals")
 			cmd := exec.Command("sh", "-c", `for s in TERM INT HUP USR1 USR2 QUIT; do trap "echo $s >> `+mark+`" $s; done; while :; do sleep 0.05; done`)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			if err := cmd.Start(); err != nil {
+			if err := testproc.StartChild(cmd); err != nil { // dies with the test
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
@@ -358,7 +346,7 @@ func TestNoCgroupFallbackStopsDaemon(t *testing.T) {
 			if n := strings.Count(logs.String(), "no cgroup can be made"); (n == 1) != tc.says || n > 1 {
 				t.Errorf("the log says %d times that no cgroup can be made:\n%s", n, logs.String())
 			}
-			waitUntil(t, "both daemons up", func() bool { return strings.Count(strings.Join(marks(t, mark), " "), "daemon-up") == 2 })
+			waitfor.Until(t, deadline, "both daemons up", func() bool { return strings.Count(strings.Join(marks(t, mark), " "), "daemon-up") == 2 })
 			c, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()
 			if err := r.Remove(c, "forker"); err != nil {
