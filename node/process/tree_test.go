@@ -378,7 +378,7 @@ func TestLostShimDaemonKilledWithoutCgroup(t *testing.T) {
 	if err := r.Apply(ctx(t), events.PlanModule{Name: "forker", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the daemon up", func() bool { return slices.Contains(marks(t, mark), "daemon-up") })
+	waitfor.Until(t, deadline, "the daemon up", func() bool { return slices.Contains(marks(t, mark), "daemon-up") })
 	st := status(t, r, "forker")
 	var old []member
 	for _, pid := range moduleProcs(t, e.cfg.Root, "forker") {
