@@ -39,8 +39,8 @@ type Config struct {
 	// Fetcher gives the runtime a build's bundle. Required.
 	Fetcher Fetcher
 	// Shim is the argv that runs a shim; the runtime appends the module's
-	// directory. The command must call [ShimMain] with it (`meshfold node
-	// shim DIR`). Required.
+	// directory. The command must call [ShimMain] with it (meshfold's is
+	// `meshfold shim DIR`, a hidden top-level command). Required.
 	Shim []string
 	// ShimEnv is added to the shim's environment (tests mark their
 	// re-executed binary with it).
