@@ -217,6 +217,9 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 	if !c.NoRollouts {
 		stop, err := startRollouts(ctx, js, scfg, c)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
 		defer stop()

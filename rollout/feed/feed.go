@@ -268,9 +268,9 @@ func Diff(from, to []events.WantModule) string {
 		i := slices.IndexFunc(from, func(x events.WantModule) bool { return x.Name == m.Name })
 		switch {
 		case i < 0:
-			parts = append(parts, "+"+m.Name+" "+events.Short(m.Build))
+			parts = append(parts, "+"+m.Name+" "+events.Text(m.Build))
 		case from[i].Build != m.Build:
-			parts = append(parts, m.Name+" "+events.Short(from[i].Build)+" → "+events.Short(m.Build))
+			parts = append(parts, m.Name+" "+events.Text(from[i].Build)+" → "+events.Text(m.Build))
 		case !rollout.EqualWant([]events.WantModule{from[i]}, []events.WantModule{m}):
 			parts = append(parts, m.Name+" (fields)")
 		}

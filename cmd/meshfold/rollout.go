@@ -1,0 +1,464 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
+	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/rollout/feed"
+	"github.com/meshfold/meshfold/rollout/fleetfile"
+)
+
+// Rollouts (DESIGN.md §11): apply starts one from a fleet file; the
+// rollout verbs read one (ls, status, why) or act on it (pause, resume,
+// promote, abort, revert: each an event).
+
+func init() {
+	register(newApplyCmd)
+	register(newRolloutCmd)
+}
+
+func newApplyCmd(a *app) *cobra.Command {
+	var (
+		file, by, reason string
+		dryRun           bool
+		timeout          time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "apply -f FLEET.yaml --by NAME [--dry-run] [--reason TEXT]",
+		Short: "Start a rollout of a fleet file: each owned node's want, in batches",
+		Long: `apply reads a fleet file (the nodes a fleet owns with their labels, groups of
+modules selected by label, and the rollout block), computes each owned node's
+want, and starts a rollout over the nodes whose want differs from their newest
+want (the targets). The rollout controller, which 'meshfold serve' and
+'meshfold reconcile' run, then gives the targets their new wants in batches,
+within max_unavailable, waiting for a promote after a canary, halting on a
+failure and, with auto_revert, giving every changed target its previous want
+back. A new apply supersedes a rollout of the fleet still in progress.
+
+--dry-run prints each target's want difference and the batches, and publishes
+nothing. Errors in the file name the line and the field; a selector that
+matches no node is a warning.
+
+Follow it with 'meshfold rollout status FLEET'. Exit 1 if the publish failed,
+2 on a usage error or an invalid file.`,
+		Example: `  meshfold apply -f fleet.yaml --by alice --dry-run
+  meshfold apply -f fleet.yaml --by alice --reason "web 1.4"
+  meshfold rollout status web`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			fleet, warnings, err := fleetfile.Parse(data)
+			for _, w := range warnings {
+				fmt.Fprintf(a.stderr, "warning: %s: %v\n", file, w)
+			}
+			if err != nil {
+				return withCode(exitUsage, fmt.Errorf("%s: %w", file, err))
+			}
+			if !dryRun && by == "" {
+				return withCode(exitUsage, errors.New("--by is required (who applies, kept for the audit)"))
+			}
+			if dryRun && by == "" {
+				by = "dry-run"
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			nc, js, _, err := a.openPublisher(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			stream, scfg, err := a.stream.openStream(ctx, js)
+			if err != nil {
+				return err
+			}
+			plan, err := feed.NewPlan(ctx, stream, scfg.Subjects(), fleet, by, reason)
+			if err != nil {
+				return err
+			}
+			if plan.Start != nil {
+				if err := rollout.Stamp(plan.Start, time.Now()).Validate(); err != nil {
+					return withCode(exitUsage, err)
+				}
+			}
+			printPlan(a.stdout, plan)
+			if dryRun || plan.Start == nil {
+				return nil
+			}
+			id, err := plan.Apply(ctx, js, scfg.Subjects())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "rollout %d of fleet %s started\n", id, fleet.Name)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "the fleet file (YAML or JSON)")
+	_ = cmd.MarkFlagRequired("file")
+	cmd.Flags().StringVar(&by, "by", "", "who applies (required unless --dry-run); kept in the stream for the audit")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit (one line)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print each target's want difference and the batches; publish nothing")
+	addPublishTimeout(cmd, &timeout)
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+// printPlan prints each target's want difference and the batches.
+func printPlan(w io.Writer, p *feed.Plan) {
+	if p.Start == nil {
+		fmt.Fprintf(w, "fleet %s: %d nodes, no want changes: nothing to roll out\n", p.Fleet.Name, len(p.Cands))
+		return
+	}
+	var targets []rollout.Candidate
+	for _, c := range p.Cands {
+		if c.Prev == 0 || !rollout.EqualWant(c.Want, c.Current) {
+			targets = append(targets, c)
+		}
+	}
+	r := p.Start.Params.Resolve(len(targets), len(p.Cands))
+	fmt.Fprintf(w, "fleet %s: %d targets of %d nodes; canary %d, batch %d, max_unavailable %d, min_healthy %s, healthy_deadline %s, auto_revert %v\n",
+		p.Fleet.Name, len(targets), len(p.Cands), r.Canary, r.Batch, r.MaxUnavailable, r.MinHealthy, r.HealthyDeadline, r.AutoRevert)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BATCH\tNODE\tCHANGE")
+	batch, in := 1, 0
+	size := r.Batch
+	if r.Canary > 0 {
+		size = r.Canary
+	}
+	for _, c := range targets {
+		if in == size {
+			batch, in, size = batch+1, 0, r.Batch
+		}
+		in++
+		label := fmt.Sprint(batch)
+		if r.Canary > 0 && batch == 1 {
+			label = "canary"
+		}
+		change := feed.Diff(c.Current, c.Want)
+		if c.Prev == 0 {
+			change = "new want: " + feed.Diff(nil, c.Want)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", label, c.Node, change)
+	}
+	_ = tw.Flush()
+}
+
+func newRolloutCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rollout",
+		Short: "Read and steer a fleet's rollouts (ls, status, why, pause, resume, promote, abort, revert)",
+		Long: `rollout reads a fleet's rollouts, which 'meshfold apply' starts, and steers
+them. Every read replays the rollout from the stream (its start, its events and
+its targets' events), so what it shows is what the controller decided, and why.
+Every verb is an event in the stream, with --by.`,
+		Example: `  meshfold rollout ls
+  meshfold rollout status web
+  meshfold rollout why web ace
+  meshfold rollout promote web --by alice`,
+	}
+	cmd.AddCommand(newRolloutLsCmd(a), newRolloutStatusCmd(a), newRolloutWhyCmd(a))
+	for _, v := range []struct {
+		kind        rollout.Kind
+		short, long string
+	}{
+		{rollout.KindPromote, "Let a rollout go on past its canary", "promote lets the rollout go on past its canary batch once the canary is done\n(a promote before that is ignored, as Nomad refuses one: promote again)."},
+		{rollout.KindPause, "Stop a rollout's new steps", "pause stops new steps; failures, halts and reverts still happen."},
+		{rollout.KindResume, "Let a paused rollout take new steps again", "resume ends a pause."},
+		{rollout.KindAbort, "Stop deciding: targets keep the want they have", "abort stops the rollout: no more steps; the targets keep the want they have\nand are no longer judged."},
+		{rollout.KindRevert, "Give every changed target its previous want back", "revert gives every target the rollout changed the want it had before, at\nonce (a target whose want was changed by hand since is left alone)."},
+	} {
+		cmd.AddCommand(newRolloutVerbCmd(a, v.kind, v.short, v.long))
+	}
+	return cmd
+}
+
+func (a *app) rolloutReader(ctx context.Context) (*query.Reader, func(), error) {
+	nc, err := a.conn.connect("meshfold-rollout", a)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := a.stream.reader(nc, query.Config{})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return r, nc.Close, nil
+}
+
+func newRolloutLsCmd(a *app) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List the fleets' newest rollouts: phase, batch, targets done",
+		Example: `  meshfold rollout ls
+  meshfold rollout ls -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			format, err := out.get()
+			if err != nil {
+				return err
+			}
+			r, done, err := a.rolloutReader(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			fleets, err := r.RolloutFleets(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var views []rollout.View
+			for _, f := range fleets {
+				s, err := r.Rollout(cmd.Context(), f)
+				if err != nil {
+					return err
+				}
+				v := s.View()
+				v.Targets = nil
+				views = append(views, v)
+			}
+			if format != outTable {
+				if views == nil {
+					views = []rollout.View{}
+				}
+				return writeValue(a.stdout, format, views)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "FLEET\tROLLOUT\tPHASE\tBATCH\tDONE\tTARGETS\tBY\tSTARTED")
+			for _, v := range views {
+				total := 0
+				for _, n := range v.Counts {
+					total += n
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d/%d\t%d\t%d\t%s\t%s\n", v.Fleet, v.Rollout, v.Phase, v.Batch, v.Batches,
+					v.Counts[rollout.Done], total, events.Text(v.By), v.Started.Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+	out.add(cmd, "")
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func newRolloutStatusCmd(a *app) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:   "status FLEET [-o table|json|yaml]",
+		Short: "The delivery view: each target's want, plan, settle, build, health; each build's nodes",
+		Long: `status replays the fleet's newest rollout and prints the delivery view: the
+rollout's phase, batch and budget; per target its batch and status, the want
+published, its plan and whether it settled, the builds it runs, healthy since
+when, and why it failed or waits; per build, on how many of the fleet's nodes
+it runs.`,
+		Example: `  meshfold rollout status web
+  meshfold rollout status web -o json | jq '.targets[] | select(.status=="failed")'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, err := out.get()
+			if err != nil {
+				return err
+			}
+			r, done, err := a.rolloutReader(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			s, err := r.Rollout(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			v := s.View()
+			if format != outTable {
+				return writeValue(a.stdout, format, v)
+			}
+			return writeRolloutView(a.stdout, v)
+		},
+	}
+	out.add(cmd, "")
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+// writeRolloutView prints the delivery view as text.
+func writeRolloutView(w io.Writer, v rollout.View) error {
+	p := v.Params
+	fmt.Fprintf(w, "fleet %s, rollout %d by %s, started %s: %s, batch %d of %d\n", v.Fleet, v.Rollout, events.Text(v.By),
+		v.Started.Format(time.RFC3339), v.Phase, v.Batch, v.Batches)
+	fmt.Fprintf(w, "budget: %d of max_unavailable %d unavailable (%d nodes); canary %d, batch %d, min_healthy %s, healthy_deadline %s, auto_revert %v\n",
+		v.Unavailable, p.MaxUnavailable, v.Nodes, p.Canary, p.Batch, p.MinHealthy, p.HealthyDeadline, p.AutoRevert)
+	for _, m := range []struct {
+		what string
+		m    *rollout.Mark
+	}{{"paused", v.Paused}, {"halted", v.Halt}, {"reverting", v.Revert}, {"ended", v.End}} {
+		if m.m != nil {
+			fmt.Fprintf(w, "%s at #%d %s", m.what, m.m.Seq, m.m.Time.Format(time.RFC3339))
+			if m.m.By != "" {
+				fmt.Fprintf(w, " by %s", events.Text(m.m.By))
+			}
+			if m.m.Node != "" {
+				fmt.Fprintf(w, " (%s)", m.m.Node)
+			}
+			if m.m.Reason != "" {
+				fmt.Fprintf(w, ": %s", events.Text(m.m.Reason))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tBATCH\tSTATUS\tWANT\tPLAN\tSETTLED\tRUNNING\tHEALTHY SINCE\tWHY")
+	dash := func(n uint64) string {
+		if n == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("#%d", n)
+	}
+	for _, t := range v.Targets {
+		var running []string
+		for _, m := range t.Running {
+			s := m.Module + "@" + events.Text(m.Build) + " " + string(m.State)
+			if m.Health != "" {
+				s += "/" + string(m.Health)
+			}
+			running = append(running, s)
+		}
+		since := "-"
+		if !t.HealthySince.IsZero() {
+			since = t.HealthySince.Format(time.TimeOnly)
+		}
+		settled := "no"
+		if t.Settled {
+			settled = "yes"
+		}
+		status := string(t.Status)
+		if t.Revert != nil {
+			status += ", revert " + string(t.Revert.Status)
+		}
+		if t.Down {
+			status += ", agent down"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Node, t.Batch, status, dash(t.Published), dash(t.Plan), settled,
+			strings.Join(running, ", "), since, events.Text(t.Why))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "builds:")
+	for _, b := range v.Builds {
+		fmt.Fprintf(w, "  %s@%s on %d nodes\n", b.Module, events.Text(b.Build), b.Nodes)
+	}
+	return nil
+}
+
+func newRolloutWhyCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "why FLEET NODE",
+		Short:   "Why a node of a fleet's rollout is where it is, event by event",
+		Example: `  meshfold rollout why web ace`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, done, err := a.rolloutReader(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			s, err := r.Rollout(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			lines, ok := s.Why(args[1])
+			if !ok {
+				return withCode(exitUsage, fmt.Errorf("node %s is not one of fleet %s's nodes in rollout %d", args[1], args[0], s.Rollout.ID))
+			}
+			for _, l := range lines {
+				fmt.Fprintln(a.stdout, l)
+			}
+			return nil
+		},
+	}
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func newRolloutVerbCmd(a *app, kind rollout.Kind, short, long string) *cobra.Command {
+	var (
+		by, reason string
+		id         uint64
+		timeout    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   string(kind) + " FLEET --by NAME [--reason TEXT] [--rollout ID]",
+		Short: short,
+		Long: long + `
+
+It publishes a ` + string(kind) + ` event on the fleet's rollout subject; --rollout names
+the rollout meant (the event is ignored for another one, as after a new
+apply). Prints the event's stream sequence; exit 1 if the publish failed, 2 on
+a usage error.`,
+		Example: "  meshfold rollout " + string(kind) + " web --by alice --reason \"checked the canary\"",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fleet := args[0]
+			if !events.ValidName(fleet) {
+				return withCode(exitUsage, &events.FieldError{Field: "FLEET", Value: fleet, Err: events.ErrBadName})
+			}
+			op := rollout.NewOperator(kind, id, by, reason)
+			if err := rollout.Stamp(op, time.Now()).Validate(); err != nil {
+				return withCode(exitUsage, err)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			nc, js, _, err := a.openPublisher(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			stream, scfg, err := a.stream.openStream(ctx, js)
+			if err != nil {
+				return err
+			}
+			if _, err := feed.NewestStart(ctx, stream, scfg.Subjects(), fleet); err != nil {
+				if errors.Is(err, feed.ErrNoRollout) {
+					return withCode(exitUsage, err)
+				}
+				return err
+			}
+			seq, err := publishRollout(ctx, js, scfg.Subjects(), fleet, kind, op)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "%s %s: #%d\n", kind, fleet, seq)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&by, "by", "", "who acts (required); kept in the stream for the audit")
+	_ = cmd.MarkFlagRequired("by")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit (one line)")
+	cmd.Flags().Uint64Var(&id, "rollout", 0, "the rollout meant (its id, the start's sequence); 0: whichever is newest")
+	addPublishTimeout(cmd, &timeout)
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+func publishRollout(ctx context.Context, js jetstream.JetStream, subj events.Subjects, fleet string, k rollout.Kind, p any) (uint64, error) {
+	return feed.Publish(ctx, js, subj, fleet, k, p, "")
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/store"
+)
+
+const fleetYAML = `fleet: web
+nodes:
+  ace: {site: eu}
+  bob: {site: eu}
+  cat: {site: us}
+groups:
+  - name: all
+    select: {}
+    modules: [{name: web, build: "web:2"}]
+rollout: {canary: 1, batch: 2, max_unavailable: 1, min_healthy: 0s}
+`
+
+// waitStatus polls `rollout status FLEET -o json` until ok says yes.
+func waitStatus(t *testing.T, m *mesh, ok func(rollout.View) bool) rollout.View {
+	t.Helper()
+	end := time.Now().Add(30 * time.Second)
+	for {
+		out, errs, code := m.cli(t, "rollout", "status", "web", "-o", "json")
+		var v rollout.View
+		if code == 0 {
+			if err := json.Unmarshal([]byte(out), &v); err != nil {
+				t.Fatalf("status -o json: %v\n%s", err, out)
+			}
+			if ok(v) {
+				return v
+			}
+		}
+		if time.Now().After(end) {
+			t.Fatalf("rollout status never as expected: code %d\n%s%s", code, out, errs)
+		}
+		time.Sleep(50 * time.Millisecond) // the controller acts on its own: poll its view
+	}
+}
+
+// apply, its dry run, and every rollout verb, against serve's controller
+// (no agent: the canary's want is published, its plan never settles).
+func TestRolloutVerbs(t *testing.T) {
+	m := startMesh(t)
+	m.serveReconciler(t)
+	ctx := testCtx(t)
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	for _, n := range []string{"ace", "bob", "cat"} {
+		if _, err := pub.Append(ctx, n, events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "web", Build: "web:1"}}}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "fleet.yaml")
+	if err := os.WriteFile(file, []byte(fleetYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	out, errs, code := m.cli(t, "apply", "-f", file, "--dry-run")
+	if code != 0 || !strings.Contains(out, "3 targets of 3 nodes") || !strings.Contains(out, "canary  ace   web web:1 → web:2") {
+		t.Fatalf("apply --dry-run: code %d\n%s%s", code, out, errs)
+	}
+	if out, _, _ := m.cli(t, "rollout", "ls", "-o", "json"); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("a dry run started a rollout: %s", out)
+	}
+	if _, errs, code := m.cli(t, "apply", "-f", file); code != 2 || !strings.Contains(errs, "--by") {
+		t.Fatalf("apply without --by: code %d, %s", code, errs)
+	}
+	out, errs, code = m.cli(t, "apply", "-f", file, "--by", "alice")
+	if code != 0 || !strings.Contains(out, "rollout ") || !strings.Contains(out, " of fleet web started") {
+		t.Fatalf("apply: code %d\n%s%s", code, out, errs)
+	}
+
+	v := waitStatus(t, m, func(v rollout.View) bool { return len(v.Targets) == 3 && v.Targets[0].Published > 0 })
+	if v.Targets[0].Node != "ace" || v.Targets[1].Published != 0 {
+		t.Fatalf("only the canary is given its want: %+v", v.Targets)
+	}
+	out, _, code = m.cli(t, "rollout", "status", "web")
+	if code != 0 || !strings.Contains(out, "fleet web, rollout") || !strings.Contains(out, "ace   1") {
+		t.Errorf("status:\n%s", out)
+	}
+	out, _, code = m.cli(t, "rollout", "why", "web", "ace")
+	if code != 0 || out == "" {
+		t.Errorf("why: code %d\n%s", code, out)
+	}
+	out, _, code = m.cli(t, "rollout", "ls")
+	if code != 0 || !strings.Contains(out, "web") {
+		t.Errorf("ls: code %d\n%s", code, out)
+	}
+	for _, verb := range []string{"pause", "resume", "promote"} {
+		if out, errs, code := m.cli(t, "rollout", verb, "web", "--by", "alice"); code != 0 || !strings.HasPrefix(out, verb+" web: #") {
+			t.Errorf("%s: code %d\n%s%s", verb, code, out, errs)
+		}
+	}
+	if _, errs, code := m.cli(t, "rollout", "pause", "nofleet", "--by", "alice"); code != 2 {
+		t.Errorf("pause of a fleet with no rollout: code %d, %s", code, errs)
+	}
+	if _, _, code := m.cli(t, "rollout", "abort", "web"); code != 2 {
+		t.Errorf("abort without --by: code %d", code)
+	}
+	if out, errs, code := m.cli(t, "rollout", "abort", "web", "--by", "alice", "--reason", "test"); code != 0 {
+		t.Fatalf("abort: code %d\n%s%s", code, out, errs)
+	}
+	v = waitStatus(t, m, func(v rollout.View) bool { return v.Phase == rollout.Aborted })
+	if v.End == nil || v.End.By != "alice" {
+		t.Errorf("aborted by %+v", v.End)
+	}
+}
