@@ -136,6 +136,7 @@ register key shanks       -         -          ok       -          -            
 write fill status ace     -         -          -        -          ok           -        -
 write fill status shanks  -         -          -        -          -            -        -
 read fill status          -         -          ok       -          -            -       ok
+read fill status ace      -         -          ok       -          ok           -       ok
 deliver to fill ace        -         -          -        -          -            -        -
 deliver group to fill ace  -         -          -        -          -            -        -
 deliver to logs ace        -         -          -        -          -            -        -

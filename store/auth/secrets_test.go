@@ -17,7 +17,8 @@ import (
 // ace's keys as ace's provisioner does; "list secrets" reads every key
 // (`secret ls`); "register key N" puts N's curve key registration;
 // "write fill status N" puts a status of N's; "read fill status" reads
-// every node's (fleet, state, the console). The buckets are created by
+// every node's (fleet, state, the console), "read fill status ace" ace's
+// (its provisioner, on start). The buckets are created by
 // the reconciler in the fixture.
 
 const secretPath = "/run/mesh-build-go/broker.creds"
@@ -117,6 +118,14 @@ func secretActions(acts map[string]action) {
 			return err
 		}
 		_, err = store.ReadKV(ctx, kv, ">")
+		return err
+	}
+	acts["read fill status ace"] = func(ctx context.Context, c *cell) error {
+		kv, err := store.OpenFillStatus(ctx, c.js, c.cfg, false)
+		if err != nil {
+			return err
+		}
+		_, err = store.ReadFillStatus(ctx, kv, "ace")
 		return err
 	}
 	acts["read fill status"] = func(ctx context.Context, c *cell) error {
