@@ -268,7 +268,10 @@ func TestIncident1WithCredentialsOverTLS(t *testing.T) {
 	}
 	trust := filepath.Join(dir, trustFileName) // written by auth init, copied to each node
 	background("node", nil, append([]string{"node", "ace", "--runtime", "record", "--root", root, "--state-dir", filepath.Join(base, "ace-state"), "--trust", trust}, as("node-ace")...)...)
-	background("provision", nil, append([]string{"provision", "ace", "--from", secrets, "--account", "prov", "--trust", trust}, as("provisioner-ace")...)...)
+	// Sealed secrets first, the directory after: until a secret is put,
+	// the directory fills.
+	background("provision", nil, append([]string{"provision", "ace", "--from", "sealed", "--from", secrets, "--key", filepath.Join(base, "prov", "curve.key"),
+		"--account", "prov", "--trust", trust}, as("provisioner-ace")...)...)
 
 	want := func(body string) uint64 {
 		t.Helper()
@@ -318,6 +321,26 @@ func TestIncident1WithCredentialsOverTLS(t *testing.T) {
 	})
 	if b, err := os.ReadFile(filepath.Join(root, path)); err != nil || string(b) != secret {
 		t.Fatalf("the credential on ace: %q, %v", b, err)
+	}
+
+	// A sealed secret, put by the operator, reaches ace through its
+	// provisioner's watch, every step within the users' permissions.
+	sealedFile := filepath.Join(base, "sealed")
+	if err := os.WriteFile(sealedFile, []byte("sealed "+secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runCLI(ctx, append([]string{"secret", "put", "ace", "mesh-build-go", path, "-f", sealedFile, "--by", "alice"}, as("operator")...)...); code != exitOK {
+		t.Fatalf("secret put as the operator: %d %s %s", code, out, errs)
+	}
+	waitFor("the sealed fill", func(ev events.Event) bool {
+		f, ok := ev.Payload.(*events.Filled)
+		return ok && f.Path == path && ev.Seq > filled.Seq
+	})
+	if b, err := os.ReadFile(filepath.Join(root, path)); err != nil || string(b) != "sealed "+secret {
+		t.Fatalf("the sealed credential on ace: %q, %v", b, err)
+	}
+	if code, out, errs := runCLI(ctx, append([]string{"secret", "ls", "ace"}, as("operator")...)...); code != exitOK || !strings.Contains(out, "current") {
+		t.Errorf("secret ls as the operator: %d %s %s", code, out, errs)
 	}
 
 	code, out, errs := runCLI(ctx, append([]string{"audit", "ace", "--until", strconv.FormatUint(filled.Seq, 10)}, as("operator")...)...)
