@@ -10,7 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/meshfold/meshfold/events"
@@ -401,5 +403,51 @@ func TestRetryOfWritingRequestIsNotUnchanged(t *testing.T) {
 	}
 	if n := filled(); n != 2 {
 		t.Fatalf("%d filled events, want 2 (r1's write, r3's)", n)
+	}
+}
+
+// A push consumer over the node's own plans, delivering to its fill
+// subject with the service's queue group (issue 24: a node may create
+// one; the server checks no deliver subject), reaches the fill handler
+// no more: the delivery is dropped at the door and logged, and a fill
+// request after it is answered as before.
+func TestFillDropsJetStreamDeliveries(t *testing.T) {
+	e := newEnv(t)
+	a := e.startAgent(t, "ace", nil)
+	e.publishPlan(t, "ace", "mbg", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0640"}}})
+	if r, _ := e.fill(t, "ace", mbg, creds, "prov", nil); r.Error != "" {
+		t.Fatalf("fill before: %+v", r) // the service is up
+	}
+	ctx := ctxT(t)
+	subj := e.cfg.Subjects()
+	cons, err := e.js.CreatePushConsumer(ctx, e.cfg.Name, jetstream.ConsumerConfig{FilterSubject: subj.Stored("ace", events.KindPlan),
+		DeliverSubject: subj.Fill("ace"), DeliverGroup: micro.DefaultQueueGroup, AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := e.js.PushConsumer(ctx, e.cfg.Name, cons.CachedInfo().Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.CachedInfo().Delivered.Consumer > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the push consumer delivered nothing")
+		case <-time.After(10 * time.Millisecond): // polling the server's count
+		}
+	}
+	// The fill endpoint handles its messages in order: once this reply
+	// is in, the delivery before it was handled.
+	if r, _ := e.fill(t, "ace", mbg, creds, "prov", nil); r.Error != "" {
+		t.Fatalf("fill after: %+v", r)
+	}
+	if !strings.Contains(a.logs.String(), "dropped a message that is no core request") {
+		t.Fatalf("the delivery was not dropped at the door; the agent logged:\n%s", a.logs.String())
+	}
+	if strings.Contains(a.logs.String(), "bad fill request") {
+		t.Errorf("the delivery reached the fill handler:\n%s", a.logs.String())
 	}
 }
