@@ -220,13 +220,16 @@ func BenchmarkRefoldUnderRestarts(b *testing.B) {
 	for range b.N {
 		_, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
 		pubDone := make(chan struct{})
+		var pubErr error // set before pubDone closes; the goroutine never calls b.Fatal
 		go func() {
 			defer close(pubDone)
 			tick := time.NewTicker(10 * time.Millisecond)
 			defer tick.Stop()
 			for i := 0; i < len(inputs); i += 45 {
 				<-tick.C
-				(&enginetest.History{Msgs: inputs[i:min(i+45, len(inputs))]}).Load(b, js)
+				if _, pubErr = (&enginetest.History{Msgs: inputs[i:min(i+45, len(inputs))]}).Publish(js); pubErr != nil {
+					return
+				}
 			}
 		}()
 		var folded, checkpoints float64
@@ -290,6 +293,9 @@ func BenchmarkRefoldUnderRestarts(b *testing.B) {
 				continue
 			}
 			break
+		}
+		if pubErr != nil {
+			b.Fatal(pubErr)
 		}
 		run(false)
 		b.Logf("%d restarts, %.0f checkpoints, %.0f events folded for %d stored", restarts, checkpoints, folded, len(inputs))

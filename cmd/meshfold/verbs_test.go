@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/embedded"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -310,8 +311,8 @@ func TestNodeWaitsForTheServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errb := &storetest.SyncBuffer{}
 	done := make(chan int, 1)
+	_, trust := testSigner(t) // here: t.Fatal must not run in the goroutine
 	go func() {
-		_, trust := testSigner(t)
 		done <- run(ctx, []string{"node", "ace", "--runtime", "record", "--root", filepath.Join(dir, "root"), "--state-dir", filepath.Join(dir, "state"),
 			"-s", "nats://" + addr, "--trust", trust}, nil, &storetest.SyncBuffer{}, errb)
 	}()
@@ -321,14 +322,13 @@ func TestNodeWaitsForTheServer(t *testing.T) {
 			t.Errorf("node exited %d: %s", code, errb.String())
 		}
 	}()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(20 * time.Second) // for the three waits together
 	waitFor := func(what string) {
-		for !strings.Contains(errb.String(), what) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q in the node's log:\n%s", what, errb.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		t.Helper()
+		waitfor.Value(t, time.Until(deadline), fmt.Sprintf("%q in the node's log", what), func() (string, bool) {
+			log := errb.String()
+			return log, strings.Contains(log, what)
+		})
 	}
 	waitFor("NATS not reachable yet; retrying")
 	srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "data"), Listen: addr})

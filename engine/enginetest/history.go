@@ -196,32 +196,45 @@ func (h *History) InputCount() int {
 // any publish error.
 func (h *History) Load(tb testing.TB, js jetstream.JetStream) uint64 {
 	tb.Helper()
+	last, err := h.Publish(js)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return last
+}
+
+// Publish is [History.Load] that returns the first publish error instead
+// of failing a test, for a goroutine the test starts (which must not call
+// tb.Fatal).
+func (h *History) Publish(js jetstream.JetStream) (uint64, error) {
 	var last uint64
 	const window = 2000
 	futs := make([]jetstream.PubAckFuture, 0, window)
-	flush := func() {
+	flush := func() error {
+		defer func() { futs = futs[:0] }()
 		for _, f := range futs {
 			select {
 			case a := <-f.Ok():
 				last = max(last, a.Sequence)
 			case err := <-f.Err():
-				tb.Fatal(err)
+				return err
 			}
 		}
-		futs = futs[:0]
+		return nil
 	}
 	for _, m := range h.Msgs {
 		f, err := js.PublishMsgAsync(m)
 		if err != nil {
-			tb.Fatal(err)
+			return last, err
 		}
 		futs = append(futs, f)
 		if len(futs) == window {
-			flush()
+			if err := flush(); err != nil {
+				return last, err
+			}
 		}
 	}
-	flush()
-	return last
+	return last, flush()
 }
 
 // Seal returns the history as a reconciler holding effect-id key key and
