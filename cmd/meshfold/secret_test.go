@@ -427,6 +427,22 @@ func TestSealedRotation(t *testing.T) {
 	if !strings.Contains(out, "current") || strings.Contains(out, "sealed-") {
 		t.Errorf("secret ls:\n%s", out)
 	}
+
+	// secret rm: the file stays as it is, the provisioner reports it has
+	// no source, and state says so.
+	if out, errs, code := s.m.cli(t, "secret", "rm", "ace", "app", sealedPath); code != 0 {
+		t.Fatalf("secret rm: %d %s %s", code, out, errs)
+	}
+	waitUntil(t, testCtx(t), "state to say the removed secret has no source", func() bool {
+		out, _, _ := s.m.cli(t, "state", "ace")
+		return strings.Contains(out, "not filled") && strings.Contains(out, "no sealed secret")
+	})
+	if out, _, _ := s.m.cli(t, "secret", "ls", "ace"); strings.Contains(out, "/run/app/token") {
+		t.Errorf("secret ls lists a removed secret:\n%s", out)
+	}
+	if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, content("v20")) {
+		t.Errorf("the file changed after secret rm: %v", err)
+	}
 }
 
 // assertNotStored fails when any file under dir holds one of needles.
