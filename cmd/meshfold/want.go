@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,11 +26,13 @@ import (
 func init() { register(newWantCmd) }
 
 type wantOpts struct {
-	file    string
-	expect  uint64
-	dryRun  bool
-	out     outputFlag
-	timeout time.Duration
+	file   string
+	expect uint64
+	dryRun bool
+	// allowMissing publishes a bundle build the builds bucket lacks.
+	allowMissing bool
+	out          outputFlag
+	timeout      time.Duration
 }
 
 func newWantCmd(a *app) *cobra.Command {
@@ -65,6 +68,11 @@ current.
 
 On success it prints the stream sequence of the stored want.
 
+A bundle build (sha256:…) that is not in the builds bucket (<stream>_BUILDS)
+is refused, naming the module and the build: push it first with 'meshfold
+build push PATH'. --allow-missing-build publishes anyway (a build pushed
+later: the node's apply fails until it is there). --dry-run checks the same.
+
 --dry-run publishes nothing: it prints the plan the reconciler would emit now
 for this want, and its difference from the last plan emitted (modules added,
 removed, changed; what is held and why), computed by the reconciler's own
@@ -93,6 +101,7 @@ document.`,
 	fl.StringVarP(&o.file, "file", "f", "", "the want as JSON; - reads stdin (required)")
 	fl.Uint64Var(&o.expect, "expect", 0, "publish only if NODE's newest want is at this stream sequence (0: none yet)")
 	addPublishTimeout(cmd, &o.timeout)
+	fl.BoolVar(&o.allowMissing, "allow-missing-build", false, "publish a sha256: build the builds bucket does not hold (yet)")
 	fl.BoolVar(&o.dryRun, "dry-run", false, "publish nothing: print the plan the reconciler would emit now and how it differs from the last")
 	o.out.add(cmd, "")
 	_ = cmd.MarkFlagRequired("file")
@@ -131,7 +140,7 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 		if expect != nil {
 			return withCode(exitUsage, errors.New("--dry-run publishes nothing: --expect has nothing to guard"))
 		}
-		return runDryRun(ctx, a, nodeName, w, format, 2*time.Second)
+		return runDryRun(ctx, a, nodeName, w, format, 2*time.Second, o.allowMissing)
 	}
 
 	nc, js, pub, err := a.openPublisher(ctx)
@@ -139,6 +148,15 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 		return err
 	}
 	defer nc.Close()
+	if !o.allowMissing {
+		r, err := a.stream.reader(nc, query.Config{})
+		if err != nil {
+			return err
+		}
+		if err := checkBuilds(ctx, r, w); err != nil {
+			return err
+		}
+	}
 	var opts []store.AppendOpt
 	if expect != nil {
 		opts = append(opts, store.WithExpectLastSubjectSeq(*expect))
@@ -259,7 +277,7 @@ func (a *app) lastSeq(ctx context.Context, js jetstream.JetStream, node string, 
 // (query.Reader.DryRun: the state is the reconciler's, else the stored
 // snapshot, else the node's events folded, else the empty state).
 // Nothing is published.
-func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format string, timeout time.Duration) error {
+func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format string, timeout time.Duration, allowMissing bool) error {
 	nc, err := a.conn.connect("meshfold-dry-run", a)
 	if err != nil {
 		return err
@@ -268,6 +286,11 @@ func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format 
 	r, err := a.stream.reader(nc, query.Config{Timeout: timeout})
 	if err != nil {
 		return err
+	}
+	if !allowMissing {
+		if err := checkBuilds(ctx, r, w); err != nil {
+			return err
+		}
 	}
 	d, source, err := r.DryRun(ctx, node, w)
 	if err != nil {
@@ -278,6 +301,25 @@ func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format 
 	}
 	_, err = io.WriteString(a.stdout, audit.DryRunText(d, source.Text()))
 	return err
+}
+
+// checkBuilds refuses w when a module's bundle build is not in the
+// builds bucket (query.Reader.MissingBuilds), naming each and how to
+// push it.
+func checkBuilds(ctx context.Context, r *query.Reader, w *events.Want) error {
+	missing, err := r.MissingBuilds(ctx, w)
+	if err != nil {
+		return fmt.Errorf("checking the want's builds: %w", err)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for _, m := range missing {
+		fmt.Fprintf(&b, "\n  module %s, build %s: %v", m.Module, m.Build, m.Err)
+	}
+	return fmt.Errorf("refused: %d build(s) the node could not fetch; nothing was published:%s\npush each with 'meshfold build push PATH' (it prints the build), or publish anyway with --allow-missing-build",
+		len(missing), b.String())
 }
 
 // dryRunReply is what `want --dry-run -o json|yaml` prints.

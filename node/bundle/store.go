@@ -207,6 +207,29 @@ func (s *Store) Remove(ctx context.Context, build string) error {
 	return nil
 }
 
+// Stat returns the info of the bundle stored under build, reading its
+// metadata only.
+//
+// Errors: ErrNotBundle or ErrBadBuild; ErrNoBucket; ErrNotFound (its
+// message says how to push it); the server's.
+func (s *Store) Stat(ctx context.Context, build string) (Info, error) {
+	if _, err := ParseBuild(build); err != nil {
+		return Info{}, err
+	}
+	obs, err := s.open(ctx, false)
+	if err != nil {
+		return Info{}, err
+	}
+	oi, err := obs.GetInfo(ctx, build)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return Info{}, fmt.Errorf("%w: %s is not in bucket %s: push it with meshfold build push PATH", ErrNotFound, Short(build), s.bucket)
+	}
+	if err != nil {
+		return Info{}, fmt.Errorf("stat %s: %w", Short(build), err)
+	}
+	return infoOf(oi), nil
+}
+
 // Open returns a reader of the bundle stored under build, and its info.
 // The reader's bytes are what the bucket holds: they are not checked
 // against build here ([Cache.Fetch] does that). Close it.

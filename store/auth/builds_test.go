@@ -62,6 +62,10 @@ func builds(acts map[string]action, cfg store.StreamConfig) {
 		}
 		return err
 	}
+	acts["stat build"] = func(ctx context.Context, c *cell) error {
+		_, err := bundle.NewStore(c.js, cfg.Name).Stat(ctx, buildsFixture.build)
+		return err
+	}
 	acts["fetch build"] = func(ctx context.Context, c *cell) error {
 		r, _, err := bundle.NewStore(c.js, cfg.Name).Open(ctx, buildsFixture.build)
 		if err != nil {

@@ -46,7 +46,7 @@ import (
 // asks it for ace's whole folded state (want --dry-run); "request
 // logs" asks ace's agent for a module's output and "serve logs" listens
 // on that subject (`meshfold logs`, operator only); "push
-// build", "list builds", "fetch build" and "remove build" act on the
+// build", "list builds", "stat build" (want's check), "fetch build" and "remove build" act on the
 // builds bucket as `meshfold build` and node agents do (the bundle
 // fetched, and each one removed, were pushed by the operator first).
 //
@@ -123,6 +123,7 @@ ask state ace             -         -          ok       -          -            
 ask fold ace              -         -          ok       -          -            -        -
 push build                -         -          ok       -          -            -        -
 list builds               -         -          ok       -          -            -        -
+stat build                -         ok         ok       ok         -            ok       ok
 fetch build               -         -          ok       ok         -            ok       -
 remove build              -         -          ok       -          -            -        -
 put secret ace            -         -          ok       -          -            -        -

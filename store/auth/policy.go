@@ -90,7 +90,8 @@ const jsAPI = "$JS.API"
 //     bucket and the lease bucket of reconciler groups (never deletes or
 //     purges them); serves the state service.
 //   - controller: publishes wants; reads wants and plans (direct gets,
-//     consumers filtered to plans); as the rollout controller (DESIGN.md
+//     consumers filtered to plans); tells whether a build is in the
+//     builds bucket (its metadata, never its bytes); as the rollout controller (DESIGN.md
 //     §11), publishes a fleet's published, refused, tick and record
 //     events, reads the whole stream and holds rollout.<fleet> leases.
 //   - operator: publishes approvals and the operator events of DESIGN.md
@@ -102,8 +103,8 @@ const jsAPI = "$JS.API"
 //     secrets); pushes, lists and removes module bundles in the builds
 //     bucket (<stream>_BUILDS), creating it on the first push.
 //   - operator-read: the operator's reads and nothing else: the stream
-//     and the snapshot bucket (consumers, direct gets, stream info) and
-//     the state service. It publishes no event (not even an approval),
+//     and the snapshot bucket (consumers, direct gets, stream info), the
+//     state service, and whether a build is in the builds bucket. It publishes no event (not even an approval),
 //     subscribes to no live subject and never to the fill subjects, and
 //     may not ask a node agent for logs: the web console connects with
 //     it, so a console that leaks its creds file leaks no write and no
@@ -185,6 +186,11 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	// flow-control replies). list adds a consumer over the metadata.
 	builds := s + buildsBucketSuffix
 	objStream, obj := "OBJ_"+builds, "$O."+builds
+	// statBuilds: whether a bundle is stored (its metadata), never its
+	// bytes: what `meshfold want` checks before publishing (issue 25).
+	statBuilds := func() {
+		p.Pub.Allow.Add(api("STREAM.INFO.%s", objStream), api("DIRECT.GET.%s.%s.M.>", objStream, obj))
+	}
 	readBuilds := func(list bool) {
 		p.Pub.Allow.Add(api("STREAM.INFO.%s", objStream), api("DIRECT.GET.%s.%s.M.>", objStream, obj),
 			api("CONSUMER.CREATE.%s.*.%s.C.*", objStream, obj), api("CONSUMER.DELETE.%s.*", objStream),
@@ -235,6 +241,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		readStream("KV_" + leases)
 		p.Pub.Allow.Add(api("CONSUMER.CREATE.%s.>", s), api("DIRECT.GET.%s.%s", s, rolloutSubj("*")), api("DIRECT.GET.%s", s),
 			api("DIRECT.GET.KV_%s.$KV.%s.rollout.>", leases, leases), "$KV."+leases+".rollout.>")
+		statBuilds() // want refuses a build nobody pushed
 		p.Pub.Allow.Add(subj("*", "want"),
 			api("DIRECT.GET.%s.%s", s, stored("*", "want")), api("DIRECT.GET.%s.%s", s, stored("*", "plan")),
 			api("CONSUMER.CREATE.%s.*.%s", s, stored("*", "plan")))
@@ -274,6 +281,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 			api("DIRECT.GET.%s.>", kv), api("CONSUMER.CREATE.%s.>", kv), api("CONSUMER.INFO.%s.*", kv),
 			events.StateSubject(pre, events.EndpointState, "*"), events.StateSubject(pre, events.EndpointComposition, "*"))
 		readKV(fills, ">") // why files are unfilled; never the secrets
+		statBuilds()       // whether a want's builds were pushed
 		p.Pub.Deny.Add(subj("*", "fill"))
 		p.Sub.Deny.Add(subj("*", "fill"))
 	case RoleNode:
