@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -29,13 +30,34 @@ type connFlags struct {
 
 func (f *connFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVarP(&f.server, "server", "s", "", "NATS server URLs, comma separated (default nats://127.0.0.1:4222, or the context's)")
-	fl.StringVar(&f.creds, "creds", "", "NATS credentials file (.creds)")
-	fl.StringVar(&f.nkey, "nkey", "", "NKey seed file")
-	fl.StringVar(&f.context, "context", "", "a nats CLI context name or .json file (~/.config/nats/context/NAME.json)")
-	fl.StringVar(&f.tlsCA, "tls-ca", "", "CA certificate to verify the server")
-	fl.StringVar(&f.tlsCert, "tls-cert", "", "client certificate")
-	fl.StringVar(&f.tlsKey, "tls-key", "", "client certificate's key")
+	fl.StringVarP(&f.server, "server", "s", "", "NATS server URLs, comma separated ($NATS_URL; default nats://127.0.0.1:4222, or the context's)")
+	fl.StringVar(&f.creds, "creds", "", "NATS credentials file (.creds; $NATS_CREDS)")
+	fl.StringVar(&f.nkey, "nkey", "", "NKey seed file ($NATS_NKEY)")
+	fl.StringVar(&f.context, "context", "", "a nats CLI context name or .json file (~/.config/nats/context/NAME.json; $NATS_CONTEXT)")
+	fl.StringVar(&f.tlsCA, "tls-ca", "", "CA certificate to verify the server ($NATS_CA)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "client certificate ($NATS_CERT)")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "client certificate's key ($NATS_KEY)")
+}
+
+// connEnv maps each connection flag to the environment variable the nats
+// CLI reads for it: a flag given wins over its variable, a variable over
+// the context's field.
+var connEnv = []struct{ flag, env string }{
+	{"server", "NATS_URL"}, {"creds", "NATS_CREDS"}, {"nkey", "NATS_NKEY"}, {"context", "NATS_CONTEXT"},
+	{"tls-ca", "NATS_CA"}, {"tls-cert", "NATS_CERT"}, {"tls-key", "NATS_KEY"},
+}
+
+// withEnv returns f with each flag left empty taken from its environment
+// variable (connEnv), as the nats CLI does.
+func (f connFlags) withEnv() connFlags {
+	fields := map[string]*string{"server": &f.server, "creds": &f.creds, "nkey": &f.nkey, "context": &f.context,
+		"tls-ca": &f.tlsCA, "tls-cert": &f.tlsCert, "tls-key": &f.tlsKey}
+	for _, e := range connEnv {
+		if p := fields[e.flag]; *p == "" {
+			*p = os.Getenv(e.env)
+		}
+	}
+	return f
 }
 
 func (f *connFlags) config(name string, a *app) (store.ConnectConfig, error) {
@@ -43,11 +65,12 @@ func (f *connFlags) config(name string, a *app) (store.ConnectConfig, error) {
 	if err != nil {
 		return store.ConnectConfig{}, err
 	}
-	cfg := store.ConnectConfig{Creds: f.creds, NKeySeed: f.nkey, Context: f.context,
-		TLSCA: f.tlsCA, TLSCert: f.tlsCert, TLSKey: f.tlsKey, Name: name, Logger: log}
-	if f.server != "" {
-		cfg.URLs = strings.Split(f.server, ",")
-	} else if f.context == "" {
+	g := f.withEnv()
+	cfg := store.ConnectConfig{Creds: g.creds, NKeySeed: g.nkey, Context: g.context,
+		TLSCA: g.tlsCA, TLSCert: g.tlsCert, TLSKey: g.tlsKey, Name: name, Logger: log}
+	if g.server != "" {
+		cfg.URLs = strings.Split(g.server, ",")
+	} else if g.context == "" {
 		cfg.URLs = []string{nats.DefaultURL}
 	}
 	return cfg, nil
