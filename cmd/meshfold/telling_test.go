@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +13,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // TestFailedApplyInPlainSight: the reason of a node's newest failed
@@ -50,5 +55,106 @@ func TestFailedApplyInPlainSight(t *testing.T) {
 	if !strings.Contains(out, "apply failed: web") || !strings.Contains(out, "apply-failed ace apply of plan #5 failed for module web") ||
 		!strings.Contains(out, "bucket MESH_BUILDS: push it") || !strings.Contains(out, "1 need an operator") {
 		t.Errorf("fleet does not say why the apply failed:\n%s", out)
+	}
+}
+
+// TestWantRefusesMissingBuild: want and want --dry-run refuse a sha256:
+// build the builds bucket does not hold, naming it and how to push it,
+// and publish nothing; --allow-missing-build publishes it; a pushed build
+// passes (issue 25, item 1).
+func TestWantRefusesMissingBuild(t *testing.T) {
+	m := startMesh(t)
+	dir := t.TempDir()
+	missing := "sha256:" + strings.Repeat("0", 64)
+	wantFile := func(build string) string {
+		f := filepath.Join(dir, "want.json")
+		data := `{"modules":[{"name":"web","build":"` + build + `","runs_as":"web"},{"name":"img","build":"img:1","runs_as":"img"}]}`
+		if err := os.WriteFile(f, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	f := wantFile(missing)
+	for _, args := range [][]string{{"want", "ace", "-f", f}, {"want", "ace", "-f", f, "--dry-run"}} {
+		out, errOut, code := m.cli(t, args...)
+		if code == 0 || !strings.Contains(errOut, "module web") || !strings.Contains(errOut, "sha256:000000") ||
+			!strings.Contains(errOut, "MESH_BUILDS") || !strings.Contains(errOut, "meshfold build push PATH") ||
+			!strings.Contains(errOut, "nothing was published") {
+			t.Errorf("%v: exit %d\n%s\n%s", args, code, out, errOut)
+		}
+	}
+	if seq, err := lastWantSeq(t, m, "ace"); err != nil || seq != 0 {
+		t.Fatalf("a refused want was stored: seq %d err %v", seq, err)
+	}
+	if _, errOut, code := m.cli(t, "want", "ace", "-f", f, "--allow-missing-build"); code != 0 {
+		t.Fatalf("--allow-missing-build: exit %d %s", code, errOut)
+	}
+	exe := filepath.Join(dir, "web")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\nexec sleep 1000\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := m.cli(t, "build", "push", exe)
+	if code != 0 {
+		t.Fatalf("push: %d %s", code, errOut)
+	}
+	if _, errOut, code := m.cli(t, "want", "ace", "-f", wantFile(strings.TrimSpace(out))); code != 0 {
+		t.Fatalf("a pushed build: exit %d %s", code, errOut)
+	}
+}
+
+func lastWantSeq(t *testing.T, m *mesh, node string) (uint64, error) {
+	t.Helper()
+	stream, err := m.js.Stream(testCtx(t), m.cfg.Name)
+	if err != nil {
+		return 0, err
+	}
+	msg, err := store.LastMsg(testCtx(t), stream, m.cfg.Subjects(), node, events.KindWant)
+	if errors.Is(err, store.ErrNoMessage) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return msg.Event.Seq, nil
+}
+
+// TestConnEnv: every client command honours NATS_URL, NATS_CREDS and
+// NATS_CONTEXT as the nats CLI does, a flag taking precedence (issue 25,
+// item 3).
+func TestConnEnv(t *testing.T) {
+	m := startMesh(t)
+	bare := func(args ...string) (string, string, int) {
+		var out bytes.Buffer
+		var errb storetest.SyncBuffer
+		code := run(testCtx(t), args, nil, &out, &errb)
+		return out.String(), errb.String(), code
+	}
+	// NATS_URL alone: no -s needed on a non-default port.
+	t.Setenv("NATS_URL", m.e.ClientURL())
+	if _, errOut, code := bare("build", "ls"); code != 0 {
+		t.Fatalf("NATS_URL: exit %d %s", code, errOut)
+	}
+	// A flag wins over the variable.
+	t.Setenv("NATS_URL", "nats://127.0.0.1:1")
+	if _, errOut, code := bare("build", "ls", "-s", m.e.ClientURL()); code != 0 {
+		t.Fatalf("-s over NATS_URL: exit %d %s", code, errOut)
+	}
+	if _, _, code := bare("build", "ls"); code == 0 {
+		t.Fatal("NATS_URL of a closed port connected")
+	}
+	// NATS_CONTEXT: a context file's url.
+	t.Setenv("NATS_URL", "")
+	ctxFile := filepath.Join(t.TempDir(), "mesh.json")
+	if err := os.WriteFile(ctxFile, []byte(`{"url":"`+m.e.ClientURL()+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NATS_CONTEXT", ctxFile)
+	if _, errOut, code := bare("build", "ls"); code != 0 {
+		t.Fatalf("NATS_CONTEXT: exit %d %s", code, errOut)
+	}
+	// NATS_CREDS: a creds file that does not exist is read, and said.
+	t.Setenv("NATS_CREDS", filepath.Join(t.TempDir(), "nope.creds"))
+	if _, errOut, code := bare("build", "ls"); code == 0 || !strings.Contains(errOut, "nope.creds") {
+		t.Fatalf("NATS_CREDS not read: exit %d %s", code, errOut)
 	}
 }
