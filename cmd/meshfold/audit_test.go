@@ -78,6 +78,9 @@ func TestAuditAsOfEqualsLive(t *testing.T) {
 		for i := range st.Placed {
 			restamp("placement", &st.Placed[i].Time, st.Placed[i].Seq)
 		}
+		for i := range st.Failed {
+			restamp("failed apply", &st.Failed[i].Time, st.Failed[i].Seq)
+		}
 		if p := st.Paused; p != nil {
 			restamp("pause", &p.Time, p.Seq)
 		}
