@@ -20,6 +20,12 @@
 // node.<p>.<node> holds a node's folded state and checkpoint.<p> the stream
 // sequence a partition's states cover. See docs/store.md.
 //
+// Sealed secrets (DESIGN.md §12) live in MESH_SECRETS, one key per
+// (node, module, path) ([SecretKey]) holding a [SealedSecret]: ciphertext
+// sealed to the node provisioner's curve key ([SealSecret],
+// [SealedSecret.Open]), never content. Why a provisioner could not fill a
+// file lives in MESH_FILLS under the same key ([FillStatus]).
+//
 // # Security
 //
 // The embedded server (package store/embedded, apart so that a role that
@@ -37,6 +43,8 @@
 // existing stream differs in something that cannot be changed),
 // [ErrNoSnapshot] and [ErrNoMessage] (nothing stored under that name),
 // [ErrNoSnapshots] (no snapshot bucket yet), [ErrConnClosed] (a
-// connection closed for good: see [WhileConnected]).
+// connection closed for good: see [WhileConnected]), [ErrSealedToOther]
+// and [ErrCannotOpen] (a sealed secret that does not open with a key),
+// [ErrNoCurveKey].
 // Validation failures of a payload or node name match events.ErrInvalid.
 package store

@@ -251,8 +251,6 @@ const (
 	FillSealedToOther FillState = "sealed-to-other-key"
 	// FillCannotOpen: the sealed secret does not open (tampered).
 	FillCannotOpen FillState = "cannot-open"
-	// FillRefused: the node refused the write (its reason in Why).
-	FillRefused FillState = "refused"
 	// FillNotSent: the request could not be sent or was rejected.
 	FillNotSent FillState = "not-sent"
 )
