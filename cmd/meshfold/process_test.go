@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/testproc"
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -243,8 +244,11 @@ func processAlive(pid int) bool {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-// killModules kills, by the pids they recorded, the shims and modules a
-// failed test left running under dir (processes this test started).
+// killModules stops, by the pids they recorded, the shims and modules a
+// failed test left running under dir (processes this test started): a
+// shim gets SIGTERM first, so it stops its module's whole tree and
+// removes the module's cgroup; what is still there after a few seconds
+// gets SIGKILL.
 func killModules(t testing.TB, dir string) {
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
@@ -254,11 +258,19 @@ func killModules(t testing.TB, dir string) {
 			if err != nil || json.Unmarshal(data, &id) != nil || id.PID <= 0 {
 				continue
 			}
-			if processAlive(id.PID) {
-				t.Logf("killing %s's leftover %s (pid %d)", e.Name(), f, id.PID)
-				_ = syscall.Kill(-id.PID, syscall.SIGKILL)
-				_ = syscall.Kill(id.PID, syscall.SIGKILL)
+			if !processAlive(id.PID) {
+				continue
 			}
+			if f == "shim.json" {
+				t.Logf("stopping %s's leftover shim (pid %d)", e.Name(), id.PID)
+				_ = syscall.Kill(id.PID, syscall.SIGTERM)
+				if testproc.WaitGone(id.PID, 15*time.Second) == nil {
+					continue
+				}
+			}
+			t.Logf("killing %s's leftover %s (pid %d)", e.Name(), f, id.PID)
+			_ = syscall.Kill(-id.PID, syscall.SIGKILL)
+			_ = syscall.Kill(id.PID, syscall.SIGKILL)
 		}
 	}
 }
