@@ -115,3 +115,24 @@ func (r *Reader) Begins(ctx context.Context, h *audit.History) string {
 	return fmt.Sprintf("the stream begins at sequence %d (%s): earlier events aged out, so %s's history here begins at #%d (%s) and its state may rest on events no longer shown",
 		info.State.FirstSeq, info.State.FirstTime.UTC().Format(time.RFC3339), h.Node, first.Seq, first.Time.UTC().Format(time.RFC3339))
 }
+
+// Count returns how many events of node the stream holds (its subject
+// index: one request, no message read); 0 is a node nothing is known
+// of, which a verb naming it refuses unless told it is new (issue 25).
+//
+// Errors: the stream's lookup and info errors.
+func (r *Reader) Count(ctx context.Context, node string) (int, error) {
+	stream, cfg, err := r.open(ctx)
+	if err != nil {
+		return 0, err
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(cfg.Subjects().StoredNode(node)))
+	if err != nil {
+		return 0, fmt.Errorf("stream info: %w", err)
+	}
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n, nil
+}

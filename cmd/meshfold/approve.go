@@ -31,7 +31,12 @@ The last two arguments are MODULE and BUILD; the ones before them name the
 nodes, or --all approves on every node that has a want. --by names who
 approved (required); it is kept in the stream for audit. Prints each
 approval's stream sequence, one line per node; exit 1 if any publish failed,
-2 on a usage error.`,
+2 on a usage error.
+
+A node with no event in the stream is refused (exit 2, nothing published): a
+mistyped name would make a phantom node that 'meshfold fleet' lists. An
+approval may come before the node's first want: --new approves on such a
+node anyway.`,
 		Example: `  meshfold approve novox nats img:nats-2.10.24 --by alice
   meshfold approve novox ace nats img:nats-2.10.24 --by alice
   meshfold approve --all nats img:nats-2.10.24 --by alice`,
@@ -42,12 +47,17 @@ approval's stream sequence, one line per node; exit 1 if any publish failed,
 			defer cancel()
 			n := len(args)
 			module, build := args[n-2], args[n-1]
-			return a.publishEach(ctx, events.KindApprove, args[:n-2], o.all, false, func() events.Payload {
+			check := checkKnown // an approval may come before the want, not before the node
+			if o.newNode {
+				check = checkNone
+			}
+			return a.publishEach(ctx, events.KindApprove, args[:n-2], o.all, check, func() events.Payload {
 				return &events.Approve{Module: module, Build: build, By: o.by}
 			})
 		},
 	}
 	o.add(cmd, false, true)
+	cmd.Flags().BoolVar(&o.newNode, "new", false, "approve on a node that has no event in the stream yet (refused without it: a mistyped name would make a phantom node)")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd

@@ -225,7 +225,11 @@ func (a *app) operatorVerb(cmd *cobra.Command, o *operatorFlags, kind events.Kin
 		if !all {
 			nodes = args[:1]
 		}
-		return a.publishEach(ctx, kind, nodes, o.all, !o.newNode, func() events.Payload { return mk(args) })
+		check := checkWant
+		if o.newNode {
+			check = checkNone
+		}
+		return a.publishEach(ctx, kind, nodes, o.all, check, func() events.Payload { return mk(args) })
 	}
 	o.add(cmd, reason, all)
 	o.addNew(cmd)
@@ -242,10 +246,11 @@ func (o *operatorFlags) context(cmd *cobra.Command) (context.Context, context.Ca
 // (or, with all, to every node that has a want), and reports each on its
 // own line. Everything is checked before anything is published: a bad
 // node name, no node, --all beside nodes, or a payload that fails
-// validation are usage errors (exit 2); so is, with wanted, a named node
-// the stream holds no want of. A publish that fails is reported
-// and the others still go; the error then says how many failed (exit 1).
-func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string, all, wanted bool, mk func() events.Payload) error {
+// validation are usage errors (exit 2); so is a named node check refuses
+// (checkWant: the stream holds no want of it; checkKnown: no event). A
+// publish that fails is reported and the others still go; the error then
+// says how many failed (exit 1).
+func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string, all bool, check nodeCheck, mk func() events.Payload) error {
 	switch {
 	case all && len(nodes) > 0:
 		return withCode(exitUsage, fmt.Errorf("--all names every node: name no node beside it (got %s)", strings.Join(nodes, " ")))
@@ -272,9 +277,16 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 		if len(nodes) == 0 {
 			return errors.New("--all: no node has a want yet")
 		}
-	} else if wanted {
-		if err := a.checkWanted(ctx, js, kind, nodes); err != nil {
-			return err
+	} else {
+		switch check {
+		case checkWant:
+			if err := a.checkWanted(ctx, js, kind, nodes); err != nil {
+				return err
+			}
+		case checkKnown:
+			if err := a.checkKnown(ctx, nc, kind, nodes); err != nil {
+				return err
+			}
 		}
 	}
 	var notes map[string]string
@@ -305,6 +317,36 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d %s events not published", failed, len(nodes), kind)
+	}
+	return nil
+}
+
+// nodeCheck is what publishEach checks of each node named before it
+// publishes (issue 25: no node from a typo).
+type nodeCheck int
+
+const (
+	checkNone  nodeCheck = iota // --new: publish to any valid name
+	checkWant                   // the stream holds a want of the node
+	checkKnown                  // the stream holds some event of the node
+)
+
+// checkKnown refuses (exit 2) when the stream holds no event of one of
+// nodes (query.Reader.Count): a mistyped name would make a phantom node.
+func (a *app) checkKnown(ctx context.Context, nc *nats.Conn, kind events.Kind, nodes []string) error {
+	r, err := a.stream.reader(nc, query.Config{})
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		c, err := r.Count(ctx, n)
+		if err != nil {
+			return fmt.Errorf("node %s: count its events: %w", n, err)
+		}
+		if c == 0 {
+			cfg, _ := r.Stream(ctx)
+			return withCode(exitUsage, fmt.Errorf("node %s has no event in stream %s: nothing published (is the name mistyped? 'meshfold fleet' lists the nodes; --new %s it anyway)", n, cfg.Name, kind))
+		}
 	}
 	return nil
 }

@@ -146,7 +146,13 @@ func TestOperatorVerbsRefuseUnknownNode(t *testing.T) {
 			t.Errorf("%v --new: exit %d, %q %q", args, code, stdout, stderr)
 		}
 	}
+	// approve of a node with no event at all is refused too (issue 25: a
+	// typo makes no node); --new approves ahead of the node's first want.
 	code, _, stderr := c.run(t, "", "approve", "novox", "nats", "img:2", "--by", "x")
+	if code != exitUsage || !strings.Contains(stderr, "node novox has no event") {
+		t.Errorf("approve of a node with no event: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = c.run(t, "", "approve", "novox", "nats", "img:2", "--by", "x", "--new")
 	if code != 0 || !strings.Contains(stderr, "node novox has no want yet") {
 		t.Errorf("approve of a node with no want: exit %d, stderr %q", code, stderr)
 	}
@@ -162,7 +168,7 @@ func TestOperatorVerbsManyNodes(t *testing.T) {
 		}
 	}
 	// A node with an event but no want: --all leaves it out.
-	if code, _, stderr := c.run(t, "", "approve", "novox", "nats", "img:2", "--by", "alice"); code != 0 {
+	if code, _, stderr := c.run(t, "", "approve", "novox", "nats", "img:2", "--by", "alice", "--new"); code != 0 {
 		t.Fatalf("approve novox: %s", stderr)
 	}
 	code, stdout, stderr := c.run(t, "", "pause", "--all", "--by", "alice")

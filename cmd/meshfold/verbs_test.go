@@ -169,7 +169,7 @@ func TestWantPublishAndExpect(t *testing.T) {
 // field.
 func TestApprove(t *testing.T) {
 	c := newVerbCLI(t)
-	code, stdout, stderr := c.run(t, "", "approve", "novox", "nats", "img:2.10", "--by", "alice")
+	code, stdout, stderr := c.run(t, "", "approve", "novox", "nats", "img:2.10", "--by", "alice", "--new")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}

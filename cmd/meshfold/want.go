@@ -66,7 +66,8 @@ SEQ (0: NODE has no want yet), so two controllers cannot overwrite each other
 blindly. A stale --expect fails with exit code 3 and says which sequence is
 current.
 
-On success it prints the stream sequence of the stored want.
+On success it prints the stream sequence of the stored want. The first want
+of a node creates it, and says so on stderr.
 
 A bundle build (sha256:…) that is not in the builds bucket (<stream>_BUILDS)
 is refused, naming the module and the build: push it first with 'meshfold
@@ -148,14 +149,20 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 		return err
 	}
 	defer nc.Close()
+	r, err := a.stream.reader(nc, query.Config{})
+	if err != nil {
+		return err
+	}
 	if !o.allowMissing {
-		r, err := a.stream.reader(nc, query.Config{})
-		if err != nil {
-			return err
-		}
 		if err := checkBuilds(ctx, r, w); err != nil {
 			return err
 		}
+	}
+	// A want is how a node comes to be: the first one says so, so that a
+	// mistyped name is seen at once (issue 25).
+	known, err := r.Count(ctx, nodeName)
+	if err != nil {
+		return err
 	}
 	var opts []store.AppendOpt
 	if expect != nil {
@@ -174,6 +181,9 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 		return err
 	}
 	fmt.Fprintf(a.stdout, "want %s: stream sequence %d\n", nodeName, ack.Seq)
+	if known == 0 {
+		fmt.Fprintf(a.stderr, "note: created node %s: the stream held no event of it before (a mistyped name? 'meshfold retire %s --by NAME' removes it)\n", nodeName, nodeName)
+	}
 	return nil
 }
 
