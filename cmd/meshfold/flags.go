@@ -76,8 +76,19 @@ func (f *connFlags) config(name string, a *app) (store.ConnectConfig, error) {
 	return cfg, nil
 }
 
-// connect connects with the flags; name names the connection.
+// connect connects with the flags for a client command; name names the
+// connection. A permission the server denies it ends the command at once
+// (app.watchDenied), so that it is explained, not waited out.
 func (f *connFlags) connect(name string, a *app) (*nats.Conn, error) {
+	nc, err := f.dial(name, a)
+	if err == nil {
+		a.watchDenied(nc)
+	}
+	return nc, err
+}
+
+// dial connects with the flags; name names the connection.
+func (f *connFlags) dial(name string, a *app) (*nats.Conn, error) {
 	cfg, err := f.config(name, a)
 	if err != nil {
 		return nil, err
@@ -98,7 +109,7 @@ func (f *connFlags) connectWait(ctx context.Context, name string, a *app) (*nats
 	if err != nil {
 		return nil, err
 	}
-	return waitFor(ctx, nats.ErrNoServers, func() (*nats.Conn, error) { return f.connect(name, a) },
+	return waitFor(ctx, nats.ErrNoServers, func() (*nats.Conn, error) { return f.dial(name, a) },
 		func(err error, d time.Duration) { log.Warn("NATS not reachable yet; retrying", "err", err, "in", d) })
 }
 

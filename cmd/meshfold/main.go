@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -42,11 +43,17 @@ func main() {
 
 // run executes the CLI with args and returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	root := newRoot(stdin, stdout, stderr)
+	root, a := newRootApp(stdin, stdout, stderr)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	a.cancel = cancel
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
+	}
+	if d := a.deniedErr(); d != nil {
+		err = a.explainDenied(cmd, d)
 	}
 	fmt.Fprintln(stderr, "meshfold:", err)
 	var ce *codedError
@@ -80,9 +87,21 @@ type app struct {
 	logLevel       string
 	conn           connFlags
 	stream         streamFlags
+
+	// cancel ends the command's context (run sets it): a permission the
+	// server denies a client command ends the command at once, and
+	// denied keeps the first such violation for run to explain.
+	cancel   context.CancelCauseFunc
+	deniedMu sync.Mutex
+	denied   error
 }
 
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	root, _ := newRootApp(stdin, stdout, stderr)
+	return root
+}
+
+func newRootApp(stdin io.Reader, stdout, stderr io.Writer) (*cobra.Command, *app) {
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:   "meshfold",
@@ -108,7 +127,7 @@ Start with:  meshfold serve     (an embedded NATS server and the reconciler)`,
 	for _, c := range commands {
 		root.AddCommand(c(a))
 	}
-	return root
+	return root, a
 }
 
 // commands are registered by each verb's file in init, so that a verb is
