@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/auth"
+	"github.com/meshfold/meshfold/store/embedded"
 	"github.com/meshfold/meshfold/store/storetest"
 )
 
@@ -157,4 +160,91 @@ func TestConnEnv(t *testing.T) {
 	if _, errOut, code := bare("build", "ls"); code == 0 || !strings.Contains(errOut, "nope.creds") {
 		t.Fatalf("NATS_CREDS not read: exit %d %s", code, errOut)
 	}
+}
+
+// TestNoNodeFromATypo: approve naming a node with no event refuses (exit
+// 2, nothing stored) unless --new; the operator verbs refuse a node with
+// no want unless --new; the first want of a node says it created it
+// (issue 25, item 2).
+func TestNoNodeFromATypo(t *testing.T) {
+	m := startMesh(t)
+	_, errOut, code := m.cli(t, "approve", "zzz-nonode", "idle", "sha256:1234", "--by", "alice")
+	if code != exitUsage || !strings.Contains(errOut, "node zzz-nonode has no event") || !strings.Contains(errOut, "--new") {
+		t.Fatalf("approve of an unknown node: exit %d %s", code, errOut)
+	}
+	if n := nodeEvents(t, m, "zzz-nonode"); n != 0 {
+		t.Fatalf("a refused approval stored %d events", n)
+	}
+	for _, args := range [][]string{{"retire", "zzz-nonode", "--by", "alice"}, {"pause", "zzz-nonode", "--by", "alice"}} {
+		if _, errOut, code := m.cli(t, args...); code != exitUsage || !strings.Contains(errOut, "--new") {
+			t.Errorf("%v: exit %d %s", args, code, errOut)
+		}
+	}
+	if _, errOut, code := m.cli(t, "approve", "newbie", "idle", "i:1", "--by", "alice", "--new"); code != 0 {
+		t.Fatalf("approve --new: exit %d %s", code, errOut)
+	}
+	// newbie is known now: approving again needs no --new.
+	if _, errOut, code := m.cli(t, "approve", "newbie", "idle", "i:2", "--by", "alice"); code != 0 {
+		t.Fatalf("approve of a known node: exit %d %s", code, errOut)
+	}
+	f := filepath.Join(t.TempDir(), "w.json")
+	if err := os.WriteFile(f, []byte(`{"modules":[{"name":"idle","build":"i:1","runs_as":"idle"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = m.cli(t, "want", "fresh", "-f", f)
+	if code != 0 || !strings.Contains(errOut, "created node fresh") {
+		t.Fatalf("first want: exit %d %q", code, errOut)
+	}
+	if _, errOut, code = m.cli(t, "want", "fresh", "-f", f); code != 0 || strings.Contains(errOut, "created node") {
+		t.Fatalf("second want: exit %d %q", code, errOut)
+	}
+}
+
+func nodeEvents(t *testing.T, m *mesh, node string) int {
+	t.Helper()
+	nc := m.nc
+	r, err := query.New(nc, query.Config{Stream: m.cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := r.Count(testCtx(t), node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestDeniedExplained: build push with the controller's creds fails at
+// once (not after a request's timeout) and says that only the operator
+// role may push builds (issue 25, item 3).
+func TestDeniedExplained(t *testing.T) {
+	d, err := auth.Init(t.TempDir(), auth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := d.ServerAuth()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: sa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	exe := filepath.Join(t.TempDir(), "web")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\nexec sleep 1000\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	var errb storetest.SyncBuffer
+	start := time.Now()
+	code := run(testCtx(t), []string{"build", "push", exe, "-s", e.ClientURL(), "--creds", d.CredsPath("controller")}, nil, &out, &errb)
+	took := time.Since(start)
+	if code == 0 || !strings.Contains(errb.String(), "only the operator role may") || !strings.Contains(errb.String(), "meshfold build push") {
+		t.Fatalf("build push as controller: exit %d\n%s", code, errb.String())
+	}
+	if took > 3*time.Second {
+		t.Errorf("the denial took %s: waited out, not at once", took)
+	}
+	t.Logf("denied in %s: %s", took.Round(time.Millisecond), errb.String())
 }
