@@ -10,12 +10,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -425,20 +425,10 @@ func TestFillDropsJetStreamDeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
+	waitfor.Until(t, wait, "the push consumer to deliver", func() bool {
 		info, err := e.js.PushConsumer(ctx, e.cfg.Name, cons.CachedInfo().Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.CachedInfo().Delivered.Consumer > 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the push consumer delivered nothing")
-		case <-time.After(10 * time.Millisecond): // polling the server's count
-		}
-	}
+		return err == nil && info.CachedInfo().Delivered.Consumer > 0
+	})
 	// The fill endpoint handles its messages in order: once this reply
 	// is in, the delivery before it was handled.
 	if r, _ := e.fill(t, "ace", mbg, creds, "prov", nil); r.Error != "" {

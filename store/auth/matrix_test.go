@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
@@ -219,26 +220,22 @@ func deliver(w *witness, target, subject string, group bool) action {
 		}
 		name := cons.CachedInfo().Name
 		defer func() { _ = w.rjs.DeleteConsumer(context.WithoutCancel(ctx), c.cfg.Name, name) }()
-		for {
+		// Delivered, or no subscriber the server may deliver to (a queue
+		// group's members take deliveries only from a consumer with
+		// that deliver group): then nothing is sent.
+		info, err := waitfor.Poll(ctx, "consumer "+name+" to deliver", func() (*jetstream.ConsumerInfo, bool) {
 			rc, err := w.rjs.PushConsumer(ctx, c.cfg.Name, name)
 			if err != nil {
-				return err
+				return nil, false
 			}
 			info := rc.CachedInfo()
-			if info.Delivered.Consumer > 0 {
-				break
-			}
-			if !info.PushBound {
-				// The server sees no subscriber it may deliver to (a
-				// queue group's members take deliveries only from a
-				// consumer with that deliver group): nothing is sent.
-				return errUnreached
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("consumer %s delivered nothing: %w", name, ctx.Err())
-			case <-time.After(10 * time.Millisecond): // polling the server's count
-			}
+			return info, info.Delivered.Consumer > 0 || !info.PushBound
+		})
+		if err != nil {
+			return err
+		}
+		if info.Delivered.Consumer == 0 {
+			return errUnreached
 		}
 		if err := w.barrier[target](ctx); err != nil {
 			return fmt.Errorf("barrier request to %s: %w", target, err)
