@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/engine/rollouts/rolloutstest"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/rollout/feed"
+	"github.com/meshfold/meshfold/rollout/fleetfile"
+	"github.com/meshfold/meshfold/store"
+)
+
+// TestRolloutControllerKilled runs `meshfold reconcile` (the reconciler
+// and the rollout controller) as its own process and kills it with
+// SIGKILL at random moments, restarting it at once, across rollouts of 12
+// stand-in nodes (MESHFOLD_CHAOS=full: 30 rollouts, else 6). Every rollout
+// completes, and every node got exactly one want per rollout, under that
+// rollout's step id: no want twice for one step, none missed.
+func TestRolloutControllerKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills and restarts a reconcile process: not in -short")
+	}
+	rounds := 6
+	if os.Getenv("MESHFOLD_CHAOS") == "full" {
+		rounds = 30
+	}
+	m := startMesh(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	key := filepath.Join(t.TempDir(), signingKeyFile)
+	args := []string{"reconcile", "--server", m.e.ClientURL(), "--signing-key", key, "--log-level", "warn"}
+	proc := startMeshfold(t, args...)
+
+	actx, stopAnswer := context.WithCancel(ctx)
+	answered := make(chan error, 1)
+	go func() { answered <- rolloutstest.Answer(actx, m.js, m.cfg, 0, nil) }()
+	defer func() {
+		stopAnswer()
+		if err := <-answered; err != nil {
+			t.Errorf("stand-in: %v", err)
+		}
+	}()
+
+	const n = 12
+	nodes := make([]string, n)
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("n%02d", i)
+		if _, err := pub.Append(ctx, nodes[i], events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "web", Build: "web:0"}}}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	stream, err := m.js.Stream(ctx, m.cfg.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The killer: SIGKILL at a random moment once the process has
+	// stored something since its start (so that a slow start, as under
+	// the race detector, is not killed over and over before it does
+	// anything), then a restart at once.
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 23))
+	t.Logf("seed %d", seed)
+	stopKill, killed := make(chan struct{}), make(chan int, 1)
+	go func() {
+		kills := 0
+		defer func() { killed <- kills }()
+		for {
+			from, err := store.StreamLastSeq(ctx, stream)
+			if err != nil {
+				return
+			}
+			for {
+				select {
+				case <-stopKill:
+					return
+				case <-time.After(10 * time.Millisecond): // poll the stream's last sequence
+				}
+				if last, err := store.StreamLastSeq(ctx, stream); err == nil && last > from+2 {
+					break
+				}
+			}
+			select {
+			case <-stopKill:
+				return
+			case <-time.After(time.Duration(rng.IntN(200)) * time.Millisecond): // chaos: a random moment
+			}
+			_ = proc.cmd.Process.Signal(syscall.SIGKILL) // by pid: the process this test started
+			<-proc.done
+			kills++
+			proc = startMeshfold(t, args...)
+		}
+	}()
+
+	var ids []uint64
+	began := time.Now()
+	for r := 1; r <= rounds; r++ {
+		var b strings.Builder
+		b.WriteString("fleet: web\nnodes:\n")
+		for _, nd := range nodes {
+			fmt.Fprintf(&b, "  %s: {}\n", nd)
+		}
+		fmt.Fprintf(&b, "groups: [{name: all, select: {}, modules: [{name: web, build: \"web:%d\"}]}]\nrollout: {batch: 3, max_unavailable: 3, min_healthy: 0s, healthy_deadline: 2m}\n", r)
+		f, _, err := fleetfile.Parse([]byte(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := feed.NewPlan(ctx, stream, m.cfg.Subjects(), f, "chaos", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := plan.Apply(ctx, m.js, m.cfg.Subjects())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		end := time.Now().Add(2 * time.Minute)
+		for {
+			s, err := feed.Replay(ctx, m.js, m.cfg, nil, "web")
+			if err != nil && !errors.Is(err, feed.ErrNoRollout) {
+				t.Fatal(err)
+			}
+			if s != nil && s.Rollout.ID == id && s.Rollout.Phase.Final() {
+				if s.Rollout.Phase != rollout.Completed {
+					t.Fatalf("rollout %d: %s: %+v", id, s.Rollout.Phase, s.View())
+				}
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("rollout %d did not complete: %+v", id, s.View())
+			}
+			time.Sleep(50 * time.Millisecond) // poll the replay: the controller acts on its own
+		}
+	}
+	close(stopKill)
+	kills := <-killed
+
+	// Every node: its first want by hand, then one want per rollout, each
+	// under its step's id.
+	for _, nd := range nodes {
+		var got []string
+		err := store.ReadNode(ctx, m.js, m.cfg.Name, m.cfg.Subjects(), nd, 0, 0, func(msg store.Msg) error {
+			if msg.Event.Kind == events.KindWant {
+				got = append(got, msg.MsgID)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{""}
+		for _, id := range ids {
+			want = append(want, rollout.WantID("web", id, nd, rollout.StepForward))
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: wants %q, want %q", nd, got, want)
+		}
+	}
+	t.Logf("%d rollouts of %d nodes, controller killed -9 %d times: every want once, none missed, in %s",
+		rounds, n, kills, time.Since(began).Round(time.Millisecond))
+}
