@@ -1,7 +1,8 @@
 // Package provision is meshfold's provisioner client as a library: it
-// fills one node's declared files from a source directory through the
-// node agent's fill endpoint, on start and again on every knock the
-// reconciler publishes for that node (DESIGN.md §1, §3, incident 1).
+// fills one node's declared files from its sources (a directory, an exec
+// helper, sealed secrets; DESIGN.md §12) through the node agent's fill
+// endpoint, on start and again on every knock the reconciler publishes
+// for that node (DESIGN.md §1, §3, incident 1).
 //
 // # What it fills
 //

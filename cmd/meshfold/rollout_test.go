@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/store"
 )
@@ -25,26 +27,23 @@ groups:
 rollout: {canary: 1, batch: 2, max_unavailable: 1, min_healthy: 0s}
 `
 
-// waitStatus polls `rollout status FLEET -o json` until ok says yes.
+// waitStatus polls `rollout status FLEET -o json` until ok says yes (the
+// controller acts on its own: poll its view).
 func waitStatus(t *testing.T, m *mesh, ok func(rollout.View) bool) rollout.View {
 	t.Helper()
-	end := time.Now().Add(30 * time.Second)
-	for {
+	var v rollout.View
+	waitfor.Value(t, 30*time.Second, "rollout status as expected", func() (string, bool) {
 		out, errs, code := m.cli(t, "rollout", "status", "web", "-o", "json")
-		var v rollout.View
-		if code == 0 {
-			if err := json.Unmarshal([]byte(out), &v); err != nil {
-				t.Fatalf("status -o json: %v\n%s", err, out)
-			}
-			if ok(v) {
-				return v
-			}
+		if code != 0 {
+			return fmt.Sprintf("code %d\n%s%s", code, out, errs), false
 		}
-		if time.Now().After(end) {
-			t.Fatalf("rollout status never as expected: code %d\n%s%s", code, out, errs)
+		v = rollout.View{}
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("status -o json: %v\n%s", err, out)
 		}
-		time.Sleep(50 * time.Millisecond) // the controller acts on its own: poll its view
-	}
+		return out, ok(v)
+	})
+	return v
 }
 
 // apply, its dry run, and every rollout verb, against serve's controller
