@@ -29,11 +29,14 @@ demo:
 ## run: meshfold reconcile processes against a nats-server process (catch-up,
 ## group catch-up, memory per node, recovery), then the knock latency under load;
 ## then issue 24's restarts: kill -9 and an immediate restart of serve, reconcile
-## and a node agent, 20 each, start to first plan (or have), p50 and max
+## and a node agent, 20 each, start to first plan (or have), p50 and max; then
+## issue 23's rollout over 10,000 stand-in nodes against the same flow with no
+## controller (ratio) and the controller's state per target
 bench:
 	$(GO) test -run '^$$' -bench '^BenchmarkOutside$$' -benchtime 1x -timeout 60m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkKnockLatency$$' -benchtime 1x -timeout 10m ./engine
 	$(GO) test -run '^$$' -bench '^BenchmarkRestartAfterKill$$' -benchtime 1x -timeout 20m ./cmd/meshfold
+	$(GO) test -run '^$$' -bench '^BenchmarkRollout10k$$' -benchtime 1x -timeout 20m ./engine/rollouts
 
 ## bench-all: every benchmark of every package
 bench-all:

@@ -187,6 +187,7 @@ type controller struct {
 
 	live     bool
 	lastTick time.Time
+	inflight []pendingEvent
 }
 
 func (c *controller) run(ctx context.Context) error {
@@ -219,6 +220,7 @@ func (c *controller) run(ctx context.Context) error {
 			return nil
 		case <-timer.C:
 			c.tick(ctx)
+			c.drain(ctx)
 		case x := <-tail.C():
 			if x.Err != nil {
 				return fmt.Errorf("rollout controller %s: %w", c.fleet, x.Err)
@@ -242,11 +244,13 @@ func (c *controller) run(ctx context.Context) error {
 				c.carry(ctx, held)
 				held = nil
 				c.carry(ctx, c.state.Pending())
+				c.drain(ctx)
 			}
 			// The wake is computed when the tail is drained (it walks the
 			// targets in progress), and at least every 256 messages.
 			if sinceWake++; c.live && (len(tail.C()) == 0 || sinceWake >= 256) {
 				sinceWake = 0
+				c.drain(ctx)
 				c.schedule(timer)
 			}
 		}
@@ -284,59 +288,115 @@ func (c *controller) tick(ctx context.Context) {
 	c.append(ctx, rollout.KindTick, &rollout.Tick{Rollout: r.ID}, "")
 }
 
-// carry carries out effects in order.
+// carry carries out effects in order, pipelined: the wants are
+// published without waiting for each acknowledgement, then each outcome
+// is recorded as its acknowledgement comes, in order; records are
+// appended without waiting (see drain).
 func (c *controller) carry(ctx context.Context, effs []rollout.Effect) {
+	type sent struct {
+		e   rollout.Effect
+		fut jetstream.PubAckFuture
+	}
+	var wants []sent
+	flush := func() {
+		for _, w := range wants {
+			var err error
+			select {
+			case ack := <-w.fut.Ok():
+				c.published(ctx, w.e.Want, ack.Sequence)
+				continue
+			case err = <-w.fut.Err():
+			case <-ctx.Done():
+				return
+			}
+			c.outcome(ctx, w.e, 0, store.ServerError(err))
+		}
+		wants = wants[:0]
+	}
 	for _, e := range effs {
 		if ctx.Err() != nil {
 			return
 		}
 		if e.Record != nil {
-			c.append(ctx, rollout.KindRecord, e.Record, e.ID())
+			c.appendAsync(ctx, rollout.KindRecord, e.Record, e.ID())
 			continue
 		}
-		c.publishWant(ctx, e)
+		want, err := c.wantOf(ctx, e)
+		if err != nil {
+			continue // refused already
+		}
+		fut, err := c.pub.AppendAsync(ctx, e.Want.Node, want, store.WithMsgID(e.ID()), store.WithExpectLastSubjectSeq(e.Want.Expect))
+		if err != nil {
+			flush()
+			c.publishWant(ctx, e)
+			continue
+		}
+		wants = append(wants, sent{e, fut})
+		if len(wants) >= maxInflight {
+			flush()
+		}
 	}
+	flush()
 }
 
-// publishWant publishes a step's want with its message id, expecting the
-// want it was decided against, and records the outcome.
-func (c *controller) publishWant(ctx context.Context, e rollout.Effect) {
+// maxInflight bounds the wants and records published and not yet
+// acknowledged.
+const maxInflight = 1024
+
+// wantOf returns the want a step publishes; for a revert by copy, the
+// modules of the want at CopyOf. A want that cannot be read is recorded
+// refused, and the error returned.
+func (c *controller) wantOf(ctx context.Context, e rollout.Effect) (*events.Want, error) {
 	w := e.Want
-	id := e.ID()
-	refuse := func(last uint64, why string) {
-		c.log.Warn("rollout want refused", "node", w.Node, "step", w.Step, "last", last, "why", events.Short(why))
-		c.append(ctx, rollout.KindRefused, &rollout.Refused{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Last: last,
-			Error: events.ErrorText(why)}, rollout.OutcomeID(c.fleet, w.Rollout, w.Node, w.Step))
-	}
 	modules := w.Modules
 	if modules == nil && w.CopyOf > 0 {
 		var err error
 		if modules, err = c.wantAt(ctx, w.CopyOf); err != nil {
 			if ctx.Err() == nil {
-				refuse(0, fmt.Sprintf("the previous want #%d could not be read: %v", w.CopyOf, err))
+				c.refuse(ctx, w, 0, fmt.Sprintf("the previous want #%d could not be read: %v", w.CopyOf, err))
 			}
-			return
+			return nil, err
 		}
 	}
 	if modules == nil {
 		modules = []events.WantModule{}
 	}
-	want := events.Stamp(&events.Want{Modules: modules}, time.Now())
-	var (
-		ack store.Ack
-		err error
-	)
+	return events.Stamp(&events.Want{Modules: modules}, time.Now()), nil
+}
+
+func (c *controller) refuse(ctx context.Context, w *rollout.WantEffect, last uint64, why string) {
+	c.log.Warn("rollout want refused", "node", w.Node, "step", w.Step, "last", last, "why", events.Short(why))
+	c.appendAsync(ctx, rollout.KindRefused, &rollout.Refused{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Last: last,
+		Error: events.ErrorText(why)}, rollout.OutcomeID(c.fleet, w.Rollout, w.Node, w.Step))
+}
+
+// publishWant publishes a step's want with its message id, expecting the
+// want it was decided against, and records the outcome, retrying what
+// passes by itself.
+func (c *controller) publishWant(ctx context.Context, e rollout.Effect) {
+	want, err := c.wantOf(ctx, e)
+	if err != nil {
+		return
+	}
+	var ack store.Ack
 	for attempt := 0; ; attempt++ {
-		ack, err = c.pub.Append(ctx, w.Node, want, store.WithMsgID(id), store.WithExpectLastSubjectSeq(w.Expect))
+		ack, err = c.pub.Append(ctx, e.Want.Node, want, store.WithMsgID(e.ID()), store.WithExpectLastSubjectSeq(e.Want.Expect))
 		if err == nil || !store.Transient(err) || !c.wait(ctx, attempt) {
 			break
 		}
 	}
+	c.outcome(ctx, e, ack.Seq, err)
+}
+
+// outcome records what the server answered to a step's want: stored at
+// seq (err nil), or err.
+func (c *controller) outcome(ctx context.Context, e rollout.Effect, seq uint64, err error) {
+	w, id := e.Want, e.ID()
 	switch {
 	case ctx.Err() != nil:
 		return
 	case err == nil:
-		c.published(ctx, w, ack.Seq)
+		c.published(ctx, w, seq)
 	case errors.Is(err, store.ErrConflict):
 		// Stored already by this step (a restart past the duplicate
 		// window), or changed by hand: the newest want's id says which.
@@ -345,19 +405,21 @@ func (c *controller) publishWant(ctx context.Context, e rollout.Effect) {
 		case lerr == nil && last.MsgID == id:
 			c.published(ctx, w, last.Event.Seq)
 		case lerr == nil:
-			refuse(last.Event.Seq, "")
+			c.refuse(ctx, w, last.Event.Seq, "")
 		case errors.Is(lerr, store.ErrNoMessage):
-			refuse(0, fmt.Sprintf("the node's want #%d is gone from the stream", w.Expect))
+			c.refuse(ctx, w, 0, fmt.Sprintf("the node's want #%d is gone from the stream", w.Expect))
 		default:
-			refuse(0, lerr.Error())
+			c.refuse(ctx, w, 0, lerr.Error())
 		}
+	case store.Transient(err):
+		c.publishWant(ctx, e) // retried until it passes
 	default:
-		refuse(0, err.Error())
+		c.refuse(ctx, w, 0, err.Error())
 	}
 }
 
 func (c *controller) published(ctx context.Context, w *rollout.WantEffect, seq uint64) {
-	c.append(ctx, rollout.KindPublished, &rollout.Published{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Want: seq},
+	c.appendAsync(ctx, rollout.KindPublished, &rollout.Published{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Want: seq},
 		rollout.OutcomeID(c.fleet, w.Rollout, w.Node, w.Step))
 }
 
@@ -409,6 +471,60 @@ func (c *controller) append(ctx context.Context, k rollout.Kind, p any, id strin
 		}
 		if !store.Transient(err) || !c.wait(ctx, attempt) {
 			c.log.Error("rollout event not stored: skipped", "kind", k, "id", id, "err", events.Short(err.Error()))
+			return
+		}
+	}
+}
+
+// appendAsync is append without waiting for the acknowledgement: the
+// event joins the ones drain waits for (at most maxInflight).
+func (c *controller) appendAsync(ctx context.Context, k rollout.Kind, p any, id string) {
+	rollout.Stamp(p, time.Now())
+	data, err := json.Marshal(p)
+	if err != nil {
+		c.log.Error("rollout event not encoded", "kind", k, "err", err)
+		return
+	}
+	msg := &nats.Msg{Subject: c.subj.Rollout(c.fleet, string(k)), Data: data}
+	var opts []jetstream.PublishOpt
+	if id != "" {
+		opts = append(opts, jetstream.WithMsgID(id))
+	}
+	fut, err := c.js.PublishMsgAsync(msg, opts...)
+	if err != nil {
+		c.append(ctx, k, p, id)
+		return
+	}
+	c.inflight = append(c.inflight, pendingEvent{k: k, p: p, id: id, fut: fut})
+	if len(c.inflight) >= maxInflight {
+		c.drain(ctx)
+	}
+}
+
+// pendingEvent is a rollout event published and not yet acknowledged.
+type pendingEvent struct {
+	k   rollout.Kind
+	p   any
+	id  string
+	fut jetstream.PubAckFuture
+}
+
+// drain waits for every event appendAsync published; one that failed for
+// a reason that passes is appended again (its id makes that safe), one
+// that cannot be stored is logged and skipped (DESIGN.md §10).
+func (c *controller) drain(ctx context.Context) {
+	pend := c.inflight
+	c.inflight = nil
+	for _, e := range pend {
+		select {
+		case <-e.fut.Ok():
+		case err := <-e.fut.Err():
+			if err = store.ServerError(err); store.Transient(err) {
+				c.append(ctx, e.k, e.p, e.id)
+			} else {
+				c.log.Error("rollout event not stored: skipped", "kind", e.k, "id", e.id, "err", events.Short(err.Error()))
+			}
+		case <-ctx.Done():
 			return
 		}
 	}

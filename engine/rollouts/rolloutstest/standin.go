@@ -13,7 +13,7 @@ import (
 
 // Answer follows the stream's plans stored after start (0: from now) and
 // answers each with a settle per module and a have, published without
-// waiting for each acknowledgement (at most 4,096 in flight), until ctx
+// waiting for each acknowledgement (at most 1,024 in flight), until ctx
 // ends (it then returns nil). A plan of a node for which skip returns
 // true is not answered (an agent that is down).
 //
@@ -33,7 +33,7 @@ func Answer(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig,
 	}
 	defer tail.Stop()
 	pub := store.NewPublisher(js, subj)
-	inflight := make(chan jetstream.PubAckFuture, 4096)
+	inflight := make(chan jetstream.PubAckFuture, 1024)
 	errc := make(chan error, 1)
 	go func() {
 		for f := range inflight {
