@@ -103,7 +103,7 @@ func BenchmarkRollout10k(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		flow("web:0", wantsOf("web:0"))          // the nodes' first wants
+		flow("web:0", wantsOf("web:0"))             // the nodes' first wants
 		baseline := flow("web:1", wantsOf("web:1")) // the same flow, no controller
 
 		var y strings.Builder
