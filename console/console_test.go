@@ -595,3 +595,26 @@ func TestSourceProblems(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// Issue 22: the node timeline colours haves by what they say (a failed
+// or unhealthy module visible at a glance) and marks the agent's down and
+// up moments with a line across the lanes; the fleet page lists the agent
+// down under what needs an operator.
+func TestNodePageLiveness(t *testing.T) {
+	f := newFake()
+	healthy(f, "ace")
+	f.append("ace", &events.Have{Modules: []events.HaveModule{{Name: "web", Build: "w:1", State: events.Failed, Exit: "status 1"}}})
+	f.append("ace", &events.Have{Modules: []events.HaveModule{{Name: "web", Build: "w:1", State: events.Running, Health: events.Unhealthy}}})
+	down := f.append("ace", &events.Agent{State: events.AgentDown, Claim: "c1", Host: "h", PID: 7, Why: events.WhyExpired})
+	fx := start(t, f)
+	_, body := fx.get(t, "/node/ace")
+	for _, want := range []string{`tone-failed`, `tone-unhealthy`, fmt.Sprintf(`class="ev ev-agent shape-agent tone-down" id="ev-%d"`, down.Seq), `class="agent-line"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the node page has no %s", want)
+		}
+	}
+	_, body = fx.get(t, "/")
+	if !strings.Contains(body, "need-agent-down") || !strings.Contains(body, "agent down since") {
+		t.Error("the fleet page does not list ace's agent down")
+	}
+}

@@ -59,6 +59,10 @@ type mark struct {
 	Href    string
 	Chosen  bool
 	HasHeld bool
+	// Tone is what the event says, for its colour: a have's worst module
+	// ("failed", "unhealthy", "starting", "ok", "empty"), an agent's
+	// "down" or "up"; empty for other kinds.
+	Tone string
 }
 
 // span is a plan's held rows, from the plan to the next plan.
@@ -166,6 +170,16 @@ func draw(h *audit.History, from, to int, byTime bool, chosen uint64, href func(
 			}
 		case ev.Kind == events.KindKnock:
 			m.Shape, m.R = "knock", max(r, 4)
+		case ev.Kind == events.KindAgent:
+			// The agent's down and up moments: a line across every lane.
+			m.Shape, m.R = "agent", max(r, 4)
+			if a, ok := ev.Payload.(*events.Agent); ok {
+				m.Tone = string(a.State)
+			}
+		case ev.Kind == events.KindHave:
+			if h, ok := ev.Payload.(*events.Have); ok {
+				m.Tone = haveTone(h)
+			}
 		}
 		if labels && (m.Shape == "plan" || m.Shape == "knock") {
 			m.Label = "#" + strconv.FormatUint(ev.Seq, 10)
@@ -226,6 +240,28 @@ func draw(h *audit.History, from, to int, byTime bool, chosen uint64, href func(
 		p.Bound, p.BoundText = &bx, "as of "+bound
 	}
 	return p
+}
+
+// haveTone is what a have says at a glance, its worst module first:
+// "failed" (exited, waiting to restart), "unhealthy", "starting" (alive,
+// no passing check yet), "ok" (everything runs), "empty" (nothing runs).
+func haveTone(h *events.Have) string {
+	tone, worst := "empty", 0
+	for _, m := range h.Modules {
+		t, w := "ok", 1
+		switch {
+		case m.State == events.Failed:
+			t, w = "failed", 4
+		case m.Health == events.Unhealthy:
+			t, w = "unhealthy", 3
+		case m.State == events.Running && m.Health == events.HealthStarting:
+			t, w = "starting", 2
+		}
+		if w > worst {
+			tone, worst = t, w
+		}
+	}
+	return tone
 }
 
 func minTime(a, b time.Time) time.Time {

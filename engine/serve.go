@@ -132,10 +132,11 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	_, scfg, err := store.EnsureStream(sctx, js, c.Stream)
+	var nodeLeases jetstream.KeyValue
 	if err == nil {
 		// The node agents' lease bucket: created here, where the
 		// credentials may create it (a node's may not).
-		_, err = store.OpenNodeLeases(sctx, js, scfg)
+		nodeLeases, err = store.OpenNodeLeases(sctx, js, scfg)
 	}
 	if err == nil {
 		// The sealed secrets and the fill statuses (DESIGN.md §12): the
@@ -224,6 +225,15 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 		}
 		defer stop()
 	}
+	// Agent liveness: every instance watches every node's lease and
+	// records its transitions (each once, whoever records it first).
+	actx, stopAgents := context.WithCancel(ctx)
+	agentsDone := make(chan struct{})
+	go func() {
+		defer close(agentsDone)
+		_ = r.watchAgents(actx, nodeLeases)
+	}()
+	defer func() { stopAgents(); <-agentsDone }()
 	if group != nil {
 		log.Info("reconciler running in a group", "stream", scfg.Name, "partitions", scfg.Partitions,
 			"group", c.Group, "instance", group.Instance(), "lease_ttl", group.TTL())

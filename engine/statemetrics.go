@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 )
 
@@ -27,6 +28,10 @@ var (
 		"Stream time (Unix seconds) of the refusal of the oldest unpaid owed item; absent when nothing is owed. time() minus it is the age of the oldest owed item.", nil, nil)
 	descPaused = prometheus.NewDesc("meshfold_nodes_paused",
 		"Nodes paused by an operator (DESIGN.md §9): no new plan is emitted for them.", nil, nil)
+	descAgentDown = prometheus.NewDesc("meshfold_nodes_agent_down",
+		"Nodes this instance folds whose agent is down (DESIGN.md §11): its lease ended (expired, released or replaced) and no have came since.", nil, nil)
+	descUnhealthy = prometheus.NewDesc("meshfold_modules_unhealthy",
+		"Modules the newest have of their node reports unhealthy: alive, their health check failing (DESIGN.md §11).", nil, nil)
 )
 
 // stateCollector counts over every node state of a Reconciler.
@@ -36,13 +41,15 @@ type stateCollector struct{ r *Reconciler }
 // instance's node states at each scrape (meshfold_partitions,
 // meshfold_nodes, meshfold_owed_items, meshfold_nodes_owing,
 // meshfold_owed_oldest_timestamp_seconds, meshfold_modules_failed,
-// meshfold_plans_unsettled, meshfold_nodes_paused). A scrape takes each
+// meshfold_plans_unsettled, meshfold_nodes_paused,
+// meshfold_nodes_agent_down, meshfold_modules_unhealthy). A scrape takes each
 // partition's lock once, for a count over its states: register it with the
 // registry that serves /metrics (meshfold serve and reconcile do).
 func (r *Reconciler) StateCollector() prometheus.Collector { return stateCollector{r} }
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPartitions, descNodes, descOwed, descOwing, descFailed, descUnsettled, descOldestOwed, descPaused} {
+	for _, d := range []*prometheus.Desc{descPartitions, descNodes, descOwed, descOwing, descFailed, descUnsettled, descOldestOwed, descPaused,
+		descAgentDown, descUnhealthy} {
 		ch <- d
 	}
 }
@@ -55,7 +62,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		parts = append(parts, p)
 	}
 	r.mu.RUnlock()
-	var nodes, owed, owing, failed, unsettled, paused int
+	var nodes, owed, owing, failed, unsettled, paused, agentDown, unhealthy int
 	var oldest time.Time
 	for _, p := range parts {
 		p.mu.Lock()
@@ -74,9 +81,15 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			if st.Paused != nil {
 				paused++
 			}
+			if st.Agent != nil && !st.Agent.Up {
+				agentDown++
+			}
 			for _, m := range reconcile.RuntimeOf(st) {
 				if m.Failing() {
 					failed++
+				}
+				if m.Health == events.Unhealthy {
+					unhealthy++
 				}
 			}
 		}
@@ -92,6 +105,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	g(descFailed, failed)
 	g(descUnsettled, unsettled)
 	g(descPaused, paused)
+	g(descAgentDown, agentDown)
+	g(descUnhealthy, unhealthy)
 	if !oldest.IsZero() {
 		ch <- prometheus.MustNewConstMetric(descOldestOwed, prometheus.GaugeValue, float64(oldest.UnixNano())/1e9)
 	}

@@ -32,19 +32,23 @@ const (
 	KindRevoke Kind = "revoke" // operator: take an approval back
 	KindWaive  Kind = "waive"  // operator: pay a file's owed items without a knock
 	KindRetire Kind = "retire" // operator: remove every module, then forget the node
+
+	// KindAgent (agent.go): reconciler: the node's agent went down or came
+	// back (DESIGN.md §11).
 )
 
 // Kinds lists every event kind in a fixed order. Fill requests travel on a
 // subject of their own (see [Subjects.Fill]) and are not an event kind: no
 // stream ever captures them.
 var Kinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan, KindKnock, KindJournal,
-	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire}
+	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent}
 
 // InputKinds are the kinds the reconciler folds: everything published by
-// controllers, operators and nodes, and its own plans (DESIGN.md §3: it
-// folds its plan events to learn each plan's sequence).
+// controllers, operators and nodes, its own plans (DESIGN.md §3: it folds
+// its plan events to learn each plan's sequence) and the agent
+// transitions it records (DESIGN.md §11).
 var InputKinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan,
-	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire}
+	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent}
 
 // OperatorKinds are the kinds only an operator publishes: the approval and
 // the operator events of DESIGN.md §9.
@@ -67,8 +71,8 @@ func (h *Header) header() *Header { return h }
 
 // Payload is implemented by the pointer of every event type of this
 // package: *Want, *Approve, *Have, *Settle, *Refusal, *Filled, *Plan,
-// *Knock, *Journal, and the operator events *Pause, *Resume, *Poke,
-// *Revoke, *Waive and *Retire.
+// *Knock, *Journal, the operator events *Pause, *Resume, *Poke,
+// *Revoke, *Waive and *Retire, and *Agent.
 type Payload interface {
 	// Kind is the payload's event kind.
 	Kind() Kind
@@ -452,6 +456,8 @@ func New(k Kind) Payload {
 		return new(Waive)
 	case KindRetire:
 		return new(Retire)
+	case KindAgent:
+		return new(Agent)
 	}
 	return nil
 }

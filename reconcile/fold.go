@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
@@ -76,6 +77,8 @@ func (s *State) Fold(ev events.Event) []Effect {
 		f.waive(p)
 	case *events.Retire:
 		f.retire(p)
+	case *events.Agent:
+		f.agent(p)
 	}
 	return f.out
 }
@@ -201,9 +204,86 @@ func (f *folder) dropApproval(of func(Approval) bool, whose string, max int, nam
 }
 
 func (f *folder) have(p *events.Have) {
-	f.s.Have = &HaveRecord{Seq: f.ev.Seq, Time: f.ev.Time, Modules: slices.Clone(p.Modules)}
+	h := &HaveRecord{Seq: f.ev.Seq, Time: f.ev.Time, Modules: slices.Clone(p.Modules)}
+	h.HealthSince = healthSince(f.s.Have, h)
+	f.s.Crashes = crashes(f.s.Crashes, f.s.Have, h)
+	f.s.Have = h
+	if a := f.s.Agent; a != nil && !a.Up {
+		// Only a live agent publishes a have: it is up again on its
+		// first, whenever its lease's up is recorded (DESIGN.md §11).
+		f.s.Agent = &AgentRecord{Up: true, Seq: f.ev.Seq, Time: f.ev.Time}
+	}
 	f.compose()
 	f.knock(true)
+}
+
+// crashes returns the crash records after the have h, given those
+// before it and the previous have: a module that ran in prev and, in h,
+// failed or runs with more restarts crashed after running, at h's time;
+// each module keeps its last FlapRestarts such times; modules h does not
+// list are dropped.
+func crashes(old []Crashes, prev, h *HaveRecord) []Crashes {
+	var out []Crashes
+	for _, m := range h.Modules {
+		var times []time.Time
+		if i := slices.IndexFunc(old, func(c Crashes) bool { return c.Module == m.Name }); i >= 0 {
+			times = old[i].Times
+		}
+		if prev != nil {
+			if j := slices.IndexFunc(prev.Modules, func(o events.HaveModule) bool { return o.Name == m.Name }); j >= 0 {
+				p := prev.Modules[j]
+				if p.State == events.Running && (m.State == events.Failed || m.State == events.Running && m.Restarts > p.Restarts) {
+					times = append(slices.Clone(times), h.Time)
+					if len(times) > FlapRestarts {
+						times = times[len(times)-FlapRestarts:]
+					}
+				}
+			}
+		}
+		if len(times) > 0 {
+			out = append(out, Crashes{Module: m.Name, Times: times})
+		}
+	}
+	slices.SortFunc(out, func(a, b Crashes) int { return strings.Compare(a.Module, b.Module) })
+	return out
+}
+
+// healthSince returns, for each module of the new have h, the stream
+// time since which its health says what it says: the previous have's
+// time for it when that have said the same, else h's; nil when no module
+// of h reports health.
+func healthSince(prev, h *HaveRecord) []time.Time {
+	if !slices.ContainsFunc(h.Modules, func(m events.HaveModule) bool { return m.Health != "" }) {
+		return nil
+	}
+	out := make([]time.Time, len(h.Modules))
+	for i, m := range h.Modules {
+		if m.Health == "" {
+			continue
+		}
+		out[i] = h.Time
+		if prev == nil || len(prev.HealthSince) != len(prev.Modules) {
+			continue
+		}
+		if j := slices.IndexFunc(prev.Modules, func(o events.HaveModule) bool { return o.Name == m.Name }); j >= 0 &&
+			prev.Modules[j].Health == m.Health && !prev.HealthSince[j].IsZero() {
+			out[i] = prev.HealthSince[j]
+		}
+	}
+	return out
+}
+
+// agent records the node's agent up or down (DESIGN.md §11 "Liveness").
+// It emits nothing: the event itself is the record `audit` and `fleet`
+// read. An up after a have already brought the agent back keeps that
+// have's moment, the earlier sign of life.
+func (f *folder) agent(p *events.Agent) {
+	up := p.State == events.AgentUp
+	if a := f.s.Agent; up && a != nil && a.Up && a.Claim == "" {
+		a.Claim, a.Host, a.PID = p.Claim, p.Host, p.PID
+		return
+	}
+	f.s.Agent = &AgentRecord{Up: up, Seq: f.ev.Seq, Time: f.ev.Time, Claim: p.Claim, Host: p.Host, PID: p.PID, Why: p.Why}
 }
 
 func (f *folder) settle(p *events.Settle) {

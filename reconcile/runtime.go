@@ -21,6 +21,12 @@ type ModuleRuntime struct {
 	Exit     string          `json:"exit,omitempty"`
 	Since    *time.Time      `json:"since,omitempty"`
 	Health   events.Health   `json:"health,omitempty"` // absent without a check (DESIGN.md §11)
+	// HealthSince is the stream time of the first have since which Health
+	// has said what it says; absent without a check, or unknown.
+	HealthSince *time.Time `json:"health_since,omitempty"`
+	// Crashes are the stream times of the module's last crashes after
+	// running (at most FlapRestarts, oldest first).
+	Crashes []time.Time `json:"crashes,omitempty"`
 	// Unfilled are the paths of the module's owed items and the files its
 	// row of the newest settled plan declares that no filled event ever
 	// reported, sorted: what a module crash-looping for want of a
@@ -32,6 +38,30 @@ type ModuleRuntime struct {
 // start, and waits to restart (a crash loop while its restarts grow).
 func (m ModuleRuntime) Failing() bool { return m.State == events.Failed }
 
+// Unhealthy reports whether the module is alive and its health check
+// says unhealthy (DESIGN.md §11).
+func (m ModuleRuntime) Unhealthy() bool {
+	return m.State == events.Running && m.Health == events.Unhealthy
+}
+
+// Flap thresholds (DESIGN.md §11: a module that flaps needs an operator,
+// like a crash loop): a module that runs now and crashed after running
+// FlapRestarts times within FlapWindow, the running time after which
+// §8's backoff forgives a crash loop. A module that crash-looped without
+// ever running (a missing credential) and then runs has recovered.
+const (
+	FlapRestarts = 3
+	FlapWindow   = 10 * time.Minute
+)
+
+// Flapping reports whether the module runs now but crash-loops: it
+// crashed after running [FlapRestarts] times, the first of them less
+// than [FlapWindow] before now. A have caught between two crashes says
+// running; this says what its history says.
+func (m ModuleRuntime) Flapping(now time.Time) bool {
+	return m.State == events.Running && len(m.Crashes) >= FlapRestarts && now.Sub(m.Crashes[len(m.Crashes)-FlapRestarts]) < FlapWindow
+}
+
 // RuntimeOf returns every module of s's newest have, in the have's order
 // (by name), with its unfilled files; none before the first have.
 func RuntimeOf(s *State) []ModuleRuntime {
@@ -39,9 +69,17 @@ func RuntimeOf(s *State) []ModuleRuntime {
 		return nil
 	}
 	out := make([]ModuleRuntime, 0, len(s.Have.Modules))
-	for _, m := range s.Have.Modules {
-		out = append(out, ModuleRuntime{Module: m.Name, Build: m.Build, State: m.State, Account: m.Account,
-			Restarts: m.Restarts, Exit: m.Exit, Since: m.Since, Health: m.Health, Unfilled: unfilled(s, m.Name)})
+	for i, m := range s.Have.Modules {
+		r := ModuleRuntime{Module: m.Name, Build: m.Build, State: m.State, Account: m.Account,
+			Restarts: m.Restarts, Exit: m.Exit, Since: m.Since, Health: m.Health, Unfilled: unfilled(s, m.Name)}
+		if j := slices.IndexFunc(s.Crashes, func(c Crashes) bool { return c.Module == m.Name }); j >= 0 {
+			r.Crashes = s.Crashes[j].Times
+		}
+		if i < len(s.Have.HealthSince) && !s.Have.HealthSince[i].IsZero() {
+			t := s.Have.HealthSince[i]
+			r.HealthSince = &t
+		}
+		out = append(out, r)
 	}
 	return out
 }

@@ -102,6 +102,22 @@ type State struct {
 	// above Settled.Seq.
 	Failed []FailedApply `json:"failed,omitempty"`
 
+	// Crashes records, per module of the newest have, the stream times
+	// of its last FlapRestarts crashes after running (a have saying it
+	// failed, or running with more restarts, after one saying it ran):
+	// what tells a module that flaps from one that recovered (DESIGN.md
+	// §11).
+	// Invariant: sorted by module; unique; each at most FlapRestarts
+	// times, oldest first; only modules of the newest have.
+	Crashes []Crashes `json:"crashes,omitempty"`
+
+	// Agent is what is known of the node's agent (DESIGN.md §11
+	// "Liveness"): the newest agent event, or the first have after a
+	// down (a restarted agent is up on its first have); nil before
+	// either.
+	// Invariant: Agent.Seq ≤ Seq.
+	Agent *AgentRecord `json:"agent,omitempty"`
+
 	// caps are the state's caps; nil is the constants of limits.go. Only
 	// a test sets them (an unbounded fold to compare with); a snapshot
 	// does not carry them.
@@ -168,6 +184,26 @@ type FailedApply struct {
 
 func compareFailed(a, b FailedApply) int { return cmp.Compare(a.Module, b.Module) }
 
+// Crashes are the stream times of Module's last crashes after running.
+type Crashes struct {
+	Module string      `json:"module"`
+	Times  []time.Time `json:"times"`
+}
+
+// AgentRecord is the node's agent as the newest agent event (or the
+// first have after a down) says: up or down since the event at Seq, at
+// stream time Time. Claim, Host and PID are the lease claim the agent
+// event named (a have names none); Why says how a down claim ended.
+type AgentRecord struct {
+	Up    bool            `json:"up"`
+	Seq   uint64          `json:"seq"`
+	Time  time.Time       `json:"time"`
+	Claim string          `json:"claim,omitempty"`
+	Host  string          `json:"host,omitempty"`
+	PID   int             `json:"pid,omitempty"`
+	Why   events.AgentWhy `json:"why,omitempty"`
+}
+
 // WantRecord is a folded want.
 type WantRecord struct {
 	Seq     uint64              `json:"seq"`
@@ -180,6 +216,12 @@ type HaveRecord struct {
 	// Time is the stream's time of the have, for staleness.
 	Time    time.Time           `json:"time"`
 	Modules []events.HaveModule `json:"modules"`
+	// HealthSince[i] is the stream time of the first have since which
+	// Modules[i]'s health has said what it says (zero: no health, or
+	// unknown in a snapshot older than the field); empty when no module
+	// reports health.
+	// Invariant: empty or as long as Modules.
+	HealthSince []time.Time `json:"health_since,omitempty"`
 }
 
 // PlanRecord is a plan this reconciler emitted.
@@ -298,6 +340,19 @@ func (s *State) CheckInvariants() error {
 	if s.Have != nil {
 		if err := maxSeq("have", s.Have.Seq); err != nil {
 			return err
+		}
+		if n := len(s.Have.HealthSince); n != 0 && n != len(s.Have.Modules) {
+			return fmt.Errorf("have health_since: %d times for %d modules", n, len(s.Have.Modules))
+		}
+	}
+	if s.Agent != nil {
+		if err := maxSeq("agent", s.Agent.Seq); err != nil {
+			return err
+		}
+	}
+	for i, c := range s.Crashes {
+		if len(c.Times) == 0 || len(c.Times) > FlapRestarts || i > 0 && s.Crashes[i-1].Module >= c.Module {
+			return fmt.Errorf("crashes of %q: %d times, or not sorted and unique", c.Module, len(c.Times))
 		}
 	}
 	if err := maxSeq("newest plan", s.NewestPlan); err != nil {

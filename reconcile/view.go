@@ -61,7 +61,14 @@ type View struct {
 	// settled yet: why the node is unsettled (module "" when the agent
 	// refused the whole plan).
 	Failed []FailedApply `json:"failed,omitempty"`
+	// Agent is the node's agent up or down, and since which event
+	// (DESIGN.md §11 "Liveness"); nil while nothing is known.
+	Agent *AgentRecord `json:"agent,omitempty"`
 }
+
+// AgentDown reports whether the node's agent is known to be down: its
+// lease ended and no have came since.
+func (v View) AgentDown() bool { return v.Agent != nil && !v.Agent.Up }
 
 // Unfilled is a file the newest settled plan declares for Module, never
 // filled since Plan, settled at stream time Since, placed it: the plan
@@ -133,6 +140,10 @@ func (s *State) View() View {
 	}
 	v.Unfilled = s.unfilled()
 	v.Failed = slices.Clone(s.Failed)
+	if s.Agent != nil {
+		a := *s.Agent
+		v.Agent = &a
+	}
 	return v
 }
 

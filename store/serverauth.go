@@ -1,5 +1,11 @@
 package store
 
+// MaxControlLine is the control line a server running meshfold's
+// operator mode accepts, in bytes (nats-server's max_control_line;
+// default 4096): a user's JWT travels in its CONNECT line, and the
+// reconciler's, with its role's permissions, is near 4 KiB.
+const MaxControlLine = 16 << 10
+
 // ServerAuth is what an embedded server (package store/embedded) needs for
 // operator mode, as package store/auth makes it: plain JWTs, so that the
 // issuer and every client link no server. The accounts are held by an

@@ -47,6 +47,7 @@ func TestAuditAsOfEqualsLive(t *testing.T) {
 	// stream's. Compare the rest with the live fold, and that time with
 	// the stream's timestamp of the have.
 	streamTime := map[uint64]time.Time{}
+	seqAt := map[int64]uint64{} // a crash keeps its have's time only
 	histories := map[string]*audit.History{}
 	for _, node := range nodes {
 		h, err := r.History(ctx, node, query.Bounds{})
@@ -56,6 +57,7 @@ func TestAuditAsOfEqualsLive(t *testing.T) {
 		histories[node] = h
 		for _, ev := range h.Events {
 			streamTime[ev.Seq] = ev.Time
+			seqAt[ev.Time.UnixNano()] = ev.Seq
 		}
 	}
 	check := func(how, node string, seq uint64, st *reconcile.State) {
@@ -88,6 +90,14 @@ func TestAuditAsOfEqualsLive(t *testing.T) {
 			restamp("retire", &r.Time, r.Seq)
 			if r.Retired {
 				restamp("retired", &r.RetiredTime, r.RetiredSeq)
+			}
+		}
+		if a := st.Agent; a != nil {
+			restamp("agent", &a.Time, a.Seq)
+		}
+		for _, c := range st.Crashes {
+			for i, at := range c.Times {
+				restamp("crash", &c.Times[i], seqAt[at.UnixNano()])
 			}
 		}
 		got, _ := json.Marshal(st)

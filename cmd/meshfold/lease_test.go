@@ -30,6 +30,12 @@ func TestHelperProcess(t *testing.T) {
 		t.Skip("only run as a helper process")
 	}
 	args := os.Args[slices.Index(os.Args, "--")+1:]
+	if os.Getenv("MESHFOLD_HELPER_SHIMS_OUTLIVE") == "1" {
+		// A node agent whose shims outlive it, as in production: a test
+		// kills the agent and adopts its modules, then kills them by the
+		// pids they recorded.
+		os.Unsetenv("MESHFOLD_TEST_PARENT")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, args, os.Stdin, os.Stdout, os.Stderr)
 	stop()
@@ -43,7 +49,7 @@ type meshfoldProcess struct {
 	done   chan struct{}
 }
 
-func startMeshfold(t *testing.T, args ...string) *meshfoldProcess {
+func startMeshfold(t testing.TB, args ...string) *meshfoldProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestHelperProcess$", "--"}, args...)...)
 	cmd.Env = append(os.Environ(), "MESHFOLD_HELPER_PROCESS=1")

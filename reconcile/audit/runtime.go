@@ -21,6 +21,29 @@ func failing(rs []reconcile.ModuleRuntime) []reconcile.ModuleRuntime {
 	return out
 }
 
+// unhealthy returns the modules of rs alive with a failing check.
+func unhealthy(rs []reconcile.ModuleRuntime) []reconcile.ModuleRuntime {
+	var out []reconcile.ModuleRuntime
+	for _, r := range rs {
+		if r.Unhealthy() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// flapping returns the modules of rs that run at now but crash-loop
+// (reconcile.ModuleRuntime.Flapping), unhealthy ones left to [unhealthy].
+func flapping(rs []reconcile.ModuleRuntime, now time.Time) []reconcile.ModuleRuntime {
+	var out []reconcile.ModuleRuntime
+	for _, r := range rs {
+		if r.Flapping(now) && !r.Unhealthy() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // ShortBuild cuts a sha256 build (a bundle's) to its first 12 digits for
 // summaries and lines, where the whole digest would push what follows
 // past [LineWidth]; other builds are kept. JSON entries keep every build
@@ -40,6 +63,9 @@ func runtimeText(r reconcile.ModuleRuntime, now time.Time, suffix string) string
 	s := fmt.Sprintf("%s %s %s", r.Module, orNone(ShortBuild(r.Build)), r.State)
 	if r.Health != "" {
 		s += " " + string(r.Health)
+		if hs := r.HealthSince; hs != nil {
+			s += fmt.Sprintf(" (since %s, %s %s)", FormatTime(*hs), Age(now.Sub(*hs)), suffix)
+		}
 	}
 	if r.Account != "" {
 		s += " as " + r.Account
@@ -75,7 +101,7 @@ func failedNeed(r reconcile.ModuleRuntime) string {
 }
 
 // FleetFailedText returns, for the rows in their order, one labelled line
-// (wrapped at [LineWidth]) per failed module: node, module, restarts, last
+// (wrapped at [LineWidth]) per failed, unhealthy or flapping module: node, module, restarts, last
 // exit, since when, and the files it waits for in full, which a fleet
 // line has no room for. Empty when no module failed.
 func FleetFailedText(rows []FleetRow) string {
@@ -93,6 +119,21 @@ func FleetFailedText(rows []FleetRow) string {
 				s += "; unfilled " + strings.Join(f.Unfilled, ", ")
 			}
 			t.line(0, "failed", s)
+		}
+		for _, f := range r.Unhealthy {
+			s := fmt.Sprintf("%s %s %s: alive, its health check failing", r.Node, f.Module, orNone(ShortBuild(f.Build)))
+			if f.Restarts > 0 {
+				s += ", " + plural(f.Restarts, "restart")
+			}
+			t.line(0, "unhealthy", s)
+		}
+		for _, f := range r.Flapping {
+			s := fmt.Sprintf("%s %s %s: %s, %d crashes after running since %s", r.Node, f.Module, orNone(ShortBuild(f.Build)),
+				plural(f.Restarts, "restart"), len(f.Crashes), FormatTime(f.Crashes[0]))
+			if f.Exit != "" {
+				s += ", last exit " + f.Exit
+			}
+			t.line(0, "flapping", s)
 		}
 	}
 	return t.b.String()

@@ -157,8 +157,39 @@ func Summary(ev events.Event, prev *events.Want) string {
 			return "by " + p.By + ", forced" + reasonSuffix(p.Reason)
 		}
 		return "by " + p.By + reasonSuffix(p.Reason)
+	case *events.Agent:
+		return AgentSummary(p)
 	}
 	return string(ev.Kind)
+}
+
+// AgentSummary tells an agent event: "DOWN: lease expired (agent pid 4242
+// on web-1)", "up: lease claimed (agent pid 4300 on web-1)".
+func AgentSummary(a *events.Agent) string {
+	s := "up: lease claimed"
+	if a.State == events.AgentDown {
+		switch a.Why {
+		case events.WhyExpired:
+			s = "DOWN: lease expired, not renewed"
+		case events.WhyReleased:
+			s = "DOWN: agent stopped, lease released"
+		case events.WhyReplaced:
+			s = "DOWN: lease taken by a new agent"
+		default:
+			s = "DOWN: " + events.Text(string(a.Why))
+		}
+	}
+	var who []string
+	if a.PID > 0 {
+		who = append(who, "agent pid "+strconv.Itoa(a.PID))
+	}
+	if a.Host != "" {
+		who = append(who, "on "+events.Text(a.Host))
+	}
+	if len(who) > 0 {
+		s += " (" + strings.Join(who, " ") + ")"
+	}
+	return s
 }
 
 func reasonSuffix(r string) string {

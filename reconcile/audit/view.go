@@ -157,6 +157,9 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 	} else {
 		t.line(1, "knock", "none")
 	}
+	if a := v.Agent; a != nil {
+		t.line(1, "agent", agentText(a, now, suffix))
+	}
 	if v.HaveSeq == 0 {
 		t.line(1, "have", "none yet")
 	} else {
@@ -173,6 +176,29 @@ func FailedText(f reconcile.FailedApply, now time.Time, suffix string) string {
 		what = "the plan"
 	}
 	return fmt.Sprintf("apply of plan #%d failed for %s (#%d, %s %s): %s", f.Plan, what, f.Seq, Age(now.Sub(f.Time)), suffix, f.Error)
+}
+
+// agentText tells the node's agent as the state knows it: "DOWN since
+// … (45s ago, #812): lease expired, not renewed (agent pid 4242 on web-1)"
+// or "up since … (#830)".
+func agentText(a *reconcile.AgentRecord, now time.Time, suffix string) string {
+	state := "up"
+	if !a.Up {
+		state = "DOWN"
+	}
+	s := fmt.Sprintf("%s since %s (%s %s, #%d)", state, FormatTime(a.Time), Age(now.Sub(a.Time)), suffix, a.Seq)
+	switch {
+	case !a.Up:
+		s += ": " + strings.TrimPrefix(AgentSummary(&events.Agent{State: events.AgentDown, Why: a.Why, Host: a.Host, PID: a.PID}), "DOWN: ")
+	case a.Claim == "":
+		s += ": a have came after the agent's down"
+	case a.PID > 0:
+		s += fmt.Sprintf(": agent pid %d", a.PID)
+		if a.Host != "" {
+			s += " on " + events.Text(a.Host)
+		}
+	}
+	return s
 }
 
 // writeOperator writes what the operator events of DESIGN.md §9 left on
@@ -305,12 +331,24 @@ type FleetRow struct {
 	HaveAge        float64   `json:"have_age_s"`
 	StaleHave      bool      `json:"stale_have"`
 	AccountWarning bool      `json:"account_warning"`
+	// Agent is "up" or "down" (DESIGN.md §11 "Liveness": "down" when the
+	// node's agent's lease ended and no have came since), absent while
+	// nothing is known; AgentSince is the stream time of the event that
+	// made it so.
+	Agent      string    `json:"agent,omitempty"`
+	AgentSince time.Time `json:"agent_since,omitzero"`
 	// Failed are the modules the newest have reports failed (a crash
 	// loop), with the files they wait for.
 	Failed []reconcile.ModuleRuntime `json:"failed,omitempty"`
 	// FailedApplies are, per module, the newest failed apply of a plan
 	// not settled yet, with its error cut (reconcile.View.Failed).
 	FailedApplies []reconcile.FailedApply `json:"failed_applies,omitempty"`
+	// Unhealthy are the modules alive with a failing health check;
+	// Flapping those that run but crash-loop (at least
+	// reconcile.FlapRestarts restarts, running for less than
+	// reconcile.FlapWindow): DESIGN.md §11.
+	Unhealthy []reconcile.ModuleRuntime `json:"unhealthy,omitempty"`
+	Flapping  []reconcile.ModuleRuntime `json:"flapping,omitempty"`
 	// Warnings counts journal entries of level warn or error in the
 	// window asked for (-1: not counted).
 	Warnings int `json:"journal_warnings"`
@@ -318,7 +356,8 @@ type FleetRow struct {
 	// why (DESIGN.md §12), as it reported them; set with [FleetRow.SetSources].
 	Sources []SourceProblem `json:"source_problems,omitempty"`
 	// Attention lists what needs an operator, most pressing first:
-	// "error", "failed", "apply-failed", "unfilled", "source", "owed", "approval", "unsettled",
+	// "error", "agent-down", "failed", "apply-failed", "unhealthy", "flapping",
+	// "unfilled", "source", "owed", "approval", "unsettled",
 	// "paused", "retiring", "account", "stale-have", "journal". A retired
 	// node needs nothing.
 	Attention []string `json:"attention"`
@@ -345,7 +384,8 @@ func FleetRowOfView(v reconcile.View, now time.Time, stale time.Duration) FleetR
 	r := FleetRow{Node: v.Node, Seq: v.Seq, Want: v.Want, SettledPlan: v.SettledPlan, EmittedPlan: v.EmittedPlan,
 		Unsettled: v.Unsettled, Modules: v.Modules, Held: v.Held, Owed: len(v.Owed),
 		AccountWarning: v.AccountWarning, HaveTime: v.HaveTime, HaveAge: -1, Warnings: -1,
-		Failed: failing(v.Runtime), FailedApplies: v.Failed, Stuck: v.Stuck(now)}
+		Failed: failing(v.Runtime), FailedApplies: v.Failed, Unhealthy: unhealthy(v.Runtime), Flapping: flapping(v.Runtime, now),
+		Stuck: v.Stuck(now)}
 	r.Retired = r.Stuck.Retired
 	for _, h := range v.Holds {
 		if h.Why == events.HoldApproval && h.Pending != "" {
@@ -354,6 +394,12 @@ func FleetRowOfView(v reconcile.View, now time.Time, stale time.Duration) FleetR
 	}
 	if v.LastKnock != nil {
 		r.LastKnockCause = v.LastKnock.Cause
+	}
+	if a := v.Agent; a != nil {
+		r.Agent, r.AgentSince = "up", a.Time
+		if !a.Up {
+			r.Agent = "down"
+		}
 	}
 	if v.HaveSeq != 0 {
 		age := now.Sub(v.HaveTime)
@@ -435,8 +481,11 @@ func attention(r FleetRow) []string {
 		return a
 	}
 	add(r.Error != "", "error")
+	add(r.Agent == "down", "agent-down")
 	add(len(r.Failed) > 0, "failed")
 	add(len(r.FailedApplies) > 0, "apply-failed")
+	add(len(r.Unhealthy) > 0, "unhealthy")
+	add(len(r.Flapping) > 0, "flapping")
 	add(len(r.Stuck.Unfilled) > 0, "unfilled")
 	add(len(r.Sources) > 0, "source")
 	add(r.Owed > 0, "owed")
@@ -451,12 +500,14 @@ func attention(r FleetRow) []string {
 }
 
 // rank orders what needs an operator: a lower rank comes first.
-var rank = map[string]int{"error": 0, "failed": 1, "apply-failed": 2, "unfilled": 3, "source": 4, "owed": 5, "approval": 6, "unsettled": 7,
-	"paused": 8, "retiring": 9, "account": 10, "stale-have": 11, "journal": 12}
+var rank = map[string]int{"error": 0, "agent-down": 1, "failed": 2, "apply-failed": 3, "unhealthy": 4, "flapping": 5,
+	"unfilled": 6, "source": 7, "owed": 8, "approval": 9, "unsettled": 10, "paused": 11, "retiring": 12, "account": 13,
+	"stale-have": 14, "journal": 15}
 
 // SortFleet sorts rows so that what needs an operator comes first: rows
-// are compared by their most pressing need (an unreadable snapshot, a
-// failed module, a failed apply, a file never filled, owed items, pending approvals,
+// are compared by their most pressing need (an unreadable snapshot, an
+// agent down, a failed, unhealthy or flapping module, a failed apply, a
+// file never filled, a source problem, owed items, pending approvals,
 // unsettled plans, a pause, a retirement under way, the account warning,
 // a stale have, journal warnings), then by how many needs they have, then by the
 // counts (more owed items, more pending approvals, more unsettled plans,
@@ -515,6 +566,14 @@ func (r FleetRow) Line(nodeWidth int) string {
 		case "apply-failed":
 			for _, f := range r.FailedApplies {
 				needs = append(needs, "apply failed: "+cmp.Or(f.Module, "the plan"))
+			}
+		case "unhealthy":
+			for _, f := range r.Unhealthy {
+				needs = append(needs, f.Module+" unhealthy")
+			}
+		case "flapping":
+			for _, f := range r.Flapping {
+				needs = append(needs, fmt.Sprintf("%s flapping ×%d", f.Module, f.Restarts))
 			}
 		case "unfilled":
 			needs = append(needs, fmt.Sprintf("unfilled %d", len(r.Stuck.Unfilled)))

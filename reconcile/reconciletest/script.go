@@ -151,6 +151,13 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 		p = &events.Waive{Module: args["module"], Path: args["path"], By: by()}
 	case "retire":
 		p = &events.Retire{By: by(), Force: args["force"] == "true"}
+	case "agent": // agent state=up|down claim=C [why=expired] [host=H pid=N]
+		pid := 0
+		if args["pid"] != "" {
+			pid = int(U64(t, args["pid"]))
+		}
+		p = &events.Agent{State: events.AgentState(args["state"]), Claim: args["claim"], Host: args["host"], PID: pid,
+			Why: events.AgentWhy(args["why"])}
 	case "raw":
 		return sc.Stream.AppendRaw(sc.Node, events.Kind(args["kind"]), []byte(d.Input)), true
 	case "forged":

@@ -70,9 +70,10 @@ func Scripted(nodes []string, inputs int, seed uint64, live func(events.Event, *
 }
 
 type gen struct {
-	s   *Stream
-	r   *rng
-	ops int // operator events appended so far
+	s     *Stream
+	r     *rng
+	ops   int // operator events appended so far
+	haves int // haves appended so far
 }
 
 func (g *gen) build(name string) string { return fmt.Sprintf("%s:%d", name[:1], 1+g.r.intn(3)) }
@@ -179,6 +180,19 @@ func (g *gen) settle(node string) {
 
 func (g *gen) have(node string) {
 	st := g.s.State(node)
+	// Every fourth have, the agent goes down before it (and comes back
+	// with it), or a new claim is recorded up: no draw of the generator,
+	// so the rest of the history is what it was before agent events.
+	g.haves++
+	if g.haves%4 == 0 {
+		claim := fmt.Sprintf("claim-%d", g.haves)
+		if a := st.Agent; a == nil || a.Up {
+			g.s.Append(node, &events.Agent{State: events.AgentDown, Claim: claim, Host: "h1", PID: g.haves, Why: events.WhyExpired})
+		} else {
+			g.s.Append(node, &events.Agent{State: events.AgentUp, Claim: claim, Host: "h1", PID: g.haves})
+		}
+		st = g.s.State(node)
+	}
 	h := &events.Have{}
 	if st.Settled != nil {
 		for _, row := range st.Settled.Modules {

@@ -42,6 +42,8 @@ import (
 // "hold rollout lease web" claims and releases the rollout controller's
 // lease of fleet web there; "publish rollout K" appends a fleet's rollout
 // event of kind K;
+// "watch node leases" watches the node agents' lease bucket, as the
+// reconciler does to record agent liveness;
 // "read effect key" opens the keys bucket (creating it the first time)
 // and reads the key that signs effect message ids; "ask state" asks the reconciler's state service about ace; "ask fold"
 // asks it for ace's whole folded state (want --dry-run); "request
@@ -98,6 +100,8 @@ publish knock ace         ok        -          -        -          -            
 publish knock shanks      ok        -          -        -          -            -        -
 publish journal ace       ok        -          -        -          -            -        -
 publish journal shanks    ok        -          -        -          -            -        -
+publish agent ace         ok        -          -        -          -            -        -
+publish agent shanks      ok        -          -        -          -            -        -
 consume plan ace          ok        ok         ok       ok         -            -       ok
 consume plan shanks       ok        ok         ok       -          -            ok       ok
 consume knock ace         ok        ok         ok       -          ok           -       ok
@@ -120,6 +124,7 @@ read effect key           ok        -          -        -          -            
 hold node lease ace       -         -          -        ok         -            -        -
 hold node lease shanks    -         -          -        -          -            ok       -
 get node lease ace        ok        -          ok       ok         -            -        -
+watch node leases         ok        -          -        -          -            -        -
 ask state ace             -         -          ok       -          -            -       ok
 ask fold ace              -         -          ok       -          -            -        -
 push build                -         -          ok       -          -            -        -
@@ -376,6 +381,23 @@ func actions(cfg store.StreamConfig, w *witness) map[string]action {
 		}
 		return nil // answered: held or not
 	}
+	acts["watch node leases"] = func(ctx context.Context, c *cell) error {
+		kv, err := c.js.KeyValue(ctx, c.cfg.Name+store.NodeLeaseBucketSuffix)
+		if err != nil {
+			return err
+		}
+		w, err := kv.WatchAll(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = w.Stop() }()
+		select { // the end of the initial values: the watch's consumer was made
+		case <-w.Updates():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	acts["request logs ace"] = func(ctx context.Context, c *cell) error {
 		_, err := c.nc.RequestWithContext(ctx, events.StateSubject(c.cfg.Prefix, events.EndpointLogs, "ace"), []byte(`{"module":"alpha"}`))
 		return err
@@ -469,7 +491,7 @@ func fixture(t *testing.T, s *secured) (store.StreamConfig, *witness) {
 	t.Cleanup(func() { _ = svc.Stop() })
 
 	publisher := map[events.Kind]string{events.KindWant: "controller",
-		events.KindPlan: "reconciler", events.KindKnock: "reconciler", events.KindJournal: "reconciler"}
+		events.KindPlan: "reconciler", events.KindKnock: "reconciler", events.KindJournal: "reconciler", events.KindAgent: "reconciler"}
 	for _, k := range events.OperatorKinds {
 		publisher[k] = "operator"
 	}

@@ -86,7 +86,8 @@ const jsAPI = "$JS.API"
 // user reads another's replies. The policy, by role:
 //
 //   - reconciler: publishes plans, knocks and journal entries of every
-//     node; creates, updates, reads and writes the stream, the snapshot
+//     node, and the agent events it records from the node lease bucket,
+//     which it watches (DESIGN.md §11); creates, updates, reads and writes the stream, the snapshot
 //     bucket and the lease bucket of reconciler groups (never deletes or
 //     purges them); serves the state service.
 //   - controller: publishes wants; reads wants and plans (direct gets,
@@ -218,7 +219,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		for _, b := range []string{secrets, fills} {
 			p.Pub.Allow.Add(api("STREAM.INFO.KV_%s", b), api("STREAM.CREATE.KV_%s", b))
 		}
-		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"),
+		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"), subj("*", string(events.KindAgent)),
 			"$KV."+bucket+".>", "$KV."+leases+".>", "$KV."+keys+".>", api("INFO"))
 		for _, st := range []string{s, kv, "KV_" + leases, nodesKV, "KV_" + keys} {
 			readStream(st)

@@ -3,6 +3,8 @@ package auth
 import (
 	"fmt"
 	"strings"
+
+	"github.com/meshfold/meshfold/store"
 )
 
 // DefaultResolverDir is the JWT directory resolver.conf names for a full
@@ -32,6 +34,7 @@ func (d *Dir) ResolverConfigFor(jwtDir string) (string, error) {
 	b.WriteString("# Written by `meshfold auth`; include it from nats-server.conf: include \"resolver.conf\"\n")
 	fmt.Fprintf(&b, "operator: %q\n", strings.TrimSpace(a.OperatorJWT))
 	fmt.Fprintf(&b, "system_account: %s\n", d.m.System)
+	fmt.Fprintf(&b, "max_control_line: %d # a user's JWT travels in its CONNECT line: the reconciler's is near the default 4 KiB\n", store.MaxControlLine)
 	fmt.Fprintf(&b, "resolver: {\n  type: full\n  dir: %q\n  allow_delete: false\n  interval: \"2m\"\n  timeout: \"1.9s\"\n}\n", jwtDir)
 	b.WriteString("resolver_preload: {\n")
 	for i, name := range []string{d.m.System, d.m.Account} {

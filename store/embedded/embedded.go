@@ -82,6 +82,9 @@ func authOptions(opts *server.Options, a *store.ServerAuth) ([]string, error) {
 	opts.TrustedOperators = []*jwt.OperatorClaims{op}
 	opts.SystemAccount = a.SystemAccount
 	opts.AccountResolver = res
+	// A user's JWT travels in its CONNECT line: the reconciler's, with
+	// its role's permissions, is near the default 4 KiB limit.
+	opts.MaxControlLine = store.MaxControlLine
 	return accounts, nil
 }
 

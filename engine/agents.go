@@ -1,0 +1,318 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+// Agent liveness (DESIGN.md §11 "Liveness"): every reconciler instance
+// watches the node lease bucket and records, in the stream, the moments
+// a node's agent went down (its lease expired, was released, or was
+// taken by a new agent) and came back (a lease claimed). A node's agent
+// events alternate, each lease claim up once and down at most once, and
+// each is published after the node's previous agent event with that
+// event's sequence as the subject's expected last sequence and a message
+// id derived from it: every instance of a group, or a restarted one,
+// computes the same next transition with the same id, and the stream
+// stores it once.
+
+// agentCheck is how often the watcher looks for leases whose holder
+// stopped renewing them: a key's expiry is not delivered to watchers
+// (the bucket's TTL removes it silently), so a key unrenewed for its TTL
+// is read again until it is gone.
+const agentCheck = 250 * time.Millisecond
+
+// agentWatch is one reconciler instance's watch of the node lease bucket.
+type agentWatch struct {
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+	subj   events.Subjects
+	pub    *store.Publisher
+	key    []byte // signs message ids: see store.EffectMsgID
+	log    *slog.Logger
+	m      *Metrics
+	ttl    time.Duration
+
+	leases map[string]*nodeLease   // by node
+	last   map[string]*agentRecord // the node's newest agent event, cached
+	dirty  map[string]bool         // nodes whose transition could not be recorded: retried
+	now    func() time.Time
+}
+
+// nodeLease is a node's lease as the watch last saw it.
+type nodeLease struct {
+	present bool
+	value   []byte // the holder's JSON: a renewal writes the same bytes
+	holder  store.Holder
+	rev     uint64
+	seen    time.Time       // when it was last written, as this watch saw it
+	why     events.AgentWhy // when absent: how it went
+}
+
+// agentRecord is a node's newest agent event; seq 0: none.
+type agentRecord struct {
+	seq   uint64
+	up    bool
+	claim string
+}
+
+// watchAgents records agent transitions until ctx ends. It returns only
+// ctx's error; failures to reach the server are logged and retried.
+func (r *Reconciler) watchAgents(ctx context.Context, kv jetstream.KeyValue) error {
+	w := &agentWatch{kv: kv, stream: r.stream, subj: r.subj, pub: r.pub, key: r.key, log: r.log, m: r.m,
+		leases: map[string]*nodeLease{}, last: map[string]*agentRecord{}, dirty: map[string]bool{}, now: time.Now}
+	for {
+		err := w.run(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.log.Warn("agent liveness watch stopped; starting it again", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// run watches the bucket from its current values until ctx ends or the
+// watch fails.
+func (w *agentWatch) run(ctx context.Context) error {
+	st, err := w.kv.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if w.ttl = st.TTL(); w.ttl <= 0 {
+		return fmt.Errorf("node lease bucket %s has no TTL", w.kv.Bucket())
+	}
+	watcher, err := w.kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = watcher.Stop() }()
+	tick := time.NewTicker(agentCheck)
+	defer tick.Stop()
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-watcher.Updates():
+			if !ok {
+				return errors.New("the watch ended")
+			}
+			if e == nil {
+				if initial {
+					initial = false
+					if err := w.sweep(ctx); err != nil {
+						w.log.Warn("agent liveness: nodes whose agent went down while no reconciler watched not checked yet", "err", err)
+					}
+				}
+				continue
+			}
+			w.entry(ctx, e)
+		case <-tick.C:
+			w.expire(ctx)
+			for node := range w.dirty {
+				w.sync(ctx, node)
+			}
+		}
+	}
+}
+
+// entry takes one change of the bucket.
+func (w *agentWatch) entry(ctx context.Context, e jetstream.KeyValueEntry) {
+	node := e.Key()
+	if !events.ValidName(node) {
+		return
+	}
+	ls := w.leases[node]
+	if ls == nil {
+		ls = &nodeLease{}
+		w.leases[node] = ls
+	}
+	if e.Revision() < ls.rev {
+		return // older than what a direct read already gave
+	}
+	ls.rev = e.Revision()
+	switch e.Operation() {
+	case jetstream.KeyValuePut:
+		ls.seen = w.now()
+		if ls.present && bytes.Equal(ls.value, e.Value()) {
+			return // a renewal
+		}
+		var h store.Holder
+		if err := json.Unmarshal(e.Value(), &h); err != nil || h.Token == "" {
+			w.log.Warn("agent liveness: a node lease that names no holder", "node", node, "err", err)
+			return
+		}
+		ls.present, ls.value, ls.holder = true, bytes.Clone(e.Value()), h
+	case jetstream.KeyValueDelete:
+		ls.present, ls.why = false, events.WhyReleased
+	default: // a purge, or the server's marker of a key its TTL removed
+		ls.present, ls.why = false, events.WhyExpired
+	}
+	w.sync(ctx, node)
+}
+
+// expire reads again every present lease unrenewed for longer than the
+// TTL: gone, its holder is down.
+func (w *agentWatch) expire(ctx context.Context) {
+	now := w.now()
+	for node, ls := range w.leases {
+		if !ls.present || now.Sub(ls.seen) < w.ttl {
+			continue
+		}
+		e, err := w.kv.Get(ctx, node)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+			ls.present, ls.why = false, events.WhyExpired
+			w.sync(ctx, node)
+		case err != nil:
+			w.log.Warn("agent liveness: lease not read", "node", node, "err", err)
+		case e.Revision() > ls.rev:
+			w.entry(ctx, e) // renewed: the watch will say so too
+		}
+	}
+}
+
+// sweep finds the nodes whose newest agent event says up while the
+// bucket holds no lease for them: agents that went down while no
+// reconciler watched (a restart of the reconciler while a node is down
+// records its down once, and loses none).
+func (w *agentWatch) sweep(ctx context.Context) error {
+	nodes, err := store.ListNodes(ctx, w.stream, w.subj, events.KindAgent)
+	if err != nil {
+		return err
+	}
+	for _, node := range nodes {
+		if ls := w.leases[node]; ls != nil {
+			continue // seen in the bucket: synced already
+		}
+		w.leases[node] = &nodeLease{why: events.WhyExpired}
+		w.sync(ctx, node)
+	}
+	return nil
+}
+
+// lastRecord returns the node's newest agent event, from the cache or a
+// direct get.
+func (w *agentWatch) lastRecord(ctx context.Context, node string) (*agentRecord, error) {
+	if rec := w.last[node]; rec != nil {
+		return rec, nil
+	}
+	m, err := store.LastMsg(ctx, w.stream, w.subj, node, events.KindAgent)
+	switch {
+	case errors.Is(err, store.ErrNoMessage):
+		rec := &agentRecord{}
+		w.last[node] = rec
+		return rec, nil
+	case err != nil:
+		return nil, err
+	}
+	rec := &agentRecord{seq: m.Event.Seq}
+	if a, ok := m.Event.Payload.(*events.Agent); ok {
+		rec.up, rec.claim = a.State == events.AgentUp, a.Claim
+	} else {
+		// Not understood (a newer schema): taken as a down of no claim,
+		// so what the bucket holds now is recorded after it.
+		rec.up = false
+	}
+	w.last[node] = rec
+	return rec, nil
+}
+
+// next returns the agent event that moves rec towards what the bucket
+// says (ls), or nil when rec already says it: a claim seen while the
+// newest event is a down (or none) is up; a claim other than the one
+// recorded up is first that one's down (replaced); no lease while the
+// newest event is up is that claim's down.
+func (w *agentWatch) next(rec *agentRecord, ls *nodeLease) *events.Agent {
+	switch {
+	case ls.present && (!rec.up || rec.seq == 0):
+		return &events.Agent{State: events.AgentUp, Claim: ls.holder.Token, Host: ls.holder.Host, PID: ls.holder.PID}
+	case ls.present && rec.claim != ls.holder.Token:
+		return &events.Agent{State: events.AgentDown, Claim: rec.claim, Why: events.WhyReplaced}
+	case !ls.present && rec.up:
+		why := ls.why
+		if why == "" {
+			why = events.WhyExpired
+		}
+		return &events.Agent{State: events.AgentDown, Claim: rec.claim, Why: why}
+	}
+	return nil
+}
+
+// sync records the node's transitions until its newest agent event says
+// what the bucket says. A conflict (another instance recorded one first)
+// reads the newest event again; any other failure leaves the node dirty
+// for the next tick.
+func (w *agentWatch) sync(ctx context.Context, node string) {
+	delete(w.dirty, node)
+	ls := w.leases[node]
+	for attempt := 0; attempt < 8; attempt++ {
+		rec, err := w.lastRecord(ctx, node)
+		if err != nil {
+			w.fail(node, err)
+			return
+		}
+		a := w.next(rec, ls)
+		if a == nil {
+			return
+		}
+		if a.State == events.AgentDown && rec.claim != "" && a.Host == "" {
+			// The down names the holder its up named.
+			if prev, ok := w.upHolder(ctx, node, rec); ok {
+				a.Host, a.PID = prev.Host, prev.PID
+			}
+		}
+		id := store.EffectMsgID(w.key, fmt.Sprintf("%s.%s.%d.0", node, events.KindAgent, rec.seq))
+		actx, cancel := context.WithTimeout(ctx, ackTimeout)
+		ack, err := w.pub.Append(actx, node, events.Stamp(a, w.now()), store.WithMsgID(id), store.WithExpectLastSubjectSeq(rec.seq))
+		cancel()
+		switch {
+		case errors.Is(err, store.ErrConflict) || (err == nil && ack.Duplicate):
+			delete(w.last, node) // another instance recorded one: read it
+			continue
+		case err != nil:
+			w.fail(node, err)
+			return
+		}
+		w.last[node] = &agentRecord{seq: ack.Seq, up: a.State == events.AgentUp, claim: a.Claim}
+		if w.m != nil && w.m.Agents != nil {
+			w.m.Agents.WithLabelValues(string(a.State)).Inc()
+		}
+		w.log.Info("node agent "+string(a.State), "node", node, "claim", a.Claim, "why", a.Why, "host", a.Host, "pid", a.PID, "seq", ack.Seq)
+	}
+	w.dirty[node] = true
+}
+
+// upHolder returns the holder the node's newest agent event (an up of
+// rec's claim) named.
+func (w *agentWatch) upHolder(ctx context.Context, node string, rec *agentRecord) (*events.Agent, bool) {
+	if ls := w.leases[node]; ls != nil && ls.holder.Token == rec.claim {
+		return &events.Agent{Host: ls.holder.Host, PID: ls.holder.PID}, true
+	}
+	m, err := store.LastMsg(ctx, w.stream, w.subj, node, events.KindAgent)
+	if err != nil || m.Event.Seq != rec.seq {
+		return nil, false
+	}
+	a, ok := m.Event.Payload.(*events.Agent)
+	return a, ok
+}
+
+func (w *agentWatch) fail(node string, err error) {
+	delete(w.last, node)
+	w.dirty[node] = true
+	w.log.Warn("agent liveness: transition not recorded yet; retrying", "node", node, "err", err)
+}

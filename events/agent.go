@@ -1,0 +1,99 @@
+package events
+
+// KindAgent is the kind of a node agent's liveness transitions (DESIGN.md
+// §11 "Liveness"): published by the reconciler, which watches the node
+// lease bucket, on <prefix>.<node>.agent.
+const KindAgent Kind = "agent"
+
+// AgentState is what an [Agent] event says of the node's agent.
+type AgentState string
+
+// Agent states.
+const (
+	// AgentUp: a node agent claimed the node's lease.
+	AgentUp AgentState = "up"
+	// AgentDown: the agent's lease ended (see [AgentWhy]).
+	AgentDown AgentState = "down"
+)
+
+// AgentWhy says how an agent's lease ended.
+type AgentWhy string
+
+// Why an agent is down.
+const (
+	// WhyExpired: the lease was not renewed within its TTL: the agent
+	// died (kill -9, a crash, its host lost) or cannot reach the server.
+	WhyExpired AgentWhy = "expired"
+	// WhyReleased: the agent stopped and gave its lease back.
+	WhyReleased AgentWhy = "released"
+	// WhyReplaced: another agent claimed the lease (one whose holder was
+	// provably dead on the same host, taken at once) before the old
+	// claim was seen to end.
+	WhyReplaced AgentWhy = "replaced"
+)
+
+// MaxClaim bounds an agent event's claim: a lease token is a 22-byte
+// NUID.
+const MaxClaim = 64
+
+// MaxHost bounds an agent event's host: a host name is at most 253 bytes
+// (DNS).
+const MaxHost = 253
+
+// Agent records that a node's agent went down or came back (DESIGN.md
+// §11 "Liveness"). The reconciler publishes it when it sees the node's
+// lease claimed, ended or claimed by another agent, with a deterministic
+// message id (<node>.agent.<previous agent event's sequence>.<n>) and the
+// previous agent event's sequence as the subject's expected last
+// sequence, so a group of reconcilers records each transition once. A
+// node's agent events alternate: each claim is up once and down at most
+// once.
+type Agent struct {
+	Header
+	State AgentState `json:"state"`
+	// Claim identifies the lease claim: the holder's token, random per
+	// claim.
+	Claim string `json:"claim"`
+	// Host and PID are the claim's holder (optional).
+	Host string `json:"host,omitempty"`
+	PID  int    `json:"pid,omitempty"`
+	// Why says how the claim ended; set exactly on a down.
+	Why AgentWhy `json:"why,omitempty"`
+}
+
+// Kind implements [Payload].
+func (*Agent) Kind() Kind { return KindAgent }
+
+// Validate checks state, claim (required, one line, at most [MaxClaim]
+// bytes), host (one line, at most [MaxHost] bytes), pid (not negative)
+// and why (one of its values on a down, absent on an up).
+func (a *Agent) Validate() error {
+	if err := a.header().validate(); err != nil {
+		return err
+	}
+	switch a.State {
+	case AgentUp, AgentDown:
+	case "":
+		return fieldErr("state", "", ErrMissing)
+	default:
+		return fieldErr("state", string(a.State), ErrBadValue)
+	}
+	if err := checkText("claim", a.Claim, true, true, MaxClaim, "MaxClaim"); err != nil {
+		return err
+	}
+	if err := checkText("host", a.Host, false, true, MaxHost, "MaxHost"); err != nil {
+		return err
+	}
+	if a.PID < 0 {
+		return fieldErr("pid", "", ErrBadValue)
+	}
+	switch {
+	case a.State == AgentUp && a.Why != "":
+		return fieldErr("why", string(a.Why), ErrBadValue)
+	case a.State == AgentDown && a.Why == "":
+		return fieldErr("why", "", ErrMissing)
+	case a.State == AgentDown && a.Why != WhyExpired && a.Why != WhyReleased && a.Why != WhyReplaced:
+		return fieldErr("why", string(a.Why), ErrBadValue)
+	}
+	return nil
+}
