@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -64,7 +65,7 @@ func TestAgentLiveness(t *testing.T) {
 	ra, rb := a.waitReady(t), b.waitReady(t)
 	want := func(what string, w ...string) {
 		t.Helper()
-		eventuallyWithin(t, 10*time.Second, what, func() bool {
+		waitfor.Until(t, 10*time.Second, what, func() bool {
 			return slices.Equal(agentEvents(t, js, cfg, "ace"), w)
 		})
 	}
