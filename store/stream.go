@@ -123,8 +123,18 @@ func (c StreamConfig) jsConfig() jetstream.StreamConfig {
 		MaxBytes:          limitOrNone(c.MaxBytes),
 		MaxMsgs:           -1,
 		MaxMsgsPerSubject: -1,
+		MaxMsgSize:        MaxMsgSize,
 	}
 }
+
+// MaxMsgSize is the event stream's maximum message size: the event limit
+// of DESIGN.md §10 (events.MaxEventBytes), so that an oversized event is
+// refused to its publisher at once (the server's error 10054, see
+// [Permanent]) and never stored, rather than stored and then journaled
+// as unfoldable. The server counts a message's headers too: an effect's
+// signature and message id are a few hundred bytes, and the largest
+// effect (a plan of 51 KB) is far below.
+const MaxMsgSize = events.MaxEventBytes
 
 func limitOrNone(n int64) int64 {
 	if n <= 0 {
@@ -139,7 +149,8 @@ func limitOrNone(n int64) int64 {
 // every start and never deletes, purges or recreates a stream.
 //
 // On an existing stream, a zero Partitions, Replicas, Duplicates, MaxAge or
-// MaxBytes in cfg adopts the stream's value; a non-zero Replicas,
+// MaxBytes in cfg adopts the stream's value; a maximum message size other
+// than [MaxMsgSize] is set to it; a non-zero Replicas,
 // Duplicates, MaxAge or MaxBytes that differs is applied with UpdateStream
 // (MaxAge and MaxBytes: negative means "remove the limit"). A different
 // partition count, prefix, subject set, storage type, retention policy, or
@@ -232,6 +243,11 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	}
 	if have.Discard != jetstream.DiscardOld {
 		upd.Discard, changed = jetstream.DiscardOld, true
+	}
+	if have.MaxMsgSize != MaxMsgSize {
+		// A stream made before the limit was the event limit: from now
+		// on an oversized event is refused at the door (issue 25).
+		upd.MaxMsgSize, changed = MaxMsgSize, true
 	}
 	if !changed {
 		return stream, eff, nil

@@ -183,3 +183,51 @@ func TestEnsureStreamRefusesForeignStream(t *testing.T) {
 		t.Errorf("foreign stream gone: %v", err)
 	}
 }
+
+// TestOversizedRefusedAtTheDoor: an event over events.MaxEventBytes is
+// refused to its publisher at once with the server's error (Permanent),
+// and nothing is stored; a stream made before the limit gains it at the
+// next EnsureStream (issue 25, item 4).
+func TestOversizedRefusedAtTheDoor(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, js := storetest.Start(t)
+	s, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.MaxMsgSize; got != events.MaxEventBytes {
+		t.Fatalf("max message size %d, want %d", got, events.MaxEventBytes)
+	}
+	// An older stream: no limit of its own.
+	old := s.CachedInfo().Config
+	old.MaxMsgSize = -1
+	if _, err := js.UpdateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if s, _, err = store.EnsureStream(ctx, js, store.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.MaxMsgSize; got != events.MaxEventBytes {
+		t.Fatalf("an older stream adopted: max message size %d, want %d", got, events.MaxEventBytes)
+	}
+	subj := cfg.Subjects().Event("ace", events.KindWant)
+	start := time.Now()
+	_, err = js.Publish(ctx, subj, make([]byte, events.MaxEventBytes+1))
+	if !store.Permanent(err) {
+		t.Fatalf("oversized publish: %v, want the server's maximum message size error", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("refused after %s, not at once", d)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Errorf("%d messages stored", info.State.Msgs)
+	}
+	// An event at the limit is stored.
+	if _, err := js.Publish(ctx, subj, make([]byte, events.MaxEventBytes-64)); err != nil {
+		t.Errorf("an event under the limit: %v", err)
+	}
+}

@@ -7,14 +7,28 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/auth"
 )
 
 // violation parses the server's permission error: "Permissions Violation
 // for Publish to "S"" or "... for Subscription to "S"".
 var violation = regexp.MustCompile(`for (Publish|Subscription) to "([^"]+)"`)
+
+// explainOversized says what the server's "maximum message size
+// exceeded" (10054) means for any verb: the event is over the event
+// limit the stream enforces, and nothing was stored (DESIGN.md §10).
+func explainOversized(err error) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamMessageExceedsMaximum {
+		return err
+	}
+	return fmt.Errorf("refused by the server: the message is over the stream's maximum message size, the event limit of %d bytes (events.MaxEventBytes, DESIGN.md §10, headers included); nothing was stored: %w",
+		store.MaxMsgSize, err)
+}
 
 // watchDenied makes a permission violation on nc end the command at once
 // (a JetStream request denied is otherwise waited out until its timeout)

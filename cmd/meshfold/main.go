@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if d := a.deniedErr(); d != nil {
 		err = a.explainDenied(cmd, d)
 	}
+	err = explainOversized(err)
 	fmt.Fprintln(stderr, "meshfold:", err)
 	var ce *codedError
 	if errors.As(err, &ce) {

@@ -248,3 +248,18 @@ func TestDeniedExplained(t *testing.T) {
 	}
 	t.Logf("denied in %s: %s", took.Round(time.Millisecond), errb.String())
 }
+
+// TestOversizedExplained: the server's refusal of an oversized event is
+// told by every verb as the event limit, nothing stored (issue 25, item
+// 4).
+func TestOversizedExplained(t *testing.T) {
+	m := startMesh(t)
+	_, err := m.js.Publish(testCtx(t), m.cfg.Subjects().Event("ace", events.KindWant), make([]byte, events.MaxEventBytes+1))
+	if err == nil {
+		t.Fatal("an oversized event was stored")
+	}
+	msg := explainOversized(err).Error()
+	if !strings.Contains(msg, "event limit of 262144 bytes") || !strings.Contains(msg, "nothing was stored") {
+		t.Errorf("explained as %q", msg)
+	}
+}
