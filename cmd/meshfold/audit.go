@@ -51,14 +51,14 @@ the plan that accepts it, the settle and the want that declared the path;
 for a plan, its cause, its want and why each row is composed or held; for a
 journal entry, its cause; for any other event, what it led to.
 
--o json prints JSON lines: one timeline entry a line, or one state, or one
-explanation, with stable field names; -o yaml the same, one YAML document
-each (--json is -o json).`,
+-o json prints one JSON document: the timeline's entries as an array, or one
+state, or one explanation, with stable field names; -o yaml the same as one
+YAML document (--json is -o json).`,
 		Example: `  meshfold audit ace
   meshfold audit ace --since 2026-11-03T20:49:00Z --until 2026-11-03T20:55:00Z
   meshfold audit ace --as-of 1234
   meshfold audit ace --why 1240
-  meshfold audit ace -o json | jq 'select(.kind=="knock")'
+  meshfold audit ace -o json | jq '.[] | select(.kind=="knock")'
   meshfold audit ace --as-of 1234 -o yaml`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNodes(1),
@@ -74,7 +74,7 @@ each (--json is -o json).`,
 	fl.StringVar(&o.until, "until", "", "last event: a stream sequence or an RFC 3339 time")
 	fl.StringVar(&o.asOf, "as-of", "", "print the state after folding every event at or before this sequence or time")
 	fl.Uint64Var(&o.why, "why", 0, "explain the event at this stream sequence")
-	o.out.add(cmd, "print JSON lines (-o json)")
+	o.out.add(cmd, "print one JSON document (-o json)")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
@@ -212,12 +212,9 @@ func printTimeline(a *app, h *audit.History, from, to int, notes []string, forma
 		return err
 	}
 	if asJSON {
-		for _, e := range entries {
-			if err := writeValue(a.stdout, format, e); err != nil {
-				return err
-			}
-		}
-		return nil
+		// One document, the entries in stream order (issue 25): a tool
+		// reads it whole, as it reads --as-of's or --why's.
+		return writeValue(a.stdout, format, entries)
 	}
 	width := audit.SeqWidth(entries)
 	var b strings.Builder

@@ -197,19 +197,18 @@ func TestAuditIncident1(t *testing.T) {
 		t.Errorf("--why --json: exit %d\n%s", code, out)
 	}
 
-	// --json timeline: one entry a line.
+	// --json timeline: one JSON document, the entries as an array
+	// (issue 25).
 	out, _, code = m.cli(t, "audit", "ace", "--json", "--since", "6", "--until", "10")
 	if code != 0 {
 		t.Fatal(out)
 	}
 	var kinds []string
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		var e audit.Entry
-		var raw map[string]any
-		if err := json.Unmarshal([]byte(l), &raw); err != nil {
-			t.Fatalf("%q: %v", l, err)
-		}
-		_ = e
+	var doc []map[string]any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("not one JSON document: %v\n%s", err, out)
+	}
+	for _, raw := range doc {
 		kinds = append(kinds, raw["kind"].(string))
 	}
 	if got := strings.Join(kinds, " "); got != "refusal want plan settle knock" {
@@ -221,10 +220,11 @@ func TestAuditIncident1(t *testing.T) {
 	// Stream times are the publish times: take the midpoint of #7's and
 	// #8's.
 	out, _, _ = m.cli(t, "audit", "ace", "--json", "--since", "7", "--until", "8")
-	var e7, e8 struct{ Time time.Time }
-	if ls := strings.Split(strings.TrimSpace(out), "\n"); len(ls) != 2 || json.Unmarshal([]byte(ls[0]), &e7) != nil || json.Unmarshal([]byte(ls[1]), &e8) != nil || !e8.Time.After(e7.Time.Add(100*time.Nanosecond)) {
+	var e78 []struct{ Time time.Time }
+	if json.Unmarshal([]byte(out), &e78) != nil || len(e78) != 2 || !e78[1].Time.After(e78[0].Time.Add(100*time.Nanosecond)) {
 		t.Fatalf("#7 and #8 as JSON: %s", out)
 	}
+	e7, e8 := e78[0], e78[1]
 	mid := e7.Time.Add(e8.Time.Sub(e7.Time) / 2).UTC().Format(time.RFC3339Nano)
 	out, errOut, code = m.cli(t, "audit", "ace", "--as-of", mid)
 	if code != 0 || !strings.Contains(out, "the last event of ace at or before it is #") || strings.Contains(out, "last event #") {

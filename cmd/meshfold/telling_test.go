@@ -263,3 +263,22 @@ func TestOversizedExplained(t *testing.T) {
 		t.Errorf("explained as %q", msg)
 	}
 }
+
+// TestWantDuplicateKeys: a want naming a key twice, at any depth, is
+// refused naming it (issue 25, item 8).
+func TestWantDuplicateKeys(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct{ doc, key string }{
+		{`{"modules":[],"modules":[{"name":"a","build":"a:1","runs_as":"a"}]}`, `the top object: key "modules"`},
+		{`{"modules":[{"name":"a","build":"a:1","build":"a:2","runs_as":"a"}]}`, `modules[0]: key "build"`},
+		{`{"modules":[{"name":"a","build":"a:1","runs_as":"a","files":[{"path":"/x","mode":"0600","mode":"0644"}]}]}`, `modules[0].files[0]: key "mode"`},
+	} {
+		_, err := decodeWant([]byte(c.doc), now)
+		if err == nil || !strings.Contains(err.Error(), c.key) || !strings.Contains(err.Error(), "appears twice") {
+			t.Errorf("%s: %v", c.doc, err)
+		}
+	}
+	if _, err := decodeWant([]byte(`{"modules":[{"name":"a","build":"a:1","runs_as":"a"},{"name":"b","build":"b:1","runs_as":"b"}]}`), now); err != nil {
+		t.Errorf("a want with no duplicate: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -198,6 +199,9 @@ func fileLabel(file string) string {
 // absent (v = events.Version, at = now), then decoded strictly (unknown
 // fields refused) and validated. Errors name the field.
 func decodeWant(data []byte, now time.Time) (*events.Want, error) {
+	if err := noDuplicateKeys(data); err != nil {
+		return nil, err
+	}
 	var obj map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&obj); err != nil {
@@ -236,6 +240,61 @@ func decodeWant(data []byte, now time.Time) (*events.Want, error) {
 	}
 	return w, nil
 }
+
+// noDuplicateKeys refuses a JSON document in which an object names a key
+// twice: encoding/json keeps the last silently, so a want edited by hand
+// could lose a module's field without a word (issue 25). The error names
+// the key and where it is. A document that is not JSON is left to the
+// decoder's error.
+func noDuplicateKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var walk func(path string) error
+	walk = func(path string) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				k, _ := kt.(string)
+				if seen[k] {
+					return duplicateKey{fmt.Sprintf("%s: key %q appears twice (the last would silently win): write it once", cmp.Or(path, "the top object"), k)}
+				}
+				seen[k] = true
+				if err := walk(strings.TrimPrefix(path+"."+k, ".")); err != nil {
+					return err
+				}
+			}
+			_, err = dec.Token()
+			return err
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				if err := walk(fmt.Sprintf("%s[%d]", path, i)); err != nil {
+					return err
+				}
+			}
+			_, err = dec.Token()
+			return err
+		}
+		return nil
+	}
+	var dup duplicateKey
+	if err := walk(""); errors.As(err, &dup) {
+		return dup
+	}
+	return nil
+}
+
+// duplicateKey is noDuplicateKeys' error.
+type duplicateKey struct{ msg string }
+
+func (e duplicateKey) Error() string { return e.msg }
 
 // wantLimits lists the limits a want is checked against, for want's help.
 var wantLimits = fmt.Sprintf("%d modules, %d\nfiles a module and %d a want, builds of %d bytes, paths of %d, accounts of\n%d, names of %d, and FILE of at most %d KiB",
