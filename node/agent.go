@@ -500,7 +500,8 @@ func (a *Agent) handlePlan(ctx context.Context, m store.Msg) {
 	a.noteFiles(p)
 	a.mu.Unlock()
 
-	if len(changes) == 0 {
+	changed := len(changes) // the log says what the settles say: 0 for "no module changed"
+	if changed == 0 {
 		changes = []change{{module: "", op: events.OpApply}}
 	}
 	for _, c := range changes {
@@ -509,7 +510,7 @@ func (a *Agent) handlePlan(ctx context.Context, m store.Msg) {
 			return // stopping
 		}
 	}
-	log.Info("plan settled", "changed", len(changes), "account", p.ProvisionerAccount)
+	log.Info("plan settled", "changed", changed, "account", p.ProvisionerAccount)
 	if changes[0].module != "" {
 		a.kickHave()
 	}

@@ -127,6 +127,14 @@ func TestSettlesPerChangedModule(t *testing.T) {
 	if a.Settled() != p6 {
 		t.Errorf("settled = %d, want %d", a.Settled(), p6)
 	}
+	// The log says what the settles say: a settle of "no module
+	// changed" is changed=0 (issue 25), two modules changed=2.
+	logs := a.logs.String()
+	for _, want := range []string{fmt.Sprintf("plan=%d changed=2", p1), fmt.Sprintf("plan=%d changed=0", p2), fmt.Sprintf("plan=%d changed=1", p3)} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log lacks %q:\n%s", want, logs)
+		}
+	}
 }
 
 // failingRuntime fails to apply any build named "broken".
