@@ -1,7 +1,12 @@
 # meshfold — see README.md.
 GO ?= go
 
-.PHONY: test vet bench bench-all fuzz serve demo fmt chaos
+.PHONY: build test vet bench bench-all fuzz serve demo fmt chaos
+
+## build: the meshfold binary, ./bin/meshfold (the first build compiles every
+## dependency and takes minutes; later ones take seconds)
+build:
+	$(GO) build -o bin/meshfold ./cmd/meshfold
 
 ## test: vet, then every test with the race detector (what CI runs)
 test:

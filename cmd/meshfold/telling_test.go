@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -280,5 +281,32 @@ func TestWantDuplicateKeys(t *testing.T) {
 	}
 	if _, err := decodeWant([]byte(`{"modules":[{"name":"a","build":"a:1","runs_as":"a"},{"name":"b","build":"b:1","runs_as":"b"}]}`), now); err != nil {
 		t.Errorf("a want with no duplicate: %v", err)
+	}
+}
+
+// TestReadmeFirstSteps: the README says the first build takes minutes
+// and offers make build, whose target makes ./bin/meshfold; its plain
+// nats CLI example publishes to a node of its own, not the walkthrough's
+// ace, whose want it would replace (issue 25, items 6 and 7).
+func TestReadmeFirstSteps(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := string(readme)
+	if i := strings.Index(r, "## Watch it work"); i < 0 || !strings.Contains(r[:i], "make build") || !strings.Contains(r[:i], "minutes") {
+		t.Error("the README's first commands do not say how long the first build takes, or offer make build")
+	}
+	if !regexp.MustCompile(`(?m)^build:\n\t\$\(GO\) build -o bin/meshfold \./cmd/meshfold$`).Match(mk) {
+		t.Error("the Makefile has no build target making bin/meshfold")
+	}
+	for _, l := range strings.Split(r, "\n") {
+		if strings.HasPrefix(l, "nats ") && strings.Contains(l, ".ace.") {
+			t.Errorf("the nats CLI example names the walkthrough's node: %s", l)
+		}
 	}
 }
