@@ -297,6 +297,15 @@ it runs.`,
 	return cmd
 }
 
+// shortBuild shortens a content-addressed build for a table column
+// ("sha256:42a1e9ec2e0a…"); -o json and the builds lines keep it whole.
+func shortBuild(b string) string {
+	if h, ok := strings.CutPrefix(b, "sha256:"); ok && len(h) > 12 {
+		return "sha256:" + h[:12] + "…"
+	}
+	return events.Text(b)
+}
+
 // writeRolloutView prints the delivery view as text.
 func writeRolloutView(w io.Writer, v rollout.View) error {
 	p := v.Params
@@ -333,7 +342,7 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 	for _, t := range v.Targets {
 		var running []string
 		for _, m := range t.Running {
-			s := m.Module + "@" + events.Text(m.Build) + " " + string(m.State)
+			s := m.Module + "@" + shortBuild(m.Build) + " " + string(m.State)
 			if m.Health != "" {
 				s += "/" + string(m.Health)
 			}
@@ -362,7 +371,7 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 	}
 	fmt.Fprintln(w, "builds:")
 	for _, b := range v.Builds {
-		fmt.Fprintf(w, "  %s@%s on %d nodes\n", b.Module, events.Text(b.Build), b.Nodes)
+		fmt.Fprintf(w, "  %s@%s on %d nodes (by their haves since the rollout began)\n", b.Module, events.Text(b.Build), b.Nodes)
 	}
 	return nil
 }
