@@ -432,6 +432,9 @@ func (f *folder) refusal(p *events.Refusal) {
 		return
 	}
 	it := Item{Owed: events.Owed{Module: p.Module, Path: p.Path, Reason: p.Reason, Plan: p.Plan, Writer: p.Writer}, Seq: f.ev.Seq, Time: f.ev.Time}
+	if p.Error != "" {
+		it.Why = events.ErrorText(p.Error)
+	}
 	if !f.paidByFilled(it) {
 		// An unpaid item reported again adds nothing; items are never
 		// replaced.

@@ -276,6 +276,10 @@ type Item struct {
 	events.Owed
 	Seq  uint64    `json:"seq"`
 	Time time.Time `json:"time,omitzero"`
+	// Why is the refusal's error (a write-failed's cause: a symlink
+	// escaping the root, a read-only file system) as events.ErrorText
+	// tells it, safe to print; empty when the node gave none.
+	Why string `json:"why,omitempty"`
 }
 
 // KnockRecord describes a knock the fold emitted.

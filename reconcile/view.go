@@ -47,6 +47,9 @@ type View struct {
 	// OwedAt[i] is the stream time of the refusal that made Owed[i] (zero
 	// when unknown: a snapshot older than the field).
 	OwedAt []time.Time `json:"owed_at,omitempty"`
+	// OwedWhy[i] is the error the node gave for Owed[i]'s refusal (why a
+	// write failed), shortened; "" when none.
+	OwedWhy []string `json:"owed_why,omitempty"`
 	// Paused is the pause in force (DESIGN.md §9); Withheld, while paused,
 	// what resuming would publish, when it differs from the last plan
 	// emitted (a want or approval taken in and shown as pending).
@@ -125,6 +128,12 @@ func (s *State) View() View {
 	for _, it := range s.Owed {
 		v.Owed = append(v.Owed, it.Owed)
 		v.OwedAt = append(v.OwedAt, it.Time)
+		if it.Why != "" {
+			if v.OwedWhy == nil {
+				v.OwedWhy = make([]string, len(s.Owed))
+			}
+			v.OwedWhy[len(v.Owed)-1] = it.Why
+		}
 	}
 	if s.Paused != nil {
 		p := *s.Paused

@@ -310,3 +310,30 @@ func TestReadmeFirstSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteFailedSaysWhy: an owed write-failed item shows in state with
+// the node's reason (a symlink escaping the root), not only write-failed
+// (issue 25, item 8).
+func TestWriteFailedSaysWhy(t *testing.T) {
+	m := startMesh(t)
+	ctx := testCtx(t)
+	snaps, err := store.OpenSnapshots(ctx, m.js, m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := reconciletest.New(time.Now().Add(-time.Minute), time.Millisecond)
+	s.Append("ace", &events.Want{Modules: []events.WantModule{
+		{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		{Name: "app", Build: "a:1", RunsAs: "app", Files: []events.File{{Path: "/etc/app/key", Mode: "0600"}}}}})
+	s.Append("ace", &events.Settle{Module: "app", Op: events.OpApply, Plan: 2})
+	s.Append("ace", &events.Refusal{Module: "app", Path: "/etc/app/key", Reason: events.ReasonWriteFailed, Plan: 2, Writer: "prov",
+		Error: "openat etc/app/key: path escapes from parent"})
+	data, _ := json.Marshal(s.State("ace"))
+	if err := snaps.PutNode(ctx, events.Partition("ace", m.cfg.Partitions), "ace", data); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := m.cli(t, "state", "ace", "--timeout", "100ms")
+	if code != 0 || !strings.Contains(out, "write-failed") || !strings.Contains(out, "why: openat") || !strings.Contains(out, "path escapes from parent") {
+		t.Errorf("state: exit %d %s\n%s", code, errOut, out)
+	}
+}

@@ -138,6 +138,9 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 				s += ": STUCK (waive it if nobody will ever fill it)"
 			}
 		}
+		if i < len(v.OwedWhy) && v.OwedWhy[i] != "" {
+			s += "; why: " + v.OwedWhy[i]
+		}
 		t.line(1, "owed", s)
 	}
 	if k := v.LastKnock; k != nil {
