@@ -329,7 +329,7 @@ func (f *folder) failed(p *events.Settle) {
 	if s.Settled != nil && p.Plan <= s.Settled.Seq {
 		return
 	}
-	fa := FailedApply{Module: p.Module, Plan: p.Plan, Seq: f.ev.Seq, Time: f.ev.Time, Error: events.ErrorText(p.Error)}
+	fa := FailedApply{Module: p.Module, Plan: p.Plan, Seq: f.ev.Seq, Time: f.ev.Time, Error: events.Cut(events.ErrorText(p.Error), MaxFailedError)}
 	i, found := slices.BinarySearchFunc(s.Failed, fa, compareFailed)
 	if found {
 		if s.Failed[i].Plan > fa.Plan {
@@ -433,7 +433,7 @@ func (f *folder) refusal(p *events.Refusal) {
 	}
 	it := Item{Owed: events.Owed{Module: p.Module, Path: p.Path, Reason: p.Reason, Plan: p.Plan, Writer: p.Writer}, Seq: f.ev.Seq, Time: f.ev.Time}
 	if p.Error != "" {
-		it.Why = events.ErrorText(p.Error)
+		it.Why = events.Cut(events.ErrorText(p.Error), MaxWhy)
 	}
 	if !f.paidByFilled(it) {
 		// An unpaid item reported again adds nothing; items are never

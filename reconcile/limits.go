@@ -52,9 +52,17 @@ const (
 	// knocked once more.
 	MaxFilled = 2 * events.MaxFilesPerWant
 	// MaxFailed bounds the failed-apply records, one per module of a
-	// have (and one for a whole plan): one more drops the oldest, not
+	// want (and one for a whole plan): one more drops the oldest, not
 	// journaled (each failed settle is journaled at error already).
-	MaxFailed = events.MaxHaveModules + 1
+	MaxFailed = events.MaxModules + 1
+	// MaxFailedError bounds the error a failed-apply record keeps, and
+	// MaxWhy an owed item's: bytes of events.ErrorText's line (the whole
+	// error stays in the stream for audit). With every record at its
+	// cap and its text escaping at its longest in JSON, the largest
+	// state stays under three quarters of max_payload (store's
+	// TestLargestFits).
+	MaxFailedError = 200
+	MaxWhy         = 96
 )
 
 // caps are a state's caps, the constants above unless a test lifts them

@@ -141,18 +141,19 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 	if 2*(events.MaxModules-half)*events.MaxFilesPerModule != reconcile.MaxFilled {
 		t.Fatalf("the filled marks do not reach MaxFilled: adjust this builder")
 	}
-	// Failed applies at their bound, each error at its longest.
+	// Failed applies at their bound, each error at its longest once
+	// encoded ("<" is six bytes in JSON); owed items' errors likewise below.
 	for i := range reconcile.MaxFailed + 5 {
 		m := pad(fmt.Sprintf("f%02d-", i), events.MaxName)
 		if i == 0 {
 			m = "" // the whole plan refused
 		}
-		fold(&events.Settle{Module: m, Op: events.OpFailed, Plan: st.NewestPlan, Error: strings.Repeat("e", events.MaxText)})
+		fold(&events.Settle{Module: m, Op: events.OpFailed, Plan: st.NewestPlan, Error: strings.Repeat("<", events.MaxText)})
 	}
 	// Owed items at their bound, never due: paths no plan declares.
 	for i := range reconcile.MaxOwed + 10 {
 		fold(&events.Refusal{Module: name(i % events.MaxModules), Path: path(8, i, i), Reason: events.ReasonUndeclared,
-			Plan: st.Settled.Seq, Writer: pad(fmt.Sprintf("v%03d", i), events.MaxAccount)})
+			Plan: st.Settled.Seq, Writer: pad(fmt.Sprintf("v%03d", i), events.MaxAccount), Error: strings.Repeat("<", events.MaxText)})
 	}
 	switch {
 	case len(st.Unsettled) != reconcile.MaxUnsettled:
