@@ -1,17 +1,35 @@
 # meshfold — see README.md.
 GO ?= go
 
-.PHONY: build test vet bench bench-all fuzz serve demo fmt chaos
+.PHONY: build test vet bench bench-all fuzz serve demo fmt chaos dist package
+
+# What `meshfold version` says, set at link time (deploy/Dockerfile builds
+# the same way as make dist: static, trimmed paths, these flags).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 ## build: the meshfold binary, ./bin/meshfold (the first build compiles every
 ## dependency and takes minutes; later ones take seconds)
 build:
-	$(GO) build -o bin/meshfold ./cmd/meshfold
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o bin/meshfold ./cmd/meshfold
 
-## test: vet, then every test with the race detector (what CI runs)
+## test: vet, then every test with the race detector (what CI runs), then
+## the packages' test (deploy/package is a module of its own)
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+	cd deploy/package && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+
+## dist: the static binary packages and images ship, dist/meshfold, with its
+## version and commit (its first build compiles everything again: -trimpath)
+dist:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o dist/meshfold ./cmd/meshfold
+
+## package: dist/meshfold_*.deb and dist/meshfold-*.rpm (nfpm as a library,
+## deploy/package): the binary, hardened systemd units, /etc/meshfold
+package: dist
+	cd deploy/package && $(GO) run . -binary ../../dist/meshfold -version $(VERSION) -out ../../dist
 
 ## chaos: issue 12's chaos suite at full size: 50k events over 200 nodes, serve
 ## SIGKILLed 30 times and restarted 10 times, 10k malformed events (make test
