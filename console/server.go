@@ -99,6 +99,8 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET /events", c.fleetEvents)
 	c.mux.HandleFunc("GET /node/{node}", c.nodePage)
 	c.mux.HandleFunc("GET /node/{node}/events", c.nodeEvents)
+	c.mux.HandleFunc("GET /rollouts", c.rolloutsPage)
+	c.mux.HandleFunc("GET /rollouts/{fleet}", c.rolloutPage)
 	return c, nil
 }
 

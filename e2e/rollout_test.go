@@ -4,9 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/meshfold/meshfold/console"
+	"github.com/meshfold/meshfold/query"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node"
@@ -228,4 +235,61 @@ func TestRolloutCrashLoopHaltedAtCanaryAndReverted(t *testing.T) {
 	if w := last.Event.Payload.(*events.Want); len(w.Modules) != 1 || w.Modules[0].Build != "web:1" {
 		t.Errorf("canary's newest want %+v", w.Modules)
 	}
+}
+
+// The rollouts pages in a real browser: linked from the fleet page; a
+// canary waiting for its promote is shown live (the page fetches itself
+// again while the rollout moves), then the batches once promoted, and the
+// completed rollout in the list.
+func TestRolloutConsoleInBrowser(t *testing.T) {
+	exe := chromium(t)
+	m := newMesh(t)
+	nodes := fleetNodes(t, m, 4)
+	nc, err := m.srv.Connect(nats.Name("console"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := must(query.New(nc, query.Config{Stream: m.cfg}))(t)
+	c := must(console.New(console.Config{Source: r, Logger: m.logger("console")}))(t)
+	cctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(cctx) }()
+	hs := httptest.NewServer(c) // loopback
+	t.Cleanup(func() {
+		hs.CloseClientConnections()
+		hs.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("console: %v", err)
+		}
+		nc.Close()
+	})
+
+	f := fleetFile(t, nodes, "web:2", "{canary: 1, batch: 2, max_unavailable: 2, min_healthy: 0s, healthy_deadline: 30s}")
+	id := m.apply(t, f)
+	m.waitRollout(t, "web", id, rollout.WaitingPromote)
+
+	b := browser(t, exe)
+	step(t, b, "open the fleet page", chromedp.Navigate(hs.URL+"/"))
+	href := step(t, b, "its rollouts link", chromedp.Evaluate[string](`document.querySelector("#rollouts-link").href`))
+	step(t, b, "follow it", chromedp.Navigate(href))
+	step(t, b, "the list names fleet web", chromedp.Poll[chromedp.Void](
+		`document.querySelector('#rollout-web .phase') !== null && document.querySelector('#rollout-web .phase').textContent === 'waiting-promote'`,
+		chromedp.WithPollingTimeout(deadline)))
+	href = step(t, b, "the rollout's link", chromedp.Evaluate[string](`document.querySelector("#rollout-web a").href`))
+	step(t, b, "open it", chromedp.Navigate(href))
+	step(t, b, "the canary is done, the others pending", chromedp.Poll[chromedp.Void](
+		`document.querySelectorAll('tr.target[data-status="done"]').length === 1 && document.querySelectorAll('tr.target[data-status="pending"]').length === 3`,
+		chromedp.WithPollingTimeout(deadline)))
+	// Promote: the open page follows, without a click, to completed.
+	if _, err := feed.Publish(m.ctx(), m.js, m.cfg.Subjects(), "web", rollout.KindPromote, rollout.NewOperator(rollout.KindPromote, id, "alice", ""), ""); err != nil {
+		t.Fatal(err)
+	}
+	step(t, b, "the live page: every target done", chromedp.Poll[chromedp.Void](
+		`document.querySelectorAll('tr.target[data-status="done"]').length === 4 && document.querySelector('#summary .phase').textContent === 'completed'`,
+		chromedp.WithPollingTimeout(rolloutDeadline)))
+	if n := step(t, b, "three batches", chromedp.Evaluate[int](`document.querySelectorAll('table.batch').length`)); n != 3 {
+		t.Errorf("%d batches shown, want 3", n)
+	}
+	screenshot(t, b, "console-rollout.png")
 }
