@@ -78,6 +78,16 @@ func (r *Reader) Fleet(ctx context.Context) ([]NodeView, error) {
 	return out, nil
 }
 
+// WarningSeqs is [Reader.Warnings] with each entry's stream sequence
+// (store.JournalWarningSeqs), for [audit.FleetRow.SetWarningSeqs].
+func (r *Reader) WarningSeqs(ctx context.Context, since time.Time) (map[string][]uint64, error) {
+	_, cfg, err := r.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return store.JournalWarningSeqs(ctx, r.js, cfg, since)
+}
+
 // Warnings counts each node's journal entries of level warn or error
 // stored at or after since (store.JournalWarnings: DESIGN.md §6's journal
 // warnings); entries no node's journal can hold count under

@@ -18,8 +18,25 @@ import (
 //
 // Errors: the consumer's errors, ctx's error.
 func JournalWarnings(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, since time.Time) (map[string]int, error) {
+	seqs, err := JournalWarningSeqs(ctx, js, cfg, since)
+	if err != nil {
+		return nil, err
+	}
+	counts := make(map[string]int, len(seqs))
+	for node, s := range seqs {
+		counts[node] = len(s)
+	}
+	return counts, nil
+}
+
+// JournalWarningSeqs is [JournalWarnings] with the stream sequence of each
+// entry, per node, in stream order: what tells a warning older than the
+// node's convergence from a newer one (issue 25).
+//
+// Errors: as JournalWarnings.
+func JournalWarningSeqs(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, since time.Time) (map[string][]uint64, error) {
 	cfg = cfg.WithDefaults()
-	counts := map[string]int{}
+	counts := map[string][]uint64{}
 	t, err := Follow(ctx, js, TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(),
 		Filter: "*." + cfg.Prefix + ".*." + string(events.KindJournal), StartTime: since})
 	if err != nil {
@@ -35,7 +52,7 @@ func JournalWarnings(ctx context.Context, js jetstream.JetStream, cfg StreamConf
 			return nil, fmt.Errorf("read journal: %w", err)
 		}
 		if j, ok := m.Event.Payload.(*events.Journal); ok && j.Level != events.LevelInfo {
-			counts[m.Event.Node]++
+			counts[m.Event.Node] = append(counts[m.Event.Node], m.Event.Seq)
 		}
 		if m.Pending == 0 {
 			return counts, nil

@@ -42,7 +42,9 @@ a failed helper, a secret sealed to another key or that cannot be opened: the
 reports), owed items, pending approvals, unsettled plans, the provisioner
 account warning, a stale have (older than --stale, or none), then journal
 warnings (entries of level warn or error in the last --warnings, counted
-from the stream; 0 skips that read).
+from the stream; 0 skips that read). A warning older than its node's newest
+settled plan, on a node nothing else flags, has cleared: the node converged
+since; it is counted apart (cleared) and does not flag the node.
 
 What is stuck is said too: a file a settled plan declares that was never
 filled since its module was placed (a minute after that plan settled: is the
@@ -98,12 +100,13 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	}
 	rows := fleetRows(nvs, now, stale)
 	if warnings > 0 {
-		counts, err := r.Warnings(ctx, now.Add(-warnings))
+		seqs, err := r.WarningSeqs(ctx, now.Add(-warnings))
 		if err != nil {
 			return err
 		}
+		counts := map[string]int{events.FleetNode: len(seqs[events.FleetNode])}
 		for i := range rows {
-			rows[i].SetWarnings(counts[rows[i].Node])
+			rows[i].SetWarningSeqs(seqs[rows[i].Node])
 		}
 		// The fleet-wide journal: events no node's journal can hold (on
 		// subjects that name no valid node, aged out before folded).
@@ -170,6 +173,13 @@ func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time) error {
 		noun = "node"
 	}
 	fmt.Fprintf(&b, "-- %d %s, %d need an operator\n", len(rows), noun, needs)
+	cleared := 0
+	for _, r := range rows {
+		cleared += r.ClearedWarnings
+	}
+	if cleared > 0 {
+		fmt.Fprintf(&b, "-- %d journal warnings cleared: older than their node's newest settled plan, on nodes nothing else flags (JSON journal_warnings_cleared; meshfold audit NODE shows them)\n", cleared)
+	}
 	b.WriteString(audit.FleetFailedText(rows))
 	b.WriteString(audit.FleetAppliesText(rows, now))
 	b.WriteString(audit.FleetStuckText(rows))

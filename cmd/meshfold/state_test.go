@@ -120,8 +120,14 @@ func TestFleetCommand(t *testing.T) {
 	if err := snaps.PutNode(ctx, 0, "broken", []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
-	// A journal warning of calm's, on the stream.
+	// A journal warning of calm's, on the stream, after its settled plan
+	// (#2 in its snapshot): one older would have cleared (issue 25).
 	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	for range 3 {
+		if _, err := pub.Append(ctx, "filler", events.Stamp(&events.Journal{Level: events.LevelInfo, Msg: "i", Cause: 1}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := pub.Append(ctx, "calm", events.Stamp(&events.Journal{Level: events.LevelWarn, Msg: "w", Cause: 1}, time.Now())); err != nil {
 		t.Fatal(err)
 	}

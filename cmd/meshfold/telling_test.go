@@ -337,3 +337,50 @@ func TestWriteFailedSaysWhy(t *testing.T) {
 		t.Errorf("state: exit %d %s\n%s", code, errOut, out)
 	}
 }
+
+// TestClearedWarningsDoNotFlag: a journal warning older than a node's
+// newest settled plan, on a node nothing else flags, no longer puts it
+// under "needs an operator"; fleet counts it apart; a newer one still
+// flags the node (issue 25, item 5).
+func TestClearedWarningsDoNotFlag(t *testing.T) {
+	m := startMesh(t)
+	ctx := testCtx(t)
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	// The warning first (#1), then the node converges: its snapshot's
+	// settled plan is #3.
+	if _, err := pub.Append(ctx, "calm", events.Stamp(&events.Journal{Level: events.LevelError, Msg: "plan 2 not folded: cause 1 matches no plan", Cause: 1}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := store.OpenSnapshots(ctx, m.js, m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := reconciletest.New(time.Now().Add(-time.Minute), time.Millisecond)
+	s.Append("calm", &events.Journal{Level: events.LevelInfo, Msg: "pad", Cause: 1})
+	s.Append("calm", &events.Want{Modules: []events.WantModule{{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}}})
+	s.Append("calm", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: 3})
+	s.Append("calm", &events.Have{})
+	st := s.State("calm")
+	st.Have.Time = time.Now()
+	if st.Settled == nil || st.Settled.Seq != 3 {
+		t.Fatalf("settled %+v", st.Settled)
+	}
+	data, _ := json.Marshal(st)
+	if err := snaps.PutNode(ctx, events.Partition("calm", m.cfg.Partitions), "calm", data); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := m.cli(t, "fleet")
+	if code != 0 || !strings.Contains(out, "0 need an operator") || !strings.Contains(out, "1 journal warnings cleared") {
+		t.Fatalf("an old warning on a converged node: exit %d %s\n%s", code, errOut, out)
+	}
+	// A warning after the settled plan flags it.
+	for range 3 {
+		if _, err := pub.Append(ctx, "calm", events.Stamp(&events.Journal{Level: events.LevelWarn, Msg: "new", Cause: 1}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, _, _ = m.cli(t, "fleet")
+	if !strings.Contains(out, "1 need an operator") || !strings.Contains(out, " warnings\n") {
+		t.Errorf("a newer warning does not flag the node:\n%s", out)
+	}
+}

@@ -355,6 +355,11 @@ type FleetRow struct {
 	// Warnings counts journal entries of level warn or error in the
 	// window asked for (-1: not counted).
 	Warnings int `json:"journal_warnings"`
+	// ClearedWarnings counts, beside Warnings, the entries older than the
+	// node's newest settled plan on a node nothing else flags: their
+	// condition cleared since, and they do not flag it
+	// ([FleetRow.SetWarningSeqs]).
+	ClearedWarnings int `json:"journal_warnings_cleared,omitempty"`
 	// Sources are the files the node's provisioner could not fill, and
 	// why (DESIGN.md §12), as it reported them; set with [FleetRow.SetSources].
 	Sources []SourceProblem `json:"source_problems,omitempty"`
@@ -462,6 +467,24 @@ func FleetSourcesText(rows []FleetRow, now time.Time) string {
 		b.WriteString(SourcesText(r.Node, r.Sources, now))
 	}
 	return b.String()
+}
+
+// SetWarningSeqs sets r's journal warnings from their stream sequences:
+// on a node nothing else flags, a warning older than its newest settled
+// plan has cleared (the node converged since: issue 25) and counts in
+// ClearedWarnings, not as a need; the others as [FleetRow.SetWarnings].
+func (r *FleetRow) SetWarningSeqs(seqs []uint64) {
+	r.ClearedWarnings = 0
+	if len(attention(FleetRow{Node: r.Node, Error: r.Error, Failed: r.Failed, FailedApplies: r.FailedApplies, Stuck: r.Stuck,
+		Owed: r.Owed, Pending: r.Pending, Unsettled: r.Unsettled, AccountWarning: r.AccountWarning, StaleHave: r.StaleHave,
+		Sources: r.Sources, Retired: r.Retired})) == 0 {
+		for _, s := range seqs {
+			if s < r.SettledPlan {
+				r.ClearedWarnings++
+			}
+		}
+	}
+	r.SetWarnings(len(seqs) - r.ClearedWarnings)
 }
 
 // SetWarnings sets the count of journal warnings of r and updates what
