@@ -293,3 +293,33 @@ func TestRolloutConsoleInBrowser(t *testing.T) {
 	}
 	screenshot(t, b, "console-rollout.png")
 }
+
+// An agent stopped during a rollout: its agent event says down, its
+// target holds no batch back and ends unreached when its deadline
+// passes; restarted, the agent takes its newest want.
+func TestRolloutAgentDownUnreached(t *testing.T) {
+	m := newMesh(t)
+	nodes := fleetNodes(t, m, 4)
+	dan := nodes[3]
+	f := fleetFile(t, nodes, "web:2", "{batch: 4, max_unavailable: 4, min_healthy: 0s, healthy_deadline: 15s}")
+	dan.agent.stop(t) // releases its lease: the reconciler records it down
+	ctx := m.ctx()
+	must(m.waitEvent(ctx, dan.name, events.KindAgent, func(ev events.Event) bool {
+		a, ok := ev.Payload.(*events.Agent)
+		return ok && a.State == events.AgentDown
+	}))(t)
+	id := m.apply(t, f)
+	s := m.waitRollout(t, "web", id, "")
+	v := s.View()
+	if s.Rollout.Phase != rollout.Completed || v.Counts[rollout.Done] != 3 || v.Counts[rollout.Unreached] != 1 {
+		t.Fatalf("phase %s, counts %v", s.Rollout.Phase, v.Counts)
+	}
+	if n := s.Rollout.Nodes[dan.name]; n.Status != rollout.Unreached {
+		t.Fatalf("dan: %s", n.Status)
+	}
+	dan.startAgent(crashLooping{dan.dirRuntime()})
+	must(m.waitEvent(m.ctx(), dan.name, events.KindHave, func(ev events.Event) bool {
+		h, ok := ev.Payload.(*events.Have)
+		return ok && len(h.Modules) == 1 && h.Modules[0].Build == "web:2"
+	}))(t)
+}

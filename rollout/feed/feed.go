@@ -30,8 +30,9 @@ type Message struct {
 	Time    time.Time
 }
 
-// Input returns the fold's input of a stored message for fleet's state s,
-// and false for a message the fleet's rollout does not read: another
+// Input returns the fold's input of a stored message for fleet's state s
+// (a node's agent event is its down or up moment), and false for a
+// message the fleet's rollout does not read: another
 // fleet's rollout event, an event of a node s's rollout does not name,
 // a kind the fold does not read, or (own set) a plan that does not verify
 // against own (folded as foreign by the reconciler).
@@ -51,7 +52,7 @@ func Input(subj events.Subjects, s *rollout.State, own *store.Trust, m Message) 
 		return rollout.Input{}, false
 	}
 	switch kind {
-	case events.KindWant, events.KindPlan, events.KindSettle, events.KindHave:
+	case events.KindWant, events.KindPlan, events.KindSettle, events.KindHave, events.KindAgent:
 	default:
 		return rollout.Input{}, false
 	}
@@ -64,6 +65,14 @@ func Input(subj events.Subjects, s *rollout.State, own *store.Trust, m Message) 
 	ev, err := subj.DecodeEvent(m.Subject, m.Data, m.Seq, m.Time)
 	if err != nil {
 		return rollout.Input{}, false
+	}
+	if a, ok := ev.Payload.(*events.Agent); ok {
+		// The agent's liveness (DESIGN.md §11): its down and up moments.
+		in := rollout.Input{Seq: ev.Seq, Time: ev.Time, Node: ev.Node, Kind: rollout.KindUp}
+		if a.State == events.AgentDown {
+			in.Kind = rollout.KindDown
+		}
+		return in, true
 	}
 	return rollout.FromNodeEvent(ev)
 }
@@ -151,8 +160,9 @@ func Fleets(ctx context.Context, stream jetstream.Stream, subj events.Subjects) 
 	return out, nil
 }
 
-// Candidates reads, for each node fleet owns, its newest want and its
-// newest have's unhealthy modules, and pairs them with the fleet file's
+// Candidates reads, for each node fleet owns, its newest want, whether
+// its newest agent event says down, and its newest have's unhealthy
+// modules, and pairs them with the fleet file's
 // want: what [rollout.NewStart] starts a rollout from.
 //
 // Errors: the stream's reads.
@@ -170,6 +180,16 @@ func Candidates(ctx context.Context, stream jetstream.Stream, subj events.Subjec
 			c.Prev = m.Event.Seq
 			if w, ok := m.Event.Payload.(*events.Want); ok {
 				c.Current = w.Modules
+			}
+		}
+		a, err := store.LastMsg(ctx, stream, subj, n.Name, events.KindAgent)
+		switch {
+		case errors.Is(err, store.ErrNoMessage):
+		case err != nil:
+			return nil, err
+		default:
+			if ag, ok := a.Event.Payload.(*events.Agent); ok {
+				c.Down = ag.State == events.AgentDown
 			}
 		}
 		h, err := store.LastMsg(ctx, stream, subj, n.Name, events.KindHave)
