@@ -11,26 +11,12 @@ import (
 	"testing"
 )
 
-// buildMeshfold builds the meshfold binary once, the way make build does
-// (static, trimmed, version and commit linked in).
-func buildMeshfold(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "meshfold")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=v9.8.7-test -X main.commit=0badc0de", "-o", bin, "./cmd/meshfold")
-	cmd.Dir = filepath.Join("..", "..")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // The .deb installs the binary, three units and three settings files with
 // the modes and owners the units expect; its units pass systemd-analyze
 // verify in a scratch root holding the package; the .rpm is written too.
 func TestPackages(t *testing.T) {
 	dir := t.TempDir()
-	bin := buildMeshfold(t, dir)
+	bin := meshfoldBinary(t)
 	out := filepath.Join(dir, "dist")
 	paths, err := Build(Options{Binary: bin, Version: "v9.8.7-3-gabc1234", Arch: runtime.GOARCH, Out: out, Formats: []string{"deb", "rpm"}})
 	if err != nil {
