@@ -54,12 +54,15 @@ demo:
 ## then issue 24's restarts: kill -9 and an immediate restart of serve, reconcile
 ## and a node agent, 20 each, start to first plan (or have), p50 and max; then
 ## issue 23's rollout over 10,000 stand-in nodes against the same flow with no
-## controller (ratio) and the controller's state per target
+## controller (ratio) and the controller's state per target; then issue 24's
+## failover: per leader kill on a 3-server cluster, JetStream's own recovery (raw),
+## the reconciler's first plan, and the difference
 bench:
 	$(GO) test -run '^$$' -bench '^BenchmarkOutside$$' -benchtime 1x -timeout 60m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkKnockLatency$$' -benchtime 1x -timeout 10m ./engine
 	$(GO) test -run '^$$' -bench '^BenchmarkRestartAfterKill$$' -benchtime 1x -timeout 20m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkRollout10k$$' -benchtime 1x -timeout 20m ./engine/rollouts
+	$(GO) test -run '^$$' -bench '^BenchmarkLeaderFailover$$' -benchtime 1x -timeout 30m ./engine
 
 ## bench-all: every benchmark of every package
 bench-all:

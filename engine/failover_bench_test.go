@@ -4,7 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,5 +174,209 @@ func BenchmarkBucketElection(b *testing.B) {
 		b.Logf("%d kills of the bucket's leader: no write for %v (p50) to %v (max); all %v", len(ds), ds[len(ds)/2], ds[len(ds)-1], ds)
 		b.ReportMetric(float64(ds[len(ds)/2].Milliseconds()), "p50-ms")
 		b.ReportMetric(float64(ds[len(ds)-1].Milliseconds()), "max-ms")
+	}
+}
+
+var (
+	leaderKills = flag.Int("leader-kills", 10, "BenchmarkLeaderFailover: leader kills, alternately of the stream and of the lease bucket")
+	leaderLog   = flag.String("leader-log", "", "BenchmarkLeaderFailover: write the reconciler's log (debug) to this file")
+)
+
+// BenchmarkLeaderFailover measures what a leader's crash costs the
+// reconciler beyond what it costs JetStream itself (issue 24): on a
+// 3-server cluster of nats-server processes (R3) under one ungrouped
+// reconciler (engine.Serve), it kills with SIGKILL the server leading the
+// stream, then the one leading the lease bucket, alternately,
+// -leader-kills times (10), and times from each kill, in the same run:
+//   - raw: JetStream's own recovery, until a raw round trip works again
+//     on each of the stream (a publish, then its consume through a new
+//     ordered consumer, as the reconciler reads), the lease
+//     bucket and the snapshot bucket (a put, then a get of it), tried
+//     every 20 ms, each step bounded by 500 ms;
+//   - reconciler: the first plan of a want sent right after the kill;
+//   - difference: reconciler minus raw, the reconciler's own cost.
+//
+// p50 and max of each, per kind and over all kills. The server is
+// restarted, and the reconciler plans again, before the next kill.
+//
+//	go test ./engine -run '^$' -bench LeaderFailover -benchtime 1x -timeout 30m
+func BenchmarkLeaderFailover(b *testing.B) {
+	for range b.N {
+		pc := storetest.StartProcCluster(b, 3)
+		_, js := pc.Connect(b)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		stream, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{Replicas: 3})
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		pub := store.NewPublisher(js, cfg.Subjects())
+		rnc, _ := pc.Connect(b)
+		rctx, rcancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		log := slog.New(slog.DiscardHandler)
+		if *leaderLog != "" {
+			f, err := os.Create(*leaderLog)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			log = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+		go func() { served <- engine.Serve(rctx, rnc, engine.Config{Stream: cfg, Logger: log}) }()
+		b.Cleanup(func() { rcancel(); <-served })
+		const node = "vic"
+		build := 0
+		// planAfter sends a new want of node and returns the time from
+		// since to its plan.
+		planAfter := func(since time.Time) time.Duration {
+			build++
+			w := events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "app", Build: fmt.Sprintf("a:%d", build)}}}, time.Now().UTC())
+			var seq uint64
+			for {
+				actx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				ack, err := pub.Append(actx, node, w, store.WithMsgID(fmt.Sprintf("leader-failover-%d", build)))
+				cancel()
+				if err == nil {
+					seq = ack.Seq
+					break
+				}
+				if time.Since(since) > 3*time.Minute {
+					b.Fatalf("append: %v", err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			for {
+				qctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				msg, err := store.LastMsg(qctx, stream, cfg.Subjects(), node, events.KindPlan)
+				cancel()
+				if err == nil {
+					if p, ok := msg.Event.Payload.(*events.Plan); ok && p.Cause >= seq {
+						return time.Since(since)
+					}
+				}
+				if time.Since(since) > 3*time.Minute {
+					b.Fatalf("no plan of want %d %v after the kill", seq, time.Since(since))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		planAfter(time.Now()) // the reconciler is up
+		var probes atomic.Int64
+		// rawStream is one publish on the stream and its consume (an
+		// ordered consumer from its sequence, as the reconciler reads),
+		// on a journal of a node nobody folds: not an input of the
+		// reconciler.
+		rawStream := func() bool {
+			n := probes.Add(1)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			j := events.Stamp(&events.Journal{Level: events.LevelInfo, Msg: fmt.Sprintf("probe %d", n)}, time.Now())
+			ack, err := pub.Append(ctx, "rawprobe", j, store.WithMsgID(fmt.Sprintf("raw-probe-%d", n)))
+			if err != nil {
+				return false
+			}
+			cons, err := js.OrderedConsumer(ctx, cfg.Name, jetstream.OrderedConsumerConfig{
+				FilterSubjects: []string{cfg.Subjects().Stored("rawprobe", events.KindJournal)},
+				DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: ack.Seq})
+			if err != nil {
+				return false
+			}
+			m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+			return err == nil && m != nil
+		}
+		// rawKV is one put and get of a key of bucket that no reconciler
+		// reads.
+		rawKV := func(bucket string) func() bool {
+			kv, err := js.KeyValue(context.Background(), bucket)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				defer cancel()
+				rev, err := kv.Put(ctx, "probe.raw", []byte("x"))
+				if err != nil {
+					return false
+				}
+				ctx2, cancel2 := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				defer cancel2()
+				e, err := kv.Get(ctx2, "probe.raw")
+				return err == nil && e.Revision() == rev
+			}
+		}
+		// JetStream's own recovery: every raw round trip the reconciler
+		// depends on works again (the stream, the lease bucket, the
+		// snapshot bucket; a killed server may lead more than one).
+		raws := []func() bool{rawStream, rawKV(cfg.Name + engine.LeaseBucketSuffix), rawKV(cfg.Name + store.SnapshotBucketSuffix)}
+		rawRecovery := func(killed time.Time) time.Duration {
+			var wg sync.WaitGroup
+			for _, raw := range raws {
+				wg.Go(func() {
+					for !raw() {
+						time.Sleep(20 * time.Millisecond)
+					}
+				})
+			}
+			wg.Wait()
+			return time.Since(killed)
+		}
+		type result struct{ raw, rec time.Duration }
+		byKind := map[string][]result{}
+		kinds := []struct{ what, stream string }{{"stream", cfg.Name}, {"lease", "KV_" + cfg.Name + engine.LeaseBucketSuffix}}
+		for i := range *leaderKills {
+			k := kinds[i%len(kinds)]
+			leader := -1
+			for leader < 0 {
+				qctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				leader = pc.Leader(qctx, js, k.stream)
+				cancel()
+			}
+			killed := time.Now()
+			pc.Kill(leader)
+			rawDone := make(chan time.Duration, 1)
+			go func() { rawDone <- rawRecovery(killed) }()
+			rec := planAfter(killed)
+			raw := <-rawDone
+			byKind[k.what] = append(byKind[k.what], result{raw, rec})
+			log.Info("bench: killed", "kill", i+1, "what", k.what, "server", pc.Name(leader), "at", killed, "raw", raw, "reconciler", rec)
+			b.Logf("kill %d (%s leader %s): raw %v, reconciler %v, difference %v", i+1, k.what, pc.Name(leader),
+				raw.Round(time.Millisecond), rec.Round(time.Millisecond), (rec - raw).Round(time.Millisecond))
+			pc.Restart(leader)
+			if err := pc.WaitHealthy(leader, time.Minute); err != nil {
+				b.Fatal(err)
+			}
+			planAfter(time.Now())
+		}
+		stat := func(ds []time.Duration) (p50, mx time.Duration) {
+			slices.Sort(ds)
+			return ds[(len(ds)-1)/2], ds[len(ds)-1]
+		}
+		var all []result
+		for _, k := range kinds {
+			all = append(all, byKind[k.what]...)
+		}
+		for _, g := range []struct {
+			name string
+			rs   []result
+		}{{"stream", byKind["stream"]}, {"lease", byKind["lease"]}, {"all", all}} {
+			if len(g.rs) == 0 {
+				continue
+			}
+			var raw, rec, diff []time.Duration
+			for _, r := range g.rs {
+				raw, rec, diff = append(raw, r.raw), append(rec, r.rec), append(diff, r.rec-r.raw)
+			}
+			r50, rmx := stat(raw)
+			c50, cmx := stat(rec)
+			d50, dmx := stat(diff)
+			b.Logf("%s: %d kills: raw p50 %v max %v; reconciler p50 %v max %v; difference p50 %v max %v", g.name, len(g.rs),
+				r50.Round(time.Millisecond), rmx.Round(time.Millisecond), c50.Round(time.Millisecond), cmx.Round(time.Millisecond),
+				d50.Round(time.Millisecond), dmx.Round(time.Millisecond))
+			b.ReportMetric(float64(r50.Milliseconds()), g.name+"-raw-p50-ms")
+			b.ReportMetric(float64(c50.Milliseconds()), g.name+"-reconciler-p50-ms")
+			b.ReportMetric(float64(d50.Milliseconds()), g.name+"-diff-p50-ms")
+			b.ReportMetric(float64(dmx.Milliseconds()), g.name+"-diff-max-ms")
+		}
 	}
 }

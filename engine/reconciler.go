@@ -127,6 +127,11 @@ func fault(hook func(int, uint64) error, p int, seq uint64) error {
 // former owner can never overwrite a newer state. See
 // docs/architecture.md, "Partitioned reconcilers".
 type Reconciler struct {
+	// electCh is closed, and replaced, when the stream has a new leader
+	// (watchLeaders); guarded by electMu.
+	electMu sync.Mutex
+	electCh chan struct{}
+
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	snaps  *store.Snapshots
@@ -210,7 +215,7 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 			return nil, err
 		}
 	}
-	r := &Reconciler{js: js, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(js, scfg.Subjects()),
+	r := &Reconciler{electCh: make(chan struct{}), js: js, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(js, scfg.Subjects()),
 		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, m: cfg.Metrics, parts: map[int]*partition{}}
 	if cfg.Grants != nil {
 		return r, nil
@@ -286,6 +291,11 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		r.fleetLoop(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.watchLeaders(ctx)
 	}()
 	start := func(g Grant) error {
 		p, err := r.addPartition(g)
@@ -520,6 +530,13 @@ func (p *partition) run(ctx context.Context) error {
 			b.Reset()
 		}
 		wait := b.NextBackOff()
+		if p.r.awaitLeaders(ctx) {
+			// A leader election ended the session: restart as soon as
+			// the leaders are back, not after a backoff that grew while
+			// every attempt failed (issue 24).
+			b.Reset()
+			wait = 0
+		}
 		p.r.log.Warn("partition session ended; restarting from its snapshot", "partition", p.id, "err", err, "in", wait)
 		p.r.m.Restarts.Inc()
 		select {

@@ -192,13 +192,17 @@ func (s *session) consume(ctx context.Context) error {
 	// filter from its subject index, while several filters (the input
 	// kinds alone) made it scan, 30x slower on a long stream. Knocks and
 	// journal entries come along; the fold only counts them as seen.
-	tail, err := store.Follow(ctx, r.js, store.TailConfig{Stream: r.cfg.Stream.Name,
-		Filter: r.subj.StoredPartitionAll(s.p.id), Start: s.checkpoint + 1, Heartbeat: readHeartbeat,
-		ResetAttempts: readResets})
+	follow := func(from uint64) (*store.Tail, error) {
+		return store.Follow(ctx, r.js, store.TailConfig{Stream: r.cfg.Stream.Name,
+			Filter: r.subj.StoredPartitionAll(s.p.id), Start: from, Heartbeat: readHeartbeat,
+			ResetAttempts: readResets})
+	}
+	tail, err := follow(s.checkpoint + 1)
 	if err != nil {
 		return err
 	}
-	defer tail.Stop()
+	defer func() { tail.Stop() }()
+	elected := r.elected()
 
 	// Publishing and checkpointing outlive a stop request: the event in
 	// hand finishes, and the final snapshot is written. Not a lost
@@ -225,6 +229,19 @@ func (s *session) consume(ctx context.Context) error {
 			if err := s.checkpointNow(work); err != nil {
 				return err
 			}
+		case <-elected:
+			// A new stream leader: the consumer may have died with the
+			// old one. Read on from the last event folded through a new
+			// one, keeping the state (issue 24).
+			elected = r.elected()
+			next, err := s.refollow(ctx, follow)
+			if err != nil {
+				return err
+			}
+			// Stopped aside: its iterator and the deletion of its
+			// consumer may wait out timeouts against the dead leader.
+			go tail.Stop()
+			tail = next
 		case it := <-tail.C():
 			if it.Err != nil {
 				return it.Err
@@ -442,7 +459,9 @@ func (s *session) publishFenced(ctx context.Context, effs []reconcile.Effect) er
 	}
 	timer := time.NewTimer(ackTimeout)
 	defer timer.Stop()
-	for _, x := range out {
+	waited := false
+	for i := 0; i < len(out); i++ {
+		x := out[i]
 		select {
 		case ack := <-x.f.Ok():
 			r.m.Publishing.Observe(time.Since(x.at).Seconds())
@@ -461,6 +480,11 @@ func (s *session) publishFenced(ctx context.Context, effs []reconcile.Effect) er
 			}
 			return fmt.Errorf("publish %s (fenced at %d): %w", x.id, x.fence, err)
 		case <-timer.C:
+			if s.rideOut(ctx, &waited) {
+				timer.Reset(electionGrace)
+				i--
+				continue
+			}
 			return fmt.Errorf("publish %s (fenced at %d): no acknowledgement within %s", x.id, x.fence, ackTimeout)
 		case <-ctx.Done():
 			return ctx.Err()
@@ -520,12 +544,117 @@ const readResets = 1
 // the recovery rule decides again.
 const ackTimeout = 5 * time.Second
 
+// refollow starts a new tail from the event after the last one folded,
+// after an election. Creating a consumer needs the cluster's meta leader
+// too, which a crash may have taken with it: an attempt that has not
+// answered within followAttempt is left running and another is started
+// beside it (at most followAttempts at once); the first that succeeds is
+// used, the others stopped as they return.
+func (s *session) refollow(ctx context.Context, follow func(uint64) (*store.Tail, error)) (*store.Tail, error) {
+	type result struct {
+		t   *store.Tail
+		err error
+	}
+	from := s.folded + 1
+	results := make(chan result, followAttempts)
+	running, started := 0, time.Now()
+	var lastErr error
+	start := func() {
+		running++
+		go func() {
+			t, err := follow(from)
+			results <- result{t, err}
+		}()
+	}
+	// drain stops the tails of the attempts still running once they
+	// return.
+	drain := func(n int) {
+		go func() {
+			for range n {
+				if r := <-results; r.t != nil {
+					r.t.Stop()
+				}
+			}
+		}()
+	}
+	start()
+	timer := time.NewTimer(followAttempt)
+	defer timer.Stop()
+	for {
+		select {
+		case r := <-results:
+			running--
+			if r.err == nil {
+				drain(running)
+				return r.t, nil
+			}
+			lastErr = r.err
+			if running == 0 && (time.Since(started) > electionRideOut || s.p.r.js.Conn().IsClosed()) {
+				return nil, lastErr
+			}
+		case <-timer.C:
+			if running < followAttempts {
+				start() // beside a slow attempt, or after failed ones
+			}
+			timer.Reset(followAttempt)
+		case <-ctx.Done():
+			drain(running)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// followAttempt and followAttempts: see refollow.
+const (
+	followAttempt  = time.Second
+	followAttempts = 4
+)
+
+// snapshotAttempt bounds a snapshot write's first attempt; a retry after
+// an election waits twice as long, up to ackTimeout.
+const snapshotAttempt = time.Second
+
+// retryWrite runs write with a deadline of snapshotAttempt; when it fails
+// for want of an answer, it waits for the stream and the snapshot bucket
+// to have leaders and tries again, each attempt's deadline doubled up to
+// ackTimeout, for at most electionRideOut in all (without an election,
+// until an attempt of ackTimeout failed). Other errors (a conflict:
+// another writer; a closed connection) end it at once.
+func (s *session) retryWrite(ctx context.Context, write func(context.Context) error) error {
+	started := time.Now()
+	attempt := snapshotAttempt
+	for {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		err := write(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !unanswered(err) || time.Since(started) > electionRideOut {
+			return err
+		}
+		if !s.p.r.awaitLeaders(ctx) && attempt >= ackTimeout {
+			return err // no election: slow, as before, past ackTimeout
+		}
+		if err := s.p.lost(); err != nil {
+			return err
+		}
+		attempt = min(2*attempt, ackTimeout)
+	}
+}
+
+// unanswered reports whether err says a request got no answer in time
+// (a leader lost, or being elected), rather than a refusal.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
+}
+
 // awaitAcks waits for every effect sent to be acknowledged.
 func (s *session) awaitAcks(ctx context.Context) error {
 	m := s.p.r.m
 	timer := time.NewTimer(ackTimeout)
 	defer timer.Stop()
-	for _, pa := range s.pending {
+	waited := false
+	for i := 0; i < len(s.pending); i++ {
+		pa := s.pending[i]
 		select {
 		case ack := <-pa.f.Ok():
 			m.Publishing.Observe(time.Since(pa.sent).Seconds())
@@ -541,6 +670,11 @@ func (s *session) awaitAcks(ctx context.Context) error {
 			}
 			return fmt.Errorf("publish %s: %w", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), store.ServerError(err))
 		case <-timer.C:
+			if s.rideOut(ctx, &waited) {
+				timer.Reset(electionGrace)
+				i-- // wait for the same acknowledgement again
+				continue
+			}
 			return fmt.Errorf("publish %s: no acknowledgement within %s", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), ackTimeout)
 		case <-ctx.Done():
 			return ctx.Err()
@@ -549,6 +683,20 @@ func (s *session) awaitAcks(ctx context.Context) error {
 	}
 	s.pending = s.pending[:0]
 	return nil
+}
+
+// rideOut decides, when an acknowledgement wait timed out, whether to
+// wait again: once per wait, when the stream or the snapshot bucket has
+// no leader, it waits for the election (awaitLeaders) and reports true,
+// so that acknowledgements the new leader sends are still taken. A
+// second timeout ends the session: an acknowledgement lost with its
+// leader never comes, and the restart's recovery rule decides again.
+func (s *session) rideOut(ctx context.Context, waited *bool) bool {
+	if *waited {
+		return false
+	}
+	*waited = true
+	return s.p.r.awaitLeaders(ctx)
 }
 
 // checkpointNow makes the snapshot cover every event folded: effects
@@ -570,25 +718,50 @@ func (s *session) checkpointNow(ctx context.Context) error {
 	if err := p.lost(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
-	defer cancel()
+	var states map[string][]byte
 	if len(s.dirty) > 0 {
-		states := make(map[string][]byte, len(s.dirty))
+		sctx, cancel := context.WithTimeout(ctx, ackTimeout)
+		defer cancel()
+		states = make(map[string][]byte, len(s.dirty))
 		for node, st := range s.dirty {
-			b, err := s.snapshotOf(ctx, node, st)
+			b, err := s.snapshotOf(sctx, node, st)
 			if err != nil {
 				return err
 			}
 			states[node] = b
 		}
-		if err := r.snaps.PutNodesAt(ctx, p.id, states, s.revs); err != nil {
-			return err
+	}
+	// Each write is tried for snapshotAttempt, then, while the bucket
+	// elects a leader, again once it has one (issue 24): a write sent
+	// into an election gets no answer, and waiting out ackTimeout kept
+	// the partition from reading seconds after the bucket answered again.
+	// Node states acknowledged by a failed attempt are not written twice
+	// (PutNodesAt moves their revisions); one whose acknowledgement was
+	// lost conflicts, and the session restarts from its snapshot.
+	if err := s.retryWrite(ctx, func(ctx context.Context) error {
+		if len(states) == 0 {
+			return nil
 		}
+		before := make(map[string]uint64, len(states))
+		for node := range states {
+			before[node] = s.revs[node]
+		}
+		err := r.snaps.PutNodesAt(ctx, p.id, states, s.revs)
+		for node, rev := range before {
+			if s.revs[node] != rev {
+				delete(states, node) // written
+			}
+		}
+		return err
+	}); err != nil {
+		return err
 	}
 	if err := p.lost(); err != nil {
 		return err
 	}
-	if err := r.snaps.PutCheckpoint(ctx, p.id, s.folded); err != nil {
+	if err := s.retryWrite(ctx, func(ctx context.Context) error {
+		return r.snaps.PutCheckpoint(ctx, p.id, s.folded)
+	}); err != nil {
 		return err
 	}
 	s.checkpoint = s.folded

@@ -1,0 +1,166 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/meshfold/meshfold/store"
+)
+
+// Riding out a leader election (issue 24, docs/architecture.md, "On a
+// cluster (R3)"). When the server leading the stream or the snapshot
+// bucket crashes, the replicas elect a new leader in seconds, during
+// which writes get no answer. A session used to die on its first lost
+// acknowledgement and restart after an exponential backoff that had grown
+// during the election, so its first plan came seconds after JetStream
+// answered again. Now an acknowledgement wait that times out while
+// something has no leader waits for the election instead, and a session
+// that ended restarts as soon as every leader is back. And the reads:
+// a partition's ordered consumer lives on the stream's leader and dies
+// with it, and the client noticed only after missed heartbeats and a
+// reset attempt that waited out its own timeout (~10 s after a kill
+// here, while JetStream answered again after 5–7 s). A watcher looks at
+// the stream's leader every leaderWatch; when a new one is elected, every
+// session reads on from the last sequence it folded through a new
+// consumer, its state kept: nothing is refolded.
+
+// leaderPoll bounds each look at a stream's leader, and the pause
+// between looks grows from electionPollMin to electionPollMax.
+const (
+	leaderPoll      = 500 * time.Millisecond
+	electionPollMin = 50 * time.Millisecond
+	electionPollMax = 250 * time.Millisecond
+	// electionGrace is how long acknowledgements still pending when the
+	// leaders are back may take before the session gives them up (an
+	// acknowledgement lost with its leader never comes) and restarts
+	// from its snapshot.
+	electionGrace = time.Second
+	// electionRideOut bounds a wait for leaders, and how long a snapshot
+	// write is tried again across elections before the session gives up
+	// (elections here took 4.5–9.8 s).
+	electionRideOut = 20 * time.Second
+	// leaderWatch is how often the watcher looks at the stream's leader.
+	leaderWatch = 250 * time.Millisecond
+)
+
+// watchLeaders looks at the stream's leader every leaderWatch until ctx
+// is done, and announces each newly elected one ([Reconciler.elected]):
+// a leader that differs from the last one seen, or one after a look that
+// found none.
+func (r *Reconciler) watchLeaders(ctx context.Context) {
+	if r.stream == nil {
+		return
+	}
+	name := r.stream.CachedInfo().Config.Name
+	last := ""
+	t := time.NewTicker(leaderWatch)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		leader := r.leaderOf(ctx, name)
+		if leader != "" && last != "" && leader != last || leader != "" && last == "-" {
+			r.log.Info("the stream has a new leader: partitions read on through new consumers", "leader", leader)
+			r.electMu.Lock()
+			close(r.electCh)
+			r.electCh = make(chan struct{})
+			r.electMu.Unlock()
+		}
+		switch {
+		case leader != "":
+			last = leader
+		case ctx.Err() == nil && last != "":
+			last = "-" // none now: the next one seen is new
+		}
+	}
+}
+
+// leaderOf returns the name of the server leading stream, "" when its
+// info cannot be had within leaderPoll or names none.
+func (r *Reconciler) leaderOf(ctx context.Context, stream string) string {
+	ctx, cancel := context.WithTimeout(ctx, leaderPoll)
+	defer cancel()
+	s, err := r.js.Stream(ctx, stream)
+	if err != nil {
+		return ""
+	}
+	info, err := s.Info(ctx)
+	if err != nil || info.Cluster == nil {
+		return ""
+	}
+	return info.Cluster.Leader
+}
+
+// elected returns a channel closed when the stream has a new leader.
+func (r *Reconciler) elected() <-chan struct{} {
+	r.electMu.Lock()
+	defer r.electMu.Unlock()
+	return r.electCh
+}
+
+// leaderless reports whether the stream or the snapshot bucket has no
+// leader now: its info cannot be had within leaderPoll, or names none.
+// A server that is not clustered always has one.
+func (r *Reconciler) leaderless(ctx context.Context) bool {
+	if r.stream == nil || r.snaps == nil {
+		return false
+	}
+	name := r.stream.CachedInfo().Config.Name
+	for _, stream := range []string{name, "KV_" + name + store.SnapshotBucketSuffix} {
+		if ctx.Err() != nil {
+			return false
+		}
+		if !r.hasLeader(ctx, stream) && ctx.Err() == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// hasLeader reports whether stream's info, had within leaderPoll, names
+// a leader (or the stream is not replicated in a cluster).
+func (r *Reconciler) hasLeader(ctx context.Context, stream string) bool {
+	ctx, cancel := context.WithTimeout(ctx, leaderPoll)
+	defer cancel()
+	s, err := r.js.Stream(ctx, stream)
+	if err != nil {
+		return false
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return false
+	}
+	return info.Cluster == nil || info.Cluster.Leader != "" || len(info.Cluster.Replicas) == 0
+}
+
+// awaitLeaders waits until the stream and the snapshot bucket have
+// leaders (or ctx is done), looking with backoff; it reports whether it
+// had to wait.
+//
+// It waits at most electionRideOut, and not at all on a connection closed
+// for good (nothing will answer it again): the caller's own error path
+// decides then.
+func (r *Reconciler) awaitLeaders(ctx context.Context) bool {
+	if r.js.Conn().IsClosed() || !r.leaderless(ctx) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, electionRideOut)
+	defer cancel()
+	started := time.Now()
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(electionPollMin),
+		backoff.WithMaxInterval(electionPollMax), backoff.WithMaxElapsedTime(0))
+	for r.leaderless(ctx) && !r.js.Conn().IsClosed() {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-time.After(b.NextBackOff()):
+		}
+	}
+	r.log.Info("stream and snapshot bucket have leaders again", "waited", time.Since(started).Round(time.Millisecond))
+	return true
+}
