@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,16 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 			Since: &since, Health: events.Unhealthy})
 	}
 	fold(h)
+	// Each module crashed after running reconcile.FlapRestarts times (the
+	// crash records at their bound), and the agent down at its longest.
+	for range reconcile.FlapRestarts {
+		for i := range h.Modules {
+			h.Modules[i].Restarts++
+		}
+		fold(&events.Have{Modules: slices.Clone(h.Modules)})
+	}
+	fold(&events.Agent{State: events.AgentDown, Claim: strings.Repeat("c", events.MaxClaim), Host: strings.Repeat("h", events.MaxHost),
+		PID: 1 << 30, Why: events.WhyReplaced})
 	// Approvals at their bound.
 	for i := range reconcile.MaxApprovals {
 		fold(&events.Approve{Module: name(i % events.MaxModules), Build: build(100+i, i), By: pad(fmt.Sprintf("op%d-", i), events.MaxBy)})
@@ -168,6 +179,10 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 		t.Fatalf("%d approvals, want %d", len(st.Approvals), reconcile.MaxApprovals)
 	case len(st.Failed) != reconcile.MaxFailed:
 		t.Fatalf("%d failed applies, want %d", len(st.Failed), reconcile.MaxFailed)
+	case len(st.Crashes) != events.MaxHaveModules || len(st.Crashes[0].Times) != reconcile.FlapRestarts:
+		t.Fatalf("%d modules' crash records, want %d of %d", len(st.Crashes), events.MaxHaveModules, reconcile.FlapRestarts)
+	case len(st.Have.HealthSince) != events.MaxHaveModules || st.Agent == nil:
+		t.Fatalf("health since of %d modules, agent %v", len(st.Have.HealthSince), st.Agent)
 	}
 	for _, p := range st.Unsettled {
 		if n := countFiles(p.Modules); n != events.MaxModules*events.MaxFilesPerModule {
