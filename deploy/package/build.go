@@ -94,7 +94,6 @@ func buildOne(o Options, src, format string) (string, error) {
 		Description:     "meshfold: declarative fleet reconciler over NATS JetStream (server, reconciler, node agent, provisioner, CLI)",
 		Vendor:          "meshfold",
 		Homepage:        "https://github.com/meshfold/meshfold",
-		License:         "Apache-2.0",
 		MTime:           time.Unix(0, 0).UTC(),
 		Overridables: nfpm.Overridables{
 			Contents: files.Contents{
