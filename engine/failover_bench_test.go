@@ -258,6 +258,11 @@ func BenchmarkLeaderFailover(b *testing.B) {
 				if time.Since(since) > 3*time.Minute {
 					b.Fatalf("no plan of want %d %v after the kill", seq, time.Since(since))
 				}
+				select {
+				case err := <-served:
+					b.Fatalf("the reconciler stopped: %v", err)
+				default:
+				}
 				time.Sleep(5 * time.Millisecond)
 			}
 		}
