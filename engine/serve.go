@@ -92,6 +92,13 @@ type Config struct {
 	// the stream, each fleet's held by a lease in the lease bucket
 	// (DESIGN.md §11).
 	NoRollouts bool
+	// RolloutConn, when set, is the connection the rollout controller
+	// reads the stream, holds its leases and publishes wants on: under
+	// decentralized auth, one of the controller user (store/auth's
+	// controller role), since the reconciler's user may not publish
+	// wants. Serve neither drains nor closes it. Nil: the controller
+	// runs on the reconciler's connection (a server without auth).
+	RolloutConn *nats.Conn
 }
 
 // Serve runs the reconciler on nc until ctx ends or a fatal error, as a
@@ -267,6 +274,11 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 // startRollouts runs the rollout controller until the returned stop,
 // which waits for it.
 func startRollouts(ctx context.Context, js jetstream.JetStream, scfg store.StreamConfig, c Config) (stop func(), err error) {
+	if c.RolloutConn != nil {
+		if js, err = jetstream.New(c.RolloutConn); err != nil {
+			return nil, fmt.Errorf("rollout controller: %w", err)
+		}
+	}
 	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	kv, err := js.KeyValue(kctx, scfg.Name+LeaseBucketSuffix)
 	cancel()

@@ -268,6 +268,25 @@ func (c ConnectConfig) Options() ([]nats.Option, error) {
 	return opts, nil
 }
 
+// Authenticated reports whether c connects as a user of its own: a creds
+// file or an NKey seed given, or a user, creds file, NKey seed or token
+// named by its context.
+//
+// Errors: an unreadable or malformed context file.
+func (c ConnectConfig) Authenticated() (bool, error) {
+	if c.Creds != "" || c.NKeySeed != "" {
+		return true, nil
+	}
+	if c.Context == "" {
+		return false, nil
+	}
+	ctx, err := loadContext(c.Context)
+	if err != nil {
+		return false, err
+	}
+	return ctx.User != "" || ctx.Creds != "" || ctx.NKey != "" || ctx.Token != "", nil
+}
+
 // InboxPrefixToken is how a user's own inbox prefix is named:
 // InboxPrefixToken + the user's name, "_INBOX_node-ace" for the user
 // node-ace. meshfold's credentials (package store/auth) allow each user to

@@ -34,7 +34,8 @@ an administrator's machine; hand each role only its creds file.
   meshfold auth add-node ace --dir ./mesh-auth
       node-ace and provisioner-ace
   meshfold serve --auth ./mesh-auth
-      the embedded server in operator mode
+      the embedded server in operator mode; its rollout controller
+      publishes wants as the controller user
   meshfold node ace --creds ./mesh-auth/creds/node-ace.creds --trust ./mesh-auth/reconcilers.pub ...
       a role connects with its own creds file
   meshfold auth revoke node-ace --dir ./mesh-auth
@@ -329,7 +330,7 @@ type serveAuthFlags struct {
 
 func (f *serveAuthFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.dir, "auth", "", "run in operator mode with the accounts and users of this auth directory (meshfold auth init); the reconciler connects as its reconciler user")
+	fl.StringVar(&f.dir, "auth", "", "run in operator mode with the accounts and users of this auth directory (meshfold auth init); the reconciler connects as its reconciler user, the rollout controller as its controller user (rollouts are off when the directory has none)")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "server certificate (PEM): clients must then connect with TLS")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "the server certificate's key (PEM)")
 	fl.StringVar(&f.tca, "tls-client-ca", "", "CA (PEM) whose client certificates are required (mutual TLS)")
@@ -368,4 +369,37 @@ func (f *serveAuthFlags) apply(cmd *cobra.Command, a *app, cfg *embedded.Config)
 		return nil, err
 	}
 	return []nats.Option{nats.UserCredentials(creds), nats.CustomInboxPrefix(inbox)}, nil
+}
+
+// controllerOptions returns the options of the rollout controller's
+// in-process connection under --auth: the directory's controller user,
+// which may publish the rollouts' wants (the reconciler's may not). When
+// the directory has no usable controller user, opts is nil and off says
+// why rollouts are off. Without --auth both are empty: the controller
+// runs on the reconciler's connection.
+func (f *serveAuthFlags) controllerOptions() (opts []nats.Option, off string, err error) {
+	if f.dir == "" {
+		return nil, "", nil
+	}
+	d, err := auth.Open(f.dir)
+	if err != nil {
+		return nil, "", withCode(exitUsage, fmt.Errorf("--auth: %w", err))
+	}
+	user := string(auth.RoleController)
+	fix := fmt.Sprintf("issue it with 'meshfold auth add-user %s --dir %s' and restart serve", user, f.dir)
+	u, err := d.User(user)
+	switch {
+	case errors.Is(err, auth.ErrUnknownUser):
+		return nil, fmt.Sprintf("the auth directory %s has no %s user, which publishes the rollouts' wants; %s", f.dir, user, fix), nil
+	case err != nil:
+		return nil, "", err
+	case u.Revoked != nil:
+		return nil, fmt.Sprintf("the %s user of %s, which publishes the rollouts' wants, is revoked; %s", user, f.dir, fix), nil
+	}
+	creds := d.CredsPath(user)
+	inbox, err := store.CredsInboxPrefix(creds)
+	if err != nil {
+		return nil, fmt.Sprintf("the %s user's creds: %v; %s", user, err, fix), nil
+	}
+	return []nats.Option{nats.UserCredentials(creds), nats.CustomInboxPrefix(inbox), nats.Name("meshfold serve rollouts")}, "", nil
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +39,11 @@ type loopFlags struct {
 	signingKey       string
 	leaseTTL         time.Duration
 	group            *groupFlags // reconcile only
+	controllerCreds  string      // reconcile only
+	// rollouts is the rollout controller's connection (nil: the
+	// reconciler's); rolloutsOff, when set, says why none runs.
+	rollouts    *nats.Conn
+	rolloutsOff string
 	// signer and own are set from signingKey before runReconciler.
 	signer *store.Signer
 	own    *store.Trust
@@ -76,10 +82,20 @@ func (f *loopFlags) check() error {
 }
 
 // printNotes prints what loadKeys noted (the signing key, the trust
-// file), after the command's first line.
+// file), and why rollouts are off, after the command's first line.
 func (f *loopFlags) printNotes(a *app) {
 	for _, n := range f.notes {
 		fmt.Fprintln(a.stdout, n)
+	}
+	if f.rolloutsOff != "" {
+		fmt.Fprintln(a.stdout, "meshfold: rollouts are off: "+f.rolloutsOff)
+	}
+}
+
+// rolloutsOffWarn logs why rollouts are off, when they are.
+func (f *loopFlags) rolloutsOffWarn(log *slog.Logger) {
+	if f.rolloutsOff != "" {
+		log.Warn("rollouts are off: no rollout controller runs in this process", "why", f.rolloutsOff)
 	}
 }
 
@@ -154,6 +170,11 @@ loopback address, or run with --auth DIR (meshfold auth init), where every
 role connects with its own creds file and least-privilege permissions.
 --tls-cert and --tls-key make clients connect with TLS; --tls-client-ca also
 requires their certificates.
+
+serve runs the rollout controller (meshfold apply, rollout): with --auth it
+publishes the rollouts' wants as the directory's controller user, on a
+connection of its own; a directory without that user (or with it revoked)
+starts with rollouts off, saying so (meshfold auth add-user controller).
 
 --http ADDR also serves the read-only web console (meshfold console); with
 --auth it reads as the directory's operator-read user, and serve refuses to
@@ -237,6 +258,22 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 				return err
 			}
 			defer nc.Close()
+			// With --auth the rollout controller publishes wants as the
+			// directory's controller user, on a connection of its own:
+			// the reconciler's user stays least-privilege.
+			ctlOpts, off, err := af.controllerOptions()
+			if err != nil {
+				return err
+			}
+			lf.rolloutsOff = off
+			if ctlOpts != nil {
+				var crv revocation
+				if lf.rollouts, err = srv.Connect(append(ctlOpts, crv.option())...); err != nil {
+					return fmt.Errorf("the rollout controller's connection: %w", err)
+				}
+				defer lf.rollouts.Close()
+			}
+			lf.rolloutsOffWarn(log)
 			return rv.explain(runReconciler(cmd.Context(), a, log, nc, lf, func(ctx context.Context, cfg store.StreamConfig) {
 				fmt.Fprintf(a.stdout, "meshfold: serving NATS at %s; stream %s (%d partitions, prefix %q); data in %s\n",
 					srv.ClientURL(), cfg.Name, cfg.Partitions, cfg.Prefix, abs)
@@ -281,9 +318,17 @@ Without --group one reconcile (or serve) folds the stream alone: another
 ungrouped one, or one beside a group, is refused at start with an error
 naming the holder (a holder that died on this host is replaced at once; one
 elsewhere is waited out, at most --lease-ttl).
+
+reconcile runs the rollout controller (meshfold apply, rollout). Under auth
+the reconciler's user may not publish wants: give the controller user's
+credentials with --controller-creds FILE (an auth directory's
+creds/controller.creds), used on a connection of its own. Connected with
+credentials and without --controller-creds, reconcile starts with rollouts
+off and says so.
+
 reconcile exits with status 1 when its NATS connection is closed for good
 (its user revoked), so that its service manager restarts it.`,
-		Example: `  meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --creds reconciler.creds
+		Example: `  meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --creds reconciler.creds --controller-creds controller.creds
   meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --group reconcilers --instance r1 --signing-key reconciler-signing.nk
   meshfold reconcile --context prod`,
 		Args: cobra.NoArgs,
@@ -312,6 +357,13 @@ reconcile exits with status 1 when its NATS connection is closed for good
 				return err
 			}
 			defer nc.Close()
+			if lf.rollouts, lf.rolloutsOff, err = controllerConn(a, lf.controllerCreds); err != nil {
+				return err
+			}
+			if lf.rollouts != nil {
+				defer lf.rollouts.Close()
+			}
+			lf.rolloutsOffWarn(log)
 			return runReconciler(cmd.Context(), a, log, nc, lf, func(_ context.Context, cfg store.StreamConfig) {
 				fmt.Fprintf(a.stdout, "meshfold: reconciling stream %s (%d partitions, prefix %q, %d replicas) on %s\n",
 					cfg.Name, cfg.Partitions, cfg.Prefix, cfg.Replicas, nc.ConnectedUrlRedacted())
@@ -323,7 +375,35 @@ reconcile exits with status 1 when its NATS connection is closed for good
 	a.stream.add(cmd)
 	lf.add(cmd)
 	gf.add(cmd)
+	cmd.Flags().StringVar(&lf.controllerCreds, "controller-creds", "", "the rollout controller's NATS credentials (.creds; an auth directory's creds/controller.creds): it publishes the rollouts' wants as that user, on a connection of its own, with the server and TLS flags of the reconciler's; without it, when the reconciler connects with credentials (--creds, --nkey, a context's), rollouts are off in this process")
 	return cmd
+}
+
+// controllerConn connects the rollout controller of reconcile: as the
+// user of creds when given, with the connection flags' servers and TLS.
+// Without creds it returns no connection: the controller runs on the
+// reconciler's, unless that one is authenticated, where the reconciler's
+// user may not publish wants (store/auth), and off says so.
+func controllerConn(a *app, creds string) (nc *nats.Conn, off string, err error) {
+	cfg, err := a.conn.config("meshfold reconcile rollouts", a)
+	if err != nil {
+		return nil, "", err
+	}
+	if creds == "" {
+		authed, err := cfg.Authenticated()
+		if err != nil || !authed {
+			return nil, "", err
+		}
+		return nil, "the reconciler connects with credentials of its own, which may not publish the rollouts' wants, and no --controller-creds FILE was given (the controller user's, e.g. an auth directory's creds/controller.creds)", nil
+	}
+	if cfg.InboxPrefix, err = store.CredsInboxPrefix(creds); err != nil {
+		return nil, "", withCode(exitUsage, fmt.Errorf("--controller-creds: %w", err))
+	}
+	cfg.Creds, cfg.NKeySeed = creds, ""
+	if nc, err = store.Connect(cfg); err != nil {
+		return nil, "", fmt.Errorf("--controller-creds: connect to NATS at %s: %w", strings.Join(cfg.URLs, ","), err)
+	}
+	return nc, "", nil
 }
 
 // revocation closes serve's in-process connection for good when the
@@ -372,6 +452,7 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 	cfg := engine.Config{Stream: lf.stream(a.stream), Logger: log, Signer: lf.signer, Own: lf.own,
 		SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval,
 		MetricsAddr: lf.metrics, Pprof: lf.pprof, LeaseTTL: lf.leaseTTL,
+		RolloutConn: lf.rollouts, NoRollouts: lf.rolloutsOff != "",
 		Ready: func(ctx context.Context, r *engine.Reconciler) { ready(ctx, r.Stream()) }}
 	if lf.group.enabled() {
 		cfg.Group, cfg.Instance = lf.group.name, lf.group.instance
