@@ -227,7 +227,7 @@ func TestNodeAndProvisionVerbs(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 2)
-	var out bytes.Buffer
+	var out storetest.SyncBuffer // the node and the provisioner write it at once
 	go func() {
 		done <- run(ctx, []string{"node", "ace", "--runtime", "record", "--root", root, "--state-dir", state, "-s", c.url, "--log-level", "error", "--trust", trust}, nil, &out, &out)
 	}()
