@@ -13,13 +13,22 @@ import (
 
 	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/store/auth"
+	"github.com/meshfold/meshfold/store/embedded"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
-// A rollout under --auth: serve's controller publishes the wants as the
-// directory's controller user (the reconciler's user may not), and a
-// rollout over three recording agents completes, every component within
-// its user's permissions (a violation in any log ends the test).
+// A rollout under auth: the controller of serve --auth, and of reconcile
+// --controller-creds, publishes the wants as the directory's controller
+// user (the reconciler's user may not), and a rollout over three
+// recording agents completes, every component within its user's
+// permissions (a violation in any log ends the test).
 func TestRolloutWithCredentials(t *testing.T) {
+	t.Run("serve", func(t *testing.T) { testRolloutWithCredentials(t, false) })
+	t.Run("reconcile", func(t *testing.T) { testRolloutWithCredentials(t, true) })
+}
+
+func testRolloutWithCredentials(t *testing.T, reconcile bool) {
 	ctx, refused := context.WithCancel(testCtx(t))
 	defer refused()
 	base := t.TempDir()
@@ -62,18 +71,31 @@ func TestRolloutWithCredentials(t *testing.T) {
 		})
 	}
 
-	serveOut := &lines{ch: make(chan string, 16)}
-	background("serve", serveOut, "serve", "--auth", dir, "--data", filepath.Join(base, "data"), "--listen", "127.0.0.1:0")
 	var url string
-	select {
-	case l := <-serveOut.ch:
-		m := regexp.MustCompile(`serving NATS at (\S+);`).FindStringSubmatch(l)
-		if m == nil {
-			t.Fatalf("serve printed %q", l)
+	if reconcile {
+		d, err := auth.Open(dir)
+		if err != nil {
+			t.Fatal(err)
 		}
+		sa, err := d.ServerAuth()
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(base, "data"), Listen: "127.0.0.1:0", Auth: sa})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Shutdown)
+		url = srv.ClientURL()
+		out := &lines{ch: make(chan string, 16)}
+		background("reconcile", out, "reconcile", "--server", url, "--creds", creds("reconciler"),
+			"--controller-creds", creds("controller"), "--signing-key", filepath.Join(dir, signingKeyFile))
+		waitLine(ctx, t, out, "reconciling stream ")
+	} else {
+		out := &lines{ch: make(chan string, 16)}
+		background("serve", out, "serve", "--auth", dir, "--data", filepath.Join(base, "data"), "--listen", "127.0.0.1:0")
+		m := regexp.MustCompile(`serving NATS at (\S+);`).FindStringSubmatch(waitLine(ctx, t, out, "serving NATS at "))
 		url = m[1]
-	case <-ctx.Done():
-		t.Fatal("serve did not start")
 	}
 	as := func(user string) []string { return []string{"--server", url, "--creds", creds(user)} }
 	trust := filepath.Join(dir, trustFileName)
@@ -115,5 +137,60 @@ func TestRolloutWithCredentials(t *testing.T) {
 		if tg.Published == 0 || !tg.Settled {
 			t.Errorf("target %s: want published at %d, settled %v", tg.Node, tg.Published, tg.Settled)
 		}
+	}
+}
+
+// waitLine returns the first line out prints that contains text; no such
+// line by ctx's end fails the test. The lines before it are dropped.
+func waitLine(ctx context.Context, t *testing.T, out *lines, text string) string {
+	t.Helper()
+	for {
+		select {
+		case l := <-out.ch:
+			if strings.Contains(l, text) {
+				return l
+			}
+		case <-ctx.Done():
+			t.Fatalf("no line with %q", text)
+		}
+	}
+}
+
+// reconcile connected with credentials and without --controller-creds
+// says at start that rollouts are off in it, and why.
+func TestReconcileWithoutControllerCreds(t *testing.T) {
+	ctx := testCtx(t)
+	base := t.TempDir()
+	dir := filepath.Join(base, "auth")
+	if code, _, errs := runCLI(ctx, "auth", "init", "--dir", dir); code != exitOK {
+		t.Fatalf("auth init: %d %s", code, errs)
+	}
+	d, err := auth.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := d.ServerAuth()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(base, "data"), Listen: "127.0.0.1:0", Auth: sa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	cctx, cancel := context.WithCancel(ctx)
+	out := &lines{ch: make(chan string, 16)}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(cctx, []string{"reconcile", "--server", srv.ClientURL(), "--creds", d.CredsPath(string(auth.RoleReconciler)),
+			"--signing-key", filepath.Join(dir, signingKeyFile), "--log-level", "error"}, nil, out, &storetest.SyncBuffer{})
+	}()
+	l := waitLine(ctx, t, out, "rollouts are off")
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Errorf("reconcile: exit %d", code)
+	}
+	if !strings.Contains(l, "--controller-creds") {
+		t.Errorf("the note does not say what to give: %s", l)
 	}
 }
