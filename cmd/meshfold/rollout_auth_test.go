@@ -194,3 +194,31 @@ func TestReconcileWithoutControllerCreds(t *testing.T) {
 		t.Errorf("the note does not say what to give: %s", l)
 	}
 }
+
+// serve --auth over a directory whose controller user is revoked starts,
+// saying that rollouts are off and how to issue the user again.
+func TestServeWithoutControllerUser(t *testing.T) {
+	ctx := testCtx(t)
+	base := t.TempDir()
+	dir := filepath.Join(base, "auth")
+	for _, args := range [][]string{{"auth", "init", "--dir", dir}, {"auth", "revoke", "controller", "--dir", dir, "--no-push"}} {
+		if code, _, errs := runCLI(ctx, args...); code != exitOK {
+			t.Fatalf("%v: %d %s", args, code, errs)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	out := &lines{ch: make(chan string, 16)}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(cctx, []string{"serve", "--auth", dir, "--data", filepath.Join(base, "data"), "--listen", "127.0.0.1:0",
+			"--log-level", "error"}, nil, out, &storetest.SyncBuffer{})
+	}()
+	l := waitLine(ctx, t, out, "rollouts are off")
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Errorf("serve: exit %d", code)
+	}
+	if !strings.Contains(l, "meshfold auth add-user controller --dir "+dir) {
+		t.Errorf("the note does not say how to issue the user: %s", l)
+	}
+}
