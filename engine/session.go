@@ -324,6 +324,8 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 			ev.Foreign = true
 			r.log.Error("plan not emitted by this reconciler: not folded; its last plan is published again",
 				"node", ev.Node, "seq", seq, "err", err)
+		} else if r.cfg.Signer != nil && msg.Headers().Get(store.HeaderSigner) != r.cfg.Signer.PublicKey() {
+			ev.OldKey = true
 		}
 	}
 	if ev.Payload != nil {

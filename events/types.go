@@ -480,6 +480,11 @@ type Event struct {
 	// replayed signature of another node's effect). The shell that read
 	// the message sets it; the fold decides what follows (issue 14).
 	Foreign bool
+	// OldKey marks a plan whose signature verifies against one of the
+	// reconciler's keys other than the one it signs with now (a retired
+	// key, issue 24): the fold takes it as foreign when its cause binds to
+	// no plan it emitted. The shell that read the message sets it.
+	OldKey bool
 }
 
 // At returns the publisher's `at` of the event, or the stream time when the

@@ -501,11 +501,20 @@ func (f *folder) plan(p *events.Plan) {
 			return
 		}
 	}
-	// A validly signed plan that binds to nothing the reconciler emitted:
-	// a copy of one of its plans published again, or a plan of a key it
-	// no longer signs with (a retired key). Foreign as a forgery is: the
-	// node may have applied it (issue 24).
-	f.foreignPlan(fmt.Sprintf("its cause %d matches no plan this reconciler emitted and has not yet folded", p.Cause))
+	why := fmt.Sprintf("its cause %d matches no plan this reconciler emitted and has not yet folded", p.Cause)
+	if f.ev.OldKey {
+		// A plan of a key the reconciler no longer signs with (a retired
+		// key) that binds to nothing it emitted: foreign as a forgery is,
+		// since the node may have applied it (issue 24).
+		f.foreignPlan(why)
+		return
+	}
+	// Signed with the current key: one of the reconciler's own plans whose
+	// record the unsettled cap dropped (MaxUnsettled) or a copy of one.
+	// Journaled only: publishing the last plan again would add an
+	// unsettled record per such plan, the cap would drop more of them, and
+	// each would come back here (a loop found by TestChaos after kill -9).
+	f.reject("%s", why)
 }
 
 // pause holds plans back (DESIGN.md §9). A pause while paused keeps the

@@ -163,6 +163,9 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 	case "forged":
 		pl, err := events.Decode(events.KindPlan, []byte(d.Input))
 		return sc.Stream.AppendEvent(events.Event{Node: sc.Node, Kind: events.KindPlan, Payload: pl, Err: err, Foreign: true}), true
+	case "old-key": // a plan signed with a key the reconciler no longer signs with (retired)
+		pl, err := events.Decode(events.KindPlan, []byte(d.Input))
+		return sc.Stream.AppendEvent(events.Event{Node: sc.Node, Kind: events.KindPlan, Payload: pl, Err: err, OldKey: true}), true
 	default:
 		return events.Event{}, false
 	}
