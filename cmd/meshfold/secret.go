@@ -96,7 +96,10 @@ NODE's provisioner must have started once with --from sealed (it registers
 its key then). After its key changed (a new node, a lost key file), put every
 secret of NODE again: 'secret ls NODE' marks the ones sealed to an old key.
 Prints the revision and the digest (an HMAC under a key kept in the bucket,
-never a plain hash); the content is never printed.`,
+never a plain hash); the content is never printed. A file that NODE's newest
+want does not declare for MODULE (a mistyped node, module or path, or a
+secret put ahead of its want) is stored with a warning: it is filled only once
+a want declares it.`,
 		Example: `  meshfold secret put ace mesh-build-go /run/mesh-build-go/broker.creds -f broker.creds --by alice
   vault kv get -field=token kv/ace/mbg | meshfold secret put ace mesh-build-go /run/mbg/token --by alice`,
 		Args: cobra.ExactArgs(3),
@@ -136,6 +139,9 @@ never a plain hash); the content is never printed.`,
 			rev, digest, err := putSecret(ctx, kv, args[0], args[1], args[2], content, by)
 			if err != nil {
 				return err
+			}
+			if note := a.undeclaredNote(ctx, args[0], args[1], args[2]); note != "" {
+				fmt.Fprintf(a.stderr, "meshfold: warning: %s\n", note)
 			}
 			_, err = fmt.Fprintf(a.stdout, "%s %s %s revision %d digest %s\n", args[0], args[1], args[2], rev, digest[:16])
 			return err
@@ -350,4 +356,45 @@ another source or a new put fills it.`,
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
+}
+
+// undeclaredNote says why a secret just stored will not be filled now: no
+// want of node declares path for module (the provisioner fills only
+// declared files, DESIGN.md §4), so a mistyped node, module or path would
+// otherwise pass for a rotation. "" when it is declared, or when the want
+// cannot be read (the put itself succeeded).
+func (a *app) undeclaredNote(ctx context.Context, node, module, path string) string {
+	nc, err := a.conn.connect("meshfold-secret", a)
+	if err != nil {
+		return ""
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return ""
+	}
+	stream, scfg, err := a.stream.openStream(ctx, js)
+	if err != nil {
+		return ""
+	}
+	m, err := store.LastMsg(ctx, stream, scfg.Subjects(), node, events.KindWant)
+	if errors.Is(err, store.ErrNoMessage) {
+		return fmt.Sprintf("node %s has no want yet: stored, filled once a want declares %s for %s (is the node's name mistyped? 'meshfold fleet' lists the nodes)", node, events.Short(path), module)
+	}
+	w, ok := m.Event.Payload.(*events.Want)
+	if err != nil || !ok {
+		return ""
+	}
+	for _, wm := range w.Modules {
+		if wm.Name != module {
+			continue
+		}
+		for _, f := range wm.Files {
+			if f.Path == path {
+				return ""
+			}
+		}
+		return fmt.Sprintf("node %s's newest want (#%d) declares no file %s for module %s: stored, but not filled until a want declares it (is the path mistyped?)", node, m.Event.Seq, events.Short(path), module)
+	}
+	return fmt.Sprintf("node %s's newest want (#%d) has no module %s: stored, but not filled until a want declares it (is the module's name mistyped?)", node, m.Event.Seq, module)
 }

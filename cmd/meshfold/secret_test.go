@@ -339,6 +339,22 @@ func TestSealedRotation(t *testing.T) {
 	// no on_fill restart (DESIGN.md §8), one restart short of 20.
 	pid := s.waitStarts(2)
 
+	// A secret for a file the want does not declare (a mistyped path or
+	// module) is stored but never filled: put says so.
+	f := filepath.Join(t.TempDir(), "typo")
+	if err := os.WriteFile(f, content("typo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, typo := range [][]string{{"ace", "app", sealedPath + "x"}, {"ace", "apq", sealedPath}} {
+		out, errs, code := s.m.cli(t, append(append([]string{"secret", "put"}, typo...), "-f", f, "--by", "test")...)
+		if code != 0 || !strings.Contains(errs, "warning") || !strings.Contains(errs, "not filled until a want declares it") {
+			t.Fatalf("secret put %v: exit %d, want 0 and a warning that it is not filled:\n%s%s", typo, code, out, errs)
+		}
+		if out, errs, code := s.m.cli(t, append([]string{"secret", "rm"}, typo...)...); code != 0 {
+			t.Fatalf("secret rm %v: exit %d\n%s%s", typo, code, out, errs)
+		}
+	}
+
 	// A reader that never sees a partial file.
 	p := filepath.Join(s.root, sealedPath)
 	var stop atomic.Bool
