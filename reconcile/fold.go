@@ -21,9 +21,9 @@ import (
 // the node's other events from folding.
 //
 // A plan event the reconciler did not emit (ev.Foreign: its signature does
-// not verify against the reconciler's keys; or a signed plan whose cause
-// matches no plan it emitted and has not yet folded: a copy, or a retired
-// key's) is never folded as a plan: it is journaled at level error and
+// not verify against the reconciler's keys; or a plan of its retired key,
+// ev.OldKey, whose cause matches no plan it emitted and has not yet
+// folded) is never folded as a plan: it is journaled at level error and
 // the last plan emitted is published again, under this event's cause, so
 // the node returns to what the want says even if it applied it (issues
 // 14, 24).
