@@ -3,7 +3,7 @@ package reconcile_test
 import (
 	"testing"
 
-	"github.com/meshfold/meshfold/reconcile/internal/puretest"
+	"github.com/meshfold/meshfold/internal/puretest"
 )
 
 // TestPure is DESIGN.md §5.6: the core imports no NATS (directly or
@@ -12,6 +12,6 @@ import (
 // reconcile/reconciletest, is held to the same rule.
 func TestPure(t *testing.T) {
 	for _, dir := range []string{".", "./reconciletest"} {
-		t.Run(dir, func(t *testing.T) { puretest.Check(t, dir) })
+		t.Run(dir, func(t *testing.T) { puretest.Check(t, dir, "reconcile") })
 	}
 }
