@@ -300,9 +300,17 @@ func (g *rig) verify(live nodeStates) (knocks int) {
 		}
 		stable = len(g.all()) == len(msgs)
 	}
-	key, err := store.EffectKey(context.Background(), g.js, g.cfg, snaps)
-	if err != nil {
-		g.t.Fatal(err)
+	// The keys bucket may still be electing a leader after a cluster test
+	// restarted a server (a read then times out): read it until it answers.
+	var keyErr error
+	key := waitfor.Value(g.t, time.Minute, "the effect key", func() ([]byte, bool) {
+		k, err := store.EffectKey(context.Background(), g.js, g.cfg, snaps)
+		keyErr = err
+		unanswered := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse)
+		return k, !unanswered
+	})
+	if keyErr != nil {
+		g.t.Fatal(keyErr)
 	}
 	got := map[string]int{}
 	for _, m := range msgs {
