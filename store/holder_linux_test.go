@@ -186,7 +186,14 @@ func TestLeaseOfALiveOrDistantHolderIsNotTaken(t *testing.T) {
 	cmd, live := child(t)
 	distant := live
 	distant.Boot, distant.Token = "00000000-0000-0000-0000-000000000000", "distant"
-	for name, h := range map[string]store.Holder{"live": live, "another boot": distant} {
+	// In this order: "another boot" kills the child, so "live" must run
+	// first (a map's order once ran them the other way round and the
+	// live case met a dead pid).
+	for _, c := range []struct {
+		name string
+		h    store.Holder
+	}{{"live", live}, {"another boot", distant}} {
+		name, h := c.name, c.h
 		t.Run(name, func(t *testing.T) {
 			kv := minuteBucket(t)
 			val, _ := json.Marshal(h)
