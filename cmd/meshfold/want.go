@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/node/bundle"
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
@@ -74,6 +75,9 @@ A bundle build (sha256:…) that is not in the builds bucket (<stream>_BUILDS)
 is refused, naming the module and the build: push it first with 'meshfold
 build push PATH'. --allow-missing-build publishes anyway (a build pushed
 later: the node's apply fails until it is there). --dry-run checks the same.
+A build that is no bundle build (not sha256:…, say "img:1") is published with
+a note on stderr: the process runtime, meshfold node's default, cannot run it
+(its apply fails); only an agent run with --runtime record takes it.
 
 --dry-run publishes nothing: it prints the plan the reconciler would emit now
 for this want, and its difference from the last plan emitted (modules added,
@@ -182,10 +186,32 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 		return err
 	}
 	fmt.Fprintf(a.stdout, "want %s: stream sequence %d\n", nodeName, ack.Seq)
+	if note := notBundleNote(w); note != "" {
+		fmt.Fprintln(a.stderr, note)
+	}
 	if known == 0 {
-		fmt.Fprintf(a.stderr, "note: created node %s: the stream held no event of it before (a mistyped name? 'meshfold retire %s --by NAME' removes it)\n", nodeName, nodeName)
+		fmt.Fprintf(a.stderr, "note: created node %s: the stream held no event of it before (a mistyped name? 'meshfold retire %s --force --by NAME' forgets it: no agent will ever settle its plan)\n", nodeName, nodeName)
 	}
 	return nil
+}
+
+// notBundleNote says which modules of w name a build that is no bundle
+// build (sha256:…): the process runtime, meshfold node's default, runs
+// only those, so such a node's apply fails; "" when every build is one.
+// It is a note, not a refusal: an agent run with --runtime record (and
+// any runtime of one's own) takes any build.
+func notBundleNote(w *events.Want) string {
+	var mods []string
+	for _, m := range w.Modules {
+		if !strings.HasPrefix(m.Build, bundle.BuildScheme) {
+			mods = append(mods, fmt.Sprintf("%s (%s)", m.Name, events.Text(m.Build)))
+		}
+	}
+	if len(mods) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("note: %s: no bundle build (%s…): the process runtime (meshfold node's default) runs only builds 'meshfold build push PATH' prints, and its apply of this want will fail; only an agent run with --runtime record takes such a build",
+		strings.Join(mods, ", "), bundle.BuildScheme)
 }
 
 func fileLabel(file string) string {
@@ -364,6 +390,9 @@ func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format 
 	d, source, err := r.DryRun(ctx, node, w)
 	if err != nil {
 		return err
+	}
+	if note := notBundleNote(w); note != "" {
+		fmt.Fprintln(a.stderr, note)
 	}
 	if format != outTable {
 		return writeValue(a.stdout, format, dryRunReply{Source: source, DryRun: d})
