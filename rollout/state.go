@@ -154,6 +154,11 @@ type Node struct {
 	Unhealthy []string `json:"unhealthy,omitempty"`
 	// Have is the newest have folded.
 	Have *HaveSeen `json:"have,omitempty"`
+	// Earlier is its newest have from before the rollout's start, as the
+	// caller read it ([State.SetEarlierHave]): the delivery view's
+	// builds count it while no have of the node is folded. The fold
+	// never reads it.
+	Earlier *HaveSeen `json:"earlier,omitempty"`
 	// NewestWant is the sequence of the newest want on its subject known
 	// to the rollout.
 	NewestWant uint64 `json:"newest_want,omitempty"`
@@ -269,6 +274,9 @@ func (s *State) CheckInvariants() error {
 	for name, n := range r.Nodes {
 		if n.Name != name {
 			return fmt.Errorf("node %q filed as %q", n.Name, name)
+		}
+		if n.Earlier != nil && n.Earlier.Seq >= r.ID {
+			return fmt.Errorf("node %s: its have before the start is #%d, not before %d", name, n.Earlier.Seq, r.ID)
 		}
 		if n.Unavail != n.unavailable() {
 			return fmt.Errorf("node %s: cached unavailable %v, is %v", name, n.Unavail, n.unavailable())

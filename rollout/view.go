@@ -71,7 +71,8 @@ type ModuleRunning struct {
 }
 
 // BuildCount is how many of the fleet's nodes run Module at Build, by
-// their newest haves.
+// their newest haves: the newest folded since the rollout's start, else
+// the one before it ([State.SetEarlierHave]).
 type BuildCount struct {
 	Module string `json:"module"`
 	Build  string `json:"build"`
@@ -99,8 +100,8 @@ func (s *State) View() View {
 				t.SettledAt = n.SettledAt
 			}
 		}
-		if n.Have != nil {
-			for _, m := range n.Have.Modules {
+		if h := n.newestHave(); h != nil {
+			for _, m := range h.Modules {
 				t.Running = append(t.Running, ModuleRunning{Module: m.Name, Build: m.Build, State: m.State, Health: m.Health, Restarts: m.Restarts})
 			}
 		}
@@ -108,10 +109,11 @@ func (s *State) View() View {
 	}
 	counts := map[[2]string]int{}
 	for _, n := range r.Nodes {
-		if n.Have == nil {
+		h := n.newestHave()
+		if h == nil {
 			continue
 		}
-		for _, m := range n.Have.Modules {
+		for _, m := range h.Modules {
 			if m.State == events.Running {
 				counts[[2]string{m.Name, m.Build}]++
 			}
@@ -124,6 +126,35 @@ func (s *State) View() View {
 		return cmp.Or(cmp.Compare(a.Module, b.Module), cmp.Compare(b.Nodes, a.Nodes), cmp.Compare(a.Build, b.Build))
 	})
 	return v
+}
+
+// newestHave returns the newest have the view knows of the node: the
+// newest folded, else the newest before the start; nil when neither.
+func (n *Node) newestHave() *HaveSeen {
+	if n.Have != nil {
+		return n.Have
+	}
+	return n.Earlier
+}
+
+// SetEarlierHave gives node its newest have from before the rollout's
+// start, stored at seq at stream time t, as the caller read it from the
+// stream: the delivery view then counts the builds of a node no have of
+// which was folded since the start (a node the rollout did not change,
+// or has not changed yet), so that per build it shows every node that
+// runs it. It is for the view only: the fold never reads it, so a
+// replay decides the same with or without it. It does nothing when the
+// rollout does not own the node or seq is not before the start.
+func (s *State) SetEarlierHave(node string, seq uint64, t time.Time, h *Have) {
+	r := s.Rollout
+	if r == nil || h == nil || seq >= r.ID {
+		return
+	}
+	n := r.Nodes[node]
+	if n == nil {
+		return
+	}
+	n.Earlier = &HaveSeen{Seq: seq, Time: t, Modules: slices.Clone(h.Modules)}
 }
 
 // Why explains, one line each, where a node stands in the rollout and

@@ -371,7 +371,11 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 	}
 	fmt.Fprintln(w, "builds:")
 	for _, b := range v.Builds {
-		fmt.Fprintf(w, "  %s@%s on %d nodes (by their haves since the rollout began)\n", b.Module, events.Text(b.Build), b.Nodes)
+		nodes := "1 node"
+		if b.Nodes != 1 {
+			nodes = fmt.Sprintf("%d nodes", b.Nodes)
+		}
+		fmt.Fprintf(w, "  %s@%s on %s (by their newest haves)\n", b.Module, events.Text(b.Build), nodes)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -99,7 +100,8 @@ func NewestStart(ctx context.Context, stream jetstream.Stream, subj events.Subje
 
 // Replay folds fleet's rollout from its newest start to the stream's end
 // as it is now, and returns the state (the effects are dropped: this is
-// a read). own: as [Input].
+// a read), with the newest have from before the start of each node that
+// reported none since, for the delivery view's builds. own: as [Input].
 //
 // Errors: [ErrNoRollout]; the stream's and the read's; ctx's.
 func Replay(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig, own *store.Trust, fleet string) (*rollout.State, error) {
@@ -136,10 +138,40 @@ func Replay(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig,
 				s.Fold(in)
 			}
 			if m.Seq >= end {
+				if err := earlierHaves(ctx, stream, subj, s); err != nil {
+					return nil, err
+				}
 				return s, nil
 			}
 		}
 	}
+}
+
+// earlierHaves gives each of the rollout's nodes no have of which was
+// folded its newest have from before the start (rollout.State.SetEarlierHave),
+// so that the delivery view counts the builds of every node, not only of
+// those that reported since the start. One read per such node.
+func earlierHaves(ctx context.Context, stream jetstream.Stream, subj events.Subjects, s *rollout.State) error {
+	r := s.Rollout
+	if r == nil {
+		return nil
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.Nodes)) {
+		if r.Nodes[name].Have != nil {
+			continue
+		}
+		m, err := store.LastMsg(ctx, stream, subj, name, events.KindHave)
+		if errors.Is(err, store.ErrNoMessage) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("newest have of %s: %w", name, err)
+		}
+		if h, ok := m.Event.Payload.(*events.Have); ok {
+			s.SetEarlierHave(name, m.Event.Seq, m.Event.Time, rollout.HaveOf(h))
+		}
+	}
+	return nil
 }
 
 // Fleets returns the fleets the stream holds a rollout start of, sorted.
