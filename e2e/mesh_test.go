@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
@@ -68,6 +69,18 @@ type mesh struct {
 
 func newMesh(t testing.TB) *mesh {
 	t.Helper()
+	kp, err := store.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newMeshWith(t, kp, nil)
+}
+
+// newMeshWith is newMesh with the reconciler's signing key kp and, when
+// not nil, the stream's effect-id key (stored before the reconciler
+// starts, as store.EffectKey would store a random one).
+func newMeshWith(t testing.TB, kp nkeys.KeyPair, effectKey []byte) *mesh {
+	t.Helper()
 	srv, nc, js := storetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
@@ -76,9 +89,8 @@ func newMesh(t testing.TB) *mesh {
 		t.Fatal(err)
 	}
 	m := &mesh{t: t, srv: srv, nc: nc, js: js, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects()), logs: &storetest.SyncBuffer{}}
-	kp, err := store.NewSigningKey()
-	if err != nil {
-		t.Fatal(err)
+	if effectKey != nil {
+		putEffectKey(t, ctx, js, cfg, effectKey)
 	}
 	m.signer = must(store.NewSigner(kp))(t)
 	m.trust = must(store.NewTrust(m.signer.PublicKey()))(t)
