@@ -483,56 +483,72 @@ func (f *folder) refused(p *Refused) {
 }
 
 func (f *folder) operator(p *Operator) {
+	if why := f.s.Ignores(p.Kind(), p.Rollout); why != "" {
+		f.ignored("%s", why)
+		return
+	}
 	r := f.r
-	if r == nil {
-		f.ignored("no rollout")
-		return
-	}
-	if p.Rollout != 0 && p.Rollout != r.ID {
-		f.ignored("it names rollout %d, the current one is %d", p.Rollout, r.ID)
-		return
-	}
 	by := events.Text(p.By)
 	switch p.Kind() {
 	case KindPromote:
-		switch {
-		case r.Phase == WaitingPromote:
-			r.Promoted = f.mark(p.By, "", p.Reason)
-			r.Phase = Running
-			f.record(0, "", "promoted", events.LevelInfo, "canary promoted by %s", by)
-		case r.R.Canary > 0 && r.Promoted == nil && (r.Phase == Running || r.Phase == Loading):
-			f.ignored("the canary batch is not done (%d of %d clear)", r.Clear, r.R.Canary)
-		default:
-			f.ignored("no canary waits for a promote (rollout %s)", r.Phase)
-		}
+		r.Promoted = f.mark(p.By, "", p.Reason)
+		r.Phase = Running
+		f.record(0, "", "promoted", events.LevelInfo, "canary promoted by %s", by)
 	case KindPause:
-		if r.Paused != nil || !(r.Phase == Loading || r.Phase == Running || r.Phase == WaitingPromote) {
-			f.ignored("rollout %s%s", r.Phase, pausedText(r))
-			return
-		}
 		r.Paused = f.mark(p.By, "", p.Reason)
 		f.record(0, "", "paused", events.LevelInfo, "paused by %s: no target gets its new want until resumed", by)
 	case KindResume:
-		if r.Paused == nil || r.Phase.Final() {
-			f.ignored("rollout %s%s", r.Phase, map[bool]string{true: ", paused", false: ", not paused"}[r.Paused != nil])
-			return
-		}
 		r.Paused = nil
 		f.record(0, "", "resumed", events.LevelInfo, "resumed by %s", by)
 	case KindAbort:
-		if r.Phase.Final() {
-			f.ignored("rollout %s", r.Phase)
-			return
-		}
 		r.Phase, r.End = Aborted, f.mark(p.By, "", p.Reason)
 		f.record(0, "", string(Aborted), events.LevelWarn, "rollout %d aborted by %s: no further want; targets keep the want they have", r.ID, by)
 	case KindRevert:
-		if r.Phase == Reverting || r.Phase == Reverted || r.Phase == Superseded || r.Phase == Loading {
-			f.ignored("rollout %s", r.Phase)
-			return
-		}
 		f.revert(f.mark(p.By, "", p.Reason))
 	}
+}
+
+// Ignores says why the operator verb k (promote, pause, resume, abort or
+// revert) meant for rollout id (0: whichever is current) would be
+// ignored if it were folded now, and "" when it would act. It is the
+// fold's own rule, and its reason the one the fold records: `meshfold
+// rollout VERB` asks it first, and says why instead of publishing a verb
+// that would change nothing (a promote before the canary is done).
+func (s *State) Ignores(k Kind, id uint64) string {
+	r := s.Rollout
+	if r == nil {
+		return "no rollout"
+	}
+	if id != 0 && id != r.ID {
+		return fmt.Sprintf("it names rollout %d, the current one is %d", id, r.ID)
+	}
+	switch k {
+	case KindPromote:
+		switch {
+		case r.Phase == WaitingPromote:
+			return ""
+		case r.R.Canary > 0 && r.Promoted == nil && (r.Phase == Running || r.Phase == Loading):
+			return fmt.Sprintf("the canary batch is not done (%d of %d clear)", r.Clear, r.R.Canary)
+		}
+		return fmt.Sprintf("no canary waits for a promote (rollout %s)", r.Phase)
+	case KindPause:
+		if r.Paused != nil || !(r.Phase == Loading || r.Phase == Running || r.Phase == WaitingPromote) {
+			return fmt.Sprintf("rollout %s%s", r.Phase, pausedText(r))
+		}
+	case KindResume:
+		if r.Paused == nil || r.Phase.Final() {
+			return fmt.Sprintf("rollout %s%s", r.Phase, map[bool]string{true: ", paused", false: ", not paused"}[r.Paused != nil])
+		}
+	case KindAbort:
+		if r.Phase.Final() {
+			return fmt.Sprintf("rollout %s", r.Phase)
+		}
+	case KindRevert:
+		if r.Phase == Reverting || r.Phase == Reverted || r.Phase == Superseded || r.Phase == Loading {
+			return fmt.Sprintf("rollout %s", r.Phase)
+		}
+	}
+	return ""
 }
 
 func pausedText(r *Rollout) string {

@@ -176,7 +176,7 @@ Every verb is an event in the stream, with --by.`,
 		kind        rollout.Kind
 		short, long string
 	}{
-		{rollout.KindPromote, "Let a rollout go on past its canary", "promote lets the rollout go on past its canary batch once the canary is done\n(a promote before that is ignored, as Nomad refuses one: promote again)."},
+		{rollout.KindPromote, "Let a rollout go on past its canary", "promote lets the rollout go on past its canary batch once the canary is done\n(a promote before that is refused, as Nomad refuses one: promote again once\nstatus says waiting-promote)."},
 		{rollout.KindPause, "Stop a rollout's new steps", "pause stops new steps; failures, halts and reverts still happen."},
 		{rollout.KindResume, "Let a paused rollout take new steps again", "resume ends a pause."},
 		{rollout.KindAbort, "Stop deciding: targets keep the want they have", "abort stops the rollout: no more steps; the targets keep the want they have\nand are no longer judged."},
@@ -422,10 +422,14 @@ func newRolloutVerbCmd(a *app, kind rollout.Kind, short, long string) *cobra.Com
 		Short: short,
 		Long: long + `
 
-It publishes a ` + string(kind) + ` event on the fleet's rollout subject; --rollout names
-the rollout meant (the event is ignored for another one, as after a new
-apply). Prints the event's stream sequence; exit 1 if the publish failed, 2 on
-a usage error.`,
+It replays the fleet's newest rollout and, when the verb would change it,
+publishes a ` + string(kind) + ` event on the fleet's rollout subject, bound to that
+rollout (--rollout names the one meant; the event is ignored for another one,
+as after a new apply). Prints the event's stream sequence. When the rollout
+would ignore the verb (a promote before the canary is done, a resume of a
+rollout not paused, anything on a finished rollout but revert) it says why,
+publishes nothing and exits 1; exit 1 also if the publish failed, 2 on a usage
+error.`,
 		Example: "  meshfold rollout " + string(kind) + " web --by alice --reason \"checked the canary\"",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -444,16 +448,29 @@ a usage error.`,
 				return err
 			}
 			defer nc.Close()
-			stream, scfg, err := a.stream.openStream(ctx, js)
+			_, scfg, err := a.stream.openStream(ctx, js)
 			if err != nil {
 				return err
 			}
-			if _, err := feed.NewestStart(ctx, stream, scfg.Subjects(), fleet); err != nil {
+			// The verb is folded by the rule the controller folds it by:
+			// one it would ignore is said and not published.
+			s, err := feed.Replay(cmd.Context(), js, scfg, nil, fleet)
+			if err != nil {
 				if errors.Is(err, feed.ErrNoRollout) {
 					return withCode(exitUsage, err)
 				}
 				return err
 			}
+			if why := s.Ignores(kind, id); why != "" {
+				hint := ""
+				if kind == rollout.KindPromote && s.Rollout.Phase == rollout.Running {
+					hint = fmt.Sprintf(" (promote once 'meshfold rollout status %s' says waiting-promote)", fleet)
+				}
+				return withCode(exitError, fmt.Errorf("%s %s: nothing published: the controller would ignore it: %s%s", kind, fleet, why, hint))
+			}
+			// Bound to the rollout checked: a newer apply meanwhile makes
+			// the controller ignore it (DESIGN.md §11).
+			op.Rollout = s.Rollout.ID
 			seq, err := publishRollout(ctx, js, scfg.Subjects(), fleet, kind, op)
 			if err != nil {
 				return err
@@ -465,7 +482,7 @@ a usage error.`,
 	cmd.Flags().StringVar(&by, "by", "", "who acts (required); kept in the stream for the audit")
 	_ = cmd.MarkFlagRequired("by")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit (one line)")
-	cmd.Flags().Uint64Var(&id, "rollout", 0, "the rollout meant (its id, the start's sequence); 0: whichever is newest")
+	cmd.Flags().Uint64Var(&id, "rollout", 0, "the rollout meant (its id, the start's sequence); 0: whichever is newest when the verb runs")
 	addPublishTimeout(cmd, &timeout)
 	a.conn.add(cmd)
 	a.stream.add(cmd)

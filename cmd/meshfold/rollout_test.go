@@ -2,12 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/internal/waitfor"
@@ -94,9 +97,40 @@ func TestRolloutVerbs(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "web") {
 		t.Errorf("ls: code %d\n%s", code, out)
 	}
-	for _, verb := range []string{"pause", "resume", "promote"} {
+	for _, verb := range []string{"pause", "resume"} {
 		if out, errs, code := m.cli(t, "rollout", verb, "web", "--by", "alice"); code != 0 || !strings.HasPrefix(out, verb+" web: #") {
 			t.Errorf("%s: code %d\n%s%s", verb, code, out, errs)
+		}
+	}
+	// A verb the rollout would ignore is said, with why, exit 1, and
+	// not published: a promote before the canary is done, a second
+	// resume.
+	stream, err := m.js.Stream(ctx, m.cfg.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := func(verb string) uint64 {
+		t.Helper()
+		msg, err := stream.GetLastMsgForSubject(ctx, m.cfg.Subjects().Rollout("web", verb))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg.Sequence
+	}
+	for _, c := range []struct{ verb, why string }{
+		{"promote", "the canary batch is not done (0 of 1 clear)"},
+		{"resume", "rollout running, not paused"},
+	} {
+		before := last(c.verb)
+		out, errs, code := m.cli(t, "rollout", c.verb, "web", "--by", "alice")
+		if code != 1 || out != "" || !strings.Contains(errs, "nothing published") || !strings.Contains(errs, c.why) {
+			t.Errorf("early %s: code %d, want 1 and why (%s)\n%s%s", c.verb, code, c.why, out, errs)
+		}
+		if after := last(c.verb); after != before {
+			t.Errorf("early %s published: its subject's newest is #%d, was #%d", c.verb, after, before)
 		}
 	}
 	if _, errs, code := m.cli(t, "rollout", "pause", "nofleet", "--by", "alice"); code != 2 {
