@@ -163,7 +163,11 @@ func nodesIn(partitions, lo, hi, n int) []string {
 // every knock included, stored exactly once.
 func TestGroupFailoverOnCluster(t *testing.T) {
 	g, c := newClusterRig(t)
-	const ttl = 2 * time.Second
+	// Not shorter: every lease write is a raft commit on three servers,
+	// and under -race on two loaded cores those took over the 500 ms a
+	// 2 s TTL allows each one (ttl/4): the members lost and retook their
+	// partitions for 30 s without planning. 6 s gives each write 1.5 s.
+	const ttl = 6 * time.Second
 	a := startMember(t, c.Connect, g.cfg, "a", ttl, engine.Faults{})
 	b := startMember(t, c.Connect, g.cfg, "b", ttl, engine.Faults{})
 	eventually(t, "8 partitions each", func() bool {
