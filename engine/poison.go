@@ -74,7 +74,7 @@ const stateRoom = 1024
 // it), that is journaled at error and logged.
 func (s *session) snapshotOf(ctx context.Context, node string, st *reconcile.State) ([]byte, error) {
 	r := s.p.r
-	b, err := json.Marshal(st)
+	b, err := reconcile.MarshalState(st)
 	if err != nil {
 		return nil, fmt.Errorf("encode state of %s: %w", node, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -129,7 +130,7 @@ func (p *partition) session(ctx context.Context) error {
 	in := newInterner()
 	states := map[string]*reconcile.State{}
 	tooBig := map[string]bool{}
-	var markers []string
+	var markers, newer []string
 	// Each state is decoded as the pass reads it: the raw snapshots of a
 	// partition are never all held at once.
 	ck, revs, err := r.snaps.ScanPartition(ctx, p.id, func(node string, b []byte) error {
@@ -139,6 +140,15 @@ func (p *partition) session(ctx context.Context) error {
 			return nil
 		}
 		st, err := reconcile.UnmarshalState(b)
+		if errors.Is(err, reconcile.ErrSnapshotNewer) {
+			// A newer build wrote it (this one was rolled back): its
+			// fields may mean what this build does not know. Refold the
+			// node from the stream, as for a marker.
+			r.log.Error("node snapshot written by a newer build: refolding the node from the stream", "node", node, "err", err)
+			newer = append(newer, node)
+			delete(states, node)
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("snapshot of node %s: %w", node, err)
 		}
@@ -149,7 +159,7 @@ func (p *partition) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, node := range markers {
+	for _, node := range slices.Concat(markers, newer) {
 		if states[node] != nil {
 			continue // written again during the pass, as a state
 		}
@@ -157,8 +167,12 @@ func (p *partition) session(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.log.Info("node state refolded from the stream: its snapshot is a marker", "node", node, "seq", st.Seq)
-		tooBig[node] = true
+		if slices.Contains(markers, node) {
+			r.log.Info("node state refolded from the stream: its snapshot is a marker", "node", node, "seq", st.Seq)
+			tooBig[node] = true
+		} else {
+			r.log.Info("node state refolded from the stream: its snapshot is of a newer format", "node", node, "seq", st.Seq)
+		}
 		in.state(st)
 		states[node] = st
 	}

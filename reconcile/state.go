@@ -1,9 +1,12 @@
 package reconcile
 
 import (
+	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	// encoding/json's semantics, faster: a restart decodes every state.
@@ -20,8 +23,9 @@ import (
 // stopped naming its module or file (DESIGN.md §4, "Bounded by counts"):
 // the state is bounded by those caps, never by the count of events.
 //
-// A State is not safe for concurrent use. Its JSON form (encoding/json) is
-// the snapshot format; decoding a snapshot and folding the rest gives the
+// A State is not safe for concurrent use. Its JSON form (encoding/json),
+// with a format version ([MarshalState], [SnapshotFormat]), is the
+// snapshot format; decoding a snapshot and folding the rest gives the
 // same state and effects as folding everything (DESIGN.md §5.1).
 type State struct {
 	Node string `json:"node"`
@@ -314,17 +318,105 @@ func (s *State) Clone() *State {
 	return c
 }
 
-// UnmarshalState decodes a snapshot made with encoding/json and checks its
-// invariants.
+// SnapshotFormat is the format of the snapshots this build writes
+// ([MarshalState]) and the newest it reads: a snapshot is a State's JSON
+// with a "format" field. A snapshot of an older format is migrated as
+// [UnmarshalState] reads it; one of a newer format is refused, so that a
+// reconciler rolled back behind its snapshots refolds those nodes from the
+// stream instead of folding on from a state it half understands
+// (docs/operations.md, "Upgrading").
+//
+// Formats: 0, every snapshot written before the field existed (issue
+// 28); 1, format 0's fields with "format": 1. A change to State's JSON
+// that an older build would read wrongly (a field renamed, retyped or
+// given a new meaning) is a new format with a migration in
+// snapshotMigrations; a field added with omitempty that older builds may
+// ignore is not.
+const SnapshotFormat = 1
+
+// ErrSnapshotNewer: a snapshot's format is newer than this build's
+// [SnapshotFormat]; a newer build wrote it.
+var ErrSnapshotNewer = errors.New("reconcile: snapshot written by a newer build")
+
+// snapshotMigrations[v] turns a state decoded from a format-v snapshot into
+// one of format v+1.
+var snapshotMigrations = [SnapshotFormat]func(*State) error{
+	// 0 → 1: the same fields; only the format field is new.
+	0: func(*State) error { return nil },
+}
+
+// formatPrefix starts every snapshot [MarshalState] writes; the format's
+// digits follow.
+const formatPrefix = `{"format":`
+
+// MarshalState encodes s as a snapshot of [SnapshotFormat]: its JSON form
+// with "format" first.
+func MarshalState(s *State) ([]byte, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	// A State encodes as an object whose first field is its node.
+	out := make([]byte, 0, len(b)+len(formatPrefix)+4)
+	out = append(out, formatPrefix...)
+	out = strconv.AppendInt(out, SnapshotFormat, 10)
+	out = append(out, ',')
+	return append(out, b[1:]...), nil
+}
+
+// snapshotFormat returns data's format: read from the prefix MarshalState
+// writes, otherwise from a "format" field anywhere (0 when there is none).
+func snapshotFormat(data []byte) (int, error) {
+	if rest, ok := bytes.CutPrefix(data, []byte(formatPrefix)); ok {
+		if i := bytes.IndexByte(rest, ','); i > 0 {
+			if v, err := strconv.Atoi(string(rest[:i])); err == nil {
+				return v, nil
+			}
+		}
+	}
+	var f struct {
+		Format int `json:"format"`
+	}
+	err := json.Unmarshal(data, &f)
+	return f.Format, err
+}
+
+// UnmarshalState decodes a snapshot, migrating it from an older format
+// (format 0: no format field), and checks its invariants.
+//
+// Errors: one wrapping [ErrSnapshotNewer], naming both formats, for a
+// snapshot of a format newer than [SnapshotFormat]; a decode or
+// invariant error otherwise.
 func UnmarshalState(data []byte) (*State, error) {
+	format, ferr := snapshotFormat(data)
+	switch {
+	case format > SnapshotFormat:
+		// Before decoding: a newer format may have changed a field's
+		// shape.
+		return nil, newerSnapshot(format)
+	case format < 0:
+		return nil, fmt.Errorf("reconcile: decode state: snapshot format %d", format)
+	}
 	s := new(State)
 	if err := json.Unmarshal(data, s); err != nil {
 		return nil, fmt.Errorf("reconcile: decode state: %w", err)
+	}
+	if ferr != nil {
+		return nil, fmt.Errorf("reconcile: decode state: format: %w", ferr)
+	}
+	for v := format; v < SnapshotFormat; v++ {
+		if err := snapshotMigrations[v](s); err != nil {
+			return nil, fmt.Errorf("reconcile: migrate snapshot of %s from format %d to %d: %w", s.Node, v, v+1, err)
+		}
 	}
 	if err := s.CheckInvariants(); err != nil {
 		return nil, fmt.Errorf("reconcile: decode state: %w", err)
 	}
 	return s, nil
+}
+
+func newerSnapshot(format int) error {
+	return fmt.Errorf("%w: snapshot format %d, this build reads formats 0 to %d", ErrSnapshotNewer, format, SnapshotFormat)
 }
 
 // CheckInvariants returns an error describing the first invariant of the

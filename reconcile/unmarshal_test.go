@@ -1,7 +1,12 @@
 package reconcile_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/meshfold/meshfold/events"
@@ -29,6 +34,16 @@ func TestUnmarshalStateRoundTrip(t *testing.T) {
 		if string(back) != string(data) {
 			t.Fatalf("UnmarshalState differs:\n got %s\nwant %s", back, data)
 		}
+		snap, err := reconcile.MarshalState(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err = reconcile.UnmarshalState(snap); err != nil {
+			t.Fatal(err)
+		}
+		if back, _ = json.Marshal(got); string(back) != string(data) {
+			t.Fatalf("UnmarshalState of MarshalState differs:\n got %s\nwant %s", back, data)
+		}
 		n++
 	})
 	if _, err := reconcile.UnmarshalState([]byte(`{"node":"x","seq":1,"want":{"seq":5}}`)); err == nil {
@@ -36,5 +51,60 @@ func TestUnmarshalStateRoundTrip(t *testing.T) {
 	}
 	if n < 300 {
 		t.Fatalf("%d states", n)
+	}
+}
+
+// TestSnapshotFormat: a snapshot says its format; one written before
+// formats existed (testdata/snapshot_v0.json, node ace's snapshot in the
+// golden bucket of e2e, written by the build of 2026-12-02 that had no
+// format field) migrates to the same state; one of a newer format is
+// refused with ErrSnapshotNewer, naming both formats, even when its shape
+// changed (docs/operations.md, "Upgrading").
+func TestSnapshotFormat(t *testing.T) {
+	v0, err := os.ReadFile("testdata/snapshot_v0.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v0 = bytes.TrimSpace(v0)
+	if bytes.Contains(v0, []byte(`"format"`)) {
+		t.Fatal("the format-0 fixture has a format field")
+	}
+	st, err := reconcile.UnmarshalState(v0)
+	if err != nil {
+		t.Fatalf("format 0: %v", err)
+	}
+	got, err := reconcile.MarshalState(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`{"format":%d,%s`, reconcile.SnapshotFormat, v0[1:])
+	if string(got) != want {
+		t.Fatalf("format 0 migrated and written again:\n got %s\nwant %s", got, want)
+	}
+	back, err := reconcile.UnmarshalState(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := reconcile.MarshalState(back); string(again) != string(got) {
+		t.Fatalf("format %d round trip:\n got %s\nwant %s", reconcile.SnapshotFormat, again, got)
+	}
+
+	newer := reconcile.SnapshotFormat + 1
+	for _, data := range []string{
+		fmt.Sprintf(`{"format":%d,"node":"ace","seq":57}`, newer),
+		fmt.Sprintf(`{"format":%d,"node":{"name":"ace"},"seq":"57"}`, newer), // a newer shape
+	} {
+		_, err := reconcile.UnmarshalState([]byte(data))
+		if !errors.Is(err, reconcile.ErrSnapshotNewer) {
+			t.Fatalf("%s: err = %v, want ErrSnapshotNewer", data, err)
+		}
+		for _, v := range []string{fmt.Sprintf("format %d", newer), fmt.Sprintf("0 to %d", reconcile.SnapshotFormat)} {
+			if !strings.Contains(err.Error(), v) {
+				t.Errorf("%s: %q does not say %q", data, err, v)
+			}
+		}
+	}
+	if _, err := reconcile.UnmarshalState([]byte(`{"format":-1,"node":"ace"}`)); err == nil {
+		t.Error("format -1 decoded")
 	}
 }
