@@ -395,6 +395,30 @@ func encodeState(t testing.TB, st *reconcile.State) string {
 // "bo.journal.…: the fold makes … the golden stored …".
 func TestGoldenFold(t *testing.T) {
 	msgs, snaps := loadGolden(t)
+	kinds := map[events.Kind]int{}
+	subj := events.Subjects{}
+	for _, m := range msgs {
+		if _, kind, err := subj.Parse(m.Subject); err == nil {
+			kinds[kind]++
+		} else if _, _, ok := subj.ParseRollout(m.Subject); ok {
+			kinds["rollout"]++
+		} else {
+			t.Fatalf("#%d: %v", m.Seq, err)
+		}
+	}
+	for _, k := range append(slices.Clone(events.Kinds), "rollout") {
+		if kinds[k] == 0 {
+			t.Errorf("the golden stream has no %s event: regenerate it with one", k)
+		}
+	}
+	foldGolden(t, msgs, snaps, nil)
+}
+
+// foldGolden folds the golden's node events, each message's data passed
+// through data when not nil, and fails on any effect or final state that
+// differs from the golden's.
+func foldGolden(t *testing.T, msgs []goldenMsg, snaps []goldenKV, data func(kind events.Kind, b []byte) []byte) {
+	t.Helper()
 	subj := events.Subjects{}
 	trust := must(store.NewTrust(must(goldenSigner(t).PublicKey())(t)))(t)
 	states := map[string]*reconcile.State{}
@@ -411,22 +435,17 @@ func TestGoldenFold(t *testing.T) {
 		}
 	}
 	made := map[string]bool{}
-	var kinds = map[events.Kind]int{}
 	for _, m := range msgs {
 		node, kind, err := subj.Parse(m.Subject)
-		if err != nil {
-			if _, _, ok := subj.ParseRollout(m.Subject); !ok {
-				t.Fatalf("#%d: %v", m.Seq, err)
-			}
-			kinds["rollout"]++
+		if err != nil || !kind.Input() {
 			continue
 		}
-		kinds[kind]++
-		if !kind.Input() {
-			continue
+		b := []byte(m.Data)
+		if data != nil {
+			b = data(kind, b)
 		}
 		ev := events.Event{Seq: m.Seq, Time: m.Time, Node: node, Kind: kind}
-		ev.Payload, ev.Err = events.Decode(kind, m.Data)
+		ev.Payload, ev.Err = events.Decode(kind, b)
 		if kind == events.KindPlan && trust.Verify(node, kind, m.Headers, m.Data) != nil {
 			ev.Foreign = true
 		}
@@ -454,11 +473,6 @@ func TestGoldenFold(t *testing.T) {
 	for id, data := range stored {
 		if !made[id] {
 			t.Errorf("%s: stored in the golden, the fold no longer makes it: %s", id, data)
-		}
-	}
-	for _, k := range append(slices.Clone(events.Kinds), "rollout") {
-		if kinds[k] == 0 {
-			t.Errorf("the golden stream has no %s event: regenerate it with one", k)
 		}
 	}
 	golden := goldenStates(t, snaps)
