@@ -42,6 +42,9 @@ type fake struct {
 	noLive bool
 	// sources are the provisioners' reports Sources returns.
 	sources map[string][]audit.SourceProblem
+	// steps are the wants a rollout step published, by sequence, as
+	// query.Reader.History reads them from each want's id and header.
+	steps map[uint64]audit.RolloutStep
 }
 
 func newFake() *fake {
@@ -109,6 +112,9 @@ func (f *fake) History(_ context.Context, node string, b query.Bounds) (*audit.H
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h, err := audit.NewHistory(node, f.s.Node(node))
+	if h != nil {
+		h.Rollout = f.steps
+	}
 	if err != nil || b.Until == nil {
 		return h, err
 	}
@@ -417,6 +423,48 @@ func TestNodePage(t *testing.T) {
 	}
 	if code, _ := fx.get(t, "/node/Bad!"); code != 400 {
 		t.Errorf("bad node name: %d, want 400", code)
+	}
+}
+
+// A node's timeline marks the want a rollout step published: its mark
+// in the picture (its tone, its title naming the rollout, the batch and
+// why), its row of the events table, and its why.
+func TestNodePageRolloutStep(t *testing.T) {
+	f := newFake()
+	healthy(f, "ace")
+	by := f.append("ace", &events.Want{Modules: []events.WantModule{{Name: "provisioner", Build: "p:2", RunsAs: "prov", Provisioner: true}}})
+	back := f.append("ace", &events.Want{Modules: []events.WantModule{provisioner}})
+	f.steps = map[uint64]audit.RolloutStep{
+		by.Seq:   {Fleet: "web", Rollout: 93, Step: "forward", Why: "batch 2 of 3; applied by alice: web 1.4; canary promoted by bea"},
+		back.Seq: {Fleet: "web", Rollout: 93, Step: "revert", Why: "revert by auto_revert: target bob failed: module web crash-loops"},
+	}
+	fx := start(t, f)
+	code, body := fx.get(t, "/node/ace")
+	if code != 200 {
+		t.Fatalf("GET /node/ace: %d", code)
+	}
+	for _, c := range []struct {
+		seq        uint64
+		tone, text string
+	}{
+		{by.Seq, "rollout", "rollout web #93, forward step: batch 2 of 3; applied by alice: web 1.4; canary promoted by bea"},
+		{back.Seq, "rollout-revert", "rollout web #93, revert step: revert by auto_revert: target bob failed: module web crash-loops"},
+	} {
+		mark := regexp.MustCompile(fmt.Sprintf(`<a class="ev ev-want shape-dot tone-%s" id="ev-%d"[^>]*><title>([^<]*)</title>`, c.tone, c.seq)).FindStringSubmatch(body)
+		if mark == nil || !strings.Contains(mark[1], template(c.text)) {
+			t.Errorf("want #%d: no %s mark titled %q: %v", c.seq, c.tone, c.text, mark)
+		}
+		_, why := fx.get(t, fmt.Sprintf("/node/ace?why=%d", c.seq))
+		if !strings.Contains(why, `<span class="label label-rollout">rollout</span> `+template(c.text)) {
+			t.Errorf("the why of want #%d does not name its step %q", c.seq, c.text)
+		}
+	}
+	if !strings.Contains(body, "<td>rollout web #93 batch 2/3: ") || !strings.Contains(body, "<td>rollout web #93 revert: ") {
+		t.Error("the events table does not mark the rollout's wants")
+	}
+	// The wants before, published by hand, are not marked.
+	if n := strings.Count(body, "tone-rollout"); n != 2 {
+		t.Errorf("%d wants marked, want 2", n)
 	}
 }
 

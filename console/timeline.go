@@ -61,7 +61,8 @@ type mark struct {
 	HasHeld bool
 	// Tone is what the event says, for its colour: a have's worst module
 	// ("failed", "unhealthy", "starting", "ok", "empty"), an agent's
-	// "down" or "up"; empty for other kinds.
+	// "down" or "up", a want a rollout step published ("rollout",
+	// "rollout-revert"); empty for other kinds.
 	Tone string
 }
 
@@ -180,6 +181,14 @@ func draw(h *audit.History, from, to int, byTime bool, chosen uint64, href func(
 			if h, ok := ev.Payload.(*events.Have); ok {
 				m.Tone = haveTone(h)
 			}
+		case entries[i].Rollout != nil:
+			// A want a rollout step published: marked, its title says
+			// which rollout, batch and why (DESIGN.md §11).
+			m.Tone = "rollout"
+			if entries[i].Rollout.Step == "revert" {
+				m.Tone = "rollout-revert"
+			}
+			m.Title += "\n" + entries[i].Rollout.Text()
 		}
 		if labels && (m.Shape == "plan" || m.Shape == "knock") {
 			m.Label = "#" + strconv.FormatUint(ev.Seq, 10)

@@ -46,6 +46,9 @@ func newWhyView(w audit.Why, href func(uint64) string) *whyView {
 		}
 	}
 	link(1, "cause", w.Cause)
+	if w.Rollout != nil {
+		text(1, "rollout", w.Rollout.Text())
+	}
 	if w.Want != nil && w.Cause != nil && w.Want.Seq == w.Cause.Seq {
 		text(1, "want", fmt.Sprintf("the cause, #%d", w.Want.Seq))
 	} else {

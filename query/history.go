@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -67,6 +68,7 @@ func (r *Reader) History(ctx context.Context, node string, b Bounds) (*audit.His
 		to = end.Seq
 	}
 	var evs []events.Event
+	var steps map[uint64]audit.RolloutStep
 	if total > 0 {
 		evs = make([]events.Event, 0, total)
 	}
@@ -75,6 +77,12 @@ func (r *Reader) History(ctx context.Context, node string, b Bounds) (*audit.His
 			return errPastBound
 		}
 		evs = append(evs, m.Event)
+		if st, ok := rolloutStep(node, m); ok {
+			if steps == nil {
+				steps = map[uint64]audit.RolloutStep{}
+			}
+			steps[m.Event.Seq] = st
+		}
 		if progress != nil && (len(evs)%1000 == 0 || len(evs) == total) {
 			progress(len(evs), total)
 		}
@@ -92,7 +100,22 @@ func (r *Reader) History(ctx context.Context, node string, b Bounds) (*audit.His
 	}
 	// Read up to a bound: later events are not known to be absent.
 	h.Partial = end != nil
+	h.Rollout = steps
 	return h, nil
+}
+
+// rolloutStep reads the rollout step that published a want of node from
+// the message's id (rollout.WantID) and why header (rollout.HeaderWhy);
+// false for any other message.
+func rolloutStep(node string, m store.Msg) (audit.RolloutStep, bool) {
+	if m.Event.Kind != events.KindWant || m.MsgID == "" {
+		return audit.RolloutStep{}, false
+	}
+	fleet, id, n, step, ok := rollout.ParseWantID(m.MsgID)
+	if !ok || n != node {
+		return audit.RolloutStep{}, false
+	}
+	return audit.RolloutStep{Fleet: fleet, Rollout: id, Step: string(step), Why: events.ErrorText(m.Header.Get(rollout.HeaderWhy))}, true
 }
 
 // Begins says where h's node's history begins when the stream no longer

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/meshfold/meshfold/events"
 )
@@ -37,6 +38,34 @@ type WantEffect struct {
 	// set to it (0: the subject must hold no message), so a want changed
 	// by hand meanwhile is refused, never overwritten (DESIGN.md §11).
 	Expect uint64
+	// Why says why the step gives the target this want, one line: its
+	// batch, who applied the rollout and why, who promoted the canary;
+	// for a revert, who reverted and why. The controller publishes it in
+	// the want's [HeaderWhy], so the node's timeline marks the step.
+	Why string
+}
+
+// HeaderWhy is the header of a rollout step's want that carries
+// [WantEffect.Why]; the want's message id ([WantID]) names the fleet,
+// the rollout and the step.
+const HeaderWhy = "Meshfold-Rollout-Why"
+
+// ParseWantID reads a step's want message id ([WantID]): ok is false for
+// any other id (a want published by hand has none, or its own).
+func ParseWantID(id string) (fleet string, rollout uint64, node string, step Step, ok bool) {
+	parts := strings.Split(id, ".")
+	if len(parts) != 5 || parts[1] != "rollout" || !events.ValidName(parts[0]) || !events.ValidName(parts[3]) {
+		return "", 0, "", "", false
+	}
+	n, err := strconv.ParseUint(parts[2], 10, 64)
+	if err != nil || n == 0 {
+		return "", 0, "", "", false
+	}
+	switch Step(parts[4]) {
+	case StepForward, StepRevert:
+		return parts[0], n, parts[3], Step(parts[4]), true
+	}
+	return "", 0, "", "", false
 }
 
 // ID is the effect's message id. A want's is

@@ -593,11 +593,11 @@ func (f *folder) revert(m *Mark) {
 // giveBack steps a target back to its previous want.
 func (f *folder) giveBack(n *Node) {
 	r := f.r
-	n.Back = &Back{Status: RevertPublishing, Step: f.mark("", "", "")}
+	n.Back = &Back{Status: RevertPublishing, Step: f.mark("", "", r.revertWhy())}
 	if !slices.Contains(r.Reverting, n.Name) {
 		r.Reverting = append(r.Reverting, n.Name)
 	}
-	w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.Prev, Expect: n.Published}
+	w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.Prev, Expect: n.Published, Why: n.Back.Step.Reason}
 	if n.Prev == 0 {
 		w.Modules = []events.WantModule{}
 	}
@@ -911,7 +911,43 @@ func (f *folder) step(n *Node) {
 	n.Status, n.Step, n.DeadlineFrom = Publishing, f.mark("", "", fmt.Sprintf("batch %d", n.Batch+1)), f.s.Now
 	r.Active = append(r.Active, n.Name)
 	f.update(n)
-	f.publish(&WantEffect{Rollout: r.ID, Node: n.Name, Step: StepForward, Modules: r.Wants[n.Want-1], Expect: n.Prev})
+	f.publish(&WantEffect{Rollout: r.ID, Node: n.Name, Step: StepForward, Modules: r.Wants[n.Want-1], Expect: n.Prev, Why: r.stepWhy(n)})
+}
+
+// stepWhy says why a target gets its new want, for its want's
+// [HeaderWhy]: its batch, who applied the rollout and why, and who
+// promoted the canary. It reads only what is fixed once the target is
+// stepped, so [State.Pending] says the same after a restart.
+func (r *Rollout) stepWhy(n *Node) string {
+	var b strings.Builder
+	if r.R.Canary > 0 && n.Batch == 0 {
+		b.WriteString("the canary, ")
+	}
+	fmt.Fprintf(&b, "batch %d of %d; applied by %s", n.Batch+1, r.Batches(), events.Text(r.By))
+	if r.Reason != "" {
+		fmt.Fprintf(&b, ": %s", events.ErrorText(r.Reason))
+	}
+	if p := r.Promoted; p != nil && n.Batch > 0 {
+		fmt.Fprintf(&b, "; canary promoted by %s", events.Text(p.By))
+	}
+	return b.String()
+}
+
+// revertWhy says why the rollout gives its changed targets their previous
+// want back: who reverted and why, or the failure auto_revert answered.
+func (r *Rollout) revertWhy() string {
+	m := r.Revert
+	if m == nil {
+		return "revert"
+	}
+	s := "revert by " + events.Text(m.By)
+	if m.Reason != "" {
+		s += ": " + events.ErrorText(m.Reason)
+	}
+	if m.By == "auto_revert" && r.Halt != nil && r.Halt.Reason != "" {
+		s += ": " + r.Halt.Reason
+	}
+	return s
 }
 
 func (f *folder) complete() {
@@ -943,14 +979,14 @@ func (s *State) Pending() []Effect {
 		n := r.Nodes[name]
 		switch {
 		case n.Back != nil && n.Back.Status == RevertPublishing:
-			w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.Prev, Expect: n.Published}
+			w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.Prev, Expect: n.Published, Why: n.Back.Step.Reason}
 			if n.Prev == 0 {
 				w.Modules = []events.WantModule{}
 			}
 			out = append(out, Effect{Fleet: s.Fleet, Cause: n.Back.Step.Seq, Want: w})
 		case n.Status == Publishing && !r.Phase.Final():
 			out = append(out, Effect{Fleet: s.Fleet, Cause: n.Step.Seq,
-				Want: &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepForward, Modules: r.Wants[n.Want-1], Expect: n.Prev}})
+				Want: &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepForward, Modules: r.Wants[n.Want-1], Expect: n.Prev, Why: r.stepWhy(n)}})
 		}
 	}
 	return out

@@ -101,12 +101,25 @@ type appendOpts struct {
 	msgID     string
 	expect    bool
 	expectSeq uint64
+	header    nats.Header
 }
 
 // WithMsgID sets the Nats-Msg-Id header: the stream drops a second message
 // with the same id within its dedup window and acknowledges it with
 // Ack.Duplicate.
 func WithMsgID(id string) AppendOpt { return func(o *appendOpts) { o.msgID = id } }
+
+// WithHeader adds header key with value to the message: what a reader
+// of the stored message learns besides its payload (a rollout step's
+// why). The signature, when signed, does not cover it.
+func WithHeader(key, value string) AppendOpt {
+	return func(o *appendOpts) {
+		if o.header == nil {
+			o.header = nats.Header{}
+		}
+		o.header.Set(key, value)
+	}
+}
 
 // WithSigner signs the message with s (see [Signer.Sign]): the signature
 // headers cover the node, the kind, the message id and the payload. It
@@ -152,12 +165,14 @@ func (p *Publisher) prepare(ctx context.Context, node string, payload events.Pay
 	if o.expect {
 		popts = append(popts, jetstream.WithExpectLastSequencePerSubject(o.expectSeq))
 	}
-	msg := &nats.Msg{Subject: p.subj.Event(node, kind), Data: data}
+	msg := &nats.Msg{Subject: p.subj.Event(node, kind), Data: data, Header: o.header}
 	if o.signer != nil {
 		if o.msgID == "" {
 			return nil, nil, fmt.Errorf("append %s %s: a signed effect needs a message id", node, kind)
 		}
-		msg.Header = nats.Header{}
+		if msg.Header == nil {
+			msg.Header = nats.Header{}
+		}
 		if err := o.signer.Sign(msg.Header, node, kind, o.msgID, data); err != nil {
 			return nil, nil, err
 		}

@@ -89,6 +89,43 @@ func TestRolloutVerbs(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "fleet web, rollout") || !strings.Contains(out, "ace   1") {
 		t.Errorf("status:\n%s", out)
 	}
+	// The node's timeline marks the step that changed its want: which
+	// rollout, batch and why (issue 23: why did ace get web:2 then).
+	id, want := v.Rollout, v.Targets[0].Published
+	out, errs, code = m.cli(t, "audit", "ace")
+	line := fmt.Sprintf("%d ", want)
+	for l := range strings.Lines(out) {
+		if strings.HasPrefix(strings.TrimSpace(l), line) {
+			line = l
+		}
+	}
+	if code != 0 || !strings.Contains(line, fmt.Sprintf("want    rollout web #%d canary: 1 module, 0 files; web web:1→web:2", id)) {
+		t.Errorf("audit ace: code %d: the want #%d is not marked as rollout %d's canary step: %q\n%s%s", code, want, id, line, out, errs)
+	}
+	out, errs, code = m.cli(t, "audit", "ace", "-o", "json")
+	var entries []struct {
+		Seq     uint64
+		Rollout *struct {
+			Fleet, Step, Why string
+			Rollout          uint64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &entries); code != 0 || err != nil {
+		t.Fatalf("audit ace -o json: code %d, %v\n%s%s", code, err, out, errs)
+	}
+	for _, e := range entries {
+		switch {
+		case e.Seq == want && (e.Rollout == nil || e.Rollout.Fleet != "web" || e.Rollout.Rollout != id || e.Rollout.Step != "forward" ||
+			e.Rollout.Why != "the canary, batch 1 of 2; applied by alice"):
+			t.Errorf("audit -o json: want #%d marked %+v", want, e.Rollout)
+		case e.Seq != want && e.Rollout != nil:
+			t.Errorf("audit -o json: #%d marked %+v, though no rollout published it", e.Seq, e.Rollout)
+		}
+	}
+	out, _, _ = m.cli(t, "audit", "ace", "--why", fmt.Sprint(want))
+	if !strings.Contains(out, fmt.Sprintf("rollout   rollout web #%d, forward step: the canary, batch 1 of 2; applied by alice", id)) {
+		t.Errorf("audit ace --why %d does not name the step:\n%s", want, out)
+	}
 	out, _, code = m.cli(t, "rollout", "why", "web", "ace")
 	if code != 0 || out == "" {
 		t.Errorf("why: code %d\n%s", code, out)

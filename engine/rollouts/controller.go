@@ -325,7 +325,7 @@ func (c *controller) carry(ctx context.Context, effs []rollout.Effect) {
 		if err != nil {
 			continue // refused already
 		}
-		fut, err := c.pub.AppendAsync(ctx, e.Want.Node, want, store.WithMsgID(e.ID()), store.WithExpectLastSubjectSeq(e.Want.Expect))
+		fut, err := c.pub.AppendAsync(ctx, e.Want.Node, want, wantOpts(e)...)
 		if err != nil {
 			flush()
 			c.publishWant(ctx, e)
@@ -380,12 +380,23 @@ func (c *controller) publishWant(ctx context.Context, e rollout.Effect) {
 	}
 	var ack store.Ack
 	for attempt := 0; ; attempt++ {
-		ack, err = c.pub.Append(ctx, e.Want.Node, want, store.WithMsgID(e.ID()), store.WithExpectLastSubjectSeq(e.Want.Expect))
+		ack, err = c.pub.Append(ctx, e.Want.Node, want, wantOpts(e)...)
 		if err == nil || !store.Transient(err) || !c.wait(ctx, attempt) {
 			break
 		}
 	}
 	c.outcome(ctx, e, ack.Seq, err)
+}
+
+// wantOpts are a step's want's publish options: its step's message id,
+// the want it was decided against, and why the step gives it
+// (rollout.HeaderWhy), which the node's timeline shows.
+func wantOpts(e rollout.Effect) []store.AppendOpt {
+	opts := []store.AppendOpt{store.WithMsgID(e.ID()), store.WithExpectLastSubjectSeq(e.Want.Expect)}
+	if e.Want.Why != "" {
+		opts = append(opts, store.WithHeader(rollout.HeaderWhy, e.Want.Why))
+	}
+	return opts
 }
 
 // outcome records what the server answered to a step's want: stored at

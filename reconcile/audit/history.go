@@ -31,6 +31,68 @@ type History struct {
 	// may have later events, so a bound after the last of Events is not
 	// after the node's last event.
 	Partial bool
+	// Rollout marks, by sequence, the wants a rollout step published
+	// (DESIGN.md §11), as the caller read them from each want's message
+	// id and why header; nil when none.
+	Rollout map[uint64]RolloutStep
+}
+
+// RolloutStep is the rollout step that published a want: the fleet, the
+// rollout (its start's sequence), the step (forward: the target's new
+// want; revert: its previous want given back) and why, as the rollout
+// decided it (its batch, who applied and why, who promoted or reverted).
+// Its JSON field names are stable.
+type RolloutStep struct {
+	Fleet   string `json:"fleet"`
+	Rollout uint64 `json:"rollout"`
+	Step    string `json:"step"`
+	Why     string `json:"why,omitempty"`
+}
+
+// Short is the step as a timeline line begins it, short enough to leave
+// room for the want's change: "rollout web #93 canary", "rollout web #93
+// batch 2/3", "rollout web #93 revert". [RolloutStep.Text] says it whole.
+func (r RolloutStep) Short() string {
+	s := fmt.Sprintf("rollout %s #%d ", r.Fleet, r.Rollout)
+	var batch, batches int
+	switch {
+	case r.Step != "forward":
+		return s + r.Step
+	case strings.HasPrefix(r.Why, "the canary"):
+		return s + "canary"
+	}
+	if _, err := fmt.Sscanf(r.Why, "batch %d of %d", &batch, &batches); err == nil {
+		return s + fmt.Sprintf("batch %d/%d", batch, batches)
+	}
+	return s + r.Step
+}
+
+// Text is the step in words: "rollout web #93, forward step: the canary,
+// batch 1 of 3; applied by alice".
+func (r RolloutStep) Text() string {
+	s := fmt.Sprintf("rollout %s #%d, %s step", r.Fleet, r.Rollout, r.Step)
+	if r.Why != "" {
+		s += ": " + r.Why
+	}
+	return s
+}
+
+// step returns the rollout step that published the want ev, if any.
+func (h *History) step(ev events.Event) (RolloutStep, bool) {
+	if ev.Kind != events.KindWant {
+		return RolloutStep{}, false
+	}
+	st, ok := h.Rollout[ev.Seq]
+	return st, ok
+}
+
+// summary is [Summary] with a rollout step's want marked.
+func (h *History) summary(ev events.Event, prev *events.Want) string {
+	s := Summary(ev, prev)
+	if st, ok := h.step(ev); ok && ev.Err == nil {
+		s = st.Short() + ": " + s
+	}
+	return s
 }
 
 // NewHistory checks that evs are node's events in strictly increasing

@@ -56,6 +56,9 @@ func (w Why) Text() string {
 	if w.Cause != nil {
 		t.line(1, "cause", linkText(w.Cause))
 	}
+	if w.Rollout != nil {
+		t.line(1, "rollout", w.Rollout.Text())
+	}
 	if w.Want != nil && w.Cause != nil && w.Want.Seq == w.Cause.Seq {
 		t.line(1, "want", fmt.Sprintf("the cause, #%d", w.Want.Seq))
 	} else if w.Want != nil {

@@ -31,6 +31,9 @@ type Entry struct {
 	Error string `json:"error,omitempty"`
 	// Event is the payload as decoded, with the wire's field names.
 	Event events.Payload `json:"event,omitempty"`
+	// Rollout is the rollout step that published a want; the summary
+	// begins with it.
+	Rollout *RolloutStep `json:"rollout,omitempty"`
 }
 
 // Timeline returns the entries of the events at positions [from, to).
@@ -54,7 +57,10 @@ func (h *History) Timeline(from, to int) []Entry {
 			e.Error = ev.Err.Error()
 		}
 		e.Cause = causeOf(ev.Payload)
-		e.Summary = Summary(ev, prev)
+		e.Summary = h.summary(ev, prev)
+		if st, ok := h.step(ev); ok {
+			e.Rollout = &st
+		}
 		switch p := ev.Payload.(type) {
 		case *events.Want:
 			prev = p

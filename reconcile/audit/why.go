@@ -46,6 +46,9 @@ type Why struct {
 	// as the one on the stream; a difference means the stream holds an
 	// effect this build's rules would not make.
 	Replay string `json:"replay,omitempty"`
+	// Rollout is the rollout step that published a want (DESIGN.md §11):
+	// why the node got it.
+	Rollout *RolloutStep `json:"rollout,omitempty"`
 	// Notes are everything else worth saying.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -82,7 +85,7 @@ type RowWhy struct {
 }
 
 func (h *History) link(ev events.Event) *Link {
-	l := Link{Seq: ev.Seq, Time: ev.Time, Kind: ev.Kind, Summary: Summary(ev, h.wantBefore(ev.Seq))}
+	l := Link{Seq: ev.Seq, Time: ev.Time, Kind: ev.Kind, Summary: h.summary(ev, h.wantBefore(ev.Seq))}
 	return &l
 }
 
@@ -135,6 +138,9 @@ func (h *History) Why(seq uint64) (Why, error) {
 		h.whyJournal(&w, p)
 	default:
 		w.Effects = h.effectsOf(seq)
+		if st, ok := h.step(ev); ok {
+			w.Rollout = &st
+		}
 		if rf, ok := p.(*events.Refusal); ok {
 			w.Fate = h.fate(i, rf)
 		}
