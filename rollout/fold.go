@@ -992,6 +992,19 @@ func (s *State) Pending() []Effect {
 	return out
 }
 
+// Idle reports whether only one of the fleet's rollout events (a new
+// start, an operator's verb) can make the rollout act again: it is final,
+// no target's revert is in progress and no want is pending. Node events
+// may still change the state then (a target's want changed by hand after
+// the rollout ended is a conflict, recorded), but nothing the rollout
+// does: no want is decided, no time passes for it, and the next verb or
+// start is folded after every node event before it. The controller stops
+// reading the nodes' events while it holds.
+func (s *State) Idle() bool {
+	r := s.Rollout
+	return r == nil || r.Phase.Final() && len(r.Reverting) == 0 && len(s.Pending()) == 0
+}
+
 // NextWake returns the earliest stream time at which the fold would
 // decide something with no other input (a target's min_healthy window or
 // healthy_deadline ending); ok is false when no such time exists. The

@@ -265,3 +265,41 @@ func TestNeverOverwritten(t *testing.T) {
 		}
 	})
 }
+
+// TestIdleWaitsForARolloutEvent: once a rollout is idle (State.Idle),
+// only one of the fleet's rollout events that a person publishes (a
+// start, its pages, a verb) can make it decide a want, record anything
+// but a conflict (a want changed by hand after the end) or stop being
+// idle; the nodes' events, ticks and the controller's own records change
+// nothing else it does. So an idle controller may stop reading the nodes'
+// events and refold from the start when such an event comes
+// (docs/architecture.md, "Rollouts: the controller").
+func TestIdleWaitsForARolloutEvent(t *testing.T) {
+	wakes := map[rollout.Kind]bool{rollout.KindStart: true, rollout.KindNodes: true, rollout.KindPromote: true,
+		rollout.KindPause: true, rollout.KindResume: true, rollout.KindAbort: true, rollout.KindRevert: true}
+	rapid.Check(t, func(t *rapid.T) {
+		h := history(t)
+		s := rollout.NewState("web")
+		for _, in := range h.stream {
+			idle := s.Rollout != nil && s.Idle()
+			effs := s.Fold(in)
+			if !idle || wakes[in.Kind] {
+				continue
+			}
+			for _, e := range effs {
+				switch {
+				case e.Want != nil:
+					t.Fatalf("#%d %s: an idle rollout (%s) gave %s a %s want", in.Seq, in.Kind, s.Rollout.Phase, e.Want.Node, e.Want.Step)
+				case e.Record.What != string(rollout.Conflict):
+					// A want changed by hand after the end is the one
+					// record an idle rollout makes: a refold records it
+					// when a verb or start wakes the controller.
+					t.Fatalf("#%d %s: an idle rollout (%s) recorded %s: %s", in.Seq, in.Kind, s.Rollout.Phase, e.Record.What, e.Record.Msg)
+				}
+			}
+			if !s.Idle() {
+				t.Fatalf("#%d %s: an idle rollout (%s) stopped being idle", in.Seq, in.Kind, s.Rollout.Phase)
+			}
+		}
+	})
+}

@@ -127,6 +127,9 @@ func superviseFleet(ctx context.Context, js jetstream.JetStream, cfg Config, fle
 // fleet's newest rollout start, refolds from it to the end of the stream
 // as it was, carries out what was decided and not done, and then folds
 // and carries out each event as it comes, ticking when the fold asks.
+// While the rollout is idle (rollout.State.Idle) it follows only the
+// fleet's rollout subjects, and refolds from the newest start when a
+// start, a page or a verb is stored.
 //
 // Errors: store.ErrLeaseHeld (a *store.HeldError) when another process
 // holds the fleet; an error wrapping jetstream.ErrMsgNotFound when the
@@ -163,9 +166,19 @@ func RunFleet(ctx context.Context, js jetstream.JetStream, cfg Config, fleet str
 	if err != nil {
 		return fmt.Errorf("rollout controller %s: %w", fleet, err)
 	}
-	c := &controller{cfg: cfg, js: js, stream: stream, subj: cfg.Stream.Subjects(), fleet: fleet,
-		pub: store.NewPublisher(js, cfg.Stream.Subjects()), state: rollout.NewState(fleet), log: cfg.Logger.With("fleet", fleet)}
-	err = c.run(ctx)
+	log := cfg.Logger.With("fleet", fleet)
+	for {
+		c := &controller{cfg: cfg, js: js, stream: stream, subj: cfg.Stream.Subjects(), fleet: fleet,
+			pub: store.NewPublisher(js, cfg.Stream.Subjects()), state: rollout.NewState(fleet), log: log}
+		var after uint64
+		if after, err = c.run(ctx); err == nil && after > 0 {
+			err = c.sleep(ctx, after)
+		}
+		if err != nil || ctx.Err() != nil {
+			break
+		}
+		// Woken: refold from the newest start, with every node event.
+	}
 	if lease != nil && lease.Err() != nil {
 		return fmt.Errorf("rollout controller %s: lease lost: %w", fleet, lease.Err())
 	}
@@ -173,6 +186,41 @@ func RunFleet(ctx context.Context, js jetstream.JetStream, cfg Config, fleet str
 		return nil
 	}
 	return err
+}
+
+// sleep follows only the fleet's rollout subjects after sequence after,
+// while the rollout is idle (rollout.State.Idle: final, nothing pending),
+// and returns nil once a start, a page or an operator's verb is stored:
+// the only events that can make the rollout act again. The nodes' events
+// meanwhile are not read; the refold that follows reads them all, in
+// order, so it decides what a controller that never slept would.
+func (c *controller) sleep(ctx context.Context, after uint64) error {
+	tail, err := store.Follow(ctx, c.js, store.TailConfig{Stream: c.cfg.Stream.Name, Subjects: c.subj,
+		Filter: c.subj.Rollout(c.fleet, "*"), Start: after + 1})
+	if err != nil {
+		return fmt.Errorf("rollout controller %s: %w", c.fleet, err)
+	}
+	defer tail.Stop()
+	c.log.Info("rollout controller idle: following only the fleet's rollout events", "rollout", c.state.Rollout.ID,
+		"phase", c.state.Rollout.Phase, "after", after)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case x := <-tail.C():
+			if x.Err != nil {
+				return fmt.Errorf("rollout controller %s: %w", c.fleet, x.Err)
+			}
+			_, k, _ := c.subj.ParseRollout(x.Msg.Subject())
+			switch rollout.Kind(k) {
+			case rollout.KindTick, rollout.KindRecord, rollout.KindPublished, rollout.KindRefused:
+				// The controller's own facts: nothing to act on.
+			default:
+				c.log.Info("rollout controller woken", "by", k, "seq", x.Meta.Sequence.Stream)
+				return nil
+			}
+		}
+	}
 }
 
 type controller struct {
@@ -190,22 +238,26 @@ type controller struct {
 	inflight []pendingEvent
 }
 
-func (c *controller) run(ctx context.Context) error {
+// run refolds the fleet's rollout from its newest start and carries out
+// what it decides, until ctx ends (0, nil) or the rollout is idle: it
+// then returns the last sequence read, every effect carried out
+// (rollout.State.Idle; the caller sleeps).
+func (c *controller) run(ctx context.Context) (uint64, error) {
 	start, err := c.stream.GetLastMsgForSubject(ctx, c.subj.Rollout(c.fleet, string(rollout.KindStart)))
 	if err != nil {
-		return fmt.Errorf("rollout controller %s: newest start: %w", c.fleet, err)
+		return 0, fmt.Errorf("rollout controller %s: newest start: %w", c.fleet, err)
 	}
 	end, err := store.StreamLastSeq(ctx, c.stream)
 	if err != nil {
-		return fmt.Errorf("rollout controller %s: %w", c.fleet, err)
+		return 0, fmt.Errorf("rollout controller %s: %w", c.fleet, err)
 	}
 	recorded, err := c.lastRecordCause(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	tail, err := store.Follow(ctx, c.js, store.TailConfig{Stream: c.cfg.Stream.Name, Subjects: c.subj, Start: start.Sequence})
 	if err != nil {
-		return fmt.Errorf("rollout controller %s: %w", c.fleet, err)
+		return 0, fmt.Errorf("rollout controller %s: %w", c.fleet, err)
 	}
 	defer tail.Stop()
 	c.log.Info("rollout controller refolding", "from", start.Sequence, "to", end)
@@ -217,13 +269,13 @@ func (c *controller) run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return 0, nil
 		case <-timer.C:
 			c.tick(ctx)
 			c.drain(ctx)
 		case x := <-tail.C():
 			if x.Err != nil {
-				return fmt.Errorf("rollout controller %s: %w", c.fleet, x.Err)
+				return 0, fmt.Errorf("rollout controller %s: %w", c.fleet, x.Err)
 			}
 			seq := x.Meta.Sequence.Stream
 			if in, ok := c.input(x); ok {
@@ -251,6 +303,9 @@ func (c *controller) run(ctx context.Context) error {
 			if sinceWake++; c.live && (len(tail.C()) == 0 || sinceWake >= 256) {
 				sinceWake = 0
 				c.drain(ctx)
+				if len(tail.C()) == 0 && c.state.Idle() && ctx.Err() == nil {
+					return seq, nil
+				}
 				c.schedule(timer)
 			}
 		}

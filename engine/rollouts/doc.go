@@ -11,4 +11,9 @@
 // recorded ([rollout.State.Pending]), checking first whether each was
 // stored already (its deterministic message id), so no node gets a want
 // twice for one step and none is skipped.
+//
+// Once its rollout is idle ([rollout.State.Idle]: final, nothing pending),
+// a fleet's controller stops reading the nodes' events and follows only
+// the fleet's rollout subjects; a start, a page or an operator's verb
+// wakes it, and it refolds from the newest start.
 package rollouts
