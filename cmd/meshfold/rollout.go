@@ -326,7 +326,7 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 				fmt.Fprintf(w, " (%s)", m.m.Node)
 			}
 			if m.m.Reason != "" {
-				fmt.Fprintf(w, ": %s", events.Text(m.m.Reason))
+				fmt.Fprintf(w, ": %s", events.ErrorText(m.m.Reason))
 			}
 			fmt.Fprintln(w)
 		}
@@ -364,7 +364,7 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 			status += ", agent down"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Node, t.Batch, status, dash(t.Published), dash(t.Plan), settled,
-			strings.Join(running, ", "), since, events.Text(t.Why))
+			strings.Join(running, ", "), since, events.ErrorText(t.Why))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
