@@ -1,7 +1,7 @@
 # meshfold — see README.md.
 GO ?= go
 
-.PHONY: build test vet bench bench-all fuzz serve demo fmt chaos dist package
+.PHONY: build test vet bench bench-scale bench-all fuzz serve demo fmt chaos dist package
 
 # What `meshfold version` says, set at link time (deploy/Dockerfile builds
 # the same way as make dist: static, trimmed paths, these flags).
@@ -63,6 +63,12 @@ bench:
 	$(GO) test -run '^$$' -bench '^BenchmarkRestartAfterKill$$' -benchtime 1x -timeout 20m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkRollout10k$$' -benchtime 1x -timeout 20m ./engine/rollouts
 	$(GO) test -run '^$$' -bench '^BenchmarkLeaderFailover$$' -benchtime 1x -timeout 30m ./engine
+
+## bench-scale: issue 27's figures at 100,000 nodes (MESHFOLD_SCALE_NODES
+## changes the count), each beside its baseline: `meshfold fleet -o json`
+## against a raw read of every snapshot key of the same bucket
+bench-scale:
+	$(GO) test -run '^$$' -bench '^BenchmarkFleetJSON100k$$' -benchtime 1x -timeout 30m ./cmd/meshfold
 
 ## bench-all: every benchmark of every package
 bench-all:

@@ -34,8 +34,12 @@ func (nv NodeView) Row(now time.Time, stale time.Duration) audit.FleetRow {
 // decoded is a view with Err set, not a failure. Snapshots are as fresh
 // as the reconciler's last checkpoint. Decoding is most of the cost
 // (encoding/json took 0.55 s for 10,000 states of 4.6 kB):
-// reconcile.UnmarshalState uses segmentio's decoder, and the decoding runs
-// on one worker per CPU.
+// reconcile.UnmarshalStateShared uses segmentio's decoder without
+// copying strings, and the decoding
+// runs on one worker per CPU while the read goes on, in batches of
+// [fleetBatch] snapshots, so that a fleet's read and its decoding overlap
+// (issue 27: at 100,000 nodes one after the other took 6.5× the read
+// alone).
 //
 // Errors: an error wrapping [ErrNoSnapshots] when no reconciler has
 // checkpointed yet; the stream's lookup and the read's errors.
@@ -44,38 +48,76 @@ func (r *Reader) Fleet(ctx context.Context) ([]NodeView, error) {
 	if err != nil {
 		return nil, err
 	}
-	type raw struct {
-		node string
-		data []byte
-	}
-	var all []raw
-	err = snaps.LoadAll(ctx, func(node string, data []byte) error {
-		all = append(all, raw{node, data})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("load snapshots: %w", err)
-	}
-	out := make([]NodeView, len(all))
-	workers := min(runtime.GOMAXPROCS(0), max(1, len(all)/256))
+	// The queue never blocks the read (a watch whose reader stalls falls
+	// behind its server) short of 4M snapshots waiting.
+	jobs := make(chan *fleetJob, 1<<14)
 	var wg sync.WaitGroup
-	for w := range workers {
+	for range runtime.GOMAXPROCS(0) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := w; i < len(all); i += workers {
-				out[i].Node = all[i].node
-				st, err := reconcile.UnmarshalState(all[i].data)
-				if err != nil {
-					out[i].Err = err
-					continue
-				}
-				out[i].View = st.View()
+			for j := range jobs {
+				j.decode()
 			}
 		}()
 	}
+	var batches []*fleetJob
+	cur := &fleetJob{}
+	err = snaps.LoadAll(ctx, func(node string, data []byte) error {
+		cur.nodes = append(cur.nodes, node)
+		cur.data = append(cur.data, data)
+		if len(cur.nodes) == fleetBatch {
+			batches = append(batches, cur)
+			jobs <- cur
+			cur = &fleetJob{}
+		}
+		return nil
+	})
+	if len(cur.nodes) > 0 {
+		batches = append(batches, cur)
+		jobs <- cur
+	}
+	close(jobs)
 	wg.Wait()
+	if err != nil {
+		return nil, fmt.Errorf("load snapshots: %w", err)
+	}
+	n := 0
+	for _, b := range batches {
+		n += len(b.out)
+	}
+	out := make([]NodeView, 0, n)
+	for _, b := range batches {
+		out = append(out, b.out...)
+	}
 	return out, nil
+}
+
+// fleetBatch is how many snapshots one decoding job of [Reader.Fleet]
+// holds.
+const fleetBatch = 256
+
+// fleetJob is a batch of snapshots, in bucket order, and their views.
+type fleetJob struct {
+	nodes []string
+	data  [][]byte
+	out   []NodeView
+}
+
+// decode fills j.out. The views share the snapshots' bytes
+// (reconcile.UnmarshalStateShared): nothing writes them once read.
+func (j *fleetJob) decode() {
+	j.out = make([]NodeView, len(j.nodes))
+	for i, node := range j.nodes {
+		j.out[i].Node = node
+		st, err := reconcile.UnmarshalStateShared(j.data[i])
+		if err != nil {
+			j.out[i].Err = err
+			continue
+		}
+		j.out[i].View = st.View()
+	}
+	j.data = nil
 }
 
 // WarningSeqs is [Reader.Warnings] with each entry's stream sequence

@@ -388,6 +388,12 @@ func snapshotFormat(data []byte) (int, error) {
 // snapshot of a format newer than [SnapshotFormat]; a decode or
 // invariant error otherwise.
 func UnmarshalState(data []byte) (*State, error) {
+	return decodeState(data, false)
+}
+
+// decodeState is [UnmarshalState]; shared: strings share data's memory
+// ([UnmarshalStateShared]).
+func decodeState(data []byte, shared bool) (*State, error) {
 	format, ferr := snapshotFormat(data)
 	switch {
 	case format > SnapshotFormat:
@@ -398,7 +404,13 @@ func UnmarshalState(data []byte) (*State, error) {
 		return nil, fmt.Errorf("reconcile: decode state: snapshot format %d", format)
 	}
 	s := new(State)
-	if err := json.Unmarshal(data, s); err != nil {
+	var err error
+	if shared {
+		_, err = json.Parse(data, s, json.ZeroCopy)
+	} else {
+		err = json.Unmarshal(data, s)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("reconcile: decode state: %w", err)
 	}
 	if ferr != nil {
@@ -417,6 +429,16 @@ func UnmarshalState(data []byte) (*State, error) {
 
 func newerSnapshot(format int) error {
 	return fmt.Errorf("%w: snapshot format %d, this build reads formats 0 to %d", ErrSnapshotNewer, format, SnapshotFormat)
+}
+
+// UnmarshalStateShared is [UnmarshalState] for a reader that reads many
+// states once and keeps the bytes anyway (`meshfold fleet`): the state's
+// strings share data's memory instead of copying it (a quarter of the
+// allocations), so data must not change while the state is in use.
+//
+// Errors: as [UnmarshalState].
+func UnmarshalStateShared(data []byte) (*State, error) {
+	return decodeState(data, true)
 }
 
 // CheckInvariants returns an error describing the first invariant of the

@@ -44,10 +44,20 @@ func TestUnmarshalStateRoundTrip(t *testing.T) {
 		if back, _ = json.Marshal(got); string(back) != string(data) {
 			t.Fatalf("UnmarshalState of MarshalState differs:\n got %s\nwant %s", back, data)
 		}
+		shared, err := reconcile.UnmarshalStateShared(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back, _ := json.Marshal(shared); string(back) != string(data) {
+			t.Fatalf("UnmarshalStateShared differs:\n got %s\nwant %s", back, data)
+		}
 		n++
 	})
 	if _, err := reconcile.UnmarshalState([]byte(`{"node":"x","seq":1,"want":{"seq":5}}`)); err == nil {
 		t.Error("a state breaking an invariant decoded")
+	}
+	if _, err := reconcile.UnmarshalStateShared([]byte(`{"node":"x","seq":1,"want":{"seq":5}}`)); err == nil {
+		t.Error("a state breaking an invariant decoded (shared)")
 	}
 	if n < 300 {
 		t.Fatalf("%d states", n)

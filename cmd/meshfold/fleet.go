@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,6 +28,7 @@ func newFleetCmd(a *app) *cobra.Command {
 		all      bool
 		stale    time.Duration
 		warnings time.Duration
+		pg       fleetPaging
 	)
 	cmd := &cobra.Command{
 		Use:   "fleet",
@@ -53,9 +59,21 @@ waive' clears one nobody will fill), a paused node (by whom, for how long), a
 node retiring (its empty plan not settled yet: 'retire --force' forgets a node
 whose agent is gone). Retired nodes are left out; --all lists them too.
 
+A fleet longer than one page (--limit rows, 50 unless told) is paged: a
+summary comes first, how many nodes share each need (a node counts under
+each of its needs; 'nothing' counts the calm ones), then the page's rows,
+most pressing first, and the lines after the table for those rows only.
+--page N shows the Nth page, --needs NEED only the nodes with that need
+(a name of the summary), --limit 0 or --all every row. A fleet that fits
+one page prints as it always did.
+
 Snapshots are as fresh as the reconciler's last checkpoint. -o json prints
-JSON lines, one node a line; -o yaml one YAML document per node.`,
-		Example: `  meshfold fleet
+JSON lines, one node a line, every node unless --limit, --page or --needs
+says otherwise; -o yaml one YAML document per node.`,
+		Example: `  meshfold fleet                      # the summary, then the 50 most pressing nodes
+  meshfold fleet --page 2             # the next 50
+  meshfold fleet --needs failed       # only the crash-looping nodes, paged
+  meshfold fleet --limit 0            # every node, one line each
   meshfold fleet --all -o yaml
   meshfold fleet -o json | jq 'select(.stuck.paused)'`,
 		Args: cobra.NoArgs,
@@ -70,12 +88,26 @@ JSON lines, one node a line; -o yaml one YAML document per node.`,
 			if warnings < 0 {
 				return withCode(exitUsage, fmt.Errorf("--warnings %s: must not be negative (0 skips the read)", warnings))
 			}
-			return runFleet(cmd.Context(), a, format, all, stale, warnings)
+			if pg.limit < 0 || pg.page < 1 {
+				return withCode(exitUsage, fmt.Errorf("--limit %d --page %d: a limit ≥ 0 (0: every row) and a page ≥ 1", pg.limit, pg.page))
+			}
+			if pg.needs != "" && !slices.Contains(audit.FleetNeeds, pg.needs) {
+				return withCode(exitUsage, fmt.Errorf("--needs %q: one of %s", pg.needs, strings.Join(audit.FleetNeeds, ", ")))
+			}
+			fl := cmd.Flags()
+			pg.set = fl.Changed("limit") || fl.Changed("page") || pg.needs != ""
+			if all && !fl.Changed("limit") {
+				pg.limit = 0
+			}
+			return runFleet(cmd.Context(), a, format, all, stale, warnings, pg)
 		},
 	}
 	fl := cmd.Flags()
 	out.add(cmd, "print JSON lines, one node a line (-o json)")
-	fl.BoolVar(&all, "all", false, "list retired nodes too")
+	fl.BoolVar(&all, "all", false, "list retired nodes too, and every row unless --limit is given")
+	fl.IntVar(&pg.limit, "limit", 50, "rows a page of the table holds (0: every row, unpaged)")
+	fl.IntVar(&pg.page, "page", 1, "which page of the table to print (1: the most pressing nodes)")
+	fl.StringVar(&pg.needs, "needs", "", "only the nodes with this need (a name the summary lists: failed, owed, stale-have, …)")
 	fl.DurationVar(&stale, "stale", 10*time.Minute, "a have older than this is stale")
 	fl.DurationVar(&warnings, "warnings", time.Hour, "count journal warnings and errors this far back (0: do not)")
 	a.conn.add(cmd)
@@ -83,7 +115,16 @@ JSON lines, one node a line; -o yaml one YAML document per node.`,
 	return cmd
 }
 
-func runFleet(ctx context.Context, a *app, format string, all bool, stale, warnings time.Duration) error {
+// fleetPaging is how much of the fleet `meshfold fleet` prints.
+type fleetPaging struct {
+	limit, page int
+	needs       string
+	// set: --limit, --page or --needs was given (JSON and YAML are paged
+	// only then).
+	set bool
+}
+
+func runFleet(ctx context.Context, a *app, format string, all bool, stale, warnings time.Duration, pg fleetPaging) error {
 	nc, err := a.conn.connect("meshfold-fleet", a)
 	if err != nil {
 		return err
@@ -94,15 +135,29 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		return err
 	}
 	now := time.Now()
+	// The journal's warnings and the provisioners' reports are read while
+	// the snapshots are: at 100,000 nodes, one after the other was a
+	// third of the time (issue 27).
+	var (
+		seqs       map[string][]uint64
+		seqsErr    error
+		sources    map[string][]audit.SourceProblem
+		sourcesErr error
+		wg         sync.WaitGroup
+	)
+	if warnings > 0 {
+		wg.Go(func() { seqs, seqsErr = r.WarningSeqs(ctx, now.Add(-warnings)) })
+	}
+	wg.Go(func() { sources, sourcesErr = r.Sources(ctx, "") })
 	nvs, err := r.Fleet(ctx)
+	wg.Wait()
 	if err != nil {
 		return err
 	}
 	rows := fleetRows(nvs, now, stale)
 	if warnings > 0 {
-		seqs, err := r.WarningSeqs(ctx, now.Add(-warnings))
-		if err != nil {
-			return err
+		if seqsErr != nil {
+			return seqsErr
 		}
 		counts := map[string]int{events.FleetNode: len(seqs[events.FleetNode])}
 		for i := range rows {
@@ -120,9 +175,8 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		}
 	}
 	// Why files are unfilled, as the provisioners report it (live).
-	sources, err := r.Sources(ctx, "")
-	if err != nil {
-		fmt.Fprintf(a.stderr, "note: why files are unfilled (the provisioners' reports) could not be read: %v\n", err)
+	if sourcesErr != nil {
+		fmt.Fprintf(a.stderr, "note: why files are unfilled (the provisioners' reports) could not be read: %v\n", sourcesErr)
 	}
 	for i := range rows {
 		if ps := sources[rows[i].Node]; len(ps) > 0 {
@@ -133,15 +187,91 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		rows = slices.DeleteFunc(rows, func(r audit.FleetRow) bool { return r.Retired })
 	}
 	audit.SortFleet(rows)
+	w := bufio.NewWriterSize(a.stdout, 1<<16)
 	if format != outTable {
-		for _, r := range rows {
-			if err := writeValue(a.stdout, format, r); err != nil {
-				return err
+		if pg.set {
+			rows, _, _ = pg.of(rows)
+		}
+		if format == outJSON {
+			err = writeJSONLines(w, rows)
+		} else {
+			for _, r := range rows {
+				if err = writeValue(w, format, r); err != nil {
+					break
+				}
 			}
 		}
-		return nil
+	} else {
+		err = printFleet(w, rows, now, pg)
 	}
-	return printFleet(a.stdout, rows, now)
+	if err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
+// of returns the rows of the page asked for (those with the need asked
+// for, if any), the first's index among them, and how many they are.
+func (pg fleetPaging) of(rows []audit.FleetRow) (page []audit.FleetRow, first, total int) {
+	if pg.needs != "" {
+		rows = slices.DeleteFunc(slices.Clone(rows), func(r audit.FleetRow) bool { return !slices.Contains(r.Attention, pg.needs) })
+	}
+	if pg.limit == 0 {
+		if pg.page > 1 {
+			return nil, len(rows), len(rows)
+		}
+		return rows, 0, len(rows)
+	}
+	first = min(len(rows), (pg.page-1)*pg.limit)
+	return rows[first:min(len(rows), first+pg.limit)], first, len(rows)
+}
+
+// writeJSONLines writes rows as JSON lines, as writeJSON writes each,
+// encoded on one worker per CPU in chunks and written in order: at
+// 100,000 nodes encoding one by one was a fifth of the command.
+func writeJSONLines(w io.Writer, rows []audit.FleetRow) error {
+	const chunk = 512
+	workers := runtime.GOMAXPROCS(0)
+	type part struct {
+		b    bytes.Buffer
+		err  error
+		done chan struct{}
+	}
+	parts := make([]*part, (len(rows)+chunk-1)/chunk)
+	for i := range parts {
+		parts[i] = &part{done: make(chan struct{})}
+	}
+	next := make(chan int, len(parts))
+	for i := range parts {
+		next <- i
+	}
+	close(next)
+	for range workers {
+		go func() {
+			for i := range next {
+				p := parts[i]
+				enc := json.NewEncoder(&p.b)
+				for _, r := range rows[i*chunk : min(len(rows), (i+1)*chunk)] {
+					if p.err = enc.Encode(r); p.err != nil {
+						break
+					}
+				}
+				close(p.done)
+			}
+		}()
+	}
+	var err error
+	for _, p := range parts {
+		<-p.done
+		if err == nil {
+			err = p.err
+		}
+		if err == nil {
+			_, err = w.Write(p.b.Bytes())
+		}
+		p.b = bytes.Buffer{}
+	}
+	return err
 }
 
 // fleetRows makes each node's row at now.
@@ -153,26 +283,38 @@ func fleetRows(nvs []query.NodeView, now time.Time, stale time.Duration) []audit
 	return rows
 }
 
-func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time) error {
-	width := 4
-	for _, r := range rows {
-		width = max(width, len(r.Node))
-	}
-	width = min(width, 24)
-	var b strings.Builder
-	b.WriteString(audit.FleetHeader(width) + "\n")
+func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPaging) error {
 	needs := 0
 	for _, r := range rows {
-		b.WriteString(r.Line(width) + "\n")
 		if len(r.Attention) > 0 {
 			needs++
 		}
+	}
+	page, first, total := pg.of(rows)
+	paged := pg.needs != "" || len(page) < len(rows)
+	var b strings.Builder
+	if paged {
+		// More than a page: what the whole fleet needs first, counted.
+		b.WriteString(audit.FleetSummaryText(audit.CountNeeds(rows)))
+		b.WriteString("\n")
+	}
+	width := 4
+	for _, r := range page {
+		width = max(width, len(r.Node))
+	}
+	width = min(width, 24)
+	b.WriteString(audit.FleetHeader(width) + "\n")
+	for _, r := range page {
+		b.WriteString(r.Line(width) + "\n")
 	}
 	noun := "nodes"
 	if len(rows) == 1 {
 		noun = "node"
 	}
 	fmt.Fprintf(&b, "-- %d %s, %d need an operator\n", len(rows), noun, needs)
+	if paged {
+		b.WriteString(pageLine(pg, page, first, total))
+	}
 	cleared := 0
 	for _, r := range rows {
 		cleared += r.ClearedWarnings
@@ -180,10 +322,30 @@ func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time) error {
 	if cleared > 0 {
 		fmt.Fprintf(&b, "-- %d journal warnings cleared: older than their node's newest settled plan, on nodes nothing else flags (JSON journal_warnings_cleared; meshfold audit NODE shows them)\n", cleared)
 	}
-	b.WriteString(audit.FleetFailedText(rows))
-	b.WriteString(audit.FleetAppliesText(rows, now))
-	b.WriteString(audit.FleetStuckText(rows))
-	b.WriteString(audit.FleetSourcesText(rows, now))
+	b.WriteString(audit.FleetFailedText(page))
+	b.WriteString(audit.FleetAppliesText(page, now))
+	b.WriteString(audit.FleetStuckText(page))
+	b.WriteString(audit.FleetSourcesText(page, now))
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// pageLine says which rows a paged table shows and how to see the rest.
+func pageLine(pg fleetPaging, page []audit.FleetRow, first, total int) string {
+	of := fmt.Sprintf("%d", total)
+	if pg.needs != "" {
+		of += " needing " + pg.needs
+	}
+	if len(page) == 0 {
+		return fmt.Sprintf("-- page %d is past the last row (%s)\n", pg.page, of)
+	}
+	pages := 1
+	if pg.limit > 0 {
+		pages = (total + pg.limit - 1) / pg.limit
+	}
+	s := fmt.Sprintf("-- page %d of %d: rows %d-%d of %s, most pressing first", pg.page, pages, first+1, first+len(page), of)
+	if pg.page < pages {
+		s += fmt.Sprintf("; --page %d for the next", pg.page+1)
+	}
+	return s + "; --limit 0 for every row\n"
 }

@@ -251,3 +251,21 @@ func TestFleetOrder(t *testing.T) {
 		t.Errorf("an old have: %+v", stale)
 	}
 }
+
+// FleetNeeds names every need attention may list, in rank order, and
+// CountNeeds counts a row under each of its needs.
+func TestCountNeeds(t *testing.T) {
+	rows := []audit.FleetRow{
+		{Node: "a", Attention: []string{"failed", "owed"}},
+		{Node: "b", Attention: []string{"owed"}},
+		{Node: "c", Attention: []string{}},
+	}
+	counts, calm := audit.CountNeeds(rows)
+	if calm != 1 || len(counts) != 2 || counts[0] != (audit.NeedCount{Need: "failed", Nodes: 1}) || counts[1] != (audit.NeedCount{Need: "owed", Nodes: 2}) {
+		t.Errorf("CountNeeds: %v, %d calm", counts, calm)
+	}
+	want := "NEEDS            NODES\nfailed               1\nowed                 2\nnothing              1\n"
+	if got := audit.FleetSummaryText(counts, calm); got != want {
+		t.Errorf("FleetSummaryText:\n%q\nwant\n%q", got, want)
+	}
+}

@@ -525,10 +525,15 @@ func attention(r FleetRow) []string {
 	return a
 }
 
-// rank orders what needs an operator: a lower rank comes first.
-var rank = map[string]int{"error": 0, "agent-down": 1, "failed": 2, "apply-failed": 3, "unhealthy": 4, "flapping": 5,
-	"unfilled": 6, "source": 7, "owed": 8, "approval": 9, "unsettled": 10, "paused": 11, "retiring": 12, "account": 13,
-	"stale-have": 14, "journal": 15}
+// rank orders what needs an operator: a lower rank comes first
+// ([FleetNeeds]' order).
+var rank = func() map[string]int {
+	m := make(map[string]int, len(FleetNeeds))
+	for i, n := range FleetNeeds {
+		m[n] = i
+	}
+	return m
+}()
 
 // SortFleet sorts rows so that what needs an operator comes first: rows
 // are compared by their most pressing need (an unreadable snapshot, an
@@ -557,6 +562,54 @@ func SortFleet(rows []FleetRow) {
 			cmp.Compare(a.Node, b.Node),
 		)
 	})
+}
+
+// FleetNeeds are the needs a [FleetRow.Attention] may list, most
+// pressing first (the order [SortFleet] ranks them in).
+var FleetNeeds = []string{"error", "agent-down", "failed", "apply-failed", "unhealthy", "flapping",
+	"unfilled", "source", "owed", "approval", "unsettled", "paused", "retiring", "account",
+	"stale-have", "journal"}
+
+// NeedCount is how many rows share one need.
+type NeedCount struct {
+	Need  string `json:"need"`
+	Nodes int    `json:"nodes"`
+}
+
+// CountNeeds counts, for each need of [FleetNeeds] at least one row has,
+// the rows that have it, most pressing need first (a row counts under
+// each of its needs); calm is the number of rows needing nothing.
+func CountNeeds(rows []FleetRow) (counts []NeedCount, calm int) {
+	n := make([]int, len(FleetNeeds))
+	for _, r := range rows {
+		if len(r.Attention) == 0 {
+			calm++
+		}
+		for _, a := range r.Attention {
+			if i, ok := rank[a]; ok {
+				n[i]++
+			}
+		}
+	}
+	for i, c := range n {
+		if c > 0 {
+			counts = append(counts, NeedCount{Need: FleetNeeds[i], Nodes: c})
+		}
+	}
+	return counts, calm
+}
+
+// FleetSummaryText is the summary `meshfold fleet` prints above a table
+// too long for one page: a line per need of counts (from [CountNeeds])
+// with its node count, then the calm nodes.
+func FleetSummaryText(counts []NeedCount, calm int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-14s %7s\n", "NEEDS", "NODES")
+	for _, c := range counts {
+		fmt.Fprintf(&b, "%-14s %7d\n", c.Need, c.Nodes)
+	}
+	fmt.Fprintf(&b, "%-14s %7d\n", "nothing", calm)
+	return b.String()
 }
 
 // FleetHeader is the header line of [FleetRow.Line].
