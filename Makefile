@@ -66,9 +66,12 @@ bench:
 
 ## bench-scale: issue 27's figures at 100,000 nodes (MESHFOLD_SCALE_NODES
 ## changes the count), each beside its baseline: `meshfold fleet -o json`
-## against a raw read of every snapshot key of the same bucket
+## against a raw read of every snapshot key of the same bucket; the console's
+## fleet page at 20,000 and 100,000 stand-in nodes in headless Chromium (size,
+## serve time, first contentful paint)
 bench-scale:
 	$(GO) test -run '^$$' -bench '^BenchmarkFleetJSON100k$$' -benchtime 1x -timeout 30m ./cmd/meshfold
+	$(GO) test -run '^$$' -bench '^BenchmarkConsoleFleet100k$$' -benchtime 1x -timeout 30m ./e2e
 
 ## bench-all: every benchmark of every package
 bench-all:

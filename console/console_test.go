@@ -666,3 +666,140 @@ func TestNodePageLiveness(t *testing.T) {
 		t.Error("the fleet page does not list ace's agent down")
 	}
 }
+
+// The fleet page starts with a summary of the whole fleet: how many
+// nodes share each need, most pressing first, each a link showing only
+// those nodes; the search finds nodes by a part of their name or of a
+// need; both tables page (issue 27).
+func TestFleetSummary(t *testing.T) {
+	f := newFake()
+	settle := incident1(f) // ace owes its credential
+	_ = settle
+	f.append("novox", &events.Want{Modules: []events.WantModule{provisioner,
+		{Name: "nats", Build: "n:2", RunsAs: "nats", RequiresApproval: true}}})
+	for i := range console.MaxRows + 20 {
+		healthy(f, fmt.Sprintf("calm%03d", i))
+	}
+	fx := start(t, f)
+	body := fx.waitPage(t, "/", `id="need-novox"`)
+	i, j := strings.Index(body, `id="summary"`), strings.Index(body, `id="needs"`)
+	if i < 0 || j < i {
+		t.Fatalf("no summary before the needs:\n%s", body)
+	}
+	summary := body[i:j]
+	for _, want := range []string{
+		`<li class="group" data-need="owed"><a href="/?need=owed"><span class="need need-owed">owed</span> <b class="n">1</b></a></li>`,
+		`<li class="group" data-need="approval"><a href="/?need=approval"><span class="need need-approval">approval</span> <b class="n">1</b></a></li>`,
+		fmt.Sprintf(`<span class="calm">nothing</span> <b class="n">%d</b>`, console.MaxRows+20),
+	} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("the summary does not hold %s:\n%s", want, summary)
+		}
+	}
+	if strings.Index(summary, `data-need="owed"`) > strings.Index(summary, `data-need="approval"`) {
+		t.Error("the summary does not list the most pressing need first")
+	}
+
+	// A group's link: only the nodes with that need, in both tables.
+	_, body = fx.get(t, "/?need=approval")
+	if !strings.Contains(body, `id="need-novox"`) || strings.Contains(body, `id="need-ace"`) ||
+		strings.Contains(body, `id="node-ace"`) || !strings.Contains(body, `id="node-novox"`) {
+		t.Errorf("need=approval:\n%s", body)
+	}
+	if !strings.Contains(body, `<li class="group chosen" data-need="approval"><a href="/">`) {
+		t.Error("the chosen group is not marked, or its link does not show every node again")
+	}
+	// The search finds a node by a part of a need.
+	_, body = fx.get(t, "/?q=appro")
+	if !strings.Contains(body, `id="need-novox"`) || strings.Contains(body, `id="need-ace"`) {
+		t.Errorf("search appro:\n%s", body)
+	}
+	// Every node, paged: the first page, then the rest.
+	_, body = fx.get(t, "/")
+	total := console.MaxRows + 22
+	if n := strings.Count(body, `<tr id="node-`); n != console.MaxRows ||
+		!strings.Contains(body, fmt.Sprintf("rows 1–%d of %d", console.MaxRows, total)) ||
+		!strings.Contains(body, `<a class="next" href="/?npage=2">`) {
+		t.Errorf("every node, page 1: %d rows", n)
+	}
+	_, body = fx.get(t, "/?npage=2")
+	if n := strings.Count(body, `<tr id="node-`); n != 22 || !strings.Contains(body, fmt.Sprintf("rows %d–%d of %d", console.MaxRows+1, total, total)) ||
+		!strings.Contains(body, `<a class="prev" href="/">`) || !strings.Contains(body, `id="node-novox"`) {
+		t.Errorf("every node, page 2: %d rows", n)
+	}
+	// The live stream of a page is that page.
+	if !strings.Contains(body, `data-src="/events?npage=2"`) {
+		t.Error("the page's live stream is not of its page")
+	}
+}
+
+// Pages of the nodes needing an operator: ?page=2 shows the next
+// MaxRows, most pressing first, and says which rows they are.
+func TestFleetNeedsPaged(t *testing.T) {
+	f := newFake()
+	for i := range console.MaxRows + 3 {
+		f.append(fmt.Sprintf("n%04d", i), &events.Want{Modules: []events.WantModule{provisioner}})
+	}
+	fx := start(t, f)
+	body := fx.waitPage(t, "/", "3 more nodes")
+	if !strings.Contains(body, `<a class="next" href="/?page=2">`) {
+		t.Fatal("no link to the next page of the nodes needing an operator")
+	}
+	_, body = fx.get(t, "/?page=2")
+	if n := strings.Count(body, `class="need-row"`); n != 3 || !strings.Contains(body, fmt.Sprintf("rows %d–%d of %d, most pressing first", console.MaxRows+1, console.MaxRows+3, console.MaxRows+3)) {
+		t.Errorf("page 2 of the needs: %d rows", n)
+	}
+}
+
+// A burst of changes reaches an open page as at most one frame a second
+// (and one at once), however many changes there are.
+func TestFleetEventsBounded(t *testing.T) {
+	f := newFake()
+	healthy(f, "ace")
+	fx := start(t, f)
+	fx.waitPage(t, "/", `id="node-ace"`)
+	resp, err := http.Get(fx.srv.URL + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	frames := make(chan time.Time, 256)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if sc.Text() == "event: fleet" {
+				frames <- time.Now()
+			}
+		}
+		close(frames)
+	}()
+	got := []time.Time{<-frames} // the first, at once
+	for i := range 200 {
+		healthy(f, fmt.Sprintf("b%03d", i))
+	}
+	fx.waitPage(t, "/?q=b199", `id="node-b199"`)
+	// Every frame of the next three seconds: the burst's changes,
+	// coalesced.
+	window := time.After(3 * time.Second)
+collect:
+	for {
+		select {
+		case at, ok := <-frames:
+			if !ok {
+				t.Fatal("the event stream ended")
+			}
+			got = append(got, at)
+		case <-window:
+			break collect
+		}
+	}
+	if len(got) < 2 {
+		t.Fatal("no frame after the burst")
+	}
+	for k := 1; k < len(got); k++ {
+		if gap := got[k].Sub(got[k-1]); gap < 900*time.Millisecond {
+			t.Errorf("frames %d and %d %s apart: more than one a second", k-1, k, gap)
+		}
+	}
+}

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +43,8 @@ type fleet struct {
 	// sources are the provisioners' reports of unfilled files, per node
 	// (pollSources).
 	sources map[string][]audit.SourceProblem
+	// idx is the fleet's rows as last made (index).
+	idx *fleetIndex
 }
 
 func newFleet(src Source, log *slog.Logger) *fleet {
@@ -194,38 +199,156 @@ func (f *fleet) subscribe() (<-chan struct{}, func()) {
 	}
 }
 
-// fleetPage is what the fleet page shows.
+// fleetPage is what the fleet page shows: a summary of the whole fleet
+// (how many nodes share each need, each a link), then one page of the
+// nodes needing an operator, most pressing first, and one page of every
+// node by name, both of the nodes matching the search (Query: a part of
+// the name or of a need) and the need chosen (Need).
 type fleetPage struct {
-	// Needs are the rows needing an operator, most pressing first
-	// (audit.SortFleet); Rows is every row, by name, the first MaxRows of
-	// them, and More how many more match.
-	Needs, Rows []audit.FleetRow
-	More        int
+	// Summary counts the nodes of the fleet (retired ones only with All)
+	// per need, most pressing need first; Calm counts those needing
+	// nothing.
+	Summary []needGroup
+	Calm    int
+	// Needs are the page's rows needing an operator, most pressing first
+	// (audit.SortFleet); NeedsFirst is the index of the first among the
+	// NeedsTotal matching ones, NeedsMore how many follow this page.
+	Needs      []audit.FleetRow
+	NeedsFirst int
+	NeedsTotal int
+	NeedsMore  int
+	NeedsPager pager
+	// Rows are the page's rows of every matching node, by name; RowsFirst
+	// the first's index among the Matching ones, More how many follow.
+	Rows      []audit.FleetRow
+	RowsFirst int
+	More      int
+	RowsPager pager
+	Matching  int
 	// RetiredOut counts the retired nodes left out (All: none are).
 	RetiredOut int
 	All        bool
-	NeedsMore  int
-	Matching   int
 	Query      string
+	Need       string
 	Gen        uint64
 	Nodes      int
 	Now        time.Time
+	// Live is the page's live stream: the same page, as server-sent
+	// events.
+	Live string
 }
 
-// MaxRows is the most rows each table of the fleet page shows; the rest
-// are counted, and found with the filter.
-const MaxRows = 1000
+// needGroup is one line of the fleet page's summary.
+type needGroup struct {
+	Need   string
+	Nodes  int
+	Href   string
+	Chosen bool
+}
 
-// page returns the rows of the nodes whose name contains q, at now;
-// retired nodes only with all (they leave the fleet, DESIGN.md §9).
-func (f *fleet) page(q string, all bool, now time.Time, stale time.Duration) fleetPage {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	p := fleetPage{Query: q, All: all, Gen: f.gen, Nodes: len(f.views), Now: now}
-	for _, name := range slices.Sorted(maps.Keys(f.views)) {
-		if !matches(name, q) {
-			continue
+// pager links a table's pages ("" where there is none).
+type pager struct {
+	Prev, Next string
+	Page, Of   int
+}
+
+// MaxRows is the most rows each table of the fleet page shows: a page;
+// the rest are counted, paged (?page=N for the nodes needing an
+// operator, ?npage=N for every node) and found with the search.
+const MaxRows = 100
+
+// fleetQuery is what the fleet page is asked for.
+type fleetQuery struct {
+	Q, Need     string
+	All         bool
+	Page, NPage int
+}
+
+func parseFleetQuery(v url.Values) fleetQuery {
+	q := fleetQuery{Q: strings.TrimSpace(v.Get("q")), Need: v.Get("need"), All: v.Get("all") != "", Page: 1, NPage: 1}
+	if !slices.Contains(audit.FleetNeeds, q.Need) {
+		q.Need = ""
+	}
+	if n, err := strconv.Atoi(v.Get("page")); err == nil && n > 1 {
+		q.Page = n
+	}
+	if n, err := strconv.Atoi(v.Get("npage")); err == nil && n > 1 {
+		q.NPage = n
+	}
+	return q
+}
+
+// url is the fleet page (path "/") or its live stream ("/events") asked
+// for q.
+func (q fleetQuery) url(path string) string {
+	v := url.Values{}
+	if q.Q != "" {
+		v.Set("q", q.Q)
+	}
+	if q.Need != "" {
+		v.Set("need", q.Need)
+	}
+	if q.All {
+		v.Set("all", "1")
+	}
+	if q.Page > 1 {
+		v.Set("page", strconv.Itoa(q.Page))
+	}
+	if q.NPage > 1 {
+		v.Set("npage", strconv.Itoa(q.NPage))
+	}
+	if e := v.Encode(); e != "" {
+		return path + "?" + e
+	}
+	return path
+}
+
+// matches reports whether row r is found by the search q: a part of its
+// name or of one of its needs ("stale" finds stale-have), in any case.
+func (q fleetQuery) matches(r *audit.FleetRow) bool {
+	if q.Need != "" && !slices.Contains(r.Attention, q.Need) {
+		return false
+	}
+	if q.Q == "" {
+		return true
+	}
+	s := strings.ToLower(q.Q)
+	if strings.Contains(r.Node, s) {
+		return true
+	}
+	for _, a := range r.Attention {
+		if strings.Contains(a, s) {
+			return true
 		}
+	}
+	return false
+}
+
+// fleetIndex is every row of the fleet at one time, made once and shared
+// by every page and live stream asking until the fleet changes or a
+// second passes (at 100,000 nodes, making and sorting the rows takes a
+// few hundred ms: it was done for each page and each frame).
+type fleetIndex struct {
+	gen uint64
+	at  time.Time
+	// byName is every row, by node name; pressing the rows needing an
+	// operator, most pressing first (audit.SortFleet), retired ones too.
+	byName, pressing []audit.FleetRow
+	// summary and calm count the non-retired rows; summaryAll and
+	// calmAll every row.
+	summary, summaryAll []audit.NeedCount
+	calm, calmAll       int
+	retired             int
+}
+
+// index returns the rows at now, made anew when the fleet changed since
+// the last or now is a second or more from its time; f.mu is held.
+func (f *fleet) index(now time.Time, stale time.Duration) *fleetIndex {
+	if x := f.idx; x != nil && x.gen == f.gen && now.Sub(x.at).Abs() < time.Second {
+		return x
+	}
+	x := &fleetIndex{gen: f.gen, at: now, byName: make([]audit.FleetRow, 0, len(f.views))}
+	for _, name := range slices.Sorted(maps.Keys(f.views)) {
 		nv := f.views[name]
 		r := nv.Row(now, stale)
 		if nv.Err == nil {
@@ -234,26 +357,100 @@ func (f *fleet) page(q string, all bool, now time.Time, stale time.Duration) fle
 				r.SetSources(ps)
 			}
 		}
-		if r.Retired && !all {
-			p.RetiredOut++
+		x.byName = append(x.byName, r)
+		if len(r.Attention) > 0 {
+			x.pressing = append(x.pressing, r)
+		}
+	}
+	audit.SortFleet(x.pressing)
+	live := make([]audit.FleetRow, 0, len(x.byName))
+	for _, r := range x.byName {
+		if r.Retired {
+			x.retired++
+		} else {
+			live = append(live, r)
+		}
+	}
+	x.summary, x.calm = audit.CountNeeds(live)
+	x.summaryAll, x.calmAll = audit.CountNeeds(x.byName)
+	f.idx = x
+	return x
+}
+
+// page returns the fleet page asked for by q at now; retired nodes only
+// with q.All (they leave the fleet, DESIGN.md §9).
+func (f *fleet) page(q fleetQuery, now time.Time, stale time.Duration) fleetPage {
+	f.mu.Lock()
+	x := f.index(now, stale)
+	f.mu.Unlock()
+	p := fleetPage{Query: q.Q, Need: q.Need, All: q.All, Gen: x.gen, Nodes: len(x.byName), Now: now, Live: q.url("/events")}
+	p.Summary, p.Calm = groups(x.summary, q), x.calm
+	if q.All {
+		p.Summary, p.Calm = groups(x.summaryAll, q), x.calmAll
+	} else {
+		p.RetiredOut = x.retired
+	}
+	// One pass over each list: count what matches, keep the page's rows.
+	from := (q.NPage - 1) * MaxRows
+	for i := range x.byName {
+		r := &x.byName[i]
+		if r.Retired && !q.All || !q.matches(r) {
 			continue
 		}
+		if p.Matching >= from && len(p.Rows) < MaxRows {
+			p.Rows = append(p.Rows, *r)
+		}
 		p.Matching++
-		if len(p.Rows) < MaxRows {
-			p.Rows = append(p.Rows, r)
-		} else {
-			p.More++
-		}
-		if len(r.Attention) > 0 {
-			p.Needs = append(p.Needs, r)
-		}
 	}
-	audit.SortFleet(p.Needs)
-	if len(p.Needs) > MaxRows {
-		p.NeedsMore = len(p.Needs) - MaxRows
-		p.Needs = p.Needs[:MaxRows]
+	p.RowsFirst = min(from, p.Matching)
+	p.More = max(0, p.Matching-p.RowsFirst-len(p.Rows))
+	from = (q.Page - 1) * MaxRows
+	for i := range x.pressing {
+		r := &x.pressing[i]
+		if r.Retired && !q.All || !q.matches(r) {
+			continue
+		}
+		if p.NeedsTotal >= from && len(p.Needs) < MaxRows {
+			p.Needs = append(p.Needs, *r)
+		}
+		p.NeedsTotal++
 	}
+	p.NeedsFirst = min(from, p.NeedsTotal)
+	p.NeedsMore = max(0, p.NeedsTotal-p.NeedsFirst-len(p.Needs))
+	p.NeedsPager = pages(q, q.Page, p.NeedsTotal, func(q *fleetQuery, n int) { q.Page = n })
+	p.RowsPager = pages(q, q.NPage, p.Matching, func(q *fleetQuery, n int) { q.NPage = n })
 	return p
+}
+
+// groups makes the summary's links: each need's link shows the nodes
+// with it (the search kept, from the first page).
+func groups(counts []audit.NeedCount, q fleetQuery) []needGroup {
+	out := make([]needGroup, len(counts))
+	for i, c := range counts {
+		qq := q
+		qq.Need, qq.Page, qq.NPage = c.Need, 1, 1
+		if q.Need == c.Need {
+			qq.Need = "" // a second click shows every node again
+		}
+		out[i] = needGroup{Need: c.Need, Nodes: c.Nodes, Href: qq.url("/"), Chosen: q.Need == c.Need}
+	}
+	return out
+}
+
+// pages links the pages before and after page of a table of total rows.
+func pages(q fleetQuery, page, total int, set func(*fleetQuery, int)) pager {
+	pg := pager{Page: page, Of: max(1, (total+MaxRows-1)/MaxRows)}
+	if page > 1 {
+		qq := q
+		set(&qq, min(page-1, pg.Of))
+		pg.Prev = qq.url("/")
+	}
+	if page < pg.Of {
+		qq := q
+		set(&qq, page+1)
+		pg.Next = qq.url("/")
+	}
+	return pg
 }
 
 // lastSeen returns the newest sequence of node seen on the stream since

@@ -188,8 +188,7 @@ func (c *Console) render(w http.ResponseWriter, name string, data any) {
 }
 
 func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request) {
-	q, all := r.URL.Query().Get("q"), r.URL.Query().Get("all") != ""
-	c.render(w, "fleet.html", c.fleet.page(q, all, c.cfg.Now(), c.cfg.Stale))
+	c.render(w, "fleet.html", c.fleet.page(parseFleetQuery(r.URL.Query()), c.cfg.Now(), c.cfg.Stale))
 }
 
 // keepAlive is how often the live stream sends a comment, and re-renders
@@ -199,16 +198,19 @@ const keepAlive = 10 * time.Second
 // minFrameGap is the least time between two frames of the live stream.
 const minFrameGap = time.Second
 
-// fleetEvents streams the fleet (filtered as the page's q) as
-// server-sent events: an event "fleet" whose data is the HTML of the
-// fleet's sections, on every change.
+// fleetEvents streams the fleet page asked for (the page's search, need
+// and pages) as server-sent events: an event "fleet" whose data is the
+// HTML of the fleet's sections, on a change, at most one a second
+// (minFrameGap: changes in between are coalesced into the next frame),
+// and every keepAlive. The rows come from the fleet's shared index,
+// made at most once a second however many pages are open.
 func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
-	q, all := r.URL.Query().Get("q"), r.URL.Query().Get("all") != ""
+	q := parseFleetQuery(r.URL.Query())
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	ch, cancel := c.fleet.subscribe()
@@ -218,7 +220,7 @@ func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request) {
 	var last uint64
 	var sent time.Time
 	send := func(force bool) bool {
-		p := c.fleet.page(q, all, c.cfg.Now(), c.cfg.Stale)
+		p := c.fleet.page(q, c.cfg.Now(), c.cfg.Stale)
 		if p.Gen == last && !force {
 			return true
 		}
@@ -584,11 +586,6 @@ func (c *Console) zoom(node string, h *audit.History, q nodeQuery, i, j int) zoo
 	now.AsOf = ""
 	z.Now = now.url(node)
 	return z
-}
-
-func matches(name, q string) bool {
-	q = strings.ToLower(strings.TrimSpace(q))
-	return q == "" || strings.Contains(name, q)
 }
 
 var funcs = template.FuncMap{

@@ -25,7 +25,7 @@ import (
 // chromium returns the path of a Chromium (or Chrome) binary. Without one
 // the browser tests are skipped, except in CI, where they must run: .ci/run
 // installs Debian's chromium when it is missing.
-func chromium(t *testing.T) string {
+func chromium(t testing.TB) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -43,7 +43,7 @@ func chromium(t *testing.T) string {
 // context to run actions in. The flags keep it off the network: without
 // the background-networking ones, a closed network refuses its
 // connections and it stalls.
-func browser(t *testing.T, exe string) context.Context {
+func browser(t testing.TB, exe string) context.Context {
 	t.Helper()
 	profile, err := os.MkdirTemp("", "meshfold-chromium-")
 	if err != nil {
@@ -80,7 +80,7 @@ func browser(t *testing.T, exe string) context.Context {
 }
 
 // step runs a within the test's deadline.
-func step[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+func step[T any](t testing.TB, ctx context.Context, what string, a chromedp.Action[T]) T {
 	t.Helper()
 	sctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
@@ -94,7 +94,7 @@ func step[T any](t *testing.T, ctx context.Context, what string, a chromedp.Acti
 // screenshot saves a full-page PNG as name in $MESHFOLD_SCREENSHOTS (the
 // README's pictures: MESHFOLD_SCREENSHOTS=$PWD/docs go test ./e2e -run
 // Console), or takes it and drops it.
-func screenshot(t *testing.T, ctx context.Context, name string) {
+func screenshot(t testing.TB, ctx context.Context, name string) {
 	t.Helper()
 	png := step(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
 	if dir := os.Getenv("MESHFOLD_SCREENSHOTS"); dir != "" {
