@@ -255,7 +255,7 @@ type pager struct {
 // MaxRows is the most rows each table of the fleet page shows: a page;
 // the rest are counted, paged (?page=N for the nodes needing an
 // operator, ?npage=N for every node) and found with the search.
-const MaxRows = 100
+const MaxRows = 50
 
 // fleetQuery is what the fleet page is asked for.
 type fleetQuery struct {
