@@ -26,7 +26,10 @@ import (
 // folded) is never folded as a plan: it is journaled at level error and
 // the last plan emitted is published again, under this event's cause, so
 // the node returns to what the want says even if it applied it (issues
-// 14, 24).
+// 14, 24). A plan of its current key whose unsettled record the cap
+// dropped before its event was read is recorded again from the event
+// (issue 25); any other current-key plan that binds to nothing (a copy) is
+// journaled at error.
 //
 // Knock, journal and unknown kinds are not inputs of the fold: they only
 // advance s.Seq. A record one more would take past its cap (limits.go) is
@@ -305,6 +308,15 @@ func (f *folder) settle(p *events.Settle) {
 	if s.Settled == nil || p.Plan > s.Settled.Seq {
 		i := slices.IndexFunc(s.Unsettled, func(r *PlanRecord) bool { return r.Seq == p.Plan })
 		if i < 0 {
+			if _, dropped := slices.BinarySearch(s.Dropped, p.Plan); dropped {
+				// A plan whose record the cap dropped after its event was
+				// read: newer plans were emitted after it, and the node
+				// follows its plans in stream order, so it applies a newer
+				// one next (issue 25). Nothing to do.
+				f.journal(events.LevelInfo, "settle %d not folded: plan %d is superseded by a newer plan of the node, which it applies next (its record was dropped: a node keeps at most %d unsettled plans, reconcile.MaxUnsettled)",
+					f.ev.Seq, p.Plan, s.limits().unsettled)
+				return
+			}
 			f.reject("names sequence %d, which is no plan emitted for this node after the settled one", p.Plan)
 			return
 		}
@@ -312,6 +324,7 @@ func (f *folder) settle(p *events.Settle) {
 		prev := s.Settled
 		s.Settled = s.Unsettled[i]
 		s.Unsettled = slices.Delete(s.Unsettled, 0, i+1)
+		s.Dropped = slices.DeleteFunc(s.Dropped, func(seq uint64) bool { return seq <= s.Settled.Seq })
 		s.place(prev, f.ev)
 		s.Failed = slices.DeleteFunc(s.Failed, func(fa FailedApply) bool { return fa.Plan <= s.Settled.Seq })
 		f.accept()
@@ -488,33 +501,92 @@ func (f *folder) plan(p *events.Plan) {
 		if r.Seq == 0 && r.Cause == p.Cause {
 			r.Seq = f.ev.Seq
 			s.NewestPlan = f.ev.Seq
-			// Plans are published in the order they are emitted, so an
-			// unbound plan emitted before this one was never published: the
-			// shell skipped it as superseded (DESIGN.md §3). Drop it.
-			kept := s.Unsettled[:0]
-			for j, o := range s.Unsettled {
-				if o.Seq != 0 || j >= i {
-					kept = append(kept, o)
-				}
-			}
-			s.Unsettled = kept
+			s.dropSkipped(i)
 			return
 		}
 	}
-	why := fmt.Sprintf("its cause %d matches no plan this reconciler emitted and has not yet folded", p.Cause)
+	if !f.ev.OldKey && s.droppedPlan(p.Cause) {
+		// Signed with the current key, so emitted by this fold at its
+		// cause (the fold is deterministic); its record was dropped past
+		// the cap before its event was read (issue 25). The node may apply
+		// and settle it like any other plan: recorded again, from the
+		// event, as it was emitted.
+		s.rebind(p, f.ev.Seq)
+		return
+	}
 	if f.ev.OldKey {
 		// A plan of a key the reconciler no longer signs with (a retired
 		// key) that binds to nothing it emitted: foreign as a forgery is,
 		// since the node may have applied it (issue 24).
-		f.foreignPlan(why)
+		f.foreignPlan(fmt.Sprintf("its cause %d matches no plan this reconciler emitted and has not yet folded", p.Cause))
 		return
 	}
-	// Signed with the current key: one of the reconciler's own plans whose
-	// record the unsettled cap dropped (MaxUnsettled) or a copy of one.
-	// Journaled only: publishing the last plan again would add an
-	// unsettled record per such plan, the cap would drop more of them, and
-	// each would come back here (a loop found by TestChaos after kill -9).
-	f.reject("%s", why)
+	// Signed with the current key, and not a plan the fold is waiting
+	// for: a copy of one of its plans already read (published again past
+	// the dedup window, or replayed by a publisher of the node's plan
+	// subject). Journaled only: publishing the last plan again would add
+	// an unsettled record per such copy (the loop TestChaos found after
+	// kill -9, eb06fc9). A node agent refuses a plan whose cause is not
+	// newer than the plan it settled.
+	f.reject("signed with this reconciler's key, but its cause %d is no plan it waits for (a copy of an older plan, published again or replayed); the node's agent refuses it if it settled a newer plan: `meshfold audit %s` shows whether it applied it",
+		p.Cause, s.Node)
+}
+
+// dropSkipped drops the unbound records emitted before Unsettled[i], which
+// has just bound: plans are published in the order they are emitted, so
+// such a plan was never published (the shell skipped it as superseded,
+// DESIGN.md §3).
+func (s *State) dropSkipped(i int) {
+	kept := s.Unsettled[:0]
+	for j, o := range s.Unsettled {
+		if o.Seq != 0 || j >= i {
+			kept = append(kept, o)
+		}
+	}
+	clear(s.Unsettled[len(kept):])
+	s.Unsettled = kept
+}
+
+// droppedPlan reports whether a plan event of the current key whose cause
+// binds to no unsettled record is one the fold emitted and whose record the
+// unsettled cap dropped before the event was read: its cause lies after the
+// newest plan whose event was folded (a bound record, else the settled
+// plan) and before the last plan emitted, whose event is still to come.
+// Plans are published in the order they are emitted, so every plan of such
+// a cause was unbound when it was dropped, and the plans emitted after it
+// follow it in the stream; a copy of a plan already read has a cause at or
+// below the newest one folded.
+func (s *State) droppedPlan(cause uint64) bool {
+	last := s.Emitted()
+	if last == nil || last.Seq != 0 || cause >= last.Cause {
+		return false
+	}
+	var floor uint64
+	if s.Settled != nil {
+		floor = s.Settled.Cause
+	}
+	for _, r := range s.Unsettled {
+		if r.Seq != 0 {
+			floor = r.Cause
+		}
+	}
+	return cause > floor
+}
+
+// rebind records p, a plan of the fold's own whose record the cap dropped
+// (droppedPlan), as bound at seq: after the bound records, before the
+// unbound ones emitted after it. The unbound ones emitted before it are
+// dropped, as when a plan binds (dropSkipped). Past the cap, one record is
+// dropped again, never this one nor the last emitted ([State.dropPlan]).
+func (s *State) rebind(p *events.Plan, seq uint64) {
+	s.Unsettled = slices.DeleteFunc(s.Unsettled, func(o *PlanRecord) bool { return o.Seq == 0 && o.Cause < p.Cause })
+	r := &PlanRecord{Seq: seq, Cause: p.Cause, Want: p.Want, Account: p.ProvisionerAccount, Modules: slices.Clone(p.Modules)}
+	i := slices.IndexFunc(s.Unsettled, func(o *PlanRecord) bool { return o.Seq == 0 })
+	s.Unsettled = slices.Insert(s.Unsettled, i, r)
+	s.NewestPlan = seq
+	if len(s.Unsettled) > s.limits().unsettled {
+		s.dropPlan(len(s.Unsettled) - 1)
+	}
 }
 
 // pause holds plans back (DESIGN.md §9). A pause while paused keeps the
@@ -665,15 +737,36 @@ func (f *folder) emitPlan(rows []events.PlanModule, account string) {
 	}
 }
 
-// roomForPlan makes room for one more unsettled plan: past the cap it
-// drops the second oldest, keeping the oldest (the node may be applying
-// it) and the newer ones (it applies the newest it follows). Not
-// journaled: the node never needs it; a settle naming it is.
+// roomForPlan makes room for one more unsettled plan ([State.dropPlan]).
+// Not journaled: a dropped plan's event, when read, records it again, and
+// the node applies the newest plan it follows; a settle naming a dropped
+// plan whose event was read is (at info while it is in Dropped).
 func (s *State) roomForPlan() {
 	if n := len(s.Unsettled); n > 0 && n >= s.limits().unsettled {
-		i := min(1, n-1)
-		s.Unsettled = slices.Delete(s.Unsettled, i, i+1)
+		s.dropPlan(n)
 	}
+}
+
+// dropPlan drops one unsettled record: the oldest unbound one among the
+// first end (its event, still to come, records it again: rebind), else the
+// second oldest, keeping the oldest (the node may be applying it) and the
+// newer ones (it applies the newest it follows). A bound record dropped
+// leaves its sequence in Dropped, so that a settle naming it is known as
+// a superseded plan's.
+func (s *State) dropPlan(end int) {
+	i := slices.IndexFunc(s.Unsettled[:end], func(r *PlanRecord) bool { return r.Seq == 0 })
+	if i < 0 {
+		i = min(1, len(s.Unsettled)-1)
+	}
+	if seq := s.Unsettled[i].Seq; seq != 0 {
+		if j, found := slices.BinarySearch(s.Dropped, seq); !found {
+			s.Dropped = slices.Insert(s.Dropped, j, seq)
+		}
+		if len(s.Dropped) > s.limits().unsettled {
+			s.Dropped = slices.Delete(s.Dropped, 0, 1)
+		}
+	}
+	s.Unsettled = slices.Delete(s.Unsettled, i, i+1)
 }
 
 // knock publishes one knock carrying every due item, which pays them

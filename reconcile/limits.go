@@ -16,11 +16,14 @@ import "github.com/meshfold/meshfold/events"
 // events still fold and the drop is journaled.
 const (
 	// MaxUnsettled bounds the plans emitted and not settled yet (a node
-	// that is down while wants keep coming). A node agent applies the
-	// newest plan it follows, so only the plan it may be applying (the
-	// oldest) and the newest can be settled: when one more is emitted,
-	// the second oldest is dropped, not journaled (the node never needs
-	// it). A settle naming it is journaled at error as naming no plan.
+	// that is down while wants keep coming; wants refolded at a restart
+	// before their plans are read back). One more drops the oldest plan
+	// whose event is not read yet (that event, when read, records it
+	// again: a plan of the fold's own, issue 25), else the second oldest:
+	// the oldest may be what the node is applying, and it applies the
+	// newest it follows. Not journaled. A settle naming a dropped plan is
+	// journaled at info while it is among the last MaxUnsettled dropped
+	// (State.Dropped), else at error as naming no plan.
 	MaxUnsettled = 4
 	// MaxOwed bounds the owed items: a knock carries at most
 	// events.MaxOwedPerKnock. One more drops the oldest (the first to

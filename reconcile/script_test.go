@@ -21,7 +21,9 @@ import (
 // and the effects the fold returned, each at the sequence it takes on the
 // stream (plans are folded at once, as the reconciler reads its own plan
 // events). "node name=X" starts a new stream of node X. The query
-// commands print: state, dry-run, stuck at=SECONDS, judge, refold seq=N.
+// commands print: state, dry-run, stuck at=SECONDS, judge, refold seq=N;
+// "hold" keeps the plans emitted next out of the stream until "release
+// [n=N]" appends them (a reconciler that reads its plans back late).
 //
 // Rewrite the expectations with: go test ./reconcile -run TestScripts -rewrite
 func TestScripts(t *testing.T) {
@@ -70,9 +72,7 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 	if ev, ok := h.Input(t, d); ok {
 		var out strings.Builder
 		fmt.Fprintf(&out, "#%d %s\n", ev.Seq, summary(ev))
-		for i, e := range h.Stream.Effects(ev.Seq) {
-			fmt.Fprintf(&out, "  %s\n", formatEffect(e, ev.Seq+1+uint64(i)))
-		}
+		h.effects(&out, ev.Seq)
 		return out.String()
 	}
 	args := map[string]string{}
@@ -83,6 +83,27 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 	case "node":
 		*h = *newHarness(t, args["name"])
 		return "ok"
+	case "hold":
+		// Plans the fold emits from now on stay out of the stream until
+		// "release": the reconciler reads them back after later events.
+		h.Stream.HoldPlans = true
+		return "ok"
+	case "release":
+		// Appends the held plans (the first n=N of them), in order, each
+		// folded as it lands; holding ends once none is left.
+		n := h.Stream.Held()
+		if args["n"] != "" {
+			n = int(reconciletest.U64(t, args["n"]))
+		}
+		var out strings.Builder
+		for _, ev := range h.Stream.Release(n) {
+			fmt.Fprintf(&out, "#%d plan cause=%d\n", ev.Seq, ev.Payload.(*events.Plan).Cause)
+			h.effects(&out, ev.Seq)
+		}
+		if h.Stream.Held() == 0 {
+			h.Stream.HoldPlans = false
+		}
+		return out.String()
 	case "refold":
 		seq := reconciletest.U64(t, args["seq"])
 		ev, ok := h.Stream.Event(seq)
@@ -126,6 +147,20 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 	}
 	return ""
+}
+
+// effects prints the effects of the event at seq, each at the sequence it
+// lands at; a plan held (hold) has none yet.
+func (h *harness) effects(out *strings.Builder, seq uint64) {
+	next := seq + 1
+	for _, e := range h.Stream.Effects(seq) {
+		if h.Stream.HoldPlans && e.Kind == events.KindPlan {
+			fmt.Fprintf(out, "  %s\n", strings.Replace(formatEffect(e, 0), "plan - ", "plan held ", 1))
+			continue
+		}
+		fmt.Fprintf(out, "  %s\n", formatEffect(e, next))
+		next++
+	}
 }
 
 func formatDryRun(d reconcile.DryRun) string {
@@ -321,6 +356,9 @@ func formatState(s *reconcile.State) string {
 	}
 	fmt.Fprintf(&b, "seq=%d want=%s have=%s settled=%s newest_plan=%d unsettled=[%s]\n",
 		s.Seq, want, have, seq(s.Settled), s.NewestPlan, strings.Join(unsettled, " "))
+	if len(s.Dropped) > 0 {
+		fmt.Fprintf(&b, "dropped plans: %v\n", s.Dropped)
+	}
 	if e := s.Emitted(); e != nil {
 		fmt.Fprintf(&b, "emitted: plan %s cause=%d account=%s\n", seq(e), e.Cause, orNone(e.Account))
 	}

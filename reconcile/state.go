@@ -46,6 +46,13 @@ type State struct {
 	// sequences above Settled.Seq; unbound ones (Seq == 0) follow; at
 	// most MaxUnsettled.
 	Unsettled []*PlanRecord `json:"unsettled,omitempty"`
+	// Dropped holds the sequences of the newest plan events (at most
+	// MaxUnsettled) whose unsettled records the cap dropped after the
+	// events were read: a settle naming one is of a plan the node applied
+	// before a newer one, which it applies next (issue 25).
+	// Invariant: sorted, unique; each above Settled.Seq and at most
+	// NewestPlan; at most MaxUnsettled.
+	Dropped []uint64 `json:"dropped,omitempty"`
 	// NewestPlan is the sequence of the newest plan event folded. A settle,
 	// refusal or filled that names a newer plan names one that does not
 	// exist yet and is not folded (DESIGN.md §3).
@@ -514,6 +521,14 @@ func (s *State) CheckInvariants() error {
 			return fmt.Errorf("unsettled plan %d above the newest plan event %d", p.Seq, s.NewestPlan)
 		default:
 			floor = p.Seq
+		}
+	}
+	if len(s.Dropped) > lim.unsettled || !sortedUnique(s.Dropped, cmp.Compare[uint64]) {
+		return fmt.Errorf("dropped plans %v: not sorted and unique, or more than %d", s.Dropped, lim.unsettled)
+	}
+	for _, seq := range s.Dropped {
+		if seq > s.NewestPlan || s.Settled != nil && seq <= s.Settled.Seq {
+			return fmt.Errorf("dropped plan %d not above the settled plan, or above the newest plan event %d", seq, s.NewestPlan)
 		}
 	}
 	if !sortedUnique(s.Accepting, compareAccepting) {

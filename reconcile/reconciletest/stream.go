@@ -2,6 +2,7 @@ package reconciletest
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
@@ -33,7 +34,14 @@ type Stream struct {
 	// changes nothing but the state's Seq), as the scripts of package
 	// reconcile print their states.
 	PlansOnly bool
+	// HoldPlans, when set, keeps the plan effects the fold returns out of
+	// the stream until [Stream.Release] appends them, in order: a
+	// reconciler that reads its plans back only after later events of
+	// their node (wants published while it was down, refolded at its
+	// restart before any of their plans is published).
+	HoldPlans bool
 
+	held    []events.Event
 	raw     map[uint64][]byte
 	states  map[string]*reconcile.State
 	effects map[uint64][]reconcile.Effect
@@ -134,6 +142,10 @@ func (s *Stream) add(ev events.Event) events.Event {
 		s.Live(ev, st)
 	}
 	for _, e := range effs {
+		if s.HoldPlans && e.Kind == events.KindPlan {
+			s.held = append(s.held, events.Event{Node: e.Node, Kind: e.Kind, Payload: e.Payload})
+			continue
+		}
 		seq := s.Next()
 		eff := events.Event{Seq: seq, Time: s.TimeOf(seq), Node: e.Node, Kind: e.Kind, Payload: e.Payload}
 		s.Events = append(s.Events, eff)
@@ -153,6 +165,25 @@ func (s *Stream) add(ev events.Event) events.Event {
 		}
 	}
 	return ev
+}
+
+// Held returns how many plan effects HoldPlans keeps out of the stream.
+func (s *Stream) Held() int { return len(s.held) }
+
+// Release appends the first n plan effects HoldPlans kept (all of them
+// when n is larger), in the order the fold returned them, each folded as
+// it lands like an appended event, and returns them.
+func (s *Stream) Release(n int) []events.Event {
+	n = min(n, len(s.held))
+	out := make([]events.Event, 0, n)
+	for _, ev := range s.held[:n] {
+		ev.Seq = s.Next()
+		ev.Time = s.TimeOf(ev.Seq)
+		s.plans[ev.Node] = append(s.plans[ev.Node], ev.Seq)
+		out = append(out, s.add(ev))
+	}
+	s.held = slices.Delete(s.held, 0, n)
+	return out
 }
 
 // Data returns the bytes to publish for ev: the raw bytes of an event
