@@ -459,7 +459,7 @@ func TestNodePageRolloutStep(t *testing.T) {
 			t.Errorf("the why of want #%d does not name its step %q", c.seq, c.text)
 		}
 	}
-	if !strings.Contains(body, "<td>rollout web #93 batch 2/3: ") || !strings.Contains(body, "<td>rollout web #93 revert: ") {
+	if !strings.Contains(body, "<td>rollout #93 batch 2/3: provisioner p:1→p:2") || !strings.Contains(body, "<td>rollout #93 revert: provisioner p:2→p:1") {
 		t.Error("the events table does not mark the rollout's wants")
 	}
 	// The wants before, published by hand, are not marked.

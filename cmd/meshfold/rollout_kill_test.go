@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine/rollouts/rolloutstest"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/rollout/feed"
 	"github.com/meshfold/meshfold/rollout/fleetfile"
@@ -169,4 +170,105 @@ func TestRolloutControllerKilled(t *testing.T) {
 	}
 	t.Logf("%d rollouts of %d nodes, controller killed -9 %d times: every want once, none missed, in %s",
 		rounds, n, kills, time.Since(began).Round(time.Millisecond))
+}
+
+// TestRolloutAgentKilledMidRollout: three real node agents (`meshfold
+// node`, the recording runtime); once the rollout has begun, one is
+// killed with SIGKILL before its batch. Its lease expires, its agent
+// event says down, and its target holds nothing back: the rollout
+// completes with it unreached at its healthy_deadline. Restarted, the
+// agent takes its newest want: the rollout's.
+func TestRolloutAgentKilledMidRollout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs and kills node agent processes: not in -short")
+	}
+	m := startMesh(t)
+	trust := m.serveSigned(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stream, err := m.js.Stream(ctx, m.cfg.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := m.cfg.Subjects()
+	dir := t.TempDir()
+	agent := func(node string) *meshfoldProcess {
+		return startMeshfold(t, "node", node, "--runtime", "record", "--root", filepath.Join(dir, node),
+			"--state-dir", filepath.Join(dir, node+"-state"), "--server", m.e.ClientURL(), "--trust", trust)
+	}
+	// runs waits until node's newest have reports web at build.
+	runs := func(node, build string, limit time.Duration) {
+		t.Helper()
+		waitfor.Until(t, limit, node+" running web "+build, func() bool {
+			h, err := store.LastMsg(ctx, stream, subj, node, events.KindHave)
+			if err != nil {
+				return false
+			}
+			have, ok := h.Event.Payload.(*events.Have)
+			return ok && len(have.Modules) == 1 && have.Modules[0].Build == build && have.Modules[0].State == events.Running
+		})
+	}
+	nodes := []string{"ace", "bob", "cat"}
+	procs := map[string]*meshfoldProcess{}
+	pub := store.NewPublisher(m.js, subj)
+	for _, n := range nodes {
+		procs[n] = agent(n)
+		if _, err := pub.Append(ctx, n, events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "web", Build: "web:1"}}}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range nodes {
+		runs(n, "web:1", 30*time.Second)
+	}
+	file := filepath.Join(dir, "fleet.yaml")
+	yaml := "fleet: web\nnodes: {ace: {}, bob: {}, cat: {}}\ngroups: [{name: all, select: {}, modules: [{name: web, build: \"web:2\"}]}]\n" +
+		"rollout: {batch: 1, max_unavailable: 1, min_healthy: 1s, healthy_deadline: 20s}\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := m.cli(t, "apply", "-f", file, "--by", "alice")
+	if code != 0 {
+		t.Fatalf("apply: code %d\n%s%s", code, out, errs)
+	}
+	// During the rollout, before its batch: cat's agent killed.
+	killed := time.Now()
+	if err := procs["cat"].cmd.Process.Signal(syscall.SIGKILL); err != nil { // by pid: the process this test started
+		t.Fatal(err)
+	}
+	procs["cat"].wait(t, ctx)
+
+	v := waitStatus(t, m, func(v rollout.View) bool { return v.Phase.Final() })
+	took := time.Since(killed)
+	if v.Phase != rollout.Completed || v.Counts[rollout.Done] != 2 || v.Counts[rollout.Unreached] != 1 {
+		t.Fatalf("phase %s, counts %v, want completed with 2 done and 1 unreached", v.Phase, v.Counts)
+	}
+	for _, tv := range v.Targets {
+		if tv.Node == "cat" && (tv.Status != rollout.Unreached || tv.Published == 0 || !tv.Down) {
+			t.Errorf("cat: %+v, want unreached, its want published, its agent down", tv)
+		}
+	}
+	runs("ace", "web:2", 10*time.Second)
+	runs("bob", "web:2", 10*time.Second)
+
+	runs("cat", "web:1", time.Second) // its last have, from before the kill
+	procs["cat"] = agent("cat")
+	restarted := time.Now()
+	runs("cat", "web:2", 30*time.Second)
+	t.Logf("cat killed -9 during the rollout: completed with cat unreached %s later; restarted, cat ran its newest want (web:2) after %s",
+		took.Round(100*time.Millisecond), time.Since(restarted).Round(time.Millisecond))
+	for _, n := range nodes {
+		ids := 0
+		err := store.ReadNode(ctx, m.js, m.cfg.Name, subj, n, v.Rollout, 0, func(msg store.Msg) error {
+			if msg.Event.Kind == events.KindWant {
+				ids++
+				if msg.MsgID != rollout.WantID("web", v.Rollout, n, rollout.StepForward) {
+					t.Errorf("%s: want #%d has id %q", n, msg.Event.Seq, msg.MsgID)
+				}
+			}
+			return nil
+		})
+		if err != nil || ids != 1 {
+			t.Errorf("%s: %d wants since the start (%v), want 1", n, ids, err)
+		}
+	}
 }

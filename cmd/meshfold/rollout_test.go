@@ -99,7 +99,7 @@ func TestRolloutVerbs(t *testing.T) {
 			line = l
 		}
 	}
-	if code != 0 || !strings.Contains(line, fmt.Sprintf("want    rollout web #%d canary: 1 module, 0 files; web web:1→web:2", id)) {
+	if code != 0 || !strings.Contains(line, fmt.Sprintf("want    rollout #%d canary: web web:1→web:2", id)) {
 		t.Errorf("audit ace: code %d: the want #%d is not marked as rollout %d's canary step: %q\n%s%s", code, want, id, line, out, errs)
 	}
 	out, errs, code = m.cli(t, "audit", "ace", "-o", "json")

@@ -50,10 +50,12 @@ type RolloutStep struct {
 }
 
 // Short is the step as a timeline line begins it, short enough to leave
-// room for the want's change: "rollout web #93 canary", "rollout web #93
-// batch 2/3", "rollout web #93 revert". [RolloutStep.Text] says it whole.
+// the want's change whole within [LineWidth]: "rollout #93 canary",
+// "rollout #93 batch 2/3", "rollout #93 revert" (a rollout's id, its
+// start's sequence, names it in every fleet). [RolloutStep.Text] says it
+// whole.
 func (r RolloutStep) Short() string {
-	s := fmt.Sprintf("rollout %s #%d ", r.Fleet, r.Rollout)
+	s := fmt.Sprintf("rollout #%d ", r.Rollout)
 	var batch, batches int
 	switch {
 	case r.Step != "forward":
@@ -86,13 +88,16 @@ func (h *History) step(ev events.Event) (RolloutStep, bool) {
 	return st, ok
 }
 
-// summary is [Summary] with a rollout step's want marked.
+// summary is [Summary], but a rollout step's want begins with its step
+// and tells only what changed (its module and file counts left out, so
+// that the change fits the line).
 func (h *History) summary(ev events.Event, prev *events.Want) string {
-	s := Summary(ev, prev)
-	if st, ok := h.step(ev); ok && ev.Err == nil {
-		s = st.Short() + ": " + s
+	st, ok := h.step(ev)
+	w, isWant := ev.Payload.(*events.Want)
+	if !ok || !isWant || ev.Err != nil {
+		return Summary(ev, prev)
 	}
-	return s
+	return st.Short() + ": " + wantChange(w, prev)
 }
 
 // NewHistory checks that evs are node's events in strictly increasing

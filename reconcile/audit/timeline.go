@@ -231,17 +231,35 @@ func plural(n int, word string) string {
 func wantSummary(w, prev *events.Want) string {
 	head := plural(len(w.Modules), "module") + ", " + plural(countFiles(w.Modules), "file")
 	if prev == nil {
-		parts := make([]string, len(w.Modules))
-		for i, m := range w.Modules {
-			parts[i] = m.Name + " " + ShortBuild(m.Build) + wantFlags(m)
-		}
-		return "first want, " + head + ": " + strings.Join(parts, ", ")
+		return "first want, " + head + ": " + wantModules(w)
 	}
 	changes := WantChanges(prev, w)
 	if len(changes) == 0 {
 		return head + "; unchanged"
 	}
 	return head + "; " + strings.Join(changes, "; ")
+}
+
+// wantChange is a want's change from prev alone: "web a→b", "first want:
+// web b", "unchanged".
+func wantChange(w, prev *events.Want) string {
+	if prev == nil {
+		return "first want: " + wantModules(w)
+	}
+	changes := WantChanges(prev, w)
+	if len(changes) == 0 {
+		return "unchanged"
+	}
+	return strings.Join(changes, "; ")
+}
+
+// wantModules lists a want's modules: "web b1, db d1 (requires approval)".
+func wantModules(w *events.Want) string {
+	parts := make([]string, len(w.Modules))
+	for i, m := range w.Modules {
+		parts[i] = m.Name + " " + ShortBuild(m.Build) + wantFlags(m)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func wantFlags(m events.WantModule) string {
