@@ -16,7 +16,9 @@ import (
 	"github.com/meshfold/meshfold/query"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/examples"
 	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/node/process"
 	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/rollout/feed"
 	"github.com/meshfold/meshfold/rollout/fleetfile"
@@ -322,4 +324,65 @@ func TestRolloutAgentDownUnreached(t *testing.T) {
 		h, ok := ev.Payload.(*events.Have)
 		return ok && len(h.Modules) == 1 && h.Modules[0].Build == "web:2"
 	}))(t)
+}
+
+// A crash-looping build on real processes: three agents run web as a
+// process (examples/idle), then a rollout gives them examples/
+// mesh-build-go, which exits 1 without its credential. The canary's real
+// module crash-loops, the rollout halts at it and reverts it, and the
+// canary's process runs the previous build again; the other two never
+// get the broken build.
+func TestRolloutRealProcessesCrashLoopReverted(t *testing.T) {
+	m := newMesh(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*rolloutDeadline)
+	defer cancel()
+	acct := moduleAccount(t)
+	idle := m.pushExample(examples.WriteIdle)
+	bad := m.pushExample(examples.WriteMeshBuildGo)
+	rts := map[string]*process.Runtime{}
+	var nodes []*nodeT
+	for i := range 3 {
+		nd := m.newNode(fmt.Sprintf("p%d", i))
+		rts[nd.name], _ = nd.processRuntime(process.Backoff{})
+		nd.startAgent(rts[nd.name])
+		nodes = append(nodes, nd)
+	}
+	for _, nd := range nodes {
+		seq := must(m.want(ctx, nd.name, events.WantModule{Name: "web", Build: idle, RunsAs: acct}))(t)
+		plan, _ := must2(m.planOf(ctx, nd.name, seq))(t)
+		if s := must(m.settled(ctx, nd.name, plan))(t); s.Op == events.OpFailed {
+			t.Fatalf("%s: %s", nd.name, s.Error)
+		}
+	}
+	f, _, err := fleetfile.Parse(fmt.Appendf(nil, `fleet: web
+nodes: {p0: {}, p1: {}, p2: {}}
+groups: [{name: all, select: {}, modules: [{name: web, build: %q, runs_as: %s}]}]
+rollout: {canary: 1, batch: 2, max_unavailable: 1, min_healthy: 2s, healthy_deadline: 1m, auto_revert: true}
+`, bad, acct))
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	id := m.apply(t, f)
+	s := m.waitRollout(t, "web", id, "")
+	took := time.Since(began)
+	if s.Rollout.Phase != rollout.Reverted || s.Rollout.Halt == nil || !strings.Contains(s.Rollout.Halt.Reason, "crash-loops") {
+		t.Fatalf("phase %s, halt %+v: %+v", s.Rollout.Phase, s.Rollout.Halt, s.View())
+	}
+	canary := s.Rollout.Targets[0]
+	st := must(waitStatus(ctx, rts[canary], "web", func(st process.Status) bool {
+		return st.Build == idle && st.State == events.Running
+	}))(t)
+	for _, nd := range nodes {
+		ids := m.wantIDs(t, nd.name, id)
+		var want []string
+		if nd.name == canary {
+			want = []string{rollout.WantID("web", id, nd.name, rollout.StepForward), rollout.WantID("web", id, nd.name, rollout.StepRevert)}
+		}
+		if strings.Join(ids, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: wants since the start %v, want %v", nd.name, ids, want)
+		}
+	}
+	t.Logf("real processes: the canary's mesh-build-go crash-looped, halted and reverted %s after apply; its process (pid %d) runs idle again",
+		took.Round(100*time.Millisecond), st.PID)
 }
