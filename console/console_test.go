@@ -86,13 +86,13 @@ func (f *fake) Sources(_ context.Context, node string) (map[string][]audit.Sourc
 	return out, nil
 }
 
-func (f *fake) Warnings(context.Context, time.Time) (map[string]int, error) {
+func (f *fake) WarningSeqs(context.Context, time.Time) (map[string][]uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := map[string]int{}
+	out := map[string][]uint64{}
 	for _, ev := range f.s.Events {
 		if j, ok := ev.Payload.(*events.Journal); ok && j.Level != events.LevelInfo {
-			out[ev.Node]++
+			out[ev.Node] = append(out[ev.Node], ev.Seq)
 		}
 	}
 	return out, nil
@@ -802,4 +802,23 @@ collect:
 			t.Errorf("frames %d and %d %s apart: more than one a second", k-1, k, gap)
 		}
 	}
+}
+
+// A node's acknowledged journal warnings (meshfold ack, issue 25) leave
+// "needs an operator" and are listed apart, with who acked them; a
+// warning stored after the ack flags the node again.
+func TestFleetAcked(t *testing.T) {
+	f := newFake()
+	healthy(f, "shanks")
+	f.append("shanks", &events.Journal{Level: events.LevelWarn, Msg: "something to read", Cause: 1})
+	fx := start(t, f)
+	fx.waitPage(t, "/", `id="need-shanks"`)
+	ack := f.append("shanks", &events.Ack{By: "alice"})
+	body := fx.waitPage(t, "/", `id="acked"`)
+	if strings.Contains(body, `id="need-shanks"`) ||
+		!strings.Contains(body, fmt.Sprintf("shanks 1 journal warning through #%d acknowledged by alice", ack.Seq)) {
+		t.Errorf("the acked warning is not apart from the needs:\n%s", body)
+	}
+	f.append("shanks", &events.Journal{Level: events.LevelError, Msg: "something new", Cause: 1})
+	fx.waitPage(t, "/", `id="need-shanks"`)
 }

@@ -28,9 +28,11 @@ type fleet struct {
 	src Source
 	log *slog.Logger
 
-	mu       sync.Mutex
-	views    map[string]NodeView
-	warnings map[string]int
+	mu    sync.Mutex
+	views map[string]NodeView
+	// warnings are the stream sequences of each node's journal entries
+	// of level warn or error, sorted and unique.
+	warnings map[string][]uint64
 	// dirty maps a node to the newest sequence of it seen on the stream
 	// that its view does not cover yet.
 	dirty map[string]uint64
@@ -48,7 +50,7 @@ type fleet struct {
 }
 
 func newFleet(src Source, log *slog.Logger) *fleet {
-	return &fleet{src: src, log: log, views: map[string]NodeView{}, warnings: map[string]int{},
+	return &fleet{src: src, log: log, views: map[string]NodeView{}, warnings: map[string][]uint64{},
 		dirty: map[string]uint64{}, last: map[string]uint64{}, subs: map[chan struct{}]struct{}{}, wake: make(chan struct{}, 1)}
 }
 
@@ -61,9 +63,9 @@ func (f *fleet) load(ctx context.Context, since time.Time) error {
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
 	}
-	var counts map[string]int
+	var seqs map[string][]uint64
 	if !since.IsZero() {
-		if counts, err = f.src.Warnings(ctx, since); err != nil {
+		if seqs, err = f.src.WarningSeqs(ctx, since); err != nil {
 			return err
 		}
 	}
@@ -75,8 +77,11 @@ func (f *fleet) load(ctx context.Context, since time.Time) error {
 			f.views[nv.Node] = nv
 		}
 	}
-	for n, c := range counts {
-		f.warnings[n] += c
+	for n, ss := range seqs {
+		// The follow may have seen some of them already.
+		all := append(f.warnings[n], ss...)
+		slices.Sort(all)
+		f.warnings[n] = slices.Compact(all)
 	}
 	f.changed()
 	return nil
@@ -88,7 +93,10 @@ func (f *fleet) saw(ev events.Event) {
 	f.mu.Lock()
 	if ev.Kind == events.KindJournal {
 		if j, ok := ev.Payload.(*events.Journal); ok && j.Level != events.LevelInfo {
-			f.warnings[ev.Node]++
+			if ws := f.warnings[ev.Node]; !slices.Contains(ws, ev.Seq) {
+				f.warnings[ev.Node] = append(ws, ev.Seq)
+				slices.Sort(f.warnings[ev.Node])
+			}
 		}
 	}
 	f.dirty[ev.Node] = max(f.dirty[ev.Node], ev.Seq)
@@ -352,7 +360,7 @@ func (f *fleet) index(now time.Time, stale time.Duration) *fleetIndex {
 		nv := f.views[name]
 		r := nv.Row(now, stale)
 		if nv.Err == nil {
-			r.SetWarnings(f.warnings[name])
+			r.SetWarningSeqs(f.warnings[name])
 			if ps := f.sources[name]; len(ps) > 0 {
 				r.SetSources(ps)
 			}

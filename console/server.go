@@ -612,7 +612,10 @@ var funcs = template.FuncMap{
 		rows := []audit.FleetRow{r}
 		return audit.FleetStuckText(rows) + audit.FleetSourcesText(rows, time.Now())
 	},
-	"join": strings.Join,
+	// acked is what `meshfold fleet` prints of the acknowledged journal
+	// warnings: apart from what needs an operator.
+	"acked": audit.FleetAckedText,
+	"join":  strings.Join,
 	"orNone": func(s string) string {
 		if s == "" {
 			return "(none)"

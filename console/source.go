@@ -22,9 +22,11 @@ type Source interface {
 	// Errors: one matching query.ErrNoSnapshots when no reconciler has
 	// checkpointed yet (the console shows an empty fleet).
 	Fleet(ctx context.Context) ([]NodeView, error)
-	// Warnings counts each node's journal entries of level warn or error
-	// stored at or after since.
-	Warnings(ctx context.Context, since time.Time) (map[string]int, error)
+	// WarningSeqs returns the stream sequences of each node's journal
+	// entries of level warn or error stored at or after since, in stream
+	// order: the row tells those an ack covers, or that cleared, apart
+	// (audit.FleetRow.SetWarningSeqs).
+	WarningSeqs(ctx context.Context, since time.Time) (map[string][]uint64, error)
 	// Live asks the reconciler for node's current view and composition.
 	// Errors: query.ErrNoReconciler when none answers,
 	// query.ErrUnknownNode.

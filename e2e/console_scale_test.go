@@ -75,8 +75,8 @@ func (s *standIn) Fleet(context.Context) ([]console.NodeView, error) {
 	return out, nil
 }
 
-func (s *standIn) Warnings(context.Context, time.Time) (map[string]int, error) {
-	return map[string]int{}, nil
+func (s *standIn) WarningSeqs(context.Context, time.Time) (map[string][]uint64, error) {
+	return map[string][]uint64{}, nil
 }
 
 func (s *standIn) Live(_ context.Context, node string) (reconcile.View, reconcile.Composition, error) {

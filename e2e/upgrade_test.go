@@ -102,7 +102,7 @@ func putEffectKey(t testing.TB, ctx context.Context, js jetstream.JetStream, cfg
 // node events published as the CLI and an agent publish them. The history
 // covers every event kind of package events (want, approve, have, settle,
 // refusal, filled, plan, knock, journal, pause, resume, poke, revoke,
-// waive, retire, agent), a fleet's rollout subjects, an event of a newer
+// waive, retire, agent, ack), a fleet's rollout subjects, an event of a newer
 // schema version, an event with a field this build does not know, and one
 // that names a plan not yet made.
 //
@@ -161,8 +161,9 @@ func TestGoldenGenerate(t *testing.T) {
 	must(m.waitEvent(ctx, "ace", events.KindKnock, func(ev events.Event) bool { return ev.Seq > poke }))(t)
 
 	// bo: no agent; its node events are published as an agent would. An
-	// owed file waived, events the fold journals and does not fold, a
-	// have with a field a newer agent added, then a forced retirement.
+	// owed file waived, events the fold journals and does not fold (and
+	// an ack of its warning), a have with a field a newer agent added,
+	// then a forced retirement.
 	dbPath := "/etc/db/pass"
 	w = must(m.want(ctx, "bo", events.WantModule{Name: "db", Build: "db:1", RunsAs: "db",
 		Files: []events.File{{Path: dbPath, Mode: "0600"}}}))(t)
@@ -170,6 +171,7 @@ func TestGoldenGenerate(t *testing.T) {
 	m.operator(ctx, "bo", &events.Refusal{Module: "db", Path: dbPath, Reason: events.ReasonUndeclared, Plan: 0, Writer: "prov"})
 	m.operator(ctx, "bo", &events.Waive{Module: "db", Path: dbPath, By: "ops"})
 	m.operator(ctx, "bo", &events.Settle{Module: "db", Op: events.OpApply, Plan: 999_999})
+	m.operator(ctx, "bo", &events.Ack{By: "ops", Reason: "golden: the settle of a plan not made, read"})
 	at := time.Now().UTC().Format(time.RFC3339Nano)
 	m.raw(ctx, "bo", events.KindHave, `{"v":2,"at":"`+at+`","modules":[],"from_the_future":true}`)
 	m.raw(ctx, "bo", events.KindHave, `{"v":1,"at":"`+at+`","modules":[{"name":"db","build":"","state":"stopped","added_later":1}],"added_later":"x"}`)

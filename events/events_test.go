@@ -102,6 +102,9 @@ func TestDecodeValidation(t *testing.T) {
 		{"revoke without by", events.KindRevoke, `{"v":1,` + at + `,"module":"nats","build":"img:2"}`, events.ErrMissing, "by"},
 		{"revoke bad module", events.KindRevoke, `{"v":1,` + at + `,"module":"Nats","build":"img:2","by":"a"}`, events.ErrBadName, "module"},
 		{"revoke without build", events.KindRevoke, `{"v":1,` + at + `,"module":"nats","by":"a"}`, events.ErrMissing, "build"},
+		{"ack ok", events.KindAck, `{"v":1,` + at + `,"by":"alice","upto":12}`, nil, ""},
+		{"ack without upto", events.KindAck, `{"v":1,` + at + `,"by":"alice"}`, nil, ""},
+		{"ack without by", events.KindAck, `{"v":1,` + at + `,"upto":12}`, events.ErrMissing, "by"},
 		{"waive ok", events.KindWaive, `{"v":1,` + at + `,"module":"app","path":"/etc/app/key","by":"alice"}`, nil, ""},
 		{"waive without by", events.KindWaive, `{"v":1,` + at + `,"module":"app","path":"/etc/app/key"}`, events.ErrMissing, "by"},
 		{"waive relative path", events.KindWaive, `{"v":1,` + at + `,"module":"app","path":"etc/key","by":"a"}`, events.ErrBadPath, "path"},
@@ -262,7 +265,7 @@ func TestKindLists(t *testing.T) {
 			t.Errorf("operator kind %s is not an input of the fold", k)
 		}
 	}
-	for _, k := range []events.Kind{events.KindPause, events.KindResume, events.KindPoke, events.KindRevoke, events.KindWaive, events.KindRetire} {
+	for _, k := range []events.Kind{events.KindPause, events.KindResume, events.KindPoke, events.KindRevoke, events.KindWaive, events.KindRetire, events.KindAck} {
 		if !slices.Contains(events.OperatorKinds, k) {
 			t.Errorf("%s missing from OperatorKinds", k)
 		}
@@ -278,6 +281,8 @@ func TestOperatorEventsRoundTrip(t *testing.T) {
 		&events.Revoke{Module: "nats", Build: "img:2", By: "carol"},
 		&events.Waive{Module: "app", Path: "/etc/app/key", By: "dave"},
 		&events.Retire{By: "erin", Force: true},
+		&events.Ack{By: "frank", Upto: 41, Reason: "read them"},
+		&events.Ack{By: "frank"},
 	} {
 		events.Stamp(p, now)
 		b, err := events.Encode(p)

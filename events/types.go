@@ -32,6 +32,7 @@ const (
 	KindRevoke Kind = "revoke" // operator: take an approval back
 	KindWaive  Kind = "waive"  // operator: pay a file's owed items without a knock
 	KindRetire Kind = "retire" // operator: remove every module, then forget the node
+	KindAck    Kind = "ack"    // operator: the node's warnings up to a sequence were read
 
 	// KindAgent (agent.go): reconciler: the node's agent went down or came
 	// back (DESIGN.md §11).
@@ -41,18 +42,19 @@ const (
 // subject of their own (see [Subjects.Fill]) and are not an event kind: no
 // stream ever captures them.
 var Kinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan, KindKnock, KindJournal,
-	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent}
+	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent, KindAck}
 
 // InputKinds are the kinds the reconciler folds: everything published by
 // controllers, operators and nodes, its own plans (DESIGN.md §3: it folds
 // its plan events to learn each plan's sequence) and the agent
 // transitions it records (DESIGN.md §11).
 var InputKinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan,
-	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent}
+	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent, KindAck}
 
-// OperatorKinds are the kinds only an operator publishes: the approval and
-// the operator events of DESIGN.md §9.
-var OperatorKinds = []Kind{KindApprove, KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire}
+// OperatorKinds are the kinds only an operator publishes: the approval,
+// the operator events of DESIGN.md §9 and the acknowledgement of a
+// node's warnings (issue 25).
+var OperatorKinds = []Kind{KindApprove, KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAck}
 
 // Known reports whether k is one of [Kinds].
 func (k Kind) Known() bool { return slices.Contains(Kinds, k) }
@@ -72,7 +74,7 @@ func (h *Header) header() *Header { return h }
 // Payload is implemented by the pointer of every event type of this
 // package: *Want, *Approve, *Have, *Settle, *Refusal, *Filled, *Plan,
 // *Knock, *Journal, the operator events *Pause, *Resume, *Poke,
-// *Revoke, *Waive and *Retire, and *Agent.
+// *Revoke, *Waive and *Retire, *Agent, and *Ack.
 type Payload interface {
 	// Kind is the payload's event kind.
 	Kind() Kind
@@ -406,6 +408,20 @@ type Retire struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// Ack says an operator has read the node's journal warnings (entries of
+// level warn or error) stored at or before stream sequence Upto: they no
+// longer flag the node as needing an operator, and are counted apart
+// (issue 25). Upto 0 means every entry stored before the ack itself; an
+// Upto above the ack's own sequence counts as the ack's. It changes no
+// plan, knock or owed item.
+type Ack struct {
+	Header
+	By   string `json:"by"`
+	Upto uint64 `json:"upto,omitempty"`
+	// Reason is free text for the audit, optional.
+	Reason string `json:"reason,omitempty"`
+}
+
 // Kind implementations.
 func (*Want) Kind() Kind    { return KindWant }
 func (*Approve) Kind() Kind { return KindApprove }
@@ -422,6 +438,7 @@ func (*Poke) Kind() Kind    { return KindPoke }
 func (*Revoke) Kind() Kind  { return KindRevoke }
 func (*Waive) Kind() Kind   { return KindWaive }
 func (*Retire) Kind() Kind  { return KindRetire }
+func (*Ack) Kind() Kind     { return KindAck }
 
 // New returns a zero payload of kind k, or nil for an unknown kind.
 func New(k Kind) Payload {
@@ -458,6 +475,8 @@ func New(k Kind) Payload {
 		return new(Retire)
 	case KindAgent:
 		return new(Agent)
+	case KindAck:
+		return new(Ack)
 	}
 	return nil
 }

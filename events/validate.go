@@ -649,3 +649,14 @@ func (r *Retire) Validate() error {
 	}
 	return checkFreeText("reason", r.Reason)
 }
+
+// Validate checks by and the reason's text.
+func (a *Ack) Validate() error {
+	if err := a.header().validate(); err != nil {
+		return err
+	}
+	if err := checkBy(a.By); err != nil {
+		return err
+	}
+	return checkFreeText("reason", a.Reason)
+}

@@ -27,6 +27,10 @@
 //     refusals owe nothing; [State.Retire] is retired once that plan
 //     settles, or at once when forced; a later want clears it.
 //
+// and the acknowledgement of a node's journal warnings (issue 25): an ack
+// keeps, in [State.Ack], the one record that covers the most; the read side
+// counts warnings at or below it apart.
+//
 // [State.DryRun] composes a new want on a copy of the state with the
 // fold's own want rule, for `meshfold want --dry-run`; [DiffPlans] tells
 // how two compositions differ; [View.Stuck] derives what is stuck (a pause,

@@ -82,6 +82,8 @@ func (s *State) Fold(ev events.Event) []Effect {
 		f.retire(p)
 	case *events.Agent:
 		f.agent(p)
+	case *events.Ack:
+		f.ack(p)
 	}
 	return f.out
 }
@@ -641,6 +643,22 @@ func (f *folder) waive(p *events.Waive) {
 func (s *State) waived(module, path string, plan uint64) bool {
 	i, found := slices.BinarySearchFunc(s.Waivers, Waiver{Module: module, Path: path}, compareWaiver)
 	return found && plan <= s.Waivers[i].Plan
+}
+
+// ack records an operator's acknowledgement of the node's journal
+// warnings up to p.Upto (0, or above the ack's own sequence: up to the
+// ack itself). The record covering the most is kept: an ack of no more
+// than it covers changes nothing, so the state holds one record however
+// many acks come. It changes no plan, knock or owed item.
+func (f *folder) ack(p *events.Ack) {
+	upto := p.Upto
+	if upto == 0 || upto > f.ev.Seq {
+		upto = f.ev.Seq
+	}
+	if f.s.Ack != nil && f.s.Ack.Upto >= upto {
+		return
+	}
+	f.s.Ack = &AckRecord{Seq: f.ev.Seq, Time: f.ev.Time, By: p.By, Upto: upto}
 }
 
 // retire empties the node's plan and pays every owed item; the node is

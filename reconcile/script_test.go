@@ -267,6 +267,8 @@ func summary(ev events.Event) string {
 		return fmt.Sprintf("waive %s %s by=%s", p.Module, p.Path, p.By)
 	case *events.Retire:
 		return fmt.Sprintf("retire by=%s force=%v", p.By, p.Force)
+	case *events.Ack:
+		return fmt.Sprintf("ack by=%s upto=%d", p.By, p.Upto)
 	}
 	return string(ev.Kind)
 }
@@ -389,6 +391,9 @@ func formatState(s *reconcile.State) string {
 	}
 	for _, w := range s.Waivers {
 		fmt.Fprintf(&b, "waiver: %s %s through plan %d by %s (#%d)\n", w.Module, w.Path, w.Plan, w.By, w.Seq)
+	}
+	if a := s.Ack; a != nil {
+		fmt.Fprintf(&b, "ack: warnings through #%d acknowledged by %s (#%d)\n", a.Upto, a.By, a.Seq)
 	}
 	for _, f := range s.Failed {
 		fmt.Fprintf(&b, "failed: module=%s plan %d (#%d) error=%q\n", orNone(f.Module), f.Plan, f.Seq, f.Error)

@@ -129,6 +129,14 @@ type State struct {
 	// Invariant: Agent.Seq ≤ Seq.
 	Agent *AgentRecord `json:"agent,omitempty"`
 
+	// Ack is the operator's acknowledgement of the node's journal
+	// warnings that covers the most (issue 25): entries stored at or
+	// before Ack.Upto were read and no longer flag the node; `fleet`
+	// and the console count them apart. One record, whatever the count of
+	// acks; nil before the first.
+	// Invariant: Ack.Upto ≤ Ack.Seq ≤ Seq.
+	Ack *AckRecord `json:"ack,omitempty"`
+
 	// caps are the state's caps; nil is the constants of limits.go. Only
 	// a test sets them (an unbounded fold to compare with); a snapshot
 	// does not carry them.
@@ -214,6 +222,20 @@ type AgentRecord struct {
 	PID   int             `json:"pid,omitempty"`
 	Why   events.AgentWhy `json:"why,omitempty"`
 }
+
+// AckRecord is the ack event at Seq (stream time Time) by By: the
+// node's journal warnings stored at or before stream sequence Upto are
+// acknowledged.
+type AckRecord struct {
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+	By   string    `json:"by"`
+	Upto uint64    `json:"upto"`
+}
+
+// Acked reports whether the journal entry at stream sequence seq is
+// acknowledged by a (false for a nil a).
+func (a *AckRecord) Acked(seq uint64) bool { return a != nil && seq <= a.Upto }
 
 // WantRecord is a folded want.
 type WantRecord struct {
@@ -473,6 +495,14 @@ func (s *State) CheckInvariants() error {
 	if s.Agent != nil {
 		if err := maxSeq("agent", s.Agent.Seq); err != nil {
 			return err
+		}
+	}
+	if a := s.Ack; a != nil {
+		if err := maxSeq("ack", a.Seq); err != nil {
+			return err
+		}
+		if a.Upto > a.Seq {
+			return fmt.Errorf("ack %d acknowledges up to %d, above itself", a.Seq, a.Upto)
 		}
 	}
 	for i, c := range s.Crashes {

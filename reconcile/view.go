@@ -67,6 +67,9 @@ type View struct {
 	// Agent is the node's agent up or down, and since which event
 	// (DESIGN.md §11 "Liveness"); nil while nothing is known.
 	Agent *AgentRecord `json:"agent,omitempty"`
+	// Ack is the acknowledgement of the node's journal warnings that
+	// covers the most (issue 25); nil when none.
+	Ack *AckRecord `json:"ack,omitempty"`
 }
 
 // AgentDown reports whether the node's agent is known to be down: its
@@ -152,6 +155,10 @@ func (s *State) View() View {
 	if s.Agent != nil {
 		a := *s.Agent
 		v.Agent = &a
+	}
+	if s.Ack != nil {
+		a := *s.Ack
+		v.Ack = &a
 	}
 	return v
 }

@@ -135,6 +135,8 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 	}
 	fold(&events.Agent{State: events.AgentDown, Claim: strings.Repeat("c", events.MaxClaim), Host: strings.Repeat("h", events.MaxHost),
 		PID: 1 << 30, Why: events.WhyReplaced})
+	// The ack, its by at its longest (one record, whatever the count).
+	fold(&events.Ack{By: pad("ack-", events.MaxBy)})
 	// Approvals at their bound.
 	for i := range reconcile.MaxApprovals {
 		fold(&events.Approve{Module: name(i % events.MaxModules), Build: build(100+i, i), By: pad(fmt.Sprintf("op%d-", i), events.MaxBy)})
@@ -181,8 +183,8 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 		t.Fatalf("%d failed applies, want %d", len(st.Failed), reconcile.MaxFailed)
 	case len(st.Crashes) != events.MaxHaveModules || len(st.Crashes[0].Times) != reconcile.FlapRestarts:
 		t.Fatalf("%d modules' crash records, want %d of %d", len(st.Crashes), events.MaxHaveModules, reconcile.FlapRestarts)
-	case len(st.Have.HealthSince) != events.MaxHaveModules || st.Agent == nil:
-		t.Fatalf("health since of %d modules, agent %v", len(st.Have.HealthSince), st.Agent)
+	case len(st.Have.HealthSince) != events.MaxHaveModules || st.Agent == nil || st.Ack == nil:
+		t.Fatalf("health since of %d modules, agent %v, ack %v", len(st.Have.HealthSince), st.Agent, st.Ack)
 	}
 	for _, p := range st.Unsettled {
 		if n := countFiles(p.Modules); n != events.MaxModules*events.MaxFilesPerModule {

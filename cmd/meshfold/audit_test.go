@@ -95,6 +95,9 @@ func TestAuditAsOfEqualsLive(t *testing.T) {
 		if a := st.Agent; a != nil {
 			restamp("agent", &a.Time, a.Seq)
 		}
+		if a := st.Ack; a != nil {
+			restamp("ack", &a.Time, a.Seq)
+		}
 		for _, c := range st.Crashes {
 			for i, at := range c.Times {
 				restamp("crash", &c.Times[i], seqAt[at.UnixNano()])

@@ -50,7 +50,11 @@ account warning, a stale have (older than --stale, or none), then journal
 warnings (entries of level warn or error in the last --warnings, counted
 from the stream; 0 skips that read). A warning older than its node's newest
 settled plan, on a node nothing else flags, has cleared: the node converged
-since; it is counted apart (cleared) and does not flag the node.
+since; it is counted apart (cleared) and does not flag the node. A warning an
+operator acknowledged ('meshfold ack NODE --by NAME': every warning of the
+node stored up to then, or up to --upto SEQ) does not flag it either: the
+'acked' lines after the table count them, with who acknowledged them and when
+(JSON journal_warnings_acked and ack).
 
 What is stuck is said too: a file a settled plan declares that was never
 filled since its module was placed (a minute after that plan settled: is the
@@ -322,6 +326,7 @@ func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPagin
 	if cleared > 0 {
 		fmt.Fprintf(&b, "-- %d journal warnings cleared: older than their node's newest settled plan, on nodes nothing else flags (JSON journal_warnings_cleared; meshfold audit NODE shows them)\n", cleared)
 	}
+	b.WriteString(audit.FleetAckedText(page))
 	b.WriteString(audit.FleetFailedText(page))
 	b.WriteString(audit.FleetAppliesText(page, now))
 	b.WriteString(audit.FleetStuckText(page))

@@ -303,6 +303,15 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 			continue
 		}
 		fmt.Fprintf(a.stdout, "%s %s: stream sequence %d\n", kind, n, ack.Seq)
+		if ak, ok := p.(*events.Ack); ok {
+			// The fold's rule (reconcile.State.Ack): no upto, or one above
+			// the ack itself, is the ack's own sequence.
+			upto := ak.Upto
+			if upto == 0 || upto > ack.Seq {
+				upto = ack.Seq
+			}
+			fmt.Fprintf(a.stderr, "note: %s's journal warnings stored through #%d are acknowledged: 'meshfold fleet' counts them apart, not as a need\n", n, upto)
+		}
 		if note := notes[n]; note != "" {
 			fmt.Fprintln(a.stderr, "note:", note)
 		}

@@ -165,8 +165,20 @@ func Summary(ev events.Event, prev *events.Want) string {
 		return "by " + p.By + reasonSuffix(p.Reason)
 	case *events.Agent:
 		return AgentSummary(p)
+	case *events.Ack:
+		return AckSummary(p, ev.Seq)
 	}
 	return string(ev.Kind)
+}
+
+// AckSummary tells the ack at seq: "journal warnings through #41 read by
+// alice" (an upto of 0, or above seq, is seq: the fold's rule).
+func AckSummary(a *events.Ack, seq uint64) string {
+	upto := a.Upto
+	if upto == 0 || upto > seq {
+		upto = seq
+	}
+	return fmt.Sprintf("journal warnings through #%d acknowledged by %s", upto, a.By) + reasonSuffix(a.Reason)
 }
 
 // AgentSummary tells an agent event: "DOWN: lease expired (agent pid 4242

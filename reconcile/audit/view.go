@@ -223,6 +223,10 @@ func writeOperator(t *textWriter, v reconcile.View, now time.Time, suffix string
 			t.line(1, "withheld", "nothing: resuming publishes no plan")
 		}
 	}
+	if a := v.Ack; a != nil {
+		t.line(1, "acked", fmt.Sprintf("journal warnings through #%d acknowledged by %s at %s (%s %s, #%d): they do not flag the node",
+			a.Upto, events.Text(a.By), FormatTime(a.Time), Age(now.Sub(a.Time)), suffix, a.Seq))
+	}
 	if r := v.Retire; r != nil {
 		s := fmt.Sprintf("retiring since %s (#%d by %s): the empty plan waits to settle (retire --force forgets it now)",
 			FormatTime(r.Time), r.Seq, events.Text(r.By))
@@ -360,6 +364,13 @@ type FleetRow struct {
 	// condition cleared since, and they do not flag it
 	// ([FleetRow.SetWarningSeqs]).
 	ClearedWarnings int `json:"journal_warnings_cleared,omitempty"`
+	// AckedWarnings counts, beside Warnings and ClearedWarnings, the
+	// entries at or below Ack.Upto: an operator acknowledged them
+	// (`meshfold ack`), and they do not flag the node.
+	AckedWarnings int `json:"journal_warnings_acked,omitempty"`
+	// Ack is the node's acknowledgement that covers the most (issue 25);
+	// absent when none.
+	Ack *reconcile.AckRecord `json:"ack,omitempty"`
 	// Sources are the files the node's provisioner could not fill, and
 	// why (DESIGN.md §12), as it reported them; set with [FleetRow.SetSources].
 	Sources []SourceProblem `json:"source_problems,omitempty"`
@@ -395,6 +406,7 @@ func FleetRowOfView(v reconcile.View, now time.Time, stale time.Duration) FleetR
 		Failed: failing(v.Runtime), FailedApplies: v.Failed, Unhealthy: unhealthy(v.Runtime), Flapping: flapping(v.Runtime, now),
 		Stuck: v.Stuck(now)}
 	r.Retired = r.Stuck.Retired
+	r.Ack = v.Ack
 	for _, h := range v.Holds {
 		if h.Why == events.HoldApproval && h.Pending != "" {
 			r.Pending = append(r.Pending, h)
@@ -470,21 +482,38 @@ func FleetSourcesText(rows []FleetRow, now time.Time) string {
 }
 
 // SetWarningSeqs sets r's journal warnings from their stream sequences:
-// on a node nothing else flags, a warning older than its newest settled
-// plan has cleared (the node converged since: issue 25) and counts in
-// ClearedWarnings, not as a need; the others as [FleetRow.SetWarnings].
+// a warning at or below the node's ack (r.Ack) was read by an operator and
+// counts in AckedWarnings; on a node nothing else flags, a warning older
+// than its newest settled plan has cleared (the node converged since:
+// issue 25) and counts in ClearedWarnings; neither is a need. The others
+// count as [FleetRow.SetWarnings].
 func (r *FleetRow) SetWarningSeqs(seqs []uint64) {
-	r.ClearedWarnings = 0
-	if len(attention(FleetRow{Node: r.Node, Error: r.Error, Failed: r.Failed, FailedApplies: r.FailedApplies, Stuck: r.Stuck,
+	r.ClearedWarnings, r.AckedWarnings = 0, 0
+	quiet := len(attention(FleetRow{Node: r.Node, Error: r.Error, Failed: r.Failed, FailedApplies: r.FailedApplies, Stuck: r.Stuck,
 		Owed: r.Owed, Pending: r.Pending, Unsettled: r.Unsettled, AccountWarning: r.AccountWarning, StaleHave: r.StaleHave,
-		Sources: r.Sources, Retired: r.Retired})) == 0 {
-		for _, s := range seqs {
-			if s < r.SettledPlan {
-				r.ClearedWarnings++
-			}
+		Sources: r.Sources, Retired: r.Retired})) == 0
+	for _, s := range seqs {
+		switch {
+		case r.Ack.Acked(s):
+			r.AckedWarnings++
+		case quiet && s < r.SettledPlan:
+			r.ClearedWarnings++
 		}
 	}
-	r.SetWarnings(len(seqs) - r.ClearedWarnings)
+	r.SetWarnings(len(seqs) - r.ClearedWarnings - r.AckedWarnings)
+}
+
+// FleetAckedText lists, a line each, the nodes of rows with acknowledged
+// journal warnings: how many, through which sequence, by whom and when.
+func FleetAckedText(rows []FleetRow) string {
+	var t textWriter
+	for _, r := range rows {
+		if a := r.Ack; a != nil && r.AckedWarnings > 0 {
+			t.line(0, "acked", fmt.Sprintf("%s %s through #%d acknowledged by %s at %s (ack #%d)",
+				r.Node, plural(r.AckedWarnings, "journal warning"), a.Upto, events.Text(a.By), FormatTime(a.Time), a.Seq))
+		}
+	}
+	return t.b.String()
 }
 
 // SetWarnings sets the count of journal warnings of r and updates what

@@ -151,6 +151,12 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 		p = &events.Waive{Module: args["module"], Path: args["path"], By: by()}
 	case "retire":
 		p = &events.Retire{By: by(), Force: args["force"] == "true"}
+	case "ack": // ack [upto=SEQ] [by=NAME]
+		var upto uint64
+		if args["upto"] != "" {
+			upto = U64(t, args["upto"])
+		}
+		p = &events.Ack{By: by(), Upto: upto, Reason: args["reason"]}
 	case "agent": // agent state=up|down claim=C [why=expired] [host=H pid=N]
 		pid := 0
 		if args["pid"] != "" {

@@ -109,13 +109,13 @@ func (g *gen) step(node string) {
 	}
 }
 
-// operator appends one of the operator events of DESIGN.md §9.
+// operator appends one of the operator events of DESIGN.md §9, or an ack.
 func (g *gen) operator(node string) {
 	r := g.r
 	m, path := g.target()
 	// In turn, so that every kind shows up in a short history.
 	g.ops++
-	switch g.ops % 6 {
+	switch g.ops % 7 {
 	case 0:
 		g.s.Append(node, &events.Pause{By: "alice", Reason: "maintenance"})
 	case 1:
@@ -127,6 +127,13 @@ func (g *gen) operator(node string) {
 		g.s.Append(node, &events.Revoke{Module: n.name, Build: g.build(n.name), By: "carol"})
 	case 4:
 		g.s.Append(node, &events.Waive{Module: m, Path: path, By: "dave"})
+	case 5:
+		// Some way back, or up to the ack itself (issue 25).
+		var upto uint64
+		if last := g.s.Next() - 1; last > 0 && r.chance(50) {
+			upto = 1 + uint64(r.intn(int(last)))
+		}
+		g.s.Append(node, &events.Ack{By: "frank", Upto: upto})
 	default:
 		g.s.Append(node, &events.Retire{By: "erin", Force: r.chance(30)})
 	}

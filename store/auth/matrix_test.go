@@ -79,6 +79,8 @@ publish revoke ace        -         -          ok       -          -            
 publish waive  ace        -         -          ok       -          -            -        -
 publish retire ace        -         -          ok       -          -            -        -
 publish retire shanks     -         -          ok       -          -            -        -
+publish ack    ace        -         -          ok       -          -            -        -
+publish ack    shanks     -         -          ok       -          -            -        -
 publish rollout start     -         -          ok       -          -            -        -
 publish rollout nodes     -         -          ok       -          -            -        -
 publish rollout promote   -         -          ok       -          -            -        -

@@ -95,9 +95,9 @@ const jsAPI = "$JS.API"
 //     builds bucket (its metadata, never its bytes); as the rollout controller (DESIGN.md
 //     §11), publishes a fleet's published, refused, tick and record
 //     events, reads the whole stream and holds rollout.<fleet> leases.
-//   - operator: publishes approvals and the operator events of DESIGN.md
-//     §9 (pause, resume, poke, revoke, waive, retire), and no other
-//     role may; starts rollouts and gives their verbs (a fleet's start,
+//   - operator: publishes approvals, the operator events of DESIGN.md
+//     §9 (pause, resume, poke, revoke, waive, retire) and acks of a
+//     node's warnings (issue 25), and no other role may; starts rollouts and gives their verbs (a fleet's start,
 //     nodes, promote, pause, resume, abort, revert); reads everything in the stream and
 //     the snapshot bucket, asks the state service and subscribes to the
 //     live plain subjects, except the fill subjects (never: they carry
