@@ -310,11 +310,12 @@ func (f *folder) settle(p *events.Settle) {
 	if s.Settled == nil || p.Plan > s.Settled.Seq {
 		i := slices.IndexFunc(s.Unsettled, func(r *PlanRecord) bool { return r.Seq == p.Plan })
 		if i < 0 {
-			if _, dropped := slices.BinarySearch(s.Dropped, p.Plan); dropped {
+			if j, dropped := slices.BinarySearch(s.Dropped, p.Plan); dropped {
 				// A plan whose record the cap dropped after its event was
 				// read: newer plans were emitted after it, and the node
 				// follows its plans in stream order, so it applies a newer
-				// one next (issue 25). Nothing to do.
+				// one next (issue 25), and never one older than this.
+				s.Dropped = slices.Delete(s.Dropped, 0, j)
 				f.journal(events.LevelInfo, "settle %d not folded: plan %d is superseded by a newer plan of the node, which it applies next (its record was dropped: a node keeps at most %d unsettled plans, reconcile.MaxUnsettled)",
 					f.ev.Seq, p.Plan, s.limits().unsettled)
 				return
@@ -780,7 +781,7 @@ func (s *State) dropPlan(end int) {
 		if j, found := slices.BinarySearch(s.Dropped, seq); !found {
 			s.Dropped = slices.Insert(s.Dropped, j, seq)
 		}
-		if len(s.Dropped) > s.limits().unsettled {
+		if len(s.Dropped) > MaxDroppedPlans {
 			s.Dropped = slices.Delete(s.Dropped, 0, 1)
 		}
 	}

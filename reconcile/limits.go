@@ -22,9 +22,16 @@ const (
 	// again: a plan of the fold's own, issue 25), else the second oldest:
 	// the oldest may be what the node is applying, and it applies the
 	// newest it follows. Not journaled. A settle naming a dropped plan is
-	// journaled at info while it is among the last MaxUnsettled dropped
+	// journaled at info while it is among the last MaxDroppedPlans dropped
 	// (State.Dropped), else at error as naming no plan.
 	MaxUnsettled = 4
+	// MaxDroppedPlans bounds the sequences of plans whose unsettled records
+	// the cap dropped after their events were read (State.Dropped), the
+	// newest kept: a node agent settles a plan it read, and while it
+	// applies one, every newer plan past the cap drops one such record.
+	// One more drops the oldest, not journaled: a settle naming it is
+	// journaled at error as naming no plan, as before issue 25.
+	MaxDroppedPlans = 64
 	// MaxOwed bounds the owed items: a knock carries at most
 	// events.MaxOwedPerKnock. One more drops the oldest (the first to
 	// arrive), journaled at warn: its file waits for the provisioner's

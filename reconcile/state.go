@@ -47,11 +47,12 @@ type State struct {
 	// most MaxUnsettled.
 	Unsettled []*PlanRecord `json:"unsettled,omitempty"`
 	// Dropped holds the sequences of the newest plan events (at most
-	// MaxUnsettled) whose unsettled records the cap dropped after the
-	// events were read: a settle naming one is of a plan the node applied
-	// before a newer one, which it applies next (issue 25).
+	// MaxDroppedPlans) whose unsettled records the cap dropped after the
+	// events were read, above the newest plan the node settled: a settle
+	// naming one is of a plan the node applied before a newer one, which
+	// it applies next (issue 25).
 	// Invariant: sorted, unique; each above Settled.Seq and at most
-	// NewestPlan; at most MaxUnsettled.
+	// NewestPlan; at most MaxDroppedPlans.
 	Dropped []uint64 `json:"dropped,omitempty"`
 	// NewestPlan is the sequence of the newest plan event folded. A settle,
 	// refusal or filled that names a newer plan names one that does not
@@ -553,8 +554,8 @@ func (s *State) CheckInvariants() error {
 			floor = p.Seq
 		}
 	}
-	if len(s.Dropped) > lim.unsettled || !sortedUnique(s.Dropped, cmp.Compare[uint64]) {
-		return fmt.Errorf("dropped plans %v: not sorted and unique, or more than %d", s.Dropped, lim.unsettled)
+	if len(s.Dropped) > MaxDroppedPlans || !sortedUnique(s.Dropped, cmp.Compare[uint64]) {
+		return fmt.Errorf("dropped plans %v: not sorted and unique, or more than %d", s.Dropped, MaxDroppedPlans)
 	}
 	for _, seq := range s.Dropped {
 		if seq > s.NewestPlan || s.Settled != nil && seq <= s.Settled.Seq {

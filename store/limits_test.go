@@ -19,7 +19,7 @@ import (
 // folding a history that fills every record to its bound with values of
 // the greatest length: a plan of MaxModules rows of MaxFilesPerModule
 // files (half held, carrying the files of what runs, half composed), four
-// such plans unsettled, the accepting and filled records, the owed items,
+// such plans unsettled and MaxDroppedPlans dropped, the accepting and filled records, the owed items,
 // the last knock, the approvals and the have all at their bounds. It
 // returns the state and the largest plan it emitted.
 func largest(t *testing.T) (*reconcile.State, *events.Plan) {
@@ -111,8 +111,10 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 	// composed with theirs: every row has MaxFilesPerModule files.
 	fold(want(1, true))
 	settle(st.NewestPlan)
-	// Four more such plans, never settled.
-	for gen := 2; gen < 2+reconcile.MaxUnsettled; gen++ {
+	// Four more such plans, never settled, and as many again as the
+	// dropped plans' sequences keep, and one: each drops a plan read (the
+	// second oldest) past MaxUnsettled, whose sequence State.Dropped keeps.
+	for gen := 2; gen < 2+reconcile.MaxUnsettled+reconcile.MaxDroppedPlans+1; gen++ {
 		fold(want(gen, true))
 	}
 	// The have, at its bound, every runtime field at its longest (DESIGN.md
@@ -169,8 +171,8 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 			Plan: st.Settled.Seq, Writer: pad(fmt.Sprintf("v%03d", i), events.MaxAccount), Error: strings.Repeat("<", events.MaxText)})
 	}
 	switch {
-	case len(st.Unsettled) != reconcile.MaxUnsettled:
-		t.Fatalf("%d unsettled plans, want %d", len(st.Unsettled), reconcile.MaxUnsettled)
+	case len(st.Unsettled) != reconcile.MaxUnsettled || len(st.Dropped) != reconcile.MaxDroppedPlans:
+		t.Fatalf("%d unsettled plans, %d dropped ones, want %d and %d", len(st.Unsettled), len(st.Dropped), reconcile.MaxUnsettled, reconcile.MaxDroppedPlans)
 	case len(st.Accepting) != reconcile.MaxAccepting:
 		t.Fatalf("%d accepting records, want %d", len(st.Accepting), reconcile.MaxAccepting)
 	case len(st.Filled) != reconcile.MaxFilled:
