@@ -22,6 +22,8 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/rollout/feed"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -206,6 +208,7 @@ func TestGoldenGenerate(t *testing.T) {
 	msgs, snaps = loadGoldenFrom(t, dir)
 	goldenCovers(t, msgs)
 	foldGolden(t, msgs, snaps, nil)
+	foldGoldenRollout(t, msgs)
 }
 
 // operator publishes an event as the CLI (or, for node kinds, an agent)
@@ -661,5 +664,80 @@ func TestGoldenReplay(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGoldenRolloutFold folds the golden's rollout of fleet web (its own
+// events and its target's, read as the controller reads them) through
+// today's rollout core and checks that the wants and records it decides
+// are the ones stored, under the same message ids (their `at`, the
+// controller's clock when it published, aside), and that every one stored
+// is decided again.
+func TestGoldenRolloutFold(t *testing.T) {
+	msgs, _ := loadGolden(t)
+	foldGoldenRollout(t, msgs)
+}
+
+// foldGoldenRollout is TestGoldenRolloutFold over msgs.
+func foldGoldenRollout(t *testing.T, msgs []goldenMsg) {
+	t.Helper()
+	subj := events.Subjects{}
+	own := must(store.NewTrust(must(goldenSigner(t).PublicKey())(t)))(t)
+	stored := map[string][]byte{}
+	for _, m := range msgs {
+		id := m.Headers.Get(jetstream.MsgIDHeader)
+		if fleet, k, ok := subj.ParseRollout(m.Subject); ok && fleet == "web" && k == string(rollout.KindRecord) {
+			stored[id] = m.Data
+		}
+		if _, kind, err := subj.Parse(m.Subject); err == nil && kind == events.KindWant {
+			if fleet, _, _, _, ok := rollout.ParseWantID(id); ok && fleet == "web" {
+				stored[id] = m.Data
+			}
+		}
+	}
+	if len(stored) == 0 {
+		t.Fatal("the golden holds no want or record of fleet web's rollout")
+	}
+	withoutAt := func(b []byte) string {
+		var v map[string]any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		delete(v, "at")
+		return string(must(json.Marshal(v))(t))
+	}
+	s := rollout.NewState("web")
+	made := map[string]bool{}
+	for _, m := range msgs {
+		in, ok := feed.Input(subj, s, own, feed.Message{Subject: m.Subject, Header: m.Headers, Data: m.Data, Seq: m.Seq, Time: m.Time})
+		if !ok {
+			continue
+		}
+		for _, e := range s.Fold(in) {
+			var p any = e.Record
+			if e.Want != nil {
+				p = events.Stamp(&events.Want{Modules: e.Want.Modules}, time.Time{}) // as the controller publishes it
+			} else {
+				rollout.Stamp(p, time.Time{})
+			}
+			id := e.ID()
+			made[id] = true
+			data := must(json.Marshal(p))(t)
+			was, ok := stored[id]
+			switch {
+			case !ok:
+				t.Errorf("%s (folding #%d): the rollout fold decides what the golden never stored: %s", id, m.Seq, data)
+			case withoutAt(was) != withoutAt(data):
+				t.Errorf("%s (folding #%d): the rollout fold decides\n\t%s\nthe golden stored\n\t%s", id, m.Seq, data, was)
+			}
+		}
+	}
+	for id, data := range stored {
+		if !made[id] {
+			t.Errorf("%s: stored in the golden, the rollout fold no longer decides it: %s", id, data)
+		}
+	}
+	if s.Rollout == nil || s.Rollout.Phase != rollout.Completed {
+		t.Errorf("the golden's rollout folds to %+v, want completed", s.Rollout)
 	}
 }
