@@ -303,7 +303,10 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 			if sinceWake++; c.live && (len(tail.C()) == 0 || sinceWake >= 256) {
 				sinceWake = 0
 				c.drain(ctx)
-				if len(tail.C()) == 0 && c.state.Idle() && ctx.Err() == nil {
+				if c.state.Idle() && ctx.Err() == nil {
+					// Every effect carried out: sleep after seq (the
+					// fleet's rollout events buffered past it are read
+					// again by the sleep's follow).
 					return seq, nil
 				}
 				c.schedule(timer)
