@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +173,36 @@ func TestStateSnapshotAndLive(t *testing.T) {
 	}
 	if _, src, err := r.DryRun(ctx, "zed", &events.Want{}); err != nil || src != query.SourceNone {
 		t.Errorf("dry run of a node unknown to the reconciler: %s %v", src, err)
+	}
+}
+
+// TestStateNewerSnapshotFromStream: a snapshot a newer build wrote
+// (reconcile.ErrSnapshotNewer) is not shown as an error: the node's state
+// is folded from the stream and says so, as a reconciler of this build
+// refolds it (docs/operations.md, "Upgrading").
+func TestStateNewerSnapshotFromStream(t *testing.T) {
+	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pub := store.NewPublisher(js, cfg.Subjects())
+	ack, err := pub.Append(ctx, "ace", events.Stamp(&events.Want{Modules: []events.WantModule{prov}}, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := store.OpenSnapshots(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := fmt.Sprintf(`{"format":%d,"node":"ace","seq":99,"shape":"unknown"}`, reconcile.SnapshotFormat+1)
+	if err := snaps.PutNode(ctx, events.Partition("ace", cfg.Partitions), "ace", []byte(newer)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := query.New(nc, query.Config{Stream: cfg, Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.State(ctx, "ace")
+	if err != nil || st.Source != query.SourceStream || st.View.Seq != ack.Seq {
+		t.Fatalf("state over a newer snapshot: %+v, %v; want folded from the stream to #%d", st, err, ack.Seq)
 	}
 }

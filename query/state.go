@@ -124,8 +124,9 @@ func (r *Reader) notLive(node string, err error) error {
 	return err
 }
 
-// stored returns node's state from its snapshot, else from its events in
-// the stream.
+// stored returns node's state from its snapshot, else (no snapshot, or
+// one of a newer format than this build reads) from its events in the
+// stream.
 func (r *Reader) stored(ctx context.Context, node string) (*reconcile.State, Source, error) {
 	none := "no snapshot holds it"
 	snaps, err := r.snapshots(ctx)
@@ -138,12 +139,17 @@ func (r *Reader) stored(ctx context.Context, node string) (*reconcile.State, Sou
 		data, _, err := snaps.GetNode(ctx, node)
 		if err == nil {
 			st, err := reconcile.UnmarshalState(data)
-			if err != nil {
+			switch {
+			case errors.Is(err, reconcile.ErrSnapshotNewer):
+				// A newer build wrote it: fold the stream, as a
+				// reconciler of this build would.
+				none = err.Error()
+			case err != nil:
 				return nil, "", fmt.Errorf("snapshot of %s: %w", node, err)
+			default:
+				return st, SourceSnapshot, nil
 			}
-			return st, SourceSnapshot, nil
-		}
-		if !errors.Is(err, store.ErrNoSnapshot) {
+		} else if !errors.Is(err, store.ErrNoSnapshot) {
 			return nil, "", err
 		}
 	}
