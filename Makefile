@@ -56,9 +56,12 @@ demo:
 ## issue 23's rollout over 10,000 stand-in nodes against the same flow with no
 ## controller (ratio) and the controller's state per target; then issue 24's
 ## failover: per leader kill on a 3-server cluster, JetStream's own recovery (raw),
-## the reconciler's first plan, and the difference
+## the reconciler's first plan, and the difference. Issue 27's catch-up on the
+## bench's mix and on an effect-dense one (stored, stored with a fifth of a CPU
+## taken, a first refold against a raw read+publish pipeline, live) runs second.
 bench:
 	$(GO) test -run '^$$' -bench '^BenchmarkOutside$$' -benchtime 1x -timeout 60m ./cmd/meshfold
+	$(GO) test -run '^$$' -bench '^BenchmarkCatchUpMixes$$' -benchtime 1x -timeout 30m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkKnockLatency$$' -benchtime 1x -timeout 10m ./engine
 	$(GO) test -run '^$$' -bench '^BenchmarkRestartAfterKill$$' -benchtime 1x -timeout 20m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkRollout10k$$' -benchtime 1x -timeout 20m ./engine/rollouts

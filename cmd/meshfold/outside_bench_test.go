@@ -60,8 +60,14 @@ var (
 // meshfoldBinary builds this module's meshfold once per test process
 // (without the race detector, as shipped) and returns its path;
 // removeBenchBinary, from TestMain, removes it.
+//
+// MESHFOLD_BENCH_BIN=PATH uses the binary at PATH instead (a build of
+// another commit, for before-and-after figures of one run's harness).
 func meshfoldBinary(tb testing.TB) string {
 	tb.Helper()
+	if bin := os.Getenv("MESHFOLD_BENCH_BIN"); bin != "" {
+		return bin
+	}
 	benchBinOnce.Do(func() {
 		if benchBinDir, benchBinErr = os.MkdirTemp("", "meshfold-bench-bin"); benchBinErr != nil {
 			return
@@ -536,7 +542,7 @@ func (s *outsideServer) waitCaughtUp(tb testing.TB, timeout time.Duration, procs
 // partition's checkpoint reaches its last input, with the processes' and
 // the server's CPU over that time; then SIGTERM to each. The stream must
 // hold nothing a fold would publish when stored (it is checked).
-func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) {
+func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate float64) {
 	b.Helper()
 	std, fast := s.rawRead(b)
 	s.forget(b)
@@ -561,10 +567,11 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) {
 	var profiled chan struct{}
 	if dir := os.Getenv("MESHFOLD_BENCH_PROFILES"); dir != "" && k == 1 {
 		profiled = make(chan struct{})
-		go func() {
-			defer close(profiled)
-			procs[0].cpuProfile(filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_")+".cpu.pb.gz"))
-		}()
+		name := filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_"))
+		var wg sync.WaitGroup
+		wg.Go(func() { procs[0].cpuProfile(name + ".cpu.pb.gz") })
+		wg.Go(func() { s.serverProfile(b, name+".server.cpu.pb.gz") })
+		go func() { wg.Wait(); close(profiled) }()
 	}
 	took, cpus := s.waitCaughtUp(b, 20*time.Minute, procs...)
 	if profiled != nil {
@@ -576,8 +583,9 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) {
 			p.fail("folded %v partitions, want %d: a partition was handed over", owned, s.cfg.Partitions/k)
 		}
 	}
+	var rusage time.Duration
 	for _, p := range procs {
-		p.stop()
+		rusage += p.stop()
 	}
 	var sum time.Duration
 	for _, c := range cpus {
@@ -593,11 +601,31 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) {
 	b.ReportMetric(n, "events")
 	b.ReportMetric(n/took.Seconds(), "fold-events/s")
 	b.ReportMetric(float64(sum.Nanoseconds())/n, "fold-cpu-ns/event")
+	// The processes' whole CPU (their rusage at exit: start, the fold,
+	// the last snapshot) against the raw reader's (this process's rusage
+	// over its read): what contention exposes.
+	b.ReportMetric(float64(rusage.Nanoseconds())/n, "fold-rusage-cpu-ns/event")
+	b.ReportMetric(float64(rusage.Nanoseconds())/n/std.cpuNs, "cpu-ratio")
 	if k > 1 {
 		b.ReportMetric(float64(sum.Nanoseconds())/n/float64(k), "fold-cpu-ns/event/instance")
 	}
 	b.ReportMetric(float64(srv.Nanoseconds())/n, "fold-server-cpu-ns/event")
 	b.ReportMetric(float64(published), "published")
+	return n / took.Seconds()
+}
+
+// serverProfile writes a CPU profile of s's server over the next 5 s to
+// path; it logs why not instead.
+func (s *outsideServer) serverProfile(tb testing.TB, path string) {
+	prof, err := s.srv.CPUProfile(5 * time.Second)
+	if err == nil {
+		err = os.WriteFile(path, prof, 0o644)
+	}
+	if err != nil {
+		tb.Logf("no server CPU profile: %v", err)
+		return
+	}
+	tb.Logf("server CPU profile: %s", path)
 }
 
 // preJoin puts the member keys of names in the group bench's lease

@@ -1,9 +1,10 @@
 // Package enginetest is the test support of the reconciler's benchmarks
 // (issue 17): a simulated fleet history written exactly as the reconciler
-// would write it ([Simulate], [SimulateDown]; folded through
+// would write it ([Simulate], [SimulateDense], [SimulateDown]; folded through
 // reconcile/reconciletest, the one simulator of the fold), its loading onto a fresh
 // stream ([History.Load]), the raw JetStream baselines the figures are
-// ratios against ([RawConsume], [RawDecode]) and the end of a catch-up as
+// ratios against ([RawConsume], [RawDecode], [RawDecodeStd], and
+// [RawPipeline], a read that publishes effects) and the end of a catch-up as
 // the snapshot bucket shows it ([InputTargets], [WaitCheckpoints]).
 //
 // It reaches JetStream through package store's configuration and the

@@ -138,6 +138,50 @@ func simulate(s *simulator, n int) *History {
 	return s.h
 }
 
+// SimulateDense builds the effect-dense mix of issue 27: about n events
+// (inputs and effects) over nodes nodes, each node's inputs in rounds of
+// ten: a want of a new build, then nine haves. Every want causes a plan,
+// and the wants name no account for the provisioner module while most
+// haves report it running as "prov", so the fold journals the missing
+// account (a warning) after the want and again each time a have reports
+// the provisioner back after one that did not: about a quarter of the
+// inputs cause an effect. Its inputs are wants and haves only, so a
+// stream of them alone ([History.Inputs]) causes the same effects on a
+// first refold.
+func SimulateDense(n, nodes int) *History { return simulateDense(newSimulator(nodes), n) }
+
+// SimulateDenseInputs is the wants and haves of a [SimulateDense]
+// history holding about n of them (see [SimulateInputs]).
+func SimulateDenseInputs(n, nodes int) *History {
+	s := newSimulator(nodes)
+	s.inputsOnly = true
+	return simulateDense(s, n)
+}
+
+// denseHaves is which of a dense round's nine haves report the
+// provisioner running (true) or not listed (false).
+var denseHaves = [9]bool{true, true, false, true, true, true, false, true, true}
+
+func simulateDense(s *simulator, n int) *History {
+	nodes := len(s.plans)
+	for r := 0; len(s.h.Msgs) < n; r++ {
+		build := fmt.Sprintf("b%d", r)
+		for i := range nodes {
+			w := want(build)
+			w.Modules[0].RunsAs = ""
+			s.fold(i, w)
+			for _, prov := range denseHaves {
+				h := have(build)
+				if !prov {
+					h.Modules = h.Modules[1:]
+				}
+				s.fold(i, h)
+			}
+		}
+	}
+	return s.h
+}
+
 // SimulateDown builds the history of nodes nodes that are down while
 // wants keep coming: each node reports one have and settles its first
 // plan, then receives wants more wants, each of a new build, and never
@@ -267,6 +311,31 @@ func (h *History) Seal(key []byte, s *store.Signer) *History {
 			}
 		}
 		out.Msgs[i] = c
+	}
+	return out
+}
+
+// Effects folds h's messages, as a reconciler reading h alone folds
+// them, through a fresh reconciletest stream and returns the data of
+// each effect the fold gives, in order: what a first refold of a stream
+// holding h publishes (its plans folded back as it folds its own).
+func (h *History) Effects() [][]byte {
+	st := reconciletest.New(simAt, 0)
+	var out [][]byte
+	for _, m := range h.Msgs {
+		node, kind, err := events.Subjects{}.Parse(m.Subject)
+		if err != nil {
+			panic(err)
+		}
+		in := st.AppendRaw(node, kind, m.Data)
+		for _, e := range st.Effects(in.Seq) {
+			data, err := events.Encode(e.Payload)
+			if err != nil {
+				panic(err)
+			}
+			out = append(out, data)
+		}
+		st.Trim()
 	}
 	return out
 }

@@ -107,3 +107,33 @@ func TestSimulateInputs(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulateDense: the effect-dense mix is a want every ten inputs of a
+// node, its effects plans and journal entries, about a quarter of the
+// events; its inputs-only history is the whole one's wants and haves;
+// sealed, a reconciler finds every effect stored (its plans its own).
+func TestSimulateDense(t *testing.T) {
+	h := enginetest.SimulateDense(5_000, 100)
+	count := map[events.Kind]int{}
+	for _, m := range h.Msgs {
+		_, kind, _ := (events.Subjects{}).Parse(m.Subject)
+		count[kind]++
+	}
+	inputs := count[events.KindWant] + count[events.KindHave]
+	effects := count[events.KindPlan] + count[events.KindJournal]
+	if inputs+effects != len(h.Msgs) || count[events.KindWant]*10 != inputs {
+		t.Fatalf("kinds %v: want wants and haves, one want in ten, plans and journal entries", count)
+	}
+	if count[events.KindPlan] != count[events.KindWant] || effects*5 < len(h.Msgs) || effects*3 > len(h.Msgs) {
+		t.Errorf("kinds %v: want a plan a want and effects a fifth to a third of the events", count)
+	}
+	in := enginetest.SimulateDenseInputs(len(h.Inputs().Msgs), 100)
+	for i, m := range h.Inputs().Msgs {
+		if m.Subject != in.Msgs[i].Subject || string(m.Data) != string(in.Msgs[i].Data) {
+			t.Fatalf("input %d differs from the whole history's", i)
+		}
+	}
+	if got := foldCount(t, h, true); got != 0 {
+		t.Errorf("sealed dense history: %d effects published again, want 0", got)
+	}
+}

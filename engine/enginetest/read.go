@@ -3,12 +3,14 @@ package enginetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
@@ -64,6 +66,16 @@ func RawDecodeStd(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig,
 }
 
 func rawRead(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, want int, each func(jetstream.Msg) error) time.Duration {
+	return rawReadPart(tb, js, cfg, want, func(_ int, m jetstream.Msg) error { return each(m) })
+}
+
+// errPast, from a rawReadPart's each: the message is not one of those
+// read (it lies past its partition's last), and is not counted.
+var errPast = errors.New("past the partition's last message read")
+
+// rawReadPart is rawRead whose each is told the message's partition and
+// may return errPast.
+func rawReadPart(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, want int, each func(int, jetstream.Msg) error) time.Duration {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
@@ -92,7 +104,9 @@ func rawRead(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, want
 					return
 				}
 				_ = m.Data()
-				if err := each(m); err != nil {
+				if err := each(p, m); errors.Is(err, errPast) {
+					continue
+				} else if err != nil {
 					tb.Error(err)
 					return
 				}
@@ -145,6 +159,95 @@ func WaitCheckpoints(tb testing.TB, snaps *store.Snapshots, targets map[int]uint
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
+	}
+	return time.Since(start)
+}
+
+// RawPipeline is the baseline of a first refold that publishes its
+// effects (issue 27): as [RawDecodeStd], until want messages have
+// arrived, each partition's read counting only messages up to its
+// sequence in last (messages appended since, a fold's effects, are
+// passed over); and, spread evenly over the read, one asynchronous
+// publish of each of effects (the n-th on <prefix>.<n mod 8,192>, a
+// stream of its own on the same server), each with a message id of its
+// own. Every ack is awaited: each partition's reader waits for its
+// pending acks 1,024 at a time and at its end. It returns the time until
+// the last message was read and the last ack arrived.
+func RawPipeline(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, last map[int]uint64, want int, prefix string, effects [][]byte) time.Duration {
+	subj := cfg.Subjects()
+	var read, sent atomic.Int64
+	var mu sync.Mutex
+	pending := map[int][]jetstream.PubAckFuture{} // by reader goroutine, keyed by partition
+	runID := time.Now().UnixNano()
+	await := func(futs []jetstream.PubAckFuture) error {
+		for _, f := range futs {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return err
+			}
+		}
+		return nil
+	}
+	start := time.Now()
+	rawReadPart(tb, js, cfg, want, func(part int, m jetstream.Msg) error {
+		meta, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		if meta.Sequence.Stream > last[part] {
+			return errPast
+		}
+		_, kind, err := subj.Parse(m.Subject())
+		if err != nil {
+			return err
+		}
+		p := events.New(kind)
+		if p == nil {
+			return fmt.Errorf("kind %q", kind)
+		}
+		if err := json.Unmarshal(m.Data(), p); err != nil {
+			return err
+		}
+		// Publish while the effects published lag the share of the read
+		// done: exactly len(effects) over want messages.
+		r := read.Add(1)
+		for {
+			n := sent.Load()
+			if n >= int64(len(effects)) || n >= r*int64(len(effects))/int64(want) {
+				break
+			}
+			if !sent.CompareAndSwap(n, n+1) {
+				continue
+			}
+			// Spread over 8,192 subjects, as effects over nodes' subjects.
+			msg := &nats.Msg{Subject: fmt.Sprintf("%s.%d", prefix, n%8192), Data: effects[n], Header: nats.Header{}}
+			f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(fmt.Sprintf("raw-%d-%d", runID, n)))
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			futs := append(pending[part], f)
+			pending[part] = futs
+			mu.Unlock()
+			if len(futs) >= 1024 {
+				if err := await(futs); err != nil {
+					return err
+				}
+				mu.Lock()
+				pending[part] = futs[:0]
+				mu.Unlock()
+			}
+		}
+		return nil
+	})
+	for _, futs := range pending {
+		if err := await(futs); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if n := sent.Load(); n != int64(len(effects)) {
+		tb.Fatalf("raw pipeline published %d effects, want %d", n, len(effects))
 	}
 	return time.Since(start)
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +29,7 @@ type ProcServer struct {
 	cmd     *exec.Cmd
 	url     string
 	monitor int
+	prof    int // the server's pprof port (prof_port)
 	log     string
 }
 
@@ -45,13 +47,13 @@ func StartProcServer(t testing.TB) *ProcServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 2)
+	ports := freePorts(t, 3)
 	dir := t.TempDir()
-	s := &ProcServer{t: t, url: fmt.Sprintf("nats://127.0.0.1:%d", ports[0]), monitor: ports[1],
+	s := &ProcServer{t: t, url: fmt.Sprintf("nats://127.0.0.1:%d", ports[0]), monitor: ports[1], prof: ports[2],
 		log: filepath.Join(dir, "server.log")}
 	conf := filepath.Join(dir, "server.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, "server_name: solo\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\njetstream: { store_dir: %q }\n",
-		ports[0], ports[1], filepath.Join(dir, "js")), 0o644); err != nil {
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "server_name: solo\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\nprof_port: %d\njetstream: { store_dir: %q }\n",
+		ports[0], ports[1], ports[2], filepath.Join(dir, "js")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	logf, err := os.Create(s.log)
@@ -85,6 +87,21 @@ func StartProcServer(t testing.TB) *ProcServer {
 
 // URL is the server's client URL, nats://127.0.0.1:PORT.
 func (s *ProcServer) URL() string { return s.url }
+
+// CPUProfile returns a CPU profile of the server over the next d, from
+// its pprof listener (prof_port, on the loopback address it listens on).
+func (s *ProcServer) CPUProfile(d time.Duration) ([]byte, error) {
+	hc := &http.Client{Timeout: d + 30*time.Second}
+	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", s.prof, int(d.Seconds())))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("server profile: %s", resp.Status)
+	}
+	return io.ReadAll(resp.Body)
+}
 
 // Pid is the server process's pid (also its process group's id).
 func (s *ProcServer) Pid() int { return s.cmd.Process.Pid }

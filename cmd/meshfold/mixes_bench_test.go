@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/engine/enginetest"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/testproc"
+)
+
+// The catch-up figures of issue 27 on two mixes, measured from outside as
+// BenchmarkOutside measures them: the bench's mix (enginetest.Simulate:
+// a want every 61 events of a node, 2 % of the events an effect) and the
+// effect-dense one (enginetest.SimulateDense: a want every ten events of
+// a node, about a quarter of the events plans and journal entries).
+
+// mixEvents, mixNodes: each mix's history, 300,000 events over 3,000
+// nodes (the bench's 100 events a node, as BenchmarkOutside's 1M over
+// 10,000), so that both mixes and all four figures run in a few minutes.
+const mixEvents, mixNodes = 300_000, 3_000
+
+// burnShare is the CPU the contended figures leave to another process:
+// a fifth of a CPU.
+const burnShare = 0.2
+
+var mixes = []struct {
+	name         string
+	full, inputs func(n, nodes int) *enginetest.History
+}{
+	{"bench", enginetest.Simulate, enginetest.SimulateInputs},
+	{"dense", enginetest.SimulateDense, enginetest.SimulateDenseInputs},
+}
+
+// BenchmarkCatchUpMixes is issue 27's item 1, each figure beside its raw
+// baseline of the same run, per mix:
+//
+//   - <mix>/stored: a cold catch-up of the mix's whole history, its
+//     effects stored (sealed with the stream's keys), against a raw
+//     ordered read decoding with encoding/json (ratio; goal ≥ 0.90);
+//     fold-rusage-cpu-ns/event against raw-cpu-ns/event (cpu-ratio).
+//   - <mix>/stored-contended: the same while a child process burns a
+//     fifth of a CPU (goal ≥ 0.80); burner-cpu is what it took.
+//   - <mix>/first-refold: a stream of the mix's inputs alone, whose
+//     effects were never stored: a cold refold that publishes them,
+//     against a raw pipeline (enginetest.RawPipeline) that reads the same
+//     events and publishes as many effects to another stream of the same
+//     server, async, with message ids, every ack awaited (ratio-pipeline;
+//     goal ≥ 0.85); ratio is against the read alone.
+//   - <mix>/live: the inputs published while a reconciler runs, from the
+//     first publish until every partition's checkpoint covers its last
+//     input (its plans published), against a raw publish of the same
+//     inputs while an ordered reader decodes them (goal ≥ 0.90).
+//
+// MESHFOLD_BENCH_PROFILES=DIR writes CPU profiles of the reconciler and
+// the server over the first 5 s of each catch-up (do not take that
+// run's figures).
+//
+//	go test ./cmd/meshfold -run '^$' -bench CatchUpMixes -benchtime 1x -timeout 30m
+func BenchmarkCatchUpMixes(b *testing.B) {
+	for _, m := range mixes {
+		s := startOutsideServer(b)
+		s.load(b, m.full(mixEvents, mixNodes))
+		b.Run(m.name+"/stored", func(b *testing.B) { s.catchUp(b, 1, true) })
+		b.Run(m.name+"/stored-contended", func(b *testing.B) {
+			burn := startBurner(b)
+			s.catchUp(b, 1, true)
+			burn.stop(b)
+		})
+		s.srv.Stop()
+
+		in := m.inputs(mixEvents, mixNodes)
+		effs := in.Effects()
+		b.Run(m.name+"/first-refold", func(b *testing.B) {
+			s := startOutsideServer(b)
+			s.load(b, in)
+			inputs, last := s.msgs, s.targets
+			before := s.lastSeq(b)
+			fold := s.catchUp(b, 1, false)
+			// The pipeline runs after the fold, on the same stream: it
+			// reads the inputs alone and publishes as many effects as
+			// the fold did (their data cycled from the effects a fold of
+			// the inputs gives, enginetest.History.Effects).
+			published := int(s.lastSeq(b) - before)
+			fx := make([][]byte, published)
+			for i := range fx {
+				fx[i] = effs[i%len(effs)]
+			}
+			pipe := s.rawPipeline(b, last, inputs, fx)
+			b.ReportMetric(pipe, "rawpipe-events/s")
+			b.ReportMetric(fold/pipe, "ratio-pipeline")
+			s.srv.Stop()
+		})
+		b.Run(m.name+"/live", func(b *testing.B) { live(b, in) })
+	}
+}
+
+// rawPipeline is the better of two enginetest.RawPipeline runs over s's
+// stream's first inputs messages (each partition's up to last), each
+// publishing effs to a stream of its own on s's server (created here),
+// in events read a second.
+func (s *outsideServer) rawPipeline(b *testing.B, last map[int]uint64, inputs int, effs [][]byte) float64 {
+	b.Helper()
+	ctx := context.Background()
+	if _, err := s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "RAWFX", Subjects: []string{"rawfx.>"}, Storage: jetstream.FileStorage}); err != nil {
+		b.Fatal(err)
+	}
+	var best float64
+	for range 2 {
+		took := enginetest.RawPipeline(b, s.js, s.cfg, last, inputs, "rawfx", effs)
+		best = max(best, float64(inputs)/took.Seconds())
+	}
+	return best
+}
+
+// live is <mix>/live: in published on a fresh server while an ordered
+// reader decodes it (the raw baseline), then on another fresh server
+// while a reconcile process folds it.
+func live(b *testing.B, in *enginetest.History) {
+	n := float64(len(in.Msgs))
+	raw := startOutsideServer(b)
+	read := make(chan time.Duration, 1)
+	start := time.Now()
+	go func() { read <- enginetest.RawDecodeStd(b, raw.js, raw.cfg, len(in.Msgs)) }()
+	in.Load(b, raw.js)
+	<-read
+	rawTook := time.Since(start)
+	raw.srv.Stop()
+
+	s := startOutsideServer(b)
+	p := s.startProc(b)
+	p.waitMetric("meshfold_partitions_owned", func(v float64) bool { return int(v) == s.cfg.Partitions })
+	before := s.lastSeq(b)
+	start = time.Now()
+	in.Load(b, s.js)
+	// The end: every partition's checkpoint at its last want or have
+	// (a checkpoint covers only events whose effects are stored).
+	s.targets = map[int]uint64{}
+	stream, err := s.js.Stream(context.Background(), s.cfg.Name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for part := range s.cfg.Partitions {
+		for _, f := range s.cfg.Subjects().StoredPartition(part, events.KindWant, events.KindHave) {
+			if m, err := stream.GetLastMsgForSubject(context.Background(), f); err == nil {
+				s.targets[part] = max(s.targets[part], m.Sequence)
+			}
+		}
+	}
+	p.start = start
+	took, _ := s.waitCaughtUp(b, 10*time.Minute, p)
+	p.stop()
+	published := s.lastSeq(b) - before - uint64(len(in.Msgs))
+	s.srv.Stop()
+	b.ReportMetric(n, "events")
+	b.ReportMetric(n/rawTook.Seconds(), "raw-events/s")
+	b.ReportMetric(n/took.Seconds(), "fold-events/s")
+	b.ReportMetric(rawTook.Seconds()/took.Seconds(), "ratio")
+	b.ReportMetric(float64(published), "published")
+}
+
+// burner is a child process (this test binary, "burn") that keeps
+// burnShare of one CPU busy: it spins 20 ms of every 100 ms, and does
+// nothing else (no network).
+type burner struct {
+	cmd   *exec.Cmd
+	start time.Time
+}
+
+func startBurner(tb testing.TB) *burner {
+	tb.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	br := &burner{cmd: exec.Command(exe, "burn", fmt.Sprint(burnShare))}
+	if err := testproc.StartChild(br.cmd); err != nil {
+		tb.Fatal(err)
+	}
+	br.start = time.Now()
+	tb.Cleanup(func() {
+		if br.cmd.ProcessState == nil {
+			_ = br.cmd.Process.Kill()
+			_ = br.cmd.Wait()
+		}
+	})
+	return br
+}
+
+// stop kills the burner (by its pid) and reports the CPU share it took,
+// from its rusage.
+func (br *burner) stop(b *testing.B) {
+	b.Helper()
+	if err := br.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		b.Fatal(err)
+	}
+	_ = br.cmd.Wait()
+	st := br.cmd.ProcessState
+	b.ReportMetric((st.UserTime()+st.SystemTime()).Seconds()/time.Since(br.start).Seconds(), "burner-cpu")
+}
+
+// burn is the burner's body: spin share of every 100 ms, sleep the rest,
+// until killed (or its parent dies).
+func burn(share float64) {
+	testproc.DieWithParent(syscall.SIGKILL)
+	period := 100 * time.Millisecond
+	busy := time.Duration(share * float64(period))
+	for {
+		t := time.Now()
+		for time.Since(t) < busy {
+		}
+		time.Sleep(period - busy)
+	}
+}
