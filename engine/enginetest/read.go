@@ -175,6 +175,12 @@ func WaitCheckpoints(tb testing.TB, snaps *store.Snapshots, targets map[int]uint
 // the last message was read and the last ack arrived.
 func RawPipeline(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, last map[int]uint64, want int, prefix string, effects [][]byte) time.Duration {
 	subj := cfg.Subjects()
+	// Room for every reader's window: the default (4,000 pending) would
+	// stall a publish.
+	pjs, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(cfg.Partitions*1024+1))
+	if err != nil {
+		tb.Fatal(err)
+	}
 	var read, sent atomic.Int64
 	var mu sync.Mutex
 	pending := map[int][]jetstream.PubAckFuture{} // by reader goroutine, keyed by partition
@@ -222,7 +228,7 @@ func RawPipeline(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, 
 			}
 			// Spread over 8,192 subjects, as effects over nodes' subjects.
 			msg := &nats.Msg{Subject: fmt.Sprintf("%s.%d", prefix, n%8192), Data: effects[n], Header: nats.Header{}}
-			f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(fmt.Sprintf("raw-%d-%d", runID, n)))
+			f, err := pjs.PublishMsgAsync(msg, jetstream.WithMsgID(fmt.Sprintf("raw-%d-%d", runID, n)))
 			if err != nil {
 				return err
 			}
