@@ -46,7 +46,9 @@ import (
 // loaded reconciler (memory-*) into DIR, sampled every 4 KiB (which
 // slows every process of the run a little), and a CPU profile of the
 // first 5 s of each one-process catch-up (which the profile slows: do not
-// take that run's figures).
+// take that run's figures), the server's too. MESHFOLD_BENCH_HEAP=DIR
+// writes the heap profiles of the reconciler and the server at the end
+// of each one-process catch-up (after the timed part).
 
 // The sizes of issue 17: 10,000 nodes, histories of 1M and 100k events.
 const outsideNodes, bigEvents, smallEvents = 10_000, 1_000_000, 100_000
@@ -577,6 +579,9 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 	if profiled != nil {
 		<-profiled
 	}
+	if dir := os.Getenv("MESHFOLD_BENCH_HEAP"); dir != "" && k == 1 {
+		s.heapProfiles(b, procs[0], filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_")))
+	}
 	srv := s.srv.CPU() - srv0
 	for _, p := range procs {
 		if owned, _ := p.metric("meshfold_partitions_owned"); int(owned) != s.cfg.Partitions/k {
@@ -612,6 +617,28 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 	b.ReportMetric(float64(srv.Nanoseconds())/n, "fold-server-cpu-ns/event")
 	b.ReportMetric(float64(published), "published")
 	return n / took.Seconds()
+}
+
+// heapProfiles writes the heap profiles of p and of s's server, as they
+// stand (no collection forced), to name.heap.pb.gz and
+// name.server.heap.pb.gz; it logs why not instead. Taken after a timed
+// part, they cost its figures nothing.
+func (s *outsideServer) heapProfiles(tb testing.TB, p *benchProc, name string) {
+	for _, h := range []struct {
+		path string
+		get  func() ([]byte, error)
+	}{
+		{name + ".heap.pb.gz", func() ([]byte, error) { return p.get("/debug/pprof/heap") }},
+		{name + ".server.heap.pb.gz", s.srv.HeapProfile},
+	} {
+		prof, err := h.get()
+		if err == nil {
+			err = os.WriteFile(h.path, prof, 0o644)
+		}
+		if err != nil {
+			tb.Logf("no heap profile %s: %v", h.path, err)
+		}
+	}
 }
 
 // serverProfile writes a CPU profile of s's server over the next 5 s to

@@ -91,14 +91,21 @@ func (s *ProcServer) URL() string { return s.url }
 // CPUProfile returns a CPU profile of the server over the next d, from
 // its pprof listener (prof_port, on the loopback address it listens on).
 func (s *ProcServer) CPUProfile(d time.Duration) ([]byte, error) {
+	return s.pprof(fmt.Sprintf("profile?seconds=%d", int(d.Seconds())), d)
+}
+
+// HeapProfile returns the server's heap profile (its pprof listener).
+func (s *ProcServer) HeapProfile() ([]byte, error) { return s.pprof("heap", 0) }
+
+func (s *ProcServer) pprof(what string, d time.Duration) ([]byte, error) {
 	hc := &http.Client{Timeout: d + 30*time.Second}
-	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", s.prof, int(d.Seconds())))
+	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/%s", s.prof, what))
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("server profile: %s", resp.Status)
+		return nil, fmt.Errorf("server profile %s: %s", what, resp.Status)
 	}
 	return io.ReadAll(resp.Body)
 }
