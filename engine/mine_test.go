@@ -2,11 +2,13 @@ package engine
 
 import (
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -76,5 +78,78 @@ func TestOwnReadTrustsOnlyTheSameBytes(t *testing.T) {
 	}
 	if len(s.mine) != 0 {
 		t.Errorf("%d plans still remembered after each was read", len(s.mine))
+	}
+}
+
+// TestOwnStoredTrustsOnlyItsOwnDeferredPlan: while recovering, a plan
+// read skips the signature check only when its keyed id names a plan the
+// session's own fold deferred and has not seen stored, its bytes are that
+// plan's encoding, and its signer header names the reconciler's current
+// key (docs/architecture.md, "Own plans recognised by their keyed id").
+// Anything else is left to the signature check, as before.
+func TestOwnStoredTrustsOnlyItsOwnDeferredPlan(t *testing.T) {
+	kp, err := store.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := store.NewSigner(kp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := make([]byte, 32)
+	r := &Reconciler{subj: events.Subjects{}, key: key, cfg: ReconcilerConfig{Signer: signer}}
+	plan := func(cause uint64, build string) reconcile.Effect {
+		p := events.Stamp(&events.Plan{Cause: cause, Want: cause, Modules: []events.PlanModule{{Name: "m", Build: build, RunsAs: "m", Files: []events.File{}}}},
+			time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
+		return reconcile.Effect{Node: "ace", Kind: events.KindPlan, Cause: cause, Payload: p}
+	}
+	mine, newer := plan(5, "b:1"), plan(9, "b:2")
+	msgOf := func(node string, e reconcile.Effect, signerKey string, data []byte) *nats.Msg {
+		if data == nil {
+			data, err = events.Encode(e.Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		m := stored(planOf(node, store.EffectMsgID(key, e.ID()), "not checked here", string(data)))
+		m.Header.Set(store.HeaderSigner, signerKey)
+		return m
+	}
+	other, err := events.Encode(newer.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		m     *nats.Msg
+		after func(*recovery)
+		want  bool
+	}{
+		{"its own plan, the same bytes", msgOf("ace", mine, signer.PublicKey(), nil), nil, true},
+		{"other bytes under its id", msgOf("ace", mine, signer.PublicKey(), other), nil, false},
+		{"signed (by its header) with another key", msgOf("ace", mine, "NOLDKEY", nil), nil, false},
+		{"on another node's subject", msgOf("bee", mine, signer.PublicKey(), nil), nil, false},
+		{"already seen stored (a copy)", msgOf("ace", mine, signer.PublicKey(), nil),
+			func(rec *recovery) { rec.seen("ace", events.KindPlan, 6, mine.ID(), true) }, false},
+		{"superseded by a newer plan seen", msgOf("ace", mine, signer.PublicKey(), nil),
+			func(rec *recovery) { rec.seen("ace", events.KindPlan, 10, newer.ID(), true) }, false},
+	} {
+		s := &session{p: &partition{r: r}, rec: newRecovery(), recovering: true}
+		s.rec.deferEffect(mine)
+		s.rec.deferEffect(newer)
+		if c.after != nil {
+			c.after(s.rec)
+		}
+		node, _, err := r.subj.Parse(c.m.Subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, valid := store.EffectIDOf(key, c.m.Header.Get(jetstream.MsgIDHeader))
+		if !valid {
+			t.Fatalf("%s: the test's id is not keyed", c.name)
+		}
+		if got := s.ownStored(node, id, readMsg{m: c.m}); got != c.want {
+			t.Errorf("%s: ownStored = %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -71,6 +71,25 @@ func (r *recovery) seen(node string, kind events.Kind, seq uint64, id string, va
 	}
 }
 
+// unstoredPlan returns node's deferred plan of effect id id, when it is
+// not seen stored (nor superseded) yet.
+func (r *recovery) unstoredPlan(node, id string) (reconcile.Effect, bool) {
+	if !r.unstored[id] {
+		return reconcile.Effect{}, false
+	}
+	_, kind, cause, n, ok := reconcile.ParseEffectID(id)
+	if !ok || kind != events.KindPlan {
+		return reconcile.Effect{}, false
+	}
+	ps := r.plans[node]
+	for i := len(ps) - 1; i >= 0; i-- {
+		if ps[i].Cause == cause && ps[i].N == n {
+			return ps[i], true
+		}
+	}
+	return reconcile.Effect{}, false
+}
+
 // stored reports whether deferred effect e was seen stored (or superseded).
 func (r *recovery) stored(e reconcile.Effect) bool { return !r.unstored[e.ID()] }
 

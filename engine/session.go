@@ -109,6 +109,26 @@ func (s *session) ownRead(node string, msg jetstream.Msg) bool {
 		m.signer == h.Get(store.HeaderSigner) && m.signature == h.Get(store.HeaderSignature)
 }
 
+// ownStored reports whether msg, a plan of node read while recovering
+// whose keyed message id carries effect id id, is the plan this
+// session's fold deferred under that id and has not seen stored yet,
+// byte-for-byte, signed (by its header) with this reconciler's current
+// key: a plan it published itself before a crash or a refold, folded
+// without checking its signature (docs/architecture.md, "Own plans
+// recognised by their keyed id").
+func (s *session) ownStored(node, id string, msg jetstream.Msg) bool {
+	signer := s.p.r.cfg.Signer
+	if signer == nil || msg.Headers().Get(store.HeaderSigner) != signer.PublicKey() {
+		return false
+	}
+	e, ok := s.rec.unstoredPlan(node, id)
+	if !ok {
+		return false
+	}
+	data, err := events.Encode(e.Payload)
+	return err == nil && bytes.Equal(data, msg.Data())
+}
+
 // foldSample: the fold's duration (meshfold_fold_seconds) is observed for
 // one message in foldSample. Two clock reads and a histogram update a
 // message were ~5 % of a catch-up's CPU (issue 17); a sample of one in
@@ -321,8 +341,10 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 		r.badSubject(ctx, seq, msg.Subject())
 		return nil
 	}
+	own := false
 	if kind.Effect() && s.recovering {
 		id, valid := store.EffectIDOf(r.key, msg.Headers().Get(jetstream.MsgIDHeader))
+		own = valid && kind == events.KindPlan && s.ownStored(node, id, msg)
 		s.rec.seen(node, kind, seq, id, valid)
 	}
 	if !kind.Input() {
@@ -333,7 +355,7 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	}
 	ev := events.Event{Seq: seq, Time: meta.Timestamp, Node: node, Kind: kind}
 	ev.Payload, ev.Err = events.Decode(kind, msg.Data())
-	if ev.Kind == events.KindPlan && r.cfg.Own != nil && !s.ownRead(node, msg) {
+	if ev.Kind == events.KindPlan && r.cfg.Own != nil && !own && !s.ownRead(node, msg) {
 		if err := r.cfg.Own.Verify(ev.Node, ev.Kind, msg.Headers(), msg.Data()); err != nil {
 			ev.Foreign = true
 			r.log.Error("plan not emitted by this reconciler: not folded; its last plan is published again",
