@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -380,6 +381,31 @@ func (p *benchProc) metric(name string) (float64, bool) {
 	for line := range strings.SplitSeq(string(body), "\n") {
 		rest, ok := strings.CutPrefix(line, name)
 		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(f) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+			sum, found = sum+v, true
+		}
+	}
+	return sum, found
+}
+
+// metricWhere is [benchProc.metric] summed over the label sets whose
+// line holds any of labels (`kind="plan"`).
+func (p *benchProc) metricWhere(name string, labels ...string) (float64, bool) {
+	body, err := p.get("/metrics")
+	if err != nil {
+		return 0, false
+	}
+	var sum float64
+	found := false
+	for line := range strings.SplitSeq(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok || !slices.ContainsFunc(labels, func(l string) bool { return strings.Contains(rest, l) }) {
 			continue
 		}
 		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
