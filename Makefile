@@ -71,10 +71,11 @@ bench:
 ## changes the count), each beside its baseline: `meshfold fleet -o json`
 ## against a raw read of every snapshot key of the same bucket; the console's
 ## fleet page at 20,000 and 100,000 stand-in nodes in headless Chromium (size,
-## serve time, first contentful paint)
+## serve time, first contentful paint), and the making of its index of rows
 bench-scale:
 	$(GO) test -run '^$$' -bench '^BenchmarkFleetJSON100k$$' -benchtime 1x -timeout 30m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkConsoleFleet100k$$' -benchtime 1x -timeout 30m ./e2e
+	$(GO) test -run '^$$' -bench '^BenchmarkFleetIndex100k$$' -benchtime 3x -timeout 10m ./console
 
 ## bench-all: every benchmark of every package
 bench-all:

@@ -45,9 +45,14 @@ type fleet struct {
 	// sources are the provisioners' reports of unfilled files, per node
 	// (pollSources).
 	sources map[string][]audit.SourceProblem
-	// idx is the fleet's rows as last made (index).
-	idx *fleetIndex
+	// idx is the fleet's rows as last made (index); later: a notify is
+	// due once a newer index may be made.
+	idx   *fleetIndex
+	later bool
 }
+
+// indexEvery is the least wall time between two fleet indexes.
+const indexEvery = time.Second
 
 func newFleet(src Source, log *slog.Logger) *fleet {
 	return &fleet{src: src, log: log, views: map[string]NodeView{}, warnings: map[string][]uint64{},
@@ -339,6 +344,8 @@ func (q fleetQuery) matches(r *audit.FleetRow) bool {
 type fleetIndex struct {
 	gen uint64
 	at  time.Time
+	// built is when it was made (the wall clock: at is the console's).
+	built time.Time
 	// byName is every row, by node name; pressing the rows needing an
 	// operator, most pressing first (audit.SortFleet), retired ones too.
 	byName, pressing []audit.FleetRow
@@ -350,12 +357,31 @@ type fleetIndex struct {
 }
 
 // index returns the rows at now, made anew when the fleet changed since
-// the last or now is a second or more from its time; f.mu is held.
+// the last or now is a second or more from its time; f.mu is held. It
+// is made at most once per indexEvery of wall time: within that, a
+// change is served by the index before it, and the pages are told once
+// the wait is over (their live streams then send the change), so a busy
+// fleet with many open pages makes at most one index a second.
 func (f *fleet) index(now time.Time, stale time.Duration) *fleetIndex {
-	if x := f.idx; x != nil && x.gen == f.gen && now.Sub(x.at).Abs() < time.Second {
+	x := f.idx
+	if x != nil && x.gen == f.gen && now.Sub(x.at).Abs() < time.Second {
 		return x
 	}
-	x := &fleetIndex{gen: f.gen, at: now, byName: make([]audit.FleetRow, 0, len(f.views))}
+	if x != nil && x.gen != f.gen {
+		if wait := indexEvery - time.Since(x.built); wait > 0 {
+			if !f.later {
+				f.later = true
+				time.AfterFunc(wait, func() {
+					f.mu.Lock()
+					f.later = false
+					f.notify()
+					f.mu.Unlock()
+				})
+			}
+			return x
+		}
+	}
+	x = &fleetIndex{gen: f.gen, at: now, built: time.Now(), byName: make([]audit.FleetRow, 0, len(f.views))}
 	for _, name := range slices.Sorted(maps.Keys(f.views)) {
 		nv := f.views[name]
 		r := nv.Row(now, stale)

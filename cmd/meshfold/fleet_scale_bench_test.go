@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,7 +71,9 @@ func scaleStates(b testing.TB, n int) map[string][]byte {
 // of node.>, values not decoded) on the same server (issue 27, item 2:
 // goal ≤ 1.5×). The stream holds no event: the journal warnings' read
 // finds nothing to count. It reports each in ms (medians of three
-// alternated runs), the ratio, the bytes read and printed.
+// alternated runs), the ratio, the CPU each took (the server's and the
+// reader's, user and system: steadier than wall time on a shared
+// machine), and the bytes read and printed.
 func BenchmarkFleetJSON100k(b *testing.B) {
 	if testing.Short() {
 		b.Skip("-short")
@@ -99,7 +102,20 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 	}
 	bucket := snaps.Bucket()
 
+	// CPU: this process's (the server's, and the raw reader's) and the
+	// fleet process's, user and system: on a machine others load too, the
+	// wall times swing with them, the CPU spent much less.
+	selfCPU := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			b.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	var rawCPU, fleetCPU []time.Duration
 	raw := func() (time.Duration, int) {
+		c0 := selfCPU()
+		defer func() { rawCPU = append(rawCPU, selfCPU()-c0) }()
 		t0 := time.Now()
 		nc, err := nats.Connect(m.e.ClientURL(), nats.Name("raw-read"))
 		if err != nil {
@@ -137,12 +153,16 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "--", "fleet", "-o", "json", "--all", "--server", m.e.ClientURL())
 		cmd.Env = append(os.Environ(), "MESHFOLD_HELPER_PROCESS=1")
 		cmd.Stdout, cmd.Stderr = &out, &errb
+		c0 := selfCPU()
 		t0 := time.Now()
 		if err := testproc.StartChild(cmd); err != nil {
 			b.Fatal(err)
 		}
 		err := cmd.Wait()
 		d := time.Since(t0)
+		if cmd.ProcessState != nil {
+			fleetCPU = append(fleetCPU, selfCPU()-c0+cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())
+		}
 		if err != nil {
 			b.Fatalf("fleet -o json: %v\n%s", err, errb.String())
 		}
@@ -153,6 +173,7 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 	}
 	raw()
 	fleet() // warm: the server's pages, the binary
+	rawCPU, fleetCPU = nil, nil
 	var rawT, fleetT []time.Duration
 	var rawB, outB int
 	for b.Loop() {
@@ -174,8 +195,14 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 	b.ReportMetric(ms(r), "raw-read-ms")
 	b.ReportMetric(ms(f), "fleet-json-ms")
 	b.ReportMetric(float64(f)/float64(r), "fleet/raw")
+	rc, fc := med(rawCPU), med(fleetCPU)
+	b.ReportMetric(ms(rc), "raw-read-cpu-ms")
+	b.ReportMetric(ms(fc), "fleet-json-cpu-ms")
+	b.ReportMetric(float64(fc)/float64(rc), "fleet/raw-cpu")
 	b.ReportMetric(float64(rawB)/float64(n), "snapshot-B/node")
 	b.ReportMetric(float64(outB)/float64(n), "json-B/node")
 	b.Logf("%d nodes (%d MB of snapshots): raw read of every key %s, fleet -o json %s (%.2f× the raw read; goal ≤ 1.5×); runs raw %v fleet %v",
 		n, stored>>20, r.Round(time.Millisecond), f.Round(time.Millisecond), float64(f)/float64(r), rawT, fleetT)
+	b.Logf("CPU (server and reader, user+system): raw read %s, fleet -o json %s (%.2f×); runs raw %v fleet %v",
+		rc.Round(time.Millisecond), fc.Round(time.Millisecond), float64(fc)/float64(rc), rawCPU, fleetCPU)
 }

@@ -573,24 +573,45 @@ var rank = func() map[string]int {
 // counts (more owed items, more pending approvals, more unsettled plans,
 // an older have first), then by node name.
 func SortFleet(rows []FleetRow) {
-	first := func(r FleetRow) int {
-		if len(r.Attention) == 0 {
-			return len(rank)
-		}
-		return rank[r.Attention[0]]
+	// The keys are made once per row and an index is sorted, then the
+	// rows moved once: at 100,000 rows comparing rows (two map lookups
+	// and a sum each time) and swapping them (a few hundred bytes each)
+	// took 0.7 s.
+	type key struct {
+		first, needs, restarts, owed, pending, unsettled int
+		haveAge                                          float64
+		node                                             string
 	}
-	slices.SortFunc(rows, func(a, b FleetRow) int {
+	keys := make([]key, len(rows))
+	order := make([]int, len(rows))
+	for i, r := range rows {
+		first := len(rank)
+		if len(r.Attention) > 0 {
+			first = rank[r.Attention[0]]
+		}
+		keys[i] = key{first: first, needs: len(r.Attention), restarts: restarts(r.Failed), owed: r.Owed,
+			pending: len(r.Pending), unsettled: r.Unsettled, haveAge: r.HaveAge, node: r.Node}
+		order[i] = i
+	}
+	slices.SortFunc(order, func(i, j int) int {
+		a, b := &keys[i], &keys[j]
 		return cmp.Or(
-			cmp.Compare(first(a), first(b)),
-			-cmp.Compare(len(a.Attention), len(b.Attention)),
-			-cmp.Compare(restarts(a.Failed), restarts(b.Failed)),
-			-cmp.Compare(a.Owed, b.Owed),
-			-cmp.Compare(len(a.Pending), len(b.Pending)),
-			-cmp.Compare(a.Unsettled, b.Unsettled),
-			-cmp.Compare(a.HaveAge, b.HaveAge),
-			cmp.Compare(a.Node, b.Node),
+			cmp.Compare(a.first, b.first),
+			-cmp.Compare(a.needs, b.needs),
+			-cmp.Compare(a.restarts, b.restarts),
+			-cmp.Compare(a.owed, b.owed),
+			-cmp.Compare(a.pending, b.pending),
+			-cmp.Compare(a.unsettled, b.unsettled),
+			-cmp.Compare(a.haveAge, b.haveAge),
+			cmp.Compare(a.node, b.node),
+			cmp.Compare(i, j), // rows of one node keep their order
 		)
 	})
+	sorted := make([]FleetRow, len(rows))
+	for k, i := range order {
+		sorted[k] = rows[i]
+	}
+	copy(rows, sorted)
 }
 
 // FleetNeeds are the needs a [FleetRow.Attention] may list, most
