@@ -574,9 +574,9 @@ var rank = func() map[string]int {
 // an older have first), then by node name.
 func SortFleet(rows []FleetRow) {
 	// The keys are made once per row and an index is sorted, then the
-	// rows moved once: at 100,000 rows comparing rows (two map lookups
-	// and a sum each time) and swapping them (a few hundred bytes each)
-	// took 0.7 s.
+	// rows moved once: comparing rows (two map lookups and a sum each
+	// time) and swapping them (a few hundred bytes each) was 6 % of
+	// `fleet -o json`'s CPU at 10,000 nodes, and grows as n log n.
 	type key struct {
 		first, needs, restarts, owed, pending, unsettled int
 		haveAge                                          float64
