@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -29,23 +30,76 @@ import (
 )
 
 // Upgrades without a flag day (issue 28, docs/operations.md "Upgrading"):
-// testdata/golden holds a stream and a snapshot bucket written by a real
-// run (TestGoldenGenerate, with -update-golden) of the code of the day it
-// was made. Every later build must fold that stream to the same states
-// and effects (TestGoldenFold), and a reconciler of every later build,
-// given that stream (and its snapshots) on a fresh server, must publish
+// each directory of testdata/golden (named <UTC date and time>-<commit
+// of the build that wrote it>) holds a stream and a snapshot bucket
+// written by a real run (TestGoldenGenerate, with -update-golden) of the
+// code of that day.
+// Every later build must fold each of them to the same states and effects
+// (TestGoldenFold, TestGoldenRolloutFold), and a reconciler of every later
+// build, given one (and its snapshots) on a fresh server, must publish
 // nothing it already stored (TestGoldenReplay). A fold rule whose output
 // changes fails TestGoldenFold: such a change needs a migration (a new
-// snapshot format, reconcile.SnapshotFormat, or a new event version), and
-// only then a new golden, made by the new build, beside the old one.
+// snapshot format, reconcile.SnapshotFormat, or a new event version).
 //
-// Regenerate only on purpose:
+// A golden is never regenerated in place: a build that adds an event kind
+// (the newest golden must cover every kind, goldenCovers) adds a new
+// directory beside the old ones, which keep holding what older builds
+// wrote:
 //
 //	go test ./e2e -run TestGoldenGenerate -update-golden
 
-var updateGolden = flag.Bool("update-golden", false, "write testdata/golden from a real run (TestGoldenGenerate)")
+var updateGolden = flag.Bool("update-golden", false, "write a new testdata/golden/<time>-<commit> from a real run (TestGoldenGenerate)")
 
-const goldenDir = "testdata/golden"
+const goldenRoot = "testdata/golden"
+
+// golden is one golden directory, loaded.
+type golden struct {
+	name   string
+	msgs   []goldenMsg
+	snaps  []goldenKV
+	newest bool // the newest golden: it covers every kind of this build
+}
+
+// eachGolden runs f on every golden, oldest first, each as a subtest
+// named after its directory.
+func eachGolden(t *testing.T, f func(t *testing.T, g golden)) {
+	t.Helper()
+	ents, err := os.ReadDir(goldenRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("no golden under %s", goldenRoot)
+	}
+	slices.Sort(names)
+	for i, name := range names {
+		t.Run(name, func(t *testing.T) {
+			msgs, snaps := loadGoldenFrom(t, filepath.Join(goldenRoot, name))
+			f(t, golden{name: name, msgs: msgs, snaps: snaps, newest: i == len(names)-1})
+		})
+	}
+}
+
+// newGoldenDir names the directory of a golden written now:
+// <UTC date and time>-<commit of the checkout, "dev" when unknown>.
+func newGoldenDir(t *testing.T) string {
+	t.Helper()
+	commit := "dev"
+	if out, err := exec.Command("git", "rev-parse", "--short=7", "HEAD").Output(); err == nil {
+		commit = strings.TrimSpace(string(out))
+	}
+	dir := filepath.Join(goldenRoot, time.Now().UTC().Format("2006-01-02T1504")+"-"+commit)
+	if _, err := os.Stat(dir); err == nil {
+		t.Fatalf("%s exists: a golden is never written again in place", dir)
+	}
+	return dir
+}
 
 // The golden run's keys: 32 bytes each and plainly fake. They sign
 // nothing outside these tests; a replay needs them to recognise the
@@ -98,7 +152,7 @@ func putEffectKey(t testing.TB, ctx context.Context, js jetstream.JetStream, cfg
 	}
 }
 
-// TestGoldenGenerate writes testdata/golden from a real run against the
+// TestGoldenGenerate writes a golden from a real run against the
 // embedded server: the reconciler and its rollout controller as serve
 // runs them, two real node agents and a provisioner, and operator and
 // node events published as the CLI and an agent publish them. The history
@@ -114,7 +168,7 @@ func putEffectKey(t testing.TB, ctx context.Context, js jetstream.JetStream, cfg
 func TestGoldenGenerate(t *testing.T) {
 	dir := t.TempDir()
 	if *updateGolden {
-		dir = goldenDir
+		dir = newGoldenDir(t)
 	}
 	m := newMeshWith(t, goldenSigner(t), goldenEffectKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*rolloutDeadline)
@@ -324,12 +378,6 @@ func writeGolden(t testing.TB, dir string, msgs []goldenMsg, snaps []goldenKV) {
 	t.Logf("wrote %d messages and %d snapshot keys to %s", len(msgs), len(snaps), dir)
 }
 
-// loadGolden reads testdata/golden.
-func loadGolden(t testing.TB) ([]goldenMsg, []goldenKV) {
-	t.Helper()
-	return loadGoldenFrom(t, goldenDir)
-}
-
 // loadGoldenFrom reads a golden written to dir.
 func loadGoldenFrom(t testing.TB, dir string) ([]goldenMsg, []goldenKV) {
 	t.Helper()
@@ -413,9 +461,12 @@ func encodeState(t testing.TB, st *reconcile.State) string {
 // of an event not folded say "not folded (x)" failed it with
 // "bo.journal.…: the fold makes … the golden stored …".
 func TestGoldenFold(t *testing.T) {
-	msgs, snaps := loadGolden(t)
-	goldenCovers(t, msgs)
-	foldGolden(t, msgs, snaps, nil)
+	eachGolden(t, func(t *testing.T, g golden) {
+		if g.newest {
+			goldenCovers(t, g.msgs)
+		}
+		foldGolden(t, g.msgs, g.snaps, nil)
+	})
 }
 
 // goldenCovers fails unless msgs hold every event kind and a rollout.
@@ -584,7 +635,11 @@ func publishSubject(stored string) string {
 // republished effect would be a flag day: every node would see its plans
 // again after an upgrade.
 func TestGoldenReplay(t *testing.T) {
-	msgs, snaps := loadGolden(t)
+	eachGolden(t, testGoldenReplay)
+}
+
+func testGoldenReplay(t *testing.T, g golden) {
+	msgs, snaps := g.msgs, g.snaps
 	golden := goldenStates(t, snaps)
 	// Snapshots of a newer format, as a newer build would leave them for
 	// this one after a rollback: refused, and refolded from the stream.
@@ -674,8 +729,7 @@ func TestGoldenReplay(t *testing.T) {
 // controller's clock when it published, aside), and that every one stored
 // is decided again.
 func TestGoldenRolloutFold(t *testing.T) {
-	msgs, _ := loadGolden(t)
-	foldGoldenRollout(t, msgs)
+	eachGolden(t, func(t *testing.T, g golden) { foldGoldenRollout(t, g.msgs) })
 }
 
 // foldGoldenRollout is TestGoldenRolloutFold over msgs.

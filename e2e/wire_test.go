@@ -40,7 +40,10 @@ func handMade(data []byte) bool {
 // exact bytes: a build of today writes what the build of the golden
 // wrote, so a peer one version behind reads it as it read its own.
 func TestWireRoundTrip(t *testing.T) {
-	msgs, _ := loadGolden(t)
+	eachGolden(t, func(t *testing.T, g golden) { wireRoundTrip(t, g.msgs) })
+}
+
+func wireRoundTrip(t *testing.T, msgs []goldenMsg) {
 	subj := events.Subjects{}
 	n := map[events.Kind]int{}
 	for _, m := range msgs {
@@ -106,7 +109,10 @@ func withNewerFields(t testing.TB, data []byte) []byte {
 // such fields in every input event to exactly the golden's effects and
 // states.
 func TestWireAgentAhead(t *testing.T) {
-	msgs, snaps := loadGolden(t)
+	eachGolden(t, func(t *testing.T, g golden) { wireAgentAhead(t, g.msgs, g.snaps) })
+}
+
+func wireAgentAhead(t *testing.T, msgs []goldenMsg, snaps []goldenKV) {
 	foldGolden(t, msgs, snaps, func(kind events.Kind, b []byte) []byte {
 		if kind == events.KindPlan {
 			return b // the reconciler's own plans: TestWireAgentBehind
@@ -122,7 +128,10 @@ func TestWireAgentAhead(t *testing.T) {
 // with fields added everywhere, signed by the reconciler's key), applies
 // it and settles it.
 func TestWireAgentBehind(t *testing.T) {
-	msgs, _ := loadGolden(t)
+	eachGolden(t, func(t *testing.T, g golden) { wireAgentBehind(t, g.msgs) })
+}
+
+func wireAgentBehind(t *testing.T, msgs []goldenMsg) {
 	subj := events.Subjects{}
 	var plan *goldenMsg
 	for i, m := range msgs {

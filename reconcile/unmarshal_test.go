@@ -65,9 +65,9 @@ func TestUnmarshalStateRoundTrip(t *testing.T) {
 }
 
 // TestSnapshotFormat: a snapshot says its format; one written before
-// formats existed (testdata/snapshot_v0.json, node ace's snapshot in the
-// golden bucket of e2e, written by the build of 2026-12-02 that had no
-// format field) migrates to the same state; one of a newer format is
+// formats existed (testdata/snapshot_v0.json, node ace's snapshot in
+// e2e/testdata/golden/2026-12-02T0049-55cf2a5, written by a build that had
+// no format field) migrates to the same state; one of a newer format is
 // refused with ErrSnapshotNewer, naming both formats, even when its shape
 // changed (docs/operations.md, "Upgrading").
 func TestSnapshotFormat(t *testing.T) {
