@@ -71,11 +71,17 @@ bench:
 ## changes the count), each beside its baseline: `meshfold fleet -o json`
 ## against a raw read of every snapshot key of the same bucket; the console's
 ## fleet page at 20,000 and 100,000 stand-in nodes in headless Chromium (size,
-## serve time, first contentful paint), and the making of its index of rows
+## serve time, first contentful paint), and the making of its index of rows;
+## one meshfold reconcile process against a nats-server process at 1,000, 10,000
+## and 100,000 nodes (20 events a node): cold refold against the raw read,
+## restart after 200k vs 2M events, heap and RSS per node loaded from snapshots; the knock p99 under 50,000 events/s of
+## 100,000 other nodes' haves against a raw publish → consume hop
 bench-scale:
 	$(GO) test -run '^$$' -bench '^BenchmarkFleetJSON100k$$' -benchtime 1x -timeout 30m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkConsoleFleet100k$$' -benchtime 1x -timeout 30m ./e2e
 	$(GO) test -run '^$$' -bench '^BenchmarkFleetIndex100k$$' -benchtime 3x -timeout 10m ./console
+	$(GO) test -run '^$$' -bench '^BenchmarkReconcileScale$$' -benchtime 1x -timeout 60m ./cmd/meshfold
+	MESHFOLD_KNOCK_NODES=100000 $(GO) test -run '^$$' -bench '^BenchmarkKnockLatency$$' -benchtime 1x -timeout 20m ./engine
 
 ## bench-all: every benchmark of every package
 bench-all:

@@ -3,7 +3,9 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,9 +35,22 @@ const knockLoad = 50_000
 // ordered consumer of its subject. It reports both p50 and p99 and the
 // ratio of the p99s (target: ≤ 3).
 //
+// MESHFOLD_KNOCK_NODES=N makes the other nodes N rather than 1,000 (issue
+// 27 asks for 100,000: make bench-scale); the probes start once the load
+// has sent a have of each of them, so that the reconciler holds every
+// node's state while the rounds run.
+//
 //	go test ./engine -run '^$' -bench KnockLatency -benchtime 1x
 func BenchmarkKnockLatency(b *testing.B) {
-	h := enginetest.Simulate(60_000, 1_000)
+	nodes := 1_000
+	if v := os.Getenv("MESHFOLD_KNOCK_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("MESHFOLD_KNOCK_NODES=%q: a count of nodes", v)
+		}
+		nodes = n
+	}
+	h := enginetest.Simulate(max(60_000, 20*nodes), nodes)
 	var haves []*nats.Msg
 	for _, m := range h.Msgs {
 		if _, kind, _ := (events.Subjects{}).Parse(m.Subject); kind == events.KindHave {
@@ -126,6 +141,14 @@ func BenchmarkKnockLatency(b *testing.B) {
 			}
 		}()
 		time.Sleep(time.Second) // the load running before the first probe
+		// Each node has two haves a round, node after node: the first
+		// 2×nodes haves name every node.
+		for deadline := time.Now().Add(5 * time.Minute); sent.Load() < int64(min(len(haves), 2*nodes)); {
+			if time.Now().After(deadline) {
+				b.Fatalf("the load sent %d haves in 5 minutes, want %d", sent.Load(), 2*nodes)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		start, sent0 := time.Now(), sent.Load()
 		var knock, raw []time.Duration
 		for i := range rounds {
@@ -151,6 +174,7 @@ func BenchmarkKnockLatency(b *testing.B) {
 			slices.Sort(d)
 			return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000
 		}
+		b.ReportMetric(float64(nodes), "other-nodes")
 		b.ReportMetric(rate, "load-events/s")
 		b.ReportMetric(pct(raw, 0.5), "raw-p50-ms")
 		b.ReportMetric(pct(raw, 0.99), "raw-p99-ms")

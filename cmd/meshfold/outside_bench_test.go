@@ -110,6 +110,8 @@ type outsideServer struct {
 	// 4 KiB, with MESHFOLD_BENCH_PROFILES: only memory's, since the
 	// sampling costs a catch-up a sixth of its CPU (and its profile).
 	heapProfiled bool
+	// last is the last catchUp's ratio to the raw read and CPU per event.
+	last struct{ ratio, cpuNs float64 }
 }
 
 func startOutsideServer(tb testing.TB) *outsideServer {
@@ -569,7 +571,9 @@ func (s *outsideServer) waitCaughtUp(tb testing.TB, timeout time.Duration, procs
 // its share at once) folding s's stream from no snapshot until every
 // partition's checkpoint reaches its last input, with the processes' and
 // the server's CPU over that time; then SIGTERM to each. The stream must
-// hold nothing a fold would publish when stored (it is checked).
+// hold nothing a fold would publish when stored (it is checked). It
+// returns the fold's rate (events/s) and leaves its ratio to the raw read
+// (encoding/json) and the processes' CPU per event in s.last.
 func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate float64) {
 	b.Helper()
 	std, fast := s.rawRead(b)
@@ -642,6 +646,7 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 	}
 	b.ReportMetric(float64(srv.Nanoseconds())/n, "fold-server-cpu-ns/event")
 	b.ReportMetric(float64(published), "published")
+	s.last.ratio, s.last.cpuNs = n/took.Seconds()/std.rate, float64(sum.Nanoseconds())/n
 	return n / took.Seconds()
 }
 
@@ -727,26 +732,34 @@ func idleMemory(b *testing.B) (heap, rss float64) {
 // RSS, minus those of an idle process, per node.
 func (s *outsideServer) memory(b *testing.B, name string) (heapPerNode float64) {
 	b.Helper()
+	heapPerNode, _ = s.memoryOf(b, name, outsideNodes)
+	return heapPerNode
+}
+
+// memoryOf is memory for a stream of nodes nodes; it returns the heap
+// and the RSS per node.
+func (s *outsideServer) memoryOf(b *testing.B, name string, want int) (heapPerNode, rssPerNode float64) {
+	b.Helper()
 	s.ensureFolded(b)
 	idleHeap, idleRSS := idleMemory(b)
 	s.heapProfiled = true
 	p := s.startProc(b)
 	s.heapProfiled = false
 	s.waitCaughtUp(b, 10*time.Minute, p)
-	nodes := p.waitMetric("meshfold_nodes", func(v float64) bool { return v >= outsideNodes })
+	nodes := p.waitMetric("meshfold_nodes", func(v float64) bool { return v >= float64(want) })
 	heap, rss := p.heap(name), p.rss()
 	free := p.freeHeap()
 	unsettled, _ := p.metric("meshfold_plans_unsettled")
 	p.stop()
 	b.ReportMetric(nodes, "nodes")
-	heapPerNode = (heap - idleHeap) / nodes
+	heapPerNode, rssPerNode = (heap-idleHeap)/nodes, (rss-idleRSS)/nodes
 	b.ReportMetric(heapPerNode, "heap-B/node")
-	b.ReportMetric((rss-idleRSS)/nodes, "rss-B/node")
+	b.ReportMetric(rssPerNode, "rss-B/node")
 	b.ReportMetric((free-idle.free)/nodes, "rss-free-B/node")
 	b.ReportMetric(idleHeap, "idle-heap-B")
 	b.ReportMetric(idleRSS, "idle-rss-B")
 	b.ReportMetric(unsettled/nodes, "unsettled-plans/node")
-	return heapPerNode
+	return heapPerNode, rssPerNode
 }
 
 // ensureFolded folds s's stream once, untimed, unless its snapshots

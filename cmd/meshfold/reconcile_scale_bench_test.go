@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/engine/enginetest"
+)
+
+// BenchmarkReconcileScale is issue 27's item 2 for one `meshfold
+// reconcile` process (the binary, a child process) against a separate
+// nats-server process (16 partitions, the defaults), at 1,000, 10,000 and
+// 100,000 nodes (MESHFOLD_SCALE_NODES sets the largest) of the bench's
+// mix, 20 events a node (enginetest.Simulate, sealed with the stream's
+// keys: the effects are stored). At each size, on its own server:
+//
+//   - refold-N: a cold refold from no snapshot beside the raw ordered
+//     read with encoding/json (catchUp); at the largest size the ratio
+//     is divided by the ratio at 1,000 nodes (goal: within 10 %).
+//
+//   - restart-N (N ≥ 10,000): a restart from the snapshots over a tail of
+//     4,000 messages' haves (recovery), at the largest size divided by
+//     the restart at 10,000 nodes (goal ≤ 1.5×).
+//
+//   - memory-N (N ≥ 10,000): a fresh process loaded from the snapshots,
+//     its live heap and RSS per node above an idle process's (goals
+//     ≤ 4 KiB and ≤ 6 KiB), at the largest size divided by 10,000's
+//     (goal: flat).
+//
+//     make bench-scale
+func BenchmarkReconcileScale(b *testing.B) {
+	if testing.Short() {
+		b.Skip("-short")
+	}
+	top := scaleNodes(b)
+	sizes := []int{1_000, 10_000, top}
+	slices.Sort(sizes)
+	sizes = slices.Compact(slices.DeleteFunc(sizes, func(n int) bool { return n > top }))
+	var ratio1k, cpu1k, heap10k, rss10k float64
+	var restart10k time.Duration
+	for _, n := range sizes {
+		s := startOutsideServer(b)
+		t0 := time.Now()
+		h := enginetest.Simulate(20*n, n)
+		s.load(b, h)
+		tail := tailHaves(h)
+		h = nil
+		b.Logf("%d nodes: %d messages generated, sealed and published in %s", n, s.msgs, time.Since(t0).Round(time.Second))
+		b.Run(fmt.Sprintf("refold-%d", n), func(b *testing.B) {
+			s.catchUp(b, 1, true)
+			ratio, cpu := s.last.ratio, s.last.cpuNs
+			b.ReportMetric(cpu*float64(s.msgs)/float64(n), "fold-cpu-ns/node")
+			if n == 1_000 {
+				ratio1k, cpu1k = ratio, cpu
+			} else if ratio1k > 0 {
+				b.ReportMetric(ratio1k, "ratio-1000nodes")
+				b.ReportMetric(ratio/ratio1k, "ratio/ratio-1000nodes")
+				b.ReportMetric(cpu/cpu1k, "cpu-per-event/1000nodes")
+			}
+		})
+		if n >= 10_000 {
+			b.Run(fmt.Sprintf("restart-%d", n), func(b *testing.B) {
+				took := s.recovery(b, tail)
+				if n == 10_000 {
+					restart10k = took
+				} else if restart10k > 0 {
+					b.ReportMetric(float64(restart10k.Microseconds())/1000, "restart-10000nodes-ms")
+					b.ReportMetric(took.Seconds()/restart10k.Seconds(), "ratio")
+				}
+			})
+			b.Run(fmt.Sprintf("memory-%d", n), func(b *testing.B) {
+				heap, rss := s.memoryOf(b, fmt.Sprintf("memory-%d", n), n)
+				if n == 10_000 {
+					heap10k, rss10k = heap, rss
+				} else if heap10k > 0 {
+					b.ReportMetric(heap/heap10k, "heap-ratio-to-10000nodes")
+					b.ReportMetric(rss/rss10k, "rss-ratio-to-10000nodes")
+				}
+			})
+		}
+		s.srv.Stop()
+	}
+}
