@@ -53,8 +53,15 @@ func (r *Reconciler) watchLeaders(ctx context.Context) {
 	if r.stream == nil {
 		return
 	}
-	name := r.stream.CachedInfo().Config.Name
+	info := r.stream.CachedInfo()
+	name := info.Config.Name
+	// The leader the sessions' first consumers were created under: one
+	// that crashed before the first look is then noticed too (it was not:
+	// a kill 60 ms after the start left every read on a dead consumer).
 	last := ""
+	if info.Cluster != nil && info.Cluster.Leader != "" {
+		last = info.Cluster.Leader
+	}
 	t := time.NewTicker(leaderWatch)
 	defer t.Stop()
 	for {

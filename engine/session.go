@@ -229,7 +229,7 @@ func (s *session) consume(ctx context.Context) error {
 	follow := func(from uint64) (*store.Tail, error) {
 		return store.Follow(ctx, r.js, store.TailConfig{Stream: r.cfg.Stream.Name,
 			Filter: r.subj.StoredPartitionAll(s.p.id), Start: from, Heartbeat: readHeartbeat,
-			ResetAttempts: readResets})
+			EndOnLoss: true})
 	}
 	tail, err := follow(s.checkpoint + 1)
 	if err != nil {
@@ -250,6 +250,24 @@ func (s *session) consume(ctx context.Context) error {
 	})()
 	tick := time.NewTicker(r.cfg.SnapshotInterval)
 	defer tick.Stop()
+	// readOn moves the read to a new consumer from the event after the
+	// last one folded, keeping the state: nothing is refolded (issue 24).
+	// The old tail is stopped aside: its iterator and the deletion of its
+	// consumer may wait out timeouts against a dead server. A ctx ended
+	// meanwhile is not an error: the loop's stop writes the final
+	// snapshot.
+	readOn := func() error {
+		next, err := s.refollow(ctx, follow)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		go tail.Stop()
+		tail = next
+		return nil
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -265,18 +283,22 @@ func (s *session) consume(ctx context.Context) error {
 			}
 		case <-elected:
 			// A new stream leader: the consumer may have died with the
-			// old one. Read on from the last event folded through a new
-			// one, keeping the state (issue 24).
+			// old one.
 			elected = r.elected()
-			next, err := s.refollow(ctx, follow)
-			if err != nil {
+			if err := readOn(); err != nil {
 				return err
 			}
-			// Stopped aside: its iterator and the deletion of its
-			// consumer may wait out timeouts against the dead leader.
-			go tail.Stop()
-			tail = next
 		case it := <-tail.C():
+			if errors.Is(it.Err, store.ErrConsumerLost) {
+				// The server holding the consumer stopped (any server
+				// of the cluster may hold it, not only the stream's
+				// leader), or a delivery was lost.
+				r.log.Info("partition read lost its consumer: reading on through a new one", "partition", s.p.id, "err", it.Err)
+				if err := readOn(); err != nil {
+					return err
+				}
+				continue
+			}
 			if it.Err != nil {
 				return it.Err
 			}
@@ -557,21 +579,11 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 	return nil
 }
 
-// readHeartbeat is the idle heartbeat of a partition's ordered consumer.
-// The client recreates the consumer after two missed heartbeats: when the
-// server holding it stops (a cluster losing a stream leader), the read
-// resumes after ~2 s instead of the default's ~10 s.
+// readHeartbeat is the idle heartbeat of a partition's consumer. Two
+// missed heartbeats end its tail (store.TailConfig.EndOnLoss): when the
+// server holding the consumer stops, whichever server of the cluster it
+// is, the session reads on through a new consumer (refollow) after ~2 s.
 const readHeartbeat = time.Second
-
-// readResets is how many times the client may try to recreate a
-// partition's lost consumer before the read fails and the session
-// restarts from its snapshot on the engine's own schedule. The client
-// alone retried forever, with waits growing to 10 s between attempts
-// that could each take 10 s: after a server crash in a cluster whose
-// other servers had crashed and rejoined before, reads stayed stuck for
-// over a minute while a fresh consumer was created within 6 s
-// (TestClusterChaos, issue 13).
-const readResets = 1
 
 // ackTimeout bounds each wait for the acknowledgement of an effect, and a
 // checkpoint's whole snapshot write (10,000 states take ~70 ms). An async
@@ -583,7 +595,7 @@ const readResets = 1
 const ackTimeout = 5 * time.Second
 
 // refollow starts a new tail from the event after the last one folded,
-// after an election. Creating a consumer needs the cluster's meta leader
+// after an election or the loss of the tail's consumer. Creating a consumer needs the cluster's meta leader
 // too, which a crash may have taken with it: an attempt that has not
 // answered within followAttempt is left running and another is started
 // beside it (at most followAttempts at once); the first that succeeds is

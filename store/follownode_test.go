@@ -147,3 +147,42 @@ func TestFollowNodeCoalescesToNewestAccepted(t *testing.T) {
 func knock(cause uint64) *events.Knock {
 	return events.Stamp(&events.Knock{Cause: cause, Reasons: []events.KnockReason{events.KnockOperator}, Owed: []events.Owed{}}, t0)
 }
+
+// A tail with EndOnLoss ends, with ErrConsumerLost, when its consumer is
+// gone, instead of recreating it: its reader follows again itself.
+func TestTailEndsOnLoss(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
+	pub := store.NewPublisher(js, cfg.Subjects())
+	for i := range 2 {
+		if _, err := pub.Append(ctx, "ace", knock(uint64(i+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tail, err := store.Follow(ctx, js, store.TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(), Heartbeat: time.Second, EndOnLoss: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tail.Stop()
+	for i := range 2 {
+		if m, err := tail.Next(ctx); err != nil || m.Event.Seq != uint64(i+1) {
+			t.Fatalf("message %d: %+v, %v", i+1, m.Event, err)
+		}
+	}
+	names := stream.ConsumerNames(ctx)
+	var n int
+	for name := range names.Name() {
+		n++
+		if err := stream.DeleteConsumer(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 1 || names.Err() != nil {
+		t.Fatalf("%d consumers (%v), want the tail's one", n, names.Err())
+	}
+	start := time.Now()
+	if _, err := tail.Next(ctx); !errors.Is(err, store.ErrConsumerLost) {
+		t.Fatalf("after its consumer was deleted: %v, want ErrConsumerLost", err)
+	}
+	t.Logf("ended %v after the deletion", time.Since(start).Round(time.Millisecond))
+}

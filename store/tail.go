@@ -2,10 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
@@ -42,7 +44,27 @@ type TailConfig struct {
 	// 10 s between attempts of up to 10 s each. A reader that restarts
 	// its tail itself, on its own schedule, sets a small bound.
 	ResetAttempts int
+	// EndOnLoss ends the tail, with an error matching
+	// [ErrConsumerLost], the first time its consumer is lost, instead of
+	// letting the client recreate it: when two idle heartbeats are
+	// missed (the server holding the consumer stopped), the consumer is
+	// deleted, or a delivery is skipped. The client's recreation sends
+	// its request, up to 10 s long, to whichever meta leader it finds,
+	// and after a crash of the server that led the cluster's metadata it
+	// went unanswered for the whole 10 s while a new one was elected in
+	// 5–8 s. For a reader that follows again itself from its last
+	// message, with attempts of its own (the reconciler's partitions).
+	// The consumer is a plain ephemeral one (no acknowledgements, one
+	// replica, in memory), checked for skipped deliveries as the
+	// client's ordered consumer is; ResetAttempts is not used.
+	EndOnLoss bool
 }
+
+// ErrConsumerLost: the consumer of a [Tail] started with
+// TailConfig.EndOnLoss was lost (its server stopped, it was deleted, or
+// a delivery was skipped); the tail is over. Follow again from the
+// message after the last one read.
+var ErrConsumerLost = errors.New("store: the tail's consumer was lost")
 
 // Tailed is one message of a [Tail] as read, with its metadata, or the
 // error that ended the tail: what [Tail.C] carries for a reader that
@@ -71,6 +93,10 @@ type Tail struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
+	// endOnLoss: see TailConfig.EndOnLoss; delivered is the consumer
+	// sequence of the last message read (the next must be delivered+1).
+	endOnLoss bool
+	delivered uint64
 }
 
 // Follow starts a [Tail]. Its messages arrive on [Tail.C] (or through
@@ -95,20 +121,35 @@ func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail,
 	case cfg.Start > 1:
 		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, cfg.Start
 	}
-	cons, err := js.OrderedConsumer(ctx, cfg.Stream, occ)
-	if err != nil {
-		return nil, fmt.Errorf("ordered consumer on %s: %w", cfg.Stream, err)
-	}
 	var opts []jetstream.PullMessagesOpt
 	if cfg.Heartbeat > 0 {
 		opts = append(opts, jetstream.PullHeartbeat(cfg.Heartbeat))
 	}
+	var (
+		cons jetstream.Consumer
+		err  error
+		what = "ordered consumer"
+	)
+	if cfg.EndOnLoss {
+		what = "consumer"
+		cons, err = js.CreateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+			DeliverPolicy: occ.DeliverPolicy, OptStartSeq: occ.OptStartSeq, OptStartTime: occ.OptStartTime,
+			FilterSubjects: occ.FilterSubjects, AckPolicy: jetstream.AckNonePolicy,
+			InactiveThreshold: OrderedInactive, Replicas: 1, MemoryStorage: true})
+		opts = append(opts, jetstream.WithMessagesErrOnMissingHeartbeat(true))
+	} else {
+		cons, err = js.OrderedConsumer(ctx, cfg.Stream, occ)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s on %s: %w", what, cfg.Stream, err)
+	}
 	it, err := cons.Messages(opts...)
 	if err != nil {
 		DropOrdered(js, cfg.Stream, cons)
-		return nil, fmt.Errorf("ordered consumer on %s: %w", cfg.Stream, err)
+		return nil, fmt.Errorf("%s on %s: %w", what, cfg.Stream, err)
 	}
-	t := &Tail{js: js, stream: cfg.Stream, subj: cfg.Subjects, cons: cons, it: it, ch: make(chan Tailed, tailBuffer), done: make(chan struct{})}
+	t := &Tail{js: js, stream: cfg.Stream, subj: cfg.Subjects, cons: cons, it: it, ch: make(chan Tailed, tailBuffer), done: make(chan struct{}),
+		endOnLoss: cfg.EndOnLoss}
 	t.wg.Add(1)
 	go t.pump()
 	return t, nil
@@ -131,7 +172,11 @@ func (t *Tail) pump() {
 				x.Msg = nil
 			}
 		}
+		if t.endOnLoss {
+			x.Err = t.lost(x)
+		}
 		if x.Err != nil {
+			x.Msg, x.Meta = nil, nil
 			x.Err = fmt.Errorf("read %s: %w", t.stream, x.Err)
 		}
 		select {
@@ -142,6 +187,25 @@ func (t *Tail) pump() {
 		if x.Err != nil {
 			return
 		}
+	}
+}
+
+// lost checks x, read by a tail with endOnLoss: a delivery skipped, or
+// an error of a lost consumer, gives an error matching ErrConsumerLost;
+// other errors are returned as they are.
+func (t *Tail) lost(x Tailed) error {
+	switch err := x.Err; {
+	case err == nil:
+		if seq := x.Meta.Sequence.Consumer; seq != t.delivered+1 {
+			return fmt.Errorf("%w: delivery %d after %d", ErrConsumerLost, seq, t.delivered)
+		}
+		t.delivered++
+		return nil
+	case errors.Is(err, jetstream.ErrNoHeartbeat), errors.Is(err, jetstream.ErrConsumerDeleted),
+		errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("%w: %w", ErrConsumerLost, err)
+	default:
+		return err
 	}
 }
 
