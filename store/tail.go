@@ -134,7 +134,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail,
 		what = "consumer"
 		cons, err = js.CreateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
 			DeliverPolicy: occ.DeliverPolicy, OptStartSeq: occ.OptStartSeq, OptStartTime: occ.OptStartTime,
-			FilterSubjects: occ.FilterSubjects, AckPolicy: jetstream.AckNonePolicy,
+			FilterSubject: cfg.Filter, AckPolicy: jetstream.AckNonePolicy,
 			InactiveThreshold: OrderedInactive, Replicas: 1, MemoryStorage: true})
 		opts = append(opts, jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	} else {
