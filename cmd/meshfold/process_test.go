@@ -201,7 +201,9 @@ func waitKind(t *testing.T, m *mesh, kind events.Kind, pred func(events.Event) b
 // (each request waits on the agent's side for new output) until want.
 func waitLogLine(t *testing.T, m *mesh, module, want string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Three minutes: the module first writes 14 MB through a shell loop
+	// and a -race shim, which took over a minute on two loaded cores.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	q := node.LogsRequest{Module: module}
 	for ctx.Err() == nil {
