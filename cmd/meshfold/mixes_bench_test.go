@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -159,6 +162,24 @@ func live(b *testing.B, in *enginetest.History) {
 	p := s.startProc(b, "--snapshot-interval", "1s")
 	p.waitMetric("meshfold_partitions_owned", func(v float64) bool { return int(v) == s.cfg.Partitions })
 	before := s.lastSeq(b)
+	var profiled chan struct{}
+	if dir := os.Getenv("MESHFOLD_BENCH_PROFILES"); dir != "" {
+		// The first 5 s of the load, the reconciler's and the server's.
+		profiled = make(chan struct{})
+		name := filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_"))
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			prof, err := p.get("/debug/pprof/profile?seconds=5")
+			if err == nil {
+				err = os.WriteFile(name+".cpu.pb.gz", prof, 0o644)
+			}
+			if err != nil {
+				b.Logf("no CPU profile: %v", err)
+			}
+		})
+		wg.Go(func() { s.serverProfile(b, name+".server.cpu.pb.gz") })
+		go func() { wg.Wait(); close(profiled) }()
+	}
 	start = time.Now()
 	in.Load(b, s.js)
 	for deadline := time.Now().Add(10 * time.Minute); ; {
@@ -173,6 +194,9 @@ func live(b *testing.B, in *enginetest.History) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	took := time.Since(start)
+	if profiled != nil {
+		<-profiled
+	}
 	p.stop()
 	published := s.lastSeq(b) - before - uint64(len(in.Msgs))
 	s.srv.Stop()
