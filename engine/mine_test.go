@@ -97,7 +97,11 @@ func TestOwnStoredTrustsOnlyItsOwnDeferredPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := make([]byte, 32)
-	r := &Reconciler{subj: events.Subjects{}, key: key, cfg: ReconcilerConfig{Signer: signer}}
+	own, err := store.NewTrust(signer.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{subj: events.Subjects{}, key: key, cfg: ReconcilerConfig{Signer: signer, Own: own}}
 	plan := func(cause uint64, build string) reconcile.Effect {
 		p := events.Stamp(&events.Plan{Cause: cause, Want: cause, Modules: []events.PlanModule{{Name: "m", Build: build, RunsAs: "m", Files: []events.File{}}}},
 			time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
@@ -133,7 +137,10 @@ func TestOwnStoredTrustsOnlyItsOwnDeferredPlan(t *testing.T) {
 			func(rec *recovery) { rec.seen("ace", events.KindPlan, 6, mine.ID(), true) }, false},
 		{"superseded by a newer plan seen", msgOf("ace", mine, signer.PublicKey(), nil),
 			func(rec *recovery) { rec.seen("ace", events.KindPlan, 10, newer.ID(), true) }, false},
+		{"its own key not among those it trusts", msgOf("ace", mine, signer.PublicKey(), nil),
+			func(*recovery) { r.cfg.Own = nil }, false},
 	} {
+		r.cfg.Own = own
 		s := &session{p: &partition{r: r}, rec: newRecovery(), recovering: true}
 		s.rec.deferEffect(mine)
 		s.rec.deferEffect(newer)

@@ -113,12 +113,14 @@ func (s *session) ownRead(node string, msg jetstream.Msg) bool {
 // whose keyed message id carries effect id id, is the plan this
 // session's fold deferred under that id and has not seen stored yet,
 // byte-for-byte, signed (by its header) with this reconciler's current
-// key: a plan it published itself before a crash or a refold, folded
+// key, which its own keys trust and do not retire: a plan it published
+// itself before a crash or a refold, folded
 // without checking its signature (docs/architecture.md, "Own plans
 // recognised by their keyed id").
 func (s *session) ownStored(node, id string, msg jetstream.Msg) bool {
-	signer := s.p.r.cfg.Signer
-	if signer == nil || msg.Headers().Get(store.HeaderSigner) != signer.PublicKey() {
+	signer, own := s.p.r.cfg.Signer, s.p.r.cfg.Own
+	if signer == nil || !own.Trusts(signer.PublicKey()) || own.Retired(signer.PublicKey()) ||
+		msg.Headers().Get(store.HeaderSigner) != signer.PublicKey() {
 		return false
 	}
 	e, ok := s.rec.unstoredPlan(node, id)
