@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -44,7 +45,9 @@ func BenchmarkReconcileScale(b *testing.B) {
 		s := startOutsideServer(b)
 		t0 := time.Now()
 		h := enginetest.Simulate(20*n, n)
+		srv0 := s.srv.CPU()
 		s.load(b, h)
+		publishCPU := float64((s.srv.CPU() - srv0).Nanoseconds()) / float64(s.msgs)
 		tail := tailHaves(h)
 		h = nil
 		b.Logf("%d nodes: %d messages generated, sealed and published in %s", n, s.msgs, time.Since(t0).Round(time.Second))
@@ -52,6 +55,12 @@ func BenchmarkReconcileScale(b *testing.B) {
 			s.catchUp(b, 1, true)
 			ratio, cpu := s.last.ratio, s.last.cpuNs
 			b.ReportMetric(cpu*float64(s.msgs)/float64(n), "fold-cpu-ns/node")
+			// The server's CPU a message while the history was published
+			// (async, 2,000 acks pending at most).
+			b.ReportMetric(publishCPU, "publish-server-cpu-ns/event")
+			streamB, snapB := s.sizes(b)
+			b.ReportMetric(float64(streamB)/float64(s.msgs), "stream-B/event")
+			b.ReportMetric(float64(snapB)/float64(n), "snapshots-B/node")
 			if n == 1_000 {
 				ratio1k, cpu1k = ratio, cpu
 			} else if ratio1k > 0 {
@@ -82,4 +91,30 @@ func BenchmarkReconcileScale(b *testing.B) {
 		}
 		s.srv.Stop()
 	}
+}
+
+// sizes is the bytes s's stream and its snapshot bucket hold on the
+// server (JetStream's own accounting: each message's subject, headers,
+// data and the store's record overhead; the bucket's every key, one
+// revision each).
+func (s *outsideServer) sizes(tb testing.TB) (stream, snapshots uint64) {
+	tb.Helper()
+	ctx := context.Background()
+	st, err := s.js.Stream(ctx, s.cfg.Name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	kv, err := s.js.KeyValue(ctx, s.snaps.Bucket())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	status, err := kv.Status(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info.State.Bytes, status.Bytes()
 }
