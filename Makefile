@@ -1,7 +1,7 @@
 # meshfold — see README.md.
 GO ?= go
 
-.PHONY: build test vet bench bench-scale bench-all fuzz serve demo fmt chaos dist package
+.PHONY: build test vet bench bench-scale bench-shim bench-all fuzz serve demo fmt chaos dist package
 
 # What `meshfold version` says, set at link time (deploy/Dockerfile builds
 # the same way as make dist: static, trimmed paths, these flags).
@@ -76,12 +76,19 @@ bench:
 ## and 100,000 nodes (20 events a node): cold refold against the raw read,
 ## restart after 200k vs 2M events, heap and RSS per node loaded from snapshots; the knock p99 under 50,000 events/s of
 ## 100,000 other nodes' haves against a raw publish → consume hop
-bench-scale:
+bench-scale: bench-shim
 	$(GO) test -run '^$$' -bench '^BenchmarkFleetJSON100k$$' -benchtime 1x -timeout 30m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkConsoleFleet100k$$' -benchtime 1x -timeout 30m ./e2e
 	$(GO) test -run '^$$' -bench '^BenchmarkFleetIndex100k$$' -benchtime 3x -timeout 10m ./console
 	$(GO) test -run '^$$' -bench '^BenchmarkReconcileScale$$' -benchtime 1x -timeout 60m ./cmd/meshfold
 	MESHFOLD_KNOCK_NODES=100000 $(GO) test -run '^$$' -bench '^BenchmarkKnockLatency$$' -benchtime 1x -timeout 20m ./engine
+
+## bench-shim: issue 27's supervision figures (run as root): 100 modules of
+## sleep as nobody, each under its own shim (the meshfold binary, built by the
+## benchmark): PSS and RSS per shim, and the agent side's RSS (bench-scale runs
+## it first)
+bench-shim:
+	$(GO) test -run '^$$' -bench '^BenchmarkShimMemory$$' -benchtime 1x -timeout 20m ./node/process
 
 ## bench-all: every benchmark of every package
 bench-all:

@@ -110,7 +110,12 @@ func smapsRollup(t *testing.T, pid int) (rss, pss int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(data), "\n") {
+	return parseRollup(string(data))
+}
+
+// parseRollup returns the Rss and Pss lines of a smaps_rollup, in kB.
+func parseRollup(data string) (rss, pss int) {
+	for _, l := range strings.Split(data, "\n") {
 		f := strings.Fields(l)
 		if len(f) < 2 {
 			continue
