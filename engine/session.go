@@ -228,12 +228,12 @@ func (s *session) consume(ctx context.Context) error {
 	// filter from its subject index, while several filters (the input
 	// kinds alone) made it scan, 30x slower on a long stream. Knocks and
 	// journal entries come along; the fold only counts them as seen.
-	follow := func(from uint64) (*store.Tail, error) {
+	follow := func(ctx context.Context, from uint64) (*store.Tail, error) {
 		return store.Follow(ctx, r.js, store.TailConfig{Stream: r.cfg.Stream.Name,
 			Filter: r.subj.StoredPartitionAll(s.p.id), Start: from, Heartbeat: readHeartbeat,
 			EndOnLoss: true})
 	}
-	tail, err := follow(s.checkpoint + 1)
+	tail, err := follow(ctx, s.checkpoint+1)
 	if err != nil {
 		return err
 	}
@@ -597,12 +597,14 @@ const readHeartbeat = time.Second
 const ackTimeout = 5 * time.Second
 
 // refollow starts a new tail from the event after the last one folded,
-// after an election or the loss of the tail's consumer. Creating a consumer needs the cluster's meta leader
-// too, which a crash may have taken with it: an attempt that has not
-// answered within followAttempt is left running and another is started
-// beside it (at most followAttempts at once); the first that succeeds is
-// used, the others stopped as they return.
-func (s *session) refollow(ctx context.Context, follow func(uint64) (*store.Tail, error)) (*store.Tail, error) {
+// after an election or the loss of the tail's consumer. Creating a
+// consumer needs the cluster's meta leader too, which a crash may have
+// taken with it, and a request sent while there is none is never
+// answered: an attempt (bounded by followTimeout) that has not answered
+// within followAttempt is left running and another is started beside it
+// (at most followAttempts at once); the first that succeeds is used, the
+// others stopped as they return.
+func (s *session) refollow(ctx context.Context, follow func(context.Context, uint64) (*store.Tail, error)) (*store.Tail, error) {
 	type result struct {
 		t   *store.Tail
 		err error
@@ -614,7 +616,9 @@ func (s *session) refollow(ctx context.Context, follow func(uint64) (*store.Tail
 	start := func() {
 		running++
 		go func() {
-			t, err := follow(from)
+			actx, cancel := context.WithTimeout(ctx, followTimeout)
+			defer cancel()
+			t, err := follow(actx, from)
 			results <- result{t, err}
 		}()
 	}
@@ -656,10 +660,17 @@ func (s *session) refollow(ctx context.Context, follow func(uint64) (*store.Tail
 	}
 }
 
-// followAttempt and followAttempts: see refollow.
+// followAttempt, followTimeout and followAttempts: see refollow. A new
+// attempt every followAttempt, each given the client's default API
+// timeout, with room for all of them: the read resumes at most
+// followAttempt after the meta leader is back. With one a second and four
+// at most, four requests sent into an election held every slot until the
+// first timed out (5 s after it was sent), and a read could resume up to
+// 2 s after the cluster created consumers again.
 const (
-	followAttempt  = time.Second
-	followAttempts = 4
+	followAttempt  = 500 * time.Millisecond
+	followTimeout  = 5 * time.Second
+	followAttempts = int(followTimeout / followAttempt)
 )
 
 // snapshotAttempt bounds a snapshot write's first attempt; a retry after
