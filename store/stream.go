@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -197,9 +198,17 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	got, exp := sortedCopy(have.Subjects), sortedCopy(subj.Captured())
 	// A stream an older build made captures fewer kinds (the operator
 	// kinds of DESIGN.md §9 came later, the rollout subjects of §11
-	// later still): it gains the missing ones.
-	addKinds := !slices.Equal(got, exp) && len(got) > 0 && !slices.ContainsFunc(got, func(s string) bool { return !slices.Contains(exp, s) })
-	if !slices.Equal(got, exp) && !addKinds {
+	// later still): it gains the missing ones. A stream a newer build
+	// made captures kinds this build does not know (a rollback, or one
+	// reconciler of a group not yet upgraded): it keeps them, since
+	// narrowing it would refuse the newer agents' events, and the fold
+	// journals each such event as an unknown kind (DESIGN.md §3).
+	extra := slices.DeleteFunc(slices.Clone(got), func(s string) bool { return slices.Contains(exp, s) })
+	missing := slices.DeleteFunc(slices.Clone(exp), func(s string) bool { return slices.Contains(got, s) })
+	prefix := cmp.Or(want.Prefix, events.DefaultPrefix)
+	newerKinds := !slices.ContainsFunc(extra, func(s string) bool { return !kindShaped(prefix, s) })
+	addKinds := len(missing) > 0 && len(got) > 0 && newerKinds
+	if !slices.Equal(got, exp) && !(len(got) > 0 && newerKinds) {
 		diffs = append(diffs, fmt.Sprintf("subjects: stream has %v, prefix %q needs %v", got, want.Prefix, exp))
 	}
 	if have.Storage != jetstream.FileStorage {
@@ -224,7 +233,7 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	upd := have
 	changed := false
 	if addKinds {
-		upd.Subjects, changed = subj.Captured(), true
+		upd.Subjects, changed = append(slices.Clone(have.Subjects), missing...), true
 	}
 	if cfg.Replicas != 0 && cfg.Replicas != have.Replicas {
 		upd.Replicas, eff.Replicas, changed = cfg.Replicas, cfg.Replicas, true
@@ -315,4 +324,12 @@ func OpenStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (
 	}
 	return stream, StreamConfig{Name: have.Name, Prefix: want.Prefix, Partitions: n, Replicas: have.Replicas,
 		Duplicates: have.Duplicates, MaxAge: have.MaxAge, MaxBytes: max(have.MaxBytes, 0)}, nil
+}
+
+// kindShaped reports whether subject is one a build of meshfold could
+// capture for an event kind under prefix: "<prefix>.*.<kind>", the kind a
+// single literal token.
+func kindShaped(prefix, subject string) bool {
+	kind, ok := strings.CutPrefix(subject, prefix+".*.")
+	return ok && kind != "" && !strings.ContainsAny(kind, ".*> ")
 }

@@ -158,6 +158,46 @@ func TestEnsureStreamAddsNewKinds(t *testing.T) {
 	}
 }
 
+// A stream a newer build made captures a kind this build does not know
+// (a rollback, or a group member not yet upgraded): it is adopted, and
+// keeps that kind, so the newer agents' events are still stored.
+func TestEnsureStreamKeepsNewerKinds(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, js := storetest.Start(t)
+	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "MESH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := s.CachedInfo().Config
+	future := cfg.Prefix + ".*.futurekind"
+	if cfg.Prefix == "" {
+		future = events.DefaultPrefix + ".*.futurekind"
+	}
+	// And one this build knows is missing: it is added beside the newer one.
+	newer.Subjects = append(slices.DeleteFunc(slices.Clone(newer.Subjects), func(x string) bool { return strings.HasSuffix(x, ".pause") }), future)
+	if _, err := js.UpdateStream(ctx, newer); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.EnsureStream(ctx, js, store.StreamConfig{}); err != nil {
+		t.Fatalf("EnsureStream on a newer build's stream: %v", err)
+	}
+	s, err = js.Stream(ctx, "MESH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjects := s.CachedInfo().Config.Subjects
+	if !slices.Contains(subjects, future) {
+		t.Errorf("the newer kind's subject was dropped: %v", subjects)
+	}
+	if _, err := js.Publish(ctx, cfg.Subjects().Event("ace", events.KindPause), []byte(`{}`)); err != nil {
+		t.Errorf("the missing kind was not added: %v", err)
+	}
+}
+
 func partitionsOf(s jetstream.Stream) (int, error) {
 	var n int
 	_, err := fmt.Sscanf(s.CachedInfo().Config.SubjectTransform.Destination, "{{partition(%d,1)}}", &n)
