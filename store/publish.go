@@ -69,6 +69,10 @@ func Permanent(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
 }
 
+// headerTraceparent is tracing.Header, which store does not import (it
+// links no OpenTelemetry package).
+const headerTraceparent = "traceparent"
+
 // Publisher appends events to the stream on their plain subjects
 // (<prefix>.<node>.<kind>). It is safe for concurrent use.
 type Publisher struct {
@@ -125,6 +129,17 @@ func WithHeader(key, value string) AppendOpt {
 // headers cover the node, the kind, the message id and the payload. It
 // needs [WithMsgID].
 func WithSigner(s *Signer) AppendOpt { return func(o *appendOpts) { o.signer = s } }
+
+// WithTraceparent sets the message's W3C trace context header
+// (tracing.Header, "traceparent") to tp: the span that published it, under
+// which its readers start theirs. Empty sets nothing. The header is not
+// signed: it says where to look, never what to do.
+func WithTraceparent(tp string) AppendOpt {
+	if tp == "" {
+		return func(*appendOpts) {}
+	}
+	return WithHeader(headerTraceparent, tp)
+}
 
 // WithExpectLastSubjectSeq sets Nats-Expected-Last-Subject-Sequence on the
 // message's own subject: the stream stores it only if the newest message
