@@ -20,9 +20,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/tracing"
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/provision"
 	"github.com/meshfold/meshfold/store"
@@ -65,21 +67,35 @@ type mesh struct {
 
 	rc         atomic.Pointer[engine.Reconciler]
 	reconciler *proc
+
+	// tp, when set, traces every component and every want published.
+	tp trace.TracerProvider
 }
 
-func newMesh(t testing.TB) *mesh {
+func newMesh(t testing.TB) *mesh { return newMeshSet(t, nil) }
+
+// newMeshSet is newMesh with set, when not nil, changing the mesh
+// before its reconciler starts.
+func newMeshSet(t testing.TB, set func(*mesh)) *mesh {
 	t.Helper()
 	kp, err := store.NewSigningKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newMeshWith(t, kp, nil)
+	return newMeshFull(t, kp, nil, set)
 }
 
 // newMeshWith is newMesh with the reconciler's signing key kp and, when
 // not nil, the stream's effect-id key (stored before the reconciler
 // starts, as store.EffectKey would store a random one).
 func newMeshWith(t testing.TB, kp nkeys.KeyPair, effectKey []byte) *mesh {
+	t.Helper()
+	return newMeshFull(t, kp, effectKey, nil)
+}
+
+// newMeshFull is newMeshWith with set, when not nil, changing the mesh
+// before its reconciler starts.
+func newMeshFull(t testing.TB, kp nkeys.KeyPair, effectKey []byte, set func(*mesh)) *mesh {
 	t.Helper()
 	srv, nc, js := storetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
@@ -94,6 +110,9 @@ func newMeshWith(t testing.TB, kp nkeys.KeyPair, effectKey []byte) *mesh {
 	}
 	m.signer = must(store.NewSigner(kp))(t)
 	m.trust = must(store.NewTrust(m.signer.PublicKey()))(t)
+	if set != nil {
+		set(m)
+	}
 	m.startReconciler()
 	return m
 }
@@ -152,7 +171,7 @@ func (m *mesh) startReconciler() {
 	m.t.Helper()
 	ready := make(chan struct{})
 	m.reconciler = m.spawn("reconciler", func(ctx context.Context, nc *nats.Conn, _ jetstream.JetStream) error {
-		return engine.Serve(ctx, nc, engine.Config{Stream: m.cfg, Logger: m.logger("reconciler"), Signer: m.signer, Own: m.own,
+		return engine.Serve(ctx, nc, engine.Config{Stream: m.cfg, Logger: m.logger("reconciler"), Signer: m.signer, Own: m.own, Tracing: m.tp,
 			Ready: func(_ context.Context, r *engine.Reconciler) { m.rc.Store(r); close(ready) }})
 	})
 	select {
@@ -217,7 +236,7 @@ func (n *nodeT) startAgentFaults(rt node.Runtime, faults node.Faults) {
 	}
 	n.agent = n.m.spawn(n.name+"-agent", func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
 		a, err := node.New(nc, js, node.Config{Name: n.name, Root: n.root, StateDir: n.state, Runtime: rt,
-			Stream: n.m.cfg, Logger: n.m.logger("node"), Faults: faults, Trust: n.m.trust})
+			Stream: n.m.cfg, Logger: n.m.logger("node"), Faults: faults, Trust: n.m.trust, Tracing: n.m.tp})
 		if err != nil {
 			return err
 		}
@@ -228,7 +247,7 @@ func (n *nodeT) startAgentFaults(rt node.Runtime, faults node.Faults) {
 // client returns a provisioner client for the node (not running).
 func (n *nodeT) client(nc *nats.Conn, js jetstream.JetStream, account string) *provision.Client {
 	c, err := provision.New(nc, js, provision.Config{Node: n.name, From: n.from, Account: account,
-		Stream: n.m.cfg, Logger: n.m.logger("provision"), Timeout: 2 * time.Second, Trust: n.m.trust,
+		Stream: n.m.cfg, Logger: n.m.logger("provision"), Timeout: 2 * time.Second, Trust: n.m.trust, Tracing: n.m.tp,
 		OnFill: func(k uint64, r provision.Report) {
 			select {
 			case n.fills <- fillPass{k, r}:
@@ -274,7 +293,7 @@ func (n *nodeT) source(module, path, content string) {
 // that ran ahead of the node would.
 func (n *nodeT) fillOnce(ctx context.Context, account string) (provision.Report, error) {
 	c, err := provision.New(n.m.nc, n.m.js, provision.Config{Node: n.name, From: n.from, Account: account,
-		Stream: n.m.cfg, Logger: n.m.logger("provision-once"), Timeout: 2 * time.Second, Trust: n.m.trust})
+		Stream: n.m.cfg, Logger: n.m.logger("provision-once"), Timeout: 2 * time.Second, Trust: n.m.trust, Tracing: n.m.tp})
 	if err != nil {
 		return provision.Report{}, err
 	}
@@ -316,8 +335,14 @@ func (m *mesh) ctx() context.Context {
 	return ctx
 }
 
+// want publishes a want of mods for node; traced, under a span of its
+// own ("publish want"), the root of the want's trace.
 func (m *mesh) want(ctx context.Context, node string, mods ...events.WantModule) (uint64, error) {
-	ack, err := m.pub.Append(ctx, node, events.Stamp(&events.Want{Modules: mods}, time.Now()))
+	ctx, span := tracing.Start(ctx, tracing.Tracer(m.tp), "publish want", trace.WithSpanKind(trace.SpanKindProducer))
+	defer span.End()
+	ack, err := m.pub.Append(ctx, node, events.Stamp(&events.Want{Modules: mods}, time.Now()),
+		store.WithTraceparent(tracing.Traceparent(ctx)))
+	span.SetAttributes(tracing.Node.String(node), tracing.SeqAttr(tracing.Seq, ack.Seq))
 	return ack.Seq, err
 }
 

@@ -13,8 +13,10 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/tracing"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 )
@@ -64,6 +66,14 @@ type ReconcilerConfig struct {
 	// own (tests of the loop alone).
 	Signer *store.Signer
 	Own    *store.Trust
+	// Tracing, when set, traces the fold of each input event and the
+	// publish of each effect it causes (docs/operations.md, "Traces"):
+	// the fold's span is a child of the event's traceparent, each effect's
+	// publish a child of the fold, and the effect carries the publish's
+	// traceparent to its readers. The refold of a session's recovery is
+	// not traced. Nil traces nothing, at the cost of a nil check an
+	// event.
+	Tracing trace.TracerProvider
 }
 
 // Faults are test hooks at the loop's crash points. A hook that returns an
@@ -140,6 +150,7 @@ type Reconciler struct {
 	cfg    ReconcilerConfig
 	subj   events.Subjects
 	log    *slog.Logger
+	tr     trace.Tracer // nil: tracing off
 	m      *Metrics
 	static []int // the fixed partitions, when cfg.Grants is nil
 
@@ -216,7 +227,7 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 		}
 	}
 	r := &Reconciler{electCh: make(chan struct{}), js: js, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(js, scfg.Subjects()),
-		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, m: cfg.Metrics, parts: map[int]*partition{}}
+		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, tr: tracing.Tracer(cfg.Tracing), m: cfg.Metrics, parts: map[int]*partition{}}
 	if cfg.Grants != nil {
 		return r, nil
 	}

@@ -11,6 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/engine/enginetest"
@@ -105,7 +108,20 @@ func BenchmarkReconcilerThroughput(b *testing.B) {
 // checkpoint covering the last one: consume, fold, publish the plans they
 // cause, checkpoint. The baseline, in the same run, is a raw consumer
 // reading while the same events are published.
-func BenchmarkReconcilerLive(b *testing.B) {
+func BenchmarkReconcilerLive(b *testing.B) { benchLive(b, nil) }
+
+// BenchmarkReconcilerLiveTraced is BenchmarkReconcilerLive with tracing
+// on: every fold and publish a span, batched to an exporter that drops
+// them (the SDK's cost, not a collector's).
+//
+//	go test ./engine -run '^$' -bench 'ReconcilerLive' -benchtime 1x
+func BenchmarkReconcilerLiveTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	benchLive(b, tp)
+}
+
+func benchLive(b *testing.B, tp trace.TracerProvider) {
 	h := enginetest.Simulate(200_000, 1_000)
 	var inputs []*nats.Msg
 	for _, m := range h.Msgs {
@@ -127,7 +143,7 @@ func BenchmarkReconcilerLive(b *testing.B) {
 		// Default snapshot cadence: the end is seen through Progress, then
 		// a graceful stop waits for every ack and writes the last
 		// snapshot, which the time includes.
-		r, err := engine.NewReconciler(ctx, js2, engine.ReconcilerConfig{Stream: cfg2})
+		r, err := engine.NewReconciler(ctx, js2, engine.ReconcilerConfig{Stream: cfg2, Tracing: tp})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshfold/meshfold/engine/rollouts"
 	"github.com/meshfold/meshfold/store"
@@ -47,6 +48,8 @@ type Config struct {
 	// Signer and Own: as [ReconcilerConfig].
 	Signer *store.Signer
 	Own    *store.Trust
+	// Tracing: as [ReconcilerConfig]; nil traces nothing.
+	Tracing trace.TracerProvider
 	// SnapshotEvery and SnapshotInterval: as [ReconcilerConfig] (0: the
 	// defaults).
 	SnapshotEvery    int
@@ -172,7 +175,7 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 		}
 		defer stop()
 	}
-	rcfg := ReconcilerConfig{Stream: scfg, Logger: log, Signer: c.Signer, Own: c.Own,
+	rcfg := ReconcilerConfig{Stream: scfg, Logger: log, Signer: c.Signer, Own: c.Own, Tracing: c.Tracing,
 		Metrics: metrics, SnapshotEvery: c.SnapshotEvery, SnapshotInterval: c.SnapshotInterval}
 	var (
 		group *Group

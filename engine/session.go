@@ -12,8 +12,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/tracing"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 )
@@ -23,6 +27,40 @@ type pendingAck struct {
 	f    jetstream.PubAckFuture
 	sent time.Time
 	e    reconcile.Effect
+	// ok and errc, when set, stand for f's channels: a traced publish's
+	// span ends when its ack arrives (relayAck), and a future's ack is
+	// delivered once.
+	ok   <-chan *jetstream.PubAck
+	errc <-chan error
+}
+
+// acked returns the channels the ack or the error of pa arrives on.
+func (pa pendingAck) acked() (<-chan *jetstream.PubAck, <-chan error) {
+	if pa.ok != nil {
+		return pa.ok, pa.errc
+	}
+	return pa.f.Ok(), pa.f.Err()
+}
+
+// relayAck ends span when f's ack (or error) arrives, noting the stored
+// sequence, and passes the ack on through the returned channels; when
+// ctx (the session's) ends first, it ends span and passes nothing.
+func relayAck(ctx context.Context, f jetstream.PubAckFuture, span trace.Span) (<-chan *jetstream.PubAck, <-chan error) {
+	ok, errc := make(chan *jetstream.PubAck, 1), make(chan error, 1)
+	go func() {
+		defer span.End()
+		select {
+		case a := <-f.Ok():
+			span.SetAttributes(tracing.SeqAttr(tracing.Seq, a.Sequence), attribute.Bool("meshfold.duplicate", a.Duplicate))
+			ok <- a
+		case err := <-f.Err():
+			span.SetStatus(codes.Error, err.Error())
+			errc <- err
+		case <-ctx.Done():
+			span.SetStatus(codes.Error, "session ended before the acknowledgement")
+		}
+	}()
+	return ok, errc
 }
 
 // session is one run of a partition from its snapshot.
@@ -377,6 +415,15 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 		// cold catch-up read every one of them, issue 17).
 		return nil
 	}
+	if r.tr != nil && !s.recovering {
+		// The fold's span, under the event's traceparent; the effects'
+		// publishes are its children. A recovery's refold is not traced:
+		// those events were folded (and traced) before.
+		var span trace.Span
+		ctx, span = r.tr.Start(tracing.Extract(ctx, msg.Headers()), "fold "+string(kind), trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(tracing.Node.String(node), tracing.Kind.String(string(kind)), tracing.SeqAttr(tracing.Seq, seq)))
+		defer span.End()
+	}
 	ev := events.Event{Seq: seq, Time: meta.Timestamp, Node: node, Kind: kind}
 	ev.Payload, ev.Err = events.Decode(kind, msg.Data())
 	if ev.Kind == events.KindPlan && r.cfg.Own != nil && !own && !s.ownRead(node, msg) {
@@ -567,8 +614,21 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 	if err := s.p.lost(); err != nil {
 		return err
 	}
-	id := store.EffectMsgID(s.p.r.key, e.ID())
-	f, err := s.p.r.pub.AppendAsync(ctx, e.Node, e.Payload, s.p.r.publishOpts(e, id)...)
+	r := s.p.r
+	id := store.EffectMsgID(r.key, e.ID())
+	opts := r.publishOpts(e, id)
+	var span trace.Span
+	if r.tr != nil {
+		var sctx context.Context
+		sctx, span = r.tr.Start(ctx, "publish "+string(e.Kind), trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(tracing.Node.String(e.Node), tracing.Kind.String(string(e.Kind)), tracing.SeqAttr(tracing.Cause, e.Cause)))
+		opts = append(opts, store.WithTraceparent(tracing.Traceparent(sctx)))
+	}
+	f, err := r.pub.AppendAsync(ctx, e.Node, e.Payload, opts...)
+	if err != nil && span != nil {
+		span.SetStatus(codes.Error, err.Error())
+		span.End()
+	}
 	if store.Permanent(err) {
 		return s.poisoned(ctx, e, err)
 	}
@@ -576,7 +636,11 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 		return fmt.Errorf("publish %s: %w", id, err)
 	}
 	s.remember(f.Msg())
-	s.pending = append(s.pending, pendingAck{f: f, sent: time.Now(), e: e})
+	pa := pendingAck{f: f, sent: time.Now(), e: e}
+	if span != nil {
+		pa.ok, pa.errc = relayAck(ctx, f, span)
+	}
+	s.pending = append(s.pending, pa)
 	s.p.r.logJournal(e)
 	return nil
 }
@@ -718,13 +782,14 @@ func (s *session) awaitAcks(ctx context.Context) error {
 	waited := false
 	for i := 0; i < len(s.pending); i++ {
 		pa := s.pending[i]
+		okc, errc := pa.acked()
 		select {
-		case ack := <-pa.f.Ok():
+		case ack := <-okc:
 			m.Publishing.Observe(time.Since(pa.sent).Seconds())
 			if !ack.Duplicate {
 				m.Effects.WithLabelValues(string(pa.e.Kind)).Inc()
 			}
-		case err := <-pa.f.Err():
+		case err := <-errc:
 			if store.Permanent(err) {
 				if err := s.poisoned(ctx, pa.e, err); err != nil {
 					return err

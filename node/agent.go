@@ -17,8 +17,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/tracing"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -62,6 +66,13 @@ type Config struct {
 	Trust *store.Trust
 	// Faults are test hooks; nil hooks do nothing.
 	Faults Faults
+	// Tracing, when set, traces the apply of each plan (with each
+	// module's start or removal), each fill request served and each
+	// event the agent publishes but haves (docs/operations.md, "Traces"):
+	// an apply is a child of the plan's traceparent, a fill of the
+	// request's, and every settle, refusal and filled carries the
+	// traceparent of its publish. Nil traces nothing.
+	Tracing trace.TracerProvider
 }
 
 // Faults are hooks for tests that need to shape the timing of what the
@@ -102,6 +113,7 @@ type Agent struct {
 	rt   Runtime
 	key  []byte
 	pub  publisher
+	tr   trace.Tracer // nil: tracing off
 
 	started    atomic.Bool
 	haveKick   chan struct{}
@@ -206,6 +218,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 		rt:         cfg.Runtime,
 		key:        key,
 		pub:        pub,
+		tr:         tracing.Tracer(cfg.Tracing),
 		haveKick:   make(chan struct{}, 1),
 		ready:      make(chan struct{}),
 		changeKick: make(chan struct{}, 1),
@@ -477,8 +490,12 @@ func (a *Agent) handlePlan(ctx context.Context, m store.Msg) {
 	if ev.Seq <= a.Settled() {
 		return
 	}
+	ctx, span := a.startSpan(ctx, m.Header, "apply plan", trace.SpanKindConsumer,
+		tracing.SeqAttr(tracing.Seq, ev.Seq), tracing.SeqAttr(tracing.Cause, p.Cause))
+	defer span.End()
 	changes, failedModule, err := a.apply(ctx, p)
 	if err != nil {
+		span.SetStatus(codes.Error, "apply failed")
 		if ctx.Err() != nil {
 			return // stopping: the next start applies the plan again
 		}
@@ -540,7 +557,13 @@ func (a *Agent) apply(ctx context.Context, p *events.Plan) (changes []change, fa
 		if cur, ok := runs[row.Name]; ok && cur.State == events.Running && cur.Build == row.Build && cur.Account == account {
 			continue
 		}
-		if err := a.rt.Apply(ctx, row); err != nil {
+		mctx, span := tracing.Start(ctx, a.tr, "start module", trace.WithAttributes(tracing.Module.String(row.Name), tracing.Build.String(row.Build)))
+		err := a.rt.Apply(mctx, row)
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+		if err != nil {
 			return changes, row.Name, err
 		}
 		a.log.Info("module applied", "module", row.Name, "build", row.Build, "account", row.RunsAs)
@@ -554,7 +577,13 @@ func (a *Agent) apply(ctx context.Context, p *events.Plan) (changes []change, fa
 	}
 	slices.Sort(gone)
 	for _, name := range gone {
-		if err := a.rt.Remove(ctx, name); err != nil {
+		mctx, span := tracing.Start(ctx, a.tr, "remove module", trace.WithAttributes(tracing.Module.String(name)))
+		err := a.rt.Remove(mctx, name)
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+		if err != nil {
 			return changes, name, err
 		}
 		a.forgetFiles(name)
@@ -636,8 +665,17 @@ func (a *Agent) publishHave(ctx context.Context) {
 }
 
 // publish appends p, retrying with backoff until the stream acknowledges
-// it or ctx is done. A validation error is not retried.
+// it or ctx is done. A validation error is not retried. Traced, the
+// append is a span ("publish <kind>", a child of ctx's) whose
+// traceparent the event carries.
 func (a *Agent) publish(ctx context.Context, p events.Payload, opts ...store.AppendOpt) (store.Ack, error) {
+	var span trace.Span
+	if a.tr != nil {
+		ctx, span = a.tr.Start(ctx, "publish "+string(p.Kind()), trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(tracing.Node.String(a.cfg.Name), tracing.Kind.String(string(p.Kind())), tracing.SeqAttr(tracing.Plan, planOf(p))))
+		defer span.End()
+		opts = append(opts, store.WithTraceparent(tracing.Traceparent(ctx)))
+	}
 	ack, err := store.Retry(ctx, a.log, "publish "+string(p.Kind()), newBackoff(), func() (store.Ack, error) {
 		ack, err := a.pub.Append(ctx, a.cfg.Name, p, opts...)
 		if errors.Is(err, events.ErrInvalid) {
@@ -648,7 +686,39 @@ func (a *Agent) publish(ctx context.Context, p events.Payload, opts ...store.App
 	if err != nil && ctx.Err() == nil {
 		a.log.Error("event not published", "kind", p.Kind(), "err", err)
 	}
+	if span != nil {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		} else {
+			span.SetAttributes(tracing.SeqAttr(tracing.Seq, ack.Seq))
+		}
+	}
 	return ack, err
+}
+
+// planOf is the plan an event the agent publishes is judged by (0 for
+// other kinds).
+func planOf(p events.Payload) uint64 {
+	switch p := p.(type) {
+	case *events.Settle:
+		return p.Plan
+	case *events.Refusal:
+		return p.Plan
+	case *events.Filled:
+		return p.Plan
+	}
+	return 0
+}
+
+// startSpan starts a span named name under h's traceparent (a plan's, a
+// fill request's), with the node's name among attrs; a nil tracer
+// starts none.
+func (a *Agent) startSpan(ctx context.Context, h nats.Header, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if a.tr == nil {
+		return tracing.Start(ctx, nil, name)
+	}
+	return a.tr.Start(tracing.Extract(ctx, h), name, trace.WithSpanKind(kind),
+		trace.WithAttributes(append(attrs, tracing.Node.String(a.cfg.Name))...))
 }
 
 // newBackoff is the agent's retry pacing: 100 ms doubling to 5 s, ±50 %

@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/tracing"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 )
@@ -69,7 +73,16 @@ func (a *Agent) serveFill(ctx context.Context, req micro.Request) {
 	case <-ctx.Done():
 		return // the agent stops: no reply, the client retries elsewhere or later
 	}
+	ctx, span := a.startSpan(ctx, nats.Header(req.Headers()), "fill", trace.SpanKindServer,
+		tracing.Module.String(r.Module), tracing.Path.String(r.Path), tracing.Writer.String(r.Writer))
 	reply := a.fill(ctx, r, req.Data())
+	switch {
+	case reply.Reason != "":
+		span.SetAttributes(tracing.Reason.String(string(reply.Reason)))
+	case !reply.OK:
+		span.SetStatus(codes.Error, reply.Error)
+	}
+	span.End()
 	if err := req.RespondJSON(reply); err != nil {
 		a.log.Warn("fill reply not sent", "module", r.Module, "path", r.Path, "err", err)
 	}

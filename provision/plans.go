@@ -3,6 +3,7 @@ package provision
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
@@ -59,12 +60,13 @@ func (c *Client) settled(ctx context.Context, plan uint64) {
 		c.log.Error("settled plan not from a trusted reconciler: not filled", "plan", plan, "err", err)
 		return
 	}
-	c.fillDeclared(ctx, plan, m.Event.Payload.(*events.Plan))
+	c.fillDeclared(ctx, m)
 }
 
 // fillDeclared fills what plan declares beyond the files last filled, and
 // the files it declares whose last write was refused; once per plan.
-func (c *Client) fillDeclared(ctx context.Context, seq uint64, plan *events.Plan) {
+func (c *Client) fillDeclared(ctx context.Context, m store.Msg) {
+	seq, plan := m.Event.Seq, m.Event.Payload.(*events.Plan)
 	c.fillMu.Lock()
 	defer c.fillMu.Unlock()
 	if seq < c.declared.plan || seq <= c.settledSeen {
@@ -73,6 +75,8 @@ func (c *Client) fillDeclared(ctx context.Context, seq uint64, plan *events.Plan
 	c.settledSeen = seq
 	next := declaredOf(seq, plan)
 	r := Report{Plan: seq}
+	ctx, span := c.startSpan(ctx, time.Now(), "fill declared", m)
+	defer func() { endPass(span, r) }()
 	retried := 0
 	for _, row := range plan.Modules {
 		for _, f := range row.Files {

@@ -16,8 +16,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/tracing"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -82,6 +85,12 @@ type Config struct {
 	// for a pass on a new plan's declarations) and its report. It runs on
 	// the client's goroutines, one pass at a time.
 	OnFill func(knock uint64, r Report)
+	// Tracing, when set, traces each fill pass (docs/operations.md,
+	// "Traces"): a pass on a knock or a settle is a child of that event's
+	// traceparent and links to the plan it fills, any other pass a child
+	// of the plan's; each fill request carries the pass's traceparent.
+	// Nil traces nothing.
+	Tracing trace.TracerProvider
 }
 
 // FileRef names one declared file.
@@ -146,6 +155,7 @@ type Client struct {
 	cfg     Config
 	subj    events.Subjects
 	log     *slog.Logger
+	tr      trace.Tracer // nil: tracing off
 	started atomic.Bool
 
 	// fillMu serialises fill passes; it guards declared, refused and
@@ -215,7 +225,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
 	cfg.Stream = cfg.Stream.WithDefaults()
 	return &Client{nc: nc, js: js, cfg: cfg, subj: cfg.Stream.Subjects(), refused: map[FileRef]bool{},
 		sources: sources, status: map[FileRef]store.FillStatus{}, unfilled: map[FileRef]bool{}, lastWhy: map[FileRef]string{},
-		log: log.With("node", cfg.Node, "account", cfg.Account)}, nil
+		tr: tracing.Tracer(cfg.Tracing), log: log.With("node", cfg.Node, "account", cfg.Account)}, nil
 }
 
 // Run fills every declared file on start and again on every knock, until
@@ -286,11 +296,11 @@ func (c *Client) Run(ctx context.Context) error {
 		return nil
 	}
 	wg.Go(func() {
-		c.follow(ctx, events.KindSettle, settles, nil, func(ctx context.Context, m store.Msg) { c.settledEvent(ctx, m.Event) })
+		c.follow(ctx, events.KindSettle, settles, nil, func(ctx context.Context, m store.Msg) { c.settledEvent(c.extract(ctx, m), m.Event) })
 	})
 	wg.Go(func() { c.resync(ctx) })
 	wg.Go(func() { c.retryUnfilled(ctx) })
-	c.follow(ctx, events.KindKnock, from, c.verify, func(ctx context.Context, m store.Msg) { c.knocked(ctx, m.Event) })
+	c.follow(ctx, events.KindKnock, from, c.verify, func(ctx context.Context, m store.Msg) { c.knocked(c.extract(ctx, m), m.Event) })
 	return nil
 }
 
@@ -395,6 +405,7 @@ func (c *Client) knocked(ctx context.Context, ev events.Event) {
 func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 	c.fillMu.Lock()
 	defer c.fillMu.Unlock()
+	start := time.Now()
 	var r Report
 	m, err := c.newestPlan(ctx)
 	if errors.Is(err, store.ErrNoMessage) {
@@ -409,6 +420,8 @@ func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 		return r, fmt.Errorf("provisioner: newest plan %d: %w (the reconciler publishes its own again)", seq, err)
 	}
 	r.Plan = seq
+	ctx, span := c.startSpan(ctx, start, "fill pass", m)
+	defer func() { endPass(span, r) }()
 	c.declared = declaredOf(seq, plan)
 	c.forgetUndeclared()
 	c.clearUndeclared(ctx)
@@ -516,6 +529,9 @@ func (c *Client) request(ctx context.Context, log *slog.Logger, module, path str
 	}
 	return store.Retry(ctx, log, "fill request", newBackoff(), func() (events.FillReply, error) {
 		msg := &nats.Msg{Subject: c.subj.Fill(c.cfg.Node), Header: fr.Header(), Data: content}
+		if c.tr != nil {
+			tracing.Inject(ctx, msg.Header)
+		}
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 		resp, err := c.nc.RequestMsgWithContext(rctx, msg)
 		cancel()
@@ -540,6 +556,38 @@ func (c *Client) request(ctx context.Context, log *slog.Logger, module, path str
 		}
 		return reply, nil
 	})
+}
+
+// extract returns ctx under m's traceparent when the client traces.
+func (c *Client) extract(ctx context.Context, m store.Msg) context.Context {
+	if c.tr == nil {
+		return ctx
+	}
+	return tracing.Extract(ctx, m.Header)
+}
+
+// startSpan starts a fill's span at start: a child of ctx's span (a
+// knock's, a settle's) linked to the plan m, or of the plan's when ctx
+// has none. A nil tracer starts none.
+func (c *Client) startSpan(ctx context.Context, start time.Time, name string, m store.Msg) (context.Context, trace.Span) {
+	if c.tr == nil {
+		return tracing.Start(ctx, nil, name)
+	}
+	opts := []trace.SpanStartOption{trace.WithTimestamp(start), trace.WithAttributes(tracing.Node.String(c.cfg.Node),
+		tracing.SeqAttr(tracing.Plan, m.Event.Seq), tracing.Writer.String(c.cfg.Account))}
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = tracing.Extract(ctx, m.Header)
+	} else if plan := tracing.Remote(m.Header); plan.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: plan, Attributes: []attribute.KeyValue{tracing.SeqAttr(tracing.Seq, m.Event.Seq)}}))
+	}
+	return c.tr.Start(ctx, name, opts...)
+}
+
+// endPass notes what a fill's report says on its span and ends it.
+func endPass(span trace.Span, r Report) {
+	span.SetAttributes(attribute.Int("meshfold.filled", len(r.Filled)), attribute.Int("meshfold.unchanged", len(r.Unchanged)),
+		attribute.Int("meshfold.refused", len(r.Refused)), attribute.Int("meshfold.failed", len(r.Failed)))
+	span.End()
 }
 
 // newBackoff is the client's retry pacing: 200 ms doubling to 10 s, ±50 %
