@@ -86,6 +86,7 @@ type app struct {
 	stdout, stderr io.Writer
 	logFormat      string
 	logLevel       string
+	otlpEndpoint   string
 	conn           connFlags
 	stream         streamFlags
 
@@ -125,6 +126,7 @@ Start with:  meshfold serve     (an embedded NATS server and the reconciler)`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	pf.StringVar(&a.otlpEndpoint, "otlp-endpoint", "", "send traces over OTLP/HTTP to this collector (http://host:4318; default $OTEL_EXPORTER_OTLP_ENDPOINT; off when neither is set); serve, reconcile, node, provision and want trace")
 	for _, c := range commands {
 		root.AddCommand(c(a))
 	}

@@ -167,8 +167,13 @@ func runNodeAgent(ctx context.Context, a *app, name string, o nodeOpts, nc *nats
 		return err
 	}
 	defer release()
+	tp, stopTracing, err := a.startTracing(ctx, "meshfold-node", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	agent, err := node.New(nc, js, node.Config{Name: name, Root: o.root, StateDir: o.stateDir, Runtime: rt,
-		Resync: o.resync, Logger: log, Stream: scfg, Trust: trust})
+		Resync: o.resync, Logger: log, Stream: scfg, Trust: trust, Tracing: tp})
 	if err != nil {
 		return withCode(exitUsage, err)
 	}

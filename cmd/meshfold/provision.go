@@ -185,8 +185,13 @@ func runProvisioner(ctx context.Context, a *app, name string, o provisionOpts, n
 		log.Warn("fill status bucket not opened: fleet and state will not show why a file is unfilled", "err", err)
 		status = nil
 	}
+	tp, stopTracing, err := a.startTracing(ctx, "meshfold-provision", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	c, err := provision.New(nc, js, provision.Config{Node: name, Sources: sources, Account: o.account, Status: status,
-		Logger: log, Stream: scfg, Timeout: o.timeout, Resync: resyncOrOff(o.resync), RetryUnfilled: resyncOrOff(o.retry), Trust: trust})
+		Logger: log, Stream: scfg, Timeout: o.timeout, Resync: resyncOrOff(o.resync), RetryUnfilled: resyncOrOff(o.retry), Trust: trust, Tracing: tp})
 	if err != nil {
 		return withCode(exitUsage, err)
 	}

@@ -449,7 +449,12 @@ func (r *revocation) explain(err error) error {
 // reconnect it, and the service manager's restart brings the reconciler
 // back, or says why it cannot.
 func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, lf loopFlags, ready func(context.Context, store.StreamConfig)) error {
-	cfg := engine.Config{Stream: lf.stream(a.stream), Logger: log, Signer: lf.signer, Own: lf.own,
+	tp, stopTracing, err := a.startTracing(ctx, "meshfold-reconciler", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	cfg := engine.Config{Stream: lf.stream(a.stream), Logger: log, Signer: lf.signer, Own: lf.own, Tracing: tp,
 		SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval,
 		MetricsAddr: lf.metrics, Pprof: lf.pprof, LeaseTTL: lf.leaseTTL,
 		RolloutConn: lf.rollouts, NoRollouts: lf.rolloutsOff != "",

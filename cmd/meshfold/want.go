@@ -16,8 +16,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/tracing"
 	"github.com/meshfold/meshfold/node/bundle"
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
@@ -173,7 +176,7 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 	if expect != nil {
 		opts = append(opts, store.WithExpectLastSubjectSeq(*expect))
 	}
-	ack, err := pub.AppendRetrying(ctx, nodeName, w, opts...)
+	ack, err := a.publishWant(ctx, pub, nodeName, w, opts)
 	if errors.Is(store.ServerError(err), store.ErrConflict) {
 		cur := "unknown"
 		if seq, lerr := a.lastSeq(ctx, js, nodeName, events.KindWant); lerr == nil {
@@ -426,4 +429,33 @@ type dryRunReply struct {
 	// "stream" or "none" (nothing is known of the node yet).
 	Source query.Source     `json:"source"`
 	DryRun reconcile.DryRun `json:"dry_run"`
+}
+
+// publishWant publishes w for node. Traced (--otlp-endpoint or
+// OTEL_EXPORTER_OTLP_ENDPOINT), the publish is the root span of the
+// want's trace ("publish want"), whose traceparent the want carries to
+// the reconciler, and the trace's id is told on stderr.
+func (a *app) publishWant(ctx context.Context, pub *store.Publisher, node string, w *events.Want, opts []store.AppendOpt) (store.Ack, error) {
+	log, err := a.logger()
+	if err != nil {
+		return store.Ack{}, err
+	}
+	tp, stopTracing, err := a.startTracing(ctx, "meshfold-want", log)
+	if err != nil {
+		return store.Ack{}, err
+	}
+	defer stopTracing()
+	ctx, span := tracing.Start(ctx, tracing.Tracer(tp), "publish want", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(tracing.Node.String(node), tracing.Kind.String(string(events.KindWant))))
+	defer span.End()
+	ack, err := pub.AppendRetrying(ctx, node, w, append(opts, store.WithTraceparent(tracing.Traceparent(ctx)))...)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return ack, err
+	}
+	span.SetAttributes(tracing.SeqAttr(tracing.Seq, ack.Seq))
+	if sc := span.SpanContext(); sc.IsValid() {
+		fmt.Fprintf(a.stderr, "trace %s\n", sc.TraceID())
+	}
+	return ack, nil
 }
