@@ -588,6 +588,42 @@ func TestNodeEvents(t *testing.T) {
 	}
 }
 
+// An event that comes between a node page's render and its follow is
+// offered at once, not only after the node's next event.
+func TestNodeEventsBeforeTheFollow(t *testing.T) {
+	f := newFake()
+	healthy(f, "ace")
+	fx := start(t, f)
+	fx.get(t, "/node/ace")
+	h, _ := f.History(context.Background(), "ace", query.Bounds{})
+	last := h.Events[len(h.Events)-1].Seq
+	ev := f.append("ace", &events.Pause{By: "alice", Reason: "disk swap"})
+	fx.waitPage(t, "/", `id="need-ace"`) // the console has seen it
+	resp, err := http.Get(fx.srv.URL + fmt.Sprintf("/node/ace/events?after=%d", last))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if l := sc.Text(); strings.HasPrefix(l, "data: ") {
+				got <- l
+				return
+			}
+		}
+	}()
+	select {
+	case l := <-got:
+		if l != fmt.Sprintf("data: %d", ev.Seq) {
+			t.Errorf("told %q, want ace's newest event #%d", l, ev.Seq)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an event before the follow was never offered")
+	}
+}
+
 // A paused node needs an operator and says who paused it, as fleet says;
 // a retired node leaves the fleet page unless asked for (?all=1).
 func TestFleetPausedRetired(t *testing.T) {

@@ -300,6 +300,21 @@ func (c *Console) nodeEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	fl.Flush()
 	sent := after
+	offer := func() error {
+		if last := c.fleet.lastSeen(node); last > sent {
+			sent = last
+			if _, err := fmt.Fprintf(w, "event: node\nid: %d\ndata: %d\n\n", last, last); err != nil {
+				return err
+			}
+			fl.Flush()
+		}
+		return nil
+	}
+	// An event that came between the page's render and this subscription
+	// signalled no one: look once now, or the page waits for the next.
+	if offer() != nil {
+		return
+	}
 	for {
 		select {
 		case <-r.Context().Done():
@@ -310,12 +325,8 @@ func (c *Console) nodeEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			fl.Flush()
 		case <-ch:
-			if last := c.fleet.lastSeen(node); last > sent {
-				sent = last
-				if _, err := fmt.Fprintf(w, "event: node\nid: %d\ndata: %d\n\n", last, last); err != nil {
-					return
-				}
-				fl.Flush()
+			if offer() != nil {
+				return
 			}
 		}
 	}
