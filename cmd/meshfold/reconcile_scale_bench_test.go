@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/engine/enginetest"
+	"github.com/meshfold/meshfold/events"
 )
 
 // BenchmarkReconcileScale is issue 27's item 2 for one `meshfold
@@ -117,4 +118,48 @@ func (s *outsideServer) sizes(tb testing.TB) (stream, snapshots uint64) {
 		tb.Fatal(err)
 	}
 	return info.State.Bytes, status.Bytes()
+}
+
+// BenchmarkReconcileLoad100k is item 2's memory figure by a shorter road
+// than BenchmarkReconcileScale's refold: the snapshot bucket is filled
+// directly with 10,000 and then 100,000 (MESHFOLD_SCALE_NODES) states of
+// the bench's mix (scaleStates: 1,000 folded states, each under many
+// names), on an empty stream, and a fresh `meshfold reconcile` process
+// loads them; its live heap and RSS per node above an idle process's,
+// and the ratio of the largest to 10,000's (goal: ≤ 4 KiB, ≤ 6 KiB,
+// flat). States that share their builds and paths are what a real
+// fleet's are; the interning the engine does is measured as it works.
+func BenchmarkReconcileLoad100k(b *testing.B) {
+	if testing.Short() {
+		b.Skip("-short")
+	}
+	top := scaleNodes(b)
+	var heap10k, rss10k float64
+	for _, n := range slices.Compact([]int{min(10_000, top), top}) {
+		b.Run(fmt.Sprintf("memory-%d", n), func(b *testing.B) {
+			s := startOutsideServer(b)
+			defer s.srv.Stop()
+			byPart := map[int]map[string][]byte{}
+			for node, data := range scaleStates(b, n) {
+				p := events.Partition(node, s.cfg.Partitions)
+				if byPart[p] == nil {
+					byPart[p] = map[string][]byte{}
+				}
+				byPart[p][node] = data
+			}
+			for p, states := range byPart {
+				if err := s.snaps.PutNodes(context.Background(), p, states); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s.refresh(b)
+			heap, rss := s.memoryOf(b, fmt.Sprintf("load-%d", n), n)
+			if n == 10_000 {
+				heap10k, rss10k = heap, rss
+			} else if heap10k > 0 {
+				b.ReportMetric(heap/heap10k, "heap-ratio-to-10000nodes")
+				b.ReportMetric(rss/rss10k, "rss-ratio-to-10000nodes")
+			}
+		})
+	}
 }
