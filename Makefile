@@ -80,6 +80,7 @@ bench-scale: bench-shim
 	$(GO) test -run '^$$' -bench '^BenchmarkFleetJSON100k$$' -benchtime 1x -timeout 30m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkConsoleFleet100k$$' -benchtime 1x -timeout 30m ./e2e
 	$(GO) test -run '^$$' -bench '^BenchmarkFleetIndex100k$$' -benchtime 3x -timeout 10m ./console
+	$(GO) test -run '^$$' -bench '^BenchmarkReconcileLoad100k$$' -benchtime 1x -timeout 20m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkReconcileScale$$' -benchtime 1x -timeout 60m ./cmd/meshfold
 	MESHFOLD_KNOCK_NODES=100000 $(GO) test -run '^$$' -bench '^BenchmarkKnockLatency$$' -benchtime 1x -timeout 20m ./engine
 
