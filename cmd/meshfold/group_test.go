@@ -30,9 +30,21 @@ func startReconcile(t *testing.T, args ...string) *reconcileProc {
 	go func() {
 		p.code <- run(ctx, append([]string{"reconcile"}, args...), nil, &storetest.SyncBuffer{}, p.stderr)
 	}()
-	t.Cleanup(func() { cancel(); <-p.code })
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-p.code:
+		case <-time.After(stopLimit):
+			t.Errorf("meshfold reconcile did not stop within %s of its cancel; stderr:\n%s", stopLimit, p.stderr.String())
+		}
+	})
 	return p
 }
+
+// stopLimit bounds a graceful stop: a group member waits up to 30 s plus
+// its lease TTL for its partitions to stop (engine.Group.Run), and a
+// loaded machine needs some of that.
+const stopLimit = 30*time.Second + engine.DefaultLeaseTTL + 15*time.Second
 
 // stop stops it as SIGTERM would and returns its exit code.
 func (p *reconcileProc) stop(t *testing.T) int {
@@ -42,8 +54,8 @@ func (p *reconcileProc) stop(t *testing.T) int {
 	case code := <-p.code:
 		p.code <- code
 		return code
-	case <-time.After(30 * time.Second):
-		t.Fatal("meshfold reconcile did not stop")
+	case <-time.After(stopLimit):
+		t.Fatalf("meshfold reconcile did not stop within %s; stderr:\n%s", stopLimit, p.stderr.String())
 		return 0
 	}
 }
