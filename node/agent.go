@@ -26,8 +26,8 @@ import (
 	"github.com/meshfold/meshfold/store"
 )
 
-// DefaultResync is the default interval of the resync have (and of the
-// retry of a failed plan).
+// DefaultResync is the default interval of the resync have (and the
+// longest wait before a failed plan is tried again).
 const DefaultResync = 10 * time.Minute
 
 // ErrRunning: Run was called a second time on the same Agent.
@@ -144,10 +144,23 @@ type Agent struct {
 	// the content in place was written by it, not before it.
 	wrote map[fileRef]string
 
-	// failed is the newest plan whose apply failed, retried every Resync;
-	// touched by the plan loop only.
-	failed *store.Msg
+	// failed is the newest plan whose apply failed, retried when retry
+	// fires (paced by retryPace, reset by a new plan); failedSaid is the
+	// module and error of the failed settle last published for it.
+	// Touched by the plan loop only.
+	failed     *store.Msg
+	failedSaid string
+	retry      *time.Timer
+	retryPace  *backoff.ExponentialBackOff
 }
+
+// Bounds of the retry of a failed apply: 1 s doubling to 1 min (±50 %
+// jitter), never slower than Resync (docs/architecture.md, "A failed
+// apply is retried").
+const (
+	retryFirst = time.Second
+	retryMax   = time.Minute
+)
 
 // New checks cfg, loads or creates the node's HMAC key and returns an
 // agent that is not running yet.
@@ -209,7 +222,11 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 	if cfg.Faults.BeforePublish != nil {
 		pub = faultyPublisher{next: pub, before: cfg.Faults.BeforePublish}
 	}
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
 	return &Agent{
+		retry:      retry,
+		retryPace:  store.Backoff(min(retryFirst, cfg.Resync), min(retryMax, cfg.Resync)),
 		nc:         nc,
 		js:         js,
 		cfg:        cfg,
@@ -444,18 +461,18 @@ func (a *Agent) refusePlan(ctx context.Context, m store.Msg, err error) {
 // (store.FollowNode): each is verified as it arrives, and of plans
 // stored while the agent was busy (or away) only the newest accepted one
 // is applied. A skipped plan never settles, which the reconciler expects
-// of superseded plans. Every Resync, a plan whose apply failed is tried
-// again.
+// of superseded plans. A plan whose apply failed is tried again, 1 s
+// after the failure doubling to 1 min (at most Resync), until it
+// settles or a newer plan replaces it.
 func (a *Agent) follow(ctx context.Context, from uint64) {
-	tick := time.NewTicker(a.cfg.Resync)
-	defer tick.Stop()
+	defer a.retry.Stop()
 	store.FollowNode(ctx, a.js, store.NodeFollow{
 		Stream: a.cfg.Stream, Node: a.cfg.Name, Kind: events.KindPlan, After: from,
 		Verify:  a.verifyPlan,
 		Refused: a.refusePlan,
 		Handle:  a.handlePlan,
 		Latest:  true,
-		Tick:    tick.C,
+		Tick:    a.retry.C,
 		OnTick: func(ctx context.Context) {
 			if a.failed != nil {
 				a.log.Info("retrying the failed plan", "plan", a.failed.Event.Seq)
@@ -499,16 +516,29 @@ func (a *Agent) handlePlan(ctx context.Context, m store.Msg) {
 		if ctx.Err() != nil {
 			return // stopping: the next start applies the plan again
 		}
+		if a.failed == nil || a.failed.Event.Seq != ev.Seq {
+			a.retryPace.Reset() // a new plan: its retries start at the first interval
+			a.failedSaid = ""
+		}
 		a.failed = &m
-		log.Error("apply failed; writes are still judged by the settled plan", "module", failedModule, "settled", a.Settled(), "err", err)
-		a.publish(ctx, events.Stamp(&events.Settle{Module: failedModule, Op: events.OpFailed, Plan: ev.Seq, Error: events.Cut(err.Error(), events.MaxText)}, time.Now()),
-			store.WithMsgID(nuid.Next()))
+		wait := a.retryPace.NextBackOff()
+		a.retry.Reset(wait)
+		msg := events.Cut(err.Error(), events.MaxText)
+		log.Error("apply failed; writes are still judged by the settled plan", "module", failedModule, "settled", a.Settled(), "retry_in", wait.Round(time.Millisecond), "err", err)
+		// One failed settle per plan and failure: a retry failing the
+		// same way says nothing new, and would journal it every minute.
+		if said := failedModule + "\x00" + msg; said != a.failedSaid {
+			a.failedSaid = said
+			a.publish(ctx, events.Stamp(&events.Settle{Module: failedModule, Op: events.OpFailed, Plan: ev.Seq, Error: msg}, time.Now()),
+				store.WithMsgID(nuid.Next()))
+		}
 		if len(changes) > 0 {
 			a.kickHave()
 		}
 		return
 	}
-	a.failed = nil
+	a.failed, a.failedSaid = nil, ""
+	a.retry.Stop()
 
 	// The switch, under the judging lock; only then the settles.
 	a.mu.Lock()

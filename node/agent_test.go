@@ -496,3 +496,70 @@ func TestMappedAccountIsNotReapplied(t *testing.T) {
 		t.Errorf("%d applies, want 1", rt.applies)
 	}
 }
+
+// missingBuildRuntime fails to apply build until pushed is closed, as a
+// runtime does whose build is not in the builds bucket yet; each failed
+// attempt is sent on tried when someone listens.
+type missingBuildRuntime struct {
+	*DirRuntime
+	build  string
+	pushed chan struct{}
+	tried  chan struct{}
+}
+
+func (r *missingBuildRuntime) Apply(ctx context.Context, m events.PlanModule) error {
+	if m.Build == r.build {
+		select {
+		case <-r.pushed:
+		default:
+			select {
+			case r.tried <- struct{}{}:
+			default:
+			}
+			return fmt.Errorf("fetch build %s: not in bucket MESH_BUILDS: push it", m.Build)
+		}
+	}
+	return r.DirRuntime.Apply(ctx, m)
+}
+
+// A plan whose build is missing settles by itself once the build is
+// there, with no restart and long before Resync: the failed apply is
+// retried with backoff (1 s doubling), the repeated failure is reported
+// once, and the retry that succeeds publishes the plan's settle once.
+func TestFailedApplyRetriedUntilBuildPushed(t *testing.T) {
+	e := newEnv(t)
+	dr, err := NewDirRuntime(filepath.Join(t.TempDir(), "modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := "sha256:" + strings.Repeat("0", 64)
+	rt := &missingBuildRuntime{DirRuntime: dr, build: build, pushed: make(chan struct{}), tried: make(chan struct{})}
+	a := e.startAgent(t, "ace", rt) // Resync: the default, 10 min
+	p1 := e.publishPlan(t, "ace", "", events.PlanModule{Name: "web", Build: build, RunsAs: "web"})
+	e.waitEvent(t, "ace", events.KindSettle, func(m store.Msg) bool {
+		s := m.Event.Payload.(*events.Settle)
+		return s.Plan == p1 && s.Op == events.OpFailed && strings.Contains(s.Error, "not in bucket")
+	})
+	deadline := time.After(10 * time.Second)
+	select { // a retry, failing the same way
+	case <-rt.tried:
+	case <-deadline:
+		t.Fatal("no retry of the failed apply within 10 s")
+	}
+	close(rt.pushed) // meshfold build push
+	e.waitEvent(t, "ace", events.KindSettle, func(m store.Msg) bool {
+		s := m.Event.Payload.(*events.Settle)
+		return s.Plan == p1 && s.Op == events.OpApply && s.Module == "web"
+	})
+	if a.Settled() != p1 {
+		t.Fatalf("settled = %d, want %d", a.Settled(), p1)
+	}
+	// A later plan settles after every settle of p1 (plan order).
+	p2 := e.publishPlan(t, "ace", "", events.PlanModule{Name: "web", Build: build, RunsAs: "web"},
+		events.PlanModule{Name: "img", Build: "img:1", RunsAs: "img"})
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p2))
+	got := settlesOf(t, e, "ace", p1)
+	if len(got) != 2 || got[0].Op != events.OpFailed || got[1].Op != events.OpApply {
+		t.Errorf("plan %d: settles %s, want one failure then one apply", p1, brief(got))
+	}
+}

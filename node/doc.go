@@ -45,8 +45,10 @@
 // If an apply or removal fails, the remaining rows are not applied, the
 // previous plan stays settled (writes are still judged by it) and one
 // settle with op failed names the plan, the module and the error. The
-// failed plan is tried again every resync interval until it succeeds or a
-// newer plan arrives.
+// failed plan is tried again 1 s after the failure, doubling to 1 min (at
+// most the resync interval), until it succeeds or a newer plan arrives; a
+// retry failing the same way publishes nothing, and the one that succeeds
+// publishes the plan's settles once.
 //
 // After a restart the agent has settled nothing until the newest plan is
 // applied again (usually a no-op: the runtime already runs it). Its fill

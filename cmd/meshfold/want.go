@@ -77,7 +77,9 @@ of a node creates it, and says so on stderr.
 A bundle build (sha256:…) that is not in the builds bucket (<stream>_BUILDS)
 is refused, naming the module and the build: push it first with 'meshfold
 build push PATH'. --allow-missing-build publishes anyway (a build pushed
-later: the node's apply fails until it is there). --dry-run checks the same.
+later: the node's apply fails until it is there, and the node retries it,
+1 s doubling to 1 min, so it settles within a minute of the push).
+--dry-run checks the same.
 A build that is no bundle build (not sha256:…, say "img:1") is published with
 a note on stderr: the process runtime, meshfold node's default, cannot run it
 (its apply fails); only an agent run with --runtime record takes it.
