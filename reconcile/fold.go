@@ -154,6 +154,12 @@ func (s *State) takeWant(seq uint64, modules []events.WantModule) {
 			}
 		}
 	}
+	// A failed apply of a module the want no longer names is no reason
+	// the node is unsettled any more: its plan's next plan has no row for
+	// it, and a failing removal of it reports itself again.
+	s.Failed = slices.DeleteFunc(s.Failed, func(fa FailedApply) bool {
+		return fa.Module != "" && !slices.ContainsFunc(modules, func(m events.WantModule) bool { return m.Name == fa.Module })
+	})
 	// A later want brings a retired (or retiring) node back (DESIGN.md §9).
 	s.Retire = nil
 	// Exact-size copies: the state keeps them, a decoder's slices carry

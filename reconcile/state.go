@@ -109,7 +109,8 @@ type State struct {
 	// Failed holds, per module ("" for a whole plan an agent refused),
 	// the newest failed settle of a plan newer than the settled one: why
 	// the node is unsettled, for `state`, `fleet` and the console. A plan
-	// settling at or above its plan clears it.
+	// settling at or above its plan clears it, and so does a want that
+	// no longer names its module.
 	// Invariant: sorted by module; unique; at most MaxFailed; every plan
 	// above Settled.Seq.
 	Failed []FailedApply `json:"failed,omitempty"`

@@ -91,3 +91,18 @@ func TestStateShowsHealth(t *testing.T) {
 		t.Fatalf("state text lacks the health, or shows one without a check:\n%s", text)
 	}
 }
+
+// The NEEDS column names the newest failed apply first, so a column cut
+// at its width shows the current failure, not an older one of a module
+// sorting before it.
+func TestFleetNeedsNewestFailedApplyFirst(t *testing.T) {
+	v := reconcile.View{Node: "ace", Failed: []reconcile.FailedApply{
+		{Module: "aaa", Plan: 131, Seq: 132, Error: "old"},
+		{Module: "web", Plan: 140, Seq: 141, Error: "not in bucket"},
+	}}
+	line := audit.FleetRowOfView(v, time.Now(), time.Hour).Line(8)
+	i, j := strings.Index(line, "apply failed: web"), strings.Index(line, "apply failed: aaa")
+	if i < 0 || (j >= 0 && j < i) {
+		t.Errorf("the newest failure is not first:\n%s", line)
+	}
+}

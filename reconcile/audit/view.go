@@ -348,7 +348,8 @@ type FleetRow struct {
 	// loop), with the files they wait for.
 	Failed []reconcile.ModuleRuntime `json:"failed,omitempty"`
 	// FailedApplies are, per module, the newest failed apply of a plan
-	// not settled yet, with its error cut (reconcile.View.Failed).
+	// not settled yet, with its error cut (reconcile.View.Failed), the
+	// newest first: the NEEDS column, cut at its width, shows it.
 	FailedApplies []reconcile.FailedApply `json:"failed_applies,omitempty"`
 	// Unhealthy are the modules alive with a failing health check;
 	// Flapping those that run but crash-loop (at least
@@ -396,6 +397,16 @@ func FleetRowOf(s *reconcile.State, now time.Time, stale time.Duration) FleetRow
 	return FleetRowOfView(s.View(), now, stale)
 }
 
+// newestFirst returns a copy of fa, the newest failed settle first.
+func newestFirst(fa []reconcile.FailedApply) []reconcile.FailedApply {
+	if len(fa) < 2 {
+		return fa
+	}
+	fa = slices.Clone(fa)
+	slices.SortFunc(fa, func(a, b reconcile.FailedApply) int { return cmp.Compare(b.Seq, a.Seq) })
+	return fa
+}
+
 // FleetRowOfView returns the fleet row of a node's view at now, as
 // [FleetRowOf] makes it from the state: for a view the reconciler's state
 // service answered (the web console's live rows).
@@ -403,7 +414,7 @@ func FleetRowOfView(v reconcile.View, now time.Time, stale time.Duration) FleetR
 	r := FleetRow{Node: v.Node, Seq: v.Seq, Want: v.Want, SettledPlan: v.SettledPlan, EmittedPlan: v.EmittedPlan,
 		Unsettled: v.Unsettled, Modules: v.Modules, Held: v.Held, Owed: len(v.Owed),
 		AccountWarning: v.AccountWarning, HaveTime: v.HaveTime, HaveAge: -1, Warnings: -1,
-		Failed: failing(v.Runtime), FailedApplies: v.Failed, Unhealthy: unhealthy(v.Runtime), Flapping: flapping(v.Runtime, now),
+		Failed: failing(v.Runtime), FailedApplies: newestFirst(v.Failed), Unhealthy: unhealthy(v.Runtime), Flapping: flapping(v.Runtime, now),
 		Stuck: v.Stuck(now)}
 	r.Retired = r.Stuck.Retired
 	r.Ack = v.Ack
