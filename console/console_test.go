@@ -785,6 +785,12 @@ func TestFleetNeedsPaged(t *testing.T) {
 	if n := strings.Count(body, `class="need-row"`); n != 3 || !strings.Contains(body, fmt.Sprintf("rows %d–%d of %d, most pressing first", console.MaxRows+1, console.MaxRows+3, console.MaxRows+3)) {
 		t.Errorf("page 2 of the needs: %d rows", n)
 	}
+	// A page past the last shows the last, not "rows 1001–1000 of 1003".
+	_, body = fx.get(t, "/?page=99&npage=99")
+	if n := strings.Count(body, `class="need-row"`); n != 3 || !strings.Contains(body, fmt.Sprintf("rows %d–%d of %d, most pressing first", console.MaxRows+1, console.MaxRows+3, console.MaxRows+3)) ||
+		!strings.Contains(body, fmt.Sprintf("rows %d–%d of %d", console.MaxRows+1, console.MaxRows+3, console.MaxRows+3)) {
+		t.Errorf("page 99 of the needs: %d rows\n%s", n, body)
+	}
 }
 
 // A burst of changes reaches an open page as at most one frame a second

@@ -466,40 +466,42 @@ func (f *fleet) page(q fleetQuery, now time.Time, stale time.Duration) fleetPage
 	f.mu.Lock()
 	x := f.index(now, stale)
 	f.mu.Unlock()
-	p := fleetPage{Query: q.Q, Need: q.Need, All: q.All, Gen: x.gen, Nodes: len(x.byName), Now: now, Live: q.url("/events")}
+	p := fleetPage{Query: q.Q, Need: q.Need, All: q.All, Gen: x.gen, Nodes: len(x.byName), Now: now}
 	p.Summary, p.Calm = groups(x.summary, q), x.calm
 	if q.All {
 		p.Summary, p.Calm = groups(x.summaryAll, q), x.calmAll
 	} else {
 		p.RetiredOut = x.retired
 	}
-	// One pass over each list: count what matches, keep the page's rows.
-	from := (q.NPage - 1) * MaxRows
-	for i := range x.byName {
-		r := &x.byName[i]
-		if r.Retired && !q.All || !q.matches(r) {
-			continue
+	// One pass over each list: count what matches, keep the page's rows;
+	// a page past the last (?page=99) is clamped to the last, and a
+	// second pass keeps its rows.
+	keep := func(list []audit.FleetRow, page *int) (rows []audit.FleetRow, first, total int) {
+		for {
+			from := (*page - 1) * MaxRows
+			rows, total = nil, 0
+			for i := range list {
+				r := &list[i]
+				if r.Retired && !q.All || !q.matches(r) {
+					continue
+				}
+				if total >= from && len(rows) < MaxRows {
+					rows = append(rows, *r)
+				}
+				total++
+			}
+			if last := max(1, (total+MaxRows-1)/MaxRows); *page > last {
+				*page = last
+				continue
+			}
+			return rows, from, total
 		}
-		if p.Matching >= from && len(p.Rows) < MaxRows {
-			p.Rows = append(p.Rows, *r)
-		}
-		p.Matching++
 	}
-	p.RowsFirst = min(from, p.Matching)
+	p.Rows, p.RowsFirst, p.Matching = keep(x.byName, &q.NPage)
 	p.More = max(0, p.Matching-p.RowsFirst-len(p.Rows))
-	from = (q.Page - 1) * MaxRows
-	for i := range x.pressing {
-		r := &x.pressing[i]
-		if r.Retired && !q.All || !q.matches(r) {
-			continue
-		}
-		if p.NeedsTotal >= from && len(p.Needs) < MaxRows {
-			p.Needs = append(p.Needs, *r)
-		}
-		p.NeedsTotal++
-	}
-	p.NeedsFirst = min(from, p.NeedsTotal)
+	p.Needs, p.NeedsFirst, p.NeedsTotal = keep(x.pressing, &q.Page)
 	p.NeedsMore = max(0, p.NeedsTotal-p.NeedsFirst-len(p.Needs))
+	p.Live = q.url("/events") // of the page shown, clamped
 	p.NeedsPager = pages(q, q.Page, p.NeedsTotal, func(q *fleetQuery, n int) { q.Page = n })
 	p.RowsPager = pages(q, q.NPage, p.Matching, func(q *fleetQuery, n int) { q.NPage = n })
 	return p

@@ -95,8 +95,8 @@ says otherwise; -o yaml one YAML document per node.`,
 			if pg.limit < 0 || pg.page < 1 {
 				return withCode(exitUsage, fmt.Errorf("--limit %d --page %d: a limit ≥ 0 (0: every row) and a page ≥ 1", pg.limit, pg.page))
 			}
-			if pg.needs != "" && !slices.Contains(audit.FleetNeeds, pg.needs) {
-				return withCode(exitUsage, fmt.Errorf("--needs %q: one of %s", pg.needs, strings.Join(audit.FleetNeeds, ", ")))
+			if pg.needs != "" && pg.needs != "nothing" && !slices.Contains(audit.FleetNeeds, pg.needs) {
+				return withCode(exitUsage, fmt.Errorf("--needs %q: one of %s, nothing", pg.needs, strings.Join(audit.FleetNeeds, ", ")))
 			}
 			fl := cmd.Flags()
 			pg.set = fl.Changed("limit") || fl.Changed("page") || pg.needs != ""
@@ -111,7 +111,7 @@ says otherwise; -o yaml one YAML document per node.`,
 	fl.BoolVar(&all, "all", false, "list retired nodes too, and every row unless --limit is given")
 	fl.IntVar(&pg.limit, "limit", 50, "rows a page of the table holds (0: every row, unpaged)")
 	fl.IntVar(&pg.page, "page", 1, "which page of the table to print (1: the most pressing nodes)")
-	fl.StringVar(&pg.needs, "needs", "", "only the nodes with this need (a name the summary lists: failed, owed, stale-have, …)")
+	fl.StringVar(&pg.needs, "needs", "", "only the nodes with this need (a name the summary lists: failed, owed, stale-have, …; nothing: the calm ones)")
 	fl.DurationVar(&stale, "stale", 10*time.Minute, "a have older than this is stale")
 	fl.DurationVar(&warnings, "warnings", time.Hour, "count journal warnings and errors this far back (0: do not)")
 	a.conn.add(cmd)
@@ -218,7 +218,12 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 // for, if any), the first's index among them, and how many they are.
 func (pg fleetPaging) of(rows []audit.FleetRow) (page []audit.FleetRow, first, total int) {
 	if pg.needs != "" {
-		rows = slices.DeleteFunc(slices.Clone(rows), func(r audit.FleetRow) bool { return !slices.Contains(r.Attention, pg.needs) })
+		rows = slices.DeleteFunc(slices.Clone(rows), func(r audit.FleetRow) bool {
+			if pg.needs == "nothing" { // the calm ones, as the summary counts them
+				return len(r.Attention) > 0
+			}
+			return !slices.Contains(r.Attention, pg.needs)
+		})
 	}
 	if pg.limit == 0 {
 		if pg.page > 1 {
@@ -324,7 +329,7 @@ func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPagin
 		cleared += r.ClearedWarnings
 	}
 	if cleared > 0 {
-		fmt.Fprintf(&b, "-- %d journal warnings cleared: older than their node's newest settled plan, on nodes nothing else flags (JSON journal_warnings_cleared; meshfold audit NODE shows them)\n", cleared)
+		fmt.Fprintf(&b, "-- %s cleared: older than their node's newest settled plan, on nodes nothing else flags (JSON journal_warnings_cleared; meshfold audit NODE shows them)\n", plural(cleared, "journal warning"))
 	}
 	b.WriteString(audit.FleetAckedText(page))
 	b.WriteString(audit.FleetFailedText(page))
@@ -353,4 +358,12 @@ func pageLine(pg fleetPaging, page []audit.FleetRow, first, total int) string {
 		s += fmt.Sprintf("; --page %d for the next", pg.page+1)
 	}
 	return s + "; --limit 0 for every row\n"
+}
+
+// plural returns "1 word" or "N words".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }

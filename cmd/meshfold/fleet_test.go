@@ -78,6 +78,11 @@ func TestFleetPaged(t *testing.T) {
 	if rows := rowsOf(out); len(rows) != 8 || !strings.Contains(out, "rows 1-8 of 8 needing approval") || !strings.Contains(out, "NEEDS            NODES") {
 		t.Errorf("--needs approval: %v\n%s", rows, out)
 	}
+	// "nothing", listed in the summary, picks the calm nodes.
+	out, errOut, code = m.cli(t, "fleet", "--warnings", "0", "--needs", "nothing")
+	if rows := rowsOf(out); code != 0 || len(rows) != 50 || rows[0] != "n000" || !strings.Contains(out, "rows 1-50 of 52 needing nothing") {
+		t.Errorf("--needs nothing: exit %d %s %v\n%s", code, errOut, rows, out)
+	}
 	out, _, _ = m.cli(t, "fleet", "--warnings", "0", "--limit", "0")
 	if rows := rowsOf(out); len(rows) != 60 || strings.Contains(out, "NEEDS            NODES") || strings.Contains(out, "-- page") {
 		t.Errorf("--limit 0: every row, unpaged, wanted:\n%s", out)

@@ -269,3 +269,13 @@ func TestCountNeeds(t *testing.T) {
 		t.Errorf("FleetSummaryText:\n%q\nwant\n%q", got, want)
 	}
 }
+
+// A fleet row counts its warnings in words that agree with the count.
+func TestFleetLineWarningsPlural(t *testing.T) {
+	for n, want := range map[int]string{1: " 1 warning", 2: " 2 warnings"} {
+		r := audit.FleetRow{Node: "ace", Attention: []string{"journal"}, Warnings: n, HaveAge: -1}
+		if l := r.Line(4); !strings.HasSuffix(l, want) {
+			t.Errorf("%d warnings: %q, want it to end %q", n, l, want)
+		}
+	}
+}

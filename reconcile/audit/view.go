@@ -698,7 +698,7 @@ func (r FleetRow) Line(nodeWidth int) string {
 				needs = append(needs, "approve "+p.Module+"→"+p.Pending)
 			}
 		case "journal":
-			needs = append(needs, fmt.Sprintf("%d warnings", r.Warnings))
+			needs = append(needs, plural(r.Warnings, "warning"))
 		case "failed":
 			for _, f := range r.Failed {
 				needs = append(needs, failedNeed(f))
