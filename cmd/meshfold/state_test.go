@@ -149,7 +149,7 @@ func TestFleetCommand(t *testing.T) {
 		!strings.HasPrefix(lines[2], "novox ") || !strings.HasPrefix(lines[3], "calm ") {
 		t.Fatalf("fleet:\n%s", out)
 	}
-	if !strings.Contains(lines[2], "owed, approve nats→n:2.11") || !strings.Contains(lines[3], "1 warnings") {
+	if !strings.Contains(lines[2], "owed, approve nats→n:2.11") || !strings.Contains(lines[3], "1 warning") {
 		t.Errorf("needs:\n%s", out)
 	}
 	out, _, code = m.cli(t, "fleet", "--json", "--warnings", "0")
