@@ -20,7 +20,7 @@ const (
 	exitOK       = 0
 	exitError    = 1
 	exitUsage    = 2
-	exitConflict = 3 // a stale --expect: someone else published first
+	exitConflict = 3 // a stale --expect (someone else published first), or apply over another fleet's nodes
 )
 
 // exitError carries a specific exit code out of a command.

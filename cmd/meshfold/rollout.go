@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/rollout/feed"
-	"github.com/meshfold/meshfold/rollout/fleetfile"
 )
 
 // Rollouts (DESIGN.md §11): apply starts one from a fleet file; the
@@ -25,137 +23,7 @@ import (
 // promote, abort, revert: each an event).
 
 func init() {
-	register(newApplyCmd)
 	register(newRolloutCmd)
-}
-
-func newApplyCmd(a *app) *cobra.Command {
-	var (
-		file, by, reason string
-		dryRun           bool
-		timeout          time.Duration
-	)
-	cmd := &cobra.Command{
-		Use:   "apply -f FLEET.yaml --by NAME [--dry-run] [--reason TEXT]",
-		Short: "Start a rollout of a fleet file: each owned node's want, in batches",
-		Long: `apply reads a fleet file (the nodes a fleet owns with their labels, groups of
-modules selected by label, and the rollout block), computes each owned node's
-want, and starts a rollout over the nodes whose want differs from their newest
-want (the targets). The rollout controller, which 'meshfold serve' and
-'meshfold reconcile' run, then gives the targets their new wants in batches,
-within max_unavailable, waiting for a promote after a canary, halting on a
-failure and, with auto_revert, giving every changed target its previous want
-back. A new apply supersedes a rollout of the fleet still in progress.
-
---dry-run prints each target's want difference and the batches, and publishes
-nothing. Errors in the file name the line and the field; a selector that
-matches no node is a warning.
-
-Follow it with 'meshfold rollout status FLEET'. Exit 1 if the publish failed,
-2 on a usage error or an invalid file.`,
-		Example: `  meshfold apply -f fleet.yaml --by alice --dry-run
-  meshfold apply -f fleet.yaml --by alice --reason "web 1.4"
-  meshfold rollout status web`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				return withCode(exitUsage, err)
-			}
-			fleet, warnings, err := fleetfile.Parse(data)
-			for _, w := range warnings {
-				fmt.Fprintf(a.stderr, "warning: %s: %v\n", file, w)
-			}
-			if err != nil {
-				return withCode(exitUsage, fmt.Errorf("%s: %w", file, err))
-			}
-			if !dryRun && by == "" {
-				return withCode(exitUsage, errors.New("--by is required (who applies, kept for the audit)"))
-			}
-			if dryRun && by == "" {
-				by = "dry-run"
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			nc, js, _, err := a.openPublisher(ctx)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			stream, scfg, err := a.stream.openStream(ctx, js)
-			if err != nil {
-				return err
-			}
-			plan, err := feed.NewPlan(ctx, stream, scfg.Subjects(), fleet, by, reason)
-			if err != nil {
-				return err
-			}
-			if plan.Start != nil {
-				if err := rollout.Stamp(plan.Start, time.Now()).Validate(); err != nil {
-					return withCode(exitUsage, err)
-				}
-			}
-			printPlan(a.stdout, plan)
-			if dryRun || plan.Start == nil {
-				return nil
-			}
-			id, err := plan.Apply(ctx, js, scfg.Subjects())
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "rollout %d of fleet %s started\n", id, fleet.Name)
-			return nil
-		},
-	}
-	cmd.Flags().StringVarP(&file, "file", "f", "", "the fleet file (YAML or JSON)")
-	_ = cmd.MarkFlagRequired("file")
-	cmd.Flags().StringVar(&by, "by", "", "who applies (required unless --dry-run); kept in the stream for the audit")
-	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit (one line)")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print each target's want difference and the batches; publish nothing")
-	addPublishTimeout(cmd, &timeout)
-	a.conn.add(cmd)
-	a.stream.add(cmd)
-	return cmd
-}
-
-// printPlan prints each target's want difference and the batches.
-func printPlan(w io.Writer, p *feed.Plan) {
-	if p.Start == nil {
-		fmt.Fprintf(w, "fleet %s: %d nodes, no want changes: nothing to roll out\n", p.Fleet.Name, len(p.Cands))
-		return
-	}
-	var targets []rollout.Candidate
-	for _, c := range p.Cands {
-		if c.Prev == 0 || !rollout.EqualWant(c.Want, c.Current) {
-			targets = append(targets, c)
-		}
-	}
-	r := p.Start.Params.Resolve(len(targets), len(p.Cands))
-	fmt.Fprintf(w, "fleet %s: %d targets of %d nodes; canary %d, batch %d, max_unavailable %d, min_healthy %s, healthy_deadline %s, auto_revert %v\n",
-		p.Fleet.Name, len(targets), len(p.Cands), r.Canary, r.Batch, r.MaxUnavailable, r.MinHealthy, r.HealthyDeadline, r.AutoRevert)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BATCH\tNODE\tCHANGE")
-	batch, in := 1, 0
-	size := r.Batch
-	if r.Canary > 0 {
-		size = r.Canary
-	}
-	for _, c := range targets {
-		if in == size {
-			batch, in, size = batch+1, 0, r.Batch
-		}
-		in++
-		label := fmt.Sprint(batch)
-		if r.Canary > 0 && batch == 1 {
-			label = "canary"
-		}
-		change := feed.Diff(c.Current, c.Want)
-		if c.Prev == 0 {
-			change = "new want: " + feed.Diff(nil, c.Want)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", label, c.Node, change)
-	}
-	_ = tw.Flush()
 }
 
 func newRolloutCmd(a *app) *cobra.Command {

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
+	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/rollout/feed"
+	"github.com/meshfold/meshfold/rollout/fleetfile"
+	"github.com/meshfold/meshfold/store"
+)
+
+// apply (DESIGN.md §11) starts a rollout from a fleet file.
+
+func init() { register(newApplyCmd) }
+
+func newApplyCmd(a *app) *cobra.Command {
+	var (
+		file, by, reason string
+		dryRun           bool
+		o                applyChecks
+		timeout          time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "apply -f FLEET.yaml --by NAME [--dry-run] [--reason TEXT]",
+		Short: "Start a rollout of a fleet file: each owned node's want, in batches",
+		Long: `apply reads a fleet file (the nodes a fleet owns with their labels, groups of
+modules selected by label, and the rollout block), computes each owned node's
+want, and starts a rollout over the nodes whose want differs from their newest
+want (the targets). The rollout controller, which 'meshfold serve' and
+'meshfold reconcile' run, then gives the targets their new wants in batches,
+within max_unavailable, waiting for a promote after a canary, halting on a
+failure and, with auto_revert, giving every changed target its previous want
+back. A new apply supersedes a rollout of the fleet still in progress.
+
+--dry-run prints each target's want difference and the batches, and publishes
+nothing. Errors in the file name the line and the field; a selector that
+matches no node is a warning.
+
+apply (and --dry-run) refuses, publishing nothing:
+  - nodes the newest rollout of another fleet names (a node is owned by one
+    fleet: a copied fleet file would roll its builds over the other fleet's
+    nodes), naming each and its fleet (exit 3); --take-over moves them to
+    this fleet;
+  - a sha256: build the builds bucket does not hold, as 'meshfold want'
+    does (exit 1); --allow-missing-build starts it anyway;
+  - nodes that have no event in the stream (a mistyped name would make a
+    phantom node; exit 2), of which --dry-run only warns; --new rolls out
+    to them anyway (a fleet's first nodes, before their agents start).
+
+Follow it with 'meshfold rollout status FLEET'. Exit 1 if the publish failed,
+2 on a usage error or an invalid file.`,
+		Example: `  meshfold apply -f fleet.yaml --by alice --dry-run
+  meshfold apply -f fleet.yaml --by alice --reason "web 1.4"
+  meshfold rollout status web
+  # move nodes fleet web's rollout names to fleet api, on purpose
+  meshfold apply -f api.yaml --by alice --take-over --reason "ace moves to api"`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			fleet, warnings, err := fleetfile.Parse(data)
+			for _, w := range warnings {
+				fmt.Fprintf(a.stderr, "warning: %s: %v\n", file, w)
+			}
+			if err != nil {
+				return withCode(exitUsage, fmt.Errorf("%s: %w", file, err))
+			}
+			if !dryRun && by == "" {
+				return withCode(exitUsage, errors.New("--by is required (who applies, kept for the audit)"))
+			}
+			if dryRun && by == "" {
+				by = "dry-run"
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			nc, js, _, err := a.openPublisher(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			stream, scfg, err := a.stream.openStream(ctx, js)
+			if err != nil {
+				return err
+			}
+			plan, err := feed.NewPlan(ctx, stream, scfg.Subjects(), fleet, by, reason)
+			if err != nil {
+				return err
+			}
+			if plan.Start != nil {
+				if err := rollout.Stamp(plan.Start, time.Now()).Validate(); err != nil {
+					return withCode(exitUsage, err)
+				}
+			}
+			if plan.Start != nil {
+				if err := checkApply(ctx, a, nc, stream, scfg, plan, o, dryRun); err != nil {
+					return err
+				}
+			}
+			printPlan(a.stdout, plan)
+			if dryRun || plan.Start == nil {
+				return nil
+			}
+			id, err := plan.Apply(ctx, js, scfg.Subjects())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "rollout %d of fleet %s started\n", id, fleet.Name)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "the fleet file (YAML or JSON)")
+	_ = cmd.MarkFlagRequired("file")
+	cmd.Flags().StringVar(&by, "by", "", "who applies (required unless --dry-run); kept in the stream for the audit")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit (one line)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print each target's want difference and the batches; publish nothing")
+	cmd.Flags().BoolVar(&o.takeOver, "take-over", false, "roll over nodes the newest rollout of another fleet names (refused without it: two fleet files would fight over them)")
+	cmd.Flags().BoolVar(&o.allowMissing, "allow-missing-build", false, "start a rollout of sha256: builds the builds bucket does not hold (yet)")
+	cmd.Flags().BoolVar(&o.newNodes, "new", false, "roll out to nodes that have no event in the stream yet (refused without it: a mistyped name would make a phantom node)")
+	addPublishTimeout(cmd, &timeout)
+	a.conn.add(cmd)
+	a.stream.add(cmd)
+	return cmd
+}
+
+// printPlan prints each target's want difference and the batches.
+func printPlan(w io.Writer, p *feed.Plan) {
+	if p.Start == nil {
+		fmt.Fprintf(w, "fleet %s: %d nodes, no want changes: nothing to roll out\n", p.Fleet.Name, len(p.Cands))
+		return
+	}
+	var targets []rollout.Candidate
+	for _, c := range p.Cands {
+		if c.Prev == 0 || !rollout.EqualWant(c.Want, c.Current) {
+			targets = append(targets, c)
+		}
+	}
+	r := p.Start.Params.Resolve(len(targets), len(p.Cands))
+	fmt.Fprintf(w, "fleet %s: %d targets of %d nodes; canary %d, batch %d, max_unavailable %d, min_healthy %s, healthy_deadline %s, auto_revert %v\n",
+		p.Fleet.Name, len(targets), len(p.Cands), r.Canary, r.Batch, r.MaxUnavailable, r.MinHealthy, r.HealthyDeadline, r.AutoRevert)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BATCH\tNODE\tCHANGE")
+	batch, in := 1, 0
+	size := r.Batch
+	if r.Canary > 0 {
+		size = r.Canary
+	}
+	for _, c := range targets {
+		if in == size {
+			batch, in, size = batch+1, 0, r.Batch
+		}
+		in++
+		label := fmt.Sprint(batch)
+		if r.Canary > 0 && batch == 1 {
+			label = "canary"
+		}
+		change := feed.Diff(c.Current, c.Want)
+		if c.Prev == 0 {
+			change = "new want: " + feed.Diff(nil, c.Want)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", label, c.Node, change)
+	}
+	_ = tw.Flush()
+}
+
+// applyChecks are apply's overrides of its refusals.
+type applyChecks struct {
+	// takeOver rolls over nodes another fleet's newest rollout names.
+	takeOver bool
+	// allowMissing starts a rollout of bundle builds the builds bucket lacks.
+	allowMissing bool
+	// newNodes rolls out to nodes the stream holds no event of.
+	newNodes bool
+}
+
+// checkApply refuses plan (nothing is published, dry run or not) when a
+// target is a node the newest rollout of another fleet names (exit 3,
+// unless --take-over), when a want names a sha256: build the builds
+// bucket lacks (exit 1, unless --allow-missing-build), or, not a dry
+// run, when a target has no event in the stream (exit 2, unless --new; a
+// dry run warns on stderr).
+func checkApply(ctx context.Context, a *app, nc *nats.Conn, stream jetstream.Stream, scfg store.StreamConfig, plan *feed.Plan, o applyChecks, dryRun bool) error {
+	subj := scfg.Subjects()
+	var nodes []string
+	for _, c := range plan.Cands {
+		nodes = append(nodes, c.Node)
+	}
+	if !o.takeOver {
+		owners, err := feed.Owners(ctx, stream, subj, plan.Fleet.Name, nodes)
+		if err != nil {
+			return fmt.Errorf("reading the other fleets' rollouts: %w", err)
+		}
+		if len(owners) > 0 {
+			var b strings.Builder
+			for _, n := range nodes {
+				if f, ok := owners[n]; ok {
+					fmt.Fprintf(&b, "\n  node %s: fleet %s", n, f)
+				}
+			}
+			return withCode(exitConflict, fmt.Errorf("refused: fleet %s names %d node(s) the newest rollout of another fleet names; nothing was published:%s\na node is owned by one fleet: drop it from this file (a copied fleet file?), or move it with --take-over",
+				plan.Fleet.Name, len(owners), b.String()))
+		}
+	}
+	if !o.allowMissing {
+		w := &events.Want{}
+		for _, c := range plan.Cands {
+			w.Modules = append(w.Modules, c.Want...)
+		}
+		r, err := a.stream.reader(nc, query.Config{})
+		if err != nil {
+			return err
+		}
+		if err := checkBuilds(ctx, r, w); err != nil {
+			return err
+		}
+	}
+	var unknown []string
+	for _, c := range plan.Cands {
+		if c.Prev != 0 {
+			continue
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subj.StoredNode(c.Node)))
+		if err != nil {
+			return fmt.Errorf("stream info: %w", err)
+		}
+		if len(info.State.Subjects) == 0 {
+			unknown = append(unknown, c.Node)
+		}
+	}
+	if len(unknown) == 0 || o.newNodes {
+		return nil
+	}
+	msg := fmt.Sprintf("%d node(s) of fleet %s have no event in stream %s: %s (mistyped names? 'meshfold fleet' lists the nodes; --new rolls out to them anyway)",
+		len(unknown), plan.Fleet.Name, scfg.Name, strings.Join(unknown, ", "))
+	if dryRun {
+		fmt.Fprintf(a.stderr, "warning: %s\n", msg)
+		return nil
+	}
+	return withCode(exitUsage, fmt.Errorf("refused: %s; nothing was published", msg))
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+)
+
+// applyMesh is a mesh whose nodes ace, bob and cat each hold a want of
+// web:1 (no controller: a started rollout stays as stored).
+func applyMesh(t *testing.T) *mesh {
+	t.Helper()
+	m := startMesh(t)
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	for _, n := range []string{"ace", "bob", "cat"} {
+		if _, err := pub.Append(testCtx(t), n, events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "web", Build: "web:1"}}}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return m
+}
+
+func writeFleet(t *testing.T, body string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "fleet.yaml")
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// A copied fleet file with another fleet's name and an older build is
+// refused, dry run or not, naming the nodes and the fleet that owns them
+// (the newest rollout of fleet web names them); --take-over takes them.
+func TestApplyRefusesAnotherFleetsNodes(t *testing.T) {
+	m := applyMesh(t)
+	if out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, fleetYAML), "--by", "alice"); code != 0 {
+		t.Fatalf("apply web: code %d\n%s%s", code, out, errs)
+	}
+	other := strings.Replace(strings.Replace(fleetYAML, "fleet: web", "fleet: other", 1), `"web:2"`, `"web:0"`, 1)
+	file := writeFleet(t, other)
+	for _, dry := range []bool{true, false} {
+		args := []string{"apply", "-f", file, "--by", "mallory"}
+		if dry {
+			args = append(args, "--dry-run")
+		}
+		out, errs, code := m.cli(t, args...)
+		if code != exitConflict || out != "" {
+			t.Fatalf("%v: code %d, want %d (refused, nothing printed)\n%s%s", args, code, exitConflict, out, errs)
+		}
+		for _, n := range []string{"ace", "bob", "cat"} {
+			if !strings.Contains(errs, "node "+n+": fleet web") {
+				t.Errorf("%v: the refusal does not name %s and its fleet web:\n%s", args, n, errs)
+			}
+		}
+		if !strings.Contains(errs, "--take-over") {
+			t.Errorf("%v: the refusal does not say how to take the nodes over:\n%s", args, errs)
+		}
+	}
+	if out, _, _ := m.cli(t, "rollout", "ls"); strings.Contains(out, "other") {
+		t.Fatalf("a refused apply started a rollout:\n%s", out)
+	}
+	// A fleet's own nodes are no conflict: web applies again.
+	if out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, strings.Replace(fleetYAML, `"web:2"`, `"web:3"`, 1)), "--by", "alice", "--dry-run"); code != 0 {
+		t.Fatalf("apply web again: code %d\n%s%s", code, out, errs)
+	}
+	out, errs, code := m.cli(t, "apply", "-f", file, "--by", "mallory", "--take-over")
+	if code != 0 || !strings.Contains(out, "of fleet other started") {
+		t.Fatalf("apply --take-over: code %d\n%s%s", code, out, errs)
+	}
+	// Now other's newest rollout names them: web is refused in turn.
+	if _, errs, code := m.cli(t, "apply", "-f", writeFleet(t, strings.Replace(fleetYAML, `"web:2"`, `"web:3"`, 1)), "--by", "alice", "--dry-run"); code != exitConflict || !strings.Contains(errs, "node ace: fleet other") {
+		t.Fatalf("apply web after the take-over: code %d\n%s", code, errs)
+	}
+}
+
+// A never-pushed sha256: build is refused as `want` refuses it, dry run
+// or not, unless --allow-missing-build.
+func TestApplyRefusesMissingBuild(t *testing.T) {
+	m := applyMesh(t)
+	build := "sha256:" + strings.Repeat("ab", 32)
+	file := writeFleet(t, strings.Replace(fleetYAML, `"web:2"`, `"`+build+`"`, 1))
+	for _, dry := range []bool{true, false} {
+		args := []string{"apply", "-f", file, "--by", "alice"}
+		if dry {
+			args = append(args, "--dry-run")
+		}
+		out, errs, code := m.cli(t, args...)
+		if code != 1 || out != "" || !strings.Contains(errs, "module web, build "+build) || !strings.Contains(errs, "--allow-missing-build") {
+			t.Fatalf("%v: code %d, want 1 (refused, naming the build)\n%s%s", args, code, out, errs)
+		}
+	}
+	if out, _, _ := m.cli(t, "rollout", "ls"); strings.Contains(out, "web") {
+		t.Fatalf("a refused apply started a rollout:\n%s", out)
+	}
+	if out, errs, code := m.cli(t, "apply", "-f", file, "--by", "alice", "--allow-missing-build"); code != 0 || !strings.Contains(out, "of fleet web started") {
+		t.Fatalf("apply --allow-missing-build: code %d\n%s%s", code, out, errs)
+	}
+}
+
+// A node with no event (a typo: evee) is a warning in the dry run and a
+// refusal for real, unless --new.
+func TestApplyUnknownNode(t *testing.T) {
+	m := applyMesh(t)
+	file := writeFleet(t, strings.Replace(fleetYAML, "  cat: {site: us}\n", "  cat: {site: us}\n  evee: {site: us}\n", 1))
+	out, errs, code := m.cli(t, "apply", "-f", file, "--dry-run")
+	if code != 0 || !strings.Contains(out, "evee") || !strings.Contains(errs, "warning: ") || !strings.Contains(errs, "no event in stream") || !strings.Contains(errs, ": evee (") {
+		t.Fatalf("apply --dry-run: code %d, want 0 with a warning naming evee\n%s%s", code, out, errs)
+	}
+	out, errs, code = m.cli(t, "apply", "-f", file, "--by", "alice")
+	if code != exitUsage || out != "" || !strings.Contains(errs, ": evee (") || !strings.Contains(errs, "--new") {
+		t.Fatalf("apply: code %d, want %d (refused, naming evee)\n%s%s", code, exitUsage, out, errs)
+	}
+	if out, _, _ := m.cli(t, "rollout", "ls"); strings.Contains(out, "web") {
+		t.Fatalf("a refused apply started a rollout:\n%s", out)
+	}
+	if out, errs, code := m.cli(t, "apply", "-f", file, "--by", "alice", "--new"); code != 0 || !strings.Contains(out, "of fleet web started") {
+		t.Fatalf("apply --new: code %d\n%s%s", code, out, errs)
+	}
+}
