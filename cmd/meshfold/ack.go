@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 )
 
 func init() { register(newAckCmd) }
@@ -13,6 +17,7 @@ func init() { register(newAckCmd) }
 func newAckCmd(a *app) *cobra.Command {
 	var o operatorFlags
 	var upto uint64
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "ack NODE --by NAME [--upto SEQ] [--reason TEXT]",
 		Short: "Acknowledge a node's journal warnings, so that they stop flagging it",
@@ -25,7 +30,10 @@ when; 'meshfold state NODE' shows the ack, and 'meshfold audit NODE' every
 ack, who gave it and when. A warning stored later flags the node again.
 
 The node keeps the ack that covers the most: an ack of fewer warnings than an
-earlier one changes nothing. An ack changes no plan, knock or owed item: what
+earlier one changes nothing, so ack publishes nothing when it would change
+nothing (no warning of the node is left unacknowledged, or --upto is at or
+below the ack in force) and says so on stderr, exit 0; --force publishes it
+anyway. An ack changes no plan, knock or owed item: what
 a warning is about is read, not fixed ('meshfold state NODE' says what still
 holds).
 
@@ -50,6 +58,12 @@ usage error.`,
 			if o.newNode {
 				check = checkNone
 			}
+			if !o.newNode && !force {
+				if why := a.ackChangesNothing(ctx, args[0], upto); why != "" {
+					fmt.Fprintf(a.stderr, "ack %s: %s: nothing published (--force publishes it anyway)\n", args[0], why)
+					return nil
+				}
+			}
 			return a.publishEach(ctx, events.KindAck, args[:1], false, check, func() events.Payload {
 				return &events.Ack{By: o.by, Upto: upto, Reason: o.reason}
 			})
@@ -57,8 +71,50 @@ usage error.`,
 	}
 	o.add(cmd, true, false)
 	cmd.Flags().Uint64Var(&upto, "upto", 0, "acknowledge the warnings stored at or before this stream sequence (default: every one stored before the ack)")
+	cmd.Flags().BoolVar(&force, "force", false, "publish the ack even when it would change nothing")
 	cmd.Flags().BoolVar(&o.newNode, "new", false, "ack a node that has no event in the stream yet (refused without it: a mistyped name would make a phantom node)")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
+}
+
+// ackChangesNothing says why an ack of node through upto (0: every
+// warning stored so far) would change nothing: the node has no journal
+// warning the ack in force (query.Reader.State's View.Ack) leaves
+// unacknowledged, or none at or below upto. "" when it would change
+// something, or when the state or the journal cannot be read (the ack is
+// then published, as before).
+func (a *app) ackChangesNothing(ctx context.Context, node string, upto uint64) string {
+	nc, err := a.conn.connect("meshfold-cli", a)
+	if err != nil {
+		return ""
+	}
+	defer nc.Close()
+	r, err := a.stream.reader(nc, query.Config{})
+	if err != nil {
+		return ""
+	}
+	ns, err := r.State(ctx, node)
+	if err != nil {
+		return ""
+	}
+	seqs, err := r.WarningSeqs(ctx, time.Time{})
+	if err != nil {
+		return ""
+	}
+	prev := ns.View.Ack
+	for _, s := range seqs[node] {
+		if !prev.Acked(s) && (upto == 0 || s <= upto) {
+			return ""
+		}
+	}
+	switch {
+	case prev != nil && upto != 0 && upto <= prev.Upto:
+		return fmt.Sprintf("its journal warnings are already acknowledged through #%d (by %s, #%d); --upto %d adds none", prev.Upto, prev.By, prev.Seq, upto)
+	case prev != nil && len(seqs[node]) > 0:
+		return fmt.Sprintf("its %s are already acknowledged through #%d (by %s, #%d)", plural(len(seqs[node]), "journal warning"), prev.Upto, prev.By, prev.Seq)
+	case upto != 0 && len(seqs[node]) > 0:
+		return fmt.Sprintf("none of its journal warnings is stored at or before #%d", upto)
+	}
+	return "it has no journal warning to acknowledge ('meshfold audit " + node + "' shows its journal)"
 }

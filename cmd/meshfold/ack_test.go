@@ -85,6 +85,16 @@ func TestAck(t *testing.T) {
 		t.Errorf("audit does not say who acked what when:\n%s", out)
 	}
 
+	// An ack that would change nothing says so and publishes nothing:
+	// every warning is acked, and --upto below the ack in force.
+	for _, args := range [][]string{{"--upto", "1"}, {}} {
+		out, errOut, code := m.cli(t, append([]string{"ack", "warned", "--by", "alice"}, args...)...)
+		if code != 0 || out != "" || !strings.Contains(errOut, "already acknowledged through #"+strconv.FormatUint(ackSeq, 10)+" (by alice") ||
+			!strings.Contains(errOut, "nothing published") {
+			t.Errorf("ack %v after the ack: exit %d\n%s\n%s", args, code, out, errOut)
+		}
+	}
+
 	// A later warning flags the node again; the acked one stays apart.
 	badSettle()
 	r = row(func(r audit.FleetRow) bool { return r.Warnings == 1 })
@@ -101,6 +111,13 @@ func TestAck(t *testing.T) {
 	}
 	if _, errOut, code := m.cli(t, "ack", "fresh", "--by", "alice", "--new"); code != 0 {
 		t.Errorf("ack --new: exit %d %s", code, errOut)
+	}
+	// A node with no warning: nothing to ack, unless forced.
+	if out, errOut, code := m.cli(t, "ack", "fresh", "--by", "alice"); code != 0 || out != "" || !strings.Contains(errOut, "it has no journal warning to acknowledge") {
+		t.Errorf("ack of a node with no warning: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if out, errOut, code := m.cli(t, "ack", "fresh", "--by", "alice", "--force"); code != 0 || !strings.Contains(out, "ack fresh: stream sequence") {
+		t.Errorf("ack --force: exit %d\n%s\n%s", code, out, errOut)
 	}
 	if _, errOut, code := m.cli(t, "ack", "warned"); code != exitUsage || !strings.Contains(errOut, "by") {
 		t.Errorf("ack without --by: exit %d %s", code, errOut)

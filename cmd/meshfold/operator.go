@@ -169,7 +169,9 @@ func newRevokeCmd(a *app) *cobra.Command {
 removed. A module held for that approval stays held; a module already running
 that build is not stopped (its want asks for what runs). A module approved but
 not yet settled at that build is held again at what runs by the next plan.
-(To revoke a NATS user's credentials, see 'meshfold auth revoke'.)
+(To revoke a NATS user's credentials, see 'meshfold auth revoke'.) A revoke
+of a module the node's newest plan does not name is published, as approve
+is, with a note on stderr naming the unknown module.
 
 Prints the event's stream sequence; exit 1 if the publish failed, 2 on a
 usage error.
@@ -196,7 +198,9 @@ it for a bogus owed item ('meshfold state NODE' lists owed items, 'fleet'
 flags those older than an hour). A refusal judged by a later plan is owed
 again: it is a new fact. A waive of a file nothing is owed for now is
 published (it still covers a refusal judged by a plan that exists now) with
-a note on stderr.
+a note on stderr, naming the module or path when the newest plan declares
+no such one (a mistyped name). Like approve and revoke, waive publishes and
+notes rather than refuses; only an unknown NODE is refused (--new).
 
 Prints the event's stream sequence; exit 1 if the publish failed, 2 on a
 usage error.
@@ -290,8 +294,11 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 		}
 	}
 	var notes map[string]string
-	if w, ok := mk().(*events.Waive); ok {
-		notes = a.waiveNotes(ctx, nc, nodes, w)
+	switch p := mk().(type) {
+	case *events.Waive:
+		notes = a.waiveNotes(ctx, nc, nodes, p)
+	case *events.Revoke:
+		notes = a.revokeNotes(ctx, nc, nodes, p)
 	}
 	failed := 0
 	for _, n := range nodes {
@@ -396,6 +403,37 @@ func (a *app) waiveNotes(ctx context.Context, nc *nats.Conn, nodes []string, w *
 		if !slices.ContainsFunc(ns.View.Owed, func(o events.Owed) bool { return o.Module == w.Module && o.Path == w.Path }) {
 			notes[n] = fmt.Sprintf("nothing is owed for %s's %s on %s ('meshfold state %s' lists owed items): the waive pays nothing now, and covers a refusal of that file judged by a plan that exists now",
 				events.Short(w.Module), events.Short(w.Path), n, n)
+			c := ns.Composition
+			i := slices.IndexFunc(c.Modules, func(m events.PlanModule) bool { return m.Name == w.Module })
+			switch {
+			case i < 0:
+				notes[n] += fmt.Sprintf("; %s's newest plan (#%d) has no module %s (mistyped?)", n, c.Plan, events.Short(w.Module))
+			case !slices.ContainsFunc(c.Modules[i].Files, func(f events.File) bool { return f.Path == w.Path }):
+				notes[n] += fmt.Sprintf("; %s's newest plan (#%d) declares no file %s for %s (mistyped?)", n, c.Plan, events.Short(w.Path), events.Short(w.Module))
+			}
+		}
+	}
+	return notes
+}
+
+// revokeNotes says, per node, when neither the node's newest plan nor its
+// pending approvals (query.Reader.State) name r's module: the revoke takes
+// back nothing the node runs or waits for (a mistyped module, most often).
+// A node whose state cannot be read gets no note.
+func (a *app) revokeNotes(ctx context.Context, nc *nats.Conn, nodes []string, r *events.Revoke) map[string]string {
+	notes := map[string]string{}
+	rd, err := a.stream.reader(nc, query.Config{})
+	if err != nil {
+		return notes
+	}
+	for _, n := range nodes {
+		ns, err := rd.State(ctx, n)
+		if err != nil {
+			continue
+		}
+		if !slices.ContainsFunc(ns.Composition.Modules, func(m events.PlanModule) bool { return m.Name == r.Module }) {
+			notes[n] = fmt.Sprintf("%s's newest plan (#%d) has no module %s (mistyped? 'meshfold state %s' lists its modules): the revoke is stored, and takes back an approval only if one was given",
+				n, ns.Composition.Plan, events.Short(r.Module), n)
 		}
 	}
 	return notes

@@ -401,6 +401,23 @@ func TestOperatorFlow(t *testing.T) {
 		t.Errorf("waive of a file nothing is owed for: exit %d, stderr %q", code, errOut)
 	}
 	folded(printedSeq(t, out))
+	// A waive of a path or module the plan never declared says so; a
+	// revoke of a module the node never had too (both still publish).
+	out, errOut, code = m.cli(t, "waive", "ace", "mesh-build-go", "/nope", "--by", "carol")
+	if code != 0 || !strings.Contains(errOut, `declares no file "/nope" for "mesh-build-go" (mistyped?)`) {
+		t.Errorf("waive of an undeclared path: exit %d, stderr %q", code, errOut)
+	}
+	folded(printedSeq(t, out))
+	out, errOut, code = m.cli(t, "waive", "ace", "mesh-buidl-go", "/nope", "--by", "carol")
+	if code != 0 || !strings.Contains(errOut, `has no module "mesh-buidl-go" (mistyped?)`) {
+		t.Errorf("waive of an unknown module: exit %d, stderr %q", code, errOut)
+	}
+	folded(printedSeq(t, out))
+	out, errOut, code = m.cli(t, "revoke", "ace", "wbe", "sha256:x", "--by", "carol")
+	if code != 0 || !strings.Contains(errOut, `note: ace's newest plan (#`) || !strings.Contains(errOut, `has no module "wbe" (mistyped?`) {
+		t.Errorf("revoke of a module the node never had: exit %d, stderr %q", code, errOut)
+	}
+	folded(printedSeq(t, out))
 
 	// Retire: an empty plan; retired once it settles.
 	st = folded(printedSeq(t, cli("retire", "ace", "--by", "dave")))
