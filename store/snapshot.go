@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -19,8 +21,9 @@ var ErrNoSnapshot = errors.New("store: no snapshot")
 // snapshot bucket: MESH → MESH_SNAPSHOTS.
 const SnapshotBucketSuffix = "_SNAPSHOTS"
 
-// putWindow bounds the async puts of [Snapshots.PutNodes] in flight,
-// below the client's default limit of 4000 pending async publishes.
+// putWindow bounds the async puts of [Snapshots.PutNodes] in flight
+// through one Snapshots, across partitions, below the client's default
+// limit of 4000 pending async publishes.
 const putWindow = 1024
 
 // Snapshots stores folded node states and partition checkpoints in a KV
@@ -39,6 +42,9 @@ type Snapshots struct {
 	kv   jetstream.KeyValue
 	pre  string // subject prefix of a put, key appended
 	subj events.Subjects
+	// slots holds one token per put in flight: at most putWindow
+	// across every partition writing through this Snapshots.
+	slots chan struct{}
 }
 
 // ErrNoSnapshots: the snapshot bucket does not exist: no reconciler has
@@ -90,7 +96,7 @@ func openSnapshots(ctx context.Context, js jetstream.JetStream, streamCfg Stream
 	if p := js.Options().APIPrefix; p != "" && p != jetstream.DefaultAPIPrefix {
 		pre = p + pre
 	}
-	return &Snapshots{js: js, kv: kv, pre: pre, subj: cfg.Subjects()}, nil
+	return &Snapshots{js: js, kv: kv, pre: pre, subj: cfg.Subjects(), slots: make(chan struct{}, putWindow)}, nil
 }
 
 // Bucket returns the bucket's name.
@@ -126,25 +132,37 @@ func (s *Snapshots) PutNode(ctx context.Context, partition int, node string, sta
 	return nil
 }
 
-// PutNodes stores many node states of one partition with async publishes,
-// at most 1024 in flight, and returns once every one is acknowledged
-// (measured on loopback TCP: ~140k puts/s against ~24k/s for PutNode one
-// by one). states maps node name to
-// state.
+// PutNodes stores many node states of one partition with async publishes
+// and returns once every one is settled (measured on loopback TCP: ~140k
+// puts/s against ~24k/s for PutNode one by one). states maps node name to
+// state. At most 1024 puts are in flight per Snapshots, across every
+// partition writing through it, below the client's default limit of 4000
+// pending async publishes; a publish refused because the connection's
+// limit is full anyway (other writers on it) is backpressure: it waits
+// for this call's own puts to settle and is sent again.
 //
 // Errors: a bad node name (matching events.ErrInvalid) before anything
 // is written; otherwise the first failure, after waiting for the puts in
-// flight. On error some states may be stored and others not; write the
-// checkpoint only after a nil return.
+// flight: even once ctx is done, up to [SettleWait] more for their
+// acknowledgements, so that on return the puts sent have landed or
+// failed, unless the server left them unanswered that long. On error
+// some states may be stored and others not; write the checkpoint only
+// after a nil return.
 func (s *Snapshots) PutNodes(ctx context.Context, partition int, states map[string][]byte) error {
 	return s.PutNodesAt(ctx, partition, states, nil)
 }
 
+// SettleWait bounds how long [Snapshots.PutNodesAt] keeps waiting for the
+// acknowledgements of puts it sent after its context is done or a put
+// failed: a put answered later may still land, moving its key's revision.
+const SettleWait = 10 * time.Second
+
 // PutNodesAt is [Snapshots.PutNodes]; with revs non-nil, each put is conditional
 // (Nats-Expected-Last-Subject-Sequence) on the key's revision in revs (0:
 // no message on the key yet), and revs is updated with each new
-// revision. A put whose key was written by someone else since fails with
-// an error wrapping [ErrConflict].
+// revision, also for puts acknowledged after a failure. A put whose key
+// was written by someone else since fails with an error wrapping
+// [ErrConflict].
 func (s *Snapshots) PutNodesAt(ctx context.Context, partition int, states map[string][]byte, revs map[string]uint64) error {
 	if partition < 0 {
 		return fmt.Errorf("put snapshots: partition %d", partition)
@@ -162,52 +180,146 @@ func (s *Snapshots) PutNodesAt(ctx context.Context, partition int, states map[st
 		names    []string
 		firstErr error
 	)
-	wait := func(f jetstream.PubAckFuture, node string) {
+	fail := func(err error) {
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	// settle waits for the oldest put in flight until done closes, and
+	// frees its slot; false when done closed first (the put is still in
+	// flight).
+	settle := func(done <-chan struct{}) bool {
+		f, node := inflight[0], names[0]
 		select {
 		case ack := <-f.Ok():
 			if revs != nil {
 				revs[node] = ack.Sequence
 			}
 		case err := <-f.Err():
-			if firstErr == nil {
-				err = ServerError(err)
-				firstErr = fmt.Errorf("put snapshot of %s: %w", node, err)
-			}
-		case <-ctx.Done():
-			if firstErr == nil {
-				firstErr = fmt.Errorf("put snapshots: %w", ctx.Err())
-			}
+			fail(fmt.Errorf("put snapshot of %s: %w", node, ServerError(err)))
+		case <-done:
+			return false
 		}
+		<-s.slots
+		inflight, names = inflight[1:], names[1:]
+		return true
 	}
 	for _, node := range nodes {
-		if firstErr != nil {
+		if firstErr != nil || ctx.Err() != nil {
 			break
 		}
-		if len(inflight) == putWindow {
-			wait(inflight[0], names[0])
-			inflight, names = inflight[1:], names[1:]
-			if firstErr != nil {
-				break
-			}
+		if !s.acquire(ctx, &inflight, settle) {
+			break
 		}
 		var opts []jetstream.PublishOpt
 		if revs != nil {
 			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(revs[node]))
 		}
-		f, err := s.js.PublishAsync(s.pre+nodeKey(partition, node), states[node], opts...)
-		if err != nil {
-			firstErr = fmt.Errorf("put snapshot of %s: %w", node, err)
+		for {
+			f, err := s.js.PublishAsync(s.pre+nodeKey(partition, node), states[node], opts...)
+			if err == nil {
+				inflight, names = append(inflight, f), append(names, node)
+				break
+			}
+			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
+				// The connection's pending limit is full: backpressure,
+				// not a failure. Let one of ours settle, then send again.
+				if len(inflight) > 0 && !settle(ctx.Done()) {
+					<-s.slots
+					break
+				}
+				if firstErr == nil {
+					continue
+				}
+			}
+			<-s.slots
+			fail(fmt.Errorf("put snapshot of %s: %w", node, err))
 			break
 		}
-		inflight, names = append(inflight, f), append(names, node)
 	}
-	for i, f := range inflight {
-		if ctx.Err() != nil && firstErr != nil {
+	if ctx.Err() != nil {
+		fail(fmt.Errorf("put snapshots: %w", ctx.Err()))
+	}
+	// Every put sent is waited for: a caller that gives up and reads the
+	// bucket again must not see a revision one of these puts then
+	// overtakes. Past a ctx that timed out, for up to SettleWait while
+	// the connection stays up; not past a cancelled ctx (the caller is
+	// stopping) nor a lost connection (nothing answers until it is back).
+	done := s.settling(ctx)
+	defer done.stop()
+	for len(inflight) > 0 {
+		if !settle(done.c) {
+			for range inflight {
+				<-s.slots
+			}
+			fail(fmt.Errorf("put snapshots: %d puts unanswered after %v: %w", len(inflight), SettleWait, context.DeadlineExceeded))
 			break
 		}
-		wait(f, names[i])
 	}
 	return firstErr
+}
+
+// settleWindow is how long PutNodesAt still waits for its puts in flight.
+type settleWindow struct {
+	c    chan struct{}
+	stop func()
+}
+
+// settling returns a window that closes when ctx is cancelled, SettleWait
+// after a ctx that timed out, or when the connection goes down.
+func (s *Snapshots) settling(ctx context.Context) settleWindow {
+	c := make(chan struct{})
+	nc := s.js.Conn()
+	if errors.Is(ctx.Err(), context.Canceled) || !nc.IsConnected() {
+		close(c)
+		return settleWindow{c: c, stop: func() {}}
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), SettleWait)
+	status := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	quit := make(chan struct{})
+	go func() {
+		defer close(c)
+		select {
+		case <-dctx.Done():
+		case <-status:
+		case <-quit:
+		}
+	}()
+	stopCtx := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			cancel()
+		}
+	})
+	return settleWindow{c: c, stop: func() {
+		stopCtx()
+		cancel()
+		close(quit)
+		nc.RemoveStatusListener(status)
+	}}
+}
+
+// acquire takes one of the Snapshots' put slots, letting this call's own
+// puts in flight settle while none is free; false when ctx is done or a
+// settled put failed first.
+func (s *Snapshots) acquire(ctx context.Context, inflight *[]jetstream.PubAckFuture, settle func(<-chan struct{}) bool) bool {
+	for {
+		select {
+		case s.slots <- struct{}{}:
+			return true
+		default:
+		}
+		if len(*inflight) == 0 {
+			select {
+			case s.slots <- struct{}{}:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		if !settle(ctx.Done()) {
+			return false
+		}
+	}
 }
 
 // GetNode returns node's state, found in its partition of the stream's,

@@ -1,0 +1,86 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Several partitions writing snapshots at once through one connection
+// whose async-publish pending limit is far below their puts (the 100,000
+// node refold: 16 partitions of up to 1,024 puts against the default
+// 4,000) all succeed: a full pending limit is backpressure, not a
+// failure. Each write's revisions are the bucket's, so the next
+// conditional write does not conflict; a stale revision still does.
+func TestPutNodesAtSharedPendingLimit(t *testing.T) {
+	ctx := testCtx(t)
+	_, nc, _, _, cfg := storetest.StartStream(t, store.StreamConfig{})
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := store.OpenSnapshots(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another writer on the connection fills its pending limit with
+	// publishes answered only after a second, longer than a publish
+	// waits for room (200 ms): the first snapshot puts meet a stall.
+	slow, err := nc.Subscribe("slow.>", func(m *nats.Msg) {
+		time.AfterFunc(time.Second, func() { _ = m.Respond([]byte(`{"stream":"SLOW","seq":1}`)) })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 16 {
+		if _, err := js.PublishAsync(fmt.Sprintf("slow.%d", i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const partitions, nodes, rounds = 6, 300, 2
+	revs := make([]map[string]uint64, partitions)
+	errc := make(chan error, partitions)
+	for p := range partitions {
+		revs[p] = map[string]uint64{}
+		go func() {
+			for round := range rounds {
+				states := make(map[string][]byte, nodes)
+				for i := range nodes {
+					states[fmt.Sprintf("n%d-%d", p, i)] = fmt.Appendf(nil, "state %d", round)
+				}
+				if err := snaps.PutNodesAt(ctx, p, states, revs[p]); err != nil {
+					errc <- fmt.Errorf("partition %d round %d: %w", p, round, err)
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range partitions {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p := range partitions {
+		if len(revs[p]) != nodes {
+			t.Fatalf("partition %d: %d revisions recorded, want %d", p, len(revs[p]), nodes)
+		}
+	}
+	// A stale expected revision is still refused.
+	node := "n0-0"
+	stale := map[string]uint64{node: revs[0][node] - 1}
+	err = snaps.PutNodesAt(ctx, 0, map[string][]byte{node: []byte("stale")}, stale)
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale put: %v, want ErrConflict", err)
+	}
+}
