@@ -48,6 +48,12 @@ const (
 	KindHave   Kind = "have"
 	KindDown   Kind = "down"
 	KindUp     Kind = "up"
+	// KindNodePause and KindNodeResume are an operator's pause and resume
+	// of the node (`meshfold pause NODE`, events.Pause and events.Resume):
+	// a paused node emits no plan, so the fold holds it as it holds a node
+	// whose agent is down.
+	KindNodePause  Kind = "node-pause"
+	KindNodeResume Kind = "node-resume"
 )
 
 // Limits of the rollout's events, beside events' (DESIGN.md §10): every
@@ -93,6 +99,10 @@ type NodeAtStart struct {
 	// Unhealthy names the modules its newest have reported unhealthy or
 	// failed, sorted.
 	Unhealthy []string `json:"unhealthy,omitempty"`
+	// PausedBy, when set, says the node was paused (its newest pause
+	// newer than its newest resume), by whom and why (PausedReason).
+	PausedBy     string `json:"paused_by,omitempty"`
+	PausedReason string `json:"paused_reason,omitempty"`
 }
 
 // Start begins a rollout (published by `meshfold apply`). Its stream
@@ -408,7 +418,10 @@ func checkNode(n NodeAtStart, wants int, seen map[string]bool) error {
 			return fieldErr(fmt.Sprintf("unhealthy[%d]", j), m, events.ErrBadName)
 		}
 	}
-	return nil
+	if err := checkText("paused_by", n.PausedBy, n.PausedReason != "", events.MaxBy, "MaxBy"); err != nil {
+		return err
+	}
+	return checkText("paused_reason", n.PausedReason, false, events.MaxText, "MaxText")
 }
 
 // Validate checks by, the rollout block, each want as a want

@@ -70,7 +70,11 @@ func (s *State) Fold(in Input) []Effect {
 			f.want()
 		case KindDown, KindUp:
 			f.liveness(in.Kind == KindUp)
+		case KindNodeResume:
+			f.nodePause(nil)
 		}
+	case *events.Pause:
+		f.nodePause(p)
 	}
 	if _, ok := in.Payload.(*Tick); ok {
 		f.judgeAll()
@@ -157,6 +161,9 @@ func (f *folder) addNodes(list []NodeAtStart) {
 		}
 		if a.Down {
 			n.DownSince = f.s.Now
+		}
+		if a.PausedBy != "" {
+			n.Paused = f.mark(a.PausedBy, "", a.PausedReason)
 		}
 		if a.Want > 0 {
 			n.Want, n.Prev, n.Status, n.Order = a.Want, a.Prev, Pending, len(r.Targets)
@@ -384,14 +391,41 @@ func (f *folder) liveness(up bool) {
 	f.judge(n)
 }
 
-// up brings a node's agent back; an unreached target of a rollout still
-// watching is being changed again, its deadline counted from now.
+// up brings a node's agent back; see [folder.back].
 func (f *folder) up(n *Node) {
 	n.Down, n.DownSince = false, time.Time{}
-	if n.Status == Unreached && f.forwardWatched() && n.Back == nil {
+	f.back(n, "its agent is back")
+}
+
+// nodePause notes an operator's pause (p) or resume (nil) of the node.
+// A paused target is held as one whose agent is down: it spends no more
+// of the budget, holds no batch back and ends unreached at its deadline.
+func (f *folder) nodePause(p *events.Pause) {
+	n := f.node()
+	if n == nil {
+		return
+	}
+	if p != nil {
+		n.Paused = f.mark(p.By, "", p.Reason)
+		if n.active() {
+			f.record(0, n.Name, "node-paused", events.LevelWarn, "target %s: %s: held until resumed", n.Name, n.awayWhy())
+		}
+	} else if n.Paused != nil {
+		n.Paused = nil
+		f.back(n, "resumed")
+	}
+	f.update(n)
+	f.judge(n)
+}
+
+// back: once a node is neither down nor paused, an unreached target of a
+// rollout still watching is being changed again, its deadline counted
+// from now.
+func (f *folder) back(n *Node, what string) {
+	if n.Status == Unreached && !n.away() && f.forwardWatched() && n.Back == nil {
 		n.Status, n.Why, n.Finished, n.DeadlineFrom = Changing, "", nil, f.s.Now
 		f.r.Active = append(f.r.Active, n.Name)
-		f.record(0, n.Name, string(Changing), events.LevelInfo, "target %s: its agent is back: watched again", n.Name)
+		f.record(0, n.Name, string(Changing), events.LevelInfo, "target %s: %s: watched again", n.Name, what)
 	}
 }
 
@@ -620,6 +654,11 @@ func (f *folder) judgeBack(n *Node) {
 	if f.s.Now.Before(b.Step.Time.Add(f.r.R.HealthyDeadline)) {
 		return
 	}
+	if n.Paused != nil && !n.Down {
+		b.Status, b.Why = RevertUnreached, n.awayWhy()+" at the revert's deadline: it takes its previous want when resumed"
+		f.backFinished(n, events.LevelWarn)
+		return
+	}
 	if n.Down {
 		b.Status, b.Why = RevertUnreached, "its agent was down at the revert's deadline: it takes its previous want when it returns"
 		f.backFinished(n, events.LevelWarn)
@@ -740,6 +779,13 @@ func (f *folder) judge(n *Node) {
 		return
 	}
 	if n.Status == WaitingApproval || now.Before(n.DeadlineFrom.Add(r.R.HealthyDeadline)) {
+		return
+	}
+	if n.Paused != nil && !n.Down {
+		n.Status = Unreached
+		n.Why = n.awayWhy() + " at its healthy_deadline: it takes its newest want when resumed"
+		f.finish(n)
+		f.record(0, n.Name, string(Unreached), events.LevelWarn, "target %s unreached: %s", n.Name, n.Why)
 		return
 	}
 	if n.Down {

@@ -66,7 +66,12 @@ func history(t *rapid.T) *harness {
 			}
 			h.node(t, node, rollout.KindHave, hv)
 		case 8:
-			h.node(t, node, rapid.SampledFrom([]rollout.Kind{rollout.KindDown, rollout.KindUp}).Draw(t, "liveness"), nil)
+			switch k := rapid.SampledFrom([]rollout.Kind{rollout.KindDown, rollout.KindUp, rollout.KindNodePause, rollout.KindNodeResume}).Draw(t, "liveness"); k {
+			case rollout.KindNodePause:
+				h.node(t, node, k, &events.Pause{By: "ops", Reason: "disk"})
+			default:
+				h.node(t, node, k, nil)
+			}
 		case 9, 10:
 			h.now = h.now.Add(time.Duration(rapid.IntRange(1, 120).Draw(t, "wait")) * time.Second)
 			h.append(t, rollout.Input{Kind: rollout.KindTick, Payload: &rollout.Tick{}})

@@ -129,6 +129,10 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		for _, node := range strings.Split(args["node"], ",") {
 			h.node(t, node, rollout.Kind(d.Cmd), nil)
 		}
+	case "node-pause":
+		h.node(t, args["node"], rollout.KindNodePause, &events.Pause{By: by, Reason: args["reason"]})
+	case "node-resume":
+		h.node(t, args["node"], rollout.KindNodeResume, nil)
 	case "tick":
 		if args["after"] != "" {
 			dur, err := time.ParseDuration(args["after"])
@@ -297,6 +301,8 @@ func (h *harness) nodeLine(t tb, l string) rollout.NodeAtStart {
 	for _, o := range f[3:] {
 		if o == "down" {
 			n.Down = true
+		} else if v, ok := strings.CutPrefix(o, "paused="); ok {
+			n.PausedBy, n.PausedReason, _ = strings.Cut(v, ":")
 		} else if v, ok := strings.CutPrefix(o, "unhealthy="); ok {
 			n.Unhealthy = strings.Split(v, ",")
 		}
@@ -475,6 +481,9 @@ func formatView(v rollout.View) string {
 		}
 		if !t.HealthySince.IsZero() {
 			fmt.Fprintf(&b, " healthy-since=+%s", t.HealthySince.Sub(base))
+		}
+		if t.Paused != nil {
+			b.WriteString(" paused")
 		}
 		if t.Down {
 			b.WriteString(" down")

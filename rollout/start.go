@@ -20,6 +20,8 @@ type Candidate struct {
 	// Down and Unhealthy are its availability now (see [NodeAtStart]).
 	Down      bool
 	Unhealthy []string
+	// PausedBy and PausedReason: the node is paused (see [NodeAtStart]).
+	PausedBy, PausedReason string
 }
 
 // NewStart builds the start of a rollout over the candidates: the
@@ -33,7 +35,7 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 	var all []NodeAtStart
 	targets := 0
 	for _, c := range cands {
-		n := NodeAtStart{Node: c.Node, Prev: c.Prev, Down: c.Down, Unhealthy: c.Unhealthy}
+		n := NodeAtStart{Node: c.Node, Prev: c.Prev, Down: c.Down, Unhealthy: c.Unhealthy, PausedBy: c.PausedBy, PausedReason: c.PausedReason}
 		if c.Prev == 0 || !EqualWant(c.Want, c.Current) {
 			i := slices.IndexFunc(start.Wants, func(w []events.WantModule) bool { return EqualWant(w, c.Want) })
 			if i < 0 {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
@@ -149,6 +150,10 @@ type Node struct {
 	// Down: its agent is down (since DownSince).
 	Down      bool      `json:"down,omitempty"`
 	DownSince time.Time `json:"down_since,omitzero"`
+	// Paused is an operator's pause of the node (`meshfold pause`) in
+	// force: it emits no plan, so the rollout holds it as it holds a node
+	// whose agent is down.
+	Paused *Mark `json:"paused,omitempty"`
 	// Unhealthy are its modules the newest have reports unhealthy or
 	// failed, sorted.
 	Unhealthy []string `json:"unhealthy,omitempty"`
@@ -335,10 +340,10 @@ func (s *State) CheckInvariants() error {
 }
 
 // unavailable reports whether the node counts against max_unavailable
-// (DESIGN.md §11): its agent is down, a module is unhealthy or failed, or
-// it is a target being changed.
+// (DESIGN.md §11): its agent is down, it is paused, a module is unhealthy
+// or failed, or it is a target being changed.
 func (n *Node) unavailable() bool {
-	if n.Down || len(n.Unhealthy) > 0 {
+	if n.away() || len(n.Unhealthy) > 0 {
 		return true
 	}
 	if n.Back != nil {
@@ -353,16 +358,38 @@ func (n *Node) unavailable() bool {
 }
 
 // clear reports whether a target no longer holds its batch back: done,
-// unreached, or given its want while its agent is down (it takes it when
-// it returns; DESIGN.md §11: it does not stop the others).
+// unreached, or given its want while its agent is down or it is paused
+// (it takes it when it returns or is resumed; DESIGN.md §11: it does not
+// stop the others).
 func (n *Node) clear() bool {
 	switch n.Status {
 	case Done, Unreached:
 		return true
 	case Publishing, Changing, WaitingApproval:
-		return n.Down
+		return n.away()
 	}
 	return false
+}
+
+// away reports whether the node cannot take a want now: its agent is
+// down or an operator paused it.
+func (n *Node) away() bool { return n.Down || n.Paused != nil }
+
+// awayWhy says why the node is away: "its agent is down since T" and/or
+// "paused by WHO since T: REASON"; "" when it is not.
+func (n *Node) awayWhy() string {
+	var parts []string
+	if n.Down {
+		parts = append(parts, "its agent is down since "+n.DownSince.Format(time.RFC3339))
+	}
+	if p := n.Paused; p != nil {
+		s := "paused by " + events.Text(p.By) + " since " + p.Time.Format(time.RFC3339)
+		if p.Reason != "" {
+			s += ": " + events.ErrorText(p.Reason)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // active reports whether a target was stepped and is not finished.

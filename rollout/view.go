@@ -58,7 +58,9 @@ type TargetView struct {
 	Running      []ModuleRunning `json:"running,omitempty"`
 	HealthySince time.Time       `json:"healthy_since,omitzero"`
 	Down         bool            `json:"down,omitempty"`
-	Revert       *Back           `json:"revert,omitempty"`
+	// Paused is the operator's pause of the node in force.
+	Paused *Mark `json:"paused,omitempty"`
+	Revert *Back `json:"revert,omitempty"`
 }
 
 // ModuleRunning is a module of a target's newest have.
@@ -92,7 +94,10 @@ func (s *State) View() View {
 		n := r.Nodes[name]
 		v.Counts[n.Status]++
 		t := TargetView{Node: name, Batch: n.Batch + 1, Status: n.Status, Why: n.Why, Step: n.Step, Prev: n.Prev,
-			Published: n.Published, Down: n.Down, Revert: n.Back, HealthySince: n.GoodSince}
+			Published: n.Published, Down: n.Down, Paused: n.Paused, Revert: n.Back, HealthySince: n.GoodSince}
+		if t.Why == "" && n.Paused != nil {
+			t.Why = n.awayWhy()
+		}
 		if n.Plan != nil && n.Published > 0 && n.Plan.Want == n.Published {
 			t.Plan = n.Plan.Seq
 			t.Settled = n.Settled >= n.Plan.Seq
@@ -198,6 +203,8 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		say("waiting for the controller to record its want published")
 	case Changing:
 		switch {
+		case n.Paused != nil:
+			say("%s: it takes its want when resumed", n.awayWhy())
 		case n.Down:
 			say("its agent is down since %s: it takes its want when it returns", n.DownSince.Format(time.RFC3339))
 		case !n.GoodSince.IsZero():
@@ -221,7 +228,7 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		}
 		say("%s", line)
 	}
-	if s := availText(n); s != "" && !(n.Status == Changing && n.Down) {
+	if s := availText(n); s != "" && !(n.Status == Changing && n.away()) {
 		say("%s", strings.TrimPrefix(s, "; "))
 	}
 	return lines, true
@@ -231,6 +238,13 @@ func availText(n *Node) string {
 	var parts []string
 	if n.Down {
 		parts = append(parts, "agent down since "+n.DownSince.Format(time.RFC3339))
+	}
+	if p := n.Paused; p != nil {
+		s := "paused by " + events.Text(p.By) + " since " + p.Time.Format(time.RFC3339)
+		if p.Reason != "" {
+			s += ": " + events.ErrorText(p.Reason)
+		}
+		parts = append(parts, s)
 	}
 	if len(n.Unhealthy) > 0 {
 		parts = append(parts, "unhealthy or failed: "+strings.Join(n.Unhealthy, ", "))
@@ -278,6 +292,8 @@ func unavailWhy(n *Node) string {
 	switch {
 	case n.Down:
 		return "agent down"
+	case n.Paused != nil:
+		return "paused by " + events.Text(n.Paused.By)
 	case len(n.Unhealthy) > 0:
 		return "unhealthy: " + strings.Join(n.Unhealthy, ",")
 	case n.Back != nil && !n.Back.finished():

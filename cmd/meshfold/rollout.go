@@ -231,6 +231,9 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 		if t.Down {
 			status += ", agent down"
 		}
+		if t.Paused != nil {
+			status += ", paused"
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Node, t.Batch, status, dash(t.Published), dash(t.Plan), settled,
 			strings.Join(running, ", "), since, events.ErrorText(t.Why))
 	}

@@ -53,7 +53,7 @@ func Input(subj events.Subjects, s *rollout.State, own *store.Trust, m Message) 
 		return rollout.Input{}, false
 	}
 	switch kind {
-	case events.KindWant, events.KindPlan, events.KindSettle, events.KindHave, events.KindAgent:
+	case events.KindWant, events.KindPlan, events.KindSettle, events.KindHave, events.KindAgent, events.KindPause, events.KindResume:
 	default:
 		return rollout.Input{}, false
 	}
@@ -193,8 +193,8 @@ func Fleets(ctx context.Context, stream jetstream.Stream, subj events.Subjects) 
 }
 
 // Candidates reads, for each node fleet owns, its newest want, whether
-// its newest agent event says down, and its newest have's unhealthy
-// modules, and pairs them with the fleet file's
+// its newest agent event says down, whether it is paused, and its newest
+// have's unhealthy modules, and pairs them with the fleet file's
 // want: what [rollout.NewStart] starts a rollout from.
 //
 // Errors: the stream's reads.
@@ -224,6 +224,9 @@ func Candidates(ctx context.Context, stream jetstream.Stream, subj events.Subjec
 				c.Down = ag.State == events.AgentDown
 			}
 		}
+		if err := pausedAtStart(ctx, stream, subj, &c); err != nil {
+			return nil, err
+		}
 		h, err := store.LastMsg(ctx, stream, subj, n.Name, events.KindHave)
 		switch {
 		case errors.Is(err, store.ErrNoMessage):
@@ -241,6 +244,30 @@ func Candidates(ctx context.Context, stream jetstream.Stream, subj events.Subjec
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// pausedAtStart sets c's pause: its newest pause when newer than its
+// newest resume.
+func pausedAtStart(ctx context.Context, stream jetstream.Stream, subj events.Subjects, c *rollout.Candidate) error {
+	p, err := store.LastMsg(ctx, stream, subj, c.Node, events.KindPause)
+	switch {
+	case errors.Is(err, store.ErrNoMessage):
+		return nil
+	case err != nil:
+		return err
+	}
+	r, err := store.LastMsg(ctx, stream, subj, c.Node, events.KindResume)
+	switch {
+	case errors.Is(err, store.ErrNoMessage):
+	case err != nil:
+		return err
+	case r.Event.Seq > p.Event.Seq:
+		return nil
+	}
+	if pa, ok := p.Event.Payload.(*events.Pause); ok {
+		c.PausedBy, c.PausedReason = pa.By, pa.Reason
+	}
+	return nil
 }
 
 // Publish appends a rollout event of fleet, of kind k, under message id
