@@ -315,6 +315,9 @@ func (f *folder) plan(p *events.Plan) {
 		rows[i] = Row{Name: m.Name, Build: m.Build, Held: m.Held, Why: m.Why, Pending: m.Pending}
 	}
 	n.Plan = &PlanSeen{Seq: f.in.Seq, Want: p.Want, Rows: rows}
+	if n.Published > 0 && p.Want == n.Published {
+		n.FwdPlan, n.FwdSettledAt = f.in.Seq, time.Time{}
+	}
 	f.judge(n)
 }
 
@@ -339,6 +342,9 @@ func (f *folder) settle(p *events.Settle) {
 	}
 	if p.Plan > n.Settled {
 		n.Settled, n.SettledAt = p.Plan, f.s.Now
+	}
+	if p.Plan == n.FwdPlan && n.FwdSettledAt.IsZero() {
+		n.FwdSettledAt = f.s.Now
 	}
 	f.judge(n)
 }

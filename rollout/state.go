@@ -61,6 +61,10 @@ const (
 	// Unreached: its agent was down when its deadline passed; it takes its
 	// newest want when it returns.
 	Unreached Status = "unreached"
+	// Skipped is the delivery view's word for a target still pending when
+	// the rollout was reverted, aborted or superseded: it never got its
+	// new want. The fold keeps such a target pending.
+	Skipped Status = "skipped"
 )
 
 // Revert statuses of a target given its previous want back.
@@ -186,6 +190,11 @@ type Node struct {
 	Plan      *PlanSeen `json:"plan,omitempty"`
 	Settled   uint64    `json:"settled,omitempty"`
 	SettledAt time.Time `json:"settled_at,omitzero"`
+	// FwdPlan is the newest plan of its new want (Published) and
+	// FwdSettledAt when that plan settled (zero: not yet): what the
+	// delivery view shows once a revert's plan followed it.
+	FwdPlan      uint64    `json:"fwd_plan,omitempty"`
+	FwdSettledAt time.Time `json:"fwd_settled_at,omitzero"`
 	// GoodSince is when every module of its plan began to run at its
 	// build, healthy, without a break since; zero while not.
 	GoodSince time.Time `json:"good_since,omitzero"`

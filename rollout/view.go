@@ -92,7 +92,6 @@ func (s *State) View() View {
 		Promoted: r.Promoted != nil, Unavailable: r.Unavailable, Nodes: len(r.Nodes), Counts: map[Status]int{}}
 	for _, name := range r.Targets {
 		n := r.Nodes[name]
-		v.Counts[n.Status]++
 		t := TargetView{Node: name, Batch: n.Batch + 1, Status: n.Status, Why: n.Why, Step: n.Step, Prev: n.Prev,
 			Published: n.Published, Down: n.Down, Paused: n.Paused, Revert: n.Back, HealthySince: n.GoodSince}
 		if t.Why == "" && n.Paused != nil {
@@ -104,12 +103,20 @@ func (s *State) View() View {
 			if t.Settled {
 				t.SettledAt = n.SettledAt
 			}
+		} else if n.FwdPlan > 0 {
+			// A revert's plan followed: the view still shows its new
+			// want's plan and whether it settled, as the audit does.
+			t.Plan, t.Settled, t.SettledAt = n.FwdPlan, !n.FwdSettledAt.IsZero(), n.FwdSettledAt
+		}
+		if n.Status == Pending && (r.Phase == Reverting || r.Phase == Reverted || r.Phase == Aborted || r.Phase == Superseded) {
+			t.Status, t.Why = Skipped, r.holding(n)
 		}
 		if h := n.newestHave(); h != nil {
 			for _, m := range h.Modules {
 				t.Running = append(t.Running, ModuleRunning{Module: m.Name, Build: m.Build, State: m.State, Health: m.Health, Restarts: m.Restarts})
 			}
 		}
+		v.Counts[t.Status]++
 		v.Targets = append(v.Targets, t)
 	}
 	counts := map[[2]string]int{}
