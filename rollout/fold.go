@@ -413,7 +413,7 @@ func (f *folder) nodePause(p *events.Pause) {
 	}
 	if p != nil {
 		n.Paused = f.mark(p.By, "", p.Reason)
-		if n.active() {
+		if n.active() && f.forwardWatched() {
 			f.record(0, n.Name, "node-paused", events.LevelWarn, "target %s: %s: held until resumed", n.Name, n.awayWhy())
 		}
 	} else if n.Paused != nil {

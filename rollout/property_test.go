@@ -155,7 +155,7 @@ func unavailable(r *rollout.Rollout) int {
 	c := 0
 	for _, n := range r.Nodes {
 		switch {
-		case n.Down, len(n.Unhealthy) > 0:
+		case n.Down, n.Paused != nil, len(n.Unhealthy) > 0:
 			c++
 		case n.Back != nil:
 			if slices.Contains([]rollout.Status{rollout.RevertWaiting, rollout.RevertPublishing, rollout.RevertChanging}, n.Back.Status) {
