@@ -282,6 +282,15 @@ func newRolloutWhyCmd(a *app) *cobra.Command {
 	return cmd
 }
 
+// verbReasons are the help's example --reason of each rollout verb.
+var verbReasons = map[rollout.Kind]string{
+	rollout.KindPromote: "checked the canary",
+	rollout.KindPause:   "hold while the database migrates",
+	rollout.KindResume:  "migration done",
+	rollout.KindAbort:   "wrong build tagged, a new apply follows",
+	rollout.KindRevert:  "latency up since the canary",
+}
+
 func newRolloutVerbCmd(a *app, kind rollout.Kind, short, long string) *cobra.Command {
 	var (
 		by, reason string
@@ -301,7 +310,7 @@ would ignore the verb (a promote before the canary is done, a resume of a
 rollout not paused, anything on a finished rollout but revert) it says why,
 publishes nothing and exits 1; exit 1 also if the publish failed, 2 on a usage
 error.`,
-		Example: "  meshfold rollout " + string(kind) + " web --by alice --reason \"checked the canary\"",
+		Example: "  meshfold rollout " + string(kind) + " web --by alice --reason \"" + verbReasons[kind] + "\"",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fleet := args[0]

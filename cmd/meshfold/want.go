@@ -95,7 +95,8 @@ document.`,
 		Example: `  meshfold want ace -f ace.json
   meshfold want ace -f ace.json --dry-run
   meshfold want ace -f ace.json --expect 41
-  jq '.modules += [{"name":"restic","build":"r:3"}]' ace.json | meshfold want ace -f -`,
+  RESTIC=$(meshfold build push ./restic)   # the module's bundle: a want names a pushed build
+  jq --arg b "$RESTIC" '.modules += [{"name":"restic","build":$b,"runs_as":"backup"}]' ace.json | meshfold want ace -f -`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var expect *uint64
