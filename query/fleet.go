@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
@@ -142,4 +143,30 @@ func (r *Reader) Warnings(ctx context.Context, since time.Time) (map[string]int,
 		return nil, err
 	}
 	return store.JournalWarnings(ctx, r.js, cfg, since)
+}
+
+// JournalAt returns the journal entry stored at seq, read with a direct
+// get: fleet names the warnings WarningSeqs found.
+//
+// Errors: the stream's lookup and the get's errors; the message at seq
+// is no journal entry (matching events.ErrInvalid when it does not
+// decode).
+func (r *Reader) JournalAt(ctx context.Context, seq uint64) (*events.Journal, error) {
+	stream, cfg, err := r.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := stream.GetMsg(ctx, seq)
+	if err != nil {
+		return nil, fmt.Errorf("journal entry %d: %w", seq, err)
+	}
+	ev, err := cfg.Subjects().DecodeEvent(raw.Subject, raw.Data, raw.Sequence, raw.Time)
+	if err != nil {
+		return nil, fmt.Errorf("journal entry %d: %w", seq, err)
+	}
+	j, ok := ev.Payload.(*events.Journal)
+	if !ok {
+		return nil, fmt.Errorf("journal entry %d: a %s, not a journal entry", seq, ev.Kind)
+	}
+	return j, nil
 }

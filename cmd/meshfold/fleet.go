@@ -48,13 +48,15 @@ a failed helper, a secret sealed to another key or that cannot be opened: the
 reports), owed items, pending approvals, unsettled plans, the provisioner
 account warning, a stale have (older than --stale, or none), then journal
 warnings (entries of level warn or error in the last --warnings, counted
-from the stream; 0 skips that read). A warning older than its node's newest
-settled plan, on a node nothing else flags, has cleared: the node converged
-since; it is counted apart (cleared) and does not flag the node. A warning an
-operator acknowledged ('meshfold ack NODE --by NAME': every warning of the
-node stored up to then, or up to --upto SEQ) does not flag it either: the
-'acked' lines after the table count them, with who acknowledged them and when
-(JSON journal_warnings_acked and ack).
+from the stream; 0 skips that read; the 'journal' lines after the table
+name the newest three of each node's, '#SEQ level: message'). A warning
+older than its node's newest settled plan, on a node nothing else flags, has
+cleared: the node converged since; it is counted apart (cleared) and does
+not flag the node. A warning an operator acknowledged ('meshfold ack NODE
+--by NAME': every warning of the node stored up to then, or up to --upto
+SEQ) does not flag it either: the 'acked' lines after the table count
+them, with who acknowledged them and when (JSON journal_warnings_acked and
+ack).
 
 What is stuck is said too: a file a settled plan declares that was never
 filled since its module was placed (a minute after that plan settled: is the
@@ -206,6 +208,7 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 			}
 		}
 	} else {
+		noteWarnings(ctx, a, r, rows, pg)
 		err = printFleet(w, rows, now, pg)
 	}
 	if err != nil {
@@ -292,6 +295,34 @@ func fleetRows(nvs []query.NodeView, now time.Time, stale time.Duration) []audit
 	return rows
 }
 
+// noteWarnings reads, for the rows of the page flagged with journal
+// warnings, the newest audit.MaxWarningNotes of them, so that the lines
+// after the table name them. A failed read is said on stderr; the line
+// then gives the count and where to read them.
+func noteWarnings(ctx context.Context, a *app, r *query.Reader, rows []audit.FleetRow, pg fleetPaging) {
+	page, _, _ := pg.of(rows)
+	want := map[string]bool{}
+	for _, p := range page {
+		if p.Warnings > 0 && len(p.WarningSeqs) > 0 {
+			want[p.Node] = true
+		}
+	}
+	for i := range rows {
+		if !want[rows[i].Node] {
+			continue
+		}
+		seqs := rows[i].WarningSeqs
+		for k := len(seqs) - 1; k >= 0 && len(rows[i].WarningNotes) < audit.MaxWarningNotes; k-- {
+			j, err := r.JournalAt(ctx, seqs[k])
+			if err != nil {
+				fmt.Fprintf(a.stderr, "note: journal warning #%d of %s not read: %v\n", seqs[k], rows[i].Node, err)
+				break
+			}
+			rows[i].WarningNotes = append(rows[i].WarningNotes, audit.WarningNote(seqs[k], j))
+		}
+	}
+}
+
 func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPaging) error {
 	needs := 0
 	for _, r := range rows {
@@ -331,6 +362,7 @@ func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPagin
 	if cleared > 0 {
 		fmt.Fprintf(&b, "-- %s cleared: older than their node's newest settled plan, on nodes nothing else flags (JSON journal_warnings_cleared; meshfold audit NODE shows them)\n", plural(cleared, "journal warning"))
 	}
+	b.WriteString(audit.FleetWarningsText(page))
 	b.WriteString(audit.FleetAckedText(page))
 	b.WriteString(audit.FleetFailedText(page))
 	b.WriteString(audit.FleetAppliesText(page, now))

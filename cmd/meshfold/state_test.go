@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -145,12 +146,17 @@ func TestFleetCommand(t *testing.T) {
 		t.Errorf("stderr does not tell the fleet journal's entry: %q", errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 5 || !strings.HasPrefix(lines[0], "NODE") || !strings.HasPrefix(lines[1], "broken ") ||
+	// The table, its count line, and a line naming calm's warning (a
+	// flag with no line saying what it is told nothing).
+	if len(lines) != 6 || !strings.HasPrefix(lines[0], "NODE") || !strings.HasPrefix(lines[1], "broken ") ||
 		!strings.HasPrefix(lines[2], "novox ") || !strings.HasPrefix(lines[3], "calm ") {
 		t.Fatalf("fleet:\n%s", out)
 	}
 	if !strings.Contains(lines[2], "owed, approve nats→n:2.11") || !strings.Contains(lines[3], "1 warning") {
 		t.Errorf("needs:\n%s", out)
+	}
+	if !regexp.MustCompile(`^journal +calm #\d+ warn: w$`).MatchString(lines[5]) {
+		t.Errorf("the warning is not named after the table:\n%s", out)
 	}
 	out, _, code = m.cli(t, "fleet", "--json", "--warnings", "0")
 	if code != 0 {

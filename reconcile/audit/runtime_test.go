@@ -106,3 +106,19 @@ func TestFleetNeedsNewestFailedApplyFirst(t *testing.T) {
 		t.Errorf("the newest failure is not first:\n%s", line)
 	}
 }
+
+// The lines after fleet's table name each node's warnings it read, and
+// count the rest with where to read them.
+func TestFleetWarningsText(t *testing.T) {
+	r := audit.FleetRow{Node: "ace", HaveAge: 1}
+	r.SetWarningSeqs([]uint64{7, 9})
+	if !slices.Equal(r.WarningSeqs, []uint64{7, 9}) {
+		t.Fatalf("counted seqs %v", r.WarningSeqs)
+	}
+	r.WarningNotes = []string{audit.WarningNote(9, &events.Journal{Level: events.LevelError, Msg: "apply of plan 8 failed"})}
+	got := audit.FleetWarningsText([]audit.FleetRow{r, {Node: "calm", HaveAge: 1}})
+	if !strings.Contains(got, "ace #9 error: apply of plan 8 failed") || !strings.Contains(got, "ace 1 more journal warning: meshfold audit ace shows them") ||
+		strings.Contains(got, "calm") {
+		t.Errorf("warnings text:\n%s", got)
+	}
+}

@@ -360,6 +360,12 @@ type FleetRow struct {
 	// Warnings counts journal entries of level warn or error in the
 	// window asked for (-1: not counted).
 	Warnings int `json:"journal_warnings"`
+	// WarningSeqs are the stream sequences of the entries Warnings
+	// counts, oldest first ([FleetRow.SetWarningSeqs]); WarningNotes
+	// the newest of them told shortly ([WarningNote]), as a reader
+	// filled them in for fleet's table. Neither is in JSON.
+	WarningSeqs  []uint64 `json:"-"`
+	WarningNotes []string `json:"-"`
 	// ClearedWarnings counts, beside Warnings, the entries older than the
 	// node's newest settled plan on a node nothing else flags: their
 	// condition cleared since, and they do not flag it
@@ -500,6 +506,7 @@ func FleetSourcesText(rows []FleetRow, now time.Time) string {
 // count as [FleetRow.SetWarnings].
 func (r *FleetRow) SetWarningSeqs(seqs []uint64) {
 	r.ClearedWarnings, r.AckedWarnings = 0, 0
+	r.WarningSeqs = r.WarningSeqs[:0]
 	quiet := len(attention(FleetRow{Node: r.Node, Error: r.Error, Failed: r.Failed, FailedApplies: r.FailedApplies, Stuck: r.Stuck,
 		Owed: r.Owed, Pending: r.Pending, Unsettled: r.Unsettled, AccountWarning: r.AccountWarning, StaleHave: r.StaleHave,
 		Sources: r.Sources, Retired: r.Retired})) == 0
@@ -509,9 +516,46 @@ func (r *FleetRow) SetWarningSeqs(seqs []uint64) {
 			r.AckedWarnings++
 		case quiet && s < r.SettledPlan:
 			r.ClearedWarnings++
+		default:
+			r.WarningSeqs = append(r.WarningSeqs, s)
 		}
 	}
 	r.SetWarnings(len(seqs) - r.ClearedWarnings - r.AckedWarnings)
+}
+
+// MaxWarningNotes is how many of a node's journal warnings fleet's table
+// names after it, the newest first.
+const MaxWarningNotes = 3
+
+// WarningNote tells the journal entry j at seq shortly for the lines after
+// fleet's table: "#seq level: message", the message as events.ErrorText
+// tells it, cut to 160 bytes.
+func WarningNote(seq uint64, j *events.Journal) string {
+	return fmt.Sprintf("#%d %s: %s", seq, j.Level, events.Cut(events.ErrorText(j.Msg), 160))
+}
+
+// FleetWarningsText names, for each row flagged with journal warnings,
+// what they are: a line per WarningNotes entry, then how many more there
+// are, and where all of them are (meshfold audit NODE). A row whose notes
+// were not read gets the count and that pointer only.
+func FleetWarningsText(rows []FleetRow) string {
+	var t textWriter
+	for _, r := range rows {
+		if r.Warnings <= 0 {
+			continue
+		}
+		for _, n := range r.WarningNotes {
+			t.line(0, "journal", r.Node+" "+n)
+		}
+		if more := r.Warnings - len(r.WarningNotes); more > 0 {
+			s := plural(more, "journal warning")
+			if len(r.WarningNotes) > 0 {
+				s = plural(more, "more journal warning")
+			}
+			t.line(0, "journal", fmt.Sprintf("%s %s: meshfold audit %s shows them", r.Node, s, r.Node))
+		}
+	}
+	return t.b.String()
 }
 
 // FleetAckedText lists, a line each, the nodes of rows with acknowledged
