@@ -94,11 +94,17 @@ func (a *app) ackChangesNothing(ctx context.Context, node string, upto uint64) s
 	if err != nil {
 		return ""
 	}
-	ns, err := r.State(ctx, node)
+	if c, err := r.Count(ctx, node); err != nil || c == 0 {
+		return "" // publishEach refuses an unknown node (checkKnown)
+	}
+	seqs, err := r.WarningSeqs(ctx, time.Time{})
 	if err != nil {
 		return ""
 	}
-	seqs, err := r.WarningSeqs(ctx, time.Time{})
+	if len(seqs[node]) == 0 { // no state needed (a node just acked --new may not be folded yet)
+		return "it has no journal warning to acknowledge ('meshfold audit " + node + "' shows its journal)"
+	}
+	ns, err := r.State(ctx, node)
 	if err != nil {
 		return ""
 	}

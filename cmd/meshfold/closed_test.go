@@ -93,6 +93,19 @@ func TestRevokedRolesExit(t *testing.T) {
 	prov.out.waitText(ctx, t, "provision", "provisioner running")
 	cons.out.waitText(ctx, t, "console", "meshfold: console at http://")
 
+	// A verb the role may not publish: explained once, with no raw log
+	// lines of the violation beside it.
+	if code, _, errs := runCLI(ctx, append([]string{"poke", "ace", "--by", "x", "--new"}, as("operator-read")...)...); code == exitOK ||
+		strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "permission denied: these credentials may not publish to mesh.ace.poke; only the operator role may") {
+		t.Errorf("poke as operator-read: exit %d, stderr %q", code, errs)
+	}
+	// No creds against an --auth server: the refusal says which flag and
+	// which role, not only "Authorization Violation".
+	if code, _, errs := runCLI(ctx, "fleet", "--server", url); code == exitOK || !strings.Contains(errs, "the server requires credentials: give a user's creds file with --creds FILE or $NATS_CREDS") ||
+		!strings.Contains(errs, "operator-read for reads") {
+		t.Errorf("fleet without creds: exit %d, stderr %q", code, errs)
+	}
+
 	for _, user := range []string{"node-ace", "provisioner-ace", "operator-read"} {
 		args := append([]string{"auth", "revoke", user, "--dir", dir}, as(auth.SystemUser)...)
 		if code, out, errs := runCLI(ctx, args...); code != exitOK || !strings.Contains(out, "jwt updated") {

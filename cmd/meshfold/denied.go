@@ -32,7 +32,10 @@ func explainOversized(err error) error {
 
 // watchDenied makes a permission violation on nc end the command at once
 // (a JetStream request denied is otherwise waited out until its timeout)
-// and keeps the first for run to explain. It chains nc's error handler.
+// and keeps the first for run to explain. It chains nc's error and closed
+// handlers, but not for a violation: run explains it once, so the raw
+// "nats async error" and "nats connection closed" log lines of it would
+// only say it again.
 func (a *app) watchDenied(nc *nats.Conn) {
 	prev := nc.ErrorHandler()
 	nc.SetErrorHandler(func(c *nats.Conn, s *nats.Subscription, err error) {
@@ -45,9 +48,19 @@ func (a *app) watchDenied(nc *nats.Conn) {
 			if a.cancel != nil {
 				a.cancel(err)
 			}
+			return
 		}
 		if prev != nil {
 			prev(c, s, err)
+		}
+	})
+	prevClosed := nc.ClosedHandler()
+	nc.SetClosedHandler(func(c *nats.Conn) {
+		if errors.Is(c.LastError(), nats.ErrPermissionViolation) && a.deniedErr() != nil {
+			return
+		}
+		if prevClosed != nil {
+			prevClosed(c)
 		}
 	})
 }

@@ -95,9 +95,24 @@ func (f *connFlags) dial(name string, a *app) (*nats.Conn, error) {
 	}
 	nc, err := store.Connect(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", strings.Join(cfg.URLs, ","), err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w%s", strings.Join(cfg.URLs, ","), err, authHint(err, cfg))
 	}
 	return nc, nil
+}
+
+// authHint says what to do about a server refusing the connection's
+// credentials (nats.ErrAuthorization: "Authorization Violation"), which
+// alone names neither the flag nor the role; "" for any other error.
+func authHint(err error, cfg store.ConnectConfig) string {
+	if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+		return ""
+	}
+	if cfg.Creds == "" && cfg.NKeySeed == "" && cfg.Context == "" {
+		return " (the server requires credentials: give a user's creds file with --creds FILE or $NATS_CREDS: " +
+			"controller for want, operator for the operator verbs, operator-read for reads, node-NAME and provisioner-NAME for the agents; " +
+			"'meshfold auth init' writes them under DIR/creds)"
+	}
+	return " (the server refused these credentials: revoked, expired, or issued by another auth directory's operator? 'meshfold auth' issues and revokes them)"
 }
 
 // connectWait is connect for the long-running roles (node, provision,

@@ -305,6 +305,9 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 		p := events.Stamp(mk(), time.Now())
 		ack, err := pub.AppendRetrying(ctx, n, p)
 		if err != nil {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				return err // run explains it once (explainDenied); every other node would be denied too
+			}
 			failed++
 			fmt.Fprintf(a.stderr, "%s %s: not published: %v\n", kind, n, err)
 			continue
