@@ -370,7 +370,7 @@ func TestClearedWarningsDoNotFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errOut, code := m.cli(t, "fleet")
-	if code != 0 || !strings.Contains(out, "0 need an operator") || !strings.Contains(out, "1 journal warnings cleared") {
+	if code != 0 || !strings.Contains(out, "0 need an operator") || !strings.Contains(out, "1 journal warning cleared") {
 		t.Fatalf("an old warning on a converged node: exit %d %s\n%s", code, errOut, out)
 	}
 	// A warning after the settled plan flags it.
