@@ -521,61 +521,70 @@ func (c *controller) wantAt(ctx context.Context, seq uint64) ([]events.WantModul
 // empty), retrying what passes by itself. One that cannot be stored is
 // logged and skipped (DESIGN.md §10): the controller goes on.
 func (c *controller) append(ctx context.Context, k rollout.Kind, p any, id string) {
-	rollout.Stamp(p, time.Now())
-	data, err := json.Marshal(p)
-	if err != nil {
-		c.log.Error("rollout event not encoded", "kind", k, "err", err)
-		return
-	}
-	msg := &nats.Msg{Subject: c.subj.Rollout(c.fleet, string(k)), Data: data}
-	var opts []jetstream.PublishOpt
-	if id != "" {
-		opts = append(opts, jetstream.WithMsgID(id))
-	}
-	for attempt := 0; ; attempt++ {
-		_, err = c.js.PublishMsg(ctx, msg, opts...)
-		err = store.ServerError(err)
-		if err == nil || ctx.Err() != nil {
-			return
-		}
-		if !store.Transient(err) || !c.wait(ctx, attempt) {
-			c.log.Error("rollout event not stored: skipped", "kind", k, "id", id, "err", events.Short(err.Error()))
-			return
-		}
+	if e, ok := c.message(k, p, id); ok {
+		c.publish(ctx, e)
 	}
 }
 
 // appendAsync is append without waiting for the acknowledgement: the
 // event joins the ones drain waits for (at most maxInflight).
 func (c *controller) appendAsync(ctx context.Context, k rollout.Kind, p any, id string) {
-	rollout.Stamp(p, time.Now())
-	data, err := json.Marshal(p)
-	if err != nil {
-		c.log.Error("rollout event not encoded", "kind", k, "err", err)
+	e, ok := c.message(k, p, id)
+	if !ok {
 		return
 	}
-	msg := &nats.Msg{Subject: c.subj.Rollout(c.fleet, string(k)), Data: data}
-	var opts []jetstream.PublishOpt
-	if id != "" {
-		opts = append(opts, jetstream.WithMsgID(id))
-	}
-	fut, err := c.js.PublishMsgAsync(msg, opts...)
+	fut, err := c.js.PublishMsgAsync(e.msg, e.opts...)
 	if err != nil {
-		c.append(ctx, k, p, id)
+		c.publish(ctx, e)
 		return
 	}
-	c.inflight = append(c.inflight, pendingEvent{k: k, p: p, id: id, fut: fut})
+	e.fut = fut
+	c.inflight = append(c.inflight, e)
 	if len(c.inflight) >= maxInflight {
 		c.drain(ctx)
 	}
 }
 
-// pendingEvent is a rollout event published and not yet acknowledged.
+// pendingEvent is a rollout event ready to publish, or published and
+// not yet acknowledged (fut set).
 type pendingEvent struct {
-	k   rollout.Kind
-	p   any
-	id  string
-	fut jetstream.PubAckFuture
+	k    rollout.Kind
+	id   string
+	msg  *nats.Msg
+	opts []jetstream.PublishOpt
+	fut  jetstream.PubAckFuture
+}
+
+// message stamps p and makes its message on the fleet's subject of kind
+// k, under id when not empty; false (logged) when p does not encode.
+func (c *controller) message(k rollout.Kind, p any, id string) (pendingEvent, bool) {
+	rollout.Stamp(p, time.Now())
+	data, err := json.Marshal(p)
+	if err != nil {
+		c.log.Error("rollout event not encoded", "kind", k, "err", err)
+		return pendingEvent{}, false
+	}
+	e := pendingEvent{k: k, id: id, msg: &nats.Msg{Subject: c.subj.Rollout(c.fleet, string(k)), Data: data}}
+	if id != "" {
+		e.opts = append(e.opts, jetstream.WithMsgID(id))
+	}
+	return e, true
+}
+
+// publish publishes e and waits for its acknowledgement, retrying what
+// passes by itself; one that cannot be stored is logged and skipped.
+func (c *controller) publish(ctx context.Context, e pendingEvent) {
+	for attempt := 0; ; attempt++ {
+		_, err := c.js.PublishMsg(ctx, e.msg, e.opts...)
+		err = store.ServerError(err)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if !store.Transient(err) || !c.wait(ctx, attempt) {
+			c.log.Error("rollout event not stored: skipped", "kind", e.k, "id", e.id, "err", events.Short(err.Error()))
+			return
+		}
+	}
 }
 
 // drain waits for every event appendAsync published; one that failed for
@@ -589,7 +598,7 @@ func (c *controller) drain(ctx context.Context) {
 		case <-e.fut.Ok():
 		case err := <-e.fut.Err():
 			if err = store.ServerError(err); store.Transient(err) {
-				c.append(ctx, e.k, e.p, e.id)
+				c.publish(ctx, e)
 			} else {
 				c.log.Error("rollout event not stored: skipped", "kind", e.k, "id", e.id, "err", events.Short(err.Error()))
 			}
