@@ -10,10 +10,10 @@ import (
 // and snapshot it causes must fit in one message of the server's default
 // max_payload (1 MiB), or one node could stop its whole partition. The
 // numbers bound what a node's state can hold; reconcile bounds the rest
-// (its owed items, filled marks, accepting records, approvals and
-// unsettled plans, see reconcile.MaxOwed and its neighbours). With all of
-// them at their maximum, a plan encodes to 51 KB and a node's state to
-// 754 KB, its have's runtime fields, crash records and agent at their longest (TestLargestFits in
+// (its owed items, filled marks, accepting records, approvals, waivers
+// and unsettled plans, see reconcile.MaxOwed and its neighbours). With all
+// of them at their maximum, a plan encodes to 51 KB and a node's state to
+// 764 KB, its have's runtime fields, crash records and agent at their longest (TestLargestFits in
 // store builds both and publishes them): a twentieth and under three quarters
 // of the default max_payload.
 const (

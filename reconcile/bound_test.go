@@ -112,7 +112,7 @@ func exceeds(st *reconcile.State, c reconcile.Caps) bool {
 		most = max(most, perModule[a.Module])
 	}
 	return len(st.Unsettled) > c.Unsettled || len(st.Owed) > c.Owed || len(st.Approvals) > c.Approvals ||
-		most > c.ModuleApprovals || len(st.Accepting) > c.Accepting || len(st.Filled) > c.Filled
+		most > c.ModuleApprovals || len(st.Accepting) > c.Accepting || len(st.Filled) > c.Filled || len(st.Waivers) > c.Waivers
 }
 
 // records are the keys of a state's records that DESIGN.md §4 says are
@@ -169,7 +169,7 @@ func TestBoundedFoldEqualsUnbounded(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		cases++
 		c := reconcile.Caps{Unsettled: reconcile.MaxUnsettled, Owed: reconcile.MaxOwed, Approvals: reconcile.MaxApprovals,
-			ModuleApprovals: reconcile.MaxModuleApprovals, Accepting: reconcile.MaxAccepting, Filled: reconcile.MaxFilled}
+			ModuleApprovals: reconcile.MaxModuleApprovals, Accepting: reconcile.MaxAccepting, Filled: reconcile.MaxFilled, Waivers: reconcile.MaxWaivers}
 		isSmall := rapid.Bool().Draw(rt, "small caps")
 		if isSmall {
 			c = reconcile.Caps{
@@ -179,6 +179,7 @@ func TestBoundedFoldEqualsUnbounded(t *testing.T) {
 				ModuleApprovals: rapid.IntRange(1, 4).Draw(rt, "module approvals"),
 				Accepting:       rapid.IntRange(1, 24).Draw(rt, "accepting"),
 				Filled:          rapid.IntRange(1, 12).Draw(rt, "filled"),
+				Waivers:         rapid.IntRange(1, 4).Draw(rt, "waivers"),
 			}
 		}
 		unbounded := newSimOf(rt, func(node string) *reconcile.State { return reconcile.NewStateCapped(node, reconcile.Caps{}) })

@@ -4,7 +4,7 @@ import "math"
 
 // Caps are the caps a test folds under; a zero lifts its cap.
 type Caps struct {
-	Unsettled, Owed, Approvals, ModuleApprovals, Accepting, Filled int
+	Unsettled, Owed, Approvals, ModuleApprovals, Accepting, Filled, Waivers int
 }
 
 // NewStateCapped returns node's empty state whose records are bounded by
@@ -20,6 +20,6 @@ func NewStateCapped(node string, c Caps) *State {
 	}
 	s := NewState(node)
 	s.caps = &caps{unsettled: or(c.Unsettled), owed: or(c.Owed), approvals: or(c.Approvals),
-		moduleApprovals: or(c.ModuleApprovals), accepting: or(c.Accepting), filled: or(c.Filled)}
+		moduleApprovals: or(c.ModuleApprovals), accepting: or(c.Accepting), filled: or(c.Filled), waivers: or(c.Waivers)}
 	return s
 }

@@ -642,6 +642,17 @@ func (f *folder) waive(p *events.Waive) {
 	s := f.s
 	s.Owed = slices.DeleteFunc(s.Owed, func(it Item) bool { return it.Module == p.Module && it.Path == p.Path })
 	w := Waiver{Module: p.Module, Path: p.Path, Plan: s.NewestPlan, By: p.By, Seq: f.ev.Seq}
+	if _, found := slices.BinarySearchFunc(s.Waivers, w, compareWaiver); !found {
+		// A loop, not one drop: a snapshot written before the cap may
+		// hold more.
+		for len(s.Waivers) >= s.limits().waivers {
+			i := oldest(s.Waivers, func(w Waiver) uint64 { return w.Seq }, nil)
+			old := s.Waivers[i]
+			s.Waivers = slices.Delete(s.Waivers, i, i+1)
+			f.journal(events.LevelWarn, "waiver #%d of %s (%s) at plan %d dropped: the node keeps at most %d (reconcile.MaxWaivers); a late refusal of that file judged by a plan it covered is owed again",
+				old.Seq, events.Short(old.Path), events.Short(old.Module), old.Plan, s.limits().waivers)
+		}
+	}
 	s.Waivers = upsert(s.Waivers, w, compareWaiver, func(old Waiver) bool { return old.Plan <= w.Plan })
 }
 

@@ -61,6 +61,15 @@ const (
 	// judged by a plan older than that mark arrives late, is owed and is
 	// knocked once more.
 	MaxFilled = 2 * events.MaxFilesPerWant
+	// MaxWaivers bounds the waivers, per (module, path): an operator
+	// waives a file nobody will ever fill, a rare answer to a broken
+	// configuration, and a waiver of a module no want names is kept until
+	// the cap drops it (a module leaving the want drops its own). One more
+	// drops the oldest waive, journaled at warn: a late refusal of that
+	// file judged by a plan it covered is owed again, and waiving the file
+	// again pays it. 32 at their longest are about 10 KB of the largest
+	// state (store's TestLargestFits).
+	MaxWaivers = 32
 	// MaxFailed bounds the failed-apply records, one per module of a
 	// want (and one for a whole plan): one more drops the oldest, not
 	// journaled (each failed settle is journaled at error already).
@@ -79,7 +88,7 @@ const (
 // (export_test.go): the property that a bounded fold equals an unbounded
 // one below the caps needs an unbounded fold to compare with.
 type caps struct {
-	unsettled, owed, approvals, moduleApprovals, accepting, filled int
+	unsettled, owed, approvals, moduleApprovals, accepting, filled, waivers int
 }
 
 var defaultCaps = caps{
@@ -89,6 +98,7 @@ var defaultCaps = caps{
 	moduleApprovals: MaxModuleApprovals,
 	accepting:       MaxAccepting,
 	filled:          MaxFilled,
+	waivers:         MaxWaivers,
 }
 
 // limits returns s's caps.

@@ -213,3 +213,35 @@ func TestMaxUnsettled(t *testing.T) {
 		t.Fatalf("the newest plan did not settle: settled %d, %d unsettled", s.state.Settled.Seq, len(s.state.Unsettled))
 	}
 }
+
+// One waive more than MaxWaivers drops the oldest waiver, journaled at
+// warn: a late refusal of that file judged by a plan it covered is owed
+// again, the others still owe nothing. Waiving a file waived already
+// drops nothing.
+func TestMaxWaivers(t *testing.T) {
+	s := newSim(t)
+	s.add(want("prov", "/a"))
+	plan := s.plans()[0]
+	var last uint64
+	for i := range reconcile.MaxWaivers + 1 {
+		last = s.add(&events.Waive{Module: "app", Path: fmt.Sprintf("/w/%d", i), By: "ops"})
+	}
+	if len(s.state.Waivers) != reconcile.MaxWaivers {
+		t.Fatalf("%d waivers, want %d", len(s.state.Waivers), reconcile.MaxWaivers)
+	}
+	if j := s.journals(last); len(j) != 1 || !strings.Contains(j[0], "reconcile.MaxWaivers") || !strings.Contains(j[0], `"/w/0"`) {
+		t.Fatalf("journal of the waive over the cap: %q", j)
+	}
+	if l := s.levels(last); len(l) != 1 || l[0] != events.LevelWarn {
+		t.Fatalf("journal levels %v, want warn", l)
+	}
+	if again := s.add(&events.Waive{Module: "app", Path: "/w/1", By: "ops"}); len(s.journals(again)) != 0 || len(s.state.Waivers) != reconcile.MaxWaivers {
+		t.Fatalf("a second waive of a waived file: journal %q, %d waivers", s.journals(again), len(s.state.Waivers))
+	}
+	for _, p := range []string{"/w/0", "/w/1"} {
+		s.add(&events.Refusal{Module: "app", Path: p, Reason: events.ReasonUndeclared, Plan: plan, Writer: "prov"})
+	}
+	if len(s.state.Owed) != 1 || s.state.Owed[0].Path != "/w/0" {
+		t.Fatalf("owed after late refusals of the dropped and a kept waiver's files: %v", s.state.Owed)
+	}
+}

@@ -19,9 +19,10 @@ import (
 // folding a history that fills every record to its bound with values of
 // the greatest length: a plan of MaxModules rows of MaxFilesPerModule
 // files (half held, carrying the files of what runs, half composed), four
-// such plans unsettled and MaxDroppedPlans dropped, the accepting and filled records, the owed items,
-// the last knock, the approvals and the have all at their bounds. It
-// returns the state and the largest plan it emitted.
+// such plans unsettled and MaxDroppedPlans dropped, the accepting and
+// filled records, the owed items, the last knock, the approvals, the
+// waivers and the have all at their bounds. It returns the state and the
+// largest plan it emitted.
 func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 	t.Helper()
 	st := reconcile.NewState("ace")
@@ -144,8 +145,8 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 		fold(&events.Approve{Module: name(i % events.MaxModules), Build: build(100+i, i), By: pad(fmt.Sprintf("op%d-", i), events.MaxBy)})
 	}
 	// Filled marks at their bound, of files the unsettled plans of
-	// generations 2 and 3 declare (a mark of a file nothing names is
-	// forgotten: docs/design.md §4, "Bounded state").
+	// generations 2 and 3 declare (any file's mark counts alike: a mark
+	// is dropped only past the cap, docs/design.md §4, "The caps").
 	for gen := 2; gen < 4; gen++ {
 		for i := half; i < events.MaxModules; i++ {
 			for j := range events.MaxFilesPerModule {
@@ -170,7 +171,14 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 		fold(&events.Refusal{Module: name(i % events.MaxModules), Path: path(8, i, i), Reason: events.ReasonUndeclared,
 			Plan: st.Settled.Seq, Writer: pad(fmt.Sprintf("v%03d", i), events.MaxAccount), Error: strings.Repeat("<", events.MaxText)})
 	}
+	// Waivers at their bound, of files nothing owes (a waive pays its
+	// file's items).
+	for i := range reconcile.MaxWaivers + 5 {
+		fold(&events.Waive{Module: name(i % events.MaxModules), Path: path(9, i, i), By: pad(fmt.Sprintf("w%d-", i), events.MaxBy)})
+	}
 	switch {
+	case len(st.Waivers) != reconcile.MaxWaivers:
+		t.Fatalf("%d waivers, want %d", len(st.Waivers), reconcile.MaxWaivers)
 	case len(st.Unsettled) != reconcile.MaxUnsettled || len(st.Dropped) != reconcile.MaxDroppedPlans:
 		t.Fatalf("%d unsettled plans, %d dropped ones, want %d and %d", len(st.Unsettled), len(st.Dropped), reconcile.MaxUnsettled, reconcile.MaxDroppedPlans)
 	case len(st.Accepting) != reconcile.MaxAccepting:
@@ -210,8 +218,8 @@ func countFiles(rows []events.PlanModule) int {
 // TestLargestFits is DESIGN.md §10: the largest valid want's plan and the
 // largest valid state's snapshot are published under the server's
 // default max_payload, with room to spare: the plan under an eighth of
-// it, the snapshot under three quarters (about half today; the rest is
-// for fields a newer schema adds).
+// it, the snapshot under three quarters (the rest is for fields a newer
+// schema adds).
 func TestLargestFits(t *testing.T) {
 	ctx := testCtx(t)
 	st, plan := largest(t)
