@@ -13,7 +13,7 @@ import (
 // (its owed items, filled marks, accepting records, approvals, waivers
 // and unsettled plans, see reconcile.MaxOwed and its neighbours). With all
 // of them at their maximum, a plan encodes to 51 KB and a node's state to
-// 764 KB, its have's runtime fields, crash records and agent at their longest (TestLargestFits in
+// 770 KB, its have's runtime fields, crash records, agent and pause at their longest (TestLargestFits in
 // store builds both and publishes them): a twentieth and under three quarters
 // of the default max_payload.
 const (

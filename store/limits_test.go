@@ -171,14 +171,17 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 		fold(&events.Refusal{Module: name(i % events.MaxModules), Path: path(8, i, i), Reason: events.ReasonUndeclared,
 			Plan: st.Settled.Seq, Writer: pad(fmt.Sprintf("v%03d", i), events.MaxAccount), Error: strings.Repeat("<", events.MaxText)})
 	}
+	// A pause, its by and reason at their longest (one record, whatever
+	// the count of pauses).
+	fold(&events.Pause{By: pad("pause-", events.MaxBy), Reason: strings.Repeat("<", events.MaxText)})
 	// Waivers at their bound, of files nothing owes (a waive pays its
 	// file's items).
 	for i := range reconcile.MaxWaivers + 5 {
 		fold(&events.Waive{Module: name(i % events.MaxModules), Path: path(9, i, i), By: pad(fmt.Sprintf("w%d-", i), events.MaxBy)})
 	}
 	switch {
-	case len(st.Waivers) != reconcile.MaxWaivers:
-		t.Fatalf("%d waivers, want %d", len(st.Waivers), reconcile.MaxWaivers)
+	case len(st.Waivers) != reconcile.MaxWaivers || st.Paused == nil:
+		t.Fatalf("%d waivers, want %d; paused %v", len(st.Waivers), reconcile.MaxWaivers, st.Paused)
 	case len(st.Unsettled) != reconcile.MaxUnsettled || len(st.Dropped) != reconcile.MaxDroppedPlans:
 		t.Fatalf("%d unsettled plans, %d dropped ones, want %d and %d", len(st.Unsettled), len(st.Dropped), reconcile.MaxUnsettled, reconcile.MaxDroppedPlans)
 	case len(st.Accepting) != reconcile.MaxAccepting:
