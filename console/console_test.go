@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshfold/meshfold/console"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
@@ -232,20 +233,14 @@ func (fx *fixture) get(t *testing.T, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// waitPage fetches path until it holds want, within a deadline.
+// waitPage fetches path until it holds want, for up to 10 s
+// (internal/waitfor), and returns the page; a timeout quotes the last.
 func (fx *fixture) waitPage(t *testing.T, path, want string) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	return waitfor.Value(t, 10*time.Second, fmt.Sprintf("GET %s to hold %q", path, want), func() (string, bool) {
 		_, body := fx.get(t, path)
-		if strings.Contains(body, want) {
-			return body
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s never held %q; last:\n%s", path, want, body)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a page, bounded by the deadline
-	}
+		return body, strings.Contains(body, want)
+	})
 }
 
 var rowRE = regexp.MustCompile(`<tr class="need-row" id="need-([a-z0-9_-]+)"`)
