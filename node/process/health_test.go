@@ -21,7 +21,8 @@ import (
 // notifyDaemonEnv makes the test binary a daemon written for systemd:
 // READY=1 once the file named by the variable's value + ".ready" exists,
 // then WATCHDOG=1 every half WATCHDOG_USEC until the file + ".hang"
-// exists.
+// exists; once the file + ".stopping" exists it says STOPPING=1, once,
+// and pings no more.
 const notifyDaemonEnv = "PROCESS_TEST_NOTIFY_DAEMON"
 
 func notifyDaemon(base string) int {
@@ -40,9 +41,15 @@ func notifyDaemon(base string) int {
 		time.Sleep(10 * time.Millisecond)
 	}
 	_, _ = c.Write([]byte("STATUS=serving\nREADY=1"))
+	stopping := false
 	for {
 		time.Sleep(half)
-		if !exists(".hang") {
+		switch {
+		case stopping:
+		case exists(".stopping"):
+			stopping = true
+			_, _ = c.Write([]byte("STATUS=draining\nSTOPPING=1"))
+		case !exists(".hang"):
 			_, _ = c.Write([]byte("WATCHDOG=1"))
 		}
 	}
@@ -130,7 +137,13 @@ func TestHealthyAsSoonAsTheCheckPasses(t *testing.T) {
 			flipped := time.Now()
 			flip()
 			w.until(events.Healthy)
-			t.Logf("%s check: ready → healthy %s (interval 100ms)", kind, time.Since(flipped).Round(time.Millisecond))
+			took := time.Since(flipped)
+			t.Logf("%s check: ready → healthy %s (interval 100ms)", kind, took.Round(time.Millisecond))
+			// A checker that waited out the grace would say healthy about
+			// 30 s after the start: within the wait's deadline, so say it.
+			if took > 10*time.Second {
+				t.Errorf("healthy %s after its check could pass: the 30 s grace held it back", took.Round(time.Millisecond))
+			}
 			for _, s := range w.seen {
 				if s == events.Unhealthy {
 					t.Errorf("health went %v: unhealthy within the grace", w.seen)
@@ -144,19 +157,24 @@ func TestHealthyAsSoonAsTheCheckPasses(t *testing.T) {
 	}
 }
 
-// A module whose check never passes is unhealthy once the grace is over
-// and, with restart, restarted through the crash backoff, starting again.
+// A module whose check never passes is unhealthy once the grace is over,
+// not before, and, with restart, restarted through the crash backoff, starting again.
 func TestNeverHealthyIsRestarted(t *testing.T) {
 	e := newEnv(t, Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond})
+	const grace = time.Second
 	e.script("sha256:a", sleeper, bundle.Manifest{Health: &bundle.Health{
-		Exec: []string{"/bin/false"}, Interval: "100ms", Grace: "300ms", Failures: 2, Restart: true}})
+		Exec: []string{"/bin/false"}, Interval: "100ms", Grace: grace.String(), Failures: 2, Restart: true}})
 	r := e.open()
+	applied := time.Now() // before the start, so before the grace began
 	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
 	first := status(t, r, "web").PID
 	w := &healthSeen{t: t, r: r, name: "web"}
 	w.until(events.Unhealthy)
+	if took := time.Since(applied); took < grace {
+		t.Errorf("unhealthy %s after the apply, within its %s grace", took.Round(time.Millisecond), grace)
+	}
 	waitFor(t, r, "a restart", func() bool {
 		st := status(t, r, "web")
 		return st.Restarts >= 1 && st.State == events.Running && st.PID != first
@@ -231,6 +249,61 @@ func TestNotifyReadyAndWatchdog(t *testing.T) {
 	}
 	if want := []events.Health{events.HealthStarting, events.Healthy, events.Unhealthy}; len(w.seen) != 3 || w.seen[0] != want[0] || w.seen[1] != want[1] {
 		t.Errorf("health went %v, want %v", w.seen, want)
+	}
+}
+
+// A daemon that says STOPPING=1 is judged no more: its watchdog going
+// quiet while it shuts down does not make it unhealthy (systemd stops a
+// unit's watchdog when it leaves the running state).
+func TestNotifyStoppingEndsTheWatchdog(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(t.TempDir(), "daemon")
+	openUp(t, filepath.Dir(base))
+	if err := os.WriteFile(base+".ready", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(filepath.Dir(e.cfg.Root), "bundles", "n")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const interval = 200 * time.Millisecond
+	e.fetch.bundles["sha256:n"] = fakeBundle{dir: dir, m: bundle.Manifest{Command: []string{exe},
+		Env:    map[string]string{notifyDaemonEnv: base},
+		Health: &bundle.Health{Notify: true, Interval: interval.String(), Failures: 1}}}
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "sd", Build: "sha256:n", RunsAs: self}); err != nil {
+		t.Fatal(err)
+	}
+	w := &healthSeen{t: t, r: r, name: "sd"}
+	w.until(events.Healthy)
+	if err := os.WriteFile(base+".stopping", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(e.cfg.StateDir, "process", "sd", logFile)
+	waitfor.Until(t, deadline, "the shim's note of STOPPING=1", func() bool {
+		page, err := readLog(logPath, node.LogQuery{})
+		return err == nil && slices.Contains(page.Lines, "meshfold: the module says it is stopping (STOPPING=1)")
+	})
+	// Five watchdog intervals without a ping: each would be a failure
+	// (failures: 1) had the daemon not said it is stopping.
+	quiet := time.NewTimer(5 * interval)
+	defer quiet.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-r.Changes():
+			if h := status(t, r, "sd").Health; h != events.Healthy {
+				t.Fatalf("health %s after STOPPING=1, want it left healthy", h)
+			}
+		case <-quiet.C:
+			waiting = false
+		}
+	}
+	if h := status(t, r, "sd").Health; h != events.Healthy {
+		t.Errorf("health %s after STOPPING=1 and five quiet intervals, want healthy", h)
 	}
 }
 
