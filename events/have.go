@@ -16,11 +16,14 @@ const MaxExit = 256
 var ErrBadExit = errors.New("must be at most 256 bytes without control characters")
 
 // checkRuntimeFields checks the additive runtime fields of a have's
-// module (DESIGN.md §8, §11): restarts not negative, exit short and
+// module (DESIGN.md §8, §11): restarts and fill restarts not negative, exit short and
 // printable, since not the zero time, health one of its three values.
 func checkRuntimeFields(m HaveModule) error {
 	if m.Restarts < 0 {
 		return fieldErr("restarts", strconv.Itoa(m.Restarts), ErrBadValue)
+	}
+	if m.FillRestarts < 0 {
+		return fieldErr("fill_restarts", strconv.Itoa(m.FillRestarts), ErrBadValue)
 	}
 	if len(m.Exit) > MaxExit || exitHasControl(m.Exit) {
 		return fieldErr("exit", exitClip(m.Exit), ErrBadExit)

@@ -21,12 +21,13 @@ func TestHaveRuntimeFields(t *testing.T) {
 		field string
 	}{
 		{"none", ``, nil, ""},
-		{"all", `,"restarts":4,"exit":"status 1","since":"2026-01-02T03:04:00.123Z","health":"unhealthy"`, nil, ""},
+		{"all", `,"restarts":4,"fill_restarts":2,"exit":"status 1","since":"2026-01-02T03:04:00.123Z","health":"unhealthy"`, nil, ""},
 		{"starting", `,"health":"starting"`, nil, ""},
 		{"healthy", `,"health":"healthy"`, nil, ""},
 		{"unknown health", `,"health":"fine"`, events.ErrBadValue, "modules[0].health"},
 		{"health with newline", `,"health":"healthy\nforged"`, events.ErrBadValue, "modules[0].health"},
 		{"negative restarts", `,"restarts":-1`, events.ErrBadValue, "modules[0].restarts"},
+		{"negative fill restarts", `,"fill_restarts":-1`, events.ErrBadValue, "modules[0].fill_restarts"},
 		{"exit with newline", `,"exit":"status 1\nforged line"`, events.ErrBadExit, "modules[0].exit"},
 		{"exit too long", `,"exit":"` + strings.Repeat("x", events.MaxExit+1) + `"`, events.ErrBadExit, "modules[0].exit"},
 		{"zero since", `,"since":"0001-01-01T00:00:00Z"`, events.ErrMissing, "modules[0].since"},

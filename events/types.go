@@ -149,8 +149,14 @@ type HaveModule struct {
 	// Account is the account the module's process runs as.
 	Account string `json:"account,omitempty"`
 	// Restarts counts the module's restarts since its last apply
-	// (DESIGN.md §8); optional, not negative.
+	// (DESIGN.md §8), after an exit or a lost shim; optional, not
+	// negative. A restart that is the module's on_fill action is not one
+	// (FillRestarts): a rotated credential is not a crash.
 	Restarts int `json:"restarts,omitempty"`
+	// FillRestarts counts the module's restarts since its last apply that
+	// were its on_fill action (a filled file written, DESIGN.md §8, §12);
+	// optional, not negative.
+	FillRestarts int `json:"fill_restarts,omitempty"`
 	// Exit is the last exit of the module's process: "status N",
 	// "signal NAME" or why it could not start; optional.
 	Exit string `json:"exit,omitempty"`

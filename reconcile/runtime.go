@@ -18,9 +18,12 @@ type ModuleRuntime struct {
 	State    events.RunState `json:"state"`
 	Account  string          `json:"account,omitempty"`
 	Restarts int             `json:"restarts"`
-	Exit     string          `json:"exit,omitempty"`
-	Since    *time.Time      `json:"since,omitempty"`
-	Health   events.Health   `json:"health,omitempty"` // absent without a check (DESIGN.md §11)
+	// FillRestarts are its on_fill restarts since its last apply (a
+	// filled file written): not crashes, not in Restarts.
+	FillRestarts int           `json:"fill_restarts,omitempty"`
+	Exit         string        `json:"exit,omitempty"`
+	Since        *time.Time    `json:"since,omitempty"`
+	Health       events.Health `json:"health,omitempty"` // absent without a check (DESIGN.md §11)
 	// HealthSince is the stream time of the first have since which Health
 	// has said what it says; absent without a check, or unknown.
 	HealthSince *time.Time `json:"health_since,omitempty"`
@@ -71,7 +74,7 @@ func RuntimeOf(s *State) []ModuleRuntime {
 	out := make([]ModuleRuntime, 0, len(s.Have.Modules))
 	for i, m := range s.Have.Modules {
 		r := ModuleRuntime{Module: m.Name, Build: m.Build, State: m.State, Account: m.Account,
-			Restarts: m.Restarts, Exit: m.Exit, Since: m.Since, Health: m.Health, Unfilled: unfilled(s, m.Name)}
+			Restarts: m.Restarts, FillRestarts: m.FillRestarts, Exit: m.Exit, Since: m.Since, Health: m.Health, Unfilled: unfilled(s, m.Name)}
 		if j := slices.IndexFunc(s.Crashes, func(c Crashes) bool { return c.Module == m.Name }); j >= 0 {
 			r.Crashes = s.Crashes[j].Times
 		}

@@ -408,6 +408,25 @@ func TestSealedRotation(t *testing.T) {
 	t.Logf("secret put → file written on the node, 20 rotations: p50 %s, max %s; %d reads, none partial",
 		percentile(waits, 50).Round(time.Millisecond), slices.Max(waits).Round(time.Millisecond), reads.Load())
 
+	// The 21 on_fill restarts (v0 and 20 rotations) are not crashes: the
+	// have counts them apart, and fleet does not call the app flapping
+	// (three crashes in ten minutes would).
+	waitUntil(t, testCtx(t), "a have counting 21 on_fill restarts", func() bool {
+		haves := readEvents(t, s.m, "ace", events.KindHave)
+		for _, hm := range haves[len(haves)-1].Payload.(*events.Have).Modules {
+			if hm.Name == "app" {
+				if hm.Restarts != 0 {
+					t.Fatalf("the have counts %d restarts of the app, want 0 (its restarts were on_fill's)", hm.Restarts)
+				}
+				return hm.FillRestarts == 21
+			}
+		}
+		return false
+	})
+	if out, _, _ := s.m.cli(t, "fleet", "-o", "json", "--warnings", "0"); strings.Contains(out, "flapping") {
+		t.Errorf("fleet calls the rotated app flapping:\n%s", out)
+	}
+
 	// The same content put again: nothing written, no restart.
 	ino := fi.Sys().(*syscall.Stat_t).Ino
 	filled := s.filledCount()

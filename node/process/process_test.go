@@ -512,8 +512,10 @@ func TestFillGivesRunningModuleItsAction(t *testing.T) {
 		st := status(t, r, "re")
 		return st.State == events.Running && st.PID != rePID
 	})
-	if st := status(t, r, "re"); st.Restarts != 1 {
-		t.Errorf("restarts after an on_fill restart: %d, want 1", st.Restarts)
+	// An on_fill restart is counted apart from the crashes' restarts: a
+	// rotated credential must not read as a crash loop (issue 26).
+	if st := status(t, r, "re"); st.FillRestarts != 1 || st.Restarts != 0 {
+		t.Errorf("after an on_fill restart: %d on_fill restarts and %d restarts, want 1 and 0", st.FillRestarts, st.Restarts)
 	}
 }
 

@@ -366,7 +366,7 @@ func (r *Runtime) watch(m *module, st Status, wc watchConn) {
 				continue
 			}
 			r.mu.Lock()
-			changed := st.State != m.st.State || st.Restarts != m.st.Restarts || st.PID != m.st.PID || st.Health != m.st.Health
+			changed := st.State != m.st.State || st.Restarts != m.st.Restarts || st.FillRestarts != m.st.FillRestarts || st.PID != m.st.PID || st.Health != m.st.Health
 			if m.conn == conn {
 				m.st = st
 			}
@@ -408,7 +408,7 @@ func (r *Runtime) lost(m *module) {
 			return
 		}
 		sp := m.spec
-		sp.Restarts = m.st.Restarts + 1
+		sp.Restarts, sp.FillRestarts = m.st.Restarts+1, m.st.FillRestarts
 		r.mu.Unlock()
 		var id identity
 		if readJSON(m.dir, shimFile, &id) == nil && id.is() {
@@ -773,7 +773,7 @@ func (r *Runtime) Running(ctx context.Context) ([]events.HaveModule, error) {
 			continue // being started for the first time
 		}
 		h := events.HaveModule{Name: m.name, Build: st.Build, State: st.State, Account: r.runningAs(m.spec),
-			Restarts: st.Restarts, Exit: printable(st.Exit), Health: st.Health}
+			Restarts: st.Restarts, FillRestarts: st.FillRestarts, Exit: printable(st.Exit), Health: st.Health}
 		if !st.Since.IsZero() {
 			since := st.Since.UTC().Truncate(time.Millisecond)
 			h.Since = &since

@@ -119,7 +119,7 @@ func (s *shim) run() error {
 	}
 	s.self = identity{PID: pid, Start: start, Boot: bootID()}
 	s.st = Status{Module: s.spec.Module, Build: s.spec.Build, Account: s.spec.Account, State: events.Stopped,
-		Restarts: s.spec.Restarts, Since: time.Now().UTC(), ShimPID: pid, ShimStart: start}
+		Restarts: s.spec.Restarts, FillRestarts: s.spec.FillRestarts, Since: time.Now().UTC(), ShimPID: pid, ShimStart: start}
 	if s.reap, err = newReaper(); err != nil {
 		return fmt.Errorf("become a child subreaper: %w", err)
 	}
@@ -359,8 +359,8 @@ func (s *shim) supervise(ready *os.File) {
 				})
 				return
 			}
-			if exit == "" { // restarted for a fill (on_fill restart)
-				s.set(func(st *Status) { st.Restarts++ })
+			if exit == "" { // restarted for a fill (on_fill restart): not a crash
+				s.set(func(st *Status) { st.FillRestarts++ })
 				continue
 			}
 			if time.Since(began) >= bo.Reset {

@@ -47,6 +47,7 @@ type spec struct {
 	LogMaxMB      int     `json:"log_max_mb"`
 	LogBackups    int     `json:"log_backups"`
 	Restarts      int     `json:"restarts,omitempty"` // counted from here (a shim replacing a lost one)
+	FillRestarts  int     `json:"fill_restarts,omitempty"`
 	// Cgroup is the parent of the module's cgroup; empty: the runtime
 	// could make none, and the module's tree is its shim's descendants.
 	Cgroup string         `json:"cgroup,omitempty"`
@@ -99,8 +100,12 @@ type Status struct {
 	// PID and PIDStart identify the module's process (0 when none runs).
 	PID      int    `json:"pid,omitempty"`
 	PIDStart uint64 `json:"pid_start,omitempty"`
-	// Restarts counts the starts after the first since the module's apply.
+	// Restarts counts the starts after the first since the module's
+	// apply, but for the on_fill restarts (FillRestarts).
 	Restarts int `json:"restarts"`
+	// FillRestarts counts the restarts that were the module's on_fill
+	// action: a filled file written, not a crash.
+	FillRestarts int `json:"fill_restarts,omitempty"`
 	// Exit is the last exit: "status N", "signal SIGNAME" or "start: why".
 	Exit string `json:"exit,omitempty"`
 	// Since is when State last changed.

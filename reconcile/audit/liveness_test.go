@@ -82,3 +82,34 @@ func TestFleetLiveness(t *testing.T) {
 		t.Errorf("state does not say since when web is healthy:\n%s", text)
 	}
 }
+
+// Issue 26: a module whose on_fill action is a restart is restarted once
+// per rotated credential. Those restarts are counted apart
+// (fill_restarts), so three rotations in ten minutes do not make it a
+// flapping module; state and the timeline still tell them.
+func TestFillRestartsAreNotCrashes(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
+	refilled := func(n int) *events.Have {
+		return &events.Have{Modules: []events.HaveModule{{Name: "web", Build: "w:1", State: events.Running, FillRestarts: n}}}
+	}
+	evs := []events.Payload{refilled(0), refilled(1), refilled(2), refilled(3), refilled(4)}
+	st := fold(t, t0, evs...)
+	if r := audit.FleetRowOf(st, t0.Add(5*time.Second), 10*time.Minute); len(r.Attention) != 0 || len(r.Flapping) != 0 {
+		t.Errorf("four on_fill restarts: attention %v, flapping %v; want nothing", r.Attention, r.Flapping)
+	}
+	text := audit.StateText(st.View(), reconcile.CompositionOf(st), t0.Add(5*time.Second), "test")
+	if !strings.Contains(text, "0 restarts, 4 on_fill restarts") {
+		t.Errorf("state does not tell the on_fill restarts:\n%s", text)
+	}
+	var es []events.Event
+	for i, p := range evs {
+		es = append(es, events.Event{Seq: uint64(i + 1), Time: t0.Add(time.Duration(i) * time.Second), Node: "ace", Kind: p.Kind(), Payload: p})
+	}
+	h, err := audit.NewHistory("ace", es)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Timeline(0, len(es))[4].Summary; got != "web running, on_fill restarts 3→4" {
+		t.Errorf("timeline: %q", got)
+	}
+}

@@ -71,6 +71,9 @@ func runtimeText(r reconcile.ModuleRuntime, now time.Time, suffix string) string
 		s += " as " + r.Account
 	}
 	s += ", " + plural(r.Restarts, "restart")
+	if r.FillRestarts > 0 {
+		s += ", " + plural(r.FillRestarts, "on_fill restart")
+	}
 	if r.Exit != "" {
 		s += ", last exit " + r.Exit
 	}
@@ -162,6 +165,8 @@ func haveChanges(prev, h *events.Have) []string {
 			c = append(c, string(o.State)+"→"+string(m.State)+haveDetail(m))
 		} else if m.Restarts != o.Restarts || m.Exit != o.Exit {
 			c = append(c, fmt.Sprintf("%s, restarts %d→%d", m.State, o.Restarts, m.Restarts)+exitDetail(m))
+		} else if m.FillRestarts != o.FillRestarts {
+			c = append(c, fmt.Sprintf("%s, on_fill restarts %d→%d", m.State, o.FillRestarts, m.FillRestarts))
 		}
 		if o.Build != m.Build {
 			c = append(c, orNone(ShortBuild(o.Build))+"→"+orNone(ShortBuild(m.Build)))
@@ -189,6 +194,9 @@ func haveDetail(m events.HaveModule) string {
 	}
 	if m.Restarts > 0 {
 		d = append(d, plural(m.Restarts, "restart"))
+	}
+	if m.FillRestarts > 0 {
+		d = append(d, plural(m.FillRestarts, "on_fill restart"))
 	}
 	if len(d) == 0 {
 		return ""
