@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -79,7 +80,10 @@ const DefaultExecTimeout = 10 * time.Second
 // output is the content. Exit 0 with no output, or a non-zero exit: no
 // source. A helper that cannot start, runs past Timeout (its process
 // group is killed) or prints more than [MaxContent] failed. Its stdout is
-// never logged; the first line of its stderr, cut, is logged at warn.
+// never logged; the first line of its stderr, cut, is logged at warn
+// when it differs from the line the helper printed last for the same
+// file (at debug otherwise), so a helper failing on every retry says so
+// once. Use it by pointer (it keeps those lines).
 type Exec struct {
 	// Command is a shell command line; the node, module and path follow
 	// it as arguments.
@@ -88,12 +92,15 @@ type Exec struct {
 	Timeout time.Duration
 	// Log receives the stderr line; nil uses slog.Default().
 	Log *slog.Logger
+
+	// said is the last stderr line logged per module and path.
+	said sync.Map
 }
 
-func (x Exec) String() string { return "exec " + events.Cut(x.Command, 80) }
+func (x *Exec) String() string { return "exec " + events.Cut(x.Command, 80) }
 
 // Content runs the helper for one file.
-func (x Exec) Content(ctx context.Context, node, module, path string) ([]byte, error) {
+func (x *Exec) Content(ctx context.Context, node, module, path string) ([]byte, error) {
 	timeout := x.Timeout
 	if timeout <= 0 {
 		timeout = DefaultExecTimeout
@@ -108,13 +115,7 @@ func (x Exec) Content(ctx context.Context, node, module, path string) ([]byte, e
 	stdout, stderr := &limited{max: MaxContent}, &limited{max: 4096}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	err := cmd.Run()
-	if line := firstLine(stderr.buf.Bytes()); line != "" {
-		log := x.Log
-		if log == nil {
-			log = slog.Default()
-		}
-		log.Warn("exec source said", "source", x.String(), "module", module, "path", path, "stderr", line)
-	}
+	x.logStderr(module, path, firstLine(stderr.buf.Bytes()))
 	var exit *exec.ExitError
 	switch {
 	case ctx.Err() == context.DeadlineExceeded:
@@ -129,6 +130,26 @@ func (x Exec) Content(ctx context.Context, node, module, path string) ([]byte, e
 		return nil, &NoSourceError{Where: x.String(), Why: "helper printed nothing"}
 	}
 	return stdout.buf.Bytes(), nil
+}
+
+// logStderr logs line, a run's first stderr line for module's path, at
+// warn when it is not the one logged last for that file, else at debug;
+// a run with no stderr forgets the last.
+func (x *Exec) logStderr(module, path, line string) {
+	key := module + "\x00" + path
+	if line == "" {
+		x.said.Delete(key)
+		return
+	}
+	log := x.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	level := slog.LevelWarn
+	if prev, ok := x.said.Swap(key, line); ok && prev == line {
+		level = slog.LevelDebug
+	}
+	log.Log(context.Background(), level, "exec source said", "source", x.String(), "module", module, "path", path, "stderr", line)
 }
 
 // limited keeps at most max bytes written to it and notes an overflow.

@@ -36,7 +36,7 @@ func TestExecSource(t *testing.T) {
 	logs := &storetest.SyncBuffer{}
 	log := slogTo(logs)
 	ctx := ctxT(t)
-	args := provision.Exec{Command: helper(t, `[ "$1 $2 $3" = "$MESHFOLD_NODE $MESHFOLD_MODULE $MESHFOLD_PATH" ] || exit 9
+	args := &provision.Exec{Command: helper(t, `[ "$1 $2 $3" = "$MESHFOLD_NODE $MESHFOLD_MODULE $MESHFOLD_PATH" ] || exit 9
 printf '%s' "`+secret+`-$1-$2-$3"`), Log: log}
 	got, err := args.Content(ctx, "ace", mbg, creds)
 	if err != nil || string(got) != secret+"-ace-"+mbg+"-"+creds {
@@ -46,13 +46,13 @@ printf '%s' "`+secret+`-$1-$2-$3"`), Log: log}
 		"empty":    "exit 0",
 		"non-zero": "echo " + secret + "; echo 'vault: permission denied' >&2; echo second line >&2; exit 2",
 	} {
-		_, err := provision.Exec{Command: helper(t, body), Log: log}.Content(ctx, "ace", mbg, creds)
+		_, err := (&provision.Exec{Command: helper(t, body), Log: log}).Content(ctx, "ace", mbg, creds)
 		if !errors.Is(err, provision.ErrNoSource) {
 			t.Errorf("%s: %v, want no source", name, err)
 		}
 	}
 	start := time.Now()
-	_, err = provision.Exec{Command: helper(t, "sleep 30"), Timeout: 200 * time.Millisecond, Log: log}.Content(ctx, "ace", mbg, creds)
+	_, err = (&provision.Exec{Command: helper(t, "sleep 30"), Timeout: 200 * time.Millisecond, Log: log}).Content(ctx, "ace", mbg, creds)
 	if err == nil || errors.Is(err, provision.ErrNoSource) || !strings.Contains(err.Error(), "timed out") {
 		t.Errorf("a helper past its timeout: %v, want a failure", err)
 	}
@@ -66,6 +66,44 @@ printf '%s' "`+secret+`-$1-$2-$3"`), Log: log}
 		t.Errorf("more than one stderr line logged:\n%s", logs.String())
 	}
 	noLeak(t, logs.String())
+}
+
+// A helper that fails the same way on every retry (every
+// --retry-unfilled) has its stderr line logged at warn once, then at
+// debug; a new line, or the same after a run without stderr, is warned
+// again. Each file has its own last line.
+func TestExecStderrWarnedOncePerChange(t *testing.T) {
+	logs := &storetest.SyncBuffer{}
+	ctx := ctxT(t)
+	dir := t.TempDir()
+	ctl := filepath.Join(dir, "say")
+	say := func(s string) {
+		if err := os.WriteFile(ctl, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x := &provision.Exec{Command: helper(t, `s=$(cat `+ctl+`); [ -n "$s" ] && echo "$s" >&2; exit 2`), Log: slogTo(logs)}
+	run := func(path string) {
+		if _, err := x.Content(ctx, "ace", mbg, path); !errors.Is(err, provision.ErrNoSource) {
+			t.Fatalf("%v, want no source", err)
+		}
+	}
+	say("vault: permission denied")
+	for range 3 {
+		run(creds)
+	}
+	run("/run/other")
+	say("vault: sealed")
+	run(creds)
+	say("")
+	run(creds)
+	say("vault: sealed")
+	run(creds)
+	w := strings.Count(logs.String(), `level=WARN msg="exec source said"`)
+	d := strings.Count(logs.String(), `level=DEBUG msg="exec source said"`)
+	if w != 4 || d != 2 {
+		t.Errorf("%d warn and %d debug lines, want 4 (the first line, the other file's, a new line, the line after a quiet run) and 2 (the repeats):\n%s", w, d, logs.String())
+	}
 }
 
 // Sources are tried in order: the first with content wins; when none has
@@ -82,7 +120,7 @@ func TestSourcesInOrderAndStatus(t *testing.T) {
 		Files: []events.File{{Path: creds, Mode: "0600"}}})
 	e.settled(t, p)
 	dir := t.TempDir()
-	failing := provision.Exec{Command: helper(t, "echo boom >&2; exit 3"), Log: e.logger()}
+	failing := &provision.Exec{Command: helper(t, "echo boom >&2; exit 3"), Log: e.logger()}
 	c := e.client(t, "", nil, func(cfg *provision.Config) {
 		cfg.Sources = []provision.Source{failing, provision.Dir(dir)}
 		cfg.Status = status

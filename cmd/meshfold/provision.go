@@ -47,7 +47,8 @@ content wins:
                     environment (as git's credential helpers): exit 0 with
                     output is the content; exit 0 with no output, or non-zero,
                     is no source; past --exec-timeout it is killed. Its stdout
-                    is never logged, the first line of its stderr is.
+                    is never logged, the first line of its stderr is (at
+                    warn once while it stays the same for the file).
   --from sealed     the sealed secret 'meshfold secret put' stored for NAME,
                     opened with this provisioner's curve key (--key, created
                     0600 on the first start and registered so that 'secret
@@ -170,7 +171,7 @@ func runProvisioner(ctx context.Context, a *app, name string, o provisionOpts, n
 			}
 			sources = append(sources, src)
 		case strings.HasPrefix(f, "exec:"):
-			sources = append(sources, provision.Exec{Command: strings.TrimPrefix(f, "exec:"), Timeout: o.execTimeout, Log: log})
+			sources = append(sources, &provision.Exec{Command: strings.TrimPrefix(f, "exec:"), Timeout: o.execTimeout, Log: log})
 		default:
 			if fi, err := os.Stat(f); err != nil {
 				return withCode(exitUsage, fmt.Errorf("--from: %w", err))
