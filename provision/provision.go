@@ -116,7 +116,8 @@ type Failed struct {
 
 // Unfilled is a file no source gave content for: State says which kind
 // of reason (store.FillMissing when every source had none), Why what each
-// source said.
+// source said, in their order but for the failure that names State,
+// which comes first.
 type Unfilled struct {
 	FileRef
 	State store.FillState `json:"state"`

@@ -195,7 +195,11 @@ func (c *Client) sealedChanged(ctx context.Context, module, path string) {
 	if err != nil {
 		return
 	}
-	c.log.Info("sealed secret changed: filled", "module", module, "path", path, "filled", len(r.Filled), "unchanged", len(r.Unchanged),
+	msg := "sealed secret changed: filled"
+	if len(r.Filled)+len(r.Unchanged) == 0 {
+		msg = "sealed secret changed: not filled" // why was logged with the source's answer
+	}
+	c.log.Info(msg, "module", module, "path", path, "filled", len(r.Filled), "unchanged", len(r.Unchanged),
 		"refused", len(r.Refused), "unfilled", len(r.Unfilled))
 	if c.cfg.OnFill != nil {
 		c.cfg.OnFill(0, r)

@@ -309,6 +309,40 @@ func TestSealedPutFillsAtOnce(t *testing.T) {
 	noLeak(t, e.logs.String())
 }
 
+// The reason that names a file's state leads its why, ahead of the
+// sources before it that had nothing: fleet and state cut a long why in
+// its middle, and "sealed to another key" must not be what is cut.
+func TestStateReasonLeads(t *testing.T) {
+	e := newSealedEnv(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0640"}}})
+	e.settled(t, p)
+	okp, err := provision.LoadCurveKey(filepath.Join(t.TempDir(), "other.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opub, _ := okp.PublicKey()
+	rec, err := store.SealSecret("ace", mbg, creds, []byte(secret), opub, nil, "mallory", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(rec)
+	if _, err := e.kv.Put(ctxT(t), store.SecretKey("ace", mbg, creds), data); err != nil {
+		t.Fatal(err)
+	}
+	c := e.client(t, "", nil, func(cfg *provision.Config) {
+		cfg.Sources = []provision.Source{provision.Dir(t.TempDir()), e.sealed(t)}
+	})
+	r, err := c.FillOnce(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Unfilled) != 1 || r.Unfilled[0].State != store.FillSealedToOther ||
+		!strings.HasPrefix(r.Unfilled[0].Why, "sealed: ") || !strings.Contains(r.Unfilled[0].Why, "; dir ") {
+		t.Fatalf("unfilled = %+v, want sealed-to-other-key, its reason first, then the directory's", r.Unfilled)
+	}
+}
+
 // A ciphertext copied under another file's key does not open: the
 // content is bound to its node, module and path.
 func TestSealedBoundToItsFile(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 func (c *Client) content(ctx context.Context, r *Report, module, path string) ([]byte, *Unfilled, error) {
 	ref := FileRef{Module: module, Path: path}
 	var whys, wheres []string
-	state := store.FillMissing
+	state, first := store.FillMissing, 0
 	for _, src := range c.sources {
 		content, err := src.Content(ctx, c.cfg.Node, module, path)
 		if err == nil {
@@ -35,8 +35,13 @@ func (c *Client) content(ctx context.Context, r *Report, module, path string) ([
 		}
 		whys = append(whys, src.String()+": "+err.Error())
 		if state == store.FillMissing {
-			state = errFillState(err) // the first failure names the state
+			state, first = errFillState(err), len(whys)-1 // the first failure names the state
 		}
+	}
+	if first > 0 {
+		// The reason that names the state leads: fleet and state cut a
+		// long why in its middle.
+		whys = append(append([]string{whys[first]}, whys[:first]...), whys[first+1:]...)
 	}
 	un := &Unfilled{FileRef: ref, State: state, Why: strings.Join(whys, "; ")}
 	un.again = c.unfilled[ref] && c.lastWhy[ref] == un.Why

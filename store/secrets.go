@@ -230,7 +230,8 @@ type FillStatus struct {
 	Path   string `json:"path"`
 	// State is one of the FillState values.
 	State FillState `json:"state"`
-	// Why says, source by source, why no content was found or sent.
+	// Why says, source by source, why no content was found or sent; the
+	// reason that names State comes first.
 	Why string `json:"why"`
 	// Since is when this state began (the provisioner's clock).
 	Since time.Time `json:"since"`
