@@ -124,7 +124,7 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 	since := time.Date(2026, 1, 2, 3, 4, 5, 123_000_000, time.UTC)
 	for i := range events.MaxHaveModules {
 		h.Modules = append(h.Modules, events.HaveModule{Name: pad(fmt.Sprintf("h%02d-", i), events.MaxName), Build: build(9, i),
-			State: events.Running, Account: account(i), Restarts: 1 << 30, Exit: strings.Repeat("x", events.MaxExit),
+			State: events.Running, Account: account(i), Restarts: 1 << 30, FillRestarts: 1 << 30, Exit: strings.Repeat("x", events.MaxExit),
 			Since: &since, Health: events.Unhealthy})
 	}
 	fold(h)
