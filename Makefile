@@ -58,10 +58,13 @@ demo:
 ## failover: per leader kill on a 3-server cluster, JetStream's own recovery (raw),
 ## the reconciler's first plan, and the difference. Issue 27's catch-up on the
 ## bench's mix and on an effect-dense one (stored, stored with a fifth of a CPU
-## taken, a first refold against a raw read+publish pipeline, live) runs second.
+## taken, a first refold against a raw read+publish pipeline) runs second, then
+## its live figure on both mixes (against a raw publish + consume of the same
+## inputs, and against one that also publishes and reads back as many effects).
 bench:
 	$(GO) test -run '^$$' -bench '^BenchmarkOutside$$' -benchtime 1x -timeout 60m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkCatchUpMixes$$' -benchtime 1x -timeout 30m ./cmd/meshfold
+	$(GO) test -run '^$$' -bench '^BenchmarkLiveMixes$$' -benchtime 1x -timeout 30m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkKnockLatency$$' -benchtime 1x -timeout 10m ./engine
 	$(GO) test -run '^$$' -bench '^BenchmarkRestartAfterKill$$' -benchtime 1x -timeout 20m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkRollout10k$$' -benchtime 1x -timeout 20m ./engine/rollouts

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/engine/enginetest"
@@ -66,11 +67,8 @@ var mixes = []struct {
 //     events and publishes as many effects to another stream of the same
 //     server, async, with message ids, every ack awaited (ratio-pipeline;
 //     goal ≥ 0.85); ratio is against the read alone.
-//   - <mix>/live: the inputs published while a reconciler runs (the
-//     default snapshot cadence), from the first publish until it has
-//     folded every input and read back every plan they cause, against a
-//     raw publish of the same inputs while an ordered reader decodes
-//     them (goal ≥ 0.90).
+//
+// The live figure is BenchmarkLiveMixes.
 //
 // MESHFOLD_BENCH_PROFILES=DIR writes CPU profiles of the reconciler and
 // the server over the first 5 s of each catch-up (do not take that
@@ -111,7 +109,6 @@ func BenchmarkCatchUpMixes(b *testing.B) {
 			b.ReportMetric(fold/pipe, "ratio-pipeline")
 			s.srv.Stop()
 		})
-		b.Run(m.name+"/live", func(b *testing.B) { live(b, in) })
 	}
 }
 
@@ -133,18 +130,58 @@ func (s *outsideServer) rawPipeline(b *testing.B, last map[int]uint64, inputs in
 	return best
 }
 
-// live is <mix>/live: in published on a fresh server while an ordered
-// reader decodes it (the raw baseline), then on another fresh server
-// while a reconcile process folds it.
+// BenchmarkLiveMixes is issue 27's live figure, per mix: the mix's
+// inputs published (2,000 acks in flight) while a reconcile process runs
+// at the deployed snapshot cadence, from the first publish until it has
+// folded every input and read back every plan they cause, against two
+// raw baselines of the same run, each on a fresh server:
+//
+//   - ratio (the issue's, goal ≥ 0.90): the same publish while an
+//     ordered reader a partition decodes the inputs with encoding/json
+//     (enginetest.RawDecodeStd); it publishes no effect.
+//   - ratio-pipeline: the same, and as the inputs are read as many
+//     effects as the reconciler published (plans, knocks, journal
+//     entries: those a fold of the inputs gives, cycled), async, each
+//     with a message id, every ack awaited, on the same stream, read
+//     back (enginetest.RawLive): the same messages through the server.
+//
+// Beside them, the CPU per input of the reconciler and of the server
+// over the live run, and of the benchmark process (publisher and reader)
+// and the server over the first baseline.
+//
+// MESHFOLD_BENCH_PROFILES=DIR writes CPU profiles of the reconciler and
+// the server over the first MESHFOLD_BENCH_PROFILE_SECONDS (default 5)
+// of the live run (do not take that run's figures).
+//
+//	go test ./cmd/meshfold -run '^$' -bench LiveMixes -benchtime 1x -timeout 30m
+func BenchmarkLiveMixes(b *testing.B) {
+	for _, m := range mixes {
+		in := m.inputs(mixEvents, mixNodes)
+		b.Run(m.name, func(b *testing.B) { live(b, in) })
+	}
+}
+
+// profileSeconds is how long the live profiles last:
+// MESHFOLD_BENCH_PROFILE_SECONDS, default 5.
+func profileSeconds() int {
+	if n, err := strconv.Atoi(os.Getenv("MESHFOLD_BENCH_PROFILE_SECONDS")); err == nil && n > 0 {
+		return n
+	}
+	return 5
+}
+
+// live is BenchmarkLiveMixes of one mix's inputs in.
 func live(b *testing.B, in *enginetest.History) {
 	n := float64(len(in.Msgs))
 	raw := startOutsideServer(b)
 	read := make(chan time.Duration, 1)
+	self0, srv0 := selfCPU(b), raw.srv.CPU()
 	start := time.Now()
 	go func() { read <- enginetest.RawDecodeStd(b, raw.js, raw.cfg, len(in.Msgs)) }()
 	in.Load(b, raw.js)
 	<-read
 	rawTook := time.Since(start)
+	rawSelf, rawSrv := selfCPU(b)-self0, raw.srv.CPU()-srv0
 	raw.srv.Stop()
 
 	// The deployed snapshot cadence (1 s, the default), not the 20 ms
@@ -164,12 +201,12 @@ func live(b *testing.B, in *enginetest.History) {
 	before := s.lastSeq(b)
 	var profiled chan struct{}
 	if dir := os.Getenv("MESHFOLD_BENCH_PROFILES"); dir != "" {
-		// The first 5 s of the load, the reconciler's and the server's.
+		secs := profileSeconds()
 		profiled = make(chan struct{})
 		name := filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_"))
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			prof, err := p.get("/debug/pprof/profile?seconds=5")
+			prof, err := p.get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs))
 			if err == nil {
 				err = os.WriteFile(name+".cpu.pb.gz", prof, 0o644)
 			}
@@ -177,11 +214,13 @@ func live(b *testing.B, in *enginetest.History) {
 				b.Logf("no CPU profile: %v", err)
 			}
 		})
-		wg.Go(func() { s.serverProfile(b, name+".server.cpu.pb.gz") })
+		wg.Go(func() { s.serverProfileFor(b, name+".server.cpu.pb.gz", time.Duration(secs)*time.Second) })
 		go func() { wg.Wait(); close(profiled) }()
 	}
+	cpu0, scpu0 := p.cpu(), s.srv.CPU()
 	start = time.Now()
 	in.Load(b, s.js)
+	loaded := time.Since(start)
 	for deadline := time.Now().Add(10 * time.Minute); ; {
 		inputs, _ := p.metricWhere("meshfold_events_folded_total", `kind="want"`, `kind="have"`)
 		plans, _ := p.metricWhere("meshfold_events_folded_total", `kind="plan"`)
@@ -194,17 +233,39 @@ func live(b *testing.B, in *enginetest.History) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	took := time.Since(start)
+	cpu, scpu := p.cpu()-cpu0, s.srv.CPU()-scpu0
 	if profiled != nil {
 		<-profiled
 	}
 	p.stop()
-	published := s.lastSeq(b) - before - uint64(len(in.Msgs))
+	published := int(s.lastSeq(b) - before - uint64(len(in.Msgs)))
 	s.srv.Stop()
+
+	// The second baseline publishes as many effects as the reconciler
+	// did, from those a fold of the inputs gives (cycled).
+	effs := in.EffectMsgs()
+	fx := make([]*nats.Msg, published)
+	for i := range fx {
+		fx[i] = effs[i%len(effs)]
+	}
+	pipe := startOutsideServer(b)
+	pipeTook := enginetest.RawLive(b, pipe.js, pipe.cfg, in, fx)
+	pipe.srv.Stop()
+
 	b.ReportMetric(n, "events")
+	b.ReportMetric(float64(published), "published")
 	b.ReportMetric(n/rawTook.Seconds(), "raw-events/s")
 	b.ReportMetric(n/took.Seconds(), "fold-events/s")
+	b.ReportMetric(n/pipeTook.Seconds(), "rawpipe-events/s")
 	b.ReportMetric(rawTook.Seconds()/took.Seconds(), "ratio")
-	b.ReportMetric(float64(published), "published")
+	b.ReportMetric(pipeTook.Seconds()/took.Seconds(), "ratio-pipeline")
+	b.ReportMetric(rawTook.Seconds(), "raw-s")
+	b.ReportMetric(loaded.Seconds(), "fold-publish-s")
+	b.ReportMetric((took - loaded).Seconds(), "fold-after-s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/n, "fold-cpu-ns/event")
+	b.ReportMetric(float64(scpu.Nanoseconds())/n, "fold-server-cpu-ns/event")
+	b.ReportMetric(float64(rawSelf.Nanoseconds())/n, "raw-cpu-ns/event")
+	b.ReportMetric(float64(rawSrv.Nanoseconds())/n, "raw-server-cpu-ns/event")
 }
 
 // burner is a child process (this test binary, "burn") that keeps

@@ -675,7 +675,12 @@ func (s *outsideServer) heapProfiles(tb testing.TB, p *benchProc, name string) {
 // serverProfile writes a CPU profile of s's server over the next 5 s to
 // path; it logs why not instead.
 func (s *outsideServer) serverProfile(tb testing.TB, path string) {
-	prof, err := s.srv.CPUProfile(5 * time.Second)
+	s.serverProfileFor(tb, path, 5*time.Second)
+}
+
+// serverProfileFor is serverProfile over the next d.
+func (s *outsideServer) serverProfileFor(tb testing.TB, path string, d time.Duration) {
+	prof, err := s.srv.CPUProfile(d)
 	if err == nil {
 		err = os.WriteFile(path, prof, 0o644)
 	}

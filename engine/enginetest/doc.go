@@ -4,7 +4,8 @@
 // reconcile/reconciletest, the one simulator of the fold), its loading onto a fresh
 // stream ([History.Load]), the raw JetStream baselines the figures are
 // ratios against ([RawConsume], [RawDecode], [RawDecodeStd], and
-// [RawPipeline], a read that publishes effects) and the end of a catch-up as
+// [RawPipeline], a read that publishes effects; [RawLive], a publish and
+// read that also publishes and reads back effects) and the end of a catch-up as
 // the snapshot bucket shows it ([InputTargets], [WaitCheckpoints]).
 //
 // It reaches JetStream through package store's configuration and the

@@ -320,8 +320,19 @@ func (h *History) Seal(key []byte, s *store.Signer) *History {
 // each effect the fold gives, in order: what a first refold of a stream
 // holding h publishes (its plans folded back as it folds its own).
 func (h *History) Effects() [][]byte {
+	msgs := h.EffectMsgs()
+	out := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Data
+	}
+	return out
+}
+
+// EffectMsgs is [History.Effects] as messages on each effect's plain
+// subject (<prefix>.<node>.<kind>, the default prefix), without headers.
+func (h *History) EffectMsgs() []*nats.Msg {
 	st := reconciletest.New(simAt, 0)
-	var out [][]byte
+	var out []*nats.Msg
 	for _, m := range h.Msgs {
 		node, kind, err := events.Subjects{}.Parse(m.Subject)
 		if err != nil {
@@ -333,7 +344,7 @@ func (h *History) Effects() [][]byte {
 			if err != nil {
 				panic(err)
 			}
-			out = append(out, data)
+			out = append(out, &nats.Msg{Subject: events.Subjects{}.Event(e.Node, e.Kind), Data: data})
 		}
 		st.Trim()
 	}

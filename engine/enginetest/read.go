@@ -175,26 +175,12 @@ func WaitCheckpoints(tb testing.TB, snaps *store.Snapshots, targets map[int]uint
 // the last message was read and the last ack arrived.
 func RawPipeline(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, last map[int]uint64, want int, prefix string, effects [][]byte) time.Duration {
 	subj := cfg.Subjects()
-	// Room for every reader's window: the default (4,000 pending) would
-	// stall a publish.
-	pjs, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(cfg.Partitions*1024+1))
-	if err != nil {
-		tb.Fatal(err)
+	msgs := make([]*nats.Msg, len(effects))
+	for n, data := range effects {
+		// Spread over 8,192 subjects, as effects over nodes' subjects.
+		msgs[n] = &nats.Msg{Subject: fmt.Sprintf("%s.%d", prefix, n%8192), Data: data}
 	}
-	var read, sent atomic.Int64
-	var mu sync.Mutex
-	pending := map[int][]jetstream.PubAckFuture{} // by reader goroutine, keyed by partition
-	runID := time.Now().UnixNano()
-	await := func(futs []jetstream.PubAckFuture) error {
-		for _, f := range futs {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return err
-			}
-		}
-		return nil
-	}
+	pace := newPacer(tb, js, cfg, msgs, want)
 	start := time.Now()
 	rawReadPart(tb, js, cfg, want, func(part int, m jetstream.Msg) error {
 		meta, err := m.Metadata()
@@ -204,56 +190,152 @@ func RawPipeline(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, 
 		if meta.Sequence.Stream > last[part] {
 			return errPast
 		}
+		if err := decodeStd(subj, m); err != nil {
+			return err
+		}
+		return pace.read(part)
+	})
+	pace.finish()
+	return time.Since(start)
+}
+
+// RawLive is the baseline of the live figure that publishes as much as
+// the reconciler does (issue 27): in published as [History.Publish]
+// publishes it (2,000 acks in flight) while every partition is read as
+// [RawDecodeStd] reads it; as the inputs are read, effects are published
+// at their pace (as [RawPipeline] publishes them: asynchronously, each
+// with a message id of its own, every ack awaited) on their own plain
+// subjects of the same stream, so that each partition's reader reads
+// them back, as a reconciler reads back its own. Of the effects read,
+// plans are decoded as inputs are; knocks and journal entries are only
+// counted (the fold does not decode them). It returns the time from the
+// first publish until every input and every effect was read and every
+// ack arrived.
+func RawLive(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, in *History, effects []*nats.Msg) time.Duration {
+	subj := cfg.Subjects()
+	pace := newPacer(tb, js, cfg, effects, len(in.Msgs))
+	published := make(chan error, 1)
+	start := time.Now()
+	go func() { _, err := in.Publish(js); published <- err }()
+	rawReadPart(tb, js, cfg, len(in.Msgs)+len(effects), func(part int, m jetstream.Msg) error {
+		if _, err := m.Metadata(); err != nil {
+			return err
+		}
 		_, kind, err := subj.Parse(m.Subject())
 		if err != nil {
 			return err
 		}
-		p := events.New(kind)
-		if p == nil {
-			return fmt.Errorf("kind %q", kind)
+		if kind == events.KindKnock || kind == events.KindJournal {
+			return nil
 		}
-		if err := json.Unmarshal(m.Data(), p); err != nil {
+		if err := decodeStd(subj, m); err != nil {
 			return err
 		}
-		// Publish while the effects published lag the share of the read
-		// done: exactly len(effects) over want messages.
-		r := read.Add(1)
-		for {
-			n := sent.Load()
-			if n >= int64(len(effects)) || n >= r*int64(len(effects))/int64(want) {
-				break
-			}
-			if !sent.CompareAndSwap(n, n+1) {
-				continue
-			}
-			// Spread over 8,192 subjects, as effects over nodes' subjects.
-			msg := &nats.Msg{Subject: fmt.Sprintf("%s.%d", prefix, n%8192), Data: effects[n], Header: nats.Header{}}
-			f, err := pjs.PublishMsgAsync(msg, jetstream.WithMsgID(fmt.Sprintf("raw-%d-%d", runID, n)))
-			if err != nil {
+		if kind == events.KindPlan {
+			return nil
+		}
+		return pace.read(part)
+	})
+	if err := <-published; err != nil {
+		tb.Fatal(err)
+	}
+	pace.finish()
+	return time.Since(start)
+}
+
+// decodeStd decodes m's payload with encoding/json into its kind's type.
+func decodeStd(subj events.Subjects, m jetstream.Msg) error {
+	_, kind, err := subj.Parse(m.Subject())
+	if err != nil {
+		return err
+	}
+	p := events.New(kind)
+	if p == nil {
+		return fmt.Errorf("kind %q", kind)
+	}
+	return json.Unmarshal(m.Data(), p)
+}
+
+// pacer publishes effects asynchronously, each with a message id of its
+// own, while the messages they follow are read: after the r-th of inputs
+// read, the first r×len(effects)/inputs are sent. Each reader (by
+// partition) waits for its pending acks 1,024 at a time; finish waits for
+// the rest.
+type pacer struct {
+	tb          testing.TB
+	pjs         jetstream.JetStream
+	effects     []*nats.Msg
+	inputs      int64
+	runID       int64
+	nread, sent atomic.Int64
+	mu          sync.Mutex
+	pending     map[int][]jetstream.PubAckFuture
+}
+
+func newPacer(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, effects []*nats.Msg, inputs int) *pacer {
+	// Room for every reader's window: the default (4,000 pending) would
+	// stall a publish.
+	pjs, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(cfg.Partitions*1024+1))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &pacer{tb: tb, pjs: pjs, effects: effects, inputs: int64(inputs), runID: time.Now().UnixNano(),
+		pending: map[int][]jetstream.PubAckFuture{}}
+}
+
+func await(futs []jetstream.PubAckFuture) error {
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return err
+		}
+	}
+	return nil
+}
+
+// read notes one more input read by partition part's reader and sends
+// the effects due.
+func (pc *pacer) read(part int) error {
+	r := pc.nread.Add(1)
+	total := int64(len(pc.effects))
+	for {
+		n := pc.sent.Load()
+		if n >= total || n >= r*total/pc.inputs {
+			return nil
+		}
+		if !pc.sent.CompareAndSwap(n, n+1) {
+			continue
+		}
+		e := pc.effects[n]
+		msg := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
+		f, err := pc.pjs.PublishMsgAsync(msg, jetstream.WithMsgID(fmt.Sprintf("raw-%d-%d", pc.runID, n)))
+		if err != nil {
+			return err
+		}
+		pc.mu.Lock()
+		futs := append(pc.pending[part], f)
+		pc.pending[part] = futs
+		pc.mu.Unlock()
+		if len(futs) >= 1024 {
+			if err := await(futs); err != nil {
 				return err
 			}
-			mu.Lock()
-			futs := append(pending[part], f)
-			pending[part] = futs
-			mu.Unlock()
-			if len(futs) >= 1024 {
-				if err := await(futs); err != nil {
-					return err
-				}
-				mu.Lock()
-				pending[part] = futs[:0]
-				mu.Unlock()
-			}
+			pc.mu.Lock()
+			pc.pending[part] = futs[:0]
+			pc.mu.Unlock()
 		}
-		return nil
-	})
-	for _, futs := range pending {
+	}
+}
+
+// finish waits for every pending ack and checks every effect was sent.
+func (pc *pacer) finish() {
+	for _, futs := range pc.pending {
 		if err := await(futs); err != nil {
-			tb.Fatal(err)
+			pc.tb.Fatal(err)
 		}
 	}
-	if n := sent.Load(); n != int64(len(effects)) {
-		tb.Fatalf("raw pipeline published %d effects, want %d", n, len(effects))
+	if n := pc.sent.Load(); n != int64(len(pc.effects)) {
+		pc.tb.Fatalf("raw pipeline published %d effects, want %d", n, len(pc.effects))
 	}
-	return time.Since(start)
 }
