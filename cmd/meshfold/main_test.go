@@ -29,6 +29,11 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
+	if len(os.Args) > 2 && os.Args[1] == readmeWatchdogArg {
+		// A README session's watchdog (readme_watchdog_test.go).
+		readmeWatchdog(os.Args[2])
+		return
+	}
 	if len(os.Args) > 2 && os.Args[1] == "burn" {
 		// The contended benchmarks' burner (mixes_bench_test.go).
 		share, err := strconv.ParseFloat(os.Args[2], 64)

@@ -150,6 +150,30 @@ type readmeBg struct {
 
 func newReadmeSession(t *testing.T, repo string) *readmeSession {
 	t.Helper()
+	s := newReadmeShell(t)
+	s.repo = repo
+	args := []string{"build", "-o", filepath.Join(s.dir, "bin", "meshfold")}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "./cmd/meshfold")...)
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if err := os.Symlink(filepath.Join(repo, "examples"), filepath.Join(s.dir, "examples")); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// newReadmeShell returns a session's shell on a new scratch directory:
+// its variables (the session's marker among them, readmeSessionEnv), its
+// ports, and the watchdog that ends what the session started if this
+// test process dies first (startReadmeWatchdog). Everything it starts is
+// ended at cleanup.
+func newReadmeShell(t *testing.T) *readmeSession {
+	t.Helper()
 	// Not t.TempDir: its parent is 0700, and modules run as nobody (the
 	// README's runs_as) when the agents are root must reach their bundles.
 	dir, err := os.MkdirTemp("", "meshfold-readme-")
@@ -161,30 +185,20 @@ func newReadmeSession(t *testing.T, repo string) *readmeSession {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "bin")
-	args := []string{"build", "-o", filepath.Join(bin, "meshfold")}
-	if raceBuild {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, "./cmd/meshfold")...)
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	if err := os.Symlink(filepath.Join(repo, "examples"), filepath.Join(dir, "examples")); err != nil {
-		t.Fatal(err)
-	}
-	s := &readmeSession{t: t, repo: repo, dir: dir, env: filepath.Join(dir, "env.sh"), natsPort: freePort(t), httpPort: freePort(t)}
+	s := &readmeSession{t: t, dir: dir, env: filepath.Join(dir, "env.sh"), natsPort: freePort(t), httpPort: freePort(t)}
 	for _, sub := range []string{"xdg-state", "xdg-config", "xdg-cache"} {
 		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	env := fmt.Sprintf("export PATH=%q\nexport NATS_URL=%q\nexport XDG_STATE_HOME=%q XDG_CONFIG_HOME=%q XDG_CACHE_HOME=%q\nunset NATS_CREDS NATS_CONTEXT\n",
+	env := fmt.Sprintf("export PATH=%q\nexport NATS_URL=%q\nexport XDG_STATE_HOME=%q XDG_CONFIG_HOME=%q XDG_CACHE_HOME=%q\nexport %s=%q\nunset NATS_CREDS NATS_CONTEXT\n",
 		bin+":"+os.Getenv("PATH"), "nats://127.0.0.1:"+s.natsPort,
-		filepath.Join(dir, "xdg-state"), filepath.Join(dir, "xdg-config"), filepath.Join(dir, "xdg-cache"))
+		filepath.Join(dir, "xdg-state"), filepath.Join(dir, "xdg-config"), filepath.Join(dir, "xdg-cache"),
+		readmeSessionEnv, dir)
 	if err := os.WriteFile(s.env, []byte(env), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	startReadmeWatchdog(t, dir)
 	t.Cleanup(s.stopAll)
 	return s
 }
