@@ -36,7 +36,9 @@ const logPoll = 200 * time.Millisecond
 // whichever is later; a cursor ("<inode>:<offset>" of one of the files)
 // continues where the previous page ended, into the next file at its end.
 // A cursor whose file the rotation deleted starts at the oldest line
-// kept. The page's More says whether more output was there to read.
+// kept; so does the cursor of a page read before the module wrote
+// anything, so a follow begun then misses none of its first lines. The
+// page's More says whether more output was there to read.
 //
 // Errors: node.ErrNoModule; a malformed Since; the log cannot be read.
 func (r *Runtime) Logs(ctx context.Context, name string, q node.LogQuery) (node.LogPage, error) {
@@ -131,7 +133,13 @@ func readLog(path string, q node.LogQuery) (node.LogPage, error) {
 		}
 	}()
 	if len(files) == 0 {
-		return node.LogPage{Lines: []string{}, Cursor: q.Cursor}, nil
+		// Nothing written yet: a follow goes on from the first line,
+		// however much comes before its next read (not from a tail of it).
+		cur := q.Cursor
+		if cur == "" {
+			cur = startCursor
+		}
+		return node.LogPage{Lines: []string{}, Cursor: cur}, nil
 	}
 	var since time.Time
 	if q.Since != "" {
@@ -309,6 +317,10 @@ func sinceStart(files []logFileAt, since time.Time) (int, int64) {
 	last := files[len(files)-1]
 	return len(files) - 1, last.size
 }
+
+// startCursor is the cursor of a log with no file yet: no file has inode
+// 0, so the next page starts at the oldest line kept.
+var startCursor = cursorOf(0, 0)
 
 func cursorOf(ino uint64, off int64) string {
 	return strconv.FormatUint(ino, 10) + ":" + strconv.FormatInt(off, 10)

@@ -58,6 +58,52 @@ func TestReadLogTailCursorRotation(t *testing.T) {
 	}
 }
 
+// A follow that began before the module wrote anything reads its output
+// from the first line, however much came before the follow's next read:
+// it used to start half a page before the end, as a tail would, and
+// `meshfold logs -f` lost the module's first 752 lines.
+func TestFollowBeforeAnyOutput(t *testing.T) {
+	e := newEnv(t, Backoff{Initial: time.Hour})
+	flag := filepath.Join(t.TempDir(), "go")
+	openUp(t, filepath.Dir(flag))
+	// 20,000 lines, tagged, are several pages: far over the half page a
+	// tail would start at.
+	e.script("sha256:a", `while [ ! -e `+flag+` ]; do sleep 0.01; done; seq 1 20000; exec sleep 3600`, bundle.Manifest{})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "late", Build: "sha256:a", RunsAs: self}); err != nil {
+		t.Fatal(err)
+	}
+	// `meshfold logs -f --tail 100`'s first request: nothing yet.
+	page, err := r.Logs(ctx(t), "late", node.LogQuery{Tail: 100})
+	if err != nil || len(page.Lines) != 0 {
+		t.Fatalf("before any output: %q, %v; want no line", page.Lines, err)
+	}
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, r, "late", "20000")
+	var got []string
+	q := node.LogQuery{Cursor: page.Cursor, WaitMS: 1000}
+	for len(got) < 20000 {
+		page, err := r.Logs(ctx(t), "late", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Lines) == 0 {
+			break
+		}
+		got = append(got, page.Lines...)
+		q = node.LogQuery{Cursor: page.Cursor, WaitMS: 1000}
+	}
+	if len(got) != 20000 || got[0] != "1" || got[19999] != "20000" {
+		first := ""
+		if len(got) > 0 {
+			first = got[0]
+		}
+		t.Fatalf("the follow read %d lines, first %q: want 1 to 20000", len(got), first)
+	}
+}
+
 // readAll reads a module's whole kept log through Logs, page by page, as
 // `meshfold logs --tail <more than it holds>` does, and returns the
 // module's stdout lines.
