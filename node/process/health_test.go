@@ -270,7 +270,9 @@ func TestNotifyStoppingEndsTheWatchdog(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	const interval = 200 * time.Millisecond
+	// Long enough that a loaded machine does not lapse the watchdog
+	// before the daemon says STOPPING=1 (health then stays unhealthy).
+	const interval = time.Second
 	e.fetch.bundles["sha256:n"] = fakeBundle{dir: dir, m: bundle.Manifest{Command: []string{exe},
 		Env:    map[string]string{notifyDaemonEnv: base},
 		Health: &bundle.Health{Notify: true, Interval: interval.String(), Failures: 1}}}
@@ -288,9 +290,9 @@ func TestNotifyStoppingEndsTheWatchdog(t *testing.T) {
 		page, err := readLog(logPath, node.LogQuery{})
 		return err == nil && slices.Contains(page.Lines, "meshfold: the module says it is stopping (STOPPING=1)")
 	})
-	// Five watchdog intervals without a ping: each would be a failure
+	// Three watchdog intervals without a ping: each would be a failure
 	// (failures: 1) had the daemon not said it is stopping.
-	quiet := time.NewTimer(5 * interval)
+	quiet := time.NewTimer(3 * interval)
 	defer quiet.Stop()
 	for waiting := true; waiting; {
 		select {
@@ -303,7 +305,7 @@ func TestNotifyStoppingEndsTheWatchdog(t *testing.T) {
 		}
 	}
 	if h := status(t, r, "sd").Health; h != events.Healthy {
-		t.Errorf("health %s after STOPPING=1 and five quiet intervals, want healthy", h)
+		t.Errorf("health %s after STOPPING=1 and three quiet intervals, want healthy", h)
 	}
 }
 
