@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/examples"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/node/process"
 	"github.com/meshfold/meshfold/rollout"
@@ -99,8 +100,8 @@ func (m *mesh) apply(t *testing.T, f *fleetfile.Fleet) uint64 {
 // phase, or phase when not empty, and returns the state.
 func (m *mesh) waitRollout(t *testing.T, fleet string, id uint64, phase rollout.Phase) *rollout.State {
 	t.Helper()
-	end := time.Now().Add(rolloutDeadline)
-	for {
+	// Polling a replay: no event says "the fold decided".
+	seen := waitfor.Value(t, rolloutDeadline, fmt.Sprintf("rollout %d of %s to be %q", id, fleet, phase), func() (replayed, bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		s, err := feed.Replay(ctx, m.js, m.cfg, nil, fleet)
 		cancel()
@@ -109,19 +110,22 @@ func (m *mesh) waitRollout(t *testing.T, fleet string, id uint64, phase rollout.
 		}
 		if err == nil && s.Rollout != nil && s.Rollout.ID == id {
 			p := s.Rollout.Phase
-			if phase == "" && p.Final() || p == phase {
-				return s
-			}
+			return replayed{s}, phase == "" && p.Final() || p == phase
 		}
-		if time.Now().After(end) {
-			var v rollout.View
-			if s != nil {
-				v = s.View()
-			}
-			t.Fatalf("rollout %d not %q within %s: %+v", id, phase, rolloutDeadline, v)
-		}
-		time.Sleep(100 * time.Millisecond) // polling a replay: no event says "the fold decided"
+		return replayed{s}, false
+	})
+	return seen.s
+}
+
+// replayed is a rollout's replay as a timed-out wait quotes it: its view.
+type replayed struct{ s *rollout.State }
+
+func (r replayed) String() string {
+	var v rollout.View
+	if r.s != nil {
+		v = r.s.View()
 	}
+	return fmt.Sprintf("%+v", v)
 }
 
 // rolloutEvents reads every event of fleet's rollout subjects from seq on.

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/rollout/feed"
@@ -291,6 +292,10 @@ func waitCheckpoints(t testing.TB, ctx context.Context, js jetstream.JetStream, 
 	stream := must(js.Stream(ctx, cfg.Name))(t)
 	kv := must(js.KeyValue(ctx, cfg.Name+store.SnapshotBucketSuffix))(t)
 	subj := cfg.Subjects()
+	end, ok := ctx.Deadline()
+	if !ok {
+		t.Fatal("waitCheckpoints needs a context with a deadline")
+	}
 	for p := range subj.N() {
 		last, err := stream.GetLastMsgForSubject(ctx, subj.StoredPartitionAll(p))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -299,21 +304,17 @@ func waitCheckpoints(t testing.TB, ctx context.Context, js jetstream.JetStream, 
 		if err != nil {
 			t.Fatal(err)
 		}
-		for {
+		waitfor.Until(t, time.Until(end), fmt.Sprintf("partition %d checkpointed to #%d", p, last.Sequence), func() bool {
 			e, err := kv.Get(ctx, "checkpoint."+strconv.Itoa(p))
-			if err == nil {
-				if ck, _ := strconv.ParseUint(string(e.Value()), 10, 64); ck >= last.Sequence {
-					break
-				}
-			} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 				t.Fatal(err)
 			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("partition %d not checkpointed to #%d: %v", p, last.Sequence, ctx.Err())
-			case <-time.After(20 * time.Millisecond): // polling a KV key, bounded by ctx
+			if err != nil {
+				return false
 			}
-		}
+			ck, _ := strconv.ParseUint(string(e.Value()), 10, 64)
+			return ck >= last.Sequence
+		})
 	}
 }
 

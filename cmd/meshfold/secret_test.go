@@ -27,6 +27,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/examples"
 	"github.com/meshfold/meshfold/internal/testproc"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -261,19 +262,13 @@ func (s *sealedMesh) waitContent(want []byte) {
 // waitStarts waits until the app has started n times (its starts
 // file) and returns the pid of its last start.
 func (s *sealedMesh) waitStarts(n int) int {
-	deadline := time.Now().Add(time.Minute)
-	var pids []string
-	for time.Now().Before(deadline) {
+	pids := waitfor.Value(s.t, time.Minute, fmt.Sprintf("the app to have started %d times (the pids it appended)", n), func() ([]string, bool) {
 		data, _ := os.ReadFile(s.starts)
-		pids = strings.Fields(string(data))
-		if len(pids) >= n {
-			pid, _ := strconv.Atoi(pids[len(pids)-1])
-			return pid
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	s.t.Fatalf("the app started %d times, want %d", len(pids), n)
-	return 0
+		pids := strings.Fields(string(data))
+		return pids, len(pids) >= n
+	})
+	pid, _ := strconv.Atoi(pids[len(pids)-1])
+	return pid
 }
 
 // startCount is how often the app has started.
