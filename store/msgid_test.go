@@ -2,7 +2,13 @@ package store_test
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,4 +137,43 @@ func TestEffectKeyDeniedKeysBucket(t *testing.T) {
 	if took := time.Since(start); took > 4*time.Second {
 		t.Errorf("took %s: the denial was waited out, not detected", took)
 	}
+}
+
+// TestEffectMsgID: an effect's message id is its id and the first 16 hex
+// digits of HMAC-SHA256(key, id), whichever key and however many
+// goroutines ask at once (the hashers are pooled per key); EffectIDOf
+// takes it back and refuses any other.
+func TestEffectMsgID(t *testing.T) {
+	keys := [][]byte{bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)}
+	want := func(key []byte, id string) string {
+		h := hmac.New(sha256.New, key)
+		h.Write([]byte(id))
+		return id + "." + hex.EncodeToString(h.Sum(nil))[:16]
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				key := keys[(g+i)%2]
+				id := fmt.Sprintf("node-%d.plan.%d.0", g, i)
+				got := store.EffectMsgID(key, id)
+				if got != want(key, id) {
+					t.Errorf("EffectMsgID(%x, %s) = %s, want %s", key[:1], id, got, want(key, id))
+					return
+				}
+				if back, ok := store.EffectIDOf(key, got); !ok || back != id {
+					t.Errorf("EffectIDOf(%s) = %q, %v", got, back, ok)
+					return
+				}
+				other := keys[(g+i+1)%2]
+				for _, bad := range []string{want(other, id), got[:len(got)-1], got + "0", id, strings.ToUpper(got)} {
+					if _, ok := store.EffectIDOf(key, bad); ok {
+						t.Errorf("EffectIDOf(%s) accepted %s", got, bad)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
