@@ -71,30 +71,36 @@ const stateRoom = 1024
 // snapshotOf encodes st for the snapshot bucket: the state, or a marker
 // when it is over the server's max_payload. The first time a node's state
 // is too big in a session (not already a marker when the session loaded
-// it), that is journaled at error and logged.
-func (s *session) snapshotOf(ctx context.Context, node string, st *reconcile.State) ([]byte, error) {
+// it), that is journaled at error and logged. A state is appended to
+// arena (a checkpoint's states share one buffer) and b is its part;
+// arena is returned, grown.
+func (s *session) snapshotOf(ctx context.Context, node string, st *reconcile.State, arena []byte) (b, _ []byte, err error) {
 	r := s.p.r
-	b, err := reconcile.MarshalState(st)
+	start := len(arena)
+	arena, err = reconcile.AppendState(arena, st)
 	if err != nil {
-		return nil, fmt.Errorf("encode state of %s: %w", node, err)
+		return nil, arena, fmt.Errorf("encode state of %s: %w", node, err)
 	}
+	size := len(arena) - start
 	max := int(r.js.Conn().MaxPayload()) - stateRoom
-	if len(b) <= max {
+	if size <= max {
 		delete(s.tooBig, node)
-		return b, nil
+		return arena[start:len(arena):len(arena)], arena, nil
 	}
+	arena = arena[:start] // a marker instead
 	r.m.TooBig.Inc()
 	if !s.tooBig[node] {
 		s.tooBig[node] = true
 		msg := fmt.Sprintf("state of %d bytes is over the server's max_payload of %d: its snapshot is a marker, and a restart refolds the node from the stream",
-			len(b), max+stateRoom)
-		r.log.Error("node state too big for a snapshot", "node", node, "bytes", len(b), "max_payload", max+stateRoom)
+			size, max+stateRoom)
+		r.log.Error("node state too big for a snapshot", "node", node, "bytes", size, "max_payload", max+stateRoom)
 		j := events.Stamp(&events.Journal{Level: events.LevelError, Msg: msg, Cause: st.Seq}, time.Now())
 		if _, err := r.pub.Append(ctx, node, j); err != nil && !store.Permanent(err) {
-			return nil, fmt.Errorf("journal the state of %s: %w", node, err)
+			return nil, arena, fmt.Errorf("journal the state of %s: %w", node, err)
 		}
 	}
-	return json.Marshal(stateMarker{Node: node, Seq: st.Seq, TooBig: len(b)})
+	b, err = json.Marshal(stateMarker{Node: node, Seq: st.Seq, TooBig: size})
+	return b, arena, err
 }
 
 // refoldNode rebuilds node's state from its events in the stream up to

@@ -380,6 +380,24 @@ var snapshotMigrations = [SnapshotFormat]func(*State) error{
 // digits follow.
 const formatPrefix = `{"format":`
 
+// AppendState is [MarshalState] appending to dst: the same bytes, without
+// a buffer of their own (a checkpoint encodes every changed node's state
+// into one). On error it returns dst unchanged.
+func AppendState(dst []byte, s *State) ([]byte, error) {
+	start := len(dst)
+	dst = append(dst, formatPrefix...)
+	dst = strconv.AppendInt(dst, SnapshotFormat, 10)
+	dst = append(dst, ',')
+	mark := len(dst)
+	out, err := json.Append(dst, s, json.EscapeHTML|json.SortMapKeys) // json.Marshal's flags
+	if err != nil {
+		return dst[:start], err
+	}
+	// A State encodes as an object whose first field is its node: its
+	// opening brace goes, the format field has opened the object.
+	return append(out[:mark], out[mark+1:]...), nil
+}
+
 // MarshalState encodes s as a snapshot of [SnapshotFormat]: its JSON form
 // with "format" first.
 func MarshalState(s *State) ([]byte, error) {

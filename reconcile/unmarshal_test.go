@@ -44,6 +44,15 @@ func TestUnmarshalStateRoundTrip(t *testing.T) {
 		if back, _ = json.Marshal(got); string(back) != string(data) {
 			t.Fatalf("UnmarshalState of MarshalState differs:\n got %s\nwant %s", back, data)
 		}
+		// AppendState writes the same bytes after whatever the buffer
+		// holds, and leaves that alone.
+		arena := []byte("before")
+		if arena, err = reconcile.AppendState(arena, st); err != nil {
+			t.Fatal(err)
+		}
+		if string(arena) != "before"+string(snap) {
+			t.Fatalf("AppendState differs from MarshalState:\n got %s\nwant before%s", arena, snap)
+		}
 		shared, err := reconcile.UnmarshalStateShared(snap)
 		if err != nil {
 			t.Fatal(err)

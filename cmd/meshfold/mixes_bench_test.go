@@ -218,6 +218,7 @@ func live(b *testing.B, in *enginetest.History) {
 		go func() { wg.Wait(); close(profiled) }()
 	}
 	cpu0, scpu0 := p.cpu(), s.srv.CPU()
+	alloc0, _ := p.metric("go_memstats_alloc_bytes_total")
 	start = time.Now()
 	in.Load(b, s.js)
 	loaded := time.Since(start)
@@ -234,6 +235,8 @@ func live(b *testing.B, in *enginetest.History) {
 	}
 	took := time.Since(start)
 	cpu, scpu := p.cpu()-cpu0, s.srv.CPU()-scpu0
+	alloc, _ := p.metric("go_memstats_alloc_bytes_total")
+	puts := s.snapshotPuts(b)
 	if profiled != nil {
 		<-profiled
 	}
@@ -264,8 +267,25 @@ func live(b *testing.B, in *enginetest.History) {
 	b.ReportMetric((took - loaded).Seconds(), "fold-after-s")
 	b.ReportMetric(float64(cpu.Nanoseconds())/n, "fold-cpu-ns/event")
 	b.ReportMetric(float64(scpu.Nanoseconds())/n, "fold-server-cpu-ns/event")
+	b.ReportMetric((alloc-alloc0)/n, "fold-alloc-B/event")
+	b.ReportMetric(float64(puts)/n, "snapshot-puts/event")
 	b.ReportMetric(float64(rawSelf.Nanoseconds())/n, "raw-cpu-ns/event")
 	b.ReportMetric(float64(rawSrv.Nanoseconds())/n, "raw-server-cpu-ns/event")
+}
+
+// snapshotPuts is how many node states and checkpoints were put in s's
+// snapshot bucket: its stream's last sequence.
+func (s *outsideServer) snapshotPuts(tb testing.TB) uint64 {
+	tb.Helper()
+	st, err := s.js.Stream(context.Background(), "KV_"+s.snaps.Bucket())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info.State.LastSeq
 }
 
 // burner is a child process (this test binary, "burn") that keeps
