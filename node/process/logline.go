@@ -24,6 +24,7 @@ const (
 	streamShim  = "meshfold"
 	logTimeForm = "2006-01-02T15:04:05.000000000Z"
 	maxLogLine  = 64 << 10
+	copyBuf     = 4 << 10 // what copyLines reads through
 )
 
 // lineWriter writes tagged lines to one file; its methods are safe for
@@ -47,14 +48,33 @@ func (w *lineWriter) line(stream string, text []byte) {
 	_, _ = w.out.Write(w.buf)
 }
 
-// copyLines tags every line read from r as stream until r ends.
+// copyLines tags every line read from r as stream until r ends. It reads
+// through a small buffer and gathers only a line longer than that, up to
+// maxLogLine: a shim's two copiers would otherwise hold 128 kB for a
+// module that writes short lines (issue 27's memory per shim).
 func (w *lineWriter) copyLines(stream string, r io.Reader) {
-	br := bufio.NewReaderSize(r, maxLogLine)
+	br := bufio.NewReaderSize(r, copyBuf)
+	var long []byte // the start of a line longer than br's buffer
 	for {
 		data, err := br.ReadSlice('\n')
+		if len(long) > 0 || err == bufio.ErrBufferFull {
+			long = append(long, data...)
+			for len(long) > maxLogLine {
+				w.line(stream, long[:maxLogLine])
+				long = long[:copy(long, long[maxLogLine:])]
+			}
+			data = long
+			if err == bufio.ErrBufferFull && len(data) < maxLogLine {
+				continue
+			}
+		}
 		if len(data) > 0 {
 			w.line(stream, bytes.TrimSuffix(data, []byte("\n")))
 		}
+		if cap(long) > 4*copyBuf {
+			long = nil // a rare long line's buffer is not kept
+		}
+		long = long[:0]
 		if err != nil && err != bufio.ErrBufferFull {
 			return
 		}

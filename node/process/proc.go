@@ -115,6 +115,10 @@ func lookupAccount(name string) (account, error) {
 // (sun_path is 108 bytes, NUL included).
 const maxSocketPath = 107
 
+// listenBacklog is a shim's socket's backlog: one agent connects to it,
+// a few connections at a time.
+const listenBacklog = 64
+
 // socketAddr returns an address for the unix socket dir/name. A path too
 // long for sun_path goes through the directory's descriptor
 // (/proc/self/fd/N/name); the returned closer releases it once the
@@ -139,10 +143,26 @@ func listenUnix(dir, name string) (*net.UnixListener, error) {
 		return nil, err
 	}
 	defer done()
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	// The socket is made by hand and handed to net: net.ListenUnix reads
+	// the kernel's backlog limit through a 64 kB buffer that a shim would
+	// keep for its life (issue 27's memory per shim).
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, &net.OpError{Op: "listen", Net: "unix", Err: os.NewSyscallError("socket", err)}
+	}
+	f := os.NewFile(uintptr(fd), addr)
+	defer f.Close()
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: addr}); err != nil {
+		return nil, &net.OpError{Op: "listen", Net: "unix", Addr: &net.UnixAddr{Name: addr, Net: "unix"}, Err: os.NewSyscallError("bind", err)}
+	}
+	if err := unix.Listen(fd, listenBacklog); err != nil {
+		return nil, &net.OpError{Op: "listen", Net: "unix", Addr: &net.UnixAddr{Name: addr, Net: "unix"}, Err: os.NewSyscallError("listen", err)}
+	}
+	fl, err := net.FileListener(f)
 	if err != nil {
 		return nil, err
 	}
+	l := fl.(*net.UnixListener)
 	// The socket's own path would be the /proc one: unlink by real path.
 	l.SetUnlinkOnClose(false)
 	return l, nil

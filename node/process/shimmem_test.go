@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -119,6 +121,8 @@ func BenchmarkShimMemory(b *testing.B) {
 	b.Logf("shim %s, %d modules of sleep as nobody", filepath.Base(bin), n)
 	b.Logf("shim PSS per module: %s", spread(pss))
 	b.Logf("shim RSS per module: %s", spread(rss))
+	st, _ := r.Status("m0")
+	b.Logf("where one shim's PSS is (m0, pid %d): %s", st.ShimPID, pssByMapping(b, st.ShimPID))
 	b.Logf("agent (this process): RSS %d kB, PSS %d kB with %d modules; RSS %d kB, PSS %d kB before", agentRSS, agentPSS, n, agentRSS0, agentPSS0)
 	b.ReportMetric(float64(mean(pss)), "shim-PSS-kB/module")
 	b.ReportMetric(float64(mean(rss)), "shim-RSS-kB/module")
@@ -133,6 +137,49 @@ func rollup(b *testing.B, pid int) (rss, pss int) {
 		b.Fatal(err)
 	}
 	return parseRollup(string(data))
+}
+
+// pssByMapping says where process pid's PSS is, from /proc/PID/smaps:
+// the binary's text and read-only data (shared by every process of the
+// binary), its writable data (data and bss, private once written),
+// anonymous memory (the heap, stacks and the runtime's own structures)
+// and the rest (a C library where one is linked, vdso, the main thread's
+// stack), in kB.
+func pssByMapping(b *testing.B, pid int) string {
+	b.Helper()
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps")
+	if err != nil {
+		b.Fatal(err)
+	}
+	exe, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	var text, writable, anon, other, privDirty int
+	kind := &other
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
+			switch {
+			case len(f) >= 6 && f[5] == exe && strings.Contains(f[1], "w"):
+				kind = &writable
+			case len(f) >= 6 && f[5] == exe:
+				kind = &text
+			case len(f) == 5 || f[5] == "[heap]":
+				kind = &anon
+			default:
+				kind = &other
+			}
+			continue
+		}
+		if len(f) >= 2 && (f[0] == "Pss:" || f[0] == "Private_Dirty:") {
+			v, _ := strconv.Atoi(f[1])
+			if f[0] == "Pss:" {
+				*kind += v
+			} else {
+				privDirty += v
+			}
+		}
+	}
+	return fmt.Sprintf("the binary's text and read-only data %d kB, its writable data %d kB, anonymous %d kB, other %d kB; private dirty %d kB",
+		text, writable, anon, other, privDirty)
 }
 
 func spread(kb []int) string {
