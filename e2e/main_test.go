@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/meshfold/meshfold/internal/testproc"
-	"github.com/meshfold/meshfold/node/process"
+	"github.com/meshfold/meshfold/node/process/shim"
 )
 
 // shimEnv marks this test binary re-executed as a process runtime shim
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 		// its module first): a test binary killed from outside leaves
 		// neither behind.
 		testproc.DieWithParent(syscall.SIGTERM)
-		os.Exit(process.ShimMain(os.Args[len(os.Args)-1]))
+		os.Exit(shim.Main(os.Args[len(os.Args)-1]))
 	}
 	testproc.MarkParent()
 	os.Exit(m.Run())

@@ -12,6 +12,7 @@ import (
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/node/bundle"
 	"github.com/meshfold/meshfold/node/process"
+	"github.com/meshfold/meshfold/node/process/shim"
 )
 
 // The runtimes of `meshfold node --runtime` (DESIGN.md §8).
@@ -62,7 +63,7 @@ func newShimCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			if code := process.ShimMain(args[0]); code != 0 {
+			if code := shim.Main(args[0]); code != 0 {
 				return withCode(code, fmt.Errorf("shim %s exited with %d", args[0], code))
 			}
 			return nil

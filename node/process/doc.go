@@ -10,8 +10,9 @@
 // [ErrUnknownUser]) and starts a shim. An agent that is root refuses a row
 // with an empty runs_as: the apply fails (matching [ErrNoRunsAs]) rather
 // than run the module as root without the want saying so; a want that
-// means root says runs_as "root". The shim is the command of [Config.Shim] (the
-// meshfold binary as `meshfold shim DIR`) with the module's directory
+// means root says runs_as "root". The shim (package node/process/shim) is
+// the command of [Config.Shim] (the meshfold-shim binary, or meshfold as
+// `meshfold shim DIR`) with the module's directory
 // <state dir>/process/<module> as its argument, in its own session. The
 // shim reads spec.json there, records its pid and start time (shim.json),
 // listens on shim.sock and starts the module: the manifest's command,
@@ -91,7 +92,7 @@
 // # Tests
 //
 // The package's tests start real shims without the meshfold command: the
-// test binary re-executes itself (TestMain runs [ShimMain] when the
+// test binary re-executes itself (TestMain runs [shim.Main] when the
 // environment variable MESHFOLD_PROCESS_TEST_SHIM is 1, which
 // [Config.ShimEnv] sets), and cmd/meshfold's TestMain does the same for
 // `shim`. Modules there are shell scripts in bundles the tests write,

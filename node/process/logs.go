@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/node/process/shim"
 )
 
 // maxLogPage bounds one page of output, as encoded in a reply (well under
@@ -49,7 +50,7 @@ func (r *Runtime) Logs(ctx context.Context, name string, q node.LogQuery) (node.
 	if m == nil {
 		return node.LogPage{}, fmt.Errorf("%w %q", node.ErrNoModule, name)
 	}
-	path := filepath.Join(m.dir, logFile)
+	path := filepath.Join(m.dir, shim.LogFile)
 	wait := min(time.Duration(q.WaitMS)*time.Millisecond, node.MaxLogWait)
 	deadline := time.Now().Add(wait)
 	for {
@@ -194,7 +195,7 @@ func readLog(path string, q node.LogQuery) (node.LogPage, error) {
 				if j := bytes.IndexByte(l, '\n'); j >= 0 {
 					l, next = l[:j], pos+j+1
 				}
-				at, stream, text := parseLogLine(string(l))
+				at, stream, text := shim.ParseLogLine(string(l))
 				if cost := len(text) + tagCost; cost > budget && len(page.Lines) > 0 {
 					page.More, page.Cursor = true, cursorOf(lf.ino, off+int64(pos))
 					return page, nil
@@ -303,8 +304,8 @@ func sinceStart(files []logFileAt, since time.Time) (int, int64) {
 		var off int64
 		for {
 			l, err := rd.ReadSlice('\n')
-			if len(l) > len(logTimeForm) {
-				if at, err := time.Parse(logTimeForm, string(l[:len(logTimeForm)])); err == nil && !at.Before(since) {
+			if len(l) > len(shim.LogTimeForm) {
+				if at, err := time.Parse(shim.LogTimeForm, string(l[:len(shim.LogTimeForm)])); err == nil && !at.Before(since) {
 					return i, off
 				}
 			}

@@ -2,7 +2,6 @@ package process
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -15,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +23,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/node/bundle"
+	"github.com/meshfold/meshfold/node/process/shim"
 )
 
 // Config configures a [Runtime].
@@ -39,7 +38,7 @@ type Config struct {
 	// Fetcher gives the runtime a build's bundle. Required.
 	Fetcher Fetcher
 	// Shim is the argv that runs a shim; the runtime appends the module's
-	// directory. The command must call [ShimMain] with it (meshfold's is
+	// directory. The command must call [shim.Main] with it (meshfold's is
 	// `meshfold shim DIR`, a hidden top-level command). Required.
 	Shim []string
 	// ShimEnv is added to the shim's environment (tests mark their
@@ -67,7 +66,7 @@ type Runtime struct {
 	dir    string // StateDir/process
 	log    *slog.Logger
 	asRoot bool
-	me     account
+	me     shim.Account
 	cgroup string // the parent of the modules' cgroups; "" when none can be made
 
 	changes chan struct{}
@@ -95,7 +94,7 @@ type module struct {
 	op sync.Mutex // serialises Apply, Remove and the recovery of a lost shim
 
 	// Under Runtime.mu:
-	spec     spec
+	spec     shim.Spec
 	st       Status
 	conn     *net.UnixConn // the watch connection; nil when none
 	stopping bool          // a stop was asked: the end of the watch is expected
@@ -140,7 +139,7 @@ func Open(cfg Config) (*Runtime, error) {
 	if cfg.LogBackups <= 0 {
 		cfg.LogBackups = 3
 	}
-	cfg.Backoff = cfg.Backoff.withDefaults()
+	cfg.Backoff = cfg.Backoff.WithDefaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -166,7 +165,7 @@ func Open(cfg Config) (*Runtime, error) {
 		r.cgroup = ""
 		log.Warn("no cgroup can be made (the agent is not root): each module's tree is its process group and what its shim reaps; manifest limits are not applied")
 	default:
-		if err := probeCgroups(r.cgroup); err != nil {
+		if err := shim.ProbeCgroups(r.cgroup); err != nil {
 			r.cgroup = ""
 			log.Warn("no cgroup can be made: each module's tree is its process group and what its shim reaps; manifest limits are not applied", "err", err)
 		}
@@ -196,7 +195,7 @@ func (r *Runtime) ready() {
 func (r *Runtime) adopt(name string) {
 	m := &module{name: name, dir: filepath.Join(r.dir, name)}
 	log := r.log.With("module", name)
-	if err := readJSON(m.dir, specFile, &m.spec); err != nil {
+	if err := shim.ReadJSON(m.dir, shim.SpecFile, &m.spec); err != nil {
 		log.Warn("module directory without a usable spec; deleted", "err", err)
 		_ = os.RemoveAll(m.dir)
 		return
@@ -227,22 +226,22 @@ func (r *Runtime) adopt(name string) {
 // time, and the module it reports is alive with its reported start time.
 // It returns the shim's status on a watch connection.
 func (r *Runtime) connect(m *module) (Status, watchConn, error) {
-	var id identity
-	if err := readJSON(m.dir, shimFile, &id); err != nil {
+	var id shim.Identity
+	if err := shim.ReadJSON(m.dir, shim.ShimFile, &id); err != nil {
 		return Status{}, watchConn{}, fmt.Errorf("shim identity: %w", err)
 	}
-	if !id.is() {
+	if !id.Live() {
 		return Status{}, watchConn{}, fmt.Errorf("shim pid %d with start time %d in boot %q is not running", id.PID, id.Start, id.Boot)
 	}
-	c, err := dialUnix(m.dir, sockFile)
+	c, err := shim.DialUnix(m.dir, shim.SockFile)
 	if err != nil {
 		return Status{}, watchConn{}, fmt.Errorf("shim socket: %w", err)
 	}
-	if pid, err := peerPID(c); err != nil || pid != id.PID {
+	if pid, err := shim.PeerPID(c); err != nil || pid != id.PID {
 		_ = c.Close()
 		return Status{}, watchConn{}, fmt.Errorf("shim socket is served by pid %d, not the recorded %d (%v)", pid, id.PID, err)
 	}
-	if err := json.NewEncoder(c).Encode(request{Op: opWatch}); err != nil {
+	if err := json.NewEncoder(c).Encode(shim.Request{Op: shim.OpWatch}); err != nil {
 		_ = c.Close()
 		return Status{}, watchConn{}, err
 	}
@@ -262,7 +261,7 @@ func (r *Runtime) connect(m *module) (Status, watchConn, error) {
 		_ = c.Close()
 		return Status{}, watchConn{}, fmt.Errorf("shim reports pid %d start %d, recorded %d start %d", st.ShimPID, st.ShimStart, id.PID, id.Start)
 	}
-	if st.PID != 0 && !alive(st.PID, st.PIDStart) {
+	if st.PID != 0 && !shim.Alive(st.PID, st.PIDStart) {
 		// The module exited between the report and the check: the watch
 		// brings the next status.
 		r.log.Debug("module process gone since the shim's report", "module", m.name, "pid", st.PID)
@@ -281,62 +280,26 @@ type watchConn struct {
 // the shim (it is killed with its group only when its recorded pid is
 // still the process that started at the recorded time), and the socket.
 func (r *Runtime) reap(m *module) {
-	var id identity
-	if err := readJSON(m.dir, moduleFile, &id); err == nil && id.is() {
+	var id shim.Identity
+	if err := shim.ReadJSON(m.dir, shim.ModuleFile, &id); err == nil && id.Live() {
 		r.log.Warn("module process outlived its shim; killed", "module", m.name, "pid", id.PID)
 		_ = syscall.Kill(-id.PID, syscall.SIGKILL)
-		if !waitExit(id.PID, 10*time.Second) {
+		if !shim.WaitExit(id.PID, 10*time.Second) {
 			r.log.Error("orphaned module process did not exit after SIGKILL", "module", m.name, "pid", id.PID)
 		}
 	}
 	if r.cgroup != "" {
 		// Whatever else of its tree outlived the shim is in its cgroup.
-		if cg, err := newCgroup(r.cgroup, cgroupName(m.name, m.dir), bundle.Limits{}); err == nil {
-			if _, gone := (tree{cg: cg}).stop(0, 0); !gone {
-				r.log.Error("processes of the module's cgroup did not exit after SIGKILL", "module", m.name)
-			}
-			_ = cg.remove()
+		if gone, err := shim.KillCgroup(r.cgroup, shim.CgroupName(m.name, m.dir)); err == nil && !gone {
+			r.log.Error("processes of the module's cgroup did not exit after SIGKILL", "module", m.name)
 		}
-	} else if left := r.killByEnv(m.name); left > 0 {
+	} else if left := shim.KillByEnv([]string{"MESHFOLD_NODE=" + r.cfg.Node, "MESHFOLD_ROOT=" + r.cfg.Root, "MESHFOLD_MODULE=" + m.name}); left > 0 {
 		// No cgroup: what left the process group and lost its subreaper
 		// is found, best effort, by the environment the shim gave it.
 		r.log.Warn("processes of the module outlived its shim; killed", "module", m.name, "count", left)
 	}
-	_ = os.Remove(filepath.Join(m.dir, sockFile))
-	_ = os.Remove(filepath.Join(m.dir, moduleFile))
-}
-
-// killByEnv SIGKILLs, until none is left (10 s at most), every process
-// whose environment names this node, this root and module: the
-// descendants of a module whose shim died, where no cgroup holds them. A
-// process that rewrote its environment escapes it. It returns how many
-// it found.
-func (r *Runtime) killByEnv(module string) int {
-	want := [][]byte{[]byte("MESHFOLD_NODE=" + r.cfg.Node), []byte("MESHFOLD_ROOT=" + r.cfg.Root), []byte("MESHFOLD_MODULE=" + module)}
-	found := 0
-	end := time.Now().Add(10 * time.Second)
-	for time.Now().Before(end) {
-		var ms []member
-		for _, m := range descendants(1) {
-			env, err := os.ReadFile("/proc/" + strconv.Itoa(m.pid) + "/environ")
-			if err != nil {
-				continue
-			}
-			vars := bytes.Split(env, []byte{0})
-			if !slices.ContainsFunc(want, func(w []byte) bool {
-				return !slices.ContainsFunc(vars, func(v []byte) bool { return bytes.Equal(v, w) })
-			}) {
-				ms = append(ms, m)
-			}
-		}
-		if len(ms) == 0 {
-			break
-		}
-		found = max(found, len(ms))
-		signalMembers(ms, syscall.SIGKILL)
-		time.Sleep(treePoll)
-	}
-	return found
+	_ = os.Remove(filepath.Join(m.dir, shim.SockFile))
+	_ = os.Remove(filepath.Join(m.dir, shim.ModuleFile))
 }
 
 // watch follows m's status on conn until the shim ends the connection.
@@ -410,8 +373,8 @@ func (r *Runtime) lost(m *module) {
 		sp := m.spec
 		sp.Restarts, sp.FillRestarts = m.st.Restarts+1, m.st.FillRestarts
 		r.mu.Unlock()
-		var id identity
-		if readJSON(m.dir, shimFile, &id) == nil && id.is() {
+		var id shim.Identity
+		if shim.ReadJSON(m.dir, shim.ShimFile, &id) == nil && id.Live() {
 			// Only the connection was lost: watch the shim again, or, if
 			// it does not answer, make sure it is gone before another
 			// one starts.
@@ -420,7 +383,7 @@ func (r *Runtime) lost(m *module) {
 				return
 			}
 			_ = syscall.Kill(id.PID, syscall.SIGKILL)
-			waitExit(id.PID, 10*time.Second)
+			shim.WaitExit(id.PID, 10*time.Second)
 		}
 		r.mu.Lock()
 		m.st.State, m.st.PID, m.st.Exit, m.st.Since = events.Failed, 0, "supervisor lost", time.Now().UTC()
@@ -493,7 +456,7 @@ func (r *Runtime) Apply(ctx context.Context, row events.PlanModule) error {
 	r.mu.Lock()
 	cur, live := m.spec, m.conn != nil
 	r.mu.Unlock()
-	if live && cur.same(sp) {
+	if live && cur.Same(sp) {
 		return nil // the shim runs it (or restarts it with backoff)
 	}
 	if live {
@@ -509,7 +472,7 @@ func (r *Runtime) Apply(ctx context.Context, row events.PlanModule) error {
 }
 
 // spec composes what the shim of row runs.
-func (r *Runtime) spec(row events.PlanModule, dir string, man bundle.Manifest, acct account) spec {
+func (r *Runtime) spec(row events.PlanModule, dir string, man bundle.Manifest, acct shim.Account) shim.Spec {
 	env := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"MESHFOLD_NODE=" + r.cfg.Node,
@@ -533,13 +496,13 @@ func (r *Runtime) spec(row events.PlanModule, dir string, man bundle.Manifest, a
 		env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") })
 		env = append(env, k+"="+man.Env[k])
 	}
-	for _, e := range notifyEnv(row.Name, filepath.Join(r.dir, row.Name), man.Health) {
+	for _, e := range shim.NotifyEnv(row.Name, filepath.Join(r.dir, row.Name), man.Health) {
 		k, _, _ := strings.Cut(e, "=")
 		env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") })
 		env = append(env, e)
 	}
 	restart, sig := man.FillAction()
-	sp := spec{
+	sp := shim.Spec{
 		Module: row.Name, Build: row.Build, Account: row.RunsAs,
 		Dir: dir, Argv: man.Command, Env: env,
 		StopSignal: int(man.Signal()), StopTimeout: man.Timeout(),
@@ -556,7 +519,7 @@ func (r *Runtime) spec(row events.PlanModule, dir string, man bundle.Manifest, a
 
 // runningAs returns the account sp's process runs as. A spec written
 // before As existed: User's, else the shim's user, the agent's.
-func (r *Runtime) runningAs(sp spec) string {
+func (r *Runtime) runningAs(sp shim.Spec) string {
 	switch {
 	case sp.As != "":
 		return sp.As
@@ -590,21 +553,21 @@ func (r *Runtime) module(name string) *module {
 
 // startShim starts a shim for sp and waits for its first start of the
 // module. Called with m.op held.
-func (r *Runtime) startShim(ctx context.Context, m *module, sp spec) error {
+func (r *Runtime) startShim(ctx context.Context, m *module, sp shim.Spec) error {
 	if err := os.MkdirAll(m.dir, 0o700); err != nil {
 		return err
 	}
 	sp.Since = time.Now().UTC()
-	for _, f := range []string{shimFile, moduleFile, sockFile} {
+	for _, f := range []string{shim.ShimFile, shim.ModuleFile, shim.SockFile} {
 		_ = os.Remove(filepath.Join(m.dir, f))
 	}
-	if err := writeJSON(m.dir, specFile, sp); err != nil {
+	if err := shim.WriteJSON(m.dir, shim.SpecFile, sp); err != nil {
 		return fmt.Errorf("write the shim's spec: %w", err)
 	}
 	r.mu.Lock()
 	m.spec = sp
 	r.mu.Unlock()
-	slog, err := os.OpenFile(filepath.Join(m.dir, shimLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	slog, err := os.OpenFile(filepath.Join(m.dir, shim.ShimLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
@@ -649,7 +612,7 @@ func (r *Runtime) startShim(ctx context.Context, m *module, sp spec) error {
 		return ctx.Err()
 	}
 	if f.err != nil {
-		return fmt.Errorf("the shim exited before starting the module (see %s): %w", filepath.Join(m.dir, shimLog), f.err)
+		return fmt.Errorf("the shim exited before starting the module (see %s): %w", filepath.Join(m.dir, shim.ShimLog), f.err)
 	}
 	st, conn, err := r.connect(m)
 	if err != nil {
@@ -671,12 +634,12 @@ func (r *Runtime) stopShim(ctx context.Context, m *module) error {
 	m.stopping = true
 	timeout := m.spec.StopTimeout
 	r.mu.Unlock()
-	var id identity
-	haveID := readJSON(m.dir, shimFile, &id) == nil && id.is()
+	var id shim.Identity
+	haveID := shim.ReadJSON(m.dir, shim.ShimFile, &id) == nil && id.Live()
 	err := errors.New("no shim runs")
 	var st Status
 	if haveID {
-		st, err = r.ask(ctx, m, opStop)
+		st, err = r.ask(ctx, m, shim.OpStop)
 	}
 	if err != nil && haveID {
 		r.log.Warn("shim did not answer the stop", "module", m.name, "err", err)
@@ -685,10 +648,10 @@ func (r *Runtime) stopShim(ctx context.Context, m *module) error {
 		m.st = st
 		r.mu.Unlock()
 	}
-	if haveID && id.is() && !waitExit(id.PID, timeout+5*time.Second) && id.is() {
+	if haveID && id.Live() && !shim.WaitExit(id.PID, timeout+5*time.Second) && id.Live() {
 		r.log.Warn("shim did not exit after the stop; killed", "module", m.name, "pid", id.PID)
 		_ = syscall.Kill(id.PID, syscall.SIGKILL)
-		waitExit(id.PID, 10*time.Second)
+		shim.WaitExit(id.PID, 10*time.Second)
 	}
 	r.reap(m)
 	r.mu.Lock()
@@ -702,12 +665,12 @@ func (r *Runtime) stopShim(ctx context.Context, m *module) error {
 
 // ask sends op to m's shim on a new connection and returns its reply.
 func (r *Runtime) ask(ctx context.Context, m *module, op string) (Status, error) {
-	return r.send(ctx, m, request{Op: op})
+	return r.send(ctx, m, shim.Request{Op: op})
 }
 
 // send sends req to m's shim on a new connection and returns its reply.
-func (r *Runtime) send(ctx context.Context, m *module, req request) (Status, error) {
-	c, err := dialUnix(m.dir, sockFile)
+func (r *Runtime) send(ctx context.Context, m *module, req shim.Request) (Status, error) {
+	c, err := shim.DialUnix(m.dir, shim.SockFile)
 	if err != nil {
 		return Status{}, err
 	}
@@ -816,10 +779,10 @@ func (r *Runtime) Filled(ctx context.Context, name string) {
 	// a moment is not waited for (it is restarted when its watch ends).
 	// The file is written before Filled is called: a process the shim
 	// starts after this moment saw it and gets no on_fill action.
-	at := bootNanos()
+	at := shim.BootNanos()
 	ctx, cancel := context.WithTimeout(ctx, fillWakeTimeout)
 	defer cancel()
-	if _, err := r.send(ctx, m, request{Op: opWake, At: at}); err != nil {
+	if _, err := r.send(ctx, m, shim.Request{Op: shim.OpWake, At: at}); err != nil {
 		r.log.Warn("fill not passed to the module's shim", "module", name, "err", err)
 	}
 }

@@ -380,6 +380,10 @@ func TestLostShimDaemonKilledWithoutCgroup(t *testing.T) {
 	}
 	waitfor.Until(t, deadline, "the daemon up", func() bool { return slices.Contains(marks(t, mark), "daemon-up") })
 	st := status(t, r, "forker")
+	type member struct {
+		pid   int
+		start uint64
+	}
 	var old []member
 	for _, pid := range moduleProcs(t, e.cfg.Root, "forker") {
 		if start, err := startTime(pid); err == nil {

@@ -1,16 +1,19 @@
-package process
+package shim
 
 import (
 	"bytes"
 	"errors"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshfold/meshfold/node/bundle/runspec"
 )
 
 // reaper reaps every child of the shim: the module's processes it started
@@ -100,7 +103,7 @@ func (t tree) members() []member {
 		if err == nil {
 			out := make([]member, 0, len(pids))
 			for _, pid := range pids {
-				if st, err := startTime(pid); err == nil {
+				if st, err := StartTime(pid); err == nil {
 					out = append(out, member{pid, st})
 				}
 			}
@@ -126,7 +129,7 @@ func signalMembers(ms []member, sig syscall.Signal) int {
 		if err != nil {
 			continue
 		}
-		if alive(m.pid, m.start) && unix.PidfdSendSignal(fd, sig, nil, 0) == nil {
+		if Alive(m.pid, m.start) && unix.PidfdSendSignal(fd, sig, nil, 0) == nil {
 			n++
 		}
 		_ = unix.Close(fd)
@@ -230,4 +233,54 @@ func descendants(root int) []member {
 		}
 	}
 	return out
+}
+
+// KillCgroup SIGKILLs every process left in the module cgroup name under
+// parent (the leftovers of a shim that died) and removes the cgroup. It
+// returns false when processes outlived SIGKILL; a cgroup that cannot be
+// opened or made is an error, and nothing is killed.
+func KillCgroup(parent, name string) (gone bool, err error) {
+	cg, err := newCgroup(parent, name, runspec.Limits{})
+	if err != nil {
+		return false, err
+	}
+	_, gone = (tree{cg: cg}).stop(0, 0)
+	_ = cg.remove()
+	return gone, nil
+}
+
+// KillByEnv SIGKILLs, until none is left (10 s at most), every process
+// whose environment holds every one of env ("NAME=value"): the
+// descendants of a module whose shim died, where no cgroup holds them. A
+// process that rewrote its environment escapes it. It returns how many
+// it found at most at once.
+func KillByEnv(env []string) int {
+	want := make([][]byte, len(env))
+	for i, e := range env {
+		want[i] = []byte(e)
+	}
+	found := 0
+	end := time.Now().Add(killWait)
+	for time.Now().Before(end) {
+		var ms []member
+		for _, m := range descendants(1) {
+			data, err := os.ReadFile("/proc/" + strconv.Itoa(m.pid) + "/environ")
+			if err != nil {
+				continue
+			}
+			vars := bytes.Split(data, []byte{0})
+			if !slices.ContainsFunc(want, func(w []byte) bool {
+				return !slices.ContainsFunc(vars, func(v []byte) bool { return bytes.Equal(v, w) })
+			}) {
+				ms = append(ms, m)
+			}
+		}
+		if len(ms) == 0 {
+			break
+		}
+		found = max(found, len(ms))
+		signalMembers(ms, syscall.SIGKILL)
+		time.Sleep(treePoll)
+	}
+	return found
 }

@@ -1,4 +1,4 @@
-package process
+package shim
 
 import (
 	"os"
@@ -32,7 +32,7 @@ func TestCgroupV2Placement(t *testing.T) {
 	if root == "" {
 		t.Skip("no cgroup v2 hierarchy is mounted")
 	}
-	group := "/meshfold-test/" + cgroupName("v2", t.TempDir())
+	group := "/meshfold-test/" + CgroupName("v2", t.TempDir())
 	m, err := cgroup2.NewManager(root, group, &cgroup2.Resources{})
 	if err != nil {
 		t.Skipf("no cgroup can be made in the v2 hierarchy at %s: %v", root, err)

@@ -1,4 +1,4 @@
-package process
+package shim
 
 import (
 	"encoding/json"
@@ -11,27 +11,27 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/internal/atomicfile"
-	"github.com/meshfold/meshfold/node/bundle"
+	"github.com/meshfold/meshfold/node/bundle/runspec"
 )
 
 // Files of a module's directory, <state dir>/process/<module>/.
 const (
-	specFile   = "spec.json"   // what the shim runs, written by the runtime
-	shimFile   = "shim.json"   // the shim's pid and start time, written by the shim
-	moduleFile = "module.json" // the module process's pid and start time, written by the shim
-	sockFile   = "shim.sock"   // the shim's unix socket
-	logFile    = "module.log"  // the module's stdout and stderr (rotated: module-<time>.log)
-	shimLog    = "shim.log"    // the shim's own log lines
+	SpecFile   = "spec.json"   // what the shim runs, written by the runtime
+	ShimFile   = "shim.json"   // the shim's pid and start time, written by the shim
+	ModuleFile = "module.json" // the module process's pid and start time, written by the shim
+	SockFile   = "shim.sock"   // the shim's unix socket
+	LogFile    = "module.log"  // the module's stdout and stderr (rotated: module-<time>.log)
+	ShimLog    = "shim.log"    // the shim's own log lines
 )
 
-// spec is what one shim runs, as the runtime writes it to spec.json.
-type spec struct {
+// Spec is what one shim runs, as the runtime writes it to spec.json.
+type Spec struct {
 	Module  string `json:"module"`
 	Build   string `json:"build"`
 	Account string `json:"account,omitempty"` // the plan's runs_as
 	// User is the resolved account to switch to; nil runs the module as
 	// the shim's own user (an agent that is not root).
-	User *account `json:"user,omitempty"`
+	User *Account `json:"user,omitempty"`
 	// As is the account the module's process really runs as: User's, or
 	// the agent's own when it is not root. A have reports it.
 	As          string        `json:"as,omitempty"`
@@ -50,15 +50,15 @@ type spec struct {
 	FillRestarts  int     `json:"fill_restarts,omitempty"`
 	// Cgroup is the parent of the module's cgroup; empty: the runtime
 	// could make none, and the module's tree is its shim's descendants.
-	Cgroup string         `json:"cgroup,omitempty"`
-	Limits *bundle.Limits `json:"limits,omitempty"`
-	Health *bundle.Health `json:"health,omitempty"`
-	Since  time.Time      `json:"since"`
+	Cgroup string          `json:"cgroup,omitempty"`
+	Limits *runspec.Limits `json:"limits,omitempty"`
+	Health *runspec.Health `json:"health,omitempty"`
+	Since  time.Time       `json:"since"`
 }
 
-// same reports whether s and o run the same thing (what a re-apply of an
+// Same reports whether s and o run the same thing (what a re-apply of an
 // unchanged row finds).
-func (s spec) same(o spec) bool {
+func (s Spec) Same(o Spec) bool {
 	return s.Build == o.Build && s.Account == o.Account && s.Dir == o.Dir
 }
 
@@ -75,7 +75,7 @@ type Backoff struct {
 // CrashLoopBackOff figures).
 var DefaultBackoff = Backoff{Initial: time.Second, Max: 5 * time.Minute, Reset: 10 * time.Minute}
 
-func (b Backoff) withDefaults() Backoff {
+func (b Backoff) WithDefaults() Backoff {
 	if b.Initial <= 0 {
 		b.Initial = DefaultBackoff.Initial
 	}
@@ -119,8 +119,8 @@ type Status struct {
 	ShimStart uint64 `json:"shim_start"`
 }
 
-// request is one line the runtime sends a shim.
-type request struct {
+// Request is one line the runtime sends a shim.
+type Request struct {
 	Op string `json:"op"` // opStatus, opWatch, opWake, opStop
 	// At is, for a wake, when the fill was known written: CLOCK_BOOTTIME
 	// in nanoseconds, a clock every process of the host shares.
@@ -128,31 +128,31 @@ type request struct {
 }
 
 const (
-	opStatus = "status" // reply: one Status
-	opWatch  = "watch"  // reply: a Status now and on every change, until the connection closes
-	opWake   = "wake"   // a filled file was written; reply: one Status
-	opStop   = "stop"   // stop the module and exit; reply: the final Status
+	OpStatus = "status" // reply: one Status
+	OpWatch  = "watch"  // reply: a Status now and on every change, until the connection closes
+	OpWake   = "wake"   // a filled file was written; reply: one Status
+	OpStop   = "stop"   // stop the module and exit; reply: the final Status
 )
 
-// identity is a process's pid, start time and the boot it started in,
+// Identity is a process's pid, start time and the boot it started in,
 // as shim.json and module.json hold them: together they name one process
 // (a pid is recycled, a start time repeats after a reboot).
-type identity struct {
+type Identity struct {
 	PID   int    `json:"pid"`
 	Start uint64 `json:"start"`
 	Boot  string `json:"boot,omitempty"`
 }
 
-// is reports whether id names a live process: its pid alive with its
+// Live reports whether id names a live process: its pid alive with its
 // start time, in this boot. A record without a boot id (written before
 // they were recorded) is judged by pid and start time.
-func (id identity) is() bool {
-	return (id.Boot == "" || id.Boot == bootID()) && alive(id.PID, id.Start)
+func (id Identity) Live() bool {
+	return (id.Boot == "" || id.Boot == BootID()) && Alive(id.PID, id.Start)
 }
 
-// bootID is this boot's id (/proc/sys/kernel/random/boot_id), "" if
+// BootID is this boot's id (/proc/sys/kernel/random/boot_id), "" if
 // unreadable.
-var bootID = sync.OnceValue(func() string {
+var BootID = sync.OnceValue(func() string {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return ""
@@ -160,11 +160,11 @@ var bootID = sync.OnceValue(func() string {
 	return strings.TrimSpace(string(b))
 })
 
-// writeJSON writes v to dir/name atomically and durably
+// WriteJSON writes v to dir/name atomically and durably
 // (atomicfile.Write: temp file, fsync, rename, fsync of the directory),
 // mode 0600: a power loss leaves the old record or the new, never an
 // empty one.
-func writeJSON(dir, name string, v any) error {
+func WriteJSON(dir, name string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -175,7 +175,9 @@ func writeJSON(dir, name string, v any) error {
 	return nil
 }
 
-func readJSON(dir, name string, v any) error {
+// ReadJSON reads dir/name into v. Errors: the file's (fs.ErrNotExist when
+// there is none) or its JSON's.
+func ReadJSON(dir, name string, v any) error {
 	data, err := os.ReadFile(filepath.Join(dir, name))
 	if err != nil {
 		return err

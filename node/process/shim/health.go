@@ -1,4 +1,4 @@
-package process
+package shim
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/meshfold/meshfold/events"
-	"github.com/meshfold/meshfold/node/bundle"
+	"github.com/meshfold/meshfold/node/bundle/runspec"
 )
 
 // Health checks run in the shim (DESIGN.md §11 "Health"), so they go on
@@ -38,11 +38,11 @@ import (
 // dir ("@" marks the abstract namespace in NOTIFY_SOCKET, as systemd
 // reads it).
 func notifyName(module, dir string) string {
-	return "@meshfold/notify/" + cgroupName(module, dir)
+	return "@meshfold/notify/" + CgroupName(module, dir)
 }
 
-// notifyEnv is what a module with a notify check finds in its environment.
-func notifyEnv(module, dir string, h *bundle.Health) []string {
+// NotifyEnv is what a module with a notify check finds in its environment.
+func NotifyEnv(module, dir string, h *runspec.Health) []string {
 	if h == nil || !h.Notify {
 		return nil
 	}
@@ -114,7 +114,7 @@ func senderPID(oob []byte) int {
 // checker judges one run of the module.
 type checker struct {
 	s        *shim
-	h        bundle.Health
+	h        runspec.Health
 	interval time.Duration
 	timeout  time.Duration
 	grace    time.Duration
@@ -270,7 +270,7 @@ func (c *checker) notify(ctx context.Context, sick chan<- struct{}) {
 	s := c.s
 	tick := c.interval
 	if tick <= 0 {
-		tick = bundle.DefaultHealthInterval // no watchdog: only READY is awaited
+		tick = runspec.DefaultHealthInterval // no watchdog: only READY is awaited
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()

@@ -1,4 +1,4 @@
-package process
+package shim
 
 import (
 	"bufio"
@@ -19,10 +19,10 @@ import (
 // finds lines across rotations. A line longer than maxLogLine is cut into
 // several.
 const (
-	streamOut   = "out"
-	streamErr   = "err"
-	streamShim  = "meshfold"
-	logTimeForm = "2006-01-02T15:04:05.000000000Z"
+	StreamOut   = "out"
+	StreamErr   = "err"
+	StreamShim  = "meshfold"
+	LogTimeForm = "2006-01-02T15:04:05.000000000Z"
 	maxLogLine  = 64 << 10
 	copyBuf     = 4 << 10 // what copyLines reads through
 )
@@ -39,7 +39,7 @@ type lineWriter struct {
 func (w *lineWriter) line(stream string, text []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.buf = time.Now().UTC().AppendFormat(w.buf[:0], logTimeForm)
+	w.buf = time.Now().UTC().AppendFormat(w.buf[:0], LogTimeForm)
 	w.buf = append(w.buf, ' ')
 	w.buf = append(w.buf, stream...)
 	w.buf = append(w.buf, ' ')
@@ -81,14 +81,14 @@ func (w *lineWriter) copyLines(stream string, r io.Reader) {
 	}
 }
 
-// parseLogLine splits a stored line into its time, stream and text. A
+// ParseLogLine splits a stored line into its time, stream and text. A
 // line not in the tagged form (a file written before tagging) is all
 // text, of no stream and no time.
-func parseLogLine(l string) (at time.Time, stream, text string) {
-	if len(l) > len(logTimeForm)+1 && l[len(logTimeForm)] == ' ' {
-		if t, err := time.Parse(logTimeForm, l[:len(logTimeForm)]); err == nil {
-			rest := l[len(logTimeForm)+1:]
-			for _, s := range []string{streamOut, streamErr, streamShim} {
+func ParseLogLine(l string) (at time.Time, stream, text string) {
+	if len(l) > len(LogTimeForm)+1 && l[len(LogTimeForm)] == ' ' {
+		if t, err := time.Parse(LogTimeForm, l[:len(LogTimeForm)]); err == nil {
+			rest := l[len(LogTimeForm)+1:]
+			for _, s := range []string{StreamOut, StreamErr, StreamShim} {
 				if len(rest) > len(s) && rest[:len(s)] == s && rest[len(s)] == ' ' {
 					return t, s, rest[len(s)+1:]
 				}

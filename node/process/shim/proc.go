@@ -1,4 +1,4 @@
-package process
+package shim
 
 import (
 	"bytes"
@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/user"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -16,13 +14,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// startTime returns field 22 of /proc/<pid>/stat: the process's start time
+// StartTime returns field 22 of /proc/<pid>/stat: the process's start time
 // in clock ticks since boot. With the pid it identifies a process: a pid
 // the kernel recycled has another start time.
 //
 // Errors: the process does not exist (matching fs.ErrNotExist), or the file
 // cannot be parsed.
-func startTime(pid int) (uint64, error) {
+func StartTime(pid int) (uint64, error) {
 	if pid <= 0 {
 		return 0, fmt.Errorf("pid %d: %w", pid, os.ErrNotExist)
 	}
@@ -47,68 +45,19 @@ func startTime(pid int) (uint64, error) {
 	return strconv.ParseUint(string(f[19]), 10, 64)
 }
 
-// alive reports whether pid is the process that started at start.
-func alive(pid int, start uint64) bool {
-	st, err := startTime(pid)
+// Alive reports whether pid is the process that started at start.
+func Alive(pid int, start uint64) bool {
+	st, err := StartTime(pid)
 	return err == nil && st == start
 }
 
-// account is a Unix user resolved from the user database.
-type account struct {
+// Account is a Unix user resolved from the user database.
+type Account struct {
 	Name   string   `json:"name"`
 	UID    uint32   `json:"uid"`
 	GID    uint32   `json:"gid"`
 	Groups []uint32 `json:"groups,omitempty"`
 	Home   string   `json:"home,omitempty"`
-}
-
-// ErrUnknownUser: the module's runs_as names no user of the node's user
-// database.
-var ErrUnknownUser = errors.New("process: unknown user")
-
-// ErrNoRunsAs: the agent is root and the module's row has no runs_as. The
-// runtime would run it as the agent's own user, root, without the want
-// saying so; it refuses instead (docs/architecture.md, "The process
-// runtime"). A want that means root says runs_as "root".
-var ErrNoRunsAs = errors.New(`process: runs_as is empty; the process runtime runs no module as root unless the want says runs_as "root"`)
-
-// lookupAccount resolves name (uid, primary gid, supplementary groups).
-// An empty name is the agent's own user.
-//
-// Errors: ErrUnknownUser (wrapped with the name), or the database's error.
-func lookupAccount(name string) (account, error) {
-	var u *user.User
-	var err error
-	if name == "" {
-		u, err = user.Current()
-	} else {
-		u, err = user.Lookup(name)
-	}
-	if err != nil {
-		var unknown user.UnknownUserError
-		if errors.As(err, &unknown) {
-			return account{}, fmt.Errorf("%w %q", ErrUnknownUser, name)
-		}
-		return account{}, fmt.Errorf("look up user %q: %w", name, err)
-	}
-	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-	if err1 != nil || err2 != nil {
-		return account{}, fmt.Errorf("user %q: uid %q or gid %q is not numeric", name, u.Uid, u.Gid)
-	}
-	a := account{Name: u.Username, UID: uint32(uid), GID: uint32(gid), Home: u.HomeDir}
-	ids, err := u.GroupIds()
-	if err != nil {
-		return account{}, fmt.Errorf("groups of user %q: %w", name, err)
-	}
-	// Exactly the account's groups, its primary one included, as
-	// initgroups(3) sets them: nothing of the shim's.
-	for _, id := range ids {
-		if g, err := strconv.ParseUint(id, 10, 32); err == nil && !slices.Contains(a.Groups, uint32(g)) {
-			a.Groups = append(a.Groups, uint32(g))
-		}
-	}
-	return a, nil
 }
 
 // maxSocketPath is the longest path a unix socket address holds on Linux
@@ -135,8 +84,8 @@ func socketAddr(dir, name string) (addr string, closer func(), err error) {
 	return "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + name, func() { _ = d.Close() }, nil
 }
 
-// listenUnix listens on the unix socket dir/name, replacing a stale one.
-func listenUnix(dir, name string) (*net.UnixListener, error) {
+// ListenUnix listens on the unix socket dir/name, replacing a stale one.
+func ListenUnix(dir, name string) (*net.UnixListener, error) {
 	_ = os.Remove(filepath.Join(dir, name))
 	addr, done, err := socketAddr(dir, name)
 	if err != nil {
@@ -168,8 +117,8 @@ func listenUnix(dir, name string) (*net.UnixListener, error) {
 	return l, nil
 }
 
-// dialUnix connects to the unix socket dir/name.
-func dialUnix(dir, name string) (*net.UnixConn, error) {
+// DialUnix connects to the unix socket dir/name.
+func DialUnix(dir, name string) (*net.UnixConn, error) {
 	addr, done, err := socketAddr(dir, name)
 	if err != nil {
 		return nil, err
@@ -178,9 +127,9 @@ func dialUnix(dir, name string) (*net.UnixConn, error) {
 	return net.DialUnix("unix", nil, &net.UnixAddr{Name: addr, Net: "unix"})
 }
 
-// peerPID returns the pid of the process at the other end of c
+// PeerPID returns the pid of the process at the other end of c
 // (SO_PEERCRED: the process that created the listening socket).
-func peerPID(c *net.UnixConn) (int, error) {
+func PeerPID(c *net.UnixConn) (int, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return 0, err
@@ -198,10 +147,10 @@ func peerPID(c *net.UnixConn) (int, error) {
 	return int(cred.Pid), nil
 }
 
-// waitExit waits up to timeout for pid to exit, on a pidfd (which works
+// WaitExit waits up to timeout for pid to exit, on a pidfd (which works
 // for a process that is not this one's child). It reports whether the
 // process is gone.
-func waitExit(pid int, timeout time.Duration) bool {
+func WaitExit(pid int, timeout time.Duration) bool {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		return errors.Is(err, unix.ESRCH)
@@ -266,10 +215,10 @@ func waitGroupGone(pgid int, timeout time.Duration) bool {
 	return true
 }
 
-// bootNanos is CLOCK_BOOTTIME in nanoseconds: monotonic, and the same in
+// BootNanos is CLOCK_BOOTTIME in nanoseconds: monotonic, and the same in
 // every process of the host (the agent stamps a fill with it, the shim a
 // start).
-func bootNanos() int64 {
+func BootNanos() int64 {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
 		return 0

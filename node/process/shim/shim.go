@@ -1,4 +1,4 @@
-package process
+package shim
 
 import (
 	"bufio"
@@ -20,29 +20,29 @@ import (
 	"gopkg.in/natefinch/lumberjack.v2"
 
 	"github.com/meshfold/meshfold/events"
-	"github.com/meshfold/meshfold/node/bundle"
+	"github.com/meshfold/meshfold/node/bundle/runspec"
 )
 
 // readyFD is the descriptor a shim reports its first start on (the
 // runtime passes a pipe as its first extra file).
 const readyFD = 3
 
-// ShimMain runs a shim: the supervisor of one module, whose directory
+// Main runs a shim: the supervisor of one module, whose directory
 // (<state dir>/process/<module>) holds its spec.json. The runtime starts
 // it as its configured shim command with that directory as the last
 // argument; `meshfold shim DIR` calls it. It returns the process's
 // exit code: 0 after a stop request or SIGTERM, 2 when the spec is
 // unusable.
-func ShimMain(dir string) int {
+func Main(dir string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	var sp spec
-	if err := readJSON(dir, specFile, &sp); err != nil {
+	var sp Spec
+	if err := ReadJSON(dir, SpecFile, &sp); err != nil {
 		log.Error("shim: read spec", "dir", dir, "err", err)
 		return 2
 	}
 	// The shim's own log is capped like the module's: its stderr (where
 	// a Go panic would go) stays the file the runtime opened.
-	own := &lumberjack.Logger{Filename: filepath.Join(dir, shimLog), MaxSize: max(sp.LogMaxMB, 1), MaxBackups: max(sp.LogBackups, 1)}
+	own := &lumberjack.Logger{Filename: filepath.Join(dir, ShimLog), MaxSize: max(sp.LogMaxMB, 1), MaxBackups: max(sp.LogBackups, 1)}
 	defer own.Close()
 	log = slog.New(slog.NewTextHandler(own, nil))
 	s := newShim(dir, sp, log.With("module", sp.Module))
@@ -56,11 +56,11 @@ func ShimMain(dir string) int {
 // shim supervises one module's process.
 type shim struct {
 	dir   string
-	spec  spec
+	spec  Spec
 	log   *slog.Logger
 	out   *lumberjack.Logger
 	lines *lineWriter // tags the lines written to out
-	self  identity
+	self  Identity
 	reap  *reaper
 	cg    modCgroup // nil: no cgroup could be made
 	tree  tree
@@ -87,10 +87,10 @@ type shim struct {
 	unlisten func()
 }
 
-func newShim(dir string, sp spec, log *slog.Logger) *shim {
+func newShim(dir string, sp Spec, log *slog.Logger) *shim {
 	stop, cancel := context.WithCancel(context.Background())
 	out := &lumberjack.Logger{
-		Filename:   filepath.Join(dir, logFile),
+		Filename:   filepath.Join(dir, LogFile),
 		MaxSize:    max(sp.LogMaxMB, 1),
 		MaxBackups: max(sp.LogBackups, 1),
 	}
@@ -113,11 +113,11 @@ func newShim(dir string, sp spec, log *slog.Logger) *shim {
 func (s *shim) run() error {
 	defer s.out.Close()
 	pid := os.Getpid()
-	start, err := startTime(pid)
+	start, err := StartTime(pid)
 	if err != nil {
 		return fmt.Errorf("own start time: %w", err)
 	}
-	s.self = identity{PID: pid, Start: start, Boot: bootID()}
+	s.self = Identity{PID: pid, Start: start, Boot: BootID()}
 	s.st = Status{Module: s.spec.Module, Build: s.spec.Build, Account: s.spec.Account, State: events.Stopped,
 		Restarts: s.spec.Restarts, FillRestarts: s.spec.FillRestarts, Since: time.Now().UTC(), ShimPID: pid, ShimStart: start}
 	if s.reap, err = newReaper(); err != nil {
@@ -125,14 +125,14 @@ func (s *shim) run() error {
 	}
 	s.makeCgroup()
 	defer s.removeCgroup()
-	if err := writeJSON(s.dir, shimFile, s.self); err != nil {
-		return fmt.Errorf("write %s: %w", shimFile, err)
+	if err := WriteJSON(s.dir, ShimFile, s.self); err != nil {
+		return fmt.Errorf("write %s: %w", ShimFile, err)
 	}
-	l, err := listenUnix(s.dir, sockFile)
+	l, err := ListenUnix(s.dir, SockFile)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	sock := filepath.Join(s.dir, sockFile)
+	sock := filepath.Join(s.dir, SockFile)
 	own, _ := os.Stat(sock)
 	s.unlisten = sync.OnceFunc(func() {
 		_ = l.Close()
@@ -180,11 +180,11 @@ func (s *shim) makeCgroup() {
 	if s.spec.Cgroup == "" {
 		return
 	}
-	var l bundle.Limits
+	var l runspec.Limits
 	if s.spec.Limits != nil {
 		l = *s.spec.Limits
 	}
-	cg, err := newCgroup(s.spec.Cgroup, cgroupName(s.spec.Module, s.dir), l)
+	cg, err := newCgroup(s.spec.Cgroup, CgroupName(s.spec.Module, s.dir), l)
 	if err != nil {
 		s.log.Warn("shim: no cgroup; the module runs in its process group, without limits", "err", err)
 		s.note("no cgroup could be made (%v): the module runs without its limits", err)
@@ -222,15 +222,15 @@ func (s *shim) accept(l *net.UnixListener) {
 // a stream of statuses).
 func (s *shim) serve(c *net.UnixConn) {
 	defer c.Close()
-	var req request
+	var req Request
 	if err := json.NewDecoder(bufio.NewReader(io.LimitReader(c, 4096))).Decode(&req); err != nil {
 		return
 	}
 	enc := json.NewEncoder(c)
 	switch req.Op {
-	case opStatus:
+	case OpStatus:
 		_ = enc.Encode(s.status())
-	case opWake:
+	case OpWake:
 		s.mu.Lock()
 		s.wakes++
 		s.wokeAt = max(s.wokeAt, req.At)
@@ -241,7 +241,7 @@ func (s *shim) serve(c *net.UnixConn) {
 		default:
 		}
 		_ = enc.Encode(st)
-	case opStop:
+	case OpStop:
 		s.replies.Add(1)
 		defer s.replies.Done()
 		s.cancel()
@@ -249,7 +249,7 @@ func (s *shim) serve(c *net.UnixConn) {
 		s.unlisten()
 		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		_ = enc.Encode(s.status())
-	case opWatch:
+	case OpWatch:
 		ch := make(chan Status, 1)
 		s.mu.Lock()
 		ch <- s.st
@@ -312,7 +312,7 @@ func (s *shim) set(f func(*Status)) {
 // note writes one line of the shim's own into the module's log, so
 // `meshfold logs` shows why a module restarted.
 func (s *shim) note(format string, args ...any) {
-	s.lines.line(streamShim, fmt.Appendf(nil, "meshfold: "+format, args...))
+	s.lines.line(StreamShim, fmt.Appendf(nil, "meshfold: "+format, args...))
 }
 
 // supervise runs the module until the shim is told to stop: start,
@@ -320,7 +320,7 @@ func (s *shim) note(format string, args ...any) {
 // start's outcome is written to ready, which is then closed.
 func (s *shim) supervise(ready *os.File) {
 	defer close(s.done)
-	bo := s.spec.Backoff.withDefaults()
+	bo := s.spec.Backoff.WithDefaults()
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(bo.Initial),
 		backoff.WithMultiplier(2),
@@ -476,7 +476,7 @@ func (s *shim) start() (*proc, error) {
 	}
 	attr := &os.ProcAttr{Dir: sp.Dir, Env: sp.Env, Files: []*os.File{null, outW, errW},
 		Sys: s.sysAttr()}
-	p := &proc{began: bootNanos(), exited: make(chan string, 1), copied: make(chan struct{})}
+	p := &proc{began: BootNanos(), exited: make(chan string, 1), copied: make(chan struct{})}
 	if s.cg != nil {
 		p.ooms = s.cg.ooms()
 	}
@@ -490,13 +490,13 @@ func (s *shim) start() (*proc, error) {
 		return nil, err
 	}
 	p.proc, p.pid = pr, pr.Pid
-	p.start, _ = startTime(p.pid)
-	if err := writeJSON(s.dir, moduleFile, identity{PID: p.pid, Start: p.start, Boot: bootID()}); err != nil {
+	p.start, _ = StartTime(p.pid)
+	if err := WriteJSON(s.dir, ModuleFile, Identity{PID: p.pid, Start: p.start, Boot: BootID()}); err != nil {
 		s.log.Warn("shim: module identity not recorded", "err", err)
 	}
 	var copies sync.WaitGroup
-	copies.Go(func() { s.lines.copyLines(streamOut, outR); _ = outR.Close() })
-	copies.Go(func() { s.lines.copyLines(streamErr, errR); _ = errR.Close() })
+	copies.Go(func() { s.lines.copyLines(StreamOut, outR); _ = outR.Close() })
+	copies.Go(func() { s.lines.copyLines(StreamErr, errR); _ = errR.Close() })
 	go func() { copies.Wait(); close(p.copied) }()
 	go func() {
 		st := <-ws

@@ -1,4 +1,4 @@
-package process
+package shim
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/meshfold/meshfold/node/bundle"
+	"github.com/meshfold/meshfold/node/bundle/runspec"
 )
 
 // DefaultCgroupParent is the cgroup under which each module gets its own
@@ -47,11 +47,11 @@ type modCgroup interface {
 	remove() error
 }
 
-// cgroupName is the name of the cgroup of the module whose directory is
+// CgroupName is the name of the cgroup of the module whose directory is
 // dir: the module's name and a hash of the directory, so two agents on a
 // host (two state directories) never share one, and a shim that replaces
 // a lost one finds its predecessor's.
-func cgroupName(module, dir string) string {
+func CgroupName(module, dir string) string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(dir))
 	return fmt.Sprintf("%s-%012x", module, h.Sum64()&0xffffffffffff)
@@ -60,7 +60,7 @@ func cgroupName(module, dir string) string {
 // resources maps a manifest's limits to the OCI resources the cgroup
 // library takes: memory in bytes, CPU as a CFS quota per 100 ms period,
 // pids as a count.
-func resources(l bundle.Limits) *specs.LinuxResources {
+func resources(l runspec.Limits) *specs.LinuxResources {
 	res := &specs.LinuxResources{}
 	if l.Memory > 0 {
 		m := l.Memory
@@ -84,7 +84,7 @@ func resources(l bundle.Limits) *specs.LinuxResources {
 // Errors: the host has no cgroup hierarchy this can use, or the cgroup
 // cannot be made (not root, a read-only cgroupfs, a container's root
 // cgroup that holds processes).
-func newCgroup(parent, name string, l bundle.Limits) (modCgroup, error) {
+func newCgroup(parent, name string, l runspec.Limits) (modCgroup, error) {
 	path := "/" + filepath.Join(parent, name)
 	switch cgroups.Mode() {
 	case cgroups.Unified:
@@ -227,10 +227,10 @@ func (c *cgroupV2) ooms() uint64 {
 
 func (c *cgroupV2) remove() error { return c.m.Delete() }
 
-// probeCgroups reports whether a cgroup can be made under parent: the
+// ProbeCgroups reports whether a cgroup can be made under parent: the
 // agent makes one and removes it at start, and says once when it cannot.
-func probeCgroups(parent string) error {
-	cg, err := newCgroup(parent, "probe-"+strconv.Itoa(os.Getpid()), bundle.Limits{})
+func ProbeCgroups(parent string) error {
+	cg, err := newCgroup(parent, "probe-"+strconv.Itoa(os.Getpid()), runspec.Limits{})
 	if err != nil {
 		return err
 	}
