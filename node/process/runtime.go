@@ -208,8 +208,13 @@ func (r *Runtime) adopt(name string) {
 	r.mods[name] = m
 	r.mu.Unlock()
 	st, conn, err := r.connect(m)
-	if err != nil {
+	if errors.Is(err, errShimProtocol) {
+		log.Error("shim of another protocol: killed, with its module; the module is reported stopped", "err", err)
+		r.killShim(m)
+	} else if err != nil {
 		log.Warn("shim gone; the module is reported stopped", "err", err)
+	}
+	if err != nil {
 		r.reap(m)
 		r.mu.Lock()
 		m.st = Status{Module: name, Build: m.spec.Build, Account: m.spec.Account, State: events.Stopped, Since: time.Now().UTC(),
@@ -260,6 +265,10 @@ func (r *Runtime) connect(m *module) (Status, watchConn, error) {
 	if st.ShimPID != id.PID || st.ShimStart != id.Start {
 		_ = c.Close()
 		return Status{}, watchConn{}, fmt.Errorf("shim reports pid %d start %d, recorded %d start %d", st.ShimPID, st.ShimStart, id.PID, id.Start)
+	}
+	if st.Speaks() != shim.Protocol {
+		_ = c.Close()
+		return Status{}, watchConn{}, fmt.Errorf("%w: it speaks protocol %d, this agent %d", errShimProtocol, st.Speaks(), shim.Protocol)
 	}
 	if st.PID != 0 && !shim.Alive(st.PID, st.PIDStart) {
 		// The module exited between the report and the check: the watch
@@ -503,7 +512,8 @@ func (r *Runtime) spec(row events.PlanModule, dir string, man bundle.Manifest, a
 	}
 	restart, sig := man.FillAction()
 	sp := shim.Spec{
-		Module: row.Name, Build: row.Build, Account: row.RunsAs,
+		Protocol: shim.Protocol,
+		Module:   row.Name, Build: row.Build, Account: row.RunsAs,
 		Dir: dir, Argv: man.Command, Env: env,
 		StopSignal: int(man.Signal()), StopTimeout: man.Timeout(),
 		OnFillRestart: restart, OnFillSignal: int(sig),
@@ -615,12 +625,30 @@ func (r *Runtime) startShim(ctx context.Context, m *module, sp shim.Spec) error 
 		return fmt.Errorf("the shim exited before starting the module (see %s): %w", filepath.Join(m.dir, shim.ShimLog), f.err)
 	}
 	st, conn, err := r.connect(m)
+	if errors.Is(err, errShimProtocol) {
+		r.killShim(m)
+		r.reap(m)
+	}
 	if err != nil {
 		return fmt.Errorf("reach the shim: %w", err)
 	}
 	r.log.Info("module started", "module", m.name, "pid", st.PID, "state", st.State, "shim_pid", st.ShimPID)
 	r.watch(m, st, conn)
 	return nil
+}
+
+// errShimProtocol: a shim reports a protocol other than this runtime's
+// (shim.Protocol); the runtime does not drive it.
+var errShimProtocol = errors.New("shim of another protocol")
+
+// killShim SIGKILLs m's shim, identified by its recorded pid and start
+// time, and waits for it to go (its module's tree is left to reap).
+func (r *Runtime) killShim(m *module) {
+	var id shim.Identity
+	if shim.ReadJSON(m.dir, shim.ShimFile, &id) == nil && id.Live() {
+		_ = syscall.Kill(id.PID, syscall.SIGKILL)
+		shim.WaitExit(id.PID, 10*time.Second)
+	}
 }
 
 // stopShim asks m's shim to stop the module and exit, and waits until the

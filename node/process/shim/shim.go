@@ -30,14 +30,18 @@ const readyFD = 3
 // Main runs a shim: the supervisor of one module, whose directory
 // (<state dir>/process/<module>) holds its spec.json. The runtime starts
 // it as its configured shim command with that directory as the last
-// argument; `meshfold shim DIR` calls it. It returns the process's
+// argument (meshfold-shim DIR, or `meshfold shim DIR`). It returns the process's
 // exit code: 0 after a stop request or SIGTERM, 2 when the spec is
-// unusable.
+// unusable or of another [Protocol].
 func Main(dir string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	var sp Spec
 	if err := ReadJSON(dir, SpecFile, &sp); err != nil {
 		log.Error("shim: read spec", "dir", dir, "err", err)
+		return 2
+	}
+	if p := max(sp.Protocol, 1); p != Protocol {
+		log.Error("shim: the spec is of another protocol; refused", "dir", dir, "spec_protocol", p, "protocol", Protocol)
 		return 2
 	}
 	// The shim's own log is capped like the module's: its stderr (where
@@ -119,7 +123,8 @@ func (s *shim) run() error {
 	}
 	s.self = Identity{PID: pid, Start: start, Boot: BootID()}
 	s.st = Status{Module: s.spec.Module, Build: s.spec.Build, Account: s.spec.Account, State: events.Stopped,
-		Restarts: s.spec.Restarts, FillRestarts: s.spec.FillRestarts, Since: time.Now().UTC(), ShimPID: pid, ShimStart: start}
+		Restarts: s.spec.Restarts, FillRestarts: s.spec.FillRestarts, Since: time.Now().UTC(), ShimPID: pid, ShimStart: start,
+		Protocol: Protocol}
 	if s.reap, err = newReaper(); err != nil {
 		return fmt.Errorf("become a child subreaper: %w", err)
 	}

@@ -24,11 +24,21 @@ const (
 	ShimLog    = "shim.log"    // the shim's own log lines
 )
 
+// Protocol is the version of what the runtime and a shim say to each
+// other (spec.json, shim.json, module.json, the requests and statuses on
+// shim.sock). A shim refuses a spec of another protocol and the runtime
+// drives no shim that reports another; a record or status without one
+// (written before it was recorded) is protocol 1. Raise it with any
+// change an older or newer peer would misread.
+const Protocol = 1
+
 // Spec is what one shim runs, as the runtime writes it to spec.json.
 type Spec struct {
-	Module  string `json:"module"`
-	Build   string `json:"build"`
-	Account string `json:"account,omitempty"` // the plan's runs_as
+	// Protocol is the runtime's [Protocol].
+	Protocol int    `json:"protocol,omitempty"`
+	Module   string `json:"module"`
+	Build    string `json:"build"`
+	Account  string `json:"account,omitempty"` // the plan's runs_as
 	// User is the resolved account to switch to; nil runs the module as
 	// the shim's own user (an agent that is not root).
 	User *Account `json:"user,omitempty"`
@@ -117,7 +127,13 @@ type Status struct {
 	// ShimPID and ShimStart identify the shim.
 	ShimPID   int    `json:"shim_pid"`
 	ShimStart uint64 `json:"shim_start"`
+	// Protocol is the shim's [Protocol]; 0 from a shim older than the
+	// field, which speaks protocol 1 (see [Status.Speaks]).
+	Protocol int `json:"protocol,omitempty"`
 }
+
+// Speaks is the protocol the reporting shim speaks.
+func (s Status) Speaks() int { return max(s.Protocol, 1) }
 
 // Request is one line the runtime sends a shim.
 type Request struct {
