@@ -9,10 +9,13 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-## build: the meshfold binary, ./bin/meshfold (the first build compiles every
-## dependency and takes minutes; later ones take seconds)
+## build: ./bin/meshfold and, beside it, ./bin/meshfold-shim, the per-module
+## supervisor the node agent starts (static, like the packages' one: a node
+## runs one per module) (the first build compiles every dependency and takes
+## minutes; later ones take seconds)
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o bin/meshfold ./cmd/meshfold
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o bin/meshfold-shim ./cmd/meshfold-shim
 
 ## test: vet, then every test with the race detector (what CI runs), then
 ## the packages' test (deploy/package is a module of its own)
@@ -21,15 +24,17 @@ test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 	cd deploy/package && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
 
-## dist: the static binary packages and images ship, dist/meshfold, with its
-## version and commit (its first build compiles everything again: -trimpath)
+## dist: the static binaries packages ship, dist/meshfold and dist/meshfold-shim,
+## with their version and commit (the first build compiles everything again:
+## -trimpath)
 dist:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o dist/meshfold ./cmd/meshfold
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o dist/meshfold-shim ./cmd/meshfold-shim
 
 ## package: dist/meshfold_*.deb and dist/meshfold-*.rpm (nfpm as a library,
-## deploy/package): the binary, hardened systemd units, /etc/meshfold
+## deploy/package): the two binaries, hardened systemd units, /etc/meshfold
 package: dist
-	cd deploy/package && $(GO) run . -binary ../../dist/meshfold -version $(VERSION) -out ../../dist
+	cd deploy/package && $(GO) run . -binary ../../dist/meshfold -shim ../../dist/meshfold-shim -version $(VERSION) -out ../../dist
 
 ## chaos: issue 12's chaos suite at full size: 50k events over 200 nodes, serve
 ## SIGKILLed 30 times and restarted 10 times, 10k malformed events (make test
@@ -88,9 +93,9 @@ bench-scale: bench-shim
 	MESHFOLD_KNOCK_NODES=100000 $(GO) test -run '^$$' -bench '^BenchmarkKnockLatency$$' -benchtime 1x -timeout 20m ./engine
 
 ## bench-shim: issue 27's supervision figures (run as root): 100 modules of
-## sleep as nobody, each under its own shim (the meshfold binary, built by the
-## benchmark): PSS and RSS per shim, and the agent side's RSS (bench-scale runs
-## it first)
+## sleep as nobody, each under its own shim (meshfold-shim, built by the
+## benchmark as make build does): PSS and RSS per shim, where one shim's PSS
+## is, and the agent side's RSS (bench-scale runs it first)
 bench-shim:
 	$(GO) test -run '^$$' -bench '^BenchmarkShimMemory$$' -benchtime 1x -timeout 20m ./node/process
 

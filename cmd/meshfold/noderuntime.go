@@ -1,10 +1,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -27,10 +34,10 @@ func bundleCacheDir(stateDir string) string { return filepath.Join(stateDir, "bu
 
 // openProcessRuntime opens the process runtime of node name: bundles come
 // from the builds bucket of stream through a cache in the state directory;
-// shims are this executable, run as `meshfold shim DIR`. The state
-// directory is made traversable (0711) so that modules running as their
-// own accounts reach their bundles; what it holds stays private (the HMAC
-// key 0600, the runtime's directory 0700).
+// shims are [shimCommand]'s. The state directory is made traversable
+// (0711) so that modules running as their own accounts reach their
+// bundles; what it holds stays private (the HMAC key 0600, the runtime's
+// directory 0700).
 func openProcessRuntime(name, root, stateDir string, js jetstream.JetStream, stream string, log *slog.Logger) (*process.Runtime, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--state-dir: %w", err)
@@ -42,18 +49,91 @@ func openProcessRuntime(name, root, stateDir string, js jetstream.JetStream, str
 	if err != nil {
 		return nil, err
 	}
+	cmd, err := shimCommand(log)
+	if err != nil {
+		return nil, err
+	}
+	return process.Open(process.Config{Node: name, Root: root, StateDir: stateDir, Fetcher: cache,
+		Shim: cmd, Logger: log.With("component", "process")})
+}
+
+// shimBinary is the dedicated shim's file name, installed beside meshfold.
+const shimBinary = "meshfold-shim"
+
+// shimEnv names a meshfold-shim to use instead of the one beside this
+// executable.
+const shimEnv = "MESHFOLD_SHIM"
+
+// shimCommand is the command the process runtime starts a module's shim
+// with (the runtime appends the module's directory): the meshfold-shim
+// that $MESHFOLD_SHIM names, else the one beside this executable, each
+// only if `meshfold-shim --version` says it speaks this build's protocol
+// (shim.Protocol); without either (go run, a bare binary), this executable
+// as `meshfold shim`, said once at start: the same supervisor, about
+// 1.8 MB more memory per module (docs/architecture.md, "Memory per
+// shim").
+//
+// Errors: $MESHFOLD_SHIM set and not a meshfold-shim of this protocol; a
+// meshfold-shim beside this executable of another protocol (a stale
+// file: an agent never drives a shim it does not understand).
+func shimCommand(log *slog.Logger) ([]string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("the shim command: %w", err)
 	}
-	return process.Open(process.Config{Node: name, Root: root, StateDir: stateDir, Fetcher: cache,
-		Shim: []string{exe, "shim"}, Logger: log.With("component", "process")})
+	path, set := os.LookupEnv(shimEnv)
+	if !set || path == "" {
+		path = filepath.Join(filepath.Dir(exe), shimBinary)
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			log.Info("no "+shimBinary+" beside this executable: each module's shim is meshfold itself (`meshfold shim`), about 1.8 MB more memory per module; install "+shimBinary+" beside it or set "+shimEnv,
+				"looked_for", path)
+			return []string{exe, "shim"}, nil
+		}
+	}
+	v, err := shimVersion(path)
+	if err != nil {
+		return nil, fmt.Errorf("the shim %s: %w", path, err)
+	}
+	if v.protocol != shim.Protocol {
+		return nil, fmt.Errorf("the shim %s (%s) speaks protocol %d, this meshfold (%s) protocol %d: install the %s of this release beside meshfold, or name one with %s",
+			path, v.version, v.protocol, versionInfo().Version, shim.Protocol, shimBinary, shimEnv)
+	}
+	log.Info("module shims: "+path, "shim_version", v.version, "protocol", v.protocol)
+	return []string{path}, nil
+}
+
+// shimInfo is what `meshfold-shim --version` says.
+type shimInfo struct {
+	version  string
+	protocol int
+}
+
+// shimVersion runs `path --version` (5 s at most) and reads its
+// "meshfold-shim VERSION commit COMMIT protocol N" line.
+func shimVersion(path string) (shimInfo, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return shimInfo{}, fmt.Errorf("%s --version: %w", path, err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) != 6 || f[0] != shimBinary || f[2] != "commit" || f[4] != "protocol" {
+		return shimInfo{}, fmt.Errorf("%s --version said %q: not a %s", path, strings.TrimSpace(string(out)), shimBinary)
+	}
+	p, err := strconv.Atoi(f[5])
+	if err != nil {
+		return shimInfo{}, fmt.Errorf("%s --version said %q: no protocol number", path, strings.TrimSpace(string(out)))
+	}
+	return shimInfo{version: f[1] + " commit " + f[3], protocol: p}, nil
 }
 
 func init() { register(func(*app) *cobra.Command { return newShimCmd() }) }
 
 // newShimCmd is `meshfold shim DIR`: the supervisor of one module,
-// started by the process runtime, never by hand. It is a top-level
+// started by the process runtime, never by hand, where no meshfold-shim
+// is installed (see shimCommand); an agent adopts and stops the ones an
+// earlier build started. It is a top-level
 // command, not a subcommand of node, so that a node named "shim" is a node
 // like any other.
 func newShimCmd() *cobra.Command {

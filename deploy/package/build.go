@@ -22,6 +22,7 @@ var embedded embed.FS
 // Options says what Build packages and where.
 type Options struct {
 	Binary  string   // path of the meshfold binary
+	Shim    string   // path of the meshfold-shim binary (the node agent's per-module supervisor)
 	Version string   // git describe output; see pkgVersion
 	Arch    string   // GOARCH of the binary
 	Out     string   // directory the packages are written to (created)
@@ -37,6 +38,9 @@ const unitDir = "/usr/lib/systemd/system"
 func Build(o Options) ([]string, error) {
 	if _, err := os.Stat(o.Binary); err != nil {
 		return nil, err
+	}
+	if _, err := os.Stat(o.Shim); err != nil {
+		return nil, fmt.Errorf("the shim binary: %w", err)
 	}
 	src, err := os.MkdirTemp("", "meshfold-package-")
 	if err != nil {
@@ -98,6 +102,7 @@ func buildOne(o Options, src, format string) (string, error) {
 		Overridables: nfpm.Overridables{
 			Contents: files.Contents{
 				{Source: o.Binary, Destination: "/usr/bin/meshfold", FileInfo: root(0o755)},
+				{Source: o.Shim, Destination: "/usr/bin/meshfold-shim", FileInfo: root(0o755)},
 				{Source: f("meshfold-serve.service"), Destination: unitDir + "/meshfold-serve.service", FileInfo: root(0o644)},
 				{Source: f("meshfold-node@.service"), Destination: unitDir + "/meshfold-node@.service", FileInfo: root(0o644)},
 				{Source: f("meshfold-provision@.service"), Destination: unitDir + "/meshfold-provision@.service", FileInfo: root(0o644)},

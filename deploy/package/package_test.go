@@ -11,14 +11,20 @@ import (
 	"testing"
 )
 
-// The .deb installs the binary, three units and three settings files with
+// The .deb installs the two binaries, three units and three settings files with
 // the modes and owners the units expect; its units pass systemd-analyze
 // verify in a scratch root holding the package; the .rpm is written too.
 func TestPackages(t *testing.T) {
 	dir := t.TempDir()
 	bin := meshfoldBinary(t)
+	shim := filepath.Join(dir, "meshfold-shim")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version=v9.8.7-test -X main.commit=0badc0de", "-o", shim, "./cmd/meshfold-shim")
+	build.Dir, build.Env = filepath.Join("..", ".."), append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build meshfold-shim: %v\n%s", err, out)
+	}
 	out := filepath.Join(dir, "dist")
-	paths, err := Build(Options{Binary: bin, Version: "v9.8.7-3-gabc1234", Arch: runtime.GOARCH, Out: out, Formats: []string{"deb", "rpm"}})
+	paths, err := Build(Options{Binary: bin, Shim: shim, Version: "v9.8.7-3-gabc1234", Arch: runtime.GOARCH, Out: out, Formats: []string{"deb", "rpm"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,6 +46,7 @@ func TestPackages(t *testing.T) {
 	// Modes and owners, from the package's own table of contents.
 	want := map[string]string{
 		"./usr/bin/meshfold":                                   "-rwxr-xr-x root/root",
+		"./usr/bin/meshfold-shim":                              "-rwxr-xr-x root/root",
 		"./usr/lib/systemd/system/meshfold-serve.service":      "-rw-r--r-- root/root",
 		"./usr/lib/systemd/system/meshfold-node@.service":      "-rw-r--r-- root/root",
 		"./usr/lib/systemd/system/meshfold-provision@.service": "-rw-r--r-- root/root",
@@ -103,6 +110,11 @@ func TestPackages(t *testing.T) {
 	v, err := exec.Command(filepath.Join(root, "usr/bin/meshfold"), "version").Output()
 	if err != nil || !strings.HasPrefix(string(v), "meshfold v9.8.7-test\ncommit   0badc0de\n") {
 		t.Errorf("meshfold version: %v\n%s", err, v)
+	}
+	// The agent finds meshfold-shim beside itself and asks its protocol.
+	v, err = exec.Command(filepath.Join(root, "usr/bin/meshfold-shim"), "--version").Output()
+	if err != nil || !strings.HasPrefix(string(v), "meshfold-shim v9.8.7-test commit 0badc0de protocol ") {
+		t.Errorf("meshfold-shim --version: %v\n%s", err, v)
 	}
 
 	analyze, err := exec.LookPath("systemd-analyze")

@@ -21,8 +21,9 @@ import (
 
 // BenchmarkShimMemory prints issue 27's supervision figures: 100 modules
 // of `sleep` running as nobody, each under its own shim, as in
-// production: the shim is the meshfold binary (`meshfold shim DIR`), built
-// here, or the program MESHFOLD_SHIM_BIN names. It prints the PSS and RSS
+// production: the shim is meshfold-shim, built here as make build builds
+// it, or the program MESHFOLD_SHIM_BIN names (a binary named meshfold runs
+// as `meshfold shim DIR`, the shim of earlier builds). It prints the PSS and RSS
 // of every shim (min, median, max and mean, from /proc/PID/smaps_rollup)
 // and the RSS and PSS of this process, the agent side, before and with
 // the modules. MESHFOLD_SHIM_MODULES changes the count. It runs as root
@@ -49,11 +50,18 @@ func BenchmarkShimMemory(b *testing.B) {
 	}
 	bin := os.Getenv("MESHFOLD_SHIM_BIN")
 	if bin == "" {
-		bin = filepath.Join(base, "meshfold")
-		build := exec.Command("go", "build", "-o", bin, "../../cmd/meshfold")
+		// The shim the agent starts: meshfold-shim, built static as make
+		// build and make dist build it.
+		bin = filepath.Join(base, "meshfold-shim")
+		build := exec.Command("go", "build", "-o", bin, "../../cmd/meshfold-shim")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
-			b.Fatalf("build meshfold: %v\n%s", err, out)
+			b.Fatalf("build meshfold-shim: %v\n%s", err, out)
 		}
+	}
+	shimCmd := []string{bin}
+	if filepath.Base(bin) == "meshfold" {
+		shimCmd = append(shimCmd, "shim") // an earlier build's shim: `meshfold shim DIR`
 	}
 	dir := filepath.Join(base, "bundle")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -72,7 +80,7 @@ func BenchmarkShimMemory(b *testing.B) {
 		b.Fatal(err)
 	}
 	r, err := Open(Config{Node: "ace", Root: root, StateDir: filepath.Join(base, "state"), Fetcher: fetch,
-		Shim: []string{bin, "shim"}, Backoff: Backoff{Initial: time.Hour, Max: time.Hour},
+		Shim: shimCmd, Backoff: Backoff{Initial: time.Hour, Max: time.Hour},
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
