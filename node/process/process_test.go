@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 		testproc.DieWithParent(syscall.SIGTERM)
 		os.Exit(ShimMain(os.Args[len(os.Args)-1]))
 	}
+	if p := os.Getenv(fakeShimEnv); p != "" {
+		os.Exit(fakeShim(p, os.Args[len(os.Args)-1]))
+	}
 	if os.Getenv(notifyDaemonEnv) != "" {
 		os.Exit(notifyDaemon(os.Getenv(notifyDaemonEnv)))
 	}
