@@ -133,15 +133,19 @@ func parseRollup(data string) (rss, pss int) {
 // TestMeasureTree prints issue 22's figures: removal → last process of a
 // daemonizing module gone, check start → healthy for each kind, and the
 // shims' RSS and PSS with checks running. MESHFOLD_MEASURE_SHIM names a
-// meshfold binary to run as the shim (`meshfold shim DIR`), as in
-// production; by default the shim is this test binary.
+// meshfold-shim binary to run as the shim, as in production (a binary
+// named meshfold runs as `meshfold shim DIR`); by default the shim is this
+// test binary.
 func TestMeasureTree(t *testing.T) {
 	if os.Getenv("MESHFOLD_MEASURE") != "1" {
 		t.Skip("set MESHFOLD_MEASURE=1 to measure")
 	}
 	e := newEnv(t, Backoff{Initial: time.Hour, Max: time.Hour})
 	if bin := os.Getenv("MESHFOLD_MEASURE_SHIM"); bin != "" {
-		e.cfg.Shim, e.cfg.ShimEnv = []string{bin, "shim"}, nil
+		e.cfg.Shim, e.cfg.ShimEnv = []string{bin}, nil
+		if filepath.Base(bin) == "meshfold" {
+			e.cfg.Shim = append(e.cfg.Shim, "shim") // `meshfold shim DIR`
+		}
 	}
 	mark := filepath.Join(t.TempDir(), "marks")
 	openUp(t, filepath.Dir(mark))
