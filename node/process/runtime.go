@@ -39,7 +39,8 @@ type Config struct {
 	Fetcher Fetcher
 	// Shim is the argv that runs a shim; the runtime appends the module's
 	// directory. The command must call [shim.Main] with it (meshfold's is
-	// `meshfold shim DIR`, a hidden top-level command). Required.
+	// meshfold-shim, or `meshfold shim DIR`, a hidden top-level command,
+	// where none is installed). Required.
 	Shim []string
 	// ShimEnv is added to the shim's environment (tests mark their
 	// re-executed binary with it).
