@@ -30,9 +30,17 @@ const (
 // lineWriter writes tagged lines to one file; its methods are safe for
 // concurrent use (stdout, stderr and the shim's notes share the file).
 type lineWriter struct {
-	mu  sync.Mutex
-	out io.Writer
-	buf []byte
+	mu    sync.Mutex
+	out   io.Writer
+	buf   []byte
+	lines uint64 // lines written, under mu
+}
+
+// written is how many lines w has written.
+func (w *lineWriter) written() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lines
 }
 
 // line writes text (no newline) as one line of stream.
@@ -46,6 +54,7 @@ func (w *lineWriter) line(stream string, text []byte) {
 	w.buf = append(w.buf, text...)
 	w.buf = append(w.buf, '\n')
 	_, _ = w.out.Write(w.buf)
+	w.lines++
 }
 
 // copyLines tags every line read from r as stream until r ends. It reads

@@ -441,17 +441,31 @@ type proc struct {
 	copied chan struct{} // closed once its stdout and stderr are copied to their end
 }
 
-// drained waits, a moment at most, until p's output is all in the log
-// (its pipes end once no process of its tree holds them), so the shim's
-// note of an exit comes after the module's last lines.
-func (p *proc) drained() {
-	t := time.NewTimer(time.Second)
-	defer t.Stop()
-	select {
-	case <-p.copied:
-	case <-t.C:
+// drained waits until p's output is all in the log (its pipes end once
+// no process of its tree holds them), so the shim's note of an exit comes
+// after the module's last lines. While lines keep coming it waits on (a
+// loaded machine copies a full pipe slowly); it gives up after a second
+// without a line (a pipe held by a process outside the tree), and after
+// drainMax in all.
+func (s *shim) drained(p *proc) {
+	end := time.Now().Add(drainMax)
+	for {
+		n := s.lines.written()
+		t := time.NewTimer(time.Second)
+		select {
+		case <-p.copied:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if s.lines.written() == n || time.Now().After(end) {
+			return
+		}
 	}
 }
+
+// drainMax bounds how long a run's output is waited for after its exit.
+const drainMax = 30 * time.Second
 
 // start starts the module's command in its own process group, in the
 // module's cgroup when there is one, as its account, stdout and stderr
@@ -546,7 +560,7 @@ func (s *shim) wait(p *proc, seen uint64) (exit string, stopped bool) {
 			// before the exit is reported: a restart does not meet the old
 			// process's descendants.
 			s.stopTree(p)
-			p.drained()
+			s.drained(p)
 			return s.exitOf(p, exit), false
 		case <-s.stop.Done():
 			return s.terminate(p), true
@@ -587,7 +601,7 @@ func (s *shim) wait(p *proc, seen uint64) (exit string, stopped bool) {
 func (s *shim) terminate(p *proc) string {
 	s.stopTree(p)
 	exit := s.exitOf(p, <-p.exited)
-	p.drained()
+	s.drained(p)
 	return exit
 }
 
