@@ -145,9 +145,18 @@ func InputTargets(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig)
 
 // WaitCheckpoints waits, polling every 2 ms, until each partition's
 // checkpoint in snaps reaches its target, and returns the time since
-// start. It fails tb on a read error.
+// start. It fails tb on a read error, and a second before the test
+// binary's deadline (as internal/waitfor does; a benchmark has none, its
+// -timeout ends it) saying which partition's checkpoint it last read
+// below which target, instead of hanging until the binary is killed.
 func WaitCheckpoints(tb testing.TB, snaps *store.Snapshots, targets map[int]uint64, start time.Time) time.Duration {
 	tb.Helper()
+	var end time.Time
+	if d, ok := tb.(interface{ Deadline() (time.Time, bool) }); ok {
+		if dl, ok := d.Deadline(); ok {
+			end = dl.Add(-time.Second)
+		}
+	}
 	for p, want := range targets {
 		for {
 			ck, err := snaps.Checkpoint(context.Background(), p)
@@ -157,7 +166,11 @@ func WaitCheckpoints(tb testing.TB, snaps *store.Snapshots, targets map[int]uint
 			if ck >= want {
 				break
 			}
-			time.Sleep(2 * time.Millisecond)
+			if !end.IsZero() && time.Now().After(end) {
+				tb.Fatalf("timed out after %v waiting for partition %d's checkpoint to reach #%d; last saw #%d",
+					time.Since(start).Round(time.Millisecond), p, want, ck)
+			}
+			time.Sleep(2 * time.Millisecond) // polled finely: benchmarks time the catch-up with it
 		}
 	}
 	return time.Since(start)
