@@ -83,7 +83,10 @@ bench:
 ## one meshfold reconcile process against a nats-server process at 1,000, 10,000
 ## and 100,000 nodes (20 events a node): cold refold against the raw read,
 ## restart after 200k vs 2M events, heap and RSS per node loaded from snapshots; the knock p99 under 50,000 events/s of
-## 100,000 other nodes' haves against a raw publish → consume hop
+## 100,000 other nodes' haves against a raw publish → consume hop; a group of
+## 4 meshfold reconcile processes on a 3-server cluster (R3, loopback): cold
+## catch-up against the raw read on the same cluster, CPU per folded event per
+## instance and per server
 bench-scale: bench-shim
 	$(GO) test -run '^$$' -bench '^BenchmarkFleetJSON100k$$' -benchtime 1x -timeout 30m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkConsoleFleet100k$$' -benchtime 1x -timeout 30m ./e2e
@@ -91,6 +94,7 @@ bench-scale: bench-shim
 	$(GO) test -run '^$$' -bench '^BenchmarkReconcileLoad100k$$' -benchtime 1x -timeout 20m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkReconcileScale$$' -benchtime 1x -timeout 60m ./cmd/meshfold
 	MESHFOLD_KNOCK_NODES=100000 $(GO) test -run '^$$' -bench '^BenchmarkKnockLatency$$' -benchtime 1x -timeout 20m ./engine
+	$(GO) test -run '^$$' -bench '^BenchmarkGroupScale$$' -benchtime 1x -timeout 60m ./cmd/meshfold
 
 ## bench-shim: issue 27's supervision figures (run as root): 100 modules of
 ## sleep as nobody, each under its own shim (meshfold-shim, built by the

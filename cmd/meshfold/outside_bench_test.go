@@ -47,7 +47,8 @@ import (
 // loaded reconciler (memory-*) into DIR, sampled every 4 KiB (which
 // slows every process of the run a little), and a CPU profile of the
 // first 5 s of each one-process catch-up (which the profile slows: do not
-// take that run's figures), the server's too. MESHFOLD_BENCH_HEAP=DIR
+// take that run's figures), the server's too. MESHFOLD_BENCH_LOGS=DIR
+// keeps every reconcile process's log there. MESHFOLD_BENCH_HEAP=DIR
 // writes the heap profiles of the reconciler and the server at the end
 // of each one-process catch-up (after the timed part).
 
@@ -97,7 +98,7 @@ func removeBenchBinary() {
 // history sealed with it is recognised as stored) and a signing key file
 // every reconciler of the benchmark signs with.
 type outsideServer struct {
-	srv     *storetest.ProcServer
+	srv     benchServer
 	js      jetstream.JetStream
 	cfg     store.StreamConfig
 	key     []byte
@@ -114,14 +115,35 @@ type outsideServer struct {
 	last struct{ ratio, cpuNs float64 }
 }
 
+// benchServer is the server side of an outside benchmark: one
+// nats-server process (*storetest.ProcServer) or a cluster of them
+// (procCluster).
+type benchServer interface {
+	// URL is the client URL (a cluster's: every server's, comma
+	// separated).
+	URL() string
+	// CPU is the server processes' CPU time so far, summed.
+	CPU() time.Duration
+	Connect(testing.TB, ...nats.Option) (*nats.Conn, jetstream.JetStream)
+	// Stop kills every server process (by pid) and reaps it.
+	Stop()
+}
+
 func startOutsideServer(tb testing.TB) *outsideServer {
+	tb.Helper()
+	return startOutsideOn(tb, storetest.StartProcServer(tb), store.StreamConfig{})
+}
+
+// startOutsideOn is startOutsideServer on srv, the stream created with
+// want (its zero fields the defaults).
+func startOutsideOn(tb testing.TB, srv benchServer, want store.StreamConfig) *outsideServer {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s := &outsideServer{srv: storetest.StartProcServer(tb)}
+	s := &outsideServer{srv: srv}
 	_, s.js = s.srv.Connect(tb)
 	var err error
-	if _, s.cfg, err = store.EnsureStream(ctx, s.js, store.StreamConfig{}); err != nil {
+	if _, s.cfg, err = store.EnsureStream(ctx, s.js, want); err != nil {
 		tb.Fatal(err)
 	}
 	if s.key, err = store.EffectKey(ctx, s.js, s.cfg, nil); err != nil {
@@ -207,25 +229,34 @@ type raw struct {
 // decoding as the fold does (enginetest.RawDecode, a faster decoder).
 func (s *outsideServer) rawRead(tb testing.TB) (std, fast raw) {
 	tb.Helper()
-	one := func(read func(testing.TB, jetstream.JetStream, store.StreamConfig, int) time.Duration) raw {
-		runtime.GC()
-		self0, srv0 := selfCPU(tb), s.srv.CPU()
-		took := read(tb, s.js, s.cfg, s.msgs)
-		self, srv := selfCPU(tb)-self0, s.srv.CPU()-srv0
-		n := float64(s.msgs)
-		return raw{rate: n / took.Seconds(), cpuNs: float64(self.Nanoseconds()) / n, serverNs: float64(srv.Nanoseconds()) / n}
+	return s.rawBest(tb, enginetest.RawDecodeStd), s.rawBest(tb, enginetest.RawDecode)
+}
+
+// rawReadFunc is one raw read of every message of a stream
+// (enginetest.RawDecodeStd, RawDecode).
+type rawReadFunc func(testing.TB, jetstream.JetStream, store.StreamConfig, int) time.Duration
+
+// rawOne measures one raw read of s's stream by read.
+func (s *outsideServer) rawOne(tb testing.TB, read rawReadFunc) raw {
+	tb.Helper()
+	runtime.GC()
+	self0, srv0 := selfCPU(tb), s.srv.CPU()
+	took := read(tb, s.js, s.cfg, s.msgs)
+	self, srv := selfCPU(tb)-self0, s.srv.CPU()-srv0
+	n := float64(s.msgs)
+	return raw{rate: n / took.Seconds(), cpuNs: float64(self.Nanoseconds()) / n, serverNs: float64(srv.Nanoseconds()) / n}
+}
+
+// rawBest is the better of two rawOne reads: one read alone was now and
+// then disturbed (a rate a third of the next part's), which made a ratio
+// of 2.4; the better one is also the stricter baseline.
+func (s *outsideServer) rawBest(tb testing.TB, read rawReadFunc) raw {
+	tb.Helper()
+	a, b := s.rawOne(tb, read), s.rawOne(tb, read)
+	if b.rate > a.rate {
+		return b
 	}
-	// The better of two reads each: one read alone was now and then
-	// disturbed (a rate a third of the next part's), which made a ratio
-	// of 2.4; the better one is also the stricter baseline.
-	best := func(read func(testing.TB, jetstream.JetStream, store.StreamConfig, int) time.Duration) raw {
-		a, b := one(read), one(read)
-		if b.rate > a.rate {
-			return b
-		}
-		return a
-	}
-	return best(enginetest.RawDecodeStd), best(enginetest.RawDecode)
+	return a
 }
 
 // report reports r's figures, the names prefixed with prefix (raw,
@@ -301,8 +332,23 @@ func (s *outsideServer) startProc(tb testing.TB, extra ...string) *benchProc {
 			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 			<-p.exited
 		}
+		if dir := os.Getenv("MESHFOLD_BENCH_LOGS"); dir != "" {
+			keepLog(tb, p.log, filepath.Join(dir, fmt.Sprintf("%s.%d.log", strings.ReplaceAll(tb.Name(), "/", "_"), p.cmd.Process.Pid)))
+		}
 	})
 	return p
+}
+
+// keepLog copies a process's log from to to (MESHFOLD_BENCH_LOGS=DIR
+// keeps every benchmark process's log there); it logs why not instead.
+func keepLog(tb testing.TB, from, to string) {
+	data, err := os.ReadFile(from)
+	if err == nil {
+		err = os.WriteFile(to, data, 0o644)
+	}
+	if err != nil {
+		tb.Logf("log not kept: %v", err)
+	}
 }
 
 func (p *benchProc) alive() bool {
@@ -655,12 +701,17 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 // name.server.heap.pb.gz; it logs why not instead. Taken after a timed
 // part, they cost its figures nothing.
 func (s *outsideServer) heapProfiles(tb testing.TB, p *benchProc, name string) {
+	srv, ok := s.srv.(*storetest.ProcServer)
+	if !ok {
+		tb.Logf("no heap profiles: the server is a cluster")
+		return
+	}
 	for _, h := range []struct {
 		path string
 		get  func() ([]byte, error)
 	}{
 		{name + ".heap.pb.gz", func() ([]byte, error) { return p.get("/debug/pprof/heap") }},
-		{name + ".server.heap.pb.gz", s.srv.HeapProfile},
+		{name + ".server.heap.pb.gz", srv.HeapProfile},
 	} {
 		prof, err := h.get()
 		if err == nil {
@@ -680,7 +731,12 @@ func (s *outsideServer) serverProfile(tb testing.TB, path string) {
 
 // serverProfileFor is serverProfile over the next d.
 func (s *outsideServer) serverProfileFor(tb testing.TB, path string, d time.Duration) {
-	prof, err := s.srv.CPUProfile(d)
+	srv, ok := s.srv.(*storetest.ProcServer)
+	if !ok {
+		tb.Logf("no server CPU profile: the server is a cluster")
+		return
+	}
+	prof, err := srv.CPUProfile(d)
 	if err == nil {
 		err = os.WriteFile(path, prof, 0o644)
 	}

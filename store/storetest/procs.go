@@ -39,6 +39,7 @@ type procServer struct {
 	conf    string
 	client  int
 	monitor int
+	prof    int // pprof listener (prof_port)
 	log     string
 
 	mu  sync.Mutex
@@ -97,26 +98,27 @@ func StartProcCluster(t testing.TB, n int) *ProcCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 3*n)
+	ports := freePorts(t, 4*n)
 	var routes []string
 	for i := range n {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+1]))
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[4*i+1]))
 	}
 	c := &ProcCluster{t: t, bin: bin}
 	for i := range n {
 		dir := t.TempDir()
-		s := &procServer{name: fmt.Sprintf("p%d", i), client: ports[3*i], monitor: ports[3*i+2],
+		s := &procServer{name: fmt.Sprintf("p%d", i), client: ports[4*i], monitor: ports[4*i+2], prof: ports[4*i+3],
 			conf: filepath.Join(dir, "server.conf"), log: filepath.Join(dir, "server.log")}
 		conf := fmt.Sprintf(`server_name: %s
 listen: 127.0.0.1:%d
 http: 127.0.0.1:%d
+prof_port: %d
 jetstream: { store_dir: %q }
 cluster: {
   name: meshfold-proc-test
   listen: 127.0.0.1:%d
   routes: [%s]
 }
-`, s.name, s.client, s.monitor, filepath.Join(dir, "js"), ports[3*i+1], strings.Join(routes, ", "))
+`, s.name, s.client, s.monitor, s.prof, filepath.Join(dir, "js"), ports[4*i+1], strings.Join(routes, ", "))
 		if err := os.WriteFile(s.conf, []byte(conf), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -211,6 +213,47 @@ func (c *ProcCluster) Restart(i int) {
 	if err := c.WaitHealthy(i, 60*time.Second); err != nil {
 		c.t.Fatal(err)
 	}
+}
+
+// Stop kills every server still running (SIGKILL to each process group,
+// by its pid) and reaps it, as Cleanup does.
+func (c *ProcCluster) Stop() {
+	for i := range c.srvs {
+		c.kill(i)
+	}
+}
+
+// Pid returns server i's pid (also its process group's id), or 0 when it
+// does not run.
+func (c *ProcCluster) Pid(i int) int {
+	s := c.srvs[i]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// CPU returns server i's CPU time so far, user and system ([ProcCPU]);
+// it fails the test if server i does not run.
+func (c *ProcCluster) CPU(i int) time.Duration {
+	c.t.Helper()
+	pid := c.Pid(i)
+	if pid == 0 {
+		c.t.Fatalf("storetest: CPU of %s: not running", c.srvs[i].name)
+	}
+	d, err := ProcCPU(pid)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return d
+}
+
+// CPUProfile returns a CPU profile of server i over the next d, from its
+// pprof listener (prof_port, on loopback).
+func (c *ProcCluster) CPUProfile(i int, d time.Duration) ([]byte, error) {
+	return pprofGet(c.srvs[i].prof, fmt.Sprintf("profile?seconds=%d", int(d.Seconds())), d)
 }
 
 // Running reports whether server i runs.

@@ -97,9 +97,13 @@ func (s *ProcServer) CPUProfile(d time.Duration) ([]byte, error) {
 // HeapProfile returns the server's heap profile (its pprof listener).
 func (s *ProcServer) HeapProfile() ([]byte, error) { return s.pprof("heap", 0) }
 
-func (s *ProcServer) pprof(what string, d time.Duration) ([]byte, error) {
+func (s *ProcServer) pprof(what string, d time.Duration) ([]byte, error) { return pprofGet(s.prof, what, d) }
+
+// pprofGet fetches /debug/pprof/what from a server's pprof listener on
+// loopback port port, allowing d for the profile and 30 s more.
+func pprofGet(port int, what string, d time.Duration) ([]byte, error) {
 	hc := &http.Client{Timeout: d + 30*time.Second}
-	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/%s", s.prof, what))
+	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/%s", port, what))
 	if err != nil {
 		return nil, err
 	}
