@@ -97,7 +97,9 @@ func (s *ProcServer) CPUProfile(d time.Duration) ([]byte, error) {
 // HeapProfile returns the server's heap profile (its pprof listener).
 func (s *ProcServer) HeapProfile() ([]byte, error) { return s.pprof("heap", 0) }
 
-func (s *ProcServer) pprof(what string, d time.Duration) ([]byte, error) { return pprofGet(s.prof, what, d) }
+func (s *ProcServer) pprof(what string, d time.Duration) ([]byte, error) {
+	return pprofGet(s.prof, what, d)
+}
 
 // pprofGet fetches /debug/pprof/what from a server's pprof listener on
 // loopback port port, allowing d for the profile and 30 s more.
