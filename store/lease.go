@@ -197,7 +197,11 @@ func (l *Lease) claim(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		// A create that lost a race with a fresh delete (the key's
+		// previous holder releasing it) comes back from a replicated
+		// bucket as the server's raw 10164, not as ErrKeyExists: the key
+		// changed under it, so read it again, as after ErrKeyExists.
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(ServerError(err), ErrConflict) {
 			return fmt.Errorf("lease %s: %w", l.key, err)
 		}
 		e, err := l.kv.Get(ctx, l.key)

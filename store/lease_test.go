@@ -177,6 +177,56 @@ func TestLeaseClaimStoppedDuringItsCreateLeavesNoKey(t *testing.T) {
 	}
 }
 
+// lostToADelete is a bucket whose first Create loses a race on a
+// replicated bucket: another claimant creates the key and deletes it
+// again (a reconciler group member's check of the stream key, which it
+// releases at once) while this create is on its way, and the server
+// answers it with the raw wrong-last-sequence reply of a replicated
+// stream, 10164, which nats.go returns unwrapped from a create that
+// followed a delete marker.
+type lostToADelete struct {
+	jetstream.KeyValue
+	lost *bool
+}
+
+func (kv lostToADelete) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if *kv.lost {
+		return kv.KeyValue.Create(ctx, key, value, opts...)
+	}
+	*kv.lost = true
+	other, _ := json.Marshal(store.NewHolder("reconciler", "MESH"))
+	rev, err := kv.KeyValue.Create(ctx, key, other)
+	if err != nil {
+		return 0, err
+	}
+	if err := kv.KeyValue.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+		return 0, err
+	}
+	return 0, &jetstream.APIError{Code: 400, ErrorCode: 10164, Description: "wrong last sequence"}
+}
+
+// A claim whose create lost a race with another claimant's create and
+// release (the server's raw 10164 on a replicated bucket) reads the key
+// again and takes it: it fails neither with the reply nor as held. Four
+// `meshfold reconcile --group` instances started at once on a 3-server
+// cluster each check the stream key this way, and one exited with
+// "lease stream: … err_code=10164 … wrong last sequence" before this.
+func TestLeaseClaimAfterARaceWithADelete(t *testing.T) {
+	kv := leaseBucket(t)
+	ctx := testCtx(t)
+	var lost bool
+	l, err := store.AcquireLease(ctx, lostToADelete{KeyValue: kv, lost: &lost}, "stream", store.NewHolder("reconciler", "MESH"), nil)
+	if err != nil {
+		t.Fatalf("claim after a lost race with a delete: %v", err)
+	}
+	if !lost {
+		t.Fatal("the race was not played")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The lease of a holder that died (its key is never renewed) is taken
 // once the key expires, within about the bucket's TTL.
 func TestLeaseOfADeadHolderIsTakenAfterItsTTL(t *testing.T) {
