@@ -68,24 +68,34 @@ func markerOf(b []byte) (stateMarker, bool) {
 // (the expected-sequence fence) and the protocol line.
 const stateRoom = 1024
 
-// snapshotOf encodes st for the snapshot bucket: the state, or a marker
-// when it is over the server's max_payload. The first time a node's state
+// snapshotOf encodes st for the snapshot bucket: the state and its fleet
+// summary (reconcile.MarshalSummary, put in the same message:
+// store.SummaryHeader), or a marker and no summary when the state is over
+// the server's max_payload. A summary that would not fit beside its state
+// is left out (a reader reads the state). The first time a node's state
 // is too big in a session (not already a marker when the session loaded
 // it), that is journaled at error and logged. A state is appended to
 // arena (a checkpoint's states share one buffer) and b is its part;
 // arena is returned, grown.
-func (s *session) snapshotOf(ctx context.Context, node string, st *reconcile.State, arena []byte) (b, _ []byte, err error) {
+func (s *session) snapshotOf(ctx context.Context, node string, st *reconcile.State, arena []byte) (b, summary, _ []byte, err error) {
 	r := s.p.r
 	start := len(arena)
 	arena, err = reconcile.AppendState(arena, st)
 	if err != nil {
-		return nil, arena, fmt.Errorf("encode state of %s: %w", node, err)
+		return nil, nil, arena, fmt.Errorf("encode state of %s: %w", node, err)
 	}
 	size := len(arena) - start
 	max := int(r.js.Conn().MaxPayload()) - stateRoom
 	if size <= max {
 		delete(s.tooBig, node)
-		return arena[start:len(arena):len(arena)], arena, nil
+		sum, err := reconcile.MarshalSummary(st)
+		if err != nil {
+			return nil, nil, arena, fmt.Errorf("encode summary of %s: %w", node, err)
+		}
+		if size+len(store.SummaryHeader)+len(sum)+4 > max {
+			sum = nil
+		}
+		return arena[start:len(arena):len(arena)], sum, arena, nil
 	}
 	arena = arena[:start] // a marker instead
 	r.m.TooBig.Inc()
@@ -96,11 +106,11 @@ func (s *session) snapshotOf(ctx context.Context, node string, st *reconcile.Sta
 		r.log.Error("node state too big for a snapshot", "node", node, "bytes", size, "max_payload", max+stateRoom)
 		j := events.Stamp(&events.Journal{Level: events.LevelError, Msg: msg, Cause: st.Seq}, time.Now())
 		if _, err := r.pub.Append(ctx, node, j); err != nil && !store.Permanent(err) {
-			return nil, arena, fmt.Errorf("journal the state of %s: %w", node, err)
+			return nil, nil, arena, fmt.Errorf("journal the state of %s: %w", node, err)
 		}
 	}
 	b, err = json.Marshal(stateMarker{Node: node, Seq: st.Seq, TooBig: size})
-	return b, arena, err
+	return b, nil, arena, err
 }
 
 // refoldNode rebuilds node's state from its events in the stream up to

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/embedded"
 )
@@ -260,6 +262,31 @@ func TestPoisonPlanAndSnapshotSkipped(t *testing.T) {
 		b, _, err := snaps.GetNode(context.Background(), big)
 		return err == nil && strings.Contains(string(b), `"too_big"`)
 	})
+	// A marker carries no fleet summary (fleet reads it as before); a
+	// state that fits carries its summary in the same message.
+	sums := map[string]string{}
+	bare, err := snaps.ScanSummaries(context.Background(), func(node string, sum []byte) error {
+		sums[node] = string(sum)
+		return nil
+	})
+	if err != nil || !slices.Contains(bare, big) || sums["ace"] == "" {
+		t.Errorf("summaries: %v bare %v, ace's %q", err, bare, sums["ace"])
+	}
+	kvs, err := g.js.Stream(context.Background(), "KV_"+snaps.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := kvs.GetLastMsgForSubject(context.Background(), fmt.Sprintf("$KV.%s.node.%d.ace", snaps.Bucket(), events.Partition("ace", g.cfg.Partitions)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := reconcile.UnmarshalState(m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum, _ := reconcile.MarshalSummary(st); m.Header.Get(store.SummaryHeader) != string(sum) {
+		t.Errorf("ace's summary is not its state's:\n%s\n%s", m.Header.Get(store.SummaryHeader), sum)
+	}
 	if counter(metrics.Poison) != 1 || counter(metrics.TooBig) == 0 {
 		t.Errorf("poison %v, too big %v", counter(metrics.Poison), counter(metrics.TooBig))
 	}

@@ -849,11 +849,12 @@ func (s *session) checkpointNow(ctx context.Context) error {
 	if err := p.lost(); err != nil {
 		return err
 	}
-	var states map[string][]byte
+	var states, summaries map[string][]byte
 	if len(s.dirty) > 0 {
 		sctx, cancel := context.WithTimeout(ctx, ackTimeout)
 		defer cancel()
 		states = make(map[string][]byte, len(s.dirty))
+		summaries = make(map[string][]byte, len(s.dirty))
 		// One buffer for every state of the checkpoint, sized from the
 		// last one's average: encoding each changed state (2–3 KB) into
 		// buffers of its own, copied twice, was 9 % of a live
@@ -861,12 +862,15 @@ func (s *session) checkpointNow(ctx context.Context) error {
 		// no put still in flight can see its bytes change.
 		arena := make([]byte, 0, len(s.dirty)*(s.stateAvg+s.stateAvg/8))
 		for node, st := range s.dirty {
-			b, grown, err := s.snapshotOf(sctx, node, st, arena)
+			b, sum, grown, err := s.snapshotOf(sctx, node, st, arena)
 			if err != nil {
 				return err
 			}
 			arena = grown
 			states[node] = b
+			if sum != nil {
+				summaries[node] = sum
+			}
 		}
 		if n := len(states); n > 0 {
 			s.stateAvg = len(arena) / n
@@ -887,7 +891,7 @@ func (s *session) checkpointNow(ctx context.Context) error {
 		for node := range states {
 			before[node] = s.revs[node]
 		}
-		err := r.snaps.PutNodesAt(ctx, p.id, states, s.revs)
+		err := r.snaps.PutSummarizedAt(ctx, p.id, states, summaries, s.revs)
 		for node, rev := range before {
 			if s.revs[node] != rev {
 				delete(states, node) // written

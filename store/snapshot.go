@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/nats-io/nats.go"
@@ -164,6 +165,20 @@ const SettleWait = 10 * time.Second
 // was written by someone else since fails with an error wrapping
 // [ErrConflict].
 func (s *Snapshots) PutNodesAt(ctx context.Context, partition int, states map[string][]byte, revs map[string]uint64) error {
+	return s.PutSummarizedAt(ctx, partition, states, nil, revs)
+}
+
+// SummaryHeader is the header of a node's snapshot message that carries
+// the node's fleet summary (reconcile.MarshalSummary: what `meshfold
+// fleet` needs of the state, printable ASCII): put in the same message as
+// the state, it can never disagree with it, and a reader of every node
+// can ask for the headers only ([Snapshots.ScanSummaries]).
+const SummaryHeader = "Meshfold-Summary"
+
+// PutSummarizedAt is [Snapshots.PutNodesAt] that puts, with each node's
+// state, its summary in [SummaryHeader] when summaries has one for it (a
+// node without one has none: a reader reads its state instead).
+func (s *Snapshots) PutSummarizedAt(ctx context.Context, partition int, states, summaries map[string][]byte, revs map[string]uint64) error {
 	if partition < 0 {
 		return fmt.Errorf("put snapshots: partition %d", partition)
 	}
@@ -216,7 +231,13 @@ func (s *Snapshots) PutNodesAt(ctx context.Context, partition int, states map[st
 			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(revs[node]))
 		}
 		for {
-			f, err := s.js.PublishAsync(s.pre+nodeKey(partition, node), states[node], opts...)
+			// A new message each time: the publish adds its options'
+			// headers to it.
+			msg := &nats.Msg{Subject: s.pre + nodeKey(partition, node), Data: states[node]}
+			if sum := summaries[node]; len(sum) > 0 {
+				msg.Header = nats.Header{SummaryHeader: []string{string(sum)}}
+			}
+			f, err := s.js.PublishMsgAsync(msg, opts...)
 			if err == nil {
 				inflight, names = append(inflight, f), append(names, node)
 				break
@@ -432,6 +453,77 @@ func (s *Snapshots) ScanPartition(ctx context.Context, partition int, fn func(no
 func (s *Snapshots) LoadAll(ctx context.Context, fn func(node string, state []byte) error) error {
 	return s.scan(ctx, "node.>", fn)
 }
+
+// ScanSummaries calls fn with every node's summary ([SummaryHeader]), all
+// partitions, in one ordered pass over the latest node values that asks
+// the server for their headers only: the states are not sent (at 100,000
+// nodes of 2.9 kB, 280 MB not read). fn's summary must not be written to;
+// it may be kept. A node whose latest state carries no summary (written by a build
+// that wrote none, or with no room for one) is not passed to fn but
+// returned in bare, in bucket order: read its state (GetNode, or LoadAll
+// when many). Deleted and purged keys are skipped. fn's error stops the
+// pass and is returned as is.
+func (s *Snapshots) ScanSummaries(ctx context.Context, fn func(node string, summary []byte) error) (bare []string, err error) {
+	bucket := s.kv.Bucket()
+	stream := "KV_" + bucket
+	keyPre := "$KV." + bucket + "."
+	cons, err := s.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{keyPre + "node.>"},
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly:       true,
+		InactiveThreshold: OrderedInactive,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read summaries of %s: %w", bucket, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(summaryBatch))
+	if err != nil {
+		DropOrdered(s.js, stream, cons)
+		return nil, fmt.Errorf("read summaries of %s: %w", bucket, err)
+	}
+	defer func() {
+		it.Stop()
+		DropOrdered(s.js, stream, cons)
+	}()
+	info := cons.CachedInfo()
+	if info == nil || info.NumPending == 0 {
+		return nil, nil
+	}
+	for left := info.NumPending; left > 0; {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("read summaries of %s: %w", bucket, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return nil, fmt.Errorf("read summaries of %s: %w", bucket, err)
+		}
+		// Pending counts what was stored after the consumer began too;
+		// those come after the initial values, which end at 0.
+		left = min(left-1, meta.NumPending)
+		node, ok := nodeOfKey(strings.TrimPrefix(m.Subject(), keyPre))
+		if !ok {
+			continue
+		}
+		h := m.Headers()
+		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" || h.Get(jetstream.MarkerReasonHeader) != "" {
+			continue
+		}
+		sum := h.Get(SummaryHeader)
+		if sum == "" {
+			bare = append(bare, node)
+			continue
+		}
+		if err := fn(node, unsafe.Slice(unsafe.StringData(sum), len(sum))); err != nil {
+			return nil, err
+		}
+	}
+	return bare, nil
+}
+
+// summaryBatch is how many headers a pull of [Snapshots.ScanSummaries]
+// asks for.
+const summaryBatch = 4096
 
 // ListNodes returns the names of every node with a stored state, sorted.
 // It reads keys only, not states.

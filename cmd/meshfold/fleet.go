@@ -2,9 +2,7 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"runtime"
@@ -155,7 +153,7 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		wg.Go(func() { seqs, seqsErr = r.WarningSeqs(ctx, now.Add(-warnings)) })
 	}
 	wg.Go(func() { sources, sourcesErr = r.Sources(ctx, "") })
-	nvs, err := r.Fleet(ctx)
+	nvs, err := r.FleetSummary(ctx)
 	wg.Wait()
 	if err != nil {
 		return err
@@ -238,14 +236,15 @@ func (pg fleetPaging) of(rows []audit.FleetRow) (page []audit.FleetRow, first, t
 	return rows[first:min(len(rows), first+pg.limit)], first, len(rows)
 }
 
-// writeJSONLines writes rows as JSON lines, as writeJSON writes each,
-// encoded on one worker per CPU in chunks and written in order: at
-// 100,000 nodes encoding one by one was a fifth of the command.
+// writeJSONLines writes rows as JSON lines, as writeJSON writes each
+// (audit.FleetRow.AppendJSON: encoding/json's bytes without its
+// reflection), encoded on one worker per CPU in chunks and written in
+// order: at 100,000 nodes encoding one by one was a fifth of the command.
 func writeJSONLines(w io.Writer, rows []audit.FleetRow) error {
 	const chunk = 512
 	workers := runtime.GOMAXPROCS(0)
 	type part struct {
-		b    bytes.Buffer
+		b    []byte
 		err  error
 		done chan struct{}
 	}
@@ -258,15 +257,23 @@ func writeJSONLines(w io.Writer, rows []audit.FleetRow) error {
 		next <- i
 	}
 	close(next)
+	// Chunks' buffers are used again once written: growing a new one
+	// for each chunk was a fifth of the encoding.
+	var bufs sync.Pool
 	for range workers {
 		go func() {
 			for i := range next {
 				p := parts[i]
-				enc := json.NewEncoder(&p.b)
-				for _, r := range rows[i*chunk : min(len(rows), (i+1)*chunk)] {
-					if p.err = enc.Encode(r); p.err != nil {
+				if b, ok := bufs.Get().(*[]byte); ok {
+					p.b = (*b)[:0]
+				} else {
+					p.b = make([]byte, 0, chunk*1024)
+				}
+				for k := i * chunk; k < min(len(rows), (i+1)*chunk); k++ {
+					if p.b, p.err = rows[k].AppendJSON(p.b); p.err != nil {
 						break
 					}
+					p.b = append(p.b, '\n')
 				}
 				close(p.done)
 			}
@@ -279,9 +286,11 @@ func writeJSONLines(w io.Writer, rows []audit.FleetRow) error {
 			err = p.err
 		}
 		if err == nil {
-			_, err = w.Write(p.b.Bytes())
+			_, err = w.Write(p.b)
 		}
-		p.b = bytes.Buffer{}
+		b := p.b
+		bufs.Put(&b)
+		p.b = nil
 	}
 	return err
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"syscall"
@@ -41,6 +43,15 @@ func scaleNodes(b *testing.B) int {
 // inputs a node), each used for n/1,000 nodes under its own name.
 func scaleStates(b testing.TB, n int) map[string][]byte {
 	b.Helper()
+	states, _ := scaleSnapshots(b, n, false)
+	return states
+}
+
+// scaleSnapshots is scaleStates with, when summaries, each state's fleet
+// summary (reconcile.MarshalSummary), as the reconciler puts them
+// (store.Snapshots.PutSummarizedAt).
+func scaleSnapshots(b testing.TB, n int, summaries bool) (map[string][]byte, map[string][]byte) {
+	b.Helper()
 	const distinct = 1000
 	names := make([]string, distinct)
 	for i := range names {
@@ -52,6 +63,7 @@ func scaleStates(b testing.TB, n int) map[string][]byte {
 		states[i] = s.State(name)
 	}
 	out := make(map[string][]byte, n)
+	sums := make(map[string][]byte, n)
 	for i := range n {
 		st := *states[i%distinct]
 		st.Node = fmt.Sprintf("node-%06d", i)
@@ -60,16 +72,22 @@ func scaleStates(b testing.TB, n int) map[string][]byte {
 			b.Fatal(err)
 		}
 		out[st.Node] = data
+		if summaries {
+			if sums[st.Node], err = reconcile.MarshalSummary(&st); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
-	return out
+	return out, sums
 }
 
 // BenchmarkFleetJSON100k compares `meshfold fleet -o json --all` over 100,000
 // nodes (MESHFOLD_SCALE_NODES) — the whole command as its own process:
-// connect, read every snapshot, decode, make, sort and print every row —
-// with a raw read of every snapshot key of the same bucket (one KV watch
-// of node.>, values not decoded) on the same server (issue 27, item 2:
-// goal ≤ 1.5×). The stream holds no event: the journal warnings' read
+// connect, read every node's summary (or snapshot), decode, make, sort
+// and print every row — with a raw read of every snapshot key of the same
+// bucket (values not decoded) on the same server (issue 27, item 2: goal
+// ≤ 1.5×), the faster of a KV watch of node.> and an ordered pull
+// consumer of the keys' last values. The stream holds no event: the journal warnings' read
 // finds nothing to count. It reports each in ms (medians of three
 // alternated runs), the ratio, the CPU each took (the server's and the
 // reader's, user and system: steadier than wall time on a shared
@@ -85,9 +103,14 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// As the reconciler stores them: each state with its summary, unless
+	// MESHFOLD_FLEET_BARE=1 (as a build that wrote none left them: every
+	// row read from its state).
+	bare := os.Getenv("MESHFOLD_FLEET_BARE") == "1"
 	byPart := map[int]map[string][]byte{}
 	var stored int
-	for node, data := range scaleStates(b, n) {
+	all, sums := scaleSnapshots(b, n, !bare)
+	for node, data := range all {
 		p := events.Partition(node, m.cfg.Partitions)
 		if byPart[p] == nil {
 			byPart[p] = map[string][]byte{}
@@ -96,7 +119,7 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		stored += len(data)
 	}
 	for p, states := range byPart {
-		if err := snaps.PutNodes(ctx, p, states); err != nil {
+		if err := snaps.PutSummarizedAt(ctx, p, states, sums, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -112,7 +135,12 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		}
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	var rawCPU, fleetCPU []time.Duration
+	var rawCPU, pullCPU, fleetCPU []time.Duration
+	// raw reads every snapshot key's latest value, not decoded, the way a
+	// user reads a bucket: a KV watch (the client's ordered push
+	// consumer). pull reads the same with an ordered pull consumer on the
+	// bucket's stream, asking for the last message of each node key. The
+	// faster of the two is the baseline.
 	raw := func() (time.Duration, int) {
 		c0 := selfCPU()
 		defer func() { rawCPU = append(rawCPU, selfCPU()-c0) }()
@@ -148,10 +176,54 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		}
 		return time.Since(t0), bytes
 	}
+	pull := func() time.Duration {
+		c0 := selfCPU()
+		defer func() { pullCPU = append(pullCPU, selfCPU()-c0) }()
+		t0 := time.Now()
+		nc, err := nats.Connect(m.e.ClientURL(), nats.Name("raw-pull"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cons, err := js.OrderedConsumer(ctx, "KV_"+bucket, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{"$KV." + bucket + ".node.>"},
+			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer it.Stop()
+		keys := 0
+		for keys < n {
+			msg, err := it.Next()
+			if err != nil {
+				b.Fatalf("raw pull: after %d keys: %v", keys, err)
+			}
+			keys++
+			_ = msg.Data()
+		}
+		return time.Since(t0)
+	}
+	childProfile := "" // MESHFOLD_HELPER_PROFILE of the fleet process
 	fleet := func() (time.Duration, int) {
-		var out, errb bytes.Buffer
+		// Counted as it comes, as a pipe to a file or jq would take it:
+		// a buffer growing to 91 MB cost this process 0.27 s of CPU,
+		// counted against fleet.
+		var out lineCounter
+		var errb bytes.Buffer
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "--", "fleet", "-o", "json", "--all", "--server", m.e.ClientURL())
 		cmd.Env = append(os.Environ(), "MESHFOLD_HELPER_PROCESS=1")
+		if childProfile != "" {
+			cmd.Env = append(cmd.Env, "MESHFOLD_HELPER_PROFILE="+childProfile)
+		}
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		c0 := selfCPU()
 		t0 := time.Now()
@@ -166,20 +238,22 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		if err != nil {
 			b.Fatalf("fleet -o json: %v\n%s", err, errb.String())
 		}
-		if lines := bytes.Count(out.Bytes(), []byte("\n")); lines != n {
-			b.Fatalf("fleet -o json printed %d lines, want %d", lines, n)
+		if out.lines != n {
+			b.Fatalf("fleet -o json printed %d lines, want %d", out.lines, n)
 		}
-		return d, out.Len()
+		return d, out.bytes
 	}
 	raw()
+	pull()
 	fleet() // warm: the server's pages, the binary
-	rawCPU, fleetCPU = nil, nil
-	var rawT, fleetT []time.Duration
+	rawCPU, pullCPU, fleetCPU = nil, nil, nil
+	var rawT, pullT, fleetT []time.Duration
 	var rawB, outB int
 	for b.Loop() {
 		for range 3 {
 			d, nb := raw()
 			rawT, rawB = append(rawT, d), nb
+			pullT = append(pullT, pull())
 			d, nb = fleet()
 			fleetT, outB = append(fleetT, d), nb
 		}
@@ -190,19 +264,60 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		return ds[len(ds)/2]
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	r, f := med(rawT), med(fleetT)
+	r, p, f := med(rawT), med(pullT), med(fleetT)
+	base := min(r, p) // the faster raw read
 	b.ReportMetric(float64(n), "nodes")
 	b.ReportMetric(ms(r), "raw-read-ms")
+	b.ReportMetric(ms(p), "raw-pull-ms")
 	b.ReportMetric(ms(f), "fleet-json-ms")
-	b.ReportMetric(float64(f)/float64(r), "fleet/raw")
-	rc, fc := med(rawCPU), med(fleetCPU)
+	b.ReportMetric(float64(f)/float64(base), "fleet/raw")
+	rc, pc, fc := med(rawCPU), med(pullCPU), med(fleetCPU)
+	baseCPU := min(rc, pc)
 	b.ReportMetric(ms(rc), "raw-read-cpu-ms")
+	b.ReportMetric(ms(pc), "raw-pull-cpu-ms")
 	b.ReportMetric(ms(fc), "fleet-json-cpu-ms")
-	b.ReportMetric(float64(fc)/float64(rc), "fleet/raw-cpu")
+	b.ReportMetric(float64(fc)/float64(baseCPU), "fleet/raw-cpu")
 	b.ReportMetric(float64(rawB)/float64(n), "snapshot-B/node")
 	b.ReportMetric(float64(outB)/float64(n), "json-B/node")
-	b.Logf("%d nodes (%d MB of snapshots): raw read of every key %s, fleet -o json %s (%.2f× the raw read; goal ≤ 1.5×); runs raw %v fleet %v",
-		n, stored>>20, r.Round(time.Millisecond), f.Round(time.Millisecond), float64(f)/float64(r), rawT, fleetT)
-	b.Logf("CPU (server and reader, user+system): raw read %s, fleet -o json %s (%.2f×); runs raw %v fleet %v",
-		rc.Round(time.Millisecond), fc.Round(time.Millisecond), float64(fc)/float64(rc), rawCPU, fleetCPU)
+	what := "with a summary each"
+	if bare {
+		what = "none with a summary (MESHFOLD_FLEET_BARE)"
+	}
+	b.Logf("%d nodes (%d MB of snapshots, %s): raw read of every key: watch %s, ordered pull %s; fleet -o json %s (%.2f× the faster raw read; goal ≤ 1.5×); runs watch %v pull %v fleet %v",
+		n, stored>>20, what, r.Round(time.Millisecond), p.Round(time.Millisecond), f.Round(time.Millisecond), float64(f)/float64(base), rawT, pullT, fleetT)
+	b.Logf("CPU (server and reader, user+system): raw read: watch %s, ordered pull %s; fleet -o json %s (%.2f× the lower); runs watch %v pull %v fleet %v",
+		rc.Round(time.Millisecond), pc.Round(time.Millisecond), fc.Round(time.Millisecond), float64(fc)/float64(baseCPU), rawCPU, pullCPU, fleetCPU)
+
+	// MESHFOLD_FLEET_PROFILE=DIR: one more run of each, after the
+	// measured ones, profiled: DIR/raw.cpu (this process: the server and
+	// the raw reader), DIR/fleet-server.cpu (this process during the
+	// fleet run: the server), DIR/fleet.cpu and DIR/fleet.heap (the
+	// fleet process; the heap profile's alloc_space is what it allocated).
+	if dir := os.Getenv("MESHFOLD_FLEET_PROFILE"); dir != "" {
+		profile := func(name string, run func()) {
+			f, err := os.Create(filepath.Join(dir, name))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				b.Fatal(err)
+			}
+			run()
+			pprof.StopCPUProfile()
+		}
+		profile("raw.cpu", func() { raw() })
+		childProfile = filepath.Join(dir, "fleet")
+		profile("fleet-server.cpu", func() { fleet() })
+		b.Logf("profiles in %s", dir)
+	}
+}
+
+// lineCounter counts the bytes and lines written to it.
+type lineCounter struct{ bytes, lines int }
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	c.bytes += len(p)
+	c.lines += bytes.Count(p, []byte("\n"))
+	return len(p), nil
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,9 +38,41 @@ func TestHelperProcess(t *testing.T) {
 		os.Unsetenv("MESHFOLD_TEST_PARENT")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	endProfile := helperProfile(t)
 	code := run(ctx, args, os.Stdin, os.Stdout, os.Stderr)
 	stop()
+	endProfile()
 	os.Exit(code)
+}
+
+// helperProfile starts a CPU profile of the helper process when
+// MESHFOLD_HELPER_PROFILE names a file prefix (PREFIX.cpu, and PREFIX.heap
+// written at the end: what it allocated), for a benchmark's profile of the
+// command it runs; the returned func stops it.
+func helperProfile(t *testing.T) func() {
+	prefix := os.Getenv("MESHFOLD_HELPER_PROFILE")
+	if prefix == "" {
+		return func() {}
+	}
+	f, err := os.Create(prefix + ".cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		h, err := os.Create(prefix + ".heap")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		if err := pprof.Lookup("allocs").WriteTo(h, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // meshfoldProcess is `meshfold args...` running as its own process.

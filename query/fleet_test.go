@@ -1,0 +1,146 @@
+package query_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/reconcile/reconciletest"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// TestFleetSummary checks that the fleet read from the summaries stored
+// beside the snapshots (FleetSummary) makes every row the snapshots make
+// (Fleet): nodes with a summary, without one (a build that wrote none),
+// with one of another format, with an undecodable snapshot, with a
+// snapshot of a newer format, and a deleted one; the nodes without a
+// usable summary read one get each, then in a whole pass.
+func TestFleetSummary(t *testing.T) {
+	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	snaps, err := store.OpenSnapshots(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 60)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%02d", i)
+	}
+	s := reconciletest.Scripted(names, 20*len(names), 5, nil)
+	now := s.TimeOf(s.Next()).Add(3 * time.Minute)
+	put := func(node string, state, summary []byte) {
+		t.Helper()
+		sums := map[string][]byte{}
+		if summary != nil {
+			sums[node] = summary
+		}
+		if err := snaps.PutSummarizedAt(ctx, events.Partition(node, cfg.Partitions), map[string][]byte{node: state}, sums, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, n := range names {
+		st := s.State(n)
+		data, err := reconcile.MarshalState(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := reconcile.MarshalSummary(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch i % 3 {
+		case 0:
+			put(n, data, sum)
+		case 1:
+			put(n, data, nil) // as a build that wrote no summary left it
+		case 2:
+			put(n, data, []byte(strings.Replace(string(sum), `{"format":1,`, `{"format":99,`, 1)))
+		}
+	}
+	put("bad", []byte("{"), nil)
+	newer := `{"format":9,"node":"newer","seq":3}`
+	put("newer", []byte(newer), []byte(`{"format":1,"snapshot":9,"node":"newer","seq":3}`))
+	put("gone", []byte(`{"format":1,"node":"gone","seq":1}`), []byte(`{"format":1,"snapshot":1,"node":"gone","seq":1}`))
+	kv, err := js.KeyValue(ctx, snaps.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, fmt.Sprintf("node.%d.gone", events.Partition("gone", cfg.Partitions))); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := query.New(nc, query.Config{Stream: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := func(nvs []query.NodeView) map[string]string {
+		out := map[string]string{}
+		for _, nv := range nvs {
+			row := nv.Row(now, 10*time.Minute)
+			b, err := json.Marshal(row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, dup := out[nv.Node]; dup {
+				t.Fatalf("%s twice", nv.Node)
+			}
+			out[nv.Node] = string(b) + "\n" + row.Line(24) + "\n" + audit.FleetStuckText([]audit.FleetRow{row}) + audit.FleetFailedText([]audit.FleetRow{row})
+		}
+		return out
+	}
+	full, err := r.Fleet(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := rows(full)
+	if len(want) != len(names)+2 || !strings.Contains(want["newer"], "newer build") || !strings.Contains(want["bad"], `"error"`) {
+		t.Fatalf("Fleet: %d rows; newer %s; bad %s", len(want), want["newer"], want["bad"])
+	}
+	for _, gets := range []int{1000, 2} {
+		old := query.SetFleetGets(gets)
+		nvs, err := r.FleetSummary(ctx)
+		query.SetFleetGets(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := rows(nvs)
+		// Read from the summaries: the file counts, which a row does not
+		// show, are left out; from the snapshots, kept.
+		files := map[string]int{}
+		for _, nv := range full {
+			files[nv.Node] = nv.View.Files
+		}
+		summarized := 0
+		for _, nv := range nvs {
+			i := slices.Index(names, nv.Node)
+			switch {
+			case i >= 0 && i%3 == 0 && files[nv.Node] > 0 && nv.View.Files == 0:
+				summarized++
+			case nv.View.Files != files[nv.Node]:
+				t.Errorf("gets %d: %s read from its summary", gets, nv.Node)
+			}
+		}
+		if summarized == 0 {
+			t.Errorf("gets %d: no node read from its summary", gets)
+		}
+		for _, n := range slices.Sorted(maps.Keys(want)) {
+			if got[n] != want[n] {
+				t.Errorf("gets %d: %s:\n got %s\nwant %s", gets, n, got[n], want[n])
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("gets %d: %d rows, want %d", gets, len(got), len(want))
+		}
+	}
+}

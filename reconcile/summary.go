@@ -1,0 +1,136 @@
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/segmentio/encoding/json"
+
+	"github.com/meshfold/meshfold/events"
+)
+
+// SummaryFormat is the format of the fleet summaries this build writes
+// ([MarshalSummary]) and the only one it reads ([UnmarshalSummary]): a
+// summary of another format is refused, and a reader decodes the snapshot
+// instead. Bump it whenever [View.FleetSummary] keeps a different set of
+// fields (a fleet row that reads a new field of the view): an older
+// build's summary would lack it.
+const SummaryFormat = 1
+
+// ErrSummaryFormat: a summary is not of this build's [SummaryFormat] (or of
+// a snapshot format newer than [SnapshotFormat]); read the snapshot.
+var ErrSummaryFormat = errors.New("reconcile: fleet summary of another format")
+
+// FleetSummary returns v with only what a fleet row reads
+// (audit.FleetRowOfView makes the same row of either, at any time, which
+// reconcile/audit's TestFleetSummaryRows checks): the holds waiting for
+// an approval, the modules that fail, are unhealthy or have crashed after
+// running FlapRestarts times, and whether anything is withheld. The
+// accounts, the file count, the owed items' errors and the rest of the
+// runtime and holds are left out.
+func (v View) FleetSummary() View {
+	s := v
+	s.ProvisionerAccount, s.RunningAccount, s.Files, s.OwedWhy = "", "", 0, nil
+	s.Holds = nil
+	for _, h := range v.Holds {
+		if h.Why == events.HoldApproval && h.Pending != "" {
+			s.Holds = append(s.Holds, h)
+		}
+	}
+	s.Runtime = nil
+	for _, r := range v.Runtime {
+		if r.Failing() || r.Unhealthy() || (r.State == events.Running && len(r.Crashes) >= FlapRestarts) {
+			s.Runtime = append(s.Runtime, r)
+		}
+	}
+	if v.Withheld != nil {
+		s.Withheld = &PlanDiff{} // a row says only whether something is
+	}
+	if v.LastKnock != nil {
+		s.LastKnock = &KnockRecord{Cause: v.LastKnock.Cause}
+	}
+	return s
+}
+
+// summary is a fleet summary as stored: the summary's format, the format
+// of the snapshot it summarizes, and the view.
+type summary struct {
+	Format   int `json:"format"`
+	Snapshot int `json:"snapshot"`
+	View
+}
+
+// MarshalSummary encodes s's fleet summary ([View.FleetSummary]) as JSON
+// of printable ASCII (every other character escaped), fit for a NATS
+// header value: {"format":F,"snapshot":S,...the view's fields}. The
+// snapshot store puts it beside s's snapshot in the same message
+// (store.SummaryHeader), so the two can never disagree.
+func MarshalSummary(s *State) ([]byte, error) {
+	b, err := json.Marshal(summary{Format: SummaryFormat, Snapshot: SnapshotFormat, View: s.View().FleetSummary()})
+	if err != nil {
+		return nil, err
+	}
+	return asciiJSON(b), nil
+}
+
+// UnmarshalSummary decodes a summary [MarshalSummary] wrote. Strings share
+// data's memory.
+//
+// Errors: one wrapping [ErrSummaryFormat] for a summary of another
+// format, or of a snapshot newer than [SnapshotFormat] (its snapshot reads
+// as [ErrSnapshotNewer]); a decode error.
+func UnmarshalSummary(data []byte) (View, error) {
+	var s summary
+	if _, err := json.Parse(data, &s, json.ZeroCopy); err != nil {
+		return View{}, fmt.Errorf("reconcile: decode fleet summary: %w", err)
+	}
+	if s.Format != SummaryFormat || s.Snapshot < 0 || s.Snapshot > SnapshotFormat {
+		return View{}, fmt.Errorf("%w: format %d of snapshot format %d; this build reads format %d of snapshot formats 0 to %d",
+			ErrSummaryFormat, s.Format, s.Snapshot, SummaryFormat, SnapshotFormat)
+	}
+	return s.View, nil
+}
+
+// asciiJSON escapes every byte of b outside printable ASCII as JSON's
+// \uXXXX (a surrogate pair beyond the BMP). JSON's structure is ASCII, so
+// such bytes are inside strings, and the value decodes the same.
+func asciiJSON(b []byte) []byte {
+	i := 0
+	for i < len(b) && b[i] >= 0x20 && b[i] < 0x7f {
+		i++
+	}
+	if i == len(b) {
+		return b
+	}
+	out := make([]byte, i, len(b)+16)
+	copy(out, b[:i])
+	for i < len(b) {
+		c := b[i]
+		if c >= 0x20 && c < 0x7f {
+			out = append(out, c)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		i += n
+		if r >= 0x10000 {
+			r -= 0x10000
+			out = appendU(out, 0xd800+(r>>10))
+			out = appendU(out, 0xdc00+(r&0x3ff))
+			continue
+		}
+		out = appendU(out, r)
+	}
+	return out
+}
+
+func appendU(b []byte, r rune) []byte {
+	b = append(b, `\u`...)
+	h := strconv.FormatInt(int64(r), 16)
+	for range 4 - len(h) {
+		b = append(b, '0')
+	}
+	return append(b, h...)
+}
