@@ -51,7 +51,7 @@ func (r *Reader) Fleet(ctx context.Context) ([]NodeView, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, _, err := decodePipelined(false, func(add func(node string, data []byte)) error {
+	out, _, _, err := decodePipelined(false, nil, func(add func(node string, data []byte)) error {
 		return snaps.LoadAll(ctx, func(node string, data []byte) error {
 			add(node, data)
 			return nil
@@ -63,8 +63,8 @@ func (r *Reader) Fleet(ctx context.Context) ([]NodeView, error) {
 	return out, nil
 }
 
-// FleetSummary is [Reader.Fleet] for a reader of fleet rows (`meshfold
-// fleet`): each view holds only what audit.FleetRowOfView reads
+// FleetSummary is [Reader.Fleet] for a reader of fleet rows: each view
+// holds only what audit.FleetRowOfView reads
 // (reconcile.View.FleetSummary), the same row as the whole view's. The
 // views come from the summaries the reconciler stores beside each
 // snapshot, in the same message (store.SummaryHeader), read in one pass
@@ -78,12 +78,26 @@ func (r *Reader) Fleet(ctx context.Context) ([]NodeView, error) {
 //
 // Errors: as [Reader.Fleet].
 func (r *Reader) FleetSummary(ctx context.Context) ([]NodeView, error) {
+	views, _, err := r.fleetSummary(ctx, nil)
+	return views, err
+}
+
+// FleetRows is [Reader.FleetSummary] made into each node's row at now (a
+// have older than stale is stale: NodeView.Row) as each is decoded, on
+// the decoding workers; no view is kept (`meshfold fleet`).
+func (r *Reader) FleetRows(ctx context.Context, now time.Time, stale time.Duration) ([]audit.FleetRow, error) {
+	_, rows, err := r.fleetSummary(ctx, func(nv NodeView) audit.FleetRow { return nv.Row(now, stale) })
+	return rows, err
+}
+
+// fleetSummary is FleetSummary, or FleetRows when row is not nil.
+func (r *Reader) fleetSummary(ctx context.Context, row func(NodeView) audit.FleetRow) ([]NodeView, []audit.FleetRow, error) {
 	snaps, err := r.snapshots(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var bare []string
-	out, retry, err := decodePipelined(true, func(add func(node string, data []byte)) error {
+	out, rows, retry, err := decodePipelined(true, row, func(add func(node string, data []byte)) error {
 		var err error
 		bare, err = snaps.ScanSummaries(ctx, func(node string, sum []byte) error {
 			add(node, sum)
@@ -92,17 +106,17 @@ func (r *Reader) FleetSummary(ctx context.Context) ([]NodeView, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("load summaries: %w", err)
+		return nil, nil, fmt.Errorf("load summaries: %w", err)
 	}
 	bare = append(bare, retry...)
 	if len(bare) == 0 {
-		return out, nil
+		return out, rows, nil
 	}
 	want := make(map[string]bool, len(bare))
 	for _, n := range bare {
 		want[n] = true
 	}
-	more, _, err := decodePipelined(false, func(add func(node string, data []byte)) error {
+	more, moreRows, _, err := decodePipelined(false, row, func(add func(node string, data []byte)) error {
 		if len(bare) > fleetGets {
 			return snaps.LoadAll(ctx, func(node string, data []byte) error {
 				if want[node] {
@@ -125,9 +139,9 @@ func (r *Reader) FleetSummary(ctx context.Context) ([]NodeView, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("load snapshots without a summary: %w", err)
+		return nil, nil, fmt.Errorf("load snapshots without a summary: %w", err)
 	}
-	return append(out, more...), nil
+	return append(out, more...), append(rows, moreRows...), nil
 }
 
 // fleetGets is how many snapshots [Reader.FleetSummary] reads one get at
@@ -138,10 +152,10 @@ var fleetGets = 1000
 // decodePipelined calls scan, which hands each node's snapshot (or, with
 // summaries, its summary) to add as it reads it, and decodes them on one
 // worker per CPU while the read goes on, in batches of [fleetBatch]. It
-// returns the views in the order scan added them, and, with summaries,
-// the nodes whose summary did not decode (of another format): read their
-// snapshots.
-func decodePipelined(summaries bool, scan func(add func(node string, data []byte)) error) ([]NodeView, []string, error) {
+// returns the views in the order scan added them (with row set, their
+// rows instead), and, with summaries, the nodes whose summary did not
+// decode (of another format): read their snapshots.
+func decodePipelined(summaries bool, row func(NodeView) audit.FleetRow, scan func(add func(node string, data []byte)) error) ([]NodeView, []audit.FleetRow, []string, error) {
 	// The queue never blocks the read (a watch whose reader stalls falls
 	// behind its server) short of 4M snapshots waiting.
 	jobs := make(chan *fleetJob, 1<<14)
@@ -154,14 +168,14 @@ func decodePipelined(summaries bool, scan func(add func(node string, data []byte
 		})
 	}
 	var batches []*fleetJob
-	cur := &fleetJob{summaries: summaries}
+	cur := &fleetJob{summaries: summaries, row: row}
 	err := scan(func(node string, data []byte) {
 		cur.nodes = append(cur.nodes, node)
 		cur.data = append(cur.data, data)
 		if len(cur.nodes) == fleetBatch {
 			batches = append(batches, cur)
 			jobs <- cur
-			cur = &fleetJob{summaries: summaries}
+			cur = &fleetJob{summaries: summaries, row: row}
 		}
 	})
 	if len(cur.nodes) > 0 {
@@ -171,19 +185,28 @@ func decodePipelined(summaries bool, scan func(add func(node string, data []byte
 	close(jobs)
 	wg.Wait()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	n := 0
 	for _, b := range batches {
-		n += len(b.out)
+		n += len(b.out) + len(b.rows)
 	}
-	out := make([]NodeView, 0, n)
-	var retry []string
+	var (
+		out   []NodeView
+		rows  []audit.FleetRow
+		retry []string
+	)
+	if row != nil {
+		rows = make([]audit.FleetRow, 0, n)
+	} else {
+		out = make([]NodeView, 0, n)
+	}
 	for _, b := range batches {
 		out = append(out, b.out...)
+		rows = append(rows, b.rows...)
 		retry = append(retry, b.retry...)
 	}
-	return out, retry, nil
+	return out, rows, retry, nil
 }
 
 // fleetBatch is how many snapshots one decoding job of [Reader.Fleet]
@@ -194,34 +217,42 @@ const fleetBatch = 256
 // and their views.
 type fleetJob struct {
 	summaries bool
+	row       func(NodeView) audit.FleetRow // nil: keep the views
 	nodes     []string
 	data      [][]byte
 	out       []NodeView
+	rows      []audit.FleetRow
 	retry     []string // summaries that did not decode
 }
 
-// decode fills j.out. The views share the snapshots' bytes
+// decode fills j.out, or j.rows. The views share the snapshots' bytes
 // (reconcile.UnmarshalStateShared, UnmarshalSummary): nothing writes
 // them once read.
 func (j *fleetJob) decode() {
-	j.out = make([]NodeView, 0, len(j.nodes))
+	if j.row != nil {
+		j.rows = make([]audit.FleetRow, 0, len(j.nodes))
+	} else {
+		j.out = make([]NodeView, 0, len(j.nodes))
+	}
 	for i, node := range j.nodes {
+		nv := NodeView{Node: node}
 		if j.summaries {
 			v, err := reconcile.UnmarshalSummary(j.data[i])
 			if err != nil {
 				j.retry = append(j.retry, node)
 				continue
 			}
-			j.out = append(j.out, NodeView{Node: node, View: v})
-			continue
-		}
-		nv := NodeView{Node: node}
-		if st, err := reconcile.UnmarshalStateShared(j.data[i]); err != nil {
+			nv.View = v
+		} else if st, err := reconcile.UnmarshalStateShared(j.data[i]); err != nil {
 			nv.Err = err
 		} else {
 			nv.View = st.View()
 		}
-		j.out = append(j.out, nv)
+		if j.row != nil {
+			j.rows = append(j.rows, j.row(nv))
+		} else {
+			j.out = append(j.out, nv)
+		}
 	}
 	j.data = nil
 }

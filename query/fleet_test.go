@@ -142,5 +142,18 @@ func TestFleetSummary(t *testing.T) {
 		if len(got) != len(want) {
 			t.Errorf("gets %d: %d rows, want %d", gets, len(got), len(want))
 		}
+		// FleetRows makes the same rows on the decoding workers.
+		old = query.SetFleetGets(gets)
+		frs, err := r.FleetRows(ctx, now, 10*time.Minute)
+		query.SetFleetGets(old)
+		if err != nil || len(frs) != len(want) {
+			t.Fatalf("gets %d: FleetRows: %d rows, %v", gets, len(frs), err)
+		}
+		for _, row := range frs {
+			b, _ := json.Marshal(row)
+			if w, _, _ := strings.Cut(want[row.Node], "\n"); string(b) != w {
+				t.Errorf("gets %d: FleetRows: %s:\n got %s\nwant %s", gets, row.Node, b, w)
+			}
+		}
 	}
 }

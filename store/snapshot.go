@@ -481,7 +481,10 @@ func (s *Snapshots) ScanSummaries(ctx context.Context, fn func(node string, summ
 		DropOrdered(s.js, stream, cons)
 		return nil, fmt.Errorf("read summaries of %s: %w", bucket, err)
 	}
+	// Stopped when ctx is done (Next then fails): no timer a message.
+	stop := context.AfterFunc(ctx, it.Stop)
 	defer func() {
+		stop()
 		it.Stop()
 		DropOrdered(s.js, stream, cons)
 	}()
@@ -490,8 +493,11 @@ func (s *Snapshots) ScanSummaries(ctx context.Context, fn func(node string, summ
 		return nil, nil
 	}
 	for left := info.NumPending; left > 0; {
-		m, err := it.Next(jetstream.NextContext(ctx))
+		m, err := it.Next()
 		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
 			return nil, fmt.Errorf("read summaries of %s: %w", bucket, err)
 		}
 		meta, err := m.Metadata()

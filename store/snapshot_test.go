@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -162,5 +163,68 @@ func TestFindSnapshotsCreatesNothing(t *testing.T) {
 	}
 	if snaps.Bucket() != cfg.Name+store.SnapshotBucketSuffix {
 		t.Errorf("bucket %q", snaps.Bucket())
+	}
+}
+
+// TestScanSummaries: each node's summary from the headers only, the
+// latest of a key written twice, a node with none returned bare (and a
+// summary put over it counts), deleted keys and checkpoints skipped; a
+// state put with its summary reads back whole; an empty bucket and a
+// done context.
+func TestScanSummaries(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
+	snaps, err := store.OpenSnapshots(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan := func(ctx context.Context) (map[string]string, []string, error) {
+		got := map[string]string{}
+		bare, err := snaps.ScanSummaries(ctx, func(node string, sum []byte) error {
+			got[node] = string(sum)
+			return nil
+		})
+		return got, bare, err
+	}
+	if got, bare, err := scan(ctx); err != nil || len(got) != 0 || len(bare) != 0 {
+		t.Fatalf("empty bucket: %v %v %v", got, bare, err)
+	}
+	put := func(node, state, sum string) {
+		t.Helper()
+		sums := map[string][]byte{}
+		if sum != "" {
+			sums[node] = []byte(sum)
+		}
+		if err := snaps.PutSummarizedAt(ctx, events.Partition(node, cfg.Partitions), map[string][]byte{node: []byte(state)}, sums, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("ace", `{"seq":1}`, `{"seq":1,"s":"a\u00e9"}`)
+	put("ace", `{"seq":2}`, `{"seq":2}`)
+	put("bob", `{"seq":3}`, "")
+	put("cat", `{"seq":4}`, "")
+	put("cat", `{"seq":5}`, `{"seq":5}`)
+	put("dan", `{"seq":6}`, `{"seq":6}`)
+	if err := snaps.PutCheckpoint(ctx, 0, 9); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, snaps.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, fmt.Sprintf("node.%d.dan", events.Partition("dan", cfg.Partitions))); err != nil {
+		t.Fatal(err)
+	}
+	got, bare, err := scan(ctx)
+	if want := map[string]string{"ace": `{"seq":2}`, "cat": `{"seq":5}`}; err != nil || !maps.Equal(got, want) || !slices.Equal(bare, []string{"bob"}) {
+		t.Fatalf("summaries %v bare %v, %v; want %v bare [bob]", got, bare, err, want)
+	}
+	if state, _, err := snaps.GetNode(ctx, "cat"); err != nil || string(state) != `{"seq":5}` {
+		t.Errorf("cat's state: %s, %v", state, err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := scan(done); !errors.Is(err, context.Canceled) {
+		t.Errorf("done context: %v", err)
 	}
 }

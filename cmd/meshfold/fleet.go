@@ -153,12 +153,11 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		wg.Go(func() { seqs, seqsErr = r.WarningSeqs(ctx, now.Add(-warnings)) })
 	}
 	wg.Go(func() { sources, sourcesErr = r.Sources(ctx, "") })
-	nvs, err := r.FleetSummary(ctx)
+	rows, err := r.FleetRows(ctx, now, stale)
 	wg.Wait()
 	if err != nil {
 		return err
 	}
-	rows := fleetRows(nvs, now, stale)
 	if warnings > 0 {
 		if seqsErr != nil {
 			return seqsErr
@@ -293,15 +292,6 @@ func writeJSONLines(w io.Writer, rows []audit.FleetRow) error {
 		p.b = nil
 	}
 	return err
-}
-
-// fleetRows makes each node's row at now.
-func fleetRows(nvs []query.NodeView, now time.Time, stale time.Duration) []audit.FleetRow {
-	rows := make([]audit.FleetRow, len(nvs))
-	for i, nv := range nvs {
-		rows[i] = nv.Row(now, stale)
-	}
-	return rows
 }
 
 // noteWarnings reads, for the rows of the page flagged with journal
