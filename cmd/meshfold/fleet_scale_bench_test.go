@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -287,6 +288,37 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		n, stored>>20, what, r.Round(time.Millisecond), p.Round(time.Millisecond), f.Round(time.Millisecond), float64(f)/float64(base), rawT, pullT, fleetT)
 	b.Logf("CPU (server and reader, user+system): raw read: watch %s, ordered pull %s; fleet -o json %s (%.2f× the lower); runs watch %v pull %v fleet %v",
 		rc.Round(time.Millisecond), pc.Round(time.Millisecond), fc.Round(time.Millisecond), float64(fc)/float64(baseCPU), rawCPU, pullCPU, fleetCPU)
+
+	// The table: what needs an operator first, one page, not a line a
+	// node.
+	{
+		var out, errb bytes.Buffer
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "--", "fleet", "--server", m.e.ClientURL())
+		cmd.Env = append(os.Environ(), "MESHFOLD_HELPER_PROCESS=1")
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		t0 := time.Now()
+		if err := testproc.StartChild(cmd); err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			b.Fatalf("fleet: %v\n%s", err, errb.String())
+		}
+		d := time.Since(t0)
+		lines := strings.Split(out.String(), "\n")
+		// A page of 50 rows, and the lines after the table for those rows
+		// only (a crash loop's files, each failed apply, …).
+		if len(lines) > 2000 || !strings.HasPrefix(out.String(), "NEEDS") || !strings.Contains(out.String(), "-- page 1 of ") {
+			b.Fatalf("fleet's table at %d nodes: %d lines:\n%s", n, len(lines), out.String())
+		}
+		var tail []string
+		for _, l := range lines {
+			if strings.HasPrefix(l, "-- ") {
+				tail = append(tail, l)
+			}
+		}
+		b.Logf("fleet (the table) in %s, %d lines, %d bytes; its first lines and its -- lines:\n%s\n…\n%s", d.Round(time.Millisecond), len(lines)-1, out.Len(),
+			strings.Join(lines[:min(len(lines), 16)], "\n"), strings.Join(tail, "\n"))
+	}
 
 	// MESHFOLD_FLEET_PROFILE=DIR: one more run of each, after the
 	// measured ones, profiled: DIR/raw.cpu (this process: the server and
