@@ -68,13 +68,19 @@ func markerOf(b []byte) (stateMarker, bool) {
 // (the expected-sequence fence) and the protocol line.
 const stateRoom = 1024
 
+// maxSummary bounds a fleet summary put beside its state: a node with
+// more to say (thousands of owed items or failed modules) is read from
+// its state, and a reader of every node's headers holds no huge one.
+const maxSummary = 64 << 10
+
 // snapshotOf encodes st for the snapshot bucket: the state and its fleet
 // summary (reconcile.MarshalSummary, put in the same message:
 // store.SummaryHeader), or a marker and no summary when the state is over
-// the server's max_payload. A summary that would not fit beside its state
-// is left out (a reader reads the state). The first time a node's state
-// is too big in a session (not already a marker when the session loaded
-// it), that is journaled at error and logged. A state is appended to
+// the server's max_payload. A summary over [maxSummary], or that would
+// not fit beside its state, is left out (a reader reads the state). The
+// first time a node's state is too big in a session (not already a
+// marker when the session loaded it), that is journaled at error and
+// logged. A state is appended to
 // arena (a checkpoint's states share one buffer) and b is its part;
 // arena is returned, grown.
 func (s *session) snapshotOf(ctx context.Context, node string, st *reconcile.State, arena []byte) (b, summary, _ []byte, err error) {
@@ -92,7 +98,7 @@ func (s *session) snapshotOf(ctx context.Context, node string, st *reconcile.Sta
 		if err != nil {
 			return nil, nil, arena, fmt.Errorf("encode summary of %s: %w", node, err)
 		}
-		if size+len(store.SummaryHeader)+len(sum)+4 > max {
+		if len(sum) > maxSummary || size+len(store.SummaryHeader)+len(sum)+4 > max {
 			sum = nil
 		}
 		return arena[start:len(arena):len(arena)], sum, arena, nil
