@@ -80,9 +80,8 @@ const maxSummary = 64 << 10
 // not fit beside its state, is left out (a reader reads the state). The
 // first time a node's state is too big in a session (not already a
 // marker when the session loaded it), that is journaled at error and
-// logged. A state is appended to
-// arena (a checkpoint's states share one buffer) and b is its part;
-// arena is returned, grown.
+// logged. A state is appended to arena (a checkpoint's states share one
+// buffer) and b is its part; arena is returned, grown.
 func (s *session) snapshotOf(ctx context.Context, node string, st *reconcile.State, arena []byte) (b, summary, _ []byte, err error) {
 	r := s.p.r
 	start := len(arena)

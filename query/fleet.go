@@ -68,13 +68,13 @@ func (r *Reader) Fleet(ctx context.Context) ([]NodeView, error) {
 // (reconcile.View.FleetSummary), the same row as the whole view's. The
 // views come from the summaries the reconciler stores beside each
 // snapshot, in the same message (store.SummaryHeader), read in one pass
-// that asks for the headers only (store.Snapshots.ScanSummaries): at
-// 100,000 nodes a tenth of the bytes, and a small decode each. A node
-// whose snapshot has no summary (written by a build that wrote none), or
-// one of another format (reconcile.ErrSummaryFormat), is read from its
-// snapshot instead: one get each, or a second whole pass when more than
-// [fleetGets] need it. Views come in bucket order, those read from
-// their snapshots last.
+// that asks for the headers only (store.Snapshots.ScanSummaries): in the
+// bench's mix 780 B a node instead of 2.9 kB, and a small decode each. A
+// node whose snapshot has no summary (written by a build that wrote
+// none), or one of another format (reconcile.ErrSummaryFormat), is read
+// from its snapshot instead: one get each, or a second whole pass when
+// more than [fleetGets] need it. Views come in bucket order, those read
+// from their snapshots last.
 //
 // Errors: as [Reader.Fleet].
 func (r *Reader) FleetSummary(ctx context.Context) ([]NodeView, error) {

@@ -88,11 +88,12 @@ func scaleSnapshots(b testing.TB, n int, summaries bool) (map[string][]byte, map
 // and print every row — with a raw read of every snapshot key of the same
 // bucket (values not decoded) on the same server (issue 27, item 2: goal
 // ≤ 1.5×), the faster of a KV watch of node.> and an ordered pull
-// consumer of the keys' last values. The stream holds no event: the journal warnings' read
-// finds nothing to count. It reports each in ms (medians of three
-// alternated runs), the ratio, the CPU each took (the server's and the
-// reader's, user and system: steadier than wall time on a shared
-// machine), and the bytes read and printed.
+// consumer of the keys' last values. The stream holds no event: the
+// journal warnings' read finds nothing to count. It reports each in ms
+// (medians of three alternated runs), the ratio, the CPU each took (the
+// server's and the reader's, user and system: steadier than wall time on
+// a shared machine), and the bytes read and printed; then runs the table
+// (`meshfold fleet`) once and checks it is a page, its summary first.
 func BenchmarkFleetJSON100k(b *testing.B) {
 	if testing.Short() {
 		b.Skip("-short")
