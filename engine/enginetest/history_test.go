@@ -17,7 +17,11 @@ import (
 // partition's checkpoint covers its last input and returns how many
 // messages it added to the stream.
 func foldCount(t *testing.T, h *enginetest.History, seal bool) uint64 {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// No timeout of its own: under load the fold can take longer than any
+	// fixed minute, and a reconciler stopped by one left WaitCheckpoints
+	// polling a checkpoint that could no longer move. The wait fails before
+	// the test binary's deadline instead, and a Run that ends early says why.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	kp, err := store.NewSigningKey()
@@ -49,7 +53,13 @@ func foldCount(t *testing.T, h *enginetest.History, seal bool) uint64 {
 	}
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
+	go func() {
+		err := r.Run(rctx)
+		if rctx.Err() == nil {
+			t.Errorf("the reconciler stopped before its checkpoints: %v", err)
+		}
+		done <- err
+	}()
 	enginetest.WaitCheckpoints(t, snaps, enginetest.InputTargets(t, js, cfg), time.Now())
 	stop()
 	if err := <-done; err != nil {
