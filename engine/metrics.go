@@ -38,6 +38,9 @@ type Metrics struct {
 	Restarts prometheus.Counter
 	// Owned is the number of partitions this instance folds now.
 	Owned prometheus.Gauge
+	// HeapReleases counts the times the heap freed by partitions'
+	// loads was returned to the operating system (see heapRelease).
+	HeapReleases prometheus.Counter
 	// Agents counts the node agents' transitions this instance recorded
 	// (DESIGN.md §11 "Liveness"), by state: up, down.
 	Agents *prometheus.CounterVec
@@ -73,12 +76,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Partition sessions restarted from their snapshot after an error."}),
 		Owned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meshfold_partitions_owned",
 			Help: "Partitions this reconciler instance folds now (all of them unless it runs in a group)."}),
+		HeapReleases: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshfold_heap_releases_total",
+			Help: "Times the heap freed by loading partitions (their snapshots and the refold of their tail) was returned to the operating system, once no partition was still loading."}),
 		Agents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshfold_agent_transitions_total",
 			Help: "Node agents seen going down (lease expired, released or replaced) or coming back (lease claimed), recorded in the stream by this instance; another instance of a group may have recorded the rest."}, []string{"state"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Folded, m.Rejected, m.BadSubject, m.Effects, m.Skipped, m.Poison, m.TooBig, m.Lag,
-			m.Folding, m.Publishing, m.Checkpoints, m.Restarts, m.Owned, m.Agents)
+			m.Folding, m.Publishing, m.Checkpoints, m.Restarts, m.Owned, m.HeapReleases, m.Agents)
 	}
 	return m
 }

@@ -158,6 +158,7 @@ type Reconciler struct {
 	parts map[int]*partition
 
 	fleet fleetJournal
+	heap  *heapRelease
 
 	unsavedMu  sync.Mutex
 	unsavedErr map[int]error // see Unsaved
@@ -227,7 +228,8 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 		}
 	}
 	r := &Reconciler{electCh: make(chan struct{}), js: js, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(js, scfg.Subjects()),
-		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, tr: tracing.Tracer(cfg.Tracing), m: cfg.Metrics, parts: map[int]*partition{}}
+		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, tr: tracing.Tracer(cfg.Tracing), m: cfg.Metrics, parts: map[int]*partition{},
+		heap: newHeapRelease(cfg.Metrics.HeapReleases)}
 	if cfg.Grants != nil {
 		return r, nil
 	}

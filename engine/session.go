@@ -96,6 +96,9 @@ type session struct {
 	// n counts the messages the session handled; the fold's duration is
 	// observed for one in foldSample.
 	n uint64
+	// endLoad marks the session's load (its snapshots and the refold of
+	// its tail) over: see heapRelease.
+	endLoad func()
 	// mine holds the plan messages this session published and has not
 	// read back yet, by message id (at most mineCap; nil when the
 	// reconciler does not sign, or its own key is not in Own).
@@ -190,6 +193,10 @@ func (s *session) foldedCounter(kind events.Kind) prometheus.Counter {
 
 func (p *partition) session(ctx context.Context) error {
 	r := p.r
+	// The load is a burst of garbage: once every partition loading has
+	// caught up (or ended), the heap it freed goes back to the system.
+	endLoad := r.heap.begin()
+	defer endLoad()
 	in := newInterner()
 	states := map[string]*reconcile.State{}
 	tooBig := map[string]bool{}
@@ -248,7 +255,7 @@ func (p *partition) session(ctx context.Context) error {
 	}
 	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck, readAll: ck < first, in: in,
 		rec: newRecovery(), dirty: map[string]*reconcile.State{}, revs: revs, tooBig: tooBig,
-		lag: r.m.Lag.WithLabelValues(strconv.Itoa(p.id)), counted: map[events.Kind]prometheus.Counter{}}
+		lag: r.m.Lag.WithLabelValues(strconv.Itoa(p.id)), counted: map[events.Kind]prometheus.Counter{}, endLoad: endLoad}
 	if r.cfg.Signer != nil && r.cfg.Own.Trusts(r.cfg.Signer.PublicKey()) {
 		s.mine = map[string]minePlan{}
 	}
@@ -279,6 +286,9 @@ func (s *session) consume(ctx context.Context) error {
 		return err
 	}
 	defer func() { tail.Stop() }()
+	if !s.recovering || tail.Empty() {
+		s.endLoad() // nothing to refold
+	}
 	elected := r.elected()
 
 	// Publishing and checkpointing outlive a stop request: the event in
@@ -389,7 +399,11 @@ func (s *session) caughtUp(ctx context.Context) error {
 	if err := s.endRecovery(ctx); err != nil {
 		return err
 	}
-	return s.checkpointNow(ctx)
+	if err := s.checkpointNow(ctx); err != nil {
+		return err
+	}
+	s.endLoad()
+	return nil
 }
 
 func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata) error {

@@ -551,6 +551,39 @@ func (p *benchProc) freeHeap() float64 {
 	return idle - released
 }
 
+// logMemory logs the Go runtime's account of the process's memory
+// beside its RSS (go_memstats_*, MiB): where RSS goes that no live object
+// holds (free heap kept, fragmentation within spans, stacks, the
+// runtime's own structures) and the next collection's goal.
+func (p *benchProc) logMemory(name string) {
+	p.tb.Helper()
+	var parts []string
+	for _, m := range []string{"heap_alloc", "heap_inuse", "heap_idle", "heap_released", "next_gc", "stack_inuse", "mspan_inuse", "gc_sys", "other_sys", "sys"} {
+		v, _ := p.metric("go_memstats_" + m + "_bytes")
+		parts = append(parts, fmt.Sprintf("%s %.1f", m, v/(1<<20)))
+	}
+	p.tb.Logf("%s: rss %.1f MiB; go_memstats MiB: %s", name, p.rss()/(1<<20), strings.Join(parts, ", "))
+	// The same read right after a collection, in one request: the heap
+	// profile's runtime.MemStats.
+	body, err := p.get("/debug/pprof/heap?debug=1&gc=1")
+	if err != nil {
+		p.fail("%v", err)
+	}
+	parts = parts[:0]
+	for line := range strings.SplitSeq(string(body), "\n") {
+		for _, f := range []string{"HeapAlloc", "HeapInuse", "HeapIdle", "HeapReleased", "NextGC", "HeapObjects"} {
+			if v, ok := strings.CutPrefix(line, "# "+f+" = "); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				if f != "HeapObjects" {
+					n /= 1 << 20
+				}
+				parts = append(parts, fmt.Sprintf("%s %.1f", f, n))
+			}
+		}
+	}
+	p.tb.Logf("%s: after a collection (MiB): %s; rss %.1f MiB", name, strings.Join(parts, ", "), p.rss()/(1<<20))
+}
+
 // stop sends SIGTERM, waits for the exit (up to a minute) and returns the
 // process's whole CPU time (its rusage). A non-zero exit fails tb.
 func (p *benchProc) stop() time.Duration {
@@ -810,6 +843,7 @@ func (s *outsideServer) memoryOf(b *testing.B, name string, want int) (heapPerNo
 	nodes := p.waitMetric("meshfold_nodes", func(v float64) bool { return v >= float64(want) })
 	heap, rss := p.heap(name), p.rss()
 	free := p.freeHeap()
+	p.logMemory(name)
 	unsettled, _ := p.metric("meshfold_plans_unsettled")
 	p.stop()
 	b.ReportMetric(nodes, "nodes")
@@ -849,16 +883,31 @@ func (s *outsideServer) ensureFolded(b *testing.B) {
 // covers the tail.
 func (s *outsideServer) recovery(b *testing.B, tail []*nats.Msg) time.Duration {
 	b.Helper()
+	// Snapshots must cover the history first (run alone, -bench
+	// 'ReconcileScale/restart', the refold before it is skipped).
+	s.ensureFolded(b)
 	(&enginetest.History{Msgs: tail}).Load(b, s.js)
 	s.refresh(b)
 	before := s.lastSeq(b)
+	srv0 := s.srv.CPU()
 	p := s.startProc(b)
-	took, _ := s.waitCaughtUp(b, 10*time.Minute, p)
+	var profiled sync.WaitGroup
+	if dir := os.Getenv("MESHFOLD_BENCH_PROFILES"); dir != "" {
+		name := filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_"))
+		profiled.Go(func() { p.cpuProfile(name + ".cpu.pb.gz") })
+	}
+	took, cpus := s.waitCaughtUp(b, 10*time.Minute, p)
+	srv := s.srv.CPU() - srv0
+	profiled.Wait()
 	p.stop()
 	if published := s.lastSeq(b) - before; published != 0 {
 		b.Errorf("the restart published %d messages, want none", published)
 	}
 	b.ReportMetric(float64(took.Microseconds())/1000, "restart-ms")
+	// The CPU the restart took, the reconciler's and the server's: on a
+	// shared machine steadier than its time.
+	b.ReportMetric(float64(cpus[0].Microseconds())/1000, "restart-cpu-ms")
+	b.ReportMetric(float64(srv.Microseconds())/1000, "restart-server-cpu-ms")
 	return took
 }
 

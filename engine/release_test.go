@@ -1,0 +1,58 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/meshfold/meshfold/internal/waitfor"
+)
+
+// TestHeapReleaseOncePerBurst: the heap is released once the last of
+// the partitions loading together ends, not once per partition; an end
+// called twice counts once; a burst that ends while a release runs gets
+// a release of its own after it.
+func TestHeapReleaseOncePerBurst(t *testing.T) {
+	released := make(chan struct{})
+	proceed := make(chan struct{})
+	done := prometheus.NewCounter(prometheus.CounterOpts{Name: "releases"})
+	h := newHeapRelease(done)
+	h.release = func() {
+		released <- struct{}{}
+		<-proceed
+	}
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-released:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no release %s", what)
+		}
+	}
+	none := func(what string) {
+		t.Helper()
+		select {
+		case <-released:
+			t.Fatalf("a release %s", what)
+		default:
+		}
+	}
+
+	a, b := h.begin(), h.begin()
+	a()
+	a()
+	none("while a partition still loads")
+	b()
+	wait("when the last partition loading ended")
+	// A second burst begins and ends while the first release runs.
+	c := h.begin()
+	c()
+	none("while another runs")
+	proceed <- struct{}{}
+	wait("for the burst that ended while the first ran")
+	proceed <- struct{}{}
+	waitfor.Until(t, 10*time.Second, "two releases counted", func() bool { return testutil.ToFloat64(done) == 2 })
+	none("more than once per burst")
+}
