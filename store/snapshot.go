@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -46,6 +47,9 @@ type Snapshots struct {
 	// slots holds one token per put in flight: at most putWindow
 	// across every partition writing through this Snapshots.
 	slots chan struct{}
+
+	streamMu sync.Mutex
+	st       jetstream.Stream // the bucket's stream, once looked up
 }
 
 // ErrNoSnapshots: the snapshot bucket does not exist: no reconciler has
@@ -360,6 +364,60 @@ func (s *Snapshots) GetNode(ctx context.Context, node string) ([]byte, uint64, e
 		return nil, 0, fmt.Errorf("get snapshot of %s: %w", node, err)
 	}
 	return e.Value(), e.Revision(), nil
+}
+
+// NodeAt returns node's state in partition and its key's revision: what
+// [Snapshots.PutNodesAt] expects next for the key. A key deleted or
+// purged gives a nil state and its marker's revision; a key never
+// written, nil and 0.
+//
+// Errors: a bad node name (matching events.ErrInvalid); the read's error.
+func (s *Snapshots) NodeAt(ctx context.Context, partition int, node string) (state []byte, rev uint64, err error) {
+	if err := checkNode(node); err != nil {
+		return nil, 0, err
+	}
+	st, err := s.stream(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, "$KV."+s.kv.Bucket()+"."+nodeKey(partition, node))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("get snapshot of %s: %w", node, err)
+	}
+	if op := m.Header.Get(kvOperation); op == "DEL" || op == "PURGE" {
+		return nil, m.Sequence, nil
+	}
+	return m.Data, m.Sequence, nil
+}
+
+// kvOperation is the header a KV delete or purge marker carries.
+const kvOperation = "KV-Operation"
+
+// stream returns the bucket's stream, looked up once.
+func (s *Snapshots) stream(ctx context.Context) (jetstream.Stream, error) {
+	s.streamMu.Lock()
+	defer s.streamMu.Unlock()
+	if s.st == nil {
+		st, err := s.js.Stream(ctx, "KV_"+s.kv.Bucket())
+		if err != nil {
+			return nil, fmt.Errorf("snapshot bucket's stream: %w", err)
+		}
+		s.st = st
+	}
+	return s.st, nil
+}
+
+// Stored returns how many messages the bucket holds: one a key
+// written (node states, checkpoints, delete markers).
+func (s *Snapshots) Stored(ctx context.Context) (uint64, error) {
+	status, err := s.kv.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("snapshot bucket status: %w", err)
+	}
+	return status.Values(), nil
 }
 
 // PutCheckpoint records that every state of partition is folded up to

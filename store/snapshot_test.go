@@ -228,3 +228,45 @@ func TestScanSummaries(t *testing.T) {
 		t.Errorf("done context: %v", err)
 	}
 }
+
+// TestNodeAt: a node's state and its key's revision; a deleted key's
+// marker revision with no state (what the next conditional put expects);
+// nothing for a key never written.
+func TestNodeAt(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
+	snaps, err := store.OpenSnapshots(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := events.Partition("ace", cfg.Partitions)
+	if state, rev, err := snaps.NodeAt(ctx, p, "ace"); err != nil || state != nil || rev != 0 {
+		t.Fatalf("NodeAt before any put = %s, %d, %v", state, rev, err)
+	}
+	revs := map[string]uint64{}
+	if err := snaps.PutNodesAt(ctx, p, map[string][]byte{"ace": []byte(`{"seq":1}`)}, revs); err != nil {
+		t.Fatal(err)
+	}
+	state, rev, err := snaps.NodeAt(ctx, p, "ace")
+	if err != nil || string(state) != `{"seq":1}` || rev != revs["ace"] {
+		t.Fatalf("NodeAt = %s, %d, %v; want the put's state at revision %d", state, rev, err, revs["ace"])
+	}
+	kv, err := js.KeyValue(ctx, snaps.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, fmt.Sprintf("node.%d.ace", p)); err != nil {
+		t.Fatal(err)
+	}
+	state, rev, err = snaps.NodeAt(ctx, p, "ace")
+	if err != nil || state != nil || rev <= revs["ace"] {
+		t.Fatalf("NodeAt after a delete = %s, %d, %v; want no state and the marker's revision", state, rev, err)
+	}
+	revs["ace"] = rev
+	if err := snaps.PutNodesAt(ctx, p, map[string][]byte{"ace": []byte(`{"seq":2}`)}, revs); err != nil {
+		t.Fatalf("a put expecting the marker's revision: %v", err)
+	}
+	if n, err := snaps.Stored(ctx); err != nil || n != 1 {
+		t.Fatalf("Stored = %d, %v; want 1 (history 1)", n, err)
+	}
+}
