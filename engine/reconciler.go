@@ -159,6 +159,7 @@ type Reconciler struct {
 
 	fleet fleetJournal
 	heap  *heapRelease
+	tails *tailGate
 
 	unsavedMu  sync.Mutex
 	unsavedErr map[int]error // see Unsaved
@@ -229,7 +230,7 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	}
 	r := &Reconciler{electCh: make(chan struct{}), js: js, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(js, scfg.Subjects()),
 		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, tr: tracing.Tracer(cfg.Tracing), m: cfg.Metrics, parts: map[int]*partition{},
-		heap: newHeapRelease(cfg.Metrics.HeapReleases)}
+		heap: newHeapRelease(cfg.Metrics.HeapReleases), tails: newTailGate()}
 	if cfg.Grants != nil {
 		return r, nil
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -55,4 +56,32 @@ func TestHeapReleaseOncePerBurst(t *testing.T) {
 	proceed <- struct{}{}
 	waitfor.Until(t, 10*time.Second, "two releases counted", func() bool { return testutil.ToFloat64(done) == 2 })
 	none("more than once per burst")
+}
+
+// TestTailGate: the gate opens once every tail counted has ended (an end
+// called twice counts once), and a wait ends with its context.
+func TestTailGate(t *testing.T) {
+	g := newTailGate()
+	if err := g.wait(context.Background()); err != nil {
+		t.Fatalf("wait with no tail: %v", err)
+	}
+	a, b := g.begin(), g.begin()
+	a()
+	a()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.wait(ctx); err == nil {
+		t.Fatal("the gate opened with a tail still counted")
+	}
+	opened := make(chan error, 1)
+	go func() { opened <- g.wait(context.Background()) }()
+	b()
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gate did not open once every tail ended")
+	}
 }

@@ -100,6 +100,8 @@ type session struct {
 	// snapshot at the node's first event (fetch), before loadRest reads
 	// the others: see shortTail.
 	lazy bool
+	// endTail marks a lazy session's tail refolded (Reconciler.tails).
+	endTail func()
 	// endLoad marks the session's load (its snapshots and the refold of
 	// its tail) over: see heapRelease.
 	endLoad func()
@@ -212,10 +214,13 @@ func (p *partition) session(ctx context.Context) error {
 		states = map[string]*reconcile.State{}
 		tooBig = map[string]bool{}
 	)
+	endTail := func() {}
 	if lazy {
 		// Only the states the tail's events name are read before the
 		// refold (session.fetch), every other one once it is done
 		// (session.loadRest): a restart's refold is then O(tail).
+		endTail = r.tails.begin()
+		defer endTail()
 		if ck, err = r.snaps.Checkpoint(ctx, p.id); err != nil {
 			return err
 		}
@@ -232,7 +237,7 @@ func (p *partition) session(ctx context.Context) error {
 	}
 	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck, readAll: ck < first, in: in,
 		rec: newRecovery(), dirty: map[string]*reconcile.State{}, revs: revs, tooBig: tooBig,
-		lag: r.m.Lag.WithLabelValues(strconv.Itoa(p.id)), counted: map[events.Kind]prometheus.Counter{}, endLoad: endLoad, lazy: lazy}
+		lag: r.m.Lag.WithLabelValues(strconv.Itoa(p.id)), counted: map[events.Kind]prometheus.Counter{}, endLoad: endLoad, lazy: lazy, endTail: endTail}
 	if r.cfg.Signer != nil && r.cfg.Own.Trusts(r.cfg.Signer.PublicKey()) {
 		s.mine = map[string]minePlan{}
 	}
@@ -392,10 +397,15 @@ func (s *session) fetch(ctx context.Context, node string) error {
 	return nil
 }
 
-// loadRest reads, once a lazy session's refold is done, every state the
-// tail did not name, and their keys' revisions.
+// loadRest reads, once a lazy session's refold is done and no other lazy
+// session of the process is still refolding its tail (tailGate), every
+// state the tail did not name, and their keys' revisions.
 func (s *session) loadRest(ctx context.Context) error {
 	p := s.p
+	s.endTail()
+	if err := p.r.tails.wait(ctx); err != nil {
+		return err
+	}
 	states, tooBig := map[string]*reconcile.State{}, map[string]bool{}
 	_, revs, err := p.loadStates(ctx, s.in, states, tooBig, func(node string) bool { return p.states[node] != nil })
 	if err != nil {
