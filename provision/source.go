@@ -78,8 +78,9 @@ const DefaultExecTimeout = 10 * time.Second
 // with MESHFOLD_NODE, MESHFOLD_MODULE and MESHFOLD_PATH added to the
 // provisioner's environment, its stdin empty. Exit 0 with output: the
 // output is the content. Exit 0 with no output, or a non-zero exit: no
-// source. A helper that cannot start, runs past Timeout (its process
-// group is killed) or prints more than [MaxContent] failed. Its stdout is
+// source. A helper that cannot start (the shell's exit 126 or 127: not
+// found, not executable), runs past Timeout (its process group is
+// killed) or prints more than [MaxContent] failed. Its stdout is
 // never logged; the first line of its stderr, cut, is logged at warn
 // when it differs from the line the helper printed last for the same
 // file (at debug otherwise), so a helper failing on every retry says so
@@ -122,6 +123,13 @@ func (x *Exec) Content(ctx context.Context, node, module, path string) ([]byte, 
 		return nil, fmt.Errorf("helper timed out after %s", timeout)
 	case stdout.over:
 		return nil, fmt.Errorf("helper printed more than %d bytes", MaxContent)
+	case errors.As(err, &exit) && (exit.ExitCode() == 126 || exit.ExitCode() == 127):
+		// The shell's own codes: the command was not found (127) or could
+		// not be run (126). That is a helper that cannot start, not a
+		// secret the helper lacks. Its stderr stays in the log (one line,
+		// above): a status is shown in fleet and the console.
+		why := map[int]string{126: "not executable", 127: "command not found"}[exit.ExitCode()]
+		return nil, fmt.Errorf("helper could not start: %s: %s (its stderr line is in the provisioner's log)", exit.ProcessState, why)
 	case errors.As(err, &exit):
 		return nil, &NoSourceError{Where: x.String(), Why: "helper " + exit.ProcessState.String()}
 	case err != nil:

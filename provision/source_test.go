@@ -51,6 +51,18 @@ printf '%s' "`+secret+`-$1-$2-$3"`), Log: log}
 			t.Errorf("%s: %v, want no source", name, err)
 		}
 	}
+	// A mistyped or non-executable helper cannot start: a failed source
+	// (source-failed), not a secret it lacks (missing).
+	notExec := filepath.Join(t.TempDir(), "helper")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\necho x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, cmd := range map[string]string{"not found": "/nonexistent/helper", "not executable": notExec} {
+		_, err := (&provision.Exec{Command: cmd, Log: log}).Content(ctx, "ace", mbg, creds)
+		if err == nil || errors.Is(err, provision.ErrNoSource) || !strings.Contains(err.Error(), "could not start") || !strings.Contains(err.Error(), name) {
+			t.Errorf("a helper that is %s: %v, want a failure that says it could not start", name, err)
+		}
+	}
 	start := time.Now()
 	_, err = (&provision.Exec{Command: helper(t, "sleep 30"), Timeout: 200 * time.Millisecond, Log: log}).Content(ctx, "ace", mbg, creds)
 	if err == nil || errors.Is(err, provision.ErrNoSource) || !strings.Contains(err.Error(), "timed out") {

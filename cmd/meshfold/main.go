@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -120,6 +121,11 @@ Start with:  meshfold serve     (an embedded NATS server and the reconciler)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// --version says what `meshfold version` says, as meshfold-shim's
+	// --version and most tools' do.
+	v := versionInfo()
+	root.Version = v.Version
+	root.SetVersionTemplate(fmt.Sprintf("meshfold %s\ncommit   %s\ngo       %s %s/%s\n", v.Version, v.Commit, v.Go, runtime.GOOS, runtime.GOARCH))
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -21,6 +21,11 @@ func TestVersion(t *testing.T) {
 	if out.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", out.String(), want)
 	}
+	// --version says the same, as meshfold-shim --version does.
+	out.Reset()
+	if code := run(context.Background(), []string{"--version"}, nil, &out, &errb); code != 0 || out.String() != want {
+		t.Fatalf("--version: exit %d, got\n%s\nwant\n%s%s", code, out.String(), want, errb.String())
+	}
 	version, commit = "", ""
 	out.Reset()
 	if code := run(context.Background(), []string{"version"}, nil, &out, &errb); code != 0 {
