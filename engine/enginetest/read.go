@@ -53,15 +53,7 @@ func RawDecodeStd(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig,
 		if _, err := m.Metadata(); err != nil {
 			return err
 		}
-		_, kind, err := subj.Parse(m.Subject())
-		if err != nil {
-			return err
-		}
-		p := events.New(kind)
-		if p == nil {
-			return fmt.Errorf("kind %q", kind)
-		}
-		return json.Unmarshal(m.Data(), p)
+		return decodeStd(subj, m)
 	})
 }
 

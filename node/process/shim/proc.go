@@ -24,17 +24,10 @@ func StartTime(pid int) (uint64, error) {
 	if pid <= 0 {
 		return 0, fmt.Errorf("pid %d: %w", pid, os.ErrNotExist)
 	}
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	f, err := statFields(strconv.Itoa(pid))
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) is in parentheses and may hold spaces and
-	// parentheses itself: the fields after it start after the last ')'.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
-	}
-	f := bytes.Fields(data[i+1:])
 	// f[0] is field 3 (state); field 22 is f[19].
 	if len(f) < 20 {
 		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
@@ -43,6 +36,22 @@ func StartTime(pid int) (uint64, error) {
 		return 0, fmt.Errorf("pid %d: a zombie: %w", pid, os.ErrNotExist)
 	}
 	return strconv.ParseUint(string(f[19]), 10, 64)
+}
+
+// statFields returns the fields of /proc/<pid>/stat from the third (the
+// state) on: f[0] is field 3, f[k] field k+3. The command name (field 2)
+// is in parentheses and may hold spaces and parentheses itself: the fields
+// after it start after the last ')'.
+func statFields(pid string) ([][]byte, error) {
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%s/stat: no command field", pid)
+	}
+	return bytes.Fields(data[i+1:]), nil
 }
 
 // Alive reports whether pid is the process that started at start.
@@ -184,15 +193,10 @@ func groupAlive(pgid int) bool {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
 			continue
 		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		f, err := statFields(e.Name())
 		if err != nil {
 			continue
 		}
-		i := bytes.LastIndexByte(data, ')')
-		if i < 0 {
-			continue
-		}
-		f := bytes.Fields(data[i+1:])
 		// f[0] is the state (field 3), f[2] the process group (field 5).
 		if len(f) > 2 && f[0][0] != 'Z' && f[0][0] != 'X' && bytes.Equal(f[2], want) {
 			return true

@@ -203,15 +203,10 @@ func descendants(root int) []member {
 		if err != nil {
 			continue
 		}
-		data, err := os.ReadFile("/proc/" + name + "/stat")
+		f, err := statFields(name)
 		if err != nil {
 			continue
 		}
-		i := bytes.LastIndexByte(data, ')')
-		if i < 0 {
-			continue
-		}
-		f := bytes.Fields(data[i+1:])
 		// f[0] is the state (field 3), f[1] the parent (field 4), f[19]
 		// the start time (field 22).
 		if len(f) < 20 || f[0][0] == 'Z' || f[0][0] == 'X' {
