@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -139,7 +140,74 @@ cluster: {
 			t.Fatal(err)
 		}
 	}
+	if err := c.waitMeta(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	return c
+}
+
+// waitMeta waits until every server names the same JetStream meta leader
+// and that leader sees every other server as a current peer (/jsz's
+// meta_cluster). /healthz alone can answer 200 before then: a test's
+// first R3 stream create right after it was once refused with "no
+// suitable peers for placement", and once went unanswered for 30 s.
+func (c *ProcCluster) waitMeta(timeout time.Duration) error {
+	type meta struct {
+		MetaCluster struct {
+			Leader   string `json:"leader"`
+			Replicas []struct {
+				Current bool `json:"current"`
+			} `json:"replicas"`
+		} `json:"meta_cluster"`
+	}
+	hc := &http.Client{Timeout: time.Second}
+	read := func(s *procServer) (meta, error) {
+		var m meta
+		resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz", s.monitor))
+		if err != nil {
+			return m, err
+		}
+		defer resp.Body.Close()
+		return m, json.NewDecoder(resp.Body).Decode(&m)
+	}
+	ready := func() (string, bool) {
+		leader := ""
+		for _, s := range c.srvs {
+			m, err := read(s)
+			if err != nil {
+				return err.Error(), false
+			}
+			l := m.MetaCluster.Leader
+			if l == "" || (leader != "" && l != leader) {
+				return fmt.Sprintf("%s names meta leader %q", s.name, l), false
+			}
+			leader = l
+			if l != s.name {
+				continue
+			}
+			current := 0
+			for _, r := range m.MetaCluster.Replicas {
+				if r.Current {
+					current++
+				}
+			}
+			if current < len(c.srvs)-1 {
+				return fmt.Sprintf("meta leader %s sees %d of %d peers current", l, current, len(c.srvs)-1), false
+			}
+		}
+		return "", true
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		last, ok := ready()
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("storetest: the cluster's JetStream meta group not ready after %s (last: %s)", timeout, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func (c *ProcCluster) start(i int) error {
