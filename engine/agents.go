@@ -270,6 +270,12 @@ func (w *agentWatch) sync(ctx context.Context, node string) {
 		if a == nil {
 			return
 		}
+		if w.newerLease(ctx, node, ls) {
+			// This instance's view of the lease was behind the bucket
+			// (another instance may have recorded from the newer one):
+			// judge again from what the bucket holds now.
+			continue
+		}
 		if a.State == events.AgentDown && rec.claim != "" && a.Host == "" {
 			// The down names the holder its up named.
 			if prev, ok := w.upHolder(ctx, node, rec); ok {
@@ -295,6 +301,26 @@ func (w *agentWatch) sync(ctx context.Context, node string) {
 		w.log.Info("node agent "+string(a.State), "node", node, "claim", a.Claim, "why", a.Why, "host", a.Host, "pid", a.PID, "seq", ack.Seq)
 	}
 	w.dirty[node] = true
+}
+
+// newerLease reads node's lease directly and, when the bucket holds a put
+// newer than the watch has delivered, takes it into ls and reports true:
+// a transition is recorded only from a lease view no older than the
+// bucket's. Without it, an instance whose watch had not yet delivered
+// c4's claim, reading the up of c4 another instance had recorded,
+// recorded "down c4 released" from the delete of c3 it had seen last.
+func (w *agentWatch) newerLease(ctx context.Context, node string, ls *nodeLease) bool {
+	e, err := w.kv.Get(ctx, node)
+	if err != nil || e.Revision() <= ls.rev || e.Operation() != jetstream.KeyValuePut {
+		return false
+	}
+	var h store.Holder
+	if err := json.Unmarshal(e.Value(), &h); err != nil || h.Token == "" {
+		return false
+	}
+	ls.rev, ls.seen = e.Revision(), w.now()
+	ls.present, ls.value, ls.holder = true, bytes.Clone(e.Value()), h
+	return true
 }
 
 // upHolder returns the holder the node's newest agent event (an up of
