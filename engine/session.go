@@ -78,7 +78,12 @@ type session struct {
 	// message: every stored message of the partition up to the read's
 	// position is seen.
 	readAll bool
-	dirty   map[string]*reconcile.State
+	// dirty holds the nodes folded since their state was last put, each
+	// with the first such event and the checkpoint generation it came in
+	// (see checkpointNow).
+	dirty map[string]dirtyNode
+	// gen counts the session's checkpoints.
+	gen uint64
 	// stateAvg is the average size of the states the last checkpoint
 	// encoded, in bytes: what the next one's buffer reserves a state.
 	stateAvg int
@@ -236,7 +241,7 @@ func (p *partition) session(ctx context.Context) error {
 		return err
 	}
 	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck, readAll: ck < first, in: in,
-		rec: newRecovery(), dirty: map[string]*reconcile.State{}, revs: revs, tooBig: tooBig,
+		rec: newRecovery(), dirty: map[string]dirtyNode{}, revs: revs, tooBig: tooBig,
 		lag: r.m.Lag.WithLabelValues(strconv.Itoa(p.id)), counted: map[events.Kind]prometheus.Counter{}, endLoad: endLoad, lazy: lazy, endTail: endTail}
 	if r.cfg.Signer != nil && r.cfg.Own.Trusts(r.cfg.Signer.PublicKey()) {
 		s.mine = map[string]minePlan{}
@@ -496,9 +501,12 @@ func (s *session) consume(ctx context.Context) error {
 			}
 			cctx, cancel := context.WithTimeout(work, 30*time.Second)
 			defer cancel()
-			return s.checkpointNow(cctx)
+			return s.checkpointNow(cctx, true)
 		case <-tick.C:
-			if err := s.checkpointNow(work); err != nil {
+			// A partition that folded nothing since its last checkpoint
+			// puts every state still unwritten: once input stops, the
+			// checkpoint covers every event folded an interval later.
+			if err := s.checkpointNow(work, s.since == 0); err != nil {
 				return err
 			}
 		case <-elected:
@@ -526,7 +534,7 @@ func (s *session) consume(ctx context.Context) error {
 				return err
 			}
 			if s.since >= r.cfg.SnapshotEvery {
-				if err := s.checkpointNow(work); err != nil {
+				if err := s.checkpointNow(work, false); err != nil {
 					return err
 				}
 			}
@@ -566,7 +574,7 @@ func (s *session) caughtUp(ctx context.Context) error {
 	if err := s.endRecovery(ctx); err != nil {
 		return err
 	}
-	if err := s.checkpointNow(ctx); err != nil {
+	if err := s.checkpointNow(ctx, true); err != nil {
 		return err
 	}
 	if s.lazy {
@@ -648,7 +656,12 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	} else {
 		s.foldedCounter(ev.Kind).Inc()
 	}
-	s.dirty[ev.Node] = st
+	if d, ok := s.dirty[ev.Node]; ok {
+		d.st = st
+		s.dirty[ev.Node] = d
+	} else {
+		s.dirty[ev.Node] = dirtyNode{st: st, first: seq, gen: s.gen}
+	}
 	if err := fault(r.cfg.Faults.AfterFold, p.id, seq); err != nil {
 		return err
 	}
@@ -1021,15 +1034,41 @@ func (s *session) rideOut(ctx context.Context, waited *bool) bool {
 	return s.p.r.awaitLeaders(ctx)
 }
 
-// checkpointNow makes the snapshot cover every event folded: effects
-// acknowledged first, then the changed node states, then the partition's
-// sequence. Each node state is written only if its key is still at the
-// revision this session last saw: a second writer of the partition (a
+// dirtyNode is a node folded since its state was last put: its state,
+// the sequence of the first event folded since, and the checkpoint
+// generation that event came in.
+type dirtyNode struct {
+	st    *reconcile.State
+	first uint64
+	gen   uint64
+}
+
+// stateAge is how many checkpoints a node's changed state may wait before
+// a checkpoint puts it (docs/architecture.md, "Live: states put by age").
+// A checkpoint that leaves a node's state unwritten stores the sequence
+// before that node's first unwritten event, so a restart refolds at most
+// the events of the last stateAge checkpoint periods and the current one:
+// at most (stateAge+1) × SnapshotEvery events of a partition, and at most
+// about (stateAge+1) × SnapshotInterval of its input. Put every interval,
+// a node that changes about once a second was written about once an
+// event on the live path (0.17–0.35 puts an input, issue 27).
+const stateAge = 4
+
+// checkpointNow makes the stored snapshot cover more of the events
+// folded: effects acknowledged first, then node states, then the
+// partition's sequence. With full, or for a node whose state has waited
+// stateAge checkpoints, the node's changed state is put; any other
+// changed state waits, and the stored checkpoint is then the sequence
+// before the first event of the waiting nodes (every node's stored state
+// covers every event of it up to there, so a restart's refold from it
+// absorbs the rest: DESIGN.md §5.3's recovery rule sees every effect those
+// events caused). Each node state is written only if its key is still at
+// the revision this session last saw: a second writer of the partition (a
 // stale former owner, or a new one) makes it fail with ErrConflict, and
 // the session restarts from the snapshot. So a stored node state only
 // ever moves forward, and a stored checkpoint never claims more than its
 // nodes' states cover.
-func (s *session) checkpointNow(ctx context.Context) error {
+func (s *session) checkpointNow(ctx context.Context, full bool) error {
 	if s.recovering || (s.folded == s.checkpoint && len(s.dirty) == 0) {
 		return nil
 	}
@@ -1040,20 +1079,32 @@ func (s *session) checkpointNow(ctx context.Context) error {
 	if err := p.lost(); err != nil {
 		return err
 	}
+	s.gen++
+	// ck is what the checkpoint can claim: the sequence before the first
+	// event of every node whose state waits.
+	ck := s.folded
+	put := make([]string, 0, len(s.dirty))
+	for node, d := range s.dirty {
+		if full || s.gen-d.gen >= stateAge {
+			put = append(put, node)
+		} else {
+			ck = min(ck, d.first-1)
+		}
+	}
 	var states, summaries map[string][]byte
-	if len(s.dirty) > 0 {
+	if len(put) > 0 {
 		sctx, cancel := context.WithTimeout(ctx, ackTimeout)
 		defer cancel()
-		states = make(map[string][]byte, len(s.dirty))
-		summaries = make(map[string][]byte, len(s.dirty))
+		states = make(map[string][]byte, len(put))
+		summaries = make(map[string][]byte, len(put))
 		// One buffer for every state of the checkpoint, sized from the
 		// last one's average: encoding each changed state (2–3 KB) into
 		// buffers of its own, copied twice, was 9 % of a live
 		// reconciler's CPU (issue 27). A new one each checkpoint, so that
 		// no put still in flight can see its bytes change.
-		arena := make([]byte, 0, len(s.dirty)*(s.stateAvg+s.stateAvg/8))
-		for node, st := range s.dirty {
-			b, sum, grown, err := s.snapshotOf(sctx, node, st, arena)
+		arena := make([]byte, 0, len(put)*(s.stateAvg+s.stateAvg/8))
+		for _, node := range put {
+			b, sum, grown, err := s.snapshotOf(sctx, node, s.dirty[node].st, arena)
 			if err != nil {
 				return err
 			}
@@ -1095,13 +1146,17 @@ func (s *session) checkpointNow(ctx context.Context) error {
 	if err := p.lost(); err != nil {
 		return err
 	}
-	if err := s.retryWrite(ctx, func(ctx context.Context) error {
-		return r.snaps.PutCheckpoint(ctx, p.id, s.folded)
-	}); err != nil {
-		return err
+	for _, node := range put {
+		delete(s.dirty, node)
 	}
-	s.checkpoint = s.folded
-	clear(s.dirty)
+	if ck > s.checkpoint {
+		if err := s.retryWrite(ctx, func(ctx context.Context) error {
+			return r.snaps.PutCheckpoint(ctx, p.id, ck)
+		}); err != nil {
+			return err
+		}
+		s.checkpoint = ck
+	}
 	s.since = 0
 	r.m.Checkpoints.Inc()
 	return fault(r.cfg.Faults.AfterCheckpoint, p.id, s.folded)
