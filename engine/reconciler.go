@@ -42,9 +42,12 @@ type ReconcilerConfig struct {
 	// them. A closed channel grants nothing more. Nil: the fixed
 	// Assigned.
 	Grants <-chan Grant
-	// SnapshotEvery writes a partition's snapshot after this many events
+	// SnapshotEvery writes a partition's checkpoint after this many events
 	// (default 1000); SnapshotInterval at least this often while events
-	// arrive (default 1 s). A restart refolds the tail since the snapshot.
+	// arrive (default 1 s). A changed node state is put at the latest four
+	// checkpoints later, so a restart refolds at most the last five
+	// checkpoint periods of a partition (docs/architecture.md, "Live:
+	// states put by age").
 	SnapshotEvery    int
 	SnapshotInterval time.Duration
 	// FleetJournalEvery is the least time between two entries of the
