@@ -101,6 +101,20 @@ func (r *recovery) fence(e reconcile.Effect) (seq uint64, known bool) {
 	return seq, known
 }
 
+// settled reports whether every effect deferred so far was seen stored
+// or superseded: none is left to publish, so a checkpoint at the read's
+// position loses nothing (session.checkpointNow).
+func (r *recovery) settled() bool { return len(r.unstored) == 0 }
+
+// forget drops the deferred effects once settled: each was seen stored
+// (or superseded), and a checkpoint now covers their causes. The fences
+// seen are kept: a later deferred effect of the same subject is published
+// behind them.
+func (r *recovery) forget() {
+	r.deferred = nil
+	clear(r.plans)
+}
+
 // published records that e was stored at seq: the next effect of its
 // subject is fenced behind it.
 func (r *recovery) published(e reconcile.Effect, seq uint64) {

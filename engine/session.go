@@ -70,10 +70,13 @@ type session struct {
 	folded      uint64 // the last sequence read and folded (or skipped)
 	lastAtStart uint64 // the stream's last sequence when the session began
 	// recovering holds while the read has not passed lastAtStart: effects
-	// are deferred in rec, to be dropped if seen stored, and no checkpoint
-	// is written.
+	// are deferred in rec, to be dropped if seen stored, and a checkpoint
+	// is written only where every effect deferred so far was seen stored
+	// (recoveryCheckpointDue).
 	recovering bool
 	rec        *recovery
+	// checkpointed is when the session last wrote a checkpoint, or began.
+	checkpointed time.Time
 	// readAll holds when the read began at or before the stream's first
 	// message: every stored message of the partition up to the read's
 	// position is seen.
@@ -241,7 +244,7 @@ func (p *partition) session(ctx context.Context) error {
 		return err
 	}
 	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck, readAll: ck < first, in: in,
-		rec: newRecovery(), dirty: map[string]dirtyNode{}, revs: revs, tooBig: tooBig,
+		rec: newRecovery(), checkpointed: time.Now(), dirty: map[string]dirtyNode{}, revs: revs, tooBig: tooBig,
 		lag: r.m.Lag.WithLabelValues(strconv.Itoa(p.id)), counted: map[events.Kind]prometheus.Counter{}, endLoad: endLoad, lazy: lazy, endTail: endTail}
 	if r.cfg.Signer != nil && r.cfg.Own.Trusts(r.cfg.Signer.PublicKey()) {
 		s.mine = map[string]minePlan{}
@@ -503,6 +506,16 @@ func (s *session) consume(ctx context.Context) error {
 			defer cancel()
 			return s.checkpointNow(cctx, true)
 		case <-tick.C:
+			if s.recovering {
+				// A recovery checkpoints only where nothing it deferred is
+				// left to publish, and then puts every changed state.
+				if s.recoveryCheckpointDue() {
+					if err := s.checkpointNow(work, true); err != nil {
+						return err
+					}
+				}
+				break
+			}
 			// A partition that folded nothing since its last checkpoint
 			// puts every state still unwritten: once input stops, the
 			// checkpoint covers every event folded an interval later.
@@ -533,7 +546,11 @@ func (s *session) consume(ctx context.Context) error {
 			if err := s.handle(work, it.Msg, it.Meta); err != nil {
 				return err
 			}
-			if s.since >= r.cfg.SnapshotEvery {
+			if s.recovering && s.recoveryCheckpointDue() {
+				if err := s.checkpointNow(work, true); err != nil {
+					return err
+				}
+			} else if !s.recovering && s.since >= r.cfg.SnapshotEvery {
 				if err := s.checkpointNow(work, false); err != nil {
 					return err
 				}
@@ -1034,6 +1051,20 @@ func (s *session) rideOut(ctx context.Context, waited *bool) bool {
 	return s.p.r.awaitLeaders(ctx)
 }
 
+// recoveryCheckpointDue reports whether a recovering session should
+// checkpoint now: it folded events since its last checkpoint, every
+// effect it deferred was seen stored (or superseded), and
+// RecoveryCheckpointInterval has passed since its last checkpoint (or
+// its start). Such a checkpoint is a steady state's: every effect caused
+// at or before it is stored, so a successor resuming from it neither
+// loses nor doubles one, and needs nothing of this session's bookkeeping
+// (docs/architecture.md, "Checkpoints during a recovery"). A lease lost
+// mid-catch-up then costs the refold since the last one, not the
+// partition's whole refold (issue 27).
+func (s *session) recoveryCheckpointDue() bool {
+	return s.since > 0 && s.rec.settled() && time.Since(s.checkpointed) >= s.p.r.cfg.RecoveryCheckpointInterval
+}
+
 // dirtyNode is a node folded since its state was last put: its state,
 // the sequence of the first event folded since, and the checkpoint
 // generation that event came in.
@@ -1068,8 +1099,12 @@ const stateAge = 4
 // the session restarts from the snapshot. So a stored node state only
 // ever moves forward, and a stored checkpoint never claims more than its
 // nodes' states cover.
+//
+// While recovering it writes only when every effect deferred so far was
+// seen stored (recovery.settled), and then forgets them: none is left to
+// publish for the causes the checkpoint covers.
 func (s *session) checkpointNow(ctx context.Context, full bool) error {
-	if s.recovering || (s.folded == s.checkpoint && len(s.dirty) == 0) {
+	if (s.recovering && !s.rec.settled()) || (s.folded == s.checkpoint && len(s.dirty) == 0) {
 		return nil
 	}
 	r, p := s.p.r, s.p
@@ -1158,6 +1193,11 @@ func (s *session) checkpointNow(ctx context.Context, full bool) error {
 		s.checkpoint = ck
 	}
 	s.since = 0
+	s.checkpointed = time.Now()
+	if s.recovering {
+		s.rec.forget()
+		r.log.Debug("partition checkpointed during its recovery", "partition", p.id, "checkpoint", s.checkpoint, "recovering_to", s.lastAtStart)
+	}
 	r.m.Checkpoints.Inc()
 	return fault(r.cfg.Faults.AfterCheckpoint, p.id, s.folded)
 }
