@@ -68,6 +68,11 @@ const groupServers, groupInstances = 3, 4
 // server's CPU per event over the catch-up and over the raw read. The
 // load average (/proc/loadavg) is logged before and after.
 //
+// MESHFOLD_BENCH_BINS=PATH,PATH,… runs the catch-up (and its raw reads)
+// once with each meshfold binary listed, in that order, on the one
+// stream loaded: before-and-after figures, interleaved, at the cost of
+// one load (5 min at 100,000 nodes on a loaded machine).
+//
 // MESHFOLD_BENCH_PROFILES=DIR writes CPU profiles of every instance and
 // every server over 20 s from 10 s into the catch-up (which slows it:
 // do not take that run's figures).
@@ -93,10 +98,22 @@ func BenchmarkGroupScale(b *testing.B) {
 	h = nil
 	b.Logf("%d nodes: %d messages generated, sealed and published on %d servers (R%d) in %s; the servers' CPU %.0f ns a message published",
 		n, s.msgs, groupServers, s.cfg.Replicas, time.Since(t0).Round(time.Second), publishCPU)
-	b.Run(fmt.Sprintf("group-%d-of-%d-nodes", groupInstances, n), func(b *testing.B) {
-		s.groupCatchUp(b, pc, groupInstances)
-		b.ReportMetric(publishCPU, "publish-servers-cpu-ns/event")
-	})
+	name := fmt.Sprintf("group-%d-of-%d-nodes", groupInstances, n)
+	bins := []string{""}
+	if list := os.Getenv("MESHFOLD_BENCH_BINS"); list != "" {
+		bins = strings.Split(list, ",")
+	}
+	for i, bin := range bins {
+		sub := name
+		if bin != "" {
+			sub = fmt.Sprintf("%s-run%d-%s", name, i+1, filepath.Base(bin))
+		}
+		b.Run(sub, func(b *testing.B) {
+			s.bin = bin
+			s.groupCatchUp(b, pc, groupInstances)
+			b.ReportMetric(publishCPU, "publish-servers-cpu-ns/event")
+		})
+	}
 }
 
 // groupCatchUp is BenchmarkGroupScale's timed part on s, k instances.

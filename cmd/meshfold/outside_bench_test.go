@@ -113,6 +113,9 @@ type outsideServer struct {
 	heapProfiled bool
 	// last is the last catchUp's ratio to the raw read and CPU per event.
 	last struct{ ratio, cpuNs float64 }
+	// bin, when set, is the meshfold binary startProc runs instead of
+	// meshfoldBinary's (BenchmarkGroupScale's MESHFOLD_BENCH_BINS).
+	bin string
 }
 
 // benchServer is the server side of an outside benchmark: one
@@ -313,7 +316,11 @@ func (s *outsideServer) startProc(tb testing.TB, extra ...string) *benchProc {
 	defer logf.Close()
 	args := append([]string{"reconcile", "--server", s.srv.URL(), "--signing-key", s.seed,
 		"--snapshot-interval", "20ms", "--metrics", p.metrics, "--pprof"}, extra...)
-	p.cmd = exec.Command(meshfoldBinary(tb), args...)
+	bin := s.bin
+	if bin == "" {
+		bin = meshfoldBinary(tb)
+	}
+	p.cmd = exec.Command(bin, args...)
 	if s.heapProfiled && os.Getenv("MESHFOLD_BENCH_PROFILES") != "" {
 		// A heap profile that samples every 4 KiB rather than 512 KiB:
 		// a state is a few KiB.
