@@ -47,7 +47,13 @@ type agentWatch struct {
 	last   map[string]*agentRecord // the node's newest agent event, cached
 	dirty  map[string]bool         // nodes whose transition could not be recorded: retried
 	now    func() time.Time
+	// loaded is closed once the reconciler's first partition loads are
+	// over (Reconciler.first): the sweep waits for it.
+	loaded <-chan struct{}
 }
+
+// closedChan is a closed channel: ready at once.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // nodeLease is a node's lease as the watch last saw it.
 type nodeLease struct {
@@ -70,7 +76,8 @@ type agentRecord struct {
 // ctx's error; failures to reach the server are logged and retried.
 func (r *Reconciler) watchAgents(ctx context.Context, kv jetstream.KeyValue) error {
 	w := &agentWatch{kv: kv, stream: r.stream, subj: r.subj, pub: r.pub, key: r.key, log: r.log, m: r.m,
-		leases: map[string]*nodeLease{}, last: map[string]*agentRecord{}, dirty: map[string]bool{}, now: time.Now}
+		leases: map[string]*nodeLease{}, last: map[string]*agentRecord{}, dirty: map[string]bool{}, now: time.Now,
+		loaded: r.first.done}
 	for {
 		err := w.run(ctx)
 		if ctx.Err() != nil {
@@ -103,6 +110,11 @@ func (w *agentWatch) run(ctx context.Context) error {
 	tick := time.NewTicker(agentCheck)
 	defer tick.Stop()
 	initial := true
+	// sweepDue is the reconciler's first loads, once the watch's initial
+	// values are in: the sweep's stream info walks every subject of the
+	// stream on the server, and waits until a restart's partitions have
+	// refolded their tails and read their states (issue 27).
+	var sweepDue <-chan struct{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -114,13 +126,18 @@ func (w *agentWatch) run(ctx context.Context) error {
 			if e == nil {
 				if initial {
 					initial = false
-					if err := w.sweep(ctx); err != nil {
-						w.log.Warn("agent liveness: nodes whose agent went down while no reconciler watched not checked yet", "err", err)
+					if sweepDue = w.loaded; sweepDue == nil {
+						sweepDue = closedChan
 					}
 				}
 				continue
 			}
 			w.entry(ctx, e)
+		case <-sweepDue:
+			sweepDue = nil
+			if err := w.sweep(ctx); err != nil {
+				w.log.Warn("agent liveness: nodes whose agent went down while no reconciler watched not checked yet", "err", err)
+			}
 		case <-tick.C:
 			w.expire(ctx)
 			for node := range w.dirty {

@@ -184,6 +184,7 @@ type Reconciler struct {
 	fleet fleetJournal
 	heap  *heapRelease
 	tails *tailGate
+	first *firstLoads
 
 	unsavedMu  sync.Mutex
 	unsavedErr map[int]error // see Unsaved
@@ -257,7 +258,7 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	}
 	r := &Reconciler{electCh: make(chan struct{}), js: js, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(js, scfg.Subjects()),
 		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, tr: tracing.Tracer(cfg.Tracing), m: cfg.Metrics, parts: map[int]*partition{},
-		heap: newHeapRelease(cfg.Metrics.HeapReleases), tails: newTailGate()}
+		heap: newHeapRelease(cfg.Metrics.HeapReleases), tails: newTailGate(), first: newFirstLoads()}
 	if cfg.Grants != nil {
 		return r, nil
 	}
@@ -346,9 +347,11 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			}
 			return err
 		}
+		p.loaded = r.first.add()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer p.loaded() // ended before its first load did
 			err := p.run(ctx)
 			r.dropPartition(p)
 			if g.Stopped != nil {
@@ -373,7 +376,9 @@ func (r *Reconciler) Run(ctx context.Context) error {
 				break
 			}
 		}
+		r.first.start()
 	} else {
+		r.first.start()
 		grants := r.cfg.Grants
 	loop:
 		for {
@@ -411,7 +416,7 @@ func (r *Reconciler) addPartition(g Grant) (*partition, error) {
 	if g.Partition < 0 || g.Partition >= n {
 		return nil, fmt.Errorf("grant of partition %d: the stream has partitions 0..%d", g.Partition, n-1)
 	}
-	p := &partition{r: r, id: g.Partition, states: map[string]*reconcile.State{}, revoked: g.Revoked, valid: g.Valid}
+	p := &partition{r: r, id: g.Partition, states: map[string]*reconcile.State{}, revoked: g.Revoked, valid: g.Valid, loaded: func() {}}
 	if p.revoked == nil {
 		p.revoked = context.Background()
 	}
@@ -515,6 +520,8 @@ type partition struct {
 	states map[string]*reconcile.State
 	// folded is the last sequence of the partition read and folded.
 	folded atomic.Uint64
+	// loaded marks the partition's first load over (Reconciler.first).
+	loaded func()
 }
 
 // lost returns an error wrapping [ErrLeaseLost] once the partition may

@@ -209,7 +209,11 @@ func (p *partition) session(ctx context.Context) error {
 	r := p.r
 	// The load is a burst of garbage: once every partition loading has
 	// caught up (or ended), the heap it freed goes back to the system.
-	endLoad := r.heap.begin()
+	endHeap := r.heap.begin()
+	endLoad := func() {
+		endHeap()
+		p.loaded()
+	}
 	defer endLoad()
 	in := newInterner()
 	lazy, err := p.shortTail(ctx)
