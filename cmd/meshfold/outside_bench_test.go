@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -896,26 +897,146 @@ func (s *outsideServer) recovery(b *testing.B, tail []*nats.Msg) time.Duration {
 	(&enginetest.History{Msgs: tail}).Load(b, s.js)
 	s.refresh(b)
 	before := s.lastSeq(b)
+	var profiled sync.WaitGroup
+	dir := os.Getenv("MESHFOLD_BENCH_PROFILES")
+	name := filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_"))
+	if dir != "" {
+		// The server's profile covers the restart's first second from
+		// just before the process starts: a longer one would take in
+		// the pass over every state that follows the checkpoints.
+		profiled.Go(func() { s.serverProfileFor(b, name+".server.cpu.pb.gz", time.Second) })
+	}
+	stamps := s.watchCheckpoints(b)
 	srv0 := s.srv.CPU()
 	p := s.startProc(b)
-	var profiled sync.WaitGroup
-	if dir := os.Getenv("MESHFOLD_BENCH_PROFILES"); dir != "" {
-		name := filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_"))
+	samples := sampleCPU(s.srv, p)
+	if dir != "" {
 		profiled.Go(func() { p.cpuProfile(name + ".cpu.pb.gz") })
 	}
-	took, cpus := s.waitCaughtUp(b, 10*time.Minute, p)
+	noticed, cpus := s.waitCaughtUp(b, 10*time.Minute, p)
 	srv := s.srv.CPU() - srv0
+	at := stamps(b)
+	cpuAt := samples(at)
 	profiled.Wait()
 	p.stop()
 	if published := s.lastSeq(b) - before; published != 0 {
 		b.Errorf("the restart published %d messages, want none", published)
 	}
+	took := at.Sub(p.start)
 	b.ReportMetric(float64(took.Microseconds())/1000, "restart-ms")
-	// The CPU the restart took, the reconciler's and the server's: on a
-	// shared machine steadier than its time.
-	b.ReportMetric(float64(cpus[0].Microseconds())/1000, "restart-cpu-ms")
-	b.ReportMetric(float64(srv.Microseconds())/1000, "restart-server-cpu-ms")
+	// The CPU the restart took, the reconciler's and the server's, to
+	// the last checkpoint's store: on a shared machine steadier than its
+	// time.
+	b.ReportMetric(float64(cpuAt.proc.Microseconds())/1000, "restart-cpu-ms")
+	b.ReportMetric(float64((cpuAt.srv-srv0).Microseconds())/1000, "restart-server-cpu-ms")
+	// The same when the benchmark's polls noticed every checkpoint: later
+	// by the polls' round trips, which then wait behind the pass over
+	// every state that the last checkpoint starts.
+	b.ReportMetric(float64(noticed.Microseconds())/1000, "noticed-ms")
+	b.ReportMetric(float64(cpus[0].Microseconds())/1000, "noticed-cpu-ms")
+	b.ReportMetric(float64(srv.Microseconds())/1000, "noticed-server-cpu-ms")
 	return took
+}
+
+// watchCheckpoints watches s's checkpoint keys from now on; the returned
+// func waits (up to 30 s) until every partition's checkpoint has reached
+// its target (s.targets) and returns when the server stored the last of
+// them (the entries' own timestamps): the end of a restart, whatever the
+// benchmark's polls were doing then.
+func (s *outsideServer) watchCheckpoints(tb testing.TB) func(testing.TB) time.Time {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	kv, err := s.js.KeyValue(ctx, s.snaps.Bucket())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, "checkpoint.>", jetstream.UpdatesOnly())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	targets := maps.Clone(s.targets)
+	return func(tb testing.TB) time.Time {
+		tb.Helper()
+		defer cancel()
+		defer func() { _ = w.Stop() }()
+		var last time.Time
+		timeout := time.After(30 * time.Second)
+		for len(targets) > 0 {
+			select {
+			case e := <-w.Updates():
+				if e == nil {
+					continue
+				}
+				part, err := strconv.Atoi(strings.TrimPrefix(e.Key(), "checkpoint."))
+				if err != nil {
+					continue
+				}
+				seq, err := strconv.ParseUint(string(e.Value()), 10, 64)
+				if want, ok := targets[part]; !ok || err != nil || seq < want {
+					continue
+				}
+				delete(targets, part)
+				if e.Created().After(last) {
+					last = e.Created()
+				}
+			case <-timeout:
+				tb.Fatalf("no checkpoint past the target seen for partitions %v", slices.Sorted(maps.Keys(targets)))
+			}
+		}
+		return last
+	}
+}
+
+// cpuSample is the server's and a reconcile process's CPU so far at a
+// time.
+type cpuSample struct {
+	at        time.Time
+	srv, proc time.Duration
+}
+
+// sampleCPU reads srv's and p's CPU every 2 ms (/proc, no request to the
+// server) until the returned func is called; that returns the first
+// sample at or after at (the last one if none is).
+func sampleCPU(srv benchServer, p *benchProc) func(at time.Time) cpuSample {
+	var (
+		mu   sync.Mutex
+		all  []cpuSample
+		stop = make(chan struct{})
+		done = make(chan struct{})
+	)
+	pid := p.cmd.Process.Pid
+	go func() {
+		defer close(done)
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			c, err := storetest.ProcCPU(pid)
+			if err == nil {
+				x := cpuSample{at: time.Now(), srv: srv.CPU(), proc: c}
+				mu.Lock()
+				all = append(all, x)
+				mu.Unlock()
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func(at time.Time) cpuSample {
+		close(stop)
+		<-done
+		for _, x := range all {
+			if !x.at.Before(at) {
+				return x
+			}
+		}
+		if len(all) == 0 {
+			return cpuSample{at: at}
+		}
+		return all[len(all)-1]
+	}
 }
 
 // folded starts a server with a sealed history of events over nodes,
