@@ -51,11 +51,15 @@ func TestRecoveryCheckpointResume(t *testing.T) {
 		}
 	}
 	stored := len(g.all())
-	// Inputs no run has folded: their plans are published by the
-	// recovery's end, once the range is read.
-	late := []string{"gum", "hob"}
-	for _, node := range late {
-		g.append(node, provOnly())
+	// Inputs no run has folded, at the range's end: their plans are
+	// stored nowhere, so from the first of them on nothing may be
+	// checkpointed before the recovery's end publishes them.
+	late := []string{"gum", "hob", "ivy", "jay", "kit", "lox"}
+	var unstored uint64 // the first late input
+	for i, node := range late {
+		if seq := g.append(node, provOnly()); i == 0 {
+			unstored = seq
+		}
 	}
 	_, last, err := store.StreamBounds(ctx, g.stream)
 	if err != nil {
@@ -63,13 +67,13 @@ func TestRecoveryCheckpointResume(t *testing.T) {
 	}
 
 	// The second run checkpoints wherever it may (every effect deferred so
-	// far seen stored) and dies at the third input past its first such checkpoint
-	// in the second half of the range it recovers.
+	// far seen stored) and dies at the third late input, its plans and the
+	// two before it deferred and unpublished.
 	var (
 		mu       sync.Mutex
 		mid      []uint64 // checkpoints written before the end of the range
 		crashSeq uint64
-		armed    int // inputs folded since the crash was armed
+		armed    int // late inputs folded
 	)
 	f := engine.Faults{
 		AfterCheckpoint: func(_ int, seq uint64) error {
@@ -83,7 +87,7 @@ func TestRecoveryCheckpointResume(t *testing.T) {
 		AfterFold: func(_ int, seq uint64) error {
 			mu.Lock()
 			defer mu.Unlock()
-			if len(mid) == 0 || mid[len(mid)-1] < last/2 {
+			if seq < unstored {
 				return nil
 			}
 			if armed++; armed == 3 {
@@ -99,9 +103,16 @@ func TestRecoveryCheckpointResume(t *testing.T) {
 		t.Fatalf("second run ended with %v, want the crash", err)
 	}
 	mu.Lock()
+	if len(mid) == 0 {
+		mu.Unlock()
+		t.Fatal("no checkpoint was written during the recovery")
+	}
 	ck := mid[len(mid)-1]
 	crashedAt := crashSeq
 	mu.Unlock()
+	if ck >= unstored {
+		t.Fatalf("checkpoint %d written past #%d, whose plan was deferred and not yet published", ck, unstored)
+	}
 	snaps, err := store.OpenSnapshots(ctx, g.js, g.cfg)
 	if err != nil {
 		t.Fatal(err)
