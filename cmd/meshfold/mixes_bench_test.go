@@ -71,8 +71,10 @@ var mixes = []struct {
 // The live figure is BenchmarkLiveMixes.
 //
 // MESHFOLD_BENCH_PROFILES=DIR writes CPU profiles of the reconciler and
-// the server over the first 5 s of each catch-up (do not take that
-// run's figures).
+// the server over the first MESHFOLD_BENCH_PROFILE_SECONDS (default 5)
+// of each catch-up (do not take that run's figures): a first refold
+// publishes its effects after its read, past the default's 5 s at the
+// full size.
 //
 //	go test ./cmd/meshfold -run '^$' -bench CatchUpMixes -benchtime 1x -timeout 30m
 func BenchmarkCatchUpMixes(b *testing.B) {

@@ -522,8 +522,9 @@ func (p *benchProc) heap(name string) float64 {
 	return v
 }
 
-// cpuProfile writes a CPU profile of the process's first 5 s (from the
-// moment its metrics listener answers) to path; it logs why not instead.
+// cpuProfile writes a CPU profile of the process's first
+// MESHFOLD_BENCH_PROFILE_SECONDS (default 5; from the moment its metrics
+// listener answers) to path; it logs why not instead.
 func (p *benchProc) cpuProfile(path string) {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if _, err := p.get("/metrics"); err == nil {
@@ -535,7 +536,7 @@ func (p *benchProc) cpuProfile(path string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	prof, err := p.get("/debug/pprof/profile?seconds=5")
+	prof, err := p.get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", profileSeconds()))
 	if err == nil {
 		err = os.WriteFile(path, prof, 0o644)
 	}
@@ -764,10 +765,11 @@ func (s *outsideServer) heapProfiles(tb testing.TB, p *benchProc, name string) {
 	}
 }
 
-// serverProfile writes a CPU profile of s's server over the next 5 s to
-// path; it logs why not instead.
+// serverProfile writes a CPU profile of s's server over the next
+// MESHFOLD_BENCH_PROFILE_SECONDS (default 5) to path; it logs why not
+// instead.
 func (s *outsideServer) serverProfile(tb testing.TB, path string) {
-	s.serverProfileFor(tb, path, 5*time.Second)
+	s.serverProfileFor(tb, path, time.Duration(profileSeconds())*time.Second)
 }
 
 // serverProfileFor is serverProfile over the next d.
