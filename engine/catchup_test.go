@@ -1,9 +1,15 @@
 package engine_test
 
 import (
+	"errors"
+	"slices"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/meshfold/meshfold/engine/enginetest"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -26,5 +32,77 @@ func TestRefoldOfStoredHistoryPublishesNothing(t *testing.T) {
 	}
 	if info.State.LastSeq != last {
 		t.Fatalf("the refold stored %d messages; want none", info.State.LastSeq-last)
+	}
+}
+
+// TestFirstRefoldStoresEveryEffectOnceInOrder: a cold refold of a stream
+// of inputs alone (the effect-dense mix: several plans and journal
+// entries a node), whose effects were never stored, publishes every
+// effect the pure fold of the inputs makes, once, under its keyed id, and
+// each subject's in the order the fold made them, however the
+// publishes of different subjects interleave (issue 27).
+func TestFirstRefoldStoresEveryEffectOnceInOrder(t *testing.T) {
+	h := enginetest.SimulateDenseInputs(6_000, 40)
+	_, _, js, st, cfg := storetest.StartStream(t, store.StreamConfig{})
+	last := h.Load(t, js)
+	if last != uint64(len(h.Msgs)) {
+		t.Fatalf("inputs at 1..%d, want 1..%d", last, len(h.Msgs))
+	}
+	foldAll(t, js, cfg)
+	key, err := store.EffectKey(t.Context(), js, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the pure fold makes, each subject's in order.
+	want := map[string][]string{}
+	states := map[string]*reconcile.State{}
+	var seq uint64
+	for _, m := range h.Msgs {
+		seq++
+		node, kind, err := (events.Subjects{}).Parse(m.Subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := events.Event{Seq: seq, Node: node, Kind: kind}
+		ev.Payload, ev.Err = events.Decode(kind, m.Data)
+		s := states[ev.Node]
+		if s == nil {
+			s = reconcile.NewState(ev.Node)
+			states[ev.Node] = s
+		}
+		for _, e := range s.Fold(ev) {
+			k := e.Node + "." + string(e.Kind)
+			want[k] = append(want[k], e.ID())
+		}
+	}
+	got := map[string][]string{}
+	n := 0
+	for seq := last + 1; ; seq++ {
+		raw, err := st.GetMsg(t.Context(), seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		node, kind, err := cfg.Subjects().Parse(raw.Subject)
+		if err != nil || !kind.Effect() {
+			t.Fatalf("message %d on %s: not an effect (%v)", seq, raw.Subject, err)
+		}
+		id, ok := store.EffectIDOf(key, raw.Header.Get(jetstream.MsgIDHeader))
+		if !ok {
+			t.Fatalf("message %d: id %q not keyed", seq, raw.Header.Get(jetstream.MsgIDHeader))
+		}
+		k := node + "." + string(kind)
+		got[k] = append(got[k], id)
+		n++
+	}
+	if n == 0 || len(got) != len(want) {
+		t.Fatalf("%d effects stored on %d subjects; the fold makes them on %d", n, len(got), len(want))
+	}
+	for k, ids := range want {
+		if !slices.Equal(got[k], ids) {
+			t.Errorf("%s: stored %v, want %v", k, got[k], ids)
+		}
 	}
 }

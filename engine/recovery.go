@@ -23,7 +23,9 @@ type effectKey struct {
 // not, moves its subject's fence: the sequence the deferred effect is
 // published behind (Nats-Expected-Last-Subject-Sequence).
 type recovery struct {
-	deferred []reconcile.Effect
+	// deferred holds the effects deferred, in the order folded, each
+	// with its id (Effect.ID), made once.
+	deferred []toPublish
 	// unstored holds the ids of deferred effects not seen stored.
 	unstored map[string]bool
 	// last is each effect subject's last sequence seen or published.
@@ -40,8 +42,9 @@ func newRecovery() *recovery {
 
 // deferEffect keeps e until the read passes the session's start.
 func (r *recovery) deferEffect(e reconcile.Effect) {
-	r.deferred = append(r.deferred, e)
-	r.unstored[e.ID()] = true
+	id := e.ID()
+	r.deferred = append(r.deferred, toPublish{e, id})
+	r.unstored[id] = true
 	if e.Kind == events.KindPlan {
 		r.plans[e.Node] = append(r.plans[e.Node], e)
 	}
@@ -92,6 +95,31 @@ func (r *recovery) unstoredPlan(node, id string) (reconcile.Effect, bool) {
 
 // stored reports whether deferred effect e was seen stored (or superseded).
 func (r *recovery) stored(e reconcile.Effect) bool { return !r.unstored[e.ID()] }
+
+// toPublish is a deferred effect with its id.
+type toPublish struct {
+	e  reconcile.Effect
+	id string
+}
+
+// unpublished returns the deferred effects not seen stored (nor
+// superseded), by subject: each subject's in the order folded, and the
+// subjects in the order of their first such effect.
+func (r *recovery) unpublished() (order []effectKey, queues map[effectKey][]toPublish) {
+	queues = map[effectKey][]toPublish{}
+	for _, d := range r.deferred {
+		if !r.unstored[d.id] {
+			continue
+		}
+		k := effectKey{d.e.Node, d.e.Kind}
+		q, ok := queues[k]
+		if !ok {
+			order = append(order, k)
+		}
+		queues[k] = append(q, d)
+	}
+	return order, queues
+}
 
 // fence returns the last sequence seen or published on e's subject since
 // the checkpoint; known is false when there is none (the subject's last

@@ -701,68 +701,76 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 // endRecovery publishes the deferred effects that were not seen stored,
 // each fenced by its subject's last sequence (Nats-Expected-Last-Subject-
 // Sequence), and leaves recovery. Effects of different subjects do not
-// wait for each other: they go in waves, each wave the first unpublished
-// effect of every subject, sent asynchronously (at most recoveryWindow in
-// flight) and all acknowledged before the next, which is fenced behind
-// them. So a subject's effects are stored in order, each behind the one
-// before, as one at a time stored them; a cold refold that publishes its
-// plans costs a round trip per plan of the busiest node instead of two
-// per effect (issue 17).
+// wait for each other: the first unpublished effect of every subject is
+// sent asynchronously (at most recoveryWindow in flight), and a subject's
+// next effect is sent once the one before it is acknowledged, fenced
+// behind the sequence that acknowledgement gives. So a subject's effects
+// are stored in order, each behind the one before, as one at a time
+// stored them; a cold refold that publishes its plans costs a round trip
+// per plan of the busiest node instead of two per effect (issue 17), and
+// no subject waits for the acknowledgements of others (issue 27: waves,
+// each wholly acknowledged before the next was sent, left the server and
+// the session idle in turn).
 func (s *session) endRecovery(ctx context.Context) error {
 	r := s.p.r
-	todo := make([]reconcile.Effect, 0, len(s.rec.deferred))
-	for _, e := range s.rec.deferred {
-		if s.rec.stored(e) {
-			r.m.Skipped.Inc()
-			continue
-		}
-		todo = append(todo, e)
-	}
-	busy := map[effectKey]bool{}
-	for len(todo) > 0 {
-		var wave, rest []reconcile.Effect
-		clear(busy)
-		for _, e := range todo {
-			k := effectKey{e.Node, e.Kind}
-			if busy[k] {
-				rest = append(rest, e)
-				continue
-			}
-			busy[k] = true
-			wave = append(wave, e)
-		}
-		for len(wave) > 0 {
-			n := min(len(wave), recoveryWindow)
-			if err := s.publishFenced(ctx, wave[:n]); err != nil {
-				return err
-			}
-			wave = wave[n:]
-		}
-		todo = rest
+	order, queues := s.rec.unpublished()
+	r.m.Skipped.Add(float64(len(s.rec.deferred) - countQueued(queues)))
+	if err := s.publishFenced(ctx, order, queues); err != nil {
+		return err
 	}
 	s.recovering = false
 	s.rec = nil
 	return nil
 }
 
+// countQueued is the number of effects queues hold.
+func countQueued(queues map[effectKey][]toPublish) int {
+	n := 0
+	for _, q := range queues {
+		n += len(q)
+	}
+	return n
+}
+
 // recoveryWindow bounds the fenced publishes of endRecovery in flight,
 // below the client's default limit of 4000 pending async publishes.
 const recoveryWindow = 1024
 
-// publishFenced sends effects of distinct subjects, each fenced by its
-// subject's last sequence, and waits for every ack.
-func (s *session) publishFenced(ctx context.Context, effs []reconcile.Effect) error {
+// publishFenced publishes every effect of queues, a subject's in order,
+// each fenced by its subject's last sequence: a subject's next effect is
+// sent when the one before it is acknowledged (or refused as poison),
+// the subjects taken in turn from order, at most recoveryWindow effects
+// in flight; acknowledgements are taken in the order sent (one stream
+// answers in that order).
+func (s *session) publishFenced(ctx context.Context, order []effectKey, queues map[effectKey][]toPublish) error {
 	r := s.p.r
 	type sent struct {
 		e     reconcile.Effect
-		id    string
+		id    string // the message id
 		fence uint64
 		f     jetstream.PubAckFuture
 		at    time.Time
 	}
-	out := make([]sent, 0, len(effs))
-	for _, e := range effs {
-		id := store.EffectMsgID(r.key, e.ID())
+	// ready holds the subjects whose next effect may be sent (none of
+	// theirs in flight), in turn.
+	ready := slices.Clone(order)
+	var inflight []sent
+	// next moves subject k's queue on past the effect just stored (or
+	// dropped) and makes k ready again when more are left.
+	next := func(k effectKey) {
+		q := queues[k][1:]
+		queues[k] = q
+		if len(q) > 0 {
+			ready = append(ready, k)
+		}
+	}
+	// send sends the next effect of ready's first subject, or drops it
+	// as poison.
+	send := func() error {
+		k := ready[0]
+		ready = ready[1:]
+		e := queues[k][0].e
+		id := store.EffectMsgID(r.key, queues[k][0].id)
 		fence, known := s.rec.fence(e)
 		if !known && !s.readAll {
 			// Nothing on the subject since the checkpoint: its last
@@ -786,47 +794,73 @@ func (s *session) publishFenced(ctx context.Context, effs []reconcile.Effect) er
 			if err := s.poisoned(ctx, e, err); err != nil {
 				return err
 			}
-			continue
+			next(k)
+			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("publish %s (fenced at %d): %w", id, fence, err)
 		}
 		s.remember(f.Msg())
-		out = append(out, sent{e: e, id: id, fence: fence, f: f, at: time.Now()})
+		inflight = append(inflight, sent{e: e, id: id, fence: fence, f: f, at: time.Now()})
+		return nil
 	}
+	// done takes the acknowledgement (or the error) of the oldest effect
+	// in flight.
 	timer := time.NewTimer(ackTimeout)
 	defer timer.Stop()
-	waited := false
-	for i := 0; i < len(out); i++ {
-		x := out[i]
-		select {
-		case ack := <-x.f.Ok():
-			r.m.Publishing.Observe(time.Since(x.at).Seconds())
-			if !ack.Duplicate {
-				s.rec.published(x.e, ack.Sequence)
-				r.m.Effects.WithLabelValues(string(x.e.Kind)).Inc()
-				r.logJournal(x.e)
-			}
-		case err := <-x.f.Err():
-			err = store.ServerError(err)
-			if store.Permanent(err) {
+	waited := false // a timeout was ridden out since the last answer
+	effects := map[events.Kind]prometheus.Counter{}
+	done := func() error {
+		x := inflight[0]
+		for {
+			select {
+			case ack := <-x.f.Ok():
+				r.m.Publishing.Observe(time.Since(x.at).Seconds())
+				if !ack.Duplicate {
+					s.rec.published(x.e, ack.Sequence)
+					c, ok := effects[x.e.Kind]
+					if !ok {
+						c = r.m.Effects.WithLabelValues(string(x.e.Kind))
+						effects[x.e.Kind] = c
+					}
+					c.Inc()
+					r.logJournal(x.e)
+				}
+			case err := <-x.f.Err():
+				err = store.ServerError(err)
+				if !store.Permanent(err) {
+					return fmt.Errorf("publish %s (fenced at %d): %w", x.id, x.fence, err)
+				}
 				if err := s.poisoned(ctx, x.e, err); err != nil {
 					return err
 				}
-				break
+			case <-timer.C:
+				if s.rideOut(ctx, &waited) {
+					timer.Reset(electionGrace)
+					continue // the same acknowledgement again
+				}
+				return fmt.Errorf("publish %s (fenced at %d): no acknowledgement within %s", x.id, x.fence, ackTimeout)
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-			return fmt.Errorf("publish %s (fenced at %d): %w", x.id, x.fence, err)
-		case <-timer.C:
-			if s.rideOut(ctx, &waited) {
-				timer.Reset(electionGrace)
-				i--
-				continue
-			}
-			return fmt.Errorf("publish %s (fenced at %d): no acknowledgement within %s", x.id, x.fence, ackTimeout)
-		case <-ctx.Done():
-			return ctx.Err()
+			waited = false
+			timer.Reset(ackTimeout)
+			inflight = inflight[1:]
+			next(effectKey{x.e.Node, x.e.Kind})
+			return nil
 		}
-		timer.Reset(ackTimeout)
+	}
+	for len(ready) > 0 || len(inflight) > 0 {
+		for len(ready) > 0 && len(inflight) < recoveryWindow {
+			if err := send(); err != nil {
+				return err
+			}
+		}
+		if len(inflight) > 0 {
+			if err := done(); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
