@@ -6,7 +6,10 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/engine/enginetest"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
@@ -41,14 +44,38 @@ func TestRefoldOfStoredHistoryPublishesNothing(t *testing.T) {
 // effect the pure fold of the inputs makes, once, under its keyed id, and
 // each subject's in the order the fold made them, however the
 // publishes of different subjects interleave (issue 27).
-func TestFirstRefoldStoresEveryEffectOnceInOrder(t *testing.T) {
+func TestFirstRefoldStoresEveryEffectOnceInOrder(t *testing.T) { firstRefold(t, 0) }
+
+// TestFirstRefoldUnderThePendingLimit is the same refold by a reconciler
+// whose connection allows 8 asynchronous publishes pending, shared by its
+// 16 sessions: their publishes wait for room, and none fails or ends its
+// session for it. (A wait past the client's stall wait, 200 ms, which
+// only a server that answers nothing that long gives, is sent again:
+// errStalled; not produced here.)
+func TestFirstRefoldUnderThePendingLimit(t *testing.T) { firstRefold(t, 8) }
+
+// firstRefold checks a cold refold of dense inputs, the reconciler's
+// connection allowing pending asynchronous publishes (0: the client's
+// default): every effect once, in order, and no session restarted.
+func firstRefold(t *testing.T, pending int) {
 	h := enginetest.SimulateDenseInputs(6_000, 40)
 	_, _, js, st, cfg := storetest.StartStream(t, store.StreamConfig{})
 	last := h.Load(t, js)
 	if last != uint64(len(h.Msgs)) {
 		t.Fatalf("inputs at 1..%d, want 1..%d", last, len(h.Msgs))
 	}
-	foldAll(t, js, cfg)
+	rjs := js
+	if pending > 0 {
+		var err error
+		if rjs, err = jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(pending)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := engine.NewMetrics(prometheus.NewRegistry())
+	foldAllWith(t, rjs, engine.ReconcilerConfig{Stream: cfg, Metrics: m})
+	if n := testutil.ToFloat64(m.Restarts); n != 0 {
+		t.Errorf("%v sessions restarted", n)
+	}
 	key, err := store.EffectKey(t.Context(), js, cfg, nil)
 	if err != nil {
 		t.Fatal(err)

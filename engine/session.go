@@ -736,6 +736,12 @@ func countQueued(queues map[effectKey][]toPublish) int {
 // below the client's default limit of 4000 pending async publishes.
 const recoveryWindow = 1024
 
+// errStalled: an effect was not sent because the connection's limit of
+// pending asynchronous publishes stayed full for the client's stall
+// wait (jetstream.ErrTooManyStalledMsgs); it is sent again once there is
+// room. Every session of the process shares that limit.
+var errStalled = errors.New("engine: the connection's pending publishes are at their limit")
+
 // publishFenced publishes every effect of queues, a subject's in order,
 // each fenced by its subject's last sequence: a subject's next effect is
 // sent when the one before it is acknowledged (or refused as poison),
@@ -765,10 +771,10 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		}
 	}
 	// send sends the next effect of ready's first subject, or drops it
-	// as poison.
+	// as poison; errStalled when the connection's pending limit is full
+	// (the effect stays first).
 	send := func() error {
 		k := ready[0]
-		ready = ready[1:]
 		e := queues[k][0].e
 		id := store.EffectMsgID(r.key, queues[k][0].id)
 		fence, known := s.rec.fence(e)
@@ -790,6 +796,10 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 			return err
 		}
 		f, err := r.pub.AppendAsync(ctx, e.Node, e.Payload, r.publishOpts(e, id, store.WithExpectLastSubjectSeq(fence))...)
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
+			return errStalled
+		}
+		ready = ready[1:]
 		if store.Permanent(err) {
 			if err := s.poisoned(ctx, e, err); err != nil {
 				return err
@@ -852,7 +862,13 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 	}
 	for len(ready) > 0 || len(inflight) > 0 {
 		for len(ready) > 0 && len(inflight) < recoveryWindow {
-			if err := send(); err != nil {
+			if err := send(); errors.Is(err, errStalled) {
+				// The connection's pending limit (shared with every
+				// session of the process) is full: backpressure, not a
+				// failure. Take an acknowledgement of ours, or, with
+				// none in flight, send again (it waits for room).
+				break
+			} else if err != nil {
 				return err
 			}
 		}
