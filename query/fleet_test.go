@@ -21,7 +21,8 @@ import (
 
 // TestFleetSummary checks that the fleet read from the summaries stored
 // beside the snapshots (FleetSummary) makes every row the snapshots make
-// (Fleet): nodes with a summary, without one (a build that wrote none),
+// (Fleet): nodes with a summary, with one of format 1 (JSON, as builds
+// before format 2 wrote it), without one (a build that wrote none),
 // with one of another format, with an undecodable snapshot, with a
 // snapshot of a newer format, and a deleted one; the nodes without a
 // usable summary read one get each, then in a whole pass.
@@ -59,13 +60,23 @@ func TestFleetSummary(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		switch i % 3 {
+		switch i % 4 {
 		case 0:
 			put(n, data, sum)
 		case 1:
 			put(n, data, nil) // as a build that wrote no summary left it
 		case 2:
-			put(n, data, []byte(strings.Replace(string(sum), `{"format":1,`, `{"format":99,`, 1)))
+			// Of another format: this build's, renumbered; and JSON.
+			other := "99:" + strings.TrimPrefix(string(sum), "2:")
+			if i%8 == 6 {
+				other = strings.Replace(string(jsonSummary(t, st)), `{"format":1,`, `{"format":99,`, 1)
+			}
+			if other == string(sum) {
+				t.Fatalf("%s: a summary of another format is this one: %s", n, sum)
+			}
+			put(n, data, []byte(other))
+		case 3:
+			put(n, data, jsonSummary(t, st)) // format 1, as the builds before format 2 wrote it
 		}
 	}
 	put("bad", []byte("{"), nil)
@@ -125,8 +136,10 @@ func TestFleetSummary(t *testing.T) {
 		for _, nv := range nvs {
 			i := slices.Index(names, nv.Node)
 			switch {
-			case i >= 0 && i%3 == 0 && files[nv.Node] > 0 && nv.View.Files == 0:
+			case i >= 0 && (i%4 == 0 || i%4 == 3) && files[nv.Node] > 0 && nv.View.Files == 0:
 				summarized++
+			case i >= 0 && (i%4 == 0 || i%4 == 3) && files[nv.Node] > 0:
+				t.Errorf("gets %d: %s read from its snapshot, not from its summary of format %d", gets, nv.Node, 2-i%4/3)
 			case nv.View.Files != files[nv.Node]:
 				t.Errorf("gets %d: %s read from its summary", gets, nv.Node)
 			}
@@ -156,4 +169,22 @@ func TestFleetSummary(t *testing.T) {
 			}
 		}
 	}
+}
+
+// jsonSummary is st's fleet summary in format 1, as builds before format
+// 2 wrote it: {"format":1,"snapshot":1, then the fields of the view's
+// summary}, printable ASCII.
+func jsonSummary(t *testing.T, st *reconcile.State) []byte {
+	t.Helper()
+	v, err := json.Marshal(st.View().FleetSummary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte(`{"format":1,"snapshot":1,` + string(v[1:]))
+	for _, c := range b {
+		if c < 0x20 || c >= 0x7f {
+			t.Fatalf("%s: its JSON summary is not printable ASCII: %s", st.Node, b)
+		}
+	}
+	return b
 }

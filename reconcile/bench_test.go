@@ -171,7 +171,7 @@ func BenchmarkSnapshotWrite(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		enc  func(*reconcile.State) ([]byte, error)
-	}{{"state", reconcile.MarshalState}, {"summary", reconcile.MarshalSummary}} {
+	}{{"state", reconcile.MarshalState}, {"summary", reconcile.MarshalSummary}, {"summary-format1-json", reconcile.MarshalSummaryJSON}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			size, i := 0, 0
@@ -184,6 +184,43 @@ func BenchmarkSnapshotWrite(b *testing.B) {
 				i++
 			}
 			b.ReportMetric(float64(size)/float64(i), "B/node")
+		})
+	}
+}
+
+// BenchmarkSummaryRead is what `meshfold fleet` decodes per node: the
+// fleet summary (UnmarshalSummary) of this build's format and of format 1
+// (JSON, as builds before format 2 wrote it), over the 1,000 states of
+// the bench's mix. Each reports ns, allocations and bytes per node.
+func BenchmarkSummaryRead(b *testing.B) {
+	names := make([]string, 1000)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%04d", i)
+	}
+	s := reconciletest.Scripted(names, 20*len(names), 17, nil)
+	for _, c := range []struct {
+		name string
+		enc  func(*reconcile.State) ([]byte, error)
+	}{{"format2", reconcile.MarshalSummary}, {"format1-json", reconcile.MarshalSummaryJSON}} {
+		sums := make([][]byte, len(names))
+		size := 0
+		for i, n := range names {
+			var err error
+			if sums[i], err = c.enc(s.State(n)); err != nil {
+				b.Fatal(err)
+			}
+			size += len(sums[i])
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := reconcile.UnmarshalSummary(sums[i%len(sums)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(float64(size)/float64(len(sums)), "B/node")
 		})
 	}
 }

@@ -23,3 +23,11 @@ func NewStateCapped(node string, c Caps) *State {
 		moduleApprovals: or(c.ModuleApprovals), accepting: or(c.Accepting), filled: or(c.Filled), waivers: or(c.Waivers)}
 	return s
 }
+
+// MarshalSummaryJSON is format 1 of the fleet summary, as builds before
+// format 2 wrote it.
+var MarshalSummaryJSON = marshalSummaryJSON
+
+// MarshalSummaryView encodes v, a fleet summary (View.FleetSummary), in
+// format 2.
+var MarshalSummaryView = marshalSummaryBinary

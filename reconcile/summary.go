@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,12 +13,17 @@ import (
 )
 
 // SummaryFormat is the format of the fleet summaries this build writes
-// ([MarshalSummary]) and the only one it reads ([UnmarshalSummary]): a
-// summary of another format is refused, and a reader decodes the snapshot
-// instead. Bump it whenever [View.FleetSummary] keeps a different set of
-// fields (a fleet row that reads a new field of the view): an older
-// build's summary would lack it.
-const SummaryFormat = 1
+// ([MarshalSummary]): 2, compact binary in base64 (summarybin.go). A
+// reader reads it and format 1 (JSON, as the builds before wrote it; the
+// same fields) and refuses any other ([ErrSummaryFormat]): it decodes the
+// snapshot instead. Bump it whenever [View.FleetSummary] keeps a
+// different set of fields (a fleet row that reads a new field of the
+// view): an older build's summary would lack it; then stop reading the
+// formats that lack it.
+const SummaryFormat = 2
+
+// summaryJSONFormat is format 1's number: JSON, read still.
+const summaryJSONFormat = 1
 
 // ErrSummaryFormat: a summary is not of this build's [SummaryFormat] (or of
 // a snapshot format newer than [SnapshotFormat]); read the snapshot.
@@ -62,35 +68,72 @@ type summary struct {
 	View
 }
 
-// MarshalSummary encodes s's fleet summary ([View.FleetSummary]) as JSON
-// of printable ASCII (every other character escaped), fit for a NATS
-// header value: {"format":F,"snapshot":S,...the view's fields}. The
-// snapshot store puts it beside s's snapshot in the same message
-// (store.SummaryHeader), so the two can never disagree.
+// MarshalSummary encodes s's fleet summary ([View.FleetSummary]) in
+// [SummaryFormat] 2, printable ASCII fit for a NATS header value: "2:"
+// then base64 (summarybin.go). The snapshot store puts it beside s's
+// snapshot in the same message (store.SummaryHeader), so the two can
+// never disagree.
 func MarshalSummary(s *State) ([]byte, error) {
-	b, err := json.Marshal(summary{Format: SummaryFormat, Snapshot: SnapshotFormat, View: s.View().FleetSummary()})
+	return marshalSummaryBinary(s.View().FleetSummary()), nil
+}
+
+// marshalSummaryJSON encodes s's fleet summary in format 1, as the
+// builds before format 2 wrote it: JSON of printable ASCII (every other
+// character escaped), {"format":1,"snapshot":S,...the view's fields}.
+func marshalSummaryJSON(s *State) ([]byte, error) {
+	b, err := json.Marshal(summary{Format: summaryJSONFormat, Snapshot: SnapshotFormat, View: s.View().FleetSummary()})
 	if err != nil {
 		return nil, err
 	}
 	return asciiJSON(b), nil
 }
 
-// UnmarshalSummary decodes a summary [MarshalSummary] wrote. Strings share
-// data's memory.
+// UnmarshalSummary decodes a summary [MarshalSummary] wrote, or one of
+// format 1 (JSON) an earlier build wrote. Strings share data's memory
+// (format 1) or memory of their own (format 2); nothing may write data
+// once decoded.
 //
 // Errors: one wrapping [ErrSummaryFormat] for a summary of another
 // format, or of a snapshot newer than [SnapshotFormat] (its snapshot reads
 // as [ErrSnapshotNewer]); a decode error.
 func UnmarshalSummary(data []byte) (View, error) {
-	var s summary
-	if _, err := json.Parse(data, &s, json.ZeroCopy); err != nil {
+	if len(data) > 0 && data[0] == '{' {
+		var s summary
+		if _, err := json.Parse(data, &s, json.ZeroCopy); err != nil {
+			return View{}, fmt.Errorf("reconcile: decode fleet summary: %w", err)
+		}
+		if s.Format != summaryJSONFormat {
+			return View{}, formatError(s.Format, s.Snapshot)
+		}
+		if s.Snapshot < 0 || s.Snapshot > SnapshotFormat {
+			return View{}, formatError(s.Format, s.Snapshot)
+		}
+		return s.View, nil
+	}
+	if !bytes.HasPrefix(data, []byte(summaryPrefix)) {
+		format := -1
+		if i := bytes.IndexByte(data, ':'); i > 0 {
+			if f, err := strconv.Atoi(string(data[:i])); err == nil {
+				format = f
+			}
+		}
+		return View{}, formatError(format, -1)
+	}
+	v, snapshot, err := unmarshalSummaryBinary(data[len(summaryPrefix):])
+	if err != nil {
 		return View{}, fmt.Errorf("reconcile: decode fleet summary: %w", err)
 	}
-	if s.Format != SummaryFormat || s.Snapshot < 0 || s.Snapshot > SnapshotFormat {
-		return View{}, fmt.Errorf("%w: format %d of snapshot format %d; this build reads format %d of snapshot formats 0 to %d",
-			ErrSummaryFormat, s.Format, s.Snapshot, SummaryFormat, SnapshotFormat)
+	if snapshot > SnapshotFormat {
+		return View{}, formatError(SummaryFormat, snapshot)
 	}
-	return s.View, nil
+	return v, nil
+}
+
+// formatError is [ErrSummaryFormat] for a summary of format (-1: not
+// known) of a snapshot of format snapshot (-1: not known).
+func formatError(format, snapshot int) error {
+	return fmt.Errorf("%w: format %d of snapshot format %d; this build reads formats %d and %d of snapshot formats 0 to %d",
+		ErrSummaryFormat, format, snapshot, summaryJSONFormat, SummaryFormat, SnapshotFormat)
 }
 
 // asciiJSON escapes every byte of b outside printable ASCII as JSON's

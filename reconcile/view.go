@@ -272,17 +272,36 @@ func (v View) Stuck(now time.Time) Stuck {
 	if r := v.Retire; r != nil {
 		k.Retire, k.Retired, k.Retiring = r, r.Retired, !r.Retired
 	}
+	// Counted first, then made once (`fleet` makes a row for every node).
+	n := 0
 	for _, u := range v.Unfilled {
-		if age := now.Sub(u.Since); age > UnfilledStuckAfter {
-			k.Unfilled = append(k.Unfilled, StuckFile{Unfilled: u, For: age.Seconds()})
+		if now.Sub(u.Since) > UnfilledStuckAfter {
+			n++
 		}
 	}
-	for i, o := range v.Owed {
-		if i >= len(v.OwedAt) || v.OwedAt[i].IsZero() {
-			continue
+	if n > 0 {
+		k.Unfilled = make([]StuckFile, 0, n)
+		for _, u := range v.Unfilled {
+			if age := now.Sub(u.Since); age > UnfilledStuckAfter {
+				k.Unfilled = append(k.Unfilled, StuckFile{Unfilled: u, For: age.Seconds()})
+			}
 		}
-		if age := now.Sub(v.OwedAt[i]); age > OwedStuckAfter {
-			k.Owed = append(k.Owed, StuckOwed{Owed: o, Since: v.OwedAt[i], For: age.Seconds()})
+	}
+	owedStuck := func(i int) bool {
+		return i < len(v.OwedAt) && !v.OwedAt[i].IsZero() && now.Sub(v.OwedAt[i]) > OwedStuckAfter
+	}
+	n = 0
+	for i := range v.Owed {
+		if owedStuck(i) {
+			n++
+		}
+	}
+	if n > 0 {
+		k.Owed = make([]StuckOwed, 0, n)
+		for i, o := range v.Owed {
+			if owedStuck(i) {
+				k.Owed = append(k.Owed, StuckOwed{Owed: o, Since: v.OwedAt[i], For: now.Sub(v.OwedAt[i]).Seconds()})
+			}
 		}
 	}
 	return k

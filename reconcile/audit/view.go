@@ -579,7 +579,11 @@ func (r *FleetRow) SetWarnings(n int) {
 }
 
 func attention(r FleetRow) []string {
-	a := []string{}
+	// Gathered in an array, then one slice of the right size: appending
+	// grew each row's three or four times (issue 27: at 100,000 rows,
+	// an eighth of fleet's allocations).
+	var buf [16]string
+	a := buf[:0]
 	add := func(cond bool, what string) {
 		if cond {
 			a = append(a, what)
@@ -588,7 +592,7 @@ func attention(r FleetRow) []string {
 	if r.Retired {
 		// Done: nothing of it needs an operator (a want brings it back).
 		add(r.Error != "", "error")
-		return a
+		return sized(a)
 	}
 	add(r.Error != "", "error")
 	add(r.Agent == "down", "agent-down")
@@ -606,7 +610,15 @@ func attention(r FleetRow) []string {
 	add(r.AccountWarning, "account")
 	add(r.StaleHave, "stale-have")
 	add(r.Warnings > 0, "journal")
-	return a
+	return sized(a)
+}
+
+// sized returns a copy of a of its length: never nil (a row's JSON says
+// "attention":[], not null).
+func sized(a []string) []string {
+	out := make([]string, len(a))
+	copy(out, a)
+	return out
 }
 
 // rank orders what needs an operator: a lower rank comes first
@@ -628,6 +640,19 @@ var rank = func() map[string]int {
 // counts (more owed items, more pending approvals, more unsettled plans,
 // an older have first), then by node name.
 func SortFleet(rows []FleetRow) {
+	order := FleetOrder(rows)
+	sorted := make([]FleetRow, len(rows))
+	for k, i := range order {
+		sorted[k] = rows[i]
+	}
+	copy(rows, sorted)
+}
+
+// FleetOrder returns the indexes of rows in [SortFleet]'s order, rows
+// left as they are: a writer of every row (`fleet -o json`) writes them
+// in that order without moving them (at 100,000 rows of 500 B, a copy
+// of 50 MB).
+func FleetOrder(rows []FleetRow) []int {
 	// The keys are made once per row and an index is sorted, then the
 	// rows moved once: comparing rows (two map lookups and a sum each
 	// time) and swapping them (a few hundred bytes each) was 6 % of
@@ -639,7 +664,8 @@ func SortFleet(rows []FleetRow) {
 	}
 	keys := make([]key, len(rows))
 	order := make([]int, len(rows))
-	for i, r := range rows {
+	for i := range rows {
+		r := &rows[i]
 		first := len(rank)
 		if len(r.Attention) > 0 {
 			first = rank[r.Attention[0]]
@@ -674,11 +700,7 @@ func SortFleet(rows []FleetRow) {
 		}
 		return cmp.Compare(i, j) // rows of one node keep their order
 	})
-	sorted := make([]FleetRow, len(rows))
-	for k, i := range order {
-		sorted[k] = rows[i]
-	}
-	copy(rows, sorted)
+	return order
 }
 
 // FleetNeeds are the needs a [FleetRow.Attention] may list, most
