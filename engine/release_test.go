@@ -58,6 +58,41 @@ func TestHeapReleaseOncePerBurst(t *testing.T) {
 	none("more than once per burst")
 }
 
+// TestHeapReleaseRaisesGCWhileLoading: the collector's percent is
+// loadGC times the process's from the first partition's load to the
+// last's end, then the process's again; a collector turned off stays off.
+func TestHeapReleaseRaisesGCWhileLoading(t *testing.T) {
+	for _, own := range []int{100, 50, -1} {
+		percent := own
+		h := newHeapRelease(prometheus.NewCounter(prometheus.CounterOpts{Name: "releases"}))
+		released := make(chan struct{}, 2)
+		h.release = func() { released <- struct{}{} }
+		h.setGC = func(p int) int { prev := percent; percent = p; return prev }
+		want := own * loadGC
+		if own < 0 {
+			want = own
+		}
+		a := h.begin()
+		if percent != want {
+			t.Fatalf("GOGC %d: %d while a partition loads, want %d", own, percent, want)
+		}
+		b := h.begin()
+		a()
+		if percent != want {
+			t.Fatalf("GOGC %d: %d while a second partition still loads, want %d", own, percent, want)
+		}
+		b()
+		if percent != own {
+			t.Fatalf("GOGC %d: %d after the burst, want it back", own, percent)
+		}
+		select {
+		case <-released:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("GOGC %d: no release after the burst", own)
+		}
+	}
+}
+
 // TestTailGate: the gate opens once every tail counted has ended (an end
 // called twice counts once), and a wait ends with its context.
 func TestTailGate(t *testing.T) {
