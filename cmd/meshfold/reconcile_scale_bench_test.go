@@ -20,7 +20,8 @@ import (
 //
 //   - refold-N: a cold refold from no snapshot beside the raw ordered
 //     read with encoding/json (catchUp); at the largest size the ratio
-//     is divided by the ratio at 1,000 nodes (goal: within 10 %).
+//     is divided by the ratio at 1,000 nodes (goal: within 10 %), the
+//     median of smallRuns refolds there.
 //
 //   - restart-N (N ≥ 10,000): a restart from the snapshots over a tail of
 //     4,000 messages' haves (recovery), at the largest size divided by
@@ -53,8 +54,26 @@ func BenchmarkReconcileScale(b *testing.B) {
 		h = nil
 		b.Logf("%d nodes: %d messages generated, sealed and published in %s", n, s.msgs, time.Since(t0).Round(time.Second))
 		b.Run(fmt.Sprintf("refold-%d", n), func(b *testing.B) {
-			s.catchUp(b, 1, true)
-			ratio, cpu := s.last.ratio, s.last.cpuNs
+			// At 1,000 nodes the refold and each raw read last 0.2–0.4 s,
+			// and one run's ratio moved from 0.64 to 1.66 between runs of
+			// one build (issue 27): the figure the larger sizes are
+			// divided by is the median of smallRuns refolds, each beside
+			// its own raw reads.
+			runs := 1
+			if n <= 1_000 {
+				runs = smallRuns
+			}
+			var ratios, cpus []float64
+			for range runs {
+				s.catchUp(b, 1, true)
+				ratios, cpus = append(ratios, s.last.ratio), append(cpus, s.last.cpuNs)
+			}
+			ratio, cpu := median(ratios), median(cpus)
+			if runs > 1 {
+				b.ReportMetric(ratio, "ratio-median")
+				b.ReportMetric(slices.Min(ratios), "ratio-min")
+				b.ReportMetric(slices.Max(ratios), "ratio-max")
+			}
 			b.ReportMetric(cpu*float64(s.msgs)/float64(n), "fold-cpu-ns/node")
 			// The server's CPU a message while the history was published
 			// (async, 2,000 acks pending at most).
@@ -92,6 +111,20 @@ func BenchmarkReconcileScale(b *testing.B) {
 		}
 		s.srv.Stop()
 	}
+}
+
+// smallRuns is how many refolds BenchmarkReconcileScale times at 1,000
+// nodes, the median taken.
+const smallRuns = 3
+
+// median is the median of xs (the mean of the middle two when even).
+func median(xs []float64) float64 {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	if n := len(xs); n%2 == 0 {
+		return (xs[n/2-1] + xs[n/2]) / 2
+	}
+	return xs[len(xs)/2]
 }
 
 // sizes is the bytes s's stream and its snapshot bucket hold on the
