@@ -92,7 +92,8 @@ func scaleSnapshots(b testing.TB, n int, summaries bool) (map[string][]byte, map
 // journal warnings' read finds nothing to count. It reports each in ms
 // (medians of three alternated runs), the ratio, the CPU each took (the
 // server's and the reader's, user and system: steadier than wall time on
-// a shared machine), and the bytes read and printed; then runs the table
+// a shared machine), the fleet process's peak RSS, and the bytes read and
+// printed; then runs the table
 // (`meshfold fleet`) once and checks it is a page, its summary first.
 func BenchmarkFleetJSON100k(b *testing.B) {
 	if testing.Short() {
@@ -138,6 +139,7 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	var rawCPU, pullCPU, fleetCPU []time.Duration
+	var fleetRSS []int64 // the fleet process's peak RSS, bytes
 	// raw reads every snapshot key's latest value, not decoded, the way a
 	// user reads a bucket: a KV watch (the client's ordered push
 	// consumer). pull reads the same with an ordered pull consumer on the
@@ -236,6 +238,9 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		d := time.Since(t0)
 		if cmd.ProcessState != nil {
 			fleetCPU = append(fleetCPU, selfCPU()-c0+cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())
+			if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+				fleetRSS = append(fleetRSS, ru.Maxrss<<10) // kB
+			}
 		}
 		if err != nil {
 			b.Fatalf("fleet -o json: %v\n%s", err, errb.String())
@@ -248,7 +253,7 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 	raw()
 	pull()
 	fleet() // warm: the server's pages, the binary
-	rawCPU, pullCPU, fleetCPU = nil, nil, nil
+	rawCPU, pullCPU, fleetCPU, fleetRSS = nil, nil, nil, nil
 	var rawT, pullT, fleetT []time.Duration
 	var rawB, outB int
 	for b.Loop() {
@@ -279,6 +284,7 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 	b.ReportMetric(ms(pc), "raw-pull-cpu-ms")
 	b.ReportMetric(ms(fc), "fleet-json-cpu-ms")
 	b.ReportMetric(float64(fc)/float64(baseCPU), "fleet/raw-cpu")
+	b.ReportMetric(float64(slices.Max(fleetRSS))/(1<<20), "fleet-max-rss-MB")
 	b.ReportMetric(float64(rawB)/float64(n), "snapshot-B/node")
 	b.ReportMetric(float64(outB)/float64(n), "json-B/node")
 	what := "with a summary each"
