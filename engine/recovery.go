@@ -26,27 +26,49 @@ type recovery struct {
 	// deferred holds the effects deferred, in the order folded, each
 	// with its id (Effect.ID), made once.
 	deferred []toPublish
-	// unstored holds the ids of deferred effects not seen stored.
+	// unstored holds the ids of deferred effects not seen stored; plans
+	// holds each node's deferred plans, in order: a plan seen supersedes
+	// only its own node's (a scan of every deferred effect at each plan
+	// seen made a cold catch-up quadratic, issue 17). Both stay nil until
+	// the first effect message with a valid id is read (index): until
+	// then every deferred effect is unstored, and a first refold, which
+	// reads none, never builds them (issue 27).
 	unstored map[string]bool
+	plans    map[string][]toPublish
 	// last is each effect subject's last sequence seen or published.
 	last map[effectKey]uint64
-	// plans holds each node's deferred plans, in order: a plan seen
-	// supersedes only its own node's (a scan of every deferred effect at
-	// each plan seen made a cold catch-up quadratic, issue 17).
-	plans map[string][]reconcile.Effect
 }
 
 func newRecovery() *recovery {
-	return &recovery{unstored: map[string]bool{}, last: map[effectKey]uint64{}, plans: map[string][]reconcile.Effect{}}
+	return &recovery{last: map[effectKey]uint64{}}
 }
 
 // deferEffect keeps e until the read passes the session's start.
 func (r *recovery) deferEffect(e reconcile.Effect) {
-	id := e.ID()
-	r.deferred = append(r.deferred, toPublish{e, id})
-	r.unstored[id] = true
-	if e.Kind == events.KindPlan {
-		r.plans[e.Node] = append(r.plans[e.Node], e)
+	d := toPublish{e, e.ID()}
+	r.deferred = append(r.deferred, d)
+	if r.unstored != nil {
+		r.note(d)
+	}
+}
+
+// note indexes deferred effect d as unstored.
+func (r *recovery) note(d toPublish) {
+	r.unstored[d.id] = true
+	if d.e.Kind == events.KindPlan {
+		r.plans[d.e.Node] = append(r.plans[d.e.Node], d)
+	}
+}
+
+// index builds unstored and plans from every effect deferred so far,
+// none of them seen stored yet, unless built already.
+func (r *recovery) index() {
+	if r.unstored != nil {
+		return
+	}
+	r.unstored, r.plans = make(map[string]bool, len(r.deferred)), map[string][]toPublish{}
+	for _, d := range r.deferred {
+		r.note(d)
 	}
 }
 
@@ -63,13 +85,14 @@ func (r *recovery) seen(node string, kind events.Kind, seq uint64, id string, va
 	if !ok || idNode != node {
 		return
 	}
+	r.index()
 	delete(r.unstored, id)
 	if kind != events.KindPlan {
 		return
 	}
-	for _, e := range r.plans[node] {
-		if e.Cause < cause || (e.Cause == cause && e.N < n) {
-			delete(r.unstored, e.ID())
+	for _, d := range r.plans[node] {
+		if d.e.Cause < cause || (d.e.Cause == cause && d.e.N < n) {
+			delete(r.unstored, d.id)
 		}
 	}
 }
@@ -77,6 +100,7 @@ func (r *recovery) seen(node string, kind events.Kind, seq uint64, id string, va
 // unstoredPlan returns node's deferred plan of effect id id, when it is
 // not seen stored (nor superseded) yet.
 func (r *recovery) unstoredPlan(node, id string) (reconcile.Effect, bool) {
+	r.index()
 	if !r.unstored[id] {
 		return reconcile.Effect{}, false
 	}
@@ -86,15 +110,15 @@ func (r *recovery) unstoredPlan(node, id string) (reconcile.Effect, bool) {
 	}
 	ps := r.plans[node]
 	for i := len(ps) - 1; i >= 0; i-- {
-		if ps[i].Cause == cause && ps[i].N == n {
-			return ps[i], true
+		if ps[i].e.Cause == cause && ps[i].e.N == n {
+			return ps[i].e, true
 		}
 	}
 	return reconcile.Effect{}, false
 }
 
 // stored reports whether deferred effect e was seen stored (or superseded).
-func (r *recovery) stored(e reconcile.Effect) bool { return !r.unstored[e.ID()] }
+func (r *recovery) stored(e reconcile.Effect) bool { return r.unstored != nil && !r.unstored[e.ID()] }
 
 // toPublish is a deferred effect with its id.
 type toPublish struct {
@@ -108,7 +132,7 @@ type toPublish struct {
 func (r *recovery) unpublished() (order []effectKey, queues map[effectKey][]toPublish) {
 	queues = map[effectKey][]toPublish{}
 	for _, d := range r.deferred {
-		if !r.unstored[d.id] {
+		if r.unstored != nil && !r.unstored[d.id] {
 			continue
 		}
 		k := effectKey{d.e.Node, d.e.Kind}
@@ -132,7 +156,12 @@ func (r *recovery) fence(e reconcile.Effect) (seq uint64, known bool) {
 // settled reports whether every effect deferred so far was seen stored
 // or superseded: none is left to publish, so a checkpoint at the read's
 // position loses nothing (session.checkpointNow).
-func (r *recovery) settled() bool { return len(r.unstored) == 0 }
+func (r *recovery) settled() bool {
+	if r.unstored == nil {
+		return len(r.deferred) == 0
+	}
+	return len(r.unstored) == 0
+}
 
 // forget drops the deferred effects once settled: each was seen stored
 // (or superseded), and a checkpoint now covers their causes. The fences

@@ -108,3 +108,44 @@ func TestRecoveryFence(t *testing.T) {
 		t.Fatal("the plan subject's fence moved with the knock subject's")
 	}
 }
+
+// TestRecoveryIndexedLate: a recovery indexes its deferred effects at
+// the first effect message read with a valid id (a first refold reads
+// none and never does); effects deferred before and after it count alike.
+func TestRecoveryIndexedLate(t *testing.T) {
+	plan5, plan9, plan12 := eff("ace", events.KindPlan, 5, 0), eff("ace", events.KindPlan, 9, 0), eff("ace", events.KindPlan, 12, 0)
+	knock5 := eff("ace", events.KindKnock, 5, 0)
+	r := newRecovery()
+	if !r.settled() {
+		t.Fatal("nothing deferred, yet not settled")
+	}
+	r.deferEffect(plan5)
+	r.deferEffect(knock5)
+	r.seen("ace", events.KindKnock, 20, "forged", false)
+	if r.stored(plan5) || r.stored(knock5) || r.settled() {
+		t.Fatal("a forged read stored something")
+	}
+	if _, ok := r.unstoredPlan("ace", plan5.ID()); !ok {
+		t.Fatal("plan 5 deferred and unstored, yet not found")
+	}
+	r.deferEffect(plan9)
+	r.seen("ace", events.KindKnock, 21, knock5.ID(), true)
+	r.deferEffect(plan12)
+	r.seen("ace", events.KindPlan, 30, plan9.ID(), true)
+	for _, c := range []struct {
+		e    reconcile.Effect
+		want bool
+	}{{plan5, true}, {knock5, true}, {plan9, true}, {plan12, false}} {
+		if got := r.stored(c.e); got != c.want {
+			t.Errorf("%s: stored = %v, want %v", c.e.ID(), got, c.want)
+		}
+	}
+	order, queues := r.unpublished()
+	if len(order) != 1 || len(queues[order[0]]) != 1 || queues[order[0]][0].id != plan12.ID() {
+		t.Fatalf("unpublished: %v %v, want plan 12 alone", order, queues)
+	}
+	r.seen("ace", events.KindPlan, 31, plan12.ID(), true)
+	if !r.settled() {
+		t.Fatal("every deferred effect seen stored, yet not settled")
+	}
+}
