@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -138,6 +139,13 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	if err != nil {
 		return err
 	}
+	// Every node's row is kept until printed: the heap grows to hold them
+	// all, so collecting at each doubling marks the same rows again and
+	// again. Collect at each fivefold growth instead (issue 27: decoding,
+	// making and printing 100,000 rows in process took 18-20 collections
+	// and 1.3-1.6 s of CPU, 5 and 0.97 s so; the heap's peak about a
+	// fifth higher, 284-308 → 348-356 MB of the runtime's).
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	now := time.Now()
 	// The journal's warnings and the provisioners' reports are read while
 	// the snapshots are: at 100,000 nodes, one after the other was a
