@@ -814,36 +814,56 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		inflight = append(inflight, sent{e: e, id: id, fence: fence, f: f, at: time.Now()})
 		return nil
 	}
-	// done takes the acknowledgement (or the error) of the oldest effect
-	// in flight.
+	effects := map[events.Kind]prometheus.Counter{}
+	// answered takes the acknowledgement (or the error) of x, the oldest
+	// effect in flight, and moves its subject on.
+	answered := func(x sent, ack *jetstream.PubAck, err error) error {
+		if err != nil {
+			err = store.ServerError(err)
+			if !store.Permanent(err) {
+				return fmt.Errorf("publish %s (fenced at %d): %w", x.id, x.fence, err)
+			}
+			if err := s.poisoned(ctx, x.e, err); err != nil {
+				return err
+			}
+		} else {
+			r.m.Publishing.Observe(time.Since(x.at).Seconds())
+			if !ack.Duplicate {
+				s.rec.published(x.e, ack.Sequence)
+				c, ok := effects[x.e.Kind]
+				if !ok {
+					c = r.m.Effects.WithLabelValues(string(x.e.Kind))
+					effects[x.e.Kind] = c
+				}
+				c.Inc()
+				r.logJournal(x.e)
+			}
+		}
+		inflight = inflight[1:]
+		next(effectKey{x.e.Node, x.e.Kind})
+		return nil
+	}
+	// done waits for the answer to the oldest effect in flight (each
+	// wait bounded by ackTimeout), then takes every answer already
+	// arrived, in order, without waiting: one wake-up for a burst of
+	// acknowledgements, and the sends they free go out together.
 	timer := time.NewTimer(ackTimeout)
 	defer timer.Stop()
 	waited := false // a timeout was ridden out since the last answer
-	effects := map[events.Kind]prometheus.Counter{}
 	done := func() error {
 		x := inflight[0]
+		timer.Reset(ackTimeout)
+		var (
+			ack *jetstream.PubAck
+			err error
+		)
+	wait:
 		for {
 			select {
-			case ack := <-x.f.Ok():
-				r.m.Publishing.Observe(time.Since(x.at).Seconds())
-				if !ack.Duplicate {
-					s.rec.published(x.e, ack.Sequence)
-					c, ok := effects[x.e.Kind]
-					if !ok {
-						c = r.m.Effects.WithLabelValues(string(x.e.Kind))
-						effects[x.e.Kind] = c
-					}
-					c.Inc()
-					r.logJournal(x.e)
-				}
-			case err := <-x.f.Err():
-				err = store.ServerError(err)
-				if !store.Permanent(err) {
-					return fmt.Errorf("publish %s (fenced at %d): %w", x.id, x.fence, err)
-				}
-				if err := s.poisoned(ctx, x.e, err); err != nil {
-					return err
-				}
+			case ack = <-x.f.Ok():
+				break wait
+			case err = <-x.f.Err():
+				break wait
 			case <-timer.C:
 				if s.rideOut(ctx, &waited) {
 					timer.Reset(electionGrace)
@@ -853,12 +873,27 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			waited = false
-			timer.Reset(ackTimeout)
-			inflight = inflight[1:]
-			next(effectKey{x.e.Node, x.e.Kind})
-			return nil
 		}
+		waited = false
+		if err := answered(x, ack, err); err != nil {
+			return err
+		}
+		for len(inflight) > 0 {
+			x := inflight[0]
+			var failed error
+			select {
+			case a := <-x.f.Ok():
+				failed = answered(x, a, nil)
+			case e := <-x.f.Err():
+				failed = answered(x, nil, e)
+			default:
+				return nil
+			}
+			if failed != nil {
+				return failed
+			}
+		}
+		return nil
 	}
 	for len(ready) > 0 || len(inflight) > 0 {
 		for len(ready) > 0 && len(inflight) < recoveryWindow {
