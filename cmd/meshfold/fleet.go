@@ -270,11 +270,21 @@ func writeJSONLines(w io.Writer, rows []audit.FleetRow, order []int) error {
 	}
 	close(next)
 	// Chunks' buffers are used again once written: growing a new one
-	// for each chunk was a fifth of the encoding.
+	// for each chunk was a fifth of the encoding. No more than ahead
+	// chunks are encoded and not yet written, so that a few buffers
+	// serve them all (unbounded, the workers ran ahead of the writer and
+	// held the whole output: 91 MB at 100,000 nodes).
 	var bufs sync.Pool
+	ahead := make(chan struct{}, 4*workers)
 	for range workers {
 		go func() {
-			for i := range next {
+			for {
+				ahead <- struct{}{}
+				i, ok := <-next
+				if !ok {
+					<-ahead
+					return
+				}
 				p := parts[i]
 				if b, ok := bufs.Get().(*[]byte); ok {
 					p.b = (*b)[:0]
@@ -307,6 +317,7 @@ func writeJSONLines(w io.Writer, rows []audit.FleetRow, order []int) error {
 		b := p.b
 		bufs.Put(&b)
 		p.b = nil
+		<-ahead
 	}
 	return err
 }

@@ -139,7 +139,7 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	var rawCPU, pullCPU, fleetCPU []time.Duration
-	var fleetRSS []int64 // the fleet process's peak RSS, bytes
+	var fleetRSS []int64 // the fleet process's peak RSS (VmHWM) as last read, bytes
 	// raw reads every snapshot key's latest value, not decoded, the way a
 	// user reads a bucket: a KV watch (the client's ordered push
 	// consumer). pull reads the same with an ordered pull consumer on the
@@ -234,13 +234,39 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		if err := testproc.StartChild(cmd); err != nil {
 			b.Fatal(err)
 		}
+		// The fleet process's peak RSS, its VmHWM read every 20 ms until
+		// it exits (wait4's maxrss is this process's: os/exec's clone
+		// shares our memory until the exec).
+		hwm := make(chan int64)
+		stop := make(chan struct{})
+		go func() {
+			var peak int64
+			status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
+			for {
+				if data, err := os.ReadFile(status); err == nil {
+					for l := range strings.Lines(string(data)) {
+						if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+							if kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64); err == nil {
+								peak = max(peak, kb<<10)
+							}
+						}
+					}
+				}
+				select {
+				case <-stop:
+					hwm <- peak
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
 		err := cmd.Wait()
 		d := time.Since(t0)
+		close(stop)
+		peak := <-hwm
 		if cmd.ProcessState != nil {
 			fleetCPU = append(fleetCPU, selfCPU()-c0+cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())
-			if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-				fleetRSS = append(fleetRSS, ru.Maxrss<<10) // kB
-			}
+			fleetRSS = append(fleetRSS, peak)
 		}
 		if err != nil {
 			b.Fatalf("fleet -o json: %v\n%s", err, errb.String())
