@@ -166,4 +166,25 @@ func TestSummaryFormats(t *testing.T) {
 	if _, err := reconcile.UnmarshalSummary(append([]byte("2:"), "AQ"...)); err == nil || errors.Is(err, reconcile.ErrSummaryFormat) {
 		t.Errorf("a summary cut short: %v, want a decode error", err)
 	}
+	// A time RFC 3339 cannot say (format 1 could not hold one) is a
+	// summary that does not decode: a row could not print it.
+	for _, at := range []time.Time{
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(-1, 12, 31, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", 25*3600)),
+	} {
+		if _, err := reconcile.UnmarshalSummary(reconcile.MarshalSummaryView(reconcile.View{Node: "a", HaveSeq: 1, HaveTime: at})); err == nil {
+			t.Errorf("have time %s: decoded", at)
+		}
+	}
+	for _, at := range []time.Time{
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", -(23*3600 + 59*60))),
+	} {
+		v, err := reconcile.UnmarshalSummary(reconcile.MarshalSummaryView(reconcile.View{Node: "a", HaveSeq: 1, HaveTime: at}))
+		if err != nil || !v.HaveTime.Equal(at) {
+			t.Errorf("have time %s: %s, %v", at, v.HaveTime, err)
+		}
+	}
 }

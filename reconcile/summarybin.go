@@ -54,6 +54,13 @@ const (
 	timeOffset
 )
 
+// The Unix seconds of 0000-01-01T00:00:00 and 9999-12-31T23:59:59 (at
+// the time's own offset): RFC 3339's years.
+const (
+	minRFC3339 = -62167219200
+	maxRFC3339 = 253402300799
+)
+
 // errSummaryShort: a format 2 summary ends before its fields do.
 var errSummaryShort = errors.New("reconcile: fleet summary cut short")
 
@@ -332,7 +339,10 @@ func (d *summaryDecoder) time() time.Time {
 		return time.Time{}
 	}
 	sec, nsec := d.int(), d.uint()
-	if nsec >= 1e9 {
+	// What RFC 3339 can say, as a format 1 summary held it: a year of
+	// four digits, a zone within a day. A row's JSON could not print
+	// another time, and the whole of fleet's output would fail.
+	if nsec >= 1e9 || off <= -86400 || off >= 86400 || sec+off < minRFC3339 || sec+off > maxRFC3339 {
 		d.fail()
 		return time.Time{}
 	}
