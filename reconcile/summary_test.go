@@ -180,7 +180,7 @@ func TestSummaryFormats(t *testing.T) {
 	for _, at := range []time.Time{
 		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
 		time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC),
-		time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", -(23*3600 + 59*60))),
+		time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", -(23*3600+59*60))),
 	} {
 		v, err := reconcile.UnmarshalSummary(reconcile.MarshalSummaryView(reconcile.View{Node: "a", HaveSeq: 1, HaveTime: at}))
 		if err != nil || !v.HaveTime.Equal(at) {
