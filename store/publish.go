@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -273,6 +274,46 @@ func (p *Publisher) AppendRetrying(ctx context.Context, node string, payload eve
 		case <-time.After(b.NextBackOff()):
 		}
 	}
+}
+
+// Prepared is an append validated, encoded and, with [WithSigner], signed
+// by [Publisher.Prepare], not yet sent: [Publisher.SendAsync] sends it,
+// once.
+type Prepared struct {
+	msg   *nats.Msg
+	popts []jetstream.PublishOpt
+}
+
+// Prepare does the work of [Publisher.AppendAsync] before the send:
+// validation, encoding, the options' headers and the signature. It lets
+// that work (an ed25519 signature is ~25 µs) be done ahead, on another
+// goroutine, of a send whose expectation ([WithExpectLastSubjectSeq],
+// which the signature does not cover) is known only later.
+//
+// Errors: those AppendAsync returns before sending.
+func (p *Publisher) Prepare(ctx context.Context, node string, payload events.Payload, opts ...AppendOpt) (*Prepared, error) {
+	msg, popts, err := p.prepare(ctx, node, payload, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Prepared{msg: msg, popts: popts}, nil
+}
+
+// SendAsync sends pr as [Publisher.AppendAsync] would have, with the
+// expectation of [WithExpectLastSubjectSeq] when expect, and returns
+// its future. pr must not be sent twice.
+//
+// Errors: the client's refusal to queue (too many pending).
+func (p *Publisher) SendAsync(pr *Prepared, expect bool, seq uint64) (jetstream.PubAckFuture, error) {
+	popts := pr.popts
+	if expect {
+		popts = append(slices.Clip(popts), jetstream.WithExpectLastSequencePerSubject(seq))
+	}
+	f, err := p.js.PublishMsgAsync(pr.msg, popts...)
+	if err != nil {
+		return nil, fmt.Errorf("append %s: %w", pr.msg.Subject, err)
+	}
+	return f, nil
 }
 
 // AppendAsync is [Append] without waiting: it validates and publishes, and
