@@ -52,7 +52,7 @@ type ReconcilerConfig struct {
 	// SnapshotEvery writes a partition's checkpoint after this many events
 	// (default 1000); SnapshotInterval at least this often while events
 	// arrive (default 1 s). A changed node state is put at the latest four
-	// checkpoints later, so a restart refolds at most the last five
+	// checkpoints later, so a restart refolds at most the last four
 	// checkpoint periods of a partition (docs/architecture.md, "Live:
 	// states put by age").
 	SnapshotEvery    int

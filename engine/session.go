@@ -1273,13 +1273,15 @@ type dirtyNode struct {
 
 // stateAge is how many checkpoints a node's changed state may wait before
 // a checkpoint puts it (docs/architecture.md, "Live: states put by age").
-// A checkpoint that leaves a node's state unwritten stores the sequence
-// before that node's first unwritten event, so a restart refolds at most
-// the events of the last stateAge checkpoint periods and the current one:
-// at most (stateAge+1) × SnapshotEvery events of a partition, and at most
-// about (stateAge+1) × SnapshotInterval of its input. Put every interval,
-// a node that changes about once a second was written about once an
-// event on the live path (0.17–0.35 puts an input, issue 27).
+// A state changed after checkpoint N is put at checkpoint N+stateAge, and
+// a checkpoint that leaves states unwritten stores the sequence before the
+// first event of those still waiting, all changed after checkpoint
+// N+1-stateAge: a restart refolds at most the events since the stateAge-th
+// last checkpoint, at most stateAge × SnapshotEvery messages of a
+// partition (4,000) and about stateAge × SnapshotInterval (4 s) of its
+// input. Put at every checkpoint, a node that changes about once a second
+// was written about once an event on the live path (0.17–0.35 puts an
+// input, issue 27).
 const stateAge = 4
 
 // checkpointNow makes the stored snapshot cover more of the events
