@@ -36,6 +36,19 @@ type heapRelease struct {
 	again   bool // a burst ended while it ran
 	release func()
 	done    prometheus.Counter
+	// gc raises the collector's percent while a burst lasts: the
+	// process's (processGC), shared by every Reconciler of the process.
+	gc *gcRaise
+}
+
+// gcRaise is the collector's percent raised by loadGC while any burst
+// lasts. GOGC is the process's: one count serves every Reconciler in it
+// (each raising and lowering it on its own, two whose loads overlapped
+// left it raised, the second taking the first's raised percent for the
+// process's).
+type gcRaise struct {
+	mu sync.Mutex
+	n  int // bursts under way
 	// setGC sets the collector's percent and returns the previous one
 	// (debug.SetGCPercent); own is the process's percent while a burst
 	// raised it.
@@ -43,13 +56,16 @@ type heapRelease struct {
 	own   int
 }
 
+// processGC is the process's gcRaise.
+var processGC = &gcRaise{setGC: debug.SetGCPercent}
+
 // loadGC multiplies the collector's percent while partitions load: with
 // GOGC=100, a load's heap grows to four times its live heap before a
 // collection rather than twice.
 const loadGC = 3
 
 func newHeapRelease(done prometheus.Counter) *heapRelease {
-	return &heapRelease{release: debug.FreeOSMemory, done: done, setGC: debug.SetGCPercent}
+	return &heapRelease{release: debug.FreeOSMemory, done: done, gc: processGC}
 }
 
 // begin marks a partition's load as started. The returned end marks it
@@ -85,23 +101,35 @@ func (h *heapRelease) begin() (end func()) {
 // raise multiplies the collector's percent by loadGC for a burst, h.mu
 // held; a collector turned off (GOGC=off) stays off.
 func (h *heapRelease) raise() {
-	if h.setGC == nil {
+	g := h.gc
+	if g == nil {
 		return
 	}
-	h.own = h.setGC(100 * loadGC)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n++; g.n > 1 {
+		return // raised by another Reconciler's burst
+	}
+	g.own = g.setGC(100 * loadGC)
 	switch {
-	case h.own < 0:
-		h.setGC(h.own)
-	case h.own != 100:
-		h.setGC(h.own * loadGC)
+	case g.own < 0:
+		g.setGC(g.own)
+	case g.own != 100:
+		g.setGC(g.own * loadGC)
 	}
 }
 
-// lower sets the collector's percent back once a burst is over, h.mu
-// held.
+// lower sets the collector's percent back once the last burst of the
+// process is over, h.mu held.
 func (h *heapRelease) lower() {
-	if h.setGC != nil {
-		h.setGC(h.own)
+	g := h.gc
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n--; g.n == 0 {
+		g.setGC(g.own)
 	}
 }
 

@@ -67,7 +67,7 @@ func TestHeapReleaseRaisesGCWhileLoading(t *testing.T) {
 		h := newHeapRelease(prometheus.NewCounter(prometheus.CounterOpts{Name: "releases"}))
 		released := make(chan struct{}, 2)
 		h.release = func() { released <- struct{}{} }
-		h.setGC = func(p int) int { prev := percent; percent = p; return prev }
+		h.gc = &gcRaise{setGC: func(p int) int { prev := percent; percent = p; return prev }}
 		want := own * loadGC
 		if own < 0 {
 			want = own
@@ -118,5 +118,35 @@ func TestTailGate(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the gate did not open once every tail ended")
+	}
+}
+
+// TestHeapReleaseGCOfTwoReconcilers: GOGC is the process's, and two
+// reconcilers of one process (a group's instances in a test, a program
+// embedding two) whose loads overlap set it back to the process's own
+// once both have ended: each raising and lowering it on its own, the
+// second took the first's raised percent for the process's and left it
+// raised (300 for 100) for the rest of the process.
+func TestHeapReleaseGCOfTwoReconcilers(t *testing.T) {
+	percent := 100
+	gc := &gcRaise{setGC: func(p int) int { prev := percent; percent = p; return prev }}
+	hs := make([]*heapRelease, 2)
+	for i := range hs {
+		hs[i] = newHeapRelease(prometheus.NewCounter(prometheus.CounterOpts{Name: "releases"}))
+		hs[i].release = func() {}
+		hs[i].gc = gc // the process's, shared
+	}
+	a := hs[0].begin()
+	b := hs[1].begin()
+	if percent != 100*loadGC {
+		t.Fatalf("GOGC %d while both load, want %d", percent, 100*loadGC)
+	}
+	a()
+	if percent != 100*loadGC {
+		t.Fatalf("GOGC %d while the second still loads, want %d", percent, 100*loadGC)
+	}
+	b()
+	if percent != 100 {
+		t.Fatalf("GOGC %d once both loads ended, want the process's 100", percent)
 	}
 }
