@@ -96,15 +96,26 @@ func (r *Reader) fleetSummary(ctx context.Context, row func(NodeView) audit.Flee
 	if err != nil {
 		return nil, nil, err
 	}
-	var bare []string
-	out, rows, retry, err := decodePipelined(true, row, func(add func(node string, data []byte)) error {
-		var err error
-		bare, err = snaps.ScanSummaries(ctx, func(node string, sum []byte) error {
-			add(node, sum)
-			return nil
+	var (
+		bare, retry []string
+		out         []NodeView
+		rows        []audit.FleetRow
+	)
+	// A pass that lost a message is read again, whole: no node twice,
+	// none missed.
+	for try := 0; ; try++ {
+		out, rows, retry, err = decodePipelined(true, row, func(add func(node string, data []byte)) error {
+			var err error
+			bare, err = snaps.ScanSummaries(ctx, func(node string, sum []byte) error {
+				add(node, sum)
+				return nil
+			})
+			return err
 		})
-		return err
-	})
+		if !errors.Is(err, store.ErrSummaryGap) || try == 2 {
+			break
+		}
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("load summaries: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -513,81 +514,247 @@ func (s *Snapshots) LoadAll(ctx context.Context, fn func(node string, state []by
 }
 
 // ScanSummaries calls fn with every node's summary ([SummaryHeader]), all
-// partitions, in one ordered pass over the latest node values that asks
-// the server for their headers only: the states are not sent (at 100,000
+// partitions, in one pass over the latest node values that asks the
+// server for their headers only: the states are not sent (at 100,000
 // nodes of 2.9 kB, 280 MB not read). fn's summary must not be written to;
 // it may be kept. A node whose latest state carries no summary (written by a build
 // that wrote none, or with no room for one) is not passed to fn but
 // returned in bare, in bucket order: read its state (GetNode, or LoadAll
 // when many). Deleted and purged keys are skipped. fn's error stops the
 // pass and is returned as is.
+//
+// The pass is an ephemeral pull consumer whose messages come to a plain
+// subscription, pulled [summaryBatch] at a time, not the client's ordered
+// pull consumer, which reset a timer and parsed every message's metadata
+// into a struct (issue 27: the client's reading was a third of fleet -o
+// json's CPU). It asks for what the ordered consumer asked (consumer
+// create, next, delete): a user's permissions are unchanged. Each
+// message's consumer sequence is read from its reply subject: a gap (a
+// message lost to a reconnect) or the consumer gone ends the pass with
+// [ErrSummaryGap] before fn sees a node twice or one is missed; the
+// caller reads again. fn is called on the subscription's goroutine, one
+// node at a time.
 func (s *Snapshots) ScanSummaries(ctx context.Context, fn func(node string, summary []byte) error) (bare []string, err error) {
 	bucket := s.kv.Bucket()
 	stream := "KV_" + bucket
 	keyPre := "$KV." + bucket + "."
-	cons, err := s.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{keyPre + "node.>"},
-		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
-		HeadersOnly:       true,
-		InactiveThreshold: OrderedInactive,
+	nc := s.js.Conn()
+	inbox := nc.NewInbox()
+	var (
+		ready = make(chan struct{}) // closed once left is set
+		done  = make(chan error, 1)
+		left  uint64 // the initial values still to come
+		last  uint64 // the last consumer sequence seen
+		seen  atomic.Uint64
+		next  string // the consumer's next-messages subject
+		// pullMore asks for half a batch more.
+		pullMore = fmt.Appendf(nil, `{"batch":%d,"expires":%d,"idle_heartbeat":%d}`, summaryBatch/2, summaryExpires, summaryHeartbeat)
+		mu       sync.Mutex // held by the callback a message at a time
+		fail     error      // set once, under mu: no message is read after
+	)
+	finish := func(err error) {
+		fail = err
+		if err == nil {
+			fail = errSummaryDone
+		}
+		done <- err
+	}
+	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
+		<-ready
+		mu.Lock()
+		defer mu.Unlock()
+		if fail != nil {
+			return
+		}
+		seen.Add(1)
+		if len(m.Data) == 0 {
+			switch st := m.Header.Get("Status"); st {
+			case "":
+			case "100", "408": // a heartbeat; a pull that expired waiting
+				return
+			default: // the consumer gone, or another end
+				finish(fmt.Errorf("read summaries of %s: status %s %s: %w", bucket, st, m.Header.Get("Description"), ErrSummaryGap))
+				return
+			}
+		}
+		cseq, pending, ok := ackSeqs(m.Reply)
+		if !ok {
+			finish(fmt.Errorf("read summaries of %s: reply subject %q", bucket, m.Reply))
+			return
+		}
+		if cseq != last+1 {
+			finish(fmt.Errorf("read summaries of %s: consumer sequence %d after %d: %w", bucket, cseq, last, ErrSummaryGap))
+			return
+		}
+		last = cseq
+		if cseq%(summaryBatch/2) == 0 { // half the pull in: ask for as much again
+			if err := nc.PublishRequest(next, inbox, pullMore); err != nil {
+				finish(fmt.Errorf("read summaries of %s: %w", bucket, err))
+				return
+			}
+		}
+		// Pending counts what was stored after the consumer began too;
+		// those come after the initial values, which end at 0.
+		left = min(left-1, pending)
+		if node, ok := nodeOfKeyFast(strings.TrimPrefix(m.Subject, keyPre)); ok {
+			h := m.Header
+			if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" || h.Get(jetstream.MarkerReasonHeader) != "" {
+				// deleted or purged
+			} else if sum := h.Get(SummaryHeader); sum == "" {
+				bare = append(bare, node)
+			} else if err := fn(node, unsafe.Slice(unsafe.StringData(sum), len(sum))); err != nil {
+				fail = err
+				done <- err
+				return
+			}
+		}
+		if left == 0 {
+			finish(nil)
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read summaries of %s: %w", bucket, err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(summaryBatch))
-	if err != nil {
-		DropOrdered(s.js, stream, cons)
+	defer sub.Unsubscribe()
+	// stop ends the pass early: once it returns, fn is not running and
+	// is not called again.
+	stop := func() {
+		_ = sub.Unsubscribe()
+		mu.Lock()
+		if fail == nil {
+			fail = errSummaryDone
+		}
+		mu.Unlock()
+	}
+	// At most summaryBatch are in flight: hold them all rather than drop
+	// any.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
 		return nil, fmt.Errorf("read summaries of %s: %w", bucket, err)
 	}
-	// Stopped when ctx is done (Next then fails): no timer a message.
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer func() {
+	cons, err := s.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		FilterSubjects:    []string{keyPre + "node.>"},
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		HeadersOnly:       true,
+		InactiveThreshold: OrderedInactive,
+		MemoryStorage:     true,
+		Replicas:          1,
+	})
+	if err != nil {
 		stop()
-		it.Stop()
-		DropOrdered(s.js, stream, cons)
+		close(ready)
+		return nil, fmt.Errorf("read summaries of %s: %w", bucket, err)
+	}
+	name := cons.CachedInfo().Name
+	next = "$JS.API.CONSUMER.MSG.NEXT." + stream + "." + name
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.js.DeleteConsumer(dctx, stream, name) // gone already is fine
 	}()
-	info := cons.CachedInfo()
-	if info == nil || info.NumPending == 0 {
+	left = cons.CachedInfo().NumPending
+	if left == 0 {
+		fail = errSummaryDone
+		close(ready)
 		return nil, nil
 	}
-	for left := info.NumPending; left > 0; {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				err = ctx.Err()
+	close(ready)
+	first := fmt.Appendf(nil, `{"batch":%d,"expires":%d,"idle_heartbeat":%d}`, summaryBatch, summaryExpires, summaryHeartbeat)
+	if err := nc.PublishRequest(next, inbox, first); err != nil {
+		stop()
+		return nil, fmt.Errorf("read summaries of %s: %w", bucket, err)
+	}
+	// No message (not even a heartbeat) for three heartbeats: the
+	// consumer or the connection is gone.
+	tick := time.NewTicker(3 * summaryHeartbeat)
+	defer tick.Stop()
+	var was uint64
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return nil, err
 			}
-			return nil, fmt.Errorf("read summaries of %s: %w", bucket, err)
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return nil, fmt.Errorf("read summaries of %s: %w", bucket, err)
-		}
-		// Pending counts what was stored after the consumer began too;
-		// those come after the initial values, which end at 0.
-		left = min(left-1, meta.NumPending)
-		node, ok := nodeOfKey(strings.TrimPrefix(m.Subject(), keyPre))
-		if !ok {
-			continue
-		}
-		h := m.Headers()
-		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" || h.Get(jetstream.MarkerReasonHeader) != "" {
-			continue
-		}
-		sum := h.Get(SummaryHeader)
-		if sum == "" {
-			bare = append(bare, node)
-			continue
-		}
-		if err := fn(node, unsafe.Slice(unsafe.StringData(sum), len(sum))); err != nil {
-			return nil, err
+			return bare, nil
+		case <-ctx.Done():
+			stop()
+			return nil, fmt.Errorf("read summaries of %s: %w", bucket, ctx.Err())
+		case <-tick.C:
+			if n := seen.Load(); n != was {
+				was = n
+				continue
+			}
+			stop()
+			return nil, fmt.Errorf("read summaries of %s: nothing for %s: %w", bucket, 3*summaryHeartbeat, ErrSummaryGap)
 		}
 	}
-	return bare, nil
 }
 
-// summaryBatch is how many headers a pull of [Snapshots.ScanSummaries]
-// asks for.
+// ErrSummaryGap: [Snapshots.ScanSummaries] lost a message of its pass (a
+// reconnect, or its consumer gone); read again.
+var ErrSummaryGap = errors.New("store: summaries' pass lost a message")
+
+// errSummaryDone marks a pass that has ended well: later messages are
+// dropped.
+var errSummaryDone = errors.New("done")
+
+// summaryBatch is how many headers [Snapshots.ScanSummaries] has in
+// flight at most: it asks for this many, then for half as many each time
+// half a batch has come.
 const summaryBatch = 4096
+
+// summaryHeartbeat is the idle heartbeat of [Snapshots.ScanSummaries]'
+// pulls (nothing for three ends the pass), summaryExpires how long each
+// waits for messages stored after the pass began.
+const (
+	summaryHeartbeat = 5 * time.Second
+	summaryExpires   = time.Minute
+)
+
+// ackSeqs reads the consumer sequence and the pending count from a
+// JetStream message's reply subject, without allocating:
+// $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>,
+// or with <domain>.<account hash> before <stream> (and a token after).
+func ackSeqs(reply string) (cseq, pending uint64, ok bool) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return 0, 0, false
+	}
+	var tok [12]string
+	n := 0
+	for n < len(tok) {
+		i := strings.IndexByte(rest, '.')
+		if i < 0 {
+			tok[n] = rest
+			n++
+			break
+		}
+		tok[n], rest = rest[:i], rest[i+1:]
+		n++
+	}
+	var c, p string
+	switch {
+	case n == 7: // stream consumer delivered sseq cseq ts pending
+		c, p = tok[4], tok[6]
+	case n >= 9: // domain hash stream consumer delivered sseq cseq ts pending …
+		c, p = tok[6], tok[8]
+	default:
+		return 0, 0, false
+	}
+	cseq, err1 := strconv.ParseUint(c, 10, 64)
+	pending, err2 := strconv.ParseUint(p, 10, 64)
+	return cseq, pending, err1 == nil && err2 == nil
+}
+
+// nodeOfKeyFast is nodeOfKey without allocating.
+func nodeOfKeyFast(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, "node.")
+	if !ok {
+		return "", false
+	}
+	_, node, ok := strings.Cut(rest, ".")
+	return node, ok
+}
 
 // ListNodes returns the names of every node with a stored state, sorted.
 // It reads keys only, not states.
