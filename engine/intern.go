@@ -17,10 +17,18 @@ const internCap = 1 << 14
 // node; decoded separately, each node kept its own copies. The pure fold
 // cannot share memory across nodes, so the loop does it, before folding
 // and when loading snapshots. One partition's session owns one: it is not
-// safe for concurrent use.
-type interner struct{ m map[string]string }
+// safe for concurrent use. Its decoder takes the strings of the events
+// the session decodes from the same map, so that most of them are found
+// rather than allocated and then dropped for the interned copy.
+type interner struct {
+	m   map[string]string
+	dec events.Decoder
+}
 
-func newInterner() *interner { return &interner{m: map[string]string{}} }
+func newInterner() *interner {
+	m := map[string]string{}
+	return &interner{m: m, dec: events.Decoder{Strings: m, Max: internCap}}
+}
 
 func (in *interner) s(x string) string {
 	if x == "" {

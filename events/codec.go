@@ -24,19 +24,80 @@ func Encode(p Payload) ([]byte, error) { return json.Marshal(p) }
 // ErrNewerVersion when
 // `v` is newer than [Version]; ErrMalformed when data is not JSON of the
 // kind's shape; a *FieldError (matching ErrInvalid) when validation fails.
-func Decode(k Kind, data []byte) (Payload, error) { return decode(k, data, false) }
+func Decode(k Kind, data []byte) (Payload, error) { return decode(k, data, false, nil) }
 
 // DecodeStrict is [Decode] that also refuses fields it does not know. The
 // CLI verbs that read a user's file use it, so a typo is an error.
-func DecodeStrict(k Kind, data []byte) (Payload, error) { return decode(k, data, true) }
+func DecodeStrict(k Kind, data []byte) (Payload, error) { return decode(k, data, true, nil) }
 
-func decode(k Kind, data []byte, strict bool) (Payload, error) {
+// Decoder decodes payloads as [Decode] does, and keeps one copy of each
+// string it decodes: a decoded string equal to a key of Strings is that
+// key's value, and a new one is added while Strings holds fewer than Max.
+// A fleet's module names, builds, accounts and paths repeat from event to
+// event, so most of an event's strings are found, not allocated. Its
+// strings never alias the data decoded. Not safe for concurrent use; with
+// Strings nil it keeps nothing.
+type Decoder struct {
+	Strings map[string]string
+	Max     int
+}
+
+// Decode is [Decode] with d's strings.
+func (d *Decoder) Decode(k Kind, data []byte) (Payload, error) { return decode(k, data, false, d) }
+
+// text returns a string of b's bytes that does not alias b.
+func (d *Decoder) text(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if d == nil || d.Strings == nil {
+		if v, ok := constants[string(b)]; ok {
+			return v
+		}
+		return string(b)
+	}
+	if v, ok := d.Strings[string(b)]; ok {
+		return v
+	}
+	v := string(b)
+	if len(d.Strings) < d.Max {
+		d.Strings[v] = v
+	}
+	return v
+}
+
+// constants are the values of the payloads' enumerations (and the
+// common file mode), which a decode without a [Decoder] need not
+// allocate.
+var constants = func() map[string]string {
+	m := map[string]string{}
+	for _, v := range []string{string(Running), string(Stopped), string(Failed),
+		string(HealthStarting), string(Healthy), string(Unhealthy),
+		string(OpApply), string(OpRemove), string(OpFailed),
+		string(ReasonUndeclared), string(ReasonNoAccount), string(ReasonWrongAccount), string(ReasonWriteFailed),
+		string(HoldWant), string(HoldApproval),
+		string(KnockDeclared), string(KnockAccount), string(KnockWriteFailed), string(KnockOperator),
+		"0600", "0640", "0644", "0400", "0440"} {
+		m[v] = v
+	}
+	return m
+}()
+
+func decode(k Kind, data []byte, strict bool, d *Decoder) (Payload, error) {
+	if len(data) > MaxEventBytes {
+		if New(k) == nil {
+			return nil, fmt.Errorf("%w %s", ErrUnknownKind, Short(string(k)))
+		}
+		return nil, fieldErr("payload", "", &LimitError{Err: ErrTooLong, Got: len(data), Limit: MaxEventBytes, Name: "MaxEventBytes"})
+	}
+	if !strict {
+		if p, ok := fastDecode(k, data, d); ok {
+			return checked(p)
+		}
+	}
 	p := New(k)
 	if p == nil {
 		return nil, fmt.Errorf("%w %s", ErrUnknownKind, Short(string(k)))
-	}
-	if len(data) > MaxEventBytes {
-		return nil, fieldErr("payload", "", &LimitError{Err: ErrTooLong, Got: len(data), Limit: MaxEventBytes, Name: "MaxEventBytes"})
 	}
 	var err error
 	if strict {
@@ -66,6 +127,11 @@ func decode(k Kind, data []byte, strict bool) (Payload, error) {
 		}
 		return nil, fmt.Errorf("%w: %s: %s", ErrMalformed, k, show(err.Error()))
 	}
+	return checked(p)
+}
+
+// checked returns p once its version is known and it validates.
+func checked(p Payload) (Payload, error) {
 	if v := p.header().V; v > Version {
 		return nil, fmt.Errorf("%w: v=%d, this build knows v=%d", ErrNewerVersion, v, Version)
 	}
