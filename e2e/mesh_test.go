@@ -449,6 +449,24 @@ func (m *mesh) events(ctx context.Context, node string, kind events.Kind) ([]eve
 	return out, err
 }
 
+// waitEvents returns node's events of kind once there is one, or ctx's
+// error.
+func (m *mesh) waitEvents(ctx context.Context, node string, kind events.Kind) ([]events.Event, error) {
+	tick := time.NewTicker(2 * time.Millisecond) // polling the stream, bounded by ctx
+	defer tick.Stop()
+	for {
+		evs, err := m.events(ctx, node, kind)
+		if err != nil || len(evs) > 0 {
+			return evs, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
 // fill sends one raw fill request.
 func (m *mesh) fill(ctx context.Context, node, module, path, writer, content string) (events.FillReply, error) {
 	msg := nats.NewMsg(m.cfg.Subjects().Fill(node))
