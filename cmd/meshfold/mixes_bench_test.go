@@ -75,7 +75,10 @@ var mixes = []struct {
 // the server over the first MESHFOLD_BENCH_PROFILE_SECONDS (default 5)
 // of each catch-up (do not take that run's figures): a first refold
 // publishes its effects after its read, past the default's 5 s at the
-// full size.
+// full size. MESHFOLD_BENCH_TRACE=DIR writes a Go execution trace of the
+// reconciler over the same seconds instead (where it waits: `go tool
+// trace -pprof=sync|sched`), and logs when its metrics answered and when
+// each partition's checkpoint was seen (do not take that run's figures).
 //
 //	go test ./cmd/meshfold -run '^$' -bench CatchUpMixes -benchtime 1x -timeout 30m
 func BenchmarkCatchUpMixes(b *testing.B) {

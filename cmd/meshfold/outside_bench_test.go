@@ -226,6 +226,9 @@ func (s *outsideServer) forget(tb testing.TB) {
 // reader) and of the server.
 type raw struct {
 	rate, cpuNs, serverNs float64
+	// waitNs: the time the reader's threads were runnable but waited
+	// for a CPU (runDelay), per message.
+	waitNs, serverWaitNs float64
 }
 
 // rawRead measures the two raw baselines on s: the issue's, an ordered
@@ -244,11 +247,12 @@ type rawReadFunc func(testing.TB, jetstream.JetStream, store.StreamConfig, int) 
 func (s *outsideServer) rawOne(tb testing.TB, read rawReadFunc) raw {
 	tb.Helper()
 	runtime.GC()
-	self0, srv0 := selfCPU(tb), s.srv.CPU()
+	self0, srv0, wait0, swait0 := selfCPU(tb), s.srv.CPU(), runDelay(os.Getpid()), s.serverRunDelay()
 	took := read(tb, s.js, s.cfg, s.msgs)
-	self, srv := selfCPU(tb)-self0, s.srv.CPU()-srv0
+	self, srv, wait, swait := selfCPU(tb)-self0, s.srv.CPU()-srv0, runDelay(os.Getpid())-wait0, s.serverRunDelay()-swait0
 	n := float64(s.msgs)
-	return raw{rate: n / took.Seconds(), cpuNs: float64(self.Nanoseconds()) / n, serverNs: float64(srv.Nanoseconds()) / n}
+	return raw{rate: n / took.Seconds(), cpuNs: float64(self.Nanoseconds()) / n, serverNs: float64(srv.Nanoseconds()) / n,
+		waitNs: float64(wait.Nanoseconds()) / n, serverWaitNs: float64(swait.Nanoseconds()) / n}
 }
 
 // rawBest is the better of two rawOne reads: one read alone was now and
@@ -269,7 +273,38 @@ func (r raw) report(b *testing.B, prefix, ratio string, fold float64) {
 	b.ReportMetric(r.rate, prefix+"-events/s")
 	b.ReportMetric(r.cpuNs, prefix+"-cpu-ns/event")
 	b.ReportMetric(r.serverNs, prefix+"-server-cpu-ns/event")
+	b.ReportMetric(r.waitNs, prefix+"-runq-ns/event")
+	b.ReportMetric(r.serverWaitNs, prefix+"-server-runq-ns/event")
 	b.ReportMetric(fold/r.rate, ratio)
+}
+
+// serverRunDelay is runDelay of s's server; 0 for a cluster.
+func (s *outsideServer) serverRunDelay() time.Duration {
+	if srv, ok := s.srv.(*storetest.ProcServer); ok {
+		return runDelay(srv.Pid())
+	}
+	return 0
+}
+
+// runDelay is the time pid's live threads have spent runnable but
+// waiting for a CPU (the kernel's run queue: the second field of
+// /proc/<pid>/task/*/schedstat); 0 where the kernel does not say.
+// Against CPU time it says how much of a process's wall time the rest
+// of the machine took from it.
+func runDelay(pid int) time.Duration {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	var sum int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) >= 2 {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			sum += n
+		}
+	}
+	return time.Duration(sum)
 }
 
 func selfCPU(tb testing.TB) time.Duration {
@@ -547,6 +582,33 @@ func (p *benchProc) cpuProfile(path string) {
 	p.tb.Logf("CPU profile: %s", path)
 }
 
+// trace writes a Go execution trace of the process's first
+// MESHFOLD_BENCH_PROFILE_SECONDS (default 5; from the moment its metrics
+// listener answers) to path, for `go tool trace` (where it waits: the
+// goroutines' blocking profiles); it logs why not instead.
+func (p *benchProc) trace(path string) {
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := p.get("/metrics"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) || !p.alive() {
+			p.tb.Logf("no trace: the metrics listener did not answer")
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.tb.Logf("trace: metrics answered %s after the process started", time.Since(p.start))
+	tr, err := p.get(fmt.Sprintf("/debug/pprof/trace?seconds=%d", profileSeconds()))
+	if err == nil {
+		err = os.WriteFile(path, tr, 0o644)
+	}
+	if err != nil {
+		p.tb.Logf("no trace: %v", err)
+		return
+	}
+	p.tb.Logf("trace: %s", path)
+}
+
 // freeHeap is the heap the runtime holds free and has not returned to
 // the system (go_memstats_heap_idle_bytes − …_heap_released_bytes): part
 // of the RSS that no live object uses.
@@ -627,6 +689,9 @@ func (s *outsideServer) waitCaughtUp(tb testing.TB, timeout time.Duration, procs
 				tb.Fatal(err)
 			}
 			if ck >= want {
+				if os.Getenv("MESHFOLD_BENCH_TRACE") != "" {
+					tb.Logf("partition %d checkpointed at #%d %s after the process started", part, ck, time.Since(procs[0].start))
+				}
 				break
 			}
 			for _, p := range procs {
@@ -676,7 +741,7 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 	}
 	before := s.lastSeq(b)
 	runtime.GC()
-	srv0 := s.srv.CPU()
+	srv0, swait0 := s.srv.CPU(), s.serverRunDelay()
 	var procs []*benchProc
 	if k == 1 {
 		procs = append(procs, s.startProc(b))
@@ -693,6 +758,11 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 		wg.Go(func() { s.serverProfile(b, name+".server.cpu.pb.gz") })
 		go func() { wg.Wait(); close(profiled) }()
 	}
+	if dir := os.Getenv("MESHFOLD_BENCH_TRACE"); dir != "" && k == 1 && profiled == nil {
+		profiled = make(chan struct{})
+		name := filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_"))
+		go func() { procs[0].trace(name + ".trace"); close(profiled) }()
+	}
 	took, cpus := s.waitCaughtUp(b, 20*time.Minute, procs...)
 	if profiled != nil {
 		<-profiled
@@ -700,11 +770,15 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 	if dir := os.Getenv("MESHFOLD_BENCH_HEAP"); dir != "" && k == 1 {
 		s.heapProfiles(b, procs[0], filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_")))
 	}
-	srv := s.srv.CPU() - srv0
+	srv, swait := s.srv.CPU()-srv0, s.serverRunDelay()-swait0
 	for _, p := range procs {
 		if owned, _ := p.metric("meshfold_partitions_owned"); int(owned) != s.cfg.Partitions/k {
 			p.fail("folded %v partitions, want %d: a partition was handed over", owned, s.cfg.Partitions/k)
 		}
+	}
+	var runq time.Duration
+	for _, p := range procs {
+		runq += runDelay(p.cmd.Process.Pid)
 	}
 	var rusage time.Duration
 	for _, p := range procs {
@@ -733,6 +807,10 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 		b.ReportMetric(float64(sum.Nanoseconds())/n/float64(k), "fold-cpu-ns/event/instance")
 	}
 	b.ReportMetric(float64(srv.Nanoseconds())/n, "fold-server-cpu-ns/event")
+	// The reconcilers' threads' time runnable but waiting for a CPU,
+	// from their start (beside raw-runq-ns/event, the reader's).
+	b.ReportMetric(float64(runq.Nanoseconds())/n, "fold-runq-ns/event")
+	b.ReportMetric(float64(swait.Nanoseconds())/n, "fold-server-runq-ns/event")
 	b.ReportMetric(float64(published), "published")
 	s.last.ratio, s.last.cpuNs = n/took.Seconds()/std.rate, float64(sum.Nanoseconds())/n
 	return n / took.Seconds()
