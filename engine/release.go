@@ -23,12 +23,19 @@ import (
 // heap a live fold then grows up to the collector's goal is the
 // operator's to bound (GOMEMLIMIT, docs/operations.md).
 //
-// While a burst lasts, the collector's percent (GOGC) is loadGC times
-// the process's own (unless collection is off), and set back when the
-// burst ends: a load's live heap only grows, so each collection marks
-// more of it, and at 10,000 nodes and more marking was a fifth of a cold
-// refold's CPU against a fifteenth at 1,000 (issue 27, the cost per node
-// of a refold). A limit set with GOMEMLIMIT still bounds the heap.
+// While a partition folds the stream from its start (a cold refold: no
+// checkpoint, a stream with messages), the collector's percent (GOGC) is
+// loadGC times the process's own (unless collection is off), and set
+// back when the last such partition ends: a refold's live heap only
+// grows, so each collection marks more of it, and at 10,000 nodes and
+// more marking was a fifth of a cold refold's CPU against a fifteenth at
+// 1,000 (issue 27, the cost per node of a refold). A limit set with
+// GOMEMLIMIT still bounds the heap. A partition that loads its states
+// from snapshots does not raise it: raised there, the heap left after
+// the load was more fragmented (in-use spans about twice the live heap),
+// and RSS at 100,000 nodes rose from 5,289 / 5,449 to 5,860 / 6,495 B a
+// node, over issue 27's 6 KiB (BenchmarkReconcileLoad100k, alternated,
+// load average 6-8).
 type heapRelease struct {
 	mu      sync.Mutex
 	loading int  // partitions between begin and end
@@ -36,21 +43,21 @@ type heapRelease struct {
 	again   bool // a burst ended while it ran
 	release func()
 	done    prometheus.Counter
-	// gc raises the collector's percent while a burst lasts: the
+	// gc raises the collector's percent while a cold refold lasts: the
 	// process's (processGC), shared by every Reconciler of the process.
 	gc *gcRaise
 }
 
-// gcRaise is the collector's percent raised by loadGC while any burst
-// lasts. GOGC is the process's: one count serves every Reconciler in it
+// gcRaise is the collector's percent raised by loadGC while any cold
+// refold lasts. GOGC is the process's: one count serves every Reconciler in it
 // (each raising and lowering it on its own, two whose loads overlapped
 // left it raised, the second taking the first's raised percent for the
 // process's).
 type gcRaise struct {
 	mu sync.Mutex
-	n  int // bursts under way
+	n  int // raising loads under way
 	// setGC sets the collector's percent and returns the previous one
-	// (debug.SetGCPercent); own is the process's percent while a burst
+	// (debug.SetGCPercent); own is the process's percent while a load
 	// raised it.
 	setGC func(int) int
 	own   int
@@ -68,14 +75,16 @@ func newHeapRelease(done prometheus.Counter) *heapRelease {
 	return &heapRelease{release: debug.FreeOSMemory, done: done, gc: processGC}
 }
 
-// begin marks a partition's load as started. The returned end marks it
-// over; calls after the first do nothing. When the last partition
-// loading ends, the release runs in a goroutine of its own (the caller
-// does not wait for the collection).
-func (h *heapRelease) begin() (end func()) {
+// begin marks a partition's load as started; raise says the load is a
+// cold refold, which raises the collector's percent until it ends. The
+// returned end marks it over; calls after the first do nothing. When the
+// last partition loading ends, the release runs in a goroutine of its
+// own (the caller does not wait for the collection).
+func (h *heapRelease) begin(raise bool) (end func()) {
 	h.mu.Lock()
-	if h.loading++; h.loading == 1 {
-		h.raise()
+	h.loading++
+	if raise {
+		h.gc.raise()
 	}
 	h.mu.Unlock()
 	var once sync.Once
@@ -83,11 +92,13 @@ func (h *heapRelease) begin() (end func()) {
 		once.Do(func() {
 			h.mu.Lock()
 			defer h.mu.Unlock()
+			if raise {
+				h.gc.lower()
+			}
 			h.loading--
 			if h.loading > 0 {
 				return
 			}
-			h.lower()
 			if h.running {
 				h.again = true
 				return
@@ -98,17 +109,17 @@ func (h *heapRelease) begin() (end func()) {
 	}
 }
 
-// raise multiplies the collector's percent by loadGC for a burst, h.mu
-// held; a collector turned off (GOGC=off) stays off.
-func (h *heapRelease) raise() {
-	g := h.gc
+// raise multiplies the collector's percent by loadGC while any raising
+// load of the process lasts; a collector turned off (GOGC=off) stays
+// off. A nil g does nothing.
+func (g *gcRaise) raise() {
 	if g == nil {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.n++; g.n > 1 {
-		return // raised by another Reconciler's burst
+		return // raised by another load of the process
 	}
 	g.own = g.setGC(100 * loadGC)
 	switch {
@@ -119,10 +130,9 @@ func (h *heapRelease) raise() {
 	}
 }
 
-// lower sets the collector's percent back once the last burst of the
-// process is over, h.mu held.
-func (h *heapRelease) lower() {
-	g := h.gc
+// lower sets the collector's percent back once the last raising load of
+// the process is over.
+func (g *gcRaise) lower() {
 	if g == nil {
 		return
 	}

@@ -41,14 +41,14 @@ func TestHeapReleaseOncePerBurst(t *testing.T) {
 		}
 	}
 
-	a, b := h.begin(), h.begin()
+	a, b := h.begin(false), h.begin(false)
 	a()
 	a()
 	none("while a partition still loads")
 	b()
 	wait("when the last partition loading ended")
 	// A second burst begins and ends while the first release runs.
-	c := h.begin()
+	c := h.begin(false)
 	c()
 	none("while another runs")
 	proceed <- struct{}{}
@@ -59,8 +59,10 @@ func TestHeapReleaseOncePerBurst(t *testing.T) {
 }
 
 // TestHeapReleaseRaisesGCWhileLoading: the collector's percent is
-// loadGC times the process's from the first partition's load to the
-// last's end, then the process's again; a collector turned off stays off.
+// loadGC times the process's from the first cold refold's start to the
+// last's end, then the process's again; a collector turned off stays
+// off; a load from snapshots (begin(false)) leaves it as it is, even
+// when it outlasts the cold refolds.
 func TestHeapReleaseRaisesGCWhileLoading(t *testing.T) {
 	for _, own := range []int{100, 50, -1} {
 		percent := own
@@ -72,19 +74,24 @@ func TestHeapReleaseRaisesGCWhileLoading(t *testing.T) {
 		if own < 0 {
 			want = own
 		}
-		a := h.begin()
-		if percent != want {
-			t.Fatalf("GOGC %d: %d while a partition loads, want %d", own, percent, want)
+		snap := h.begin(false)
+		if percent != own {
+			t.Fatalf("GOGC %d: %d while a partition loads from snapshots, want it as it was", own, percent)
 		}
-		b := h.begin()
+		a := h.begin(true)
+		if percent != want {
+			t.Fatalf("GOGC %d: %d while a partition refolds cold, want %d", own, percent, want)
+		}
+		b := h.begin(true)
 		a()
 		if percent != want {
-			t.Fatalf("GOGC %d: %d while a second partition still loads, want %d", own, percent, want)
+			t.Fatalf("GOGC %d: %d while a second partition still refolds cold, want %d", own, percent, want)
 		}
 		b()
 		if percent != own {
-			t.Fatalf("GOGC %d: %d after the burst, want it back", own, percent)
+			t.Fatalf("GOGC %d: %d after the cold refolds, want it back", own, percent)
 		}
+		snap()
 		select {
 		case <-released:
 		case <-time.After(10 * time.Second):
@@ -136,8 +143,8 @@ func TestHeapReleaseGCOfTwoReconcilers(t *testing.T) {
 		hs[i].release = func() {}
 		hs[i].gc = gc // the process's, shared
 	}
-	a := hs[0].begin()
-	b := hs[1].begin()
+	a := hs[0].begin(true)
+	b := hs[1].begin(true)
 	if percent != 100*loadGC {
 		t.Fatalf("GOGC %d while both load, want %d", percent, 100*loadGC)
 	}

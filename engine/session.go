@@ -209,19 +209,20 @@ func (s *session) foldedCounter(kind events.Kind) prometheus.Counter {
 
 func (p *partition) session(ctx context.Context) error {
 	r := p.r
+	lazy, cold, err := p.shortTail(ctx)
+	if err != nil {
+		return err
+	}
 	// The load is a burst of garbage: once every partition loading has
-	// caught up (or ended), the heap it freed goes back to the system.
-	endHeap := r.heap.begin()
+	// caught up (or ended), the heap it freed goes back to the system. A
+	// cold refold raises the collector's percent while it lasts.
+	endHeap := r.heap.begin(cold)
 	endLoad := func() {
 		endHeap()
 		p.loaded()
 	}
 	defer endLoad()
 	in := newInterner()
-	lazy, err := p.shortTail(ctx)
-	if err != nil {
-		return err
-	}
 	var (
 		ck     uint64
 		revs   map[string]uint64
@@ -280,22 +281,27 @@ const lazyTail = 4
 // the partition's share of both is about the same). A restart at
 // 100,000 nodes read every state of its partitions before the first
 // event of a tail of a few hundred, 15 s; the restart at 10,000 nodes
-// took 1.6 s.
-func (p *partition) shortTail(ctx context.Context) (bool, error) {
+// took 1.6 s. cold reports a cold refold: no checkpoint, and a stream
+// with messages to fold from its start (heapRelease raises the
+// collector's percent for it).
+func (p *partition) shortTail(ctx context.Context) (lazy, cold bool, err error) {
 	r := p.r
 	ck, err := r.snaps.Checkpoint(ctx, p.id)
-	if err != nil || ck == 0 {
-		return false, err
+	if err != nil {
+		return false, false, err
 	}
 	_, last, err := store.StreamBounds(ctx, r.stream)
-	if err != nil || last <= ck {
-		return false, err
+	if err != nil {
+		return false, false, err
+	}
+	if ck == 0 || last <= ck {
+		return false, ck == 0 && last > 0, nil
 	}
 	stored, err := r.snaps.Stored(ctx)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
-	return (last-ck)*lazyTail <= stored, nil
+	return (last-ck)*lazyTail <= stored, false, nil
 }
 
 // loadStates reads the partition's checkpoint, then every node state of
