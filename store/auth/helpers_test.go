@@ -23,19 +23,19 @@ func testCtx(t testing.TB) context.Context {
 }
 
 // secured is an embedded server in operator mode trusting an auth
-// directory with nodes ace and shanks.
+// directory with nodes ace and shanks (and extra's).
 type secured struct {
 	dir *auth.Dir
 	srv *embedded.Server
 }
 
-func startSecured(t testing.TB) *secured {
+func startSecured(t testing.TB, extra ...string) *secured {
 	t.Helper()
 	d, err := auth.Init(t.TempDir(), auth.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"ace", "shanks"} {
+	for _, n := range append([]string{"ace", "shanks"}, extra...) {
 		if _, err := d.AddNode(n); err != nil {
 			t.Fatal(err)
 		}

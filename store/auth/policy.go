@@ -213,6 +213,15 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 			"$JS.FC."+st+".>")
 	}
 
+	// snapshotsFC: the flow-control replies of a KV watch over the
+	// snapshot bucket (store.Snapshots.LoadAll: fleet, the console), an
+	// ordered push consumer; without them the server stops delivering
+	// after its first 2 MiB window (TestReadsPastFlowControl). The
+	// reconciler and node agents answer flow control through their
+	// response permission (respond), which covers any reply subject of a
+	// message they received.
+	snapshotsFC := "$JS.FC." + kv + ".>"
+
 	switch r {
 	case RoleReconciler:
 		// It creates the secrets and fill status buckets, and reads neither.
@@ -260,7 +269,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 			api("CONSUMER.CREATE.%s.>", s), api("CONSUMER.INFO.%s.*", s),
 			api("CONSUMER.NAMES.%s", s), api("CONSUMER.LIST.%s", s),
 			api("DIRECT.GET.%s.>", kv), api("CONSUMER.CREATE.%s.>", kv), api("CONSUMER.INFO.%s.*", kv),
-			api("STREAM.INFO.%s", nodesKV), api("DIRECT.GET.%s.>", nodesKV),
+			snapshotsFC, api("STREAM.INFO.%s", nodesKV), api("DIRECT.GET.%s.>", nodesKV),
 			events.StateSubjectRoot+"."+pre+".>", "$SRV.>")
 		// Bundles: push (creating the bucket on the first), list, remove.
 		readBuilds(true)
@@ -279,7 +288,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		readStream(kv)
 		p.Pub.Allow.Add(api("INFO"), api("STREAM.MSG.GET.%s", s), api("DIRECT.GET.%s", s), api("DIRECT.GET.%s.>", s),
 			api("CONSUMER.CREATE.%s.>", s), api("CONSUMER.INFO.%s.*", s),
-			api("DIRECT.GET.%s.>", kv), api("CONSUMER.CREATE.%s.>", kv), api("CONSUMER.INFO.%s.*", kv),
+			api("DIRECT.GET.%s.>", kv), api("CONSUMER.CREATE.%s.>", kv), api("CONSUMER.INFO.%s.*", kv), snapshotsFC,
 			events.StateSubject(pre, events.EndpointState, "*"), events.StateSubject(pre, events.EndpointComposition, "*"))
 		readKV(fills, ">") // why files are unfilled; never the secrets
 		statBuilds()       // whether a want's builds were pushed

@@ -1,0 +1,156 @@
+package auth_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/store"
+)
+
+// flowBytes is more than a push consumer with flow control delivers
+// unanswered: nats-server (v2.15, consumer.go) starts such a consumer's
+// window at JsFlowControlMaxPending/16 = 2 MiB, asks for a flow-control
+// reply once half of it is out, and stops delivering past the window
+// until the reply comes. Every bucket below holds about twice that.
+const flowBytes = 4 << 20
+
+// flowDeadline bounds each read: a few MB on loopback take milliseconds;
+// a read stalled on an unanswered flow-control request never ends. The
+// node lease bucket's entries expire after store.DefaultNodeLeaseTTL, so
+// it stays under that.
+const flowDeadline = 4 * time.Second
+
+// TestReadsPastFlowControl reads every bucket each role watches through
+// nats.go's KV watch (an ordered push consumer with flow control), with
+// that role's real credentials, past the server's flow-control window:
+// the client's flow-control replies publish on $JS.FC.<stream>.>, and a
+// role that may not publish there stalls after the first 2 MiB (the
+// server drops the reply as a permissions violation). Watched, by role:
+// the reconciler the node lease bucket (engine's agent liveness), the
+// group lease bucket (engine.Group's watch) and its partitions'
+// snapshots (ScanPartition on load); the operator and the console's
+// operator-read the whole snapshot bucket (LoadAll: fleet, and
+// FleetSummary's fallback). The secrets, fill status and builds buckets'
+// readers are permitted by readKV and readBuilds. (The reconciler's
+// replies pass through its response permission; the operators', before
+// their $JS.FC grant on the snapshot bucket, stalled at 20 of 40.)
+func TestReadsPastFlowControl(t *testing.T) {
+	nodes := []string{"ace", "shanks", "n3", "n4"}
+	s := startSecured(t, nodes[2:]...)
+	ctx := testCtx(t)
+	_, rjs := s.mustConnect(t, "reconciler")
+	_, cfg, err := store.EnsureStream(ctx, rjs, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys = 40
+	val := bytes.Repeat([]byte("x"), flowBytes/keys)
+	if _, err := store.OpenSnapshots(ctx, rjs, cfg); err != nil {
+		t.Fatal(err)
+	}
+	snapKV, err := rjs.KeyValue(ctx, cfg.Name+store.SnapshotBucketSuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaseKV, err := rjs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Name + "_LEASES", History: 1,
+		TTL: time.Minute, LimitMarkerTTL: time.Minute, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range keys {
+		if _, err := snapKV.Put(ctx, fmt.Sprintf("node.0.n%02d", i), val); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := leaseKV.Put(ctx, fmt.Sprintf("lease.%d", i), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// count runs read under flowDeadline and fails the test unless it
+	// counted want entries (of size bytes each).
+	count := func(t *testing.T, user string, want, size int, read func(ctx context.Context, js jetstream.JetStream, n *int) error) {
+		t.Helper()
+		_, js := s.mustConnect(t, user)
+		rctx, cancel := context.WithTimeout(ctx, flowDeadline)
+		defer cancel()
+		start := time.Now()
+		n := 0
+		err := read(rctx, js, &n)
+		took := time.Since(start)
+		if err != nil || n != want {
+			t.Fatalf("%s read %d of %d entries in %v: %v", user, n, want, took.Round(time.Millisecond), err)
+		}
+		t.Logf("%s: %d entries (%d KiB) in %v", user, n, n*size/1024, took.Round(time.Millisecond))
+	}
+	watchAll := func(bucket string) func(ctx context.Context, js jetstream.JetStream, n *int) error {
+		return func(ctx context.Context, js jetstream.JetStream, n *int) error {
+			kv, err := js.KeyValue(ctx, bucket)
+			if err != nil {
+				return err
+			}
+			w, err := kv.WatchAll(ctx)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = w.Stop() }()
+			for {
+				select {
+				case e := <-w.Updates():
+					if e == nil {
+						return nil // the end of the initial values
+					}
+					*n++
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+	}
+	loadAll := func(ctx context.Context, js jetstream.JetStream, n *int) error {
+		snaps, err := store.OpenSnapshots(ctx, js, cfg)
+		if err != nil {
+			return err
+		}
+		return snaps.LoadAll(ctx, func(string, []byte) error { *n++; return nil })
+	}
+
+	t.Run("reconciler snapshots of a partition", func(t *testing.T) {
+		count(t, "reconciler", keys, len(val), func(ctx context.Context, js jetstream.JetStream, n *int) error {
+			snaps, err := store.OpenSnapshots(ctx, js, cfg)
+			if err != nil {
+				return err
+			}
+			_, _, err = snaps.ScanPartition(ctx, 0, func(string, []byte) error { *n++; return nil })
+			return err
+		})
+	})
+	t.Run("reconciler group leases", func(t *testing.T) {
+		count(t, "reconciler", keys, len(val), watchAll(cfg.Name+"_LEASES"))
+	})
+	t.Run("operator snapshots", func(t *testing.T) { count(t, "operator", keys, len(val), loadAll) })
+	t.Run("operator-read snapshots", func(t *testing.T) { count(t, "operator-read", keys, len(val), loadAll) })
+	t.Run("reconciler node leases", func(t *testing.T) {
+		// Each node puts its own lease only: few keys, large values.
+		nodeKV, err := store.OpenNodeLeases(ctx, rjs, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := bytes.Repeat([]byte("x"), flowBytes/len(nodes))
+		for _, node := range nodes {
+			_, js := s.mustConnect(t, "node-"+node)
+			kv, err := js.KeyValue(ctx, nodeKV.Bucket())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := kv.Put(ctx, node, big); err != nil {
+				t.Fatalf("node-%s putting its lease: %v", node, err)
+			}
+		}
+		count(t, "reconciler", len(nodes), len(big), watchAll(nodeKV.Bucket()))
+	})
+}
