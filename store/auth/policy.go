@@ -216,10 +216,12 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	// snapshotsFC: the flow-control replies of a KV watch over the
 	// snapshot bucket (store.Snapshots.LoadAll: fleet, the console), an
 	// ordered push consumer; without them the server stops delivering
-	// after its first 2 MiB window (TestReadsPastFlowControl). The
-	// reconciler and node agents answer flow control through their
-	// response permission (respond), which covers any reply subject of a
-	// message they received.
+	// after its first 2 MiB window (TestReadsPastFlowControl). Node
+	// agents answer flow control through their response permission
+	// (respond), which covers any reply subject of a message they
+	// received; the reconciler is granted its watches' replies as well
+	// (below), so that a stalled consumer's heartbeat, whose flow-control
+	// subject is not the reply of a message it received, is answered.
 	snapshotsFC := "$JS.FC." + kv + ".>"
 
 	switch r {
@@ -229,7 +231,10 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 			p.Pub.Allow.Add(api("STREAM.INFO.KV_%s", b), api("STREAM.CREATE.KV_%s", b))
 		}
 		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"), subj("*", string(events.KindAgent)),
-			"$KV."+bucket+".>", "$KV."+leases+".>", "$KV."+keys+".>", api("INFO"))
+			"$KV."+bucket+".>", "$KV."+leases+".>", "$KV."+keys+".>", api("INFO"),
+			// Its KV watches (a partition's states, the group's and
+			// the agents' leases) answer flow control.
+			snapshotsFC, "$JS.FC.KV_"+leases+".>", "$JS.FC."+nodesKV+".>")
 		for _, st := range []string{s, kv, "KV_" + leases, nodesKV, "KV_" + keys} {
 			readStream(st)
 			p.Pub.Allow.Add(api("STREAM.CREATE.%s", st), api("STREAM.UPDATE.%s", st), api("STREAM.MSG.GET.%s", st),
