@@ -144,8 +144,13 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	// again. Collect at each fivefold growth instead (issue 27: decoding,
 	// making and printing 100,000 rows in process took 18-20 collections
 	// and 1.3-1.6 s of CPU, 5 and 0.97 s so; the heap's peak about a
-	// fifth higher, 284-308 → 348-356 MB of the runtime's).
-	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	// fifth higher, 284-308 → 348-356 MB of the runtime's). An
+	// operator's own GOGC is kept when it is off or already higher.
+	if own := debug.SetGCPercent(400); own < 0 || own > 400 {
+		debug.SetGCPercent(own)
+	} else {
+		defer debug.SetGCPercent(own)
+	}
 	now := time.Now()
 	// The journal's warnings and the provisioners' reports are read while
 	// the snapshots are: at 100,000 nodes, one after the other was a
