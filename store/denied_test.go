@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -83,8 +85,15 @@ func TestAppendRetryingThroughALeaderElection(t *testing.T) {
 	if err != nil {
 		t.Fatalf("append during the election: %v", err)
 	}
-	m, err := store.LastMsg(ctx, stream, cfg.Subjects(), "ace", events.KindWant)
-	if err != nil || m.Event.Seq != ack.Seq {
-		t.Fatalf("newest want %+v, %v; acknowledged at %d", m.Event, err, ack.Seq)
+	// The read is a direct get, which any replica may answer: one that
+	// has not yet applied the acknowledged message says "no message"
+	// (a fresh-clone CI run failed so). So wait for the stored want,
+	// then check it is the one acknowledged.
+	m := waitfor.Value(t, 10*time.Second, "the acknowledged want stored", func() (string, bool) {
+		m, err := store.LastMsg(ctx, stream, cfg.Subjects(), "ace", events.KindWant)
+		return fmt.Sprintf("seq %d, %v", m.Event.Seq, err), err == nil
+	})
+	if want := fmt.Sprintf("seq %d, <nil>", ack.Seq); m != want {
+		t.Fatalf("newest want %s; acknowledged at %d", m, ack.Seq)
 	}
 }
