@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sys/unix"
 
 	"github.com/meshfold/meshfold/engine/enginetest"
 	"github.com/meshfold/meshfold/events"
@@ -346,8 +347,8 @@ func burn(share float64) {
 	runtime.LockOSThread()
 	start := time.Now()
 	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+		var ru unix.Rusage
+		if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
 			panic(err)
 		}
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -362,7 +363,3 @@ func burn(share float64) {
 		}
 	}
 }
-
-// rusageThread is Linux's RUSAGE_THREAD, which package syscall does not
-// name: getrusage of the calling thread alone.
-const rusageThread = 1
