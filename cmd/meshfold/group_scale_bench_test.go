@@ -121,7 +121,7 @@ func (s *outsideServer) groupCatchUp(b *testing.B, pc procCluster, k int) {
 	b.Helper()
 	b.Logf("load average before the raw read: %s", loadAvg())
 	rawSrv0 := pc.CPUs()
-	std := s.rawBest(b, enginetest.RawDecodeStd)
+	std := s.rawBest(b, enginetest.RawDecodeStdFirst)
 	rawSrv := cpuSince(pc.CPUs(), rawSrv0)
 	s.forget(b)
 	s.openBuckets(b)

@@ -112,8 +112,9 @@ type outsideServer struct {
 	// 4 KiB, with MESHFOLD_BENCH_PROFILES: only memory's, since the
 	// sampling costs a catch-up a sixth of its CPU (and its profile).
 	heapProfiled bool
-	// last is the last catchUp's ratio to the raw read and CPU per event.
-	last struct{ ratio, cpuNs float64 }
+	// last is the last catchUp's ratio to the raw read and CPU per event,
+	// and its ratio without either side's fixed costs (0: not measured).
+	last struct{ ratio, cpuNs, netRatio, netCPU float64 }
 	// bin, when set, is the meshfold binary startProc runs instead of
 	// meshfoldBinary's (BenchmarkGroupScale's MESHFOLD_BENCH_BINS).
 	bin string
@@ -229,6 +230,9 @@ type raw struct {
 	// waitNs: the time the reader's threads were runnable but waited
 	// for a CPU (runDelay), per message.
 	waitNs, serverWaitNs float64
+	// took is the read's time; first, the part of it before its first
+	// message (0 where the read does not say).
+	took, first time.Duration
 }
 
 // rawRead measures the two raw baselines on s: the issue's, an ordered
@@ -236,23 +240,32 @@ type raw struct {
 // decoding as the fold does (enginetest.RawDecode, a faster decoder).
 func (s *outsideServer) rawRead(tb testing.TB) (std, fast raw) {
 	tb.Helper()
-	return s.rawBest(tb, enginetest.RawDecodeStd), s.rawBest(tb, enginetest.RawDecode)
+	return s.rawBest(tb, enginetest.RawDecodeStdFirst), s.rawBest(tb, noFirst(enginetest.RawDecode))
 }
 
 // rawReadFunc is one raw read of every message of a stream
-// (enginetest.RawDecodeStd, RawDecode).
-type rawReadFunc func(testing.TB, jetstream.JetStream, store.StreamConfig, int) time.Duration
+// (enginetest.RawDecodeStdFirst; RawDecode through noFirst), which sets
+// the time to its first message where it can.
+type rawReadFunc func(testing.TB, jetstream.JetStream, store.StreamConfig, int, *time.Duration) time.Duration
+
+// noFirst is read as a rawReadFunc that does not note its first message.
+func noFirst(read func(testing.TB, jetstream.JetStream, store.StreamConfig, int) time.Duration) rawReadFunc {
+	return func(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, want int, _ *time.Duration) time.Duration {
+		return read(tb, js, cfg, want)
+	}
+}
 
 // rawOne measures one raw read of s's stream by read.
 func (s *outsideServer) rawOne(tb testing.TB, read rawReadFunc) raw {
 	tb.Helper()
 	runtime.GC()
 	self0, srv0, wait0, swait0 := selfCPU(tb), s.srv.CPU(), runDelay(os.Getpid()), s.serverRunDelay()
-	took := read(tb, s.js, s.cfg, s.msgs)
+	var first time.Duration
+	took := read(tb, s.js, s.cfg, s.msgs, &first)
 	self, srv, wait, swait := selfCPU(tb)-self0, s.srv.CPU()-srv0, runDelay(os.Getpid())-wait0, s.serverRunDelay()-swait0
 	n := float64(s.msgs)
 	return raw{rate: n / took.Seconds(), cpuNs: float64(self.Nanoseconds()) / n, serverNs: float64(srv.Nanoseconds()) / n,
-		waitNs: float64(wait.Nanoseconds()) / n, serverWaitNs: float64(swait.Nanoseconds()) / n}
+		waitNs: float64(wait.Nanoseconds()) / n, serverWaitNs: float64(swait.Nanoseconds()) / n, took: took, first: first}
 }
 
 // rawBest is the better of two rawOne reads: one read alone was now and
@@ -380,6 +393,35 @@ func (s *outsideServer) startProc(tb testing.TB, extra ...string) *benchProc {
 		}
 	})
 	return p
+}
+
+// startUp is the time from the process's start to the last of its
+// partitions' session starts, as its debug log stamps them (to the
+// millisecond), and whether it logged any.
+func (p *benchProc) startUp() (time.Duration, bool) {
+	data, err := os.ReadFile(p.log)
+	if err != nil {
+		return 0, false
+	}
+	var last time.Time
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if !strings.Contains(line, `msg="partition session"`) {
+			continue
+		}
+		v, ok := strings.CutPrefix(line, "time=")
+		if !ok {
+			continue
+		}
+		v, _, _ = strings.Cut(v, " ")
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err == nil && t.After(last) {
+			last = t
+		}
+	}
+	if last.IsZero() {
+		return 0, false
+	}
+	return last.Sub(p.start), true
 }
 
 // keepLog copies a process's log from to to (MESHFOLD_BENCH_LOGS=DIR
@@ -744,7 +786,10 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 	srv0, swait0 := s.srv.CPU(), s.serverRunDelay()
 	var procs []*benchProc
 	if k == 1 {
-		procs = append(procs, s.startProc(b))
+		// At debug level the process logs each partition's session
+		// start (its states read, before its consumer): the end of its
+		// start-up, read by startUp. Nothing is logged per event.
+		procs = append(procs, s.startProc(b, "--log-level", "debug"))
 	}
 	for _, name := range names {
 		procs = append(procs, s.startProc(b, "--group", "bench", "--instance", name, "--lease-ttl", "5s"))
@@ -813,6 +858,27 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 	b.ReportMetric(float64(swait.Nanoseconds())/n, "fold-server-runq-ns/event")
 	b.ReportMetric(float64(published), "published")
 	s.last.ratio, s.last.cpuNs = n/took.Seconds()/std.rate, float64(sum.Nanoseconds())/n
+	s.last.netRatio, s.last.netCPU = 0, 0
+	if k == 1 {
+		// The refold and the raw read without their fixed costs: the
+		// process's start-up up to its last partition's session start
+		// (exec, connection, stream, buckets and lease checks, each
+		// partition's snapshot reads), and the raw read's start up to
+		// its first message (its consumers created). What is left grows
+		// with the events; at 1,000 nodes the fixed part is a large share
+		// of a 0.2–0.4 s refold (docs/architecture.md, "A cold refold's
+		// fixed costs").
+		up0 := startupCPU(b, s.bin)
+		s.last.netCPU = (float64(sum.Nanoseconds()) - float64(up0.Nanoseconds())) / n
+		b.ReportMetric(float64(up0.Microseconds())/1000, "startup-cpu-ms")
+		b.ReportMetric(s.last.netCPU, "fold-cpu-net-ns/event")
+		if up, ok := procs[0].startUp(); ok && up < took && std.first > 0 && std.first < std.took {
+			s.last.netRatio = (std.took - std.first).Seconds() / (took - up).Seconds()
+			b.ReportMetric(float64(up.Microseconds())/1000, "fold-startup-ms")
+			b.ReportMetric(float64(std.first.Microseconds())/1000, "raw-first-ms")
+			b.ReportMetric(s.last.netRatio, "ratio-net")
+		}
+	}
 	return n / took.Seconds()
 }
 
@@ -887,6 +953,37 @@ func preJoin(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, ttl 
 			tb.Fatal(err)
 		}
 	}
+}
+
+// startupCPU is the CPU time a reconcile process takes from its start
+// until every partition's first load is over, on an empty stream of the
+// same configuration (its own server): the process's fixed cost, which
+// a refold's CPU per event holds once (measured once per run, bin's).
+var startup struct {
+	mu  sync.Mutex
+	cpu map[string]time.Duration
+}
+
+func startupCPU(b *testing.B, bin string) time.Duration {
+	b.Helper()
+	startup.mu.Lock()
+	defer startup.mu.Unlock()
+	if d, ok := startup.cpu[bin]; ok {
+		return d
+	}
+	s := startOutsideServer(b)
+	defer s.srv.Stop()
+	s.bin = bin
+	p := s.startProc(b, "--log-level", "debug")
+	// The heap's release follows the last partition's first load.
+	p.waitMetric("meshfold_heap_releases_total", func(v float64) bool { return v >= 1 })
+	d := p.cpu()
+	p.stop()
+	if startup.cpu == nil {
+		startup.cpu = map[string]time.Duration{}
+	}
+	startup.cpu[bin] = d
+	return d
 }
 
 // idle is the memory of a reconcile process idle on an empty stream of

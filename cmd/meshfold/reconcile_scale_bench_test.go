@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,7 +44,18 @@ func BenchmarkReconcileScale(b *testing.B) {
 	sizes := []int{1_000, 10_000, top}
 	slices.Sort(sizes)
 	sizes = slices.Compact(slices.DeleteFunc(sizes, func(n int) bool { return n > top }))
-	var ratio1k, cpu1k, heap10k, rss10k float64
+	// MESHFOLD_BENCH_BINS=PATH,PATH,… refolds each size once with each
+	// meshfold binary listed, in that order, on the one stream loaded
+	// (each binary's larger sizes divided by its own 1,000-node figures):
+	// before-and-after figures, alternated, at the cost of one load.
+	bins := []string{""}
+	if list := os.Getenv("MESHFOLD_BENCH_BINS"); list != "" {
+		bins = strings.Split(list, ",")
+	}
+	// small is each binary's figures at 1,000 nodes.
+	type scaleSmall struct{ ratio, cpu, net, netCPU float64 }
+	small := make([]scaleSmall, len(bins))
+	var heap10k, rss10k float64
 	var restart10k time.Duration
 	for _, n := range sizes {
 		s := startOutsideServer(b)
@@ -53,42 +67,55 @@ func BenchmarkReconcileScale(b *testing.B) {
 		tail := tailHaves(h)
 		h = nil
 		b.Logf("%d nodes: %d messages generated, sealed and published in %s", n, s.msgs, time.Since(t0).Round(time.Second))
-		b.Run(fmt.Sprintf("refold-%d", n), func(b *testing.B) {
-			// At 1,000 nodes the refold and each raw read last 0.2–0.4 s,
-			// and one run's ratio moved from 0.64 to 1.66 between runs of
-			// one build (issue 27): the figure the larger sizes are
-			// divided by is the median of smallRuns refolds, each beside
-			// its own raw reads.
-			runs := 1
-			if n <= 1_000 {
-				runs = smallRuns
+		for i, bin := range bins {
+			name := fmt.Sprintf("refold-%d", n)
+			if bin != "" {
+				name = fmt.Sprintf("refold-%d-run%d-%s", n, i+1, filepath.Base(bin))
 			}
-			var ratios, cpus []float64
-			for range runs {
-				s.catchUp(b, 1, true)
-				ratios, cpus = append(ratios, s.last.ratio), append(cpus, s.last.cpuNs)
-			}
-			ratio, cpu := median(ratios), median(cpus)
-			if runs > 1 {
-				b.ReportMetric(ratio, "ratio-median")
-				b.ReportMetric(slices.Min(ratios), "ratio-min")
-				b.ReportMetric(slices.Max(ratios), "ratio-max")
-			}
-			b.ReportMetric(cpu*float64(s.msgs)/float64(n), "fold-cpu-ns/node")
-			// The server's CPU a message while the history was published
-			// (async, 2,000 acks pending at most).
-			b.ReportMetric(publishCPU, "publish-server-cpu-ns/event")
-			streamB, snapB := s.sizes(b)
-			b.ReportMetric(float64(streamB)/float64(s.msgs), "stream-B/event")
-			b.ReportMetric(float64(snapB)/float64(n), "snapshots-B/node")
-			if n == 1_000 {
-				ratio1k, cpu1k = ratio, cpu
-			} else if ratio1k > 0 {
-				b.ReportMetric(ratio1k, "ratio-1000nodes")
-				b.ReportMetric(ratio/ratio1k, "ratio/ratio-1000nodes")
-				b.ReportMetric(cpu/cpu1k, "cpu-per-event/1000nodes")
-			}
-		})
+			b.Run(name, func(b *testing.B) {
+				s.bin = bin
+				defer func() { s.bin = "" }()
+				// At 1,000 nodes the refold and each raw read last 0.2–0.4
+				// s, and one run's ratio moved from 0.64 to 1.66 between
+				// runs of one build (issue 27): the figure the larger sizes
+				// are divided by is the median of smallRuns refolds, each
+				// beside its own raw reads.
+				runs := 1
+				if n <= 1_000 {
+					runs = smallRuns
+				}
+				var ratios, cpus, nets, netCPUs []float64
+				for range runs {
+					s.catchUp(b, 1, true)
+					ratios, cpus, nets = append(ratios, s.last.ratio), append(cpus, s.last.cpuNs), append(nets, s.last.netRatio)
+					netCPUs = append(netCPUs, s.last.netCPU)
+				}
+				ratio, cpu, net, netCPU := median(ratios), median(cpus), median(nets), median(netCPUs)
+				if runs > 1 {
+					b.ReportMetric(ratio, "ratio-median")
+					b.ReportMetric(slices.Min(ratios), "ratio-min")
+					b.ReportMetric(slices.Max(ratios), "ratio-max")
+					b.ReportMetric(net, "ratio-net-median")
+					b.ReportMetric(netCPU, "fold-cpu-net-median-ns/event")
+				}
+				b.ReportMetric(cpu*float64(s.msgs)/float64(n), "fold-cpu-ns/node")
+				// The server's CPU a message while the history was
+				// published (async, 2,000 acks pending at most).
+				b.ReportMetric(publishCPU, "publish-server-cpu-ns/event")
+				streamB, snapB := s.sizes(b)
+				b.ReportMetric(float64(streamB)/float64(s.msgs), "stream-B/event")
+				b.ReportMetric(float64(snapB)/float64(n), "snapshots-B/node")
+				if n == 1_000 {
+					small[i] = scaleSmall{ratio, cpu, net, netCPU}
+				} else if k := small[i]; k.ratio > 0 {
+					b.ReportMetric(k.ratio, "ratio-1000nodes")
+					b.ReportMetric(ratio/k.ratio, "ratio/ratio-1000nodes")
+					b.ReportMetric(cpu/k.cpu, "cpu-per-event/1000nodes")
+					b.ReportMetric(net/k.net, "ratio-net/ratio-net-1000nodes")
+					b.ReportMetric(netCPU/k.netCPU, "cpu-net-per-event/1000nodes")
+				}
+			})
+		}
 		if n >= 10_000 {
 			b.Run(fmt.Sprintf("restart-%d", n), func(b *testing.B) {
 				took := s.recovery(b, tail)

@@ -48,8 +48,15 @@ func RawDecode(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, wa
 // stream. The fold decodes with a faster decoder ([RawDecode] measures a
 // read with it), so this baseline is the slower of the two.
 func RawDecodeStd(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, want int) time.Duration {
+	return RawDecodeStdFirst(tb, js, cfg, want, nil)
+}
+
+// RawDecodeStdFirst is [RawDecodeStd] that also sets *first (when not
+// nil) to the time from the read's start to its first message: the
+// read's fixed cost (its consumers created, the first fetch answered).
+func RawDecodeStdFirst(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, want int, first *time.Duration) time.Duration {
 	subj := cfg.Subjects()
-	return rawRead(tb, js, cfg, want, func(m jetstream.Msg) error {
+	return rawReadFirst(tb, js, cfg, want, first, func(_ int, m jetstream.Msg) error {
 		if _, err := m.Metadata(); err != nil {
 			return err
 		}
@@ -68,9 +75,16 @@ var errPast = errors.New("past the partition's last message read")
 // rawReadPart is rawRead whose each is told the message's partition and
 // may return errPast.
 func rawReadPart(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, want int, each func(int, jetstream.Msg) error) time.Duration {
+	return rawReadFirst(tb, js, cfg, want, nil, each)
+}
+
+// rawReadFirst is rawReadPart that sets *first (when not nil) to the
+// time from its start to the first message of any partition.
+func rawReadFirst(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, want int, first *time.Duration, each func(int, jetstream.Msg) error) time.Duration {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
+	var firstAt atomic.Int64 // nanoseconds after start, +1; 0: none yet
 	var got atomic.Int64
 	all := make(chan struct{})
 	var once sync.Once
@@ -96,6 +110,9 @@ func rawReadPart(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, 
 					return
 				}
 				_ = m.Data()
+				if first != nil && firstAt.Load() == 0 {
+					firstAt.CompareAndSwap(0, int64(time.Since(start))+1)
+				}
 				if err := each(p, m); errors.Is(err, errPast) {
 					continue
 				} else if err != nil {
@@ -112,6 +129,9 @@ func rawReadPart(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, 
 	took := time.Since(start)
 	cancel()
 	wg.Wait()
+	if first != nil {
+		*first = time.Duration(firstAt.Load() - 1)
+	}
 	return took
 }
 

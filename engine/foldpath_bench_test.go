@@ -1,0 +1,201 @@
+package engine
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/engine/enginetest"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+)
+
+// BenchmarkFoldPath is a cold refold's work in the reconciler's own code,
+// without NATS: for each message of a [enginetest.Simulate] history of 20
+// events a node, in order, what session.fold does (the subject parsed,
+// the payload decoded through the partition's interner, its strings
+// interned, the node's state looked up or made, the event folded, the
+// node marked dirty), then, per partition, what the final checkpoint
+// encodes (each dirty node's snapshot and summary). 16 partitions, each
+// with its own interner, states and dirty nodes, as a reconcile process
+// holds them; the collector at the percent a cold refold raises it to.
+// At 1,000, 10,000 and 100,000 nodes (MESHFOLD_SCALE_NODES the largest):
+// what of the per-event cost grows with the nodes, apart from the
+// server and the network (issue 27, a cold refold's cost per node).
+//
+//	go test ./engine -run '^$' -bench FoldPath -benchtime 1x
+func BenchmarkFoldPath(b *testing.B) {
+	top := 100_000
+	if s := os.Getenv("MESHFOLD_SCALE_NODES"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			b.Fatalf("MESHFOLD_SCALE_NODES=%q: a count of nodes", s)
+		}
+		top = v
+	}
+	sizes := []int{1_000, 10_000, top}
+	slices.Sort(sizes)
+	sizes = slices.Compact(slices.DeleteFunc(sizes, func(n int) bool { return n > top }))
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("nodes-%d", n), func(b *testing.B) {
+			path := writeHistory(b, enginetest.Simulate(20*n, n))
+			for range b.N {
+				foldPath(b, path, n)
+			}
+		})
+	}
+}
+
+// writeHistory writes h's messages to a file, each its subject and its
+// payload with their lengths, and returns its path: read back message by
+// message, the history takes no part of the heap the collector paces by.
+func writeHistory(b *testing.B, h *enginetest.History) string {
+	path := filepath.Join(b.TempDir(), "history")
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	for _, m := range h.Msgs {
+		w.Write(binary.AppendUvarint(nil, uint64(len(m.Subject))))
+		w.WriteString(m.Subject)
+		w.Write(binary.AppendUvarint(nil, uint64(len(m.Data))))
+		w.Write(m.Data)
+	}
+	if err := w.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+func foldPath(b *testing.B, path string, nodes int) {
+	const parts = 16
+	type part struct {
+		in     *interner
+		states map[string]*reconcile.State
+		dirty  map[string]dirtyNode
+	}
+	var ps [parts]*part
+	for i := range ps {
+		ps[i] = &part{in: newInterner(), states: map[string]*reconcile.State{}, dirty: map[string]dirtyNode{}}
+	}
+	subj := events.Subjects{}
+	runtime.GC()
+	old := debug.SetGCPercent(300)
+	defer debug.SetGCPercent(old)
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	b.ResetTimer()
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 1<<16)
+	// next reads the next message as the client hands it over: a subject
+	// and a payload of their own.
+	next := func() (string, []byte, bool) {
+		n, err := binary.ReadUvarint(r)
+		if err != nil {
+			return "", nil, false
+		}
+		sb := make([]byte, n)
+		io.ReadFull(r, sb)
+		n, _ = binary.ReadUvarint(r)
+		data := make([]byte, n)
+		io.ReadFull(r, data)
+		return string(sb), data, true
+	}
+	gc0 := gcCPU()
+	t0 := time.Now()
+	folded, msgs := 0, 0
+	for i := 0; ; i++ {
+		s, data, ok := next()
+		if !ok {
+			break
+		}
+		msgs++
+		node, kind, err := subj.Parse(s)
+		if err != nil || !kind.Input() {
+			continue
+		}
+		p := ps[events.Partition(node, parts)]
+		ev := events.Event{Seq: uint64(i + 1), Node: node, Kind: kind}
+		ev.Payload, ev.Err = p.in.dec.Decode(kind, data)
+		if ev.Payload != nil {
+			p.in.payload(ev.Payload)
+		}
+		st := p.states[node]
+		if st == nil {
+			st = reconcile.NewState(node)
+			p.states[node] = st
+		}
+		st.Fold(ev)
+		if d, ok := p.dirty[node]; ok {
+			d.st = st
+			p.dirty[node] = d
+		} else {
+			p.dirty[node] = dirtyNode{st: st, first: ev.Seq}
+		}
+		folded++
+	}
+	fold := time.Since(t0)
+	gcFoldCPU := gcCPU() - gc0
+	runtime.ReadMemStats(&ms1)
+	gcFold := ms1.NumGC - ms0.NumGC
+	t1 := time.Now()
+	var bytes int
+	for _, p := range ps {
+		var arena []byte
+		for node, d := range p.dirty {
+			start := len(arena)
+			var err error
+			if arena, err = reconcile.AppendState(arena, d.st); err != nil {
+				b.Fatal(err)
+			}
+			sum, err := reconcile.MarshalSummary(d.st)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bytes += len(arena) - start + len(sum)
+			_ = node
+		}
+	}
+	encode := time.Since(t1)
+	b.StopTimer()
+	runtime.GC()
+	var ms2 runtime.MemStats
+	runtime.ReadMemStats(&ms2)
+	b.ReportMetric(float64(ms2.HeapObjects-ms0.HeapObjects)/float64(nodes), "live-objects/node")
+	b.ReportMetric(float64(ms2.HeapAlloc-ms0.HeapAlloc)/float64(nodes), "live-B/node")
+	runtime.KeepAlive(ps)
+	b.ReportMetric(float64(fold.Nanoseconds())/float64(folded), "fold-ns/event")
+	b.ReportMetric(float64(encode.Nanoseconds())/float64(nodes), "encode-ns/node")
+	b.ReportMetric(float64(fold.Nanoseconds()+encode.Nanoseconds())/float64(msgs), "ns/message")
+	b.ReportMetric(float64(gcFold), "gcs")
+	b.ReportMetric(gcFoldCPU*1e9/float64(folded), "gc-cpu-ns/event")
+	b.ReportMetric(float64(bytes)/float64(nodes), "snapshot-B/node")
+	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(folded), "alloc-B/event")
+	b.ReportMetric(float64(ms1.PauseTotalNs-ms0.PauseTotalNs)/float64(folded), "gc-pause-ns/event")
+}
+
+// gcCPU is the CPU seconds the collector has taken so far (an estimate
+// of the runtime's, runtime/metrics).
+func gcCPU() float64 {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	return s[0].Value.Float64()
+}
