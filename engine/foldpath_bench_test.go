@@ -159,19 +159,20 @@ func foldPath(b *testing.B, path string, nodes int) {
 	t1 := time.Now()
 	var bytes int
 	for _, p := range ps {
-		var arena []byte
-		for node, d := range p.dirty {
-			start := len(arena)
-			var err error
-			if arena, err = reconcile.AppendState(arena, d.st); err != nil {
+		arena := stateArena{left: len(p.dirty)}
+		for _, d := range p.dirty {
+			buf := arena.room()
+			start := len(buf)
+			grown, err := reconcile.AppendState(buf, d.st)
+			if err != nil {
 				b.Fatal(err)
 			}
+			arena.took(grown)
 			sum, err := reconcile.MarshalSummary(d.st)
 			if err != nil {
 				b.Fatal(err)
 			}
-			bytes += len(arena) - start + len(sum)
-			_ = node
+			bytes += len(grown) - start + len(sum)
 		}
 	}
 	encode := time.Since(t1)

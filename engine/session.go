@@ -1268,6 +1268,48 @@ func (s *session) recoveryCheckpointDue() bool {
 	return s.since > 0 && s.rec.settled() && time.Since(s.checkpointed) >= s.p.r.cfg.RecoveryCheckpointInterval
 }
 
+// stateArena hands a checkpoint the buffers it encodes its states into,
+// one after another: chunks of at most arenaChunk bytes, each sized from
+// the states left to encode times the last checkpoint's average state
+// (arenaGuess before the first). One buffer grown by append for every
+// state of a checkpoint was reallocated about 1.25 times over at each
+// growth past its capacity: a cold refold's checkpoint (its only one,
+// with no average yet) allocated about five times the states it encoded,
+// 1.1 GB at 100,000 nodes, and the collection that followed marked the
+// whole heap of states (issue 27, a cold refold's cost per node).
+type stateArena struct {
+	buf  []byte
+	avg  int // the last checkpoint's average state, bytes; 0: unknown
+	left int // states still to encode
+}
+
+// arenaChunk bounds an arena's chunk; arenaGuess is the state size a
+// session's first checkpoint assumes (the bench's mix: ~2.2 KB).
+const (
+	arenaChunk = 1 << 20
+	arenaGuess = 2 << 10
+)
+
+// room returns the buffer the next state is appended to: the current
+// chunk while it has room for twice the average state, else a new one.
+// A state larger than the room left grows the chunk by append, once.
+func (a *stateArena) room() []byte {
+	avg := a.avg
+	if avg <= 0 {
+		avg = arenaGuess
+	}
+	if cap(a.buf)-len(a.buf) < 2*avg {
+		a.buf = make([]byte, 0, min(arenaChunk, max(2*avg, a.left*(avg+avg/8))))
+	}
+	return a.buf
+}
+
+// took notes the buffer room returned, with one more state appended.
+func (a *stateArena) took(grown []byte) {
+	a.buf = grown
+	a.left--
+}
+
 // dirtyNode is a node folded since its state was last put: its state,
 // the sequence of the first event folded since, and the checkpoint
 // generation that event came in.
@@ -1337,25 +1379,29 @@ func (s *session) checkpointNow(ctx context.Context, full bool) error {
 		defer cancel()
 		states = make(map[string][]byte, len(put))
 		summaries = make(map[string][]byte, len(put))
-		// One buffer for every state of the checkpoint, sized from the
-		// last one's average: encoding each changed state (2–3 KB) into
-		// buffers of its own, copied twice, was 9 % of a live
-		// reconciler's CPU (issue 27). A new one each checkpoint, so that
-		// no put still in flight can see its bytes change.
-		arena := make([]byte, 0, len(put)*(s.stateAvg+s.stateAvg/8))
+		// The states are encoded into shared buffers (stateArena), sized
+		// from the last checkpoint's average: encoding each changed
+		// state (2–3 KB) into buffers of its own, copied twice, was 9 %
+		// of a live reconciler's CPU (issue 27). New ones each
+		// checkpoint, so that no put still in flight can see its bytes
+		// change.
+		arena := stateArena{avg: s.stateAvg, left: len(put)}
+		encoded := 0
 		for _, node := range put {
-			b, sum, grown, err := s.snapshotOf(sctx, node, s.dirty[node].st, arena)
+			buf := arena.room()
+			b, sum, grown, err := s.snapshotOf(sctx, node, s.dirty[node].st, buf)
 			if err != nil {
 				return err
 			}
-			arena = grown
+			arena.took(grown)
+			encoded += len(b)
 			states[node] = b
 			if sum != nil {
 				summaries[node] = sum
 			}
 		}
 		if n := len(states); n > 0 {
-			s.stateAvg = len(arena) / n
+			s.stateAvg = encoded / n
 		}
 	}
 	// Each write is tried for snapshotAttempt, then, while the bucket
