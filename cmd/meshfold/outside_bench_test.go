@@ -396,9 +396,9 @@ func (s *outsideServer) startProc(tb testing.TB, extra ...string) *benchProc {
 }
 
 // startUp is the time from the process's start to the last of its
-// partitions' session starts, as its debug log stamps them (to the
-// millisecond), and whether it logged any.
-func (p *benchProc) startUp() (time.Duration, bool) {
+// partitions' session starts up to until after its start, as its debug
+// log stamps them (to the millisecond), and whether it logged any.
+func (p *benchProc) startUp(until time.Duration) (time.Duration, bool) {
 	data, err := os.ReadFile(p.log)
 	if err != nil {
 		return 0, false
@@ -414,7 +414,7 @@ func (p *benchProc) startUp() (time.Duration, bool) {
 		}
 		v, _, _ = strings.Cut(v, " ")
 		t, err := time.Parse(time.RFC3339Nano, v)
-		if err == nil && t.After(last) {
+		if err == nil && t.After(last) && t.Sub(p.start) <= until {
 			last = t
 		}
 	}
@@ -872,7 +872,7 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 		s.last.netCPU = (float64(sum.Nanoseconds()) - float64(up0.Nanoseconds())) / n
 		b.ReportMetric(float64(up0.Microseconds())/1000, "startup-cpu-ms")
 		b.ReportMetric(s.last.netCPU, "fold-cpu-net-ns/event")
-		if up, ok := procs[0].startUp(); ok && up < took && std.first > 0 && std.first < std.took {
+		if up, ok := procs[0].startUp(took); ok && std.first > 0 && std.first < std.took {
 			s.last.netRatio = (std.took - std.first).Seconds() / (took - up).Seconds()
 			b.ReportMetric(float64(up.Microseconds())/1000, "fold-startup-ms")
 			b.ReportMetric(float64(std.first.Microseconds())/1000, "raw-first-ms")
