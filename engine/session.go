@@ -77,6 +77,10 @@ type session struct {
 	// (recoveryCheckpointDue).
 	recovering bool
 	rec        *recovery
+	// early, while a first refold recovers (a read from the stream's
+	// first message, no effect of the partition stored), publishes its
+	// effects during the read (nil: every effect is deferred in rec).
+	early *earlyPub
 	// checkpointed is when the session last wrote a checkpoint, or began.
 	checkpointed time.Time
 	// readAll holds when the read began at or before the stream's first
@@ -255,6 +259,15 @@ func (p *partition) session(ctx context.Context) error {
 		lag: r.m.Lag.WithLabelValues(strconv.Itoa(p.id)), counted: map[events.Kind]prometheus.Counter{}, endLoad: endLoad, lazy: lazy, endTail: endTail}
 	if r.cfg.Signer != nil && r.cfg.Own.Trusts(r.cfg.Signer.PublicKey()) {
 		s.mine = map[string]minePlan{}
+	}
+	if s.recovering && s.readAll {
+		held, err := p.holdsEffects(ctx)
+		if err != nil {
+			return err
+		}
+		if !held {
+			s.early = &earlyPub{subs: map[effectKey]*earlySubject{}, effects: map[events.Kind]prometheus.Counter{}}
+		}
 	}
 	p.folded.Store(ck)
 	if first > ck+1 && last >= first {
@@ -587,6 +600,11 @@ func (s *session) handle(ctx context.Context, msg jetstream.Msg, meta *jetstream
 	s.folded = seq
 	p.folded.Store(seq)
 	s.since++
+	if s.recovering && s.early != nil {
+		if err := s.pump(ctx); err != nil {
+			return err
+		}
+	}
 	if s.recovering && meta.NumPending == 0 {
 		// Caught up: nothing of the partition up to lastAtStart is left.
 		return s.caughtUp(ctx)
@@ -696,7 +714,9 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	}
 	for _, e := range effs {
 		if s.recovering {
-			s.rec.deferEffect(e)
+			if !s.publishEarly(e) {
+				s.rec.deferEffect(e)
+			}
 			continue
 		}
 		if err := s.publish(ctx, e); err != nil {
@@ -706,7 +726,8 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	return fault(r.cfg.Faults.AfterPublish, p.id, seq)
 }
 
-// endRecovery publishes the deferred effects that were not seen stored,
+// endRecovery publishes what earlyPub still holds (a first refold), then
+// the deferred effects that were not seen stored,
 // each fenced by its subject's last sequence (Nats-Expected-Last-Subject-
 // Sequence), and leaves recovery. Effects of different subjects do not
 // wait for each other: the first unpublished effect of every subject is
@@ -721,6 +742,12 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 // the session idle in turn).
 func (s *session) endRecovery(ctx context.Context) error {
 	r := s.p.r
+	if s.early != nil {
+		if err := s.drainEarly(ctx); err != nil {
+			return err
+		}
+		s.early = nil
+	}
 	order, queues := s.rec.unpublished()
 	r.m.Skipped.Add(float64(len(s.rec.deferred) - countQueued(queues)))
 	if err := s.publishFenced(ctx, order, queues); err != nil {
@@ -1348,8 +1375,9 @@ const stateAge = 4
 // nodes' states cover.
 //
 // While recovering it writes only when every effect deferred so far was
-// seen stored (recovery.settled), and then forgets them: none is left to
-// publish for the causes the checkpoint covers.
+// seen stored (recovery.settled), and every effect earlyPub holds is
+// published and acknowledged (drainEarly), and then forgets them: none is
+// left to publish for the causes the checkpoint covers.
 func (s *session) checkpointNow(ctx context.Context, full bool) error {
 	if (s.recovering && !s.rec.settled()) || (s.folded == s.checkpoint && len(s.dirty) == 0) {
 		return nil
@@ -1357,6 +1385,13 @@ func (s *session) checkpointNow(ctx context.Context, full bool) error {
 	r, p := s.p.r, s.p
 	if err := s.awaitAcks(ctx); err != nil {
 		return err
+	}
+	if s.recovering && s.early != nil {
+		// The effects published during the read are stored before a
+		// checkpoint covers their causes.
+		if err := s.drainEarly(ctx); err != nil {
+			return err
+		}
 	}
 	if err := p.lost(); err != nil {
 		return err

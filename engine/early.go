@@ -1,0 +1,271 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
+)
+
+// earlyPub is a first refold's publishing during its read (issue 27,
+// docs/architecture.md "A first refold publishes as it reads"). A session
+// that reads its partition from the stream's first message asks the
+// stream, at its start, whether it holds any effect message (plan, knock,
+// journal) of the partition (holdsEffects). When it holds none, no effect
+// the fold makes can be found stored by the recovery rule, which would
+// publish every one of them after the read, each subject's in order
+// behind fence 0 and then its previous effect's sequence. earlyPub
+// publishes them during the read instead, with the same fences: each
+// subject's effects in the order folded, each sent once the one before it
+// is acknowledged, fenced behind that acknowledgement's sequence (0 for
+// the first). A message another writer stores on the subject meanwhile
+// fails the expectation, and the session restarts; its successor finds
+// the partition holding effects and defers them, as every recovery did.
+//
+// It never blocks the read: an effect whose subject has one in flight
+// waits in the subject's queue, and acknowledgements are taken, in the
+// order sent, as each message is handled (pump). Everything it holds is
+// published and acknowledged before a checkpoint and when the recovery
+// ends (drainEarly), so such a refold may checkpoint before its end
+// (recoveryCheckpointDue), where one that defers its effects cannot.
+type earlyPub struct {
+	subs map[effectKey]*earlySubject
+	// ready holds the subjects whose next effect may be sent (none of
+	// theirs in flight, one queued), in turn.
+	ready []effectKey
+	// inflight holds the effects sent and not yet acknowledged, in the
+	// order sent: one stream acknowledges in that order.
+	inflight []earlySent
+	effects  map[events.Kind]prometheus.Counter
+}
+
+// earlySubject is an effect subject earlyPub publishes to.
+type earlySubject struct {
+	// last is the sequence its last effect was stored at: the fence of
+	// its next (0: none yet, the subject holds nothing).
+	last uint64
+	// busy holds while one of its effects is in flight.
+	busy bool
+	// queue holds its effects folded and not yet sent, in order; prep is
+	// the first one's message once prepared (a send the connection's
+	// pending limit refused is sent again as it was prepared).
+	queue []reconcile.Effect
+	prep  *store.Prepared
+	id    string // prep's message id
+}
+
+// earlySent is an effect earlyPub sent and has no answer for yet.
+type earlySent struct {
+	k     effectKey
+	e     reconcile.Effect
+	id    string // the message id
+	fence uint64
+	ok    <-chan *jetstream.PubAck
+	errc  <-chan error
+	at    time.Time
+}
+
+// earlyWindow bounds the effects earlyPub has in flight in one session:
+// sixteen sessions' stay below the client's default 4,000 pending
+// asynchronous publishes, which every session of the process shares.
+const earlyWindow = 200
+
+// holdsEffects reports whether the stream holds any effect message
+// (plan, knock, journal) of partition p: three direct gets of the last
+// message on a wildcard subject.
+func (p *partition) holdsEffects(ctx context.Context) (bool, error) {
+	r := p.r
+	for _, f := range r.subj.StoredPartition(p.id, events.EffectKinds...) {
+		_, err := r.stream.GetLastMsgForSubject(ctx, f)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("effects of partition %d: %w", p.id, err)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// publishEarly takes e, an effect folded while recovering: with early
+// publishing, it is queued behind its subject's effects and sent by
+// pump; without (false), the caller defers it.
+func (s *session) publishEarly(e reconcile.Effect) bool {
+	ep := s.early
+	if ep == nil {
+		return false
+	}
+	k := effectKey{e.Node, e.Kind}
+	sub := ep.subs[k]
+	if sub == nil {
+		sub = &earlySubject{}
+		ep.subs[k] = sub
+	}
+	sub.queue = append(sub.queue, e)
+	if !sub.busy && len(sub.queue) == 1 {
+		ep.ready = append(ep.ready, k)
+	}
+	return true
+}
+
+// pump takes the acknowledgements already arrived, without waiting, and
+// sends the effects they (and the fold) made ready.
+func (s *session) pump(ctx context.Context) error {
+	if len(s.early.inflight) == 0 && len(s.early.ready) == 0 {
+		return nil
+	}
+	if err := s.earlyAnswers(ctx, false); err != nil {
+		return err
+	}
+	return s.earlySends(ctx)
+}
+
+// drainEarly publishes every effect earlyPub holds and waits for each
+// acknowledgement: before a checkpoint, and when the recovery ends.
+func (s *session) drainEarly(ctx context.Context) error {
+	ep := s.early
+	for len(ep.inflight) > 0 || len(ep.ready) > 0 {
+		if err := s.earlySends(ctx); err != nil {
+			return err
+		}
+		if len(ep.inflight) > 0 {
+			if err := s.earlyAnswers(ctx, true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// earlySends sends the next effect of every ready subject, at most
+// earlyWindow in flight; a send the connection's pending limit refuses
+// is left ready for the next call.
+func (s *session) earlySends(ctx context.Context) error {
+	r, ep := s.p.r, s.early
+	for len(ep.ready) > 0 && len(ep.inflight) < earlyWindow {
+		k := ep.ready[0]
+		sub := ep.subs[k]
+		e := sub.queue[0]
+		var err error
+		if sub.prep == nil {
+			sub.id = store.EffectMsgID(r.key, e.ID())
+			sub.prep, err = r.pub.Prepare(ctx, e.Node, e.Payload, r.publishOpts(e, sub.id)...)
+		}
+		if err := s.p.lost(); err != nil {
+			return err
+		}
+		var f jetstream.PubAckFuture
+		if err == nil {
+			f, err = r.pub.SendAsync(sub.prep, true, sub.last)
+		}
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
+			return nil // backpressure: sent again on the next call
+		}
+		ep.ready = ep.ready[1:]
+		id := sub.id
+		sub.queue, sub.prep, sub.id = sub.queue[1:], nil, ""
+		if store.Permanent(err) {
+			if err := s.poisoned(ctx, e, err); err != nil {
+				return err
+			}
+			if len(sub.queue) > 0 {
+				ep.ready = append(ep.ready, k)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("publish %s (fenced at %d): %w", id, sub.last, err)
+		}
+		s.remember(f.Msg())
+		sub.busy = true
+		ep.inflight = append(ep.inflight, earlySent{k: k, e: e, id: id, fence: sub.last, ok: f.Ok(), errc: f.Err(), at: time.Now()})
+	}
+	return nil
+}
+
+// earlyAnswers takes the answers to the effects in flight, in the order
+// sent, as long as they have arrived; with wait, it first waits for the
+// oldest one's (bounded by ackTimeout, riding out an election once).
+func (s *session) earlyAnswers(ctx context.Context, wait bool) error {
+	ep := s.early
+	var timer *time.Timer
+	waited := false
+	for len(ep.inflight) > 0 {
+		x := ep.inflight[0]
+		var (
+			ack *jetstream.PubAck
+			err error
+		)
+		select {
+		case ack = <-x.ok:
+		case err = <-x.errc:
+		default:
+			if !wait {
+				return nil
+			}
+			if timer == nil {
+				timer = time.NewTimer(ackTimeout)
+				defer timer.Stop()
+			}
+			select {
+			case ack = <-x.ok:
+			case err = <-x.errc:
+			case <-timer.C:
+				if s.rideOut(ctx, &waited) {
+					timer.Reset(electionGrace)
+					continue // the same acknowledgement again
+				}
+				return fmt.Errorf("publish %s (fenced at %d): no acknowledgement within %s", x.id, x.fence, ackTimeout)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		wait = false
+		ep.inflight = ep.inflight[1:]
+		if err := s.earlyAnswered(ctx, x, ack, err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// earlyAnswered takes x's acknowledgement (or error): its subject's fence
+// moves to the sequence it was stored at, and its next effect is ready.
+func (s *session) earlyAnswered(ctx context.Context, x earlySent, ack *jetstream.PubAck, err error) error {
+	r, ep := s.p.r, s.early
+	sub := ep.subs[x.k]
+	sub.busy = false
+	if err != nil {
+		err = store.ServerError(err)
+		if !store.Permanent(err) {
+			return fmt.Errorf("publish %s (fenced at %d): %w", x.id, x.fence, err)
+		}
+		if err := s.poisoned(ctx, x.e, err); err != nil {
+			return err
+		}
+	} else {
+		r.m.Publishing.Observe(time.Since(x.at).Seconds())
+		if !ack.Duplicate {
+			sub.last = ack.Sequence
+			c, ok := ep.effects[x.e.Kind]
+			if !ok {
+				c = r.m.Effects.WithLabelValues(string(x.e.Kind))
+				ep.effects[x.e.Kind] = c
+			}
+			c.Inc()
+			r.logJournal(x.e)
+		}
+	}
+	if len(sub.queue) > 0 {
+		ep.ready = append(ep.ready, x.k)
+	}
+	return nil
+}
