@@ -292,15 +292,32 @@ func (d *summaryDecoder) int() int64 {
 }
 
 // count reads a list's length, no more than the bytes left could hold
-// (each element takes one at least).
-func (d *summaryDecoder) count() int {
+// at size bytes an element, the shortest an element is written in: a
+// list is made before its elements are read, and a count taken on trust
+// let a summary make its reader allocate over a hundred times its size
+// (TestSummaryDecodeAllocationBounded).
+func (d *summaryDecoder) count(size uint64) int {
 	n := d.uint()
-	if n > uint64(len(d.s)) {
+	if n > uint64(len(d.s))/size {
 		d.fail()
 		return 0
 	}
 	return int(n)
 }
+
+// The shortest encodings of a list's element, in bytes: one a string (its
+// length, or a reference), a varint and a time (a zero time's kind); two
+// a string of the table (a length and a byte at least).
+const (
+	minTableString = 2
+	minHeld        = 4  // module, why, build, pending
+	minOwed        = 5  // module, path, reason, plan, writer
+	minTime        = 1  // a time
+	minString      = 1  // a string
+	minRuntime     = 12 // 6 strings, 2 varints, 2 optional times, 2 counts
+	minUnfilled    = 4  // module, path, plan, since
+	minFailed      = 5  // module, plan, seq, time, error
+)
 
 func (d *summaryDecoder) str() string {
 	v := d.uint()
@@ -377,7 +394,7 @@ func unmarshalSummaryBinary(data []byte) (View, int, error) {
 		return View{}, 0, err
 	}
 	d := summaryDecoder{s: string(buf[:n])}
-	d.seen = make([]string, 0, d.count())
+	d.seen = make([]string, 0, d.count(minTableString))
 	snapshot := int(d.uint())
 	var v View
 	v.Node = d.str()
@@ -393,14 +410,14 @@ func unmarshalSummaryBinary(data []byte) (View, int, error) {
 	}
 	v.HaveSeq = d.uint()
 	v.HaveTime = d.time()
-	if n := d.count(); n > 0 {
+	if n := d.count(minHeld); n > 0 {
 		v.Holds = make([]Held, n)
 		for i := range v.Holds {
 			h := &v.Holds[i]
 			h.Module, h.Why, h.Build, h.Pending = d.str(), events.HoldReason(d.str()), d.str(), d.str()
 		}
 	}
-	if n := d.count(); n > 0 {
+	if n := d.count(minOwed); n > 0 {
 		v.Owed = make([]events.Owed, n)
 		for i := range v.Owed {
 			o := &v.Owed[i]
@@ -408,19 +425,19 @@ func unmarshalSummaryBinary(data []byte) (View, int, error) {
 			o.Plan, o.Writer = d.uint(), d.str()
 		}
 	}
-	if n := d.count(); n > 0 {
+	if n := d.count(minTime); n > 0 {
 		v.OwedAt = make([]time.Time, n)
 		for i := range v.OwedAt {
 			v.OwedAt[i] = d.time()
 		}
 	}
-	if n := d.count(); n > 0 {
+	if n := d.count(minString); n > 0 {
 		v.OwedWhy = make([]string, n)
 		for i := range v.OwedWhy {
 			v.OwedWhy[i] = d.str()
 		}
 	}
-	if n := d.count(); n > 0 {
+	if n := d.count(minRuntime); n > 0 {
 		v.Runtime = make([]ModuleRuntime, n)
 		for i := range v.Runtime {
 			r := &v.Runtime[i]
@@ -430,13 +447,13 @@ func unmarshalSummaryBinary(data []byte) (View, int, error) {
 			r.Since = d.timePtr()
 			r.Health = events.Health(d.str())
 			r.HealthSince = d.timePtr()
-			if n := d.count(); n > 0 {
+			if n := d.count(minTime); n > 0 {
 				r.Crashes = make([]time.Time, n)
 				for k := range r.Crashes {
 					r.Crashes[k] = d.time()
 				}
 			}
-			if n := d.count(); n > 0 {
+			if n := d.count(minString); n > 0 {
 				r.Unfilled = make([]string, n)
 				for k := range r.Unfilled {
 					r.Unfilled[k] = d.str()
@@ -452,14 +469,14 @@ func unmarshalSummaryBinary(data []byte) (View, int, error) {
 			Force: flags&flagRetireForce != 0, Retired: flags&flagRetireRetired != 0}
 		v.Retire.RetiredSeq, v.Retire.RetiredTime = d.uint(), d.time()
 	}
-	if n := d.count(); n > 0 {
+	if n := d.count(minUnfilled); n > 0 {
 		v.Unfilled = make([]Unfilled, n)
 		for i := range v.Unfilled {
 			u := &v.Unfilled[i]
 			u.Module, u.Path, u.Plan, u.Since = d.str(), d.str(), d.uint(), d.time()
 		}
 	}
-	if n := d.count(); n > 0 {
+	if n := d.count(minFailed); n > 0 {
 		v.Failed = make([]FailedApply, n)
 		for i := range v.Failed {
 			f := &v.Failed[i]
