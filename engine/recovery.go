@@ -37,6 +37,9 @@ type recovery struct {
 	plans    map[string][]toPublish
 	// last is each effect subject's last sequence seen or published.
 	last map[effectKey]uint64
+	// compacted counts the deferred effects dropped by compact since the
+	// last forget, each seen stored (or superseded).
+	compacted int
 }
 
 func newRecovery() *recovery {
@@ -87,15 +90,42 @@ func (r *recovery) seen(node string, kind events.Kind, seq uint64, id string, va
 	}
 	r.index()
 	delete(r.unstored, id)
-	if kind != events.KindPlan {
-		return
-	}
-	for _, d := range r.plans[node] {
-		if d.e.Cause < cause || (d.e.Cause == cause && d.e.N < n) {
-			delete(r.unstored, d.id)
+	if kind == events.KindPlan {
+		for _, d := range r.plans[node] {
+			if d.e.Cause < cause || (d.e.Cause == cause && d.e.N < n) {
+				delete(r.unstored, d.id)
+			}
 		}
 	}
+	r.compact()
 }
+
+// compact drops the deferred effects once every one of them is seen
+// stored (or superseded): none is left to publish, to find by id or to
+// supersede, so keeping them only held their payloads. A refold of a
+// history whose effects are stored (a cold refold, a restart) is settled
+// after almost every effect it reads, and without a recovery checkpoint
+// (RecoveryCheckpointInterval, 30 s) it kept every effect of the range:
+// at 100,000 nodes a live heap growing with the events, which every
+// collection of the refold marked (issue 27, a cold refold's cost per
+// node). The fences are kept, as forget keeps them.
+func (r *recovery) compact() {
+	if r.unstored == nil || len(r.unstored) > 0 || len(r.deferred) == 0 {
+		return
+	}
+	for _, d := range r.deferred {
+		if d.e.Kind == events.KindPlan {
+			delete(r.plans, d.e.Node) // plans holds deferred effects only
+		}
+	}
+	r.compacted += len(r.deferred)
+	clear(r.deferred) // their payloads go; the array is reused
+	r.deferred = r.deferred[:0]
+}
+
+// skipped is how many effects deferred since the last forget were seen
+// stored or superseded, given that queued of them are left to publish.
+func (r *recovery) skipped(queued int) int { return len(r.deferred) + r.compacted - queued }
 
 // unstoredPlan returns node's deferred plan of effect id id, when it is
 // not seen stored (nor superseded) yet.
@@ -169,6 +199,7 @@ func (r *recovery) settled() bool {
 // behind them.
 func (r *recovery) forget() {
 	r.deferred = nil
+	r.compacted = 0
 	clear(r.plans)
 }
 

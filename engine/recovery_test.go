@@ -149,3 +149,51 @@ func TestRecoveryIndexedLate(t *testing.T) {
 		t.Fatal("every deferred effect seen stored, yet not settled")
 	}
 }
+
+// TestRecoveryCompacts: once every deferred effect is seen stored (or
+// superseded), a recovery drops them, payloads and all, and keeps
+// counting them as skipped and stored; an effect deferred after that is
+// found, published and superseded as before, and the fences stay.
+func TestRecoveryCompacts(t *testing.T) {
+	plan5, knock5, plan9 := eff("ace", events.KindPlan, 5, 0), eff("ace", events.KindKnock, 5, 0), eff("ace", events.KindPlan, 9, 0)
+	bobPlan6, plan12 := eff("bob", events.KindPlan, 6, 0), eff("ace", events.KindPlan, 12, 0)
+	r := newRecovery()
+	r.deferEffect(plan5)
+	r.deferEffect(knock5)
+	r.deferEffect(bobPlan6)
+	r.seen("ace", events.KindPlan, 20, plan5.ID(), true)
+	r.seen("ace", events.KindKnock, 21, knock5.ID(), true)
+	if len(r.deferred) != 3 {
+		t.Fatalf("bob's plan unstored, yet %d deferred effects kept, want 3", len(r.deferred))
+	}
+	r.seen("bob", events.KindPlan, 22, bobPlan6.ID(), true)
+	if len(r.deferred) != 0 || len(r.plans) != 0 {
+		t.Fatalf("every deferred effect seen stored, yet %d kept (%d nodes' plans)", len(r.deferred), len(r.plans))
+	}
+	if !r.settled() || !r.stored(plan5) || !r.stored(knock5) || !r.stored(bobPlan6) {
+		t.Fatal("compacted effects no longer count as stored, or the recovery as settled")
+	}
+	r.deferEffect(plan9)
+	r.deferEffect(plan12)
+	if r.settled() {
+		t.Fatal("plans 9 and 12 deferred and unstored, yet settled")
+	}
+	if _, ok := r.unstoredPlan("ace", plan12.ID()); !ok {
+		t.Fatal("plan 12 deferred after a compaction, yet not found")
+	}
+	r.seen("ace", events.KindPlan, 30, plan9.ID(), true)
+	order, queues := r.unpublished()
+	if len(order) != 1 || len(queues[order[0]]) != 1 || queues[order[0]][0].id != plan12.ID() {
+		t.Fatalf("unpublished: %v %v, want plan 12 alone", order, queues)
+	}
+	if got := r.skipped(1); got != 4 {
+		t.Fatalf("skipped %d, want 4 (three compacted, plan 9 stored)", got)
+	}
+	if seq, known := r.fence(bobPlan6); !known || seq != 22 {
+		t.Fatalf("bob's plan fence %d, %v after the compaction; want 22, true", seq, known)
+	}
+	r.seen("ace", events.KindPlan, 31, eff("ace", events.KindPlan, 13, 0).ID(), true)
+	if len(r.deferred) != 0 || !r.settled() {
+		t.Fatal("plan 12 superseded by a later plan, yet the recovery is not settled and compacted")
+	}
+}

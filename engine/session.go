@@ -749,7 +749,7 @@ func (s *session) endRecovery(ctx context.Context) error {
 		s.early = nil
 	}
 	order, queues := s.rec.unpublished()
-	r.m.Skipped.Add(float64(len(s.rec.deferred) - countQueued(queues)))
+	r.m.Skipped.Add(float64(s.rec.skipped(countQueued(queues))))
 	if err := s.publishFenced(ctx, order, queues); err != nil {
 		return err
 	}
