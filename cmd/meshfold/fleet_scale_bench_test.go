@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,7 +140,9 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	var rawCPU, pullCPU, fleetCPU []time.Duration
-	var fleetRSS []int64 // the fleet process's peak RSS (VmHWM) as last read, bytes
+	var fleetProcCPU []time.Duration // the fleet process's alone (user+system)
+	var fleetProcSys []time.Duration // of which system
+	var fleetRSS []int64             // the fleet process's peak RSS (VmHWM) as last read, bytes
 	// raw reads every snapshot key's latest value, not decoded, the way a
 	// user reads a bucket: a KV watch (the client's ordered push
 	// consumer). pull reads the same with an ordered pull consumer on the
@@ -217,11 +220,25 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		return time.Since(t0)
 	}
 	childProfile := "" // MESHFOLD_HELPER_PROFILE of the fleet process
+	// MESHFOLD_FLEET_DUMP=FILE: the first fleet run's output is written
+	// to FILE too (to compare two builds' outputs).
+	var dump io.Writer
+	if name := os.Getenv("MESHFOLD_FLEET_DUMP"); name != "" {
+		f, err := os.Create(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		dump = f
+	}
 	fleet := func() (time.Duration, int) {
 		// Counted as it comes, as a pipe to a file or jq would take it:
 		// a buffer growing to 91 MB cost this process 0.27 s of CPU,
 		// counted against fleet.
 		var out lineCounter
+		if dump != nil {
+			out.dump, dump = dump, nil
+		}
 		var errb bytes.Buffer
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "--", "fleet", "-o", "json", "--all", "--server", m.e.ClientURL())
 		cmd.Env = append(os.Environ(), "MESHFOLD_HELPER_PROCESS=1")
@@ -265,7 +282,10 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		close(stop)
 		peak := <-hwm
 		if cmd.ProcessState != nil {
-			fleetCPU = append(fleetCPU, selfCPU()-c0+cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())
+			proc := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+			fleetCPU = append(fleetCPU, selfCPU()-c0+proc)
+			fleetProcCPU = append(fleetProcCPU, proc)
+			fleetProcSys = append(fleetProcSys, cmd.ProcessState.SystemTime())
 			fleetRSS = append(fleetRSS, peak)
 		}
 		if err != nil {
@@ -279,7 +299,7 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 	raw()
 	pull()
 	fleet() // warm: the server's pages, the binary
-	rawCPU, pullCPU, fleetCPU, fleetRSS = nil, nil, nil, nil
+	rawCPU, pullCPU, fleetCPU, fleetProcCPU, fleetProcSys, fleetRSS = nil, nil, nil, nil, nil, nil
 	var rawT, pullT, fleetT []time.Duration
 	var rawB, outB int
 	for b.Loop() {
@@ -310,6 +330,9 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 	b.ReportMetric(ms(pc), "raw-pull-cpu-ms")
 	b.ReportMetric(ms(fc), "fleet-json-cpu-ms")
 	b.ReportMetric(float64(fc)/float64(baseCPU), "fleet/raw-cpu")
+	// Of fleet's CPU, the fleet process's own (the rest is the server's,
+	// and this process reading fleet's output).
+	b.ReportMetric(ms(med(fleetProcCPU)), "fleet-proc-cpu-ms")
 	b.ReportMetric(float64(slices.Max(fleetRSS))/(1<<20), "fleet-max-rss-MB")
 	b.ReportMetric(float64(rawB)/float64(n), "snapshot-B/node")
 	b.ReportMetric(float64(outB)/float64(n), "json-B/node")
@@ -319,8 +342,8 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 	}
 	b.Logf("%d nodes (%d MB of snapshots, %s): raw read of every key: watch %s, ordered pull %s; fleet -o json %s (%.2f× the faster raw read; goal ≤ 1.5×); runs watch %v pull %v fleet %v",
 		n, stored>>20, what, r.Round(time.Millisecond), p.Round(time.Millisecond), f.Round(time.Millisecond), float64(f)/float64(base), rawT, pullT, fleetT)
-	b.Logf("CPU (server and reader, user+system): raw read: watch %s, ordered pull %s; fleet -o json %s (%.2f× the lower); runs watch %v pull %v fleet %v",
-		rc.Round(time.Millisecond), pc.Round(time.Millisecond), fc.Round(time.Millisecond), float64(fc)/float64(baseCPU), rawCPU, pullCPU, fleetCPU)
+	b.Logf("CPU (server and reader, user+system): raw read: watch %s, ordered pull %s; fleet -o json %s (%.2f× the lower); runs watch %v pull %v fleet %v (the fleet process's own %v, of which system %v)",
+		rc.Round(time.Millisecond), pc.Round(time.Millisecond), fc.Round(time.Millisecond), float64(fc)/float64(baseCPU), rawCPU, pullCPU, fleetCPU, fleetProcCPU, fleetProcSys)
 
 	// The table: what needs an operator first, one page, not a line a
 	// node.
@@ -378,11 +401,18 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 	}
 }
 
-// lineCounter counts the bytes and lines written to it.
-type lineCounter struct{ bytes, lines int }
+// lineCounter counts the bytes and lines written to it, and copies them
+// to dump when set.
+type lineCounter struct {
+	bytes, lines int
+	dump         io.Writer
+}
 
 func (c *lineCounter) Write(p []byte) (int, error) {
 	c.bytes += len(p)
 	c.lines += bytes.Count(p, []byte("\n"))
+	if c.dump != nil {
+		return c.dump.Write(p)
+	}
 	return len(p), nil
 }
