@@ -7,3 +7,11 @@ func SetFleetGets(n int) int {
 	fleetGets = n
 	return old
 }
+
+// SetFleetBatch sets how many snapshots a decoding job holds, and returns
+// the old value.
+func SetFleetBatch(n int) int {
+	old := fleetBatch
+	fleetBatch = n
+	return old
+}

@@ -51,7 +51,7 @@ func (r *Reader) Fleet(ctx context.Context) ([]NodeView, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, _, _, err := decodePipelined(false, nil, func(add func(node string, data []byte)) error {
+	out, _, _, _, err := decodePipelined(false, nil, nil, func(add func(node string, data []byte)) error {
 		return snaps.LoadAll(ctx, func(node string, data []byte) error {
 			add(node, data)
 			return nil
@@ -78,7 +78,7 @@ func (r *Reader) Fleet(ctx context.Context) ([]NodeView, error) {
 //
 // Errors: as [Reader.Fleet].
 func (r *Reader) FleetSummary(ctx context.Context) ([]NodeView, error) {
-	views, _, err := r.fleetSummary(ctx, nil)
+	views, _, _, err := r.fleetSummary(ctx, nil, nil)
 	return views, err
 }
 
@@ -86,25 +86,52 @@ func (r *Reader) FleetSummary(ctx context.Context) ([]NodeView, error) {
 // have older than stale is stale: NodeView.Row) as each is decoded, on
 // the decoding workers; no view is kept (`meshfold fleet`).
 func (r *Reader) FleetRows(ctx context.Context, now time.Time, stale time.Duration) ([]audit.FleetRow, error) {
-	_, rows, err := r.fleetSummary(ctx, func(nv NodeView) audit.FleetRow { return nv.Row(now, stale) })
+	_, rows, _, err := r.fleetSummary(ctx, func(nv NodeView) audit.FleetRow { return nv.Row(now, stale) }, nil)
 	return rows, err
 }
 
-// fleetSummary is FleetSummary, or FleetRows when row is not nil.
-func (r *Reader) fleetSummary(ctx context.Context, row func(NodeView) audit.FleetRow) ([]NodeView, []audit.FleetRow, error) {
+// FleetRowsEach is [Reader.FleetRows] for a reader that need not keep the
+// rows (`meshfold fleet -o json` keeps each row's JSON and sort key
+// instead: at 100,000 nodes the rows held until printed were most of
+// its heap, and marked at each collection). fn is called on the decoding
+// workers, concurrently, with each batch of rows as it is made (at most
+// [fleetBatch]); it must not keep rows, whose memory is used again.
+// FleetRowsEach returns fn's results in the order [Reader.FleetRows]
+// returns their rows, the rows of a batch in that order too. fn may be
+// called for the batches of a pass that is then read again
+// (store.ErrSummaryGap): their results are dropped.
+//
+// Errors: as [Reader.Fleet].
+func FleetRowsEach[T any](ctx context.Context, r *Reader, now time.Time, stale time.Duration, fn func(rows []audit.FleetRow) T) ([]T, error) {
+	_, _, res, err := r.fleetSummary(ctx, func(nv NodeView) audit.FleetRow { return nv.Row(now, stale) },
+		func(rows []audit.FleetRow) any { return fn(rows) })
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, len(res))
+	for i, v := range res {
+		out[i], _ = v.(T)
+	}
+	return out, nil
+}
+
+// fleetSummary is FleetSummary, or FleetRows when row is not nil, or
+// FleetRowsEach when each is not nil too.
+func (r *Reader) fleetSummary(ctx context.Context, row func(NodeView) audit.FleetRow, each func([]audit.FleetRow) any) ([]NodeView, []audit.FleetRow, []any, error) {
 	snaps, err := r.snapshots(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var (
 		bare, retry []string
 		out         []NodeView
 		rows        []audit.FleetRow
+		res         []any
 	)
 	// A pass that lost a message is read again, whole: no node twice,
 	// none missed.
 	for try := 0; ; try++ {
-		out, rows, retry, err = decodePipelined(true, row, func(add func(node string, data []byte)) error {
+		out, rows, res, retry, err = decodePipelined(true, row, each, func(add func(node string, data []byte)) error {
 			var err error
 			bare, err = snaps.ScanSummaries(ctx, func(node string, sum []byte) error {
 				add(node, sum)
@@ -117,17 +144,17 @@ func (r *Reader) fleetSummary(ctx context.Context, row func(NodeView) audit.Flee
 		}
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("load summaries: %w", err)
+		return nil, nil, nil, fmt.Errorf("load summaries: %w", err)
 	}
 	bare = append(bare, retry...)
 	if len(bare) == 0 {
-		return out, rows, nil
+		return out, rows, res, nil
 	}
 	want := make(map[string]bool, len(bare))
 	for _, n := range bare {
 		want[n] = true
 	}
-	more, moreRows, _, err := decodePipelined(false, row, func(add func(node string, data []byte)) error {
+	more, moreRows, moreRes, _, err := decodePipelined(false, row, each, func(add func(node string, data []byte)) error {
 		if len(bare) > fleetGets {
 			return snaps.LoadAll(ctx, func(node string, data []byte) error {
 				if want[node] {
@@ -150,9 +177,9 @@ func (r *Reader) fleetSummary(ctx context.Context, row func(NodeView) audit.Flee
 		return nil
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("load snapshots without a summary: %w", err)
+		return nil, nil, nil, fmt.Errorf("load snapshots without a summary: %w", err)
 	}
-	return append(out, more...), append(rows, moreRows...), nil
+	return append(out, more...), append(rows, moreRows...), append(res, moreRes...), nil
 }
 
 // fleetGets is how many snapshots [Reader.FleetSummary] reads one get at
@@ -164,29 +191,31 @@ var fleetGets = 1000
 // summaries, its summary) to add as it reads it, and decodes them on one
 // worker per CPU while the read goes on, in batches of [fleetBatch]. It
 // returns the views in the order scan added them (with row set, their
-// rows instead), and, with summaries, the nodes whose summary did not
+// rows instead; with each set too, each's result for each batch of rows,
+// the rows not kept), and, with summaries, the nodes whose summary did not
 // decode (of another format): read their snapshots.
-func decodePipelined(summaries bool, row func(NodeView) audit.FleetRow, scan func(add func(node string, data []byte)) error) ([]NodeView, []audit.FleetRow, []string, error) {
+func decodePipelined(summaries bool, row func(NodeView) audit.FleetRow, each func([]audit.FleetRow) any, scan func(add func(node string, data []byte)) error) ([]NodeView, []audit.FleetRow, []any, []string, error) {
 	// The queue never blocks the read (a watch whose reader stalls falls
 	// behind its server) short of 4M snapshots waiting.
 	jobs := make(chan *fleetJob, 1<<14)
 	var wg sync.WaitGroup
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
+			var rows []audit.FleetRow // used again batch after batch, with each
 			for j := range jobs {
-				j.decode()
+				rows = j.decode(rows)
 			}
 		})
 	}
 	var batches []*fleetJob
-	cur := &fleetJob{summaries: summaries, row: row}
+	cur := &fleetJob{summaries: summaries, row: row, each: each}
 	err := scan(func(node string, data []byte) {
 		cur.nodes = append(cur.nodes, node)
 		cur.data = append(cur.data, data)
 		if len(cur.nodes) == fleetBatch {
 			batches = append(batches, cur)
 			jobs <- cur
-			cur = &fleetJob{summaries: summaries, row: row}
+			cur = &fleetJob{summaries: summaries, row: row, each: each}
 		}
 	})
 	if len(cur.nodes) > 0 {
@@ -196,7 +225,7 @@ func decodePipelined(summaries bool, row func(NodeView) audit.FleetRow, scan fun
 	close(jobs)
 	wg.Wait()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	n := 0
 	for _, b := range batches {
@@ -205,30 +234,39 @@ func decodePipelined(summaries bool, row func(NodeView) audit.FleetRow, scan fun
 	var (
 		out   []NodeView
 		rows  []audit.FleetRow
+		res   []any
 		retry []string
 	)
-	if row != nil {
+	switch {
+	case each != nil:
+		res = make([]any, 0, len(batches))
+	case row != nil:
 		rows = make([]audit.FleetRow, 0, n)
-	} else {
+	default:
 		out = make([]NodeView, 0, n)
 	}
 	for _, b := range batches {
 		out = append(out, b.out...)
 		rows = append(rows, b.rows...)
+		if each != nil {
+			res = append(res, b.res)
+		}
 		retry = append(retry, b.retry...)
 	}
-	return out, rows, retry, nil
+	return out, rows, res, retry, nil
 }
 
 // fleetBatch is how many snapshots one decoding job of [Reader.Fleet]
 // holds.
-const fleetBatch = 256
+var fleetBatch = 256
 
 // fleetJob is a batch of snapshots (or of summaries), in bucket order,
 // and their views.
 type fleetJob struct {
 	summaries bool
 	row       func(NodeView) audit.FleetRow // nil: keep the views
+	each      func([]audit.FleetRow) any    // not nil: hand it the rows, keep its result
+	res       any                           // each's result
 	nodes     []string
 	data      [][]byte
 	out       []NodeView
@@ -236,13 +274,18 @@ type fleetJob struct {
 	retry     []string // summaries that did not decode
 }
 
-// decode fills j.out, or j.rows. The views share the snapshots' bytes
+// decode fills j.out, or j.rows, or j.res (with j.each: the rows made in
+// buf, which it returns to be used again). The views share the snapshots' bytes
 // (reconcile.UnmarshalStateShared, UnmarshalSummary): nothing writes
 // them once read.
-func (j *fleetJob) decode() {
-	if j.row != nil {
+func (j *fleetJob) decode(buf []audit.FleetRow) []audit.FleetRow {
+	switch {
+	case j.each != nil:
+		clear(buf)
+		j.rows = buf[:0]
+	case j.row != nil:
 		j.rows = make([]audit.FleetRow, 0, len(j.nodes))
-	} else {
+	default:
 		j.out = make([]NodeView, 0, len(j.nodes))
 	}
 	for i, node := range j.nodes {
@@ -266,6 +309,13 @@ func (j *fleetJob) decode() {
 		}
 	}
 	j.data = nil
+	if j.each == nil {
+		return buf
+	}
+	j.res = j.each(j.rows)
+	buf = j.rows
+	j.rows = nil
+	return buf
 }
 
 // WarningSeqs is [Reader.Warnings] with each entry's stream sequence

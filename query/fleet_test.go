@@ -168,6 +168,35 @@ func TestFleetSummary(t *testing.T) {
 				t.Errorf("gets %d: FleetRows: %s:\n got %s\nwant %s", gets, row.Node, b, w)
 			}
 		}
+		// FleetRowsEach hands the same rows to its func, batch by batch,
+		// and returns its results in FleetRows' order: in batches of 7,
+		// some of the summaries' and some of the snapshots read after.
+		old, oldBatch := query.SetFleetGets(gets), query.SetFleetBatch(7)
+		batches, err := query.FleetRowsEach(ctx, r, now, 10*time.Minute, func(rows []audit.FleetRow) []string {
+			if len(rows) > 7 {
+				t.Errorf("gets %d: FleetRowsEach: a batch of %d rows", gets, len(rows))
+			}
+			var out []string
+			for _, row := range rows {
+				b, _ := json.Marshal(row)
+				out = append(out, string(b))
+			}
+			return out
+		})
+		query.SetFleetGets(old)
+		query.SetFleetBatch(oldBatch)
+		if err != nil {
+			t.Fatalf("gets %d: FleetRowsEach: %v", gets, err)
+		}
+		if each := slices.Concat(batches...); len(each) != len(frs) || len(batches) < 2 {
+			t.Errorf("gets %d: FleetRowsEach: %d rows in %d batches, want %d", gets, len(each), len(batches), len(frs))
+		} else {
+			for i, row := range frs {
+				if b, _ := json.Marshal(row); each[i] != string(b) {
+					t.Errorf("gets %d: FleetRowsEach: row %d:\n got %s\nwant %s", gets, i, each[i], b)
+				}
+			}
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -139,9 +140,9 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	if err != nil {
 		return err
 	}
-	// Every node's row is kept until printed: the heap grows to hold them
-	// all, so collecting at each doubling marks the same rows again and
-	// again. Collect at each fivefold growth instead (issue 27: decoding,
+	// Every node's row (with -o json, its line) is kept until printed:
+	// the heap grows to hold them all, so collecting at each doubling
+	// marks the same rows again and again. Collect at each fivefold growth instead (issue 27: decoding,
 	// making and printing 100,000 rows in process took 18-20 collections
 	// and 1.3-1.6 s of CPU, 5 and 0.97 s so; the heap's peak about a
 	// fifth higher, 284-308 → 348-356 MB of the runtime's). An
@@ -166,7 +167,38 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		wg.Go(func() { seqs, seqsErr = r.WarningSeqs(ctx, now.Add(-warnings)) })
 	}
 	wg.Go(func() { sources, sourcesErr = r.Sources(ctx, "") })
-	rows, err := r.FleetRows(ctx, now, stale)
+	// annotate sets on a row what is read beside the snapshots: its
+	// journal warnings (when counted), then the files its provisioner
+	// could not fill. Only once both reads are done.
+	annotate := func(row *audit.FleetRow) {
+		if warnings > 0 && seqsErr == nil {
+			row.SetWarningSeqs(seqs[row.Node])
+		}
+		if ps := sources[row.Node]; len(ps) > 0 {
+			row.SetSources(ps)
+		}
+	}
+	var (
+		rows   []audit.FleetRow
+		chunks []*fleetJSONChunk
+	)
+	w := bufio.NewWriterSize(a.stdout, 1<<16)
+	if format == outJSON && !pg.set {
+		// Every row: each batch's rows are annotated, encoded and keyed
+		// for the table's order on the decoding workers, and only their
+		// JSON and keys kept.
+		read := make(chan struct{})
+		go func() {
+			wg.Wait()
+			close(read)
+		}()
+		chunks, err = query.FleetRowsEach(ctx, r, now, stale, func(rows []audit.FleetRow) *fleetJSONChunk {
+			<-read
+			return encodeFleetChunk(rows, annotate, all)
+		})
+	} else {
+		rows, err = r.FleetRows(ctx, now, stale)
+	}
 	wg.Wait()
 	if err != nil {
 		return err
@@ -176,9 +208,6 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 			return seqsErr
 		}
 		counts := map[string]int{events.FleetNode: len(seqs[events.FleetNode])}
-		for i := range rows {
-			rows[i].SetWarningSeqs(seqs[rows[i].Node])
-		}
 		// The fleet-wide journal: events no node's journal can hold (on
 		// subjects that name no valid node, aged out before folded).
 		if n := counts[events.FleetNode]; n > 0 {
@@ -194,25 +223,25 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	if sourcesErr != nil {
 		fmt.Fprintf(a.stderr, "note: why files are unfilled (the provisioners' reports) could not be read: %v\n", sourcesErr)
 	}
-	for i := range rows {
-		if ps := sources[rows[i].Node]; len(ps) > 0 {
-			rows[i].SetSources(ps)
+	if chunks != nil {
+		if err := writeFleetChunks(w, chunks); err != nil {
+			return err
 		}
+		return w.Flush()
+	}
+	for i := range rows {
+		annotate(&rows[i])
 	}
 	if !all {
 		rows = slices.DeleteFunc(rows, func(r audit.FleetRow) bool { return r.Retired })
 	}
-	w := bufio.NewWriterSize(a.stdout, 1<<16)
-	if format == outJSON && !pg.set {
-		// Every row, in the table's order, written where it lies.
-		err = writeJSONLines(w, rows, audit.FleetOrder(rows))
-	} else if format != outTable {
+	if format != outTable {
 		audit.SortFleet(rows)
 		if pg.set {
 			rows, _, _ = pg.of(rows)
 		}
 		if format == outJSON {
-			err = writeJSONLines(w, rows, nil)
+			err = writeJSONLines(w, rows)
 		} else {
 			for _, r := range rows {
 				if err = writeValue(w, format, r); err != nil {
@@ -252,12 +281,81 @@ func (pg fleetPaging) of(rows []audit.FleetRow) (page []audit.FleetRow, first, t
 	return rows[first:min(len(rows), first+pg.limit)], first, len(rows)
 }
 
+// fleetJSONChunk is a batch of rows as `fleet -o json` keeps them: their
+// JSON lines one after the other in b, each ending at its ends entry, and
+// each one's place in the table's order (audit.FleetKeyOf).
+type fleetJSONChunk struct {
+	b    []byte
+	ends []int
+	keys []audit.FleetKey
+	err  error // the first row that could not be encoded
+}
+
+// encodeFleetChunk annotates each of rows, leaves out the retired unless
+// all, and encodes and keys the others.
+func encodeFleetChunk(rows []audit.FleetRow, annotate func(*audit.FleetRow), all bool) *fleetJSONChunk {
+	c := &fleetJSONChunk{b: make([]byte, 0, len(rows)*1024), ends: make([]int, 0, len(rows)), keys: make([]audit.FleetKey, 0, len(rows))}
+	for i := range rows {
+		row := &rows[i]
+		annotate(row)
+		if row.Retired && !all {
+			continue
+		}
+		if c.b, c.err = row.AppendJSON(c.b); c.err != nil {
+			return c
+		}
+		c.b = append(c.b, '\n')
+		c.ends = append(c.ends, len(c.b))
+		c.keys = append(c.keys, audit.FleetKeyOf(row))
+	}
+	return c
+}
+
+// writeFleetChunks writes the lines of chunks in the table's order (the
+// rows' audit.SortFleet order, rows of one node in the order read). A
+// row that could not be encoded fails it before anything is written.
+func writeFleetChunks(w io.Writer, chunks []*fleetJSONChunk) error {
+	n := 0
+	for _, c := range chunks {
+		if c.err != nil {
+			return c.err
+		}
+		n += len(c.keys)
+	}
+	keys := make([]*audit.FleetKey, 0, n)
+	lines := make([][]byte, 0, n)
+	for _, c := range chunks {
+		start := 0
+		for i, end := range c.ends {
+			keys = append(keys, &c.keys[i])
+			lines = append(lines, c.b[start:end])
+			start = end
+		}
+	}
+	order := make([]int32, n)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(i, j int32) int {
+		if c := audit.CompareFleetKeys(keys[i], keys[j]); c != 0 {
+			return c
+		}
+		return cmp.Compare(i, j)
+	})
+	for _, i := range order {
+		if _, err := w.Write(lines[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // writeJSONLines writes rows as JSON lines, as writeJSON writes each
 // (audit.FleetRow.AppendJSON: encoding/json's bytes without its
-// reflection), in order (rows[order[0]] first; rows' own order when
-// order is nil), encoded on one worker per CPU in chunks and written in
-// order: at 100,000 nodes encoding one by one was a fifth of the command.
-func writeJSONLines(w io.Writer, rows []audit.FleetRow, order []int) error {
+// reflection), in order, encoded on one worker per CPU in chunks and
+// written in order: at 100,000 nodes encoding one by one was a fifth of
+// the command.
+func writeJSONLines(w io.Writer, rows []audit.FleetRow) error {
 	const chunk = 512
 	workers := runtime.GOMAXPROCS(0)
 	type part struct {
@@ -297,11 +395,7 @@ func writeJSONLines(w io.Writer, rows []audit.FleetRow, order []int) error {
 					p.b = make([]byte, 0, chunk*1024)
 				}
 				for k := i * chunk; k < min(len(rows), (i+1)*chunk); k++ {
-					row := &rows[k]
-					if order != nil {
-						row = &rows[order[k]]
-					}
-					if p.b, p.err = row.AppendJSON(p.b); p.err != nil {
+					if p.b, p.err = rows[k].AppendJSON(p.b); p.err != nil {
 						break
 					}
 					p.b = append(p.b, '\n')

@@ -3,11 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store"
 )
@@ -102,6 +104,128 @@ func TestFleetPaged(t *testing.T) {
 	for _, bad := range [][]string{{"--limit", "-1"}, {"--page", "0"}, {"--needs", "bored"}} {
 		if _, errOut, code := m.cli(t, append([]string{"fleet"}, bad...)...); code != exitUsage {
 			t.Errorf("fleet %v: exit %d %s, want a usage error", bad, code, errOut)
+		}
+	}
+}
+
+// `fleet -o json` keeps each row's JSON and sort key, not the row, and
+// prints the lines in the table's order (issue 27): every node once, the
+// same lines as the rows sorted (-o json --limit 0 sorts the rows
+// themselves), with the journal warnings and the provisioners' reports
+// set, nodes with and without a summary, over several decoding batches;
+// retired nodes left out unless --all.
+func TestFleetJSONEveryRowInOrder(t *testing.T) {
+	m := startMesh(t)
+	ctx := testCtx(t)
+	snaps, err := store.OpenSnapshots(ctx, m.js, m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 700)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%04d", i)
+	}
+	s := reconciletest.Scripted(names, 20*len(names), 17, nil)
+	states, sums := map[int]map[string][]byte{}, map[string][]byte{}
+	retired := 0
+	for i, n := range names {
+		st := s.State(n)
+		data, err := reconcile.MarshalState(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%7 != 0 { // every seventh read from its state
+			if sums[n], err = reconcile.MarshalSummary(st); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := events.Partition(n, m.cfg.Partitions)
+		if states[p] == nil {
+			states[p] = map[string][]byte{}
+		}
+		states[p][n] = data
+		if st.View().Stuck(time.Now()).Retired {
+			retired++
+		}
+	}
+	if retired == 0 {
+		t.Fatal("no retired node in the mix")
+	}
+	for p, st := range states {
+		if err := snaps.PutSummarizedAt(ctx, p, st, sums, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	for i := 0; i < len(names); i += 37 {
+		if _, err := pub.Append(ctx, names[i], events.Stamp(&events.Journal{Level: events.LevelWarn, Msg: "w", Cause: 1}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fills, err := store.OpenFillStatus(ctx, m.js, m.cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 3; i < len(names); i += 41 {
+		st := store.FillStatus{V: 1, Node: names[i], Module: "restic", Path: "/etc/restic/key", State: store.FillMissing, Why: "no source", Since: time.Now().Add(-time.Hour)}
+		data, _ := json.Marshal(st)
+		if _, err := fills.Put(ctx, store.SecretKey(st.Node, st.Module, st.Path), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The ages depend on when each command ran.
+	ages := regexp.MustCompile(`"(have_age_s|paused_for_s|for_s)":[-0-9.e+]+`)
+	for _, all := range []bool{false, true} {
+		args := []string{"fleet", "-o", "json"}
+		if all {
+			args = append(args, "--all")
+		}
+		out, errOut, code := m.cli(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+		sorted, errOut, code := m.cli(t, append(args, "--limit", "0")...)
+		if code != 0 {
+			t.Fatalf("%v --limit 0: exit %d: %s", args, code, errOut)
+		}
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		want := len(names) - retired
+		if all {
+			want = len(names)
+		}
+		seen := map[string]bool{}
+		warned, sourced := 0, 0
+		for _, l := range lines {
+			var r struct {
+				Node     string `json:"node"`
+				Warnings int    `json:"journal_warnings"`
+				Sources  []any  `json:"source_problems"`
+			}
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatalf("%v: %v: %s", args, err, l)
+			}
+			if seen[r.Node] {
+				t.Errorf("%v: %s twice", args, r.Node)
+			}
+			seen[r.Node] = true
+			if r.Warnings > 0 {
+				warned++
+			}
+			if len(r.Sources) > 0 {
+				sourced++
+			}
+		}
+		if len(lines) != want || warned == 0 || sourced == 0 {
+			t.Errorf("%v: %d lines (%d with journal warnings, %d with source problems), want %d", args, len(lines), warned, sourced, want)
+		}
+		if got, want := ages.ReplaceAllString(out, `"$1":0`), ages.ReplaceAllString(sorted, `"$1":0`); got != want {
+			gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
+			for i := range min(len(gl), len(wl)) {
+				if gl[i] != wl[i] {
+					t.Fatalf("%v: line %d:\n got %s\nwant %s", args, i+1, gl[i], wl[i])
+				}
+			}
+			t.Fatalf("%v: %d lines, sorted %d", args, len(gl), len(wl))
 		}
 	}
 }
