@@ -125,7 +125,9 @@ func (p *partition) refoldNode(ctx context.Context, node string, upTo uint64) (*
 	r := p.r
 	st := reconcile.NewState(node)
 	filter := r.subj.StoredNode(node)
-	last, err := r.stream.GetLastMsgForSubject(ctx, filter)
+	// From the stream's leader: a replica behind it would bound the
+	// refold below events the stream holds up to upTo.
+	last, err := store.Leader(r.js, r.cfg.Stream.Name).GetLastMsgForSubject(ctx, filter)
 	if err != nil {
 		return nil, fmt.Errorf("refold %s: %w", node, err)
 	}

@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
@@ -66,13 +68,16 @@ func StreamBounds(ctx context.Context, stream jetstream.Stream) (first, last uin
 	return info.State.FirstSeq, info.State.LastSeq, nil
 }
 
-// LastMsg returns node's newest event of kind k, read with a direct get on
-// its stored subject (subj.Stored(node, k)).
+// LastMsg returns node's newest event of kind k, read from stream on its
+// stored subject (subj.Stored(node, k)): with a direct get when stream
+// is a jetstream.Stream, which any replica may answer, or from the
+// stream's leader when it is a [LeaderReads] (a read that must see what
+// was acknowledged a moment ago).
 //
 // Errors: [ErrNoMessage] when the stream holds none; a bad node name
 // (matching events.ErrInvalid); the get's error otherwise. A payload that
 // fails to decode is not an error: Msg.Event.Err says why.
-func LastMsg(ctx context.Context, stream jetstream.Stream, subj events.Subjects, node string, kind events.Kind) (Msg, error) {
+func LastMsg(ctx context.Context, stream LastGetter, subj events.Subjects, node string, kind events.Kind) (Msg, error) {
 	if !events.ValidName(node) {
 		return Msg{}, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
 	}
@@ -105,13 +110,11 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 		return &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
 	}
 	filter := subj.StoredNode(node)
-	stream, err := js.Stream(ctx, streamName)
-	if err != nil {
-		return fmt.Errorf("read %s: stream %s: %w", node, streamName, err)
-	}
 	// The node's newest event now bounds the read, so it ends without
-	// waiting for messages that may never come.
-	last, err := stream.GetLastMsgForSubject(ctx, filter)
+	// waiting for messages that may never come. Read from the leader: a
+	// replica behind it would end the read before an event just
+	// acknowledged (an audit right after a want).
+	last, err := Leader(js, streamName).GetLastMsgForSubject(ctx, filter)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}
@@ -201,4 +204,116 @@ func ListNodes(ctx context.Context, stream jetstream.Stream, subj events.Subject
 	}
 	slices.Sort(nodes)
 	return nodes, nil
+}
+
+// LastGetter reads a stream's newest message on a subject (wildcards
+// allowed), as jetstream.Stream's GetLastMsgForSubject does: a
+// jetstream.Stream (a direct get, which any replica may answer) or a
+// [LeaderReads] (the stream's leader).
+type LastGetter interface {
+	GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error)
+}
+
+// LeaderReads reads single messages of one stream from its leader, with
+// the JetStream API's message get ($JS.API.STREAM.MSG.GET.<stream>),
+// never with a direct get: a direct get is answered by any replica that
+// has caught up once (every 2 s a follower checks; nats-server 2.15), and
+// one that has not yet applied a write the stream acknowledged answers
+// "no message" or an older one. What a reader decides from a message it
+// or someone wrote a moment ago (an expectation, a fence, a conflict's
+// cause, a read's bound) is read here; what a reader only shows, or
+// reads again when it changes, keeps the direct get, which spreads the
+// reads over the replicas and is cheaper. The leader stores a message
+// before the stream acknowledges it, so a read here after an
+// acknowledgement sees it, except across a leader election, when a
+// deposed leader may still answer (the server documents no guarantee
+// then). The user needs $JS.API.STREAM.MSG.GET.<stream>, which reads any
+// subject of the stream (no narrower grant exists): node agents and
+// provisioners, whose grants name their own subjects, keep direct gets.
+type LeaderReads struct {
+	js     jetstream.JetStream
+	stream string
+}
+
+// Leader returns the leader reads of stream on js's connection.
+func Leader(js jetstream.JetStream, stream string) *LeaderReads {
+	return &LeaderReads{js: js, stream: stream}
+}
+
+// GetLastMsgForSubject returns the newest message on subject (wildcards
+// allowed) as the stream's leader stores it.
+//
+// Errors: jetstream.ErrMsgNotFound when there is none; the server's
+// *jetstream.APIError; the request's (nats.ErrNoResponders without a
+// leader, ctx's error).
+func (l *LeaderReads) GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error) {
+	return l.get(ctx, leaderGetRequest{LastFor: subject})
+}
+
+// GetMsg returns the message at stream sequence seq as the stream's
+// leader stores it. Errors: as GetLastMsgForSubject's.
+func (l *LeaderReads) GetMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	return l.get(ctx, leaderGetRequest{Seq: seq})
+}
+
+type leaderGetRequest struct {
+	Seq     uint64 `json:"seq,omitempty"`
+	LastFor string `json:"last_by_subj,omitempty"`
+}
+
+func (l *LeaderReads) get(ctx context.Context, req leaderGetRequest) (*jetstream.RawStreamMsg, error) {
+	opts := l.js.Options()
+	if _, ok := ctx.Deadline(); !ok && opts.DefaultTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.DefaultTimeout)
+		defer cancel()
+	}
+	prefix := opts.APIPrefix
+	if opts.Domain != "" {
+		prefix = "$JS." + opts.Domain + ".API"
+	}
+	if prefix == "" {
+		prefix = jetstream.DefaultAPIPrefix
+	}
+	if !strings.HasSuffix(prefix, ".") {
+		prefix += "."
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	reply, err := l.js.Conn().RequestWithContext(ctx, prefix+"STREAM.MSG.GET."+l.stream, body)
+	if err != nil {
+		return nil, fmt.Errorf("message get from the leader of %s: %w", l.stream, err)
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Header  []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return nil, fmt.Errorf("message get from the leader of %s: %w", l.stream, err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+			return nil, jetstream.ErrMsgNotFound
+		}
+		return nil, resp.Error
+	}
+	m := resp.Message
+	if m == nil {
+		return nil, jetstream.ErrInvalidJetStreamResponse
+	}
+	var h nats.Header
+	if len(m.Header) > 0 {
+		if h, err = nats.DecodeHeadersMsg(m.Header); err != nil {
+			return nil, fmt.Errorf("message get from the leader of %s: headers: %w", l.stream, err)
+		}
+	}
+	return &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Seq, Header: h, Data: m.Data, Time: m.Time}, nil
 }

@@ -66,11 +66,13 @@ node anyway.`,
 // approvalNote says when node's newest want does not name module (or the
 // node has no want), or "" when it does or the want cannot be read.
 func (a *app) approvalNote(ctx context.Context, js jetstream.JetStream, node, module string) string {
-	stream, scfg, err := a.stream.openStream(ctx, js)
+	_, scfg, err := a.stream.openStream(ctx, js)
 	if err != nil {
 		return ""
 	}
-	m, err := store.LastMsg(ctx, stream, scfg.Subjects(), node, events.KindWant)
+	// From the leader: a want published a moment ago (the usual order,
+	// want then approve) may not be applied yet by a replica.
+	m, err := store.LastMsg(ctx, store.Leader(js, scfg.Name), scfg.Subjects(), node, events.KindWant)
 	if errors.Is(err, store.ErrNoMessage) {
 		return fmt.Sprintf("node %s has no want yet; the approval is kept for when one names %s", node, module)
 	}

@@ -360,11 +360,14 @@ func (a *app) openPublisher(ctx context.Context) (*nats.Conn, jetstream.JetStrea
 
 // lastSeq returns the sequence of node's newest event of kind, 0 for none.
 func (a *app) lastSeq(ctx context.Context, js jetstream.JetStream, node string, kind events.Kind) (uint64, error) {
-	stream, scfg, err := a.stream.openStream(ctx, js)
+	_, scfg, err := a.stream.openStream(ctx, js)
 	if err != nil {
 		return 0, err
 	}
-	m, err := store.LastMsg(ctx, stream, scfg.Subjects(), node, kind)
+	// From the leader: the sequence a stale --expect is told to retry
+	// with must be the newest acknowledged, which a replica behind the
+	// leader may not have applied yet.
+	m, err := store.LastMsg(ctx, store.Leader(js, scfg.Name), scfg.Subjects(), node, kind)
 	if errors.Is(err, store.ErrNoMessage) {
 		return 0, nil
 	}

@@ -243,7 +243,7 @@ type controller struct {
 // then returns the last sequence read, every effect carried out
 // (rollout.State.Idle; the caller sleeps).
 func (c *controller) run(ctx context.Context) (uint64, error) {
-	start, err := c.stream.GetLastMsgForSubject(ctx, c.subj.Rollout(c.fleet, string(rollout.KindStart)))
+	start, err := c.leader().GetLastMsgForSubject(ctx, c.subj.Rollout(c.fleet, string(rollout.KindStart)))
 	if err != nil {
 		return 0, fmt.Errorf("rollout controller %s: newest start: %w", c.fleet, err)
 	}
@@ -469,7 +469,7 @@ func (c *controller) outcome(ctx context.Context, e rollout.Effect, seq uint64, 
 	case errors.Is(err, store.ErrConflict):
 		// Stored already by this step (a restart past the duplicate
 		// window), or changed by hand: the newest want's id says which.
-		last, lerr := store.LastMsg(ctx, c.stream, c.subj, w.Node, events.KindWant)
+		last, lerr := store.LastMsg(ctx, c.leader(), c.subj, w.Node, events.KindWant)
 		switch {
 		case lerr == nil && last.MsgID == id:
 			c.published(ctx, w, last.Event.Seq)
@@ -492,10 +492,17 @@ func (c *controller) published(ctx context.Context, w *rollout.WantEffect, seq u
 		rollout.OutcomeID(c.fleet, w.Rollout, w.Node, w.Step))
 }
 
+// leader reads the stream from its leader: what the controller decides
+// from a message written a moment ago (the newest start and record it
+// refolds from, a conflicting want, the want a step copies) must not be
+// read from a replica that has not applied it yet, which answers "no
+// message" or an older one (store.LeaderReads).
+func (c *controller) leader() *store.LeaderReads { return store.Leader(c.js, c.cfg.Stream.Name) }
+
 // wantAt reads the modules of the want stored at seq.
 func (c *controller) wantAt(ctx context.Context, seq uint64) ([]events.WantModule, error) {
 	for attempt := 0; ; attempt++ {
-		m, err := c.stream.GetMsg(ctx, seq)
+		m, err := c.leader().GetMsg(ctx, seq)
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrMsgNotFound) && c.wait(ctx, attempt) {
 				continue
@@ -624,7 +631,7 @@ func (c *controller) wait(ctx context.Context, attempt int) bool {
 // subject (0: none): a record refolded with a cause at or below it was
 // appended before.
 func (c *controller) lastRecordCause(ctx context.Context) (uint64, error) {
-	m, err := c.stream.GetLastMsgForSubject(ctx, c.subj.Rollout(c.fleet, string(rollout.KindRecord)))
+	m, err := c.leader().GetLastMsgForSubject(ctx, c.subj.Rollout(c.fleet, string(rollout.KindRecord)))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}

@@ -254,7 +254,12 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 			p.Pub.Allow.Add(rolloutSubj(k))
 		}
 		readStream("KV_" + leases)
+		// The message get ($JS.API.STREAM.MSG.GET, answered by the
+		// stream's leader; store.LeaderReads) for what it decides from
+		// a message written a moment ago: no more than its consumers
+		// over the whole stream already read.
 		p.Pub.Allow.Add(api("CONSUMER.CREATE.%s.>", s), api("DIRECT.GET.%s.%s", s, rolloutSubj("*")), api("DIRECT.GET.%s", s),
+			api("STREAM.MSG.GET.%s", s),
 			api("DIRECT.GET.KV_%s.$KV.%s.rollout.>", leases, leases), "$KV."+leases+".rollout.>")
 		statBuilds() // want refuses a build nobody pushed
 		p.Pub.Allow.Add(subj("*", "want"),
