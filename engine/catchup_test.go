@@ -54,6 +54,14 @@ func TestFirstRefoldStoresEveryEffectOnceInOrder(t *testing.T) { firstRefold(t, 
 // errStalled; not produced here.)
 func TestFirstRefoldUnderThePendingLimit(t *testing.T) { firstRefold(t, 8) }
 
+// TestFirstRefoldWithASmallPrepareWindow is the same refold with its
+// effects prepared at most 4 ahead of their sends: the sends take the
+// rest themselves, and every effect is still stored once, in order.
+func TestFirstRefoldWithASmallPrepareWindow(t *testing.T) {
+	defer engine.SetPrepareWindow(4)()
+	firstRefold(t, 0)
+}
+
 // firstRefold checks a cold refold of dense inputs, the reconciler's
 // connection allowing pending asynchronous publishes (0: the client's
 // default): every effect once, in order, and no session restarted.

@@ -771,6 +771,15 @@ func countQueued(queues map[effectKey][]toPublish) int {
 // below the client's default limit of 4000 pending async publishes.
 const recoveryWindow = 1024
 
+// prepareWindow bounds how many effects prepareAhead has prepared that
+// the session has not taken yet: as many as may be sent at once
+// (recoveryWindow), so a send finds its message ready, and no more, so
+// that a recovery whose sends wait for acknowledgements (a node's chain
+// of fenced plans) does not hold every effect's encoded and signed
+// message at once (a first refold of 100,000 nodes makes one or more
+// plans a node). A variable for the tests.
+var prepareWindow = recoveryWindow
+
 // errStalled: an effect was not sent because the connection's limit of
 // pending asynchronous publishes stayed full for the client's stall
 // wait (jetstream.ErrTooManyStalledMsgs); it is sent again once there is
@@ -785,12 +794,17 @@ type preparedEffect struct {
 	id    string // the message id
 	msg   *store.Prepared
 	err   error
+	ahead bool // prepared by prepareAhead: it holds a slot until taken
 }
 
 // prepared is prepareAhead's work: each subject's effects' messages, in
 // its queue's order.
 type prepared struct {
-	of     map[effectKey][]*preparedEffect
+	of map[effectKey][]*preparedEffect
+	// slots holds one token for each effect prepareAhead prepared that
+	// the session has not taken: its capacity, prepareWindow, bounds
+	// them.
+	slots  chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -802,10 +816,13 @@ type prepared struct {
 // refold's CPU) are then done while the session waits for
 // acknowledgements, instead of between an acknowledgement and the send it
 // frees, where each of a node's chain of plans waited for it (issue 27).
-// Only effects to publish are prepared; stop ends it.
+// It runs at most prepareWindow effects ahead of the session's takes: it
+// waits for a slot before each. Only effects to publish are prepared;
+// stop ends it.
 func prepareAhead(ctx context.Context, r *Reconciler, order []effectKey, queues map[effectKey][]toPublish) *prepared {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &prepared{of: make(map[effectKey][]*preparedEffect, len(order)), cancel: cancel, done: make(chan struct{})}
+	p := &prepared{of: make(map[effectKey][]*preparedEffect, len(order)), slots: make(chan struct{}, prepareWindow),
+		cancel: cancel, done: make(chan struct{})}
 	depth := 0
 	for _, k := range order {
 		q := queues[k]
@@ -832,35 +849,47 @@ func prepareAhead(ctx context.Context, r *Reconciler, order []effectKey, queues 
 	}
 	go func() {
 		defer close(p.done)
-		for _, it := range items {
+		for i, it := range items {
+			items[i] = item{} // the session holds what it still needs
 			if ctx.Err() != nil {
 				return
 			}
-			p.prepare(ctx, r, it.e, it.pe)
+			select {
+			case p.slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			if !p.prepare(ctx, r, it.e, it.pe, true) {
+				<-p.slots // the session prepared it itself
+			}
 		}
 	}()
 	return p
 }
 
 // prepare prepares pe, effect e's message, unless another goroutine took
-// it.
-func (p *prepared) prepare(ctx context.Context, r *Reconciler, e reconcile.Effect, pe *preparedEffect) bool {
+// it; ahead when prepareAhead's goroutine does.
+func (p *prepared) prepare(ctx context.Context, r *Reconciler, e reconcile.Effect, pe *preparedEffect, ahead bool) bool {
 	if !pe.state.CompareAndSwap(0, 1) {
 		return false
 	}
 	pe.id = store.EffectMsgID(r.key, pe.id)
 	pe.msg, pe.err = r.pub.Prepare(ctx, e.Node, e.Payload, r.publishOpts(e, pe.id)...)
+	pe.ahead = ahead
 	pe.state.Store(2)
 	return true
 }
 
 // take returns pe, effect e's message, prepared: by the session itself
 // when prepareAhead has not taken it yet, else once prepareAhead is done
-// with it.
+// with it (freeing its slot). The session takes each effect once.
 func (p *prepared) take(ctx context.Context, r *Reconciler, e reconcile.Effect, pe *preparedEffect) *preparedEffect {
-	if !p.prepare(ctx, r, e, pe) {
+	if !p.prepare(ctx, r, e, pe, false) {
 		for pe.state.Load() != 2 {
 			runtime.Gosched()
+		}
+		if pe.ahead {
+			<-p.slots
 		}
 	}
 	return pe
@@ -901,6 +930,7 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 	next := func(k effectKey) {
 		q := queues[k][1:]
 		queues[k] = q
+		preps.of[k][0] = nil // its message is sent: let it go
 		preps.of[k] = preps.of[k][1:]
 		if len(q) > 0 {
 			ready = append(ready, k)
