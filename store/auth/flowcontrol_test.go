@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/auth"
 )
 
 // flowBytes is more than a push consumer with flow control delivers
@@ -36,7 +39,9 @@ const flowDeadline = 4 * time.Second
 // snapshots (ScanPartition on load); the operator and the console's
 // operator-read the whole snapshot bucket (LoadAll: fleet, and
 // FleetSummary's fallback). The secrets, fill status and builds buckets'
-// readers are permitted by readKV and readBuilds. (The reconciler's
+// readers are permitted by readKV and readBuilds. A node agent follows
+// its plans with a pull consumer, without flow control: read past the
+// window too, with a node's credentials. (The reconciler's
 // replies pass through its response permission; the operators', before
 // their $JS.FC grant on the snapshot bucket, stalled at 20 of 40.)
 func TestReadsPastFlowControl(t *testing.T) {
@@ -134,6 +139,33 @@ func TestReadsPastFlowControl(t *testing.T) {
 	})
 	t.Run("operator snapshots", func(t *testing.T) { count(t, "operator", keys, len(val), loadAll) })
 	t.Run("operator-read snapshots", func(t *testing.T) { count(t, "operator-read", keys, len(val), loadAll) })
+	t.Run("node its plans", func(t *testing.T) {
+		// A node agent follows its plans (store.FollowNode) with a pull
+		// consumer, which has no flow control: past the window with
+		// its own credentials and no $JS.FC grant (its only one is the
+		// builds bucket's, whose chunks a push consumer reads).
+		plan := bytes.Repeat([]byte("x"), flowBytes/keys)
+		for range keys {
+			if _, err := rjs.Publish(ctx, cfg.Subjects().Event("ace", events.KindPlan), plan); err != nil {
+				t.Fatal(err)
+			}
+		}
+		count(t, "node-ace", keys, len(plan), func(ctx context.Context, js jetstream.JetStream, n *int) error {
+			tail, err := store.Follow(ctx, js, store.TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(),
+				Filter: cfg.Subjects().Stored("ace", events.KindPlan)})
+			if err != nil {
+				return err
+			}
+			defer tail.Stop()
+			for *n < keys {
+				if _, err := tail.Next(ctx); err != nil {
+					return err
+				}
+				*n++
+			}
+			return nil
+		})
+	})
 	t.Run("reconciler node leases", func(t *testing.T) {
 		// Each node puts its own lease only: few keys, large values.
 		nodeKV, err := store.OpenNodeLeases(ctx, rjs, cfg)
@@ -153,4 +185,25 @@ func TestReadsPastFlowControl(t *testing.T) {
 		}
 		count(t, "reconciler", len(nodes), len(big), watchAll(nodeKV.Bucket()))
 	})
+}
+
+// TestNodeFlowControlGrants: the node role publishes flow-control
+// replies on the builds bucket's stream only (readBuilds: the bundles it
+// fetches through an object store get, a push consumer), not on the event
+// stream, whose plans it follows with a pull consumer ("node its plans"
+// above reads past the window without one), nor on any other bucket.
+func TestNodeFlowControlGrants(t *testing.T) {
+	p, err := auth.Permissions(auth.RoleNode, "ace", auth.Names{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fc []string
+	for _, s := range p.Pub.Allow {
+		if strings.HasPrefix(s, "$JS.FC.") {
+			fc = append(fc, s)
+		}
+	}
+	if want := "$JS.FC.OBJ_" + store.DefaultStreamName + "_BUILDS.>"; len(fc) != 1 || fc[0] != want {
+		t.Fatalf("node's flow-control grants %v; want only %s", fc, want)
+	}
 }

@@ -216,12 +216,15 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	// snapshotsFC: the flow-control replies of a KV watch over the
 	// snapshot bucket (store.Snapshots.LoadAll: fleet, the console), an
 	// ordered push consumer; without them the server stops delivering
-	// after its first 2 MiB window (TestReadsPastFlowControl). Node
-	// agents answer flow control through their response permission
-	// (respond), which covers any reply subject of a message they
-	// received; the reconciler is granted its watches' replies as well
-	// (below), so that a stalled consumer's heartbeat, whose flow-control
-	// subject is not the reply of a message it received, is answered.
+	// after its first 2 MiB window (TestReadsPastFlowControl). The
+	// reconciler is granted its watches' replies (below), not only its
+	// response permission (respond, any reply subject of a message it
+	// received), so that a stalled consumer's heartbeat, whose
+	// flow-control subject is not the reply of a message it received, is
+	// answered. Node agents need no grant but the builds bucket's
+	// (readBuilds): they follow their plans with a pull consumer, which
+	// has no flow control, and read their lease with direct gets
+	// (TestNodeFlowControlGrants).
 	snapshotsFC := "$JS.FC." + kv + ".>"
 
 	switch r {
