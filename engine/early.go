@@ -78,12 +78,15 @@ type earlySent struct {
 const earlyWindow = 200
 
 // holdsEffects reports whether the stream holds any effect message
-// (plan, knock, journal) of partition p: three direct gets of the last
-// message on a wildcard subject.
+// (plan, knock, journal) of partition p: three gets of the last message
+// on a wildcard subject, from the stream's leader (store.LeaderReads): a
+// replica behind it may not have applied the effects a reconciler that
+// stopped a moment ago stored.
 func (p *partition) holdsEffects(ctx context.Context) (bool, error) {
 	r := p.r
+	leader := store.Leader(r.js, r.cfg.Stream.Name)
 	for _, f := range r.subj.StoredPartition(p.id, events.EffectKinds...) {
-		_, err := r.stream.GetLastMsgForSubject(ctx, f)
+		_, err := leader.GetLastMsgForSubject(ctx, f)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}
