@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -35,7 +36,8 @@ const knockLoad = 50_000
 // it) is taken, 1,000 times. Interleaved with each, in the same load, the
 // raw hop: a have of another probe node published, then read by an
 // ordered consumer of its subject. It reports both p50 and p99 and the
-// ratio of the p99s (target: ≤ 3).
+// ratio of the p99s (target: ≤ 3), and the process's CPU per event of the
+// load while the rounds ran.
 //
 // MESHFOLD_KNOCK_NODES=N makes the other nodes N rather than 1,000 (issue
 // 27 asks for 100,000: make bench-scale); the probes start once the load
@@ -162,24 +164,37 @@ func BenchmarkKnockLatency(b *testing.B) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		start, sent0 := time.Now(), sent.Load()
+		// Under -test.trace, each round is a task of the trace, and the
+		// probe's partition is noted (the session's checkpoints are
+		// regions of the engine's), to find where a slow knock waited.
+		trace.Logf(ctx, "probe-partition", "%d", subj.Partition(probe))
+		start, sent0, cpu0 := time.Now(), sent.Load(), cpuTime(b)
 		var knock, raw []time.Duration
 		for i := range rounds {
+			_, task := trace.NewTask(ctx, "raw")
 			t0 := time.Now()
 			appendSync(rawProbe, have)
 			next(raws)
 			raw = append(raw, time.Since(t0))
+			task.End()
 			appendSync(probe, &events.Refusal{Module: "provisioner", Path: fmt.Sprintf("/run/p/%d", i),
 				Reason: events.ReasonWriteFailed, Plan: plan, Writer: "prov", Error: "disk full"})
+			_, task = trace.NewTask(ctx, "knock")
 			t0 = time.Now()
 			hs := appendSync(probe, have)
 			ks := next(knocks)
+			task.End()
 			if ks <= hs {
 				b.Fatalf("knock at %d, not after the have at %d", ks, hs)
 			}
 			knock = append(knock, time.Since(t0))
 		}
-		rate := float64(sent.Load()-sent0) / time.Since(start).Seconds()
+		loaded := sent.Load() - sent0
+		rate := float64(loaded) / time.Since(start).Seconds()
+		// The process's CPU (server, load, reconciler, probes) per event
+		// of the load while the rounds ran: the rate reached swings with
+		// the machine's load, the CPU an event less.
+		cpu := float64(cpuTime(b)-cpu0) / float64(loaded)
 		cancel()
 		<-loadDone
 		<-stopped
@@ -189,6 +204,7 @@ func BenchmarkKnockLatency(b *testing.B) {
 		}
 		b.ReportMetric(float64(nodes), "other-nodes")
 		b.ReportMetric(rate, "load-events/s")
+		b.ReportMetric(cpu, "cpu-ns/event")
 		b.ReportMetric(pct(raw, 0.5), "raw-p50-ms")
 		b.ReportMetric(pct(raw, 0.99), "raw-p99-ms")
 		b.ReportMetric(pct(knock, 0.5), "knock-p50-ms")

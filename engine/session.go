@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	rtrace "runtime/trace"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -98,8 +99,15 @@ type session struct {
 	stateAvg int
 	revs     map[string]uint64 // each node key's snapshot revision, as last seen
 	pending  []pendingAck
-	since    int // events folded since the checkpoint
-	in       *interner
+	// since counts the events folded since the last checkpoint was
+	// taken (captureCheckpoint).
+	since int
+	// writing is the live checkpoint being written while the fold goes
+	// on (checkpointLive), nil when none is; due notes a checkpoint that
+	// came due meanwhile, dueFull that it puts every changed state.
+	writing      *checkpointWrite
+	due, dueFull bool
+	in           *interner
 	// tooBig holds the nodes whose snapshot is a marker (their state is
 	// over the server's max_payload): journaled once.
 	tooBig map[string]bool
@@ -501,6 +509,7 @@ func (s *session) consume(ctx context.Context) error {
 			cancelWork(err)
 		}
 	})()
+	defer s.abandonWrite(func() { cancelWork(errSessionOver) })
 	tick := time.NewTicker(r.cfg.SnapshotInterval)
 	defer tick.Stop()
 	// readOn moves the read to a new consumer from the event after the
@@ -544,8 +553,17 @@ func (s *session) consume(ctx context.Context) error {
 			// A partition that folded nothing since its last checkpoint
 			// puts every state still unwritten: once input stops, the
 			// checkpoint covers every event folded an interval later.
-			if err := s.checkpointNow(work, s.since == 0); err != nil {
+			if err := s.checkpointLive(work, s.since == 0); err != nil {
 				return err
+			}
+		case <-s.writeDone():
+			if err := s.takeWrite(); err != nil {
+				return err
+			}
+			if s.due {
+				if err := s.checkpointLive(work, false); err != nil {
+					return err
+				}
 			}
 		case <-elected:
 			// A new stream leader: the consumer may have died with the
@@ -576,7 +594,7 @@ func (s *session) consume(ctx context.Context) error {
 					return err
 				}
 			} else if !s.recovering && s.since >= r.cfg.SnapshotEvery {
-				if err := s.checkpointNow(work, false); err != nil {
+				if err := s.checkpointLive(work, false); err != nil {
 					return err
 				}
 			}
@@ -1410,42 +1428,173 @@ const stateAge = 4
 // seen stored (recovery.settled), and every effect earlyPub holds is
 // published and acknowledged (drainEarly), and then forgets them: none is
 // left to publish for the causes the checkpoint covers.
+//
+// It writes in line: a live checkpoint still being written
+// (checkpointLive) is waited for first, and one due after it is taken
+// into this one.
 func (s *session) checkpointNow(ctx context.Context, full bool) error {
-	if (s.recovering && !s.rec.settled()) || (s.folded == s.checkpoint && len(s.dirty) == 0) {
+	if err := s.awaitWrite(ctx); err != nil {
+		return err
+	}
+	full = full || s.dueFull
+	s.due, s.dueFull = false, false
+	w, err := s.captureCheckpoint(ctx, full)
+	if w == nil || err != nil {
+		return err
+	}
+	w.err = s.writeCheckpoint(ctx, w)
+	return s.finishCheckpoint(w)
+}
+
+// checkpointLive is checkpointNow on the live path (not recovering),
+// whose writes go on while the fold does (docs/architecture.md, "The
+// live path (issue 27)": a knock's p99 waited behind its partition's
+// checkpoint). The effects' acknowledgements are awaited and the due
+// states encoded in line, as before (every effect a state put covers is
+// stored first); the states' puts and then the sequence are written by a
+// goroutine of their own, and the session's loop takes the outcome
+// (takeWrite). One write at a time: a checkpoint due while the previous
+// one is being written is noted (due) and taken once that one is stored;
+// the fold waits for it only when 2 × SnapshotEvery events were folded
+// since the last checkpoint was taken, which bounds a restart's refold
+// as before, with one period more.
+func (s *session) checkpointLive(ctx context.Context, full bool) error {
+	if s.writing != nil {
+		s.due, s.dueFull = true, s.dueFull || full
+		if s.since < 2*s.p.r.cfg.SnapshotEvery {
+			return nil
+		}
+		if err := s.awaitWrite(ctx); err != nil {
+			return err
+		}
+	}
+	full = full || s.dueFull
+	s.due, s.dueFull = false, false
+	w, err := s.captureCheckpoint(ctx, full)
+	if w == nil || err != nil {
+		return err
+	}
+	s.since = 0 // from here, the events folded after this capture
+	w.done = make(chan struct{})
+	s.writing = w
+	go func() {
+		defer close(w.done)
+		w.err = s.writeCheckpoint(ctx, w)
+	}()
+	return nil
+}
+
+// writeDone is closed when the live checkpoint being written is stored or
+// has failed; nil (never ready) when none is being written.
+func (s *session) writeDone() <-chan struct{} {
+	if s.writing == nil {
 		return nil
 	}
-	r, p := s.p.r, s.p
+	return s.writing.done
+}
+
+// takeWrite takes the outcome of the live checkpoint whose write ended
+// (writeDone closed).
+func (s *session) takeWrite() error {
+	w := s.writing
+	s.writing = nil
+	return s.finishCheckpoint(w)
+}
+
+// awaitWrite waits for the live checkpoint being written, if any, and
+// takes its outcome: its error, or ctx's when ctx ends first (the write
+// is then still in flight: abandonWrite).
+func (s *session) awaitWrite(ctx context.Context) error {
+	if s.writing == nil {
+		return nil
+	}
+	select {
+	case <-s.writing.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.takeWrite()
+}
+
+// errSessionOver cancels a live checkpoint's write when its session ends
+// before it is stored.
+var errSessionOver = errors.New("partition session over")
+
+// abandonWrite ends the session's part in a live checkpoint still being
+// written: cancel (of the session's work context) stops its puts, and it
+// returns once the write has, so that no put of this session lands after
+// the partition's next session has read the bucket.
+func (s *session) abandonWrite(cancel func()) {
+	if s.writing == nil {
+		return
+	}
+	cancel()
+	<-s.writing.done
+	s.writing = nil
+}
+
+// checkpointWrite is one checkpoint between its capture and its outcome:
+// what is written, and by whom (the session, or for a live checkpoint a
+// goroutine of its own, which touches nothing of the session's but this).
+type checkpointWrite struct {
+	states, summaries map[string][]byte
+	// revs holds each put node's revision as last seen, and then as
+	// stored (Snapshots.PutSummarizedAt updates it).
+	revs map[string]uint64
+	// ck is the sequence to store once every state is; stored only when
+	// past base, the checkpoint stored when it was taken.
+	ck, base uint64
+	folded   uint64 // the last sequence folded when it was taken
+	done     chan struct{}
+	err      error
+}
+
+// captureCheckpoint takes a checkpoint: it waits for every effect sent to
+// be acknowledged, chooses the states to put (full, or aged stateAge
+// checkpoints) and the sequence it can claim, and encodes the states. The
+// chosen nodes leave dirty: a failed write ends the session, which starts
+// again from the stored snapshot. Nil when there is nothing to write.
+func (s *session) captureCheckpoint(ctx context.Context, full bool) (*checkpointWrite, error) {
+	if (s.recovering && !s.rec.settled()) || (s.folded == s.checkpoint && len(s.dirty) == 0) {
+		return nil, nil
+	}
+	p := s.p
+	// Regions of a Go execution trace (BenchmarkKnockLatency's tail was
+	// found in them): nothing when no trace is being taken.
+	defer rtrace.StartRegion(ctx, "checkpoint capture").End()
+	rtrace.Log(ctx, "partition", strconv.Itoa(p.id))
 	if err := s.awaitAcks(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	if s.recovering && s.early != nil {
 		// The effects published during the read are stored before a
 		// checkpoint covers their causes.
 		if err := s.drainEarly(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := p.lost(); err != nil {
-		return err
+		return nil, err
 	}
 	s.gen++
+	w := &checkpointWrite{base: s.checkpoint, folded: s.folded}
 	// ck is what the checkpoint can claim: the sequence before the first
 	// event of every node whose state waits.
-	ck := s.folded
+	w.ck = s.folded
 	put := make([]string, 0, len(s.dirty))
 	for node, d := range s.dirty {
 		if full || s.gen-d.gen >= stateAge {
 			put = append(put, node)
 		} else {
-			ck = min(ck, d.first-1)
+			w.ck = min(w.ck, d.first-1)
 		}
 	}
-	var states, summaries map[string][]byte
 	if len(put) > 0 {
 		sctx, cancel := context.WithTimeout(ctx, ackTimeout)
 		defer cancel()
-		states = make(map[string][]byte, len(put))
-		summaries = make(map[string][]byte, len(put))
+		w.states = make(map[string][]byte, len(put))
+		w.summaries = make(map[string][]byte, len(put))
+		w.revs = make(map[string]uint64, len(put))
 		// The states are encoded into shared buffers (stateArena), sized
 		// from the last checkpoint's average: encoding each changed
 		// state (2–3 KB) into buffers of its own, copied twice, was 9 %
@@ -1458,19 +1607,33 @@ func (s *session) checkpointNow(ctx context.Context, full bool) error {
 			buf := arena.room()
 			b, sum, grown, err := s.snapshotOf(sctx, node, s.dirty[node].st, buf)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			arena.took(grown)
 			encoded += len(b)
-			states[node] = b
+			w.states[node] = b
 			if sum != nil {
-				summaries[node] = sum
+				w.summaries[node] = sum
 			}
+			w.revs[node] = s.revs[node]
 		}
-		if n := len(states); n > 0 {
+		if n := len(w.states); n > 0 {
 			s.stateAvg = encoded / n
 		}
 	}
+	for _, node := range put {
+		delete(s.dirty, node)
+	}
+	return w, nil
+}
+
+// writeCheckpoint puts w's states, then, once every one is acknowledged
+// and the lease still held, its sequence. It reads nothing of the
+// session's but its partition.
+func (s *session) writeCheckpoint(ctx context.Context, w *checkpointWrite) error {
+	r, p := s.p.r, s.p
+	defer rtrace.StartRegion(ctx, "checkpoint write").End()
+	rtrace.Log(ctx, "partition", strconv.Itoa(p.id))
 	// Each write is tried for snapshotAttempt, then, while the bucket
 	// elects a leader, again once it has one (issue 24): a write sent
 	// into an election gets no answer, and waiting out ackTimeout kept
@@ -1478,17 +1641,18 @@ func (s *session) checkpointNow(ctx context.Context, full bool) error {
 	// Node states acknowledged by a failed attempt are not written twice
 	// (PutNodesAt moves their revisions); one whose acknowledgement was
 	// lost conflicts, and the session restarts from its snapshot.
+	states := w.states
 	if err := s.retryWrite(ctx, func(ctx context.Context) error {
 		if len(states) == 0 {
 			return nil
 		}
 		before := make(map[string]uint64, len(states))
 		for node := range states {
-			before[node] = s.revs[node]
+			before[node] = w.revs[node]
 		}
-		err := r.snaps.PutSummarizedAt(ctx, p.id, states, summaries, s.revs)
+		err := r.snaps.PutSummarizedAt(ctx, p.id, states, w.summaries, w.revs)
 		for node, rev := range before {
-			if s.revs[node] != rev {
+			if w.revs[node] != rev {
 				delete(states, node) // written
 			}
 		}
@@ -1499,23 +1663,34 @@ func (s *session) checkpointNow(ctx context.Context, full bool) error {
 	if err := p.lost(); err != nil {
 		return err
 	}
-	for _, node := range put {
-		delete(s.dirty, node)
+	if w.ck > w.base {
+		return s.retryWrite(ctx, func(ctx context.Context) error {
+			return r.snaps.PutCheckpoint(ctx, p.id, w.ck)
+		})
 	}
-	if ck > s.checkpoint {
-		if err := s.retryWrite(ctx, func(ctx context.Context) error {
-			return r.snaps.PutCheckpoint(ctx, p.id, ck)
-		}); err != nil {
-			return err
-		}
-		s.checkpoint = ck
+	return nil
+}
+
+// finishCheckpoint takes w's outcome into the session: the put nodes'
+// new revisions (also of a failed write: a put acknowledged is stored),
+// and, when it was stored, its sequence.
+func (s *session) finishCheckpoint(w *checkpointWrite) error {
+	r, p := s.p.r, s.p
+	for node, rev := range w.revs {
+		s.revs[node] = rev
 	}
-	s.since = 0
+	if w.err != nil {
+		return w.err
+	}
+	s.checkpoint = max(s.checkpoint, w.ck)
+	if w.done == nil {
+		s.since = 0 // written in line: nothing was folded since its capture
+	}
 	s.checkpointed = time.Now()
 	if s.recovering {
 		s.rec.forget()
 		r.log.Debug("partition checkpointed during its recovery", "partition", p.id, "checkpoint", s.checkpoint, "recovering_to", s.lastAtStart)
 	}
 	r.m.Checkpoints.Inc()
-	return fault(r.cfg.Faults.AfterCheckpoint, p.id, s.folded)
+	return fault(r.cfg.Faults.AfterCheckpoint, p.id, w.folded)
 }
