@@ -1404,7 +1404,8 @@ type dirtyNode struct {
 // N+1-stateAge: a restart refolds at most the events since the stateAge-th
 // last checkpoint, at most stateAge × SnapshotEvery messages of a
 // partition (4,000) and about stateAge × SnapshotInterval (4 s) of its
-// input. Put at every checkpoint, a node that changes about once a second
+// input; with a live checkpoint's write still in flight (checkpointLive),
+// one period more, each at most 2 × SnapshotEvery. Put at every checkpoint, a node that changes about once a second
 // was written about once an event on the live path (0.17–0.35 puts an
 // input, issue 27).
 const stateAge = 4
