@@ -33,7 +33,9 @@ import (
 // as node agents, provisioners and readers make them) and reads its first
 // message: over N's plan, knock or settle, all of N's events, or the
 // whole stream; "get K N" is the direct get of N's newest K that node agents and
-// provisioners make on start; "request fill" sends a fill request to
+// provisioners make on start; "leader get plan N" reads it from the
+// stream's leader (store.LeaderReads: the message get, by stream, which
+// only the roles that read the whole stream may send); "request fill" sends a fill request to
 // ace's agent and reads its reply; "subscribe fill" listens on ace's fill
 // subject (fill requests carry secrets); "read snapshots" opens the
 // snapshot bucket, gets ace's state and lists every state (state, fleet);
@@ -114,6 +116,7 @@ get plan ace              ok        ok         ok       ok         ok           
 get plan shanks           ok        ok         ok       -          -            ok       ok
 get knock ace             ok        -          ok       -          ok           -       ok
 get settle ace            ok        -          ok       -          ok           -       ok
+leader get plan ace       ok        ok         ok       -          -            -       ok
 request fill ace          -         -          -        -          ok           -        -
 subscribe fill ace        -         -          -        ok         -            -        -
 request logs ace          -         -          ok       -          -            -        -
@@ -290,6 +293,10 @@ func actions(cfg store.StreamConfig, w *witness) map[string]action {
 				return err
 			}
 		}
+	}
+	acts["leader get plan ace"] = func(ctx context.Context, c *cell) error {
+		_, err := store.LastMsg(ctx, store.Leader(c.js, c.cfg.Name), subj, "ace", events.KindPlan)
+		return err
 	}
 	acts["consume knock ace"] = consume(subj.Stored("ace", events.KindKnock))
 	acts["consume settle ace"] = consume(subj.Stored("ace", events.KindSettle))
