@@ -208,14 +208,18 @@ func decodePipelined(summaries bool, row func(NodeView) audit.FleetRow, each fun
 		})
 	}
 	var batches []*fleetJob
-	cur := &fleetJob{summaries: summaries, row: row, each: each}
+	newJob := func() *fleetJob {
+		return &fleetJob{summaries: summaries, row: row, each: each,
+			nodes: make([]string, 0, fleetBatch), data: make([][]byte, 0, fleetBatch)}
+	}
+	cur := newJob()
 	err := scan(func(node string, data []byte) {
 		cur.nodes = append(cur.nodes, node)
 		cur.data = append(cur.data, data)
 		if len(cur.nodes) == fleetBatch {
 			batches = append(batches, cur)
 			jobs <- cur
-			cur = &fleetJob{summaries: summaries, row: row, each: each}
+			cur = newJob()
 		}
 	})
 	if len(cur.nodes) > 0 {
@@ -281,8 +285,7 @@ type fleetJob struct {
 func (j *fleetJob) decode(buf []audit.FleetRow) []audit.FleetRow {
 	switch {
 	case j.each != nil:
-		clear(buf)
-		j.rows = buf[:0]
+		j.rows = buf[:0] // each row is written whole over the last batch's
 	case j.row != nil:
 		j.rows = make([]audit.FleetRow, 0, len(j.nodes))
 	default:

@@ -322,22 +322,25 @@ func writeFleetChunks(w io.Writer, chunks []*fleetJSONChunk) error {
 		}
 		n += len(c.keys)
 	}
-	keys := make([]*audit.FleetKey, 0, n)
+	// The keys in one array, and an index sorted: the keys side by side
+	// are compared faster than through pointers into each chunk.
+	keys := make([]audit.FleetKey, 0, n)
 	lines := make([][]byte, 0, n)
 	for _, c := range chunks {
 		start := 0
-		for i, end := range c.ends {
-			keys = append(keys, &c.keys[i])
+		for _, end := range c.ends {
 			lines = append(lines, c.b[start:end])
 			start = end
 		}
+		keys = append(keys, c.keys...)
+		c.keys = nil
 	}
 	order := make([]int32, n)
 	for i := range order {
 		order[i] = int32(i)
 	}
 	slices.SortFunc(order, func(i, j int32) int {
-		if c := audit.CompareFleetKeys(keys[i], keys[j]); c != 0 {
+		if c := audit.CompareFleetKeys(&keys[i], &keys[j]); c != 0 {
 			return c
 		}
 		return cmp.Compare(i, j)

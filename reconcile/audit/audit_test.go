@@ -1,8 +1,12 @@
 package audit_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -276,6 +280,66 @@ func TestFleetLineWarningsPlural(t *testing.T) {
 		r := audit.FleetRow{Node: "ace", Attention: []string{"journal"}, Warnings: n, HaveAge: -1}
 		if l := r.Line(4); !strings.HasSuffix(l, want) {
 			t.Errorf("%d warnings: %q, want it to end %q", n, l, want)
+		}
+	}
+}
+
+// CompareFleetKeys, which compares the counts packed in one number when
+// they fit, orders rows as SortFleet documents it: by the first need,
+// then more needs, more restarts, more owed items, more pending
+// approvals, more unsettled plans, an older have, the name; counts past
+// what a packed field holds (and negative ones) compared one by one.
+func TestCompareFleetKeys(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	count := func() int {
+		switch rng.IntN(4) {
+		case 0:
+			return 0
+		case 1:
+			return rng.IntN(3)
+		case 2:
+			return []int{-1, 4095, 4096, 16383, 16384, 1 << 20}[rng.IntN(6)]
+		}
+		return rng.IntN(20000)
+	}
+	row := func() audit.FleetRow {
+		r := audit.FleetRow{Node: fmt.Sprintf("n%d", rng.IntN(3)), HaveAge: float64(rng.IntN(3)), Owed: count(), Unsettled: count()}
+		for _, need := range audit.FleetNeeds {
+			if rng.IntN(3) == 0 {
+				r.Attention = append(r.Attention, need)
+			}
+		}
+		for range rng.IntN(3) {
+			r.Failed = append(r.Failed, reconcile.ModuleRuntime{Restarts: count()})
+		}
+		r.Pending = make([]reconcile.Held, []int{0, 1, 2, 4095, 4096}[rng.IntN(5)])
+		return r
+	}
+	first := func(r *audit.FleetRow) int {
+		if len(r.Attention) == 0 {
+			return len(audit.FleetNeeds)
+		}
+		return slices.Index(audit.FleetNeeds, r.Attention[0])
+	}
+	restarts := func(r *audit.FleetRow) int {
+		n := 0
+		for _, m := range r.Failed {
+			n += m.Restarts
+		}
+		return n
+	}
+	for range 20000 {
+		a, b := row(), row()
+		if rng.IntN(4) == 0 {
+			b = a // equal counts, ties broken by age and name
+			b.Node, b.HaveAge = fmt.Sprintf("n%d", rng.IntN(3)), float64(rng.IntN(3))
+		}
+		want := cmp.Or(cmp.Compare(first(&a), first(&b)), -cmp.Compare(len(a.Attention), len(b.Attention)),
+			-cmp.Compare(restarts(&a), restarts(&b)), -cmp.Compare(a.Owed, b.Owed), -cmp.Compare(len(a.Pending), len(b.Pending)),
+			-cmp.Compare(a.Unsettled, b.Unsettled), -cmp.Compare(a.HaveAge, b.HaveAge), cmp.Compare(a.Node, b.Node))
+		ka, kb := audit.FleetKeyOf(&a), audit.FleetKeyOf(&b)
+		if got := audit.CompareFleetKeys(&ka, &kb); got != want {
+			t.Fatalf("compare %+v\nwith %+v:\n got %d, want %d", a, b, got, want)
 		}
 	}
 }
