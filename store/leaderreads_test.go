@@ -22,12 +22,10 @@ import (
 const reads = 60
 
 // A read from the leader (store.LeaderReads: LastMsg, a get by
-// sequence) sees a write the stream acknowledged, while a
+// sequence, ReadNode's bound) sees a write the stream acknowledged, while a
 // replica is behind and answers direct gets with what it had: on a real
 // 3-server cluster whose third server's replication is held
-// (storetest.Lag), right after the ack. (ReadNode's bound is read so
-// too; its consumer cannot be created while a server's system routes are
-// held, so it is not read here.)
+// (storetest.Lag), right after the ack, from a client of any server.
 func TestLeaderReadsSeeAcknowledgedWrites(t *testing.T) {
 	c, lag := storetest.StartLaggingCluster(t, 3)
 	js := connectTo(t, c.Servers[0])
@@ -71,15 +69,10 @@ func TestLeaderReadsSeeAcknowledgedWrites(t *testing.T) {
 		t.Fatalf("no direct get of %d answered by the held replica", reads)
 	}
 	t.Logf("%d of %d direct gets answered by the held replica", stale, reads)
-	// Connected to the third server (neither the leader nor the held
-	// one: the request must find the leader), and to the leader. (The
-	// held server's own clients reach no JetStream API: the hold holds
-	// the system account's routes, where API requests travel too.)
+	// Connected to each server, the held one too.
 	var conns []jetstream.JetStream
 	for _, srv := range c.Servers {
-		if srv != held {
-			conns = append(conns, connectTo(t, srv))
-		}
+		conns = append(conns, connectTo(t, srv))
 	}
 	for _, js := range conns {
 		l := store.Leader(js, cfg.Name)
@@ -92,6 +85,46 @@ func TestLeaderReadsSeeAcknowledgedWrites(t *testing.T) {
 			if err != nil || raw.Sequence != ack.Seq || raw.Header.Get(jetstream.MsgIDHeader) != m.MsgID {
 				t.Fatalf("GetMsg(%d) from the leader: %+v, %v", ack.Seq, raw, err)
 			}
+		}
+	}
+	// ReadNode, started while the replica is held, reads up to the
+	// newest event as the leader has it: its bound is read from the
+	// leader (with a direct get it was the held replica's), and its
+	// consumer, which the server may place on the held replica, is
+	// waited for past its count of pending messages until it delivers the
+	// bound. Each read has delivered its first event before the hold
+	// ends.
+	type result struct {
+		seqs []uint64
+		err  error
+	}
+	n := len(conns) * (reads / 6)
+	results, started := make(chan result, n), make(chan struct{}, n)
+	for _, js := range conns {
+		for range reads / 6 {
+			go func() {
+				var seqs []uint64
+				err := store.ReadNode(ctx, js, cfg.Name, cfg.Subjects(), "ace", 0, 0, func(m store.Msg) error {
+					if seqs = append(seqs, m.Event.Seq); len(seqs) == 1 {
+						started <- struct{}{}
+					}
+					return nil
+				})
+				results <- result{seqs, err}
+			}()
+		}
+	}
+	for range n {
+		select {
+		case <-started:
+		case <-ctx.Done():
+			t.Fatal("the reads did not start")
+		}
+	}
+	lag.Release()
+	for range n {
+		if r := <-results; r.err != nil || len(r.seqs) != 2 || r.seqs[1] != ack.Seq {
+			t.Fatalf("ReadNode read %v, %v; the node's events are at %d and %d", r.seqs, r.err, first.Seq, ack.Seq)
 		}
 	}
 	if _, err := store.Leader(js, cfg.Name).GetLastMsgForSubject(ctx, cfg.Subjects().Stored("nobody", events.KindWant)); !errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -114,7 +114,8 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 	// waiting for messages that may never come. Read from the leader: a
 	// replica behind it would end the read before an event just
 	// acknowledged (an audit right after a want).
-	last, err := Leader(js, streamName).GetLastMsgForSubject(ctx, filter)
+	leader := Leader(js, streamName)
+	last, err := leader.GetLastMsgForSubject(ctx, filter)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}
@@ -128,12 +129,20 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 	if from > end {
 		return nil
 	}
+	// The consumer may be placed on a replica behind the leader: its
+	// count of pending messages then ends before end. Only end's removal
+	// (a limit, meanwhile) ends the read there; otherwise the read waits
+	// for the replica to deliver up to end.
+	removed := func() bool {
+		_, err := leader.GetMsg(ctx, end)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}
 	t, err := Follow(ctx, js, TailConfig{Stream: streamName, Subjects: subj, Filter: filter, Start: from})
 	if err != nil {
 		return fmt.Errorf("read %s: %w", node, err)
 	}
 	defer t.Stop()
-	if t.Empty() {
+	if t.Empty() && removed() {
 		return nil
 	}
 	for {
@@ -152,7 +161,7 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 		if err := fn(m); err != nil {
 			return err
 		}
-		if seq == end || m.Pending == 0 {
+		if seq == end || (m.Pending == 0 && removed()) {
 			return nil
 		}
 	}

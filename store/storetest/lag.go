@@ -3,8 +3,8 @@ package storetest
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,50 +14,79 @@ import (
 )
 
 // Lag holds a server of a cluster started by [StartLaggingCluster]
-// behind its peers: while held, the bytes of its routes that carry the
-// system account (where the servers' Raft groups replicate every stream
-// and the JetStream metadata) wait in a proxy, while its routes of the
-// other accounts (clients' messages, JetStream API requests and their
-// answers) flow. The held server stays up, keeps answering its clients
-// and keeps its direct-get subscriptions, with the copy of each stream it
-// had: a replica behind its leader, as a slow disk, a busy CPU or a
-// congested link makes one, for as long as the test wants.
+// behind its peers: while held, the Raft append entries of every
+// stream's replica group ($NRG.AE.S-…) that its routes carry wait in a
+// proxy, while everything else flows: clients' messages, JetStream API
+// requests and their answers, the metadata group's replication (so
+// consumers are still created). The held server stays up, keeps
+// answering its clients and keeps its direct-get subscriptions, with the
+// copy of each stream it had: a replica behind its leader, as a slow
+// disk, a busy CPU or a congested link makes one, for as long as the test
+// wants. [Lag.Release] sends what waited, in order.
 type Lag struct {
-	mu      sync.Mutex
-	held    string        // the held server's name; "" none
-	release chan struct{} // closed when the hold ends
-	closed  bool
+	mu     sync.Mutex
+	held   string // the held server's name; "" none
+	closed bool
 }
 
 // Hold holds server name's replication until [Lag.Release].
 func (l *Lag) Hold(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.held, l.release = name, make(chan struct{})
+	l.held = name
+}
+
+// holding reports whether a server is held.
+func (l *Lag) holding() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held != "" && !l.closed
+}
+
+// opLen returns the length of the route protocol operation at the start
+// of b (its line, and for a message its payload and CRLF), or 0 when b
+// does not hold all of it yet.
+func opLen(b []byte) int {
+	i := bytes.Index(b, []byte("\r\n"))
+	if i < 0 {
+		return 0
+	}
+	n := i + 2
+	if bytes.HasPrefix(b, []byte("RMSG ")) || bytes.HasPrefix(b, []byte("HMSG ")) {
+		f := bytes.Fields(b[:i])
+		size, err := strconv.Atoi(string(f[len(f)-1]))
+		if err != nil {
+			return n // not a message line after all: pass it on
+		}
+		n += size + 2
+		if len(b) < n {
+			return 0
+		}
+	}
+	return n
 }
 
 // Release lets the held server's replication flow again.
 func (l *Lag) Release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.release != nil {
-		close(l.release)
-	}
-	l.held, l.release = "", nil
+	l.held = ""
 }
 
-// wait blocks while a hold applies to a route between from and to of
-// the system account.
-func (l *Lag) wait(c *proxied) {
-	for {
-		l.mu.Lock()
-		held, release, closed := l.held, l.release, l.closed
-		l.mu.Unlock()
-		if closed || held == "" || !c.system() || (c.owner != held && c.dialer() != held) {
-			return
-		}
-		<-release
+// holds reports whether an operation of route connection c waits now:
+// a stream group's append entry while c's server or its dialer is held.
+func (l *Lag) holds(c *proxied, op []byte) bool {
+	if !bytes.HasPrefix(op, []byte("RMSG ")) && !bytes.HasPrefix(op, []byte("HMSG ")) {
+		return false
 	}
+	line, _, _ := bytes.Cut(op, []byte("\r\n"))
+	if !bytes.Contains(line, []byte(" $NRG.AE.S-")) {
+		return false
+	}
+	l.mu.Lock()
+	held, closed := l.held, l.closed
+	l.mu.Unlock()
+	return !closed && held != "" && (c.owner == held || c.dialer() == held)
 }
 
 // proxied is one route connection through a server's proxy: its dialer's
@@ -75,12 +104,6 @@ func (c *proxied) sniff(b []byte) {
 	if len(c.first) < 16<<10 {
 		c.first = append(c.first, b[:min(len(b), 16<<10-len(c.first))]...)
 	}
-}
-
-func (c *proxied) system() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return bytes.Contains(c.first, []byte(`"route_account":"`+server.DEFAULT_SYSTEM_ACCOUNT+`"`))
 }
 
 func (c *proxied) dialer() string {
@@ -123,10 +146,6 @@ func StartLaggingCluster(t testing.TB, n int) (*Cluster, *Lag) {
 	t.Cleanup(func() {
 		lag.mu.Lock()
 		lag.closed = true
-		if lag.release != nil {
-			close(lag.release)
-			lag.release = nil
-		}
 		lag.mu.Unlock()
 		for _, ln := range lns {
 			ln.Close()
@@ -137,24 +156,47 @@ func StartLaggingCluster(t testing.TB, n int) (*Cluster, *Lag) {
 		}
 		mu.Unlock()
 	})
+	// pipe copies src to dst one route protocol operation at a time
+	// (a line, and a message's payload after it), keeping back those the
+	// hold holds until it ends. Reads wake every 20 ms to send what a
+	// released hold kept back.
 	pipe := func(dst, src net.Conn, c *proxied, sniff bool) {
 		defer dst.Close()
 		defer src.Close()
+		var in, kept []byte
 		buf := make([]byte, 32<<10)
 		for {
+			_ = src.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 			k, err := src.Read(buf)
-			if k > 0 {
-				if sniff {
-					c.sniff(buf[:k])
+			if sniff && k > 0 {
+				c.sniff(buf[:k])
+			}
+			in = append(in, buf[:k]...)
+			var out []byte
+			for {
+				n := opLen(in)
+				if n == 0 {
+					break
 				}
-				lag.wait(c)
-				if _, werr := dst.Write(buf[:k]); werr != nil {
+				op := in[:n]
+				if lag.holds(c, op) {
+					kept = append(kept, op...)
+				} else {
+					out = append(out, op...)
+				}
+				in = in[n:]
+			}
+			if len(kept) > 0 && !lag.holding() {
+				out, kept = append(kept, out...), nil
+			}
+			if len(out) > 0 {
+				if _, werr := dst.Write(out); werr != nil {
 					return
 				}
 			}
 			if err != nil {
-				if err != io.EOF {
-					return
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					continue
 				}
 				return
 			}
