@@ -21,8 +21,9 @@ import (
 // journal) of the partition (holdsEffects). When it holds none, no effect
 // the fold makes can be found stored by the recovery rule, which would
 // publish every one of them after the read, each subject's in order
-// behind fence 0 and then its previous effect's sequence. earlyPub
-// publishes them during the read instead, with the same fences: each
+// behind fence 0 and then its previous effect's sequence. Once they are
+// dense enough to pay for it (probe), earlyPub publishes them during the
+// read instead, with the same fences: each
 // subject's effects in the order folded, each sent once the one before it
 // is acknowledged, fenced behind that acknowledgement's sequence (0 for
 // the first). A message another writer stores on the subject meanwhile
@@ -36,6 +37,11 @@ import (
 // ends (drainEarly), so such a refold may checkpoint before its end
 // (recoveryCheckpointDue), where one that defers its effects cannot.
 type earlyPub struct {
+	// on holds once the session publishes as it reads: from its start
+	// it defers, as every recovery does, until the effects deferred
+	// reach earlyDensity of the messages handled (after earlyProbe),
+	// and then moves them into the subjects' queues (probe).
+	on   bool
 	subs map[effectKey]*earlySubject
 	// ready holds the subjects whose next effect may be sent (none of
 	// theirs in flight, one queued), in turn.
@@ -98,12 +104,39 @@ func (p *partition) holdsEffects(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
+// earlyProbe and earlyDensity: a first refold publishes as it reads once
+// it has handled earlyProbe messages and deferred at least one effect
+// for every earlyDensity of them. Publishing as it reads cost a sparse
+// refold more than it saved: on the bench's mix (5 effects in 100
+// inputs) the reconciler's CPU an event rose 10-30 % and the server's
+// 20-50 %, each effect sent alone while the partitions read; on the
+// effect-dense mix (31 in 100), where publishing after the read was half
+// the refold, neither rose (docs/benchmarks.md).
+const (
+	earlyProbe   = 1024
+	earlyDensity = 8
+)
+
+// probe starts publishing as the session reads when its deferred effects
+// are dense enough (earlyProbe, earlyDensity) and none was seen stored.
+func (s *session) probe() {
+	ep := s.early
+	if ep.on || s.n < earlyProbe || uint64(len(s.rec.deferred))*earlyDensity < s.n || s.rec.unstored != nil {
+		return
+	}
+	ep.on = true
+	for _, d := range s.rec.deferred {
+		s.publishEarly(d.e)
+	}
+	s.rec.deferred = nil
+}
+
 // publishEarly takes e, an effect folded while recovering: with early
-// publishing, it is queued behind its subject's effects and sent by
+// publishing on, it is queued behind its subject's effects and sent by
 // pump; without (false), the caller defers it.
 func (s *session) publishEarly(e reconcile.Effect) bool {
 	ep := s.early
-	if ep == nil {
+	if ep == nil || !ep.on {
 		return false
 	}
 	k := effectKey{e.Node, e.Kind}

@@ -23,7 +23,7 @@ import (
 // stored exactly once, every state equal to that fold.
 func TestFirstRefoldPublishesAsItReads(t *testing.T) {
 	g := newRig(t, store.StreamConfig{Partitions: 1})
-	last := enginetest.SimulateDenseInputs(1_500, 15).Load(t, g.js)
+	last := enginetest.SimulateDenseInputs(3_000, 30).Load(t, g.js)
 	crashAt := last * 2 / 3
 	var (
 		mu  sync.Mutex

@@ -619,6 +619,7 @@ func (s *session) handle(ctx context.Context, msg jetstream.Msg, meta *jetstream
 	p.folded.Store(seq)
 	s.since++
 	if s.recovering && s.early != nil {
+		s.probe()
 		if err := s.pump(ctx); err != nil {
 			return err
 		}
