@@ -65,9 +65,20 @@ func TestFirstRefoldWithASmallPrepareWindow(t *testing.T) {
 // firstRefold checks a cold refold of dense inputs, the reconciler's
 // connection allowing pending asynchronous publishes (0: the client's
 // default): every effect once, in order, and no session restarted.
-func firstRefold(t *testing.T, pending int) {
+func firstRefold(t *testing.T, pending int) { firstRefoldOf(t, pending, store.StreamConfig{}) }
+
+// TestFirstRefoldAsItReadsStoresEveryEffectOnceInOrder is that refold
+// on one partition: its session has read enough of the dense inputs to
+// publish as it reads (engine/early.go), those it deferred until then
+// first; each subject's effects are still stored once, in order.
+func TestFirstRefoldAsItReadsStoresEveryEffectOnceInOrder(t *testing.T) {
+	firstRefoldOf(t, 0, store.StreamConfig{Partitions: 1})
+}
+
+// firstRefoldOf is firstRefold on a stream of configuration scfg.
+func firstRefoldOf(t *testing.T, pending int, scfg store.StreamConfig) {
 	h := enginetest.SimulateDenseInputs(6_000, 40)
-	_, _, js, st, cfg := storetest.StartStream(t, store.StreamConfig{})
+	_, _, js, st, cfg := storetest.StartStream(t, scfg)
 	last := h.Load(t, js)
 	if last != uint64(len(h.Msgs)) {
 		t.Fatalf("inputs at 1..%d, want 1..%d", last, len(h.Msgs))

@@ -901,13 +901,17 @@ func (p *prepared) prepare(ctx context.Context, r *Reconciler, e reconcile.Effec
 
 // take returns pe, effect e's message, prepared: by the session itself
 // when prepareAhead has not taken it yet, else once prepareAhead is done
-// with it (freeing its slot). The session takes each effect once.
+// with it (freeing its slot, once: a stalled send takes the same effect
+// again).
 func (p *prepared) take(ctx context.Context, r *Reconciler, e reconcile.Effect, pe *preparedEffect) *preparedEffect {
 	if !p.prepare(ctx, r, e, pe, false) {
 		for pe.state.Load() != 2 {
 			runtime.Gosched()
 		}
 		if pe.ahead {
+			// Once: a send the connection's pending limit refused
+			// (errStalled) takes the same effect again.
+			pe.ahead = false
 			<-p.slots
 		}
 	}
