@@ -1527,9 +1527,16 @@ func (s *session) awaitWrite(ctx context.Context) error {
 var errSessionOver = errors.New("partition session over")
 
 // abandonWrite ends the session's part in a live checkpoint still being
-// written: cancel (of the session's work context) stops its puts, and it
-// returns once the write has, so that no put of this session lands after
-// the partition's next session has read the bucket.
+// written: cancel (of the session's work context) stops the write, and it
+// returns once the write's goroutine has, so that no checkpoint sequence
+// of this session is put after it. State puts already sent when cancel
+// came may still be stored after the partition's next session read the
+// bucket: each is fenced on the revision this session last saw, so it
+// cannot overwrite a newer state, but the next session's put of that
+// node then fails its fence and that session starts again (a refold
+// from the stored checkpoint; nothing is lost). Waiting for the puts on
+// an error exit that kept the lease would spare that restart: not done
+// (docs/architecture.md, "The live path (issue 27)").
 func (s *session) abandonWrite(cancel func()) {
 	if s.writing == nil {
 		return
