@@ -45,8 +45,19 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
 	}
+	return startServers(t, routes, func(i int, o *server.ClusterOpts) { o.Port = ports[i] })
+}
+
+// startServers starts len(routes) JetStream servers m0, m1, … on
+// 127.0.0.1, each routed to every address of routes, server i's cluster
+// listener set by cluster (its port, and what it advertises), and
+// returns once every server accepts clients and the JetStream meta group
+// has a leader every server follows (StartCluster's wait). It fails the
+// test on any error, or after 30 s without a meta leader.
+func startServers(t testing.TB, routes []string, cluster func(i int, o *server.ClusterOpts)) *Cluster {
+	t.Helper()
 	c := &Cluster{t: t}
-	for i := range n {
+	for i := range routes {
 		opts := &server.Options{
 			ServerName: fmt.Sprintf("m%d", i),
 			Host:       "127.0.0.1",
@@ -55,13 +66,10 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			StoreDir:   t.TempDir(),
 			NoLog:      true,
 			NoSigs:     true,
-			Cluster: server.ClusterOpts{
-				Name: "meshfold-test",
-				Host: "127.0.0.1",
-				Port: ports[i],
-			},
-			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
+			Cluster:    server.ClusterOpts{Name: "meshfold-test", Host: "127.0.0.1"},
+			Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
 		}
+		cluster(i, &opts.Cluster)
 		s, err := server.NewServer(opts)
 		if err != nil {
 			t.Fatalf("storetest: cluster server %d: %v", i, err)

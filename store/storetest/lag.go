@@ -224,45 +224,10 @@ func StartLaggingCluster(t testing.TB, n int) (*Cluster, *Lag) {
 			}
 		}()
 	}
-	c := &Cluster{t: t}
-	for i := range n {
-		opts := &server.Options{
-			ServerName: fmt.Sprintf("m%d", i),
-			Host:       "127.0.0.1",
-			Port:       -1,
-			JetStream:  true,
-			StoreDir:   t.TempDir(),
-			NoLog:      true,
-			NoSigs:     true,
-			Cluster: server.ClusterOpts{
-				Name:      "meshfold-test",
-				Host:      "127.0.0.1",
-				Port:      real[i],
-				Advertise: strings.TrimPrefix(routes[i], "nats-route://"),
-			},
-			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
-		}
-		s, err := server.NewServer(opts)
-		if err != nil {
-			t.Fatalf("storetest: cluster server %d: %v", i, err)
-		}
-		s.Start()
-		t.Cleanup(s.Shutdown)
-		c.Servers = append(c.Servers, s)
-	}
-	for _, s := range c.Servers {
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("storetest: cluster server %s not ready", s.Name())
-		}
-		c.urls = append(c.urls, s.ClientURL())
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !c.metaReady() {
-		if time.Now().After(deadline) {
-			t.Fatal("storetest: the cluster elected no JetStream meta leader")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	c := startServers(t, routes, func(i int, o *server.ClusterOpts) {
+		o.Port = real[i]
+		o.Advertise = strings.TrimPrefix(routes[i], "nats-route://")
+	})
 	return c, lag
 }
 
