@@ -251,17 +251,9 @@ func (s *session) earlyAnswers(ctx context.Context, wait bool) error {
 				timer = time.NewTimer(ackTimeout)
 				defer timer.Stop()
 			}
-			select {
-			case ack = <-x.ok:
-			case err = <-x.errc:
-			case <-timer.C:
-				if s.rideOut(ctx, &waited) {
-					timer.Reset(electionGrace)
-					continue // the same acknowledgement again
-				}
-				return fmt.Errorf("publish %s (fenced at %d): no acknowledgement within %s", x.id, x.fence, ackTimeout)
-			case <-ctx.Done():
-				return ctx.Err()
+			var werr error
+			if ack, err, werr = s.awaitAck(ctx, x.ok, x.errc, timer, &waited, x.id, x.fence); werr != nil {
+				return werr
 			}
 		}
 		wait = false

@@ -1049,26 +1049,9 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 	done := func() error {
 		x := inflight[0]
 		timer.Reset(ackTimeout)
-		var (
-			ack *jetstream.PubAck
-			err error
-		)
-	wait:
-		for {
-			select {
-			case ack = <-x.f.Ok():
-				break wait
-			case err = <-x.f.Err():
-				break wait
-			case <-timer.C:
-				if s.rideOut(ctx, &waited) {
-					timer.Reset(electionGrace)
-					continue // the same acknowledgement again
-				}
-				return fmt.Errorf("publish %s (fenced at %d): no acknowledgement within %s", x.id, x.fence, ackTimeout)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+		ack, err, werr := s.awaitAck(ctx, x.f.Ok(), x.f.Err(), timer, &waited, x.id, x.fence)
+		if werr != nil {
+			return werr
 		}
 		waited = false
 		if err := answered(x, ack, err); err != nil {
@@ -1320,6 +1303,31 @@ func (s *session) awaitAcks(ctx context.Context) error {
 	}
 	s.pending = s.pending[:0]
 	return nil
+}
+
+// awaitAck waits for the answer to one publish, id fenced at fence: its
+// acknowledgement on ok, or its error on errc (pubErr, the server's
+// answer, for the caller to judge). timer, armed by the caller, bounds
+// the wait; when it fires, the wait rides out one election (rideOut) and
+// goes on for electionGrace. err is the session's when no answer came:
+// no acknowledgement in time, or ctx's.
+func (s *session) awaitAck(ctx context.Context, ok <-chan *jetstream.PubAck, errc <-chan error, timer *time.Timer, waited *bool, id string, fence uint64) (ack *jetstream.PubAck, pubErr, err error) {
+	for {
+		select {
+		case ack = <-ok:
+			return ack, nil, nil
+		case pubErr = <-errc:
+			return nil, pubErr, nil
+		case <-timer.C:
+			if s.rideOut(ctx, waited) {
+				timer.Reset(electionGrace)
+				continue // the same acknowledgement again
+			}
+			return nil, nil, fmt.Errorf("publish %s (fenced at %d): no acknowledgement within %s", id, fence, ackTimeout)
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
 }
 
 // rideOut decides, when an acknowledgement wait timed out, whether to
