@@ -1536,15 +1536,14 @@ var errSessionOver = errors.New("partition session over")
 
 // abandonWrite ends the session's part in a live checkpoint still being
 // written: cancel (of the session's work context) stops the write, and it
-// returns once the write's goroutine has, so that no checkpoint sequence
-// of this session is put after it. State puts already sent when cancel
-// came may still be stored after the partition's next session read the
-// bucket: each is fenced on the revision this session last saw, so it
-// cannot overwrite a newer state, but the next session's put of that
-// node then fails its fence and that session starts again (a refold
-// from the stored checkpoint; nothing is lost). Waiting for the puts on
-// an error exit that kept the lease would spare that restart: not done
-// (docs/architecture.md, "The live path (issue 27)").
+// returns once the write's goroutine has. It does not wait for the
+// puts: state puts already sent when cancel came may still be stored
+// after the partition's next session read the bucket. Each is fenced on
+// the revision this session last saw, so it cannot overwrite a newer
+// state; the next session's put of that node then fails its fence, and
+// that session reads the key again and puts over the older state
+// (adopt) instead of starting again (docs/architecture.md, "The live
+// path (issue 27)").
 func (s *session) abandonWrite(cancel func()) {
 	if s.writing == nil {
 		return
@@ -1560,8 +1559,9 @@ func (s *session) abandonWrite(cancel func()) {
 type checkpointWrite struct {
 	states, summaries map[string][]byte
 	// revs holds each put node's revision as last seen, and then as
-	// stored (Snapshots.PutSummarizedAt updates it).
-	revs map[string]uint64
+	// stored (Snapshots.PutSummarizedAt updates it); seqs each put
+	// state's last sequence folded (reconcile.State.Seq: see adopt).
+	revs, seqs map[string]uint64
 	// ck is the sequence to store once every state is; stored only when
 	// past base, the checkpoint stored when it was taken.
 	ck, base uint64
@@ -1616,6 +1616,7 @@ func (s *session) captureCheckpoint(ctx context.Context, full bool) (*checkpoint
 		w.states = make(map[string][]byte, len(put))
 		w.summaries = make(map[string][]byte, len(put))
 		w.revs = make(map[string]uint64, len(put))
+		w.seqs = make(map[string]uint64, len(put))
 		// The states are encoded into shared buffers (stateArena), sized
 		// from the last checkpoint's average: encoding each changed
 		// state (2–3 KB) into buffers of its own, copied twice, was 9 %
@@ -1637,6 +1638,7 @@ func (s *session) captureCheckpoint(ctx context.Context, full bool) (*checkpoint
 				w.summaries[node] = sum
 			}
 			w.revs[node] = s.revs[node]
+			w.seqs[node] = s.dirty[node].st.Seq
 		}
 		if n := len(w.states); n > 0 {
 			s.stateAvg = encoded / n
@@ -1661,23 +1663,32 @@ func (s *session) writeCheckpoint(ctx context.Context, w *checkpointWrite) error
 	// the partition from reading seconds after the bucket answered again.
 	// Node states acknowledged by a failed attempt are not written twice
 	// (PutNodesAt moves their revisions); one whose acknowledgement was
-	// lost conflicts, and the session restarts from its snapshot.
+	// lost conflicts, and so does one a former session's put overtook:
+	// adopt reads those keys again and puts over what it may.
 	states := w.states
 	if err := s.retryWrite(ctx, func(ctx context.Context) error {
-		if len(states) == 0 {
-			return nil
-		}
-		before := make(map[string]uint64, len(states))
-		for node := range states {
-			before[node] = w.revs[node]
-		}
-		err := r.snaps.PutSummarizedAt(ctx, p.id, states, w.summaries, w.revs)
-		for node, rev := range before {
-			if w.revs[node] != rev {
-				delete(states, node) // written
+		for round := 0; ; round++ {
+			if len(states) == 0 {
+				return nil
+			}
+			before := make(map[string]uint64, len(states))
+			for node := range states {
+				before[node] = w.revs[node]
+			}
+			err := r.snaps.PutSummarizedAt(ctx, p.id, states, w.summaries, w.revs)
+			for node, rev := range before {
+				if w.revs[node] != rev {
+					delete(states, node) // written
+				}
+			}
+			var conflict *store.NodeConflictError
+			if !errors.As(err, &conflict) || round == adoptRounds {
+				return err
+			}
+			if err := s.adopt(ctx, w, conflict); err != nil {
+				return err
 			}
 		}
-		return err
 	}); err != nil {
 		return err
 	}
@@ -1690,6 +1701,61 @@ func (s *session) writeCheckpoint(ctx context.Context, w *checkpointWrite) error
 		})
 	}
 	return nil
+}
+
+// adoptRounds bounds how many times one write of a checkpoint reads
+// conflicting keys again and puts over them (adopt): a second writer
+// still writing the partition's keys makes it fail at last, and the
+// session restart from its snapshot, as any conflict did before.
+const adoptRounds = 2
+
+// adopt reads again, from the bucket's leader, the keys of conflict's
+// nodes, whose puts failed their revision fence, and takes each key's
+// revision as the one to put at when the key holds a state (or a too-big
+// marker) of that node whose last sequence folded is at most that of
+// the state w puts: its state covers every event the stored one does, so
+// putting it over that moves the node's stored state forward, as a put
+// at the revision first seen would have, and the checkpoint's sequence,
+// put after, is still covered. That is the write of a session of this
+// partition that landed after this one read the key: a live checkpoint's
+// puts sent before its session ended on an error (abandonWrite), or a
+// put of this write whose acknowledgement was lost. Anything else there
+// (a newer state: a second writer ahead of this one; a deletion; a
+// state it cannot read) returns conflict: the session restarts from its
+// snapshot (docs/architecture.md, "The live path (issue 27)").
+func (s *session) adopt(ctx context.Context, w *checkpointWrite, conflict *store.NodeConflictError) error {
+	p := s.p
+	for _, node := range conflict.Nodes {
+		b, rev, err := p.r.snaps.NodeAtLeader(ctx, p.id, node)
+		if err != nil {
+			return fmt.Errorf("%w (reading it again: %v)", conflict, err)
+		}
+		seq, ok := storedSeq(node, b)
+		if !ok || seq > w.seqs[node] {
+			return conflict
+		}
+		p.r.log.Debug("snapshot put over an older state of the partition's", "partition", p.id, "node", node,
+			"stored_seq", seq, "seq", w.seqs[node], "revision", rev)
+		w.revs[node] = rev
+	}
+	return p.lost()
+}
+
+// storedSeq returns the last sequence folded of node's stored snapshot b
+// (a state, or a too-big marker); false when b is none (a deleted key),
+// of another node, or unreadable by this build.
+func storedSeq(node string, b []byte) (uint64, bool) {
+	if b == nil {
+		return 0, false
+	}
+	if m, ok := markerOf(b); ok {
+		return m.Seq, m.Node == node
+	}
+	st, err := reconcile.UnmarshalState(b)
+	if err != nil {
+		return 0, false
+	}
+	return st.Seq, st.Node == node
 }
 
 // finishCheckpoint takes w's outcome into the session: the put nodes'

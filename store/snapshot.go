@@ -180,6 +180,20 @@ func (s *Snapshots) PutNodesAt(ctx context.Context, partition int, states map[st
 // can ask for the headers only ([Snapshots.ScanSummaries]).
 const SummaryHeader = "Meshfold-Summary"
 
+// NodeConflictError is what [Snapshots.PutNodesAt] and
+// [Snapshots.PutSummarizedAt] return when puts failed their revision
+// fence: it matches [ErrConflict] through errors.Is, and Nodes names
+// every node whose put failed so (sorted), so that a caller can read
+// those keys again ([Snapshots.NodeAtLeader]) rather than every key it
+// meant to put.
+type NodeConflictError struct {
+	Nodes []string
+	Err   error // the first failure, matching ErrConflict
+}
+
+func (e *NodeConflictError) Error() string { return e.Err.Error() }
+func (e *NodeConflictError) Unwrap() error { return e.Err }
+
 // PutSummarizedAt is [Snapshots.PutNodesAt] that puts, with each node's
 // state, its summary in [SummaryHeader] when summaries has one for it (a
 // node without one has none: a reader reads its state instead).
@@ -196,9 +210,10 @@ func (s *Snapshots) PutSummarizedAt(ctx context.Context, partition int, states, 
 	}
 	slices.Sort(nodes) // deterministic order: easier to reason about a partial failure
 	var (
-		inflight []jetstream.PubAckFuture
-		names    []string
-		firstErr error
+		inflight  []jetstream.PubAckFuture
+		names     []string
+		firstErr  error
+		conflicts []string // nodes whose put failed its fence
 	)
 	fail := func(err error) {
 		if firstErr == nil {
@@ -216,7 +231,11 @@ func (s *Snapshots) PutSummarizedAt(ctx context.Context, partition int, states, 
 				revs[node] = ack.Sequence
 			}
 		case err := <-f.Err():
-			fail(fmt.Errorf("put snapshot of %s: %w", node, ServerError(err)))
+			err = ServerError(err)
+			if errors.Is(err, ErrConflict) {
+				conflicts = append(conflicts, node)
+			}
+			fail(fmt.Errorf("put snapshot of %s: %w", node, err))
 		case <-done:
 			return false
 		}
@@ -281,6 +300,9 @@ func (s *Snapshots) PutSummarizedAt(ctx context.Context, partition int, states, 
 			fail(fmt.Errorf("put snapshots: %d puts unanswered after %v: %w", len(inflight), SettleWait, context.DeadlineExceeded))
 			break
 		}
+	}
+	if len(conflicts) > 0 && errors.Is(firstErr, ErrConflict) {
+		return &NodeConflictError{Nodes: conflicts, Err: firstErr}
 	}
 	return firstErr
 }
@@ -381,6 +403,21 @@ func (s *Snapshots) NodeAt(ctx context.Context, partition int, node string) (sta
 	if err != nil {
 		return nil, 0, err
 	}
+	return s.nodeAt(ctx, st, partition, node)
+}
+
+// NodeAtLeader is [Snapshots.NodeAt] read from the bucket's leader
+// ([LeaderReads]): what a writer reads after one of its puts failed its
+// fence, to see the revision that failed it (a replica behind the leader
+// may answer an older one). Errors: as NodeAt's.
+func (s *Snapshots) NodeAtLeader(ctx context.Context, partition int, node string) (state []byte, rev uint64, err error) {
+	if err := checkNode(node); err != nil {
+		return nil, 0, err
+	}
+	return s.nodeAt(ctx, Leader(s.js, "KV_"+s.kv.Bucket()), partition, node)
+}
+
+func (s *Snapshots) nodeAt(ctx context.Context, st LastGetter, partition int, node string) (state []byte, rev uint64, err error) {
 	m, err := st.GetLastMsgForSubject(ctx, "$KV."+s.kv.Bucket()+"."+nodeKey(partition, node))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, 0, nil

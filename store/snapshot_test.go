@@ -270,3 +270,46 @@ func TestNodeAt(t *testing.T) {
 		t.Fatalf("Stored = %d, %v; want 1 (history 1)", n, err)
 	}
 }
+
+// TestPutNodesAtNamesItsConflicts: puts whose expected revisions are
+// stale fail with a *store.NodeConflictError that matches ErrConflict and
+// names every such node, and NodeAtLeader reads the revision that failed
+// them; the put that was not stale is stored.
+func TestPutNodesAtNamesItsConflicts(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 1})
+	snaps, err := store.OpenSnapshots(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := map[string]uint64{}
+	if err := snaps.PutNodesAt(ctx, 0, map[string][]byte{"ace": []byte(`1`), "bob": []byte(`1`), "cid": []byte(`1`)}, first); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer moves ace and cid on.
+	if err := snaps.PutNodesAt(ctx, 0, map[string][]byte{"ace": []byte(`2`), "cid": []byte(`2`)}, maps.Clone(first)); err != nil {
+		t.Fatal(err)
+	}
+	revs := maps.Clone(first)
+	err = snaps.PutNodesAt(ctx, 0, map[string][]byte{"ace": []byte(`3`), "bob": []byte(`3`), "cid": []byte(`3`)}, revs)
+	var conflict *store.NodeConflictError
+	if !errors.As(err, &conflict) || !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale puts: %v, want a NodeConflictError matching ErrConflict", err)
+	}
+	if !slices.Equal(conflict.Nodes, []string{"ace", "cid"}) {
+		t.Errorf("conflicting nodes %q, want ace and cid", conflict.Nodes)
+	}
+	if revs["bob"] == first["bob"] {
+		t.Errorf("bob's put, not stale, was not stored")
+	}
+	for _, node := range conflict.Nodes {
+		state, rev, err := snaps.NodeAtLeader(ctx, 0, node)
+		if err != nil || string(state) != "2" || rev == first[node] {
+			t.Fatalf("NodeAtLeader(%s) = %s, %d, %v; want the other writer's state and revision", node, state, rev, err)
+		}
+		revs[node] = rev
+	}
+	if err := snaps.PutNodesAt(ctx, 0, map[string][]byte{"ace": []byte(`3`), "cid": []byte(`3`)}, revs); err != nil {
+		t.Fatalf("puts at the revisions read again: %v", err)
+	}
+}
