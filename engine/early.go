@@ -281,8 +281,11 @@ func (s *session) earlyAnswered(ctx context.Context, x earlySent, ack *jetstream
 		}
 	} else {
 		r.m.Publishing.Observe(time.Since(x.at).Seconds())
+		// A duplicate is this effect's copy a predecessor stored (on a
+		// replicated stream the server answers it before the fence):
+		// the subject's next effect follows it all the same.
+		sub.last = ack.Sequence
 		if !ack.Duplicate {
-			sub.last = ack.Sequence
 			c, ok := ep.effects[x.e.Kind]
 			if !ok {
 				c = r.m.Effects.WithLabelValues(string(x.e.Kind))

@@ -1024,8 +1024,10 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 			}
 		} else {
 			r.m.Publishing.Observe(time.Since(x.at).Seconds())
+			// A duplicate (a copy stored first, which the read had not
+			// reached) moves the fence too: as earlyAnswered.
+			s.rec.published(x.e, ack.Sequence)
 			if !ack.Duplicate {
-				s.rec.published(x.e, ack.Sequence)
 				c, ok := effects[x.e.Kind]
 				if !ok {
 					c = r.m.Effects.WithLabelValues(string(x.e.Kind))
