@@ -94,7 +94,7 @@ func foldPath(b *testing.B, path string, nodes int) {
 	}
 	subj := events.Subjects{}
 	runtime.GC()
-	old := debug.SetGCPercent(300)
+	old := debug.SetGCPercent(foldPathGC(b))
 	defer debug.SetGCPercent(old)
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
@@ -119,6 +119,7 @@ func foldPath(b *testing.B, path string, nodes int) {
 		io.ReadFull(r, data)
 		return string(sb), data, true
 	}
+	peak := watchPeakHeap()
 	gc0 := gcCPU()
 	t0 := time.Now()
 	folded, msgs := 0, 0
@@ -154,6 +155,7 @@ func foldPath(b *testing.B, path string, nodes int) {
 	}
 	fold := time.Since(t0)
 	gcFoldCPU := gcCPU() - gc0
+	peakHeap := peak()
 	runtime.ReadMemStats(&ms1)
 	gcFold := ms1.NumGC - ms0.NumGC
 	t1 := time.Now()
@@ -191,6 +193,47 @@ func foldPath(b *testing.B, path string, nodes int) {
 	b.ReportMetric(float64(bytes)/float64(nodes), "snapshot-B/node")
 	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(folded), "alloc-B/event")
 	b.ReportMetric(float64(ms1.PauseTotalNs-ms0.PauseTotalNs)/float64(folded), "gc-pause-ns/event")
+	// The largest heap the fold reached (its objects, sampled every
+	// 5 ms), a node: the memory a cold refold's collector percent costs.
+	b.ReportMetric(float64(peakHeap-ms0.HeapAlloc)/float64(nodes), "peak-heap-B/node")
+}
+
+// foldPathGC is the collector's percent BenchmarkFoldPath folds at: a
+// cold refold's (loadGC times the default 100), or MESHFOLD_FOLDPATH_GOGC.
+func foldPathGC(b *testing.B) int {
+	s := os.Getenv("MESHFOLD_FOLDPATH_GOGC")
+	if s == "" {
+		return loadGC * 100
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 {
+		b.Fatalf("MESHFOLD_FOLDPATH_GOGC=%q: a percent", s)
+	}
+	return v
+}
+
+// watchPeakHeap samples the heap's objects (runtime/metrics, no stop of
+// the world) every 5 ms until the returned function is called, which
+// returns the largest sample in bytes.
+func watchPeakHeap() func() uint64 {
+	done, out := make(chan struct{}), make(chan uint64)
+	go func() {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		var peak uint64
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			metrics.Read(s)
+			peak = max(peak, s[0].Value.Uint64())
+			select {
+			case <-done:
+				out <- peak
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() uint64 { close(done); return <-out }
 }
 
 // gcCPU is the CPU seconds the collector has taken so far (an estimate
