@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +22,12 @@ import (
 // mix, 20 events a node (enginetest.Simulate, sealed with the stream's
 // keys: the effects are stored). At each size, on its own server:
 //
-//   - refold-N: a cold refold from no snapshot beside the raw ordered
-//     read with encoding/json (catchUp); at the largest size the ratio
-//     is divided by the ratio at 1,000 nodes (goal: within 10 %), the
-//     median of smallRuns refolds there.
+//   - refold-N: cold refolds from no snapshot, each beside its own raw
+//     ordered read with encoding/json (catchUp): smallRuns at 1,000
+//     nodes, MESHFOLD_SCALE_REFOLDS (default largeRuns) at each larger
+//     size; the median ratio and its min and max are reported, and at the
+//     larger sizes the median is divided by the median at 1,000 nodes
+//     (goal: within 10 %).
 //
 //   - restart-N (N ≥ 10,000): a restart from the snapshots over a tail of
 //     4,000 messages' haves (recovery), at the largest size divided by
@@ -76,14 +79,11 @@ func BenchmarkReconcileScale(b *testing.B) {
 				s.bin = bin
 				defer func() { s.bin = "" }()
 				// At 1,000 nodes the refold and each raw read last 0.2–0.4
-				// s, and one run's ratio moved from 0.64 to 1.66 between
-				// runs of one build (issue 27): the figure the larger sizes
-				// are divided by is the median of smallRuns refolds, each
-				// beside its own raw reads.
-				runs := 1
-				if n <= 1_000 {
-					runs = smallRuns
-				}
+				// s, and one refold's ratio moved from 0.16 to 1.67 between
+				// refolds of one build (issue 27): every size's figure is
+				// the median of several refolds, each beside its own raw
+				// reads, and their spread is reported.
+				runs := refolds(b, n)
 				var ratios, cpus, nets, netCPUs []float64
 				for range runs {
 					s.catchUp(b, 1, true)
@@ -92,11 +92,14 @@ func BenchmarkReconcileScale(b *testing.B) {
 				}
 				ratio, cpu, net, netCPU := median(ratios), median(cpus), median(nets), median(netCPUs)
 				if runs > 1 {
+					b.ReportMetric(float64(runs), "refolds")
 					b.ReportMetric(ratio, "ratio-median")
 					b.ReportMetric(slices.Min(ratios), "ratio-min")
 					b.ReportMetric(slices.Max(ratios), "ratio-max")
 					b.ReportMetric(net, "ratio-net-median")
+					b.ReportMetric(cpu, "fold-cpu-median-ns/event")
 					b.ReportMetric(netCPU, "fold-cpu-net-median-ns/event")
+					b.Logf("%d nodes: ratio of each refold %s", n, fmtFigures(ratios))
 				}
 				b.ReportMetric(cpu*float64(s.msgs)/float64(n), "fold-cpu-ns/node")
 				// The server's CPU a message while the history was
@@ -141,8 +144,40 @@ func BenchmarkReconcileScale(b *testing.B) {
 }
 
 // smallRuns is how many refolds BenchmarkReconcileScale times at 1,000
-// nodes, the median taken.
-const smallRuns = 3
+// nodes, the median taken: each lasts 0.2–0.4 s with its raw reads.
+const smallRuns = 7
+
+// largeRuns is how many it times at each larger size unless
+// MESHFOLD_SCALE_REFOLDS says (a 100,000-node refold and its raw reads
+// take about a minute and a half).
+const largeRuns = 3
+
+// refolds is how many refolds BenchmarkReconcileScale times at n nodes:
+// smallRuns at 1,000 nodes or fewer, else MESHFOLD_SCALE_REFOLDS
+// (default largeRuns).
+func refolds(b *testing.B, n int) int {
+	if n <= 1_000 {
+		return smallRuns
+	}
+	s := os.Getenv("MESHFOLD_SCALE_REFOLDS")
+	if s == "" {
+		return largeRuns
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 {
+		b.Fatalf("MESHFOLD_SCALE_REFOLDS=%q: a count of refolds", s)
+	}
+	return v
+}
+
+// fmtFigures is xs with two decimals, in the order measured.
+func fmtFigures(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return strings.Join(parts, " ")
+}
 
 // median is the median of xs (the mean of the middle two when even).
 func median(xs []float64) float64 {
