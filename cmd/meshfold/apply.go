@@ -67,7 +67,7 @@ Follow it with 'meshfold rollout status FLEET'. Exit 1 if the publish failed,
   meshfold rollout status web
   # move nodes fleet web's rollout names to fleet api, on purpose
   meshfold apply -f api.yaml --by alice --take-over --reason "ace moves to api"`,
-		Args: cobra.NoArgs,
+		Args: noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			data, err := os.ReadFile(file)
 			if err != nil {
@@ -140,7 +140,7 @@ Follow it with 'meshfold rollout status FLEET'. Exit 1 if the publish failed,
 // printPlan prints each target's want difference and the batches.
 func printPlan(w io.Writer, p *feed.Plan) {
 	if p.Start == nil {
-		fmt.Fprintf(w, "fleet %s: %d nodes, no want changes: nothing to roll out\n", p.Fleet.Name, len(p.Cands))
+		fmt.Fprintf(w, "fleet %s: %s, no want changes: nothing to roll out\n", p.Fleet.Name, plural(len(p.Cands), "node"))
 		return
 	}
 	var targets []rollout.Candidate
@@ -150,8 +150,8 @@ func printPlan(w io.Writer, p *feed.Plan) {
 		}
 	}
 	r := p.Start.Params.Resolve(len(targets), len(p.Cands))
-	fmt.Fprintf(w, "fleet %s: %d targets of %d nodes; canary %d, batch %d, max_unavailable %d, min_healthy %s, healthy_deadline %s, auto_revert %v\n",
-		p.Fleet.Name, len(targets), len(p.Cands), r.Canary, r.Batch, r.MaxUnavailable, r.MinHealthy, r.HealthyDeadline, r.AutoRevert)
+	fmt.Fprintf(w, "fleet %s: %s of %s; canary %d, batch %d, max_unavailable %d, min_healthy %s, healthy_deadline %s, auto_revert %v\n",
+		p.Fleet.Name, plural(len(targets), "target"), plural(len(p.Cands), "node"), r.Canary, r.Batch, r.MaxUnavailable, r.MinHealthy, r.HealthyDeadline, r.AutoRevert)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BATCH\tNODE\tCHANGE")
 	batch, in := 1, 0
@@ -211,8 +211,8 @@ func checkApply(ctx context.Context, a *app, nc *nats.Conn, stream jetstream.Str
 					fmt.Fprintf(&b, "\n  node %s: fleet %s", n, f)
 				}
 			}
-			return withCode(exitConflict, fmt.Errorf("refused: fleet %s names %d node(s) the newest rollout of another fleet names; nothing was published:%s\na node is owned by one fleet: drop it from this file (a copied fleet file?), or move it with --take-over",
-				plan.Fleet.Name, len(owners), b.String()))
+			return withCode(exitConflict, fmt.Errorf("refused: fleet %s names %s the newest rollout of another fleet names; nothing was published:%s\na node is owned by one fleet: drop it from this file (a copied fleet file?), or move it with --take-over",
+				plan.Fleet.Name, plural(len(owners), "node"), b.String()))
 		}
 	}
 	if !o.allowMissing {
@@ -244,8 +244,12 @@ func checkApply(ctx context.Context, a *app, nc *nats.Conn, stream jetstream.Str
 	if len(unknown) == 0 || o.newNodes {
 		return nil
 	}
-	msg := fmt.Sprintf("%d node(s) of fleet %s have no event in stream %s: %s (mistyped names? 'meshfold fleet' lists the nodes; --new rolls out to them anyway)",
-		len(unknown), plan.Fleet.Name, scfg.Name, strings.Join(unknown, ", "))
+	have := "have"
+	if len(unknown) == 1 {
+		have = "has"
+	}
+	msg := fmt.Sprintf("%s of fleet %s %s no event in stream %s: %s (mistyped names? 'meshfold fleet' lists the nodes; --new rolls out to them anyway)",
+		plural(len(unknown), "node"), plan.Fleet.Name, have, scfg.Name, strings.Join(unknown, ", "))
 	if dryRun {
 		fmt.Fprintf(a.stderr, "warning: %s\n", msg)
 		return nil

@@ -78,7 +78,7 @@ The permissions are written for the stream and prefix given (--stream,
 --prefix); a mesh with another stream name or prefix needs its own directory.`,
 		Example: `  meshfold auth init --dir ./mesh-auth
   meshfold auth init --dir /etc/meshfold/auth --max-disk 50000000000`,
-		Args: cobra.NoArgs,
+		Args: noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := auth.Init(dir, auth.Config{Names: auth.Names{Stream: a.stream.name, Prefix: a.stream.prefix},
 				Limits: limits, Force: force})
@@ -287,7 +287,7 @@ file still names it. In this order:
 		Example: `  meshfold auth rotate-reconciler --dir ./mesh-auth
   meshfold auth rotate-reconciler --dir ./mesh-auth --overlap 72h
   meshfold auth rotate-reconciler --dir ./mesh-auth --finish`,
-		Args: cobra.NoArgs,
+		Args: noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if overlap <= 0 {
 				return withCode(exitUsage, fmt.Errorf("--overlap %s: must be more than 0", overlap))

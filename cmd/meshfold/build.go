@@ -153,7 +153,7 @@ was pushed and what was packed. An empty or missing bucket lists nothing.`,
 		Example: `  meshfold build ls
   meshfold build ls -o json | jq -r .build
   meshfold build ls -o yaml`,
-		Args: cobra.NoArgs,
+		Args: noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			format, err := out.get()
 			if err != nil {

@@ -67,7 +67,7 @@ func TestBuildUsageErrors(t *testing.T) {
 		{[]string{"build", "push", filepath.Join(bad, "missing")}, "cannot pack"},
 		{[]string{"build", "rm", "img:sha256:abc"}, "not a bundle build"},
 		{[]string{"build", "rm", "sha256:abc"}, "malformed build"},
-		{[]string{"build", "ls", "extra"}, "unknown command"},
+		{[]string{"build", "ls", "extra"}, "takes no arguments"},
 	} {
 		_, errs, code := m.cli(t, tc.args...)
 		if code != exitUsage || !strings.Contains(errs, tc.msg) {

@@ -59,7 +59,7 @@ otherwise; it has no login of its own, so put anything wider behind a proxy
 that authenticates. The same pages are served by meshfold serve --http ADDR.`,
 		Example: `  meshfold console
   meshfold console --server nats://hub:4222 --creds mesh-auth/creds/operator-read.creds --listen 127.0.0.1:7070`,
-		Args: cobra.NoArgs,
+		Args: noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := a.logger()
 			if err != nil {

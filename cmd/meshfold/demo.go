@@ -71,7 +71,7 @@ DIR is touched; DIR is removed unless --keep or --dir is given.`,
 		Example: `  make demo
   meshfold demo --keep          # keep the directory to look at the files
   meshfold demo --logs          # also show every component's log lines`,
-		Args: cobra.NoArgs,
+		Args: noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd.Context(), a, dir, keep, logs)
 		},

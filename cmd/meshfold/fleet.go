@@ -82,7 +82,7 @@ says otherwise; -o yaml one YAML document per node.`,
   meshfold fleet --limit 0            # every node, one line each
   meshfold fleet --all -o yaml
   meshfold fleet -o json | jq 'select(.stuck.paused)'`,
-		Args: cobra.NoArgs,
+		Args: noArgs("for one node: meshfold state NODE"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			format, err := out.get()
 			if err != nil {
@@ -215,8 +215,12 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stderr, "note: the fleet journal (%s) has %d entries at warn or error in the last %s: meshfold audit cannot show them; read them with nats stream get or subscribe\n",
-				cfg.Subjects().Event(events.FleetNode, events.KindJournal), n, warnings)
+			entries, them := fmt.Sprintf("%d entries", n), "them"
+			if n == 1 {
+				entries, them = "1 entry", "it"
+			}
+			fmt.Fprintf(a.stderr, "note: the fleet journal (%s) has %s at warn or error in the last %s: meshfold audit cannot show %s; read %s with nats stream get or subscribe\n",
+				cfg.Subjects().Event(events.FleetNode, events.KindJournal), entries, warnings, them, them)
 		}
 	}
 	// Why files are unfilled, as the provisioners report it (live).
@@ -476,11 +480,11 @@ func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPagin
 	for _, r := range page {
 		b.WriteString(r.Line(width) + "\n")
 	}
-	noun := "nodes"
-	if len(rows) == 1 {
-		noun = "node"
+	verb := "need"
+	if needs == 1 {
+		verb = "needs"
 	}
-	fmt.Fprintf(&b, "-- %d %s, %d need an operator\n", len(rows), noun, needs)
+	fmt.Fprintf(&b, "-- %s, %d %s an operator\n", plural(len(rows), "node"), needs, verb)
 	if paged {
 		b.WriteString(pageLine(pg, page, first, total))
 	}

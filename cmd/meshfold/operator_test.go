@@ -459,7 +459,7 @@ func TestFleetRetiredAndYAML(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if strings.Contains(out, "gone") || !strings.Contains(out, "-- 2 nodes, 1 need an operator") ||
+	if strings.Contains(out, "gone") || !strings.Contains(out, "-- 2 nodes, 1 needs an operator") ||
 		!strings.Contains(out, "held paused by bob since") || !strings.Contains(out, "reason: disk swap") {
 		t.Errorf("fleet:\n%s", out)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -75,7 +74,7 @@ func newRolloutLsCmd(a *app) *cobra.Command {
 		Short: "List the fleets' newest rollouts: phase, batch, targets done",
 		Example: `  meshfold rollout ls
   meshfold rollout ls -o json`,
-		Args: cobra.NoArgs,
+		Args: noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			format, err := out.get()
 			if err != nil {
@@ -150,7 +149,7 @@ it runs.`,
 			defer done()
 			s, err := r.Rollout(cmd.Context(), args[0])
 			if err != nil {
-				return err
+				return noRollout(err, args[0])
 			}
 			v := s.View()
 			if format != outTable {
@@ -179,8 +178,8 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 	p := v.Params
 	fmt.Fprintf(w, "fleet %s, rollout %d by %s, started %s: %s, batch %d of %d\n", v.Fleet, v.Rollout, events.Text(v.By),
 		v.Started.Format(time.RFC3339), v.Phase, v.Batch, v.Batches)
-	fmt.Fprintf(w, "budget: %d of max_unavailable %d unavailable (%d nodes); canary %d, batch %d, min_healthy %s, healthy_deadline %s, auto_revert %v\n",
-		v.Unavailable, p.MaxUnavailable, v.Nodes, p.Canary, p.Batch, p.MinHealthy, p.HealthyDeadline, p.AutoRevert)
+	fmt.Fprintf(w, "budget: %d of max_unavailable %d unavailable (%s); canary %d, batch %d, min_healthy %s, healthy_deadline %s, auto_revert %v\n",
+		v.Unavailable, p.MaxUnavailable, plural(v.Nodes, "node"), p.Canary, p.Batch, p.MinHealthy, p.HealthyDeadline, p.AutoRevert)
 	for _, m := range []struct {
 		what string
 		m    *rollout.Mark
@@ -242,11 +241,7 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 	}
 	fmt.Fprintln(w, "builds:")
 	for _, b := range v.Builds {
-		nodes := "1 node"
-		if b.Nodes != 1 {
-			nodes = fmt.Sprintf("%d nodes", b.Nodes)
-		}
-		fmt.Fprintf(w, "  %s@%s on %s (by their newest haves)\n", b.Module, events.Text(b.Build), nodes)
+		fmt.Fprintf(w, "  %s@%s on %s (by their newest haves)\n", b.Module, events.Text(b.Build), plural(b.Nodes, "node"))
 	}
 	return nil
 }
@@ -265,7 +260,7 @@ func newRolloutWhyCmd(a *app) *cobra.Command {
 			defer done()
 			s, err := r.Rollout(cmd.Context(), args[0])
 			if err != nil {
-				return err
+				return noRollout(err, args[0])
 			}
 			lines, ok := s.Why(args[1])
 			if !ok {
@@ -336,10 +331,7 @@ error.`,
 			// one it would ignore is said and not published.
 			s, err := feed.Replay(cmd.Context(), js, scfg, nil, fleet)
 			if err != nil {
-				if errors.Is(err, feed.ErrNoRollout) {
-					return withCode(exitUsage, err)
-				}
-				return err
+				return noRollout(err, fleet)
 			}
 			if why := s.Ignores(kind, id); why != "" {
 				hint := ""

@@ -186,7 +186,7 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
   meshfold serve --http 127.0.0.1:7070          # and the web console
   meshfold serve --data /var/lib/meshfold --listen 0.0.0.0:4222 --metrics 127.0.0.1:9090
   meshfold serve --auth ./mesh-auth --tls-cert server.pem --tls-key server-key.pem --listen 0.0.0.0:4222`,
-		Args: cobra.NoArgs,
+		Args: noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := lf.check(); err != nil {
 				return err
@@ -275,8 +275,8 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 			}
 			lf.rolloutsOffWarn(log)
 			return rv.explain(runReconciler(cmd.Context(), a, log, nc, lf, func(ctx context.Context, cfg store.StreamConfig) {
-				fmt.Fprintf(a.stdout, "meshfold: serving NATS at %s; stream %s (%d partitions, prefix %q); data in %s\n",
-					srv.ClientURL(), cfg.Name, cfg.Partitions, cfg.Prefix, abs)
+				fmt.Fprintf(a.stdout, "meshfold: serving NATS at %s; stream %s (%s, prefix %q); data in %s\n",
+					srv.ClientURL(), cfg.Name, plural(cfg.Partitions, "partition"), cfg.Prefix, abs)
 				lf.printNotes(a)
 				if webLn != nil {
 					serveConsole(ctx, a, log, srv, webOpts, cfg, webLn, cf)
@@ -331,7 +331,7 @@ reconcile exits with status 1 when its NATS connection is closed for good
 		Example: `  meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --creds reconciler.creds --controller-creds controller.creds
   meshfold reconcile --server nats://a:4222,nats://b:4222,nats://c:4222 --replicas 3 --group reconcilers --instance r1 --signing-key reconciler-signing.nk
   meshfold reconcile --context prod`,
-		Args: cobra.NoArgs,
+		Args: noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := lf.check(); err != nil {
 				return err
@@ -365,8 +365,8 @@ reconcile exits with status 1 when its NATS connection is closed for good
 			}
 			lf.rolloutsOffWarn(log)
 			return runReconciler(cmd.Context(), a, log, nc, lf, func(_ context.Context, cfg store.StreamConfig) {
-				fmt.Fprintf(a.stdout, "meshfold: reconciling stream %s (%d partitions, prefix %q, %d replicas) on %s\n",
-					cfg.Name, cfg.Partitions, cfg.Prefix, cfg.Replicas, nc.ConnectedUrlRedacted())
+				fmt.Fprintf(a.stdout, "meshfold: reconciling stream %s (%s, prefix %q, %s) on %s\n",
+					cfg.Name, plural(cfg.Partitions, "partition"), cfg.Prefix, plural(cfg.Replicas, "replica"), nc.ConnectedUrlRedacted())
 				lf.printNotes(a)
 			})
 		},

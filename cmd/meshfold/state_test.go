@@ -142,7 +142,7 @@ func TestFleetCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if !strings.Contains(errOut, "fleet journal (mesh._fleet.journal) has 1 entries") {
+	if !strings.Contains(errOut, "fleet journal (mesh._fleet.journal) has 1 entry at warn or error in the last 1h0m0s: meshfold audit cannot show it") {
 		t.Errorf("stderr does not tell the fleet journal's entry: %q", errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")

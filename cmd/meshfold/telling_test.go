@@ -57,7 +57,7 @@ func TestFailedApplyInPlainSight(t *testing.T) {
 		t.Fatalf("fleet: exit %d %s", code, errOut)
 	}
 	if !strings.Contains(out, "apply failed: web") || !strings.Contains(out, "apply-failed ace apply of plan #5 failed for module web") ||
-		!strings.Contains(out, "bucket MESH_BUILDS: push it") || !strings.Contains(out, "1 need an operator") {
+		!strings.Contains(out, "bucket MESH_BUILDS: push it") || !strings.Contains(out, "1 needs an operator") {
 		t.Errorf("fleet does not say why the apply failed:\n%s", out)
 	}
 }
@@ -380,7 +380,7 @@ func TestClearedWarningsDoNotFlag(t *testing.T) {
 		}
 	}
 	out, _, _ = m.cli(t, "fleet")
-	if !strings.Contains(out, "1 need an operator") || !strings.Contains(out, " warnings\n") {
+	if !strings.Contains(out, "1 needs an operator") || !strings.Contains(out, " warnings\n") {
 		t.Errorf("a newer warning does not flag the node:\n%s", out)
 	}
 }

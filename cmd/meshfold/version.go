@@ -69,7 +69,7 @@ Go version that built it, one a line. Packages and the container image set
 the version and commit at link time; a build from a clone without them says
 devel and the commit Go stamped (unknown when it stamped none).`,
 		Example: `  meshfold version`,
-		Args:    cobra.NoArgs,
+		Args:    noArgs(""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v := versionInfo()
 			fmt.Fprintf(a.stdout, "meshfold %s\ncommit   %s\ngo       %s %s/%s\n", v.Version, v.Commit, v.Go, runtime.GOOS, runtime.GOARCH)

@@ -425,8 +425,8 @@ func checkBuilds(ctx context.Context, r *query.Reader, w *events.Want) error {
 	for _, m := range missing {
 		fmt.Fprintf(&b, "\n  module %s, build %s: %v", m.Module, m.Build, m.Err)
 	}
-	return fmt.Errorf("refused: %d build(s) the node could not fetch; nothing was published:%s\npush each with 'meshfold build push PATH' (it prints the build), or publish anyway with --allow-missing-build",
-		len(missing), b.String())
+	return fmt.Errorf("refused: %s the node could not fetch; nothing was published:%s\npush each with 'meshfold build push PATH' (it prints the build), or publish anyway with --allow-missing-build",
+		plural(len(missing), "build"), b.String())
 }
 
 // dryRunReply is what `want --dry-run -o json|yaml` prints.

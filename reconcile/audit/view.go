@@ -53,7 +53,7 @@ func (a AsOf) Text() string {
 	if a.Events == 0 {
 		t.line(0, "", fmt.Sprintf("%s as of %s: no event folded", a.Node, a.Bound))
 	} else {
-		t.line(0, "", fmt.Sprintf("%s as of %s: %d events folded, the last #%d at %s", a.Node, a.Bound, a.Events, a.Seq, FormatTime(a.Time)))
+		t.line(0, "", fmt.Sprintf("%s as of %s: %s folded, the last #%d at %s", a.Node, a.Bound, plural(a.Events, "event"), a.Seq, FormatTime(a.Time)))
 	}
 	if a.Note != "" {
 		t.line(1, "note", a.Note)

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// What a new user typed wrong is told as what it is (issue 27's README
+// run): a rollout of a fleet with none is named, with where the names
+// are, exit 2; an argument to a verb that takes none is said to be one,
+// not an unknown command; counts agree with their nouns.
+func TestUsageMessagesAsUsersMeetThem(t *testing.T) {
+	m := applyMesh(t)
+	for _, args := range [][]string{{"rollout", "status", "nosuch"}, {"rollout", "why", "nosuch", "ace"}, {"rollout", "promote", "nosuch", "--by", "alice"}} {
+		out, errs, code := m.cli(t, args...)
+		if code != exitUsage || out != "" || !strings.Contains(errs, `no rollout of fleet "nosuch"`) || !strings.Contains(errs, "meshfold rollout ls") ||
+			strings.Contains(errs, "feed:") {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d naming the fleet and 'meshfold rollout ls', without the package's words", args, code, errs, exitUsage)
+		}
+	}
+	for _, args := range [][]string{{"fleet", "extra-arg"}, {"rollout", "ls", "web"}, {"build", "ls", "x"}, {"console", "x"}} {
+		_, errs, code := m.cli(t, args...)
+		if code != exitUsage || !strings.Contains(errs, "takes no arguments (got \""+args[len(args)-1]+"\")") || strings.Contains(errs, "unknown command") {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d saying it takes no arguments", args, code, errs, exitUsage)
+		}
+	}
+	if _, errs, _ := m.cli(t, "fleet", "ace"); !strings.Contains(errs, "meshfold state NODE") {
+		t.Errorf("fleet ace: %q does not say where one node's state is", errs)
+	}
+	one := writeFleet(t, "fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: all\n    select: {}\n    modules: [{name: web, build: \"web:2\"}]\n")
+	out, errs, code := m.cli(t, "apply", "-f", one, "--dry-run")
+	if code != 0 || !strings.Contains(out, "fleet web: 1 target of 1 node;") {
+		t.Errorf("apply --dry-run of one node: exit %d, want '1 target of 1 node'\n%s%s", code, out, errs)
+	}
+	same := writeFleet(t, "fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: all\n    select: {}\n    modules: [{name: web, build: \"web:1\"}]\n")
+	if out, errs, code := m.cli(t, "apply", "-f", same, "--dry-run"); code != 0 || !strings.Contains(out, "fleet web: 1 node, no want changes") {
+		t.Errorf("apply --dry-run, no change: exit %d, want '1 node, no want changes'\n%s%s", code, out, errs)
+	}
+}
