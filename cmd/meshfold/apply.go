@@ -46,10 +46,11 @@ failure and, with auto_revert, giving every changed target its previous want
 back. A new apply supersedes a rollout of the fleet still in progress.
 
 --dry-run prints each target's want difference and the batches, and publishes
-nothing. Errors in the file name the line and the field; a selector that
-matches no node is a warning.
+nothing; it refuses what apply would refuse, with the same exit code. Errors
+in the file name the line and the field; a selector that matches no node is a
+warning.
 
-apply (and --dry-run) refuses, publishing nothing:
+apply and --dry-run refuse, publishing nothing:
   - nodes the newest rollout of another fleet names (a node is owned by one
     fleet: a copied fleet file would roll its builds over the other fleet's
     nodes), naming each and its fleet (exit 3); --take-over moves them to
@@ -57,8 +58,8 @@ apply (and --dry-run) refuses, publishing nothing:
   - a sha256: build the builds bucket does not hold, as 'meshfold want'
     does (exit 1); --allow-missing-build starts it anyway;
   - nodes that have no event in the stream (a mistyped name would make a
-    phantom node; exit 2), of which --dry-run only warns; --new rolls out
-    to them anyway (a fleet's first nodes, before their agents start).
+    phantom node; exit 2); --new rolls out to them anyway (a fleet's first
+    nodes, before their agents start).
 
 Follow it with 'meshfold rollout status FLEET'. Exit 1 if the publish failed,
 2 on a usage error or an invalid file.`,
@@ -187,12 +188,12 @@ type applyChecks struct {
 	newNodes bool
 }
 
-// checkApply refuses plan (nothing is published, dry run or not) when a
-// target is a node the newest rollout of another fleet names (exit 3,
-// unless --take-over), when a want names a sha256: build the builds
-// bucket lacks (exit 1, unless --allow-missing-build), or, not a dry
-// run, when a target has no event in the stream (exit 2, unless --new; a
-// dry run warns on stderr).
+// checkApply refuses plan (nothing is published, dry run or not, and a
+// dry run exits as the apply would) when a target is a node the newest
+// rollout of another fleet names (exit 3, unless --take-over), when a
+// want names a sha256: build the builds bucket lacks (exit 1, unless
+// --allow-missing-build), or when a target has no event in the stream
+// (exit 2, unless --new).
 func checkApply(ctx context.Context, a *app, nc *nats.Conn, stream jetstream.Stream, scfg store.StreamConfig, plan *feed.Plan, o applyChecks, dryRun bool) error {
 	subj := scfg.Subjects()
 	var nodes []string
@@ -251,8 +252,8 @@ func checkApply(ctx context.Context, a *app, nc *nats.Conn, stream jetstream.Str
 	msg := fmt.Sprintf("%s of fleet %s %s no event in stream %s: %s (mistyped names? 'meshfold fleet' lists the nodes; --new rolls out to them anyway)",
 		plural(len(unknown), "node"), plan.Fleet.Name, have, scfg.Name, strings.Join(unknown, ", "))
 	if dryRun {
-		fmt.Fprintf(a.stderr, "warning: %s\n", msg)
-		return nil
+		// The dry run answers as the apply would: refused, exit 2.
+		return withCode(exitUsage, fmt.Errorf("refused (apply would refuse it too): %s; nothing was published", msg))
 	}
 	return withCode(exitUsage, fmt.Errorf("refused: %s; nothing was published", msg))
 }

@@ -103,14 +103,18 @@ func TestApplyRefusesMissingBuild(t *testing.T) {
 	}
 }
 
-// A node with no event (a typo: evee) is a warning in the dry run and a
-// refusal for real, unless --new.
+// A node with no event (a typo: evee) is refused, dry run or not (the
+// dry run exits as the apply would: a script checking a fleet file with
+// it must see the refusal), unless --new.
 func TestApplyUnknownNode(t *testing.T) {
 	m := applyMesh(t)
 	file := writeFleet(t, strings.Replace(fleetYAML, "  cat: {site: us}\n", "  cat: {site: us}\n  evee: {site: us}\n", 1))
 	out, errs, code := m.cli(t, "apply", "-f", file, "--dry-run")
-	if code != 0 || !strings.Contains(out, "evee") || !strings.Contains(errs, "warning: ") || !strings.Contains(errs, "no event in stream") || !strings.Contains(errs, ": evee (") {
-		t.Fatalf("apply --dry-run: code %d, want 0 with a warning naming evee\n%s%s", code, out, errs)
+	if code != exitUsage || out != "" || !strings.Contains(errs, "apply would refuse it too") || !strings.Contains(errs, "1 node of fleet web has no event in stream") || !strings.Contains(errs, ": evee (") {
+		t.Fatalf("apply --dry-run: code %d, want %d (refused as apply refuses, naming evee)\n%s%s", code, exitUsage, out, errs)
+	}
+	if out, errs, code := m.cli(t, "apply", "-f", file, "--dry-run", "--new"); code != 0 || !strings.Contains(out, "evee") {
+		t.Fatalf("apply --dry-run --new: code %d, want 0 with evee's change\n%s%s", code, out, errs)
 	}
 	out, errs, code = m.cli(t, "apply", "-f", file, "--by", "alice")
 	if code != exitUsage || out != "" || !strings.Contains(errs, ": evee (") || !strings.Contains(errs, "--new") {
