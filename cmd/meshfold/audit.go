@@ -149,7 +149,7 @@ func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("node %q has no events in stream %s", node, cfg.Name)
+		return &quietErr{msg: fmt.Sprintf("node %q has no events in stream %s (a mistyped name? 'meshfold fleet --all' lists the nodes)", node, cfg.Name), err: query.ErrUnknownNode}
 	}
 	begins := r.Begins(ctx, h)
 	if begins != "" && (o.why != 0 || asOf != nil) {

@@ -235,10 +235,10 @@ func TestAuditIncident1(t *testing.T) {
 	}
 
 	// Errors: unknown node, a sequence not the node's, bad flags.
-	if _, errOut, code := m.cli(t, "audit", "zed"); code != exitError || !strings.Contains(errOut, `node "zed" has no events`) {
+	if _, errOut, code := m.cli(t, "audit", "zed"); code != exitUsage || !strings.Contains(errOut, `node "zed" has no events`) {
 		t.Errorf("unknown node: exit %d %q", code, errOut)
 	}
-	if _, errOut, code := m.cli(t, "audit", "ace", "--why", "2"); code != exitError || !strings.Contains(errOut, "not an event of the node") {
+	if _, errOut, code := m.cli(t, "audit", "ace", "--why", "2"); code != exitUsage || !strings.Contains(errOut, "not an event of the node") {
 		t.Errorf("why of shanks's event: exit %d %q", code, errOut)
 	}
 	if _, _, code := m.cli(t, "audit", "ace", "--as-of", "soon"); code != exitUsage {

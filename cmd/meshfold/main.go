@@ -14,15 +14,32 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/meshfold/meshfold/query"
+	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/rollout/feed"
 )
 
-// Exit codes.
+// Exit codes, the same in every command (exitCodesHelp says them to
+// the user; README.md "Exit codes" too).
 const (
 	exitOK       = 0
-	exitError    = 1
-	exitUsage    = 2
+	exitError    = 1 // failed, or refused for the state of things
+	exitUsage    = 2 // the command line is wrong, or names what the stream does not hold
 	exitConflict = 3 // a stale --expect (someone else published first), or apply over another fleet's nodes
 )
+
+// exitCodesHelp is the root command's table of exit codes.
+const exitCodesHelp = `Exit codes, the same for every command:
+  0  done: printed what was asked, or published
+  1  failed, or refused for the state of things: the server cannot be
+     reached, a read or a publish failed, a build is not pushed yet, a
+     rollout verb the rollout would ignore, no agent answered
+  2  usage: the command line is wrong (a flag, an argument, a file that
+     does not parse), or it names a node, fleet or event the stream does
+     not hold (a mistyped name); nothing was published
+  3  conflict: someone else published first (a stale --expect), or an
+     apply over another fleet's nodes; nothing was published`
 
 // exitError carries a specific exit code out of a command.
 type codedError struct {
@@ -62,10 +79,19 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if errors.As(err, &ce) {
 		return ce.code
 	}
-	if isUsage(err) {
+	if isUsage(err) || unknownName(err) {
 		return exitUsage
 	}
 	return exitError
+}
+
+// unknownName reports whether err says a name or sequence on the command
+// line is one the stream does not hold (a node with no event, a fleet
+// with no rollout, a sequence that is not the node's event): exit 2 in
+// every command, as a node a verb refuses for the same reason is
+// (checkKnown, checkWanted).
+func unknownName(err error) bool {
+	return errors.Is(err, query.ErrUnknownNode) || errors.Is(err, feed.ErrNoRollout) || errors.Is(err, audit.ErrNotInHistory)
 }
 
 // isUsage reports whether err is cobra's complaint about the command line
@@ -117,7 +143,9 @@ Controllers publish what each node should run (want); nodes publish what runs
 a reconciler folds every node's events, in stream order, and publishes plans
 for the nodes and knocks for the provisioner clients.
 
-Start with:  meshfold serve     (an embedded NATS server and the reconciler)`,
+Start with:  meshfold serve     (an embedded NATS server and the reconciler)
+
+` + exitCodesHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

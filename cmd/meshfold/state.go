@@ -96,6 +96,9 @@ func runState(ctx context.Context, a *app, node string, format string, timeout t
 		return err
 	}
 	ns, err := r.State(ctx, node)
+	if errors.Is(err, query.ErrUnknownNode) {
+		return fmt.Errorf("%w ('meshfold fleet --all' lists the nodes)", err)
+	}
 	if err != nil {
 		return err
 	}

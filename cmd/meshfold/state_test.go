@@ -62,7 +62,7 @@ func TestStateCommand(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Source != "reconciler" || r.View.Held != 1 || len(r.Composition.Modules) != 2 {
 		t.Errorf("--json: exit %d\n%s", code, out)
 	}
-	if _, errOut, code := m.cli(t, "state", "zed"); code != exitError || !strings.Contains(errOut, `node "zed" is unknown: the reconciler has folded no event of it`) {
+	if _, errOut, code := m.cli(t, "state", "zed"); code != exitUsage || !strings.Contains(errOut, `node "zed" is unknown: the reconciler has folded no event of it`) {
 		t.Errorf("unknown node via the service: exit %d %q", code, errOut)
 	}
 
@@ -70,7 +70,7 @@ func TestStateCommand(t *testing.T) {
 	if err := svc.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if _, errOut, code := m.cli(t, "state", "novox"); code != exitError || !strings.Contains(errOut, "no snapshots yet") {
+	if _, errOut, code := m.cli(t, "state", "novox"); code != exitUsage || !strings.Contains(errOut, "no snapshots yet") {
 		t.Errorf("no bucket: exit %d %q", code, errOut)
 	}
 	ctx := testCtx(t)
@@ -90,7 +90,7 @@ func TestStateCommand(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Source != "snapshot" || r.View.Seq != 5 {
 		t.Errorf("snapshot --json: exit %d\n%s", code, out)
 	}
-	if _, errOut, code := m.cli(t, "state", "zed"); code != exitError || !strings.Contains(errOut, `node "zed" is unknown: no reconciler answered and no snapshot holds it`) {
+	if _, errOut, code := m.cli(t, "state", "zed"); code != exitUsage || !strings.Contains(errOut, `node "zed" is unknown: no reconciler answered and no snapshot holds it`) {
 		t.Errorf("unknown node via the snapshot: exit %d %q", code, errOut)
 	}
 	if _, _, code := m.cli(t, "state", "Bad!"); code != exitUsage {

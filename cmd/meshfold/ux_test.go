@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
@@ -35,5 +36,39 @@ func TestUsageMessagesAsUsersMeetThem(t *testing.T) {
 	same := writeFleet(t, "fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: all\n    select: {}\n    modules: [{name: web, build: \"web:1\"}]\n")
 	if out, errs, code := m.cli(t, "apply", "-f", same, "--dry-run"); code != 0 || !strings.Contains(out, "fleet web: 1 node, no want changes") {
 		t.Errorf("apply --dry-run, no change: exit %d, want '1 node, no want changes'\n%s%s", code, out, errs)
+	}
+}
+
+// One exit-code table for every command (meshfold --help, README "Exit
+// codes"): a node the stream holds no event of is a name the user got
+// wrong, exit 2, whether a verb or a read meets it (state and audit once
+// exited 1 where retire exited 2).
+func TestUnknownNodeExitsTheSameEverywhere(t *testing.T) {
+	m := applyMesh(t)
+	for _, args := range [][]string{
+		{"retire", "zed", "--by", "alice"},
+		{"pause", "zed", "--by", "alice"},
+		{"ack", "zed", "--by", "alice"},
+		{"state", "zed", "--timeout", "100ms"},
+		{"audit", "zed"},
+		{"rollout", "status", "zed"},
+	} {
+		out, errs, code := m.cli(t, args...)
+		if code != exitUsage || out != "" || !strings.Contains(errs, "zed") {
+			t.Errorf("meshfold %s: exit %d, stdout %q, stderr %q; want exit %d naming zed", strings.Join(args, " "), code, out, errs, exitUsage)
+		}
+	}
+	for _, args := range [][]string{{"state", "zed", "--timeout", "100ms"}, {"audit", "zed"}} {
+		if _, errs, _ := m.cli(t, args...); !strings.Contains(errs, "'meshfold fleet --all' lists the nodes") {
+			t.Errorf("meshfold %s: %q does not say where the nodes are listed", strings.Join(args, " "), errs)
+		}
+	}
+	var help bytes.Buffer
+	code := run(testCtx(t), []string{"--help"}, nil, &help, &bytes.Buffer{})
+	out := help.String()
+	for _, want := range []string{"Exit codes, the same for every command:", "  2  usage:", "names a node, fleet or event the stream does\n     not hold", "  3  conflict:"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("meshfold --help (exit %d) does not say %q:\n%s", code, want, out)
+		}
 	}
 }
