@@ -141,9 +141,12 @@ func newRetireCmd(a *app) *cobra.Command {
 		Long: `retire publishes a retire event. The node's plan becomes empty (every module
 removed) and all its owed items are paid; once the node settles that plan it
 is retired and leaves 'meshfold fleet' ('fleet --all' still lists it). Until
-then fleet shows it as retiring. --force retires it at once, for a node whose
-agent is gone for good (the empty plan is still published, so an agent that
-comes back removes everything). A later want brings the node back.
+then fleet shows it as retiring. So a node no agent runs cannot finish
+retiring: retire says so on stderr (the node holds no lease in the node lease
+bucket) and how to go on: start its agent, or --force. --force retires it at
+once, for a node whose agent is gone for good (the empty plan is still
+published, so an agent that comes back removes everything). A later want
+brings the node back.
 
 Prints the event's stream sequence; exit 1 if the publish failed, 2 on a
 usage error.
@@ -299,6 +302,10 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 		notes = a.waiveNotes(ctx, nc, nodes, p)
 	case *events.Revoke:
 		notes = a.revokeNotes(ctx, nc, nodes, p)
+	case *events.Retire:
+		if !p.Force {
+			notes = a.retireNotes(ctx, js, nodes)
+		}
 	}
 	failed := 0
 	for _, n := range nodes {

@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/meshfold/meshfold/store"
 )
 
 // What a new user typed wrong is told as what it is (issue 27's README
@@ -70,5 +74,39 @@ func TestUnknownNodeExitsTheSameEverywhere(t *testing.T) {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("meshfold --help (exit %d) does not say %q:\n%s", code, want, out)
 		}
+	}
+}
+
+// A retirement waits for the node's agent to settle the empty plan: of a
+// node no agent runs (none holds its lease), retire says it cannot
+// finish so, and what to do; of a node whose agent runs, or with
+// --force, it says nothing more.
+func TestRetireSaysWhenNoAgentRuns(t *testing.T) {
+	m := applyMesh(t)
+	ctx := testCtx(t)
+	kv, err := store.OpenNodeLeases(ctx, m.js, m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := store.AcquireLease(ctx, kv, "bob", store.NewHolder("node", "bob"), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+
+	out, errs, code := m.cli(t, "retire", "ace", "--by", "alice")
+	if code != 0 || !strings.Contains(out, "retire ace: stream sequence") {
+		t.Fatalf("retire ace: exit %d\n%s%s", code, out, errs)
+	}
+	for _, want := range []string{"no agent of ace runs", "finishes only once ace's agent settles the empty plan", "'meshfold fleet' lists ace as retiring", "'meshfold node ace'", "'meshfold retire ace --force --by NAME'"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("retire of a node no agent runs: stderr does not say %q:\n%s", want, errs)
+		}
+	}
+	if out, errs, code := m.cli(t, "retire", "bob", "--by", "alice"); code != 0 || !strings.Contains(out, "retire bob: stream sequence") || strings.Contains(errs, "no agent") {
+		t.Errorf("retire of a node whose agent runs: exit %d, stderr %q; want no note\n%s", code, errs, out)
+	}
+	if out, errs, code := m.cli(t, "retire", "cat", "--by", "alice", "--force"); code != 0 || !strings.Contains(out, "retire cat: stream sequence") || strings.Contains(errs, "no agent") {
+		t.Errorf("retire --force: exit %d, stderr %q; want no note\n%s", code, errs, out)
 	}
 }
