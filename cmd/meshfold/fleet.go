@@ -73,9 +73,23 @@ most pressing first, and the lines after the table for those rows only.
 (a name of the summary), --limit 0 or --all every row. A fleet that fits
 one page prints as it always did.
 
-Snapshots are as fresh as the reconciler's last checkpoint. -o json prints
-JSON lines, one node a line, every node unless --limit, --page or --needs
-says otherwise; -o yaml one YAML document per node.`,
+fleet is a snapshot view: it reads the states the reconciler stores at its
+checkpoints (a changed state is put a few checkpoints later, so a second or
+more after the event, and longer after a restart), not the live reconciler.
+The table says how old they are ('-- as of the reconciler's snapshots,
+checkpointed 3s ago') and whether the stream holds newer events; the nodes
+with events past their snapshot (one just started, just retired, a settle
+after a restart), at most 500, it reads live from the reconciler's state
+service, and names them. When no reconciler answers, it names the nodes
+whose rows (or absence) may be older than their events: 'meshfold state NODE'
+then folds one from the stream.
+
+-o json prints JSON lines, one object a node (nothing at all when no node
+has a snapshot), every node unless --limit, --page or --needs says
+otherwise; -o yaml one YAML document per node. Both print the snapshots as
+stored, in one pass (the cost stays that of reading the bucket), and say on
+stderr when they lag the stream: 'meshfold state NODE -o json' reads one
+node live.`,
 		Example: `  meshfold fleet                      # the summary, then the 50 most pressing nodes
   meshfold fleet --page 2             # the next 50
   meshfold fleet --needs failed       # only the crash-looping nodes, paged
@@ -161,12 +175,15 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		seqsErr    error
 		sources    map[string][]audit.SourceProblem
 		sourcesErr error
+		lag        query.SnapshotLag // how current the snapshots are (fleetlag.go)
+		lagErr     error
 		wg         sync.WaitGroup
 	)
 	if warnings > 0 {
 		wg.Go(func() { seqs, seqsErr = r.WarningSeqs(ctx, now.Add(-warnings)) })
 	}
 	wg.Go(func() { sources, sourcesErr = r.Sources(ctx, "") })
+	wg.Go(func() { lag, lagErr = r.Lag(ctx) })
 	// annotate sets on a row what is read beside the snapshots: its
 	// journal warnings (when counted), then the files its provisioner
 	// could not fill. Only once both reads are done.
@@ -227,6 +244,11 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	if sourcesErr != nil {
 		fmt.Fprintf(a.stderr, "note: why files are unfilled (the provisioners' reports) could not be read: %v\n", sourcesErr)
 	}
+	if lagErr != nil {
+		fmt.Fprintf(a.stderr, "note: whether the snapshots are as new as the stream could not be read: %v\n", lagErr)
+	} else if format != outTable {
+		fmt.Fprint(a.stderr, lagNote(lag, now))
+	}
 	if chunks != nil {
 		if err := writeFleetChunks(w, chunks); err != nil {
 			return err
@@ -235,6 +257,14 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	}
 	for i := range rows {
 		annotate(&rows[i])
+	}
+	var lagLine string
+	if format == outTable && lagErr == nil {
+		// The table reads live the nodes whose events are newer than
+		// their snapshot, and says how current it is (fleetlag.go).
+		var fl *fleetLag
+		rows, fl = refreshLagging(ctx, r, rows, lag, now, stale, annotate)
+		lagLine = fl.text(now)
 	}
 	if !all {
 		rows = slices.DeleteFunc(rows, func(r audit.FleetRow) bool { return r.Retired })
@@ -256,7 +286,7 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	} else {
 		audit.SortFleet(rows)
 		noteWarnings(ctx, a, r, rows, pg)
-		err = printFleet(w, rows, now, pg)
+		err = printFleet(w, rows, now, pg, lagLine)
 	}
 	if err != nil {
 		return err
@@ -456,7 +486,9 @@ func noteWarnings(ctx context.Context, a *app, r *query.Reader, rows []audit.Fle
 	}
 }
 
-func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPaging) error {
+// printFleet prints the table; lagLine (fleetLag.text) follows its count
+// line.
+func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPaging, lagLine string) error {
 	needs := 0
 	for _, r := range rows {
 		if len(r.Attention) > 0 {
@@ -488,6 +520,7 @@ func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPagin
 	if paged {
 		b.WriteString(pageLine(pg, page, first, total))
 	}
+	b.WriteString(lagLine)
 	cleared := 0
 	for _, r := range rows {
 		cleared += r.ClearedWarnings

@@ -146,16 +146,16 @@ func TestFleetCommand(t *testing.T) {
 		t.Errorf("stderr does not tell the fleet journal's entry: %q", errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	// The table, its count line, and a line naming calm's warning (a
-	// flag with no line saying what it is told nothing).
-	if len(lines) != 6 || !strings.HasPrefix(lines[0], "NODE") || !strings.HasPrefix(lines[1], "broken ") ||
+	// The table, its count line, how current it is, and a line naming
+	// calm's warning (a flag with no line saying what it is told nothing).
+	if len(lines) != 7 || !strings.HasPrefix(lines[0], "NODE") || !strings.HasPrefix(lines[1], "broken ") ||
 		!strings.HasPrefix(lines[2], "novox ") || !strings.HasPrefix(lines[3], "calm ") {
 		t.Fatalf("fleet:\n%s", out)
 	}
 	if !strings.Contains(lines[2], "owed, approve nats→n:2.11") || !strings.Contains(lines[3], "1 warning") {
 		t.Errorf("needs:\n%s", out)
 	}
-	if !regexp.MustCompile(`^journal +calm #\d+ warn: w$`).MatchString(lines[5]) {
+	if !regexp.MustCompile(`^journal +calm #\d+ warn: w$`).MatchString(lines[6]) {
 		t.Errorf("the warning is not named after the table:\n%s", out)
 	}
 	out, _, code = m.cli(t, "fleet", "--json", "--warnings", "0")

@@ -1,0 +1,177 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
+)
+
+// PartitionLag is one partition of the stream beside its snapshot
+// checkpoint: how current the states the snapshot bucket holds for its
+// nodes are.
+type PartitionLag struct {
+	Partition int
+	// Checkpoint is the stream sequence up to which every state stored
+	// for the partition's nodes covers their events (0: none yet);
+	// CheckpointTime when it was stored (zero: none).
+	Checkpoint     uint64
+	CheckpointTime time.Time
+	// Last is the sequence of the partition's newest event in the stream
+	// (0: none), LastTime its stream time.
+	Last     uint64
+	LastTime time.Time
+}
+
+// Behind reports whether the stream holds events of the partition newer
+// than its checkpoint: a node's stored state may then be older than its
+// events (the reconciler puts a changed state a few checkpoints later,
+// docs/architecture.md "Live: states put by age").
+func (p PartitionLag) Behind() bool { return p.Last > p.Checkpoint }
+
+// SnapshotLag is the snapshot bucket beside the stream, one entry a
+// partition, in partition order.
+type SnapshotLag struct {
+	Partitions []PartitionLag
+}
+
+// Behind returns the partitions whose events go past their checkpoint.
+func (l SnapshotLag) Behind() []PartitionLag {
+	var out []PartitionLag
+	for _, p := range l.Partitions {
+		if p.Behind() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Lag reads every partition's checkpoint and the newest event the stream
+// holds of it (two small requests a partition, all at once): whether the
+// fleet the snapshots give ([Reader.FleetRows]) is the stream's as it is
+// now, and if not, since when. The newest event is read from the stream's
+// leader (store.LeaderReads), so that an event just acknowledged counts.
+//
+// Errors: an error wrapping [ErrNoSnapshots] when the bucket does not
+// exist; the stream's lookup and the reads' errors.
+func (r *Reader) Lag(ctx context.Context) (SnapshotLag, error) {
+	snaps, err := r.snapshots(ctx)
+	if err != nil {
+		return SnapshotLag{}, err
+	}
+	_, cfg, err := r.open(ctx)
+	if err != nil {
+		return SnapshotLag{}, err
+	}
+	subj := cfg.Subjects()
+	leader := store.Leader(r.js, cfg.Name)
+	out := SnapshotLag{Partitions: make([]PartitionLag, subj.N())}
+	errs := make([]error, subj.N())
+	var wg sync.WaitGroup
+	for p := range out.Partitions {
+		wg.Go(func() {
+			pl := PartitionLag{Partition: p}
+			var err error
+			pl.Checkpoint, pl.CheckpointTime, err = snaps.CheckpointAt(ctx, p)
+			if err != nil {
+				errs[p] = err
+				return
+			}
+			m, err := leader.GetLastMsgForSubject(ctx, subj.StoredPartitionAll(p))
+			switch {
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+			case err != nil:
+				errs[p] = fmt.Errorf("newest event of partition %d: %w", p, err)
+				return
+			default:
+				pl.Last, pl.LastTime = m.Sequence, m.Time
+			}
+			out.Partitions[p] = pl
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return SnapshotLag{}, err
+	}
+	return out, nil
+}
+
+// TailNodes reads the events of each partition of lag that is behind,
+// past its checkpoint up to its newest event as Lag saw it, and returns
+// each node they name with the sequence of its newest one: the nodes
+// whose stored state may be older than their events. Only subjects are
+// read, not payloads. A partition with more than limit such events is not
+// read past limit (complete is then false: some nodes may be missing).
+//
+// Errors: the stream's lookup; the reads' errors; ctx's.
+func (r *Reader) TailNodes(ctx context.Context, lag SnapshotLag, limit int) (nodes map[string]uint64, complete bool, err error) {
+	_, cfg, err := r.open(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	subj := cfg.Subjects()
+	nodes = map[string]uint64{}
+	complete = true
+	for _, p := range lag.Behind() {
+		t, err := store.Follow(ctx, r.js, store.TailConfig{Stream: cfg.Name, Subjects: subj, Filter: subj.StoredPartitionAll(p.Partition), Start: p.Checkpoint + 1})
+		if err != nil {
+			return nil, false, fmt.Errorf("partition %d past its checkpoint: %w", p.Partition, err)
+		}
+		err = func() error {
+			defer t.Stop()
+			if t.Empty() {
+				return nil // trimmed meanwhile
+			}
+			for n := 0; ; n++ {
+				if n == limit {
+					complete = false
+					return nil
+				}
+				var x store.Tailed
+				select {
+				case x = <-t.C():
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				if x.Err != nil {
+					return x.Err
+				}
+				seq := x.Meta.Sequence.Stream
+				if node, _, err := subj.Parse(x.Msg.Subject()); err == nil && node != events.FleetNode {
+					nodes[node] = max(nodes[node], seq)
+				}
+				if seq >= p.Last || x.Meta.NumPending == 0 {
+					return nil
+				}
+			}
+		}()
+		if err != nil {
+			return nil, false, fmt.Errorf("partition %d past its checkpoint: %w", p.Partition, err)
+		}
+	}
+	return nodes, complete, nil
+}
+
+// LiveView asks the reconciler's state service for node's view alone
+// (endpoint state; [RequestState] asks for its composition too).
+//
+// Errors: as [RequestState].
+func (r *Reader) LiveView(ctx context.Context, node string) (reconcile.View, error) {
+	var v reconcile.View
+	if !events.ValidName(node) {
+		return v, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
+	}
+	timeout := r.c.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	err := request(ctx, r.nc, events.StateSubject(r.pre, events.EndpointState, node), timeout, &v)
+	return v, err
+}
