@@ -245,12 +245,12 @@ func checkApply(ctx context.Context, a *app, nc *nats.Conn, stream jetstream.Str
 	if len(unknown) == 0 || o.newNodes {
 		return nil
 	}
-	have := "have"
+	have, typo, them := "have", "mistyped names?", "them"
 	if len(unknown) == 1 {
-		have = "has"
+		have, typo, them = "has", "a mistyped name?", "it"
 	}
-	msg := fmt.Sprintf("%s of fleet %s %s no event in stream %s: %s (mistyped names? 'meshfold fleet' lists the nodes; --new rolls out to them anyway)",
-		plural(len(unknown), "node"), plan.Fleet.Name, have, scfg.Name, strings.Join(unknown, ", "))
+	msg := fmt.Sprintf("%s of fleet %s %s no event in stream %s: %s (%s 'meshfold fleet' lists the nodes; --new rolls out to %s anyway)",
+		plural(len(unknown), "node"), plan.Fleet.Name, have, scfg.Name, strings.Join(unknown, ", "), typo, them)
 	if dryRun {
 		// The dry run answers as the apply would: refused, exit 2.
 		return withCode(exitUsage, fmt.Errorf("refused (apply would refuse it too): %s; nothing was published", msg))

@@ -110,7 +110,7 @@ func TestApplyUnknownNode(t *testing.T) {
 	m := applyMesh(t)
 	file := writeFleet(t, strings.Replace(fleetYAML, "  cat: {site: us}\n", "  cat: {site: us}\n  evee: {site: us}\n", 1))
 	out, errs, code := m.cli(t, "apply", "-f", file, "--dry-run")
-	if code != exitUsage || out != "" || !strings.Contains(errs, "apply would refuse it too") || !strings.Contains(errs, "1 node of fleet web has no event in stream") || !strings.Contains(errs, ": evee (") {
+	if code != exitUsage || out != "" || !strings.Contains(errs, "apply would refuse it too") || !strings.Contains(errs, "1 node of fleet web has no event in stream") || !strings.Contains(errs, ": evee (a mistyped name? ") {
 		t.Fatalf("apply --dry-run: code %d, want %d (refused as apply refuses, naming evee)\n%s%s", code, exitUsage, out, errs)
 	}
 	if out, errs, code := m.cli(t, "apply", "-f", file, "--dry-run", "--new"); code != 0 || !strings.Contains(out, "evee") {
