@@ -33,6 +33,7 @@ type fleetLag struct {
 	live     []string // nodes whose rows were read live, sorted
 	behind   []string // nodes with events past their stored state not read live, sorted
 	why      string   // why they were not ("" when they all were)
+	noneUp   bool     // no reconciler answered
 }
 
 // checkpointAges returns the age of the newest and of the oldest
@@ -74,6 +75,9 @@ func (f *fleetLag) text(now time.Time) string {
 		b.WriteString(": the stream holds no newer event\n")
 		return b.String()
 	}
+	if len(f.live) == 0 && len(f.behind) == 0 && f.complete {
+		b.WriteString("; the stream's newer events are in every row already")
+	}
 	if len(f.live) > 0 {
 		fmt.Fprintf(&b, "; %s with events past them read live from the reconciler (%s)", plural(len(f.live), "node"), nameList(f.live))
 	}
@@ -82,10 +86,14 @@ func (f *fleetLag) text(now time.Time) string {
 		if len(f.behind) == 1 {
 			has = "has"
 		}
-		fmt.Fprintf(&b, "; the snapshots lag the stream: %s %s events past them (%s), %s, so %s may be older than %s; 'meshfold state NODE' reads one live",
+		how := "reads one live"
+		if f.noneUp {
+			how = "folds one from the stream"
+		}
+		fmt.Fprintf(&b, "; the snapshots lag the stream: %s %s events past them (%s), %s, so %s may be older than %s; 'meshfold state NODE' %s",
 			plural(len(f.behind), "node"), has, nameList(f.behind), f.why,
 			map[bool]string{true: "its row (or its absence)", false: "their rows (or their absence)"}[len(f.behind) == 1],
-			map[bool]string{true: "its events", false: "their events"}[len(f.behind) == 1])
+			map[bool]string{true: "its events", false: "their events"}[len(f.behind) == 1], how)
 	}
 	if !f.complete {
 		fmt.Fprintf(&b, "; more than %d events past a partition's checkpoint: other rows may be older than their events too (run fleet again once the reconciler has checkpointed)", fleetTailMax)
@@ -184,6 +192,7 @@ func refreshLagging(ctx context.Context, r *query.Reader, rows []audit.FleetRow,
 	f.behind = append(f.behind, want[len(ask):]...)
 	switch {
 	case noneUp:
+		f.noneUp = true
 		f.why = "and no reconciler answered to read them live"
 	case len(want) > len(ask):
 		f.why = fmt.Sprintf("past the %d this table reads live", fleetLiveMax)

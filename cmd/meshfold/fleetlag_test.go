@@ -121,7 +121,7 @@ func TestFleetSaysWhenTheSnapshotsLagAndNoReconcilerAnswers(t *testing.T) {
 	out, errs, code := m.cli(t, "fleet")
 	for _, want := range []string{"-- 0 nodes, 0 need an operator\n", "(no partition checkpointed yet)",
 		"the snapshots lag the stream: 1 node has events past them (ace), and no reconciler answered to read them live",
-		"'meshfold state NODE' reads one live"} {
+		"'meshfold state NODE' folds one from the stream"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("fleet: exit %d, does not say %q\n%s%s", code, want, out, errs)
 		}
