@@ -88,7 +88,13 @@ type Tail struct {
 	stream string
 	subj   events.Subjects
 	cons   jetstream.Consumer
-	it     jetstream.MessagesContext
+	it     jetstream.MessagesContext // nil with endOnLoss
+	// cc is an endOnLoss tail's callback consumption (nil otherwise);
+	// sendMu guards its sends and ended, set once an error was sent or
+	// the tail stopped.
+	cc     jetstream.ConsumeContext
+	sendMu sync.Mutex
+	ended  bool
 	ch     chan Tailed
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -121,10 +127,6 @@ func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail,
 	case cfg.Start > 1:
 		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, cfg.Start
 	}
-	var opts []jetstream.PullMessagesOpt
-	if cfg.Heartbeat > 0 {
-		opts = append(opts, jetstream.PullHeartbeat(cfg.Heartbeat))
-	}
 	var (
 		cons jetstream.Consumer
 		err  error
@@ -136,23 +138,89 @@ func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail,
 			DeliverPolicy: occ.DeliverPolicy, OptStartSeq: occ.OptStartSeq, OptStartTime: occ.OptStartTime,
 			FilterSubject: cfg.Filter, AckPolicy: jetstream.AckNonePolicy,
 			InactiveThreshold: OrderedInactive, Replicas: 1, MemoryStorage: true})
-		opts = append(opts, jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	} else {
 		cons, err = js.OrderedConsumer(ctx, cfg.Stream, occ)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s on %s: %w", what, cfg.Stream, err)
 	}
-	it, err := cons.Messages(opts...)
-	if err != nil {
+	t := &Tail{js: js, stream: cfg.Stream, subj: cfg.Subjects, cons: cons, ch: make(chan Tailed, tailBuffer), done: make(chan struct{}),
+		endOnLoss: cfg.EndOnLoss}
+	if cfg.EndOnLoss {
+		// A callback per message, not an iterator: the iterator's Next
+		// arms and stops a heartbeat timer of its own at every call
+		// (~145 B and 3 allocations a message, 4-5 % of a catch-up's
+		// CPU), where the callback's subscription keeps one and resets
+		// it (docs/architecture.md, "Catch-up speed").
+		copts := []jetstream.PullConsumeOpt{jetstream.ConsumeErrHandler(t.consumeErr)}
+		if cfg.Heartbeat > 0 {
+			copts = append(copts, jetstream.PullHeartbeat(cfg.Heartbeat))
+		}
+		if t.cc, err = cons.Consume(t.deliver, copts...); err != nil {
+			DropOrdered(js, cfg.Stream, cons)
+			return nil, fmt.Errorf("%s on %s: %w", what, cfg.Stream, err)
+		}
+		return t, nil
+	}
+	var opts []jetstream.PullMessagesOpt
+	if cfg.Heartbeat > 0 {
+		opts = append(opts, jetstream.PullHeartbeat(cfg.Heartbeat))
+	}
+	if t.it, err = cons.Messages(opts...); err != nil {
 		DropOrdered(js, cfg.Stream, cons)
 		return nil, fmt.Errorf("%s on %s: %w", what, cfg.Stream, err)
 	}
-	t := &Tail{js: js, stream: cfg.Stream, subj: cfg.Subjects, cons: cons, it: it, ch: make(chan Tailed, tailBuffer), done: make(chan struct{}),
-		endOnLoss: cfg.EndOnLoss}
 	t.wg.Add(1)
 	go t.pump()
 	return t, nil
+}
+
+// deliver is an EndOnLoss tail's message callback: the message with its
+// metadata, checked for a skipped delivery, handed on (or the error).
+func (t *Tail) deliver(m jetstream.Msg) {
+	x := Tailed{Msg: m}
+	if x.Meta, x.Err = m.Metadata(); x.Err != nil {
+		x.Msg = nil
+	}
+	t.send(x)
+}
+
+// consumeErr is an EndOnLoss tail's error callback. It ends the tail on
+// the errors the iterator's Next returned (with missing heartbeats
+// reported): two missed heartbeats, a terminal status of the server
+// (the consumer deleted, a bad request) and the connection closed; the
+// client's other notices (a leadership change, a pull it sends again)
+// the iterator did not return either.
+func (t *Tail) consumeErr(_ jetstream.ConsumeContext, err error) {
+	switch {
+	case errors.Is(err, jetstream.ErrNoHeartbeat), errors.Is(err, jetstream.ErrConsumerDeleted),
+		errors.Is(err, jetstream.ErrBadRequest), errors.Is(err, jetstream.ErrConnectionClosed):
+		t.send(Tailed{Err: err})
+	}
+}
+
+// send hands x on to the reader of an EndOnLoss tail, once lost has
+// checked it, unless the tail already ended (an error was sent, or
+// Stop): after an error nothing more arrives. Callbacks of
+// the message and of the errors run on different goroutines of the
+// client; sendMu keeps their sends in one order.
+func (t *Tail) send(x Tailed) {
+	t.sendMu.Lock()
+	defer t.sendMu.Unlock()
+	if t.ended {
+		return
+	}
+	x.Err = t.lost(x)
+	if x.Err != nil {
+		x.Msg, x.Meta = nil, nil
+		x.Err = fmt.Errorf("read %s: %w", t.stream, x.Err)
+		t.ended = true
+	}
+	select {
+	case t.ch <- x:
+	case <-t.done:
+		t.ended = true
+	}
 }
 
 // tailBuffer is how many messages a tail's pump may read ahead of its
@@ -171,9 +239,6 @@ func (t *Tail) pump() {
 			if x.Meta, x.Err = x.Msg.Metadata(); x.Err != nil {
 				x.Msg = nil
 			}
-		}
-		if t.endOnLoss {
-			x.Err = t.lost(x)
 		}
 		if x.Err != nil {
 			x.Msg, x.Meta = nil, nil
@@ -256,8 +321,15 @@ func (t *Tail) Empty() bool {
 func (t *Tail) Stop() {
 	t.once.Do(func() {
 		close(t.done)
-		t.it.Stop()
-		t.wg.Wait()
+		if t.cc != nil {
+			t.cc.Stop()
+			t.sendMu.Lock()
+			t.ended = true
+			t.sendMu.Unlock()
+		} else {
+			t.it.Stop()
+			t.wg.Wait()
+		}
 		DropOrdered(t.js, t.stream, t.cons)
 	})
 }
