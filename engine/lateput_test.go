@@ -35,6 +35,25 @@ type latePut struct {
 }
 
 func startLatePut(t *testing.T, nodes int, change func(*reconcile.State)) *latePut {
+	return startLate(t, nodes, func(snaps *store.Snapshots, node string) error {
+		b, rev, err := snaps.NodeAt(context.Background(), 0, node)
+		if err != nil {
+			return err
+		}
+		st, err := reconcile.UnmarshalState(b)
+		if err != nil {
+			return err
+		}
+		change(st)
+		if b, err = reconcile.MarshalState(st); err != nil {
+			return err
+		}
+		return snaps.PutNodesAt(context.Background(), 0, map[string][]byte{node: b}, map[string]uint64{node: rev})
+	})
+}
+
+// startLate is startLatePut whose late put is land's.
+func startLate(t *testing.T, nodes int, land func(snaps *store.Snapshots, node string) error) *latePut {
 	g := newRig(t, store.StreamConfig{Partitions: 1})
 	last := enginetest.SimulateInputs(nodes*4, nodes).Load(t, g.js)
 	snaps, err := store.OpenSnapshots(context.Background(), g.js, g.cfg)
@@ -64,19 +83,7 @@ func startLatePut(t *testing.T, nodes int, change func(*reconcile.State)) *lateP
 		if seq != next.Load() || lp.landed.Load() != 0 {
 			return nil
 		}
-		b, rev, err := snaps.NodeAt(context.Background(), 0, lp.node)
-		if err != nil {
-			return err
-		}
-		st, err := reconcile.UnmarshalState(b)
-		if err != nil {
-			return err
-		}
-		change(st)
-		if b, err = reconcile.MarshalState(st); err != nil {
-			return err
-		}
-		if err := snaps.PutNodesAt(context.Background(), 0, map[string][]byte{lp.node: b}, map[string]uint64{lp.node: rev}); err != nil {
+		if err := land(snaps, lp.node); err != nil {
 			return err
 		}
 		lp.landed.Store(time.Now().UnixNano())
@@ -168,4 +175,27 @@ func TestCheckpointConflictsWithANewerState(t *testing.T) {
 	if st, err := reconcile.UnmarshalState(b); err != nil || st.Seq != 1<<40 {
 		t.Fatalf("stored state of %s: %v (%v), want the newer one (seq %d)", lp.node, st, err, uint64(1)<<40)
 	}
+}
+
+// TestCheckpointPutsOverALateSequenceOfItsPartition: a checkpoint
+// sequence a former session of the partition put that lands after its
+// successor read the checkpoint key makes the successor's fenced put of
+// its own fail; with its lease held, the successor reads the key again
+// and puts over it: no restart, and the checkpoint is its own.
+func TestCheckpointPutsOverALateSequenceOfItsPartition(t *testing.T) {
+	var late uint64
+	lp := startLate(t, 2, func(snaps *store.Snapshots, _ string) error {
+		ck, err := snaps.Checkpoint(context.Background(), 0)
+		if err != nil {
+			return err
+		}
+		late = ck - 1 // behind: a put of a session that ended earlier
+		return snaps.PutCheckpoint(context.Background(), 0, late)
+	})
+	lp.g.planFor(lp.node, lp.next)
+	lp.checkpointed(t)
+	if n := counter(lp.m.Restarts); n != 0 {
+		t.Errorf("%v session restarts after the late checkpoint put, want none", n)
+	}
+	lp.g.verify(lp.rec)
 }

@@ -70,6 +70,7 @@ func relayAck(ctx context.Context, f jetstream.PubAckFuture, span trace.Span) (<
 type session struct {
 	p           *partition
 	checkpoint  uint64 // the sequence the stored snapshot covers
+	ckRev       uint64 // the checkpoint key's revision, as last seen (putCheckpoint)
 	folded      uint64 // the last sequence read and folded (or skipped)
 	lastAtStart uint64 // the stream's last sequence when the session began
 	// recovering holds while the read has not passed lastAtStart: effects
@@ -241,6 +242,13 @@ func (p *partition) session(ctx context.Context) error {
 		states = map[string]*reconcile.State{}
 		tooBig = map[string]bool{}
 	)
+	// The checkpoint key's revision, which the session's checkpoint puts
+	// are fenced on (putCheckpoint): read before the states, so that a
+	// former session's put landing meanwhile is seen as a conflict.
+	ckAt, ckRev, err := r.snaps.CheckpointAt(ctx, p.id)
+	if err != nil {
+		return err
+	}
 	endTail := func() {}
 	if lazy {
 		// Only the states the tail's events name are read before the
@@ -248,10 +256,7 @@ func (p *partition) session(ctx context.Context) error {
 		// (session.loadRest): a restart's refold is then O(tail).
 		endTail = r.tails.begin()
 		defer endTail()
-		if ck, err = r.snaps.Checkpoint(ctx, p.id); err != nil {
-			return err
-		}
-		revs = map[string]uint64{}
+		ck, revs = ckAt, map[string]uint64{}
 	} else if ck, revs, err = p.loadStates(ctx, in, states, tooBig, nil); err != nil {
 		return err
 	}
@@ -262,7 +267,7 @@ func (p *partition) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := &session{p: p, checkpoint: ck, folded: ck, lastAtStart: last, recovering: last > ck, readAll: ck < first, in: in,
+	s := &session{p: p, checkpoint: ck, ckRev: ckRev, folded: ck, lastAtStart: last, recovering: last > ck, readAll: ck < first, in: in,
 		rec: newRecovery(), checkpointed: time.Now(), dirty: map[string]dirtyNode{}, revs: revs, tooBig: tooBig,
 		lag: r.m.Lag.WithLabelValues(strconv.Itoa(p.id)), counted: map[events.Kind]prometheus.Counter{}, endLoad: endLoad, lazy: lazy, endTail: endTail}
 	if r.cfg.Signer != nil && r.cfg.Own.Trusts(r.cfg.Signer.PublicKey()) {
@@ -1567,9 +1572,12 @@ type checkpointWrite struct {
 	// ck is the sequence to store once every state is; stored only when
 	// past base, the checkpoint stored when it was taken.
 	ck, base uint64
-	folded   uint64 // the last sequence folded when it was taken
-	done     chan struct{}
-	err      error
+	// ckRev is the checkpoint key's revision as last seen, and then as
+	// stored (putCheckpoint).
+	ckRev  uint64
+	folded uint64 // the last sequence folded when it was taken
+	done   chan struct{}
+	err    error
 }
 
 // captureCheckpoint takes a checkpoint: it waits for every effect sent to
@@ -1600,7 +1608,7 @@ func (s *session) captureCheckpoint(ctx context.Context, full bool) (*checkpoint
 		return nil, err
 	}
 	s.gen++
-	w := &checkpointWrite{base: s.checkpoint, folded: s.folded}
+	w := &checkpointWrite{base: s.checkpoint, folded: s.folded, ckRev: s.ckRev}
 	// ck is what the checkpoint can claim: the sequence before the first
 	// event of every node whose state waits.
 	w.ck = s.folded
@@ -1699,9 +1707,41 @@ func (s *session) writeCheckpoint(ctx context.Context, w *checkpointWrite) error
 	}
 	if w.ck > w.base {
 		return s.retryWrite(ctx, func(ctx context.Context) error {
-			return r.snaps.PutCheckpoint(ctx, p.id, w.ck)
+			return s.putCheckpoint(ctx, w)
 		})
 	}
+	return nil
+}
+
+// putCheckpoint puts w's sequence, fenced on the checkpoint key's
+// revision as last seen (w.ckRev, moved to the new one): a put of a
+// former session of the partition, sent before it ended or lost its
+// lease, that lands after this session stored a checkpoint fails instead
+// of moving the checkpoint back. A put that fails its fence (such a put
+// landed after this session read the key, or a put of its own whose
+// acknowledgement was lost) reads the key again from the bucket's leader
+// and, with the lease still held, puts over it at the revision read:
+// every state is stored before its checkpoint's sequence and a stored
+// state only moves forward (adopt), so whichever sequence was there is
+// covered, and this one is too (docs/architecture.md, "The live path
+// (issue 27)").
+func (s *session) putCheckpoint(ctx context.Context, w *checkpointWrite) error {
+	r, p := s.p.r, s.p
+	rev, err := r.snaps.PutCheckpointAt(ctx, p.id, w.ck, w.ckRev)
+	if errors.Is(err, store.ErrConflict) {
+		_, cur, rerr := r.snaps.CheckpointAt(ctx, p.id)
+		if rerr != nil {
+			return fmt.Errorf("%w (reading it again: %v)", err, rerr)
+		}
+		if err := p.lost(); err != nil {
+			return err
+		}
+		rev, err = r.snaps.PutCheckpointAt(ctx, p.id, w.ck, cur)
+	}
+	if err != nil {
+		return err
+	}
+	w.ckRev = rev
 	return nil
 }
 
@@ -1768,6 +1808,7 @@ func (s *session) finishCheckpoint(w *checkpointWrite) error {
 	for node, rev := range w.revs {
 		s.revs[node] = rev
 	}
+	s.ckRev = w.ckRev
 	if w.err != nil {
 		return w.err
 	}

@@ -471,6 +471,48 @@ func (s *Snapshots) PutCheckpoint(ctx context.Context, partition int, seq uint64
 	return nil
 }
 
+// PutCheckpointAt is [Snapshots.PutCheckpoint] conditional on the key's
+// revision rev (Nats-Expected-Last-Subject-Sequence; 0: never written),
+// as [Snapshots.PutNodesAt] is for states: a put of a writer that read
+// the key before another one wrote it fails. It returns the key's new
+// revision.
+//
+// Errors: one wrapping [ErrConflict] when the key was written since rev;
+// the publish's otherwise.
+func (s *Snapshots) PutCheckpointAt(ctx context.Context, partition int, seq, rev uint64) (uint64, error) {
+	if partition < 0 {
+		return 0, fmt.Errorf("put checkpoint: partition %d", partition)
+	}
+	msg := &nats.Msg{Subject: s.pre + checkpointKey(partition), Data: []byte(strconv.FormatUint(seq, 10))}
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev))
+	if err != nil {
+		return 0, fmt.Errorf("put checkpoint of partition %d: %w", partition, ServerError(err))
+	}
+	return ack.Sequence, nil
+}
+
+// CheckpointAt returns partition's checkpoint (0 when none is stored) and
+// its key's revision (0 when never written), read from the bucket's
+// leader ([LeaderReads]): what [Snapshots.PutCheckpointAt] expects next.
+//
+// Errors: the read's; a value that is not a sequence.
+func (s *Snapshots) CheckpointAt(ctx context.Context, partition int) (seq, rev uint64, err error) {
+	m, err := Leader(s.js, "KV_"+s.kv.Bucket()).GetLastMsgForSubject(ctx, "$KV."+s.kv.Bucket()+"."+checkpointKey(partition))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("get checkpoint of partition %d: %w", partition, err)
+	}
+	if op := m.Header.Get(kvOperation); op == "DEL" || op == "PURGE" {
+		return 0, m.Sequence, nil
+	}
+	if seq, err = strconv.ParseUint(string(m.Data), 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("checkpoint of partition %d: %q: %w", partition, m.Data, err)
+	}
+	return seq, m.Sequence, nil
+}
+
 // Checkpoint returns partition's checkpoint, 0 when none is stored.
 func (s *Snapshots) Checkpoint(ctx context.Context, partition int) (uint64, error) {
 	e, err := s.kv.Get(ctx, checkpointKey(partition))

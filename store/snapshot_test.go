@@ -313,3 +313,34 @@ func TestPutNodesAtNamesItsConflicts(t *testing.T) {
 		t.Fatalf("puts at the revisions read again: %v", err)
 	}
 }
+
+// TestPutCheckpointAt: a checkpoint put is conditional on the key's
+// revision, which CheckpointAt reads with the sequence; a stale one
+// fails with ErrConflict and leaves the key.
+func TestPutCheckpointAt(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 1})
+	snaps, err := store.OpenSnapshots(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck, rev, err := snaps.CheckpointAt(ctx, 0); err != nil || ck != 0 || rev != 0 {
+		t.Fatalf("CheckpointAt before any put = %d, %d, %v", ck, rev, err)
+	}
+	rev, err := snaps.PutCheckpointAt(ctx, 0, 7, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck, got, err := snaps.CheckpointAt(ctx, 0); err != nil || ck != 7 || got != rev {
+		t.Fatalf("CheckpointAt = %d, %d, %v; want 7 at %d", ck, got, err, rev)
+	}
+	if _, err := snaps.PutCheckpointAt(ctx, 0, 3, 0); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a put at a stale revision: %v, want ErrConflict", err)
+	}
+	if _, err := snaps.PutCheckpointAt(ctx, 0, 9, rev); err != nil {
+		t.Fatalf("a put at the revision read: %v", err)
+	}
+	if ck, err := snaps.Checkpoint(ctx, 0); err != nil || ck != 9 {
+		t.Fatalf("Checkpoint = %d, %v; want 9", ck, err)
+	}
+}
