@@ -629,6 +629,21 @@ func (s *session) handle(ctx context.Context, msg jetstream.Msg, meta *jetstream
 			return err
 		}
 	}
+	if s.recovering && meta.NumPending == 0 && seq < s.lastAtStart {
+		// Nothing pending, as the consumer's server has the stream: the
+		// server may place the consumer on a replica behind the leader,
+		// which reports nothing pending before what it has not applied.
+		// The partition's last message as the leader has it says whether
+		// any is left (store.LeaderReads): when one is, the read goes on
+		// (one past lastAtStart ends the recovery above).
+		m, err := store.Leader(p.r.js, p.r.cfg.Stream.Name).GetLastMsgForSubject(ctx, p.r.subj.StoredPartitionAll(p.id))
+		if err != nil {
+			return fmt.Errorf("partition %d's last message: %w", p.id, err)
+		}
+		if m.Sequence > seq {
+			return nil
+		}
+	}
 	if s.recovering && meta.NumPending == 0 {
 		// Caught up: nothing of the partition up to lastAtStart is left.
 		return s.caughtUp(ctx)

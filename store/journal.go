@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,13 +38,34 @@ func JournalWarnings(ctx context.Context, js jetstream.JetStream, cfg StreamConf
 func JournalWarningSeqs(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, since time.Time) (map[string][]uint64, error) {
 	cfg = cfg.WithDefaults()
 	counts := map[string][]uint64{}
-	t, err := Follow(ctx, js, TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(),
-		Filter: "*." + cfg.Prefix + ".*." + string(events.KindJournal), StartTime: since})
+	filter := "*." + cfg.Prefix + ".*." + string(events.KindJournal)
+	// The newest journal entry as the stream's leader has it bounds the
+	// read, as ReadNode's: the consumer may be placed on a replica behind
+	// the leader, whose count of pending messages then ends before
+	// entries the stream acknowledged. Only the bound's removal (a limit,
+	// meanwhile) ends the read short of it.
+	leader := Leader(js, cfg.Name)
+	last, err := leader.GetLastMsgForSubject(ctx, filter)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return counts, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read journal: last entry: %w", err)
+	}
+	if last.Time.Before(since) {
+		return counts, nil
+	}
+	end := last.Sequence
+	removed := func() bool {
+		_, err := leader.GetMsg(ctx, end)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}
+	t, err := Follow(ctx, js, TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(), Filter: filter, StartTime: since})
 	if err != nil {
 		return nil, fmt.Errorf("read journal: %w", err)
 	}
 	defer t.Stop()
-	if t.Empty() {
+	if t.Empty() && removed() {
 		return counts, nil
 	}
 	for {
@@ -51,10 +73,13 @@ func JournalWarningSeqs(ctx context.Context, js jetstream.JetStream, cfg StreamC
 		if err != nil {
 			return nil, fmt.Errorf("read journal: %w", err)
 		}
+		if m.Event.Seq > end {
+			return counts, nil // end was removed meanwhile
+		}
 		if j, ok := m.Event.Payload.(*events.Journal); ok && j.Level != events.LevelInfo {
 			counts[m.Event.Node] = append(counts[m.Event.Node], m.Event.Seq)
 		}
-		if m.Pending == 0 {
+		if m.Event.Seq == end || (m.Pending == 0 && removed()) {
 			return counts, nil
 		}
 	}
