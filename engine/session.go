@@ -1456,7 +1456,9 @@ const stateAge = 4
 // events caused). Each node state is written only if its key is still at
 // the revision this session last saw: a second writer of the partition (a
 // stale former owner, or a new one) makes it fail with ErrConflict, and
-// the session restarts from the snapshot. So a stored node state only
+// the session restarts from the snapshot, unless the key then holds a
+// state of the node this session's covers (adopt: a former session's put
+// that landed late), which it puts over. So a stored node state only
 // ever moves forward, and a stored checkpoint never claims more than its
 // nodes' states cover.
 //
