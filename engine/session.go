@@ -245,7 +245,7 @@ func (p *partition) session(ctx context.Context) error {
 	// The checkpoint key's revision, which the session's checkpoint puts
 	// are fenced on (putCheckpoint): read before the states, so that a
 	// former session's put landing meanwhile is seen as a conflict.
-	ckAt, ckRev, err := r.snaps.CheckpointAt(ctx, p.id)
+	ckAt, ckRev, err := r.snaps.CheckpointRev(ctx, p.id)
 	if err != nil {
 		return err
 	}
@@ -1746,7 +1746,7 @@ func (s *session) putCheckpoint(ctx context.Context, w *checkpointWrite) error {
 	r, p := s.p.r, s.p
 	rev, err := r.snaps.PutCheckpointAt(ctx, p.id, w.ck, w.ckRev)
 	if errors.Is(err, store.ErrConflict) {
-		_, cur, rerr := r.snaps.CheckpointAt(ctx, p.id)
+		_, cur, rerr := r.snaps.CheckpointRev(ctx, p.id)
 		if rerr != nil {
 			return fmt.Errorf("%w (reading it again: %v)", err, rerr)
 		}

@@ -491,12 +491,12 @@ func (s *Snapshots) PutCheckpointAt(ctx context.Context, partition int, seq, rev
 	return ack.Sequence, nil
 }
 
-// CheckpointAt returns partition's checkpoint (0 when none is stored) and
+// CheckpointRev returns partition's checkpoint (0 when none is stored) and
 // its key's revision (0 when never written), read from the bucket's
 // leader ([LeaderReads]): what [Snapshots.PutCheckpointAt] expects next.
 //
 // Errors: the read's; a value that is not a sequence.
-func (s *Snapshots) CheckpointAt(ctx context.Context, partition int) (seq, rev uint64, err error) {
+func (s *Snapshots) CheckpointRev(ctx context.Context, partition int) (seq, rev uint64, err error) {
 	m, err := Leader(s.js, "KV_"+s.kv.Bucket()).GetLastMsgForSubject(ctx, "$KV."+s.kv.Bucket()+"."+checkpointKey(partition))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, 0, nil

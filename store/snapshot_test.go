@@ -315,7 +315,7 @@ func TestPutNodesAtNamesItsConflicts(t *testing.T) {
 }
 
 // TestPutCheckpointAt: a checkpoint put is conditional on the key's
-// revision, which CheckpointAt reads with the sequence; a stale one
+// revision, which CheckpointRev reads with the sequence; a stale one
 // fails with ErrConflict and leaves the key.
 func TestPutCheckpointAt(t *testing.T) {
 	ctx := testCtx(t)
@@ -324,15 +324,15 @@ func TestPutCheckpointAt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ck, rev, err := snaps.CheckpointAt(ctx, 0); err != nil || ck != 0 || rev != 0 {
-		t.Fatalf("CheckpointAt before any put = %d, %d, %v", ck, rev, err)
+	if ck, rev, err := snaps.CheckpointRev(ctx, 0); err != nil || ck != 0 || rev != 0 {
+		t.Fatalf("CheckpointRev before any put = %d, %d, %v", ck, rev, err)
 	}
 	rev, err := snaps.PutCheckpointAt(ctx, 0, 7, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ck, got, err := snaps.CheckpointAt(ctx, 0); err != nil || ck != 7 || got != rev {
-		t.Fatalf("CheckpointAt = %d, %d, %v; want 7 at %d", ck, got, err, rev)
+	if ck, got, err := snaps.CheckpointRev(ctx, 0); err != nil || ck != 7 || got != rev {
+		t.Fatalf("CheckpointRev = %d, %d, %v; want 7 at %d", ck, got, err, rev)
 	}
 	if _, err := snaps.PutCheckpointAt(ctx, 0, 3, 0); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("a put at a stale revision: %v, want ErrConflict", err)
