@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -340,6 +341,36 @@ func TestCompareFleetKeys(t *testing.T) {
 		ka, kb := audit.FleetKeyOf(&a), audit.FleetKeyOf(&b)
 		if got := audit.CompareFleetKeys(&ka, &kb); got != want {
 			t.Fatalf("compare %+v\nwith %+v:\n got %d, want %d", a, b, got, want)
+		}
+	}
+}
+
+// FleetKeysOrder puts keys in CompareFleetKeys' order, equal keys in the
+// order given, whatever the ages (NaN, ±0, ±Inf among them) and counts
+// (some past what a packed field holds).
+func TestFleetKeysOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	ages := []float64{math.NaN(), math.Copysign(0, -1), 0, math.Inf(1), math.Inf(-1), -1.5, 1.5, 2, 1e300}
+	for try := range 200 {
+		n := rng.IntN(300)
+		keys := make([]audit.FleetKey, n)
+		for i := range keys {
+			r := audit.FleetRow{Node: fmt.Sprintf("n%d", rng.IntN(4)), HaveAge: ages[rng.IntN(len(ages))],
+				Owed: []int{0, 1, 2, 16384, -1}[rng.IntN(5)], Unsettled: rng.IntN(3)}
+			for _, need := range audit.FleetNeeds[:4] {
+				if rng.IntN(3) == 0 {
+					r.Attention = append(r.Attention, need)
+				}
+			}
+			keys[i] = audit.FleetKeyOf(&r)
+		}
+		want := make([]int32, n)
+		for i := range want {
+			want[i] = int32(i)
+		}
+		slices.SortStableFunc(want, func(i, j int32) int { return audit.CompareFleetKeys(&keys[i], &keys[j]) })
+		if got := audit.FleetKeysOrder(keys); !slices.Equal(got, want) {
+			t.Fatalf("try %d: order %v, want %v", try, got, want)
 		}
 	}
 }
