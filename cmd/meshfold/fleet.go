@@ -2,10 +2,10 @@ package main
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -250,10 +250,9 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		fmt.Fprint(a.stderr, lagNote(lag, now))
 	}
 	if chunks != nil {
-		if err := writeFleetChunks(w, chunks); err != nil {
-			return err
-		}
-		return w.Flush()
+		// Nothing is buffered in w: the lines go to stdout from where
+		// they are.
+		return writeFleetChunks(a.stdout, chunks)
 	}
 	for i := range rows {
 		annotate(&rows[i])
@@ -346,7 +345,8 @@ func encodeFleetChunk(rows []audit.FleetRow, annotate func(*audit.FleetRow), all
 }
 
 // writeFleetChunks writes the lines of chunks in the table's order (the
-// rows' audit.SortFleet order, rows of one node in the order read). A
+// rows' audit.SortFleet order, rows of one node in the order read) to w:
+// with writev when w is a file (stdout), through a buffer otherwise. A
 // row that could not be encoded fails it before anything is written.
 func writeFleetChunks(w io.Writer, chunks []*fleetJSONChunk) error {
 	n := 0
@@ -356,8 +356,7 @@ func writeFleetChunks(w io.Writer, chunks []*fleetJSONChunk) error {
 		}
 		n += len(c.keys)
 	}
-	// The keys in one array, and an index sorted: the keys side by side
-	// are compared faster than through pointers into each chunk.
+	// The keys in one array, sorted by audit.FleetKeysOrder.
 	keys := make([]audit.FleetKey, 0, n)
 	lines := make([][]byte, 0, n)
 	for _, c := range chunks {
@@ -369,18 +368,25 @@ func writeFleetChunks(w io.Writer, chunks []*fleetJSONChunk) error {
 		keys = append(keys, c.keys...)
 		c.keys = nil
 	}
-	order := make([]int32, n)
-	for i := range order {
-		order[i] = int32(i)
+	order := audit.FleetKeysOrder(keys)
+	sorted := make([][]byte, len(order))
+	for k, i := range order {
+		sorted[k] = lines[i]
 	}
-	slices.SortFunc(order, func(i, j int32) int {
-		if c := audit.CompareFleetKeys(&keys[i], &keys[j]); c != 0 {
-			return c
-		}
-		return cmp.Compare(i, j)
-	})
-	for _, i := range order {
-		if _, err := w.Write(lines[i]); err != nil {
+	if f, ok := w.(*os.File); ok {
+		return writeFileLines(f, sorted)
+	}
+	bw := bufio.NewWriterSize(w, 1<<16)
+	if err := writeEachLine(bw, sorted); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// writeEachLine writes lines one after the other to w.
+func writeEachLine(w io.Writer, lines [][]byte) error {
+	for _, l := range lines {
+		if _, err := w.Write(l); err != nil {
 			return err
 		}
 	}
