@@ -67,6 +67,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	defer cancel(nil)
 	a.cancel = cancel
 	cmd, err := root.ExecuteContextC(ctx)
+	a.closeLogs()
 	if err == nil {
 		return exitOK
 	}
@@ -123,6 +124,28 @@ type app struct {
 	cancel   context.CancelCauseFunc
 	deniedMu sync.Mutex
 	denied   error
+
+	// logs, when set (bufferLogs), is the log writer: stderr through a
+	// buffer, which run closes once the command ends.
+	logs *logBuffer
+}
+
+// bufferLogs makes the loggers a returns from now on write through a
+// buffer (logBuffer): the long-running roles call it before they make
+// any logger, so that every line they log goes through the one buffer,
+// in order.
+func (a *app) bufferLogs() {
+	if a.logs == nil {
+		a.logs = newLogBuffer(a.stderr)
+	}
+}
+
+// closeLogs writes out what the log buffer holds (if any): run calls it
+// when the command ends, before it prints the command's error.
+func (a *app) closeLogs() {
+	if a.logs != nil {
+		_ = a.logs.Close()
+	}
 }
 
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
@@ -173,18 +196,29 @@ var commands []func(*app) *cobra.Command
 
 func register(c func(*app) *cobra.Command) { commands = append(commands, c) }
 
-// logger returns the logger the flags ask for, writing to stderr.
+// logger returns the logger the flags ask for, writing to stderr
+// (through the log buffer once bufferLogs was called).
 func (a *app) logger() (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
 		return nil, withCode(exitUsage, fmt.Errorf("--log-level %q: %w", a.logLevel, err))
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	var w io.Writer = a.stderr
+	if a.logs != nil {
+		w = a.logs
+	}
+	var h slog.Handler
 	switch a.logFormat {
 	case "text":
-		return slog.New(slog.NewTextHandler(a.stderr, opts)), nil
+		h = slog.NewTextHandler(w, opts)
 	case "json":
-		return slog.New(slog.NewJSONHandler(a.stderr, opts)), nil
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		return nil, withCode(exitUsage, fmt.Errorf("--log-format %q: want text or json", a.logFormat))
 	}
-	return nil, withCode(exitUsage, fmt.Errorf("--log-format %q: want text or json", a.logFormat))
+	if a.logs != nil {
+		h = flushOnError{h, a.logs}
+	}
+	return slog.New(h), nil
 }

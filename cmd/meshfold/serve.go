@@ -191,6 +191,7 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 			if err := lf.check(); err != nil {
 				return err
 			}
+			a.bufferLogs()
 			log, err := a.logger()
 			if err != nil {
 				return err
@@ -336,6 +337,7 @@ reconcile exits with status 1 when its NATS connection is closed for good
 			if err := lf.check(); err != nil {
 				return err
 			}
+			a.bufferLogs()
 			log, err := a.logger()
 			if err != nil {
 				return err

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a bytes.Buffer safe for a logBuffer's timer and the
+// test to use at once, counting the writes it took.
+type lockedBuffer struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	writes int
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.writes++
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *lockedBuffer) Writes() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.writes
+}
+
+// A logBuffer writes the lines it holds in one write, in order, on
+// Close; lines logged after Close are written at once.
+func TestLogBufferWritesEveryLineOnClose(t *testing.T) {
+	defer func(age time.Duration) { logFlushAge = age }(logFlushAge)
+	logFlushAge = time.Hour // only Close writes here
+	var out lockedBuffer
+	b := newLogBuffer(&out)
+	log := slog.New(flushOnError{slog.NewTextHandler(b, nil), b})
+	for i := range 100 {
+		log.Warn("journaled", "n", i)
+	}
+	if out.Writes() != 0 {
+		t.Fatalf("%d writes before Close; want none (the lines held)", out.Writes())
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 100 || out.Writes() != 1 {
+		t.Fatalf("Close wrote %d lines in %d writes; want 100 in 1", len(lines), out.Writes())
+	}
+	for i, l := range lines {
+		if !strings.HasSuffix(l, " n="+strconv.Itoa(i)) {
+			t.Fatalf("line %d is %q: out of order", i, l)
+		}
+	}
+	log.Info("after")
+	if !strings.Contains(out.String(), "msg=after") || out.Writes() != 2 {
+		t.Fatalf("a line after Close was not written at once: %d writes", out.Writes())
+	}
+}
+
+// A line at error level is written at once, with every line held before
+// it; a full buffer is written at once too.
+func TestLogBufferWritesOnErrorAndWhenFull(t *testing.T) {
+	defer func(age time.Duration, size int) { logFlushAge, logBufferSize = age, size }(logFlushAge, logBufferSize)
+	logFlushAge, logBufferSize = time.Hour, 1<<20
+	var out lockedBuffer
+	b := newLogBuffer(&out)
+	log := slog.New(flushOnError{slog.NewTextHandler(b, nil), b})
+	log.Warn("held")
+	log.Error("failed")
+	if s := out.String(); !strings.Contains(s, "msg=held") || !strings.Contains(s, "msg=failed") {
+		t.Fatalf("after an error line, wrote %q; want both lines", s)
+	}
+	logBufferSize = 200
+	w := out.Writes()
+	for out.Writes() == w {
+		log.Info("filler", "pad", strings.Repeat("x", 50))
+		if len(out.String()) > 1<<20 {
+			t.Fatal("a full buffer was never written")
+		}
+	}
+	_ = b.Flush()
+	if !strings.HasSuffix(out.String(), "\n") {
+		t.Fatalf("a line was split: %q", out.String())
+	}
+}
+
+// A line held is written logFlushAge after it was logged, without a
+// Close: what a process killed outright may lose is bounded by it.
+func TestLogBufferWritesAfterItsAge(t *testing.T) {
+	defer func(age time.Duration) { logFlushAge = age }(logFlushAge)
+	logFlushAge = time.Millisecond
+	var out lockedBuffer
+	b := newLogBuffer(&out)
+	defer b.Close()
+	for round := range 2 { // the timer is armed again after it fired
+		line := "line" + strconv.Itoa(round)
+		_, _ = b.Write([]byte(line + "\n"))
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), line); {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %q not written 10 s after it was held", round, line)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
