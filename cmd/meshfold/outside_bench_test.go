@@ -396,14 +396,17 @@ func (s *outsideServer) startProc(tb testing.TB, extra ...string) *benchProc {
 }
 
 // startUp is the time from the process's start to the last of its
-// partitions' session starts up to until after its start, as its debug
-// log stamps them (to the millisecond), and whether it logged any.
-func (p *benchProc) startUp(until time.Duration) (time.Duration, bool) {
+// partitions' first session starts up to until after its start, as its
+// debug log stamps them (to the millisecond), whether it logged any, and
+// how many sessions it restarted before until (each a partition's later
+// session start: a restart mid-refold is not start-up, and an earlier
+// build's figure counted up to it).
+func (p *benchProc) startUp(until time.Duration) (d time.Duration, ok bool, restarts int) {
 	data, err := os.ReadFile(p.log)
 	if err != nil {
-		return 0, false
+		return 0, false, 0
 	}
-	var last time.Time
+	first := map[string]time.Time{}
 	for line := range strings.SplitSeq(string(data), "\n") {
 		if !strings.Contains(line, `msg="partition session"`) {
 			continue
@@ -414,14 +417,30 @@ func (p *benchProc) startUp(until time.Duration) (time.Duration, bool) {
 		}
 		v, _, _ = strings.Cut(v, " ")
 		t, err := time.Parse(time.RFC3339Nano, v)
-		if err == nil && t.After(last) && t.Sub(p.start) <= until {
+		if err != nil || t.Sub(p.start) > until {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, " partition=")
+		part, _, _ := strings.Cut(rest, " ")
+		if f, seen := first[part]; seen {
+			restarts++
+			if t.Before(f) {
+				first[part] = t
+			}
+			continue
+		}
+		first[part] = t
+	}
+	var last time.Time
+	for _, t := range first {
+		if t.After(last) {
 			last = t
 		}
 	}
 	if last.IsZero() {
-		return 0, false
+		return 0, false, restarts
 	}
-	return last.Sub(p.start), true
+	return last.Sub(p.start), true, restarts
 }
 
 // keepLog copies a process's log from to to (MESHFOLD_BENCH_LOGS=DIR
@@ -872,7 +891,10 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 		s.last.netCPU = (float64(sum.Nanoseconds()) - float64(up0.Nanoseconds())) / n
 		b.ReportMetric(float64(up0.Microseconds())/1000, "startup-cpu-ms")
 		b.ReportMetric(s.last.netCPU, "fold-cpu-net-ns/event")
-		if up, ok := procs[0].startUp(took); ok && std.first > 0 && std.first < std.took {
+		up, ok, restarts := procs[0].startUp(took)
+		// Sessions a partition began again before the refold ended.
+		b.ReportMetric(float64(restarts), "fold-session-restarts")
+		if ok && std.first > 0 && std.first < std.took {
 			s.last.netRatio = (std.took - std.first).Seconds() / (took - up).Seconds()
 			b.ReportMetric(float64(up.Microseconds())/1000, "fold-startup-ms")
 			b.ReportMetric(float64(std.first.Microseconds())/1000, "raw-first-ms")
