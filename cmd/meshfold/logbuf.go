@@ -24,9 +24,10 @@ var (
 //
 // It writes what it holds when it holds logBufferSize bytes,
 // logFlushAge after the oldest line it holds, after a line at error
-// level (flushOnError), and on Close, which the command's end calls, so
-// a clean stop loses nothing. A process killed outright (SIGKILL, a
-// crash of the runtime) loses at most the lines of its last logFlushAge;
+// level (flushOnError), and on Close, which the command's end calls (a
+// panic of the command's goroutine too), so a clean stop loses nothing.
+// A process killed outright (SIGKILL, a crash of the runtime, a panic of
+// another goroutine) loses at most the lines of its last logFlushAge;
 // the journal entries those lines copy are in the stream, which is the
 // journal's record.
 type logBuffer struct {

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 // lockedBuffer is a bytes.Buffer safe for a logBuffer's timer and the
@@ -113,5 +116,36 @@ func TestLogBufferWritesAfterItsAge(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+	}
+}
+
+// A command that panics after logging (serve and reconcile log through
+// the buffer) still has its lines written, before the panic goes on: they
+// are what explains it.
+func TestLogBufferWrittenOnPanic(t *testing.T) {
+	defer func(age time.Duration, cs []func(*app) *cobra.Command) { logFlushAge, commands = age, cs }(logFlushAge, commands)
+	logFlushAge = time.Hour // only the command's end writes here
+	commands = append(slices.Clip(commands), func(a *app) *cobra.Command {
+		return &cobra.Command{Use: "panics", RunE: func(*cobra.Command, []string) error {
+			a.bufferLogs()
+			log, err := a.logger()
+			if err != nil {
+				return err
+			}
+			log.Warn("before the panic")
+			panic("boom")
+		}}
+	})
+	var stdout, stderr lockedBuffer
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Fatalf("recovered %v, want the command's panic", p)
+			}
+		}()
+		run(t.Context(), []string{"panics"}, strings.NewReader(""), &stdout, &stderr)
+	}()
+	if !strings.Contains(stderr.String(), "before the panic") {
+		t.Fatalf("stderr after the panic: %q; want the line logged before it", stderr.String())
 	}
 }

@@ -62,6 +62,10 @@ func main() {
 // run executes the CLI with args and returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root, a := newRootApp(stdin, stdout, stderr)
+	// A panic of the command skips the close below: the log lines held
+	// (those before the panic, which explain it) are written out on the
+	// way, before the runtime prints the panic.
+	defer a.closeLogs()
 	root.SetArgs(args)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -141,7 +145,8 @@ func (a *app) bufferLogs() {
 }
 
 // closeLogs writes out what the log buffer holds (if any): run calls it
-// when the command ends, before it prints the command's error.
+// when the command ends, before it prints the command's error, and on
+// a panic of the command. A second call writes nothing more.
 func (a *app) closeLogs() {
 	if a.logs != nil {
 		_ = a.logs.Close()
