@@ -81,3 +81,54 @@ func TestRestartFoldsTailFirst(t *testing.T) {
 	g.planFor("n31", g.append("n31", want("b3")))
 	g.verify(rec)
 }
+
+// TestRestartTailOfSeveralNodes: a restart whose tail names several
+// nodes, some more than once, reads their snapshots ahead of the refold
+// (session.prefetch) and folds the tail to the states and effects of the
+// pure fold of the stream; each node's next snapshot put expects the
+// revision read ahead (a wrong one would end the session in a conflict,
+// and the later plans would not come).
+func TestRestartTailOfSeveralNodes(t *testing.T) {
+	g := newRig(t, store.StreamConfig{Partitions: 1})
+	const nodes = 40
+	rn := g.start(engine.Faults{})
+	for i := range nodes {
+		name := fmt.Sprintf("n%02d", i)
+		g.planFor(name, g.append(name, want("b1")))
+	}
+	snaps, err := store.OpenSnapshots(context.Background(), g.js, g.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := g.stream.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the checkpoint through the last plan", func() bool {
+		ck, err := snaps.Checkpoint(context.Background(), 0)
+		return err == nil && ck >= info.State.LastSeq
+	})
+	rn.stop(t)
+
+	tail := map[string]uint64{}
+	for i, name := range []string{"n03", "n17", "n29", "n03", "n35"} {
+		tail[name] = g.append(name, want(fmt.Sprintf("b2-%d", i)))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rec, err := engine.NewReconciler(ctx, g.js, engine.ReconcilerConfig{Stream: g.cfg,
+		SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rec.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for name, seq := range tail {
+		g.planFor(name, seq)
+	}
+	eventually(t, "every state read after the tail", func() bool { return len(rec.Nodes()) == nodes })
+	for _, name := range []string{"n03", "n17", "n35"} {
+		g.planFor(name, g.append(name, want("b3")))
+	}
+	g.verify(rec)
+}

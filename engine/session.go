@@ -9,6 +9,7 @@ import (
 	rtrace "runtime/trace"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -125,6 +126,16 @@ type session struct {
 	lazy bool
 	// endTail marks a lazy session's tail refolded (Reconciler.tails).
 	endTail func()
+	// began is when the session started; fetches and fetchTook count a
+	// lazy session's reads by key and their time: the debug log's
+	// account of a restart's refold (caughtUp).
+	began     time.Time
+	fetches   int
+	fetchTook time.Duration
+	followed  time.Duration // from began to the read's consumer made
+	// prefetched holds the snapshots a lazy session read ahead of its
+	// tail's refold (prefetch), by node, until fetch takes each.
+	prefetched map[string]rawSnapshot
 	// endLoad marks the session's load (its snapshots and the refold of
 	// its tail) over: see heapRelease.
 	endLoad func()
@@ -222,6 +233,7 @@ func (s *session) foldedCounter(kind events.Kind) prometheus.Counter {
 
 func (p *partition) session(ctx context.Context) error {
 	r := p.r
+	began := time.Now()
 	lazy, cold, err := p.shortTail(ctx)
 	if err != nil {
 		return err
@@ -269,7 +281,7 @@ func (p *partition) session(ctx context.Context) error {
 	}
 	s := &session{p: p, checkpoint: ck, ckRev: ckRev, folded: ck, lastAtStart: last, recovering: last > ck, readAll: ck < first, in: in,
 		rec: newRecovery(), checkpointed: time.Now(), dirty: map[string]dirtyNode{}, revs: revs, tooBig: tooBig,
-		lag: r.m.Lag.WithLabelValues(strconv.Itoa(p.id)), counted: map[events.Kind]prometheus.Counter{}, endLoad: endLoad, lazy: lazy, endTail: endTail}
+		lag: r.m.Lag.WithLabelValues(strconv.Itoa(p.id)), counted: map[events.Kind]prometheus.Counter{}, endLoad: endLoad, lazy: lazy, endTail: endTail, began: began}
 	if r.cfg.Signer != nil && r.cfg.Own.Trusts(r.cfg.Signer.PublicKey()) {
 		s.mine = map[string]minePlan{}
 	}
@@ -413,10 +425,20 @@ func (s *session) fetch(ctx context.Context, node string) error {
 	if p.states[node] != nil {
 		return nil // the session goroutine alone writes p.states
 	}
-	b, rev, err := p.r.snaps.NodeAt(ctx, p.id, node)
-	if err != nil {
-		return err
+	raw, ok := s.prefetched[node]
+	if ok {
+		delete(s.prefetched, node)
+	} else {
+		t0 := time.Now()
+		b, rev, err := p.r.snaps.NodeAt(ctx, p.id, node)
+		s.fetches, s.fetchTook = s.fetches+1, s.fetchTook+time.Since(t0)
+		if err != nil {
+			return err
+		}
+		raw = rawSnapshot{b, rev}
 	}
+	b, rev := raw.b, raw.rev
+	var err error
 	s.revs[node] = rev
 	if b == nil {
 		return nil // none stored: the fold starts the node's state
@@ -472,7 +494,7 @@ func (s *session) loadRest(ctx context.Context) error {
 	for node := range tooBig {
 		s.tooBig[node] = true
 	}
-	s.lazy = false
+	s.lazy, s.prefetched = false, nil
 	p.r.log.Debug("partition states read after the refold of its tail", "partition", p.id, "nodes", len(p.states))
 	return nil
 }
@@ -493,6 +515,7 @@ func (s *session) consume(ctx context.Context) error {
 		return err
 	}
 	defer func() { tail.Stop() }()
+	s.followed = time.Since(s.began)
 	if s.lazy && tail.Empty() {
 		// Nothing of the partition to refold: read its states now.
 		if err := s.loadRest(ctx); err != nil {
@@ -501,6 +524,13 @@ func (s *session) consume(ctx context.Context) error {
 	}
 	if !s.recovering || tail.Empty() {
 		s.endLoad() // nothing to refold
+	}
+	// A lazy session reads its tail ahead and the snapshots of the nodes
+	// it names concurrently (prefetch), then folds what it read in order.
+	var ahead []store.Tailed
+	if s.lazy && s.recovering && !tail.Empty() {
+		ahead = s.readAhead(ctx, tail)
+		s.prefetch(ctx, ahead)
 	}
 	elected := r.elected()
 
@@ -535,6 +565,35 @@ func (s *session) consume(ctx context.Context) error {
 		tail = next
 		return nil
 	}
+	// item handles one item of the read: a message folded (and a
+	// checkpoint when one is due), or the read's end.
+	item := func(it store.Tailed) error {
+		if errors.Is(it.Err, store.ErrConsumerLost) {
+			// The server holding the consumer stopped (any server of
+			// the cluster may hold it, not only the stream's leader),
+			// or a delivery was lost.
+			r.log.Info("partition read lost its consumer: reading on through a new one", "partition", s.p.id, "err", it.Err)
+			return readOn()
+		}
+		if it.Err != nil {
+			return it.Err
+		}
+		if err := s.handle(work, it.Msg, it.Meta); err != nil {
+			return err
+		}
+		if s.recovering && s.recoveryCheckpointDue() {
+			return s.checkpointNow(work, true)
+		} else if !s.recovering && s.since >= r.cfg.SnapshotEvery {
+			return s.checkpointLive(work, false)
+		}
+		return nil
+	}
+	for _, it := range ahead {
+		if err := item(it); err != nil {
+			return err
+		}
+	}
+	ahead = nil
 	for {
 		select {
 		case <-ctx.Done():
@@ -578,33 +637,111 @@ func (s *session) consume(ctx context.Context) error {
 				return err
 			}
 		case it := <-tail.C():
-			if errors.Is(it.Err, store.ErrConsumerLost) {
-				// The server holding the consumer stopped (any server
-				// of the cluster may hold it, not only the stream's
-				// leader), or a delivery was lost.
-				r.log.Info("partition read lost its consumer: reading on through a new one", "partition", s.p.id, "err", it.Err)
-				if err := readOn(); err != nil {
-					return err
-				}
-				continue
-			}
-			if it.Err != nil {
-				return it.Err
-			}
-			if err := s.handle(work, it.Msg, it.Meta); err != nil {
+			if err := item(it); err != nil {
 				return err
-			}
-			if s.recovering && s.recoveryCheckpointDue() {
-				if err := s.checkpointNow(work, true); err != nil {
-					return err
-				}
-			} else if !s.recovering && s.since >= r.cfg.SnapshotEvery {
-				if err := s.checkpointLive(work, false); err != nil {
-					return err
-				}
 			}
 		}
 	}
+}
+
+// rawSnapshot is a node's snapshot as store.Snapshots.NodeAt read it:
+// its bytes (nil: none, or a deletion marker) and its key's revision.
+type rawSnapshot struct {
+	b   []byte
+	rev uint64
+}
+
+// readAheadMax bounds how many messages of its tail a lazy session reads
+// ahead of its refold (readAhead), and readAheadFor how long it waits for
+// them: a short tail (lazyTail) ends well before either.
+const (
+	readAheadMax = 4096
+	readAheadFor = 2 * time.Second
+)
+
+// prefetchers is how many reads by key a lazy session has in flight at
+// once (prefetch).
+const prefetchers = 8
+
+// readAhead reads a lazy session's tail from tail up to its end as the
+// session began (the message that leaves nothing pending, or the first
+// at or past lastAtStart), an item with an error, readAheadMax messages
+// or readAheadFor, whichever comes first, and returns what it read, in
+// order, for the session to fold: reading the tail before folding it
+// names the nodes whose snapshots the refold needs, read then together
+// (prefetch) instead of one round trip at each node's first event.
+func (s *session) readAhead(ctx context.Context, tail *store.Tail) []store.Tailed {
+	var out []store.Tailed
+	timeout := time.NewTimer(readAheadFor)
+	defer timeout.Stop()
+	for len(out) < readAheadMax {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-timeout.C:
+			return out
+		case it := <-tail.C():
+			out = append(out, it)
+			if it.Err != nil || it.Meta.NumPending == 0 || it.Meta.Sequence.Stream >= s.lastAtStart {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// prefetch reads the snapshots of the nodes that ahead's input events
+// name and the session does not hold, prefetchers at a time, into
+// s.prefetched, where fetch takes each at the node's first event of the
+// tail instead of reading it then. Sound because nothing but this
+// session writes the partition's node keys while it holds the partition
+// (another writer fails the next conditional put, as before), and it
+// writes only the states it holds: a snapshot read before the refold is
+// the one fetch would read at the node's first event. A read that fails
+// is left to fetch, which reads it again and returns its error.
+func (s *session) prefetch(ctx context.Context, ahead []store.Tailed) {
+	p := s.p
+	var nodes []string
+	seen := map[string]bool{}
+	for _, it := range ahead {
+		if it.Err != nil {
+			continue
+		}
+		node, kind, err := p.r.subj.Parse(it.Msg.Subject())
+		if err != nil || !kind.Input() || seen[node] || p.states[node] != nil {
+			continue
+		}
+		seen[node] = true
+		nodes = append(nodes, node)
+	}
+	if len(nodes) == 0 {
+		return
+	}
+	t0 := time.Now()
+	got := make([]rawSnapshot, len(nodes))
+	ok := make([]bool, len(nodes))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(prefetchers, len(nodes)) {
+		wg.Go(func() {
+			for i := range next {
+				b, rev, err := p.r.snaps.NodeAt(ctx, p.id, nodes[i])
+				got[i], ok[i] = rawSnapshot{b, rev}, err == nil
+			}
+		})
+	}
+	for i := range nodes {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	s.prefetched = make(map[string]rawSnapshot, len(nodes))
+	for i, node := range nodes {
+		if ok[i] {
+			s.prefetched[node] = got[i]
+		}
+	}
+	s.fetches, s.fetchTook = s.fetches+len(nodes), s.fetchTook+time.Since(t0)
 }
 
 // handle folds one message and publishes its effects.
@@ -660,10 +797,16 @@ func (s *session) caughtUp(ctx context.Context) error {
 	if err := s.endRecovery(ctx); err != nil {
 		return err
 	}
+	refolded := time.Since(s.began)
 	if err := s.checkpointNow(ctx, true); err != nil {
 		return err
 	}
 	if s.lazy {
+		// A restart's account, at debug level: the tail's refold and
+		// its reads by key, then the checkpoint (issue 27).
+		s.p.r.log.Debug("partition tail refolded and checkpointed", "partition", s.p.id, "events", s.n,
+			"consumer_ms", s.followed.Milliseconds(), "refold_ms", refolded.Milliseconds(), "fetches", s.fetches, "fetch_ms", s.fetchTook.Milliseconds(),
+			"checkpointed_ms", time.Since(s.began).Milliseconds())
 		if err := s.loadRest(ctx); err != nil {
 			return err
 		}

@@ -1087,8 +1087,39 @@ func (s *outsideServer) ensureFolded(b *testing.B) {
 // recovery is figure 5: tail (haves that cause nothing) is published
 // while no reconciler runs, then a reconcile process restarts from the
 // snapshots: the time from its start until every partition's checkpoint
-// covers the tail.
+// covers the tail (recoveryRun), reported.
 func (s *outsideServer) recovery(b *testing.B, tail []*nats.Msg) time.Duration {
+	b.Helper()
+	r := s.recoveryRun(b, tail)
+	b.ReportMetric(float64(r.took.Microseconds())/1000, "restart-ms")
+	// The CPU the restart took, the reconciler's and the server's, to
+	// the last checkpoint's store: on a shared machine steadier than its
+	// time.
+	b.ReportMetric(float64(r.cpu.Microseconds())/1000, "restart-cpu-ms")
+	b.ReportMetric(float64(r.srvCPU.Microseconds())/1000, "restart-server-cpu-ms")
+	if r.startUp > 0 {
+		b.ReportMetric(float64(r.startUp.Microseconds())/1000, "restart-startup-ms")
+	}
+	return r.took
+}
+
+// restartRun is one restart's figures (recoveryRun).
+type restartRun struct {
+	// took is the time from the process's start to the store of the
+	// last partition's checkpoint past the tail, as the server stamped
+	// it; cpu and srvCPU, the reconciler's and the server's CPU to then.
+	took, cpu, srvCPU time.Duration
+	// startUp is the time from the process's start to its last
+	// partition's session start (its debug log; 0 when not logged): the
+	// part of took before any partition's consumer exists.
+	startUp time.Duration
+}
+
+// recoveryRun publishes tail, then starts a reconcile process on the
+// snapshots and returns its restart's figures (restartRun). The end is
+// read from a watch of the checkpoint keys alone: polls of the bucket
+// while the process restarts would compete with what they measure.
+func (s *outsideServer) recoveryRun(b *testing.B, tail []*nats.Msg) restartRun {
 	b.Helper()
 	// Snapshots must cover the history first (run alone, -bench
 	// 'ReconcileScale/restart', the refold before it is skipped).
@@ -1107,34 +1138,64 @@ func (s *outsideServer) recovery(b *testing.B, tail []*nats.Msg) time.Duration {
 	}
 	stamps := s.watchCheckpoints(b)
 	srv0 := s.srv.CPU()
-	p := s.startProc(b)
+	// At debug level the process logs each partition's session start
+	// (startUp); nothing is logged per event.
+	p := s.startProc(b, "--log-level", "debug")
 	samples := sampleCPU(s.srv, p)
 	if dir != "" {
 		profiled.Go(func() { p.cpuProfile(name + ".cpu.pb.gz") })
 	}
-	noticed, cpus := s.waitCaughtUp(b, 10*time.Minute, p)
-	srv := s.srv.CPU() - srv0
+	if tdir := os.Getenv("MESHFOLD_BENCH_TRACE"); tdir != "" && dir == "" {
+		tname := filepath.Join(tdir, strings.ReplaceAll(b.Name(), "/", "_"))
+		profiled.Go(func() { p.trace(fmt.Sprintf("%s.%d.trace", tname, p.cmd.Process.Pid)) })
+	}
 	at := stamps(b)
 	cpuAt := samples(at)
+	if !p.alive() {
+		p.fail("exited (%v) during its restart", p.werr)
+	}
 	profiled.Wait()
 	p.stop()
 	if published := s.lastSeq(b) - before; published != 0 {
 		b.Errorf("the restart published %d messages, want none", published)
 	}
-	took := at.Sub(p.start)
-	b.ReportMetric(float64(took.Microseconds())/1000, "restart-ms")
-	// The CPU the restart took, the reconciler's and the server's, to
-	// the last checkpoint's store: on a shared machine steadier than its
-	// time.
-	b.ReportMetric(float64(cpuAt.proc.Microseconds())/1000, "restart-cpu-ms")
-	b.ReportMetric(float64((cpuAt.srv-srv0).Microseconds())/1000, "restart-server-cpu-ms")
-	// The same when the benchmark's polls noticed every checkpoint: later
-	// by the polls' round trips, which then wait behind the pass over
-	// every state that the last checkpoint starts.
-	b.ReportMetric(float64(noticed.Microseconds())/1000, "noticed-ms")
-	b.ReportMetric(float64(cpus[0].Microseconds())/1000, "noticed-cpu-ms")
-	b.ReportMetric(float64(srv.Microseconds())/1000, "noticed-server-cpu-ms")
-	return took
+	r := restartRun{took: at.Sub(p.start), cpu: cpuAt.proc, srvCPU: cpuAt.srv - srv0}
+	if up, ok := p.startUp(r.took); ok {
+		r.startUp = up
+	}
+	if testing.Verbose() {
+		b.Logf("restart timeline: %s", p.timeline())
+	}
+	return r
+}
+
+// timeline is the times from the process's start of its log's first
+// lines of each kind (to the millisecond): the metrics listener, the
+// reconciler running, each partition's session start and, at debug
+// level, each lazy partition's checkpoint past its tail.
+func (p *benchProc) timeline() string {
+	data, err := os.ReadFile(p.log)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		v, ok := strings.CutPrefix(line, "time=")
+		if !ok {
+			continue
+		}
+		v, rest, _ := strings.Cut(v, " ")
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			continue
+		}
+		_, msg, _ := strings.Cut(rest, "msg=")
+		if len(msg) > 160 {
+			msg = msg[:160]
+		}
+		out = append(out, fmt.Sprintf("\n  %5d ms %s", t.Sub(p.start).Milliseconds(), msg))
+	}
+	return strings.Join(out, "")
 }
 
 // watchCheckpoints watches s's checkpoint keys from now on; the returned
@@ -1257,7 +1318,20 @@ func folded(b *testing.B, events, nodes int) (*outsideServer, []*nats.Msg) {
 // repeats what the nodes reported, which a restart folds without
 // publishing.
 func tailHaves(h *enginetest.History) []*nats.Msg {
-	return (&enginetest.History{Msgs: h.Msgs[len(h.Msgs)-4000:]}).Kinds(events.KindHave).Msgs
+	return tailsHaves(h, 1)[0]
+}
+
+// tailsHaves is k tails like tailHaves', from k disjoint runs of 4,000
+// messages at h's end, the last first: restarts that each name other
+// nodes, whose states were stored where the history's fold put them,
+// not where the restart before rewrote them.
+func tailsHaves(h *enginetest.History, k int) [][]*nats.Msg {
+	tails := make([][]*nats.Msg, k)
+	for i := range k {
+		end := len(h.Msgs) - 4000*i
+		tails[i] = (&enginetest.History{Msgs: h.Msgs[end-4000 : end]}).Kinds(events.KindHave).Msgs
+	}
+	return tails
 }
 
 // BenchmarkOutside is issue 17's figures 1, 2, 3 and 5, measured from
