@@ -53,7 +53,9 @@ func BenchmarkReconcileScale(b *testing.B) {
 	sizes = slices.Compact(slices.DeleteFunc(sizes, func(n int) bool { return n > top }))
 	// MESHFOLD_BENCH_BINS=PATH,PATH,… refolds each size once with each
 	// meshfold binary listed, in that order, on the one stream loaded
-	// (each binary's larger sizes divided by its own 1,000-node figures):
+	// (each binary's larger sizes divided by its own 1,000-node figures),
+	// and alternates them over the restarts (restartRuns each, each
+	// binary's 100,000-node median divided by its own 10,000-node one):
 	// before-and-after figures, alternated, at the cost of one load.
 	bins := []string{""}
 	if list := os.Getenv("MESHFOLD_BENCH_BINS"); list != "" {
