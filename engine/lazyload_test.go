@@ -83,11 +83,11 @@ func TestRestartFoldsTailFirst(t *testing.T) {
 }
 
 // TestRestartTailOfSeveralNodes: a restart whose tail names several
-// nodes, some more than once, reads their snapshots ahead of the refold
-// (session.prefetch) and folds the tail to the states and effects of the
-// pure fold of the stream; each node's next snapshot put expects the
-// revision read ahead (a wrong one would end the session in a conflict,
-// and the later plans would not come).
+// nodes, one of them twice, reads each node's snapshot at its first event
+// of the tail and folds the tail to the states and effects of the pure
+// fold of the stream; each node's next snapshot put expects the revision
+// read (a wrong one would end the session in a conflict, and the later
+// plans would not come).
 func TestRestartTailOfSeveralNodes(t *testing.T) {
 	g := newRig(t, store.StreamConfig{Partitions: 1})
 	const nodes = 40

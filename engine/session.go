@@ -9,7 +9,6 @@ import (
 	rtrace "runtime/trace"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -133,9 +132,6 @@ type session struct {
 	fetches   int
 	fetchTook time.Duration
 	followed  time.Duration // from began to the read's consumer made
-	// prefetched holds the snapshots a lazy session read ahead of its
-	// tail's refold (prefetch), by node, until fetch takes each.
-	prefetched map[string]rawSnapshot
 	// endLoad marks the session's load (its snapshots and the refold of
 	// its tail) over: see heapRelease.
 	endLoad func()
@@ -425,20 +421,12 @@ func (s *session) fetch(ctx context.Context, node string) error {
 	if p.states[node] != nil {
 		return nil // the session goroutine alone writes p.states
 	}
-	raw, ok := s.prefetched[node]
-	if ok {
-		delete(s.prefetched, node)
-	} else {
-		t0 := time.Now()
-		b, rev, err := p.r.snaps.NodeAt(ctx, p.id, node)
-		s.fetches, s.fetchTook = s.fetches+1, s.fetchTook+time.Since(t0)
-		if err != nil {
-			return err
-		}
-		raw = rawSnapshot{b, rev}
+	t0 := time.Now()
+	b, rev, err := p.r.snaps.NodeAt(ctx, p.id, node)
+	s.fetches, s.fetchTook = s.fetches+1, s.fetchTook+time.Since(t0)
+	if err != nil {
+		return err
 	}
-	b, rev := raw.b, raw.rev
-	var err error
 	s.revs[node] = rev
 	if b == nil {
 		return nil // none stored: the fold starts the node's state
@@ -494,7 +482,7 @@ func (s *session) loadRest(ctx context.Context) error {
 	for node := range tooBig {
 		s.tooBig[node] = true
 	}
-	s.lazy, s.prefetched = false, nil
+	s.lazy = false
 	p.r.log.Debug("partition states read after the refold of its tail", "partition", p.id, "nodes", len(p.states))
 	return nil
 }
@@ -524,13 +512,6 @@ func (s *session) consume(ctx context.Context) error {
 	}
 	if !s.recovering || tail.Empty() {
 		s.endLoad() // nothing to refold
-	}
-	// A lazy session reads its tail ahead and the snapshots of the nodes
-	// it names concurrently (prefetch), then folds what it read in order.
-	var ahead []store.Tailed
-	if s.lazy && s.recovering && !tail.Empty() {
-		ahead = s.readAhead(ctx, tail)
-		s.prefetch(ctx, ahead)
 	}
 	elected := r.elected()
 
@@ -588,12 +569,6 @@ func (s *session) consume(ctx context.Context) error {
 		}
 		return nil
 	}
-	for _, it := range ahead {
-		if err := item(it); err != nil {
-			return err
-		}
-	}
-	ahead = nil
 	for {
 		select {
 		case <-ctx.Done():
@@ -642,106 +617,6 @@ func (s *session) consume(ctx context.Context) error {
 			}
 		}
 	}
-}
-
-// rawSnapshot is a node's snapshot as store.Snapshots.NodeAt read it:
-// its bytes (nil: none, or a deletion marker) and its key's revision.
-type rawSnapshot struct {
-	b   []byte
-	rev uint64
-}
-
-// readAheadMax bounds how many messages of its tail a lazy session reads
-// ahead of its refold (readAhead), and readAheadFor how long it waits for
-// them: a short tail (lazyTail) ends well before either.
-const (
-	readAheadMax = 4096
-	readAheadFor = 2 * time.Second
-)
-
-// prefetchers is how many reads by key a lazy session has in flight at
-// once (prefetch).
-const prefetchers = 8
-
-// readAhead reads a lazy session's tail from tail up to its end as the
-// session began (the message that leaves nothing pending, or the first
-// at or past lastAtStart), an item with an error, readAheadMax messages
-// or readAheadFor, whichever comes first, and returns what it read, in
-// order, for the session to fold: reading the tail before folding it
-// names the nodes whose snapshots the refold needs, read then together
-// (prefetch) instead of one round trip at each node's first event.
-func (s *session) readAhead(ctx context.Context, tail *store.Tail) []store.Tailed {
-	var out []store.Tailed
-	timeout := time.NewTimer(readAheadFor)
-	defer timeout.Stop()
-	for len(out) < readAheadMax {
-		select {
-		case <-ctx.Done():
-			return out
-		case <-timeout.C:
-			return out
-		case it := <-tail.C():
-			out = append(out, it)
-			if it.Err != nil || it.Meta.NumPending == 0 || it.Meta.Sequence.Stream >= s.lastAtStart {
-				return out
-			}
-		}
-	}
-	return out
-}
-
-// prefetch reads the snapshots of the nodes that ahead's input events
-// name and the session does not hold, prefetchers at a time, into
-// s.prefetched, where fetch takes each at the node's first event of the
-// tail instead of reading it then. Sound because nothing but this
-// session writes the partition's node keys while it holds the partition
-// (another writer fails the next conditional put, as before), and it
-// writes only the states it holds: a snapshot read before the refold is
-// the one fetch would read at the node's first event. A read that fails
-// is left to fetch, which reads it again and returns its error.
-func (s *session) prefetch(ctx context.Context, ahead []store.Tailed) {
-	p := s.p
-	var nodes []string
-	seen := map[string]bool{}
-	for _, it := range ahead {
-		if it.Err != nil {
-			continue
-		}
-		node, kind, err := p.r.subj.Parse(it.Msg.Subject())
-		if err != nil || !kind.Input() || seen[node] || p.states[node] != nil {
-			continue
-		}
-		seen[node] = true
-		nodes = append(nodes, node)
-	}
-	if len(nodes) == 0 {
-		return
-	}
-	t0 := time.Now()
-	got := make([]rawSnapshot, len(nodes))
-	ok := make([]bool, len(nodes))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(prefetchers, len(nodes)) {
-		wg.Go(func() {
-			for i := range next {
-				b, rev, err := p.r.snaps.NodeAt(ctx, p.id, nodes[i])
-				got[i], ok[i] = rawSnapshot{b, rev}, err == nil
-			}
-		})
-	}
-	for i := range nodes {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	s.prefetched = make(map[string]rawSnapshot, len(nodes))
-	for i, node := range nodes {
-		if ok[i] {
-			s.prefetched[node] = got[i]
-		}
-	}
-	s.fetches, s.fetchTook = s.fetches+len(nodes), s.fetchTook+time.Since(t0)
 }
 
 // handle folds one message and publishes its effects.
