@@ -1160,7 +1160,7 @@ func (s *outsideServer) recoveryRun(b *testing.B, tail []*nats.Msg) restartRun {
 		b.Errorf("the restart published %d messages, want none", published)
 	}
 	r := restartRun{took: at.Sub(p.start), cpu: cpuAt.proc, srvCPU: cpuAt.srv - srv0}
-	if up, ok := p.startUp(r.took); ok {
+	if up, ok, _ := p.startUp(r.took); ok {
 		r.startUp = up
 	}
 	if testing.Verbose() {
