@@ -104,7 +104,8 @@ func (r *Reader) Lag(ctx context.Context) (SnapshotLag, error) {
 }
 
 // TailNodes reads the events of each partition of lag that is behind,
-// past its checkpoint up to its newest event as Lag saw it, and returns
+// past its checkpoint up to its newest event as Lag saw it (as the
+// stream's leader has it, whatever replica the read is placed on), and returns
 // each node they name with the sequence of its newest one: the nodes
 // whose stored state may be older than their events. Only subjects are
 // read, not payloads. A partition with more than limit such events is not
@@ -119,14 +120,24 @@ func (r *Reader) TailNodes(ctx context.Context, lag SnapshotLag, limit int) (nod
 	subj := cfg.Subjects()
 	nodes = map[string]uint64{}
 	complete = true
+	leader := store.Leader(r.js, cfg.Name)
 	for _, p := range lag.Behind() {
+		// The server may place the read's consumer on a replica behind
+		// the leader, whose count of pending messages ends before events
+		// the stream acknowledged: the read ends at p.Last, as the
+		// leader had it, and short of it only once p.Last is removed (a
+		// limit, meanwhile), as JournalWarningSeqs' read does.
+		removed := func() bool {
+			_, err := leader.GetMsg(ctx, p.Last)
+			return errors.Is(err, jetstream.ErrMsgNotFound)
+		}
 		t, err := store.Follow(ctx, r.js, store.TailConfig{Stream: cfg.Name, Subjects: subj, Filter: subj.StoredPartitionAll(p.Partition), Start: p.Checkpoint + 1})
 		if err != nil {
 			return nil, false, fmt.Errorf("partition %d past its checkpoint: %w", p.Partition, err)
 		}
 		err = func() error {
 			defer t.Stop()
-			if t.Empty() {
+			if t.Empty() && removed() {
 				return nil // trimmed meanwhile
 			}
 			for n := 0; ; n++ {
@@ -147,7 +158,7 @@ func (r *Reader) TailNodes(ctx context.Context, lag SnapshotLag, limit int) (nod
 				if node, _, err := subj.Parse(x.Msg.Subject()); err == nil && node != events.FleetNode {
 					nodes[node] = max(nodes[node], seq)
 				}
-				if seq >= p.Last || x.Meta.NumPending == 0 {
+				if seq >= p.Last || (x.Meta.NumPending == 0 && removed()) {
 					return nil
 				}
 			}
