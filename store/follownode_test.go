@@ -189,3 +189,49 @@ func TestTailEndsOnLoss(t *testing.T) {
 	}
 	t.Logf("ended %v after the deletion", time.Since(start).Round(time.Millisecond))
 }
+
+// A tail with EndOnLoss also ends, with ErrConsumerLost, when the client
+// ends the consumption on its own: here on a pull's status whose pending
+// count it cannot read, which its error callback reports as no error the
+// tail knew; the tail had waited, silent, until its reader's context ended.
+func TestTailEndsWhenTheClientEndsTheConsumption(t *testing.T) {
+	ctx := testCtx(t)
+	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
+	pub := store.NewPublisher(js, cfg.Subjects())
+	if _, err := pub.Append(ctx, "ace", knock(1)); err != nil {
+		t.Fatal(err)
+	}
+	// The tail's pulls, seen beside the server: their reply subject is
+	// where the server answers them.
+	pulls, err := nc.SubscribeSync("$JS.API.CONSUMER.MSG.NEXT." + cfg.Name + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pulls.Unsubscribe()
+	tail, err := store.Follow(ctx, js, store.TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(), Heartbeat: time.Second, EndOnLoss: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tail.Stop()
+	if m, err := tail.Next(ctx); err != nil || m.Event.Seq != 1 {
+		t.Fatalf("first message: %+v, %v", m.Event, err)
+	}
+	pull, err := pulls.NextMsgWithContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := nats.NewMsg(pull.Reply)
+	bad.Header.Set("Status", "408")
+	bad.Header.Set("Description", "Request Timeout")
+	bad.Header.Set("Nats-Pending-Messages", "many")
+	if err := nc.PublishMsg(bad); err != nil {
+		t.Fatal(err)
+	}
+	// Far below the test's context: without the watch, Next returned
+	// this deadline's error.
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := tail.Next(wait); !errors.Is(err, store.ErrConsumerLost) {
+		t.Fatalf("after the client ended the consumption: %v, want ErrConsumerLost", err)
+	}
+}

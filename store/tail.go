@@ -160,6 +160,23 @@ func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail,
 			DropOrdered(js, cfg.Stream, cons)
 			return nil, fmt.Errorf("%s on %s: %w", what, cfg.Stream, err)
 		}
+		// The client also ends a consumption on its own, on a status
+		// it cannot read (a malformed pending count), telling the error
+		// callback an error consumeErr does not know; the iterator's
+		// Next returned it. Without this watch the tail would then wait,
+		// silent, until its reader's context ended.
+		closed := t.cc.Closed()
+		go func() {
+			select {
+			case <-closed:
+				select {
+				case <-t.done: // Stop's own
+				default:
+					t.send(Tailed{Err: fmt.Errorf("%w: the client ended the consumption", ErrConsumerLost)})
+				}
+			case <-t.done:
+			}
+		}()
 		return t, nil
 	}
 	var opts []jetstream.PullMessagesOpt
