@@ -54,6 +54,10 @@ const (
 	// whose agent is down.
 	KindNodePause  Kind = "node-pause"
 	KindNodeResume Kind = "node-resume"
+	// KindNodeRetire is an operator's retire of the node (`meshfold
+	// retire NODE`, events.Retire): an explicit act a rollout never
+	// undoes, so a target not finished yet is skipped (see [Skipped]).
+	KindNodeRetire Kind = "node-retire"
 )
 
 // Limits of the rollout's events, beside events' (DESIGN.md §10): every

@@ -75,6 +75,8 @@ func (s *State) Fold(in Input) []Effect {
 		}
 	case *events.Pause:
 		f.nodePause(p)
+	case *events.Retire:
+		f.nodeRetire(p)
 	}
 	if _, ok := in.Payload.(*Tick); ok {
 		f.judgeAll()
@@ -247,7 +249,7 @@ func (f *folder) checkConflict(n *Node) {
 		return
 	}
 	switch {
-	case n.Status == Failed || n.Status == Conflict:
+	case n.Status == Failed || n.Status == Conflict || n.Status == Skipped:
 	case n.Status == Pending:
 		if n.NewestWant > n.Prev {
 			f.conflict(n, fmt.Sprintf("its want was changed by hand at #%d after the rollout diffed against #%d", n.NewestWant, n.Prev))
@@ -422,6 +424,36 @@ func (f *folder) nodePause(p *events.Pause) {
 	}
 	f.update(n)
 	f.judge(n)
+}
+
+// nodeRetire notes an operator's retire of the node. A retire is an
+// explicit act a rollout must never undo silently (a want brings a
+// retired node back, DESIGN.md §9), so a target the rollout still
+// watches and has not finished (pending, being changed, waiting for an
+// approval, or unreached) is skipped: it gets no new want, is never
+// given its previous want back by a revert, and holds no batch back. A
+// want of its publication already decided (publishing) may still land
+// and bring the node back: that step was decided before the retire.
+func (f *folder) nodeRetire(p *events.Retire) {
+	n := f.node()
+	if n == nil || n.Want == 0 || n.Back != nil {
+		return
+	}
+	switch f.r.Phase {
+	case Loading, Running, WaitingPromote, Halted:
+	default:
+		return
+	}
+	switch n.Status {
+	case Pending, Publishing, Changing, WaitingApproval, Unreached:
+	default:
+		return
+	}
+	was := n.Status
+	n.Status, n.GoodSince = Skipped, time.Time{}
+	n.Why = fmt.Sprintf("retired by %s at #%d, skipped: the rollout gives it no want, new or previous (a want brings it back)", events.Text(p.By), f.in.Seq)
+	f.finish(n)
+	f.record(0, n.Name, "retired", events.LevelWarn, "target %s (%s): %s", n.Name, was, n.Why)
 }
 
 // back: once a node is neither down nor paused, an unreached target of a
@@ -610,7 +642,7 @@ func (f *folder) revert(m *Mark) {
 	for _, name := range r.Targets[:r.Next] {
 		n := r.Nodes[name]
 		switch {
-		case n.Status == Conflict || n.Status == Pending:
+		case n.Status == Conflict || n.Status == Pending || n.Status == Skipped:
 		case n.Back != nil:
 			// Given back once already (a revert after an abort that
 			// stopped a revert): one revert step per target and rollout.
@@ -1005,16 +1037,22 @@ func (r *Rollout) revertWhy() string {
 func (f *folder) complete() {
 	r := f.r
 	r.Phase, r.End = Completed, f.mark("", "", "")
-	done, unreached := 0, 0
+	done, unreached, skipped := 0, 0, 0
 	for _, name := range r.Targets {
 		switch r.Nodes[name].Status {
 		case Done:
 			done++
 		case Unreached:
 			unreached++
+		case Skipped:
+			skipped++
 		}
 	}
-	f.record(0, "", string(Completed), events.LevelInfo, "rollout %d completed: %d targets done, %d unreached", r.ID, done, unreached)
+	retired := ""
+	if skipped > 0 {
+		retired = fmt.Sprintf(", %d retired (skipped)", skipped)
+	}
+	f.record(0, "", string(Completed), events.LevelInfo, "rollout %d completed: %d targets done, %d unreached%s", r.ID, done, unreached, retired)
 }
 
 // Pending returns the wants decided and not yet recorded published or

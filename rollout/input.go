@@ -13,7 +13,8 @@ import (
 // Payload is, by Kind: *Start, *Nodes, *Published, *Refused, *Operator
 // (promote, pause, resume, abort, revert), *Tick or *Record for the
 // rollout's events; nil for a want (its sequence is what counts),
-// *events.Plan, *events.Settle, *Have, *events.Pause (node-pause), or
+// *events.Plan, *events.Settle, *Have, *events.Pause (node-pause),
+// *events.Retire (node-retire), or
 // nil for down, up and node-resume, for a node's.
 type Input struct {
 	// Seq is the event's stream sequence: strictly increasing across
@@ -69,7 +70,7 @@ func HaveOf(h *events.Have) *Have {
 }
 
 // FromNodeEvent returns the input of a node event the fold reads (a want,
-// plan, settle, have, pause or resume that decoded), and false for any other: the
+// plan, settle, have, pause, resume or retire that decoded), and false for any other: the
 // reconciler journals what does not decode, and the rollout has nothing
 // to learn from it. The agent's down and up moments are built by the
 // controller as Input{Kind: KindDown or KindUp} from wherever liveness
@@ -92,6 +93,8 @@ func FromNodeEvent(ev events.Event) (Input, bool) {
 		in.Kind, in.Payload = KindNodePause, p
 	case *events.Resume:
 		in.Kind = KindNodeResume
+	case *events.Retire:
+		in.Kind, in.Payload = KindNodeRetire, p
 	default:
 		return in, false
 	}

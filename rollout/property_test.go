@@ -66,9 +66,11 @@ func history(t *rapid.T) *harness {
 			}
 			h.node(t, node, rollout.KindHave, hv)
 		case 8:
-			switch k := rapid.SampledFrom([]rollout.Kind{rollout.KindDown, rollout.KindUp, rollout.KindNodePause, rollout.KindNodeResume}).Draw(t, "liveness"); k {
+			switch k := rapid.SampledFrom([]rollout.Kind{rollout.KindDown, rollout.KindUp, rollout.KindNodePause, rollout.KindNodeResume, rollout.KindNodeRetire}).Draw(t, "liveness"); k {
 			case rollout.KindNodePause:
 				h.node(t, node, k, &events.Pause{By: "ops", Reason: "disk"})
+			case rollout.KindNodeRetire:
+				h.node(t, node, k, &events.Retire{By: "ops"})
 			default:
 				h.node(t, node, k, nil)
 			}

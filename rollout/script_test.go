@@ -133,6 +133,8 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		h.node(t, args["node"], rollout.KindNodePause, &events.Pause{By: by, Reason: args["reason"]})
 	case "node-resume":
 		h.node(t, args["node"], rollout.KindNodeResume, nil)
+	case "node-retire":
+		h.node(t, args["node"], rollout.KindNodeRetire, &events.Retire{By: by, Reason: args["reason"]})
 	case "tick":
 		if args["after"] != "" {
 			dur, err := time.ParseDuration(args["after"])

@@ -63,7 +63,11 @@ const (
 	Unreached Status = "unreached"
 	// Skipped is the delivery view's word for a target still pending when
 	// the rollout was reverted, aborted or superseded: it never got its
-	// new want. The fold keeps such a target pending.
+	// new want. The fold keeps such a target pending. The fold itself
+	// skips a target an operator retired while the rollout watched it
+	// (not finished yet): retire is an explicit act the rollout never
+	// undoes, so it gets no new want and no previous want back; its Why
+	// says "retired by WHO at #SEQ, skipped".
 	Skipped Status = "skipped"
 )
 
@@ -311,7 +315,7 @@ func (s *State) CheckInvariants() error {
 			if r.Phase != Loading && n.Clear && n.Batch == r.Batch {
 				clear++
 			}
-			if (n.Status == Pending) != (n.Order >= r.Next) && n.Status != Conflict {
+			if (n.Status == Pending) != (n.Order >= r.Next) && n.Status != Conflict && n.Status != Skipped {
 				return fmt.Errorf("target %s is %s at order %d, next %d", name, n.Status, n.Order, r.Next)
 			}
 			if n.Published != 0 && n.Published <= n.Prev {
@@ -367,12 +371,13 @@ func (n *Node) unavailable() bool {
 }
 
 // clear reports whether a target no longer holds its batch back: done,
-// unreached, or given its want while its agent is down or it is paused
+// unreached, skipped (retired), or given its want while its agent is
+// down or it is paused
 // (it takes it when it returns or is resumed; DESIGN.md §11: it does not
 // stop the others).
 func (n *Node) clear() bool {
 	switch n.Status {
-	case Done, Unreached:
+	case Done, Unreached, Skipped:
 		return true
 	case Publishing, Changing, WaitingApproval:
 		return n.away()

@@ -220,7 +220,7 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 			say("not healthy yet: %s", mismatch(n))
 		}
 		say("healthy_deadline at %s", n.DeadlineFrom.Add(r.R.HealthyDeadline).Format(time.RFC3339))
-	case WaitingApproval, Failed, Conflict, Unreached:
+	case WaitingApproval, Failed, Conflict, Unreached, Skipped:
 		say("%s", n.Why)
 	case Done:
 		say("done at #%d (%s)", n.Finished.Seq, n.Finished.Time.Format(time.RFC3339))

@@ -53,7 +53,7 @@ func Input(subj events.Subjects, s *rollout.State, own *store.Trust, m Message) 
 		return rollout.Input{}, false
 	}
 	switch kind {
-	case events.KindWant, events.KindPlan, events.KindSettle, events.KindHave, events.KindAgent, events.KindPause, events.KindResume:
+	case events.KindWant, events.KindPlan, events.KindSettle, events.KindHave, events.KindAgent, events.KindPause, events.KindResume, events.KindRetire:
 	default:
 		return rollout.Input{}, false
 	}
