@@ -22,11 +22,23 @@ type Candidate struct {
 	Unhealthy []string
 	// PausedBy and PausedReason: the node is paused (see [NodeAtStart]).
 	PausedBy, PausedReason string
+	// Retired: an operator's retire of the node is newer than its newest
+	// want (it is retired or retiring; DESIGN.md §9: a later want brings
+	// it back). Such a node is a target even when its want is unchanged,
+	// so applying its fleet again brings it back, as a want does.
+	Retired bool
+}
+
+// Target reports whether apply rolls c out: it has no want yet, its
+// want changes, or it is retired (its want, published again, brings it
+// back).
+func (c Candidate) Target() bool {
+	return c.Prev == 0 || c.Retired || !EqualWant(c.Want, c.Current)
 }
 
 // NewStart builds the start of a rollout over the candidates: the
 // targets are those whose want differs from their newest want (or that
-// have none), in the candidates' order; each distinct want is carried
+// have none, or are retired: [Candidate.Target]), in the candidates' order; each distinct want is carried
 // once. Nodes beyond [MaxNodesPerEvent] go to pages, which the caller
 // publishes after the start as [Nodes] events (Page i+1 of the start's
 // sequence). It returns a nil start when no node's want changes.
@@ -36,7 +48,7 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 	targets := 0
 	for _, c := range cands {
 		n := NodeAtStart{Node: c.Node, Prev: c.Prev, Down: c.Down, Unhealthy: c.Unhealthy, PausedBy: c.PausedBy, PausedReason: c.PausedReason}
-		if c.Prev == 0 || !EqualWant(c.Want, c.Current) {
+		if c.Target() {
 			i := slices.IndexFunc(start.Wants, func(w []events.WantModule) bool { return EqualWant(w, c.Want) })
 			if i < 0 {
 				i = len(start.Wants)

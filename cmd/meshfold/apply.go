@@ -39,7 +39,8 @@ func newApplyCmd(a *app) *cobra.Command {
 		Long: `apply reads a fleet file (the nodes a fleet owns with their labels, groups of
 modules selected by label, and the rollout block), computes each owned node's
 want, and starts a rollout over the nodes whose want differs from their newest
-want (the targets). The rollout controller, which 'meshfold serve' and
+want, or that are retired (the targets: a want brings a retired node back, so
+applying its fleet again gives it its want again). The rollout controller, which 'meshfold serve' and
 'meshfold reconcile' run, then gives the targets their new wants in batches,
 within max_unavailable, waiting for a promote after a canary, halting on a
 failure and, with auto_revert, giving every changed target its previous want
@@ -146,7 +147,7 @@ func printPlan(w io.Writer, p *feed.Plan) {
 	}
 	var targets []rollout.Candidate
 	for _, c := range p.Cands {
-		if c.Prev == 0 || !rollout.EqualWant(c.Want, c.Current) {
+		if c.Target() {
 			targets = append(targets, c)
 		}
 	}
@@ -170,8 +171,13 @@ func printPlan(w io.Writer, p *feed.Plan) {
 			label = "canary"
 		}
 		change := feed.Diff(c.Current, c.Want)
-		if c.Prev == 0 {
+		switch {
+		case c.Prev == 0:
 			change = "new want: " + feed.Diff(nil, c.Want)
+		case c.Retired && rollout.EqualWant(c.Want, c.Current):
+			change = "retired: its want published again brings it back"
+		case c.Retired:
+			change = "retired, brought back: " + change
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", label, c.Node, change)
 	}

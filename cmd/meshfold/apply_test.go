@@ -127,3 +127,52 @@ func TestApplyUnknownNode(t *testing.T) {
 		t.Fatalf("apply --new: code %d\n%s%s", code, out, errs)
 	}
 }
+
+// A retired node comes back when its fleet is applied again, its want
+// unchanged (operations.md: a want brings it back): apply makes it a
+// target, says so, and starts a rollout, where it used to print
+// "nothing to roll out" and leave it retired.
+func TestApplyBringsRetiredNodesBack(t *testing.T) {
+	m := applyMesh(t)
+	same := writeFleet(t, strings.Replace(fleetYAML, `"web:2"`, `"web:1"`, 1))
+	if out, errs, code := m.cli(t, "apply", "-f", same, "--by", "alice", "--dry-run"); code != 0 || !strings.Contains(out, "nothing to roll out") {
+		t.Fatalf("apply of the nodes' own wants: code %d, want nothing to roll out\n%s%s", code, out, errs)
+	}
+	if out, errs, code := m.cli(t, "retire", "bob", "--by", "alice"); code != 0 {
+		t.Fatalf("retire bob: code %d\n%s%s", code, out, errs)
+	}
+	out, errs, code := m.cli(t, "apply", "-f", same, "--by", "alice")
+	if code != 0 || strings.Contains(out, "nothing to roll out") || !strings.Contains(out, "of fleet web started") {
+		t.Fatalf("apply after retire bob: code %d, want a rollout started\n%s%s", code, out, errs)
+	}
+	if !strings.Contains(out, "bob") || !strings.Contains(out, "retired: its want published again brings it back") || strings.Contains(out, "ace") {
+		t.Errorf("apply after retire bob does not name bob alone, retired, as its target:\n%s", out)
+	}
+}
+
+// retire says on stderr that the node is one a fleet's rollout names and
+// what the rollout will do: skip it, give it no want; and how to bring
+// it back. A node no rollout names gets no such note.
+func TestRetireNotesFleetRollout(t *testing.T) {
+	m := applyMesh(t)
+	if out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, fleetYAML), "--by", "alice"); code != 0 {
+		t.Fatalf("apply web: code %d\n%s%s", code, out, errs)
+	}
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	if _, err := pub.Append(testCtx(t), "dan", events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "web", Build: "web:1"}}}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := m.cli(t, "retire", "cat", "--by", "alice")
+	if code != 0 {
+		t.Fatalf("retire cat: code %d\n%s%s", code, out, errs)
+	}
+	for _, s := range []string{"cat is a node of fleet web", "skips it and gives it no want", "'meshfold rollout status web' shows it retired, skipped", "applying fleet web again, or 'meshfold want cat', brings cat back"} {
+		if !strings.Contains(errs, s) {
+			t.Errorf("retire cat: stderr lacks %q:\n%s", s, errs)
+		}
+	}
+	out, errs, code = m.cli(t, "retire", "dan", "--by", "alice")
+	if code != 0 || strings.Contains(errs, "of fleet") {
+		t.Errorf("retire dan: code %d; a node no rollout names is said to be a fleet's:\n%s%s", code, out, errs)
+	}
+}

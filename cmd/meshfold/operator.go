@@ -306,6 +306,12 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 		if !p.Force {
 			notes = a.retireNotes(ctx, js, nodes)
 		}
+		for n, note := range a.retireFleetNotes(ctx, js, nodes) {
+			if notes[n] != "" {
+				note = notes[n] + "\nnote: " + note
+			}
+			notes[n] = note
+		}
 	}
 	failed := 0
 	for _, n := range nodes {

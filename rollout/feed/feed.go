@@ -227,6 +227,16 @@ func Candidates(ctx context.Context, stream jetstream.Stream, subj events.Subjec
 		if err := pausedAtStart(ctx, stream, subj, &c); err != nil {
 			return nil, err
 		}
+		rt, err := store.LastMsg(ctx, stream, subj, n.Name, events.KindRetire)
+		switch {
+		case errors.Is(err, store.ErrNoMessage):
+		case err != nil:
+			return nil, err
+		default:
+			// A retire newer than the newest want: retired or retiring,
+			// until a want brings it back.
+			c.Retired = rt.Event.Seq > c.Prev
+		}
 		h, err := store.LastMsg(ctx, stream, subj, n.Name, events.KindHave)
 		switch {
 		case errors.Is(err, store.ErrNoMessage):
