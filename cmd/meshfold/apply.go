@@ -40,11 +40,12 @@ func newApplyCmd(a *app) *cobra.Command {
 modules selected by label, and the rollout block), computes each owned node's
 want, and starts a rollout over the nodes whose want differs from their newest
 want, or that are retired (the targets: a want brings a retired node back, so
-applying its fleet again gives it its want again). The rollout controller, which 'meshfold serve' and
-'meshfold reconcile' run, then gives the targets their new wants in batches,
-within max_unavailable, waiting for a promote after a canary, halting on a
-failure and, with auto_revert, giving every changed target its previous want
-back. A new apply supersedes a rollout of the fleet still in progress.
+applying its fleet again gives it its want again). The rollout controller,
+which 'meshfold serve' and 'meshfold reconcile' run, then gives the targets
+their new wants in batches, within max_unavailable, waiting for a promote
+after a canary, halting on a failure and, with auto_revert, giving every
+changed target its previous want back. A new apply supersedes a rollout of
+the fleet still in progress.
 
 --dry-run prints each target's want difference and the batches, and publishes
 nothing; it refuses what apply would refuse, with the same exit code. Errors
