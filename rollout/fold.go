@@ -209,7 +209,7 @@ func (f *folder) update(n *Node) {
 		}
 	}
 	if n.Want > 0 && r.Phase != Loading {
-		if c := n.clear(); c != n.Clear {
+		if c := r.clear(n); c != n.Clear {
 			n.Clear = c
 			if n.Batch == r.Batch {
 				if c {
@@ -394,6 +394,11 @@ func (f *folder) liveness(up bool) {
 		}
 	} else if !n.Down {
 		n.Down, n.DownSince, n.GoodSince = true, f.s.Now, time.Time{}
+		if n.Have != nil {
+			h := *n.Have // not in place: a clone of the state may share it
+			h.Stale = true
+			n.Have = &h
+		}
 	}
 	f.update(n)
 	f.judge(n)
@@ -776,6 +781,21 @@ func (f *folder) judge(n *Node) {
 		}
 		return
 	case Changing, WaitingApproval:
+	case Done:
+		// A canary is watched until its promote: done was judged on the
+		// reports the fold had, and a down published at the lease's
+		// expiry, or a later have, may show the window was not healthy.
+		why := f.canaryBroken(n)
+		if why == "" {
+			return
+		}
+		n.Status, n.Why, n.Finished, n.DeadlineFrom, n.GoodSince = Changing, "", nil, now, time.Time{}
+		r.Active = append(r.Active, n.Name)
+		if r.Phase == WaitingPromote {
+			r.Phase = Running
+		}
+		f.update(n)
+		f.record(0, n.Name, string(Changing), events.LevelWarn, "target %s: the canary is no longer done before its promote: %s: watched again", n.Name, why)
 	default:
 		return
 	}
@@ -836,6 +856,24 @@ func (f *folder) judge(n *Node) {
 	f.fail(n, stuckWhy(n, ours, settled, now, r.R))
 }
 
+// canaryBroken says why a done canary target, its batch not yet
+// promoted, no longer counts done: its agent is down, a module restarted
+// (its healthy window broke), or a module does not run at its build,
+// healthy; "" when none, or when n is no such target.
+func (f *folder) canaryBroken(n *Node) string {
+	r := f.r
+	if r.R.Canary == 0 || n.Batch != 0 || r.Promoted != nil || (r.Phase != Running && r.Phase != WaitingPromote) {
+		return ""
+	}
+	switch {
+	case n.Down:
+		return "its agent is down since " + n.DownSince.Format(time.RFC3339)
+	case n.GoodSince.IsZero():
+		return "a module restarted"
+	}
+	return mismatch(n)
+}
+
 // heldForApproval returns the plan's first row held for an approval.
 func heldForApproval(p *PlanSeen) *Row {
 	for i := range p.Rows {
@@ -862,8 +900,12 @@ func haveOf(n *Node, name string) *HaveModule {
 // mismatch says the first module of the target's plan that does not run
 // at its row's build, healthy (a module without a check counts healthy
 // while it runs: its window is min_healthy of running); "" when all do.
-// A row the want holds that runs nothing is not asked to run.
+// A row the want holds that runs nothing is not asked to run. A have from
+// before the agent's down tells nothing of now.
 func mismatch(n *Node) string {
+	if n.Have != nil && n.Have.Stale {
+		return "its agent has reported no have since it was down"
+	}
 	for _, row := range n.Plan.Rows {
 		if row.Build == "" {
 			continue

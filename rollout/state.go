@@ -228,6 +228,9 @@ type HaveSeen struct {
 	Seq     uint64       `json:"seq"`
 	Time    time.Time    `json:"time"`
 	Modules []HaveModule `json:"modules"`
+	// Stale: the node's agent went down after this have; it tells
+	// nothing of the node since, and starts no healthy window.
+	Stale bool `json:"stale,omitempty"`
 }
 
 // PlanSeen is what the fold keeps of a plan: its sequence, its want and
@@ -309,8 +312,8 @@ func (s *State) CheckInvariants() error {
 			if n.Order >= len(r.Targets) || r.Targets[n.Order] != name {
 				return fmt.Errorf("target %s not at its order %d", name, n.Order)
 			}
-			if n.Clear != n.clear() {
-				return fmt.Errorf("target %s: cached clear %v, is %v", name, n.Clear, n.clear())
+			if n.Clear != r.clear(n) {
+				return fmt.Errorf("target %s: cached clear %v, is %v", name, n.Clear, r.clear(n))
 			}
 			if r.Phase != Loading && n.Clear && n.Batch == r.Batch {
 				clear++
@@ -374,13 +377,15 @@ func (n *Node) unavailable() bool {
 // unreached, skipped (retired), or given its want while its agent is
 // down or it is paused
 // (it takes it when it returns or is resumed; DESIGN.md §11: it does not
-// stop the others).
-func (n *Node) clear() bool {
+// stop the others). A canary target away is not clear: the canary batch
+// waits for a promote only once its targets passed or their deadline
+// did (docs/architecture.md, "A canary is watched until its promote").
+func (r *Rollout) clear(n *Node) bool {
 	switch n.Status {
 	case Done, Unreached, Skipped:
 		return true
 	case Publishing, Changing, WaitingApproval:
-		return n.away()
+		return n.away() && !(r.R.Canary > 0 && n.Batch == 0)
 	}
 	return false
 }
