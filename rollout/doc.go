@@ -16,7 +16,12 @@
 //     for min_healthy without a break; a module without a check counts
 //     while it runs; failed on an apply failure, a crash loop
 //     ([CrashLoopRestarts]) or past healthy_deadline; a target whose
-//     agent is down then is unreached, and never holds its batch back);
+//     agent is down then is unreached, and never holds its batch back,
+//     unless it is a canary; a have from before its agent's down starts
+//     no window; a done canary is judged again until its promote, and
+//     one whose agent is down, or whose have shows a restart or a
+//     module not running healthy, is changing again, or failed on a
+//     crash loop);
 //   - a conflict (a want changed by hand, seen on the node's subject or
 //     reported refused by the server): checkConflict; such a target is
 //     never overwritten, not even by a revert;
