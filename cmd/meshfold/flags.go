@@ -95,9 +95,30 @@ func (f *connFlags) dial(name string, a *app) (*nats.Conn, error) {
 	}
 	nc, err := store.Connect(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w%s", strings.Join(cfg.URLs, ","), err, authHint(err, cfg))
+		return nil, fmt.Errorf("connect to NATS at %s: %w%s%s", serversTried(cfg), err, authHint(err, cfg), noServersHint(err, cfg))
 	}
 	return nc, nil
+}
+
+// serversTried names the servers cfg connects to: its URLs, or the
+// context's when the URLs come from a nats context.
+func serversTried(cfg store.ConnectConfig) string {
+	if len(cfg.URLs) > 0 {
+		return strings.Join(cfg.URLs, ",")
+	}
+	return "the servers of context " + cfg.Context
+}
+
+// noServersHint says what to do about no server answering at all
+// (nats.ErrNoServers: "no servers available for connection"), which a
+// new user meets when a command runs before the server is up; "" for
+// any other error.
+func noServersHint(err error, cfg store.ConnectConfig) string {
+	if !errors.Is(err, nats.ErrNoServers) {
+		return ""
+	}
+	return fmt.Sprintf(" (no server answered at %s: is `meshfold serve` running? "+
+		"Name another server with --server URL or $NATS_URL)", serversTried(cfg))
 }
 
 // authHint says what to do about a server refusing the connection's
