@@ -28,3 +28,26 @@ func TestNoServerHint(t *testing.T) {
 		}
 	}
 }
+
+// A malformed build exits 2 (usage) in want as in build rm; a build that
+// is well formed but not pushed stays a refusal for the state of things
+// (1).
+func TestMalformedBuildIsUsage(t *testing.T) {
+	m := startMesh(t)
+	bad := "sha256:nothex"
+	if _, errOut, code := m.cli(t, "build", "rm", bad); code != exitUsage {
+		t.Errorf("build rm %s: exit %d %s", bad, code, errOut)
+	}
+	f := writeWantFile(t, `{"modules":[{"name":"web","build":"`+bad+`","runs_as":"web"}]}`)
+	for _, args := range [][]string{{"want", "ace", "-f", f}, {"want", "ace", "-f", f, "--dry-run"}} {
+		_, errOut, code := m.cli(t, args...)
+		if code != exitUsage || !strings.Contains(errOut, "malformed") || !strings.Contains(errOut, "nothing was published") {
+			t.Errorf("%v: exit %d\n%s", args, code, errOut)
+		}
+	}
+	missing := "sha256:" + strings.Repeat("0", 64)
+	f = writeWantFile(t, `{"modules":[{"name":"web","build":"`+missing+`","runs_as":"web"}]}`)
+	if _, errOut, code := m.cli(t, "want", "ace", "-f", f); code != exitError {
+		t.Errorf("want of a build not pushed: exit %d %s", code, errOut)
+	}
+}

@@ -422,8 +422,16 @@ func checkBuilds(ctx context.Context, r *query.Reader, w *events.Want) error {
 		return nil
 	}
 	var b strings.Builder
+	malformed := false
 	for _, m := range missing {
 		fmt.Fprintf(&b, "\n  module %s, build %s: %v", m.Module, m.Build, m.Err)
+		malformed = malformed || errors.Is(m.Err, bundle.ErrBadBuild)
+	}
+	if malformed {
+		// A build that does not parse is the command line's (the FILE's)
+		// fault, exit 2, as 'meshfold build rm' says of the same build.
+		return withCode(exitUsage, fmt.Errorf("refused: a build is malformed; nothing was published:%s\na bundle build is what 'meshfold build push PATH' prints (%s and 64 lowercase hex digits)",
+			b.String(), bundle.BuildScheme))
 	}
 	return fmt.Errorf("refused: %s the node could not fetch; nothing was published:%s\npush each with 'meshfold build push PATH' (it prints the build), or publish anyway with --allow-missing-build",
 		plural(len(missing), "build"), b.String())
