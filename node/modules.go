@@ -184,9 +184,13 @@ type LogsRequest struct {
 }
 
 // LogsReply is the reply: a page of the module's output, or an error.
+// NoModule is set with Error when the runtime holds no module of that
+// name (ErrNoModule), so that the asker can tell a mistyped module from
+// a failure.
 type LogsReply struct {
 	LogPage
-	Error string `json:"error,omitempty"`
+	Error    string `json:"error,omitempty"`
+	NoModule bool   `json:"no_module,omitempty"`
 }
 
 // LogsSubject is the subject of node's logs endpoint under prefix.
@@ -231,7 +235,7 @@ func (a *Agent) serveLogs(ctx context.Context, body []byte) LogsReply {
 	q.WaitMS = min(max(q.WaitMS, 0), int(MaxLogWait/time.Millisecond))
 	page, err := lr.Logs(ctx, q.Module, q.LogQuery)
 	if err != nil {
-		return LogsReply{Error: err.Error()}
+		return LogsReply{Error: err.Error(), NoModule: errors.Is(err, ErrNoModule)}
 	}
 	if page.Lines == nil {
 		page.Lines = []string{}

@@ -160,6 +160,11 @@ func requestLogs(ctx context.Context, nc *nats.Conn, subject string, q node.Logs
 	if err := json.Unmarshal(msg.Data, &r); err != nil {
 		return node.LogPage{}, fmt.Errorf("logs reply: %w", err)
 	}
+	if r.NoModule {
+		// A module the node does not have: a name the stream does not
+		// hold for it, exit 2 (unknownName).
+		return node.LogPage{}, fmt.Errorf("logs of %s: %w (the node's agent runs no module of that name)", q.Module, node.ErrNoModule)
+	}
 	if r.Error != "" {
 		return node.LogPage{}, errors.New(r.Error)
 	}

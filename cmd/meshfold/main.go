@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/rollout/feed"
@@ -92,11 +93,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 // unknownName reports whether err says a name or sequence on the command
 // line is one the stream does not hold (a node with no event, a fleet
-// with no rollout, a sequence that is not the node's event): exit 2 in
+// with no rollout, a sequence that is not the node's event, a module the
+// node's agent does not run): exit 2 in
 // every command, as a node a verb refuses for the same reason is
 // (checkKnown, checkWanted).
 func unknownName(err error) bool {
-	return errors.Is(err, query.ErrUnknownNode) || errors.Is(err, feed.ErrNoRollout) || errors.Is(err, audit.ErrNotInHistory)
+	return errors.Is(err, query.ErrUnknownNode) || errors.Is(err, feed.ErrNoRollout) || errors.Is(err, audit.ErrNotInHistory) ||
+		errors.Is(err, node.ErrNoModule)
 }
 
 // isUsage reports whether err is cobra's complaint about the command line
