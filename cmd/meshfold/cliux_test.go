@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 
@@ -49,5 +50,20 @@ func TestMalformedBuildIsUsage(t *testing.T) {
 	f = writeWantFile(t, `{"modules":[{"name":"web","build":"`+missing+`","runs_as":"web"}]}`)
 	if _, errOut, code := m.cli(t, "want", "ace", "-f", f); code != exitError {
 		t.Errorf("want of a build not pushed: exit %d %s", code, errOut)
+	}
+}
+
+// serve with a --listen that is no HOST:PORT is a usage error (2), and
+// writes nothing to its data directory.
+func TestServeBadListenIsUsage(t *testing.T) {
+	data := t.TempDir()
+	var out bytes.Buffer
+	var errb storetest.SyncBuffer
+	code := run(testCtx(t), []string{"serve", "--data", data, "--listen", "127.0.0.1:99999"}, nil, &out, &errb)
+	if code != exitUsage || !strings.Contains(errb.String(), "--listen") {
+		t.Errorf("exit %d\n%s", code, errb.String())
+	}
+	if ents, err := os.ReadDir(data); err != nil || len(ents) != 0 {
+		t.Errorf("data directory after a refused serve: %v %v", ents, err)
 	}
 }

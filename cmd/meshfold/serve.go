@@ -191,6 +191,9 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 			if err := lf.check(); err != nil {
 				return err
 			}
+			if _, _, err := embedded.ParseListen(listen); err != nil {
+				return withCode(exitUsage, fmt.Errorf("--listen: %w", err))
+			}
 			a.bufferLogs()
 			log, err := a.logger()
 			if err != nil {

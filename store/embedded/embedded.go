@@ -114,13 +114,9 @@ func Start(cfg Config) (*Server, error) {
 	if listen == "" {
 		listen = DefaultListen
 	}
-	host, portStr, err := net.SplitHostPort(listen)
+	host, port, err := ParseListen(listen)
 	if err != nil {
-		return nil, fmt.Errorf("embedded nats: listen %q: %w", listen, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil || port < -1 || port > 65535 {
-		return nil, fmt.Errorf("embedded nats: listen %q: bad port", listen)
+		return nil, err
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT // for nats-server, 0 means its default 4222
@@ -199,6 +195,28 @@ func Start(cfg Config) (*Server, error) {
 	}
 	started = true
 	return &Server{srv: srv, lock: lock}, nil
+}
+
+// ErrBadListen: a listen address that is not HOST:PORT with a port
+// from -1 to 65535.
+var ErrBadListen = errors.New("embedded nats: bad listen address")
+
+// ParseListen splits a listen address, HOST:PORT, into its host and port
+// (-1 to 65535; 0 and -1 pick a free port), as [Start] reads
+// [Config.Listen]; a caller checks a flag with it before writing
+// anything.
+//
+// Errors: ErrBadListen, wrapped with the address and what is wrong.
+func ParseListen(listen string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w %q: %v", ErrBadListen, listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < -1 || port > 65535 {
+		return "", 0, fmt.Errorf("%w %q: the port must be a number from 0 to 65535", ErrBadListen, listen)
+	}
+	return host, port, nil
 }
 
 // ErrDataDirInUse: another process (or Server) holds the data directory.
