@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -65,5 +66,21 @@ func TestServeBadListenIsUsage(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(data); err != nil || len(ents) != 0 {
 		t.Errorf("data directory after a refused serve: %v %v", ents, err)
+	}
+}
+
+// secret put to a node the stream holds no event of (and no provisioner
+// of which registered a key) exits 2 and says first that the node is
+// unknown, then how to start a new node's provisioner.
+func TestSecretPutUnknownNode(t *testing.T) {
+	m := startMesh(t)
+	f := filepath.Join(t.TempDir(), "c")
+	if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := m.cli(t, "secret", "put", "acee", "app", "/run/app/c", "-f", f, "--by", "test")
+	unknown, hint := strings.Index(errOut, "node acee is unknown"), strings.Index(errOut, "provision acee --from sealed")
+	if code != exitUsage || unknown < 0 || hint < unknown {
+		t.Errorf("exit %d\n%s", code, errOut)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/provision"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -137,6 +138,9 @@ a want declares it.`,
 			}
 			defer closeConn()
 			rev, digest, err := putSecret(ctx, kv, args[0], args[1], args[2], content, by)
+			if errors.Is(err, store.ErrNoCurveKey) {
+				return a.unknownSecretNode(ctx, args[0], err)
+			}
 			if err != nil {
 				return err
 			}
@@ -356,6 +360,31 @@ another source or a new put fills it.`,
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
+}
+
+// unknownSecretNode says, for a put refused because node registered no
+// key (noKey, store.ErrNoCurveKey), whether the stream holds any event
+// of node: none is a node the stream does not hold (a mistyped name,
+// exit 2), said first, with how to start a new node's provisioner after;
+// else noKey as it is (exit 1: the node is known, its provisioner has
+// not started with --from sealed).
+func (a *app) unknownSecretNode(ctx context.Context, node string, noKey error) error {
+	nc, err := a.conn.connect("meshfold-secret", a)
+	if err != nil {
+		return noKey
+	}
+	defer nc.Close()
+	r, err := a.stream.reader(nc, query.Config{})
+	if err != nil {
+		return noKey
+	}
+	if c, err := r.Count(ctx, node); err != nil || c > 0 {
+		return noKey
+	}
+	cfg, _ := r.Stream(ctx)
+	return withCode(exitUsage, fmt.Errorf("node %s is unknown: stream %s holds no event of it and no provisioner of it registered a key; nothing was stored "+
+		"(is the name mistyped? 'meshfold fleet' lists the nodes; for a new node, start 'meshfold provision %s --from sealed' once, then put again)",
+		node, cfg.Name, node))
 }
 
 // undeclaredNote says why a secret just stored will not be filled now: no
