@@ -305,7 +305,13 @@ func (f *folder) settle(p *events.Settle) {
 	if p.Op == events.OpFailed {
 		// The plan does not count as settled; the node keeps judging by
 		// its previous one.
-		f.journal(events.LevelError, "apply of plan %d failed for module %q: %s", p.Plan, p.Module, events.ErrorText(p.Error))
+		// A failed settle with no module is the plan's as a whole (the
+		// agent refused it, or failed before any module): no empty name.
+		if p.Module == "" {
+			f.journal(events.LevelError, "apply of plan %d failed for the plan as a whole: %s", p.Plan, events.ErrorText(p.Error))
+		} else {
+			f.journal(events.LevelError, "apply of plan %d failed for module %q: %s", p.Plan, p.Module, events.ErrorText(p.Error))
+		}
 		f.failed(p)
 		f.knock(true)
 		return
