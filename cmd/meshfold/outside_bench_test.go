@@ -398,17 +398,21 @@ func (s *outsideServer) startProc(tb testing.TB, extra ...string) *benchProc {
 // startUp is the time from the process's start to the last of its
 // partitions' first session starts up to until after its start, as its
 // debug log stamps them (to the millisecond), whether it logged any, and
-// how many sessions it restarted before until (each a partition's later
-// session start: a restart mid-refold is not start-up, and an earlier
-// build's figure counted up to it).
-func (p *benchProc) startUp(until time.Duration) (d time.Duration, ok bool, restarts int) {
+// the log lines of the sessions that ended before until, each with its
+// error (the engine's "partition session ended; restarting from its
+// snapshot" warning, or a lease lost): a restart mid-refold is not
+// start-up, and an earlier build's figure counted up to it. A session
+// that fails before its first start line is logged (its snapshot read,
+// say) is among them too.
+func (p *benchProc) startUp(until time.Duration) (d time.Duration, ok bool, ended []string) {
 	data, err := os.ReadFile(p.log)
 	if err != nil {
-		return 0, false, 0
+		return 0, false, nil
 	}
 	first := map[string]time.Time{}
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if !strings.Contains(line, `msg="partition session"`) {
+		end := strings.Contains(line, `msg="partition session ended`) || strings.Contains(line, `msg="partition lease lost`)
+		if !end && !strings.Contains(line, `msg="partition session"`) {
 			continue
 		}
 		v, ok := strings.CutPrefix(line, "time=")
@@ -420,16 +424,15 @@ func (p *benchProc) startUp(until time.Duration) (d time.Duration, ok bool, rest
 		if err != nil || t.Sub(p.start) > until {
 			continue
 		}
-		_, rest, _ := strings.Cut(line, " partition=")
-		part, _, _ := strings.Cut(rest, " ")
-		if f, seen := first[part]; seen {
-			restarts++
-			if t.Before(f) {
-				first[part] = t
-			}
+		if end {
+			ended = append(ended, line)
 			continue
 		}
-		first[part] = t
+		_, rest, _ := strings.Cut(line, " partition=")
+		part, _, _ := strings.Cut(rest, " ")
+		if f, seen := first[part]; !seen || t.Before(f) {
+			first[part] = t
+		}
 	}
 	var last time.Time
 	for _, t := range first {
@@ -438,9 +441,9 @@ func (p *benchProc) startUp(until time.Duration) (d time.Duration, ok bool, rest
 		}
 	}
 	if last.IsZero() {
-		return 0, false, restarts
+		return 0, false, ended
 	}
-	return last.Sub(p.start), true, restarts
+	return last.Sub(p.start), true, ended
 }
 
 // keepLog copies a process's log from to to (MESHFOLD_BENCH_LOGS=DIR
@@ -891,9 +894,13 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 		s.last.netCPU = (float64(sum.Nanoseconds()) - float64(up0.Nanoseconds())) / n
 		b.ReportMetric(float64(up0.Microseconds())/1000, "startup-cpu-ms")
 		b.ReportMetric(s.last.netCPU, "fold-cpu-net-ns/event")
-		up, ok, restarts := procs[0].startUp(took)
-		// Sessions a partition began again before the refold ended.
-		b.ReportMetric(float64(restarts), "fold-session-restarts")
+		up, ok, ended := procs[0].startUp(took)
+		// Sessions that ended before the refold did, each restarted
+		// from its snapshot (or stopped on a lost lease), and why.
+		b.ReportMetric(float64(len(ended)), "fold-session-restarts")
+		for _, line := range ended {
+			b.Logf("session ended mid-refold: %s", line)
+		}
 		if ok && std.first > 0 && std.first < std.took {
 			s.last.netRatio = (std.took - std.first).Seconds() / (took - up).Seconds()
 			b.ReportMetric(float64(up.Microseconds())/1000, "fold-startup-ms")
