@@ -1183,8 +1183,10 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 // is, the session reads on through a new consumer (refollow) after ~2 s.
 const readHeartbeat = time.Second
 
-// ackTimeout bounds each wait for the acknowledgement of an effect, and a
-// checkpoint's whole snapshot write (10,000 states take ~70 ms). An async
+// ackTimeout bounds each wait for the acknowledgement of an effect, and
+// each attempt of a checkpoint's snapshot write (10,000 states take ~70
+// ms on a quiet machine; an attempt that stored part of the write is
+// followed by another, see retryWrite). An async
 // publish's future never resolves when its ack is lost (its server
 // stopped before answering, on a cluster changing leaders) unless the
 // JetStream context sets a publish-async timeout, which the caller's may
@@ -1277,16 +1279,34 @@ const snapshotAttempt = time.Second
 // for want of an answer, it waits for the stream and the snapshot bucket
 // to have leaders and tries again, each attempt's deadline doubled up to
 // ackTimeout, for at most electionRideOut in all (without an election,
-// until an attempt of ackTimeout failed). Other errors (a conflict:
+// until an attempt of ackTimeout failed). An attempt that timed out after
+// storing part of the write (write reports progressed: some of its puts
+// were acknowledged) is a slow server, not a missing one: the next
+// attempt starts the ride-out afresh, as long as the lease holds. A cold
+// refold's checkpoint puts thousands of states a partition, every
+// partition at once; on a starved machine such a write outlasted the
+// ride-out while acknowledgements kept arriving, and the session ended
+// and refolded from its snapshot (issue 27). Other errors (a conflict:
 // another writer; a closed connection) end it at once.
-func (s *session) retryWrite(ctx context.Context, write func(context.Context) error) error {
+func (s *session) retryWrite(ctx context.Context, write func(context.Context) (progressed bool, err error)) error {
 	started := time.Now()
 	attempt := snapshotAttempt
 	for {
 		actx, cancel := context.WithTimeout(ctx, attempt)
-		err := write(actx)
+		progressed, err := write(actx)
 		cancel()
-		if err == nil || ctx.Err() != nil || !unanswered(err) || time.Since(started) > electionRideOut {
+		if err == nil || ctx.Err() != nil || !unanswered(err) {
+			return err
+		}
+		if progressed {
+			if err := s.p.lost(); err != nil {
+				return err
+			}
+			started = time.Now()
+			attempt = min(2*attempt, ackTimeout)
+			continue
+		}
+		if time.Since(started) > electionRideOut {
 			return err
 		}
 		if !s.p.r.awaitLeaders(ctx) && attempt >= ackTimeout {
@@ -1711,10 +1731,12 @@ func (s *session) writeCheckpoint(ctx context.Context, w *checkpointWrite) error
 	// lost conflicts, and so does one a former session's put overtook:
 	// adopt reads those keys again and puts over what it may.
 	states := w.states
-	if err := s.retryWrite(ctx, func(ctx context.Context) error {
+	if err := s.retryWrite(ctx, func(ctx context.Context) (progressed bool, err error) {
+		left := len(states)
+		defer func() { progressed = len(states) < left }()
 		for round := 0; ; round++ {
 			if len(states) == 0 {
-				return nil
+				return false, nil
 			}
 			before := make(map[string]uint64, len(states))
 			for node := range states {
@@ -1728,10 +1750,10 @@ func (s *session) writeCheckpoint(ctx context.Context, w *checkpointWrite) error
 			}
 			var conflict *store.NodeConflictError
 			if !errors.As(err, &conflict) || round == adoptRounds {
-				return err
+				return false, err
 			}
 			if err := s.adopt(ctx, w, conflict); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}); err != nil {
@@ -1741,8 +1763,8 @@ func (s *session) writeCheckpoint(ctx context.Context, w *checkpointWrite) error
 		return err
 	}
 	if w.ck > w.base {
-		return s.retryWrite(ctx, func(ctx context.Context) error {
-			return s.putCheckpoint(ctx, w)
+		return s.retryWrite(ctx, func(ctx context.Context) (bool, error) {
+			return false, s.putCheckpoint(ctx, w)
 		})
 	}
 	return nil
