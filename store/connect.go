@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -163,20 +164,40 @@ func (c ConnectConfig) Options() ([]nats.Option, error) {
 		servers = []string{nats.DefaultURL}
 	}
 
+	// last is the server URL the connection was last connected to (set
+	// when it connects and reconnects): once disconnected,
+	// nats.Conn.ConnectedUrl is empty, and the disconnect is logged with
+	// the URL it lost, or without one when none is known.
+	var last atomic.Pointer[string]
+	keep := func(nc *nats.Conn) {
+		if u := nc.ConnectedUrlRedacted(); u != "" {
+			last.Store(&u)
+		}
+	}
 	opts := []nats.Option{
 		func(o *nats.Options) error { o.Servers = servers; return nil },
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(reconnectWait),
 		nats.ReconnectJitter(reconnectJitter, reconnectJitterTLS),
+		nats.ConnectHandler(keep),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			var attrs []any
+			u := nc.ConnectedUrlRedacted()
+			if p := last.Load(); u == "" && p != nil {
+				u = *p
+			}
+			if u != "" {
+				attrs = append(attrs, "url", u)
+			}
 			if err != nil {
-				log.Warn("nats disconnected", "url", nc.ConnectedUrlRedacted(), "err", err)
+				log.Warn("nats disconnected", append(attrs, "err", err)...)
 			} else {
-				log.Debug("nats disconnected", "url", nc.ConnectedUrlRedacted())
+				log.Debug("nats disconnected", attrs...)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			keep(nc)
 			log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
