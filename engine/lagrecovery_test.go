@@ -63,10 +63,7 @@ func TestRecoveryEndsAtTheLeadersEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitDirectGets(cfg.Name)
-	held := c.Servers[2]
-	if held == c.StreamLeader(cfg.Name) {
-		held = c.Servers[1]
-	}
+	held := c.Follower(cfg.Name)
 	lag.Hold(held.Name())
 	defer lag.Release()
 	appendAll("b2") // the held replica has not these

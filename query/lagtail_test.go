@@ -45,10 +45,7 @@ func TestTailNodesReadsToTheLeadersEnd(t *testing.T) {
 	}
 	checkpoints, _ := appendAll()
 	c.WaitDirectGets(cfg.Name)
-	held := c.Servers[2]
-	if held == c.StreamLeader(cfg.Name) {
-		held = c.Servers[1]
-	}
+	held := c.Follower(cfg.Name)
 	lag.Hold(held.Name())
 	defer lag.Release()
 	ends, want := appendAll() // the held replica has not these

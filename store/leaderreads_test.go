@@ -42,11 +42,7 @@ func TestLeaderReadsSeeAcknowledgedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitDirectGets(cfg.Name)
-	leader := c.StreamLeader(cfg.Name)
-	held := c.Servers[2]
-	if held == leader {
-		held = c.Servers[1]
-	}
+	held := c.Follower(cfg.Name)
 	lag.Hold(held.Name())
 	defer lag.Release()
 	ack, err := pub.Append(ctx, "ace", want())
@@ -175,10 +171,7 @@ func TestJournalWarningsReadToTheLeadersEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitDirectGets(cfg.Name)
-	held := c.Servers[2]
-	if held == c.StreamLeader(cfg.Name) {
-		held = c.Servers[1]
-	}
+	held := c.Follower(cfg.Name)
 	lag.Hold(held.Name())
 	defer lag.Release()
 	ack, err := pub.Append(ctx, "ace", warn())

@@ -38,10 +38,7 @@ func TestWantExpectConflictNamesTheNewestWithAReplicaBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := c.Servers[2]
-	if held == c.StreamLeader(cfg.Name) {
-		held = c.Servers[1]
-	}
+	held := c.Follower(cfg.Name)
 	url := c.Servers[0].ClientURL()
 	want := func(expect ...string) (int, string, string) {
 		var out, errb bytes.Buffer

@@ -185,6 +185,17 @@ func (c *Cluster) StreamLeader(stream string) *server.Server {
 	return nil
 }
 
+// Follower returns a server of a cluster of three or more that does not
+// lead the stream now (the last server, or the one before it when the
+// last leads): a replica to hold behind its leader ([Lag.Hold]).
+func (c *Cluster) Follower(stream string) *server.Server {
+	held := c.Servers[len(c.Servers)-1]
+	if held == c.StreamLeader(stream) {
+		held = c.Servers[len(c.Servers)-2]
+	}
+	return held
+}
+
 // StartClusterStream is [StartCluster] with n servers, a connection
 // ([Cluster.Connect]) and [store.EnsureStream] with cfg (give it Replicas:
 // 3 for R3). It returns the stream and its effective configuration too.
