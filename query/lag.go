@@ -127,17 +127,13 @@ func (r *Reader) TailNodes(ctx context.Context, lag SnapshotLag, limit int) (nod
 		// the stream acknowledged: the read ends at p.Last, as the
 		// leader had it, and short of it only once p.Last is removed (a
 		// limit, meanwhile), as JournalWarningSeqs' read does.
-		removed := func() bool {
-			_, err := leader.GetMsg(ctx, p.Last)
-			return errors.Is(err, jetstream.ErrMsgNotFound)
-		}
 		t, err := store.Follow(ctx, r.js, store.TailConfig{Stream: cfg.Name, Subjects: subj, Filter: subj.StoredPartitionAll(p.Partition), Start: p.Checkpoint + 1})
 		if err != nil {
 			return nil, false, fmt.Errorf("partition %d past its checkpoint: %w", p.Partition, err)
 		}
 		err = func() error {
 			defer t.Stop()
-			if t.Empty() && removed() {
+			if t.Empty() && leader.Removed(ctx, p.Last) {
 				return nil // trimmed meanwhile
 			}
 			for n := 0; ; n++ {
@@ -158,7 +154,7 @@ func (r *Reader) TailNodes(ctx context.Context, lag SnapshotLag, limit int) (nod
 				if node, _, err := subj.Parse(x.Msg.Subject()); err == nil && node != events.FleetNode {
 					nodes[node] = max(nodes[node], seq)
 				}
-				if seq >= p.Last || (x.Meta.NumPending == 0 && removed()) {
+				if seq >= p.Last || (x.Meta.NumPending == 0 && leader.Removed(ctx, p.Last)) {
 					return nil
 				}
 			}

@@ -56,16 +56,12 @@ func JournalWarningSeqs(ctx context.Context, js jetstream.JetStream, cfg StreamC
 		return counts, nil
 	}
 	end := last.Sequence
-	removed := func() bool {
-		_, err := leader.GetMsg(ctx, end)
-		return errors.Is(err, jetstream.ErrMsgNotFound)
-	}
 	t, err := Follow(ctx, js, TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(), Filter: filter, StartTime: since})
 	if err != nil {
 		return nil, fmt.Errorf("read journal: %w", err)
 	}
 	defer t.Stop()
-	if t.Empty() && removed() {
+	if t.Empty() && leader.Removed(ctx, end) {
 		return counts, nil
 	}
 	for {
@@ -79,7 +75,7 @@ func JournalWarningSeqs(ctx context.Context, js jetstream.JetStream, cfg StreamC
 		if j, ok := m.Event.Payload.(*events.Journal); ok && j.Level != events.LevelInfo {
 			counts[m.Event.Node] = append(counts[m.Event.Node], m.Event.Seq)
 		}
-		if m.Event.Seq == end || (m.Pending == 0 && removed()) {
+		if m.Event.Seq == end || (m.Pending == 0 && leader.Removed(ctx, end)) {
 			return counts, nil
 		}
 	}

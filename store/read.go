@@ -132,17 +132,13 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 	// The consumer may be placed on a replica behind the leader: its
 	// count of pending messages then ends before end. Only end's removal
 	// (a limit, meanwhile) ends the read there; otherwise the read waits
-	// for the replica to deliver up to end.
-	removed := func() bool {
-		_, err := leader.GetMsg(ctx, end)
-		return errors.Is(err, jetstream.ErrMsgNotFound)
-	}
+	// for the replica to deliver up to end (LeaderReads.Removed).
 	t, err := Follow(ctx, js, TailConfig{Stream: streamName, Subjects: subj, Filter: filter, Start: from})
 	if err != nil {
 		return fmt.Errorf("read %s: %w", node, err)
 	}
 	defer t.Stop()
-	if t.Empty() && removed() {
+	if t.Empty() && leader.Removed(ctx, end) {
 		return nil
 	}
 	for {
@@ -161,7 +157,7 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 		if err := fn(m); err != nil {
 			return err
 		}
-		if seq == end || (m.Pending == 0 && removed()) {
+		if seq == end || (m.Pending == 0 && leader.Removed(ctx, end)) {
 			return nil
 		}
 	}
@@ -263,6 +259,17 @@ func (l *LeaderReads) GetLastMsgForSubject(ctx context.Context, subject string) 
 // leader stores it. Errors: as GetLastMsgForSubject's.
 func (l *LeaderReads) GetMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
 	return l.get(ctx, leaderGetRequest{Seq: seq})
+}
+
+// Removed reports whether the stream's leader no longer holds message
+// seq: a read bounded by seq as the leader had it (ReadNode,
+// JournalWarningSeqs, a partition's tail past its checkpoint) ends short
+// of seq only then, once its consumer reports nothing pending, since that
+// consumer may sit on a replica behind the leader. Another error (no
+// leader now) counts as held: the read waits for the rest.
+func (l *LeaderReads) Removed(ctx context.Context, seq uint64) bool {
+	_, err := l.GetMsg(ctx, seq)
+	return errors.Is(err, jetstream.ErrMsgNotFound)
 }
 
 type leaderGetRequest struct {
