@@ -733,6 +733,20 @@ func TestGoldenRolloutFold(t *testing.T) {
 	eachGolden(t, func(t *testing.T, g golden) { foldGoldenRollout(t, g.msgs) })
 }
 
+// recordRewordings are the changes of a rollout record's wording (its
+// msg, text for reading: no rule reads it) since a golden was written,
+// each old text first: a stored record keeps the words it was written
+// with, and the fold of today writes the new ones under the same id.
+// Applied to both sides before they are compared, so that anything
+// else a record says still has to match.
+var recordRewordings = strings.NewReplacer(
+	// number agreement: "1 target done"
+	": 1 targets done,", ": 1 target done,",
+	// a settle naming no module failed the plan as a whole (as the
+	// node's journal says it)
+	`failed for module "":`, "failed for the plan as a whole:",
+)
+
 // foldGoldenRollout is TestGoldenRolloutFold over msgs.
 func foldGoldenRollout(t *testing.T, msgs []goldenMsg) {
 	t.Helper()
@@ -759,6 +773,9 @@ func foldGoldenRollout(t *testing.T, msgs []goldenMsg) {
 			t.Fatal(err)
 		}
 		delete(v, "at")
+		if msg, ok := v["msg"].(string); ok {
+			v["msg"] = recordRewordings.Replace(msg)
+		}
 		return string(must(json.Marshal(v))(t))
 	}
 	s := rollout.NewState("web")

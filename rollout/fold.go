@@ -332,7 +332,13 @@ func (f *folder) settle(p *events.Settle) {
 		if n.Plan == nil || p.Plan != n.Plan.Seq {
 			return // a failure of a superseded plan: the node tries the newer one
 		}
+		// A failed settle with no module is the plan's as a whole (the
+		// agent refused it, or failed before any module), worded as the
+		// node's journal words it (reconcile): no `module ""`.
 		why := fmt.Sprintf("apply of plan %d failed for module %q: %s", p.Plan, p.Module, events.ErrorText(p.Error))
+		if p.Module == "" {
+			why = fmt.Sprintf("apply of plan %d failed for the plan as a whole: %s", p.Plan, events.ErrorText(p.Error))
+		}
 		switch {
 		case n.Back != nil && n.Back.Want > 0 && n.Plan.Want == n.Back.Want && !n.Back.finished():
 			n.Back.Status, n.Back.Why = RevertFailed, why
@@ -1094,7 +1100,7 @@ func (f *folder) complete() {
 	if skipped > 0 {
 		retired = fmt.Sprintf(", %d retired (skipped)", skipped)
 	}
-	f.record(0, "", string(Completed), events.LevelInfo, "rollout %d completed: %d targets done, %d unreached%s", r.ID, done, unreached, retired)
+	f.record(0, "", string(Completed), events.LevelInfo, "rollout %d completed: %s done, %d unreached%s", r.ID, plural(done, "target"), unreached, retired)
 }
 
 // Pending returns the wants decided and not yet recorded published or
