@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -30,17 +31,43 @@ const (
 	exitConflict = 3 // a stale --expect (someone else published first), or apply over another fleet's nodes
 )
 
-// exitCodesHelp is the root command's table of exit codes.
-const exitCodesHelp = `Exit codes, the same for every command:
-  0  done: printed what was asked, or published
-  1  failed, or refused for the state of things: the server cannot be
-     reached, a read or a publish failed, a build is not pushed yet, a
-     rollout verb the rollout would ignore, no agent answered
-  2  usage: the command line is wrong (a flag, an argument, a file that
-     does not parse), or it names a node, fleet or event the stream does
-     not hold (a mistyped name); nothing was published
-  3  conflict: someone else published first (a stale --expect), or an
-     apply over another fleet's nodes; nothing was published`
+// exitCodeTable is the one table of exit codes: meshfold --help prints
+// it (exitCodesHelp) and README.md's "Exit codes" table holds the same
+// rows (TestExitCodeTableIsTheReadmes checks it). Each meaning is
+// written as the README shows it, in Markdown (code in backticks).
+var exitCodeTable = []struct {
+	Code    int
+	Meaning string
+}{
+	{exitOK, "done: printed what was asked, or published"},
+	{exitError, "failed, or refused for the state of things: the server cannot be reached, a read or a publish failed, a build is not pushed yet, a rollout verb the rollout would ignore (`promote` before the canary is done), no agent answered (`logs`)"},
+	{exitUsage, "usage: the command line is wrong (a flag, an argument, a file that does not parse), or it names a node, fleet or event the stream does not hold (`state`, `audit`, `retire`, `rollout status`, `secret put` … of a mistyped name), or a module the node's agent does not run (`logs NODE MODULE`); nothing was published. A dry run (`apply --dry-run`) exits as the command itself would"},
+	{exitConflict, "conflict: someone else published first (a stale `want --expect`), or an `apply` over nodes another fleet's rollout names; nothing was published"},
+}
+
+// exitCodesHelp is the root command's table of exit codes, exitCodeTable
+// as text: backticks dropped, each meaning wrapped at 76 columns under
+// its code.
+var exitCodesHelp = func() string {
+	var b strings.Builder
+	b.WriteString("Exit codes, the same for every command:")
+	for _, e := range exitCodeTable {
+		fmt.Fprintf(&b, "\n  %d  ", e.Code)
+		col := 5
+		for i, w := range strings.Fields(strings.ReplaceAll(e.Meaning, "`", "")) {
+			if i > 0 && col+1+utf8.RuneCountInString(w) > 76 {
+				b.WriteString("\n     ")
+				col = 5
+			} else if i > 0 {
+				b.WriteByte(' ')
+				col++
+			}
+			b.WriteString(w)
+			col += utf8.RuneCountInString(w)
+		}
+	}
+	return b.String()
+}()
 
 // exitError carries a specific exit code out of a command.
 type codedError struct {

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/meshfold/meshfold/store"
 )
@@ -70,9 +73,57 @@ func TestUnknownNodeExitsTheSameEverywhere(t *testing.T) {
 	var help bytes.Buffer
 	code := run(testCtx(t), []string{"--help"}, nil, &help, &bytes.Buffer{})
 	out := help.String()
-	for _, want := range []string{"Exit codes, the same for every command:", "  2  usage:", "names a node, fleet or event the stream does\n     not hold", "  3  conflict:"} {
-		if code != 0 || !strings.Contains(out, want) {
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{"Exit codes, the same for every command:", "2 usage:", "names a node, fleet or event the stream does not hold", "a module the node's agent does not run (logs NODE MODULE)", "3 conflict:"} {
+		if code != 0 || !strings.Contains(flat, want) {
 			t.Errorf("meshfold --help (exit %d) does not say %q:\n%s", code, want, out)
+		}
+	}
+}
+
+// The exit codes have one source, exitCodeTable: README.md's "Exit
+// codes" table holds its rows word for word, and meshfold --help prints
+// each meaning (without the backticks) in lines of at most 80 columns.
+// The README's table once named `logs NODE nosuchmod`'s exit 2 and
+// --help's did not.
+func TestExitCodeTableIsTheReadmes(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n### Exit codes\n")
+	if !ok {
+		t.Fatal("README.md has no '### Exit codes' section")
+	}
+	var rows []string
+	for _, line := range strings.Split(section, "\n") {
+		if strings.HasPrefix(line, "#") {
+			break
+		}
+		if strings.HasPrefix(line, "| ") && !strings.HasPrefix(line, "| code |") {
+			rows = append(rows, line)
+		}
+	}
+	var want []string
+	for _, e := range exitCodeTable {
+		want = append(want, fmt.Sprintf("| %d | %s |", e.Code, e.Meaning))
+	}
+	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
+		t.Errorf("README.md's exit-code table:\n%s\nexitCodeTable (meshfold --help) says:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+	var help bytes.Buffer
+	if code := run(testCtx(t), []string{"--help"}, nil, &help, &bytes.Buffer{}); code != 0 {
+		t.Fatalf("meshfold --help: exit %d", code)
+	}
+	flat := strings.Join(strings.Fields(help.String()), " ")
+	for _, e := range exitCodeTable {
+		if m := fmt.Sprintf("%d %s", e.Code, strings.Join(strings.Fields(strings.ReplaceAll(e.Meaning, "`", "")), " ")); !strings.Contains(flat, m) {
+			t.Errorf("meshfold --help does not say %q", m)
+		}
+	}
+	for _, line := range strings.Split(exitCodesHelp, "\n") {
+		if n := utf8.RuneCountInString(line); n > 80 {
+			t.Errorf("meshfold --help: a line of %d columns: %q", n, line)
 		}
 	}
 }
