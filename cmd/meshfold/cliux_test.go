@@ -84,3 +84,35 @@ func TestSecretPutUnknownNode(t *testing.T) {
 		t.Errorf("exit %d\n%s", code, errOut)
 	}
 }
+
+// secret put to a node the stream holds, whose provisioner registered no
+// key (started with --from DIR alone, the README's first form), exits 1
+// and says why and what to do: start the provisioner with --from sealed.
+// It said "node has no registered provisioner key", the store's words.
+func TestSecretPutNodeWithoutSealedProvisioner(t *testing.T) {
+	m := startMesh(t)
+	dir := t.TempDir()
+	want := filepath.Join(dir, "want.json")
+	if err := os.WriteFile(want, []byte(`{"modules":[{"name":"app","build":"app:1","runs_as":"nobody","files":[{"path":"/run/app/c","mode":"0600"}]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, errs, code := m.cli(t, "want", "ace", "-f", want); code != 0 {
+		t.Fatalf("want: exit %d\n%s%s", code, out, errs)
+	}
+	f := filepath.Join(dir, "c")
+	if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := m.cli(t, "secret", "put", "ace", "app", "/run/app/c", "-f", f, "--by", "test")
+	if code != exitError || out != "" {
+		t.Errorf("exit %d, stdout %q; want exit %d and nothing printed\n%s", code, out, exitError, errs)
+	}
+	for _, w := range []string{"no provisioner of node ace reads sealed secrets", "nothing was stored", "only --from DIR", "'meshfold provision ace --from sealed --from DIR"} {
+		if !strings.Contains(errs, w) {
+			t.Errorf("stderr does not say %q:\n%s", w, errs)
+		}
+	}
+	if strings.Contains(errs, "store:") {
+		t.Errorf("stderr says the package's words:\n%s", errs)
+	}
+}

@@ -94,8 +94,10 @@ provisioner that is down fills it on its start. Content equal to what the
 node holds is not written again, and triggers no on_fill.
 
 NODE's provisioner must have started once with --from sealed (it registers
-its key then). After its key changed (a new node, a lost key file), put every
-secret of NODE again: 'secret ls NODE' marks the ones sealed to an old key.
+its key then); one started with only --from DIR or exec:CMD takes its files
+from there and registers no key, and put refuses (exit 1). After its key
+changed (a new node, a lost key file), put every secret of NODE again:
+'secret ls NODE' marks the ones sealed to an old key.
 Prints the revision and the digest (an HMAC under a key kept in the bucket,
 never a plain hash); the content is never printed. A file that NODE's newest
 want does not declare for MODULE (a mistyped node, module or path, or a
@@ -165,7 +167,7 @@ a want declares it.`,
 func putSecret(ctx context.Context, kv jetstream.KeyValue, node, module, path string, content []byte, by string) (uint64, string, error) {
 	e, err := kv.Get(ctx, store.CurveKeyName(node))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, "", fmt.Errorf("%w: start 'meshfold provision %s --from sealed' once, then put again", store.ErrNoCurveKey, node)
+		return 0, "", &noKeyError{node: node}
 	}
 	if err != nil {
 		return 0, "", err
@@ -185,6 +187,23 @@ func putSecret(ctx context.Context, kv jetstream.KeyValue, node, module, path st
 	rev, err := kv.Put(ctx, store.SecretKey(node, module, path), data)
 	return rev, rec.Digest, err
 }
+
+// noKeyError is a put refused because no provisioner of node registered
+// a curve key (store.ErrNoCurveKey): the node's provisioner reads no
+// sealed secret, most often because it was started with --from DIR or
+// exec:CMD alone (README's first form), which take files from there and
+// register no key. It says so and what to do, not the store's words.
+type noKeyError struct{ node string }
+
+func (e *noKeyError) Error() string {
+	return fmt.Sprintf("no provisioner of node %s reads sealed secrets: none has registered its key; nothing was stored. "+
+		"A provisioner started with only --from DIR or exec:CMD takes its files from there and registers no key; "+
+		"start %s's provisioner with --from sealed (beside the others, tried in order: 'meshfold provision %s --from sealed --from DIR --account ACCOUNT …'), "+
+		"then put again (or keep the file in DIR, as DIR/<module>/<path>: no secret put needed)",
+		e.node, e.node, e.node)
+}
+
+func (e *noKeyError) Unwrap() error { return store.ErrNoCurveKey }
 
 // digestKey returns the bucket's digest HMAC key, creating it once.
 func digestKey(ctx context.Context, kv jetstream.KeyValue) ([]byte, error) {
