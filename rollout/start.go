@@ -77,7 +77,27 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 // same).
 func EqualWant(a, b []events.WantModule) bool {
 	return slices.EqualFunc(a, b, func(x, y events.WantModule) bool {
-		return x.Name == y.Name && x.Build == y.Build && x.RunsAs == y.RunsAs && x.Provisioner == y.Provisioner &&
-			x.RequiresApproval == y.RequiresApproval && x.Hold == y.Hold && slices.Equal(x.Files, y.Files)
+		return x.Name == y.Name && WantFields(x, y) == nil
 	})
+}
+
+// WantFields returns the names of the fields, as a want's JSON spells
+// them (build, runs_as, files, provisioner, requires_approval, hold), in
+// which module x and y differ, their name aside; nil when none does. It
+// is the one comparison of two wants' modules: [EqualWant] and apply's
+// description of a change both use it.
+func WantFields(x, y events.WantModule) []string {
+	var f []string
+	add := func(differ bool, name string) {
+		if differ {
+			f = append(f, name)
+		}
+	}
+	add(x.Build != y.Build, "build")
+	add(x.RunsAs != y.RunsAs, "runs_as")
+	add(!slices.Equal(x.Files, y.Files), "files")
+	add(x.Provisioner != y.Provisioner, "provisioner")
+	add(x.RequiresApproval != y.RequiresApproval, "requires_approval")
+	add(x.Hold != y.Hold, "hold")
+	return f
 }

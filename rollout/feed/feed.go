@@ -350,19 +350,29 @@ func (p *Plan) Apply(ctx context.Context, js jetstream.JetStream, subj events.Su
 }
 
 // Diff describes a target's want change: "web b1 → b2", "+api b1",
-// "-old".
+// "-old", and a module whose other fields change with them named
+// (rollout.WantFields): "api (runs_as)", "web b1 → b2 (runs_as, files)".
 func Diff(from, to []events.WantModule) string {
 	var parts []string
 	for _, m := range to {
 		i := slices.IndexFunc(from, func(x events.WantModule) bool { return x.Name == m.Name })
-		switch {
-		case i < 0:
+		if i < 0 {
 			parts = append(parts, "+"+m.Name+" "+events.Text(m.Build))
-		case from[i].Build != m.Build:
-			parts = append(parts, m.Name+" "+events.Text(from[i].Build)+" → "+events.Text(m.Build))
-		case !rollout.EqualWant([]events.WantModule{from[i]}, []events.WantModule{m}):
-			parts = append(parts, m.Name+" (fields)")
+			continue
 		}
+		fields := rollout.WantFields(from[i], m)
+		if len(fields) == 0 {
+			continue
+		}
+		part := m.Name
+		if fields[0] == "build" {
+			part += " " + events.Text(from[i].Build) + " → " + events.Text(m.Build)
+			fields = fields[1:]
+		}
+		if len(fields) > 0 {
+			part += " (" + strings.Join(fields, ", ") + ")"
+		}
+		parts = append(parts, part)
 	}
 	for _, m := range from {
 		if !slices.ContainsFunc(to, func(x events.WantModule) bool { return x.Name == m.Name }) {
