@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -183,6 +184,27 @@ func printPlan(w io.Writer, p *feed.Plan) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", label, c.Node, change)
 	}
 	_ = tw.Flush()
+	if users := newRunsAs(targets); len(users) > 0 {
+		fmt.Fprintf(w, "-- runs_as %s: checked by each node when it applies, not here (a node knows its users); "+
+			"a user a node lacks fails its apply, which halts the rollout ('meshfold rollout why %s NODE' says why)\n",
+			strings.Join(users, ", "), p.Fleet.Name)
+	}
+}
+
+// newRunsAs returns the runs_as accounts the targets' wants give a module
+// that is new to its node or whose runs_as changes, each once: the users
+// the nodes will look up when they apply, which no dry run can check.
+func newRunsAs(targets []rollout.Candidate) []string {
+	var users []string
+	for _, c := range targets {
+		for _, m := range c.Want {
+			i := slices.IndexFunc(c.Current, func(x events.WantModule) bool { return x.Name == m.Name })
+			if m.RunsAs != "" && (i < 0 || c.Current[i].RunsAs != m.RunsAs) && !slices.Contains(users, m.RunsAs) {
+				users = append(users, m.RunsAs)
+			}
+		}
+	}
+	return users
 }
 
 // applyChecks are apply's overrides of its refusals.

@@ -176,3 +176,24 @@ func TestRetireNotesFleetRollout(t *testing.T) {
 		t.Errorf("retire dan: code %d; a node no rollout names is said to be a fleet's:\n%s%s", code, out, errs)
 	}
 }
+
+// apply --dry-run names a module's changed fields (a runs_as change was
+// "web (fields)") and says that the users it names are checked by each
+// node when it applies, not by the dry run: runs_as nobdy passed it
+// without a word.
+func TestApplyDryRunNamesFieldsAndUsers(t *testing.T) {
+	m := applyMesh(t)
+	file := writeFleet(t, strings.Replace(fleetYAML, `build: "web:2"`, `build: "web:1", runs_as: nobdy`, 1))
+	out, errs, code := m.cli(t, "apply", "-f", file, "--dry-run")
+	if code != 0 {
+		t.Fatalf("apply --dry-run: exit %d\n%s%s", code, out, errs)
+	}
+	for _, w := range []string{"ace   web (runs_as)", "-- runs_as nobdy: checked by each node when it applies, not here", "fails its apply", "'meshfold rollout why web NODE'"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("apply --dry-run does not say %q:\n%s", w, out)
+		}
+	}
+	if out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, fleetYAML), "--dry-run"); code != 0 || strings.Contains(out, "runs_as") {
+		t.Errorf("apply --dry-run of a build change alone: exit %d, and it speaks of runs_as:\n%s%s", code, out, errs)
+	}
+}

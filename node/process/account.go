@@ -7,12 +7,24 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node/process/shim"
 )
 
 // ErrUnknownUser: the module's runs_as names no user of the node's user
-// database.
+// database. The error Apply returns matches it (errors.Is) and reads
+// "no such user NAME on this node (runs_as of module M)", the telling
+// part first: it is the failed settle's text, which audit's line cuts.
 var ErrUnknownUser = errors.New("process: unknown user")
+
+// unknownUserError is ErrUnknownUser for one name, in an operator's words.
+type unknownUserError struct{ name string }
+
+func (e *unknownUserError) Error() string {
+	return fmt.Sprintf("no such user %s on this node", events.Text(e.name))
+}
+
+func (e *unknownUserError) Is(target error) bool { return target == ErrUnknownUser }
 
 // ErrNoRunsAs: the agent is root and the module's row has no runs_as. The
 // runtime would run it as the agent's own user, root, without the want
@@ -23,7 +35,8 @@ var ErrNoRunsAs = errors.New(`process: runs_as is empty; the process runtime run
 // lookupAccount resolves name (uid, primary gid, supplementary groups).
 // An empty name is the agent's own user.
 //
-// Errors: ErrUnknownUser (wrapped with the name), or the database's error.
+// Errors: one matching ErrUnknownUser (naming the user), or the
+// database's error.
 func lookupAccount(name string) (shim.Account, error) {
 	var u *user.User
 	var err error
@@ -35,7 +48,7 @@ func lookupAccount(name string) (shim.Account, error) {
 	if err != nil {
 		var unknown user.UnknownUserError
 		if errors.As(err, &unknown) {
-			return shim.Account{}, fmt.Errorf("%w %q", ErrUnknownUser, name)
+			return shim.Account{}, &unknownUserError{name: name}
 		}
 		return shim.Account{}, fmt.Errorf("look up user %q: %w", name, err)
 	}

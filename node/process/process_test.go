@@ -291,8 +291,11 @@ func TestUnknownUserFailsApply(t *testing.T) {
 	e.script("sha256:a", sleeper, bundle.Manifest{})
 	r := e.open()
 	err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: "no-such-user-meshfold"})
-	if !errors.Is(err, ErrUnknownUser) || !strings.Contains(err.Error(), "no-such-user-meshfold") {
-		t.Fatalf("apply as an unknown user: %v, want ErrUnknownUser naming the user", err)
+	// The failed settle's text, which audit's line cuts: the telling part
+	// first, in an operator's words (it said "apply web: runs_as:
+	// process: unknown user ...").
+	if want := "no such user no-such-user-meshfold on this node (runs_as of module web)"; !errors.Is(err, ErrUnknownUser) || err == nil || err.Error() != want {
+		t.Fatalf("apply as an unknown user: %v, want ErrUnknownUser saying %q", err, want)
 	}
 	if hv, _ := r.Running(ctx(t)); len(hv) != 0 {
 		t.Errorf("a module whose apply failed is reported: %+v", hv)

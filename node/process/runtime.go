@@ -446,6 +446,9 @@ func (r *Runtime) Apply(ctx context.Context, row events.PlanModule) error {
 		return fmt.Errorf("apply %s: bundle %s: %w", row.Name, row.Build, err)
 	}
 	acct, err := lookupAccount(row.RunsAs)
+	if errors.Is(err, ErrUnknownUser) {
+		return fmt.Errorf("%w (runs_as of module %s)", err, row.Name)
+	}
 	if err != nil {
 		return fmt.Errorf("apply %s: runs_as: %w", row.Name, err)
 	}

@@ -2,6 +2,8 @@ package audit
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
@@ -51,6 +53,10 @@ func DryRunText(d reconcile.DryRun, source string) string {
 	if !df.Rows() {
 		t.line(1, "rows", "no module changes")
 	}
+	if users := newUsers(df); len(users) > 0 {
+		t.line(1, "users", fmt.Sprintf("runs_as %s: checked by the node when it applies, not here (the node knows its users); "+
+			"one it lacks fails the apply, and 'meshfold state %s' says why", strings.Join(users, ", "), d.Node))
+	}
 	for _, h := range df.Held {
 		s := fmt.Sprintf("%s (%s) carries %s", h.Module, holdWhy(h.Why), orNone(h.Build))
 		if h.Pending != "" {
@@ -66,6 +72,27 @@ func DryRunText(d reconcile.DryRun, source string) string {
 	}
 	t.line(0, "", "-- nothing was published")
 	return t.b.String()
+}
+
+// newUsers returns the runs_as accounts the diff's added rows and changed
+// runs_as name, each once, in the diff's order: the users the node will
+// look up when it applies, which no dry run can check.
+func newUsers(df reconcile.PlanDiff) []string {
+	var users []string
+	add := func(u string) {
+		if u != "" && !slices.Contains(users, u) {
+			users = append(users, u)
+		}
+	}
+	for _, r := range df.Added {
+		add(r.RunsAs)
+	}
+	for _, c := range df.Changed {
+		if slices.Contains(c.Fields, "runs_as") {
+			add(c.To.RunsAs)
+		}
+	}
+	return users
 }
 
 func holdWhy(w events.HoldReason) string {
