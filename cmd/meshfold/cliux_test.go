@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,6 +67,40 @@ func TestServeBadListenIsUsage(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(data); err != nil || len(ents) != 0 {
 		t.Errorf("data directory after a refused serve: %v %v", ents, err)
+	}
+}
+
+// A serve that cannot start (its NATS port busy, its console's port
+// busy, TLS files that do not load) fails before it writes anything: a
+// busy port once left a new signing key and trust file in --data.
+func TestServeThatCannotStartWritesNothing(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	bad := filepath.Join(t.TempDir(), "bad.pem")
+	if err := os.WriteFile(bad, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--listen", busy.Addr().String()}, "address already in use"},
+		{[]string{"--listen", "127.0.0.1:0", "--http", busy.Addr().String()}, "--http"},
+		{[]string{"--listen", "127.0.0.1:0", "--tls-cert", bad, "--tls-key", bad}, "TLS"},
+	} {
+		data := filepath.Join(t.TempDir(), "data")
+		var out bytes.Buffer
+		var errb storetest.SyncBuffer
+		code := run(testCtx(t), append([]string{"serve", "--data", data}, c.args...), nil, &out, &errb)
+		if code != exitError || !strings.Contains(errb.String(), c.says) {
+			t.Errorf("serve %v: exit %d, want %d saying %q\n%s", c.args, code, exitError, c.says, errb.String())
+		}
+		if ents, err := os.ReadDir(data); err == nil {
+			t.Errorf("serve %v: the data directory was written: %v", c.args, ents)
+		}
 	}
 }
 

@@ -220,6 +220,22 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 					return err
 				}
 			}
+			// What would fail the server's start (a busy port, a data
+			// directory another serve holds, TLS files that do not load)
+			// is checked before the signing key or the trust file is
+			// written: a serve that cannot start leaves --data as it was.
+			if err := embedded.Check(ecfg); err != nil {
+				return err
+			}
+			// The console's port is taken before anything is written, so
+			// a busy one ends serve at once, as a busy NATS port does.
+			var webLn net.Listener
+			if web != "" {
+				if webLn, err = net.Listen("tcp", web); err != nil {
+					return fmt.Errorf("--http: %w", err)
+				}
+				defer webLn.Close()
+			}
 			// The signing key, and the trust file of this deployment's
 			// node agents and provisioners, beside it: the data
 			// directory, or the auth directory. Nothing machine-wide: a
@@ -241,15 +257,6 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 			// signing key, rewritten when it names another.
 			if err := lf.writeTrust(trustPath, af.dir == ""); err != nil {
 				return err
-			}
-			// The console's port is taken before anything starts, so a
-			// busy one ends serve at once, as a busy NATS port does.
-			var webLn net.Listener
-			if web != "" {
-				if webLn, err = net.Listen("tcp", web); err != nil {
-					return fmt.Errorf("--http: %w", err)
-				}
-				defer webLn.Close()
 			}
 			srv, err := embedded.Start(ecfg)
 			if err != nil {

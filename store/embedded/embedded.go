@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -132,13 +133,9 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	// A busy port fails in milliseconds here, not after the ready timeout.
-	if port > 0 {
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-		if err != nil {
-			lock.Close()
-			return nil, fmt.Errorf("embedded nats: listen %s: %w", listen, err)
-		}
-		ln.Close()
+	if err := probePort(listen, host, port); err != nil {
+		lock.Close()
+		return nil, err
 	}
 	started := false
 	defer func() {
@@ -195,6 +192,75 @@ func Start(cfg Config) (*Server, error) {
 	}
 	started = true
 	return &Server{srv: srv, lock: lock}, nil
+}
+
+// Check reports, without creating or writing anything, what would make
+// [Start] fail before its server runs: a missing DataDir, a Listen that is
+// not HOST:PORT ([ErrBadListen]), a port another process listens on, a
+// data directory another server holds ([ErrDataDirInUse]), unusable Auth
+// or TLS settings. A caller that writes files of its own before Start
+// (serve's signing key and trust file) checks first, so that a busy port
+// leaves nothing behind; Start checks again (a port taken in between
+// still fails it).
+func Check(cfg Config) error {
+	if cfg.DataDir == "" {
+		return errors.New("embedded nats: DataDir is required")
+	}
+	listen := cfg.Listen
+	if listen == "" {
+		listen = DefaultListen
+	}
+	host, port, err := ParseListen(listen)
+	if err != nil {
+		return err
+	}
+	if err := probePort(listen, host, port); err != nil {
+		return err
+	}
+	if err := dataDirFree(cfg.DataDir); err != nil {
+		return err
+	}
+	var opts server.Options
+	if cfg.Auth != nil {
+		if _, err := authOptions(&opts, cfg.Auth); err != nil {
+			return fmt.Errorf("embedded nats: %w", err)
+		}
+	}
+	if err := tlsOptions(&opts, cfg); err != nil {
+		return fmt.Errorf("embedded nats: %w", err)
+	}
+	return nil
+}
+
+// probePort listens on host:port and closes at once: an error when
+// another process listens there. Port 0 and -1 (a free port) pass.
+func probePort(listen, host string, port int) error {
+	if port <= 0 {
+		return nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("embedded nats: listen %s: %w", listen, err)
+	}
+	return ln.Close()
+}
+
+// dataDirFree reports ErrDataDirInUse when another process holds the
+// lock of dir/LOCK; a directory or LOCK that does not exist is free. It
+// creates nothing and keeps no lock.
+func dataDirFree(dir string) error {
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("embedded nats: data dir: %w", err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return fmt.Errorf("embedded nats: %s: %w", dir, ErrDataDirInUse)
+	}
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 }
 
 // ErrBadListen: a listen address that is not HOST:PORT with a port

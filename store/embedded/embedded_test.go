@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -149,6 +152,43 @@ func TestEmbeddedBusyPort(t *testing.T) {
 	_, err = embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: ln.Addr().String()})
 	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Fatalf("Start on a busy port: %v", err)
+	}
+}
+
+// Check finds what would fail Start (a busy port, a data directory
+// another server holds, TLS files that do not load) without creating the
+// data directory or its LOCK, and passes a directory that is free, and
+// one whose server has shut down.
+func TestCheckWritesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	fresh := filepath.Join(t.TempDir(), "data")
+	if err := embedded.Check(embedded.Config{DataDir: fresh, Listen: ln.Addr().String()}); err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
+		t.Errorf("Check of a busy port: %v", err)
+	}
+	if err := embedded.Check(embedded.Config{DataDir: fresh, Listen: "127.0.0.1:0", TLSCert: "/nonexistent", TLSKey: "/nonexistent"}); err == nil {
+		t.Error("Check of TLS files that do not exist: nil")
+	}
+	if err := embedded.Check(embedded.Config{DataDir: fresh, Listen: "127.0.0.1:0"}); err != nil {
+		t.Errorf("Check of a free start: %v", err)
+	}
+	if _, err := os.Stat(fresh); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Check created the data directory: %v", err)
+	}
+	dir := t.TempDir()
+	first, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := embedded.Check(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"}); !errors.Is(err, embedded.ErrDataDirInUse) {
+		t.Errorf("Check of a data directory in use: %v, want ErrDataDirInUse", err)
+	}
+	first.Shutdown()
+	if err := embedded.Check(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"}); err != nil {
+		t.Errorf("Check after the shutdown: %v", err)
 	}
 }
 
