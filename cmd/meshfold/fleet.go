@@ -88,8 +88,9 @@ then folds one from the stream.
 has a snapshot), every node unless --limit, --page or --needs says
 otherwise; -o yaml one YAML document per node. Both print the snapshots as
 stored, in one pass (the cost stays that of reading the bucket), and say on
-stderr when they lag the stream: 'meshfold state NODE -o json' reads one
-node live.`,
+stderr when they lag the stream; then the line of each node with events
+newer than its snapshot says "behind":true and its newest event's
+"newest_seq". 'meshfold state NODE -o json' reads one node live.`,
 		Example: `  meshfold fleet                      # the summary, then the 50 most pressing nodes
   meshfold fleet --page 2             # the next 50
   meshfold fleet --needs failed       # only the crash-looping nodes, paged
@@ -177,13 +178,22 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		sourcesErr error
 		lag        query.SnapshotLag // how current the snapshots are (fleetlag.go)
 		lagErr     error
+		tail       lagTail // -o json/yaml: the nodes with events past the checkpoints
 		wg         sync.WaitGroup
 	)
 	if warnings > 0 {
 		wg.Go(func() { seqs, seqsErr = r.WarningSeqs(ctx, now.Add(-warnings)) })
 	}
 	wg.Go(func() { sources, sourcesErr = r.Sources(ctx, "") })
-	wg.Go(func() { lag, lagErr = r.Lag(ctx) })
+	wg.Go(func() {
+		lag, lagErr = r.Lag(ctx)
+		// The JSON and YAML lines are the snapshots as stored; a node
+		// with events past its partition's checkpoint has its line say
+		// so ("behind"). Nothing is read when no partition lags.
+		if lagErr == nil && format != outTable && len(lag.Behind()) > 0 {
+			tail.nodes, tail.complete, tail.err = r.TailNodes(ctx, lag, fleetTailMax)
+		}
+	})
 	// annotate sets on a row what is read beside the snapshots: its
 	// journal warnings (when counted), then the files its provisioner
 	// could not fill. Only once both reads are done.
@@ -193,6 +203,11 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		}
 		if ps := sources[row.Node]; len(ps) > 0 {
 			row.SetSources(ps)
+		}
+		if len(tail.nodes) > 0 {
+			if seq, ok := tail.nodes[row.Node]; ok {
+				row.SetNewest(seq)
+			}
 		}
 	}
 	var (
@@ -247,7 +262,7 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	if lagErr != nil {
 		fmt.Fprintf(a.stderr, "note: whether the snapshots are as new as the stream could not be read: %v\n", lagErr)
 	} else if format != outTable {
-		fmt.Fprint(a.stderr, lagNote(lag, now))
+		fmt.Fprint(a.stderr, lagNote(lag, now, tail))
 	}
 	if chunks != nil {
 		// Nothing is buffered in w: the lines go to stdout from where

@@ -205,7 +205,7 @@ func refreshLagging(ctx context.Context, r *query.Reader, rows []audit.FleetRow,
 // lagNote is what `fleet -o json|yaml` says on stderr when the snapshots
 // lag the stream: its lines are the snapshots as stored (the table reads
 // the lagging nodes live; those formats keep the snapshot's one pass).
-func lagNote(lag query.SnapshotLag, now time.Time) string {
+func lagNote(lag query.SnapshotLag, now time.Time, tail lagTail) string {
 	behind := lag.Behind()
 	if len(behind) == 0 {
 		return ""
@@ -216,6 +216,22 @@ func lagNote(lag query.SnapshotLag, now time.Time) string {
 			newest = p.LastTime
 		}
 	}
-	return fmt.Sprintf("note: the snapshots lag the stream: %s %s events newer than %s checkpoint (the newest %s ago), so the lines of nodes with such events may be older than them; 'meshfold fleet' (the table) reads those nodes live, 'meshfold state NODE -o json' one node\n",
-		plural(len(behind), "partition"), map[bool]string{true: "holds", false: "hold"}[len(behind) == 1], map[bool]string{true: "its", false: "their"}[len(behind) == 1], audit.Age(now.Sub(newest)))
+	marked := ` (those lines say "behind":true, with the newest event's "newest_seq")`
+	switch {
+	case tail.err != nil:
+		marked = fmt.Sprintf(" (which nodes have them could not be read: %v; no line says \"behind\")", tail.err)
+	case !tail.complete:
+		marked = fmt.Sprintf(` (those lines say "behind":true, with the newest event's "newest_seq", as far as the first %d events past a partition's checkpoint tell: other lines may be behind too)`, fleetTailMax)
+	}
+	return fmt.Sprintf("note: the snapshots lag the stream: %s %s events newer than %s checkpoint (the newest %s ago), so the lines of nodes with such events may be older than them%s; 'meshfold fleet' (the table) reads those nodes live, 'meshfold state NODE -o json' one node\n",
+		plural(len(behind), "partition"), map[bool]string{true: "holds", false: "hold"}[len(behind) == 1], map[bool]string{true: "its", false: "their"}[len(behind) == 1], audit.Age(max(0, now.Sub(newest))), marked)
+}
+
+// lagTail is what fleet -o json and -o yaml read past the lagging
+// checkpoints (query.Reader.TailNodes): each node with events there and
+// its newest event's sequence, whether every event was read, or why none.
+type lagTail struct {
+	nodes    map[string]uint64
+	complete bool
+	err      error
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,29 @@ func TestFleetReadsLiveWhatTheSnapshotsLag(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"node":"ace"`) || strings.Contains(out, `"node":"bob"`) ||
 		!strings.Contains(errs, "note: the snapshots lag the stream: ") || !strings.Contains(errs, "'meshfold fleet' (the table) reads those nodes live") {
 		t.Fatalf("fleet -o json while the snapshots lag: exit %d, want the snapshots' lines (ace, no bob) and the note on stderr\n%s%s", code, out, errs)
+	}
+	// Its line says it is from a snapshot older than the node's events
+	// (a line at "seq 2, want 0" seconds after a want looked wrong, the
+	// note on stderr apart), with the newest event's sequence.
+	var row struct {
+		Seq       uint64 `json:"seq"`
+		Behind    bool   `json:"behind"`
+		NewestSeq uint64 `json:"newest_seq"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &row); err != nil {
+		t.Fatal(err)
+	}
+	if !row.Behind || row.NewestSeq <= row.Seq || row.NewestSeq < checkpoint || !strings.Contains(errs, `those lines say "behind":true, with the newest event's "newest_seq"`) {
+		t.Errorf("fleet -o json: ace's line at seq %d says behind %v, newest_seq %d (checkpoint %d); want behind, past it\n%s%s", row.Seq, row.Behind, row.NewestSeq, checkpoint, out, errs)
+	}
+	// Once the checkpoints are at the stream's end, no line is behind.
+	for p := range m.cfg.Partitions {
+		if err := snaps.PutCheckpoint(ctx, p, s.Next()-1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, errs, code := m.cli(t, "fleet", "-o", "json"); code != 0 || strings.Contains(out, `"behind"`) || strings.Contains(errs, "lag") {
+		t.Errorf("fleet -o json with current checkpoints: exit %d, a line or the note says it lags\n%s%s", code, out, errs)
 	}
 }
 

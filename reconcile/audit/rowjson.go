@@ -26,6 +26,13 @@ func (r *FleetRow) AppendJSON(b []byte) ([]byte, error) {
 	b = appendJSONString(b, r.Node)
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendUint(b, r.Seq, 10)
+	if r.Behind {
+		b = append(b, `,"behind":true`...)
+	}
+	if r.NewestSeq != 0 {
+		b = append(b, `,"newest_seq":`...)
+		b = strconv.AppendUint(b, r.NewestSeq, 10)
+	}
 	b = append(b, `,"want":`...)
 	b = strconv.AppendUint(b, r.Want, 10)
 	b = append(b, `,"settled_plan":`...)

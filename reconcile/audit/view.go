@@ -318,8 +318,16 @@ func Age(d time.Duration) string {
 // FleetRow is one node of `meshfold fleet`. Its JSON field names are
 // stable.
 type FleetRow struct {
-	Node        string `json:"node"`
-	Seq         uint64 `json:"seq"`
+	Node string `json:"node"`
+	Seq  uint64 `json:"seq"`
+	// Behind: the stream holds an event of the node newer than Seq, so
+	// the row is from a snapshot older than the node's events (the
+	// reconciler stores them at its checkpoints, a second or so apart);
+	// NewestSeq is that event's sequence. Set by a reader that read the
+	// events past the checkpoints ([FleetRow.SetNewest]); absent when
+	// the row is as new as the node's events, or when nobody looked.
+	Behind      bool   `json:"behind,omitempty"`
+	NewestSeq   uint64 `json:"newest_seq,omitempty"`
 	Want        uint64 `json:"want"`
 	SettledPlan uint64 `json:"settled_plan"`
 	EmittedPlan uint64 `json:"emitted_plan"`
@@ -396,6 +404,14 @@ type FleetRow struct {
 	Stuck reconcile.Stuck `json:"stuck"`
 	// Retired: the node is retired; `fleet` hides it unless --all.
 	Retired bool `json:"retired,omitempty"`
+}
+
+// SetNewest records newest, the sequence of the node's newest event in
+// the stream: when it is past the row's Seq, the row is Behind.
+func (r *FleetRow) SetNewest(newest uint64) {
+	if newest > r.Seq {
+		r.Behind, r.NewestSeq = true, newest
+	}
 }
 
 // FleetRowOf returns the fleet row of s at now; a have older than stale
