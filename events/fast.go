@@ -4,7 +4,8 @@ import "time"
 
 // A fast path for the kinds the reconciler folds most (have, settle,
 // refusal, filled, want, plan, knock): it reads the JSON that [Encode]
-// writes (known keys, each once, in any order; no escapes, no null, no
+// writes (known keys, each once, in any order; no escapes, no null but a
+// module's files (Encode writes a row without files as null), no
 // non-ASCII byte, integers without sign, fraction or exponent, `at` and
 // `since` as RFC 3339 in UTC) straight into the payload, without
 // reflection. Anything else, valid or not, it declines, and [Decode]
@@ -108,6 +109,24 @@ func (s *scan) int(dst *int) bool {
 	n, ok := s.num()
 	*dst = int(n)
 	return ok
+}
+
+// null reads the literal null, followed by a delimiter, when it comes
+// next; it takes nothing otherwise.
+func (s *scan) null() bool {
+	s.ws()
+	if len(s.b)-s.i < 4 || string(s.b[s.i:s.i+4]) != "null" {
+		return false
+	}
+	if j := s.i + 4; j < len(s.b) {
+		switch s.b[j] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+		default:
+			return false
+		}
+	}
+	s.i += 4
+	return true
 }
 
 func (s *scan) bool(dst *bool) bool {
@@ -251,7 +270,15 @@ func (s *scan) end() bool {
 	return s.i == len(s.b)
 }
 
+// files reads a module's files: an array, or null (a nil slice, as the
+// general decoder gives), which is how Encode writes a plan's row without
+// files (the provisioner client's, a module that declares none). Every
+// such plan took the general decoder until then (issue 27, item 1).
 func (s *scan) files(dst *[]File) bool {
+	if s.null() {
+		*dst = nil
+		return true
+	}
 	var buf [MaxFilesPerModule]File
 	fs := buf[:0]
 	ok := s.array(func() bool {

@@ -32,6 +32,9 @@ func fastSeeds(t testing.TB) [][]byte {
 			{Name: "pg", Build: "b", RunsAs: "pg", Files: []File{}, Provisioner: true},
 			{Name: "q", RunsAs: "q", Files: []File{{Path: "/a", Mode: "0600"}}, Held: true, Why: HoldApproval, Pending: "c"},
 		}},
+		// Rows without files, as compose emits them: "files":null.
+		&Plan{Cause: 9, Want: 8, Modules: []PlanModule{{Name: "prov", Build: "p:1", Provisioner: true}, {Name: "pg", Build: "b", RunsAs: "pg"}}},
+		&Want{Modules: []WantModule{{Name: "pg", Build: "b", RunsAs: "pg"}}},
 		&Knock{Cause: 5, Reasons: []KnockReason{KnockAccount, KnockDeclared}, Owed: []Owed{{Module: "pg", Path: "/a", Reason: ReasonNoAccount, Plan: 2, Writer: "w"}}},
 		&Knock{Cause: 5, Reasons: []KnockReason{KnockOperator}, Owed: []Owed{}},
 	}
@@ -45,6 +48,8 @@ func fastSeeds(t testing.TB) [][]byte {
 	}
 	return append(out,
 		[]byte(`{"v":1,"at":"2026-11-03T20:50:00Z","modules":null}`),
+		[]byte(`{"v":1,"at":"2026-11-03T20:50:00Z","modules":[{"name":"a","files":null ,"runs_as":"x"},{"files":nul}]}`),
+		[]byte(`{"v":1,"at":"2026-11-03T20:50:00Z","modules":[{"name":"a","files":nullx}]}`),
 		[]byte(`{"v":1,"at":"2026-11-03T20:50:00Z","modules":[],"modules":[{"name":"a"}]}`),
 		[]byte(` { "v" : 1 , "at" : "2026-02-29T20:50:00.5Z" , "module" : "a\u0062" } `),
 		[]byte(`{"V":1,"at":"2024-02-29T24:00:00Z","plan":012,"op":"apply"}`),
@@ -94,7 +99,7 @@ func FuzzFastDecode(f *testing.F) {
 // wrote (so the reconciler's mix never takes the general path).
 func TestFastDecodeReadsEncoded(t *testing.T) {
 	seeds := fastSeeds(t)
-	kinds := []Kind{KindHave, KindHave, KindSettle, KindRefusal, KindFilled, KindWant, KindWant, KindPlan, KindKnock, KindKnock}
+	kinds := []Kind{KindHave, KindHave, KindSettle, KindRefusal, KindFilled, KindWant, KindWant, KindPlan, KindPlan, KindWant, KindKnock, KindKnock}
 	for i, k := range kinds {
 		if _, ok := fastDecode(k, seeds[i], nil); !ok {
 			t.Errorf("%s %s: declined", k, seeds[i])
