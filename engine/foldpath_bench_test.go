@@ -12,6 +12,7 @@ import (
 	"runtime/metrics"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,6 +54,24 @@ func BenchmarkFoldPath(b *testing.B) {
 				foldPath(b, path, n)
 			}
 		})
+	}
+}
+
+// BenchmarkFoldPathDense is BenchmarkFoldPath over the effect-dense mix
+// of BenchmarkCatchUpMixes (enginetest.SimulateDense, 300,000 events over
+// 3,000 nodes, about a quarter of them plans and journal entries, every
+// plan read and folded as a first refold reads back its own): the
+// reconciler's share of the dense first refold apart from publishing,
+// the server and the network (issue 27, item 1). fold-cpu-ns/event is
+// the process's CPU over the fold (its collector's included), the figure
+// a loaded machine cannot move much.
+//
+//	go test ./engine -run '^$' -bench FoldPathDense -benchtime 1x
+func BenchmarkFoldPathDense(b *testing.B) {
+	const nodes = 3_000
+	path := writeHistory(b, enginetest.SimulateDense(100*nodes, nodes))
+	for range b.N {
+		foldPath(b, path, nodes)
 	}
 }
 
@@ -99,6 +118,7 @@ func foldPath(b *testing.B, path string, nodes int) {
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	b.ResetTimer()
+	cpu0 := processCPU(b)
 	f, err := os.Open(path)
 	if err != nil {
 		b.Fatal(err)
@@ -136,7 +156,7 @@ func foldPath(b *testing.B, path string, nodes int) {
 		p := ps[events.Partition(node, parts)]
 		ev := events.Event{Seq: uint64(i + 1), Node: node, Kind: kind}
 		ev.Payload, ev.Err = p.in.dec.Decode(kind, data)
-		if ev.Payload != nil {
+		if ev.Payload != nil && !p.in.dec.Fast {
 			p.in.payload(ev.Payload)
 		}
 		st := p.states[node]
@@ -154,6 +174,7 @@ func foldPath(b *testing.B, path string, nodes int) {
 		folded++
 	}
 	fold := time.Since(t0)
+	foldCPU := processCPU(b) - cpu0
 	gcFoldCPU := gcCPU() - gc0
 	peakHeap := peak()
 	runtime.ReadMemStats(&ms1)
@@ -186,6 +207,7 @@ func foldPath(b *testing.B, path string, nodes int) {
 	b.ReportMetric(float64(ms2.HeapAlloc-ms0.HeapAlloc)/float64(nodes), "live-B/node")
 	runtime.KeepAlive(ps)
 	b.ReportMetric(float64(fold.Nanoseconds())/float64(folded), "fold-ns/event")
+	b.ReportMetric(float64(foldCPU.Nanoseconds())/float64(folded), "fold-cpu-ns/event")
 	b.ReportMetric(float64(encode.Nanoseconds())/float64(nodes), "encode-ns/node")
 	b.ReportMetric(float64(fold.Nanoseconds()+encode.Nanoseconds())/float64(msgs), "ns/message")
 	b.ReportMetric(float64(gcFold), "gcs")
@@ -196,6 +218,16 @@ func foldPath(b *testing.B, path string, nodes int) {
 	// The largest heap the fold reached (its objects, sampled every
 	// 5 ms), a node: the memory a cold refold's collector percent costs.
 	b.ReportMetric(float64(peakHeap-ms0.HeapAlloc)/float64(nodes), "peak-heap-B/node")
+}
+
+// processCPU is the CPU this process has used (user and system, every
+// thread: the fold's goroutine and the collector's workers).
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // foldPathGC is the collector's percent BenchmarkFoldPath folds at: a

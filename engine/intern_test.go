@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"runtime"
 	"testing"
 	"time"
@@ -170,4 +171,86 @@ func TestInternerTrimsSnapshotStates(t *testing.T) {
 	if x, y := loaded[0].Placed[0].Path, loaded[1].Placed[0].Path; unsafe.StringData(x) != unsafe.StringData(y) {
 		t.Error("two nodes' equal placed paths are two copies")
 	}
+}
+
+// TestFastDecodedIsInterned: a payload the interner's decoder read on the
+// fast path (events.Decoder.Fast) is already what interning it would make
+// of it (each string the map's copy, each slice exactly its length), so
+// the fold's loop skips interner.payload for it (issue 27, item 1).
+func TestFastDecodedIsInterned(t *testing.T) {
+	in := newInterner()
+	fast := 0
+	for _, node := range fleetEvents(3) {
+		for _, ev := range node {
+			b, err := events.Encode(ev.Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := in.dec.Decode(ev.Kind, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !in.dec.Fast {
+				in.payload(p)
+				continue
+			}
+			fast++
+			before := walkPayload(t, p)
+			in.payload(p)
+			after := walkPayload(t, p)
+			if fmt.Sprint(before.strs) != fmt.Sprint(after.strs) {
+				t.Errorf("%s: interning replaced strings of a fast-decoded payload", ev.Kind)
+			}
+			if before.spare != 0 {
+				t.Errorf("%s: %d slices of a fast-decoded payload have room to spare", ev.Kind, before.spare)
+			}
+		}
+	}
+	if fast == 0 {
+		t.Fatal("no payload took the fast path: the test proves nothing")
+	}
+	// An escape: the fast path declines it, the general one reads it.
+	if _, err := in.dec.Decode(events.KindHave, []byte(`{"v":1,"at":"2026-11-03T20:50:00Z","modules":[{"name":"p\u0067","build":"b","state":"running"}]}`)); err != nil || in.dec.Fast {
+		t.Errorf("a have the fast path declines: Fast %v, %v", in.dec.Fast, err)
+	}
+}
+
+// walked is what walkPayload finds: every string's data pointer, in
+// order, and the slices with more capacity than length.
+type walked struct {
+	strs  []uintptr
+	spare int
+}
+
+func walkPayload(t *testing.T, p events.Payload) walked {
+	var w walked
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Pointer, reflect.Interface:
+			if !v.IsNil() {
+				walk(v.Elem())
+			}
+		case reflect.Struct:
+			if v.Type() == reflect.TypeFor[time.Time]() {
+				return
+			}
+			for i := range v.NumField() {
+				walk(v.Field(i))
+			}
+		case reflect.Slice:
+			if v.Cap() > v.Len() {
+				w.spare++
+			}
+			for i := range v.Len() {
+				walk(v.Index(i))
+			}
+		case reflect.String:
+			if v.Len() > 0 {
+				w.strs = append(w.strs, uintptr(unsafe.Pointer(unsafe.StringData(v.String()))))
+			}
+		}
+	}
+	walk(reflect.ValueOf(p))
+	return w
 }

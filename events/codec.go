@@ -40,6 +40,13 @@ func DecodeStrict(k Kind, data []byte) (Payload, error) { return decode(k, data,
 type Decoder struct {
 	Strings map[string]string
 	Max     int
+	// Fast reports whether the last Decode read its data on the fast path
+	// (the kinds and shapes [Encode] writes for have, settle, refusal,
+	// filled, want, plan and knock): each string of its payload is then
+	// Strings' copy (while Strings held fewer than Max, as above) and
+	// each slice exactly its length. The general path's payloads keep
+	// their own strings and slices with room to spare.
+	Fast bool
 }
 
 // Decode is [Decode] with d's strings.
@@ -84,6 +91,9 @@ var constants = func() map[string]string {
 }()
 
 func decode(k Kind, data []byte, strict bool, d *Decoder) (Payload, error) {
+	if d != nil {
+		d.Fast = false
+	}
 	if len(data) > MaxEventBytes {
 		if New(k) == nil {
 			return nil, fmt.Errorf("%w %s", ErrUnknownKind, Short(string(k)))
@@ -92,6 +102,9 @@ func decode(k Kind, data []byte, strict bool, d *Decoder) (Payload, error) {
 	}
 	if !strict {
 		if p, ok := fastDecode(k, data, d); ok {
+			if d != nil {
+				d.Fast = true
+			}
 			return checked(p)
 		}
 	}
