@@ -106,8 +106,10 @@ func (r *Reader) Lag(ctx context.Context) (SnapshotLag, error) {
 // TailNodes reads the events of each partition of lag that is behind,
 // past its checkpoint up to its newest event as Lag saw it (as the
 // stream's leader has it, whatever replica the read is placed on), and returns
-// each node they name with the sequence of its newest one: the nodes
-// whose stored state may be older than their events. Only subjects are
+// each node they name with the sequence of its newest one of a kind the
+// reconciler folds (events.Kind.Input: its own knocks and journal entries
+// never move a state's Seq): the nodes whose stored state may be older
+// than their events. Only subjects are
 // read, not payloads. A partition with more than limit such events is not
 // read past limit (complete is then false: some nodes may be missing).
 //
@@ -151,7 +153,11 @@ func (r *Reader) TailNodes(ctx context.Context, lag SnapshotLag, limit int) (nod
 					return x.Err
 				}
 				seq := x.Meta.Sequence.Stream
-				if node, _, err := subj.Parse(x.Msg.Subject()); err == nil && node != events.FleetNode {
+				// Only the kinds the reconciler folds: its knocks and
+				// journal entries never move a stored state's Seq, so one
+				// past the checkpoint says nothing of whether the node's
+				// snapshot is behind (a reviewer's finding).
+				if node, kind, err := subj.Parse(x.Msg.Subject()); err == nil && node != events.FleetNode && kind.Input() {
 					nodes[node] = max(nodes[node], seq)
 				}
 				if seq >= p.Last || (x.Meta.NumPending == 0 && leader.Removed(ctx, p.Last)) {

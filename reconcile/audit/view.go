@@ -320,7 +320,8 @@ func Age(d time.Duration) string {
 type FleetRow struct {
 	Node string `json:"node"`
 	Seq  uint64 `json:"seq"`
-	// Behind: the stream holds an event of the node newer than Seq, so
+	// Behind: the stream holds an event of the node newer than Seq, of a
+	// kind the reconciler folds (not its own knocks or journal entries), so
 	// the row is from a snapshot older than the node's events (the
 	// reconciler stores them at its checkpoints, a second or so apart);
 	// NewestSeq is that event's sequence. Set by a reader that read the
