@@ -20,6 +20,11 @@ import (
 // journaled at level error and not folded (DESIGN.md §3); it never stops
 // the node's other events from folding.
 //
+// s may keep slices of ev.Payload (a want's or have's modules, a file
+// list) rather than copies: the caller must not change a payload once
+// folded, and may fold one payload, or slices equal lists share, into many
+// states. The fold never changes a kept slice's elements.
+//
 // A plan event the reconciler did not emit (ev.Foreign: its signature does
 // not verify against the reconciler's keys; or a plan of its retired key,
 // ev.OldKey, whose cause matches no plan it emitted and has not yet
@@ -162,9 +167,22 @@ func (s *State) takeWant(seq uint64, modules []events.WantModule) {
 	})
 	// A later want brings a retired (or retiring) node back (DESIGN.md §9).
 	s.Retire = nil
-	// Exact-size copies: the state keeps them, a decoder's slices carry
-	// spare capacity.
-	s.Want = &WantRecord{Seq: seq, Modules: slices.Clone(modules)}
+	s.Want = &WantRecord{Seq: seq, Modules: kept(modules)}
+}
+
+// kept is xs as the state keeps it: xs itself when it has no spare
+// capacity (the shell's decoder gives exact-size slices, and its interner
+// one copy of a list many nodes share), else an exact-size copy (a slice
+// with room to grow, as encoding/json decodes one, would keep that room for
+// as long as the record stands). The state never changes a record's
+// elements in place, so sharing xs with the event, or with other nodes'
+// states, changes nothing the fold does (issue 27: the copy of every have's
+// modules was a sixth of what a cold refold allocated).
+func kept[T any](xs []T) []T {
+	if len(xs) == cap(xs) {
+		return xs
+	}
+	return slices.Clone(xs)
 }
 
 func (f *folder) approve(p *events.Approve) {
@@ -215,7 +233,7 @@ func (f *folder) dropApproval(of func(Approval) bool, whose string, max int, nam
 }
 
 func (f *folder) have(p *events.Have) {
-	h := &HaveRecord{Seq: f.ev.Seq, Time: f.ev.Time, Modules: slices.Clone(p.Modules)}
+	h := &HaveRecord{Seq: f.ev.Seq, Time: f.ev.Time, Modules: kept(p.Modules)}
 	h.HealthSince = healthSince(f.s.Have, h)
 	f.s.Crashes = crashes(f.s.Crashes, f.s.Have, h)
 	f.s.Have = h
@@ -338,7 +356,11 @@ func (f *folder) settle(p *events.Settle) {
 		// The whole plan counts as settled from the first settle naming it.
 		prev := s.Settled
 		s.Settled = s.Unsettled[i]
-		s.Unsettled = slices.Delete(s.Unsettled, 0, i+1)
+		if s.Unsettled = slices.Delete(s.Unsettled, 0, i+1); len(s.Unsettled) == 0 {
+			// A settled node's usual case: no array of one cleared
+			// pointer kept per node (issue 27, objects a state).
+			s.Unsettled = nil
+		}
 		s.Dropped = slices.DeleteFunc(s.Dropped, func(seq uint64) bool { return seq <= s.Settled.Seq })
 		s.place(prev, f.ev)
 		s.Failed = slices.DeleteFunc(s.Failed, func(fa FailedApply) bool { return fa.Plan <= s.Settled.Seq })
