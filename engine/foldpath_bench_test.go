@@ -24,10 +24,11 @@ import (
 // BenchmarkFoldPath is a cold refold's work in the reconciler's own code,
 // without NATS: for each message of a [enginetest.Simulate] history of 20
 // events a node, in order, what session.fold does (the subject parsed,
-// the payload decoded through the partition's interner, its strings
-// interned, the node's state looked up or made, the event folded, the
-// node marked dirty), then, per partition, what the final checkpoint
-// encodes (each dirty node's snapshot and summary). 16 partitions, each
+// the payload decoded through the partition's interner, its strings and
+// lists interned, the node's state looked up or made, the event folded
+// and a new plan's rows shared, the node marked dirty), then, per
+// partition, what the final checkpoint encodes (each dirty node's
+// snapshot and summary). 16 partitions, each
 // with its own interner, states and dirty nodes, as a reconcile process
 // holds them; the collector at the percent a cold refold raises it to.
 // At 1,000, 10,000 and 100,000 nodes (MESHFOLD_SCALE_NODES the largest):
@@ -156,15 +157,15 @@ func foldPath(b *testing.B, path string, nodes int) {
 		p := ps[events.Partition(node, parts)]
 		ev := events.Event{Seq: uint64(i + 1), Node: node, Kind: kind}
 		ev.Payload, ev.Err = p.in.dec.Decode(kind, data)
-		if ev.Payload != nil && !p.in.dec.Fast {
-			p.in.payload(ev.Payload)
+		if ev.Payload != nil {
+			p.in.read(ev.Payload)
 		}
 		st := p.states[node]
 		if st == nil {
 			st = reconcile.NewState(node)
 			p.states[node] = st
 		}
-		st.Fold(ev)
+		p.in.folded(st, st.Fold(ev))
 		if d, ok := p.dirty[node]; ok {
 			d.st = st
 			p.dirty[node] = d

@@ -254,3 +254,75 @@ func walkPayload(t *testing.T, p events.Payload) walked {
 	walk(reflect.ValueOf(p))
 	return w
 }
+
+// foldHistory folds h's inputs into a state per node, through in as
+// session.fold does when in is not nil, and returns the states.
+func foldHistory(t *testing.T, h *enginetest.History, in *interner) map[string]*reconcile.State {
+	t.Helper()
+	states := map[string]*reconcile.State{}
+	for i, m := range h.Msgs {
+		node, kind, err := events.Subjects{}.Parse(m.Subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !kind.Input() {
+			continue
+		}
+		ev := events.Event{Seq: uint64(i + 1), Node: node, Kind: kind}
+		if in != nil {
+			ev.Payload, ev.Err = in.dec.Decode(kind, m.Data)
+			if ev.Payload != nil {
+				in.read(ev.Payload)
+			}
+		} else {
+			ev.Payload, ev.Err = events.Decode(kind, m.Data)
+		}
+		if states[node] == nil {
+			states[node] = reconcile.NewState(node)
+		}
+		effs := states[node].Fold(ev)
+		if in != nil {
+			in.folded(states[node], effs)
+		}
+	}
+	return states
+}
+
+// The interner keeps one list of files, of want modules and of plan rows
+// for the nodes that hold equal ones, and the states it shares them among
+// fold to what they fold to without it, on both mixes, over several wants
+// of new builds (so that lists change while others still hold the old).
+func TestInternerSharesLists(t *testing.T) {
+	same := func(a, b any) bool { return reflect.ValueOf(a).Pointer() == reflect.ValueOf(b).Pointer() }
+	for name, h := range map[string]*enginetest.History{
+		"bench": enginetest.Simulate(3_000, 20),
+		"dense": enginetest.SimulateDense(3_000, 20),
+	} {
+		t.Run(name, func(t *testing.T) {
+			in := newInterner()
+			shared, plain := foldHistory(t, h, in), foldHistory(t, h, nil)
+			for node, st := range plain {
+				a, _ := json.Marshal(st)
+				b, _ := json.Marshal(shared[node])
+				if string(a) != string(b) {
+					t.Fatalf("%s: sharing changed the state:\n%s\n%s", node, a, b)
+				}
+			}
+			x, y := shared[enginetest.Node(0)], shared[enginetest.Node(1)]
+			if !same(x.Want.Modules, y.Want.Modules) {
+				t.Error("two nodes' equal wants are two lists")
+			}
+			if e, f := x.Emitted(), y.Emitted(); !same(e.Modules, f.Modules) {
+				t.Error("two nodes' equal plans are two lists of rows")
+			}
+			for i, m := range x.Want.Modules {
+				if len(m.Files) > 0 && !same(m.Files, y.Want.Modules[i].Files) {
+					t.Errorf("two nodes' equal files of %s are two lists", m.Name)
+				}
+			}
+			if same(x.Have.Modules, y.Have.Modules) {
+				t.Error("haves shared: the interner shares no have")
+			}
+		})
+	}
+}

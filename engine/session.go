@@ -736,12 +736,13 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 			ev.OldKey = true
 		}
 	}
-	if ev.Payload != nil && !s.in.dec.Fast {
+	if ev.Payload != nil {
 		// A payload read on the fast path has the interner's strings
 		// already, and no slice with room to spare (events.Decoder.Fast):
 		// interning it again found every string and copied every file
-		// list, 2 % of a dense first refold (issue 27, item 1).
-		s.in.payload(ev.Payload)
+		// list, 2 % of a dense first refold (issue 27, item 1); only its
+		// lists are shared.
+		s.in.read(ev.Payload)
 	}
 	if s.lazy {
 		if err := s.fetch(ctx, ev.Node); err != nil {
@@ -755,6 +756,7 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 		p.states[ev.Node] = st
 	}
 	effs := st.Fold(ev)
+	s.in.folded(st, effs)
 	p.mu.Unlock()
 	if timed {
 		r.m.Folding.Observe(time.Since(start).Seconds())
