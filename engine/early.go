@@ -59,10 +59,12 @@ type earlySubject struct {
 	last uint64
 	// busy holds while one of its effects is in flight.
 	busy bool
-	// queue holds its effects folded and not yet sent, in order; prep is
-	// the first one's message once prepared (a send the connection's
-	// pending limit refused is sent again as it was prepared).
-	queue []reconcile.Effect
+	// queue holds its effects folded and not yet sent, in order, and on
+	// a journal subject the entries standing in for effects refused as
+	// poison (poison); prep is the first one's message once prepared (a
+	// send the connection's pending limit refused is sent again as it
+	// was prepared).
+	queue []toPublish
 	prep  *store.Prepared
 	id    string // prep's message id
 }
@@ -70,7 +72,7 @@ type earlySubject struct {
 // earlySent is an effect earlyPub sent and has no answer for yet.
 type earlySent struct {
 	k     effectKey
-	e     reconcile.Effect
+	x     toPublish
 	id    string // the message id
 	fence uint64
 	ok    <-chan *jetstream.PubAck
@@ -126,7 +128,7 @@ func (s *session) probe() {
 	}
 	ep.on = true
 	for _, d := range s.rec.deferred {
-		s.publishEarly(d.e)
+		ep.enqueue(d)
 	}
 	s.rec.deferred = nil
 }
@@ -139,17 +141,36 @@ func (s *session) publishEarly(e reconcile.Effect) bool {
 	if ep == nil || !ep.on {
 		return false
 	}
-	k := effectKey{e.Node, e.Kind}
+	ep.enqueue(toPublish{e: e, id: e.ID()})
+	return true
+}
+
+// enqueue queues x behind its subject's effects; the subject is ready
+// when x is first and none of its effects is in flight.
+func (ep *earlyPub) enqueue(x toPublish) {
+	k := effectKey{x.e.Node, x.e.Kind}
 	sub := ep.subs[k]
 	if sub == nil {
 		sub = &earlySubject{}
 		ep.subs[k] = sub
 	}
-	sub.queue = append(sub.queue, e)
+	sub.queue = append(sub.queue, x)
 	if !sub.busy && len(sub.queue) == 1 {
 		ep.ready = append(ep.ready, k)
 	}
-	return true
+}
+
+// poison journals e, refused as poison (cause), in its node's journal
+// subject's chain: its entry (poisonEntry) is queued there, so it is sent
+// once that subject's effect in flight is acknowledged, fenced behind the
+// subject's last sequence, and moves the fence to its own. An unfenced
+// append there made the subject's next effect, fenced behind its last
+// acknowledged one, fail (a restart: reviewer's finding); moving the
+// fence past an unfenced append would hide a second writer's message
+// stored before it. Call it with e's subject ready again when it has
+// more queued (the journal subject may be e's own).
+func (s *session) earlyPoison(e reconcile.Effect, cause error) {
+	s.early.enqueue(s.poisonEntry(e, cause))
 }
 
 // pump takes the acknowledgements already arrived, without waiting, and
@@ -189,11 +210,11 @@ func (s *session) earlySends(ctx context.Context) error {
 	for len(ep.ready) > 0 && len(ep.inflight) < earlyWindow {
 		k := ep.ready[0]
 		sub := ep.subs[k]
-		e := sub.queue[0]
+		x := sub.queue[0]
 		var err error
 		if sub.prep == nil {
-			sub.id = store.EffectMsgID(r.key, e.ID())
-			sub.prep, err = r.pub.Prepare(ctx, e.Node, e.Payload, r.publishOpts(e, sub.id)...)
+			sub.id = store.EffectMsgID(r.key, x.id)
+			sub.prep, err = r.pub.Prepare(ctx, x.e.Node, x.e.Payload, r.publishOpts(x.e, sub.id)...)
 		}
 		if err := s.p.lost(); err != nil {
 			return err
@@ -209,11 +230,13 @@ func (s *session) earlySends(ctx context.Context) error {
 		id := sub.id
 		sub.queue, sub.prep, sub.id = sub.queue[1:], nil, ""
 		if store.Permanent(err) {
-			if err := s.poisoned(ctx, e, err); err != nil {
-				return err
-			}
 			if len(sub.queue) > 0 {
 				ep.ready = append(ep.ready, k)
+			}
+			if x.poison {
+				s.poisonLost(x, err)
+			} else {
+				s.earlyPoison(x.e, err)
 			}
 			continue
 		}
@@ -222,7 +245,7 @@ func (s *session) earlySends(ctx context.Context) error {
 		}
 		s.remember(f.Msg())
 		sub.busy = true
-		ep.inflight = append(ep.inflight, earlySent{k: k, e: e, id: id, fence: sub.last, ok: f.Ok(), errc: f.Err(), at: time.Now()})
+		ep.inflight = append(ep.inflight, earlySent{k: k, x: x, id: id, fence: sub.last, ok: f.Ok(), errc: f.Err(), at: time.Now()})
 	}
 	return nil
 }
@@ -258,7 +281,7 @@ func (s *session) earlyAnswers(ctx context.Context, wait bool) error {
 		}
 		wait = false
 		ep.inflight = ep.inflight[1:]
-		if err := s.earlyAnswered(ctx, x, ack, err); err != nil {
+		if err := s.earlyAnswered(x, ack, err); err != nil {
 			return err
 		}
 	}
@@ -267,36 +290,39 @@ func (s *session) earlyAnswers(ctx context.Context, wait bool) error {
 
 // earlyAnswered takes x's acknowledgement (or error): its subject's fence
 // moves to the sequence it was stored at, and its next effect is ready.
-func (s *session) earlyAnswered(ctx context.Context, x earlySent, ack *jetstream.PubAck, err error) error {
+func (s *session) earlyAnswered(x earlySent, ack *jetstream.PubAck, err error) error {
 	r, ep := s.p.r, s.early
 	sub := ep.subs[x.k]
 	sub.busy = false
-	if err != nil {
+	if len(sub.queue) > 0 {
+		ep.ready = append(ep.ready, x.k)
+	}
+	switch {
+	case err != nil:
 		err = store.ServerError(err)
 		if !store.Permanent(err) {
 			return fmt.Errorf("publish %s (fenced at %d): %w", x.id, x.fence, err)
 		}
-		if err := s.poisoned(ctx, x.e, err); err != nil {
-			return err
+		if x.x.poison {
+			s.poisonLost(x.x, err)
+		} else {
+			s.earlyPoison(x.x.e, err)
 		}
-	} else {
+	default:
 		r.m.Publishing.Observe(time.Since(x.at).Seconds())
 		// A duplicate is this effect's copy a predecessor stored (on a
 		// replicated stream the server answers it before the fence):
 		// the subject's next effect follows it all the same.
 		sub.last = ack.Sequence
-		if !ack.Duplicate {
-			c, ok := ep.effects[x.e.Kind]
+		if !ack.Duplicate && !x.x.poison {
+			c, ok := ep.effects[x.x.e.Kind]
 			if !ok {
-				c = r.m.Effects.WithLabelValues(string(x.e.Kind))
-				ep.effects[x.e.Kind] = c
+				c = r.m.Effects.WithLabelValues(string(x.x.e.Kind))
+				ep.effects[x.x.e.Kind] = c
 			}
 			c.Inc()
-			r.logJournal(x.e)
+			r.logJournal(x.x.e)
 		}
-	}
-	if len(sub.queue) > 0 {
-		ep.ready = append(ep.ready, x.k)
 	}
 	return nil
 }

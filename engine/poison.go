@@ -20,8 +20,30 @@ import (
 //
 // The journal entry is published under the effect's own message id, so a
 // session that refolds the range reads it as the effect's stand-in and
-// does not try again.
+// does not try again. poisoned appends it at once, unfenced, as the live
+// path publishes every effect; a recovery, whose effect subjects are
+// fenced, queues it in its journal subject's chain instead
+// (poisonEntry; earlyPub.poison, publishFenced).
 func (s *session) poisoned(ctx context.Context, e reconcile.Effect, cause error) error {
+	x := s.poisonEntry(e, cause)
+	if err := s.p.lost(); err != nil {
+		return err
+	}
+	_, err := s.p.r.pub.Append(ctx, x.e.Node, x.e.Payload, store.WithMsgID(store.EffectMsgID(s.p.r.key, x.id)))
+	switch {
+	case err == nil:
+		return nil
+	case store.Permanent(err):
+		s.poisonLost(x, err)
+		return nil
+	}
+	return fmt.Errorf("journal skipped effect %s: %w", x.id, err)
+}
+
+// poisonEntry counts and logs e, an effect that can never be stored
+// (cause says why), and returns the journal entry that stands in for it:
+// on e's node's journal subject, under e's id (toPublish.poison).
+func (s *session) poisonEntry(e reconcile.Effect, cause error) toPublish {
 	r := s.p.r
 	r.m.Poison.Inc()
 	size := 0
@@ -33,18 +55,13 @@ func (s *session) poisoned(ctx context.Context, e reconcile.Effect, cause error)
 	j := &events.Journal{Level: events.LevelError, Cause: e.Cause,
 		Msg: fmt.Sprintf("%s %s of %d bytes not stored, skipped: %s", e.Kind, e.ID(), size, events.Text(cause.Error()))}
 	events.Stamp(j, events.HeaderOf(e.Payload).At)
-	if err := s.p.lost(); err != nil {
-		return err
-	}
-	_, err := r.pub.Append(ctx, e.Node, j, store.WithMsgID(store.EffectMsgID(r.key, e.ID())))
-	switch {
-	case err == nil:
-		return nil
-	case store.Permanent(err):
-		r.log.Error("journal entry of a skipped effect not stored either: skipped", "node", e.Node, "effect", e.ID(), "err", err)
-		return nil
-	}
-	return fmt.Errorf("journal skipped effect %s: %w", e.ID(), err)
+	return toPublish{e: reconcile.Effect{Node: e.Node, Kind: events.KindJournal, Cause: e.Cause, N: e.N, Payload: j}, id: e.ID(), poison: true}
+}
+
+// poisonLost logs x, a poisoned effect's journal entry, refused too
+// (store.Permanent): it is skipped, as its effect was.
+func (s *session) poisonLost(x toPublish, err error) {
+	s.p.r.log.Error("journal entry of a skipped effect not stored either: skipped", "node", x.e.Node, "effect", x.id, "err", err)
 }
 
 // stateMarker is what a node's snapshot key holds instead of a state over

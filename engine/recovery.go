@@ -48,7 +48,7 @@ func newRecovery() *recovery {
 
 // deferEffect keeps e until the read passes the session's start.
 func (r *recovery) deferEffect(e reconcile.Effect) {
-	d := toPublish{e, e.ID()}
+	d := toPublish{e: e, id: e.ID()}
 	r.deferred = append(r.deferred, d)
 	if r.unstored != nil {
 		r.note(d)
@@ -150,10 +150,14 @@ func (r *recovery) unstoredPlan(node, id string) (reconcile.Effect, bool) {
 // stored reports whether deferred effect e was seen stored (or superseded).
 func (r *recovery) stored(e reconcile.Effect) bool { return r.unstored != nil && !r.unstored[e.ID()] }
 
-// toPublish is a deferred effect with its id.
+// toPublish is a deferred effect with its id; or, with poison set, the
+// journal entry that stands in for an effect that can never be stored
+// (session.poisonEntry): e is that entry, on its node's journal subject,
+// and id the skipped effect's, under which it is published.
 type toPublish struct {
-	e  reconcile.Effect
-	id string
+	e      reconcile.Effect
+	id     string
+	poison bool
 }
 
 // unpublished returns the deferred effects not seen stored (nor

@@ -977,7 +977,7 @@ func (p *prepared) stop() {
 func (s *session) publishFenced(ctx context.Context, order []effectKey, queues map[effectKey][]toPublish) error {
 	r := s.p.r
 	type sent struct {
-		e     reconcile.Effect
+		x     toPublish
 		id    string // the message id
 		fence uint64
 		f     jetstream.PubAckFuture
@@ -1003,12 +1003,29 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 			ready = append(ready, k)
 		}
 	}
+	// poison journals e, refused as poison, in its node's journal
+	// subject's chain: its entry (poisonEntry) is queued there, sent
+	// behind the subject's effect in flight, if any, fenced at the
+	// subject's last sequence, and its acknowledgement moves the fence
+	// (as earlyPub.poison: an unfenced append made the subject's next
+	// effect fail its fence). Call it before next moves e's subject on
+	// (the journal subject may be e's own, with e first in its queue).
+	poison := func(e reconcile.Effect, cause error) {
+		x := s.poisonEntry(e, cause)
+		k := effectKey{x.e.Node, x.e.Kind}
+		if len(queues[k]) == 0 {
+			ready = append(ready, k) // none of its effects in flight
+		}
+		queues[k] = append(queues[k], x)
+		preps.of[k] = append(preps.of[k], &preparedEffect{id: x.id})
+	}
 	// send sends the next effect of ready's first subject, or drops it
 	// as poison; errStalled when the connection's pending limit is full
 	// (the effect stays first).
 	send := func() error {
 		k := ready[0]
-		e := queues[k][0].e
+		x := queues[k][0]
+		e := x.e
 		pm := preps.take(ctx, r, e, preps.of[k][0])
 		id := pm.id
 		fence, known := s.rec.fence(e)
@@ -1041,8 +1058,10 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		}
 		ready = ready[1:]
 		if store.Permanent(err) {
-			if err := s.poisoned(ctx, e, err); err != nil {
-				return err
+			if x.poison {
+				s.poisonLost(x, err)
+			} else {
+				poison(e, err)
 			}
 			next(k)
 			return nil
@@ -1051,38 +1070,42 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 			return fmt.Errorf("publish %s (fenced at %d): %w", id, fence, err)
 		}
 		s.remember(f.Msg())
-		inflight = append(inflight, sent{e: e, id: id, fence: fence, f: f, at: time.Now()})
+		inflight = append(inflight, sent{x: x, id: id, fence: fence, f: f, at: time.Now()})
 		return nil
 	}
 	effects := map[events.Kind]prometheus.Counter{}
 	// answered takes the acknowledgement (or the error) of x, the oldest
 	// effect in flight, and moves its subject on.
 	answered := func(x sent, ack *jetstream.PubAck, err error) error {
-		if err != nil {
+		e := x.x.e
+		switch {
+		case err != nil:
 			err = store.ServerError(err)
 			if !store.Permanent(err) {
 				return fmt.Errorf("publish %s (fenced at %d): %w", x.id, x.fence, err)
 			}
-			if err := s.poisoned(ctx, x.e, err); err != nil {
-				return err
+			if x.x.poison {
+				s.poisonLost(x.x, err)
+			} else {
+				poison(e, err)
 			}
-		} else {
+		default:
 			r.m.Publishing.Observe(time.Since(x.at).Seconds())
 			// A duplicate (a copy stored first, which the read had not
 			// reached) moves the fence too: as earlyAnswered.
-			s.rec.published(x.e, ack.Sequence)
-			if !ack.Duplicate {
-				c, ok := effects[x.e.Kind]
+			s.rec.published(e, ack.Sequence)
+			if !ack.Duplicate && !x.x.poison {
+				c, ok := effects[e.Kind]
 				if !ok {
-					c = r.m.Effects.WithLabelValues(string(x.e.Kind))
-					effects[x.e.Kind] = c
+					c = r.m.Effects.WithLabelValues(string(e.Kind))
+					effects[e.Kind] = c
 				}
 				c.Inc()
-				r.logJournal(x.e)
+				r.logJournal(e)
 			}
 		}
 		inflight = inflight[1:]
-		next(effectKey{x.e.Node, x.e.Kind})
+		next(effectKey{e.Node, e.Kind})
 		return nil
 	}
 	// done waits for the answer to the oldest effect in flight (each
