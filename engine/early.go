@@ -312,8 +312,9 @@ func (s *session) earlyAnswered(x earlySent, ack *jetstream.PubAck, err error) e
 		r.m.Publishing.Observe(time.Since(x.at).Seconds())
 		// A duplicate is this effect's copy a predecessor stored (on a
 		// replicated stream the server answers it before the fence):
-		// the subject's next effect follows it all the same.
-		sub.last = ack.Sequence
+		// the subject's next effect follows it all the same, or the
+		// fence, whichever is later (fenceAfter).
+		sub.last = fenceAfter(x.fence, ack)
 		if !ack.Duplicate && !x.x.poison {
 			c, ok := ep.effects[x.x.e.Kind]
 			if !ok {

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
 )
@@ -211,4 +213,17 @@ func (r *recovery) forget() {
 // subject is fenced behind it.
 func (r *recovery) published(e reconcile.Effect, seq uint64) {
 	r.last[effectKey{e.Node, e.Kind}] = seq
+}
+
+// fenceAfter returns a subject's fence once an effect published behind
+// fence was acknowledged with ack: the later of the two. An ack is a new
+// message's sequence, past fence; a duplicate's is that of the copy
+// stored first (a predecessor's publish of the same effect), which may be
+// older than a fence read since (reviewer's finding). Both sequences are
+// of messages the subject held, so its last sequence is at least the
+// later one, and a fence at the earlier one, when they differ, is stale
+// for certain: the next publish would fail it (a restart). The later one
+// is never worse; a message stored past it since is still refused.
+func fenceAfter(fence uint64, ack *jetstream.PubAck) uint64 {
+	return max(fence, ack.Sequence)
 }

@@ -1092,8 +1092,9 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		default:
 			r.m.Publishing.Observe(time.Since(x.at).Seconds())
 			// A duplicate (a copy stored first, which the read had not
-			// reached) moves the fence too: as earlyAnswered.
-			s.rec.published(e, ack.Sequence)
+			// reached) moves the fence too, unless the fence is later:
+			// as earlyAnswered (fenceAfter).
+			s.rec.published(e, fenceAfter(x.fence, ack))
 			if !ack.Duplicate && !x.x.poison {
 				c, ok := effects[e.Kind]
 				if !ok {
