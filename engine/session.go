@@ -117,8 +117,10 @@ type session struct {
 	lag     prometheus.Gauge
 	counted map[events.Kind]prometheus.Counter
 	// n counts the messages the session handled; the fold's duration is
-	// observed for one in foldSample.
-	n uint64
+	// observed for one in foldSample. tickN is n at the last snapshot
+	// tick: a recovery that handled nothing between two asks the leader
+	// whether its end is still to come (recoveryIdle).
+	n, tickN uint64
 	// lazy holds while the session reads a node's state from its
 	// snapshot at the node's first event (fetch), before loadRest reads
 	// the others: see shortTail.
@@ -580,6 +582,11 @@ func (s *session) consume(ctx context.Context) error {
 			return s.checkpointNow(cctx, true)
 		case <-tick.C:
 			if s.recovering {
+				if err := s.recoveryIdle(work); err != nil {
+					return err
+				}
+			}
+			if s.recovering {
 				// A recovery checkpoints only where nothing it deferred is
 				// left to publish, and then puts every changed state.
 				if s.recoveryCheckpointDue() {
@@ -648,12 +655,8 @@ func (s *session) handle(ctx context.Context, msg jetstream.Msg, meta *jetstream
 		// The partition's last message as the leader has it says whether
 		// any is left (store.LeaderReads): when one is, the read goes on
 		// (one past lastAtStart ends the recovery above).
-		m, err := store.Leader(p.r.js, p.r.cfg.Stream.Name).GetLastMsgForSubject(ctx, p.r.subj.StoredPartitionAll(p.id))
-		if err != nil {
-			return fmt.Errorf("partition %d's last message: %w", p.id, err)
-		}
-		if m.Sequence > seq {
-			return nil
+		if left, err := s.leftToRead(ctx); err != nil || left {
+			return err
 		}
 	}
 	if s.recovering && meta.NumPending == 0 {
@@ -661,6 +664,44 @@ func (s *session) handle(ctx context.Context, msg jetstream.Msg, meta *jetstream
 		return s.caughtUp(ctx)
 	}
 	return nil
+}
+
+// leftToRead reports whether the partition's last message, as the
+// stream's leader has it, is past the last one folded: a recovery whose
+// consumer reports nothing pending reads on then. None at all (a limit
+// removed them) is nothing left.
+func (s *session) leftToRead(ctx context.Context) (bool, error) {
+	p := s.p
+	m, err := store.Leader(p.r.js, p.r.cfg.Stream.Name).GetLastMsgForSubject(ctx, p.r.subj.StoredPartitionAll(p.id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("partition %d's last message: %w", p.id, err)
+	}
+	return m.Sequence > s.folded, nil
+}
+
+// recoveryIdle ends a recovery that handled no message since the last
+// snapshot tick, short of lastAtStart, when the partition's last message
+// as the stream's leader has it is no longer past the last one folded: a
+// limit removed what was left before the consumer delivered it. The read
+// otherwise waited for a message past lastAtStart to end the recovery
+// (its deferred effects unpublished meanwhile), which may never come
+// (reviewer's finding); a consumer on a replica behind the leader is
+// still waited for, as in handle. One get a tick, only while idle.
+func (s *session) recoveryIdle(ctx context.Context) error {
+	idle := s.n > 0 && s.n == s.tickN && s.folded < s.lastAtStart
+	s.tickN = s.n
+	if !idle {
+		return nil
+	}
+	if left, err := s.leftToRead(ctx); err != nil || left {
+		return err
+	}
+	s.p.r.log.Info("partition's recovery ends short of the stream's end at its start: a limit removed the rest",
+		"partition", s.p.id, "folded", s.folded, "recovering_to", s.lastAtStart)
+	return s.caughtUp(ctx)
 }
 
 // caughtUp ends the recovery and writes a checkpoint at once: what the

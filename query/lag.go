@@ -143,14 +143,12 @@ func (r *Reader) TailNodes(ctx context.Context, lag SnapshotLag, limit int) (nod
 					complete = false
 					return nil
 				}
-				var x store.Tailed
-				select {
-				case x = <-t.C():
-				case <-ctx.Done():
-					return ctx.Err()
+				x, gone, err := t.NextUpTo(ctx, leader, p.Last)
+				if err != nil {
+					return err
 				}
-				if x.Err != nil {
-					return x.Err
+				if gone {
+					return nil // trimmed meanwhile
 				}
 				seq := x.Meta.Sequence.Stream
 				// Only the kinds the reconciler folds: its knocks and

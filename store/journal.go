@@ -65,10 +65,14 @@ func JournalWarningSeqs(ctx context.Context, js jetstream.JetStream, cfg StreamC
 		return counts, nil
 	}
 	for {
-		m, err := t.Next(ctx)
+		x, gone, err := t.NextUpTo(ctx, leader, end)
 		if err != nil {
 			return nil, fmt.Errorf("read journal: %w", err)
 		}
+		if gone {
+			return counts, nil // end was removed meanwhile
+		}
+		m := t.Decode(x)
 		if m.Event.Seq > end {
 			return counts, nil // end was removed meanwhile
 		}

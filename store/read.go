@@ -132,7 +132,8 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 	// The consumer may be placed on a replica behind the leader: its
 	// count of pending messages then ends before end. Only end's removal
 	// (a limit, meanwhile) ends the read there; otherwise the read waits
-	// for the replica to deliver up to end (LeaderReads.Removed).
+	// for the replica to deliver up to end (LeaderReads.Removed), asking
+	// again while it waits (Tail.NextUpTo).
 	t, err := Follow(ctx, js, TailConfig{Stream: streamName, Subjects: subj, Filter: filter, Start: from})
 	if err != nil {
 		return fmt.Errorf("read %s: %w", node, err)
@@ -142,10 +143,14 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 		return nil
 	}
 	for {
-		m, err := t.Next(ctx)
+		x, gone, err := t.NextUpTo(ctx, leader, end)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", node, err)
 		}
+		if gone {
+			return nil // end was removed meanwhile
+		}
+		m := t.Decode(x)
 		seq := m.Event.Seq
 		// Past end: the end message was removed by a limit meanwhile.
 		if seq > end {
@@ -264,9 +269,10 @@ func (l *LeaderReads) GetMsg(ctx context.Context, seq uint64) (*jetstream.RawStr
 // Removed reports whether the stream's leader no longer holds message
 // seq: a read bounded by seq as the leader had it (ReadNode,
 // JournalWarningSeqs, a partition's tail past its checkpoint) ends short
-// of seq only then, once its consumer reports nothing pending, since that
-// consumer may sit on a replica behind the leader. Another error (no
-// leader now) counts as held: the read waits for the rest.
+// of seq only then, once its consumer reports nothing pending, or while
+// it waits for the next message ([Tail.NextUpTo]), since that consumer
+// may sit on a replica behind the leader. Another error (no leader now)
+// counts as held: the read waits for the rest.
 func (l *LeaderReads) Removed(ctx context.Context, seq uint64) bool {
 	_, err := l.GetMsg(ctx, seq)
 	return errors.Is(err, jetstream.ErrMsgNotFound)

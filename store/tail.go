@@ -311,6 +311,54 @@ func (t *Tail) Next(ctx context.Context) (Msg, error) {
 	}
 }
 
+// boundRecheck is how long [Tail.NextUpTo] waits for a message before it
+// asks the stream's leader again whether the read's end is still held.
+// A variable for the tests.
+var boundRecheck = 500 * time.Millisecond
+
+// NextUpTo returns the next message of a read bounded by end, the
+// sequence of its last message as leader had it ([ReadNode],
+// [JournalWarningSeqs], a partition's tail past its checkpoint). It
+// waits as [Tail.C] does; while nothing arrives, it asks leader every
+// boundRecheck whether end is still held ([LeaderReads.Removed]), and
+// once it is not (a limit removed it meanwhile, before the consumer
+// delivered it), returns gone true: the read ends short of end, as it
+// does when its consumer reports nothing pending past a removed end.
+// Without the asking, a read whose end a limit removed after its last
+// message with nothing pending (or while messages were still pending
+// before it) waited until its context ended or another message of its
+// filter came (reviewer's finding). A leader that does not answer
+// within 2 boundRecheck counts as holding end: the read waits on.
+//
+// Errors: ctx's error; the read's error (the tail is then over).
+func (t *Tail) NextUpTo(ctx context.Context, leader *LeaderReads, end uint64) (x Tailed, gone bool, err error) {
+	select {
+	case x = <-t.ch:
+		return x, false, x.Err
+	default:
+	}
+	timer := time.NewTimer(boundRecheck)
+	defer timer.Stop()
+	for {
+		select {
+		case x = <-t.ch:
+			return x, false, x.Err
+		case <-timer.C:
+			// Each ask bounded, so that a slow answer does not hold
+			// back a message arriving meanwhile.
+			rctx, cancel := context.WithTimeout(ctx, 2*boundRecheck)
+			gone := leader.Removed(rctx, end)
+			cancel()
+			if gone {
+				return Tailed{}, true, nil
+			}
+			timer.Reset(boundRecheck)
+		case <-ctx.Done():
+			return Tailed{}, false, ctx.Err()
+		}
+	}
+}
+
 // Decode returns x, a message of the tail (x.Err nil), decoded: its
 // event (with its stream sequence and time), subject, message id,
 // claimed signer, headers, payload and pending count. A subject that
