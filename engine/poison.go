@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/encoding/json"
 
 	"github.com/meshfold/meshfold/events"
@@ -144,8 +145,11 @@ func (p *partition) refoldNode(ctx context.Context, node string, upTo uint64) (*
 	filter := r.subj.StoredNode(node)
 	// From the stream's leader: a replica behind it would bound the
 	// refold below events the stream holds up to upTo.
-	last, err := store.Leader(r.js, r.cfg.Stream.Name).GetLastMsgForSubject(ctx, filter)
-	if err != nil {
+	var last *jetstream.RawStreamMsg
+	if err := p.leaderRead(ctx, func(ctx context.Context) (err error) {
+		last, err = store.Leader(r.js, r.cfg.Stream.Name).GetLastMsgForSubject(ctx, filter)
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("refold %s: %w", node, err)
 	}
 	target := min(last.Sequence, upTo)

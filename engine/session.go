@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -255,8 +256,12 @@ func (p *partition) session(ctx context.Context) error {
 	// The checkpoint key's revision, which the session's checkpoint puts
 	// are fenced on (putCheckpoint): read before the states, so that a
 	// former session's put landing meanwhile is seen as a conflict.
-	ckAt, ckRev, err := r.snaps.CheckpointRev(ctx, p.id)
-	if err != nil {
+	// Leader reads, here and below, ride out an election (leaderRead).
+	var ckAt, ckRev uint64
+	if err := p.leaderRead(ctx, func(ctx context.Context) (err error) {
+		ckAt, ckRev, err = r.snaps.CheckpointRev(ctx, p.id)
+		return err
+	}); err != nil {
 		return err
 	}
 	endTail := func() {}
@@ -273,8 +278,11 @@ func (p *partition) session(ctx context.Context) error {
 	p.mu.Lock()
 	p.states = states
 	p.mu.Unlock()
-	first, last, err := store.StreamBounds(ctx, r.stream)
-	if err != nil {
+	var first, last uint64
+	if err := p.leaderRead(ctx, func(ctx context.Context) (err error) {
+		first, last, err = store.StreamBounds(ctx, r.stream)
+		return err
+	}); err != nil {
 		return err
 	}
 	s := &session{p: p, checkpoint: ck, ckRev: ckRev, folded: ck, lastAtStart: last, recovering: last > ck, readAll: ck < first, in: in,
@@ -284,8 +292,11 @@ func (p *partition) session(ctx context.Context) error {
 		s.mine = map[string]minePlan{}
 	}
 	if s.recovering && s.readAll {
-		held, err := p.holdsEffects(ctx)
-		if err != nil {
+		var held bool
+		if err := p.leaderRead(ctx, func(ctx context.Context) (err error) {
+			held, err = p.holdsEffects(ctx)
+			return err
+		}); err != nil {
 			return err
 		}
 		if !held {
@@ -672,14 +683,18 @@ func (s *session) handle(ctx context.Context, msg jetstream.Msg, meta *jetstream
 // removed them) is nothing left.
 func (s *session) leftToRead(ctx context.Context) (bool, error) {
 	p := s.p
-	m, err := store.Leader(p.r.js, p.r.cfg.Stream.Name).GetLastMsgForSubject(ctx, p.r.subj.StoredPartitionAll(p.id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
+	var m *jetstream.RawStreamMsg
+	err := p.leaderRead(ctx, func(ctx context.Context) (err error) {
+		m, err = store.Leader(p.r.js, p.r.cfg.Stream.Name).GetLastMsgForSubject(ctx, p.r.subj.StoredPartitionAll(p.id))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("partition %d's last message: %w", p.id, err)
 	}
-	return m.Sequence > s.folded, nil
+	return m != nil && m.Sequence > s.folded, nil
 }
 
 // recoveryIdle ends a recovery that handled no message since the last
@@ -1077,7 +1092,11 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 			// second writer stored since makes the publish fail.)
 			// From the stream's leader: a replica behind it answers an
 			// older message, and the publish then fails as a conflict.
-			m, err := store.LastMsg(ctx, store.Leader(r.js, r.cfg.Stream.Name), r.subj, e.Node, e.Kind)
+			var m store.Msg
+			err := s.p.leaderRead(ctx, func(ctx context.Context) (err error) {
+				m, err = store.LastMsg(ctx, store.Leader(r.js, r.cfg.Stream.Name), r.subj, e.Node, e.Kind)
+				return err
+			})
 			switch {
 			case errors.Is(err, store.ErrNoMessage):
 			case err != nil:
@@ -1360,17 +1379,40 @@ const snapshotAttempt = time.Second
 // and refolded from its snapshot (issue 27). Other errors (a conflict:
 // another writer; a closed connection) end it at once.
 func (s *session) retryWrite(ctx context.Context, write func(context.Context) (progressed bool, err error)) error {
+	return s.p.retry(ctx, write)
+}
+
+// leaderRead runs read, a read a session's decision rests on from the
+// stream's or the snapshot bucket's leader (store.LeaderReads, a stream
+// info), riding out an election as a checkpoint's write does (retry):
+// without a leader such a read gets no answer, or the server's "cluster
+// not available", where a direct get, which any replica answers, got one
+// before; the session ended and refolded from its snapshot (reviewer's
+// finding). Each attempt is bounded by snapshotAttempt, doubled up to
+// ackTimeout; a read that fails for want of an answer waits for the
+// leaders and is tried again, for at most electionRideOut, the lease
+// checked before each retry. Other errors are returned at once.
+func (p *partition) leaderRead(ctx context.Context, read func(context.Context) error) error {
+	return p.retry(ctx, func(ctx context.Context) (bool, error) { return false, read(ctx) })
+}
+
+// retry is retryWrite's loop, for a write or a read (leaderRead) of the
+// partition.
+func (p *partition) retry(ctx context.Context, write func(context.Context) (progressed bool, err error)) error {
 	started := time.Now()
 	attempt := snapshotAttempt
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(electionPollMin),
+		backoff.WithMaxInterval(electionPollMax), backoff.WithMaxElapsedTime(0))
 	for {
 		actx, cancel := context.WithTimeout(ctx, attempt)
 		progressed, err := write(actx)
+		timedOut := actx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 		cancel()
 		if err == nil || ctx.Err() != nil || !unanswered(err) {
 			return err
 		}
 		if progressed {
-			if err := s.p.lost(); err != nil {
+			if err := p.lost(); err != nil {
 				return err
 			}
 			started = time.Now()
@@ -1380,10 +1422,20 @@ func (s *session) retryWrite(ctx context.Context, write func(context.Context) (p
 		if time.Since(started) > electionRideOut {
 			return err
 		}
-		if !s.p.r.awaitLeaders(ctx) && attempt >= ackTimeout {
-			return err // no election: slow, as before, past ackTimeout
+		if !p.r.awaitLeaders(ctx) {
+			if timedOut && attempt >= ackTimeout {
+				return err // no election: slow, as before, past ackTimeout
+			}
+			// Refused at once (no responders, no leader as the server
+			// says) while the leaders look present, or a short attempt
+			// timed out: a pause, growing, before the next.
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(b.NextBackOff()):
+			}
 		}
-		if err := s.p.lost(); err != nil {
+		if err := p.lost(); err != nil {
 			return err
 		}
 		attempt = min(2*attempt, ackTimeout)
@@ -1393,8 +1445,15 @@ func (s *session) retryWrite(ctx context.Context, write func(context.Context) (p
 // unanswered reports whether err says a request got no answer in time
 // (a leader lost, or being elected), rather than a refusal.
 func unanswered(err error) bool {
+	var apiErr *jetstream.APIError
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		// The client's server went away (killed with the leader it
+		// ran): the client connects to another.
+		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		// The server's "JetStream system temporarily unavailable": a
+		// group (or the cluster's metadata) without a leader.
+		(errors.As(err, &apiErr) && apiErr.Code == 503)
 }
 
 // awaitAcks waits for every effect sent to be acknowledged.
@@ -1859,7 +1918,9 @@ func (s *session) putCheckpoint(ctx context.Context, w *checkpointWrite) error {
 	if errors.Is(err, store.ErrConflict) {
 		_, cur, rerr := r.snaps.CheckpointRev(ctx, p.id)
 		if rerr != nil {
-			return fmt.Errorf("%w (reading it again: %v)", err, rerr)
+			// %w twice: a re-read that got no answer (an election) is
+			// ridden out by the retryWrite this put runs in.
+			return fmt.Errorf("%w (reading it again: %w)", err, rerr)
 		}
 		if err := p.lost(); err != nil {
 			return err
@@ -1898,7 +1959,9 @@ func (s *session) adopt(ctx context.Context, w *checkpointWrite, conflict *store
 	for _, node := range conflict.Nodes {
 		b, rev, err := p.r.snaps.NodeAtLeader(ctx, p.id, node)
 		if err != nil {
-			return fmt.Errorf("%w (reading it again: %v)", conflict, err)
+			// %w twice: a re-read that got no answer (an election) is
+			// ridden out by the retryWrite this write runs in.
+			return fmt.Errorf("%w (reading it again: %w)", conflict, err)
 		}
 		seq, ok := storedSeq(node, b)
 		if !ok || seq > w.seqs[node] {
