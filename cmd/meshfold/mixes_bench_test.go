@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +22,8 @@ import (
 	"github.com/meshfold/meshfold/engine/enginetest"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/internal/testproc"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // The catch-up figures of issue 27 on two mixes, measured from outside as
@@ -362,4 +365,165 @@ func burn(share float64) {
 		for t := time.Now(); time.Since(t) < time.Millisecond; {
 		}
 	}
+}
+
+// BenchmarkPartitionScan is the server's cost of the partition count
+// (issue 27 item 5): the bench's mix (mixEvents events) catched up cold
+// by one reconciler, as <mix>/stored of BenchmarkCatchUpMixes, on a
+// stream of each partition count of MESHFOLD_BENCH_PARTITION_SCAN
+// (comma separated; default 4,16,64), a server of its own each. Each
+// partition's consumer filters the one stream on its partition's
+// subjects, so the server may walk past the other partitions' messages
+// to deliver one: fold-server-cpu-ns/event (and raw-server-cpu-ns/event,
+// whose ordered reads are filtered the same way) against the count.
+//
+//	go test ./cmd/meshfold -run '^$' -bench PartitionScan -benchtime 1x -timeout 30m
+func BenchmarkPartitionScan(b *testing.B) {
+	counts := []int{4, 16, 64}
+	if v := os.Getenv("MESHFOLD_BENCH_PARTITION_SCAN"); v != "" {
+		counts = counts[:0]
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("MESHFOLD_BENCH_PARTITION_SCAN=%q: want partition counts ≥ 1, comma separated", v)
+			}
+			counts = append(counts, n)
+		}
+	}
+	h := enginetest.Simulate(mixEvents, mixNodes)
+	for _, n := range counts {
+		b.Run(fmt.Sprintf("partitions=%d", n), func(b *testing.B) {
+			s := startOutsideOn(b, storetest.StartProcServer(b), store.StreamConfig{Partitions: n})
+			defer s.srv.Stop()
+			s.load(b, h)
+			s.catchUp(b, 1, true)
+		})
+	}
+}
+
+// BenchmarkPartitionStreams is the layout BenchmarkPartitionScan's
+// growth points to, measured on raw reads only (the product's layout is
+// not changed): per partition count of MESHFOLD_BENCH_PARTITION_SCAN,
+//
+//   - one-stream: the product's stream (one stream, the partition
+//     transform) read by one ordered consumer a partition filtered on
+//     <p>.mesh.*.* (enginetest.RawConsume), the better of two reads;
+//   - stream-per-partition: the same messages, each published to its
+//     stored subject, in a stream of its partition's alone (MESHP<p>,
+//     subjects <p>.mesh.>) on a server of its own, read by one ordered
+//     consumer a stream without a filter, the better of two reads.
+//
+// Each reports the server's CPU per message read (server-cpu-ns/event),
+// the reader's (cpu-ns/event) and its rate.
+//
+//	go test ./cmd/meshfold -run '^$' -bench PartitionStreams -benchtime 1x -timeout 30m
+func BenchmarkPartitionStreams(b *testing.B) {
+	counts := []int{4, 16, 64}
+	if v := os.Getenv("MESHFOLD_BENCH_PARTITION_SCAN"); v != "" {
+		counts = counts[:0]
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("MESHFOLD_BENCH_PARTITION_SCAN=%q: want partition counts ≥ 1, comma separated", v)
+			}
+			counts = append(counts, n)
+		}
+	}
+	h := enginetest.Simulate(mixEvents, mixNodes)
+	for _, n := range counts {
+		b.Run(fmt.Sprintf("one-stream/partitions=%d", n), func(b *testing.B) {
+			s := startOutsideOn(b, storetest.StartProcServer(b), store.StreamConfig{Partitions: n})
+			defer s.srv.Stop()
+			s.load(b, h)
+			r := s.rawBest(b, noFirst(enginetest.RawConsume))
+			reportStreamsRead(b, r)
+		})
+		b.Run(fmt.Sprintf("stream-per-partition/partitions=%d", n), func(b *testing.B) {
+			srv := storetest.StartProcServer(b)
+			defer srv.Stop()
+			_, js := srv.Connect(b)
+			ctx := context.Background()
+			subj := events.Subjects{Partitions: n}
+			for p := range n {
+				if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: fmt.Sprintf("MESHP%d", p),
+					Subjects: []string{fmt.Sprintf("%d.mesh.>", p)}, Storage: jetstream.FileStorage}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			stored := &enginetest.History{Nodes: h.Nodes, Msgs: make([]*nats.Msg, len(h.Msgs))}
+			for i, m := range h.Msgs {
+				node, kind, err := subj.Parse(m.Subject)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c := nats.NewMsg(subj.Stored(node, kind))
+				c.Header, c.Data = m.Header, m.Data
+				stored.Msgs[i] = c
+			}
+			stored.Load(b, js)
+			best := raw{}
+			for range 2 {
+				runtime.GC()
+				self0, srv0 := selfCPU(b), srv.CPU()
+				took := readStreams(b, js, n, len(stored.Msgs))
+				self, sc := selfCPU(b)-self0, srv.CPU()-srv0
+				m := float64(len(stored.Msgs))
+				if r := (raw{rate: m / took.Seconds(), cpuNs: float64(self.Nanoseconds()) / m,
+					serverNs: float64(sc.Nanoseconds()) / m}); r.rate > best.rate {
+					best = r
+				}
+			}
+			reportStreamsRead(b, best)
+		})
+	}
+}
+
+func reportStreamsRead(b *testing.B, r raw) {
+	b.ReportMetric(r.rate, "events/s")
+	b.ReportMetric(r.cpuNs, "cpu-ns/event")
+	b.ReportMetric(r.serverNs, "server-cpu-ns/event")
+}
+
+// readStreams reads want messages from the n streams MESHP<p>, one
+// ordered consumer each without a filter, and returns the time taken.
+func readStreams(b *testing.B, js jetstream.JetStream, n, want int) time.Duration {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	var got atomic.Int64
+	all := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	for p := range n {
+		wg.Go(func() {
+			cons, err := js.OrderedConsumer(ctx, fmt.Sprintf("MESHP%d", p), jetstream.OrderedConsumerConfig{})
+			if err != nil {
+				b.Error(err)
+				once.Do(func() { close(all) })
+				return
+			}
+			it, err := cons.Messages()
+			if err != nil {
+				b.Error(err)
+				once.Do(func() { close(all) })
+				return
+			}
+			go func() { <-ctx.Done(); it.Stop() }()
+			for {
+				m, err := it.Next()
+				if err != nil {
+					return
+				}
+				_ = m.Data()
+				if got.Add(1) == int64(want) {
+					once.Do(func() { close(all) })
+				}
+			}
+		})
+	}
+	<-all
+	took := time.Since(start)
+	cancel()
+	wg.Wait()
+	return took
 }

@@ -136,7 +136,22 @@ type benchServer interface {
 
 func startOutsideServer(tb testing.TB) *outsideServer {
 	tb.Helper()
-	return startOutsideOn(tb, storetest.StartProcServer(tb), store.StreamConfig{})
+	return startOutsideOn(tb, storetest.StartProcServer(tb), store.StreamConfig{Partitions: benchPartitions(tb)})
+}
+
+// benchPartitions is MESHFOLD_BENCH_PARTITIONS, the partition count of
+// the stream an outside benchmark creates on one server; 0 (unset: the
+// product's default, 16) when not set.
+func benchPartitions(tb testing.TB) int {
+	v := os.Getenv("MESHFOLD_BENCH_PARTITIONS")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		tb.Fatalf("MESHFOLD_BENCH_PARTITIONS=%q: want a partition count ≥ 1", v)
+	}
+	return n
 }
 
 // startOutsideOn is startOutsideServer on srv, the stream created with
