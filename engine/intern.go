@@ -195,6 +195,21 @@ func (in *interner) folded(st *reconcile.State, effs []reconcile.Effect) {
 	}
 }
 
+// absorb takes o's strings that in lacks (up to internCap), so that the
+// events in decodes share the strings of the states o interned (a
+// restart's pass over the rest of the states interns them apart, beside
+// the fold: restPass).
+func (in *interner) absorb(o *interner) {
+	for k, v := range o.m {
+		if len(in.m) >= internCap {
+			return
+		}
+		if _, ok := in.m[k]; !ok {
+			in.m[k] = v
+		}
+	}
+}
+
 func (in *interner) s(x string) string {
 	if x == "" {
 		return x

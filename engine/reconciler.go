@@ -109,6 +109,11 @@ type Faults struct {
 	AfterPublish func(partition int, seq uint64) error
 	// AfterCheckpoint runs after a checkpoint is stored.
 	AfterCheckpoint func(partition int, seq uint64) error
+	// BeforeRest runs on a restart's pass over the states its tail did
+	// not name (a lazy session's), before it reads them, beside the
+	// fold; ctx ends with the session. Holding it holds the pass; its
+	// error ends the session.
+	BeforeRest func(ctx context.Context, partition int) error
 }
 
 // faultError marks an error a fault hook returned.
