@@ -82,7 +82,9 @@ bench:
 ## serve time, first contentful paint), and the making of its index of rows;
 ## one meshfold reconcile process against a nats-server process at 1,000, 10,000
 ## and 100,000 nodes (20 events a node): cold refold against the raw read,
-## restart after 200k vs 2M events, heap and RSS per node loaded from snapshots; the knock p99 under 50,000 events/s of
+## restart after 200k vs 2M events, heap and RSS per node loaded from snapshots; at 100,000
+## nodes, a want published at a restart's checkpoint past its tail to its plan, and a
+## SIGTERM there to the exit; the knock p99 under 50,000 events/s of
 ## 100,000 other nodes' haves against a raw publish → consume hop; a group of
 ## 4 meshfold reconcile processes on a 3-server cluster (R3, loopback): cold
 ## catch-up against the raw read on the same cluster, CPU per folded event per
@@ -93,6 +95,7 @@ bench-scale: bench-shim
 	$(GO) test -run '^$$' -bench '^BenchmarkFleetIndex100k$$' -benchtime 3x -timeout 10m ./console
 	$(GO) test -run '^$$' -bench '^BenchmarkReconcileLoad100k$$' -benchtime 1x -timeout 20m ./cmd/meshfold
 	$(GO) test -run '^$$' -bench '^BenchmarkReconcileScale$$' -benchtime 1x -timeout 60m ./cmd/meshfold
+	$(GO) test -run '^$$' -bench '^BenchmarkRestartLive$$' -benchtime 1x -timeout 30m ./cmd/meshfold
 	MESHFOLD_KNOCK_NODES=100000 $(GO) test -run '^$$' -bench '^BenchmarkKnockLatency$$' -benchtime 1x -timeout 20m ./engine
 	$(GO) test -run '^$$' -bench '^BenchmarkGroupScale$$' -benchtime 1x -timeout 60m ./cmd/meshfold
 
