@@ -89,26 +89,8 @@ func TestRestartFoldsTailFirst(t *testing.T) {
 // read (a wrong one would end the session in a conflict, and the later
 // plans would not come).
 func TestRestartTailOfSeveralNodes(t *testing.T) {
-	g := newRig(t, store.StreamConfig{Partitions: 1})
 	const nodes = 40
-	rn := g.start(engine.Faults{})
-	for i := range nodes {
-		name := fmt.Sprintf("n%02d", i)
-		g.planFor(name, g.append(name, want("b1")))
-	}
-	snaps, err := store.OpenSnapshots(context.Background(), g.js, g.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := g.stream.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the checkpoint through the last plan", func() bool {
-		ck, err := snaps.Checkpoint(context.Background(), 0)
-		return err == nil && ck >= info.State.LastSeq
-	})
-	rn.stop(t)
+	g := restRig(t, nodes)
 
 	tail := map[string]uint64{}
 	for i, name := range []string{"n03", "n17", "n29", "n03", "n35"} {

@@ -367,6 +367,25 @@ func burn(share float64) {
 	}
 }
 
+// partitionScanCounts is the partition counts BenchmarkPartitionScan and
+// BenchmarkPartitionStreams measure: MESHFOLD_BENCH_PARTITION_SCAN, comma
+// separated, or 4, 16 and 64.
+func partitionScanCounts(b *testing.B) []int {
+	v := os.Getenv("MESHFOLD_BENCH_PARTITION_SCAN")
+	if v == "" {
+		return []int{4, 16, 64}
+	}
+	var counts []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			b.Fatalf("MESHFOLD_BENCH_PARTITION_SCAN=%q: want partition counts ≥ 1, comma separated", v)
+		}
+		counts = append(counts, n)
+	}
+	return counts
+}
+
 // BenchmarkPartitionScan is the server's cost of the partition count
 // (issue 27 item 5): the bench's mix (mixEvents events) catched up cold
 // by one reconciler, as <mix>/stored of BenchmarkCatchUpMixes, on a
@@ -379,17 +398,7 @@ func burn(share float64) {
 //
 //	go test ./cmd/meshfold -run '^$' -bench PartitionScan -benchtime 1x -timeout 30m
 func BenchmarkPartitionScan(b *testing.B) {
-	counts := []int{4, 16, 64}
-	if v := os.Getenv("MESHFOLD_BENCH_PARTITION_SCAN"); v != "" {
-		counts = counts[:0]
-		for f := range strings.SplitSeq(v, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				b.Fatalf("MESHFOLD_BENCH_PARTITION_SCAN=%q: want partition counts ≥ 1, comma separated", v)
-			}
-			counts = append(counts, n)
-		}
-	}
+	counts := partitionScanCounts(b)
 	h := enginetest.Simulate(mixEvents, mixNodes)
 	for _, n := range counts {
 		b.Run(fmt.Sprintf("partitions=%d", n), func(b *testing.B) {
@@ -418,17 +427,7 @@ func BenchmarkPartitionScan(b *testing.B) {
 //
 //	go test ./cmd/meshfold -run '^$' -bench PartitionStreams -benchtime 1x -timeout 30m
 func BenchmarkPartitionStreams(b *testing.B) {
-	counts := []int{4, 16, 64}
-	if v := os.Getenv("MESHFOLD_BENCH_PARTITION_SCAN"); v != "" {
-		counts = counts[:0]
-		for f := range strings.SplitSeq(v, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				b.Fatalf("MESHFOLD_BENCH_PARTITION_SCAN=%q: want partition counts ≥ 1, comma separated", v)
-			}
-			counts = append(counts, n)
-		}
-	}
+	counts := partitionScanCounts(b)
 	h := enginetest.Simulate(mixEvents, mixNodes)
 	for _, n := range counts {
 		b.Run(fmt.Sprintf("one-stream/partitions=%d", n), func(b *testing.B) {
