@@ -258,7 +258,7 @@ func dataDirFree(dir string) error {
 	}
 	defer f.Close()
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		return fmt.Errorf("embedded nats: %s: %w", dir, ErrDataDirInUse)
+		return fmt.Errorf("%w: %s", ErrDataDirInUse, dir)
 	}
 	return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 }
@@ -300,7 +300,7 @@ func lockDataDir(dir string) (*os.File, error) {
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("embedded nats: %s: %w", dir, ErrDataDirInUse)
+		return nil, fmt.Errorf("%w: %s", ErrDataDirInUse, dir)
 	}
 	return f, nil
 }

@@ -130,9 +130,14 @@ func TestEmbeddedDataDirLocked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"}); !errors.Is(err, embedded.ErrDataDirInUse) {
+	_, err = embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"})
+	if !errors.Is(err, embedded.ErrDataDirInUse) {
 		first.Shutdown()
 		t.Fatalf("second server on %s: %v, want ErrDataDirInUse", dir, err)
+	}
+	// The operator reads the reason once and the directory once.
+	if want := "embedded: the data directory is in use by another meshfold server: " + dir; err.Error() != want {
+		t.Errorf("second server's error:\n got %q\nwant %q", err, want)
 	}
 	first.Shutdown()
 	again, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"})
