@@ -32,6 +32,21 @@ import (
 // is read again until it is gone.
 const agentCheck = 250 * time.Millisecond
 
+// AgentGrace is how long a reconciler's agent liveness watch that has
+// just started, or whose connection has just reconnected, waits before it
+// records a node's agent down for a lease that expired: ttl (the node lease
+// bucket's TTL) plus store.MaxReconnectDelay, the time a live agent takes
+// to reach a server that is back and renew its lease (it renews every
+// ttl/4). A lease that expired while no server ran, or while the watch
+// could not reach one, is no evidence that its agent died: the bucket's
+// TTL counts from the last renewal the server stored, and a live agent
+// could not renew while the server was away. An agent that claims its
+// lease again within the grace has no down; one that does not is recorded
+// down when the grace ends. A release (a delete) and a takeover (a new
+// claim) are evidence, recorded at once. See docs/architecture.md, "Agent
+// liveness across a server restart".
+func AgentGrace(ttl time.Duration) time.Duration { return ttl + store.MaxReconnectDelay }
+
 // agentWatch is one reconciler instance's watch of the node lease bucket.
 type agentWatch struct {
 	kv     jetstream.KeyValue
@@ -47,6 +62,17 @@ type agentWatch struct {
 	last   map[string]*agentRecord // the node's newest agent event, cached
 	dirty  map[string]bool         // nodes whose transition could not be recorded: retried
 	now    func() time.Time
+
+	// graceUntil is when the grace after this watch's start or its
+	// connection's last reconnect ends (AgentGrace); held are the nodes
+	// whose expiry down waits for it.
+	graceUntil time.Time
+	held       map[string]bool
+	// reconnects reads the connection's reconnect count (nats.Conn's
+	// Stats().Reconnects); nil: none is known. seenReconnects is the
+	// count the grace was last started at.
+	reconnects     func() uint64
+	seenReconnects uint64
 	// loaded is closed once the reconciler's first partition loads are
 	// over (Reconciler.first): the sweep waits for it.
 	loaded <-chan struct{}
@@ -77,7 +103,10 @@ type agentRecord struct {
 func (r *Reconciler) watchAgents(ctx context.Context, kv jetstream.KeyValue) error {
 	w := &agentWatch{kv: kv, stream: r.stream, subj: r.subj, pub: r.pub, key: r.key, log: r.log, m: r.m,
 		leases: map[string]*nodeLease{}, last: map[string]*agentRecord{}, dirty: map[string]bool{}, now: time.Now,
-		loaded: r.first.done}
+		held: map[string]bool{}, loaded: r.first.done}
+	if nc := r.js.Conn(); nc != nil {
+		w.reconnects = func() uint64 { return nc.Stats().Reconnects }
+	}
 	for {
 		err := w.run(ctx)
 		if ctx.Err() != nil {
@@ -102,6 +131,7 @@ func (w *agentWatch) run(ctx context.Context) error {
 	if w.ttl = st.TTL(); w.ttl <= 0 {
 		return fmt.Errorf("node lease bucket %s has no TTL", w.kv.Bucket())
 	}
+	w.startGrace("the watch started")
 	watcher, err := w.kv.WatchAll(ctx)
 	if err != nil {
 		return err
@@ -139,13 +169,39 @@ func (w *agentWatch) run(ctx context.Context) error {
 				w.log.Warn("agent liveness: nodes whose agent went down while no reconciler watched not checked yet", "err", err)
 			}
 		case <-tick.C:
+			if w.reconnects != nil {
+				if n := w.reconnects(); n != w.seenReconnects {
+					w.startGrace("the connection reconnected")
+				}
+			}
 			w.expire(ctx)
 			for node := range w.dirty {
 				w.sync(ctx, node)
 			}
+			if len(w.held) > 0 && !w.inGrace() {
+				w.log.Info("agent liveness: grace over; recording the downs of the leases not renewed in it", "nodes", len(w.held))
+				for node := range w.held {
+					w.sync(ctx, node)
+				}
+			}
 		}
 	}
 }
+
+// startGrace starts the grace of AgentGrace(ttl) from now: a server may
+// have been away, and its agents' leases expired meanwhile.
+func (w *agentWatch) startGrace(why string) {
+	if w.reconnects != nil {
+		w.seenReconnects = w.reconnects()
+	}
+	grace := AgentGrace(w.ttl)
+	w.graceUntil = w.now().Add(grace)
+	w.log.Debug("agent liveness: an expired lease is recorded down only after a grace", "why", why, "grace", grace)
+}
+
+// inGrace reports whether the grace after the watch's start or its last
+// reconnect still runs.
+func (w *agentWatch) inGrace() bool { return w.now().Before(w.graceUntil) }
 
 // entry takes one change of the bucket.
 func (w *agentWatch) entry(ctx context.Context, e jetstream.KeyValueEntry) {
@@ -276,6 +332,7 @@ func (w *agentWatch) next(rec *agentRecord, ls *nodeLease) *events.Agent {
 // for the next tick.
 func (w *agentWatch) sync(ctx context.Context, node string) {
 	delete(w.dirty, node)
+	delete(w.held, node)
 	ls := w.leases[node]
 	for attempt := 0; attempt < 8; attempt++ {
 		rec, err := w.lastRecord(ctx, node)
@@ -292,6 +349,12 @@ func (w *agentWatch) sync(ctx context.Context, node string) {
 			// (another instance may have recorded from the newer one):
 			// judge again from what the bucket holds now.
 			continue
+		}
+		if a.State == events.AgentDown && a.Why == events.WhyExpired && w.inGrace() {
+			// Expired while the server may have been away: the agent has
+			// until the grace ends to claim its lease again.
+			w.held[node] = true
+			return
 		}
 		if a.State == events.AgentDown && rec.claim != "" && a.Host == "" {
 			// The down names the holder its up named.

@@ -65,7 +65,9 @@ func TestAgentLiveness(t *testing.T) {
 	ra, rb := a.waitReady(t), b.waitReady(t)
 	want := func(what string, w ...string) {
 		t.Helper()
-		waitfor.Until(t, 10*time.Second, what, func() bool {
+		// A restarted reconciler records an expiry's down only after its
+		// grace (engine.AgentGrace).
+		waitfor.Until(t, 10*time.Second+engine.AgentGrace(time.Second), what, func() bool {
 			return slices.Equal(agentEvents(t, js, cfg, "ace"), w)
 		})
 	}
@@ -114,7 +116,7 @@ func TestAgentLiveness(t *testing.T) {
 	h = append(h, "down c4 replaced", "up c5")
 	want("c5 up after a restart", h...)
 	// c5 expires while nobody watches: the next reconciler records its
-	// down once.
+	// down once, when the grace after its start ends.
 	c.cancel()
 	_ = c.wait(t)
 	eventually(t, "c5's lease to expire", func() bool {

@@ -121,6 +121,13 @@ const (
 	reconnectJitterTLS = 2 * time.Second
 )
 
+// MaxReconnectDelay is the longest a connection made with [ConnectConfig.Options]
+// waits, after its server is reachable again, before its next reconnect
+// attempt: the wait plus TLS's jitter (4 s). A node agent renews its lease
+// on that reconnect, so a server back from an outage sees every live
+// agent's lease written again within this delay and one renewal period.
+const MaxReconnectDelay = reconnectWait + reconnectJitterTLS
+
 // Options returns the nats.Connect options c describes, the servers
 // included: use them as nats.Connect("", opts...) and append your own.
 // They reconnect forever with a jittered wait and log disconnects,
