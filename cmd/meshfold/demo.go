@@ -11,6 +11,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -188,12 +189,12 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 		}
 		done := make(chan error, 1)
 		go func() { done <- run(nc, js) }()
-		stops = append(stops, func() {
+		stops = append(stops, sync.OnceFunc(func() {
 			if err := <-done; err != nil {
 				fmt.Fprintf(a.stderr, "meshfold demo: %s: %v\n", what, err)
 			}
 			nc.Close()
-		})
+		}))
 		return nil
 	}
 
@@ -258,16 +259,22 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 		m.rt.StopAll(sctx)
 		_ = m.rt.Close()
 	}()
+	// The agent stops before the reconciler (stopAgent), so that the
+	// reconciler records its down.
+	actx, acancel := context.WithCancel(ctx)
+	defer acancel()
 	if err := start("node", func(nc *nats.Conn, js jetstream.JetStream) error {
 		agent, err := node.New(nc, js, node.Config{Name: name, Root: root, StateDir: state, Runtime: m.rt,
 			Stream: m.cfg, Logger: log.With("component", "node"), Trust: trust})
 		if err != nil {
 			return err
 		}
-		return agent.Run(ctx)
+		return agent.Run(actx)
 	}); err != nil {
 		return err
 	}
+	stopNode := stops[len(stops)-1]
+	stopAgent := func() { acancel(); stopNode() }
 	provisioner := events.WantModule{Name: "provisioner", Build: idle, RunsAs: acct, Provisioner: true}
 	mbg := events.WantModule{Name: "mesh-build-go", Build: mbgBuild, RunsAs: acct,
 		Files: []events.File{{Path: credsPath, Mode: "0600"}}}
@@ -363,7 +370,40 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	if err := m.folded(ctx, name, running.Seq); err != nil {
 		return err
 	}
-	return m.print(ctx, a.stdout, name, root, credsPath)
+	if err := m.print(ctx, a.stdout, name, root, credsPath); err != nil {
+		return err
+	}
+	return m.windDown(ctx, a.stdout, name, stopAgent)
+}
+
+// windDown ends the demo as the mesh records an end: a want of no module
+// stops the node's modules through its agent (its have then says none
+// runs), then the agent stops, releasing its lease, and the reconciler
+// records its down before the demo stops the reconciler. Without it the
+// stream left in DIR/nats ended with the modules running and the agent up,
+// and a 'meshfold serve --data DIR/nats' recorded the agent's down at its
+// own start and showed in 'state' modules that no longer ran.
+func (m *demoMesh) windDown(ctx context.Context, w io.Writer, name string, stopAgent func()) error {
+	none, err := m.want(ctx, name, []events.WantModule{}...)
+	if err != nil {
+		return err
+	}
+	if _, err := m.waitFor(ctx, "the modules to stop", func(ev events.Event) bool {
+		h, ok := ev.Payload.(*events.Have)
+		return ok && ev.Seq > none && !slices.ContainsFunc(h.Modules, func(hm events.HaveModule) bool { return hm.State != events.Stopped })
+	}); err != nil {
+		return err
+	}
+	stopAgent()
+	down, err := m.waitFor(ctx, "the agent's down", func(ev events.Event) bool {
+		p, ok := ev.Payload.(*events.Agent)
+		return ok && p.State == events.AgentDown
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nstopped: %s's modules by a want of none (#%d), then its agent (its down is #%d)\n", name, none, down.Seq)
+	return nil
 }
 
 // searchable checks that every directory from dir up is searchable by

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -294,6 +295,43 @@ func TestDemo(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "demo broker credential") {
 		t.Error("the demo printed the content")
+	}
+
+	// The stream the demo leaves ends as the demo did: its modules
+	// stopped (a have after a want of none), then its agent's down
+	// (released), recorded by the demo's own reconciler; a serve on
+	// DIR/nats has nothing left to record and no module to show running.
+	e, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := store.StreamConfig{}.WithDefaults()
+	var tail []events.Event
+	if err := store.ReadNode(ctx, js, cfg.Name, cfg.Subjects(), "ace", 0, 0, func(m store.Msg) error {
+		tail = append(tail, m.Event)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(tail) < 2 {
+		t.Fatalf("ace's stream holds %d events", len(tail))
+	}
+	h, okHave := tail[len(tail)-2].Payload.(*events.Have)
+	ag, okAgent := tail[len(tail)-1].Payload.(*events.Agent)
+	if !okHave || slices.ContainsFunc(h.Modules, func(hm events.HaveModule) bool { return hm.State != events.Stopped }) ||
+		!okAgent || ag.State != events.AgentDown || ag.Why != events.WhyReleased {
+		t.Errorf("ace's stream ends with %s then %s, want a have of no running module then the agent's down (released)",
+			tail[len(tail)-2].Kind, tail[len(tail)-1].Kind)
 	}
 }
 
