@@ -84,8 +84,13 @@ type meshfoldProcess struct {
 
 func startMeshfold(t testing.TB, args ...string) *meshfoldProcess {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestHelperProcess$", "--"}, args...)...)
-	cmd.Env = append(os.Environ(), "MESHFOLD_HELPER_PROCESS=1")
+	return startMeshfoldCmd(t, helperCommand(args...), args)
+}
+
+// startMeshfoldCmd starts cmd, meshfold run with args (this test binary
+// as the helper process, or a built binary), as startMeshfold does.
+func startMeshfoldCmd(t testing.TB, cmd *exec.Cmd, args []string) *meshfoldProcess {
+	t.Helper()
 	p := &meshfoldProcess{cmd: cmd, stderr: &storetest.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &bytes.Buffer{}, p.stderr
 	if err := testproc.StartChild(cmd); err != nil {
