@@ -169,11 +169,7 @@ func (w *agentWatch) run(ctx context.Context) error {
 				w.log.Warn("agent liveness: nodes whose agent went down while no reconciler watched not checked yet", "err", err)
 			}
 		case <-tick.C:
-			if w.reconnects != nil {
-				if n := w.reconnects(); n != w.seenReconnects {
-					w.startGrace("the connection reconnected")
-				}
-			}
+			w.inGrace() // starts a grace when the connection reconnected
 			w.expire(ctx)
 			for node := range w.dirty {
 				w.sync(ctx, node)
@@ -200,8 +196,18 @@ func (w *agentWatch) startGrace(why string) {
 }
 
 // inGrace reports whether the grace after the watch's start or its last
-// reconnect still runs.
-func (w *agentWatch) inGrace() bool { return w.now().Before(w.graceUntil) }
+// reconnect still runs, starting one when the connection has reconnected
+// since the last: read at the moment of a judgement, so that a lease read
+// missing by a request answered after a reconnect (the expiry poll's get,
+// blocked through the outage) is judged in the grace the reconnect starts.
+// nats.Conn counts a reconnect before it sends anything on the new
+// connection.
+func (w *agentWatch) inGrace() bool {
+	if w.reconnects != nil && w.reconnects() != w.seenReconnects {
+		w.startGrace("the connection reconnected")
+	}
+	return w.now().Before(w.graceUntil)
+}
 
 // entry takes one change of the bucket.
 func (w *agentWatch) entry(ctx context.Context, e jetstream.KeyValueEntry) {
