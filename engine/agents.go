@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
@@ -31,6 +32,19 @@ import (
 // (the bucket's TTL removes it silently), so a key unrenewed for its TTL
 // is read again until it is gone.
 const agentCheck = 250 * time.Millisecond
+
+// sweepTimeout bounds the sweep's stream info (agentWatch.startSweep), which
+// the server answers by walking every subject of the stream (60 ms of its
+// CPU at 100,000 nodes on a quiet machine): a request the server never
+// answers (it stopped after taking it) fails then, and is retried.
+const sweepTimeout = 10 * time.Second
+
+// sweepRetry paces the retries of a failed sweep: from the first, about
+// doubling (jittered by half), to the most, without end.
+const (
+	sweepRetryFirst = agentCheck
+	sweepRetryMost  = 30 * time.Second
+)
 
 // AgentGrace is how long a reconciler's agent liveness watch that has
 // just started, or whose connection has just reconnected, waits before it
@@ -76,6 +90,27 @@ type agentWatch struct {
 	// loaded is closed once the reconciler's first partition loads are
 	// over (Reconciler.first): the sweep waits for it.
 	loaded <-chan struct{}
+
+	// The sweep runs off the loop, once for every start of the grace
+	// (the watch's start, a reconnect), retried until it succeeds:
+	// graces counts the starts, swept is the count the last sweep that
+	// succeeded was started at. sweeping delivers the result of the one
+	// under way (nil: none); a failed one is tried again at sweepAt,
+	// paced by sweepPace. sweepTimeout bounds its request (the constant;
+	// tests shorten it).
+	graces, swept uint64
+	sweeping      chan sweepResult
+	sweepAt       time.Time
+	sweepPace     *backoff.ExponentialBackOff
+	sweepTimeout  time.Duration
+}
+
+// sweepResult is what a sweep's stream info found: the nodes with an
+// agent event, as of the grace start numbered grace.
+type sweepResult struct {
+	grace uint64
+	nodes []string
+	err   error
 }
 
 // closedChan is a closed channel: ready at once.
@@ -103,7 +138,7 @@ type agentRecord struct {
 func (r *Reconciler) watchAgents(ctx context.Context, kv jetstream.KeyValue) error {
 	w := &agentWatch{kv: kv, stream: r.stream, subj: r.subj, pub: r.pub, key: r.key, log: r.log, m: r.m,
 		leases: map[string]*nodeLease{}, last: map[string]*agentRecord{}, dirty: map[string]bool{}, now: time.Now,
-		held: map[string]bool{}, loaded: r.first.done}
+		held: map[string]bool{}, loaded: r.first.done, sweepTimeout: sweepTimeout}
 	if nc := r.js.Conn(); nc != nil {
 		w.reconnects = func() uint64 { return nc.Stats().Reconnects }
 	}
@@ -124,7 +159,13 @@ func (r *Reconciler) watchAgents(ctx context.Context, kv jetstream.KeyValue) err
 // run watches the bucket from its current values until ctx ends or the
 // watch fails.
 func (w *agentWatch) run(ctx context.Context) error {
-	st, err := w.kv.Status(ctx)
+	// rctx ends the sweep under way when the watch does.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.sweeping = nil
+	sctx, scancel := context.WithTimeout(ctx, ackTimeout)
+	st, err := w.kv.Status(sctx)
+	scancel()
 	if err != nil {
 		return err
 	}
@@ -143,8 +184,10 @@ func (w *agentWatch) run(ctx context.Context) error {
 	// sweepDue is the reconciler's first loads, once the watch's initial
 	// values are in: the sweep's stream info walks every subject of the
 	// stream on the server, and waits until a restart's partitions have
-	// refolded their tails and read their states (issue 27).
+	// refolded their tails and read their states (issue 27). sweepOpen:
+	// it has been ready.
 	var sweepDue <-chan struct{}
+	sweepOpen := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -164,12 +207,16 @@ func (w *agentWatch) run(ctx context.Context) error {
 			}
 			w.entry(ctx, e)
 		case <-sweepDue:
-			sweepDue = nil
-			if err := w.sweep(ctx); err != nil {
-				w.log.Warn("agent liveness: nodes whose agent went down while no reconciler watched not checked yet", "err", err)
-			}
+			sweepDue, sweepOpen = nil, true
+			w.startSweep(rctx)
+		case res := <-w.sweeping:
+			w.sweeping = nil
+			w.sweepDone(ctx, res)
 		case <-tick.C:
 			w.inGrace() // starts a grace when the connection reconnected
+			if sweepOpen {
+				w.startSweep(rctx)
+			}
 			w.expire(ctx)
 			for node := range w.dirty {
 				w.sync(ctx, node)
@@ -190,6 +237,10 @@ func (w *agentWatch) startGrace(why string) {
 	if w.reconnects != nil {
 		w.seenReconnects = w.reconnects()
 	}
+	// A sweep is owed for this start, at once.
+	w.graces++
+	w.sweepAt = time.Time{}
+	w.sweepPace = nil
 	grace := AgentGrace(w.ttl)
 	w.graceUntil = w.now().Add(grace)
 	w.log.Debug("agent liveness: an expired lease is recorded down only after a grace", "why", why, "grace", grace)
@@ -252,7 +303,9 @@ func (w *agentWatch) expire(ctx context.Context) {
 		if !ls.present || now.Sub(ls.seen) < w.ttl {
 			continue
 		}
-		e, err := w.kv.Get(ctx, node)
+		gctx, cancel := context.WithTimeout(ctx, ackTimeout)
+		e, err := w.kv.Get(gctx, node)
+		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
 			ls.present, ls.why = false, events.WhyExpired
@@ -265,23 +318,56 @@ func (w *agentWatch) expire(ctx context.Context) {
 	}
 }
 
-// sweep finds the nodes whose newest agent event says up while the
+// The sweep finds the nodes whose newest agent event says up while the
 // bucket holds no lease for them: agents that went down while no
 // reconciler watched (a restart of the reconciler while a node is down
-// records its down once, and loses none).
-func (w *agentWatch) sweep(ctx context.Context) error {
-	nodes, err := store.ListNodes(ctx, w.stream, w.subj, events.KindAgent)
-	if err != nil {
-		return err
+// records its down once, and loses none), or while this one's connection
+// was away. Its stream info runs off the loop, under sweepTimeout, so the
+// loop judges leases meanwhile: a request the server never answers (it
+// stopped after taking it) blocked the loop until the watch ended, and no
+// expiry was judged meanwhile. It runs once for every start of the grace
+// (the watch's start, each reconnect) and is retried until it succeeds.
+
+// startSweep starts the sweep owed, unless one is under way or a failed
+// one's retry is not due.
+func (w *agentWatch) startSweep(ctx context.Context) {
+	if w.swept == w.graces || w.sweeping != nil || w.now().Before(w.sweepAt) {
+		return
 	}
-	for _, node := range nodes {
+	res := make(chan sweepResult, 1)
+	w.sweeping = res
+	grace, timeout := w.graces, w.sweepTimeout
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		nodes, err := store.ListNodes(sctx, w.stream, w.subj, events.KindAgent)
+		res <- sweepResult{grace: grace, nodes: nodes, err: err}
+	}()
+}
+
+// sweepDone takes a sweep's result: each node it lists that the watch has
+// seen no lease of is judged as one whose lease expired; a failure is
+// retried after the sweep's pace.
+func (w *agentWatch) sweepDone(ctx context.Context, res sweepResult) {
+	if res.err != nil {
+		if w.sweepPace == nil {
+			w.sweepPace = backoff.NewExponentialBackOff(backoff.WithInitialInterval(sweepRetryFirst),
+				backoff.WithMultiplier(2), backoff.WithMaxInterval(sweepRetryMost), backoff.WithMaxElapsedTime(0))
+		}
+		wait := w.sweepPace.NextBackOff()
+		w.sweepAt = w.now().Add(wait)
+		w.log.Warn("agent liveness: nodes whose agent went down while no reconciler watched not checked yet; retrying",
+			"err", res.err, "in", wait)
+		return
+	}
+	w.swept, w.sweepAt, w.sweepPace = max(w.swept, res.grace), time.Time{}, nil
+	for _, node := range res.nodes {
 		if ls := w.leases[node]; ls != nil {
 			continue // seen in the bucket: synced already
 		}
 		w.leases[node] = &nodeLease{why: events.WhyExpired}
 		w.sync(ctx, node)
 	}
-	return nil
 }
 
 // lastRecord returns the node's newest agent event, from the cache or a
@@ -290,7 +376,9 @@ func (w *agentWatch) lastRecord(ctx context.Context, node string) (*agentRecord,
 	if rec := w.last[node]; rec != nil {
 		return rec, nil
 	}
-	m, err := store.LastMsg(ctx, w.stream, w.subj, node, events.KindAgent)
+	gctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	m, err := store.LastMsg(gctx, w.stream, w.subj, node, events.KindAgent)
+	cancel()
 	switch {
 	case errors.Is(err, store.ErrNoMessage):
 		rec := &agentRecord{}
@@ -396,7 +484,9 @@ func (w *agentWatch) sync(ctx context.Context, node string) {
 // c4's claim, reading the up of c4 another instance had recorded,
 // recorded "down c4 released" from the delete of c3 it had seen last.
 func (w *agentWatch) newerLease(ctx context.Context, node string, ls *nodeLease) bool {
-	e, err := w.kv.Get(ctx, node)
+	gctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	e, err := w.kv.Get(gctx, node)
+	cancel()
 	if err != nil || e.Revision() <= ls.rev || e.Operation() != jetstream.KeyValuePut {
 		return false
 	}
@@ -415,7 +505,9 @@ func (w *agentWatch) upHolder(ctx context.Context, node string, rec *agentRecord
 	if ls := w.leases[node]; ls != nil && ls.holder.Token == rec.claim {
 		return &events.Agent{Host: ls.holder.Host, PID: ls.holder.PID}, true
 	}
-	m, err := store.LastMsg(ctx, w.stream, w.subj, node, events.KindAgent)
+	gctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	m, err := store.LastMsg(gctx, w.stream, w.subj, node, events.KindAgent)
+	cancel()
 	if err != nil || m.Event.Seq != rec.seq {
 		return nil, false
 	}

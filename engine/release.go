@@ -211,7 +211,7 @@ func (g *tailGate) wait(ctx context.Context) error {
 	}
 }
 
-// firstLoads holds the agent liveness sweep (agentWatch.sweep) until the
+// firstLoads holds the agent liveness sweep (agentWatch.startSweep) until the
 // partitions Run starts at once have each ended their first load (the
 // session's endLoad: its states read and its tail refolded), so that the
 // sweep's stream info, which walks every subject of the stream on the
