@@ -22,6 +22,12 @@
 //     one whose agent is down, or whose have shows a restart or a
 //     module not running healthy, is changing again, or failed on a
 //     crash loop);
+//   - a canary passes only once it ran the new build: a canary target
+//     clears its batch only when done (or retired), one away (agent
+//     down, node paused) holds it ([View].Waiting says so) and at its
+//     healthy_deadline is unreached and halts the rollout; the canary
+//     batch waits for a promote only with a target done: Rollout.clear,
+//     judge and advance;
 //   - a conflict (a want changed by hand, seen on the node's subject or
 //     reported refused by the server): checkConflict; such a target is
 //     never overwritten, not even by a revert;

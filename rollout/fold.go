@@ -292,6 +292,12 @@ func (f *folder) fail(n *Node, why string) {
 // halt stops a running rollout after a failure; with auto_revert every
 // changed target gets its previous want back.
 func (f *folder) halt(n *Node) {
+	f.haltOn(n.Name, "target "+n.Name+" "+string(n.Status), n.Why)
+}
+
+// haltOn halts a running rollout: what (the target and its status, or
+// the batch) failed, and why; node names the node the halt is about.
+func (f *folder) haltOn(node, what, why string) {
 	r := f.r
 	if r.Phase != Running && r.Phase != WaitingPromote && r.Phase != Loading {
 		return
@@ -300,10 +306,10 @@ func (f *folder) halt(n *Node) {
 		return // load halts it once every node is known
 	}
 	r.Phase = Halted
-	r.Halt = f.mark("", n.Name, n.Why)
-	f.record(0, n.Name, string(Halted), events.LevelError, "rollout %d halted: target %s %s: %s", r.ID, n.Name, n.Status, n.Why)
+	r.Halt = f.mark("", node, why)
+	f.record(0, node, string(Halted), events.LevelError, "rollout %d halted: %s: %s", r.ID, what, why)
 	if r.R.AutoRevert {
-		f.revert(f.mark("auto_revert", n.Name, "target "+n.Name+" "+string(n.Status)))
+		f.revert(f.mark("auto_revert", node, what))
 	}
 }
 
@@ -611,7 +617,7 @@ func (s *State) Ignores(k Kind, id uint64) string {
 		case r.Phase == WaitingPromote:
 			return ""
 		case r.R.Canary > 0 && r.Promoted == nil && (r.Phase == Running || r.Phase == Loading):
-			return fmt.Sprintf("the canary batch is not done (%d of %d clear)", r.Clear, r.R.Canary)
+			return r.canaryNotDone()
 		}
 		return fmt.Sprintf("no canary waits for a promote (rollout %s)", r.Phase)
 	case KindPause:
@@ -845,6 +851,19 @@ func (f *folder) judge(n *Node) {
 	if n.Status == WaitingApproval || now.Before(n.DeadlineFrom.Add(r.R.HealthyDeadline)) {
 		return
 	}
+	if n.away() && r.canary(n) {
+		// The canary never ran the new build: it does not pass, and the
+		// rollout halts (a failure's halt: auto_revert gives it its
+		// previous want back) rather than wait for a promote of an
+		// untried build.
+		n.Status = Unreached
+		n.Why = fmt.Sprintf("canary %s: %s, still at its healthy_deadline %s: it never ran the new build, so the canary batch does not pass",
+			n.Name, awayShort(n), now.Format(time.RFC3339))
+		f.finish(n)
+		f.record(0, n.Name, string(Unreached), events.LevelError, "target %s unreached: %s", n.Name, n.Why)
+		f.halt(n)
+		return
+	}
 	if n.Paused != nil && !n.Down {
 		n.Status = Unreached
 		n.Why = n.awayWhy() + " at its healthy_deadline: it takes its newest want when resumed"
@@ -878,6 +897,79 @@ func (f *folder) canaryBroken(n *Node) string {
 		return "a module restarted"
 	}
 	return mismatch(n)
+}
+
+// canaryWait says why the canary batch of a running rollout waits on n:
+// a canary target being changed while its agent is down or its node
+// paused ("canary ivy: agent down since T: …"); "" for any other target,
+// or when the rollout is not running.
+func (r *Rollout) canaryWait(n *Node) string {
+	if r.Phase != Running || !r.canary(n) || !n.active() || !n.away() {
+		return ""
+	}
+	s := fmt.Sprintf("canary %s: %s: the canary batch waits for it", n.Name, awayShort(n))
+	if n.Status != WaitingApproval {
+		s += fmt.Sprintf("; the rollout halts at its healthy_deadline %s unless it is back and runs the new build healthy by then", n.DeadlineFrom.Add(r.R.HealthyDeadline).Format(time.RFC3339))
+	}
+	return s
+}
+
+// canaryNotDone says why the canary batch of a rollout not yet promoted
+// waits: how many of its targets are done, and for up to three that are
+// not, where they stand ("canary ivy: agent down since T").
+func (r *Rollout) canaryNotDone() string {
+	if r.Phase == Loading {
+		return fmt.Sprintf("the canary batch is not done (the start's nodes are loading, %d of %d pages)", r.Loaded, r.Pages)
+	}
+	end := r.batchEnd(0)
+	done := 0
+	var wait []string
+	for _, name := range r.Targets[:end] {
+		n := r.Nodes[name]
+		switch {
+		case n.Status == Done:
+			done++
+		case n.Status == Skipped:
+		case len(wait) == 3:
+			wait = append(wait, "…")
+		case len(wait) < 3:
+			st := string(n.Status)
+			switch {
+			case n.away():
+				st = awayShort(n)
+			case n.Why != "":
+				st += ": " + n.Why
+			case n.Status == Changing:
+				st += ": " + progress(n, r.R)
+			}
+			wait = append(wait, "canary "+name+": "+st)
+		}
+	}
+	s := fmt.Sprintf("the canary batch is not done (%d of %d done)", done, end)
+	if len(wait) > 0 {
+		s += ": " + strings.Join(wait, "; ")
+	}
+	return s
+}
+
+// progress says where a target being changed stands: no plan of its new
+// want yet, its plan not settled, what does not run healthy, or since
+// when it runs healthy.
+func progress(n *Node, rs Resolved) string {
+	switch {
+	case n.Published == 0:
+		return "its want not recorded published yet"
+	case n.Plan == nil || n.Plan.Want != n.Published:
+		return fmt.Sprintf("no plan of its want #%d yet", n.Published)
+	case n.Settled < n.Plan.Seq:
+		return fmt.Sprintf("its plan #%d not settled yet", n.Plan.Seq)
+	case !n.GoodSince.IsZero():
+		return fmt.Sprintf("healthy since %s, for min_healthy %s", n.GoodSince.Format(time.RFC3339), rs.MinHealthy)
+	}
+	if why := mismatch(n); why != "" {
+		return why
+	}
+	return "not healthy yet"
 }
 
 // heldForApproval returns the plan's first row held for an approval.
@@ -975,6 +1067,12 @@ func (f *folder) advance() {
 			end := r.batchEnd(r.Batch)
 			if r.Next >= end && r.Clear == end-r.batchStart(r.Batch) {
 				if r.Batch == 0 && r.R.Canary > 0 && r.Promoted == nil {
+					if !r.canaryTried() {
+						// Every canary target was retired: none ran the
+						// new build, so there is nothing to promote.
+						f.haltOn(r.Targets[0], "the canary batch", "no canary target ran the new build: every one was retired, so there is nothing to promote")
+						return
+					}
 					r.Phase = WaitingPromote
 					f.record(0, "", string(WaitingPromote), events.LevelInfo, "canary batch done (%s): waiting for a promote", plural(r.R.Canary, "target"))
 					return
@@ -1017,6 +1115,17 @@ func (f *folder) advance() {
 			return
 		}
 	}
+}
+
+// canaryTried reports whether a target of the canary batch is done: ran
+// the new build, healthy, for min_healthy.
+func (r *Rollout) canaryTried() bool {
+	for _, name := range r.Targets[:r.batchEnd(0)] {
+		if r.Nodes[name].Status == Done {
+			return true
+		}
+	}
+	return false
 }
 
 // batchStart returns the index in Targets of batch k's first target.

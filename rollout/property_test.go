@@ -310,3 +310,47 @@ func TestIdleWaitsForARolloutEvent(t *testing.T) {
 		}
 	})
 }
+
+// TestCanaryPassesOnlyWhenTried: a rollout with a canary waits for a
+// promote, and a target past the canary batch gets its new want, only
+// once a canary target ran the new build (done) and every other one is
+// done or retired (skipped): a canary whose agent is down, paused or
+// unreached, or that never settled, never lets an untried build on to
+// the fleet (a user's report: a canary down before apply reached
+// waiting-promote).
+func TestCanaryPassesOnlyWhenTried(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		h := history(t)
+		s := rollout.NewState("web")
+		for _, in := range h.stream {
+			effs := s.Fold(in)
+			r := s.Rollout
+			if r == nil || r.R.Canary == 0 || r.Phase == rollout.Loading {
+				continue
+			}
+			tried := func(what string) {
+				done := 0
+				for _, name := range r.Targets[:min(r.R.Canary, len(r.Targets))] {
+					switch n := r.Nodes[name]; n.Status {
+					case rollout.Done:
+						done++
+					case rollout.Skipped:
+					default:
+						t.Fatalf("#%d: %s while canary %s is %s (down %v, paused %v)", in.Seq, what, name, n.Status, n.Down, n.Paused != nil)
+					}
+				}
+				if done == 0 {
+					t.Fatalf("#%d: %s with no canary target done", in.Seq, what)
+				}
+			}
+			if r.Phase == rollout.WaitingPromote {
+				tried("waiting-promote")
+			}
+			for _, e := range effs {
+				if w := e.Want; w != nil && w.Step == rollout.StepForward && r.Nodes[w.Node].Batch > 0 && r.Promoted != nil && r.Promoted.Seq == in.Seq {
+					tried("promoted and " + w.Node + " given its want")
+				}
+			}
+		}
+	})
+}

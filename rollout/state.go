@@ -377,18 +377,25 @@ func (n *Node) unavailable() bool {
 // unreached, skipped (retired), or given its want while its agent is
 // down or it is paused
 // (it takes it when it returns or is resumed; DESIGN.md §11: it does not
-// stop the others). A canary target away is not clear: the canary batch
-// waits for a promote only once its targets passed or their deadline
-// did (docs/architecture.md, "A canary is watched until its promote").
+// stop the others). A canary target is clear only when done or skipped:
+// the canary batch exists to try the new build, so one that is away or
+// unreached never ran it and holds the batch (it halts the rollout at
+// its deadline instead; docs/architecture.md, "A canary passes only
+// once it ran the new build").
 func (r *Rollout) clear(n *Node) bool {
 	switch n.Status {
-	case Done, Unreached, Skipped:
+	case Done, Skipped:
 		return true
+	case Unreached:
+		return !r.canary(n)
 	case Publishing, Changing, WaitingApproval:
-		return n.away() && !(r.R.Canary > 0 && n.Batch == 0)
+		return n.away() && !r.canary(n)
 	}
 	return false
 }
+
+// canary reports whether n is a target of the canary batch.
+func (r *Rollout) canary(n *Node) bool { return r.R.Canary > 0 && n.Want > 0 && n.Batch == 0 }
 
 // away reports whether the node cannot take a want now: its agent is
 // down or an operator paused it.
@@ -400,6 +407,24 @@ func (n *Node) awayWhy() string {
 	var parts []string
 	if n.Down {
 		parts = append(parts, "its agent is down since "+n.DownSince.Format(time.RFC3339))
+	}
+	if p := n.Paused; p != nil {
+		s := "paused by " + events.Text(p.By) + " since " + p.Time.Format(time.RFC3339)
+		if p.Reason != "" {
+			s += ": " + events.ErrorText(p.Reason)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// awayShort says why the node is away, as status and records word it:
+// "agent down since T" and/or "paused by WHO since T: REASON"; "" when
+// it is not.
+func awayShort(n *Node) string {
+	var parts []string
+	if n.Down {
+		parts = append(parts, "agent down since "+n.DownSince.Format(time.RFC3339))
 	}
 	if p := n.Paused; p != nil {
 		s := "paused by " + events.Text(p.By) + " since " + p.Time.Format(time.RFC3339)

@@ -29,6 +29,12 @@ type View struct {
 	Batches  int      `json:"batches"`
 	Params   Resolved `json:"params"`
 	Promoted bool     `json:"promoted,omitempty"`
+	// Waiting says, one line each, what holds the rollout that only a
+	// node's return can end: a canary target whose agent is down or
+	// whose node is paused ("canary ivy: agent down since T: the canary
+	// batch waits for it; the rollout halts at its healthy_deadline T2
+	// unless …"). Empty otherwise.
+	Waiting []string `json:"waiting,omitempty"`
 	// Unavailable counts the fleet's nodes unavailable now, against
 	// Params.MaxUnavailable.
 	Unavailable int `json:"unavailable"`
@@ -94,7 +100,10 @@ func (s *State) View() View {
 		n := r.Nodes[name]
 		t := TargetView{Node: name, Batch: n.Batch + 1, Status: n.Status, Why: n.Why, Step: n.Step, Prev: n.Prev,
 			Published: n.Published, Down: n.Down, Paused: n.Paused, Revert: n.Back, HealthySince: n.GoodSince}
-		if t.Why == "" && n.Paused != nil {
+		if w := r.canaryWait(n); w != "" {
+			t.Why = w
+			v.Waiting = append(v.Waiting, w)
+		} else if t.Why == "" && n.Paused != nil {
 			t.Why = n.awayWhy()
 		}
 		if n.Plan != nil && n.Published > 0 && n.Plan.Want == n.Published {
@@ -210,6 +219,8 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		say("waiting for the controller to record its want published")
 	case Changing:
 		switch {
+		case r.canaryWait(n) != "":
+			say("%s", r.canaryWait(n))
 		case n.Paused != nil:
 			say("%s: it takes its want when resumed", n.awayWhy())
 		case n.Down:
@@ -243,14 +254,7 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 
 func availText(n *Node) string {
 	var parts []string
-	if n.Down {
-		parts = append(parts, "agent down since "+n.DownSince.Format(time.RFC3339))
-	}
-	if p := n.Paused; p != nil {
-		s := "paused by " + events.Text(p.By) + " since " + p.Time.Format(time.RFC3339)
-		if p.Reason != "" {
-			s += ": " + events.ErrorText(p.Reason)
-		}
+	if s := awayShort(n); s != "" {
 		parts = append(parts, s)
 	}
 	if len(n.Unhealthy) > 0 {

@@ -158,7 +158,7 @@ func TestRolloutVerbs(t *testing.T) {
 		return msg.Sequence
 	}
 	for _, c := range []struct{ verb, why string }{
-		{"promote", "the canary batch is not done (0 of 1 clear)"},
+		{"promote", "the canary batch is not done (0 of 1 done): canary ace: changing"},
 		{"resume", "rollout running, not paused"},
 	} {
 		before := last(c.verb)
