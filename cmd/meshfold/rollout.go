@@ -43,7 +43,7 @@ Every verb is an event in the stream, with --by.`,
 		kind        rollout.Kind
 		short, long string
 	}{
-		{rollout.KindPromote, "Let a rollout go on past its canary", "promote lets the rollout go on past its canary batch once the canary is done\n(a promote before that is refused, as Nomad refuses one: promote again once\nstatus says waiting-promote)."},
+		{rollout.KindPromote, "Let a rollout go on past its canary", "promote lets the rollout go on past its canary batch once the canary is done:\nit ran the new build healthy for min_healthy (a canary whose agent is down is\nnot; status says why the batch waits). A promote before that is refused, as\nNomad refuses one: promote again once status says waiting-promote."},
 		{rollout.KindPause, "Stop a rollout's new steps", "pause stops new steps; failures, halts and reverts still happen."},
 		{rollout.KindResume, "Let a paused rollout take new steps again", "resume ends a pause."},
 		{rollout.KindAbort, "Stop deciding: targets keep the want they have", "abort stops the rollout: no more steps; the targets keep the want they have\nand are no longer judged."},
@@ -197,6 +197,9 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 			}
 			fmt.Fprintln(w)
 		}
+	}
+	for _, l := range v.Waiting {
+		fmt.Fprintf(w, "waiting: %s\n", events.ErrorText(l))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tBATCH\tSTATUS\tWANT\tPLAN\tSETTLED\tRUNNING\tHEALTHY SINCE\tWHY")
