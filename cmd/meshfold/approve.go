@@ -36,7 +36,9 @@ approval's stream sequence, one line per node; exit 1 if any publish failed,
 A node with no event in the stream is refused (exit 2, nothing published): a
 mistyped name would make a phantom node that 'meshfold fleet' lists. An
 approval may come before the node's first want: --new approves on such a
-node anyway.`,
+node anyway.
+
+` + allRetiredHelp,
 		Example: `  meshfold approve novox nats img:nats-2.10.24 --by alice
   meshfold approve novox ace nats img:nats-2.10.24 --by alice
   meshfold approve --all nats img:nats-2.10.24 --by alice`,

@@ -45,7 +45,7 @@ func (o *operatorFlags) add(cmd *cobra.Command, reason, all bool) {
 		cmd.Flags().StringVar(&o.reason, "reason", "", "why, for the audit (one line)")
 	}
 	if all {
-		cmd.Flags().BoolVar(&o.all, "all", false, "every node that has a want, instead of naming nodes")
+		cmd.Flags().BoolVar(&o.all, "all", false, "every node that has a want and is not retired, instead of naming nodes")
 	}
 }
 
@@ -54,6 +54,12 @@ func (o *operatorFlags) add(cmd *cobra.Command, reason, all bool) {
 func (o *operatorFlags) addNew(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&o.newNode, "new", false, "act on a node that has no want in the stream yet (refused without it: a mistyped name would make a phantom node)")
 }
+
+// allRetiredHelp is the paragraph of the --help of the verbs that take
+// --all (allVerbs) on retired nodes.
+const allRetiredHelp = `--all skips the nodes retired or retiring (a retire newer than the node's
+newest want) and says on stderr how many it skipped; naming such a node is
+refused (exit 1, nothing published to any node named): a want brings it back.`
 
 // newNodeHelp is the paragraph of the --help of the verbs that take --new.
 const newNodeHelp = `A node with no want in the stream is refused (exit 2, nothing published):
@@ -75,7 +81,7 @@ shows who paused a node and since when. A second pause keeps the first.
 Undo with 'meshfold resume'. Prints each event's stream sequence, one line
 per node; exit 1 if any publish failed, 2 on a usage error.
 
-` + newNodeHelp,
+` + newNodeHelp + "\n\n" + allRetiredHelp,
 		Example: `  meshfold pause ace --by alice --reason "disk swap"
   meshfold pause ace shanks --by alice
   meshfold pause --all --by alice --reason "freeze for the release"`,
@@ -99,7 +105,7 @@ A resume of a node that is not paused changes nothing.
 Prints each event's stream sequence, one line per node; exit 1 if any
 publish failed, 2 on a usage error.
 
-` + newNodeHelp,
+` + newNodeHelp + "\n\n" + allRetiredHelp,
 		Example: `  meshfold resume ace --by alice
   meshfold resume --all --by alice`,
 		ValidArgsFunction: a.completeNodes(-1),
@@ -122,7 +128,7 @@ item: the node judges the refill as any other write.
 Prints each event's stream sequence, one line per node; exit 1 if any
 publish failed, 2 on a usage error.
 
-` + newNodeHelp,
+` + newNodeHelp + "\n\n" + allRetiredHelp,
 		Example: `  meshfold poke ace --by alice --reason "broker creds rotated"
   meshfold poke --all --by alice`,
 		ValidArgsFunction: a.completeNodes(-1),
@@ -250,11 +256,14 @@ func (o *operatorFlags) context(cmd *cobra.Command) (context.Context, context.Ca
 }
 
 // publishEach publishes one event of kind, made by mk, to each of nodes
-// (or, with all, to every node that has a want), and reports each on its
-// own line. Everything is checked before anything is published: a bad
+// (or, with all, to every node that has a want and is not retired or
+// retiring: those are skipped, and said so on stderr), and reports each on
+// its own line. Everything is checked before anything is published: a bad
 // node name, no node, --all beside nodes, or a payload that fails
 // validation are usage errors (exit 2); so is a named node check refuses
 // (checkWant: the stream holds no want of it; checkKnown: no event). A
+// retired node named to a verb that takes --all is refused (exit 1:
+// refuseRetired). A
 // publish that fails is reported and the others still go; the error then
 // says how many failed (exit 1).
 func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string, all bool, check nodeCheck, mk func() events.Payload) error {
@@ -284,6 +293,13 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 		if len(nodes) == 0 {
 			return errors.New("--all: no node has a want yet")
 		}
+		had := len(nodes)
+		if nodes, err = a.dropRetired(ctx, js, kind, nodes); err != nil {
+			return err
+		}
+		if len(nodes) == 0 {
+			return fmt.Errorf("--all: every node with a want (%d) is retired or retiring: nothing published", had)
+		}
 	} else {
 		switch check {
 		case checkWant:
@@ -294,6 +310,9 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 			if err := a.checkKnown(ctx, nc, kind, nodes); err != nil {
 				return err
 			}
+		}
+		if err := a.refuseRetired(ctx, js, kind, nodes); err != nil {
+			return err
 		}
 	}
 	var notes map[string]string
