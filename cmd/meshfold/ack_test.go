@@ -25,7 +25,7 @@ func TestAck(t *testing.T) {
 	ctx := testCtx(t)
 	m.serveReconciler(t)
 	pub := store.NewPublisher(m.js, m.cfg.Subjects())
-	if _, errOut, code := m.cli(t, "want", "warned", "-f", writeWantFile(t, goodWant)); code != 0 {
+	if _, errOut, code := m.cli(t, "want", "warned", "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
 		t.Fatalf("want: exit %d %s", code, errOut)
 	}
 	// A settle naming a plan that does not exist yet: the reconciler

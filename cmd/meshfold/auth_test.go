@@ -275,7 +275,7 @@ func TestIncident1WithCredentialsOverTLS(t *testing.T) {
 
 	want := func(body string) uint64 {
 		t.Helper()
-		code, out, errs := runCLI(ctx, append([]string{"want", "ace", "-f", writeWantFile(t, body)}, as("controller")...)...)
+		code, out, errs := runCLI(ctx, append([]string{"want", "ace", "--new", "-f", writeWantFile(t, body)}, as("controller")...)...)
 		m := regexp.MustCompile(`stream sequence (\d+)`).FindStringSubmatch(out)
 		if code != exitOK || m == nil {
 			t.Fatalf("want: %d %s %s", code, out, errs)

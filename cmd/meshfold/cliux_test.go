@@ -42,7 +42,7 @@ func TestMalformedBuildIsUsage(t *testing.T) {
 		t.Errorf("build rm %s: exit %d %s", bad, code, errOut)
 	}
 	f := writeWantFile(t, `{"modules":[{"name":"web","build":"`+bad+`","runs_as":"web"}]}`)
-	for _, args := range [][]string{{"want", "ace", "-f", f}, {"want", "ace", "-f", f, "--dry-run"}} {
+	for _, args := range [][]string{{"want", "ace", "--new", "-f", f}, {"want", "ace", "--new", "-f", f, "--dry-run"}} {
 		_, errOut, code := m.cli(t, args...)
 		if code != exitUsage || !strings.Contains(errOut, "malformed") || !strings.Contains(errOut, "nothing was published") {
 			t.Errorf("%v: exit %d\n%s", args, code, errOut)
@@ -50,7 +50,7 @@ func TestMalformedBuildIsUsage(t *testing.T) {
 	}
 	missing := "sha256:" + strings.Repeat("0", 64)
 	f = writeWantFile(t, `{"modules":[{"name":"web","build":"`+missing+`","runs_as":"web"}]}`)
-	if _, errOut, code := m.cli(t, "want", "ace", "-f", f); code != exitError {
+	if _, errOut, code := m.cli(t, "want", "ace", "--new", "-f", f); code != exitError {
 		t.Errorf("want of a build not pushed: exit %d %s", code, errOut)
 	}
 }
@@ -131,7 +131,7 @@ func TestSecretPutNodeWithoutSealedProvisioner(t *testing.T) {
 	if err := os.WriteFile(want, []byte(`{"modules":[{"name":"app","build":"app:1","runs_as":"nobody","files":[{"path":"/run/app/c","mode":"0600"}]}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, errs, code := m.cli(t, "want", "ace", "-f", want); code != 0 {
+	if out, errs, code := m.cli(t, "want", "ace", "--new", "-f", want); code != 0 {
 		t.Fatalf("want: exit %d\n%s%s", code, out, errs)
 	}
 	f := filepath.Join(dir, "c")

@@ -89,7 +89,7 @@ func TestConsoleWithCredentials(t *testing.T) {
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		streams[name] = sc
 	}
-	code, out, errs := runCLI(ctx, "want", "ace", "-f", writeWantFile(t, `{"modules":[{"name":"provisioner","build":"p:1","runs_as":"prov","provisioner":true}]}`),
+	code, out, errs := runCLI(ctx, "want", "ace", "--new", "-f", writeWantFile(t, `{"modules":[{"name":"provisioner","build":"p:1","runs_as":"prov","provisioner":true}]}`),
 		"--server", url, "--creds", filepath.Join(dir, "creds", "controller.creds"))
 	if code != exitOK {
 		t.Fatalf("want: %d %s %s", code, out, errs)

@@ -42,7 +42,7 @@ func TestWantExpectConflictNamesTheNewestWithAReplicaBehind(t *testing.T) {
 	url := c.Servers[0].ClientURL()
 	want := func(expect ...string) (int, string, string) {
 		var out, errb bytes.Buffer
-		args := append([]string{"want", "ace", "-f", writeWantFile(t, goodWant), "--allow-missing-build", "-s", url, "--log-level", "warn"}, expect...)
+		args := append([]string{"want", "ace", "--new", "-f", writeWantFile(t, goodWant), "--allow-missing-build", "-s", url, "--log-level", "warn"}, expect...)
 		code := run(ctx, args, strings.NewReader(""), &out, &errb)
 		return code, out.String(), errb.String()
 	}

@@ -20,7 +20,7 @@ import (
 // other fields from the command line, and prints its stream sequence.
 func TestOperatorVerbsPublish(t *testing.T) {
 	c := newVerbCLI(t)
-	if code, _, stderr := c.run(t, "", "want", "ace", "-f", writeWantFile(t, goodWant)); code != 0 {
+	if code, _, stderr := c.run(t, "", "want", "ace", "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
 		t.Fatalf("want ace: %s", stderr)
 	}
 	for _, tc := range []struct {
@@ -110,7 +110,7 @@ func TestOperatorVerbsUsage(t *testing.T) {
 // it (an approval may come before the want) with a note.
 func TestOperatorVerbsRefuseUnknownNode(t *testing.T) {
 	c := newVerbCLI(t)
-	if code, _, stderr := c.run(t, "", "want", "ace", "-f", writeWantFile(t, goodWant)); code != 0 {
+	if code, _, stderr := c.run(t, "", "want", "ace", "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
 		t.Fatalf("want ace: %s", stderr)
 	}
 	info := func() uint64 {
@@ -163,7 +163,7 @@ func TestOperatorVerbsRefuseUnknownNode(t *testing.T) {
 func TestOperatorVerbsManyNodes(t *testing.T) {
 	c := newVerbCLI(t)
 	for _, n := range []string{"ace", "shanks"} {
-		if code, _, stderr := c.run(t, "", "want", n, "-f", writeWantFile(t, goodWant)); code != 0 {
+		if code, _, stderr := c.run(t, "", "want", n, "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
 			t.Fatalf("want %s: %s", n, stderr)
 		}
 	}
@@ -298,7 +298,7 @@ func TestOperatorFlow(t *testing.T) {
 	v1 := writeWantFile(t, goodWant)
 	v2 := writeWantFile(t, strings.ReplaceAll(goodWant, `"g:1"`, `"g:2"`))
 
-	st := folded(printedSeq(t, cli("want", "ace", "-f", v1)))
+	st := folded(printedSeq(t, cli("want", "ace", "--new", "-f", v1)))
 	if plans() != 1 {
 		t.Fatalf("one want, %d plans", plans())
 	}
@@ -316,7 +316,7 @@ func TestOperatorFlow(t *testing.T) {
 
 	// Pause; a new want is taken in and shown pending; no plan.
 	folded(printedSeq(t, cli("pause", "ace", "--by", "alice", "--reason", "disk swap")))
-	wantOut := cli("want", "ace", "-f", v2)
+	wantOut := cli("want", "ace", "--new", "-f", v2)
 	st = folded(printedSeq(t, wantOut))
 	if plans() != 1 || st.Want.Seq != printedSeq(t, wantOut) {
 		t.Fatalf("paused: %d plans, want #%d", plans(), st.Want.Seq)
@@ -330,14 +330,14 @@ func TestOperatorFlow(t *testing.T) {
 	// The dry run of a third want: computed from the reconciler's state,
 	// the sequence to pin, nothing published.
 	before, _ := store.StreamLastSeq(ctx, stream)
-	out = cli("want", "ace", "-f", v1, "--dry-run")
+	out = cli("want", "ace", "--new", "-f", v1, "--dry-run")
 	for _, w := range []string{fmt.Sprintf("folded through #%d, from the reconciler (live)", st.Seq),
 		fmt.Sprintf("--expect %d", st.Want.Seq), "no plan yet: the node is paused (by alice", "nothing was published"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("dry run lacks %q:\n%s", w, out)
 		}
 	}
-	out = cli("want", "ace", "-f", v1, "--dry-run", "-o", "json")
+	out = cli("want", "ace", "--new", "-f", v1, "--dry-run", "-o", "json")
 	var dr dryRunReply
 	if err := json.Unmarshal([]byte(out), &dr); err != nil || dr.Source != query.SourceReconciler || dr.DryRun.Seq != st.Seq || dr.DryRun.Publish || len(dr.DryRun.Modules) != 2 {
 		t.Errorf("dry run json: %v %+v", err, dr)

@@ -15,7 +15,7 @@ import (
 func TestAllVerbsSkipRetiredNodes(t *testing.T) {
 	c := newVerbCLI(t)
 	for _, n := range []string{"ace", "bob", "cat"} {
-		if code, _, stderr := c.run(t, "", "want", n, "-f", writeWantFile(t, goodWant)); code != 0 {
+		if code, _, stderr := c.run(t, "", "want", n, "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
 			t.Fatalf("want %s: %s", n, stderr)
 		}
 	}
@@ -64,7 +64,7 @@ func TestAllVerbsSkipRetiredNodes(t *testing.T) {
 		t.Errorf("refused verbs published %d events", n-before)
 	}
 	// A later want brings bob back.
-	if code, _, stderr := c.run(t, "", "want", "bob", "-f", writeWantFile(t, goodWant)); code != 0 {
+	if code, _, stderr := c.run(t, "", "want", "bob", "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
 		t.Fatalf("want bob again: %s", stderr)
 	}
 	code, stdout, stderr := c.run(t, "", "poke", "--all", "--by", "x")

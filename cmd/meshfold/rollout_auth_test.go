@@ -102,7 +102,7 @@ func testRolloutWithCredentials(t *testing.T, reconcile bool) {
 	for _, n := range nodes {
 		background("node "+n, &lines{ch: make(chan string)}, append([]string{"node", n, "--runtime", "record",
 			"--root", filepath.Join(base, n+"-root"), "--state-dir", filepath.Join(base, n+"-state"), "--trust", trust}, as("node-"+n)...)...)
-		if code, out, errs := runCLI(ctx, append([]string{"want", n, "-f", writeWantFile(t, `{"modules":[{"name":"web","build":"web:1"}]}`)}, as("controller")...)...); code != exitOK {
+		if code, out, errs := runCLI(ctx, append([]string{"want", n, "--new", "-f", writeWantFile(t, `{"modules":[{"name":"web","build":"web:1"}]}`)}, as("controller")...)...); code != exitOK {
 			t.Fatalf("want %s: %d %s %s", n, code, out, errs)
 		}
 	}

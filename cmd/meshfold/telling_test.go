@@ -79,7 +79,7 @@ func TestWantRefusesMissingBuild(t *testing.T) {
 		return f
 	}
 	f := wantFile(missing)
-	for _, args := range [][]string{{"want", "ace", "-f", f}, {"want", "ace", "-f", f, "--dry-run"}} {
+	for _, args := range [][]string{{"want", "ace", "--new", "-f", f}, {"want", "ace", "--new", "-f", f, "--dry-run"}} {
 		out, errOut, code := m.cli(t, args...)
 		if code == 0 || !strings.Contains(errOut, "module web") || !strings.Contains(errOut, "sha256:000000") ||
 			!strings.Contains(errOut, "MESH_BUILDS") || !strings.Contains(errOut, "meshfold build push PATH") ||
@@ -90,7 +90,7 @@ func TestWantRefusesMissingBuild(t *testing.T) {
 	if seq, err := lastWantSeq(t, m, "ace"); err != nil || seq != 0 {
 		t.Fatalf("a refused want was stored: seq %d err %v", seq, err)
 	}
-	if _, errOut, code := m.cli(t, "want", "ace", "-f", f, "--allow-missing-build"); code != 0 {
+	if _, errOut, code := m.cli(t, "want", "ace", "--new", "-f", f, "--allow-missing-build"); code != 0 {
 		t.Fatalf("--allow-missing-build: exit %d %s", code, errOut)
 	}
 	exe := filepath.Join(dir, "web")
@@ -101,7 +101,7 @@ func TestWantRefusesMissingBuild(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("push: %d %s", code, errOut)
 	}
-	if _, errOut, code := m.cli(t, "want", "ace", "-f", wantFile(strings.TrimSpace(out))); code != 0 {
+	if _, errOut, code := m.cli(t, "want", "ace", "--new", "-f", wantFile(strings.TrimSpace(out))); code != 0 {
 		t.Fatalf("a pushed build: exit %d %s", code, errOut)
 	}
 }
@@ -192,11 +192,11 @@ func TestNoNodeFromATypo(t *testing.T) {
 	if err := os.WriteFile(f, []byte(`{"modules":[{"name":"idle","build":"i:1","runs_as":"idle"}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, errOut, code = m.cli(t, "want", "fresh", "-f", f)
+	_, errOut, code = m.cli(t, "want", "fresh", "--new", "-f", f)
 	if code != 0 || !strings.Contains(errOut, "created node fresh") {
 		t.Fatalf("first want: exit %d %q", code, errOut)
 	}
-	if _, errOut, code = m.cli(t, "want", "fresh", "-f", f); code != 0 || strings.Contains(errOut, "created node") {
+	if _, errOut, code = m.cli(t, "want", "fresh", "--new", "-f", f); code != 0 || strings.Contains(errOut, "created node") {
 		t.Fatalf("second want: exit %d %q", code, errOut)
 	}
 }

@@ -68,7 +68,7 @@ func TestWantTraced(t *testing.T) {
 	defer srv.Close()
 	c := newVerbCLI(t)
 
-	code, stdout, stderr := c.run(t, "", "want", "ace", "-f", writeWantFile(t, goodWant), "--otlp-endpoint", srv.URL)
+	code, stdout, stderr := c.run(t, "", "want", "ace", "--new", "-f", writeWantFile(t, goodWant), "--otlp-endpoint", srv.URL)
 	if code != 0 {
 		t.Fatalf("want: exit %d: %s", code, stderr)
 	}
@@ -99,14 +99,14 @@ func TestWantTraced(t *testing.T) {
 			s.span.GetName(), s.service, seq, s.span.GetTraceId(), s.span.GetSpanId(), m.Event.Seq, m.Header.Get(tracing.Header))
 	}
 
-	code, _, stderr = c.run(t, "", "want", "ace", "-f", writeWantFile(t, goodWant))
+	code, _, stderr = c.run(t, "", "want", "ace", "--new", "-f", writeWantFile(t, goodWant))
 	if code != 0 {
 		t.Fatalf("want: exit %d: %s", code, stderr)
 	}
 	if m, _ := c.last(t, "ace", events.KindWant); m.Header.Get(tracing.Header) != "" || strings.Contains(stderr, "trace ") {
 		t.Errorf("untraced want: traceparent %q, stderr %q", m.Header.Get(tracing.Header), stderr)
 	}
-	if code, _, stderr := c.run(t, "", "want", "ace", "-f", writeWantFile(t, goodWant), "--otlp-endpoint", "127.0.0.1:4318"); code != exitUsage || !strings.Contains(stderr, "http") {
+	if code, _, stderr := c.run(t, "", "want", "ace", "--new", "-f", writeWantFile(t, goodWant), "--otlp-endpoint", "127.0.0.1:4318"); code != exitUsage || !strings.Contains(stderr, "http") {
 		t.Errorf("an endpoint without a scheme: exit %d, %q; want a usage error", code, stderr)
 	}
 }

@@ -117,7 +117,7 @@ func TestWantRefusesBadInput(t *testing.T) {
 		{"at not UTC", "ace", `{"at": "2026-12-01T12:00:00+01:00", "modules": []}`, "UTC"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, _, stderr := c.run(t, "", "want", tc.node, "-f", writeWantFile(t, tc.file))
+			code, _, stderr := c.run(t, "", "want", tc.node, "--new", "-f", writeWantFile(t, tc.file))
 			if code != exitUsage || !strings.Contains(stderr, tc.want) {
 				t.Errorf("exit %d, stderr %q; want %d naming %s", code, stderr, exitUsage, tc.want)
 			}
@@ -134,7 +134,7 @@ func TestWantRefusesBadInput(t *testing.T) {
 func TestWantPublishAndExpect(t *testing.T) {
 	c := newVerbCLI(t)
 	before := time.Now().UTC().Add(-time.Second)
-	code, stdout, stderr := c.run(t, "", "want", "ace", "-f", writeWantFile(t, goodWant))
+	code, stdout, stderr := c.run(t, "", "want", "ace", "--new", "-f", writeWantFile(t, goodWant))
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -148,7 +148,7 @@ func TestWantPublishAndExpect(t *testing.T) {
 		t.Errorf("want = %+v: v and at not filled in", w)
 	}
 
-	code, _, stderr = c.run(t, "", "want", "ace", "-f", writeWantFile(t, goodWant), "--expect", "0")
+	code, _, stderr = c.run(t, "", "want", "ace", "--new", "-f", writeWantFile(t, goodWant), "--expect", "0")
 	if code != exitConflict || !strings.Contains(stderr, "conflict") || !strings.Contains(stderr, "sequence "+strconv.FormatUint(seq, 10)) {
 		t.Fatalf("stale --expect: exit %d, stderr %q; want %d naming sequence %d", code, stderr, exitConflict, seq)
 	}
@@ -156,7 +156,7 @@ func TestWantPublishAndExpect(t *testing.T) {
 		t.Fatalf("a stale --expect published")
 	}
 
-	code, stdout, stderr = c.run(t, `{"v": 1, "at": "2026-01-02T03:04:05Z", "modules": []}`, "want", "ace", "-f", "-", "--expect", strconv.FormatUint(seq, 10))
+	code, stdout, stderr = c.run(t, `{"v": 1, "at": "2026-01-02T03:04:05Z", "modules": []}`, "want", "ace", "--new", "-f", "-", "--expect", strconv.FormatUint(seq, 10))
 	if code != 0 {
 		t.Fatalf("current --expect: exit %d: %s", code, stderr)
 	}

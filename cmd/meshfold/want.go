@@ -36,8 +36,11 @@ type wantOpts struct {
 	dryRun bool
 	// allowMissing publishes a bundle build the builds bucket lacks.
 	allowMissing bool
-	out          outputFlag
-	timeout      time.Duration
+	// newNode publishes the first want of a node the stream holds no
+	// event of.
+	newNode bool
+	out     outputFlag
+	timeout time.Duration
 }
 
 func newWantCmd(a *app) *cobra.Command {
@@ -71,8 +74,12 @@ SEQ (0: NODE has no want yet), so two controllers cannot overwrite each other
 blindly. A stale --expect fails with exit code 3 and says which sequence is
 current.
 
-On success it prints the stream sequence of the stored want. The first want
-of a node creates it, and says so on stderr.
+On success it prints the stream sequence of the stored want. A node the
+stream holds no event of (no agent has reported, nothing was published to it)
+is refused, exit 2, nothing published: a mistyped name would make a phantom
+node that 'meshfold fleet' lists as needing an operator. Start the node's agent
+first (it reports at once), or give --new: the want creates the node, and says
+so on stderr. --dry-run refuses the same, as the want itself would.
 
 A bundle build (sha256:…) that is not in the builds bucket (<stream>_BUILDS)
 is refused, naming the module and the build: push it first with 'meshfold
@@ -93,6 +100,7 @@ the sequence that state was folded through and the newest want's, to pin
 with --expect when publishing. -o json or yaml prints the same as one
 document.`,
 		Example: `  meshfold want ace -f ace.json
+  meshfold want newnode -f newnode.json --new   # before newnode's agent ever ran
   meshfold want ace -f ace.json --dry-run
   meshfold want ace -f ace.json --expect 41
   RESTIC=$(meshfold build push ./restic)   # the module's bundle: a want names a pushed build
@@ -114,6 +122,7 @@ document.`,
 	fl.Uint64Var(&o.expect, "expect", 0, "publish only if NODE's newest want is at this stream sequence (0: none yet)")
 	addPublishTimeout(cmd, &o.timeout)
 	fl.BoolVar(&o.allowMissing, "allow-missing-build", false, "publish a sha256: build the builds bucket does not hold (yet)")
+	fl.BoolVar(&o.newNode, "new", false, "publish the first want of a node the stream holds no event of (refused without it: a mistyped name would make a phantom node)")
 	fl.BoolVar(&o.dryRun, "dry-run", false, "publish nothing: print the plan the reconciler would emit now and how it differs from the last")
 	o.out.add(cmd, "")
 	_ = cmd.MarkFlagRequired("file")
@@ -152,7 +161,7 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 		if expect != nil {
 			return withCode(exitUsage, errors.New("--dry-run publishes nothing: --expect has nothing to guard"))
 		}
-		return runDryRun(ctx, a, nodeName, w, format, 2*time.Second, o.allowMissing)
+		return runDryRun(ctx, a, nodeName, w, format, 2*time.Second, o.allowMissing, o.newNode)
 	}
 
 	nc, js, pub, err := a.openPublisher(ctx)
@@ -164,16 +173,17 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 	if err != nil {
 		return err
 	}
+	// A want is how a node comes to be, but only on purpose (--new): a
+	// mistyped name is refused, as every verb refuses one (issue 25; the
+	// exit code table).
+	known, err := knownNode(ctx, r, nodeName, o.newNode)
+	if err != nil {
+		return err
+	}
 	if !o.allowMissing {
 		if err := checkBuilds(ctx, r, w); err != nil {
 			return err
 		}
-	}
-	// A want is how a node comes to be: the first one says so, so that a
-	// mistyped name is seen at once (issue 25).
-	known, err := r.Count(ctx, nodeName)
-	if err != nil {
-		return err
 	}
 	var opts []store.AppendOpt
 	if expect != nil {
@@ -199,6 +209,22 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 		fmt.Fprintf(a.stderr, "note: created node %s: the stream held no event of it before (a mistyped name? 'meshfold retire %s --force --by NAME' forgets it: no agent will ever settle its plan)\n", nodeName, nodeName)
 	}
 	return nil
+}
+
+// knownNode returns how many events the stream holds of node
+// (query.Reader.Count), and refuses (exit 2) a node it holds none of
+// unless newNode (--new).
+func knownNode(ctx context.Context, r *query.Reader, node string, newNode bool) (int, error) {
+	known, err := r.Count(ctx, node)
+	if err != nil {
+		return 0, err
+	}
+	if known == 0 && !newNode {
+		cfg, _ := r.Stream(ctx)
+		return 0, withCode(exitUsage, fmt.Errorf("node %s has no event in stream %s: nothing published (is the name mistyped? 'meshfold fleet --all' lists the nodes). Start its agent first ('meshfold node %s': it reports at once), or give --new to publish its first want anyway",
+			node, cfg.Name, node))
+	}
+	return known, nil
 }
 
 // notBundleNote says which modules of w name a build that is no bundle
@@ -381,7 +407,7 @@ func (a *app) lastSeq(ctx context.Context, js jetstream.JetStream, node string, 
 // (query.Reader.DryRun: the state is the reconciler's, else the stored
 // snapshot, else the node's events folded, else the empty state).
 // Nothing is published.
-func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format string, timeout time.Duration, allowMissing bool) error {
+func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format string, timeout time.Duration, allowMissing, newNode bool) error {
 	nc, err := a.conn.connect("meshfold-dry-run", a)
 	if err != nil {
 		return err
@@ -389,6 +415,9 @@ func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format 
 	defer nc.Close()
 	r, err := a.stream.reader(nc, query.Config{Timeout: timeout})
 	if err != nil {
+		return err
+	}
+	if _, err := knownNode(ctx, r, node, newNode); err != nil {
 		return err
 	}
 	if !allowMissing {

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
 )
 
 // TestWantSaysWhichRuntimeTakesABuild: a want whose build is no bundle
@@ -33,7 +38,7 @@ func TestWantSaysWhichRuntimeTakesABuild(t *testing.T) {
 		return f
 	}
 	mixed := write("mixed.json", `{"modules":[{"name":"web","build":"`+pushed+`","runs_as":"web"},{"name":"img","build":"img:1","runs_as":"img"}]}`)
-	for _, args := range [][]string{{"want", "ace", "-f", mixed, "--dry-run"}, {"want", "ace", "-f", mixed}} {
+	for _, args := range [][]string{{"want", "ace", "--new", "-f", mixed, "--dry-run"}, {"want", "ace", "--new", "-f", mixed}} {
 		_, errOut, code := m.cli(t, args...)
 		if code != 0 {
 			t.Fatalf("%v: exit %d %s", args, code, errOut)
@@ -44,7 +49,7 @@ func TestWantSaysWhichRuntimeTakesABuild(t *testing.T) {
 		}
 	}
 	bundles := write("bundles.json", `{"modules":[{"name":"web","build":"`+pushed+`","runs_as":"web"}]}`)
-	if _, errOut, code := m.cli(t, "want", "ace", "-f", bundles); code != 0 || strings.Contains(errOut, "bundle build") {
+	if _, errOut, code := m.cli(t, "want", "ace", "--new", "-f", bundles); code != 0 || strings.Contains(errOut, "bundle build") {
 		t.Errorf("a want of bundle builds: exit %d, stderr %q", code, errOut)
 	}
 }
@@ -59,7 +64,7 @@ func TestCreatedNodeHintRuns(t *testing.T) {
 	if err := os.WriteFile(f, []byte(`{"modules":[{"name":"idle","build":"i:1","runs_as":"idle"}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, errOut, code := m.cli(t, "want", "typoed", "-f", f)
+	_, errOut, code := m.cli(t, "want", "typoed", "--new", "-f", f)
 	if code != 0 {
 		t.Fatalf("want: exit %d %s", code, errOut)
 	}
@@ -75,5 +80,37 @@ func TestCreatedNodeHintRuns(t *testing.T) {
 	out, errOut, code = m.cli(t, "state", "typoed", "-o", "json")
 	if code != 0 || !strings.Contains(out, `"retired":true`) {
 		t.Errorf("after the hinted retire, typoed is not retired: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestWantRefusesUnknownNode: a want (and its dry run) for a node the
+// stream holds no event of exits 2 and publishes nothing, naming --new,
+// as the exit code table says; --new publishes it and says the node was
+// created; a node an agent has reported (any event) takes a want without
+// --new.
+func TestWantRefusesUnknownNode(t *testing.T) {
+	c := newVerbCLI(t)
+	f := writeWantFile(t, goodWant)
+	for _, args := range [][]string{{"want", "typoed", "-f", f}, {"want", "typoed", "-f", f, "--dry-run"}} {
+		code, stdout, stderr := c.run(t, "", args...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, "node typoed has no event in stream") ||
+			!strings.Contains(stderr, "--new") || !strings.Contains(stderr, "nothing published") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 naming --new", args, code, stdout, stderr)
+		}
+	}
+	if info, err := c.stream.Info(context.Background()); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("a refused want published: %v %v", info, err)
+	}
+	code, stdout, stderr := c.run(t, "", "want", "typoed", "-f", f, "--new")
+	if code != 0 || !strings.Contains(stdout, "want typoed: stream sequence") || !strings.Contains(stderr, "created node typoed") {
+		t.Fatalf("want --new: exit %d %q %q", code, stdout, stderr)
+	}
+	// An agent's first report makes a node known: its want needs no --new.
+	pub := store.NewPublisher(c.js, c.cfg.Subjects())
+	if _, err := pub.Append(context.Background(), "agented", events.Stamp(&events.Have{Modules: []events.HaveModule{}}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := c.run(t, "", "want", "agented", "-f", f); code != 0 || strings.Contains(stderr, "created node") {
+		t.Errorf("want of a node with a have: exit %d %q", code, stderr)
 	}
 }
