@@ -43,6 +43,11 @@
 // on start. With [Config.Trust], a knock whose signature does not verify
 // is logged and ignored. Knocks that arrive while a fill runs are
 // coalesced: only the newest accepted knock of a backlog triggers a fill.
+// The client records the newest knock it took in the fill status bucket
+// (store.KnockAnswer, under store.KnockAnswerKey: on start, the newest
+// knock then, which the fill on start covers; then each knock as it takes
+// it, before its fill), so that a knock nobody answers shows: `meshfold
+// poke` waits for it, `state` and `fleet` show a knock unanswered.
 //
 // # Resync
 //

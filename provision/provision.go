@@ -158,6 +158,10 @@ type Client struct {
 	log     *slog.Logger
 	tr      trace.Tracer // nil: tracing off
 	started atomic.Bool
+	// startedAt is when Run started (set before its goroutines start);
+	// answerWarn: a failed knock answer was logged (answer).
+	startedAt  time.Time
+	answerWarn atomic.Bool
 
 	// fillMu serialises fill passes; it guards declared, refused and
 	// settledSeen.
@@ -255,10 +259,17 @@ func (c *Client) Run(ctx context.Context) error {
 			return m.Event.Seq, err
 		})
 	}
-	from, err := last(events.KindKnock)
+	knock, err := store.Retry(ctx, c.log, "read the newest knock", newBackoff(), func() (store.Msg, error) {
+		m, err := store.LastMsg(ctx, stream, c.subj, c.cfg.Node, events.KindKnock)
+		if errors.Is(err, store.ErrNoMessage) {
+			return store.Msg{}, nil
+		}
+		return m, err
+	})
 	if err != nil {
 		return nil // only ctx ends the retry
 	}
+	from := knock.Event.Seq
 	settles, err := last(events.KindSettle)
 	if err != nil {
 		return nil
@@ -293,6 +304,9 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 	}
 	c.log.Info("provisioner running", "sources", strings.Join(names, ", "), "knocks_after", from)
+	// The fill on start covers every knock up to from: answered.
+	c.startedAt = time.Now().UTC()
+	c.answer(ctx, knock.Event)
 	if !c.pass(ctx, 0) {
 		return nil
 	}
@@ -394,7 +408,29 @@ func (c *Client) knocked(ctx context.Context, ev events.Event) {
 		log = log.With("cause", k.Cause, "reasons", k.Reasons, "owed", len(k.Owed))
 	}
 	log.Info("knocked: filling again")
+	c.answer(ctx, ev)
 	c.pass(ctx, ev.Seq)
+}
+
+// answer records in the fill status bucket that this client took knock
+// (store.KnockAnswer; a zero event: none yet), so that a knock nobody
+// answers shows (`meshfold poke`, `state`, `fleet`). A failed write is
+// logged once until one succeeds.
+func (c *Client) answer(ctx context.Context, knock events.Event) {
+	if c.cfg.Status == nil {
+		return
+	}
+	a := store.KnockAnswer{Node: c.cfg.Node, Account: c.cfg.Account, Knock: knock.Seq, At: time.Now().UTC(), Started: c.startedAt}
+	if k, ok := knock.Payload.(*events.Knock); ok {
+		a.Cause = k.Cause
+	}
+	if err := store.PutKnockAnswer(ctx, c.cfg.Status, a); err != nil {
+		if ctx.Err() == nil && !c.answerWarn.Swap(true) {
+			c.log.Warn("knock answer not recorded ('meshfold poke', state and fleet will say no provisioner answered)", "knock", knock.Seq, "err", err)
+		}
+		return
+	}
+	c.answerWarn.Store(false)
 }
 
 // FillOnce fills every file of every row of the node's newest plan, in

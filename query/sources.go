@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
 )
@@ -16,7 +18,8 @@ import (
 // status bucket (store.OpenFillStatus): of node, or of every node when
 // node is "". They are live: a provisioner writes one as it notices it,
 // and deletes it once the file is filled. No bucket yet (no reconciler of
-// this version has started) is none.
+// this version has started) is none. Of one node, they include a knock
+// no provisioner answered ([Reader.Unanswered]).
 //
 // Errors: the stream's lookup; the bucket's read.
 func (r *Reader) Sources(ctx context.Context, node string) (map[string][]audit.SourceProblem, error) {
@@ -26,7 +29,18 @@ func (r *Reader) Sources(ctx context.Context, node string) (map[string][]audit.S
 	}
 	kv, err := store.OpenFillStatus(ctx, r.js, cfg, false)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return map[string][]audit.SourceProblem{}, nil
+		// No provisioner ever ran: none answered a knock either.
+		out := map[string][]audit.SourceProblem{}
+		if node != "" {
+			un, err := r.unanswered(ctx, nil, map[string]uint64{node: 0}, time.Now())
+			if err != nil {
+				return nil, err
+			}
+			if p, ok := un[node]; ok {
+				out[node] = []audit.SourceProblem{p}
+			}
+		}
+		return out, nil
 	}
 	if err != nil {
 		return nil, err
@@ -39,6 +53,98 @@ func (r *Reader) Sources(ctx context.Context, node string) (map[string][]audit.S
 	for _, st := range sts {
 		out[st.Node] = append(out[st.Node], audit.SourceProblem{Module: st.Module, Path: st.Path, State: string(st.State),
 			Why: st.Why, Since: st.Since})
+	}
+	if node != "" {
+		un, err := r.unanswered(ctx, kv, map[string]uint64{node: 0}, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		if p, ok := un[node]; ok {
+			out[node] = append(out[node], p)
+		}
+	}
+	return out, nil
+}
+
+// Unanswered returns, of nodes (each node's newest knock's cause as the
+// caller's view of it holds it, 0 when unknown), those whose newest knock
+// no provisioner answered within audit.KnockGrace of now, each with its
+// audit.NoProvisioner problem (audit.KnockUnanswered). A node whose
+// provisioner's answer (store.KnockAnswer, in the fill status bucket)
+// covers that cause is answered without a read; the others' newest knock
+// is read from the stream (a direct get each, at most [unansweredGets]:
+// more are left out). [Reader.Sources] of one node includes its problem;
+// `meshfold fleet` asks for the nodes whose rows name a knock.
+//
+// Errors: the stream's lookup; the bucket's read; a get's, other than
+// for no knock.
+func (r *Reader) Unanswered(ctx context.Context, nodes map[string]uint64, now time.Time) (map[string]audit.SourceProblem, error) {
+	_, cfg, err := r.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := store.OpenFillStatus(ctx, r.js, cfg, false)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv = nil
+	} else if err != nil {
+		return nil, err
+	}
+	return r.unanswered(ctx, kv, nodes, now)
+}
+
+// unansweredGets bounds the knocks [Reader.Unanswered] reads.
+const unansweredGets = 200
+
+func (r *Reader) unanswered(ctx context.Context, kv jetstream.KeyValue, nodes map[string]uint64, now time.Time) (map[string]audit.SourceProblem, error) {
+	out := map[string]audit.SourceProblem{}
+	if len(nodes) == 0 {
+		return out, nil
+	}
+	answers := map[string]store.KnockAnswer{}
+	if kv != nil {
+		only := ""
+		if len(nodes) == 1 {
+			for n := range nodes {
+				only = n
+			}
+		}
+		var err error
+		if answers, err = store.ReadKnockAnswers(ctx, kv, only); err != nil {
+			return nil, fmt.Errorf("knock answers: %w", err)
+		}
+	}
+	stream, cfg, err := r.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	gets := 0
+	for n, cause := range nodes {
+		a, answered := answers[n]
+		if answered && cause != 0 && a.Cause >= cause {
+			continue
+		}
+		if gets == unansweredGets {
+			break
+		}
+		gets++
+		m, err := store.LastMsg(ctx, stream, cfg.Subjects(), n, events.KindKnock)
+		if errors.Is(err, store.ErrNoMessage) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("node %s: newest knock: %w", n, err)
+		}
+		k, ok := m.Event.Payload.(*events.Knock)
+		if !ok {
+			continue
+		}
+		var ans *audit.KnockAnswer
+		if answered {
+			ans = &audit.KnockAnswer{Knock: a.Knock, At: a.At, Account: a.Account}
+		}
+		if p, ok := audit.KnockUnanswered(n, m.Event.Seq, k.Cause, m.Event.Time, ans, now, audit.KnockGrace); ok {
+			out[n] = p
+		}
 	}
 	return out, nil
 }

@@ -303,3 +303,66 @@ func ReadKV(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstr
 		}
 	}
 }
+
+// knockAnswerSuffix is the last token of a node's [KnockAnswer] in the
+// fill status bucket: <node>.provisioner (a file's status has three
+// tokens, [SecretKey]).
+const knockAnswerSuffix = "provisioner"
+
+// KnockAnswerKey is the fill status bucket's key where node's
+// provisioner keeps its [KnockAnswer].
+func KnockAnswerKey(node string) string { return node + "." + knockAnswerSuffix }
+
+// KnockAnswer is what a node's provisioner last answered: the newest
+// knock it took (on start, the node's newest knock then, which its fill
+// on start covers), kept in the fill status bucket under
+// [KnockAnswerKey] so that an operator can tell a knock nobody answered
+// (no provisioner runs for the node) from one being filled. It never
+// holds content. A provisioner of a build before this one writes none.
+type KnockAnswer struct {
+	V    int    `json:"v"`
+	Node string `json:"node"`
+	// Account is the provisioner's writer account (its --account).
+	Account string `json:"account,omitempty"`
+	// Knock is the stream sequence of the newest knock taken, 0 for none
+	// yet; Cause is that knock's cause (the poke, refusal… it answers).
+	Knock uint64 `json:"knock"`
+	Cause uint64 `json:"cause"`
+	// At is when it took it (the provisioner's clock); Started, when
+	// the provisioner started.
+	At      time.Time `json:"at"`
+	Started time.Time `json:"started"`
+}
+
+// PutKnockAnswer stores a under [KnockAnswerKey].
+//
+// Errors: the put's.
+func PutKnockAnswer(ctx context.Context, kv jetstream.KeyValue, a KnockAnswer) error {
+	a.V = 1
+	data, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Put(ctx, KnockAnswerKey(a.Node), data)
+	return err
+}
+
+// ReadKnockAnswers returns the [KnockAnswer] of node ("" for every
+// node's), by node; a value that does not decode is left out.
+//
+// Errors: the bucket's read.
+func ReadKnockAnswers(ctx context.Context, kv jetstream.KeyValue, node string) (map[string]KnockAnswer, error) {
+	filter := "*." + knockAnswerSuffix
+	if node != "" {
+		filter = KnockAnswerKey(node)
+	}
+	entries, err := ReadKV(ctx, kv, filter)
+	out := make(map[string]KnockAnswer, len(entries))
+	for _, e := range entries {
+		var a KnockAnswer
+		if json.Unmarshal(e.Value(), &a) == nil && a.V > 0 && a.Node != "" {
+			out[a.Node] = a
+		}
+	}
+	return out, err
+}

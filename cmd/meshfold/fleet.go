@@ -283,6 +283,23 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	if !all {
 		rows = slices.DeleteFunc(rows, func(r audit.FleetRow) bool { return r.Retired })
 	}
+	// A knock no provisioner answered is a source problem of its node
+	// (query.Reader.Unanswered): nothing fills its files.
+	knocked := map[string]uint64{}
+	for _, row := range rows {
+		if row.LastKnockCause > 0 && !row.Retired && row.Error == "" {
+			knocked[row.Node] = row.LastKnockCause
+		}
+	}
+	if un, err := r.Unanswered(ctx, knocked, now); err != nil {
+		fmt.Fprintf(a.stderr, "note: whether the provisioners answered their knocks could not be read: %v\n", err)
+	} else {
+		for i := range rows {
+			if p, ok := un[rows[i].Node]; ok {
+				rows[i].SetSources(append(slices.Clip(rows[i].Sources), p))
+			}
+		}
+	}
 	if format != outTable {
 		audit.SortFleet(rows)
 		if pg.set {

@@ -35,6 +35,7 @@ type operatorFlags struct {
 	all     bool
 	newNode bool
 	timeout time.Duration
+	wait    time.Duration // poke: how long to wait for the provisioners' answers
 }
 
 func (o *operatorFlags) add(cmd *cobra.Command, reason, all bool) {
@@ -128,9 +129,18 @@ item: the node judges the refill as any other write.
 Prints each event's stream sequence, one line per node; exit 1 if any
 publish failed, 2 on a usage error.
 
+Then it waits (--wait, 5s; 0 does not wait) for each node's provisioner to
+take the knock, and says so on stderr ("its provisioner took knock #N"), or
+that none did: "no provisioner answered within 5s; is 'meshfold provision
+NODE …' running for NODE?", with when it last answered; or, with no knock
+at all, that no reconciler published one. Either way it exits 0: the poke
+is stored, and a provisioner started later fills every file on start.
+'meshfold state' and 'fleet' show such a knock too (NEEDS source).
+
 ` + newNodeHelp + "\n\n" + allRetiredHelp,
 		Example: `  meshfold poke ace --by alice --reason "broker creds rotated"
-  meshfold poke --all --by alice`,
+  meshfold poke --all --by alice
+  meshfold poke ace --by alice --wait 0   # publish, do not wait for the provisioner`,
 		ValidArgsFunction: a.completeNodes(-1),
 	}
 	return a.operatorVerb(cmd, &o, events.KindPoke, true, true, func(args []string) events.Payload {
@@ -242,9 +252,19 @@ func (a *app) operatorVerb(cmd *cobra.Command, o *operatorFlags, kind events.Kin
 		if o.newNode {
 			check = checkNone
 		}
-		return a.publishEach(ctx, kind, nodes, o.all, check, func() events.Payload { return mk(args) })
+		seqs, err := a.publishEachSeqs(ctx, kind, nodes, o.all, check, func() events.Payload { return mk(args) })
+		if kind == events.KindPoke && o.wait > 0 && len(seqs) > 0 {
+			// After the publishes' own timeout: a wait of its own.
+			wctx, wcancel := context.WithTimeout(cmd.Context(), o.wait+5*time.Second)
+			defer wcancel()
+			a.awaitKnockAnswers(wctx, seqs, o.wait)
+		}
+		return err
 	}
 	o.add(cmd, reason, all)
+	if kind == events.KindPoke {
+		cmd.Flags().DurationVar(&o.wait, "wait", 5*time.Second, "how long to wait for each node's provisioner to take the knock the poke brings (0: do not wait)")
+	}
 	o.addNew(cmd)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
@@ -267,52 +287,59 @@ func (o *operatorFlags) context(cmd *cobra.Command) (context.Context, context.Ca
 // publish that fails is reported and the others still go; the error then
 // says how many failed (exit 1).
 func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string, all bool, check nodeCheck, mk func() events.Payload) error {
+	_, err := a.publishEachSeqs(ctx, kind, nodes, all, check, mk)
+	return err
+}
+
+// publishEachSeqs is publishEach, returning the stream sequence of each
+// event published, by node.
+func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []string, all bool, check nodeCheck, mk func() events.Payload) (map[string]uint64, error) {
 	switch {
 	case all && len(nodes) > 0:
-		return withCode(exitUsage, fmt.Errorf("--all names every node: name no node beside it (got %s)", strings.Join(nodes, " ")))
+		return nil, withCode(exitUsage, fmt.Errorf("--all names every node: name no node beside it (got %s)", strings.Join(nodes, " ")))
 	case !all && len(nodes) == 0:
-		return withCode(exitUsage, errors.New("name at least one NODE, or --all"))
+		return nil, withCode(exitUsage, errors.New("name at least one NODE, or --all"))
 	}
 	for _, n := range nodes {
 		if !events.ValidName(n) {
-			return withCode(exitUsage, &events.FieldError{Field: "NODE", Value: n, Err: events.ErrBadName})
+			return nil, withCode(exitUsage, &events.FieldError{Field: "NODE", Value: n, Err: events.ErrBadName})
 		}
 	}
 	if err := events.Stamp(mk(), time.Now()).Validate(); err != nil {
-		return withCode(exitUsage, err)
+		return nil, withCode(exitUsage, err)
 	}
 	nc, js, pub, err := a.openPublisher(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer nc.Close()
 	if all {
 		if nodes, err = a.wantedNodes(ctx, js); err != nil {
-			return err
+			return nil, err
 		}
 		if len(nodes) == 0 {
-			return errors.New("--all: no node has a want yet")
+			return nil, errors.New("--all: no node has a want yet")
 		}
 		had := len(nodes)
 		if nodes, err = a.dropRetired(ctx, js, kind, nodes); err != nil {
-			return err
+			return nil, err
 		}
 		if len(nodes) == 0 {
-			return fmt.Errorf("--all: every node with a want (%d) is retired or retiring: nothing published", had)
+			return nil, fmt.Errorf("--all: every node with a want (%d) is retired or retiring: nothing published", had)
 		}
 	} else {
 		switch check {
 		case checkWant:
 			if err := a.checkWanted(ctx, js, kind, nodes); err != nil {
-				return err
+				return nil, err
 			}
 		case checkKnown:
 			if err := a.checkKnown(ctx, nc, kind, nodes); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if err := a.refuseRetired(ctx, js, kind, nodes); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var notes map[string]string
@@ -333,18 +360,20 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 		}
 	}
 	failed := 0
+	seqs := make(map[string]uint64, len(nodes))
 	for _, n := range nodes {
 		p := events.Stamp(mk(), time.Now())
 		ack, err := pub.AppendRetrying(ctx, n, p)
 		if err != nil {
 			if errors.Is(err, nats.ErrPermissionViolation) {
-				return err // run explains it once (explainDenied); every other node would be denied too
+				return nil, err // run explains it once (explainDenied); every other node would be denied too
 			}
 			failed++
 			fmt.Fprintf(a.stderr, "%s %s: not published: %v\n", kind, n, err)
 			continue
 		}
 		fmt.Fprintf(a.stdout, "%s %s: stream sequence %d\n", kind, n, ack.Seq)
+		seqs[n] = ack.Seq
 		if ak, ok := p.(*events.Ack); ok {
 			// The fold's rule (reconcile.State.Ack): no upto, or one above
 			// the ack itself, is the ack's own sequence.
@@ -367,9 +396,9 @@ func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string,
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d %s events not published", failed, len(nodes), kind)
+		return seqs, fmt.Errorf("%d of %d %s events not published", failed, len(nodes), kind)
 	}
-	return nil
+	return seqs, nil
 }
 
 // nodeCheck is what publishEach checks of each node named before it

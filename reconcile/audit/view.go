@@ -496,11 +496,57 @@ func (r *FleetRow) SetSources(p []SourceProblem) {
 	r.setAttention()
 }
 
+// NoProvisioner is the [SourceProblem] State of a knock no provisioner
+// answered ([KnockUnanswered]): Module and Path are empty.
+const NoProvisioner = "no-provisioner"
+
+// KnockGrace is how long a knock may wait for its provisioner's answer
+// before `state` and `fleet` say nobody answered it ([KnockUnanswered]):
+// a running provisioner takes a knock within milliseconds of its publish.
+// A variable for tests only.
+var KnockGrace = 10 * time.Second
+
+// KnockAnswer is what a node's provisioner last answered
+// (store.KnockAnswer, as the fill status bucket holds it).
+type KnockAnswer struct {
+	// Knock is the stream sequence of the newest knock it took (0:
+	// none), At when it took it; Account its writer account.
+	Knock   uint64
+	At      time.Time
+	Account string
+}
+
+// KnockUnanswered returns node's [NoProvisioner] problem when its newest
+// knock (stream sequence knock, caused by cause, stored at knockTime) is
+// newer than the newest its provisioner answered (ans; nil: none ever
+// recorded) and was stored more than grace before now; ok is false
+// otherwise. The problem's Why names the command to look for; Since is
+// the knock's time.
+func KnockUnanswered(node string, knock, cause uint64, knockTime time.Time, ans *KnockAnswer, now time.Time, grace time.Duration) (p SourceProblem, ok bool) {
+	if knock == 0 || (ans != nil && ans.Knock >= knock) || now.Sub(knockTime) <= grace {
+		return SourceProblem{}, false
+	}
+	last := "no provisioner of " + node + " has recorded an answer"
+	if ans != nil {
+		last = fmt.Sprintf("its provisioner last answered knock #%d %s ago", ans.Knock, Age(now.Sub(ans.At)))
+		if ans.Account != "" {
+			last += ", as " + events.Text(ans.Account)
+		}
+	}
+	return SourceProblem{State: NoProvisioner, Since: knockTime,
+		Why: fmt.Sprintf("no provisioner answered within %s (knock #%d ←#%d); is `meshfold provision %s …` running for %s? (%s)",
+			grace, knock, cause, node, node, last)}, true
+}
+
 // SourcesText is what [FleetSourcesText] and `meshfold state` print for
 // one node's source problems, a line each; now dates them.
 func SourcesText(node string, ps []SourceProblem, now time.Time) string {
 	var t textWriter
 	for _, p := range ps {
+		if p.State == NoProvisioner {
+			t.line(0, "source", fmt.Sprintf("%s %s: %s ago: %s", node, p.State, Age(now.Sub(p.Since)), p.Why))
+			continue
+		}
 		t.line(0, "source", fmt.Sprintf("%s %s %s not filled: %s since %s ago: %s", node, p.Module, events.Text(p.Path), p.State,
 			Age(now.Sub(p.Since)), events.ErrorText(p.Why)))
 	}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/meshfold/meshfold/reconcile/audit"
+)
+
+// TestPokeSaysNoProvisionerAnswered: a poke no provisioner takes says so
+// after its wait, naming the command to look for; state and fleet show
+// the unanswered knock as the node's source problem. Once a provisioner
+// runs, the poke says it took the knock, and the problem is gone; killed,
+// the next poke says when it last answered.
+func TestPokeSaysNoProvisionerAnswered(t *testing.T) {
+	m := startMesh(t)
+	trust := m.serveSigned(t)
+	grace := audit.KnockGrace
+	audit.KnockGrace = 0 // state and fleet: a knock unanswered at once
+	t.Cleanup(func() { audit.KnockGrace = grace })
+	if _, errOut, code := m.cli(t, "want", "ace", "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
+		t.Fatalf("want: exit %d %s", code, errOut)
+	}
+	out, errOut, code := m.cli(t, "poke", "ace", "--by", "alice", "--wait", "1s")
+	if code != 0 || !strings.HasPrefix(out, "poke ace: stream sequence") {
+		t.Fatalf("poke: exit %d %q %q", code, out, errOut)
+	}
+	for _, s := range []string{"warning: poke ace: no provisioner answered within 1s (knock #", "is `meshfold provision ace …` running for ace?",
+		"no provisioner of ace has recorded an answer"} {
+		if !strings.Contains(errOut, s) {
+			t.Errorf("poke with no provisioner: stderr does not say %q:\n%s", s, errOut)
+		}
+	}
+	out, errOut, code = m.cli(t, "state", "ace")
+	if code != 0 || !strings.Contains(out, "ace no-provisioner:") || !strings.Contains(out, "running for ace?") {
+		t.Errorf("state: exit %d, it does not show the unanswered knock:\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = m.cli(t, "fleet")
+	if code != 0 || !strings.Contains(out, "ace no-provisioner:") || !strings.Contains(out, "source") {
+		t.Errorf("fleet: exit %d, it does not show the unanswered knock:\n%s%s", code, out, errOut)
+	}
+
+	ctx, cancel := context.WithCancel(testCtx(t))
+	logs := newNoteBuffer()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"provision", "ace", "--from", t.TempDir(), "--account", "prov", "--trust", trust, "-s", m.e.ClientURL()}, nil, logs, logs)
+	}()
+	logs.waitText(testCtx(t), t, "provision", "provisioner running")
+	out, errOut, code = m.cli(t, "poke", "ace", "--by", "alice", "--wait", "1m")
+	t.Logf("poke with a provisioner: %s", errOut)
+	if code != 0 || !strings.Contains(errOut, "poke ace: its provisioner took knock #") || strings.Contains(errOut, "warning") {
+		t.Errorf("poke with a provisioner: exit %d %q %q", code, out, errOut)
+	}
+	if out, errOut, code = m.cli(t, "state", "ace"); code != 0 || strings.Contains(out, "no-provisioner") {
+		t.Errorf("state with a provisioner: exit %d:\n%s%s", code, out, errOut)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("provision exited %d:\n%s", code, logs.String())
+	}
+	_, errOut, _ = m.cli(t, "poke", "ace", "--by", "alice", "--wait", "300ms")
+	if !strings.Contains(errOut, "no provisioner answered within 300ms") || !strings.Contains(errOut, "its provisioner last answered knock #") ||
+		!strings.Contains(errOut, "as prov") {
+		t.Errorf("poke after the provisioner stopped: %q", errOut)
+	}
+	_, errOut, _ = m.cli(t, "poke", "ace", "--by", "alice", "--wait", "0")
+	if strings.Contains(errOut, "provisioner") {
+		t.Errorf("poke --wait 0 waited: %q", errOut)
+	}
+}
