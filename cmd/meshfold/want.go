@@ -97,8 +97,10 @@ removed, changed; what is held and why), computed by the reconciler's own
 Compose from the node's current state: the reconciler's (its state service),
 else the stored snapshot, else its events folded from the stream. It prints
 the sequence that state was folded through and the newest want's, to pin
-with --expect when publishing. -o json or yaml prints the same as one
-document.`,
+with --expect when publishing. On stderr it notes a module with no runs_as
+(an agent run as root refuses it; want notes that too) and a runs_as no
+module of the node's newest plan runs as (the node may have no such user).
+-o json or yaml prints the same as one document.`,
 		Example: `  meshfold want ace -f ace.json
   meshfold want newnode -f newnode.json --new   # before newnode's agent ever ran
   meshfold want ace -f ace.json --dry-run
@@ -205,6 +207,9 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 	if note := notBundleNote(w); note != "" {
 		fmt.Fprintln(a.stderr, note)
 	}
+	if notes := runsAsNotes(w, nil, nodeName); len(notes) > 0 {
+		fmt.Fprintln(a.stderr, notes[0]) // the missing runs_as; the dry run also names accounts new to the node
+	}
 	if known == 0 {
 		fmt.Fprintf(a.stderr, "note: created node %s: the stream held no event of it before (a mistyped name? 'meshfold retire %s --force --by NAME' forgets it: no agent will ever settle its plan)\n", nodeName, nodeName)
 	}
@@ -244,6 +249,45 @@ func notBundleNote(w *events.Want) string {
 	}
 	return fmt.Sprintf("note: %s: no bundle build (%s…): the process runtime (meshfold node's default) runs only builds 'meshfold build push PATH' prints, and its apply of this want will fail; only an agent run with --runtime record takes such a build",
 		strings.Join(mods, ", "), bundle.BuildScheme)
+}
+
+// runsAsNotes says, as notes for stderr, which modules of w have no
+// runs_as (an agent run as root refuses them: node/process.ErrNoRunsAs),
+// then, when runs is not nil (the node's newest plan's rows), which
+// runs_as accounts no module of that plan runs as: the agent looks each up
+// on the node when it applies, and a node without that user fails the
+// apply. Nothing when there is nothing to say. The CLI cannot see the
+// node's users: the second note is a warning of where to look, not a
+// refusal.
+func runsAsNotes(w *events.Want, runs []events.PlanModule, node string) []string {
+	var notes, none []string
+	known := map[string]bool{}
+	for _, m := range runs {
+		known[m.RunsAs] = true
+	}
+	fresh := map[string][]string{}
+	var order []string
+	for _, m := range w.Modules {
+		switch {
+		case m.RunsAs == "":
+			none = append(none, events.Text(m.Name))
+		case runs != nil && !known[m.RunsAs]:
+			if _, ok := fresh[m.RunsAs]; !ok {
+				order = append(order, m.RunsAs)
+			}
+			fresh[m.RunsAs] = append(fresh[m.RunsAs], events.Text(m.Name))
+		}
+	}
+	if len(none) > 0 {
+		notes = append(notes, fmt.Sprintf(`note: %s no runs_as: an agent run as root refuses %s (its apply fails: it runs no module as root unless the want says "runs_as":"root"); an agent run as a normal user runs %s as that user`,
+			strings.Join(none, ", ")+map[bool]string{true: " has", false: " have"}[len(none) == 1],
+			map[bool]string{true: "it", false: "them"}[len(none) == 1], map[bool]string{true: "it", false: "them"}[len(none) == 1]))
+	}
+	for _, acct := range order {
+		notes = append(notes, fmt.Sprintf("note: runs_as %s (%s) is new on %s: no module of its newest plan runs as %s; the agent looks the user up when it applies, and a node without it fails the apply ('no such user %s on this node')",
+			events.Text(acct), strings.Join(fresh[acct], ", "), node, events.Text(acct), events.Text(acct)))
+	}
+	return notes
 }
 
 func fileLabel(file string) string {
@@ -430,6 +474,13 @@ func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format 
 		return err
 	}
 	if note := notBundleNote(w); note != "" {
+		fmt.Fprintln(a.stderr, note)
+	}
+	var runs []events.PlanModule
+	if st, err := r.State(ctx, node); err == nil {
+		runs = st.Composition.Modules
+	}
+	for _, note := range runsAsNotes(w, runs, node) {
 		fmt.Fprintln(a.stderr, note)
 	}
 	if format != outTable {

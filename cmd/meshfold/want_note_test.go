@@ -114,3 +114,31 @@ func TestWantRefusesUnknownNode(t *testing.T) {
 		t.Errorf("want of a node with a have: exit %d %q", code, stderr)
 	}
 }
+
+// TestDryRunSaysRunsAs: a dry run names a module with no runs_as (an
+// agent run as root refuses it) and a runs_as no module of the node's
+// newest plan runs as (the node may lack that user); one whose accounts
+// the node runs already says nothing of them. want says the first too.
+func TestDryRunSaysRunsAs(t *testing.T) {
+	c := newVerbCLI(t)
+	if code, _, stderr := c.run(t, "", "want", "ace", "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
+		t.Fatalf("want: %s", stderr)
+	}
+	code, _, stderr := c.run(t, "", "want", "ace", "-f", writeWantFile(t, goodWant), "--dry-run")
+	if code != 0 || strings.Contains(stderr, "runs_as") {
+		t.Errorf("a dry run of the accounts the node runs: exit %d, stderr %q", code, stderr)
+	}
+	odd := writeWantFile(t, `{"modules":[{"name":"provisioner","build":"p:1","runs_as":"prov","provisioner":true},
+		{"name":"bare","build":"b:1"},{"name":"web","build":"w:1","runs_as":"newuser"}]}`)
+	code, _, stderr = c.run(t, "", "want", "ace", "-f", odd, "--dry-run")
+	for _, s := range []string{"note: bare has no runs_as: an agent run as root refuses it", `"runs_as":"root"`,
+		"note: runs_as newuser (web) is new on ace: no module of its newest plan runs as newuser", "no such user newuser on this node"} {
+		if code != 0 || !strings.Contains(stderr, s) {
+			t.Errorf("dry run: exit %d, stderr does not say %q:\n%s", code, s, stderr)
+		}
+	}
+	code, _, stderr = c.run(t, "", "want", "ace", "-f", odd)
+	if code != 0 || !strings.Contains(stderr, "note: bare has no runs_as") || strings.Contains(stderr, "is new on") {
+		t.Errorf("want: exit %d, stderr %q", code, stderr)
+	}
+}
