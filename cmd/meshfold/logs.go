@@ -43,7 +43,14 @@ now, as 10m, or an RFC 3339 time); with both, the later start wins.
 --follow then keeps printing new lines until interrupted. --timestamps
 prefixes each line with when it was captured and its stream: out
 (stdout), err (stderr) or meshfold (the module's supervisor: exits,
-restarts, health).`,
+restarts, health).
+
+No agent answering (not running, or no reply within --timeout) exits 1 and
+says so; so does an agent that stops answering while --follow waits for new
+lines (killed, or stopped):
+
+  meshfold: the agent of node ace stopped answering: no reply within 10s
+  (killed or stopped? is 'meshfold node ace' still running?)`,
 		Example: `  meshfold logs ace mesh-build-go
   meshfold logs ace mesh-build-go --tail 20 --follow
   meshfold logs ace mesh-build-go --since 1h --tail 1000000 --timestamps`,
@@ -88,6 +95,7 @@ func runLogs(ctx context.Context, a *app, nodeName, module string, o logsOpts) e
 	defer nc.Close()
 	subject := node.LogsSubject(a.stream.config().Prefix, nodeName)
 	q := node.LogsRequest{Module: module, LogQuery: node.LogQuery{Tail: o.tail, Since: since}}
+	answered := false // the agent answered a request of this command
 	for {
 		timeout := o.timeout + time.Duration(q.WaitMS)*time.Millisecond
 		page, err := requestLogs(ctx, nc, subject, q, timeout)
@@ -96,10 +104,22 @@ func runLogs(ctx context.Context, a *app, nodeName, module string, o logsOpts) e
 				return nil // interrupted
 			}
 			if errors.Is(err, nats.ErrNoResponders) {
+				if answered {
+					return fmt.Errorf("the agent of node %s stopped answering: it is gone (is 'meshfold node %s' still running?)", nodeName, nodeName)
+				}
 				return fmt.Errorf("no agent of node %s answered (is 'meshfold node %s' running?)", nodeName, nodeName)
+			}
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				// The request's own deadline: the agent took it and never
+				// replied (killed while it waited for new output, say).
+				if answered {
+					return fmt.Errorf("the agent of node %s stopped answering: no reply within %s (killed or stopped? is 'meshfold node %s' still running?)", nodeName, timeout, nodeName)
+				}
+				return fmt.Errorf("no agent of node %s answered within %s (is 'meshfold node %s' running? --timeout waits longer)", nodeName, timeout, nodeName)
 			}
 			return err
 		}
+		answered = true
 		for i, l := range page.Lines {
 			if o.timestamps {
 				var tag node.LogTag
