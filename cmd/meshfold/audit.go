@@ -227,7 +227,11 @@ func printTimeline(a *app, h *audit.History, from, to int, notes []string, forma
 }
 
 func writeJSON(w io.Writer, v any) error {
-	return json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	// Text as written: a why's "<", ">" and "&" are not \u003c… (this is
+	// no HTML page).
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }
 
 // progress returns a progress reporter (query.Config.Progress: a replay

@@ -237,7 +237,7 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 			status += ", paused"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Node, t.Batch, status, dash(t.Published), dash(t.Plan), settled,
-			strings.Join(running, ", "), since, events.ErrorText(t.Why))
+			strings.Join(running, ", "), since, events.Plain(t.Why))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

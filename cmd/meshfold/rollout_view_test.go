@@ -35,3 +35,30 @@ func TestRolloutStatusPausedAndReverted(t *testing.T) {
 		}
 	}
 }
+
+// rollout status prints a target's why whole, as the rollout's fold
+// worded it: neither quoted again nor cut in the middle of a word (the
+// fold already cut a long apply error, keeping its head and tail), and
+// -o json keeps its "<", ">" and "&" as they are.
+func TestRolloutStatusWhyWhole(t *testing.T) {
+	why := `apply of plan 8 failed for module "web": bundle sha256:0123456789ab…: exec "/srv/web/run" <no such file> & its health check "http://127.0.0.1:8080/healthz" never answered within the healthy_deadline of 1m0s`
+	if len(why) <= 200 {
+		t.Fatalf("the why is %d bytes: it must be longer than events.ErrorText keeps", len(why))
+	}
+	v := rollout.View{Fleet: "web", Rollout: 2, Phase: rollout.Halted, Targets: []rollout.TargetView{
+		{Node: "bob", Batch: 1, Status: rollout.Failed, Why: why}}}
+	var b strings.Builder
+	if err := writeRolloutView(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), why) {
+		t.Errorf("status does not print the why whole:\n%s", b.String())
+	}
+	b.Reset()
+	if err := writeValue(&b, outJSON, v); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), `\u003c`) || strings.Contains(b.String(), `\u0026`) || !strings.Contains(b.String(), "<no such file> & its") {
+		t.Errorf("-o json escapes the why as HTML:\n%s", b.String())
+	}
+}
