@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -74,14 +75,16 @@ func (c *Console) rolloutPage(w http.ResponseWriter, r *http.Request) {
 	p := rolloutPage{Fleet: fleet}
 	src, ok := c.cfg.Source.(RolloutSource)
 	if !ok {
-		http.NotFound(w, r)
+		c.renderStatus(w, http.StatusNotFound, "error.html", errorView{Title: "No rollouts",
+			Error: "this console reads no rollouts (its source has none)"})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	s, err := src.Rollout(ctx, fleet)
 	if errors.Is(err, feed.ErrNoRollout) {
-		http.NotFound(w, r)
+		c.renderStatus(w, http.StatusNotFound, "error.html", errorView{Title: "Fleet " + fleet,
+			Error: fmt.Sprintf("fleet %s has no rollout in the stream (a mistyped name? /rollouts lists the fleets; 'meshfold apply -f FLEET.yaml' starts one)", fleet)})
 		return
 	}
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,6 +102,7 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET /node/{node}/events", c.nodeEvents)
 	c.mux.HandleFunc("GET /rollouts", c.rolloutsPage)
 	c.mux.HandleFunc("GET /rollouts/{fleet}", c.rolloutPage)
+	c.mux.HandleFunc("GET /", c.notFound) // any other path: the house's 404, not net/http's
 	return c, nil
 }
 
@@ -176,6 +178,11 @@ func IsLoopback(addr string) bool {
 }
 
 func (c *Console) render(w http.ResponseWriter, name string, data any) {
+	c.renderStatus(w, http.StatusOK, name, data)
+}
+
+// renderStatus is render answering status.
+func (c *Console) renderStatus(w http.ResponseWriter, status int, name string, data any) {
 	var b bytes.Buffer
 	if err := c.tmpl.ExecuteTemplate(&b, name, data); err != nil {
 		c.log.Error("console: render", "template", name, "err", err)
@@ -184,10 +191,47 @@ func (c *Console) render(w http.ResponseWriter, name string, data any) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
 	_, _ = w.Write(b.Bytes())
 }
 
+// errorView is the house error page (error.html): a title, what is wrong,
+// and, for a query value that is not one, the valid values, each a link
+// (Base followed by the value).
+type errorView struct {
+	Title, Error string
+	Valid        []string
+	Base         string
+}
+
+// notFound answers a path the console has no page for with the house
+// error page, 404.
+func (c *Console) notFound(w http.ResponseWriter, r *http.Request) {
+	c.renderStatus(w, http.StatusNotFound, "error.html", errorView{Title: "Not found",
+		Error: fmt.Sprintf("the console has no page %s: its pages are the fleet (/), a node (/node/NAME) and the rollouts (/rollouts, /rollouts/FLEET)", r.URL.Path)})
+}
+
+// badNeed answers a fleet page asked for a need that is none of
+// audit.FleetNeeds: 400, the valid values listed, each a link. ok is
+// false when it answered.
+func (c *Console) badNeed(w http.ResponseWriter, r *http.Request, page bool) (ok bool) {
+	need := r.URL.Query().Get("need")
+	if need == "" || slices.Contains(audit.FleetNeeds, need) {
+		return true
+	}
+	msg := fmt.Sprintf("need %q is no need the fleet names: one of %s", need, strings.Join(audit.FleetNeeds, ", "))
+	if !page {
+		http.Error(w, msg, http.StatusBadRequest)
+		return false
+	}
+	c.renderStatus(w, http.StatusBadRequest, "error.html", errorView{Title: "No such need", Error: msg, Valid: audit.FleetNeeds, Base: "/?need="})
+	return false
+}
+
 func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request) {
+	if !c.badNeed(w, r, true) {
+		return
+	}
 	c.render(w, "fleet.html", c.fleet.page(parseFleetQuery(r.URL.Query()), c.cfg.Now(), c.cfg.Stale))
 }
 
@@ -205,6 +249,9 @@ const minFrameGap = time.Second
 // and every keepAlive. The rows come from the fleet's shared index,
 // made at most once a second however many pages are open.
 func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request) {
+	if !c.badNeed(w, r, false) {
+		return
+	}
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
@@ -444,8 +491,7 @@ func (c *Console) nodePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(h.Events) == 0 && asOf == nil {
-		w.WriteHeader(http.StatusNotFound)
-		c.render(w, "node.html", nodeView{Node: node, Error: fmt.Sprintf("node %s has no events in the stream", node)})
+		c.renderStatus(w, http.StatusNotFound, "node.html", nodeView{Node: node, Error: fmt.Sprintf("node %s has no events in the stream", node)})
 		return
 	}
 	v := nodeView{Node: node, Events: len(h.Events), Query: q, AxisTime: q.ByTime}
