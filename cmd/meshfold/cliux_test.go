@@ -5,8 +5,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/meshfold/meshfold/store"
 
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -149,5 +154,44 @@ func TestSecretPutNodeWithoutSealedProvisioner(t *testing.T) {
 	}
 	if strings.Contains(errs, "store:") {
 		t.Errorf("stderr says the package's words:\n%s", errs)
+	}
+}
+
+// TestSecretPutRevisionSaid: a refused put (no key registered) stores
+// nothing; the put after it prints the bucket's revision and says on
+// stderr what it is (the bucket's sequence, not a count) and which put of
+// the file this is: "revision 3" after a refusal read as a third version.
+func TestSecretPutRevisionSaid(t *testing.T) {
+	m := startMesh(t)
+	ctx := testCtx(t)
+	if _, errs, code := m.cli(t, "want", "ace", "--new", "-f", writeWantFile(t, `{"modules":[{"name":"app","build":"app:1","runs_as":"nobody","files":[{"path":"/run/app/c","mode":"0600"}]}]}`)); code != 0 {
+		t.Fatalf("want: %s", errs)
+	}
+	f := filepath.Join(t.TempDir(), "c")
+	if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	put := []string{"secret", "put", "ace", "app", "/run/app/c", "-f", f, "--by", "test"}
+	if out, errs, code := m.cli(t, put...); code != exitError || out != "" || strings.Contains(errs, "revision") {
+		t.Fatalf("put with no key: exit %d %q %q", code, out, errs)
+	}
+	kv, err := m.js.KeyValue(ctx, m.cfg.Name+store.SecretsBucketSuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	curve, err := nkeys.CreateCurveKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := curve.PublicKey()
+	if _, err := kv.Put(ctx, store.CurveKeyName("ace"), []byte(pub)); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"this is put 1 of ace app /run/app/c", "this is put 2 of ace app /run/app/c"} {
+		out, errs, code := m.cli(t, put...)
+		rev := regexp.MustCompile(`revision (\d+) digest`).FindStringSubmatch(out)
+		if code != 0 || rev == nil || !strings.Contains(errs, "note: revision "+rev[1]+" is the secrets bucket's sequence") || !strings.Contains(errs, want) {
+			t.Errorf("put %d: exit %d %q %q", i+1, code, out, errs)
+		}
 	}
 }

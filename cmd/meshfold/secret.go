@@ -99,10 +99,13 @@ from there and registers no key, and put refuses (exit 1). After its key
 changed (a new node, a lost key file), put every secret of NODE again:
 'secret ls NODE' marks the ones sealed to an old key.
 Prints the revision and the digest (an HMAC under a key kept in the bucket,
-never a plain hash); the content is never printed. A file that NODE's newest
-want does not declare for MODULE (a mistyped node, module or path, or a
-secret put ahead of its want) is stored with a warning: it is filled only once
-a want declares it.`,
+never a plain hash); the content is never printed. The revision is the
+secrets bucket's sequence, as 'secret ls' shows it, shared by every secret
+and key registration: a note on stderr says so and which put of this file
+it is. A refused put stores nothing and moves no revision. A file that
+NODE's newest want does not declare for MODULE (a mistyped node, module or
+path, or a secret put ahead of its want) is stored with a warning: it is
+filled only once a want declares it.`,
 		Example: `  meshfold secret put ace mesh-build-go /run/mesh-build-go/broker.creds -f broker.creds --by alice
   vault kv get -field=token kv/ace/mbg | meshfold secret put ace mesh-build-go /run/mbg/token --by alice`,
 		Args: cobra.ExactArgs(3),
@@ -149,8 +152,11 @@ a want declares it.`,
 			if note := a.undeclaredNote(ctx, args[0], args[1], args[2]); note != "" {
 				fmt.Fprintf(a.stderr, "meshfold: warning: %s\n", note)
 			}
-			_, err = fmt.Fprintf(a.stdout, "%s %s %s revision %d digest %s\n", args[0], args[1], args[2], rev, digest[:16])
-			return err
+			if _, err = fmt.Fprintf(a.stdout, "%s %s %s revision %d digest %s\n", args[0], args[1], args[2], rev, digest[:16]); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stderr, putCountNote(ctx, kv, args[0], args[1], args[2], rev))
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "read the content from FILE (default: stdin)")
@@ -186,6 +192,30 @@ func putSecret(ctx context.Context, kv jetstream.KeyValue, node, module, path st
 	}
 	rev, err := kv.Put(ctx, store.SecretKey(node, module, path), data)
 	return rev, rec.Digest, err
+}
+
+// putCountNote says what a put's revision is: the secrets bucket's
+// sequence (what 'secret ls' and 'nats kv history' show), shared by every
+// key and registration, not a count of this file's puts, which it gives
+// from the key's history (the bucket keeps store.SecretsHistory of them).
+// A refused put stores nothing and moves no revision.
+func putCountNote(ctx context.Context, kv jetstream.KeyValue, node, module, path string, rev uint64) string {
+	note := fmt.Sprintf("note: revision %d is the secrets bucket's sequence (as 'secret ls' shows it, shared by every secret and key registration), not a count of this file's puts", rev)
+	h, err := kv.History(ctx, store.SecretKey(node, module, path))
+	if err != nil || len(h) == 0 {
+		return note
+	}
+	n := 0
+	for _, e := range h {
+		if e.Operation() == jetstream.KeyValuePut {
+			n++
+		}
+	}
+	count := fmt.Sprintf("put %d", n)
+	if len(h) >= store.SecretsHistory {
+		count = fmt.Sprintf("put %d or later (the bucket keeps the last %d)", n, store.SecretsHistory)
+	}
+	return note + fmt.Sprintf(": this is %s of %s %s %s", count, node, module, events.Text(path))
 }
 
 // noKeyError is a put refused because no provisioner of node registered
