@@ -73,7 +73,9 @@ func (r *Reader) Sources(ctx context.Context, node string) (map[string][]audit.S
 // provisioner's answer (store.KnockAnswer, in the fill status bucket)
 // covers that cause is answered without a read; the others' newest knock
 // is read from the stream (a direct get each, at most [unansweredGets]:
-// more are left out). [Reader.Sources] of one node includes its problem;
+// more are left out). The answers are read a get each for up to
+// [unansweredGets] nodes, beyond in one pass over the bucket's answers
+// (one a node that ever ran a provisioner). [Reader.Sources] of one node includes its problem;
 // `meshfold fleet` asks for the nodes whose rows name a knock.
 //
 // Errors: the stream's lookup; the bucket's read; a get's, other than
@@ -101,15 +103,22 @@ func (r *Reader) unanswered(ctx context.Context, kv jetstream.KeyValue, nodes ma
 		return out, nil
 	}
 	answers := map[string]store.KnockAnswer{}
-	if kv != nil {
-		only := ""
-		if len(nodes) == 1 {
-			for n := range nodes {
-				only = n
+	switch {
+	case kv == nil:
+	case len(nodes) <= unansweredGets:
+		// A get each: a fleet's answers are one a node.
+		for n := range nodes {
+			a, ok, err := store.GetKnockAnswer(ctx, kv, n)
+			if err != nil {
+				return nil, fmt.Errorf("node %s: knock answer: %w", n, err)
+			}
+			if ok {
+				answers[n] = a
 			}
 		}
+	default:
 		var err error
-		if answers, err = store.ReadKnockAnswers(ctx, kv, only); err != nil {
+		if answers, err = store.ReadKnockAnswers(ctx, kv, ""); err != nil {
 			return nil, fmt.Errorf("knock answers: %w", err)
 		}
 	}

@@ -261,7 +261,9 @@ const (
 //
 // Errors: the bucket's read.
 func ReadFillStatus(ctx context.Context, kv jetstream.KeyValue, node string) ([]FillStatus, error) {
-	filter := ">"
+	// Every node's: the keys of three tokens ([SecretKey]), so that the
+	// provisioners' knock answers (two, [KnockAnswerKey]) are not read.
+	filter := "*.*.*"
 	if node != "" {
 		filter = node + ".>"
 	}
@@ -365,4 +367,22 @@ func ReadKnockAnswers(ctx context.Context, kv jetstream.KeyValue, node string) (
 		}
 	}
 	return out, err
+}
+
+// GetKnockAnswer returns node's [KnockAnswer]; ok is false when none is
+// stored (or it does not decode).
+//
+// Errors: the get's, other than for no key.
+func GetKnockAnswer(ctx context.Context, kv jetstream.KeyValue, node string) (a KnockAnswer, ok bool, err error) {
+	e, err := kv.Get(ctx, KnockAnswerKey(node))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return a, false, nil
+	}
+	if err != nil {
+		return a, false, err
+	}
+	if json.Unmarshal(e.Value(), &a) != nil || a.V == 0 {
+		return KnockAnswer{}, false, nil
+	}
+	return a, true, nil
 }
