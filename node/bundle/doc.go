@@ -24,5 +24,9 @@
 //     the process runtime's Fetcher (node/process).
 //
 // A build of another scheme ("img:…", "src2:…") is [ErrNotBundle]: the
-// process runtime fails the apply with it, as a settle with op failed.
+// process runtime fails the apply with it, as a settle with op failed. A
+// build of neither form ("garbage") is [ErrNoScheme] ([CheckForm]: the one
+// rule of a build's form, which `want` and `apply` apply before
+// publishing), and [Nearest] picks the stored builds an error names
+// beside one that is not stored.
 package bundle
