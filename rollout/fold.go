@@ -679,6 +679,45 @@ func (f *folder) revert(m *Mark) {
 	f.revertDone()
 }
 
+// GivesBack returns the targets to which a revert of the rollout would
+// still give their previous want (the want stored at their Prev; none
+// when Prev is 0): while a revert can be asked (Ignores(KindRevert) is
+// ""), those revert would give back or wait for; while reverting, those
+// whose previous want is not published yet. In target order. What
+// `meshfold build rm` must not break: their previous want's builds.
+func (s *State) GivesBack() []*Node {
+	r := s.Rollout
+	if r == nil {
+		return nil
+	}
+	reverting := r.Phase == Reverting
+	if !reverting && s.Ignores(KindRevert, 0) != "" {
+		return nil
+	}
+	var out []*Node
+	for _, name := range r.Targets[:r.Next] {
+		n := r.Nodes[name]
+		if n.Prev == 0 {
+			continue
+		}
+		if reverting {
+			if n.Back != nil && (n.Back.Status == RevertWaiting || n.Back.Status == RevertPublishing) {
+				out = append(out, n)
+			}
+			continue
+		}
+		// revert's cases, in its order: those it gives back or waits for.
+		switch {
+		case n.Status == Conflict || n.Status == Pending || n.Status == Skipped:
+		case n.Back != nil:
+		case n.Published > 0 && n.NewestWant > n.Published:
+		case n.Published > 0, n.Status == Publishing:
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // giveBack steps a target back to its previous want.
 func (f *folder) giveBack(n *Node) {
 	r := f.r

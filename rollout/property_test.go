@@ -354,3 +354,24 @@ func TestCanaryPassesOnlyWhenTried(t *testing.T) {
 		}
 	})
 }
+
+// TestGivesBackNamesEveryRevert: every previous want a fold gives back
+// (a revert step's want) is one State.GivesBack named just before: what
+// `meshfold build rm` reads to keep the builds a revert would need.
+func TestGivesBackNamesEveryRevert(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		h := history(t)
+		s := rollout.NewState("web")
+		for _, in := range h.stream {
+			named := map[string]bool{}
+			for _, n := range s.GivesBack() {
+				named[n.Name] = true
+			}
+			for _, e := range s.Fold(in) {
+				if w := e.Want; w != nil && w.Step == rollout.StepRevert && w.CopyOf != 0 && !named[w.Node] {
+					t.Fatalf("#%d (%s): %s given its previous want #%d back; GivesBack named %v", in.Seq, in.Kind, w.Node, w.CopyOf, named)
+				}
+			}
+		}
+	})
+}

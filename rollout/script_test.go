@@ -174,6 +174,15 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 			return "not in the rollout"
 		}
 		return strings.Join(lines, "\n")
+	case "gives-back":
+		var b strings.Builder
+		for _, n := range h.state.GivesBack() {
+			fmt.Fprintf(&b, "%s prev=#%d\n", n.Name, n.Prev)
+		}
+		if b.Len() == 0 {
+			return "none"
+		}
+		return b.String()
 	case "wake":
 		w, ok := h.state.NextWake()
 		if !ok {

@@ -55,24 +55,36 @@ func Owners(ctx context.Context, stream jetstream.Stream, subj events.Subjects, 
 }
 
 // rolloutNodes returns the nodes fleet's newest rollout names: its
-// start's and its pages' (read forward from the start on the fleet's
-// nodes subject). A page not (yet) stored is skipped.
+// start's and its pages'.
 func rolloutNodes(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet string) ([]string, error) {
+	_, nodes, err := StartNodes(ctx, stream, subj, fleet)
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Node)
+	}
+	return out, err
+}
+
+// StartNodes returns fleet's newest rollout (its start's sequence, 0
+// when there is none) and the nodes it names as its start and the
+// start's pages hold them (read forward from the start on the fleet's
+// nodes subject), in their order. A page not (yet) stored is skipped;
+// an unreadable start names no node (the fold skips it too).
+//
+// Errors: the stream's reads.
+func StartNodes(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet string) (uint64, []rollout.NodeAtStart, error) {
 	m, err := stream.GetLastMsgForSubject(ctx, subj.Rollout(fleet, string(rollout.KindStart)))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
+		return 0, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("newest start of %s: %w", fleet, err)
+		return 0, nil, fmt.Errorf("newest start of %s: %w", fleet, err)
 	}
 	var st rollout.Start
 	if err := json.Unmarshal(m.Data, &st); err != nil {
-		return nil, nil // an unreadable start names no node (the fold skips it too)
+		return m.Sequence, nil, nil
 	}
-	var out []string
-	for _, n := range st.Nodes {
-		out = append(out, n.Node)
-	}
+	out := st.Nodes
 	id, seen := m.Sequence, 1
 	pagesSubj := subj.Rollout(fleet, string(rollout.KindNodes))
 	for seq := id + 1; seen < st.Pages; {
@@ -81,7 +93,7 @@ func rolloutNodes(ctx context.Context, stream jetstream.Stream, subj events.Subj
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("pages of %s's rollout %d: %w", fleet, id, err)
+			return 0, nil, fmt.Errorf("pages of %s's rollout %d: %w", fleet, id, err)
 		}
 		seq = pm.Sequence + 1
 		var p rollout.Nodes
@@ -89,9 +101,7 @@ func rolloutNodes(ctx context.Context, stream jetstream.Stream, subj events.Subj
 			continue
 		}
 		seen++
-		for _, n := range p.Nodes {
-			out = append(out, n.Node)
-		}
+		out = append(out, p.Nodes...)
 	}
-	return out, nil
+	return id, out, nil
 }
