@@ -105,6 +105,10 @@ func (s Subjects) StoredPartition(p int, kinds ...Kind) []string {
 	return out
 }
 
+// StoredKind returns the stored-subject filter of every node's events of
+// kind k, all partitions: *.<prefix>.*.<k>.
+func (s Subjects) StoredKind(k Kind) string { return "*." + s.prefix() + ".*." + string(k) }
+
 // StoredPartitionAll returns the stored-subject filter of every event of
 // partition p: <p>.<prefix>.*.*.
 func (s Subjects) StoredPartitionAll(p int) string {

@@ -109,7 +109,18 @@ func ReadNode(ctx context.Context, js jetstream.JetStream, streamName string, su
 	if !events.ValidName(node) {
 		return &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
 	}
-	filter := subj.StoredNode(node)
+	return ReadFilter(ctx, js, streamName, subj, subj.StoredNode(node), node, from, to, fn)
+}
+
+// ReadFilter is [ReadNode] for any one stored-subject filter (wildcards
+// allowed, e.g. Subjects.StoredKind(events.KindWant): every node's
+// wants): fn is called for each message filter matches, in stream order,
+// from sequence from up to and including to (0: the newest as of the
+// call). what names the read in errors.
+//
+// Errors: as [ReadNode].
+func ReadFilter(ctx context.Context, js jetstream.JetStream, streamName string, subj events.Subjects, filter, what string, from, to uint64, fn func(Msg) error) error {
+	node := what
 	// The node's newest event now bounds the read, so it ends without
 	// waiting for messages that may never come. Read from the leader: a
 	// replica behind it would end the read before an event just
@@ -339,3 +350,62 @@ func (l *LeaderReads) get(ctx context.Context, req leaderGetRequest) (*jetstream
 	}
 	return &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Seq, Header: h, Data: m.Data, Time: m.Time}, nil
 }
+
+// LastPerSubject calls fn with the newest message of each subject filter
+// matches (one stored-subject filter, wildcards allowed: Subjects.StoredKind
+// reads every node's newest event of a kind), in stream order, and
+// returns once each subject's newest as of the call was read: it never
+// waits for messages published later (some may be handed to fn too,
+// newer than one already given: keep the highest sequence per subject).
+// fn must not keep data. One plain consumer (no acks, in memory, one
+// replica, last per subject), deleted when done; the server serves it
+// from its subject index.
+//
+// Errors: fn's error, returned as is and ending the read; ctx's; the
+// consumer's.
+func LastPerSubject(ctx context.Context, js jetstream.JetStream, streamName, filter string, fn func(subject string, seq uint64, data []byte) error) error {
+	cons, err := js.CreateConsumer(ctx, streamName, jetstream.ConsumerConfig{
+		FilterSubject:     filter,
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: OrderedInactive,
+		MemoryStorage:     true,
+		Replicas:          1,
+	})
+	if err != nil {
+		return fmt.Errorf("read the newest of %s: %w", filter, err)
+	}
+	defer DropOrdered(js, streamName, cons)
+	// The consumer's pending count at its creation is the number of
+	// subjects: the read ends after as many, or once none is pending.
+	left := cons.CachedInfo().NumPending
+	if left == 0 {
+		return nil
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(lastPerSubjectBatch))
+	if err != nil {
+		return fmt.Errorf("read the newest of %s: %w", filter, err)
+	}
+	defer it.Stop()
+	for ; left > 0; left-- {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return fmt.Errorf("read the newest of %s: %w", filter, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("read the newest of %s: %w", filter, err)
+		}
+		if err := fn(m.Subject(), meta.Sequence.Stream, m.Data()); err != nil {
+			return err
+		}
+		if meta.NumPending == 0 {
+			return nil
+		}
+	}
+	return nil
+}
+
+// lastPerSubjectBatch is how many messages [LastPerSubject] asks for at
+// a time.
+const lastPerSubjectBatch = 1000
