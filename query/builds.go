@@ -1,31 +1,51 @@
 package query
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node/bundle"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/rollout/feed"
+	"github.com/meshfold/meshfold/store"
 )
 
 // MissingBuilds returns, in the want's order, each module of w whose
-// build is a bundle build ("sha256:…") the builds bucket
-// (<stream>_BUILDS) does not hold, with why: a node would fail to apply
-// it (DESIGN.md §8). Other builds (another runtime's images) are not
-// checked. It reads bundles' metadata only.
+// build no node could run: a build of no build's form
+// (bundle.CheckForm: no scheme, or a malformed sha256 build), or a
+// bundle build (sha256:…) the builds bucket does not hold, since a node
+// agent could not fetch it (DESIGN.md §8). Other runtimes' builds
+// ("img:…") are not checked further. It reads bundles' metadata only,
+// and no bucket at all when every build is malformed or another
+// runtime's.
 //
-// Errors: a build that is no valid bundle build is reported as missing
-// with bundle's error; the server's other errors are returned.
+// Errors: a malformed build is reported as missing with an error
+// matching bundle.ErrBadBuild (bundle.ErrNoScheme when it has no
+// scheme); the server's other errors are returned.
 func (r *Reader) MissingBuilds(ctx context.Context, w *events.Want) ([]MissingBuild, error) {
 	st := bundle.NewStore(r.js, r.c.Stream.Name)
 	var out []MissingBuild
 	seen := map[string]bool{}
 	for _, m := range w.Modules {
-		if !strings.HasPrefix(m.Build, bundle.BuildScheme) || seen[m.Build] {
+		if seen[m.Build] {
 			continue
 		}
 		seen[m.Build] = true
+		if err := bundle.CheckForm(m.Build); err != nil {
+			out = append(out, MissingBuild{Module: m.Name, Build: m.Build, Err: err})
+			continue
+		}
+		if !strings.HasPrefix(m.Build, bundle.BuildScheme) {
+			continue
+		}
 		_, err := st.Stat(ctx, m.Build)
 		switch {
 		case err == nil:
@@ -38,10 +58,282 @@ func (r *Reader) MissingBuilds(ctx context.Context, w *events.Want) ([]MissingBu
 	return out, nil
 }
 
-// MissingBuild is a module whose build the builds bucket does not hold,
-// and why (bundle.ErrNotFound, bundle.ErrNoBucket or bundle.ErrBadBuild).
+// MissingBuild is a module whose build no node could run, and why
+// (bundle.ErrNotFound, bundle.ErrNoBucket or bundle.ErrBadBuild).
 type MissingBuild struct {
 	Module string
 	Build  string
 	Err    error
+}
+
+// Builds returns every bundle the builds bucket holds, newest first
+// (bundle.Store.List; none when there is no bucket).
+//
+// Errors: the server's.
+func (r *Reader) Builds(ctx context.Context) ([]bundle.Info, error) {
+	return bundle.NewStore(r.js, r.c.Stream.Name).List(ctx)
+}
+
+// BuildUse is who still names a bundle build (DESIGN.md §8): what
+// `meshfold build rm` must not remove without being told, since a node
+// that has not cached it could no longer fetch it ("no such bundle").
+type BuildUse struct {
+	Build string
+	// Wants are the nodes whose newest want names the build, sorted. A
+	// node retired since its newest want is not counted: it runs nothing,
+	// and a want brings it back.
+	Wants []string
+	// Runs are the nodes whose newest have lists a module at the build
+	// (running, failed or stopped), sorted; retired nodes aside too.
+	Runs []string
+	// Reverts are the fleets whose newest rollout would give nodes a
+	// previous want naming the build on a revert (rollout.State.GivesBack),
+	// by fleet.
+	Reverts []RevertUse
+	// Snapshots is true when the stream no longer holds its oldest events
+	// (an age or size limit): the nodes whose newest want or have went
+	// with them were read from their stored snapshots, as fresh as the
+	// reconciler's last checkpoint.
+	Snapshots bool
+}
+
+// RevertUse is a rollout a revert of which would give Nodes their
+// previous want, one naming the build.
+type RevertUse struct {
+	Fleet   string
+	Rollout uint64
+	Phase   rollout.Phase
+	Nodes   []string
+}
+
+// InUse reports whether anything names the build.
+func (u BuildUse) InUse() bool {
+	return len(u.Wants) > 0 || len(u.Runs) > 0 || len(u.Reverts) > 0
+}
+
+// BuildUse returns who names build now: each node's newest want and have
+// and retire, read from the stream in one pass per kind that delivers
+// only the newest message of each node (store.LastPerSubject; a message
+// is decoded only when its bytes hold the build), and each fleet's
+// newest rollout: the previous wants of its targets (read in one pass
+// over the wants between the oldest and the newest of them), and, when
+// one names the build, the rollout refolded (feed.Replay) to learn which
+// of them a revert would still give back. When the stream's oldest
+// events are gone (an age or size limit), the snapshots of the nodes
+// none of whose wants, or haves, the stream holds are read too
+// (BuildUse.Snapshots).
+//
+// Errors: build not a bundle build (bundle.ErrNotBundle, ErrBadBuild);
+// the stream's lookup and reads.
+func (r *Reader) BuildUse(ctx context.Context, build string) (BuildUse, error) {
+	u := BuildUse{Build: build}
+	if _, err := bundle.ParseBuild(build); err != nil {
+		return u, err
+	}
+	stream, cfg, err := r.open(ctx)
+	if err != nil {
+		return u, err
+	}
+	subj := cfg.Subjects()
+	first, _, err := store.StreamBounds(ctx, stream)
+	if err != nil {
+		return u, err
+	}
+	u.Snapshots = first > 1
+	needle := []byte(build)
+	names := func(subject string, seq uint64, data []byte) (string, bool) {
+		node, _, err := subj.Parse(subject)
+		if err != nil || !bytes.Contains(data, needle) {
+			return node, false
+		}
+		ev, err := subj.DecodeEvent(subject, data, seq, time.Time{})
+		if err != nil {
+			return node, false
+		}
+		switch p := ev.Payload.(type) {
+		case *events.Want:
+			return node, slices.ContainsFunc(p.Modules, func(m events.WantModule) bool { return m.Build == build })
+		case *events.Have:
+			return node, slices.ContainsFunc(p.Modules, func(m events.HaveModule) bool { return m.Build == build })
+		}
+		return node, false
+	}
+	// Retires first (few): a node's newest want is then kept only for
+	// the nodes that have one, to tell a retired node.
+	retired := map[string]uint64{}
+	if err := store.LastPerSubject(ctx, r.js, cfg.Name, subj.StoredKind(events.KindRetire), func(subject string, seq uint64, _ []byte) error {
+		if node, _, err := subj.Parse(subject); err == nil {
+			retired[node] = seq
+		}
+		return nil
+	}); err != nil {
+		return u, err
+	}
+	wantSeq := map[string]uint64{}
+	wants, runs := map[string]bool{}, map[string]bool{}
+	var seenWant, seenHave map[string]bool // with Snapshots only
+	if u.Snapshots {
+		seenWant, seenHave = map[string]bool{}, map[string]bool{}
+	}
+	if err := store.LastPerSubject(ctx, r.js, cfg.Name, subj.StoredKind(events.KindWant), func(subject string, seq uint64, data []byte) error {
+		node, ok := names(subject, seq, data)
+		if _, r := retired[node]; r {
+			wantSeq[node] = seq
+		}
+		if seenWant != nil {
+			seenWant[node] = true
+		}
+		if ok {
+			wants[node] = true
+		} else {
+			delete(wants, node) // a newer want, published during the pass
+		}
+		return nil
+	}); err != nil {
+		return u, err
+	}
+	if err := store.LastPerSubject(ctx, r.js, cfg.Name, subj.StoredKind(events.KindHave), func(subject string, seq uint64, data []byte) error {
+		node, ok := names(subject, seq, data)
+		if seenHave != nil {
+			seenHave[node] = true
+		}
+		if ok {
+			runs[node] = true
+		} else {
+			delete(runs, node)
+		}
+		return nil
+	}); err != nil {
+		return u, err
+	}
+	if u.Snapshots {
+		if err := r.snapshotUse(ctx, build, seenWant, seenHave, wants, runs); err != nil {
+			return u, err
+		}
+	}
+	for node, seq := range retired {
+		if seq > wantSeq[node] {
+			delete(wants, node)
+			delete(runs, node)
+		}
+	}
+	u.Wants, u.Runs = slices.Sorted(maps.Keys(wants)), slices.Sorted(maps.Keys(runs))
+	u.Reverts, err = r.revertUse(ctx, build)
+	return u, err
+}
+
+// snapshotUse adds to wants and runs the nodes whose stored snapshot's
+// want or have names build, of those whose want (have) the stream no
+// longer holds.
+func (r *Reader) snapshotUse(ctx context.Context, build string, seenWant, seenHave, wants, runs map[string]bool) error {
+	snaps, err := r.snapshots(ctx)
+	if errors.Is(err, ErrNoSnapshots) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	needle := []byte(build)
+	return snaps.LoadAll(ctx, func(node string, data []byte) error {
+		if !bytes.Contains(data, needle) {
+			return nil
+		}
+		st, err := reconcile.UnmarshalStateShared(data)
+		if err != nil {
+			return nil
+		}
+		if st.Retire != nil && (st.Want == nil || st.Retire.Seq > st.Want.Seq) {
+			return nil
+		}
+		if st.Want != nil && !seenWant[node] && slices.ContainsFunc(st.Want.Modules, func(m events.WantModule) bool { return m.Build == build }) {
+			wants[node] = true
+		}
+		if st.Have != nil && !seenHave[node] && slices.ContainsFunc(st.Have.Modules, func(m events.HaveModule) bool { return m.Build == build }) {
+			runs[node] = true
+		}
+		return nil
+	})
+}
+
+// revertUse returns the fleets whose newest rollout would give nodes a
+// previous want naming build on a revert.
+func (r *Reader) revertUse(ctx context.Context, build string) ([]RevertUse, error) {
+	stream, cfg, err := r.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	subj := cfg.Subjects()
+	fleets, err := feed.Fleets(ctx, stream, subj)
+	if err != nil {
+		return nil, err
+	}
+	type target struct{ fleet, node string }
+	prevs := map[uint64][]target{}
+	var lo, hi uint64
+	for _, f := range fleets {
+		_, nodes, err := feed.StartNodes(ctx, stream, subj, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range nodes {
+			if n.Want == 0 || n.Prev == 0 {
+				continue
+			}
+			prevs[n.Prev] = append(prevs[n.Prev], target{f, n.Node})
+			if lo == 0 || n.Prev < lo {
+				lo = n.Prev
+			}
+			hi = max(hi, n.Prev)
+		}
+	}
+	if len(prevs) == 0 {
+		return nil, nil
+	}
+	// The previous wants naming build, by fleet, in one pass over the
+	// wants from the oldest to the newest of them.
+	hits := map[string]map[string]uint64{}
+	err = store.ReadFilter(ctx, r.js, cfg.Name, subj, subj.StoredKind(events.KindWant), "previous wants", lo, hi, func(m store.Msg) error {
+		ts, ok := prevs[m.Event.Seq]
+		if !ok {
+			return nil
+		}
+		w, ok := m.Event.Payload.(*events.Want)
+		if !ok || !slices.ContainsFunc(w.Modules, func(x events.WantModule) bool { return x.Build == build }) {
+			return nil
+		}
+		for _, t := range ts {
+			if hits[t.fleet] == nil {
+				hits[t.fleet] = map[string]uint64{}
+			}
+			hits[t.fleet][t.node] = m.Event.Seq
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the rollouts' previous wants: %w", err)
+	}
+	var out []RevertUse
+	for _, f := range slices.Sorted(maps.Keys(hits)) {
+		s, err := feed.Replay(ctx, r.js, cfg, nil, f)
+		if errors.Is(err, feed.ErrNoRollout) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if s.Rollout == nil {
+			continue
+		}
+		ru := RevertUse{Fleet: f, Rollout: s.Rollout.ID, Phase: s.Rollout.Phase}
+		for _, n := range s.GivesBack() {
+			if seq, ok := hits[f][n.Name]; ok && seq == n.Prev {
+				ru.Nodes = append(ru.Nodes, n.Name)
+			}
+		}
+		if len(ru.Nodes) > 0 {
+			slices.Sort(ru.Nodes)
+			out = append(out, ru)
+		}
+	}
+	return out, nil
 }
