@@ -133,7 +133,7 @@ watch node leases         ok        -          -        -          -            
 ask state ace             -         -          ok       -          -            -       ok
 ask fold ace              -         -          ok       -          -            -        -
 push build                -         -          ok       -          -            -        -
-list builds               -         -          ok       -          -            -        -
+list builds               -         ok         ok       -          -            -        -
 stat build                -         ok         ok       ok         -            ok       ok
 fetch build               -         -          ok       ok         -            ok       -
 remove build              -         -          ok       -          -            -        -

@@ -92,7 +92,7 @@ const jsAPI = "$JS.API"
 //     purges them); serves the state service.
 //   - controller: publishes wants; reads wants and plans (direct gets,
 //     consumers filtered to plans); tells whether a build is in the
-//     builds bucket (its metadata, never its bytes); as the rollout controller (DESIGN.md
+//     builds bucket and lists it (its metadata, never its bytes); as the rollout controller (DESIGN.md
 //     §11), publishes a fleet's published, refused, tick and record
 //     events, reads the whole stream and holds rollout.<fleet> leases.
 //   - operator: publishes approvals, the operator events of DESIGN.md
@@ -264,7 +264,11 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		p.Pub.Allow.Add(api("CONSUMER.CREATE.%s.>", s), api("DIRECT.GET.%s.%s", s, rolloutSubj("*")), api("DIRECT.GET.%s", s),
 			api("STREAM.MSG.GET.%s", s),
 			api("DIRECT.GET.KV_%s.$KV.%s.rollout.>", leases, leases), "$KV."+leases+".rollout.>")
-		statBuilds() // want refuses a build nobody pushed
+		// want and apply refuse a build nobody pushed, naming the
+		// stored builds nearest to it: the bucket's metadata, listed,
+		// never a bundle's bytes.
+		statBuilds()
+		p.Pub.Allow.Add(api("CONSUMER.CREATE.%s.*.%s.M.>", objStream, obj), api("CONSUMER.DELETE.%s.*", objStream), "$JS.FC."+objStream+".>")
 		p.Pub.Allow.Add(subj("*", "want"),
 			api("DIRECT.GET.%s.%s", s, stored("*", "want")), api("DIRECT.GET.%s.%s", s, stored("*", "plan")),
 			api("CONSUMER.CREATE.%s.*.%s", s, stored("*", "plan")))
