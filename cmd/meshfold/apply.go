@@ -58,15 +58,22 @@ apply and --dry-run refuse, publishing nothing:
     fleet: a copied fleet file would roll its builds over the other fleet's
     nodes), naming each and its fleet (exit 3); --take-over moves them to
     this fleet;
+  - a build of no build's form ("garbage": neither sha256:<64 hex>, what
+    'meshfold build push' prints, nor another runtime's <scheme>:<id>), as
+    'meshfold want' does (exit 2, whatever the flags), naming the module,
+    the build and the stored builds nearest to it;
   - a sha256: build the builds bucket does not hold, as 'meshfold want'
-    does (exit 1); --allow-missing-build starts it anyway;
+    does (exit 1), naming the nearest stored; --allow-missing-build starts
+    it anyway;
   - nodes that have no event in the stream (a mistyped name would make a
     phantom node; exit 2); --new rolls out to them anyway (a fleet's first
     nodes, before their agents start).
 
 Follow it with 'meshfold rollout status FLEET'. Exit 1 if the publish failed,
-2 on a usage error or an invalid file.`,
-		Example: `  meshfold apply -f fleet.yaml --by alice --dry-run
+2 on a usage error or an invalid file. A build a rollout has given out stays
+needed: 'meshfold build rm' refuses it while a want, a have or the rollout's
+revert names it.`,
+		Example: `  meshfold apply -f fleet.yaml --by alice --dry-run   # refuses what apply would (a build "garbage": exit 2)
   meshfold apply -f fleet.yaml --by alice --reason "web 1.4"
   meshfold rollout status web
   # move nodes fleet web's rollout names to fleet api, on purpose
@@ -133,7 +140,7 @@ Follow it with 'meshfold rollout status FLEET'. Exit 1 if the publish failed,
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit (one line)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print each target's want difference and the batches; publish nothing")
 	cmd.Flags().BoolVar(&o.takeOver, "take-over", false, "roll over nodes the newest rollout of another fleet names (refused without it: two fleet files would fight over them)")
-	cmd.Flags().BoolVar(&o.allowMissing, "allow-missing-build", false, "start a rollout of sha256: builds the builds bucket does not hold (yet)")
+	cmd.Flags().BoolVar(&o.allowMissing, "allow-missing-build", false, "start a rollout of sha256: builds the builds bucket does not hold (yet); a build of no build's form is refused still")
 	cmd.Flags().BoolVar(&o.newNodes, "new", false, "roll out to nodes that have no event in the stream yet (refused without it: a mistyped name would make a phantom node)")
 	addPublishTimeout(cmd, &timeout)
 	a.conn.add(cmd)
@@ -245,18 +252,16 @@ func checkApply(ctx context.Context, a *app, nc *nats.Conn, stream jetstream.Str
 				plan.Fleet.Name, plural(len(owners), "node"), b.String()))
 		}
 	}
-	if !o.allowMissing {
-		w := &events.Want{}
-		for _, c := range plan.Cands {
-			w.Modules = append(w.Modules, c.Want...)
-		}
-		r, err := a.stream.reader(nc, query.Config{})
-		if err != nil {
-			return err
-		}
-		if err := checkBuilds(ctx, r, w); err != nil {
-			return err
-		}
+	w := &events.Want{}
+	for _, c := range plan.Cands {
+		w.Modules = append(w.Modules, c.Want...)
+	}
+	r, err := a.stream.reader(nc, query.Config{})
+	if err != nil {
+		return err
+	}
+	if err := checkBuilds(ctx, r, w, o.allowMissing); err != nil {
+		return err
 	}
 	var unknown []string
 	for _, c := range plan.Cands {

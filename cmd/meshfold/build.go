@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/node/bundle"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/audit"
 )
 
@@ -202,26 +203,47 @@ func runBuildLs(ctx context.Context, a *app, format string) error {
 }
 
 func newBuildRmCmd(a *app) *cobra.Command {
+	var force bool
 	cmd := &cobra.Command{
-		Use:   "rm BUILD",
-		Short: "Delete a stored bundle",
-		Long: `rm deletes the bundle stored under BUILD. Node agents that have fetched it keep
-running it from their cache; a node that has not yet fetched it fails its apply
-with a settle that says the bundle is missing.`,
-		Example: `  meshfold build rm sha256:9f1c...`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "rm BUILD [--force]",
+		Short: "Delete a stored bundle that nothing names any more",
+		Long: `rm deletes the bundle stored under BUILD, unless something still names it:
+
+  - a node's newest want (a node retired since is not counted);
+  - a node's newest have (what its agent runs);
+  - the newest rollout of a fleet, whose revert (the revert verb, or
+    auto_revert on a failure) would give nodes their previous want back,
+    one naming BUILD.
+
+Then it removes nothing and exits 3, naming those nodes and rollouts (a
+count and the first few). A node that has not cached a bundle, or whose
+cache let it go, fetches it again from the bucket: once it is removed,
+its apply of a want naming it, or a revert to it, fails with "no such
+bundle" and the module stays down. Move them off it first (apply a fleet
+file naming another build; a new apply supersedes a rollout, which can then
+no longer revert), then rm again. --force removes it anyway and says what
+it breaks.
+
+The check reads each node's newest want, have and retire from the stream
+(one pass per kind that delivers only the newest of each node) and each
+fleet's newest rollout (docs/operations.md, "Bundles").`,
+		Example: `  meshfold build rm sha256:9f1c...
+  meshfold build ls -o json | jq -r .build   # the builds stored, newest first
+  meshfold build rm sha256:9f1c... --force   # named still: remove it anyway`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runBuildRm(cmd.Context(), a, args[0])
+			return runBuildRm(cmd.Context(), a, args[0], force)
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "remove a build that wants, haves or a rollout's revert still name (they then fail to fetch it)")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
 }
 
-func runBuildRm(ctx context.Context, a *app, build string) error {
+func runBuildRm(ctx context.Context, a *app, build string, force bool) error {
 	if _, err := bundle.ParseBuild(build); err != nil {
-		return withCode(exitUsage, err)
+		return withCode(exitUsage, withNearest(ctx, a, build, err))
 	}
 	nc, err := a.conn.connect("meshfold-build", a)
 	if err != nil {
@@ -233,11 +255,122 @@ func runBuildRm(ctx context.Context, a *app, build string) error {
 		return err
 	}
 	st := bundle.NewStore(js, a.stream.name)
+	if _, err := st.Stat(ctx, build); errors.Is(err, bundle.ErrNotFound) || errors.Is(err, bundle.ErrNoBucket) {
+		// Not pushed (exit 1, as the table says of a build not pushed).
+		known, _ := listBuilds(ctx, st)
+		return fmt.Errorf("%w: nothing to remove%s", err, nearestText(build, known))
+	} else if err != nil {
+		return err
+	}
+	r, err := a.stream.reader(nc, query.Config{})
+	if err != nil {
+		return err
+	}
+	use, err := r.BuildUse(ctx, build)
+	if err != nil && !force {
+		return fmt.Errorf("could not tell what names %s, so nothing was removed: %w (--force removes it unchecked)", bundle.Short(build), err)
+	}
+	if err == nil && use.InUse() && !force {
+		return withCode(exitConflict, fmt.Errorf("refused: %s is still named; nothing was removed:%s\n"+
+			"a node without it in its cache fetches it from %s: once removed, its apply, or a revert to it, fails with \"no such bundle\" "+
+			"and the module stays down. Move them off it first (apply a fleet file naming another build; a new apply supersedes a rollout, "+
+			"which can then no longer revert), then rm again; --force removes it anyway",
+			bundle.Short(build), useText(use), st.Bucket()))
+	}
 	if err := st.Remove(ctx, build); err != nil {
 		return err
 	}
 	fmt.Fprintf(a.stderr, "meshfold: removed %s from %s\n", bundle.Short(build), st.Bucket())
+	switch {
+	case err != nil:
+		fmt.Fprintf(a.stderr, "warning: --force: removed unchecked (what names it could not be read: %v)\n", err)
+	case use.InUse():
+		fmt.Fprintf(a.stderr, "warning: --force: it was still named:%s\n"+
+			"each of those nodes that has not cached it now fails to apply it, or to revert to it, with \"no such bundle\"; push it again (meshfold build push PATH of the same content gives the same build) to mend that\n",
+			useText(use))
+	}
 	return nil
+}
+
+// useFirst is how many nodes a line of useText names before "… and N more".
+const useFirst = 5
+
+// useText says who names a build, a line each: wants, haves, rollouts.
+func useText(u query.BuildUse) string {
+	var b strings.Builder
+	names := func(nodes []string) string {
+		s := strings.Join(nodes[:min(len(nodes), useFirst)], ", ")
+		if len(nodes) > useFirst {
+			s += fmt.Sprintf(" and %d more", len(nodes)-useFirst)
+		}
+		return s
+	}
+	if len(u.Wants) > 0 {
+		fmt.Fprintf(&b, "\n  %s want it (their newest want): %s", plural(len(u.Wants), "node"), names(u.Wants))
+	}
+	if len(u.Runs) > 0 {
+		fmt.Fprintf(&b, "\n  %s run it (their newest have): %s", plural(len(u.Runs), "node"), names(u.Runs))
+	}
+	for _, ru := range u.Reverts {
+		fmt.Fprintf(&b, "\n  rollout %d of fleet %s (%s): a revert gives %s a previous want naming it: %s ('meshfold rollout status %s')",
+			ru.Rollout, ru.Fleet, ru.Phase, plural(len(ru.Nodes), "node"), names(ru.Nodes), ru.Fleet)
+	}
+	if u.Snapshots {
+		b.WriteString("\n  (the stream no longer holds its oldest events: nodes whose newest want or have went with them were read from their snapshots)")
+	}
+	return b.String()
+}
+
+// listBuilds lists the stored bundles for an error's nearest builds,
+// within a second (an error's words are not worth a longer wait). The
+// operator and the controller may list the bucket.
+func listBuilds(ctx context.Context, st *bundle.Store) ([]bundle.Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return st.List(ctx)
+}
+
+// withNearest is err followed by the stored builds nearest to build,
+// read on a connection of its own (build rm refuses a malformed build
+// before connecting).
+func withNearest(ctx context.Context, a *app, build string, err error) error {
+	nc, cerr := a.conn.connect("meshfold-build", a)
+	if cerr != nil {
+		return err
+	}
+	defer nc.Close()
+	js, cerr := jetstream.New(nc)
+	if cerr != nil {
+		return err
+	}
+	known, _ := listBuilds(ctx, bundle.NewStore(js, a.stream.name))
+	return fmt.Errorf("%w%s", err, nearestText(build, known))
+}
+
+// nearestBuilds is how many stored builds an error names as the nearest.
+const nearestBuilds = 3
+
+// nearestText names the stored builds nearest to build
+// (bundle.Nearest), one a line, or says none is stored; "" when the
+// list could not be read.
+func nearestText(build string, known []bundle.Info) string {
+	if known == nil {
+		return ""
+	}
+	if len(known) == 0 {
+		return "\n  no build is stored yet: 'meshfold build push PATH' stores one and prints its build"
+	}
+	near, close_ := bundle.Nearest(build, known, nearestBuilds)
+	head := "the nearest stored"
+	if !close_ {
+		head = fmt.Sprintf("none is near it; the newest stored (%d in all, 'meshfold build ls')", len(known))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n  %s:", head)
+	for _, i := range near {
+		fmt.Fprintf(&b, "\n    %s  from %s, pushed %s", i.Build, audit.Clip(i.From, 40), i.Pushed.UTC().Format(time.RFC3339))
+	}
+	return b.String()
 }
 
 // humanBytes formats a size: 812 B, 3.4 KiB, 12.0 MiB.

@@ -81,12 +81,15 @@ node that 'meshfold fleet' lists as needing an operator. Start the node's agent
 first (it reports at once), or give --new: the want creates the node, and says
 so on stderr. --dry-run refuses the same, as the want itself would.
 
-A bundle build (sha256:…) that is not in the builds bucket (<stream>_BUILDS)
-is refused, naming the module and the build: push it first with 'meshfold
-build push PATH'. --allow-missing-build publishes anyway (a build pushed
-later: the node's apply fails until it is there, and the node retries it,
-1 s doubling to 1 min, so it settles within a minute of the push).
---dry-run checks the same.
+A build is a bundle's, sha256: and 64 lowercase hex digits (what 'meshfold
+build push PATH' prints), or another runtime's <scheme>:<id> ("img:2.10").
+A build of neither form ("garbage", a bundle's name, a digest cut short) is
+refused with exit 2, whatever the flags. A bundle build that is not in the
+builds bucket (<stream>_BUILDS) is refused with exit 1: push it first.
+Each refusal names the module, the build and the stored builds nearest to it.
+--allow-missing-build publishes a bundle build not pushed yet (the node's
+apply fails until it is there, and the node retries it, 1 s doubling to
+1 min, so it settles within a minute of the push). --dry-run checks the same.
 A build that is no bundle build (not sha256:…, say "img:1") is published with
 a note on stderr: the process runtime, meshfold node's default, cannot run it
 (its apply fails); only an agent run with --runtime record takes it.
@@ -104,6 +107,8 @@ module of the node's newest plan runs as (the node may have no such user).
 		Example: `  meshfold want ace -f ace.json
   meshfold want newnode -f newnode.json --new   # before newnode's agent ever ran
   meshfold want ace -f ace.json --dry-run
+  # {"modules":[{"name":"web","build":"garbage"}]}: refused, exit 2, naming
+  # the stored builds nearest to it (meshfold build ls lists them all)
   meshfold want ace -f ace.json --expect 41
   RESTIC=$(meshfold build push ./restic)   # the module's bundle: a want names a pushed build
   jq --arg b "$RESTIC" '.modules += [{"name":"restic","build":$b,"runs_as":"backup"}]' ace.json | meshfold want ace -f -`,
@@ -123,7 +128,7 @@ module of the node's newest plan runs as (the node may have no such user).
 	fl.StringVarP(&o.file, "file", "f", "", "the want as JSON; - reads stdin (required)")
 	fl.Uint64Var(&o.expect, "expect", 0, "publish only if NODE's newest want is at this stream sequence (0: none yet)")
 	addPublishTimeout(cmd, &o.timeout)
-	fl.BoolVar(&o.allowMissing, "allow-missing-build", false, "publish a sha256: build the builds bucket does not hold (yet)")
+	fl.BoolVar(&o.allowMissing, "allow-missing-build", false, "publish a sha256: build the builds bucket does not hold (yet); a build of no build's form is refused still")
 	fl.BoolVar(&o.newNode, "new", false, "publish the first want of a node the stream holds no event of (refused without it: a mistyped name would make a phantom node)")
 	fl.BoolVar(&o.dryRun, "dry-run", false, "publish nothing: print the plan the reconciler would emit now and how it differs from the last")
 	o.out.add(cmd, "")
@@ -182,10 +187,8 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 	if err != nil {
 		return err
 	}
-	if !o.allowMissing {
-		if err := checkBuilds(ctx, r, w); err != nil {
-			return err
-		}
+	if err := checkBuilds(ctx, r, w, o.allowMissing); err != nil {
+		return err
 	}
 	var opts []store.AppendOpt
 	if expect != nil {
@@ -464,10 +467,8 @@ func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format 
 	if _, err := knownNode(ctx, r, node, newNode); err != nil {
 		return err
 	}
-	if !allowMissing {
-		if err := checkBuilds(ctx, r, w); err != nil {
-			return err
-		}
+	if err := checkBuilds(ctx, r, w, allowMissing); err != nil {
+		return err
 	}
 	d, source, err := r.DryRun(ctx, node, w)
 	if err != nil {
@@ -490,28 +491,58 @@ func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format 
 	return err
 }
 
-// checkBuilds refuses w when a module's bundle build is not in the
-// builds bucket (query.Reader.MissingBuilds), naming each and how to
-// push it.
-func checkBuilds(ctx context.Context, r *query.Reader, w *events.Want) error {
-	missing, err := r.MissingBuilds(ctx, w)
-	if err != nil {
-		return fmt.Errorf("checking the want's builds: %w", err)
+// checkBuilds refuses w when a module's build has no build's form
+// (bundle.CheckForm: exit 2, even with allowMissing: such a build can
+// never be pushed) or, unless allowMissing, when a bundle build is not
+// in the builds bucket (query.Reader.MissingBuilds: exit 1), naming each
+// with the stored builds nearest to it and how to go on.
+func checkBuilds(ctx context.Context, r *query.Reader, w *events.Want, allowMissing bool) error {
+	var missing []query.MissingBuild
+	if allowMissing {
+		seen := map[string]bool{}
+		for _, m := range w.Modules {
+			if seen[m.Build] {
+				continue
+			}
+			seen[m.Build] = true
+			if err := bundle.CheckForm(m.Build); err != nil {
+				missing = append(missing, query.MissingBuild{Module: m.Name, Build: m.Build, Err: err})
+			}
+		}
+	} else {
+		var err error
+		if missing, err = r.MissingBuilds(ctx, w); err != nil {
+			return fmt.Errorf("checking the want's builds: %w", err)
+		}
 	}
 	if len(missing) == 0 {
 		return nil
 	}
+	lctx, cancel := context.WithTimeout(ctx, time.Second) // as listBuilds
+	known, err := r.Builds(lctx)
+	cancel()
+	if err != nil {
+		known = nil
+	}
 	var b strings.Builder
-	malformed := false
+	malformed := 0
 	for _, m := range missing {
 		fmt.Fprintf(&b, "\n  module %s, build %s: %v", m.Module, m.Build, m.Err)
-		malformed = malformed || errors.Is(m.Err, bundle.ErrBadBuild)
+		b.WriteString(strings.ReplaceAll(nearestText(m.Build, known), "\n", "\n  "))
+		if errors.Is(m.Err, bundle.ErrBadBuild) {
+			malformed++
+		}
 	}
-	if malformed {
+	if malformed > 0 {
 		// A build that does not parse is the command line's (the FILE's)
 		// fault, exit 2, as 'meshfold build rm' says of the same build.
-		return withCode(exitUsage, fmt.Errorf("refused: a build is malformed; nothing was published:%s\na bundle build is what 'meshfold build push PATH' prints (%s and 64 lowercase hex digits)",
-			b.String(), bundle.BuildScheme))
+		what := "a build has"
+		if malformed > 1 {
+			what = fmt.Sprintf("%d builds have", malformed)
+		}
+		return withCode(exitUsage, fmt.Errorf("refused: %s no build's form; nothing was published:%s\n"+
+			"a build is either a bundle's, what 'meshfold build push PATH' prints (%s and 64 lowercase hex digits), or another runtime's <scheme>:<id> (img:2.10)",
+			what, b.String(), bundle.BuildScheme))
 	}
 	return fmt.Errorf("refused: %s the node could not fetch; nothing was published:%s\npush each with 'meshfold build push PATH' (it prints the build), or publish anyway with --allow-missing-build",
 		plural(len(missing), "build"), b.String())
