@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,15 +89,17 @@ var mixes = []struct {
 //	go test ./cmd/meshfold -run '^$' -bench CatchUpMixes -benchtime 1x -timeout 30m
 func BenchmarkCatchUpMixes(b *testing.B) {
 	for _, m := range mixes {
-		s := startOutsideServer(b)
-		s.load(b, m.full(mixEvents, mixNodes))
-		b.Run(m.name+"/stored", func(b *testing.B) { s.catchUp(b, 1, true) })
-		b.Run(m.name+"/stored-contended", func(b *testing.B) {
-			burn := startBurner(b)
-			s.catchUp(b, 1, true)
-			burn.stop(b)
-		})
-		s.srv.Stop()
+		if storedParts() {
+			s := startOutsideServer(b)
+			s.load(b, m.full(mixEvents, mixNodes))
+			b.Run(m.name+"/stored", func(b *testing.B) { s.catchUp(b, 1, true) })
+			b.Run(m.name+"/stored-contended", func(b *testing.B) {
+				burn := startBurner(b)
+				s.catchUp(b, 1, true)
+				burn.stop(b)
+			})
+			s.srv.Stop()
+		}
 
 		in := m.inputs(mixEvents, mixNodes)
 		effs := in.Effects()
@@ -115,29 +119,82 @@ func BenchmarkCatchUpMixes(b *testing.B) {
 				fx[i] = effs[i%len(effs)]
 			}
 			pipe := s.rawPipeline(b, last, inputs, fx)
-			b.ReportMetric(pipe, "rawpipe-events/s")
-			b.ReportMetric(fold/pipe, "ratio-pipeline")
+			b.ReportMetric(pipe.rate, "rawpipe-events/s")
+			b.ReportMetric(pipe.cpuNs, "rawpipe-cpu-ns/event")
+			b.ReportMetric(pipe.serverNs, "rawpipe-server-cpu-ns/event")
+			b.ReportMetric(fold/pipe.rate, "ratio-pipeline")
 			s.srv.Stop()
 		})
 	}
 }
 
+// storedParts reports whether -test.bench may select a stored part of
+// BenchmarkCatchUpMixes: not when it names first-refold, whose runs then
+// skip loading the stored histories (a minute of each run).
+func storedParts() bool {
+	f := flag.Lookup("test.bench")
+	return f == nil || !strings.Contains(f.Value.String(), "first-refold")
+}
+
 // rawPipeline is the better of two enginetest.RawPipeline runs over s's
 // stream's first inputs messages (each partition's up to last), each
-// publishing effs to a stream of its own on s's server (created here),
-// in events read a second.
-func (s *outsideServer) rawPipeline(b *testing.B, last map[int]uint64, inputs int, effs [][]byte) float64 {
+// publishing effs to a stream of its own on s's server (created here):
+// its rate in events read a second, and the CPU an event of the
+// benchmark process (reader and publisher) and of the server over it.
+// With MESHFOLD_BENCH_PROFILES, the first run is profiled (this process
+// and the server, the first MESHFOLD_BENCH_PROFILE_SECONDS) and not
+// taken.
+func (s *outsideServer) rawPipeline(b *testing.B, last map[int]uint64, inputs int, effs [][]byte) raw {
 	b.Helper()
 	ctx := context.Background()
 	if _, err := s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "RAWFX", Subjects: []string{"rawfx.>"}, Storage: jetstream.FileStorage}); err != nil {
 		b.Fatal(err)
 	}
-	var best float64
-	for range 2 {
+	var best raw
+	for i := range 2 {
+		var profiled func()
+		if dir := os.Getenv("MESHFOLD_BENCH_PROFILES"); dir != "" && i == 0 {
+			profiled = s.selfProfile(b, filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_")+".rawpipe"))
+		}
+		runtime.GC()
+		self0, srv0 := selfCPU(b), s.srv.CPU()
 		took := enginetest.RawPipeline(b, s.js, s.cfg, last, inputs, "rawfx", effs)
-		best = max(best, float64(inputs)/took.Seconds())
+		self, srv := selfCPU(b)-self0, s.srv.CPU()-srv0
+		if profiled != nil {
+			profiled()
+			continue
+		}
+		n := float64(inputs)
+		if r := (raw{rate: n / took.Seconds(), cpuNs: float64(self.Nanoseconds()) / n,
+			serverNs: float64(srv.Nanoseconds()) / n, took: took}); r.rate > best.rate {
+			best = r
+		}
 	}
 	return best
+}
+
+// selfProfile starts CPU profiles of this process and of s's server,
+// over MESHFOLD_BENCH_PROFILE_SECONDS, written to name.cpu.pb.gz and
+// name.server.cpu.pb.gz; the func it returns waits for both.
+func (s *outsideServer) selfProfile(tb testing.TB, name string) func() {
+	f, err := os.Create(name + ".cpu.pb.gz")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		tb.Fatal(err)
+	}
+	d := time.Duration(profileSeconds()) * time.Second
+	done := make(chan struct{})
+	go func() { s.serverProfileFor(tb, name+".server.cpu.pb.gz", d); close(done) }()
+	stop := time.AfterFunc(d, func() { pprof.StopCPUProfile(); f.Close() })
+	return func() {
+		<-done
+		if stop.Stop() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}
+	}
 }
 
 // BenchmarkLiveMixes is issue 27's live figure, per mix: the mix's

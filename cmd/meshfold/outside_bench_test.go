@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -304,6 +305,55 @@ func (r raw) report(b *testing.B, prefix, ratio string, fold float64) {
 	b.ReportMetric(r.waitNs, prefix+"-runq-ns/event")
 	b.ReportMetric(r.serverWaitNs, prefix+"-server-runq-ns/event")
 	b.ReportMetric(fold/r.rate, ratio)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// countAPI counts the JetStream API requests made on s's server (seen
+// by a subscription of this process), by their subject's kind (its
+// tokens past $JS.API, up to the stream's or bucket's name; a get's
+// filter, its partition left out, after a space), until the func it
+// returns is called, which returns the counts.
+// MESHFOLD_BENCH_API_LOG=1 logs them after each catch-up.
+func (s *outsideServer) countAPI(tb testing.TB) func() map[string]int {
+	var mu sync.Mutex
+	counts := map[string]int{}
+	sub, err := s.js.Conn().Subscribe("$JS.API.>", func(m *nats.Msg) {
+		t := strings.Split(m.Subject, ".")
+		get := len(t) > 5 && t[2] == "STREAM" && t[3] == "MSG"
+		if n := 5 + b2i(get); len(t) > n {
+			t = t[:n]
+		}
+		k := strings.Join(t[2:], ".")
+		if get {
+			// A get's filter, its partition number left out.
+			var req struct {
+				Subj string `json:"last_by_subj"`
+			}
+			_ = json.Unmarshal(m.Data, &req)
+			if _, rest, ok := strings.Cut(req.Subj, "."); ok {
+				k += " " + rest
+			}
+		}
+		mu.Lock()
+		counts[k]++
+		mu.Unlock()
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return func() map[string]int {
+		_ = s.js.Conn().Flush()
+		_ = sub.Unsubscribe()
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(counts)
+	}
 }
 
 // serverRunDelay is runDelay of s's server; 0 for a cluster.
@@ -819,6 +869,7 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 		preJoin(b, s.js, s.cfg, ttl, names)
 	}
 	before := s.lastSeq(b)
+	apiCounts := s.countAPI(b)
 	runtime.GC()
 	srv0, swait0 := s.srv.CPU(), s.serverRunDelay()
 	var procs []*benchProc
@@ -853,6 +904,7 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 		s.heapProfiles(b, procs[0], filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_")))
 	}
 	srv, swait := s.srv.CPU()-srv0, s.serverRunDelay()-swait0
+	api := apiCounts()
 	for _, p := range procs {
 		if owned, _ := p.metric("meshfold_partitions_owned"); int(owned) != s.cfg.Partitions/k {
 			p.fail("folded %v partitions, want %d: a partition was handed over", owned, s.cfg.Partitions/k)
@@ -894,6 +946,20 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 	b.ReportMetric(float64(runq.Nanoseconds())/n, "fold-runq-ns/event")
 	b.ReportMetric(float64(swait.Nanoseconds())/n, "fold-server-runq-ns/event")
 	b.ReportMetric(float64(published), "published")
+	// What else the fold asked of the server: gets of single messages
+	// of the stream (each partition's last message, a fence's), and
+	// snapshot puts (up to the processes' exit).
+	gets := 0
+	for k, n := range api {
+		if k == "DIRECT.GET."+s.cfg.Name || strings.HasPrefix(k, "STREAM.MSG.GET."+s.cfg.Name+" ") || k == "STREAM.MSG.GET."+s.cfg.Name {
+			gets += n
+		}
+	}
+	b.ReportMetric(float64(gets), "fold-stream-gets")
+	b.ReportMetric(float64(s.snapshotPuts(b)), "snapshot-puts")
+	if os.Getenv("MESHFOLD_BENCH_API_LOG") != "" {
+		b.Logf("API requests by kind: %v", api)
+	}
 	s.last.ratio, s.last.cpuNs = n/took.Seconds()/std.rate, float64(sum.Nanoseconds())/n
 	s.last.netRatio, s.last.netCPU = 0, 0
 	if k == 1 {
