@@ -489,6 +489,9 @@ type restPass struct {
 	tooBig map[string]bool
 	revs   map[string]uint64
 	err    error
+	// waited and took: the pass's wait for the tail gate, and its read
+	// of the states after it (the debug log's account, mergeRest).
+	waited, took time.Duration
 }
 
 // startRest starts the pass over every state the tail did not name, once
@@ -508,9 +511,12 @@ func (s *session) startRest(ctx context.Context) {
 	s.rest = rp
 	go func() {
 		defer close(rp.done)
+		t0 := time.Now()
 		if rp.err = p.r.tails.wait(ctx); rp.err != nil {
 			return
 		}
+		rp.waited = time.Since(t0)
+		defer func() { rp.took = time.Since(t0) - rp.waited }()
 		if hook := p.r.cfg.Faults.BeforeRest; hook != nil {
 			if err := hook(ctx, p.id); err != nil {
 				rp.err = &faultError{err}
@@ -572,7 +578,7 @@ func (s *session) mergeRest(ctx context.Context) error {
 	s.in.absorb(rp.in)
 	s.lazy = false
 	p.r.log.Debug("partition states read after the refold of its tail", "partition", p.id, "nodes", n,
-		"fetches", s.fetches, "rest_ms", time.Since(s.began).Milliseconds())
+		"fetches", s.fetches, "rest_ms", time.Since(s.began).Milliseconds(), "wait_ms", rp.waited.Milliseconds(), "pass_ms", rp.took.Milliseconds())
 	s.endLoad()
 	return nil
 }
@@ -897,8 +903,18 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 		s.in.read(ev.Payload)
 	}
 	if s.lazy {
+		n, ft, t0 := s.fetches, s.fetchTook, time.Now()
 		if err := s.fetch(ctx, ev.Node); err != nil {
 			return err
+		}
+		if s.rest != nil && s.fetches > n {
+			// A node read by key while the pass runs (its first event
+			// since the tail): where its event's time went, at debug
+			// level (issue 27).
+			defer func(stored time.Duration) {
+				r.log.Debug("node read by key beside the pass", "partition", p.id, "node", ev.Node, "kind", kind,
+					"stored_ago_ms", stored.Milliseconds(), "fetch_ms", (s.fetchTook - ft).Milliseconds(), "took_ms", time.Since(t0).Milliseconds())
+			}(t0.Sub(meta.Timestamp))
 		}
 	}
 	p.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +40,11 @@ const liveRuns = 2
 //
 //   - sigterm: at the same point, SIGTERM; reported: the time to the
 //     process's exit.
+//
+// MESHFOLD_BENCH_PROFILES=DIR writes CPU profiles of the reconciler and
+// the server from the checkpoint past the tail, while the wants wait
+// (MESHFOLD_BENCH_PROFILE_SECONDS, default 5); the CPU either took from
+// there to the last plan is logged in any case.
 //
 // Each figure is the median of liveRuns restarts. MESHFOLD_BENCH_BINS=
 // PATH,PATH alternates binaries restart by restart (figures prefixed
@@ -104,14 +110,31 @@ func BenchmarkRestartLive(b *testing.B) {
 			time.Sleep(cacheExpiry)
 			p := s.liveRestart(b, tails[next])
 			next++
+			var profiled sync.WaitGroup
+			if dir := os.Getenv("MESHFOLD_BENCH_PROFILES"); dir != "" {
+				// From the checkpoint past the tail, while the wants
+				// wait: the reconciler's and the server's CPU profiles.
+				name := filepath.Join(dir, fmt.Sprintf("%s.%d", strings.ReplaceAll(b.Name(), "/", "_"), k+1))
+				if bins[i] != "" {
+					name += "." + filepath.Base(bins[i])
+				}
+				profiled.Go(func() { p.cpuProfile(name + ".cpu.pb.gz") })
+				profiled.Go(func() { s.serverProfileFor(b, name+".server.cpu.pb.gz", time.Duration(profileSeconds())*time.Second) })
+			}
+			cpu0, srv0 := p.cpu(), s.srv.CPU()
+			at := time.Now()
 			took, fromStart := s.wantsDuring(b, p, nodes, fmt.Sprintf("probe:%d", k))
+			window := time.Since(at)
+			cpu, srv := p.cpu()-cpu0, s.srv.CPU()-srv0
+			profiled.Wait()
 			p.stop()
 			s.bin = ""
 			f := &per[i]
 			f.median, f.slowest = append(f.median, median(took)), append(f.slowest, slices.Max(took))
 			f.fromStart = append(f.fromStart, ms(fromStart))
-			b.Logf("restart %d (%s): want → plan median %.0f ms, slowest %.0f ms; process start → last plan %.0f ms",
-				k+1, filepath.Base(bins[i]), median(took), slices.Max(took), ms(fromStart))
+			b.Logf("restart %d (%s): want → plan median %.0f ms, slowest %.0f ms; process start → last plan %.0f ms; "+
+				"from the checkpoint to the last plan (%.0f ms) the reconciler took %.0f ms of CPU, the server %.0f ms",
+				k+1, filepath.Base(bins[i]), median(took), slices.Max(took), ms(fromStart), ms(window), ms(cpu), ms(srv))
 		}
 		for i, f := range per {
 			b.ReportMetric(median(f.median), prefix(i)+"want-plan-median-ms")
