@@ -74,6 +74,12 @@ type ReconcilerConfig struct {
 	Logger            *slog.Logger
 	// Metrics, when set, records what the loop does.
 	Metrics *Metrics
+	// RestPasses bounds how many restart passes over the states a tail
+	// did not name (a lazy session's, beside the fold) read at once,
+	// process-wide; a partition's pass waits for a slot. 0: the default,
+	// half of GOMAXPROCS, at least 1 (docs/architecture.md, "What the
+	// restart goal measures").
+	RestPasses int
 	// Faults are hooks for crash tests; nil hooks do nothing.
 	Faults Faults
 	// Signer signs every plan and knock published (docs/architecture.md,
@@ -189,7 +195,10 @@ type Reconciler struct {
 	fleet fleetJournal
 	heap  *heapRelease
 	tails *tailGate
-	first *firstLoads
+	// passes are the slots of the restart passes reading at once
+	// (ReconcilerConfig.RestPasses).
+	passes chan struct{}
+	first  *firstLoads
 
 	unsavedMu  sync.Mutex
 	unsavedErr map[int]error // see Unsaved
@@ -263,7 +272,7 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	}
 	r := &Reconciler{electCh: make(chan struct{}), js: js, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(js, scfg.Subjects()),
 		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, tr: tracing.Tracer(cfg.Tracing), m: cfg.Metrics, parts: map[int]*partition{},
-		heap: newHeapRelease(cfg.Metrics.HeapReleases), tails: newTailGate(), first: newFirstLoads()}
+		heap: newHeapRelease(cfg.Metrics.HeapReleases), tails: newTailGate(), passes: make(chan struct{}, restPasses(cfg.RestPasses)), first: newFirstLoads()}
 	if cfg.Grants != nil {
 		return r, nil
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"runtime"
 	"runtime/debug"
 	"sync"
 
@@ -209,6 +210,20 @@ func (g *tailGate) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+}
+
+// restPasses is the number of restart passes that read states at once
+// (ReconcilerConfig.RestPasses): n when set, else half of GOMAXPROCS, at
+// least 1. Sixteen passes at once on 2 cores kept every partition's want
+// waiting up to 11 s for its session and 3 s for a read by key, lost
+// every tail consumer's heartbeat and had the server close the connection
+// (issue 27): the passes' states fill the one connection the fold's messages and
+// replies share, and their decoding took most of the process's CPU.
+func restPasses(n int) int {
+	if n > 0 {
+		return n
+	}
+	return max(1, runtime.GOMAXPROCS(0)/2)
 }
 
 // firstLoads holds the agent liveness sweep (agentWatch.startSweep) until the

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,10 +65,17 @@ func (h *heldRest) hook(ctx context.Context, _ int) error {
 // startHeld starts a reconciler on g whose restart pass h holds.
 func startHeld(t *testing.T, g *rig, h *heldRest) *running {
 	t.Helper()
+	return startRestHook(t, g, h.hook, 0)
+}
+
+// startRestHook starts a reconciler on g with hook as its BeforeRest
+// fault and passes as its RestPasses.
+func startRestHook(t *testing.T, g *rig, hook func(context.Context, int) error, passes int) *running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	rec, err := engine.NewReconciler(ctx, g.js, engine.ReconcilerConfig{Stream: g.cfg,
 		SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond, Logger: testLogger(t),
-		Faults: engine.Faults{BeforeRest: h.hook}})
+		RestPasses: passes, Faults: engine.Faults{BeforeRest: hook}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,5 +172,126 @@ func TestRestartStopDuringRestPass(t *testing.T) {
 	// The next restart folds on from there to the pure fold's states.
 	rn2 := g.start(engine.Faults{})
 	g.planFor("n11", g.append("n11", want("b4")))
+	g.verify(rn2.r)
+}
+
+// turns is a BeforeRest hook that counts the passes inside it at once
+// (most: the largest count seen), signals each entry on entered with its
+// partition, and holds each pass until a value is sent on release or its
+// ctx ends.
+type turns struct {
+	in, most atomic.Int32
+	entered  chan int
+	release  chan struct{}
+}
+
+func (h *turns) hook(ctx context.Context, partition int) error {
+	n := h.in.Add(1)
+	defer h.in.Add(-1)
+	for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
+	}
+	h.entered <- partition
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestRestartPassesTakeTurns: with RestPasses 1, a restart's passes over
+// the rest of the states read one partition at a time, each partition's
+// in its turn, while every partition folds its new events (issue 27:
+// sixteen passes at once filled the connection the fold shares and took
+// its CPU, and wants waited 7–11 s at 100,000 nodes); once all are
+// released every state is read and the states are the pure fold's. A
+// stop while passes wait for their turn returns promptly, without error,
+// the waiting passes never started.
+func TestRestartPassesTakeTurns(t *testing.T) {
+	const parts, nodes = 4, 40
+	g := newRig(t, store.StreamConfig{Partitions: parts})
+	rn := g.start(engine.Faults{})
+	last := map[int]string{}
+	for i := range nodes {
+		name := fmt.Sprintf("n%02d", i)
+		g.planFor(name, g.append(name, want("b1")))
+		last[g.cfg.Subjects().Partition(name)] = name
+	}
+	if len(last) != parts {
+		t.Fatalf("the nodes fall in %d partitions, want %d", len(last), parts)
+	}
+	// Each partition's last node again: every partition's checkpoint is
+	// then near the stream's end, and a restart's tail short (lazy).
+	for _, name := range last {
+		g.planFor(name, g.append(name, want("b2")))
+	}
+	rn.stop(t)
+	tail := func(build string) map[string]uint64 {
+		seqs := map[string]uint64{}
+		for _, name := range last {
+			seqs[name] = g.append(name, want(build))
+		}
+		return seqs
+	}
+
+	h := &turns{entered: make(chan int, parts), release: make(chan struct{})}
+	seqs := tail("b3")
+	rn = startRestHook(t, g, h.hook, 1)
+	seen := map[int]bool{}
+	for range parts {
+		select {
+		case p := <-h.entered:
+			seen[p] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d partitions' passes started", len(seen), parts)
+		}
+		if len(seen) == 1 {
+			// The other partitions fold while their passes wait.
+			for name, seq := range seqs {
+				g.planFor(name, seq)
+			}
+			for _, name := range []string{"n03", "n21"} {
+				g.planFor(name, g.append(name, want("b4")))
+			}
+		}
+		h.release <- struct{}{}
+	}
+	if m := h.most.Load(); m != 1 {
+		t.Errorf("%d passes read at once, want 1 (RestPasses)", m)
+	}
+	eventually(t, "every state read after the passes", func() bool { return len(rn.r.Nodes()) == nodes })
+	for _, name := range []string{"n03", "n17", "n30"} {
+		g.planFor(name, g.append(name, want("b5")))
+	}
+	g.verify(rn.r)
+	rn.stop(t)
+
+	// A stop while one pass is held and the others wait for their turn.
+	h = &turns{entered: make(chan int, parts), release: make(chan struct{})}
+	seqs = tail("b6")
+	rn = startRestHook(t, g, h.hook, 1)
+	select {
+	case <-h.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no partition's pass started")
+	}
+	for name, seq := range seqs {
+		g.planFor(name, seq)
+	}
+	rn.cancel()
+	select {
+	case err := <-rn.done:
+		rn.done <- err
+		if err != nil {
+			t.Fatalf("stop while passes wait for their turn: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reconciler did not stop within 10 s of its stop while passes waited")
+	}
+	if n := len(h.entered); n != 0 {
+		t.Errorf("%d more passes started after the first was held, want none (RestPasses 1)", n)
+	}
+	rn2 := g.start(engine.Faults{})
+	g.planFor("n11", g.append("n11", want("b7")))
 	g.verify(rn2.r)
 }

@@ -480,7 +480,8 @@ func (s *session) fetch(ctx context.Context, node string) error {
 // for its plan and a stop for the pass, issue 27). The goroutine writes
 // only the pass's own fields, read by the session once done is closed
 // (mergeRest); it reads p.states under p.mu, to skip the nodes the
-// session already holds.
+// session already holds. The passes of a process take turns
+// (Reconciler.passes, restPasses).
 type restPass struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -489,15 +490,17 @@ type restPass struct {
 	tooBig map[string]bool
 	revs   map[string]uint64
 	err    error
-	// waited and took: the pass's wait for the tail gate, and its read
-	// of the states after it (the debug log's account, mergeRest).
+	// waited and took: the pass's wait for the tail gate and its slot
+	// (Reconciler.passes), and its read of the states after it (the
+	// debug log's account, mergeRest).
 	waited, took time.Duration
 }
 
 // startRest starts the pass over every state the tail did not name, once
 // a lazy session's refold is checkpointed (or it had none): it waits for
-// every lazy session of the process to end its tail (tailGate), then
-// reads the states. ctx is the session's own (not its work context), so
+// every lazy session of the process to end its tail (tailGate) and for
+// a slot among the passes reading at once (restPasses), then reads the
+// states. ctx is the session's own (not its work context), so
 // that a stop, or the partition lost, ends the pass at once; the session
 // ends it (stopRest) before it returns in any case. Until the pass is
 // merged the session stays lazy: a node it has not read yet is read by
@@ -513,6 +516,15 @@ func (s *session) startRest(ctx context.Context) {
 		defer close(rp.done)
 		t0 := time.Now()
 		if rp.err = p.r.tails.wait(ctx); rp.err != nil {
+			return
+		}
+		// A slot among the passes reading at once (restPasses): a stop
+		// ends the wait.
+		select {
+		case p.r.passes <- struct{}{}:
+			defer func() { <-p.r.passes }()
+		case <-ctx.Done():
+			rp.err = context.Cause(ctx)
 			return
 		}
 		rp.waited = time.Since(t0)
