@@ -33,10 +33,10 @@ const liveRuns = 2
 //   - want: once every partition's checkpoint past the tail is stored
 //     (the end of the restart as issue 27's goal measures it), a want
 //     with a new module is published for one node of each partition,
-//     none named by the tail; reported: the time from the publish to its
-//     plan (the plan's publish, heard on its plain subject), the median
-//     and the slowest of the 16, and from the process's start to the
-//     last plan.
+//     none named by any tail or by another restart's wants; reported:
+//     the time from the publish to its plan (the plan's publish, heard
+//     on its plain subject), the median and the slowest of the 16, and
+//     from the process's start to the last plan.
 //
 //   - sigterm: at the same point, SIGTERM; reported: the time to the
 //     process's exit.
@@ -74,21 +74,28 @@ func BenchmarkRestartLive(b *testing.B) {
 			}
 		}
 	}
-	// One node of each partition that no tail names (at small sizes,
-	// where the tails name every node, any): its state is one the
-	// restart reads after its tail.
-	var nodes []string
-	seen := map[int]bool{}
+	// For each want restart, one node of each partition that no tail
+	// names and no other restart's wants name (at small sizes, where the
+	// tails name every node, any): its state is one the restart reads
+	// after its tail, never one the tail read because the restart before
+	// stopped before it folded its own plans back.
+	runs := liveRuns * len(bins)
+	byPart := map[int][]string{}
 	for _, anyNode := range []bool{false, true} {
-		for i := 0; i < n && len(seen) < s.cfg.Partitions; i++ {
+		for i := 0; i < n; i++ {
 			node := enginetest.Node(i)
-			if p := s.cfg.Subjects().Partition(node); !seen[p] && (anyNode || !named[node]) {
-				seen[p] = true
-				nodes = append(nodes, node)
+			if p := s.cfg.Subjects().Partition(node); len(byPart[p]) < runs && (anyNode || !named[node]) && !slices.Contains(byPart[p], node) {
+				byPart[p] = append(byPart[p], node)
 			}
 		}
 	}
-	if len(nodes) == 0 {
+	wantNodes := make([][]string, runs)
+	for k := range wantNodes {
+		for _, list := range byPart {
+			wantNodes[k] = append(wantNodes[k], list[k%len(list)])
+		}
+	}
+	if len(byPart) == 0 {
 		b.Fatal("no node to publish wants for")
 	}
 	s.ensureFolded(b)
@@ -123,7 +130,7 @@ func BenchmarkRestartLive(b *testing.B) {
 			}
 			cpu0, srv0 := p.cpu(), s.srv.CPU()
 			at := time.Now()
-			took, fromStart := s.wantsDuring(b, p, nodes, fmt.Sprintf("probe:%d", k))
+			took, fromStart := s.wantsDuring(b, p, wantNodes[k], fmt.Sprintf("probe:%d", k))
 			window := time.Since(at)
 			cpu, srv := p.cpu()-cpu0, s.srv.CPU()-srv0
 			profiled.Wait()
