@@ -220,28 +220,51 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		return time.Since(t0)
 	}
 	childProfile := "" // MESHFOLD_HELPER_PROFILE of the fleet process
-	// MESHFOLD_FLEET_DUMP=FILE: the first fleet run's output is written
-	// to FILE too (to compare two builds' outputs).
-	var dump io.Writer
-	if name := os.Getenv("MESHFOLD_FLEET_DUMP"); name != "" {
-		f, err := os.Create(name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer f.Close()
-		dump = f
+	// MESHFOLD_BENCH_BINS=PATH,PATH,…: the fleet runs use each of these
+	// meshfold binaries in turn (builds to compare, alternated in each
+	// round against the same bucket and the same raw reads), each with
+	// its own figures; without it, this test binary's fleet.
+	var bins []string
+	if list := os.Getenv("MESHFOLD_BENCH_BINS"); list != "" {
+		bins = strings.Split(list, ",")
 	}
-	fleet := func() (time.Duration, int) {
+	// MESHFOLD_FLEET_DUMP=FILE: the first fleet run's output is written
+	// to FILE too (to compare two builds' outputs); with bins, each
+	// binary's first to FILE.binN.
+	dumps := map[string]io.Writer{}
+	if name := os.Getenv("MESHFOLD_FLEET_DUMP"); name != "" {
+		for i, bin := range append([]string{""}, bins...) {
+			file := name
+			if bin != "" {
+				file = fmt.Sprintf("%s.bin%d", name, i-1)
+			}
+			f, err := os.Create(file)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			dumps[bin] = f
+		}
+	}
+	fleetCmd := func(bin string, args ...string) *exec.Cmd {
+		if bin == "" {
+			cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestHelperProcess$", "--"}, args...)...)
+			cmd.Env = append(os.Environ(), "MESHFOLD_HELPER_PROCESS=1")
+			return cmd
+		}
+		return exec.Command(bin, args...)
+	}
+	fleet := func(bin string) (time.Duration, int) {
 		// Counted as it comes, as a pipe to a file or jq would take it:
 		// a buffer growing to 91 MB cost this process 0.27 s of CPU,
 		// counted against fleet.
 		var out lineCounter
-		if dump != nil {
-			out.dump, dump = dump, nil
+		if d := dumps[bin]; d != nil {
+			out.dump = d
+			delete(dumps, bin)
 		}
 		var errb bytes.Buffer
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "--", "fleet", "-o", "json", "--all", "--server", m.e.ClientURL())
-		cmd.Env = append(os.Environ(), "MESHFOLD_HELPER_PROCESS=1")
+		cmd := fleetCmd(bin, "fleet", "-o", "json", "--all", "--server", m.e.ClientURL())
 		if childProfile != "" {
 			cmd.Env = append(cmd.Env, "MESHFOLD_HELPER_PROFILE="+childProfile)
 		}
@@ -298,17 +321,45 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 	}
 	raw()
 	pull()
-	fleet() // warm: the server's pages, the binary
+	fleet("") // warm: the server's pages, the binary
+	for _, bin := range bins {
+		fleet(bin)
+	}
 	rawCPU, pullCPU, fleetCPU, fleetProcCPU, fleetProcSys, fleetRSS = nil, nil, nil, nil, nil, nil
 	var rawT, pullT, fleetT []time.Duration
 	var rawB, outB int
+	// With bins: each binary's runs (wall, CPU, the process's CPU),
+	// taken from the slices above as they are appended.
+	type binRuns struct{ wall, cpu, proc, sys []time.Duration }
+	byBin := make([]binRuns, len(bins))
+	rounds := 3
+	if s := os.Getenv("MESHFOLD_FLEET_ROUNDS"); s != "" {
+		if rounds, err = strconv.Atoi(s); err != nil || rounds < 1 {
+			b.Fatalf("MESHFOLD_FLEET_ROUNDS=%q: a count of rounds", s)
+		}
+	}
 	for b.Loop() {
-		for range 3 {
+		for round := range rounds {
 			d, nb := raw()
 			rawT, rawB = append(rawT, d), nb
 			pullT = append(pullT, pull())
-			d, nb = fleet()
-			fleetT, outB = append(fleetT, d), nb
+			if len(bins) == 0 {
+				d, nb = fleet("")
+				fleetT, outB = append(fleetT, d), nb
+				continue
+			}
+			// Each round starts with the next binary: none always
+			// runs first after the raw reads.
+			for k := range bins {
+				i := (round + k) % len(bins)
+				d, nb = fleet(bins[i])
+				outB = nb
+				br := &byBin[i]
+				br.wall = append(br.wall, d)
+				br.cpu = append(br.cpu, fleetCPU[len(fleetCPU)-1])
+				br.proc = append(br.proc, fleetProcCPU[len(fleetProcCPU)-1])
+				br.sys = append(br.sys, fleetProcSys[len(fleetProcSys)-1])
+			}
 		}
 	}
 	med := func(ds []time.Duration) time.Duration {
@@ -317,6 +368,27 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		return ds[len(ds)/2]
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	if len(bins) > 0 {
+		r, p := med(rawT), med(pullT)
+		baseCPU := min(med(rawCPU), med(pullCPU))
+		b.ReportMetric(float64(n), "nodes")
+		b.ReportMetric(ms(min(r, p)), "raw-ms")
+		b.ReportMetric(ms(baseCPU), "raw-cpu-ms")
+		for i, bin := range bins {
+			br := byBin[i]
+			f, fc := med(br.wall), med(br.cpu)
+			b.ReportMetric(float64(f)/float64(min(r, p)), fmt.Sprintf("fleet/raw-bin%d", i))
+			b.ReportMetric(float64(fc)/float64(baseCPU), fmt.Sprintf("fleet/raw-cpu-bin%d", i))
+			b.ReportMetric(ms(med(br.proc)), fmt.Sprintf("fleet-proc-cpu-ms-bin%d", i))
+			b.Logf("bin%d %s: fleet -o json %s (%.2f× the faster raw read), CPU %s (%.2f× the lower), the process's own %s (system %s); runs wall %v cpu %v proc %v",
+				i, bin, f.Round(time.Millisecond), float64(f)/float64(min(r, p)), fc.Round(time.Millisecond), float64(fc)/float64(baseCPU),
+				med(br.proc).Round(time.Millisecond), med(br.sys).Round(time.Millisecond), br.wall, br.cpu, br.proc)
+		}
+		b.Logf("raw reads: watch %s / pull %s, CPU %s / %s; runs watch %v pull %v, CPU %v %v; json %.1f B/node",
+			r.Round(time.Millisecond), p.Round(time.Millisecond), med(rawCPU).Round(time.Millisecond), med(pullCPU).Round(time.Millisecond),
+			rawT, pullT, rawCPU, pullCPU, float64(outB)/float64(n))
+		return
+	}
 	r, p, f := med(rawT), med(pullT), med(fleetT)
 	base := min(r, p) // the faster raw read
 	b.ReportMetric(float64(n), "nodes")
@@ -349,8 +421,7 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 	// node.
 	{
 		var out, errb bytes.Buffer
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "--", "fleet", "--server", m.e.ClientURL())
-		cmd.Env = append(os.Environ(), "MESHFOLD_HELPER_PROCESS=1")
+		cmd := fleetCmd("", "fleet", "--server", m.e.ClientURL())
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		t0 := time.Now()
 		if err := testproc.StartChild(cmd); err != nil {
@@ -396,7 +467,7 @@ func BenchmarkFleetJSON100k(b *testing.B) {
 		}
 		profile("raw.cpu", func() { raw() })
 		childProfile = filepath.Join(dir, "fleet")
-		profile("fleet-server.cpu", func() { fleet() })
+		profile("fleet-server.cpu", func() { fleet("") })
 		b.Logf("profiles in %s", dir)
 	}
 }
