@@ -373,4 +373,33 @@ func TestFleetKeysOrder(t *testing.T) {
 			t.Fatalf("try %d: order %v, want %v", try, got, want)
 		}
 	}
+	// Many keys that all pack (sorted by radix, then by name within
+	// equal counts and ages): counts and ages of every byte, ties on
+	// both, names shared.
+	for try := range 100 {
+		n := 256 + rng.IntN(2000)
+		keys := make([]audit.FleetKey, n)
+		for i := range keys {
+			age := ages[rng.IntN(len(ages))]
+			if rng.IntN(2) == 0 {
+				age = float64(rng.IntN(5)) * rng.Float64() * 1e6
+			}
+			r := audit.FleetRow{Node: fmt.Sprintf("n%d", rng.IntN(40)), HaveAge: age,
+				Owed: []int{0, 1, 2, 255, 256, 16383}[rng.IntN(6)], Unsettled: rng.IntN(3) * rng.IntN(1400)}
+			for _, need := range audit.FleetNeeds {
+				if rng.IntN(4) == 0 {
+					r.Attention = append(r.Attention, need)
+				}
+			}
+			keys[i] = audit.FleetKeyOf(&r)
+		}
+		want := make([]int32, n)
+		for i := range want {
+			want[i] = int32(i)
+		}
+		slices.SortStableFunc(want, func(i, j int32) int { return audit.CompareFleetKeys(&keys[i], &keys[j]) })
+		if got := audit.FleetKeysOrder(keys); !slices.Equal(got, want) {
+			t.Fatalf("packed try %d: order differs from CompareFleetKeys' (n %d)", try, n)
+		}
+	}
 }

@@ -571,6 +571,14 @@ func FleetSourcesText(rows []FleetRow, now time.Time) string {
 func (r *FleetRow) SetWarningSeqs(seqs []uint64) {
 	r.ClearedWarnings, r.AckedWarnings = 0, 0
 	r.WarningSeqs = r.WarningSeqs[:0]
+	if len(seqs) == 0 && r.Warnings <= 0 && r.Attention != nil {
+		// Most nodes have none, and had none: no need changes (the
+		// journal need is Warnings > 0 either way), so Attention is
+		// kept without making it again (issue 27: 3 % of `fleet -o
+		// json`'s CPU at 100,000 nodes).
+		r.Warnings = 0
+		return
+	}
 	quiet := false
 	if len(seqs) > 0 { // most nodes have none: no needs to count (issue 27)
 		var buf [16]string
@@ -763,40 +771,113 @@ func FleetKeysOrder(keys []FleetKey) []int32 {
 	// reached each key through the keys' array (90 B apart, in no
 	// order) was 8 % of `fleet -o json`'s CPU at 100,000 nodes (issue
 	// 27).
-	type entry struct {
-		packed, age uint64
-		node        string
-		i           int32
-		packs       bool
-	}
-	es := make([]entry, len(keys))
+	es := make([]keyEntry, len(keys))
+	packs := true
 	for i := range keys {
 		k := &keys[i]
-		es[i] = entry{packed: k.packed, age: ageOrder(k.haveAge), node: k.node, i: int32(i), packs: k.packs}
+		es[i] = keyEntry{packed: k.packed, age: ageOrder(k.haveAge), node: k.node, i: int32(i), packs: k.packs}
+		packs = packs && k.packs
 	}
-	slices.SortFunc(es, func(a, b entry) int {
-		if !a.packs || !b.packs {
-			if c := CompareFleetKeys(&keys[a.i], &keys[b.i]); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.i, b.i)
-		}
-		switch {
-		case a.packed != b.packed:
-			return cmp.Compare(a.packed, b.packed)
-		case a.age != b.age:
-			return cmp.Compare(a.age, b.age)
-		}
+	byName := func(a, b keyEntry) int {
 		if c := strings.Compare(a.node, b.node); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.i, b.i)
-	})
+	}
+	if packs && len(es) >= radixMin {
+		// Every key packs: the counts and the age are two numbers, put
+		// in order by a stable radix sort (the keys given in order: equal
+		// ones stay so), then each run of equal numbers by name. Sorting
+		// by comparisons was 6 % of `fleet -o json`'s CPU at 100,000
+		// nodes (issue 27).
+		radixSortKeys(es)
+		for start := 0; start < len(es); {
+			end := start + 1
+			for end < len(es) && es[end].packed == es[start].packed && es[end].age == es[start].age {
+				end++
+			}
+			if end-start > 1 {
+				slices.SortFunc(es[start:end], byName)
+			}
+			start = end
+		}
+	} else {
+		slices.SortFunc(es, func(a, b keyEntry) int {
+			if !a.packs || !b.packs {
+				if c := CompareFleetKeys(&keys[a.i], &keys[b.i]); c != 0 {
+					return c
+				}
+				return cmp.Compare(a.i, b.i)
+			}
+			switch {
+			case a.packed != b.packed:
+				return cmp.Compare(a.packed, b.packed)
+			case a.age != b.age:
+				return cmp.Compare(a.age, b.age)
+			}
+			return byName(a, b)
+		})
+	}
 	order := make([]int32, len(es))
 	for k := range es {
 		order[k] = es[k].i
 	}
 	return order
+}
+
+// keyEntry is what [FleetKeysOrder] sorts of a key.
+type keyEntry struct {
+	packed, age uint64
+	node        string
+	i           int32
+	packs       bool
+}
+
+// radixMin is how many keys [FleetKeysOrder] needs before it sorts by
+// radix: below, comparisons cost less than its passes.
+var radixMin = 256
+
+// radixSortKeys sorts es by packed, then age, stably: a byte at a time
+// from the least significant, leaving out each byte every entry shares.
+func radixSortKeys(es []keyEntry) {
+	var counts [16][256]int
+	for i := range es {
+		e := &es[i]
+		for b := range 8 {
+			counts[b][byte(e.age>>(8*b))]++
+			counts[8+b][byte(e.packed>>(8*b))]++
+		}
+	}
+	tmp := make([]keyEntry, len(es))
+	src, dst := es, tmp
+	for pass := range 16 {
+		c := &counts[pass]
+		shift, packed := uint(8*(pass%8)), pass >= 8
+		digit := func(e *keyEntry) byte {
+			if packed {
+				return byte(e.packed >> shift)
+			}
+			return byte(e.age >> shift)
+		}
+		if c[digit(&src[0])] == len(src) {
+			continue // every entry has this byte
+		}
+		var at [256]int
+		sum := 0
+		for d := range 256 {
+			at[d] = sum
+			sum += c[d]
+		}
+		for i := range src {
+			d := digit(&src[i])
+			dst[at[d]] = src[i]
+			at[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &es[0] {
+		copy(es, src)
+	}
 }
 
 // ageOrder maps a have's age to a number that orders as
