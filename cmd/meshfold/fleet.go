@@ -224,9 +224,11 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 			wg.Wait()
 			close(read)
 		}()
+		var arena lineArena
+		defer arena.free() // once the lines are written
 		chunks, err = query.FleetRowsEach(ctx, r, now, stale, func(rows []audit.FleetRow) *fleetJSONChunk {
 			<-read
-			return encodeFleetChunk(rows, annotate, all)
+			return encodeFleetChunk(&arena, rows, annotate, all)
 		})
 	} else {
 		rows, err = r.FleetRows(ctx, now, stale)
@@ -357,9 +359,10 @@ type fleetJSONChunk struct {
 }
 
 // encodeFleetChunk annotates each of rows, leaves out the retired unless
-// all, and encodes and keys the others.
-func encodeFleetChunk(rows []audit.FleetRow, annotate func(*audit.FleetRow), all bool) *fleetJSONChunk {
-	c := &fleetJSONChunk{b: make([]byte, 0, len(rows)*1024), ends: make([]int, 0, len(rows)), keys: make([]audit.FleetKey, 0, len(rows))}
+// all, and encodes and keys the others, their lines in arena.
+func encodeFleetChunk(arena *lineArena, rows []audit.FleetRow, annotate func(*audit.FleetRow), all bool) *fleetJSONChunk {
+	c := &fleetJSONChunk{b: arena.alloc(len(rows) * 1024), ends: make([]int, 0, len(rows)), keys: make([]audit.FleetKey, 0, len(rows))}
+	defer func() { arena.trim(c.b) }()
 	for i := range rows {
 		row := &rows[i]
 		annotate(row)

@@ -51,3 +51,19 @@ func writeFileLines(f *os.File, lines [][]byte) error {
 // iovMax is how many buffers one writev takes at most on Linux
 // (UIO_MAXIOV).
 const iovMax = 1024
+
+// mapSlab maps size bytes of anonymous memory for a lineArena and asks
+// for huge pages (transparent huge pages, which a kernel set to
+// "madvise", a common default, gives only when asked); a kernel that
+// refuses them still maps the slab.
+func mapSlab(size int) ([]byte, error) {
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		return nil, err
+	}
+	_ = unix.Madvise(b, unix.MADV_HUGEPAGE)
+	return b, nil
+}
+
+// unmapSlab unmaps a slab of mapSlab.
+func unmapSlab(b []byte) { _ = unix.Munmap(b) }
