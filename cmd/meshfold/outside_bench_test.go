@@ -114,8 +114,26 @@ type outsideServer struct {
 	// sampling costs a catch-up a sixth of its CPU (and its profile).
 	heapProfiled bool
 	// last is the last catchUp's ratio to the raw read and CPU per event,
-	// and its ratio without either side's fixed costs (0: not measured).
-	last struct{ ratio, cpuNs, netRatio, netCPU float64 }
+	// and its ratio without either side's fixed costs (0: not measured);
+	// the server's CPU per event over the refold, and the raw reader's
+	// and the server's over the raw read.
+	last struct{ ratio, cpuNs, netRatio, netCPU, srvNs, rawNs, rawSrvNs float64 }
+	// pairRaw makes catchUp time one raw read (encoding/json) right
+	// before its refold, and no faster-decoding one: a pair, both sides
+	// single samples a second apart (BenchmarkReconcileScale's refolds).
+	// Unset, the raw reads are rawRead's (the better of two of each).
+	pairRaw bool
+	// quiet makes catchUp report no metric of its own (its caller
+	// reports medians over several), only log and fail.
+	quiet bool
+	// profileSecs, when set, is how long catchUp's CPU profiles last
+	// (MESHFOLD_BENCH_PROFILES) instead of profileSeconds: a size's
+	// whole refold.
+	profileSecs int
+	// tag is added to the names of the files catchUp's profiles are
+	// written to, so that several refolds of one benchmark keep each its
+	// own.
+	tag string
 	// bin, when set, is the meshfold binary startProc runs instead of
 	// meshfoldBinary's (BenchmarkGroupScale's MESHFOLD_BENCH_BINS).
 	bin string
@@ -576,7 +594,9 @@ func (p *benchProc) rss() float64 {
 
 // get fetches path from the process's metrics listener.
 func (p *benchProc) get(path string) ([]byte, error) {
-	hc := &http.Client{Timeout: 30 * time.Second}
+	// Past a profile's or trace's length (cpuProfileFor's may last a
+	// minute: a 100,000-node refold's).
+	hc := &http.Client{Timeout: 30*time.Second + time.Duration(max(profileSeconds(), 60))*time.Second}
 	resp, err := hc.Get("http://" + p.metrics + path)
 	if err != nil {
 		return nil, err
@@ -689,7 +709,10 @@ func (p *benchProc) heap(name string) float64 {
 // cpuProfile writes a CPU profile of the process's first
 // MESHFOLD_BENCH_PROFILE_SECONDS (default 5; from the moment its metrics
 // listener answers) to path; it logs why not instead.
-func (p *benchProc) cpuProfile(path string) {
+func (p *benchProc) cpuProfile(path string) { p.cpuProfileFor(path, profileSeconds()) }
+
+// cpuProfileFor is cpuProfile over secs seconds.
+func (p *benchProc) cpuProfileFor(path string, secs int) {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if _, err := p.get("/metrics"); err == nil {
 			break
@@ -700,7 +723,7 @@ func (p *benchProc) cpuProfile(path string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	prof, err := p.get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", profileSeconds()))
+	prof, err := p.get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs))
 	if err == nil {
 		err = os.WriteFile(path, prof, 0o644)
 	}
@@ -858,7 +881,16 @@ func (s *outsideServer) waitCaughtUp(tb testing.TB, timeout time.Duration, procs
 // (encoding/json) and the processes' CPU per event in s.last.
 func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate float64) {
 	b.Helper()
-	std, fast := s.rawRead(b)
+	metric := b.ReportMetric
+	if s.quiet {
+		metric = func(float64, string) {}
+	}
+	var std, fast raw
+	if s.pairRaw {
+		std = s.rawOne(b, enginetest.RawDecodeStdFirst)
+	} else {
+		std, fast = s.rawRead(b)
+	}
 	s.forget(b)
 	var names []string
 	if k > 1 {
@@ -885,15 +917,19 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 	var profiled chan struct{}
 	if dir := os.Getenv("MESHFOLD_BENCH_PROFILES"); dir != "" && k == 1 {
 		profiled = make(chan struct{})
-		name := filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_"))
+		name := filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_")+s.tag)
 		var wg sync.WaitGroup
-		wg.Go(func() { procs[0].cpuProfile(name + ".cpu.pb.gz") })
-		wg.Go(func() { s.serverProfile(b, name+".server.cpu.pb.gz") })
+		secs := profileSeconds()
+		if s.profileSecs > 0 {
+			secs = s.profileSecs
+		}
+		wg.Go(func() { procs[0].cpuProfileFor(name+".cpu.pb.gz", secs) })
+		wg.Go(func() { s.serverProfileFor(b, name+".server.cpu.pb.gz", time.Duration(secs)*time.Second) })
 		go func() { wg.Wait(); close(profiled) }()
 	}
 	if dir := os.Getenv("MESHFOLD_BENCH_TRACE"); dir != "" && k == 1 && profiled == nil {
 		profiled = make(chan struct{})
-		name := filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_"))
+		name := filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_")+s.tag)
 		go func() { procs[0].trace(name + ".trace"); close(profiled) }()
 	}
 	took, cpus := s.waitCaughtUp(b, 20*time.Minute, procs...)
@@ -901,7 +937,7 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 		<-profiled
 	}
 	if dir := os.Getenv("MESHFOLD_BENCH_HEAP"); dir != "" && k == 1 {
-		s.heapProfiles(b, procs[0], filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_")))
+		s.heapProfiles(b, procs[0], filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_")+s.tag))
 	}
 	srv, swait := s.srv.CPU()-srv0, s.serverRunDelay()-swait0
 	api := apiCounts()
@@ -927,25 +963,29 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 	if stored && published != 0 {
 		b.Errorf("the effects were stored, yet the fold published %d messages", published)
 	}
-	std.report(b, "raw", "ratio", n/took.Seconds())
-	fast.report(b, "rawfast", "ratio-fast", n/took.Seconds())
-	b.ReportMetric(n, "events")
-	b.ReportMetric(n/took.Seconds(), "fold-events/s")
-	b.ReportMetric(float64(sum.Nanoseconds())/n, "fold-cpu-ns/event")
+	if !s.quiet {
+		std.report(b, "raw", "ratio", n/took.Seconds())
+		if !s.pairRaw {
+			fast.report(b, "rawfast", "ratio-fast", n/took.Seconds())
+		}
+	}
+	metric(n, "events")
+	metric(n/took.Seconds(), "fold-events/s")
+	metric(float64(sum.Nanoseconds())/n, "fold-cpu-ns/event")
 	// The processes' whole CPU (their rusage at exit: start, the fold,
 	// the last snapshot) against the raw reader's (this process's rusage
 	// over its read): what contention exposes.
-	b.ReportMetric(float64(rusage.Nanoseconds())/n, "fold-rusage-cpu-ns/event")
-	b.ReportMetric(float64(rusage.Nanoseconds())/n/std.cpuNs, "cpu-ratio")
+	metric(float64(rusage.Nanoseconds())/n, "fold-rusage-cpu-ns/event")
+	metric(float64(rusage.Nanoseconds())/n/std.cpuNs, "cpu-ratio")
 	if k > 1 {
-		b.ReportMetric(float64(sum.Nanoseconds())/n/float64(k), "fold-cpu-ns/event/instance")
+		metric(float64(sum.Nanoseconds())/n/float64(k), "fold-cpu-ns/event/instance")
 	}
-	b.ReportMetric(float64(srv.Nanoseconds())/n, "fold-server-cpu-ns/event")
+	metric(float64(srv.Nanoseconds())/n, "fold-server-cpu-ns/event")
 	// The reconcilers' threads' time runnable but waiting for a CPU,
 	// from their start (beside raw-runq-ns/event, the reader's).
-	b.ReportMetric(float64(runq.Nanoseconds())/n, "fold-runq-ns/event")
-	b.ReportMetric(float64(swait.Nanoseconds())/n, "fold-server-runq-ns/event")
-	b.ReportMetric(float64(published), "published")
+	metric(float64(runq.Nanoseconds())/n, "fold-runq-ns/event")
+	metric(float64(swait.Nanoseconds())/n, "fold-server-runq-ns/event")
+	metric(float64(published), "published")
 	// What else the fold asked of the server: gets of single messages
 	// of the stream (each partition's last message, a fence's), and
 	// snapshot puts (up to the processes' exit).
@@ -955,13 +995,14 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 			gets += n
 		}
 	}
-	b.ReportMetric(float64(gets), "fold-stream-gets")
-	b.ReportMetric(float64(s.snapshotPuts(b)), "snapshot-puts")
+	metric(float64(gets), "fold-stream-gets")
+	metric(float64(s.snapshotPuts(b)), "snapshot-puts")
 	if os.Getenv("MESHFOLD_BENCH_API_LOG") != "" {
 		b.Logf("API requests by kind: %v", api)
 	}
 	s.last.ratio, s.last.cpuNs = n/took.Seconds()/std.rate, float64(sum.Nanoseconds())/n
 	s.last.netRatio, s.last.netCPU = 0, 0
+	s.last.srvNs, s.last.rawNs, s.last.rawSrvNs = float64(srv.Nanoseconds())/n, std.cpuNs, std.serverNs
 	if k == 1 {
 		// The refold and the raw read without their fixed costs: the
 		// process's start-up up to its last partition's session start
@@ -973,20 +1014,20 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 		// fixed costs").
 		up0 := startupCPU(b, s.bin)
 		s.last.netCPU = (float64(sum.Nanoseconds()) - float64(up0.Nanoseconds())) / n
-		b.ReportMetric(float64(up0.Microseconds())/1000, "startup-cpu-ms")
-		b.ReportMetric(s.last.netCPU, "fold-cpu-net-ns/event")
+		metric(float64(up0.Microseconds())/1000, "startup-cpu-ms")
+		metric(s.last.netCPU, "fold-cpu-net-ns/event")
 		up, ok, ended := procs[0].startUp(took)
 		// Sessions that ended before the refold did, each restarted
 		// from its snapshot (or stopped on a lost lease), and why.
-		b.ReportMetric(float64(len(ended)), "fold-session-restarts")
+		metric(float64(len(ended)), "fold-session-restarts")
 		for _, line := range ended {
 			b.Logf("session ended mid-refold: %s", line)
 		}
 		if ok && std.first > 0 && std.first < std.took {
 			s.last.netRatio = (std.took - std.first).Seconds() / (took - up).Seconds()
-			b.ReportMetric(float64(up.Microseconds())/1000, "fold-startup-ms")
-			b.ReportMetric(float64(std.first.Microseconds())/1000, "raw-first-ms")
-			b.ReportMetric(s.last.netRatio, "ratio-net")
+			metric(float64(up.Microseconds())/1000, "fold-startup-ms")
+			metric(float64(std.first.Microseconds())/1000, "raw-first-ms")
+			metric(s.last.netRatio, "ratio-net")
 		}
 	}
 	return n / took.Seconds()

@@ -24,12 +24,16 @@ import (
 // mix, 20 events a node (enginetest.Simulate, sealed with the stream's
 // keys: the effects are stored). At each size, on its own server:
 //
-//   - refold-N: cold refolds from no snapshot, each beside its own raw
-//     ordered read with encoding/json (catchUp): smallRuns at 1,000
-//     nodes, MESHFOLD_SCALE_REFOLDS (default largeRuns) at each larger
-//     size; the median ratio and its min and max are reported, and at the
-//     larger sizes the median is divided by the median at 1,000 nodes
-//     (goal: within 10 %).
+//   - refold-N: pairs of a raw ordered read with encoding/json and, at
+//     once, a cold refold from no snapshot (refoldPairs, catchUp with
+//     pairRaw), each pair's ratio the refold's rate over its own raw
+//     read's: smallRuns pairs at 1,000 nodes, MESHFOLD_SCALE_REFOLDS
+//     (default largeRuns) at each larger size; the median ratio and its
+//     min and max are reported, with the median CPU an event of each
+//     process (the reconciler and the server over the refold, the raw
+//     reader and the server over the raw read), and at the larger sizes
+//     each median is divided by its median at 1,000 nodes (the ratio's:
+//     goal within 10 %).
 //
 //   - restart-N (N ≥ 10,000): a restart from the snapshots over a tail of
 //     4,000 messages' haves (recoveryRun), the median of restartRuns
@@ -51,9 +55,10 @@ func BenchmarkReconcileScale(b *testing.B) {
 	sizes := []int{1_000, 10_000, top}
 	slices.Sort(sizes)
 	sizes = slices.Compact(slices.DeleteFunc(sizes, func(n int) bool { return n > top }))
-	// MESHFOLD_BENCH_BINS=PATH,PATH,… refolds each size once with each
-	// meshfold binary listed, in that order, on the one stream loaded
-	// (each binary's larger sizes divided by its own 1,000-node figures),
+	// MESHFOLD_BENCH_BINS=PATH,PATH,… refolds each size with each
+	// meshfold binary listed, alternated pair by pair, on the one stream
+	// loaded (each binary's figures prefixed bin1-, bin2-, …, its larger
+	// sizes divided by its own 1,000-node figures),
 	// and alternates them over the restarts (restartRuns each, each
 	// binary's 100,000-node median divided by its own 10,000-node one):
 	// before-and-after figures, alternated, at the cost of one load.
@@ -61,9 +66,8 @@ func BenchmarkReconcileScale(b *testing.B) {
 	if list := os.Getenv("MESHFOLD_BENCH_BINS"); list != "" {
 		bins = strings.Split(list, ",")
 	}
-	// small is each binary's figures at 1,000 nodes.
-	type scaleSmall struct{ ratio, cpu, net, netCPU float64 }
-	small := make([]scaleSmall, len(bins))
+	// small is each binary's medians at 1,000 nodes.
+	small := make([]refoldPair, len(bins))
 	var heap10k, rss10k float64
 	restart10k := make([]time.Duration, len(bins))
 	for _, n := range sizes {
@@ -79,55 +83,40 @@ func BenchmarkReconcileScale(b *testing.B) {
 		}
 		h = nil
 		b.Logf("%d nodes: %d messages generated, sealed and published in %s", n, s.msgs, time.Since(t0).Round(time.Second))
-		for i, bin := range bins {
-			name := fmt.Sprintf("refold-%d", n)
-			if bin != "" {
-				name = fmt.Sprintf("refold-%d-run%d-%s", n, i+1, filepath.Base(bin))
-			}
-			b.Run(name, func(b *testing.B) {
-				s.bin = bin
-				defer func() { s.bin = "" }()
-				// At 1,000 nodes the refold and each raw read last 0.2–0.4
-				// s, and one refold's ratio moved from 0.16 to 1.67 between
-				// refolds of one build (issue 27): every size's figure is
-				// the median of several refolds, each beside its own raw
-				// reads, and their spread is reported.
-				runs := refolds(b, n)
-				var ratios, cpus, nets, netCPUs []float64
-				for range runs {
-					s.catchUp(b, 1, true)
-					ratios, cpus, nets = append(ratios, s.last.ratio), append(cpus, s.last.cpuNs), append(nets, s.last.netRatio)
-					netCPUs = append(netCPUs, s.last.netCPU)
+		b.Run(fmt.Sprintf("refold-%d", n), func(b *testing.B) {
+			pairs := s.refoldPairs(b, n, bins)
+			// The server's CPU a message while the history was
+			// published (async, 2,000 acks pending at most).
+			b.ReportMetric(publishCPU, "publish-server-cpu-ns/event")
+			streamB, snapB := s.sizes(b)
+			b.ReportMetric(float64(streamB)/float64(s.msgs), "stream-B/event")
+			b.ReportMetric(float64(snapB)/float64(n), "snapshots-B/node")
+			for i, ps := range pairs {
+				// With MESHFOLD_BENCH_BINS each binary's figures are
+				// named after its place in the list (bin1-…).
+				prefix := ""
+				if len(bins) > 1 {
+					prefix = fmt.Sprintf("bin%d-", i+1)
 				}
-				ratio, cpu, net, netCPU := median(ratios), median(cpus), median(nets), median(netCPUs)
-				if runs > 1 {
-					b.ReportMetric(float64(runs), "refolds")
-					b.ReportMetric(ratio, "ratio-median")
-					b.ReportMetric(slices.Min(ratios), "ratio-min")
-					b.ReportMetric(slices.Max(ratios), "ratio-max")
-					b.ReportMetric(net, "ratio-net-median")
-					b.ReportMetric(cpu, "fold-cpu-median-ns/event")
-					b.ReportMetric(netCPU, "fold-cpu-net-median-ns/event")
-					b.Logf("%d nodes: ratio of each refold %s", n, fmtFigures(ratios))
-				}
-				b.ReportMetric(cpu*float64(s.msgs)/float64(n), "fold-cpu-ns/node")
-				// The server's CPU a message while the history was
-				// published (async, 2,000 acks pending at most).
-				b.ReportMetric(publishCPU, "publish-server-cpu-ns/event")
-				streamB, snapB := s.sizes(b)
-				b.ReportMetric(float64(streamB)/float64(s.msgs), "stream-B/event")
-				b.ReportMetric(float64(snapB)/float64(n), "snapshots-B/node")
+				m := ps.medians()
+				m.report(b, prefix, n, s.msgs, len(ps), ps)
+				b.Logf("%d nodes, %s: ratio of each pair %s", n, filepath.Base(bins[i]), fmtFigures(ps.ratios()))
 				if n == 1_000 {
-					small[i] = scaleSmall{ratio, cpu, net, netCPU}
+					small[i] = m
 				} else if k := small[i]; k.ratio > 0 {
-					b.ReportMetric(k.ratio, "ratio-1000nodes")
-					b.ReportMetric(ratio/k.ratio, "ratio/ratio-1000nodes")
-					b.ReportMetric(cpu/k.cpu, "cpu-per-event/1000nodes")
-					b.ReportMetric(net/k.net, "ratio-net/ratio-net-1000nodes")
-					b.ReportMetric(netCPU/k.netCPU, "cpu-net-per-event/1000nodes")
+					b.ReportMetric(k.ratio, prefix+"ratio-1000nodes")
+					b.ReportMetric(m.ratio/k.ratio, prefix+"ratio/ratio-1000nodes")
+					b.ReportMetric(m.foldNs/k.foldNs, prefix+"cpu-per-event/1000nodes")
+					b.ReportMetric(m.srvNs/k.srvNs, prefix+"server-cpu-per-event/1000nodes")
+					b.ReportMetric(m.rawNs/k.rawNs, prefix+"raw-cpu-per-event/1000nodes")
+					b.ReportMetric(m.rawSrvNs/k.rawSrvNs, prefix+"raw-server-cpu-per-event/1000nodes")
+					if k.net > 0 && m.net > 0 {
+						b.ReportMetric(m.net/k.net, prefix+"ratio-net/ratio-net-1000nodes")
+					}
+					b.ReportMetric(m.netNs/k.netNs, prefix+"cpu-net-per-event/1000nodes")
 				}
-			})
-		}
+			}
+		})
 		if n >= 10_000 {
 			b.Run(fmt.Sprintf("restart-%d", n), func(b *testing.B) {
 				took := s.restarts(b, tails, bins)
@@ -223,13 +212,120 @@ func (s *outsideServer) restarts(b *testing.B, tails [][]*nats.Msg, bins []strin
 	return out
 }
 
-// smallRuns is how many refolds BenchmarkReconcileScale times at 1,000
-// nodes, the median taken: each lasts 0.2–0.4 s with its raw reads.
-const smallRuns = 7
+// refoldPair is one pair of BenchmarkReconcileScale's refold figures: a
+// raw ordered read (encoding/json) of the stream, then at once a cold
+// refold of it by one reconcile process, both single samples a second
+// apart. ratio is the refold's rate over the raw read's; net, the same
+// without either side's fixed costs (0: not measured); foldNs and netNs
+// the reconciler's CPU an event (with and without its start-up's); srvNs
+// the server's an event over the refold; rawNs and rawSrvNs the raw
+// reader's and the server's over the raw read.
+type refoldPair struct{ ratio, net, foldNs, netNs, srvNs, rawNs, rawSrvNs float64 }
 
-// largeRuns is how many it times at each larger size unless
-// MESHFOLD_SCALE_REFOLDS says (a 100,000-node refold and its raw reads
-// take about a minute and a half).
+// refoldPairs is a binary's pairs at one size, in the order timed.
+type refoldPairs []refoldPair
+
+// refoldPairs times refolds(b, n) pairs (a raw read, then a refold:
+// catchUp with pairRaw) with each binary of bins ("": this module's),
+// the binaries alternated pair by pair (ABBA…, so that neither always
+// follows the other), and returns each binary's pairs. A pair's two
+// sides meet the same moment of a shared machine; the median of many
+// pairs' ratios is what one refold's ratio against the better of two
+// earlier raw reads was not (issue 27: 0.16–1.67 over single refolds at
+// 1,000 nodes).
+func (s *outsideServer) refoldPairs(b *testing.B, n int, bins []string) []refoldPairs {
+	b.Helper()
+	runs := refolds(b, n)
+	out := make([]refoldPairs, len(bins))
+	s.pairRaw, s.quiet = true, true
+	// With MESHFOLD_BENCH_PROFILES, each refold's profiles hold all of
+	// it: about a second at 1,000 nodes, a minute at 100,000 (at ~40,000
+	// events/s; a slower one's end is left out, and said by its log).
+	s.profileSecs = max(1, n*20/40_000)
+	defer func() { s.pairRaw, s.quiet, s.bin, s.tag, s.profileSecs = false, false, "", "", 0 }()
+	order := make([]int, len(bins))
+	for r := range runs {
+		for k := range order {
+			order[k] = k
+		}
+		if r%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, i := range order {
+			s.bin, s.tag = bins[i], fmt.Sprintf("-pair%d-bin%d", r+1, i+1)
+			s.catchUp(b, 1, true)
+			l := s.last
+			out[i] = append(out[i], refoldPair{l.ratio, l.netRatio, l.cpuNs, l.netCPU, l.srvNs, l.rawNs, l.rawSrvNs})
+		}
+	}
+	return out
+}
+
+// ratios is ps's ratios, in the order timed.
+func (ps refoldPairs) ratios() []float64 {
+	out := make([]float64, len(ps))
+	for i, p := range ps {
+		out[i] = p.ratio
+	}
+	return out
+}
+
+// medians is the median of each of ps's figures, each taken apart (net
+// over the pairs that measured it).
+func (ps refoldPairs) medians() refoldPair {
+	of := func(f func(refoldPair) float64) float64 {
+		var xs []float64
+		for _, p := range ps {
+			if v := f(p); v > 0 {
+				xs = append(xs, v)
+			}
+		}
+		if len(xs) == 0 {
+			return 0
+		}
+		return median(xs)
+	}
+	return refoldPair{
+		ratio:    of(func(p refoldPair) float64 { return p.ratio }),
+		net:      of(func(p refoldPair) float64 { return p.net }),
+		foldNs:   of(func(p refoldPair) float64 { return p.foldNs }),
+		netNs:    of(func(p refoldPair) float64 { return p.netNs }),
+		srvNs:    of(func(p refoldPair) float64 { return p.srvNs }),
+		rawNs:    of(func(p refoldPair) float64 { return p.rawNs }),
+		rawSrvNs: of(func(p refoldPair) float64 { return p.rawSrvNs }),
+	}
+}
+
+// report reports m, the medians of pairs pairs at n nodes of msgs
+// messages, its names prefixed with prefix: the ratio and its spread,
+// and the CPU an event of each process, the reconciler's and the
+// server's over the refold beside the raw reader's and the server's
+// over the raw read (what contention cannot fake).
+func (m refoldPair) report(b *testing.B, prefix string, n, msgs, pairs int, ps refoldPairs) {
+	b.ReportMetric(float64(pairs), prefix+"pairs")
+	b.ReportMetric(m.ratio, prefix+"ratio-median")
+	b.ReportMetric(slices.Min(ps.ratios()), prefix+"ratio-min")
+	b.ReportMetric(slices.Max(ps.ratios()), prefix+"ratio-max")
+	if m.net > 0 {
+		b.ReportMetric(m.net, prefix+"ratio-net-median")
+	}
+	b.ReportMetric(m.foldNs, prefix+"fold-cpu-median-ns/event")
+	b.ReportMetric(m.netNs, prefix+"fold-cpu-net-median-ns/event")
+	b.ReportMetric(m.srvNs, prefix+"fold-server-cpu-median-ns/event")
+	b.ReportMetric(m.rawNs, prefix+"raw-cpu-median-ns/event")
+	b.ReportMetric(m.rawSrvNs, prefix+"raw-server-cpu-median-ns/event")
+	b.ReportMetric(m.foldNs/m.rawNs, prefix+"cpu-ratio-median")
+	b.ReportMetric(m.foldNs*float64(msgs)/float64(n), prefix+"fold-cpu-ns/node")
+}
+
+// smallRuns is how many pairs BenchmarkReconcileScale times at 1,000
+// nodes, the median taken: each side lasts 0.2–0.4 s, and seven refolds
+// of one build spread over a factor of 3.5 at load 12–24 (issue 27).
+const smallRuns = 15
+
+// largeRuns is how many pairs it times at each larger size unless
+// MESHFOLD_SCALE_REFOLDS says (a 100,000-node refold and its raw read
+// take about a minute).
 const largeRuns = 3
 
 // refolds is how many refolds BenchmarkReconcileScale times at n nodes:
