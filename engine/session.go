@@ -119,9 +119,12 @@ type session struct {
 	counted map[events.Kind]prometheus.Counter
 	// n counts the messages the session handled; the fold's duration is
 	// observed for one in foldSample. tickN is n at the last snapshot
-	// tick: a recovery that handled nothing between two asks the leader
-	// whether its end is still to come (recoveryIdle).
-	n, tickN uint64
+	// tick, and idleTicks how many ticks in a row have found it unmoved
+	// since the last ask: a recovery that handled nothing for
+	// recoveryIdleAfter asks the leader whether its end is still to come
+	// (recoveryIdle).
+	n, tickN  uint64
+	idleTicks int
 	// lazy holds while the session reads a node's state from its
 	// snapshot at the node's first event (fetch), until the pass over
 	// the others (rest) is merged: see shortTail.
@@ -808,26 +811,50 @@ func (s *session) leftToRead(ctx context.Context) (bool, error) {
 	return m != nil && m.Sequence > s.folded, nil
 }
 
-// recoveryIdle ends a recovery that handled no message since the last
-// snapshot tick, short of lastAtStart, when the partition's last message
-// as the stream's leader has it is no longer past the last one folded: a
-// limit removed what was left before the consumer delivered it. The read
-// otherwise waited for a message past lastAtStart to end the recovery
-// (its deferred effects unpublished meanwhile), which may never come
-// (reviewer's finding); a consumer on a replica behind the leader is
-// still waited for, as in handle. One get a tick, only while idle.
+// recoveryIdle ends a recovery that handled no message for
+// recoveryIdleAfter (at least one snapshot tick), short of lastAtStart,
+// when the partition's last message as the stream's leader has it is no
+// longer past the last one folded: a limit removed what was left before
+// the consumer delivered it. The read otherwise waited for a message past
+// lastAtStart to end the recovery (its deferred effects unpublished
+// meanwhile), which may never come (reviewer's finding); a consumer on a
+// replica behind the leader is still waited for, as in handle. One get
+// a recoveryIdleAfter of idleness at most: the get matches every subject
+// of the partition on the server, a cost that grows with the nodes, and
+// with a short snapshot interval (20 ms) a refold whose read paused
+// between two batches asked at nearly every tick (issue 27, a cold
+// refold's cost per node).
 func (s *session) recoveryIdle(ctx context.Context) error {
-	idle := s.n > 0 && s.n == s.tickN && s.folded < s.lastAtStart
-	s.tickN = s.n
-	if !idle {
+	if s.n != s.tickN || s.n == 0 || s.folded >= s.lastAtStart {
+		s.tickN, s.idleTicks = s.n, 0
 		return nil
 	}
+	s.idleTicks++
+	if s.idleTicks < idleTicksToAsk(s.p.r.cfg.SnapshotInterval) {
+		return nil
+	}
+	s.idleTicks = 0
 	if left, err := s.leftToRead(ctx); err != nil || left {
 		return err
 	}
 	s.p.r.log.Info("partition's recovery ends short of the stream's end at its start: a limit removed the rest",
 		"partition", s.p.id, "folded", s.folded, "recovering_to", s.lastAtStart)
 	return s.caughtUp(ctx)
+}
+
+// recoveryIdleAfter is how long a recovering session handles no message
+// before recoveryIdle asks the stream's leader whether its end is still
+// to come, and then how long between two asks while it stays idle.
+const recoveryIdleAfter = time.Second
+
+// idleTicksToAsk is how many snapshot ticks of interval make
+// recoveryIdleAfter: one at the default interval (a second) or longer,
+// as many as fit in it at a shorter one.
+func idleTicksToAsk(interval time.Duration) int {
+	if interval <= 0 {
+		return 1
+	}
+	return max(1, int(recoveryIdleAfter/interval))
 }
 
 // caughtUp ends the recovery and writes a checkpoint at once: what the
