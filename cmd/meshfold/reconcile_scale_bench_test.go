@@ -100,7 +100,11 @@ func BenchmarkReconcileScale(b *testing.B) {
 				}
 				m := ps.medians()
 				m.report(b, prefix, n, s.msgs, len(ps), ps)
-				b.Logf("%d nodes, %s: ratio of each pair %s", n, filepath.Base(bins[i]), fmtFigures(ps.ratios()))
+				bin := bins[i]
+				if bin == "" {
+					bin = "this module's meshfold"
+				}
+				b.Logf("%d nodes, %s%s: ratio of each pair %s", n, prefix, bin, fmtFigures(ps.ratios()))
 				if n == 1_000 {
 					small[i] = m
 				} else if k := small[i]; k.ratio > 0 {
