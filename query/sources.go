@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -69,7 +70,9 @@ func (r *Reader) Sources(ctx context.Context, node string) (map[string][]audit.S
 // Unanswered returns, of nodes (each node's newest knock's cause as the
 // caller's view of it holds it, 0 when unknown), those whose newest knock
 // no provisioner answered within audit.KnockGrace of now, each with its
-// audit.NoProvisioner problem (audit.KnockUnanswered). A node whose
+// audit.NoProvisioner problem (audit.KnockUnanswered), unless its newest
+// plan declares no file ([PlanDeclaresFiles]: no provisioner is needed
+// there, though a poke knocks it too). A node whose
 // provisioner's answer (store.KnockAnswer, in the fill status bucket)
 // covers that cause is answered without a read; the others' newest knock
 // is read from the stream (a direct get each, at most [unansweredGets]:
@@ -151,9 +154,37 @@ func (r *Reader) unanswered(ctx context.Context, kv jetstream.KeyValue, nodes ma
 		if answered {
 			ans = &audit.KnockAnswer{Knock: a.Knock, At: a.At, Account: a.Account}
 		}
-		if p, ok := audit.KnockUnanswered(n, m.Event.Seq, k.Cause, m.Event.Time, ans, now, audit.KnockGrace); ok {
+		p, ok := audit.KnockUnanswered(n, m.Event.Seq, k.Cause, m.Event.Time, ans, now, audit.KnockGrace)
+		if !ok {
+			continue
+		}
+		// A node whose plan declares no file needs no provisioner: a
+		// poke knocks it all the same (the fold knocks on every poke),
+		// and nobody is there to answer (reviewer's finding).
+		files, err := PlanDeclaresFiles(ctx, stream, cfg.Subjects(), n)
+		if err != nil {
+			return nil, err
+		}
+		if files {
 			out[n] = p
 		}
 	}
 	return out, nil
+}
+
+// PlanDeclaresFiles reports whether node's newest plan declares a file
+// for a provisioner to fill (a module with files): one direct get. A node
+// with no plan declares none.
+//
+// Errors: the get's, other than for no plan.
+func PlanDeclaresFiles(ctx context.Context, stream store.LastGetter, subj events.Subjects, node string) (bool, error) {
+	m, err := store.LastMsg(ctx, stream, subj, node, events.KindPlan)
+	if errors.Is(err, store.ErrNoMessage) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("node %s: newest plan: %w", node, err)
+	}
+	p, ok := m.Event.Payload.(*events.Plan)
+	return ok && slices.ContainsFunc(p.Modules, func(pm events.PlanModule) bool { return len(pm.Files) > 0 }), nil
 }

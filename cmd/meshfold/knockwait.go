@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
 )
@@ -91,6 +92,12 @@ func (a *app) awaitKnockAnswers(ctx context.Context, pokes map[string]uint64, wa
 		if k == nil || k.Cause < pokes[n] {
 			fmt.Fprintf(a.stderr, "warning: poke %s: no knock answered poke #%d within %s; is the reconciler running (`meshfold serve` or `meshfold reconcile`)? It publishes the knock the provisioner fills on\n",
 				n, pokes[n], wait)
+			continue
+		}
+		if files, err := query.PlanDeclaresFiles(ctx, stream, scfg.Subjects(), n); err == nil && !files {
+			// Nothing to fill: no provisioner is needed (a poke knocks
+			// every node all the same).
+			fmt.Fprintf(a.stderr, "poke %s: no provisioner answered within %s; none is needed: its newest plan declares no file to fill\n", n, wait)
 			continue
 		}
 		var ans *audit.KnockAnswer

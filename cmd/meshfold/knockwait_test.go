@@ -70,3 +70,39 @@ func TestPokeSaysNoProvisionerAnswered(t *testing.T) {
 		t.Errorf("poke --wait 0 waited: %q", errOut)
 	}
 }
+
+// A node whose plan declares no file needs no provisioner: a poke knocks
+// it all the same (the fold knocks on every poke), but neither the poke
+// nor state nor fleet says that no provisioner answered it, while a node
+// whose plan declares a file still is flagged (reviewer's finding: every
+// node without files showed NEEDS source after 'poke --all').
+func TestPokeOfANodeWithNoFilesNeedsNoProvisioner(t *testing.T) {
+	m := startMesh(t)
+	m.serveSigned(t)
+	grace := audit.KnockGrace
+	audit.KnockGrace = 0 // state and fleet: a knock unanswered at once
+	t.Cleanup(func() { audit.KnockGrace = grace })
+	for node, want := range map[string]string{"ace": goodWant, "bob": `{"modules":[{"name":"web","build":"img:1","runs_as":"web"}]}`} {
+		if _, errOut, code := m.cli(t, "want", node, "--new", "-f", writeWantFile(t, want)); code != 0 {
+			t.Fatalf("want %s: exit %d %s", node, code, errOut)
+		}
+	}
+	out, errOut, code := m.cli(t, "poke", "--all", "--by", "alice", "--wait", "300ms")
+	if code != 0 || strings.Count(out, "stream sequence") != 2 {
+		t.Fatalf("poke --all: exit %d %q %q", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "warning: poke ace: no provisioner answered") || strings.Contains(errOut, "warning: poke bob") ||
+		!strings.Contains(errOut, "poke bob: no provisioner answered within 300ms; none is needed: its newest plan declares no file to fill") {
+		t.Errorf("poke --all: stderr:\n%s", errOut)
+	}
+	if out, errOut, code = m.cli(t, "state", "bob"); code != 0 || strings.Contains(out, "no-provisioner") {
+		t.Errorf("state bob: exit %d, it flags a node with no file to fill:\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code = m.cli(t, "state", "ace"); code != 0 || !strings.Contains(out, "ace no-provisioner:") {
+		t.Errorf("state ace: exit %d, it does not show the unanswered knock:\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = m.cli(t, "fleet")
+	if code != 0 || !strings.Contains(out, "ace no-provisioner:") || strings.Contains(out, "bob no-provisioner") {
+		t.Errorf("fleet: exit %d:\n%s%s", code, out, errOut)
+	}
+}
