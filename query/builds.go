@@ -3,12 +3,15 @@ package query
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node/bundle"
@@ -90,6 +93,13 @@ type BuildUse struct {
 	// previous want naming the build on a revert (rollout.State.GivesBack),
 	// by fleet.
 	Reverts []RevertUse
+	// Steps are the fleets whose newest rollout, still able to step
+	// (loading, running or waiting for a promote), has yet to give nodes
+	// a new want naming the build (a target pending, or whose want is not
+	// recorded published), by fleet: removed, those steps would fail to
+	// fetch it. A rollout no controller has stepped yet names its build
+	// in no node's want.
+	Steps []RevertUse
 	// Snapshots is true when the stream no longer holds its oldest events
 	// (an age or size limit): the nodes whose newest want or have went
 	// with them were read from their stored snapshots, as fresh as the
@@ -98,7 +108,8 @@ type BuildUse struct {
 }
 
 // RevertUse is a rollout a revert of which would give Nodes their
-// previous want, one naming the build.
+// previous want, one naming the build ([BuildUse.Reverts]), or one whose
+// next steps would give Nodes a new want naming it ([BuildUse.Steps]).
 type RevertUse struct {
 	Fleet   string
 	Rollout uint64
@@ -108,7 +119,7 @@ type RevertUse struct {
 
 // InUse reports whether anything names the build.
 func (u BuildUse) InUse() bool {
-	return len(u.Wants) > 0 || len(u.Runs) > 0 || len(u.Reverts) > 0
+	return len(u.Wants) > 0 || len(u.Runs) > 0 || len(u.Reverts) > 0 || len(u.Steps) > 0
 }
 
 // BuildUse returns who names build now: each node's newest want and have
@@ -118,7 +129,9 @@ func (u BuildUse) InUse() bool {
 // newest rollout: the previous wants of its targets (read in one pass
 // over the wants between the oldest and the newest of them), and, when
 // one names the build, the rollout refolded (feed.Replay) to learn which
-// of them a revert would still give back. When the stream's oldest
+// of them a revert would still give back, or when its start's wants name
+// it, which targets its next steps would still give it (BuildUse.Steps).
+// When the stream's oldest
 // events are gone (an age or size limit), the snapshots of the nodes
 // none of whose wants, or haves, the stream holds are read too
 // (BuildUse.Snapshots).
@@ -218,7 +231,7 @@ func (r *Reader) BuildUse(ctx context.Context, build string) (BuildUse, error) {
 		}
 	}
 	u.Wants, u.Runs = slices.Sorted(maps.Keys(wants)), slices.Sorted(maps.Keys(runs))
-	u.Reverts, err = r.revertUse(ctx, build)
+	u.Reverts, u.Steps, err = r.rolloutUse(ctx, build)
 	return u, err
 }
 
@@ -255,25 +268,40 @@ func (r *Reader) snapshotUse(ctx context.Context, build string, seenWant, seenHa
 	})
 }
 
-// revertUse returns the fleets whose newest rollout would give nodes a
-// previous want naming build on a revert.
-func (r *Reader) revertUse(ctx context.Context, build string) ([]RevertUse, error) {
+// rolloutUse returns the fleets whose newest rollout would give nodes a
+// previous want naming build on a revert (reverts), and those whose
+// newest rollout has yet to step nodes to a new want naming it (steps).
+func (r *Reader) rolloutUse(ctx context.Context, build string) (reverts, steps []RevertUse, err error) {
 	stream, cfg, err := r.open(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	subj := cfg.Subjects()
 	fleets, err := feed.Fleets(ctx, stream, subj)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	type target struct{ fleet, node string }
 	prevs := map[uint64][]target{}
 	var lo, hi uint64
+	// forward: the fleets whose newest start gives a want naming build.
+	forward := map[string]bool{}
+	needle := []byte(build)
 	for _, f := range fleets {
+		m, err := stream.GetLastMsgForSubject(ctx, subj.Rollout(f, string(rollout.KindStart)))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return nil, nil, fmt.Errorf("newest start of %s: %w", f, err)
+		case bytes.Contains(m.Data, needle):
+			var st rollout.Start
+			if json.Unmarshal(m.Data, &st) == nil && slices.ContainsFunc(st.Wants, func(w []events.WantModule) bool { return wantNames(w, build) }) {
+				forward[f] = true
+			}
+		}
 		_, nodes, err := feed.StartNodes(ctx, stream, subj, f)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, n := range nodes {
 			if n.Want == 0 || n.Prev == 0 {
@@ -286,45 +314,48 @@ func (r *Reader) revertUse(ctx context.Context, build string) ([]RevertUse, erro
 			hi = max(hi, n.Prev)
 		}
 	}
-	if len(prevs) == 0 {
-		return nil, nil
-	}
 	// The previous wants naming build, by fleet, in one pass over the
 	// wants from the oldest to the newest of them.
 	hits := map[string]map[string]uint64{}
-	err = store.ReadFilter(ctx, r.js, cfg.Name, subj, subj.StoredKind(events.KindWant), "previous wants", lo, hi, func(m store.Msg) error {
-		ts, ok := prevs[m.Event.Seq]
-		if !ok {
-			return nil
-		}
-		w, ok := m.Event.Payload.(*events.Want)
-		if !ok || !slices.ContainsFunc(w.Modules, func(x events.WantModule) bool { return x.Build == build }) {
-			return nil
-		}
-		for _, t := range ts {
-			if hits[t.fleet] == nil {
-				hits[t.fleet] = map[string]uint64{}
+	if len(prevs) > 0 {
+		err = store.ReadFilter(ctx, r.js, cfg.Name, subj, subj.StoredKind(events.KindWant), "previous wants", lo, hi, func(m store.Msg) error {
+			ts, ok := prevs[m.Event.Seq]
+			if !ok {
+				return nil
 			}
-			hits[t.fleet][t.node] = m.Event.Seq
+			w, ok := m.Event.Payload.(*events.Want)
+			if !ok || !wantNames(w.Modules, build) {
+				return nil
+			}
+			for _, t := range ts {
+				if hits[t.fleet] == nil {
+					hits[t.fleet] = map[string]uint64{}
+				}
+				hits[t.fleet][t.node] = m.Event.Seq
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the rollouts' previous wants: %w", err)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading the rollouts' previous wants: %w", err)
 	}
-	var out []RevertUse
-	for _, f := range slices.Sorted(maps.Keys(hits)) {
+	replay := maps.Clone(forward)
+	for f := range hits {
+		replay[f] = true
+	}
+	for _, f := range slices.Sorted(maps.Keys(replay)) {
 		s, err := feed.Replay(ctx, r.js, cfg, nil, f)
 		if errors.Is(err, feed.ErrNoRollout) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if s.Rollout == nil {
+		ro := s.Rollout
+		if ro == nil {
 			continue
 		}
-		ru := RevertUse{Fleet: f, Rollout: s.Rollout.ID, Phase: s.Rollout.Phase}
+		ru := RevertUse{Fleet: f, Rollout: ro.ID, Phase: ro.Phase}
 		for _, n := range s.GivesBack() {
 			if seq, ok := hits[f][n.Name]; ok && seq == n.Prev {
 				ru.Nodes = append(ru.Nodes, n.Name)
@@ -332,8 +363,27 @@ func (r *Reader) revertUse(ctx context.Context, build string) ([]RevertUse, erro
 		}
 		if len(ru.Nodes) > 0 {
 			slices.Sort(ru.Nodes)
-			out = append(out, ru)
+			reverts = append(reverts, ru)
+		}
+		if !forward[f] || (ro.Phase != rollout.Loading && ro.Phase != rollout.Running && ro.Phase != rollout.WaitingPromote) {
+			continue
+		}
+		su := RevertUse{Fleet: f, Rollout: ro.ID, Phase: ro.Phase}
+		for _, name := range ro.Targets {
+			n := ro.Nodes[name]
+			if (n.Status == rollout.Pending || n.Status == rollout.Publishing) && n.Want > 0 && n.Want <= len(ro.Wants) && wantNames(ro.Wants[n.Want-1], build) {
+				su.Nodes = append(su.Nodes, name)
+			}
+		}
+		if len(su.Nodes) > 0 {
+			slices.Sort(su.Nodes)
+			steps = append(steps, su)
 		}
 	}
-	return out, nil
+	return reverts, steps, nil
+}
+
+// wantNames reports whether a want's modules name build.
+func wantNames(modules []events.WantModule, build string) bool {
+	return slices.ContainsFunc(modules, func(m events.WantModule) bool { return m.Build == build })
 }

@@ -213,7 +213,10 @@ func newBuildRmCmd(a *app) *cobra.Command {
   - a node's newest have (what its agent runs);
   - the newest rollout of a fleet, whose revert (the revert verb, or
     auto_revert on a failure) would give nodes their previous want back,
-    one naming BUILD.
+    one naming BUILD;
+  - the newest rollout of a fleet that has yet to give nodes a new want
+    naming BUILD (loading, running or waiting for a promote: its next
+    steps, even before a controller took the first).
 
 Then it removes nothing and exits 3, naming those nodes and rollouts (a
 count and the first few). A node that has not cached a bundle, or whose
@@ -235,7 +238,7 @@ fleet's newest rollout (docs/operations.md, "Bundles").`,
 			return runBuildRm(cmd.Context(), a, args[0], force)
 		},
 	}
-	cmd.Flags().BoolVar(&force, "force", false, "remove a build that wants, haves or a rollout's revert still name (they then fail to fetch it)")
+	cmd.Flags().BoolVar(&force, "force", false, "remove a build that wants, haves or a rollout's steps or revert still name (they then fail to fetch it)")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
@@ -310,6 +313,10 @@ func useText(u query.BuildUse) string {
 	}
 	if len(u.Runs) > 0 {
 		fmt.Fprintf(&b, "\n  %s run it (their newest have): %s", plural(len(u.Runs), "node"), names(u.Runs))
+	}
+	for _, ru := range u.Steps {
+		fmt.Fprintf(&b, "\n  rollout %d of fleet %s (%s): its next steps give %s a want naming it: %s ('meshfold rollout status %s')",
+			ru.Rollout, ru.Fleet, ru.Phase, plural(len(ru.Nodes), "node"), names(ru.Nodes), ru.Fleet)
 	}
 	for _, ru := range u.Reverts {
 		fmt.Fprintf(&b, "\n  rollout %d of fleet %s (%s): a revert gives %s a previous want naming it: %s ('meshfold rollout status %s')",

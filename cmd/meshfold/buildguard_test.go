@@ -195,3 +195,30 @@ func TestBuildGuardsWithCredentials(t *testing.T) {
 		t.Errorf("serve logged a violation:\n%s", s)
 	}
 }
+
+// build rm refuses a build a rollout has yet to give out: a rollout no
+// target of which was stepped yet (here no controller runs; a spent
+// budget holds one the same way) names it in no node's want, and its
+// steps would then fail to fetch it. Once the rollout can no longer step
+// (aborted), the build goes (reviewer's finding).
+func TestBuildRmRefusesABuildARolloutWillGive(t *testing.T) {
+	m := applyMesh(t) // no controller: the rollout is never stepped
+	v2 := pushExe(t, m, "web", "2")
+	fleet := strings.Replace(fleetYAML, `"web:2"`, `"`+v2+`"`, 1)
+	if out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, fleet), "--by", "alice"); code != 0 {
+		t.Fatalf("apply: exit %d\n%s%s", code, out, errs)
+	}
+	out, errs, code := m.cli(t, "build", "rm", v2)
+	if code != exitConflict || !strings.Contains(errs, "of fleet web (running): its next steps give 3 nodes a want naming it: ace, bob, cat") {
+		t.Fatalf("rm of a build a running rollout has yet to give: exit %d, want %d\n%s%s", code, exitConflict, out, errs)
+	}
+	if out, _, _ := m.cli(t, "build", "ls"); !strings.Contains(out, v2) {
+		t.Fatalf("a refused rm removed %s:\n%s", v2, out)
+	}
+	if out, errs, code := m.cli(t, "rollout", "abort", "web", "--by", "alice"); code != 0 {
+		t.Fatalf("abort: exit %d\n%s%s", code, out, errs)
+	}
+	if out, errs, code := m.cli(t, "build", "rm", v2); code != 0 || strings.Contains(errs, "warning") {
+		t.Fatalf("rm once the rollout was aborted: exit %d\n%s%s", code, out, errs)
+	}
+}
