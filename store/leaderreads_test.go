@@ -22,7 +22,7 @@ import (
 const reads = 60
 
 // A read from the leader (store.LeaderReads: LastMsg, a get by
-// sequence, ReadNode's bound) sees a write the stream acknowledged, while a
+// sequence, a next message, ReadNode's bound) sees a write the stream acknowledged, while a
 // replica is behind and answers direct gets with what it had: on a real
 // 3-server cluster whose third server's replication is held
 // (storetest.Lag), right after the ack, from a client of any server.
@@ -80,6 +80,15 @@ func TestLeaderReadsSeeAcknowledgedWrites(t *testing.T) {
 			raw, err := l.GetMsg(ctx, ack.Seq)
 			if err != nil || raw.Sequence != ack.Seq || raw.Header.Get(jetstream.MsgIDHeader) != m.MsgID {
 				t.Fatalf("GetMsg(%d) from the leader: %+v, %v", ack.Seq, raw, err)
+			}
+			// The node's next event past the first, on a wildcard: the
+			// acknowledged one; none past it.
+			next, err := l.NextMsg(ctx, first.Seq+1, cfg.Subjects().StoredNode("ace"))
+			if err != nil || next.Sequence != ack.Seq {
+				t.Fatalf("NextMsg(%d) from the leader: %+v, %v; acknowledged at %d", first.Seq+1, next, err, ack.Seq)
+			}
+			if _, err := l.NextMsg(ctx, ack.Seq+1, cfg.Subjects().StoredNode("ace")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+				t.Fatalf("NextMsg(%d) past the node's last event: %v, want jetstream.ErrMsgNotFound", ack.Seq+1, err)
 			}
 		}
 	}
