@@ -777,9 +777,9 @@ func (s *session) handle(ctx context.Context, msg jetstream.Msg, meta *jetstream
 		// Nothing pending, as the consumer's server has the stream: the
 		// server may place the consumer on a replica behind the leader,
 		// which reports nothing pending before what it has not applied.
-		// The partition's last message as the leader has it says whether
-		// any is left (store.LeaderReads): when one is, the read goes on
-		// (one past lastAtStart ends the recovery above).
+		// Whether the leader holds a message of the partition past this
+		// one says whether any is left (leftToRead): when one is, the
+		// read goes on (one past lastAtStart ends the recovery above).
 		if left, err := s.leftToRead(ctx); err != nil || left {
 			return err
 		}
@@ -791,25 +791,54 @@ func (s *session) handle(ctx context.Context, msg jetstream.Msg, meta *jetstream
 	return nil
 }
 
-// leftToRead reports whether the partition's last message, as the
-// stream's leader has it, is past the last one folded: a recovery whose
-// consumer reports nothing pending reads on then. None at all (a limit
-// removed them) is nothing left.
+// leftToRead reports whether the stream's leader holds a message of the
+// partition past the last one folded: a recovery whose consumer reports
+// nothing pending reads on then. None at all (a limit removed them) is
+// nothing left.
+//
+// Within leftScanMax messages of lastAtStart it asks for the partition's
+// first message past the last one folded (store.LeaderReads.NextMsg),
+// which the server finds by looking at those messages; farther, for the
+// partition's last message, which it finds by matching every subject of
+// the partition (a cost that grows with the nodes, not the messages).
+// Both answer the same question. A restart's tail ends within a few
+// thousand messages of lastAtStart in every partition but the last
+// written, and each asked for its last message there: 15 of the
+// server's walks over a partition's subjects a restart, ~44,000
+// subjects each at 100,000 nodes (issue 27, the restart's ratio).
 func (s *session) leftToRead(ctx context.Context) (bool, error) {
 	p := s.p
+	leader := store.Leader(p.r.js, p.r.cfg.Stream.Name)
+	filter := p.r.subj.StoredPartitionAll(p.id)
+	near := s.folded >= s.lastAtStart || s.lastAtStart-s.folded <= leftScanMax
 	var m *jetstream.RawStreamMsg
 	err := p.leaderRead(ctx, func(ctx context.Context) (err error) {
-		m, err = store.Leader(p.r.js, p.r.cfg.Stream.Name).GetLastMsgForSubject(ctx, p.r.subj.StoredPartitionAll(p.id))
+		if near {
+			m, err = leader.NextMsg(ctx, s.folded+1, filter)
+		} else {
+			m, err = leader.GetLastMsgForSubject(ctx, filter)
+		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
 		}
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("partition %d's last message: %w", p.id, err)
+		return false, fmt.Errorf("partition %d's messages past %d: %w", p.id, s.folded, err)
 	}
 	return m != nil && m.Sequence > s.folded, nil
 }
+
+// leftScanMax bounds the messages between the last one folded and
+// lastAtStart over which leftToRead asks for the partition's next message
+// rather than its last: the server's look for the next one goes through
+// the messages past the one folded (those of other partitions) block by
+// block, so a partition whose last message is far behind the stream's end
+// would have it read the blocks of everything written since. 65,536
+// messages are a few of the stream's blocks, which the partition's own
+// consumer has just gone through. A variable for tests
+// (SetLeftScanMax).
+var leftScanMax uint64 = 1 << 16
 
 // recoveryIdle ends a recovery that handled no message for
 // recoveryIdleAfter (at least one snapshot tick), short of lastAtStart,
@@ -819,8 +848,9 @@ func (s *session) leftToRead(ctx context.Context) (bool, error) {
 // lastAtStart to end the recovery (its deferred effects unpublished
 // meanwhile), which may never come (reviewer's finding); a consumer on a
 // replica behind the leader is still waited for, as in handle. One get
-// a recoveryIdleAfter of idleness at most: the get matches every subject
-// of the partition on the server, a cost that grows with the nodes, and
+// a recoveryIdleAfter of idleness at most: farther than leftScanMax
+// behind the stream's end the get matches every subject of the
+// partition on the server, a cost that grows with the nodes, and
 // with a short snapshot interval (20 ms) a refold whose read paused
 // between two batches asked at nearly every tick (issue 27, a cold
 // refold's cost per node).
