@@ -1266,6 +1266,13 @@ func (s *outsideServer) recoveryRun(b *testing.B, tail []*nats.Msg) restartRun {
 		profiled.Go(func() { s.serverProfileFor(b, name+".server.cpu.pb.gz", time.Second) })
 	}
 	stamps := s.watchCheckpoints(b)
+	// MESHFOLD_BENCH_API_LOG=1 counts the API requests made from the
+	// process's start to the last checkpoint, by kind, and logs them:
+	// what a restart asks of the server.
+	var apiCounts func() map[string]int
+	if os.Getenv("MESHFOLD_BENCH_API_LOG") != "" {
+		apiCounts = s.countAPI(b)
+	}
 	srv0 := s.srv.CPU()
 	// At debug level the process logs each partition's session start
 	// (startUp); nothing is logged per event.
@@ -1280,6 +1287,9 @@ func (s *outsideServer) recoveryRun(b *testing.B, tail []*nats.Msg) restartRun {
 	}
 	at := stamps(b)
 	cpuAt := samples(at)
+	if apiCounts != nil {
+		b.Logf("API requests by kind to the last checkpoint: %v", apiCounts())
+	}
 	if !p.alive() {
 		p.fail("exited (%v) during its restart", p.werr)
 	}
