@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -332,6 +333,36 @@ func (p *Publisher) AppendAsync(ctx context.Context, node string, payload events
 	f, err := p.js.PublishMsgAsync(msg, popts...)
 	if err != nil {
 		return nil, fmt.Errorf("append %s: %w", msg.Subject, err)
+	}
+	return f, nil
+}
+
+// ResendAsync is [Publisher.SendAsync] for pr sent before, whose answer
+// was lost (the client's server went away, the stream changed leaders):
+// it sends a copy of pr's message (the same subject, payload, message id
+// and signature), with the expectation of [WithExpectLastSubjectSeq] when
+// expect, and returns its future. A copy stored first is answered as a
+// duplicate within the stream's dedup window.
+//
+// Errors: the client's refusal to queue (too many pending).
+func (p *Publisher) ResendAsync(pr *Prepared, expect bool, seq uint64) (jetstream.PubAckFuture, error) {
+	// The send sets its expectation in the header: a clone's.
+	m := &nats.Msg{Subject: pr.msg.Subject, Data: pr.msg.Data, Header: maps.Clone(pr.msg.Header)}
+	return p.SendAsync(&Prepared{msg: m, popts: pr.popts}, expect, seq)
+}
+
+// ResendMsgAsync sends again a copy of m, a message sent before through
+// [Publisher.AppendAsync] (its future's Msg) whose answer was lost: the
+// same subject, payload and headers, the message id among them, so that
+// a copy stored first is answered as a duplicate within the stream's
+// dedup window.
+//
+// Errors: the client's refusal to queue (too many pending).
+func (p *Publisher) ResendMsgAsync(m *nats.Msg) (jetstream.PubAckFuture, error) {
+	c := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: maps.Clone(m.Header)}
+	f, err := p.js.PublishMsgAsync(c)
+	if err != nil {
+		return nil, fmt.Errorf("append %s: %w", m.Subject, err)
 	}
 	return f, nil
 }
