@@ -91,7 +91,7 @@ func firstRefoldOf(t *testing.T, pending int, scfg store.StreamConfig) {
 		}
 	}
 	m := engine.NewMetrics(prometheus.NewRegistry())
-	foldAllWith(t, rjs, engine.ReconcilerConfig{Stream: cfg, Metrics: m})
+	foldAllWith(t, rjs, engine.ReconcilerConfig{Stream: cfg, Metrics: m, Logger: testLogger(t)})
 	if n := testutil.ToFloat64(m.Restarts); n != 0 {
 		t.Errorf("%v sessions restarted", n)
 	}

@@ -50,6 +50,8 @@ type earlyPub struct {
 	// order sent: one stream acknowledges in that order.
 	inflight []earlySent
 	effects  map[events.Kind]prometheus.Counter
+	// ride is the ride-out of unanswered publishes under way (pubride.go).
+	ride pubRide
 }
 
 // earlySubject is an effect subject earlyPub publishes to.
@@ -75,6 +77,7 @@ type earlySent struct {
 	x     toPublish
 	id    string // the message id
 	fence uint64
+	pm    *store.Prepared // the message, to send again (pubride.go)
 	ok    <-chan *jetstream.PubAck
 	errc  <-chan error
 	at    time.Time
@@ -227,7 +230,7 @@ func (s *session) earlySends(ctx context.Context) error {
 			return nil // backpressure: sent again on the next call
 		}
 		ep.ready = ep.ready[1:]
-		id := sub.id
+		id, pm := sub.id, sub.prep
 		sub.queue, sub.prep, sub.id = sub.queue[1:], nil, ""
 		if store.Permanent(err) {
 			if len(sub.queue) > 0 {
@@ -240,23 +243,55 @@ func (s *session) earlySends(ctx context.Context) error {
 			}
 			continue
 		}
-		if err != nil {
+		sx := earlySent{k: k, x: x, id: id, fence: sub.last, pm: pm, at: time.Now()}
+		switch {
+		case err == nil:
+			s.remember(f.Msg())
+			sx.ok, sx.errc = f.Ok(), f.Err()
+			s.effectSent(id)
+		case resendable(err) && pm != nil:
+			sx.ok, sx.errc = failedSend(err) // sent again in its turn
+		default:
 			return fmt.Errorf("publish %s (fenced at %d): %w", id, sub.last, err)
 		}
-		s.remember(f.Msg())
 		sub.busy = true
-		ep.inflight = append(ep.inflight, earlySent{k: k, x: x, id: id, fence: sub.last, ok: f.Ok(), errc: f.Err(), at: time.Now()})
+		ep.inflight = append(ep.inflight, sx)
+	}
+	return nil
+}
+
+// earlyAgain sends every effect earlyPub has in flight again, in order,
+// once the oldest got cause (resendable) for an answer and the ride-out
+// allows it (rideAgain); as publishFenced's again.
+func (s *session) earlyAgain(ctx context.Context, cause error) error {
+	ep := s.early
+	x := ep.inflight[0]
+	if err := s.rideAgain(ctx, &ep.ride, fmt.Errorf("publish %s (fenced at %d): %w", x.id, x.fence, cause), len(ep.inflight)); err != nil {
+		return err
+	}
+	var refused error
+	for i := range ep.inflight {
+		x := &ep.inflight[i]
+		if refused == nil {
+			var f jetstream.PubAckFuture
+			if f, refused = s.p.r.pub.ResendAsync(x.pm, true, x.fence); refused == nil {
+				x.ok, x.errc = f.Ok(), f.Err()
+				continue
+			}
+		}
+		x.ok, x.errc = failedSend(refused)
 	}
 	return nil
 }
 
 // earlyAnswers takes the answers to the effects in flight, in the order
 // sent, as long as they have arrived; with wait, it first waits for the
-// oldest one's (bounded by ackTimeout, riding out an election once).
+// oldest one's (each wait bounded by ackTimeout). An unanswered publish
+// sends every effect in flight again (earlyAgain); with wait, the wait
+// goes on for the oldest one's answer.
 func (s *session) earlyAnswers(ctx context.Context, wait bool) error {
 	ep := s.early
 	var timer *time.Timer
-	waited := false
 	for len(ep.inflight) > 0 {
 		x := ep.inflight[0]
 		var (
@@ -273,15 +308,24 @@ func (s *session) earlyAnswers(ctx context.Context, wait bool) error {
 			if timer == nil {
 				timer = time.NewTimer(ackTimeout)
 				defer timer.Stop()
+			} else {
+				timer.Reset(ackTimeout)
 			}
 			var werr error
-			if ack, err, werr = s.awaitAck(ctx, x.ok, x.errc, timer, &waited, x.id, x.fence); werr != nil {
+			if ack, err, werr = s.awaitAck(ctx, x.ok, x.errc, timer); werr != nil {
 				return werr
 			}
 		}
+		if err != nil && resendable(err) {
+			if err := s.earlyAgain(ctx, err); err != nil {
+				return err
+			}
+			continue // with wait, the oldest one's answer again
+		}
+		ep.ride.answered()
 		wait = false
 		ep.inflight = ep.inflight[1:]
-		if err := s.earlyAnswered(x, ack, err); err != nil {
+		if err := s.earlyAnswered(ctx, x, ack, err); err != nil {
 			return err
 		}
 	}
@@ -290,8 +334,19 @@ func (s *session) earlyAnswers(ctx context.Context, wait bool) error {
 
 // earlyAnswered takes x's acknowledgement (or error): its subject's fence
 // moves to the sequence it was stored at, and its next effect is ready.
-func (s *session) earlyAnswered(x earlySent, ack *jetstream.PubAck, err error) error {
+func (s *session) earlyAnswered(ctx context.Context, x earlySent, ack *jetstream.PubAck, err error) error {
 	r, ep := s.p.r, s.early
+	if err != nil && errors.Is(store.ServerError(err), store.ErrConflict) {
+		// Refused by its fence: its own copy, stored by an earlier
+		// send or a predecessor, on a single replica (ownCopy)?
+		own, rerr := s.ownCopy(ctx, x.x.e, x.id)
+		if rerr != nil {
+			return fmt.Errorf("publish %s (fenced at %d): %w: %w", x.id, x.fence, err, rerr)
+		}
+		if own != nil {
+			ack, err = own, nil
+		}
+	}
 	sub := ep.subs[x.k]
 	sub.busy = false
 	if len(sub.queue) > 0 {

@@ -15,9 +15,9 @@ import (
 // which writes get no answer. A session used to die on its first lost
 // acknowledgement and restart after an exponential backoff that had grown
 // during the election, so its first plan came seconds after JetStream
-// answered again. Now an acknowledgement wait that times out while
-// something has no leader waits for the election instead, and a session
-// that ended restarts as soon as every leader is back. And the reads:
+// answered again. Now an effect left unanswered is sent again once the
+// leaders are back (pubride.go), and a session that ended restarts as
+// soon as every leader is back. And the reads:
 // a partition's ordered consumer lives on the stream's leader and dies
 // with it, and the client noticed only after missed heartbeats and a
 // reset attempt that waited out its own timeout (~10 s after a kill
@@ -32,11 +32,6 @@ const (
 	leaderPoll      = 500 * time.Millisecond
 	electionPollMin = 50 * time.Millisecond
 	electionPollMax = 250 * time.Millisecond
-	// electionGrace is how long acknowledgements still pending when the
-	// leaders are back may take before the session gives them up (an
-	// acknowledgement lost with its leader never comes) and restarts
-	// from its snapshot.
-	electionGrace = time.Second
 	// electionRideOut bounds a wait for leaders, and how long a snapshot
 	// write is tried again across elections before the session gives up
 	// (elections here took 4.5–9.8 s).

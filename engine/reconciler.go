@@ -120,6 +120,9 @@ type Faults struct {
 	// fold; ctx ends with the session. Holding it holds the pass; its
 	// error ends the session.
 	BeforeRest func(ctx context.Context, partition int) error
+	// AfterEffectSent runs after an effect (id, its message id) is first
+	// sent, before its acknowledgement is taken.
+	AfterEffectSent func(partition int, id string)
 }
 
 // faultError marks an error a fault hook returned.
@@ -160,9 +163,12 @@ func fault(hook func(int, uint64) error, p int, seq uint64) error {
 // RecoveryCheckpointInterval), so that a successor resuming from it has
 // nothing of the recovery to carry. Later effects are published
 // asynchronously with their Nats-Msg-Id, and a checkpoint waits for all
-// their acks. A failed publish ends the session: the partition restarts
-// from its snapshot and the same rule decides again, so the dedup window
-// is never relied on alone.
+// their acks. A publish left unanswered (the client's server lost, a
+// leader election) is sent again with its message id and fence for up to
+// electionRideOut (pubride.go: an unfenced live effect only within half
+// the dedup window of its first send); a failed publish (a conflict) ends
+// the session: the partition restarts from its snapshot and the same rule
+// decides again.
 //
 // Ownership: with [ReconcilerConfig.Grants], a partition is folded only
 // while its grant holds. Every publish and every snapshot write first

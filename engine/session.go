@@ -1217,7 +1217,9 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		x     toPublish
 		id    string // the message id
 		fence uint64
-		f     jetstream.PubAckFuture
+		pm    *store.Prepared // the message, to send again (pubride.go)
+		ok    <-chan *jetstream.PubAck
+		errc  <-chan error
 		at    time.Time
 	}
 	// ready holds the subjects whose next effect may be sent (none of
@@ -1307,11 +1309,42 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 			next(k)
 			return nil
 		}
-		if err != nil {
+		sx := sent{x: x, id: id, fence: fence, pm: pm.msg, at: time.Now()}
+		switch {
+		case err == nil:
+			s.remember(f.Msg())
+			sx.ok, sx.errc = f.Ok(), f.Err()
+			s.effectSent(id)
+		case resendable(err) && pm.msg != nil:
+			sx.ok, sx.errc = failedSend(err) // sent again in its turn
+		default:
 			return fmt.Errorf("publish %s (fenced at %d): %w", id, fence, err)
 		}
-		s.remember(f.Msg())
-		inflight = append(inflight, sent{x: x, id: id, fence: fence, f: f, at: time.Now()})
+		inflight = append(inflight, sx)
+		return nil
+	}
+	// again sends every effect in flight again, in order, once the
+	// oldest got cause (resendable) for an answer and the ride-out
+	// allows it (rideAgain). A send refused sends no later one: each
+	// left unsent takes that refusal for its answer.
+	var ride pubRide
+	again := func(cause error) error {
+		x := inflight[0]
+		if err := s.rideAgain(ctx, &ride, fmt.Errorf("publish %s (fenced at %d): %w", x.id, x.fence, cause), len(inflight)); err != nil {
+			return err
+		}
+		var refused error
+		for i := range inflight {
+			x := &inflight[i]
+			if refused == nil {
+				var f jetstream.PubAckFuture
+				if f, refused = r.pub.ResendAsync(x.pm, true, x.fence); refused == nil {
+					x.ok, x.errc = f.Ok(), f.Err()
+					continue
+				}
+			}
+			x.ok, x.errc = failedSend(refused)
+		}
 		return nil
 	}
 	effects := map[events.Kind]prometheus.Counter{}
@@ -1319,6 +1352,18 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 	// effect in flight, and moves its subject on.
 	answered := func(x sent, ack *jetstream.PubAck, err error) error {
 		e := x.x.e
+		if err != nil && errors.Is(store.ServerError(err), store.ErrConflict) {
+			// Refused by its fence: its own copy, stored by an
+			// earlier send or a predecessor, on a single replica
+			// (ownCopy)?
+			own, rerr := s.ownCopy(ctx, e, x.id)
+			if rerr != nil {
+				return fmt.Errorf("publish %s (fenced at %d): %w: %w", x.id, x.fence, err, rerr)
+			}
+			if own != nil {
+				ack, err = own, nil
+			}
+		}
 		switch {
 		case err != nil:
 			err = store.ServerError(err)
@@ -1356,31 +1401,44 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 	// acknowledgements, and the sends they free go out together.
 	timer := time.NewTimer(ackTimeout)
 	defer timer.Stop()
-	waited := false // a timeout was ridden out since the last answer
 	done := func() error {
-		x := inflight[0]
-		timer.Reset(ackTimeout)
-		ack, err, werr := s.awaitAck(ctx, x.f.Ok(), x.f.Err(), timer, &waited, x.id, x.fence)
-		if werr != nil {
-			return werr
-		}
-		waited = false
-		if err := answered(x, ack, err); err != nil {
-			return err
+		for {
+			x := inflight[0]
+			timer.Reset(ackTimeout)
+			ack, err, werr := s.awaitAck(ctx, x.ok, x.errc, timer)
+			if werr != nil {
+				return werr
+			}
+			if err != nil && resendable(err) {
+				if err := again(err); err != nil {
+					return err
+				}
+				continue // the same effect's answer, sent again
+			}
+			ride.answered()
+			if err := answered(x, ack, err); err != nil {
+				return err
+			}
+			break
 		}
 		for len(inflight) > 0 {
 			x := inflight[0]
-			var failed error
+			var (
+				ack *jetstream.PubAck
+				err error
+			)
 			select {
-			case a := <-x.f.Ok():
-				failed = answered(x, a, nil)
-			case e := <-x.f.Err():
-				failed = answered(x, nil, e)
+			case ack = <-x.ok:
+			case err = <-x.errc:
 			default:
 				return nil
 			}
-			if failed != nil {
-				return failed
+			if err != nil && resendable(err) {
+				return again(err)
+			}
+			ride.answered()
+			if err := answered(x, ack, err); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -1445,6 +1503,7 @@ func (s *session) publish(ctx context.Context, e reconcile.Effect) error {
 	}
 	s.pending = append(s.pending, pa)
 	s.p.r.logJournal(e)
+	s.effectSent(id)
 	return nil
 }
 
@@ -1461,8 +1520,7 @@ const readHeartbeat = time.Second
 // publish's future never resolves when its ack is lost (its server
 // stopped before answering, on a cluster changing leaders) unless the
 // JetStream context sets a publish-async timeout, which the caller's may
-// not: the session gives up instead and restarts from its snapshot, where
-// the recovery rule decides again.
+// not: the session sends it again (pubride.go) instead.
 const ackTimeout = 5 * time.Second
 
 // refollow starts a new tail from the event after the last one folded,
@@ -1637,82 +1695,197 @@ func unanswered(err error) bool {
 		(errors.As(err, &apiErr) && apiErr.Code == 503)
 }
 
-// awaitAcks waits for every effect sent to be acknowledged.
+// awaitAcks waits for every effect sent to be acknowledged. The live
+// path's effects are not fenced: those left unanswered (resendable: the
+// client's server went away, a leader was lost) are sent again, in order,
+// with their message ids, once every answer of the pass is in (those
+// still missing ackTimeout after the first unanswered one count as
+// unanswered) and the ride-out allows it (rideAgain); a copy stored
+// before the loss is then a duplicate within the stream's dedup window.
+// Two rules keep that sound: an effect is sent again only within half the
+// dedup window of its first send (else the session ends, as before, and
+// its restart's recovery rule decides); and a plan a later plan of its
+// node was stored behind in the pass (sent while the client reconnected,
+// before the plan's new send) is not sent again: a superseded plan is
+// never stored after a newer one (the recovery rule's).
 func (s *session) awaitAcks(ctx context.Context) error {
-	m := s.p.r.m
+	r := s.p.r
+	m := r.m
 	timer := time.NewTimer(ackTimeout)
 	defer timer.Stop()
-	waited := false
-	for i := 0; i < len(s.pending); i++ {
-		pa := s.pending[i]
-		okc, errc := pa.acked()
-		select {
-		case ack := <-okc:
+	window := r.cfg.Stream.Duplicates
+	if window <= 0 {
+		window = store.DefaultDuplicates
+	}
+	type lost struct {
+		pa   pendingAck
+		i    int   // its place in the pass
+		err  error // its answer
+		done bool  // answered after all (take)
+	}
+	var (
+		ride pubRide
+		// planAt holds each node's last plan acknowledged in a pass,
+		// by place.
+		planAt map[string]int
+	)
+	// take takes pa's answer (ack, or err), the pass's i-th; not ok when
+	// it is unanswered (resendable), err the session's when it ends.
+	take := func(pa pendingAck, i int, ack *jetstream.PubAck, err error) (ok bool, _ error) {
+		switch {
+		case err == nil:
+			ride.answered()
 			m.Publishing.Observe(time.Since(pa.sent).Seconds())
 			if !ack.Duplicate {
 				m.Effects.WithLabelValues(string(pa.e.Kind)).Inc()
 			}
-		case err := <-errc:
-			if store.Permanent(err) {
-				if err := s.poisoned(ctx, pa.e, err); err != nil {
-					return err
+			if pa.e.Kind == events.KindPlan {
+				if planAt == nil {
+					planAt = map[string]int{}
 				}
-				break
+				planAt[pa.e.Node] = max(planAt[pa.e.Node], i)
 			}
-			return fmt.Errorf("publish %s: %w", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), store.ServerError(err))
-		case <-timer.C:
-			if s.rideOut(ctx, &waited) {
-				timer.Reset(electionGrace)
-				i-- // wait for the same acknowledgement again
+		case store.Permanent(err):
+			ride.answered()
+			return true, s.poisoned(ctx, pa.e, err)
+		case resendable(err):
+			return false, nil
+		default:
+			return false, fmt.Errorf("publish %s: %w", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), store.ServerError(err))
+		}
+		return true, nil
+	}
+	for len(s.pending) > 0 {
+		clear(planAt)
+		var (
+			again   []lost
+			cause   error
+			expired bool // ackTimeout passed since the pass's first unanswered one
+		)
+		for i, pa := range s.pending {
+			okc, errc := pa.acked()
+			var (
+				ack *jetstream.PubAck
+				err error
+			)
+			if expired {
+				select {
+				case ack = <-okc:
+				case err = <-errc:
+				default:
+					err = errNoAck
+				}
+			} else {
+				if again == nil {
+					timer.Reset(ackTimeout)
+				}
+				var werr error
+				if ack, err, werr = s.awaitAck(ctx, okc, errc, timer); werr != nil {
+					return werr
+				}
+				expired = errors.Is(err, errNoAck)
+			}
+			if ok, err := take(pa, i, ack, err); err != nil {
+				return err
+			} else if !ok {
+				again = append(again, lost{pa: pa, i: i, err: err})
+				if cause == nil {
+					cause = fmt.Errorf("publish %s: %w", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), err)
+				}
+			}
+		}
+		clear(s.pending)
+		s.pending = s.pending[:0]
+		if len(again) == 0 {
+			break
+		}
+		if err := s.rideAgain(ctx, &ride, cause, len(again)); err != nil {
+			return err
+		}
+		// Those that had no answer in time may have been sent while the
+		// client reconnected, and stored once it had: their answers
+		// come now. Sending an earlier one again before taking them
+		// could store it after them.
+		timer.Reset(ackTimeout)
+		expired = false
+		for k := range again {
+			u := &again[k]
+			if !errors.Is(u.err, errNoAck) {
 				continue
 			}
-			return fmt.Errorf("publish %s: no acknowledgement within %s", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), ackTimeout)
-		case <-ctx.Done():
-			return ctx.Err()
+			okc, errc := u.pa.acked()
+			var (
+				ack *jetstream.PubAck
+				err error
+			)
+			if expired {
+				select {
+				case ack = <-okc:
+				case err = <-errc:
+				default:
+					continue
+				}
+			} else {
+				var werr error
+				if ack, err, werr = s.awaitAck(ctx, okc, errc, timer); werr != nil {
+					return werr
+				}
+				if expired = errors.Is(err, errNoAck); expired {
+					continue
+				}
+			}
+			ok, serr := take(u.pa, u.i, ack, err)
+			if serr != nil {
+				return serr
+			}
+			u.done, u.err = ok, err
 		}
-		timer.Reset(ackTimeout)
+		var refused error
+		for _, u := range again {
+			pa := u.pa
+			if u.done {
+				continue
+			}
+			if at, ok := planAt[pa.e.Node]; ok && pa.e.Kind == events.KindPlan && at > u.i {
+				continue // superseded by a plan stored after it
+			}
+			if time.Since(pa.sent) > window/2 {
+				return fmt.Errorf("%w (not sent again: first sent %s ago, the dedup window is %s)",
+					cause, time.Since(pa.sent).Round(time.Millisecond), window)
+			}
+			if refused == nil {
+				f, err := r.pub.ResendMsgAsync(pa.f.Msg())
+				if err == nil {
+					s.pending = append(s.pending, pendingAck{f: f, sent: pa.sent, e: pa.e})
+					continue
+				}
+				refused = err
+			}
+			// Unsent: the refusal is its answer (pa.f holds its
+			// message).
+			pa.ok, pa.errc = failedSend(refused)
+			s.pending = append(s.pending, pa)
+		}
 	}
-	s.pending = s.pending[:0]
 	return nil
 }
 
-// awaitAck waits for the answer to one publish, id fenced at fence: its
-// acknowledgement on ok, or its error on errc (pubErr, the server's
-// answer, for the caller to judge). timer, armed by the caller, bounds
-// the wait; when it fires, the wait rides out one election (rideOut) and
-// goes on for electionGrace. err is the session's when no answer came:
-// no acknowledgement in time, or ctx's.
-func (s *session) awaitAck(ctx context.Context, ok <-chan *jetstream.PubAck, errc <-chan error, timer *time.Timer, waited *bool, id string, fence uint64) (ack *jetstream.PubAck, pubErr, err error) {
-	for {
-		select {
-		case ack = <-ok:
-			return ack, nil, nil
-		case pubErr = <-errc:
-			return nil, pubErr, nil
-		case <-timer.C:
-			if s.rideOut(ctx, waited) {
-				timer.Reset(electionGrace)
-				continue // the same acknowledgement again
-			}
-			return nil, nil, fmt.Errorf("publish %s (fenced at %d): no acknowledgement within %s", id, fence, ackTimeout)
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		}
+// awaitAck waits for the answer to one publish: its acknowledgement on
+// ok, or its error on errc (pubErr, the server's answer, for the caller
+// to judge); timer, armed by the caller, bounds the wait, and when it
+// fires pubErr is errNoAck (resendable: the caller rides it out). err is
+// ctx's when it ends first.
+func (s *session) awaitAck(ctx context.Context, ok <-chan *jetstream.PubAck, errc <-chan error, timer *time.Timer) (ack *jetstream.PubAck, pubErr, err error) {
+	select {
+	case ack = <-ok:
+		return ack, nil, nil
+	case pubErr = <-errc:
+		return nil, pubErr, nil
+	case <-timer.C:
+		return nil, fmt.Errorf("%w within %s", errNoAck, ackTimeout), nil
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
 	}
-}
-
-// rideOut decides, when an acknowledgement wait timed out, whether to
-// wait again: once per wait, when the stream or the snapshot bucket has
-// no leader, it waits for the election (awaitLeaders) and reports true,
-// so that acknowledgements the new leader sends are still taken. A
-// second timeout ends the session: an acknowledgement lost with its
-// leader never comes, and the restart's recovery rule decides again.
-func (s *session) rideOut(ctx context.Context, waited *bool) bool {
-	if *waited {
-		return false
-	}
-	*waited = true
-	return s.p.r.awaitLeaders(ctx)
 }
 
 // recoveryCheckpointDue reports whether a recovering session should

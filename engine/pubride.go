@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
+)
+
+// A recovery's fenced effect publishes (publishFenced, earlyPub) ride out
+// the loss of the client's server and a stream-leader election as the
+// session's leader reads and checkpoint writes do (retry), instead of
+// ending the session, whose restart refolds the partition from its
+// snapshot (at 100,000 nodes a stall after every loss of the
+// reconciler's server: the race run's finding). When the oldest effect in
+// flight gets no answer (resendable: the client's server went away, a
+// timeout, no responders, a 503, the server's "message id in process"),
+// the session waits for the leaders (rideAgain) and sends again, in
+// order, every effect still unacknowledged, each with its message id,
+// signature and fence unchanged (store.Publisher.ResendAsync), for at
+// most electionRideOut without an answer, the lease checked before each
+// round. A copy stored before the loss is answered as a duplicate of its
+// sequence (a replicated stream checks the message id before the fence),
+// which moves the fence (fenceAfter) as for a predecessor's copy; on a
+// single replica the server checks the fence first and refuses the copy
+// as a conflict, and the session reads the subject's last message from
+// the leader: when it carries the effect's own message id, it is the
+// copy (ownCopy), taken as a duplicate. A conflict on any other message
+// still ends the session (another writer), a permanent refusal is still
+// poison. docs/architecture.md, "Effect publishes ride out the loss of
+// the client's server".
+
+// errNoAck: an effect's publish got no answer within ackTimeout.
+var errNoAck = errors.New("engine: no acknowledgement")
+
+// resendable reports whether err, an effect publish's answer or its
+// send's refusal, leaves the publish unanswered rather than refused: it
+// may or may not be stored, and sending it again with the same message
+// id and fence is safe.
+func resendable(err error) bool {
+	var apiErr *jetstream.APIError
+	return unanswered(err) || errors.Is(err, errNoAck) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) ||
+		errors.Is(err, jetstream.ErrTooManyStalledMsgs) || errors.Is(err, nats.ErrReconnectBufExceeded) ||
+		// "duplicate message id is in process": the same message,
+		// sent before the loss, is proposed and not yet stored.
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMsgIDInProcess)
+}
+
+// errCodeMsgIDInProcess is the server's JSStreamDuplicateMessageConflict
+// (nats-server v2.15.2, jetstream_errors_generated.go), which nats.go
+// does not name.
+const errCodeMsgIDInProcess jetstream.ErrorCode = 10158
+
+// pubRide is a session's ride-out of unanswered effect publishes: when it
+// began (zero: none under way) and the pause between rounds.
+type pubRide struct {
+	started time.Time
+	b       *backoff.ExponentialBackOff
+}
+
+// answered ends the ride-out: an effect's publish was answered.
+func (ride *pubRide) answered() { ride.started = time.Time{} }
+
+// rideAgain decides, when the oldest of n effects in flight got cause
+// (resendable) for an answer, whether to send them again: nil once the
+// stream and the snapshot bucket have leaders (awaitLeaders), or after a
+// pause (growing from electionPollMin to electionPollMax) when they had
+// them all along; cause when the ride-out has lasted electionRideOut
+// without an answer or the connection is closed for good; the lease's
+// error when the partition's grant is lost.
+func (s *session) rideAgain(ctx context.Context, ride *pubRide, cause error, n int) error {
+	r := s.p.r
+	if ride.started.IsZero() {
+		ride.started = time.Now()
+		ride.b = backoff.NewExponentialBackOff(backoff.WithInitialInterval(electionPollMin),
+			backoff.WithMaxInterval(electionPollMax), backoff.WithMaxElapsedTime(0))
+		r.log.Warn("effect publishes unanswered: sending them again once the stream answers",
+			"partition", s.p.id, "in_flight", n, "err", cause)
+	} else if time.Since(ride.started) > electionRideOut {
+		return cause
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.js.Conn().IsClosed() {
+		return cause
+	}
+	if err := s.p.lost(); err != nil {
+		return err
+	}
+	if !r.awaitLeaders(ctx) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(ride.b.NextBackOff()):
+		}
+	}
+	return s.p.lost()
+}
+
+// ownCopy is called for e, sent again under message id id and refused as
+// a conflict (its fence is stale): it reads e's subject's last message
+// from the stream's leader and returns, when that message carries id, an
+// acknowledgement standing for it (a duplicate, of its sequence): the
+// copy an earlier send stored, refused by the fence before its id was
+// checked (a single replica). nil: another writer's message.
+func (s *session) ownCopy(ctx context.Context, e reconcile.Effect, id string) (*jetstream.PubAck, error) {
+	r := s.p.r
+	var m store.Msg
+	err := s.p.leaderRead(ctx, func(ctx context.Context) (err error) {
+		m, err = store.LastMsg(ctx, store.Leader(r.js, r.cfg.Stream.Name), r.subj, e.Node, e.Kind)
+		return err
+	})
+	switch {
+	case errors.Is(err, store.ErrNoMessage):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case m.MsgID != id:
+		return nil, nil
+	}
+	return &jetstream.PubAck{Stream: r.cfg.Stream.Name, Sequence: m.Event.Seq, Duplicate: true}, nil
+}
+
+// failedSend returns the channels of a publish that failed at its send
+// with err: the answer err, at once.
+func failedSend(err error) (<-chan *jetstream.PubAck, <-chan error) {
+	errc := make(chan error, 1)
+	errc <- err
+	return nil, errc
+}
+
+// effectSent runs the AfterEffectSent fault hook, if any.
+func (s *session) effectSent(id string) {
+	if hook := s.p.r.cfg.Faults.AfterEffectSent; hook != nil {
+		hook(s.p.id, id)
+	}
+}

@@ -1,0 +1,214 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// singleRig is dupRig on a single replica: there the server checks a
+// publish's fence before its message id, so the copy of the first
+// effect stored first fails the fence 0 the effect is sent behind
+// instead of being answered as a duplicate. With copy false, nothing is
+// stored first; foreign, when set, is another writer's message stored
+// on the subject.
+func singleRig(t *testing.T, copy bool, foreign string) (*session, []reconcile.Effect, func() []store.Msg) {
+	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 1})
+	ctx := t.Context()
+	r, err := NewReconciler(ctx, js, ReconcilerConfig{Stream: cfg, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 3, 7, 0, 0, 0, time.UTC)
+	effects := make([]reconcile.Effect, 2)
+	for i := range effects {
+		j := events.Stamp(&events.Journal{Level: events.LevelInfo, Msg: "effect"}, at)
+		effects[i] = reconcile.Effect{Node: "ace", Kind: events.KindJournal, Cause: uint64(i + 1), Payload: j}
+	}
+	if e := effects[0]; copy {
+		if _, err := r.pub.Append(ctx, e.Node, e.Payload, r.publishOpts(e, store.EffectMsgID(r.key, e.ID()))...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if foreign != "" {
+		j := events.Stamp(&events.Journal{Level: events.LevelInfo, Msg: foreign}, at)
+		if _, err := r.pub.Append(ctx, "ace", j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &session{p: &partition{r: r, revoked: context.Background()}, rec: newRecovery(), readAll: true}
+	journal := func() []store.Msg {
+		var out []store.Msg
+		err := store.ReadNode(ctx, js, cfg.Name, cfg.Subjects(), "ace", 0, 0, func(m store.Msg) error {
+			out = append(out, m)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	return s, effects, journal
+}
+
+// TestRecoveryOwnCopyOnASingleReplica: on a single replica, a recovery
+// whose first effect of a subject fails its fence on that effect's own
+// copy (stored first: a predecessor's, or its own send's whose answer
+// was lost) takes the copy for a duplicate (ownCopy) and fences the
+// subject's next effect behind it. It restarted before.
+func TestRecoveryOwnCopyOnASingleReplica(t *testing.T) {
+	s, effects, journal := singleRig(t, true, "")
+	for _, e := range effects {
+		s.rec.deferEffect(e)
+	}
+	order, queues := s.rec.unpublished()
+	if err := s.publishFenced(t.Context(), order, queues); err != nil {
+		t.Fatalf("recovery publishing after its own copy: %v", err)
+	}
+	checkJournal(t, s, journal(), effects)
+}
+
+// TestEarlyOwnCopyOnASingleReplica: the same for a first refold
+// publishing as it reads.
+func TestEarlyOwnCopyOnASingleReplica(t *testing.T) {
+	s, effects, journal := singleRig(t, true, "")
+	s.early = &earlyPub{on: true, subs: map[effectKey]*earlySubject{}, effects: map[events.Kind]prometheus.Counter{}}
+	for _, e := range effects {
+		s.publishEarly(e)
+	}
+	if err := s.drainEarly(t.Context()); err != nil {
+		t.Fatalf("early publishing after its own copy: %v", err)
+	}
+	checkJournal(t, s, journal(), effects)
+}
+
+// TestRecoveryConflictStillEnds: another writer's message on the subject
+// past the fence is a conflict, as before: the session ends, nothing of
+// its is stored.
+func TestRecoveryConflictStillEnds(t *testing.T) {
+	s, effects, journal := singleRig(t, false, "another writer")
+	for _, e := range effects {
+		s.rec.deferEffect(e)
+	}
+	order, queues := s.rec.unpublished()
+	err := s.publishFenced(t.Context(), order, queues)
+	if !errors.Is(store.ServerError(err), store.ErrConflict) {
+		t.Fatalf("recovery publishing behind another writer's message: %v, want a conflict", err)
+	}
+	if n := len(journal()); n != 1 {
+		t.Fatalf("%d messages on ace's subjects, want 1 (the other writer's)", n)
+	}
+}
+
+// TestResendable pins which answers to an effect's publish are sent
+// again (pubride.go) and which are not.
+func TestResendable(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nats.ErrDisconnected, true},
+		{nats.ErrConnectionReconnecting, true},
+		{nats.ErrReconnectBufExceeded, true},
+		{jetstream.ErrNoStreamResponse, true},
+		{jetstream.ErrTooManyStalledMsgs, true},
+		{jetstream.ErrAsyncPublishTimeout, true},
+		{context.DeadlineExceeded, true},
+		{errNoAck, true},
+		{&jetstream.APIError{Code: 503, ErrorCode: 10008}, true},
+		{&jetstream.APIError{Code: 409, ErrorCode: 10158}, true},
+		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}, false},
+		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamMessageExceedsMaximum}, false},
+		{nats.ErrConnectionClosed, false},
+		{nats.ErrMaxPayload, false},
+		{context.Canceled, false},
+	} {
+		if got := resendable(c.err); got != c.want {
+			t.Errorf("resendable(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// fakeFuture is a publish's future whose answer the test gives.
+type fakeFuture struct {
+	msg  *nats.Msg
+	ok   chan *jetstream.PubAck
+	errc chan error
+}
+
+func (f *fakeFuture) Ok() <-chan *jetstream.PubAck { return f.ok }
+func (f *fakeFuture) Err() <-chan error            { return f.errc }
+func (f *fakeFuture) Msg() *nats.Msg               { return f.msg }
+
+// lostLive returns a live effect of kind on node's subject, sent (its
+// message made as publish makes it) and answered with err, or acked.
+func lostLive(t *testing.T, s *session, node string, kind events.Kind, cause uint64, err error) pendingAck {
+	t.Helper()
+	r := s.p.r
+	j := events.Stamp(&events.Journal{Level: events.LevelInfo, Msg: "effect"}, time.Date(2026, 12, 3, 7, 0, 0, 0, time.UTC))
+	e := reconcile.Effect{Node: node, Kind: kind, Cause: cause, Payload: j}
+	data, eerr := events.Encode(j)
+	if eerr != nil {
+		t.Fatal(eerr)
+	}
+	m := &nats.Msg{Subject: r.subj.Event(node, kind), Data: data, Header: nats.Header{}}
+	m.Header.Set(jetstream.MsgIDHeader, store.EffectMsgID(r.key, e.ID()))
+	f := &fakeFuture{msg: m, ok: make(chan *jetstream.PubAck, 1), errc: make(chan error, 1)}
+	if err != nil {
+		f.errc <- err
+	} else {
+		f.ok <- &jetstream.PubAck{Sequence: 1}
+	}
+	return pendingAck{f: f, sent: time.Now(), e: e}
+}
+
+// TestLiveResend: the live path's effects left unanswered by the loss of
+// the client's server are sent again with their message ids (awaitAcks):
+// one whose copy was stored before the loss is answered as a duplicate
+// (stored once); a plan behind which a later plan of its node was stored
+// is not sent again (never stored after a newer one); the others are.
+func TestLiveResend(t *testing.T) {
+	s, effects, journal := singleRig(t, true, "")
+	ctx := t.Context()
+	// effects[0]'s copy is stored: its send is answered "disconnected".
+	stored := lostLive(t, s, "ace", events.KindJournal, effects[0].Cause, nats.ErrDisconnected)
+	older := lostLive(t, s, "bob", events.KindPlan, 1, nats.ErrDisconnected)
+	newer := lostLive(t, s, "bob", events.KindPlan, 2, nil)
+	other := lostLive(t, s, "cat", events.KindJournal, 1, nats.ErrDisconnected)
+	s.pending = []pendingAck{stored, older, newer, other}
+	if err := s.awaitAcks(ctx); err != nil {
+		t.Fatalf("awaitAcks after a lost server: %v", err)
+	}
+	if n := len(journal()); n != 1 {
+		t.Errorf("%d messages on ace's subjects, want 1 (the copy, its resend a duplicate)", n)
+	}
+	r := s.p.r
+	stream, err := r.js.Stream(ctx, r.cfg.Stream.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.GetLastMsgForSubject(ctx, r.subj.Stored("bob", events.KindPlan)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("bob's older plan sent again behind a newer one stored (get: %v)", err)
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, r.subj.Stored("cat", events.KindJournal))
+	if err != nil {
+		t.Fatalf("cat's effect not sent again: %v", err)
+	}
+	if id := m.Header.Get(jetstream.MsgIDHeader); id != other.f.Msg().Header.Get(jetstream.MsgIDHeader) {
+		t.Errorf("cat's effect stored with id %s", id)
+	}
+	if len(s.pending) != 0 {
+		t.Errorf("%d effects still pending", len(s.pending))
+	}
+}
