@@ -260,9 +260,10 @@ func (s *session) earlySends(ctx context.Context) error {
 	return nil
 }
 
-// earlyAgain sends every effect earlyPub has in flight again, in order,
-// once the oldest got cause (resendable) for an answer and the ride-out
-// allows it (rideAgain); as publishFenced's again.
+// earlyAgain sends the effects earlyPub has in flight again (those
+// sendAgain picks), in order, once the oldest got cause (resendable) for
+// an answer and the ride-out allows it (rideAgain); as publishFenced's
+// again.
 func (s *session) earlyAgain(ctx context.Context, cause error) error {
 	ep := s.early
 	x := ep.inflight[0]
@@ -272,6 +273,10 @@ func (s *session) earlyAgain(ctx context.Context, cause error) error {
 	var refused error
 	for i := range ep.inflight {
 		x := &ep.inflight[i]
+		var resend bool
+		if resend, x.ok, x.errc = sendAgain(i, cause, x.ok, x.errc); !resend {
+			continue
+		}
 		if refused == nil {
 			var f jetstream.PubAckFuture
 			if f, refused = s.p.r.pub.ResendAsync(x.pm, true, x.fence); refused == nil {

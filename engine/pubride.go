@@ -128,6 +128,35 @@ func (s *session) ownCopy(ctx context.Context, e reconcile.Effect, id string) (*
 	return &jetstream.PubAck{Stream: r.cfg.Stream.Name, Sequence: m.Event.Seq, Duplicate: true}, nil
 }
 
+// sendAgain decides, for the i-th of the effects in flight (ok and errc
+// its answer's channels) when the oldest (i 0) got cause, resendable, for
+// an answer, whether to send it again. The oldest is. An answer arrived
+// meanwhile is kept (channels that give it again: a future gives it
+// once), unless it is resendable too. One still awaited is sent again
+// only when cause is a timeout (errNoAck: the leader that had it is
+// likely gone, and waiting for each in turn would take ackTimeout each);
+// otherwise (the server's "in process", no responders for the oldest
+// alone) its answer is left to come, not doubled.
+func sendAgain(i int, cause error, ok <-chan *jetstream.PubAck, errc <-chan error) (bool, <-chan *jetstream.PubAck, <-chan error) {
+	if i == 0 {
+		return true, ok, errc
+	}
+	select {
+	case a := <-ok:
+		c := make(chan *jetstream.PubAck, 1)
+		c <- a
+		return false, c, nil
+	case err := <-errc:
+		if resendable(err) {
+			return true, ok, errc
+		}
+		o, e := failedSend(err)
+		return false, o, e
+	default:
+		return errors.Is(cause, errNoAck), ok, errc
+	}
+}
+
 // failedSend returns the channels of a publish that failed at its send
 // with err: the answer err, at once.
 func failedSend(err error) (<-chan *jetstream.PubAck, <-chan error) {

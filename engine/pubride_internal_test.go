@@ -212,3 +212,55 @@ func TestLiveResend(t *testing.T) {
 		t.Errorf("%d effects still pending", len(s.pending))
 	}
 }
+
+// TestSendAgain pins which effects in flight are sent again when the
+// oldest is unanswered: the oldest; one answered "disconnected" too; one
+// still awaited only after a timeout; an answer arrived is kept.
+func TestSendAgain(t *testing.T) {
+	answer := func(ack *jetstream.PubAck, err error) (<-chan *jetstream.PubAck, <-chan error) {
+		ok, errc := make(chan *jetstream.PubAck, 1), make(chan error, 1)
+		if ack != nil {
+			ok <- ack
+		}
+		if err != nil {
+			errc <- err
+		}
+		return ok, errc
+	}
+	inProcess := &jetstream.APIError{Code: 409, ErrorCode: errCodeMsgIDInProcess}
+	conflict := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}
+	for _, c := range []struct {
+		name      string
+		i         int
+		cause     error
+		ack       *jetstream.PubAck
+		err       error
+		want      bool
+		wantAck   bool
+		wantError error
+	}{
+		{"the oldest", 0, inProcess, nil, nil, true, false, nil},
+		{"awaited, the oldest in process", 1, inProcess, nil, nil, false, false, nil},
+		{"awaited, the oldest timed out", 1, errNoAck, nil, nil, true, false, nil},
+		{"disconnected too", 1, nats.ErrDisconnected, nil, nats.ErrDisconnected, true, false, nil},
+		{"acknowledged meanwhile", 1, errNoAck, &jetstream.PubAck{Sequence: 7}, nil, false, true, nil},
+		{"refused meanwhile", 1, errNoAck, nil, conflict, false, false, conflict},
+	} {
+		ok, errc := answer(c.ack, c.err)
+		got, ok2, errc2 := sendAgain(c.i, c.cause, ok, errc)
+		if got != c.want {
+			t.Errorf("%s: sent again %v, want %v", c.name, got, c.want)
+			continue
+		}
+		if c.wantAck {
+			if a := <-ok2; a == nil || a.Sequence != 7 {
+				t.Errorf("%s: the acknowledgement kept is %+v", c.name, a)
+			}
+		}
+		if c.wantError != nil {
+			if err := <-errc2; !errors.Is(err, c.wantError) {
+				t.Errorf("%s: the answer kept is %v", c.name, err)
+			}
+		}
+	}
+}

@@ -1323,10 +1323,10 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		inflight = append(inflight, sx)
 		return nil
 	}
-	// again sends every effect in flight again, in order, once the
-	// oldest got cause (resendable) for an answer and the ride-out
-	// allows it (rideAgain). A send refused sends no later one: each
-	// left unsent takes that refusal for its answer.
+	// again sends the effects in flight again (those sendAgain picks),
+	// in order, once the oldest got cause (resendable) for an answer and
+	// the ride-out allows it (rideAgain). A send refused sends no later
+	// one: each left unsent takes that refusal for its answer.
 	var ride pubRide
 	again := func(cause error) error {
 		x := inflight[0]
@@ -1336,6 +1336,10 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		var refused error
 		for i := range inflight {
 			x := &inflight[i]
+			var resend bool
+			if resend, x.ok, x.errc = sendAgain(i, cause, x.ok, x.errc); !resend {
+				continue
+			}
 			if refused == nil {
 				var f jetstream.PubAckFuture
 				if f, refused = r.pub.ResendAsync(x.pm, true, x.fence); refused == nil {
