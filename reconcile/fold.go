@@ -337,6 +337,12 @@ func (f *folder) settle(p *events.Settle) {
 	if s.Settled != nil && p.Plan < s.Settled.Seq {
 		return // an older plan than the newest settled: changes nothing
 	}
+	if s.Settled != nil && p.Plan == s.Settled.Seq && len(s.Failed) > 0 {
+		// The settled plan applied again (an agent that lost its state
+		// re-applies its newest plan) and it held this time: its failed
+		// re-apply no longer says anything (a fresh user's finding 1).
+		s.Failed = slices.DeleteFunc(s.Failed, func(fa FailedApply) bool { return fa.Plan <= p.Plan })
+	}
 	if s.Settled == nil || p.Plan > s.Settled.Seq {
 		i := slices.IndexFunc(s.Unsettled, func(r *PlanRecord) bool { return r.Seq == p.Plan })
 		if i < 0 {
@@ -372,11 +378,18 @@ func (f *folder) settle(p *events.Settle) {
 }
 
 // failed records p, a failed settle, as its module's newest failed apply
-// when its plan is above the settled one; past MaxFailed the record of
-// the oldest settle is dropped.
+// when its plan is the settled one or above it; past MaxFailed the record
+// of the oldest settle is dropped. A failure of the settled plan itself
+// is an agent that re-applied it (it lost its state: a reimaged node) and
+// could not: the plan still counts as settled (DESIGN.md §4, the first
+// settle naming it), but what runs does not hold it, so it is recorded
+// as any failed apply is, and cleared as one is: by a settle of that plan
+// or a newer one, or a want without its module (a fresh user's finding
+// 1: the node looked healthy once its journal was acknowledged).
+// A failure of an older plan records nothing.
 func (f *folder) failed(p *events.Settle) {
 	s := f.s
-	if s.Settled != nil && p.Plan <= s.Settled.Seq {
+	if s.Settled != nil && p.Plan < s.Settled.Seq {
 		return
 	}
 	fa := FailedApply{Module: p.Module, Plan: p.Plan, Seq: f.ev.Seq, Time: f.ev.Time, Error: events.Cut(events.ErrorText(p.Error), MaxFailedError)}

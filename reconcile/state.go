@@ -107,12 +107,14 @@ type State struct {
 	// Invariant: sorted by module, path; unique; every plan ≤ Settled.Seq.
 	Placed []Placement `json:"placed,omitempty"`
 	// Failed holds, per module ("" for a whole plan an agent refused),
-	// the newest failed settle of a plan newer than the settled one: why
-	// the node is unsettled, for `state`, `fleet` and the console. A plan
-	// settling at or above its plan clears it, and so does a want that
-	// no longer names its module.
+	// the newest failed settle of a plan newer than the settled one, or
+	// of the settled plan itself (an agent that lost its state re-applied
+	// it and failed: what runs does not hold it): why the node is
+	// unsettled or not running what it settled, for `state`, `fleet` and
+	// the console. A settle of its plan or a newer one clears it, and so
+	// does a want that no longer names its module.
 	// Invariant: sorted by module; unique; at most MaxFailed; every plan
-	// above Settled.Seq.
+	// at or above Settled.Seq.
 	Failed []FailedApply `json:"failed,omitempty"`
 
 	// Crashes records, per module of the newest have, the stream times
@@ -634,8 +636,8 @@ func (s *State) CheckInvariants() error {
 		return fmt.Errorf("failed applies not sorted and unique, or more than %d", MaxFailed)
 	}
 	for _, fa := range s.Failed {
-		if s.Settled != nil && fa.Plan <= s.Settled.Seq {
-			return fmt.Errorf("failed apply of %q at plan %d not above the settled plan", fa.Module, fa.Plan)
+		if s.Settled != nil && fa.Plan < s.Settled.Seq {
+			return fmt.Errorf("failed apply of %q at plan %d below the settled plan", fa.Module, fa.Plan)
 		}
 		if err := maxSeq("failed apply", fa.Seq); err != nil {
 			return err

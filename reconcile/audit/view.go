@@ -97,7 +97,7 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 	t.line(1, "want", seqOrNone(v.Want))
 	t.line(1, "plan", fmt.Sprintf("last emitted %s, last settled %s, %d unsettled", emitted, seqOrNone(v.SettledPlan), v.Unsettled))
 	for _, f := range v.Failed {
-		t.line(1, "failed", FailedText(f, now, suffix))
+		t.line(1, "failed", FailedText(f, v.SettledPlan, now, suffix))
 	}
 	acct := fmt.Sprintf("plan names %s, what runs names %s", orNone(v.ProvisionerAccount), orNone(v.RunningAccount))
 	if v.AccountWarning {
@@ -173,11 +173,17 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 
 // FailedText says why a module's apply failed, for `state`, `fleet` and
 // the console: the module ("the plan" when the agent refused it whole),
-// the plan, how long ago and the error, shortened (DESIGN.md §10).
-func FailedText(f reconcile.FailedApply, now time.Time, suffix string) string {
+// the plan, how long ago and the error, shortened (DESIGN.md §10). A
+// failure of the node's settled plan (settled: its sequence) is an agent
+// that applied it again (it lost its state) and could not: it says so.
+func FailedText(f reconcile.FailedApply, settled uint64, now time.Time, suffix string) string {
 	what := "module " + f.Module
 	if f.Module == "" {
 		what = "the plan"
+	}
+	if f.Plan <= settled {
+		return fmt.Sprintf("re-apply of settled plan #%d failed for %s (#%d, %s %s): %s",
+			f.Plan, what, f.Seq, Age(now.Sub(f.Time)), suffix, f.Error)
 	}
 	return fmt.Sprintf("apply of plan #%d failed for %s (#%d, %s %s): %s", f.Plan, what, f.Seq, Age(now.Sub(f.Time)), suffix, f.Error)
 }
@@ -1104,7 +1110,7 @@ func FleetAppliesText(rows []FleetRow, now time.Time) string {
 	var t textWriter
 	for _, r := range rows {
 		for _, f := range r.FailedApplies {
-			t.line(0, "apply-failed", r.Node+" "+FailedText(f, now, "ago"))
+			t.line(0, "apply-failed", r.Node+" "+FailedText(f, r.SettledPlan, now, "ago"))
 		}
 	}
 	return t.b.String()
