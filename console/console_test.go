@@ -43,6 +43,9 @@ type fake struct {
 	noLive bool
 	// sources are the provisioners' reports Sources returns.
 	sources map[string][]audit.SourceProblem
+	// answers are the provisioners' answers to knocks Unanswered reads
+	// (none: no provisioner ever answered).
+	answers map[string]*audit.KnockAnswer
 	// steps are the wants a rollout step published, by sequence, as
 	// query.Reader.History reads them from each want's id and header.
 	steps map[uint64]audit.RolloutStep
@@ -82,6 +85,29 @@ func (f *fake) Sources(_ context.Context, node string) (map[string][]audit.Sourc
 	for n, ps := range f.sources {
 		if node == "" || n == node {
 			out[n] = ps
+		}
+	}
+	return out, nil
+}
+
+// Unanswered applies audit.KnockUnanswered to each node's newest knock
+// on the stream and its answer in f.answers, as query.Reader does.
+func (f *fake) Unanswered(_ context.Context, nodes map[string]uint64, now time.Time) (map[string]audit.SourceProblem, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]audit.SourceProblem{}
+	for n := range nodes {
+		var knock *events.Event
+		for i, ev := range f.s.Events {
+			if ev.Node == n && ev.Kind == events.KindKnock {
+				knock = &f.s.Events[i]
+			}
+		}
+		if knock == nil {
+			continue
+		}
+		if p, ok := audit.KnockUnanswered(n, knock.Seq, knock.Payload.(*events.Knock).Cause, knock.Time, f.answers[n], now, audit.KnockGrace); ok {
+			out[n] = p
 		}
 	}
 	return out, nil
@@ -673,6 +699,34 @@ func TestSourceProblems(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// A knock no provisioner answered is a source problem of its node on the
+// fleet page, as `fleet` shows it (audit.KnockUnanswered; a fresh user's
+// finding 2: the page said "Nothing needs an operator"), and it clears
+// once a provisioner's answer covers the knock.
+func TestUnansweredKnock(t *testing.T) {
+	grace := audit.KnockGrace
+	audit.KnockGrace = 0
+	t.Cleanup(func() { audit.KnockGrace = grace })
+	f := newFake()
+	healthy(f, "bob")
+	knock := incident1(f)()
+	if knock == 0 {
+		t.Fatal("incident1 made no knock")
+	}
+	fx := start(t, f)
+	page := fx.waitPage(t, "/", "no-provisioner")
+	if !strings.Contains(page, "no provisioner of ace has recorded an answer") || strings.Contains(page, "Nothing needs an operator") {
+		t.Errorf("the fleet page does not show ace's unanswered knock as needing an operator:\n%s", page)
+	}
+	f.mu.Lock()
+	f.answers = map[string]*audit.KnockAnswer{"ace": {Knock: knock, At: base, Account: "prov"}}
+	f.mu.Unlock()
+	waitfor.Value(t, 3*console.KnocksEvery, "the fleet page to drop the answered knock", func() (string, bool) {
+		_, page := fx.get(t, "/")
+		return page, !strings.Contains(page, "no-provisioner")
+	})
 }
 
 // Issue 22: the node timeline colours haves by what they say (a failed

@@ -550,13 +550,50 @@ func (f *fleet) lastSeen(node string) uint64 {
 // of unfilled files (a KV bucket, not the stream it follows).
 const SourcesEvery = time.Second
 
-// pollSources reads the provisioners' reports every SourcesEvery until
-// ctx is done, and tells the pages when they changed.
-func (f *fleet) pollSources(ctx context.Context) {
+// KnocksEvery is how often the console reads, beside the reports, which
+// knocks no provisioner answered (and at once when a node's newest knock
+// changed): a node whose newest knock its
+// provisioner's answer does not cover has its knock read (a get each, at
+// most 200), and past 200 knocked nodes every answer is read in one pass,
+// so not every second (a knock is unanswered only after
+// audit.KnockGrace, 10 s, anyway).
+const KnocksEvery = 5 * time.Second
+
+// pollSources reads the provisioners' reports every SourcesEvery, and the
+// knocks no provisioner answered (Source.Unanswered, of the nodes whose
+// view names a knock) every KnocksEvery, until ctx is done, and tells the
+// pages when they changed: a knock nobody answered is a source problem
+// of its node, as `fleet` shows it (a fresh user's finding 2: the fleet
+// page said "Nothing needs an operator").
+func (f *fleet) pollSources(ctx context.Context, now func() time.Time) {
 	t := time.NewTicker(SourcesEvery)
 	defer t.Stop()
+	var (
+		unanswered map[string]audit.SourceProblem
+		knocked    map[string]uint64
+		knocksAt   time.Time
+	)
 	for {
+		// Read again every KnocksEvery, and at once when a node's newest
+		// knock changed (or the fleet was loaded).
+		if k, at := f.knocked(), time.Now(); at.Sub(knocksAt) >= KnocksEvery || !maps.Equal(k, knocked) {
+			knocked, knocksAt = k, at
+			un, err := f.src.Unanswered(ctx, k, now())
+			if err == nil {
+				unanswered = un
+			} else if ctx.Err() == nil {
+				f.log.Debug("console: unanswered knocks", "err", err)
+			}
+		}
 		ps, err := f.src.Sources(ctx, "")
+		if err == nil && len(unanswered) > 0 {
+			merged := make(map[string][]audit.SourceProblem, len(ps)+len(unanswered))
+			maps.Copy(merged, ps)
+			for n, p := range unanswered {
+				merged[n] = append(slices.Clip(merged[n]), p)
+			}
+			ps = merged
+		}
 		if err == nil {
 			f.mu.Lock()
 			if !reflect.DeepEqual(ps, f.sources) && !(len(ps) == 0 && len(f.sources) == 0) {
@@ -573,4 +610,18 @@ func (f *fleet) pollSources(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// knocked returns each node whose view names a knock (not retired, read
+// without an error) with its newest knock's cause.
+func (f *fleet) knocked() map[string]uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]uint64{}
+	for n, nv := range f.views {
+		if nv.Err == nil && nv.View.LastKnock != nil && nv.View.LastKnock.Cause > 0 && (nv.View.Retire == nil || !nv.View.Retire.Retired) {
+			out[n] = nv.View.LastKnock.Cause
+		}
+	}
+	return out
 }

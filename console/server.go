@@ -132,7 +132,7 @@ func (c *Console) Run(ctx context.Context) error {
 	followed := make(chan error, 1)
 	go func() { followed <- c.cfg.Source.Follow(ctx, c.fleet.saw) }()
 	go c.fleet.refresh(ctx)
-	go c.fleet.pollSources(ctx)
+	go c.fleet.pollSources(ctx, c.cfg.Now)
 	var since time.Time
 	if c.cfg.Warnings > 0 {
 		since = c.cfg.Now().Add(-c.cfg.Warnings)

@@ -45,6 +45,11 @@ type Source interface {
 	// fill and why (node "" for every node), live from the provisioners'
 	// reports (DESIGN.md §12).
 	Sources(ctx context.Context, node string) (map[string][]audit.SourceProblem, error)
+	// Unanswered returns, of nodes (each its newest knock's cause as its
+	// view holds it), those whose newest knock no provisioner answered
+	// within audit.KnockGrace of now, each with its audit.NoProvisioner
+	// problem (audit.KnockUnanswered: the rule `fleet` applies).
+	Unanswered(ctx context.Context, nodes map[string]uint64, now time.Time) (map[string]audit.SourceProblem, error)
 }
 
 var _ Source = (*query.Reader)(nil)

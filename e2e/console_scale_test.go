@@ -109,6 +109,11 @@ func (s *standIn) Sources(context.Context, string) (map[string][]audit.SourcePro
 	return nil, nil
 }
 
+// Unanswered: no knock of the stand-in's nodes went unanswered.
+func (s *standIn) Unanswered(context.Context, map[string]uint64, time.Time) (map[string]audit.SourceProblem, error) {
+	return nil, nil
+}
+
 // serveStandIn runs a console over s on loopback until the test ends and
 // returns its URL once the fleet is loaded.
 func serveStandIn(t testing.TB, s *standIn) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -97,7 +98,8 @@ func (r *Reader) Unanswered(ctx context.Context, nodes map[string]uint64, now ti
 	return r.unanswered(ctx, kv, nodes, now)
 }
 
-// unansweredGets bounds the knocks [Reader.Unanswered] reads.
+// unansweredGets bounds the knocks [Reader.Unanswered] reads, and those
+// a [KnockCheck] reads over all its checks.
 const unansweredGets = 200
 
 func (r *Reader) unanswered(ctx context.Context, kv jetstream.KeyValue, nodes map[string]uint64, now time.Time) (map[string]audit.SourceProblem, error) {
@@ -125,51 +127,116 @@ func (r *Reader) unanswered(ctx context.Context, kv jetstream.KeyValue, nodes ma
 			return nil, fmt.Errorf("knock answers: %w", err)
 		}
 	}
-	stream, cfg, err := r.open(ctx)
+	k, err := r.knockCheck(ctx, answers, now)
 	if err != nil {
 		return nil, err
 	}
-	gets := 0
 	for n, cause := range nodes {
-		a, answered := answers[n]
-		if answered && cause != 0 && a.Cause >= cause {
-			continue
-		}
-		if gets == unansweredGets {
-			break
-		}
-		gets++
-		m, err := store.LastMsg(ctx, stream, cfg.Subjects(), n, events.KindKnock)
-		if errors.Is(err, store.ErrNoMessage) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("node %s: newest knock: %w", n, err)
-		}
-		k, ok := m.Event.Payload.(*events.Knock)
-		if !ok {
-			continue
-		}
-		var ans *audit.KnockAnswer
-		if answered {
-			ans = &audit.KnockAnswer{Knock: a.Knock, At: a.At, Account: a.Account}
-		}
-		p, ok := audit.KnockUnanswered(n, m.Event.Seq, k.Cause, m.Event.Time, ans, now, audit.KnockGrace)
-		if !ok {
-			continue
-		}
-		// A node whose plan declares no file needs no provisioner: a
-		// poke knocks it all the same (the fold knocks on every poke),
-		// and nobody is there to answer (reviewer's finding).
-		files, err := PlanDeclaresFiles(ctx, stream, cfg.Subjects(), n)
+		p, ok, err := k.Check(ctx, n, cause)
 		if err != nil {
 			return nil, err
 		}
-		if files {
+		if ok {
 			out[n] = p
 		}
 	}
 	return out, nil
+}
+
+// KnockCheck tells, node by node, whether a node's newest knock went
+// unanswered (audit.KnockUnanswered) against the provisioners' answers
+// read once ([Reader.KnockCheck]): the rule `fleet`'s table applies,
+// for readers that make their rows one at a time (`fleet -o json`'s
+// streamed lines). Safe for concurrent use.
+type KnockCheck struct {
+	r       *Reader
+	answers map[string]store.KnockAnswer
+	now     time.Time
+	gets    atomic.Int64
+}
+
+// KnockCheck reads every provisioner's answer (one pass over the fill
+// status bucket's answers; none when the bucket does not exist yet) and
+// returns the check of knocks at now.
+//
+// Errors: the stream's lookup; the bucket's read.
+func (r *Reader) KnockCheck(ctx context.Context, now time.Time) (*KnockCheck, error) {
+	_, cfg, err := r.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	answers := map[string]store.KnockAnswer{}
+	kv, err := store.OpenFillStatus(ctx, r.js, cfg, false)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		if answers, err = store.ReadKnockAnswers(ctx, kv, ""); err != nil {
+			return nil, fmt.Errorf("knock answers: %w", err)
+		}
+	}
+	return r.knockCheck(ctx, answers, now)
+}
+
+func (r *Reader) knockCheck(ctx context.Context, answers map[string]store.KnockAnswer, now time.Time) (*KnockCheck, error) {
+	if _, _, err := r.open(ctx); err != nil {
+		return nil, err
+	}
+	return &KnockCheck{r: r, answers: answers, now: now}, nil
+}
+
+// Check returns node's audit.NoProvisioner problem when its newest knock
+// (caused by cause, the sequence its view holds; 0 when unknown) is
+// unanswered: a node whose provisioner's answer covers cause is answered
+// without a read; the others' newest knock is read from the stream (a
+// direct get each, at most [unansweredGets] over all of k's checks: past
+// them, ok is false). A node with no knock has no problem, nor has one
+// whose newest plan declares no file ([PlanDeclaresFiles], a get more).
+//
+// Errors: a get's, other than for no knock.
+func (k *KnockCheck) Check(ctx context.Context, node string, cause uint64) (p audit.SourceProblem, ok bool, err error) {
+	a, answered := k.answers[node]
+	if answered && cause != 0 && a.Cause >= cause {
+		return p, false, nil
+	}
+	if k.gets.Add(1) > unansweredGets {
+		return p, false, nil
+	}
+	stream, cfg, err := k.r.open(ctx)
+	if err != nil {
+		return p, false, err
+	}
+	m, err := store.LastMsg(ctx, stream, cfg.Subjects(), node, events.KindKnock)
+	if errors.Is(err, store.ErrNoMessage) {
+		return p, false, nil
+	}
+	if err != nil {
+		return p, false, fmt.Errorf("node %s: newest knock: %w", node, err)
+	}
+	kn, isKnock := m.Event.Payload.(*events.Knock)
+	if !isKnock {
+		return p, false, nil
+	}
+	var ans *audit.KnockAnswer
+	if answered {
+		ans = &audit.KnockAnswer{Knock: a.Knock, At: a.At, Account: a.Account}
+	}
+	p, ok = audit.KnockUnanswered(node, m.Event.Seq, kn.Cause, m.Event.Time, ans, k.now, audit.KnockGrace)
+	if !ok {
+		return p, false, nil
+	}
+	// A node whose plan declares no file needs no provisioner: a poke
+	// knocks it all the same (the fold knocks on every poke), and nobody
+	// is there to answer (reviewer's finding).
+	files, err := PlanDeclaresFiles(ctx, stream, cfg.Subjects(), node)
+	if err != nil {
+		return audit.SourceProblem{}, false, err
+	}
+	if !files {
+		return audit.SourceProblem{}, false, nil
+	}
+	return p, true, nil
 }
 
 // PlanDeclaresFiles reports whether node's newest plan declares a file

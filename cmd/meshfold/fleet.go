@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -213,23 +214,52 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	var (
 		rows   []audit.FleetRow
 		chunks []*fleetJSONChunk
+		// knockErr is the first error of a knock's check on the
+		// streamed path (a *error once set).
+		knockErr atomic.Pointer[error]
 	)
 	w := bufio.NewWriterSize(a.stdout, 1<<16)
 	if format == outJSON && !pg.set {
 		// Every row: each batch's rows are annotated, encoded and keyed
 		// for the table's order on the decoding workers, and only their
-		// JSON and keys kept.
+		// JSON and keys kept. A knock no provisioner answered is a
+		// source problem of its node, as in the table (a fresh user's
+		// finding 2): the answers are read in one pass beside the
+		// snapshots, and a row whose newest knock no answer covers reads
+		// its knock (a get each, at most 200 in all).
+		var (
+			knocks    *query.KnockCheck
+			knocksErr error
+		)
+		wg.Go(func() { knocks, knocksErr = r.KnockCheck(ctx, now) })
 		read := make(chan struct{})
 		go func() {
 			wg.Wait()
 			close(read)
 		}()
+		stream := func(row *audit.FleetRow) {
+			annotate(row)
+			if knocks == nil || row.LastKnockCause == 0 || row.Retired || row.Error != "" {
+				return
+			}
+			p, ok, err := knocks.Check(ctx, row.Node, row.LastKnockCause)
+			if err != nil {
+				knockErr.CompareAndSwap(nil, &err)
+			} else if ok {
+				row.SetSources(append(slices.Clip(row.Sources), p))
+			}
+		}
 		var arena lineArena
 		defer arena.free() // once the lines are written
 		chunks, err = query.FleetRowsEach(ctx, r, now, stale, func(rows []audit.FleetRow) *fleetJSONChunk {
 			<-read
-			return encodeFleetChunk(&arena, rows, annotate, all)
+			return encodeFleetChunk(&arena, rows, stream, all)
 		})
+		defer func() {
+			if knocksErr != nil { // read once wg is done, below
+				fmt.Fprintf(a.stderr, "note: whether the provisioners answered their knocks could not be read: %v\n", knocksErr)
+			}
+		}()
 	} else {
 		rows, err = r.FleetRows(ctx, now, stale)
 	}
@@ -265,6 +295,9 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		fmt.Fprintf(a.stderr, "note: whether the snapshots are as new as the stream could not be read: %v\n", lagErr)
 	} else if format != outTable {
 		fmt.Fprint(a.stderr, lagNote(lag, now, tail))
+	}
+	if e := knockErr.Load(); e != nil {
+		fmt.Fprintf(a.stderr, "note: whether the provisioners answered their knocks could not be read: %v\n", *e)
 	}
 	if chunks != nil {
 		// Nothing is buffered in w: the lines go to stdout from where

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +48,25 @@ func TestPokeSaysNoProvisionerAnswered(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ace no-provisioner:") || !strings.Contains(out, "source") {
 		t.Errorf("fleet: exit %d, it does not show the unanswered knock:\n%s%s", code, out, errOut)
 	}
+	// fleet -o json (every line, streamed) says what the table says (a
+	// fresh user's finding 2: it said "attention":[]), once ace's
+	// snapshot holds the knock.
+	jsonRow := func(what string, want func(audit.FleetRow) bool) {
+		t.Helper()
+		waitfor.Value(t, 20*time.Second, what, func() (audit.FleetRow, bool) {
+			out, _, code := m.cli(t, "fleet", "-o", "json")
+			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+				var r audit.FleetRow
+				if code == 0 && json.Unmarshal([]byte(line), &r) == nil && r.Node == "ace" && r.LastKnockCause > 0 && want(r) {
+					return r, true
+				}
+			}
+			return audit.FleetRow{}, false
+		})
+	}
+	jsonRow("fleet -o json: ace's unanswered knock as a source problem", func(r audit.FleetRow) bool {
+		return slices.Contains(r.Attention, "source") && len(r.Sources) == 1 && r.Sources[0].State == audit.NoProvisioner
+	})
 
 	ctx, cancel := context.WithCancel(testCtx(t))
 	logs := newNoteBuffer()
@@ -62,6 +83,9 @@ func TestPokeSaysNoProvisionerAnswered(t *testing.T) {
 	if out, errOut, code = m.cli(t, "state", "ace"); code != 0 || strings.Contains(out, "no-provisioner") {
 		t.Errorf("state with a provisioner: exit %d:\n%s%s", code, out, errOut)
 	}
+	jsonRow("fleet -o json: ace's knock answered (its file has no source: the provisioner's own report)", func(r audit.FleetRow) bool {
+		return !slices.ContainsFunc(r.Sources, func(p audit.SourceProblem) bool { return p.State == audit.NoProvisioner })
+	})
 	cancel()
 	if code := <-done; code != 0 {
 		t.Errorf("provision exited %d:\n%s", code, logs.String())
@@ -113,6 +137,22 @@ func TestPokeOfANodeWithNoFilesNeedsNoProvisioner(t *testing.T) {
 	}
 	if out, errOut, code = m.cli(t, "fleet"); code != 0 || strings.Contains(out, "bob no-provisioner") {
 		t.Errorf("fleet: exit %d, it flags bob, which has no file to fill:\n%s%s", code, out, errOut)
+	}
+	// fleet -o json (streamed) applies the same rule: ace flagged once
+	// its snapshot holds the knock, bob never (a fresh user's finding 2).
+	rows := waitfor.Value(t, 30*time.Second, "fleet -o json to flag ace", func() (map[string]audit.FleetRow, bool) {
+		out, _, code := m.cli(t, "fleet", "-o", "json")
+		rows := map[string]audit.FleetRow{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var r audit.FleetRow
+			if json.Unmarshal([]byte(line), &r) == nil {
+				rows[r.Node] = r
+			}
+		}
+		return rows, code == 0 && rows["ace"].LastKnockCause > 0 && rows["bob"].LastKnockCause > 0 && slices.Contains(rows["ace"].Attention, "source")
+	})
+	if slices.Contains(rows["bob"].Attention, "source") {
+		t.Errorf("fleet -o json flags bob, which has no file to fill: %+v", rows["bob"])
 	}
 }
 
