@@ -433,6 +433,13 @@ func (c *Client) answer(ctx context.Context, knock events.Event) {
 	c.answerWarn.Store(false)
 }
 
+// Answer records that this client took knock (a knock event of its
+// node), as [Client.Run] does on each knock before its fill pass: for a
+// caller that drives the fills itself ([Client.FillOnce]), such as
+// `meshfold demo`, so that `state` and `fleet` do not say no provisioner
+// answered it. It needs Config.Status; a failed write is logged.
+func (c *Client) Answer(ctx context.Context, knock events.Event) { c.answer(ctx, knock) }
+
 // FillOnce fills every file of every row of the node's newest plan, in
 // the plan's order, and reports what happened. Transport failures are
 // retried until ctx is done; refusals are not retried.

@@ -174,6 +174,21 @@ func (s *State) runningAccountOfProvisioner() string {
 	return ""
 }
 
+// removesProvisioner says whether the newest want removes the provisioner
+// module the newest settled plan marked and leaves nothing to fill: the
+// want marks none, does not name that module and declares no file.
+func (s *State) removesProvisioner() bool {
+	if s.Want == nil || s.Settled == nil || slices.ContainsFunc(s.Want.Modules, func(m events.WantModule) bool { return m.Provisioner || len(m.Files) > 0 }) {
+		return false
+	}
+	i := slices.IndexFunc(s.Settled.Modules, func(m events.PlanModule) bool { return m.Provisioner })
+	if i < 0 {
+		return false
+	}
+	name := s.Settled.Modules[i].Name
+	return !slices.ContainsFunc(s.Want.Modules, func(m events.WantModule) bool { return m.Name == name })
+}
+
 // differs reports whether a plan of rows and account, composing the newest
 // want, differs from the last plan emitted: the one rule for publishing a
 // plan (DESIGN.md §4), so each new want yields exactly one plan, and a

@@ -789,9 +789,13 @@ func (f *folder) compose() {
 		f.emitPlan(rows, account)
 	}
 	running := s.runningAccountOfProvisioner()
-	if s.Retire != nil {
+	if s.Retire != nil || s.removesProvisioner() {
 		// Removing every module is the point of a retirement, not the
-		// account loss of incident 3.
+		// account loss of incident 3; nor is a want that removes the
+		// provisioner module itself and declares no file (the demo's
+		// teardown, a want of none): nothing is left to write (a fresh
+		// user's finding 3b). A want that keeps a file, or keeps the
+		// module but drops its provisioner mark, is incident 3.
 		running = ""
 	}
 	switch cond := account == "" && running != ""; {

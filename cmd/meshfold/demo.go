@@ -301,8 +301,14 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 	// 2. The credential placed before any declaration names it.
 	// The provisioner client: its early write now, its fill pass on the
 	// knock below.
+	// Its fill statuses and its knock answers go where a provisioner's
+	// do: `state` and `fleet` of the demo's data read them.
+	status, err := store.OpenFillStatus(ctx, m.js, m.cfg, true)
+	if err != nil {
+		return err
+	}
 	early, err := provision.New(nc, m.js, provision.Config{Node: name, From: secrets, Account: acct,
-		Stream: m.cfg, Logger: log.With("component", "provision"), Trust: trust})
+		Stream: m.cfg, Logger: log.With("component", "provision"), Trust: trust, Status: status})
 	if err != nil {
 		return err
 	}
@@ -326,11 +332,14 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 		return err
 	}
 	var knocked, failed bool
+	var knock events.Event
 	var applyErr error
 	if _, err := m.waitFor(ctx, "the knock and mesh-build-go's crash", func(ev events.Event) bool {
 		switch p := ev.Payload.(type) {
 		case *events.Knock:
-			knocked = knocked || ev.Seq > w2
+			if ev.Seq > w2 {
+				knocked, knock = true, ev
+			}
 		case *events.Settle:
 			if p.Op == events.OpFailed {
 				applyErr = fmt.Errorf("the node could not apply plan #%d: %s", p.Plan, events.ErrorText(p.Error))
@@ -354,7 +363,10 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 		return applyErr
 	}
 
-	// 4. The provisioner's fill pass, as a knock makes it.
+	// 4. The provisioner's fill pass, as a knock makes it: it takes the
+	// knock (its answer recorded, as a provisioner's is: a fresh user's
+	// finding 3b, fleet said no provisioner answered it), then fills.
+	early.Answer(ctx, knock)
 	if _, err := early.FillOnce(ctx); err != nil {
 		return err
 	}

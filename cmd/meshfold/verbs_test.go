@@ -333,6 +333,27 @@ func TestDemo(t *testing.T) {
 		t.Errorf("ace's stream ends with %s then %s, want a have of no running module then the agent's down (released)",
 			tail[len(tail)-2].Kind, tail[len(tail)-1].Kind)
 	}
+	// A new user's first audit shows no alarm that is not true (a fresh
+	// user's finding 3b): the demo's provisioner answered the knock it
+	// filled on (fleet said "no provisioner of ace has recorded an
+	// answer"), and its teardown, a want of none, journals no warning
+	// ("the node will refuse every filled write").
+	var knock uint64
+	for _, ev := range tail {
+		if ev.Kind == events.KindKnock {
+			knock = ev.Seq
+		}
+		if j, ok := ev.Payload.(*events.Journal); ok && j.Level != events.LevelInfo {
+			t.Errorf("the demo's stream holds journal #%d at %s: %s", ev.Seq, j.Level, j.Msg)
+		}
+	}
+	kv, err := store.OpenFillStatus(ctx, js, cfg, false)
+	if err != nil {
+		t.Fatalf("no fill status bucket: %v", err)
+	}
+	if ans, ok, err := store.GetKnockAnswer(ctx, kv, "ace"); err != nil || !ok || knock == 0 || ans.Knock < knock {
+		t.Errorf("the demo's provisioner did not answer ace's knock #%d: %+v %v %v", knock, ans, ok, err)
+	}
 }
 
 // The long-running roles start in any order: a node agent started before
