@@ -308,11 +308,18 @@ func useText(u query.BuildUse) string {
 		}
 		return s
 	}
-	if len(u.Wants) > 0 {
-		fmt.Fprintf(&b, "\n  %s want it (their newest want): %s", plural(len(u.Wants), "node"), names(u.Wants))
+	// "1 node wants it (its newest want)", "2 nodes want it (their …)".
+	verb := func(n int, one, many string) string {
+		if n == 1 {
+			return one
+		}
+		return many
 	}
-	if len(u.Runs) > 0 {
-		fmt.Fprintf(&b, "\n  %s run it (their newest have): %s", plural(len(u.Runs), "node"), names(u.Runs))
+	if n := len(u.Wants); n > 0 {
+		fmt.Fprintf(&b, "\n  %s %s: %s", plural(n, "node"), verb(n, "wants it (its newest want)", "want it (their newest want)"), names(u.Wants))
+	}
+	if n := len(u.Runs); n > 0 {
+		fmt.Fprintf(&b, "\n  %s %s: %s", plural(n, "node"), verb(n, "runs it (its newest have)", "run it (their newest have)"), names(u.Runs))
 	}
 	for _, ru := range u.Steps {
 		fmt.Fprintf(&b, "\n  rollout %d of fleet %s (%s): its next steps give %s a want naming it: %s ('meshfold rollout status %s')",

@@ -69,7 +69,7 @@ func TestBuildRmRefusesANamedBuild(t *testing.T) {
 	for _, want := range []string{
 		"refused: " + v1[:19] + " is still named; nothing was removed",
 		"2 nodes want it (their newest want): bob, cat\n",
-		"1 node run it (their newest have): dan\n",
+		"1 node runs it (its newest have): dan\n",
 		"of fleet web (running): a revert gives 1 node a previous want naming it: ace",
 		`"no such bundle"`, "--force",
 	} {
@@ -188,7 +188,7 @@ func TestBuildGuardsWithCredentials(t *testing.T) {
 		t.Errorf("want of garbage as controller: exit %d after %s\n%s", code, took, errs)
 	}
 	code, _, errs = runCLI(ctx, append([]string{"build", "rm", build}, as("operator")...)...)
-	if code != exitConflict || !strings.Contains(errs, "1 node want it (their newest want): ace") || strings.Contains(errs, "iolation") {
+	if code != exitConflict || !strings.Contains(errs, "1 node wants it (its newest want): ace") || strings.Contains(errs, "iolation") {
 		t.Errorf("build rm as operator: exit %d\n%s", code, errs)
 	}
 	if s := serveOut.String(); strings.Contains(s, "iolation") {
