@@ -170,6 +170,7 @@ func printPlan(w io.Writer, p *feed.Plan) {
 	if r.Canary > 0 {
 		size = r.Canary
 	}
+	var stalled []string // canaries that cannot pass as they are
 	for _, c := range targets {
 		if in == size {
 			batch, in, size = batch+1, 0, r.Batch
@@ -188,9 +189,33 @@ func printPlan(w io.Writer, p *feed.Plan) {
 		case c.Retired:
 			change = "retired, brought back: " + change
 		}
+		// A target that cannot become healthy as it is (a fresh user's
+		// finding 4): a paused node takes no new plan, a node whose agent
+		// is down applies nothing.
+		var why []string
+		if c.PausedBy != "" {
+			why = append(why, "paused by "+events.Text(c.PausedBy))
+		}
+		if c.Down {
+			why = append(why, "agent down")
+		}
+		if len(why) > 0 {
+			change = strings.Join(why, ", ") + ": " + change
+			if label == "canary" {
+				stalled = append(stalled, c.Node+" ("+strings.Join(why, ", ")+")")
+			}
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", label, c.Node, change)
 	}
 	_ = tw.Flush()
+	if len(stalled) > 0 {
+		then := "it halts at healthy_deadline"
+		if r.AutoRevert {
+			then = "it is reverted at healthy_deadline (auto_revert)"
+		}
+		fmt.Fprintf(w, "-- warning: canary %s cannot become healthy as it is: the rollout waits for it, and %s; resume the node or start its agent first\n",
+			strings.Join(stalled, ", "), then)
+	}
 	if users := newRunsAs(targets); len(users) > 0 {
 		fmt.Fprintf(w, "-- runs_as %s: checked by each node when it applies, not here (a node knows its users); "+
 			"a user a node lacks fails its apply, which halts the rollout ('meshfold rollout why %s NODE' says why)\n",

@@ -197,3 +197,31 @@ func TestApplyDryRunNamesFieldsAndUsers(t *testing.T) {
 		t.Errorf("apply --dry-run of a build change alone: exit %d, and it speaks of runs_as:\n%s%s", code, out, errs)
 	}
 }
+
+// apply --dry-run marks a target that is paused or whose agent is down,
+// as it marks a retired one, and warns when the canary is such a target:
+// the rollout would wait for it and halt (or revert) at healthy_deadline
+// (a fresh user's finding 4).
+func TestApplyDryRunMarksPausedAndDown(t *testing.T) {
+	m := applyMesh(t)
+	if out, errs, code := m.cli(t, "pause", "ace", "--by", "alice"); code != 0 {
+		t.Fatalf("pause ace: code %d\n%s%s", code, out, errs)
+	}
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	if _, err := pub.Append(testCtx(t), "cat", events.Stamp(&events.Agent{State: events.AgentDown, Claim: "c1", Why: events.WhyExpired}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, fleetYAML), "--dry-run")
+	if code != 0 {
+		t.Fatalf("apply --dry-run: exit %d\n%s%s", code, out, errs)
+	}
+	for _, w := range []string{"canary  ace   paused by alice: web", "cat   agent down: web",
+		"-- warning: canary ace (paused by alice) cannot become healthy as it is", "halts at healthy_deadline"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("apply --dry-run does not say %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, "bob   paused") || strings.Contains(out, "bob   agent") {
+		t.Errorf("apply --dry-run marks bob, which is neither paused nor down:\n%s", out)
+	}
+}
