@@ -45,7 +45,7 @@ var errNoAck = errors.New("engine: no acknowledgement")
 // id and fence is safe.
 func resendable(err error) bool {
 	var apiErr *jetstream.APIError
-	return unanswered(err) || errors.Is(err, errNoAck) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) ||
+	return store.Unanswered(err) || errors.Is(err, errNoAck) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) ||
 		errors.Is(err, jetstream.ErrTooManyStalledMsgs) || errors.Is(err, nats.ErrReconnectBufExceeded) ||
 		// "duplicate message id is in process": the same message,
 		// sent before the loss, is proposed and not yet stored.

@@ -1651,7 +1651,7 @@ func (p *partition) retry(ctx context.Context, write func(context.Context) (prog
 		progressed, err := write(actx)
 		timedOut := actx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 		cancel()
-		if err == nil || ctx.Err() != nil || !unanswered(err) {
+		if err == nil || ctx.Err() != nil || !store.Unanswered(err) {
 			return err
 		}
 		if progressed {
@@ -1683,20 +1683,6 @@ func (p *partition) retry(ctx context.Context, write func(context.Context) (prog
 		}
 		attempt = min(2*attempt, ackTimeout)
 	}
-}
-
-// unanswered reports whether err says a request got no answer in time
-// (a leader lost, or being elected), rather than a refusal.
-func unanswered(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		// The client's server went away (killed with the leader it
-		// ran): the client connects to another.
-		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-		// The server's "JetStream system temporarily unavailable": a
-		// group (or the cluster's metadata) without a leader.
-		(errors.As(err, &apiErr) && apiErr.Code == 503)
 }
 
 // awaitAcks waits for every effect sent to be acknowledged. The live

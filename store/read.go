@@ -264,17 +264,31 @@ func Leader(js jetstream.JetStream, stream string) *LeaderReads {
 // GetLastMsgForSubject returns the newest message on subject (wildcards
 // allowed) as the stream's leader stores it.
 //
+// It rides out a stream without a leader until ctx ends (the
+// connection's DefaultTimeout, 5 s by default, when ctx has no
+// deadline): a reply that says the group has none (the server's 503,
+// "JetStream system temporarily unavailable", which every replica
+// answers while its group elects one, and which a replica cut off from
+// its leader answers at once while the leader, elsewhere, answers the
+// message), no responders, or the connection reconnecting ([Unanswered])
+// is not the answer: the read listens on for the leader's while it
+// asks again, 50 ms later doubling to 1 s (±50 %). On a loaded 2-core
+// machine elections came every few seconds and a read gave up at the
+// first 503 (the suite's flake).
+//
 // Errors: jetstream.ErrMsgNotFound when there is none; the server's
-// *jetstream.APIError; the request's (nats.ErrNoResponders without a
-// leader, ctx's error).
+// other *jetstream.APIError (a refusal: denied, bad request), at once;
+// once ctx ends, the last refusal that said no leader (a 503, matching
+// [Unanswered]) joined with ctx's error, or ctx's error alone.
 func (l *LeaderReads) GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error) {
-	return l.get(ctx, leaderGetRequest{LastFor: subject})
+	return l.ask(ctx, leaderGetRequest{LastFor: subject})
 }
 
 // GetMsg returns the message at stream sequence seq as the stream's
-// leader stores it. Errors: as GetLastMsgForSubject's.
+// leader stores it, riding out a stream without a leader as
+// GetLastMsgForSubject does. Errors: as GetLastMsgForSubject's.
 func (l *LeaderReads) GetMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
-	return l.get(ctx, leaderGetRequest{Seq: seq})
+	return l.ask(ctx, leaderGetRequest{Seq: seq})
 }
 
 // NextMsg returns the first message at or after stream sequence from on
@@ -289,10 +303,12 @@ func (l *LeaderReads) GetMsg(ctx context.Context, seq uint64) (*jetstream.RawStr
 // the match), not with the subjects. For "is anything of subject left
 // past from" near the stream's end it is the cheaper read.
 //
+// It rides out a stream without a leader as GetLastMsgForSubject does.
+//
 // Errors: as GetLastMsgForSubject's (jetstream.ErrMsgNotFound when the
 // leader holds none at or after from).
 func (l *LeaderReads) NextMsg(ctx context.Context, from uint64, subject string) (*jetstream.RawStreamMsg, error) {
-	return l.get(ctx, leaderGetRequest{Seq: from, NextFor: subject})
+	return l.ask(ctx, leaderGetRequest{Seq: from, NextFor: subject})
 }
 
 // Removed reports whether the stream's leader no longer holds message
@@ -301,9 +317,16 @@ func (l *LeaderReads) NextMsg(ctx context.Context, from uint64, subject string) 
 // of seq only then, once its consumer reports nothing pending, or while
 // it waits for the next message ([Tail.NextUpTo]), since that consumer
 // may sit on a replica behind the leader. Another error (no leader now)
-// counts as held: the read waits for the rest.
+// counts as held: the read waits for the rest. One request, not ridden
+// out: its callers ask again while they wait.
 func (l *LeaderReads) Removed(ctx context.Context, seq uint64) bool {
-	_, err := l.GetMsg(ctx, seq)
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
+	reply, err := l.js.Conn().RequestWithContext(ctx, l.subject(), l.body(leaderGetRequest{Seq: seq}))
+	if err != nil {
+		return false
+	}
+	_, err = l.decode(reply)
 	return errors.Is(err, jetstream.ErrMsgNotFound)
 }
 
@@ -313,13 +336,19 @@ type leaderGetRequest struct {
 	NextFor string `json:"next_by_subj,omitempty"`
 }
 
-func (l *LeaderReads) get(ctx context.Context, req leaderGetRequest) (*jetstream.RawStreamMsg, error) {
-	opts := l.js.Options()
-	if _, ok := ctx.Deadline(); !ok && opts.DefaultTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, opts.DefaultTimeout)
-		defer cancel()
+// bound gives ctx the connection's DefaultTimeout when it has no
+// deadline.
+func (l *LeaderReads) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); !ok && l.js.Options().DefaultTimeout > 0 {
+		return context.WithTimeout(ctx, l.js.Options().DefaultTimeout)
 	}
+	return ctx, func() {}
+}
+
+// subject is the stream's message-get subject, under the context's API
+// prefix or domain.
+func (l *LeaderReads) subject() string {
+	opts := l.js.Options()
 	prefix := opts.APIPrefix
 	if opts.Domain != "" {
 		prefix = "$JS." + opts.Domain + ".API"
@@ -330,14 +359,102 @@ func (l *LeaderReads) get(ctx context.Context, req leaderGetRequest) (*jetstream
 	if !strings.HasSuffix(prefix, ".") {
 		prefix += "."
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
+	return prefix + "STREAM.MSG.GET." + l.stream
+}
+
+func (l *LeaderReads) body(req leaderGetRequest) []byte {
+	body, _ := json.Marshal(req) // a number and a string: cannot fail
+	return body
+}
+
+// leaderFirstAsk bounds a read's first ask (LeaderReads.ask): past it
+// the read asks again, so that a leader elected meanwhile (the one asked
+// was killed) answers. leaderRetryMin and leaderRetryMax pace the asks
+// after it. Variables for the tests.
+var (
+	leaderFirstAsk = 2 * time.Second
+	leaderRetryMin = 50 * time.Millisecond
+	leaderRetryMax = time.Second
+)
+
+// ask is GetMsg's and GetLastMsgForSubject's read: one request through
+// the connection's shared reply subscription, the one a read costs while
+// the stream has a leader; when its answer is not the leader's
+// ([Unanswered]) or none came within leaderFirstAsk, asks again on a
+// subscription of its own, which keeps every reply to every ask, until
+// one that is not a 503 (the leader's message, or a refusal) or ctx's
+// end. Several servers answer a message
+// get: the leader with the message, a replica that knows its group has
+// no leader with a 503. Nothing else answers, so any answer but a 503
+// was the leader's, to an ask made after the call began.
+func (l *LeaderReads) ask(ctx context.Context, req leaderGetRequest) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
+	nc, subj, body := l.js.Conn(), l.subject(), l.body(req)
+	actx, acancel := context.WithTimeout(ctx, leaderFirstAsk)
+	reply, err := nc.RequestWithContext(actx, subj, body)
+	acancel()
+	if err == nil {
+		var m *jetstream.RawStreamMsg
+		if m, err = l.decode(reply); err == nil || !Unanswered(err) {
+			return m, l.wrap(err)
+		}
 	}
-	reply, err := l.js.Conn().RequestWithContext(ctx, prefix+"STREAM.MSG.GET."+l.stream, body)
-	if err != nil {
-		return nil, fmt.Errorf("message get from the leader of %s: %w", l.stream, err)
+	if ctx.Err() != nil || !Unanswered(err) {
+		return nil, l.wrap(err)
 	}
+	refused := err // the last answer that said no leader
+	inbox := nc.NewInbox()
+	replies := make(chan *nats.Msg, 16)
+	sub, err := nc.ChanSubscribe(inbox, replies)
+	if err != nil {
+		return nil, l.wrap(err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // the read is over either way
+	b := Backoff(leaderRetryMin, leaderRetryMax)
+	if err := nc.PublishRequest(subj, inbox, body); err != nil && !Unanswered(err) {
+		return nil, l.wrap(err)
+	}
+	timer := time.NewTimer(b.NextBackOff())
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, l.wrap(errors.Join(refused, ctx.Err()))
+		case <-timer.C:
+			if err := nc.PublishRequest(subj, inbox, body); err != nil {
+				if !Unanswered(err) {
+					return nil, l.wrap(err)
+				}
+				refused = err
+			}
+			timer.Reset(b.NextBackOff())
+		case reply := <-replies:
+			if len(reply.Data) == 0 && reply.Header.Get("Status") == "503" {
+				refused = nats.ErrNoResponders
+				continue
+			}
+			m, err := l.decode(reply)
+			if err == nil || !Unanswered(err) {
+				return m, l.wrap(err)
+			}
+			refused = err
+		}
+	}
+}
+
+// wrap names the read in err (nil stays nil). jetstream.ErrMsgNotFound
+// is returned bare, as the client's own gets return it.
+func (l *LeaderReads) wrap(err error) error {
+	if err == nil || err == jetstream.ErrMsgNotFound {
+		return err
+	}
+	return fmt.Errorf("message get from the leader of %s: %w", l.stream, err)
+}
+
+// decode reads a message-get reply: the message, jetstream.ErrMsgNotFound,
+// or the server's *jetstream.APIError.
+func (l *LeaderReads) decode(reply *nats.Msg) (*jetstream.RawStreamMsg, error) {
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
@@ -349,7 +466,7 @@ func (l *LeaderReads) get(ctx context.Context, req leaderGetRequest) (*jetstream
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return nil, fmt.Errorf("message get from the leader of %s: %w", l.stream, err)
+		return nil, err
 	}
 	if resp.Error != nil {
 		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
@@ -363,8 +480,9 @@ func (l *LeaderReads) get(ctx context.Context, req leaderGetRequest) (*jetstream
 	}
 	var h nats.Header
 	if len(m.Header) > 0 {
+		var err error
 		if h, err = nats.DecodeHeadersMsg(m.Header); err != nil {
-			return nil, fmt.Errorf("message get from the leader of %s: headers: %w", l.stream, err)
+			return nil, fmt.Errorf("headers: %w", err)
 		}
 	}
 	return &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Seq, Header: h, Data: m.Data, Time: m.Time}, nil

@@ -469,8 +469,10 @@ func (c *controller) outcome(ctx context.Context, e rollout.Effect, seq uint64, 
 	case errors.Is(err, store.ErrConflict):
 		// Stored already by this step (a restart past the duplicate
 		// window), or changed by hand: the newest want's id says which.
-		last, lerr := store.LastMsg(ctx, c.leader(), c.subj, w.Node, events.KindWant)
+		last, lerr := c.lastWant(ctx, w.Node)
 		switch {
+		case ctx.Err() != nil:
+			return
 		case lerr == nil && last.MsgID == id:
 			c.published(ctx, w, last.Event.Seq)
 		case lerr == nil:
@@ -484,6 +486,41 @@ func (c *controller) outcome(ctx context.Context, e rollout.Effect, seq uint64, 
 		c.publishWant(ctx, e) // retried until it passes
 	default:
 		c.refuse(ctx, w, 0, err.Error())
+	}
+}
+
+// leaderRideOut bounds how long the controller asks the stream's
+// leader again for a read a step's outcome rests on (lastWant), while
+// the stream has no leader (store.Unanswered), as the reconciler's
+// leader reads ride out an election (engine's electionRideOut). A
+// variable for the tests.
+var leaderRideOut = 20 * time.Second
+
+// leaderLastMsg is store.LastMsg; a variable for the tests, which make
+// it answer as a stream without a leader does.
+var leaderLastMsg = store.LastMsg
+
+// lastWant returns node's newest want as the stream's leader has it,
+// asking again (c.wait's pacing) while the answer says the stream has no
+// leader ([store.Unanswered]: a 503, no responders, a timeout, the
+// connection reconnecting), for at most leaderRideOut: a leader
+// election, which a loaded cluster holds every few seconds, must not
+// refuse a step's want with the read's error (each read itself rides
+// out a leaderless stream for the connection's default timeout).
+//
+// Errors: store.ErrNoMessage; ctx's; the read's last error past
+// leaderRideOut, or at once when it is not unanswered.
+func (c *controller) lastWant(ctx context.Context, node string) (store.Msg, error) {
+	deadline := time.Now().Add(leaderRideOut)
+	for attempt := 0; ; attempt++ {
+		m, err := leaderLastMsg(ctx, c.leader(), c.subj, node, events.KindWant)
+		if err == nil || !store.Unanswered(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return m, err
+		}
+		c.log.Warn("rollout controller: the stream's leader did not answer; asking again", "node", node, "err", events.Short(err.Error()))
+		if !c.wait(ctx, attempt) {
+			return m, ctx.Err()
+		}
 	}
 }
 
