@@ -87,6 +87,14 @@ type agentWatch struct {
 	// count the grace was last started at.
 	reconnects     func() uint64
 	seenReconnects uint64
+	// connected reports whether the connection is connected now
+	// (nats.Conn.IsConnected); nil: taken as connected. While it is not,
+	// the tick reads no lease and records nothing (expire, the dirty
+	// nodes): every request would wait out its deadline on the loop.
+	connected func() bool
+	// expireTimeout bounds a tick's expiry pass as a whole (expire):
+	// ackTimeout when 0 (tests shorten it).
+	expireTimeout time.Duration
 	// loaded is closed once the reconciler's first partition loads are
 	// over (Reconciler.first): the sweep waits for it.
 	loaded <-chan struct{}
@@ -141,6 +149,7 @@ func (r *Reconciler) watchAgents(ctx context.Context, kv jetstream.KeyValue) err
 		held: map[string]bool{}, loaded: r.first.done, sweepTimeout: sweepTimeout}
 	if nc := r.js.Conn(); nc != nil {
 		w.reconnects = func() uint64 { return nc.Stats().Reconnects }
+		w.connected = nc.IsConnected
 	}
 	for {
 		err := w.run(ctx)
@@ -216,6 +225,12 @@ func (w *agentWatch) run(ctx context.Context) error {
 			w.inGrace() // starts a grace when the connection reconnected
 			if sweepOpen {
 				w.startSweep(rctx)
+			}
+			if w.connected != nil && !w.connected() {
+				// No server: each read and record would wait out its
+				// deadline on the loop. The next tick after the
+				// reconnect does them, in the grace it starts.
+				continue
 			}
 			w.expire(ctx)
 			for node := range w.dirty {
@@ -296,22 +311,35 @@ func (w *agentWatch) entry(ctx context.Context, e jetstream.KeyValueEntry) {
 }
 
 // expire reads again every present lease unrenewed for longer than the
-// TTL: gone, its holder is down.
+// TTL: gone, its holder is down. The pass's reads share one deadline,
+// expireTimeout, and the pass ends at the first read that got no answer
+// ([store.Unanswered]): the others would wait as long. Each read had its
+// own 5 s deadline: with the server down, N unrenewed leases held the
+// loop N×5 s, and no release, claim or expiry was judged meanwhile. The
+// leases not read are read at the next tick (in the map's random order,
+// so none waits behind the same ones).
 func (w *agentWatch) expire(ctx context.Context) {
 	now := w.now()
+	d := w.expireTimeout
+	if d <= 0 {
+		d = ackTimeout
+	}
+	pctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
 	for node, ls := range w.leases {
 		if !ls.present || now.Sub(ls.seen) < w.ttl {
 			continue
 		}
-		gctx, cancel := context.WithTimeout(ctx, ackTimeout)
-		e, err := w.kv.Get(gctx, node)
-		cancel()
+		e, err := w.kv.Get(pctx, node)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
 			ls.present, ls.why = false, events.WhyExpired
 			w.sync(ctx, node)
 		case err != nil:
 			w.log.Warn("agent liveness: lease not read", "node", node, "err", err)
+			if store.Unanswered(err) || pctx.Err() != nil {
+				return
+			}
 		case e.Revision() > ls.rev:
 			w.entry(ctx, e) // renewed: the watch will say so too
 		}
