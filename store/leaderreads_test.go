@@ -22,12 +22,9 @@ import (
 const reads = 60
 
 // leaderReads is how many leader reads the test below makes on each
-// connection while the replica is held: the leader alone answers one
-// (the held replica answers at most a 503, which the read does not
-// take), so a few check it as well as many, and the hold stays shorter
-// than the replicas' election timeout (4 s) on a loaded machine, past
-// which the held replica, hearing no leader, campaigns and deposes the
-// leader again and again (the reads then wait for each election).
+// connection while the replica is held: the leader alone answers one (a
+// replica answers at most a 503, which the read does not take), so a few
+// check it as well as many, and the hold is shorter on a loaded machine.
 const leaderReads = 10
 
 // A read from the leader (store.LeaderReads: LastMsg, a get by

@@ -14,9 +14,11 @@ import (
 )
 
 // Lag holds a server of a cluster started by [StartLaggingCluster]
-// behind its peers: while held, the Raft append entries of every
-// stream's replica group ($NRG.AE.S-…) that its routes carry wait in a
-// proxy, while everything else flows: clients' messages, JetStream API
+// behind its peers: while held, the Raft append entries that carry
+// entries of every stream's replica group ($NRG.AE.S-…), and the
+// catchups ($NRG.CR.…), that its routes carry wait in a proxy, while
+// everything else flows: the leaders' heartbeats (so the held replica
+// keeps its leader and never campaigns), clients' messages, JetStream API
 // requests and their answers, the metadata group's replication (so
 // consumers are still created). The held server stays up, keeps
 // answering its clients and keeps its direct-get subscriptions, with the
@@ -79,14 +81,36 @@ func (l *Lag) holds(c *proxied, op []byte) bool {
 	if !bytes.HasPrefix(op, []byte("RMSG ")) && !bytes.HasPrefix(op, []byte("HMSG ")) {
 		return false
 	}
-	line, _, _ := bytes.Cut(op, []byte("\r\n"))
-	if !bytes.Contains(line, []byte(" $NRG.AE.S-")) {
+	line, payload, _ := bytes.Cut(op, []byte("\r\n"))
+	switch {
+	case bytes.Contains(line, []byte(" $NRG.AE.S-")):
+		if bytes.HasPrefix(op, []byte("RMSG ")) && heartbeat(payload) {
+			return false
+		}
+	case bytes.Contains(line, []byte(" $NRG.CR.")):
+		// A catchup's entries, which a heartbeat past the replica's end
+		// asks for.
+	default:
 		return false
 	}
 	l.mu.Lock()
 	held, closed := l.held, l.closed
 	l.mu.Unlock()
 	return !closed && held != "" && (c.owner == held || c.dialer() == held)
+}
+
+// heartbeat reports whether payload, an append entry's (nats-server
+// 2.15's encoding: leader id 8 bytes, term, commit, previous term and
+// index 8 bytes each, then the number of entries, 2 bytes, little
+// endian), carries no entry: a leader's heartbeat. Heartbeats reach a
+// held replica, so that it keeps its leader and never campaigns: a
+// replica that hears no leader for its election timeout (4-9 s) does,
+// its higher term deposes the leader (the Raft has no pre-vote), and on
+// a loaded machine, where a hold outlasts the timeout, the stream had
+// no leader for most of a minute.
+func heartbeat(payload []byte) bool {
+	const countAt = 8 + 4*8
+	return len(payload) >= countAt+2 && payload[countAt] == 0 && payload[countAt+1] == 0
 }
 
 // proxied is one route connection through a server's proxy: its dialer's
