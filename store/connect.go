@@ -121,6 +121,13 @@ const (
 	reconnectJitterTLS = 2 * time.Second
 )
 
+// connectTimeout bounds a connect's whole exchange with the server (the
+// dial, INFO, the TLS handshake, CONNECT with its signature, the first
+// PING): nats.go's 2 s default ran out on a loaded 2-core machine with
+// mutual TLS ("i/o timeout"), and the command failed. 5 s, as long as a
+// JetStream request may take.
+const connectTimeout = 5 * time.Second
+
 // MaxReconnectDelay is the longest a connection made with [ConnectConfig.Options]
 // waits, after its server is reachable again, before its next reconnect
 // attempt: the wait plus TLS's jitter (4 s). A node agent renews its lease
@@ -184,6 +191,7 @@ func (c ConnectConfig) Options() ([]nats.Option, error) {
 	opts := []nats.Option{
 		func(o *nats.Options) error { o.Servers = servers; return nil },
 		nats.Name(name),
+		nats.Timeout(connectTimeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(reconnectWait),
 		nats.ReconnectJitter(reconnectJitter, reconnectJitterTLS),

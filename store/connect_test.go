@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -70,8 +71,9 @@ func TestConnectContextFile(t *testing.T) {
 	if o.InboxPrefix != "_INBOX_ops" {
 		t.Errorf("inbox prefix = %q", o.InboxPrefix)
 	}
-	if o.MaxReconnect != -1 || o.ReconnectJitter == 0 || o.Name != "meshfold" {
-		t.Errorf("reconnect %d, jitter %v, name %q: want unlimited, jittered, meshfold", o.MaxReconnect, o.ReconnectJitter, o.Name)
+	if o.MaxReconnect != -1 || o.ReconnectJitter == 0 || o.Name != "meshfold" || o.Timeout != 5*time.Second {
+		t.Errorf("reconnect %d, jitter %v, name %q, connect timeout %v: want unlimited, jittered, meshfold, 5s",
+			o.MaxReconnect, o.ReconnectJitter, o.Name, o.Timeout)
 	}
 	if o.DisconnectedErrCB == nil || o.ReconnectedCB == nil || o.ClosedCB == nil || o.AsyncErrorCB == nil {
 		t.Error("connection event handlers not set")

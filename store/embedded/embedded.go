@@ -323,8 +323,10 @@ func tlsOptions(opts *server.Options, cfg Config) error {
 	return nil
 }
 
-// tlsTimeout bounds a client's TLS handshake.
-const tlsTimeout = 2 * time.Second
+// tlsTimeout bounds a client's TLS handshake: 5 s, as long as the
+// client's whole connect may take (store's connectTimeout). The server's
+// 2 s default cut handshakes on a loaded 2-core machine.
+const tlsTimeout = 5 * time.Second
 
 // ClientURL returns the URL clients in other processes connect to, with the
 // port actually bound: nats://127.0.0.1:PORT, or tls://127.0.0.1:PORT when
