@@ -78,10 +78,16 @@ func (rn *running) stop(t *testing.T) {
 		if err != nil {
 			t.Fatalf("graceful stop: %v", err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(stopWait):
 		t.Fatal("reconciler did not stop")
 	}
 }
+
+// stopWait bounds a stop: a final snapshot whose server is gone rides
+// out an election (electionRideOut, 20 s) before it gives up, and took
+// 27-30 s of the 30 s this was on a loaded 2-core machine
+// (TestUnsavedSnapshots failed so at load 25).
+const stopWait = time.Minute
 
 // wait returns Run's error, failing the test if it does not end.
 func (rn *running) wait(t *testing.T) error {
@@ -90,7 +96,7 @@ func (rn *running) wait(t *testing.T) error {
 	case err := <-rn.done:
 		rn.done <- err
 		return err
-	case <-time.After(30 * time.Second):
+	case <-time.After(stopWait):
 		t.Fatal("reconciler did not end")
 		return nil
 	}
