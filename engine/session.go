@@ -1753,28 +1753,14 @@ func (s *session) awaitAcks(ctx context.Context) error {
 			expired bool // ackTimeout passed since the pass's first unanswered one
 		)
 		for i, pa := range s.pending {
-			okc, errc := pa.acked()
-			var (
-				ack *jetstream.PubAck
-				err error
-			)
-			if expired {
-				select {
-				case ack = <-okc:
-				case err = <-errc:
-				default:
-					err = errNoAck
-				}
-			} else {
-				if again == nil {
-					timer.Reset(ackTimeout)
-				}
-				var werr error
-				if ack, err, werr = s.awaitAck(ctx, okc, errc, timer); werr != nil {
-					return werr
-				}
-				expired = errors.Is(err, errNoAck)
+			if !expired && again == nil {
+				timer.Reset(ackTimeout)
 			}
+			ack, err, werr := s.answerOf(ctx, pa, expired, timer)
+			if werr != nil {
+				return werr
+			}
+			expired = expired || errors.Is(err, errNoAck)
 			if ok, err := take(pa, i, ack, err); err != nil {
 				return err
 			} else if !ok {
@@ -1803,26 +1789,13 @@ func (s *session) awaitAcks(ctx context.Context) error {
 			if !errors.Is(u.err, errNoAck) {
 				continue
 			}
-			okc, errc := u.pa.acked()
-			var (
-				ack *jetstream.PubAck
-				err error
-			)
-			if expired {
-				select {
-				case ack = <-okc:
-				case err = <-errc:
-				default:
-					continue
-				}
-			} else {
-				var werr error
-				if ack, err, werr = s.awaitAck(ctx, okc, errc, timer); werr != nil {
-					return werr
-				}
-				if expired = errors.Is(err, errNoAck); expired {
-					continue
-				}
+			ack, err, werr := s.answerOf(ctx, u.pa, expired, timer)
+			if werr != nil {
+				return werr
+			}
+			if errors.Is(err, errNoAck) {
+				expired = true // the rest are taken only if come
+				continue
 			}
 			ok, serr := take(u.pa, u.i, ack, err)
 			if serr != nil {
@@ -1858,6 +1831,25 @@ func (s *session) awaitAcks(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// answerOf takes pa's answer for a pass of awaitAcks: before the pass's
+// wait expired, awaitAck's wait, bounded by timer; after, only an answer
+// already come, errNoAck (pubErr) when none has. err is ctx's when it
+// ends first.
+func (s *session) answerOf(ctx context.Context, pa pendingAck, expired bool, timer *time.Timer) (ack *jetstream.PubAck, pubErr, err error) {
+	okc, errc := pa.acked()
+	if !expired {
+		return s.awaitAck(ctx, okc, errc, timer)
+	}
+	select {
+	case ack = <-okc:
+		return ack, nil, nil
+	case pubErr = <-errc:
+		return nil, pubErr, nil
+	default:
+		return nil, errNoAck, nil
+	}
 }
 
 // awaitAck waits for the answer to one publish: its acknowledgement on
