@@ -104,6 +104,20 @@ func (s *session) rideAgain(ctx context.Context, ride *pubRide, cause error, n i
 	return s.p.lost()
 }
 
+// lastOnSubject reads the last message of e's subject (its node, its
+// kind) from the stream's leader, riding out an election (leaderRead): a
+// replica behind the leader answers an older message, and a publish
+// fenced by it fails as a conflict. store.ErrNoMessage: none.
+func (s *session) lastOnSubject(ctx context.Context, e reconcile.Effect) (store.Msg, error) {
+	r := s.p.r
+	var m store.Msg
+	err := s.p.leaderRead(ctx, func(ctx context.Context) (err error) {
+		m, err = store.LastMsg(ctx, store.Leader(r.js, r.cfg.Stream.Name), r.subj, e.Node, e.Kind)
+		return err
+	})
+	return m, err
+}
+
 // ownCopy is called for e, sent again under message id id and refused as
 // a conflict (its fence is stale): it reads e's subject's last message
 // from the stream's leader and returns, when that message carries id, an
@@ -111,12 +125,7 @@ func (s *session) rideAgain(ctx context.Context, ride *pubRide, cause error, n i
 // copy an earlier send stored, refused by the fence before its id was
 // checked (a single replica). nil: another writer's message.
 func (s *session) ownCopy(ctx context.Context, e reconcile.Effect, id string) (*jetstream.PubAck, error) {
-	r := s.p.r
-	var m store.Msg
-	err := s.p.leaderRead(ctx, func(ctx context.Context) (err error) {
-		m, err = store.LastMsg(ctx, store.Leader(r.js, r.cfg.Stream.Name), r.subj, e.Node, e.Kind)
-		return err
-	})
+	m, err := s.lastOnSubject(ctx, e)
 	switch {
 	case errors.Is(err, store.ErrNoMessage):
 		return nil, nil
@@ -125,7 +134,7 @@ func (s *session) ownCopy(ctx context.Context, e reconcile.Effect, id string) (*
 	case m.MsgID != id:
 		return nil, nil
 	}
-	return &jetstream.PubAck{Stream: r.cfg.Stream.Name, Sequence: m.Event.Seq, Duplicate: true}, nil
+	return &jetstream.PubAck{Stream: s.p.r.cfg.Stream.Name, Sequence: m.Event.Seq, Duplicate: true}, nil
 }
 
 // sendAgain decides, for the i-th of the effects in flight (ok and errc

@@ -1273,13 +1273,8 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 			// message, if any, is older. (When the read began at the
 			// stream's first message, there is none: 0, and a message a
 			// second writer stored since makes the publish fail.)
-			// From the stream's leader: a replica behind it answers an
-			// older message, and the publish then fails as a conflict.
-			var m store.Msg
-			err := s.p.leaderRead(ctx, func(ctx context.Context) (err error) {
-				m, err = store.LastMsg(ctx, store.Leader(r.js, r.cfg.Stream.Name), r.subj, e.Node, e.Kind)
-				return err
-			})
+			// From the stream's leader (lastOnSubject).
+			m, err := s.lastOnSubject(ctx, e)
 			switch {
 			case errors.Is(err, store.ErrNoMessage):
 			case err != nil:
