@@ -18,8 +18,8 @@ import (
 )
 
 // TestEffectsRideOutTheirServersKill kills, with SIGKILL, the server the
-// reconciler's connection is connected to while partition 0's plans are
-// in flight (after its tenth is sent), on a 3-server cluster of
+// reconciler's connection is connected to while plans are in flight
+// (once partition 0 sent ten and partition 1 one), on a 3-server cluster of
 // nats-server processes: a recovery's fenced plans (publishFenced), or
 // the live path's (the reconciler started on an empty stream, the events
 // appended after); each once with a server that leads the stream (the
@@ -94,15 +94,19 @@ func effectsRideOutTheirServersKill(t *testing.T, live, leader bool) {
 	if !live {
 		appendAll()
 	}
+	// The kill comes once partition 0 sent ten plans and partition 1
+	// one: both sessions are past their start (a consumer being created
+	// when the server dies is another path: the session restarts).
 	var (
-		sent   atomic.Int64
+		sent   [2]atomic.Int64
 		once   sync.Once
 		killed = make(chan struct{})
 	)
 	metrics := engine.NewMetrics(nil)
 	g.startCfg(engine.ReconcilerConfig{Metrics: metrics, Logger: testLogger(t),
 		Faults: engine.Faults{AfterEffectSent: func(p int, id string) {
-			if p == 0 && sent.Add(1) == 10 {
+			sent[p].Add(1)
+			if sent[0].Load() >= 10 && sent[1].Load() >= 1 {
 				once.Do(func() {
 					pc.Kill(target)
 					close(killed)
@@ -116,7 +120,7 @@ func effectsRideOutTheirServersKill(t *testing.T, live, leader bool) {
 	case <-killed:
 		t.Logf("killed %s, the reconciler's server (the stream's leader: %v), with partition 0's plans in flight", pc.Name(target), leader)
 	case <-ctx.Done():
-		t.Fatal("partition 0 never sent its tenth plan")
+		t.Fatal("partition 0 never sent its tenth plan, or partition 1 its first")
 	}
 	for _, n := range nodes {
 		g.planFor(n, causes[n])
