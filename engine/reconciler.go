@@ -123,6 +123,10 @@ type Faults struct {
 	// AfterEffectSent runs after an effect (id, its message id) is first
 	// sent, before its acknowledgement is taken.
 	AfterEffectSent func(partition int, id string)
+	// BeforeFollow runs before each request creating a session's
+	// consumer (from, the first sequence it asks for); an error it
+	// returns is taken as that request's answer, not as a crash.
+	BeforeFollow func(partition int, from uint64) error
 }
 
 // faultError marks an error a fault hook returned.

@@ -616,11 +616,25 @@ func (s *session) consume(ctx context.Context) error {
 	// kinds alone) made it scan, 30x slower on a long stream. Knocks and
 	// journal entries come along; the fold only counts them as seen.
 	follow := func(ctx context.Context, from uint64) (*store.Tail, error) {
+		if h := r.cfg.Faults.BeforeFollow; h != nil {
+			if err := h(s.p.id, from); err != nil {
+				return nil, err
+			}
+		}
 		return store.Follow(ctx, r.js, store.TailConfig{Stream: r.cfg.Stream.Name,
 			Filter: r.subj.StoredPartitionAll(s.p.id), Start: from, Heartbeat: readHeartbeat,
 			EndOnLoss: true})
 	}
 	tail, err := follow(ctx, s.checkpoint+1)
+	if err != nil && ctx.Err() == nil && store.Unanswered(err) {
+		// The consumer's creation got no answer: the session's server
+		// went away with it, or the cluster is electing a leader (a
+		// session starts at a takeover, or after another one ended).
+		// Ride it out as a tail lost mid-read does (refollow), not by
+		// ending the session: it would refold its partition from the
+		// snapshot again, and again while the election lasts.
+		tail, err = s.refollow(ctx, follow)
+	}
 	if err != nil {
 		return err
 	}
