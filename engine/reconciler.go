@@ -75,8 +75,10 @@ type ReconcilerConfig struct {
 	// Metrics, when set, records what the loop does.
 	Metrics *Metrics
 	// RestPasses bounds how many restart passes over the states a tail
-	// did not name (a lazy session's, beside the fold) read at once,
-	// process-wide; a partition's pass waits for a slot. 0: the default,
+	// did not name (a lazy session's, beside the fold) read at once, for
+	// every partition of this Reconciler (one a process in `serve` and
+	// `reconcile`, so process-wide there); a partition's pass waits for a
+	// slot. 0: the default,
 	// half of GOMAXPROCS, at least 1 (docs/architecture.md, "What the
 	// restart goal measures").
 	RestPasses int
