@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshfold/meshfold/events"
@@ -21,6 +22,15 @@ import (
 // publishes still in flight meets.
 func dupRig(t *testing.T) (*session, []reconcile.Effect, func() []store.Msg) {
 	_, _, js, _, cfg := storetest.StartClusterStream(t, 3, store.StreamConfig{Partitions: 1, Replicas: 3})
+	return effectRig(t, js, cfg, true, "")
+}
+
+// effectRig is a session of a reconciler on js's stream (cfg, one
+// partition) with two journal effects of node ace, the first's copy
+// stored first when copy is set and, when foreign is set, another
+// writer's message stored on the subject after it; journal reads ace's
+// messages back.
+func effectRig(t *testing.T, js jetstream.JetStream, cfg store.StreamConfig, copy bool, foreign string) (*session, []reconcile.Effect, func() []store.Msg) {
 	ctx := t.Context()
 	r, err := NewReconciler(ctx, js, ReconcilerConfig{Stream: cfg, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -32,9 +42,16 @@ func dupRig(t *testing.T) (*session, []reconcile.Effect, func() []store.Msg) {
 		j := events.Stamp(&events.Journal{Level: events.LevelInfo, Msg: "effect"}, at)
 		effects[i] = reconcile.Effect{Node: "ace", Kind: events.KindJournal, Cause: uint64(i + 1), Payload: j}
 	}
-	e := effects[0]
-	if _, err := r.pub.Append(ctx, e.Node, e.Payload, r.publishOpts(e, store.EffectMsgID(r.key, e.ID()))...); err != nil {
-		t.Fatal(err)
+	if e := effects[0]; copy {
+		if _, err := r.pub.Append(ctx, e.Node, e.Payload, r.publishOpts(e, store.EffectMsgID(r.key, e.ID()))...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if foreign != "" {
+		j := events.Stamp(&events.Journal{Level: events.LevelInfo, Msg: foreign}, at)
+		if _, err := r.pub.Append(ctx, "ace", j); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s := &session{p: &partition{r: r, revoked: context.Background()}, rec: newRecovery(), readAll: true}
 	journal := func() []store.Msg {

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -25,41 +24,7 @@ import (
 // on the subject.
 func singleRig(t *testing.T, copy bool, foreign string) (*session, []reconcile.Effect, func() []store.Msg) {
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 1})
-	ctx := t.Context()
-	r, err := NewReconciler(ctx, js, ReconcilerConfig{Stream: cfg, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := time.Date(2026, 12, 3, 7, 0, 0, 0, time.UTC)
-	effects := make([]reconcile.Effect, 2)
-	for i := range effects {
-		j := events.Stamp(&events.Journal{Level: events.LevelInfo, Msg: "effect"}, at)
-		effects[i] = reconcile.Effect{Node: "ace", Kind: events.KindJournal, Cause: uint64(i + 1), Payload: j}
-	}
-	if e := effects[0]; copy {
-		if _, err := r.pub.Append(ctx, e.Node, e.Payload, r.publishOpts(e, store.EffectMsgID(r.key, e.ID()))...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if foreign != "" {
-		j := events.Stamp(&events.Journal{Level: events.LevelInfo, Msg: foreign}, at)
-		if _, err := r.pub.Append(ctx, "ace", j); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s := &session{p: &partition{r: r, revoked: context.Background()}, rec: newRecovery(), readAll: true}
-	journal := func() []store.Msg {
-		var out []store.Msg
-		err := store.ReadNode(ctx, js, cfg.Name, cfg.Subjects(), "ace", 0, 0, func(m store.Msg) error {
-			out = append(out, m)
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	return s, effects, journal
+	return effectRig(t, js, cfg, copy, foreign)
 }
 
 // TestRecoveryOwnCopyOnASingleReplica: on a single replica, a recovery
