@@ -345,6 +345,17 @@ func TestCompareFleetKeys(t *testing.T) {
 	}
 }
 
+// stableOrder is keys' indexes in CompareFleetKeys' order, ties in
+// their given order: what FleetKeysOrder must return.
+func stableOrder(keys []audit.FleetKey) []int32 {
+	order := make([]int32, len(keys))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortStableFunc(order, func(i, j int32) int { return audit.CompareFleetKeys(&keys[i], &keys[j]) })
+	return order
+}
+
 // FleetKeysOrder puts keys in CompareFleetKeys' order, equal keys in the
 // order given, whatever the ages (NaN, ±0, ±Inf among them) and counts
 // (some past what a packed field holds).
@@ -364,12 +375,7 @@ func TestFleetKeysOrder(t *testing.T) {
 			}
 			keys[i] = audit.FleetKeyOf(&r)
 		}
-		want := make([]int32, n)
-		for i := range want {
-			want[i] = int32(i)
-		}
-		slices.SortStableFunc(want, func(i, j int32) int { return audit.CompareFleetKeys(&keys[i], &keys[j]) })
-		if got := audit.FleetKeysOrder(keys); !slices.Equal(got, want) {
+		if got, want := audit.FleetKeysOrder(keys), stableOrder(keys); !slices.Equal(got, want) {
 			t.Fatalf("try %d: order %v, want %v", try, got, want)
 		}
 	}
@@ -393,12 +399,7 @@ func TestFleetKeysOrder(t *testing.T) {
 			}
 			keys[i] = audit.FleetKeyOf(&r)
 		}
-		want := make([]int32, n)
-		for i := range want {
-			want[i] = int32(i)
-		}
-		slices.SortStableFunc(want, func(i, j int32) int { return audit.CompareFleetKeys(&keys[i], &keys[j]) })
-		if got := audit.FleetKeysOrder(keys); !slices.Equal(got, want) {
+		if got := audit.FleetKeysOrder(keys); !slices.Equal(got, stableOrder(keys)) {
 			t.Fatalf("packed try %d: order differs from CompareFleetKeys' (n %d)", try, n)
 		}
 	}
