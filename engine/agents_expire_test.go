@@ -140,6 +140,10 @@ func TestExpiryPassWaitsForTheConnection(t *testing.T) {
 	unrenewed := time.Now().Add(2 * ttl)
 	waitfor.Until(t, 20*time.Second, "the n<i> leases unrenewed for two TTLs", func() bool { return time.Now().After(unrenewed) })
 	put("ace", "a1")
+	// The bucket keeps one value a key: a delete stored before the watch
+	// delivered the put replaces it, and the watch sees only a release of
+	// a lease it never saw (no transition). Wait for the up first.
+	waitfor.Until(t, 20*time.Second, "ace's up", func() bool { return slices.Equal(agentsOf("ace"), []string{"up a1"}) })
 	if err := bucket.Delete(ctx, "ace"); err != nil {
 		t.Fatal(err)
 	}
