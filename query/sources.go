@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,8 +77,9 @@ func (r *Reader) Sources(ctx context.Context, node string) (map[string][]audit.S
 // there, though a poke knocks it too). A node whose
 // provisioner's answer (store.KnockAnswer, in the fill status bucket)
 // covers that cause is answered without a read; the others' newest knock
-// is read from the stream (a direct get each, at most [unansweredGets]:
-// more are left out). The answers are read a get each for up to
+// is read from the stream (a direct get each, up to [unansweredGets];
+// past them, one pass over every node's newest knock and one over every
+// node's newest plan: none is left out). The answers are read a get each for up to
 // [unansweredGets] nodes, beyond in one pass over the bucket's answers
 // (one a node that ever ran a provisioner). [Reader.Sources] of one node includes its problem;
 // `meshfold fleet` asks for the nodes whose rows name a knock.
@@ -98,8 +100,9 @@ func (r *Reader) Unanswered(ctx context.Context, nodes map[string]uint64, now ti
 	return r.unanswered(ctx, kv, nodes, now)
 }
 
-// unansweredGets bounds the knocks [Reader.Unanswered] reads, and those
-// a [KnockCheck] reads over all its checks.
+// unansweredGets bounds the knocks [Reader.Unanswered] and a
+// [KnockCheck] read a get each; past it, they read every node's newest
+// knock and plan in one pass each.
 const unansweredGets = 200
 
 func (r *Reader) unanswered(ctx context.Context, kv jetstream.KeyValue, nodes map[string]uint64, now time.Time) (map[string]audit.SourceProblem, error) {
@@ -153,6 +156,76 @@ type KnockCheck struct {
 	answers map[string]store.KnockAnswer
 	now     time.Time
 	gets    atomic.Int64
+	// pass is every node's newest knock and whether its newest plan
+	// declares a file, read once past the first [unansweredGets] gets.
+	passOnce sync.Once
+	pass     *knockPass
+	passErr  error
+}
+
+// knockPass is every node's newest knock (its sequence, cause and stored
+// time) and whether its newest plan declares a file, read in one pass
+// over each kind's newest events (store.LastPerSubjectAt): what a
+// [KnockCheck] answers from once it has made [unansweredGets] gets, so
+// that a fleet of any size has every unanswered knock said (a fresh
+// user's finding: past 200, `meshfold fleet` dropped them silently).
+type knockPass struct {
+	knocks map[string]passKnock
+	files  map[string]passPlan
+}
+
+type passKnock struct {
+	seq, cause uint64
+	at         time.Time
+}
+
+type passPlan struct {
+	seq   uint64
+	files bool
+}
+
+// readKnockPass reads k's pass: memory one entry a node that was ever
+// knocked or planned, the messages in batches (no more than
+// store.LastPerSubject asks for at a time).
+func (k *KnockCheck) readKnockPass(ctx context.Context) (*knockPass, error) {
+	k.passOnce.Do(func() {
+		_, cfg, err := k.r.open(ctx)
+		if err != nil {
+			k.passErr = err
+			return
+		}
+		subj := cfg.Subjects()
+		p := &knockPass{knocks: map[string]passKnock{}, files: map[string]passPlan{}}
+		if err := store.LastPerSubjectAt(ctx, k.r.js, cfg.Name, subj.StoredKind(events.KindKnock), func(subject string, seq uint64, t time.Time, data []byte) error {
+			ev, err := subj.DecodeEvent(subject, data, seq, t)
+			if err != nil {
+				return nil // not a node's subject
+			}
+			kn, ok := ev.Payload.(*events.Knock)
+			if !ok || seq < p.knocks[ev.Node].seq {
+				return nil
+			}
+			p.knocks[ev.Node] = passKnock{seq: seq, cause: kn.Cause, at: t}
+			return nil
+		}); err != nil {
+			k.passErr = fmt.Errorf("every node's newest knock: %w", err)
+			return
+		}
+		if err := store.LastPerSubjectAt(ctx, k.r.js, cfg.Name, subj.StoredKind(events.KindPlan), func(subject string, seq uint64, t time.Time, data []byte) error {
+			ev, err := subj.DecodeEvent(subject, data, seq, t)
+			if err != nil || seq < p.files[ev.Node].seq {
+				return nil
+			}
+			pl, ok := ev.Payload.(*events.Plan)
+			p.files[ev.Node] = passPlan{seq: seq, files: ok && slices.ContainsFunc(pl.Modules, func(pm events.PlanModule) bool { return len(pm.Files) > 0 })}
+			return nil
+		}); err != nil {
+			k.passErr = fmt.Errorf("every node's newest plan: %w", err)
+			return
+		}
+		k.pass = p
+	})
+	return k.pass, k.passErr
 }
 
 // KnockCheck reads every provisioner's answer (one pass over the fill
@@ -190,18 +263,36 @@ func (r *Reader) knockCheck(ctx context.Context, answers map[string]store.KnockA
 // (caused by cause, the sequence its view holds; 0 when unknown) is
 // unanswered: a node whose provisioner's answer covers cause is answered
 // without a read; the others' newest knock is read from the stream (a
-// direct get each, at most [unansweredGets] over all of k's checks: past
-// them, ok is false). A node with no knock has no problem, nor has one
-// whose newest plan declares no file ([PlanDeclaresFiles], a get more).
+// direct get each for the first [unansweredGets] of k's checks; past
+// them, every node's newest knock and plan are read once, in one pass
+// each, and the checks answered from them). A node with no knock has no
+// problem, nor has one whose newest plan declares no file
+// ([PlanDeclaresFiles], a get more).
 //
-// Errors: a get's, other than for no knock.
+// Errors: a get's, other than for no knock; the pass's.
 func (k *KnockCheck) Check(ctx context.Context, node string, cause uint64) (p audit.SourceProblem, ok bool, err error) {
 	a, answered := k.answers[node]
 	if answered && cause != 0 && a.Cause >= cause {
 		return p, false, nil
 	}
+	var ans *audit.KnockAnswer
+	if answered {
+		ans = &audit.KnockAnswer{Knock: a.Knock, At: a.At, Account: a.Account}
+	}
 	if k.gets.Add(1) > unansweredGets {
-		return p, false, nil
+		pass, err := k.readKnockPass(ctx)
+		if err != nil {
+			return p, false, err
+		}
+		kn, known := pass.knocks[node]
+		if !known {
+			return p, false, nil
+		}
+		p, ok = audit.KnockUnanswered(node, kn.seq, kn.cause, kn.at, ans, k.now, audit.KnockGrace)
+		if !ok || !pass.files[node].files {
+			return audit.SourceProblem{}, false, nil
+		}
+		return p, true, nil
 	}
 	stream, cfg, err := k.r.open(ctx)
 	if err != nil {
@@ -217,10 +308,6 @@ func (k *KnockCheck) Check(ctx context.Context, node string, cause uint64) (p au
 	kn, isKnock := m.Event.Payload.(*events.Knock)
 	if !isKnock {
 		return p, false, nil
-	}
-	var ans *audit.KnockAnswer
-	if answered {
-		ans = &audit.KnockAnswer{Knock: a.Knock, At: a.At, Account: a.Account}
 	}
 	p, ok = audit.KnockUnanswered(node, m.Event.Seq, kn.Cause, m.Event.Time, ans, k.now, audit.KnockGrace)
 	if !ok {

@@ -501,6 +501,14 @@ func (l *LeaderReads) decode(reply *nats.Msg) (*jetstream.RawStreamMsg, error) {
 // Errors: fn's error, returned as is and ending the read; ctx's; the
 // consumer's.
 func LastPerSubject(ctx context.Context, js jetstream.JetStream, streamName, filter string, fn func(subject string, seq uint64, data []byte) error) error {
+	return LastPerSubjectAt(ctx, js, streamName, filter, func(subject string, seq uint64, _ time.Time, data []byte) error {
+		return fn(subject, seq, data)
+	})
+}
+
+// LastPerSubjectAt is [LastPerSubject], handing fn each message's stored
+// time too (an event's time, as [LastMsg] decodes it).
+func LastPerSubjectAt(ctx context.Context, js jetstream.JetStream, streamName, filter string, fn func(subject string, seq uint64, t time.Time, data []byte) error) error {
 	cons, err := js.CreateConsumer(ctx, streamName, jetstream.ConsumerConfig{
 		FilterSubject:     filter,
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
@@ -533,7 +541,7 @@ func LastPerSubject(ctx context.Context, js jetstream.JetStream, streamName, fil
 		if err != nil {
 			return fmt.Errorf("read the newest of %s: %w", filter, err)
 		}
-		if err := fn(m.Subject(), meta.Sequence.Stream, m.Data()); err != nil {
+		if err := fn(m.Subject(), meta.Sequence.Stream, meta.Timestamp, m.Data()); err != nil {
 			return err
 		}
 		if meta.NumPending == 0 {

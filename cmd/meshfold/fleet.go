@@ -226,7 +226,8 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		// source problem of its node, as in the table (a fresh user's
 		// finding 2): the answers are read in one pass beside the
 		// snapshots, and a row whose newest knock no answer covers reads
-		// its knock (a get each, at most 200 in all).
+		// its knock (a get each for the first 200, then one pass
+		// over every node's newest knock and plan: query.KnockCheck).
 		var (
 			knocks    *query.KnockCheck
 			knocksErr error
