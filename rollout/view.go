@@ -103,7 +103,10 @@ func (s *State) View() View {
 		if w := r.canaryWait(n); w != "" {
 			t.Why = w
 			v.Waiting = append(v.Waiting, w)
-		} else if t.Why == "" && n.Paused != nil {
+		} else if t.Why == "" && n.away() {
+			// A target away (paused, or its agent down: a fresh user's
+			// finding, the down one's WHY was empty) says so, canary or
+			// not.
 			t.Why = n.awayWhy()
 		}
 		if n.Plan != nil && n.Published > 0 && n.Plan.Want == n.Published {

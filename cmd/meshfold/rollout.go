@@ -132,8 +132,10 @@ func newRolloutStatusCmd(a *app) *cobra.Command {
 		Long: `status replays the fleet's newest rollout and prints the delivery view: the
 rollout's phase, batch and budget; per target its batch and status, the want
 published, its plan and whether it settled, the builds it runs, healthy since
-when, and why it failed or waits; per build, on how many of the fleet's nodes
-it runs.`,
+when, and why it failed or waits (a target whose agent is down or whose node
+is paused says so, canary or not); per build, on how many of the fleet's
+nodes it runs. A 'waiting:' line says what holds the whole rollout (a canary
+away), whole.`,
 		Example: `  meshfold rollout status web
   meshfold rollout status web -o json | jq '.targets[] | select(.status=="failed")'`,
 		Args: cobra.ExactArgs(1),
@@ -199,7 +201,7 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 		}
 	}
 	for _, l := range v.Waiting {
-		fmt.Fprintf(w, "waiting: %s\n", events.ErrorText(l))
+		fmt.Fprintf(w, "waiting: %s\n", events.Plain(l)) // the rollout's own words: whole (a fresh user's finding: quoted and cut at 200 bytes)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tBATCH\tSTATUS\tWANT\tPLAN\tSETTLED\tRUNNING\tHEALTHY SINCE\tWHY")

@@ -62,3 +62,24 @@ func TestRolloutStatusWhyWhole(t *testing.T) {
 		t.Errorf("-o json escapes the why as HTML:\n%s", b.String())
 	}
 }
+
+// rollout status prints a waiting line whole and unquoted (a fresh
+// user's finding: it was quoted and cut at 201 bytes). (That a target
+// whose agent is down says so in WHY, canary or not, is the rollout's
+// view: rollout/testdata/unreached.txt.)
+func TestRolloutStatusWaitingWhole(t *testing.T) {
+	waiting := "canary ivy: agent down since 2026-12-01T20:00:11Z; paused by alice since 2026-12-01T20:00:12Z: disk swap: the canary batch waits for it; the rollout halts at its healthy_deadline 2026-12-01T20:05:04Z unless it is back and runs the new build healthy by then"
+	if len(waiting) <= 201 {
+		t.Fatalf("the line is %d bytes: it must be longer than events.ErrorText keeps", len(waiting))
+	}
+	v := rollout.View{Fleet: "web", Rollout: 4, Phase: rollout.Running, Batch: 1, Batches: 2, Waiting: []string{waiting}, Targets: []rollout.TargetView{
+		{Node: "ivy", Batch: 1, Status: rollout.Changing, Published: 6, Down: true, Why: waiting},
+	}}
+	var b strings.Builder
+	if err := writeRolloutView(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "waiting: "+waiting+"\n") {
+		t.Errorf("status does not print the waiting line whole and unquoted:\n%s", b.String())
+	}
+}
