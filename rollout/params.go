@@ -78,6 +78,35 @@ func (p Params) Resolve(targets, nodes int) Resolved {
 	return r
 }
 
+// CanaryCoversAll says, when the canary batch would hold every one of
+// targets (canary set, and at least as many as the targets), what that
+// means: the rollout changes every target in its first batch (within
+// max_unavailable), then waits for a promote that has no batch left to
+// start. "" otherwise. Such a rollout is valid (an apply that changes one
+// node of a fleet whose file says canary 2 makes one), so apply and its
+// dry run warn rather than refuse (a fresh user's finding: canary 9 in a
+// 4-node fleet made every node a canary without a word).
+func (p Params) CanaryCoversAll(targets int) string {
+	if p.Canary.IsZero() || targets == 0 {
+		return ""
+	}
+	c := p.Canary.of(targets, true, 0)
+	if c < targets {
+		return ""
+	}
+	amount := "canary " + p.Canary.String()
+	switch {
+	case c > targets:
+		amount += fmt.Sprintf(" is more than the %d targets (cut to %d)", targets, targets)
+	case targets == 1:
+		amount += " holds the only target"
+	default:
+		amount += fmt.Sprintf(" holds all %d targets", targets)
+	}
+	return amount + ": every target is a canary, changed in the first batch (within max_unavailable), " +
+		"and the promote it then waits for only ends the rollout; to try the build on a few nodes first, set canary below the number of targets"
+}
+
 // Validate checks each field: counts from 1 (canary from 0), percentages
 // from 1 to 100, durations from 0 (min_healthy) or above 0
 // (healthy_deadline) to [MaxDuration]. Errors name the field.

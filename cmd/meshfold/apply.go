@@ -51,7 +51,8 @@ the fleet still in progress.
 --dry-run prints each target's want difference and the batches, and publishes
 nothing; it refuses what apply would refuse, with the same exit code. Errors
 in the file name the line and the field; a selector that matches no node is a
-warning.
+warning, and so is a canary that holds every target (canary: 9 of 4 targets:
+every target is a canary, and the promote only ends it; both print it).
 
 apply and --dry-run refuse, publishing nothing:
   - nodes the newest rollout of another fleet names (a node is owned by one
@@ -215,6 +216,9 @@ func printPlan(w io.Writer, p *feed.Plan) {
 		}
 		fmt.Fprintf(w, "-- warning: canary %s cannot become healthy as it is: the rollout waits for it, and %s; resume the node or start its agent first\n",
 			strings.Join(stalled, ", "), then)
+	}
+	if all := p.Start.Params.CanaryCoversAll(len(targets)); all != "" {
+		fmt.Fprintf(w, "-- warning: %s\n", all)
 	}
 	if users := newRunsAs(targets); len(users) > 0 {
 		fmt.Fprintf(w, "-- runs_as %s: checked by each node when it applies, not here (a node knows its users); "+

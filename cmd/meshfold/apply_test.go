@@ -225,3 +225,26 @@ func TestApplyDryRunMarksPausedAndDown(t *testing.T) {
 		t.Errorf("apply --dry-run marks bob, which is neither paused nor down:\n%s", out)
 	}
 }
+
+// A canary that holds every target (canary: 9 of 3 targets) is warned of,
+// by the dry run and by apply, instead of making every node a canary
+// without a word (a fresh user's finding); a canary below the targets is
+// not.
+func TestApplyWarnsOfACanaryOfEveryTarget(t *testing.T) {
+	m := applyMesh(t)
+	big := strings.Replace(fleetYAML, "canary: 1,", "canary: 9,", 1)
+	out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, big), "--dry-run")
+	if code != 0 {
+		t.Fatalf("apply --dry-run: exit %d\n%s%s", code, out, errs)
+	}
+	if !strings.Contains(out, "-- warning: canary 9 is more than the 3 targets (cut to 3): every target is a canary") {
+		t.Errorf("apply --dry-run of canary 9 among 3 targets does not warn:\n%s", out)
+	}
+	out, errs, code = m.cli(t, "apply", "-f", writeFleet(t, big), "--by", "alice")
+	if code != 0 || !strings.Contains(out, "-- warning: canary 9 is more than the 3 targets") || !strings.Contains(out, "started") {
+		t.Errorf("apply of canary 9 among 3 targets: exit %d, no warning:\n%s%s", code, out, errs)
+	}
+	if out, _, _ := m.cli(t, "apply", "-f", writeFleet(t, strings.Replace(fleetYAML, "web:2", "web:3", 1)), "--dry-run"); strings.Contains(out, "every target is a canary") {
+		t.Errorf("apply --dry-run of canary 1 among 3 targets warns:\n%s", out)
+	}
+}
