@@ -51,9 +51,15 @@ func (o *operatorFlags) add(cmd *cobra.Command, reason, all bool) {
 }
 
 // addNew adds --new, to the verbs that refuse a node with no want (a
-// mistyped name would otherwise make a phantom node that fleet lists).
-func (o *operatorFlags) addNew(cmd *cobra.Command) {
-	cmd.Flags().BoolVar(&o.newNode, "new", false, "act on a node that has no want in the stream yet (refused without it: a mistyped name would make a phantom node)")
+// mistyped name would otherwise make a phantom node that fleet lists);
+// known: those that refuse only a node with no event at all (pause,
+// resume).
+func (o *operatorFlags) addNew(cmd *cobra.Command, known bool) {
+	what := "no want"
+	if known {
+		what = "no event"
+	}
+	cmd.Flags().BoolVar(&o.newNode, "new", false, "act on a node that has "+what+" in the stream yet (refused without it: a mistyped name would make a phantom node)")
 }
 
 // allRetiredHelp is the paragraph of the --help of the verbs that take
@@ -61,6 +67,15 @@ func (o *operatorFlags) addNew(cmd *cobra.Command) {
 const allRetiredHelp = `--all skips the nodes retired or retiring (a retire newer than the node's
 newest want) and says on stderr how many it skipped; naming such a node is
 refused (exit 1, nothing published to any node named): a want brings it back.`
+
+// knownNodeHelp is newNodeHelp of pause and resume, which refuse only a
+// node the stream holds no event of.
+const knownNodeHelp = `A node with no event in the stream is refused (exit 2, nothing published):
+a mistyped name would make a phantom node that 'meshfold fleet' lists as
+needing an operator. A node the stream knows (its agent started, or it
+reported a have) may be paused before its first want: the want then waits
+for the resume. 'meshfold fleet' lists the nodes; --new acts on a node
+with no event anyway.`
 
 // newNodeHelp is the paragraph of the --help of the verbs that take --new.
 const newNodeHelp = `A node with no want in the stream is refused (exit 2, nothing published):
@@ -82,8 +97,9 @@ shows who paused a node and since when. A second pause keeps the first.
 Undo with 'meshfold resume'. Prints each event's stream sequence, one line
 per node; exit 1 if any publish failed, 2 on a usage error.
 
-` + newNodeHelp + "\n\n" + allRetiredHelp,
+` + knownNodeHelp + "\n\n" + allRetiredHelp,
 		Example: `  meshfold pause ace --by alice --reason "disk swap"
+  meshfold pause new-node --by alice --reason "hold its first want"   # its agent started: the stream knows it
   meshfold pause ace shanks --by alice
   meshfold pause --all --by alice --reason "freeze for the release"`,
 		ValidArgsFunction: a.completeNodes(-1),
@@ -106,7 +122,7 @@ A resume of a node that is not paused changes nothing.
 Prints each event's stream sequence, one line per node; exit 1 if any
 publish failed, 2 on a usage error.
 
-` + newNodeHelp + "\n\n" + allRetiredHelp,
+` + knownNodeHelp + "\n\n" + allRetiredHelp,
 		Example: `  meshfold resume ace --by alice
   meshfold resume --all --by alice`,
 		ValidArgsFunction: a.completeNodes(-1),
@@ -249,6 +265,13 @@ func (a *app) operatorVerb(cmd *cobra.Command, o *operatorFlags, kind events.Kin
 			nodes = args[:1]
 		}
 		check := checkWant
+		if kind == events.KindPause || kind == events.KindResume {
+			// A node the stream knows (an agent, a have) may be paused
+			// before its first want, so that the want waits (a fresh
+			// user's finding: refused as "mistyped?"); only a name the
+			// stream holds nothing of is.
+			check = checkKnown
+		}
 		if o.newNode {
 			check = checkNone
 		}
@@ -265,7 +288,7 @@ func (a *app) operatorVerb(cmd *cobra.Command, o *operatorFlags, kind events.Kin
 	if kind == events.KindPoke {
 		cmd.Flags().DurationVar(&o.wait, "wait", 5*time.Second, "how long to wait for each node's provisioner to take the knock the poke brings (0: do not wait)")
 	}
-	o.addNew(cmd)
+	o.addNew(cmd, kind == events.KindPause || kind == events.KindResume)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd

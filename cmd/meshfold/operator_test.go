@@ -133,7 +133,11 @@ func TestOperatorVerbsRefuseUnknownNode(t *testing.T) {
 	}
 	for _, args := range verbs {
 		code, _, stderr := c.run(t, "", args...)
-		if code != exitUsage || !strings.Contains(stderr, "node ghostnode has no want") || !strings.Contains(stderr, "meshfold fleet") {
+		why := "node ghostnode has no want"
+		if args[0] == "pause" || args[0] == "resume" { // a node the stream knows may be paused
+			why = "node ghostnode has no event"
+		}
+		if code != exitUsage || !strings.Contains(stderr, why) || !strings.Contains(stderr, "meshfold fleet") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
 		}
 	}
@@ -155,6 +159,34 @@ func TestOperatorVerbsRefuseUnknownNode(t *testing.T) {
 	code, _, stderr = c.run(t, "", "approve", "novox", "nats", "img:2", "--by", "x", "--new")
 	if code != 0 || !strings.Contains(stderr, "node novox has no want yet") {
 		t.Errorf("approve of a node with no want: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// A node the stream knows but that has no want yet (its agent started)
+// can be paused and resumed, so that its first want waits: it was refused
+// as a mistyped name (a fresh user's finding). The other verbs still
+// refuse it, saying it has no want; pause still refuses a name the stream
+// holds nothing of, saying so.
+func TestPauseANodeWithNoWant(t *testing.T) {
+	c := newVerbCLI(t)
+	pub := store.NewPublisher(c.js, c.cfg.Subjects())
+	if _, err := pub.Append(context.Background(), "fresh", events.Stamp(&events.Agent{State: events.AgentUp, Claim: "c1"}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range []string{"pause", "resume"} {
+		code, stdout, stderr := c.run(t, "", verb, "fresh", "--by", "alice")
+		if code != 0 || !strings.Contains(stdout, verb+" fresh: stream sequence") {
+			t.Errorf("%s of a node with an agent and no want: exit %d, %q %q", verb, code, stdout, stderr)
+		}
+		if _, ok := c.last(t, "fresh", events.Kind(verb)); !ok {
+			t.Errorf("%s fresh: no %s stored", verb, verb)
+		}
+	}
+	if code, _, stderr := c.run(t, "", "poke", "fresh", "--by", "alice"); code != exitUsage || !strings.Contains(stderr, "node fresh has no want") {
+		t.Errorf("poke of a node with no want: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := c.run(t, "", "pause", "zed", "--by", "alice"); code != exitUsage || !strings.Contains(stderr, "node zed has no event in stream") || strings.Contains(stderr, "no want") {
+		t.Errorf("pause of a node the stream holds nothing of: exit %d, %q", code, stderr)
 	}
 }
 

@@ -169,7 +169,7 @@ func TestConnEnv(t *testing.T) {
 // (issue 25, item 2).
 func TestNoNodeFromATypo(t *testing.T) {
 	m := startMesh(t)
-	_, errOut, code := m.cli(t, "approve", "zzz-nonode", "idle", "sha256:1234", "--by", "alice")
+	_, errOut, code := m.cli(t, "approve", "zzz-nonode", "idle", "i:1", "--by", "alice")
 	if code != exitUsage || !strings.Contains(errOut, "node zzz-nonode has no event") || !strings.Contains(errOut, "--new") {
 		t.Fatalf("approve of an unknown node: exit %d %s", code, errOut)
 	}
