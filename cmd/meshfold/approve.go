@@ -4,18 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/node/bundle"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/store"
 )
 
 func init() { register(newApproveCmd) }
 
 func newApproveCmd(a *app) *cobra.Command {
-	var o operatorFlags
+	var (
+		o            operatorFlags
+		allowMissing bool
+	)
 	cmd := &cobra.Command{
 		Use:   "approve NODE... MODULE BUILD --by NAME | approve --all MODULE BUILD --by NAME",
 		Short: "Approve MODULE at BUILD on nodes (an operator's yes)",
@@ -38,8 +44,16 @@ mistyped name would make a phantom node that 'meshfold fleet' lists. An
 approval may come before the node's first want: --new approves on such a
 node anyway.
 
+BUILD is checked as 'meshfold want' checks a want's: a build of no build's
+form (neither sha256:<64 hex>, what 'meshfold build push' prints, nor
+another runtime's <scheme>:<id>) is refused with exit 2, whatever the flags;
+a sha256: build the builds bucket does not hold is refused with exit 1
+(--allow-missing-build approves it anyway, ahead of its push). Each refusal
+names the stored builds nearest to it.
+
 ` + allRetiredHelp,
-		Example: `  meshfold approve novox nats img:nats-2.10.24 --by alice
+		Example: `  meshfold approve novox web sha256:9f1c…(64 hex) --by alice   # a bundle build: stored, or refused
+  meshfold approve novox nats img:nats-2.10.24 --by alice
   meshfold approve novox ace nats img:nats-2.10.24 --by alice
   meshfold approve --all nats img:nats-2.10.24 --by alice`,
 		Args:              cobra.MinimumNArgs(2),
@@ -53,6 +67,9 @@ node anyway.
 			if o.newNode {
 				check = checkNone
 			}
+			if err := a.checkBuildArg(ctx, module, build, allowMissing, false); err != nil {
+				return err
+			}
 			return a.publishEach(ctx, events.KindApprove, args[:n-2], o.all, check, func() events.Payload {
 				return &events.Approve{Module: module, Build: build, By: o.by}
 			})
@@ -60,6 +77,7 @@ node anyway.
 	}
 	o.add(cmd, false, true)
 	cmd.Flags().BoolVar(&o.newNode, "new", false, "approve on a node that has no event in the stream yet (refused without it: a mistyped name would make a phantom node)")
+	cmd.Flags().BoolVar(&allowMissing, "allow-missing-build", false, "approve a sha256: build the builds bucket does not hold (yet); a build of no build's form is refused still")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
@@ -88,4 +106,32 @@ func (a *app) approvalNote(ctx context.Context, js jetstream.JetStream, node, mo
 		}
 	}
 	return fmt.Sprintf("node %s's newest want (#%d) names no module %s; the approval is kept for when one does", node, m.Event.Seq, module)
+}
+
+// checkBuildArg refuses build, the BUILD argument of approve (revoke
+// true: of revoke), as 'meshfold want' refuses a want's (checkBuilds): a
+// build of no build's form exit 2, a sha256: build the builds bucket
+// lacks exit 1 unless allowMissing; each naming the nearest stored. A
+// revoke refused for a missing build says how to take back the approval
+// of a build removed since.
+func (a *app) checkBuildArg(ctx context.Context, module, build string, allowMissing, revoke bool) error {
+	w := &events.Want{Modules: []events.WantModule{{Name: module, Build: build}}}
+	if err := bundle.CheckForm(build); err == nil && (allowMissing || !strings.HasPrefix(build, bundle.BuildScheme)) {
+		return nil // nothing more to check: no connection
+	}
+	nc, err := a.conn.connect("meshfold-cli", a)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, err := a.stream.reader(nc, query.Config{})
+	if err != nil {
+		return err
+	}
+	err = checkBuilds(ctx, r, w, allowMissing)
+	var coded *codedError
+	if err != nil && revoke && !errors.As(err, &coded) { // missing, not malformed
+		return fmt.Errorf("%w\n(an approval of a build removed since, 'meshfold build rm --force', is taken back with --allow-missing-build)", err)
+	}
+	return err
 }

@@ -208,17 +208,37 @@ not yet settled at that build is held again at what runs by the next plan.
 of a module the node's newest plan does not name is published, as approve
 is, with a note on stderr naming the unknown module.
 
+BUILD is checked as approve checks it: a build of no build's form is refused
+with exit 2; a sha256: build the builds bucket does not hold with exit 1,
+naming the nearest stored (a typo would leave the approval in force).
+--allow-missing-build revokes it anyway: the approval of a build removed
+since ('meshfold build rm --force') is taken back so.
+
 Prints the event's stream sequence; exit 1 if the publish failed, 2 on a
 usage error.
 
 ` + newNodeHelp,
-		Example:           `  meshfold revoke novox nats img:nats-2.10.24 --by alice`,
+		Example: `  meshfold revoke novox nats img:nats-2.10.24 --by alice
+  meshfold revoke novox web sha256:9f1c…(64 hex) --by alice --allow-missing-build   # its bundle was removed since`,
 		Args:              cobra.ExactArgs(3),
 		ValidArgsFunction: a.completeNodes(1),
 	}
-	return a.operatorVerb(cmd, &o, events.KindRevoke, false, false, func(args []string) events.Payload {
+	cmd = a.operatorVerb(cmd, &o, events.KindRevoke, false, false, func(args []string) events.Payload {
 		return &events.Revoke{Module: args[1], Build: args[2], By: o.by}
 	})
+	var allowMissing bool
+	cmd.Flags().BoolVar(&allowMissing, "allow-missing-build", false, "revoke a sha256: build the builds bucket does not hold (an approval of a build removed since); a build of no build's form is refused still")
+	publish := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx, cancel := o.context(cmd)
+		err := a.checkBuildArg(ctx, args[1], args[2], allowMissing, true)
+		cancel()
+		if err != nil {
+			return err
+		}
+		return publish(cmd, args)
+	}
+	return cmd
 }
 
 func newWaiveCmd(a *app) *cobra.Command {

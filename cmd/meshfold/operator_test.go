@@ -445,7 +445,7 @@ func TestOperatorFlow(t *testing.T) {
 		t.Errorf("waive of an unknown module: exit %d, stderr %q", code, errOut)
 	}
 	folded(printedSeq(t, out))
-	out, errOut, code = m.cli(t, "revoke", "ace", "wbe", "sha256:x", "--by", "carol")
+	out, errOut, code = m.cli(t, "revoke", "ace", "wbe", "img:x", "--by", "carol")
 	if code != 0 || !strings.Contains(errOut, `note: ace's newest plan (#`) || !strings.Contains(errOut, `has no module "wbe" (mistyped?`) {
 		t.Errorf("revoke of a module the node never had: exit %d, stderr %q", code, errOut)
 	}
