@@ -387,3 +387,70 @@ func (r *Reader) rolloutUse(ctx context.Context, build string) (reverts, steps [
 func wantNames(modules []events.WantModule, build string) bool {
 	return slices.ContainsFunc(modules, func(m events.WantModule) bool { return m.Build == build })
 }
+
+// RevertMissing is a target's previous want's build that a revert would
+// give back and no node could fetch.
+type RevertMissing struct {
+	Node string
+	// Prev is the previous want's sequence.
+	Prev uint64
+	MissingBuild
+}
+
+// RevertMissing returns, in target order, the builds a revert of s's
+// rollout would give back (each target's previous want, of the targets
+// [rollout.State.GivesBack] names) that no node could run: a bundle
+// build the builds bucket no longer holds ('meshfold build rm --force'
+// since the rollout started), as [Reader.MissingBuilds] judges it. It
+// reads each previous want with a direct get and stats each build once.
+// A previous want the stream no longer holds is left out (the
+// controller says so when it reverts).
+//
+// Errors: the stream's lookup; a get's, other than for no message; the
+// server's on a stat.
+func (r *Reader) RevertMissing(ctx context.Context, s *rollout.State) ([]RevertMissing, error) {
+	nodes := s.GivesBack()
+	if len(nodes) == 0 {
+		return nil, nil
+	}
+	stream, cfg, err := r.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	judged := map[string]*MissingBuild{} // by build; nil: runnable
+	var out []RevertMissing
+	for _, n := range nodes {
+		raw, err := stream.GetMsg(ctx, n.Prev)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("node %s: previous want #%d: %w", n.Name, n.Prev, err)
+		}
+		ev, err := cfg.Subjects().DecodeEvent(raw.Subject, raw.Data, raw.Sequence, raw.Time)
+		if err != nil {
+			continue
+		}
+		w, ok := ev.Payload.(*events.Want)
+		if !ok {
+			continue
+		}
+		for _, m := range w.Modules {
+			mb, seen := judged[m.Build]
+			if !seen {
+				miss, err := r.MissingBuilds(ctx, &events.Want{Modules: []events.WantModule{m}})
+				if err != nil {
+					return nil, err
+				}
+				if len(miss) > 0 {
+					mb = &miss[0]
+				}
+				judged[m.Build] = mb
+			}
+			if mb != nil {
+				out = append(out, RevertMissing{Node: n.Name, Prev: n.Prev, MissingBuild: MissingBuild{Module: m.Name, Build: m.Build, Err: mb.Err}})
+			}
+		}
+	}
+	return out, nil
+}

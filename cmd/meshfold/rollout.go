@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -293,9 +294,10 @@ var verbReasons = map[rollout.Kind]string{
 
 func newRolloutVerbCmd(a *app, kind rollout.Kind, short, long string) *cobra.Command {
 	var (
-		by, reason string
-		id         uint64
-		timeout    time.Duration
+		by, reason   string
+		id           uint64
+		timeout      time.Duration
+		allowMissing bool // revert
 	)
 	cmd := &cobra.Command{
 		Use:   string(kind) + " FLEET --by NAME [--reason TEXT] [--rollout ID]",
@@ -345,6 +347,11 @@ error.`,
 				}
 				return withCode(exitError, fmt.Errorf("%s %s: nothing published: the controller would ignore it: %s%s", kind, fleet, why, hint))
 			}
+			if kind == rollout.KindRevert && !allowMissing {
+				if err := refuseRevertMissing(ctx, a, nc, s, fleet); err != nil {
+					return err
+				}
+			}
 			// Bound to the rollout checked: a newer apply meanwhile makes
 			// the controller ignore it (DESIGN.md §11).
 			op.Rollout = s.Rollout.ID
@@ -360,6 +367,17 @@ error.`,
 	_ = cmd.MarkFlagRequired("by")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit (one line)")
 	cmd.Flags().Uint64Var(&id, "rollout", 0, "the rollout meant (its id, the start's sequence); 0: whichever is newest when the verb runs")
+	if kind == rollout.KindRevert {
+		cmd.Flags().BoolVar(&allowMissing, "allow-missing-build", false, "revert even when a previous want names a bundle build the builds bucket no longer holds (those targets' reverts then fail to fetch it)")
+		cmd.Long += `
+
+A revert gives back previous wants whose bundle builds may have been removed
+since ('meshfold build rm --force'): it is then refused (exit 1, nothing
+published), naming each target and build: push the build again (the same
+content gives the same build), then revert; --allow-missing-build reverts
+anyway, and those targets' reverts fail to fetch it.`
+		cmd.Example += "\n  meshfold rollout revert web --by alice --allow-missing-build   # a previous build was removed: revert the others anyway"
+	}
 	addPublishTimeout(cmd, &timeout)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
@@ -368,4 +386,36 @@ error.`,
 
 func publishRollout(ctx context.Context, js jetstream.JetStream, subj events.Subjects, fleet string, k rollout.Kind, p any) (uint64, error) {
 	return feed.Publish(ctx, js, subj, fleet, k, p, "")
+}
+
+// refuseRevertMissing refuses (exit 1: refused for the state of things,
+// as a want of a build not stored is) a revert of s's rollout that would
+// give a target a previous want naming a bundle build the builds bucket
+// no longer holds (query.Reader.RevertMissing): its revert could not
+// fetch it, and the module would stay down (a reviewer's finding).
+func refuseRevertMissing(ctx context.Context, a *app, nc *nats.Conn, s *rollout.State, fleet string) error {
+	r, err := a.stream.reader(nc, query.Config{})
+	if err != nil {
+		return err
+	}
+	missing, err := r.RevertMissing(ctx, s)
+	if err != nil {
+		return fmt.Errorf("revert %s: could not check the previous wants' builds, so nothing was published: %w (--allow-missing-build reverts unchecked)", fleet, err)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	nodes := map[string]bool{}
+	for i, m := range missing {
+		nodes[m.Node] = true
+		if i == useFirst {
+			fmt.Fprintf(&b, "\n  … and %d more", len(missing)-useFirst)
+			break
+		}
+		fmt.Fprintf(&b, "\n  target %s, previous want #%d: module %s, build %s: %v", m.Node, m.Prev, m.Module, events.Text(m.Build), m.Err)
+	}
+	return fmt.Errorf("revert %s: refused: %s would get back a build the builds bucket no longer holds (removed with 'meshfold build rm --force'?); nothing was published:%s\n"+
+		"their reverts would fail with \"no such bundle\" and the module stay down: push each build again ('meshfold build push PATH' of the same content gives the same build), then revert; --allow-missing-build reverts anyway",
+		fleet, plural(len(nodes), "target"), b.String())
 }
