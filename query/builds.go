@@ -105,6 +105,9 @@ type BuildUse struct {
 	// with them were read from their stored snapshots, as fresh as the
 	// reconciler's last checkpoint.
 	Snapshots bool
+	// Last is the stream's last sequence as the check began: what was
+	// published after it the check may not have seen ([Reader.NamedSince]).
+	Last uint64
 }
 
 // RevertUse is a rollout a revert of which would give Nodes their
@@ -148,11 +151,11 @@ func (r *Reader) BuildUse(ctx context.Context, build string) (BuildUse, error) {
 		return u, err
 	}
 	subj := cfg.Subjects()
-	first, _, err := store.StreamBounds(ctx, stream)
+	first, last, err := store.StreamBounds(ctx, stream)
 	if err != nil {
 		return u, err
 	}
-	u.Snapshots = first > 1
+	u.Snapshots, u.Last = first > 1, last
 	needle := []byte(build)
 	names := func(subject string, seq uint64, data []byte) (string, bool) {
 		node, _, err := subj.Parse(subject)
@@ -453,4 +456,51 @@ func (r *Reader) RevertMissing(ctx context.Context, s *rollout.State) ([]RevertM
 		}
 	}
 	return out, nil
+}
+
+// NamedSince returns what names build among the events stored after
+// sequence after (BuildUse.Last): the nodes a want of which names it,
+// sorted, and the fleets whose newest rollout start gives a want naming
+// it, sorted. 'meshfold build rm' reads it once the bundle is removed, to
+// say what was published between its check and the removal (a want
+// published after this read, by a command that found the build stored
+// before the removal, is not seen: docs/architecture.md, "build rm's
+// window"). The wants are read from the stream's leader (store.ReadFilter),
+// from after on; the starts one a fleet (store.LastPerSubject).
+//
+// Errors: the stream's lookup and reads.
+func (r *Reader) NamedSince(ctx context.Context, build string, after uint64) (wants, starts []string, err error) {
+	_, cfg, err := r.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	subj := cfg.Subjects()
+	needle := []byte(build)
+	seen := map[string]bool{}
+	if err := store.ReadFilter(ctx, r.js, cfg.Name, subj, subj.StoredKind(events.KindWant), "wants", after+1, 0, func(m store.Msg) error {
+		if w, ok := m.Event.Payload.(*events.Want); ok && wantNames(w.Modules, build) && !seen[m.Event.Node] {
+			seen[m.Event.Node] = true
+			wants = append(wants, m.Event.Node)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	if err := store.LastPerSubject(ctx, r.js, cfg.Name, subj.Rollout("*", string(rollout.KindStart)), func(subject string, seq uint64, data []byte) error {
+		if seq <= after || !bytes.Contains(data, needle) {
+			return nil
+		}
+		fleet, _, ok := subj.ParseRollout(subject)
+		var st rollout.Start
+		if ok && !slices.Contains(starts, fleet) && json.Unmarshal(data, &st) == nil &&
+			slices.ContainsFunc(st.Wants, func(w []events.WantModule) bool { return wantNames(w, build) }) {
+			starts = append(starts, fleet)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	slices.Sort(wants)
+	slices.Sort(starts)
+	return wants, starts, nil
 }

@@ -229,7 +229,15 @@ it breaks.
 
 The check reads each node's newest want, have and retire from the stream
 (one pass per kind that delivers only the newest of each node) and each
-fleet's newest rollout (docs/operations.md, "Bundles").`,
+fleet's newest rollout (docs/operations.md, "Bundles").
+
+A want or apply that runs while rm does may find the build stored and
+publish after rm checked: once the bundle is removed, rm reads the wants
+and rollout starts published since its check began, and when one names
+the build it says so and exits 1 (push the build again to mend it). A
+publish that lands after that read, by a command that found the build
+stored before the removal, is not seen: rm a build only once nobody is
+about to name it (docs/architecture.md, "build rm's window").`,
 		Example: `  meshfold build rm sha256:9f1c...
   meshfold build ls -o json | jq -r .build   # the builds stored, newest first
   meshfold build rm sha256:9f1c... --force   # named still: remove it anyway`,
@@ -280,10 +288,22 @@ func runBuildRm(ctx context.Context, a *app, build string, force bool) error {
 			"which can then no longer revert), then rm again; --force removes it anyway",
 			bundle.Short(build), useText(use), st.Bucket()))
 	}
+	buildRmChecked()
 	if err := st.Remove(ctx, build); err != nil {
 		return err
 	}
 	fmt.Fprintf(a.stderr, "meshfold: removed %s from %s\n", bundle.Short(build), st.Bucket())
+	if err == nil {
+		// What was published between the check and the removal (a want
+		// or apply that found the build stored): said, and exit 1, so
+		// that it is pushed again (a reviewer's finding: the window was
+		// silent). docs/architecture.md, "build rm's window".
+		if meanwhile := namedMeanwhile(ctx, r, build, use.Last); meanwhile != "" {
+			return fmt.Errorf("%s was named while rm checked it:%s\n"+
+				"each of those nodes that has not cached it fails to apply it with \"no such bundle\": push it again (meshfold build push PATH of the same content gives the same build)",
+				bundle.Short(build), meanwhile)
+		}
+	}
 	switch {
 	case err != nil:
 		fmt.Fprintf(a.stderr, "warning: --force: removed unchecked (what names it could not be read: %v)\n", err)
@@ -399,4 +419,30 @@ func humanBytes(n uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGT"[exp])
+}
+
+// buildRmChecked runs between build rm's check and its removal: tests
+// publish there what a concurrent want would.
+var buildRmChecked = func() {}
+
+// namedMeanwhile says what named build among the events stored after
+// seq last (query.Reader.NamedSince), a line each; "" when nothing did,
+// or when that could not be read (said on the line then).
+func namedMeanwhile(ctx context.Context, r *query.Reader, build string, last uint64) string {
+	wants, starts, err := r.NamedSince(ctx, build, last)
+	if err != nil {
+		return "\n  (what was published since the check could not be read: " + err.Error() + ")"
+	}
+	var b strings.Builder
+	if n := len(wants); n > 0 {
+		s := strings.Join(wants[:min(n, useFirst)], ", ")
+		if n > useFirst {
+			s += fmt.Sprintf(" and %d more", n-useFirst)
+		}
+		fmt.Fprintf(&b, "\n  %s published a want naming it since the check began (#%d): %s", plural(n, "node"), last, s)
+	}
+	for _, f := range starts {
+		fmt.Fprintf(&b, "\n  fleet %s started a rollout giving it since the check began (#%d) ('meshfold rollout status %s')", f, last, f)
+	}
+	return b.String()
 }
