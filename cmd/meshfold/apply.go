@@ -132,7 +132,21 @@ revert names it.`,
 				return err
 			}
 			fmt.Fprintf(a.stdout, "rollout %d of fleet %s started\n", id, fleet.Name)
-			return nil
+			if o.allowMissing {
+				return nil
+			}
+			// A build removed between the check and the start (a
+			// 'meshfold build rm' beside it): said (want.go,
+			// removedMeanwhile).
+			w := &events.Want{}
+			for _, c := range plan.Cands {
+				w.Modules = append(w.Modules, c.Want...)
+			}
+			r, err := a.stream.reader(nc, query.Config{})
+			if err != nil {
+				return nil
+			}
+			return removedMeanwhile(ctx, r, w)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the fleet file (YAML or JSON)")

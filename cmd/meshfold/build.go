@@ -235,9 +235,11 @@ A want or apply that runs while rm does may find the build stored and
 publish after rm checked: once the bundle is removed, rm reads the wants
 and rollout starts published since its check began, and when one names
 the build it says so and exits 1 (push the build again to mend it). A
-publish that lands after that read, by a command that found the build
-stored before the removal, is not seen: rm a build only once nobody is
-about to name it (docs/architecture.md, "build rm's window").`,
+publish that lands after that read is said by the want or apply itself,
+which checks its builds again once published (exit 1 too). On a
+replicated stream a replica behind its leader may answer that check, so
+rm a build only once nobody is about to name it (docs/architecture.md,
+"build rm's window").`,
 		Example: `  meshfold build rm sha256:9f1c...
   meshfold build ls -o json | jq -r .build   # the builds stored, newest first
   meshfold build rm sha256:9f1c... --force   # named still: remove it anyway`,

@@ -253,3 +253,23 @@ func TestBuildRmSaysAWantPublishedMeanwhile(t *testing.T) {
 		t.Errorf("rm with a want of another build meanwhile: exit %d\n%s%s", code, out, errs)
 	}
 }
+
+// A build removed between want's check and its publish (a build rm run
+// beside it, whose own re-read ran before the publish) is said by the
+// want once published, with exit 1 and how to mend it: each side writes,
+// then reads what the other wrote, so one of them says it.
+func TestWantSaysABuildRemovedMeanwhile(t *testing.T) {
+	m := startMesh(t)
+	v1 := pushExe(t, m, "web", "1")
+	wantChecked = func() {
+		if _, errs, code := m.cli(t, "build", "rm", v1); code != 0 {
+			t.Errorf("rm between the check and the publish: exit %d %s", code, errs)
+		}
+	}
+	t.Cleanup(func() { wantChecked = func() {} })
+	out, errs, code := m.cli(t, "want", "ace", "--new", "-f", writeWantFile(t, `{"modules":[{"name":"web","build":"`+v1+`"}]}`))
+	if code != exitError || !strings.Contains(out, "want ace: stream sequence") || !strings.Contains(errs, "published, but a build was removed meanwhile") ||
+		!strings.Contains(errs, "module web, build "+v1) || !strings.Contains(errs, "push it again") {
+		t.Errorf("want with its build removed meanwhile: exit %d\n%s%s", code, out, errs)
+	}
+}

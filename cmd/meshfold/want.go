@@ -90,6 +90,8 @@ Each refusal names the module, the build and the stored builds nearest to it.
 --allow-missing-build publishes a bundle build not pushed yet (the node's
 apply fails until it is there, and the node retries it, 1 s doubling to
 1 min, so it settles within a minute of the push). --dry-run checks the same.
+Once published, the builds are checked again: one removed meanwhile (a
+'meshfold build rm' run beside the want) is said, exit 1: push it again.
 A build that is no bundle build (not sha256:…, say "img:1") is published with
 a note on stderr: the process runtime, meshfold node's default, cannot run it
 (its apply fails); only an agent run with --runtime record takes it.
@@ -190,6 +192,7 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 	if err := checkBuilds(ctx, r, w, o.allowMissing); err != nil {
 		return err
 	}
+	wantChecked()
 	var opts []store.AppendOpt
 	if expect != nil {
 		opts = append(opts, store.WithExpectLastSubjectSeq(*expect))
@@ -207,6 +210,11 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 		return err
 	}
 	fmt.Fprintf(a.stdout, "want %s: stream sequence %d\n", nodeName, ack.Seq)
+	if !o.allowMissing {
+		if err := removedMeanwhile(ctx, r, w); err != nil {
+			return err
+		}
+	}
 	if note := notBundleNote(w); note != "" {
 		fmt.Fprintln(a.stderr, note)
 	}
@@ -217,6 +225,35 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 		fmt.Fprintf(a.stderr, "note: created node %s: the stream held no event of it before (a mistyped name? 'meshfold retire %s --force --by NAME' forgets it: no agent will ever settle its plan)\n", nodeName, nodeName)
 	}
 	return nil
+}
+
+// wantChecked runs between want's check of its builds and its publish:
+// tests remove a build there as a concurrent 'build rm' would.
+var wantChecked = func() {}
+
+// removedMeanwhile re-reads, once w is published, whether its bundle
+// builds are still stored (query.Reader.MissingBuilds): a 'meshfold build
+// rm' run beside the want may have removed one after the want's check
+// and before its publish, and rm's own re-read may have run before the
+// publish. Each side writes, then reads what the other wrote, so one of
+// them says it (docs/architecture.md, "build rm's window"). Exit 1, as a
+// want of a build not stored is refused; nil when the read fails.
+func removedMeanwhile(ctx context.Context, r *query.Reader, w *events.Want) error {
+	missing, err := r.MissingBuilds(ctx, w)
+	if err != nil || len(missing) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for _, m := range missing {
+		fmt.Fprintf(&b, "\n  module %s, build %s: %v", m.Module, m.Build, m.Err)
+	}
+	was := "a build was"
+	if len(missing) > 1 {
+		was = fmt.Sprintf("%d builds were", len(missing))
+	}
+	return fmt.Errorf("published, but %s removed meanwhile (a 'meshfold build rm' beside this command):%s\n"+
+		"the node fails to fetch it with \"no such bundle\": push it again ('meshfold build push PATH' of the same content gives the same build)",
+		was, b.String())
 }
 
 // knownNode returns how many events the stream holds of node
