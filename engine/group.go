@@ -149,12 +149,13 @@ type Group struct {
 	view       []leaseView          // what the watch says of each lease
 	mine       map[int]*lease
 	acquiring  map[int]bool
-	tryAt      []time.Time // no create of the lease before then (one just failed)
-	memberRev  bool        // a member renewal is in flight
-	memberNext time.Time   // the member key's next renewal
-	memberFail time.Time   // when member renewals started failing; zero while they succeed
-	rewatching bool        // a fresh watch is being read
-	watchNext  time.Time   // when the watch is next replaced by a fresh one
+	tryAt      []time.Time             // no create of the lease before then (one just failed)
+	pending    map[int][]createAttempt // creates of a lease that got no answer since its last answered one
+	memberRev  bool                    // a member renewal is in flight
+	memberNext time.Time               // the member key's next renewal
+	memberFail time.Time               // when member renewals started failing; zero while they succeed
+	rewatching bool                    // a fresh watch is being read
+	watchNext  time.Time               // when the watch is next replaced by a fresh one
 	closing    bool
 	loading    bool // applying a watch's initial values: nothing to log
 	deleting   sync.WaitGroup
@@ -213,7 +214,7 @@ func JoinGroup(ctx context.Context, js jetstream.JetStream, cfg GroupConfig) (*G
 		grants: make(chan Grant, n), notify: make(chan struct{}, 1), events: make(chan func(), 4*n+8),
 		quit:    make(chan struct{}),
 		members: map[string]time.Time{}, view: make([]leaseView, n), mine: map[int]*lease{}, acquiring: map[int]bool{},
-		tryAt: make([]time.Time, n)}, nil
+		tryAt: make([]time.Time, n), pending: map[int][]createAttempt{}}, nil
 }
 
 // openLeaseBucket opens the lease bucket of streamCfg's stream, creating
@@ -597,7 +598,11 @@ func (g *Group) rebalance(ctx context.Context) {
 		g.acquiring[p] = true
 	}
 	if len(free) > 0 {
-		go g.acquire(ctx, free)
+		pending := make([][]createAttempt, len(free))
+		for i, p := range free {
+			pending[i] = slices.Clone(g.livePending(p))
+		}
+		go g.acquire(ctx, free, pending)
 	}
 	if len(released) > 0 {
 		g.log.Info("handing partitions over to other members", "partitions", released, "members", members)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,6 +56,18 @@ type lease struct {
 	releasing bool      // revoked with ErrReleased: delete once stopped
 	renewing  bool      // a renewal is in flight
 	next      time.Time // when the next renewal is due
+	// unanswered: a renewal got no answer since the last one answered (a
+	// timeout: the server may have stored it). A renewal refused as
+	// stale then first looks whether the bucket holds that one (ownStored).
+	unanswered bool
+}
+
+// createAttempt is a create of a partition's lease that got no answer
+// (a timeout: the server may have stored it): its value, unique to the
+// attempt (leaseValue.Since), and when it was sent.
+type createAttempt struct {
+	value []byte
+	sent  time.Time
 }
 
 func (l *lease) valid() bool {
@@ -81,11 +94,15 @@ type leaseValue struct {
 }
 
 // acquire tries to create the leases of partitions ps, concurrently,
-// then hands the results to the loop at once.
-func (g *Group) acquire(ctx context.Context, ps []int) {
+// then hands the results to the loop at once. pending holds, for each of
+// ps, its creates that got no answer: a create refused because the key
+// exists takes the lease when the bucket holds one of them (ownStored),
+// instead of waiting out the TTL of a lease this instance created.
+func (g *Group) acquire(ctx context.Context, ps []int, pending [][]createAttempt) {
 	val, _ := json.Marshal(leaseValue{Group: g.cfg.Name, Instance: g.cfg.Instance, Since: time.Now().UTC()})
 	revs := make([]uint64, len(ps))
 	errs := make([]error, len(ps))
+	adopted := make([]*createAttempt, len(ps))
 	sent := time.Now()
 	actx, cancel := context.WithTimeout(ctx, g.opTimeout())
 	var wg sync.WaitGroup
@@ -94,6 +111,20 @@ func (g *Group) acquire(ctx context.Context, ps []int) {
 		go func() {
 			defer wg.Done()
 			revs[i], errs[i] = g.kv.Create(actx, leaseKey(p), val)
+			if !errors.Is(errs[i], jetstream.ErrKeyExists) {
+				return
+			}
+			for _, a := range pending[i] {
+				// One with too little of its TTL left to renew it in time
+				// is left to expire.
+				if time.Until(a.sent.Add(g.ttl-g.margin())) <= g.opTimeout()+retryEvery {
+					continue
+				}
+				if rev, ok := g.ownStored(ctx, leaseKey(p), a.value, 0); ok {
+					revs[i], errs[i], adopted[i] = rev, nil, &a
+					return
+				}
+			}
 		}()
 	}
 	wg.Wait()
@@ -101,17 +132,56 @@ func (g *Group) acquire(ctx context.Context, ps []int) {
 	g.post(func() {
 		for i, p := range ps {
 			g.acquiring[p] = false
-			if err := errs[i]; err != nil {
+			err := errs[i]
+			switch {
+			case err == nil:
+				delete(g.pending, p)
+			case store.Unanswered(err):
+				g.pending[p] = append(g.livePending(p), createAttempt{value: val, sent: sent})
+			}
+			if err != nil {
 				g.tryAt[p] = time.Now().Add(retryEvery)
 				if !errors.Is(err, jetstream.ErrKeyExists) {
 					g.log.Debug("acquire partition lease", "partition", p, "err", err)
 				}
 				continue
 			}
+			if a := adopted[i]; a != nil {
+				g.log.Info("partition lease created by a create that got no answer: taken", "partition", p, "revision", revs[i])
+				g.grant(p, revs[i], a.value, a.sent)
+				continue
+			}
 			g.grant(p, revs[i], val, sent)
 		}
 		g.setOwned()
 	})
+}
+
+// livePending forgets partition p's unanswered creates that no lease can
+// be held by any more (sent a TTL ago or more) and returns the others.
+func (g *Group) livePending(p int) []createAttempt {
+	live := slices.DeleteFunc(g.pending[p], func(a createAttempt) bool { return time.Since(a.sent) >= g.ttl })
+	if len(live) == 0 {
+		delete(g.pending, p)
+		return nil
+	}
+	g.pending[p] = live
+	return live
+}
+
+// ownStored reports the revision, newer than after, at which the bucket
+// holds key with value: a write of this instance's that got no answer
+// (its reply lost to a timeout on a loaded or electing cluster) but that
+// the server stored. value is unique to this instance's lease (it holds
+// the time of its creation), and nobody else writes it.
+func (g *Group) ownStored(ctx context.Context, key string, value []byte, after uint64) (uint64, bool) {
+	gctx, cancel := context.WithTimeout(ctx, g.opTimeout())
+	defer cancel()
+	e, err := g.kv.Get(gctx, key)
+	if err != nil || e.Operation() != jetstream.KeyValuePut || e.Revision() <= after || !bytes.Equal(e.Value(), value) {
+		return 0, false
+	}
+	return e.Revision(), true
 }
 
 // grant records an acquired lease and hands it to the reconciler.
@@ -173,27 +243,44 @@ func (g *Group) renew(ctx context.Context) {
 			continue
 		}
 		l.renewing = true
-		rev := l.rev
+		rev, unanswered := l.rev, l.unanswered
 		go func() {
 			sent := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, g.opTimeout())
 			nrev, err := g.kv.Update(rctx, leaseKey(l.p), l.value, rev)
 			cancel()
+			stale := errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) ||
+				errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(store.ServerError(err), store.ErrConflict)
+			// Refused as stale after a renewal that got no answer: that
+			// one may have been stored (a loaded cluster answered after
+			// the timeout), and the lease is still this instance's, at its
+			// revision. Every lease of a member under -race on two loaded
+			// cores was revoked as lost that way, at once.
+			var stored uint64
+			if stale && unanswered {
+				stored, _ = g.ownStored(ctx, leaseKey(l.p), l.value, rev)
+			}
 			g.post(func() {
 				l.renewing = false
 				switch {
 				case err == nil:
-					l.rev = nrev
+					l.rev, l.unanswered = nrev, false
 					l.next = sent.Add(g.renewEvery())
 					l.mu.Lock()
 					l.deadline = sent.Add(g.ttl - g.margin())
 					l.mu.Unlock()
 					l.timer.Reset(time.Until(l.deadline))
-				case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists),
-					errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(store.ServerError(err), store.ErrConflict):
+				case stored > 0:
+					// Renewed from that revision at the next tick; the
+					// deadline stays that of the last answered renewal.
+					l.rev, l.unanswered = stored, false
+					l.next = time.Now()
+					g.log.Debug("renew partition lease: a renewal that got no answer was stored", "partition", l.p, "revision", stored)
+				case stale:
 					// Expired, perhaps taken: it is not ours any more.
 					l.revoke(fmt.Errorf("%w: %v", ErrLeaseLost, err))
 				default:
+					l.unanswered = true
 					l.next = time.Now().Add(retryEvery)
 					g.log.Debug("renew partition lease; retrying", "partition", l.p, "err", err)
 				}
