@@ -139,6 +139,7 @@ type agentRecord struct {
 	seq   uint64
 	up    bool
 	claim string
+	why   events.AgentWhy // a down's
 }
 
 // watchAgents records agent transitions until ctx ends. It returns only
@@ -417,7 +418,7 @@ func (w *agentWatch) lastRecord(ctx context.Context, node string) (*agentRecord,
 	}
 	rec := &agentRecord{seq: m.Event.Seq}
 	if a, ok := m.Event.Payload.(*events.Agent); ok {
-		rec.up, rec.claim = a.State == events.AgentUp, a.Claim
+		rec.up, rec.claim, rec.why = a.State == events.AgentUp, a.Claim, a.Why
 	} else {
 		// Not understood (a newer schema): taken as a down of no claim,
 		// so what the bucket holds now is recorded after it.
@@ -431,9 +432,17 @@ func (w *agentWatch) lastRecord(ctx context.Context, node string) (*agentRecord,
 // says (ls), or nil when rec already says it: a claim seen while the
 // newest event is a down (or none) is up; a claim other than the one
 // recorded up is first that one's down (replaced); no lease while the
-// newest event is up is that claim's down.
+// newest event is up is that claim's down. A claim recorded down as
+// released or replaced is over (its agent never writes that lease
+// again; an expired one's may, claiming it again): seen again, it is a
+// view behind the bucket's, and nil. An instance whose watch lagged
+// (-race on a loaded machine) recorded "up c3" after another had
+// recorded c3's release, then c3's release again.
 func (w *agentWatch) next(rec *agentRecord, ls *nodeLease) *events.Agent {
 	switch {
+	case ls.present && !rec.up && rec.seq != 0 && rec.claim == ls.holder.Token &&
+		(rec.why == events.WhyReleased || rec.why == events.WhyReplaced):
+		return nil
 	case ls.present && (!rec.up || rec.seq == 0):
 		return &events.Agent{State: events.AgentUp, Claim: ls.holder.Token, Host: ls.holder.Host, PID: ls.holder.PID}
 	case ls.present && rec.claim != ls.holder.Token:
@@ -496,7 +505,7 @@ func (w *agentWatch) sync(ctx context.Context, node string) {
 			w.fail(node, err)
 			return
 		}
-		w.last[node] = &agentRecord{seq: ack.Seq, up: a.State == events.AgentUp, claim: a.Claim}
+		w.last[node] = &agentRecord{seq: ack.Seq, up: a.State == events.AgentUp, claim: a.Claim, why: a.Why}
 		if w.m != nil && w.m.Agents != nil {
 			w.m.Agents.WithLabelValues(string(a.State)).Inc()
 		}
