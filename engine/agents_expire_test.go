@@ -132,10 +132,19 @@ func TestExpiryPassWaitsForTheConnection(t *testing.T) {
 		}
 		return out
 	}
-	// The n<i> leases, never renewed, are unrenewed for longer than the
-	// TTL once their ups are recorded and a TTL has passed (the ups are
-	// recorded from the watch's entries, which do not wait for ticks).
-	waitfor.Until(t, 20*time.Second, "n9's up", func() bool { return slices.Equal(agentsOf("n9"), []string{"up k9"}) })
+	// The n<i> leases, not renewed after n9's up, are unrenewed for
+	// longer than the TTL once a TTL has passed (the ups are recorded from
+	// the watch's entries, which do not wait for ticks). n9 is renewed
+	// until its up: put once before the watch started, it lived one TTL
+	// (1 s), which the watch's start can outrun under -race on a loaded
+	// machine, and the watch then never saw it.
+	waitfor.Until(t, 20*time.Second, "n9's up", func() bool {
+		if slices.Equal(agentsOf("n9"), []string{"up k9"}) {
+			return true
+		}
+		put("n9", "k9")
+		return false
+	})
 	kv.armed.Store(true)
 	unrenewed := time.Now().Add(2 * ttl)
 	waitfor.Until(t, 20*time.Second, "the n<i> leases unrenewed for two TTLs", func() bool { return time.Now().After(unrenewed) })

@@ -103,12 +103,25 @@ func TestAgentSweepOffTheLoop(t *testing.T) {
 		t.Fatal("the watch made no sweep")
 	}
 	v, _ := json.Marshal(store.Holder{Role: "node", Name: "ace", Host: "h1", PID: 2, Token: "a1"})
-	if _, err := kv.Put(ctx, "ace", v); err != nil {
-		t.Fatal(err)
+	// ace's agent renews its lease (the same value: no transition) until
+	// it releases it: a lease put once lives one TTL (1 s), which the wait
+	// for its up outran under -race on a loaded machine, and its expiry
+	// was recorded instead of its release.
+	renew := func() {
+		t.Helper()
+		if _, err := kv.Put(ctx, "ace", v); err != nil {
+			t.Fatal(err)
+		}
 	}
+	renew()
 	waitfor.Until(t, 20*time.Second, "ace's up while the sweep waits", func() bool {
-		return slices.Equal(agentsOf("ace"), []string{"up a1"})
+		if slices.Equal(agentsOf("ace"), []string{"up a1"}) {
+			return true
+		}
+		renew()
+		return false
 	})
+	renew()
 	if err := kv.Delete(ctx, "ace"); err != nil {
 		t.Fatal(err)
 	}

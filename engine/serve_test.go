@@ -33,7 +33,10 @@ func startServe(t *testing.T, e *embedded.Server, cfg engine.Config) *served {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(testCtx(t))
+	// Not testCtx's 30 s: a Serve lives until the test or its cleanup
+	// ends it, and a test longer than 30 s under load (TestAgentLiveness
+	// waits out two graces) had its first reconcilers stop mid-test.
+	ctx, cancel := context.WithCancel(context.Background())
 	s := &served{nc: nc, cancel: cancel, ready: make(chan *engine.Reconciler, 1), done: make(chan error, 1)}
 	cfg.Ready = func(_ context.Context, r *engine.Reconciler) { s.ready <- r }
 	if cfg.Logger == nil {
