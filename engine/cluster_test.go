@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -163,6 +164,16 @@ func nodesIn(partitions, lo, hi, n int) []string {
 // every knock included, stored exactly once.
 func TestGroupFailoverOnCluster(t *testing.T) {
 	g, c := newClusterRig(t)
+	// The waits bound a failing run only: under -race at load 29 the
+	// cluster committed nothing for 20 s (a member's renewals failed for
+	// 21.7 s), every lease expired, and 20 s waits timed out while the
+	// members were still to take their partitions back.
+	const wait = 2 * time.Minute
+	g.wait = wait
+	eventually := func(t *testing.T, what string, cond func() bool) {
+		t.Helper()
+		waitfor.Until(t, wait, what, cond)
+	}
 	// Not shorter: every lease write is a raft commit on three servers,
 	// and under -race on two loaded cores those took over the 500 ms a
 	// 2 s TTL allows each one (ttl/4): the members lost and retook their

@@ -817,7 +817,9 @@ func (g *rig) tryRounds(ctx context.Context, node string, n int, logf func(strin
 				return err
 			}
 		}
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		// 30 s, or the rig's plan wait when longer (a test that sets it
+		// longer expects a slow cluster).
+		wctx, cancel := context.WithTimeout(ctx, max(30*time.Second, g.wait))
 		_, err = waitfor.Poll(wctx, fmt.Sprintf("node %s round %d's knock", node, i), func() (int, bool) {
 			k, err := g.tryKnocksOf(wctx, node, logf)
 			return k, err == nil && k == i+2
