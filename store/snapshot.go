@@ -278,6 +278,12 @@ func (s *Snapshots) PutSummarizedAt(ctx context.Context, partition int, states, 
 				}
 			}
 			<-s.slots
+			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() != nil {
+				// Stalled until ctx ended: the server answered none of
+				// the pending publishes in time. Say so (Unanswered),
+				// not only that the limit was full.
+				err = fmt.Errorf("%w: %w", ctx.Err(), err)
+			}
 			fail(fmt.Errorf("put snapshot of %s: %w", node, err))
 			break
 		}
