@@ -57,9 +57,11 @@ type lease struct {
 	renewing  bool      // a renewal is in flight
 	next      time.Time // when the next renewal is due
 	// unanswered: a renewal got no answer since the last one answered (a
-	// timeout: the server may have stored it). A renewal refused as
-	// stale then first looks whether the bucket holds that one (ownStored).
-	unanswered bool
+	// timeout: the server may have stored it), the first of them sent at
+	// unansweredSince. A renewal refused as stale then first looks
+	// whether the bucket holds one of them (ownStored).
+	unanswered      bool
+	unansweredSince time.Time
 }
 
 // createAttempt is a create of a partition's lease that got no answer
@@ -68,6 +70,16 @@ type lease struct {
 type createAttempt struct {
 	value []byte
 	sent  time.Time
+}
+
+// extend moves the lease's deadline to d when d is later. Loop only.
+func (l *lease) extend(d time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d.After(l.deadline) {
+		l.deadline = d
+		l.timer.Reset(time.Until(d))
+	}
 }
 
 func (l *lease) valid() bool {
@@ -120,7 +132,7 @@ func (g *Group) acquire(ctx context.Context, ps []int, pending [][]createAttempt
 				if time.Until(a.sent.Add(g.ttl-g.margin())) <= g.opTimeout()+retryEvery {
 					continue
 				}
-				if rev, ok := g.ownStored(ctx, leaseKey(p), a.value, 0); ok {
+				if rev, _ := g.ownStored(ctx, leaseKey(p), a.value, 0); rev > 0 {
 					revs[i], errs[i], adopted[i] = rev, nil, &a
 					return
 				}
@@ -173,15 +185,22 @@ func (g *Group) livePending(p int) []createAttempt {
 // holds key with value: a write of this instance's that got no answer
 // (its reply lost to a timeout on a loaded or electing cluster) but that
 // the server stored. value is unique to this instance's lease (it holds
-// the time of its creation), and nobody else writes it.
-func (g *Group) ownStored(ctx context.Context, key string, value []byte, after uint64) (uint64, bool) {
+// the time of its creation), and nobody else writes it. 0: the bucket
+// holds something else, or the read failed (err).
+func (g *Group) ownStored(ctx context.Context, key string, value []byte, after uint64) (uint64, error) {
 	gctx, cancel := context.WithTimeout(ctx, g.opTimeout())
 	defer cancel()
 	e, err := g.kv.Get(gctx, key)
-	if err != nil || e.Operation() != jetstream.KeyValuePut || e.Revision() <= after || !bytes.Equal(e.Value(), value) {
-		return 0, false
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
 	}
-	return e.Revision(), true
+	if err != nil {
+		return 0, err
+	}
+	if e.Operation() != jetstream.KeyValuePut || e.Revision() <= after || !bytes.Equal(e.Value(), value) {
+		return 0, nil
+	}
+	return e.Revision(), nil
 }
 
 // grant records an acquired lease and hands it to the reconciler.
@@ -257,32 +276,38 @@ func (g *Group) renew(ctx context.Context) {
 			// revision. Every lease of a member under -race on two loaded
 			// cores was revoked as lost that way, at once.
 			var stored uint64
+			var readErr error
 			if stale && unanswered {
-				stored, _ = g.ownStored(ctx, leaseKey(l.p), l.value, rev)
+				stored, readErr = g.ownStored(ctx, leaseKey(l.p), l.value, rev)
 			}
 			g.post(func() {
 				l.renewing = false
 				switch {
 				case err == nil:
-					l.rev, l.unanswered = nrev, false
+					l.rev, l.unanswered, l.unansweredSince = nrev, false, time.Time{}
 					l.next = sent.Add(g.renewEvery())
-					l.mu.Lock()
-					l.deadline = sent.Add(g.ttl - g.margin())
-					l.mu.Unlock()
-					l.timer.Reset(time.Until(l.deadline))
+					l.extend(sent.Add(g.ttl - g.margin()))
 				case stored > 0:
-					// Renewed from that revision at the next tick; the
-					// deadline stays that of the last answered renewal.
-					l.rev, l.unanswered = stored, false
+					// One of the renewals that got no answer was stored, and
+					// none was sent before the first of them: the server
+					// keeps the key a TTL from then at least, as for an
+					// answered renewal sent then. Renewed from that revision
+					// at the next tick.
+					l.extend(l.unansweredSince.Add(g.ttl - g.margin()))
+					l.rev, l.unanswered, l.unansweredSince = stored, false, time.Time{}
 					l.next = time.Now()
 					g.log.Debug("renew partition lease: a renewal that got no answer was stored", "partition", l.p, "revision", stored)
-				case stale:
+				case stale && readErr == nil:
 					// Expired, perhaps taken: it is not ours any more.
 					l.revoke(fmt.Errorf("%w: %v", ErrLeaseLost, err))
 				default:
-					l.unanswered = true
+					// No answer (or the look at the key got none): sent
+					// again at the next tick, until the deadline.
+					if !l.unanswered && err != nil && !stale {
+						l.unanswered, l.unansweredSince = true, sent
+					}
 					l.next = time.Now().Add(retryEvery)
-					g.log.Debug("renew partition lease; retrying", "partition", l.p, "err", err)
+					g.log.Debug("renew partition lease; retrying", "partition", l.p, "err", err, "read", readErr)
 				}
 			})
 		}()

@@ -23,7 +23,8 @@ type lostAnswers struct {
 	jetstream.KeyValue
 	key              string
 	loseCreate       atomic.Bool
-	loseUpdate       atomic.Bool
+	loseUpdate       atomic.Bool // the next one
+	loseUpdates      atomic.Bool // every one
 	creates, updates atomic.Int32
 }
 
@@ -45,7 +46,7 @@ func (kv *lostAnswers) Update(ctx context.Context, key string, value []byte, las
 		return rev, err
 	}
 	kv.updates.Add(1)
-	if kv.loseUpdate.CompareAndSwap(true, false) {
+	if kv.loseUpdate.CompareAndSwap(true, false) || kv.loseUpdates.Load() {
 		return 0, context.DeadlineExceeded
 	}
 	return rev, nil
@@ -134,6 +135,33 @@ func TestLeaseRenewalStoredUnanswered(t *testing.T) {
 	}
 	if kv.loseUpdate.Load() {
 		t.Fatal("no renewal went unanswered")
+	}
+}
+
+// A member whose every renewal is stored but answered after its deadline
+// (a cluster that answers slower than the member waits, for longer than
+// the TTL) keeps its lease: each renewal refused as stale finds the one
+// before stored, and the deadline moves on from when the first
+// unanswered one was sent, as it would from an answered one. Kept at the
+// deadline of the last answered renewal, it was revoked a TTL later
+// while the server kept renewing the key.
+func TestLeaseRenewalsStoredUnansweredForLong(t *testing.T) {
+	kv, grants := leaseAnswerRig(t, func(kv *lostAnswers) {})
+	gr := grantOf(t, grants, 0)
+	kv.loseUpdates.Store(true)
+	from, ttl := time.Now(), 3*time.Second
+	waitfor.Until(t, time.Minute, "two TTLs of unanswered renewals, or the lease lost", func() bool {
+		return time.Since(from) > 2*ttl || gr.Revoked.Err() != nil
+	})
+	if err := gr.Revoked.Err(); err != nil {
+		t.Fatalf("partition 0 revoked after %s of renewals stored without an answer (TTL %s): %v",
+			time.Since(from).Round(time.Millisecond), ttl, context.Cause(gr.Revoked))
+	}
+	if !gr.Valid() {
+		t.Fatal("the lease is past its deadline")
+	}
+	if n := kv.updates.Load(); n < 4 {
+		t.Fatalf("%d renewals stored in two TTLs", n)
 	}
 }
 
