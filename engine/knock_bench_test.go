@@ -40,9 +40,10 @@ const knockLoad = 50_000
 // rounds ran, and `backlog-events` what it had not folded at their end.
 // A load above the rate the reconciler folds grows the backlog, and each
 // knock waits behind it: the load holds while more than
-// MESHFOLD_KNOCK_BACKLOG (default 5,000) of its events are unfolded
+// MESHFOLD_KNOCK_BACKLOG (default 1,000) of its events are unfolded
 // (holdAbove), so that it runs at most at the rate the reconciler
-// sustains; MESHFOLD_KNOCK_RATE=N offers N events/s instead of knockLoad
+// sustains (at that rate a knock waits behind the held backlog: the
+// goal's figure is taken at a rate below it); MESHFOLD_KNOCK_RATE=N offers N events/s instead of knockLoad
 // (BenchmarkKnockLoadCeiling's fold-* measure the rate sustained), and
 // loadGenFromEnv's knobs set the generator.
 //
