@@ -187,7 +187,17 @@ func (w *agentWatch) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = watcher.Stop() }()
+	defer func() {
+		// Stopping deletes the watch's consumer, a request the stop need
+		// not wait for: against a server that is gone (kill -9) it
+		// waited out the client's 5 s timeout. What the watch still
+		// delivers is drained; the channel closes once it is stopped.
+		go func() {
+			_ = watcher.Stop()
+			for range watcher.Updates() {
+			}
+		}()
+	}()
 	tick := time.NewTicker(agentCheck)
 	defer tick.Stop()
 	initial := true

@@ -181,6 +181,77 @@ func (r *Reconciler) awaitLeaders(ctx context.Context) bool {
 		case <-time.After(b.NextBackOff()):
 		}
 	}
+	if ctx.Err() != nil {
+		return true // the ride-out's end, or the caller's: no leader seen
+	}
 	r.log.Info("stream and snapshot bucket have leaders again", "waited", time.Since(started).Round(time.Millisecond))
 	return true
+}
+
+// A stopping partition rides out no election that cannot come. When the
+// stream and the snapshot bucket have one replica each, a leader that is
+// gone is a server that is gone: no other replica will be elected, and a
+// wait for leaders is a wait for that server's restart. A stop (SIGTERM
+// to serve or reconcile against a kill -9'd nats-server) waited out the
+// whole ride-out (electionRideOut, 20 s) and an attempt more before it
+// gave its final snapshot up: 30 s. So once the partition is stopping
+// (its final snapshot being written, or a live write begun before the
+// stop), noRideOut holds and a write or read left unanswered is not
+// tried again while the connection is down, nor after a refusal or an
+// attempt of ackTimeout (retry, rideAgain), and a wait for leaders under
+// way ends (awaitLeaders). The partition then stops with its final
+// snapshot unwritten (Unsaved): a restart refolds it from the previous
+// one, as after any failed final write. A running partition still rides
+// out its standalone server's restart (its session restarts once the
+// server answers), and with more than one replica a stop still rides out
+// an election: it comes in seconds (docs/architecture.md, "On a cluster
+// (R3)").
+
+// noRideOut reports whether p is stopping and no election can come
+// (neither the stream nor the snapshot bucket is replicated).
+func (p *partition) noRideOut() bool {
+	if p.r.replicated || p.stopping == nil {
+		return false
+	}
+	select {
+	case <-p.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// giveUp reports whether p, stopping with no election to come
+// (noRideOut), gives a write or read up after an attempt of attempt that
+// got no answer (timedOut: its deadline passed; otherwise refused at
+// once, no responders or no leader): when the connection is down (only
+// the server's restart would answer), the answer was a refusal, or the
+// attempt had ackTimeout. A connected server that was slow to answer
+// (a loaded machine) is asked again, each attempt's deadline doubled,
+// as before.
+func (p *partition) giveUp(timedOut bool, attempt time.Duration) bool {
+	return p.noRideOut() && (!p.r.js.Conn().IsConnected() || !timedOut || attempt >= ackTimeout)
+}
+
+// awaitLeaders is the reconciler's awaitLeaders for a write or read of
+// p: none when p is stopping and no election can come (noRideOut), and
+// one under way ends when p stops, unless the stream or the snapshot
+// bucket is replicated.
+func (p *partition) awaitLeaders(ctx context.Context) bool {
+	if p.noRideOut() {
+		return false
+	}
+	if !p.r.replicated && p.stopping != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-p.stopping:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return p.r.awaitLeaders(ctx)
 }

@@ -250,7 +250,7 @@ func TestUnsavedSnapshots(t *testing.T) {
 	rn = g.startCfg(engine.ReconcilerConfig{SnapshotInterval: time.Hour, SnapshotEvery: 1 << 20, Logger: testLogger(t)})
 	g.planFor("ace", g.append("ace", want("pg:2")))
 	e.Shutdown()
-	rn.stop(t)
+	rn.stopWithin(t, deadStopWait) // no election to ride out (one replica)
 	u := rn.r.Unsaved()
 	if _, ok := u[events.Partition("ace", cfg.Partitions)]; !ok {
 		t.Fatalf("the server stopped before the final snapshot, and Unsaved is %v", u)

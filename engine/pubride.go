@@ -88,13 +88,15 @@ func (s *session) rideAgain(ctx context.Context, ride *pubRide, cause error, n i
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if r.js.Conn().IsClosed() {
+	if r.js.Conn().IsClosed() || s.p.noRideOut() && !r.js.Conn().IsConnected() {
+		// Closed for good, or the partition is stopping and its
+		// standalone server is gone (noRideOut).
 		return cause
 	}
 	if err := s.p.lost(); err != nil {
 		return err
 	}
-	if !r.awaitLeaders(ctx) {
+	if !s.p.awaitLeaders(ctx) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

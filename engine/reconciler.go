@@ -192,14 +192,21 @@ type Reconciler struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	snaps  *store.Snapshots
-	key    []byte // signs effect message ids: see store.EffectMsgID
-	pub    *store.Publisher
-	cfg    ReconcilerConfig
-	subj   events.Subjects
-	log    *slog.Logger
-	tr     trace.Tracer // nil: tracing off
-	m      *Metrics
-	static []int // the fixed partitions, when cfg.Grants is nil
+	// replicated: the stream has more than one replica (and the snapshot
+	// bucket, made with the stream's count), so that a leader lost is
+	// replaced by an election. Not replicated, a stopping partition rides
+	// out none (noRideOut). The bucket's own count is not asked for: its
+	// stream's info, asked right after its creation on a cluster, was not
+	// found yet (10059) and failed NewReconciler.
+	replicated bool
+	key        []byte // signs effect message ids: see store.EffectMsgID
+	pub        *store.Publisher
+	cfg        ReconcilerConfig
+	subj       events.Subjects
+	log        *slog.Logger
+	tr         trace.Tracer // nil: tracing off
+	m          *Metrics
+	static     []int // the fixed partitions, when cfg.Grants is nil
 
 	mu    sync.RWMutex // guards parts
 	parts map[int]*partition
@@ -283,7 +290,8 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 		}
 	}
 	r := &Reconciler{electCh: make(chan struct{}), js: js, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(js, scfg.Subjects()),
-		cfg: cfg, subj: scfg.Subjects(), log: cfg.Logger, tr: tracing.Tracer(cfg.Tracing), m: cfg.Metrics, parts: map[int]*partition{},
+		replicated: stream.CachedInfo().Config.Replicas > 1 || scfg.Replicas > 1,
+		cfg:        cfg, subj: scfg.Subjects(), log: cfg.Logger, tr: tracing.Tracer(cfg.Tracing), m: cfg.Metrics, parts: map[int]*partition{},
 		heap: newHeapRelease(cfg.Metrics.HeapReleases), tails: newTailGate(), passes: make(chan struct{}, restPasses(cfg.RestPasses)), first: newFirstLoads()}
 	if cfg.Grants != nil {
 		return r, nil
@@ -548,6 +556,10 @@ type partition struct {
 	folded atomic.Uint64
 	// loaded marks the partition's first load over (Reconciler.first).
 	loaded func()
+	// stopping is closed once the partition stops (Run's ctx ended, or
+	// its grant was revoked): its final snapshot is being written. Nil
+	// (never) for a partition built outside run.
+	stopping <-chan struct{}
 }
 
 // lost returns an error wrapping [ErrLeaseLost] once the partition may
@@ -576,6 +588,7 @@ func (p *partition) run(ctx context.Context) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	defer context.AfterFunc(p.revoked, stop)()
+	p.stopping = ctx.Done()
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))
 	for {

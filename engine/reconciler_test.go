@@ -71,6 +71,12 @@ func (g *rig) start(faults engine.Faults) *running {
 
 func (rn *running) stop(t *testing.T) {
 	t.Helper()
+	rn.stopWithin(t, stopWait)
+}
+
+// stopWithin is stop bounded by d.
+func (rn *running) stopWithin(t *testing.T, d time.Duration) {
+	t.Helper()
 	rn.cancel()
 	select {
 	case err := <-rn.done:
@@ -78,15 +84,17 @@ func (rn *running) stop(t *testing.T) {
 		if err != nil {
 			t.Fatalf("graceful stop: %v", err)
 		}
-	case <-time.After(stopWait):
-		t.Fatal("reconciler did not stop")
+	case <-time.After(d):
+		t.Fatalf("reconciler did not stop within %v", d)
 	}
 }
 
-// stopWait bounds a stop: a final snapshot whose server is gone rides
-// out an election (electionRideOut, 20 s) before it gives up, and took
-// 27-30 s of the 30 s this was on a loaded 2-core machine
-// (TestUnsavedSnapshots failed so at load 25).
+// stopWait bounds a stop, and Run's end (wait): a final snapshot whose
+// replicated stream is electing a leader rides the election out
+// (electionRideOut, 20 s) before it gives up, which took 27-30 s on a
+// loaded 2-core machine. With one replica such a stop rides out none
+// (noRideOut): TestUnsavedSnapshots and TestStopAgainstAKilledServer
+// bound it by deadStopWait.
 const stopWait = time.Minute
 
 // wait returns Run's error, failing the test if it does not end.

@@ -201,6 +201,14 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
+			if !nc.IsConnected() && scfg.Replicas <= 1 {
+				// Its server is gone and no other holds the bucket:
+				// a delete would wait out rctx unanswered. A successor
+				// on this host takes a dead holder's lease at once.
+				lease.Abandon()
+				log.Warn("stream lease not released: its server is gone; it expires after its TTL", "ttl", lease.TTL())
+				return
+			}
 			if err := lease.Release(rctx); err != nil {
 				log.Warn("stream lease not released; it expires after its TTL", "ttl", lease.TTL(), "err", err)
 			}

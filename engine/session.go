@@ -1671,10 +1671,10 @@ func (p *partition) retry(ctx context.Context, write func(context.Context) (prog
 			attempt = min(2*attempt, ackTimeout)
 			continue
 		}
-		if time.Since(started) > electionRideOut {
+		if time.Since(started) > electionRideOut || p.giveUp(timedOut, attempt) {
 			return err
 		}
-		if !p.r.awaitLeaders(ctx) {
+		if !p.awaitLeaders(ctx) {
 			if timedOut && attempt >= ackTimeout {
 				return err // no election: slow, as before, past ackTimeout
 			}

@@ -289,6 +289,14 @@ func (l *Lease) renew() {
 			return
 		case <-t.C:
 		}
+		select {
+		case <-l.stop:
+			// A tick and the stop both ready (a renewal that took a
+			// whole tick: the server gone): select chose the tick half
+			// the time, and Release waited a renewal more, each time.
+			return
+		default:
+		}
 		if err := l.renewOnce(); err != nil {
 			l.mu.Lock()
 			l.err = err
@@ -302,9 +310,19 @@ func (l *Lease) renew() {
 // renewOnce renews the lease once. A failure to reach the server is only
 // logged (the next tick tries again); the error returned means the key
 // is another holder's now.
+//
+// Release ends a renewal under way (its ctx): one the server stored
+// unanswered leaves rev behind, which Release reads past.
 func (l *Lease) renewOnce() error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.ttl/4)
 	defer cancel()
+	go func() {
+		select {
+		case <-l.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	l.mu.Lock()
 	rev := l.rev
 	l.mu.Unlock()
@@ -312,6 +330,9 @@ func (l *Lease) renewOnce() error {
 	if err == nil {
 		l.setRev(next)
 		return nil
+	}
+	if errors.Is(err, context.Canceled) {
+		return nil // released
 	}
 	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
 		l.log.Warn("lease not renewed; retrying", "key", l.key, "err", err)
@@ -369,6 +390,14 @@ func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
+}
+
+// Abandon stops renewing and deletes nothing: the key expires after the
+// TTL. For a holder whose server is gone, where a delete would wait out
+// its deadline unanswered. Release after it deletes nothing either.
+func (l *Lease) Abandon() {
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.done
 }
 
 // Release stops renewing and deletes the key at the revision held, so

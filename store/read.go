@@ -189,10 +189,13 @@ const OrderedInactive = 30 * time.Second
 // Ordered consumers are ephemeral but the client does not delete them on
 // Stop: without this, every restart would leave one on the server until
 // its inactivity threshold, and a busy process would reach the server's
-// consumer limit (JetStream error 10026).
+// consumer limit (JetStream error 10026). Not while the connection is
+// down: no server would answer the deletion before its 5 s timeout (a
+// stop against a kill -9'd server waited it out), and the consumer goes
+// by its inactivity threshold (OrderedInactive).
 func DropOrdered(js jetstream.JetStream, stream string, cons jetstream.Consumer) {
 	info := cons.CachedInfo()
-	if info == nil {
+	if info == nil || !js.Conn().IsConnected() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

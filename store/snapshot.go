@@ -303,7 +303,11 @@ func (s *Snapshots) PutSummarizedAt(ctx context.Context, partition int, states, 
 			for range inflight {
 				<-s.slots
 			}
-			fail(fmt.Errorf("put snapshots: %d puts unanswered after %v: %w", len(inflight), SettleWait, context.DeadlineExceeded))
+			why := fmt.Sprintf("after %v", SettleWait)
+			if !s.js.Conn().IsConnected() {
+				why = "with the connection down"
+			}
+			fail(fmt.Errorf("put snapshots: %d puts unanswered %s: %w", len(inflight), why, context.DeadlineExceeded))
 			break
 		}
 	}

@@ -1,0 +1,61 @@
+package engine_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/meshfold/meshfold/engine"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// deadStopWait bounds a stop against a server that is gone, on a stream
+// and a snapshot bucket of one replica: half the election ride-out
+// (20 s), which such a stop used to wait out, and an attempt more (30 s
+// in all by a user's SIGTERM, 0.1 s with noRideOut).
+const deadStopWait = 10 * time.Second
+
+// A reconciler stopped while its standalone nats-server is gone (killed
+// with SIGKILL) stops within deadStopWait, its final snapshot unwritten
+// (Unsaved names the partition): no election can come for one replica,
+// and the final snapshot's write rode one out for 20 s before it gave up.
+func TestStopAgainstAKilledServer(t *testing.T) {
+	ps := storetest.StartProcServer(t)
+	nc, js := ps.Connect(t)
+	stream, cfg, err := store.EnsureStream(testCtx(t), js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &rig{t: t, js: js, stream: stream, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects())}
+	// No checkpoint but the final one: ace's state is still unwritten
+	// when the server dies.
+	rn := g.startCfg(engine.ReconcilerConfig{SnapshotInterval: time.Hour, SnapshotEvery: 1 << 20, Logger: testLogger(t)})
+	g.planFor("ace", g.append("ace", want("pg:1")))
+
+	down := nc.StatusChanged(nats.RECONNECTING)
+	defer nc.RemoveStatusListener(down)
+	ps.Stop() // SIGKILL
+	select {
+	case <-down:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection did not notice its server's kill")
+	}
+	began := time.Now()
+	rn.cancel()
+	select {
+	case err := <-rn.done:
+		rn.done <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	case <-time.After(deadStopWait):
+		t.Fatalf("the reconciler did not stop within %v of its request, its server killed", deadStopWait)
+	}
+	t.Logf("stopped in %v", time.Since(began).Round(time.Millisecond))
+	if _, ok := rn.r.Unsaved()[events.Partition("ace", cfg.Partitions)]; !ok {
+		t.Fatalf("the server was killed before the final snapshot, and Unsaved is %v", rn.r.Unsaved())
+	}
+}
