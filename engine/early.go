@@ -81,6 +81,7 @@ type earlySent struct {
 	ok    <-chan *jetstream.PubAck
 	errc  <-chan error
 	at    time.Time
+	sends sends
 }
 
 // earlyWindow bounds the effects earlyPub has in flight in one session:
@@ -248,6 +249,7 @@ func (s *session) earlySends(ctx context.Context) error {
 		case err == nil:
 			s.remember(f.Msg())
 			sx.ok, sx.errc = f.Ok(), f.Err()
+			sx.sends.out = true
 			s.effectSent(id)
 		case resendable(err) && pm != nil:
 			sx.ok, sx.errc = failedSend(err) // sent again in its turn
@@ -281,10 +283,12 @@ func (s *session) earlyAgain(ctx context.Context, cause error) error {
 			var f jetstream.PubAckFuture
 			if f, refused = s.p.r.pub.ResendAsync(x.pm, true, x.fence); refused == nil {
 				x.ok, x.errc = f.Ok(), f.Err()
+				x.sends.again(true)
 				continue
 			}
 		}
 		x.ok, x.errc = failedSend(refused)
+		x.sends.again(false)
 	}
 	return nil
 }
@@ -375,7 +379,7 @@ func (s *session) earlyAnswered(ctx context.Context, x earlySent, ack *jetstream
 		// the subject's next effect follows it all the same, or the
 		// fence, whichever is later (fenceAfter).
 		sub.last = fenceAfter(x.fence, ack)
-		if !ack.Duplicate && !x.x.poison {
+		if x.sends.counts(ack) && !x.x.poison {
 			c, ok := ep.effects[x.x.e.Kind]
 			if !ok {
 				c = r.m.Effects.WithLabelValues(string(x.x.e.Kind))

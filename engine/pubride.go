@@ -139,6 +139,31 @@ func (s *session) ownCopy(ctx context.Context, e reconcile.Effect, id string) (*
 	return &jetstream.PubAck{Stream: s.p.r.cfg.Stream.Name, Sequence: m.Event.Seq, Duplicate: true}, nil
 }
 
+// sends records, for an effect in flight on a fenced path, whether the
+// send whose answer is awaited went out (not refused at the client) and
+// whether an earlier one did, its answer lost (the ride-out sent the
+// effect again). A duplicate answer to a later send is then the copy an
+// earlier one stored, this session's: the effect is counted as
+// published (meshfold_effects_published_total) and its journal logged
+// once, as a first send's acknowledgement is. A duplicate answer to the
+// first send that went out is a predecessor's copy, counted by the
+// process that sent it. Not told apart: a first send whose own answer,
+// lost, was a duplicate of a predecessor's copy (a predecessor's copy
+// stored past the session's read and an answer lost, both), counted.
+type sends struct {
+	out    bool
+	before bool
+}
+
+// again records that the effect was sent again: out when that send went
+// out.
+func (c *sends) again(out bool) { c.before, c.out = c.before || c.out, out }
+
+// counts reports whether ack, the effect's answer, counts it as
+// published: not a duplicate, or the duplicate of a copy an earlier send
+// of this session stored.
+func (c sends) counts(ack *jetstream.PubAck) bool { return !ack.Duplicate || c.before }
+
 // sendAgain decides, for the i-th of the effects in flight (ok and errc
 // its answer's channels) when the oldest (i 0) got cause, resendable, for
 // an answer, whether to send it again. The oldest is. An answer arrived

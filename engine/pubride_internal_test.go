@@ -3,12 +3,17 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
@@ -175,6 +180,135 @@ func TestLiveResend(t *testing.T) {
 	}
 	if len(s.pending) != 0 {
 		t.Errorf("%d effects still pending", len(s.pending))
+	}
+	// ace's copy, answered as a duplicate of its send's, is published
+	// once, as cat's is; bob's newer plan was acknowledged, the older
+	// never stored.
+	for kind, want := range map[events.Kind]float64{events.KindJournal: 2, events.KindPlan: 1} {
+		if n := testutil.ToFloat64(r.m.Effects.WithLabelValues(string(kind))); n != want {
+			t.Errorf("meshfold_effects_published_total{kind=%q} = %v, want %v", kind, n, want)
+		}
+	}
+}
+
+// TestResentOwnCopyCounts: a fenced effect whose first send was stored
+// and its answer lost (the client's connection dropped right after the
+// send: every answer pending is "disconnected"), sent again and answered
+// as its own copy's duplicate (ownCopy, on a single replica), counts as
+// published once, as a first send's acknowledgement does
+// (meshfold_effects_published_total); it was not counted. Recovery and
+// first-refold publishing both; the live path in TestLiveResend.
+func TestResentOwnCopyCounts(t *testing.T) {
+	for _, path := range []string{"recovery", "early"} {
+		t.Run(path, func(t *testing.T) {
+			// The drop must come before the answer: the hook runs as
+			// soon as the send returns, well before the server's
+			// answer as a rule; a run where the answer came first
+			// (no ride-out) proves nothing and is run again.
+			for attempt := 1; ; attempt++ {
+				if resentOwnCopyCounts(t, path) {
+					return
+				}
+				if attempt == 5 {
+					t.Fatal("the first send's answer came before every connection drop: no resend")
+				}
+			}
+		})
+	}
+}
+
+// resentOwnCopyCounts runs TestResentOwnCopyCounts's case once; false
+// when the first send's answer came before the connection's drop.
+func resentOwnCopyCounts(t *testing.T, path string) bool {
+	s, effects, journal := singleRig(t, false, "")
+	r := s.p.r
+	rode := make(chan struct{})
+	var once sync.Once
+	r.log = slog.New(&onMessage{msg: "effect publishes unanswered", do: func() { once.Do(func() { close(rode) }) }})
+	var dropped atomic.Bool
+	r.cfg.Faults.AfterEffectSent = func(int, string) {
+		if dropped.CompareAndSwap(false, true) {
+			if err := r.js.Conn().ForceReconnect(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	ctx := t.Context()
+	var err error
+	if path == "recovery" {
+		for _, e := range effects {
+			s.rec.deferEffect(e)
+		}
+		order, queues := s.rec.unpublished()
+		err = s.publishFenced(ctx, order, queues)
+	} else {
+		s.early = &earlyPub{on: true, subs: map[effectKey]*earlySubject{}, effects: map[events.Kind]prometheus.Counter{}}
+		for _, e := range effects {
+			s.publishEarly(e)
+		}
+		err = s.drainEarly(ctx)
+	}
+	if err != nil {
+		t.Fatalf("%s publishing after a lost answer: %v", path, err)
+	}
+	select {
+	case <-rode:
+	default:
+		return false
+	}
+	checkJournal(t, s, journal(), effects)
+	if n := testutil.ToFloat64(r.m.Effects.WithLabelValues(string(events.KindJournal))); n != float64(len(effects)) {
+		t.Errorf("meshfold_effects_published_total{kind=journal} = %v, want %d (each effect once)", n, len(effects))
+	}
+	return true
+}
+
+// onMessage is a log handler that calls do for each record whose
+// message starts with msg.
+type onMessage struct {
+	msg string
+	do  func()
+}
+
+func (h *onMessage) Enabled(context.Context, slog.Level) bool { return true }
+func (h *onMessage) Handle(_ context.Context, rec slog.Record) error {
+	if strings.HasPrefix(rec.Message, h.msg) {
+		h.do()
+	}
+	return nil
+}
+func (h *onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *onMessage) WithGroup(string) slog.Handler      { return h }
+
+// TestSendsCount pins which answers count an effect as published: any
+// acknowledgement but a duplicate, and a duplicate only when an earlier
+// send of this session went out unanswered (its copy).
+func TestSendsCount(t *testing.T) {
+	dup, fresh := &jetstream.PubAck{Duplicate: true}, &jetstream.PubAck{}
+	first := sends{out: true}
+	resent := first
+	resent.again(true)
+	unsentFirst := sends{}
+	unsentFirst.again(true)
+	refusedAgain := first
+	refusedAgain.again(false)
+	refusedAgain.again(true)
+	for _, c := range []struct {
+		name  string
+		s     sends
+		ack   *jetstream.PubAck
+		count bool
+	}{
+		{"first send acknowledged", first, fresh, true},
+		{"first send a duplicate (a predecessor's copy)", first, dup, false},
+		{"sent again, a duplicate (its own copy)", resent, dup, true},
+		{"sent again, acknowledged", resent, fresh, true},
+		{"first send refused at the client, then a duplicate", unsentFirst, dup, false},
+		{"a resend refused at the client, then a duplicate", refusedAgain, dup, true},
+	} {
+		if got := c.s.counts(c.ack); got != c.count {
+			t.Errorf("%s: counts %v, want %v", c.name, got, c.count)
+		}
 	}
 }
 

@@ -36,6 +36,11 @@ type pendingAck struct {
 	// delivered once.
 	ok   <-chan *jetstream.PubAck
 	errc <-chan error
+	// resent: f is a copy sent again by awaitAcks, an earlier send (the
+	// first always went out) unanswered. A duplicate answer is then the
+	// copy that send stored: the effect counts as published once, as a
+	// first send's acknowledgement does (sends).
+	resent bool
 }
 
 // acked returns the channels the ack or the error of pa arrives on.
@@ -1235,6 +1240,7 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		ok    <-chan *jetstream.PubAck
 		errc  <-chan error
 		at    time.Time
+		sends sends
 	}
 	// ready holds the subjects whose next effect may be sent (none of
 	// theirs in flight), in turn.
@@ -1323,6 +1329,7 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		case err == nil:
 			s.remember(f.Msg())
 			sx.ok, sx.errc = f.Ok(), f.Err()
+			sx.sends.out = true
 			s.effectSent(id)
 		case resendable(err) && pm.msg != nil:
 			sx.ok, sx.errc = failedSend(err) // sent again in its turn
@@ -1353,10 +1360,12 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 				var f jetstream.PubAckFuture
 				if f, refused = r.pub.ResendAsync(x.pm, true, x.fence); refused == nil {
 					x.ok, x.errc = f.Ok(), f.Err()
+					x.sends.again(true)
 					continue
 				}
 			}
 			x.ok, x.errc = failedSend(refused)
+			x.sends.again(false)
 		}
 		return nil
 	}
@@ -1394,7 +1403,7 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 			// reached) moves the fence too, unless the fence is later:
 			// as earlyAnswered (fenceAfter).
 			s.rec.published(e, fenceAfter(x.fence, ack))
-			if !ack.Duplicate && !x.x.poison {
+			if x.sends.counts(ack) && !x.x.poison {
 				c, ok := effects[e.Kind]
 				if !ok {
 					c = r.m.Effects.WithLabelValues(string(e.Kind))
@@ -1735,7 +1744,7 @@ func (s *session) awaitAcks(ctx context.Context) error {
 		case err == nil:
 			ride.answered()
 			m.Publishing.Observe(time.Since(pa.sent).Seconds())
-			if !ack.Duplicate {
+			if !ack.Duplicate || pa.resent {
 				m.Effects.WithLabelValues(string(pa.e.Kind)).Inc()
 			}
 			if pa.e.Kind == events.KindPlan {
@@ -1828,7 +1837,7 @@ func (s *session) awaitAcks(ctx context.Context) error {
 			if refused == nil {
 				f, err := r.pub.ResendMsgAsync(pa.f.Msg())
 				if err == nil {
-					s.pending = append(s.pending, pendingAck{f: f, sent: pa.sent, e: pa.e})
+					s.pending = append(s.pending, pendingAck{f: f, sent: pa.sent, e: pa.e, resent: true})
 					continue
 				}
 				refused = err
