@@ -30,4 +30,14 @@ var MarshalSummaryJSON = marshalSummaryJSON
 
 // MarshalSummaryView encodes v, a fleet summary (View.FleetSummary), in
 // format 2.
-var MarshalSummaryView = marshalSummaryBinary
+func MarshalSummaryView(v View) []byte { return marshalSummaryBinary(v, 1) }
+
+// SummaryFormats decodes a summary MarshalSummary wrote: its view, and the
+// snapshot format it names (-1 when it does not decode).
+func SummaryFormats(data []byte) (View, int) {
+	v, snapshot, err := unmarshalSummaryBinary(data[len(summaryPrefix):])
+	if err != nil {
+		return View{}, -1
+	}
+	return v, snapshot
+}

@@ -360,12 +360,20 @@ func (s *State) Clone() *State {
 // (docs/operations.md, "Upgrading").
 //
 // Formats: 0, every snapshot written before the field existed (issue
-// 28); 1, format 0's fields with "format": 1. A change to State's JSON
-// that an older build would read wrongly (a field renamed, retyped or
-// given a new meaning) is a new format with a migration in
-// snapshotMigrations; a field added with omitempty that older builds may
-// ignore is not.
-const SnapshotFormat = 1
+// 28); 1, format 0's fields with "format": 1; 2, format 1's fields, whose
+// Failed may hold a failed apply of the settled plan itself (a failed
+// re-apply), which a format-1 reader's invariants refused ("not above the
+// settled plan"): a rolled-back reconciler's session failed on it. A
+// change to State's JSON that an older build would read wrongly (a field
+// renamed, retyped or given a new meaning) is a new format with a
+// migration in snapshotMigrations; a field added with omitempty that
+// older builds may ignore is not.
+//
+// A state is written in the oldest format that holds it (stateFormat):
+// format 1 unless it holds what format 2 added, so that a build rolled
+// back refolds from the stream only the nodes it would misread, and reads
+// every other snapshot as before.
+const SnapshotFormat = 2
 
 // ErrSnapshotNewer: a snapshot's format is newer than this build's
 // [SnapshotFormat]; a newer build wrote it.
@@ -376,6 +384,25 @@ var ErrSnapshotNewer = errors.New("reconcile: snapshot written by a newer build"
 var snapshotMigrations = [SnapshotFormat]func(*State) error{
 	// 0 → 1: the same fields; only the format field is new.
 	0: func(*State) error { return nil },
+	// 1 → 2: the same fields; a format-1 state holds no failed apply of
+	// its settled plan.
+	1: func(*State) error { return nil },
+}
+
+// stateFormat is the format s is written in ([MarshalState], its
+// summary): the oldest that holds it. 2 when s holds a failed apply of
+// its settled plan (the one thing format 2 added), else 1. The one place
+// that decides which snapshots an older build refuses (ErrSnapshotNewer)
+// rather than misreads.
+func stateFormat(s *State) int {
+	if s.Settled != nil {
+		for _, fa := range s.Failed {
+			if fa.Plan == s.Settled.Seq {
+				return 2
+			}
+		}
+	}
+	return 1
 }
 
 // formatPrefix starts every snapshot [MarshalState] writes; the format's
@@ -388,7 +415,7 @@ const formatPrefix = `{"format":`
 func AppendState(dst []byte, s *State) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, formatPrefix...)
-	dst = strconv.AppendInt(dst, SnapshotFormat, 10)
+	dst = strconv.AppendInt(dst, int64(stateFormat(s)), 10)
 	dst = append(dst, ',')
 	mark := len(dst)
 	out, err := json.Append(dst, s, json.EscapeHTML|json.SortMapKeys) // json.Marshal's flags
@@ -400,8 +427,8 @@ func AppendState(dst []byte, s *State) ([]byte, error) {
 	return append(out[:mark], out[mark+1:]...), nil
 }
 
-// MarshalState encodes s as a snapshot of [SnapshotFormat]: its JSON form
-// with "format" first.
+// MarshalState encodes s as a snapshot: its JSON form with "format"
+// first, the oldest format that holds s (at most [SnapshotFormat]).
 func MarshalState(s *State) ([]byte, error) {
 	b, err := json.Marshal(s)
 	if err != nil {
@@ -410,7 +437,7 @@ func MarshalState(s *State) ([]byte, error) {
 	// A State encodes as an object whose first field is its node.
 	out := make([]byte, 0, len(b)+len(formatPrefix)+4)
 	out = append(out, formatPrefix...)
-	out = strconv.AppendInt(out, SnapshotFormat, 10)
+	out = strconv.AppendInt(out, int64(stateFormat(s)), 10)
 	out = append(out, ',')
 	return append(out, b[1:]...), nil
 }

@@ -74,14 +74,14 @@ type summary struct {
 // snapshot in the same message (store.SummaryHeader), so the two can
 // never disagree.
 func MarshalSummary(s *State) ([]byte, error) {
-	return marshalSummaryBinary(s.View().FleetSummary()), nil
+	return marshalSummaryBinary(s.View().FleetSummary(), stateFormat(s)), nil
 }
 
 // marshalSummaryJSON encodes s's fleet summary in format 1, as the
 // builds before format 2 wrote it: JSON of printable ASCII (every other
 // character escaped), {"format":1,"snapshot":S,...the view's fields}.
 func marshalSummaryJSON(s *State) ([]byte, error) {
-	b, err := json.Marshal(summary{Format: summaryJSONFormat, Snapshot: SnapshotFormat, View: s.View().FleetSummary()})
+	b, err := json.Marshal(summary{Format: summaryJSONFormat, Snapshot: stateFormat(s), View: s.View().FleetSummary()})
 	if err != nil {
 		return nil, err
 	}

@@ -114,10 +114,11 @@ func (e *summaryEncoder) timePtr(t *time.Time) {
 }
 
 // marshalSummaryBinary encodes v (a fleet summary: View.FleetSummary) in
-// format 2.
-func marshalSummaryBinary(v View) []byte {
+// format 2, as a summary of a snapshot of format snapshot (stateFormat):
+// a reader that refuses that snapshot refuses its summary too.
+func marshalSummaryBinary(v View, snapshot int) []byte {
 	e := summaryEncoder{b: make([]byte, 0, 512)}
-	e.uint(SnapshotFormat)
+	e.uint(uint64(snapshot))
 	e.str(v.Node)
 	for _, u := range []uint64{v.Seq, v.Want, v.EmittedPlan, v.SettledPlan} {
 		e.uint(u)

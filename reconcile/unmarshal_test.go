@@ -96,7 +96,9 @@ func TestSnapshotFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf(`{"format":%d,%s`, reconcile.SnapshotFormat, v0[1:])
+	// Written in format 1, the oldest that holds it (no failed re-apply):
+	// a build of format 1 reads it.
+	want := fmt.Sprintf(`{"format":1,%s`, v0[1:])
 	if string(got) != want {
 		t.Fatalf("format 0 migrated and written again:\n got %s\nwant %s", got, want)
 	}
@@ -106,6 +108,36 @@ func TestSnapshotFormat(t *testing.T) {
 	}
 	if again, _ := reconcile.MarshalState(back); string(again) != string(got) {
 		t.Fatalf("format %d round trip:\n got %s\nwant %s", reconcile.SnapshotFormat, again, got)
+	}
+
+	// A failed re-apply of the settled plan (a failed apply at it) is
+	// written in format 2, which a build of format 1, whose invariants
+	// refused it ("not above the settled plan"), refuses as newer and
+	// refolds from the stream; its summary says so too. This build reads
+	// it back.
+	st.Failed = []reconcile.FailedApply{{Module: "web", Plan: st.Settled.Seq, Seq: st.Seq, Error: "no build web:3"}}
+	if err := st.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	reapply, err := reconcile.MarshalState(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(reapply, []byte(`{"format":2,`)) {
+		t.Fatalf("a failed re-apply written as %.20s…, want format 2", reapply)
+	}
+	if _, err := reconcile.UnmarshalState(reapply); err != nil {
+		t.Fatalf("format 2 read back: %v", err)
+	}
+	sum, err := reconcile.MarshalSummary(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, snapshot := reconcile.SummaryFormats(sum); snapshot != 2 {
+		t.Errorf("a failed re-apply's summary names snapshot format %d, want 2", snapshot)
+	}
+	if _, err := reconcile.UnmarshalSummary(sum); err != nil {
+		t.Errorf("its summary read back: %v", err)
 	}
 
 	newer := reconcile.SnapshotFormat + 1
