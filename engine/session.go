@@ -130,6 +130,10 @@ type session struct {
 	// (recoveryIdle).
 	n, tickN  uint64
 	idleTicks int
+	// quietN is n when the read was last seen delivering (readStalled),
+	// and quietSince since when it has not.
+	quietN     uint64
+	quietSince time.Time
 	// lazy holds while the session reads a node's state from its
 	// snapshot at the node's first event (fetch), until the pass over
 	// the others (rest) is merged: see shortTail.
@@ -645,6 +649,7 @@ func (s *session) consume(ctx context.Context) error {
 	}
 	defer func() { tail.Stop() }()
 	s.followed = time.Since(s.began)
+	s.quietN, s.quietSince = s.n, time.Now()
 	s.ctx = ctx
 	defer s.stopRest()
 	if s.lazy && tail.Empty() {
@@ -686,6 +691,7 @@ func (s *session) consume(ctx context.Context) error {
 		}
 		go tail.Stop()
 		tail = next
+		s.quietN, s.quietSince = s.n, time.Now()
 		return nil
 	}
 	// item handles one item of the read: a message folded (and a
@@ -721,6 +727,11 @@ func (s *session) consume(ctx context.Context) error {
 			defer cancel()
 			return s.checkpointNow(cctx, true)
 		case <-tick.C:
+			if s.readStalled(work, tail) {
+				if err := readOn(); err != nil {
+					return err
+				}
+			}
 			if s.recovering {
 				if err := s.recoveryIdle(work); err != nil {
 					return err
@@ -889,6 +900,57 @@ func (s *session) recoveryIdle(ctx context.Context) error {
 	s.p.r.log.Info("partition's recovery ends short of the stream's end at its start: a limit removed the rest",
 		"partition", s.p.id, "folded", s.folded, "recovering_to", s.lastAtStart)
 	return s.caughtUp(ctx)
+}
+
+// readStallAfter is how long a partition's read may deliver nothing
+// before its session asks the read's consumer whether it holds input it
+// has not delivered (readStalled), and then how long between two asks
+// while the read stays quiet. A variable for the tests
+// (SetReadStallAfter).
+var readStallAfter = 10 * time.Second
+
+// readStallAsk bounds that ask.
+const readStallAsk = 2 * time.Second
+
+// readStalled reports, at a snapshot tick, whether the partition's read
+// has stalled: it delivered nothing for readStallAfter (nothing it
+// delivered waits in the tail either), and its consumer says it holds
+// messages of the partition it has not delivered, or does not answer
+// within readStallAsk (its server gone, or the consumer). The session
+// then reads on through a new consumer from the message after the last
+// one folded (readOn), its state kept, and says so at warn level. The
+// client ends a read whose heartbeats stop (store.ErrConsumerLost), but
+// a consumption can go quiet with its heartbeats still coming, or with
+// the client's missed-heartbeat check not rearmed after a reconnect: a
+// partition then planned nothing, and logged nothing, until the
+// reconciler restarted (TestClusterChaos, once: 55 s after a kill).
+// An idle partition costs one ask of its consumer's info every
+// readStallAfter (docs/architecture.md, "A quiet read is asked").
+func (s *session) readStalled(ctx context.Context, tail *store.Tail) bool {
+	now := time.Now()
+	if s.n != s.quietN || len(tail.C()) > 0 {
+		s.quietN, s.quietSince = s.n, now
+		return false
+	}
+	quiet := now.Sub(s.quietSince)
+	if quiet < readStallAfter {
+		return false
+	}
+	s.quietSince = now // asked again a readStallAfter later, if still quiet
+	actx, cancel := context.WithTimeout(ctx, readStallAsk)
+	pending, err := tail.Pending(actx)
+	cancel()
+	if (err == nil && pending == 0) || ctx.Err() != nil {
+		return false // idle: nothing to read
+	}
+	if err != nil {
+		s.p.r.log.Warn("partition read quiet and its consumer unanswered: reading on through a new one",
+			"partition", s.p.id, "quiet", quiet.Round(time.Millisecond), "folded", s.folded, "err", err)
+	} else {
+		s.p.r.log.Warn("partition read stalled: its consumer holds input it does not deliver; reading on through a new one",
+			"partition", s.p.id, "quiet", quiet.Round(time.Millisecond), "pending", pending, "folded", s.folded)
+	}
+	return true
 }
 
 // recoveryIdleAfter is how long a recovering session handles no message
@@ -1552,7 +1614,14 @@ const ackTimeout = 5 * time.Second
 // answered: an attempt (bounded by followTimeout) that has not answered
 // within followAttempt is left running and another is started beside it
 // (at most followAttempts at once); the first that succeeds is used, the
-// others stopped as they return.
+// others stopped as they return. No attempt is started past
+// followRideOut, nor on a connection closed for good: the last error is
+// returned once those running have ended (each within followTimeout),
+// and the session ends and restarts, logged. Before, attempts that each
+// timed out were started again one beside the other for as long as they
+// failed, never all ended at once, and the read waited without end and
+// without a word. A refollow still without a consumer after
+// followTimeout says so once, at warn level.
 func (s *session) refollow(ctx context.Context, follow func(context.Context, uint64) (*store.Tail, error)) (*store.Tail, error) {
 	type result struct {
 		t   *store.Tail
@@ -1582,6 +1651,8 @@ func (s *session) refollow(ctx context.Context, follow func(context.Context, uin
 			}
 		}()
 	}
+	over := func() bool { return time.Since(started) > followRideOut || s.p.r.js.Conn().IsClosed() }
+	warned := false
 	start()
 	timer := time.NewTimer(followAttempt)
 	defer timer.Stop()
@@ -1594,12 +1665,22 @@ func (s *session) refollow(ctx context.Context, follow func(context.Context, uin
 				return r.t, nil
 			}
 			lastErr = r.err
-			if running == 0 && (time.Since(started) > electionRideOut || s.p.r.js.Conn().IsClosed()) {
+			if running == 0 && over() {
 				return nil, lastErr
 			}
 		case <-timer.C:
-			if running < followAttempts {
-				start() // beside a slow attempt, or after failed ones
+			switch {
+			case !over():
+				if running < followAttempts {
+					start() // beside a slow attempt, or after failed ones
+				}
+			case running == 0:
+				return nil, lastErr
+			}
+			if !warned && time.Since(started) > followTimeout {
+				warned = true
+				s.p.r.log.Warn("partition read has no consumer yet: asking again", "partition", s.p.id, "from", from,
+					"waited", time.Since(started).Round(time.Millisecond), "attempts", running, "err", lastErr)
 			}
 			timer.Reset(followAttempt)
 		case <-ctx.Done():
@@ -1621,6 +1702,10 @@ const (
 	followTimeout  = 5 * time.Second
 	followAttempts = int(followTimeout / followAttempt)
 )
+
+// followRideOut bounds how long refollow starts attempts: an election's
+// length (electionRideOut). A variable for the tests (SetFollowRideOut).
+var followRideOut = electionRideOut
 
 // snapshotAttempt bounds a snapshot write's first attempt; a retry after
 // an election waits twice as long, up to ackTimeout.

@@ -375,6 +375,22 @@ func (t *Tail) Decode(x Tailed) Msg {
 	return newMsg(ev, x.Msg.Subject(), x.Msg.Headers(), x.Msg.Data(), x.Meta.NumPending)
 }
 
+// Pending returns how many messages of the tail's filter its consumer
+// has not delivered yet, as the server holding the consumer counts them
+// (its info): what a reader that received nothing for a while asks to
+// tell an idle read (0) from a stalled one (a consumer holding input
+// while its deliveries, and any error of theirs, have stopped coming).
+//
+// Errors: the info request's (jetstream.ErrConsumerNotFound when the
+// consumer is gone; a timeout when its server does not answer).
+func (t *Tail) Pending(ctx context.Context) (uint64, error) {
+	info, err := t.cons.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.NumPending, nil
+}
+
 // Empty reports whether nothing matched the filter from the start when
 // the consumer was created.
 func (t *Tail) Empty() bool {

@@ -1,0 +1,119 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/engine"
+	"github.com/meshfold/meshfold/internal/waitfor"
+	"github.com/meshfold/meshfold/store"
+)
+
+// TestAStalledReadIsReadOn pauses the consumer a partition's session
+// reads through: the server keeps it, and its idle heartbeats, but
+// delivers nothing, as a consumption that went quiet after a server's
+// loss without the client noticing (TestClusterChaos once: a partition
+// planned nothing for 55 s, and logged nothing). A new want of the
+// partition's node still gets its plan: the session, its read quiet for
+// readStallAfter while its consumer holds the want, reads on through a
+// new consumer, and says so at warn level; the other partition reads on
+// untouched, and no session restarted.
+func TestAStalledReadIsReadOn(t *testing.T) {
+	defer engine.SetReadStallAfter(300 * time.Millisecond)()
+	g := newRig(t, store.StreamConfig{Partitions: 2})
+	nodes := append(nodesIn(2, 0, 1, 1), nodesIn(2, 1, 2, 1)...)
+	logs := newLogRecords()
+	metrics := engine.NewMetrics(nil)
+	g.startCfg(engine.ReconcilerConfig{Metrics: metrics, SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewMultiHandler(testLogger(t).Handler(), logs))})
+	for _, n := range nodes {
+		g.planFor(n, g.append(n, want("pg:1")))
+	}
+	g.pauseRead(0)
+	stalls := func() int {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		n := 0
+		for _, r := range *logs.recs {
+			if r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, "partition read stalled") {
+				n++
+			}
+		}
+		return n
+	}
+	before := stalls()
+	for _, n := range nodes {
+		g.planFor(n, g.append(n, want("pg:2")))
+	}
+	if n := stalls() - before; n < 1 {
+		t.Fatalf("%d stalled reads logged, want 1 or more", n)
+	}
+	if n := counter(metrics.Restarts); n != 0 {
+		t.Fatalf("%v session restarts, want none: a stalled read is read on, its state kept", n)
+	}
+}
+
+// pauseRead pauses the consumer partition p's session reads through, for
+// an hour: the server keeps it and its heartbeats, and delivers nothing.
+func (g *rig) pauseRead(p int) {
+	g.t.Helper()
+	filter := g.cfg.Subjects().StoredPartitionAll(p)
+	waitfor.Until(g.t, 20*time.Second, fmt.Sprintf("partition %d's consumer paused", p), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		l := g.stream.ListConsumers(ctx)
+		for info := range l.Info() {
+			if info.Config.FilterSubject != filter {
+				continue
+			}
+			if _, err := g.js.PauseConsumer(ctx, g.cfg.Name, info.Name, time.Now().Add(time.Hour)); err != nil {
+				g.t.Logf("pause %s: %v", info.Name, err)
+				return false
+			}
+			return true
+		}
+		return false
+	})
+}
+
+// TestAFollowThatNeverAnswersEndsTheSession pauses partition 0's
+// consumer, and from then on every request creating its read's consumer
+// again hangs for 3 s and fails, until a session restarted: the session,
+// its read stalled, reads on (readStalled) through attempts that all
+// fail, started beside one another. It stops starting them after
+// followRideOut, ends once those running have failed, and restarts from
+// its snapshot, whose consumer is made: the new want gets its plan. Before,
+// such attempts were started for as long as they failed, never all ended
+// at once, and the session waited without end, and without a word.
+func TestAFollowThatNeverAnswersEndsTheSession(t *testing.T) {
+	defer engine.SetReadStallAfter(300 * time.Millisecond)()
+	defer engine.SetFollowRideOut(time.Second)()
+	g := newRig(t, store.StreamConfig{Partitions: 2})
+	nodes := append(nodesIn(2, 0, 1, 1), nodesIn(2, 1, 2, 1)...)
+	metrics := engine.NewMetrics(nil)
+	var hang atomic.Bool
+	g.startCfg(engine.ReconcilerConfig{Metrics: metrics, SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond,
+		Logger: testLogger(t), Faults: engine.Faults{BeforeFollow: func(p int, _ uint64) error {
+			if p != 0 || !hang.Load() || counter(metrics.Restarts) > 0 {
+				return nil
+			}
+			time.Sleep(3 * time.Second)
+			return fmt.Errorf("consumer on MESH: %w", context.DeadlineExceeded)
+		}}})
+	for _, n := range nodes {
+		g.planFor(n, g.append(n, want("pg:1")))
+	}
+	hang.Store(true)
+	g.pauseRead(0)
+	for _, n := range nodes {
+		g.planFor(n, g.append(n, want("pg:2")))
+	}
+	if n := counter(metrics.Restarts); n < 1 {
+		t.Fatalf("%v session restarts, want 1 or more", n)
+	}
+}
