@@ -235,6 +235,10 @@ func (r *Reconciler) publishOpts(e reconcile.Effect, id string, more ...store.Ap
 
 // NewReconciler opens the stream and the snapshot bucket. The stream must
 // exist: call [EnsureStream] first and pass its effective configuration.
+// Create js with jetstream.WithPublishAsyncTimeout (Serve's: 10 s): without
+// it, an effect publish whose answer was lost stays among the client's
+// pending publishes for good (the session sends it again after ackTimeout
+// either way).
 //
 // Errors: ErrNoStream when the stream is missing; a partition out of range;
 // the snapshot bucket's errors.

@@ -134,9 +134,30 @@ func Serve(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	return store.WhileConnected(ctx, nc, func(ctx context.Context) error { return serve(ctx, nc, cfg) })
 }
 
+// publishAsyncTimeout bounds how long the JetStream context Serve makes
+// (newJetStream) keeps an asynchronous publish waiting for its answer
+// (jetstream.WithPublishAsyncTimeout): past it the publish's future
+// fails with jetstream.ErrAsyncPublishTimeout (store.Unanswered,
+// resendable) and leaves the client's pending publishes. Without it,
+// nats.go keeps a publish whose answer was lost (the leader that had it
+// killed while the client stayed connected to another server) pending for
+// good: its future never resolves, and it holds one of the connection's
+// pending slots (4,000) for the connection's life; a session's wait is
+// bounded by ackTimeout and sends it again, each resend adding one
+// (docs/architecture.md, "Every wait of a partition session is
+// bounded"). Twice ackTimeout, so that a session's own wait, and its
+// ride-out's rules, decide first. A variable for the tests.
+var publishAsyncTimeout = 2 * ackTimeout
+
+// newJetStream returns the JetStream context Serve's roles share, with
+// the publish-async timeout (publishAsyncTimeout).
+func newJetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	return jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
+}
+
 func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 	log := c.Logger
-	js, err := jetstream.New(nc)
+	js, err := newJetStream(nc)
 	if err != nil {
 		return err
 	}
@@ -286,7 +307,7 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 // which waits for it.
 func startRollouts(ctx context.Context, js jetstream.JetStream, scfg store.StreamConfig, c Config) (stop func(), err error) {
 	if c.RolloutConn != nil {
-		if js, err = jetstream.New(c.RolloutConn); err != nil {
+		if js, err = newJetStream(c.RolloutConn); err != nil {
 			return nil, fmt.Errorf("rollout controller: %w", err)
 		}
 	}

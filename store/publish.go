@@ -226,7 +226,8 @@ func (p *Publisher) Append(ctx context.Context, node string, payload events.Payl
 
 // Transient reports whether an append failed for a reason that passes by
 // itself: no stream responded (a cluster electing a leader, a server
-// restarting), no responders, a timeout, a server temporarily
+// restarting), no responders, a timeout (an asynchronous publish's
+// too: jetstream.ErrAsyncPublishTimeout), a server temporarily
 // unavailable. Conflicts, denied permissions, invalid or oversized
 // payloads ([Permanent]) are not transient: retrying cannot help.
 func Transient(err error) bool {
@@ -234,7 +235,8 @@ func Transient(err error) bool {
 		return false
 	}
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) {
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
 		return true
 	}
 	var apiErr *jetstream.APIError

@@ -41,7 +41,10 @@ func Retry[T any](ctx context.Context, log *slog.Logger, what string, b backoff.
 // metadata, has no leader now; any 503 reply), no responders, no stream
 // response, a timeout (nats.ErrTimeout, context.DeadlineExceeded), or
 // the connection disconnected or reconnecting (its server went away: the
-// client connects to another). A refusal (not found, denied, a bad
+// client connects to another), or an asynchronous publish's answer not
+// come within the JetStream context's publish-async timeout
+// (jetstream.ErrAsyncPublishTimeout: the leader that had it may be gone).
+// A refusal (not found, denied, a bad
 // request, a conflict) and a closed connection are not: asking again
 // gets the same. [LeaderReads] rides these out within its deadline; the
 // reconciler's writes and reads ride them out for an election's length.
@@ -50,5 +53,5 @@ func Unanswered(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-		(errors.As(err, &apiErr) && apiErr.Code == 503)
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || (errors.As(err, &apiErr) && apiErr.Code == 503)
 }
