@@ -192,6 +192,7 @@ func (s *session) pump(ctx context.Context) error {
 // drainEarly publishes every effect earlyPub holds and waits for each
 // acknowledgement: before a checkpoint, and when the recovery ends.
 func (s *session) drainEarly(ctx context.Context) error {
+	defer s.enter(&stepEarly)()
 	ep := s.early
 	for len(ep.inflight) > 0 || len(ep.ready) > 0 {
 		if err := s.earlySends(ctx); err != nil {

@@ -89,16 +89,19 @@ func (g *rig) pauseRead(p int) {
 // followRideOut, ends once those running have failed, and restarts from
 // its snapshot, whose consumer is made: the new want gets its plan. Before,
 // such attempts were started for as long as they failed, never all ended
-// at once, and the session waited without end, and without a word.
+// at once, and the session waited without end, and without a word. While
+// it waits, it says where (watchTurns): at warn level, in the step of
+// creating its read's consumer.
 func TestAFollowThatNeverAnswersEndsTheSession(t *testing.T) {
 	defer engine.SetReadStallAfter(300 * time.Millisecond)()
 	defer engine.SetFollowRideOut(time.Second)()
 	g := newRig(t, store.StreamConfig{Partitions: 2})
 	nodes := append(nodesIn(2, 0, 1, 1), nodesIn(2, 1, 2, 1)...)
 	metrics := engine.NewMetrics(nil)
+	logs := newLogRecords()
 	var hang atomic.Bool
 	g.startCfg(engine.ReconcilerConfig{Metrics: metrics, SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond,
-		Logger: testLogger(t), Faults: engine.Faults{BeforeFollow: func(p int, _ uint64) error {
+		Logger: slog.New(slog.NewMultiHandler(testLogger(t).Handler(), logs)), Faults: engine.Faults{BeforeFollow: func(p int, _ uint64) error {
 			if p != 0 || !hang.Load() || counter(metrics.Restarts) > 0 {
 				return nil
 			}
@@ -115,5 +118,8 @@ func TestAFollowThatNeverAnswersEndsTheSession(t *testing.T) {
 	}
 	if n := counter(metrics.Restarts); n < 1 {
 		t.Fatalf("%v session restarts, want 1 or more", n)
+	}
+	if n := logs.count("creating its read's consumer", "step"); n < 1 {
+		t.Fatalf("%d lines saying the session waits in creating its read's consumer, want 1 or more", n)
 	}
 }

@@ -134,6 +134,11 @@ type session struct {
 	// and quietSince since when it has not.
 	quietN     uint64
 	quietSince time.Time
+	// turns counts the snapshot ticks the loop took, and step names the
+	// step the session waits in, if any (enter): what watchTurns reads
+	// from a goroutine of its own.
+	turns atomic.Uint64
+	step  atomic.Pointer[string]
 	// lazy holds while the session reads a node's state from its
 	// snapshot at the node's first event (fetch), until the pass over
 	// the others (rest) is merged: see shortTail.
@@ -650,6 +655,9 @@ func (s *session) consume(ctx context.Context) error {
 	defer func() { tail.Stop() }()
 	s.followed = time.Since(s.began)
 	s.quietN, s.quietSince = s.n, time.Now()
+	watched := make(chan struct{})
+	defer close(watched)
+	go s.watchTurns(watched)
 	s.ctx = ctx
 	defer s.stopRest()
 	if s.lazy && tail.Empty() {
@@ -727,6 +735,7 @@ func (s *session) consume(ctx context.Context) error {
 			defer cancel()
 			return s.checkpointNow(cctx, true)
 		case <-tick.C:
+			s.turns.Add(1)
 			if s.readStalled(work, tail) {
 				if err := readOn(); err != nil {
 					return err
@@ -837,6 +846,7 @@ func (s *session) handle(ctx context.Context, msg jetstream.Msg, meta *jetstream
 // server's walks over a partition's subjects a restart, ~44,000
 // subjects each at 100,000 nodes (issue 27, the restart's ratio).
 func (s *session) leftToRead(ctx context.Context) (bool, error) {
+	defer s.enter(&stepLeft)()
 	p := s.p
 	leader := store.Leader(p.r.js, p.r.cfg.Stream.Name)
 	filter := p.r.subj.StoredPartitionAll(p.id)
@@ -951,6 +961,65 @@ func (s *session) readStalled(ctx context.Context, tail *store.Tail) bool {
 			"partition", s.p.id, "quiet", quiet.Round(time.Millisecond), "pending", pending, "folded", s.folded)
 	}
 	return true
+}
+
+// The steps of a session that may wait on the server (enter, watchTurns).
+var (
+	stepAcks       = "awaiting its effects' acknowledgements"
+	stepRecovery   = "publishing its recovery's effects"
+	stepEarly      = "publishing its first refold's effects"
+	stepCheckpoint = "writing a checkpoint"
+	stepWrite      = "awaiting a checkpoint's write"
+	stepFollow     = "creating its read's consumer"
+	stepLeft       = "asking the stream's leader for the partition's next message"
+)
+
+// enter names the step the session waits in until the returned func is
+// called (deferred by the step).
+func (s *session) enter(step *string) (leave func()) {
+	prev := s.step.Swap(step)
+	return func() { s.step.Store(prev) }
+}
+
+// stuckAfter is, in readStallAfters, how long the session's loop may
+// fold nothing and take no snapshot tick before watchTurns says so.
+const stuckAfter = 3
+
+// watchTurns, on a goroutine of its own until done is closed, says at
+// warn level, every readStallAfter, that the session's loop has folded
+// nothing and taken no snapshot tick for stuckAfter readStallAfters or
+// more: it is in one step that still waits, named when it is one of
+// enter's. Every wait of a step is bounded (docs/architecture.md, "Every
+// wait of a partition session is bounded"), so the line says where a
+// partition that plans nothing is, and for how long, not that it is
+// lost: a silent partition was the one thing an operator could not
+// read (TestClusterChaos, once: 55 s without a line). A first refold's
+// publishes at 100,000 nodes may last long enough to be named.
+func (s *session) watchTurns(done <-chan struct{}) {
+	t := time.NewTicker(readStallAfter)
+	defer t.Stop()
+	folded, turns, since := s.p.folded.Load(), s.turns.Load(), time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		f, n := s.p.folded.Load(), s.turns.Load()
+		if f != folded || n != turns {
+			folded, turns, since = f, n, time.Now()
+			continue
+		}
+		if time.Since(since) < stuckAfter*readStallAfter {
+			continue
+		}
+		step := "folding an event"
+		if p := s.step.Load(); p != nil {
+			step = *p
+		}
+		s.p.r.log.Warn("partition session still in one step: nothing folded and no snapshot tick taken",
+			"partition", s.p.id, "step", step, "for", time.Since(since).Round(time.Second), "folded", f)
+	}
 }
 
 // recoveryIdleAfter is how long a recovering session handles no message
@@ -1293,6 +1362,7 @@ func (p *prepared) stop() {
 // in flight; acknowledgements are taken in the order sent (one stream
 // answers in that order).
 func (s *session) publishFenced(ctx context.Context, order []effectKey, queues map[effectKey][]toPublish) error {
+	defer s.enter(&stepRecovery)()
 	r := s.p.r
 	type sent struct {
 		x     toPublish
@@ -1623,6 +1693,7 @@ const ackTimeout = 5 * time.Second
 // without a word. A refollow still without a consumer after
 // followTimeout says so once, at warn level.
 func (s *session) refollow(ctx context.Context, follow func(context.Context, uint64) (*store.Tail, error)) (*store.Tail, error) {
+	defer s.enter(&stepFollow)()
 	type result struct {
 		t   *store.Tail
 		err error
@@ -1802,6 +1873,10 @@ func (p *partition) retry(ctx context.Context, write func(context.Context) (prog
 // before the plan's new send) is not sent again: a superseded plan is
 // never stored after a newer one (the recovery rule's).
 func (s *session) awaitAcks(ctx context.Context) error {
+	if len(s.pending) == 0 {
+		return nil
+	}
+	defer s.enter(&stepAcks)()
 	r := s.p.r
 	m := r.m
 	timer := time.NewTimer(ackTimeout)
@@ -2078,6 +2153,7 @@ const stateAge = 4
 // (checkpointLive) is waited for first, and one due after it is taken
 // into this one.
 func (s *session) checkpointNow(ctx context.Context, full bool) error {
+	defer s.enter(&stepCheckpoint)()
 	if err := s.awaitWrite(ctx); err != nil {
 		return err
 	}
@@ -2153,6 +2229,7 @@ func (s *session) awaitWrite(ctx context.Context) error {
 	if s.writing == nil {
 		return nil
 	}
+	defer s.enter(&stepWrite)()
 	select {
 	case <-s.writing.done:
 	case <-ctx.Done():
