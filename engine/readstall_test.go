@@ -24,7 +24,7 @@ import (
 // new consumer, and says so at warn level; the other partition reads on
 // untouched, and no session restarted.
 func TestAStalledReadIsReadOn(t *testing.T) {
-	defer engine.SetReadStallAfter(300 * time.Millisecond)()
+	t.Cleanup(engine.SetReadStallAfter(300 * time.Millisecond)) // after the reconciler's stop
 	g := newRig(t, store.StreamConfig{Partitions: 2})
 	nodes := append(nodesIn(2, 0, 1, 1), nodesIn(2, 1, 2, 1)...)
 	logs := newLogRecords()
@@ -93,8 +93,8 @@ func (g *rig) pauseRead(p int) {
 // it waits, it says where (watchTurns): at warn level, in the step of
 // creating its read's consumer.
 func TestAFollowThatNeverAnswersEndsTheSession(t *testing.T) {
-	defer engine.SetReadStallAfter(300 * time.Millisecond)()
-	defer engine.SetFollowRideOut(time.Second)()
+	t.Cleanup(engine.SetReadStallAfter(300 * time.Millisecond)) // after the reconciler's stop
+	t.Cleanup(engine.SetFollowRideOut(time.Second))
 	g := newRig(t, store.StreamConfig{Partitions: 2})
 	nodes := append(nodesIn(2, 0, 1, 1), nodesIn(2, 1, 2, 1)...)
 	metrics := engine.NewMetrics(nil)

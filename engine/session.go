@@ -657,7 +657,7 @@ func (s *session) consume(ctx context.Context) error {
 	s.quietN, s.quietSince = s.n, time.Now()
 	watched := make(chan struct{})
 	defer close(watched)
-	go s.watchTurns(watched)
+	go s.watchTurns(watched, readStallAfter)
 	s.ctx = ctx
 	defer s.stopRest()
 	if s.lazy && tail.Empty() {
@@ -986,7 +986,7 @@ func (s *session) enter(step *string) (leave func()) {
 const stuckAfter = 3
 
 // watchTurns, on a goroutine of its own until done is closed, says at
-// warn level, every readStallAfter, that the session's loop has folded
+// warn level, every readStallAfter (every), that the session's loop has folded
 // nothing and taken no snapshot tick for stuckAfter readStallAfters or
 // more: it is in one step that still waits, named when it is one of
 // enter's. Every wait of a step is bounded (docs/architecture.md, "Every
@@ -995,8 +995,8 @@ const stuckAfter = 3
 // lost: a silent partition was the one thing an operator could not
 // read (TestClusterChaos, once: 55 s without a line). A first refold's
 // publishes at 100,000 nodes may last long enough to be named.
-func (s *session) watchTurns(done <-chan struct{}) {
-	t := time.NewTicker(readStallAfter)
+func (s *session) watchTurns(done <-chan struct{}, every time.Duration) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	folded, turns, since := s.p.folded.Load(), s.turns.Load(), time.Now()
 	for {
@@ -1010,7 +1010,7 @@ func (s *session) watchTurns(done <-chan struct{}) {
 			folded, turns, since = f, n, time.Now()
 			continue
 		}
-		if time.Since(since) < stuckAfter*readStallAfter {
+		if time.Since(since) < stuckAfter*every {
 			continue
 		}
 		step := "folding an event"
