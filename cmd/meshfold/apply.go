@@ -60,7 +60,8 @@ apply and --dry-run refuse, publishing nothing:
     nodes), naming each and its fleet (exit 3); --take-over moves them to
     this fleet;
   - a build of no build's form ("garbage": neither sha256:<64 hex>, what
-    'meshfold build push' prints, nor another runtime's <scheme>:<id>), as
+    'meshfold build push' prints, nor another runtime's <scheme>:<id>; a
+    slip of the sha256 scheme, "sh256:…", is none either), as
     'meshfold want' does (exit 2, whatever the flags), naming the module,
     the build and the stored builds nearest to it;
   - a sha256: build the builds bucket does not hold, as 'meshfold want'
@@ -121,6 +122,9 @@ revert names it.`,
 			if plan.Start != nil {
 				if err := checkApply(ctx, a, nc, stream, scfg, plan, o, dryRun); err != nil {
 					return err
+				}
+				if note := notBundleNote(planModules(plan)); note != "" {
+					fmt.Fprintln(a.stderr, note) // as want says it, dry run or not
 				}
 			}
 			printPlan(a.stdout, plan)
@@ -257,6 +261,23 @@ func newRunsAs(targets []rollout.Candidate) []string {
 	return users
 }
 
+// planModules returns the modules plan's candidates want, each module
+// and build once, in the plan's order, as one want: what checkBuilds and
+// notBundleNote read, for apply as for want.
+func planModules(plan *feed.Plan) *events.Want {
+	w := &events.Want{}
+	seen := map[[2]string]bool{}
+	for _, c := range plan.Cands {
+		for _, m := range c.Want {
+			if k := [2]string{m.Name, m.Build}; !seen[k] {
+				seen[k] = true
+				w.Modules = append(w.Modules, m)
+			}
+		}
+	}
+	return w
+}
+
 // applyChecks are apply's overrides of its refusals.
 type applyChecks struct {
 	// takeOver rolls over nodes another fleet's newest rollout names.
@@ -295,15 +316,11 @@ func checkApply(ctx context.Context, a *app, nc *nats.Conn, stream jetstream.Str
 				plan.Fleet.Name, plural(len(owners), "node"), b.String()))
 		}
 	}
-	w := &events.Want{}
-	for _, c := range plan.Cands {
-		w.Modules = append(w.Modules, c.Want...)
-	}
 	r, err := a.stream.reader(nc, query.Config{})
 	if err != nil {
 		return err
 	}
-	if err := checkBuilds(ctx, r, w, o.allowMissing); err != nil {
+	if err := checkBuilds(ctx, r, planModules(plan), o.allowMissing); err != nil {
 		return err
 	}
 	var unknown []string

@@ -114,6 +114,11 @@ func TestBuildFormRefused(t *testing.T) {
 		{"garbage", "none is near it; the newest stored (1 in all, 'meshfold build ls'):\n      " + pushed, exitUsage},
 		{"mesh-build-go", "the nearest stored:\n      " + pushed + "  from mesh-build-go", exitUsage},
 		{pushed[:len(pushed)-1] + "x", "the nearest stored:\n      " + pushed, exitUsage},
+		// A slip of the bundle scheme is no other runtime's build (a
+		// fresh user's finding 1: "sh256:abc" was published, exit 0).
+		{"sh256:abc", "none is near it; the newest stored (1 in all, 'meshfold build ls'):\n      " + pushed, exitUsage},
+		{"sh256:" + strings.TrimPrefix(pushed, "sha256:"), `nearly "sha256"`, exitUsage},
+		{"sh256:" + strings.TrimPrefix(pushed, "sha256:"), "the nearest stored:\n      " + pushed, exitUsage},
 		{pushed[:len(pushed)-1] + map[bool]string{true: "0", false: "1"}[!strings.HasSuffix(pushed, "0")], "the nearest stored:\n      " + pushed, exitError},
 	} {
 		fleet := writeFleet(t, strings.Replace(fleetYAML, `"web:2"`, `"`+tc.build+`"`, 1))
@@ -137,9 +142,12 @@ func TestBuildFormRefused(t *testing.T) {
 	if out, _, _ := m.cli(t, "rollout", "ls"); strings.Contains(out, "web") {
 		t.Fatalf("a refused apply started a rollout:\n%s", out)
 	}
-	// Another runtime's build passes by form (only its runtime knows it).
-	if out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, fleetYAML), "--by", "alice"); code != 0 {
-		t.Fatalf("apply of web:2: exit %d\n%s%s", code, out, errs)
+	// Another runtime's build passes by form (only its runtime knows it),
+	// with the note want gives: the process runtime cannot run it.
+	for _, args := range [][]string{{"apply", "-f", writeFleet(t, fleetYAML), "--dry-run"}, {"apply", "-f", writeFleet(t, fleetYAML), "--by", "alice"}} {
+		if out, errs, code := m.cli(t, args...); code != 0 || !strings.Contains(errs, "web (web:2): no bundle build") {
+			t.Fatalf("%v: exit %d, want 0 and a note that the process runtime cannot run web:2\n%s%s", args, code, out, errs)
+		}
 	}
 }
 

@@ -83,8 +83,10 @@ so on stderr. --dry-run refuses the same, as the want itself would.
 
 A build is a bundle's, sha256: and 64 lowercase hex digits (what 'meshfold
 build push PATH' prints), or another runtime's <scheme>:<id> ("img:2.10").
-A build of neither form ("garbage", a bundle's name, a digest cut short) is
-refused with exit 2, whatever the flags. A bundle build that is not in the
+A build of neither form ("garbage", a bundle's name, a digest cut short), or
+nearly a bundle build (a slip of its scheme, "sh256:…", "SHA256:…", or a
+bundle's 64 hex digits under another scheme) is refused with exit 2,
+whatever the flags. A bundle build that is not in the
 builds bucket (<stream>_BUILDS) is refused with exit 1: push it first.
 Each refusal names the module, the build and the stored builds nearest to it.
 --allow-missing-build publishes a bundle build not pushed yet (the node's

@@ -10,9 +10,7 @@ import (
 func TestCheckForm(t *testing.T) {
 	good := BuildScheme + strings.Repeat("ab", 32)
 	for _, b := range []string{good, "img:2.10", "src2:9f1c", "web:1", "a:1", "oci+tar:x", "img:sha256:" + strings.Repeat("0", 64),
-		// "SHA256:AB…" has a scheme and an id: another runtime's, by form;
-		// only the lowercase sha256: is a bundle build.
-		strings.ToUpper(good)} {
+		"sha512:abc", "sha1:abc", "sha:abc", "shasum:1"} {
 		if err := CheckForm(b); err != nil {
 			t.Errorf("CheckForm(%q) = %v, want nil", b, err)
 		}
@@ -26,11 +24,23 @@ func TestCheckForm(t *testing.T) {
 		"1web:2":                 ErrNoScheme,
 		"we b:2":                 ErrNoScheme,
 		BuildScheme + "9f1c":     ErrBadBuild, // cut short, as Short prints it
+		// A slip of the bundle scheme is no other runtime's build (a
+		// fresh user's finding 1: "sh256:abc" was published, and every
+		// node's apply failed).
+		"sh256:abc":                       ErrNearlyBundle,
+		"sha265:abc":                      ErrNearlyBundle,
+		"sha2566:abc":                     ErrNearlyBundle,
+		"sha-256:abc":                     ErrNearlyBundle,
+		strings.ToUpper(good):             ErrNearlyBundle,
+		"sha:" + strings.Repeat("ab", 32): ErrNearlyBundle, // a digest under another scheme
 	} {
 		err := CheckForm(b)
 		if !errors.Is(err, want) || !errors.Is(err, ErrBadBuild) {
 			t.Errorf("CheckForm(%q) = %v, want %v (an ErrBadBuild)", b, err, want)
 		}
+	}
+	if err := CheckForm("sh256:abc"); err == nil || !strings.Contains(err.Error(), `nearly "sha256"`) || !strings.Contains(err.Error(), "meshfold build push PATH") {
+		t.Errorf("CheckForm(sh256:abc) = %v: want the nearest valid form and how to make one", err)
 	}
 	if err := CheckForm("garbage"); err == nil || !strings.Contains(err.Error(), `"garbage"`) || !strings.Contains(err.Error(), "meshfold build push PATH") {
 		t.Errorf("CheckForm(garbage) = %v: want the build quoted and how to make one", err)
