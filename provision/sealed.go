@@ -44,7 +44,8 @@ func (s *Sealed) PublicKey() string { return s.pub }
 
 // Content reads and opens node's secret for module's file path.
 //
-// Errors: [ErrNoSource] when none is stored; store.ErrSealedToOther,
+// Errors: [ErrNoSource] when none is stored; a [*RemovedError] when
+// `secret rm` removed it (no later source is consulted); store.ErrSealedToOther,
 // store.ErrCannotOpen; the bucket's read.
 func (s *Sealed) Content(ctx context.Context, node, module, path string) ([]byte, error) {
 	e, err := s.kv.Get(ctx, store.SecretKey(node, module, path))
@@ -57,6 +58,9 @@ func (s *Sealed) Content(ctx context.Context, node, module, path string) ([]byte
 	rec, err := store.DecodeSealedSecret(e.Value())
 	if err != nil {
 		return nil, err
+	}
+	if rec.Removed {
+		return nil, &RemovedError{Where: "sealed " + store.SecretKey(node, module, path), By: rec.By, At: rec.At}
 	}
 	return rec.Open(s.key, node, module, path)
 }

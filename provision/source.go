@@ -27,8 +27,10 @@ type Source interface {
 	// Content returns the content of module's file path on node.
 	//
 	// Errors: one wrapping [ErrNoSource] when this source has nothing
-	// for the file (saying why, e.g. "no file"); any other is a failure
-	// of the source. Neither ever holds content.
+	// for the file (saying why, e.g. "no file"); a [*RemovedError] when
+	// the file was removed from this source on purpose (`secret rm`), so
+	// that no later source is consulted; any other is a failure of the
+	// source. None ever holds content.
 	Content(ctx context.Context, node, module, path string) ([]byte, error)
 	// String names the source in logs and fill statuses ("dir /srv/x").
 	String() string
@@ -45,6 +47,26 @@ func (e *NoSourceError) Error() string { return "no source: " + e.Why }
 
 // Is makes the error match [ErrNoSource].
 func (e *NoSourceError) Is(target error) bool { return target == ErrNoSource }
+
+// ErrRemoved: a source holds a removal of the file (`meshfold secret
+// rm`): the file is left as it is and no later source is consulted for
+// it until the source has content again (a new put).
+var ErrRemoved = errors.New("removed")
+
+// RemovedError is a source's removal of a file: Where (a bucket key),
+// By whom and At when. It matches [ErrRemoved].
+type RemovedError struct {
+	Where, By string
+	At        time.Time
+}
+
+func (e *RemovedError) Error() string {
+	return fmt.Sprintf("removed by %s at %s ('meshfold secret rm'): the sources after it are not consulted until a new put",
+		events.Text(e.By), e.At.UTC().Format(time.RFC3339))
+}
+
+// Is makes the error match [ErrRemoved].
+func (e *RemovedError) Is(target error) bool { return target == ErrRemoved }
 
 // MaxContent bounds what a source may return, in bytes: a fill request
 // carries the content in one message (the server's max payload is 1 MiB

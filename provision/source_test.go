@@ -404,3 +404,68 @@ func TestSealedPutWhileDown(t *testing.T) {
 func slogTo(w *storetest.SyncBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// A removal (`secret rm`) leaves the file as it is and keeps the sources
+// after sealed from filling it with what they hold (a fresh user's
+// finding 2: a directory's older content came back within a second and
+// restarted the module); the status says who removed it. A new put fills
+// again; a delete of the key (`rm --next-source`) hands the file to the
+// next source.
+func TestSealedRemovalKeepsLaterSourcesOut(t *testing.T) {
+	e := newSealedEnv(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	dir := t.TempDir()
+	source(t, dir, mbg, creds, "old-"+secret)
+	if _, err := e.sealed(t).Register(ctxT(t), "ace"); err != nil {
+		t.Fatal(err)
+	}
+	e.put(t, creds, secret)
+	rep := newReports()
+	c := e.client(t, "", rep, func(cfg *provision.Config) {
+		cfg.Sources = []provision.Source{e.sealed(t), provision.Dir(dir)}
+		cfg.Status = e.status
+		cfg.Resync = -1
+	})
+	run(t, c.Run)
+	if got := rep.next(t); len(got.r.Filled) != 1 {
+		t.Fatalf("start: %+v, want filled from sealed", got.r)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+
+	key := store.SecretKey("ace", mbg, creds)
+	data, _ := json.Marshal(store.RemovedSecret("bob", time.Now()))
+	if _, err := e.kv.Put(ctxT(t), key, data); err != nil {
+		t.Fatal(err)
+	}
+	got := rep.next(t)
+	if len(got.r.Filled) != 0 || len(got.r.Unfilled) != 1 || got.r.Unfilled[0].State != store.FillMissing ||
+		!strings.Contains(got.r.Unfilled[0].Why, "removed by bob") || strings.Contains(got.r.Unfilled[0].Why, "dir ") {
+		t.Fatalf("after the removal: %+v, want unfilled, removed by bob, the directory not consulted", got.r)
+	}
+	e.waitStatus(t, "removed", func(s []store.FillStatus) bool {
+		return len(s) == 1 && strings.Contains(s[0].Why, "removed by bob")
+	})
+	// A full pass (a resync, a restart) does not consult the directory either.
+	r, err := c.FillOnce(ctxT(t))
+	if err != nil || len(r.Filled) != 0 {
+		t.Fatalf("a pass after the removal: %+v, %v; want nothing filled", r, err)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+
+	e.put(t, creds, "new-"+secret)
+	if got := rep.next(t); len(got.r.Filled) != 1 {
+		t.Fatalf("a put after the removal: %+v, want filled", got.r)
+	}
+	checkFile(t, filepath.Join(e.root, creds), "new-"+secret, 0o600)
+
+	if err := e.kv.Delete(ctxT(t), key); err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.next(t); len(got.r.Filled) != 1 {
+		t.Fatalf("after a delete: %+v, want filled from the directory", got.r)
+	}
+	checkFile(t, filepath.Join(e.root, creds), "old-"+secret, 0o600)
+	noLeak(t, e.logs.String())
+}

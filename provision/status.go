@@ -27,6 +27,14 @@ func (c *Client) content(ctx context.Context, r *Report, module, path string) ([
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
+		var rm *RemovedError
+		if errors.As(err, &rm) {
+			// Removed on purpose: an older content further down must not
+			// come back (a fresh user's finding 2).
+			wheres = append(wheres, rm.Where)
+			whys = append(whys, src.String()+": "+rm.Error())
+			break
+		}
 		var ns *NoSourceError
 		if errors.As(err, &ns) {
 			wheres = append(wheres, ns.Where)

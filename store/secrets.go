@@ -95,9 +95,21 @@ type SealedSecret struct {
 	// Digest is the hex HMAC-SHA256 of the content under the bucket's
 	// digest key; empty when it was sealed without one.
 	Digest string `json:"digest,omitempty"`
-	// By is who put it; At when (the putter's clock).
+	// By is who put it; At when (the putter's clock). Of a removal: who
+	// removed it, and when.
 	By string    `json:"by"`
 	At time.Time `json:"at"`
+	// Removed marks a removal (`meshfold secret rm`), with no content: the
+	// provisioner consults no later source for the file until a new put
+	// (DESIGN.md §12; docs/architecture.md, "secret rm"). A record from
+	// before it has none, and decodes as before.
+	Removed bool `json:"removed,omitempty"`
+}
+
+// RemovedSecret is the record `meshfold secret rm` stores in place of a
+// secret: no content, who removed it and when.
+func RemovedSecret(by string, at time.Time) SealedSecret {
+	return SealedSecret{V: 1, By: by, At: at.UTC(), Removed: true}
 }
 
 // bound is the plaintext actually sealed: a header naming where the
@@ -169,7 +181,8 @@ func (s SealedSecret) Open(kp nkeys.KeyPair, node, module, path string) ([]byte,
 	return plain[len(head):], nil
 }
 
-// DecodeSealedSecret reads a stored record.
+// DecodeSealedSecret reads a stored record: a secret, or a removal
+// (Removed, no ciphertext).
 //
 // Errors: [ErrCannotOpen] for a record that is not one.
 func DecodeSealedSecret(data []byte) (SealedSecret, error) {
@@ -177,7 +190,10 @@ func DecodeSealedSecret(data []byte) (SealedSecret, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return s, fmt.Errorf("%w: not a sealed secret record: %v", ErrCannotOpen, err)
 	}
-	if s.V != 1 || len(s.Sealed) == 0 {
+	if s.Removed && len(s.Sealed) == 0 && s.V == 1 {
+		return s, nil
+	}
+	if s.V != 1 || len(s.Sealed) == 0 || s.Removed {
 		return s, fmt.Errorf("%w: not a sealed secret record (v %d)", ErrCannotOpen, s.V)
 	}
 	return s, nil

@@ -270,6 +270,8 @@ type secretRow struct {
 	// Current is false when the secret is sealed to another key than the
 	// one the node's provisioner registered: put it again.
 	Current bool `json:"current"`
+	// Removed is a removal ('secret rm'): no content; By removed it, At.
+	Removed bool `json:"removed,omitempty"`
 }
 
 func newSecretLsCmd(a *app) *cobra.Command {
@@ -280,7 +282,8 @@ func newSecretLsCmd(a *app) *cobra.Command {
 		Long: `ls lists the sealed secrets, of NODE or of every node: node, module, path,
 revision, digest (HMAC-SHA256 under the bucket's digest key, cut), who put it
 and when, and whether it is sealed to the key NODE's provisioner registered
-("old key": put it again). Never content.`,
+("old key": put it again); a removal ('secret rm') shows as removed, with who
+removed it and when. Never content.`,
 		Example: `  meshfold secret ls
   meshfold secret ls ace -o json`,
 		Args: cobra.MaximumNArgs(1),
@@ -324,7 +327,7 @@ and when, and whether it is sealed to the key NODE's provisioner registered
 					continue
 				}
 				rows = append(rows, secretRow{Node: node, Module: module, Path: path, Revision: e.Revision(),
-					Digest: rec.Digest, By: rec.By, At: rec.At, Current: rec.To == keys[node]})
+					Digest: rec.Digest, By: rec.By, At: rec.At, Current: rec.To == keys[node], Removed: rec.Removed})
 			}
 			sort.Slice(rows, func(i, j int) bool {
 				if rows[i].Node != rows[j].Node {
@@ -345,7 +348,10 @@ and when, and whether it is sealed to the key NODE's provisioner registered
 			fmt.Fprintln(tw, "NODE\tMODULE\tPATH\tREV\tDIGEST\tBY\tAT\tKEY")
 			for _, r := range rows {
 				key := "current"
-				if !r.Current {
+				switch {
+				case r.Removed:
+					key, r.Digest = "removed: no source fills it until a put", "-"
+				case !r.Current:
 					key = "old key: put again"
 				}
 				d := r.Digest
@@ -374,17 +380,31 @@ func firstToken(key string) string {
 }
 
 func newSecretRmCmd(a *app) *cobra.Command {
+	var by string
+	var nextSource bool
 	cmd := &cobra.Command{
-		Use:   "rm NODE MODULE PATH",
+		Use:   "rm NODE MODULE PATH --by NAME",
 		Short: "Remove a stored secret (its history stays until it ages out)",
-		Long: `rm deletes NODE's secret for MODULE's PATH. The file on the node is left as
-it is; the provisioner reports it as having no source ('meshfold fleet') until
-another source or a new put fills it.`,
-		Example: `  meshfold secret rm ace mesh-build-go /run/mesh-build-go/broker.creds`,
-		Args:    cobra.ExactArgs(3),
+		Long: `rm removes NODE's secret for MODULE's PATH: it stores a removal in its place
+(who, when; 'secret ls' shows it as removed). The file on the node is left as
+it is, and the provisioner consults none of its sources after sealed for that
+file (a directory, a helper: --from after --from sealed) until a new put: an
+older content there must not come back on its own. 'meshfold fleet' and
+'state' report the file as removed, with who removed it.
+
+--next-source deletes the secret instead: the provisioner's next source fills
+the file at once, when it has one for it (the module gets its on_fill action
+if the content differs); without one, the file is left as it is and reported
+as having no source.`,
+		Example: `  meshfold secret rm ace mesh-build-go /run/mesh-build-go/broker.creds --by alice
+  meshfold secret rm ace mesh-build-go /run/mesh-build-go/broker.creds --by alice --next-source   # hand the file to the next --from`,
+		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := secretArgs(args); err != nil {
 				return err
+			}
+			if by == "" || events.HasControl(by) || len(by) > events.MaxText {
+				return withCode(exitUsage, fmt.Errorf("--by %s: one line naming who removes it", events.Short(by)))
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
@@ -394,18 +414,37 @@ another source or a new put fills it.`,
 			}
 			defer closeConn()
 			key := store.SecretKey(args[0], args[1], args[2])
-			if _, err := kv.Get(ctx, key); errors.Is(err, jetstream.ErrKeyNotFound) {
+			e, err := kv.Get(ctx, key)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				return fmt.Errorf("no secret for %s %s %s", args[0], args[1], events.Short(args[2]))
 			} else if err != nil {
 				return err
 			}
-			if err := kv.Delete(ctx, key); err != nil {
+			if rec, err := store.DecodeSealedSecret(e.Value()); err == nil && rec.Removed && !nextSource {
+				return fmt.Errorf("no secret for %s %s %s: removed by %s at %s already", args[0], args[1], events.Short(args[2]),
+					events.Text(rec.By), rec.At.Format(time.RFC3339))
+			}
+			if nextSource {
+				if err := kv.Delete(ctx, key); err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(a.stdout, "removed %s %s %s: the provisioner's next source fills the file, if it has one\n", args[0], args[1], args[2])
 				return err
 			}
-			_, err = fmt.Fprintf(a.stdout, "removed %s %s %s\n", args[0], args[1], args[2])
+			data, err := json.Marshal(store.RemovedSecret(by, time.Now()))
+			if err != nil {
+				return err
+			}
+			if _, err := kv.Update(ctx, key, data, e.Revision()); err != nil {
+				return fmt.Errorf("remove (did a put race it? 'meshfold secret ls %s' shows the newest): %w", args[0], err)
+			}
+			_, err = fmt.Fprintf(a.stdout, "removed %s %s %s: the file on the node is left as it is; no other source fills it until a new put (--next-source hands it on)\n", args[0], args[1], args[2])
 			return err
 		},
 	}
+	cmd.Flags().StringVar(&by, "by", "", "who removes it (required); kept in the removal")
+	cmd.Flags().BoolVar(&nextSource, "next-source", false, "delete the secret: the provisioner's next source (--from after sealed) fills the file")
+	_ = cmd.MarkFlagRequired("by")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd

@@ -345,7 +345,7 @@ func TestSealedRotation(t *testing.T) {
 		if code != 0 || !strings.Contains(errs, "warning") || !strings.Contains(errs, "not filled until a want declares it") {
 			t.Fatalf("secret put %v: exit %d, want 0 and a warning that it is not filled:\n%s%s", typo, code, out, errs)
 		}
-		if out, errs, code := s.m.cli(t, append([]string{"secret", "rm"}, typo...)...); code != 0 {
+		if out, errs, code := s.m.cli(t, append(append([]string{"secret", "rm"}, typo...), "--by", "test", "--next-source")...); code != 0 {
 			t.Fatalf("secret rm %v: exit %d\n%s%s", typo, code, out, errs)
 		}
 	}
@@ -470,17 +470,23 @@ func TestSealedRotation(t *testing.T) {
 		t.Errorf("secret ls:\n%s", out)
 	}
 
-	// secret rm: the file stays as it is, the provisioner reports it has
-	// no source, and state says so.
-	if out, errs, code := s.m.cli(t, "secret", "rm", "ace", "app", sealedPath); code != 0 {
+	// secret rm: the file stays as it is, the provisioner reports it
+	// removed, by whom, and state says so; ls shows the removal.
+	if _, errs, code := s.m.cli(t, "secret", "rm", "ace", "app", sealedPath); code != exitUsage || !strings.Contains(errs, `"by"`) {
+		t.Errorf("secret rm without --by: exit %d, want 2 naming --by\n%s", code, errs)
+	}
+	if out, errs, code := s.m.cli(t, "secret", "rm", "ace", "app", sealedPath, "--by", "carol"); code != 0 || !strings.Contains(out, "no other source fills it until a new put") {
 		t.Fatalf("secret rm: %d %s %s", code, out, errs)
 	}
-	waitUntil(t, testCtx(t), "state to say the removed secret has no source", func() bool {
+	waitUntil(t, testCtx(t), "state to say the secret was removed", func() bool {
 		out, _, _ := s.m.cli(t, "state", "ace")
-		return strings.Contains(out, "not filled") && strings.Contains(out, "no sealed secret")
+		return strings.Contains(out, "not filled") && strings.Contains(out, "removed by carol")
 	})
-	if out, _, _ := s.m.cli(t, "secret", "ls", "ace"); strings.Contains(out, "/run/app/token") {
-		t.Errorf("secret ls lists a removed secret:\n%s", out)
+	if out, _, _ := s.m.cli(t, "secret", "ls", "ace"); !strings.Contains(out, "removed: no source fills it until a put") || !strings.Contains(out, "carol") {
+		t.Errorf("secret ls does not show the removal:\n%s", out)
+	}
+	if _, errs, code := s.m.cli(t, "secret", "rm", "ace", "app", sealedPath, "--by", "carol"); code == 0 || !strings.Contains(errs, "removed by carol") {
+		t.Errorf("secret rm of a removal: exit %d, want an error saying it was removed\n%s", code, errs)
 	}
 	if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, content("v20")) {
 		t.Errorf("the file changed after secret rm: %v", err)
