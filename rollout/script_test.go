@@ -174,6 +174,12 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 			return "not in the rollout"
 		}
 		return strings.Join(lines, "\n")
+	case "hand-want-says":
+		// What `meshfold want` would refuse on node without --force.
+		if why := h.state.HandWant(args["node"]); why != "" {
+			return why
+		}
+		return "nothing"
 	case "gives-back":
 		var b strings.Builder
 		for _, n := range h.state.GivesBack() {

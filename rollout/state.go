@@ -491,3 +491,39 @@ func (r *Rollout) batchOf(i int) int {
 // Active reports whether the rollout still acts: loading, running,
 // waiting for a promote, halted or reverting.
 func (r *Rollout) active() bool { return !r.Phase.Final() }
+
+// HandWant says what a want published by hand now on node would do to
+// the rollout (DESIGN.md §11: a target's want changed by hand is a
+// conflict, never overwritten): "" when nothing (node is no target, the
+// rollout has ended, the target has failed or is already in conflict),
+// else what would happen, as one clause naming the fleet, the rollout
+// and its phase. A paused rollout halts on it too: a pause stops steps,
+// not the fold. What `meshfold want` refuses without --force.
+func (s *State) HandWant(node string) string {
+	r := s.Rollout
+	if r == nil {
+		return ""
+	}
+	n := r.Nodes[node]
+	if n == nil || n.Want == 0 {
+		return ""
+	}
+	where := fmt.Sprintf("node %s is a target of fleet %s's rollout %d (%s)", node, s.Fleet, r.ID, r.Phase)
+	switch r.Phase {
+	case Loading, Running, WaitingPromote:
+		switch n.Status {
+		case Failed, Conflict, Skipped:
+			return ""
+		}
+		then := ""
+		if r.R.AutoRevert {
+			then = ", and auto_revert gives every changed target its previous want back"
+		}
+		return where + ": a want published by hand halts the rollout as a conflict" + then
+	case Reverting:
+		if n.Back != nil && !n.Back.finished() {
+			return where + ": a want published by hand refuses the node's revert"
+		}
+	}
+	return ""
+}

@@ -248,3 +248,50 @@ func TestApplyWarnsOfACanaryOfEveryTarget(t *testing.T) {
 		t.Errorf("apply --dry-run of canary 1 among 3 targets warns:\n%s", out)
 	}
 }
+
+// A want by hand on a target of a running rollout is refused, exit 3,
+// dry run or not, naming the fleet, the rollout and how to go on (a
+// fresh user's finding 3: it was published silently, and the whole
+// rollout halted as a conflict and was reverted); --force publishes it;
+// a node the rollout does not target, and any node once the rollout is
+// aborted, takes a want as before.
+func TestWantRefusesRolloutTarget(t *testing.T) {
+	m := applyMesh(t)
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	if _, err := pub.Append(testCtx(t), "dan", events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "web", Build: "web:1"}}}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, fleetYAML), "--by", "alice"); code != 0 {
+		t.Fatalf("apply web: code %d\n%s%s", code, out, errs)
+	}
+	want := writeWantFile(t, `{"modules":[{"name":"web","build":"web:9"}]}`)
+	wants := func() int { return len(readEvents(t, m, "bob", events.KindWant)) }
+	before := wants()
+	for _, args := range [][]string{{"want", "bob", "-f", want}, {"want", "bob", "-f", want, "--dry-run"}} {
+		out, errs, code := m.cli(t, args...)
+		if code != exitConflict || out != "" {
+			t.Errorf("%v: exit %d, want %d, nothing printed\n%s%s", args, code, exitConflict, out, errs)
+		}
+		for _, s := range []string{"node bob is a target of fleet web's rollout", "(running)", "halts the rollout", "nothing was published",
+			"meshfold rollout abort web", "--force"} {
+			if !strings.Contains(errs, s) {
+				t.Errorf("%v: the refusal does not say %q:\n%s", args, s, errs)
+			}
+		}
+	}
+	if n := wants(); n != before {
+		t.Fatalf("a refused want was published: %d wants of bob, want %d", n, before)
+	}
+	if out, errs, code := m.cli(t, "want", "dan", "-f", want); code != 0 {
+		t.Errorf("want of dan, no target: exit %d\n%s%s", code, out, errs)
+	}
+	if out, errs, code := m.cli(t, "want", "bob", "-f", want, "--force"); code != 0 || !strings.Contains(out, "want bob: stream sequence") {
+		t.Errorf("want bob --force: exit %d\n%s%s", code, out, errs)
+	}
+	if out, errs, code := m.cli(t, "rollout", "abort", "web", "--by", "alice"); code != 0 {
+		t.Fatalf("rollout abort: exit %d\n%s%s", code, out, errs)
+	}
+	if out, errs, code := m.cli(t, "want", "cat", "-f", want); code != 0 {
+		t.Errorf("want of cat after the abort: exit %d\n%s%s", code, out, errs)
+	}
+}

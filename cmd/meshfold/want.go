@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,8 @@ import (
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/rollout/feed"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -36,6 +39,8 @@ type wantOpts struct {
 	dryRun bool
 	// allowMissing publishes a bundle build the builds bucket lacks.
 	allowMissing bool
+	// force publishes on a target of a running rollout.
+	force bool
 	// newNode publishes the first want of a node the stream holds no
 	// event of.
 	newNode bool
@@ -98,6 +103,13 @@ A build that is no bundle build (not sha256:…, say "img:1") is published with
 a note on stderr: the process runtime, meshfold node's default, cannot run it
 (its apply fails); only an agent run with --runtime record takes it.
 
+A node that a fleet's running rollout targets (DESIGN.md §11) is refused,
+exit 3, nothing published: a want by hand there is a conflict, which halts
+the rollout (and with auto_revert gives every changed target its previous
+want back); during a revert it refuses the node's revert. The refusal names
+the fleet and the rollout: let it finish, abort it, or give --force to take
+the node by hand anyway. --dry-run refuses the same.
+
 --dry-run publishes nothing: it prints the plan the reconciler would emit now
 for this want, and its difference from the last plan emitted (modules added,
 removed, changed; what is held and why), computed by the reconciler's own
@@ -134,6 +146,7 @@ module of the node's newest plan runs as (the node may have no such user).
 	addPublishTimeout(cmd, &o.timeout)
 	fl.BoolVar(&o.allowMissing, "allow-missing-build", false, "publish a sha256: build the builds bucket does not hold (yet); a build of no build's form is refused still")
 	fl.BoolVar(&o.newNode, "new", false, "publish the first want of a node the stream holds no event of (refused without it: a mistyped name would make a phantom node)")
+	fl.BoolVar(&o.force, "force", false, "publish on a target of a running rollout (the rollout halts on it as a conflict; refused, exit 3, without it)")
 	fl.BoolVar(&o.dryRun, "dry-run", false, "publish nothing: print the plan the reconciler would emit now and how it differs from the last")
 	o.out.add(cmd, "")
 	_ = cmd.MarkFlagRequired("file")
@@ -172,7 +185,7 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 		if expect != nil {
 			return withCode(exitUsage, errors.New("--dry-run publishes nothing: --expect has nothing to guard"))
 		}
-		return runDryRun(ctx, a, nodeName, w, format, 2*time.Second, o.allowMissing, o.newNode)
+		return runDryRun(ctx, a, nodeName, w, format, 2*time.Second, o.allowMissing, o.newNode, o.force)
 	}
 
 	nc, js, pub, err := a.openPublisher(ctx)
@@ -193,6 +206,11 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 	}
 	if err := checkBuilds(ctx, r, w, o.allowMissing); err != nil {
 		return err
+	}
+	if !o.force {
+		if err := refuseRolloutTarget(ctx, js, a, nodeName, false); err != nil {
+			return err
+		}
 	}
 	wantChecked()
 	var opts []store.AppendOpt
@@ -256,6 +274,49 @@ func removedMeanwhile(ctx context.Context, r *query.Reader, w *events.Want) erro
 	return fmt.Errorf("published, but %s removed meanwhile (a 'meshfold build rm' beside this command):%s\n"+
 		"the node fails to fetch it with \"no such bundle\": push it again ('meshfold build push PATH' of the same content gives the same build)",
 		was, b.String())
+}
+
+// refuseRolloutTarget refuses (exit 3) a want by hand on node while a
+// fleet's rollout targets it and would halt on it (rollout.State.HandWant;
+// a fresh user's finding 3: the want was published silently and the
+// whole rollout halted and reverted), naming the rollout and how to go
+// on, as apply refuses another fleet's nodes. It reads only the fleets
+// whose newest rollout names node.
+func refuseRolloutTarget(ctx context.Context, js jetstream.JetStream, a *app, node string, dryRun bool) error {
+	stream, scfg, err := a.stream.openStream(ctx, js)
+	if err != nil {
+		return err
+	}
+	subj := scfg.Subjects()
+	fleets, err := feed.Fleets(ctx, stream, subj)
+	if err != nil {
+		return err
+	}
+	for _, f := range fleets {
+		_, nodes, err := feed.StartNodes(ctx, stream, subj, f)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(nodes, func(n rollout.NodeAtStart) bool { return n.Node == node && n.Want > 0 }) {
+			continue
+		}
+		s, err := feed.Replay(ctx, js, scfg, nil, f)
+		if err != nil {
+			return fmt.Errorf("reading fleet %s's rollout: %w", f, err)
+		}
+		why := s.HandWant(node)
+		if why == "" {
+			continue
+		}
+		lead := "refused"
+		if dryRun {
+			lead = "refused (want would refuse it too)"
+		}
+		return withCode(exitConflict, fmt.Errorf("%s: %s; nothing was published\n"+
+			"let the rollout finish ('meshfold rollout status %s'), abort it ('meshfold rollout abort %s --by NAME': its targets keep the wants they have), or take the node by hand anyway with --force",
+			lead, why, f, f))
+	}
+	return nil
 }
 
 // knownNode returns how many events the stream holds of node
@@ -493,7 +554,7 @@ func (a *app) lastSeq(ctx context.Context, js jetstream.JetStream, node string, 
 // (query.Reader.DryRun: the state is the reconciler's, else the stored
 // snapshot, else the node's events folded, else the empty state).
 // Nothing is published.
-func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format string, timeout time.Duration, allowMissing, newNode bool) error {
+func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format string, timeout time.Duration, allowMissing, newNode, force bool) error {
 	nc, err := a.conn.connect("meshfold-dry-run", a)
 	if err != nil {
 		return err
@@ -508,6 +569,15 @@ func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format 
 	}
 	if err := checkBuilds(ctx, r, w, allowMissing); err != nil {
 		return err
+	}
+	if !force {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		if err := refuseRolloutTarget(ctx, js, a, node, true); err != nil {
+			return err
+		}
 	}
 	d, source, err := r.DryRun(ctx, node, w)
 	if err != nil {
