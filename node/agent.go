@@ -253,6 +253,12 @@ func inside(root, dir string) bool {
 	return d == r || strings.HasPrefix(d, r+string(os.PathSeparator))
 }
 
+// Ready is closed once the agent has started: its lease claimed, its
+// first plan applied (or there was none). What fails before it is a
+// start's failure (a permission the creds lack, say), not a running
+// agent's.
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
 // Settled returns the stream sequence of the plan the agent judges writes
 // by, 0 when it has settled none.
 func (a *Agent) Settled() uint64 {

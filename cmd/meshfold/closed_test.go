@@ -106,6 +106,24 @@ func TestRevokedRolesExit(t *testing.T) {
 		t.Errorf("fleet without creds: exit %d, stderr %q", code, errs)
 	}
 
+	// A node agent given another role's creds ends at once, explained,
+	// naming the role the creds are of (a fresh user's finding 6: it
+	// retried its lease claim every 5 s for ever).
+	wrong := start("node with a provisioner's creds", append([]string{"node", "bob", "--runtime", "record", "--root", filepath.Join(base, "root-bob"),
+		"--state-dir", filepath.Join(base, "state-bob"), "--trust", trust}, as("provisioner-ace")...)...)
+	select {
+	case code := <-wrong.done:
+		wrong.done <- code // for the cleanup
+		errs := wrong.out.String()
+		if code != exitError || !strings.Contains(errs, "permission denied: these credentials may not") ||
+			!strings.Contains(errs, "user provisioner-ace's, of the provisioner role") || !strings.Contains(errs, "'meshfold node bob' runs as the node role, user node-bob") ||
+			strings.Contains(errs, "retrying") {
+			t.Errorf("node bob with provisioner-ace's creds: exit %d, want %d naming the roles, no retry:\n%s", code, exitError, errs)
+		}
+	case <-ctx.Done():
+		t.Fatalf("node bob with provisioner-ace's creds still runs:\n%s", wrong.out.String())
+	}
+
 	for _, user := range []string{"node-ace", "provisioner-ace", "operator-read"} {
 		args := append([]string{"auth", "revoke", user, "--dir", dir}, as(auth.SystemUser)...)
 		if code, out, errs := runCLI(ctx, args...); code != exitOK || !strings.Contains(out, "jwt updated") {

@@ -3,11 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/store"
@@ -36,10 +39,18 @@ func explainOversized(err error) error {
 // handlers, but not for a violation: run explains it once, so the raw
 // "nats async error" and "nats connection closed" log lines of it would
 // only say it again.
-func (a *app) watchDenied(nc *nats.Conn) {
+func (a *app) watchDenied(nc *nats.Conn) { a.watchDeniedUntil(nc, nil) }
+
+// watchDeniedUntil is watchDenied until until is closed (nil: for good);
+// after that a violation goes to nc's handlers as before. A long-running
+// role (meshfold node) watches its start only: a permission its creds
+// lack when it claims its lease is no transient failure to retry for
+// ever (a fresh user's finding 6: a node given a provisioner's creds
+// retried every 5 s without end).
+func (a *app) watchDeniedUntil(nc *nats.Conn, until <-chan struct{}) {
 	prev := nc.ErrorHandler()
 	nc.SetErrorHandler(func(c *nats.Conn, s *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) {
+		if errors.Is(err, nats.ErrPermissionViolation) && !closedChan(until) {
 			a.deniedMu.Lock()
 			if a.denied == nil {
 				a.denied = err
@@ -63,6 +74,47 @@ func (a *app) watchDenied(nc *nats.Conn) {
 			prevClosed(c)
 		}
 	})
+}
+
+// closedChan reports whether c is closed; a nil c never is.
+func closedChan(c <-chan struct{}) bool {
+	if c == nil {
+		return false
+	}
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// credsUser returns the user name in the creds file at path and the role
+// it is of (auth.UserName's names: "node-ace" is a node's, "operator" the
+// operator's); "" when the file has no readable user JWT. Decoded, not
+// verified: it only says which creds were given.
+func credsUser(path string) (user string, role auth.Role) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", ""
+	}
+	tok, err := nkeys.ParseDecoratedJWT(data)
+	if err != nil {
+		return "", ""
+	}
+	uc, err := jwt.DecodeUserClaims(tok)
+	if err != nil || uc.Name == "" {
+		return "", ""
+	}
+	switch {
+	case uc.Name == auth.SystemUser:
+		return uc.Name, auth.RoleSystem
+	case strings.HasPrefix(uc.Name, string(auth.RoleNode)+"-"):
+		return uc.Name, auth.RoleNode
+	case strings.HasPrefix(uc.Name, string(auth.RoleProvisioner)+"-"):
+		return uc.Name, auth.RoleProvisioner
+	}
+	return uc.Name, auth.Role(uc.Name)
 }
 
 func (a *app) deniedErr() error {
@@ -100,6 +152,15 @@ func (a *app) explainDenied(cmd *cobra.Command, denied error) error {
 		}
 		who = "only the roles " + strings.Join(names, ", ") + " may"
 	}
-	return fmt.Errorf("%s (%s): permission denied: these credentials may not %s %s; %s: connect with such a user's creds (--creds, $NATS_CREDS)",
-		what, purpose, op, m[2], who)
+	given := ""
+	if path := a.conn.withEnv().creds; path != "" {
+		if user, role := credsUser(path); user != "" {
+			given = fmt.Sprintf("; the creds given (%s) are user %s's, of the %s role", path, user, role)
+		}
+	}
+	if a.deniedNeeds != "" {
+		who = a.deniedNeeds
+	}
+	return fmt.Errorf("%s (%s): permission denied: these credentials may not %s %s; %s: connect with such a user's creds (--creds, $NATS_CREDS)%s",
+		what, purpose, op, m[2], who, given)
 }

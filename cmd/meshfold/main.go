@@ -158,6 +158,9 @@ type app struct {
 	cancel   context.CancelCauseFunc
 	deniedMu sync.Mutex
 	denied   error
+	// deniedNeeds, when set, says which role the command needs, for
+	// explainDenied to add ("'meshfold node bob' runs as the node role: …").
+	deniedNeeds string
 
 	// logs, when set (bufferLogs), is the log writer: stderr through a
 	// buffer, which run closes once the command ends.

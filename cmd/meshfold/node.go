@@ -15,6 +15,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/auth"
 )
 
 func init() { register(newNodeCmd) }
@@ -145,15 +146,28 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 		return err
 	}
 	defer nc.Close()
+	// A permission the creds lack while the agent starts (its lease
+	// claimed, its first plan applied) ends it at once, explained (exit
+	// 1): creds of another role are no transient failure (a fresh user's
+	// finding 6). Once started, a violation is logged as before.
+	started := make(chan struct{})
+	a.watchDeniedUntil(nc, started)
+	a.deniedNeeds = fmt.Sprintf("'meshfold node %s' runs as the node role, user %s ('meshfold auth add-node %s' writes its creds file)",
+		name, auth.UserName(auth.RoleNode, name), name)
 	// A connection closed for good (a revoked user) ends the agent with an
 	// error: it would never reconnect, and systemd's Restart= brings it back.
-	return store.WhileConnected(cmd.Context(), nc, func(ctx context.Context) error {
-		return runNodeAgent(ctx, a, name, o, nc, trust, log)
+	err = store.WhileConnected(cmd.Context(), nc, func(ctx context.Context) error {
+		return runNodeAgent(ctx, a, name, o, nc, trust, log, started)
 	})
+	if d := a.deniedErr(); d != nil {
+		return d // ended by the violation, which run explains
+	}
+	return err
 }
 
-// runNodeAgent runs the agent of node name on nc until ctx is done.
-func runNodeAgent(ctx context.Context, a *app, name string, o nodeOpts, nc *nats.Conn, trust *store.Trust, log *slog.Logger) error {
+// runNodeAgent runs the agent of node name on nc until ctx is done,
+// closing started once the agent has started (node.Agent.Ready).
+func runNodeAgent(ctx context.Context, a *app, name string, o nodeOpts, nc *nats.Conn, trust *store.Trust, log *slog.Logger, started chan<- struct{}) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -177,5 +191,12 @@ func runNodeAgent(ctx context.Context, a *app, name string, o nodeOpts, nc *nats
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
+	go func() {
+		select {
+		case <-agent.Ready():
+			close(started)
+		case <-ctx.Done():
+		}
+	}()
 	return agent.Run(ctx)
 }
