@@ -218,7 +218,8 @@ func (s *outsideServer) selfProfile(tb testing.TB, name string) func() {
 //
 // MESHFOLD_BENCH_PROFILES=DIR writes CPU profiles of the reconciler and
 // the server over the first MESHFOLD_BENCH_PROFILE_SECONDS (default 5)
-// of the live run (do not take that run's figures).
+// of the live run, and the reconciler's allocation profile at its end
+// (name.allocs.pb.gz; do not take that run's figures).
 //
 //	go test ./cmd/meshfold -run '^$' -bench LiveMixes -benchtime 1x -timeout 30m
 func BenchmarkLiveMixes(b *testing.B) {
@@ -306,6 +307,16 @@ func live(b *testing.B, in *enginetest.History) {
 	puts := s.snapshotPuts(b)
 	if profiled != nil {
 		<-profiled
+		// The reconciler's allocations since its start (the live run's
+		// nearly all): where its collector's work comes from.
+		name := filepath.Join(os.Getenv("MESHFOLD_BENCH_PROFILES"), strings.ReplaceAll(b.Name(), "/", "_"))
+		prof, err := p.get("/debug/pprof/allocs")
+		if err == nil {
+			err = os.WriteFile(name+".allocs.pb.gz", prof, 0o644)
+		}
+		if err != nil {
+			b.Logf("no allocation profile: %v", err)
+		}
 	}
 	p.stop()
 	published := int(s.lastSeq(b) - before - uint64(len(in.Msgs)))
