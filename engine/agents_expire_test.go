@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -120,18 +119,7 @@ func TestExpiryPassWaitsForTheConnection(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	agentsOf := func(node string) []string {
-		var out []string
-		if err := store.ReadNode(ctx, js, cfg.Name, cfg.Subjects(), node, 0, 0, func(m store.Msg) error {
-			if a, ok := m.Event.Payload.(*events.Agent); ok {
-				out = append(out, strings.TrimSpace(string(a.State)+" "+a.Claim+" "+string(a.Why)))
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	agentsOf := func(node string) []string { return agentEventsOf(ctx, t, js, cfg, node) }
 	// The n<i> leases, not renewed after n9's up, are unrenewed for
 	// longer than the TTL once a TTL has passed (the ups are recorded from
 	// the watch's entries, which do not wait for ticks). n9 is renewed

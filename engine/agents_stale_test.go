@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -72,15 +71,7 @@ func TestAgentStaleViewRecordsNoSecondUp(t *testing.T) {
 			// This instance's view: c3's claim, as its watch delivered it.
 			w.leases["ace"] = &nodeLease{present: true, value: v, holder: h, rev: rev, seen: time.Now()}
 			w.sync(ctx, "ace")
-			var got []string
-			if err := store.ReadNode(ctx, js, cfg.Name, cfg.Subjects(), "ace", 0, 0, func(m store.Msg) error {
-				if a, ok := m.Event.Payload.(*events.Agent); ok {
-					got = append(got, strings.TrimSpace(string(a.State)+" "+a.Claim+" "+string(a.Why)))
-				}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
+			got := agentEventsOf(ctx, t, js, cfg, "ace")
 			if !slices.Equal(got, c.want) {
 				t.Fatalf("ace's agent events %q, want %q", got, c.want)
 			}

@@ -68,18 +68,7 @@ func TestAgentSweepOffTheLoop(t *testing.T) {
 		time.Now())); err != nil {
 		t.Fatal(err)
 	}
-	agentsOf := func(node string) []string {
-		var out []string
-		if err := store.ReadNode(ctx, js, cfg.Name, cfg.Subjects(), node, 0, 0, func(m store.Msg) error {
-			if a, ok := m.Event.Payload.(*events.Agent); ok {
-				out = append(out, strings.TrimSpace(string(a.State)+" "+a.Claim+" "+string(a.Why)))
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	agentsOf := func(node string) []string { return agentEventsOf(ctx, t, js, cfg, node) }
 
 	s := &unansweredInfo{Stream: stream, entered: make(chan struct{}), release: make(chan struct{})}
 	var release sync.Once
@@ -144,6 +133,22 @@ func TestAgentSweepOffTheLoop(t *testing.T) {
 	// A reconnect owes another sweep.
 	reconnects.Add(1)
 	waitfor.Until(t, 20*time.Second, "a sweep after the reconnect", func() bool { return s.calls.Load() == 3 })
+}
+
+// agentEventsOf returns node's agent events, oldest first, each as
+// "state claim why" (why only on a down).
+func agentEventsOf(ctx context.Context, t testing.TB, js jetstream.JetStream, cfg store.StreamConfig, node string) []string {
+	t.Helper()
+	var out []string
+	if err := store.ReadNode(ctx, js, cfg.Name, cfg.Subjects(), node, 0, 0, func(m store.Msg) error {
+		if a, ok := m.Event.Payload.(*events.Agent); ok {
+			out = append(out, strings.TrimSpace(string(a.State)+" "+a.Claim+" "+string(a.Why)))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 type sweepTestLog struct{ t testing.TB }
