@@ -3,10 +3,8 @@ package engine_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime/trace"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -54,14 +52,7 @@ const knockLoad = 50_000
 //
 //	go test ./engine -run '^$' -bench KnockLatency -benchtime 1x
 func BenchmarkKnockLatency(b *testing.B) {
-	nodes := 1_000
-	if v := os.Getenv("MESHFOLD_KNOCK_NODES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("MESHFOLD_KNOCK_NODES=%q: a count of nodes", v)
-		}
-		nodes = n
-	}
+	nodes := envInt(b, "MESHFOLD_KNOCK_NODES", 1_000, 1, "a count of nodes")
 	haves := knockHaves(nodes)
 	mode, nconns, window := loadGenFromEnv(b)
 	rate := knockRate(b)

@@ -75,26 +75,32 @@ type loadGenConfig struct {
 // bare server where two reached 40,000–46,000) and MESHFOLD_KNOCK_WINDOW (unacknowledged a
 // connection, default 4,096).
 func loadGenFromEnv(tb testing.TB) (mode string, conns, window int) {
-	mode, conns, window = os.Getenv("MESHFOLD_KNOCK_GEN"), 1, 4096
+	mode = os.Getenv("MESHFOLD_KNOCK_GEN")
 	if mode == "" {
 		mode = "core"
 	}
 	if mode != "core" && mode != "jsasync" {
 		tb.Fatalf("MESHFOLD_KNOCK_GEN=%q: core or jsasync", mode)
 	}
-	for _, v := range []struct {
-		env string
-		to  *int
-	}{{"MESHFOLD_KNOCK_CONNS", &conns}, {"MESHFOLD_KNOCK_WINDOW", &window}} {
-		if s := os.Getenv(v.env); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 {
-				tb.Fatalf("%s=%q: a count ≥ 1", v.env, s)
-			}
-			*v.to = n
-		}
-	}
+	conns = envInt(tb, "MESHFOLD_KNOCK_CONNS", 1, 1, "a count ≥ 1")
+	window = envInt(tb, "MESHFOLD_KNOCK_WINDOW", 4096, 1, "a count ≥ 1")
 	return mode, conns, window
+}
+
+// envInt returns the environment variable name as an integer, def when
+// it is unset; a value that is not an integer of at least least fails tb,
+// saying what it should be.
+func envInt(tb testing.TB, name string, def, least int, what string) int {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least {
+		tb.Fatalf("%s=%q: %s", name, v, what)
+	}
+	return n
 }
 
 // dialLoad opens n connections to url for a loadGen, closed at cleanup.
@@ -297,22 +303,8 @@ func knockHaves(nodes int) []*nats.Msg {
 //
 //	go test ./engine -run '^$' -bench KnockLoadCeiling -benchtime 1x
 func BenchmarkKnockLoadCeiling(b *testing.B) {
-	nodes := 1_000
-	if v := os.Getenv("MESHFOLD_KNOCK_NODES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("MESHFOLD_KNOCK_NODES=%q: a count of nodes", v)
-		}
-		nodes = n
-	}
-	secs := 10
-	if v := os.Getenv("MESHFOLD_KNOCK_SECONDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("MESHFOLD_KNOCK_SECONDS=%q: seconds ≥ 1", v)
-		}
-		secs = n
-	}
+	nodes := envInt(b, "MESHFOLD_KNOCK_NODES", 1_000, 1, "a count of nodes")
+	secs := envInt(b, "MESHFOLD_KNOCK_SECONDS", 10, 1, "seconds ≥ 1")
 	var only []string
 	if v := os.Getenv("MESHFOLD_KNOCK_CASES"); v != "" {
 		only = strings.Split(v, ",")
@@ -433,14 +425,7 @@ func BenchmarkKnockLoadCeiling(b *testing.B) {
 // folds at 100,000 nodes held every knock over a second; hence 1,000).
 // MESHFOLD_KNOCK_BACKLOG sets most (default 1,000; 0: no hold).
 func holdAbove(ctx context.Context, tb testing.TB, reg *prometheus.Registry, folded0 float64) (*atomic.Bool, func(*loadGen)) {
-	most := 1_000
-	if v := os.Getenv("MESHFOLD_KNOCK_BACKLOG"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			tb.Fatalf("MESHFOLD_KNOCK_BACKLOG=%q: events ≥ 0", v)
-		}
-		most = n
-	}
+	most := envInt(tb, "MESHFOLD_KNOCK_BACKLOG", 1_000, 0, "events ≥ 0")
 	hold := new(atomic.Bool)
 	watch := func(g *loadGen) {
 		if most == 0 {
@@ -478,15 +463,7 @@ func holdAbove(ctx context.Context, tb testing.TB, reg *prometheus.Registry, fol
 // MESHFOLD_KNOCK_RATE (to measure the knock at the rate the machine's
 // reconciler and server sustain, BenchmarkKnockLoadCeiling's fold-*).
 func knockRate(tb testing.TB) int {
-	v := os.Getenv("MESHFOLD_KNOCK_RATE")
-	if v == "" {
-		return knockLoad
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		tb.Fatalf("MESHFOLD_KNOCK_RATE=%q: events/s ≥ 1", v)
-	}
-	return n
+	return envInt(tb, "MESHFOLD_KNOCK_RATE", knockLoad, 1, "events/s ≥ 1")
 }
 
 // gathered sums each metric family of reg's counters and gauges: a
