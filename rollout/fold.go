@@ -524,6 +524,16 @@ func (f *folder) published(p *Published) {
 		return
 	}
 	n.Published, n.Status = p.Want, Changing
+	if n.Plan != nil && n.Plan.Want == p.Want {
+		// Its plan was folded before the publication was recorded (the
+		// controller records it once acknowledged; the reconciler may
+		// plan first): the forward plan the view keeps after a revert
+		// (a fresh user's finding: PLAN and SETTLED went blank).
+		n.FwdPlan, n.FwdSettledAt = n.Plan.Seq, time.Time{}
+		if n.Settled >= n.Plan.Seq {
+			n.FwdSettledAt = n.SettledAt
+		}
+	}
 	f.update(n)
 	if n.Back != nil && n.Back.Status == RevertWaiting {
 		f.giveBack(n)
@@ -882,7 +892,7 @@ func (f *folder) judge(n *Node) {
 		n.GoodSince = now
 	}
 	if good && now.Sub(n.GoodSince) >= r.R.MinHealthy {
-		n.Status, n.Why = Done, ""
+		n.Status, n.Why, n.HealthyFrom = Done, "", n.GoodSince
 		f.finish(n)
 		f.record(0, n.Name, string(Done), events.LevelInfo, "target %s done: every module ran at its build, healthy, from %s for min_healthy %s", n.Name, n.GoodSince.Format(time.RFC3339), r.R.MinHealthy)
 		return

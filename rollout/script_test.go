@@ -61,12 +61,17 @@ type harness struct {
 	newest map[string]uint64
 	plans  map[string]uint64 // newest plan per node
 	// stall, when set, keeps the controller from carrying out wants.
-	stall  bool
-	held   []rollout.Effect
-	quiet  bool   // records are folded without being printed
-	note   string // printed after the next event's summary
-	out    *strings.Builder
-	effect []rollout.Effect // every effect, in order (for the properties)
+	stall bool
+	// lag, when set, holds each want's outcome (published or refused)
+	// in outcomes until an "outcomes" command: the reconciler may plan
+	// the want before the controller records it published.
+	lag      bool
+	outcomes []rollout.Input
+	held     []rollout.Effect
+	quiet    bool   // records are folded without being printed
+	note     string // printed after the next event's summary
+	out      *strings.Builder
+	effect   []rollout.Effect // every effect, in order (for the properties)
 }
 
 func newHarness(fleet string) *harness {
@@ -162,6 +167,15 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		for _, e := range h.state.Pending() {
 			fmt.Fprintf(h.out, "pending %s\n", formatEffect(e))
 			h.carry(t, e)
+		}
+	case "lag":
+		h.lag = args["on"] != "false"
+		return "ok"
+	case "outcomes":
+		held := h.outcomes
+		h.outcomes = nil
+		for _, in := range held {
+			h.append(t, in)
 		}
 	case "quiet":
 		h.quiet = args["on"] != "false"
@@ -391,7 +405,12 @@ func (h *harness) carry(t tb, e rollout.Effect) {
 	}
 	seq := h.append(t, rollout.Input{Node: w.Node, Kind: rollout.KindWant})
 	h.wants[seq], h.newest[w.Node] = ms, seq
-	h.append(t, rollout.Input{Kind: rollout.KindPublished, Payload: &rollout.Published{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Want: seq}})
+	out := rollout.Input{Kind: rollout.KindPublished, Payload: &rollout.Published{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Want: seq}}
+	if h.lag {
+		h.outcomes = append(h.outcomes, out)
+		return
+	}
+	h.append(t, out)
 }
 
 func summary(in rollout.Input) string {

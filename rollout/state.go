@@ -69,6 +69,14 @@ const (
 	// undoes, so it gets no new want and no previous want back; its Why
 	// says "retired by WHO at #SEQ, skipped".
 	Skipped Status = "skipped"
+	// Stopped is the delivery view's word for a target given its new
+	// want (publishing, changing or waiting for an approval) when the
+	// rollout stopped judging it: aborted, superseded or reverted before
+	// it was done. The fold keeps its last status; the view no longer
+	// calls it changing (a fresh user's finding: an aborted rollout's
+	// target stayed "changing" forever), and it spends none of the
+	// view's budget.
+	Stopped Status = "stopped"
 )
 
 // Revert statuses of a target given its previous want back.
@@ -202,6 +210,10 @@ type Node struct {
 	// GoodSince is when every module of its plan began to run at its
 	// build, healthy, without a break since; zero while not.
 	GoodSince time.Time `json:"good_since,omitzero"`
+	// HealthyFrom is when the healthy window that made it done began
+	// (GoodSince then): the delivery view's "healthy since" of a done
+	// target, kept when a later down or restart ends GoodSince.
+	HealthyFrom time.Time `json:"healthy_from,omitzero"`
 	// DeadlineFrom is when its healthy_deadline began: its step, or when
 	// it stopped waiting for an approval or came back.
 	DeadlineFrom time.Time `json:"deadline_from,omitzero"`

@@ -100,6 +100,12 @@ func (s *State) View() View {
 		n := r.Nodes[name]
 		t := TargetView{Node: name, Batch: n.Batch + 1, Status: n.Status, Why: n.Why, Step: n.Step, Prev: n.Prev,
 			Published: n.Published, Down: n.Down, Paused: n.Paused, Revert: n.Back, HealthySince: n.GoodSince}
+		if n.Status == Done && !n.HealthyFrom.IsZero() {
+			// The window that made it done, though a later down or
+			// restart ended GoodSince (a fresh user's finding: HEALTHY
+			// SINCE went blank after a revert).
+			t.HealthySince = n.HealthyFrom
+		}
 		if w := r.canaryWait(n); w != "" {
 			t.Why = w
 			v.Waiting = append(v.Waiting, w)
@@ -120,8 +126,8 @@ func (s *State) View() View {
 			// want's plan and whether it settled, as the audit does.
 			t.Plan, t.Settled, t.SettledAt = n.FwdPlan, !n.FwdSettledAt.IsZero(), n.FwdSettledAt
 		}
-		if n.Status == Pending && (r.Phase == Reverting || r.Phase == Reverted || r.Phase == Aborted || r.Phase == Superseded) {
-			t.Status, t.Why = Skipped, r.holding(n)
+		if st, why := r.shown(n); st != n.Status {
+			t.Status, t.Why = st, why
 		}
 		if h := n.newestHave(); h != nil {
 			for _, m := range h.Modules {
@@ -130,6 +136,18 @@ func (s *State) View() View {
 		}
 		v.Counts[t.Status]++
 		v.Targets = append(v.Targets, t)
+	}
+	if r.stopped() {
+		// No target is being changed by a rollout that stopped judging:
+		// the budget counts only the nodes away or unhealthy, and those
+		// whose revert goes on (a fresh user's finding: an aborted
+		// rollout said "1 of max_unavailable 1 unavailable" forever).
+		v.Unavailable = 0
+		for _, n := range r.Nodes {
+			if n.away() || len(n.Unhealthy) > 0 || n.Back != nil && !n.Back.finished() {
+				v.Unavailable++
+			}
+		}
 	}
 	counts := map[[2]string]int{}
 	for _, n := range r.Nodes {
@@ -150,6 +168,51 @@ func (s *State) View() View {
 		return cmp.Or(cmp.Compare(a.Module, b.Module), cmp.Compare(b.Nodes, a.Nodes), cmp.Compare(a.Build, b.Build))
 	})
 	return v
+}
+
+// stopped reports whether the rollout no longer judges its targets' new
+// wants: aborted, superseded, reverting or reverted.
+func (r *Rollout) stopped() bool {
+	switch r.Phase {
+	case Aborted, Superseded, Reverting, Reverted:
+		return true
+	}
+	return false
+}
+
+// shown returns the status and why the delivery view ([State.View],
+// [State.Why]) gives target n: its own, except that a target still
+// pending when the rollout stopped is [Skipped] (it never got its new
+// want) and one given its new want and not finished then is [Stopped]
+// (no longer judged: not "changing" forever).
+func (r *Rollout) shown(n *Node) (Status, string) {
+	if !r.stopped() {
+		return n.Status, n.Why
+	}
+	switch {
+	case n.Status == Pending:
+		return Skipped, r.holding(n)
+	case n.active():
+		how := string(r.Phase)
+		switch m := r.End; {
+		case r.Phase == Superseded && m != nil:
+			how = m.Reason
+		case r.Phase == Aborted && m != nil:
+			how = fmt.Sprintf("aborted by %s at #%d", events.Text(m.By), m.Seq)
+		case r.Revert != nil:
+			how = fmt.Sprintf("reverted by %s at #%d", events.Text(r.Revert.By), r.Revert.Seq)
+		}
+		want := "its new want"
+		if n.Published > 0 {
+			want = fmt.Sprintf("its new want #%d", n.Published)
+		}
+		s := fmt.Sprintf("the rollout was %s while it was %s: %s is no longer judged", how, n.Status, want)
+		if n.Back == nil {
+			s += "; it keeps it ('meshfold state " + n.Name + "' says how it runs)"
+		}
+		return Stopped, s
+	}
+	return n.Status, n.Why
 }
 
 // newestHave returns the newest have the view knows of the node: the
@@ -201,7 +264,11 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		say("%s is not a target: its want does not change%s", node, availText(n))
 		return lines, true
 	}
-	say("%s is target %d of %d, batch %d of %d: %s", node, n.Order+1, len(r.Targets), n.Batch+1, r.Batches(), n.Status)
+	st, stoppedWhy := r.shown(n)
+	if st != Stopped {
+		st = n.Status
+	}
+	say("%s is target %d of %d, batch %d of %d: %s", node, n.Order+1, len(r.Targets), n.Batch+1, r.Batches(), st)
 	if n.Step != nil {
 		say("given its new want at #%d (%s, %s), diffed against want #%d", n.Step.Seq, n.Step.Time.Format(time.RFC3339), n.Step.Reason, n.Prev)
 	}
@@ -214,13 +281,22 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		} else {
 			say("plan #%d of that want not settled yet", n.Plan.Seq)
 		}
+	} else if n.FwdPlan > 0 {
+		// A revert's plan followed it.
+		if !n.FwdSettledAt.IsZero() {
+			say("plan #%d of that want settled at %s", n.FwdPlan, n.FwdSettledAt.Format(time.RFC3339))
+		} else {
+			say("plan #%d of that want did not settle before the revert's", n.FwdPlan)
+		}
 	}
-	switch n.Status {
-	case Pending:
+	switch {
+	case st == Stopped:
+		say("%s", stoppedWhy)
+	case n.Status == Pending:
 		say("waiting: %s", r.holding(n))
-	case Publishing:
+	case n.Status == Publishing:
 		say("waiting for the controller to record its want published")
-	case Changing:
+	case n.Status == Changing:
 		switch {
 		case r.canaryWait(n) != "":
 			say("%s", r.canaryWait(n))
@@ -234,9 +310,9 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 			say("not healthy yet: %s", mismatch(n))
 		}
 		say("healthy_deadline at %s", n.DeadlineFrom.Add(r.R.HealthyDeadline).Format(time.RFC3339))
-	case WaitingApproval, Failed, Conflict, Unreached, Skipped:
+	case n.Status == WaitingApproval, n.Status == Failed, n.Status == Conflict, n.Status == Unreached, n.Status == Skipped:
 		say("%s", n.Why)
-	case Done:
+	case n.Status == Done:
 		say("done at #%d (%s)", n.Finished.Seq, n.Finished.Time.Format(time.RFC3339))
 	}
 	if b := n.Back; b != nil {
@@ -249,7 +325,7 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		}
 		say("%s", line)
 	}
-	if s := availText(n); s != "" && !(n.Status == Changing && n.away()) {
+	if s := availText(n); s != "" && !(st == Changing && n.away()) {
 		say("%s", strings.TrimPrefix(s, "; "))
 	}
 	return lines, true
