@@ -98,8 +98,11 @@ type NodeAtStart struct {
 	// rollout diffed against (0: none). The new want is published with
 	// Nats-Expected-Last-Subject-Sequence set to it.
 	Prev uint64 `json:"prev,omitempty"`
-	// Down: its agent's lease had expired.
-	Down bool `json:"down,omitempty"`
+	// Down: its agent's lease had expired. DownSince is when (its
+	// agent's down event's stream time); zero from an older apply, and
+	// then the fold takes the start's time.
+	Down      bool      `json:"down,omitempty"`
+	DownSince time.Time `json:"down_since,omitzero"`
 	// Unhealthy names the modules its newest have reported unhealthy or
 	// failed, sorted.
 	Unhealthy []string `json:"unhealthy,omitempty"`

@@ -162,7 +162,13 @@ func (f *folder) addNodes(list []NodeAtStart) {
 			n.Unhealthy = nil
 		}
 		if a.Down {
+			// Down since its agent's down event, as apply read it (a
+			// fresh user's finding: "agent down since" said the
+			// rollout's start); an older apply's start says no time.
 			n.DownSince = f.s.Now
+			if !a.DownSince.IsZero() && a.DownSince.Before(f.s.Now) {
+				n.DownSince = a.DownSince
+			}
 		}
 		if a.PausedBy != "" {
 			n.Paused = f.mark(a.PausedBy, "", a.PausedReason)

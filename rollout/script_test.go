@@ -321,7 +321,8 @@ func (h *harness) start(t testing.TB, d *datadriven.TestData, args map[string]st
 	h.append(t, rollout.Input{Kind: rollout.KindStart, Payload: p})
 }
 
-// nodeLine reads "node NAME WANT [down] [unhealthy=M,M]".
+// nodeLine reads "node NAME WANT [down|down-since=+D] [paused=BY:REASON]
+// [unhealthy=M,M]".
 func (h *harness) nodeLine(t tb, l string) rollout.NodeAtStart {
 	f := strings.Fields(l)
 	if len(f) < 3 || f[0] != "node" {
@@ -332,6 +333,13 @@ func (h *harness) nodeLine(t tb, l string) rollout.NodeAtStart {
 	for _, o := range f[3:] {
 		if o == "down" {
 			n.Down = true
+		} else if v, ok := strings.CutPrefix(o, "down-since=+"); ok {
+			// Down since base+D, as apply read its agent's down event.
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatalf("down-since: %v", err)
+			}
+			n.Down, n.DownSince = true, base.Add(d)
 		} else if v, ok := strings.CutPrefix(o, "paused="); ok {
 			n.PausedBy, n.PausedReason, _ = strings.Cut(v, ":")
 		} else if v, ok := strings.CutPrefix(o, "unhealthy="); ok {

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"slices"
+	"time"
 
 	"github.com/meshfold/meshfold/events"
 )
@@ -17,8 +18,10 @@ type Candidate struct {
 	// want's modules.
 	Prev    uint64
 	Current []events.WantModule
-	// Down and Unhealthy are its availability now (see [NodeAtStart]).
+	// Down, DownSince and Unhealthy are its availability now (see
+	// [NodeAtStart]).
 	Down      bool
+	DownSince time.Time
 	Unhealthy []string
 	// PausedBy and PausedReason: the node is paused (see [NodeAtStart]).
 	PausedBy, PausedReason string
@@ -48,6 +51,9 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 	targets := 0
 	for _, c := range cands {
 		n := NodeAtStart{Node: c.Node, Prev: c.Prev, Down: c.Down, Unhealthy: c.Unhealthy, PausedBy: c.PausedBy, PausedReason: c.PausedReason}
+		if c.Down {
+			n.DownSince = c.DownSince
+		}
 		if c.Target() {
 			i := slices.IndexFunc(start.Wants, func(w []events.WantModule) bool { return EqualWant(w, c.Want) })
 			if i < 0 {

@@ -222,6 +222,9 @@ func Candidates(ctx context.Context, stream jetstream.Stream, subj events.Subjec
 		default:
 			if ag, ok := a.Event.Payload.(*events.Agent); ok {
 				c.Down = ag.State == events.AgentDown
+				if c.Down {
+					c.DownSince = a.Event.Time
+				}
 			}
 		}
 		if err := pausedAtStart(ctx, stream, subj, &c); err != nil {

@@ -79,3 +79,55 @@ rollout: {batch: 2, max_unavailable: 2}
 		t.Fatal(err)
 	}
 }
+
+// A node whose agent was down before apply is down since its agent's
+// down event, in the start and in the fold (a fresh user's finding:
+// `rollout why` said it was down since the rollout's start).
+func TestDownBeforeApplyKeepsItsTime(t *testing.T) {
+	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	subj := cfg.Subjects()
+	pub := store.NewPublisher(js, subj)
+	for _, n := range []string{"bob", "dan"} {
+		if _, err := pub.Append(ctx, n, events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "web", Build: "web:1"}}}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ack, err := pub.Append(ctx, "dan", events.Stamp(&events.Agent{State: events.AgentDown, Claim: "c1", Why: events.WhyExpired}, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := stream.GetMsg(ctx, ack.Seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	downAt := raw.Time
+	f, _, err := fleetfile.Parse([]byte(`fleet: web
+nodes: {bob: {}, dan: {}}
+groups: [{name: all, select: {}, modules: [{name: web, build: "web:2"}]}]
+rollout: {batch: 1, max_unavailable: 2}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := feed.NewPlan(ctx, stream, subj, f, "alice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plan.Apply(ctx, js, subj); err != nil {
+		t.Fatal(err)
+	}
+	s, err := feed.Replay(ctx, js, cfg, nil, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dan := s.Rollout.Nodes["dan"]
+	if !dan.Down || !dan.DownSince.Equal(downAt) {
+		t.Fatalf("dan down %v since %s, want since its down event at %s (the start was at %s)", dan.Down, dan.DownSince, downAt, s.Rollout.Time)
+	}
+	lines, _ := s.Why("dan")
+	if last := lines[len(lines)-1]; last != "agent down since "+downAt.Format(time.RFC3339) {
+		t.Errorf("why dan: %q", lines)
+	}
+}
