@@ -225,22 +225,20 @@ func (p *Publisher) Append(ctx context.Context, node string, payload events.Payl
 }
 
 // Transient reports whether an append failed for a reason that passes by
-// itself: no stream responded (a cluster electing a leader, a server
-// restarting), no responders, a timeout (an asynchronous publish's
-// too: jetstream.ErrAsyncPublishTimeout), a server temporarily
-// unavailable. Conflicts, denied permissions, invalid or oversized
-// payloads ([Permanent]) are not transient: retrying cannot help.
+// itself: the stream's answer did not come ([Unanswered]: no stream
+// responded or no leader, as while a cluster elects one or a server
+// restarts; no responders; a timeout, an asynchronous publish's too,
+// jetstream.ErrAsyncPublishTimeout; the connection disconnected or
+// reconnecting, nats.ErrDisconnected being what every asynchronous
+// publish pending at a reconnect fails with; a server temporarily
+// unavailable). Conflicts, denied permissions, invalid or oversized
+// payloads ([Permanent]) are not transient: retrying cannot help; nor is
+// a closed connection (nats.ErrConnectionClosed), which never reopens.
 func Transient(err error) bool {
 	if err == nil || Permanent(err) || errors.Is(err, ErrConflict) || errors.Is(err, nats.ErrPermissionViolation) {
 		return false
 	}
-	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-		errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.Code == 503
+	return Unanswered(err)
 }
 
 // appendAttempt bounds one attempt of [Publisher.AppendRetrying].
