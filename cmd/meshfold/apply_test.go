@@ -171,6 +171,12 @@ func TestRetireNotesFleetRollout(t *testing.T) {
 			t.Errorf("retire cat: stderr lacks %q:\n%s", s, errs)
 		}
 	}
+	// --force forgets a node whose agent is gone for good; a fleet's node
+	// gets the same note (it panicked on a nil map: a fresh user's finding).
+	out, errs, code = m.cli(t, "retire", "ace", "--by", "alice", "--force")
+	if code != 0 || !strings.Contains(out, "retire ace: stream sequence") || !strings.Contains(errs, "ace is a node of fleet web") {
+		t.Errorf("retire ace --force: code %d, want it published with the fleet's note\n%s%s", code, out, errs)
+	}
 	out, errs, code = m.cli(t, "retire", "dan", "--by", "alice")
 	if code != 0 || strings.Contains(errs, "of fleet") {
 		t.Errorf("retire dan: code %d; a node no rollout names is said to be a fleet's:\n%s%s", code, out, errs)

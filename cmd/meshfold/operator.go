@@ -395,6 +395,9 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 		if !p.Force {
 			notes = a.retireNotes(ctx, js, nodes)
 		}
+		if notes == nil {
+			notes = map[string]string{} // --force asks no agent: a fleet's note alone (a fresh user's finding: a nil map's panic)
+		}
 		for n, note := range a.retireFleetNotes(ctx, js, nodes) {
 			if notes[n] != "" {
 				note = notes[n] + "\nnote: " + note
