@@ -18,6 +18,10 @@
 // source gives is logged and skipped, not an error; why (no source, a
 // failed helper, a secret sealed to another key or that cannot be opened)
 // is kept in the fill status bucket ([Config.Status]) until it is filled.
+// A sealed secret that is stored but removed (`secret rm`), sealed to
+// another key or that cannot be opened stops the sources after it: the
+// file keeps what it holds, since what a later source holds is older
+// than what an operator put.
 // A sealed secret put or removed is filled at once: the client watches
 // the node's keys.
 //

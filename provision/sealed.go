@@ -46,7 +46,8 @@ func (s *Sealed) PublicKey() string { return s.pub }
 //
 // Errors: [ErrNoSource] when none is stored; a [*RemovedError] when
 // `secret rm` removed it (no later source is consulted); store.ErrSealedToOther,
-// store.ErrCannotOpen; the bucket's read.
+// store.ErrCannotOpen (a secret that exists but does not open: no later
+// source is consulted either); the bucket's read.
 func (s *Sealed) Content(ctx context.Context, node, module, path string) ([]byte, error) {
 	e, err := s.kv.Get(ctx, store.SecretKey(node, module, path))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {

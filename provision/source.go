@@ -30,7 +30,8 @@ type Source interface {
 	// for the file (saying why, e.g. "no file"); a [*RemovedError] when
 	// the file was removed from this source on purpose (`secret rm`), so
 	// that no later source is consulted; any other is a failure of the
-	// source. None ever holds content.
+	// source (store.ErrSealedToOther and store.ErrCannotOpen also keep
+	// the later sources out). None ever holds content.
 	Content(ctx context.Context, node, module, path string) ([]byte, error)
 	// String names the source in logs and fill statuses ("dir /srv/x").
 	String() string
@@ -209,6 +210,18 @@ func firstLine(b []byte) string {
 		}
 	}
 	return ""
+}
+
+// notConsulted ends the why of a sealed secret that exists but does not
+// open: the file keeps what it holds.
+const notConsulted = "the sources after it are not consulted (an older content must not come back): the file keeps its content until 'meshfold secret put' seals it to this provisioner's key"
+
+// unopenable reports whether err is a sealed secret that exists but does
+// not open with this provisioner's key (store.ErrSealedToOther,
+// store.ErrCannotOpen): like a removal, it stops the fall-through to the
+// later sources.
+func unopenable(err error) bool {
+	return errors.Is(err, store.ErrSealedToOther) || errors.Is(err, store.ErrCannotOpen)
 }
 
 // errFillState maps a source error to the state a fill status reports.

@@ -469,3 +469,83 @@ func TestSealedRemovalKeepsLaterSourcesOut(t *testing.T) {
 	checkFile(t, filepath.Join(e.root, creds), "old-"+secret, 0o600)
 	noLeak(t, e.logs.String())
 }
+
+// A sealed secret that exists but does not open (the provisioner's curve
+// key changed: the node rebuilt, its key file lost; or a tampered
+// ciphertext) keeps the sources after sealed out, as a removal does: the
+// file keeps the content of the put, and the status says
+// sealed-to-other-key (a fresh user's finding F6: a directory's older
+// credential was filled over the rotated one and the module restarted
+// onto it, with nothing flagged).
+func TestUnopenableSealedKeepsLaterSourcesOut(t *testing.T) {
+	e := newSealedEnv(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	dir := t.TempDir()
+	source(t, dir, mbg, creds, "old-"+secret)
+	if _, err := e.sealed(t).Register(ctxT(t), "ace"); err != nil {
+		t.Fatal(err)
+	}
+	e.put(t, creds, secret)
+	first := e.client(t, "", nil, func(cfg *provision.Config) {
+		cfg.Sources = []provision.Source{e.sealed(t), provision.Dir(dir)}
+		cfg.Status = e.status
+	})
+	if r, err := first.FillOnce(ctxT(t)); err != nil || len(r.Filled) != 1 {
+		t.Fatalf("first key: %+v, %v; want filled from sealed", r, err)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+
+	// A new key: the provisioner restarted with another --key.
+	e.keyFile = filepath.Join(t.TempDir(), "new", "curve.key")
+	rep := newReports()
+	c := e.client(t, "", rep, func(cfg *provision.Config) {
+		cfg.Sources = []provision.Source{e.sealed(t), provision.Dir(dir)}
+		cfg.Status = e.status
+		cfg.Resync = -1
+	})
+	run(t, c.Run)
+	got := rep.next(t)
+	if len(got.r.Filled)+len(got.r.Unchanged) != 0 || len(got.r.Unfilled) != 1 || got.r.Unfilled[0].State != store.FillSealedToOther ||
+		strings.Contains(got.r.Unfilled[0].Why, "dir ") || !strings.Contains(got.r.Unfilled[0].Why, "not consulted") {
+		t.Fatalf("new key: %+v, want sealed-to-other-key, the directory not consulted", got.r)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+	e.waitStatus(t, "sealed to another key", func(s []store.FillStatus) bool {
+		return len(s) == 1 && s[0].State == store.FillSealedToOther
+	})
+
+	// Tampered: cannot-open, the directory not consulted either.
+	ent, err := e.kv.Get(ctxT(t), store.SecretKey("ace", mbg, creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := store.DecodeSealedSecret(ent.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := e.kv.Get(ctxT(t), store.CurveKeyName("ace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.To = string(k.Value()) // as if sealed to the new key, but the ciphertext is not
+	data, _ := json.Marshal(rec)
+	if _, err := e.kv.Put(ctxT(t), store.SecretKey("ace", mbg, creds), data); err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.next(t); len(got.r.Filled) != 0 || len(got.r.Unfilled) != 1 || got.r.Unfilled[0].State != store.FillCannotOpen ||
+		strings.Contains(got.r.Unfilled[0].Why, "dir ") {
+		t.Fatalf("cannot open: %+v, want cannot-open, the directory not consulted", got.r)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+
+	// Put again to the new key: filled, the status cleared.
+	e.put(t, creds, "new-"+secret)
+	if got := rep.next(t); len(got.r.Filled) != 1 {
+		t.Fatalf("put again: %+v, want filled", got.r)
+	}
+	checkFile(t, filepath.Join(e.root, creds), "new-"+secret, 0o600)
+	e.waitStatus(t, "cleared", func(s []store.FillStatus) bool { return len(s) == 0 })
+	noLeak(t, e.logs.String())
+}
