@@ -147,6 +147,10 @@ type Report struct {
 	Unfilled []Unfilled `json:"unfilled,omitempty"`
 	// Failed are the files that could not be read or sent.
 	Failed []Failed `json:"failed,omitempty"`
+	// Shadowed are the files filled (or unchanged) from a source tried
+	// before the sealed one while a sealed secret put for them holds
+	// other content (store.FillShadowed).
+	Shadowed []FileRef `json:"shadowed,omitempty"`
 }
 
 // Client is a provisioner client for one node. Create it with [New].
@@ -484,7 +488,7 @@ func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 func (c *Client) fillFile(ctx context.Context, r *Report, module, path string) error {
 	ref := FileRef{Module: module, Path: path}
 	log := c.log.With("module", module, "path", path)
-	content, un, err := c.content(ctx, r, module, path)
+	content, un, shadow, err := c.content(ctx, r, module, path)
 	switch {
 	case err != nil:
 		return err
@@ -513,9 +517,9 @@ func (c *Client) fillFile(ctx context.Context, r *Report, module, path string) e
 	case reply.OK && reply.Unchanged:
 		log.Debug("unchanged: not rewritten")
 		r.Unchanged = append(r.Unchanged, ref)
-		c.clearStatus(ctx, ref)
+		c.filledStatus(ctx, log, r, ref, shadow)
 	case reply.OK:
-		c.clearStatus(ctx, ref)
+		c.filledStatus(ctx, log, r, ref, shadow)
 		if reply.Error != "" {
 			log.Warn("filled, but the node could not record it", "err", reply.Error)
 		} else {

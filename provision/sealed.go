@@ -66,6 +66,27 @@ func (s *Sealed) Content(ctx context.Context, node, module, path string) ([]byte
 	return rec.Open(s.key, node, module, path)
 }
 
+// compare reads node's secret for module's file path and reports whether
+// one is stored (a removal, a missing key or a failed read is not) and
+// whether it opens to content; rec is the stored record (no content).
+func (s *Sealed) compare(ctx context.Context, node, module, path string, content []byte) (rec store.SealedSecret, same, stored bool) {
+	e, err := s.kv.Get(ctx, store.SecretKey(node, module, path))
+	if err != nil {
+		return rec, false, false
+	}
+	rec, err = store.DecodeSealedSecret(e.Value())
+	if err != nil || rec.Removed {
+		return rec, false, false
+	}
+	plain, err := rec.Open(s.key, node, module, path)
+	if err != nil {
+		return rec, false, true
+	}
+	same = bytes.Equal(plain, content)
+	clear(plain)
+	return rec, same, true
+}
+
 // Register publishes the public key under node's name in the bucket (a
 // put only when it differs), so that `meshfold secret put` seals to it.
 func (s *Sealed) Register(ctx context.Context, node string) (changed bool, err error) {
@@ -201,8 +222,11 @@ func (c *Client) sealedChanged(ctx context.Context, module, path string) {
 		return
 	}
 	msg := "sealed secret changed: filled"
-	if len(r.Filled)+len(r.Unchanged) == 0 {
+	switch {
+	case len(r.Filled)+len(r.Unchanged) == 0:
 		msg = "sealed secret changed: not filled" // why was logged with the source's answer
+	case len(r.Shadowed) > 0:
+		msg = "sealed secret changed: shadowed by an earlier source (the node holds that source's content)"
 	}
 	c.log.Info(msg, "module", module, "path", path, "filled", len(r.Filled), "unchanged", len(r.Unchanged),
 		"refused", len(r.Refused), "unfilled", len(r.Unfilled))

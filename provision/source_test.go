@@ -549,3 +549,62 @@ func TestUnopenableSealedKeepsLaterSourcesOut(t *testing.T) {
 	e.waitStatus(t, "cleared", func(s []store.FillStatus) bool { return len(s) == 0 })
 	noLeak(t, e.logs.String())
 }
+
+// A sealed secret put behind an earlier source that holds the file
+// (--from DIR before --from sealed) is shadowed: the node keeps the
+// directory's content, as the documented order says, and the status says
+// the put is shadowed and by which source (a fresh user's finding F7: the
+// put exited 0, the log said "filled", nothing said otherwise). The same
+// content in both is not shadowed; a removal of the file from the
+// directory lets the put through and clears the status.
+func TestSealedShadowedByEarlierSource(t *testing.T) {
+	e := newSealedEnv(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	dir := t.TempDir()
+	source(t, dir, mbg, creds, "old-"+secret)
+	rep := newReports()
+	c := e.client(t, "", rep, func(cfg *provision.Config) {
+		cfg.Sources = []provision.Source{provision.Dir(dir), e.sealed(t)}
+		cfg.Status = e.status
+		cfg.Resync = -1
+	})
+	run(t, c.Run)
+	if got := rep.next(t); len(got.r.Filled) != 1 || len(got.r.Shadowed) != 0 {
+		t.Fatalf("start: %+v, want filled from the directory, nothing shadowed (no secret yet)", got.r)
+	}
+	e.put(t, creds, "new-"+secret)
+	got := rep.next(t)
+	if len(got.r.Unchanged) != 1 || len(got.r.Shadowed) != 1 {
+		t.Fatalf("put: %+v, want unchanged (the directory's) and shadowed", got.r)
+	}
+	checkFile(t, filepath.Join(e.root, creds), "old-"+secret, 0o600)
+	e.waitStatus(t, "shadowed", func(s []store.FillStatus) bool {
+		return len(s) == 1 && s[0].State == store.FillShadowed && strings.Contains(s[0].Why, "filled from dir "+dir+", tried before sealed") &&
+			strings.Contains(s[0].Why, "put by alice")
+	})
+	if !strings.Contains(e.logs.String(), "sealed secret changed: shadowed") {
+		t.Fatalf("log does not say the put is shadowed:\n%s", e.logs.String())
+	}
+	// The same content in both: nothing is shadowed.
+	e.put(t, creds, "old-"+secret)
+	if got := rep.next(t); len(got.r.Shadowed) != 0 {
+		t.Fatalf("same content: %+v, want nothing shadowed", got.r)
+	}
+	e.waitStatus(t, "cleared", func(s []store.FillStatus) bool { return len(s) == 0 })
+	// Shadowed again, then the directory's file removed: the put fills.
+	e.put(t, creds, "new-"+secret)
+	if got := rep.next(t); len(got.r.Shadowed) != 1 {
+		t.Fatalf("put again: %+v, want shadowed", got.r)
+	}
+	if err := os.Remove(filepath.Join(dir, mbg, creds)); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.FillOnce(ctxT(t)); err != nil || len(r.Filled) != 1 || len(r.Shadowed) != 0 {
+		t.Fatalf("the directory's file removed: %+v, %v; want filled from sealed", r, err)
+	}
+	checkFile(t, filepath.Join(e.root, creds), "new-"+secret, 0o600)
+	e.waitStatus(t, "cleared again", func(s []store.FillStatus) bool { return len(s) == 0 })
+	noLeak(t, e.logs.String())
+}

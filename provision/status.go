@@ -4,28 +4,33 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 )
 
 // content asks the sources in order for module's file path. When none
 // gives content it returns the Unfilled saying why (also recorded in r
-// and in the status bucket); err only when ctx ended it.
-func (c *Client) content(ctx context.Context, r *Report, module, path string) ([]byte, *Unfilled, error) {
+// and in the status bucket); err only when ctx ended it. With content,
+// shadow says why a sealed secret after the source that gave it is
+// shadowed ([Client.shadowWhy]; "" when none is).
+func (c *Client) content(ctx context.Context, r *Report, module, path string) ([]byte, *Unfilled, string, error) {
 	ref := FileRef{Module: module, Path: path}
 	var whys, wheres []string
 	state, first := store.FillMissing, 0
-	for _, src := range c.sources {
+	for i, src := range c.sources {
 		content, err := src.Content(ctx, c.cfg.Node, module, path)
 		if err == nil {
 			delete(c.unfilled, ref)
 			delete(c.lastWhy, ref)
-			return content, nil, nil
+			return content, nil, c.shadowWhy(ctx, i, module, path, content), nil
 		}
 		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
+			return nil, nil, "", ctx.Err()
 		}
 		var rm *RemovedError
 		if errors.As(err, &rm) {
@@ -71,7 +76,30 @@ func (c *Client) content(ctx context.Context, r *Report, module, path string) ([
 		r.Missing = append(r.Missing, strings.Join(wheres, ", "))
 	}
 	c.setStatus(ctx, ref, un.State, un.Why)
-	return nil, un, nil
+	return nil, un, "", nil
+}
+
+// shadowWhy says why the sealed secret of module's file path is shadowed
+// by the source at index won, which gave content: a sealed source after
+// it holds a secret for the file (not a removal) whose content differs
+// or does not open, so the put is not what the node holds (a fresh
+// user's finding F7: --from DIR before --from sealed, and a put said
+// nothing). "" when no sealed source follows, none is stored, or it
+// holds the same content. The content is compared, never logged.
+func (c *Client) shadowWhy(ctx context.Context, won int, module, path string, content []byte) string {
+	for _, src := range c.sources[won+1:] {
+		s, ok := src.(*Sealed)
+		if !ok {
+			continue
+		}
+		rec, same, stored := s.compare(ctx, c.cfg.Node, module, path, content)
+		if !stored || same {
+			return ""
+		}
+		return fmt.Sprintf("filled from %s, tried before sealed (the --from order); the sealed secret put by %s at %s is not what the node holds: "+
+			"give --from sealed before %s, or remove the file from it", c.sources[won], events.Text(rec.By), rec.At.UTC().Format(time.RFC3339), c.sources[won])
+	}
+	return ""
 }
 
 // setStatus records in the status bucket why ref is not filled, when it
@@ -91,6 +119,21 @@ func (c *Client) setStatus(ctx context.Context, ref FileRef, state store.FillSta
 		return
 	}
 	c.status[ref] = st
+}
+
+// filledStatus records the status of ref once the node holds what the
+// sources gave: shadowed when shadow says why (noted in r, logged at warn
+// when it changes), else none.
+func (c *Client) filledStatus(ctx context.Context, log *slog.Logger, r *Report, ref FileRef, shadow string) {
+	if shadow == "" {
+		c.clearStatus(ctx, ref)
+		return
+	}
+	r.Shadowed = append(r.Shadowed, ref)
+	if old, ok := c.status[ref]; !ok || old.State != store.FillShadowed || old.Why != shadow {
+		log.Warn("sealed secret shadowed by an earlier source", "why", shadow)
+	}
+	c.setStatus(ctx, ref, store.FillShadowed, shadow)
 }
 
 // clearStatus deletes ref's status once it is filled.

@@ -237,8 +237,9 @@ func openBucket(ctx context.Context, js jetstream.JetStream, create bool, cfg je
 }
 
 // FillStatus is why a provisioner could not fill one file (DESIGN.md
-// §12): kept in the fill status bucket until the file is filled. It
-// never holds content.
+// §12): kept in the fill status bucket until the file is filled; or, in
+// state [FillShadowed], why a filled file is not what its sealed secret
+// holds, kept until it is. It never holds content.
 type FillStatus struct {
 	V      int    `json:"v"`
 	Node   string `json:"node"`
@@ -270,6 +271,10 @@ const (
 	FillCannotOpen FillState = "cannot-open"
 	// FillNotSent: the request could not be sent or was rejected.
 	FillNotSent FillState = "not-sent"
+	// FillShadowed: the file is filled, but from a source tried before
+	// the sealed one, while a sealed secret put for it holds other
+	// content: the put is not what the node holds (the --from order).
+	FillShadowed FillState = "shadowed"
 )
 
 // ReadFillStatus lists the fill statuses of node ("" for every node),

@@ -487,7 +487,8 @@ type SourceProblem struct {
 	Module string `json:"module"`
 	Path   string `json:"path"`
 	// State: missing, source-failed, sealed-to-other-key, cannot-open,
-	// not-sent (store.FillState).
+	// not-sent (store.FillState); or [Shadowed], a file filled from an
+	// earlier source than its sealed secret.
 	State string `json:"state"`
 	// Why says what each source answered.
 	Why string `json:"why"`
@@ -544,6 +545,12 @@ func KnockUnanswered(node string, knock, cause uint64, knockTime time.Time, ans 
 			grace, knock, cause, node, node, last)}, true
 }
 
+// Shadowed is the [SourceProblem] State of a file that is filled, but
+// from a source tried before the sealed one, while the sealed secret put
+// for it holds other content (store.FillShadowed): the put is not what
+// the node holds.
+const Shadowed = "shadowed"
+
 // SourcesText is what [FleetSourcesText] and `meshfold state` print for
 // one node's source problems, a line each; now dates them.
 func SourcesText(node string, ps []SourceProblem, now time.Time) string {
@@ -551,6 +558,11 @@ func SourcesText(node string, ps []SourceProblem, now time.Time) string {
 	for _, p := range ps {
 		if p.State == NoProvisioner {
 			t.line(0, "source", fmt.Sprintf("%s %s: %s ago: %s", node, p.State, Age(now.Sub(p.Since)), p.Why))
+			continue
+		}
+		if p.State == Shadowed {
+			t.line(0, "source", fmt.Sprintf("%s %s %s sealed secret shadowed since %s ago: %s", node, p.Module, events.Text(p.Path),
+				Age(now.Sub(p.Since)), events.ErrorText(p.Why)))
 			continue
 		}
 		t.line(0, "source", fmt.Sprintf("%s %s %s not filled: %s since %s ago: %s", node, p.Module, events.Text(p.Path), p.State,
