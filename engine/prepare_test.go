@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -48,8 +47,12 @@ func TestPrepareAheadRunsAtMostItsWindowAhead(t *testing.T) {
 	for _, q := range queues {
 		total += len(q)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	// The test's own context, not a minute's: at load 34 with the race
+	// detector the 3,000 takes outlasted a minute, the preparer stopped
+	// with its context one short of the window, and the next wait failed
+	// ("last saw 1023"), on main as on any branch. Each wait below is
+	// bounded by its own deadline.
+	ctx := t.Context()
 	p := prepareAhead(ctx, r, order, queues)
 	defer p.stop()
 	taken := map[*preparedEffect]bool{}
