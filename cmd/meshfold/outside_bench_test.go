@@ -529,6 +529,39 @@ func (p *benchProc) startUp(until time.Duration) (d time.Duration, ok bool, ende
 	return last.Sub(p.start), true, ended
 }
 
+// phases is the times from p's start, as its debug log stamps them (to
+// the millisecond), of its "reconciler running" line (exec, package
+// init, the connection and the serve's checks) and of the last
+// partition's "partition refolded and checkpointed" (a recovery's end,
+// its final checkpoint written); 0 for one not logged.
+func (p *benchProc) phases() (running, refolded time.Duration) {
+	data, err := os.ReadFile(p.log)
+	if err != nil {
+		return 0, 0
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		isRun := strings.Contains(line, `msg="reconciler running"`)
+		if !isRun && !strings.Contains(line, `msg="partition refolded and checkpointed"`) {
+			continue
+		}
+		v, ok := strings.CutPrefix(line, "time=")
+		if !ok {
+			continue
+		}
+		v, _, _ = strings.Cut(v, " ")
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			continue
+		}
+		if d := t.Sub(p.start); isRun && running == 0 {
+			running = d
+		} else if !isRun && d > refolded {
+			refolded = d
+		}
+	}
+	return running, refolded
+}
+
 // keepLog copies a process's log from to to (MESHFOLD_BENCH_LOGS=DIR
 // keeps every benchmark process's log there); it logs why not instead.
 func keepLog(tb testing.TB, from, to string) {
@@ -1017,6 +1050,17 @@ func (s *outsideServer) catchUp(b *testing.B, k int, stored bool) (foldRate floa
 		metric(float64(up0.Microseconds())/1000, "startup-cpu-ms")
 		metric(s.last.netCPU, "fold-cpu-net-ns/event")
 		up, ok, ended := procs[0].startUp(took)
+		if s.pairRaw {
+			// Where a pair's time went (issue 27, the 1,000-node
+			// refold's fixed costs): the raw read and its first
+			// message; the refold's process running, its last session
+			// start, its last partition's recovery checkpointed (its
+			// log), and the bench seeing every checkpoint.
+			running, refolded := procs[0].phases()
+			b.Logf("pair%s: raw %s (first %s); refold %s: running %s, sessions %s, checkpointed %s; CPU reconciler %s, server %s",
+				s.tag, std.took.Round(time.Millisecond), std.first.Round(100*time.Microsecond), took.Round(time.Millisecond),
+				running, up, refolded, sum.Round(time.Millisecond), srv.Round(time.Millisecond))
+		}
 		// Sessions that ended before the refold did, each restarted
 		// from its snapshot (or stopped on a lost lease), and why.
 		metric(float64(len(ended)), "fold-session-restarts")

@@ -27,8 +27,9 @@ import (
 //   - refold-N: pairs of a raw ordered read with encoding/json and, at
 //     once, a cold refold from no snapshot (refoldPairs, catchUp with
 //     pairRaw), each pair's ratio the refold's rate over its own raw
-//     read's: smallRuns pairs at 1,000 nodes, MESHFOLD_SCALE_REFOLDS
-//     (default largeRuns) at each larger size; the median ratio and its
+//     read's: MESHFOLD_SCALE_PAIRS_1000 (default smallRuns) pairs at
+//     1,000 nodes, MESHFOLD_SCALE_REFOLDS (default largeRuns) at each
+//     larger size; the median ratio and its
 //     min and max are reported, with the median CPU an event of each
 //     process (the reconciler and the server over the refold, the raw
 //     reader and the server over the raw read), and at the larger sizes
@@ -323,9 +324,12 @@ func (m refoldPair) report(b *testing.B, prefix string, n, msgs, pairs int, ps r
 }
 
 // smallRuns is how many pairs BenchmarkReconcileScale times at 1,000
-// nodes, the median taken: each side lasts 0.2–0.4 s, and seven refolds
-// of one build spread over a factor of 3.5 at load 12–24 (issue 27).
-const smallRuns = 15
+// nodes unless MESHFOLD_SCALE_PAIRS_1000 says, the median taken: each
+// side lasts 0.2–2 s, and single pairs of one build spread over a factor
+// of 3–6 at load 19–40 (0.42–2.47, 0.79–2.71): the median of 15 moved
+// by about as much as the goal's 10 % between runs, of 41 by about half
+// of it (issue 27).
+const smallRuns = 41
 
 // largeRuns is how many pairs it times at each larger size unless
 // MESHFOLD_SCALE_REFOLDS says (a 100,000-node refold and its raw read
@@ -333,19 +337,20 @@ const smallRuns = 15
 const largeRuns = 3
 
 // refolds is how many refolds BenchmarkReconcileScale times at n nodes:
-// smallRuns at 1,000 nodes or fewer, else MESHFOLD_SCALE_REFOLDS
-// (default largeRuns).
+// MESHFOLD_SCALE_PAIRS_1000 (default smallRuns) at 1,000 nodes or
+// fewer, else MESHFOLD_SCALE_REFOLDS (default largeRuns).
 func refolds(b *testing.B, n int) int {
+	env, def := "MESHFOLD_SCALE_REFOLDS", largeRuns
 	if n <= 1_000 {
-		return smallRuns
+		env, def = "MESHFOLD_SCALE_PAIRS_1000", smallRuns
 	}
-	s := os.Getenv("MESHFOLD_SCALE_REFOLDS")
+	s := os.Getenv(env)
 	if s == "" {
-		return largeRuns
+		return def
 	}
 	v, err := strconv.Atoi(s)
 	if err != nil || v < 1 {
-		b.Fatalf("MESHFOLD_SCALE_REFOLDS=%q: a count of refolds", s)
+		b.Fatalf("%s=%q: a count of refolds", env, s)
 	}
 	return v
 }
