@@ -179,6 +179,9 @@ type Client struct {
 	refused map[FileRef]bool
 	// settledSeen is the newest plan whose settle was handled.
 	settledSeen uint64
+	// accountWarned is the newest plan whose provisioner account, not
+	// this client's, was warned about (checkAccount).
+	accountWarned uint64
 
 	sources []Source
 	// status is what the status bucket holds for this node, as last
@@ -471,6 +474,7 @@ func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 	ctx, span := c.startSpan(ctx, start, "fill pass", m)
 	defer func() { endPass(span, r) }()
 	c.declared = declaredOf(seq, plan)
+	c.checkAccount()
 	c.forgetUndeclared()
 	c.clearUndeclared(ctx)
 	for _, row := range plan.Modules {
@@ -531,9 +535,41 @@ func (c *Client) fillFile(ctx context.Context, r *Report, module, path string) e
 		log.Warn("fill refused", "reason", reply.Reason, "err", reply.Error)
 		r.Refused = append(r.Refused, Refused{FileRef: ref, Reason: reply.Reason, Error: reply.Error})
 		c.refused[ref] = true
-		c.clearStatus(ctx, ref) // a refusal is owed and shown by the fold, not here
+		if reply.Reason == events.ReasonWrongAccount {
+			// The fold owes a refusal only until a fill at its plan pays
+			// it, and an earlier fill (the right account's) may have; a
+			// wrong --account would then show nowhere (a fresh user's
+			// finding F8). This client knows its account is not the
+			// plan's: the status says so until a write is accepted.
+			c.setStatus(ctx, ref, store.FillRefused, c.wrongAccountWhy())
+		} else {
+			c.clearStatus(ctx, ref) // a refusal is owed and shown by the fold, not here
+		}
 	}
 	return nil
+}
+
+// wrongAccountWhy says why the node refuses this client's writes when
+// its account is not the newest plan's provisioner account.
+func (c *Client) wrongAccountWhy() string {
+	if c.declared.account == "" {
+		return fmt.Sprintf("wrong-account: the node refuses writes from %s; plan #%d names no provisioner account (its want declares no provisioner module)",
+			events.Text(c.cfg.Account), c.declared.plan)
+	}
+	return fmt.Sprintf("wrong-account: the node refuses writes from %s; plan #%d names provisioner account %s: start the provisioner with --account %s",
+		events.Text(c.cfg.Account), c.declared.plan, events.Text(c.declared.account), events.Text(c.declared.account))
+}
+
+// checkAccount warns, once a plan, when the declared plan's provisioner
+// account is not this client's: the node refuses every write then.
+func (c *Client) checkAccount() {
+	d := c.declared
+	if d.account == c.cfg.Account || len(d.files) == 0 || c.accountWarned >= d.plan {
+		return
+	}
+	c.accountWarned = d.plan
+	c.log.Warn("this provisioner's --account is not the one the node's newest plan names: the node will refuse every write",
+		"plan", d.plan, "plan_account", d.account)
 }
 
 // forgetUndeclared drops the refused files the declared plan no longer

@@ -608,3 +608,50 @@ func TestSealedShadowedByEarlierSource(t *testing.T) {
 	e.waitStatus(t, "cleared again", func(s []store.FillStatus) bool { return len(s) == 0 })
 	noLeak(t, e.logs.String())
 }
+
+// A provisioner whose --account is not the plan's provisioner account
+// (a typo after the first fill) warns once a plan, and each file the
+// node refuses as wrong-account keeps a refused status naming both
+// accounts until a write is accepted: the fold owes such a refusal only
+// until a fill at its plan pays it, and the first fill had (a fresh
+// user's finding F8: fleet said the node needed nothing while every
+// rotation was refused).
+func TestWrongAccountStatus(t *testing.T) {
+	e := newEnv(t)
+	e.startNode(t)
+	status, err := store.OpenFillStatus(ctxT(t), e.js, e.cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	from := t.TempDir()
+	source(t, from, mbg, creds, secret)
+	typo := e.client(t, from, nil, func(cfg *provision.Config) { cfg.Account = "prvo"; cfg.Status = status })
+	for range 2 {
+		r, err := typo.FillOnce(ctxT(t))
+		if err != nil || len(r.Refused) != 1 || r.Refused[0].Reason != events.ReasonWrongAccount {
+			t.Fatalf("typo'd account: %+v, %v; want one wrong-account refusal", r, err)
+		}
+	}
+	sts, err := store.ReadFillStatus(ctxT(t), status, "ace")
+	if err != nil || len(sts) != 1 || sts[0].State != store.FillRefused || !strings.Contains(sts[0].Why, "refuses writes from prvo") ||
+		!strings.Contains(sts[0].Why, "--account prov") {
+		t.Fatalf("status = %+v, %v; want refused, naming both accounts", sts, err)
+	}
+	if n := strings.Count(e.logs.String(), "is not the one the node's newest plan names"); n != 1 {
+		t.Fatalf("%d account warnings, want 1 (once a plan):\n%s", n, e.logs.String())
+	}
+	// Restarted with the right account: the status it finds is cleared.
+	rep := newReports()
+	right := e.client(t, from, rep, func(cfg *provision.Config) { cfg.Status = status; cfg.Resync = -1 })
+	run(t, right.Run)
+	if got := rep.next(t); len(got.r.Filled) != 1 {
+		t.Fatalf("right account: %+v; want filled", got.r)
+	}
+	if sts, err := store.ReadFillStatus(ctxT(t), status, "ace"); err != nil || len(sts) != 0 {
+		t.Fatalf("status after an accepted write = %+v, %v; want cleared", sts, err)
+	}
+	noLeak(t, e.logs.String())
+}

@@ -275,6 +275,12 @@ const (
 	// the sealed one, while a sealed secret put for it holds other
 	// content: the put is not what the node holds (the --from order).
 	FillShadowed FillState = "shadowed"
+	// FillRefused: the node refuses this provisioner's writes for a
+	// reason the provisioner itself can see and fix: wrong-account (its
+	// account is not the one the node's plan names). Kept until a write
+	// is accepted, also when the fold owes nothing (an earlier fill at
+	// the same plan paid the refusal).
+	FillRefused FillState = "refused"
 )
 
 // ReadFillStatus lists the fill statuses of node ("" for every node),
