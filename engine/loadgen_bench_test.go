@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -299,7 +301,9 @@ func knockHaves(nodes int) []*nats.Msg {
 // process too, and its CPU an event folded is reported apart. The
 // generator's knobs are loadGenFromEnv's; MESHFOLD_KNOCK_NODES sets the
 // nodes of the haves (default 1,000). MESHFOLD_KNOCK_CASES=a,b runs only
-// those cases.
+// those cases. MESHFOLD_BENCH_PROFILES=DIR writes CPU profiles of the
+// timed window (profileWindow): this process's, and the server's when it
+// is a process of its own.
 //
 //	go test ./engine -run '^$' -bench KnockLoadCeiling -benchtime 1x
 func BenchmarkKnockLoadCeiling(b *testing.B) {
@@ -331,14 +335,16 @@ func BenchmarkKnockLoadCeiling(b *testing.B) {
 				defer cancel()
 				var url string
 				serverCPU := func() time.Duration { return 0 }
+				var serverProfile func(time.Duration) ([]byte, error)
 				var reg *prometheus.Registry
+				bucketSeq := func() uint64 { return 0 }
 				stopped := make(chan error, 1)
 				if c.fold {
 					var js jetstream.JetStream
 					if os.Getenv("MESHFOLD_KNOCK_SERVER") == "proc" {
 						s := storetest.StartProcServer(b)
 						_, js = s.Connect(b)
-						url, serverCPU = s.URL(), s.CPU
+						url, serverCPU, serverProfile = s.URL(), s.CPU, s.CPUProfile
 					} else {
 						e, _, j := storetest.Start(b)
 						url, js = e.ClientURL(), j
@@ -348,9 +354,23 @@ func BenchmarkKnockLoadCeiling(b *testing.B) {
 						b.Fatal(err)
 					}
 					reg = prometheus.NewRegistry()
-					r, err := engine.NewReconciler(ctx, js, engine.ReconcilerConfig{Stream: cfg, Signer: benchSigner(b), Metrics: engine.NewMetrics(reg)})
+					rc := engine.ReconcilerConfig{Stream: cfg, Signer: benchSigner(b), Metrics: engine.NewMetrics(reg)}
+					rc.SnapshotEvery = envInt(b, "MESHFOLD_KNOCK_SNAPSHOT_EVERY", 0, 0, "events ≥ 0 (0: the default)")
+					if v := os.Getenv("MESHFOLD_KNOCK_SNAPSHOT_INTERVAL"); v != "" {
+						if rc.SnapshotInterval, err = time.ParseDuration(v); err != nil {
+							b.Fatal(err)
+						}
+					}
+					r, err := engine.NewReconciler(ctx, js, rc)
 					if err != nil {
 						b.Fatal(err)
+					}
+					bucketSeq = func() uint64 {
+						st, err := js.Stream(ctx, "KV_"+cfg.Name+store.SnapshotBucketSuffix)
+						if err != nil {
+							return 0 // no checkpoint yet
+						}
+						return st.CachedInfo().State.LastSeq
 					}
 					go func() { stopped <- r.Run(ctx) }()
 				} else {
@@ -382,10 +402,12 @@ func BenchmarkKnockLoadCeiling(b *testing.B) {
 						b.Fatalf("the reconciler folded %.0f haves in 5 minutes, want %d", folded(), 2*nodes)
 					}
 				}
-				t0, a0, s0, f0, c0, sc0 := time.Now(), g.acked.Load(), g.sent.Load(), folded(), cpuTime(b), serverCPU()
+				t0, a0, s0, f0, c0, sc0, p0 := time.Now(), g.acked.Load(), g.sent.Load(), folded(), cpuTime(b), serverCPU(), bucketSeq()
+				profiled := profileWindow(b, serverProfile, time.Duration(secs)*time.Second)
 				time.Sleep(time.Duration(secs) * time.Second)
+				profiled()
 				took, acked, sent, fold := time.Since(t0), g.acked.Load()-a0, g.sent.Load()-s0, folded()-f0
-				cpu, scpu := cpuTime(b)-c0, serverCPU()-sc0
+				cpu, scpu, puts := cpuTime(b)-c0, serverCPU()-sc0, bucketSeq()-p0
 				var backlog float64
 				if reg != nil {
 					backlog = gathered(b, reg)[lagName]
@@ -403,6 +425,7 @@ func BenchmarkKnockLoadCeiling(b *testing.B) {
 					b.ReportMetric(fold/took.Seconds(), "fold-events/s")
 					b.ReportMetric(backlog, "backlog-events")
 					b.ReportMetric(float64(cpu.Nanoseconds())/fold, "process-cpu-ns/folded")
+					b.ReportMetric(float64(puts)/fold, "puts/folded")
 					if scpu > 0 {
 						b.ReportMetric(float64(scpu.Nanoseconds())/fold, "server-cpu-ns/folded")
 					}
@@ -412,6 +435,44 @@ func BenchmarkKnockLoadCeiling(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// profileWindow, with MESHFOLD_BENCH_PROFILES=DIR, starts a CPU profile
+// of this process (the reconciler, the load and, unless serverProfile is
+// set, the server) and of the server process (serverProfile, when set)
+// over the next d, written to DIR as <benchmark>.cpu.pb.gz and
+// <benchmark>.server.cpu.pb.gz; the function returned waits for both.
+// Without the variable it does nothing.
+func profileWindow(b *testing.B, serverProfile func(time.Duration) ([]byte, error), d time.Duration) func() {
+	dir := os.Getenv("MESHFOLD_BENCH_PROFILES")
+	if dir == "" {
+		return func() {}
+	}
+	name := filepath.Join(dir, strings.ReplaceAll(b.Name(), "/", "_"))
+	f, err := os.Create(name + ".cpu.pb.gz")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	if serverProfile != nil {
+		wg.Go(func() {
+			prof, err := serverProfile(d)
+			if err == nil {
+				err = os.WriteFile(name+".server.cpu.pb.gz", prof, 0o644)
+			}
+			if err != nil {
+				b.Logf("no server profile: %v", err)
+			}
+		})
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		wg.Wait()
 	}
 }
 
