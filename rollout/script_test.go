@@ -504,6 +504,9 @@ func formatView(v rollout.View) string {
 		b.WriteString(" promoted")
 	}
 	b.WriteString("\n")
+	if v.Stalled != "" {
+		fmt.Fprintf(&b, "  stalled: %s\n", v.Stalled)
+	}
 	for _, t := range v.Targets {
 		fmt.Fprintf(&b, "  %s batch=%d %s", t.Node, t.Batch, t.Status)
 		if t.Published > 0 {

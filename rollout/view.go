@@ -35,6 +35,14 @@ type View struct {
 	// batch waits for it; the rollout halts at its healthy_deadline T2
 	// unless …"). Empty otherwise.
 	Waiting []string `json:"waiting,omitempty"`
+	// Stalled says, in one line, why a running rollout steps no target
+	// and nothing of its own moves: its budget is spent by nodes no step
+	// of it changes (an agent down, a node paused, a module unhealthy, a
+	// target waiting for an approval), so only one of them coming back
+	// (or an operator) moves it ("2 targets wait for the budget: 1 of
+	// max_unavailable 1 unavailable: dan (agent down); …"). Empty
+	// otherwise.
+	Stalled string `json:"stalled,omitempty"`
 	// Unavailable counts the fleet's nodes unavailable now, against
 	// Params.MaxUnavailable.
 	Unavailable int `json:"unavailable"`
@@ -95,7 +103,7 @@ func (s *State) View() View {
 	}
 	v := View{Fleet: s.Fleet, Rollout: r.ID, Phase: r.Phase, By: r.By, Started: r.Time, Paused: r.Paused, Halt: r.Halt,
 		Revert: r.Revert, End: r.End, Batch: min(r.Batch, r.Batches()-1) + 1, Batches: r.Batches(), Params: r.R,
-		Promoted: r.Promoted != nil, Unavailable: r.Unavailable, Nodes: len(r.Nodes), Counts: map[Status]int{}}
+		Promoted: r.Promoted != nil, Unavailable: r.Unavailable, Nodes: len(r.Nodes), Counts: map[Status]int{}, Stalled: r.stalled()}
 	for _, name := range r.Targets {
 		n := r.Nodes[name]
 		t := TargetView{Node: name, Batch: n.Batch + 1, Status: n.Status, Why: n.Why, Step: n.Step, Prev: n.Prev,
@@ -361,6 +369,12 @@ func (r *Rollout) holding(n *Node) string {
 	case r.Paused != nil:
 		return fmt.Sprintf("paused by %s since %s", events.Text(r.Paused.By), r.Paused.Time.Format(time.RFC3339))
 	}
+	return r.budget()
+}
+
+// budget says who spends the budget: "the budget: N of max_unavailable M
+// unavailable: dan (agent down), …" (five named at most).
+func (r *Rollout) budget() string {
 	var who []string
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
 		for k, o := range r.Nodes {
@@ -390,4 +404,41 @@ func unavailWhy(n *Node) string {
 		return "reverting"
 	}
 	return string(n.Status)
+}
+
+// stalled says why a running rollout is stalled by its budget (see
+// [View].Stalled): the next target of its batch waits for the budget,
+// and no node spending it is one of the rollout's own steps under way
+// (being changed, with a deadline, or being reverted); "" otherwise.
+func (r *Rollout) stalled() string {
+	if r.Phase != Running || r.Paused != nil || r.Batch >= r.Batches() {
+		return ""
+	}
+	end := r.batchEnd(r.Batch)
+	if r.Next >= end {
+		return ""
+	}
+	if n := r.Nodes[r.Targets[r.Next]]; n.Status != Pending || r.allows(n) {
+		return ""
+	}
+	for _, o := range r.Nodes {
+		if !o.Unavail {
+			continue
+		}
+		if o.Back != nil && !o.Back.finished() || o.active() && !o.away() && o.Status != WaitingApproval {
+			return "" // a step under way frees the budget by itself
+		}
+	}
+	waiting := 0
+	for _, name := range r.Targets[r.Next:end] {
+		if r.Nodes[name].Status == Pending {
+			waiting++
+		}
+	}
+	verb := "waits"
+	if waiting > 1 {
+		verb = "wait"
+	}
+	return fmt.Sprintf("%s of batch %d %s for %s; no step of the rollout is under way: it moves on when one of them is available again (or abort, or apply again with a larger max_unavailable)",
+		plural(waiting, "target"), r.Batch+1, verb, r.budget())
 }

@@ -136,7 +136,13 @@ published, its plan and whether it settled, the builds it runs, healthy since
 when, and why it failed or waits (a target whose agent is down or whose node
 is paused says so, canary or not); per build, on how many of the fleet's
 nodes it runs. A 'waiting:' line says what holds the whole rollout (a canary
-away), whole.`,
+away), whole; a 'stalled:' line says why a rollout whose budget is spent by
+nodes none of its steps changes (an agent down, a node paused, a module
+unhealthy) takes no step. After a revert each target's row keeps its new want's plan,
+settle and healthy window. A target given its new want and not done when the
+rollout was aborted, superseded or reverted is 'stopped': no longer judged
+(RUNNING still shows what its node runs), and the budget of such a rollout
+counts only nodes away, unhealthy or still reverting.`,
 		Example: `  meshfold rollout status web
   meshfold rollout status web -o json | jq '.targets[] | select(.status=="failed")'`,
 		Args: cobra.ExactArgs(1),
@@ -200,6 +206,9 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 			}
 			fmt.Fprintln(w)
 		}
+	}
+	if v.Stalled != "" {
+		fmt.Fprintf(w, "stalled: %s\n", events.Plain(v.Stalled)) // one line, whole (a fresh user's finding: only 'rollout why' said it)
 	}
 	for _, l := range v.Waiting {
 		fmt.Fprintf(w, "waiting: %s\n", events.Plain(l)) // the rollout's own words: whole (a fresh user's finding: quoted and cut at 200 bytes)

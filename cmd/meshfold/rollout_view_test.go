@@ -83,3 +83,20 @@ func TestRolloutStatusWaitingWhole(t *testing.T) {
 		t.Errorf("status does not print the waiting line whole and unquoted:\n%s", b.String())
 	}
 }
+
+// rollout status says in one line that a rollout is stalled by its
+// budget and why (a fresh user's finding: only 'rollout why' said it).
+func TestRolloutStatusStalled(t *testing.T) {
+	stalled := "2 targets of batch 2 wait for the budget: 1 of max_unavailable 1 unavailable: dan (agent down); no step of the rollout is under way: it moves on when one of them is available again (or abort, or apply again with a larger max_unavailable)"
+	v := rollout.View{Fleet: "web", Rollout: 4, Phase: rollout.Running, Batch: 2, Batches: 3, Stalled: stalled, Targets: []rollout.TargetView{
+		{Node: "cat", Batch: 2, Status: rollout.Pending},
+		{Node: "dan", Batch: 2, Status: rollout.Pending, Down: true},
+	}}
+	var b strings.Builder
+	if err := writeRolloutView(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "\nstalled: "+stalled+"\n") {
+		t.Errorf("status does not say it is stalled, in one line:\n%s", b.String())
+	}
+}
