@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/query"
+	"github.com/meshfold/meshfold/rollout/feed"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -117,7 +118,9 @@ func newResumeCmd(a *app) *cobra.Command {
 		Long: `resume publishes a resume event for each node. It ends the node's pause; if
 the plan the reconciler composes then differs from the last one it emitted
 (a want or an approval taken in while paused), that plan is published, once.
-A resume of a node that is not paused changes nothing.
+A node that is not paused (no pause newer than its newest resume and retire)
+gets no event: resume prints "resume NODE: not paused: nothing published"
+for it (with --all, one note on stderr counts them) and exits 0.
 
 Prints each event's stream sequence, one line per node; exit 1 if any
 publish failed, 2 on a usage error.
@@ -385,6 +388,18 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 			return nil, err
 		}
 	}
+	if kind == events.KindResume {
+		// A resume of a node not paused changes nothing (the fold's
+		// rule): publish nothing for it and say so (a fresh user's
+		// finding: it was published, and audit showed a resume of
+		// nothing).
+		if nodes, err = a.dropNotPaused(ctx, js, nodes, all); err != nil {
+			return nil, err
+		}
+		if len(nodes) == 0 {
+			return nil, nil
+		}
+	}
 	var notes map[string]string
 	switch p := mk().(type) {
 	case *events.Waive:
@@ -445,6 +460,40 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 		return seqs, fmt.Errorf("%d of %d %s events not published", failed, len(nodes), kind)
 	}
 	return seqs, nil
+}
+
+// dropNotPaused returns the nodes paused now (feed.Paused: the stream's
+// newest pause newer than its newest resume and retire) and says of the
+// others that nothing is published: each on its own stdout line when
+// named, in one stderr note under --all.
+func (a *app) dropNotPaused(ctx context.Context, js jetstream.JetStream, nodes []string, all bool) ([]string, error) {
+	stream, cfg, err := a.stream.openStream(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	var paused, not []string
+	for _, n := range nodes {
+		p, _, err := feed.Paused(ctx, stream, cfg.Subjects(), n)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: read its pause: %w", n, err)
+		}
+		if p != nil {
+			paused = append(paused, n)
+			continue
+		}
+		not = append(not, n)
+		if !all {
+			fmt.Fprintf(a.stdout, "resume %s: not paused: nothing published\n", n)
+		}
+	}
+	if all && len(not) > 0 {
+		names := not
+		if len(names) > 5 {
+			names = append(slices.Clone(names[:5]), "…")
+		}
+		fmt.Fprintf(a.stderr, "note: --all skipped %s not paused (%s): nothing published to them\n", plural(len(not), "node"), strings.Join(names, ", "))
+	}
+	return paused, nil
 }
 
 // nodeCheck is what publishEach checks of each node named before it

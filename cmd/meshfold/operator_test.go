@@ -512,3 +512,61 @@ func TestFleetRetiredAndYAML(t *testing.T) {
 		t.Errorf("state -o yaml:\n%s", out)
 	}
 }
+
+// A resume of a node that is not paused publishes nothing and says so,
+// exit 0 (a fresh user's finding: it published a resume of nothing);
+// a node paused, or paused again after a retire, is resumed; --all
+// resumes only the paused nodes and counts the others in one note.
+func TestResumeOfANodeNotPaused(t *testing.T) {
+	c := newVerbCLI(t)
+	for _, n := range []string{"ace", "bob", "cat"} {
+		if code, _, stderr := c.run(t, "", "want", n, "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
+			t.Fatalf("want %s: %s", n, stderr)
+		}
+	}
+	msgs := func() uint64 {
+		t.Helper()
+		i, err := c.stream.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i.State.Msgs
+	}
+	before := msgs()
+	code, stdout, stderr := c.run(t, "", "resume", "bob", "--by", "alice")
+	if code != 0 || strings.TrimSpace(stdout) != "resume bob: not paused: nothing published" {
+		t.Errorf("resume of bob, not paused: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if n := msgs(); n != before {
+		t.Errorf("resume of a node not paused published %d events", n-before)
+	}
+	// Paused then resumed: a second resume publishes nothing either.
+	for _, args := range [][]string{{"pause", "ace", "--by", "alice"}, {"resume", "ace", "--by", "alice"}} {
+		if code, _, stderr := c.run(t, "", args...); code != 0 {
+			t.Fatalf("%v: %s", args, stderr)
+		}
+	}
+	if _, stdout, _ := c.run(t, "", "resume", "ace", "--by", "alice"); !strings.Contains(stdout, "resume ace: not paused") {
+		t.Errorf("a second resume of ace: %q", stdout)
+	}
+	// Named together: the paused one is resumed, the other said.
+	if code, _, stderr := c.run(t, "", "pause", "cat", "--by", "alice"); code != 0 {
+		t.Fatal(stderr)
+	}
+	code, stdout, stderr = c.run(t, "", "resume", "bob", "cat", "--by", "alice")
+	if code != 0 || !strings.Contains(stdout, "resume bob: not paused: nothing published") || !strings.Contains(stdout, "resume cat: stream sequence ") {
+		t.Errorf("resume bob cat: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if _, ok := c.last(t, "bob", events.KindResume); ok {
+		t.Error("bob, never paused, got a resume")
+	}
+	// --all: only the paused nodes get one.
+	if code, _, stderr := c.run(t, "", "pause", "bob", "--by", "alice"); code != 0 {
+		t.Fatal(stderr)
+	}
+	code, stdout, stderr = c.run(t, "", "resume", "--all", "--by", "alice")
+	if code != 0 || strings.TrimSpace(stdout) != "resume bob: stream sequence "+fmt.Sprint(msgs()) ||
+		!strings.Contains(stderr, "--all skipped 2 nodes not paused (ace, cat): nothing published to them") {
+		t.Errorf("resume --all: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}

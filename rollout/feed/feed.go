@@ -259,28 +259,48 @@ func Candidates(ctx context.Context, stream jetstream.Stream, subj events.Subjec
 	return out, nil
 }
 
-// pausedAtStart sets c's pause: its newest pause when newer than its
-// newest resume.
+// pausedAtStart sets c's pause ([Paused]).
 func pausedAtStart(ctx context.Context, stream jetstream.Stream, subj events.Subjects, c *rollout.Candidate) error {
-	p, err := store.LastMsg(ctx, stream, subj, c.Node, events.KindPause)
-	switch {
-	case errors.Is(err, store.ErrNoMessage):
-		return nil
-	case err != nil:
+	p, _, err := Paused(ctx, stream, subj, c.Node)
+	if err != nil {
 		return err
 	}
-	r, err := store.LastMsg(ctx, stream, subj, c.Node, events.KindResume)
-	switch {
-	case errors.Is(err, store.ErrNoMessage):
-	case err != nil:
-		return err
-	case r.Event.Seq > p.Event.Seq:
-		return nil
-	}
-	if pa, ok := p.Event.Payload.(*events.Pause); ok {
-		c.PausedBy, c.PausedReason = pa.By, pa.Reason
+	if p != nil {
+		c.PausedBy, c.PausedReason = p.By, p.Reason
 	}
 	return nil
+}
+
+// Paused returns the pause of node in force by the stream as it is now,
+// and its sequence: its newest pause when newer than its newest resume
+// and its newest retire (the reconciler's fold: a resume ends a pause, a
+// retire ends it too, a second pause keeps the first, which this
+// returns the newest of); nil when the node is not paused.
+//
+// Errors: the stream's reads.
+func Paused(ctx context.Context, stream jetstream.Stream, subj events.Subjects, node string) (*events.Pause, uint64, error) {
+	p, err := store.LastMsg(ctx, stream, subj, node, events.KindPause)
+	switch {
+	case errors.Is(err, store.ErrNoMessage):
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, err
+	}
+	for _, k := range []events.Kind{events.KindResume, events.KindRetire} {
+		m, err := store.LastMsg(ctx, stream, subj, node, k)
+		switch {
+		case errors.Is(err, store.ErrNoMessage):
+		case err != nil:
+			return nil, 0, err
+		case m.Event.Seq > p.Event.Seq:
+			return nil, 0, nil
+		}
+	}
+	pa, ok := p.Event.Payload.(*events.Pause)
+	if !ok {
+		return nil, 0, nil
+	}
+	return pa, p.Event.Seq, nil
 }
 
 // Publish appends a rollout event of fleet, of kind k, under message id
