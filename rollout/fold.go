@@ -598,7 +598,11 @@ func (f *folder) operator(p *Operator) {
 	case KindPromote:
 		r.Promoted = f.mark(p.By, "", p.Reason)
 		r.Phase = Running
-		f.record(0, "", "promoted", events.LevelInfo, "canary promoted by %s", by)
+		if r.Paused != nil {
+			f.record(0, "", "promoted", events.LevelInfo, "canary promoted by %s; the rollout is paused (by %s): the next batch begins when it is resumed", by, events.Text(r.Paused.By))
+		} else {
+			f.record(0, "", "promoted", events.LevelInfo, "canary promoted by %s", by)
+		}
 	case KindPause:
 		r.Paused = f.mark(p.By, "", p.Reason)
 		f.record(0, "", "paused", events.LevelInfo, "paused by %s: no target gets its new want until resumed", by)
@@ -654,6 +658,22 @@ func (s *State) Ignores(k Kind, id uint64) string {
 		}
 	}
 	return ""
+}
+
+// Defers says what of the operator verb k, meant for rollout id (0:
+// whichever is current), waits for something else though the rollout
+// takes it (Ignores says ""): a promote of a paused rollout is taken at
+// once (the canary's watch ends: the operator accepted it), and the
+// next batch begins only when the rollout is resumed. "" when nothing
+// waits. `meshfold rollout VERB` says it on stderr (a fresh user's
+// finding: such a promote was taken silently).
+func (s *State) Defers(k Kind, id uint64) string {
+	r := s.Rollout
+	if r == nil || k != KindPromote || r.Paused == nil || s.Ignores(k, id) != "" {
+		return ""
+	}
+	return fmt.Sprintf("rollout %d is paused (by %s since %s): the promote is taken now (the canary is no longer watched), and the next batch begins only when the rollout is resumed ('meshfold rollout resume %s --by NAME')",
+		r.ID, events.Text(r.Paused.By), r.Paused.Time.Format(time.RFC3339), s.Fleet)
 }
 
 func pausedText(r *Rollout) string {

@@ -188,6 +188,17 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 			return "not in the rollout"
 		}
 		return strings.Join(lines, "\n")
+	case "verb-says":
+		// What `meshfold rollout VERB` would say: refused (ignored), or
+		// taken with a note (defers), or nothing.
+		k := rollout.Kind(args["kind"])
+		if why := h.state.Ignores(k, 0); why != "" {
+			return "refused: " + why
+		}
+		if note := h.state.Defers(k, 0); note != "" {
+			return "note: " + note
+		}
+		return "taken"
 	case "hand-want-says":
 		// What `meshfold want` would refuse on node without --force.
 		if why := h.state.HandWant(args["node"]); why != "" {

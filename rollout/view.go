@@ -29,6 +29,8 @@ type View struct {
 	Batches  int      `json:"batches"`
 	Params   Resolved `json:"params"`
 	Promoted bool     `json:"promoted,omitempty"`
+	// Promote is the canary's promote: who and when.
+	Promote *Mark `json:"promote,omitempty"`
 	// Waiting says, one line each, what holds the rollout that only a
 	// node's return can end: a canary target whose agent is down or
 	// whose node is paused ("canary ivy: agent down since T: the canary
@@ -103,7 +105,7 @@ func (s *State) View() View {
 	}
 	v := View{Fleet: s.Fleet, Rollout: r.ID, Phase: r.Phase, By: r.By, Started: r.Time, Paused: r.Paused, Halt: r.Halt,
 		Revert: r.Revert, End: r.End, Batch: min(r.Batch, r.Batches()-1) + 1, Batches: r.Batches(), Params: r.R,
-		Promoted: r.Promoted != nil, Unavailable: r.Unavailable, Nodes: len(r.Nodes), Counts: map[Status]int{}, Stalled: r.stalled()}
+		Promoted: r.Promoted != nil, Promote: r.Promoted, Unavailable: r.Unavailable, Nodes: len(r.Nodes), Counts: map[Status]int{}, Stalled: r.stalled()}
 	for _, name := range r.Targets {
 		n := r.Nodes[name]
 		t := TargetView{Node: name, Batch: n.Batch + 1, Status: n.Status, Why: n.Why, Step: n.Step, Prev: n.Prev,

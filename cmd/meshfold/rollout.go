@@ -44,7 +44,7 @@ Every verb is an event in the stream, with --by.`,
 		kind        rollout.Kind
 		short, long string
 	}{
-		{rollout.KindPromote, "Let a rollout go on past its canary", "promote lets the rollout go on past its canary batch once the canary is done:\nit ran the new build healthy for min_healthy (a canary whose agent is down is\nnot; status says why the batch waits). A promote before that is refused, as\nNomad refuses one: promote again once status says waiting-promote."},
+		{rollout.KindPromote, "Let a rollout go on past its canary", "promote lets the rollout go on past its canary batch once the canary is done:\nit ran the new build healthy for min_healthy (a canary whose agent is down is\nnot; status says why the batch waits). A promote before that is refused, as\nNomad refuses one: promote again once status says waiting-promote. A promote\nof a paused rollout is taken (the canary is no longer watched) and says on\nstderr that the next batch begins only at 'meshfold rollout resume'; status\nshows the promote and the pause."},
 		{rollout.KindPause, "Stop a rollout's new steps", "pause stops new steps; failures, halts and reverts still happen."},
 		{rollout.KindResume, "Let a paused rollout take new steps again", "resume ends a pause."},
 		{rollout.KindAbort, "Stop deciding: targets keep the want they have", "abort stops the rollout: no more steps; the targets keep the want they have\nand are no longer judged."},
@@ -138,11 +138,11 @@ is paused says so, canary or not); per build, on how many of the fleet's
 nodes it runs. A 'waiting:' line says what holds the whole rollout (a canary
 away), whole; a 'stalled:' line says why a rollout whose budget is spent by
 nodes none of its steps changes (an agent down, a node paused, a module
-unhealthy) takes no step. After a revert each target's row keeps its new want's plan,
-settle and healthy window. A target given its new want and not done when the
-rollout was aborted, superseded or reverted is 'stopped': no longer judged
-(RUNNING still shows what its node runs), and the budget of such a rollout
-counts only nodes away, unhealthy or still reverting.`,
+unhealthy) takes no step. After a revert each target's row keeps its new
+want's plan, settle and healthy window. A target given its new want and not
+done when the rollout was aborted, superseded or reverted is 'stopped': no
+longer judged (RUNNING still shows what its node runs), and the budget of
+such a rollout counts only nodes away, unhealthy or still reverting.`,
 		Example: `  meshfold rollout status web
   meshfold rollout status web -o json | jq '.targets[] | select(.status=="failed")'`,
 		Args: cobra.ExactArgs(1),
@@ -192,7 +192,7 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 	for _, m := range []struct {
 		what string
 		m    *rollout.Mark
-	}{{"paused", v.Paused}, {"halted", v.Halt}, {"reverting", v.Revert}, {"ended", v.End}} {
+	}{{"promoted", v.Promote}, {"paused", v.Paused}, {"halted", v.Halt}, {"reverting", v.Revert}, {"ended", v.End}} {
 		if m.m != nil {
 			fmt.Fprintf(w, "%s at #%d %s", m.what, m.m.Seq, m.m.Time.Format(time.RFC3339))
 			if m.m.By != "" {
@@ -203,6 +203,11 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 			}
 			if m.m.Reason != "" {
 				fmt.Fprintf(w, ": %s", events.ErrorText(m.m.Reason))
+			}
+			if m.what == "paused" && !v.Phase.Final() {
+				// A promote taken while paused waits for the resume (a
+				// fresh user's finding: nothing said so).
+				fmt.Fprintf(w, "; no target gets its new want until 'meshfold rollout resume %s'", v.Fleet)
 			}
 			fmt.Fprintln(w)
 		}
@@ -369,6 +374,9 @@ error.`,
 				return err
 			}
 			fmt.Fprintf(a.stdout, "%s %s: #%d\n", kind, fleet, seq)
+			if note := s.Defers(kind, id); note != "" {
+				fmt.Fprintf(a.stderr, "note: %s\n", note) // taken, and waiting (a promote while paused)
+			}
 			return nil
 		},
 	}

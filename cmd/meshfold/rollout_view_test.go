@@ -100,3 +100,23 @@ func TestRolloutStatusStalled(t *testing.T) {
 		t.Errorf("status does not say it is stalled, in one line:\n%s", b.String())
 	}
 }
+
+// rollout status shows a promote and says that a paused rollout gives no
+// target its new want until resumed (a fresh user's finding: a promote
+// while paused was taken silently).
+func TestRolloutStatusPromotedWhilePaused(t *testing.T) {
+	at := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
+	v := rollout.View{Fleet: "web", Rollout: 4, Phase: rollout.Running, Batch: 2, Batches: 2, Promoted: true,
+		Promote: &rollout.Mark{Seq: 9, Time: at, By: "bob"}, Paused: &rollout.Mark{Seq: 8, Time: at, By: "alice", Reason: "migration"},
+		Targets: []rollout.TargetView{{Node: "bob", Batch: 2, Status: rollout.Pending}}}
+	var b strings.Builder
+	if err := writeRolloutView(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"promoted at #9 2026-12-01T20:00:00Z by bob\n",
+		"paused at #8 2026-12-01T20:00:00Z by alice: migration; no target gets its new want until 'meshfold rollout resume web'\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+}
