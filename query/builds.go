@@ -307,14 +307,15 @@ func (r *Reader) rolloutUse(ctx context.Context, build string) (reverts, steps [
 			return nil, nil, err
 		}
 		for _, n := range nodes {
-			if n.Want == 0 || n.Prev == 0 {
+			back := n.RevertTo() // the want a revert gives back
+			if n.Want == 0 || back == 0 {
 				continue
 			}
-			prevs[n.Prev] = append(prevs[n.Prev], target{f, n.Node})
-			if lo == 0 || n.Prev < lo {
-				lo = n.Prev
+			prevs[back] = append(prevs[back], target{f, n.Node})
+			if lo == 0 || back < lo {
+				lo = back
 			}
-			hi = max(hi, n.Prev)
+			hi = max(hi, back)
 		}
 	}
 	// The previous wants naming build, by fleet, in one pass over the
@@ -360,7 +361,7 @@ func (r *Reader) rolloutUse(ctx context.Context, build string) (reverts, steps [
 		}
 		ru := RevertUse{Fleet: f, Rollout: ro.ID, Phase: ro.Phase}
 		for _, n := range s.GivesBack() {
-			if seq, ok := hits[f][n.Name]; ok && seq == n.Prev {
+			if seq, ok := hits[f][n.Name]; ok && seq == n.RevertTo() {
 				ru.Nodes = append(ru.Nodes, n.Name)
 			}
 		}
@@ -423,12 +424,13 @@ func (r *Reader) RevertMissing(ctx context.Context, s *rollout.State) ([]RevertM
 	judged := map[string]*MissingBuild{} // by build; nil: runnable
 	var out []RevertMissing
 	for _, n := range nodes {
-		raw, err := stream.GetMsg(ctx, n.Prev)
+		prev := n.RevertTo()
+		raw, err := stream.GetMsg(ctx, prev)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("node %s: previous want #%d: %w", n.Name, n.Prev, err)
+			return nil, fmt.Errorf("node %s: previous want #%d: %w", n.Name, prev, err)
 		}
 		ev, err := cfg.Subjects().DecodeEvent(raw.Subject, raw.Data, raw.Sequence, raw.Time)
 		if err != nil {
@@ -451,7 +453,7 @@ func (r *Reader) RevertMissing(ctx context.Context, s *rollout.State) ([]RevertM
 				judged[m.Build] = mb
 			}
 			if mb != nil {
-				out = append(out, RevertMissing{Node: n.Name, Prev: n.Prev, MissingBuild: MissingBuild{Module: m.Name, Build: m.Build, Err: mb.Err}})
+				out = append(out, RevertMissing{Node: n.Name, Prev: prev, MissingBuild: MissingBuild{Module: m.Name, Build: m.Build, Err: mb.Err}})
 			}
 		}
 	}

@@ -98,6 +98,12 @@ type NodeAtStart struct {
 	// rollout diffed against (0: none). The new want is published with
 	// Nats-Expected-Last-Subject-Sequence set to it.
 	Prev uint64 `json:"prev,omitempty"`
+	// Back, when set, is the want a revert gives the target back instead
+	// of Prev (below it): Prev is the forward want of the fleet's
+	// previous rollout, which this one supersedes and which had not made
+	// it done, and Back the want that rollout would have given back (see
+	// [State.RevertBases]).
+	Back uint64 `json:"back,omitempty"`
 	// Down: its agent's lease had expired. DownSince is when (its
 	// agent's down event's stream time); zero from an older apply, and
 	// then the fold takes the start's time.
@@ -217,6 +223,7 @@ var (
 	ErrUnknownKind = errors.New("rollout: unknown event kind")
 	ErrPages       = errors.New("must be from 1 to " + strconv.Itoa(MaxPages))
 	ErrWantIndex   = errors.New("names no want of the start")
+	ErrBack        = errors.New("must be a target's want older than its prev")
 )
 
 // New returns a zero payload of the rollout kind k, or nil.
@@ -406,9 +413,21 @@ func checkNodes(list []NodeAtStart, wants int) error {
 	return nil
 }
 
+// RevertTo is the sequence of the want a revert gives the target back:
+// Back when set, else Prev (0: none, an empty want).
+func (n NodeAtStart) RevertTo() uint64 {
+	if n.Back != 0 {
+		return n.Back
+	}
+	return n.Prev
+}
+
 func checkNode(n NodeAtStart, wants int, seen map[string]bool) error {
 	if err := checkName("node", n.Node); err != nil {
 		return err
+	}
+	if n.Back != 0 && (n.Want == 0 || n.Back >= n.Prev) {
+		return fieldErr("back", strconv.FormatUint(n.Back, 10), ErrBack)
 	}
 	if seen[n.Node] {
 		return fieldErr("node", n.Node, events.ErrDuplicate)

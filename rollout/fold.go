@@ -174,7 +174,7 @@ func (f *folder) addNodes(list []NodeAtStart) {
 			n.Paused = f.mark(a.PausedBy, "", a.PausedReason)
 		}
 		if a.Want > 0 {
-			n.Want, n.Prev, n.Status, n.Order = a.Want, a.Prev, Pending, len(r.Targets)
+			n.Want, n.Prev, n.Base, n.Status, n.Order = a.Want, a.Prev, a.Back, Pending, len(r.Targets)
 			r.Targets = append(r.Targets, a.Node)
 		}
 		r.Nodes[a.Node] = n
@@ -716,8 +716,8 @@ func (f *folder) revert(m *Mark) {
 }
 
 // GivesBack returns the targets to which a revert of the rollout would
-// still give their previous want (the want stored at their Prev; none
-// when Prev is 0): while a revert can be asked (Ignores(KindRevert) is
+// still give their previous want (the want stored at their
+// [Node.RevertTo]; none when it is 0): while a revert can be asked (Ignores(KindRevert) is
 // ""), those revert would give back or wait for; while reverting, those
 // whose previous want is not published yet. In target order. What
 // `meshfold build rm` must not break: their previous want's builds.
@@ -733,7 +733,7 @@ func (s *State) GivesBack() []*Node {
 	var out []*Node
 	for _, name := range r.Targets[:r.Next] {
 		n := r.Nodes[name]
-		if n.Prev == 0 {
+		if n.RevertTo() == 0 {
 			continue
 		}
 		if reverting {
@@ -761,8 +761,8 @@ func (f *folder) giveBack(n *Node) {
 	if !slices.Contains(r.Reverting, n.Name) {
 		r.Reverting = append(r.Reverting, n.Name)
 	}
-	w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.Prev, Expect: n.Published, Why: n.Back.Step.Reason}
-	if n.Prev == 0 {
+	w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.RevertTo(), Expect: n.Published, Why: n.Back.Step.Reason}
+	if n.RevertTo() == 0 {
 		w.Modules = []events.WantModule{}
 	}
 	f.publish(w)
@@ -1301,8 +1301,8 @@ func (s *State) Pending() []Effect {
 		n := r.Nodes[name]
 		switch {
 		case n.Back != nil && n.Back.Status == RevertPublishing:
-			w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.Prev, Expect: n.Published, Why: n.Back.Step.Reason}
-			if n.Prev == 0 {
+			w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.RevertTo(), Expect: n.Published, Why: n.Back.Step.Reason}
+			if n.RevertTo() == 0 {
 				w.Modules = []events.WantModule{}
 			}
 			out = append(out, Effect{Fleet: s.Fleet, Cause: n.Back.Step.Seq, Want: w})

@@ -208,7 +208,11 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 	case "gives-back":
 		var b strings.Builder
 		for _, n := range h.state.GivesBack() {
-			fmt.Fprintf(&b, "%s prev=#%d\n", n.Name, n.Prev)
+			fmt.Fprintf(&b, "%s prev=#%d", n.Name, n.Prev)
+			if n.Base != 0 {
+				fmt.Fprintf(&b, " back=#%d", n.Base)
+			}
+			b.WriteString("\n")
 		}
 		if b.Len() == 0 {
 			return "none"
@@ -325,6 +329,20 @@ func (h *harness) start(t testing.TB, d *datadriven.TestData, args map[string]st
 			continue
 		}
 		p.Nodes = append(p.Nodes, h.nodeLine(t, l))
+	}
+	if args["bases"] == "true" {
+		// As apply does over the fleet's newest rollout, still active:
+		// each target's revert base (State.RevertBases).
+		cands := make([]rollout.Candidate, len(p.Nodes))
+		for i, n := range p.Nodes {
+			cands[i] = rollout.Candidate{Node: n.Node, Prev: n.Prev}
+		}
+		h.state.RevertBases(cands)
+		for i := range p.Nodes {
+			if p.Nodes[i].Want > 0 {
+				p.Nodes[i].Back = cands[i].Back
+			}
+		}
 	}
 	if err := rollout.Stamp(p, h.now).Validate(); err != nil {
 		t.Fatalf("%s: start: %v", d.Pos, err)

@@ -30,6 +30,9 @@ type Candidate struct {
 	// it back). Such a node is a target even when its want is unchanged,
 	// so applying its fleet again brings it back, as a want does.
 	Retired bool
+	// Back is the want a revert gives it back instead of Prev, set by
+	// [State.RevertBases] (see [NodeAtStart].Back); 0: Prev.
+	Back uint64
 }
 
 // Target reports whether apply rolls c out: it has no want yet, its
@@ -55,6 +58,7 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 			n.DownSince = c.DownSince
 		}
 		if c.Target() {
+			n.Back = c.Back
 			i := slices.IndexFunc(start.Wants, func(w []events.WantModule) bool { return EqualWant(w, c.Want) })
 			if i < 0 {
 				i = len(start.Wants)

@@ -187,10 +187,13 @@ type Node struct {
 	Unavail bool `json:"unavail,omitempty"`
 
 	// A target's fields; Want is 0 for a node that is not one.
-	Want   int    `json:"want,omitempty"` // 1 + index in Rollout.Wants
-	Order  int    `json:"order,omitempty"`
-	Batch  int    `json:"batch,omitempty"`
-	Prev   uint64 `json:"prev,omitempty"`
+	Want  int    `json:"want,omitempty"` // 1 + index in Rollout.Wants
+	Order int    `json:"order,omitempty"`
+	Batch int    `json:"batch,omitempty"`
+	Prev  uint64 `json:"prev,omitempty"`
+	// Base, when set, is the want a revert gives back instead of Prev
+	// (the start's Back: Prev is an unfinished superseded rollout's).
+	Base   uint64 `json:"base,omitempty"`
 	Status Status `json:"status,omitempty"`
 	// Why says why it failed, is in conflict, is unreached, or waits.
 	Why  string `json:"why,omitempty"`
@@ -365,6 +368,46 @@ func (s *State) CheckInvariants() error {
 		}
 	}
 	return nil
+}
+
+// RevertTo is the sequence of the want a revert gives the target back:
+// Base when set, else Prev (0: none, an empty want).
+func (n *Node) RevertTo() uint64 {
+	if n.Base != 0 {
+		return n.Base
+	}
+	return n.Prev
+}
+
+// RevertBases sets each candidate's Back from s, the fleet's newest
+// rollout as it stands now, when a start of the candidates would
+// supersede it (it is active): a target whose newest want (Prev) is that
+// rollout's forward want for it, which that rollout had not made done
+// (changing, waiting for an approval, failed, unreached), gets back,
+// on a revert of the new rollout, the want that rollout would have given
+// back (its own Back, or the want it diffed against): the last want the
+// node had before the unfinished rollouts, not the unfinished one's (a
+// fresh user's finding: a revert after a superseding apply gave back a
+// build held for an approval that never ran). A target whose forward
+// want was done, or that was given its previous want back, changed by
+// hand, or never stepped, keeps Prev. Candidates of a rollout that has
+// ended (completed, aborted, reverted) are left as they are: its targets
+// keep the want they have.
+func (s *State) RevertBases(cands []Candidate) {
+	r := s.Rollout
+	if r == nil || !r.active() {
+		return
+	}
+	for i := range cands {
+		c := &cands[i]
+		n := r.Nodes[c.Node]
+		if n == nil || n.Want == 0 || n.Published == 0 || c.Prev != n.Published || n.Status == Done || n.Back != nil {
+			continue
+		}
+		if base := n.RevertTo(); base != 0 && base < c.Prev {
+			c.Back = base
+		}
+	}
 }
 
 // unavailable reports whether the node counts against max_unavailable

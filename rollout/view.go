@@ -64,8 +64,11 @@ type TargetView struct {
 	Why    string `json:"why,omitempty"`
 	// Step is when the rollout gave it its new want; Published that
 	// want's sequence.
-	Step      *Mark  `json:"step,omitempty"`
-	Prev      uint64 `json:"prev,omitempty"`
+	Step *Mark  `json:"step,omitempty"`
+	Prev uint64 `json:"prev,omitempty"`
+	// Base, when set, is the want a revert gives back instead of Prev
+	// (Prev was an unfinished superseded rollout's want).
+	Base      uint64 `json:"base,omitempty"`
 	Published uint64 `json:"published,omitempty"`
 	// Plan is the newest plan of its want, Settled whether it settled.
 	Plan         uint64          `json:"plan,omitempty"`
@@ -108,7 +111,7 @@ func (s *State) View() View {
 		Promoted: r.Promoted != nil, Promote: r.Promoted, Unavailable: r.Unavailable, Nodes: len(r.Nodes), Counts: map[Status]int{}, Stalled: r.stalled()}
 	for _, name := range r.Targets {
 		n := r.Nodes[name]
-		t := TargetView{Node: name, Batch: n.Batch + 1, Status: n.Status, Why: n.Why, Step: n.Step, Prev: n.Prev,
+		t := TargetView{Node: name, Batch: n.Batch + 1, Status: n.Status, Why: n.Why, Step: n.Step, Prev: n.Prev, Base: n.Base,
 			Published: n.Published, Down: n.Down, Paused: n.Paused, Revert: n.Back, HealthySince: n.GoodSince}
 		if n.Status == Done && !n.HealthyFrom.IsZero() {
 			// The window that made it done, though a later down or
@@ -281,6 +284,9 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 	say("%s is target %d of %d, batch %d of %d: %s", node, n.Order+1, len(r.Targets), n.Batch+1, r.Batches(), st)
 	if n.Step != nil {
 		say("given its new want at #%d (%s, %s), diffed against want #%d", n.Step.Seq, n.Step.Time.Format(time.RFC3339), n.Step.Reason, n.Prev)
+	}
+	if n.Base != 0 {
+		say("a revert gives back want #%d, its want before the rollout this one superseded, which had not finished it (#%d)", n.Base, n.Prev)
 	}
 	if n.Published > 0 {
 		say("want #%d published", n.Published)

@@ -115,6 +115,16 @@ revert names it.`,
 				return err
 			}
 			if plan.Start != nil {
+				// Over a rollout still going on, which the start
+				// supersedes: a revert gives its unfinished targets
+				// back the want from before it, not its own.
+				prior, err := feed.Active(ctx, js, scfg, fleet.Name)
+				if err != nil {
+					return fmt.Errorf("reading fleet %s's rollout in progress: %w", fleet.Name, err)
+				}
+				plan.Over(prior)
+			}
+			if plan.Start != nil {
 				if err := rollout.Stamp(plan.Start, time.Now()).Validate(); err != nil {
 					return withCode(exitUsage, err)
 				}

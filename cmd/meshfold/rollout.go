@@ -48,7 +48,7 @@ Every verb is an event in the stream, with --by.`,
 		{rollout.KindPause, "Stop a rollout's new steps", "pause stops new steps; failures, halts and reverts still happen."},
 		{rollout.KindResume, "Let a paused rollout take new steps again", "resume ends a pause."},
 		{rollout.KindAbort, "Stop deciding: targets keep the want they have", "abort stops the rollout: no more steps; the targets keep the want they have\nand are no longer judged."},
-		{rollout.KindRevert, "Give every changed target its previous want back", "revert gives every target the rollout changed the want it had before, at\nonce (a target whose want was changed by hand since is left alone)."},
+		{rollout.KindRevert, "Give every changed target its previous want back", "revert gives every target the rollout changed the want it had before, at\nonce (a target whose want was changed by hand since is left alone). After an\napply that superseded a rollout still going on, a target that rollout had not\nfinished (not done) gets the want it had before it, not its unfinished want\n('rollout why FLEET NODE' says which)."},
 	} {
 		cmd.AddCommand(newRolloutVerbCmd(a, v.kind, v.short, v.long))
 	}

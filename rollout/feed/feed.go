@@ -351,6 +351,67 @@ func NewPlan(ctx context.Context, stream jetstream.Stream, subj events.Subjects,
 	return &Plan{Fleet: fleet, Cands: cands, Start: start, Pages: pages}, nil
 }
 
+// Over gives the plan's targets the revert bases that prior, the fleet's
+// newest rollout as it stands now, knows when the plan's start would
+// supersede it ([rollout.State.RevertBases]: a target whose newest want
+// is prior's unfinished step gets back, on a revert, the want before
+// it), and builds the start again. A nil prior, or a plan with nothing
+// to start, is left as it is.
+func (p *Plan) Over(prior *rollout.State) {
+	if p.Start == nil || prior == nil {
+		return
+	}
+	prior.RevertBases(p.Cands)
+	p.Start, p.Pages = rollout.NewStart(p.Start.By, p.Start.Reason, p.Start.Params, p.Cands)
+}
+
+// Active returns fleet's newest rollout, replayed ([Replay]), when a new
+// start would supersede it (it has not ended); nil when the fleet has no
+// rollout, or when the controller's newest record on the fleet's subject
+// says the newest rollout ended (completed, aborted, reverted, or
+// superseded): then no replay is read, which for a rollout that ended
+// long ago would read the stream since its start.
+//
+// Errors: the stream's and the replay's.
+func Active(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig, fleet string) (*rollout.State, error) {
+	cfg = cfg.WithDefaults()
+	subj := cfg.Subjects()
+	stream, err := js.Stream(ctx, cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", cfg.Name, err)
+	}
+	start, err := NewestStart(ctx, stream, subj, fleet)
+	if errors.Is(err, ErrNoRollout) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, subj.Rollout(fleet, string(rollout.KindRecord)))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("newest record of %s: %w", fleet, err)
+	case m.Sequence > start:
+		if p, err := rollout.Decode(rollout.KindRecord, m.Data); err == nil {
+			if rec := p.(*rollout.Record); rec.Rollout == start && rollout.Phase(rec.What).Final() {
+				return nil, nil
+			}
+		}
+	}
+	s, err := Replay(ctx, js, cfg, nil, fleet)
+	if errors.Is(err, ErrNoRollout) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.Rollout == nil || s.Rollout.Phase.Final() {
+		return nil, nil
+	}
+	return s, nil
+}
+
 // Apply publishes the plan's start and then its pages, and returns the
 // start's sequence: the rollout's id.
 //
