@@ -59,3 +59,50 @@ func TestStopAgainstAKilledServer(t *testing.T) {
 		t.Fatalf("the server was killed before the final snapshot, and Unsaved is %v", rn.r.Unsaved())
 	}
 }
+
+// groupDeadStopWait bounds a group member's stop against a server that
+// is gone, on a stream and a lease bucket of one replica. Such a stop
+// waited out its released leases' deletions (2 s, the bucket's operation
+// timeout), its member key's (2 s) and its watch's stop (the client's 5 s):
+// 9.2 s by a user's SIGTERM, 0.05 s without them.
+const groupDeadStopWait = 5 * time.Second
+
+// A group member stopped while its standalone nats-server is gone
+// (killed with SIGKILL) stops within groupDeadStopWait: no other server
+// can answer, so it deletes neither its released leases nor its member
+// key (they expire after the TTL, and Released says so), and its watch is
+// stopped aside.
+func TestGroupStopAgainstAKilledServer(t *testing.T) {
+	ps := storetest.StartProcServer(t)
+	_, js := ps.Connect(t)
+	_, cfg, err := store.EnsureStream(testCtx(t), js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := startMember(t, ps.Connect, cfg, "a", engine.DefaultLeaseTTL, engine.Faults{})
+	eventually(t, "a to own every partition", func() bool { return len(m.r.Owned()) == 16 && len(m.g.Owned()) == 16 })
+	down := m.nc.StatusChanged(nats.RECONNECTING)
+	defer m.nc.RemoveStatusListener(down)
+	ps.Stop() // SIGKILL
+	select {
+	case <-down:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection did not notice its server's kill")
+	}
+	began := time.Now()
+	m.cancel()
+	select {
+	case <-m.done:
+	case <-time.After(groupDeadStopWait):
+		t.Fatalf("the member did not stop within %v of its request, its server killed", groupDeadStopWait)
+	}
+	t.Logf("stopped in %v", time.Since(began).Round(time.Millisecond))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.errs) > 0 {
+		t.Fatalf("stop: %v", m.errs)
+	}
+	if m.g.Released() {
+		t.Fatal("Released says every lease was deleted, with the server gone")
+	}
+}

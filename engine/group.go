@@ -13,8 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/store"
@@ -134,6 +136,7 @@ var groupTokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 type Group struct {
 	cfg    GroupConfig
 	kv     jetstream.KeyValue
+	nc     *nats.Conn // the bucket's connection: serverGone
 	ttl    time.Duration
 	log    *slog.Logger
 	n      int
@@ -159,6 +162,10 @@ type Group struct {
 	closing    bool
 	loading    bool // applying a watch's initial values: nothing to log
 	deleting   sync.WaitGroup
+	// kept: a lease or the member key was left to expire, not deleted
+	// (Released). Set by the loop and its deletions.
+	kept       atomic.Bool
+	keptLeases []int // the released leases left to expire while closing
 
 	mu       sync.Mutex // guards owned, logged, logTimer
 	owned    []int
@@ -209,7 +216,7 @@ func JoinGroup(ctx context.Context, js jetstream.JetStream, cfg GroupConfig) (*G
 		return nil, err
 	}
 	n := cfg.Stream.Partitions
-	return &Group{cfg: cfg, kv: kv, ttl: ttl, n: n,
+	return &Group{cfg: cfg, kv: kv, nc: js.Conn(), ttl: ttl, n: n,
 		log:    cfg.Logger.With("group", cfg.Name, "instance", cfg.Instance),
 		grants: make(chan Grant, n), notify: make(chan struct{}, 1), events: make(chan func(), 4*n+8),
 		quit:    make(chan struct{}),
@@ -319,6 +326,9 @@ func (g *Group) margin() time.Duration { return g.ttl / 10 }
 // released, waits (up to 30 s plus the TTL) for each partition to stop,
 // deletes its leases and its member key, and returns nil: the other
 // members take the partitions over at once instead of after the TTL.
+// With the bucket's server gone and no other to answer (serverGone) it
+// deletes nothing and returns at once: the keys expire after the TTL
+// ([Group.Released] says which).
 // Run the reconciler with the same ctx.
 //
 // Errors: the first member put or watch failing (the bucket is
@@ -406,10 +416,20 @@ func (g *Group) Run(ctx context.Context) error {
 		g.sweep(work)
 		if g.closing && len(g.mine) == 0 {
 			g.deleting.Wait()
+			if len(g.keptLeases) > 0 {
+				g.logKept(g.keptLeases)
+			}
+			if g.serverGone() {
+				g.kept.Store(true)
+				g.log.Warn("leaving the group: member key not deleted: its server is gone; it expires after its TTL", "ttl", g.ttl)
+				g.log.Info("left the reconciler group")
+				return nil
+			}
 			dctx, cancel := context.WithTimeout(work, g.opTimeout())
 			err := g.kv.Delete(dctx, g.memberKey())
 			cancel()
 			if err != nil {
+				g.kept.Store(true)
 				g.log.Warn("leaving the group: member key not deleted; it expires", "err", err)
 			}
 			g.log.Info("left the reconciler group")
@@ -456,18 +476,37 @@ func (g *Group) watch(ctx context.Context) (jetstream.KeyWatcher, []jetstream.Ke
 	}
 }
 
-// stopWatch stops w and drains what it still delivers: the client's
-// delivery blocks on a full channel nobody reads.
+// stopWatch stops w aside and drains what it still delivers: the
+// client's delivery blocks on a full channel nobody reads. Stopping
+// deletes the watch's consumer, a request nothing here waits for: the
+// loop (a resync) and Run's return (a stop) did, and against a server
+// that is gone (kill -9) that waited out the client's 5 s timeout.
 func stopWatch(w jetstream.KeyWatcher) {
 	if _, closed := w.(closedWatcher); w == nil || closed {
 		return
 	}
-	w.Stop()
 	go func() {
+		_ = w.Stop()
 		for range w.Updates() {
 		}
 	}()
 }
+
+// serverGone reports whether the bucket's server is gone and no other
+// can answer: the connection is down and the bucket has one replica
+// (the stream's count, which it is made with). Only that server's
+// restart would answer a delete, which a stop does not wait for: a
+// released lease and the member key are then left to expire after the
+// TTL, as a stream lease is (store.Lease.Abandon), and as a stopping
+// partition rides out no election (noRideOut). With replicas a delete
+// still rides out the reconnect to another server, within its timeout.
+func (g *Group) serverGone() bool { return g.cfg.Stream.Replicas <= 1 && !g.nc.IsConnected() }
+
+// Released reports, once [Group.Run] has returned, whether it deleted
+// every lease it released and its member key, so that the other members
+// took its partitions over at once; false when some were left to expire
+// after the TTL (its server gone, or a delete unanswered).
+func (g *Group) Released() bool { return !g.kept.Load() }
 
 // rewatch replaces the watch by a fresh one, in the background: its
 // initial values then replace the view. It runs every resyncEvery and

@@ -314,18 +314,36 @@ func (g *Group) renew(ctx context.Context) {
 	}
 }
 
+// logKept says that the released leases of partitions ps were left to
+// expire.
+func (g *Group) logKept(ps []int) {
+	slices.Sort(ps)
+	g.log.Warn("partition leases not released: their server is gone; they expire after their TTL", "partitions", ps, "ttl", g.ttl)
+}
+
 // sweep forgets the leases whose partitions have stopped: a released one
 // is deleted (at the revision it owns, so the next owner starts at once); a
 // lost one is left to expire or to its new holder.
+//
+// With the bucket's server gone (serverGone) a released lease is not
+// deleted, nor is a renewal under way waited for (a delete needs the
+// revision it gets): the delete and the renewal would each wait out
+// their timeout unanswered, which a stop against a kill -9'd server
+// did; the lease expires after the TTL.
 func (g *Group) sweep(ctx context.Context) {
-	var lost []int
+	var lost, kept []int
+	gone := g.serverGone()
 	for p, l := range g.mine {
-		if !l.isStopped() || l.renewing {
+		if !l.isStopped() || l.renewing && !gone {
 			continue
 		}
 		l.timer.Stop()
 		delete(g.mine, p)
 		if errors.Is(context.Cause(l.ctx), ErrReleased) && l.valid() {
+			if gone {
+				kept = append(kept, p)
+				continue
+			}
 			g.deleting.Add(1)
 			go func() {
 				defer g.deleting.Done()
@@ -333,6 +351,7 @@ func (g *Group) sweep(ctx context.Context) {
 				err := g.kv.Delete(dctx, leaseKey(p), jetstream.LastRevision(l.rev))
 				cancel()
 				if err != nil {
+					g.kept.Store(true)
 					g.log.Warn("release partition lease: not deleted; it expires", "partition", p, "err", err)
 					return
 				}
@@ -346,6 +365,14 @@ func (g *Group) sweep(ctx context.Context) {
 	if len(lost) > 0 {
 		slices.Sort(lost)
 		g.log.Warn("partition leases lost; their sessions stopped without writing", "partitions", lost)
+	}
+	if len(kept) > 0 {
+		g.kept.Store(true)
+		if g.closing {
+			g.keptLeases = append(g.keptLeases, kept...) // one line as Run returns
+		} else {
+			g.logKept(kept)
+		}
 	}
 	g.setOwned()
 }

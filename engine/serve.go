@@ -279,7 +279,11 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 		if err := runGrouped(ctx, group, r); err != nil || nc.IsClosed() {
 			return err // a closed connection released nothing: Serve says so
 		}
-		logStopped(log, r, ", leases released")
+		if group.Released() {
+			logStopped(log, r, ", leases released")
+		} else {
+			logStopped(log, r, ", leases left to expire after their TTL")
+		}
 		return nil
 	}
 	log.Info("reconciler running", "stream", scfg.Name, "partitions", scfg.Partitions, "lease_ttl", lease.TTL())

@@ -27,13 +27,36 @@ const deadStopLimit = 10 * time.Second
 // killed with SIGKILL, then SIGTERM: the process exits (status 0) within
 // deadStopLimit, saying its final snapshot and its lease were left.
 func TestReconcileStopsAgainstAKilledServer(t *testing.T) {
+	stopsAgainstAKilledServer(t, nil, deadStopLimit, "reconciler running", "stream lease not released")
+}
+
+// groupDeadStopLimit bounds the same exit of a --group member: it waited
+// out its released leases' deletions and its member key's (2 s each,
+// the lease bucket's operation timeout) and its watch's stop (5 s): 9.2 s
+// by hand, 0.05 s now.
+const groupDeadStopLimit = 5 * time.Second
+
+// The same with --group, within groupDeadStopLimit: the member leaves its
+// partitions' leases and its member key to expire (nothing can delete
+// them), and says so.
+func TestGroupReconcileStopsAgainstAKilledServer(t *testing.T) {
+	stopsAgainstAKilledServer(t, []string{"--group", "g", "--instance", "i1"}, groupDeadStopLimit, "partitions owned",
+		"partition leases not released: their server is gone", "member key not deleted: its server is gone",
+		"leases left to expire after their TTL")
+}
+
+// stopsAgainstAKilledServer runs reconcile with args against a
+// standalone nats-server, waits for ready in its log, kills the server
+// and SIGTERMs it: it exits within limit, status 0, having said that its
+// final snapshot was not written and each of said.
+func stopsAgainstAKilledServer(t *testing.T, args []string, limit time.Duration, ready string, said ...string) {
 	ps := storetest.StartProcServer(t)
 	_, js := ps.Connect(t)
 	dir := t.TempDir()
-	proc := startMeshfold(t, "reconcile", "--server", ps.URL(), "--signing-key", filepath.Join(dir, signingKeyFile),
-		"--snapshot-interval", "1h", "--log-level", "info")
+	proc := startMeshfold(t, append([]string{"reconcile", "--server", ps.URL(), "--signing-key", filepath.Join(dir, signingKeyFile),
+		"--snapshot-interval", "1h", "--log-level", "info"}, args...)...)
 	waitfor.Until(t, time.Minute, "the reconciler running", func() bool {
-		return strings.Contains(proc.stderr.String(), "reconciler running")
+		return strings.Contains(proc.stderr.String(), ready)
 	})
 	stream, cfg, err := store.OpenStream(testCtx(t), js, store.StreamConfig{})
 	if err != nil {
@@ -56,13 +79,13 @@ func TestReconcileStopsAgainstAKilledServer(t *testing.T) {
 	if err := proc.cmd.Process.Signal(syscall.SIGTERM); err != nil { // by pid: the process this test started
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), deadStopLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	if code := proc.wait(t, ctx); code != 0 {
 		t.Fatalf("exit status %d; stderr:\n%s", code, proc.stderr.String())
 	}
 	t.Logf("exited %v after SIGTERM", time.Since(began).Round(time.Millisecond))
-	for _, said := range []string{"the final snapshot of some partitions was not written", "stream lease not released"} {
+	for _, said := range append([]string{"the final snapshot of some partitions was not written"}, said...) {
 		if !strings.Contains(proc.stderr.String(), said) {
 			t.Errorf("stderr does not say %q:\n%s", said, proc.stderr.String())
 		}
