@@ -147,21 +147,25 @@ type Group struct {
 	member []byte        // the member key's value
 
 	// Owned by the loop goroutine.
-	w          jetstream.KeyWatcher
-	members    map[string]time.Time // members of this group: when each last renewed (the server's time)
-	view       []leaseView          // what the watch says of each lease
-	mine       map[int]*lease
-	acquiring  map[int]bool
-	tryAt      []time.Time             // no create of the lease before then (one just failed)
-	pending    map[int][]createAttempt // creates of a lease that got no answer since its last answered one
-	memberRev  bool                    // a member renewal is in flight
-	memberNext time.Time               // the member key's next renewal
-	memberFail time.Time               // when member renewals started failing; zero while they succeed
-	rewatching bool                    // a fresh watch is being read
-	watchNext  time.Time               // when the watch is next replaced by a fresh one
-	closing    bool
-	loading    bool // applying a watch's initial values: nothing to log
-	deleting   sync.WaitGroup
+	w         jetstream.KeyWatcher
+	members   map[string]time.Time // members of this group: when each last renewed (the server's time)
+	view      []leaseView          // what the watch says of each lease
+	mine      map[int]*lease
+	acquiring map[int]bool
+	tryAt     []time.Time             // no create of the lease before then (one just failed)
+	pending   map[int][]createAttempt // creates of a lease that got no answer since its last answered one
+	// failing: the partitions of this member's share whose lease it
+	// failed to create, since when and why (warnUnacquired).
+	failing         map[int]*unacquired
+	acquireWarnNext time.Time // no warning of failing before then
+	memberRev       bool      // a member renewal is in flight
+	memberNext      time.Time // the member key's next renewal
+	memberFail      time.Time // when member renewals started failing; zero while they succeed
+	rewatching      bool      // a fresh watch is being read
+	watchNext       time.Time // when the watch is next replaced by a fresh one
+	closing         bool
+	loading         bool // applying a watch's initial values: nothing to log
+	deleting        sync.WaitGroup
 	// kept: a lease or the member key was left to expire, not deleted
 	// (Released). Set by the loop and its deletions.
 	kept       atomic.Bool
@@ -221,7 +225,7 @@ func JoinGroup(ctx context.Context, js jetstream.JetStream, cfg GroupConfig) (*G
 		grants: make(chan Grant, n), notify: make(chan struct{}, 1), events: make(chan func(), 4*n+8),
 		quit:    make(chan struct{}),
 		members: map[string]time.Time{}, view: make([]leaseView, n), mine: map[int]*lease{}, acquiring: map[int]bool{},
-		tryAt: make([]time.Time, n), pending: map[int][]createAttempt{}}, nil
+		tryAt: make([]time.Time, n), pending: map[int][]createAttempt{}, failing: map[int]*unacquired{}}, nil
 }
 
 // openLeaseBucket opens the lease bucket of streamCfg's stream, creating
@@ -626,6 +630,11 @@ func (g *Group) rebalance(ctx context.Context) {
 		seen[p] = leaseSeen{mine: l != nil, revoked: l != nil && l.ctx.Err() != nil,
 			acquiring: g.acquiring[p] || now.Before(g.tryAt[p]),
 			present:   g.view[p].live(g.cfg.Instance, g.ttl, now)}
+		if seen[p].present {
+			// Another member renews it: waiting for its handover is no
+			// failure to acquire (warnUnacquired).
+			delete(g.failing, p)
+		}
 	}
 	released, free := assign(members, g.n).moves(g.cfg.Instance, seen)
 	for _, p := range released {

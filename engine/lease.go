@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/store"
@@ -122,7 +124,14 @@ func (g *Group) acquire(ctx context.Context, ps []int, pending [][]createAttempt
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			revs[i], errs[i] = g.kv.Create(actx, leaseKey(p), val)
+			// A create the server's permissions deny fails with the
+			// denial, which warnUnacquired names, not at its timeout.
+			gctx, release := store.GuardDenied(actx, g.nc, "$KV."+g.cfg.Stream.Name+LeaseBucketSuffix+"."+leaseKey(p))
+			revs[i], errs[i] = g.kv.Create(gctx, leaseKey(p), val)
+			if cause := context.Cause(gctx); errs[i] != nil && errors.Is(cause, nats.ErrPermissionViolation) {
+				errs[i] = cause
+			}
+			release()
 			if !errors.Is(errs[i], jetstream.ErrKeyExists) {
 				return
 			}
@@ -151,6 +160,7 @@ func (g *Group) acquire(ctx context.Context, ps []int, pending [][]createAttempt
 			case store.Unanswered(err):
 				g.pending[p] = append(g.livePending(p), createAttempt{value: val, sent: sent})
 			}
+			g.acquired(p, err)
 			if err != nil {
 				g.tryAt[p] = time.Now().Add(retryEvery)
 				if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -165,8 +175,82 @@ func (g *Group) acquire(ctx context.Context, ps []int, pending [][]createAttempt
 			}
 			g.grant(p, revs[i], val, sent)
 		}
+		g.warnUnacquired()
 		g.setOwned()
 	})
+}
+
+// acquireWarnEvery is the least time between two warnings that partitions
+// of a member's share could not be acquired.
+const acquireWarnEvery = 10 * time.Second
+
+// unacquired is a partition of this member's share whose lease it has
+// failed to create since first, last with err.
+type unacquired struct {
+	first  time.Time
+	err    error
+	warned bool
+}
+
+// acquired records the outcome of a create of partition p's lease: err
+// nil, taken. Loop only.
+func (g *Group) acquired(p int, err error) {
+	u := g.failing[p]
+	if err == nil {
+		if u != nil && u.warned {
+			g.log.Info("partition lease acquired after failing", "partition", p, "after", time.Since(u.first).Round(time.Millisecond))
+		}
+		delete(g.failing, p)
+		return
+	}
+	if u == nil {
+		u = &unacquired{first: time.Now()}
+		g.failing[p] = u
+	}
+	u.err = err
+}
+
+// warnUnacquired warns, at most every acquireWarnEvery, of the partitions
+// of this member's share whose lease it cannot create: those refused for
+// another reason than a lease that exists (the bucket without a leader
+// or unreachable, a denial), with the cause; and those a lease that
+// exists has kept from it for longer than a holder that stopped renewing
+// keeps it (stale: 1.25 TTL), which should have expired. A lease that
+// exists for less (a dead member's, until its TTL) is the group's
+// ordinary wait and stays at debug level. Forgets the partitions no
+// longer its share. Loop only.
+func (g *Group) warnUnacquired() {
+	share := assign(g.memberList(), g.n)
+	now := time.Now()
+	var ps []int
+	var cause error
+	var since time.Time
+	for _, p := range slices.Sorted(maps.Keys(g.failing)) {
+		u := g.failing[p]
+		if share.owner(p) != g.cfg.Instance || g.mine[p] != nil {
+			delete(g.failing, p)
+			continue
+		}
+		if errors.Is(u.err, jetstream.ErrKeyExists) && !stale(u.first, g.ttl, now) {
+			continue
+		}
+		ps = append(ps, p)
+		if cause == nil || !errors.Is(u.err, jetstream.ErrKeyExists) && errors.Is(cause, jetstream.ErrKeyExists) {
+			cause = u.err // another cause than an existing lease first
+		}
+		if since.IsZero() || u.first.Before(since) {
+			since = u.first
+		}
+	}
+	if len(ps) == 0 || now.Before(g.acquireWarnNext) {
+		return
+	}
+	g.acquireWarnNext = now.Add(acquireWarnEvery)
+	for _, p := range ps {
+		g.failing[p].warned = true
+	}
+	g.log.Warn("partition leases of this member's share not acquired; retrying", "partitions", ps,
+		"failing_for", now.Sub(since).Round(time.Millisecond), "err", cause)
 }
 
 // livePending forgets partition p's unanswered creates that no lease can

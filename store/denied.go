@@ -68,6 +68,16 @@ func (d *denials) note(err error) {
 	}
 }
 
+// GuardDenied returns a context that is cancelled with the server's
+// permission error (matching nats.ErrPermissionViolation, see
+// context.Cause) as soon as a publish of nc to subject is denied, and
+// its release: a JetStream request on subject (a key-value put on
+// "$KV.<bucket>.<key>") then fails at once with the denial, not at its
+// timeout with nothing said of why.
+func GuardDenied(ctx context.Context, nc *nats.Conn, subject string) (context.Context, func()) {
+	return watchDenials(nc).guard(ctx, subject)
+}
+
 // guard returns a context that is cancelled with the permission error
 // when a publish to subject is denied, and its release.
 func (d *denials) guard(ctx context.Context, subject string) (context.Context, func()) {
