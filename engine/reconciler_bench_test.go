@@ -45,7 +45,9 @@ func catchUp(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, targ
 // foldAll runs a reconciler with the default snapshot cadence until it
 // has folded every partition to its last input event (Progress), then
 // stops it gracefully, which waits for every ack and writes the last
-// snapshot, and returns the whole time.
+// snapshot, and returns the whole time. A session that restarted (its
+// server unanswered) may leave effects to the next start: a test that
+// reads them from the stream waits with foldAllStored.
 func foldAll(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig) time.Duration {
 	return foldAllWith(tb, js, engine.ReconcilerConfig{Stream: cfg})
 }
