@@ -305,6 +305,13 @@ const (
 	// KnockOperator: an operator's poke asked for it (DESIGN.md §9); such
 	// a knock may carry no owed item.
 	KnockOperator KnockReason = "operator"
+	// KnockAgent: the node's agent came back (a new claim of its lease,
+	// events.Agent up) while its settled plan declares files: a node
+	// that rebooted lost what /run (a tmpfs) held, and nothing else
+	// would ask for it until the provisioner's resync (a fresh user's
+	// finding: a module crash-looped ~8 minutes on a credential the
+	// reboot took). Such a knock carries no owed item.
+	KnockAgent KnockReason = "agent"
 )
 
 // KnockReasonOf maps a refusal reason to the knock reason it brings.

@@ -516,7 +516,7 @@ func (k *Knock) Validate() error {
 	}
 	for i, r := range k.Reasons {
 		switch r {
-		case KnockDeclared, KnockAccount, KnockWriteFailed, KnockOperator:
+		case KnockDeclared, KnockAccount, KnockWriteFailed, KnockOperator, KnockAgent:
 		default:
 			return fieldErr(fmt.Sprintf("reasons[%d]", i), string(r), ErrBadValue)
 		}

@@ -312,7 +312,42 @@ func (f *folder) agent(p *events.Agent) {
 		a.Claim, a.Host, a.PID = p.Claim, p.Host, p.PID
 		return
 	}
+	again := up && f.s.Agent != nil && (!f.s.Agent.Up || f.s.Agent.Claim != p.Claim)
 	f.s.Agent = &AgentRecord{Up: up, Seq: f.ev.Seq, Time: f.ev.Time, Claim: p.Claim, Host: p.Host, PID: p.PID, Why: p.Why}
+	if again {
+		f.agentBack()
+	}
+}
+
+// agentBack knocks with reason agent when a new claim of the node's lease
+// comes up after an agent of it was recorded (a restart, a reboot, a
+// replacement; the first up of a node is not: its up can be folded after
+// the settles of the very agent that made it, and no agent ran before it
+// to lose anything) and the settled plan
+// declares files: the node may have lost them (/run is a tmpfs), and a
+// module needing one would crash-loop until the provisioner's resync
+// (DESIGN.md §1: a node never crash-loops on a missing credential nobody
+// asked to rewrite). A fill of content the node already holds changes
+// nothing there. It pays no owed item, as a poke; a retiring node is not
+// knocked (its plan is empty). docs/architecture.md records the rule.
+func (f *folder) agentBack() {
+	s := f.s
+	if s.Retire != nil || s.Settled == nil || !declaresFiles(s.Settled.Modules) {
+		return
+	}
+	reasons := []events.KnockReason{events.KnockAgent}
+	s.LastKnock = &KnockRecord{Cause: f.ev.Seq, Reasons: reasons, Owed: []events.Owed{}}
+	f.emit(events.KindKnock, &events.Knock{Cause: f.ev.Seq, Reasons: reasons, Owed: []events.Owed{}})
+}
+
+// declaresFiles reports whether any row of a plan declares a file.
+func declaresFiles(rows []events.PlanModule) bool {
+	for _, r := range rows {
+		if len(r.Files) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *folder) settle(p *events.Settle) {

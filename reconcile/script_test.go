@@ -269,6 +269,12 @@ func summary(ev events.Event) string {
 		return fmt.Sprintf("retire by=%s force=%v", p.By, p.Force)
 	case *events.Ack:
 		return fmt.Sprintf("ack by=%s upto=%d", p.By, p.Upto)
+	case *events.Agent:
+		s := fmt.Sprintf("agent %s claim=%s", p.State, p.Claim)
+		if p.Why != "" {
+			s += " why=" + string(p.Why)
+		}
+		return s
 	}
 	return string(ev.Kind)
 }
