@@ -97,3 +97,23 @@ func (a *Agent) Validate() error {
 	}
 	return nil
 }
+
+// KindProv is the kind of a provisioner client's liveness transitions
+// (DESIGN.md §11 "Liveness", extended to the provisioner in
+// docs/design.md): published by the reconciler, which watches the
+// provisioners' leases (key <node>.provisioner of the node lease bucket),
+// on <prefix>.<node>.prov.
+const KindProv Kind = "prov"
+
+// Prov records that a node's provisioner client went down or came back:
+// an [Agent] event of the provisioner's lease, with the same fields,
+// rules and exactly-once publishing (message id <node>.prov.<previous
+// prov event's sequence>.0), so that a client killed with kill -9 is
+// seen: its knocks go unanswered and the statuses it left in the fill
+// status bucket are no longer current.
+type Prov struct {
+	Agent
+}
+
+// Kind implements [Payload].
+func (*Prov) Kind() Kind { return KindProv }

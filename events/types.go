@@ -36,20 +36,22 @@ const (
 
 	// KindAgent (agent.go): reconciler: the node's agent went down or came
 	// back (DESIGN.md §11).
+	// KindProv (agent.go): reconciler: the node's provisioner client went
+	// down or came back.
 )
 
 // Kinds lists every event kind in a fixed order. Fill requests travel on a
 // subject of their own (see [Subjects.Fill]) and are not an event kind: no
 // stream ever captures them.
 var Kinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan, KindKnock, KindJournal,
-	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent, KindAck}
+	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent, KindAck, KindProv}
 
 // InputKinds are the kinds the reconciler folds: everything published by
 // controllers, operators and nodes, its own plans (DESIGN.md §3: it folds
-// its plan events to learn each plan's sequence) and the agent
-// transitions it records (DESIGN.md §11).
+// its plan events to learn each plan's sequence) and the agent and
+// provisioner transitions it records (DESIGN.md §11).
 var InputKinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan,
-	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent, KindAck}
+	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent, KindAck, KindProv}
 
 // OperatorKinds are the kinds only an operator publishes: the approval,
 // the operator events of DESIGN.md §9 and the acknowledgement of a
@@ -74,7 +76,7 @@ func (h *Header) header() *Header { return h }
 // Payload is implemented by the pointer of every event type of this
 // package: *Want, *Approve, *Have, *Settle, *Refusal, *Filled, *Plan,
 // *Knock, *Journal, the operator events *Pause, *Resume, *Poke,
-// *Revoke, *Waive and *Retire, *Agent, and *Ack.
+// *Revoke, *Waive and *Retire, *Agent, *Ack and *Prov.
 type Payload interface {
 	// Kind is the payload's event kind.
 	Kind() Kind
@@ -490,6 +492,8 @@ func New(k Kind) Payload {
 		return new(Agent)
 	case KindAck:
 		return new(Ack)
+	case KindProv:
+		return new(Prov)
 	}
 	return nil
 }

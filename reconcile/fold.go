@@ -87,6 +87,8 @@ func (s *State) Fold(ev events.Event) []Effect {
 		f.retire(p)
 	case *events.Agent:
 		f.agent(p)
+	case *events.Prov:
+		f.prov(p)
 	case *events.Ack:
 		f.ack(p)
 	}
@@ -348,6 +350,15 @@ func declaresFiles(rows []events.PlanModule) bool {
 		}
 	}
 	return false
+}
+
+// prov records the node's provisioner client up or down (its lease, as
+// the reconciler saw it). It emits nothing: a knock waits in the stream
+// for the next provisioner, which fills everything on start and answers
+// the newest knock (docs/design.md §11 "Liveness").
+func (f *folder) prov(p *events.Prov) {
+	f.s.Provisioner = &AgentRecord{Up: p.State == events.AgentUp, Seq: f.ev.Seq, Time: f.ev.Time, Claim: p.Claim,
+		Host: p.Host, PID: p.PID, Why: p.Why}
 }
 
 func (f *folder) settle(p *events.Settle) {

@@ -404,7 +404,13 @@ func formatState(s *reconcile.State) string {
 	for _, f := range s.Failed {
 		fmt.Fprintf(&b, "failed: module=%s plan %d (#%d) error=%q\n", orNone(f.Module), f.Plan, f.Seq, f.Error)
 	}
+	if p := s.Provisioner; p != nil {
+		fmt.Fprintf(&b, "provisioner: up=%v since #%d claim=%s why=%s\n", p.Up, p.Seq, p.Claim, orNone(string(p.Why)))
+	}
 	v := s.View()
+	if p := v.ProvisionerDown(); p != nil {
+		fmt.Fprintf(&b, "view: provisioner down since #%d\n", p.Seq)
+	}
 	fmt.Fprintf(&b, "view: account plan=%s runs=%s modules=%d files=%d held=%d",
 		orNone(v.ProvisionerAccount), orNone(v.RunningAccount), v.Modules, v.Files, v.Held)
 	for _, hd := range v.Holds {

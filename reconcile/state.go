@@ -133,6 +133,13 @@ type State struct {
 	// Invariant: Agent.Seq ≤ Seq.
 	Agent *AgentRecord `json:"agent,omitempty"`
 
+	// Provisioner is what is known of the node's provisioner client: the
+	// newest prov event (its lease claimed, ended or taken over, as the
+	// reconciler records it); nil before the first. Unlike the agent, no
+	// other event brings it back up: only its lease says it is alive.
+	// Invariant: Provisioner.Seq ≤ Seq.
+	Provisioner *AgentRecord `json:"provisioner,omitempty"`
+
 	// Ack is the operator's acknowledgement of the node's journal
 	// warnings that covers the most (issue 25): entries stored at or
 	// before Ack.Upto were read and no longer flag the node; `fleet`
@@ -543,6 +550,11 @@ func (s *State) CheckInvariants() error {
 	}
 	if s.Agent != nil {
 		if err := maxSeq("agent", s.Agent.Seq); err != nil {
+			return err
+		}
+	}
+	if s.Provisioner != nil {
+		if err := maxSeq("provisioner", s.Provisioner.Seq); err != nil {
 			return err
 		}
 	}

@@ -20,7 +20,11 @@ import (
 // different set of fields (a fleet row that reads a new field of the
 // view): an older build's summary would lack it; then stop reading the
 // formats that lack it.
-const SummaryFormat = 2
+//
+// Format 3 added the provisioner's record and the count of declared files
+// (View.ProvisionerDown); a format 2 summary (an older reconciler's,
+// whose fold knows no prov event) is read still, as a view with neither.
+const SummaryFormat = 3
 
 // summaryJSONFormat is format 1's number: JSON, read still.
 const summaryJSONFormat = 1
@@ -38,7 +42,9 @@ var ErrSummaryFormat = errors.New("reconcile: fleet summary of another format")
 // runtime and holds are left out.
 func (v View) FleetSummary() View {
 	s := v
-	s.ProvisionerAccount, s.RunningAccount, s.Files, s.OwedWhy = "", "", 0, nil
+	// Files stays: a row reads whether the plan declares any
+	// (View.ProvisionerDown).
+	s.ProvisionerAccount, s.RunningAccount, s.OwedWhy = "", "", nil
 	s.Holds = nil
 	for _, h := range v.Holds {
 		if h.Why == events.HoldApproval && h.Pending != "" {
@@ -69,7 +75,7 @@ type summary struct {
 }
 
 // MarshalSummary encodes s's fleet summary ([View.FleetSummary]) in
-// [SummaryFormat] 2, printable ASCII fit for a NATS header value: "2:"
+// [SummaryFormat] 3, printable ASCII fit for a NATS header value: "3:"
 // then base64 (summarybin.go). The snapshot store puts it beside s's
 // snapshot in the same message (store.SummaryHeader), so the two can
 // never disagree.
@@ -110,7 +116,8 @@ func UnmarshalSummary(data []byte) (View, error) {
 		}
 		return s.View, nil
 	}
-	if !bytes.HasPrefix(data, []byte(summaryPrefix)) {
+	// Format 2 sets no flag of the provisioner: one decoder reads both.
+	if !bytes.HasPrefix(data, []byte(summaryPrefix)) && !bytes.HasPrefix(data, []byte(summaryPrefix2)) {
 		format := -1
 		if i := bytes.IndexByte(data, ':'); i > 0 {
 			if f, err := strconv.Atoi(string(data[:i])); err == nil {
@@ -132,7 +139,7 @@ func UnmarshalSummary(data []byte) (View, error) {
 // formatError is [ErrSummaryFormat] for a summary of format (-1: not
 // known) of a snapshot of format snapshot (-1: not known).
 func formatError(format, snapshot int) error {
-	return fmt.Errorf("%w: format %d of snapshot format %d; this build reads formats %d and %d of snapshot formats 0 to %d",
+	return fmt.Errorf("%w: format %d of snapshot format %d; this build reads formats %d, 2 and %d of snapshot formats 0 to %d",
 		ErrSummaryFormat, format, snapshot, summaryJSONFormat, SummaryFormat, SnapshotFormat)
 }
 

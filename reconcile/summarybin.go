@@ -9,7 +9,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 )
 
-// The fleet summary's format 2 ([SummaryFormat]): "2:" then, in
+// The fleet summary's format 3 ([SummaryFormat]): "3:" then, in
 // base64 without padding (std alphabet: a NATS header's printable
 // ASCII), the summary's fields in a fixed order as varints and strings,
 // each string once (a repeat is a reference to the first: a module's
@@ -23,16 +23,22 @@ import (
 // format it summarizes: node, seq, want,
 // emitted plan, settled plan, unsettled, modules, files, held, flags
 // (account warning, then which of last knock, withheld, paused, retire,
-// agent and ack follow), the last knock's cause, have seq and time, the
+// agent, ack and provisioner follow), the last knock's cause, have seq and time, the
 // holds, the owed items and their times, the runtime, the pause, the
-// retirement, the unfilled files, the failed applies, the agent, the ack.
+// retirement, the unfilled files, the failed applies, the agent, the ack,
+// the provisioner (format 3; format 2 is the same without it, and counts
+// no files).
 // A count precedes each list. TestSummaryBinaryCoversView fails when the
 // view gains a field this order leaves out: add it here and bump
 // [SummaryFormat].
 
-// summaryPrefix starts a format 2 summary (a format 1 summary is JSON:
-// '{').
-const summaryPrefix = "2:"
+// summaryPrefix starts a format 3 summary, summaryPrefix2 one of format
+// 2 (the same fields but the provisioner's record, and no files counted);
+// a format 1 summary is JSON: '{'.
+const (
+	summaryPrefix  = "3:"
+	summaryPrefix2 = "2:"
+)
 
 const (
 	flagAccountWarning = 1 << iota
@@ -45,6 +51,8 @@ const (
 	flagAgentUp
 	flagRetireForce
 	flagRetireRetired
+	flagProv   // format 3
+	flagProvUp // format 3
 )
 
 // Time kinds: a zero time, a time in UTC, a time at a zone offset.
@@ -142,6 +150,8 @@ func marshalSummaryBinary(v View, snapshot int) []byte {
 	set(v.Agent != nil && v.Agent.Up, flagAgentUp)
 	set(v.Retire != nil && v.Retire.Force, flagRetireForce)
 	set(v.Retire != nil && v.Retire.Retired, flagRetireRetired)
+	set(v.Provisioner != nil, flagProv)
+	set(v.Provisioner != nil && v.Provisioner.Up, flagProvUp)
 	e.uint(flags)
 	if v.LastKnock != nil {
 		e.uint(v.LastKnock.Cause)
@@ -233,6 +243,14 @@ func marshalSummaryBinary(v View, snapshot int) []byte {
 		e.time(a.Time)
 		e.str(a.By)
 		e.uint(a.Upto)
+	}
+	if p := v.Provisioner; p != nil {
+		e.uint(p.Seq)
+		e.time(p.Time)
+		e.str(p.Claim)
+		e.str(p.Host)
+		e.int(int64(p.PID))
+		e.str(string(p.Why))
 	}
 	// How many strings the table holds comes first: a reader makes it
 	// once.
@@ -490,6 +508,10 @@ func unmarshalSummaryBinary(data []byte) (View, int, error) {
 	}
 	if flags&flagAck != 0 {
 		v.Ack = &AckRecord{Seq: d.uint(), Time: d.time(), By: d.str(), Upto: d.uint()}
+	}
+	if flags&flagProv != 0 {
+		v.Provisioner = &AgentRecord{Up: flags&flagProvUp != 0, Seq: d.uint(), Time: d.time(), Claim: d.str(), Host: d.str(),
+			PID: int(d.int()), Why: events.AgentWhy(d.str())}
 	}
 	if d.err == nil && len(d.s) != 0 {
 		d.err = errors.New("reconcile: fleet summary longer than its fields")

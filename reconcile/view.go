@@ -67,6 +67,10 @@ type View struct {
 	// Agent is the node's agent up or down, and since which event
 	// (DESIGN.md §11 "Liveness"); nil while nothing is known.
 	Agent *AgentRecord `json:"agent,omitempty"`
+	// Provisioner is the node's provisioner client up or down, and since
+	// which event; nil while nothing is known (no provisioner of this
+	// version ever held the node's provisioner lease).
+	Provisioner *AgentRecord `json:"provisioner,omitempty"`
 	// Ack is the acknowledgement of the node's journal warnings that
 	// covers the most (issue 25); nil when none.
 	Ack *AckRecord `json:"ack,omitempty"`
@@ -75,6 +79,21 @@ type View struct {
 // AgentDown reports whether the node's agent is known to be down: its
 // lease ended and no have came since.
 func (v View) AgentDown() bool { return v.Agent != nil && !v.Agent.Up }
+
+// ProvisionerDown returns the record of the node's provisioner client
+// when it is known to be down (its lease expired, was released, or was
+// taken by another claim not seen up yet) while the last plan emitted
+// declares a file for it to fill: no knock of the node is answered and
+// no file filled until a provisioner starts again, and what the fill
+// status bucket says of the node's files is as the gone provisioner
+// last saw it. nil otherwise: up, never known, or nothing to fill. The
+// one rule `fleet`, `state` and the console apply (docs/design.md §11).
+func (v View) ProvisionerDown() *AgentRecord {
+	if p := v.Provisioner; p != nil && !p.Up && v.Files > 0 {
+		return p
+	}
+	return nil
+}
 
 // Unfilled is a file the newest settled plan declares for Module, never
 // filled since Plan, settled at stream time Since, placed it: the plan
@@ -155,6 +174,10 @@ func (s *State) View() View {
 	if s.Agent != nil {
 		a := *s.Agent
 		v.Agent = &a
+	}
+	if s.Provisioner != nil {
+		p := *s.Provisioner
+		v.Provisioner = &p
 	}
 	if s.Ack != nil {
 		a := *s.Ack

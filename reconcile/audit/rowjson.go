@@ -133,6 +133,11 @@ func (r *FleetRow) AppendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if r.ProvisionerDown != nil {
+		if b, err = appendMarshal(b, `,"provisioner_down":`, r.ProvisionerDown); err != nil {
+			return nil, err
+		}
+	}
 	b = append(b, `,"attention":`...)
 	if r.Attention == nil {
 		b = append(b, "null"...)

@@ -165,6 +165,8 @@ func Summary(ev events.Event, prev *events.Want) string {
 		return "by " + p.By + reasonSuffix(p.Reason)
 	case *events.Agent:
 		return AgentSummary(p)
+	case *events.Prov:
+		return ProvSummary(p)
 	case *events.Ack:
 		return AckSummary(p, ev.Seq)
 	}
@@ -206,6 +208,23 @@ func AgentSummary(a *events.Agent) string {
 	}
 	if len(who) > 0 {
 		s += " (" + strings.Join(who, " ") + ")"
+	}
+	return s
+}
+
+// ProvSummary tells a provisioner's liveness event: "DOWN: lease
+// expired, not renewed (provisioner pid 4242 on web-1)", "up: lease
+// claimed (provisioner pid 4300 on web-1)".
+func ProvSummary(p *events.Prov) string {
+	s := AgentSummary(&p.Agent)
+	s = strings.Replace(s, "agent pid", "provisioner pid", 1)
+	if p.State == events.AgentDown {
+		switch p.Why {
+		case events.WhyReleased:
+			s = strings.Replace(s, "agent stopped", "provisioner stopped", 1)
+		case events.WhyReplaced:
+			s = strings.Replace(s, "a new agent", "a new provisioner", 1)
+		}
 	}
 	return s
 }

@@ -164,6 +164,9 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 	if a := v.Agent; a != nil {
 		t.line(1, "agent", agentText(a, now, suffix))
 	}
+	if p := v.Provisioner; p != nil {
+		t.line(1, "prov", provText(p, v.Files, now, suffix))
+	}
 	if v.HaveSeq == 0 {
 		t.line(1, "have", "none yet")
 	} else {
@@ -206,6 +209,24 @@ func agentText(a *reconcile.AgentRecord, now time.Time, suffix string) string {
 		s += fmt.Sprintf(": agent pid %d", a.PID)
 		if a.Host != "" {
 			s += " on " + events.Text(a.Host)
+		}
+	}
+	return s
+}
+
+// provText tells the node's provisioner client as the state knows it
+// (its lease): "DOWN since … (45s ago, #812): lease expired, not renewed
+// (provisioner pid 4242 on web-1); no knock is answered, no file
+// filled" or "up since … (#830): provisioner pid 4300 on web-1"; files
+// is the count of files the last plan declares.
+func provText(p *reconcile.AgentRecord, files int, now time.Time, suffix string) string {
+	s := agentText(p, now, suffix)
+	s = strings.Replace(s, "agent pid", "provisioner pid", 1)
+	if !p.Up {
+		s = strings.Replace(s, "agent stopped", "provisioner stopped", 1)
+		s = strings.Replace(s, "a new agent", "a new provisioner", 1)
+		if files > 0 {
+			s += "; no knock is answered and no file filled until a provisioner runs again"
 		}
 	}
 	return s
@@ -397,9 +418,14 @@ type FleetRow struct {
 	// Sources are the files the node's provisioner could not fill, and
 	// why (DESIGN.md §12), as it reported them; set with [FleetRow.SetSources].
 	Sources []SourceProblem `json:"source_problems,omitempty"`
+	// ProvisionerDown is the node's provisioner client's down, while its
+	// plan declares a file (reconcile.View.ProvisionerDown): nobody
+	// answers its knocks, and its Sources are as that provisioner last
+	// saw them (each Stale). Absent otherwise.
+	ProvisionerDown *reconcile.AgentRecord `json:"provisioner_down,omitempty"`
 	// Attention lists what needs an operator, most pressing first:
-	// "error", "agent-down", "failed", "apply-failed", "unhealthy", "flapping",
-	// "unfilled", "source", "owed", "approval", "unsettled",
+	// "error", "agent-down", "provisioner-down", "failed", "apply-failed",
+	// "unhealthy", "flapping", "unfilled", "source", "owed", "approval", "unsettled",
 	// "paused", "retiring", "account", "stale-have", "journal". A retired
 	// node needs nothing.
 	Attention []string `json:"attention"`
@@ -462,6 +488,7 @@ func FleetRowOfView(v reconcile.View, now time.Time, stale time.Duration) FleetR
 			r.Agent = "down"
 		}
 	}
+	r.ProvisionerDown = v.ProvisionerDown()
 	if v.HaveSeq != 0 {
 		age := now.Sub(v.HaveTime)
 		r.HaveAge = age.Seconds()
@@ -494,13 +521,35 @@ type SourceProblem struct {
 	Why string `json:"why"`
 	// Since is when the provisioner first saw it so.
 	Since time.Time `json:"since"`
+	// Stale: the provisioner that reported it is down
+	// (reconcile.View.ProvisionerDown): it is what that provisioner last
+	// saw, and nobody looks again until one runs (which fills on start,
+	// and clears what it fills).
+	Stale bool `json:"stale,omitempty"`
 }
 
 // SetSources sets the source problems of r and updates what needs
-// attention.
+// attention. While r's provisioner is down, each reported file's problem
+// is marked Stale (p is not changed: a copy is kept).
 func (r *FleetRow) SetSources(p []SourceProblem) {
-	r.Sources = p
+	r.Sources = MarkStale(p, r.ProvisionerDown)
 	r.setAttention()
+}
+
+// MarkStale returns ps with each file's problem marked Stale when down
+// (the node's provisioner's down, reconcile.View.ProvisionerDown) is not
+// nil; ps itself when it is, or when none is a file's.
+func MarkStale(ps []SourceProblem, down *reconcile.AgentRecord) []SourceProblem {
+	if down == nil || !slices.ContainsFunc(ps, func(p SourceProblem) bool { return p.State != NoProvisioner }) {
+		return ps
+	}
+	out := slices.Clone(ps)
+	for i := range out {
+		if out[i].State != NoProvisioner {
+			out[i].Stale = true
+		}
+	}
+	return out
 }
 
 // NoProvisioner is the [SourceProblem] State of a knock no provisioner
@@ -560,24 +609,46 @@ func SourcesText(node string, ps []SourceProblem, now time.Time) string {
 			t.line(0, "source", fmt.Sprintf("%s %s: %s ago: %s", node, p.State, Age(now.Sub(p.Since)), p.Why))
 			continue
 		}
+		stale := ""
+		if p.Stale {
+			stale = " (as its provisioner, now down, last saw it)"
+		}
 		if p.State == Shadowed {
-			t.line(0, "source", fmt.Sprintf("%s %s %s sealed secret shadowed since %s ago: %s", node, p.Module, events.Text(p.Path),
-				Age(now.Sub(p.Since)), events.ErrorText(p.Why)))
+			t.line(0, "source", fmt.Sprintf("%s %s %s sealed secret shadowed since %s ago%s: %s", node, p.Module, events.Text(p.Path),
+				Age(now.Sub(p.Since)), stale, events.ErrorText(p.Why)))
 			continue
 		}
-		t.line(0, "source", fmt.Sprintf("%s %s %s not filled: %s since %s ago: %s", node, p.Module, events.Text(p.Path), p.State,
-			Age(now.Sub(p.Since)), events.ErrorText(p.Why)))
+		t.line(0, "source", fmt.Sprintf("%s %s %s not filled: %s since %s ago%s: %s", node, p.Module, events.Text(p.Path), p.State,
+			Age(now.Sub(p.Since)), stale, events.ErrorText(p.Why)))
 	}
 	return t.b.String()
 }
 
-// FleetSourcesText lists the source problems of rows, a line each.
+// FleetSourcesText lists the source problems of rows, a line each,
+// after a line for each row whose provisioner is down ([ProvisionerDownText]).
 func FleetSourcesText(rows []FleetRow, now time.Time) string {
 	var b strings.Builder
 	for _, r := range rows {
+		b.WriteString(ProvisionerDownText(r.Node, r.ProvisionerDown, now))
 		b.WriteString(SourcesText(r.Node, r.Sources, now))
 	}
 	return b.String()
+}
+
+// ProvisionerDownText is the line `fleet` and `state` print for a node
+// whose provisioner client is down (down: reconcile.View.ProvisionerDown;
+// nil prints nothing): since when, how its lease ended, and that its
+// knocks go unanswered until a provisioner runs again, which answers
+// them without a poke.
+func ProvisionerDownText(node string, down *reconcile.AgentRecord, now time.Time) string {
+	if down == nil {
+		return ""
+	}
+	var t textWriter
+	how := strings.TrimPrefix(ProvSummary(&events.Prov{Agent: events.Agent{State: events.AgentDown, Why: down.Why, Host: down.Host, PID: down.PID}}), "DOWN: ")
+	t.line(0, "prov", fmt.Sprintf("%s no provisioner answered since %s (%s ago, #%d): %s; its knocks wait, and no file is filled, until `meshfold provision %s …` runs again (it fills everything on start)",
+		node, FormatTime(down.Time), Age(now.Sub(down.Time)), down.Seq, how, node))
+	return t.b.String()
 }
 
 // SetWarningSeqs sets r's journal warnings from their stream sequences:
@@ -602,7 +673,7 @@ func (r *FleetRow) SetWarningSeqs(seqs []uint64) {
 		var buf [16]string
 		quiet = len(needsOf(buf[:0], &FleetRow{Node: r.Node, Error: r.Error, Failed: r.Failed, FailedApplies: r.FailedApplies, Stuck: r.Stuck,
 			Owed: r.Owed, Pending: r.Pending, Unsettled: r.Unsettled, AccountWarning: r.AccountWarning, StaleHave: r.StaleHave,
-			Sources: r.Sources, Retired: r.Retired})) == 0
+			Sources: r.Sources, Retired: r.Retired, ProvisionerDown: r.ProvisionerDown})) == 0
 	}
 	for _, s := range seqs {
 		switch {
@@ -706,6 +777,7 @@ func needsOf(a []string, r *FleetRow) []string {
 	}
 	add(r.Error != "", "error")
 	add(r.Agent == "down", "agent-down")
+	add(r.ProvisionerDown != nil, "provisioner-down")
 	add(len(r.Failed) > 0, "failed")
 	add(len(r.FailedApplies) > 0, "apply-failed")
 	add(len(r.Unhealthy) > 0, "unhealthy")
@@ -994,7 +1066,7 @@ func CompareFleetKeys(a, b *FleetKey) int {
 
 // FleetNeeds are the needs a [FleetRow.Attention] may list, most
 // pressing first (the order [SortFleet] ranks them in).
-var FleetNeeds = []string{"error", "agent-down", "failed", "apply-failed", "unhealthy", "flapping",
+var FleetNeeds = []string{"error", "agent-down", "provisioner-down", "failed", "apply-failed", "unhealthy", "flapping",
 	"unfilled", "source", "owed", "approval", "unsettled", "paused", "retiring", "account",
 	"stale-have", "journal"}
 

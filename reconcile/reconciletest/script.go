@@ -164,6 +164,13 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 		}
 		p = &events.Agent{State: events.AgentState(args["state"]), Claim: args["claim"], Host: args["host"], PID: pid,
 			Why: events.AgentWhy(args["why"])}
+	case "prov": // prov state=up|down claim=C [why=expired] [host=H pid=N]: the provisioner's lease
+		pid := 0
+		if args["pid"] != "" {
+			pid = int(U64(t, args["pid"]))
+		}
+		p = &events.Prov{Agent: events.Agent{State: events.AgentState(args["state"]), Claim: args["claim"], Host: args["host"], PID: pid,
+			Why: events.AgentWhy(args["why"])}}
 	case "raw":
 		return sc.Stream.AppendRaw(sc.Node, events.Kind(args["kind"]), []byte(d.Input)), true
 	case "forged":

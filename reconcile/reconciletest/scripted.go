@@ -200,6 +200,17 @@ func (g *gen) have(node string) {
 		}
 		st = g.s.State(node)
 	}
+	// Every eighth have (four after the agent's turn), the provisioner's
+	// lease goes down or comes back, with no draw either.
+	if g.haves%8 == 2 {
+		claim := fmt.Sprintf("prov-%d", g.haves)
+		if p := st.Provisioner; p == nil || p.Up {
+			g.s.Append(node, &events.Prov{Agent: events.Agent{State: events.AgentDown, Claim: claim, Host: "h1", PID: g.haves, Why: events.WhyExpired}})
+		} else {
+			g.s.Append(node, &events.Prov{Agent: events.Agent{State: events.AgentUp, Claim: claim, Host: "h1", PID: g.haves}})
+		}
+		st = g.s.State(node)
+	}
 	h := &events.Have{}
 	if st.Settled != nil {
 		for _, row := range st.Settled.Modules {
