@@ -576,15 +576,20 @@ func appendNote(notes []string, n string) []string {
 func (c *Console) state(ctx context.Context, h *audit.History) (string, reconcile.Composition, string) {
 	now := c.cfg.Now()
 	// Why files are unfilled, as the provisioner reports it (live).
-	sources := ""
-	if ps, err := c.cfg.Source.Sources(ctx, h.Node); err != nil {
-		c.log.Warn("console: fill statuses", "node", h.Node, "err", err)
-	} else if len(ps[h.Node]) > 0 {
-		sources = "not filled, as the provisioner reports it:\n" + audit.SourcesText(h.Node, ps[h.Node], now)
+	ps, serr := c.cfg.Source.Sources(ctx, h.Node)
+	if serr != nil {
+		c.log.Warn("console: fill statuses", "node", h.Node, "err", serr)
+	}
+	sourcesOf := func(v reconcile.View) string {
+		// Reported by a provisioner that is down since: as it last saw them.
+		if p := audit.MarkStale(ps[h.Node], v.ProvisionerDown()); len(p) > 0 {
+			return "not filled, as the provisioner reports it:\n" + audit.SourcesText(h.Node, p, now)
+		}
+		return ""
 	}
 	v, comp, err := c.cfg.Source.Live(ctx, h.Node)
 	if err == nil {
-		return audit.StateText(v, comp, now, query.SourceReconciler.Text()) + sources, comp, "live"
+		return audit.StateText(v, comp, now, query.SourceReconciler.Text()) + sourcesOf(v), comp, "live"
 	}
 	if !errors.Is(err, query.ErrNoReconciler) && !errors.Is(err, query.ErrUnknownNode) {
 		c.log.Warn("console: state", "node", h.Node, "err", err)
@@ -592,7 +597,7 @@ func (c *Console) state(ctx context.Context, h *audit.History) (string, reconcil
 	st := h.Fold(len(h.Events))
 	var view reconcile.View = st.View()
 	comp = reconcile.CompositionOf(st)
-	return audit.StateText(view, comp, now, query.SourceStream.Text()) + sources, comp, "replay"
+	return audit.StateText(view, comp, now, query.SourceStream.Text()) + sourcesOf(view), comp, "replay"
 }
 
 // zoom makes the window's navigation links.

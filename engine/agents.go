@@ -26,6 +26,14 @@ import (
 // id derived from it: every instance of a group, or a restarted one,
 // computes the same next transition with the same id, and the stream
 // stores it once.
+//
+// The same watch records a node's provisioner client's liveness: its
+// lease is the key <node>.provisioner of the same bucket
+// (store.ProvisionerLeaseKey), and its transitions are prov events
+// (events.Prov: an agent event's fields, on <prefix>.<node>.prov), by the
+// same rules, grace and sweep. Below, a "lease key" is either; maps are
+// by lease key, and each key's events are of its own kind
+// (store.LeaseOf).
 
 // agentCheck is how often the watcher looks for leases whose holder
 // stopped renewing them: a key's expiry is not delivered to watchers
@@ -72,9 +80,9 @@ type agentWatch struct {
 	m      *Metrics
 	ttl    time.Duration
 
-	leases map[string]*nodeLease   // by node
-	last   map[string]*agentRecord // the node's newest agent event, cached
-	dirty  map[string]bool         // nodes whose transition could not be recorded: retried
+	leases map[string]*nodeLease   // by lease key
+	last   map[string]*agentRecord // the key's newest event (agent or prov), cached
+	dirty  map[string]bool         // keys whose transition could not be recorded: retried
 	now    func() time.Time
 
 	// graceUntil is when the grace after this watch's start or its
@@ -113,8 +121,9 @@ type agentWatch struct {
 	sweepTimeout  time.Duration
 }
 
-// sweepResult is what a sweep's stream info found: the nodes with an
-// agent event, as of the grace start numbered grace.
+// sweepResult is what a sweep's stream info found: the lease keys of
+// the nodes with an agent event (a node's name) or a prov event (its
+// provisioner's key), as of the grace start numbered grace.
 type sweepResult struct {
 	grace uint64
 	nodes []string
@@ -289,7 +298,7 @@ func (w *agentWatch) inGrace() bool {
 // entry takes one change of the bucket.
 func (w *agentWatch) entry(ctx context.Context, e jetstream.KeyValueEntry) {
 	node := e.Key()
-	if !events.ValidName(node) {
+	if _, _, ok := store.LeaseOf(node); !ok {
 		return
 	}
 	ls := w.leases[node]
@@ -380,6 +389,13 @@ func (w *agentWatch) startSweep(ctx context.Context) {
 		sctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		nodes, err := store.ListNodes(sctx, w.stream, w.subj, events.KindAgent)
+		if err == nil {
+			var provs []string
+			provs, err = store.ListNodes(sctx, w.stream, w.subj, events.KindProv)
+			for _, n := range provs {
+				nodes = append(nodes, store.ProvisionerLeaseKey(n))
+			}
+		}
 		res <- sweepResult{grace: grace, nodes: nodes, err: err}
 	}()
 }
@@ -411,31 +427,43 @@ func (w *agentWatch) sweepDone(ctx context.Context, res sweepResult) {
 
 // lastRecord returns the node's newest agent event, from the cache or a
 // direct get.
-func (w *agentWatch) lastRecord(ctx context.Context, node string) (*agentRecord, error) {
-	if rec := w.last[node]; rec != nil {
+func (w *agentWatch) lastRecord(ctx context.Context, key string) (*agentRecord, error) {
+	if rec := w.last[key]; rec != nil {
 		return rec, nil
 	}
+	node, kind, _ := store.LeaseOf(key)
 	gctx, cancel := context.WithTimeout(ctx, ackTimeout)
-	m, err := store.LastMsg(gctx, w.stream, w.subj, node, events.KindAgent)
+	m, err := store.LastMsg(gctx, w.stream, w.subj, node, kind)
 	cancel()
 	switch {
 	case errors.Is(err, store.ErrNoMessage):
 		rec := &agentRecord{}
-		w.last[node] = rec
+		w.last[key] = rec
 		return rec, nil
 	case err != nil:
 		return nil, err
 	}
 	rec := &agentRecord{seq: m.Event.Seq}
-	if a, ok := m.Event.Payload.(*events.Agent); ok {
+	if a, ok := livenessOf(m.Event.Payload); ok {
 		rec.up, rec.claim, rec.why = a.State == events.AgentUp, a.Claim, a.Why
 	} else {
 		// Not understood (a newer schema): taken as a down of no claim,
 		// so what the bucket holds now is recorded after it.
 		rec.up = false
 	}
-	w.last[node] = rec
+	w.last[key] = rec
 	return rec, nil
+}
+
+// livenessOf returns the agent event an agent or prov payload carries.
+func livenessOf(p events.Payload) (*events.Agent, bool) {
+	switch a := p.(type) {
+	case *events.Agent:
+		return a, true
+	case *events.Prov:
+		return &a.Agent, true
+	}
+	return nil, false
 }
 
 // next returns the agent event that moves rec towards what the bucket
@@ -503,9 +531,14 @@ func (w *agentWatch) sync(ctx context.Context, node string) {
 				a.Host, a.PID = prev.Host, prev.PID
 			}
 		}
-		id := store.EffectMsgID(w.key, fmt.Sprintf("%s.%s.%d.0", node, events.KindAgent, rec.seq))
+		name, kind, _ := store.LeaseOf(node)
+		var p events.Payload = a
+		if kind == events.KindProv {
+			p = &events.Prov{Agent: *a}
+		}
+		id := store.EffectMsgID(w.key, fmt.Sprintf("%s.%s.%d.0", name, kind, rec.seq))
 		actx, cancel := context.WithTimeout(ctx, ackTimeout)
-		ack, err := w.pub.Append(actx, node, events.Stamp(a, w.now()), store.WithMsgID(id), store.WithExpectLastSubjectSeq(rec.seq))
+		ack, err := w.pub.Append(actx, name, events.Stamp(p, w.now()), store.WithMsgID(id), store.WithExpectLastSubjectSeq(rec.seq))
 		cancel()
 		switch {
 		case errors.Is(err, store.ErrConflict) || (err == nil && ack.Duplicate):
@@ -516,6 +549,10 @@ func (w *agentWatch) sync(ctx context.Context, node string) {
 			return
 		}
 		w.last[node] = &agentRecord{seq: ack.Seq, up: a.State == events.AgentUp, claim: a.Claim, why: a.Why}
+		if kind == events.KindProv {
+			w.log.Info("provisioner "+string(a.State), "node", name, "claim", a.Claim, "why", a.Why, "host", a.Host, "pid", a.PID, "seq", ack.Seq)
+			continue
+		}
 		if w.m != nil && w.m.Agents != nil {
 			w.m.Agents.WithLabelValues(string(a.State)).Inc()
 		}
@@ -553,13 +590,13 @@ func (w *agentWatch) upHolder(ctx context.Context, node string, rec *agentRecord
 		return &events.Agent{Host: ls.holder.Host, PID: ls.holder.PID}, true
 	}
 	gctx, cancel := context.WithTimeout(ctx, ackTimeout)
-	m, err := store.LastMsg(gctx, w.stream, w.subj, node, events.KindAgent)
+	name, kind, _ := store.LeaseOf(node)
+	m, err := store.LastMsg(gctx, w.stream, w.subj, name, kind)
 	cancel()
 	if err != nil || m.Event.Seq != rec.seq {
 		return nil, false
 	}
-	a, ok := m.Event.Payload.(*events.Agent)
-	return a, ok
+	return livenessOf(m.Event.Payload)
 }
 
 func (w *agentWatch) fail(node string, err error) {

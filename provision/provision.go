@@ -85,6 +85,15 @@ type Config struct {
 	// for a pass on a new plan's declarations) and its report. It runs on
 	// the client's goroutines, one pass at a time.
 	OnFill func(knock uint64, r Report)
+	// Lease, when true, makes [Client.Run] hold the node's provisioner
+	// lease (the key <node>.provisioner of the node lease bucket,
+	// store.ProvisionerLeaseKey) while it runs: the reconciler records its
+	// claim, its release and its expiry (a client killed with kill -9) as
+	// prov events, so that `fleet`, `state` and the console say when no
+	// provisioner answers the node's knocks. A second client of the node
+	// is then refused while the first lives (store.ErrLeaseHeld). The
+	// meshfold command sets it; false holds none (tests, `meshfold demo`).
+	Lease bool
 	// Tracing, when set, traces each fill pass (docs/operations.md,
 	// "Traces"): a pass on a knock or a settle is a child of that event's
 	// traceparent and links to the plan it fills, any other pass a child
@@ -242,11 +251,52 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
 
 // Run fills every declared file on start and again on every knock, until
 // ctx is done; then it returns nil. It can be called once per Client.
+// With [Config.Lease] it first claims the node's provisioner lease,
+// renews it while it runs and releases it when it stops (a client killed
+// without releasing it is taken over at once on the same host, else
+// after the bucket's TTL), and stops when another client took it over.
 //
-// Errors: [ErrRunning]; the stream cannot be found.
-func (c *Client) Run(ctx context.Context) error {
+// Errors: [ErrRunning]; the stream cannot be found; the lease is held by
+// another live client of the node (a [*store.HeldError], matching
+// store.ErrLeaseHeld), also when one took it over while this one could
+// not renew it.
+func (c *Client) Run(ctx context.Context) (rerr error) {
 	if !c.started.CompareAndSwap(false, true) {
 		return ErrRunning
+	}
+	if c.cfg.Lease {
+		lease, err := c.claim(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		c.log.Info("provisioner lease held", "key", store.ProvisionerLeaseKey(c.cfg.Node), "ttl", lease.TTL())
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		watched := make(chan struct{})
+		defer func() {
+			cancel()
+			<-watched
+			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer rcancel()
+			if err := lease.Release(rctx); err != nil {
+				c.log.Warn("provisioner lease not released; it expires after its TTL", "ttl", lease.TTL(), "err", err)
+			}
+			if err := lease.Err(); err != nil && rerr == nil {
+				rerr = fmt.Errorf("provisioner: lease lost: %w", err)
+			}
+		}()
+		go func() {
+			defer close(watched)
+			select {
+			case <-lease.Lost():
+				c.log.Error("provisioner lease taken by another client: stopping", "err", lease.Err())
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 	}
 	stream, err := c.js.Stream(ctx, c.cfg.Stream.Name)
 	if err != nil {
@@ -324,6 +374,26 @@ func (c *Client) Run(ctx context.Context) error {
 	wg.Go(func() { c.retryUnfilled(ctx) })
 	c.follow(ctx, events.KindKnock, from, c.verify, func(ctx context.Context, m store.Msg) { c.knocked(c.extract(ctx, m), m.Event) })
 	return nil
+}
+
+// claim claims the node's provisioner lease, retrying transient failures
+// (the bucket not created yet, the server unreachable) until ctx is done.
+func (c *Client) claim(ctx context.Context) (*store.Lease, error) {
+	l, err := store.Retry(ctx, c.log, "claim the provisioner's lease", newBackoff(), func() (*store.Lease, error) {
+		kv, err := store.OpenNodeLeases(ctx, c.js, c.cfg.Stream)
+		if err != nil {
+			return nil, err
+		}
+		l, err := store.AcquireLease(ctx, kv, store.ProvisionerLeaseKey(c.cfg.Node), store.NewHolder("provisioner", c.cfg.Node), c.log)
+		if errors.Is(err, store.ErrLeaseHeld) {
+			return nil, backoff.Permanent(err)
+		}
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("provisioner: %w", err)
+	}
+	return l, nil
 }
 
 // resync refills everything every Resync, until ctx is done.

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/meshfold/meshfold/events"
 )
 
 // Node leases.
@@ -86,6 +89,36 @@ func (e *HeldError) Error() string {
 }
 
 func (e *HeldError) Unwrap() error { return ErrLeaseHeld }
+
+// ProvisionerLeaseSuffix ends the key of a node's provisioner client's
+// lease in the node lease bucket: <node>.provisioner (a second token, so
+// no node name is one, and a node agent's grant of the key <node> does
+// not reach it).
+const ProvisionerLeaseSuffix = ".provisioner"
+
+// ProvisionerLeaseKey returns the key of node's provisioner lease in the
+// node lease bucket: "ace.provisioner".
+func ProvisionerLeaseKey(node string) string { return node + ProvisionerLeaseSuffix }
+
+// LeaseOf tells whose a key of the node lease bucket is: the node and
+// events.KindAgent for a node agent's (the key is the node's name),
+// events.KindProv for its provisioner's ([ProvisionerLeaseKey]); ok is
+// false for any other key.
+func LeaseOf(key string) (node string, kind events.Kind, ok bool) {
+	if n, found := strings.CutSuffix(key, ProvisionerLeaseSuffix); found {
+		return n, events.KindProv, events.ValidName(n)
+	}
+	return key, events.KindAgent, events.ValidName(key)
+}
+
+// LeaseKey is the key of node's lease of kind (events.KindAgent or
+// events.KindProv) in the node lease bucket: [LeaseOf]'s inverse.
+func LeaseKey(node string, kind events.Kind) string {
+	if kind == events.KindProv {
+		return ProvisionerLeaseKey(node)
+	}
+	return node
+}
 
 // OpenNodeLeases opens the node lease bucket of streamCfg's stream
 // (<stream>_NODES), creating it when missing: file storage, history 1,

@@ -69,6 +69,18 @@ exponential backoff up to 10 s apart; a write the node made before its reply
 was lost is reported filled, not unchanged. A refused write is logged and
 sent again at the next knock or settle that may accept it.
 
+One client speaks for a node: it holds the node's provisioner lease (the key
+NAME.provisioner of the <stream>_NODES bucket, renewed every TTL/4, 5 s TTL by
+default) while it runs, and a second client of NAME is refused (exit 1,
+naming the holder's host, pid and since). The reconciler records the lease's
+claim and its end in the stream (a prov event: up; down as released, or as
+expired when the client died, kill -9 included, within two TTLs). While no
+provisioner of NAME is up and NAME's plan declares a file, 'meshfold fleet'
+and the console flag NAME provisioner-down, and 'fleet' and 'state' say
+"no provisioner answered since T", how its lease ended and that the fill
+statuses shown are as it last saw them. Start one again: it fills every
+file on start and answers the knocks that waited, no poke needed.
+
 --account is the account this client runs as: the node accepts writes only
 from the settled plan's provisioner account. Content is never logged. Each
 pass logs what it did: filled, unchanged (the file already held the
@@ -81,6 +93,9 @@ FILE (an auth directory's reconcilers.pub, copied to the node). It exits
 with status 1 when its NATS connection is closed for good (its user
 revoked).`,
 		Example: `  meshfold provision ace --from /srv/secrets/ace --account prov --trust-from meshfold-data
+  # is ace's provisioner alive? (prov up/down in its history; NEEDS provisioner-down in fleet)
+  meshfold state ace | grep prov
+  meshfold fleet
   meshfold provision ace --from sealed --from 'exec:/usr/local/bin/vault-fill' --account prov --trust-from meshfold-data
   # with /srv/secrets/ace/mesh-build-go/run/mesh-build-go/broker.creds
   # holding the content of mesh-build-go's /run/mesh-build-go/broker.creds
@@ -192,7 +207,8 @@ func runProvisioner(ctx context.Context, a *app, name string, o provisionOpts, n
 	}
 	defer stopTracing()
 	c, err := provision.New(nc, js, provision.Config{Node: name, Sources: sources, Account: o.account, Status: status,
-		Logger: log, Stream: scfg, Timeout: o.timeout, Resync: resyncOrOff(o.resync), RetryUnfilled: resyncOrOff(o.retry), Trust: trust, Tracing: tp})
+		Logger: log, Stream: scfg, Timeout: o.timeout, Resync: resyncOrOff(o.resync), RetryUnfilled: resyncOrOff(o.retry), Trust: trust, Tracing: tp,
+		Lease: true})
 	if err != nil {
 		return withCode(exitUsage, err)
 	}

@@ -104,15 +104,17 @@ func runState(ctx context.Context, a *app, node string, format string, timeout t
 	}
 	now := time.Now()
 	sources, serr := r.Sources(ctx, node)
+	// Reported by a provisioner that is down since: as it last saw them.
+	ps := audit.MarkStale(sources[node], ns.View.ProvisionerDown())
 	if format != outTable {
 		return writeValue(a.stdout, format, stateReply{Source: ns.Source, View: ns.View, Composition: ns.Composition, Stuck: ns.View.Stuck(now),
-			Sources: sources[node]})
+			Sources: ps})
 	}
 	text := audit.StateText(ns.View, ns.Composition, now, ns.Source.Text())
 	if serr != nil {
 		text += fmt.Sprintf("note: why files are unfilled (the provisioner's reports) could not be read: %v\n", serr)
 	}
-	if ps := sources[node]; len(ps) > 0 {
+	if len(ps) > 0 {
 		text += "not filled, as the provisioner reports it:\n" + audit.SourcesText(node, ps, now)
 	}
 	_, err = io.WriteString(a.stdout, text)

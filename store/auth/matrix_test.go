@@ -106,6 +106,8 @@ publish journal ace       ok        -          -        -          -            
 publish journal shanks    ok        -          -        -          -            -        -
 publish agent ace         ok        -          -        -          -            -        -
 publish agent shanks      ok        -          -        -          -            -        -
+publish prov ace          ok        -          -        -          -            -        -
+publish prov shanks       ok        -          -        -          -            -        -
 consume plan ace          ok        ok         ok       ok         -            -       ok
 consume plan shanks       ok        ok         ok       -          -            ok       ok
 consume knock ace         ok        ok         ok       -          ok           -       ok
@@ -128,6 +130,8 @@ hold rollout lease web    ok        ok         -        -          -            
 read effect key           ok        -          -        -          -            -        -
 hold node lease ace       -         -          -        ok         -            -        -
 hold node lease shanks    -         -          -        -          -            ok       -
+hold prov lease ace       -         -          -        -          ok           -        -
+hold prov lease shanks    -         -          -        -          -            -        -
 get node lease ace        ok        -          ok       ok         -            -        -
 watch node leases         ok        -          -        -          -            -        -
 ask state ace             -         -          ok       -          -            -       ok
@@ -380,6 +384,19 @@ func actions(cfg store.StreamConfig, w *witness) map[string]action {
 			return l.Release(ctx)
 		}
 	}
+	for _, node := range []string{"ace", "shanks"} {
+		acts["hold prov lease "+node] = func(ctx context.Context, c *cell) error {
+			kv, err := c.js.KeyValue(ctx, c.cfg.Name+store.NodeLeaseBucketSuffix)
+			if err != nil {
+				return err
+			}
+			l, err := store.AcquireLease(ctx, kv, store.ProvisionerLeaseKey(node), store.NewHolder("provisioner", node), nil)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}
+	}
 	acts["get node lease ace"] = func(ctx context.Context, c *cell) error {
 		kv, err := c.js.KeyValue(ctx, c.cfg.Name+store.NodeLeaseBucketSuffix)
 		if err != nil {
@@ -500,7 +517,7 @@ func fixture(t *testing.T, s *secured) (store.StreamConfig, *witness) {
 	t.Cleanup(func() { _ = svc.Stop() })
 
 	publisher := map[events.Kind]string{events.KindWant: "controller",
-		events.KindPlan: "reconciler", events.KindKnock: "reconciler", events.KindJournal: "reconciler", events.KindAgent: "reconciler"}
+		events.KindPlan: "reconciler", events.KindKnock: "reconciler", events.KindJournal: "reconciler", events.KindAgent: "reconciler", events.KindProv: "reconciler"}
 	for _, k := range events.OperatorKinds {
 		publisher[k] = "operator"
 	}

@@ -86,7 +86,7 @@ const jsAPI = "$JS.API"
 // user reads another's replies. The policy, by role:
 //
 //   - reconciler: publishes plans, knocks and journal entries of every
-//     node, and the agent events it records from the node lease bucket,
+//     node, and the agent and prov events it records from the node lease bucket,
 //     which it watches (DESIGN.md §11); creates, updates, reads and writes the stream, the snapshot
 //     bucket and the lease bucket of reconciler groups (never deletes or
 //     purges them); serves the state service.
@@ -122,7 +122,8 @@ const jsAPI = "$JS.API"
 //     and a plan's new files once the node settles it); reads and
 //     watches N's sealed secrets only (keys N.>) and registers N's curve
 //     key (N.curve-key) in <stream>_SECRETS; writes and reads N's fill
-//     statuses in <stream>_FILLS (DESIGN.md §12).
+//     statuses in <stream>_FILLS (DESIGN.md §12); holds its lease, the
+//     key <N>.provisioner of the node lease bucket.
 //
 // The secrets bucket: operators put, list and remove (and create it);
 // the reconciler creates it; a node's provisioner reads its own node's;
@@ -233,7 +234,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		for _, b := range []string{secrets, fills} {
 			p.Pub.Allow.Add(api("STREAM.INFO.KV_%s", b), api("STREAM.CREATE.KV_%s", b))
 		}
-		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"), subj("*", string(events.KindAgent)),
+		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"), subj("*", string(events.KindAgent)), subj("*", string(events.KindProv)),
 			"$KV."+bucket+".>", "$KV."+leases+".>", "$KV."+keys+".>", api("INFO"),
 			// Its KV watches (a partition's states, the group's and
 			// the agents' leases) answer flow control.
@@ -339,6 +340,10 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		p.Pub.Allow.Add("$KV." + secrets + "." + store.CurveKeyName(node))
 		readKV(fills, node+".>")
 		p.Pub.Allow.Add("$KV." + fills + "." + node + ".>")
+		// Its own lease (docs/design.md §11), never the node agent's nor
+		// another provisioner's.
+		lease := store.ProvisionerLeaseKey(node)
+		p.Pub.Allow.Add(api("STREAM.INFO.%s", nodesKV), "$KV."+nodes+"."+lease, api("DIRECT.GET.%s.$KV.%s.%s", nodesKV, nodes, lease))
 	case RoleSystem:
 		return jwt.Permissions{}, nil
 	default:
