@@ -127,12 +127,14 @@ func TestAgentSweepOffTheLoop(t *testing.T) {
 	waitfor.Until(t, AgentGrace(ttl)+20*time.Second, "cat's down (expired), found by the sweep tried again", func() bool {
 		return slices.Equal(agentsOf("cat"), []string{"up k1", "down k1 expired"})
 	})
-	if n := s.calls.Load(); n != 2 {
-		t.Errorf("%d sweeps for the watch's start, want 2 (one failed, one answered)", n)
+	// A sweep that is answered asks twice: the nodes with agent events,
+	// then those with prov events (their provisioners' leases).
+	if n := s.calls.Load(); n != 3 {
+		t.Errorf("%d stream infos for the watch's start, want 3 (a sweep failed, one answered: agents and provisioners)", n)
 	}
 	// A reconnect owes another sweep.
 	reconnects.Add(1)
-	waitfor.Until(t, 20*time.Second, "a sweep after the reconnect", func() bool { return s.calls.Load() == 3 })
+	waitfor.Until(t, 20*time.Second, "a sweep after the reconnect", func() bool { return s.calls.Load() == 5 })
 }
 
 // agentEventsOf returns node's agent events, oldest first, each as

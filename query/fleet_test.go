@@ -67,7 +67,7 @@ func TestFleetSummary(t *testing.T) {
 			put(n, data, nil) // as a build that wrote no summary left it
 		case 2:
 			// Of another format: this build's, renumbered; and JSON.
-			other := "99:" + strings.TrimPrefix(string(sum), "2:")
+			other := "99:" + strings.TrimPrefix(string(sum), "3:")
 			if i%8 == 6 {
 				other = strings.Replace(string(jsonSummary(t, st)), `{"format":1,`, `{"format":99,`, 1)
 			}
@@ -126,21 +126,21 @@ func TestFleetSummary(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := rows(nvs)
-		// Read from the summaries: the file counts, which a row does not
-		// show, are left out; from the snapshots, kept.
-		files := map[string]int{}
+		// Read from the summaries: the provisioner accounts, which a row
+		// does not show, are left out; from the snapshots, kept.
+		accounts := map[string]string{}
 		for _, nv := range full {
-			files[nv.Node] = nv.View.Files
+			accounts[nv.Node] = nv.View.ProvisionerAccount
 		}
 		summarized := 0
 		for _, nv := range nvs {
 			i := slices.Index(names, nv.Node)
 			switch {
-			case i >= 0 && (i%4 == 0 || i%4 == 3) && files[nv.Node] > 0 && nv.View.Files == 0:
+			case i >= 0 && (i%4 == 0 || i%4 == 3) && accounts[nv.Node] != "" && nv.View.ProvisionerAccount == "":
 				summarized++
-			case i >= 0 && (i%4 == 0 || i%4 == 3) && files[nv.Node] > 0:
-				t.Errorf("gets %d: %s read from its snapshot, not from its summary of format %d", gets, nv.Node, 2-i%4/3)
-			case nv.View.Files != files[nv.Node]:
+			case i >= 0 && (i%4 == 0 || i%4 == 3) && accounts[nv.Node] != "":
+				t.Errorf("gets %d: %s read from its snapshot, not from its summary of format %d", gets, nv.Node, 3-2*(i%4/3))
+			case nv.View.ProvisionerAccount != accounts[nv.Node]:
 				t.Errorf("gets %d: %s read from its summary", gets, nv.Node)
 			}
 		}
