@@ -198,6 +198,9 @@ type nodeT struct {
 	runtimeDir         string
 	agent, provisioner *proc
 	fills              chan fillPass
+	// leased: its provisioner holds the node's provisioner lease
+	// (provision.Config.Lease), as `meshfold provision` does.
+	leased bool
 }
 
 type fillPass struct {
@@ -247,7 +250,7 @@ func (n *nodeT) startAgentFaults(rt node.Runtime, faults node.Faults) {
 // client returns a provisioner client for the node (not running).
 func (n *nodeT) client(nc *nats.Conn, js jetstream.JetStream, account string) *provision.Client {
 	c, err := provision.New(nc, js, provision.Config{Node: n.name, From: n.from, Account: account,
-		Stream: n.m.cfg, Logger: n.m.logger("provision"), Timeout: 2 * time.Second, Trust: n.m.trust, Tracing: n.m.tp,
+		Stream: n.m.cfg, Logger: n.m.logger("provision"), Timeout: 2 * time.Second, Trust: n.m.trust, Tracing: n.m.tp, Lease: n.leased,
 		OnFill: func(k uint64, r provision.Report) {
 			select {
 			case n.fills <- fillPass{k, r}:

@@ -159,7 +159,7 @@ func putEffectKey(t testing.TB, ctx context.Context, js jetstream.JetStream, cfg
 // node events published as the CLI and an agent publish them. The history
 // covers every event kind of package events (want, approve, have, settle,
 // refusal, filled, plan, knock, journal, pause, resume, poke, revoke,
-// waive, retire, agent, ack), a fleet's rollout subjects, an event of a newer
+// waive, retire, agent, ack, prov), a fleet's rollout subjects, an event of a newer
 // schema version, an event with a field this build does not know, and one
 // that names a plan not yet made.
 //
@@ -181,6 +181,7 @@ func TestGoldenGenerate(t *testing.T) {
 	ace.source(mbg, creds, goldenFill)
 	g := newGate(ace.dirRuntime(), mbg)
 	ace.startAgent(g)
+	ace.leased = true // its lease's up and down: prov events
 	ace.startProvisioner("prov")
 	w := must(m.want(ctx, "ace", provisionerMod))(t)
 	p1, _ := must2(m.planOf(ctx, "ace", w))(t)
@@ -246,6 +247,9 @@ func TestGoldenGenerate(t *testing.T) {
 	// The agents stop (their leases released: agent down), then the
 	// reconciler once it has checkpointed everything.
 	ace.provisioner.stop(t)
+	must(m.waitEvent(ctx, "ace", events.KindProv, func(ev events.Event) bool {
+		return ev.Payload.(*events.Prov).State == events.AgentDown
+	}))(t)
 	for _, n := range []*nodeT{ace, cy} {
 		n.agent.stop(t)
 		must(m.waitEvent(ctx, n.name, events.KindAgent, func(ev events.Event) bool {
