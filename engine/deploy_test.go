@@ -70,6 +70,8 @@ func TestDeployMetricsExported(t *testing.T) {
 		{Name: "mesh-build-go", Build: "g:1", State: events.Failed, Account: "mbg", Restarts: 4, Exit: "status 1"},
 		{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov", Health: events.Unhealthy}}})
 	g.append("shanks", &events.Agent{State: events.AgentDown, Claim: "c1", Why: events.WhyExpired})
+	// Its provisioner down too, while its plan declares a file.
+	g.append("shanks", &events.Prov{Agent: events.Agent{State: events.AgentDown, Claim: "p1", Why: events.WhyExpired}})
 	if _, err := g.js.Publish(ctx, "mesh.ace.have", []byte(`{"v":1,"at":`)); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,8 @@ func TestDeployMetricsExported(t *testing.T) {
 		got = gather(t, reg)
 		return gauge(got, "meshfold_owed_items") == 1 && gauge(got, "meshfold_modules_failed") == 1 &&
 			gauge(got, "meshfold_events_rejected_total") == 1 && gauge(got, "meshfold_plans_unsettled") == 1 &&
-			gauge(got, "meshfold_nodes_agent_down") == 1 && gauge(got, "meshfold_modules_unhealthy") == 1
+			gauge(got, "meshfold_nodes_agent_down") == 1 && gauge(got, "meshfold_modules_unhealthy") == 1 &&
+			gauge(got, "meshfold_nodes_provisioner_down") == 1
 	})
 	// The refusal's stream time: after the rig started, before now.
 	if ts := got["meshfold_owed_oldest_timestamp_seconds"]; ts < float64(started.Unix()) || ts > float64(time.Now().Unix()+1) {

@@ -29,6 +29,8 @@ var (
 		"Nodes paused by an operator (DESIGN.md §9): no new plan is emitted for them.", nil, nil)
 	descAgentDown = prometheus.NewDesc("meshfold_nodes_agent_down",
 		"Nodes this instance folds whose agent is down (DESIGN.md §11): its lease ended (expired, released or replaced) and no have came since.", nil, nil)
+	descProvisionerDown = prometheus.NewDesc("meshfold_nodes_provisioner_down",
+		"Nodes this instance folds whose provisioner client is down (its lease ended) while their plan declares a file: nobody answers their knocks (reconcile.View.ProvisionerDown).", nil, nil)
 	descUnhealthy = prometheus.NewDesc("meshfold_modules_unhealthy",
 		"Modules the newest have of their node reports unhealthy: alive, their health check failing (DESIGN.md §11).", nil, nil)
 )
@@ -41,14 +43,15 @@ type stateCollector struct{ r *Reconciler }
 // meshfold_nodes, meshfold_owed_items, meshfold_nodes_owing,
 // meshfold_owed_oldest_timestamp_seconds, meshfold_modules_failed,
 // meshfold_plans_unsettled, meshfold_nodes_paused,
-// meshfold_nodes_agent_down, meshfold_modules_unhealthy). A scrape takes each
+// meshfold_nodes_agent_down, meshfold_nodes_provisioner_down,
+// meshfold_modules_unhealthy). A scrape takes each
 // partition's lock once, for a count over its states: register it with the
 // registry that serves /metrics (meshfold serve and reconcile do).
 func (r *Reconciler) StateCollector() prometheus.Collector { return stateCollector{r} }
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPartitions, descNodes, descOwed, descOwing, descFailed, descUnsettled, descOldestOwed, descPaused,
-		descAgentDown, descUnhealthy} {
+		descAgentDown, descProvisionerDown, descUnhealthy} {
 		ch <- d
 	}
 }
@@ -61,7 +64,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		parts = append(parts, p)
 	}
 	r.mu.RUnlock()
-	var nodes, owed, owing, failed, unsettled, paused, agentDown, unhealthy int
+	var nodes, owed, owing, failed, unsettled, paused, agentDown, provDown, unhealthy int
 	var oldest time.Time
 	for _, p := range parts {
 		p.mu.Lock()
@@ -82,6 +85,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			if st.Agent != nil && !st.Agent.Up {
 				agentDown++
+			}
+			if st.Provisioner != nil && st.ProvisionerDown() != nil {
+				provDown++
 			}
 			if st.Have != nil {
 				// What reconcile.RuntimeOf's rows say of each module
@@ -111,6 +117,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	g(descUnsettled, unsettled)
 	g(descPaused, paused)
 	g(descAgentDown, agentDown)
+	g(descProvisionerDown, provDown)
 	g(descUnhealthy, unhealthy)
 	if !oldest.IsZero() {
 		ch <- prometheus.MustNewConstMetric(descOldestOwed, prometheus.GaugeValue, float64(oldest.UnixNano())/1e9)

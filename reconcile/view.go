@@ -88,8 +88,22 @@ func (v View) AgentDown() bool { return v.Agent != nil && !v.Agent.Up }
 // status bucket says of the node's files is as the gone provisioner
 // last saw it. nil otherwise: up, never known, or nothing to fill. The
 // one rule `fleet`, `state` and the console apply (docs/design.md §11).
-func (v View) ProvisionerDown() *AgentRecord {
-	if p := v.Provisioner; p != nil && !p.Up && v.Files > 0 {
+func (v View) ProvisionerDown() *AgentRecord { return provisionerDown(v.Provisioner, v.Files > 0) }
+
+// ProvisionerDown is [View.ProvisionerDown] of s's view, read without
+// making it (a metrics scrape over every state).
+func (s *State) ProvisionerDown() *AgentRecord {
+	files := false
+	if e := s.Emitted(); e != nil {
+		files = slices.ContainsFunc(e.Modules, func(m events.PlanModule) bool { return len(m.Files) > 0 })
+	}
+	return provisionerDown(s.Provisioner, files)
+}
+
+// provisionerDown is the rule of [View.ProvisionerDown]: p, when it is a
+// down and the last plan emitted declares a file (files).
+func provisionerDown(p *AgentRecord, files bool) *AgentRecord {
+	if p != nil && !p.Up && files {
 		return p
 	}
 	return nil

@@ -41,7 +41,12 @@ an effect; JSON last_knock_cause), the age of the last have and what needs
 an operator. Nodes are sorted so that what needs an operator comes first: an
 unreadable snapshot, a failed module (its process exited and waits to
 restart: a crash loop; the lines after the table name the files it waits
-for), a failed apply (the agent could not apply a plan; the lines after
+for), a node whose provisioner client is down while its plan declares a file
+(provisioner-down: its lease ended, kill -9 included, within two lease TTLs;
+the 'prov' line after the table says "no provisioner answered since T", how
+its lease ended, and that the knocks wait for the next provisioner, which
+answers them on start; JSON provisioner_down; the 'source' lines of such a
+node are what that provisioner last saw), a failed apply (the agent could not apply a plan; the lines after
 the table say why, per module: the newest failed settle's error, cut), a
 file never filled, a file the provisioner could not fill (no source,
 a failed helper, a secret sealed to another key or that cannot be opened: the
@@ -95,6 +100,8 @@ newer than its snapshot says "behind":true and its newest event's
 		Example: `  meshfold fleet                      # the summary, then the 50 most pressing nodes
   meshfold fleet --page 2             # the next 50
   meshfold fleet --needs failed       # only the crash-looping nodes, paged
+  meshfold fleet --needs provisioner-down   # nodes whose knocks nobody answers
+  meshfold fleet -o json | jq 'select(.provisioner_down) | {node, since: .provisioner_down.time}'
   meshfold fleet --limit 0            # every node, one line each
   meshfold fleet --all -o yaml
   meshfold fleet -o json | jq 'select(.stuck.paused)'`,

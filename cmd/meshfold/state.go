@@ -44,7 +44,12 @@ beside the account what runs names, counts of modules, declared files and held
 modules, each held module with its reason and pending build, owed items, the
 last knock, the last settled plan and how stale the last have is, and for
 each module of the last have its runtime state (running, failed, stopped),
-restarts since its apply, last exit and the files it waits for.
+restarts since its apply, last exit and the files it waits for. The 'agent'
+and 'prov' lines say whether the node agent and the provisioner client are
+up or DOWN and since when (their leases, as the reconciler recorded them):
+a provisioner down while the plan declares a file answers no knock and fills
+nothing until one runs again, and the 'source' lines of such a node are what
+it last saw.
 
 It asks the reconciler's state service (NATS micro service "meshfold",
 endpoints state and composition on $MESHFOLD.<prefix>.state.<node> and
@@ -64,7 +69,8 @@ the age of each owed item (older than an hour: stuck).
 same as YAML.`,
 		Example: `  meshfold state ace
   meshfold state ace -o yaml
-  meshfold state ace -o json | jq .stuck`,
+  meshfold state ace -o json | jq .stuck
+  meshfold state ace -o json | jq .view.provisioner   # {"up":false,"time":…,"why":"expired",…}`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
