@@ -39,30 +39,29 @@ node: newest want and settled plan, unsettled plans, held modules, owed items,
 the last knock (KNOCK ←#N: the event that caused it, as the timeline writes
 an effect; JSON last_knock_cause), the age of the last have and what needs
 an operator. Nodes are sorted so that what needs an operator comes first: an
-unreadable snapshot, a failed module (its process exited and waits to
-restart: a crash loop; the lines after the table name the files it waits
-for), a node whose provisioner client is down while its plan declares a file
+unreadable snapshot, a failed module (its process exited and waits to restart:
+a crash loop; the lines after the table name the files it waits for), a node
+whose provisioner client is down while its plan declares a file
 (provisioner-down: its lease ended, kill -9 included, within two lease TTLs;
 the 'prov' line after the table says "no provisioner answered since T", how
 its lease ended, and that the knocks wait for the next provisioner, which
 answers them on start; JSON provisioner_down; the 'source' lines of such a
-node are what that provisioner last saw), a failed apply (the agent could not apply a plan; the lines after
-the table say why, per module: the newest failed settle's error, cut), a
-file never filled, a file the provisioner could not fill (no source,
-a failed helper, a secret sealed to another key or that cannot be opened: the
-'source' lines after the table say which and why, live from the provisioners'
-reports), owed items, pending approvals, unsettled plans, the provisioner
-account warning, a stale have (older than --stale, or none), then journal
-warnings (entries of level warn or error in the last --warnings, counted
-from the stream; 0 skips that read; the 'journal' lines after the table
-name the newest three of each node's, '#SEQ level: message'). A warning
-older than its node's newest settled plan, on a node nothing else flags, has
-cleared: the node converged since; it is counted apart (cleared) and does
-not flag the node. A warning an operator acknowledged ('meshfold ack NODE
---by NAME': every warning of the node stored up to then, or up to --upto
-SEQ) does not flag it either: the 'acked' lines after the table count
-them, with who acknowledged them and when (JSON journal_warnings_acked and
-ack).
+node are what that provisioner last saw), a failed apply (the agent could not
+apply a plan; the lines after the table say why, per module: the newest failed
+settle's error, cut), a file never filled, a file the provisioner could not
+fill (no source, a failed helper, a secret sealed to another key or that
+cannot be opened: the 'source' lines after the table say which and why, live
+from the provisioners' reports), owed items, pending approvals, unsettled
+plans, the provisioner account warning, a stale have (older than --stale, or
+none), then journal warnings (entries of level warn or error in the last
+--warnings, counted from the stream; 0 skips that read; the 'journal' lines
+after the table name the newest three of each node's, '#SEQ level: message').
+A warning older than its node's newest settled plan, on a node nothing else
+flags, has cleared: the node converged since; it is counted apart (cleared)
+and does not flag the node. A warning an operator acknowledged ('meshfold ack
+NODE --by NAME': every warning of the node stored up to then, or up to --upto
+SEQ) does not flag it either: the 'acked' lines after the table count them,
+with who acknowledged them and when (JSON journal_warnings_acked and ack).
 
 What is stuck is said too: a file a settled plan declares that was never
 filled since its module was placed (a minute after that plan settled: is the
