@@ -138,6 +138,9 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 	}
 	fold(&events.Agent{State: events.AgentDown, Claim: strings.Repeat("c", events.MaxClaim), Host: strings.Repeat("h", events.MaxHost),
 		PID: 1 << 30, Why: events.WhyReplaced})
+	// The provisioner's record too (one, as the agent's).
+	fold(&events.Prov{Agent: events.Agent{State: events.AgentDown, Claim: strings.Repeat("c", events.MaxClaim), Host: strings.Repeat("h", events.MaxHost),
+		PID: 1 << 30, Why: events.WhyReplaced}})
 	// The ack, its by at its longest (one record, whatever the count).
 	fold(&events.Ack{By: pad("ack-", events.MaxBy)})
 	// Approvals at their bound.
@@ -196,8 +199,8 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 		t.Fatalf("%d failed applies, want %d", len(st.Failed), reconcile.MaxFailed)
 	case len(st.Crashes) != events.MaxHaveModules || len(st.Crashes[0].Times) != reconcile.FlapRestarts:
 		t.Fatalf("%d modules' crash records, want %d of %d", len(st.Crashes), events.MaxHaveModules, reconcile.FlapRestarts)
-	case len(st.Have.HealthSince) != events.MaxHaveModules || st.Agent == nil || st.Ack == nil:
-		t.Fatalf("health since of %d modules, agent %v, ack %v", len(st.Have.HealthSince), st.Agent, st.Ack)
+	case len(st.Have.HealthSince) != events.MaxHaveModules || st.Agent == nil || st.Ack == nil || st.Provisioner == nil:
+		t.Fatalf("health since of %d modules, agent %v, ack %v, provisioner %v", len(st.Have.HealthSince), st.Agent, st.Ack, st.Provisioner)
 	}
 	for _, p := range st.Unsettled {
 		if n := countFiles(p.Modules); n != events.MaxModules*events.MaxFilesPerModule {

@@ -95,6 +95,9 @@ func TestAuditAsOfEqualsLive(t *testing.T) {
 		if a := st.Agent; a != nil {
 			restamp("agent", &a.Time, a.Seq)
 		}
+		if p := st.Provisioner; p != nil {
+			restamp("provisioner", &p.Time, p.Seq)
+		}
 		if a := st.Ack; a != nil {
 			restamp("ack", &a.Time, a.Seq)
 		}
