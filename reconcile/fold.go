@@ -239,13 +239,18 @@ func (f *folder) have(p *events.Have) {
 	h.HealthSince = healthSince(f.s.Have, h)
 	f.s.Crashes = crashes(f.s.Crashes, f.s.Have, h)
 	f.s.Have = h
+	back := false
 	if a := f.s.Agent; a != nil && !a.Up {
 		// Only a live agent publishes a have: it is up again on its
 		// first, whenever its lease's up is recorded (DESIGN.md §11).
 		f.s.Agent = &AgentRecord{Up: true, Seq: f.ev.Seq, Time: f.ev.Time}
+		back = true
 	}
 	f.compose()
 	f.knock(true)
+	if back {
+		f.agentBack()
+	}
 }
 
 // crashes returns the crash records after the have h, given those
@@ -321,11 +326,13 @@ func (f *folder) agent(p *events.Agent) {
 	}
 }
 
-// agentBack knocks with reason agent when a new claim of the node's lease
-// comes up after an agent of it was recorded (a restart, a reboot, a
-// replacement; the first up of a node is not: its up can be folded after
-// the settles of the very agent that made it, and no agent ran before it
-// to lose anything) and the settled plan
+// agentBack knocks with reason agent when the node's agent comes back
+// after an agent of it was recorded (a restart, a reboot, a replacement):
+// at the first of a new claim's up or, after a down, a have (the new
+// agent's have can be stored before its up; the up that follows only
+// names the claim). The first up of a node is not: its up can be folded
+// after the settles of the very agent that made it, and no agent ran
+// before it to lose anything. It knocks when the settled plan
 // declares files: the node may have lost them (/run is a tmpfs), and a
 // module needing one would crash-loop until the provisioner's resync
 // (DESIGN.md §1: a node never crash-loops on a missing credential nobody
@@ -334,6 +341,9 @@ func (f *folder) agent(p *events.Agent) {
 // knocked (its plan is empty). docs/architecture.md records the rule.
 func (f *folder) agentBack() {
 	s := f.s
+	if f.n[1] > 0 {
+		return // this event knocked already: every knock fills every file
+	}
 	if s.Retire != nil || s.Settled == nil || !declaresFiles(s.Settled.Modules) {
 		return
 	}
