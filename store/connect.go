@@ -142,10 +142,33 @@ const MaxReconnectDelay = reconnectWait + reconnectJitterTLS
 // permission denied) through c.Logger. Connection URLs are logged with
 // their credentials redacted.
 //
-// Errors: an unreadable or malformed context file, an unreadable NKey
-// seed, an unreadable creds file or one without a user JWT, a client
-// certificate without its key or the reverse.
+// Errors (each [ErrBadConfig]: a fault of the configuration, which no
+// retry cures): an unreadable or malformed context file, an unreadable
+// NKey seed, an unreadable creds file or one without a user JWT or seed, a
+// client certificate without its key or the reverse, an unreadable or
+// malformed TLS CA, certificate or key file.
 func (c ConnectConfig) Options() ([]nats.Option, error) {
+	opts, err := c.options()
+	if err != nil {
+		return nil, badConfig{err}
+	}
+	return opts, nil
+}
+
+// ErrBadConfig is what every error of [ConnectConfig.Options] (and so of
+// [Connect] before it dials) matches with errors.Is: the configuration
+// itself is wrong (a file named is missing or malformed), not the
+// deployment; retrying cannot cure it.
+var ErrBadConfig = errors.New("store: bad connection configuration")
+
+// badConfig marks err as [ErrBadConfig] without changing its text.
+type badConfig struct{ err error }
+
+func (e badConfig) Error() string        { return e.err.Error() }
+func (e badConfig) Unwrap() error        { return e.err }
+func (e badConfig) Is(target error) bool { return target == ErrBadConfig }
+
+func (c ConnectConfig) options() ([]nats.Option, error) {
 	var ctx natsContext
 	if c.Context != "" {
 		var err error
@@ -236,6 +259,9 @@ func (c ConnectConfig) Options() ([]nats.Option, error) {
 	// order (user, creds, nkey), with its token.
 	switch {
 	case c.Creds != "":
+		if err := checkCreds(c.Creds); err != nil {
+			return nil, err
+		}
 		opts = append(opts, nats.UserCredentials(c.Creds))
 	case c.NKeySeed != "":
 		o, err := nats.NkeyOptionFromSeed(c.NKeySeed)
@@ -248,6 +274,9 @@ func (c ConnectConfig) Options() ([]nats.Option, error) {
 		case ctx.User != "":
 			opts = append(opts, nats.UserInfo(ctx.User, ctx.Password))
 		case ctx.Creds != "":
+			if err := checkCreds(ctx.Creds); err != nil {
+				return nil, fmt.Errorf("nats context %q: %w", c.Context, err)
+			}
 			opts = append(opts, nats.UserCredentials(ctx.Creds))
 		case ctx.NKey != "":
 			o, err := nats.NkeyOptionFromSeed(ctx.NKey)
@@ -301,7 +330,35 @@ func (c ConnectConfig) Options() ([]nats.Option, error) {
 	if ctx.TLSFirst {
 		opts = append(opts, nats.TLSHandshakeFirst())
 	}
+	// The TLS options read their files when applied, inside nats.Connect,
+	// where a missing file would look like a failed connection: apply
+	// them here first, so that it is a configuration error.
+	var scratch nats.Options
+	for _, o := range opts {
+		if err := o(&scratch); err != nil {
+			return nil, err
+		}
+	}
 	return opts, nil
+}
+
+// checkCreds reads the creds file at path and checks that it holds a
+// user JWT and an NKey seed, the two nats.UserCredentials reads only
+// when it connects.
+func checkCreds(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("creds: %w", err)
+	}
+	if _, err := nkeys.ParseDecoratedJWT(data); err != nil {
+		return fmt.Errorf("creds %s: %w", path, err)
+	}
+	kp, err := nkeys.ParseDecoratedNKey(data)
+	if err != nil {
+		return fmt.Errorf("creds %s: no NKey seed: %w", path, err)
+	}
+	kp.Wipe()
+	return nil
 }
 
 // Authenticated reports whether c connects as a user of its own: a creds

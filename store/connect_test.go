@@ -1,6 +1,8 @@
 package store_test
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -121,5 +123,39 @@ func TestConnectToServerThroughContext(t *testing.T) {
 	defer nc.Close()
 	if !nc.IsConnected() || nc.ConnectedUrl() != e.ClientURL() {
 		t.Errorf("connected %v to %q, want %q", nc.IsConnected(), nc.ConnectedUrl(), e.ClientURL())
+	}
+}
+
+// Every fault of the configuration itself (a file missing or malformed)
+// is ErrBadConfig, so that a command can say it is the command line's
+// (exit 2), not the deployment's; its text names the file.
+func TestOptionsBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage")
+	if err := os.WriteFile(garbage, []byte("not a creds file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing")
+	for _, c := range []struct {
+		cfg  store.ConnectConfig
+		name string
+	}{
+		{store.ConnectConfig{Creds: missing}, missing},
+		{store.ConnectConfig{Creds: garbage}, garbage},
+		{store.ConnectConfig{NKeySeed: missing}, missing},
+		{store.ConnectConfig{Context: filepath.Join(dir, "missing.json")}, "missing.json"},
+		{store.ConnectConfig{Context: writeContext(t, dir, "c", `{"creds":"`+missing+`"}`)}, missing},
+		{store.ConnectConfig{TLSCA: missing}, missing},
+		{store.ConnectConfig{TLSCA: garbage}, garbage},
+		{store.ConnectConfig{TLSCert: garbage, TLSKey: garbage}, ""},
+		{store.ConnectConfig{TLSCert: garbage}, ""},
+	} {
+		_, err := c.cfg.Options()
+		if !errors.Is(err, store.ErrBadConfig) || !strings.Contains(fmt.Sprint(err), c.name) {
+			t.Errorf("%+v: %v, want store.ErrBadConfig naming %q", c.cfg, err, c.name)
+		}
+		if _, cerr := store.Connect(c.cfg); !errors.Is(cerr, store.ErrBadConfig) {
+			t.Errorf("Connect %+v: %v, want store.ErrBadConfig", c.cfg, cerr)
+		}
 	}
 }

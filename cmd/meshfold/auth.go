@@ -223,6 +223,21 @@ NAME, any other with auth add-user ROLE.`,
 			if err != nil {
 				return withCode(exitUsage, err)
 			}
+			conn := a.conn
+			if conn.creds == "" && conn.nkey == "" && conn.context == "" {
+				conn.creds = d.CredsPath(auth.SystemUser)
+			}
+			if !noPush {
+				// A creds or TLS file that is missing or malformed is
+				// refused before anything is revoked (exit 2), not after.
+				cfg, err := conn.config("meshfold-auth-revoke", a)
+				if err != nil {
+					return err
+				}
+				if _, err := cfg.Options(); err != nil {
+					return fmt.Errorf("nothing revoked: %w", err)
+				}
+			}
 			if err := d.Revoke(args[0]); errors.Is(err, auth.ErrUnknownUser) || errors.Is(err, auth.ErrSystemUser) {
 				return withCode(exitUsage, err)
 			} else if err != nil {
@@ -232,10 +247,6 @@ NAME, any other with auth add-user ROLE.`,
 			if noPush {
 				fmt.Fprintln(a.stdout, "not pushed (--no-push): running servers still accept it until they load the new account JWT")
 				return nil
-			}
-			conn := a.conn
-			if conn.creds == "" && conn.nkey == "" && conn.context == "" {
-				conn.creds = d.CredsPath(auth.SystemUser)
 			}
 			nc, err := conn.connect("meshfold-auth-revoke", a)
 			if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/rollout/feed"
+	"github.com/meshfold/meshfold/store"
 )
 
 // Exit codes, the same in every command (exitCodesHelp says them to
@@ -41,7 +42,7 @@ var exitCodeTable = []struct {
 }{
 	{exitOK, "done: printed what was asked, or published"},
 	{exitError, "failed, or refused for the state of things: the server cannot be reached, a read or a publish failed, a build is not pushed yet, a rollout verb the rollout would ignore (`promote` of a rollout not `waiting-promote`: its canary not done, or its agent down), a retired node named to `poke`, `pause`, `resume` or `approve`, no agent answered (`logs`)"},
-	{exitUsage, "usage: the command line is wrong (a flag, an argument, a file that does not parse), or it names a node, fleet or event the stream does not hold (`state`, `audit`, `retire`, `rollout status`, `secret put` … of a mistyped name; `want` of a node it holds no event of, unless `--new`), or a module the node's agent does not run (`logs NODE MODULE`); nothing was published. A dry run (`apply --dry-run`) exits as the command itself would"},
+	{exitUsage, "usage: the command line is wrong (a flag, an argument, a file that is missing or does not parse: a want or fleet file, the `--creds`, `--nkey`, `--context` or TLS files), or it names a node, fleet or event the stream does not hold (`state`, `audit`, `retire`, `rollout status`, `secret put` … of a mistyped name; `want` of a node it holds no event of, unless `--new`), or a module the node's agent does not run (`logs NODE MODULE`); nothing was published. A dry run (`apply --dry-run`) exits as the command itself would"},
 	{exitConflict, "conflict: someone else published first (a stale `want --expect`), or an `apply` over nodes another fleet's rollout names, or a `want` on a target of a running rollout (unless `--force`), or a `build rm` of a build that a node's want or have, or a rollout's next steps or revert, still names; nothing was published or removed"},
 }
 
@@ -112,8 +113,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if errors.As(err, &ce) {
 		return ce.code
 	}
-	if isUsage(err) || unknownName(err) {
-		return exitUsage
+	if isUsage(err) || unknownName(err) || errors.Is(err, store.ErrBadConfig) {
+		return exitUsage // a creds, nkey, context or TLS file missing or malformed is the command line's fault too
 	}
 	return exitError
 }
