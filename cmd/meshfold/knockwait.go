@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -40,6 +41,19 @@ func (a *app) awaitKnockAnswers(ctx context.Context, pokes map[string]uint64, wa
 	stream, scfg, err := a.stream.openStream(ctx, js)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "note: whether the provisioners took the knocks could not be read: %v\n", err)
+		return
+	}
+	// A node with no file to fill needs no provisioner: said at once,
+	// not after the wait (a fresh user's finding: poke waited 5 s to say
+	// so).
+	pokes = maps.Clone(pokes)
+	for _, n := range slices.Sorted(maps.Keys(pokes)) {
+		if files, err := declaresFiles(ctx, stream, scfg.Subjects(), n); err == nil && !files {
+			fmt.Fprintf(a.stderr, "poke %s: no provisioner is needed: neither its newest plan nor its newest want declares a file to fill (the poke is stored)\n", n)
+			delete(pokes, n)
+		}
+	}
+	if len(pokes) == 0 {
 		return
 	}
 	answers := map[string]store.KnockAnswer{}
@@ -95,8 +109,8 @@ func (a *app) awaitKnockAnswers(ctx context.Context, pokes map[string]uint64, wa
 			continue
 		}
 		if files, err := query.PlanDeclaresFiles(ctx, stream, scfg.Subjects(), n); err == nil && !files {
-			// Nothing to fill: no provisioner is needed (a poke knocks
-			// every node all the same).
+			// Nothing to fill since the wait began (a want without
+			// files composed meanwhile): no provisioner is needed.
 			fmt.Fprintf(a.stderr, "poke %s: no provisioner answered within %s; none is needed: its newest plan declares no file to fill\n", n, wait)
 			continue
 		}
@@ -109,6 +123,32 @@ func (a *app) awaitKnockAnswers(ctx context.Context, pokes map[string]uint64, wa
 		fmt.Fprintf(a.stderr, "warning: poke %s: %s\n", n, p.Why)
 	}
 }
+
+// declaresFiles reports whether node's newest plan or newest want
+// declares a file for a provisioner to fill (two direct gets): a want
+// not composed yet counts, so that a poke right after it still waits.
+//
+// Errors: the gets', other than for no message.
+func declaresFiles(ctx context.Context, stream store.LastGetter, subj events.Subjects, node string) (bool, error) {
+	files, err := query.PlanDeclaresFiles(ctx, stream, subj, node)
+	if err != nil || files {
+		return files, err
+	}
+	m, err := store.LastMsg(ctx, stream, subj, node, events.KindWant)
+	if errors.Is(err, store.ErrNoMessage) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("node %s: newest want: %w", node, err)
+	}
+	w, ok := m.Event.Payload.(*events.Want)
+	return ok && slices.ContainsFunc(w.Modules, func(wm events.WantModule) bool { return len(wm.Files) > 0 }), nil
+}
+
+// stillWaiting is how long poke waits for the provisioners' answers
+// before it says what it waits for (an answer usually comes in
+// milliseconds: no word then).
+var stillWaiting = 500 * time.Millisecond
 
 // watchAnswers reads the knock answers of filter, as they are and as
 // they change, into answers until every node of pokes has one caused by
@@ -123,12 +163,24 @@ func (a *app) watchAnswers(ctx context.Context, kv jetstream.KeyValue, filter st
 	defer w.Stop()
 	deadline := time.NewTimer(time.Until(start.Add(wait)))
 	defer deadline.Stop()
+	notice := time.NewTimer(min(stillWaiting, wait))
+	defer notice.Stop()
 	for len(took) < len(pokes) {
 		select {
 		case <-ctx.Done():
 			return
 		case <-deadline.C:
 			return
+		case <-notice.C:
+			var left []string
+			for _, n := range slices.Sorted(maps.Keys(pokes)) {
+				if _, ok := took[n]; !ok {
+					left = append(left, n)
+				}
+			}
+			if len(left) > 0 {
+				fmt.Fprintf(a.stderr, "poke: waiting (up to %s; --wait 0 does not) for the provisioner of %s to take the knock the poke brings\n", wait, nameList(left))
+			}
 		case e, ok := <-w.Updates():
 			if !ok {
 				return

@@ -123,8 +123,17 @@ func TestPokeOfANodeWithNoFilesNeedsNoProvisioner(t *testing.T) {
 		t.Fatalf("poke --all: exit %d %q %q", code, out, errOut)
 	}
 	if !strings.Contains(errOut, "warning: poke ace: no provisioner answered") || strings.Contains(errOut, "warning: poke bob") ||
-		!strings.Contains(errOut, "poke bob: no provisioner answered within 3s; none is needed: its newest plan declares no file to fill") {
+		!strings.Contains(errOut, "poke bob: no provisioner is needed: neither its newest plan nor its newest want declares a file to fill") ||
+		!strings.Contains(errOut, "poke: waiting (up to 3s; --wait 0 does not) for the provisioner of ace to take the knock") {
 		t.Errorf("poke --all: stderr:\n%s", errOut)
+	}
+	// Nothing to wait for: bob's answer comes at once, not after the wait
+	// (a fresh user's finding: it came after 5 s).
+	start := time.Now()
+	out, errOut, code = m.cli(t, "poke", "bob", "--by", "alice", "--wait", "1m")
+	if took := time.Since(start); code != 0 || took > 30*time.Second || strings.Contains(errOut, "waiting") ||
+		!strings.Contains(errOut, "poke bob: no provisioner is needed") {
+		t.Errorf("poke bob --wait 1m: exit %d after %s:\n%s%s", code, took, out, errOut)
 	}
 	// Both knocks are stored (poke read them): ace is flagged, bob never.
 	waitfor.Until(t, 30*time.Second, "state and fleet to flag ace", func() bool {
