@@ -39,10 +39,12 @@ approved (required); it is kept in the stream for audit. Prints each
 approval's stream sequence, one line per node; exit 1 if any publish failed,
 2 on a usage error.
 
-A node with no event in the stream is refused (exit 2, nothing published): a
-mistyped name would make a phantom node that 'meshfold fleet' lists. An
-approval may come before the node's first want: --new approves on such a
-node anyway.
+A node the stream holds events of but no want (its agent started) is
+approved with a note: an approval may come before the want. A node with no
+event in the stream at all is refused (exit 2, nothing published): a
+mistyped name would store an approval the real node never sees, and make a
+phantom node that 'meshfold fleet' lists. To approve ahead of a new node's
+first want and its agent's first connection, give --new.
 
 BUILD is checked as 'meshfold want' checks a want's: a build of no build's
 form (neither sha256:<64 hex>, what 'meshfold build push' prints, nor
@@ -55,7 +57,8 @@ names the stored builds nearest to it.
 		Example: `  meshfold approve novox web sha256:9f1c…(64 hex) --by alice   # a bundle build: stored, or refused
   meshfold approve novox nats img:nats-2.10.24 --by alice
   meshfold approve novox ace nats img:nats-2.10.24 --by alice
-  meshfold approve --all nats img:nats-2.10.24 --by alice`,
+  meshfold approve --all nats img:nats-2.10.24 --by alice
+  meshfold approve newbie nats img:nats-2.10.24 --by alice --new   # before newbie's first want and connection`,
 		Args:              cobra.MinimumNArgs(2),
 		ValidArgsFunction: a.completeNodes(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

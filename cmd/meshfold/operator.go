@@ -523,7 +523,11 @@ func (a *app) checkKnown(ctx context.Context, nc *nats.Conn, kind events.Kind, n
 		}
 		if c == 0 {
 			cfg, _ := r.Stream(ctx)
-			return withCode(exitUsage, fmt.Errorf("node %s has no event in stream %s: nothing published (is the name mistyped? 'meshfold fleet' lists the nodes; --new %s it anyway)", n, cfg.Name, kind))
+			how := fmt.Sprintf("--new %s it anyway", kind)
+			if kind == events.KindApprove {
+				how = "to approve ahead of a new node's first want and first connection, give --new"
+			}
+			return withCode(exitUsage, fmt.Errorf("node %s has no event in stream %s: nothing published (is the name mistyped? 'meshfold fleet' lists the nodes; %s)", n, cfg.Name, how))
 		}
 	}
 	return nil

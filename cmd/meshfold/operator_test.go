@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -106,8 +107,11 @@ func TestOperatorVerbsUsage(t *testing.T) {
 
 // A node the stream holds no want of (a mistyped name) is refused by the
 // verbs that would make it a phantom node: exit 2, the node and fleet
-// named, nothing published; --new acts on it anyway. approve still takes
-// it (an approval may come before the want) with a note.
+// named, nothing published; --new acts on it anyway. approve takes a node
+// with events but no want (an approval may come before the want) with a
+// note, and one with no event only with --new, which its refusal names as
+// the way to approve ahead of a node's first connection (a fresh user's
+// finding: docs/operations.md said it took such a node with a note).
 func TestOperatorVerbsRefuseUnknownNode(t *testing.T) {
 	c := newVerbCLI(t)
 	if code, _, stderr := c.run(t, "", "want", "ace", "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
@@ -153,8 +157,18 @@ func TestOperatorVerbsRefuseUnknownNode(t *testing.T) {
 	// approve of a node with no event at all is refused too (issue 25: a
 	// typo makes no node); --new approves ahead of the node's first want.
 	code, _, stderr := c.run(t, "", "approve", "novox", "nats", "img:2", "--by", "x")
-	if code != exitUsage || !strings.Contains(stderr, "node novox has no event") {
+	if code != exitUsage || !strings.Contains(stderr, "node novox has no event") ||
+		!strings.Contains(stderr, "to approve ahead of a new node's first want and first connection, give --new") {
 		t.Errorf("approve of a node with no event: exit %d, stderr %q", code, stderr)
+	}
+	// docs/operations.md shows this refusal as it is.
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := strings.NewReplacer("novox", "newbie", "img:2", "img:2.10", "stream "+c.cfg.Name, "stream MESH").Replace(strings.TrimSpace(stderr))
+	if !strings.Contains(string(doc), "\n"+shown+"\n") {
+		t.Errorf("docs/operations.md does not show approve's refusal as it is:\n%s", shown)
 	}
 	code, _, stderr = c.run(t, "", "approve", "novox", "nats", "img:2", "--by", "x", "--new")
 	if code != 0 || !strings.Contains(stderr, "node novox has no want yet") {
@@ -181,6 +195,10 @@ func TestPauseANodeWithNoWant(t *testing.T) {
 		if _, ok := c.last(t, "fresh", events.Kind(verb)); !ok {
 			t.Errorf("%s fresh: no %s stored", verb, verb)
 		}
+	}
+	// approve takes it with a note (an approval may come before the want).
+	if code, _, stderr := c.run(t, "", "approve", "fresh", "nats", "img:2", "--by", "alice"); code != 0 || !strings.Contains(stderr, "note: node fresh has no want yet") {
+		t.Errorf("approve of a node with an agent and no want: exit %d, %q", code, stderr)
 	}
 	if code, _, stderr := c.run(t, "", "poke", "fresh", "--by", "alice"); code != exitUsage || !strings.Contains(stderr, "node fresh has no want") {
 		t.Errorf("poke of a node with no want: exit %d, %q", code, stderr)
