@@ -50,7 +50,8 @@ the fleet still in progress.
 
 --dry-run prints each target's want difference and the batches, and publishes
 nothing; it refuses what apply would refuse, with the same exit code. Errors
-in the file name the line and the field; a selector that matches no node is a
+in the file are said as FILE:LINE:COLUMN: error: FIELD: what (a syntax error
+where it begins, and what was expected); a selector that matches no node is a
 warning, and so is a canary that holds every target (canary: 9 of 4 targets:
 every target is a canary, and the promote only ends it; both print it).
 
@@ -88,7 +89,10 @@ revert names it.`,
 			}
 			fleet, warnings, err := fleetfile.Parse(data)
 			for _, w := range warnings {
-				fmt.Fprintf(a.stderr, "warning: %s: %v\n", file, w)
+				fmt.Fprintln(a.stderr, w.In(file))
+			}
+			if problems := (fleetfile.Errors)(nil); errors.As(err, &problems) {
+				return withCode(exitUsage, fleetFileError{file, problems})
 			}
 			if err != nil {
 				return withCode(exitUsage, fmt.Errorf("%s: %w", file, err))
@@ -361,3 +365,14 @@ func checkApply(ctx context.Context, a *app, nc *nats.Conn, stream jetstream.Str
 	}
 	return withCode(exitUsage, fmt.Errorf("refused: %s; nothing was published", msg))
 }
+
+// fleetFileError is a fleet file's errors as a compiler says them,
+// file:LINE:COLUMN: error: FIELD: what, one a line, so that an editor
+// jumps to each; it unwraps to the fleetfile.Errors.
+type fleetFileError struct {
+	file string
+	errs fleetfile.Errors
+}
+
+func (e fleetFileError) Error() string { return e.errs.In(e.file) }
+func (e fleetFileError) Unwrap() error { return e.errs }

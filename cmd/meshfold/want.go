@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -178,6 +179,9 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 			fileLabel(file), len(data), events.MaxEventBytes))
 	}
 	w, err := decodeWant(data, time.Now())
+	if pe := (*jsonPosError)(nil); errors.As(err, &pe) {
+		return withCode(exitUsage, fmt.Errorf("%s:%w", fileLabel(file), err)) // file:LINE:COLUMN: …
+	}
 	if err != nil {
 		return withCode(exitUsage, fmt.Errorf("%s: %w", fileLabel(file), err))
 	}
@@ -410,7 +414,11 @@ func decodeWant(data []byte, now time.Time) (*events.Want, error) {
 	var obj map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&obj); err != nil {
-		return nil, fmt.Errorf("not a JSON object: %w", err)
+		err = fmt.Errorf("not a JSON object: %w", err)
+		if t := bytes.TrimSpace(data); len(t) > 0 && t[0] != '{' && t[0] != '[' {
+			err = fmt.Errorf(`%w (want -f takes JSON, {"modules": [...]}; YAML is what apply's fleet files take)`, err)
+		}
+		return nil, atJSONOffset(data, err)
 	}
 	if obj == nil {
 		return nil, errors.New("not a JSON object: null")
@@ -437,6 +445,12 @@ func decodeWant(data []byte, now time.Time) (*events.Want, error) {
 		return nil, &events.FieldError{Field: "modules", Err: fmt.Errorf("%w (write \"modules\": [] to remove every module)", events.ErrMissing)}
 	}
 	if err != nil {
+		// The object decoded was filled in (v, at): a type error's offset
+		// is found again in the file's own bytes.
+		var te *json.UnmarshalTypeError
+		if e := json.NewDecoder(bytes.NewReader(data)).Decode(new(events.Want)); errors.As(e, &te) {
+			return nil, atOffset(data, te.Offset, err)
+		}
 		return nil, err
 	}
 	w := p.(*events.Want)
@@ -444,6 +458,39 @@ func decodeWant(data []byte, now time.Time) (*events.Want, error) {
 		return nil, err
 	}
 	return w, nil
+}
+
+// jsonPosError is an error of a want file at a line and column (from 1,
+// the column in runes): said as "LINE:COLUMN: …", after the file's name.
+type jsonPosError struct {
+	Line, Column int
+	Err          error
+}
+
+func (e *jsonPosError) Error() string { return fmt.Sprintf("%d:%d: %v", e.Line, e.Column, e.Err) }
+func (e *jsonPosError) Unwrap() error { return e.Err }
+
+// atJSONOffset places err at the offset its json.SyntaxError names in
+// data; err as it is without one.
+func atJSONOffset(data []byte, err error) error {
+	var se *json.SyntaxError
+	if !errors.As(err, &se) {
+		return err
+	}
+	return atOffset(data, se.Offset, err)
+}
+
+// atOffset places err at off in data, the offset encoding/json gives:
+// just past the byte at fault.
+func atOffset(data []byte, off int64, err error) error {
+	off = max(0, min(off, int64(len(data))))
+	before := data[:off]
+	if off > 0 {
+		before = data[:off-1]
+	}
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
+	return &jsonPosError{Line: line, Column: col, Err: err}
 }
 
 // noDuplicateKeys refuses a JSON document in which an object names a key

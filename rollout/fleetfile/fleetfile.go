@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -33,7 +34,8 @@ type Fleet struct {
 type Node struct {
 	Name   string
 	Labels map[string]string
-	Line   int
+	// Line and Column are where the node's name is in the file.
+	Line, Column int
 }
 
 // Group is a group of modules and the labels that select its nodes.
@@ -42,29 +44,41 @@ type Group struct {
 	// Select are labels a node must all have; empty selects every node.
 	Select  map[string]string
 	Modules []events.WantModule
-	Line    int
-	// lines of each module, for errors.
-	moduleLines []int
-	modulesLine int
-	selectLine  int
+	// Line and Column are where the group begins in the file.
+	Line, Column int
+	// where each module, the modules and the selector are, for errors.
+	moduleAt  []*yaml.Node
+	modulesAt *yaml.Node
+	selectAt  *yaml.Node
 }
 
-// Problem is one error or warning of a fleet file: where, which field,
+// Problem is one error or warning of a fleet file: where (Line and
+// Column, from 1; Column 0 when only the line is known), which field,
 // what.
 type Problem struct {
-	Line    int
-	Field   string
-	Err     error
-	Warning bool
+	Line, Column int
+	Field        string
+	Err          error
+	Warning      bool
 }
 
+// Error is "LINE:COLUMN: error: FIELD: what" (or "LINE: …" without a
+// column), what a compiler says: prefixed with the file's name
+// ([Problem.In]) an editor jumps to it.
 func (p Problem) Error() string {
 	kind := "error"
 	if p.Warning {
 		kind = "warning"
 	}
-	return fmt.Sprintf("line %d: %s: %s: %v", p.Line, kind, p.Field, p.Err)
+	at := strconv.Itoa(p.Line)
+	if p.Column > 0 {
+		at += ":" + strconv.Itoa(p.Column)
+	}
+	return fmt.Sprintf("%s: %s: %s: %v", at, kind, p.Field, p.Err)
 }
+
+// In is the problem as file:LINE:COLUMN: error: FIELD: what.
+func (p Problem) In(file string) string { return file + ":" + p.Error() }
 
 // Unwrap returns the problem's error.
 func (p Problem) Unwrap() error { return p.Err }
@@ -76,6 +90,15 @@ func (e Errors) Error() string {
 	lines := make([]string, len(e))
 	for i, p := range e {
 		lines[i] = p.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// In is every problem as [Problem.In] says it, one a line.
+func (e Errors) In(file string) string {
+	lines := make([]string, len(e))
+	for i, p := range e {
+		lines[i] = p.In(file)
 	}
 	return strings.Join(lines, "\n")
 }
@@ -98,6 +121,8 @@ var (
 	ErrMatchesNone  = errors.New("selects no owned node")
 	ErrTooBig       = fmt.Errorf("fleet file over %d bytes", MaxFileBytes)
 	ErrLabel        = errors.New("must be 1 to 63 bytes without a control character")
+	ErrSyntax       = errors.New("not YAML")
+	ErrDuplicateKey = errors.New("key appears twice (the last would silently win): write it once")
 )
 
 // Parse reads a fleet file. It returns the fleet and its warnings, or
@@ -110,7 +135,7 @@ func Parse(data []byte) (*Fleet, []Problem, error) {
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, nil, Errors{{Line: yamlLine(err), Field: "file", Err: err}}
+		return nil, nil, Errors{syntaxProblem(data, err)}
 	}
 	p := &parser{f: &Fleet{}}
 	if len(doc.Content) == 0 {
@@ -122,28 +147,97 @@ func Parse(data []byte) (*Fleet, []Problem, error) {
 		p.check()
 	}
 	if len(p.errs) > 0 {
-		slices.SortStableFunc(p.errs, func(a, b Problem) int { return cmp.Compare(a.Line, b.Line) })
+		slices.SortStableFunc(p.errs, func(a, b Problem) int { return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column)) })
 		return nil, nil, p.errs
 	}
 	return p.f, p.warns, nil
 }
 
-// yamlLine digs the line out of a YAML syntax error ("yaml: line 3: …").
-func yamlLine(err error) int {
-	s := err.Error()
-	if i := strings.Index(s, "line "); i >= 0 {
-		n := 0
-		for _, c := range s[i+5:] {
-			if c < '0' || c > '9' {
-				break
-			}
-			n = n*10 + int(c-'0')
-		}
-		if n > 0 {
-			return n
+// syntaxProblem says where a YAML syntax error is, and what was
+// expected there. yaml.v3 gives only a line, counted from where the
+// construct that failed began and most often one short of it, and no
+// column; the place is found instead as the shortest prefix of data that
+// fails the same way (a binary search over the lines, then a walk along
+// the line found): where an unclosed bracket or quote opened, the line
+// whose indentation breaks the mapping, the tab.
+func syntaxProblem(data []byte, err error) Problem {
+	msg := syntaxMessage(err)
+	line, col := locateSyntax(data, msg)
+	e := fmt.Errorf("%w: %s", ErrSyntax, msg)
+	for _, h := range syntaxHints {
+		if strings.Contains(msg, h.problem) {
+			e = fmt.Errorf("%w (%s)", e, h.hint)
+			break
 		}
 	}
-	return 1
+	return Problem{Line: line, Column: col, Field: "file", Err: e}
+}
+
+// syntaxHints say what a yaml.v3 syntax message means for a fleet file.
+var syntaxHints = []struct{ problem, hint string }{
+	{"did not find expected ',' or ']'", "a '[' list not closed by ']', or two items without a ',' between them"},
+	{"did not find expected ',' or '}'", "a '{' mapping not closed by '}', or two entries without a ',' between them"},
+	{"did not find expected key", "a line indented where a key of the mapping above it was expected: check its indentation"},
+	{"tab character", "indent with spaces, never tabs"},
+	{"found unexpected end of stream", "a quote or bracket opened here is never closed"},
+	{"mapping values are not allowed", "a ': ' inside a plain value: quote the value"},
+	{"could not find expected ':'", "a key without ': ' and a value"},
+	{"did not find expected '-' indicator", "a list item not in line with the items above it"},
+	{"did not find expected node content", "a value missing here: a '[' or '{' not closed, or a '-' or key with nothing after it"},
+	{"cannot start any token", "a value starting with a reserved character (@ ` % or a tab): quote it"},
+}
+
+// syntaxMessage is a syntax error's message without "yaml: " and
+// yaml.v3's "line N: ".
+func syntaxMessage(err error) string {
+	s := strings.TrimPrefix(err.Error(), "yaml: ")
+	if rest, ok := strings.CutPrefix(s, "line "); ok {
+		if _, after, ok := strings.Cut(rest, ": "); ok {
+			s = after
+		}
+	}
+	return s
+}
+
+// locateSyntax returns where the shortest prefix of data that fails to
+// parse with msg ends: line and column from 1 (the column in runes), or
+// 1, 0 when no prefix fails that way.
+func locateSyntax(data []byte, msg string) (line, col int) {
+	fails := func(n int) bool {
+		var doc yaml.Node
+		err := yaml.Unmarshal(data[:n], &doc)
+		return err != nil && syntaxMessage(err) == msg
+	}
+	starts := []int{0}
+	for i, c := range data {
+		if c == '\n' && i+1 < len(data) {
+			starts = append(starts, i+1)
+		}
+	}
+	end := func(l int) int {
+		if l+1 < len(starts) {
+			return starts[l+1]
+		}
+		return len(data)
+	}
+	if !fails(len(data)) {
+		return 1, 0
+	}
+	lo, hi := 0, len(starts)-1 // the first line whose end fails
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if fails(end(mid)) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	for c := starts[lo]; c < end(lo); c++ {
+		if fails(c + 1) {
+			return lo + 1, utf8.RuneCount(data[starts[lo] : c+1])
+		}
+	}
+	return lo + 1, 0
 }
 
 type parser struct {
@@ -156,19 +250,31 @@ func (p *parser) fail(line int, field string, err error) {
 	p.errs = append(p.errs, Problem{Line: line, Field: field, Err: err})
 }
 
+// failAt is fail at n's line and column.
+func (p *parser) failAt(n *yaml.Node, field string, err error) {
+	p.errs = append(p.errs, Problem{Line: n.Line, Column: n.Column, Field: field, Err: err})
+}
+
 // mapping walks a mapping node's keys, refusing those not in known.
 func (p *parser) mapping(n *yaml.Node, field string, known []string, each func(key string, k, v *yaml.Node)) {
 	if n.Kind != yaml.MappingNode {
 		if n.Tag == "!!null" {
 			return
 		}
-		p.fail(n.Line, field, fmt.Errorf("%w: want a mapping", ErrShape))
+		p.failAt(n, field, fmt.Errorf("%w: want a mapping", ErrShape))
 		return
 	}
+	seen := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
+		if first, ok := seen[k.Value]; ok {
+			// yaml.v3 keeps both in a node; a decoder keeps the last.
+			p.failAt(k, join(field, k.Value), fmt.Errorf("%w (first at %d:%d)", ErrDuplicateKey, first.Line, first.Column))
+			continue
+		}
+		seen[k.Value] = k
 		if known != nil && !slices.Contains(known, k.Value) {
-			p.fail(k.Line, join(field, k.Value), fmt.Errorf("%w (known: %s)", ErrUnknownField, strings.Join(known, ", ")))
+			p.failAt(k, join(field, k.Value), fmt.Errorf("%w (known: %s)", ErrUnknownField, strings.Join(known, ", ")))
 			continue
 		}
 		each(k.Value, k, v)
@@ -184,7 +290,7 @@ func join(field, key string) string {
 
 func (p *parser) scalar(n *yaml.Node, field string) (string, bool) {
 	if n.Kind != yaml.ScalarNode {
-		p.fail(n.Line, field, fmt.Errorf("%w: want a value", ErrShape))
+		p.failAt(n, field, fmt.Errorf("%w: want a value", ErrShape))
 		return "", false
 	}
 	return n.Value, true
@@ -198,7 +304,7 @@ func (p *parser) top(n *yaml.Node) {
 		case "fleet":
 			if s, ok := p.scalar(v, "fleet"); ok {
 				if !events.ValidName(s) {
-					p.fail(v.Line, "fleet", fmt.Errorf("%s: %w", events.Short(s), events.ErrBadName))
+					p.failAt(v, "fleet", fmt.Errorf("%s: %w", events.Short(s), events.ErrBadName))
 				}
 				p.f.Name = s
 			}
@@ -213,7 +319,7 @@ func (p *parser) top(n *yaml.Node) {
 	if n.Kind == yaml.MappingNode {
 		for _, k := range []string{"fleet", "nodes", "groups"} {
 			if seen[k] == 0 {
-				p.fail(n.Line, k, ErrMissing)
+				p.failAt(n, k, ErrMissing)
 			}
 		}
 	}
@@ -224,12 +330,12 @@ func (p *parser) labels(n *yaml.Node, field string) map[string]string {
 	p.mapping(n, field, nil, func(key string, k, v *yaml.Node) {
 		f := join(field, key)
 		if key == "" || len(key) > events.MaxName || events.HasControl(key) {
-			p.fail(k.Line, f, ErrLabel)
+			p.failAt(k, f, ErrLabel)
 			return
 		}
 		if s, ok := p.scalar(v, f); ok {
 			if len(s) > events.MaxName || events.HasControl(s) {
-				p.fail(v.Line, f, ErrLabel)
+				p.failAt(v, f, ErrLabel)
 				return
 			}
 			out[key] = s
@@ -241,50 +347,50 @@ func (p *parser) labels(n *yaml.Node, field string) map[string]string {
 func (p *parser) nodes(n *yaml.Node) {
 	p.mapping(n, "nodes", nil, func(key string, k, v *yaml.Node) {
 		if !events.ValidName(key) {
-			p.fail(k.Line, "nodes."+key, events.ErrBadName)
+			p.failAt(k, "nodes."+key, events.ErrBadName)
 			return
 		}
 		if slices.ContainsFunc(p.f.Nodes, func(o Node) bool { return o.Name == key }) {
-			p.fail(k.Line, "nodes."+key, events.ErrDuplicate)
+			p.failAt(k, "nodes."+key, events.ErrDuplicate)
 			return
 		}
-		p.f.Nodes = append(p.f.Nodes, Node{Name: key, Labels: p.labels(v, "nodes."+key), Line: k.Line})
+		p.f.Nodes = append(p.f.Nodes, Node{Name: key, Labels: p.labels(v, "nodes."+key), Line: k.Line, Column: k.Column})
 	})
 	if len(p.f.Nodes) > rollout.MaxNodes {
-		p.fail(n.Line, "nodes", fmt.Errorf("%w: %d, the limit is %d (rollout.MaxNodes)", events.ErrTooMany, len(p.f.Nodes), rollout.MaxNodes))
+		p.failAt(n, "nodes", fmt.Errorf("%w: %d, the limit is %d (rollout.MaxNodes)", events.ErrTooMany, len(p.f.Nodes), rollout.MaxNodes))
 	}
 	slices.SortFunc(p.f.Nodes, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
 }
 
 func (p *parser) groups(n *yaml.Node) {
 	if n.Kind != yaml.SequenceNode {
-		p.fail(n.Line, "groups", fmt.Errorf("%w: want a list", ErrShape))
+		p.failAt(n, "groups", fmt.Errorf("%w: want a list", ErrShape))
 		return
 	}
 	for i, g := range n.Content {
 		field := fmt.Sprintf("groups[%d]", i)
-		grp := Group{Line: g.Line, Select: map[string]string{}, selectLine: g.Line}
+		grp := Group{Line: g.Line, Column: g.Column, Select: map[string]string{}, selectAt: g}
 		named := false
 		p.mapping(g, field, []string{"name", "select", "modules"}, func(key string, k, v *yaml.Node) {
 			switch key {
 			case "name":
 				if s, ok := p.scalar(v, field+".name"); ok {
 					if !events.ValidName(s) {
-						p.fail(v.Line, field+".name", fmt.Errorf("%s: %w", events.Short(s), events.ErrBadName))
+						p.failAt(v, field+".name", fmt.Errorf("%s: %w", events.Short(s), events.ErrBadName))
 					}
 					grp.Name, named = s, true
 				}
 			case "select":
-				grp.Select, grp.selectLine = p.labels(v, field+".select"), k.Line
+				grp.Select, grp.selectAt = p.labels(v, field+".select"), k
 			case "modules":
-				grp.modulesLine = k.Line
+				grp.modulesAt = k
 				p.modules(v, field+".modules", &grp)
 			}
 		})
 		if !named {
-			p.fail(g.Line, field+".name", ErrMissing)
+			p.failAt(g, field+".name", ErrMissing)
 		} else if slices.ContainsFunc(p.f.Groups, func(o Group) bool { return o.Name == grp.Name }) {
-			p.fail(g.Line, field+".name", fmt.Errorf("%s: %w", grp.Name, events.ErrDuplicate))
+			p.failAt(g, field+".name", fmt.Errorf("%s: %w", grp.Name, events.ErrDuplicate))
 		}
 		p.f.Groups = append(p.f.Groups, grp)
 	}
@@ -292,7 +398,7 @@ func (p *parser) groups(n *yaml.Node) {
 
 func (p *parser) modules(n *yaml.Node, field string, g *Group) {
 	if n.Kind != yaml.SequenceNode {
-		p.fail(n.Line, field, fmt.Errorf("%w: want a list", ErrShape))
+		p.failAt(n, field, fmt.Errorf("%w: want a list", ErrShape))
 		return
 	}
 	for i, mn := range n.Content {
@@ -317,7 +423,7 @@ func (p *parser) modules(n *yaml.Node, field string, g *Group) {
 			case "provisioner", "requires_approval", "hold":
 				var b bool
 				if err := v.Decode(&b); err != nil {
-					p.fail(v.Line, ff, fmt.Errorf("%w: want true or false", ErrShape))
+					p.failAt(v, ff, fmt.Errorf("%w: want true or false", ErrShape))
 					return
 				}
 				switch key {
@@ -333,13 +439,13 @@ func (p *parser) modules(n *yaml.Node, field string, g *Group) {
 			}
 		})
 		g.Modules = append(g.Modules, m)
-		g.moduleLines = append(g.moduleLines, mn.Line)
+		g.moduleAt = append(g.moduleAt, mn)
 	}
 }
 
 func (p *parser) files(n *yaml.Node, field string) []events.File {
 	if n.Kind != yaml.SequenceNode {
-		p.fail(n.Line, field, fmt.Errorf("%w: want a list", ErrShape))
+		p.failAt(n, field, fmt.Errorf("%w: want a list", ErrShape))
 		return nil
 	}
 	var out []events.File
@@ -389,14 +495,14 @@ func (p *parser) rollout(n *yaml.Node) {
 				err = fmt.Errorf("%s 0: %w", key, rollout.ErrBadAmount)
 			}
 			if err != nil {
-				p.fail(v.Line, field, err)
+				p.failAt(v, field, err)
 				return
 			}
 			*target = a
 		case "min_healthy", "healthy_deadline":
 			d, err := time.ParseDuration(s)
 			if err != nil || d < 0 || d > rollout.MaxDuration || (key == "healthy_deadline" && d == 0) {
-				p.fail(v.Line, field, fmt.Errorf("%s: %w", strconv.Quote(s), rollout.ErrBadDuration))
+				p.failAt(v, field, fmt.Errorf("%s: %w", strconv.Quote(s), rollout.ErrBadDuration))
 				return
 			}
 			if key == "min_healthy" {
@@ -406,7 +512,7 @@ func (p *parser) rollout(n *yaml.Node) {
 			}
 		case "auto_revert":
 			if err := v.Decode(&r.AutoRevert); err != nil {
-				p.fail(v.Line, field, fmt.Errorf("%w: want true or false", ErrShape))
+				p.failAt(v, field, fmt.Errorf("%w: want true or false", ErrShape))
 			}
 		}
 	})
@@ -418,22 +524,22 @@ func (p *parser) rollout(n *yaml.Node) {
 func (p *parser) check() {
 	for gi, g := range p.f.Groups {
 		if err := rollout.CheckWant(g.Modules); err != nil {
-			line, field := g.Line, fmt.Sprintf("groups[%d]", gi)
+			at, field := &yaml.Node{Line: g.Line, Column: g.Column}, fmt.Sprintf("groups[%d]", gi)
 			var fe *events.FieldError
 			if errors.As(err, &fe) {
 				field += "." + fe.Field
 				var i int
-				if _, e := fmt.Sscanf(fe.Field, "modules[%d]", &i); e == nil && i < len(g.moduleLines) {
-					line = g.moduleLines[i]
-				} else if g.modulesLine > 0 {
-					line = g.modulesLine
+				if _, e := fmt.Sscanf(fe.Field, "modules[%d]", &i); e == nil && i < len(g.moduleAt) {
+					at = g.moduleAt[i]
+				} else if g.modulesAt != nil {
+					at = g.modulesAt
 				}
 				err = fe.Err
 				if fe.Value != "" {
 					err = fmt.Errorf("%s: %w", events.Short(fe.Value), fe.Err)
 				}
 			}
-			p.fail(line, field, err)
+			p.failAt(at, field, err)
 		}
 		matched := false
 		for _, n := range p.f.Nodes {
@@ -443,7 +549,7 @@ func (p *parser) check() {
 			}
 		}
 		if !matched {
-			p.warns = append(p.warns, Problem{Line: g.selectLine, Field: fmt.Sprintf("groups[%d].select", gi), Err: ErrMatchesNone, Warning: true})
+			p.warns = append(p.warns, Problem{Line: g.selectAt.Line, Column: g.selectAt.Column, Field: fmt.Sprintf("groups[%d].select", gi), Err: ErrMatchesNone, Warning: true})
 		}
 	}
 	if len(p.errs) > 0 {
@@ -457,7 +563,7 @@ func (p *parser) check() {
 			}
 			for mi, m := range g.Modules {
 				if first, ok := from[m.Name]; ok {
-					p.fail(g.moduleLines[mi], fmt.Sprintf("groups[%d].modules[%d].name", gi, mi),
+					p.failAt(g.moduleAt[mi], fmt.Sprintf("groups[%d].modules[%d].name", gi, mi),
 						fmt.Errorf("%w: %s is in groups %s and %s of node %s", ErrTwoGroups, m.Name, p.f.Groups[first].Name, g.Name, n.Name))
 					continue
 				}
@@ -468,7 +574,7 @@ func (p *parser) check() {
 			continue
 		}
 		if err := rollout.CheckWant(p.f.want(n)); err != nil {
-			p.fail(n.Line, "nodes."+n.Name, fmt.Errorf("its want (the union of its groups): %w", err))
+			p.failAt(&yaml.Node{Line: n.Line, Column: n.Column}, "nodes."+n.Name, fmt.Errorf("its want (the union of its groups): %w", err))
 		}
 	}
 }

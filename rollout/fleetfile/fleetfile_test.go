@@ -98,24 +98,36 @@ func TestErrors(t *testing.T) {
 		want       string
 	}{
 		{"two groups", "fleet: web\nnodes:\n  ace: {role: db}\ngroups:\n  - name: base\n    select: {}\n    modules:\n      - {name: web, build: b1}\n  - name: db\n    select: {role: db}\n    modules:\n      - {name: web, build: b2}\n",
-			fleetfile.ErrTwoGroups, "line 12: error: groups[1].modules[0].name: module in two of the node's groups: web is in groups base and db of node ace"},
+			fleetfile.ErrTwoGroups, "12:9: error: groups[1].modules[0].name: module in two of the node's groups: web is in groups base and db of node ace"},
 		{"unknown field", "fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: base\n    modules:\n      - {name: web, biuld: b1}\n",
-			fleetfile.ErrUnknownField, "line 6: error: groups[0].modules[0].biuld: unknown field"},
+			fleetfile.ErrUnknownField, "6:21: error: groups[0].modules[0].biuld: unknown field"},
 		{"unknown top field", "fleet: web\nnodes: {ace: {}}\ngroups: []\nrolout: {batch: 2}\n",
-			fleetfile.ErrUnknownField, "line 4: error: rolout: unknown field"},
+			fleetfile.ErrUnknownField, "4:1: error: rolout: unknown field"},
 		{"bad path", "fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: base\n    modules:\n      - name: web\n        build: b1\n        files: [{path: relative, mode: \"0600\"}]\n",
-			events.ErrBadPath, `line 6: error: groups[0].modules[0].files[0].path: "relative": must be absolute`},
+			events.ErrBadPath, `6:9: error: groups[0].modules[0].files[0].path: "relative": must be absolute`},
 		{"over the limits", "fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: base\n    modules:\n" + many.String(),
-			events.ErrTooMany, "line 5: error: groups[0].modules: too many: 33, the limit is 32 (events.MaxModules)"},
+			events.ErrTooMany, "5:5: error: groups[0].modules: too many: 33, the limit is 32 (events.MaxModules)"},
 		{"union over the limits", "fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: a\n    modules:\n      - {name: p, build: b, provisioner: true}\n  - name: b\n    modules:\n      - {name: q, build: b, provisioner: true}\n",
-			events.ErrProvisioners, "line 2: error: nodes.ace: its want (the union of its groups): modules[1].provisioner"},
+			events.ErrProvisioners, "2:9: error: nodes.ace: its want (the union of its groups): modules[1].provisioner"},
 		{"bad amount", "fleet: web\nnodes: {ace: {}}\ngroups: []\nrollout:\n  batch: 0\n",
-			rollout.ErrBadAmount, "line 5: error: rollout.batch: batch 0"},
+			rollout.ErrBadAmount, "5:10: error: rollout.batch: batch 0"},
 		{"bad duration", "fleet: web\nnodes: {ace: {}}\ngroups: []\nrollout:\n  min_healthy: soon\n",
-			rollout.ErrBadDuration, `line 5: error: rollout.min_healthy: "soon"`},
-		{"missing fleet", "nodes: {ace: {}}\ngroups: []\n", fleetfile.ErrMissing, "line 1: error: fleet: required"},
-		{"bad node", "fleet: web\nnodes: {Ace: {}}\ngroups: []\n", events.ErrBadName, "line 2: error: nodes.Ace"},
-		{"not yaml", "fleet: [\n", nil, "line 1: error: file: yaml: line 1"},
+			rollout.ErrBadDuration, `5:16: error: rollout.min_healthy: "soon"`},
+		{"missing fleet", "nodes: {ace: {}}\ngroups: []\n", fleetfile.ErrMissing, "1:1: error: fleet: required"},
+		{"bad node", "fleet: web\nnodes: {Ace: {}}\ngroups: []\n", events.ErrBadName, "2:9: error: nodes.Ace"},
+		// A syntax error names where it begins, line and column (yaml.v3
+		// says "line N" one short, no column), and what was expected (a
+		// fresh user's finding: "line 9: error: file: yaml: line 9: …").
+		{"not yaml", "fleet: [\n", fleetfile.ErrSyntax, "1:8: error: file: not YAML: did not find expected node content"},
+		{"unclosed list", "fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: base\n    modules:\n      - name: web\n        runs_as: [web\nrollout:\n  batch: 1\n",
+			fleetfile.ErrSyntax, "7:19: error: file: not YAML: did not find expected ',' or ']' (a '[' list not closed by ']', or two items without a ',' between them)"},
+		{"unclosed mapping", "fleet: web\nnodes:\n  ace: {role: web\n", fleetfile.ErrSyntax, "3:9: error: file: not YAML: did not find expected ',' or '}'"},
+		{"bad indentation", "fleet: web\nnodes:\n  ace:\n    role: web\n   bad: x\n", fleetfile.ErrSyntax,
+			"5:4: error: file: not YAML: did not find expected key (a line indented where a key of the mapping above it was expected: check its indentation)"},
+		{"tab", "fleet: web\nrollout:\n  batch: 1\n\tcanary: 1\n", fleetfile.ErrSyntax, "4:1: error: file: not YAML: found a tab character that violates indentation (indent with spaces, never tabs)"},
+		{"unclosed quote", "fleet: \"web\nnodes: {}\n", fleetfile.ErrSyntax, "1:8: error: file: not YAML: found unexpected end of stream"},
+		{"duplicate key", "fleet: web\nnodes:\n  ace: {}\n  ace: {role: db}\ngroups: []\n", fleetfile.ErrDuplicateKey, "4:3: error: nodes.ace: key appears twice (the last would silently win): write it once (first at 3:3)"},
+		{"duplicate top key", "fleet: web\nfleet: api\nnodes: {ace: {}}\ngroups: []\n", fleetfile.ErrDuplicateKey, "2:1: error: fleet: key appears twice"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, _, err := fleetfile.Parse([]byte(c.file))
@@ -138,10 +150,10 @@ func TestSelectorMatchingNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(warns) != 1 || !errors.Is(warns[0], fleetfile.ErrMatchesNone) || warns[0].Line != 5 {
+	if len(warns) != 1 || !errors.Is(warns[0], fleetfile.ErrMatchesNone) || warns[0].Line != 5 || warns[0].Column != 5 {
 		t.Fatalf("warnings %v", warns)
 	}
-	if got := warns[0].Error(); got != "line 5: warning: groups[0].select: selects no owned node" {
+	if got := warns[0].Error(); got != "5:5: warning: groups[0].select: selects no owned node" {
 		t.Fatalf("warning %q", got)
 	}
 }
