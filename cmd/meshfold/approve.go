@@ -54,7 +54,7 @@ a sha256: build the builds bucket does not hold is refused with exit 1
 names the stored builds nearest to it.
 
 ` + allRetiredHelp,
-		Example: `  meshfold approve novox web sha256:9f1c…(64 hex) --by alice   # a bundle build: stored, or refused
+		Example: `  meshfold approve novox web "$BUILD" --by alice   # a bundle build (BUILD=$(meshfold build push …)): stored, or refused
   meshfold approve novox nats img:nats-2.10.24 --by alice
   meshfold approve novox ace nats img:nats-2.10.24 --by alice
   meshfold approve --all nats img:nats-2.10.24 --by alice

@@ -22,6 +22,11 @@ func newAuthCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "auth",
 		Short: "Issue and revoke least-privilege NATS credentials for every role",
+		Example: `  meshfold auth init --dir ./mesh-auth
+  meshfold auth add-node ace --dir ./mesh-auth
+  meshfold serve --auth ./mesh-auth --data ./data
+  meshfold fleet --creds ./mesh-auth/creds/operator.creds
+  meshfold auth revoke node-ace --dir ./mesh-auth --no-push   # files only: a server started later refuses it`,
 		Long: `auth manages an auth directory: a NATS operator, a system account, the mesh
 account (JetStream enabled, within limits) and one user per role, each with a
 creds file holding only the permissions its role needs (decentralized JWT

@@ -24,6 +24,10 @@ func newBuildCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "build",
 		Short: "Module bundles in the object store: push, ls, rm",
+		Example: `  BUILD=$(meshfold build push ./mesh-build-go)   # an executable, or a directory with meshfold.json
+  meshfold build ls
+  meshfold want ace -f ace.json --new            # a want whose module says "build": "$BUILD"
+  meshfold build rm "$BUILD"                     # refused, exit 3: ace's want names it`,
 		Long: `build manages module bundles (DESIGN.md §8). A bundle is a tar.gz with a
 manifest, meshfold.json, at its top; its build is "sha256:<hex>" of its bytes,
 and it is kept in the JetStream object store bucket <stream>_BUILDS (MESH_BUILDS
@@ -77,7 +81,7 @@ same content gives the same build, and pushing it again stores nothing new.
 The bucket is created on the first push.`,
 		Example: `  meshfold build push ./mesh-build-go            # an executable
   meshfold build push ./bundles/mesh-build-go/   # a directory with meshfold.json
-  BUILD=$(meshfold build push ./x) && echo "$BUILD"`,
+  BUILD=$(meshfold build push ./mesh-build-go) && echo "$BUILD"`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runBuildPush(cmd.Context(), a, args[0], asJSON)
@@ -240,9 +244,9 @@ which checks its builds again once published (exit 1 too). On a
 replicated stream a replica behind its leader may answer that check, so
 rm a build only once nobody is about to name it (docs/architecture.md,
 "build rm's window").`,
-		Example: `  meshfold build rm sha256:9f1c...
-  meshfold build ls -o json | jq -r .build   # the builds stored, newest first
-  meshfold build rm sha256:9f1c... --force   # named still: remove it anyway`,
+		Example: `  meshfold build ls -o json | jq -r .build   # the builds stored, newest first
+  meshfold build rm "$BUILD"                 # refused, exit 3, while a want, a have or a rollout names it
+  meshfold build rm "$BUILD" --force         # named still: remove it anyway`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runBuildRm(cmd.Context(), a, args[0], force)

@@ -225,7 +225,7 @@ usage error.
 
 ` + newNodeHelp,
 		Example: `  meshfold revoke novox nats img:nats-2.10.24 --by alice
-  meshfold revoke novox web sha256:9f1c…(64 hex) --by alice --allow-missing-build   # its bundle was removed since`,
+  meshfold revoke novox web "$BUILD" --by alice --allow-missing-build   # its bundle was removed since`,
 		Args:              cobra.ExactArgs(3),
 		ValidArgsFunction: a.completeNodes(1),
 	}

@@ -27,6 +27,10 @@ func newSecretCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "secret",
 		Short: "Sealed per-node secrets for 'provision --from sealed': put, ls, rm",
+		Example: `  meshfold secret put ace mesh-build-go /run/mesh-build-go/broker.creds -f broker.creds --by alice
+  meshfold secret ls ace
+  meshfold provision ace --from sealed --account prov --trust-from ./data   # on ace: fills it
+  meshfold secret rm ace mesh-build-go /run/mesh-build-go/broker.creds --by alice`,
 		Long: `secret manages sealed secrets (DESIGN.md §12). A secret is the content of one
 filled file (node, module, path), sealed to that node's provisioner curve key
 (X25519 with XSalsa20-Poly1305, as nkeys' xkeys) and stored as ciphertext
