@@ -71,8 +71,29 @@ func TestErrorPages(t *testing.T) {
 			t.Errorf("/?need=bogus does not link the need %s:\n%s", n, body)
 		}
 	}
-	if code, _ := fx.get(t, "/events?need=bogus"); code != http.StatusBadRequest {
+	if code, body := fx.get(t, "/events?need=bogus"); code != http.StatusBadRequest {
 		t.Errorf("/events?need=bogus: %d, want 400", code)
+	} else {
+		house("/events?need=bogus", code, body)
+	}
+	// Every 400 is the house page with a way back: the same page without
+	// the parameter that is wrong, or the fleet (a fresh user's finding:
+	// they were net/http's bare text).
+	for _, c := range []struct{ path, says, back string }{
+		{"/node/ace?why=abc", `why: &#34;abc&#34; is not a stream sequence`, `href="/node/ace"`},
+		{"/node/ace?why=0&axis=time", `why: &#34;0&#34; is not a stream sequence`, `href="/node/ace?axis=time"`},
+		{"/node/ace?from=garbage&to=5", "from: ", `href="/node/ace?to=5"`},
+		{"/node/ace?to=garbage", "to: ", `href="/node/ace"`},
+		{"/node/ace?as_of=garbage", "as_of: ", `href="/node/ace"`},
+		{"/node/Not_A_Node!", `node &#34;Not_A_Node!&#34;`, `class="back" href="/"`},
+		{"/node/ace/events?after=x", `after: &#34;x&#34; is not a stream sequence`, `href="/node/ace"`},
+		{"/node/Bad!/events?after=1", `node &#34;Bad!&#34;`, `class="back" href="/"`},
+	} {
+		code, body := fx.get(t, c.path)
+		if code != http.StatusBadRequest || !strings.Contains(body, c.says) || !strings.Contains(body, `class="back"`) || !strings.Contains(body, c.back) {
+			t.Errorf("GET %s: %d, want 400 saying %q with a way back %s:\n%s", c.path, code, c.says, c.back, body)
+		}
+		house(c.path, code, body)
 	}
 	if code, body := fx.get(t, "/?need=source"); code != http.StatusOK || !strings.Contains(body, "ace") {
 		t.Errorf("/?need=source: %d", code)

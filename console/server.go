@@ -197,11 +197,21 @@ func (c *Console) renderStatus(w http.ResponseWriter, status int, name string, d
 
 // errorView is the house error page (error.html): a title, what is wrong,
 // and, for a query value that is not one, the valid values, each a link
-// (Base followed by the value).
+// (Base followed by the value); Back is the page to go back to (the same
+// page without what was wrong), named BackText.
 type errorView struct {
-	Title, Error string
-	Valid        []string
-	Base         string
+	Title, Error   string
+	Valid          []string
+	Base           string
+	Back, BackText string
+}
+
+// badRequest answers 400 with the house error page: the console's
+// header, title, what is wrong and a way back (back, named backText),
+// never net/http's bare text (a fresh user's finding). msg names only
+// what the request said: never a file's content.
+func (c *Console) badRequest(w http.ResponseWriter, title, msg, back, backText string) {
+	c.renderStatus(w, http.StatusBadRequest, "error.html", errorView{Title: title, Error: msg, Back: back, BackText: backText})
 }
 
 // notFound answers a path the console has no page for with the house
@@ -214,22 +224,19 @@ func (c *Console) notFound(w http.ResponseWriter, r *http.Request) {
 // badNeed answers a fleet page asked for a need that is none of
 // audit.FleetNeeds: 400, the valid values listed, each a link. ok is
 // false when it answered.
-func (c *Console) badNeed(w http.ResponseWriter, r *http.Request, page bool) (ok bool) {
+func (c *Console) badNeed(w http.ResponseWriter, r *http.Request) (ok bool) {
 	need := r.URL.Query().Get("need")
 	if need == "" || slices.Contains(audit.FleetNeeds, need) {
 		return true
 	}
 	msg := fmt.Sprintf("need %q is no need the fleet names: one of %s", need, strings.Join(audit.FleetNeeds, ", "))
-	if !page {
-		http.Error(w, msg, http.StatusBadRequest)
-		return false
-	}
-	c.renderStatus(w, http.StatusBadRequest, "error.html", errorView{Title: "No such need", Error: msg, Valid: audit.FleetNeeds, Base: "/?need="})
+	c.renderStatus(w, http.StatusBadRequest, "error.html", errorView{Title: "No such need", Error: msg, Valid: audit.FleetNeeds, Base: "/?need=",
+		Back: "/", BackText: "the whole fleet"})
 	return false
 }
 
 func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request) {
-	if !c.badNeed(w, r, true) {
+	if !c.badNeed(w, r) {
 		return
 	}
 	c.render(w, "fleet.html", c.fleet.page(parseFleetQuery(r.URL.Query()), c.cfg.Now(), c.cfg.Stale))
@@ -249,7 +256,7 @@ const minFrameGap = time.Second
 // and every keepAlive. The rows come from the fleet's shared index,
 // made at most once a second however many pages are open.
 func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request) {
-	if !c.badNeed(w, r, false) {
+	if !c.badNeed(w, r) {
 		return
 	}
 	fl, ok := w.(http.Flusher)
@@ -332,8 +339,12 @@ func (c *Console) nodeEvents(w http.ResponseWriter, r *http.Request) {
 	case !ok:
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
-	case !events.ValidName(node) || err != nil:
-		http.Error(w, "node and after=SEQ", http.StatusBadRequest)
+	case !events.ValidName(node):
+		c.badRequest(w, "No such node", fmt.Sprintf("node %q: %v", node, events.ErrBadName), "/", "the fleet")
+		return
+	case err != nil:
+		c.badRequest(w, "Bad request", fmt.Sprintf("after: %q is not a stream sequence (1, 2, …): the live stream of a node page is /node/NAME/events?after=SEQ", r.URL.Query().Get("after")),
+			"/node/"+url.PathEscape(node), "node "+node)
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -454,15 +465,29 @@ type zoomLinks struct {
 func (c *Console) nodePage(w http.ResponseWriter, r *http.Request) {
 	node := r.PathValue("node")
 	if !events.ValidName(node) {
-		http.Error(w, fmt.Sprintf("node %q: %v", node, events.ErrBadName), http.StatusBadRequest)
+		c.badRequest(w, "No such node", fmt.Sprintf("node %q: %v", node, events.ErrBadName), "/", "the fleet")
 		return
 	}
 	qs := r.URL.Query()
 	q := nodeQuery{From: qs.Get("from"), To: qs.Get("to"), AsOf: qs.Get("as_of"), ByTime: qs.Get("axis") == "time"}
+	// A parameter that is wrong is said on the house page, with a way
+	// back to the same page without it.
+	without := func(bad string) string {
+		qq := q
+		switch bad {
+		case "from":
+			qq.From = ""
+		case "to":
+			qq.To = ""
+		case "as_of":
+			qq.AsOf = ""
+		}
+		return qq.url(node)
+	}
 	if s := qs.Get("why"); s != "" {
 		n, err := strconv.ParseUint(strings.TrimPrefix(s, "#"), 10, 64)
 		if err != nil || n == 0 {
-			http.Error(w, "why: a stream sequence (1, 2, …)", http.StatusBadRequest)
+			c.badRequest(w, "Bad request", fmt.Sprintf("why: %q is not a stream sequence (1, 2, …)", s), without("why"), "node "+node)
 			return
 		}
 		q.Why = n
@@ -473,7 +498,7 @@ func (c *Console) nodePage(w http.ResponseWriter, r *http.Request) {
 		}
 		b, err := audit.ParseBound(s)
 		if err != nil {
-			http.Error(w, name+": "+err.Error(), http.StatusBadRequest)
+			c.badRequest(w, "Bad request", name+": "+err.Error(), without(name), "node "+node)
 			return nil, false
 		}
 		return &b, true
@@ -487,7 +512,8 @@ func (c *Console) nodePage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	h, err := c.cfg.Source.History(ctx, node, query.Bounds{Until: asOf})
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
+		c.renderStatus(w, http.StatusBadGateway, "error.html", errorView{Title: "The stream cannot be read", Error: err.Error(),
+			Back: q.url(node), BackText: "try node " + node + " again"})
 		return
 	}
 	if len(h.Events) == 0 && asOf == nil {

@@ -322,4 +322,26 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("as of the refusal the state owes nothing:\n%s", asOf)
 	}
 	noSecret(t, b, "as-of")
+
+	// A link or address that is wrong gets the house page: the console's
+	// header, what is wrong, and a way back that leads to the same page
+	// without it (a fresh user's finding: bare text, no way back).
+	for _, c := range []struct{ path, says, back string }{
+		{fmt.Sprintf("/node/ace?as_of=%d&why=abc", refusal.Seq), `why: "abc" is not a stream sequence`, fmt.Sprintf("/node/ace?as_of=%d", refusal.Seq)},
+		{"/node/ace?from=yesterday-ish", "from: ", "/node/ace"},
+		{"/node/Ace!", `node "Ace!"`, "/"},
+	} {
+		step(t, b, "open "+c.path, chromedp.Navigate(srvURL+c.path))
+		if head := step(t, b, "the error page's header", chromedp.Text(chromedp.CSS("header.top a.brand"))); head != "meshfold" {
+			t.Errorf("%s: no console header (%q)", c.path, head)
+		}
+		if msg := step(t, b, "the error", chromedp.Text(chromedp.CSS("p.error"))); !strings.Contains(msg, c.says) {
+			t.Errorf("%s: the page says %q, not %q", c.path, msg, c.says)
+		}
+		noSecret(t, b, "error "+c.path)
+		step(t, b, "go back", chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Click(chromedp.CSS("a.back"))))
+		if at := step(t, b, "where back leads", chromedp.Evaluate[string](`location.pathname + location.search`)); at != c.back {
+			t.Errorf("%s: back leads to %q, want %q", c.path, at, c.back)
+		}
+	}
 }
