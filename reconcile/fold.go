@@ -309,10 +309,11 @@ func healthSince(prev, h *HaveRecord) []time.Time {
 	return out
 }
 
-// agent records the node's agent up or down (DESIGN.md §11 "Liveness").
-// It emits nothing: the event itself is the record `audit` and `fleet`
-// read. An up after a have already brought the agent back keeps that
-// have's moment, the earlier sign of life.
+// agent records the node's agent up or down (DESIGN.md §11 "Liveness"):
+// the event itself is the record `audit` and `fleet` read. It emits only
+// the knock of an agent back (agentBack). An up after a have already
+// brought the agent back keeps that have's moment, the earlier sign of
+// life, and knocks no second time.
 func (f *folder) agent(p *events.Agent) {
 	up := p.State == events.AgentUp
 	if a := f.s.Agent; up && a != nil && a.Up && a.Claim == "" {
