@@ -283,6 +283,12 @@ type Plan struct {
 	Modules            []PlanModule `json:"modules"`
 }
 
+// DeclaresFiles reports whether any of a plan's rows declares a file:
+// whether the node has anything for a provisioner to fill.
+func DeclaresFiles(rows []PlanModule) bool {
+	return slices.ContainsFunc(rows, func(m PlanModule) bool { return len(m.Files) > 0 })
+}
+
 // Module returns the plan's row for name, or nil.
 func (p *Plan) Module(name string) *PlanModule {
 	if p == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -217,7 +216,7 @@ func (k *KnockCheck) readKnockPass(ctx context.Context) (*knockPass, error) {
 				return nil
 			}
 			pl, ok := ev.Payload.(*events.Plan)
-			p.files[ev.Node] = passPlan{seq: seq, files: ok && slices.ContainsFunc(pl.Modules, func(pm events.PlanModule) bool { return len(pm.Files) > 0 })}
+			p.files[ev.Node] = passPlan{seq: seq, files: ok && events.DeclaresFiles(pl.Modules)}
 			return nil
 		}); err != nil {
 			k.passErr = fmt.Errorf("every node's newest plan: %w", err)
@@ -340,5 +339,5 @@ func PlanDeclaresFiles(ctx context.Context, stream store.LastGetter, subj events
 		return false, fmt.Errorf("node %s: newest plan: %w", node, err)
 	}
 	p, ok := m.Event.Payload.(*events.Plan)
-	return ok && slices.ContainsFunc(p.Modules, func(pm events.PlanModule) bool { return len(pm.Files) > 0 }), nil
+	return ok && events.DeclaresFiles(p.Modules), nil
 }

@@ -345,22 +345,12 @@ func (f *folder) agentBack() {
 	if f.n[1] > 0 {
 		return // this event knocked already: every knock fills every file
 	}
-	if s.Retire != nil || s.Settled == nil || !declaresFiles(s.Settled.Modules) {
+	if s.Retire != nil || s.Settled == nil || !events.DeclaresFiles(s.Settled.Modules) {
 		return
 	}
 	reasons := []events.KnockReason{events.KnockAgent}
 	s.LastKnock = &KnockRecord{Cause: f.ev.Seq, Reasons: reasons, Owed: []events.Owed{}}
 	f.emit(events.KindKnock, &events.Knock{Cause: f.ev.Seq, Reasons: reasons, Owed: []events.Owed{}})
-}
-
-// declaresFiles reports whether any row of a plan declares a file.
-func declaresFiles(rows []events.PlanModule) bool {
-	for _, r := range rows {
-		if len(r.Files) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // prov records the node's provisioner client up or down (its lease, as

@@ -95,7 +95,7 @@ func (v View) ProvisionerDown() *AgentRecord { return provisionerDown(v.Provisio
 func (s *State) ProvisionerDown() *AgentRecord {
 	files := false
 	if e := s.Emitted(); e != nil {
-		files = slices.ContainsFunc(e.Modules, func(m events.PlanModule) bool { return len(m.Files) > 0 })
+		files = events.DeclaresFiles(e.Modules)
 	}
 	return provisionerDown(s.Provisioner, files)
 }
