@@ -46,19 +46,21 @@ func (s *Sealed) PublicKey() string { return s.pub }
 //
 // Errors: [ErrNoSource] when none is stored; a [*RemovedError] when
 // `secret rm` removed it (no later source is consulted); store.ErrSealedToOther,
-// store.ErrCannotOpen (a secret that exists but does not open: no later
-// source is consulted either); the bucket's read.
+// store.ErrCannotOpen (a secret that exists but does not open, or a
+// record that does not decode: no later source is consulted either); the
+// bucket's read failing, which keeps the later sources out too (it may
+// hold a put: errSealedUnread).
 func (s *Sealed) Content(ctx context.Context, node, module, path string) ([]byte, error) {
 	e, err := s.kv.Get(ctx, store.SecretKey(node, module, path))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, &NoSourceError{Where: "sealed " + store.SecretKey(node, module, path), Why: "no sealed secret"}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sealed secret: %w", err)
+		return nil, fmt.Errorf("sealed secret: %w: %w", errSealedUnread, err)
 	}
 	rec, err := store.DecodeSealedSecret(e.Value())
 	if err != nil {
-		return nil, err
+		return nil, err // store.ErrCannotOpen
 	}
 	if rec.Removed {
 		return nil, &RemovedError{Where: "sealed " + store.SecretKey(node, module, path), By: rec.By, At: rec.At}

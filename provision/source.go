@@ -216,12 +216,29 @@ func firstLine(b []byte) string {
 // open: the file keeps what it holds.
 const notConsulted = "the sources after it are not consulted (an older content must not come back): the file keeps its content until 'meshfold secret put' seals it to this provisioner's key"
 
-// unopenable reports whether err is a sealed secret that exists but does
-// not open with this provisioner's key (store.ErrSealedToOther,
-// store.ErrCannotOpen): like a removal, it stops the fall-through to the
-// later sources.
-func unopenable(err error) bool {
-	return errors.Is(err, store.ErrSealedToOther) || errors.Is(err, store.ErrCannotOpen)
+// notConsultedUnread ends the why of a sealed source whose bucket could
+// not be read: it may hold a put.
+const notConsultedUnread = "the sources after it are not consulted while the sealed secrets cannot be read (a put there may be newer than what they hold): the file keeps its content until a pass reads them"
+
+// errSealedUnread marks a failed read of the sealed secrets bucket (no
+// answer: an election, a loaded server; a denial): whether it holds a
+// put for the file is not known.
+var errSealedUnread = errors.New("the sealed secrets bucket was not read")
+
+// keepsLaterOut reports whether err stops the fall-through to the later
+// sources, as a removal does, and the why's ending that says so: a sealed
+// secret that exists but does not open with this provisioner's key
+// (store.ErrSealedToOther, store.ErrCannotOpen), or a sealed source that
+// could not be read (errSealedUnread). What a later source holds may be
+// older than what an operator put.
+func keepsLaterOut(err error) (string, bool) {
+	switch {
+	case errors.Is(err, store.ErrSealedToOther) || errors.Is(err, store.ErrCannotOpen):
+		return notConsulted, true
+	case errors.Is(err, errSealedUnread):
+		return notConsultedUnread, true
+	}
+	return "", false
 }
 
 // errFillState maps a source error to the state a fill status reports.

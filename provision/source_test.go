@@ -1,6 +1,7 @@
 package provision_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
@@ -653,5 +655,79 @@ func TestWrongAccountStatus(t *testing.T) {
 	if sts, err := store.ReadFillStatus(ctxT(t), status, "ace"); err != nil || len(sts) != 0 {
 		t.Fatalf("status after an accepted write = %+v, %v; want cleared", sts, err)
 	}
+	noLeak(t, e.logs.String())
+}
+
+// flakyKV is a secrets bucket whose reads fail while fail is set, as a
+// bucket without a leader (an election) or behind a loaded server's
+// JetStream API queue answers.
+type flakyKV struct {
+	jetstream.KeyValue
+	fail bool
+}
+
+func (k *flakyKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if k.fail {
+		return nil, nats.ErrTimeout
+	}
+	return k.KeyValue.Get(ctx, key)
+}
+
+// A sealed source that cannot say what it holds (its bucket's read gets
+// no answer, or the stored record does not decode) keeps the sources
+// after it out, as a secret that does not open does: what a later source
+// holds may be older than what an operator put, and filling it would
+// roll the module back onto it until the next pass (the contract: content
+// an operator put is never replaced, on its own, by what a later source
+// holds). The file keeps the put's content and the status says why.
+func TestUnreadableSealedKeepsLaterSourcesOut(t *testing.T) {
+	e := newSealedEnv(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	dir := t.TempDir()
+	source(t, dir, mbg, creds, "old-"+secret)
+	if _, err := e.sealed(t).Register(ctxT(t), "ace"); err != nil {
+		t.Fatal(err)
+	}
+	e.put(t, creds, secret)
+	key, err := provision.LoadCurveKey(e.keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := &flakyKV{KeyValue: e.kv}
+	sealed, err := provision.NewSealed(flaky, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.client(t, "", nil, func(cfg *provision.Config) {
+		cfg.Sources = []provision.Source{sealed, provision.Dir(dir)}
+		cfg.Status = e.status
+	})
+	if r, err := c.FillOnce(ctxT(t)); err != nil || len(r.Filled) != 1 {
+		t.Fatalf("first pass: %+v, %v; want filled from sealed", r, err)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+
+	// The bucket's read gets no answer: the directory is not consulted.
+	flaky.fail = true
+	r, err := c.FillOnce(ctxT(t))
+	if err != nil || len(r.Filled)+len(r.Unchanged) != 0 || len(r.Unfilled) != 1 || strings.Contains(r.Unfilled[0].Why, "dir ") {
+		t.Fatalf("sealed unread: %+v, %v; want unfilled, the directory not consulted", r, err)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+	flaky.fail = false
+
+	// A stored record that does not decode: cannot-open, the directory
+	// not consulted either.
+	if _, err := e.kv.Put(ctxT(t), store.SecretKey("ace", mbg, creds), []byte("{not a sealed secret")); err != nil {
+		t.Fatal(err)
+	}
+	r, err = c.FillOnce(ctxT(t))
+	if err != nil || len(r.Filled)+len(r.Unchanged) != 0 || len(r.Unfilled) != 1 || r.Unfilled[0].State != store.FillCannotOpen ||
+		strings.Contains(r.Unfilled[0].Why, "dir ") {
+		t.Fatalf("undecodable record: %+v, %v; want cannot-open, the directory not consulted", r, err)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
 	noLeak(t, e.logs.String())
 }

@@ -50,15 +50,16 @@ func (c *Client) content(ctx context.Context, r *Report, module, path string) ([
 		if state == store.FillMissing {
 			state, first = errFillState(err), len(whys)-1 // the first failure names the state
 		}
-		if unopenable(err) {
+		if end, stop := keepsLaterOut(err); stop {
 			// A sealed secret exists but does not open (sealed to a key
 			// this provisioner no longer has, or tampered): an operator
 			// put it, so what a later source holds is older and must not
 			// come back on its own, as after a removal (a fresh user's
 			// finding F6: a rotated credential rolled back to a
 			// directory's after a curve key change). The file keeps its
-			// content until a put opens.
-			whys[len(whys)-1] += "; " + notConsulted
+			// content until a put opens. Likewise while the sealed
+			// bucket cannot be read: it may hold such a put (review).
+			whys[len(whys)-1] += "; " + end
 			break
 		}
 	}
