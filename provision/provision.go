@@ -259,19 +259,33 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
 // Errors: [ErrRunning]; the stream cannot be found; the lease is held by
 // another live client of the node (a [*store.HeldError], matching
 // store.ErrLeaseHeld), also when one took it over while this one could
-// not renew it.
+// not renew it. A lease the server's permissions deny this client
+// (credentials issued before provisioners held one) is no error: Run
+// logs it at error level and fills without one.
 func (c *Client) Run(ctx context.Context) (rerr error) {
 	if !c.started.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
+	var lease *store.Lease
 	if c.cfg.Lease {
-		lease, err := c.claim(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+		var err error
+		lease, err = c.claim(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case errors.Is(err, nats.ErrPermissionViolation):
+			// Credentials issued before provisioners held a lease (an
+			// upgrade that kept the creds file): the lease only says
+			// whether this client is alive, and waiting for it forever
+			// filled nothing, the very failure it is to make visible.
+			c.log.Error("running without the provisioner lease: this client's credentials do not reach it (issued before provisioners held one); "+
+				"its liveness is not recorded and a second client of the node is not refused: issue its credentials again with this version's 'meshfold auth'",
+				"key", store.ProvisionerLeaseKey(c.cfg.Node), "err", err)
+		case err != nil:
 			return err
 		}
+	}
+	if lease != nil {
 		c.log.Info("provisioner lease held", "key", store.ProvisionerLeaseKey(c.cfg.Node), "ttl", lease.TTL())
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
@@ -378,17 +392,38 @@ func (c *Client) Run(ctx context.Context) (rerr error) {
 
 // claim claims the node's provisioner lease, retrying transient failures
 // (the bucket not created yet, the server unreachable) until ctx is done.
+// A lease held by another live client, and a bucket or key the server's
+// permissions deny this client (an error matching
+// nats.ErrPermissionViolation, at once rather than at a timeout), are
+// not retried.
 func (c *Client) claim(ctx context.Context) (*store.Lease, error) {
+	bucket := c.cfg.Stream.WithDefaults().Name + store.NodeLeaseBucketSuffix
+	key := store.ProvisionerLeaseKey(c.cfg.Node)
 	l, err := store.Retry(ctx, c.log, "claim the provisioner's lease", newBackoff(), func() (*store.Lease, error) {
-		kv, err := store.OpenNodeLeases(ctx, c.js, c.cfg.Stream)
-		if err != nil {
-			return nil, err
+		// A request the server's permissions deny gets no answer: the
+		// guards end it with the denial (the bucket's lookup, the key's
+		// writes and reads).
+		gctx, release := store.GuardDenied(ctx, c.nc, "$JS.API.STREAM.INFO.KV_"+bucket)
+		defer release()
+		gctx, release2 := store.GuardDenied(gctx, c.nc, "$KV."+bucket+"."+key)
+		defer release2()
+		gctx, release3 := store.GuardDenied(gctx, c.nc, "$JS.API.DIRECT.GET.KV_"+bucket+".$KV."+bucket+"."+key)
+		defer release3()
+		denied := func(err error) error {
+			if cause := context.Cause(gctx); err != nil && ctx.Err() == nil && errors.Is(cause, nats.ErrPermissionViolation) {
+				return backoff.Permanent(fmt.Errorf("lease %s: %w", key, cause))
+			}
+			return err
 		}
-		l, err := store.AcquireLease(ctx, kv, store.ProvisionerLeaseKey(c.cfg.Node), store.NewHolder("provisioner", c.cfg.Node), c.log)
+		kv, err := store.OpenNodeLeases(gctx, c.js, c.cfg.Stream)
+		if err != nil {
+			return nil, denied(err)
+		}
+		l, err := store.AcquireLease(gctx, kv, key, store.NewHolder("provisioner", c.cfg.Node), c.log)
 		if errors.Is(err, store.ErrLeaseHeld) {
 			return nil, backoff.Permanent(err)
 		}
-		return l, err
+		return l, denied(err)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("provisioner: %w", err)

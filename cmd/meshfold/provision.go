@@ -79,7 +79,9 @@ provisioner of NAME is up and NAME's plan declares a file, 'meshfold fleet'
 and the console flag NAME provisioner-down, and 'fleet' and 'state' say
 "no provisioner answered since T", how its lease ended and that the fill
 statuses shown are as it last saw them. Start one again: it fills every
-file on start and answers the knocks that waited, no poke needed.
+file on start and answers the knocks that waited, no poke needed. A client
+whose credentials do not reach its lease (issued by an older 'meshfold auth')
+says so at error level and fills without it.
 
 --account is the account this client runs as: the node accepts writes only
 from the settled plan's provisioner account. Content is never logged. Each

@@ -1,0 +1,103 @@
+package provision_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/provision"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// A provisioner whose credentials do not reach its lease (issued before
+// the provisioner held one: an upgrade that kept the provisioner's creds
+// file) still fills: its lease only tells whether it is alive, and a
+// provisioner that never fills is what the lease was to make visible.
+// It says, at error level, that it runs without its lease and how to get
+// one. Run retried the denied claim forever and filled nothing.
+func TestProvisionerWithoutLeasePermissionStillFills(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{ServerName: "provdeny", Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "all", Password: "pw"},
+			{Username: "prov", Password: "pw", Permissions: &server.Permissions{
+				// The provisioner's grants before its lease: nothing of
+				// the node lease bucket.
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{
+					"$KV.MESH_NODES.>", "$JS.API.STREAM.INFO.KV_MESH_NODES", "$JS.API.DIRECT.GET.KV_MESH_NODES.>"}},
+			}},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	connect := func(user string) (*nats.Conn, jetstream.JetStream) {
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, "pw"),
+			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // quiet: the denials are expected
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, js
+	}
+	nc, js := connect("all")
+	_, cfg, err := store.EnsureStream(ctxT(t), js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{nc: nc, js: js, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects()), logs: &storetest.SyncBuffer{}}
+	e.startNode(t) // creates the node lease bucket: its own lease
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	from := t.TempDir()
+	source(t, from, mbg, creds, secret)
+
+	pnc, pjs := connect("prov")
+	rep := newReports()
+	c, err := provision.New(pnc, pjs, provision.Config{Node: "ace", From: from, Account: "prov", Stream: cfg, Logger: e.logger(),
+		Timeout: time.Second, OnFill: rep.on, Resync: -1, Lease: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	select {
+	case got := <-rep.ch:
+		if len(got.r.Filled) != 1 {
+			t.Fatalf("first pass: %+v, want filled", got.r)
+		}
+	case err := <-done:
+		t.Fatalf("Run returned %v before a fill", err)
+	case <-time.After(wait):
+		t.Fatalf("no fill pass within %s: the provisioner waits for a lease its credentials do not reach\n%s", wait, e.logs.String())
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+	if logs := e.logs.String(); !strings.Contains(logs, "running without the provisioner lease") {
+		t.Fatalf("no word that it runs without its lease:\n%s", logs)
+	}
+	noLeak(t, e.logs.String())
+}
