@@ -255,29 +255,38 @@ func (f *folder) have(p *events.Have) {
 
 // crashes returns the crash records after the have h, given those
 // before it and the previous have: a module that ran in prev and, in h,
-// failed or runs with more restarts crashed after running, at h's time;
-// each module keeps its last FlapRestarts such times; modules h does not
-// list are dropped.
+// failed or runs with more restarts, at the same build, crashed after
+// running, at h's time; each module keeps its last FlapRestarts such
+// times, of the build h runs: a crash belongs to the build that crashed,
+// and a module h lists at another build than its record's starts with
+// none (a fresh user's finding F2: a revert's build was called flapping
+// for the crashes of the build it replaced). A record of a snapshot
+// written before records named their build (Build "") is taken as of
+// prev's build. Modules h does not list are dropped.
 func crashes(old []Crashes, prev, h *HaveRecord) []Crashes {
 	var out []Crashes
 	for _, m := range h.Modules {
-		var times []time.Time
-		if i := slices.IndexFunc(old, func(c Crashes) bool { return c.Module == m.Name }); i >= 0 {
-			times = old[i].Times
-		}
+		var p *events.HaveModule
 		if prev != nil {
 			if j := slices.IndexFunc(prev.Modules, func(o events.HaveModule) bool { return o.Name == m.Name }); j >= 0 {
-				p := prev.Modules[j]
-				if p.State == events.Running && (m.State == events.Failed || m.State == events.Running && m.Restarts > p.Restarts) {
-					times = append(slices.Clone(times), h.Time)
-					if len(times) > FlapRestarts {
-						times = times[len(times)-FlapRestarts:]
-					}
-				}
+				p = &prev.Modules[j]
+			}
+		}
+		var times []time.Time
+		if i := slices.IndexFunc(old, func(c Crashes) bool { return c.Module == m.Name }); i >= 0 {
+			if b := old[i].Build; b == m.Build || b == "" && p != nil && p.Build == m.Build {
+				times = old[i].Times
+			}
+		}
+		if p != nil && p.Build == m.Build && p.State == events.Running &&
+			(m.State == events.Failed || m.State == events.Running && m.Restarts > p.Restarts) {
+			times = append(slices.Clone(times), h.Time)
+			if len(times) > FlapRestarts {
+				times = times[len(times)-FlapRestarts:]
 			}
 		}
 		if len(times) > 0 {
-			out = append(out, Crashes{Module: m.Name, Times: times})
+			out = append(out, Crashes{Module: m.Name, Build: m.Build, Times: times})
 		}
 	}
 	slices.SortFunc(out, func(a, b Crashes) int { return strings.Compare(a.Module, b.Module) })

@@ -28,7 +28,8 @@ type ModuleRuntime struct {
 	// has said what it says; absent without a check, or unknown.
 	HealthSince *time.Time `json:"health_since,omitempty"`
 	// Crashes are the stream times of the module's last crashes after
-	// running (at most FlapRestarts, oldest first).
+	// running at Build (at most FlapRestarts, oldest first); those of a
+	// build it ran before are not its.
 	Crashes []time.Time `json:"crashes,omitempty"`
 	// Unfilled are the paths of the module's owed items and the files its
 	// row of the newest settled plan declares that no filled event ever
@@ -75,7 +76,7 @@ func RuntimeOf(s *State) []ModuleRuntime {
 	for i, m := range s.Have.Modules {
 		r := ModuleRuntime{Module: m.Name, Build: m.Build, State: m.State, Account: m.Account,
 			Restarts: m.Restarts, FillRestarts: m.FillRestarts, Exit: m.Exit, Since: m.Since, Health: m.Health, Unfilled: unfilled(s, m.Name)}
-		if j := slices.IndexFunc(s.Crashes, func(c Crashes) bool { return c.Module == m.Name }); j >= 0 {
+		if j := slices.IndexFunc(s.Crashes, func(c Crashes) bool { return c.Module == m.Name && (c.Build == m.Build || c.Build == "") }); j >= 0 {
 			r.Crashes = s.Crashes[j].Times
 		}
 		if i < len(s.Have.HealthSince) && !s.Have.HealthSince[i].IsZero() {

@@ -404,6 +404,13 @@ func formatState(s *reconcile.State) string {
 	for _, f := range s.Failed {
 		fmt.Fprintf(&b, "failed: module=%s plan %d (#%d) error=%q\n", orNone(f.Module), f.Plan, f.Seq, f.Error)
 	}
+	for _, c := range s.Crashes {
+		var at []string
+		for _, t := range c.Times {
+			at = append(at, fmt.Sprintf("#%d", t.Sub(base)/time.Second))
+		}
+		fmt.Fprintf(&b, "crashes: %s at %s: %s\n", c.Module, orNone(c.Build), strings.Join(at, " "))
+	}
 	if p := s.Provisioner; p != nil {
 		fmt.Fprintf(&b, "provisioner: up=%v since #%d claim=%s why=%s\n", p.Up, p.Seq, p.Claim, orNone(string(p.Why)))
 	}

@@ -118,12 +118,14 @@ type State struct {
 	Failed []FailedApply `json:"failed,omitempty"`
 
 	// Crashes records, per module of the newest have, the stream times
-	// of its last FlapRestarts crashes after running (a have saying it
-	// failed, or running with more restarts, after one saying it ran):
-	// what tells a module that flaps from one that recovered (DESIGN.md
-	// §11).
+	// of its last FlapRestarts crashes after running at the build that
+	// have runs it at (a have saying it failed, or running with more
+	// restarts, after one saying it ran at the same build): what tells a
+	// module that flaps from one that recovered (DESIGN.md §11). Another
+	// build starts with none.
 	// Invariant: sorted by module; unique; each at most FlapRestarts
-	// times, oldest first; only modules of the newest have.
+	// times, oldest first; only modules of the newest have, each at its
+	// build there (or "").
 	Crashes []Crashes `json:"crashes,omitempty"`
 
 	// Agent is what is known of the node's agent (DESIGN.md §11
@@ -214,9 +216,12 @@ type FailedApply struct {
 
 func compareFailed(a, b FailedApply) int { return cmp.Compare(a.Module, b.Module) }
 
-// Crashes are the stream times of Module's last crashes after running.
+// Crashes are the stream times of Module's last crashes after running,
+// at Build: the build the newest have runs it at, the one that crashed
+// ("" in a snapshot written before the field: of the have's build).
 type Crashes struct {
 	Module string      `json:"module"`
+	Build  string      `json:"build,omitempty"`
 	Times  []time.Time `json:"times"`
 }
 
@@ -569,6 +574,11 @@ func (s *State) CheckInvariants() error {
 	for i, c := range s.Crashes {
 		if len(c.Times) == 0 || len(c.Times) > FlapRestarts || i > 0 && s.Crashes[i-1].Module >= c.Module {
 			return fmt.Errorf("crashes of %q: %d times, or not sorted and unique", c.Module, len(c.Times))
+		}
+		if c.Build != "" && (s.Have == nil || !slices.ContainsFunc(s.Have.Modules, func(m events.HaveModule) bool {
+			return m.Name == c.Module && m.Build == c.Build
+		})) {
+			return fmt.Errorf("crashes of %q at build %s: the newest have does not run it at that build", c.Module, c.Build)
 		}
 	}
 	if err := maxSeq("newest plan", s.NewestPlan); err != nil {

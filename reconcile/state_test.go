@@ -118,3 +118,44 @@ func TestPlacementFromOlderSnapshot(t *testing.T) {
 		t.Errorf("stuck %+v", k)
 	}
 }
+
+// A snapshot written before crash records named their build (F2) holds
+// them with Build "": they are the newest have's build's, kept while the
+// module runs at it and dropped when it runs another.
+func TestCrashesOfASnapshotWithoutBuild(t *testing.T) {
+	at := func(build string, restarts int) *events.Have {
+		return &events.Have{Modules: []events.HaveModule{{Name: "app", Build: build, State: events.Running, Restarts: restarts}}}
+	}
+	for _, tc := range []struct {
+		build string
+		want  int
+	}{{"v:1", 3}, {"v:2", 0}} {
+		s := newSim(t)
+		for r := range 3 {
+			s.add(at("v:1", r))
+		}
+		b, err := reconcile.MarshalState(s.state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := strings.Replace(string(b), `{"module":"app","build":"v:1","times"`, `{"module":"app","times"`, 1)
+		if old == string(b) {
+			t.Fatalf("no crash record's build in %s", b)
+		}
+		st, err := reconcile.UnmarshalState([]byte(old))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rt := reconcile.RuntimeOf(st); len(rt[0].Crashes) != 2 {
+			t.Fatalf("an old snapshot's runtime: %+v; want its 2 crashes", rt)
+		}
+		ev := events.Event{Seq: st.Seq + 1, Time: base.Add(time.Hour), Node: "ace", Kind: events.KindHave, Payload: events.Stamp(at(tc.build, 3), base.Add(time.Hour))}
+		st.Fold(ev)
+		if err := st.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+		if rt := reconcile.RuntimeOf(st); len(rt[0].Crashes) != tc.want {
+			t.Errorf("a have at %s after an old snapshot's crashes of v:1: %d crashes, want %d", tc.build, len(rt[0].Crashes), tc.want)
+		}
+	}
+}

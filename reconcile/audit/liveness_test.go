@@ -60,6 +60,12 @@ func TestFleetLiveness(t *testing.T) {
 	} else if line := r.Line(4); !strings.Contains(line, "web flapping ×3") {
 		t.Errorf("fleet line %q", line)
 	}
+	// state says what fleet flags it for (a fresh user's finding F2: the
+	// two views disagreed).
+	if text := audit.StateText(flap.View(), reconcile.CompositionOf(flap), t0.Add(5*time.Second), "test"); !strings.Contains(strings.Join(strings.Fields(text), " "),
+		"flapping: 3 crashes after running since 2026-12-01T20:00:01.000Z (4s ago)") {
+		t.Errorf("state does not say web flaps:\n%s", text)
+	}
 	if r := audit.FleetRowOf(flap, t0.Add(11*time.Minute), time.Hour); len(r.Attention) != 0 {
 		t.Errorf("flapping ten minutes later: attention %v", r.Attention)
 	}
@@ -111,5 +117,33 @@ func TestFillRestartsAreNotCrashes(t *testing.T) {
 	}
 	if got := h.Timeline(0, len(es))[4].Summary; got != "web running, on_fill restarts 3→4" {
 		t.Errorf("timeline: %q", got)
+	}
+}
+
+// A fresh user's finding F2: a module that crashed three times at one
+// build and then runs another (auto_revert put the old one back, a new
+// rollout gave a third) is not flapping: the crashes were the old
+// build's. fleet flagged it "app flapping ×0" at the top of what needs an
+// operator, with the old build's crash times under the new build, while
+// state said it ran.
+func TestFlappingBelongsToTheBuildThatCrashed(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
+	at := func(build string, state events.RunState, restarts int) *events.Have {
+		return &events.Have{Modules: []events.HaveModule{{Name: "app", Build: build, State: state, Restarts: restarts}}}
+	}
+	late := []events.Payload{at("v:1", events.Running, 0), at("late:1", events.Running, 0), at("late:1", events.Failed, 1),
+		at("late:1", events.Running, 1), at("late:1", events.Running, 2), at("late:1", events.Running, 3)}
+	if r := audit.FleetRowOf(fold(t, t0, late...), t0.Add(6*time.Second), time.Hour); len(r.Flapping) != 1 {
+		t.Fatalf("late:1 crashed three times after running: flapping %v, attention %v", r.Flapping, r.Attention)
+	}
+	for _, next := range []string{"v:1", "v:2"} {
+		st := fold(t, t0, append(slices.Clone(late), at(next, events.Running, 0))...)
+		r := audit.FleetRowOf(st, t0.Add(7*time.Second), time.Hour)
+		if len(r.Attention) != 0 || len(r.Flapping) != 0 {
+			t.Errorf("%s runs after late:1's crashes: attention %v, flapping %v, line %q; want nothing", next, r.Attention, r.Flapping, r.Line(4))
+		}
+		if rt := reconcile.RuntimeOf(st); len(rt) != 1 || len(rt[0].Crashes) != 0 {
+			t.Errorf("%s runs after late:1's crashes: runtime %+v; want no crash", next, rt)
+		}
 	}
 }

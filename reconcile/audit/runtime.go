@@ -58,7 +58,8 @@ func ShortBuild(b string) string {
 
 // runtimeText is one module's runtime for a state line: "mesh-build-go
 // sha256:9f1c2b3a4d5e… failed as mbg, 7 restarts, last exit status 1,
-// since 2026-…Z (45s ago); unfilled /run/x".
+// since 2026-…Z (45s ago); unfilled /run/x"; a module fleet calls
+// flapping says so: "; flapping: 3 crashes after running since T (…)".
 func runtimeText(r reconcile.ModuleRuntime, now time.Time, suffix string) string {
 	s := fmt.Sprintf("%s %s %s", r.Module, orNone(ShortBuild(r.Build)), r.State)
 	if r.Health != "" {
@@ -79,6 +80,11 @@ func runtimeText(r reconcile.ModuleRuntime, now time.Time, suffix string) string
 	}
 	if r.Since != nil {
 		s += fmt.Sprintf(", since %s (%s %s)", FormatTime(*r.Since), Age(now.Sub(*r.Since)), suffix)
+	}
+	if r.Flapping(now) && !r.Unhealthy() {
+		// What fleet flags it for (flapping), so that the two agree.
+		c := r.Crashes[len(r.Crashes)-reconcile.FlapRestarts]
+		s += fmt.Sprintf("; flapping: %d crashes after running since %s (%s %s)", len(r.Crashes), FormatTime(c), Age(now.Sub(c)), suffix)
 	}
 	if len(r.Unfilled) > 0 {
 		s += "; unfilled " + strings.Join(r.Unfilled, ", ")

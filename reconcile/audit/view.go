@@ -1152,7 +1152,10 @@ func (r FleetRow) Line(nodeWidth int) string {
 			}
 		case "flapping":
 			for _, f := range r.Flapping {
-				needs = append(needs, fmt.Sprintf("%s flapping ×%d", f.Module, f.Restarts))
+				// ×restarts since its apply, or its crashes (of its build)
+				// when more: an apply of the same build resets the one,
+				// not the other.
+				needs = append(needs, fmt.Sprintf("%s flapping ×%d", f.Module, max(f.Restarts, len(f.Crashes))))
 			}
 		case "unfilled":
 			needs = append(needs, fmt.Sprintf("unfilled %d", len(r.Stuck.Unfilled)))
