@@ -58,6 +58,7 @@ type Info struct {
 // ErrNoBucket until the bucket exists. Safe for concurrent use.
 type Store struct {
 	js     jetstream.JetStream
+	stream string
 	bucket string
 
 	mu  sync.Mutex
@@ -67,14 +68,14 @@ type Store struct {
 // NewStore returns the builds store of stream ("" is MESH) over js. It
 // does no I/O.
 func NewStore(js jetstream.JetStream, stream string) *Store {
-	return &Store{js: js, bucket: BucketName(stream)}
+	return &Store{js: js, stream: cmp.Or(stream, DefaultStream), bucket: BucketName(stream)}
 }
 
 // Bucket returns the bucket's name.
 func (s *Store) Bucket() string { return s.bucket }
 
 // open returns the bucket, opening it (create: creating it, file storage,
-// one replica, when missing) on first use.
+// as many replicas as its stream, when missing) on first use.
 //
 // Errors: ErrNoBucket (when not create), or the server's.
 func (s *Store) open(ctx context.Context, create bool) (jetstream.ObjectStore, error) {
@@ -86,7 +87,8 @@ func (s *Store) open(ctx context.Context, create bool) (jetstream.ObjectStore, e
 	obs, err := s.js.ObjectStore(ctx, s.bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) && create {
 		obs, err = s.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.bucket,
-			Description: "meshfold module bundles, named by build (DESIGN.md §8)", Storage: jetstream.FileStorage})
+			Description: "meshfold module bundles, named by build (DESIGN.md §8)", Storage: jetstream.FileStorage,
+			Replicas: s.streamReplicas(ctx)})
 		if errors.Is(err, jetstream.ErrBucketExists) { // created meanwhile
 			obs, err = s.js.ObjectStore(ctx, s.bucket)
 		}
@@ -99,6 +101,19 @@ func (s *Store) open(ctx context.Context, create bool) (jetstream.ObjectStore, e
 	}
 	s.obs = obs
 	return obs, nil
+}
+
+// streamReplicas returns the replica count of the stream whose wants name
+// the bucket's builds, 1 when it cannot be read: on a cluster a bucket of
+// one replica would stop every want (its builds are checked) and every
+// fetch of a build not cached while its one server is down, though the
+// stream kept its quorum (a fresh user's finding G5).
+func (s *Store) streamReplicas(ctx context.Context) int {
+	st, err := s.js.Stream(ctx, s.stream)
+	if err != nil {
+		return 1
+	}
+	return max(1, st.CachedInfo().Config.Replicas)
 }
 
 // Ensure creates the bucket when it does not exist.
