@@ -259,3 +259,44 @@ func TestInflatedCauseWedge(t *testing.T) {
 		})
 	}
 }
+
+// After a key rotation whose overlap has ended, a node agent that restarts
+// (a reboot) re-verifies its newest plan, of the retired key, and refuses
+// it. The reconciler answers the refusal by publishing that plan again
+// under its current key, which the agent applies: the node runs its want
+// again without anyone publishing it again (a fresh user's finding G2:
+// the node ran nothing until a want was published by hand).
+func TestRotatedKeysPlanIsPublishedAgainAfterARefusal(t *testing.T) {
+	m := newMesh(t)
+	ctx := m.ctx()
+	n := m.newNode("ace")
+	n.startAgent(nil)
+	w := must(m.want(ctx, "ace", provisionerMod, mbgMod))(t)
+	p1, first := must2(m.planOf(ctx, "ace", w))(t)
+	must(m.settled(ctx, "ace", p1))(t)
+
+	// The machine goes down; the deployment's key rotates meanwhile, and
+	// the old key's overlap has ended by the time the agent is back.
+	n.agent.stop(t)
+	m.reconciler.stop(t)
+	m.rc.Store(nil)
+	old := m.signer.PublicKey()
+	m.signer = must(store.NewSigner(must(store.NewSigningKey())(t)))(t)
+	m.own = must(must(store.NewTrust(m.signer.PublicKey()))(t).Retire(old, time.Time{}))(t)
+	m.trust = must(must(store.NewTrust(m.signer.PublicKey()))(t).Retire(old, time.Now().Add(-time.Minute)))(t)
+	m.startReconciler()
+	n.startAgent(nil)
+
+	refused := must(m.waitEvent(ctx, "ace", events.KindSettle, func(ev events.Event) bool {
+		s := ev.Payload.(*events.Settle)
+		return s.Op == events.OpFailed && s.Plan == p1
+	}))(t)
+	if s := refused.Payload.(*events.Settle); !s.Untrusted {
+		t.Fatalf("the agent's refusal of plan %d is not marked untrusted: %+v", p1, s)
+	}
+	p2, plan := must2(m.planOf(ctx, "ace", refused.Seq))(t)
+	if !equalModules(plan.Modules, first.Modules) {
+		t.Errorf("plan %d published again holds %+v", p2, plan.Modules)
+	}
+	must(m.settled(ctx, "ace", p2))(t)
+}

@@ -352,6 +352,8 @@ func fastDecode(k Kind, data []byte, d *Decoder) (Payload, bool) {
 				return 4, s.u64(&v.Plan)
 			case "error":
 				return 5, s.str(&v.Error)
+			case "untrusted":
+				return 6, s.bool(&v.Untrusted)
 			}
 			return s.header(&v.Header, key)
 		})

@@ -207,6 +207,13 @@ type Settle struct {
 	// Plan is the stream sequence of the plan event; required (non-zero).
 	Plan  uint64 `json:"plan"`
 	Error string `json:"error,omitempty"`
+	// Untrusted, on a failed settle of a plan as a whole (Module empty),
+	// says the agent refused the plan for its signer: a key it does not
+	// trust, or a retired key whose overlap has ended (store.ErrUntrusted,
+	// store.ErrRetired). The reconciler answers it by publishing the same
+	// plan again under its current key (reconcile, "a plan refused for its
+	// key"). Absent from older agents' settles.
+	Untrusted bool `json:"untrusted,omitempty"`
 }
 
 // Reason says why a node refused a filled-file write.

@@ -456,11 +456,15 @@ func (a *Agent) verifyPlan(m store.Msg) error {
 
 // refusePlan logs a plan verifyPlan refused, with why, and reports it with
 // a failed settle naming it, which the reconciler journals. It is never
-// applied.
+// applied. A refusal for the plan's signer (a key not trusted, or retired
+// past its overlap) is marked Untrusted: the reconciler publishes its plan
+// again under its current key (after a key rotation, an agent that
+// restarts re-verifies its newest plan, of the old key).
 func (a *Agent) refusePlan(ctx context.Context, m store.Msg, err error) {
 	a.log.Error("plan refused: not from a trusted reconciler; not applied", "plan", m.Event.Seq, "settled", a.Settled(), "err", err)
 	a.publish(ctx, events.Stamp(&events.Settle{Module: "", Op: events.OpFailed, Plan: m.Event.Seq,
-		Error: "plan refused: not from a trusted reconciler: " + err.Error()}, time.Now()), store.WithMsgID(nuid.Next()))
+		Error:     "plan refused: not from a trusted reconciler: " + err.Error(),
+		Untrusted: errors.Is(err, store.ErrUntrusted) || errors.Is(err, store.ErrRetired)}, time.Now()), store.WithMsgID(nuid.Next()))
 }
 
 // follow applies the node's plans after sequence from until ctx is done

@@ -387,6 +387,9 @@ func (f *folder) settle(p *events.Settle) {
 			f.journal(events.LevelError, "apply of plan %d failed for module %q: %s", p.Plan, p.Module, events.ErrorText(p.Error))
 		}
 		f.failed(p)
+		if p.Untrusted && p.Module == "" {
+			f.resign(p)
+		}
 		f.knock(true)
 		return
 	}
@@ -807,6 +810,32 @@ func (f *folder) retired() {
 		return
 	}
 	r.Retired, r.RetiredSeq, r.RetiredTime = true, f.ev.Seq, f.ev.Time
+}
+
+// resign answers an agent's refusal of the node's newest plan for its
+// signer (p.Untrusted): the same plan is published again, and the shell
+// signs it with the current key. After a key rotation whose overlap ended,
+// an agent that restarts (a reboot) re-verifies its newest plan, of the old
+// key, and refuses it; nothing else would publish a plan until the want
+// changed, and the node ran nothing (a fresh user's finding G2). Only the
+// newest plan is answered (an older one is superseded; a newer one is on
+// its way), once: a plan published again this way and refused again means
+// the agent does not trust the current key either, which the journal says.
+func (f *folder) resign(p *events.Settle) {
+	s := f.s
+	last := s.Emitted()
+	if last == nil || last.Seq != p.Plan {
+		return
+	}
+	if last.Again {
+		f.journal(events.LevelError, "plan %d, published again under this reconciler's key, refused again for its signer: the node's agent does not trust this reconciler's key (its --trust file, or --trust-from, names another deployment's)", p.Plan)
+		return
+	}
+	f.journal(events.LevelWarn, "plan %d refused by the node's agent for its signer (a key it does not trust, or one retired past its overlap): published again under this reconciler's key (cause %d)", p.Plan, f.ev.Seq)
+	s.roomForPlan()
+	again := &PlanRecord{Cause: f.ev.Seq, Want: last.Want, Account: last.Account, Modules: slices.Clone(last.Modules), Again: true}
+	s.Unsettled = append(s.Unsettled, again)
+	f.emit(events.KindPlan, &events.Plan{Cause: f.ev.Seq, Want: again.Want, ProvisionerAccount: again.Account, Modules: again.Modules})
 }
 
 // foreignPlan journals a plan event this reconciler did not emit, saying

@@ -250,6 +250,9 @@ func summary(ev events.Event) string {
 		if p.Error != "" {
 			s += " error=" + events.ErrorText(p.Error)
 		}
+		if p.Untrusted {
+			s += " untrusted"
+		}
 		return s
 	case *events.Refusal:
 		return fmt.Sprintf("refusal %s %s %s plan=%d writer=%s", p.Module, p.Path, p.Reason, p.Plan, p.Writer)
@@ -368,7 +371,11 @@ func formatState(s *reconcile.State) string {
 		fmt.Fprintf(&b, "dropped plans: %v\n", s.Dropped)
 	}
 	if e := s.Emitted(); e != nil {
-		fmt.Fprintf(&b, "emitted: plan %s cause=%d account=%s\n", seq(e), e.Cause, orNone(e.Account))
+		again := ""
+		if e.Again {
+			again = " again"
+		}
+		fmt.Fprintf(&b, "emitted: plan %s cause=%d account=%s%s\n", seq(e), e.Cause, orNone(e.Account), again)
 	}
 	for _, a := range s.Accepting {
 		fmt.Fprintf(&b, "accepting: %s %s from %s since plan %d\n", a.Module, a.Path, a.Account, a.Plan)

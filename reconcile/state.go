@@ -282,6 +282,11 @@ type PlanRecord struct {
 	Want    uint64              `json:"want"`
 	Account string              `json:"account,omitempty"`
 	Modules []events.PlanModule `json:"modules"`
+	// Again marks a plan published again because the node's agent refused
+	// the one before it for its signer ([folder.resign]): a refusal of this
+	// one is not answered again. Unknown to older builds, which have no
+	// such answer (no new snapshot format).
+	Again bool `json:"again,omitempty"`
 }
 
 // Row returns the plan's row for module name, or nil.

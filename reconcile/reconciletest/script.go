@@ -133,7 +133,7 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 		if op == "" {
 			op = "apply"
 		}
-		p = &events.Settle{Module: args["module"], Op: events.SettleOp(op), Plan: U64(t, args["plan"]), Error: args["error"]}
+		p = &events.Settle{Module: args["module"], Op: events.SettleOp(op), Plan: U64(t, args["plan"]), Error: args["error"], Untrusted: args["untrusted"] == "true"}
 	case "refusal":
 		p = &events.Refusal{Module: args["module"], Path: args["path"], Reason: events.Reason(args["reason"]),
 			Plan: U64(t, args["plan"]), Writer: args["writer"], Error: args["error"]}

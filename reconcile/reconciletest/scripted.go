@@ -182,7 +182,11 @@ func (g *gen) settle(node string) {
 	if g.r.chance(6) {
 		op, errText = events.OpFailed, "image pull failed"
 	}
-	g.s.Append(node, &events.Settle{Module: module, Op: op, Plan: plan, Error: errText})
+	// Half the refusals of a plan as a whole are for its signer (the
+	// answer publishes the plan again), drawn without a random number so
+	// that the scripts' other draws stay as they were.
+	untrusted := op == events.OpFailed && module == "" && plan%2 == 0
+	g.s.Append(node, &events.Settle{Module: module, Op: op, Plan: plan, Error: errText, Untrusted: untrusted})
 }
 
 func (g *gen) have(node string) {
