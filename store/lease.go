@@ -144,6 +144,13 @@ func openLeaseBucket(ctx context.Context, js jetstream.JetStream, bucket, desc s
 	return kv, nil
 }
 
+// heldLogged maps a lease key to the token of the holder this process
+// last said it waited for, at info: a standby that claims again and again
+// (a group member, a rollout controller's supervisor every few seconds)
+// says so once per holder, then at debug (a fresh user's finding: 289
+// such lines in 18 minutes).
+var heldLogged sync.Map
+
 // Lease is a key of a KV bucket with a TTL, held by one process: created
 // only when absent, renewed every TTL/4 at the revision it holds (compare
 // and swap), deleted at that revision on [Lease.Release]. A holder that
@@ -267,7 +274,11 @@ func (l *Lease) claim(ctx context.Context) error {
 			return fmt.Errorf("lease %s: %w", l.key, err)
 		case first == 0:
 			first, other, waiting = e.Revision(), h, time.Now()
-			l.log.Info("lease held: waiting for a renewal (alive) or its expiry (dead)", "key", l.key, "ttl", l.ttl,
+			level := slog.LevelInfo
+			if prev, ok := heldLogged.Swap(l.key, h.Token); ok && prev == h.Token {
+				level = slog.LevelDebug // a standby asking again: said once per holder
+			}
+			l.log.Log(ctx, level, "lease held: waiting for a renewal (alive) or its expiry (dead)", "key", l.key, "ttl", l.ttl,
 				"host", h.Host, "pid", h.PID, "since", h.Since)
 		case e.Revision() != first:
 			return &HeldError{Key: l.key, Holder: h} // renewed: its holder is alive
