@@ -239,18 +239,16 @@ func (f *folder) have(p *events.Have) {
 	h.HealthSince = healthSince(f.s.Have, h)
 	f.s.Crashes = crashes(f.s.Crashes, f.s.Have, h)
 	f.s.Have = h
-	back := false
 	if a := f.s.Agent; a != nil && !a.Up {
 		// Only a live agent publishes a have: it is up again on its
 		// first, whenever its lease's up is recorded (DESIGN.md §11).
+		// Whether it is a new agent, which knocks, the up naming its
+		// claim tells (agent).
 		f.s.Agent = &AgentRecord{Up: true, Seq: f.ev.Seq, Time: f.ev.Time}
-		back = true
+		f.s.AgentWas = a.Claim
 	}
 	f.compose()
 	f.knock(true)
-	if back {
-		f.agentBack()
-	}
 }
 
 // crashes returns the crash records after the have h, given those
@@ -320,29 +318,42 @@ func healthSince(prev, h *HaveRecord) []time.Time {
 
 // agent records the node's agent up or down (DESIGN.md §11 "Liveness"):
 // the event itself is the record `audit` and `fleet` read. It emits only
-// the knock of an agent back (agentBack). An up after a have already
+// the knock of an agent back (agentBack): an up of a claim other than the
+// one recorded (up or down) before it. An up after a have already
 // brought the agent back keeps that have's moment, the earlier sign of
-// life, and knocks no second time.
+// life, and knocks when its claim is not the one recorded down before
+// that have (AgentWas; none: a state of a build that knocked at the have).
 func (f *folder) agent(p *events.Agent) {
 	up := p.State == events.AgentUp
 	if a := f.s.Agent; up && a != nil && a.Up && a.Claim == "" {
+		was := f.s.AgentWas
 		a.Claim, a.Host, a.PID = p.Claim, p.Host, p.PID
+		f.s.AgentWas = ""
+		if was != "" && was != p.Claim {
+			f.agentBack()
+		}
 		return
 	}
-	again := up && f.s.Agent != nil && (!f.s.Agent.Up || f.s.Agent.Claim != p.Claim)
+	f.s.AgentWas = ""
+	again := up && f.s.Agent != nil && f.s.Agent.Claim != p.Claim
 	f.s.Agent = &AgentRecord{Up: up, Seq: f.ev.Seq, Time: f.ev.Time, Claim: p.Claim, Host: p.Host, PID: p.PID, Why: p.Why}
 	if again {
 		f.agentBack()
 	}
 }
 
-// agentBack knocks with reason agent when the node's agent comes back
-// after an agent of it was recorded (a restart, a reboot, a replacement):
-// at the first of a new claim's up or, after a down, a have (the new
-// agent's have can be stored before its up; the up that follows only
-// names the claim). The first up of a node is not: its up can be folded
-// after the settles of the very agent that made it, and no agent ran
-// before it to lose anything. It knocks when the settled plan
+// agentBack knocks with reason agent when a new agent of the node comes
+// up after an agent of it was recorded (a restart, a reboot, a
+// replacement): at the up of a claim other than the one recorded before
+// it, whether a have brought the agent back first or not (the new
+// agent's have can be stored before its up). A claim is one process's: a
+// claim that expired and is claimed again (the agent lost its server, not
+// its files) is not a new agent, nor the have of such an agent after its
+// down, and knocks nothing; a flapping lease, or every lease of a server
+// that stalled past the TTL, knocked every node with files once a flap
+// (a reviewer's finding). The first up of a node is not: its up can be
+// folded after the settles of the very agent that made it, and no agent
+// ran before it to lose anything. It knocks when the settled plan
 // declares files: the node may have lost them (/run is a tmpfs), and a
 // module needing one would crash-loop until the provisioner's resync
 // (DESIGN.md §1: a node never crash-loops on a missing credential nobody

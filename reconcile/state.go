@@ -135,6 +135,13 @@ type State struct {
 	// Invariant: Agent.Seq ≤ Seq.
 	Agent *AgentRecord `json:"agent,omitempty"`
 
+	// AgentWas is the claim of the agent recorded down before a have
+	// brought the agent back (Agent up with no claim yet), until the up
+	// that names the new claim: the agent back knocks then only if that
+	// claim is another one (folder.agentBack). Empty otherwise, and in a
+	// state of a build that knocked at that have already.
+	AgentWas string `json:"agent_was,omitempty"`
+
 	// Provisioner is what is known of the node's provisioner client: the
 	// newest prov event (its lease claimed, ended or taken over, as the
 	// reconciler records it); nil before the first. Unlike the agent, no
