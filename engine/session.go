@@ -1833,11 +1833,14 @@ func (p *partition) retry(ctx context.Context, write func(context.Context) (prog
 		progressed, err := write(actx)
 		timedOut := actx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 		cancel()
+		if err != nil && ctx.Err() != nil && (store.Unanswered(err) || errors.Is(err, context.Canceled)) {
+			// Unanswered, or cut by ctx's end itself (a request whose
+			// context was cancelled returns context.Canceled, not the
+			// cause: a lost lease's loss read as a stop's).
+			return stoppedRetry(ctx, err)
+		}
 		if err == nil || !store.Unanswered(err) {
 			return err
-		}
-		if ctx.Err() != nil {
-			return stoppedRetry(ctx, err)
 		}
 		if progressed {
 			if err := p.lost(); err != nil {
@@ -1871,7 +1874,8 @@ func (p *partition) retry(ctx context.Context, write func(context.Context) (prog
 }
 
 // stoppedRetry is retry's error when ctx ends while its last attempt, err,
-// went unanswered, or between two attempts: ctx's cause (context.Canceled
+// went unanswered or was cut by that end, or between two attempts: ctx's
+// cause (context.Canceled
 // for a stop), naming err. The end is ctx's, whatever the last attempt's
 // error: on a loaded machine a read of a session's start (the partition's
 // holdsEffects, its stream bounds) timed out its first attempt of
