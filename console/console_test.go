@@ -49,6 +49,51 @@ type fake struct {
 	// steps are the wants a rollout step published, by sequence, as
 	// query.Reader.History reads them from each want's id and header.
 	steps map[uint64]audit.RolloutStep
+	// snaps, when set, are the stored snapshots Fleet returns, covering
+	// the stream up to checkpoint (nil: Fleet returns every node's state
+	// as it is, and the snapshots lag nothing).
+	snaps      map[string]reconcile.View
+	checkpoint uint64
+}
+
+// snapshot stores every node's state as it is now as the snapshots,
+// checkpointed at the stream's end: the events appended afterwards are
+// past the checkpoint, as a reconciler killed -9 leaves them.
+func (f *fake) snapshot() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.snaps = map[string]reconcile.View{}
+	for _, n := range f.s.Nodes() {
+		f.snaps[n] = f.s.State(n).Clone().View()
+	}
+	f.checkpoint = f.s.Next() - 1
+}
+
+// Lag is one partition whose checkpoint is f.checkpoint (the stream's
+// end without snapshots).
+func (f *fake) Lag(context.Context) (query.SnapshotLag, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	last := f.s.Next() - 1
+	p := query.PartitionLag{Checkpoint: last, Last: last}
+	if f.snaps != nil {
+		p.Checkpoint = f.checkpoint
+	}
+	return query.SnapshotLag{Partitions: []query.PartitionLag{p}}, nil
+}
+
+// TailNodes names each node of an input event past the checkpoint, as
+// query.Reader.TailNodes does.
+func (f *fake) TailNodes(_ context.Context, lag query.SnapshotLag, limit int) (map[string]uint64, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]uint64{}
+	for _, ev := range f.s.Events {
+		if ev.Seq > lag.Partitions[0].Checkpoint && ev.Seq <= lag.Partitions[0].Last && ev.Kind.Input() {
+			out[ev.Node] = max(out[ev.Node], ev.Seq)
+		}
+	}
+	return out, true, nil
 }
 
 func newFake() *fake {
@@ -72,6 +117,12 @@ func (f *fake) Fleet(context.Context) ([]console.NodeView, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []console.NodeView
+	if f.snaps != nil {
+		for n, v := range f.snaps {
+			out = append(out, console.NodeView{Node: n, View: v})
+		}
+		return out, nil
+	}
 	for _, n := range f.s.Nodes() {
 		out = append(out, console.NodeView{Node: n, View: f.s.State(n).View()})
 	}
@@ -155,7 +206,10 @@ func (f *fake) History(_ context.Context, node string, b query.Bounds) (*audit.H
 
 func (f *fake) Begins(context.Context, *audit.History) string { return "" }
 
-func (f *fake) Follow(ctx context.Context, fn func(events.Event)) error {
+func (f *fake) Follow(ctx context.Context, started func(), fn func(events.Event)) error {
+	if started != nil {
+		started()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -912,4 +966,40 @@ func TestFleetAcked(t *testing.T) {
 	}
 	f.append("shanks", &events.Journal{Level: events.LevelError, Msg: "something new", Cause: 1})
 	fx.waitPage(t, "/", `id="need-shanks"`)
+}
+
+// A fresh user's finding F3: after a serve's kill -9, the snapshots the
+// console loads lag the stream (the events just before the kill are past
+// their checkpoint), and the follow delivers only new messages: the
+// fleet page showed a node's old want and plan until the node's next
+// event, while `meshfold fleet` read it live. The console reads such
+// nodes live at start, by the rule fleet's table reads them
+// (query.LaggingNodes): ace's new want, bob's retirement and cid, which
+// no snapshot holds, show without another event of theirs.
+func TestFleetReadsLiveWhatTheSnapshotsLag(t *testing.T) {
+	f := newFake()
+	healthy(f, "ace")
+	healthy(f, "bob")
+	healthy(f, "dee")
+	f.snapshot()
+	// Stored before the console follows, past the checkpoint: Follow
+	// never hands them over.
+	unseen := func(node string, p events.Payload) events.Event {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.s.Append(node, p)
+	}
+	want := unseen("ace", &events.Want{Modules: []events.WantModule{provisioner, mbgMod}})
+	unseen("bob", &events.Pause{By: "alice", Reason: "disk swap"})
+	unseen("cid", &events.Want{Modules: []events.WantModule{provisioner}})
+	fx := start(t, f)
+	body := fx.waitPage(t, "/", `id="node-cid"`)
+	body = fx.waitPage(t, "/", `id="need-bob"`)
+	row := regexp.MustCompile(`(?s)<tr id="node-ace".*?</tr>`).FindString(body)
+	if !strings.Contains(row, fmt.Sprintf("#%d", want.Seq)) {
+		t.Errorf("ace's row does not show its want #%d, stored after the snapshots' checkpoint:\n%s", want.Seq, row)
+	}
+	if !strings.Contains(body, `id="node-dee"`) {
+		t.Errorf("dee, whose snapshot is current, is missing:\n%s", body)
+	}
 }

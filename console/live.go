@@ -92,6 +92,44 @@ func (f *fleet) load(ctx context.Context, since time.Time) error {
 	return nil
 }
 
+// catchUp reads which nodes have events past their partition's
+// checkpoint in lag (Source.TailNodes) that their loaded view is older
+// than (query.LaggingNodes, the rule `meshfold fleet`'s table reads live
+// by), and marks them dirty up to their newest such event: refresh reads
+// them live from the reconciler as it does a node of a new event. Called
+// once the snapshots of lag are loaded.
+func (f *fleet) catchUp(ctx context.Context, lag query.SnapshotLag) {
+	if len(lag.Behind()) == 0 {
+		return
+	}
+	tail, complete, err := f.src.TailNodes(ctx, lag, query.DefaultTailMax)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.log.Warn("console: the events past the snapshots' checkpoints could not be read; rows of nodes with such events may be older than them until their next one", "err", err)
+		}
+		return
+	}
+	if !complete {
+		f.log.Warn("console: more events past a snapshot checkpoint than read; rows of nodes with events past them may be older than them until their next one", "read", query.DefaultTailMax)
+	}
+	f.mu.Lock()
+	lagging := query.LaggingNodes(tail, func(node string) (uint64, bool) {
+		nv, ok := f.views[node]
+		return nv.View.Seq, ok && nv.Err == nil
+	})
+	for _, node := range lagging {
+		f.dirty[node] = max(f.dirty[node], tail[node])
+	}
+	f.mu.Unlock()
+	if len(lagging) > 0 {
+		f.log.Info("console: the snapshots lag the stream; reading those nodes live", "nodes", len(lagging))
+		select {
+		case f.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // saw records an event from the stream: its node's view is refreshed
 // from the reconciler once it has folded it.
 func (f *fleet) saw(ev events.Event) {

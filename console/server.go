@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
@@ -121,24 +122,57 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // Run follows the stream from now on, then loads the fleet from the
-// snapshots, and keeps the fleet's views fresh until ctx is done.
-// Following starts first so that no event between the load and the
-// follow is missed.
+// snapshots, and keeps the fleet's views fresh until ctx is done. No
+// event between the load and the follow is missed: before the load it
+// reads up to which event the snapshots cover each partition
+// (Source.Lag), and once the follow has started, the stream's newest
+// events; the nodes with events between the two whose loaded view is
+// older (query.LaggingNodes, as `meshfold fleet`'s table reads them) are
+// read live from the reconciler, like the nodes of new events (a fresh
+// user's finding F3: after a serve's kill -9 the fleet page showed a
+// node's old want and plan until its next event).
 //
 // Errors: the source's, when loading or following fails.
 func (c *Console) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	followed := make(chan error, 1)
-	go func() { followed <- c.cfg.Source.Follow(ctx, c.fleet.saw) }()
+	started := make(chan struct{})
+	go func() { followed <- c.cfg.Source.Follow(ctx, sync.OnceFunc(func() { close(started) }), c.fleet.saw) }()
 	go c.fleet.refresh(ctx)
 	go c.fleet.pollSources(ctx, c.cfg.Now)
 	var since time.Time
 	if c.cfg.Warnings > 0 {
 		since = c.cfg.Now().Add(-c.cfg.Warnings)
 	}
+	// The checkpoints before the load: the snapshots loaded cover at
+	// least as much.
+	lag, lagErr := c.cfg.Source.Lag(ctx)
 	if err := c.fleet.load(ctx, since); err != nil {
 		return err
+	}
+	select {
+	case <-started:
+	case <-ctx.Done():
+		return nil
+	case err := <-followed:
+		return err
+	}
+	// The newest events once the follow has started: it delivers every
+	// later one.
+	if lagErr == nil {
+		var now query.SnapshotLag
+		if now, lagErr = c.cfg.Source.Lag(ctx); lagErr == nil {
+			lag, lagErr = lag.Through(now)
+		}
+	}
+	switch {
+	case lagErr == nil:
+		c.fleet.catchUp(ctx, lag)
+	case errors.Is(lagErr, query.ErrNoSnapshots):
+		// No reconciler checkpointed yet: the fleet is empty until events come.
+	case ctx.Err() == nil:
+		c.log.Warn("console: how far the snapshots lag the stream could not be read; rows of nodes with events past them may be older than those events until their next one", "err", lagErr)
 	}
 	select {
 	case <-ctx.Done():

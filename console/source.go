@@ -39,8 +39,18 @@ type Source interface {
 	// holds the node's first events ("" when it does).
 	Begins(ctx context.Context, h *audit.History) string
 	// Follow calls fn with every event stored from now on, in stream
-	// order, until ctx is done or reading fails.
-	Follow(ctx context.Context, fn func(events.Event)) error
+	// order, until ctx is done or reading fails; started (nil: none)
+	// once every event stored from then on will be fn's.
+	Follow(ctx context.Context, started func(), fn func(events.Event)) error
+	// Lag says, per partition, up to which event the stored snapshots
+	// cover every node's and the stream's newest event
+	// (query.Reader.Lag); TailNodes the nodes with events past the
+	// checkpoints of lag, each with its newest one's sequence, reading
+	// at most limit events a partition (complete false past it).
+	// Errors: Lag's match query.ErrNoSnapshots when no reconciler has
+	// checkpointed yet.
+	Lag(ctx context.Context) (query.SnapshotLag, error)
+	TailNodes(ctx context.Context, lag query.SnapshotLag, limit int) (nodes map[string]uint64, complete bool, err error)
 	// Sources returns, per node, the files its provisioner could not
 	// fill and why (node "" for every node), live from the provisioners'
 	// reports (DESIGN.md §12).

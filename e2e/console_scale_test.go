@@ -94,7 +94,10 @@ func (s *standIn) History(_ context.Context, node string, _ query.Bounds) (*audi
 
 func (s *standIn) Begins(context.Context, *audit.History) string { return "" }
 
-func (s *standIn) Follow(ctx context.Context, fn func(events.Event)) error {
+func (s *standIn) Follow(ctx context.Context, started func(), fn func(events.Event)) error {
+	if started != nil {
+		started()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -103,6 +106,13 @@ func (s *standIn) Follow(ctx context.Context, fn func(events.Event)) error {
 			fn(ev)
 		}
 	}
+}
+
+// Lag: the stand-in's snapshots are its fleet, current.
+func (s *standIn) Lag(context.Context) (query.SnapshotLag, error) { return query.SnapshotLag{}, nil }
+
+func (s *standIn) TailNodes(context.Context, query.SnapshotLag, int) (map[string]uint64, bool, error) {
+	return nil, true, nil
 }
 
 func (s *standIn) Sources(context.Context, string) (map[string][]audit.SourceProblem, error) {

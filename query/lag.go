@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -51,6 +52,25 @@ func (l SnapshotLag) Behind() []PartitionLag {
 		}
 	}
 	return out
+}
+
+// Through returns l's checkpoints with later's newest events: the events
+// past the checkpoints a reader read before it loaded the snapshots, up
+// to the newest as later (read after it began to follow the stream) saw
+// them, so that each is either read past the checkpoint or followed.
+//
+// Errors: later is of another number of partitions (the stream changed).
+func (l SnapshotLag) Through(later SnapshotLag) (SnapshotLag, error) {
+	if len(later.Partitions) != len(l.Partitions) {
+		return SnapshotLag{}, fmt.Errorf("query: the stream has %d partitions, not %d", len(later.Partitions), len(l.Partitions))
+	}
+	out := SnapshotLag{Partitions: slices.Clone(l.Partitions)}
+	for i, p := range later.Partitions {
+		if p.Last > out.Partitions[i].Last {
+			out.Partitions[i].Last, out.Partitions[i].LastTime = p.Last, p.LastTime
+		}
+	}
+	return out, nil
 }
 
 // Lag reads every partition's checkpoint and the newest event the stream
@@ -168,6 +188,31 @@ func (r *Reader) TailNodes(ctx context.Context, lag SnapshotLag, limit int) (nod
 		}
 	}
 	return nodes, complete, nil
+}
+
+// DefaultTailMax is how many events past a partition's checkpoint a
+// reader of the snapshots reads ([Reader.TailNodes]' limit) to find the
+// nodes they lag: the reconciler keeps that tail to a few checkpoint
+// periods (docs/architecture.md "Live: states put by age").
+const DefaultTailMax = 20000
+
+// LaggingNodes returns, sorted, the nodes of tail (each node with events
+// past its partition's checkpoint and its newest one's sequence,
+// [Reader.TailNodes]) whose stored view is older than that event, or that
+// none holds (stored's ok false; seq is the view's Seq): the nodes a
+// reader of the snapshots reads live from the reconciler, `meshfold
+// fleet`'s table and the console at start alike (a fresh user's finding
+// F3: the console showed a node's old want and plan after a serve's kill
+// -9 until the node's next event).
+func LaggingNodes(tail map[string]uint64, stored func(node string) (seq uint64, ok bool)) []string {
+	var out []string
+	for node, seq := range tail {
+		if have, ok := stored(node); !ok || have < seq {
+			out = append(out, node)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // LiveView asks the reconciler's state service for node's view alone

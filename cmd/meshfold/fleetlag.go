@@ -20,7 +20,7 @@ import (
 // of at most fleetLiveMax nodes they name, fleetLiveWorkers requests at
 // a time.
 var (
-	fleetTailMax     = 20000
+	fleetTailMax     = query.DefaultTailMax
 	fleetLiveMax     = 500
 	fleetLiveWorkers = 8
 )
@@ -133,13 +133,13 @@ func refreshLagging(ctx context.Context, r *query.Reader, rows []audit.FleetRow,
 	for i := range rows {
 		at[rows[i].Node] = i
 	}
-	var want []string
-	for node, seq := range tail {
-		if i, ok := at[node]; !ok || rows[i].Seq < seq {
-			want = append(want, node)
+	want := query.LaggingNodes(tail, func(node string) (uint64, bool) {
+		i, ok := at[node]
+		if !ok {
+			return 0, false
 		}
-	}
-	slices.Sort(want)
+		return rows[i].Seq, true
+	})
 	ask := want[:min(len(want), fleetLiveMax)]
 	views := make([]*audit.FleetRow, len(ask))
 	var (
