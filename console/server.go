@@ -64,8 +64,10 @@ type Console struct {
 	cfg   Config
 	log   *slog.Logger
 	fleet *fleet
-	tmpl  *template.Template
-	mux   *http.ServeMux
+	// loaded is closed once Run has loaded the fleet ([Console.Loaded]).
+	loaded chan struct{}
+	tmpl   *template.Template
+	mux    *http.ServeMux
 }
 
 // New returns a console reading cfg.Source. Call [Console.Run] to load
@@ -94,7 +96,7 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
-	c := &Console{cfg: cfg, log: log, fleet: newFleet(cfg.Source, log), tmpl: t, mux: http.NewServeMux()}
+	c := &Console{cfg: cfg, log: log, fleet: newFleet(cfg.Source, log), loaded: make(chan struct{}), tmpl: t, mux: http.NewServeMux()}
 	static, _ := fs.Sub(staticFS, "static")
 	c.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	c.mux.HandleFunc("GET /{$}", c.fleetPage)
@@ -174,6 +176,7 @@ func (c *Console) Run(ctx context.Context) error {
 	case ctx.Err() == nil:
 		c.log.Warn("console: how far the snapshots lag the stream could not be read; rows of nodes with events past them may be older than those events until their next one", "err", lagErr)
 	}
+	close(c.loaded)
 	select {
 	case <-ctx.Done():
 		return nil
@@ -181,6 +184,12 @@ func (c *Console) Run(ctx context.Context) error {
 		return err
 	}
 }
+
+// Loaded is closed once [Console.Run] has loaded the fleet, follows the
+// stream and has read which nodes the snapshots lag: a reader whose
+// credentials may not read what the console reads has been refused by
+// then (meshfold console ends on it, naming the role it needs).
+func (c *Console) Loaded() <-chan struct{} { return c.loaded }
 
 // Serve serves the console on ln until ctx is done.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {

@@ -124,6 +124,24 @@ func TestRevokedRolesExit(t *testing.T) {
 		t.Fatalf("node bob with provisioner-ace's creds still runs:\n%s", wrong.out.String())
 	}
 
+	// A console given another role's creds ends at once, explained and
+	// naming the role it reads as, exit 1 as the node's (a fresh user's
+	// finding L12: it exited 1 with "snapshot bucket MESH_SNAPSHOTS:
+	// context deadline exceeded", the cause only in a WARN line).
+	wrongConsole := start("console with a node's creds", append([]string{"console", "--listen", "127.0.0.1:0"}, as("node-ace")...)...)
+	select {
+	case code := <-wrongConsole.done:
+		wrongConsole.done <- code // for the cleanup
+		errs := wrongConsole.out.String()
+		if code != exitError || !strings.Contains(errs, "meshfold console (") || !strings.Contains(errs, "permission denied: these credentials may not") ||
+			!strings.Contains(errs, "user node-ace's, of the node role") || !strings.Contains(errs, "'meshfold console' reads as the operator-read role") ||
+			strings.Contains(errs, "deadline exceeded") {
+			t.Errorf("console with node-ace's creds: exit %d, want %d naming the roles:\n%s", code, exitError, errs)
+		}
+	case <-ctx.Done():
+		t.Fatalf("console with node-ace's creds still runs:\n%s", wrongConsole.out.String())
+	}
+
 	for _, user := range []string{"node-ace", "provisioner-ace", "operator-read"} {
 		args := append([]string{"auth", "revoke", user, "--dir", dir}, as(auth.SystemUser)...)
 		if code, out, errs := runCLI(ctx, args...); code != exitOK || !strings.Contains(out, "jwt updated") {

@@ -70,12 +70,27 @@ that authenticates. The same pages are served by meshfold serve --http ADDR.`,
 				return err
 			}
 			defer nc.Close()
+			// A permission the creds lack while the console starts (the
+			// stream, the snapshots, the follow) ends it at once,
+			// explained, naming the role it reads as (exit 1, as the node
+			// agent's): another role's creds are no transient failure (a
+			// fresh user's finding L12: it ended on "snapshot bucket
+			// MESH_SNAPSHOTS: context deadline exceeded", the cause only
+			// in a WARN line). Once loaded, a violation is logged.
+			loaded := make(chan struct{})
+			a.watchDeniedUntil(nc, loaded)
+			a.deniedNeeds = fmt.Sprintf("'meshfold console' reads as the %s role ('meshfold auth add-user %s' writes its creds file)",
+				auth.RoleOperatorRead, auth.RoleOperatorRead)
 			// A connection closed for good (a revoked user) ends the
 			// console with an error, as it does the other long-running
 			// roles: its pages would never read anything again.
-			return store.WhileConnected(cmd.Context(), nc, func(ctx context.Context) error {
-				return consoleAlone(ctx, a, log, nc, listen, cf)
+			err = store.WhileConnected(cmd.Context(), nc, func(ctx context.Context) error {
+				return consoleAlone(ctx, a, log, nc, listen, cf, loaded)
 			})
+			if d := a.deniedErr(); d != nil {
+				return d // ended by the violation, which run explains
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", console.DefaultListen, "HTTP listen address HOST:PORT (loopback unless told otherwise)")
@@ -87,7 +102,7 @@ that authenticates. The same pages are served by meshfold serve --http ADDR.`,
 
 // consoleAlone is meshfold console on nc: it waits for the stream, takes
 // the listen address and serves until ctx is done.
-func consoleAlone(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, listen string, cf consoleFlags) error {
+func consoleAlone(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, listen string, cf consoleFlags, loaded chan<- struct{}) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -100,11 +115,13 @@ func consoleAlone(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, 
 	if err != nil {
 		return withCode(exitUsage, fmt.Errorf("--listen: %w", err))
 	}
-	return runConsole(ctx, a, log, nc, cfg, ln, cf)
+	return runConsole(ctx, a, log, nc, cfg, ln, cf, loaded)
 }
 
-// runConsole serves the console on ln until ctx is done, and closes ln.
-func runConsole(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, cfg store.StreamConfig, ln net.Listener, cf consoleFlags) error {
+// runConsole serves the console on ln until ctx is done, and closes ln;
+// it closes loaded (nil: none) once the console has loaded the fleet
+// (console.Console.Loaded).
+func runConsole(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, cfg store.StreamConfig, ln net.Listener, cf consoleFlags, loaded chan<- struct{}) error {
 	defer ln.Close()
 	r, err := query.New(nc, query.Config{Stream: cfg})
 	if err != nil {
@@ -127,6 +144,15 @@ func runConsole(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn, cf
 	defer cancel()
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(ctx) }()
+	if loaded != nil {
+		go func() {
+			select {
+			case <-c.Loaded():
+				close(loaded)
+			case <-ctx.Done():
+			}
+		}()
+	}
 	served := make(chan error, 1)
 	go func() { served <- console.Serve(ctx, ln, c) }()
 	select {
@@ -188,7 +214,7 @@ func serveConsole(ctx context.Context, a *app, log *slog.Logger, srv *embedded.S
 	}
 	go func() {
 		defer nc.Close()
-		if err := runConsole(ctx, a, log, nc, cfg, ln, cf); err != nil {
+		if err := runConsole(ctx, a, log, nc, cfg, ln, cf, nil); err != nil {
 			log.Error("console", "err", err)
 		}
 	}()
