@@ -343,6 +343,7 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 	}
 	a.sweepTemps()
 	wg.Go(func() { a.haveLoop(ctx) })
+	wg.Go(func() { a.answerReclaims(ctx, stream, lease) })
 	if sup, ok := a.rt.(Supervisor); ok {
 		wg.Go(func() { a.watchRuntime(ctx, sup) })
 	}
@@ -631,6 +632,78 @@ func (a *Agent) apply(ctx context.Context, p *events.Plan) (changes []change, fa
 		changes = append(changes, change{module: name, op: events.OpRemove})
 	}
 	return changes, "", nil
+}
+
+// answerReclaims answers each re-claim of the node's lease
+// (store.Lease.Reclaimed) with answerReclaim, until ctx is done.
+func (a *Agent) answerReclaims(ctx context.Context, stream jetstream.Stream, lease *store.Lease) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-lease.Reclaimed():
+		}
+		a.answerReclaim(ctx, stream, lease.TTL())
+	}
+}
+
+// answerReclaim publishes a have after a re-claim of the node's lease, so
+// that one follows the down a reconciler may have recorded for its expiry
+// (a fresh user's finding, G1: the bucket's leader crashed, no renewal
+// was stored for the TTL, every agent was recorded down while it lived).
+// A have stored before that down is stale to a rollout ("its agent has
+// reported no have since it was down"), and nothing else makes the agent
+// publish one while nothing changes on the node: a target's healthy
+// window never began again, it failed at its healthy_deadline and
+// auto_revert reverted a healthy build. The node's newest agent event is
+// read first and the have kicked after (a down stored before that read
+// precedes the have); then, for 2×TTL + store.MaxReconnectDelay (the
+// longest a reconciler that judged the expiry before the re-claim takes
+// to store its down), the newest agent event is read every TTL/4, and a
+// newer one is answered with one more have. A down is recorded by the
+// reconciler, not known here: without one the haves are only a resync's.
+func (a *Agent) answerReclaim(ctx context.Context, stream jetstream.Stream, ttl time.Duration) {
+	end := time.Now().Add(2*ttl + store.MaxReconnectDelay)
+	pace := max(ttl/4, 100*time.Millisecond)
+	newest := func() (uint64, bool) {
+		gctx, cancel := context.WithTimeout(ctx, pace)
+		defer cancel()
+		m, err := store.LastMsg(gctx, stream, a.subj, a.cfg.Name, events.KindAgent)
+		switch {
+		case errors.Is(err, store.ErrNoMessage):
+			return 0, true
+		case err != nil:
+			return 0, false
+		}
+		return m.Event.Seq, true
+	}
+	first, read := newest()
+	if read {
+		a.log.Info("node lease claimed again after it expired: publishing a have, after the down a reconciler may have recorded")
+		a.kickHave()
+	}
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pace): // the reads' pace, not a wait for an event
+		}
+		seq, ok := newest()
+		switch {
+		case !ok:
+		case !read:
+			first, read = seq, true
+			a.log.Info("node lease claimed again after it expired: publishing a have, after the down a reconciler may have recorded")
+			a.kickHave()
+		case seq > first:
+			a.log.Info("node agent event recorded after the lease's re-claim: publishing a have after it", "seq", seq)
+			a.kickHave()
+			return
+		}
+	}
+	if !read {
+		a.kickHave() // the newest agent event never read: a have anyway
+	}
 }
 
 func (a *Agent) kickHave() {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 )
@@ -562,4 +564,70 @@ func TestFailedApplyRetriedUntilBuildPushed(t *testing.T) {
 	if len(got) != 2 || got[0].Op != events.OpFailed || got[1].Op != events.OpApply {
 		t.Errorf("plan %d: settles %s, want one failure then one apply", p1, brief(got))
 	}
+}
+
+// An agent whose lease expired while it lived (the bucket's leader
+// crashed, no renewal was stored for the TTL) and that claims it again
+// publishes a have after the down a reconciler recorded for the expiry,
+// whether that down was stored before the re-claim (ace) or after it
+// (bob, judged by a reconciler before the re-claim and stored late): a
+// rollout reads a have from before a down as stale, and nothing else made
+// the agent publish one while nothing changed on the node, so its target
+// never became healthy again (a fresh user's finding, G1).
+func TestHaveAfterLeaseReclaim(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	const ttl = 2 * time.Second
+	kv, err := store.CreateKV(ctx, e.js, jetstream.KeyValueConfig{Bucket: e.cfg.Name + store.NodeLeaseBucketSuffix,
+		History: 1, TTL: ttl, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := func(node string) uint64 {
+		t.Helper()
+		ack, err := e.pub.Append(ctxT(t), node, events.Stamp(&events.Agent{State: events.AgentDown, Claim: "c", Why: events.WhyExpired}, time.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Seq
+	}
+	// expire deletes node's lease, as its expiry does, and waits for its
+	// agent's re-claim (a put after the delete).
+	expire := func(node string) {
+		t.Helper()
+		e1, err := kv.Get(ctxT(t), node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := kv.Delete(ctxT(t), node); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(wait)
+		for {
+			e2, err := kv.Get(ctxT(t), node)
+			if err == nil && e2.Revision() > e1.Revision()+1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's agent did not claim its lease again", node)
+			}
+			<-time.After(50 * time.Millisecond) // polling the bucket
+		}
+	}
+	haveAfter := func(node string, seq uint64) {
+		t.Helper()
+		e.waitEvent(t, node, events.KindHave, func(m store.Msg) bool { return m.Event.Seq > seq })
+	}
+	for _, n := range []string{"ace", "bob"} {
+		e.startAgent(t, n, nil)
+		e.waitEvent(t, n, events.KindHave, func(store.Msg) bool { return true })
+	}
+
+	d := down("ace")
+	expire("ace")
+	haveAfter("ace", d)
+
+	expire("bob")
+	d = down("bob")
+	haveAfter("bob", d)
 }

@@ -163,10 +163,11 @@ type Lease struct {
 	value  []byte
 	log    *slog.Logger
 
-	stop     chan struct{}
-	done     chan struct{}
-	lost     chan struct{}
-	stopOnce sync.Once
+	stop      chan struct{}
+	done      chan struct{}
+	lost      chan struct{}
+	reclaimed chan struct{}
+	stopOnce  sync.Once
 
 	mu  sync.Mutex
 	rev uint64
@@ -208,7 +209,7 @@ func AcquireLease(ctx context.Context, kv jetstream.KeyValue, key string, holder
 		return nil, err
 	}
 	l := &Lease{kv: kv, key: key, ttl: ttl, holder: holder, value: value, log: log,
-		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{}), reclaimed: make(chan struct{}, 1)}
 	if err := l.claim(ctx); err != nil {
 		return nil, err
 	}
@@ -391,6 +392,10 @@ func (l *Lease) renewOnce() error {
 		if err == nil {
 			l.log.Warn("lease expired before it was renewed; claimed again", "key", l.key)
 			l.setRev(next)
+			select {
+			case l.reclaimed <- struct{}{}:
+			default: // one not taken yet says it already
+			}
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -428,6 +433,13 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 // not renew it within the TTL, and a successor claimed it); [Lease.Err]
 // then says who holds it.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Reclaimed delivers once each time the lease expired before it was
+// renewed (no renewal reached the bucket for its TTL: the server or the
+// bucket's leader away) and was claimed again, by this holder, with the
+// same token; one not taken yet stands for later ones. A watcher of the
+// bucket may have recorded the holder's death meanwhile (DESIGN.md §11).
+func (l *Lease) Reclaimed() <-chan struct{} { return l.reclaimed }
 
 // Err returns why the lease was lost (a [*HeldError]), nil while held.
 func (l *Lease) Err() error {
