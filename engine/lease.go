@@ -185,11 +185,31 @@ func (g *Group) acquire(ctx context.Context, ps []int, pending [][]createAttempt
 const acquireWarnEvery = 10 * time.Second
 
 // unacquired is a partition of this member's share whose lease it has
-// failed to create since first, last with err.
+// failed to create since first, last with err. refused is the last
+// refusal among those failures (a denial, …: an answer, neither a lease
+// that exists nor [store.Unanswered]): a create whose denial came after
+// its own deadline fails with the timeout, which says nothing of why.
 type unacquired struct {
-	first  time.Time
-	err    error
-	warned bool
+	first   time.Time
+	err     error
+	refused error
+	warned  bool
+}
+
+// cause is what a warning names for u: its last failure, or, when that
+// got no answer, the last refusal of its failing period. rank orders
+// causes by what they tell an operator: a refusal, then no answer, then
+// a lease that exists.
+func (u *unacquired) cause() (err error, rank int) {
+	switch {
+	case errors.Is(u.err, jetstream.ErrKeyExists):
+		return u.err, 0
+	case store.Unanswered(u.err) && u.refused != nil:
+		return u.refused, 2
+	case store.Unanswered(u.err):
+		return u.err, 1
+	}
+	return u.err, 2
 }
 
 // acquired records the outcome of a create of partition p's lease: err
@@ -208,12 +228,16 @@ func (g *Group) acquired(p int, err error) {
 		g.failing[p] = u
 	}
 	u.err = err
+	if !errors.Is(err, jetstream.ErrKeyExists) && !store.Unanswered(err) {
+		u.refused = err
+	}
 }
 
 // warnUnacquired warns, at most every acquireWarnEvery, of the partitions
 // of this member's share whose lease it cannot create: those refused for
 // another reason than a lease that exists (the bucket without a leader
-// or unreachable, a denial), with the cause; and those a lease that
+// or unreachable, a denial), with the cause (a refusal in the failing
+// period before a timeout: unacquired.cause); and those a lease that
 // exists has kept from it for longer than a holder that stopped renewing
 // keeps it (stale: 1.25 TTL), which should have expired. A lease that
 // exists for less (a dead member's, until its TTL) is the group's
@@ -224,6 +248,7 @@ func (g *Group) warnUnacquired() {
 	now := time.Now()
 	var ps []int
 	var cause error
+	rank := -1
 	var since time.Time
 	for _, p := range slices.Sorted(maps.Keys(g.failing)) {
 		u := g.failing[p]
@@ -235,8 +260,8 @@ func (g *Group) warnUnacquired() {
 			continue
 		}
 		ps = append(ps, p)
-		if cause == nil || !errors.Is(u.err, jetstream.ErrKeyExists) && errors.Is(cause, jetstream.ErrKeyExists) {
-			cause = u.err // another cause than an existing lease first
+		if c, r := u.cause(); r > rank {
+			cause, rank = c, r
 		}
 		if since.IsZero() || u.first.Before(since) {
 			since = u.first
