@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/embedded"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // A reconciler that stays up while its server restarts (a standalone
@@ -26,12 +26,7 @@ func TestAgentLivenessAcrossServerRestart(t *testing.T) {
 		t.Skip("restarts a server and waits out its lease TTL: not in -short")
 	}
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := storetest.FreeAddr(t) // held while the server restarts
 	start := func() *embedded.Server {
 		e, err := embedded.Start(embedded.Config{DataDir: dir, Listen: addr})
 		if err != nil {

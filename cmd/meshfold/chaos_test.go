@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -26,6 +25,7 @@ import (
 	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // chaosScale is the size of TestChaos: MESHFOLD_CHAOS=full (make chaos)
@@ -56,12 +56,7 @@ func TestChaos(t *testing.T) {
 	}
 	sc := scaleOfChaos()
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := storetest.FreeAddr(t) // held while serve restarts
 	serve := func() *meshfoldProcess {
 		return startMeshfold(t, "serve", "--data", dir, "--listen", addr, "--snapshot-interval", "200ms", "--log-level", "warn")
 	}

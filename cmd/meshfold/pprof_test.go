@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -22,12 +21,7 @@ func TestReconcilePprof(t *testing.T) {
 	if code := run(testCtx(t), []string{"reconcile", "--server", srv.URL(), "--signing-key", key, "--pprof"}, nil, &out, &errb); code != exitUsage {
 		t.Fatalf("--pprof without --metrics: exit %d, want %d; %s", code, exitUsage, errb.String())
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := storetest.FreeAddr(t)
 	p := startReconcile(t, "--server", srv.URL(), "--signing-key", key, "--metrics", addr, "--pprof")
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)

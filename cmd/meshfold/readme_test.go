@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // readmeImpossible are the README commands a test cannot follow, and why.
@@ -203,14 +204,10 @@ func newReadmeShell(t *testing.T) *readmeSession {
 	return s
 }
 
+// freePort is storetest.FreePort as a string.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+	return fmt.Sprint(storetest.FreePort(t))
 }
 
 // rewrite makes a README command the session's: the binary for go run,

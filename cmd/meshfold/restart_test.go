@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,13 +101,9 @@ func restartAfterKill(tb testing.TB, role string, kills int, command func(args .
 	var url string
 	switch role {
 	case "serve":
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		url = "nats://" + ln.Addr().String()
-		ln.Close()
-		args = []string{"serve", "--data", filepath.Join(dir, "data"), "--listen", ln.Addr().String(), "--log-level", "warn"}
+		addr := storetest.FreeAddr(tb)
+		url = "nats://" + addr
+		args = []string{"serve", "--data", filepath.Join(dir, "data"), "--listen", addr, "--log-level", "warn"}
 	case "reconcile":
 		m := startMesh(tb)
 		url = m.e.ClientURL()

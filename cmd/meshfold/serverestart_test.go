@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,12 +39,7 @@ type serveRestartRig struct {
 
 func startServeRestartRig(t testing.TB, bin string) *serveRestartRig {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := storetest.FreeAddr(t) // held while serve restarts
 	dir := t.TempDir()
 	r := &serveRestartRig{addr: addr, data: filepath.Join(dir, "data"), dir: dir, bin: bin, agents: map[string]*meshfoldProcess{},
 		cfg: store.StreamConfig{}.WithDefaults()}

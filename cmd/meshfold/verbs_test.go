@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -360,12 +359,7 @@ func TestDemo(t *testing.T) {
 // its NATS server waits for it, then for the reconciler's stream, then
 // runs.
 func TestNodeWaitsForTheServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := storetest.FreeAddr(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	errb := &storetest.SyncBuffer{}

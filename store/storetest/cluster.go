@@ -3,7 +3,6 @@ package storetest
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +56,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 func startServers(t testing.TB, routes []string, cluster func(i int, o *server.ClusterOpts)) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t}
+	var routePorts []int
 	for i := range routes {
 		opts := &server.Options{
 			ServerName: fmt.Sprintf("m%d", i),
@@ -70,6 +70,7 @@ func startServers(t testing.TB, routes []string, cluster func(i int, o *server.C
 			Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
 		}
 		cluster(i, &opts.Cluster)
+		routePorts = append(routePorts, opts.Cluster.Port)
 		s, err := server.NewServer(opts)
 		if err != nil {
 			t.Fatalf("storetest: cluster server %d: %v", i, err)
@@ -78,8 +79,13 @@ func startServers(t testing.TB, routes []string, cluster func(i int, o *server.C
 		t.Cleanup(s.Shutdown)
 		c.Servers = append(c.Servers, s)
 	}
-	for _, s := range c.Servers {
+	for i, s := range c.Servers {
 		if !s.ReadyForConnections(10 * time.Second) {
+			// Without a logger the server says nothing of a listener it
+			// could not bind (freePorts).
+			if s.ClusterAddr() == nil {
+				t.Fatalf("storetest: cluster server %s not ready: its route listener (port %d) is not bound", s.Name(), routePorts[i])
+			}
 			t.Fatalf("storetest: cluster server %s not ready", s.Name())
 		}
 		c.urls = append(c.urls, s.ClientURL())
@@ -115,28 +121,6 @@ func (c *Cluster) metaReady() bool {
 		}
 	}
 	return leaders == 1
-}
-
-// freePorts picks n free loopback TCP ports by listening on :0; they are
-// released just before the servers bind them.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("storetest: free port: %v", err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 // URLs returns the client URLs of every server, comma separated, as
