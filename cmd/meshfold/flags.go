@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -138,26 +140,41 @@ func authHint(err error, cfg store.ConnectConfig) string {
 
 // connectWait is connect for the long-running roles (node, provision,
 // reconcile): a server not up yet is waited for, with backoff, until ctx
-// is done, so that the roles of a mesh may start in any order. Errors
-// that retrying cannot cure (a bad creds file, bad flags) end it at once.
+// is done, so that the roles of a mesh may start in any order; so is one
+// that dropped the connection before it answered (connectUnanswered).
+// Errors that retrying cannot cure (a bad creds file, bad flags, the
+// server's refusal of the credentials) end it at once.
 func (f *connFlags) connectWait(ctx context.Context, name string, a *app) (*nats.Conn, error) {
 	log, err := a.logger()
 	if err != nil {
 		return nil, err
 	}
-	return waitFor(ctx, nats.ErrNoServers, func() (*nats.Conn, error) { return f.dial(name, a) },
+	return waitFor(ctx, connectUnanswered, func() (*nats.Conn, error) { return f.dial(name, a) },
 		func(err error, d time.Duration) { log.Warn("NATS not reachable yet; retrying", "err", err, "in", d) })
 }
 
-// waitFor calls op until it succeeds or fails with an error other than
-// retryable, with jittered backoff (250 ms doubling to 5 s) and note
-// called before each wait; when ctx ends it returns op's last error.
-func waitFor[T any](ctx context.Context, retryable error, op func() (T, error), note func(err error, d time.Duration)) (T, error) {
+// connectUnanswered reports whether a first connection failed without
+// the server's answer: no server listens (nats.ErrNoServers), or one
+// accepted and dropped the connection (EOF, a broken pipe, a reset, a
+// timeout, its "Authentication Timeout": a server under load, or going
+// down, whose handshake outlasted its 2 s auth timeout). A provisioner
+// started against a server at load 40 exited with "write: broken pipe"
+// (TestRevokedRolesExit).
+func connectUnanswered(err error) bool {
+	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, os.ErrDeadlineExceeded) || strings.Contains(strings.ToLower(err.Error()), "authentication timeout")
+}
+
+// waitFor calls op until it succeeds or fails with an error retryable
+// does not report, with jittered backoff (250 ms doubling to 5 s) and
+// note called before each wait; when ctx ends it returns op's last error.
+func waitFor[T any](ctx context.Context, retryable func(error) bool, op func() (T, error), note func(err error, d time.Duration)) (T, error) {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(250*time.Millisecond),
 		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
 		v, err := op()
-		if err == nil || !errors.Is(err, retryable) {
+		if err == nil || !retryable(err) {
 			return v, err
 		}
 		d := b.NextBackOff()
@@ -202,7 +219,7 @@ func (f *streamFlags) openStreamWait(ctx context.Context, js jetstream.JetStream
 		st  jetstream.Stream
 		cfg store.StreamConfig
 	}
-	o, err := waitFor(ctx, store.ErrNoStream, func() (opened, error) {
+	o, err := waitFor(ctx, func(err error) bool { return errors.Is(err, store.ErrNoStream) }, func() (opened, error) {
 		st, cfg, err := f.openStream(ctx, js)
 		return opened{st, cfg}, err
 	}, func(_ error, d time.Duration) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -403,6 +404,74 @@ func TestNodeWaitsForTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("node agent running")
+}
+
+// A long-running role whose first connection the server drops before it
+// answers (a server under load whose 2 s auth timeout ran out while the
+// handshake waited: TestRevokedRolesExit's provisioner exited with
+// "write: broken pipe" at load 40) tries again, as it does when no
+// server listens, instead of exiting.
+func TestNodeRetriesADroppedHandshake(t *testing.T) {
+	addr := storetest.FreeAddr(t)
+	dir := t.TempDir()
+	// A server that drops every connection after its INFO.
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := make(chan struct{})
+	go func() {
+		defer close(dropped)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte(`INFO {"server_id":"x","version":"2.15.2","proto":1,"headers":true,"max_payload":1048576}` + "\r\n"))
+			_ = c.Close()
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	errb := &storetest.SyncBuffer{}
+	done := make(chan int, 1)
+	_, trust := testSigner(t)
+	go func() {
+		done <- run(ctx, []string{"node", "ace", "--runtime", "record", "--root", filepath.Join(dir, "root"), "--state-dir", filepath.Join(dir, "state"),
+			"-s", "nats://" + addr, "--trust", trust}, nil, &storetest.SyncBuffer{}, errb)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("node exited %d: %s", code, errb.String())
+		}
+	}()
+	waitfor.Value(t, 20*time.Second, "the node's retry of a dropped handshake", func() (string, bool) {
+		log := errb.String()
+		return log, strings.Contains(log, "NATS not reachable yet; retrying")
+	})
+	ln.Close()
+	<-dropped
+	srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "data"), Listen: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.EnsureStream(context.Background(), js, store.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Value(t, 20*time.Second, "the node running", func() (string, bool) {
+		log := errb.String()
+		return log, strings.Contains(log, "node agent running")
+	})
 }
 
 // Flag values no run could mean are usage errors (exit 2), said before
