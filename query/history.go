@@ -33,7 +33,9 @@ var errPastBound = errors.New("query: past the bound")
 // fetched), within b. A read with an Until bound is partial
 // (audit.History.Partial): the node may have later events, and the
 // history's notes never say a bound is after its last event. A node with
-// no event is an empty history, not an error.
+// no event is an empty history, not an error; a bounded read that ends
+// before the node's first event is empty too, with that event in
+// audit.History.First.
 //
 // Errors: a bad node name (matching events.ErrInvalid); the stream's
 // lookup errors (store.ErrNoStream); the read's errors.
@@ -100,6 +102,19 @@ func (r *Reader) History(ctx context.Context, node string, b Bounds) (*audit.His
 	}
 	// Read up to a bound: later events are not known to be absent.
 	h.Partial = end != nil
+	if end != nil && len(evs) == 0 {
+		// Nothing at or before the bound: the node may still have
+		// events after it, and its first one tells the two apart
+		// (a node with no events at all is a mistyped name).
+		err = store.ReadNode(ctx, r.js, cfg.Name, subj, node, 0, 0, func(m store.Msg) error {
+			ev := m.Event
+			h.First = &ev
+			return errPastBound
+		})
+		if err != nil && !errors.Is(err, errPastBound) {
+			return nil, err
+		}
+	}
 	h.Rollout = steps
 	return h, nil
 }

@@ -144,7 +144,7 @@ func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
 	if err != nil {
 		return err
 	}
-	if len(h.Events) == 0 {
+	if len(h.Events) == 0 && h.First == nil {
 		cfg, err := r.Stream(ctx)
 		if err != nil {
 			return err

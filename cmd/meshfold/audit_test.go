@@ -237,6 +237,24 @@ func TestAuditIncident1(t *testing.T) {
 		t.Errorf("--as-of between events: exit %d %s\n%s", code, errOut, out)
 	}
 
+	// A bound before ace's first event (#3): ace is known, it only had no
+	// event yet; not "no events" as for a mistyped name (a fresh user's
+	// finding L1).
+	for bound, shown := range map[string]string{"2": "#2", "2020-01-01T00:00:00Z": "2020-01-01T00:00:00Z"} {
+		out, errOut, code = m.cli(t, "audit", "ace", "--as-of", bound)
+		if code != 0 || !strings.Contains(out, "ace as of "+shown+": no event folded") ||
+			!strings.Contains(out, "ace has no event at or before it; its first event is #3 want") {
+			t.Errorf("--as-of %s, before ace's first event: exit %d %s\n%s", bound, code, errOut, out)
+		}
+		out, errOut, code = m.cli(t, "audit", "ace", "--until", bound)
+		if code != 0 || !strings.Contains(out, "its first event is #3 want") || !strings.Contains(out, "no event of ace in that range") {
+			t.Errorf("--until %s, before ace's first event: exit %d %s\n%s", bound, code, errOut, out)
+		}
+	}
+	if _, errOut, code := m.cli(t, "audit", "zed", "--as-of", "2"); code != exitUsage || !strings.Contains(errOut, `node "zed" has no events`) {
+		t.Errorf("unknown node --as-of: exit %d %q", code, errOut)
+	}
+
 	// Errors: unknown node, a sequence not the node's, bad flags.
 	if _, errOut, code := m.cli(t, "audit", "zed"); code != exitUsage || !strings.Contains(errOut, `node "zed" has no events`) {
 		t.Errorf("unknown node: exit %d %q", code, errOut)

@@ -31,6 +31,11 @@ type History struct {
 	// may have later events, so a bound after the last of Events is not
 	// after the node's last event.
 	Partial bool
+	// First is the node's first event when a read up to a bound ended
+	// before it (Events is empty): the bound's notes say it is before
+	// that event, where an empty history is a node with no events. nil
+	// otherwise.
+	First *events.Event
 	// Rollout marks, by sequence, the wants a rollout step published
 	// (DESIGN.md §11), as the caller read them from each want's message
 	// id and why header; nil when none.
@@ -260,6 +265,12 @@ func (b Bound) atOrAfter(ev events.Event) bool {
 // after the bound (until) or the first event in it (since).
 func (h *History) note(b Bound, cut int, which string) string {
 	evs := h.Events
+	if len(evs) == 0 && h.First != nil {
+		if which == "since" {
+			return "" // the read ended at an earlier until: its note says where
+		}
+		return fmt.Sprintf("%s %s: %s has no event at or before it; its first event is %s", which, b, h.Node, ref(*h.First))
+	}
 	if len(evs) == 0 {
 		return fmt.Sprintf("%s %s: %s has no events", which, b, h.Node)
 	}
