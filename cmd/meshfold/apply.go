@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -56,10 +57,11 @@ warning, and so is a canary that holds every target (canary: 9 of 4 targets:
 every target is a canary, and the promote only ends it; both print it).
 
 apply and --dry-run refuse, publishing nothing:
-  - nodes the newest rollout of another fleet names (a node is owned by one
-    fleet: a copied fleet file would roll its builds over the other fleet's
-    nodes), naming each and its fleet (exit 3); --take-over moves them to
-    this fleet;
+  - nodes the newest rollout of another fleet names, whether or not their
+    wants differ (a node is owned by one fleet: a copied fleet file would
+    roll its builds over the other fleet's nodes), naming each and its
+    fleet (exit 3); --take-over moves them to this fleet with the rollout
+    that gives them its wants (none starts when no want changes);
   - a build of no build's form ("garbage": neither sha256:<64 hex>, what
     'meshfold build push' prints, nor another runtime's <scheme>:<id>; a
     slip of the sha256 scheme, "sh256:…", is none either), as
@@ -132,6 +134,22 @@ revert names it.`,
 				if err := rollout.Stamp(plan.Start, time.Now()).Validate(); err != nil {
 					return withCode(exitUsage, err)
 				}
+			}
+			// Another fleet's nodes are refused whether or not their
+			// wants differ: the file claims them either way (a fresh
+			// user's finding L2: exit 0 when the wants matched, 3 when
+			// not).
+			owners, err := checkOwners(ctx, stream, scfg, plan, o.takeOver)
+			if err != nil {
+				return err
+			}
+			if plan.Start == nil && len(owners) > 0 {
+				stays := "stays"
+				if len(owners) > 1 {
+					stays = "stay"
+				}
+				fmt.Fprintf(a.stderr, "note: %s %s fleet %s's: a take-over moves a node with the rollout that gives it this fleet's want, and no want changes\n",
+					strings.Join(slices.Sorted(maps.Keys(owners)), ", "), stays, strings.Join(distinct(owners), ", "))
 			}
 			if plan.Start != nil {
 				if err := checkApply(ctx, a, nc, stream, scfg, plan, o, dryRun); err != nil {
@@ -302,34 +320,51 @@ type applyChecks struct {
 	newNodes bool
 }
 
-// checkApply refuses plan (nothing is published, dry run or not, and a
-// dry run exits as the apply would) when a target is a node the newest
-// rollout of another fleet names (exit 3, unless --take-over), when a
-// want names a sha256: build the builds bucket lacks (exit 1, unless
-// --allow-missing-build), or when a target has no event in the stream
-// (exit 2, unless --new).
-func checkApply(ctx context.Context, a *app, nc *nats.Conn, stream jetstream.Stream, scfg store.StreamConfig, plan *feed.Plan, o applyChecks, dryRun bool) error {
-	subj := scfg.Subjects()
+// checkOwners refuses plan (exit 3; nothing is published, dry run or
+// not) when it names nodes the newest rollout of another fleet names,
+// whether or not their wants differ, unless takeOver: then it returns
+// those nodes, each with its fleet.
+func checkOwners(ctx context.Context, stream jetstream.Stream, scfg store.StreamConfig, plan *feed.Plan, takeOver bool) (map[string]string, error) {
 	var nodes []string
 	for _, c := range plan.Cands {
 		nodes = append(nodes, c.Node)
 	}
-	if !o.takeOver {
-		owners, err := feed.Owners(ctx, stream, subj, plan.Fleet.Name, nodes)
-		if err != nil {
-			return fmt.Errorf("reading the other fleets' rollouts: %w", err)
-		}
-		if len(owners) > 0 {
-			var b strings.Builder
-			for _, n := range nodes {
-				if f, ok := owners[n]; ok {
-					fmt.Fprintf(&b, "\n  node %s: fleet %s", n, f)
-				}
-			}
-			return withCode(exitConflict, fmt.Errorf("refused: fleet %s names %s the newest rollout of another fleet names; nothing was published:%s\na node is owned by one fleet: drop it from this file (a copied fleet file?), or move it with --take-over",
-				plan.Fleet.Name, plural(len(owners), "node"), b.String()))
+	owners, err := feed.Owners(ctx, stream, scfg.Subjects(), plan.Fleet.Name, nodes)
+	if err != nil {
+		return nil, fmt.Errorf("reading the other fleets' rollouts: %w", err)
+	}
+	if len(owners) == 0 || takeOver {
+		return owners, nil
+	}
+	var b strings.Builder
+	for _, n := range nodes {
+		if f, ok := owners[n]; ok {
+			fmt.Fprintf(&b, "\n  node %s: fleet %s", n, f)
 		}
 	}
+	return nil, withCode(exitConflict, fmt.Errorf("refused: fleet %s names %s the newest rollout of another fleet names; nothing was published:%s\na node is owned by one fleet: drop it from this file (a copied fleet file?), or move it with --take-over",
+		plan.Fleet.Name, plural(len(owners), "node"), b.String()))
+}
+
+// distinct returns the values of m, each once, sorted.
+func distinct(m map[string]string) []string {
+	var vs []string
+	for _, v := range m {
+		if !slices.Contains(vs, v) {
+			vs = append(vs, v)
+		}
+	}
+	slices.Sort(vs)
+	return vs
+}
+
+// checkApply refuses plan (nothing is published, dry run or not, and a
+// dry run exits as the apply would) when a want names a sha256: build
+// the builds bucket lacks (exit 1, unless --allow-missing-build), or
+// when a target has no event in the stream (exit 2, unless --new);
+// checkOwners refuses another fleet's nodes before it.
+func checkApply(ctx context.Context, a *app, nc *nats.Conn, stream jetstream.Stream, scfg store.StreamConfig, plan *feed.Plan, o applyChecks, dryRun bool) error {
+	subj := scfg.Subjects()
 	r, err := a.stream.reader(nc, query.Config{})
 	if err != nil {
 		return err

@@ -65,6 +65,24 @@ func TestApplyRefusesAnotherFleetsNodes(t *testing.T) {
 	if out, _, _ := m.cli(t, "rollout", "ls"); strings.Contains(out, "other") {
 		t.Fatalf("a refused apply started a rollout:\n%s", out)
 	}
+	// The same conflict when the other file's wants equal the nodes'
+	// newest (web:1, no controller gave web:2 out): refused, exit 3, not
+	// "no want changes", exit 0 (a fresh user's finding L2). With
+	// --take-over nothing starts, and a note says the nodes stay web's.
+	same := writeFleet(t, strings.Replace(strings.Replace(fleetYAML, "fleet: web", "fleet: other", 1), `"web:2"`, `"web:1"`, 1))
+	for _, dry := range []bool{true, false} {
+		args := []string{"apply", "-f", same, "--by", "mallory"}
+		if dry {
+			args = append(args, "--dry-run")
+		}
+		if out, errs, code := m.cli(t, args...); code != exitConflict || !strings.Contains(errs, "node bob: fleet web") {
+			t.Errorf("%v, wants unchanged: code %d, want %d\n%s%s", args, code, exitConflict, out, errs)
+		}
+	}
+	if out, errs, code := m.cli(t, "apply", "-f", same, "--by", "mallory", "--take-over"); code != 0 || !strings.Contains(out, "nothing to roll out") ||
+		!strings.Contains(errs, "note: ace, bob, cat stay fleet web's") {
+		t.Errorf("--take-over, wants unchanged: code %d\n%s%s", code, out, errs)
+	}
 	// A fleet's own nodes are no conflict: web applies again.
 	if out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, strings.Replace(fleetYAML, `"web:2"`, `"web:3"`, 1)), "--by", "alice", "--dry-run"); code != 0 {
 		t.Fatalf("apply web again: code %d\n%s%s", code, out, errs)
