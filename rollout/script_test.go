@@ -567,6 +567,9 @@ func formatView(v rollout.View) string {
 		if t.Revert != nil {
 			fmt.Fprintf(&b, " revert=%s", t.Revert.Status)
 		}
+		if t.Arrived {
+			b.WriteString(" arrived")
+		}
 		if t.Why != "" {
 			fmt.Fprintf(&b, " why=%q", t.Why)
 		}

@@ -80,6 +80,10 @@ type TargetView struct {
 	// Paused is the operator's pause of the node in force.
 	Paused *Mark `json:"paused,omitempty"`
 	Revert *Back `json:"revert,omitempty"`
+	// Arrived is set on an unreached target that has since taken its
+	// new want, after the rollout stopped watching it: the plan of that
+	// want settled (SettledAt) and every module runs at its build.
+	Arrived bool `json:"arrived,omitempty"`
 }
 
 // ModuleRunning is a module of a target's newest have.
@@ -141,6 +145,9 @@ func (s *State) View() View {
 		}
 		if st, why := r.shown(n); st != n.Status {
 			t.Status, t.Why = st, why
+		}
+		if a := n.arrived(); a != "" && t.Status == Unreached {
+			t.Arrived, t.Why = true, t.Why+"; "+a
 		}
 		if h := n.newestHave(); h != nil {
 			for _, m := range h.Modules {
@@ -226,6 +233,20 @@ func (r *Rollout) shown(n *Node) (Status, string) {
 		return Stopped, s
 	}
 	return n.Status, n.Why
+}
+
+// arrived says that an unreached target has taken its new want since
+// ("it has arrived since: its plan #P settled at T and every module runs
+// at its build"): back, the plan of the rollout's want settled, every
+// module running healthy at its build, no revert under way. "" otherwise.
+// A rollout still watching makes such a target changing again
+// ([folder.back]); this says it of one that stopped watching (completed).
+func (n *Node) arrived() string {
+	if n.Status != Unreached || n.away() || n.Back != nil || n.Plan == nil || n.Published == 0 ||
+		n.Plan.Want != n.Published || n.Settled < n.Plan.Seq || mismatch(n) != "" {
+		return ""
+	}
+	return fmt.Sprintf("it has arrived since: its plan #%d settled at %s and every module runs at its build", n.Plan.Seq, n.SettledAt.Format(time.RFC3339))
 }
 
 // newestHave returns the newest have the view knows of the node: the
@@ -328,6 +349,9 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		say("healthy_deadline at %s", n.DeadlineFrom.Add(r.R.HealthyDeadline).Format(time.RFC3339))
 	case n.Status == WaitingApproval, n.Status == Failed, n.Status == Conflict, n.Status == Unreached, n.Status == Skipped:
 		say("%s", n.Why)
+		if a := n.arrived(); a != "" && n.Status == Unreached {
+			say("%s", a)
+		}
 	case n.Status == Done:
 		say("done at #%d (%s)", n.Finished.Seq, n.Finished.Time.Format(time.RFC3339))
 	}

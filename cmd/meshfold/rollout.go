@@ -142,7 +142,9 @@ unhealthy) takes no step. After a revert each target's row keeps its new
 want's plan, settle and healthy window. A target given its new want and not
 done when the rollout was aborted, superseded or reverted is 'stopped': no
 longer judged (RUNNING still shows what its node runs), and the budget of
-such a rollout counts only nodes away, unhealthy or still reverting.`,
+such a rollout counts only nodes away, unhealthy or still reverting. A target
+'unreached' (its agent down at its healthy_deadline) that has taken its new
+want since, after the rollout completed, says 'arrived since'.`,
 		Example: `  meshfold rollout status web
   meshfold rollout status web -o json | jq '.targets[] | select(.status=="failed")'`,
 		Args: cobra.ExactArgs(1),
@@ -246,6 +248,9 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 		status := string(t.Status)
 		if t.Revert != nil {
 			status += ", revert " + string(t.Revert.Status)
+		}
+		if t.Arrived {
+			status += ", arrived since"
 		}
 		if t.Down {
 			status += ", agent down"
