@@ -104,6 +104,19 @@ type BuildCount struct {
 	Nodes  int    `json:"nodes"`
 }
 
+// PhaseText is the phase as the text views say it: the phase, and
+// ", paused" while an operator's pause of a rollout not final holds it
+// ("running, paused", "waiting-promote, paused"). A pause is no phase of
+// its own: targets already given their want are still judged, only the
+// next steps wait for the resume (a fresh user's finding L3: the phase
+// said "running" under a pause).
+func (v View) PhaseText() string {
+	if v.Paused != nil && !v.Phase.Final() {
+		return string(v.Phase) + ", paused"
+	}
+	return string(v.Phase)
+}
+
 // View returns the delivery view; the zero View before the first start.
 func (s *State) View() View {
 	r := s.Rollout

@@ -113,7 +113,7 @@ func newRolloutLsCmd(a *app) *cobra.Command {
 				for _, n := range v.Counts {
 					total += n
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d/%d\t%d\t%d\t%s\t%s\n", v.Fleet, v.Rollout, v.Phase, v.Batch, v.Batches,
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d/%d\t%d\t%d\t%s\t%s\n", v.Fleet, v.Rollout, v.PhaseText(), v.Batch, v.Batches,
 					v.Counts[rollout.Done], total, events.Text(v.By), v.Started.Format(time.RFC3339))
 			}
 			return tw.Flush()
@@ -188,7 +188,7 @@ func shortBuild(b string) string {
 func writeRolloutView(w io.Writer, v rollout.View) error {
 	p := v.Params
 	fmt.Fprintf(w, "fleet %s, rollout %d by %s, started %s: %s, batch %d of %d\n", v.Fleet, v.Rollout, events.Text(v.By),
-		v.Started.Format(time.RFC3339), v.Phase, v.Batch, v.Batches)
+		v.Started.Format(time.RFC3339), v.PhaseText(), v.Batch, v.Batches)
 	fmt.Fprintf(w, "budget: %d of max_unavailable %d unavailable (%s); canary %d, batch %d, min_healthy %s, healthy_deadline %s, auto_revert %v\n",
 		v.Unavailable, p.MaxUnavailable, plural(v.Nodes, "node"), p.Canary, p.Batch, p.MinHealthy, p.HealthyDeadline, p.AutoRevert)
 	for _, m := range []struct {

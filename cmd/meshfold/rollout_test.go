@@ -138,6 +138,14 @@ func TestRolloutVerbs(t *testing.T) {
 		if out, errs, code := m.cli(t, "rollout", verb, "web", "--by", "alice"); code != 0 || !strings.HasPrefix(out, verb+" web: #") {
 			t.Errorf("%s: code %d\n%s%s", verb, code, out, errs)
 		}
+		// The phase says the pause (a fresh user's finding L3: it said
+		// "running" under a pause), and no longer after the resume.
+		status, _, _ := m.cli(t, "rollout", "status", "web")
+		ls, _, _ := m.cli(t, "rollout", "ls")
+		paused := verb == "pause"
+		if strings.Contains(status, ": running, paused, batch 1 of 2\n") != paused || strings.Contains(ls, "  running, paused  ") != paused {
+			t.Errorf("after %s: status and ls:\n%s%s", verb, status, ls)
+		}
 	}
 	// A verb the rollout would ignore is said, with why, exit 1, and
 	// not published: a promote before the canary is done, a second
