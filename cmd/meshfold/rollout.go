@@ -264,6 +264,11 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(v.Builds) == 0 {
+		// No header over nothing (a fresh user's finding L9).
+		fmt.Fprintln(w, "builds: none known to run yet (no have of the fleet's nodes)")
+		return nil
+	}
 	fmt.Fprintln(w, "builds:")
 	for _, b := range v.Builds {
 		fmt.Fprintf(w, "  %s@%s on %s (by their newest haves)\n", b.Module, events.Text(b.Build), plural(b.Nodes, "node"))

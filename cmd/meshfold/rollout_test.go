@@ -89,6 +89,11 @@ func TestRolloutVerbs(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "fleet web, rollout") || !strings.Contains(out, "ace   1") {
 		t.Errorf("status:\n%s", out)
 	}
+	// No node has a have: the builds line says so, not a header over
+	// nothing (a fresh user's finding L9).
+	if !strings.HasSuffix(out, "builds: none known to run yet (no have of the fleet's nodes)\n") {
+		t.Errorf("status, no have: the builds line:\n%s", out)
+	}
 	// The node's timeline marks the step that changed its want: which
 	// rollout, batch and why (issue 23: why did ace get web:2 then).
 	id, want := v.Rollout, v.Targets[0].Published
