@@ -137,6 +137,11 @@ func TestBuildFormRefused(t *testing.T) {
 				!strings.Contains(errs, tc.says) || !strings.Contains(errs, "nothing was published") {
 				t.Errorf("%v: exit %d, want %d saying %q\n%s%s", args, code, tc.code, tc.says, out, errs)
 			}
+			// What a build is, said once (a fresh user's finding L6:
+			// "garbage" was told it twice, in the line and as the last).
+			if n := strings.Count(errs, "(img:2.10)"); n > 1 || tc.code == exitUsage && n == 0 {
+				t.Errorf("%v: what a build is is said %d times:\n%s", args, n, errs)
+			}
 		}
 	}
 	if out, _, _ := m.cli(t, "rollout", "ls"); strings.Contains(out, "web") {

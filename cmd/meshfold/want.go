@@ -684,12 +684,17 @@ func checkBuilds(ctx context.Context, r *query.Reader, w *events.Want, allowMiss
 		known = nil
 	}
 	var b strings.Builder
-	malformed := 0
+	malformed, unexplained := 0, 0
 	for _, m := range missing {
 		fmt.Fprintf(&b, "\n  module %s, build %s: %v", m.Module, m.Build, m.Err)
 		b.WriteString(strings.ReplaceAll(nearestText(m.Build, known), "\n", "\n  "))
 		if errors.Is(m.Err, bundle.ErrBadBuild) {
 			malformed++
+			// A build with no scheme, or nearly a bundle's, is told
+			// what a build is in its own line already.
+			if !errors.Is(m.Err, bundle.ErrNoScheme) && !errors.Is(m.Err, bundle.ErrNearlyBundle) {
+				unexplained++
+			}
 		}
 	}
 	if malformed > 0 {
@@ -698,6 +703,11 @@ func checkBuilds(ctx context.Context, r *query.Reader, w *events.Want, allowMiss
 		what := "a build has"
 		if malformed > 1 {
 			what = fmt.Sprintf("%d builds have", malformed)
+		}
+		if unexplained == 0 {
+			// Said once, not again as the last line (a fresh user's
+			// finding L6).
+			return withCode(exitUsage, fmt.Errorf("refused: %s no build's form; nothing was published:%s", what, b.String()))
 		}
 		return withCode(exitUsage, fmt.Errorf("refused: %s no build's form; nothing was published:%s\n"+
 			"a build is either a bundle's, what 'meshfold build push PATH' prints (%s and 64 lowercase hex digits), or another runtime's <scheme>:<id> (img:2.10)",
