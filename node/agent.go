@@ -197,11 +197,11 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node agent: state dir: %w", err)
 	}
+	if err := CheckStateDir(root, state); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, fmt.Errorf("node agent: state dir: %w", err)
-	}
-	if inside(root, state) {
-		return nil, fmt.Errorf("node agent: state dir %s is inside the root %s: a fill could overwrite the agent's key", state, root)
 	}
 	key, err := loadKey(state)
 	if err != nil {
@@ -244,6 +244,29 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 
 // inside reports whether dir is root or below it, after resolving
 // symlinks in both.
+// CheckStateDir refuses a state directory (the agent's key, its bundles
+// and supervisors) inside the root, where a fill could overwrite the
+// agent's key: an error naming both, absolute. It only reads paths
+// (symlinks resolved where they exist) and creates nothing, so a caller
+// checks before it makes either directory (a fresh user's finding L7:
+// the refusal left --root/st created behind).
+//
+// Errors: the paths' filepath.Abs errors; the refusal.
+func CheckStateDir(root, stateDir string) error {
+	r, err := filepath.Abs(root)
+	if err != nil {
+		return fmt.Errorf("node agent: root: %w", err)
+	}
+	s, err := filepath.Abs(stateDir)
+	if err != nil {
+		return fmt.Errorf("node agent: state dir: %w", err)
+	}
+	if inside(r, s) {
+		return fmt.Errorf("node agent: state dir %s is inside the root %s: a fill could overwrite the agent's key", s, r)
+	}
+	return nil
+}
+
 func inside(root, dir string) bool {
 	r, err1 := filepath.EvalSymlinks(root)
 	d, err2 := filepath.EvalSymlinks(dir)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -300,6 +301,9 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	dr, _ := NewDirRuntime(filepath.Join(t.TempDir(), "m"))
 	if _, err := New(e.nc, e.js, Config{Name: "ace", Root: root, StateDir: filepath.Join(root, "state"), Runtime: dr}); err == nil {
 		t.Error("state dir inside the root accepted")
+	}
+	if _, err := os.Stat(filepath.Join(root, "state")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refused state dir was made (%v)", err)
 	}
 	if _, err := New(e.nc, e.js, Config{Name: "Ace!", Root: root, StateDir: t.TempDir(), Runtime: dr}); !errors.Is(err, events.ErrInvalid) {
 		t.Errorf("bad name: %v", err)

@@ -129,6 +129,9 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 			return withCode(exitUsage, err)
 		}
 	}
+	if err := node.CheckStateDir(o.root, o.stateDir); err != nil {
+		return withCode(exitUsage, err) // before either directory is made
+	}
 	if err := os.MkdirAll(o.root, 0o755); err != nil {
 		return fmt.Errorf("--root: %w", err)
 	}
