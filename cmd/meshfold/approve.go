@@ -30,8 +30,9 @@ per node. A module whose want says requires_approval moves to a new build
 only once that build is approved; until then the plan holds it at what runs
 and shows the wanted build as pending ('meshfold state NODE'). An approval
 may come before or after the want, is kept per (module, build) and is never
-used up. Approving another build than the pending one moves nothing; take an
-approval back with 'meshfold revoke'.
+used up. Approving another build than the pending one moves nothing (a note
+says so, as it says of a module the node's newest want does not name or does
+not gate); take an approval back with 'meshfold revoke'.
 
 The last two arguments are MODULE and BUILD; the ones before them name the
 nodes, or --all approves on every node that has a want. --by names who
@@ -87,8 +88,12 @@ names the stored builds nearest to it.
 }
 
 // approvalNote says when node's newest want does not name module (or the
-// node has no want), or "" when it does or the want cannot be read.
-func (a *app) approvalNote(ctx context.Context, js jetstream.JetStream, node, module string) string {
+// node has no want), or names it at another build than build, or does
+// not require its approval: the approval moves nothing now (a fresh
+// user's finding L14: one of a build not pending was taken silently).
+// "" when the want names module at build with requires_approval, or the
+// want cannot be read.
+func (a *app) approvalNote(ctx context.Context, js jetstream.JetStream, node, module, build string) string {
 	_, scfg, err := a.stream.openStream(ctx, js)
 	if err != nil {
 		return ""
@@ -104,7 +109,15 @@ func (a *app) approvalNote(ctx context.Context, js jetstream.JetStream, node, mo
 		return ""
 	}
 	for _, wm := range w.Modules {
-		if wm.Name == module {
+		switch {
+		case wm.Name != module:
+		case wm.Build != build:
+			return fmt.Sprintf("node %s's newest want (#%d) names %s at %s, not %s: this approval moves nothing now; it is kept for when a want names that build",
+				node, m.Event.Seq, module, shortBuild(wm.Build), shortBuild(build))
+		case !wm.RequiresApproval:
+			return fmt.Sprintf("node %s's newest want (#%d) does not require an approval of %s: nothing waits for this one; it is kept for when a want does",
+				node, m.Event.Seq, module)
+		default:
 			return ""
 		}
 	}

@@ -454,7 +454,7 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 			// An approval may come before the want that needs it
 			// (DESIGN.md §4), so it is stored either way; a typo in the
 			// node or module is worth a word on stderr.
-			if note := a.approvalNote(ctx, js, n, ap.Module); note != "" {
+			if note := a.approvalNote(ctx, js, n, ap.Module, ap.Build); note != "" {
 				fmt.Fprintln(a.stderr, "note:", note)
 			}
 		}

@@ -186,6 +186,24 @@ func TestApprove(t *testing.T) {
 	if !strings.Contains(stderr, "novox has no want yet") {
 		t.Errorf("approval before any want: stderr %q lacks the note", stderr)
 	}
+	// Against the node's want: another build than the wanted one, or a
+	// module not gated, gets a note; the pending one none (a fresh
+	// user's finding L14).
+	if code, _, stderr := c.run(t, `{"modules":[{"name":"nats","build":"img:2.10","requires_approval":true},{"name":"web","build":"img:web"}]}`,
+		"want", "novox", "-f", "-"); code != 0 {
+		t.Fatalf("want: exit %d: %s", code, stderr)
+	}
+	for _, tc := range []struct{ module, build, note string }{
+		{"nats", "img:2.11", "node novox's newest want (#"},
+		{"nats", "img:2.11", "names nats at img:2.10, not img:2.11: this approval moves nothing now"},
+		{"web", "img:web", "does not require an approval of web: nothing waits for this one"},
+		{"nats", "img:2.10", ""},
+	} {
+		code, _, stderr := c.run(t, "", "approve", "novox", tc.module, tc.build, "--by", "alice")
+		if code != 0 || tc.note != "" && !strings.Contains(stderr, "note: "+tc.note) && !strings.Contains(stderr, tc.note) || tc.note == "" && strings.Contains(stderr, "note:") {
+			t.Errorf("approve novox %s %s: exit %d, stderr %q, want the note %q", tc.module, tc.build, code, stderr, tc.note)
+		}
+	}
 	code, _, stderr = c.run(t, "", "approve", "novox", "NATS!", "img:2.10", "--by", "alice")
 	if code != exitUsage || !strings.Contains(stderr, "module") {
 		t.Errorf("bad module: exit %d, %q", code, stderr)
@@ -194,7 +212,7 @@ func TestApprove(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "by") {
 		t.Errorf("empty --by: exit %d, %q", code, stderr)
 	}
-	if m2, _ := c.last(t, "novox", events.KindApprove); m2.Event.Seq != m.Event.Seq {
+	if m2, _ := c.last(t, "novox", events.KindApprove); m2.Event.Payload.(*events.Approve).Build != "img:2.10" {
 		t.Error("a bad approval was published")
 	}
 }
