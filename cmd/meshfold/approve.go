@@ -52,7 +52,10 @@ form (neither sha256:<64 hex>, what 'meshfold build push' prints, nor
 another runtime's <scheme>:<id>) is refused with exit 2, whatever the flags;
 a sha256: build the builds bucket does not hold is refused with exit 1
 (--allow-missing-build approves it anyway, ahead of its push). Each refusal
-names the stored builds nearest to it.
+names the stored builds nearest to it. BUILD may be the short form messages
+print (sha256: and 12 hex digits or more): it names the one stored build it
+begins, which a note says and the approval holds whole (no stored build or
+several: exit 2).
 
 ` + allRetiredHelp,
 		Example: `  meshfold approve novox web "$BUILD" --by alice   # a bundle build (BUILD=$(meshfold build push …)): stored, or refused
@@ -70,6 +73,10 @@ names the stored builds nearest to it.
 			check := checkKnown // an approval may come before the want, not before the node
 			if o.newNode {
 				check = checkNone
+			}
+			build, err := a.resolveBuildPrefix(ctx, build)
+			if err != nil {
+				return err
 			}
 			if err := a.checkBuildArg(ctx, module, build, allowMissing, false); err != nil {
 				return err

@@ -3,6 +3,9 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
 )
 
 // approve and revoke check BUILD as want does (a fresh user's finding:
@@ -57,5 +60,60 @@ func TestApproveRevokeCheckTheBuild(t *testing.T) {
 		if out, errs, code := m.cli(t, args...); code != 0 || !strings.Contains(out, "stream sequence") {
 			t.Errorf("%v: exit %d, %q %q", args, code, out, errs)
 		}
+	}
+}
+
+// The short build every message prints ("sha256:" and 12 hex digits,
+// with or without its "…") names the one stored build it begins in
+// approve, revoke and build rm: the event holds the whole build, a note
+// says which; a prefix of no stored build, or of several, is refused
+// (exit 2) and nothing is published (a fresh user's finding L14).
+func TestBuildPrefixNamesTheStoredBuild(t *testing.T) {
+	m := applyMesh(t)
+	stored := pushExe(t, m, "web", "one")
+	short := stored[:len("sha256:")+12]
+	for _, build := range []string{short, short + "…", stored[:len(stored)-1]} {
+		for _, verb := range []string{"approve", "revoke"} {
+			out, errs, code := m.cli(t, verb, "ace", "web", build, "--by", "alice")
+			if code != 0 || !strings.Contains(out, "stream sequence") || !strings.Contains(errs, "is "+stored+", the one stored build it begins") {
+				t.Fatalf("%s %s: exit %d, %q %q", verb, build, code, out, errs)
+			}
+			kind := events.KindApprove
+			if verb == "revoke" {
+				kind = events.KindRevoke
+			}
+			msg, err := store.LastMsg(testCtx(t), store.Leader(m.js, m.cfg.Name), m.cfg.Subjects(), "ace", kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			switch p := msg.Event.Payload.(type) {
+			case *events.Approve:
+				got = p.Build
+			case *events.Revoke:
+				got = p.Build
+			}
+			if got != stored {
+				t.Errorf("%s %s stored build %q, want the whole %s", verb, build, got, stored)
+			}
+		}
+	}
+	before := nodeEvents(t, m, "ace")
+	other := "sha256:" + strings.Repeat("0", 12)
+	if strings.HasPrefix(stored, other) {
+		other = "sha256:" + strings.Repeat("1", 12)
+	}
+	for _, args := range [][]string{{"approve", "ace", "web", other, "--by", "alice"}, {"revoke", "ace", "web", other, "--by", "alice"}, {"build", "rm", other}} {
+		if out, errs, code := m.cli(t, args...); code != exitUsage || !strings.Contains(errs, "no stored build begins with it") {
+			t.Errorf("%v: exit %d (want 2), %q %q", args, code, out, errs)
+		}
+	}
+	if n := nodeEvents(t, m, "ace"); n != before {
+		t.Fatalf("refused prefixes stored %d events", n-before)
+	}
+	// build rm by the short form: the whole build is removed (no want
+	// or have names it).
+	if out, errs, code := m.cli(t, "build", "rm", short); code != 0 || !strings.Contains(errs, "is "+stored) {
+		t.Errorf("build rm %s: exit %d, %q %q", short, code, out, errs)
 	}
 }

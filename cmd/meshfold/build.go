@@ -229,7 +229,8 @@ its apply of a want naming it, or a revert to it, fails with "no such
 bundle" and the module stays down. Move them off it first (apply a fleet
 file naming another build; a new apply supersedes a rollout, which can then
 no longer revert), then rm again. --force removes it anyway and says what
-it breaks.
+it breaks. BUILD may be the short form messages print (sha256: and 12 hex
+digits or more) of the one stored build it begins.
 
 The check reads each node's newest want, have and retire from the stream
 (one pass per kind that delivers only the newest of each node) and each
@@ -259,6 +260,10 @@ rm a build only once nobody is about to name it (docs/architecture.md,
 }
 
 func runBuildRm(ctx context.Context, a *app, build string, force bool) error {
+	build, err := a.resolveBuildPrefix(ctx, build)
+	if err != nil {
+		return err
+	}
 	if _, err := bundle.ParseBuild(build); err != nil {
 		return withCode(exitUsage, withNearest(ctx, a, build, err))
 	}

@@ -218,7 +218,8 @@ BUILD is checked as approve checks it: a build of no build's form is refused
 with exit 2; a sha256: build the builds bucket does not hold with exit 1,
 naming the nearest stored (a typo would leave the approval in force).
 --allow-missing-build revokes it anyway: the approval of a build removed
-since ('meshfold build rm --force') is taken back so.
+since ('meshfold build rm --force') is taken back so. The short form of a
+stored build (sha256: and 12 hex digits or more) names it, as for approve.
 
 Prints the event's stream sequence; exit 1 if the publish failed, 2 on a
 usage error.
@@ -237,7 +238,11 @@ usage error.
 	publish := cmd.RunE
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx, cancel := o.context(cmd)
-		err := a.checkBuildArg(ctx, args[1], args[2], allowMissing, true)
+		build, err := a.resolveBuildPrefix(ctx, args[2])
+		if err == nil {
+			args[2] = build // the payload's build: whole
+			err = a.checkBuildArg(ctx, args[1], args[2], allowMissing, true)
+		}
 		cancel()
 		if err != nil {
 			return err
