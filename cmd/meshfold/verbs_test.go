@@ -512,3 +512,24 @@ func TestBadFlagValues(t *testing.T) {
 		}
 	}
 }
+
+// A want whose "at" is far ahead of this machine's clock is published
+// with a note on stderr; one in the past, or left out, gets none (a
+// fresh user's finding L11: 2036 was taken without a word).
+func TestWantAtAheadIsNoted(t *testing.T) {
+	c := newVerbCLI(t)
+	for _, tc := range []struct {
+		want string
+		note bool
+	}{
+		{`{"at": "2036-01-01T00:00:00Z", "modules": []}`, true},
+		{`{"at": "2026-01-02T03:04:05Z", "modules": []}`, false},
+		{`{"modules": []}`, false},
+	} {
+		code, _, stderr := c.run(t, tc.want, "want", "ace", "--new", "-f", "-")
+		if code != 0 || strings.Contains(stderr, `note: stdin: "at" 2036-01-01T00:00:00Z is `) != tc.note ||
+			tc.note && !strings.Contains(stderr, "ahead of this machine's clock") {
+			t.Errorf("%s: exit %d, stderr %q, want a note: %v", tc.want, code, stderr, tc.note)
+		}
+	}
+}

@@ -67,7 +67,8 @@ FILE (or - for stdin) is one JSON object as DESIGN.md §3 describes:
   ]}
 
 "v" and "at" may be left out: v defaults to this build's schema version (1)
-and at to the current time in UTC. When present they are kept and checked.
+and at to the current time in UTC. When present they are kept and checked
+(an at more than 5 minutes ahead of this machine's clock is said in a note).
 Unknown fields are refused (a typo is an error, not a dropped field), and so
 is anything DESIGN.md §3 forbids (bad names, relative paths, bad modes, two
 provisioners, a path declared twice, a runs_as that is no Unix user name, a
@@ -178,12 +179,16 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 		return withCode(exitUsage, fmt.Errorf("%s: %d bytes: a want is at most %d bytes (events.MaxEventBytes); nothing was published",
 			fileLabel(file), len(data), events.MaxEventBytes))
 	}
-	w, err := decodeWant(data, time.Now())
+	now := time.Now()
+	w, err := decodeWant(data, now)
 	if pe := (*jsonPosError)(nil); errors.As(err, &pe) {
 		return withCode(exitUsage, fmt.Errorf("%s:%w", fileLabel(file), err)) // file:LINE:COLUMN: …
 	}
 	if err != nil {
 		return withCode(exitUsage, fmt.Errorf("%s: %w", fileLabel(file), err))
+	}
+	if note := aheadNote(w.At, now); note != "" {
+		fmt.Fprintf(a.stderr, "note: %s: %s\n", fileLabel(file), note)
 	}
 	if o.dryRun {
 		if expect != nil {
@@ -402,6 +407,24 @@ func fileLabel(file string) string {
 		return "stdin"
 	}
 	return file
+}
+
+// aheadSlack is how far ahead of this machine's clock a want's at may be
+// without a note: more than clocks drift apart, less than a slip of the
+// year or the hour.
+const aheadSlack = 5 * time.Minute
+
+// aheadNote says when a want's at is more than aheadSlack ahead of now
+// (a fresh user's finding L11: "at": "2036-01-01T00:00:00Z" was taken
+// without a word); "" otherwise. at is informational (DESIGN.md §3: the
+// stream's time orders and dates events), so the want is still taken.
+func aheadNote(at, now time.Time) string {
+	ahead := at.Sub(now)
+	if ahead <= aheadSlack {
+		return ""
+	}
+	return fmt.Sprintf("\"at\" %s is %s ahead of this machine's clock; it is kept as written, informational (the stream's time orders and dates events); leave \"at\" out to have it filled in with now",
+		at.UTC().Format(time.RFC3339), ahead.Round(time.Minute))
 }
 
 // decodeWant reads a user's want: one JSON object, v and at filled in when
