@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
@@ -53,6 +55,13 @@ func (a *app) awaitKnockAnswers(ctx context.Context, pokes map[string]uint64, wa
 			delete(pokes, n)
 		}
 	}
+	if len(pokes) == 0 {
+		return
+	}
+	// A provisioner recorded down answers no knock until one starts
+	// again: said at once, not after the wait (provisioner-down,
+	// reconcile.View.ProvisionerDown, as fleet and state apply it).
+	a.sayProvisionersDown(ctx, nc, pokes, start.Add(wait))
 	if len(pokes) == 0 {
 		return
 	}
@@ -121,6 +130,41 @@ func (a *app) awaitKnockAnswers(ctx context.Context, pokes map[string]uint64, wa
 		// The knock is as old as the wait: KnockUnanswered words it.
 		p, _ := audit.KnockUnanswered(n, m.Event.Seq, k.Cause, m.Event.Time, ans, m.Event.Time.Add(wait+time.Nanosecond), wait)
 		fmt.Fprintf(a.stderr, "warning: poke %s: %s\n", n, p.Why)
+	}
+}
+
+// provDownAsked is how many poked nodes' views poke asks the reconciler
+// for, to tell a provisioner recorded down; the others are waited for.
+const provDownAsked = 64
+
+// sayProvisionersDown asks the reconciler for the view of each node of
+// pokes (provDownAsked at most, each by until) and, for each whose
+// provisioner is recorded down (reconcile.View.ProvisionerDown: its
+// lease ended and its plan declares a file), says so on stderr and takes
+// it out of pokes: no provisioner will take the knock until one starts
+// again. A reconciler that does not answer ends the asking; its nodes
+// are waited for as before.
+func (a *app) sayProvisionersDown(ctx context.Context, nc *nats.Conn, pokes map[string]uint64, until time.Time) {
+	r, err := a.stream.reader(nc, query.Config{Timeout: time.Second})
+	if err != nil {
+		return
+	}
+	for i, n := range slices.Sorted(maps.Keys(pokes)) {
+		if i == provDownAsked || !time.Now().Before(until) {
+			return
+		}
+		v, err := r.LiveView(ctx, n)
+		if err != nil {
+			return // no reconciler answers: the wait says what it can
+		}
+		down := v.ProvisionerDown()
+		if down == nil {
+			continue
+		}
+		how := strings.TrimPrefix(audit.ProvSummary(&events.Prov{Agent: events.Agent{State: events.AgentDown, Why: down.Why, Host: down.Host, PID: down.PID}}), "DOWN: ")
+		fmt.Fprintf(a.stderr, "warning: poke %s: provisioner-down: no provisioner answered since %s (%s ago, #%d): %s; the knock waits, and no file is filled, until `meshfold provision %s …` runs again (it fills everything on start; the poke is stored)\n",
+			n, audit.FormatTime(down.Time), audit.Age(time.Since(down.Time)), down.Seq, how, n)
+		delete(pokes, n)
 	}
 }
 

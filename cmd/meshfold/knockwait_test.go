@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/store"
 )
 
 // TestPokeSaysNoProvisionerAnswered: a poke no provisioner takes says so
@@ -90,9 +92,13 @@ func TestPokeSaysNoProvisionerAnswered(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Errorf("provision exited %d:\n%s", code, logs.String())
 	}
+	// Stopped, its lease released: once the reconciler recorded it down,
+	// poke says so at once (TestPokeSaysAProvisionerRecordedDownAtOnce);
+	// before, after the wait, when it last answered.
 	_, errOut, _ = m.cli(t, "poke", "ace", "--by", "alice", "--wait", "300ms")
-	if !strings.Contains(errOut, "no provisioner answered within 300ms") || !strings.Contains(errOut, "its provisioner last answered knock #") ||
-		!strings.Contains(errOut, "as prov") {
+	recorded := strings.Contains(errOut, "warning: poke ace: provisioner-down: no provisioner answered since ")
+	if !recorded && (!strings.Contains(errOut, "no provisioner answered within 300ms") || !strings.Contains(errOut, "its provisioner last answered knock #") ||
+		!strings.Contains(errOut, "as prov")) {
 		t.Errorf("poke after the provisioner stopped: %q", errOut)
 	}
 	_, errOut, _ = m.cli(t, "poke", "ace", "--by", "alice", "--wait", "0")
@@ -174,5 +180,40 @@ func waitComposed(t *testing.T, m *mesh, nodes ...string) {
 			out, _, code := m.cli(t, "state", n)
 			return code == 0 && strings.Contains(out, "composed ")
 		})
+	}
+}
+
+// A node whose provisioner is recorded down (provisioner-down: its lease
+// ended, its plan declares a file) is said at once by poke, not after
+// the wait: no provisioner will take the knock until one starts again.
+func TestPokeSaysAProvisionerRecordedDownAtOnce(t *testing.T) {
+	m := startMesh(t)
+	m.serveSigned(t)
+	if _, errOut, code := m.cli(t, "want", "ace", "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
+		t.Fatalf("want: exit %d %s", code, errOut)
+	}
+	waitComposed(t, m, "ace")
+	// The reconciler's liveness watch records a provisioner's end so;
+	// here the event alone, as it would publish it.
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	for _, st := range []events.AgentState{events.AgentUp, events.AgentDown} {
+		p := &events.Prov{Agent: events.Agent{State: st, Claim: "c1", Host: "h", PID: 42}}
+		if st == events.AgentDown {
+			p.Why = events.WhyExpired
+		}
+		if _, err := pub.Append(testCtx(t), "ace", events.Stamp(p, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitfor.Until(t, 30*time.Second, "state to say ace's provisioner is down", func() bool {
+		out, _, code := m.cli(t, "state", "ace")
+		return code == 0 && strings.Contains(out, "prov      DOWN since")
+	})
+	start := time.Now()
+	out, errOut, code := m.cli(t, "poke", "ace", "--by", "alice", "--wait", "1m")
+	if took := time.Since(start); code != 0 || took > 30*time.Second || strings.Contains(errOut, "waiting") ||
+		!strings.Contains(errOut, "warning: poke ace: provisioner-down: no provisioner answered since ") ||
+		!strings.Contains(errOut, "until `meshfold provision ace …` runs again") {
+		t.Errorf("poke ace --wait 1m: exit %d after %s:\n%s%s", code, took, out, errOut)
 	}
 }

@@ -152,7 +152,9 @@ Then it waits (--wait, 5s; 0 does not wait) for each node's provisioner to
 take the knock, and says so on stderr ("its provisioner took knock #N"); past
 half a second it says what it waits for. A node whose newest plan and newest
 want declare no file needs no provisioner: poke says so at once and waits
-for none. Otherwise, after the wait, it says that none did: "no provisioner
+for none; nor for a node whose provisioner is recorded down
+(provisioner-down in 'meshfold fleet'): it says at once since when. Otherwise,
+after the wait, it says that none did: "no provisioner
 answered within 5s; is 'meshfold provision NODE …' running for NODE?", with
 when it last answered; or, with no knock at all, that no reconciler
 published one. Either way it exits 0: the poke
