@@ -622,7 +622,7 @@ func (c *Client) fillFile(ctx context.Context, r *Report, module, path string) e
 	case err != nil:
 		log.Error("fill not sent", "err", err)
 		r.Failed = append(r.Failed, Failed{FileRef: ref, Error: err.Error()})
-		c.setStatus(ctx, ref, store.FillNotSent, err.Error())
+		c.setStatus(ctx, ref, store.FillNotSent, err.Error(), "")
 	case reply.OK && reply.Unchanged:
 		log.Debug("unchanged: not rewritten")
 		r.Unchanged = append(r.Unchanged, ref)
@@ -646,7 +646,7 @@ func (c *Client) fillFile(ctx context.Context, r *Report, module, path string) e
 			// wrong --account would then show nowhere (a fresh user's
 			// finding F8). This client knows its account is not the
 			// plan's: the status says so until a write is accepted.
-			c.setStatus(ctx, ref, store.FillRefused, c.wrongAccountWhy())
+			c.setStatus(ctx, ref, store.FillRefused, c.wrongAccountWhy(), "")
 		} else {
 			c.clearStatus(ctx, ref) // a refusal is owed and shown by the fold, not here
 		}

@@ -555,7 +555,8 @@ func TestUnopenableSealedKeepsLaterSourcesOut(t *testing.T) {
 // A sealed secret put behind an earlier source that holds the file
 // (--from DIR before --from sealed) is shadowed: the node keeps the
 // directory's content, as the documented order says, and the status says
-// the put is shadowed and by which source (a fresh user's finding F7: the
+// the put is shadowed and by which source, named apart in its Source for
+// 'secret put' and 'secret ls' to show (a fresh user's finding F7: the
 // put exited 0, the log said "filled", nothing said otherwise). The same
 // content in both is not shadowed; a removal of the file from the
 // directory lets the put through and clears the status.
@@ -584,7 +585,7 @@ func TestSealedShadowedByEarlierSource(t *testing.T) {
 	checkFile(t, filepath.Join(e.root, creds), "old-"+secret, 0o600)
 	e.waitStatus(t, "shadowed", func(s []store.FillStatus) bool {
 		return len(s) == 1 && s[0].State == store.FillShadowed && strings.Contains(s[0].Why, "filled from dir "+dir+", tried before sealed") &&
-			strings.Contains(s[0].Why, "put by alice")
+			strings.Contains(s[0].Why, "put by alice") && s[0].Source == "dir "+dir
 	})
 	if !strings.Contains(e.logs.String(), "sealed secret changed: shadowed") {
 		t.Fatalf("log does not say the put is shadowed:\n%s", e.logs.String())

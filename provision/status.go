@@ -17,8 +17,8 @@ import (
 // gives content it returns the Unfilled saying why (also recorded in r
 // and in the status bucket); err only when ctx ended it. With content,
 // shadow says why a sealed secret after the source that gave it is
-// shadowed ([Client.shadowWhy]; "" when none is).
-func (c *Client) content(ctx context.Context, r *Report, module, path string) ([]byte, *Unfilled, string, error) {
+// shadowed ([Client.shadowWhy]; zero when none is).
+func (c *Client) content(ctx context.Context, r *Report, module, path string) ([]byte, *Unfilled, shadowing, error) {
 	ref := FileRef{Module: module, Path: path}
 	var whys, wheres []string
 	state, first := store.FillMissing, 0
@@ -30,7 +30,7 @@ func (c *Client) content(ctx context.Context, r *Report, module, path string) ([
 			return content, nil, c.shadowWhy(ctx, i, module, path, content), nil
 		}
 		if ctx.Err() != nil {
-			return nil, nil, "", ctx.Err()
+			return nil, nil, shadowing{}, ctx.Err()
 		}
 		var rm *RemovedError
 		if errors.As(err, &rm) {
@@ -76,9 +76,13 @@ func (c *Client) content(ctx context.Context, r *Report, module, path string) ([
 	if state == store.FillMissing {
 		r.Missing = append(r.Missing, strings.Join(wheres, ", "))
 	}
-	c.setStatus(ctx, ref, un.State, un.Why)
-	return nil, un, "", nil
+	c.setStatus(ctx, ref, un.State, un.Why, "")
+	return nil, un, shadowing{}, nil
 }
+
+// shadowing is why a sealed secret is shadowed by an earlier source
+// (why; "" when it is not) and that source's name (source, "dir /srv/x").
+type shadowing struct{ why, source string }
 
 // shadowWhy says why the sealed secret of module's file path is shadowed
 // by the source at index won, which gave content: a sealed source after
@@ -87,7 +91,7 @@ func (c *Client) content(ctx context.Context, r *Report, module, path string) ([
 // user's finding F7: --from DIR before --from sealed, and a put said
 // nothing). "" when no sealed source follows, none is stored, or it
 // holds the same content. The content is compared, never logged.
-func (c *Client) shadowWhy(ctx context.Context, won int, module, path string, content []byte) string {
+func (c *Client) shadowWhy(ctx context.Context, won int, module, path string, content []byte) shadowing {
 	for _, src := range c.sources[won+1:] {
 		s, ok := src.(*Sealed)
 		if !ok {
@@ -95,25 +99,27 @@ func (c *Client) shadowWhy(ctx context.Context, won int, module, path string, co
 		}
 		rec, same, stored := s.compare(ctx, c.cfg.Node, module, path, content)
 		if !stored || same {
-			return ""
+			return shadowing{}
 		}
-		return fmt.Sprintf("filled from %s, tried before sealed (the --from order); the sealed secret put by %s at %s is not what the node holds: "+
+		why := fmt.Sprintf("filled from %s, tried before sealed (the --from order); the sealed secret put by %s at %s is not what the node holds: "+
 			"give --from sealed before %s, or remove the file from it", c.sources[won], events.Text(rec.By), rec.At.UTC().Format(time.RFC3339), c.sources[won])
+		return shadowing{why: why, source: c.sources[won].String()}
 	}
-	return ""
+	return shadowing{}
 }
 
-// setStatus records in the status bucket why ref is not filled, when it
+// setStatus records in the status bucket why ref is not filled (source:
+// the shadowing source of [store.FillShadowed], else ""), when it
 // differs from what is recorded (a put per change, not per pass).
-func (c *Client) setStatus(ctx context.Context, ref FileRef, state store.FillState, why string) {
+func (c *Client) setStatus(ctx context.Context, ref FileRef, state store.FillState, why, source string) {
 	if c.cfg.Status == nil {
 		return
 	}
 	old, ok := c.status[ref]
-	if ok && old.State == state && old.Why == why {
+	if ok && old.State == state && old.Why == why && old.Source == source {
 		return
 	}
-	st := store.FillStatus{V: 1, Node: c.cfg.Node, Module: ref.Module, Path: ref.Path, State: state, Why: why, Since: time.Now().UTC()}
+	st := store.FillStatus{V: 1, Node: c.cfg.Node, Module: ref.Module, Path: ref.Path, State: state, Why: why, Since: time.Now().UTC(), Source: source}
 	data, _ := json.Marshal(st)
 	if _, err := c.cfg.Status.Put(ctx, store.SecretKey(c.cfg.Node, ref.Module, ref.Path), data); err != nil {
 		c.statusFailed(err)
@@ -125,16 +131,16 @@ func (c *Client) setStatus(ctx context.Context, ref FileRef, state store.FillSta
 // filledStatus records the status of ref once the node holds what the
 // sources gave: shadowed when shadow says why (noted in r, logged at warn
 // when it changes), else none.
-func (c *Client) filledStatus(ctx context.Context, log *slog.Logger, r *Report, ref FileRef, shadow string) {
-	if shadow == "" {
+func (c *Client) filledStatus(ctx context.Context, log *slog.Logger, r *Report, ref FileRef, shadow shadowing) {
+	if shadow.why == "" {
 		c.clearStatus(ctx, ref)
 		return
 	}
 	r.Shadowed = append(r.Shadowed, ref)
-	if old, ok := c.status[ref]; !ok || old.State != store.FillShadowed || old.Why != shadow {
-		log.Warn("sealed secret shadowed by an earlier source", "why", shadow)
+	if old, ok := c.status[ref]; !ok || old.State != store.FillShadowed || old.Why != shadow.why {
+		log.Warn("sealed secret shadowed by an earlier source", "why", shadow.why)
 	}
-	c.setStatus(ctx, ref, store.FillShadowed, shadow)
+	c.setStatus(ctx, ref, store.FillShadowed, shadow.why, shadow.source)
 }
 
 // clearStatus deletes ref's status once it is filled.

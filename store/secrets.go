@@ -252,6 +252,12 @@ type FillStatus struct {
 	Why string `json:"why"`
 	// Since is when this state began (the provisioner's clock).
 	Since time.Time `json:"since"`
+	// Source is, in state [FillShadowed], the source that gave the
+	// content the node holds, as the provisioner names it ("dir
+	// /srv/x", "exec CMD"), so that 'secret put' and 'secret ls' say
+	// which one shadows the put; empty otherwise (and from a provisioner
+	// older than this field).
+	Source string `json:"source,omitempty"`
 }
 
 // FillState is the kind of a [FillStatus].
