@@ -107,6 +107,22 @@ type agentWatch struct {
 	// over (Reconciler.first): the sweep waits for it.
 	loaded <-chan struct{}
 
+	// The bucket's own availability (a fresh user's finding, G1): on a
+	// cluster, the server leading the bucket can crash while this
+	// watch's connection stays up, and no agent can renew its lease
+	// until a new leader is elected (4.5–9.8 s, beyond a 5 s TTL).
+	// lookBucket reads the bucket's stream info (nil: never looked,
+	// taken as available: tests' fakes). A judgement of an expiry looks
+	// at most once per agentCheck (looked, the look's time); bucketAway
+	// is the last look's finding of no leader or no answer, and
+	// bucketLeader, bucketSince the leader it named and since when it
+	// leads (zero: not said). See bucketWritable.
+	lookBucket   func(ctx context.Context) (*jetstream.StreamInfo, error)
+	looked       time.Time
+	bucketAway   bool
+	bucketLeader string
+	bucketSince  time.Time
+
 	// The sweep runs off the loop, once for every start of the grace
 	// (the watch's start, a reconnect), retried until it succeeds:
 	// graces counts the starts, swept is the count the last sweep that
@@ -161,6 +177,14 @@ func (r *Reconciler) watchAgents(ctx context.Context, kv jetstream.KeyValue) err
 		w.reconnects = func() uint64 { return nc.Stats().Reconnects }
 		w.connected = nc.IsConnected
 	}
+	name := "KV_" + kv.Bucket()
+	w.lookBucket = func(ctx context.Context) (*jetstream.StreamInfo, error) {
+		s, err := r.js.Stream(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		return s.CachedInfo(), nil
+	}
 	for {
 		err := w.run(ctx)
 		if ctx.Err() != nil {
@@ -192,6 +216,9 @@ func (w *agentWatch) run(ctx context.Context) error {
 		return fmt.Errorf("node lease bucket %s has no TTL", w.kv.Bucket())
 	}
 	w.startGrace("the watch started")
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		w.sawBucket(bs.StreamInfo())
+	}
 	watcher, err := w.kv.WatchAll(ctx)
 	if err != nil {
 		return err
@@ -256,7 +283,7 @@ func (w *agentWatch) run(ctx context.Context) error {
 			for node := range w.dirty {
 				w.sync(ctx, node)
 			}
-			if len(w.held) > 0 && !w.inGrace() {
+			if len(w.held) > 0 && !w.inGrace() && w.bucketWritable(ctx) {
 				w.log.Info("agent liveness: grace over; recording the downs of the leases not renewed in it", "nodes", len(w.held))
 				for node := range w.held {
 					w.sync(ctx, node)
@@ -293,6 +320,94 @@ func (w *agentWatch) inGrace() bool {
 		w.startGrace("the connection reconnected")
 	}
 	return w.now().Before(w.graceUntil)
+}
+
+// bucketLook bounds a look at the bucket's leader (bucketWritable): it is
+// made on the loop, at most once per agentCheck, and only while an
+// expiry is being judged.
+const bucketLook = time.Second
+
+// bucketWritable reports whether an expiry is evidence of death as far as
+// the bucket itself goes: it has a leader now, and has had it for longer
+// than the grace (AgentGrace). A lease expires on every replica when no
+// leader stored its renewals (the server leading the bucket crashed, the
+// election takes seconds), while its agent lives and retries; so an
+// expiry judged while the bucket has no leader, or answers no look
+// within bucketLook, is held, and one judged within the grace after the
+// leader's election (the stream info's leader_since; when the server
+// does not say, the first look that saw the new leader) waits for the
+// grace's end, as after a reconnect: the election moves graceUntil. The
+// look is made at most once per agentCheck; false while the bucket is
+// away, and then the held nodes are judged again at a later tick.
+func (w *agentWatch) bucketWritable(ctx context.Context) bool {
+	if w.lookBucket == nil {
+		return !w.inGrace()
+	}
+	if now := w.now(); w.looked.IsZero() || now.Sub(w.looked) >= agentCheck {
+		w.looked = now
+		lctx, cancel := context.WithTimeout(ctx, bucketLook)
+		info, err := w.lookBucket(lctx)
+		cancel()
+		if err != nil {
+			if !w.bucketAway {
+				w.log.Info("agent liveness: the node lease bucket answers no look; expired leases are held until it has a leader again", "err", err)
+			}
+			w.bucketAway = true
+		} else {
+			w.sawBucket(info)
+		}
+	}
+	return !w.bucketAway && !w.inGrace()
+}
+
+// sawBucket takes what a look at the bucket's stream info found: no
+// leader (away), or a leader; a leader elected since the last look (or
+// seen after one that found none) starts a grace from its election.
+func (w *agentWatch) sawBucket(info *jetstream.StreamInfo) {
+	if info == nil || info.Cluster == nil || len(info.Cluster.Replicas) == 0 && info.Cluster.Leader == "" {
+		w.bucketAway = false // not replicated: a server that answers has it
+		return
+	}
+	c := info.Cluster
+	if c.Leader == "" {
+		if !w.bucketAway {
+			w.log.Info("agent liveness: the node lease bucket has no leader; expired leases are held until it has one again")
+		}
+		w.bucketAway = true
+		return
+	}
+	var since time.Time
+	if c.LeaderSince != nil {
+		since = *c.LeaderSince
+	}
+	first := w.bucketLeader == ""
+	changed := c.Leader != w.bucketLeader || !since.Equal(w.bucketSince) || w.bucketAway
+	w.bucketLeader, w.bucketSince = c.Leader, since
+	w.bucketAway = false
+	if !changed {
+		return
+	}
+	from := since
+	if from.IsZero() {
+		if first {
+			return // the watch's start: its own grace covers it
+		}
+		from = w.now()
+	}
+	from = minTime(from, w.now())
+	if until := from.Add(AgentGrace(w.ttl)); until.After(w.graceUntil) {
+		w.graceUntil = until
+		w.log.Info("agent liveness: the node lease bucket has a new leader; leases that expired without one are judged after a grace",
+			"leader", c.Leader, "since", from, "grace_until", until)
+	}
+}
+
+// minTime returns the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // entry takes one change of the bucket.
@@ -519,8 +634,9 @@ func (w *agentWatch) sync(ctx context.Context, node string) {
 			// judge again from what the bucket holds now.
 			continue
 		}
-		if a.State == events.AgentDown && a.Why == events.WhyExpired && w.inGrace() {
-			// Expired while the server may have been away: the agent has
+		if a.State == events.AgentDown && a.Why == events.WhyExpired && (w.inGrace() || !w.bucketWritable(ctx)) {
+			// Expired while the server may have been away, or while the
+			// bucket had no leader to store a renewal: the agent has
 			// until the grace ends to claim its lease again.
 			w.held[node] = true
 			return
