@@ -70,6 +70,9 @@ type mesh struct {
 
 	// tp, when set, traces every component and every want published.
 	tp trace.TracerProvider
+	// dial, when set, opens each component's connection instead of srv
+	// (a mesh on a cluster of nats-server processes).
+	dial func(name string) (*nats.Conn, error)
 }
 
 func newMesh(t testing.TB) *mesh { return newMeshSet(t, nil) }
@@ -132,7 +135,13 @@ type proc struct {
 
 func (m *mesh) spawn(name string, run func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error) *proc {
 	m.t.Helper()
-	nc, err := m.srv.Connect(nats.Name(name))
+	var nc *nats.Conn
+	var err error
+	if m.dial != nil {
+		nc, err = m.dial(name)
+	} else {
+		nc, err = m.srv.Connect(nats.Name(name))
+	}
 	if err != nil {
 		m.t.Fatal(err)
 	}
