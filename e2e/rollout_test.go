@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/console"
 	"github.com/meshfold/meshfold/query"
@@ -20,6 +23,7 @@ import (
 	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/node/process"
+	"github.com/meshfold/meshfold/provision"
 	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/rollout/feed"
 	"github.com/meshfold/meshfold/rollout/fleetfile"
@@ -389,4 +393,83 @@ rollout: {canary: 1, batch: 2, max_unavailable: 1, min_healthy: 2s, healthy_dead
 	}
 	t.Logf("real processes: the canary's mesh-build-go crash-looped, halted and reverted %s after apply; its process (pid %d) runs idle again",
 		took.Round(100*time.Millisecond), st.PID)
+}
+
+// A rollout that adds a module with a declared file completes when the
+// credential takes longer to come than the module's crash loop (a fresh
+// user's finding G4): the provisioner's exec helper takes 8 s, well
+// within its 10 s timeout, while mesh-build-go restarts 3 times in ~7 s
+// (backoff 1 s, 2 s, 4 s) on the missing file. The module waits for its
+// file: the rollout completes once it runs, and the target's why said
+// which file it waited for. Before the fix the rollout halted on "3
+// restarts" and auto_revert reverted it.
+func TestRolloutSlowFill(t *testing.T) {
+	m := newMesh(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*rolloutDeadline)
+	defer cancel()
+	acct := moduleAccount(t)
+	idle := m.pushExample(examples.WriteIdle)
+	mbgBuild := m.pushExample(examples.WriteMeshBuildGo)
+	nd := m.newNode("p0")
+	rt, _ := nd.processRuntime(process.Backoff{})
+	nd.startAgent(rt)
+	prov := events.WantModule{Name: "provisioner", Build: idle, RunsAs: acct, Provisioner: true}
+	seq := must(m.want(ctx, nd.name, prov))(t)
+	plan, _ := must2(m.planOf(ctx, nd.name, seq))(t)
+	if s := must(m.settled(ctx, nd.name, plan))(t); s.Op == events.OpFailed {
+		t.Fatalf("%s: %s", nd.name, s.Error)
+	}
+	helper := filepath.Join(t.TempDir(), "slow.sh")
+	if err := os.WriteFile(helper, []byte("#!/bin/sh\nsleep 8\nprintf '%s' '"+secret+"'\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	nd.provisioner = m.spawn(nd.name+"-provisioner", func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
+		c, err := provision.New(nc, js, provision.Config{Node: nd.name, Account: acct,
+			Sources: []provision.Source{&provision.Exec{Command: helper, Timeout: 10 * time.Second}},
+			Stream:  m.cfg, Logger: m.logger("provision"), Timeout: 2 * time.Second, Trust: m.trust, Tracing: m.tp})
+		if err != nil {
+			return err
+		}
+		return c.Run(ctx)
+	})
+	f, _, err := fleetfile.Parse(fmt.Appendf(nil, `fleet: web
+nodes: {p0: {}}
+groups: [{name: all, select: {}, modules: [
+  {name: provisioner, build: %q, runs_as: %s, provisioner: true},
+  {name: %s, build: %q, runs_as: %s, files: [{path: %s, mode: "0600"}]}]}]
+rollout: {min_healthy: 2s, healthy_deadline: 1m, auto_revert: true}
+`, idle, acct, mbg, mbgBuild, acct, creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	id := m.apply(t, f)
+	// While the helper sleeps, the module crash-loops and the target's
+	// why names the file it waits for.
+	seen := waitfor.Value(t, rolloutDeadline, "the target's why to name its unfilled file", func() (replayed, bool) {
+		rctx, rcancel := context.WithTimeout(ctx, deadline)
+		s, err := feed.Replay(rctx, m.js, m.cfg, nil, "web")
+		rcancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Rollout.Phase.Final() {
+			return replayed{s}, true
+		}
+		lines, _ := s.Why(nd.name)
+		return replayed{s}, strings.Contains(strings.Join(lines, "\n"), "waits for its unfilled file "+creds)
+	})
+	if seen.s.Rollout.Phase.Final() {
+		t.Fatalf("the rollout ended before its target waited for its file: %s (halt %+v)", seen.s.Rollout.Phase, seen.s.Rollout.Halt)
+	}
+	s := m.waitRollout(t, "web", id, "")
+	took := time.Since(began)
+	if s.Rollout.Phase != rollout.Completed {
+		t.Fatalf("phase %s, halt %+v: %+v", s.Rollout.Phase, s.Rollout.Halt, s.View())
+	}
+	st, _ := rt.Status(mbg)
+	if st.State != events.Running {
+		t.Fatalf("%s: %+v, want running", mbg, st)
+	}
+	t.Logf("slow fill (8 s helper): the rollout completed %s after apply; %s runs (restarts %d)", took.Round(100*time.Millisecond), mbg, st.Restarts)
 }

@@ -58,7 +58,21 @@ const (
 	// retire NODE`, events.Retire): an explicit act a rollout never
 	// undoes, so a target not finished yet is skipped (see [Skipped]).
 	KindNodeRetire Kind = "node-retire"
+	// KindFilled is a filled-file write the node made (events.Filled): a
+	// file its new want added, filled at last, is no longer waited for.
+	KindFilled Kind = "filled"
+	// KindProvDown and KindProvUp are the node's provisioner client going
+	// down and coming back (events.Prov): what a target waiting for a
+	// file is told of who would fill it.
+	KindProvDown Kind = "prov-down"
+	KindProvUp   Kind = "prov-up"
 )
+
+// FileRef names one file a want declares: its module and path.
+type FileRef struct {
+	Module string `json:"module"`
+	Path   string `json:"path"`
+}
 
 // Limits of the rollout's events, beside events' (DESIGN.md §10): every
 // event must fit in a message and fold.
@@ -116,6 +130,9 @@ type NodeAtStart struct {
 	// newer than its newest resume), by whom and why (PausedReason).
 	PausedBy     string `json:"paused_by,omitempty"`
 	PausedReason string `json:"paused_reason,omitempty"`
+	// NewFiles is 1 + the index, in the start's NewFiles, of the files
+	// its new want adds; 0: none.
+	NewFiles int `json:"new_files,omitempty"`
 }
 
 // Start begins a rollout (published by `meshfold apply`). Its stream
@@ -134,6 +151,12 @@ type Start struct {
 	// folded.
 	Pages int           `json:"pages"`
 	Nodes []NodeAtStart `json:"nodes"`
+	// NewFiles are the distinct lists of the files a target's new want
+	// declares that its newest want did not declare for the same module
+	// (a fresh user's finding G4: the module waits for them, it does not
+	// fail); a node names its list by [NodeAtStart].NewFiles. Absent
+	// from an older apply's start: no file is waited for.
+	NewFiles [][]FileRef `json:"new_files,omitempty"`
 }
 
 // Nodes is page Page (1-based, from 1 to the start's Pages-1; the start
@@ -223,7 +246,10 @@ var (
 	ErrUnknownKind = errors.New("rollout: unknown event kind")
 	ErrPages       = errors.New("must be from 1 to " + strconv.Itoa(MaxPages))
 	ErrWantIndex   = errors.New("names no want of the start")
-	ErrBack        = errors.New("must be a target's want older than its prev")
+	// ErrFilesIndex: a node's new_files names no list of the start's, or
+	// is set on a node that is not a target.
+	ErrFilesIndex = errors.New("names no new_files list of the start")
+	ErrBack       = errors.New("must be a target's want older than its prev")
 )
 
 // New returns a zero payload of the rollout kind k, or nil.
@@ -400,13 +426,13 @@ func CheckWant(modules []events.WantModule) error {
 	return w.Validate()
 }
 
-func checkNodes(list []NodeAtStart, wants int) error {
+func checkNodes(list []NodeAtStart, wants, files int) error {
 	if len(list) > MaxNodesPerEvent {
 		return fieldErr("nodes", "", &events.LimitError{Err: events.ErrTooMany, Got: len(list), Limit: MaxNodesPerEvent, Name: "rollout.MaxNodesPerEvent"})
 	}
 	seen := make(map[string]bool, len(list))
 	for i, n := range list {
-		if err := checkNode(n, wants, seen); err != nil {
+		if err := checkNode(n, wants, files, seen); err != nil {
 			return place("nodes", i, err)
 		}
 	}
@@ -422,7 +448,7 @@ func (n NodeAtStart) RevertTo() uint64 {
 	return n.Prev
 }
 
-func checkNode(n NodeAtStart, wants int, seen map[string]bool) error {
+func checkNode(n NodeAtStart, wants, files int, seen map[string]bool) error {
 	if err := checkName("node", n.Node); err != nil {
 		return err
 	}
@@ -435,6 +461,9 @@ func checkNode(n NodeAtStart, wants int, seen map[string]bool) error {
 	seen[n.Node] = true
 	if n.Want < 0 || (wants >= 0 && n.Want > wants) {
 		return fieldErr("want", strconv.Itoa(n.Want), ErrWantIndex)
+	}
+	if n.NewFiles < 0 || (n.NewFiles > 0 && n.Want == 0) || (files >= 0 && n.NewFiles > files) {
+		return fieldErr("new_files", strconv.Itoa(n.NewFiles), ErrFilesIndex)
 	}
 	if len(n.Unhealthy) > events.MaxHaveModules {
 		return fieldErr("unhealthy", "", &events.LimitError{Err: events.ErrTooMany, Got: len(n.Unhealthy), Limit: events.MaxHaveModules, Name: "MaxHaveModules"})
@@ -474,7 +503,20 @@ func (s *Start) Validate() error {
 	if s.Pages < 1 || s.Pages > MaxPages {
 		return fieldErr("pages", strconv.Itoa(s.Pages), ErrPages)
 	}
-	return checkNodes(s.Nodes, len(s.Wants))
+	for i, list := range s.NewFiles {
+		if len(list) == 0 {
+			return fieldErr(fmt.Sprintf("new_files[%d]", i), "", events.ErrMissing)
+		}
+		for j, f := range list {
+			if !events.ValidName(f.Module) {
+				return fieldErr(fmt.Sprintf("new_files[%d][%d].module", i, j), f.Module, events.ErrBadName)
+			}
+			if !events.ValidPath(f.Path) {
+				return fieldErr(fmt.Sprintf("new_files[%d][%d].path", i, j), f.Path, events.ErrBadValue)
+			}
+		}
+	}
+	return checkNodes(s.Nodes, len(s.Wants), len(s.NewFiles))
 }
 
 // Validate checks the rollout, the page number and the nodes (want
@@ -489,7 +531,7 @@ func (n *Nodes) Validate() error {
 	if n.Page < 1 || n.Page >= MaxPages {
 		return fieldErr("page", strconv.Itoa(n.Page), ErrPages)
 	}
-	return checkNodes(n.Nodes, -1)
+	return checkNodes(n.Nodes, -1, -1)
 }
 
 // Validate checks the rollout, node, step and want sequence.

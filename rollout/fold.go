@@ -72,7 +72,11 @@ func (s *State) Fold(in Input) []Effect {
 			f.liveness(in.Kind == KindUp)
 		case KindNodeResume:
 			f.nodePause(nil)
+		case KindProvDown, KindProvUp:
+			f.prov(in.Kind == KindProvDown)
 		}
+	case *events.Filled:
+		f.filled(p)
 	case *events.Pause:
 		f.nodePause(p)
 	case *events.Retire:
@@ -124,7 +128,7 @@ func (f *folder) start(p *Start) {
 		f.record(old.ID, "", string(Superseded), events.LevelWarn, "rollout %d superseded by rollout %d (by %s)", old.ID, f.in.Seq, events.Text(p.By))
 	}
 	r := &Rollout{ID: f.in.Seq, Time: f.s.Now, By: p.By, Reason: p.Reason, Params: p.Params,
-		Wants: cloneWants(p.Wants), Pages: p.Pages, Phase: Loading, Nodes: make(map[string]*Node, len(p.Nodes))}
+		Wants: cloneWants(p.Wants), NewFiles: p.NewFiles, Pages: p.Pages, Phase: Loading, Nodes: make(map[string]*Node, len(p.Nodes))}
 	f.s.Rollout, f.r = r, r
 	f.addNodes(p.Nodes)
 	r.Loaded = 1
@@ -153,7 +157,7 @@ func (f *folder) page(p *Nodes) {
 func (f *folder) addNodes(list []NodeAtStart) {
 	r := f.r
 	for _, a := range list {
-		if r.Nodes[a.Node] != nil || a.Want > len(r.Wants) || len(r.Nodes) >= MaxNodes {
+		if r.Nodes[a.Node] != nil || a.Want > len(r.Wants) || a.NewFiles > len(r.NewFiles) || len(r.Nodes) >= MaxNodes {
 			f.record(0, a.Node, "rejected", events.LevelError, "node %s of event %d not folded: listed twice, naming no want, or over %d nodes", a.Node, f.in.Seq, MaxNodes)
 			continue
 		}
@@ -175,6 +179,11 @@ func (f *folder) addNodes(list []NodeAtStart) {
 		}
 		if a.Want > 0 {
 			n.Want, n.Prev, n.Base, n.Status, n.Order = a.Want, a.Prev, a.Back, Pending, len(r.Targets)
+			if a.NewFiles > 0 {
+				for _, ref := range r.NewFiles[a.NewFiles-1] {
+					n.Fresh = append(n.Fresh, Fresh{FileRef: ref})
+				}
+			}
 			r.Targets = append(r.Targets, a.Node)
 		}
 		r.Nodes[a.Node] = n
@@ -328,7 +337,7 @@ func (f *folder) plan(p *events.Plan) {
 	for i, m := range p.Modules {
 		rows[i] = Row{Name: m.Name, Build: m.Build, Held: m.Held, Why: m.Why, Pending: m.Pending}
 	}
-	n.Plan = &PlanSeen{Seq: f.in.Seq, Want: p.Want, Rows: rows}
+	n.Plan = &PlanSeen{Seq: f.in.Seq, Want: p.Want, Rows: rows, Prov: p.ProvisionerAccount}
 	if n.Published > 0 && p.Want == n.Published {
 		n.FwdPlan, n.FwdSettledAt = f.in.Seq, time.Time{}
 	}
@@ -399,6 +408,44 @@ func (f *folder) have(p *Have) {
 	}
 	f.update(n)
 	f.judge(n)
+}
+
+// filled notes a filled event of a file the target's new want added:
+// its module no longer waits for it, and its crash loop counts from the
+// restarts its newest have reports at its new build.
+func (f *folder) filled(p *events.Filled) {
+	n := f.node()
+	if n == nil {
+		return
+	}
+	i := slices.IndexFunc(n.Fresh, func(x Fresh) bool { return x.Module == p.Module && x.Path == p.Path && !x.Filled })
+	if i < 0 {
+		return
+	}
+	fresh := slices.Clone(n.Fresh) // not in place: a clone of the state may share it
+	fresh[i].Filled = true
+	if m := haveOf(n, p.Module); m != nil && n.Plan != nil {
+		if j := slices.IndexFunc(n.Plan.Rows, func(r Row) bool { return r.Name == p.Module }); j >= 0 && n.Plan.Rows[j].Build == m.Build {
+			fresh[i].Restarts = m.Restarts
+		}
+	}
+	n.Fresh = fresh
+	f.judge(n)
+}
+
+// prov notes the node's provisioner client going down or coming back.
+func (f *folder) prov(down bool) {
+	n := f.node()
+	if n == nil {
+		return
+	}
+	n.ProvSeen = true
+	switch {
+	case down && !n.ProvDown:
+		n.ProvDown, n.ProvDownSince = true, f.s.Now
+	case !down:
+		n.ProvDown, n.ProvDownSince = false, time.Time{}
+	}
 }
 
 func (f *folder) liveness(up bool) {
@@ -1089,6 +1136,8 @@ func mismatch(n *Node) string {
 			return fmt.Sprintf("module %s is not in its have", row.Name)
 		case m.Build != row.Build:
 			return fmt.Sprintf("module %s runs build %s, not %s", row.Name, events.Short(m.Build), events.Short(row.Build))
+		case m.State != events.Running && len(n.waitsFor(row.Name)) > 0:
+			return waitText(row.Name, n.waitsFor(row.Name)) + "; it is " + string(m.State) + exitText(m)
 		case m.State != events.Running:
 			return fmt.Sprintf("module %s is %s%s", row.Name, m.State, exitText(m))
 		case m.Health == Unhealthy || m.Health == Starting:
@@ -1106,14 +1155,93 @@ func exitText(m *HaveModule) string {
 }
 
 // crashLoop says which module of the target's plan crash-loops at its
-// new build; "" when none.
+// new build; "" when none. A module waiting for a file its new want
+// added is not crash-looping (a fresh user's finding G4: a credential a
+// slow helper gives in 8 s is no bad build): it is judged at its
+// healthy_deadline, and its restarts count from the moment its files
+// were filled.
 func crashLoop(n *Node) string {
 	for _, row := range n.Plan.Rows {
-		if m := haveOf(n, row.Name); m != nil && row.Build != "" && m.Build == row.Build && m.Restarts >= CrashLoopRestarts {
-			return fmt.Sprintf("module %s crash-loops at build %s: %d restarts%s", row.Name, events.Short(row.Build), m.Restarts, exitText(m))
+		m := haveOf(n, row.Name)
+		if m == nil || row.Build == "" || m.Build != row.Build || len(n.waitsFor(row.Name)) > 0 {
+			continue
+		}
+		base := n.crashBase(row.Name)
+		if got := m.Restarts - base; got >= CrashLoopRestarts {
+			since := ""
+			if base > 0 {
+				since = " since its files were filled"
+			}
+			return fmt.Sprintf("module %s crash-loops at build %s: %d restarts%s%s", row.Name, events.Short(row.Build), got, since, exitText(m))
 		}
 	}
 	return ""
+}
+
+// waitsFor returns the paths of the files n's new want added to module
+// that no filled event reported yet, in the want's order.
+func (n *Node) waitsFor(module string) []string {
+	var out []string
+	for _, f := range n.Fresh {
+		if f.Module == module && !f.Filled {
+			out = append(out, f.Path)
+		}
+	}
+	return out
+}
+
+// crashBase is module's restarts when the last of its new files was
+// filled: its crash loop counts from there.
+func (n *Node) crashBase(module string) int {
+	base := 0
+	for _, f := range n.Fresh {
+		if f.Module == module && f.Restarts > base {
+			base = f.Restarts
+		}
+	}
+	return base
+}
+
+// waiting returns the first module of the target's plan that does not
+// run healthy at its build while a file its new want added is unfilled,
+// and those files; "" when none.
+func waiting(n *Node) (string, []string) {
+	if n.Plan == nil || len(n.Fresh) == 0 {
+		return "", nil
+	}
+	for _, row := range n.Plan.Rows {
+		files := n.waitsFor(row.Name)
+		if row.Build == "" || len(files) == 0 {
+			continue
+		}
+		m := haveOf(n, row.Name)
+		if m == nil || m.Build != row.Build || m.State != events.Running || m.Health == Unhealthy || m.Health == Starting {
+			return row.Name, files
+		}
+	}
+	return "", nil
+}
+
+// waitText says what a module waits for: "module M waits for its
+// unfilled file P".
+func waitText(module string, files []string) string {
+	word := "file"
+	if len(files) > 1 {
+		word = "files"
+	}
+	return fmt.Sprintf("module %s waits for its unfilled %s %s", module, word, strings.Join(files, ", "))
+}
+
+// provText says what the fold knows of the node's provisioner, for a
+// target whose file was not filled by its deadline.
+func provText(n *Node) string {
+	switch {
+	case n.Plan != nil && n.Plan.Prov == "":
+		return "its plan names no provisioner, so nothing fills it"
+	case n.ProvDown:
+		return "its provisioner is down since " + n.ProvDownSince.Format(time.RFC3339)
+	}
+	return "its provisioner did not fill it (`meshfold state " + n.Name + "` says why)"
 }
 
 // stuckWhy says why a target is not done at its deadline.
@@ -1123,6 +1251,16 @@ func stuckWhy(n *Node, ours, settled bool, now time.Time, r Resolved) string {
 		return fmt.Sprintf("no plan for its want #%d within healthy_deadline %s", n.Published, r.HealthyDeadline)
 	case !settled:
 		return fmt.Sprintf("its plan #%d did not settle within healthy_deadline %s", n.Plan.Seq, r.HealthyDeadline)
+	}
+	if n.Have == nil || !n.Have.Stale {
+		if module, files := waiting(n); module != "" {
+			word := "file"
+			if len(files) > 1 {
+				word = "files"
+			}
+			return fmt.Sprintf("unfilled %s %s of module %s: not filled within healthy_deadline %s: %s",
+				word, strings.Join(files, ", "), module, r.HealthyDeadline, provText(n))
+		}
 	}
 	if why := mismatch(n); why != "" {
 		return why + " at its healthy_deadline " + r.HealthyDeadline.String()

@@ -72,7 +72,7 @@ func FuzzDecodeFold(f *testing.F) {
 				kind, rest, _ := bytes.Cut(payload, []byte(" "))
 				ev := events.Event{Seq: seq, Time: at, Node: string(head), Kind: events.Kind(kind)}
 				switch ev.Kind {
-				case "down", "up":
+				case "down", "up", "prov-down", "prov-up":
 					in = rollout.Input{Seq: seq, Time: at, Node: ev.Node, Kind: rollout.Kind(kind)}
 				default:
 					ev.Payload, ev.Err = events.Decode(ev.Kind, rest)

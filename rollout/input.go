@@ -14,8 +14,8 @@ import (
 // (promote, pause, resume, abort, revert), *Tick or *Record for the
 // rollout's events; nil for a want (its sequence is what counts),
 // *events.Plan, *events.Settle, *Have, *events.Pause (node-pause),
-// *events.Retire (node-retire), or
-// nil for down, up and node-resume, for a node's.
+// *events.Retire (node-retire), *events.Filled (filled), or
+// nil for down, up, node-resume, prov-down and prov-up, for a node's.
 type Input struct {
 	// Seq is the event's stream sequence: strictly increasing across
 	// every input of the fleet (see the package doc on order).
@@ -70,7 +70,8 @@ func HaveOf(h *events.Have) *Have {
 }
 
 // FromNodeEvent returns the input of a node event the fold reads (a want,
-// plan, settle, have, pause, resume or retire that decoded), and false for any other: the
+// plan, settle, have, pause, resume, retire, filled or provisioner
+// down or up that decoded), and false for any other: the
 // reconciler journals what does not decode, and the rollout has nothing
 // to learn from it. The agent's down and up moments are built by the
 // controller as Input{Kind: KindDown or KindUp} from wherever liveness
@@ -95,6 +96,13 @@ func FromNodeEvent(ev events.Event) (Input, bool) {
 		in.Kind = KindNodeResume
 	case *events.Retire:
 		in.Kind, in.Payload = KindNodeRetire, p
+	case *events.Filled:
+		in.Kind, in.Payload = KindFilled, p
+	case *events.Prov:
+		in.Kind = KindProvUp
+		if p.State == events.AgentDown {
+			in.Kind = KindProvDown
+		}
 	default:
 		return in, false
 	}

@@ -134,6 +134,13 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		for _, node := range strings.Split(args["node"], ",") {
 			h.node(t, node, rollout.Kind(d.Cmd), nil)
 		}
+	case "filled":
+		// The node wrote a filled file of its settled plan.
+		h.node(t, args["node"], rollout.KindFilled, &events.Filled{Module: args["module"], Path: args["path"], Plan: h.plans[args["node"]], Digest: "d"})
+	case "prov-down":
+		h.node(t, args["node"], rollout.KindProvDown, nil)
+	case "prov-up":
+		h.node(t, args["node"], rollout.KindProvUp, nil)
 	case "node-pause":
 		h.node(t, args["node"], rollout.KindNodePause, &events.Pause{By: by, Reason: args["reason"]})
 	case "node-resume":
@@ -330,6 +337,22 @@ func (h *harness) start(t testing.TB, d *datadriven.TestData, args map[string]st
 		}
 		p.Nodes = append(p.Nodes, h.nodeLine(t, l))
 	}
+	// As apply does: each target's files its new want adds.
+	for i, n := range p.Nodes {
+		if n.Want == 0 || n.Want > len(p.Wants) {
+			continue
+		}
+		fresh := rollout.NewFiles(h.wants[h.newest[n.Node]], p.Wants[n.Want-1])
+		if len(fresh) == 0 {
+			continue
+		}
+		j := slices.IndexFunc(p.NewFiles, func(l []rollout.FileRef) bool { return slices.Equal(l, fresh) })
+		if j < 0 {
+			j = len(p.NewFiles)
+			p.NewFiles = append(p.NewFiles, fresh)
+		}
+		p.Nodes[i].NewFiles = j + 1
+	}
 	if args["bases"] == "true" {
 		// As apply does over the fleet's newest rollout, still active:
 		// each target's revert base (State.RevertBases).
@@ -382,7 +405,10 @@ func (h *harness) plan(t tb, node, held string) {
 	want := h.newest[node]
 	p := &events.Plan{Cause: want, Want: want}
 	for _, m := range h.wants[want] {
-		row := events.PlanModule{Name: m.Name, Build: m.Build, RunsAs: m.RunsAs}
+		row := events.PlanModule{Name: m.Name, Build: m.Build, RunsAs: m.RunsAs, Files: m.Files, Provisioner: m.Provisioner}
+		if m.Provisioner {
+			p.ProvisionerAccount = m.RunsAs
+		}
 		if slices.Contains(strings.Split(held, ","), m.Name) {
 			row = events.PlanModule{Name: m.Name, Held: true, Why: events.HoldApproval, Pending: m.Build}
 		}
@@ -481,6 +507,8 @@ func summary(in rollout.Input) string {
 		return fmt.Sprintf("plan %s want=#%d %s", in.Node, p.Want, strings.Join(rows, ","))
 	case *events.Settle:
 		return fmt.Sprintf("settle %s plan=#%d %s", in.Node, p.Plan, p.Op)
+	case *events.Filled:
+		return fmt.Sprintf("filled %s %s %s plan=#%d", in.Node, p.Module, p.Path, p.Plan)
 	case *rollout.Have:
 		var ms []string
 		for _, m := range p.Modules {

@@ -65,6 +65,14 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 				start.Wants = append(start.Wants, c.Want)
 			}
 			n.Want = i + 1
+			if fresh := NewFiles(c.Current, c.Want); len(fresh) > 0 {
+				j := slices.IndexFunc(start.NewFiles, func(l []FileRef) bool { return slices.Equal(l, fresh) })
+				if j < 0 {
+					j = len(start.NewFiles)
+					start.NewFiles = append(start.NewFiles, fresh)
+				}
+				n.NewFiles = j + 1
+			}
 			targets++
 		}
 		all = append(all, n)
@@ -80,6 +88,26 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 	}
 	start.Pages = 1 + len(pages)
 	return start, pages
+}
+
+// NewFiles returns the files want declares that current does not declare
+// for a module of the same name that runs something (a build), in want's
+// order: the files a target of the rollout waits for (a fresh user's
+// finding G4); nil when none.
+func NewFiles(current, want []events.WantModule) []FileRef {
+	var out []FileRef
+	for _, m := range want {
+		var had []events.File
+		if i := slices.IndexFunc(current, func(c events.WantModule) bool { return c.Name == m.Name }); i >= 0 && current[i].Build != "" {
+			had = current[i].Files
+		}
+		for _, f := range m.Files {
+			if !slices.ContainsFunc(had, func(h events.File) bool { return h.Path == f.Path }) {
+				out = append(out, FileRef{Module: m.Name, Path: f.Path})
+			}
+		}
+	}
+	return out
 }
 
 // EqualWant reports whether two wants declare the same modules, in the

@@ -126,6 +126,8 @@ type Rollout struct {
 	// R is Params resolved against the targets and nodes, once loaded.
 	R     Resolved              `json:"resolved"`
 	Wants [][]events.WantModule `json:"wants"`
+	// NewFiles are the start's lists of files new to a target's want.
+	NewFiles [][]FileRef `json:"new_files,omitempty"`
 	// Pages is the start's page count; Loaded how many were folded.
 	Pages  int   `json:"pages"`
 	Loaded int   `json:"loaded"`
@@ -226,6 +228,24 @@ type Node struct {
 	Clear bool `json:"clear,omitempty"`
 	// Back is its revert, when the rollout gives it its previous want.
 	Back *Back `json:"back,omitempty"`
+	// Fresh are the files its new want adds (the start's NewFiles): a
+	// module whose fresh file is not filled yet waits for it, and its
+	// restarts meanwhile are no crash loop (a fresh user's finding G4).
+	Fresh []Fresh `json:"fresh,omitempty"`
+	// ProvDown: its provisioner client is down since ProvDownSince (a
+	// prov event folded since the start); ProvSeen: any was.
+	ProvDown      bool      `json:"prov_down,omitempty"`
+	ProvSeen      bool      `json:"prov_seen,omitempty"`
+	ProvDownSince time.Time `json:"prov_down_since,omitzero"`
+}
+
+// Fresh is one file a target's new want adds: filled once a filled event
+// of it was folded; Restarts is then its module's restarts at its new
+// build in the newest have (the count its crash loop is judged from).
+type Fresh struct {
+	FileRef
+	Filled   bool `json:"filled,omitempty"`
+	Restarts int  `json:"restarts,omitempty"`
 }
 
 // Back is a target's revert.
@@ -254,6 +274,9 @@ type PlanSeen struct {
 	Seq  uint64 `json:"seq"`
 	Want uint64 `json:"want"`
 	Rows []Row  `json:"rows"`
+	// Prov is the plan's provisioner account (empty: it names no
+	// provisioner, so nothing can fill its files).
+	Prov string `json:"prov,omitempty"`
 }
 
 // Row is one row of a plan, without its files and account.

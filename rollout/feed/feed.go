@@ -53,7 +53,8 @@ func Input(subj events.Subjects, s *rollout.State, own *store.Trust, m Message) 
 		return rollout.Input{}, false
 	}
 	switch kind {
-	case events.KindWant, events.KindPlan, events.KindSettle, events.KindHave, events.KindAgent, events.KindPause, events.KindResume, events.KindRetire:
+	case events.KindWant, events.KindPlan, events.KindSettle, events.KindHave, events.KindAgent, events.KindPause, events.KindResume, events.KindRetire,
+		events.KindFilled, events.KindProv:
 	default:
 		return rollout.Input{}, false
 	}
