@@ -755,6 +755,22 @@ func TestSourceProblems(t *testing.T) {
 	}
 }
 
+// A sealed secret shadowed by an earlier source is not an unfilled file:
+// the node page's state heads its line so, as `meshfold state` does
+// (audit.SourcesHeader; the F7 follow-up of a fresh user's findings).
+func TestSourceShadowedHeader(t *testing.T) {
+	f := newFake()
+	healthy(f, "ace")
+	f.sources = map[string][]audit.SourceProblem{"ace": {{Module: "app", Path: "/run/app/token", State: audit.Shadowed,
+		Why: "filled from dir /srv/secrets/ace, tried before sealed", Since: base}}}
+	fx := start(t, f)
+	_, node := fx.get(t, "/node/ace")
+	if !strings.Contains(node, "not filled, or filled from a source that shadows a put, as the provisioner reports it") ||
+		!strings.Contains(node, "sealed secret shadowed since") {
+		t.Errorf("the node page's state does not head the shadowed file's line:\n%s", node)
+	}
+}
+
 // A knock no provisioner answered is a source problem of its node on the
 // fleet page, as `fleet` shows it (audit.KnockUnanswered; a fresh user's
 // finding 2: the page said "Nothing needs an operator"), and it clears

@@ -121,7 +121,7 @@ func runState(ctx context.Context, a *app, node string, format string, timeout t
 		text += fmt.Sprintf("note: why files are unfilled (the provisioner's reports) could not be read: %v\n", serr)
 	}
 	if len(ps) > 0 {
-		text += "not filled, as the provisioner reports it:\n" + audit.SourcesText(node, ps, now)
+		text += audit.SourcesHeader(ps) + audit.SourcesText(node, ps, now)
 	}
 	_, err = io.WriteString(a.stdout, text)
 	return err

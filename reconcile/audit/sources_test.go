@@ -25,3 +25,22 @@ func TestSourcesTextShadowed(t *testing.T) {
 		t.Fatalf("text:\n%s", got)
 	}
 }
+
+// The header above the source lines says "not filled" only while no file
+// among them is shadowed (a shadowed file is filled, from another source).
+func TestSourcesHeader(t *testing.T) {
+	missing := audit.SourceProblem{Module: "app", Path: "/run/app/key", State: "missing"}
+	shadowed := audit.SourceProblem{Module: "app", Path: "/run/app/token", State: audit.Shadowed}
+	for _, c := range []struct {
+		ps   []audit.SourceProblem
+		want string
+	}{
+		{[]audit.SourceProblem{missing}, "not filled, as the provisioner reports it:\n"},
+		{[]audit.SourceProblem{missing, shadowed}, "not filled, or filled from a source that shadows a put, as the provisioner reports it:\n"},
+		{[]audit.SourceProblem{shadowed}, "not filled, or filled from a source that shadows a put, as the provisioner reports it:\n"},
+	} {
+		if got := audit.SourcesHeader(c.ps); got != c.want {
+			t.Errorf("SourcesHeader(%v) = %q, want %q", c.ps, got, c.want)
+		}
+	}
+}

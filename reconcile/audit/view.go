@@ -600,6 +600,17 @@ func KnockUnanswered(node string, knock, cause uint64, knockTime time.Time, ans 
 // the node holds.
 const Shadowed = "shadowed"
 
+// SourcesHeader is the line `meshfold state` and the console print above
+// [SourcesText]: what the lines are, shadowed files among them or not.
+func SourcesHeader(ps []SourceProblem) string {
+	for _, p := range ps {
+		if p.State == Shadowed {
+			return "not filled, or filled from a source that shadows a put, as the provisioner reports it:\n"
+		}
+	}
+	return "not filled, as the provisioner reports it:\n"
+}
+
 // SourcesText is what [FleetSourcesText] and `meshfold state` print for
 // one node's source problems, a line each; now dates them.
 func SourcesText(node string, ps []SourceProblem, now time.Time) string {
