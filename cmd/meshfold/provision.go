@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -53,7 +55,13 @@ content wins:
                     opened with this provisioner's curve key (--key, created
                     0600 on the first start and registered so that 'secret
                     put' seals to it). A put is filled at once: the client
-                    watches NAME's secrets.
+                    watches NAME's secrets. A secret that is stored but
+                    removed ('secret rm'), sealed to another key (the key
+                    changed) or that cannot be opened stops the sources
+                    after sealed: the file keeps its content ('secret rm
+                    --next-source' hands the file on to them). A source
+                    before sealed that has the file wins: a put of other
+                    content is then reported shadowed.
 
 A file no source gives is skipped; why (no source, a helper that failed, a
 secret sealed to another key or that cannot be opened) is kept in the
@@ -111,7 +119,7 @@ revoked).`,
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVar(&o.from, "from", nil, "a source, tried in the order given: DIR, exec:CMD or sealed (required; repeatable)")
-	fl.StringVar(&o.key, "key", "", "the curve key file of --from sealed (default: provisioner-NAME/curve.key beside the node agent's default state directory)")
+	fl.StringVar(&o.key, "key", "", "the curve key file of --from sealed (default: provisioner-NAME/curve.key beside the node agent's default state directory, e.g. /var/lib/meshfold/provisioner-NAME/curve.key as root: one per machine and NAME, shared by every mesh this machine runs a provisioner NAME for; give --key to keep meshes apart)")
 	fl.DurationVar(&o.execTimeout, "exec-timeout", provision.DefaultExecTimeout, "how long one run of an exec: helper may take")
 	fl.DurationVar(&o.retry, "retry-unfilled", provision.DefaultRetryUnfilled, "try the files no source gave again this often (a restored source is filled within it); 0 turns it off")
 	fl.StringVar(&o.account, "account", "", "the account this client runs as, sent as the writer (required)")
@@ -228,6 +236,7 @@ func resyncOrOff(d time.Duration) time.Duration {
 // sealedSource opens the sealed secrets bucket (waiting for the reconciler
 // to create it) and the provisioner's curve key.
 func sealedSource(ctx context.Context, js jetstream.JetStream, scfg store.StreamConfig, name, keyFile string, log *slog.Logger) (*provision.Sealed, error) {
+	defaulted := keyFile == ""
 	if keyFile == "" {
 		dir, err := defaultStateDir(name)
 		if err != nil {
@@ -235,10 +244,15 @@ func sealedSource(ctx context.Context, js jetstream.JetStream, scfg store.Stream
 		}
 		keyFile = filepath.Join(filepath.Dir(dir), "provisioner-"+name, "curve.key")
 	}
+	_, statErr := os.Lstat(keyFile) // as LoadCurveKey: it creates a file that does not exist
 	key, err := provision.LoadCurveKey(keyFile)
 	if err != nil {
 		return nil, err
 	}
+	// Where the key is, so that a provisioner of the same NAME for
+	// another mesh on this machine is seen to share it (the default is
+	// one per machine and NAME; a fresh user's finding L13).
+	log.Info("sealed secrets: curve key file", "key", keyFile, "created", errors.Is(statErr, fs.ErrNotExist), "default", defaulted)
 	kv, err := store.Retry(ctx, log, "open the sealed secrets bucket", store.Backoff(200*time.Millisecond, 5*time.Second), func() (jetstream.KeyValue, error) {
 		return store.OpenSecrets(ctx, js, scfg, true)
 	})
