@@ -63,26 +63,63 @@ func secretArgs(args []string) error {
 // openSecrets connects and opens the secrets bucket (creating it when
 // create). The caller closes the connection (close).
 func (a *app) openSecrets(ctx context.Context, create bool) (jetstream.KeyValue, func(), error) {
+	kv, _, closeConn, err := a.openSecretsFills(ctx, create)
+	return kv, closeConn, err
+}
+
+// openSecretsFills is openSecrets that also returns the fill status
+// bucket (nil when it cannot be opened: no provisioner ran yet, or the
+// credentials may not read it), where a provisioner says a sealed secret
+// is shadowed by an earlier source.
+func (a *app) openSecretsFills(ctx context.Context, create bool) (jetstream.KeyValue, jetstream.KeyValue, func(), error) {
 	nc, err := a.conn.connect("meshfold-secret", a)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	_, scfg, err := a.stream.openStream(ctx, js)
 	if err != nil {
 		nc.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	kv, err := store.OpenSecrets(ctx, js, scfg, create)
 	if err != nil {
 		nc.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return kv, nc.Close, nil
+	fills, err := store.OpenFillStatus(ctx, js, scfg, false)
+	if err != nil {
+		fills = nil
+	}
+	return kv, fills, nc.Close, nil
+}
+
+// shadowedBy returns, of node's fill statuses in fills ("" for every
+// node's; fills nil: none), the files whose sealed secret the provisioner
+// reports shadowed by an earlier source, keyed by [store.SecretKey], each
+// with the source ("dir /srv/x"). Best effort: a status that cannot be
+// read is left out.
+func shadowedBy(ctx context.Context, fills jetstream.KeyValue, node string) map[string]string {
+	out := map[string]string{}
+	if fills == nil {
+		return out
+	}
+	sts, _ := store.ReadFillStatus(ctx, fills, node)
+	for _, st := range sts {
+		if st.State != store.FillShadowed {
+			continue
+		}
+		src := st.Source
+		if src == "" { // a provisioner older than FillStatus.Source
+			src = "an earlier source"
+		}
+		out[store.SecretKey(st.Node, st.Module, st.Path)] = src
+	}
+	return out
 }
 
 func newSecretPutCmd(a *app) *cobra.Command {
@@ -109,7 +146,10 @@ and key registration: a note on stderr says so and which put of this file
 it is. A refused put stores nothing and moves no revision. A file that
 NODE's newest want does not declare for MODULE (a mistyped node, module or
 path, or a secret put ahead of its want) is stored with a warning: it is
-filled only once a want declares it.`,
+filled only once a want declares it. When NODE's provisioner reports this
+file shadowed (it fills it from a source given before --from sealed, which
+holds other content: the node keeps that content), put warns; 'secret ls'
+and 'state' say so too.`,
 		Example: `  meshfold secret put ace mesh-build-go /run/mesh-build-go/broker.creds -f broker.creds --by alice
   vault kv get -field=token kv/ace/mbg | meshfold secret put ace mesh-build-go /run/mbg/token --by alice`,
 		Args: cobra.ExactArgs(3),
@@ -141,7 +181,7 @@ filled only once a want declares it.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			kv, closeConn, err := a.openSecrets(ctx, true)
+			kv, fills, closeConn, err := a.openSecretsFills(ctx, true)
 			if err != nil {
 				return err
 			}
@@ -155,6 +195,12 @@ filled only once a want declares it.`,
 			}
 			if note := a.undeclaredNote(ctx, args[0], args[1], args[2]); note != "" {
 				fmt.Fprintf(a.stderr, "meshfold: warning: %s\n", note)
+			}
+			if src, ok := shadowedBy(ctx, fills, args[0])[store.SecretKey(args[0], args[1], args[2])]; ok {
+				fmt.Fprintf(a.stderr, "meshfold: warning: %s's provisioner reports this file shadowed: it fills it from %s, given before --from sealed, "+
+					"so the node holds that source's content, not a put, while the source has the file ('meshfold state %s' says so; "+
+					"give --from sealed first, or remove the file from that source)\n",
+					args[0], events.Text(src), args[0])
 			}
 			if _, err = fmt.Fprintf(a.stdout, "%s %s %s revision %d digest %s\n", args[0], args[1], args[2], rev, digest[:16]); err != nil {
 				return err
@@ -276,6 +322,10 @@ type secretRow struct {
 	Current bool `json:"current"`
 	// Removed is a removal ('secret rm'): no content; By removed it, At.
 	Removed bool `json:"removed,omitempty"`
+	// ShadowedBy names the source the node's provisioner fills the file
+	// from instead, tried before sealed ("dir /srv/x"), as its fill
+	// status reports it: the put is not what the node holds.
+	ShadowedBy string `json:"shadowed_by,omitempty"`
 }
 
 func newSecretLsCmd(a *app) *cobra.Command {
@@ -287,7 +337,9 @@ func newSecretLsCmd(a *app) *cobra.Command {
 revision, digest (HMAC-SHA256 under the bucket's digest key, cut), who put it
 and when, and whether it is sealed to the key NODE's provisioner registered
 ("old key": put it again); a removal ('secret rm') shows as removed, with who
-removed it and when. Never content.`,
+removed it and when. A secret the node's provisioner reports shadowed (it
+fills the file from a source given before --from sealed, holding other
+content) says by which source. Never content.`,
 		Example: `  meshfold secret ls
   meshfold secret ls ace -o json`,
 		Args: cobra.MaximumNArgs(1),
@@ -305,7 +357,7 @@ removed it and when. Never content.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			kv, closeConn, err := a.openSecrets(ctx, false)
+			kv, fills, closeConn, err := a.openSecretsFills(ctx, false)
 			if err != nil {
 				return err
 			}
@@ -320,6 +372,11 @@ removed it and when. Never content.`,
 					keys[node] = string(e.Value())
 				}
 			}
+			node := ""
+			if len(args) == 1 {
+				node = args[0]
+			}
+			shadowed := shadowedBy(ctx, fills, node)
 			var rows []secretRow
 			for _, e := range entries {
 				node, module, path, ok := store.ParseSecretKey(e.Key())
@@ -330,8 +387,12 @@ removed it and when. Never content.`,
 				if err != nil {
 					continue
 				}
-				rows = append(rows, secretRow{Node: node, Module: module, Path: path, Revision: e.Revision(),
-					Digest: rec.Digest, By: rec.By, At: rec.At, Current: rec.To == keys[node], Removed: rec.Removed})
+				row := secretRow{Node: node, Module: module, Path: path, Revision: e.Revision(),
+					Digest: rec.Digest, By: rec.By, At: rec.At, Current: rec.To == keys[node], Removed: rec.Removed}
+				if !rec.Removed { // a removal shadows nothing (a status not yet cleared)
+					row.ShadowedBy = shadowed[e.Key()]
+				}
+				rows = append(rows, row)
 			}
 			sort.Slice(rows, func(i, j int) bool {
 				if rows[i].Node != rows[j].Node {
@@ -357,6 +418,9 @@ removed it and when. Never content.`,
 					key, r.Digest = "removed: no source fills it until a put", "-"
 				case !r.Current:
 					key = "old key: put again"
+				}
+				if r.ShadowedBy != "" {
+					key += ", shadowed by " + events.Text(r.ShadowedBy) + " (tried first: the node holds its content)"
 				}
 				d := r.Digest
 				if len(d) > 16 {

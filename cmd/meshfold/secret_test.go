@@ -687,3 +687,129 @@ esac
 	t.Logf("fleet shows: a failing helper %s (the first pass and the first checkpoint), a timing-out helper %s, a missing source %s, the restored source cleared %s (each from the switch, with --retry-unfilled 100ms and --exec-timeout 2s)",
 		d1.Round(time.Millisecond), d2.Round(time.Millisecond), d3.Round(time.Millisecond), d4.Round(time.Millisecond))
 }
+
+// background runs meshfold with args in this process against m, signed
+// plans trusted from trust, until the returned stop (also the test's
+// end), which waits for it to return; out is its output, logged when the
+// test fails.
+func (m *mesh) background(t testing.TB, trust string, args ...string) (stop func(), out *storetest.SyncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	out = &storetest.SyncBuffer{}
+	go func() {
+		done <- run(ctx, append(args, "-s", m.e.ClientURL(), "--trust", trust), nil, out, out)
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if code := <-done; code != 0 || t.Failed() {
+				t.Logf("%s exited %d:\n%s", args[0], code, out.String())
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop, out
+}
+
+// A sealed secret put for a file that a --from DIR given before --from
+// sealed also holds is shadowed: the node keeps the directory's content.
+// Once the provisioner has reported it, a put warns on stderr naming the
+// directory, and 'secret ls' says by which source (its KEY column, and
+// shadowed_by in -o json), as does state's header; no output holds
+// content (the F7 follow-up of a fresh user's findings).
+func TestSecretShadowedByDir(t *testing.T) {
+	m := startMesh(t)
+	trust := m.serveSigned(t)
+	dir := t.TempDir()
+	secrets := filepath.Join(dir, "secrets")
+	if err := os.MkdirAll(filepath.Join(secrets, "app", filepath.Dir(sealedPath)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(secrets, "app", sealedPath), []byte("dir-s3cr3t"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := &events.Want{Modules: []events.WantModule{
+		{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		{Name: "app", Build: "a:1", RunsAs: "app", Files: []events.File{{Path: sealedPath, Mode: "0600"}}},
+	}}
+	if _, err := store.NewPublisher(m.js, m.cfg.Subjects()).Append(testCtx(t), "ace", events.Stamp(w, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "root")
+	m.background(t, trust, "node", "ace", "--runtime", "record", "--root", root, "--state-dir", filepath.Join(dir, "state"), "--log-level", "warn")
+	key := filepath.Join(dir, "prov", "curve.key")
+	_, provOut := m.background(t, trust, "provision", "ace", "--from", secrets, "--from", "sealed", "--key", key,
+		"--account", "prov", "--resync", "0", "--log-level", "info")
+
+	file := filepath.Join(t.TempDir(), "secret")
+	put := func(label string) (string, string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(label+"-s3cr3t"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errs string
+		waitUntil(t, testCtx(t), "secret put to be taken (the provisioner registers its key at start)", func() bool {
+			var code int
+			out, errs, code = m.cli(t, "secret", "put", "ace", "app", sealedPath, "-f", file, "--by", "alice")
+			return code == 0
+		})
+		if strings.Contains(out+errs, "s3cr3t") {
+			t.Fatalf("secret put prints content:\n%s%s", out, errs)
+		}
+		return out, errs
+	}
+	put("put1")
+	// Where its key is, so that a provisioner of the same name for
+	// another mesh is seen to share it (a fresh user's finding L13).
+	if !strings.Contains(provOut.String(), `msg="sealed secrets: curve key file" key=`+key+" created=true default=false") {
+		t.Errorf("the provisioner does not log its key file:\n%s", provOut.String())
+	}
+	const warning = "reports this file shadowed: it fills it from dir "
+	ls := func() string {
+		out, errs, code := m.cli(t, "secret", "ls", "ace")
+		if code != 0 || strings.Contains(out+errs, "s3cr3t") {
+			t.Fatalf("secret ls: exit %d\n%s%s", code, out, errs)
+		}
+		return out
+	}
+	waitUntil(t, testCtx(t), "secret ls to say the put is shadowed by the directory", func() bool {
+		return strings.Contains(ls(), "current, shadowed by dir "+secrets+" (tried first: the node holds its content)")
+	})
+	if b, err := os.ReadFile(filepath.Join(root, sealedPath)); err != nil || string(b) != "dir-s3cr3t" {
+		t.Fatalf("the node's file does not hold the directory's content (err %v)", err)
+	}
+	out, _, code := m.cli(t, "secret", "ls", "ace", "-o", "json")
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil || len(rows) != 1 || rows[0]["shadowed_by"] != "dir "+secrets {
+		t.Errorf("secret ls -o json: exit %d, %v, want one row shadowed_by %q:\n%s", code, err, "dir "+secrets, out)
+	}
+	st, _, _ := m.cli(t, "state", "ace")
+	if !strings.Contains(st, "not filled, or filled from a source that shadows a put, as the provisioner reports it:") ||
+		!strings.Contains(st, "sealed secret shadowed since") || strings.Contains(st, "s3cr3t") {
+		t.Errorf("state does not head the shadowed file's line:\n%s", st)
+	}
+
+	// The provisioner has reported it: a put now warns, naming the source.
+	_, errs := put("put2")
+	if !strings.Contains(errs, "meshfold: warning: ace's provisioner "+warning+secrets+", given before --from sealed") {
+		t.Errorf("a put to a shadowed file does not warn:\n%s", errs)
+	}
+
+	// The directory's file removed: the put fills, and nothing is shadowed.
+	if err := os.Remove(filepath.Join(secrets, "app", sealedPath)); err != nil {
+		t.Fatal(err)
+	}
+	put("put3")
+	waitUntil(t, testCtx(t), "the put to fill the file once the directory no longer has it", func() bool {
+		b, _ := os.ReadFile(filepath.Join(root, sealedPath))
+		return string(b) == "put3-s3cr3t"
+	})
+	waitUntil(t, testCtx(t), "secret ls to say nothing shadows the put", func() bool {
+		return !strings.Contains(ls(), "shadowed")
+	})
+	if _, errs := put("put4"); strings.Contains(errs, "shadowed") {
+		t.Errorf("a put that nothing shadows warns:\n%s", errs)
+	}
+}
