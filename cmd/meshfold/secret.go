@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/provision"
 	"github.com/meshfold/meshfold/query"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/audit"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -131,7 +134,8 @@ func newSecretPutCmd(a *app) *cobra.Command {
 		Long: `put reads the content (from -f FILE, else from stdin), seals it to NODE's
 provisioner curve key, and stores the ciphertext under NODE, MODULE and PATH.
 NODE's provisioner ('provision NODE --from sealed') fills it at once; a
-provisioner that is down fills it on its start. Content equal to what the
+provisioner that is down fills it on its start, an agent that is down gets
+it when it is back (a note on stderr says which is down, and since when). Content equal to what the
 node holds is not written again, and triggers no on_fill.
 
 NODE's provisioner must have started once with --from sealed (it registers
@@ -195,6 +199,9 @@ and 'state' say so too.`,
 			}
 			if note := a.undeclaredNote(ctx, args[0], args[1], args[2]); note != "" {
 				fmt.Fprintf(a.stderr, "meshfold: warning: %s\n", note)
+			}
+			if note := a.downNote(ctx, args[0]); note != "" {
+				fmt.Fprint(a.stderr, note)
 			}
 			if src, ok := shadowedBy(ctx, fills, args[0])[store.SecretKey(args[0], args[1], args[2])]; ok {
 				fmt.Fprintf(a.stderr, "meshfold: warning: %s's provisioner reports this file shadowed: it fills it from %s, given before --from sealed, "+
@@ -548,6 +555,46 @@ func (a *app) unknownSecretNode(ctx context.Context, node string, noKey error) e
 // declared files, DESIGN.md §4), so a mistyped node, module or path would
 // otherwise pass for a rotation. "" when it is declared, or when the want
 // cannot be read (the put itself succeeded).
+// downNote says, when node's agent or its provisioner is known down (as
+// the reconciler's fold of node says: reconcile.View), since when and
+// that the put is filled once it is back: the put itself succeeds, and
+// said nothing (a fresh user's finding L10). "" when both are up or not
+// known, or node's state cannot be read (a note, not a refusal).
+func (a *app) downNote(ctx context.Context, node string) string {
+	nc, err := a.conn.connect("meshfold-secret", a)
+	if err != nil {
+		return ""
+	}
+	defer nc.Close()
+	r, err := a.stream.reader(nc, query.Config{Timeout: 2 * time.Second})
+	if err != nil {
+		return ""
+	}
+	ns, err := r.State(ctx, node)
+	if err != nil {
+		return ""
+	}
+	return putDownNote(node, ns.View, time.Now())
+}
+
+// putDownNote is [app.downNote]'s text for node's view v, a line each,
+// ages told against now.
+func putDownNote(node string, v reconcile.View, now time.Time) string {
+	var b strings.Builder
+	if v.AgentDown() {
+		ag := v.Agent
+		how := strings.TrimPrefix(audit.AgentSummary(&events.Agent{State: events.AgentDown, Why: ag.Why, Host: ag.Host, PID: ag.PID}), "DOWN: ")
+		fmt.Fprintf(&b, "note: node %s's agent is down since %s (%s ago, #%d): %s; the secret is stored, and the file is filled when the agent is back "+
+			"(its provisioner retries, at most 10 s apart)\n", node, audit.FormatTime(ag.Time), audit.Age(now.Sub(ag.Time)), ag.Seq, how)
+	}
+	if p := v.ProvisionerDown(); p != nil {
+		how := strings.TrimPrefix(audit.ProvSummary(&events.Prov{Agent: events.Agent{State: events.AgentDown, Why: p.Why, Host: p.Host, PID: p.PID}}), "DOWN: ")
+		fmt.Fprintf(&b, "note: no provisioner of %s is up since %s (%s ago, #%d): %s; the secret is stored, and the file is filled when "+
+			"'meshfold provision %s …' runs again (it fills everything on start)\n", node, audit.FormatTime(p.Time), audit.Age(now.Sub(p.Time)), p.Seq, how, node)
+	}
+	return b.String()
+}
+
 func (a *app) undeclaredNote(ctx context.Context, node, module, path string) string {
 	nc, err := a.conn.connect("meshfold-secret", a)
 	if err != nil {

@@ -813,3 +813,89 @@ func TestSecretShadowedByDir(t *testing.T) {
 		t.Errorf("a put that nothing shadows warns:\n%s", errs)
 	}
 }
+
+// A put while the node's agent is down, or while no provisioner of the
+// node is up, is stored and exits 0, and says on stderr which is down
+// and since when; the file is filled once it is back (a fresh user's
+// finding L10: such a put said nothing). A put with both up says
+// nothing of the kind.
+func TestSecretPutWhileDown(t *testing.T) {
+	m := startMesh(t)
+	trust := m.serveSigned(t)
+	dir := t.TempDir()
+	w := &events.Want{Modules: []events.WantModule{
+		{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		{Name: "app", Build: "a:1", RunsAs: "app", Files: []events.File{{Path: sealedPath, Mode: "0600"}}},
+	}}
+	if _, err := store.NewPublisher(m.js, m.cfg.Subjects()).Append(testCtx(t), "ace", events.Stamp(w, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	root, state := filepath.Join(dir, "root"), filepath.Join(dir, "state")
+	agent := func() func() {
+		stop, _ := m.background(t, trust, "node", "ace", "--runtime", "record", "--root", root, "--state-dir", state, "--log-level", "warn")
+		return stop
+	}
+	prov := func() func() {
+		stop, _ := m.background(t, trust, "provision", "ace", "--from", "sealed", "--key", filepath.Join(dir, "prov", "curve.key"),
+			"--account", "prov", "--resync", "0", "--log-level", "warn")
+		return stop
+	}
+	stopAgent, stopProv := agent(), prov()
+	file := filepath.Join(t.TempDir(), "secret")
+	put := func(label string) string {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(label+"-s3cr3t"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errs string
+		waitUntil(t, testCtx(t), "secret put to be taken (the provisioner registers its key at start)", func() bool {
+			var code int
+			out, errs, code = m.cli(t, "secret", "put", "ace", "app", sealedPath, "-f", file, "--by", "alice")
+			return code == 0
+		})
+		if strings.Contains(out+errs, "s3cr3t") {
+			t.Fatalf("secret put prints content:\n%s%s", out, errs)
+		}
+		return errs
+	}
+	filled := func(label string) {
+		t.Helper()
+		waitUntil(t, testCtx(t), "the node's file to hold "+label, func() bool {
+			b, _ := os.ReadFile(filepath.Join(root, sealedPath))
+			return string(b) == label+"-s3cr3t"
+		})
+	}
+	stateSays := func(what string) {
+		t.Helper()
+		waitUntil(t, testCtx(t), "state to say "+what, func() bool {
+			out, _, _ := m.cli(t, "state", "ace")
+			return strings.Contains(strings.Join(strings.Fields(out), " "), what)
+		})
+	}
+	if errs := put("up"); strings.Contains(errs, "down since") || strings.Contains(errs, "is up since") {
+		t.Errorf("a put with the agent and the provisioner up says one is down:\n%s", errs)
+	}
+	filled("up")
+
+	stopAgent()
+	stateSays("agent DOWN since")
+	errs := put("agentdown")
+	if !strings.Contains(errs, "note: node ace's agent is down since ") || !strings.Contains(errs, "agent stopped, lease released") ||
+		!strings.Contains(errs, "the file is filled when the agent is back") {
+		t.Errorf("a put while the agent is down does not say so:\n%s", errs)
+	}
+	t.Logf("a put while the agent is down says:\n%s", errs)
+	agent()
+	filled("agentdown")
+
+	stopProv()
+	stateSays("prov DOWN since")
+	errs = put("provdown")
+	if !strings.Contains(errs, "note: no provisioner of ace is up since ") || !strings.Contains(errs, "'meshfold provision ace …' runs again") ||
+		strings.Contains(errs, "agent is down") {
+		t.Errorf("a put while no provisioner is up does not say so:\n%s", errs)
+	}
+	t.Logf("a put while no provisioner is up says:\n%s", errs)
+	prov()
+	filled("provdown")
+}
