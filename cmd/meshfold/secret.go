@@ -135,8 +135,9 @@ func newSecretPutCmd(a *app) *cobra.Command {
 provisioner curve key, and stores the ciphertext under NODE, MODULE and PATH.
 NODE's provisioner ('provision NODE --from sealed') fills it at once; a
 provisioner that is down fills it on its start, an agent that is down gets
-it when it is back (a note on stderr says which is down, and since when). Content equal to what the
-node holds is not written again, and triggers no on_fill.
+it when it is back (a note on stderr says which is down, and since when).
+Content equal to what the node holds is not written again, and triggers no
+on_fill.
 
 NODE's provisioner must have started once with --from sealed (it registers
 its key then); one started with only --from DIR or exec:CMD takes its files
