@@ -843,10 +843,7 @@ func (f *folder) resign(p *events.Settle) {
 		return
 	}
 	f.journal(events.LevelWarn, "plan %d refused by the node's agent for its signer (a key it does not trust, or one retired past its overlap): published again under this reconciler's key (cause %d)", p.Plan, f.ev.Seq)
-	s.roomForPlan()
-	again := &PlanRecord{Cause: f.ev.Seq, Want: last.Want, Account: last.Account, Modules: slices.Clone(last.Modules), Again: true}
-	s.Unsettled = append(s.Unsettled, again)
-	f.emit(events.KindPlan, &events.Plan{Cause: f.ev.Seq, Want: again.Want, ProvisionerAccount: again.Account, Modules: again.Modules})
+	f.emitRecord(&PlanRecord{Cause: f.ev.Seq, Want: last.Want, Account: last.Account, Modules: slices.Clone(last.Modules), Again: true})
 }
 
 // foreignPlan journals a plan event this reconciler did not emit, saying
@@ -859,10 +856,7 @@ func (f *folder) foreignPlan(why string) {
 		return
 	}
 	f.journal(events.LevelError, "plan %d not emitted by this reconciler (%s): not folded; its last plan (cause %d) is published again", f.ev.Seq, why, last.Cause)
-	s.roomForPlan()
-	again := &PlanRecord{Cause: f.ev.Seq, Want: last.Want, Account: last.Account, Modules: slices.Clone(last.Modules)}
-	s.Unsettled = append(s.Unsettled, again)
-	f.emit(events.KindPlan, &events.Plan{Cause: f.ev.Seq, Want: again.Want, ProvisionerAccount: again.Account, Modules: again.Modules})
+	f.emitRecord(&PlanRecord{Cause: f.ev.Seq, Want: last.Want, Account: last.Account, Modules: slices.Clone(last.Modules)})
 }
 
 // compose recomposes the plan and emits it when it differs from the last
@@ -908,10 +902,18 @@ func (f *folder) compose() {
 func (f *folder) emitPlan(rows []events.PlanModule, account string) {
 	s := f.s
 	if s.differs(rows, account) {
-		s.roomForPlan()
-		s.Unsettled = append(s.Unsettled, &PlanRecord{Cause: f.ev.Seq, Want: s.Want.Seq, Account: account, Modules: rows})
-		f.emit(events.KindPlan, &events.Plan{Cause: f.ev.Seq, Want: s.Want.Seq, ProvisionerAccount: account, Modules: rows})
+		f.emitRecord(&PlanRecord{Cause: f.ev.Seq, Want: s.Want.Seq, Account: account, Modules: rows})
 	}
+}
+
+// emitRecord records r, a plan emitted at this event, as the newest
+// unsettled one (making room past the cap, [State.roomForPlan]) and emits
+// its plan event: the one way a plan is emitted (a composed plan, a plan
+// published again after a foreign one or a refusal for its key).
+func (f *folder) emitRecord(r *PlanRecord) {
+	f.s.roomForPlan()
+	f.s.Unsettled = append(f.s.Unsettled, r)
+	f.emit(events.KindPlan, &events.Plan{Cause: r.Cause, Want: r.Want, ProvisionerAccount: r.Account, Modules: r.Modules})
 }
 
 // roomForPlan makes room for one more unsettled plan ([State.dropPlan]).
