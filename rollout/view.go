@@ -144,6 +144,11 @@ func (s *State) View() View {
 			// finding, the down one's WHY was empty) says so, canary or
 			// not.
 			t.Why = n.awayWhy()
+		} else if n.Status == Pending && !r.stopped() {
+			// What holds it, as `rollout why` says (a fresh user's
+			// finding L9: a paused rollout's pending targets had an
+			// empty WHY).
+			t.Why = r.holding(n)
 		}
 		if n.Plan != nil && n.Published > 0 && n.Plan.Want == n.Published {
 			t.Plan = n.Plan.Seq
@@ -398,7 +403,11 @@ func availText(n *Node) string {
 	return "; " + strings.Join(parts, "; ")
 }
 
-// holding says what keeps a pending target from its new want.
+// holding says what keeps a pending target from its new want: the
+// start loading, a halt, the rollout's end; else the rollout's pause
+// first (nothing moves until the resume, whatever else waits), then the
+// canary's promote, its batch, or the budget and who spends it. `rollout
+// why` and the delivery view's WHY of a pending target both read it.
 func (r *Rollout) holding(n *Node) string {
 	switch {
 	case r.Phase == Loading:
@@ -407,14 +416,29 @@ func (r *Rollout) holding(n *Node) string {
 		return fmt.Sprintf("the rollout halted (target %s: %s)", r.Halt.Node, r.Halt.Reason)
 	case r.Phase.Final() || r.Phase == Reverting:
 		return fmt.Sprintf("the rollout is %s: it never got its new want", r.Phase)
-	case r.Phase == WaitingPromote:
-		return "the canary batch is done and waits for a promote"
-	case n.Batch > r.Batch:
-		return fmt.Sprintf("its batch %d begins after batch %d is done", n.Batch+1, r.Batch+1)
-	case r.Paused != nil:
-		return fmt.Sprintf("paused by %s since %s", events.Text(r.Paused.By), r.Paused.Time.Format(time.RFC3339))
 	}
-	return r.budget()
+	var then string
+	switch {
+	case r.Phase == WaitingPromote:
+		then = "the canary batch is done and waits for a promote"
+	case n.Batch > r.Batch:
+		then = fmt.Sprintf("its batch %d begins after batch %d is done", n.Batch+1, r.Batch+1)
+	case r.Paused == nil:
+		return r.budget()
+	}
+	p := r.Paused
+	if p == nil {
+		return then
+	}
+	s := fmt.Sprintf("the rollout is paused by %s since %s", events.Text(p.By), p.Time.Format(time.RFC3339))
+	if p.Reason != "" {
+		s += ": " + events.ErrorText(p.Reason)
+	}
+	s += ": no target gets its new want until it is resumed"
+	if then != "" {
+		s += "; then " + then
+	}
+	return s
 }
 
 // budget says who spends the budget: "the budget: N of max_unavailable M
