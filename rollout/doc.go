@@ -32,7 +32,11 @@
 //     reported refused by the server): checkConflict; such a target is
 //     never overwritten, not even by a revert;
 //   - a failure halts; auto_revert and the revert verb give every changed
-//     target its previous want back: revert.
+//     target its previous want back within the budget (a target already
+//     unavailable at once, the others queued until fewer than
+//     max_unavailable nodes are unavailable; a revert spends it until its
+//     previous want's plan settled and runs): revert, Rollout.allowsBack,
+//     advanceBack, judgeBack.
 //
 // Package rollout/fleetfile reads the fleet file those rollouts start from.
 //

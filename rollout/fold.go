@@ -86,6 +86,7 @@ func (s *State) Fold(in Input) []Effect {
 		f.judgeAll()
 	}
 	f.advance()
+	f.advanceBack()
 	return f.out
 }
 
@@ -273,7 +274,13 @@ func (f *folder) checkConflict(n *Node) {
 		// Decided when the publication is recorded.
 	case n.Back != nil:
 		b := n.Back
-		if b.Want > 0 && n.NewestWant > b.Want && !b.finished() {
+		switch {
+		case b.Status == RevertQueued && n.NewestWant > n.Published:
+			// Changed by hand while its revert waited for the budget:
+			// never overwritten, as revert decides at once.
+			b.Status, b.Why = RevertRefused, fmt.Sprintf("its want was changed by hand at #%d after the rollout's #%d: not overwritten", n.NewestWant, n.Published)
+			f.backFinished(n, events.LevelError)
+		case b.Want > 0 && n.NewestWant > b.Want && !b.finished():
 			b.Status, b.Why = RevertRefused, fmt.Sprintf("its want was changed by hand at #%d after the revert's #%d", n.NewestWant, b.Want)
 			f.backFinished(n, events.LevelError)
 		}
@@ -506,6 +513,14 @@ func (f *folder) nodePause(p *events.Pause) {
 // and bring the node back: that step was decided before the retire.
 func (f *folder) nodeRetire(p *events.Retire) {
 	n := f.node()
+	if n != nil && n.Back != nil && n.Back.Status == RevertQueued {
+		// Its revert waited for the budget: the revert gives it no
+		// want either.
+		n.Back.Status = RevertRefused
+		n.Back.Why = fmt.Sprintf("retired by %s at #%d while its revert waited for the budget: the revert gives it no want (a want brings it back)", events.Text(p.By), f.in.Seq)
+		f.backFinished(n, events.LevelWarn)
+		return
+	}
 	if n == nil || n.Want == 0 || n.Back != nil {
 		return
 	}
@@ -657,8 +672,9 @@ func (f *folder) operator(p *Operator) {
 		r.Paused = nil
 		f.record(0, "", "resumed", events.LevelInfo, "resumed by %s", by)
 	case KindAbort:
+		queued := f.dropQueued()
 		r.Phase, r.End = Aborted, f.mark(p.By, "", p.Reason)
-		f.record(0, "", string(Aborted), events.LevelWarn, "rollout %d aborted by %s: no further want; targets keep the want they have", r.ID, by)
+		f.record(0, "", string(Aborted), events.LevelWarn, "rollout %d aborted by %s: no further want; targets keep the want they have%s", r.ID, by, queued)
 	case KindRevert:
 		f.revert(f.mark(p.By, "", p.Reason))
 	}
@@ -731,14 +747,18 @@ func pausedText(r *Rollout) string {
 }
 
 // revert gives every target the rollout changed its previous want back,
-// at once (no budget: the previous want is the known one), as the
-// rollout's own recorded steps. A target in conflict, or whose want was
-// changed by hand after it failed, is never overwritten; a target is
-// given its previous want back once per rollout.
+// as the rollout's own recorded steps, within the rollout's budget
+// (allowsBack): a target already unavailable (failed, being changed, its
+// agent down, paused, unhealthy) at once, as it spends nothing more;
+// the others queued, in target order, each given back by advanceBack
+// once fewer than max_unavailable of the fleet's nodes are unavailable.
+// A target in conflict, or whose want was changed by hand after it
+// failed, is never overwritten; a target is given its previous want back
+// once per rollout.
 func (f *folder) revert(m *Mark) {
 	r := f.r
 	r.Phase, r.Revert = Reverting, m
-	f.record(0, "", string(Reverting), events.LevelWarn, "rollout %d reverting (by %s): every changed target gets its previous want", r.ID, events.Text(m.By))
+	var refused, now, queued []*Node
 	for _, name := range r.Targets[:r.Next] {
 		n := r.Nodes[name]
 		switch {
@@ -748,18 +768,96 @@ func (f *folder) revert(m *Mark) {
 			// stopped a revert): one revert step per target and rollout.
 		case n.Published > 0 && n.NewestWant > n.Published:
 			// Changed by hand after it failed: never overwritten.
-			n.Back = &Back{Status: RevertRefused, Why: fmt.Sprintf("its want was changed by hand at #%d after the rollout's #%d: not overwritten", n.NewestWant, n.Published)}
-			f.update(n)
-			f.record(0, n.Name, "revert-"+string(RevertRefused), events.LevelError, "target %s: %s", n.Name, n.Back.Why)
-		case n.Published > 0:
-			f.giveBack(n)
-		case n.Status == Publishing:
-			n.Back = &Back{Status: RevertWaiting}
-			r.Reverting = append(r.Reverting, n.Name)
-			f.update(n)
+			refused = append(refused, n)
+		case n.Published > 0 || n.Status == Publishing:
+			if n.Unavail {
+				now = append(now, n)
+			} else {
+				queued = append(queued, n)
+			}
 		}
 	}
+	f.record(0, "", string(Reverting), events.LevelWarn, "rollout %d reverting (by %s): every changed target gets its previous want, within max_unavailable %d: %d at once (unavailable already), %d as the budget allows",
+		r.ID, events.Text(m.By), r.R.MaxUnavailable, len(now), len(queued))
+	for _, n := range refused {
+		n.Back = &Back{Status: RevertRefused, Why: fmt.Sprintf("its want was changed by hand at #%d after the rollout's #%d: not overwritten", n.NewestWant, n.Published)}
+		f.update(n)
+		f.record(0, n.Name, "revert-"+string(RevertRefused), events.LevelError, "target %s: %s", n.Name, n.Back.Why)
+	}
+	for _, n := range now {
+		if n.Published > 0 {
+			f.giveBack(n)
+			continue
+		}
+		// Publishing (unavailable): given back once its forward want's
+		// outcome is recorded.
+		n.Back = &Back{Status: RevertWaiting}
+		r.Reverting = append(r.Reverting, n.Name)
+		f.update(n)
+	}
+	for _, n := range queued {
+		n.Back = &Back{Status: RevertQueued}
+		r.Reverting = append(r.Reverting, n.Name)
+		f.update(n)
+	}
 	f.revertDone()
+}
+
+// allowsBack reports whether the budget lets a revert give n its
+// previous want back now: n is unavailable already (failed, being
+// changed, away, unhealthy: its revert spends nothing more, so a
+// failed target is never held behind the budget it spends itself), or
+// fewer than max_unavailable of the fleet's nodes are unavailable.
+func (r *Rollout) allowsBack(n *Node) bool {
+	return n.Unavail || r.Unavailable < r.R.MaxUnavailable
+}
+
+// advanceBack gives queued targets their previous want back as the
+// budget allows (allowsBack): the input's node at once when it became
+// unavailable (its agent down, paused, unhealthy), then the others in
+// target order while fewer than max_unavailable nodes are unavailable.
+// Targets in Reverting before the first queued one are reverts under way,
+// each unavailable, so the walk reads at most max_unavailable of them
+// more than it gives back.
+func (f *folder) advanceBack() {
+	r := f.r
+	if r == nil || r.Phase != Reverting {
+		return
+	}
+	if n := f.node(); n != nil && n.Back != nil && n.Back.Status == RevertQueued && r.allowsBack(n) {
+		f.giveBack(n)
+	}
+	for i := 0; i < len(r.Reverting) && r.Unavailable < r.R.MaxUnavailable; i++ {
+		if n := r.Nodes[r.Reverting[i]]; n.Back.Status == RevertQueued {
+			f.giveBack(n)
+		}
+	}
+}
+
+// dropQueued ends the wait of every target queued for its revert, when
+// the revert stops (an abort): none was given its previous want, so a
+// later revert may still give it back. It says how many, for the
+// abort's record ("" when none).
+func (f *folder) dropQueued() string {
+	r := f.r
+	if r.Phase != Reverting {
+		return ""
+	}
+	c := 0
+	r.Reverting = slices.DeleteFunc(r.Reverting, func(name string) bool {
+		n := r.Nodes[name]
+		if n.Back.Status != RevertQueued {
+			return false
+		}
+		n.Back = nil
+		f.update(n)
+		c++
+		return true
+	})
+	if c == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d waiting for the budget not given back", c)
 }
 
 // GivesBack returns the targets to which a revert of the rollout would
@@ -784,7 +882,7 @@ func (s *State) GivesBack() []*Node {
 			continue
 		}
 		if reverting {
-			if n.Back != nil && (n.Back.Status == RevertWaiting || n.Back.Status == RevertPublishing) {
+			if n.Back != nil && (n.Back.Status == RevertWaiting || n.Back.Status == RevertQueued || n.Back.Status == RevertPublishing) {
 				out = append(out, n)
 			}
 			continue
@@ -804,8 +902,9 @@ func (s *State) GivesBack() []*Node {
 // giveBack steps a target back to its previous want.
 func (f *folder) giveBack(n *Node) {
 	r := f.r
+	listed := n.Back != nil && !n.Back.finished() // waiting or queued
 	n.Back = &Back{Status: RevertPublishing, Step: f.mark("", "", r.revertWhy())}
-	if !slices.Contains(r.Reverting, n.Name) {
+	if !listed {
 		r.Reverting = append(r.Reverting, n.Name)
 	}
 	w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.RevertTo(), Expect: n.Published, Why: n.Back.Step.Reason}
@@ -817,13 +916,17 @@ func (f *folder) giveBack(n *Node) {
 }
 
 // judgeBack decides a revert: done once the plan of the previous want
-// settled; failed or unreached past its deadline.
+// settled and every module of it runs at its build, healthy (as a
+// rollout's step, without the min_healthy window: the previous want is
+// the one the node ran); until then it spends the budget. Failed or
+// unreached past its deadline.
 func (f *folder) judgeBack(n *Node) {
 	b := n.Back
 	if b == nil || b.finished() || b.Step == nil {
 		return
 	}
-	if b.Want > 0 && n.Plan != nil && n.Plan.Want == b.Want && n.Settled >= n.Plan.Seq {
+	settled := b.Want > 0 && n.Plan != nil && n.Plan.Want == b.Want && n.Settled >= n.Plan.Seq
+	if settled && !n.Down && mismatch(n) == "" {
 		b.Status = RevertDone
 		f.backFinished(n, events.LevelInfo)
 		return
@@ -842,6 +945,9 @@ func (f *folder) judgeBack(n *Node) {
 		return
 	}
 	b.Status, b.Why = RevertFailed, "its previous want's plan did not settle within healthy_deadline"
+	if settled {
+		b.Why = fmt.Sprintf("its previous want's plan #%d settled, but %s at the revert's deadline (healthy_deadline %s)", n.Plan.Seq, mismatch(n), f.r.R.HealthyDeadline)
+	}
 	f.backFinished(n, events.LevelError)
 }
 

@@ -109,12 +109,100 @@ func history(t *rapid.T) *harness {
 	return h
 }
 
+// revertHistory drives a harness with a random rollout that gets far
+// enough for a revert to meet targets done (history rarely does): a
+// fleet of 3 to 8 nodes, every one a target, no canary; nodes take their
+// newest want healthy and time passes until some are done; then random
+// crash loops (a failure, and auto_revert), a revert verb, agents going
+// down and up, pauses, wants by hand, retires, an abort, and nodes
+// taking their newest want, healthy or not.
+func revertHistory(t *rapid.T) *harness {
+	h := newHarness("web")
+	h.quiet = true
+	count := rapid.IntRange(3, 8).Draw(t, "nodes")
+	var names []string
+	p := &rollout.Start{By: "ops", Pages: 1, Wants: [][]events.WantModule{{{Name: "web", Build: "b2"}}}}
+	for i := range count {
+		name := fmt.Sprintf("n%d", i)
+		names = append(names, name)
+		h.addWant(t, name, []events.WantModule{{Name: "web", Build: "b1"}}, "")
+		p.Nodes = append(p.Nodes, rollout.NodeAtStart{Node: name, Want: 1, Prev: h.newest[name], Down: rapid.IntRange(0, 9).Draw(t, "down "+name) == 0})
+	}
+	p.Params = rollout.Params{
+		Batch:           rollout.Amount{N: rapid.IntRange(1, 8).Draw(t, "batch")},
+		MaxUnavailable:  rollout.Amount{N: rapid.IntRange(1, 4).Draw(t, "max_unavailable")},
+		MinHealthy:      rollout.Duration(time.Duration(rapid.IntRange(0, 5).Draw(t, "min_healthy")) * time.Second).Ptr(),
+		HealthyDeadline: rollout.Duration(time.Duration(rapid.IntRange(30, 120).Draw(t, "healthy_deadline")) * time.Second),
+		AutoRevert:      rapid.Bool().Draw(t, "auto_revert"),
+	}
+	h.append(t, rollout.Input{Kind: rollout.KindStart, Payload: rollout.Stamp(p, h.now)})
+	// take makes node take its newest want: plan, settle, have.
+	take := func(node string, state events.RunState, health rollout.Health, restarts int) {
+		h.plan(t, node, "")
+		h.node(t, node, rollout.KindSettle, &events.Settle{Op: events.OpApply, Plan: h.plans[node]})
+		hv := &rollout.Have{}
+		for _, m := range h.wants[h.newest[node]] {
+			hv.Modules = append(hv.Modules, rollout.HaveModule{Name: m.Name, Build: m.Build, State: state, Health: health, Restarts: restarts})
+		}
+		h.node(t, node, rollout.KindHave, hv)
+	}
+	tick := func(d time.Duration) {
+		h.now = h.now.Add(d)
+		h.append(t, rollout.Input{Kind: rollout.KindTick, Payload: &rollout.Tick{}})
+	}
+	for range rapid.IntRange(0, 3*count).Draw(t, "healthy steps") {
+		if rapid.Bool().Draw(t, "tick") {
+			tick(6 * time.Second)
+		} else {
+			take(rapid.SampledFrom(names).Draw(t, "node"), events.Running, rollout.Healthy, 0)
+		}
+	}
+	for range rapid.IntRange(1, 40).Draw(t, "steps") {
+		node := rapid.SampledFrom(names).Draw(t, "node")
+		switch rapid.IntRange(0, 11).Draw(t, "action") {
+		case 0, 1, 2:
+			take(node, events.Running, rapid.SampledFrom([]rollout.Health{rollout.Healthy, rollout.Healthy, rollout.Starting, rollout.Unhealthy}).Draw(t, "health"), 0)
+		case 3:
+			take(node, events.Failed, "", 3) // a crash loop, at its newest want
+		case 4:
+			h.append(t, rollout.Input{Kind: rollout.KindRevert, Payload: rollout.NewOperator(rollout.KindRevert, 0, "ops", "")})
+		case 5:
+			h.node(t, node, rapid.SampledFrom([]rollout.Kind{rollout.KindDown, rollout.KindUp}).Draw(t, "liveness"), nil)
+		case 6:
+			if rapid.Bool().Draw(t, "pause") {
+				h.node(t, node, rollout.KindNodePause, &events.Pause{By: "ops"})
+			} else {
+				h.node(t, node, rollout.KindNodeResume, nil)
+			}
+		case 7:
+			h.addWant(t, node, []events.WantModule{{Name: "web", Build: "b9"}}, "")
+		case 8:
+			if rapid.IntRange(0, 3).Draw(t, "retire or abort") == 0 {
+				h.append(t, rollout.Input{Kind: rollout.KindAbort, Payload: rollout.NewOperator(rollout.KindAbort, 0, "ops", "")})
+			} else {
+				h.node(t, node, rollout.KindNodeRetire, &events.Retire{By: "ops"})
+			}
+		case 9, 10, 11:
+			tick(time.Duration(rapid.IntRange(1, 40).Draw(t, "wait")) * time.Second)
+		}
+	}
+	return h
+}
+
+// anyHistory draws one of the two random histories.
+func anyHistory(t *rapid.T) *harness {
+	if rapid.Bool().Draw(t, "reverts") {
+		return revertHistory(t)
+	}
+	return history(t)
+}
+
 // TestReplay: folding the stream again, from the first event or from a
 // snapshot taken anywhere, gives the same state and the same effects
 // with the same ids (DESIGN.md §5.1).
 func TestReplay(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		h := history(t)
+		h := anyHistory(t)
 		cut := rapid.IntRange(0, len(h.stream)).Draw(t, "snapshot at")
 		s := rollout.NewState("web")
 		var effs []rollout.Effect
@@ -159,8 +247,11 @@ func unavailable(r *rollout.Rollout) int {
 		switch {
 		case n.Down, n.Paused != nil, len(n.Unhealthy) > 0:
 			c++
-		case n.Back != nil:
-			if slices.Contains([]rollout.Status{rollout.RevertWaiting, rollout.RevertPublishing, rollout.RevertChanging}, n.Back.Status) {
+		case n.Back != nil && n.Back.Status != rollout.RevertQueued:
+			// Its revert spends the budget until it ends, and for good
+			// when it failed; a revert waiting for the budget spends
+			// none of it.
+			if slices.Contains([]rollout.Status{rollout.RevertWaiting, rollout.RevertPublishing, rollout.RevertChanging, rollout.RevertFailed}, n.Back.Status) {
 				c++
 			}
 		case slices.Contains([]rollout.Status{rollout.Publishing, rollout.Changing, rollout.WaitingApproval, rollout.Failed}, n.Status):
@@ -208,6 +299,45 @@ func TestBudget(t *testing.T) {
 	})
 }
 
+// TestRevertBudget: a revert keeps the rollout's budget (a fresh user's
+// finding L1: every changed target was given back at once). After any
+// fold that gave a target its previous want back while the target was
+// available but for that revert (its agent up, not paused, no module
+// unhealthy, neither failed nor being changed by the rollout before),
+// at most max_unavailable of the fleet's nodes are unavailable, as the
+// fold counts them and as the state's fields say. (That a target
+// unavailable itself never waits for the budget, nor one while the
+// budget is free, is State.CheckInvariants', checked after every fold.)
+func TestRevertBudget(t *testing.T) {
+	spends := 0
+	rapid.Check(t, func(t *rapid.T) {
+		h := revertHistory(t)
+		s := rollout.NewState("web")
+		for _, in := range h.stream {
+			before := s.Clone()
+			for _, e := range s.Fold(in) {
+				w := e.Want
+				if w == nil || w.Step != rollout.StepRevert || before.Rollout == nil || before.Rollout.ID != s.Rollout.ID {
+					continue
+				}
+				was, n := before.Rollout.Nodes[w.Node], s.Rollout.Nodes[w.Node]
+				if n.Down || n.Paused != nil || len(n.Unhealthy) > 0 || slices.Contains([]rollout.Status{rollout.Publishing, rollout.Changing, rollout.WaitingApproval, rollout.Failed}, was.Status) {
+					continue // unavailable already: its revert spends nothing more
+				}
+				spends++
+				r := s.Rollout
+				if u := unavailable(r); u > r.R.MaxUnavailable || u != r.Unavailable {
+					t.Fatalf("#%d (%s): %s given its previous want back: %d nodes unavailable after (counted %d), max_unavailable %d", in.Seq, in.Kind, w.Node, u, r.Unavailable, r.R.MaxUnavailable)
+				}
+			}
+		}
+	})
+	if spends == 0 {
+		t.Fatal("no history gave an available target its previous want back")
+	}
+	t.Logf("%d reverts of available targets checked", spends)
+}
+
 // TestHaltedPublishesNoForwardWant: once a rollout halted (or ended), no
 // fold gives any target its new want, until a new start.
 func TestHaltedPublishesNoForwardWant(t *testing.T) {
@@ -243,7 +373,7 @@ func TestHaltedPublishesNoForwardWant(t *testing.T) {
 // node; no target is given its previous want twice.
 func TestNeverOverwritten(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		h := history(t)
+		h := anyHistory(t)
 		s := rollout.NewState("web")
 		back := map[string]bool{}
 		for _, in := range h.stream {
@@ -285,7 +415,7 @@ func TestIdleWaitsForARolloutEvent(t *testing.T) {
 	wakes := map[rollout.Kind]bool{rollout.KindStart: true, rollout.KindNodes: true, rollout.KindPromote: true,
 		rollout.KindPause: true, rollout.KindResume: true, rollout.KindAbort: true, rollout.KindRevert: true}
 	rapid.Check(t, func(t *rapid.T) {
-		h := history(t)
+		h := anyHistory(t)
 		s := rollout.NewState("web")
 		for _, in := range h.stream {
 			idle := s.Rollout != nil && s.Idle()
@@ -360,7 +490,7 @@ func TestCanaryPassesOnlyWhenTried(t *testing.T) {
 // `meshfold build rm` reads to keep the builds a revert would need.
 func TestGivesBackNamesEveryRevert(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		h := history(t)
+		h := anyHistory(t)
 		s := rollout.NewState("web")
 		for _, in := range h.stream {
 			named := map[string]bool{}

@@ -81,7 +81,14 @@ const (
 
 // Revert statuses of a target given its previous want back.
 const (
-	RevertWaiting    Status = "waiting"    // its forward want's outcome is not known yet
+	RevertWaiting Status = "waiting" // its forward want's outcome is not known yet
+	// RevertQueued: it waits for the budget. A revert gives a target its
+	// previous want back only while fewer than max_unavailable of the
+	// fleet's nodes are unavailable, as a rollout's step ([Rollout]'s
+	// allowsBack); one already unavailable (failed, being changed, its
+	// agent down, paused, unhealthy) spends nothing more and is never
+	// queued.
+	RevertQueued     Status = "queued"
 	RevertPublishing Status = "publishing" // decided, not recorded published
 	RevertChanging   Status = "reverting"  // published, its plan not settled
 	RevertDone       Status = "reverted"
@@ -384,6 +391,11 @@ func (s *State) CheckInvariants() error {
 		if n == nil || n.Back == nil || n.Back.finished() {
 			return fmt.Errorf("reverting target %s is not reverting", name)
 		}
+		// A target waits for the budget only while it is spent, and
+		// never when it is unavailable itself (it spends nothing more).
+		if n.Back.Status == RevertQueued && (r.Phase != Reverting || n.Unavail || r.Unavailable < r.R.MaxUnavailable) {
+			return fmt.Errorf("target %s queued for its revert (rollout %s, unavailable %v, %d of max_unavailable %d)", name, r.Phase, n.Unavail, r.Unavailable, r.R.MaxUnavailable)
+		}
 	}
 	if r.Phase != Loading && r.Phase != Completed && r.Phase != Superseded {
 		if r.Next > len(r.Targets) {
@@ -424,7 +436,7 @@ func (s *State) RevertBases(cands []Candidate) {
 	for i := range cands {
 		c := &cands[i]
 		n := r.Nodes[c.Node]
-		if n == nil || n.Want == 0 || n.Published == 0 || c.Prev != n.Published || n.Status == Done || n.Back != nil {
+		if n == nil || n.Want == 0 || n.Published == 0 || c.Prev != n.Published || n.Status == Done || n.givenBack() {
 			continue
 		}
 		if base := n.RevertTo(); base != 0 && base < c.Prev {
@@ -435,14 +447,16 @@ func (s *State) RevertBases(cands []Candidate) {
 
 // unavailable reports whether the node counts against max_unavailable
 // (DESIGN.md §11): its agent is down, it is paused, a module is unhealthy
-// or failed, or it is a target being changed.
+// or failed, or it is a target being changed (by the rollout's step or
+// its revert) or failed.
 func (n *Node) unavailable() bool {
 	if n.away() || len(n.Unhealthy) > 0 {
 		return true
 	}
-	if n.Back != nil {
-		// Given its previous want back: being changed until that ends.
-		return !n.Back.finished()
+	if n.givenBack() {
+		// Given its previous want back: being changed until that ends;
+		// one whose revert failed stays unavailable, as a failed target.
+		return !n.Back.finished() || n.Back.Status == RevertFailed
 	}
 	switch n.Status {
 	case Publishing, Changing, WaitingApproval, Failed:
@@ -522,6 +536,10 @@ func (n *Node) active() bool {
 	}
 	return false
 }
+
+// givenBack reports whether a revert gave the target its previous want
+// back or decided on it (a revert waiting for the budget has not).
+func (n *Node) givenBack() bool { return n.Back != nil && n.Back.Status != RevertQueued }
 
 func (b *Back) finished() bool {
 	switch b.Status {

@@ -12,7 +12,8 @@ import (
 // Each step's want says why the rollout gives it (its WantEffect.Why, the
 // header a node's timeline shows): the canary's batch and who applied
 // it and why; a later batch's, who promoted the canary; a revert's, who
-// reverted and the failure auto_revert answered. State.Pending says the
+// reverted and the failure auto_revert answered, for a target given back
+// at once and for one that waited for the budget. State.Pending says the
 // same after a restart.
 func TestStepWhy(t *testing.T) {
 	cands := []rollout.Candidate{
@@ -72,23 +73,35 @@ func TestStepWhy(t *testing.T) {
 		t.Errorf("batch 2's why %q, want %q", bob.Why, want)
 	}
 	plan = publish(bob)
-	effs := fold(rollout.Input{Node: "bob", Kind: rollout.KindSettle, Payload: &events.Settle{Op: events.OpFailed, Plan: plan, Module: "web", Error: "no such build"}})
-	var reverts []string
-	for _, e := range effs {
-		if e.Want != nil {
-			if e.Want.Step != rollout.StepRevert || !strings.HasPrefix(e.Want.Why, "revert by auto_revert: target bob failed: apply of plan") {
-				t.Errorf("%s %s why %q", e.Want.Node, e.Want.Step, e.Want.Why)
+	reverts := func(effs []rollout.Effect) []*rollout.WantEffect {
+		t.Helper()
+		var out []*rollout.WantEffect
+		for _, e := range effs {
+			if e.Want != nil {
+				if e.Want.Step != rollout.StepRevert || !strings.HasPrefix(e.Want.Why, "revert by auto_revert: target bob failed: apply of plan") {
+					t.Errorf("%s %s why %q", e.Want.Node, e.Want.Step, e.Want.Why)
+				}
+				out = append(out, e.Want)
 			}
-			reverts = append(reverts, e.Want.Node)
 		}
+		return out
 	}
-	if strings.Join(reverts, " ") != "ace bob" {
-		t.Fatalf("reverts of %v, want ace and bob", reverts)
+	// bob failed: given back at once; ace, done, waits for the budget
+	// (max_unavailable 1, spent by bob) until bob's revert runs.
+	back := reverts(fold(rollout.Input{Node: "bob", Kind: rollout.KindSettle, Payload: &events.Settle{Op: events.OpFailed, Plan: plan, Module: "web", Error: "no such build"}}))
+	if len(back) != 1 || back[0].Node != "bob" {
+		t.Fatalf("reverts %+v, want bob's alone", back)
 	}
 	for _, p := range s.Pending() {
 		if !strings.HasPrefix(p.Want.Why, "revert by auto_revert: target bob failed") {
 			t.Errorf("pending revert of %s: why %q", p.Want.Node, p.Want.Why)
 		}
+	}
+	plan = publish(back[0])
+	fold(rollout.Input{Node: "bob", Kind: rollout.KindSettle, Payload: &events.Settle{Op: events.OpApply, Plan: plan}})
+	back = reverts(fold(rollout.Input{Node: "bob", Kind: rollout.KindHave, Payload: &rollout.Have{Modules: []rollout.HaveModule{{Name: "web", Build: "b2", State: events.Running}}}}))
+	if len(back) != 1 || back[0].Node != "ace" {
+		t.Fatalf("reverts %+v once bob's revert runs, want ace's", back)
 	}
 }
 

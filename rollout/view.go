@@ -164,6 +164,12 @@ func (s *State) View() View {
 		if st, why := r.shown(n); st != n.Status {
 			t.Status, t.Why = st, why
 		}
+		if w := r.backWaits(n); w != "" {
+			// Waiting for the budget: WHY and -o json's revert say for
+			// whom (the fold keeps no why: the budget moves).
+			t.Why = strings.TrimPrefix(t.Why+"; "+w, "; ")
+			t.Revert = &Back{Status: n.Back.Status, Why: w}
+		}
 		if a := n.arrived(); a != "" && t.Status == Unreached {
 			t.Arrived, t.Why = true, t.Why+"; "+a
 		}
@@ -175,14 +181,16 @@ func (s *State) View() View {
 		v.Counts[t.Status]++
 		v.Targets = append(v.Targets, t)
 	}
-	if r.stopped() {
+	if r.stopped() && r.Phase != Reverting {
 		// No target is being changed by a rollout that stopped judging:
 		// the budget counts only the nodes away or unhealthy, and those
 		// whose revert goes on (a fresh user's finding: an aborted
 		// rollout said "1 of max_unavailable 1 unavailable" forever).
+		// While reverting, the fold's own count is the budget the
+		// revert spends, which the queued targets' WHY names.
 		v.Unavailable = 0
 		for _, n := range r.Nodes {
-			if n.away() || len(n.Unhealthy) > 0 || n.Back != nil && !n.Back.finished() {
+			if n.away() || len(n.Unhealthy) > 0 || n.givenBack() && !n.Back.finished() {
 				v.Unavailable++
 			}
 		}
@@ -381,6 +389,9 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		if b.Why != "" {
 			line += ": " + b.Why
 		}
+		if w := r.backWaits(n); w != "" {
+			line += ": " + w
+		}
 		say("%s", line)
 	}
 	if s := availText(n); s != "" && !(st == Changing && n.away()) {
@@ -469,10 +480,22 @@ func unavailWhy(n *Node) string {
 		return "paused by " + events.Text(n.Paused.By)
 	case len(n.Unhealthy) > 0:
 		return "unhealthy: " + strings.Join(n.Unhealthy, ",")
-	case n.Back != nil && !n.Back.finished():
+	case n.givenBack() && !n.Back.finished():
 		return "reverting"
+	case n.givenBack() && n.Back.Status == RevertFailed:
+		return "its revert failed"
 	}
 	return string(n.Status)
+}
+
+// backWaits says why a target queued for its revert waits: "its previous
+// want waits for the budget: N of max_unavailable M unavailable: …";
+// "" for any other target.
+func (r *Rollout) backWaits(n *Node) string {
+	if n.Back == nil || n.Back.Status != RevertQueued {
+		return ""
+	}
+	return "its previous want waits for " + r.budget()
 }
 
 // stalled says why a running rollout is stalled by its budget (see
@@ -480,6 +503,9 @@ func unavailWhy(n *Node) string {
 // and no node spending it is one of the rollout's own steps under way
 // (being changed, with a deadline, or being reverted); "" otherwise.
 func (r *Rollout) stalled() string {
+	if r.Phase == Reverting {
+		return r.revertStalled()
+	}
 	if r.Phase != Running || r.Paused != nil || r.Batch >= r.Batches() {
 		return ""
 	}
@@ -510,4 +536,30 @@ func (r *Rollout) stalled() string {
 	}
 	return fmt.Sprintf("%s of batch %d %s for %s; no step of the rollout is under way: it moves on when one of them is available again (or abort, or apply again with a larger max_unavailable)",
 		plural(waiting, "target"), r.Batch+1, verb, r.budget())
+}
+
+// revertStalled says why a revert is stalled by its budget: targets wait
+// for it (queued) and no node spending it is a revert under way on a
+// node that is not away (its plan settling, its modules starting), so
+// only a node's return or health, or an operator, moves it; "" otherwise.
+func (r *Rollout) revertStalled() string {
+	waiting := 0
+	for _, name := range r.Reverting {
+		o := r.Nodes[name]
+		switch {
+		case o.Back.Status == RevertQueued:
+			waiting++
+		case !o.away():
+			return "" // a revert under way frees the budget by itself
+		}
+	}
+	if waiting == 0 {
+		return ""
+	}
+	verb := "waits"
+	if waiting > 1 {
+		verb = "wait"
+	}
+	return fmt.Sprintf("%s of the revert %s for %s; no revert step is under way: it moves on when one of them is available again (or abort: the targets not given back keep the want they have)",
+		plural(waiting, "target"), verb, r.budget())
 }

@@ -48,7 +48,7 @@ Every verb is an event in the stream, with --by.`,
 		{rollout.KindPause, "Stop a rollout's new steps", "pause stops new steps; failures, halts and reverts still happen."},
 		{rollout.KindResume, "Let a paused rollout take new steps again", "resume ends a pause."},
 		{rollout.KindAbort, "Stop deciding: targets keep the want they have", "abort stops the rollout: no more steps; the targets keep the want they have\nand are no longer judged."},
-		{rollout.KindRevert, "Give every changed target its previous want back", "revert gives every target the rollout changed the want it had before, at\nonce (a target whose want was changed by hand since is left alone). After an\napply that superseded a rollout still going on, a target that rollout had not\nfinished (not done) gets the want it had before it, not its unfinished want\n('rollout why FLEET NODE' says which)."},
+		{rollout.KindRevert, "Give every changed target its previous want back", "revert gives every target the rollout changed the want it had before, within\nthe rollout's max_unavailable: a target unavailable already (failed, being\nchanged, its agent down, paused, unhealthy) at once, the others as the budget\nallows (a revert spends it until its previous want settled and runs; status\nsays 'revert queued' and who spends it). A target whose want was changed by\nhand since is left alone. After an apply that superseded a rollout still going\non, a target that rollout had not finished (not done) gets the want it had\nbefore it, not its unfinished want ('rollout why FLEET NODE' says which)."},
 	} {
 		cmd.AddCommand(newRolloutVerbCmd(a, v.kind, v.short, v.long))
 	}
@@ -138,11 +138,13 @@ is paused says so, canary or not); per build, on how many of the fleet's
 nodes it runs. A 'waiting:' line says what holds the whole rollout (a canary
 away), whole; a 'stalled:' line says why a rollout whose budget is spent by
 nodes none of its steps changes (an agent down, a node paused, a module
-unhealthy) takes no step. After a revert each target's row keeps its new
+unhealthy) takes no step, or why a revert's targets wait for the budget and
+none of its steps is under way. After a revert each target's row keeps its new
 want's plan, settle and healthy window. A target given its new want and not
 done when the rollout was aborted, superseded or reverted is 'stopped': no
 longer judged (RUNNING still shows what its node runs), and the budget of
-such a rollout counts only nodes away, unhealthy or still reverting. A target
+such a rollout counts only nodes away, unhealthy or still reverting (while
+reverting, the budget the revert spends). A target
 'unreached' (its agent down at its healthy_deadline) that has taken its new
 want since, after the rollout completed, says 'arrived since'.`,
 		Example: `  meshfold rollout status web

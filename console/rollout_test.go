@@ -1,0 +1,104 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/console"
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/rollout"
+)
+
+// oneRollout is a fake whose stream holds one rollout of fleet web.
+type oneRollout struct {
+	*fake
+	s *rollout.State
+}
+
+func (oneRollout) RolloutFleets(context.Context) ([]string, error) { return []string{"web"}, nil }
+func (o oneRollout) Rollout(context.Context, string) (*rollout.State, error) {
+	return o.s, nil
+}
+
+// revertStalled folds a rollout of ace and bob (max_unavailable 1): ace
+// done, bob given its new want, then its agent down, then a revert: bob
+// is given back at once (unavailable already), ace waits for the budget
+// bob spends while down, and no revert step is under way.
+func revertStalled(t *testing.T) *rollout.State {
+	t.Helper()
+	cands := []rollout.Candidate{
+		{Node: "ace", Prev: 1, Want: []events.WantModule{{Name: "web", Build: "b2"}}, Current: []events.WantModule{{Name: "web", Build: "b1"}}},
+		{Node: "bob", Prev: 2, Want: []events.WantModule{{Name: "web", Build: "b2"}}, Current: []events.WantModule{{Name: "web", Build: "b1"}}},
+	}
+	zero := rollout.Duration(0)
+	start, _ := rollout.NewStart("alice", "", rollout.Params{Batch: rollout.Amount{N: 2}, MinHealthy: &zero}, cands)
+	s := rollout.NewState("web")
+	seq := uint64(2)
+	t0 := time.Date(2026, 12, 1, 14, 0, 0, 0, time.UTC)
+	fold := func(in rollout.Input) {
+		t.Helper()
+		seq++
+		in.Seq, in.Time = seq, t0.Add(time.Duration(seq)*time.Second)
+		s.Fold(in)
+		if err := s.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	published := func(node string, step rollout.Step) uint64 {
+		fold(rollout.Input{Node: node, Kind: rollout.KindWant})
+		fold(rollout.Input{Kind: rollout.KindPublished, Payload: &rollout.Published{Rollout: 3, Node: node, Step: step, Want: seq}})
+		return seq - 1
+	}
+	fold(rollout.Input{Kind: rollout.KindStart, Payload: start})
+	want := published("ace", rollout.StepForward)
+	fold(rollout.Input{Node: "ace", Kind: rollout.KindPlan, Payload: &events.Plan{Cause: want, Want: want, Modules: []events.PlanModule{{Name: "web", Build: "b2"}}}})
+	fold(rollout.Input{Node: "ace", Kind: rollout.KindSettle, Payload: &events.Settle{Op: events.OpApply, Plan: seq}})
+	fold(rollout.Input{Node: "ace", Kind: rollout.KindHave, Payload: &rollout.Have{Modules: []rollout.HaveModule{{Name: "web", Build: "b2", State: events.Running}}}})
+	published("bob", rollout.StepForward)
+	fold(rollout.Input{Node: "bob", Kind: rollout.KindDown})
+	fold(rollout.Input{Kind: rollout.KindRevert, Payload: rollout.NewOperator(rollout.KindRevert, 0, "alice", "")})
+	published("bob", rollout.StepRevert)
+	if b := s.Rollout.Nodes["ace"].Back; b == nil || b.Status != rollout.RevertQueued {
+		t.Fatalf("ace's revert %+v, want queued", b)
+	}
+	return s
+}
+
+// The rollout page says a revert waits for the budget and who spends it:
+// the stalled line, and the waiting target's WHY and status.
+func TestRolloutPageRevertWaits(t *testing.T) {
+	f := newFake()
+	healthy(f, "ace")
+	c, err := console.New(console.Config{Source: oneRollout{f, revertStalled(t)}, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	fx := &fixture{f: f, srv: httptest.NewServer(c)}
+	t.Cleanup(func() {
+		fx.srv.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	code, body := fx.get(t, "/rollouts/web")
+	if code != http.StatusOK {
+		t.Fatalf("/rollouts/web: %d\n%s", code, body)
+	}
+	for _, want := range []string{
+		`<p class="error stalled">stalled: 1 target of the revert waits for the budget: 1 of max_unavailable 1 unavailable: bob (agent down); no revert step is under way`,
+		`done, revert queued`,
+		`<td>its previous want waits for the budget: 1 of max_unavailable 1 unavailable: bob (agent down)</td>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the rollout page lacks %q:\n%s", want, body)
+		}
+	}
+}
