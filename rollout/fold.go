@@ -348,6 +348,7 @@ func (f *folder) plan(p *events.Plan) {
 	if n.Published > 0 && p.Want == n.Published {
 		n.FwdPlan, n.FwdSettledAt = f.in.Seq, time.Time{}
 	}
+	f.update(n) // a failed revert's node runs its previous want after all, or no longer
 	f.judge(n)
 }
 
@@ -382,6 +383,7 @@ func (f *folder) settle(p *events.Settle) {
 	if p.Plan == n.FwdPlan && n.FwdSettledAt.IsZero() {
 		n.FwdSettledAt = f.s.Now
 	}
+	f.update(n)
 	f.judge(n)
 }
 
@@ -925,8 +927,7 @@ func (f *folder) judgeBack(n *Node) {
 	if b == nil || b.finished() || b.Step == nil {
 		return
 	}
-	settled := b.Want > 0 && n.Plan != nil && n.Plan.Want == b.Want && n.Settled >= n.Plan.Seq
-	if settled && !n.Down && mismatch(n) == "" {
+	if n.backRuns() {
 		b.Status = RevertDone
 		f.backFinished(n, events.LevelInfo)
 		return
@@ -945,7 +946,7 @@ func (f *folder) judgeBack(n *Node) {
 		return
 	}
 	b.Status, b.Why = RevertFailed, "its previous want's plan did not settle within healthy_deadline"
-	if settled {
+	if b.Want > 0 && n.Plan != nil && n.Plan.Want == b.Want && n.Settled >= n.Plan.Seq {
 		b.Why = fmt.Sprintf("its previous want's plan #%d settled, but %s at the revert's deadline (healthy_deadline %s)", n.Plan.Seq, mismatch(n), f.r.R.HealthyDeadline)
 	}
 	f.backFinished(n, events.LevelError)

@@ -248,10 +248,11 @@ func unavailable(r *rollout.Rollout) int {
 		case n.Down, n.Paused != nil, len(n.Unhealthy) > 0:
 			c++
 		case n.Back != nil && n.Back.Status != rollout.RevertQueued:
-			// Its revert spends the budget until it ends, and for good
-			// when it failed; a revert waiting for the budget spends
-			// none of it.
-			if slices.Contains([]rollout.Status{rollout.RevertWaiting, rollout.RevertPublishing, rollout.RevertChanging, rollout.RevertFailed}, n.Back.Status) {
+			// Its revert spends the budget until it ends, and when it
+			// failed until its previous want runs after all; a revert
+			// waiting for the budget spends none of it.
+			if slices.Contains([]rollout.Status{rollout.RevertWaiting, rollout.RevertPublishing, rollout.RevertChanging}, n.Back.Status) ||
+				n.Back.Status == rollout.RevertFailed && !runsBack(n) {
 				c++
 			}
 		case slices.Contains([]rollout.Status{rollout.Publishing, rollout.Changing, rollout.WaitingApproval, rollout.Failed}, n.Status):
@@ -259,6 +260,29 @@ func unavailable(r *rollout.Rollout) int {
 		}
 	}
 	return c
+}
+
+// runsBack reports whether a target runs the previous want its revert
+// gave back: the want's plan settled and every module of it runs at its
+// build, healthy or without a check, by a have since its agent's down.
+func runsBack(n *rollout.Node) bool {
+	p := n.Plan
+	if p == nil || p.Want != n.Back.Want || n.Back.Want == 0 || n.Settled < p.Seq || n.Have == nil || n.Have.Stale {
+		return false
+	}
+	for _, row := range p.Rows {
+		if row.Build == "" {
+			continue
+		}
+		i := slices.IndexFunc(n.Have.Modules, func(m rollout.HaveModule) bool { return m.Name == row.Name })
+		if i < 0 {
+			return false
+		}
+		if m := n.Have.Modules[i]; m.Build != row.Build || m.State != events.Running || m.Health == rollout.Unhealthy || m.Health == rollout.Starting {
+			return false
+		}
+	}
+	return true
 }
 
 // TestBudget: no target gets its new want while the budget is spent:

@@ -455,8 +455,12 @@ func (n *Node) unavailable() bool {
 	}
 	if n.givenBack() {
 		// Given its previous want back: being changed until that ends;
-		// one whose revert failed stays unavailable, as a failed target.
-		return !n.Back.finished() || n.Back.Status == RevertFailed
+		// one whose revert failed stays unavailable, as a failed target,
+		// until its previous want runs after all.
+		if n.Back.Status == RevertFailed {
+			return !n.backRuns()
+		}
+		return !n.Back.finished()
 	}
 	switch n.Status {
 	case Publishing, Changing, WaitingApproval, Failed:
@@ -535,6 +539,14 @@ func (n *Node) active() bool {
 		return true
 	}
 	return false
+}
+
+// backRuns reports whether the target runs the previous want its revert
+// gave back: that want's plan settled, its agent is up, and every module
+// of the plan runs at its build, healthy ([mismatch]).
+func (n *Node) backRuns() bool {
+	b := n.Back
+	return b != nil && b.Want > 0 && n.Plan != nil && n.Plan.Want == b.Want && n.Settled >= n.Plan.Seq && !n.Down && mismatch(n) == ""
 }
 
 // givenBack reports whether a revert gave the target its previous want
