@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -215,6 +216,57 @@ func TestRolloutGoodBuildInBatches(t *testing.T) {
 		}
 	}
 	t.Logf("12 nodes, batch 4, max_unavailable 2, min_healthy 1s: completed in %s", took.Round(time.Millisecond))
+}
+
+// A revert keeps the rollout's max_unavailable (a fresh user's finding
+// L1: every changed target was given its previous want back at once): a
+// good build completes on 12 node agents, then `rollout revert` gives
+// each its previous want back, never more than 4 reverting at once (a
+// revert's published want until its revert-reverted record, which waits
+// for the previous want to settle and run), and each node gets its new
+// want and its previous one back exactly once.
+func TestRolloutRevertKeepsBudget(t *testing.T) {
+	m := newMesh(t)
+	nodes := fleetNodes(t, m, 12)
+	f := fleetFile(t, nodes, "web:2", "{batch: 12, max_unavailable: 4, min_healthy: 0s, healthy_deadline: 30s}")
+	id := m.apply(t, f)
+	if s := m.waitRollout(t, "web", id, ""); s.Rollout.Phase != rollout.Completed {
+		t.Fatalf("phase %s: %+v", s.Rollout.Phase, s.View())
+	}
+	began := time.Now()
+	if _, err := feed.Publish(m.ctx(), m.js, m.cfg.Subjects(), "web", rollout.KindRevert, rollout.NewOperator(rollout.KindRevert, id, "alice", "test"), ""); err != nil {
+		t.Fatal(err)
+	}
+	s := m.waitRollout(t, "web", id, rollout.Reverted)
+	took := time.Since(began)
+	if v := s.View(); v.Counts[rollout.Done] != 12 {
+		t.Fatalf("counts %v", v.Counts)
+	}
+	reverting, most, reverted := map[string]bool{}, 0, 0
+	for _, in := range m.rolloutEvents(t, "web", id) {
+		switch p := in.Payload.(type) {
+		case *rollout.Published:
+			if p.Step == rollout.StepRevert {
+				reverting[p.Node] = true
+			}
+		case *rollout.Record:
+			if p.What == "revert-"+string(rollout.RevertDone) {
+				delete(reverting, p.Node)
+				reverted++
+			}
+		}
+		most = max(most, len(reverting))
+	}
+	if most > 4 || most == 0 || reverted != 12 {
+		t.Errorf("at most %d targets reverting at once, %d reverted; max_unavailable is 4", most, reverted)
+	}
+	for _, n := range nodes {
+		ids := m.wantIDs(t, n.name, id)
+		if want := []string{rollout.WantID("web", id, n.name, rollout.StepForward), rollout.WantID("web", id, n.name, rollout.StepRevert)}; !slices.Equal(ids, want) {
+			t.Errorf("%s: wants since the start %v, want %v", n.name, ids, want)
+		}
+	}
+	t.Logf("12 nodes, max_unavailable 4: reverted in %s, at most %d reverting at once", took.Round(time.Millisecond), most)
 }
 
 // A crash-looping build is halted at the canary and reverted: only the
