@@ -15,7 +15,14 @@ import (
 // published, planned, settled and reported running at once, and a tick
 // comes every 100 inputs. It reports the fold's time per input and the
 // state's size per target.
-func BenchmarkRollout10k(b *testing.B) {
+func BenchmarkRollout10k(b *testing.B) { rollout10k(b, false) }
+
+// BenchmarkRevert10k folds the same rollout, then a revert of its 10,000
+// done targets within max_unavailable 10%, each revert's want published,
+// planned, settled and reported running at once.
+func BenchmarkRevert10k(b *testing.B) { rollout10k(b, true) }
+
+func rollout10k(b *testing.B, revert bool) {
 	const nodes = 10_000
 	total := 0
 	defer func() { b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(total), "ns/input") }()
@@ -48,6 +55,10 @@ func BenchmarkRollout10k(b *testing.B) {
 		for {
 			if len(queue) == 0 {
 				w, ok := s.NextWake()
+				if !ok && revert && s.Rollout.Phase == rollout.Completed {
+					queue = append(queue, next(rollout.Input{Kind: rollout.KindRevert, Payload: rollout.NewOperator(rollout.KindRevert, id, "ops", "")}))
+					continue
+				}
 				if !ok {
 					break
 				}
@@ -72,7 +83,7 @@ func BenchmarkRollout10k(b *testing.B) {
 				queue = append(queue, next(rollout.Input{Kind: rollout.KindTick, Payload: &rollout.Tick{}}))
 			}
 		}
-		if p := s.Rollout.Phase; p != rollout.Completed {
+		if p := s.Rollout.Phase; p != rollout.Completed && !revert || p != rollout.Reverted && revert {
 			v := s.View()
 			b.Fatalf("rollout %s after %d inputs: batch %d/%d counts %v unavailable %d/%d next %d", p, inputs, v.Batch, v.Batches, v.Counts, v.Unavailable, v.Params.MaxUnavailable, s.Rollout.Next)
 		}

@@ -800,6 +800,7 @@ func (f *folder) revert(m *Mark) {
 	for _, n := range queued {
 		n.Back = &Back{Status: RevertQueued}
 		r.Reverting = append(r.Reverting, n.Name)
+		r.Queue = append(r.Queue, n.Name)
 		f.update(n)
 	}
 	f.revertDone()
@@ -817,10 +818,8 @@ func (r *Rollout) allowsBack(n *Node) bool {
 // advanceBack gives queued targets their previous want back as the
 // budget allows (allowsBack): the input's node at once when it became
 // unavailable (its agent down, paused, unhealthy), then the others in
-// target order while fewer than max_unavailable nodes are unavailable.
-// Targets in Reverting before the first queued one are reverts under way,
-// each unavailable, so the walk reads at most max_unavailable of them
-// more than it gives back.
+// target order (Queue) while fewer than max_unavailable nodes are
+// unavailable.
 func (f *folder) advanceBack() {
 	r := f.r
 	if r == nil || r.Phase != Reverting {
@@ -829,8 +828,10 @@ func (f *folder) advanceBack() {
 	if n := f.node(); n != nil && n.Back != nil && n.Back.Status == RevertQueued && r.allowsBack(n) {
 		f.giveBack(n)
 	}
-	for i := 0; i < len(r.Reverting) && r.Unavailable < r.R.MaxUnavailable; i++ {
-		if n := r.Nodes[r.Reverting[i]]; n.Back.Status == RevertQueued {
+	for len(r.Queue) > 0 && r.Unavailable < r.R.MaxUnavailable {
+		n := r.Nodes[r.Queue[0]]
+		r.Queue = r.Queue[1:]
+		if n.Back != nil && n.Back.Status == RevertQueued {
 			f.giveBack(n)
 		}
 	}
@@ -846,6 +847,7 @@ func (f *folder) dropQueued() string {
 		return ""
 	}
 	c := 0
+	r.Queue = nil
 	r.Reverting = slices.DeleteFunc(r.Reverting, func(name string) bool {
 		n := r.Nodes[name]
 		if n.Back.Status != RevertQueued {
@@ -970,7 +972,7 @@ func (f *folder) revertDone() {
 	if r.Phase != Reverting || len(r.Reverting) > 0 {
 		return
 	}
-	r.Phase = Reverted
+	r.Phase, r.Queue = Reverted, nil // what is left in the queue no longer waits
 	r.End = f.mark("", "", "")
 	counts := map[Status]int{}
 	for _, name := range r.Targets {

@@ -166,6 +166,11 @@ type Rollout struct {
 	// Reverting the targets whose revert is not finished.
 	Active    []string `json:"active,omitempty"`
 	Reverting []string `json:"reverting,omitempty"`
+	// Queue are the targets whose revert waits for the budget
+	// ([RevertQueued]), in target order: the next given back is the
+	// first. An entry whose revert no longer waits (given back when its
+	// node became unavailable, or refused) is dropped when reached.
+	Queue []string `json:"queue,omitempty"`
 }
 
 // Node is one of the fleet's nodes: its availability, and, for a target,
@@ -386,10 +391,17 @@ func (s *State) CheckInvariants() error {
 	if len(r.Active) != len(slices.Compact(slices.Sorted(slices.Values(r.Active)))) {
 		return fmt.Errorf("active targets repeated")
 	}
+	queue := make(map[string]bool, len(r.Queue))
+	for _, name := range r.Queue {
+		queue[name] = true
+	}
 	for _, name := range r.Reverting {
 		n := r.Nodes[name]
 		if n == nil || n.Back == nil || n.Back.finished() {
 			return fmt.Errorf("reverting target %s is not reverting", name)
+		}
+		if n.Back.Status == RevertQueued && !queue[name] {
+			return fmt.Errorf("target %s queued for its revert is not in the queue", name)
 		}
 		// A target waits for the budget only while it is spent, and
 		// never when it is unavailable itself (it spends nothing more).
