@@ -143,6 +143,10 @@ newer than its snapshot says "behind":true and its newest event's
 	return cmd
 }
 
+// fleetLagRead, when set (by a test), runs after `meshfold fleet` has read
+// the checkpoints and before it reads the snapshots.
+var fleetLagRead func()
+
 // fleetPaging is how much of the fleet `meshfold fleet` prints.
 type fleetPaging struct {
 	limit, page int
@@ -192,15 +196,27 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		wg.Go(func() { seqs, seqsErr = r.WarningSeqs(ctx, now.Add(-warnings)) })
 	}
 	wg.Go(func() { sources, sourcesErr = r.Sources(ctx, "") })
-	wg.Go(func() {
-		lag, lagErr = r.Lag(ctx)
-		// The JSON and YAML lines are the snapshots as stored; a node
-		// with events past its partition's checkpoint has its line say
-		// so ("behind"). Nothing is read when no partition lags.
-		if lagErr == nil && format != outTable && len(lag.Behind()) > 0 {
-			tail.nodes, tail.complete, tail.err = r.TailNodes(ctx, lag, fleetTailMax)
-		}
-	})
+	// The checkpoints (and each partition's newest event) are read before
+	// the snapshots, as the console's start reads them: every state
+	// stored is put before the checkpoint that covers it, so a snapshot
+	// read after a checkpoint covers its node's events up to it, and the
+	// events past it are read below (the rows older than them live). Read
+	// beside the snapshots, a node's new state and a checkpoint past its
+	// event could land after its snapshot was read and before the
+	// checkpoint was: its old row was then shown, and the line said the
+	// stream held no newer event (a reviewer's finding). It costs the
+	// lag's round trip (two small requests a partition, at once) before
+	// the snapshot pass.
+	lag, lagErr = r.Lag(ctx)
+	if fleetLagRead != nil {
+		fleetLagRead()
+	}
+	// The JSON and YAML lines are the snapshots as stored; a node with
+	// events past its partition's checkpoint has its line say so
+	// ("behind"). Nothing is read when no partition lags.
+	if lagErr == nil && format != outTable && len(lag.Behind()) > 0 {
+		wg.Go(func() { tail.nodes, tail.complete, tail.err = r.TailNodes(ctx, lag, fleetTailMax) })
+	}
 	// annotate sets on a row what is read beside the snapshots: its
 	// journal warnings (when counted), then the files its provisioner
 	// could not fill. Only once both reads are done.
