@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -845,7 +846,7 @@ func TestFleetSummary(t *testing.T) {
 	for _, want := range []string{
 		`<li class="group" data-need="owed"><a href="/?need=owed"><span class="need need-owed">owed</span> <b class="n">1</b></a></li>`,
 		`<li class="group" data-need="approval"><a href="/?need=approval"><span class="need need-approval">approval</span> <b class="n">1</b></a></li>`,
-		fmt.Sprintf(`<span class="calm">nothing</span> <b class="n">%d</b>`, console.MaxRows+20),
+		fmt.Sprintf(`<li class="group group-calm" data-need="nothing"><a href="/?need=nothing"><span class="calm">nothing</span> <b class="n">%d</b></a></li>`, console.MaxRows+20),
 	} {
 		if !strings.Contains(summary, want) {
 			t.Errorf("the summary does not hold %s:\n%s", want, summary)
@@ -853,6 +854,33 @@ func TestFleetSummary(t *testing.T) {
 	}
 	if strings.Index(summary, `data-need="owed"`) > strings.Index(summary, `data-need="approval"`) {
 		t.Error("the summary does not list the most pressing need first")
+	}
+
+	// Every group of the summary is a link the page takes, to the page
+	// with that group chosen (a fresh user's finding L5: "nothing" was
+	// no link, and ?need=nothing answered 400).
+	groups := regexp.MustCompile(`<li class="group[^"]*" data-need="([^"]*)">(<a href="([^"]*)">)?`).FindAllStringSubmatch(summary, -1)
+	if len(groups) < 3 || groups[len(groups)-1][1] != "nothing" {
+		t.Errorf("the summary has %d groups, the last not nothing:\n%s", len(groups), summary)
+	}
+	for _, g := range groups {
+		need, href := g[1], html.UnescapeString(g[3])
+		if href == "" {
+			t.Errorf("the summary's group %q is no link:\n%s", need, summary)
+			continue
+		}
+		code, page := fx.get(t, href)
+		if code != http.StatusOK || !strings.Contains(page, `data-need="`+need+`"><a href="/">`) ||
+			!strings.Contains(page, `<p class="chosen-need">showing the nodes that need <span class="need need-`+need+`">`+need+`</span>`) {
+			t.Errorf("the group %q's link %s: %d, not the page with it chosen:\n%s", need, href, code, page)
+		}
+	}
+	// The calm group's link: only the nodes needing nothing.
+	_, body = fx.get(t, "/?need=nothing")
+	if strings.Contains(body, `id="node-ace"`) || strings.Contains(body, `id="node-novox"`) || !strings.Contains(body, `id="node-calm000"`) ||
+		!strings.Contains(body, fmt.Sprintf("rows 1–%d of %d of %d", console.MaxRows, console.MaxRows+20, console.MaxRows+22)) ||
+		!strings.Contains(body, `<p class="calm">Nothing needs an operator.</p>`) {
+		t.Errorf("need=nothing:\n%s", body)
 	}
 
 	// A group's link: only the nodes with that need, in both tables.

@@ -66,7 +66,7 @@ func TestErrorPages(t *testing.T) {
 		t.Errorf("/?need=bogus: %d\n%s", code, body)
 	}
 	house("/?need=bogus", code, body)
-	for _, n := range audit.FleetNeeds {
+	for _, n := range append(audit.FleetNeeds[:len(audit.FleetNeeds):len(audit.FleetNeeds)], audit.NeedNothing) {
 		if !strings.Contains(body, `href="/?need=`+n+`"`) {
 			t.Errorf("/?need=bogus does not link the need %s:\n%s", n, body)
 		}

@@ -257,10 +257,9 @@ func (f *fleet) subscribe() (<-chan struct{}, func()) {
 // the name or of a need) and the need chosen (Need).
 type fleetPage struct {
 	// Summary counts the nodes of the fleet (retired ones only with All)
-	// per need, most pressing need first; Calm counts those needing
-	// nothing.
+	// per need, most pressing need first, then those needing nothing
+	// (audit.NeedNothing), each a link.
 	Summary []needGroup
-	Calm    int
 	// Needs are the page's rows needing an operator, most pressing first
 	// (audit.SortFleet); NeedsFirst is the index of the first among the
 	// NeedsTotal matching ones, NeedsMore how many follow this page.
@@ -289,12 +288,14 @@ type fleetPage struct {
 	Live string
 }
 
-// needGroup is one line of the fleet page's summary.
+// needGroup is one line of the fleet page's summary; Calm: the nodes
+// needing nothing (Need is audit.NeedNothing).
 type needGroup struct {
 	Need   string
 	Nodes  int
 	Href   string
 	Chosen bool
+	Calm   bool
 }
 
 // pager links a table's pages ("" where there is none).
@@ -317,7 +318,7 @@ type fleetQuery struct {
 
 func parseFleetQuery(v url.Values) fleetQuery {
 	q := fleetQuery{Q: strings.TrimSpace(v.Get("q")), Need: v.Get("need"), All: v.Get("all") != "", Page: 1, NPage: 1}
-	if !slices.Contains(audit.FleetNeeds, q.Need) {
+	if !knownNeed(q.Need) {
 		q.Need = ""
 	}
 	if n, err := strconv.Atoi(v.Get("page")); err == nil && n > 1 {
@@ -327,6 +328,13 @@ func parseFleetQuery(v url.Values) fleetQuery {
 		q.NPage = n
 	}
 	return q
+}
+
+// knownNeed reports whether need is one the fleet page filters on: a
+// need of audit.FleetNeeds, or audit.NeedNothing (the nodes needing
+// nothing), as the summary names them.
+func knownNeed(need string) bool {
+	return need == audit.NeedNothing || slices.Contains(audit.FleetNeeds, need)
 }
 
 // url is the fleet page (path "/") or its live stream ("/events") asked
@@ -355,10 +363,20 @@ func (q fleetQuery) url(path string) string {
 }
 
 // matches reports whether row r is found by the search q: a part of its
-// name or of one of its needs ("stale" finds stale-have), in any case.
+// name or of one of its needs ("stale" finds stale-have), in any case,
+// and has the need chosen (audit.NeedNothing: none, as the summary
+// counts the calm nodes).
 func (q fleetQuery) matches(r *audit.FleetRow) bool {
-	if q.Need != "" && !slices.Contains(r.Attention, q.Need) {
-		return false
+	switch q.Need {
+	case "":
+	case audit.NeedNothing:
+		if len(r.Attention) > 0 {
+			return false
+		}
+	default:
+		if !slices.Contains(r.Attention, q.Need) {
+			return false
+		}
 	}
 	if q.Q == "" {
 		return true
@@ -505,9 +523,9 @@ func (f *fleet) page(q fleetQuery, now time.Time, stale time.Duration) fleetPage
 	x := f.index(now, stale)
 	f.mu.Unlock()
 	p := fleetPage{Query: q.Q, Need: q.Need, All: q.All, Gen: x.gen, Nodes: len(x.byName), Now: now}
-	p.Summary, p.Calm = groups(x.summary, q), x.calm
+	p.Summary = groups(x.summary, x.calm, q)
 	if q.All {
-		p.Summary, p.Calm = groups(x.summaryAll, q), x.calmAll
+		p.Summary = groups(x.summaryAll, x.calmAll, q)
 	} else {
 		p.RetiredOut = x.retired
 	}
@@ -546,18 +564,26 @@ func (f *fleet) page(q fleetQuery, now time.Time, stale time.Duration) fleetPage
 }
 
 // groups makes the summary's links: each need's link shows the nodes
-// with it (the search kept, from the first page).
-func groups(counts []audit.NeedCount, q fleetQuery) []needGroup {
-	out := make([]needGroup, len(counts))
-	for i, c := range counts {
+// with it, the last (calm nodes needing nothing) those with none (the
+// search kept, from the first page). Every link is one parseFleetQuery
+// and badNeed take (a fresh user's finding L5: "nothing" was no link,
+// and ?need=nothing answered 400).
+func groups(counts []audit.NeedCount, calm int, q fleetQuery) []needGroup {
+	out := make([]needGroup, 0, len(counts)+1)
+	group := func(need string, nodes int) needGroup {
 		qq := q
-		qq.Need, qq.Page, qq.NPage = c.Need, 1, 1
-		if q.Need == c.Need {
+		qq.Need, qq.Page, qq.NPage = need, 1, 1
+		if q.Need == need {
 			qq.Need = "" // a second click shows every node again
 		}
-		out[i] = needGroup{Need: c.Need, Nodes: c.Nodes, Href: qq.url("/"), Chosen: q.Need == c.Need}
+		return needGroup{Need: need, Nodes: nodes, Href: qq.url("/"), Chosen: q.Need == need}
 	}
-	return out
+	for _, c := range counts {
+		out = append(out, group(c.Need, c.Nodes))
+	}
+	g := group(audit.NeedNothing, calm)
+	g.Calm = true
+	return append(out, g)
 }
 
 // pages links the pages before and after page of a table of total rows.

@@ -265,15 +265,16 @@ func (c *Console) notFound(w http.ResponseWriter, r *http.Request) {
 }
 
 // badNeed answers a fleet page asked for a need that is none of
-// audit.FleetNeeds: 400, the valid values listed, each a link. ok is
-// false when it answered.
+// audit.FleetNeeds nor audit.NeedNothing: 400, the valid values listed,
+// each a link. ok is false when it answered.
 func (c *Console) badNeed(w http.ResponseWriter, r *http.Request) (ok bool) {
 	need := r.URL.Query().Get("need")
-	if need == "" || slices.Contains(audit.FleetNeeds, need) {
+	if need == "" || knownNeed(need) {
 		return true
 	}
-	msg := fmt.Sprintf("need %q is no need the fleet names: one of %s", need, strings.Join(audit.FleetNeeds, ", "))
-	c.renderStatus(w, http.StatusBadRequest, "error.html", errorView{Title: "No such need", Error: msg, Valid: audit.FleetNeeds, Base: "/?need=",
+	valid := append(slices.Clip(audit.FleetNeeds), audit.NeedNothing)
+	msg := fmt.Sprintf("need %q is no need the fleet names: one of %s", need, strings.Join(valid, ", "))
+	c.renderStatus(w, http.StatusBadRequest, "error.html", errorView{Title: "No such need", Error: msg, Valid: valid, Base: "/?need=",
 		Back: "/", BackText: "the whole fleet"})
 	return false
 }

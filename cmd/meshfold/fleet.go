@@ -119,8 +119,8 @@ newer than its snapshot says "behind":true and its newest event's
 			if pg.limit < 0 || pg.page < 1 {
 				return withCode(exitUsage, fmt.Errorf("--limit %d --page %d: a limit ≥ 0 (0: every row) and a page ≥ 1", pg.limit, pg.page))
 			}
-			if pg.needs != "" && pg.needs != "nothing" && !slices.Contains(audit.FleetNeeds, pg.needs) {
-				return withCode(exitUsage, fmt.Errorf("--needs %q: one of %s, nothing", pg.needs, strings.Join(audit.FleetNeeds, ", ")))
+			if pg.needs != "" && pg.needs != audit.NeedNothing && !slices.Contains(audit.FleetNeeds, pg.needs) {
+				return withCode(exitUsage, fmt.Errorf("--needs %q: one of %s, %s", pg.needs, strings.Join(audit.FleetNeeds, ", "), audit.NeedNothing))
 			}
 			fl := cmd.Flags()
 			pg.set = fl.Changed("limit") || fl.Changed("page") || pg.needs != ""
@@ -388,7 +388,7 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 func (pg fleetPaging) of(rows []audit.FleetRow) (page []audit.FleetRow, first, total int) {
 	if pg.needs != "" {
 		rows = slices.DeleteFunc(slices.Clone(rows), func(r audit.FleetRow) bool {
-			if pg.needs == "nothing" { // the calm ones, as the summary counts them
+			if pg.needs == audit.NeedNothing { // the calm ones, as the summary counts them
 				return len(r.Attention) > 0
 			}
 			return !slices.Contains(r.Attention, pg.needs)

@@ -1081,6 +1081,12 @@ var FleetNeeds = []string{"error", "agent-down", "provisioner-down", "failed", "
 	"unfilled", "source", "owed", "approval", "unsettled", "paused", "retiring", "account",
 	"stale-have", "journal"}
 
+// NeedNothing is the name the fleet's summary ([FleetSummaryText], the
+// console's) gives the rows needing nothing ([CountNeeds]' calm), and
+// the filter that picks them (`fleet --needs nothing`, the console's
+// ?need=nothing): no need of [FleetNeeds].
+const NeedNothing = "nothing"
+
 // NeedCount is how many rows share one need.
 type NeedCount struct {
 	Need  string `json:"need"`
@@ -1119,7 +1125,7 @@ func FleetSummaryText(counts []NeedCount, calm int) string {
 	for _, c := range counts {
 		fmt.Fprintf(&b, "%-14s %7d\n", c.Need, c.Nodes)
 	}
-	fmt.Fprintf(&b, "%-14s %7d\n", "nothing", calm)
+	fmt.Fprintf(&b, "%-14s %7d\n", NeedNothing, calm)
 	return b.String()
 }
 
