@@ -51,11 +51,13 @@ apply a plan; the lines after the table say why, per module: the newest failed
 settle's error, cut), a file never filled, a file the provisioner could not
 fill (no source, a failed helper, a secret sealed to another key or that
 cannot be opened: the 'source' lines after the table say which and why, live
-from the provisioners' reports), owed items, pending approvals, unsettled
-plans, the provisioner account warning, a stale have (older than --stale, or
-none), then journal warnings (entries of level warn or error in the last
---warnings, counted from the stream; 0 skips that read; the 'journal' lines
-after the table name the newest three of each node's, '#SEQ level: message').
+from the provisioners' reports; a why over 200 bytes is cut between words,
+and 'meshfold state NODE' prints it whole), owed items, pending approvals,
+unsettled plans, the provisioner account warning, a stale have (older than
+--stale, or none), then journal warnings (entries of level warn or error in
+the last --warnings, counted from the stream; 0 skips that read; the
+'journal' lines after the table name the newest three of each node's,
+'#SEQ level: message').
 A warning older than its node's newest settled plan, on a node nothing else
 flags, has cleared: the node converged since; it is counted apart (cleared)
 and does not flag the node. A warning an operator acknowledged ('meshfold ack

@@ -1,6 +1,8 @@
 package audit_test
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +43,51 @@ func TestSourcesHeader(t *testing.T) {
 	} {
 		if got := audit.SourcesHeader(c.ps); got != c.want {
 			t.Errorf("SourcesHeader(%v) = %q, want %q", c.ps, got, c.want)
+		}
+	}
+}
+
+// A why longer than a fleet line keeps is cut between words, with "…",
+// its length and where it is whole, in fleet's lines (the table, the
+// console's fleet rows); `meshfold state` (SourcesText) prints it whole.
+// events.ErrorText cut it at byte counts: "(the --from or…7:54Z is not
+// what" (a fresh user's finding L4, this why as their provisioner wrote
+// it).
+func TestFleetSourcesTextCutsBetweenWords(t *testing.T) {
+	now := time.Date(2026, 12, 4, 15, 38, 0, 0, time.UTC)
+	why := "filled from dir /tmp/fixview-repro/w/secrets, tried before sealed (the --from order); the sealed secret put by " +
+		"alice-the-operator-on-call at 2026-12-04T15:37:54Z is not what the node holds: give --from sealed before dir " +
+		"/tmp/fixview-repro/w/secrets, or remove the file from it"
+	short := "exec vault-fill: helper exit status 3"
+	rows := []audit.FleetRow{{Node: "ace", Sources: []audit.SourceProblem{
+		{Module: "app", Path: "/run/app/token", State: audit.Shadowed, Why: why, Since: now.Add(-3 * time.Second)},
+		{Module: "app", Path: "/run/app/key", State: "failed", Why: short, Since: now.Add(-time.Minute)},
+	}}}
+	words := strings.Fields(why)
+	fleet := strings.Join(strings.Fields(audit.FleetSourcesText(rows, now)), " ")
+	_, cut, _ := strings.Cut(fleet, "shadowed since 3s ago: ")
+	cut, rest, ok := strings.Cut(cut, fmt.Sprintf(" (%d bytes; whole in 'meshfold state ace')", len(why)))
+	head, tail, two := strings.Cut(cut, " … ")
+	if !ok || !two || !strings.Contains(rest, "not filled: failed since 1m ago: "+short) {
+		t.Fatalf("fleet's lines: the long why not cut with … and its length, or the short one not whole:\n%s", fleet)
+	}
+	hw, tw := strings.Fields(head), strings.Fields(tail)
+	if len(hw) == 0 || len(tw) == 0 || !slices.Equal(hw, words[:len(hw)]) || !slices.Equal(tw, words[len(words)-len(tw):]) ||
+		len(hw)+len(tw) >= len(words) {
+		t.Errorf("the why is not cut between words: head %q, tail %q of\n%s", head, tail, why)
+	}
+	if len(head)+len(tail) > 200 {
+		t.Errorf("the cut why keeps %d bytes, more than 200", len(head)+len(tail))
+	}
+	state := strings.Join(strings.Fields(audit.SourcesText("ace", rows[0].Sources, now)), " ")
+	if !strings.Contains(state, "shadowed since 3s ago: "+why+" source ace app /run/app/key") || strings.Contains(state, "…") {
+		t.Errorf("state's lines: the why not whole:\n%s", state)
+	}
+	// A control character is never printed raw: the why is quoted.
+	rows[0].Sources = []audit.SourceProblem{{Module: "app", Path: "/run/app/key", State: "failed", Why: "helper said \x1b[31m" + why, Since: now}}
+	for _, got := range []string{audit.FleetSourcesText(rows, now), audit.SourcesText("ace", rows[0].Sources, now)} {
+		if strings.Contains(got, "\x1b") || !strings.Contains(got, `helper said \x1b[31m`) {
+			t.Errorf("a why with an escape:\n%q", got)
 		}
 	}
 }

@@ -2,7 +2,11 @@ package audit
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/meshfold/meshfold/events"
 )
 
 // textWriter writes labelled, indented lines clipped to [LineWidth].
@@ -42,6 +46,54 @@ func wrap(text string, first, rest int) []string {
 		}
 	}
 	return append(out, Clip(line, width))
+}
+
+// whyKeep and whyTail are [cutWhy]'s budget: a why of at most whyKeep
+// bytes is kept whole; a longer one keeps about its first whyKeep-whyTail
+// bytes, where the provisioner puts the reason that names the state, and
+// its last whyTail, where what to do usually is (events.ErrorText's).
+const (
+	whyKeep = 200
+	whyTail = 120
+)
+
+// cutWhy returns the why of a file of node for a line of the fleet's
+// (`meshfold fleet`, the console's fleet page): whole when at most
+// whyKeep bytes, else its head and its tail, each ending or starting
+// between words, joined by " … ", then its length and where it is whole:
+// "(276 bytes; whole in 'meshfold state ace')". A text with a control
+// character is quoted first (events.Plain). events.ErrorText, which cut
+// it before, cuts at a byte count: "(the --from or…7:54Z is not what" (a
+// fresh user's finding L4).
+func cutWhy(node, why string) string {
+	s := events.Plain(why)
+	if len(s) <= whyKeep {
+		return s
+	}
+	head, tail := s[:runeStart(s, whyKeep-whyTail)], s[runeStart(s, len(s)-whyTail):]
+	// The head ends, and the tail starts, at a space: the word cut in
+	// two is left out, unless the head (or tail) is one word.
+	if s[len(head)] != ' ' {
+		if i := strings.LastIndexByte(head, ' '); i > 0 {
+			head = head[:i]
+		}
+	}
+	if s[len(s)-len(tail)-1] != ' ' {
+		if i := strings.IndexByte(tail, ' '); i >= 0 && i < len(tail)-1 {
+			tail = tail[i+1:]
+		}
+	}
+	return strings.TrimRight(head, " ") + " … " + strings.TrimLeft(tail, " ") +
+		" (" + strconv.Itoa(len(why)) + " bytes; whole in 'meshfold state " + node + "')"
+}
+
+// runeStart returns the largest index of s at most n where a rune
+// starts (0 ≤ n < len(s)).
+func runeStart(s string, n int) int {
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return n
 }
 
 func linkText(l *Link) string {

@@ -611,10 +611,22 @@ func SourcesHeader(ps []SourceProblem) string {
 	return "not filled, as the provisioner reports it:\n"
 }
 
-// SourcesText is what [FleetSourcesText] and `meshfold state` print for
-// one node's source problems, a line each; now dates them.
+// SourcesText is what `meshfold state` and the console's node page print
+// for one node's source problems, a line each (a long one wraps), each
+// why whole; now dates them.
 func SourcesText(node string, ps []SourceProblem, now time.Time) string {
+	return sourcesText(node, ps, now, false)
+}
+
+// sourcesText is [SourcesText], each why cut ([cutWhy]) when cut.
+func sourcesText(node string, ps []SourceProblem, now time.Time, cut bool) string {
 	var t textWriter
+	why := func(s string) string {
+		if cut {
+			return cutWhy(node, s)
+		}
+		return events.Plain(s)
+	}
 	for _, p := range ps {
 		if p.State == NoProvisioner {
 			t.line(0, "source", fmt.Sprintf("%s %s: %s ago: %s", node, p.State, Age(now.Sub(p.Since)), p.Why))
@@ -626,22 +638,24 @@ func SourcesText(node string, ps []SourceProblem, now time.Time) string {
 		}
 		if p.State == Shadowed {
 			t.line(0, "source", fmt.Sprintf("%s %s %s sealed secret shadowed since %s ago%s: %s", node, p.Module, events.Text(p.Path),
-				Age(now.Sub(p.Since)), stale, events.ErrorText(p.Why)))
+				Age(now.Sub(p.Since)), stale, why(p.Why)))
 			continue
 		}
 		t.line(0, "source", fmt.Sprintf("%s %s %s not filled: %s since %s ago%s: %s", node, p.Module, events.Text(p.Path), p.State,
-			Age(now.Sub(p.Since)), stale, events.ErrorText(p.Why)))
+			Age(now.Sub(p.Since)), stale, why(p.Why)))
 	}
 	return t.b.String()
 }
 
-// FleetSourcesText lists the source problems of rows, a line each,
-// after a line for each row whose provisioner is down ([ProvisionerDownText]).
+// FleetSourcesText lists the source problems of rows, a line each, each
+// why longer than [whyKeep] bytes cut between words ([cutWhy]: `meshfold
+// state NODE` prints it whole), after a line for each row whose
+// provisioner is down ([ProvisionerDownText]).
 func FleetSourcesText(rows []FleetRow, now time.Time) string {
 	var b strings.Builder
 	for _, r := range rows {
 		b.WriteString(ProvisionerDownText(r.Node, r.ProvisionerDown, now))
-		b.WriteString(SourcesText(r.Node, r.Sources, now))
+		b.WriteString(sourcesText(r.Node, r.Sources, now, true))
 	}
 	return b.String()
 }
