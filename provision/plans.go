@@ -56,7 +56,7 @@ func (c *Client) settled(ctx context.Context, plan uint64) {
 	if err != nil || m.Event.Seq != plan {
 		return
 	}
-	if err := c.verify(m); err != nil {
+	if err := c.checkTrust(ctx, m); err != nil {
 		c.log.Error("settled plan not from a trusted reconciler: not filled", "plan", plan, "err", err)
 		return
 	}

@@ -201,6 +201,14 @@ type Client struct {
 	// (guarded by fillMu); retryUnfilled tries them again.
 	unfilled map[FileRef]bool
 	lastWhy  map[FileRef]string
+
+	// trustMu guards trustRec and trustWarn, and orders the writes of
+	// the trust record (checkTrust).
+	trustMu sync.Mutex
+	// trustRec is the node's trust refusal as the status bucket holds it
+	// (store.FillUntrusted, as last written or read; nil: none).
+	trustRec  *store.FillStatus
+	trustWarn bool
 }
 
 // New checks cfg and returns a client that is not running yet.
@@ -386,7 +394,8 @@ func (c *Client) Run(ctx context.Context) (rerr error) {
 	})
 	wg.Go(func() { c.resync(ctx) })
 	wg.Go(func() { c.retryUnfilled(ctx) })
-	c.follow(ctx, events.KindKnock, from, c.verify, func(ctx context.Context, m store.Msg) { c.knocked(c.extract(ctx, m), m.Event) })
+	c.follow(ctx, events.KindKnock, from, func(m store.Msg) error { return c.checkTrust(ctx, m) },
+		func(ctx context.Context, m store.Msg) { c.knocked(c.extract(ctx, m), m.Event) })
 	return nil
 }
 
@@ -572,7 +581,7 @@ func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 		return r, fmt.Errorf("provisioner: %w", err)
 	}
 	seq, plan := m.Event.Seq, m.Event.Payload.(*events.Plan)
-	if err := c.verify(m); err != nil {
+	if err := c.checkTrust(ctx, m); err != nil {
 		return r, fmt.Errorf("provisioner: newest plan %d: %w (the reconciler publishes its own again)", seq, err)
 	}
 	r.Plan = seq

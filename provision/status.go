@@ -171,6 +171,16 @@ func (c *Client) loadStatus(ctx context.Context) {
 	c.fillMu.Lock()
 	defer c.fillMu.Unlock()
 	for _, st := range sts {
+		if st.Module == "" {
+			if st.State == store.FillUntrusted {
+				// A previous run's trust refusal: the first plan or
+				// knock this run accepts deletes it (checkTrust).
+				c.trustMu.Lock()
+				c.trustRec = &st
+				c.trustMu.Unlock()
+			}
+			continue // no file's
+		}
 		c.status[FileRef{Module: st.Module, Path: st.Path}] = st
 	}
 }

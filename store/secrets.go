@@ -258,6 +258,10 @@ type FillStatus struct {
 	// which one shadows the put; empty otherwise (and from a provisioner
 	// older than this field).
 	Source string `json:"source,omitempty"`
+	// Signer is, in state [FillUntrusted], the key that signed the plan
+	// or knock the provisioner refused (its public nkey; empty when it
+	// was unsigned); empty otherwise.
+	Signer string `json:"signer,omitempty"`
 }
 
 // FillState is the kind of a [FillStatus].
@@ -287,10 +291,30 @@ const (
 	// is accepted, also when the fold owes nothing (an earlier fill at
 	// the same plan paid the refusal).
 	FillRefused FillState = "refused"
+	// FillUntrusted: the provisioner refuses the node's plans or knocks
+	// for their signature (store.ErrUntrusted, ErrRetired, ErrUnsigned:
+	// a key its --trust does not name, one retired past its overlap, or
+	// none), so it fills no file of the node and takes no knock. Not a
+	// file's: Module and Path are empty and the status is kept under
+	// [TrustStatusKey], one per node, written when the refusal's cause
+	// (the key, and why it is refused) changes and deleted once the
+	// provisioner accepts a plan or knock again.
+	FillUntrusted FillState = "untrusted"
 )
 
+// trustStatusSuffix is the last two tokens of a node's [FillUntrusted]
+// status: <node>.provisioner.trust, three tokens as a file's status, so
+// that [ReadFillStatus] of every node reads it in the same pass, and
+// never a file's key ("trust" is no unpadded base64 of any path).
+const trustStatusSuffix = knockAnswerSuffix + ".trust"
+
+// TrustStatusKey is the fill status bucket's key where node's
+// provisioner keeps its [FillUntrusted] status.
+func TrustStatusKey(node string) string { return node + "." + trustStatusSuffix }
+
 // ReadFillStatus lists the fill statuses of node ("" for every node),
-// in key order.
+// in key order: its files', and its provisioner's [FillUntrusted] one
+// (Module and Path empty) when it refuses the node's plans or knocks.
 //
 // Errors: the bucket's read.
 func ReadFillStatus(ctx context.Context, kv jetstream.KeyValue, node string) ([]FillStatus, error) {
@@ -418,4 +442,24 @@ func GetKnockAnswer(ctx context.Context, kv jetstream.KeyValue, node string) (a 
 		return KnockAnswer{}, false, nil
 	}
 	return a, true, nil
+}
+
+// GetTrustStatus returns node's [FillUntrusted] status (under
+// [TrustStatusKey]); ok is false when none is stored (its provisioner
+// accepts the node's plans and knocks, or never refused one) or it does
+// not decode.
+//
+// Errors: the get's, other than for no key.
+func GetTrustStatus(ctx context.Context, kv jetstream.KeyValue, node string) (st FillStatus, ok bool, err error) {
+	e, err := kv.Get(ctx, TrustStatusKey(node))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return st, false, nil
+	}
+	if err != nil {
+		return st, false, err
+	}
+	if json.Unmarshal(e.Value(), &st) != nil || st.State != FillUntrusted {
+		return FillStatus{}, false, nil
+	}
+	return st, true, nil
 }
