@@ -202,9 +202,13 @@ type Client struct {
 	unfilled map[FileRef]bool
 	lastWhy  map[FileRef]string
 
-	// trustMu guards trustRec and trustWarn, and orders the writes of
-	// the trust record (checkTrust).
+	// trustMu guards trustBad, trustRec and trustWarn, and orders the
+	// writes of the trust record (checkTrust).
 	trustMu sync.Mutex
+	// trustBad is, by kind (plan, knock), the newest effect refused for
+	// its signer, as its record (the first of its cause), until one of
+	// that kind is accepted.
+	trustBad map[events.Kind]store.FillStatus
 	// trustRec is the node's trust refusal as the status bucket holds it
 	// (store.FillUntrusted, as last written or read; nil: none).
 	trustRec  *store.FillStatus
@@ -254,7 +258,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
 	cfg.Stream = cfg.Stream.WithDefaults()
 	return &Client{nc: nc, js: js, cfg: cfg, subj: cfg.Stream.Subjects(), refused: map[FileRef]bool{},
 		sources: sources, status: map[FileRef]store.FillStatus{}, unfilled: map[FileRef]bool{}, lastWhy: map[FileRef]string{},
-		tr: tracing.Tracer(cfg.Tracing), log: log.With("node", cfg.Node, "account", cfg.Account)}, nil
+		trustBad: map[events.Kind]store.FillStatus{},
+		tr:       tracing.Tracer(cfg.Tracing), log: log.With("node", cfg.Node, "account", cfg.Account)}, nil
 }
 
 // Run fills every declared file on start and again on every knock, until

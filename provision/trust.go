@@ -8,21 +8,28 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 )
 
 // checkTrust verifies m's signature ([Client.verify]) and keeps the fill
 // status bucket's record of the node's trust refusal (store.FillUntrusted,
-// under store.TrustStatusKey) as it says: a plan or knock refused for its
-// signer (a key --trust does not name, one retired past its overlap, or
-// none: store.ErrUntrusted, ErrRetired, ErrUnsigned) is recorded, once per
-// cause (the key and why), and one accepted deletes the record. Without
-// it, only this client's log said why no file of the node was filled and
-// no knock answered: `fleet`, `state`, `poke` and the console asked
-// whether a provisioner was running (a fresh user's finding G6). A
-// signature that does not verify (an altered or copied effect) is only
-// logged: no --trust fixes it, and the reconciler publishes its own
-// effect again.
+// under store.TrustStatusKey) as it says. Without it, only this client's
+// log said why no file of the node was filled and no knock answered:
+// `fleet`, `state`, `poke` and the console asked whether a provisioner
+// was running (a fresh user's finding G6).
+//
+// A plan or knock refused for its signer (a key --trust does not name,
+// one retired past its overlap, or none: store.ErrUntrusted, ErrRetired,
+// ErrUnsigned) is the newest refusal of its kind until an effect of that
+// kind is accepted. The record says the plans' refusal, else the
+// knocks', and is deleted when neither kind's newest effect was refused:
+// a knock accepted while the newest plan is refused still fills nothing,
+// and a plan accepted while knocks are refused answers none. It is
+// written when its cause (the key, and why it is refused) changes, not
+// per plan or knock. A signature that does not verify (an altered or
+// copied effect) is only logged: no --trust fixes it, and the reconciler
+// publishes its own effect again.
 func (c *Client) checkTrust(ctx context.Context, m store.Msg) error {
 	err := c.verify(m)
 	if c.cfg.Trust == nil || c.cfg.Status == nil {
@@ -30,50 +37,68 @@ func (c *Client) checkTrust(ctx context.Context, m store.Msg) error {
 	}
 	switch {
 	case err == nil:
-		c.trusted(ctx)
+		c.trustMu.Lock()
+		delete(c.trustBad, m.Event.Kind)
+		c.syncTrust(ctx)
+		c.trustMu.Unlock()
 	case errors.Is(err, store.ErrUntrusted), errors.Is(err, store.ErrRetired), errors.Is(err, store.ErrUnsigned):
-		c.untrusted(ctx, m, err)
+		st := store.FillStatus{V: 1, Node: c.cfg.Node, State: store.FillUntrusted, Signer: m.Signer, Since: time.Now().UTC(),
+			Why: fmt.Sprintf("%s #%d %s", m.Event.Kind, m.Event.Seq, untrustedCause(m.Signer, err))}
+		c.trustMu.Lock()
+		if old, ok := c.trustBad[m.Event.Kind]; !ok || !sameCause(old, st) {
+			c.trustBad[m.Event.Kind] = st // the first of its cause: its effect and time
+		}
+		c.syncTrust(ctx)
+		c.trustMu.Unlock()
 	}
 	return err
 }
 
-// untrusted records that m was refused for its signer (err says why),
-// unless the record holds that cause already.
-func (c *Client) untrusted(ctx context.Context, m store.Msg, err error) {
-	cause := untrustedCause(m.Signer, err)
-	c.trustMu.Lock()
-	defer c.trustMu.Unlock()
-	if old := c.trustRec; old != nil && old.Signer == m.Signer && strings.HasSuffix(old.Why, cause) {
-		return // the same cause: written once, not per plan or knock
+// sameCause reports whether two trust refusals have one cause: the same
+// signer, refused for the same reason, whichever effect named it.
+func sameCause(a, b store.FillStatus) bool {
+	causeOf := func(why string) string {
+		if i := strings.Index(why, " is "); i >= 0 {
+			return why[i:]
+		}
+		return why
 	}
-	st := store.FillStatus{V: 1, Node: c.cfg.Node, State: store.FillUntrusted, Signer: m.Signer, Since: time.Now().UTC(),
-		Why: fmt.Sprintf("%s #%d %s", m.Event.Kind, m.Event.Seq, cause)}
-	data, _ := json.Marshal(st)
-	if _, err := c.cfg.Status.Put(ctx, store.TrustStatusKey(c.cfg.Node), data); err != nil {
-		c.trustFailed(ctx, err)
-		return
-	}
-	c.trustWarn = false
-	c.trustRec = &st
-	c.log.Warn("recorded for fleet, state and poke: this provisioner refuses the node's plans and knocks for their signer",
-		"why", st.Why, "trusted", c.cfg.Trust.String())
+	return a.Signer == b.Signer && causeOf(a.Why) == causeOf(b.Why)
 }
 
-// trusted deletes the record of a trust refusal once a plan or knock is
-// accepted again.
-func (c *Client) trusted(ctx context.Context) {
-	c.trustMu.Lock()
-	defer c.trustMu.Unlock()
-	if c.trustRec == nil {
-		return
+// syncTrust writes the record that c.trustBad calls for (its plan's
+// refusal, else its knock's, else none) when the bucket holds another
+// cause; c.trustMu is held.
+func (c *Client) syncTrust(ctx context.Context) {
+	want, ok := c.trustBad[events.KindPlan]
+	if !ok {
+		want, ok = c.trustBad[events.KindKnock]
 	}
-	if err := c.cfg.Status.Delete(ctx, store.TrustStatusKey(c.cfg.Node)); err != nil {
-		c.trustFailed(ctx, err)
+	old := c.trustRec
+	switch {
+	case !ok && old == nil:
 		return
+	case !ok:
+		if err := c.cfg.Status.Delete(ctx, store.TrustStatusKey(c.cfg.Node)); err != nil {
+			c.trustFailed(ctx, err)
+			return
+		}
+		c.trustWarn = false
+		c.trustRec = nil
+		c.log.Info("plans and knocks trusted again: the record of their refusal is deleted", "was", old.Why)
+	case old != nil && sameCause(*old, want):
+		return // written once a cause, not per plan or knock
+	default:
+		data, _ := json.Marshal(want)
+		if _, err := c.cfg.Status.Put(ctx, store.TrustStatusKey(c.cfg.Node), data); err != nil {
+			c.trustFailed(ctx, err)
+			return
+		}
+		c.trustWarn = false
+		c.trustRec = &want
+		c.log.Warn("recorded for fleet, state and poke: this provisioner refuses the node's plans or knocks for their signer",
+			"why", want.Why, "trusted", c.cfg.Trust.String())
 	}
-	c.trustWarn = false
-	c.log.Info("plans and knocks trusted again: the record of their refusal is deleted", "was", c.trustRec.Why)
-	c.trustRec = nil
 }
 
 // trustFailed logs a failed write of the trust record, once until one

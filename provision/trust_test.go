@@ -23,10 +23,11 @@ import (
 // fix), where fleet, state and poke read it, instead of only logging it
 // (a fresh user's finding G6: they asked whether a provisioner ran). It
 // writes the record once per cause, not per plan or knock: another knock
-// of the same key leaves it as it is, an unsigned one is another cause.
-// A plan it trusts, arriving and settling, deletes the record and is
-// filled; a provisioner restarted with the wrong trust records it again,
-// and one restarted with the right trust deletes it on start.
+// of the same key leaves it as it is, and so does an unsigned knock, since
+// the plans' refusal leads. A plan it trusts, arriving and settling, is
+// filled, and the record then says the knocks' refusal, until a knock it
+// trusts deletes it; a provisioner restarted with the wrong trust records
+// it again, and one restarted with the right trust deletes it on start.
 func TestUntrustedKeyRecordedAndCleared(t *testing.T) {
 	e := newSealedEnv(t)
 	newKey := func() (*store.Signer, *store.Trust) {
@@ -128,32 +129,44 @@ func TestUntrustedKeyRecordedAndCleared(t *testing.T) {
 			strings.HasPrefix(st.Why, fmt.Sprintf("plan #%d is signed by key %s, which this provisioner does not trust", p1, reconciler.PublicKey())) &&
 			strings.Contains(st.Why, "add it to --trust (MESHFOLD_TRUST)")
 	})
-	// Another knock of the same key: the same cause, nothing written.
-	k1 := signed(reconciler, knock)
-	waitfor.Until(t, wait, "the knock's refusal logged", func() bool {
-		for _, l := range strings.Split(e.logs.String(), "\n") {
-			if strings.Contains(l, "knock ignored: not from a trusted reconciler") && strings.Contains(l, fmt.Sprintf(" knock=%d ", k1)) {
-				return true
+	unchanged := func(what string, after uint64) {
+		t.Helper()
+		waitfor.Until(t, wait, what+": its refusal logged", func() bool {
+			for _, l := range strings.Split(e.logs.String(), "\n") {
+				if strings.Contains(l, "knock ignored: not from a trusted reconciler") && strings.Contains(l, fmt.Sprintf(" knock=%d ", after)) {
+					return true
+				}
 			}
+			return false
+		})
+		again, err := e.status.Get(ctxT(t), store.TrustStatusKey("ace"))
+		if err != nil {
+			t.Fatalf("the record after %s: %v", what, err)
 		}
-		return false
-	})
-	if again, err := e.status.Get(ctxT(t), store.TrustStatusKey("ace")); err != nil || again.Revision() != first.Revision() {
-		t.Fatalf("the record after a knock of the same key: %v, %v; want revision %d unchanged (once per cause)", again, err, first.Revision())
+		if again.Revision() != first.Revision() {
+			t.Fatalf("the record after %s: revision %d, want %d unchanged (written once a cause):\n%s", what, again.Revision(), first.Revision(), again.Value())
+		}
 	}
-	// An unsigned knock is another cause.
+	// A knock of the same key: the same cause, nothing written. An
+	// unsigned one: the plan's refusal leads (nothing is filled while
+	// the newest plan is refused), nothing written either.
+	unchanged("a knock of the same key", signed(reconciler, knock))
 	k2 := e.append(t, knock)
-	record("an unsigned knock's refusal recorded", func(st store.FillStatus) bool {
-		return st.Signer == "" && strings.HasPrefix(st.Why, fmt.Sprintf("knock #%d is not signed", k2))
-	})
+	unchanged("an unsigned knock", k2)
 	if filled() {
 		t.Fatal("a file was filled from a plan the provisioner does not trust")
 	}
-	// A plan of the key it trusts settles: filled, and the record deleted.
+	// A plan of the key it trusts settles: it is filled, and the record
+	// says the knocks' refusal, which stands until a knock is accepted
+	// (none is answered until then).
 	p2 := plan(other, "g:2")
 	e.settled(t, p2)
-	e.waitStatus(t, "the record deleted once a trusted plan arrived", func(sts []store.FillStatus) bool { return len(sts) == 0 })
 	waitfor.Until(t, wait, "the trusted plan's file filled", filled)
+	record("the knocks' refusal recorded once the plan is trusted", func(st store.FillStatus) bool {
+		return st.Signer == "" && strings.HasPrefix(st.Why, fmt.Sprintf("knock #%d is not signed", k2))
+	})
+	signed(other, knock)
+	e.waitStatus(t, "the record deleted once a trusted knock arrived", func(sts []store.FillStatus) bool { return len(sts) == 0 })
 	stop()
 
 	// Restarted with the wrong trust (a stale trust file) against a plan
