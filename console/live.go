@@ -654,7 +654,7 @@ func (f *fleet) pollSources(ctx context.Context, now func() time.Time) {
 			merged := make(map[string][]audit.SourceProblem, len(ps)+len(unanswered))
 			maps.Copy(merged, ps)
 			for n, p := range unanswered {
-				merged[n] = append(slices.Clip(merged[n]), p)
+				merged[n] = audit.AddUnanswered(merged[n], p)
 			}
 			ps = merged
 		}

@@ -62,7 +62,7 @@ func (r *Reader) Sources(ctx context.Context, node string) (map[string][]audit.S
 			return nil, err
 		}
 		if p, ok := un[node]; ok {
-			out[node] = append(out[node], p)
+			out[node] = audit.AddUnanswered(out[node], p)
 		}
 	}
 	return out, nil

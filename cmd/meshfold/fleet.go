@@ -271,7 +271,7 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 			if err != nil {
 				knockErr.CompareAndSwap(nil, &err)
 			} else if ok {
-				row.SetSources(append(slices.Clip(row.Sources), p))
+				row.SetSources(audit.AddUnanswered(row.Sources, p))
 			}
 		}
 		var arena lineArena
@@ -356,7 +356,7 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	} else {
 		for i := range rows {
 			if p, ok := un[rows[i].Node]; ok {
-				rows[i].SetSources(append(slices.Clip(rows[i].Sources), p))
+				rows[i].SetSources(audit.AddUnanswered(rows[i].Sources, p))
 			}
 		}
 	}

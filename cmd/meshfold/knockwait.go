@@ -24,7 +24,9 @@ import (
 // brings: its answer (store.KnockAnswer, in the fill status bucket) names
 // a knock caused by the poke or later. It says on stderr, for each node,
 // that its provisioner took it, or, after the wait, that none answered
-// and what to check: a provisioner that is not running, or, when no knock
+// and what to check: a provisioner that is not running, one that runs
+// and refuses the node's plans and knocks for their signer (its record,
+// store.GetTrustStatus: the key, and what to do), or, when no knock
 // answers the poke at all, a reconciler that is not. It never fails the
 // command: the poke is stored either way, and a provisioner started later
 // fills everything on start.
@@ -121,6 +123,14 @@ func (a *app) awaitKnockAnswers(ctx context.Context, pokes map[string]uint64, wa
 			// Nothing to fill since the wait began (a want without
 			// files composed meanwhile): no provisioner is needed.
 			fmt.Fprintf(a.stderr, "poke %s: no provisioner answered within %s; none is needed: its newest plan declares no file to fill\n", n, wait)
+			continue
+		}
+		if st, ok, err := store.GetTrustStatus(ctx, kv, n); err == nil && ok {
+			// The provisioner runs, and refuses the knock for its
+			// signer: asking whether one runs would send the operator
+			// the wrong way (a fresh user's finding G6).
+			fmt.Fprintf(a.stderr, "warning: poke %s: no provisioner took knock #%d within %s: its provisioner refuses the node's plans and knocks (since %s ago): %s\n",
+				n, m.Event.Seq, wait, audit.Age(time.Since(st.Since)), events.ErrorText(st.Why))
 			continue
 		}
 		var ans *audit.KnockAnswer

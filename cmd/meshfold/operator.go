@@ -156,9 +156,11 @@ for none; nor for a node whose provisioner is recorded down
 (provisioner-down in 'meshfold fleet'): it says at once since when. Otherwise,
 after the wait, it says that none did: "no provisioner
 answered within 5s; is 'meshfold provision NODE …' running for NODE?", with
-when it last answered; or, with no knock at all, that no reconciler
-published one. Either way it exits 0: the poke
-is stored, and a provisioner started later fills every file on start.
+when it last answered; or, when its provisioner refuses the node's plans
+and knocks for their signer (a key its --trust does not name), that key and
+what to do; or, with no knock at all, that no reconciler published one.
+Either way it exits 0: the poke is stored, and a provisioner started later
+fills every file on start.
 'meshfold state' and 'fleet' show such a knock too (NEEDS source).
 
 ` + newNodeHelp + "\n\n" + allRetiredHelp,

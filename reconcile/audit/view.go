@@ -514,8 +514,10 @@ type SourceProblem struct {
 	Module string `json:"module"`
 	Path   string `json:"path"`
 	// State: missing, source-failed, sealed-to-other-key, cannot-open,
-	// not-sent (store.FillState); or [Shadowed], a file filled from an
-	// earlier source than its sealed secret.
+	// not-sent, refused (store.FillState); or [Shadowed], a file filled
+	// from an earlier source than its sealed secret; or, with Module and
+	// Path empty, the node's: [Untrusted] (its provisioner refuses the
+	// node's plans and knocks for their signer) or [NoProvisioner].
 	State string `json:"state"`
 	// Why says what each source answered.
 	Why string `json:"why"`
@@ -594,6 +596,28 @@ func KnockUnanswered(node string, knock, cause uint64, knockTime time.Time, ans 
 			grace, knock, cause, node, node, last)}, true
 }
 
+// Untrusted is the [SourceProblem] State of a node whose provisioner
+// refuses its plans and knocks for their signer (store.FillUntrusted: a
+// key its --trust does not name, one retired past its overlap, or none),
+// so that it fills no file and takes no knock: Module and Path are
+// empty, and Why names the key and what to do. It says why the node's
+// knocks go unanswered ([AddUnanswered]).
+const Untrusted = "untrusted"
+
+// AddUnanswered returns ps with p, the node's [NoProvisioner] problem
+// (an unanswered knock, [KnockUnanswered]), added, unless ps holds its
+// provisioner's [Untrusted] problem: that says why the knock is not
+// answered (the provisioner runs, and refuses it), where the unanswered
+// knock's line would ask whether one runs (a fresh user's finding G6).
+// ps itself is not changed. The one rule of `fleet`, `state` and the
+// console.
+func AddUnanswered(ps []SourceProblem, p SourceProblem) []SourceProblem {
+	if slices.ContainsFunc(ps, func(q SourceProblem) bool { return q.State == Untrusted }) {
+		return ps
+	}
+	return append(slices.Clip(ps), p)
+}
+
 // Shadowed is the [SourceProblem] State of a file that is filled, but
 // from a source tried before the sealed one, while the sealed secret put
 // for it holds other content (store.FillShadowed): the put is not what
@@ -635,6 +659,11 @@ func sourcesText(node string, ps []SourceProblem, now time.Time, cut bool) strin
 		stale := ""
 		if p.Stale {
 			stale = " (as its provisioner, now down, last saw it)"
+		}
+		if p.State == Untrusted {
+			t.line(0, "source", fmt.Sprintf("%s %s: its provisioner refuses the node's plans and knocks, since %s ago%s: %s", node, p.State,
+				Age(now.Sub(p.Since)), stale, events.ErrorText(p.Why)))
+			continue
 		}
 		if p.State == Shadowed {
 			t.line(0, "source", fmt.Sprintf("%s %s %s sealed secret shadowed since %s ago%s: %s", node, p.Module, events.Text(p.Path),
