@@ -45,7 +45,14 @@
 // the node agent follows its plans with) and fills everything again on
 // each. A knock missed while the client was down is covered by the fill
 // on start. With [Config.Trust], a knock whose signature does not verify
-// is logged and ignored. Knocks that arrive while a fill runs are
+// is logged and ignored, and so is a newest plan (nothing is filled from
+// it). One refused for its signer (a key the trust does not name, one
+// retired past its overlap, or none) is also recorded in the fill status
+// bucket, once per cause: a node-level status in state
+// store.FillUntrusted under store.TrustStatusKey, naming the key, which
+// `state`, `fleet`, `poke` and the console show in place of an unanswered
+// knock; it is deleted once the newest plan and knock are trusted again.
+// Knocks that arrive while a fill runs are
 // coalesced: only the newest accepted knock of a backlog triggers a fill.
 // The client records the newest knock it took in the fill status bucket
 // (store.KnockAnswer, under store.KnockAnswerKey: on start, the newest
