@@ -20,13 +20,19 @@ type denials struct {
 	waiters map[string]map[chan error]struct{}
 }
 
-// denialsOf holds the denials of every connection a Publisher uses,
-// installed once per connection in front of its own error handler.
+// denialsOf holds the denials of every open connection a Publisher or a
+// guard uses, installed once per connection in front of its own error
+// handler. An entry is deleted when its connection closes (its closed
+// handler, chained in front of the connection's own), and, should that
+// handler have been replaced since, by the next install's sweep: the map
+// holds the open connections, never every connection a long-running
+// process ever made (each entry keeps its *nats.Conn reachable).
 var denialsOf sync.Map // *nats.Conn → *denials
 
 var deniedPublish = regexp.MustCompile(`Publish to "([^"]+)"`)
 
-// watchDenials returns nc's denials, installing them on first use.
+// watchDenials returns nc's denials, installing them on first use. A
+// closed nc's are not kept (nothing is published on it any more).
 func watchDenials(nc *nats.Conn) *denials {
 	if nc == nil {
 		return nil
@@ -35,6 +41,10 @@ func watchDenials(nc *nats.Conn) *denials {
 		return d.(*denials)
 	}
 	d := &denials{waiters: map[string]map[chan error]struct{}{}}
+	if nc.IsClosed() {
+		return d
+	}
+	sweepDenials()
 	if old, loaded := denialsOf.LoadOrStore(nc, d); loaded {
 		return old.(*denials)
 	}
@@ -45,7 +55,29 @@ func watchDenials(nc *nats.Conn) *denials {
 			prev(c, sub, err)
 		}
 	})
+	prevClosed := nc.ClosedHandler()
+	nc.SetClosedHandler(func(c *nats.Conn) {
+		denialsOf.CompareAndDelete(c, d)
+		if prevClosed != nil {
+			prevClosed(c)
+		}
+	})
+	if nc.IsClosed() {
+		// Closed while the handler was set: it may not run.
+		denialsOf.CompareAndDelete(nc, d)
+	}
 	return d
+}
+
+// sweepDenials deletes the entries of connections that are closed: those
+// whose closed handler (watchDenials) was replaced after it was set.
+func sweepDenials() {
+	denialsOf.Range(func(k, v any) bool {
+		if k.(*nats.Conn).IsClosed() {
+			denialsOf.CompareAndDelete(k, v)
+		}
+		return true
+	})
 }
 
 // note passes a publish permission violation to the waiters of its

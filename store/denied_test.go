@@ -97,3 +97,65 @@ func TestAppendRetryingThroughALeaderElection(t *testing.T) {
 		t.Fatalf("newest want %s; acknowledged at %d", m, ack.Seq)
 	}
 }
+
+// The denials kept for a connection are freed when it closes: a
+// long-running process that opens and closes connections (each with a
+// Publisher) holds the open ones only, not every *nats.Conn it ever made
+// (the map kept each one reachable). The closed handler set before is
+// still called; one replaced after the install leaves the entry to the
+// next install's sweep.
+func TestDenialsFreedWhenTheConnectionCloses(t *testing.T) {
+	e, _, _, _, cfg := storetest.StartStream(t, store.StreamConfig{})
+	connect := func(opts ...nats.Option) *nats.Conn {
+		t.Helper()
+		nc, err := e.Connect(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.NewPublisher(js, cfg.Subjects())
+		if !store.DenialsWatched(nc) {
+			t.Fatal("a Publisher's connection is not watched")
+		}
+		return nc
+	}
+	before := store.DenialsHeld()
+	for i := range 100 {
+		closed := make(chan struct{})
+		nc := connect(nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+		nc.Close()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("connection %d: its own closed handler was not called", i)
+		}
+		if store.DenialsWatched(nc) {
+			t.Fatalf("connection %d: its denials are still held after it closed", i)
+		}
+	}
+	if held := store.DenialsHeld(); held > before {
+		t.Errorf("after 100 connections opened and closed: %d held, %d before", held, before)
+	}
+	// A closed handler set after the install replaces the one that frees
+	// the entry: the next install sweeps it.
+	nc := connect()
+	replaced := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(replaced) })
+	nc.Close()
+	select {
+	case <-replaced:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replacing closed handler was not called")
+	}
+	if !store.DenialsWatched(nc) {
+		t.Fatal("the entry is gone with its closed handler replaced: the sweep below is not tested")
+	}
+	connect()
+	if store.DenialsWatched(nc) {
+		t.Error("a closed connection's denials survive the next install")
+	}
+}
