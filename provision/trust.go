@@ -120,7 +120,7 @@ func (c *Client) trustFailed(ctx context.Context, err error) {
 func untrustedCause(signer string, err error) string {
 	switch {
 	case errors.Is(err, store.ErrUnsigned):
-		return "is not signed: this provisioner acts only on signed plans and knocks, which a reconciler of this version publishes (not an older one, nor a hand's)"
+		return "is not signed: this provisioner acts only on signed plans and knocks (a reconciler of this version signs each; an older one's, or one published by hand, is not)"
 	case errors.Is(err, store.ErrRetired):
 		since := ""
 		if _, s, ok := strings.Cut(err.Error(), "(since "); ok {
