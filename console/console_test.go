@@ -800,6 +800,32 @@ func TestUnansweredKnock(t *testing.T) {
 	})
 }
 
+// A node whose provisioner refuses its plans and knocks for their signer
+// (its report: state untrusted, naming the key) shows that on the fleet
+// page in place of the unanswered knock's "is it running?" line, as
+// `fleet` does (audit.AddUnanswered; a fresh user's finding G6).
+func TestUntrustedProvisionerReplacesUnansweredKnock(t *testing.T) {
+	grace := audit.KnockGrace
+	audit.KnockGrace = 0
+	t.Cleanup(func() { audit.KnockGrace = grace })
+	f := newFake()
+	healthy(f, "bob")
+	if incident1(f)() == 0 {
+		t.Fatal("incident1 made no knock")
+	}
+	fx := start(t, f)
+	fx.waitPage(t, "/", "no-provisioner")
+	const why = "plan #2 is signed by key NA6UVR62MPJAQIXYAE3IAT2NUZOGYUHULHC343KVG466NJSHEVCCN2KI, which this provisioner does not trust: " +
+		"if it is the reconciler's, add it to --trust (MESHFOLD_TRUST)"
+	f.mu.Lock()
+	f.sources = map[string][]audit.SourceProblem{"ace": {{State: audit.Untrusted, Why: why, Since: base}}}
+	f.mu.Unlock()
+	page := fx.waitPage(t, "/", "ace untrusted: its provisioner refuses the node&#39;s plans and knocks")
+	if strings.Contains(page, "no-provisioner") || !strings.Contains(strings.Join(strings.Fields(page), " "), "NA6UVR62MPJAQIXYAE3IAT2NUZOGYUHULHC343KVG466NJSHEVCCN2KI") {
+		t.Errorf("the fleet page does not show the provisioner's refusal alone, naming the key:\n%s", page)
+	}
+}
+
 // Issue 22: the node timeline colours haves by what they say (a failed
 // or unhealthy module visible at a glance) and marks the agent's down and
 // up moments with a line across the lanes; the fleet page lists the agent
