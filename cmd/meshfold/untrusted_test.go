@@ -103,7 +103,7 @@ func TestUntrustedProvisionerSaid(t *testing.T) {
 		return audit.FleetRow{}, false
 	})
 	if !slices.Contains(row.Attention, "source") || len(row.Sources) != 1 || row.Sources[0].State != audit.Untrusted ||
-		!strings.Contains(row.Sources[0].Why, key) {
+		!strings.Contains(row.Sources[0].Why, key) || row.Sources[0].Signer != key {
 		t.Errorf("fleet -o json: ace's row %+v; want its one source problem untrusted, naming %s", row, key)
 	}
 	if code := stop(); code != 0 {

@@ -523,6 +523,9 @@ type SourceProblem struct {
 	Why string `json:"why"`
 	// Since is when the provisioner first saw it so.
 	Since time.Time `json:"since"`
+	// Signer is, of an [Untrusted] problem, the key that signed the plan
+	// or knock the provisioner refused (empty: unsigned); empty otherwise.
+	Signer string `json:"signer,omitempty"`
 	// Stale: the provisioner that reported it is down
 	// (reconcile.View.ProvisionerDown): it is what that provisioner last
 	// saw, and nobody looks again until one runs (which fills on start,
