@@ -32,6 +32,7 @@ func newApplyCmd(a *app) *cobra.Command {
 	var (
 		file, by, reason string
 		dryRun           bool
+		allowEmpty       bool
 		o                applyChecks
 		timeout          time.Duration
 	)
@@ -52,9 +53,14 @@ the fleet still in progress.
 --dry-run prints each target's want difference and the batches, and publishes
 nothing; it refuses what apply would refuse, with the same exit code. Errors
 in the file are said as FILE:LINE:COLUMN: error: FIELD: what (a syntax error
-where it begins, and what was expected); a selector that matches no node is a
-warning, and so is a canary that holds every target (canary: 9 of 4 targets:
-every target is a canary, and the promote only ends it; both print it).
+where it begins, and what was expected). A group whose selector matches no
+owned node is an error too (a typo, role: wbe, would give every node a want
+without the group's modules, so the rollout would remove them fleet-wide);
+--allow-empty-group makes it a warning, for a group kept on purpose before its
+nodes are labelled. A canary that holds every target is a warning (canary: 9
+of 4 targets: every target is a canary, and the promote only ends it), and so
+is a target whose new want has no module (it runs nothing once its step is
+done; 'rollout status' says "done, runs nothing now"); both print it.
 
 apply and --dry-run refuse, publishing nothing:
   - nodes the newest rollout of another fleet names, whether or not their
@@ -80,6 +86,8 @@ needed: 'meshfold build rm' refuses it while a want, a have or the rollout's
 revert names it.`,
 		Example: `  meshfold apply -f fleet.yaml --by alice --dry-run   # refuses what apply would (a build "garbage": exit 2)
   meshfold apply -f fleet.yaml --by alice --reason "web 1.4"
+  # a group whose nodes are not labelled yet, on purpose
+  meshfold apply -f fleet.yaml --by alice --allow-empty-group
   meshfold rollout status web
   # move nodes fleet web's rollout names to fleet api, on purpose
   meshfold apply -f api.yaml --by alice --take-over --reason "ace moves to api"`,
@@ -89,7 +97,7 @@ revert names it.`,
 			if err != nil {
 				return withCode(exitUsage, err)
 			}
-			fleet, warnings, err := fleetfile.Parse(data)
+			fleet, warnings, err := fleetfile.ParseWith(data, fleetfile.Options{AllowEmptyGroup: allowEmpty})
 			for _, w := range warnings {
 				fmt.Fprintln(a.stderr, w.In(file))
 			}
@@ -192,6 +200,7 @@ revert names it.`,
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print each target's want difference and the batches; publish nothing")
 	cmd.Flags().BoolVar(&o.takeOver, "take-over", false, "roll over nodes the newest rollout of another fleet names (refused without it: two fleet files would fight over them)")
 	cmd.Flags().BoolVar(&o.allowMissing, "allow-missing-build", false, "start a rollout of sha256: builds the builds bucket does not hold (yet); a build of no build's form is refused still")
+	cmd.Flags().BoolVar(&allowEmpty, "allow-empty-group", false, "take a group whose selector matches no owned node (refused without it: a selector typo would remove the group's modules from every node)")
 	cmd.Flags().BoolVar(&o.newNodes, "new", false, "roll out to nodes that have no event in the stream yet (refused without it: a mistyped name would make a phantom node)")
 	addPublishTimeout(cmd, &timeout)
 	a.conn.add(cmd)
@@ -266,6 +275,20 @@ func printPlan(w io.Writer, p *feed.Plan) {
 		}
 		fmt.Fprintf(w, "-- warning: canary %s cannot become healthy as it is: the rollout waits for it, and %s; resume the node or start its agent first\n",
 			strings.Join(stalled, ", "), then)
+	}
+	// A target left with no module runs nothing once done, which the
+	// canary's health cannot tell from a good change (a fresh user's
+	// finding U13): said here, and by 'rollout status' ("runs nothing
+	// now").
+	var empty []string
+	for _, c := range targets {
+		if len(c.Want) == 0 && len(c.Current) > 0 {
+			empty = append(empty, c.Node)
+		}
+	}
+	if len(empty) > 0 {
+		fmt.Fprintf(w, "-- warning: %s: the new want has no module (no group that selects the node gives one): every module it runs now is removed, and it runs nothing\n",
+			strings.Join(empty, ", "))
 	}
 	if all := p.Start.Params.CanaryCoversAll(len(targets)); all != "" {
 		fmt.Fprintf(w, "-- warning: %s\n", all)

@@ -319,3 +319,32 @@ func TestWantRefusesRolloutTarget(t *testing.T) {
 		t.Errorf("want of cat after the abort: exit %d\n%s%s", code, out, errs)
 	}
 }
+
+// A group whose selector matches no owned node (a typo: site: ue) is
+// refused, dry run or not, exit 2, at its line and column, naming
+// --allow-empty-group, and nothing is published; with the flag it is
+// the warning it was, and the dry run warns that each node then runs
+// nothing (a fresh user's finding U13: the typo rolled out the module's
+// removal to every node, exit 0, behind one warning line).
+func TestApplyRefusesAGroupSelectingNothing(t *testing.T) {
+	m := applyMesh(t)
+	file := writeFleet(t, strings.Replace(fleetYAML, "select: {}", "select: {site: ue}", 1))
+	for _, args := range [][]string{{"--dry-run"}, {"--by", "alice"}} {
+		out, errs, code := m.cli(t, append([]string{"apply", "-f", file}, args...)...)
+		if code != exitUsage || out != "" || !strings.Contains(errs, file+":8:5: error: groups[0].select: selects no owned node: its modules (web) are in no node's want") ||
+			!strings.Contains(errs, "no owned node has site: ue (they have site: eu, us)") || !strings.Contains(errs, "--allow-empty-group") {
+			t.Fatalf("apply %v of a group selecting nothing: code %d, want %d naming the select and the flag\n%s%s", args, code, exitUsage, out, errs)
+		}
+	}
+	if out, _, _ := m.cli(t, "rollout", "ls"); strings.Contains(out, "web") {
+		t.Fatalf("a refused apply started a rollout:\n%s", out)
+	}
+	out, errs, code := m.cli(t, "apply", "-f", file, "--dry-run", "--allow-empty-group")
+	if code != 0 || !strings.Contains(errs, file+":8:5: warning: groups[0].select: selects no owned node") ||
+		!strings.Contains(out, "-- warning: ace, bob, cat: the new want has no module") {
+		t.Fatalf("apply --dry-run --allow-empty-group: code %d, want 0 with both warnings\n%s%s", code, out, errs)
+	}
+	if out, _, _ := m.cli(t, "apply", "-f", writeFleet(t, fleetYAML), "--dry-run"); strings.Contains(out, "the new want has no module") {
+		t.Errorf("apply --dry-run of a want with a module warns of none:\n%s", out)
+	}
+}

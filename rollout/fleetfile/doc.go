@@ -7,6 +7,7 @@
 // Every error names the line and the field: a module in two of a node's
 // groups (both named), a want over the limits of DESIGN.md §10 (events'
 // own validation), an unknown field (a typo is an error, never a silently
-// dropped field), a bad value. A selector that matches no node is a
-// warning.
+// dropped field), a bad value, a group whose selector matches no owned
+// node (a typo would remove its modules fleet-wide; [Options] can make it
+// a warning).
 package fleetfile

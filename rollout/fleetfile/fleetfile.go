@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,11 +126,26 @@ var (
 	ErrDuplicateKey = errors.New("key appears twice (the last would silently win): write it once")
 )
 
+// Options change what [ParseWith] accepts.
+type Options struct {
+	// AllowEmptyGroup makes a group whose selector matches no owned node
+	// a warning. Without it such a group is an error (a fresh user's
+	// finding U13: a selector typo, `role: wbe`, gave every node a want
+	// without the group's modules, so the rollout removed them fleet-wide
+	// behind one warning line); `meshfold apply --allow-empty-group` sets
+	// it, for a group kept on purpose before its nodes are labelled.
+	AllowEmptyGroup bool
+}
+
 // Parse reads a fleet file. It returns the fleet and its warnings, or
 // every error found (an Errors, each naming its line and field). The
 // rollout block's defaults are not filled in: [rollout.Params.Resolve]
-// applies them.
-func Parse(data []byte) (*Fleet, []Problem, error) {
+// applies them. A group that selects no owned node is an error
+// ([ErrMatchesNone]); [ParseWith] can allow it.
+func Parse(data []byte) (*Fleet, []Problem, error) { return ParseWith(data, Options{}) }
+
+// ParseWith is [Parse] with options.
+func ParseWith(data []byte, o Options) (*Fleet, []Problem, error) {
 	if len(data) > MaxFileBytes {
 		return nil, nil, Errors{{Line: 1, Field: "file", Err: ErrTooBig}}
 	}
@@ -137,7 +153,7 @@ func Parse(data []byte) (*Fleet, []Problem, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, nil, Errors{syntaxProblem(data, err)}
 	}
-	p := &parser{f: &Fleet{}}
+	p := &parser{f: &Fleet{}, o: o}
 	if len(doc.Content) == 0 {
 		p.fail(1, "file", ErrMissing)
 		return nil, nil, p.errs
@@ -242,6 +258,7 @@ func locateSyntax(data []byte, msg string) (line, col int) {
 
 type parser struct {
 	f     *Fleet
+	o     Options
 	errs  Errors
 	warns []Problem
 }
@@ -325,12 +342,20 @@ func (p *parser) top(n *yaml.Node) {
 	}
 }
 
-func (p *parser) labels(n *yaml.Node, field string) map[string]string {
+// labels reads a mapping of labels: a node's (node is its name) or a
+// selector's (node empty).
+func (p *parser) labels(n *yaml.Node, field, node string) map[string]string {
 	out := map[string]string{}
 	p.mapping(n, field, nil, func(key string, k, v *yaml.Node) {
 		f := join(field, key)
 		if key == "" || len(key) > events.MaxName || events.HasControl(key) {
 			p.failAt(k, f, ErrLabel)
+			return
+		}
+		if node != "" && v.Kind != yaml.ScalarNode {
+			// The Kubernetes habit, `bob: {labels: {role: web}}` (a
+			// fresh user's finding U14: "wrong shape: want a value").
+			p.failAt(v, f, nodeLabelsShape(node, key, v))
 			return
 		}
 		if s, ok := p.scalar(v, f); ok {
@@ -344,6 +369,28 @@ func (p *parser) labels(n *yaml.Node, field string) map[string]string {
 	return out
 }
 
+// nodeLabelsShape is the error of a node's label whose value is no
+// string: key "labels" is the Kubernetes habit, and the example is its
+// own labels as this file writes them.
+func nodeLabelsShape(node, key string, v *yaml.Node) error {
+	example := "{role: web}"
+	if key == "labels" && v.Kind == yaml.MappingNode && len(v.Content) > 0 {
+		var pairs []string
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			if k, val := v.Content[i], v.Content[i+1]; k.Kind == yaml.ScalarNode && val.Kind == yaml.ScalarNode {
+				pairs = append(pairs, k.Value+": "+val.Value)
+			}
+		}
+		if len(pairs) == len(v.Content)/2 {
+			example = "{" + strings.Join(pairs, ", ") + "}"
+		}
+	}
+	if key == "labels" {
+		return fmt.Errorf("%w: a node's labels are its value: `%s: %s` (label values are strings; `labels:` is not a key)", ErrShape, node, example)
+	}
+	return fmt.Errorf("%w: want a value: a node's labels are its value, each a string: `%s: %s`", ErrShape, node, example)
+}
+
 func (p *parser) nodes(n *yaml.Node) {
 	p.mapping(n, "nodes", nil, func(key string, k, v *yaml.Node) {
 		if !events.ValidName(key) {
@@ -354,7 +401,7 @@ func (p *parser) nodes(n *yaml.Node) {
 			p.failAt(k, "nodes."+key, events.ErrDuplicate)
 			return
 		}
-		p.f.Nodes = append(p.f.Nodes, Node{Name: key, Labels: p.labels(v, "nodes."+key), Line: k.Line, Column: k.Column})
+		p.f.Nodes = append(p.f.Nodes, Node{Name: key, Labels: p.labels(v, "nodes."+key, key), Line: k.Line, Column: k.Column})
 	})
 	if len(p.f.Nodes) > rollout.MaxNodes {
 		p.failAt(n, "nodes", fmt.Errorf("%w: %d, the limit is %d (rollout.MaxNodes)", events.ErrTooMany, len(p.f.Nodes), rollout.MaxNodes))
@@ -381,7 +428,7 @@ func (p *parser) groups(n *yaml.Node) {
 					grp.Name, named = s, true
 				}
 			case "select":
-				grp.Select, grp.selectAt = p.labels(v, field+".select"), k
+				grp.Select, grp.selectAt = p.labels(v, field+".select", ""), k
 			case "modules":
 				grp.modulesAt = k
 				p.modules(v, field+".modules", &grp)
@@ -549,7 +596,13 @@ func (p *parser) check() {
 			}
 		}
 		if !matched {
-			p.warns = append(p.warns, Problem{Line: g.selectAt.Line, Column: g.selectAt.Column, Field: fmt.Sprintf("groups[%d].select", gi), Err: ErrMatchesNone, Warning: true})
+			pr := Problem{Line: g.selectAt.Line, Column: g.selectAt.Column, Field: fmt.Sprintf("groups[%d].select", gi), Err: ErrMatchesNone, Warning: true}
+			if p.o.AllowEmptyGroup {
+				p.warns = append(p.warns, pr)
+			} else {
+				pr.Warning, pr.Err = false, p.emptyGroup(g)
+				p.errs = append(p.errs, pr)
+			}
 		}
 	}
 	if len(p.errs) > 0 {
@@ -577,6 +630,45 @@ func (p *parser) check() {
 			p.failAt(&yaml.Node{Line: n.Line, Column: n.Column}, "nodes."+n.Name, fmt.Errorf("its want (the union of its groups): %w", err))
 		}
 	}
+}
+
+// emptyGroup is the error of group g, which selects no owned node: what
+// it would do (its modules in no node's want: a node running one has it
+// removed) and, per label of its selector, what the owned nodes have
+// instead (a typo shows), then how to say it is meant.
+func (p *parser) emptyGroup(g Group) error {
+	var mods []string
+	for _, m := range g.Modules {
+		mods = append(mods, m.Name)
+	}
+	what := "it gives no node anything"
+	if len(mods) > 0 {
+		what = fmt.Sprintf("its modules (%s) are in no node's want, so the rollout removes them from every node that runs them", strings.Join(mods, ", "))
+	}
+	var have []string
+	for _, k := range slices.Sorted(maps.Keys(g.Select)) {
+		var vals []string
+		for _, n := range p.f.Nodes {
+			if v, ok := n.Labels[k]; ok && !slices.Contains(vals, v) {
+				vals = append(vals, v)
+			}
+		}
+		switch {
+		case len(vals) == 0:
+			have = append(have, fmt.Sprintf("no owned node has a label %s", k))
+		case !slices.Contains(vals, g.Select[k]):
+			slices.Sort(vals)
+			if len(vals) > 5 {
+				vals = append(vals[:5], "…")
+			}
+			have = append(have, fmt.Sprintf("no owned node has %s: %s (they have %s: %s)", k, g.Select[k], k, strings.Join(vals, ", ")))
+		}
+	}
+	if len(have) == 0 {
+		have = append(have, "no owned node has all its labels")
+	}
+	return fmt.Errorf("%w: %s; %s: fix the selector or the nodes' labels, or, if the group is meant to select nothing yet, apply with --allow-empty-group",
+		ErrMatchesNone, what, strings.Join(have, "; "))
 }
 
 // selects reports whether every label of g's selector is one of n's.

@@ -115,6 +115,12 @@ func TestErrors(t *testing.T) {
 			rollout.ErrBadDuration, `5:16: error: rollout.min_healthy: "soon"`},
 		{"missing fleet", "nodes: {ace: {}}\ngroups: []\n", fleetfile.ErrMissing, "1:1: error: fleet: required"},
 		{"bad node", "fleet: web\nnodes: {Ace: {}}\ngroups: []\n", events.ErrBadName, "2:9: error: nodes.Ace"},
+		// The Kubernetes habit (a fresh user's finding U14: "wrong
+		// shape: want a value").
+		{"labels key", "fleet: web\nnodes: {bob: {labels: {role: web}}}\ngroups: []\n", fleetfile.ErrShape,
+			"2:23: error: nodes.bob.labels: wrong shape: a node's labels are its value: `bob: {role: web}` (label values are strings; `labels:` is not a key)"},
+		{"label not a string", "fleet: web\nnodes:\n  bob:\n    role: [web, db]\n", fleetfile.ErrShape,
+			"4:11: error: nodes.bob.role: wrong shape: want a value: a node's labels are its value, each a string: `bob: {role: web}`"},
 		// A syntax error names where it begins, line and column (yaml.v3
 		// says "line N" one short, no column), and what was expected (a
 		// fresh user's finding: "line 9: error: file: yaml: line 9: …").
@@ -144,9 +150,28 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// TestSelectorMatchingNothing is a warning, not an error.
+// TestSelectorMatchingNothing: a group that selects no owned node is an
+// error, at its select, saying what it would do and what the nodes'
+// labels are (a fresh user's finding U13: a typo, `role: wbe`, rolled
+// out the module's removal to every node behind a warning); with
+// AllowEmptyGroup it is the warning it was.
 func TestSelectorMatchingNothing(t *testing.T) {
-	_, warns, err := fleetfile.Parse([]byte("fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: gpu\n    select: {gpu: \"yes\"}\n    modules: [{name: cuda, build: c1}]\n"))
+	_, _, err := fleetfile.Parse([]byte("fleet: web\nnodes: {ace: {role: web}, bob: {role: db}}\ngroups:\n  - name: g\n    select: {role: wbe}\n    modules: [{name: web, build: b2}]\n"))
+	var errs fleetfile.Errors
+	if !errors.As(err, &errs) || len(errs) != 1 || !errors.Is(err, fleetfile.ErrMatchesNone) || errs[0].Warning {
+		t.Fatalf("a group selecting no node: %v", err)
+	}
+	want := "5:5: error: groups[0].select: selects no owned node: its modules (web) are in no node's want, so the rollout removes them from every node that runs them; " +
+		"no owned node has role: wbe (they have role: db, web): fix the selector or the nodes' labels, or, if the group is meant to select nothing yet, apply with --allow-empty-group"
+	if got := errs[0].Error(); got != want {
+		t.Fatalf("error\n%s\nwant\n%s", got, want)
+	}
+	_, _, err = fleetfile.Parse([]byte("fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: gpu\n    select: {gpu: \"yes\"}\n    modules: [{name: cuda, build: c1}]\n"))
+	if err == nil || !strings.Contains(err.Error(), "no owned node has a label gpu") {
+		t.Fatalf("a label no node has: %v", err)
+	}
+	_, warns, err := fleetfile.ParseWith([]byte("fleet: web\nnodes: {ace: {}}\ngroups:\n  - name: gpu\n    select: {gpu: \"yes\"}\n    modules: [{name: cuda, build: c1}]\n"),
+		fleetfile.Options{AllowEmptyGroup: true})
 	if err != nil {
 		t.Fatal(err)
 	}
