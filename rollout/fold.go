@@ -1076,7 +1076,11 @@ func (f *folder) judge(n *Node) {
 	if good && now.Sub(n.GoodSince) >= r.R.MinHealthy {
 		n.Status, n.Why, n.HealthyFrom = Done, "", n.GoodSince
 		f.finish(n)
-		f.record(0, n.Name, string(Done), events.LevelInfo, "target %s done: every module ran at its build, healthy, from %s for min_healthy %s", n.Name, n.GoodSince.Format(time.RFC3339), r.R.MinHealthy)
+		if r.runsNothing(n) {
+			f.record(0, n.Name, string(Done), events.LevelInfo, "target %s done: %s (its plan settled at %s)", n.Name, runsNothingWhy(n), n.SettledAt.Format(time.RFC3339))
+		} else {
+			f.record(0, n.Name, string(Done), events.LevelInfo, "target %s done: every module ran at its build, healthy, from %s for min_healthy %s", n.Name, n.GoodSince.Format(time.RFC3339), r.R.MinHealthy)
+		}
 		return
 	}
 	if n.Status == WaitingApproval || now.Before(n.DeadlineFrom.Add(r.R.HealthyDeadline)) {
@@ -1143,6 +1147,48 @@ func (r *Rollout) canaryWait(n *Node) string {
 		s += fmt.Sprintf("; the rollout halts at its healthy_deadline %s unless it is back and runs the new build healthy by then", n.DeadlineFrom.Add(r.R.HealthyDeadline).Format(time.RFC3339))
 	}
 	return s
+}
+
+// runsNothing reports whether n's new want has no module: once done it
+// runs nothing, every module it ran removed. Such a target passes its
+// health check with nothing to judge, so the view, the why and the
+// canary's promote say so (a fresh user's finding U13: a canary whose
+// want a selector typo emptied passed as healthy, "done").
+func (r *Rollout) runsNothing(n *Node) bool {
+	return n.Want > 0 && n.Want <= len(r.Wants) && len(r.Wants[n.Want-1]) == 0
+}
+
+// runsNothingWhy is a done target's why when it runs nothing now.
+func runsNothingWhy(n *Node) string {
+	return fmt.Sprintf("runs nothing now: its new want #%d has no module, so every module it ran was removed", n.Published)
+}
+
+// promoteNote says, while the rollout waits for a promote, which canary
+// targets run nothing now and how many more targets a promote would
+// give a want of no module; "" when no canary runs nothing.
+func (r *Rollout) promoteNote() string {
+	if r.Phase != WaitingPromote {
+		return ""
+	}
+	var canaries []string
+	more := 0
+	for i, name := range r.Targets {
+		n := r.Nodes[name]
+		switch {
+		case !r.runsNothing(n):
+		case i < r.batchEnd(0):
+			if n.Status == Done {
+				canaries = append(canaries, name)
+			}
+		case n.Status == Pending:
+			more++
+		}
+	}
+	if len(canaries) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("canary %s runs nothing now: its new want has no module, so it was done with nothing to judge; a promote gives %s a want of no module",
+		strings.Join(canaries, ", "), plural(more, "more target"))
 }
 
 // canaryNotDone says why the canary batch of a rollout not yet promoted
@@ -1396,7 +1442,11 @@ func (f *folder) advance() {
 						return
 					}
 					r.Phase = WaitingPromote
-					f.record(0, "", string(WaitingPromote), events.LevelInfo, "canary batch done (%s): waiting for a promote", plural(r.R.Canary, "target"))
+					note := ""
+					if s := r.promoteNote(); s != "" {
+						note = ": " + s
+					}
+					f.record(0, "", string(WaitingPromote), events.LevelInfo, "canary batch done (%s): waiting for a promote%s", plural(r.R.Canary, "target"), note)
 					return
 				}
 				r.Batch++

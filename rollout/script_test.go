@@ -328,7 +328,12 @@ func (h *harness) start(t testing.TB, d *datadriven.TestData, args map[string]st
 	}
 	for _, l := range reconciletest.Lines(d.Input) {
 		if w, ok := strings.CutPrefix(l, "want:"); ok {
-			var ms []events.WantModule
+			ms := []events.WantModule{}
+			if strings.TrimSpace(w) == "(none)" {
+				// A want of no module.
+				p.Wants = append(p.Wants, ms)
+				continue
+			}
 			for _, m := range strings.Split(w, ";") {
 				ms = append(ms, reconciletest.WantModule(t, strings.TrimSpace(m)))
 			}
@@ -564,6 +569,9 @@ func formatView(v rollout.View) string {
 	if v.Stalled != "" {
 		fmt.Fprintf(&b, "  stalled: %s\n", v.Stalled)
 	}
+	if v.PromoteNote != "" {
+		fmt.Fprintf(&b, "  promote-note: %s\n", v.PromoteNote)
+	}
 	for _, t := range v.Targets {
 		fmt.Fprintf(&b, "  %s batch=%d %s", t.Node, t.Batch, t.Status)
 		if t.Published > 0 {
@@ -597,6 +605,9 @@ func formatView(v rollout.View) string {
 		}
 		if t.Arrived {
 			b.WriteString(" arrived")
+		}
+		if t.RunsNothing {
+			b.WriteString(" runs-nothing")
 		}
 		if t.Why != "" {
 			fmt.Fprintf(&b, " why=%q", t.Why)

@@ -45,6 +45,10 @@ type View struct {
 	// max_unavailable 1 unavailable: dan (agent down); …"). Empty
 	// otherwise.
 	Stalled string `json:"stalled,omitempty"`
+	// PromoteNote, while the rollout waits for a promote, says which
+	// canary targets run nothing now (their new want has no module) and
+	// how many more targets a promote gives such a want. Empty otherwise.
+	PromoteNote string `json:"promote_note,omitempty"`
 	// Unavailable counts the fleet's nodes unavailable now, against
 	// Params.MaxUnavailable.
 	Unavailable int `json:"unavailable"`
@@ -84,6 +88,9 @@ type TargetView struct {
 	// new want, after the rollout stopped watching it: the plan of that
 	// want settled (SettledAt) and every module runs at its build.
 	Arrived bool `json:"arrived,omitempty"`
+	// RunsNothing: its new want has no module, so once done it runs
+	// nothing (every module it ran removed); a done one's Why says so.
+	RunsNothing bool `json:"runs_nothing,omitempty"`
 }
 
 // ModuleRunning is a module of a target's newest have.
@@ -125,7 +132,8 @@ func (s *State) View() View {
 	}
 	v := View{Fleet: s.Fleet, Rollout: r.ID, Phase: r.Phase, By: r.By, Started: r.Time, Paused: r.Paused, Halt: r.Halt,
 		Revert: r.Revert, End: r.End, Batch: min(r.Batch, r.Batches()-1) + 1, Batches: r.Batches(), Params: r.R,
-		Promoted: r.Promoted != nil, Promote: r.Promoted, Unavailable: r.Unavailable, Nodes: len(r.Nodes), Counts: map[Status]int{}, Stalled: r.stalled()}
+		Promoted: r.Promoted != nil, Promote: r.Promoted, Unavailable: r.Unavailable, Nodes: len(r.Nodes), Counts: map[Status]int{}, Stalled: r.stalled(),
+		PromoteNote: r.promoteNote()}
 	for _, name := range r.Targets {
 		n := r.Nodes[name]
 		t := TargetView{Node: name, Batch: n.Batch + 1, Status: n.Status, Why: n.Why, Step: n.Step, Prev: n.Prev, Base: n.Base,
@@ -169,6 +177,9 @@ func (s *State) View() View {
 			// whom (the fold keeps no why: the budget moves).
 			t.Why = strings.TrimPrefix(t.Why+"; "+w, "; ")
 			t.Revert = &Back{Status: n.Back.Status, Why: w}
+		}
+		if t.RunsNothing = r.runsNothing(n); t.RunsNothing && t.Status == Done && t.Why == "" {
+			t.Why = runsNothingWhy(n)
 		}
 		if a := n.arrived(); a != "" && t.Status == Unreached {
 			t.Arrived, t.Why = true, t.Why+"; "+a
@@ -380,6 +391,9 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		}
 	case n.Status == Done:
 		say("done at #%d (%s)", n.Finished.Seq, n.Finished.Time.Format(time.RFC3339))
+		if r.runsNothing(n) {
+			say("%s", runsNothingWhy(n))
+		}
 	}
 	if b := n.Back; b != nil {
 		line := fmt.Sprintf("revert: %s", b.Status)

@@ -219,6 +219,11 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 	if v.Stalled != "" {
 		fmt.Fprintf(w, "stalled: %s\n", events.Plain(v.Stalled)) // one line, whole (a fresh user's finding: only 'rollout why' said it)
 	}
+	if v.PromoteNote != "" {
+		// A canary that runs nothing passed with nothing to judge (a
+		// fresh user's finding U13): said before the promote.
+		fmt.Fprintf(w, "before a promote: %s\n", events.Plain(v.PromoteNote))
+	}
 	for _, l := range v.Waiting {
 		fmt.Fprintf(w, "waiting: %s\n", events.Plain(l)) // the rollout's own words: whole (a fresh user's finding: quoted and cut at 200 bytes)
 	}
@@ -253,6 +258,9 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 		}
 		if t.Arrived {
 			status += ", arrived since"
+		}
+		if t.RunsNothing && t.Status == rollout.Done {
+			status += ", runs nothing now"
 		}
 		if t.Down {
 			status += ", agent down"
@@ -386,6 +394,11 @@ error.`,
 				return err
 			}
 			fmt.Fprintf(a.stdout, "%s %s: #%d\n", kind, fleet, seq)
+			if kind == rollout.KindPromote {
+				if note := s.View().PromoteNote; note != "" {
+					fmt.Fprintf(a.stderr, "note: %s\n", note) // promoted all the same: status said it before
+				}
+			}
 			if note := s.Defers(kind, id); note != "" {
 				fmt.Fprintf(a.stderr, "note: %s\n", note) // taken, and waiting (a promote while paused)
 			}

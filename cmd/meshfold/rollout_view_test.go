@@ -120,3 +120,31 @@ func TestRolloutStatusPromotedWhilePaused(t *testing.T) {
 		}
 	}
 }
+
+// A canary whose new want has no module is done with nothing to judge:
+// status says "done, runs nothing now", its why, and before the promote
+// how many more targets a promote empties (a fresh user's finding U13:
+// it showed plain "done").
+func TestRolloutStatusRunsNothing(t *testing.T) {
+	note := "canary ace runs nothing now: its new want has no module, so it was done with nothing to judge; a promote gives 2 more targets a want of no module"
+	v := rollout.View{Fleet: "web", Rollout: 4, Phase: rollout.WaitingPromote, Batch: 1, Batches: 2, PromoteNote: note, Targets: []rollout.TargetView{
+		{Node: "ace", Batch: 1, Status: rollout.Done, Published: 6, RunsNothing: true, Why: "runs nothing now: its new want #6 has no module, so every module it ran was removed"},
+		{Node: "bob", Batch: 2, Status: rollout.Pending, RunsNothing: true},
+	}}
+	var b strings.Builder
+	if err := writeRolloutView(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.Contains(out, "before a promote: "+note+"\n") {
+		t.Errorf("status lacks the promote note:\n%s", out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "ace ") && (!strings.Contains(l, "done, runs nothing now") || !strings.Contains(l, "every module it ran was removed")) {
+			t.Errorf("ace's line does not say it runs nothing now: %q", l)
+		}
+		if strings.HasPrefix(l, "bob ") && strings.Contains(l, "runs nothing") {
+			t.Errorf("bob, pending, is said to run nothing now: %q", l)
+		}
+	}
+}
