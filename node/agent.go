@@ -41,7 +41,9 @@ type Config struct {
 	// /run/x/key is written to Root/run/x/key. It must exist.
 	Root string
 	// StateDir holds the agent's HMAC key (fill-hmac.key). It is created
-	// with mode 0700 when missing, and must not be inside Root.
+	// with mode 0700 when missing, and must not be inside Root. It belongs
+	// to one node: its [OwnerFile] names it ([ClaimStateDir]), and New
+	// refuses one of another node.
 	StateDir string
 	// Runtime applies and removes modules and reports what runs.
 	Runtime Runtime
@@ -166,8 +168,9 @@ const (
 // agent that is not running yet.
 //
 // Errors: an invalid Name (matching events.ErrInvalid); Root missing or not
-// a directory; StateDir empty, inside Root, or unusable; a nil Runtime; an
-// unreadable or badly protected key file.
+// a directory; StateDir empty, inside Root, unusable, or another node's
+// (matching [ErrStateDirOwned]); a nil Runtime; an unreadable or badly
+// protected key file.
 func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 	if !events.ValidName(cfg.Name) {
 		return nil, &events.FieldError{Field: "node", Value: cfg.Name, Err: events.ErrBadName}
@@ -200,8 +203,16 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 	if err := CheckStateDir(root, state); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(state, 0o700); err != nil {
-		return nil, fmt.Errorf("node agent: state dir: %w", err)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	adopted, err := ClaimStateDir(state, cfg.Name)
+	if err != nil {
+		return nil, err
+	}
+	if adopted {
+		LogAdopted(log, state, cfg.Name)
 	}
 	key, err := loadKey(state)
 	if err != nil {
@@ -212,10 +223,6 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 	}
 	if cfg.HaveEvery <= 0 {
 		cfg.HaveEvery = DefaultHaveEvery
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
 	}
 	cfg.Root, cfg.StateDir, cfg.Stream = root, state, cfg.Stream.WithDefaults()
 	var pub publisher = store.NewPublisher(js, cfg.Stream.Subjects())

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -137,6 +138,18 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	}
 	if o.runtime != runtimeProcess && o.runtime != runtimeRecord {
 		return withCode(exitUsage, fmt.Errorf("--runtime %q: want %s or %s", o.runtime, runtimeProcess, runtimeRecord))
+	}
+	// Before anything runs on it: another node's state directory holds
+	// that node's shims and bundles (a fresh user's finding U19).
+	adopted, err := node.ClaimStateDir(o.stateDir, name)
+	if err != nil {
+		if errors.Is(err, node.ErrStateDirOwned) {
+			return withCode(exitUsage, err)
+		}
+		return err
+	}
+	if adopted {
+		node.LogAdopted(log, o.stateDir, name)
 	}
 
 	trust, trustPath, err := o.trust.load()

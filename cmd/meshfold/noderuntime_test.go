@@ -41,3 +41,31 @@ func TestNodeStateDirInsideRootLeavesNothing(t *testing.T) {
 		t.Errorf("the refusal left %s behind (%v)", root, err)
 	}
 }
+
+// An agent started under another node's name on that node's --state-dir
+// is refused (exit 2) before it connects, naming the owner, and touches
+// nothing in it (a fresh user's finding U19: hal adopted bob's modules,
+// then its empty want stopped them and deleted their bundles).
+func TestNodeRefusesAnotherNodesStateDir(t *testing.T) {
+	base := t.TempDir()
+	root, state := filepath.Join(base, "root"), filepath.Join(base, "bob-state")
+	if err := os.MkdirAll(filepath.Join(state, "bundles", "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "node-name"), []byte("bob\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb strings.Builder
+	code := run(testCtx(t), []string{"node", "hal", "--root", root, "--state-dir", state, "-s", "nats://127.0.0.1:1"}, nil, &out, &errb)
+	want := "state dir " + state + " belongs to node bob: give this node its own --state-dir"
+	if code != exitUsage || !strings.Contains(errb.String(), want) {
+		t.Fatalf("node hal on bob's state dir: exit %d, %q; want 2 and %q", code, errb.String(), want)
+	}
+	ents, err := os.ReadDir(state)
+	if err != nil || len(ents) != 2 {
+		t.Errorf("bob's state dir after the refusal: %v, %v; want bundles and node-name only", ents, err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(state, "node-name")); string(data) != "bob\n" {
+		t.Errorf("the refusal rewrote the record: %q", data)
+	}
+}

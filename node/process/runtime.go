@@ -113,7 +113,8 @@ type module struct {
 // killed first), so the agent applies or removes it.
 //
 // Errors: a missing Node, Root, StateDir, Fetcher or Shim; the state
-// directory cannot be created.
+// directory cannot be created, or is another node's (matching
+// [node.ErrStateDirOwned]).
 func Open(cfg Config) (*Runtime, error) {
 	switch {
 	case !events.ValidName(cfg.Node):
@@ -144,6 +145,16 @@ func Open(cfg Config) (*Runtime, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	// The shims here are one node's: an agent of another name on the same
+	// directory would adopt them and, its want empty, stop them and
+	// delete their bundles (a fresh user's finding U19).
+	adopted, err := node.ClaimStateDir(cfg.StateDir, cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	if adopted {
+		node.LogAdopted(log, cfg.StateDir, cfg.Node)
 	}
 	dir := filepath.Join(cfg.StateDir, "process")
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -248,7 +248,7 @@ func (c *checker) exec(ctx context.Context) error {
 	pr, ws, err := c.s.spawn(attr, argv0, c.h.Exec)
 	_ = null.Close()
 	if err != nil {
-		return err
+		return startError(err, sp.Dir)
 	}
 	defer pr.Release()
 	select {

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -506,7 +508,7 @@ func (s *shim) start() (*proc, error) {
 	if err != nil {
 		_ = outR.Close()
 		_ = errR.Close()
-		return nil, err
+		return nil, startError(err, sp.Dir)
 	}
 	p.proc, p.pid = pr, pr.Pid
 	p.start, _ = StartTime(p.pid)
@@ -524,6 +526,21 @@ func (s *shim) start() (*proc, error) {
 	}()
 	s.log.Info("shim: module started", "pid", p.pid, "build", sp.Build)
 	return p, nil
+}
+
+// startError is a failed start's error: when the working directory dir
+// is gone, it says so, where the exec's error blamed the command
+// ("fork/exec /bin/sh: no such file or directory", though /bin/sh
+// exists: the chdir into dir failed; a fresh user's finding U19, after
+// another node's agent deleted the bundles).
+func startError(err error, dir string) error {
+	if dir == "" || !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if _, serr := os.Stat(dir); !errors.Is(serr, fs.ErrNotExist) {
+		return err
+	}
+	return fmt.Errorf("working directory %s does not exist (the module's bundle directory, removed since the module was applied): %w", dir, fs.ErrNotExist)
 }
 
 // sysAttr is how every process of the module starts: its own process
