@@ -13,13 +13,13 @@ import (
 	"github.com/meshfold/meshfold/rollout"
 )
 
-// oneRollout is a fake whose stream holds one rollout of fleet web.
+// oneRollout is a fake whose stream holds one fleet's rollout, s.
 type oneRollout struct {
 	*fake
 	s *rollout.State
 }
 
-func (oneRollout) RolloutFleets(context.Context) ([]string, error) { return []string{"web"}, nil }
+func (o oneRollout) RolloutFleets(context.Context) ([]string, error) { return []string{o.s.Fleet}, nil }
 func (o oneRollout) Rollout(context.Context, string) (*rollout.State, error) {
 	return o.s, nil
 }

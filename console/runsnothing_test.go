@@ -12,17 +12,6 @@ import (
 	"github.com/meshfold/meshfold/rollout"
 )
 
-// oneRollout is a fake whose stream holds one fleet's rollout, s.
-type oneRollout struct {
-	*fake
-	s *rollout.State
-}
-
-func (o oneRollout) RolloutFleets(context.Context) ([]string, error) { return []string{o.s.Fleet}, nil }
-func (o oneRollout) Rollout(context.Context, string) (*rollout.State, error) {
-	return o.s, nil
-}
-
 // canaryRunningNothing folds a rollout of fleet web whose new want has no
 // module up to its canary ace done, waiting for the promote.
 func canaryRunningNothing(t *testing.T) *rollout.State {
