@@ -243,6 +243,12 @@ func (r *Reconciler) publishOpts(e reconcile.Effect, id string, more ...store.Ap
 // Errors: ErrNoStream when the stream is missing; a partition out of range;
 // the snapshot bucket's errors.
 func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerConfig) (*Reconciler, error) {
+	return newReconciler(ctx, js, cfg, nil)
+}
+
+// newReconciler is NewReconciler; a non-nil stream is the stream
+// already looked up (Serve's, from EnsureStream), not asked for again.
+func newReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerConfig, opened jetstream.Stream) (*Reconciler, error) {
 	cfg.Stream = cfg.Stream.WithDefaults()
 	if cfg.SnapshotEvery <= 0 {
 		cfg.SnapshotEvery = DefaultSnapshotEvery
@@ -268,7 +274,12 @@ func NewReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	var key []byte
 	var keyErr error // the key came from the snapshot bucket: see store.ErrKeysDenied
 	err := retryTransient(ctx, func(ctx context.Context) (err error) {
-		if stream, scfg, err = store.OpenStream(ctx, js, cfg.Stream); err != nil {
+		if opened != nil {
+			stream = opened
+			if scfg, err = store.OpenedStream(opened, cfg.Stream); err != nil {
+				return err
+			}
+		} else if stream, scfg, err = store.OpenStream(ctx, js, cfg.Stream); err != nil {
 			return err
 		}
 		if snaps, err = store.OpenSnapshots(ctx, js, scfg); err != nil {

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"regexp"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -162,21 +163,7 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 		return err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, scfg, err := store.EnsureStream(sctx, js, c.Stream)
-	var nodeLeases jetstream.KeyValue
-	if err == nil {
-		// The node agents' lease bucket: created here, where the
-		// credentials may create it (a node's may not).
-		nodeLeases, err = store.OpenNodeLeases(sctx, js, scfg)
-	}
-	if err == nil {
-		// The sealed secrets and the fill statuses (DESIGN.md §12): the
-		// provisioners' credentials may not create them either.
-		_, err = store.OpenSecrets(sctx, js, scfg, true)
-	}
-	if err == nil {
-		_, err = store.OpenFillStatus(sctx, js, scfg, true)
-	}
+	stream, scfg, err := store.EnsureStream(sctx, js, c.Stream)
 	cancel()
 	if err != nil {
 		return err
@@ -198,27 +185,9 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 	}
 	rcfg := ReconcilerConfig{Stream: scfg, Logger: log, Signer: c.Signer, Own: c.Own, Tracing: c.Tracing,
 		Metrics: metrics, SnapshotEvery: c.SnapshotEvery, SnapshotInterval: c.SnapshotInterval}
-	var (
-		group *Group
-		lease *store.Lease
-	)
-	if c.Group != "" {
-		gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		group, err = JoinGroup(gctx, js, GroupConfig{Stream: scfg, Name: c.Group,
-			Instance: c.Instance, TTL: c.LeaseTTL, Logger: log})
-		cancel()
-		if err != nil {
-			return err
-		}
-		rcfg.Grants = group.Grants()
-	} else {
-		// One ungrouped reconciler per stream, and none beside a group.
-		if lease, err = HoldStream(ctx, js, scfg, c.LeaseTTL, log); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
+	st, err := startUp(ctx, js, stream, scfg, rcfg, c)
+	if st.lease != nil {
+		lease := st.lease
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
@@ -235,9 +204,21 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 			}
 		}()
 	}
-	r, err := NewReconciler(ctx, js, rcfg)
 	if err != nil {
+		if st.leaseErr && ctx.Err() != nil {
+			return nil // stopped while the stream lease was awaited
+		}
 		return err
+	}
+	nodeLeases, group, lease := st.nodeLeases, st.group, st.lease
+	r := st.r
+	if group != nil {
+		// A member's reconciler takes its grants: made once the group is
+		// joined.
+		rcfg.Grants = group.Grants()
+		if r, err = newReconciler(ctx, js, rcfg, stream); err != nil {
+			return err
+		}
 	}
 	reg.MustRegister(r.StateCollector())
 	// In a group each instance knows only its partitions' nodes: every
@@ -247,22 +228,28 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 		return err
 	}
 	defer svc.Stop()
-	// Ready means answering: the service's subscriptions are on the server.
-	if err := nc.FlushTimeout(5 * time.Second); err != nil {
-		log.Warn("state service not confirmed by the server yet", "err", err)
-	}
-	if c.Ready != nil {
-		c.Ready(ctx, r)
-	}
+	// Ready means answering: the service's subscriptions are on the
+	// server. The rollout controller's start (a lookup of the lease
+	// bucket) goes meanwhile: one round trip after the other, they were
+	// two of a restart's start-up (issue 27).
+	flushed := make(chan error, 1)
+	go func() { flushed <- nc.FlushTimeout(5 * time.Second) }()
 	if !c.NoRollouts {
 		stop, err := startRollouts(ctx, js, scfg, c)
 		if err != nil {
+			<-flushed
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
 		defer stop()
+	}
+	if err := <-flushed; err != nil {
+		log.Warn("state service not confirmed by the server yet", "err", err)
+	}
+	if c.Ready != nil {
+		c.Ready(ctx, r)
 	}
 	// Agent liveness: every instance watches every node's lease and
 	// records its transitions (each once, whoever records it first).
@@ -305,6 +292,116 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 	}
 	logStopped(log, r, "")
 	return nil
+}
+
+// started is what startUp opened: the node agents' lease bucket, the
+// stream lease (ungrouped) or the group joined, and the reconciler
+// (ungrouped: a member's is made once its group is joined). leaseErr
+// says the error startUp returned is the stream lease's.
+type started struct {
+	nodeLeases jetstream.KeyValue
+	lease      *store.Lease
+	group      *Group
+	r          *Reconciler
+	leaseErr   bool
+}
+
+// errStartFailed ends the steps of startUp still under way once one
+// has failed.
+var errStartFailed = errors.New("another step of the start failed")
+
+// startUp opens, at once, what the reconciler needs once its stream is
+// ensured (issue 27: one after the other they were a round trip each of
+// every start, a cold refold's fixed costs): the node agents' lease
+// bucket and the sealed secrets' and fill statuses' buckets (created
+// here, where the credentials may create them: a node's and a
+// provisioner's may not, DESIGN.md §12), the stream lease (HoldStream,
+// ungrouped; waiting out a dead holder's) or the group's membership
+// (JoinGroup), and, ungrouped, the reconciler (its snapshot bucket and
+// effect key; the stream as EnsureStream returned it). Folding begins
+// only after all of them, the lease held, as when they ran in turn.
+// The first step that fails ends the others; the error returned is the
+// first of the failed steps in the order above (one ended only because
+// another failed is not counted), as when they ran in turn. A lease
+// taken is returned with an error too, for the caller to release.
+func startUp(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, scfg store.StreamConfig, rcfg ReconcilerConfig, c Config) (started, error) {
+	var st started
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	const (
+		stepNodes = iota
+		stepSecrets
+		stepFills
+		stepLease
+		stepReconciler
+		steps
+	)
+	var errs [steps]error
+	var wg sync.WaitGroup
+	step := func(i int, f func(ctx context.Context) error) {
+		wg.Go(func() {
+			if err := f(sctx); err != nil {
+				errs[i] = err
+				cancel(errStartFailed)
+			}
+		})
+	}
+	bucket := func(i int, open func(ctx context.Context) error) {
+		step(i, func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			return open(ctx)
+		})
+	}
+	bucket(stepNodes, func(ctx context.Context) (err error) {
+		st.nodeLeases, err = store.OpenNodeLeases(ctx, js, scfg)
+		return err
+	})
+	bucket(stepSecrets, func(ctx context.Context) error {
+		_, err := store.OpenSecrets(ctx, js, scfg, true)
+		return err
+	})
+	bucket(stepFills, func(ctx context.Context) error {
+		_, err := store.OpenFillStatus(ctx, js, scfg, true)
+		return err
+	})
+	if c.Group != "" {
+		bucket(stepLease, func(ctx context.Context) (err error) {
+			st.group, err = JoinGroup(ctx, js, GroupConfig{Stream: scfg, Name: c.Group,
+				Instance: c.Instance, TTL: c.LeaseTTL, Logger: c.Logger})
+			return err
+		})
+	} else {
+		// One ungrouped reconciler per stream, and none beside a group.
+		step(stepLease, func(ctx context.Context) (err error) {
+			st.lease, err = HoldStream(ctx, js, scfg, c.LeaseTTL, c.Logger)
+			return err
+		})
+		step(stepReconciler, func(ctx context.Context) (err error) {
+			st.r, err = newReconciler(ctx, js, rcfg, stream)
+			return err
+		})
+	}
+	wg.Wait()
+	ours := context.Cause(sctx) == errStartFailed && ctx.Err() == nil
+	var first error
+	for i, err := range errs {
+		if err == nil || ours && errors.Is(err, context.Canceled) {
+			continue
+		}
+		st.leaseErr = i == stepLease
+		first = err
+		break
+	}
+	if first == nil {
+		for i, err := range errs { // every error was one of the cancelled
+			if err != nil {
+				st.leaseErr, first = i == stepLease, err
+				break
+			}
+		}
+	}
+	return st, first
 }
 
 // startRollouts runs the rollout controller until the returned stop,

@@ -52,11 +52,11 @@ func HoldStream(ctx context.Context, js jetstream.JetStream, cfg store.StreamCon
 	if ttl < minLeaseTTL {
 		return nil, fmt.Errorf("lease TTL %s: at least %s", ttl, minLeaseTTL)
 	}
-	kv, _, err := openLeaseBucket(ctx, js, cfg, ttl, log)
+	kv, bucketTTL, err := openLeaseBucket(ctx, js, cfg, ttl, log)
 	if err != nil {
 		return nil, err
 	}
-	l, err := store.AcquireLease(ctx, kv, StreamLeaseKey, store.NewHolder("reconciler", cfg.Name), log)
+	l, err := store.AcquireLeaseTTL(ctx, kv, bucketTTL, StreamLeaseKey, store.NewHolder("reconciler", cfg.Name), log)
 	if errors.Is(err, store.ErrLeaseHeld) {
 		return nil, fmt.Errorf("%w (stream %s): %w", ErrBesideUngrouped, cfg.Name, err)
 	}
@@ -78,18 +78,41 @@ func HoldStream(ctx context.Context, js jetstream.JetStream, cfg store.StreamCon
 	return l, nil
 }
 
-// liveMembers lists the group members in kv, as "<group>/<instance>".
+// liveMembers lists the group members in kv, as "<group>/<instance>":
+// the keys of a watch of member.> up to its initial values' end. The
+// watch's consumer is deleted without waiting for the answer
+// (ListKeysFiltered waited for it: a round trip of every ungrouped
+// start, issue 27).
 func liveMembers(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
-	keys, err := kv.ListKeysFiltered(ctx, "member.>")
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := kv.Watch(wctx, "member.>", jetstream.IgnoreDeletes(), jetstream.MetaOnly())
 	if err != nil {
 		return nil, fmt.Errorf("lease bucket: %w", err)
 	}
+	defer func() {
+		go func() {
+			_ = w.Stop()
+			for range w.Updates() {
+			}
+		}()
+	}()
 	var out []string
-	for k := range keys.Keys() {
-		out = append(out, strings.Replace(strings.TrimPrefix(k, "member."), ".", "/", 1))
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("lease bucket: member watch closed before its initial values were done")
+			}
+			if e == nil {
+				slices.Sort(out)
+				return out, nil
+			}
+			out = append(out, strings.Replace(strings.TrimPrefix(e.Key(), "member."), ".", "/", 1))
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lease bucket: %w", ctx.Err())
+		}
 	}
-	slices.Sort(out)
-	return out, nil
 }
 
 // keepMember puts the member key every TTL/4 until the returned stop is

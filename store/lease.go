@@ -200,7 +200,16 @@ func AcquireLease(ctx context.Context, kv jetstream.KeyValue, key string, holder
 	if err != nil {
 		return nil, fmt.Errorf("lease %s: %w", key, err)
 	}
-	ttl := st.TTL()
+	return AcquireLeaseTTL(ctx, kv, st.TTL(), key, holder, log)
+}
+
+// AcquireLeaseTTL is [AcquireLease] for a caller that read the bucket's
+// TTL already (ttl, from its status): the status is not asked for again,
+// a round trip of a reconciler's start (issue 27).
+func AcquireLeaseTTL(ctx context.Context, kv jetstream.KeyValue, ttl time.Duration, key string, holder Holder, log *slog.Logger) (*Lease, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	if ttl <= 0 {
 		return nil, fmt.Errorf("lease bucket %s has no TTL: a dead holder's lease would never expire", kv.Bucket())
 	}

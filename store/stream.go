@@ -317,12 +317,24 @@ func OpenStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (
 	if err != nil {
 		return nil, StreamConfig{}, fmt.Errorf("stream %s: %w", want.Name, err)
 	}
+	eff, err := OpenedStream(stream, cfg)
+	if err != nil {
+		return nil, StreamConfig{}, err
+	}
+	return stream, eff, nil
+}
+
+// OpenedStream is [OpenStream]'s effective configuration of a stream
+// already looked up (its cached info, as [EnsureStream] returns it),
+// without asking the server again.
+func OpenedStream(stream jetstream.Stream, cfg StreamConfig) (StreamConfig, error) {
+	want := cfg.WithDefaults()
 	have := stream.CachedInfo().Config
 	n, err := partitionsOf(have.SubjectTransform, want.Prefix)
 	if err != nil {
-		return nil, StreamConfig{}, fmt.Errorf("stream %s: %w: %v", want.Name, ErrIncompatibleStream, err)
+		return StreamConfig{}, fmt.Errorf("stream %s: %w: %v", want.Name, ErrIncompatibleStream, err)
 	}
-	return stream, StreamConfig{Name: have.Name, Prefix: want.Prefix, Partitions: n, Replicas: have.Replicas,
+	return StreamConfig{Name: have.Name, Prefix: want.Prefix, Partitions: n, Replicas: have.Replicas,
 		Duplicates: have.Duplicates, MaxAge: have.MaxAge, MaxBytes: max(have.MaxBytes, 0)}, nil
 }
 
