@@ -9,6 +9,7 @@ import (
 	rtrace "runtime/trace"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -94,6 +95,10 @@ type session struct {
 	// consume takes its answer (takeHeld): nil once taken, or never
 	// asked.
 	held *heldAsk
+	// made is the read's consumer made at the session's start, beside
+	// its other reads (a session without a checkpoint: madeFollow), until
+	// consume takes it; nil once taken, or never made.
+	made *madeFollow
 	// checkpointed is when the session last wrote a checkpoint, or began.
 	checkpointed time.Time
 	// readAll holds when the read began at or before the stream's first
@@ -274,26 +279,85 @@ func (p *partition) session(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	lazy, cold, err := p.shortTail(ctx, ckAt)
-	if err != nil {
+	// The stream's bounds are read once, after the checkpoint (issue 27:
+	// shortTail and the session's start each read them, two round trips
+	// of every session's start): what shortTail decides from, and the
+	// session's start (lastAtStart, readAll). Without a checkpoint the
+	// session reads every state before its refold whatever the bounds
+	// say, so that read goes at once, beside theirs.
+	var first, last uint64
+	bounds := func(ctx context.Context) error {
+		return p.leaderRead(ctx, func(ctx context.Context) (err error) {
+			first, last, err = store.StreamBounds(ctx, r.stream)
+			return err
+		})
+	}
+	in := newInterner()
+	var (
+		revs   map[string]uint64
+		states = map[string]*reconcile.State{}
+		tooBig = map[string]bool{}
+		lazy   bool
+	)
+	load := func(ctx context.Context) (err error) {
+		_, revs, err = p.loadStates(ctx, in, states, tooBig, nil, ckAt)
 		return err
+	}
+	// held: whether the stream holds effects of the partition, asked
+	// when the session starts from the stream's first message with input
+	// to refold (askHoldsEffects), beside its consumer's creation.
+	var (
+		made *madeFollow
+		held *heldAsk
+	)
+	asksHeld := func() bool { return last > ckAt && ckAt < first }
+	defer func() {
+		made.drop()
+		if held != nil {
+			held.stop()
+		}
+	}()
+	if ckAt == 0 {
+		// The read starts at the stream's first message whatever the
+		// states hold: its consumer is made (and the held ask sent) once
+		// the bounds are read, beside the read of the states, and its
+		// messages handled once that is done (consume). The bounds are
+		// read before the consumer is made, as when one followed the
+		// other: what the consumer holds at its creation (Tail.Empty)
+		// is then at least everything up to lastAtStart.
+		atBounds := func(bctx context.Context) error {
+			if err := bounds(bctx); err != nil {
+				return err
+			}
+			made = p.followAtStart(ctx, 1)
+			if asksHeld() {
+				held = p.askHoldsEffects(ctx)
+			}
+			return nil
+		}
+		if err := both(ctx, atBounds, load); err != nil {
+			return err
+		}
+	} else {
+		if err := bounds(ctx); err != nil {
+			return err
+		}
+		var err error
+		if lazy, err = p.shortTail(ctx, ckAt, last); err != nil {
+			return err
+		}
 	}
 	// The load is a burst of garbage: once every partition loading has
 	// caught up (or ended), the heap it freed goes back to the system. A
-	// cold refold raises the collector's percent while it lasts.
-	endHeap := r.heap.begin(cold)
+	// cold refold (no checkpoint, a stream to fold from its start)
+	// raises the collector's percent while it lasts.
+	endHeap := r.heap.begin(ckAt == 0 && last > 0)
 	endLoad := func() {
 		endHeap()
 		p.loaded()
 	}
 	defer endLoad()
-	in := newInterner()
-	var (
-		ck     uint64
-		revs   map[string]uint64
-		states = map[string]*reconcile.State{}
-		tooBig = map[string]bool{}
-	)
+	ck := ckAt
 	endTail := func() {}
 	if lazy {
 		// Only the states the tail's events name are read before the
@@ -302,21 +366,16 @@ func (p *partition) session(ctx context.Context) error {
 		// O(tail).
 		endTail = r.tails.begin()
 		defer endTail()
-		ck, revs = ckAt, map[string]uint64{}
-	} else if ck, revs, err = p.loadStates(ctx, in, states, tooBig, nil); err != nil {
-		return err
+		revs = map[string]uint64{}
+	} else if ckAt != 0 {
+		if err := load(ctx); err != nil {
+			return err
+		}
 	}
 	p.mu.Lock()
 	p.states = states
 	p.mu.Unlock()
-	var first, last uint64
-	if err := p.leaderRead(ctx, func(ctx context.Context) (err error) {
-		first, last, err = store.StreamBounds(ctx, r.stream)
-		return err
-	}); err != nil {
-		return err
-	}
-	s := &session{p: p, checkpoint: ck, ckRev: ckRev, folded: ck, lastAtStart: last, recovering: last > ck, readAll: ck < first, in: in,
+	s := &session{p: p, made: made, checkpoint: ck, ckRev: ckRev, folded: ck, lastAtStart: last, recovering: last > ck, readAll: ck < first, in: in,
 		rec: newRecovery(), checkpointed: time.Now(), dirty: map[string]dirtyNode{}, revs: revs, tooBig: tooBig,
 		lag: r.m.Lag.WithLabelValues(strconv.Itoa(p.id)), counted: map[events.Kind]prometheus.Counter{}, endLoad: endLoad, lazy: lazy, endTail: endTail, began: began}
 	if r.cfg.Signer != nil && r.cfg.Own.Trusts(r.cfg.Signer.PublicKey()) {
@@ -329,7 +388,9 @@ func (p *partition) session(ctx context.Context) error {
 		r.agedOut(ctx, p.id, ck, first)
 		s.folded = first - 1
 	}
-	if s.recovering && s.readAll {
+	if held != nil {
+		s.held = held
+	} else if s.recovering && s.readAll {
 		// Asked beside the consumer's creation, taken before the first
 		// message is handled (consume, takeHeld).
 		s.held = p.askHoldsEffects(ctx)
@@ -348,43 +409,73 @@ const lazyTail = 4
 
 // shortTail reports whether the partition's session should refold its
 // tail before reading every state (issue 27), ck being its checkpoint
-// as just read: the partition has a
-// checkpoint, and the stream's messages past it, times lazyTail, are at
-// most the messages of the snapshot bucket (one a node, all partitions:
-// the partition's share of both is about the same). A restart at
-// 100,000 nodes read every state of its partitions before the first
-// event of a tail of a few hundred, 15 s; the restart at 10,000 nodes
-// took 1.6 s. cold reports a cold refold: no checkpoint, and a stream
-// with messages to fold from its start (heapRelease raises the
-// collector's percent for it).
-func (p *partition) shortTail(ctx context.Context, ck uint64) (lazy, cold bool, err error) {
-	r := p.r
-	_, last, err := store.StreamBounds(ctx, r.stream)
+// (not 0) and last the stream's last sequence, as just read: the
+// stream's messages past the checkpoint, times lazyTail, are at most the
+// messages of the snapshot bucket (one a node, all partitions: the
+// partition's share of both is about the same). A restart at 100,000
+// nodes read every state of its partitions before the first event of a
+// tail of a few hundred, 15 s; the restart at 10,000 nodes took 1.6 s.
+func (p *partition) shortTail(ctx context.Context, ck, last uint64) (bool, error) {
+	if last <= ck {
+		return false, nil
+	}
+	stored, err := p.r.snaps.Stored(ctx)
 	if err != nil {
-		return false, false, err
+		return false, err
 	}
-	if ck == 0 || last <= ck {
-		return false, ck == 0 && last > 0, nil
-	}
-	stored, err := r.snaps.Stored(ctx)
-	if err != nil {
-		return false, false, err
-	}
-	return (last-ck)*lazyTail <= stored, false, nil
+	return (last-ck)*lazyTail <= stored, nil
 }
 
-// loadStates reads the partition's checkpoint, then every node state of
-// its snapshots but those skip names (nil: none) into states, decoding
-// each as the pass reads it (the raw snapshots of a partition are never
-// all held at once); a node whose snapshot is a marker or of a newer
-// format is refolded from the stream, up to the checkpoint, the
-// markers' nodes noted in tooBig. It returns the checkpoint and the
-// revision of every node key (store.Snapshots.ScanPartition).
+// readCheckpoint asks loadStates to read the checkpoint itself.
+const readCheckpoint = ^uint64(0)
+
+// both runs a and b at once and returns the first error of the two,
+// once both have ended; the first error ends the other's context.
+func both(ctx context.Context, a, b func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		first error
+	)
+	run := func(f func(context.Context) error) {
+		if err := f(ctx); err != nil {
+			mu.Lock()
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+			cancel()
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { run(b) })
+	run(a)
+	wg.Wait()
+	return first
+}
+
+// loadStates reads every node state of the partition's snapshots but
+// those skip names (nil: none) into states, decoding each as the pass
+// reads it (the raw snapshots of a partition are never all held at
+// once); a node whose snapshot is a marker or of a newer format is
+// refolded from the stream, up to the checkpoint, the markers' nodes
+// noted in tooBig. ck is the checkpoint the caller read before the call
+// (a session's start: CheckpointRev), or readCheckpoint to read it
+// first (the pass beside a lazy session's fold, whose session may have
+// checkpointed since it started). It returns the checkpoint and the
+// revision of every node key (store.Snapshots.ScanPartitionStates).
 func (p *partition) loadStates(ctx context.Context, in *interner, states map[string]*reconcile.State, tooBig map[string]bool,
-	skip func(node string) bool) (ck uint64, revs map[string]uint64, err error) {
+	skip func(node string) bool, ck uint64) (uint64, map[string]uint64, error) {
 	r := p.r
 	var markers, newer []string
-	ck, revs, err = r.snaps.ScanPartition(ctx, p.id, func(node string, b []byte) error {
+	if ck == readCheckpoint {
+		var err error
+		if ck, err = r.snaps.Checkpoint(ctx, p.id); err != nil {
+			return 0, nil, err
+		}
+	}
+	revs, err := r.snaps.ScanPartitionStates(ctx, p.id, func(node string, b []byte) error {
 		if skip != nil && skip(node) {
 			return nil
 		}
@@ -555,7 +646,7 @@ func (s *session) startRest(ctx context.Context) {
 			defer p.mu.Unlock()
 			return p.states[node] != nil
 		}
-		_, rp.revs, rp.err = p.loadStates(ctx, rp.in, rp.states, rp.tooBig, held)
+		_, rp.revs, rp.err = p.loadStates(ctx, rp.in, rp.states, rp.tooBig, held, readCheckpoint)
 	}()
 }
 
@@ -621,23 +712,79 @@ func (s *session) stopRest() {
 	s.rest = nil
 }
 
+// follow makes the partition's read from sequence from: a consumer of
+// the partition's subjects. One wildcard filter over the partition: the
+// server serves a single filter from its subject index, while several
+// filters (the input kinds alone) made it scan, 30x slower on a long
+// stream. Knocks and journal entries come along; the fold only counts
+// them as seen.
+func (p *partition) follow(ctx context.Context, from uint64) (*store.Tail, error) {
+	r := p.r
+	if h := r.cfg.Faults.BeforeFollow; h != nil {
+		if err := h(p.id, from); err != nil {
+			return nil, err
+		}
+	}
+	return store.Follow(ctx, r.js, store.TailConfig{Stream: r.cfg.Stream.Name,
+		Filter: r.subj.StoredPartitionAll(p.id), Start: from, Heartbeat: readHeartbeat,
+		EndOnLoss: true})
+}
+
+// madeFollow is a session's read made at its start, beside the reads of
+// its checkpoint's bounds and states (a session without a checkpoint
+// starts from the stream's first message whatever they say: issue 27,
+// its consumer's creation was a round trip after them). tail and err
+// are written by its goroutine, read once done is closed.
+type madeFollow struct {
+	done  chan struct{}
+	tail  *store.Tail
+	err   error
+	taken bool
+}
+
+// followAtStart makes the partition's read from from in a goroutine of
+// its own, under ctx: take waits for it; drop stops a read not taken.
+func (p *partition) followAtStart(ctx context.Context, from uint64) *madeFollow {
+	m := &madeFollow{done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		m.tail, m.err = p.follow(ctx, from)
+	}()
+	return m
+}
+
+// take waits for the read and hands it over (consume stops it).
+func (m *madeFollow) take() (*store.Tail, error) {
+	<-m.done
+	m.taken = true
+	return m.tail, m.err
+}
+
+// drop stops the read unless it was taken, once made: a session that
+// ended before its consume leaves no consumer behind.
+func (m *madeFollow) drop() {
+	if m == nil {
+		return
+	}
+	<-m.done
+	if !m.taken && m.tail != nil {
+		m.tail.Stop()
+	}
+}
+
 func (s *session) consume(ctx context.Context) error {
 	r := s.p.r
-	// One wildcard filter over the partition: the server serves a single
-	// filter from its subject index, while several filters (the input
-	// kinds alone) made it scan, 30x slower on a long stream. Knocks and
-	// journal entries come along; the fold only counts them as seen.
-	follow := func(ctx context.Context, from uint64) (*store.Tail, error) {
-		if h := r.cfg.Faults.BeforeFollow; h != nil {
-			if err := h(s.p.id, from); err != nil {
-				return nil, err
-			}
-		}
-		return store.Follow(ctx, r.js, store.TailConfig{Stream: r.cfg.Stream.Name,
-			Filter: r.subj.StoredPartitionAll(s.p.id), Start: from, Heartbeat: readHeartbeat,
-			EndOnLoss: true})
+	follow := s.p.follow
+	var (
+		tail *store.Tail
+		err  error
+	)
+	if s.made != nil {
+		tail, err = s.made.take()
+		s.made = nil
+	} else {
+		tail, err = follow(ctx, s.checkpoint+1)
 	}
-	tail, err := follow(ctx, s.checkpoint+1)
 	if err != nil && ctx.Err() == nil && store.Unanswered(err) {
 		// The consumer's creation got no answer: the session's server
 		// went away with it, or the cluster is electing a leader (a

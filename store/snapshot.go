@@ -575,6 +575,22 @@ func (s *Snapshots) ScanPartition(ctx context.Context, partition int, fn func(no
 	if checkpoint, err = s.Checkpoint(ctx, partition); err != nil {
 		return 0, nil, err
 	}
+	if revs, err = s.ScanPartitionStates(ctx, partition, fn); err != nil {
+		return 0, nil, err
+	}
+	return checkpoint, revs, nil
+}
+
+// ScanPartitionStates is [Snapshots.ScanPartition] without its read of
+// the checkpoint, for a caller that read it already (the reconciler's
+// session, with its revision: [Snapshots.CheckpointRev]), before the
+// pass: every state the pass reads is then at or past that checkpoint,
+// as for ScanPartition. A second read of the key was a round trip of
+// every session's start (issue 27, a cold refold's fixed costs).
+func (s *Snapshots) ScanPartitionStates(ctx context.Context, partition int, fn func(node string, state []byte) error) (revs map[string]uint64, err error) {
+	if partition < 0 {
+		return nil, fmt.Errorf("load partition %d", partition)
+	}
 	revs = make(map[string]uint64)
 	var fnErr error
 	err = s.scanEntries(ctx, "node."+strconv.Itoa(partition)+".*", true, func(node string, e jetstream.KeyValueEntry) error {
@@ -587,12 +603,12 @@ func (s *Snapshots) ScanPartition(ctx context.Context, partition int, fn func(no
 		return nil
 	})
 	if fnErr != nil {
-		return 0, nil, fnErr
+		return nil, fnErr
 	}
 	if err != nil {
-		return 0, nil, fmt.Errorf("load partition %d: %w", partition, err)
+		return nil, fmt.Errorf("load partition %d: %w", partition, err)
 	}
-	return checkpoint, revs, nil
+	return revs, nil
 }
 
 // LoadAll calls fn with every node's state, all partitions, in one
