@@ -233,8 +233,23 @@ func JoinGroup(ctx context.Context, js jetstream.JetStream, cfg GroupConfig) (*G
 // bucket's wins over ttl).
 func openLeaseBucket(ctx context.Context, js jetstream.JetStream, streamCfg store.StreamConfig, ttl time.Duration, log *slog.Logger) (jetstream.KeyValue, time.Duration, error) {
 	bucket := streamCfg.Name + LeaseBucketSuffix
+	// The bucket and its stream's configuration (its TTL and limit
+	// markers) are asked for at once: a status request after the lookup
+	// was a round trip of every start (issue 27). A bucket created here
+	// is asked for its status after its creation.
+	var (
+		cfgOf *jetstream.StreamConfig
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		if st, err := js.Stream(ctx, "KV_"+bucket); err == nil {
+			cfgOf = &st.CachedInfo().Config
+		}
+	})
 	kv, err := js.KeyValue(ctx, bucket)
+	wg.Wait()
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		cfgOf = nil
 		kv, err = store.CreateKV(ctx, js, jetstream.KeyValueConfig{
 			Bucket:         bucket,
 			Description:    "meshfold reconcilers of stream " + streamCfg.Name + ": member.<group>.<instance>, lease.<partition>, stream (an ungrouped reconciler)",
@@ -245,18 +260,20 @@ func openLeaseBucket(ctx context.Context, js jetstream.JetStream, streamCfg stor
 			Replicas:       streamCfg.Replicas,
 		})
 	}
+	if err == nil && cfgOf == nil {
+		var st jetstream.KeyValueStatus
+		if st, err = kv.Status(ctx); err == nil {
+			cfgOf = &jetstream.StreamConfig{MaxAge: st.TTL(), SubjectDeleteMarkerTTL: st.LimitMarkerTTL()}
+		}
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("lease bucket %s: %w", bucket, err)
 	}
-	st, err := kv.Status(ctx)
-	if err != nil {
-		return nil, 0, fmt.Errorf("lease bucket %s: %w", bucket, err)
-	}
-	got := st.TTL()
+	got := cfgOf.MaxAge // the bucket's TTL (KeyValueStatus.TTL)
 	switch {
 	case got <= 0:
 		return nil, 0, fmt.Errorf("lease bucket %s has no TTL: a dead instance's leases would never expire", bucket)
-	case st.LimitMarkerTTL() <= 0:
+	case cfgOf.SubjectDeleteMarkerTTL <= 0: // KeyValueStatus.LimitMarkerTTL
 		return nil, 0, fmt.Errorf("lease bucket %s has no limit markers: expiries would go unseen", bucket)
 	case got != ttl:
 		log.Warn("lease bucket's TTL differs from --lease-ttl; the bucket's wins", "bucket", bucket, "ttl", got, "asked", ttl)
