@@ -107,11 +107,14 @@ type Config struct {
 
 // Serve runs the reconciler on nc until ctx ends or a fatal error, as a
 // `meshfold serve` or `meshfold reconcile` process does (DESIGN.md §7). In
-// order, it: ensures the stream (cfg.Stream) and the node agents' lease
-// bucket; serves the metrics when cfg.MetricsAddr is set; joins cfg.Group,
-// or else claims the stream lease (waiting out a dead holder's, at most
-// its TTL); opens the reconciler and the snapshot bucket; starts the state
-// service (partial in a group); calls cfg.Ready; and folds. When ctx
+// order, it: ensures the stream (cfg.Stream); serves the metrics when
+// cfg.MetricsAddr is set; then at once opens the node agents' lease
+// bucket and the secrets' and fill statuses' buckets, joins cfg.Group or
+// else claims the stream lease (waiting out a dead holder's, at most its
+// TTL), and, ungrouped, opens the reconciler and the snapshot bucket (a
+// member's once its group is joined); starts the state service (partial
+// in a group) and the rollout controller; calls cfg.Ready; and folds,
+// only once all of that is done. When ctx
 // ends it stops gracefully: the last snapshots are written, then the
 // group's leases or the stream lease are released, and Serve returns nil.
 // It logs how it stopped ("snapshots written" only when every partition's
