@@ -305,12 +305,15 @@ func (p *partition) session(ctx context.Context) error {
 	}
 	// held: whether the stream holds effects of the partition, asked
 	// when the session starts from the stream's first message with input
-	// to refold (askHoldsEffects), beside its consumer's creation.
+	// to refold (askHoldsEffects), beside its consumer's creation. Where
+	// events aged out of the stream before they were folded, it is asked
+	// after the fleet journal's entry saying so (agedOut, below), as it
+	// was: that entry may be one of the partition's effects.
 	var (
 		made *madeFollow
 		held *heldAsk
 	)
-	asksHeld := func() bool { return last > ckAt && ckAt < first }
+	asksHeld := func() bool { return last > ckAt && ckAt < first && !(first > ckAt+1 && last >= first) }
 	defer func() {
 		made.drop()
 		if held != nil {
