@@ -64,7 +64,7 @@ usage error.`,
 					return nil
 				}
 			}
-			return a.publishEach(ctx, events.KindAck, args[:1], false, check, func() events.Payload {
+			return a.publishEach(ctx, events.KindAck, args[:1], false, check, false, func() events.Payload {
 				return &events.Ack{By: o.by, Upto: upto, Reason: o.reason}
 			})
 		},

@@ -29,10 +29,15 @@ func newApproveCmd(a *app) *cobra.Command {
 per node. A module whose want says requires_approval moves to a new build
 only once that build is approved; until then the plan holds it at what runs
 and shows the wanted build as pending ('meshfold state NODE'). An approval
-may come before or after the want, is kept per (module, build) and is never
-used up. Approving another build than the pending one moves nothing (a note
-says so, as it says of a module the node's newest want does not name or does
-not gate); take an approval back with 'meshfold revoke'.
+is kept per (module, build) and is never used up. Approving another build
+than the pending one moves nothing (a note says so, as it says of a module
+the newest want does not gate); take an approval back with 'meshfold revoke'.
+
+A MODULE the node's newest want does not name (a mistyped name, or a node
+with no want yet) is refused: exit 2, nothing published to any node named,
+and the message names the want's modules ("did you mean …?" when one is
+close). To approve ahead of the want that will name it, give --ahead. With
+--all, only a MODULE no node's newest want names is refused.
 
 The last two arguments are MODULE and BUILD; the ones before them name the
 nodes, or --all approves on every node that has a want. --by names who
@@ -40,12 +45,11 @@ approved (required); it is kept in the stream for audit. Prints each
 approval's stream sequence, one line per node; exit 1 if any publish failed,
 2 on a usage error.
 
-A node the stream holds events of but no want (its agent started) is
-approved with a note: an approval may come before the want. A node with no
-event in the stream at all is refused (exit 2, nothing published): a
-mistyped name would store an approval the real node never sees, and make a
-phantom node that 'meshfold fleet' lists. To approve ahead of a new node's
-first want and its agent's first connection, give --new.
+A node with no event in the stream at all is refused (exit 2, nothing
+published): a mistyped name would store an approval the real node never
+sees, and make a phantom node that 'meshfold fleet' lists. To approve ahead
+of a new node's first want and its agent's first connection, give --new
+(which implies --ahead).
 
 BUILD is checked as 'meshfold want' checks a want's: a build of no build's
 form (neither sha256:<64 hex>, what 'meshfold build push' prints, nor
@@ -62,6 +66,7 @@ several: exit 2).
   meshfold approve novox nats img:nats-2.10.24 --by alice
   meshfold approve novox ace nats img:nats-2.10.24 --by alice
   meshfold approve --all nats img:nats-2.10.24 --by alice
+  meshfold approve ace nats img:nats-2.11.0 --by alice --ahead   # before the want naming nats
   meshfold approve newbie nats img:nats-2.10.24 --by alice --new   # before newbie's first want and connection`,
 		Args:              cobra.MinimumNArgs(2),
 		ValidArgsFunction: a.completeNodes(1),
@@ -81,13 +86,14 @@ several: exit 2).
 			if err := a.checkBuildArg(ctx, module, build, allowMissing, false); err != nil {
 				return err
 			}
-			return a.publishEach(ctx, events.KindApprove, args[:n-2], o.all, check, func() events.Payload {
+			return a.publishEach(ctx, events.KindApprove, args[:n-2], o.all, check, o.ahead || o.newNode, func() events.Payload {
 				return &events.Approve{Module: module, Build: build, By: o.by}
 			})
 		},
 	}
 	o.add(cmd, false, true)
 	cmd.Flags().BoolVar(&o.newNode, "new", false, "approve on a node that has no event in the stream yet (refused without it: a mistyped name would make a phantom node)")
+	cmd.Flags().BoolVar(&o.ahead, "ahead", false, aheadFlagHelp("approve"))
 	cmd.Flags().BoolVar(&allowMissing, "allow-missing-build", false, "approve a sha256: build the builds bucket does not hold (yet); a build of no build's form is refused still")
 	a.conn.add(cmd)
 	a.stream.add(cmd)

@@ -52,7 +52,7 @@ func TestApproveRevokeCheckTheBuild(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"approve", "ace", "web", stored, "--by", "alice"},
-		{"approve", "ace", "nats", "img:2.10", "--by", "alice"},
+		{"approve", "ace", "nats", "img:2.10", "--by", "alice", "--ahead"}, // ace's want names web alone
 		{"approve", "ace", "web", missing, "--by", "alice", "--allow-missing-build"},
 		{"revoke", "ace", "web", missing, "--by", "alice", "--allow-missing-build"},
 		{"revoke", "ace", "web", stored, "--by", "alice"},

@@ -8,10 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -232,6 +234,15 @@ func TestExamplesRun(t *testing.T) {
 	}
 	root := t.TempDir()
 	for _, group := range []string{"build", "secret", "auth"} {
+		if group == "secret" {
+			// ace's newest want declares the file the secret examples put
+			// (a put of a file no want declares is refused without --ahead).
+			w := &events.Want{Modules: []events.WantModule{{Name: "mesh-build-go", Build: "img:mbg-1", RunsAs: "mbg",
+				Files: []events.File{{Path: "/run/mesh-build-go/broker.creds", Mode: "0600"}}}}}
+			if _, err := store.NewPublisher(m.js, m.cfg.Subjects()).Append(testCtx(t), "ace", events.Stamp(w, time.Now())); err != nil {
+				t.Fatal(err)
+			}
+		}
 		r, _ := newRootApp(nil, nil, nil)
 		g, _, err := r.Find([]string{group})
 		if err != nil {
@@ -283,6 +294,7 @@ func setupExampleDir(t *testing.T, dir, name string) {
 	write(t, filepath.Join(dir, "bundles", "mesh-build-go", "run"), "#!/bin/sh\nexec sleep 3600\n", 0o755)
 	write(t, filepath.Join(dir, "bundles", "mesh-build-go", "meshfold.json"), `{"command":["run"]}`, 0o644)
 	write(t, filepath.Join(dir, "broker.creds"), "example content\n", 0o600)
+	write(t, filepath.Join(dir, "tls.key"), "example key\n", 0o600)
 	if strings.HasPrefix(name, "build rm") {
 		// A build to remove, pushed before: $BUILD.
 		t.Chdir(dir)

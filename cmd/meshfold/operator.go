@@ -35,6 +35,7 @@ type operatorFlags struct {
 	reason  string
 	all     bool
 	newNode bool
+	ahead   bool // approve, waive: a module or path the newest want does not declare
 	timeout time.Duration
 	wait    time.Duration // poke: how long to wait for the provisioners' answers
 }
@@ -268,15 +269,20 @@ it for a bogus owed item ('meshfold state NODE' lists owed items, 'fleet'
 flags those older than an hour). A refusal judged by a later plan is owed
 again: it is a new fact. A waive of a file nothing is owed for now is
 published (it still covers a refusal judged by a plan that exists now) with
-a note on stderr, naming the module or path when the newest plan declares
-no such one (a mistyped name). Like approve and revoke, waive publishes and
-notes rather than refuses; only an unknown NODE is refused (--new).
+a note on stderr.
+
+A MODULE or PATH that nothing owed names and neither the node's newest
+want nor its newest plan declares (a mistyped name) is refused: exit 2,
+nothing published, and the message names what the want declares ("did you
+mean …?" when one is close). --ahead publishes such a waive anyway, for a
+refusal judged by a plan that exists now.
 
 Prints the event's stream sequence; exit 1 if the publish failed, 2 on a
 usage error.
 
 ` + newNodeHelp,
-		Example:           `  meshfold waive ace mesh-build-go /run/mesh-build-go/old.creds --by alice`,
+		Example: `  meshfold waive ace mesh-build-go /run/mesh-build-go/old.creds --by alice
+  meshfold waive ace web /run/web/gone.key --by alice --ahead   # a late refusal judged by an older plan`,
 		Args:              cobra.ExactArgs(3),
 		ValidArgsFunction: a.completeNodes(1),
 	}
@@ -310,7 +316,7 @@ func (a *app) operatorVerb(cmd *cobra.Command, o *operatorFlags, kind events.Kin
 		if o.newNode {
 			check = checkNone
 		}
-		seqs, err := a.publishEachSeqs(ctx, kind, nodes, o.all, check, func() events.Payload { return mk(args) })
+		seqs, err := a.publishEachSeqs(ctx, kind, nodes, o.all, check, o.ahead || o.newNode, func() events.Payload { return mk(args) })
 		if kind == events.KindPoke && o.wait > 0 && len(seqs) > 0 {
 			// After the publishes' own timeout: a wait of its own.
 			wctx, wcancel := context.WithTimeout(cmd.Context(), o.wait+5*time.Second)
@@ -324,6 +330,9 @@ func (a *app) operatorVerb(cmd *cobra.Command, o *operatorFlags, kind events.Kin
 		cmd.Flags().DurationVar(&o.wait, "wait", 5*time.Second, "how long to wait for each node's provisioner to take the knock the poke brings (0: do not wait)")
 	}
 	o.addNew(cmd, kind == events.KindPause || kind == events.KindResume)
+	if kind == events.KindWaive {
+		cmd.Flags().BoolVar(&o.ahead, "ahead", false, aheadFlagHelp("waive"))
+	}
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
@@ -344,14 +353,14 @@ func (o *operatorFlags) context(cmd *cobra.Command) (context.Context, context.Ca
 // refuseRetired). A
 // publish that fails is reported and the others still go; the error then
 // says how many failed (exit 1).
-func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string, all bool, check nodeCheck, mk func() events.Payload) error {
-	_, err := a.publishEachSeqs(ctx, kind, nodes, all, check, mk)
+func (a *app) publishEach(ctx context.Context, kind events.Kind, nodes []string, all bool, check nodeCheck, ahead bool, mk func() events.Payload) error {
+	_, err := a.publishEachSeqs(ctx, kind, nodes, all, check, ahead, mk)
 	return err
 }
 
 // publishEachSeqs is publishEach, returning the stream sequence of each
 // event published, by node.
-func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []string, all bool, check nodeCheck, mk func() events.Payload) (map[string]uint64, error) {
+func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []string, all bool, check nodeCheck, ahead bool, mk func() events.Payload) (map[string]uint64, error) {
 	switch {
 	case all && len(nodes) > 0:
 		return nil, withCode(exitUsage, fmt.Errorf("--all names every node: name no node beside it (got %s)", strings.Join(nodes, " ")))
@@ -397,6 +406,21 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 			}
 		}
 		if err := a.refuseRetired(ctx, js, kind, nodes); err != nil {
+			return nil, err
+		}
+	}
+	if !ahead {
+		// A module or path the newest want does not declare is refused,
+		// before anything is published (a fresh user's findings U4,
+		// U17: a typo was published with a note, exit 0).
+		var err error
+		switch p := mk().(type) {
+		case *events.Approve:
+			err = a.refuseUndeclared(ctx, nc, js, kind, nodes, all, p.Module, "")
+		case *events.Waive:
+			err = a.refuseUndeclared(ctx, nc, js, kind, nodes, all, p.Module, p.Path)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}

@@ -45,7 +45,7 @@ func TestOperatorVerbsPublish(t *testing.T) {
 				x := p.(*events.Revoke)
 				return x.Module == "nats" && x.Build == "img:2" && x.By == "erin"
 			}},
-		{[]string{"waive", "ace", "app", "/etc/app/key", "--by", "frank"}, events.KindWaive,
+		{[]string{"waive", "ace", "app", "/etc/app/key", "--by", "frank", "--ahead"}, events.KindWaive,
 			func(p events.Payload) bool {
 				x := p.(*events.Waive)
 				return x.Module == "app" && x.Path == "/etc/app/key" && x.By == "frank"
@@ -196,9 +196,13 @@ func TestPauseANodeWithNoWant(t *testing.T) {
 			t.Errorf("%s fresh: no %s stored", verb, verb)
 		}
 	}
-	// approve takes it with a note (an approval may come before the want).
-	if code, _, stderr := c.run(t, "", "approve", "fresh", "nats", "img:2", "--by", "alice"); code != 0 || !strings.Contains(stderr, "note: node fresh has no want yet") {
+	// approve refuses it (no want names the module) unless --ahead, then
+	// takes it with a note (an approval may come before the want).
+	if code, _, stderr := c.run(t, "", "approve", "fresh", "nats", "img:2", "--by", "alice"); code != exitUsage || !strings.Contains(stderr, "node fresh has no want yet") {
 		t.Errorf("approve of a node with an agent and no want: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := c.run(t, "", "approve", "fresh", "nats", "img:2", "--by", "alice", "--ahead"); code != 0 || !strings.Contains(stderr, "note: node fresh has no want yet") {
+		t.Errorf("approve --ahead of a node with an agent and no want: exit %d, %q", code, stderr)
 	}
 	if code, _, stderr := c.run(t, "", "poke", "fresh", "--by", "alice"); code != exitUsage || !strings.Contains(stderr, "node fresh has no want") {
 		t.Errorf("poke of a node with no want: exit %d, %q", code, stderr)
@@ -237,7 +241,7 @@ func TestOperatorVerbsManyNodes(t *testing.T) {
 	if _, ok := c.last(t, "novox", events.KindPause); ok {
 		t.Error("--all paused novox, which has no want")
 	}
-	code, stdout, stderr = c.run(t, "", "approve", "ace", "shanks", "nats", "img:3", "--by", "bob")
+	code, stdout, stderr = c.run(t, "", "approve", "ace", "shanks", "nats", "img:3", "--by", "bob", "--ahead")
 	if code != 0 || strings.Count(stdout, "stream sequence") != 2 {
 		t.Fatalf("approve two nodes: exit %d %q %q", code, stdout, stderr)
 	}
@@ -445,20 +449,26 @@ func TestOperatorFlow(t *testing.T) {
 	if st = folded(printedSeq(t, out)); len(st.Owed) != 0 {
 		t.Errorf("after waive, owed %v", st.Owed)
 	}
-	// A second waive of it pays nothing: published, with a note.
-	out, errOut, code = m.cli(t, "waive", "ace", "mesh-build-go", "/run/mesh-build-go/old.creds", "--by", "carol")
+	// A second waive of it pays nothing, and neither the want nor the
+	// plan declares the file: refused (exit 2); --ahead publishes it, with
+	// a note.
+	if _, errOut, code = m.cli(t, "waive", "ace", "mesh-build-go", "/run/mesh-build-go/old.creds", "--by", "carol"); code != exitUsage ||
+		!strings.Contains(errOut, "declares no file /run/mesh-build-go/old.creds for module mesh-build-go") {
+		t.Errorf("waive of a file nothing owes or declares: exit %d, stderr %q", code, errOut)
+	}
+	out, errOut, code = m.cli(t, "waive", "ace", "mesh-build-go", "/run/mesh-build-go/old.creds", "--by", "carol", "--ahead")
 	if code != 0 || !strings.Contains(errOut, `note: nothing is owed for "mesh-build-go"'s "/run/mesh-build-go/old.creds" on ace`) {
 		t.Errorf("waive of a file nothing is owed for: exit %d, stderr %q", code, errOut)
 	}
 	folded(printedSeq(t, out))
-	// A waive of a path or module the plan never declared says so; a
-	// revoke of a module the node never had too (both still publish).
-	out, errOut, code = m.cli(t, "waive", "ace", "mesh-build-go", "/nope", "--by", "carol")
+	// A waive --ahead of a path or module the plan never declared says
+	// so; a revoke of a module the node never had too (both publish).
+	out, errOut, code = m.cli(t, "waive", "ace", "mesh-build-go", "/nope", "--by", "carol", "--ahead")
 	if code != 0 || !strings.Contains(errOut, `declares no file "/nope" for "mesh-build-go" (mistyped?)`) {
 		t.Errorf("waive of an undeclared path: exit %d, stderr %q", code, errOut)
 	}
 	folded(printedSeq(t, out))
-	out, errOut, code = m.cli(t, "waive", "ace", "mesh-buidl-go", "/nope", "--by", "carol")
+	out, errOut, code = m.cli(t, "waive", "ace", "mesh-buidl-go", "/nope", "--by", "carol", "--ahead")
 	if code != 0 || !strings.Contains(errOut, `has no module "mesh-buidl-go" (mistyped?)`) {
 		t.Errorf("waive of an unknown module: exit %d, stderr %q", code, errOut)
 	}

@@ -34,7 +34,7 @@ func TestAllVerbsSkipRetiredNodes(t *testing.T) {
 		{"poke", "--all", "--by", "x"},
 		{"pause", "--all", "--by", "x"},
 		{"resume", "--all", "--by", "x"},
-		{"approve", "--all", "nats", "img:2", "--by", "x"},
+		{"approve", "--all", "nats", "img:2", "--by", "x", "--ahead"},
 	} {
 		code, stdout, stderr := c.run(t, "", args...)
 		if code != 0 || strings.Count(stdout, "stream sequence") != 2 || strings.Contains(stdout, " bob:") {

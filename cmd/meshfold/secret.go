@@ -128,8 +128,9 @@ func shadowedBy(ctx context.Context, fills jetstream.KeyValue, node string) map[
 func newSecretPutCmd(a *app) *cobra.Command {
 	var file, by string
 	var timeout time.Duration
+	var ahead bool
 	cmd := &cobra.Command{
-		Use:   "put NODE MODULE PATH [-f FILE] --by NAME",
+		Use:   "put NODE MODULE PATH [-f FILE] --by NAME [--ahead]",
 		Short: "Seal a file's content to NODE's provisioner and store it",
 		Long: `put reads the content (from -f FILE, else from stdin), seals it to NODE's
 provisioner curve key, and stores the ciphertext under NODE, MODULE and PATH.
@@ -148,15 +149,21 @@ Prints the revision and the digest (an HMAC under a key kept in the bucket,
 never a plain hash); the content is never printed. The revision is the
 secrets bucket's sequence, as 'secret ls' shows it, shared by every secret
 and key registration: a note on stderr says so and which put of this file
-it is. A refused put stores nothing and moves no revision. A file that
-NODE's newest want does not declare for MODULE (a mistyped node, module or
-path, or a secret put ahead of its want) is stored with a warning: it is
-filled only once a want declares it. When NODE's provisioner reports this
+it is. A refused put stores nothing and moves no revision.
+
+A file that NODE's newest want does not declare for MODULE (a mistyped
+module or path; or a node with no want yet) is refused: exit 2, nothing
+stored, and the message names what the want declares ("did you mean …?"
+when one is close). To store a secret ahead of the want that will declare
+it, give --ahead: it is filled once a want declares it, and a note says so.
+
+When NODE's provisioner reports this
 file shadowed (it fills it from a source given before --from sealed, which
 holds other content: the node keeps that content), put warns; 'secret ls'
 and 'state' say so too.`,
 		Example: `  meshfold secret put ace mesh-build-go /run/mesh-build-go/broker.creds -f broker.creds --by alice
-  vault kv get -field=token kv/ace/mbg | meshfold secret put ace mesh-build-go /run/mbg/token --by alice`,
+  vault kv get -field=token kv/ace/mbg | meshfold secret put ace mesh-build-go /run/mbg/token --by alice
+  meshfold secret put ace web /run/web/tls.key -f tls.key --by alice --ahead   # before the want naming it`,
 		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := secretArgs(args); err != nil {
@@ -191,15 +198,23 @@ and 'state' say so too.`,
 				return err
 			}
 			defer closeConn()
-			rev, digest, err := putSecret(ctx, kv, args[0], args[1], args[2], content, by)
+			check := func() error {
+				if ahead {
+					return nil
+				}
+				return a.refuseUndeclaredPut(ctx, args[0], args[1], args[2])
+			}
+			rev, digest, err := putSecret(ctx, kv, args[0], args[1], args[2], content, by, check)
 			if errors.Is(err, store.ErrNoCurveKey) {
 				return a.unknownSecretNode(ctx, args[0], err)
 			}
 			if err != nil {
 				return err
 			}
-			if note := a.undeclaredNote(ctx, args[0], args[1], args[2]); note != "" {
-				fmt.Fprintf(a.stderr, "meshfold: warning: %s\n", note)
+			if ahead {
+				if note := a.undeclaredNote(ctx, args[0], args[1], args[2]); note != "" {
+					fmt.Fprintf(a.stderr, "note: %s\n", note)
+				}
 			}
 			if note := a.downNote(ctx, args[0]); note != "" {
 				fmt.Fprint(a.stderr, note)
@@ -219,6 +234,7 @@ and 'state' say so too.`,
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "read the content from FILE (default: stdin)")
 	cmd.Flags().StringVar(&by, "by", "", "who puts it (required); kept beside the ciphertext")
+	cmd.Flags().BoolVar(&ahead, "ahead", false, aheadFlagHelp("store the secret"))
 	addPublishTimeout(cmd, &timeout)
 	_ = cmd.MarkFlagRequired("by")
 	a.conn.add(cmd)
@@ -227,14 +243,20 @@ and 'state' say so too.`,
 }
 
 // putSecret seals content to node's registered key and stores it; it
-// returns the revision and the digest.
-func putSecret(ctx context.Context, kv jetstream.KeyValue, node, module, path string, content []byte, by string) (uint64, string, error) {
+// returns the revision and the digest. check, when not nil, runs once the
+// key is found and before anything is written: its error refuses the put.
+func putSecret(ctx context.Context, kv jetstream.KeyValue, node, module, path string, content []byte, by string, check func() error) (uint64, string, error) {
 	e, err := kv.Get(ctx, store.CurveKeyName(node))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0, "", &noKeyError{node: node}
 	}
 	if err != nil {
 		return 0, "", err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return 0, "", err
+		}
 	}
 	dkey, err := digestKey(ctx, kv)
 	if err != nil {
@@ -551,11 +573,6 @@ func (a *app) unknownSecretNode(ctx context.Context, node string, noKey error) e
 		node, cfg.Name, node))
 }
 
-// undeclaredNote says why a secret just stored will not be filled now: no
-// want of node declares path for module (the provisioner fills only
-// declared files, DESIGN.md §4), so a mistyped node, module or path would
-// otherwise pass for a rotation. "" when it is declared, or when the want
-// cannot be read (the put itself succeeded).
 // downNote says, when node's agent or its provisioner is known down (as
 // the reconciler's fold of node says: reconcile.View), since when and
 // that the put is filled once it is back: the put itself succeeds, and
@@ -596,6 +613,10 @@ func putDownNote(node string, v reconcile.View, now time.Time) string {
 	return b.String()
 }
 
+// undeclaredNote says, of a secret stored with --ahead, why it is not
+// filled now: no want of node declares path for module (the provisioner
+// fills only declared files, DESIGN.md §4). "" when it is declared, or
+// when the want cannot be read (the put itself succeeded).
 func (a *app) undeclaredNote(ctx context.Context, node, module, path string) string {
 	nc, err := a.conn.connect("meshfold-secret", a)
 	if err != nil {
@@ -612,7 +633,7 @@ func (a *app) undeclaredNote(ctx context.Context, node, module, path string) str
 	}
 	m, err := store.LastMsg(ctx, stream, scfg.Subjects(), node, events.KindWant)
 	if errors.Is(err, store.ErrNoMessage) {
-		return fmt.Sprintf("node %s has no want yet: stored, filled once a want declares %s for %s (is the node's name mistyped? 'meshfold fleet' lists the nodes)", node, events.Short(path), module)
+		return fmt.Sprintf("node %s has no want yet: stored ahead of it, filled once a want declares %s for %s", node, events.Short(path), module)
 	}
 	w, ok := m.Event.Payload.(*events.Want)
 	if err != nil || !ok {
@@ -627,7 +648,7 @@ func (a *app) undeclaredNote(ctx context.Context, node, module, path string) str
 				return ""
 			}
 		}
-		return fmt.Sprintf("node %s's newest want (#%d) declares no file %s for module %s: stored, but not filled until a want declares it (is the path mistyped?)", node, m.Event.Seq, events.Short(path), module)
+		return fmt.Sprintf("node %s's newest want (#%d) declares no file %s for module %s: stored ahead of it, filled once a want declares it", node, m.Event.Seq, events.Short(path), module)
 	}
-	return fmt.Sprintf("node %s's newest want (#%d) has no module %s: stored, but not filled until a want declares it (is the module's name mistyped?)", node, m.Event.Seq, module)
+	return fmt.Sprintf("node %s's newest want (#%d) has no module %s: stored ahead of it, filled once a want declares it", node, m.Event.Seq, module)
 }

@@ -110,9 +110,9 @@ func startSealedMesh(t testing.TB) *sealedMesh {
 	s.agentStart()
 	s.provStart()
 	s.waitRegistered()
-	// The secret first, then the want: the provisioner fills it once the
-	// plan declaring it settles.
-	s.put("v0")
+	// The secret first (--ahead: no want declares it yet), then the want:
+	// the provisioner fills it once the plan declaring it settles.
+	s.put("v0", "--ahead")
 	w := &events.Want{Modules: []events.WantModule{
 		{Name: "provisioner", Build: provBuild, RunsAs: s.acct, Provisioner: true},
 		{Name: "app", Build: appBuild, RunsAs: s.acct, Files: []events.File{{Path: sealedPath, Mode: events.Mode(fmt.Sprintf("%04o", sealedMode))}}},
@@ -233,13 +233,14 @@ func content(label string) []byte {
 	return append([]byte("sealed-"+label+"-"), bytes.Repeat([]byte{'x'}, 64<<10)...)
 }
 
-// put runs `meshfold secret put` with content(label) from a file.
-func (s *sealedMesh) put(label string) {
+// put runs `meshfold secret put` with content(label) from a file, and
+// extra flags.
+func (s *sealedMesh) put(label string, extra ...string) {
 	f := filepath.Join(s.t.TempDir(), "secret")
 	if err := os.WriteFile(f, content(label), 0o600); err != nil {
 		s.t.Fatal(err)
 	}
-	out, errs, code := s.m.cli(s.t, "secret", "put", "ace", "app", sealedPath, "-f", f, "--by", "test")
+	out, errs, code := s.m.cli(s.t, append([]string{"secret", "put", "ace", "app", sealedPath, "-f", f, "--by", "test"}, extra...)...)
 	if code != 0 || strings.Contains(out, "sealed-") || strings.Contains(errs, "sealed-") {
 		s.t.Fatalf("secret put: %d %s %s", code, out, errs)
 	}
@@ -335,15 +336,20 @@ func TestSealedRotation(t *testing.T) {
 	pid := s.waitStarts(2)
 
 	// A secret for a file the want does not declare (a mistyped path or
-	// module) is stored but never filled: put says so.
+	// module) is refused: nothing stored; --ahead stores it, with a note
+	// that it is not filled until a want declares it.
 	f := filepath.Join(t.TempDir(), "typo")
 	if err := os.WriteFile(f, content("typo"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, typo := range [][]string{{"ace", "app", sealedPath + "x"}, {"ace", "apq", sealedPath}} {
 		out, errs, code := s.m.cli(t, append(append([]string{"secret", "put"}, typo...), "-f", f, "--by", "test")...)
-		if code != 0 || !strings.Contains(errs, "warning") || !strings.Contains(errs, "not filled until a want declares it") {
-			t.Fatalf("secret put %v: exit %d, want 0 and a warning that it is not filled:\n%s%s", typo, code, out, errs)
+		if code != exitUsage || !strings.Contains(errs, "nothing stored") {
+			t.Fatalf("secret put %v: exit %d, want %d and nothing stored:\n%s%s", typo, code, exitUsage, out, errs)
+		}
+		out, errs, code = s.m.cli(t, append(append([]string{"secret", "put"}, typo...), "-f", f, "--by", "test", "--ahead")...)
+		if code != 0 || !strings.Contains(errs, "stored ahead of it, filled once a want declares it") {
+			t.Fatalf("secret put --ahead %v: exit %d, want 0 and a note that it is not filled yet:\n%s%s", typo, code, out, errs)
 		}
 		if out, errs, code := s.m.cli(t, append(append([]string{"secret", "rm"}, typo...), "--by", "test", "--next-source")...); code != 0 {
 			t.Fatalf("secret rm %v: exit %d\n%s%s", typo, code, out, errs)

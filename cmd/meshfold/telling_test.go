@@ -184,8 +184,9 @@ func TestNoNodeFromATypo(t *testing.T) {
 	if _, errOut, code := m.cli(t, "approve", "newbie", "idle", "i:1", "--by", "alice", "--new"); code != 0 {
 		t.Fatalf("approve --new: exit %d %s", code, errOut)
 	}
-	// newbie is known now: approving again needs no --new.
-	if _, errOut, code := m.cli(t, "approve", "newbie", "idle", "i:2", "--by", "alice"); code != 0 {
+	// newbie is known now: approving again needs no --new (--ahead: it
+	// has no want yet).
+	if _, errOut, code := m.cli(t, "approve", "newbie", "idle", "i:2", "--by", "alice", "--ahead"); code != 0 {
 		t.Fatalf("approve of a known node: exit %d %s", code, errOut)
 	}
 	f := filepath.Join(t.TempDir(), "w.json")
