@@ -94,10 +94,17 @@ func newPauseCmd(a *app) *cobra.Command {
 reconciler emits no new plan for it: wants and approvals are still folded and
 shown as pending ('meshfold state NODE' lists what resuming would publish),
 and knocks still flow, so a credential is never held back. 'meshfold fleet'
-shows who paused a node and since when. A second pause keeps the first.
+shows who paused a node and since when. Undo with 'meshfold resume'.
 
-Undo with 'meshfold resume'. Prints each event's stream sequence, one line
-per node; exit 1 if any publish failed, 2 on a usage error.
+A node paused already (a pause newer than its newest resume and retire)
+gets no event, as the reconciler would ignore a second one: pause prints
+"pause NODE: paused already (pause #N by NAME): nothing published" and
+exits 1, as 'meshfold rollout pause' does; the other nodes named are
+paused. --all skips such nodes (one note on stderr counts them) and exits 1
+only when every node is paused already.
+
+Prints each event's stream sequence, one line per node; exit 1 if any
+publish failed or any node named is paused already, 2 on a usage error.
 
 ` + knownNodeHelp + "\n\n" + allRetiredHelp,
 		Example: `  meshfold pause ace --by alice --reason "disk swap"
@@ -121,14 +128,16 @@ the plan the reconciler composes then differs from the last one it emitted
 (a want or an approval taken in while paused), that plan is published, once.
 A node that is not paused (no pause newer than its newest resume and retire)
 gets no event: resume prints "resume NODE: not paused: nothing published"
-for it (with --all, one note on stderr counts them) and exits 0.
+and exits 1, as 'meshfold rollout resume' does; the other nodes named are
+resumed. --all resumes the paused nodes (one note on stderr counts the
+others) and exits 1 only when none is paused.
 
 Prints each event's stream sequence, one line per node; exit 1 if any
-publish failed, 2 on a usage error.
+publish failed or any node named is not paused, 2 on a usage error.
 
 ` + knownNodeHelp + "\n\n" + allRetiredHelp,
 		Example: `  meshfold resume ace --by alice
-  meshfold resume --all --by alice`,
+  meshfold resume --all --by alice   # every paused node; exit 1 when none is`,
 		ValidArgsFunction: a.completeNodes(-1),
 	}
 	return a.operatorVerb(cmd, &o, events.KindResume, true, true, func(args []string) events.Payload {
@@ -424,16 +433,34 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 			return nil, err
 		}
 	}
-	if kind == events.KindResume {
-		// A resume of a node not paused changes nothing (the fold's
-		// rule): publish nothing for it and say so (a fresh user's
-		// finding: it was published, and audit showed a resume of
-		// nothing).
-		if nodes, err = a.dropNotPaused(ctx, js, nodes, all); err != nil {
+	var ignored error // the named nodes the fold would ignore the verb for
+	if kind == events.KindResume || kind == events.KindPause {
+		// A resume of a node not paused, or a pause of one paused
+		// already, changes nothing (the fold's rule): publish nothing
+		// for it and say so, and exit 1 as the rollout verbs do for a
+		// verb the rollout would ignore (a fresh user's findings: a
+		// resume of nothing was published; then U17: a second pause was
+		// published, and a resume of nothing exited 0).
+		named := len(nodes)
+		if nodes, err = a.dropIgnored(ctx, js, kind, nodes, all); err != nil {
 			return nil, err
 		}
+		switch {
+		case all && len(nodes) == 0:
+			return nil, fmt.Errorf("--all: %s", map[events.Kind]string{
+				events.KindPause:  "every node is paused already: nothing published",
+				events.KindResume: "no node is paused: nothing published"}[kind])
+		case !all && named == 1 && len(nodes) == 0:
+			what := map[events.Kind]string{events.KindPause: "paused already", events.KindResume: "not paused"}[kind]
+			ignored = fmt.Errorf("nothing published: the reconciler ignores a %s of a node %s", kind, what)
+		case !all && len(nodes) < named:
+			what := map[events.Kind]string{events.KindPause: "paused already", events.KindResume: "not paused"}[kind]
+			ignored = fmt.Errorf("%d of %d %s %s: nothing published to %s", named-len(nodes), named,
+				map[bool]string{true: "node", false: "nodes"}[named == 1], what,
+				map[bool]string{true: "it", false: "them"}[named-len(nodes) == 1])
+		}
 		if len(nodes) == 0 {
-			return nil, nil
+			return nil, ignored
 		}
 	}
 	var notes map[string]string
@@ -493,33 +520,39 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 		}
 	}
 	if failed > 0 {
-		return seqs, fmt.Errorf("%d of %d %s events not published", failed, len(nodes), kind)
+		return seqs, errors.Join(fmt.Errorf("%d of %d %s events not published", failed, len(nodes), kind), ignored)
 	}
-	return seqs, nil
+	return seqs, ignored
 }
 
-// dropNotPaused returns the nodes paused now (feed.Paused: the stream's
-// newest pause newer than its newest resume and retire) and says of the
-// others that nothing is published: each on its own stdout line when
-// named, in one stderr note under --all.
-func (a *app) dropNotPaused(ctx context.Context, js jetstream.JetStream, nodes []string, all bool) ([]string, error) {
+// dropIgnored returns the nodes the fold would not ignore kind for: for
+// a resume those paused now, for a pause those not paused (feed.Paused:
+// the stream's newest pause newer than its newest resume and retire). It
+// says of the others that nothing is published: each on its own stdout
+// line when named, in one stderr note under --all.
+func (a *app) dropIgnored(ctx context.Context, js jetstream.JetStream, kind events.Kind, nodes []string, all bool) ([]string, error) {
 	stream, cfg, err := a.stream.openStream(ctx, js)
 	if err != nil {
 		return nil, err
 	}
-	var paused, not []string
+	var kept, not []string
 	for _, n := range nodes {
-		p, _, err := feed.Paused(ctx, stream, cfg.Subjects(), n)
+		p, seq, err := feed.Paused(ctx, stream, cfg.Subjects(), n)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: read its pause: %w", n, err)
 		}
-		if p != nil {
-			paused = append(paused, n)
+		if (p != nil) == (kind == events.KindResume) {
+			kept = append(kept, n)
 			continue
 		}
 		not = append(not, n)
-		if !all {
+		if all {
+			continue
+		}
+		if kind == events.KindResume {
 			fmt.Fprintf(a.stdout, "resume %s: not paused: nothing published\n", n)
+		} else {
+			fmt.Fprintf(a.stdout, "pause %s: paused already (pause #%d by %s): nothing published\n", n, seq, events.Text(p.By))
 		}
 	}
 	if all && len(not) > 0 {
@@ -527,9 +560,10 @@ func (a *app) dropNotPaused(ctx context.Context, js jetstream.JetStream, nodes [
 		if len(names) > 5 {
 			names = append(slices.Clone(names[:5]), "…")
 		}
-		fmt.Fprintf(a.stderr, "note: --all skipped %s not paused (%s): nothing published to them\n", plural(len(not), "node"), strings.Join(names, ", "))
+		what := map[events.Kind]string{events.KindPause: "paused already", events.KindResume: "not paused"}[kind]
+		fmt.Fprintf(a.stderr, "note: --all skipped %s %s (%s): nothing published to them\n", plural(len(not), "node"), what, strings.Join(names, ", "))
 	}
-	return paused, nil
+	return kept, nil
 }
 
 // nodeCheck is what publishEach checks of each node named before it

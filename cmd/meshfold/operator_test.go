@@ -541,10 +541,12 @@ func TestFleetRetiredAndYAML(t *testing.T) {
 	}
 }
 
-// A resume of a node that is not paused publishes nothing and says so,
-// exit 0 (a fresh user's finding: it published a resume of nothing);
-// a node paused, or paused again after a retire, is resumed; --all
-// resumes only the paused nodes and counts the others in one note.
+// A resume of a node that is not paused, or a pause of one paused
+// already, publishes nothing, says so and exits 1, as the rollout verbs
+// do (a fresh user's findings: a resume of nothing was published, then
+// U17: exit 0, and a second pause was published); a node paused, or
+// paused again after a retire, is resumed; --all resumes only the paused
+// nodes and counts the others in one note, exit 1 only when none is.
 func TestResumeOfANodeNotPaused(t *testing.T) {
 	c := newVerbCLI(t)
 	for _, n := range []string{"ace", "bob", "cat"} {
@@ -562,33 +564,50 @@ func TestResumeOfANodeNotPaused(t *testing.T) {
 	}
 	before := msgs()
 	code, stdout, stderr := c.run(t, "", "resume", "bob", "--by", "alice")
-	if code != 0 || strings.TrimSpace(stdout) != "resume bob: not paused: nothing published" {
+	if code != exitError || strings.TrimSpace(stdout) != "resume bob: not paused: nothing published" ||
+		!strings.Contains(stderr, "nothing published: the reconciler ignores a resume of a node not paused") {
 		t.Errorf("resume of bob, not paused: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	if n := msgs(); n != before {
 		t.Errorf("resume of a node not paused published %d events", n-before)
 	}
-	// Paused then resumed: a second resume publishes nothing either.
-	for _, args := range [][]string{{"pause", "ace", "--by", "alice"}, {"resume", "ace", "--by", "alice"}} {
-		if code, _, stderr := c.run(t, "", args...); code != 0 {
-			t.Fatalf("%v: %s", args, stderr)
-		}
+	if code, stdout, stderr = c.run(t, "", "resume", "--all", "--by", "alice"); code != exitError || stdout != "" ||
+		!strings.Contains(stderr, "--all: no node is paused: nothing published") {
+		t.Errorf("resume --all, none paused: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
-	if _, stdout, _ := c.run(t, "", "resume", "ace", "--by", "alice"); !strings.Contains(stdout, "resume ace: not paused") {
-		t.Errorf("a second resume of ace: %q", stdout)
+	// Paused: a second pause publishes nothing; resumed: a second resume
+	// publishes nothing either.
+	if code, _, stderr := c.run(t, "", "pause", "ace", "--by", "alice"); code != 0 {
+		t.Fatalf("pause ace: %s", stderr)
 	}
-	// Named together: the paused one is resumed, the other said.
+	pause, _ := c.last(t, "ace", events.KindPause)
+	before = msgs()
+	code, stdout, stderr = c.run(t, "", "pause", "ace", "--by", "bob")
+	if code != exitError || strings.TrimSpace(stdout) != fmt.Sprintf("pause ace: paused already (pause #%d by alice): nothing published", pause.Event.Seq) {
+		t.Errorf("a second pause of ace: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if n := msgs(); n != before {
+		t.Errorf("a second pause published %d events", n-before)
+	}
+	if code, _, stderr := c.run(t, "", "resume", "ace", "--by", "alice"); code != 0 {
+		t.Fatalf("resume ace: %s", stderr)
+	}
+	if code, stdout, _ := c.run(t, "", "resume", "ace", "--by", "alice"); code != exitError || !strings.Contains(stdout, "resume ace: not paused") {
+		t.Errorf("a second resume of ace: exit %d, %q", code, stdout)
+	}
+	// Named together: the paused one is resumed, the other said, exit 1.
 	if code, _, stderr := c.run(t, "", "pause", "cat", "--by", "alice"); code != 0 {
 		t.Fatal(stderr)
 	}
 	code, stdout, stderr = c.run(t, "", "resume", "bob", "cat", "--by", "alice")
-	if code != 0 || !strings.Contains(stdout, "resume bob: not paused: nothing published") || !strings.Contains(stdout, "resume cat: stream sequence ") {
+	if code != exitError || !strings.Contains(stdout, "resume bob: not paused: nothing published") || !strings.Contains(stdout, "resume cat: stream sequence ") ||
+		!strings.Contains(stderr, "1 of 2 nodes not paused: nothing published to it") {
 		t.Errorf("resume bob cat: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	if _, ok := c.last(t, "bob", events.KindResume); ok {
 		t.Error("bob, never paused, got a resume")
 	}
-	// --all: only the paused nodes get one.
+	// --all: only the paused nodes get one, exit 0.
 	if code, _, stderr := c.run(t, "", "pause", "bob", "--by", "alice"); code != 0 {
 		t.Fatal(stderr)
 	}
@@ -596,5 +615,16 @@ func TestResumeOfANodeNotPaused(t *testing.T) {
 	if code != 0 || strings.TrimSpace(stdout) != "resume bob: stream sequence "+fmt.Sprint(msgs()) ||
 		!strings.Contains(stderr, "--all skipped 2 nodes not paused (ace, cat): nothing published to them") {
 		t.Errorf("resume --all: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	// pause --all: the paused one skipped; all paused: exit 1.
+	if code, _, stderr := c.run(t, "", "pause", "ace", "--by", "alice"); code != 0 {
+		t.Fatal(stderr)
+	}
+	code, stdout, stderr = c.run(t, "", "pause", "--all", "--by", "alice")
+	if code != 0 || strings.Count(stdout, "stream sequence") != 2 || !strings.Contains(stderr, "--all skipped 1 node paused already (ace)") {
+		t.Errorf("pause --all: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, _, stderr = c.run(t, "", "pause", "--all", "--by", "alice"); code != exitError || !strings.Contains(stderr, "every node is paused already") {
+		t.Errorf("pause --all, all paused: exit %d, stderr %q", code, stderr)
 	}
 }
