@@ -73,10 +73,7 @@ func newWhyView(w audit.Why, href func(uint64) string) *whyView {
 		label, head := "composed", r.Module+" "+orNone(r.Build)
 		if r.Held {
 			label = "held"
-			head = fmt.Sprintf("%s (%s) carries %s", r.Module, r.Why, orNone(r.Build))
-			if r.Pending != "" {
-				head += ", pending " + r.Pending
-			}
+			head = audit.HeldText(r.Module, r.Why, r.Build, r.Pending)
 		}
 		text(1, label, head)
 		text(3, "", r.Reason)

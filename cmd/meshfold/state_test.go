@@ -51,7 +51,7 @@ func TestStateCommand(t *testing.T) {
 	}
 	for _, want := range []string{"novox: folded through #5, from the reconciler (live)",
 		"account   plan names prov, what runs names prov", "counts    2 modules, 0 declared files, 1 held",
-		"held      nats (approval) carries (none), pending n:2.11", "owed      postgres /etc/pg.creds (undeclared, plan #2, writer prov)",
+		"held      nats: nothing runs until n:2.11 is approved", "owed      postgres /etc/pg.creds (undeclared, plan #2, writer prov)",
 		"plan      last emitted #2, last settled #2, 0 unsettled", "have      #5 at "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("state lacks %q:\n%s", want, out)
@@ -83,7 +83,7 @@ func TestStateCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errOut, code = m.cli(t, "state", "novox", "--timeout", "100ms")
-	if code != 0 || !strings.Contains(out, "from the stored snapshot: no reconciler answered") || !strings.Contains(out, "pending n:2.11") {
+	if code != 0 || !strings.Contains(out, "from the stored snapshot: no reconciler answered") || !strings.Contains(out, "until n:2.11 is approved") {
 		t.Errorf("snapshot: exit %d %s\n%s", code, errOut, out)
 	}
 	out, _, code = m.cli(t, "state", "novox", "--json")

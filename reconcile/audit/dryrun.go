@@ -58,11 +58,7 @@ func DryRunText(d reconcile.DryRun, source string) string {
 			"one it lacks fails the apply, and 'meshfold state %s' says why", strings.Join(users, ", "), d.Node))
 	}
 	for _, h := range df.Held {
-		s := fmt.Sprintf("%s (%s) carries %s", h.Module, holdWhy(h.Why), orNone(h.Build))
-		if h.Pending != "" {
-			s += ", pending " + h.Pending
-		}
-		t.line(1, "held", s)
+		t.line(1, "held", HeldText(h.Module, h.Why, h.Build, h.Pending))
 	}
 	for _, r := range d.Modules {
 		t.line(1, "plan", planRowText(r))
@@ -95,23 +91,9 @@ func newUsers(df reconcile.PlanDiff) []string {
 	return users
 }
 
-func holdWhy(w events.HoldReason) string {
-	switch w {
-	case events.HoldApproval:
-		return "waits for an approval"
-	case events.HoldWant:
-		return "the want holds it"
-	}
-	return string(w)
-}
-
 func planRowText(r events.PlanModule) string {
 	if r.Held {
-		s := fmt.Sprintf("%s held (%s) carries %s", r.Name, r.Why, orNone(r.Build))
-		if r.Pending != "" {
-			s += ", pending " + r.Pending
-		}
-		return s
+		return "held " + HeldText(r.Name, r.Why, r.Build, r.Pending)
 	}
 	s := fmt.Sprintf("%s %s as %s", r.Name, r.Build, orNone(r.RunsAs))
 	if n := len(r.Files); n > 0 {
@@ -119,6 +101,37 @@ func planRowText(r events.PlanModule) string {
 	}
 	if r.Provisioner {
 		s += " (provisioner)"
+	}
+	return s
+}
+
+// HeldText says a held row plainly: what the node keeps running of module
+// (build; "" is nothing) and what the row waits for (why, pending). It
+// read "nats (approval) carries (none), pending n:2", which a fresh user
+// could not parse (finding U17): now "nats: nothing runs until n:2 is
+// approved", "nats: keeps n:2.10 until n:2.11 is approved", "restic:
+// nothing runs, held by its want (hold), which names r:1".
+func HeldText(module string, why events.HoldReason, build, pending string) string {
+	runs := "nothing runs"
+	if build != "" {
+		runs = "keeps " + build
+	}
+	switch why {
+	case events.HoldApproval:
+		if pending != "" {
+			return fmt.Sprintf("%s: %s until %s is approved", module, runs, pending)
+		}
+		return fmt.Sprintf("%s: %s, held for an approval", module, runs)
+	case events.HoldWant:
+		s := fmt.Sprintf("%s: %s, held by its want (hold)", module, runs)
+		if pending != "" {
+			s += ", which names " + pending
+		}
+		return s
+	}
+	s := fmt.Sprintf("%s: %s, held (%s)", module, runs, why)
+	if pending != "" {
+		s += ", pending " + pending
 	}
 	return s
 }

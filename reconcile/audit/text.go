@@ -148,10 +148,7 @@ func (w Why) Text() string {
 		}
 		head := r.Module + " " + orNone(r.Build)
 		if r.Held {
-			head = fmt.Sprintf("%s (%s) carries %s", r.Module, r.Why, orNone(r.Build))
-			if r.Pending != "" {
-				head += ", pending " + r.Pending
-			}
+			head = HeldText(r.Module, r.Why, r.Build, r.Pending)
 		}
 		t.line(1, label, head)
 		t.line(3, "", r.Reason)

@@ -107,11 +107,7 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 	t.line(1, "counts", fmt.Sprintf("%s, %s, %d held", plural(v.Modules, "module"), plural(v.Files, "declared file"), v.Held))
 	for _, r := range c.Modules {
 		if r.Held {
-			s := fmt.Sprintf("%s (%s) carries %s", r.Name, r.Why, orNone(r.Build))
-			if r.Pending != "" {
-				s += ", pending " + r.Pending
-			}
-			t.line(1, "held", s)
+			t.line(1, "held", HeldText(r.Name, r.Why, r.Build, r.Pending))
 			continue
 		}
 		s := fmt.Sprintf("%s %s as %s", r.Name, r.Build, orNone(r.RunsAs))
