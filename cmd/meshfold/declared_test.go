@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nkeys"
 
@@ -173,5 +174,36 @@ func TestSecretPutRefusesUndeclared(t *testing.T) {
 	out, errs, code = m.cli(t, "secret", "put", "bob", "mesh-build-go", "/run/mesh-build-go/broker.creds", "-f", f, "--by", "t", "--ahead")
 	if code != 0 || !strings.Contains(out, "revision") || !strings.Contains(errs, "note: node bob has no want yet: stored ahead of it") {
 		t.Errorf("put --ahead: exit %d %q %q", code, out, errs)
+	}
+}
+
+// retire --force of a node the stream holds events of but never a want
+// (a provisioner started under a mistyped name: a phantom fleet lists)
+// retires it; without --force the refusal says so and names --force; a
+// name the stream holds nothing of still needs --new (a fresh user's
+// finding U15: --force was refused as "no want", and needed --new).
+func TestRetireForceOfAPhantom(t *testing.T) {
+	c := newVerbCLI(t)
+	p := &events.Prov{Agent: events.Agent{State: events.AgentUp, Claim: "c1", Host: "h", PID: 42}}
+	if _, err := store.NewPublisher(c.js, c.cfg.Subjects()).Append(context.Background(), "gus", events.Stamp(p, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := c.run(t, "", "retire", "gus", "--by", "alice")
+	if code != exitUsage || stdout != "" || !strings.Contains(stderr, "node gus has events in stream") || !strings.Contains(stderr, "(1 prov) but never a want") ||
+		!strings.Contains(stderr, "'meshfold retire gus --force --by NAME' retires it at once") {
+		t.Errorf("retire of a phantom: exit %d, %q %q", code, stdout, stderr)
+	}
+	if _, ok := c.last(t, "gus", events.KindRetire); ok {
+		t.Error("a refused retire was published")
+	}
+	code, stdout, stderr = c.run(t, "", "retire", "gus", "--by", "alice", "--force")
+	if code != 0 || !strings.HasPrefix(stdout, "retire gus: stream sequence ") {
+		t.Errorf("retire --force of a phantom: exit %d, %q %q", code, stdout, stderr)
+	}
+	if m, ok := c.last(t, "gus", events.KindRetire); !ok || !m.Event.Payload.(*events.Retire).Force {
+		t.Error("no forced retire of gus stored")
+	}
+	if code, _, stderr := c.run(t, "", "retire", "guss", "--by", "alice", "--force"); code != exitUsage || !strings.Contains(stderr, "node guss has no event in stream") {
+		t.Errorf("retire --force of a name the stream holds nothing of: exit %d, %q", code, stderr)
 	}
 }

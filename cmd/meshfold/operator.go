@@ -200,12 +200,17 @@ once, for a node whose agent is gone for good (the empty plan is still
 published, so an agent that comes back removes everything). A later want
 brings the node back.
 
-Prints the event's stream sequence; exit 1 if the publish failed, 2 on a
-usage error.
+A node the stream holds events of but never a want (a provisioner or agent
+started under a mistyped name leaves one, which 'meshfold fleet' lists) is
+retired by --force; without it, retire refuses (exit 2, nothing published)
+and says so, since no agent would settle its empty plan. A name the stream
+holds no event of is refused either way (--new retires it anyway).
 
-` + newNodeHelp,
+Prints the event's stream sequence; exit 1 if the publish failed, 2 on a
+usage error.`,
 		Example: `  meshfold retire shanks --by alice --reason "decommissioned"
-  meshfold retire shanks --by alice --force`,
+  meshfold retire shanks --by alice --force
+  meshfold retire gus --by alice --force   # a provisioner once ran as gus, a typo: never a want`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNodes(1),
 	}
@@ -315,6 +320,14 @@ func (a *app) operatorVerb(cmd *cobra.Command, o *operatorFlags, kind events.Kin
 			nodes = args[:1]
 		}
 		check := checkWant
+		if r, ok := mk(args).(*events.Retire); ok && r.Force {
+			// A node the stream knows but that never had a want (a
+			// provisioner started under a mistyped name) is what
+			// --force is for: fleet lists it, and no agent will settle
+			// its empty plan (a fresh user's finding U15: it needed
+			// --new as well).
+			check = checkKnown
+		}
 		if kind == events.KindPause || kind == events.KindResume {
 			// A node the stream knows (an agent, a have) may be paused
 			// before its first want, so that the want waits (a fresh
@@ -610,6 +623,16 @@ func (a *app) checkWanted(ctx context.Context, js jetstream.JetStream, kind even
 	for _, n := range nodes {
 		_, err := store.LastMsg(ctx, stream, cfg.Subjects(), n, events.KindWant)
 		if errors.Is(err, store.ErrNoMessage) {
+			if kind == events.KindRetire {
+				if kinds := nodeKinds(ctx, stream, cfg.Subjects(), n); len(kinds) > 0 {
+					// A phantom (a provisioner or agent started under a
+					// mistyped name): fleet lists it, and only --force
+					// retires a node no agent settles (finding U15).
+					return withCode(exitUsage, fmt.Errorf("node %s has events in stream %s (%s) but never a want: nothing published; "+
+						"a provisioner or agent started under a mistyped name leaves such a node, and no agent settles its empty plan: "+
+						"'meshfold retire %s --force --by NAME' retires it at once", n, cfg.Name, strings.Join(kinds, ", "), n))
+				}
+			}
 			return withCode(exitUsage, fmt.Errorf("node %s has no want in stream %s: nothing published (is the name mistyped? 'meshfold fleet' lists the nodes; --new %s it anyway)", n, cfg.Name, kind))
 		}
 		if err != nil {
@@ -617,6 +640,21 @@ func (a *app) checkWanted(ctx context.Context, js jetstream.JetStream, kind even
 		}
 	}
 	return nil
+}
+
+// nodeKinds names the kinds of node's events the stream holds, with how
+// many of each ("3 prov"); nil when it holds none or cannot say.
+func nodeKinds(ctx context.Context, stream jetstream.Stream, subj events.Subjects, node string) []string {
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subj.StoredNode(node)))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for sub, c := range info.State.Subjects {
+		out = append(out, fmt.Sprintf("%d %s", c, sub[strings.LastIndexByte(sub, '.')+1:]))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // waiveNotes says, per node, when nothing is owed for w's module and path
