@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -205,5 +206,41 @@ func TestRetireForceOfAPhantom(t *testing.T) {
 	}
 	if code, _, stderr := c.run(t, "", "retire", "guss", "--by", "alice", "--force"); code != exitUsage || !strings.Contains(stderr, "node guss has no event in stream") {
 		t.Errorf("retire --force of a name the stream holds nothing of: exit %d, %q", code, stderr)
+	}
+}
+
+// provision refuses at start, exit 2, an exec: helper whose first word is
+// not found or not executable, and says "did you mean sealed?" of a slip
+// of it (a fresh user's finding U15: exec:/nonexistent/helper started and
+// logged nothing until a file was declared). No server is reached.
+func TestProvisionChecksItsSourcesAtStart(t *testing.T) {
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	helper := filepath.Join(dir, "helper")
+	if err := os.WriteFile(helper, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ from, says string }{
+		{"exec:/nonexistent/helper", "--from exec:/nonexistent/helper: the helper /nonexistent/helper: stat /nonexistent/helper: no such file or directory"},
+		{"exec:" + plain + " --flag", "the helper " + plain + " is not executable (mode 0644)"},
+		{"exec:" + dir, "the helper " + dir + " is not a file"},
+		{"exec:no-such-helper-anywhere arg", "no-such-helper-anywhere is not found in $PATH"},
+		{"seald", "stat seald: no such file or directory (did you mean sealed?)"},
+		{plain, "not a directory (nor exec:CMD, nor sealed)"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(testCtx(t), []string{"provision", "gus", "--from", tc.from, "--account", "nobody", "--trust", filepath.Join(dir, "none.pub"),
+			"-s", "nats://127.0.0.1:1"}, nil, &out, &errb)
+		if code != exitUsage || !strings.Contains(errb.String(), tc.says) {
+			t.Errorf("--from %s: exit %d, want %d saying %q:\n%s", tc.from, code, exitUsage, tc.says, errb.String())
+		}
+	}
+	for _, from := range []string{"sealed", dir, "exec:" + helper + " --x", "exec:sh -c 'x'", "exec:VAR=1 /nonexistent", "exec:exec /bin/true"} {
+		if err := checkFrom(from); err != nil {
+			t.Errorf("checkFrom(%q): %v", from, err)
+		}
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,6 +64,12 @@ content wins:
                     --next-source' hands the file on to them). A source
                     before sealed that has the file wins: a put of other
                     content is then reported shadowed.
+
+Each --from is checked at start, before connecting: a DIR that is missing
+or not a directory ("did you mean sealed?" of a slip of it), or an exec:CMD
+whose first word is not found ($PATH, or the path given) or not executable,
+is refused with exit 2. A first word the shell reads (an assignment, a
+quote, an expansion, a builtin) is left to sh.
 
 A file no source gives is skipped; why (no source, a helper that failed, a
 secret sealed to another key or that cannot be opened) is kept in the
@@ -144,8 +152,8 @@ func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) erro
 		return withCode(exitUsage, fmt.Errorf("--exec-timeout %s: must be positive", o.execTimeout))
 	}
 	for _, f := range o.from {
-		if f == "" || f == "exec:" {
-			return withCode(exitUsage, fmt.Errorf("--from %q: a directory, exec:CMD or sealed", f))
+		if err := checkFrom(f); err != nil {
+			return withCode(exitUsage, err)
 		}
 	}
 	// The same rule as a want's runs_as: an account the want cannot name
@@ -261,3 +269,62 @@ func sealedSource(ctx context.Context, js jetstream.JetStream, scfg store.Stream
 	}
 	return provision.NewSealed(kv, key)
 }
+
+// checkFrom refuses, at start, a --from that cannot work: empty; an
+// exec:CMD whose first word is not found or not executable (it started
+// and logged nothing until a file was declared, then source-failed: a
+// fresh user's finding U15); a DIR that is missing or no directory, with
+// "did you mean sealed?" for a slip of sealed.
+func checkFrom(f string) error {
+	switch {
+	case f == "" || f == "exec:":
+		return fmt.Errorf("--from %q: a directory, exec:CMD or sealed", f)
+	case f == "sealed":
+		return nil
+	case strings.HasPrefix(f, "exec:"):
+		return checkExecHelper(strings.TrimPrefix(f, "exec:"))
+	}
+	fi, err := os.Stat(f)
+	if err != nil {
+		return fmt.Errorf("--from: %w%s", err, didYouMean(f, []string{"sealed"}))
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("--from %s: not a directory (nor exec:CMD, nor sealed)%s", f, didYouMean(f, []string{"sealed"}))
+	}
+	return nil
+}
+
+// checkExecHelper checks the first word of an exec: source's command: a
+// path (it holds a slash) names a regular file with an execute bit; a
+// name is found in $PATH. A command whose first word is shell syntax
+// (an assignment, quotes, an expansion) or a shell builtin is left to
+// the shell: sh -c runs it.
+func checkExecHelper(command string) error {
+	fields := strings.Fields(command)
+	if len(fields) == 0 {
+		return fmt.Errorf("--from exec:%s: no command", command)
+	}
+	first := fields[0]
+	if strings.ContainsAny(first, "='\"$`(){};|&<>*?~\\") || slices.Contains(shellBuiltins, first) {
+		return nil
+	}
+	if !strings.Contains(first, "/") {
+		if _, err := exec.LookPath(first); err != nil {
+			return fmt.Errorf("--from exec:%s: %s is not found in $PATH: give the helper's full path", command, first)
+		}
+		return nil
+	}
+	fi, err := os.Stat(first)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--from exec:%s: the helper %s: %w", command, first, err)
+	case fi.IsDir() || !fi.Mode().IsRegular():
+		return fmt.Errorf("--from exec:%s: the helper %s is not a file", command, first)
+	case fi.Mode().Perm()&0o111 == 0:
+		return fmt.Errorf("--from exec:%s: the helper %s is not executable (mode %04o): chmod +x it", command, first, fi.Mode().Perm())
+	}
+	return nil
+}
+
+// shellBuiltins are the first words checkExecHelper leaves to sh.
+var shellBuiltins = []string{".", ":", "[", "cd", "command", "echo", "eval", "exec", "export", "false", "printf", "read", "set", "source", "test", "true", "umask", "unset"}
