@@ -242,3 +242,39 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	*d = Duration(v)
 	return nil
 }
+
+// ViewParams is Resolved as a [View] shows it: in JSON, with the fleet
+// file's own names and forms ({"batch":2,"max_unavailable":1,"canary":1,
+// "min_healthy":"5s","healthy_deadline":"1m0s","auto_revert":true}), so
+// that a script can compare it with the file (a fresh user's finding U3:
+// Go's field names and nanoseconds). Resolved itself, stored in the
+// controller's state as Rollout.R, keeps its encoding: a snapshot written
+// before decodes as it did.
+type ViewParams Resolved
+
+// viewParamsJSON is ViewParams' JSON form.
+type viewParamsJSON struct {
+	Batch           int      `json:"batch"`
+	MaxUnavailable  int      `json:"max_unavailable"`
+	Canary          int      `json:"canary"`
+	MinHealthy      Duration `json:"min_healthy"`
+	HealthyDeadline Duration `json:"healthy_deadline"`
+	AutoRevert      bool     `json:"auto_revert"`
+}
+
+// MarshalJSON writes the fleet file's names, durations as "5s".
+func (p ViewParams) MarshalJSON() ([]byte, error) {
+	return json.Marshal(viewParamsJSON{Batch: p.Batch, MaxUnavailable: p.MaxUnavailable, Canary: p.Canary,
+		MinHealthy: Duration(p.MinHealthy), HealthyDeadline: Duration(p.HealthyDeadline), AutoRevert: p.AutoRevert})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (p *ViewParams) UnmarshalJSON(b []byte) error {
+	var j viewParamsJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*p = ViewParams{Batch: j.Batch, MaxUnavailable: j.MaxUnavailable, Canary: j.Canary,
+		MinHealthy: time.Duration(j.MinHealthy), HealthyDeadline: time.Duration(j.HealthyDeadline), AutoRevert: j.AutoRevert}
+	return nil
+}

@@ -25,10 +25,10 @@ type View struct {
 	Revert  *Mark     `json:"revert,omitempty"`
 	End     *Mark     `json:"end,omitempty"`
 	// Batch is the current batch, 1-based, of Batches.
-	Batch    int      `json:"batch"`
-	Batches  int      `json:"batches"`
-	Params   Resolved `json:"params"`
-	Promoted bool     `json:"promoted,omitempty"`
+	Batch    int        `json:"batch"`
+	Batches  int        `json:"batches"`
+	Params   ViewParams `json:"params"`
+	Promoted bool       `json:"promoted,omitempty"`
 	// Promote is the canary's promote: who and when.
 	Promote *Mark `json:"promote,omitempty"`
 	// Waiting says, one line each, what holds the rollout that only a
@@ -131,7 +131,7 @@ func (s *State) View() View {
 		return View{Fleet: s.Fleet}
 	}
 	v := View{Fleet: s.Fleet, Rollout: r.ID, Phase: r.Phase, By: r.By, Started: r.Time, Paused: r.Paused, Halt: r.Halt,
-		Revert: r.Revert, End: r.End, Batch: min(r.Batch, r.Batches()-1) + 1, Batches: r.Batches(), Params: r.R,
+		Revert: r.Revert, End: r.End, Batch: min(r.Batch, r.Batches()-1) + 1, Batches: r.Batches(), Params: ViewParams(r.R),
 		Promoted: r.Promoted != nil, Promote: r.Promoted, Unavailable: r.Unavailable, Nodes: len(r.Nodes), Counts: map[Status]int{}, Stalled: r.stalled(),
 		PromoteNote: r.promoteNote()}
 	for _, name := range r.Targets {

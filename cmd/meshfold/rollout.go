@@ -146,7 +146,12 @@ longer judged (RUNNING still shows what its node runs), and the budget of
 such a rollout counts only nodes away, unhealthy or still reverting (while
 reverting, the budget the revert spends). A target
 'unreached' (its agent down at its healthy_deadline) that has taken its new
-want since, after the rollout completed, says 'arrived since'.`,
+want since, after the rollout completed, says 'arrived since'.
+
+-o json and -o yaml give the rollout's params (resolved: defaults applied,
+percentages as counts) with the fleet file's names and forms:
+{"batch":2,"max_unavailable":1,"canary":1,"min_healthy":"5s",
+"healthy_deadline":"1m0s","auto_revert":true}.`,
 		Example: `  meshfold rollout status web
   meshfold rollout status web -o json | jq '.targets[] | select(.status=="failed")'`,
 		Args: cobra.ExactArgs(1),
