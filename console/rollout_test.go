@@ -94,7 +94,7 @@ func TestRolloutPageRevertWaits(t *testing.T) {
 	}
 	for _, want := range []string{
 		`<p class="error stalled">stalled: 1 target of the revert waits for the budget: 1 of max_unavailable 1 unavailable: bob (agent down); no revert step is under way`,
-		`done, revert queued`,
+		`done; revert queued`,
 		`<td>its previous want waits for the budget: 1 of max_unavailable 1 unavailable: bob (agent down)</td>`,
 	} {
 		if !strings.Contains(body, want) {

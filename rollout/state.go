@@ -270,6 +270,18 @@ type Back struct {
 	Why  string `json:"why,omitempty"`
 }
 
+// Text says b's status for a target's status column, after a "; ":
+// "reverted", "reverting", else "revert " and the status ("revert
+// queued", "revert failed"). It read "failed, revert reverted", a stutter
+// (a fresh user's finding U5).
+func (b *Back) Text() string {
+	switch b.Status {
+	case RevertDone, RevertChanging:
+		return string(b.Status)
+	}
+	return "revert " + string(b.Status)
+}
+
 // HaveSeen is the newest have of a node.
 type HaveSeen struct {
 	Seq     uint64       `json:"seq"`

@@ -341,7 +341,11 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 	}
 	say("%s is target %d of %d, batch %d of %d: %s", node, n.Order+1, len(r.Targets), n.Batch+1, r.Batches(), st)
 	if n.Step != nil {
-		say("given its new want at #%d (%s, %s), diffed against want #%d", n.Step.Seq, n.Step.Time.Format(time.RFC3339), n.Step.Reason, n.Prev)
+		against := fmt.Sprintf("diffed against want #%d", n.Prev)
+		if n.Prev == 0 {
+			against = "the node had no want before" // not "want #0" (a fresh user's finding U5)
+		}
+		say("given its new want at #%d (%s, %s), %s", n.Step.Seq, n.Step.Time.Format(time.RFC3339), n.Step.Reason, against)
 	}
 	if n.Base != 0 {
 		say("a revert gives back want #%d, its want before the rollout this one superseded, which had not finished it (#%d)", n.Base, n.Prev)

@@ -35,3 +35,13 @@ func TestViewParamsJSON(t *testing.T) {
 		t.Errorf("a rollout's resolved params encode otherwise than before: %s", b)
 	}
 }
+
+// A target's revert reads after its status without a stutter: "failed;
+// reverted", not "failed, revert reverted" (a fresh user's finding U5).
+func TestBackText(t *testing.T) {
+	for st, want := range map[Status]string{RevertDone: "reverted", RevertChanging: "reverting", RevertQueued: "revert queued", RevertFailed: "revert failed"} {
+		if got := (&Back{Status: st}).Text(); got != want {
+			t.Errorf("%s: %q, want %q", st, got, want)
+		}
+	}
+}

@@ -259,7 +259,7 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 		}
 		status := string(t.Status)
 		if t.Revert != nil {
-			status += ", revert " + string(t.Revert.Status)
+			status += "; " + t.Revert.Text()
 		}
 		if t.Arrived {
 			status += ", arrived since"
