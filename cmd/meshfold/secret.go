@@ -569,7 +569,7 @@ func (a *app) unknownSecretNode(ctx context.Context, node string, noKey error) e
 	}
 	cfg, _ := r.Stream(ctx)
 	return withCode(exitUsage, fmt.Errorf("node %s is unknown: stream %s holds no event of it and no provisioner of it registered a key; nothing was stored "+
-		"(is the name mistyped? 'meshfold fleet' lists the nodes; for a new node, start 'meshfold provision %s --from sealed' once, then put again)",
+		"(is the name mistyped? 'meshfold fleet' lists the nodes; for a new node, start 'meshfold provision %s --from sealed' once, then put again, with --ahead before its first want)",
 		node, cfg.Name, node))
 }
 
