@@ -258,14 +258,14 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 			settled = "yes"
 		}
 		status := string(t.Status)
+		if t.RunsNothing && t.Status == rollout.Done {
+			status += ", runs nothing now"
+		}
 		if t.Revert != nil {
 			status += "; " + t.Revert.Text()
 		}
 		if t.Arrived {
 			status += ", arrived since"
-		}
-		if t.RunsNothing && t.Status == rollout.Done {
-			status += ", runs nothing now"
 		}
 		if t.Down {
 			status += ", agent down"
