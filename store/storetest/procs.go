@@ -397,3 +397,67 @@ func (c *ProcCluster) Leader(ctx context.Context, js jetstream.JetStream, stream
 	}
 	return c.Index(info.Cluster.Leader)
 }
+
+// MetaLeader returns the index of the server that leads the JetStream
+// meta group as the first running server's /jsz says, or -1 when none
+// does or no running server answers.
+func (c *ProcCluster) MetaLeader() int {
+	hc := &http.Client{Timeout: time.Second}
+	for i, s := range c.srvs {
+		if !c.Running(i) {
+			continue
+		}
+		resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz", s.monitor))
+		if err != nil {
+			continue
+		}
+		var m struct {
+			MetaCluster struct {
+				Leader string `json:"leader"`
+			} `json:"meta_cluster"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if err != nil || m.MetaCluster.Leader == "" {
+			continue
+		}
+		return c.Index(m.MetaCluster.Leader)
+	}
+	return -1
+}
+
+// MoveLeader asks the leader of stream's replica group (a KV bucket's
+// stream is KV_<bucket>) to hand it to server i (a stepdown with server
+// i preferred), and waits until stream's info names server i. Nothing is
+// asked when server i leads it already.
+func (c *ProcCluster) MoveLeader(ctx context.Context, js jetstream.JetStream, stream string, i int) error {
+	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": c.srvs[i].name}})
+	for {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		now := c.Leader(lctx, js, stream)
+		cancel()
+		if now == i {
+			return nil
+		}
+		if now >= 0 {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			msg, err := js.Conn().RequestWithContext(rctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req)
+			cancel()
+			if err == nil {
+				var resp struct {
+					Error *struct {
+						Description string `json:"description"`
+					} `json:"error"`
+				}
+				if json.Unmarshal(msg.Data, &resp) == nil && resp.Error != nil {
+					c.t.Logf("storetest: %s's leader to %s: %s", stream, c.srvs[i].name, resp.Error.Description)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("storetest: %s's leader is not %s after %w", stream, c.srvs[i].name, ctx.Err())
+		case <-time.After(250 * time.Millisecond): // the pace of the asks, not a wait for an event
+		}
+	}
+}
