@@ -441,6 +441,7 @@ func (f *folder) settle(p *events.Settle) {
 		s.place(prev, f.ev)
 		s.Failed = slices.DeleteFunc(s.Failed, func(fa FailedApply) bool { return fa.Plan <= s.Settled.Seq })
 		f.accept()
+		f.payUnwanted()
 		f.compose()
 		f.retired()
 	}
@@ -564,6 +565,16 @@ func (f *folder) refusal(p *events.Refusal) {
 		// waived at this plan or a newer one.
 		return
 	}
+	if why := s.Unwanted(p.Module, p.Path); why != "" {
+		// A want removed its module or file, which pays its items
+		// (takeWant): a refusal folded after that want owes nothing
+		// either, as it would had it folded before it. Owed, it stayed in
+		// fleet's NEEDS, stuck after an hour, until a waive (a fresh
+		// user's finding U18). docs/architecture.md records the rule.
+		f.journal(events.LevelInfo, "refusal %d of %s (%s, %s, plan %d) owes nothing: %s",
+			f.ev.Seq, events.Short(p.Path), events.Short(p.Module), p.Reason, p.Plan, why)
+		return
+	}
 	it := Item{Owed: events.Owed{Module: p.Module, Path: p.Path, Reason: p.Reason, Plan: p.Plan, Writer: p.Writer}, Seq: f.ev.Seq, Time: f.ev.Time}
 	if p.Error != "" {
 		it.Why = events.Cut(events.ErrorText(p.Error), MaxWhy)
@@ -581,6 +592,56 @@ func (f *folder) refusal(p *events.Refusal) {
 		s.Owed = upsert(s.Owed, it, compareItem, func(Item) bool { return false })
 	}
 	f.knock(false)
+}
+
+// Unwanted says why an owed item of module's path is no operator's need
+// any more: the node's newest want no longer declares the file (it has no
+// such module, or the module no such file) while a settled plan did (an
+// accepting record of it stands): a want removed it, and removing a
+// module or file pays its items (DESIGN.md §4). It is "" when the want
+// declares the file, and for a file no settled plan declared: a write
+// ahead of the want that will declare it is owed (incident 1).
+func (s *State) Unwanted(module, path string) string {
+	if s.Want == nil {
+		return ""
+	}
+	i, _ := slices.BinarySearchFunc(s.Accepting, Accepting{Module: module, Path: path}, compareAccepting)
+	if i == len(s.Accepting) || s.Accepting[i].Module != module || s.Accepting[i].Path != path {
+		return ""
+	}
+	plan := s.Accepting[i].Plan
+	for _, a := range s.Accepting[i+1:] {
+		if a.Module != module || a.Path != path {
+			break
+		}
+		plan = max(plan, a.Plan)
+	}
+	j := slices.IndexFunc(s.Want.Modules, func(m events.WantModule) bool { return m.Name == module })
+	if j < 0 {
+		return fmt.Sprintf("want #%d removed module %s (settled plan %d declared the file)", s.Want.Seq, events.Short(module), plan)
+	}
+	if !declares(s.Want.Modules[j].Files, path) {
+		return fmt.Sprintf("want #%d removed the file from %s (settled plan %d declared it)", s.Want.Seq, events.Short(module), plan)
+	}
+	return ""
+}
+
+// payUnwanted pays, without a knock, the owed items of files the newest
+// want no longer declares that a settled plan has now accepted
+// ([State.Unwanted]): a refusal folded after the want that removed its
+// file owes nothing, so one folded before the settle that records the
+// file's acceptance owes nothing after it either, whichever comes first.
+// Each is journaled at info.
+func (f *folder) payUnwanted() {
+	s := f.s
+	s.Owed = slices.DeleteFunc(s.Owed, func(it Item) bool {
+		why := s.Unwanted(it.Module, it.Path)
+		if why != "" {
+			f.journal(events.LevelInfo, "owed item of %s (%s, refusal #%d, plan %d) paid without a knock: %s",
+				events.Short(it.Path), events.Short(it.Module), it.Seq, it.Plan, why)
+		}
+		return why != ""
+	})
 }
 
 // paidByFilled reports whether a filled that came before it pays it: one

@@ -494,6 +494,9 @@ func (h *History) fate(i int, rf *events.Refusal) string {
 	if seq, ok := has(st); ok {
 		return fmt.Sprintf("adds nothing: the same item is owed since #%d", seq)
 	}
+	if why := st.Unwanted(rf.Module, rf.Path); why != "" {
+		return "owes nothing: " + why
+	}
 	effs := st.Fold(h.Events[i])
 	if _, ok := has(st); !ok {
 		for _, e := range effs {
@@ -512,6 +515,9 @@ func (h *History) fate(i int, rf *events.Refusal) string {
 			if k, ok := e.Payload.(*events.Knock); ok && slices.Contains(k.Owed, item) {
 				return fmt.Sprintf("owed until the knock caused by %s #%d", ev.Kind, ev.Seq)
 			}
+		}
+		if why := st.Unwanted(rf.Module, rf.Path); why != "" && ev.Kind != events.KindWant {
+			return fmt.Sprintf("owed until %s #%d, then paid without a knock: %s", ev.Kind, ev.Seq, why)
 		}
 		switch ev.Kind {
 		case events.KindFilled:
