@@ -149,7 +149,8 @@ func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
 		if err != nil {
 			return err
 		}
-		return &quietErr{msg: fmt.Sprintf("node %q has no events in stream %s (a mistyped name? 'meshfold fleet --all' lists the nodes)", node, cfg.Name), err: query.ErrUnknownNode}
+		return &quietErr{msg: fmt.Sprintf("node %q has no events in stream %s at %s (a mistyped name, or another server? 'meshfold fleet --all' lists the nodes)",
+			node, cfg.Name, serverURL(nc)), err: query.ErrUnknownNode}
 	}
 	begins := r.Begins(ctx, h)
 	if begins != "" && (o.why != 0 || asOf != nil) {

@@ -92,8 +92,13 @@ func TestServeThatCannotStartWritesNothing(t *testing.T) {
 		args []string
 		says string
 	}{
-		{[]string{"--listen", busy.Addr().String()}, "address already in use"},
-		{[]string{"--listen", "127.0.0.1:0", "--http", busy.Addr().String()}, "--http"},
+		// What to do, with the real flags: a second serve on the README's
+		// default port said only "bind: address already in use" (a fresh
+		// user's finding U1).
+		{[]string{"--listen", busy.Addr().String()}, "address already in use: another process listens on " + busy.Addr().String() +
+			" (perhaps another 'meshfold serve'): stop it, or give this serve --listen 127.0.0.1:PORT and every other command -s nats://127.0.0.1:PORT"},
+		{[]string{"--listen", "127.0.0.1:0", "--http", busy.Addr().String()}, "--http: listen tcp " + busy.Addr().String() +
+			": bind: address already in use: another process listens on " + busy.Addr().String() + " (perhaps another serve --http, or 'meshfold console'): stop it, or give --http 127.0.0.1:PORT"},
 		{[]string{"--listen", "127.0.0.1:0", "--tls-cert", bad, "--tls-key", bad}, "TLS"},
 	} {
 		data := filepath.Join(t.TempDir(), "data")

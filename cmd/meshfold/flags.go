@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"syscall"
@@ -100,6 +101,19 @@ func (f *connFlags) dial(name string, a *app) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connect to NATS at %s: %w%s%s", serversTried(cfg), err, authHint(err, cfg), noServersHint(err, cfg))
 	}
 	return nc, nil
+}
+
+// serverURL names the server nc is connected to, for a message that
+// must say which server was asked (an operator with two servers reads "no
+// events" of a node as "it does not exist", a fresh user's finding U1):
+// its URL without user, password or token.
+func serverURL(nc *nats.Conn) string {
+	u, err := url.Parse(nc.ConnectedUrl())
+	if err != nil || u.Host == "" {
+		return "the server this command connected to"
+	}
+	u.User = nil
+	return u.String()
 }
 
 // serversTried names the servers cfg connects to: its URLs, or the

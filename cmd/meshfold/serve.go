@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -225,14 +226,14 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 			// is checked before the signing key or the trust file is
 			// written: a serve that cannot start leaves --data as it was.
 			if err := embedded.Check(ecfg); err != nil {
-				return err
+				return natsPortInUse(err, listen)
 			}
 			// The console's port is taken before anything is written, so
 			// a busy one ends serve at once, as a busy NATS port does.
 			var webLn net.Listener
 			if web != "" {
 				if webLn, err = net.Listen("tcp", web); err != nil {
-					return fmt.Errorf("--http: %w", err)
+					return fmt.Errorf("--http: %w%s", err, httpPortInUse(err, web))
 				}
 				defer webLn.Close()
 			}
@@ -260,7 +261,7 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 			}
 			srv, err := embedded.Start(ecfg)
 			if err != nil {
-				return err
+				return natsPortInUse(err, listen)
 			}
 			defer srv.Shutdown()
 			var rv revocation
@@ -475,4 +476,36 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 		cfg.Group, cfg.Instance = lf.group.name, lf.group.instance
 	}
 	return engine.Serve(ctx, nc, cfg)
+}
+
+// natsPortInUse returns err, a failed start of serve's NATS server, with
+// what to do when another process listens on listen (--listen): a second
+// `meshfold serve` on the default port is what a reader of the README
+// meets who keeps the first one running (a fresh user's finding U1), and
+// "bind: address already in use" alone names neither it nor the flags.
+func natsPortInUse(err error, listen string) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	host, _, perr := embedded.ParseListen(listen)
+	if perr != nil || host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	hp := net.JoinHostPort(host, "PORT")
+	return fmt.Errorf("%w: another process listens on %s (perhaps another 'meshfold serve'): stop it, "+
+		"or give this serve --listen %s and every other command -s nats://%s (or export NATS_URL=nats://%s)", err, listen, hp, hp, hp)
+}
+
+// httpPortInUse says what to do when another process listens on web
+// (--http); "" for any other error.
+func httpPortInUse(err error, web string) string {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return ""
+	}
+	host, _, perr := net.SplitHostPort(web)
+	if perr != nil {
+		host = "127.0.0.1"
+	}
+	return fmt.Sprintf(": another process listens on %s (perhaps another serve --http, or 'meshfold console'): stop it, or give --http %s",
+		web, net.JoinHostPort(host, "PORT"))
 }

@@ -103,7 +103,7 @@ func runState(ctx context.Context, a *app, node string, format string, timeout t
 	}
 	ns, err := r.State(ctx, node)
 	if errors.Is(err, query.ErrUnknownNode) {
-		return fmt.Errorf("%w ('meshfold fleet --all' lists the nodes)", err)
+		return fmt.Errorf("%w (asked at %s: a mistyped name, or another server? 'meshfold fleet --all' lists the nodes)", err, serverURL(nc))
 	}
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // What a new user typed wrong is told as what it is (issue 27's README
@@ -68,6 +69,17 @@ func TestUnknownNodeExitsTheSameEverywhere(t *testing.T) {
 	for _, args := range [][]string{{"state", "zed", "--timeout", "100ms"}, {"audit", "zed"}} {
 		if _, errs, _ := m.cli(t, args...); !strings.Contains(errs, "'meshfold fleet --all' lists the nodes") {
 			t.Errorf("meshfold %s: %q does not say where the nodes are listed", strings.Join(args, " "), errs)
+		}
+		// It names the server it asked, once, without the URL's
+		// credentials: an operator with two servers read "no events" as
+		// "zed does not exist" (a fresh user's finding U1). The server
+		// has no auth, so it takes any user and password.
+		u := strings.Replace(m.e.ClientURL(), "nats://", "nats://alice:s3cret@", 1)
+		var out bytes.Buffer
+		var errb storetest.SyncBuffer
+		run(testCtx(t), append(append([]string{}, args...), "--server", u), nil, &out, &errb)
+		if errs := errb.String(); strings.Count(errs, m.e.ClientURL()) != 1 || strings.Contains(errs, "s3cret") || strings.Contains(errs, "alice") {
+			t.Errorf("meshfold %s --server %s: %q does not name %s once, without its credentials", strings.Join(args, " "), u, errs, m.e.ClientURL())
 		}
 	}
 	var help bytes.Buffer
