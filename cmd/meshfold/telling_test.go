@@ -385,3 +385,42 @@ func TestClearedWarningsDoNotFlag(t *testing.T) {
 		t.Errorf("a newer warning does not flag the node:\n%s", out)
 	}
 }
+
+// TestReadmeSealedProvisionerUnderW: the README's walkthrough promises that
+// everything it writes goes under $W, and its clean-up removes $W; a
+// provisioner started with --from sealed and no --key writes its curve key
+// machine-wide (/var/lib/meshfold/provisioner-ace/curve.key as root), which
+// the clean-up left behind and a second walkthrough reused (a fresh user's
+// finding U2). Every README command of such a provisioner gives --key
+// under $W.
+func TestReadmeSealedProvisionerUnderW(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, seg := range strings.Split(string(readme), "`") {
+		flat := strings.Join(strings.Fields(seg), " ")
+		for _, c := range strings.Split(flat, "meshfold ")[1:] {
+			if !strings.HasPrefix(c, "provision ") || !strings.Contains(c, "--from sealed") {
+				continue
+			}
+			n++
+			if !regexp.MustCompile(`--key \$W/\S`).MatchString(c) {
+				t.Errorf("the README starts a sealed provisioner without --key under $W (its curve key lands outside the scratch directory): %q", c)
+			}
+		}
+		if strings.HasPrefix(flat, "provision ") && strings.Contains(flat, "--from sealed") {
+			n++
+			if !regexp.MustCompile(`--key \$W/\S`).MatchString(flat) {
+				t.Errorf("the README starts a sealed provisioner without --key under $W (its curve key lands outside the scratch directory): %q", flat)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("the README starts no provisioner with --from sealed: the walkthrough's sealed step is gone?")
+	}
+	if !strings.Contains(string(readme), "remove the scratch directory, `rm -rf $W`") {
+		t.Error("the README's clean-up does not say to remove $W")
+	}
+}
