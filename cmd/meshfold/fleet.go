@@ -580,7 +580,7 @@ func noteWarnings(ctx context.Context, a *app, r *query.Reader, rows []audit.Fle
 				fmt.Fprintf(a.stderr, "note: journal warning #%d of %s not read: %v\n", seqs[k], rows[i].Node, err)
 				break
 			}
-			rows[i].WarningNotes = append(rows[i].WarningNotes, audit.WarningNote(seqs[k], j))
+			rows[i].WarningNotes = append(rows[i].WarningNotes, audit.WarningNote(rows[i].Node, seqs[k], j))
 		}
 	}
 }

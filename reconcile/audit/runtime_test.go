@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -115,10 +116,52 @@ func TestFleetWarningsText(t *testing.T) {
 	if !slices.Equal(r.WarningSeqs, []uint64{7, 9}) {
 		t.Fatalf("counted seqs %v", r.WarningSeqs)
 	}
-	r.WarningNotes = []string{audit.WarningNote(9, &events.Journal{Level: events.LevelError, Msg: "apply of plan 8 failed"})}
+	r.WarningNotes = []string{audit.WarningNote("ace", 9, &events.Journal{Level: events.LevelError, Msg: "apply of plan 8 failed"})}
 	got := audit.FleetWarningsText([]audit.FleetRow{r, {Node: "calm", HaveAge: 1}})
 	if !strings.Contains(got, "ace #9 error: apply of plan 8 failed") || !strings.Contains(got, "ace 1 more journal warning: meshfold audit ace shows them") ||
 		strings.Contains(got, "calm") {
 		t.Errorf("warnings text:\n%s", got)
+	}
+}
+
+// Fleet's journal lines keep a message whole up to 320 bytes (wrapped), and
+// cut a longer one between words, keeping its head and its tail (where
+// the remedy is), naming where it is whole. They cut at 160 bytes inside
+// words, after events.ErrorText had cut the middle: "…refused again for
+// its sig…r: the node's agent does not trust this reconciler's key (its…
+// (217 bytes)" (a fresh user's finding U6). audit --why shows it whole.
+func TestWarningNoteCutsBetweenWords(t *testing.T) {
+	msg := "plan 304, published again under this reconciler's key, refused again for its signer: the node's agent does not trust this reconciler's key (its --trust file, or --trust-from, names another deployment's)"
+	if got := audit.WarningNote("bob", 307, &events.Journal{Level: events.LevelError, Msg: msg}); got != "#307 error: "+msg {
+		t.Errorf("a %d-byte message is cut: %q", len(msg), got)
+	}
+	long := "plan 304 refused by the node's agent: " + strings.Repeat("the agent read its trust file at start and names another key; ", 6) +
+		"restart the agent (it reads reconcilers.pub at start)"
+	got := audit.WarningNote("bob", 307, &events.Journal{Level: events.LevelError, Msg: long})
+	head, tail, ok := strings.Cut(strings.TrimPrefix(got, "#307 error: "), " … ")
+	if !ok || !strings.HasPrefix(long, head) || !strings.HasPrefix(long[len(head):], " ") {
+		t.Errorf("the head is not the message's first words: %q", got)
+	}
+	body, pointer, _ := strings.Cut(tail, fmt.Sprintf(" (%d bytes; ", len(long)))
+	if !strings.HasSuffix(long, body) || long[len(long)-len(body)-1] != ' ' || !strings.HasSuffix(body, "restart the agent (it reads reconcilers.pub at start)") {
+		t.Errorf("the tail is not the message's last words, the remedy among them: %q", got)
+	}
+	if pointer != "whole in 'meshfold audit bob --why 307')" {
+		t.Errorf("the cut line does not say where the message is whole: %q", got)
+	}
+	if len(got) > 400 {
+		t.Errorf("a %d-byte message is kept at %d bytes", len(long), len(got))
+	}
+}
+
+// A journal entry's summary is its message whole, which `audit --why SEQ`
+// (wrapped), -o json and the console's node page show, and where fleet's
+// cut journal line points: events.ErrorText cut it in the middle, so no
+// view showed a message over 200 bytes whole (a fresh user's finding U6).
+func TestJournalSummaryWhole(t *testing.T) {
+	msg := "plan 304, published again under this reconciler's key, refused again for its signer: the node's agent does not trust this reconciler's key (its --trust file, or --trust-from, names another deployment's)"
+	ev := events.Event{Seq: 307, Kind: events.KindJournal, Payload: &events.Journal{Level: events.LevelError, Msg: msg, Cause: 306}}
+	if s := audit.Summary(ev, nil); s != "←#306 error: "+msg {
+		t.Errorf("journal summary %q, want the message whole", s)
 	}
 }

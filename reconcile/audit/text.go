@@ -66,11 +66,19 @@ const (
 // it before, cuts at a byte count: "(the --from or…7:54Z is not what" (a
 // fresh user's finding L4).
 func cutWhy(node, why string) string {
-	s := events.Plain(why)
-	if len(s) <= whyKeep {
+	return cutText(why, whyKeep, whyTail, "meshfold state "+node)
+}
+
+// cutText is [cutWhy]'s rule with its budget and its pointer given: s
+// whole when at most keep bytes, else about its first keep-tail bytes and
+// its last tail, cut between words, joined by " … ", then its length and
+// where it is whole: "(N bytes; whole in 'WHOLE')".
+func cutText(text string, keep, tail int, whole string) string {
+	s := events.Plain(text)
+	if len(s) <= keep {
 		return s
 	}
-	head, tail := s[:runeStart(s, whyKeep-whyTail)], s[runeStart(s, len(s)-whyTail):]
+	head, end := s[:runeStart(s, keep-tail)], s[runeStart(s, len(s)-tail):]
 	// The head ends, and the tail starts, at a space: the word cut in
 	// two is left out, unless the head (or tail) is one word.
 	if s[len(head)] != ' ' {
@@ -78,13 +86,13 @@ func cutWhy(node, why string) string {
 			head = head[:i]
 		}
 	}
-	if s[len(s)-len(tail)-1] != ' ' {
-		if i := strings.IndexByte(tail, ' '); i >= 0 && i < len(tail)-1 {
-			tail = tail[i+1:]
+	if s[len(s)-len(end)-1] != ' ' {
+		if i := strings.IndexByte(end, ' '); i >= 0 && i < len(end)-1 {
+			end = end[i+1:]
 		}
 	}
-	return strings.TrimRight(head, " ") + " … " + strings.TrimLeft(tail, " ") +
-		" (" + strconv.Itoa(len(why)) + " bytes; whole in 'meshfold state " + node + "')"
+	return strings.TrimRight(head, " ") + " … " + strings.TrimLeft(end, " ") +
+		" (" + strconv.Itoa(len(text)) + " bytes; whole in '" + whole + "')"
 }
 
 // runeStart returns the largest index of s at most n where a rune

@@ -147,7 +147,11 @@ func Summary(ev events.Event, prev *events.Want) string {
 	case *events.Knock:
 		return knockSummary(p)
 	case *events.Journal:
-		return fmt.Sprintf("←#%d %s: %s", p.Cause, p.Level, events.ErrorText(p.Msg))
+		// Whole (quoted only when it holds a control character): `audit
+		// --why`, -o json and the console's node page show it so, and
+		// fleet's journal line, which may cut it, points there (a fresh
+		// user's finding U6); the timeline's one line clips it.
+		return fmt.Sprintf("←#%d %s: %s", p.Cause, p.Level, events.Plain(p.Msg))
 	case *events.Pause:
 		return "by " + p.By + reasonSuffix(p.Reason)
 	case *events.Resume:

@@ -745,11 +745,25 @@ func (r *FleetRow) SetWarningSeqs(seqs []uint64) {
 // names after it, the newest first.
 const MaxWarningNotes = 3
 
-// WarningNote tells the journal entry j at seq shortly for the lines after
-// fleet's table: "#seq level: message", the message as events.ErrorText
-// tells it, cut to 160 bytes.
-func WarningNote(seq uint64, j *events.Journal) string {
-	return fmt.Sprintf("#%d %s: %s", seq, j.Level, events.Cut(events.ErrorText(j.Msg), 160))
+// noteKeep and noteTail are [WarningNote]'s budget ([cutText]): a journal
+// message of at most noteKeep bytes is whole on fleet's line (wrapped); a
+// longer one keeps its head, where the reconciler says what happened, and
+// its last noteTail bytes, where the remedy is.
+const (
+	noteKeep = 320
+	noteTail = 160
+)
+
+// WarningNote tells node's journal entry j at seq for the lines after
+// fleet's table: "#seq level: message", the message whole when at most
+// noteKeep bytes, else cut between words as [cutWhy] cuts a why, naming
+// where it is whole ('meshfold audit NODE --why SEQ'). It was cut to 160
+// bytes inside words, after events.ErrorText had cut it in the middle, and
+// lost the remedy: "…refused again for its sig…r: the node's agent does
+// not trust this reconciler's key (its… (217 bytes)" (a fresh user's
+// finding U6).
+func WarningNote(node string, seq uint64, j *events.Journal) string {
+	return fmt.Sprintf("#%d %s: %s", seq, j.Level, cutText(j.Msg, noteKeep, noteTail, fmt.Sprintf("meshfold audit %s --why %d", node, seq)))
 }
 
 // FleetWarningsText names, for each row flagged with journal warnings,
