@@ -30,8 +30,8 @@ type Source interface {
 	// for the file (saying why, e.g. "no file"); a [*RemovedError] when
 	// the file was removed from this source on purpose (`secret rm`), so
 	// that no later source is consulted; any other is a failure of the
-	// source (store.ErrSealedToOther and store.ErrCannotOpen also keep
-	// the later sources out). None ever holds content.
+	// source, which keeps the later sources out too (keepsLaterOut). None
+	// ever holds content.
 	Content(ctx context.Context, node, module, path string) ([]byte, error)
 	// String names the source in logs and fill statuses ("dir /srv/x").
 	String() string
@@ -145,7 +145,7 @@ func (x *Exec) Content(ctx context.Context, node, module, path string) ([]byte, 
 	case ctx.Err() == context.DeadlineExceeded:
 		return nil, fmt.Errorf("helper timed out after %s", timeout)
 	case stdout.over:
-		return nil, fmt.Errorf("helper printed more than %d bytes", MaxContent)
+		return nil, fmt.Errorf("helper printed more than %d bytes; a filled file holds at most %d", MaxContent, MaxContent)
 	case errors.As(err, &exit) && (exit.ExitCode() == 126 || exit.ExitCode() == 127):
 		// The shell's own codes: the command was not found (127) or could
 		// not be run (126). That is a helper that cannot start, not a
@@ -225,20 +225,30 @@ const notConsultedUnread = "the sources after it are not consulted while the sea
 // put for the file is not known.
 var errSealedUnread = errors.New("the sealed secrets bucket was not read")
 
-// keepsLaterOut reports whether err stops the fall-through to the later
-// sources, as a removal does, and the why's ending that says so: a sealed
-// secret that exists but does not open with this provisioner's key
-// (store.ErrSealedToOther, store.ErrCannotOpen), or a sealed source that
-// could not be read (errSealedUnread). What a later source holds may be
-// older than what an operator put.
-func keepsLaterOut(err error) (string, bool) {
+// notConsultedFailed ends the why of any other source that failed (a
+// helper that timed out, could not start or printed more than
+// [MaxContent]; a directory that could not be read): it may hold newer
+// content than the sources after it.
+const notConsultedFailed = "the sources after it are not consulted while it fails (it may hold newer content than theirs): the file keeps its content until it answers"
+
+// keepsLaterOut returns the why's ending that says a failed source keeps
+// the later sources out, as a removal does. Every failure does (an error
+// that is neither [ErrNoSource] nor [ErrRemoved]): a sealed secret that
+// exists but does not open with this provisioner's key
+// (store.ErrSealedToOther, store.ErrCannotOpen), a sealed source that
+// could not be read (errSealedUnread), and any other source that failed,
+// a helper that timed out, could not start or printed too much (a fresh
+// user's finding U29). What a later source holds may be older than what
+// the failed one holds: "the first source that has content wins" means
+// the first that answers, not the first that answers in time.
+func keepsLaterOut(err error) string {
 	switch {
 	case errors.Is(err, store.ErrSealedToOther) || errors.Is(err, store.ErrCannotOpen):
-		return notConsulted, true
+		return notConsulted
 	case errors.Is(err, errSealedUnread):
-		return notConsultedUnread, true
+		return notConsultedUnread
 	}
-	return "", false
+	return notConsultedFailed
 }
 
 // errFillState maps a source error to the state a fill status reports.

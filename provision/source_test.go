@@ -732,3 +732,60 @@ func TestUnreadableSealedKeepsLaterSourcesOut(t *testing.T) {
 	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
 	noLeak(t, e.logs.String())
 }
+
+// A source that fails, but does not say it has nothing, keeps the later
+// sources out as a sealed secret that does not open does (a fresh user's
+// finding U29): a helper that printed more than MaxContent, timed out
+// or could not start may hold a newer credential than a directory after
+// it. The file keeps its content; the status says source-failed.
+func TestFailedExecKeepsLaterSourcesOut(t *testing.T) {
+	e := newEnv(t)
+	e.startNode(t)
+	status, err := store.OpenFillStatus(ctxT(t), e.js, e.cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	dir := t.TempDir()
+	source(t, dir, mbg, creds, "older-from-the-directory")
+	mode := filepath.Join(t.TempDir(), "mode")
+	write := func(m string) {
+		if err := os.WriteFile(mode, []byte(m), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("good")
+	x := &provision.Exec{Command: helper(t, `case $(cat `+mode+`) in
+good) printf '%s' "`+secret+`";;
+big) head -c 1100000 /dev/zero | tr '\0' x;;
+hang) sleep 30;;
+esac`), Timeout: time.Second, Log: e.logger()}
+	c := e.client(t, "", nil, func(cfg *provision.Config) {
+		cfg.Sources = []provision.Source{x, provision.Dir(dir)}
+		cfg.Status = status
+	})
+	if r, err := c.FillOnce(ctxT(t)); err != nil || len(r.Filled) != 1 {
+		t.Fatalf("report %+v, %v; want filled from the helper", r, err)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+	for _, m := range []struct{ mode, why string }{{"big", "printed more than 1048576 bytes"}, {"hang", "timed out"}} {
+		write(m.mode)
+		r, err := c.FillOnce(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Filled)+len(r.Unchanged) != 0 || len(r.Unfilled) != 1 || r.Unfilled[0].State != store.FillSourceFailed ||
+			!strings.Contains(r.Unfilled[0].Why, m.why) || !strings.Contains(r.Unfilled[0].Why, "not consulted") ||
+			strings.Contains(r.Unfilled[0].Why, "dir ") || len(r.Failed) != 1 {
+			t.Fatalf("helper %s: report %+v, want source-failed that keeps the directory out", m.mode, r)
+		}
+		checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+		sts, err := store.ReadFillStatus(ctxT(t), status, "ace")
+		if err != nil || len(sts) != 1 || sts[0].State != store.FillSourceFailed || !strings.Contains(sts[0].Why, m.why) {
+			t.Fatalf("helper %s: status = %+v, %v; want source-failed", m.mode, sts, err)
+		}
+	}
+	noLeak(t, e.logs.String())
+}

@@ -50,18 +50,17 @@ func (c *Client) content(ctx context.Context, r *Report, module, path string) ([
 		if state == store.FillMissing {
 			state, first = errFillState(err), len(whys)-1 // the first failure names the state
 		}
-		if end, stop := keepsLaterOut(err); stop {
-			// A sealed secret exists but does not open (sealed to a key
-			// this provisioner no longer has, or tampered): an operator
-			// put it, so what a later source holds is older and must not
-			// come back on its own, as after a removal (a fresh user's
-			// finding F6: a rotated credential rolled back to a
-			// directory's after a curve key change). The file keeps its
-			// content until a put opens. Likewise while the sealed
-			// bucket cannot be read: it may hold such a put (review).
-			whys[len(whys)-1] += "; " + end
-			break
-		}
+		// A failed source keeps the later ones out, as a removal does:
+		// a sealed secret that exists but does not open (an operator put
+		// it, so what a later source holds is older and must not come
+		// back on its own: a fresh user's finding F6, a rotated
+		// credential rolled back to a directory's after a curve key
+		// change), a sealed bucket that cannot be read (it may hold
+		// such a put), a helper that timed out, could not start or
+		// printed too much (it may hold a newer credential: U29). The
+		// file keeps its content until the source answers.
+		whys[len(whys)-1] += "; " + keepsLaterOut(err)
+		break
 	}
 	if first > 0 {
 		// The reason that names the state leads: fleet and state cut a
