@@ -67,16 +67,16 @@ func (c *Client) settled(ctx context.Context, plan uint64) {
 // the files it declares whose last write was refused; once per plan.
 func (c *Client) fillDeclared(ctx context.Context, m store.Msg) {
 	seq, plan := m.Event.Seq, m.Event.Payload.(*events.Plan)
+	c.passMu.Lock()
+	defer c.passMu.Unlock()
 	c.fillMu.Lock()
-	defer c.fillMu.Unlock()
 	if seq < c.declared.plan || seq <= c.settledSeen {
+		c.fillMu.Unlock()
 		return // a pass already read a newer plan, or this settle was handled
 	}
 	c.settledSeen = seq
 	next := declaredOf(seq, plan)
-	r := Report{Plan: seq}
-	ctx, span := c.startSpan(ctx, time.Now(), "fill declared", m)
-	defer func() { endPass(span, r) }()
+	var refs []FileRef
 	retried := 0
 	for _, row := range plan.Modules {
 		for _, f := range row.Files {
@@ -87,20 +87,23 @@ func (c *Client) fillDeclared(ctx context.Context, m store.Msg) {
 			if c.refused[ref] {
 				retried++
 			}
-			if err := c.fillFile(ctx, &r, row.Name, f.Path); err != nil {
-				return // ctx ended it
-			}
+			refs = append(refs, ref)
 		}
 	}
 	c.declared = next
 	c.forgetUndeclared()
 	c.clearUndeclared(ctx)
+	c.fillMu.Unlock()
+	r := Report{Plan: seq}
+	ctx, span := c.startSpan(ctx, time.Now(), "fill declared", m)
+	defer func() { endPass(span, r) }()
+	if err := c.fillFiles(ctx, &r, refs, c.isDeclared); err != nil {
+		return // ctx ended it
+	}
 	if len(r.Filled)+len(r.Unchanged)+len(r.Refused)+len(r.Missing)+len(r.Failed) == 0 {
 		return
 	}
 	c.log.Info("settled plan declares new or refused files: filled them", "plan", seq, "retried", retried,
 		"filled", len(r.Filled), "refused", len(r.Refused), "missing", len(r.Missing), "failed", len(r.Failed))
-	if c.cfg.OnFill != nil {
-		c.cfg.OnFill(0, r)
-	}
+	c.onFill(0, r)
 }

@@ -176,9 +176,19 @@ type Client struct {
 	startedAt  time.Time
 	answerWarn atomic.Bool
 
-	// fillMu serialises fill passes; it guards declared, refused and
-	// settledSeen.
+	// passMu serialises fill passes (FillOnce, fillDeclared); it guards
+	// settledSeen and accountWarned.
+	passMu sync.Mutex
+	// fillMu serialises the recording and sending of each file (not its
+	// sources' lookups: fillFiles); it guards declared, refused, ticket
+	// and sent, and the fill state below.
 	fillMu sync.Mutex
+	// ticket numbers the lookups of files in the order they start; sent
+	// is, per file, the ticket of the lookup last recorded and sent.
+	ticket uint64
+	sent   map[FileRef]uint64
+	// onFillMu makes Config.OnFill run one report at a time.
+	onFillMu sync.Mutex
 	// declared are the files of the newest plan a pass has filled, and
 	// its provisioner account.
 	declared declaredSet
@@ -256,7 +266,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
 		log = slog.Default()
 	}
 	cfg.Stream = cfg.Stream.WithDefaults()
-	return &Client{nc: nc, js: js, cfg: cfg, subj: cfg.Stream.Subjects(), refused: map[FileRef]bool{},
+	return &Client{nc: nc, js: js, cfg: cfg, subj: cfg.Stream.Subjects(), refused: map[FileRef]bool{}, sent: map[FileRef]uint64{},
 		sources: sources, status: map[FileRef]store.FillStatus{}, unfilled: map[FileRef]bool{}, lastWhy: map[FileRef]string{},
 		trustBad: map[events.Kind]store.FillStatus{},
 		tr:       tracing.Tracer(cfg.Tracing), log: log.With("node", cfg.Node, "account", cfg.Account)}, nil
@@ -476,9 +486,7 @@ func (c *Client) pass(ctx context.Context, knock uint64) bool {
 	}
 	c.log.Info("fill pass done", "knock", knock, "plan", r.Plan, "filled", len(r.Filled), "unchanged", len(r.Unchanged),
 		"refused", len(r.Refused), "missing", len(r.Missing), "failed", len(r.Failed))
-	if c.cfg.OnFill != nil {
-		c.cfg.OnFill(knock, r)
-	}
+	c.onFill(knock, r)
 	return true
 }
 
@@ -573,8 +581,8 @@ func (c *Client) Answer(ctx context.Context, knock events.Event) { c.answer(ctx,
 // Errors: ctx's error (the report holds what was done before it); the
 // newest plan cannot be read or decoded.
 func (c *Client) FillOnce(ctx context.Context) (Report, error) {
-	c.fillMu.Lock()
-	defer c.fillMu.Unlock()
+	c.passMu.Lock()
+	defer c.passMu.Unlock()
 	start := time.Now()
 	var r Report
 	m, err := c.newestPlan(ctx)
@@ -592,29 +600,91 @@ func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 	r.Plan = seq
 	ctx, span := c.startSpan(ctx, start, "fill pass", m)
 	defer func() { endPass(span, r) }()
+	c.fillMu.Lock()
 	c.declared = declaredOf(seq, plan)
 	c.checkAccount()
 	c.forgetUndeclared()
 	c.clearUndeclared(ctx)
+	c.fillMu.Unlock()
+	var refs []FileRef
 	for _, row := range plan.Modules {
 		for _, f := range row.Files {
-			if err := c.fillFile(ctx, &r, row.Name, f.Path); err != nil {
-				return r, err
-			}
+			refs = append(refs, FileRef{Module: row.Name, Path: f.Path})
 		}
 	}
-	return r, nil
+	err = c.fillFiles(ctx, &r, refs, c.isDeclared)
+	return r, err
 }
 
-// fillFile reads and sends one file, recording the outcome in r. It
-// returns an error only when ctx ended it.
-func (c *Client) fillFile(ctx context.Context, r *Report, module, path string) error {
-	ref := FileRef{Module: module, Path: path}
+// lookupConc bounds the files whose sources one fill runs at once.
+const lookupConc = 4
+
+// fillFiles fills refs: each file's sources are asked without fillMu, at
+// most lookupConc files at a time, and the file is recorded and sent
+// under fillMu as soon as its own sources answered, so that a helper that
+// hangs for one file (until its --exec-timeout) holds no other file of
+// this fill, nor any other fill: a sealed put, a knock's pass (a fresh
+// user's finding U16). A file still to be filled when its sources
+// answered (keep, under fillMu; nil: every one) is sent unless a lookup
+// of it that started later was sent first: an older answer never
+// overwrites a newer one. The caller must not hold fillMu. It returns an
+// error only when ctx ended it; r holds what was done.
+func (c *Client) fillFiles(ctx context.Context, r *Report, refs []FileRef, keep func(FileRef) bool) error {
+	sem := make(chan struct{}, lookupConc)
+	var wg sync.WaitGroup
+	var ended atomic.Bool
+	for _, ref := range refs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			ended.Store(true)
+			break
+		}
+		c.fillMu.Lock()
+		c.ticket++
+		ticket := c.ticket
+		c.fillMu.Unlock()
+		wg.Go(func() {
+			defer func() { <-sem }()
+			l := c.lookup(ctx, ref)
+			l.ticket = ticket
+			c.fillMu.Lock()
+			defer c.fillMu.Unlock()
+			if l.err != nil {
+				ended.Store(true)
+				return
+			}
+			if (keep != nil && !keep(ref)) || c.sent[ref] > ticket {
+				return
+			}
+			c.sent[ref] = ticket
+			if err := c.fillFile(ctx, r, l); err != nil {
+				ended.Store(true)
+			}
+		})
+	}
+	wg.Wait()
+	if ended.Load() {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// isDeclared reports whether the newest plan a fill read declares ref
+// (under fillMu).
+func (c *Client) isDeclared(ref FileRef) bool { return c.declared.files[ref] }
+
+// fillFile records what the sources said for one file and sends it,
+// recording the outcome in r; under fillMu. It returns an error only when
+// ctx ended it.
+func (c *Client) fillFile(ctx context.Context, r *Report, l lookup) error {
+	ref, module, path := l.ref, l.ref.Module, l.ref.Path
 	log := c.log.With("module", module, "path", path)
-	content, un, shadow, err := c.content(ctx, r, module, path)
+	un := c.record(ctx, r, l)
+	content, shadow := l.content, l.shadow
 	switch {
-	case err != nil:
-		return err
 	case un != nil && un.again:
 		log.Debug("still no source for the file; skipped", "state", un.State, "why", un.Why)
 		if un.State != store.FillMissing {
@@ -759,6 +829,16 @@ func (c *Client) request(ctx context.Context, log *slog.Logger, module, path str
 		}
 		return reply, nil
 	})
+}
+
+// onFill calls Config.OnFill, when set, one report at a time.
+func (c *Client) onFill(knock uint64, r Report) {
+	if c.cfg.OnFill == nil {
+		return
+	}
+	c.onFillMu.Lock()
+	defer c.onFillMu.Unlock()
+	c.cfg.OnFill(knock, r)
 }
 
 // extract returns ctx under m's traceparent when the client traces.

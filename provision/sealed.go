@@ -212,15 +212,13 @@ func (c *Client) watchSealed(ctx context.Context, s *Sealed, ready chan struct{}
 func (c *Client) sealedChanged(ctx context.Context, module, path string) {
 	c.fillMu.Lock()
 	ref := FileRef{Module: module, Path: path}
-	if !c.declared.files[ref] {
-		c.fillMu.Unlock()
+	declared, r := c.declared.files[ref], Report{Plan: c.declared.plan}
+	c.fillMu.Unlock()
+	if !declared {
 		c.log.Info("sealed secret changed for a file the plan does not declare: not filled", "module", module, "path", path)
 		return
 	}
-	r := Report{Plan: c.declared.plan}
-	err := c.fillFile(ctx, &r, module, path)
-	c.fillMu.Unlock()
-	if err != nil {
+	if err := c.fillFiles(ctx, &r, []FileRef{ref}, c.isDeclared); err != nil {
 		return
 	}
 	msg := "sealed secret changed: filled"
@@ -232,7 +230,5 @@ func (c *Client) sealedChanged(ctx context.Context, module, path string) {
 	}
 	c.log.Info(msg, "module", module, "path", path, "filled", len(r.Filled), "unchanged", len(r.Unchanged),
 		"refused", len(r.Refused), "unfilled", len(r.Unfilled))
-	if c.cfg.OnFill != nil {
-		c.cfg.OnFill(0, r)
-	}
+	c.onFill(0, r)
 }

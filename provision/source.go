@@ -31,7 +31,8 @@ type Source interface {
 	// the file was removed from this source on purpose (`secret rm`), so
 	// that no later source is consulted; any other is a failure of the
 	// source, which keeps the later sources out too (keepsLaterOut). None
-	// ever holds content.
+	// ever holds content. It is called concurrently, for different files
+	// and for the same one (a retry beside a sealed put).
 	Content(ctx context.Context, node, module, path string) ([]byte, error)
 	// String names the source in logs and fill statuses ("dir /srv/x").
 	String() string

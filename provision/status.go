@@ -13,42 +13,50 @@ import (
 	"github.com/meshfold/meshfold/store"
 )
 
-// content asks the sources in order for module's file path. When none
-// gives content it returns the Unfilled saying why (also recorded in r
-// and in the status bucket); err only when ctx ended it. With content,
-// shadow says why a sealed secret after the source that gave it is
-// shadowed ([Client.shadowWhy]; zero when none is).
-func (c *Client) content(ctx context.Context, r *Report, module, path string) ([]byte, *Unfilled, shadowing, error) {
-	ref := FileRef{Module: module, Path: path}
-	var whys, wheres []string
-	state, first := store.FillMissing, 0
+// lookup is what the sources said for one file: content, or why none
+// gave it. It is gathered without fillMu ([Client.lookup]) and recorded
+// under it ([Client.record]).
+type lookup struct {
+	ref     FileRef
+	ticket  uint64 // the order the lookup started in (Client.ticket)
+	found   bool   // a source gave content
+	content []byte
+	shadow  shadowing
+	state   store.FillState
+	whys    []string
+	wheres  []string
+	err     error // ctx ended it
+}
+
+// lookup asks the sources in order for ref. It touches none of the
+// client's fill state: a slow source (a helper running to its
+// --exec-timeout) holds no other file's fill (a fresh user's finding U16).
+func (c *Client) lookup(ctx context.Context, ref FileRef) lookup {
+	l := lookup{ref: ref, state: store.FillMissing}
+	first := 0
 	for i, src := range c.sources {
-		content, err := src.Content(ctx, c.cfg.Node, module, path)
+		content, err := src.Content(ctx, c.cfg.Node, ref.Module, ref.Path)
 		if err == nil {
-			delete(c.unfilled, ref)
-			delete(c.lastWhy, ref)
-			return content, nil, c.shadowWhy(ctx, i, module, path, content), nil
+			l.found, l.content, l.shadow = true, content, c.shadowWhy(ctx, i, ref.Module, ref.Path, content)
+			return l
 		}
 		if ctx.Err() != nil {
-			return nil, nil, shadowing{}, ctx.Err()
+			l.err = ctx.Err()
+			return l
 		}
 		var rm *RemovedError
 		if errors.As(err, &rm) {
 			// Removed on purpose: an older content further down must not
 			// come back (a fresh user's finding 2).
-			wheres = append(wheres, rm.Where)
-			whys = append(whys, src.String()+": "+rm.Error())
+			l.wheres = append(l.wheres, rm.Where)
+			l.whys = append(l.whys, src.String()+": "+rm.Error())
 			break
 		}
 		var ns *NoSourceError
 		if errors.As(err, &ns) {
-			wheres = append(wheres, ns.Where)
-			whys = append(whys, src.String()+": "+ns.Why)
+			l.wheres = append(l.wheres, ns.Where)
+			l.whys = append(l.whys, src.String()+": "+ns.Why)
 			continue
-		}
-		whys = append(whys, src.String()+": "+err.Error())
-		if state == store.FillMissing {
-			state, first = errFillState(err), len(whys)-1 // the first failure names the state
 		}
 		// A failed source keeps the later ones out, as a removal does:
 		// a sealed secret that exists but does not open (an operator put
@@ -59,24 +67,38 @@ func (c *Client) content(ctx context.Context, r *Report, module, path string) ([
 		// such a put), a helper that timed out, could not start or
 		// printed too much (it may hold a newer credential: U29). The
 		// file keeps its content until the source answers.
-		whys[len(whys)-1] += "; " + keepsLaterOut(err)
+		l.whys = append(l.whys, src.String()+": "+err.Error()+"; "+keepsLaterOut(err))
+		l.state, first = errFillState(err), len(l.whys)-1
 		break
 	}
 	if first > 0 {
 		// The reason that names the state leads: fleet and state cut a
 		// long why in its middle.
-		whys = append(append([]string{whys[first]}, whys[:first]...), whys[first+1:]...)
+		l.whys = append(append([]string{l.whys[first]}, l.whys[:first]...), l.whys[first+1:]...)
 	}
-	un := &Unfilled{FileRef: ref, State: state, Why: strings.Join(whys, "; ")}
+	return l
+}
+
+// record notes under fillMu what l found for its file. When no source
+// gave content it returns the Unfilled saying why (also recorded in r
+// and in the status bucket).
+func (c *Client) record(ctx context.Context, r *Report, l lookup) *Unfilled {
+	ref := l.ref
+	if l.found {
+		delete(c.unfilled, ref)
+		delete(c.lastWhy, ref)
+		return nil
+	}
+	un := &Unfilled{FileRef: ref, State: l.state, Why: strings.Join(l.whys, "; ")}
 	un.again = c.unfilled[ref] && c.lastWhy[ref] == un.Why
 	c.unfilled[ref] = true
 	c.lastWhy[ref] = un.Why
 	r.Unfilled = append(r.Unfilled, *un)
-	if state == store.FillMissing {
-		r.Missing = append(r.Missing, strings.Join(wheres, ", "))
+	if l.state == store.FillMissing {
+		r.Missing = append(r.Missing, strings.Join(l.wheres, ", "))
 	}
 	c.setStatus(ctx, ref, un.State, un.Why, "")
-	return nil, un, shadowing{}, nil
+	return un
 }
 
 // shadowing is why a sealed secret is shadowed by an earlier source
@@ -218,23 +240,23 @@ func (c *Client) retryUnfilled(ctx context.Context) {
 		}
 		c.fillMu.Lock()
 		r := Report{Plan: c.declared.plan}
+		var refs []FileRef
 		for ref := range c.unfilled {
 			if !c.declared.files[ref] {
 				delete(c.unfilled, ref)
 				continue
 			}
-			if err := c.fillFile(ctx, &r, ref.Module, ref.Path); err != nil {
-				break // ctx ended it
-			}
+			refs = append(refs, ref)
 		}
 		c.fillMu.Unlock()
+		if err := c.fillFiles(ctx, &r, refs, c.isDeclared); err != nil {
+			return // ctx ended it
+		}
 		// Reported only when a source gave something: a file still
 		// unfilled was reported (and logged) when it became so.
 		if len(r.Filled)+len(r.Unchanged)+len(r.Refused) > 0 {
 			c.log.Info("files no source gave are sent now", "filled", len(r.Filled), "unchanged", len(r.Unchanged), "refused", len(r.Refused))
-			if c.cfg.OnFill != nil {
-				c.cfg.OnFill(0, r)
-			}
+			c.onFill(0, r)
 		}
 	}
 }
