@@ -134,12 +134,29 @@ func (s *Sealed) watch(ctx context.Context, node string, ready chan<- struct{}, 
 	}
 }
 
+// ErrNotCurveSeed: a curve key file holds no curve seed.
+var ErrNotCurveSeed = errors.New("not a curve seed")
+
+// RegisteredKey returns the public curve key registered for node's
+// provisioner in the secrets bucket kv and when it was registered (""
+// when none is).
+func RegisteredKey(ctx context.Context, kv jetstream.KeyValue, node string) (string, time.Time, error) {
+	e, err := kv.Get(ctx, store.CurveKeyName(node))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", time.Time{}, nil
+	}
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("read the registered key: %w", err)
+	}
+	return string(e.Value()), e.Created(), nil
+}
+
 // LoadCurveKey returns the provisioner's curve key pair from the seed in
 // file, creating it (mode 0600, its directory 0700, exclusively and
 // whole, through internal/atomicfile) when missing.
 //
 // Errors: the file cannot be created or read; it is readable or writable
-// by group or others; it holds no curve seed.
+// by group or others; it holds no curve seed ([ErrNotCurveSeed]).
 func LoadCurveKey(file string) (nkeys.KeyPair, error) {
 	if _, err := os.Lstat(file); errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
@@ -174,7 +191,7 @@ func LoadCurveKey(file string) (nkeys.KeyPair, error) {
 	}
 	kp, err := nkeys.FromCurveSeed(bytes.TrimSpace(seed))
 	if err != nil {
-		return nil, fmt.Errorf("curve key %s: not a curve seed: %w", file, err)
+		return nil, fmt.Errorf("curve key %s: %w: %w", file, ErrNotCurveSeed, err)
 	}
 	return kp, nil
 }

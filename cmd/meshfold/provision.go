@@ -27,6 +27,7 @@ func init() { register(newProvisionCmd) }
 type provisionOpts struct {
 	from        []string
 	key         string
+	newKey      bool
 	execTimeout time.Duration
 	retry       time.Duration
 	account     string
@@ -56,7 +57,9 @@ content wins:
   --from sealed     the sealed secret 'meshfold secret put' stored for NAME,
                     opened with this provisioner's curve key (--key, created
                     0600 on the first start and registered so that 'secret
-                    put' seals to it). A put is filled at once: the client
+                    put' seals to it; a --key file that does not exist while
+                    NAME has a registered key is refused, exit 2, unless
+                    --new-key: a mistyped path would re-key the node). A put is filled at once: the client
                     watches NAME's secrets. A secret that is stored but
                     removed ('secret rm'), sealed to another key (the key
                     changed) or that cannot be opened stops the sources
@@ -115,6 +118,8 @@ revoked).`,
   meshfold state ace | grep prov
   meshfold fleet
   meshfold provision ace --from sealed --from 'exec:/usr/local/bin/vault-fill' --account prov --trust-from meshfold-data
+  # rotate ace's curve key: remove the key file, start once with --new-key, put every secret again
+  meshfold provision ace --from sealed --key /var/lib/meshfold/provisioner-ace/curve.key --new-key --account prov --trust-from meshfold-data
   # with /srv/secrets/ace/mesh-build-go/run/mesh-build-go/broker.creds
   # holding the content of mesh-build-go's /run/mesh-build-go/broker.creds
   meshfold provision ace --from /srv/secrets/ace --account prov -s tls://hub.example:4222 \
@@ -128,6 +133,7 @@ revoked).`,
 	fl := cmd.Flags()
 	fl.StringArrayVar(&o.from, "from", nil, "a source, tried in the order given: DIR, exec:CMD or sealed (required; repeatable)")
 	fl.StringVar(&o.key, "key", "", "the curve key file of --from sealed (default: provisioner-NAME/curve.key beside the node agent's default state directory, e.g. /var/lib/meshfold/provisioner-NAME/curve.key as root: one per machine and NAME, shared by every mesh this machine runs a provisioner NAME for; give --key to keep meshes apart)")
+	fl.BoolVar(&o.newKey, "new-key", false, "create a new curve key when the --key file does not exist although NAME has a registered one, and register it over it (a rotation: every secret put for NAME must then be put again); without it that is refused (exit 2), since a mistyped --key would do the same")
 	fl.DurationVar(&o.execTimeout, "exec-timeout", provision.DefaultExecTimeout, "how long one run of an exec: helper may take")
 	fl.DurationVar(&o.retry, "retry-unfilled", provision.DefaultRetryUnfilled, "try the files no source gave again this often (a restored source is filled within it); 0 turns it off")
 	fl.StringVar(&o.account, "account", "", "the account this client runs as, sent as the writer (required)")
@@ -198,7 +204,7 @@ func runProvisioner(ctx context.Context, a *app, name string, o provisionOpts, n
 	for _, f := range o.from {
 		switch {
 		case f == "sealed":
-			src, err := sealedSource(ctx, js, scfg, name, o.key, log)
+			src, err := sealedSource(ctx, js, scfg, name, o.key, o.newKey, log)
 			if err != nil {
 				return err
 			}
@@ -243,7 +249,7 @@ func resyncOrOff(d time.Duration) time.Duration {
 
 // sealedSource opens the sealed secrets bucket (waiting for the reconciler
 // to create it) and the provisioner's curve key.
-func sealedSource(ctx context.Context, js jetstream.JetStream, scfg store.StreamConfig, name, keyFile string, log *slog.Logger) (*provision.Sealed, error) {
+func sealedSource(ctx context.Context, js jetstream.JetStream, scfg store.StreamConfig, name, keyFile string, newKey bool, log *slog.Logger) (*provision.Sealed, error) {
 	defaulted := keyFile == ""
 	if keyFile == "" {
 		dir, err := defaultStateDir(name)
@@ -252,21 +258,45 @@ func sealedSource(ctx context.Context, js jetstream.JetStream, scfg store.Stream
 		}
 		keyFile = filepath.Join(filepath.Dir(dir), "provisioner-"+name, "curve.key")
 	}
-	_, statErr := os.Lstat(keyFile) // as LoadCurveKey: it creates a file that does not exist
-	key, err := provision.LoadCurveKey(keyFile)
-	if err != nil {
-		return nil, err
-	}
-	// Where the key is, so that a provisioner of the same NAME for
-	// another mesh on this machine is seen to share it (the default is
-	// one per machine and NAME; a fresh user's finding L13).
-	log.Info("sealed secrets: curve key file", "key", keyFile, "created", errors.Is(statErr, fs.ErrNotExist), "default", defaulted)
 	kv, err := store.Retry(ctx, log, "open the sealed secrets bucket", store.Backoff(200*time.Millisecond, 5*time.Second), func() (jetstream.KeyValue, error) {
 		return store.OpenSecrets(ctx, js, scfg, true)
 	})
 	if err != nil {
 		return nil, err
 	}
+	_, statErr := os.Lstat(keyFile) // as LoadCurveKey: it creates a file that does not exist
+	missing := errors.Is(statErr, fs.ErrNotExist)
+	switch {
+	case missing && !newKey:
+		// A mistyped --key would create a new key and register it over
+		// the node's: every secret put for it would then be sealed to a
+		// key nobody has (a fresh user's finding U34).
+		reg, err := store.Retry(ctx, log, "read the registered curve key", store.Backoff(200*time.Millisecond, 5*time.Second), func() (registered, error) {
+			pub, at, err := provision.RegisteredKey(ctx, kv, name)
+			return registered{pub, at}, err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if reg.pub != "" {
+			return nil, withCode(exitUsage, fmt.Errorf("--key %s: the key file does not exist, and %s has a registered curve key (%s, registered at %s): is the path right? "+
+				"To rotate the key (every secret put for %s must then be put again), start once with --new-key",
+				keyFile, name, reg.pub, reg.at.UTC().Format(time.RFC3339), name))
+		}
+	case !missing && newKey:
+		log.Warn("--new-key: the key file exists and is used; --new-key only lets a missing key file be created over a registered key: remove it from the unit once rotated", "key", keyFile)
+	}
+	key, err := provision.LoadCurveKey(keyFile)
+	if errors.Is(err, provision.ErrNotCurveSeed) {
+		return nil, withCode(exitUsage, fmt.Errorf("%w: restore the key file from a backup, or, to rotate the key (every secret put for %s must then be put again), remove it and start with --new-key", err, name))
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Where the key is, so that a provisioner of the same NAME for
+	// another mesh on this machine is seen to share it (the default is
+	// one per machine and NAME; a fresh user's finding L13).
+	log.Info("sealed secrets: curve key file", "key", keyFile, "created", missing, "default", defaulted)
 	return provision.NewSealed(kv, key)
 }
 
@@ -328,3 +358,9 @@ func checkExecHelper(command string) error {
 
 // shellBuiltins are the first words checkExecHelper leaves to sh.
 var shellBuiltins = []string{".", ":", "[", "cd", "command", "echo", "eval", "exec", "export", "false", "printf", "read", "set", "source", "test", "true", "umask", "unset"}
+
+// registered is a node's registered curve key and when it was put.
+type registered struct {
+	pub string
+	at  time.Time
+}

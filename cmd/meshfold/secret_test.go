@@ -28,6 +28,7 @@ import (
 	"github.com/meshfold/meshfold/examples"
 	"github.com/meshfold/meshfold/internal/testproc"
 	"github.com/meshfold/meshfold/internal/waitfor"
+	"github.com/meshfold/meshfold/provision"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -904,4 +905,57 @@ func TestSecretPutWhileDown(t *testing.T) {
 	t.Logf("a put while no provisioner is up says:\n%s", errs)
 	prov()
 	filled("provdown")
+}
+
+// A --key file that does not exist while the node has a registered curve
+// key is refused (exit 2, naming --new-key), not created and registered
+// over it (a fresh user's finding U34: a mistyped path re-keyed the node);
+// --new-key rotates. A key file that does not parse exits 2 saying what
+// to do.
+func TestMissingKeyFileRefused(t *testing.T) {
+	m := startMesh(t)
+	trust := m.serveSigned(t)
+	dir := t.TempDir()
+	kv, err := store.OpenSecrets(testCtx(t), m.js, m.cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered := func() string {
+		pub, _, err := provision.RegisteredKey(testCtx(t), kv, "ace")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pub
+	}
+	key := filepath.Join(dir, "prov", "curve.key")
+	stop, _ := m.background(t, trust, "provision", "ace", "--from", "sealed", "--key", key, "--account", "prov", "--resync", "0")
+	waitUntil(t, testCtx(t), "the provisioner to register its key", func() bool { return registered() != "" })
+	stop()
+	first := registered()
+
+	typo := filepath.Join(dir, "prv", "curve.key")
+	_, errs, code := m.cli(t, "provision", "ace", "--from", "sealed", "--key", typo, "--account", "prov", "--trust", trust)
+	if code != exitUsage || !strings.Contains(errs, "--new-key") || !strings.Contains(errs, first) || !strings.Contains(errs, "is the path right?") {
+		t.Errorf("a missing key file beside a registered key: exit %d, want 2 naming --new-key and the registered key:\n%s", code, errs)
+	}
+	if _, err := os.Stat(typo); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the mistyped key file was created: %v", err)
+	}
+	if got := registered(); got != first {
+		t.Errorf("the registered key changed to %s", got)
+	}
+
+	bad := filepath.Join(dir, "bad.key")
+	if err := os.WriteFile(bad, []byte("garbage\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errs, code = m.cli(t, "provision", "ace", "--from", "sealed", "--key", bad, "--account", "prov", "--trust", trust)
+	if code != exitUsage || !strings.Contains(errs, "not a curve seed") || !strings.Contains(errs, "restore the key file") {
+		t.Errorf("a key file that does not parse: exit %d, want 2 saying what to do:\n%s", code, errs)
+	}
+
+	// --new-key: the rotation the operator meant.
+	stop, _ = m.background(t, trust, "provision", "ace", "--from", "sealed", "--key", typo, "--new-key", "--account", "prov", "--resync", "0")
+	waitUntil(t, testCtx(t), "the new key to be registered", func() bool { return registered() != first })
+	stop()
 }
