@@ -861,3 +861,40 @@ exit 2`), Timeout: 30 * time.Second, Log: e.logger()}
 	t.Logf("knock -> file: %s", d)
 	noLeak(t, e.logs.String())
 }
+
+// A file filled from a source tried before sealed, which shadows a put,
+// is tried again every RetryUnfilled as an unfilled one is: once that
+// source loses the file (a deleted Vault entry), the put reaches the
+// node and the shadowed status clears, without a knock or a resync (a
+// fresh user's finding U9).
+func TestShadowedRetried(t *testing.T) {
+	e := newSealedEnv(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	has := filepath.Join(t.TempDir(), "has")
+	if err := os.WriteFile(has, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	x := &provision.Exec{Command: helper(t, `[ -e `+has+` ] || exit 2
+printf '%s' helper-`+secret), Log: e.logger()}
+	c := e.client(t, "", nil, func(cfg *provision.Config) {
+		cfg.Sources = []provision.Source{x, e.sealed(t)}
+		cfg.Status = e.status
+		cfg.Resync = -1
+		cfg.RetryUnfilled = 100 * time.Millisecond
+	})
+	run(t, c.Run)
+	waitFile(t, filepath.Join(e.root, creds), "helper-"+secret, wait)
+	e.put(t, creds, "put-"+secret)
+	e.waitStatus(t, "shadowed", func(s []store.FillStatus) bool { return len(s) == 1 && s[0].State == store.FillShadowed })
+	checkFile(t, filepath.Join(e.root, creds), "helper-"+secret, 0o600)
+
+	if err := os.Remove(has); err != nil {
+		t.Fatal(err)
+	}
+	d := waitFile(t, filepath.Join(e.root, creds), "put-"+secret, 5*time.Second)
+	t.Logf("helper lost the file -> put on the node: %s", d)
+	e.waitStatus(t, "cleared", func(s []store.FillStatus) bool { return len(s) == 0 })
+	noLeak(t, e.logs.String())
+}

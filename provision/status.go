@@ -224,8 +224,9 @@ func (c *Client) statusFailed(err error) {
 	}
 }
 
-// retryUnfilled tries the files no source gave again every
-// RetryUnfilled, until ctx is done: a restored source is filled then.
+// retryUnfilled tries the files no source gave, and the shadowed ones,
+// again every RetryUnfilled, until ctx is done: a restored source is
+// filled then, and a put once the source that shadowed it lost the file.
 func (c *Client) retryUnfilled(ctx context.Context) {
 	if c.cfg.RetryUnfilled < 0 {
 		return
@@ -248,14 +249,32 @@ func (c *Client) retryUnfilled(ctx context.Context) {
 			}
 			refs = append(refs, ref)
 		}
+		// A shadowed file too: the source that shadows the put may lose
+		// the file (a deleted Vault entry), and the put is then what the
+		// node must hold, within this interval, not at the next resync (a
+		// fresh user's finding U9).
+		shadowed := map[FileRef]bool{}
+		for ref, st := range c.status {
+			if st.State == store.FillShadowed && c.declared.files[ref] && !c.unfilled[ref] {
+				shadowed[ref] = true
+				refs = append(refs, ref)
+			}
+		}
 		c.fillMu.Unlock()
 		if err := c.fillFiles(ctx, &r, refs, c.isDeclared); err != nil {
 			return // ctx ended it
 		}
-		// Reported only when a source gave something: a file still
-		// unfilled was reported (and logged) when it became so.
-		if len(r.Filled)+len(r.Unchanged)+len(r.Refused) > 0 {
-			c.log.Info("files no source gave are sent now", "filled", len(r.Filled), "unchanged", len(r.Unchanged), "refused", len(r.Refused))
+		unchanged := 0
+		for _, ref := range r.Unchanged {
+			if !shadowed[ref] {
+				unchanged++
+			}
+		}
+		// Reported only when a source gave something new: a file still
+		// unfilled was reported (and logged) when it became so, and a
+		// shadowed file still filled from its source is not news.
+		if len(r.Filled)+unchanged+len(r.Refused) > 0 {
+			c.log.Info("files no source gave, or filled from a source that shadowed a put, are sent now", "filled", len(r.Filled), "unchanged", unchanged, "refused", len(r.Refused))
 			c.onFill(0, r)
 		}
 	}
