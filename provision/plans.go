@@ -3,6 +3,7 @@ package provision
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
@@ -103,7 +104,16 @@ func (c *Client) fillDeclared(ctx context.Context, m store.Msg) {
 	if len(r.Filled)+len(r.Unchanged)+len(r.Refused)+len(r.Missing)+len(r.Failed) == 0 {
 		return
 	}
-	c.log.Info("settled plan declares new or refused files: filled them", "plan", seq, "retried", retried,
-		"filled", len(r.Filled), "refused", len(r.Refused), "missing", len(r.Missing), "failed", len(r.Failed))
+	// Say what happened: "filled them" of a pass that filled none read
+	// as done (a fresh user's finding U8).
+	msg := "settled plan declares new or refused files: filled them"
+	switch done := len(r.Filled) + len(r.Unchanged); {
+	case done == 0:
+		msg = "settled plan declares new or refused files: none filled (no source, refused or failed: each file's line says why)"
+	case done < len(refs):
+		msg = fmt.Sprintf("settled plan declares new or refused files: filled %d of %d (the others: no source, refused or failed: each file's line says why)", done, len(refs))
+	}
+	c.log.Info(msg, "plan", seq, "tried", len(refs), "retried", retried, "filled", len(r.Filled), "unchanged", len(r.Unchanged),
+		"refused", len(r.Refused), "missing", len(r.Missing), "failed", len(r.Failed))
 	c.onFill(0, r)
 }

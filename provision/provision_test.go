@@ -268,6 +268,11 @@ func TestFillOnKnock(t *testing.T) {
 	if got := rep.next(t); got.knock != 0 || got.r.Plan != p2 || len(got.r.Missing) != 1 || len(got.r.Filled) != 0 {
 		t.Fatalf("pass on the settle = %+v", got)
 	}
+	// Its log line says none was filled, not "filled them" (a fresh
+	// user's finding U8).
+	if logs := e.logs.String(); !strings.Contains(logs, "settled plan declares new or refused files: none filled") || strings.Contains(logs, "filled them") {
+		t.Errorf("the settle's log line does not say none was filled:\n%s", logs)
+	}
 	source(t, from, mbg, creds, secret)
 	k := e.append(t, &events.Knock{Cause: p2 + 1, Reasons: []events.KnockReason{events.KnockDeclared},
 		Owed: []events.Owed{{Module: mbg, Path: creds, Reason: events.ReasonUndeclared, Plan: p1, Writer: "prov"}}})
