@@ -51,7 +51,11 @@ content wins:
                     MESHFOLD_NODE, MESHFOLD_MODULE and MESHFOLD_PATH in its
                     environment (as git's credential helpers): exit 0 with
                     output is the content; exit 0 with no output, or non-zero,
-                    is no source; past --exec-timeout it is killed. Its stdout
+                    is no source; past --exec-timeout it is killed. A helper
+                    that times out, cannot start or prints more than 1 MiB
+                    failed: the sources after it are not consulted for the
+                    file (it may hold newer content), which keeps its content
+                    (source-failed). Its stdout
                     is never logged, the first line of its stderr is (at
                     warn once while it stays the same for the file).
   --from sealed     the sealed secret 'meshfold secret put' stored for NAME,
