@@ -56,8 +56,10 @@ func (s *State) Fold(in Input) []Effect {
 		f.refused(p)
 	case *Operator:
 		f.operator(p)
-	case *Tick, *Record:
-		// Time passes (below); a record changes nothing.
+	case *Tick:
+		// Time passes (below).
+	case *Record:
+		f.recorded(p)
 	case *events.Plan:
 		f.plan(p)
 	case *events.Settle:
@@ -254,8 +256,57 @@ func (f *folder) want() {
 	if n == nil || f.in.Seq <= n.NewestWant {
 		return
 	}
-	n.NewestWant = f.in.Seq
+	n.NewestWant, n.NewestID = f.in.Seq, ""
+	if fleet, _, node, _, ok := ParseWantID(f.in.ID); ok && fleet == f.s.Fleet && node == n.Name {
+		n.NewestID = f.in.ID
+	}
 	f.checkConflict(n)
+}
+
+// changedBy names who published the target's newest want, which is none
+// the fold decided for it: "by hand", or, when its message id names a
+// rollout's step of the node ([Node.NewestID]), that step. A want of the
+// rollouts' own is never called a hand's (a fresh user's finding U11: a
+// controller's refold that decided otherwise published a revert, and the
+// view blamed a human).
+func (r *Rollout) changedBy(n *Node) string {
+	_, id, _, step, ok := ParseWantID(n.NewestID)
+	switch {
+	case !ok:
+		return "by hand"
+	case id == r.ID:
+		return fmt.Sprintf("by rollout %d's own %s (want id %s), which this fold did not decide,", id, step, n.NewestID)
+	}
+	return fmt.Sprintf("by rollout %d's %s (want id %s)", id, step, n.NewestID)
+}
+
+// recorded folds a record read back from the fleet's rollout subject.
+// The records are the controller's own decisions, carried out: one of the
+// current rollout naming a final phase (completed, aborted, reverted) is
+// its end. A fold that has not reached that end (a refold that read the
+// stream otherwise than the fold that decided it: a fresh user's finding
+// U11, the reconciler's plans under a signing key that is no longer its
+// own, docs/architecture.md "A recorded end is final") ends the rollout
+// there, as recorded, and drops what it decided that the record
+// overrules: no revert it decided is published, no target is judged
+// again. An ended rollout decides nothing more of its own (only an
+// operator's verb moves it, as after any end), so a controller that
+// restarts, with any key, publishes nothing for it.
+func (f *folder) recorded(p *Record) {
+	r := f.r
+	end := Phase(p.What)
+	if r == nil || p.Rollout != r.ID || p.Node != "" || !end.Final() || end == Superseded || r.Phase.Final() {
+		return
+	}
+	was := r.Phase
+	r.Phase, r.End = end, f.mark("", "", fmt.Sprintf("%s as recorded at #%d (this fold had it %s)", end, f.in.Seq, was))
+	for _, name := range r.Reverting {
+		if n := r.Nodes[name]; n.Back != nil && (n.Back.Status == RevertPublishing || n.Back.Status == RevertWaiting) {
+			n.Back = nil // decided by this fold alone, never published
+			f.update(n)
+		}
+	}
+	r.Reverting = nil
 }
 
 // checkConflict marks a target whose newest want is none of the
@@ -268,7 +319,7 @@ func (f *folder) checkConflict(n *Node) {
 	case n.Status == Failed || n.Status == Conflict || n.Status == Skipped:
 	case n.Status == Pending:
 		if n.NewestWant > n.Prev {
-			f.conflict(n, fmt.Sprintf("its want was changed by hand at #%d after the rollout diffed against #%d", n.NewestWant, n.Prev))
+			f.conflict(n, fmt.Sprintf("its want was changed %s at #%d after the rollout diffed against #%d", f.r.changedBy(n), n.NewestWant, n.Prev))
 		}
 	case n.Published == 0:
 		// Decided when the publication is recorded.
@@ -278,14 +329,14 @@ func (f *folder) checkConflict(n *Node) {
 		case b.Status == RevertQueued && n.NewestWant > n.Published:
 			// Changed by hand while its revert waited for the budget:
 			// never overwritten, as revert decides at once.
-			b.Status, b.Why = RevertRefused, fmt.Sprintf("its want was changed by hand at #%d after the rollout's #%d: not overwritten", n.NewestWant, n.Published)
+			b.Status, b.Why = RevertRefused, fmt.Sprintf("its want was changed %s at #%d after the rollout's #%d: not overwritten", f.r.changedBy(n), n.NewestWant, n.Published)
 			f.backFinished(n, events.LevelError)
 		case b.Want > 0 && n.NewestWant > b.Want && !b.finished():
-			b.Status, b.Why = RevertRefused, fmt.Sprintf("its want was changed by hand at #%d after the revert's #%d", n.NewestWant, b.Want)
+			b.Status, b.Why = RevertRefused, fmt.Sprintf("its want was changed %s at #%d after the revert's #%d", f.r.changedBy(n), n.NewestWant, b.Want)
 			f.backFinished(n, events.LevelError)
 		}
 	case n.NewestWant > n.Published:
-		f.conflict(n, fmt.Sprintf("its want was changed by hand at #%d after the rollout's #%d", n.NewestWant, n.Published))
+		f.conflict(n, fmt.Sprintf("its want was changed %s at #%d after the rollout's #%d", f.r.changedBy(n), n.NewestWant, n.Published))
 	}
 }
 
@@ -575,7 +626,9 @@ func (f *folder) published(p *Published) {
 		f.ignored("node %s is no target", p.Node)
 		return
 	}
-	n.NewestWant = max(n.NewestWant, p.Want)
+	if p.Want >= n.NewestWant {
+		n.NewestWant, n.NewestID = p.Want, WantID(f.s.Fleet, p.Rollout, p.Node, p.Step)
+	}
 	if p.Step == StepRevert {
 		if n.Back == nil || n.Back.Status != RevertPublishing {
 			return // recorded already
@@ -626,7 +679,9 @@ func (f *folder) refused(p *Refused) {
 	}
 	why := fmt.Sprintf("its want could not be published: %s", events.ErrorText(p.Error))
 	if p.Last > 0 {
-		n.NewestWant = max(n.NewestWant, p.Last)
+		if p.Last > n.NewestWant {
+			n.NewestWant, n.NewestID = p.Last, ""
+		}
 		why = fmt.Sprintf("its want was changed by hand: the newest is #%d", p.Last)
 	}
 	if p.Step == StepRevert {
@@ -782,7 +837,7 @@ func (f *folder) revert(m *Mark) {
 	f.record(0, "", string(Reverting), events.LevelWarn, "rollout %d reverting (by %s): every changed target gets its previous want, within max_unavailable %d: %d at once (unavailable already), %d as the budget allows",
 		r.ID, events.Text(m.By), r.R.MaxUnavailable, len(now), len(queued))
 	for _, n := range refused {
-		n.Back = &Back{Status: RevertRefused, Why: fmt.Sprintf("its want was changed by hand at #%d after the rollout's #%d: not overwritten", n.NewestWant, n.Published)}
+		n.Back = &Back{Status: RevertRefused, Why: fmt.Sprintf("its want was changed %s at #%d after the rollout's #%d: not overwritten", r.changedBy(n), n.NewestWant, n.Published)}
 		f.update(n)
 		f.record(0, n.Name, "revert-"+string(RevertRefused), events.LevelError, "target %s: %s", n.Name, n.Back.Why)
 	}

@@ -29,6 +29,11 @@ type Input struct {
 	// Err is set, and Payload nil, when a rollout event could not be
 	// decoded or validated: the fold records it as rejected.
 	Err error
+	// ID is a want's message id (KindWant; the caller reads it from the
+	// message's Nats-Msg-Id): a rollout step's names the fleet, the
+	// rollout and the step ([ParseWantID]), so a want of a rollout's own
+	// is never taken for one changed by hand. Empty for any other input.
+	ID string
 }
 
 // Health is a have module's health (DESIGN.md §11): empty when the

@@ -93,7 +93,34 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 			h.addWant(t, a.Key, wantLines(t, d.Input), "")
 		}
 	case "hand-want":
-		h.addWant(t, args["node"], wantLines(t, d.Input), "by hand")
+		// id= gives the want a message id (a rollout step's, published
+		// by a controller other than this fold).
+		note := "by hand"
+		if args["id"] != "" {
+			note = "id " + args["id"]
+		}
+		h.addWantID(t, args["node"], wantLines(t, d.Input), note, args["id"])
+	case "refold":
+		// The controller restarts and refolds the stream from the start
+		// into a new state (the effects decided meanwhile are dropped:
+		// "carry" then publishes what it says is pending). drop=plans
+		// leaves every plan out, as a controller reads them whose
+		// signing key changed with no retired key kept: not its own.
+		s := rollout.NewState(h.state.Fleet)
+		dropped := 0
+		for _, in := range h.stream {
+			if args["drop"] == "plans" && in.Kind == rollout.KindPlan {
+				dropped++
+				continue
+			}
+			s.Fold(in)
+		}
+		if err := s.CheckInvariants(); err != nil {
+			t.Fatalf("%s: refold: invariant broken: %v", d.Pos, err)
+		}
+		h.state = s
+		fmt.Fprintf(h.out, "refolded #1 to #%d (%d plans left out): rollout %d %s, %d wants pending\n",
+			len(h.stream), dropped, s.Rollout.ID, s.Rollout.Phase, len(s.Pending()))
 	case "start":
 		h.start(t, d, args)
 	case "page":
@@ -282,10 +309,15 @@ func haveOf(t testing.TB, input string) *rollout.Have {
 }
 
 func (h *harness) addWant(t tb, node string, ms []events.WantModule, note string) {
+	h.addWantID(t, node, ms, note, "")
+}
+
+// addWantID appends a want of node under message id id.
+func (h *harness) addWantID(t tb, node string, ms []events.WantModule, note, id string) {
 	if note != "" {
 		h.note = " (" + note + ")"
 	}
-	seq := h.append(t, rollout.Input{Node: node, Kind: rollout.KindWant})
+	seq := h.append(t, rollout.Input{Node: node, Kind: rollout.KindWant, ID: id})
 	h.wants[seq], h.newest[node] = ms, seq
 }
 
@@ -471,7 +503,7 @@ func (h *harness) carry(t tb, e rollout.Effect) {
 	if ms == nil {
 		ms = h.wants[w.CopyOf]
 	}
-	seq := h.append(t, rollout.Input{Node: w.Node, Kind: rollout.KindWant})
+	seq := h.append(t, rollout.Input{Node: w.Node, Kind: rollout.KindWant, ID: e.ID()})
 	h.wants[seq], h.newest[w.Node] = ms, seq
 	out := rollout.Input{Kind: rollout.KindPublished, Payload: &rollout.Published{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Want: seq}}
 	if h.lag {

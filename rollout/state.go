@@ -197,6 +197,10 @@ type Node struct {
 	// NewestWant is the sequence of the newest want on its subject known
 	// to the rollout.
 	NewestWant uint64 `json:"newest_want,omitempty"`
+	// NewestID is the message id of that want when it names a rollout's
+	// step of this node ([WantID]), empty when it was published by hand
+	// (or is not known): what [Rollout.changedBy] names.
+	NewestID string `json:"newest_id,omitempty"`
 	// Unavail caches [Node.unavailable] for the rollout's count.
 	Unavail bool `json:"unavail,omitempty"`
 

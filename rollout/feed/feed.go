@@ -76,7 +76,12 @@ func Input(subj events.Subjects, s *rollout.State, own *store.Trust, m Message) 
 		}
 		return in, true
 	}
-	return rollout.FromNodeEvent(ev)
+	in, ok := rollout.FromNodeEvent(ev)
+	if ok && in.Kind == rollout.KindWant {
+		// A rollout step's want names the rollout (rollout.Input.ID).
+		in.ID = m.Header.Get(jetstream.MsgIDHeader)
+	}
+	return in, ok
 }
 
 // FromTailed is the [Message] of a tailed message.
