@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -299,33 +300,58 @@ file still names it. In this order:
      (they now accept plans and knocks signed by either key)
   3. restart every reconciler (partitioned ones with the same new seed)
   4. meshfold auth rotate-reconciler --dir DIR --finish, and copy the trust
-     file again: only the new key verifies from then on`,
+     file again: only the new key verifies from then on
+
+DIR may also be the --data directory of a meshfold serve without --auth,
+which keeps the same three files: step 2 is then restarting the agents and
+provisioners (--trust-from DIR reads DIR/` + trustFileName + ` at their
+start; copy it where a node has --trust FILE), step 3 restarting serve.
+Never move the seed away instead: serve then makes a new key with no
+retired one, and its older plans are no longer its own.`,
 		Example: `  meshfold auth rotate-reconciler --dir ./mesh-auth
   meshfold auth rotate-reconciler --dir ./mesh-auth --overlap 72h
-  meshfold auth rotate-reconciler --dir ./mesh-auth --finish`,
+  meshfold auth rotate-reconciler --dir ./mesh-auth --finish
+  meshfold auth rotate-reconciler --dir ./meshfold-data`,
 		Args: noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if overlap <= 0 {
 				return withCode(exitUsage, fmt.Errorf("--overlap %s: must be more than 0", overlap))
 			}
+			seedPath, trustPath := filepath.Join(dir, signingKeyFile), filepath.Join(dir, trustFileName)
+			var keys []string
+			var until time.Time
 			d, err := auth.Open(dir)
-			if err != nil {
+			switch {
+			case err == nil:
+				keys, until, err = d.RotateReconciler(finish, overlap)
+			case !errors.Is(err, auth.ErrNotAuthDir):
 				return withCode(exitUsage, err)
+			default:
+				if _, serr := os.Stat(seedPath); serr != nil {
+					return withCode(exitUsage, fmt.Errorf("--dir %s: neither an auth directory (no auth.json: meshfold auth init makes one) nor the --data directory of a meshfold serve (no %s)", dir, signingKeyFile))
+				}
+				// A serve's data directory: the same files, the same
+				// overlap (a fresh user's finding U12).
+				keys, until, err = auth.RotateKeys(dir, finish, overlap)
+				if err == nil && !finish {
+					fmt.Fprintf(a.stdout, "new signing key %s in %s\n%s trusts it and the previous %s until %s: restart the node agents and provisioners (--trust-from %s reads it at their start; copy it where a node has --trust FILE), then serve; then --finish\n",
+						keys[0], seedPath, trustPath, keys[1], until.Format(time.RFC3339), dir)
+					return nil
+				}
 			}
-			keys, until, err := d.RotateReconciler(finish, overlap)
 			if err != nil {
 				return err
 			}
 			if finish {
-				fmt.Fprintf(a.stdout, "overlap ended: %s trusts only %s\n", d.TrustPath(), keys[0])
+				fmt.Fprintf(a.stdout, "overlap ended: %s trusts only %s\n", trustPath, keys[0])
 				return nil
 			}
 			fmt.Fprintf(a.stdout, "new signing key %s in %s\n%s trusts it and the previous %s until %s: copy it to every node, restart the agents and provisioners, then the reconcilers; then --finish\n",
-				keys[0], d.SigningKeyPath(), d.TrustPath(), keys[1], until.Format(time.RFC3339))
+				keys[0], seedPath, trustPath, keys[1], until.Format(time.RFC3339))
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&dir, "dir", "", "the auth directory (required)")
+	cmd.Flags().StringVar(&dir, "dir", "", "the auth directory, or the --data directory of a serve without --auth (required)")
 	cmd.Flags().BoolVar(&finish, "finish", false, "end the overlap: trust only the current key")
 	cmd.Flags().DurationVar(&overlap, "overlap", 24*time.Hour, "how long agents with the new trust file still accept the old key's plans and knocks")
 	_ = cmd.MarkFlagRequired("dir")

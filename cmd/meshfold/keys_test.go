@@ -119,6 +119,59 @@ func TestAuthRotateReconciler(t *testing.T) {
 	}
 }
 
+// A serve without --auth rotates its key with rotate-reconciler on its
+// data directory (a fresh user's finding U12: it was refused as "not a
+// meshfold auth directory"): the old key retired and still its own, the
+// trust file naming both until --finish, kept as it is when serve starts
+// again with the new key. A directory that is neither is refused, naming
+// both kinds.
+func TestRotateServeDataDir(t *testing.T) {
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	data := filepath.Join(t.TempDir(), "data")
+	srv, _, old := startServe(t, ctx, data)
+	srv.stop(t)
+	code, out, errs := runCLI(ctx, "auth", "rotate-reconciler", "--dir", data)
+	if code != exitOK {
+		t.Fatalf("rotate of a serve data directory: exit %d %s", code, errs)
+	}
+	signer, own, _, err := reconcilerKeys(filepath.Join(data, signingKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := signer.PublicKey()
+	if key == old || !strings.Contains(out, key) || !strings.Contains(out, "--trust-from "+data) {
+		t.Fatalf("rotate printed %q; the seed's key is %s, the old one %s; want the new key and --trust-from named", out, key, old)
+	}
+	if !own.Trusts(old) || !own.Trusts(key) {
+		t.Errorf("serve's own keys after the rotation: %s, want %s and the retired %s", own, key, old)
+	}
+	overlap := func(when string) {
+		t.Helper()
+		tr, err := store.ReadTrustFile(filepath.Join(data, trustFileName))
+		if err != nil || !slices.Equal(tr.Current(), []string{key}) || !tr.Retired(old) {
+			t.Errorf("%s: the trust file names %s (%v), want %s and %s retired", when, tr, err, key, old)
+		}
+	}
+	overlap("after the rotation")
+	srv, _, started := startServe(t, ctx, data)
+	if started != key {
+		t.Errorf("serve after the rotation signs with %s, want %s", started, key)
+	}
+	overlap("after serve started again")
+	srv.stop(t)
+	if code, out, errs := runCLI(ctx, "auth", "rotate-reconciler", "--dir", data, "--finish"); code != exitOK || !strings.Contains(out, "trusts only "+key) {
+		t.Fatalf("rotate --finish: exit %d %q %s", code, out, errs)
+	}
+	if tr, err := store.ReadTrustFile(filepath.Join(data, trustFileName)); err != nil || !slices.Equal(tr.Keys(), []string{key}) {
+		t.Errorf("trust after --finish: %v %v, want only %s", tr.Keys(), err, key)
+	}
+	code, _, errs = runCLI(ctx, "auth", "rotate-reconciler", "--dir", t.TempDir())
+	if code != exitUsage || !strings.Contains(errs, "neither an auth directory") || !strings.Contains(errs, "--data directory of a meshfold serve") {
+		t.Errorf("rotate of an empty directory: exit %d %q, want %d naming both kinds of directory", code, errs, exitUsage)
+	}
+}
+
 // role is a meshfold command running in this process, for tests.
 type role struct {
 	out    *lines

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -118,14 +119,16 @@ func (f *loopFlags) loadKeys(a *app, path string) error {
 
 // writeTrust writes the trust file of this deployment's node agents and
 // provisioners at path, naming the signing key: when missing, or with
-// replace when it names other keys (serve's data directory, which only
-// serve writes). An auth directory's, which rotate-reconciler owns, is
-// never replaced; a note warns when it does not name the key.
+// replace when it names other current keys (serve's data directory). An
+// auth directory's, which rotate-reconciler owns, is never replaced; a
+// note warns when it does not name the key. A data directory's that
+// names the key as its one current key and others retired is
+// rotate-reconciler's overlap: kept until --finish.
 func (f *loopFlags) writeTrust(path string, replace bool) error {
 	pub := f.signer.PublicKey()
 	t, err := store.ReadTrustFile(path)
 	switch {
-	case err == nil && t.Trusts(pub) && (!replace || len(t.Keys()) == 1):
+	case err == nil && t.Trusts(pub) && (!replace || slices.Equal(t.Current(), []string{pub})):
 	case err == nil && !replace:
 		f.notes = append(f.notes, fmt.Sprintf("meshfold: warning: %s does not name %s: agents that trust it refuse these plans", path, pub))
 		return nil

@@ -63,20 +63,39 @@ func (d *Dir) ensureSigningKey() (string, error) {
 //
 // Errors: a missing or unreadable key; I/O errors.
 func (d *Dir) RotateReconciler(finish bool, overlap time.Duration) ([]string, time.Time, error) {
-	old, err := d.ensureSigningKey()
+	if _, err := d.ensureSigningKey(); err != nil {
+		return nil, time.Time{}, err
+	}
+	return RotateKeys(d.path, finish, overlap)
+}
+
+// RotateKeys is [Dir.RotateReconciler] of any directory that holds the
+// reconciler's seed ([SigningKeyFile]) beside its retired keys and its
+// trust file: an auth directory, or the data directory of a `serve`
+// without --auth, which keeps the same three files (a fresh user's
+// finding U12: such a serve had no way to rotate its key but to lose it).
+//
+// Errors: a missing or unreadable seed; I/O errors.
+func RotateKeys(dir string, finish bool, overlap time.Duration) ([]string, time.Time, error) {
+	seedPath, trustPath := filepath.Join(dir, SigningKeyFile), filepath.Join(dir, TrustFile)
+	if _, err := os.Stat(seedPath); err != nil {
+		return nil, time.Time{}, fmt.Errorf("signing key: %w", err)
+	}
+	kp, _, err := store.LoadOrCreateSigningKey(seedPath)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
+	old, _ := kp.PublicKey()
 	if finish {
-		return []string{old}, time.Time{}, store.WriteTrustFile(d.TrustPath(), old)
+		return []string{old}, time.Time{}, store.WriteTrustFile(trustPath, old)
 	}
 	retired := []string{old}
-	if t, err := store.ReadTrustFile(filepath.Join(d.path, RetiredKeysFile)); err == nil {
+	if t, err := store.ReadTrustFile(filepath.Join(dir, RetiredKeysFile)); err == nil {
 		retired = append(t.Keys(), old)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, time.Time{}, err
 	}
-	kp, err := store.NewSigningKey()
+	kp, err = store.NewSigningKey()
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -90,11 +109,11 @@ func (d *Dir) RotateReconciler(finish bool, overlap time.Duration) ([]string, ti
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	if err := store.WriteTrustFile(filepath.Join(d.path, RetiredKeysFile), retired...); err != nil {
+	if err := store.WriteTrustFile(filepath.Join(dir, RetiredKeysFile), retired...); err != nil {
 		return nil, time.Time{}, err
 	}
-	if err := writeFile(d.SigningKeyPath(), append(seed, '\n'), 0o600); err != nil {
+	if err := writeFile(seedPath, append(seed, '\n'), 0o600); err != nil {
 		return nil, time.Time{}, fmt.Errorf("signing key: %w", err)
 	}
-	return []string{pub, old}, until, store.WriteTrust(d.TrustPath(), trust)
+	return []string{pub, old}, until, store.WriteTrust(trustPath, trust)
 }
