@@ -66,6 +66,11 @@ type Config struct {
 	// unsigned: only for tests and embedders that verify elsewhere (the
 	// meshfold command always sets it).
 	Trust *store.Trust
+	// TrustFrom is the file Trust was read from, once, when the agent
+	// started (meshfold node's --trust or --trust-from): a refusal for a
+	// plan's signer names it, so the node's journal says where the keys
+	// came from and that a restart reads them again. Empty: not said.
+	TrustFrom string
 	// Faults are test hooks; nil hooks do nothing.
 	Faults Faults
 	// Tracing, when set, traces the apply of each plan (with each
@@ -493,9 +498,16 @@ func (a *Agent) verifyPlan(m store.Msg) error {
 // restarts re-verifies its newest plan, of the old key).
 func (a *Agent) refusePlan(ctx context.Context, m store.Msg, err error) {
 	a.log.Error("plan refused: not from a trusted reconciler; not applied", "plan", m.Event.Seq, "settled", a.Settled(), "err", err)
+	untrusted := errors.Is(err, store.ErrUntrusted) || errors.Is(err, store.ErrRetired)
+	why := "plan refused: not from a trusted reconciler: " + err.Error()
+	if untrusted && a.cfg.TrustFrom != "" {
+		// The agent reads its keys once (a fresh user's finding U12: after
+		// serve's key changed, its journal did not say a restart reads
+		// --trust-from's file again).
+		why += " (this agent read its keys from " + a.cfg.TrustFrom + " when it started, and only then: restart it to read them again)"
+	}
 	a.publish(ctx, events.Stamp(&events.Settle{Module: "", Op: events.OpFailed, Plan: m.Event.Seq,
-		Error:     "plan refused: not from a trusted reconciler: " + err.Error(),
-		Untrusted: errors.Is(err, store.ErrUntrusted) || errors.Is(err, store.ErrRetired)}, time.Now()), store.WithMsgID(nuid.Next()))
+		Error: why, Untrusted: untrusted}, time.Now()), store.WithMsgID(nuid.Next()))
 }
 
 // follow applies the node's plans after sequence from until ctx is done

@@ -163,3 +163,52 @@ func TestRetiredKeyNeverNewer(t *testing.T) {
 		t.Errorf("a refused plan was applied:\n%s", logs)
 	}
 }
+
+// A refusal for a plan's signer names the file the agent read its keys
+// from, once, at its start, and that a restart reads it again (a fresh
+// user's finding U12: after serve's key changed, an agent started with
+// --trust-from kept the old key and nothing said a restart would do).
+// Other refusals say nothing of it.
+func TestUntrustedRefusalNamesTrustFile(t *testing.T) {
+	e := newEnv(t)
+	key := func() *store.Signer {
+		kp, err := store.NewSigningKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := store.NewSigner(kp)
+		return s
+	}
+	trusted, other := key(), key()
+	trust, _ := store.NewTrust(trusted.PublicKey())
+	const from = "/srv/mesh/data/reconcilers.pub"
+	e.startAgent(t, "ace", nil, func(c *Config) { c.Trust, c.TrustFrom = trust, from })
+	ack, err := e.pub.Append(ctxT(t), "ace", events.Stamp(&events.Want{Modules: []events.WantModule{}}, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := func(n int, s *store.Signer) uint64 {
+		t.Helper()
+		p := events.Stamp(&events.Plan{Cause: ack.Seq, Want: ack.Seq, Modules: []events.PlanModule{}}, time.Now())
+		opts := []store.AppendOpt{store.WithMsgID(fmt.Sprintf("ace.plan.%d.%d", ack.Seq, n))}
+		if s != nil {
+			opts = append(opts, store.WithSigner(s))
+		}
+		m, err := e.pub.Append(ctxT(t), "ace", p, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Seq
+	}
+	const says = "this agent read its keys from " + from + " when it started, and only then: restart it to read them again"
+	seq := plan(1, other)
+	s := e.waitEvent(t, "ace", events.KindSettle, settleOf(seq)).Event.Payload.(*events.Settle)
+	if s.Op != events.OpFailed || !s.Untrusted || !strings.Contains(s.Error, other.PublicKey()) || !strings.Contains(s.Error, says) {
+		t.Errorf("settle of a plan of an untrusted key = %+v, want failed, untrusted, naming the key and saying %q", s, says)
+	}
+	seq = plan(2, nil)
+	s = e.waitEvent(t, "ace", events.KindSettle, settleOf(seq)).Event.Payload.(*events.Settle)
+	if s.Op != events.OpFailed || s.Untrusted || strings.Contains(s.Error, from) {
+		t.Errorf("settle of an unsigned plan = %+v, want failed, not untrusted, naming no trust file", s)
+	}
+}

@@ -900,7 +900,7 @@ func (f *folder) resign(p *events.Settle) {
 		return
 	}
 	if last.Again {
-		f.journal(events.LevelError, "plan %d, published again under this reconciler's key, refused again for its signer: the node's agent does not trust this reconciler's key (its --trust file, or --trust-from, names another deployment's)", p.Plan)
+		f.journal(events.LevelError, "plan %d, published again under this reconciler's key, refused again for its signer: the node's agent does not trust this reconciler's key. An agent reads its keys at its start only: restart it if its --trust-from directory's reconcilers.pub (or its --trust file) names this key now (a rotated or a new key); else they are another deployment's", p.Plan)
 		return
 	}
 	f.journal(events.LevelWarn, "plan %d refused by the node's agent for its signer (a key it does not trust, or one retired past its overlap): published again under this reconciler's key (cause %d)", p.Plan, f.ev.Seq)

@@ -173,7 +173,7 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	// A connection closed for good (a revoked user) ends the agent with an
 	// error: it would never reconnect, and systemd's Restart= brings it back.
 	err = store.WhileConnected(cmd.Context(), nc, func(ctx context.Context) error {
-		return runNodeAgent(ctx, a, name, o, nc, trust, log, started)
+		return runNodeAgent(ctx, a, name, o, nc, trust, trustPath, log, started)
 	})
 	if d := a.deniedErr(); d != nil {
 		return d // ended by the violation, which run explains
@@ -183,7 +183,7 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 
 // runNodeAgent runs the agent of node name on nc until ctx is done,
 // closing started once the agent has started (node.Agent.Ready).
-func runNodeAgent(ctx context.Context, a *app, name string, o nodeOpts, nc *nats.Conn, trust *store.Trust, log *slog.Logger, started chan<- struct{}) error {
+func runNodeAgent(ctx context.Context, a *app, name string, o nodeOpts, nc *nats.Conn, trust *store.Trust, trustPath string, log *slog.Logger, started chan<- struct{}) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -203,7 +203,7 @@ func runNodeAgent(ctx context.Context, a *app, name string, o nodeOpts, nc *nats
 	}
 	defer stopTracing()
 	agent, err := node.New(nc, js, node.Config{Name: name, Root: o.root, StateDir: o.stateDir, Runtime: rt,
-		Resync: o.resync, Logger: log, Stream: scfg, Trust: trust, Tracing: tp})
+		Resync: o.resync, Logger: log, Stream: scfg, Trust: trust, TrustFrom: trustPath, Tracing: tp})
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
