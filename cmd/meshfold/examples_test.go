@@ -318,6 +318,15 @@ func setupExampleDir(t *testing.T, dir, name string) {
 				t.Fatalf("auth revoke: %d %s", code, errs)
 			}
 		}
+		if name == "auth rotate-reconciler" { // a serve's data directory: its seed and trust file, as serve writes them
+			signer, _, _, err := reconcilerKeys(filepath.Join(dir, "meshfold-data", signingKeyFile))
+			if err == nil {
+				err = store.WriteTrustFile(filepath.Join(dir, "meshfold-data", trustFileName), signer.PublicKey())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 
