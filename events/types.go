@@ -184,6 +184,13 @@ const (
 type Have struct {
 	Header
 	Modules []HaveModule `json:"modules"`
+	// NoPlan: the agent holds no plan: it found none in the stream at its
+	// start and has settled none since (optional; absent from older
+	// agents). The reconciler answers it with the node's last plan
+	// published again when it emitted one (docs/architecture.md, "A plan
+	// the stream's max-age removed"): the stream's max-age can have
+	// removed the node's plan while the node still needs it.
+	NoPlan bool `json:"no_plan,omitempty"`
 }
 
 // SettleOp says how an apply ended.

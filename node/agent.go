@@ -140,6 +140,9 @@ type Agent struct {
 	// whatever their causes, and none of a retired key is newer than a
 	// current key's (docs/architecture.md, "Trust per deployment").
 	settledRetired bool
+	// noPlan: the start found no plan in the stream; haves say so
+	// (events.Have.NoPlan) until a plan settles.
+	noPlan bool
 	root           *os.Root // nil until Run opens it and after Run closes it
 	// refused holds the files this agent refused a write of since it last
 	// wrote them: an item may be owed for them, which only a filled pays,
@@ -437,6 +440,10 @@ func (a *Agent) startPlan(ctx context.Context, stream jetstream.Stream) (uint64,
 	})
 	if errors.Is(err, store.ErrNoMessage) {
 		a.log.Info("no plan yet: writes are judged with no provisioner account (plan 0)")
+		a.mu.Lock()
+		a.noPlan = true
+		a.mu.Unlock()
+		a.kickHave() // say so: the reconciler publishes the node's plan again if it has one
 		return 0, nil
 	}
 	if err != nil {
@@ -807,7 +814,10 @@ func (a *Agent) publishHave(ctx context.Context) {
 		if mods == nil {
 			mods = []events.HaveModule{}
 		}
-		h := events.Stamp(&events.Have{Modules: mods}, time.Now())
+		a.mu.Lock()
+		noPlan := a.noPlan && a.settled == nil
+		a.mu.Unlock()
+		h := events.Stamp(&events.Have{Modules: mods, NoPlan: noPlan}, time.Now())
 		ack, err := a.pub.Append(ctx, a.cfg.Name, h, store.WithMsgID(id))
 		if errors.Is(err, events.ErrInvalid) {
 			return ack, backoff.Permanent(err)

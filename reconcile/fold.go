@@ -248,7 +248,36 @@ func (f *folder) have(p *events.Have) {
 		f.s.AgentWas = a.Claim
 	}
 	f.compose()
+	if p.NoPlan {
+		f.planAgain()
+	}
 	f.knock(true)
+}
+
+// planAgain answers a have of an agent that holds no plan (it found none
+// in the stream at its start and settled none since) while this
+// reconciler emitted one: the node's last plan is published again, and
+// the shell signs it, so that the agent and the provisioner, which read
+// the node's newest plan from the stream, find it again. The stream's
+// max-age removes a quiet node's plan (every event of it older than the
+// age); the node's next reboot lost what /run held, and nothing else
+// would publish a plan until the want changed: the credentials were never
+// filled again, every view green (a fresh user's finding U28). Bounded:
+// nothing is published while a plan published again is unsettled (on its
+// way, or refused: the agent says so once it applies it), nor while the
+// last plan emitted is not yet in the stream (Seq 0: on its way), nor
+// for a retired node.
+func (f *folder) planAgain() {
+	s := f.s
+	last := s.Emitted()
+	if last == nil || last.Seq == 0 || s.Retire != nil && s.Retire.Retired {
+		return
+	}
+	if last.Again && slices.Contains(s.Unsettled, last) {
+		return
+	}
+	f.journal(events.LevelWarn, "plan %d published again (cause %d): the node's agent started with no plan (the stream's --max-age removed it?)", last.Seq, f.ev.Seq)
+	f.emitRecord(&PlanRecord{Cause: f.ev.Seq, Want: last.Want, Account: last.Account, Modules: slices.Clone(last.Modules), Again: true})
 }
 
 // crashes returns the crash records after the have h, given those

@@ -242,6 +242,9 @@ func summary(ev events.Event) string {
 			}
 			parts = append(parts, s)
 		}
+		if p.NoPlan {
+			parts = append(parts, "no_plan")
+		}
 		return "have " + strings.Join(parts, " ")
 	case *events.Approve:
 		return fmt.Sprintf("approve %s %s by=%s", p.Module, p.Build, p.By)

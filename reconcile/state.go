@@ -290,8 +290,9 @@ type PlanRecord struct {
 	Account string              `json:"account,omitempty"`
 	Modules []events.PlanModule `json:"modules"`
 	// Again marks a plan published again because the node's agent refused
-	// the one before it for its signer ([folder.resign]): a refusal of this
-	// one is not answered again. Unknown to older builds, which have no
+	// the one before it for its signer ([folder.resign]), or started
+	// holding no plan ([folder.planAgain]): a refusal of this one is not
+	// answered again, nor another have of no plan while it is unsettled. Unknown to older builds, which have no
 	// such answer (no new snapshot format).
 	Again bool `json:"again,omitempty"`
 }

@@ -80,7 +80,7 @@ func WantModule(t testing.TB, line string) events.WantModule {
 //	want                 one module a line (see [WantModule])
 //	have                 one module a line: NAME BUILD|- STATE [account=X]
 //	                     [restarts=N] [exit=X] (exit=status_1 is "status 1")
-//	                     [since=SEQ] (the stream time of SEQ)
+//	                     [since=SEQ] (the stream time of SEQ); args: [no_plan=true]
 //	approve module= build= [by=ops]
 //	settle plan= [module=] [op=apply] [error=]
 //	refusal module= path= reason= [plan=] writer= [error=]
@@ -121,7 +121,7 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 		}
 		p = w
 	case "have":
-		hv := &events.Have{}
+		hv := &events.Have{NoPlan: args["no_plan"] == "true"}
 		for _, line := range Lines(d.Input) {
 			hv.Modules = append(hv.Modules, sc.haveModule(t, d, line))
 		}
