@@ -75,8 +75,8 @@ func testSigner(t testing.TB) (*store.Signer, string) {
 }
 
 // TestLoopFlagsRefused: serve and reconcile refuse a snapshot cadence of
-// zero or less (once silently taken as the default) and --pprof without
-// --metrics, with exit 2, before they start anything.
+// zero or less (once silently taken as the default), --pprof without
+// --metrics and a --max-age below the dedup window, with exit 2, before they start anything.
 func TestLoopFlagsRefused(t *testing.T) {
 	ctx := testCtx(t)
 	data := filepath.Join(t.TempDir(), "data")
@@ -88,6 +88,11 @@ func TestLoopFlagsRefused(t *testing.T) {
 		{[]string{"--snapshot-interval", "-1s"}, "--snapshot-interval -1s: must be more than 0"},
 		{[]string{"--snapshot-every", "0"}, "--snapshot-every 0: must be at least 1 event"},
 		{[]string{"--pprof"}, "--pprof needs --metrics"},
+		// Not the server's raw "duplicates window can not be larger then
+		// max age" (a fresh user's finding U28).
+		{[]string{"--max-age", "20s"}, "--max-age 20s: must be at least --dedup-window (2m0s)"},
+		{[]string{"--max-age", "30s", "--dedup-window", "1m"}, "--max-age 30s: must be at least --dedup-window (1m0s)"},
+		{[]string{"--max-age", "-1h"}, "--max-age -1h0m0s: must not be negative"},
 	} {
 		for _, role := range [][]string{{"serve", "--data", data, "--listen", "127.0.0.1:0"}, {"reconcile", "--server", "nats://127.0.0.1:1"}} {
 			args := append(append([]string{}, role...), c.args...)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,6 +80,14 @@ func (f *loopFlags) check() error {
 	}
 	if f.pprof && f.metrics == "" {
 		return withCode(exitUsage, errors.New("--pprof needs --metrics: the profiles are served on its listener"))
+	}
+	// The server refuses a stream whose dedup window is longer than its
+	// max-age with a raw API error (a fresh user's finding U28).
+	if dedup := cmp.Or(f.dedup, store.DefaultDuplicates); f.maxAge > 0 && f.maxAge < dedup {
+		return withCode(exitUsage, fmt.Errorf("--max-age %s: must be at least --dedup-window (%s)", f.maxAge, dedup))
+	}
+	if f.maxAge < 0 {
+		return withCode(exitUsage, fmt.Errorf("--max-age %s: must not be negative", f.maxAge))
 	}
 	return nil
 }
