@@ -174,3 +174,20 @@ func (r *Reader) Count(ctx context.Context, node string) (int, error) {
 	}
 	return n, nil
 }
+
+// StreamBegins returns the stream's first sequence and its time: every
+// event before it aged out (the stream's max-age or size limits) or was
+// deleted; 1 when none did.
+//
+// Errors: the stream's lookup and info errors.
+func (r *Reader) StreamBegins(ctx context.Context) (uint64, time.Time, error) {
+	stream, _, err := r.open(ctx)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("stream info: %w", err)
+	}
+	return info.State.FirstSeq, info.State.FirstTime, nil
+}

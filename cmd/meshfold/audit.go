@@ -145,6 +145,11 @@ func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
 		return err
 	}
 	if len(h.Events) == 0 && h.First == nil {
+		if v, ok := stateKnows(ctx, r, node); ok {
+			// Its history aged out (--max-age): no mistyped name.
+			fmt.Fprint(a.stderr, audit.NoteText(agedOutText(ctx, r, node, v)))
+			return nil
+		}
 		cfg, err := r.Stream(ctx)
 		if err != nil {
 			return err

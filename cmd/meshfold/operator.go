@@ -419,7 +419,7 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 	} else {
 		switch check {
 		case checkWant:
-			if err := a.checkWanted(ctx, js, kind, nodes); err != nil {
+			if err := a.checkWanted(ctx, nc, js, kind, nodes); err != nil {
 				return nil, err
 			}
 		case checkKnown:
@@ -590,7 +590,9 @@ const (
 )
 
 // checkKnown refuses (exit 2) when the stream holds no event of one of
-// nodes (query.Reader.Count): a mistyped name would make a phantom node.
+// nodes (query.Reader.Count) and the reconciler's state does not hold it
+// either (stateKnows: its events aged out): a mistyped name would make a
+// phantom node.
 func (a *app) checkKnown(ctx context.Context, nc *nats.Conn, kind events.Kind, nodes []string) error {
 	r, err := a.stream.reader(nc, query.Config{})
 	if err != nil {
@@ -602,6 +604,9 @@ func (a *app) checkKnown(ctx context.Context, nc *nats.Conn, kind events.Kind, n
 			return fmt.Errorf("node %s: count its events: %w", n, err)
 		}
 		if c == 0 {
+			if _, ok := stateKnows(ctx, r, n); ok {
+				continue // its events aged out (--max-age)
+			}
 			cfg, _ := r.Stream(ctx)
 			how := fmt.Sprintf("--new %s it anyway", kind)
 			if kind == events.KindApprove {
@@ -614,15 +619,27 @@ func (a *app) checkKnown(ctx context.Context, nc *nats.Conn, kind events.Kind, n
 }
 
 // checkWanted refuses (exit 2) when the stream holds no want of one of
-// nodes: a mistyped name would make a phantom node.
-func (a *app) checkWanted(ctx context.Context, js jetstream.JetStream, kind events.Kind, nodes []string) error {
+// nodes and the reconciler's state holds none either (stateKnows: it aged
+// out): a mistyped name would make a phantom node.
+func (a *app) checkWanted(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, kind events.Kind, nodes []string) error {
 	stream, cfg, err := a.stream.openStream(ctx, js)
 	if err != nil {
 		return err
 	}
+	var r *query.Reader
 	for _, n := range nodes {
 		_, err := store.LastMsg(ctx, stream, cfg.Subjects(), n, events.KindWant)
 		if errors.Is(err, store.ErrNoMessage) {
+			// Its want may have aged out (--max-age) while the
+			// reconciler's state holds it.
+			if r == nil {
+				if r, err = a.stream.reader(nc, query.Config{}); err != nil {
+					return err
+				}
+			}
+			if v, ok := stateKnows(ctx, r, n); ok && v.Want != 0 {
+				continue
+			}
 			if kind == events.KindRetire {
 				if kinds := nodeKinds(ctx, stream, cfg.Subjects(), n); len(kinds) > 0 {
 					// A phantom (a provisioner or agent started under a

@@ -330,13 +330,17 @@ func refuseRolloutTarget(ctx context.Context, js jetstream.JetStream, a *app, no
 
 // knownNode returns how many events the stream holds of node
 // (query.Reader.Count), and refuses (exit 2) a node it holds none of
-// unless newNode (--new).
+// unless newNode (--new) or the reconciler's state holds it (stateKnows:
+// its events aged out; counted as 1).
 func knownNode(ctx context.Context, r *query.Reader, node string, newNode bool) (int, error) {
 	known, err := r.Count(ctx, node)
 	if err != nil {
 		return 0, err
 	}
 	if known == 0 && !newNode {
+		if _, ok := stateKnows(ctx, r, node); ok {
+			return 1, nil // its events aged out (--max-age): no new node
+		}
 		cfg, _ := r.Stream(ctx)
 		return 0, withCode(exitUsage, fmt.Errorf("node %s has no event in stream %s: nothing published (is the name mistyped? 'meshfold fleet --all' lists the nodes). Start its agent first ('meshfold node %s': it reports at once), or give --new to publish its first want anyway",
 			node, cfg.Name, node))
