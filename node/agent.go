@@ -143,7 +143,7 @@ type Agent struct {
 	// noPlan: the start found no plan in the stream; haves say so
 	// (events.Have.NoPlan) until a plan settles.
 	noPlan bool
-	root           *os.Root // nil until Run opens it and after Run closes it
+	root   *os.Root // nil until Run opens it and after Run closes it
 	// refused holds the files this agent refused a write of since it last
 	// wrote them: an item may be owed for them, which only a filled pays,
 	// so their next accepted fill is written and reported even when the
