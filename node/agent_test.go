@@ -248,6 +248,34 @@ func TestHavePublishedOnChange(t *testing.T) {
 	})
 }
 
+// An agent that starts with no plan in the stream says so in its haves
+// (no_plan), so that the reconciler publishes the node's plan again when
+// the stream's max-age removed it (a fresh user's finding U28); once a
+// plan settles, its haves no longer say so. An agent that starts with a
+// plan never says so.
+func TestHaveSaysNoPlanUntilOneSettles(t *testing.T) {
+	e := newEnv(t)
+	e.startAgent(t, "ace", nil)
+	e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool { return m.Event.Payload.(*events.Have).NoPlan })
+	p := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:1"})
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p))
+	h := e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool {
+		return m.Event.Seq > p && len(m.Event.Payload.(*events.Have).Modules) == 1
+	})
+	if h.Event.Payload.(*events.Have).NoPlan {
+		t.Errorf("have #%d after plan %d settled says no_plan", h.Event.Seq, p)
+	}
+
+	e.publishPlan(t, "bob", "", events.PlanModule{Name: "alpha", Build: "a:1"})
+	e.startAgent(t, "bob", nil)
+	e.waitEvent(t, "bob", events.KindHave, func(m store.Msg) bool { return len(m.Event.Payload.(*events.Have).Modules) == 1 })
+	for _, m := range e.events(t, "bob", events.KindHave) {
+		if m.Event.Payload.(*events.Have).NoPlan {
+			t.Errorf("have #%d of an agent that started with a plan says no_plan", m.Event.Seq)
+		}
+	}
+}
+
 // A resync have is published every Resync even when nothing changes.
 func TestHaveResync(t *testing.T) {
 	e := newEnv(t)
