@@ -312,8 +312,11 @@ func fastDecode(k Kind, data []byte, d *Decoder) (Payload, bool) {
 	case KindHave:
 		v := new(Have)
 		p, ok = v, s.object(func(key []byte) (int, bool) {
-			if string(key) == "modules" {
+			switch string(key) {
+			case "modules":
 				return 2, s.haveModules(&v.Modules)
+			case "no_plan":
+				return 3, s.bool(&v.NoPlan)
 			}
 			return s.header(&v.Header, key)
 		})

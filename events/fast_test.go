@@ -37,6 +37,7 @@ func fastSeeds(t testing.TB) [][]byte {
 		&Want{Modules: []WantModule{{Name: "pg", Build: "b", RunsAs: "pg"}}},
 		&Knock{Cause: 5, Reasons: []KnockReason{KnockAccount, KnockDeclared}, Owed: []Owed{{Module: "pg", Path: "/a", Reason: ReasonNoAccount, Plan: 2, Writer: "w"}}},
 		&Knock{Cause: 5, Reasons: []KnockReason{KnockOperator}, Owed: []Owed{}},
+		&Have{Modules: []HaveModule{{Name: "x", State: Stopped}}, NoPlan: true},
 	}
 	var out [][]byte
 	for _, p := range ps {
@@ -99,7 +100,7 @@ func FuzzFastDecode(f *testing.F) {
 // wrote (so the reconciler's mix never takes the general path).
 func TestFastDecodeReadsEncoded(t *testing.T) {
 	seeds := fastSeeds(t)
-	kinds := []Kind{KindHave, KindHave, KindSettle, KindRefusal, KindFilled, KindWant, KindWant, KindPlan, KindPlan, KindWant, KindKnock, KindKnock}
+	kinds := []Kind{KindHave, KindHave, KindSettle, KindRefusal, KindFilled, KindWant, KindWant, KindPlan, KindPlan, KindWant, KindKnock, KindKnock, KindHave}
 	for i, k := range kinds {
 		if _, ok := fastDecode(k, seeds[i], nil); !ok {
 			t.Errorf("%s %s: declined", k, seeds[i])

@@ -443,7 +443,14 @@ func (a *Agent) startPlan(ctx context.Context, stream jetstream.Stream) (uint64,
 		a.mu.Lock()
 		a.noPlan = true
 		a.mu.Unlock()
-		a.kickHave() // say so: the reconciler publishes the node's plan again if it has one
+		// Say so in a have: the reconciler publishes the node's plan
+		// again if it has one (the stream's max-age removed it). A change's
+		// have, at most one every HaveEvery: the start's first have may
+		// have gone out before this read.
+		select {
+		case a.changeKick <- struct{}{}:
+		default:
+		}
 		return 0, nil
 	}
 	if err != nil {
