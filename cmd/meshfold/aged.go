@@ -30,7 +30,11 @@ func stateKnows(ctx context.Context, r *query.Reader, node string) (reconcile.Vi
 func agedOutText(ctx context.Context, r *query.Reader, node string, v reconcile.View) string {
 	where := "the stream holds no event of it"
 	if first, at, err := r.StreamBegins(ctx); err == nil && first > 1 {
-		where = fmt.Sprintf("%s's history before #%d is gone (--max-age): the stream begins at #%d (%s)", node, first, first, at.UTC().Format(time.RFC3339))
+		when := "it holds no event now"
+		if !at.IsZero() {
+			when = at.UTC().Format(time.RFC3339)
+		}
+		where = fmt.Sprintf("%s's history before #%d is gone (--max-age): the stream begins at #%d (%s)", node, first, first, when)
 	}
 	return fmt.Sprintf("%s; the reconciler's state holds it (want #%d, plan last emitted #%d, last settled #%d): 'meshfold state %s' shows it",
 		where, v.Want, v.EmittedPlan, v.SettledPlan, node)
