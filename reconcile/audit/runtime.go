@@ -219,13 +219,23 @@ func exitDetail(m events.HaveModule) string {
 
 // haveSummaryAfter is a have's timeline summary told against the have
 // before it (nil: the first): its changes first, or "unchanged" and what
-// runs.
+// runs; led by "holds no plan" when the agent says it holds none (it
+// found none in the stream at its start: the reconciler publishes the
+// node's plan again).
 func haveSummaryAfter(h, prev *events.Have) string {
-	if prev == nil {
-		return haveSummary(h)
+	var s string
+	switch {
+	case prev == nil:
+		s = haveSummary(h)
+	default:
+		if c := haveChanges(prev, h); len(c) > 0 {
+			s = strings.Join(c, "; ")
+		} else {
+			s = "unchanged: " + haveSummary(h)
+		}
 	}
-	if c := haveChanges(prev, h); len(c) > 0 {
-		return strings.Join(c, "; ")
+	if h.NoPlan {
+		s = "holds no plan (none in the stream at the agent's start); " + s
 	}
-	return "unchanged: " + haveSummary(h)
+	return s
 }
