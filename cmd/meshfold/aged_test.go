@@ -63,6 +63,10 @@ func TestVerbsTakeANodeWhoseEventsAgedOut(t *testing.T) {
 			t.Errorf("meshfold %s: exit %d, want 0 (cat is in the reconciler's state)\n%s%s", strings.Join(args, " "), code, out, errs)
 		}
 	}
+	// A want of it, even with --new, creates no node.
+	if out, errs, code := m.cli(t, "want", "cat", "-f", want, "--new"); code != 0 || strings.Contains(errs, "created node") {
+		t.Errorf("meshfold want cat --new: exit %d, want 0 without a 'created node' note\n%s%s", code, out, errs)
+	}
 	for _, args := range [][]string{
 		{"pause", "dog", "--by", "alice"},
 		{"poke", "dog", "--by", "alice"},
