@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/node/process"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/auth"
 )
@@ -150,6 +151,16 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	}
 	if adopted {
 		node.LogAdopted(log, o.stateDir, name)
+	}
+	// Nor may it start the node's modules a second time beside shims of
+	// another state directory (a wiped or moved one: a fresh user's
+	// finding U33).
+	if o.runtime == runtimeProcess {
+		root, _ := filepath.Abs(o.root)
+		state, _ := filepath.Abs(o.stateDir)
+		if others := process.Others(name, root, state); len(others) > 0 {
+			return withCode(exitUsage, &process.OthersError{Node: name, Root: root, StateDir: state, Others: others})
+		}
 	}
 
 	trust, trustPath, err := o.trust.load()

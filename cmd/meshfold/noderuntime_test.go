@@ -4,9 +4,16 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/internal/waitfor"
+	"github.com/meshfold/meshfold/node/process"
 )
 
 func TestNodeRuntimeFlag(t *testing.T) {
@@ -67,5 +74,49 @@ func TestNodeRefusesAnotherNodesStateDir(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(filepath.Join(state, "node-name")); string(data) != "bob\n" {
 		t.Errorf("the refusal rewrote the record: %q", data)
+	}
+}
+
+// An agent whose state directory holds no shim while modules of its node
+// run under its root, started from another state directory (a wiped or
+// moved one), is refused (exit 2) before it connects, naming the shim and
+// its state directory (a fresh user's finding U33: every module started
+// a second time, the old shims ran on unsupervised).
+func TestNodeRefusesWhileModulesRunFromAnotherStateDir(t *testing.T) {
+	base := t.TempDir()
+	root, state, old := filepath.Join(base, "root"), filepath.Join(base, "state"), filepath.Join(base, "state.old")
+	modDir := filepath.Join(old, "process", "web")
+	if err := os.MkdirAll(modDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(modDir, "shim.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	// A stand-in shim: its last argument is the module's directory, its
+	// stdout the shim's log, and its child has the module's environment.
+	rootAbs, _ := filepath.Abs(root)
+	sh := exec.Command("/bin/sh", "-c", `env MESHFOLD_NODE=zed MESHFOLD_ROOT="$1" MESHFOLD_MODULE=web sleep 60 & wait`, "sh", rootAbs, modDir)
+	sh.Stdout = logf
+	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-sh.Process.Pid, syscall.SIGKILL)
+		_ = sh.Process.Kill()
+		_ = sh.Wait()
+	})
+	waitfor.Value(t, 10*time.Second, "the stand-in module to run", func() (string, bool) {
+		n := len(process.Others("zed", rootAbs, state))
+		return strconv.Itoa(n), n == 1
+	})
+	var out, errb strings.Builder
+	code := run(testCtx(t), []string{"node", "zed", "--root", root, "--state-dir", state, "-s", "nats://127.0.0.1:1"}, nil, &out, &errb)
+	want := "modules of node zed already run under root " + rootAbs + ", started from another state directory than " + state +
+		": web (shim pid " + strconv.Itoa(sh.Process.Pid) + ", state dir " + old + ")"
+	if code != exitUsage || !strings.Contains(errb.String(), want) {
+		t.Fatalf("exit %d, %q; want 2 and %q", code, errb.String(), want)
 	}
 }

@@ -582,6 +582,11 @@ func (r *Runtime) startShim(ctx context.Context, m *module, sp shim.Spec) error 
 	if err := os.MkdirAll(m.dir, 0o700); err != nil {
 		return err
 	}
+	// Its own cgroup, never one of a shim that ran at this path before
+	// the state directory was made again (see shim.CgroupName).
+	if err := shim.EnsureInstance(m.dir); err != nil {
+		return fmt.Errorf("module directory: %w", err)
+	}
 	sp.Since = time.Now().UTC()
 	for _, f := range []string{shim.ShimFile, shim.ModuleFile, shim.SockFile} {
 		_ = os.Remove(filepath.Join(m.dir, f))

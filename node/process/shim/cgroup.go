@@ -1,9 +1,12 @@
 package shim
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -48,13 +51,55 @@ type modCgroup interface {
 }
 
 // CgroupName is the name of the cgroup of the module whose directory is
-// dir: the module's name and a hash of the directory, so two agents on a
-// host (two state directories) never share one, and a shim that replaces
-// a lost one finds its predecessor's.
+// dir: the module's name and a hash of the directory and of the random id
+// in its [InstanceFile], so two agents on a host (two state directories)
+// never share one, nor do two shims of one path (a state directory wiped
+// or moved while its shims ran, then made again: a fresh user's finding
+// U33), and a shim that replaces a lost one in the same directory finds
+// its predecessor's. A directory without the file (made before it
+// existed) is named by its path alone.
 func CgroupName(module, dir string) string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(dir))
+	if id, err := os.ReadFile(filepath.Join(dir, InstanceFile)); err == nil {
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write(id)
+	}
 	return fmt.Sprintf("%s-%012x", module, h.Sum64()&0xffffffffffff)
+}
+
+// pathName is module's name and a hash of its directory alone: the notify
+// socket's name, which is in the module's spec (its environment) and so
+// must not change under a running shim.
+func pathName(module, dir string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(dir))
+	return fmt.Sprintf("%s-%012x", module, h.Sum64()&0xffffffffffff)
+}
+
+// InstanceFile, in a module's directory, holds the random id that tells
+// its cgroup from that of any other directory once at the same path.
+const InstanceFile = "instance"
+
+// EnsureInstance gives dir its [InstanceFile] unless it has one: the
+// runtime calls it before every shim it starts there.
+func EnsureInstance(dir string) error {
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, InstanceFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(hex.EncodeToString(id[:]) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // resources maps a manifest's limits to the OCI resources the cgroup
@@ -92,7 +137,11 @@ func newCgroup(parent, name string, l runspec.Limits) (modCgroup, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cgroup v2 %s: %w", path, err)
 		}
-		return &cgroupV2{m: m, dir: filepath.Join(cgroupV2Root, path)}, nil
+		remake := func() error {
+			_, err := cgroup2.NewManager(cgroupV2Root, path, cgroup2.ToResources(resources(l)))
+			return err
+		}
+		return &cgroupV2{m: m, dir: filepath.Join(cgroupV2Root, path), remake: remake}, nil
 	case cgroups.Legacy, cgroups.Hybrid:
 		cg, err := cgroup1.New(cgroup1.StaticPath(path), resources(l),
 			cgroup1.WithHierarchy(v1Hierarchy), allowAny)
@@ -107,7 +156,11 @@ func newCgroup(parent, name string, l runspec.Limits) (modCgroup, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cgroup v1: the shim's own cgroup: %w", err)
 		}
-		return &cgroupV1{cg: cg, own: own, by: subs[0].Name()}, nil
+		remake := func() error {
+			_, err := cgroup1.New(cgroup1.StaticPath(path), resources(l), cgroup1.WithHierarchy(v1Hierarchy), allowAny)
+			return err
+		}
+		return &cgroupV1{cg: cg, own: own, by: subs[0].Name(), remake: remake}, nil
 	}
 	return nil, errors.New("no cgroup hierarchy is mounted")
 }
@@ -133,6 +186,9 @@ type cgroupV1 struct {
 	cg  cgroup1.Cgroup
 	own cgroup1.Cgroup // the shim's own cgroup, where the forking thread goes back
 	by  cgroup1.Name   // the hierarchy its processes are listed from
+	// remake makes the cgroup's directories again, with its limits, at
+	// the same path (cg keeps working on them).
+	remake func() error
 }
 
 // spawn forks from a thread of its own that it first moves into the
@@ -148,7 +204,17 @@ func (c *cgroupV1) spawn(_ *syscall.SysProcAttr, start func() (*os.Process, erro
 	go func() {
 		runtime.LockOSThread()
 		tid := cgroup1.Process{Pid: unix.Gettid()}
-		if err := c.cg.AddTask(tid); err != nil {
+		err := c.cg.AddTask(tid)
+		if errors.Is(err, fs.ErrNotExist) {
+			// The cgroup was removed under the shim (by hand, or by
+			// another shim before cgroups were named per instance): a
+			// start makes it again rather than fail until the module's
+			// want changes (a fresh user's finding U33).
+			if rerr := c.remake(); rerr == nil {
+				err = c.cg.AddTask(tid)
+			}
+		}
+		if err != nil {
 			_ = c.own.AddTask(tid)
 			ch <- result{nil, fmt.Errorf("join the module's cgroup: %w", err)}
 			return
@@ -190,13 +256,18 @@ func (c *cgroupV1) remove() error { return c.cg.Delete() }
 
 // cgroupV2 is a module's cgroup in the unified hierarchy.
 type cgroupV2 struct {
-	m   *cgroup2.Manager
-	dir string
+	m      *cgroup2.Manager
+	dir    string
+	remake func() error // makes the cgroup again at dir, with its limits
 }
 
 // spawn starts the child in the cgroup with clone3's CLONE_INTO_CGROUP.
 func (c *cgroupV2) spawn(attr *syscall.SysProcAttr, start func() (*os.Process, error)) (*os.Process, error) {
 	fd, err := unix.Open(c.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) && c.remake() == nil {
+		// Removed under the shim: made again (see cgroupV1.spawn).
+		fd, err = unix.Open(c.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open the module's cgroup: %w", err)
 	}

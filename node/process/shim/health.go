@@ -38,7 +38,7 @@ import (
 // dir ("@" marks the abstract namespace in NOTIFY_SOCKET, as systemd
 // reads it).
 func notifyName(module, dir string) string {
-	return "@meshfold/notify/" + CgroupName(module, dir)
+	return "@meshfold/notify/" + pathName(module, dir)
 }
 
 // NotifyEnv is what a module with a notify check finds in its environment.
