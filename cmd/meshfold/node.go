@@ -152,11 +152,22 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	if adopted {
 		node.LogAdopted(log, o.stateDir, name)
 	}
+	// One node per root: another node's agent on it would overwrite its
+	// filled files, and its retire delete them (a fresh user's finding
+	// U35). Held for the agent's life.
+	root, _ := filepath.Abs(o.root)
+	releaseRoot, _, warn, err := node.LockRoot(root, name)
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	defer releaseRoot()
+	if warn != nil {
+		log.Warn("the root is not locked for this node: an agent of another node on it is not refused", "err", warn)
+	}
 	// Nor may it start the node's modules a second time beside shims of
 	// another state directory (a wiped or moved one: a fresh user's
 	// finding U33).
 	if o.runtime == runtimeProcess {
-		root, _ := filepath.Abs(o.root)
 		state, _ := filepath.Abs(o.stateDir)
 		if others := process.Others(name, root, state); len(others) > 0 {
 			return withCode(exitUsage, &process.OthersError{Node: name, Root: root, StateDir: state, Others: others})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/internal/waitfor"
+	"github.com/meshfold/meshfold/node"
 	"github.com/meshfold/meshfold/node/process"
 )
 
@@ -116,6 +117,29 @@ func TestNodeRefusesWhileModulesRunFromAnotherStateDir(t *testing.T) {
 	code := run(testCtx(t), []string{"node", "zed", "--root", root, "--state-dir", state, "-s", "nats://127.0.0.1:1"}, nil, &out, &errb)
 	want := "modules of node zed already run under root " + rootAbs + ", started from another state directory than " + state +
 		": web (shim pid " + strconv.Itoa(sh.Process.Pid) + ", state dir " + old + ")"
+	if code != exitUsage || !strings.Contains(errb.String(), want) {
+		t.Fatalf("exit %d, %q; want 2 and %q", code, errb.String(), want)
+	}
+}
+
+// An agent on a root held by another node's agent is refused (exit 2)
+// before it connects, naming the holder (a fresh user's finding U35: two
+// agents on one root overwrote each other's filled files, and retiring
+// one deleted the other's credentials).
+func TestNodeRefusesAnotherNodesRoot(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	release, held, _, err := node.LockRoot(root, "p1")
+	if err != nil || !held {
+		t.Fatalf("p1's lock: %v %v", held, err)
+	}
+	defer release()
+	var out, errb strings.Builder
+	code := run(testCtx(t), []string{"node", "p2", "--root", root, "--state-dir", filepath.Join(base, "p2-state"), "-s", "nats://127.0.0.1:1"}, nil, &out, &errb)
+	want := "root " + root + " is held by the agent of node p1 (" + filepath.Join(root, node.RootLockFile) + ", pid " + strconv.Itoa(os.Getpid()) + ")"
 	if code != exitUsage || !strings.Contains(errb.String(), want) {
 		t.Fatalf("exit %d, %q; want 2 and %q", code, errb.String(), want)
 	}
