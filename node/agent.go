@@ -612,6 +612,11 @@ func (a *Agent) handlePlan(ctx context.Context, m store.Msg) {
 	a.settled, a.settledSeq = p, ev.Seq
 	a.settledRetired = a.cfg.Trust.Retired(m.Signer)
 	a.noteFiles(p)
+	for i := range p.Modules {
+		// A fill judged by the plan before it may have written the old
+		// owner or mode since the apply refitted them.
+		a.refitFiles(&p.Modules[i])
+	}
 	a.mu.Unlock()
 
 	changed := len(changes) // the log says what the settles say: 0 for "no module changed"
@@ -647,6 +652,11 @@ func (a *Agent) apply(ctx context.Context, p *events.Plan) (changes []change, fa
 		if row.Held {
 			continue // keep it as it runs (empty build: nothing runs; neither start nor remove)
 		}
+		// Before the module (re)starts as its account: its files are
+		// already that account's, in their declared mode.
+		a.mu.Lock()
+		a.refitFiles(&row)
+		a.mu.Unlock()
 		account := row.RunsAs
 		if am, ok := a.rt.(AccountMapper); ok {
 			account = am.RunningAs(row.RunsAs)

@@ -441,3 +441,52 @@ func TestFillDropsJetStreamDeliveries(t *testing.T) {
 		t.Errorf("the delivery reached the fill handler:\n%s", a.logs.String())
 	}
 }
+
+// A plan that changes a declared file's mode, or its module's account,
+// gives the file on the node that mode and owner at its settle, without a
+// fill (a fresh user's finding U31: the module restarted as its new
+// account and met "Permission denied" until a poke or the resync).
+func TestPlanRefitsFileOwnerAndMode(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown needs root")
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skip("no user nobody")
+	}
+	daemon, err := user.Lookup("daemon")
+	if err != nil {
+		t.Skip("no user daemon")
+	}
+	e := newEnv(t)
+	row := func(runsAs, mode string) events.PlanModule {
+		return events.PlanModule{Name: "app", Build: "a:1", RunsAs: runsAs, Files: []events.File{{Path: "/run/app/token", Mode: events.Mode(mode)}}}
+	}
+	seq := e.publishPlan(t, "ace", "prov", row("nobody", "0600"))
+	a := e.startAgent(t, "ace", nil)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(seq))
+	if r, _ := e.fill(t, "ace", "app", "/run/app/token", "prov", []byte(secret)); !r.OK {
+		t.Fatalf("fill: %+v", r)
+	}
+	check := func(uid string, mode os.FileMode) {
+		t.Helper()
+		fi, err := os.Stat(filepath.Join(a.root, "run/app/token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if strconv.FormatUint(uint64(st.Uid), 10) != uid || fi.Mode().Perm() != mode {
+			t.Errorf("token: uid %d mode %v, want uid %s mode %v", st.Uid, fi.Mode().Perm(), uid, mode)
+		}
+		if data, _ := os.ReadFile(filepath.Join(a.root, "run/app/token")); string(data) != secret {
+			t.Error("the refit changed the content")
+		}
+	}
+	check(nobody.Uid, 0o600)
+	seq = e.publishPlan(t, "ace", "prov", row("nobody", "0640"))
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(seq))
+	check(nobody.Uid, 0o640)
+	seq = e.publishPlan(t, "ace", "prov", row("daemon", "0640"))
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(seq))
+	check(daemon.Uid, 0o640)
+}

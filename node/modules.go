@@ -109,6 +109,27 @@ func (a *Agent) forgetFiles(module string) {
 	}
 }
 
+// refitFiles gives row's declared files that exist on the node the owner
+// (its runs_as) and mode row declares, as a fill would write them, so a
+// plan that changes a module's account or a file's mode leaves no file
+// the module cannot read, or one more open than declared (a fresh user's
+// finding U31: the file kept its old owner and mode until a refill, and
+// the module restarted as its new account met "Permission denied"). The
+// content is untouched: no fill is needed. Called with a.mu held.
+func (a *Agent) refitFiles(row *events.PlanModule) {
+	if a.root == nil || row.Held {
+		return
+	}
+	for _, f := range row.Files {
+		changed, err := refitFile(a.root, f, row.RunsAs)
+		if err != nil {
+			a.log.Warn("filled file not given the plan's owner and mode", "module", row.Name, "path", f.Path, "err", err)
+		} else if changed {
+			a.log.Info("filled file given the plan's owner and mode", "module", row.Name, "path", f.Path, "mode", f.Mode, "account", row.RunsAs)
+		}
+	}
+}
+
 // sweepTemps deletes the temporary files interrupted writes left beside
 // every recorded file (an agent killed mid-write leaves one, holding the
 // content). Called on start, before fills are served.

@@ -80,6 +80,42 @@ func writeFile(root *os.Root, file events.File, account string, data []byte) err
 	return nil
 }
 
+// refitFile gives the file file.Path under root, when it exists as a
+// regular file, the owner and mode writeFile would give it now: chown to
+// account (when the agent runs as root and the account exists), then
+// chmod to the declared mode (chown may clear set-id bits). Its content is
+// not read. It returns whether it changed anything; a missing file, a
+// symlink or anything else is left alone.
+func refitFile(root *os.Root, file events.File, account string) (changed bool, err error) {
+	if !events.ValidPath(file.Path) || !events.ValidMode(file.Mode) || events.InReserved(file.Path) {
+		return false, nil
+	}
+	rel := file.Path[1:]
+	fi, err := root.Lstat(rel)
+	if err != nil || !fi.Mode().IsRegular() {
+		return false, nil
+	}
+	if uid, gid, ok := ownerOf(account); ok {
+		if st, isUnix := fi.Sys().(*syscall.Stat_t); isUnix && (int(st.Uid) != uid || int(st.Gid) != gid) {
+			if err := root.Lchown(rel, uid, gid); err != nil {
+				return false, fmt.Errorf("%s: chown to %s: %w", file.Path, account, err)
+			}
+			changed = true
+			if fi, err = root.Lstat(rel); err != nil || !fi.Mode().IsRegular() {
+				return changed, nil
+			}
+		}
+	}
+	want := fileMode(file.Mode)
+	if fi.Mode()&(fs.ModePerm|os.ModeSetuid|os.ModeSetgid|os.ModeSticky) != want {
+		if err := root.Chmod(rel, want); err != nil {
+			return changed, fmt.Errorf("%s: chmod %s: %w", file.Path, file.Mode, err)
+		}
+		changed = true
+	}
+	return changed, nil
+}
+
 // fileRef names one filled file of a module.
 type fileRef struct{ module, path string }
 
