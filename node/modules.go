@@ -48,8 +48,13 @@ func (a *Agent) loadFiles() map[string][]string {
 }
 
 // noteFiles records the files of every module of p, the plan just
-// settled, merged over what the record holds for modules p keeps but has
-// no row for. Called with a.mu held.
+// settled, and deletes the filled files a module p keeps no longer
+// declares (with their interrupted writes' temporary files): a credential
+// does not outlive its declaration on disk, as it does not outlive its
+// module (a fresh user's finding U32: a file moved to a new path left the
+// old one, secret and all, indefinitely). A held row keeps what the
+// record holds for it (it runs as before), and a path another row of p
+// declares is never deleted. Called with a.mu held.
 func (a *Agent) noteFiles(p *events.Plan) {
 	rec := a.loadFiles()
 	for name := range rec {
@@ -57,14 +62,35 @@ func (a *Agent) noteFiles(p *events.Plan) {
 			delete(rec, name)
 		}
 	}
+	declared := map[string]bool{}
+	for _, m := range p.Modules {
+		for _, f := range m.Files {
+			declared[f.Path] = true
+		}
+	}
 	for _, m := range p.Modules {
 		var paths []string
 		for _, f := range m.Files {
 			paths = append(paths, f.Path)
 		}
-		// A module keeps the files it was written while it runs: the union
-		// with what an older plan declared for it.
-		paths = append(paths, rec[m.Name]...)
+		for _, old := range rec[m.Name] {
+			switch {
+			case declared[old]:
+			case m.Held || a.root == nil || !events.ValidPath(old):
+				paths = append(paths, old) // deleted with the module, or once it is applied
+			default:
+				err := a.root.Remove(old[1:])
+				if err != nil && !errors.Is(err, fs.ErrNotExist) {
+					a.log.Warn("filled file no longer declared not deleted", "module", m.Name, "path", old, "err", err)
+					paths = append(paths, old) // kept on record: the module's removal tries again
+					continue
+				}
+				if err == nil {
+					a.log.Info("filled file no longer declared deleted", "module", m.Name, "path", old)
+				}
+				a.sweepTemp(old)
+			}
+		}
 		slices.Sort(paths)
 		rec[m.Name] = slices.Compact(paths)
 	}

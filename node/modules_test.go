@@ -226,3 +226,46 @@ func TestLogsEndpoint(t *testing.T) {
 		t.Errorf("logs from a recording runtime: %+v", r)
 	}
 }
+
+// A file a module that stays no longer declares is deleted at the settle
+// of the plan that drops it, with an interrupted write's temporary file;
+// a path another module now declares, and a held module's files, stay
+// (a fresh user's finding U32: the old credential stayed indefinitely).
+func TestDroppedFileDeletedAtSettle(t *testing.T) {
+	e := newEnv(t)
+	a := e.startAgent(t, "ace", nil)
+	file := func(p string) []events.File { return []events.File{{Path: p, Mode: "0600"}} }
+	app := events.PlanModule{Name: "app", Build: "a:1", RunsAs: "ua", Files: file("/run/app/token")}
+	web := events.PlanModule{Name: "web", Build: "w:1", RunsAs: "uw", Files: file("/run/web/key")}
+	p1 := e.publishPlan(t, "ace", "prov", app, web)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p1))
+	for _, m := range []events.PlanModule{app, web} {
+		if r, _ := e.fill(t, "ace", m.Name, m.Files[0].Path, "prov", []byte(secret)); !r.OK {
+			t.Fatalf("fill %s: %+v", m.Name, r)
+		}
+	}
+	const tokenTmp = ".token.meshfold-0123456789abcdef"
+	tmp := filepath.Join(a.root, "run/app", tokenTmp)
+	if err := os.WriteFile(tmp, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	app2 := app
+	app2.Files = file("/run/app/token2")
+	webHeld := events.PlanModule{Name: "web", Build: "w:1", RunsAs: "uw", Held: true, Why: events.HoldApproval, Files: []events.File{}}
+	p2 := e.publishPlan(t, "ace", "prov", app2, webHeld)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p2))
+	for _, f := range []string{"run/app/token", "run/app/" + tokenTmp} {
+		if _, err := os.Stat(filepath.Join(a.root, f)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after its declaration was dropped: %v, want it deleted", f, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(a.root, "run/web/key")); err != nil {
+		t.Errorf("the file of a held module: %v, want it kept", err)
+	}
+	// Once the module is removed, what it was ever declared goes.
+	p3 := e.publishPlan(t, "ace", "prov", app2)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p3))
+	if _, err := os.Stat(filepath.Join(a.root, "run/web/key")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the held module's file after its removal: %v", err)
+	}
+}
