@@ -153,6 +153,9 @@ type Agent struct {
 	// (events.HeaderRequest) whose write it was: a retry of it that finds
 	// the content in place was written by it, not before it.
 	wrote map[fileRef]string
+	// missing holds, per module, the declared files the last have found
+	// missing while it failed (noteMissing), so the log says each once.
+	missing map[string]string
 
 	// failed is the newest plan whose apply failed, retried when retry
 	// fires (paced by retryPace, reset by a new plan); failedSaid is the
@@ -831,6 +834,7 @@ func (a *Agent) publishHave(ctx context.Context) {
 		if mods == nil {
 			mods = []events.HaveModule{}
 		}
+		a.noteMissing(mods)
 		a.mu.Lock()
 		noPlan := a.noPlan && a.settled == nil
 		a.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
@@ -153,6 +154,89 @@ func (a *Agent) refitFiles(row *events.PlanModule) {
 		} else if changed {
 			a.log.Info("filled file given the plan's owner and mode", "module", row.Name, "path", f.Path, "mode", f.Mode, "account", row.RunsAs)
 		}
+	}
+}
+
+// noteMissing adds to the exit of each failing module of mods (failed,
+// or restarted since its apply) the declared files of its settled row
+// that are missing on the node, so state and fleet name them ("status 1;
+// declared file /run/app/token missing on the node: 'meshfold poke ace'
+// refills it") instead of a bare crash loop until the resync (a fresh
+// user's finding U21: a filled file deleted on the node, a tmpfs /run
+// after a reboot, and nothing said so). The log says it once per change.
+func (a *Agent) noteMissing(mods []events.HaveModule) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.root == nil || a.settled == nil {
+		return
+	}
+	for i := range mods {
+		m := &mods[i]
+		row := a.settled.Module(m.Name)
+		if row == nil || row.Held || (m.State != events.Failed && m.Restarts == 0) {
+			a.saidMissing(m.Name, "")
+			continue
+		}
+		var missing []string
+		for _, f := range row.Files {
+			if !events.ValidPath(f.Path) {
+				continue
+			}
+			if _, err := a.root.Lstat(f.Path[1:]); errors.Is(err, fs.ErrNotExist) {
+				missing = append(missing, f.Path)
+			}
+		}
+		a.saidMissing(m.Name, strings.Join(missing, " "))
+		if len(missing) == 0 {
+			continue
+		}
+		m.Exit = missingExit(m.Exit, missing, a.cfg.Name)
+	}
+}
+
+// missingExit is exit with the missing files said, within events.MaxExit.
+func missingExit(exit string, missing []string, node string) string {
+	what := "declared file"
+	if len(missing) > 1 {
+		what += "s"
+	}
+	tail := " missing on the node: 'meshfold poke " + node + "' refills"
+	if len(missing) == 1 {
+		tail += " it"
+	} else {
+		tail += " them"
+	}
+	head := exit
+	if head != "" {
+		head += "; "
+	}
+	for n := len(missing); n > 0; n-- {
+		list := strings.Join(missing[:n], ", ")
+		if n < len(missing) {
+			list += fmt.Sprintf(" and %d more", len(missing)-n)
+		}
+		if s := head + what + " " + list + tail; len(s) <= events.MaxExit {
+			return s
+		}
+	}
+	if s := head + what + tail; len(s) <= events.MaxExit {
+		return s
+	}
+	return exit
+}
+
+// saidMissing logs a module's missing declared files when they change
+// (paths: space-separated, "" for none). Called with a.mu held.
+func (a *Agent) saidMissing(module, paths string) {
+	if a.missing[module] == paths {
+		return
+	}
+	if a.missing == nil {
+		a.missing = map[string]string{}
+	}
+	a.missing[module] = paths
+	if paths != "" {
+		a.log.Warn("a failing module's declared files are missing on the node: a poke of the node refills them", "module", module, "paths", paths)
 	}
 }
 

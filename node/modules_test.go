@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -267,5 +268,77 @@ func TestDroppedFileDeletedAtSettle(t *testing.T) {
 	e.waitEvent(t, "ace", events.KindSettle, settleOf(p3))
 	if _, err := os.Stat(filepath.Join(a.root, "run/web/key")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the held module's file after its removal: %v", err)
+	}
+}
+
+// crashingRuntime is a supRuntime whose modules report failed, exit status
+// 1, once fail is set.
+type crashingRuntime struct {
+	*supRuntime
+	fail atomic.Bool
+}
+
+func (f *crashingRuntime) Running(ctx context.Context) ([]events.HaveModule, error) {
+	mods, err := f.supRuntime.Running(ctx)
+	if f.fail.Load() {
+		for i := range mods {
+			mods[i].State, mods[i].Restarts, mods[i].Exit = events.Failed, 3, "status 1"
+		}
+	}
+	return mods, err
+}
+
+// A failing module whose declared file is missing on the node has it said
+// in its have's exit, which state and fleet print; once the file is back
+// the exit is the module's own again (a fresh user's finding U21: the
+// module crash-looped and nothing named the file, until the resync).
+func TestFailingModuleNamesMissingFile(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	dr, err := NewDirRuntime(filepath.Join(dir, "records"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &crashingRuntime{supRuntime: &supRuntime{DirRuntime: dr, changes: make(chan struct{}, 1), fills: make(chan string, 8)}}
+	a := e.startAgentIn(t, "ace", filepath.Join(dir, "root"), filepath.Join(dir, "state"), rt)
+	app := events.PlanModule{Name: "app", Build: "a:1", RunsAs: "ua", Files: []events.File{{Path: "/run/app/token", Mode: "0600"}}}
+	p := e.publishPlan(t, "ace", "prov", app)
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p))
+	if r, _ := e.fill(t, "ace", "app", "/run/app/token", "prov", []byte(secret)); !r.OK {
+		t.Fatalf("fill: %+v", r)
+	}
+	<-rt.fills
+	exitOf := func(want string) {
+		t.Helper()
+		rt.changes <- struct{}{}
+		e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool {
+			h := m.Event.Payload.(*events.Have)
+			return len(h.Modules) == 1 && h.Modules[0].State == events.Failed && h.Modules[0].Exit == want
+		})
+	}
+	rt.fail.Store(true)
+	exitOf("status 1") // failing, its file in place
+	if err := os.Remove(filepath.Join(a.root, "run/app/token")); err != nil {
+		t.Fatal(err)
+	}
+	exitOf("status 1; declared file /run/app/token missing on the node: 'meshfold poke ace' refills it")
+	if !strings.Contains(a.logs.String(), "declared files are missing on the node") {
+		t.Error("the log does not say the file is missing")
+	}
+	if r, _ := e.fill(t, "ace", "app", "/run/app/token", "prov", []byte(secret)); !r.OK {
+		t.Fatalf("refill: %+v", r)
+	}
+	<-rt.fills
+	exitOf("status 1")
+}
+
+func TestMissingExitFitsMaxExit(t *testing.T) {
+	var many []string
+	for i := range 20 {
+		many = append(many, fmt.Sprintf("/run/module-with-a-long-name/credential-file-%02d", i))
+	}
+	got := missingExit("status 1", many, "ace")
+	if len(got) > events.MaxExit || !strings.HasPrefix(got, "status 1; declared files /run/module-with-a-long-name/credential-file-00") || !strings.Contains(got, " more missing on the node: 'meshfold poke ace' refills them") {
+		t.Errorf("missingExit: %q (%d bytes)", got, len(got))
 	}
 }
