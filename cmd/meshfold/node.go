@@ -140,18 +140,6 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	if o.runtime != runtimeProcess && o.runtime != runtimeRecord {
 		return withCode(exitUsage, fmt.Errorf("--runtime %q: want %s or %s", o.runtime, runtimeProcess, runtimeRecord))
 	}
-	// Before anything runs on it: another node's state directory holds
-	// that node's shims and bundles (a fresh user's finding U19).
-	adopted, err := node.ClaimStateDir(o.stateDir, name)
-	if err != nil {
-		if errors.Is(err, node.ErrStateDirOwned) {
-			return withCode(exitUsage, err)
-		}
-		return err
-	}
-	if adopted {
-		node.LogAdopted(log, o.stateDir, name)
-	}
 	// One node per root: another node's agent on it would overwrite its
 	// filled files, and its retire delete them (a fresh user's finding
 	// U35). Held for the agent's life.
@@ -163,6 +151,18 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	defer releaseRoot()
 	if warn != nil {
 		log.Warn("the root is not locked for this node: an agent of another node on it is not refused", "err", warn)
+	}
+	// Before anything runs on it: another node's state directory holds
+	// that node's shims and bundles (a fresh user's finding U19).
+	adopted, err := node.ClaimStateDir(o.stateDir, name)
+	if err != nil {
+		if errors.Is(err, node.ErrStateDirOwned) {
+			return withCode(exitUsage, err)
+		}
+		return err
+	}
+	if adopted {
+		node.LogAdopted(log, o.stateDir, name)
 	}
 	// Nor may it start the node's modules a second time beside shims of
 	// another state directory (a wiped or moved one: a fresh user's

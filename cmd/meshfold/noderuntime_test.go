@@ -143,4 +143,7 @@ func TestNodeRefusesAnotherNodesRoot(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errb.String(), want) {
 		t.Fatalf("exit %d, %q; want 2 and %q", code, errb.String(), want)
 	}
+	if _, err := os.Stat(filepath.Join(base, "p2-state")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refusal made p2's state dir (%v)", err)
+	}
 }
