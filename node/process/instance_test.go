@@ -158,3 +158,29 @@ func TestOthersFindsShimsOfAMovedStateDir(t *testing.T) {
 		t.Error("web not adopted after moving back")
 	}
 }
+
+// A shim whose module has no process (it waits out its backoff) is found
+// too, by the spec beside its log.
+func TestOthersFindsAShimInBackoff(t *testing.T) {
+	e := newEnv(t, Backoff{Initial: time.Hour, Max: time.Hour})
+	e.script("sha256:a", "exit 3", bundle.Manifest{})
+	r1, err := Open(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.Apply(ctx(t), events.PlanModule{Name: "job", Build: "sha256:a", RunsAs: self}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, r1, "job failed", func() bool { st := status(t, r1, "job"); return st.State == events.Failed && st.PID == 0 })
+	st := status(t, r1, "job")
+	_ = r1.Close()
+	moved := e.cfg.StateDir + ".old"
+	if err := os.Rename(e.cfg.StateDir, moved); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(st.ShimPID, syscall.SIGTERM) })
+	got := Others("ace", e.cfg.Root, e.cfg.StateDir)
+	if len(got) != 1 || got[0].Module != "job" || got[0].ShimPID != st.ShimPID || got[0].StateDir != moved {
+		t.Fatalf("others: %+v, want job's shim %d in %s", got, st.ShimPID, moved)
+	}
+}

@@ -72,6 +72,12 @@ func Others(node, root, stateDir string) []Other {
 		}
 		module, ok := ofNode(pid)
 		if !ok {
+			// A shim whose module has no process now (it waits out its
+			// backoff) is found by the spec beside its log.
+			if o, ok := shimOfNode(pid, wantNode, wantRoot); ok && !seen[[2]int{pid, 0}] && o.StateDir != stateDir {
+				seen[[2]int{pid, 0}] = true
+				out = append(out, o)
+			}
 			continue
 		}
 		// Up to the first ancestor outside the module: its shim.
@@ -170,6 +176,26 @@ func shimStateDir(pid int) (dir string, removed, known bool) {
 		return "", false, false
 	}
 	return filepath.Dir(filepath.Dir(filepath.Dir(p))), removed, true
+}
+
+// shimOfNode reports whether pid is a shim whose module's spec (beside
+// its log, in its state directory as it is now) gives the module
+// MESHFOLD_NODE and MESHFOLD_ROOT as wantNode and wantRoot ("NAME=value").
+func shimOfNode(pid int, wantNode, wantRoot []byte) (Other, bool) {
+	dir, removed, known := shimStateDir(pid)
+	if !known || removed {
+		return Other{}, false
+	}
+	p, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/1")
+	modDir := filepath.Dir(p)
+	var sp shim.Spec
+	if shim.ReadJSON(modDir, shim.SpecFile, &sp) != nil || !isShimOf(pid, filepath.Base(modDir)) {
+		return Other{}, false
+	}
+	if !slices.Contains(sp.Env, string(wantNode)) || !slices.Contains(sp.Env, string(wantRoot)) {
+		return Other{}, false
+	}
+	return Other{Module: filepath.Base(modDir), ShimPID: pid, StateDir: dir}, true
 }
 
 // recordedShim is the shim pid stateDir records for module (0: none).
