@@ -156,6 +156,10 @@ type Agent struct {
 	// missing holds, per module, the declared files the last have found
 	// missing while it failed (noteMissing), so the log says each once.
 	missing map[string]string
+	// held holds the files a fill found or left in place on the node in
+	// this agent's life: one of them missing now was deleted on the node
+	// (noteMissing), not yet to be filled.
+	held map[fileRef]bool
 
 	// failed is the newest plan whose apply failed, retried when retry
 	// fires (paced by retryPace, reset by a new plan); failedSaid is the

@@ -89,6 +89,7 @@ func (a *Agent) noteFiles(p *events.Plan) {
 				if err == nil {
 					a.log.Info("filled file no longer declared deleted", "module", m.Name, "path", old)
 				}
+				delete(a.held, fileRef{m.Name, old})
 				a.sweepTemp(old)
 			}
 		}
@@ -127,6 +128,7 @@ func (a *Agent) forgetFiles(module string) {
 		if !events.ValidPath(p) {
 			continue
 		}
+		delete(a.held, fileRef{module, p})
 		if err := a.root.Remove(p[1:]); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			a.log.Warn("filled file of a removed module not deleted", "module", module, "path", p, "err", err)
 		} else if err == nil {
@@ -157,9 +159,22 @@ func (a *Agent) refitFiles(row *events.PlanModule) {
 	}
 }
 
+// heldFile records that ref is in place on the node (a fill wrote it or
+// found it). Called with a.mu held.
+func (a *Agent) heldFile(ref fileRef) {
+	if a.held == nil {
+		a.held = map[fileRef]bool{}
+	}
+	a.held[ref] = true
+}
+
 // noteMissing adds to the exit of each failing module of mods (failed,
 // or restarted since its apply) the declared files of its settled row
-// that are missing on the node, so state and fleet name them ("status 1;
+// that were in place in this agent's life (a fill wrote or found them)
+// and are missing on the node now: deleted there, not yet to be filled
+// (a file not filled yet is the settle's knock's to fill, and after an
+// agent restart its own knock refills every file). So state and fleet
+// name them ("status 1;
 // declared file /run/app/token missing on the node: 'meshfold poke ace'
 // refills it") instead of a bare crash loop until the resync (a fresh
 // user's finding U21: a filled file deleted on the node, a tmpfs /run
@@ -180,6 +195,9 @@ func (a *Agent) noteMissing(mods []events.HaveModule) {
 		var missing []string
 		for _, f := range row.Files {
 			if !events.ValidPath(f.Path) {
+				continue
+			}
+			if !a.held[fileRef{m.Name, f.Path}] {
 				continue
 			}
 			if _, err := a.root.Lstat(f.Path[1:]); errors.Is(err, fs.ErrNotExist) {

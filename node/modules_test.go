@@ -301,7 +301,9 @@ func TestFailingModuleNamesMissingFile(t *testing.T) {
 	}
 	rt := &crashingRuntime{supRuntime: &supRuntime{DirRuntime: dr, changes: make(chan struct{}, 1), fills: make(chan string, 8)}}
 	a := e.startAgentIn(t, "ace", filepath.Join(dir, "root"), filepath.Join(dir, "state"), rt)
-	app := events.PlanModule{Name: "app", Build: "a:1", RunsAs: "ua", Files: []events.File{{Path: "/run/app/token", Mode: "0600"}}}
+	// ca is declared and never filled: missing, but the settle's knock's
+	// to fill, and not said.
+	app := events.PlanModule{Name: "app", Build: "a:1", RunsAs: "ua", Files: []events.File{{Path: "/run/app/token", Mode: "0600"}, {Path: "/run/app/ca", Mode: "0600"}}}
 	p := e.publishPlan(t, "ace", "prov", app)
 	e.waitEvent(t, "ace", events.KindSettle, settleOf(p))
 	if r, _ := e.fill(t, "ace", "app", "/run/app/token", "prov", []byte(secret)); !r.OK {
