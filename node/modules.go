@@ -174,9 +174,9 @@ func (a *Agent) heldFile(ref fileRef) {
 // and are missing on the node now: deleted there, not yet to be filled
 // (a file not filled yet is the settle's knock's to fill, and after an
 // agent restart its own knock refills every file). So state and fleet
-// name them ("status 1;
-// declared file /run/app/token missing on the node: 'meshfold poke ace'
-// refills it") instead of a bare crash loop until the resync (a fresh
+// name them ("status 1; declared file /run/app/token missing on the
+// node: 'meshfold poke ace' refills it") instead of a bare crash loop
+// until the resync (a fresh
 // user's finding U21: a filled file deleted on the node, a tmpfs /run
 // after a reboot, and nothing said so). The log says it once per change.
 func (a *Agent) noteMissing(mods []events.HaveModule) {
