@@ -337,12 +337,13 @@ func knownNode(ctx context.Context, r *query.Reader, node string, newNode bool) 
 	if err != nil {
 		return 0, err
 	}
-	if known == 0 {
+	if known == 0 && !newNode {
+		// Asked only without --new: a controller's creds may not ask
+		// the reconciler's state (the operator roles may), and --new
+		// needs no answer.
 		if _, ok := stateKnows(ctx, r, node); ok {
 			return 1, nil // its events aged out (--max-age): no new node
 		}
-	}
-	if known == 0 && !newNode {
 		cfg, _ := r.Stream(ctx)
 		return 0, withCode(exitUsage, fmt.Errorf("node %s has no event in stream %s: nothing published (is the name mistyped? 'meshfold fleet --all' lists the nodes). Start its agent first ('meshfold node %s': it reports at once), or give --new to publish its first want anyway",
 			node, cfg.Name, node))
