@@ -131,6 +131,34 @@ func (p Params) Validate() error {
 	return nil
 }
 
+// ErrNoTimeToBeDone is [Params.CheckTimes]'s error.
+var ErrNoTimeToBeDone = errors.New("no target can be done in time")
+
+// CheckTimes says whether a target can be done at all: it must run
+// healthy for min_healthy within healthy_deadline of the step that gave
+// it its want, so min_healthy (default 10s) must be below
+// healthy_deadline (default 5m); otherwise every target fails at its
+// deadline by construction and auto_revert reverts a good build (a
+// fresh user's finding U30). The error names min_healthy's field when
+// the file set it, else healthy_deadline's, and says which value is a
+// default. It is not part of [Params.Validate]: a start already in a
+// stream stays readable; fleet files refuse such a block.
+func (p Params) CheckTimes() (field string, err error) {
+	r := p.Resolve(1, 1)
+	if r.MinHealthy < r.HealthyDeadline {
+		return "", nil
+	}
+	mh, hd := "min_healthy "+r.MinHealthy.String(), "healthy_deadline "+r.HealthyDeadline.String()
+	field = "min_healthy"
+	if p.MinHealthy == nil {
+		mh, field = "the default "+mh, "healthy_deadline"
+	}
+	if p.HealthyDeadline == 0 {
+		hd = "the default " + hd
+	}
+	return field, fmt.Errorf("%s is not below %s: %w", mh, hd, ErrNoTimeToBeDone)
+}
+
 // ErrBadAmount and ErrBadDuration are the errors of [Params.Validate] and
 // of decoding an [Amount] or a [Duration].
 var (

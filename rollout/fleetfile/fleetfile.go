@@ -516,6 +516,12 @@ func (p *parser) files(n *yaml.Node, field string) []events.File {
 
 func (p *parser) rollout(n *yaml.Node) {
 	r := &p.f.Rollout
+	at := map[string]*yaml.Node{}
+	defer func() {
+		if field, err := r.CheckTimes(); err != nil && at[field] != nil {
+			p.failAt(at[field], "rollout."+field, err)
+		}
+	}()
 	p.mapping(n, "rollout", []string{"batch", "max_unavailable", "canary", "min_healthy", "healthy_deadline", "auto_revert"}, func(key string, k, v *yaml.Node) {
 		field := "rollout." + key
 		s, ok := p.scalar(v, field)
@@ -552,6 +558,7 @@ func (p *parser) rollout(n *yaml.Node) {
 				p.failAt(v, field, fmt.Errorf("%s: %w", strconv.Quote(s), rollout.ErrBadDuration))
 				return
 			}
+			at[key] = v
 			if key == "min_healthy" {
 				r.MinHealthy = rollout.Duration(d).Ptr()
 			} else {

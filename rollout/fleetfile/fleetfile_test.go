@@ -113,6 +113,14 @@ func TestErrors(t *testing.T) {
 			rollout.ErrBadAmount, "5:10: error: rollout.batch: batch 0"},
 		{"bad duration", "fleet: web\nnodes: {ace: {}}\ngroups: []\nrollout:\n  min_healthy: soon\n",
 			rollout.ErrBadDuration, `5:16: error: rollout.min_healthy: "soon"`},
+		// A fresh user's finding U30: every target failed, and reverted,
+		// at its deadline by construction.
+		{"min_healthy not below healthy_deadline", "fleet: web\nnodes: {ace: {}}\ngroups: []\nrollout: {min_healthy: 40s, healthy_deadline: 20s}\n",
+			rollout.ErrNoTimeToBeDone, "4:24: error: rollout.min_healthy: min_healthy 40s is not below healthy_deadline 20s: no target can be done in time"},
+		{"min_healthy not below the default deadline", "fleet: web\nnodes: {ace: {}}\ngroups: []\nrollout:\n  min_healthy: 5m\n",
+			rollout.ErrNoTimeToBeDone, "5:16: error: rollout.min_healthy: min_healthy 5m0s is not below the default healthy_deadline 5m0s: no target can be done in time"},
+		{"healthy_deadline not above the default min_healthy", "fleet: web\nnodes: {ace: {}}\ngroups: []\nrollout:\n  healthy_deadline: 10s\n",
+			rollout.ErrNoTimeToBeDone, "5:21: error: rollout.healthy_deadline: the default min_healthy 10s is not below healthy_deadline 10s: no target can be done in time"},
 		{"missing fleet", "nodes: {ace: {}}\ngroups: []\n", fleetfile.ErrMissing, "1:1: error: fleet: required"},
 		{"bad node", "fleet: web\nnodes: {Ace: {}}\ngroups: []\n", events.ErrBadName, "2:9: error: nodes.Ace"},
 		// The Kubernetes habit (a fresh user's finding U14: "wrong
