@@ -1475,8 +1475,14 @@ func stuckWhy(n *Node, ours, settled bool, now time.Time, r Resolved) string {
 	if why := mismatch(n); why != "" {
 		return why + " at its healthy_deadline " + r.HealthyDeadline.String()
 	}
-	return fmt.Sprintf("healthy for %s only, of min_healthy %s, at its healthy_deadline %s", now.Sub(n.GoodSince), r.MinHealthy, r.HealthyDeadline)
+	return fmt.Sprintf("healthy for %s only, of min_healthy %s, at its healthy_deadline %s", shown(now.Sub(n.GoodSince)), r.MinHealthy, r.HealthyDeadline)
 }
+
+// shown is a measured duration as a why says it: to the tenth of a
+// second ("19.9s", not "19.932323878s", a fresh user's finding U30).
+// Every why and view text of a measured duration goes through it; the
+// operator's own durations (min_healthy, healthy_deadline) print as set.
+func shown(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
 
 // advance moves the rollout on: a batch whose targets are all clear ends
 // (after the canary, the rollout waits for a promote), the next begins,

@@ -383,7 +383,7 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		case n.Down:
 			say("its agent is down since %s: it takes its want when it returns", n.DownSince.Format(time.RFC3339))
 		case !n.GoodSince.IsZero():
-			say("healthy since %s (%s of min_healthy %s)", n.GoodSince.Format(time.RFC3339), s.Now.Sub(n.GoodSince), r.R.MinHealthy)
+			say("healthy since %s (%s of min_healthy %s)", n.GoodSince.Format(time.RFC3339), shown(s.Now.Sub(n.GoodSince)), r.R.MinHealthy)
 		case n.Plan != nil && n.Plan.Want == n.Published && n.Settled >= n.Plan.Seq:
 			say("not healthy yet: %s", mismatch(n))
 		}
