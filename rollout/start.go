@@ -139,3 +139,24 @@ func WantFields(x, y events.WantModule) []string {
 	add(x.Hold != y.Hold, "hold")
 	return f
 }
+
+// Stalled says what 'rollout status' would say of start's rollout as
+// soon as it and its pages are folded, were no other event to come: its
+// stalled line ([View].Stalled) when nodes already unavailable (agents
+// down, paused, unhealthy) spend max_unavailable so that no target, the
+// canary included, can be changed; "" otherwise. apply and its dry run
+// print it before anything moves (a fresh user's finding U20: nothing
+// moved and apply said nothing). The text is the view's, not a second
+// one.
+func Stalled(fleet string, start *Start, pages [][]NodeAtStart, now time.Time) string {
+	if start == nil {
+		return ""
+	}
+	s := NewState(fleet)
+	const id = 1
+	s.Fold(Input{Seq: id, Time: now, Kind: KindStart, Payload: start})
+	for i, p := range pages {
+		s.Fold(Input{Seq: uint64(id + 1 + i), Time: now, Kind: KindNodes, Payload: &Nodes{Rollout: id, Page: i + 1, Nodes: p}})
+	}
+	return s.View().Stalled
+}

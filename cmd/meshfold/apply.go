@@ -59,7 +59,10 @@ without the group's modules, so the rollout would remove them fleet-wide);
 --allow-empty-group makes it a warning, for a group kept on purpose before its
 nodes are labelled. A canary that holds every target is a warning (canary: 9
 of 4 targets: every target is a canary, and the promote only ends it), and so
-is a target whose new want has no module (it runs nothing once its step is
+are nodes already unavailable (agents down, paused, unhealthy) that spend
+max_unavailable before the first step (nothing moves until one is back: the
+text is 'rollout status''s stalled line), and a target whose new want has no
+module (it runs nothing once its step is
 done; 'rollout status' says "done, runs nothing now"); both print it.
 
 apply and --dry-run refuse, publishing nothing:
@@ -289,6 +292,12 @@ func printPlan(w io.Writer, p *feed.Plan) {
 	if len(empty) > 0 {
 		fmt.Fprintf(w, "-- warning: %s: the new want has no module (no group that selects the node gives one): every module it runs now is removed, and it runs nothing\n",
 			strings.Join(empty, ", "))
+	}
+	// Nodes already unavailable that spend max_unavailable before the
+	// first step: nothing moves, the canary included (a fresh user's
+	// finding U20); said as 'rollout status' says it once started.
+	if st := rollout.Stalled(p.Fleet.Name, p.Start, p.Pages, time.Now()); st != "" {
+		fmt.Fprintf(w, "-- warning: the budget is spent before the rollout starts: %s\n", st)
 	}
 	if all := p.Start.Params.CanaryCoversAll(len(targets)); all != "" {
 		fmt.Fprintf(w, "-- warning: %s\n", all)

@@ -250,6 +250,30 @@ func TestApplyDryRunMarksPausedAndDown(t *testing.T) {
 	}
 }
 
+// A node whose agent is down and is not the canary spends max_unavailable
+// 1 before the rollout starts, so nothing moves: apply and its dry run
+// warn, in 'rollout status''s words (a fresh user's finding U20: no
+// warning, and a promote loop hung for 10 minutes).
+func TestApplyWarnsOfASpentBudget(t *testing.T) {
+	m := applyMesh(t)
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	if _, err := pub.Append(testCtx(t), "cat", events.Stamp(&events.Agent{State: events.AgentDown, Claim: "c1", Why: events.WhyExpired}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	warn := "-- warning: the budget is spent before the rollout starts: 1 target of batch 1 waits for the budget: 1 of max_unavailable 1 unavailable: cat (agent down); no step of the rollout is under way"
+	file := writeFleet(t, fleetYAML)
+	for _, args := range [][]string{{"--dry-run"}, {"--by", "alice"}} {
+		out, errs, code := m.cli(t, append([]string{"apply", "-f", file}, args...)...)
+		if code != 0 || !strings.Contains(out, warn) {
+			t.Errorf("apply %v: exit %d, does not say\n%s\n%s%s", args, code, warn, out, errs)
+		}
+	}
+	two := strings.Replace(fleetYAML, "max_unavailable: 1", "max_unavailable: 2", 1)
+	if out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, two), "--dry-run"); code != 0 || strings.Contains(out, "budget is spent") {
+		t.Errorf("apply --dry-run with max_unavailable 2: exit %d, warns of a spent budget:\n%s%s", code, out, errs)
+	}
+}
+
 // A canary that holds every target (canary: 9 of 3 targets) is warned of,
 // by the dry run and by apply, instead of making every node a canary
 // without a word (a fresh user's finding); a canary below the targets is
