@@ -252,7 +252,7 @@ func TestApplyDryRunMarksPausedAndDown(t *testing.T) {
 
 // A node whose agent is down and is not the canary spends max_unavailable
 // 1 before the rollout starts, so nothing moves: apply and its dry run
-// warn, in 'rollout status”s words (a fresh user's finding U20: no
+// warn, in the words of 'rollout status' (a fresh user's finding U20: no
 // warning, and a promote loop hung for 10 minutes).
 func TestApplyWarnsOfASpentBudget(t *testing.T) {
 	m := applyMesh(t)
