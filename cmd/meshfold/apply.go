@@ -61,7 +61,7 @@ nodes are labelled. A canary that holds every target is a warning (canary: 9
 of 4 targets: every target is a canary, and the promote only ends it), and so
 are nodes already unavailable (agents down, paused, unhealthy) that spend
 max_unavailable before the first step (nothing moves until one is back: the
-text is 'rollout status''s stalled line), and a target whose new want has no
+text is the stalled line of 'rollout status'), and a target whose new want has no
 module (it runs nothing once its step is
 done; 'rollout status' says "done, runs nothing now"); both print it.
 
