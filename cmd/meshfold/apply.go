@@ -61,9 +61,9 @@ nodes are labelled. A canary that holds every target is a warning (canary: 9
 of 4 targets: every target is a canary, and the promote only ends it), and so
 are nodes already unavailable (agents down, paused, unhealthy) that spend
 max_unavailable before the first step (nothing moves until one is back: the
-text is the stalled line of 'rollout status'), and a target whose new want has no
-module (it runs nothing once its step is
-done; 'rollout status' says "done, runs nothing now"); both print it.
+text is the stalled line of 'rollout status'), and a target whose new want has
+no module (it runs nothing once its step is done; 'rollout status' says "done,
+runs nothing now"); apply and --dry-run both print them.
 
 apply and --dry-run refuse, publishing nothing:
   - nodes the newest rollout of another fleet names, whether or not their
