@@ -1273,6 +1273,11 @@ func (r *Rollout) canaryNotDone() string {
 				st += ": " + n.Why
 			case n.Status == Changing:
 				st += ": " + progress(n, r.R)
+			case n.Status == Pending:
+				// What holds it, as its why says (a fresh user's
+				// finding U20: "pending", not the budget a down
+				// agent spends).
+				st += ", waiting: " + r.holding(n)
 			}
 			wait = append(wait, "canary "+name+": "+st)
 		}
