@@ -1,6 +1,11 @@
 package reconcile
 
-import "github.com/meshfold/meshfold/events"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/meshfold/meshfold/events"
+)
 
 // Judge decides a filled-file write of path for module by writer against
 // the plan the node has settled (DESIGN.md §4, "judge a write"): account
@@ -42,4 +47,38 @@ func JudgePlan(p *events.Plan, module, path, writer string) (events.File, events
 		return Judge("", nil, module, path, writer)
 	}
 	return Judge(p.ProvisionerAccount, p.Modules, module, path, writer)
+}
+
+// Unfillable says, one line a module, which files a want declares that
+// no write can ever fill because the want has no provisioner module: a
+// plan's provisioner account is the runs_as of the want's provisioner
+// module ([State.Compose]), so a plan of a want without one names no
+// account and [Judge] refuses every write (no-account). want, apply and
+// their dry runs warn of it before anything moves (a fresh user's
+// finding U25: the rollout found out at healthy_deadline, "its plan
+// names no provisioner, so nothing fills it"). nil when the want has a
+// provisioner module or declares no file.
+func Unfillable(modules []events.WantModule) []string {
+	var out []string
+	for _, m := range modules {
+		if m.Provisioner {
+			return nil
+		}
+	}
+	for _, m := range modules {
+		if len(m.Files) == 0 {
+			continue
+		}
+		paths := make([]string, len(m.Files))
+		for i, f := range m.Files {
+			paths[i] = f.Path
+		}
+		them := "it"
+		if len(paths) > 1 {
+			them = "them"
+		}
+		out = append(out, fmt.Sprintf("%s declares %s but this want has no provisioner module: the node accepts no write of %s",
+			m.Name, strings.Join(paths, ", "), them))
+	}
+	return out
 }

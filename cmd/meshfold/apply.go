@@ -18,6 +18,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/query"
+	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/rollout/feed"
 	"github.com/meshfold/meshfold/rollout/fleetfile"
@@ -63,7 +64,9 @@ are nodes already unavailable (agents down, paused, unhealthy) that spend
 max_unavailable before the first step (nothing moves until one is back: the
 text is the stalled line of 'rollout status'), and a target whose new want has
 no module (it runs nothing once its step is done; 'rollout status' says "done,
-runs nothing now"); apply and --dry-run both print them.
+runs nothing now"), and a want that declares files but has no provisioner
+module (the node accepts no write of them: nothing fills them, and the
+rollout fails at healthy_deadline); apply and --dry-run both print them.
 
 apply and --dry-run refuse, publishing nothing:
   - nodes the newest rollout of another fleet names, whether or not their
@@ -292,6 +295,23 @@ func printPlan(w io.Writer, p *feed.Plan) {
 	if len(empty) > 0 {
 		fmt.Fprintf(w, "-- warning: %s: the new want has no module (no group that selects the node gives one): every module it runs now is removed, and it runs nothing\n",
 			strings.Join(empty, ", "))
+	}
+	// Files no write can fill, the want having no provisioner module
+	// (reconcile.Unfillable; a fresh user's finding U25: the rollout
+	// found out at healthy_deadline), said once for the targets that
+	// share it.
+	var texts []string
+	unfillable := map[string][]string{}
+	for _, c := range targets {
+		for _, u := range reconcile.Unfillable(c.Want) {
+			if unfillable[u] == nil {
+				texts = append(texts, u)
+			}
+			unfillable[u] = append(unfillable[u], c.Node)
+		}
+	}
+	for _, u := range texts {
+		fmt.Fprintf(w, "-- warning: %s: %s\n", strings.Join(unfillable[u], ", "), u)
 	}
 	// Nodes already unavailable that spend max_unavailable before the
 	// first step: nothing moves, the canary included (a fresh user's

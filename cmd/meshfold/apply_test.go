@@ -372,3 +372,33 @@ func TestApplyRefusesAGroupSelectingNothing(t *testing.T) {
 		t.Errorf("apply --dry-run of a want with a module warns of none:\n%s", out)
 	}
 }
+
+// A want that declares a file and has no provisioner module can never be
+// filled (its plan names no provisioner account): want, apply and their
+// dry runs warn before anything moves (a fresh user's finding U25: the
+// rollout found out at healthy_deadline); with a provisioner module they
+// do not.
+func TestWantAndApplyWarnOfUnfillableFiles(t *testing.T) {
+	m := applyMesh(t)
+	warn := "mesh-build-go declares /run/mesh-build-go/broker.creds but this want has no provisioner module: the node accepts no write of it"
+	creds := `{"name":"mesh-build-go","build":"mbg:1","runs_as":"nobody","files":[{"path":"/run/mesh-build-go/broker.creds","mode":"0600"}]}`
+	noProv := writeWantFile(t, `{"modules":[{"name":"web","build":"web:1"},`+creds+`]}`)
+	for _, args := range [][]string{{"--dry-run"}, {}} {
+		out, errs, code := m.cli(t, append([]string{"want", "ace", "-f", noProv}, args...)...)
+		if code != 0 || !strings.Contains(errs, "warning: "+warn) {
+			t.Errorf("want ace %v: exit %d, does not warn\n%s\n%s%s", args, code, warn, out, errs)
+		}
+	}
+	withProv := writeWantFile(t, `{"modules":[{"name":"prov","build":"prov:1","runs_as":"meshprov","provisioner":true},`+creds+`]}`)
+	if out, errs, code := m.cli(t, "want", "bob", "-f", withProv, "--dry-run"); code != 0 || strings.Contains(errs, "no provisioner module") {
+		t.Errorf("want bob --dry-run with a provisioner module: exit %d, warns:\n%s%s", code, out, errs)
+	}
+	group := `modules: [{name: web, build: "web:2"}, {name: mesh-build-go, build: "mbg:1", runs_as: nobody, files: [{path: /run/mesh-build-go/broker.creds, mode: "0600"}]}]`
+	file := writeFleet(t, strings.Replace(fleetYAML, `modules: [{name: web, build: "web:2"}]`, group, 1))
+	for _, args := range [][]string{{"--dry-run"}, {"--by", "alice"}} {
+		out, errs, code := m.cli(t, append([]string{"apply", "-f", file}, args...)...)
+		if code != 0 || !strings.Contains(out, "-- warning: ace, bob, cat: "+warn) {
+			t.Errorf("apply %v: exit %d, does not warn\n%s\n%s%s", args, code, warn, out, errs)
+		}
+	}
+}

@@ -104,6 +104,9 @@ Once published, the builds are checked again: one removed meanwhile (a
 A build that is no bundle build (not sha256:…, say "img:1") is published with
 a note on stderr: the process runtime, meshfold node's default, cannot run it
 (its apply fails); only an agent run with --runtime record takes it.
+A want that declares files but has no provisioner module is published (and
+passes --dry-run) with a warning on stderr: its plan names no provisioner
+account, so the node accepts no write of those files and nothing fills them.
 
 A node that a fleet's running rollout targets (DESIGN.md §11) is refused,
 exit 3, nothing published: a want by hand there is a conflict, which halts
@@ -247,6 +250,7 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 	if note := notBundleNote(w); note != "" {
 		fmt.Fprintln(a.stderr, note)
 	}
+	warnUnfillable(a.stderr, w)
 	if notes := runsAsNotes(w, nil, nodeName); len(notes) > 0 {
 		fmt.Fprintln(a.stderr, notes[0]) // the missing runs_as; the dry run also names accounts new to the node
 	}
@@ -349,6 +353,15 @@ func knownNode(ctx context.Context, r *query.Reader, node string, newNode bool) 
 			node, cfg.Name, node))
 	}
 	return known, nil
+}
+
+// warnUnfillable warns of the files w declares that no write can fill,
+// w having no provisioner module (reconcile.Unfillable; a fresh user's
+// finding U25): dry run or not, as apply does.
+func warnUnfillable(out io.Writer, w *events.Want) {
+	for _, u := range reconcile.Unfillable(w.Modules) {
+		fmt.Fprintln(out, "warning: "+u)
+	}
 }
 
 // notBundleNote says which modules of w name a build that is no bundle
@@ -666,6 +679,7 @@ func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format 
 	if note := notBundleNote(w); note != "" {
 		fmt.Fprintln(a.stderr, note)
 	}
+	warnUnfillable(a.stderr, w)
 	var runs []events.PlanModule
 	if st, err := r.State(ctx, node); err == nil {
 		runs = st.Composition.Modules
