@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
@@ -39,51 +36,25 @@ func TestCheckpointSequenceAfterItsStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := g.js.KeyValue(context.Background(), snaps.Bucket())
+	// The bucket keeps one revision of each key: a watch that falls
+	// behind (a loaded machine) never sees a revision overwritten before
+	// it was delivered, and then reports a checkpoint whose states it
+	// missed. Keep every revision of this bucket instead, and read them
+	// back in the order stored (stream sequence): the observation is the
+	// bucket's own, not a watcher's.
+	ks, err := g.js.Stream(context.Background(), "KV_"+snaps.Bucket())
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every update of the partition's keys, in the bucket's order.
-	type update struct {
-		key string
-		seq uint64 // the state's, or the checkpoint's
-	}
-	var (
-		mu      sync.Mutex
-		updates []update
-	)
-	w, err := kv.WatchFiltered(context.Background(), []string{"node." + strconv.Itoa(p) + ".>", "checkpoint." + strconv.Itoa(p)},
-		jetstream.UpdatesOnly())
+	info, err := ks.Info(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		for e := range w.Updates() {
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			u := update{key: e.Key()}
-			var err error
-			if strings.HasPrefix(e.Key(), "checkpoint.") {
-				u.seq, err = strconv.ParseUint(string(e.Value()), 10, 64)
-			} else {
-				var st *reconcile.State
-				if st, err = reconcile.UnmarshalState(e.Value()); err == nil {
-					u.seq = st.Seq
-				}
-			}
-			if err != nil {
-				t.Errorf("%s: %v", e.Key(), err)
-				return
-			}
-			mu.Lock()
-			updates = append(updates, u)
-			mu.Unlock()
-		}
-	}()
+	kcfg := info.Config
+	kcfg.MaxMsgsPerSubject = 1 << 20 // a KV binding wants a positive limit
+	if _, err := g.js.UpdateStream(context.Background(), kcfg); err != nil {
+		t.Fatal(err)
+	}
 
 	rn := g.startCfg(engine.ReconcilerConfig{SnapshotEvery: 2, SnapshotInterval: 50 * time.Millisecond, Logger: testLogger(t)})
 	appended := map[string][]uint64{}
@@ -106,25 +77,55 @@ func TestCheckpointSequenceAfterItsStates(t *testing.T) {
 		return ok && st.Seq >= last
 	})
 	rn.stop(t)
-	// The graceful stop's checkpoint covers every event: wait for its
-	// sequence to be watched.
-	eventually(t, "the final checkpoint watched", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for i := len(updates) - 1; i >= 0; i-- {
-			if strings.HasPrefix(updates[i].key, "checkpoint.") {
-				return updates[i].seq >= last
-			}
+	// The graceful stop's checkpoint covers every event.
+	if ck, err := snaps.Checkpoint(context.Background(), p); err != nil || ck < last {
+		t.Fatalf("checkpoint after the stop: %d, %v; want at least %d", ck, err, last)
+	}
+	// Every update of the partition's keys, in the order stored.
+	type update struct {
+		key string
+		seq uint64 // the state's, or the checkpoint's
+		rev uint64 // the bucket's revision (stream sequence)
+	}
+	var updates []update
+	nodePrefix := "$KV." + snaps.Bucket() + ".node." + strconv.Itoa(p) + "."
+	ckSubject := "$KV." + snaps.Bucket() + ".checkpoint." + strconv.Itoa(p)
+	si, err := ks.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if si.State.Msgs != si.State.LastSeq {
+		t.Fatalf("bucket holds %d messages of %d stored: revisions were dropped", si.State.Msgs, si.State.LastSeq)
+	}
+	for rev := si.State.FirstSeq; rev <= si.State.LastSeq; rev++ {
+		m, err := ks.GetMsg(context.Background(), rev)
+		if err != nil {
+			t.Fatalf("revision %d: %v", rev, err)
 		}
-		return false
-	})
-	w.Stop()
-	<-watched
+		if m.Header.Get("KV-Operation") != "" {
+			continue // a delete or purge
+		}
+		u := update{key: strings.TrimPrefix(m.Subject, "$KV."+snaps.Bucket()+"."), rev: rev}
+		switch {
+		case m.Subject == ckSubject:
+			u.seq, err = strconv.ParseUint(string(m.Data), 10, 64)
+		case strings.HasPrefix(m.Subject, nodePrefix):
+			var st *reconcile.State
+			if st, err = reconcile.UnmarshalState(m.Data); err == nil {
+				u.seq = st.Seq
+			}
+		default:
+			continue
+		}
+		if err != nil {
+			t.Fatalf("revision %d (%s): %v", rev, m.Subject, err)
+		}
+		updates = append(updates, u)
+	}
 
-	mu.Lock()
-	defer mu.Unlock()
 	stored := map[string]uint64{} // each node's state as stored so far
 	checkpoints := 0
+	failed := false
 	for _, u := range updates {
 		node, isNode := strings.CutPrefix(u.key, "node."+strconv.Itoa(p)+".")
 		if isNode {
@@ -140,12 +141,18 @@ func TestCheckpointSequenceAfterItsStates(t *testing.T) {
 				}
 			}
 			if stored[n] < covered {
-				t.Errorf("checkpoint %d stored while %s's stored state covered #%d of its event #%d", u.seq, n, stored[n], covered)
+				failed = true
+				t.Errorf("checkpoint %d stored at revision %d while %s's stored state covered #%d of its event #%d", u.seq, u.rev, n, stored[n], covered)
 			}
 		}
 	}
 	if checkpoints < 10 {
 		t.Errorf("%d checkpoints watched: the test did not exercise them", checkpoints)
+	}
+	if failed {
+		for _, u := range updates {
+			t.Logf("revision %d: %s seq %d", u.rev, u.key, u.seq)
+		}
 	}
 	t.Logf("%d updates, %d checkpoints", len(updates), checkpoints)
 }
