@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/editdist"
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/store"
 )
@@ -117,7 +118,7 @@ func didYouMean(s string, known []string) string {
 		if k == s {
 			continue
 		}
-		d := editDistance(strings.ToLower(s), strings.ToLower(k))
+		d := editdist.Distance(strings.ToLower(s), strings.ToLower(k))
 		switch {
 		case bestD < 0 || d < bestD:
 			best, bestD, tie = k, d, false
@@ -129,27 +130,6 @@ func didYouMean(s string, known []string) string {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %s?)", events.Text(best))
-}
-
-// editDistance is the Levenshtein distance of a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			sub := prev[j-1]
-			if a[i-1] != b[j-1] {
-				sub++
-			}
-			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // refuseUndeclared refuses (exit 2) an approval (path "") or a waive of

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/meshfold/meshfold/internal/editdist"
 )
 
 // ErrNoScheme: the build has no scheme ("garbage", a bundle's name, a
@@ -60,7 +62,7 @@ func nearlyBundle(scheme, id string) bool {
 	}
 	s := strings.NewReplacer("-", "", "_", "").Replace(strings.ToLower(scheme))
 	want := strings.TrimSuffix(BuildScheme, ":")
-	if s == want || distance(s, want) <= 1 {
+	if s == want || editdist.Distance(s, want) <= 1 {
 		return true
 	}
 	// Two neighbouring letters swapped ("sha265").
@@ -120,7 +122,7 @@ func Nearest(build string, known []Info, n int) (out []Info, near bool) {
 		case len(digits) >= 6 && strings.HasPrefix(kd, digits):
 			cands = append(cands, scored{i, 0, 0})
 		default:
-			if d := distance(digits, kd); d <= len(kd)/4 {
+			if d := editdist.Distance(digits, kd); d <= len(kd)/4 {
 				cands = append(cands, scored{i, 1, d})
 			}
 		}
@@ -135,25 +137,4 @@ func Nearest(build string, known []Info, n int) (out []Info, near bool) {
 		out = append(out, known[s.i])
 	}
 	return out, true
-}
-
-// distance is the Levenshtein distance of a and b, bytes.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			sub := prev[j-1]
-			if a[i-1] != b[j-1] {
-				sub++
-			}
-			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
