@@ -200,3 +200,16 @@ func TestSecretPutRevisionSaid(t *testing.T) {
 		}
 	}
 }
+
+// A --log-level that is no level names the four levels, as --log-format
+// names its two, not slog's "unknown name".
+func TestBadLogLevelNamesLevels(t *testing.T) {
+	var out bytes.Buffer
+	var errb storetest.SyncBuffer
+	code := run(testCtx(t), []string{"fleet", "--log-level", "verbose"}, nil, &out, &errb)
+	msg := errb.String()
+	if code != exitUsage || !strings.Contains(msg, `--log-level "verbose": want debug, info, warn or error`) ||
+		strings.Contains(msg, "slog") {
+		t.Errorf("exit %d\n%s", code, msg)
+	}
+}

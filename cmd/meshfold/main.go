@@ -240,7 +240,7 @@ func register(c func(*app) *cobra.Command) { commands = append(commands, c) }
 func (a *app) logger() (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
-		return nil, withCode(exitUsage, fmt.Errorf("--log-level %q: %w", a.logLevel, err))
+		return nil, withCode(exitUsage, fmt.Errorf("--log-level %q: want debug, info, warn or error", a.logLevel))
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	var w io.Writer = a.stderr
