@@ -94,6 +94,11 @@ that authenticates. The same pages are served by meshfold serve --http ADDR.`,
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", console.DefaultListen, "HTTP listen address HOST:PORT (loopback unless told otherwise)")
+	// serve calls the same address --http (its --listen is NATS's), so
+	// console takes that name too rather than "unknown flag: --http" (a
+	// fresh user's finding U24).
+	cmd.Flags().StringVar(&listen, "http", console.DefaultListen, "the same as --listen (the name serve gives it)")
+	_ = cmd.Flags().MarkHidden("http")
 	cf.add(cmd)
 	a.conn.add(cmd)
 	a.stream.add(cmd)

@@ -246,3 +246,19 @@ func TestServeHTTPWithoutConsoleUser(t *testing.T) {
 		})
 	}
 }
+
+// console takes serve's name for its address, --http, as --listen (a
+// fresh user's "unknown flag: --http").
+func TestConsoleHTTPIsListen(t *testing.T) {
+	root := newRoot(nil, io.Discard, io.Discard)
+	cmd, _, err := root.Find([]string{"console"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.ParseFlags([]string{"--http", "127.0.0.1:7171"}); err != nil {
+		t.Fatalf("console --http: %v", err)
+	}
+	if got := cmd.Flags().Lookup("listen").Value.String(); got != "127.0.0.1:7171" {
+		t.Errorf("console --http 127.0.0.1:7171 listens on %s", got)
+	}
+}
