@@ -97,8 +97,11 @@ func (f *connFlags) dial(name string, a *app) (*nats.Conn, error) {
 		return nil, err
 	}
 	nc, err := store.Connect(cfg)
+	if errors.Is(err, nats.ErrNoServers) {
+		return nil, noServersErr{err, cfg}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w%s%s", serversTried(cfg), err, authHint(err, cfg), noServersHint(err, cfg))
+		return nil, fmt.Errorf("connect to NATS at %s: %w%s", serversTried(cfg), err, authHint(err, cfg))
 	}
 	return nc, nil
 }
@@ -125,17 +128,24 @@ func serversTried(cfg store.ConnectConfig) string {
 	return "the servers of context " + cfg.Context
 }
 
-// noServersHint says what to do about no server answering at all
+// noServersErr is a first connection no server answered at all
 // (nats.ErrNoServers: "no servers available for connection"), which a
-// new user meets when a command runs before the server is up; "" for
-// any other error.
-func noServersHint(err error, cfg store.ConnectConfig) string {
-	if !errors.Is(err, nats.ErrNoServers) {
-		return ""
-	}
-	return fmt.Sprintf(" (no server answered at %s: is `meshfold serve` running? "+
-		"Name another server with --server URL or $NATS_URL)", serversTried(cfg))
+// new user meets when a command runs before the server is up. It says so
+// in one line with what to do: "connect to NATS at URL: connect to nats:
+// nats: no servers available for connection (no server answered …)" said
+// connect three times before the part that helps (a fresh user's finding
+// U24).
+type noServersErr struct {
+	err error
+	cfg store.ConnectConfig
 }
+
+func (e noServersErr) Error() string {
+	return fmt.Sprintf("no NATS server answered at %s: is `meshfold serve` running? "+
+		"Name another server with --server URL or $NATS_URL", serversTried(e.cfg))
+}
+
+func (e noServersErr) Unwrap() error { return e.err }
 
 // authHint says what to do about a server refusing the connection's
 // credentials (nats.ErrAuthorization: "Authorization Violation"), which
