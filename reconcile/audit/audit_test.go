@@ -202,6 +202,42 @@ func TestWhyEveryEffect(t *testing.T) {
 	}
 }
 
+// A --why of a sequence that is none of the node's events says which
+// sequences the node's events span (a fresh user's "--why 999" got only
+// "not an event of the node fox").
+func TestWhyNotInHistorySaysRange(t *testing.T) {
+	s := reconciletest.Scripted([]string{"ace", "shanks"}, 60, 11, nil)
+	h, err := audit.NewHistory("ace", s.Node("ace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, last := h.Events[0].Seq, h.Events[len(h.Events)-1].Seq
+	other := s.Node("shanks")
+	var inside uint64 // one of shanks's events between ace's first and last
+	for _, ev := range other {
+		if ev.Seq > first && ev.Seq < last {
+			inside = ev.Seq
+			break
+		}
+	}
+	if inside == 0 {
+		t.Fatalf("the script interleaves no event of shanks into ace's #%d–#%d", first, last)
+	}
+	span := fmt.Sprintf("#%d–#%d", first, last)
+	for _, c := range []struct {
+		seq  uint64
+		want string
+	}{
+		{last + 100, fmt.Sprintf("why #%d: audit: not an event of the node ace (its events span %s)", last+100, span)},
+		{inside, fmt.Sprintf("why #%d: audit: not an event of the node ace (its events span %s; #%d between them is another node's)", inside, span, inside)},
+	} {
+		_, err := h.Why(c.seq)
+		if !errors.Is(err, audit.ErrNotInHistory) || err.Error() != c.want {
+			t.Errorf("why #%d: %v\nwant %s", c.seq, err, c.want)
+		}
+	}
+}
+
 func TestNewHistoryRefusesDisorder(t *testing.T) {
 	a := events.Event{Seq: 2, Node: "ace"}
 	b := events.Event{Seq: 1, Node: "ace"}

@@ -113,6 +113,25 @@ func (h *History) wantBefore(seq uint64) *events.Want {
 	return w
 }
 
+// eventRange says which sequences the node's events span, for a seq
+// that is none of them ("" without events): a user who asked for #999
+// learns where to look rather than only that #999 is not there (a fresh
+// user's finding U24).
+func (h *History) eventRange(seq uint64) string {
+	if len(h.Events) == 0 {
+		return ""
+	}
+	first, last := h.Events[0].Seq, h.Events[len(h.Events)-1].Seq
+	span := fmt.Sprintf("#%d–#%d", first, last)
+	if h.Partial {
+		span += " as far as read"
+	}
+	if seq > first && seq < last {
+		return fmt.Sprintf(" (its events span %s; #%d between them is another node's)", span, seq)
+	}
+	return fmt.Sprintf(" (its events span %s)", span)
+}
+
 // Why explains the event at seq: a knock, a plan, a journal entry, or an
 // input event (what it led to; for a refusal, what became of its item).
 //
@@ -120,7 +139,7 @@ func (h *History) wantBefore(seq uint64) *events.Want {
 func (h *History) Why(seq uint64) (Why, error) {
 	i, ok := h.Index(seq)
 	if !ok {
-		return Why{}, fmt.Errorf("why #%d: %w %s", seq, ErrNotInHistory, h.Node)
+		return Why{}, fmt.Errorf("why #%d: %w %s%s", seq, ErrNotInHistory, h.Node, h.eventRange(seq))
 	}
 	ev := h.Events[i]
 	w := Why{Node: h.Node, Event: *h.link(ev)}
