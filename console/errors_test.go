@@ -88,12 +88,24 @@ func TestErrorPages(t *testing.T) {
 		{"/node/Not_A_Node!", `node &#34;Not_A_Node!&#34;`, `class="back" href="/"`},
 		{"/node/ace/events?after=x", `after: &#34;x&#34; is not a stream sequence`, `href="/node/ace"`},
 		{"/node/Bad!/events?after=1", `node &#34;Bad!&#34;`, `class="back" href="/"`},
+		// An inverted window and an axis the page does not draw are
+		// said, not drawn as nothing or by sequence (a fresh user's
+		// finding U24); the way back is the window the other way round.
+		{"/node/ace?from=400&to=300", "from 400 is after to 300: the range is inverted", `href="/node/ace?from=300&amp;to=400"`},
+		{"/node/ace?from=2026-12-04T15:50:00Z&to=2026-12-04T15:40:00Z", "the range is inverted", `href="/node/ace?from=2026-12-04T15%3A40%3A00Z&amp;to=2026-12-04T15%3A50%3A00Z"`},
+		{"/node/ace?axis=banana&from=3", `axis: &#34;banana&#34; is no axis: want seq (the default) or time`, `href="/node/ace?from=3"`},
 	} {
 		code, body := fx.get(t, c.path)
 		if code != http.StatusBadRequest || !strings.Contains(body, c.says) || !strings.Contains(body, `class="back"`) || !strings.Contains(body, c.back) {
 			t.Errorf("GET %s: %d, want 400 saying %q with a way back %s:\n%s", c.path, code, c.says, c.back, body)
 		}
 		house(c.path, code, body)
+	}
+	for _, path := range []string{"/node/ace?from=3&to=3", "/node/ace?axis=seq", "/node/ace?axis=time",
+		"/node/ace?from=2026-12-04T15:50:00Z&to=2026-12-04T15:50:00Z"} {
+		if code, body := fx.get(t, path); code != http.StatusOK {
+			t.Errorf("GET %s: %d, want 200:\n%s", path, code, body)
+		}
 	}
 	if code, body := fx.get(t, "/?need=source"); code != http.StatusOK || !strings.Contains(body, "ace") {
 		t.Errorf("/?need=source: %d", code)

@@ -528,6 +528,13 @@ func (c *Console) nodePage(w http.ResponseWriter, r *http.Request) {
 		}
 		return qq.url(node)
 	}
+	// An axis the page does not draw is refused as the other bad
+	// parameters are, naming the two it draws: a fresh user's
+	// ?axis=banana was drawn by sequence without a word.
+	if ax := qs.Get("axis"); ax != "" && ax != "seq" && ax != "time" {
+		c.badRequest(w, "Bad request", fmt.Sprintf("axis: %q is no axis: want seq (the default) or time", ax), without("axis"), "node "+node)
+		return
+	}
 	if s := qs.Get("why"); s != "" {
 		n, err := strconv.ParseUint(strings.TrimPrefix(s, "#"), 10, 64)
 		if err != nil || n == 0 {
@@ -551,6 +558,18 @@ func (c *Console) nodePage(w http.ResponseWriter, r *http.Request) {
 	to, ok2 := parse("to", q.To)
 	asOf, ok3 := parse("as_of", q.AsOf)
 	if !ok1 || !ok2 || !ok3 {
+		return
+	}
+	// A window whose from is after its to holds nothing: said, with the
+	// window the other way round, rather than a page of "0 events" (a
+	// fresh user's ?from=400&to=300). A sequence and a time are not
+	// compared: that needs the stream.
+	if from != nil && to != nil && from.IsTime() == to.IsTime() &&
+		(!from.IsTime() && from.Seq > to.Seq || from.IsTime() && !from.Time.Before(to.Time.Add(to.Unit))) {
+		swapped := q
+		swapped.From, swapped.To = q.To, q.From
+		c.badRequest(w, "Bad request", fmt.Sprintf("from %s is after to %s: the range is inverted", q.From, q.To),
+			swapped.url(node), fmt.Sprintf("from %s to %s", q.To, q.From))
 		return
 	}
 	ctx := r.Context()
