@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -191,6 +192,7 @@ func Start(cfg Config) (*Server, error) {
 		}
 	}
 	started = true
+	writeHolder(lock, srv.ClientURL())
 	return &Server{srv: srv, lock: lock}, nil
 }
 
@@ -258,7 +260,7 @@ func dataDirFree(dir string) error {
 	}
 	defer f.Close()
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		return fmt.Errorf("%w: %s", ErrDataDirInUse, dir)
+		return inUse(dir)
 	}
 	return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 }
@@ -300,9 +302,47 @@ func lockDataDir(dir string) (*os.File, error) {
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%w: %s", ErrDataDirInUse, dir)
+		return nil, inUse(dir)
 	}
+	writeHolder(f, "")
 	return f, nil
+}
+
+// writeHolder records in the held LOCK who holds it: this process's pid
+// and, once the server listens, its client URL, for the message of the
+// server refused the directory ([inUse]). Best effort: the lock, not its
+// content, guards the directory.
+func writeHolder(f *os.File, url string) {
+	s := fmt.Sprintf("pid %d\n", os.Getpid())
+	if url != "" {
+		s += "url " + url + "\n"
+	}
+	if f.Truncate(0) == nil {
+		_, _ = f.WriteAt([]byte(s), 0)
+	}
+}
+
+// inUse is ErrDataDirInUse for dir, naming the holder its LOCK records
+// (pid and URL), so that the operator need not look for it (a fresh
+// user's finding U24: "in use by another meshfold server" without which).
+func inUse(dir string) error {
+	var pid, url string
+	if b, err := os.ReadFile(filepath.Join(dir, "LOCK")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, " "); ok && k == "pid" {
+				pid = v
+			} else if ok && k == "url" {
+				url = v
+			}
+		}
+	}
+	switch {
+	case pid != "" && url != "":
+		return fmt.Errorf("%w: %s (pid %s, serving %s)", ErrDataDirInUse, dir, pid, url)
+	case pid != "":
+		return fmt.Errorf("%w: %s (pid %s)", ErrDataDirInUse, dir, pid)
+	}
+	return fmt.Errorf("%w: %s", ErrDataDirInUse, dir)
 }
 
 // tlsOptions sets the server's TLS options from cfg.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -135,9 +136,15 @@ func TestEmbeddedDataDirLocked(t *testing.T) {
 		first.Shutdown()
 		t.Fatalf("second server on %s: %v, want ErrDataDirInUse", dir, err)
 	}
-	// The operator reads the reason once and the directory once.
-	if want := "embedded: the data directory is in use by another meshfold server: " + dir; err.Error() != want {
+	// The operator reads the reason once and the directory once, with
+	// the holder's pid and URL (no lsof to find it).
+	want := fmt.Sprintf("embedded: the data directory is in use by another meshfold server: %s (pid %d, serving %s)",
+		dir, os.Getpid(), first.ClientURL())
+	if err.Error() != want {
 		t.Errorf("second server's error:\n got %q\nwant %q", err, want)
+	}
+	if err := embedded.Check(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"}); err == nil || err.Error() != want {
+		t.Errorf("Check of the held directory:\n got %v\nwant %q", err, want)
 	}
 	first.Shutdown()
 	again, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0"})
