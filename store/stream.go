@@ -28,6 +28,49 @@ const (
 // left as it is; the error says what differs.
 var ErrIncompatibleStream = errors.New("store: incompatible existing stream")
 
+// IncompatibleError is [ErrIncompatibleStream] with what differs, for a
+// caller that says what to do about it in its own terms (the CLI's
+// flags): its Error is the full list of differences.
+type IncompatibleError struct {
+	Stream string
+	// Prefix is the subject prefix the stream was created with, when it
+	// is not the one asked for ("" when it is, or cannot be told); Asked
+	// the one asked for.
+	Prefix, Asked string
+	// Partitions is the stream's partition count when a different one was
+	// asked for (AskedPartitions), 0 when the count is no difference.
+	Partitions, AskedPartitions int
+	// Diffs lists each difference.
+	Diffs []string
+}
+
+func (e *IncompatibleError) Error() string {
+	return fmt.Sprintf("%v %s: %s", ErrIncompatibleStream, e.Stream, strings.Join(e.Diffs, "; "))
+}
+
+func (e *IncompatibleError) Is(target error) bool { return target == ErrIncompatibleStream }
+
+// streamPrefix is the prefix a stream's partition transform was made for
+// ("<prefix>.*.*"), "" when t is no such transform.
+func streamPrefix(t *jetstream.SubjectTransformConfig) string {
+	if t == nil {
+		return ""
+	}
+	p, ok := strings.CutSuffix(t.Source, ".*.*")
+	if !ok || p == "" || strings.ContainsAny(p, "*> ") {
+		return ""
+	}
+	return p
+}
+
+// otherPrefix is the stream's prefix when it is not prefix, else "".
+func otherPrefix(t *jetstream.SubjectTransformConfig, prefix string) string {
+	if p := streamPrefix(t); p != cmp.Or(prefix, events.DefaultPrefix) {
+		return p
+	}
+	return ""
+}
+
 // StreamConfig describes meshfold's event stream. The zero value of every
 // field means "the default" when the stream is created and, for
 // Partitions, Replicas, Duplicates, MaxAge and MaxBytes, "whatever the
@@ -189,11 +232,14 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	subj := events.Subjects{Prefix: want.Prefix}
 	var diffs []string
 
+	incompat := &IncompatibleError{Stream: have.Name, Asked: cmp.Or(want.Prefix, events.DefaultPrefix),
+		Prefix: otherPrefix(have.SubjectTransform, want.Prefix)}
 	n, err := partitionsOf(have.SubjectTransform, want.Prefix)
 	if err != nil {
 		diffs = append(diffs, err.Error())
 	} else if cfg.Partitions != 0 && cfg.Partitions != n {
 		diffs = append(diffs, fmt.Sprintf("partitions: stream has %d, asked for %d (fixed for the stream's life)", n, cfg.Partitions))
+		incompat.Partitions, incompat.AskedPartitions = n, cfg.Partitions
 	}
 	got, exp := sortedCopy(have.Subjects), sortedCopy(subj.Captured())
 	// A stream an older build made captures fewer kinds (the operator
@@ -218,7 +264,8 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 		diffs = append(diffs, fmt.Sprintf("retention: stream has %s, need limits", have.Retention))
 	}
 	if len(diffs) > 0 {
-		return nil, StreamConfig{}, fmt.Errorf("%w %s: %s", ErrIncompatibleStream, have.Name, strings.Join(diffs, "; "))
+		incompat.Diffs = diffs
+		return nil, StreamConfig{}, incompat
 	}
 
 	eff := StreamConfig{
@@ -332,7 +379,8 @@ func OpenedStream(stream jetstream.Stream, cfg StreamConfig) (StreamConfig, erro
 	have := stream.CachedInfo().Config
 	n, err := partitionsOf(have.SubjectTransform, want.Prefix)
 	if err != nil {
-		return StreamConfig{}, fmt.Errorf("stream %s: %w: %v", want.Name, ErrIncompatibleStream, err)
+		return StreamConfig{}, &IncompatibleError{Stream: want.Name, Asked: cmp.Or(want.Prefix, events.DefaultPrefix),
+			Prefix: otherPrefix(have.SubjectTransform, want.Prefix), Diffs: []string{err.Error()}}
 	}
 	return StreamConfig{Name: have.Name, Prefix: want.Prefix, Partitions: n, Replicas: have.Replicas,
 		Duplicates: have.Duplicates, MaxAge: have.MaxAge, MaxBytes: max(have.MaxBytes, 0)}, nil

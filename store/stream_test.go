@@ -111,6 +111,18 @@ func TestEnsureStreamAdoptsAndRefuses(t *testing.T) {
 	if !errors.Is(err, store.ErrIncompatibleStream) || !strings.Contains(err.Error(), "subjects") {
 		t.Errorf("EnsureStream with another prefix: err = %v, want ErrIncompatibleStream about subjects", err)
 	}
+	// Each names, for the caller's message, what to give instead.
+	var ie *store.IncompatibleError
+	if !errors.As(err, &ie) || ie.Stream != "MESH" || ie.Prefix != "mesh" || ie.Asked != "other" {
+		t.Errorf("EnsureStream with another prefix: %#v, want the stream's prefix mesh", ie)
+	}
+	_, _, err = store.EnsureStream(ctx, js, store.StreamConfig{Partitions: 16})
+	if !errors.As(err, &ie) || ie.Prefix != "" || ie.Partitions != 4 || ie.AskedPartitions != 16 {
+		t.Errorf("EnsureStream with 16 partitions: %#v, want the stream's 4", ie)
+	}
+	if _, _, err := store.OpenStream(ctx, js, store.StreamConfig{Prefix: "other"}); !errors.As(err, &ie) || ie.Prefix != "mesh" {
+		t.Errorf("OpenStream with another prefix: %v, want the stream's prefix mesh", err)
+	}
 	// Allowed changes are applied.
 	_, cfg, err = store.EnsureStream(ctx, js, store.StreamConfig{Duplicates: 5 * time.Minute, MaxAge: 24 * time.Hour})
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -212,5 +213,31 @@ func TestBadLogLevelNamesLevels(t *testing.T) {
 	if code != exitUsage || !strings.Contains(msg, `--log-level "verbose": want debug, info, warn or error`) ||
 		strings.Contains(msg, "slog") {
 		t.Errorf("exit %d\n%s", code, msg)
+	}
+}
+
+// Flags that do not fit the existing stream say, in one line, the flag
+// to give: another prefix names the stream's (a fresh user's finding U24:
+// a 900-character line of transforms and subjects), another partition
+// count how to adopt the stream's. --log-level debug adds the detail.
+func TestStreamMismatchSaysTheFlag(t *testing.T) {
+	m := startMesh(t)
+	sk := filepath.Join(t.TempDir(), "rk.nk")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"fleet", "--prefix", "msh"}, `stream MESH was created with prefix "mesh": give --prefix mesh, or a new --stream for another prefix`},
+		{[]string{"reconcile", "--signing-key", sk, "--prefix", "msh"}, `stream MESH was created with prefix "mesh": give --prefix mesh, or a new --stream for another prefix`},
+		{[]string{"reconcile", "--signing-key", sk, "--partitions", "8"}, fmt.Sprintf("stream MESH has %d partitions, fixed for its life, not 8: drop --partitions, or 0 adopts the stream's", m.cfg.Partitions)},
+	} {
+		_, errOut, code := m.cli(t, c.args...)
+		if code == exitOK || errOut != "meshfold: "+c.want+"\n" {
+			t.Errorf("%v: exit %d\n%s\nwant meshfold: %s", c.args, code, errOut, c.want)
+		}
+		_, errOut, _ = m.cli(t, append(c.args, "--log-level", "debug")...)
+		if !strings.Contains(errOut, c.want+" (") || !strings.Contains(errOut, "stream has") {
+			t.Errorf("%v --log-level debug: no detail\n%s", c.args, errOut)
+		}
 	}
 }

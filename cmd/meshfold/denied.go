@@ -33,6 +33,34 @@ func explainOversized(err error) error {
 		store.MaxMsgSize, err)
 }
 
+// explainStream says what to do about an existing stream the flags do
+// not fit, in the flags' terms: another prefix is one line naming the
+// stream's ("stream MESH was created with prefix "mesh": give --prefix
+// mesh, …"), not the 900 characters of both transforms and all subjects
+// a fresh user met (U24), which --log-level debug still adds; another
+// partition count says how to adopt the stream's.
+func (a *app) explainStream(err error) error {
+	var ie *store.IncompatibleError
+	if !errors.As(err, &ie) {
+		return err
+	}
+	var msg string
+	switch {
+	case ie.Prefix != "":
+		msg = fmt.Sprintf("stream %s was created with prefix %q: give --prefix %s, or a new --stream for another prefix",
+			ie.Stream, ie.Prefix, ie.Prefix)
+	case ie.Partitions != 0 && len(ie.Diffs) == 1:
+		msg = fmt.Sprintf("stream %s has %d partitions, fixed for its life, not %d: drop --partitions, or 0 adopts the stream's",
+			ie.Stream, ie.Partitions, ie.AskedPartitions)
+	default:
+		return err
+	}
+	if a.logLevel == "debug" {
+		msg += " (" + strings.Join(ie.Diffs, "; ") + ")"
+	}
+	return &quietErr{msg: msg, err: err}
+}
+
 // watchDenied makes a permission violation on nc end the command at once
 // (a JetStream request denied is otherwise waited out until its timeout)
 // and keeps the first for run to explain. It chains nc's error and closed

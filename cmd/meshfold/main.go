@@ -108,6 +108,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = a.explainDenied(cmd, d)
 	}
 	err = explainOversized(err)
+	err = a.explainStream(err)
 	fmt.Fprintln(stderr, "meshfold:", err)
 	var ce *codedError
 	if errors.As(err, &ce) {
