@@ -241,3 +241,37 @@ func TestStreamMismatchSaysTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// A reconcile refused before it starts (another reconciler folds the
+// stream; flags that do not fit it) leaves no new signing key or trust
+// file behind (a fresh user's finding U24: a new reconcilers.pub beside
+// the operator's files); an existing key is kept.
+func TestRefusedReconcileCreatesNothing(t *testing.T) {
+	m := startMesh(t)
+	m.serveReconciler(t)
+	dir := t.TempDir()
+	sk := filepath.Join(dir, "rk.nk")
+	_, errOut, code := m.cli(t, "reconcile", "--signing-key", sk)
+	if code == exitOK || !strings.Contains(errOut, "an ungrouped reconciler folds this stream") {
+		t.Fatalf("reconcile beside serve's reconciler: exit %d\n%s", code, errOut)
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		t.Errorf("files after a refused reconcile: %v %v", ents, err)
+	}
+	// A key that was there stays (and the trust file it got is the
+	// refused start's, removed).
+	kp, err := store.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	if err := os.WriteFile(sk, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := m.cli(t, "reconcile", "--signing-key", sk, "--prefix", "msh"); code == exitOK || !strings.Contains(errOut, "give --prefix mesh") {
+		t.Fatalf("reconcile --prefix msh: exit %d\n%s", code, errOut)
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 1 || ents[0].Name() != "rk.nk" {
+		t.Errorf("files after a refused reconcile with a key: %v %v", ents, err)
+	}
+}

@@ -51,6 +51,10 @@ type loopFlags struct {
 	signer *store.Signer
 	own    *store.Trust
 	notes  []string // printed once the stream is there
+	// created lists the files loadKeys and writeTrust created (a new
+	// signing key, a new trust file), for reconcile to remove when it
+	// is refused before it starts.
+	created []string
 }
 
 func (f *loopFlags) add(cmd *cobra.Command) {
@@ -121,9 +125,21 @@ func (f *loopFlags) loadKeys(a *app, path string) error {
 	verb := "signed with"
 	if created {
 		verb = "signed with a new key,"
+		f.created = append(f.created, path)
 	}
 	f.notes = append(f.notes, fmt.Sprintf("meshfold: plans and knocks %s %s (seed %s)", verb, signer.PublicKey(), path))
 	return nil
+}
+
+// removeCreated removes the files loadKeys and writeTrust created, for a
+// reconciler refused before it started.
+func (f *loopFlags) removeCreated(log *slog.Logger) {
+	for _, p := range f.created {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Warn("cannot remove the file this refused start created", "file", p, "err", err)
+		}
+	}
+	f.created = nil
 }
 
 // writeTrust writes the trust file of this deployment's node agents and
@@ -146,6 +162,9 @@ func (f *loopFlags) writeTrust(path string, replace bool) error {
 	default:
 		if err := store.WriteTrustFile(path, pub); err != nil {
 			return fmt.Errorf("trust file: %w", err)
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			f.created = append(f.created, path)
 		}
 	}
 	f.notes = append(f.notes, fmt.Sprintf("meshfold: node agents and provisioners trust it with --trust-from %s (%s)", filepath.Dir(path), path))
@@ -371,6 +390,18 @@ reconcile exits with status 1 when its NATS connection is closed for good
 				// trust the other's plans (issue 24).
 				return withCode(exitUsage, errors.New("--signing-key FILE is required: the deployment's signing key (an auth directory's "+signingKeyFile+", or a new file: created when missing; every --group instance the same)"))
 			}
+			// A reconcile refused before it starts (another reconciler
+			// folds the stream, flags that do not fit it, no server)
+			// leaves no new key or trust file behind: a fresh user's
+			// refused reconcile left a new reconcilers.pub beside the
+			// operator's files (U24). The key is needed to start, so it
+			// is made first and removed on the way out.
+			started := false
+			defer func() {
+				if !started {
+					lf.removeCreated(log)
+				}
+			}()
 			if err := lf.loadKeys(a, lf.signingKey); err != nil {
 				return err
 			}
@@ -390,6 +421,7 @@ reconcile exits with status 1 when its NATS connection is closed for good
 			}
 			lf.rolloutsOffWarn(log)
 			return runReconciler(cmd.Context(), a, log, nc, lf, func(_ context.Context, cfg store.StreamConfig) {
+				started = true
 				fmt.Fprintf(a.stdout, "meshfold: reconciling stream %s (%s, prefix %q, %s) on %s\n",
 					cfg.Name, plural(cfg.Partitions, "partition"), cfg.Prefix, plural(cfg.Replicas, "replica"), nc.ConnectedUrlRedacted())
 				lf.printNotes(a)
