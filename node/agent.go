@@ -347,6 +347,9 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 		return err
 	}
 	a.log.Info("node lease held", "ttl", lease.TTL())
+	// An outage of NATS is said once by the lease, with what matters to
+	// whoever reads the node's log: its modules do not stop.
+	lease.SetOutageNote("the modules keep running")
 	a.mu.Lock()
 	a.root = root
 	a.mu.Unlock()

@@ -452,6 +452,7 @@ func (c *Client) claim(ctx context.Context) (*store.Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("provisioner: %w", err)
 	}
+	l.SetOutageNote("the filled files stay as they are")
 	return l, nil
 }
 

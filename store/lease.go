@@ -169,9 +169,93 @@ type Lease struct {
 	reclaimed chan struct{}
 	stopOnce  sync.Once
 
-	mu  sync.Mutex
-	rev uint64
-	err error // why the lease was lost
+	mu   sync.Mutex
+	rev  uint64
+	err  error  // why the lease was lost
+	note string // SetOutageNote's
+
+	out outage // the renewals' (only renew's goroutine)
+}
+
+// SetOutageNote sets what the holder's outage lines add after "NATS
+// unreachable since T; " (the node agent: that its modules keep
+// running).
+func (l *Lease) SetOutageNote(note string) {
+	l.mu.Lock()
+	l.note = note
+	l.mu.Unlock()
+}
+
+// outageReminder is how often a renewal that still fails is said again.
+const outageReminder = time.Minute
+
+// outage follows a lease's renewals that do not reach the server, so
+// that an outage is said once when it starts, again at most every
+// outageReminder, and once when it ends: each failed renewal said "lease
+// not renewed; retrying", 13 lines in 16 s of a NATS outage (a fresh
+// user's finding U24). The failures between go to the debug level.
+type outage struct {
+	since, said time.Time // zero: no outage
+}
+
+type outageSay int
+
+const (
+	outageQuiet  outageSay = iota // a failure within the reminder
+	outageStarts                  // the first failure
+	outageLasts                   // a reminder
+	outageEnds                    // a renewal after failures
+	outageNone                    // a renewal, no outage
+)
+
+func (o *outage) fail(now time.Time) outageSay {
+	switch {
+	case o.since.IsZero():
+		o.since, o.said = now, now
+		return outageStarts
+	case now.Sub(o.said) >= outageReminder:
+		o.said = now
+		return outageLasts
+	}
+	return outageQuiet
+}
+
+func (o *outage) renewed() (time.Time, outageSay) {
+	since := o.since
+	if since.IsZero() {
+		return since, outageNone
+	}
+	*o = outage{}
+	return since, outageEnds
+}
+
+// unrenewed says a renewal that failed with err as the outage stands.
+func (l *Lease) unrenewed(err error) {
+	now := time.Now()
+	l.mu.Lock()
+	note := l.note
+	l.mu.Unlock()
+	if note != "" {
+		note = "; " + note
+	}
+	switch l.out.fail(now) {
+	case outageStarts:
+		l.log.Warn(fmt.Sprintf("NATS unreachable since %s%s (lease not renewed; retrying every %s, said again each minute)",
+			now.Format(time.TimeOnly), note, l.ttl/4), "key", l.key, "err", err)
+	case outageLasts:
+		l.log.Warn(fmt.Sprintf("NATS still unreachable since %s%s (lease not renewed for %s)",
+			l.out.since.Format(time.TimeOnly), note, now.Sub(l.out.since).Round(time.Second)), "key", l.key, "err", err)
+	default:
+		l.log.Debug("lease not renewed; retrying", "key", l.key, "err", err)
+	}
+}
+
+// renewedNow ends the outage a renewal that reached the server ends.
+func (l *Lease) renewedNow() {
+	if since, say := l.out.renewed(); say == outageEnds {
+		l.log.Info(fmt.Sprintf("NATS reachable again: lease renewed, after %s unreachable since %s",
+			time.Since(since).Round(time.Second), since.Format(time.TimeOnly)), "key", l.key)
+	}
 }
 
 // AcquireLease claims key in kv for holder. A key whose holder is
@@ -383,13 +467,14 @@ func (l *Lease) renewOnce() error {
 	next, err := l.kv.Update(ctx, l.key, l.value, rev)
 	if err == nil {
 		l.setRev(next)
+		l.renewedNow()
 		return nil
 	}
 	if errors.Is(err, context.Canceled) {
 		return nil // released
 	}
 	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
-		l.log.Warn("lease not renewed; retrying", "key", l.key, "err", err)
+		l.unrenewed(err)
 		return nil
 	}
 	// Not at our revision: expired while we could not renew it, or
@@ -399,6 +484,7 @@ func (l *Lease) renewOnce() error {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		next, err := l.kv.Create(ctx, l.key, l.value)
 		if err == nil {
+			l.renewedNow()
 			l.log.Warn("lease expired before it was renewed; claimed again", "key", l.key)
 			l.setRev(next)
 			select {
@@ -408,22 +494,23 @@ func (l *Lease) renewOnce() error {
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
-			l.log.Warn("lease not renewed; retrying", "key", l.key, "err", err)
+			l.unrenewed(err)
 			return nil
 		}
 		e, err = l.kv.Get(ctx, l.key)
 		if err != nil {
-			l.log.Warn("lease not renewed; retrying", "key", l.key, "err", err)
+			l.unrenewed(err)
 			return nil
 		}
 	case err != nil:
-		l.log.Warn("lease not renewed; retrying", "key", l.key, "err", err)
+		l.unrenewed(err)
 		return nil
 	}
 	var h Holder
 	_ = json.Unmarshal(e.Value(), &h)
 	if h.Token == l.holder.Token {
 		l.setRev(e.Revision()) // our own renewal, whose reply was lost
+		l.renewedNow()
 		return nil
 	}
 	return &HeldError{Key: l.key, Holder: h}
