@@ -354,6 +354,7 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 	a.root = root
 	a.mu.Unlock()
 
+	stopped := ctx // the caller's: done on a clean stop (SIGINT, SIGTERM)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
@@ -364,8 +365,12 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 		a.mu.Unlock()
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer rcancel()
-		if err := lease.Release(rctx); err != nil {
-			a.log.Warn("node lease not released; it expires after its TTL", "ttl", lease.TTL(), "err", err)
+		released := lease.Release(rctx)
+		if released != nil {
+			a.log.Warn("node lease not released; it expires after its TTL", "ttl", lease.TTL(), "err", released)
+		}
+		if stopped.Err() != nil && lease.Err() == nil {
+			a.logStop(rctx, released == nil)
 		}
 	}()
 	wg.Go(func() {
@@ -415,6 +420,33 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 	a.log.Info("node agent running", "fill_subject", a.subj.Fill(a.cfg.Name), "root", a.cfg.Root, "settled", a.Settled())
 	a.follow(ctx, from)
 	return nil
+}
+
+// logStop says that the agent stops cleanly, and what it leaves: a
+// stop by SIGINT or SIGTERM logged nothing, so a node's log could not tell
+// it from a kill -9 (a fresh user's finding U24).
+func (a *Agent) logStop(ctx context.Context, released bool) {
+	lease := "lease released"
+	if !released {
+		lease = "lease left to expire"
+	}
+	left := "its modules keep running"
+	if mods, err := a.rt.Running(ctx); err == nil {
+		n := 0
+		for _, m := range mods {
+			if m.State == events.Running {
+				n++
+			}
+		}
+		left = fmt.Sprintf("%d of its %d modules keep running", n, len(mods))
+		if n == len(mods) {
+			left = fmt.Sprintf("%d modules keep running", n)
+			if n == 1 {
+				left = "1 module keeps running"
+			}
+		}
+	}
+	a.log.Info(fmt.Sprintf("node agent stopping: %s; %s (adopted at next start)", lease, left))
 }
 
 // claim claims the node's lease, retrying transient failures (the

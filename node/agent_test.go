@@ -468,6 +468,11 @@ func TestSecondAgentRefused(t *testing.T) {
 	}
 
 	a.stop()
+	// The clean stop is said, with what it leaves (a fresh user's
+	// finding U24: nothing told it from a kill -9).
+	if want := "node agent stopping: lease released; 1 module keeps running (adopted at next start)"; !strings.Contains(a.logs.String(), want) {
+		t.Errorf("the stopped agent's log does not say %q:\n%s", want, a.logs.String())
+	}
 	c := e.startAgentIn(t, "ace", a.root, a.state, nil)
 	e.waitEvent(t, "ace", events.KindSettle, func(m store.Msg) bool {
 		return m.Event.Payload.(*events.Settle).Plan == p2 && m.Event.Payload.(*events.Settle).Module == ""

@@ -101,3 +101,35 @@ func TestProvisionerWithoutLeasePermissionStillFills(t *testing.T) {
 	}
 	noLeak(t, e.logs.String())
 }
+
+// A provisioner stopped cleanly (its context ended: SIGINT, SIGTERM)
+// says so, with its lease released, so that its log tells the stop from
+// a kill -9 (a fresh user's finding U24: nothing at all).
+func TestProvisionerCleanStopSaid(t *testing.T) {
+	e := newEnv(t)
+	e.startNode(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg",
+		Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	from := t.TempDir()
+	source(t, from, mbg, creds, secret)
+	rep := newReports()
+	c := e.client(t, from, rep, func(c *provision.Config) { c.Lease = true })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	rep.next(t)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("Run did not return")
+	}
+	if want := "provisioner stopping: lease released; the filled files stay as they are"; !strings.Contains(e.logs.String(), want) {
+		t.Errorf("the stopped provisioner's log does not say %q:\n%s", want, e.logs.String())
+	}
+}

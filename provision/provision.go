@@ -290,6 +290,14 @@ func (c *Client) Run(ctx context.Context) (rerr error) {
 		return ErrRunning
 	}
 	var lease *store.Lease
+	// A clean stop (SIGINT, SIGTERM: the caller's ctx done) is said, so
+	// that the log tells it from a kill -9 (a fresh user's finding U24).
+	stopped, said := ctx, "provisioner stopping"
+	defer func() {
+		if stopped.Err() != nil && rerr == nil {
+			c.log.Info(said + "; the filled files stay as they are")
+		}
+	}()
 	if c.cfg.Lease {
 		var err error
 		lease, err = c.claim(ctx)
@@ -320,6 +328,9 @@ func (c *Client) Run(ctx context.Context) (rerr error) {
 			defer rcancel()
 			if err := lease.Release(rctx); err != nil {
 				c.log.Warn("provisioner lease not released; it expires after its TTL", "ttl", lease.TTL(), "err", err)
+				said += ": lease left to expire"
+			} else {
+				said += ": lease released"
 			}
 			if err := lease.Err(); err != nil && rerr == nil {
 				rerr = fmt.Errorf("provisioner: lease lost: %w", err)
