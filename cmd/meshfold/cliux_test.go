@@ -275,3 +275,21 @@ func TestRefusedReconcileCreatesNothing(t *testing.T) {
 		t.Errorf("files after a refused reconcile with a key: %v %v", ents, err)
 	}
 }
+
+// A --dir without a previous run is taken; one with its nats directory
+// is refused (the end-to-end refusal is TestDemo's).
+func TestDemoDirFree(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "ace-root"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := demoDirFree(dir); err != nil {
+		t.Errorf("a --dir without a previous run: %v", err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "nats"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := demoDirFree(dir); err == nil || !strings.Contains(err.Error(), "holds a demo from") {
+		t.Errorf("a --dir with a previous run: %v", err)
+	}
+}

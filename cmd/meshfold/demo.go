@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/user"
@@ -68,7 +69,8 @@ It prints ace's timeline as 'meshfold audit ace' would, the file written, why
 the knock was published, and the module's own output as 'meshfold logs ace
 mesh-build-go' shows it. Modules run as nobody when the demo runs as root,
 else as the current user. Every module is stopped at the end; nothing outside
-DIR is touched; DIR is removed unless --keep or --dir is given.`,
+DIR is touched; DIR is removed unless --keep or --dir is given. A --dir that
+holds a previous run is refused: give a new one, or remove it.`,
 		Example: `  make demo
   meshfold demo --keep          # keep the directory to look at the files
   meshfold demo --logs          # also show every component's log lines`,
@@ -125,11 +127,22 @@ func runDemo(ctx context.Context, a *app, dir string, keep, showLogs bool) (err 
 			return err
 		}
 		if !keep {
-			defer os.RemoveAll(dir)
+			// The commands printed name files under dir: say that it
+			// is gone, and how to keep it (a fresh user's finding
+			// U27: `make demo` printed a --why to run, then removed
+			// what it reads).
+			defer func() {
+				if os.RemoveAll(dir) == nil {
+					fmt.Fprintln(a.stdout, demoRemoved(dir))
+				}
+			}()
 		}
 	}
 	if dir, err = filepath.Abs(dir); err != nil {
 		return err
+	}
+	if err := demoDirFree(dir); err != nil {
+		return withCode(exitUsage, err)
 	}
 	acct, err := demoAccount()
 	if err != nil {
@@ -416,6 +429,27 @@ func (m *demoMesh) windDown(ctx context.Context, w io.Writer, name string, stopA
 	}
 	fmt.Fprintf(w, "\nstopped: %s's modules by a want of none (#%d), then its agent (its down is #%d)\n", name, none, down.Seq)
 	return nil
+}
+
+// demoRemoved is the demo's last line when it removed its temporary
+// directory.
+func demoRemoved(dir string) string {
+	return fmt.Sprintf("removed %s; `meshfold demo --dir DIR` keeps it to audit", dir)
+}
+
+// demoDirFree refuses a --dir that holds a previous run (its nats
+// directory): the demo would append to that run's stream, and its
+// timeline would start with the old run and a plan refused as signed by
+// a key that no longer exists (a fresh user's finding U27).
+func demoDirFree(dir string) error {
+	fi, err := os.Stat(filepath.Join(dir, "nats"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("--dir: %s holds a demo from %s: give a new --dir or remove it", dir, fi.ModTime().Format("2006-01-02 15:04"))
 }
 
 // searchable checks that every directory from dir up is searchable by

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -279,6 +281,32 @@ func TestNodeAndProvisionVerbs(t *testing.T) {
 	}
 }
 
+// The demo without --dir ends saying that it removed its temporary
+// directory, and how to keep one to audit (a fresh user's finding U27:
+// the --why it printed read a directory then gone); it is gone.
+func TestDemoSaysItRemovedItsDir(t *testing.T) {
+	tmp := t.TempDir()
+	for _, d := range []string{filepath.Dir(tmp), tmp} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("TMPDIR", tmp)
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if code := run(ctx, []string{"demo"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
+	}
+	m := regexp.MustCompile(`\nremoved (` + regexp.QuoteMeta(tmp) + `/meshfold-demo-\d+); ` + "`meshfold demo --dir DIR` keeps it to audit\n$").FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("the demo's last line does not say it removed its directory:\n%s", out.String())
+	}
+	if _, err := os.Stat(m[1]); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s after the demo: %v", m[1], err)
+	}
+}
+
 // The demo plays incident 1 to its end: the file written, the knock that
 // caused it explained.
 func TestDemo(t *testing.T) {
@@ -313,6 +341,16 @@ func TestDemo(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "demo broker credential") {
 		t.Error("the demo printed the content")
+	}
+	// A second run in the same directory is refused, before it starts
+	// anything: it would append to this run's stream (a fresh user's
+	// finding U27).
+	var out2 bytes.Buffer
+	var errb2 storetest.SyncBuffer
+	if code := run(ctx, []string{"demo", "--dir", dir}, nil, &out2, &errb2); code != exitUsage ||
+		!regexp.MustCompile(`^meshfold: --dir: `+regexp.QuoteMeta(dir)+` holds a demo from \d{4}-\d\d-\d\d \d\d:\d\d: give a new --dir or remove it\n$`).MatchString(errb2.String()) ||
+		out2.Len() != 0 {
+		t.Errorf("second demo in %s: exit %d\n%s\n%s", dir, code, errb2.String(), out2.String())
 	}
 
 	// The stream the demo leaves ends as the demo did: its modules
