@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/events"
@@ -46,11 +48,15 @@ prefixes each line with when it was captured and its stream: out
 restarts, health).
 
 No agent answering (not running, or no reply within --timeout) exits 1 and
-says so; so does an agent that stops answering while --follow waits for new
-lines (killed, or stopped):
+says so. An agent that stops answering while --follow waits for new lines
+(restarted, upgraded, killed) is waited for, as tail -F waits for a file,
+and said on stderr:
 
-  meshfold: the agent of node ace stopped answering: no reply within 10s
-  (killed or stopped? is 'meshfold node ace' still running?)`,
+  meshfold: the agent of node ace stopped answering: agent restarting?
+  waiting for it (Ctrl-C ends)
+
+The follow goes on where it was when the agent answers again; it ends when
+interrupted, or when the node is retired.`,
 		Example: `  meshfold logs ace mesh-build-go
   meshfold logs ace mesh-build-go --tail 20 --follow
   meshfold logs ace mesh-build-go --since 1h --tail 1000000 --timestamps`,
@@ -63,7 +69,7 @@ lines (killed, or stopped):
 	fl := cmd.Flags()
 	fl.IntVarP(&o.tail, "tail", "n", 100, "how many of the last lines to print (0: one page)")
 	fl.StringVar(&o.since, "since", "", "print the lines written since this moment: a duration back from now (10m) or an RFC 3339 time")
-	fl.BoolVarP(&o.follow, "follow", "f", false, "keep printing new lines")
+	fl.BoolVarP(&o.follow, "follow", "f", false, "keep printing new lines, across restarts of the agent, until interrupted or the node is retired")
 	fl.BoolVarP(&o.timestamps, "timestamps", "t", false, "prefix each line with when it was captured and its stream (out, err, meshfold)")
 	fl.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for the node agent to answer")
 	a.conn.add(cmd)
@@ -95,13 +101,30 @@ func runLogs(ctx context.Context, a *app, nodeName, module string, o logsOpts) e
 	defer nc.Close()
 	subject := node.LogsSubject(a.stream.config().Prefix, nodeName)
 	q := node.LogsRequest{Module: module, LogQuery: node.LogQuery{Tail: o.tail, Since: since}}
-	answered := false // the agent answered a request of this command
+	answered := false   // the agent answered a request of this command
+	var away *agentAway // set while a followed agent does not answer
 	for {
 		timeout := o.timeout + time.Duration(q.WaitMS)*time.Millisecond
 		page, err := requestLogs(ctx, nc, subject, q, timeout)
 		if err != nil {
 			if ctx.Err() != nil && o.follow {
 				return nil // interrupted
+			}
+			gone := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded)
+			if gone && answered && o.follow {
+				// An agent that restarts (an upgrade, a restart) is
+				// waited for, as tail -F waits for a file: it ended
+				// every operator's follow (a fresh user's finding U24).
+				// Only an interrupt or the node's retirement ends it.
+				if away == nil {
+					away = &agentAway{b: backoff.NewExponentialBackOff(backoff.WithInitialInterval(250*time.Millisecond),
+						backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))}
+					fmt.Fprintf(a.stderr, "meshfold: the agent of node %s stopped answering: agent restarting? waiting for it (Ctrl-C ends)\n", nodeName)
+				}
+				if done, err := away.wait(ctx, a, nc, nodeName); done || err != nil {
+					return err
+				}
+				continue
 			}
 			if errors.Is(err, nats.ErrNoResponders) {
 				if answered {
@@ -120,6 +143,10 @@ func runLogs(ctx context.Context, a *app, nodeName, module string, o logsOpts) e
 			return err
 		}
 		answered = true
+		if away != nil {
+			away = nil
+			fmt.Fprintf(a.stderr, "meshfold: the agent of node %s answers again; following\n", nodeName)
+		}
 		for i, l := range page.Lines {
 			if o.timestamps {
 				var tag node.LogTag
@@ -143,6 +170,29 @@ func runLogs(ctx context.Context, a *app, nodeName, module string, o logsOpts) e
 		default:
 			return nil
 		}
+	}
+}
+
+// agentAway waits for a followed agent that stopped answering.
+type agentAway struct {
+	b *backoff.ExponentialBackOff
+}
+
+// wait waits a while before the next try, and reports done (with what
+// it says on stderr) when the node was retired meanwhile: no agent of it
+// returns. An interrupt is done too, without a word.
+func (w *agentAway) wait(ctx context.Context, a *app, nc *nats.Conn, nodeName string) (bool, error) {
+	if js, err := jetstream.New(nc); err == nil {
+		if r, err := a.retiredNodes(ctx, js, []string{nodeName}); err == nil && len(r) > 0 {
+			fmt.Fprintf(a.stderr, "meshfold: node %s was retired (#%d by %s): no agent of it returns; the follow ends\n", nodeName, r[0].Retire, r[0].By)
+			return true, nil
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return true, nil // interrupted
+	case <-time.After(w.b.NextBackOff()):
+		return false, nil
 	}
 }
 
