@@ -253,7 +253,7 @@ func (l *Lease) unrenewed(err error) {
 // renewedNow ends the outage a renewal that reached the server ends.
 func (l *Lease) renewedNow() {
 	if since, say := l.out.renewed(); say == outageEnds {
-		l.log.Info(fmt.Sprintf("NATS reachable again: lease renewed, after %s unreachable since %s",
+		l.log.Info(fmt.Sprintf("NATS reachable again, after %s unreachable since %s",
 			time.Since(since).Round(time.Second), since.Format(time.TimeOnly)), "key", l.key)
 	}
 }

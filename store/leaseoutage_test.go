@@ -82,7 +82,7 @@ func TestLeaseOutageSaidOnce(t *testing.T) {
 		if r.Level == slog.LevelDebug {
 			continue // a failure that raced the return
 		}
-		if r.Level != slog.LevelInfo || !strings.HasPrefix(r.Message, "NATS reachable again: lease renewed, after ") {
+		if r.Level != slog.LevelInfo || !strings.HasPrefix(r.Message, "NATS reachable again, after ") {
 			t.Errorf("the return: %s %q", r.Level, r.Message)
 		}
 		break
