@@ -16,7 +16,7 @@ import (
 	"github.com/meshfold/meshfold/store"
 )
 
-// A secret put, an approval or a waive of a module or path that the
+// A secret put, an approval, a revoke or a waive of a module or path that the
 // node's newest want does not declare is refused (exit 2, nothing stored
 // or published) unless --ahead says it is deliberate: a mistyped module
 // or path would otherwise pass for a rotation, an approval or a paid
@@ -132,7 +132,7 @@ func didYouMean(s string, known []string) string {
 	return fmt.Sprintf(" (did you mean %s?)", events.Text(best))
 }
 
-// refuseUndeclared refuses (exit 2) an approval (path "") or a waive of
+// refuseUndeclared refuses (exit 2) an approval or a revoke (path "") or a waive of
 // module on nodes whose newest want does not declare it. Named nodes are each checked;
 // under all, only a module no node's want declares is refused (--all
 // approves a module some nodes run). A waive of a file owed now, or

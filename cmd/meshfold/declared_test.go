@@ -38,7 +38,7 @@ func TestDidYouMean(t *testing.T) {
 	}
 }
 
-// approve and waive of a module or path the node's newest want does not
+// approve, revoke and waive of a module or path the node's newest want does not
 // declare are refused (exit 2, nothing published), naming what it
 // declares and the near name; --ahead publishes them (a fresh user's
 // finding U17: published with a note, exit 0).
@@ -71,6 +71,11 @@ func TestApproveWaiveRefuseUndeclared(t *testing.T) {
 			[]string{`declares no file /run/mesh-build-go/broker.cred for module mesh-build-go (did you mean /run/mesh-build-go/broker.creds?)`, "nothing published", "--ahead"}},
 		{[]string{"waive", "ace", "mesh-buidl-go", "/run/mesh-build-go/broker.creds", "--by", "alice"},
 			[]string{"declares no module mesh-buidl-go (did you mean mesh-build-go?)"}},
+		// revoke as approve: a mistyped module left the approval in force,
+		// the revoke stored, exit 0.
+		{[]string{"revoke", "ace", "mesh-bild-go", "g:2", "--by", "alice"},
+			[]string{"node ace's newest want (#1) declares no module mesh-bild-go (did you mean mesh-build-go?); it declares provisioner, mesh-build-go",
+				"nothing published (is the name mistyped? --ahead publishes the revoke ahead of a want that declares it)"}},
 	} {
 		before := msgs()
 		code, stdout, stderr := c.run(t, "", tc.args...)
@@ -95,6 +100,8 @@ func TestApproveWaiveRefuseUndeclared(t *testing.T) {
 		{"waive", "ace", "mesh-build-go", "/run/mesh-build-go/broker.creds", "--by", "alice"},
 		{"approve", "ace", "natz", "g:2", "--by", "alice", "--ahead"},
 		{"waive", "ace", "mesh-build-go", "/run/mesh-build-go/broker.cred", "--by", "alice", "--ahead"},
+		{"revoke", "ace", "mesh-build-go", "g:2", "--by", "alice"},
+		{"revoke", "ace", "natz", "g:2", "--by", "alice", "--ahead"},
 	} {
 		if code, stdout, stderr := c.run(t, "", args...); code != 0 || !strings.Contains(stdout, ": stream sequence ") {
 			t.Errorf("%v: exit %d, %q %q", args, code, stdout, stderr)

@@ -35,7 +35,7 @@ type operatorFlags struct {
 	reason  string
 	all     bool
 	newNode bool
-	ahead   bool // approve, waive: a module or path the newest want does not declare
+	ahead   bool // approve, revoke, waive: a module or path the newest want does not declare
 	timeout time.Duration
 	wait    time.Duration // poke: how long to wait for the provisioners' answers
 }
@@ -229,9 +229,15 @@ func newRevokeCmd(a *app) *cobra.Command {
 removed. A module held for that approval stays held; a module already running
 that build is not stopped (its want asks for what runs). A module approved but
 not yet settled at that build is held again at what runs by the next plan.
-(To revoke a NATS user's credentials, see 'meshfold auth revoke'.) A revoke
-of a module the node's newest plan does not name is published, as approve
-is, with a note on stderr naming the unknown module.
+(To revoke a NATS user's credentials, see 'meshfold auth revoke'.)
+
+A MODULE the node's newest want does not name (a mistyped name, or a node
+with no want yet) is refused, as approve refuses it: exit 2, nothing
+published, and the message names the want's modules ("did you mean …?"
+when one is close): a typo would leave the approval in force. To take back
+an approval given ahead of the want that will name its module, give
+--ahead. A revoke of a module the want names but the node's newest plan
+does not is published with a note on stderr.
 
 BUILD is checked as approve checks it: a build of no build's form is refused
 with exit 2; a sha256: build the builds bucket does not hold with exit 1,
@@ -245,7 +251,8 @@ usage error.
 
 ` + newNodeHelp,
 		Example: `  meshfold revoke novox nats img:nats-2.10.24 --by alice
-  meshfold revoke novox web "$BUILD" --by alice --allow-missing-build   # its bundle was removed since`,
+  meshfold revoke novox web "$BUILD" --by alice --allow-missing-build   # its bundle was removed since
+  meshfold revoke ace nats img:nats-2.11.0 --by alice --ahead   # an approval given --ahead, before a want names nats`,
 		Args:              cobra.ExactArgs(3),
 		ValidArgsFunction: a.completeNodes(1),
 	}
@@ -352,8 +359,11 @@ func (a *app) operatorVerb(cmd *cobra.Command, o *operatorFlags, kind events.Kin
 		cmd.Flags().DurationVar(&o.wait, "wait", 5*time.Second, "how long to wait for each node's provisioner to take the knock the poke brings (0: do not wait)")
 	}
 	o.addNew(cmd, kind == events.KindPause || kind == events.KindResume)
-	if kind == events.KindWaive {
+	switch kind {
+	case events.KindWaive:
 		cmd.Flags().BoolVar(&o.ahead, "ahead", false, aheadFlagHelp("waive"))
+	case events.KindRevoke:
+		cmd.Flags().BoolVar(&o.ahead, "ahead", false, aheadFlagHelp("revoke"))
 	}
 	a.conn.add(cmd)
 	a.stream.add(cmd)
@@ -438,6 +448,10 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 		var err error
 		switch p := mk().(type) {
 		case *events.Approve:
+			err = a.refuseUndeclared(ctx, nc, js, kind, nodes, all, p.Module, "")
+		case *events.Revoke:
+			// As approve: a mistyped module would leave the approval
+			// in force while the revoke is stored (exit 0).
 			err = a.refuseUndeclared(ctx, nc, js, kind, nodes, all, p.Module, "")
 		case *events.Waive:
 			err = a.refuseUndeclared(ctx, nc, js, kind, nodes, all, p.Module, p.Path)
