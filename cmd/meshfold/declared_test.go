@@ -175,9 +175,17 @@ func TestSecretPutRefusesUndeclared(t *testing.T) {
 	} else if st.Values() != rev {
 		t.Errorf("refused puts moved the bucket: %d values, was %d", st.Values(), rev)
 	}
+	// ls of a node with no secret says its count, as every list does (a
+	// fresh user's finding U10: a bare header).
+	if out, errs, code := m.cli(t, "secret", "ls", "ace"); code != 0 || !strings.HasSuffix(out, "\n-- 0 secrets of ace\n") {
+		t.Errorf("secret ls of a node with none: exit %d %q %q", code, out, errs)
+	}
 	out, errs, code := m.cli(t, "secret", "put", "ace", "mesh-build-go", "/run/mesh-build-go/broker.creds", "-f", f, "--by", "t")
 	if code != 0 || !strings.Contains(out, "revision") {
 		t.Errorf("put of the declared file: exit %d %q %q", code, out, errs)
+	}
+	if out, errs, code := m.cli(t, "secret", "ls", "ace"); code != 0 || !strings.HasSuffix(out, "\n-- 1 secret of ace\n") {
+		t.Errorf("secret ls of a node with one: exit %d %q %q", code, out, errs)
 	}
 	out, errs, code = m.cli(t, "secret", "put", "bob", "mesh-build-go", "/run/mesh-build-go/broker.creds", "-f", f, "--by", "t", "--ahead")
 	if code != 0 || !strings.Contains(out, "revision") || !strings.Contains(errs, "note: node bob has no want yet: stored ahead of it") {

@@ -369,7 +369,8 @@ and when, and whether it is sealed to the key NODE's provisioner registered
 ("old key": put it again); a removal ('secret rm') shows as removed, with who
 removed it and when. A secret the node's provisioner reports shadowed (it
 fills the file from a source given before --from sealed, holding other
-content) says by which source. Never content.`,
+content) says by which source. Never content. The last line counts them
+("-- 0 secrets of ace" for a node with none).`,
 		Example: `  meshfold secret ls
   meshfold secret ls ace -o json`,
 		Args: cobra.MaximumNArgs(1),
@@ -459,13 +460,38 @@ content) says by which source. Never content.`,
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Node, r.Module, events.Text(r.Path), r.Revision, d,
 					events.Text(r.By), r.At.Format(time.RFC3339), key)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			// The count, as every list says it (a fresh user's finding
+			// U10: a node with none printed a bare header).
+			_, err = fmt.Fprintln(a.stdout, secretsCount(rows, node))
+			return err
 		},
 	}
 	out.add(cmd, "")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
+}
+
+// secretsCount is `secret ls`'s last line: how many secrets it listed
+// (of node, "" for every node's), removals among them.
+func secretsCount(rows []secretRow, node string) string {
+	removed := 0
+	for _, r := range rows {
+		if r.Removed {
+			removed++
+		}
+	}
+	s := "-- " + plural(len(rows), "secret")
+	if node != "" {
+		s += " of " + node
+	}
+	if removed > 0 {
+		s += fmt.Sprintf(" (%d removed)", removed)
+	}
+	return s
 }
 
 func firstToken(key string) string {
