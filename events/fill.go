@@ -146,3 +146,35 @@ func DecodeFillReply(data []byte) (FillReply, error) {
 	}
 	return r, r.Validate()
 }
+
+// HeaderSize is the bytes headers h take in a NATS message, as the
+// client encodes them ("NATS/1.0\r\n", then "Name: value\r\n" for each
+// value, then "\r\n"): a server's max_payload bounds them and the body
+// together. 0 for no header.
+func HeaderSize(h map[string][]string) int {
+	if len(h) == 0 {
+		return 0
+	}
+	n := len("NATS/1.0\r\n") + len("\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
+}
+
+// FillTraceRoom is the room left in a fill request for the trace
+// context headers a traced provisioner adds (traceparent, 69 bytes
+// encoded, and a tracestate).
+const FillTraceRoom = 256
+
+// FillRequestRoom is the most bytes the headers of a fill request of
+// module's file path take ([HeaderSize] of [FillRequest.Header] with a
+// writer and a request id of [MaxAccount] bytes, and [FillTraceRoom]):
+// what a server's max_payload must hold beside the content, whichever
+// provisioner sends it.
+func FillRequestRoom(module, path string) int {
+	long := string(make([]byte, MaxAccount))
+	return HeaderSize(FillRequest{Module: module, Path: path, Writer: long, Request: long}.Header()) + FillTraceRoom
+}

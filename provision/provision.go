@@ -207,6 +207,9 @@ type Client struct {
 	// written or read (guarded by fillMu).
 	status     map[FileRef]store.FillStatus
 	statusWarn bool
+	// filled is each file's last fill as the status bucket holds it
+	// (store.FillRecord, as last written or read; guarded by fillMu).
+	filled map[FileRef]store.FillRecord
 	// unfilled are the declared files no source gave at their last try
 	// (guarded by fillMu); retryUnfilled tries them again.
 	unfilled map[FileRef]bool
@@ -267,7 +270,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
 	}
 	cfg.Stream = cfg.Stream.WithDefaults()
 	return &Client{nc: nc, js: js, cfg: cfg, subj: cfg.Stream.Subjects(), refused: map[FileRef]bool{}, sent: map[FileRef]uint64{},
-		sources: sources, status: map[FileRef]store.FillStatus{}, unfilled: map[FileRef]bool{}, lastWhy: map[FileRef]string{},
+		sources: sources, status: map[FileRef]store.FillStatus{}, filled: map[FileRef]store.FillRecord{}, unfilled: map[FileRef]bool{}, lastWhy: map[FileRef]string{},
 		trustBad: map[events.Kind]store.FillStatus{},
 		tr:       tracing.Tracer(cfg.Tracing), log: log.With("node", cfg.Node, "account", cfg.Account)}, nil
 }
@@ -695,7 +698,7 @@ func (c *Client) fillFile(ctx context.Context, r *Report, l lookup) error {
 	ref, module, path := l.ref, l.ref.Module, l.ref.Path
 	log := c.log.With("module", module, "path", path)
 	un := c.record(ctx, r, l)
-	content, shadow := l.content, l.shadow
+	content := l.content
 	switch {
 	case un != nil && un.again:
 		log.Debug("still no source for the file; skipped", "state", un.State, "why", un.Why)
@@ -718,13 +721,13 @@ func (c *Client) fillFile(ctx context.Context, r *Report, l lookup) error {
 	case err != nil:
 		log.Error("fill not sent", "err", err)
 		r.Failed = append(r.Failed, Failed{FileRef: ref, Error: err.Error()})
-		c.setStatus(ctx, ref, store.FillNotSent, err.Error(), "")
+		c.setStatus(ctx, ref, store.FillNotSent, err.Error(), "", l.sealed.rev)
 	case reply.OK && reply.Unchanged:
 		log.Debug("unchanged: not rewritten")
 		r.Unchanged = append(r.Unchanged, ref)
-		c.filledStatus(ctx, log, r, ref, shadow)
+		c.filledStatus(ctx, log, r, l, true)
 	case reply.OK:
-		c.filledStatus(ctx, log, r, ref, shadow)
+		c.filledStatus(ctx, log, r, l, false)
 		if reply.Error != "" {
 			log.Warn("filled, but the node could not record it", "err", reply.Error)
 		} else {
@@ -742,7 +745,7 @@ func (c *Client) fillFile(ctx context.Context, r *Report, l lookup) error {
 			// wrong --account would then show nowhere (a fresh user's
 			// finding F8). This client knows its account is not the
 			// plan's: the status says so until a write is accepted.
-			c.setStatus(ctx, ref, store.FillRefused, c.wrongAccountWhy(), "")
+			c.setStatus(ctx, ref, store.FillRefused, c.wrongAccountWhy(), "", l.sealed.rev)
 		} else {
 			c.clearStatus(ctx, ref) // a refusal is owed and shown by the fold, not here
 		}
@@ -801,8 +804,12 @@ func (c *Client) Request(ctx context.Context, module, path string, content []byt
 
 // request sends one fill request, retrying transport failures.
 func (c *Client) request(ctx context.Context, log *slog.Logger, module, path string, content []byte) (events.FillReply, error) {
-	if max := c.nc.MaxPayload(); max > 0 && int64(len(content)) > max {
-		return events.FillReply{}, fmt.Errorf("content of %d bytes exceeds the server's max payload of %d", len(content), max)
+	if max := c.nc.MaxPayload(); max > 0 && int64(len(content)+events.FillRequestRoom(module, path)) > max {
+		// The headers count too (the client refuses the message
+		// otherwise, and a retry would not help): the ceiling
+		// 'secret put' checks a put against.
+		return events.FillReply{}, fmt.Errorf("content of %d bytes and the request's headers (up to %d) exceed the server's max payload of %d",
+			len(content), events.FillRequestRoom(module, path), max)
 	}
 	// One id for every attempt: a retry of an attempt that wrote the file
 	// but whose reply was lost (a timeout) is then answered as filled, not

@@ -51,42 +51,61 @@ func (s *Sealed) PublicKey() string { return s.pub }
 // bucket's read failing, which keeps the later sources out too (it may
 // hold a put: errSealedUnread).
 func (s *Sealed) Content(ctx context.Context, node, module, path string) ([]byte, error) {
+	content, _, err := s.read(ctx, node, module, path)
+	return content, err
+}
+
+// sealedRead is which sealed secret a lookup read for a file: its
+// revision in the bucket (a removal's too; 0: none stored or read) and
+// its digest (the put's; "" for a removal).
+type sealedRead struct {
+	rev    uint64
+	digest string
+}
+
+// read is [Sealed.Content], saying which secret it read.
+func (s *Sealed) read(ctx context.Context, node, module, path string) ([]byte, sealedRead, error) {
 	e, err := s.kv.Get(ctx, store.SecretKey(node, module, path))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, &NoSourceError{Where: "sealed " + store.SecretKey(node, module, path), Why: "no sealed secret"}
+		return nil, sealedRead{}, &NoSourceError{Where: "sealed " + store.SecretKey(node, module, path), Why: "no sealed secret"}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sealed secret: %w: %w", errSealedUnread, err)
+		return nil, sealedRead{}, fmt.Errorf("sealed secret: %w: %w", errSealedUnread, err)
 	}
+	rd := sealedRead{rev: e.Revision()}
 	rec, err := store.DecodeSealedSecret(e.Value())
 	if err != nil {
-		return nil, err // store.ErrCannotOpen
+		return nil, rd, err // store.ErrCannotOpen
 	}
 	if rec.Removed {
-		return nil, &RemovedError{Where: "sealed " + store.SecretKey(node, module, path), By: rec.By, At: rec.At}
+		return nil, rd, &RemovedError{Where: "sealed " + store.SecretKey(node, module, path), By: rec.By, At: rec.At}
 	}
-	return rec.Open(s.key, node, module, path)
+	rd.digest = rec.Digest
+	content, err := rec.Open(s.key, node, module, path)
+	return content, rd, err
 }
 
 // compare reads node's secret for module's file path and reports whether
 // one is stored (a removal, a missing key or a failed read is not) and
-// whether it opens to content; rec is the stored record (no content).
-func (s *Sealed) compare(ctx context.Context, node, module, path string, content []byte) (rec store.SealedSecret, same, stored bool) {
+// whether it opens to content; rec is the stored record (no content),
+// rev its revision (0 when none was read).
+func (s *Sealed) compare(ctx context.Context, node, module, path string, content []byte) (rec store.SealedSecret, rev uint64, same, stored bool) {
 	e, err := s.kv.Get(ctx, store.SecretKey(node, module, path))
 	if err != nil {
-		return rec, false, false
+		return rec, 0, false, false
 	}
+	rev = e.Revision()
 	rec, err = store.DecodeSealedSecret(e.Value())
 	if err != nil || rec.Removed {
-		return rec, false, false
+		return rec, rev, false, false
 	}
 	plain, err := rec.Open(s.key, node, module, path)
 	if err != nil {
-		return rec, false, true
+		return rec, rev, false, true
 	}
 	same = bytes.Equal(plain, content)
 	clear(plain)
-	return rec, same, true
+	return rec, rev, same, true
 }
 
 // Register publishes the public key under node's name in the bucket (a

@@ -21,6 +21,8 @@ type lookup struct {
 	ticket  uint64 // the order the lookup started in (Client.ticket)
 	found   bool   // a source gave content
 	content []byte
+	source  string     // the source that gave it ("sealed", "dir /srv/x")
+	sealed  sealedRead // the sealed secret read for the file (zero: none)
 	shadow  shadowing
 	state   store.FillState
 	whys    []string
@@ -35,9 +37,19 @@ func (c *Client) lookup(ctx context.Context, ref FileRef) lookup {
 	l := lookup{ref: ref, state: store.FillMissing}
 	first := 0
 	for i, src := range c.sources {
-		content, err := src.Content(ctx, c.cfg.Node, ref.Module, ref.Path)
+		var content []byte
+		var err error
+		if s, ok := src.(*Sealed); ok {
+			content, l.sealed, err = s.read(ctx, c.cfg.Node, ref.Module, ref.Path)
+		} else {
+			content, err = src.Content(ctx, c.cfg.Node, ref.Module, ref.Path)
+		}
 		if err == nil {
-			l.found, l.content, l.shadow = true, content, c.shadowWhy(ctx, i, ref.Module, ref.Path, content)
+			l.found, l.content, l.source = true, content, src.String()
+			l.shadow = c.shadowWhy(ctx, i, ref.Module, ref.Path, content)
+			if l.shadow.rev != 0 {
+				l.sealed = sealedRead{rev: l.shadow.rev}
+			}
 			return l
 		}
 		if ctx.Err() != nil {
@@ -97,13 +109,17 @@ func (c *Client) record(ctx context.Context, r *Report, l lookup) *Unfilled {
 	if l.state == store.FillMissing {
 		r.Missing = append(r.Missing, strings.Join(l.wheres, ", "))
 	}
-	c.setStatus(ctx, ref, un.State, un.Why, "")
+	c.setStatus(ctx, ref, un.State, un.Why, "", l.sealed.rev)
 	return un
 }
 
 // shadowing is why a sealed secret is shadowed by an earlier source
-// (why; "" when it is not) and that source's name (source, "dir /srv/x").
-type shadowing struct{ why, source string }
+// (why; "" when it is not), that source's name (source, "dir /srv/x"),
+// and the revision of the sealed secret compared (rev; 0: none stored).
+type shadowing struct {
+	why, source string
+	rev         uint64
+}
 
 // shadowWhy says why the sealed secret of module's file path is shadowed
 // by the source at index won, which gave content: a sealed source after
@@ -118,29 +134,40 @@ func (c *Client) shadowWhy(ctx context.Context, won int, module, path string, co
 		if !ok {
 			continue
 		}
-		rec, same, stored := s.compare(ctx, c.cfg.Node, module, path, content)
+		rec, rev, same, stored := s.compare(ctx, c.cfg.Node, module, path, content)
 		if !stored || same {
-			return shadowing{}
+			return shadowing{rev: rev}
 		}
 		why := fmt.Sprintf("filled from %s, tried before sealed (the --from order); the sealed secret put by %s at %s is not what the node holds: "+
 			"give --from sealed before %s, or remove the file from it", c.sources[won], events.Text(rec.By), rec.At.UTC().Format(time.RFC3339), c.sources[won])
-		return shadowing{why: why, source: c.sources[won].String()}
+		return shadowing{why: why, source: c.sources[won].String(), rev: rev}
 	}
 	return shadowing{}
 }
 
 // setStatus records in the status bucket why ref is not filled (source:
-// the shadowing source of [store.FillShadowed], else ""), when it
-// differs from what is recorded (a put per change, not per pass).
-func (c *Client) setStatus(ctx context.Context, ref FileRef, state store.FillState, why, source string) {
+// the shadowing source of [store.FillShadowed], else ""; rev: the
+// revision of the sealed secret read for it, 0 for none), when it
+// differs from what is recorded (a put per change, not per pass). A file
+// the node was had write before (its [store.FillRecord]) says when: the
+// node keeps that content (a fresh user's finding U10).
+func (c *Client) setStatus(ctx context.Context, ref FileRef, state store.FillState, why, source string, rev uint64) {
 	if c.cfg.Status == nil {
 		return
 	}
+	var last time.Time
+	if state != store.FillShadowed {
+		last = c.filled[ref].At
+	}
 	old, ok := c.status[ref]
-	if ok && old.State == state && old.Why == why && old.Source == source {
+	if ok && old.State == state && old.Why == why && old.Source == source && old.Revision == rev && old.LastFilled.Equal(last) {
 		return
 	}
-	st := store.FillStatus{V: 1, Node: c.cfg.Node, Module: ref.Module, Path: ref.Path, State: state, Why: why, Since: time.Now().UTC(), Source: source}
+	st := store.FillStatus{V: 1, Node: c.cfg.Node, Module: ref.Module, Path: ref.Path, State: state, Why: why, Since: time.Now().UTC(), Source: source,
+		Revision: rev, LastFilled: last}
+	if ok && old.State == state && old.Why == why && old.Source == source {
+		st.Since = old.Since // the same state, at a newer put: since it began
+	}
 	data, _ := json.Marshal(st)
 	if _, err := c.cfg.Status.Put(ctx, store.SecretKey(c.cfg.Node, ref.Module, ref.Path), data); err != nil {
 		c.statusFailed(err)
@@ -149,10 +176,13 @@ func (c *Client) setStatus(ctx context.Context, ref FileRef, state store.FillSta
 	c.status[ref] = st
 }
 
-// filledStatus records the status of ref once the node holds what the
-// sources gave: shadowed when shadow says why (noted in r, logged at warn
-// when it changes), else none.
-func (c *Client) filledStatus(ctx context.Context, log *slog.Logger, r *Report, ref FileRef, shadow shadowing) {
+// filledStatus records the status of l's file once the node holds what
+// the sources gave (unchanged: it held it already): its fill record, and
+// shadowed when l's shadow says why (noted in r, logged at warn when it
+// changes), else no status.
+func (c *Client) filledStatus(ctx context.Context, log *slog.Logger, r *Report, l lookup, unchanged bool) {
+	ref, shadow := l.ref, l.shadow
+	c.setFilled(ctx, l, unchanged)
 	if shadow.why == "" {
 		c.clearStatus(ctx, ref)
 		return
@@ -161,7 +191,34 @@ func (c *Client) filledStatus(ctx context.Context, log *slog.Logger, r *Report, 
 	if old, ok := c.status[ref]; !ok || old.State != store.FillShadowed || old.Why != shadow.why {
 		log.Warn("sealed secret shadowed by an earlier source", "why", shadow.why)
 	}
-	c.setStatus(ctx, ref, store.FillShadowed, shadow.why, shadow.source)
+	c.setStatus(ctx, ref, store.FillShadowed, shadow.why, shadow.source, shadow.rev)
+}
+
+// setFilled records l's file's fill ([store.FillRecord]): on every
+// write, and on an unchanged one when the source or the sealed secret
+// read differs from the record (a put of the content the node holds).
+func (c *Client) setFilled(ctx context.Context, l lookup, unchanged bool) {
+	if c.cfg.Status == nil {
+		return
+	}
+	rec := store.FillRecord{V: 1, Node: c.cfg.Node, Module: l.ref.Module, Path: l.ref.Path, Source: l.source, Revision: l.sealed.rev,
+		At: time.Now().UTC(), Unchanged: unchanged}
+	if l.source == (&Sealed{}).String() {
+		rec.Digest = l.sealed.digest
+	}
+	old, ok := c.filled[l.ref]
+	if unchanged && ok && old.Source == rec.Source && old.Revision == rec.Revision && old.Digest == rec.Digest {
+		return
+	}
+	if unchanged && ok && !old.At.IsZero() {
+		rec.At = old.At // written then; held since
+	}
+	data, _ := json.Marshal(rec)
+	if _, err := c.cfg.Status.Put(ctx, store.FilledKey(c.cfg.Node, l.ref.Module, l.ref.Path), data); err != nil {
+		c.statusFailed(err)
+		return
+	}
+	c.filled[l.ref] = rec
 }
 
 // clearStatus deletes ref's status once it is filled.
@@ -189,8 +246,15 @@ func (c *Client) loadStatus(ctx context.Context) {
 	if err != nil {
 		c.statusFailed(err)
 	}
+	recs, err := store.ReadFillRecords(ctx, c.cfg.Status, c.cfg.Node)
+	if err != nil {
+		c.statusFailed(err)
+	}
 	c.fillMu.Lock()
 	defer c.fillMu.Unlock()
+	for _, r := range recs {
+		c.filled[FileRef{Module: r.Module, Path: r.Path}] = r
+	}
 	for _, st := range sts {
 		if st.Module == "" {
 			if st.State == store.FillUntrusted {
@@ -213,6 +277,16 @@ func (c *Client) clearUndeclared(ctx context.Context) {
 		if !c.declared.files[ref] {
 			c.clearStatus(ctx, ref)
 		}
+	}
+	for ref := range c.filled {
+		if c.declared.files[ref] {
+			continue
+		}
+		if err := c.cfg.Status.Delete(ctx, store.FilledKey(c.cfg.Node, ref.Module, ref.Path)); err != nil {
+			c.statusFailed(err)
+			continue
+		}
+		delete(c.filled, ref)
 	}
 }
 

@@ -54,7 +54,7 @@ func (r *Reader) Sources(ctx context.Context, node string) (map[string][]audit.S
 	out := map[string][]audit.SourceProblem{}
 	for _, st := range sts {
 		out[st.Node] = append(out[st.Node], audit.SourceProblem{Module: st.Module, Path: st.Path, State: string(st.State),
-			Why: st.Why, Since: st.Since, Signer: st.Signer})
+			Why: st.Why, Since: st.Since, Signer: st.Signer, LastFilled: st.LastFilled})
 	}
 	if node != "" {
 		un, err := r.unanswered(ctx, kv, map[string]uint64{node: 0}, time.Now())

@@ -594,3 +594,37 @@ func (l *Lease) Release(ctx context.Context) error {
 		rev = e.Revision()
 	}
 }
+
+// LeaseAge reads the lease key of the node lease bucket of streamCfg's
+// stream, without creating the bucket: held is false when nobody holds
+// it (the key expired or was released, or the bucket does not exist);
+// else holder is its value, age how long ago (against now) its holder
+// last renewed it (the server's time of its newest revision), and ttl
+// the bucket's TTL. A live holder renews every TTL/4, so an age above
+// TTL/2 is a holder that may be down (killed: its key expires only at
+// the TTL). The one read of a lease's age: 'secret put' says so.
+//
+// Errors: the bucket's lookup (other than not found) or the key's read.
+func LeaseAge(ctx context.Context, js jetstream.JetStream, streamCfg StreamConfig, key string, now time.Time) (held bool, holder Holder, age, ttl time.Duration, err error) {
+	kv, err := js.KeyValue(ctx, streamCfg.WithDefaults().Name+NodeLeaseBucketSuffix)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return false, holder, 0, 0, nil
+	}
+	if err != nil {
+		return false, holder, 0, 0, err
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return false, holder, 0, 0, err
+	}
+	ttl = st.TTL()
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, holder, 0, ttl, nil
+	}
+	if err != nil {
+		return false, holder, 0, ttl, err
+	}
+	_ = json.Unmarshal(e.Value(), &holder)
+	return true, holder, max(now.Sub(e.Created()), 0), ttl, nil
+}

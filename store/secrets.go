@@ -150,6 +150,32 @@ func SealSecret(node, module, path string, content []byte, to string, digestKey 
 	return s, nil
 }
 
+// MaxContentIn returns the most bytes of content a secret sealed as s
+// (from content of n bytes) can hold while its stored record, the JSON a
+// put publishes, takes at most max bytes (a server's max_payload): the
+// same node, module, path, key, author and time, any content. Sealing
+// adds a fixed overhead (the bound header, the nonce and the box's
+// tag), and the record carries the ciphertext in base64, 4 bytes for 3:
+// on a 1 MiB server a secret holds about three quarters of it. 0 when
+// none fits.
+func (s SealedSecret) MaxContentIn(n int, max int64) int {
+	data, err := json.Marshal(s)
+	if err != nil {
+		return 0
+	}
+	fixed := len(data) - base64.StdEncoding.EncodedLen(len(s.Sealed))
+	over := len(s.Sealed) - n
+	room := max - int64(fixed)
+	if room <= 0 {
+		return 0
+	}
+	c := room/4*3 - int64(over)
+	if c < 0 {
+		return 0
+	}
+	return int(min(c, int64(^uint(0)>>1)))
+}
+
 // SecretDigest is the hex HMAC-SHA256 of content under key.
 func SecretDigest(key, content []byte) string {
 	m := hmac.New(sha256.New, key)
@@ -262,6 +288,90 @@ type FillStatus struct {
 	// or knock the provisioner refused (its public nkey; empty when it
 	// was unsigned); empty otherwise.
 	Signer string `json:"signer,omitempty"`
+	// Revision is the secrets bucket's revision of the sealed secret
+	// (or removal) the provisioner read for the file when it wrote this
+	// status; 0 when it read none (no --from sealed, none stored, or a
+	// provisioner older than this field). 'secret put' waits for a
+	// status or a [FillRecord] at its own revision.
+	Revision uint64 `json:"revision,omitempty"`
+	// LastFilled is, of a file not filled now, when a provisioner last
+	// had the node write it ([FillRecord.At]): the node keeps that
+	// content (a removed secret's, one sealed to a key rotated since).
+	// Zero when none ever filled it, as the bucket remembers.
+	LastFilled time.Time `json:"last_filled,omitzero"`
+}
+
+// FillRecord is the last fill of one file a node's provisioner made
+// (the node wrote it, or held that content already), kept in the fill
+// status bucket under [FilledKey] while the node's plan declares the
+// file: what 'secret put' waits for, and how 'state' and 'fleet' tell
+// a file the node keeps from one it never got ([FillStatus.LastFilled]).
+// It never holds content. A provisioner of a build before this one
+// writes none.
+type FillRecord struct {
+	V      int    `json:"v"`
+	Node   string `json:"node"`
+	Module string `json:"module"`
+	Path   string `json:"path"`
+	// Source is the source that gave the content ("sealed", "dir
+	// /srv/x", "exec CMD").
+	Source string `json:"source"`
+	// Revision is the secrets bucket's revision of the sealed secret
+	// the content is (Source "sealed") or was compared with (a
+	// shadowing source); 0 when none was read.
+	Revision uint64 `json:"revision,omitempty"`
+	// Digest is, of content from the sealed secret, the put's digest
+	// ([SealedSecret.Digest]); "" otherwise.
+	Digest string `json:"digest,omitempty"`
+	// At is when the node last wrote the content (the provisioner's
+	// clock); Unchanged says the node held it already then.
+	At        time.Time `json:"at"`
+	Unchanged bool      `json:"unchanged,omitempty"`
+}
+
+// filledSuffix is the last token of a file's [FillRecord] key: four
+// tokens, so that [ReadFillStatus] of every node (three) never reads it,
+// and one node's read ([ReadFillStatus] of node) decodes no state from it.
+const filledSuffix = "filled"
+
+// FilledKey is the fill status bucket's key of node's [FillRecord] of
+// module's file path: [SecretKey] and ".filled".
+func FilledKey(node, module, path string) string {
+	return SecretKey(node, module, path) + "." + filledSuffix
+}
+
+// ReadFillRecords returns node's [FillRecord]s, keyed by [SecretKey]; a
+// value that does not decode is left out.
+//
+// Errors: the bucket's read.
+func ReadFillRecords(ctx context.Context, kv jetstream.KeyValue, node string) (map[string]FillRecord, error) {
+	entries, err := ReadKV(ctx, kv, node+".*.*."+filledSuffix)
+	out := make(map[string]FillRecord, len(entries))
+	for _, e := range entries {
+		var r FillRecord
+		if json.Unmarshal(e.Value(), &r) == nil && r.V > 0 {
+			out[SecretKey(r.Node, r.Module, r.Path)] = r
+		}
+	}
+	return out, err
+}
+
+// DecodeFillRecord decodes a [FillRecord] value; ok is false when it is
+// none.
+func DecodeFillRecord(data []byte) (r FillRecord, ok bool) {
+	if json.Unmarshal(data, &r) != nil || r.V == 0 {
+		return FillRecord{}, false
+	}
+	return r, true
+}
+
+// DecodeFillStatus decodes a file's [FillStatus] value; ok is false when
+// it is none.
+func DecodeFillStatus(data []byte) (st FillStatus, ok bool) {
+	if json.Unmarshal(data, &st) != nil || st.State == "" {
+		return FillStatus{}, false
+	}
+	return st, true
 }
 
 // FillState is the kind of a [FillStatus].

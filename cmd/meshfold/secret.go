@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -75,30 +76,49 @@ func (a *app) openSecrets(ctx context.Context, create bool) (jetstream.KeyValue,
 // credentials may not read it), where a provisioner says a sealed secret
 // is shadowed by an earlier source.
 func (a *app) openSecretsFills(ctx context.Context, create bool) (jetstream.KeyValue, jetstream.KeyValue, func(), error) {
-	nc, err := a.conn.connect("meshfold-secret", a)
+	sc, err := a.openSecretsConn(ctx, create)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	return sc.kv, sc.fills, sc.nc.Close, nil
+}
+
+// secretsConn is what a secret verb opens: the connection (the caller
+// closes it), the stream's config, the secrets bucket and the fill
+// status bucket (nil when it cannot be opened).
+type secretsConn struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	scfg  store.StreamConfig
+	kv    jetstream.KeyValue
+	fills jetstream.KeyValue
+}
+
+func (a *app) openSecretsConn(ctx context.Context, create bool) (*secretsConn, error) {
+	nc, err := a.conn.connect("meshfold-secret", a)
+	if err != nil {
+		return nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, nil, err
+		return nil, err
 	}
 	_, scfg, err := a.stream.openStream(ctx, js)
 	if err != nil {
 		nc.Close()
-		return nil, nil, nil, err
+		return nil, err
 	}
 	kv, err := store.OpenSecrets(ctx, js, scfg, create)
 	if err != nil {
 		nc.Close()
-		return nil, nil, nil, err
+		return nil, err
 	}
 	fills, err := store.OpenFillStatus(ctx, js, scfg, false)
 	if err != nil {
 		fills = nil
 	}
-	return kv, fills, nc.Close, nil
+	return &secretsConn{nc: nc, js: js, scfg: scfg, kv: kv, fills: fills}, nil
 }
 
 // shadowedBy returns, of node's fill statuses in fills ("" for every
@@ -127,7 +147,7 @@ func shadowedBy(ctx context.Context, fills jetstream.KeyValue, node string) map[
 
 func newSecretPutCmd(a *app) *cobra.Command {
 	var file, by string
-	var timeout time.Duration
+	var timeout, wait time.Duration
 	var ahead bool
 	cmd := &cobra.Command{
 		Use:   "put NODE MODULE PATH [-f FILE] --by NAME [--ahead]",
@@ -193,48 +213,66 @@ and 'state' say so too.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			kv, fills, closeConn, err := a.openSecretsFills(ctx, true)
+			sc, err := a.openSecretsConn(ctx, true)
 			if err != nil {
 				return err
 			}
-			defer closeConn()
+			defer sc.nc.Close()
 			check := func() error {
 				if ahead {
 					return nil
 				}
 				return a.refuseUndeclaredPut(ctx, args[0], args[1], args[2])
 			}
-			rev, digest, err := putSecret(ctx, kv, args[0], args[1], args[2], content, by, check)
+			rev, digest, err := putSecret(ctx, sc.kv, args[0], args[1], args[2], content, by, check, sc.nc.MaxPayload())
 			if errors.Is(err, store.ErrNoCurveKey) {
 				return a.unknownSecretNode(ctx, args[0], err)
 			}
 			if err != nil {
 				return err
 			}
+			undeclared := ""
 			if ahead {
-				if note := a.undeclaredNote(ctx, args[0], args[1], args[2]); note != "" {
-					fmt.Fprintf(a.stderr, "note: %s\n", note)
+				if undeclared = a.undeclaredNote(ctx, args[0], args[1], args[2]); undeclared != "" {
+					fmt.Fprintf(a.stderr, "note: %s\n", undeclared)
 				}
 			}
-			if note := a.downNote(ctx, args[0]); note != "" {
-				fmt.Fprint(a.stderr, note)
-			}
-			if src, ok := shadowedBy(ctx, fills, args[0])[store.SecretKey(args[0], args[1], args[2])]; ok {
-				fmt.Fprintf(a.stderr, "meshfold: warning: %s's provisioner reports this file shadowed: it fills it from %s, given before --from sealed, "+
-					"so the node holds that source's content, not a put, while the source has the file ('meshfold state %s' says so; "+
-					"give --from sealed first, or remove the file from that source)\n",
-					args[0], events.Text(src), args[0])
+			view, viewed := a.nodeView(ctx, args[0])
+			if viewed {
+				fmt.Fprint(a.stderr, putDownNote(args[0], view, time.Now()))
 			}
 			if _, err = fmt.Fprintf(a.stdout, "%s %s %s revision %d digest %s\n", args[0], args[1], args[2], rev, digest[:16]); err != nil {
 				return err
 			}
-			fmt.Fprintln(a.stderr, putCountNote(ctx, kv, args[0], args[1], args[2], rev))
+			fmt.Fprintln(a.stderr, putCountNote(ctx, sc.kv, args[0], args[1], args[2], rev))
+			shadowed, isShadowed := "", false
+			if wait > 0 && undeclared == "" {
+				// The put is stored (exit 0 whatever follows); say
+				// whether the node got it (a fresh user's finding U7).
+				wctx, wcancel := context.WithTimeout(cmd.Context(), wait+10*time.Second)
+				o := a.awaitFill(wctx, sc, fillWait{node: args[0], module: args[1], path: args[2], rev: rev, digest: digest, wait: wait,
+					view: view, viewed: viewed})
+				wcancel()
+				shadowed, isShadowed = o.shadowedBy, o.shadowedBy != ""
+				if _, err := fmt.Fprintln(a.stdout, o.line); err != nil {
+					return err
+				}
+			} else {
+				shadowed, isShadowed = shadowedBy(ctx, sc.fills, args[0])[store.SecretKey(args[0], args[1], args[2])]
+			}
+			if isShadowed {
+				fmt.Fprintf(a.stderr, "meshfold: warning: %s's provisioner reports this file shadowed: it fills it from %s, given before --from sealed, "+
+					"so the node holds that source's content, not a put, while the source has the file ('meshfold state %s' says so; "+
+					"give --from sealed first, or remove the file from that source)\n",
+					args[0], events.Text(shadowed), args[0])
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "read the content from FILE (default: stdin)")
 	cmd.Flags().StringVar(&by, "by", "", "who puts it (required); kept beside the ciphertext")
 	cmd.Flags().BoolVar(&ahead, "ahead", false, aheadFlagHelp("store the secret"))
+	cmd.Flags().DurationVar(&wait, "wait", 2*time.Second, "how long to wait for NODE's provisioner to fill the put, to say whether the node got it (0: do not wait)")
 	addPublishTimeout(cmd, &timeout)
 	_ = cmd.MarkFlagRequired("by")
 	a.conn.add(cmd)
@@ -245,7 +283,14 @@ and 'state' say so too.`,
 // putSecret seals content to node's registered key and stores it; it
 // returns the revision and the digest. check, when not nil, runs once the
 // key is found and before anything is written: its error refuses the put.
-func putSecret(ctx context.Context, kv jetstream.KeyValue, node, module, path string, content []byte, by string, check func() error) (uint64, string, error) {
+//
+// maxPayload is the server's max_payload as the connection reports it (0:
+// unknown): a content whose sealed record, or the fill request that
+// carries it to the node, would not fit is refused (exit 2, nothing
+// stored), saying the ceiling (a fresh user's finding U23: the raw
+// "nats: maximum payload exceeded", exit 1, above about 790 KB of a 1 MiB
+// server).
+func putSecret(ctx context.Context, kv jetstream.KeyValue, node, module, path string, content []byte, by string, check func() error, maxPayload int64) (uint64, string, error) {
 	e, err := kv.Get(ctx, store.CurveKeyName(node))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0, "", &noKeyError{node: node}
@@ -266,12 +311,39 @@ func putSecret(ctx context.Context, kv jetstream.KeyValue, node, module, path st
 	if err != nil {
 		return 0, "", err
 	}
+	if maxPayload > 0 {
+		if ceiling := sealedCeiling(rec, len(content), module, path, maxPayload); len(content) > ceiling {
+			return 0, "", withCode(exitUsage, fmt.Errorf("content is %d bytes; a sealed secret holds at most %d bytes on this server (max_payload %s): "+
+				"nothing stored (sealing and its base64 encoding take about a quarter of the message)", len(content), ceiling, sizeText(maxPayload)))
+		}
+	}
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return 0, "", err
 	}
 	rev, err := kv.Put(ctx, store.SecretKey(node, module, path), data)
 	return rev, rec.Digest, err
+}
+
+// sealedCeiling is the most content bytes a secret sealed as rec (from
+// n bytes) holds on a server of max_payload maxPayload: its stored record
+// must fit (store.SealedSecret.MaxContentIn), and so must the fill
+// request that carries the content to the node, beside its headers
+// (events.FillRequestRoom).
+func sealedCeiling(rec store.SealedSecret, n int, module, path string, maxPayload int64) int {
+	return max(0, min(rec.MaxContentIn(n, maxPayload), int(maxPayload)-events.FillRequestRoom(module, path)))
+}
+
+// sizeText is n bytes as a person reads a server limit: "1 MiB" for a
+// whole number of MiB or KiB, else bytes.
+func sizeText(n int64) string {
+	switch {
+	case n > 0 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n > 0 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // putCountNote says what a put's revision is: the secrets bucket's
@@ -599,30 +671,31 @@ func (a *app) unknownSecretNode(ctx context.Context, node string, noKey error) e
 		node, cfg.Name, node))
 }
 
-// downNote says, when node's agent or its provisioner is known down (as
-// the reconciler's fold of node says: reconcile.View), since when and
-// that the put is filled once it is back: the put itself succeeds, and
-// said nothing (a fresh user's finding L10). "" when both are up or not
-// known, or node's state cannot be read (a note, not a refusal).
-func (a *app) downNote(ctx context.Context, node string) string {
+// nodeView reads node's view (as the reconciler's fold of node says:
+// reconcile.View), for [putDownNote] and what a put waits for; ok is
+// false when it cannot be read (a note, not a refusal).
+func (a *app) nodeView(ctx context.Context, node string) (reconcile.View, bool) {
 	nc, err := a.conn.connect("meshfold-secret", a)
 	if err != nil {
-		return ""
+		return reconcile.View{}, false
 	}
 	defer nc.Close()
 	r, err := a.stream.reader(nc, query.Config{Timeout: 2 * time.Second})
 	if err != nil {
-		return ""
+		return reconcile.View{}, false
 	}
 	ns, err := r.State(ctx, node)
 	if err != nil {
-		return ""
+		return reconcile.View{}, false
 	}
-	return putDownNote(node, ns.View, time.Now())
+	return ns.View, true
 }
 
-// putDownNote is [app.downNote]'s text for node's view v, a line each,
-// ages told against now.
+// putDownNote says, when node's agent or its provisioner is known down
+// in its view v, since when and that the put is filled once it is back:
+// the put itself succeeds, and said nothing (a fresh user's finding
+// L10). A line each, ages told against now; "" when both are up or not
+// known.
 func putDownNote(node string, v reconcile.View, now time.Time) string {
 	var b strings.Builder
 	if v.AgentDown() {

@@ -849,21 +849,35 @@ func TestSecretPutWhileDown(t *testing.T) {
 	}
 	stopAgent, stopProv := agent(), prov()
 	file := filepath.Join(t.TempDir(), "secret")
-	put := func(label string) string {
+	var out string // the last put's stdout
+	var took time.Duration
+	put := func(label string, extra ...string) string {
 		t.Helper()
 		if err := os.WriteFile(file, []byte(label+"-s3cr3t"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		var out, errs string
+		var errs string
 		waitUntil(t, testCtx(t), "secret put to be taken (the provisioner registers its key at start)", func() bool {
 			var code int
-			out, errs, code = m.cli(t, "secret", "put", "ace", "app", sealedPath, "-f", file, "--by", "alice")
+			began := time.Now()
+			out, errs, code = m.cli(t, append([]string{"secret", "put", "ace", "app", sealedPath, "-f", file, "--by", "alice"}, extra...)...)
+			took = time.Since(began)
 			return code == 0
 		})
 		if strings.Contains(out+errs, "s3cr3t") {
 			t.Fatalf("secret put prints content:\n%s%s", out, errs)
 		}
 		return errs
+	}
+	// says checks that the last put's stdout says each of whats.
+	says := func(case_ string, whats ...string) {
+		t.Helper()
+		for _, w := range whats {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: the put's stdout does not say %q:\n%s", case_, w, out)
+			}
+		}
+		t.Logf("%s: the put took %s and printed:\n%s", case_, took.Round(time.Millisecond), out)
 	}
 	filled := func(label string) {
 		t.Helper()
@@ -879,10 +893,29 @@ func TestSecretPutWhileDown(t *testing.T) {
 			return strings.Contains(strings.Join(strings.Fields(out), " "), what)
 		})
 	}
-	if errs := put("up"); strings.Contains(errs, "down since") || strings.Contains(errs, "is up since") {
+	// --wait 30s: a put filled at once does not wait it out, under any
+	// load a test meets.
+	if errs := put("up", "--wait", "30s"); strings.Contains(errs, "down since") || strings.Contains(errs, "is up since") {
 		t.Errorf("a put with the agent and the provisioner up says one is down:\n%s", errs)
 	}
+	// It says the node got it, with the put's digest (a fresh user's
+	// finding U7: put never said), well within its wait.
+	if f := strings.Fields(out); len(f) < 7 || f[5] != "digest" {
+		t.Fatalf("put's revision line: %q", out)
+	} else {
+		says("up", "\nfilled on ace (digest "+f[6]+")\n")
+	}
+	if took >= 30*time.Second {
+		t.Errorf("a put filled at once took %s: it waited out its --wait", took)
+	}
 	filled("up")
+	put("up", "--wait", "30s")
+	says("the same content again", "filled on ace (digest ", "it held this content already")
+	put("nowait", "--wait", "0")
+	if strings.Contains(out, "filled") {
+		t.Errorf("put --wait 0 waited: %q", out)
+	}
+	filled("nowait")
 
 	stopAgent()
 	stateSays("agent DOWN since")
@@ -892,19 +925,113 @@ func TestSecretPutWhileDown(t *testing.T) {
 		t.Errorf("a put while the agent is down does not say so:\n%s", errs)
 	}
 	t.Logf("a put while the agent is down says:\n%s", errs)
+	says("agent down", "not filled yet: ace's provisioner did not report this put within 2s (--wait)", "node ace's agent is down: the file is filled when it is back")
 	agent()
 	filled("agentdown")
 
 	stopProv()
 	stateSays("prov DOWN since")
-	errs = put("provdown")
+	errs = put("provdown", "--wait", "30s")
 	if !strings.Contains(errs, "note: no provisioner of ace is up since ") || !strings.Contains(errs, "'meshfold provision ace …' runs again") ||
 		strings.Contains(errs, "agent is down") {
 		t.Errorf("a put while no provisioner is up does not say so:\n%s", errs)
 	}
 	t.Logf("a put while no provisioner is up says:\n%s", errs)
-	prov()
+	says("provisioner down", "not filled yet: no provisioner of ace is up (the note above says since when); the file is filled when 'meshfold provision ace …' starts")
+	if took >= 30*time.Second {
+		t.Errorf("a put with no provisioner up took %s: it waited for none", took)
+	}
+	stopProv = prov()
 	filled("provdown")
+
+	// A provisioner killed -9 leaves its lease until the TTL: a lease not
+	// renewed for more than half of it may be down. (One held here by a
+	// process that does not renew it: the same key.)
+	stopProv()
+	stateSays("prov DOWN since")
+	leases, err := store.OpenNodeLeases(testCtx(t), m.js, m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := store.NewHolder("provisioner", "ace")
+	hv, _ := json.Marshal(h)
+	if _, err := leases.Create(testCtx(t), store.ProvisionerLeaseKey("ace"), hv); err != nil {
+		t.Fatal(err)
+	}
+	put("killed", "--wait", "3s")
+	says("provisioner killed", "not filled yet: ace's provisioner did not report this put within 3s (--wait)",
+		fmt.Sprintf("its provisioner (pid %d on %s) last renewed its lease ", h.PID, h.Host), "(TTL 5s; a live one renews it every 1.25s): it may be down")
+	waitUntil(t, testCtx(t), "the unrenewed lease to expire", func() bool {
+		_, err := leases.Get(testCtx(t), store.ProvisionerLeaseKey("ace"))
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+
+	// A provisioner whose --account is not the plan's: the node refuses
+	// its writes, and the put says so (U7's third case).
+	stopProv = func() func() {
+		stop, _ := m.background(t, trust, "provision", "ace", "--from", "sealed", "--key", filepath.Join(dir, "prov", "curve.key"),
+			"--account", "nbody", "--resync", "0", "--log-level", "warn")
+		return stop
+	}()
+	// Its fill on start is refused; state says the node keeps what was
+	// last filled.
+	stateSays("kept as last filled (at ")
+	stateSays("a newer one is not written: refused since ")
+	put("wrongaccount")
+	says("wrong account", "not filled yet: refused: wrong-account: the node refuses writes from nbody", "start the provisioner with --account prov",
+		"the node keeps what was last filled (at ")
+	stopProv()
+	stopProv = prov()
+	filled("wrongaccount")
+
+	// The ceiling a put announces is the real one: the sealed record and
+	// the fill request carrying the content fit the server's max_payload
+	// (a fresh user's finding U23: 800,000 bytes failed with a raw "nats:
+	// maximum payload exceeded", exit 1).
+	big := filepath.Join(t.TempDir(), "big")
+	putSize := func(n int) (string, string, int) {
+		t.Helper()
+		if err := os.WriteFile(big, bytes.Repeat([]byte{'b'}, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return m.cli(t, "secret", "put", "ace", "app", sealedPath, "-f", big, "--by", "alice", "--wait", "30s")
+	}
+	before, _, _ := m.cli(t, "secret", "ls", "ace")
+	_, errs, code := putSize(900000)
+	const ceiling = "content is 900000 bytes; a sealed secret holds at most "
+	i := strings.Index(errs, ceiling)
+	if code != exitUsage || i < 0 || !strings.Contains(errs, " bytes on this server (max_payload 1 MiB): nothing stored") {
+		t.Fatalf("a put over the ceiling: exit %d, want %d saying %q…:\n%s", code, exitUsage, ceiling, errs)
+	}
+	n, err := strconv.Atoi(strings.Fields(errs[i+len(ceiling):])[0])
+	if err != nil || n < 700000 || n >= 900000 {
+		t.Fatalf("the ceiling said: %q (%v)", errs, err)
+	}
+	if after, _, _ := m.cli(t, "secret", "ls", "ace"); after != before {
+		t.Errorf("a refused put stored something:\n%s\n%s", before, after)
+	}
+	if _, errs, code := putSize(n + 1); code != exitUsage || !strings.Contains(errs, fmt.Sprintf("content is %d bytes; a sealed secret holds at most %d bytes", n+1, n)) {
+		t.Errorf("a put one byte over the ceiling: exit %d\n%s", code, errs)
+	}
+	out, errs, code = putSize(n)
+	if code != 0 || !strings.Contains(out, "\nfilled on ace (digest ") {
+		t.Errorf("a put at the ceiling (%d bytes): exit %d, not filled:\n%s%s", n, code, out, errs)
+	}
+	if fi, err := os.Stat(filepath.Join(root, sealedPath)); err != nil || fi.Size() != int64(n) {
+		t.Errorf("the node's file after a put of %d bytes: %v %v", n, fi, err)
+	}
+	t.Logf("a sealed secret holds at most %d bytes on a server of max_payload 1 MiB (%s %s %s, --by alice)", n, "ace", "app", sealedPath)
+
+	// secret rm: the node keeps the file; state says so, not "not filled"
+	// (a fresh user's finding U10).
+	if _, errs, code := m.cli(t, "secret", "rm", "ace", "app", sealedPath, "--by", "carol"); code != 0 {
+		t.Fatalf("secret rm: %s", errs)
+	}
+	stateSays("ace app " + sealedPath + " kept as last filled (at ")
+	stateSays("no source gives a newer one: missing since ")
+	if st, _, _ := m.cli(t, "state", "ace"); strings.Contains(st, "not filled: missing") {
+		t.Errorf("state says a file the node keeps is not filled:\n%s", st)
+	}
 }
 
 // A --key file that does not exist while the node has a registered curve

@@ -522,6 +522,10 @@ type SourceProblem struct {
 	// Signer is, of an [Untrusted] problem, the key that signed the plan
 	// or knock the provisioner refused (empty: unsigned); empty otherwise.
 	Signer string `json:"signer,omitempty"`
+	// LastFilled is, of a file not filled now, when its provisioner last
+	// had the node write it (store.FillStatus.LastFilled): the node keeps
+	// that content. Zero: never filled, as the provisioners recorded.
+	LastFilled time.Time `json:"last_filled,omitzero"`
 	// Stale: the provisioner that reported it is down
 	// (reconcile.View.ProvisionerDown): it is what that provisioner last
 	// saw, and nobody looks again until one runs (which fills on start,
@@ -626,12 +630,16 @@ const Shadowed = "shadowed"
 // SourcesHeader is the line `meshfold state` and the console print above
 // [SourcesText]: what the lines are, shadowed files among them or not.
 func SourcesHeader(ps []SourceProblem) string {
+	kept := ""
+	if slices.ContainsFunc(ps, func(p SourceProblem) bool { return !p.LastFilled.IsZero() && p.State != Shadowed }) {
+		kept = ", or kept as last filled"
+	}
 	for _, p := range ps {
 		if p.State == Shadowed {
-			return "not filled, or filled from a source that shadows a put, as the provisioner reports it:\n"
+			return "not filled" + kept + ", or filled from a source that shadows a put, as the provisioner reports it:\n"
 		}
 	}
-	return "not filled, as the provisioner reports it:\n"
+	return "not filled" + kept + ", as the provisioner reports it:\n"
 }
 
 // SourcesText is what `meshfold state` and the console's node page print
@@ -669,10 +677,29 @@ func sourcesText(node string, ps []SourceProblem, now time.Time, cut bool) strin
 				Age(now.Sub(p.Since)), stale, why(p.Why)))
 			continue
 		}
+		if !p.LastFilled.IsZero() {
+			// The node holds the file, with what was last filled (a
+			// fresh user's finding U10: "not filled: missing" read as
+			// a file missing on the node).
+			t.line(0, "source", fmt.Sprintf("%s %s %s kept as last filled (at %s); %s: %s since %s ago%s: %s", node, p.Module, events.Text(p.Path),
+				FormatTime(p.LastFilled), keptWhy(p.State), p.State, Age(now.Sub(p.Since)), stale, why(p.Why)))
+			continue
+		}
 		t.line(0, "source", fmt.Sprintf("%s %s %s not filled: %s since %s ago%s: %s", node, p.Module, events.Text(p.Path), p.State,
 			Age(now.Sub(p.Since)), stale, why(p.Why)))
 	}
 	return t.b.String()
+}
+
+// keptWhy says why a file the node keeps as last filled has no newer
+// content, by its state (store.FillState): refused or not sent, a newer
+// one was found but not written; else no source gives one.
+func keptWhy(state string) string {
+	switch state {
+	case "refused", "not-sent":
+		return "a newer one is not written"
+	}
+	return "no source gives a newer one"
 }
 
 // FleetSourcesText lists the source problems of rows, a line each, each
