@@ -203,4 +203,3 @@ func (a *app) unfilledWhy(ctx context.Context, sc *secretsConn, w fillWait) stri
 	}
 	return fmt.Sprintf("not filled yet: %s's provisioner did not report this put within %s (--wait); %s", w.node, w.wait, strings.Join(whys, "; "))
 }
-
