@@ -47,3 +47,35 @@ func TestKnockAnswerBesideFillStatus(t *testing.T) {
 		t.Errorf("ReadKnockAnswers = %+v, %v", all, err)
 	}
 }
+
+// A file's fill record lives beside its fill status without being one:
+// ReadFillStatus of every node and of the node leaves it out,
+// ReadFillRecords reads it back by the file's SecretKey.
+func TestFillRecordBesideFillStatus(t *testing.T) {
+	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := store.OpenFillStatus(ctx, js, cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 4, 15, 40, 1, 0, time.UTC)
+	st, _ := json.Marshal(store.FillStatus{V: 1, Node: "ace", Module: "app", Path: "/run/app/c", State: store.FillMissing, Why: "none", Revision: 7, LastFilled: at})
+	if _, err := kv.Put(ctx, store.SecretKey("ace", "app", "/run/app/c"), st); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := json.Marshal(store.FillRecord{V: 1, Node: "ace", Module: "app", Path: "/run/app/c", Source: "sealed", Revision: 6, Digest: "d", At: at})
+	if _, err := kv.Put(ctx, store.FilledKey("ace", "app", "/run/app/c"), rec); err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"", "ace"} {
+		sts, err := store.ReadFillStatus(ctx, kv, node)
+		if err != nil || len(sts) != 1 || sts[0].Revision != 7 || !sts[0].LastFilled.Equal(at) {
+			t.Errorf("ReadFillStatus(%q) = %+v, %v; want the one status", node, sts, err)
+		}
+	}
+	recs, err := store.ReadFillRecords(ctx, kv, "ace")
+	if r := recs[store.SecretKey("ace", "app", "/run/app/c")]; err != nil || len(recs) != 1 || r.Revision != 6 || r.Source != "sealed" || !r.At.Equal(at) {
+		t.Errorf("ReadFillRecords = %+v, %v", recs, err)
+	}
+}

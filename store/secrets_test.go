@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -53,5 +54,45 @@ func TestSealedSecretOpen(t *testing.T) {
 	}
 	if _, _, _, ok := store.ParseSecretKey(store.CurveKeyName("ace")); ok {
 		t.Errorf("a curve key registration parses as a secret")
+	}
+}
+
+// MaxContentIn is the real ceiling of a put: a record sealing that many
+// bytes takes at most max bytes, one sealing a byte more takes more.
+func TestSealedMaxContentIn(t *testing.T) {
+	ace, _ := nkeys.CreateCurveKeys()
+	pub, _ := ace.PublicKey()
+	at := time.Date(2026, 12, 4, 15, 40, 1, 0, time.UTC)
+	seal := func(n int) store.SealedSecret {
+		rec, err := store.SealSecret("ace", "app", "/run/app/token", make([]byte, n), pub, []byte("k"), "alice", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	size := func(rec store.SealedSecret) int64 {
+		data, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int64(len(data))
+	}
+	const max = 1 << 20
+	n := seal(900000).MaxContentIn(900000, max)
+	if n < 700000 || n > 800000 {
+		t.Fatalf("ceiling %d of a 1 MiB server, want about three quarters", n)
+	}
+	if s := size(seal(n)); s > max {
+		t.Errorf("a record of %d bytes of content takes %d bytes, over %d", n, s, max)
+	}
+	// base64 takes 3 bytes at a time: 3 bytes more cross the limit.
+	if s := size(seal(n + 3)); s <= max {
+		t.Errorf("a record of %d bytes of content takes %d bytes, within %d: the ceiling is low", n+3, s, max)
+	}
+	if got := seal(10).MaxContentIn(10, max); got != n {
+		t.Errorf("the ceiling from a small content is %d, from a large one %d", got, n)
+	}
+	if got := seal(10).MaxContentIn(10, 100); got != 0 {
+		t.Errorf("ceiling %d of a 100-byte server", got)
 	}
 }

@@ -91,3 +91,51 @@ func TestFleetSourcesTextCutsBetweenWords(t *testing.T) {
 		}
 	}
 }
+
+// A file not filled now that a provisioner filled before is kept by the
+// node with what was last filled: its line says so and when, and why no
+// newer content came, never "not filled" (a fresh user's finding U10:
+// "not filled: missing" after 'secret rm' read as a file missing on the
+// node). One never filled still says "not filled"; the header says both.
+func TestSourcesTextKeptAsLastFilled(t *testing.T) {
+	now := time.Date(2026, 12, 4, 15, 46, 0, 0, time.UTC)
+	last := time.Date(2026, 12, 4, 15, 40, 1, 0, time.UTC)
+	ps := []audit.SourceProblem{
+		{Module: "app", Path: "/run/app/token", State: "missing", Why: "sealed: removed by you at 2026-12-04T15:45:37Z", Since: now.Add(-6 * time.Second), LastFilled: last},
+		{Module: "app", Path: "/run/app/ca", State: "sealed-to-other-key", Why: "sealed: sealed to another key", Since: now.Add(-time.Minute), LastFilled: last},
+		{Module: "app", Path: "/run/app/tls", State: "refused", Why: "wrong-account: the node refuses writes from nbody", Since: now.Add(-time.Minute), LastFilled: last},
+		{Module: "app", Path: "/run/app/key", State: "missing", Why: "dir /srv/x: no file", Since: now.Add(-time.Minute)},
+	}
+	raw := audit.SourcesText("fox", ps, now)
+	got := strings.Join(strings.Fields(raw), " ")
+	// One line a file, each starting with "source" (a long one wraps,
+	// its rest indented).
+	var lines []string
+	for _, l := range strings.Split(raw, "\n") {
+		if rest, ok := strings.CutPrefix(l, "source"); ok {
+			lines = append(lines, strings.Join(strings.Fields(rest), " "))
+		} else if len(lines) > 0 {
+			lines[len(lines)-1] += " " + strings.Join(strings.Fields(l), " ")
+		}
+	}
+	for i, want := range []string{
+		"fox app /run/app/token kept as last filled (at 2026-12-04T15:40:01.000Z); no source gives a newer one: missing since 6s ago: sealed: removed by you",
+		"fox app /run/app/ca kept as last filled (at 2026-12-04T15:40:01.000Z); no source gives a newer one: sealed-to-other-key since 1m ago",
+		"fox app /run/app/tls kept as last filled (at 2026-12-04T15:40:01.000Z); a newer one is not written: refused since 1m ago",
+		"fox app /run/app/key not filled: missing since 1m ago",
+	} {
+		if len(lines) != 4 || !strings.Contains(lines[i], want) {
+			t.Errorf("line %d does not say %q:\n%s", i, want, got)
+		}
+	}
+	if strings.Count(got, "not filled") != 1 {
+		t.Errorf("a kept file said not filled:\n%s", got)
+	}
+	fleet := audit.FleetSourcesText([]audit.FleetRow{{Node: "fox", Sources: ps[:1]}}, now)
+	if !strings.Contains(fleet, "kept as last filled (at 2026-12-04T15:40:01.000Z)") || strings.Contains(fleet, "not filled") {
+		t.Errorf("fleet's line:\n%s", fleet)
+	}
+	if h := audit.SourcesHeader(ps); h != "not filled, or kept as last filled, as the provisioner reports it:\n" {
+		t.Errorf("header %q", h)
+	}
+}
