@@ -40,7 +40,7 @@ func TestOperatorVerbsPublish(t *testing.T) {
 			}},
 		{[]string{"retire", "ace", "--by", "dave", "--force"}, events.KindRetire,
 			func(p events.Payload) bool { x := p.(*events.Retire); return x.By == "dave" && x.Force }},
-		{[]string{"revoke", "ace", "nats", "img:2", "--by", "erin"}, events.KindRevoke,
+		{[]string{"revoke", "ace", "nats", "img:2", "--by", "erin", "--ahead"}, events.KindRevoke,
 			func(p events.Payload) bool {
 				x := p.(*events.Revoke)
 				return x.Module == "nats" && x.Build == "img:2" && x.By == "erin"
@@ -473,9 +473,14 @@ func TestOperatorFlow(t *testing.T) {
 		t.Errorf("waive of an unknown module: exit %d, stderr %q", code, errOut)
 	}
 	folded(printedSeq(t, out))
-	out, errOut, code = m.cli(t, "revoke", "ace", "wbe", "img:x", "--by", "carol")
+	// A revoke of a module the want does not name is refused (exit 2), as
+	// an approval is; --ahead publishes it, with the note.
+	if _, errOut, code = m.cli(t, "revoke", "ace", "wbe", "img:x", "--by", "carol"); code != exitUsage || !strings.Contains(errOut, "declares no module wbe") {
+		t.Errorf("revoke of a module the want does not name: exit %d, stderr %q", code, errOut)
+	}
+	out, errOut, code = m.cli(t, "revoke", "ace", "wbe", "img:x", "--by", "carol", "--ahead")
 	if code != 0 || !strings.Contains(errOut, `note: ace's newest plan (#`) || !strings.Contains(errOut, `has no module "wbe" (mistyped?`) {
-		t.Errorf("revoke of a module the node never had: exit %d, stderr %q", code, errOut)
+		t.Errorf("revoke --ahead of a module the node never had: exit %d, stderr %q", code, errOut)
 	}
 	folded(printedSeq(t, out))
 
