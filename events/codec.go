@@ -83,7 +83,7 @@ var constants = func() map[string]string {
 		string(OpApply), string(OpRemove), string(OpFailed),
 		string(ReasonUndeclared), string(ReasonNoAccount), string(ReasonWrongAccount), string(ReasonWriteFailed),
 		string(HoldWant), string(HoldApproval),
-		string(KnockDeclared), string(KnockAccount), string(KnockWriteFailed), string(KnockOperator), string(KnockAgent),
+		string(KnockDeclared), string(KnockAccount), string(KnockWriteFailed), string(KnockOperator), string(KnockAgent), string(KnockMissing),
 		"0600", "0640", "0644", "0400", "0440"} {
 		m[v] = v
 	}

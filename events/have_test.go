@@ -3,6 +3,7 @@ package events_test
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +68,48 @@ func TestHaveRuntimeFieldsRoundTrip(t *testing.T) {
 	plain, _ := json.Marshal(events.HaveModule{Name: "a", Build: "b", State: events.Running})
 	if s := string(plain); strings.Contains(s, "restarts") || strings.Contains(s, "exit") || strings.Contains(s, "since") || strings.Contains(s, "health") {
 		t.Errorf("a have module without runtime fields encodes them: %s", s)
+	}
+}
+
+// A have's missing files (a file deleted on the node, a fresh user's
+// finding U21) are optional: a have without them decodes as before, one
+// with them is validated, and a knock may say reason missing.
+func TestHaveMissingFiles(t *testing.T) {
+	const head = `{"v":1,"at":"2026-01-02T03:04:05Z","modules":[{"name":"a","build":"b","state":"failed"}]`
+	for _, tc := range []struct {
+		name  string
+		extra string
+		want  []events.MissingFile
+		err   error
+		field string
+	}{
+		{"absent (an older agent)", ``, nil, nil, ""},
+		{"one", `,"missing":[{"module":"a","path":"/run/a/key"}]`, []events.MissingFile{{Module: "a", Path: "/run/a/key"}}, nil, ""},
+		{"two", `,"missing":[{"module":"a","path":"/run/a/ca"},{"module":"a","path":"/run/a/key"}]`,
+			[]events.MissingFile{{Module: "a", Path: "/run/a/ca"}, {Module: "a", Path: "/run/a/key"}}, nil, ""},
+		{"bad path", `,"missing":[{"module":"a","path":"run/a/key"}]`, nil, events.ErrBadPath, "missing[0].path"},
+		{"bad module", `,"missing":[{"module":"A","path":"/run/a/key"}]`, nil, events.ErrBadName, "missing[0].module"},
+		{"twice", `,"missing":[{"module":"a","path":"/k"},{"module":"a","path":"/k"}]`, nil, events.ErrDuplicate, "missing[1].path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := events.Decode(events.KindHave, []byte(head+tc.extra+`}`))
+			if tc.err != nil {
+				var fe *events.FieldError
+				if !errors.Is(err, tc.err) || !errors.As(err, &fe) || fe.Field != tc.field {
+					t.Fatalf("err = %v, want %v at %s", err, tc.err, tc.field)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.(*events.Have).Missing; !slices.Equal(got, tc.want) {
+				t.Fatalf("missing = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	k := `{"v":1,"at":"2026-01-02T03:04:05Z","cause":5,"reasons":["missing"],"owed":[]}`
+	if _, err := events.Decode(events.KindKnock, []byte(k)); err != nil {
+		t.Fatalf("a knock with reason missing: %v", err)
 	}
 }

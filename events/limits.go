@@ -66,6 +66,10 @@ const (
 	MaxFilesPerModule = 8
 	// MaxFilesPerWant bounds a want's filled files.
 	MaxFilesPerWant = 128
+	// MaxHaveMissing bounds a have's missing files: they are files of
+	// the agent's settled plan, which never has more than
+	// MaxModules×MaxFilesPerModule.
+	MaxHaveMissing = MaxModules * MaxFilesPerModule
 	// MaxOwedPerKnock bounds a knock's owed items: the state keeps at
 	// most that many (reconcile.MaxOwed).
 	MaxOwedPerKnock = 128

@@ -191,6 +191,21 @@ type Have struct {
 	// the stream's max-age removed"): the stream's max-age can have
 	// removed the node's plan while the node still needs it.
 	NoPlan bool `json:"no_plan,omitempty"`
+	// Missing are the declared files of the agent's settled plan that a
+	// fill wrote or found in place on the node and that are gone now
+	// (deleted there: a crash, a reboot with /run on a tmpfs, an rm), as
+	// the agent found them when a module exited, at its start, and since
+	// (optional; absent from older agents), sorted by module and path
+	// (the agent's order; the fold does not depend on it), unique. The reconciler knocks once for each file newly reported
+	// (docs/architecture.md, "A file deleted on the node is refilled").
+	Missing []MissingFile `json:"missing,omitempty"`
+}
+
+// MissingFile is a declared file of Module at Path that is missing on the
+// node (Have.Missing).
+type MissingFile struct {
+	Module string `json:"module"`
+	Path   string `json:"path"`
 }
 
 // SettleOp says how an apply ended.
@@ -334,6 +349,11 @@ const (
 	// finding: a module crash-looped ~8 minutes on a credential the
 	// reboot took). Such a knock carries no owed item.
 	KnockAgent KnockReason = "agent"
+	// KnockMissing: the node's have reported a declared file missing on
+	// the node that was in place before (Have.Missing): deleted there,
+	// and its module may crash-loop on it until the provisioner's resync
+	// (a fresh user's finding U21). Such a knock carries no owed item.
+	KnockMissing KnockReason = "missing"
 )
 
 // KnockReasonOf maps a refusal reason to the knock reason it brings.

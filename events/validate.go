@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 )
@@ -351,6 +352,20 @@ func (h *Have) Validate() error {
 			return at("modules", i, err)
 		}
 	}
+	if len(h.Missing) > MaxHaveMissing {
+		return tooMany("missing", len(h.Missing), MaxHaveMissing, "MaxHaveMissing")
+	}
+	for i, m := range h.Missing {
+		if err := checkName("module", m.Module); err != nil {
+			return at("missing", i, err)
+		}
+		if err := checkPath("path", m.Path); err != nil {
+			return at("missing", i, err)
+		}
+		if slices.Contains(h.Missing[:i], m) {
+			return at("missing", i, fieldErr("path", m.Path, ErrDuplicate))
+		}
+	}
 	return nil
 }
 
@@ -516,7 +531,7 @@ func (k *Knock) Validate() error {
 	}
 	for i, r := range k.Reasons {
 		switch r {
-		case KnockDeclared, KnockAccount, KnockWriteFailed, KnockOperator, KnockAgent:
+		case KnockDeclared, KnockAccount, KnockWriteFailed, KnockOperator, KnockAgent, KnockMissing:
 		default:
 			return fieldErr(fmt.Sprintf("reasons[%d]", i), string(r), ErrBadValue)
 		}

@@ -29,13 +29,13 @@ func NewStateCapped(node string, c Caps) *State {
 var MarshalSummaryJSON = marshalSummaryJSON
 
 // MarshalSummaryView encodes v, a fleet summary (View.FleetSummary), in
-// format 2.
+// this build's format.
 func MarshalSummaryView(v View) []byte { return marshalSummaryBinary(v, 1) }
 
 // SummaryFormats decodes a summary MarshalSummary wrote: its view, and the
 // snapshot format it names (-1 when it does not decode).
 func SummaryFormats(data []byte) (View, int) {
-	v, snapshot, err := unmarshalSummaryBinary(data[len(summaryPrefix):])
+	v, snapshot, err := unmarshalSummaryBinary(data[len(summaryPrefix):], SummaryFormat)
 	if err != nil {
 		return View{}, -1
 	}

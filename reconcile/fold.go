@@ -252,6 +252,72 @@ func (f *folder) have(p *events.Have) {
 		f.planAgain()
 	}
 	f.knock(true)
+	f.missing(p.Missing)
+}
+
+// missing takes in the files a have reports missing on the node
+// (events.Have.Missing: in place before, deleted there since: a crash, a
+// reboot with /run on a tmpfs, an rm) and knocks, with reason missing,
+// when one of them is newly reported: not reported by the previous have
+// since it was last filled. So the module that crash-loops on it has it
+// back within a fill, not at the provisioner's resync (a fresh user's
+// finding U21; DESIGN.md §1: a node never crash-loops on a missing
+// credential nobody asked to rewrite). Only files of the settled plan
+// count (what the agent judges writes by). Bounded: a file reported again
+// knocks nothing, so a provisioner that cannot fill it (no source: its
+// fill status says why, and its own retry tries again) is asked once,
+// not at every crash of the module; only a filled of it, or a have
+// without it, lets a later report knock again. Nothing is paid (as a
+// poke). A retiring node keeps no record and is not knocked (its plan
+// is empty); a have that knocked for owed items already knocks no second
+// time (every knock fills every file).
+func (f *folder) missing(reported []events.MissingFile) {
+	s := f.s
+	if s.Retire != nil {
+		s.Missing = nil
+		return
+	}
+	var out []MissingFile
+	fresh := false
+	for _, m := range reported {
+		if !s.settledDeclares(m.Module, m.Path) {
+			continue
+		}
+		r := MissingFile{Module: m.Module, Path: m.Path, Seq: f.ev.Seq, Time: f.ev.Time}
+		if i, found := slices.BinarySearchFunc(s.Missing, r, compareMissing); found {
+			r = s.Missing[i]
+		} else {
+			fresh = true
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, compareMissing)
+	s.Missing = slices.CompactFunc(out, func(a, b MissingFile) bool { return compareMissing(a, b) == 0 })
+	if !fresh || f.n[1] > 0 {
+		return
+	}
+	reasons := []events.KnockReason{events.KnockMissing}
+	s.LastKnock = &KnockRecord{Cause: f.ev.Seq, Reasons: reasons, Owed: []events.Owed{}}
+	f.emit(events.KindKnock, &events.Knock{Cause: f.ev.Seq, Reasons: reasons, Owed: []events.Owed{}})
+}
+
+// pruneMissing drops the missing files the settled plan no longer
+// declares (a module removed, a file dropped).
+func (s *State) pruneMissing() {
+	s.Missing = slices.DeleteFunc(s.Missing, func(m MissingFile) bool { return !s.settledDeclares(m.Module, m.Path) })
+	if len(s.Missing) == 0 {
+		s.Missing = nil
+	}
+}
+
+// settledDeclares reports whether the settled plan declares path for
+// module.
+func (s *State) settledDeclares(module, path string) bool {
+	if s.Settled == nil {
+		return false
+	}
+	row := s.Settled.Row(module)
+	return row != nil && declares(row.Files, path)
 }
 
 // planAgain answers a have of an agent that holds no plan (it found none
@@ -471,6 +537,7 @@ func (f *folder) settle(p *events.Settle) {
 		s.Failed = slices.DeleteFunc(s.Failed, func(fa FailedApply) bool { return fa.Plan <= s.Settled.Seq })
 		f.accept()
 		f.payUnwanted()
+		s.pruneMissing()
 		f.compose()
 		f.retired()
 	}
@@ -703,6 +770,12 @@ func (f *folder) filled(p *events.Filled) {
 	s.Owed = slices.DeleteFunc(s.Owed, func(it Item) bool {
 		return it.Module == p.Module && it.Path == p.Path && it.Plan <= p.Plan
 	})
+	// The file is in place again.
+	if i, found := slices.BinarySearchFunc(s.Missing, MissingFile{Module: p.Module, Path: p.Path}, compareMissing); found {
+		if s.Missing = slices.Delete(s.Missing, i, i+1); len(s.Missing) == 0 {
+			s.Missing = nil
+		}
+	}
 }
 
 func (f *folder) plan(p *events.Plan) {
@@ -893,6 +966,7 @@ func (f *folder) retire(p *events.Retire) {
 	}
 	s.Owed = nil
 	s.Paused = nil
+	s.Missing = nil
 	f.compose()
 	if p.Force {
 		s.Retire.Retired, s.Retire.RetiredSeq, s.Retire.RetiredTime = true, f.ev.Seq, f.ev.Time

@@ -245,6 +245,9 @@ func summary(ev events.Event) string {
 		if p.NoPlan {
 			parts = append(parts, "no_plan")
 		}
+		for _, m := range p.Missing {
+			parts = append(parts, "missing="+m.Module+":"+m.Path)
+		}
 		return "have " + strings.Join(parts, " ")
 	case *events.Approve:
 		return fmt.Sprintf("approve %s %s by=%s", p.Module, p.Build, p.By)
@@ -413,6 +416,9 @@ func formatState(s *reconcile.State) string {
 	}
 	for _, f := range s.Failed {
 		fmt.Fprintf(&b, "failed: module=%s plan %d (#%d) error=%q\n", orNone(f.Module), f.Plan, f.Seq, f.Error)
+	}
+	for _, m := range s.Missing {
+		fmt.Fprintf(&b, "missing: %s %s reported at #%d\n", m.Module, m.Path, m.Seq)
 	}
 	for _, c := range s.Crashes {
 		var at []string

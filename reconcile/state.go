@@ -117,6 +117,17 @@ type State struct {
 	// at or above Settled.Seq.
 	Failed []FailedApply `json:"failed,omitempty"`
 
+	// Missing records the declared files the node's agent reported
+	// missing on the node (events.Have.Missing: in place before, gone
+	// now), each with the have that first reported it since it was last
+	// in place: a file newly reported knocks once (folder.missing), and
+	// `state` and `fleet` say a refill was asked until it is back. A
+	// filled of it, a have that no longer reports it, a settled plan that
+	// no longer declares it, and a retire clear it.
+	// Invariant: sorted by module, path; unique; each a file of the
+	// settled plan; Seq ≤ Seq. Bounded by the settled plan's files.
+	Missing []MissingFile `json:"missing,omitempty"`
+
 	// Crashes records, per module of the newest have, the stream times
 	// of its last FlapRestarts crashes after running at the build that
 	// have runs it at (a have saying it failed, or running with more
@@ -222,6 +233,22 @@ type FailedApply struct {
 }
 
 func compareFailed(a, b FailedApply) int { return cmp.Compare(a.Module, b.Module) }
+
+// MissingFile is a declared file of Module at Path that the node's agent
+// reported missing on the node: Seq and Time are the have that first
+// reported it since it was last in place, the one whose knock asked for
+// its refill (none for a retiring node, or when that have knocked for
+// owed items already: that knock's fill covers it).
+type MissingFile struct {
+	Module string    `json:"module"`
+	Path   string    `json:"path"`
+	Seq    uint64    `json:"seq"`
+	Time   time.Time `json:"time"`
+}
+
+func compareMissing(a, b MissingFile) int {
+	return cmp.Or(cmp.Compare(a.Module, b.Module), cmp.Compare(a.Path, b.Path))
+}
 
 // Crashes are the stream times of Module's last crashes after running,
 // at Build: the build the newest have runs it at, the one that crashed
@@ -592,6 +619,17 @@ func (s *State) CheckInvariants() error {
 			return m.Name == c.Module && m.Build == c.Build
 		})) {
 			return fmt.Errorf("crashes of %q at build %s: the newest have does not run it at that build", c.Module, c.Build)
+		}
+	}
+	if !sortedUnique(s.Missing, compareMissing) {
+		return fmt.Errorf("missing files not sorted and unique")
+	}
+	for _, m := range s.Missing {
+		if err := maxSeq("missing file", m.Seq); err != nil {
+			return err
+		}
+		if !s.settledDeclares(m.Module, m.Path) {
+			return fmt.Errorf("missing file %s of %q: not a file of the settled plan", m.Path, m.Module)
 		}
 	}
 	if err := maxSeq("newest plan", s.NewestPlan); err != nil {

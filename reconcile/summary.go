@@ -24,7 +24,9 @@ import (
 // Format 3 added the provisioner's record and the count of declared files
 // (View.ProvisionerDown); a format 2 summary (an older reconciler's,
 // whose fold knows no prov event) is read still, as a view with neither.
-const SummaryFormat = 3
+// Format 4 added the files the node reported missing (View.Missing); a
+// format 3 summary is read still, as a view with none.
+const SummaryFormat = 4
 
 // summaryJSONFormat is format 1's number: JSON, read still.
 const summaryJSONFormat = 1
@@ -75,7 +77,7 @@ type summary struct {
 }
 
 // MarshalSummary encodes s's fleet summary ([View.FleetSummary]) in
-// [SummaryFormat] 3, printable ASCII fit for a NATS header value: "3:"
+// [SummaryFormat] 4, printable ASCII fit for a NATS header value: "4:"
 // then base64 (summarybin.go). The snapshot store puts it beside s's
 // snapshot in the same message (store.SummaryHeader), so the two can
 // never disagree.
@@ -116,8 +118,17 @@ func UnmarshalSummary(data []byte) (View, error) {
 		}
 		return s.View, nil
 	}
-	// Format 2 sets no flag of the provisioner: one decoder reads both.
-	if !bytes.HasPrefix(data, []byte(summaryPrefix)) && !bytes.HasPrefix(data, []byte(summaryPrefix2)) {
+	// Format 2 sets no flag of the provisioner, and formats 2 and 3 end
+	// before the missing files: one decoder reads the three.
+	var format int
+	switch {
+	case bytes.HasPrefix(data, []byte(summaryPrefix)):
+		format = SummaryFormat
+	case bytes.HasPrefix(data, []byte(summaryPrefix3)):
+		format = 3
+	case bytes.HasPrefix(data, []byte(summaryPrefix2)):
+		format = 2
+	default:
 		format := -1
 		if i := bytes.IndexByte(data, ':'); i > 0 {
 			if f, err := strconv.Atoi(string(data[:i])); err == nil {
@@ -126,7 +137,7 @@ func UnmarshalSummary(data []byte) (View, error) {
 		}
 		return View{}, formatError(format, -1)
 	}
-	v, snapshot, err := unmarshalSummaryBinary(data[len(summaryPrefix):])
+	v, snapshot, err := unmarshalSummaryBinary(data[len(summaryPrefix):], format)
 	if err != nil {
 		return View{}, fmt.Errorf("reconcile: decode fleet summary: %w", err)
 	}
@@ -139,7 +150,7 @@ func UnmarshalSummary(data []byte) (View, error) {
 // formatError is [ErrSummaryFormat] for a summary of format (-1: not
 // known) of a snapshot of format snapshot (-1: not known).
 func formatError(format, snapshot int) error {
-	return fmt.Errorf("%w: format %d of snapshot format %d; this build reads formats %d, 2 and %d of snapshot formats 0 to %d",
+	return fmt.Errorf("%w: format %d of snapshot format %d; this build reads formats %d, 2, 3 and %d of snapshot formats 0 to %d",
 		ErrSummaryFormat, format, snapshot, summaryJSONFormat, SummaryFormat, SnapshotFormat)
 }
 

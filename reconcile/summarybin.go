@@ -27,16 +27,19 @@ import (
 // holds, the owed items and their times, the runtime, the pause, the
 // retirement, the unfilled files, the failed applies, the agent, the ack,
 // the provisioner (format 3; format 2 is the same without it, and counts
-// no files).
+// no files), the missing files (format 4; format 3 is the same without
+// them).
 // A count precedes each list. TestSummaryBinaryCoversView fails when the
 // view gains a field this order leaves out: add it here and bump
 // [SummaryFormat].
 
-// summaryPrefix starts a format 3 summary, summaryPrefix2 one of format
-// 2 (the same fields but the provisioner's record, and no files counted);
-// a format 1 summary is JSON: '{'.
+// summaryPrefix starts a format 4 summary, summaryPrefix3 one of format
+// 3 (the same fields but the missing files), summaryPrefix2 one of format
+// 2 (those of format 3 but the provisioner's record, and no files
+// counted); a format 1 summary is JSON: '{'.
 const (
-	summaryPrefix  = "3:"
+	summaryPrefix  = "4:"
+	summaryPrefix3 = "3:"
 	summaryPrefix2 = "2:"
 )
 
@@ -252,6 +255,13 @@ func marshalSummaryBinary(v View, snapshot int) []byte {
 		e.int(int64(p.PID))
 		e.str(string(p.Why))
 	}
+	e.uint(uint64(len(v.Missing)))
+	for _, m := range v.Missing {
+		e.str(m.Module)
+		e.str(m.Path)
+		e.uint(m.Seq)
+		e.time(m.Time)
+	}
 	// How many strings the table holds comes first: a reader makes it
 	// once.
 	body := binary.AppendUvarint(make([]byte, 0, len(e.b)+2), uint64(len(e.seen)))
@@ -336,6 +346,7 @@ const (
 	minRuntime     = 12 // 6 strings, 2 varints, 2 optional times, 2 counts
 	minUnfilled    = 4  // module, path, plan, since
 	minFailed      = 5  // module, plan, seq, time, error
+	minMissing     = 4  // module, path, seq, time
 )
 
 func (d *summaryDecoder) str() string {
@@ -400,9 +411,10 @@ func (d *summaryDecoder) timePtr() *time.Time {
 	return &t
 }
 
-// unmarshalSummaryBinary decodes a format 2 summary (after its prefix):
-// the view, and the snapshot format it summarizes.
-func unmarshalSummaryBinary(data []byte) (View, int, error) {
+// unmarshalSummaryBinary decodes a summary of format 2, 3 or 4 (after its
+// prefix): the view, and the snapshot format it summarizes. Only format 4
+// holds the missing files.
+func unmarshalSummaryBinary(data []byte, format int) (View, int, error) {
 	var stack [1024]byte
 	buf := stack[:]
 	if m := base64.RawStdEncoding.DecodedLen(len(data)); m > len(buf) {
@@ -512,6 +524,15 @@ func unmarshalSummaryBinary(data []byte) (View, int, error) {
 	if flags&flagProv != 0 {
 		v.Provisioner = &AgentRecord{Up: flags&flagProvUp != 0, Seq: d.uint(), Time: d.time(), Claim: d.str(), Host: d.str(),
 			PID: int(d.int()), Why: events.AgentWhy(d.str())}
+	}
+	if format >= 4 {
+		if n := d.count(minMissing); n > 0 {
+			v.Missing = make([]MissingFile, n)
+			for i := range v.Missing {
+				m := &v.Missing[i]
+				m.Module, m.Path, m.Seq, m.Time = d.str(), d.str(), d.uint(), d.time()
+			}
+		}
 	}
 	if d.err == nil && len(d.s) != 0 {
 		d.err = errors.New("reconcile: fleet summary longer than its fields")

@@ -60,6 +60,10 @@ type View struct {
 	// Unfilled are the files the newest settled plan declares that were
 	// never filled since their module was placed.
 	Unfilled []Unfilled `json:"unfilled,omitempty"`
+	// Missing are the declared files the node's agent reported missing
+	// on the node (State.Missing), each with the have that first
+	// reported it, whose knock asked for its refill.
+	Missing []MissingFile `json:"missing,omitempty"`
 	// Failed is, per module, the newest failed apply of a plan not
 	// settled yet: why the node is unsettled (module "" when the agent
 	// refused the whole plan).
@@ -184,6 +188,7 @@ func (s *State) View() View {
 		v.Retire = &r
 	}
 	v.Unfilled = s.unfilled()
+	v.Missing = slices.Clone(s.Missing)
 	v.Failed = slices.Clone(s.Failed)
 	if s.Agent != nil {
 		a := *s.Agent

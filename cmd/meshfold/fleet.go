@@ -631,6 +631,7 @@ func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPagin
 	b.WriteString(audit.FleetAckedText(page))
 	b.WriteString(audit.FleetFailedText(page))
 	b.WriteString(audit.FleetAppliesText(page, now))
+	b.WriteString(audit.FleetMissingText(page))
 	b.WriteString(audit.FleetStuckText(page))
 	b.WriteString(audit.FleetSourcesText(page, now))
 	_, err := io.WriteString(w, b.String())

@@ -103,6 +103,11 @@ func (r *FleetRow) AppendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if len(r.Missing) > 0 {
+		if b, err = appendMarshal(b, `,"missing":`, r.Missing); err != nil {
+			return nil, err
+		}
+	}
 	if len(r.Unhealthy) > 0 {
 		if b, err = appendRuntimes(b, `,"unhealthy":`, r.Unhealthy); err != nil {
 			return nil, err

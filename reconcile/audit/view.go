@@ -259,6 +259,9 @@ func writeOperator(t *textWriter, v reconcile.View, now time.Time, suffix string
 		}
 		t.line(1, "retire", s)
 	}
+	for _, m := range v.Missing {
+		t.line(1, "missing", MissingText(m))
+	}
 	for _, u := range v.Unfilled {
 		s := fmt.Sprintf("%s %s: never filled since plan #%d placed it, settled %s %s", u.Module, u.Path, u.Plan, Age(now.Sub(u.Since)), suffix)
 		if u.Plan == 0 {
@@ -269,6 +272,16 @@ func writeOperator(t *textWriter, v reconcile.View, now time.Time, suffix string
 		}
 		t.line(1, "unfilled", s)
 	}
+}
+
+// MissingText says a declared file the node's agent reported missing on
+// the node (reconcile.View.Missing), and that its refill was asked:
+// "declared file /run/app/token of module app is missing on the node
+// (reported at #41): refill asked". `state` and `fleet` print it until
+// the file is filled, or reported back.
+func MissingText(m reconcile.MissingFile) string {
+	return fmt.Sprintf("declared file %s of module %s is missing on the node (reported at #%d): refill asked",
+		events.Text(m.Path), m.Module, m.Seq)
 }
 
 // diffLines tells a plan difference as short lines: the want, the account,
@@ -384,6 +397,10 @@ type FleetRow struct {
 	// not settled yet, with its error cut (reconcile.View.Failed), the
 	// newest first: the NEEDS column, cut at its width, shows it.
 	FailedApplies []reconcile.FailedApply `json:"failed_applies,omitempty"`
+	// Missing are the declared files the node's agent reported missing
+	// on the node, whose refill the reconciler asked
+	// (reconcile.View.Missing).
+	Missing []reconcile.MissingFile `json:"missing,omitempty"`
 	// Unhealthy are the modules alive with a failing health check;
 	// Flapping those that run but crash-loop (at least
 	// reconcile.FlapRestarts restarts, running for less than
@@ -421,7 +438,7 @@ type FleetRow struct {
 	ProvisionerDown *reconcile.AgentRecord `json:"provisioner_down,omitempty"`
 	// Attention lists what needs an operator, most pressing first:
 	// "error", "agent-down", "provisioner-down", "failed", "apply-failed",
-	// "unhealthy", "flapping", "unfilled", "source", "owed", "approval", "unsettled",
+	// "unhealthy", "flapping", "missing", "unfilled", "source", "owed", "approval", "unsettled",
 	// "paused", "retiring", "account", "stale-have", "journal". A retired
 	// node needs nothing.
 	Attention []string `json:"attention"`
@@ -467,7 +484,7 @@ func FleetRowOfView(v reconcile.View, now time.Time, stale time.Duration) FleetR
 		Unsettled: v.Unsettled, Modules: v.Modules, Held: v.Held, Owed: len(v.Owed),
 		AccountWarning: v.AccountWarning, HaveTime: v.HaveTime, HaveAge: -1, Warnings: -1,
 		Failed: failing(v.Runtime), FailedApplies: newestFirst(v.Failed), Unhealthy: unhealthy(v.Runtime), Flapping: flapping(v.Runtime, now),
-		Stuck: v.Stuck(now)}
+		Missing: v.Missing, Stuck: v.Stuck(now)}
 	r.Retired = r.Stuck.Retired
 	r.Ack = v.Ack
 	for _, h := range v.Holds {
@@ -876,6 +893,7 @@ func needsOf(a []string, r *FleetRow) []string {
 	add(len(r.FailedApplies) > 0, "apply-failed")
 	add(len(r.Unhealthy) > 0, "unhealthy")
 	add(len(r.Flapping) > 0, "flapping")
+	add(len(r.Missing) > 0, "missing")
 	add(len(r.Stuck.Unfilled) > 0, "unfilled")
 	add(len(r.Sources) > 0, "source")
 	add(r.Owed > 0, "owed")
@@ -1257,6 +1275,8 @@ func (r FleetRow) Line(nodeWidth int) string {
 				// not the other.
 				needs = append(needs, fmt.Sprintf("%s flapping ×%d", f.Module, max(f.Restarts, len(f.Crashes))))
 			}
+		case "missing":
+			needs = append(needs, fmt.Sprintf("missing %d", len(r.Missing)))
 		case "unfilled":
 			needs = append(needs, fmt.Sprintf("unfilled %d", len(r.Stuck.Unfilled)))
 		case "owed":
@@ -1298,6 +1318,19 @@ func FleetAppliesText(rows []FleetRow, now time.Time) string {
 	for _, r := range rows {
 		for _, f := range r.FailedApplies {
 			t.line(0, "apply-failed", r.Node+" "+FailedText(f, r.SettledPlan, now, "ago"))
+		}
+	}
+	return t.b.String()
+}
+
+// FleetMissingText says, one line per node and file, the declared files
+// the node's agent reported missing on the node and whose refill was
+// asked ([MissingText]).
+func FleetMissingText(rows []FleetRow) string {
+	var t textWriter
+	for _, r := range rows {
+		for _, m := range r.Missing {
+			t.line(0, "missing", r.Node+" "+MissingText(m))
 		}
 	}
 	return t.b.String()

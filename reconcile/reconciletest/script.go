@@ -125,6 +125,17 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 		for _, line := range Lines(d.Input) {
 			hv.Modules = append(hv.Modules, sc.haveModule(t, d, line))
 		}
+		// missing=MODULE:PATH[,MODULE:PATH…]: files the agent reports
+		// missing on the node.
+		if args["missing"] != "" {
+			for _, mp := range strings.Split(args["missing"], ",") {
+				module, path, ok := strings.Cut(mp, ":")
+				if !ok {
+					t.Fatalf("%s: missing=%s: want MODULE:PATH", d.Pos, mp)
+				}
+				hv.Missing = append(hv.Missing, events.MissingFile{Module: module, Path: path})
+			}
+		}
 		p = hv
 	case "approve":
 		p = &events.Approve{Module: args["module"], Build: args["build"], By: by()}
