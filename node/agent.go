@@ -153,13 +153,14 @@ type Agent struct {
 	// (events.HeaderRequest) whose write it was: a retry of it that finds
 	// the content in place was written by it, not before it.
 	wrote map[fileRef]string
-	// missing holds, per module, the declared files the last have found
-	// missing while it failed (noteMissing), so the log says each once.
-	missing map[string]string
-	// held holds the files a fill found or left in place on the node in
-	// this agent's life: one of them missing now was deleted on the node
-	// (noteMissing), not yet to be filled.
-	held map[fileRef]bool
+	// gone holds the declared files the last have reported missing on
+	// the node (missingFiles), looked at again by every have until they
+	// are back; saidGone is the set as last logged. lookAll: the next
+	// have with a settled plan looks at every declared file (the agent's
+	// start). Touched under mu.
+	gone     map[fileRef]bool
+	saidGone string
+	lookAll  bool
 
 	// failed is the newest plan whose apply failed, retried when retry
 	// fires (paced by retryPace, reset by a new plan); failedSaid is the
@@ -261,6 +262,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 		haveKick:   make(chan struct{}, 1),
 		ready:      make(chan struct{}),
 		changeKick: make(chan struct{}, 1),
+		lookAll:    true,
 	}, nil
 }
 
@@ -873,11 +875,11 @@ func (a *Agent) publishHave(ctx context.Context) {
 		if mods == nil {
 			mods = []events.HaveModule{}
 		}
-		a.noteMissing(mods)
+		missing := a.missingFiles(mods)
 		a.mu.Lock()
 		noPlan := a.noPlan && a.settled == nil
 		a.mu.Unlock()
-		h := events.Stamp(&events.Have{Modules: mods, NoPlan: noPlan}, time.Now())
+		h := events.Stamp(&events.Have{Modules: mods, NoPlan: noPlan, Missing: missing}, time.Now())
 		ack, err := a.pub.Append(ctx, a.cfg.Name, h, store.WithMsgID(id))
 		if errors.Is(err, events.ErrInvalid) {
 			return ack, backoff.Permanent(err)

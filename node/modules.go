@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,7 +90,6 @@ func (a *Agent) noteFiles(p *events.Plan) {
 				if err == nil {
 					a.log.Info("filled file no longer declared deleted", "module", m.Name, "path", old)
 				}
-				delete(a.held, fileRef{m.Name, old})
 				a.sweepTemp(old)
 			}
 		}
@@ -128,7 +128,6 @@ func (a *Agent) forgetFiles(module string) {
 		if !events.ValidPath(p) {
 			continue
 		}
-		delete(a.held, fileRef{module, p})
 		if err := a.root.Remove(p[1:]); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			a.log.Warn("filled file of a removed module not deleted", "module", module, "path", p, "err", err)
 		} else if err == nil {
@@ -159,103 +158,65 @@ func (a *Agent) refitFiles(row *events.PlanModule) {
 	}
 }
 
-// heldFile records that ref is in place on the node (a fill wrote it or
-// found it). Called with a.mu held.
-func (a *Agent) heldFile(ref fileRef) {
-	if a.held == nil {
-		a.held = map[fileRef]bool{}
-	}
-	a.held[ref] = true
-}
-
-// noteMissing adds to the exit of each failing module of mods (failed,
-// or restarted since its apply) the declared files of its settled row
-// that were in place in this agent's life (a fill wrote or found them)
-// and are missing on the node now: deleted there, not yet to be filled
-// (a file not filled yet is the settle's knock's to fill, and after an
-// agent restart its own knock refills every file). So state and fleet
-// name them ("status 1; declared file /run/app/token missing on the
-// node: 'meshfold poke ace' refills it") instead of a bare crash loop
-// until the resync (a fresh
-// user's finding U21: a filled file deleted on the node, a tmpfs /run
-// after a reboot, and nothing said so). The log says it once per change.
-func (a *Agent) noteMissing(mods []events.HaveModule) {
+// missingFiles returns the declared files of the settled plan that are
+// missing on the node, of those it looks at: every file of a module that
+// failed or restarted since its apply (it exited: a module crash-looping
+// on a credential deleted on the node), every file at the agent's start
+// (a reboot with /run on a tmpfs), and every file the previous have
+// reported missing, until it is back. The have carries them
+// (events.Have.Missing) and the reconciler decides which it asks the
+// provisioner to refill: a file it saw filled before, newly reported (a
+// fresh user's finding U21: the module crash-looped with nothing naming
+// the file, and nothing refilled it until the provisioner's 10-minute
+// resync). A file never filled yet is reported too, and left to the
+// settle's knock (reconcile's folder.missing). A held row that runs
+// nothing is not looked at. The log says the set once per change.
+func (a *Agent) missingFiles(mods []events.HaveModule) []events.MissingFile {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.root == nil || a.settled == nil {
-		return
+		return nil
 	}
-	for i := range mods {
-		m := &mods[i]
-		row := a.settled.Module(m.Name)
-		if row == nil || row.Held || (m.State != events.Failed && m.Restarts == 0) {
-			a.saidMissing(m.Name, "")
+	exited := map[string]bool{}
+	for _, m := range mods {
+		if m.State == events.Failed || m.Restarts > 0 {
+			exited[m.Name] = true
+		}
+	}
+	var out []events.MissingFile
+	gone := map[fileRef]bool{}
+	for _, row := range a.settled.Modules {
+		if row.Build == "" {
 			continue
 		}
-		var missing []string
 		for _, f := range row.Files {
-			if !events.ValidPath(f.Path) {
-				continue
-			}
-			if !a.held[fileRef{m.Name, f.Path}] {
+			ref := fileRef{row.Name, f.Path}
+			if !a.lookAll && !exited[row.Name] && !a.gone[ref] || !events.ValidPath(f.Path) {
 				continue
 			}
 			if _, err := a.root.Lstat(f.Path[1:]); errors.Is(err, fs.ErrNotExist) {
-				missing = append(missing, f.Path)
+				out = append(out, events.MissingFile{Module: row.Name, Path: f.Path})
+				gone[ref] = true
 			}
 		}
-		a.saidMissing(m.Name, strings.Join(missing, " "))
-		if len(missing) == 0 {
-			continue
-		}
-		m.Exit = missingExit(m.Exit, missing, a.cfg.Name)
 	}
-}
-
-// missingExit is exit with the missing files said, within events.MaxExit.
-func missingExit(exit string, missing []string, node string) string {
-	what := "declared file"
-	if len(missing) > 1 {
-		what += "s"
+	a.lookAll = false
+	a.gone = gone
+	slices.SortFunc(out, func(x, y events.MissingFile) int {
+		return cmp.Or(cmp.Compare(x.Module, y.Module), cmp.Compare(x.Path, y.Path))
+	})
+	out = slices.Compact(out)
+	var said []string
+	for _, m := range out {
+		said = append(said, m.Module+" "+m.Path)
 	}
-	tail := " missing on the node: 'meshfold poke " + node + "' refills"
-	if len(missing) == 1 {
-		tail += " it"
-	} else {
-		tail += " them"
-	}
-	head := exit
-	if head != "" {
-		head += "; "
-	}
-	for n := len(missing); n > 0; n-- {
-		list := strings.Join(missing[:n], ", ")
-		if n < len(missing) {
-			list += fmt.Sprintf(" and %d more", len(missing)-n)
-		}
-		if s := head + what + " " + list + tail; len(s) <= events.MaxExit {
-			return s
+	if s := strings.Join(said, ", "); s != a.saidGone {
+		a.saidGone = s
+		if s != "" {
+			a.log.Info("declared files missing on the node: the have reports them, and the reconciler asks the provisioner for those filled before", "files", s)
 		}
 	}
-	if s := head + what + tail; len(s) <= events.MaxExit {
-		return s
-	}
-	return exit
-}
-
-// saidMissing logs a module's missing declared files when they change
-// (paths: space-separated, "" for none). Called with a.mu held.
-func (a *Agent) saidMissing(module, paths string) {
-	if a.missing[module] == paths {
-		return
-	}
-	if a.missing == nil {
-		a.missing = map[string]string{}
-	}
-	a.missing[module] = paths
-	if paths != "" {
-		a.log.Warn("a failing module's declared files are missing on the node: a poke of the node refills them", "module", module, "paths", paths)
-	}
+	return out
 }
 
 // sweepTemps deletes the temporary files interrupted writes left beside

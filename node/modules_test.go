@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,11 +289,14 @@ func (f *crashingRuntime) Running(ctx context.Context) ([]events.HaveModule, err
 	return mods, err
 }
 
-// A failing module whose declared file is missing on the node has it said
-// in its have's exit, which state and fleet print; once the file is back
-// the exit is the module's own again (a fresh user's finding U21: the
-// module crash-looped and nothing named the file, until the resync).
-func TestFailingModuleNamesMissingFile(t *testing.T) {
+// A failing module's declared files that are missing on the node are
+// reported in the have's missing list (a fresh user's finding U21: the
+// module crash-looped and nothing named the file, nor refilled it, until
+// the resync); the reconciler asks for the refill of those filled before.
+// A file that is back is reported no more, and a running module that
+// never restarted is not looked at, but a file reported missing is looked
+// at again until it is back.
+func TestHaveReportsMissingFiles(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
 	dr, err := NewDirRuntime(filepath.Join(dir, "records"))
@@ -301,46 +305,53 @@ func TestFailingModuleNamesMissingFile(t *testing.T) {
 	}
 	rt := &crashingRuntime{supRuntime: &supRuntime{DirRuntime: dr, changes: make(chan struct{}, 1), fills: make(chan string, 8)}}
 	a := e.startAgentIn(t, "ace", filepath.Join(dir, "root"), filepath.Join(dir, "state"), rt)
-	// ca is declared and never filled: missing, but the settle's knock's
-	// to fill, and not said.
 	app := events.PlanModule{Name: "app", Build: "a:1", RunsAs: "ua", Files: []events.File{{Path: "/run/app/token", Mode: "0600"}, {Path: "/run/app/ca", Mode: "0600"}}}
 	p := e.publishPlan(t, "ace", "prov", app)
 	e.waitEvent(t, "ace", events.KindSettle, settleOf(p))
-	if r, _ := e.fill(t, "ace", "app", "/run/app/token", "prov", []byte(secret)); !r.OK {
-		t.Fatalf("fill: %+v", r)
+	for _, path := range []string{"/run/app/token", "/run/app/ca"} {
+		if r, _ := e.fill(t, "ace", "app", path, "prov", []byte(secret)); !r.OK {
+			t.Fatalf("fill %s: %+v", path, r)
+		}
+		<-rt.fills
 	}
-	<-rt.fills
-	exitOf := func(want string) {
+	haveWith := func(state events.RunState, missing ...string) {
 		t.Helper()
+		var want []events.MissingFile
+		for _, p := range missing {
+			want = append(want, events.MissingFile{Module: "app", Path: p})
+		}
 		rt.changes <- struct{}{}
 		e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool {
 			h := m.Event.Payload.(*events.Have)
-			return len(h.Modules) == 1 && h.Modules[0].State == events.Failed && h.Modules[0].Exit == want
+			return len(h.Modules) == 1 && h.Modules[0].State == state && slices.Equal(h.Missing, want)
 		})
 	}
-	rt.fail.Store(true)
-	exitOf("status 1") // failing, its file in place
+	haveWith(events.Running) // running, its files in place
 	if err := os.Remove(filepath.Join(a.root, "run/app/token")); err != nil {
 		t.Fatal(err)
 	}
-	exitOf("status 1; declared file /run/app/token missing on the node: 'meshfold poke ace' refills it")
-	if !strings.Contains(a.logs.String(), "declared files are missing on the node") {
-		t.Error("the log does not say the file is missing")
+	haveWith(events.Running) // running and never restarted: not looked at
+	rt.fail.Store(true)
+	haveWith(events.Failed, "/run/app/token")
+	if err := os.Remove(filepath.Join(a.root, "run/app/ca")); err != nil {
+		t.Fatal(err)
+	}
+	haveWith(events.Failed, "/run/app/ca", "/run/app/token")
+	if !strings.Contains(a.logs.String(), "declared files missing on the node") {
+		t.Error("the log does not say the files are missing")
 	}
 	if r, _ := e.fill(t, "ace", "app", "/run/app/token", "prov", []byte(secret)); !r.OK {
 		t.Fatalf("refill: %+v", r)
 	}
 	<-rt.fills
-	exitOf("status 1")
-}
-
-func TestMissingExitFitsMaxExit(t *testing.T) {
-	var many []string
-	for i := range 20 {
-		many = append(many, fmt.Sprintf("/run/module-with-a-long-name/credential-file-%02d", i))
+	haveWith(events.Failed, "/run/app/ca")
+	// Running again (its restarts cleared by the runtime here), the file
+	// reported missing is still looked at until it is back.
+	rt.fail.Store(false)
+	haveWith(events.Running, "/run/app/ca")
+	if r, _ := e.fill(t, "ace", "app", "/run/app/ca", "prov", []byte(secret)); !r.OK {
+		t.Fatalf("refill: %+v", r)
 	}
-	got := missingExit("status 1", many, "ace")
-	if len(got) > events.MaxExit || !strings.HasPrefix(got, "status 1; declared files /run/module-with-a-long-name/credential-file-00") || !strings.Contains(got, " more missing on the node: 'meshfold poke ace' refills them") {
-		t.Errorf("missingExit: %q (%d bytes)", got, len(got))
-	}
+	<-rt.fills
+	haveWith(events.Running)
 }

@@ -263,7 +263,10 @@ func (f *folder) have(p *events.Have) {
 // back within a fill, not at the provisioner's resync (a fresh user's
 // finding U21; DESIGN.md §1: a node never crash-loops on a missing
 // credential nobody asked to rewrite). Only files of the settled plan
-// count (what the agent judges writes by). Bounded: a file reported again
+// (what the agent judges writes by) that a filled reported before count:
+// a file never filled is the settle's knock's to fill (owed items, and
+// `state`'s unfilled line, say it), and the agent reports every declared
+// file it finds missing, those too. Bounded: a file reported again
 // knocks nothing, so a provisioner that cannot fill it (no source: its
 // fill status says why, and its own retry tries again) is asked once,
 // not at every crash of the module; only a filled of it, or a have
@@ -281,6 +284,9 @@ func (f *folder) missing(reported []events.MissingFile) {
 	fresh := false
 	for _, m := range reported {
 		if !s.settledDeclares(m.Module, m.Path) {
+			continue
+		}
+		if _, filled := slices.BinarySearchFunc(s.Filled, FilledMark{Module: m.Module, Path: m.Path}, compareFilled); !filled {
 			continue
 		}
 		r := MissingFile{Module: m.Module, Path: m.Path, Seq: f.ev.Seq, Time: f.ev.Time}
