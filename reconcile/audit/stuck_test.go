@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -75,5 +76,53 @@ func TestFleetRowStuck(t *testing.T) {
 	r = audit.FleetRowOf(s.State("ace"), later, time.Minute)
 	if !r.Retired || len(r.Attention) != 0 || !strings.HasSuffix(r.Line(8), " retired") {
 		t.Errorf("retired: retired=%v attention %v line %q", r.Retired, r.Attention, r.Line(8))
+	}
+}
+
+// A filled file the node's agent reported missing (a fresh user's
+// finding U21) is said by state and fleet, as the fleet summary carries
+// it too, until a filled puts it back: "declared file P of module M is
+// missing on the node (reported at #N): refill asked".
+func TestMissingFileSaid(t *testing.T) {
+	t0 := time.Date(2026, 11, 3, 20, 0, 0, 0, time.UTC)
+	s := reconciletest.New(t0, time.Second)
+	const path = "/run/mbg/broker.creds"
+	s.Append("ace", &events.Want{Modules: []events.WantModule{
+		{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		{Name: "mesh-build-go", Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: path, Mode: "0600"}}},
+	}})
+	s.Append("ace", &events.Settle{Module: "mesh-build-go", Op: events.OpApply, Plan: 2})
+	s.Append("ace", &events.Filled{Module: "mesh-build-go", Path: path, Plan: 2, Digest: "hmac:x"})
+	have := s.Append("ace", &events.Have{Modules: []events.HaveModule{{Name: "mesh-build-go", Build: "g:1", State: events.Failed, Restarts: 1, Exit: "status 1"}},
+		Missing: []events.MissingFile{{Module: "mesh-build-go", Path: path}}})
+	st := s.State("ace")
+	want := fmt.Sprintf("declared file %s of module mesh-build-go is missing on the node (reported at #%d): refill asked", path, have.Seq)
+	now := t0.Add(time.Minute)
+	flat := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	if text := audit.StateText(st.View(), reconcile.CompositionOf(st), now, "test"); !strings.Contains(flat(text), "missing "+want) {
+		t.Errorf("state text lacks %q:\n%s", want, text)
+	}
+	sum, err := reconcile.MarshalSummary(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := reconcile.UnmarshalSummary(sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, r := range map[string]audit.FleetRow{"state": audit.FleetRowOf(st, now, time.Hour), "summary": audit.FleetRowOfView(v, now, time.Hour)} {
+		if !slices.Contains(r.Attention, "missing") || !strings.Contains(r.Line(8), "missing 1") {
+			t.Errorf("%s: attention %v, line %q", what, r.Attention, r.Line(8))
+		}
+		if more := audit.FleetMissingText([]audit.FleetRow{r}); !strings.Contains(flat(more), "missing ace "+want) {
+			t.Errorf("%s: fleet text lacks %q:\n%s", what, want, more)
+		}
+	}
+	s.Append("ace", &events.Filled{Module: "mesh-build-go", Path: path, Plan: 2, Digest: "hmac:x"})
+	st = s.State("ace")
+	r := audit.FleetRowOf(st, now, time.Hour)
+	if slices.Contains(r.Attention, "missing") || audit.FleetMissingText([]audit.FleetRow{r}) != "" ||
+		strings.Contains(audit.StateText(st.View(), reconcile.CompositionOf(st), now, "test"), "missing on the node") {
+		t.Errorf("filled again, still said missing: %v", r.Attention)
 	}
 }

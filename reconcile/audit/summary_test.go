@@ -137,5 +137,5 @@ func shown(r audit.FleetRow, now time.Time) string {
 	}
 	rows := []audit.FleetRow{r}
 	return string(b) + "\n" + r.Line(24) + "\n" + audit.FleetWarningsText(rows) + audit.FleetAckedText(rows) +
-		audit.FleetFailedText(rows) + audit.FleetAppliesText(rows, now) + audit.FleetStuckText(rows) + audit.FleetSourcesText(rows, now)
+		audit.FleetFailedText(rows) + audit.FleetAppliesText(rows, now) + audit.FleetMissingText(rows) + audit.FleetStuckText(rows) + audit.FleetSourcesText(rows, now)
 }
