@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,13 +17,43 @@ import (
 // the stream while the reconciler's state keeps it, and `fleet` and
 // `state` list it: such a node is no mistyped name (a fresh user's
 // finding U28). Any error reads as unknown: the check then refuses as it
-// did.
-func stateKnows(ctx context.Context, r *query.Reader, node string) (reconcile.View, bool) {
-	st, err := r.State(ctx, node)
-	if err != nil {
-		return reconcile.View{}, false
+// did. So does a request these credentials may not make (the controller
+// role may not ask the state service, nor read the snapshot bucket:
+// store/auth; the violation ends the ask, not the verb, askRefused), or
+// that nothing answers: the verb goes on as it would with no state
+// service, and says so once, in one line on stderr. A node unknown to
+// the state is its answer, and says nothing.
+func (a *app) stateKnows(ctx context.Context, r *query.Reader, node string) (reconcile.View, bool) {
+	a.deniedMu.Lock()
+	denied := a.askDenied
+	a.deniedMu.Unlock()
+	if denied != "" {
+		return reconcile.View{}, false // refused before, and said
 	}
-	return st.View, true
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	a.deniedMu.Lock()
+	a.asking = cancel
+	a.deniedMu.Unlock()
+	st, err := r.State(actx, node)
+	a.deniedMu.Lock()
+	a.asking = nil
+	denied, said := a.askDenied, a.askSaid
+	a.askSaid = a.askSaid || err != nil && denied != ""
+	a.deniedMu.Unlock()
+	if err == nil {
+		return st.View, true
+	}
+	switch {
+	case ctx.Err() != nil || errors.Is(err, query.ErrUnknownNode):
+	case denied != "":
+		if !said {
+			fmt.Fprintf(a.stderr, "meshfold: note: these credentials may not ask the reconciler's state (%s): %s is taken as a node it does not know, as with no state service\n", denied, node)
+		}
+	default:
+		fmt.Fprintf(a.stderr, "meshfold: note: the reconciler's state did not answer for %s (%v): taken as a node it does not know\n", node, err)
+	}
+	return reconcile.View{}, false
 }
 
 // agedOutText says that node's history aged out of the stream, where the

@@ -434,7 +434,7 @@ func checkApply(ctx context.Context, a *app, nc *nats.Conn, stream jetstream.Str
 			return fmt.Errorf("stream info: %w", err)
 		}
 		if len(info.State.Subjects) == 0 {
-			if _, ok := stateKnows(ctx, r, c.Node); ok {
+			if _, ok := a.stateKnows(ctx, r, c.Node); ok {
 				continue // its events aged out (--max-age)
 			}
 			unknown = append(unknown, c.Node)

@@ -145,7 +145,7 @@ func runAudit(ctx context.Context, a *app, node string, o auditOpts) error {
 		return err
 	}
 	if len(h.Events) == 0 && h.First == nil {
-		if v, ok := stateKnows(ctx, r, node); ok {
+		if v, ok := a.stateKnows(ctx, r, node); ok {
 			// Its history aged out (--max-age): no mistyped name.
 			fmt.Fprint(a.stderr, audit.NoteText(agedOutText(ctx, r, node, v)))
 			return nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/auth"
 )
@@ -79,6 +81,9 @@ func (a *app) watchDeniedUntil(nc *nats.Conn, until <-chan struct{}) {
 	prev := nc.ErrorHandler()
 	nc.SetErrorHandler(func(c *nats.Conn, s *nats.Subscription, err error) {
 		if errors.Is(err, nats.ErrPermissionViolation) && !closedChan(until) {
+			if a.askRefused(err) {
+				return
+			}
 			a.deniedMu.Lock()
 			if a.denied == nil {
 				a.denied = err
@@ -95,13 +100,51 @@ func (a *app) watchDeniedUntil(nc *nats.Conn, until <-chan struct{}) {
 	})
 	prevClosed := nc.ClosedHandler()
 	nc.SetClosedHandler(func(c *nats.Conn) {
-		if errors.Is(c.LastError(), nats.ErrPermissionViolation) && a.deniedErr() != nil {
+		if errors.Is(c.LastError(), nats.ErrPermissionViolation) && (a.deniedErr() != nil || a.askWasRefused()) {
 			return
 		}
 		if prevClosed != nil {
 			prevClosed(c)
 		}
 	})
+}
+
+// askRefused takes a permission violation that belongs to a question a
+// verb asks only to learn more, not to do its work: one on the
+// reconciler's state service subjects ($MESHFOLD.<prefix>.state.* and
+// .composition.*), whenever it comes, and any while stateKnows asks
+// (its fallback reads the snapshot bucket). It ends that question, which
+// then reads as unknown, and not the command: the controller role may not
+// ask the state service (store/auth), and `want NODE` of a node whose
+// events aged out failed on it with a permission error. It reports
+// whether it took err.
+func (a *app) askRefused(err error) bool {
+	subject := ""
+	if m := violation.FindStringSubmatch(err.Error()); m != nil {
+		subject = m[2]
+	}
+	a.deniedMu.Lock()
+	defer a.deniedMu.Unlock()
+	root := events.StateSubjectRoot + "." + cmp.Or(a.stream.prefix, events.DefaultPrefix) + "."
+	state := strings.HasPrefix(subject, root+events.EndpointState+".") || strings.HasPrefix(subject, root+events.EndpointComposition+".")
+	if a.asking == nil && !state {
+		return false
+	}
+	if a.askDenied == "" {
+		a.askDenied = cmp.Or(subject, err.Error())
+	}
+	if a.asking != nil {
+		a.asking(err)
+	}
+	return true
+}
+
+// askWasRefused reports whether askRefused took a violation: stateKnows
+// said it, and the connection's close need not say it again.
+func (a *app) askWasRefused() bool {
+	a.deniedMu.Lock()
+	defer a.deniedMu.Unlock()
+	return a.askDenied != ""
 }
 
 // closedChan reports whether c is closed; a nil c never is.

@@ -163,6 +163,13 @@ type app struct {
 	// deniedNeeds, when set, says which role the command needs, for
 	// explainDenied to add ("'meshfold node bob' runs as the node role: …").
 	deniedNeeds string
+	// asking, while stateKnows asks the reconciler's state, ends that ask:
+	// a violation then ends the ask, not the command. askDenied is the
+	// subject of the first such violation (or of a state service subject
+	// at any time), askSaid whether stateKnows said it. Under deniedMu.
+	asking    context.CancelCauseFunc
+	askDenied string
+	askSaid   bool
 
 	// logs, when set (bufferLogs), is the log writer: stderr through a
 	// buffer, which run closes once the command ends.

@@ -618,7 +618,7 @@ func (a *app) checkKnown(ctx context.Context, nc *nats.Conn, kind events.Kind, n
 			return fmt.Errorf("node %s: count its events: %w", n, err)
 		}
 		if c == 0 {
-			if _, ok := stateKnows(ctx, r, n); ok {
+			if _, ok := a.stateKnows(ctx, r, n); ok {
 				continue // its events aged out (--max-age)
 			}
 			cfg, _ := r.Stream(ctx)
@@ -651,7 +651,7 @@ func (a *app) checkWanted(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 					return err
 				}
 			}
-			if v, ok := stateKnows(ctx, r, n); ok && v.Want != 0 {
+			if v, ok := a.stateKnows(ctx, r, n); ok && v.Want != 0 {
 				continue
 			}
 			if kind == events.KindRetire {

@@ -212,7 +212,7 @@ func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *u
 	// A want is how a node comes to be, but only on purpose (--new): a
 	// mistyped name is refused, as every verb refuses one (issue 25; the
 	// exit code table).
-	known, err := knownNode(ctx, r, nodeName, o.newNode)
+	known, err := knownNode(ctx, a, r, nodeName, o.newNode)
 	if err != nil {
 		return err
 	}
@@ -336,16 +336,17 @@ func refuseRolloutTarget(ctx context.Context, js jetstream.JetStream, a *app, no
 // (query.Reader.Count), and refuses (exit 2) a node it holds none of
 // unless newNode (--new) or the reconciler's state holds it (stateKnows:
 // its events aged out; counted as 1).
-func knownNode(ctx context.Context, r *query.Reader, node string, newNode bool) (int, error) {
+func knownNode(ctx context.Context, a *app, r *query.Reader, node string, newNode bool) (int, error) {
 	known, err := r.Count(ctx, node)
 	if err != nil {
 		return 0, err
 	}
 	if known == 0 && !newNode {
-		// Asked only without --new: a controller's creds may not ask
-		// the reconciler's state (the operator roles may), and --new
-		// needs no answer.
-		if _, ok := stateKnows(ctx, r, node); ok {
+		// Asked only without --new, which needs no answer. A
+		// controller's creds may not ask the reconciler's state (the
+		// operator roles may): the ask then reads as unknown and says
+		// so (stateKnows).
+		if _, ok := a.stateKnows(ctx, r, node); ok {
 			return 1, nil // its events aged out (--max-age): no new node
 		}
 		cfg, _ := r.Stream(ctx)
@@ -657,7 +658,7 @@ func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format 
 	if err != nil {
 		return err
 	}
-	if _, err := knownNode(ctx, r, node, newNode); err != nil {
+	if _, err := knownNode(ctx, a, r, node, newNode); err != nil {
 		return err
 	}
 	if err := checkBuilds(ctx, r, w, allowMissing); err != nil {
