@@ -257,10 +257,59 @@ func (f *folder) want() {
 		return
 	}
 	n.NewestWant, n.NewestID = f.in.Seq, ""
-	if fleet, _, node, _, ok := ParseWantID(f.in.ID); ok && fleet == f.s.Fleet && node == n.Name {
+	if fleet, id, node, step, ok := ParseWantID(f.in.ID); ok && node == n.Name {
+		if fleet != f.s.Fleet {
+			f.moved(n, fleet, id, step)
+			return
+		}
 		n.NewestID = f.in.ID
 	}
+	if n.Moved != nil {
+		return // another fleet's node: none of this rollout's business
+	}
 	f.checkConflict(n)
+}
+
+// moved takes a node whose newest want another fleet's rollout published
+// (its message id names that fleet's rollout step: `meshfold apply
+// --take-over` moved it) out of this rollout: the node is that fleet's
+// now. A target not finished yet gets no new want, nor its previous
+// want back from a revert, as one retired; one finished (done, failed,
+// unreached) is no conflict: its want was changed by the other fleet's
+// rollout, not by hand. Target or not, the node no longer counts in the
+// rollout's budget or among its nodes ([Node.unavailable], [View.Nodes]).
+// The other fleet's later wants keep it moved by the same take-over; a
+// third fleet's moves it on (a fresh user's finding U22: the old fleet's status said the node's want was "changed by hand"
+// at the new fleet's rollout want, and counted it in its budget).
+func (f *folder) moved(n *Node, fleet string, id uint64, step Step) {
+	if n.Moved != nil && n.Moved.Fleet == fleet {
+		return // that fleet's later want: the take-over stays what moved it
+	}
+	first := n.Moved == nil
+	n.Moved = &Move{Fleet: fleet, Rollout: id, Step: step, Want: f.in.Seq}
+	if n.Back != nil && !n.Back.finished() {
+		// Its revert waits or runs: the other fleet's want stands.
+		n.Back.Status, n.Back.Why = RevertRefused, n.Moved.Text()+": not overwritten"
+		f.backFinished(n, events.LevelWarn)
+	}
+	if n.Want > 0 && n.Status == Moved {
+		n.Why = n.Moved.Text() + movedWhy // on to a third fleet
+	}
+	if n.Want > 0 && n.Status != Moved {
+		was := n.Status
+		n.Status, n.GoodSince, n.Why = Moved, time.Time{}, n.Moved.Text()+movedWhy
+		f.r.Active = remove(f.r.Active, n.Name)
+		if n.Finished == nil {
+			n.Finished = f.mark("", "", "")
+		}
+		f.update(n)
+		f.record(0, n.Name, string(Moved), events.LevelWarn, "target %s (%s): %s", n.Name, was, n.Why)
+		return
+	}
+	f.update(n)
+	if first && n.Want == 0 {
+		f.record(0, n.Name, string(Moved), events.LevelInfo, "node %s: %s", n.Name, n.Moved.Text())
+	}
 }
 
 // changedBy names who published the target's newest want, which is none
@@ -312,7 +361,7 @@ func (f *folder) recorded(p *Record) {
 // checkConflict marks a target whose newest want is none of the
 // rollout's: changed by hand (DESIGN.md §11).
 func (f *folder) checkConflict(n *Node) {
-	if n.Want == 0 {
+	if n.Want == 0 || n.Moved != nil {
 		return
 	}
 	switch {
@@ -819,7 +868,7 @@ func (f *folder) revert(m *Mark) {
 	for _, name := range r.Targets[:r.Next] {
 		n := r.Nodes[name]
 		switch {
-		case n.Status == Conflict || n.Status == Pending || n.Status == Skipped:
+		case n.Status == Conflict || n.Status == Pending || n.Status == Skipped || n.Status == Moved:
 		case n.Back != nil:
 			// Given back once already (a revert after an abort that
 			// stopped a revert): one revert step per target and rollout.
@@ -948,7 +997,7 @@ func (s *State) GivesBack() []*Node {
 		}
 		// revert's cases, in its order: those it gives back or waits for.
 		switch {
-		case n.Status == Conflict || n.Status == Pending || n.Status == Skipped:
+		case n.Status == Conflict || n.Status == Pending || n.Status == Skipped || n.Status == Moved:
 		case n.Back != nil:
 		case n.Published > 0 && n.NewestWant > n.Published:
 		case n.Published > 0, n.Status == Publishing:
@@ -1261,7 +1310,7 @@ func (r *Rollout) canaryNotDone() string {
 		switch {
 		case n.Status == Done:
 			done++
-		case n.Status == Skipped:
+		case n.Status == Skipped, n.Status == Moved:
 		case len(wait) == 3:
 			wait = append(wait, "…")
 		case len(wait) < 3:
@@ -1632,7 +1681,7 @@ func (r *Rollout) revertWhy() string {
 func (f *folder) complete() {
 	r := f.r
 	r.Phase, r.End = Completed, f.mark("", "", "")
-	done, unreached, skipped := 0, 0, 0
+	done, unreached, skipped, moved := 0, 0, 0, 0
 	for _, name := range r.Targets {
 		switch r.Nodes[name].Status {
 		case Done:
@@ -1641,11 +1690,16 @@ func (f *folder) complete() {
 			unreached++
 		case Skipped:
 			skipped++
+		case Moved:
+			moved++
 		}
 	}
 	retired := ""
 	if skipped > 0 {
 		retired = fmt.Sprintf(", %d retired (skipped)", skipped)
+	}
+	if moved > 0 {
+		retired += fmt.Sprintf(", %d moved to another fleet", moved)
 	}
 	f.record(0, "", string(Completed), events.LevelInfo, "rollout %d completed: %s done, %d unreached%s", r.ID, plural(done, "target"), unreached, retired)
 }

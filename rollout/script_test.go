@@ -216,6 +216,16 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		return "ok"
 	case "view":
 		return formatView(h.state.View())
+	case "counts":
+		// What the budget is of: the fleet's nodes (those no other
+		// fleet took over) and how many are unavailable.
+		v := h.state.View()
+		return fmt.Sprintf("nodes=%d unavailable=%d/%d", v.Nodes, v.Unavailable, v.Params.MaxUnavailable)
+	case "moved-by":
+		// The caller read who applied the take-over from the other
+		// fleet's rollout start (rollout.State.SetMovedBy).
+		h.state.SetMovedBy(args["node"], args["by"])
+		return "ok"
 	case "why":
 		lines, ok := h.state.Why(args["node"])
 		if !ok {

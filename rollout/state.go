@@ -77,6 +77,12 @@ const (
 	// target stayed "changing" forever), and it spends none of the
 	// view's budget.
 	Stopped Status = "stopped"
+	// Moved: another fleet's rollout gave the node its want (`meshfold
+	// apply --take-over`): the node is that fleet's now. The rollout
+	// gives it nothing more, new or previous, never calls its want
+	// changed by hand, and no longer counts it in its budget or among its
+	// nodes ([Node.Moved]; a fresh user's finding U22).
+	Moved Status = "moved"
 )
 
 // Revert statuses of a target given its previous want back.
@@ -203,6 +209,10 @@ type Node struct {
 	NewestID string `json:"newest_id,omitempty"`
 	// Unavail caches [Node.unavailable] for the rollout's count.
 	Unavail bool `json:"unavail,omitempty"`
+	// Moved, when set, is the other fleet's rollout step whose want took
+	// the node over (its message id named that fleet's rollout): the
+	// node is that fleet's since, target or not ([Moved]).
+	Moved *Move `json:"moved,omitempty"`
 
 	// A target's fields; Want is 0 for a node that is not one.
 	Want  int    `json:"want,omitempty"` // 1 + index in Rollout.Wants
@@ -384,7 +394,7 @@ func (s *State) CheckInvariants() error {
 			if r.Phase != Loading && n.Clear && n.Batch == r.Batch {
 				clear++
 			}
-			if (n.Status == Pending) != (n.Order >= r.Next) && n.Status != Conflict && n.Status != Skipped {
+			if (n.Status == Pending) != (n.Order >= r.Next) && n.Status != Conflict && n.Status != Skipped && n.Status != Moved {
 				return fmt.Errorf("target %s is %s at order %d, next %d", name, n.Status, n.Order, r.Next)
 			}
 			if n.Published != 0 && n.Published <= n.Prev {
@@ -478,6 +488,9 @@ func (s *State) RevertBases(cands []Candidate) {
 // or failed, or it is a target being changed (by the rollout's step or
 // its revert) or failed.
 func (n *Node) unavailable() bool {
+	if n.Moved != nil {
+		return false // another fleet's: its budget, not this one's
+	}
 	if n.away() || len(n.Unhealthy) > 0 {
 		return true
 	}
@@ -508,7 +521,7 @@ func (n *Node) unavailable() bool {
 // once it ran the new build").
 func (r *Rollout) clear(n *Node) bool {
 	switch n.Status {
-	case Done, Skipped:
+	case Done, Skipped, Moved:
 		return true
 	case Unreached:
 		return !r.canary(n)
@@ -520,6 +533,46 @@ func (r *Rollout) clear(n *Node) bool {
 
 // canary reports whether n is a target of the canary batch.
 func (r *Rollout) canary(n *Node) bool { return r.R.Canary > 0 && n.Want > 0 && n.Batch == 0 }
+
+// Move is a take-over of a node by another fleet's rollout: the fleet,
+// the rollout (its start's sequence), the step and the want (its stream
+// sequence) that moved it. By is who applied the take-over, as the caller
+// read it from that rollout's start ([State.SetMovedBy]); the fold never
+// reads it (it reads the fleet's own events only).
+type Move struct {
+	Fleet   string `json:"fleet"`
+	Rollout uint64 `json:"rollout"`
+	Step    Step   `json:"step"`
+	Want    uint64 `json:"want"`
+	By      string `json:"by,omitempty"`
+}
+
+// movedWhy follows a moved target's [Move.Text] in its why.
+const movedWhy = ": the rollout gives it no want, new or previous"
+
+// Text says the move: "moved to fleet api (rollout 535, --take-over by
+// alice at #535)" (without "by alice" when the start was not read).
+func (m *Move) Text() string {
+	by := ""
+	if m.By != "" {
+		by = " by " + events.Text(m.By)
+	}
+	return fmt.Sprintf("moved to fleet %s (rollout %d, --take-over%s at #%d)", m.Fleet, m.Rollout, by, m.Rollout)
+}
+
+// SetMovedBy sets who applied the take-over that moved node, as the
+// caller read it from the other fleet's rollout start (the fold never
+// reads another fleet's events): the delivery view says it.
+func (s *State) SetMovedBy(node, by string) {
+	if r := s.Rollout; r != nil {
+		if n := r.Nodes[node]; n != nil && n.Moved != nil {
+			n.Moved.By = by
+			if n.Status == Moved {
+				n.Why = n.Moved.Text() + movedWhy
+			}
+		}
+	}
+}
 
 // away reports whether the node cannot take a want now: its agent is
 // down or an operator paused it.
@@ -648,7 +701,7 @@ func (s *State) HandWant(node string) string {
 	switch r.Phase {
 	case Loading, Running, WaitingPromote:
 		switch n.Status {
-		case Failed, Conflict, Skipped:
+		case Failed, Conflict, Skipped, Moved:
 			return ""
 		}
 		then := ""

@@ -132,7 +132,7 @@ func (s *State) View() View {
 	}
 	v := View{Fleet: s.Fleet, Rollout: r.ID, Phase: r.Phase, By: r.By, Started: r.Time, Paused: r.Paused, Halt: r.Halt,
 		Revert: r.Revert, End: r.End, Batch: min(r.Batch, r.Batches()-1) + 1, Batches: r.Batches(), Params: ViewParams(r.R),
-		Promoted: r.Promoted != nil, Promote: r.Promoted, Unavailable: r.Unavailable, Nodes: len(r.Nodes), Counts: map[Status]int{}, Stalled: r.stalled(),
+		Promoted: r.Promoted != nil, Promote: r.Promoted, Unavailable: r.Unavailable, Nodes: r.owned(), Counts: map[Status]int{}, Stalled: r.stalled(),
 		PromoteNote: r.promoteNote()}
 	for _, name := range r.Targets {
 		n := r.Nodes[name]
@@ -201,7 +201,7 @@ func (s *State) View() View {
 		// revert spends, which the queued targets' WHY names.
 		v.Unavailable = 0
 		for _, n := range r.Nodes {
-			if n.away() || len(n.Unhealthy) > 0 || n.givenBack() && !n.Back.finished() {
+			if n.Moved == nil && (n.away() || len(n.Unhealthy) > 0 || n.givenBack() && !n.Back.finished()) {
 				v.Unavailable++
 			}
 		}
@@ -209,8 +209,8 @@ func (s *State) View() View {
 	counts := map[[2]string]int{}
 	for _, n := range r.Nodes {
 		h := n.newestHave()
-		if h == nil {
-			continue
+		if h == nil || n.Moved != nil {
+			continue // a node another fleet took over runs its builds
 		}
 		for _, m := range h.Modules {
 			if m.State == events.Running {
@@ -235,6 +235,18 @@ func (r *Rollout) stopped() bool {
 		return true
 	}
 	return false
+}
+
+// owned counts the fleet's nodes that no other fleet's rollout took over
+// ([Node.Moved]): the nodes the budget is of.
+func (r *Rollout) owned() int {
+	n := 0
+	for _, node := range r.Nodes {
+		if node.Moved == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // shown returns the status and why the delivery view ([State.View],
@@ -388,7 +400,7 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 			say("not healthy yet: %s", mismatch(n))
 		}
 		say("healthy_deadline at %s", n.DeadlineFrom.Add(r.R.HealthyDeadline).Format(time.RFC3339))
-	case n.Status == WaitingApproval, n.Status == Failed, n.Status == Conflict, n.Status == Unreached, n.Status == Skipped:
+	case n.Status == WaitingApproval, n.Status == Failed, n.Status == Conflict, n.Status == Unreached, n.Status == Skipped, n.Status == Moved:
 		say("%s", n.Why)
 		if a := n.arrived(); a != "" && n.Status == Unreached {
 			say("%s", a)

@@ -147,6 +147,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig,
 				if err := earlierHaves(ctx, stream, subj, s); err != nil {
 					return nil, err
 				}
+				if err := movedBy(ctx, stream, subj, s); err != nil {
+					return nil, err
+				}
 				return s, nil
 			}
 		}
@@ -175,6 +178,37 @@ func earlierHaves(ctx context.Context, stream jetstream.Stream, subj events.Subj
 		}
 		if h, ok := m.Event.Payload.(*events.Have); ok {
 			s.SetEarlierHave(name, m.Event.Seq, m.Event.Time, rollout.HaveOf(h))
+		}
+	}
+	return nil
+}
+
+// movedBy gives each node another fleet's rollout took over
+// (rollout.Node.Moved) who applied that take-over, read from that
+// rollout's start (its id is the start's sequence): the delivery view
+// says "moved to fleet api (rollout 535, --take-over by alice at #535)".
+// A start that is gone (--max-age) or unreadable leaves it unsaid. One
+// read per such node.
+func movedBy(ctx context.Context, stream jetstream.Stream, subj events.Subjects, s *rollout.State) error {
+	r := s.Rollout
+	if r == nil {
+		return nil
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.Nodes)) {
+		mv := r.Nodes[name].Moved
+		if mv == nil {
+			continue
+		}
+		m, err := stream.GetMsg(ctx, mv.Rollout, jetstream.WithGetMsgSubject(subj.Rollout(mv.Fleet, string(rollout.KindStart))))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("fleet %s's rollout %d, which took %s over: %w", mv.Fleet, mv.Rollout, name, err)
+		}
+		var st rollout.Start
+		if m.Sequence == mv.Rollout && json.Unmarshal(m.Data, &st) == nil && st.By != "" {
+			s.SetMovedBy(name, st.By)
 		}
 	}
 	return nil
