@@ -117,6 +117,10 @@ func TestMissingFileSaid(t *testing.T) {
 		if more := audit.FleetMissingText([]audit.FleetRow{r}); !strings.Contains(flat(more), "missing ace "+want) {
 			t.Errorf("%s: fleet text lacks %q:\n%s", what, want, more)
 		}
+		// A need fleet ranks, counts and filters (--needs missing).
+		if counts, _ := audit.CountNeeds([]audit.FleetRow{r}); !slices.Contains(counts, audit.NeedCount{Need: "missing", Nodes: 1}) {
+			t.Errorf("%s: needs counted %v, want missing 1", what, counts)
+		}
 	}
 	s.Append("ace", &events.Filled{Module: "mesh-build-go", Path: path, Plan: 2, Digest: "hmac:x"})
 	st = s.State("ace")

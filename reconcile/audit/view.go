@@ -1178,7 +1178,7 @@ func CompareFleetKeys(a, b *FleetKey) int {
 
 // FleetNeeds are the needs a [FleetRow.Attention] may list, most
 // pressing first (the order [SortFleet] ranks them in).
-var FleetNeeds = []string{"error", "agent-down", "provisioner-down", "failed", "apply-failed", "unhealthy", "flapping",
+var FleetNeeds = []string{"error", "agent-down", "provisioner-down", "failed", "apply-failed", "unhealthy", "flapping", "missing",
 	"unfilled", "source", "owed", "approval", "unsettled", "paused", "retiring", "account",
 	"stale-have", "journal"}
 
