@@ -191,11 +191,11 @@ type Have struct {
 	// the stream's max-age removed"): the stream's max-age can have
 	// removed the node's plan while the node still needs it.
 	NoPlan bool `json:"no_plan,omitempty"`
-	// Missing are the declared files of the agent's settled plan that a
-	// fill wrote or found in place on the node and that are gone now
-	// (deleted there: a crash, a reboot with /run on a tmpfs, an rm), as
-	// the agent found them when a module exited, at its start, and since
-	// (optional; absent from older agents), sorted by module and path
+	// Missing are the declared files of the agent's settled plan that
+	// were in place on the node in the agent's life (a fill wrote or
+	// found them, or they were there at its start) and are gone now
+	// (deleted there: a crash, an rm), as the agent found them when a
+	// module exited, and since (optional; absent from older agents), sorted by module and path
 	// (the agent's order; the fold does not depend on it), unique. The reconciler knocks once for each file newly reported
 	// (docs/architecture.md, "A file deleted on the node is refilled").
 	Missing []MissingFile `json:"missing,omitempty"`

@@ -153,11 +153,15 @@ type Agent struct {
 	// (events.HeaderRequest) whose write it was: a retry of it that finds
 	// the content in place was written by it, not before it.
 	wrote map[fileRef]string
+	// held holds the files in place on the node in this agent's life (a
+	// fill wrote or found them, or they were there at its start): one of
+	// them missing now was deleted on the node (missingFiles).
+	held map[fileRef]bool
 	// gone holds the declared files the last have reported missing on
 	// the node (missingFiles), looked at again by every have until they
 	// are back; saidGone is the set as last logged. lookAll: the next
-	// have with a settled plan looks at every declared file (the agent's
-	// start). Touched under mu.
+	// have with a settled plan notes every declared file in place (the
+	// agent's start). Touched under mu.
 	gone     map[fileRef]bool
 	saidGone string
 	lookAll  bool

@@ -122,9 +122,11 @@ func (a *Agent) fill(ctx context.Context, req events.FillRequest, content []byte
 		if !a.refused[ref] && sameFile(a.root, file, account, a.key, sum) {
 			again = request != "" && a.wrote[ref] == request
 			unchanged = !again
+			a.heldFile(ref)
 		} else if werr = writeFile(a.root, file, account, content); werr != nil {
 			reason = events.ReasonWriteFailed
 		} else {
+			a.heldFile(ref)
 			if a.wrote == nil {
 				a.wrote = map[fileRef]string{}
 			}

@@ -90,6 +90,7 @@ func (a *Agent) noteFiles(p *events.Plan) {
 				if err == nil {
 					a.log.Info("filled file no longer declared deleted", "module", m.Name, "path", old)
 				}
+				delete(a.held, fileRef{m.Name, old})
 				a.sweepTemp(old)
 			}
 		}
@@ -128,6 +129,7 @@ func (a *Agent) forgetFiles(module string) {
 		if !events.ValidPath(p) {
 			continue
 		}
+		delete(a.held, fileRef{module, p})
 		if err := a.root.Remove(p[1:]); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			a.log.Warn("filled file of a removed module not deleted", "module", module, "path", p, "err", err)
 		} else if err == nil {
@@ -158,18 +160,30 @@ func (a *Agent) refitFiles(row *events.PlanModule) {
 	}
 }
 
-// missingFiles returns the declared files of the settled plan that are
-// missing on the node, of those it looks at: every file of a module that
-// failed or restarted since its apply (it exited: a module crash-looping
-// on a credential deleted on the node), every file at the agent's start
-// (a reboot with /run on a tmpfs), and every file the previous have
+// heldFile records that ref is in place on the node (a fill wrote it or
+// found it, or it was there at the agent's start). Called with a.mu held.
+func (a *Agent) heldFile(ref fileRef) {
+	if a.held == nil {
+		a.held = map[fileRef]bool{}
+	}
+	a.held[ref] = true
+}
+
+// missingFiles returns the declared files of the settled plan that were in
+// place on the node in this agent's life (a fill wrote or found them, or
+// they were there at its start) and are missing now: deleted there (a
+// crash, an rm), of those it looks at: every file of a module that failed
+// or restarted since its apply (it exited: a module crash-looping on a
+// credential deleted on the node), and every file the previous have
 // reported missing, until it is back. The have carries them
-// (events.Have.Missing) and the reconciler decides which it asks the
-// provisioner to refill: a file it saw filled before, newly reported (a
-// fresh user's finding U21: the module crash-looped with nothing naming
-// the file, and nothing refilled it until the provisioner's 10-minute
-// resync). A file never filled yet is reported too, and left to the
-// settle's knock (reconcile's folder.missing). A held row that runs
+// (events.Have.Missing) and the reconciler asks the provisioner to refill
+// those it saw filled, once per report (a fresh user's finding U21: the
+// module crash-looped with nothing naming the file, and nothing refilled
+// it until the provisioner's 10-minute resync). At its start the agent
+// takes note of the declared files in place: one missing then was never
+// filled (the settle's knock fills it: incident 1) or was lost with the
+// node's /run (the agent-back knock refills every file), and reporting it
+// would race that first fill into a second knock. A held row that runs
 // nothing is not looked at. The log says the set once per change.
 func (a *Agent) missingFiles(mods []events.HaveModule) []events.MissingFile {
 	a.mu.Lock()
@@ -194,7 +208,11 @@ func (a *Agent) missingFiles(mods []events.HaveModule) []events.MissingFile {
 			if !a.lookAll && !exited[row.Name] && !a.gone[ref] || !events.ValidPath(f.Path) {
 				continue
 			}
-			if _, err := a.root.Lstat(f.Path[1:]); errors.Is(err, fs.ErrNotExist) {
+			_, err := a.root.Lstat(f.Path[1:])
+			switch {
+			case err == nil && a.lookAll:
+				a.heldFile(ref) // in place at the start
+			case errors.Is(err, fs.ErrNotExist) && a.held[ref]:
 				out = append(out, events.MissingFile{Module: row.Name, Path: f.Path})
 				gone[ref] = true
 			}
