@@ -279,8 +279,9 @@ func (f *folder) want() {
 // rollout, not by hand. Target or not, the node no longer counts in the
 // rollout's budget or among its nodes ([Node.unavailable], [View.Nodes]).
 // The other fleet's later wants keep it moved by the same take-over; a
-// third fleet's moves it on (a fresh user's finding U22: the old fleet's status said the node's want was "changed by hand"
-// at the new fleet's rollout want, and counted it in its budget).
+// third fleet's moves it on (a fresh user's finding U22: the old fleet's
+// status said the node's want was "changed by hand" at the new fleet's
+// rollout want, and counted it in its budget).
 func (f *folder) moved(n *Node, fleet string, id uint64, step Step) {
 	if n.Moved != nil && n.Moved.Fleet == fleet {
 		return // that fleet's later want: the take-over stays what moved it
@@ -1551,9 +1552,10 @@ func (f *folder) advance() {
 			if r.Next >= end && r.Clear == end-r.batchStart(r.Batch) {
 				if r.Batch == 0 && r.R.Canary > 0 && r.Promoted == nil {
 					if !r.canaryTried() {
-						// Every canary target was retired: none ran the
-						// new build, so there is nothing to promote.
-						f.haltOn(r.Targets[0], "the canary batch", "no canary target ran the new build: every one was retired, so there is nothing to promote")
+						// Every canary target was retired or moved to
+						// another fleet: none ran the new build, so there
+						// is nothing to promote.
+						f.haltOn(r.Targets[0], "the canary batch", "no canary target ran the new build: every one was retired or moved to another fleet, so there is nothing to promote")
 						return
 					}
 					r.Phase = WaitingPromote
