@@ -145,7 +145,7 @@ func ReadFilter(ctx context.Context, js jetstream.JetStream, streamName string, 
 	// (a limit, meanwhile) ends the read there; otherwise the read waits
 	// for the replica to deliver up to end (LeaderReads.Removed), asking
 	// again while it waits (Tail.NextUpTo).
-	t, err := Follow(ctx, js, TailConfig{Stream: streamName, Subjects: subj, Filter: filter, Start: from})
+	t, err := followRidingOut(ctx, js, TailConfig{Stream: streamName, Subjects: subj, Filter: filter, Start: from})
 	if err != nil {
 		return fmt.Errorf("read %s: %w", node, err)
 	}
@@ -175,6 +175,45 @@ func ReadFilter(ctx context.Context, js jetstream.JetStream, streamName string, 
 		}
 		if seq == end || (m.Pending == 0 && leader.Removed(ctx, end)) {
 			return nil
+		}
+	}
+}
+
+// A read's consumer (followRidingOut) is created by the cluster's meta
+// leader, and a creation asked while there is none (its server was
+// killed: the election takes 4–9 s) is never answered, not even once a
+// new leader is elected: a read that asked once waited out its caller's
+// whole deadline ("ordered consumer on MESH: context deadline exceeded"
+// 40 s after the kill, 3 runs of 3, TestReadNodeRidesOutAMetaLeaderKill).
+// So the creation is asked again, one attempt at a time, each bounded
+// by readAttemptFirst doubling to readAttemptMost (the client's default
+// API timeout): the read resumes at most readAttemptMost after the meta
+// group has a leader again, and a server merely slow to answer (a loaded
+// machine) is asked at most once more than it takes, not hedged against
+// (an attempt that is answered after its deadline leaves a consumer the
+// server deletes after OrderedInactive).
+const (
+	readAttemptFirst = time.Second
+	readAttemptMost  = 5 * time.Second
+)
+
+// followRidingOut is [Follow] whose consumer's creation is asked again
+// while it goes unanswered ([Unanswered]: no meta leader, a 503, a
+// timeout), until it succeeds or ctx ends. A refusal (the stream not
+// found, denied) is returned at once; once ctx ends, the last attempt's
+// error.
+func followRidingOut(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail, error) {
+	for d := readAttemptFirst; ; d = min(2*d, readAttemptMost) {
+		actx, cancel := context.WithTimeout(ctx, d)
+		t, err := Follow(actx, js, cfg)
+		if err != nil && Unanswered(err) && ctx.Err() == nil {
+			// A refusal that came at once (a 503) is asked again
+			// after the rest of the attempt's time, not at once.
+			<-actx.Done()
+		}
+		cancel()
+		if err == nil || !Unanswered(err) || ctx.Err() != nil {
+			return t, err
 		}
 	}
 }
