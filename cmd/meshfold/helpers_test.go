@@ -24,6 +24,22 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
+// dial connects to url as meshfold's roles do (store.Connect: the
+// product's connect timeout, reconnecting), for a test's own reads and
+// publishes; the test's end closes it. A bare nats.Connect's 2 s
+// handshake timeout, which the product gave up for the same reason, ran
+// out on the loaded machine ("read tcp …: i/o timeout":
+// TestTwoServesTrustOnlyTheirOwn, 4 of 40 runs at load ~30).
+func dial(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := store.Connect(store.ConnectConfig{URLs: []string{url}, Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 // mesh is an embedded server with meshfold's stream, for CLI tests.
 type mesh struct {
 	e   *embedded.Server

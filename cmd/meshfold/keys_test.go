@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
@@ -51,12 +50,7 @@ func TestServeThenNodeTrustsFromItsDataDir(t *testing.T) {
 	if l := agent.line(t, ctx); !strings.Contains(l, "node agent ace trusts plans and knocks signed by "+key+" (from "+filepath.Join(data, trustFileName)+")") {
 		t.Errorf("the agent's first line %q does not say which key it trusts and from where", l)
 	}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js, _ := jetstream.New(dial(t, url))
 	_, cfg, err := store.OpenStream(ctx, js, store.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -259,10 +253,12 @@ func TestTwoServesTrustOnlyTheirOwn(t *testing.T) {
 		agent := startRole(ctx, "node", node, "--root", root, "--state-dir", filepath.Join(base, "state-"+node), "-s", url,
 			"--runtime", "record", "--trust-from", trustFrom)
 		defer agent.stop(t)
-		nc, err := nats.Connect(url)
-		if err != nil {
-			t.Fatal(err)
-		}
+		defer func() {
+			if t.Failed() {
+				t.Logf("%s's agent said:\n%s", node, agent.errb.String())
+			}
+		}()
+		nc := dial(t, url)
 		defer nc.Close()
 		js, _ := jetstream.New(nc)
 		_, cfg, err := store.OpenStream(ctx, js, store.StreamConfig{})

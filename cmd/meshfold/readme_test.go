@@ -405,10 +405,7 @@ func (s *readmeSession) nats(text string) {
 		return
 	}
 	if m := natsReqRE.FindStringSubmatch(text); m != nil {
-		nc, err := nats.Connect("nats://127.0.0.1:" + s.natsPort)
-		if err != nil {
-			t.Fatal(err)
-		}
+		nc := dial(t, "nats://127.0.0.1:"+s.natsPort)
 		defer nc.Close()
 		msg, err := nc.Request(m[1], nil, 10*time.Second)
 		node := m[1][strings.LastIndex(m[1], ".")+1:]
@@ -423,10 +420,7 @@ func (s *readmeSession) nats(text string) {
 		s.skipped = append(s.skipped, strings.SplitN(text, "\n", 2)[0]+": the nats CLI is not installed here")
 		return
 	}
-	nc, err := nats.Connect("nats://127.0.0.1:" + s.natsPort)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := dial(t, "nats://127.0.0.1:"+s.natsPort)
 	defer nc.Close()
 	msg, err := nc.Request(m[1], []byte(m[2]), 10*time.Second)
 	if err != nil {
