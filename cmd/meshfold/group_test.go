@@ -77,15 +77,21 @@ func TestReconcileGroupOnCluster(t *testing.T) {
 	common := []string{"--server", c.URLs(), "--replicas", "3", "--group", "g", "--snapshot-interval", "50ms",
 		"--signing-key", filepath.Join(t.TempDir(), signingKeyFile)}
 	a := startReconcile(t, append(common, "--instance", "a")...)
+	var b *reconcileProc
+	// What both said, on a failure from the first wait on (a's start
+	// timed out twice at load ~35 and said nothing).
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("instance a said:\n%s", a.stderr.String())
+			if b != nil {
+				t.Logf("instance b said:\n%s", b.stderr.String())
+			}
+		}
+	})
 	// b joins once a runs, as a second instance joins a running group; the
 	// store's group tests start instances together.
 	pollUntil(t, "a to own every partition", func() bool { return strings.Contains(a.stderr.String(), `msg="partitions owned"`) })
-	b := startReconcile(t, append(common, "--instance", "b")...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("instance a said:\n%s\ninstance b said:\n%s", a.stderr.String(), b.stderr.String())
-		}
-	})
+	b = startReconcile(t, append(common, "--instance", "b")...)
 	ctx := testCtx(t)
 
 	// Each instance logs the partitions it owns whenever they change; the
