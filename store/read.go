@@ -201,8 +201,15 @@ const (
 // while it goes unanswered ([Unanswered]: no meta leader, a 503, a
 // timeout), until it succeeds or ctx ends. A refusal (the stream not
 // found, denied) is returned at once; once ctx ends, the last attempt's
-// error.
+// error. A ctx without a deadline is bounded by the JetStream context's
+// default timeout, as a single creation was (and as [LeaderReads] are):
+// a server gone for good is not asked forever.
 func followRidingOut(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail, error) {
+	if _, ok := ctx.Deadline(); !ok && js.Options().DefaultTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
+		defer cancel()
+	}
 	for d := readAttemptFirst; ; d = min(2*d, readAttemptMost) {
 		actx, cancel := context.WithTimeout(ctx, d)
 		t, err := Follow(actx, js, cfg)
