@@ -52,7 +52,21 @@ func HoldStream(ctx context.Context, js jetstream.JetStream, cfg store.StreamCon
 	if ttl < minLeaseTTL {
 		return nil, fmt.Errorf("lease TTL %s: at least %s", ttl, minLeaseTTL)
 	}
-	kv, bucketTTL, err := openLeaseBucket(ctx, js, cfg, ttl, log)
+	// The bucket's open (a create, on a fresh stream) rides out a slow
+	// or lost answer as JoinGroup's does (retryTransient): ctx is the
+	// reconciler's, without a deadline, and its one request waited the
+	// client's default 5 s, which an R3 bucket's creation on a loaded
+	// cluster outlasted (Serve ended: "lease bucket MESH_LEASES: context
+	// deadline exceeded"). The claim below may wait for a holder: not
+	// bounded.
+	var (
+		kv        jetstream.KeyValue
+		bucketTTL time.Duration
+	)
+	err := retryTransient(ctx, func(ctx context.Context) (err error) {
+		kv, bucketTTL, err = openLeaseBucket(ctx, js, cfg, ttl, log)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
