@@ -96,7 +96,18 @@ func TestAgentLivenessAcrossALeaseLeaderKill(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = l.Release(context.Background()) })
 	}
-	agentsOf := func(node string) []string { return agentEvents(t, js, cfg, node) }
+	// A reconciler that ended (a start that gave up under load) records
+	// nothing more: said at once, with its error, not as a minute's wait
+	// for an up (once seen, at load ~13, with nothing else said).
+	agentsOf := func(node string) []string {
+		select {
+		case err := <-done:
+			done <- err // for the cleanup
+			t.Fatalf("the reconciler ended: %v", err)
+		default:
+		}
+		return agentEvents(t, js, cfg, node)
+	}
 	for _, n := range live {
 		waitfor.Until(t, time.Minute, n+"'s up", func() bool { return len(agentsOf(n)) == 1 })
 	}
