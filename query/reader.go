@@ -90,9 +90,7 @@ func (r *Reader) open(ctx context.Context) (jetstream.Stream, store.StreamConfig
 	if r.stream != nil {
 		return r.stream, r.cfg, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	s, cfg, err := store.OpenStream(ctx, r.js, r.c.Stream)
+	s, cfg, err := store.OpenStreamRiding(ctx, r.js, r.c.Stream)
 	if err != nil {
 		return nil, cfg, err
 	}

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nuid"
 
 	"github.com/meshfold/meshfold/events"
@@ -241,17 +239,15 @@ func Transient(err error) bool {
 	return Unanswered(err)
 }
 
-// appendAttempt bounds one attempt of [Publisher.AppendRetrying].
-const appendAttempt = 2 * time.Second
-
 // AppendRetrying is [Append] for a user's verb: it retries [Transient]
-// failures (a cluster electing a leader) with backoff until ctx is done,
-// each attempt bounded by 2 s. Every attempt carries the same message id
-// (a random one unless opts set it), so an append whose acknowledgement
-// was lost is stored once.
+// failures (a cluster electing a leader) until ctx is done, through
+// [RideOut], each attempt bounded by [RideAttempt]. Every attempt carries
+// the same message id (a random one unless opts set it), so an append
+// whose acknowledgement was lost is stored once.
 //
-// Errors: those of Append that are not transient, at once; the last
-// transient one when ctx ends.
+// Errors: those of Append that are not transient, at once; when ctx
+// ends, a [*NoLeaderError] (matching [ErrNoLeader]) when the last attempt
+// found no leader, else the last transient error.
 func (p *Publisher) AppendRetrying(ctx context.Context, node string, payload events.Payload, opts ...AppendOpt) (Ack, error) {
 	var o appendOpts
 	for _, opt := range opts {
@@ -260,21 +256,9 @@ func (p *Publisher) AppendRetrying(ctx context.Context, node string, payload eve
 	if o.msgID == "" {
 		opts = append(opts, WithMsgID(nuid.Next()))
 	}
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0))
-	for {
-		actx, cancel := context.WithTimeout(ctx, appendAttempt)
-		ack, err := p.Append(actx, node, payload, opts...)
-		cancel()
-		if err == nil || !Transient(err) || ctx.Err() != nil {
-			return ack, err
-		}
-		select {
-		case <-ctx.Done():
-			return ack, err
-		case <-time.After(b.NextBackOff()):
-		}
-	}
+	return RideOut(ctx, "", func(ctx context.Context) (Ack, error) {
+		return p.Append(ctx, node, payload, opts...)
+	})
 }
 
 // Prepared is an append validated, encoded and, with [WithSigner], signed

@@ -55,3 +55,101 @@ func Unanswered(err error) bool {
 		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting) ||
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || (errors.As(err, &apiErr) && apiErr.Code == 503)
 }
+
+// ErrNoLeader matches the error [RideOut] gives up with when the last
+// attempt's answer said the stream had no leader, or none came
+// ([NoLeaderError]).
+var ErrNoLeader = errors.New("store: the stream has no leader")
+
+// jsClusterNotAvail is the JetStream API's error code for "JetStream
+// system temporarily unavailable" (the server's JSClusterNotAvailErr,
+// HTTP-like code 503): the group asked has no leader now. nats.go has no
+// sentinel for it; its 503 sentinels (jetstream not enabled) are other
+// codes.
+const jsClusterNotAvail = 10008
+
+// NoLeaderError is [RideOut]'s error when a stream's requests went
+// unanswered, or were answered "no leader", until the caller's deadline:
+// a cluster electing a leader after a server's loss, which takes up to
+// ~10 s after a kill -9 (docs/operations.md, "Failover"). It matches
+// [ErrNoLeader] and the last attempt's error.
+type NoLeaderError struct {
+	Stream string // the stream asked; "" when the caller does not know it
+	Err    error  // the last attempt's error
+}
+
+func (e *NoLeaderError) Error() string {
+	what := "the stream"
+	if e.Stream != "" {
+		what = "stream " + e.Stream
+	}
+	return what + " has no leader (a cluster electing one after a server's loss?): try again in a few seconds"
+}
+
+func (e *NoLeaderError) Unwrap() []error { return []error{ErrNoLeader, e.Err} }
+
+// leaderless reports whether err is the JetStream API's "no leader"
+// answer, or its lack of one: the group's 503 (code 10008), no response
+// from the stream, a request timeout (nats.ErrTimeout,
+// context.DeadlineExceeded). Not a lost connection, no responders or
+// JetStream being off: those are said as they are.
+func leaderless(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNotAvail)
+}
+
+// RideAttempt bounds one attempt of [RideOut]: an ask the killed leader
+// took is never answered, and the leader elected after it answers only
+// an ask made again. Past it the attempt is made again.
+const RideAttempt = 2 * time.Second
+
+// DefaultRideOut bounds [RideOut] when its context has no deadline (a
+// read verb without --timeout): an election after a kill -9 took up to
+// ~10 s on a 3-server cluster, and the client's reconnect comes on top.
+const DefaultRideOut = 30 * time.Second
+
+// RideOut runs op, one JetStream request or a few, until it returns nil
+// or an error that is not [Transient], or ctx ends (after
+// [DefaultRideOut] when ctx has no deadline): each attempt's context is
+// bounded by [RideAttempt], attempts are paced 100 ms doubling to 1 s
+// (±50 %). It is what every verb of the CLI asks the stream through
+// before and while it publishes, so that a cluster electing a leader is
+// waited out within the verb's --timeout, not failed at a fixed bound.
+// stream names the stream in the error ("" when unknown).
+//
+// Errors: op's error that is not transient, at once; when ctx ends
+// (its deadline, or DefaultRideOut), a [*NoLeaderError] wrapping the
+// last error when that said the stream had no leader (leaderless),
+// else the last error; ctx's cancellation's error as op returned it.
+func RideOut[T any](ctx context.Context, stream string, op func(context.Context) (T, error)) (T, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultRideOut)
+		defer cancel()
+	}
+	b := Backoff(100*time.Millisecond, time.Second)
+	for {
+		actx, cancel := context.WithTimeout(ctx, RideAttempt)
+		v, err := op(actx)
+		cancel()
+		if err == nil || !Transient(err) {
+			return v, err
+		}
+		if ctx.Err() == nil {
+			t := time.NewTimer(b.NextBackOff())
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) && leaderless(err) {
+				return v, &NoLeaderError{Stream: stream, Err: err}
+			}
+			return v, err
+		}
+	}
+}

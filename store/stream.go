@@ -371,6 +371,25 @@ func OpenStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (
 	return stream, eff, nil
 }
 
+// OpenStreamRiding is [OpenStream] through [RideOut]: a stream whose
+// cluster is electing a leader is asked again until ctx ends (30 s
+// without a deadline), each ask bounded by [RideAttempt]. The CLI's verbs
+// and readers open the stream with it.
+//
+// Errors: OpenStream's; a [*NoLeaderError] naming the stream when no
+// leader answered before ctx ended.
+func OpenStreamRiding(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, StreamConfig, error) {
+	type opened struct {
+		st  jetstream.Stream
+		cfg StreamConfig
+	}
+	o, err := RideOut(ctx, cfg.WithDefaults().Name, func(ctx context.Context) (opened, error) {
+		st, eff, err := OpenStream(ctx, js, cfg)
+		return opened{st, eff}, err
+	})
+	return o.st, o.cfg, err
+}
+
 // OpenedStream is [OpenStream]'s effective configuration of a stream
 // already looked up (its cached info, as [EnsureStream] returns it),
 // without asking the server again.

@@ -228,11 +228,12 @@ func (f *streamFlags) config() store.StreamConfig {
 }
 
 // openStream looks the existing stream up (it never creates one: only the
-// reconciler does) and returns its effective configuration.
+// reconciler does) and returns its effective configuration. A cluster
+// electing the stream's leader is waited out until ctx ends (30 s when
+// ctx has no deadline: store.OpenStreamRiding), not for a fixed 10 s: a
+// publishing verb's --timeout bounds it (a fresh user's finding V2).
 func (f *streamFlags) openStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, store.StreamConfig, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return store.OpenStream(ctx, js, f.config())
+	return store.OpenStreamRiding(ctx, js, f.config())
 }
 
 // openStreamWait is openStream for the long-running roles: a stream the

@@ -600,9 +600,11 @@ var wantLimits = fmt.Sprintf("%d modules, %d\nfiles a module and %d a want, buil
 // at most: a cluster electing a leader is retried within it. 30 s by
 // default: a crashed leader's bucket or stream took no write for up to
 // 9.8 s (docs/operations.md, "Failover"), and the client's reconnect comes
-// on top; 10 s gave up in an election (a fresh user's finding G5).
+// on top; 10 s gave up in an election (a fresh user's finding G5). The
+// verb's reads of the stream before it publishes ride the election out
+// within it too (store.RideOut; they had a fixed 10 s: finding V2).
 func addPublishTimeout(cmd *cobra.Command, d *time.Duration) {
-	cmd.Flags().DurationVar(d, "timeout", 30*time.Second, "give up publishing after this long (a cluster electing a leader after a server's crash, up to ~10 s, is retried within it)")
+	cmd.Flags().DurationVar(d, "timeout", 30*time.Second, "give up publishing after this long (a cluster electing a leader after a server's crash, up to ~10 s, is waited out within it, the verb's reads of the stream as its publish)")
 }
 
 // openPublisher connects with the command's flags and opens the existing

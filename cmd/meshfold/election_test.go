@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// TestVerbsRideOutElection is a fresh user's finding V2: on a cluster, a
+// publishing verb started right after a kill -9 of the stream's leader
+// gave up after 10 s ("stream MESH: context deadline exceeded")
+// whatever --timeout said, while the cluster elected a new leader
+// (~10 s). Each verb here starts right after such a kill and must
+// succeed within its --timeout.
+func TestVerbsRideOutElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: kills nats-server processes")
+	}
+	pc := storetest.StartProcCluster(t, 3)
+	_, js := pc.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := store.NewPublisher(js, cfg.Subjects())
+	for _, n := range []string{"golf", "hotel"} {
+		if _, err := pub.AppendRetrying(ctx, n, events.Stamp(&events.Ack{By: "setup"}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli := func(args ...string) (string, string, int, time.Duration) {
+		var out bytes.Buffer
+		var errb storetest.SyncBuffer
+		t0 := time.Now()
+		code := run(ctx, append(args, "--server", pc.URLs()), nil, &out, &errb)
+		return out.String(), errb.String(), code, time.Since(t0)
+	}
+	lead := pc.Leader(ctx, js, cfg.Name)
+	if lead < 0 {
+		t.Fatal("the stream has no leader before the kill")
+	}
+	pc.Kill(lead)
+	killed := time.Now()
+	type result struct {
+		verb          []string
+		out, errs     string
+		code          int
+		took, elected time.Duration
+	}
+	verbs := [][]string{
+		{"pause", "golf", "--by", "t", "--timeout", "60s"},
+		{"ack", "hotel", "--by", "t", "--force", "--timeout", "60s"},
+		{"audit", "hotel"},
+	}
+	results := make(chan result, len(verbs))
+	for _, v := range verbs {
+		go func() {
+			out, errs, code, d := cli(v...)
+			results <- result{verb: v, out: out, errs: errs, code: code, took: d}
+		}()
+	}
+	for range verbs {
+		r := <-results
+		t.Logf("%v, started right after the kill -9 of the stream leader %s: exit %d in %s", r.verb, pc.Name(lead), r.code, r.took.Round(10*time.Millisecond))
+		if r.code != 0 {
+			t.Errorf("%v: exit %d after %s, want 0 (the election is waited out within --timeout)\nstdout: %s\nstderr: %s", r.verb, r.code, r.took.Round(10*time.Millisecond), r.out, r.errs)
+		}
+	}
+	if _, err := store.LastMsg(ctx, store.Leader(js, cfg.Name), cfg.Subjects(), "golf", events.KindPause); err != nil {
+		t.Errorf("golf's pause is not in the stream: %v", err)
+	}
+	now := pc.Leader(ctx, js, cfg.Name)
+	t.Logf("leader now %d, %s after the kill", now, time.Since(killed).Round(10*time.Millisecond))
+}
