@@ -317,6 +317,8 @@ func fastDecode(k Kind, data []byte, d *Decoder) (Payload, bool) {
 				return 2, s.haveModules(&v.Modules)
 			case "no_plan":
 				return 3, s.bool(&v.NoPlan)
+			case "looked_before":
+				return 4, s.u64(&v.LookedBefore)
 			}
 			return s.header(&v.Header, key)
 		})

@@ -191,6 +191,15 @@ type Have struct {
 	// the stream's max-age removed"): the stream's max-age can have
 	// removed the node's plan while the node still needs it.
 	NoPlan bool `json:"no_plan,omitempty"`
+	// LookedBefore, with NoPlan: the agent's look for the node's plan,
+	// which found none, covered the stream's sequences before this one
+	// (the stream's last sequence then, plus one: 1 for an empty
+	// stream). Optional: 0 from older agents, not known. A plan at or
+	// after it was published after the agent looked: one the agent gets
+	// from its follow, not one it lost, and the reconciler publishes
+	// again only a plan before it (a fresh user's finding V1: the have
+	// sent while the first plan was applied got it published twice).
+	LookedBefore uint64 `json:"looked_before,omitempty"`
 	// Missing are the declared files of the agent's settled plan that
 	// were in place on the node in the agent's life (a fill wrote or
 	// found them, or they were there at its start) and are gone now

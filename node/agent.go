@@ -143,7 +143,10 @@ type Agent struct {
 	// noPlan: the start found no plan in the stream; haves say so
 	// (events.Have.NoPlan) until a plan settles.
 	noPlan bool
-	root   *os.Root // nil until Run opens it and after Run closes it
+	// lookedBefore: the stream's sequences before it were looked at when
+	// the start found no plan (events.Have.LookedBefore).
+	lookedBefore uint64
+	root         *os.Root // nil until Run opens it and after Run closes it
 	// refused holds the files this agent refused a write of since it last
 	// wrote them: an item may be owed for them, which only a filled pays,
 	// so their next accepted fill is written and reported even when the
@@ -479,7 +482,17 @@ func (a *Agent) claim(ctx context.Context) (*store.Lease, error) {
 // returns its sequence (0 when the node has none). A transient read error
 // is retried until ctx is done.
 func (a *Agent) startPlan(ctx context.Context, stream jetstream.Stream) (uint64, error) {
+	var looked uint64 // the stream's last sequence before the read
 	m, err := store.Retry(ctx, a.log, "read the newest plan", newBackoff(), func() (store.Msg, error) {
+		// The stream's last sequence first: a plan past it, which the
+		// read may miss, is one the follow delivers; the have says so
+		// (events.Have.LookedBefore), so that the reconciler does not
+		// publish it again for a plan lost.
+		last, err := store.StreamLastSeq(ctx, stream)
+		if err != nil {
+			return store.Msg{}, err
+		}
+		looked = last
 		m, err := store.LastMsg(ctx, stream, a.subj, a.cfg.Name, events.KindPlan)
 		if errors.Is(err, store.ErrNoMessage) {
 			return m, backoff.Permanent(err)
@@ -489,7 +502,7 @@ func (a *Agent) startPlan(ctx context.Context, stream jetstream.Stream) (uint64,
 	if errors.Is(err, store.ErrNoMessage) {
 		a.log.Info("no plan yet: writes are judged with no provisioner account (plan 0)")
 		a.mu.Lock()
-		a.noPlan = true
+		a.noPlan, a.lookedBefore = true, looked+1
 		a.mu.Unlock()
 		// Say so in a have: the reconciler publishes the node's plan
 		// again if it has one (the stream's max-age removed it). A change's
@@ -882,8 +895,12 @@ func (a *Agent) publishHave(ctx context.Context) {
 		missing := a.missingFiles(mods)
 		a.mu.Lock()
 		noPlan := a.noPlan && a.settled == nil
+		h := &events.Have{Modules: mods, NoPlan: noPlan, Missing: missing}
+		if noPlan {
+			h.LookedBefore = a.lookedBefore
+		}
 		a.mu.Unlock()
-		h := events.Stamp(&events.Have{Modules: mods, NoPlan: noPlan, Missing: missing}, time.Now())
+		h = events.Stamp(h, time.Now())
 		ack, err := a.pub.Append(ctx, a.cfg.Name, h, store.WithMsgID(id))
 		if errors.Is(err, events.ErrInvalid) {
 			return ack, backoff.Permanent(err)

@@ -256,8 +256,15 @@ func TestHavePublishedOnChange(t *testing.T) {
 func TestHaveSaysNoPlanUntilOneSettles(t *testing.T) {
 	e := newEnv(t)
 	e.startAgent(t, "ace", nil)
-	e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool { return m.Event.Payload.(*events.Have).NoPlan })
+	first := e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool { return m.Event.Payload.(*events.Have).NoPlan })
 	p := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:1"})
+	// The have says up to where the agent looked (a fresh user's finding
+	// V1): before the plan published after its start, so that the
+	// reconciler does not take its haves sent while it applies that plan
+	// for a plan lost.
+	if lb := first.Event.Payload.(*events.Have).LookedBefore; lb == 0 || lb > p {
+		t.Errorf("no_plan have #%d says looked_before=%d, want 1..%d (the plan published after the agent looked is #%d)", first.Event.Seq, lb, p, p)
+	}
 	e.waitEvent(t, "ace", events.KindSettle, settleOf(p))
 	h := e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool {
 		return m.Event.Seq > p && len(m.Event.Payload.(*events.Have).Modules) == 1

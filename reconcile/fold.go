@@ -249,7 +249,7 @@ func (f *folder) have(p *events.Have) {
 	}
 	f.compose()
 	if p.NoPlan {
-		f.planAgain()
+		f.planAgain(p.LookedBefore)
 	}
 	f.knock(true)
 	f.missing(p.Missing)
@@ -338,11 +338,19 @@ func (s *State) settledDeclares(module, path string) bool {
 // nothing is published while a plan published again is unsettled (on its
 // way, or refused: the agent says so once it applies it), nor while the
 // last plan emitted is not yet in the stream (Seq 0: on its way), nor
-// for a retired node.
-func (f *folder) planAgain() {
+// for a retired node, nor when the last plan was published after the
+// agent looked for one (at or after looked, the have's LookedBefore; 0
+// when the agent does not say): the agent started before it and gets it from its
+// follow; its have sent while it applies it still says no plan, which is
+// not a lost plan (a fresh user's finding V1: the first plan of 4 nodes
+// of 8 was published twice, with this warning).
+func (f *folder) planAgain(looked uint64) {
 	s := f.s
 	last := s.Emitted()
 	if last == nil || last.Seq == 0 || s.Retire != nil && s.Retire.Retired {
+		return
+	}
+	if looked != 0 && last.Seq >= looked {
 		return
 	}
 	if last.Again && slices.Contains(s.Unsettled, last) {

@@ -248,6 +248,9 @@ func summary(ev events.Event) string {
 		for _, m := range p.Missing {
 			parts = append(parts, "missing="+m.Module+":"+m.Path)
 		}
+		if p.LookedBefore != 0 {
+			parts = append(parts, fmt.Sprintf("looked=%d", p.LookedBefore))
+		}
 		return "have " + strings.Join(parts, " ")
 	case *events.Approve:
 		return fmt.Sprintf("approve %s %s by=%s", p.Module, p.Build, p.By)

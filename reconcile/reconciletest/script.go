@@ -81,6 +81,7 @@ func WantModule(t testing.TB, line string) events.WantModule {
 //	have                 one module a line: NAME BUILD|- STATE [account=X]
 //	                     [restarts=N] [exit=X] (exit=status_1 is "status 1")
 //	                     [since=SEQ] (the stream time of SEQ); args: [no_plan=true]
+//	                     [looked=SEQ] (the have's LookedBefore)
 //	approve module= build= [by=ops]
 //	settle plan= [module=] [op=apply] [error=]
 //	refusal module= path= reason= [plan=] writer= [error=]
@@ -122,6 +123,13 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 		p = w
 	case "have":
 		hv := &events.Have{NoPlan: args["no_plan"] == "true"}
+		if v := args["looked"]; v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				d.Fatalf(t, "have looked=%q: %v", v, err)
+			}
+			hv.LookedBefore = n
+		}
 		for _, line := range Lines(d.Input) {
 			hv.Modules = append(hv.Modules, sc.haveModule(t, d, line))
 		}
