@@ -201,13 +201,15 @@ const (
 // while it goes unanswered ([Unanswered]: no meta leader, a 503, a
 // timeout), until it succeeds or ctx ends. A refusal (the stream not
 // found, denied) is returned at once; once ctx ends, the last attempt's
-// error. A ctx without a deadline is bounded by the JetStream context's
-// default timeout, as a single creation was (and as [LeaderReads] are):
-// a server gone for good is not asked forever.
+// error, a [*NoLeaderError] when that said the stream had no leader
+// (as [RideOut]'s). A ctx without a deadline (a read verb without
+// --timeout) is bounded by [DefaultRideOut]: a server gone for good is
+// not asked forever, and an election after a kill -9 (up to ~10 s on a
+// 3-server cluster) is waited out.
 func followRidingOut(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail, error) {
-	if _, ok := ctx.Deadline(); !ok && js.Options().DefaultTimeout > 0 {
+	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
+		ctx, cancel = context.WithTimeout(ctx, DefaultRideOut)
 		defer cancel()
 	}
 	for d := readAttemptFirst; ; d = min(2*d, readAttemptMost) {
@@ -219,6 +221,9 @@ func followRidingOut(ctx context.Context, js jetstream.JetStream, cfg TailConfig
 			<-actx.Done()
 		}
 		cancel()
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && leaderless(err) {
+			return t, &NoLeaderError{Stream: cfg.Stream, Err: err}
+		}
 		if err == nil || !Unanswered(err) || ctx.Err() != nil {
 			return t, err
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,4 +79,18 @@ func TestVerbsRideOutElection(t *testing.T) {
 	}
 	now := pc.Leader(ctx, js, cfg.Name)
 	t.Logf("leader now %d, %s after the kill", now, time.Since(killed).Round(10*time.Millisecond))
+
+	// A verb whose --timeout ends before the election says so plainly
+	// (finding V3: a bare "context deadline exceeded").
+	pc.Restart(lead)
+	if lead = pc.Leader(ctx, js, cfg.Name); lead < 0 {
+		t.Fatal("the stream has no leader before the second kill")
+	}
+	pc.Kill(lead)
+	_, errs, code, d := cli("ack", "hotel", "--by", "t", "--force", "--timeout", "3s")
+	t.Logf("ack --timeout 3s right after the kill -9 of the stream leader %s: exit %d in %s: %s", pc.Name(lead), code, d.Round(10*time.Millisecond), errs)
+	const noLeader = "stream MESH has no leader (a cluster electing one after a server's loss?): try again in a few seconds"
+	if code != 1 || !strings.Contains(errs, noLeader) {
+		t.Errorf("ack --timeout 3s in an election: exit %d, stderr %q; want exit 1 saying %q", code, errs, noLeader)
+	}
 }
