@@ -10,12 +10,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/rollout/feed"
+	"github.com/meshfold/meshfold/store"
 )
 
 // Rollouts (DESIGN.md §11): apply starts one from a fleet file; the
@@ -431,8 +433,15 @@ anyway, and those targets' reverts fail to fetch it.`
 	return cmd
 }
 
+// publishRollout publishes an operator's rollout event, riding out a
+// stream electing a leader within ctx (store.RideOut; a fresh user's
+// finding V2): every attempt carries one message id, so an attempt whose
+// acknowledgement was lost is stored once.
 func publishRollout(ctx context.Context, js jetstream.JetStream, subj events.Subjects, fleet string, k rollout.Kind, p any) (uint64, error) {
-	return feed.Publish(ctx, js, subj, fleet, k, p, "")
+	id := nuid.Next()
+	return store.RideOut(ctx, "", func(ctx context.Context) (uint64, error) {
+		return feed.Publish(ctx, js, subj, fleet, k, p, id)
+	})
 }
 
 // refuseRevertMissing refuses (exit 1: refused for the state of things,

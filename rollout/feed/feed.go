@@ -113,20 +113,27 @@ func NewestStart(ctx context.Context, stream jetstream.Stream, subj events.Subje
 func Replay(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig, own *store.Trust, fleet string) (*rollout.State, error) {
 	cfg = cfg.WithDefaults()
 	subj := cfg.Subjects()
-	stream, err := js.Stream(ctx, cfg.Name)
+	// Each request before the read rides out a stream electing a leader
+	// (store.RideOut, 30 s when ctx has no deadline): a rollout verb or
+	// status right after a kill -9 of the stream's leader failed at 10 s
+	// or, creating the consumer with no deadline, could wait for ever (a
+	// fresh user's findings V2, V3).
+	stream, err := store.RideOut(ctx, cfg.Name, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, cfg.Name) })
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", cfg.Name, err)
 	}
-	start, err := NewestStart(ctx, stream, subj, fleet)
+	start, err := store.RideOut(ctx, cfg.Name, func(ctx context.Context) (uint64, error) { return NewestStart(ctx, stream, subj, fleet) })
 	if err != nil {
 		return nil, err
 	}
-	end, err := store.StreamLastSeq(ctx, stream)
+	end, err := store.RideOut(ctx, cfg.Name, func(ctx context.Context) (uint64, error) { return store.StreamLastSeq(ctx, stream) })
 	if err != nil {
 		return nil, err
 	}
 	s := rollout.NewState(fleet)
-	tail, err := store.Follow(ctx, js, store.TailConfig{Stream: cfg.Name, Subjects: subj, Start: start})
+	tail, err := store.RideOut(ctx, cfg.Name, func(ctx context.Context) (*store.Tail, error) {
+		return store.Follow(ctx, js, store.TailConfig{Stream: cfg.Name, Subjects: subj, Start: start})
+	})
 	if err != nil {
 		return nil, err
 	}
