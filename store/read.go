@@ -390,11 +390,13 @@ type leaderGetRequest struct {
 	NextFor string `json:"next_by_subj,omitempty"`
 }
 
-// bound gives ctx the connection's DefaultTimeout when it has no
-// deadline.
+// bound gives ctx, when it has no deadline, [WithRideOut]'s bound (a
+// read verb's --timeout), else the connection's DefaultTimeout.
 func (l *LeaderReads) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); !ok && l.js.Options().DefaultTimeout > 0 {
-		return context.WithTimeout(ctx, l.js.Options().DefaultTimeout)
+	if _, ok := ctx.Deadline(); !ok {
+		if d := rideOutBound(ctx, l.js.Options().DefaultTimeout); d > 0 {
+			return context.WithTimeout(ctx, d)
+		}
 	}
 	return ctx, func() {}
 }
@@ -474,6 +476,10 @@ func (l *LeaderReads) ask(ctx context.Context, req leaderGetRequest) (*jetstream
 	for {
 		select {
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// Said as RideOut says it (a fresh user's finding V3).
+				return nil, &NoLeaderError{Stream: l.stream, Err: l.wrap(errors.Join(refused, ctx.Err()))}
+			}
 			return nil, l.wrap(errors.Join(refused, ctx.Err()))
 		case <-timer.C:
 			if err := nc.PublishRequest(subj, inbox, body); err != nil {

@@ -110,9 +110,29 @@ const RideAttempt = 2 * time.Second
 // ~10 s on a 3-server cluster, and the client's reconnect comes on top.
 const DefaultRideOut = 30 * time.Second
 
+// rideOutKey keys the bound [WithRideOut] sets.
+type rideOutKey struct{}
+
+// WithRideOut returns ctx whose [RideOut] calls, when ctx has no
+// deadline, give up after d rather than [DefaultRideOut]: a read verb's
+// --timeout bounds each wait for a leader, not its whole read (a long
+// history read goes on past it once a leader answers).
+func WithRideOut(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, rideOutKey{}, d)
+}
+
+// rideOutBound is [WithRideOut]'s bound in ctx, or def.
+func rideOutBound(ctx context.Context, def time.Duration) time.Duration {
+	if v, ok := ctx.Value(rideOutKey{}).(time.Duration); ok && v > 0 {
+		return v
+	}
+	return def
+}
+
 // RideOut runs op, one JetStream request or a few, until it returns nil
 // or an error that is not [Transient], or ctx ends (after
-// [DefaultRideOut] when ctx has no deadline): each attempt's context is
+// [DefaultRideOut] when ctx has no deadline, or [WithRideOut]'s bound):
+// each attempt's context is
 // bounded by [RideAttempt], attempts are paced 100 ms doubling to 1 s
 // (±50 %). It is what every verb of the CLI asks the stream through
 // before and while it publishes, so that a cluster electing a leader is
@@ -126,7 +146,7 @@ const DefaultRideOut = 30 * time.Second
 func RideOut[T any](ctx context.Context, stream string, op func(context.Context) (T, error)) (T, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultRideOut)
+		ctx, cancel = context.WithTimeout(ctx, rideOutBound(ctx, DefaultRideOut))
 		defer cancel()
 	}
 	b := Backoff(100*time.Millisecond, time.Second)

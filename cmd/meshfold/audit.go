@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -16,6 +17,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/store"
 )
 
 func init() { register(newAuditCmd) }
@@ -25,6 +27,7 @@ type auditOpts struct {
 	why                uint64
 	out                outputFlag
 	format             string
+	timeout            time.Duration
 }
 
 func newAuditCmd(a *app) *cobra.Command {
@@ -66,7 +69,7 @@ YAML document (--json is -o json).`,
 			if cmd.Flags().Changed("why") && o.why == 0 {
 				return withCode(exitUsage, errors.New("--why 0: stream sequences start at 1"))
 			}
-			return runAudit(cmd.Context(), a, args[0], o)
+			return runAudit(store.WithRideOut(cmd.Context(), o.timeout), a, args[0], o)
 		},
 	}
 	fl := cmd.Flags()
@@ -75,6 +78,7 @@ YAML document (--json is -o json).`,
 	fl.StringVar(&o.asOf, "as-of", "", "print the state after folding every event at or before this sequence or time")
 	fl.Uint64Var(&o.why, "why", 0, "explain the event at this stream sequence")
 	o.out.add(cmd, "print one JSON document (-o json)")
+	addReadTimeout(cmd, &o.timeout)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd

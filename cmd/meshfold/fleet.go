@@ -19,6 +19,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/store"
 )
 
 func init() { register(newFleetCmd) }
@@ -29,6 +30,7 @@ func newFleetCmd(a *app) *cobra.Command {
 		all      bool
 		stale    time.Duration
 		warnings time.Duration
+		timeout  time.Duration
 		pg       fleetPaging
 	)
 	cmd := &cobra.Command{
@@ -129,7 +131,7 @@ newer than its snapshot says "behind":true and its newest event's
 			if all && !fl.Changed("limit") {
 				pg.limit = 0
 			}
-			return runFleet(cmd.Context(), a, format, all, stale, warnings, pg)
+			return runFleet(store.WithRideOut(cmd.Context(), timeout), a, format, all, stale, warnings, pg)
 		},
 	}
 	fl := cmd.Flags()
@@ -140,6 +142,7 @@ newer than its snapshot says "behind":true and its newest event's
 	fl.StringVar(&pg.needs, "needs", "", "only the nodes with this need (a name the summary lists: failed, owed, stale-have, …; nothing: the calm ones)")
 	fl.DurationVar(&stale, "stale", 10*time.Minute, "a have older than this is stale")
 	fl.DurationVar(&warnings, "warnings", time.Hour, "count journal warnings and errors this far back (0: do not)")
+	addReadTimeout(cmd, &timeout)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd

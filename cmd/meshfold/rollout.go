@@ -129,6 +129,7 @@ func newRolloutLsCmd(a *app) *cobra.Command {
 
 func newRolloutStatusCmd(a *app) *cobra.Command {
 	var out outputFlag
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "status FLEET [-o table|json|yaml]",
 		Short: "The delivery view: each target's want, plan, settle, build, health; each build's nodes",
@@ -162,12 +163,13 @@ percentages as counts) with the fleet file's names and forms:
 			if err != nil {
 				return err
 			}
-			r, done, err := a.rolloutReader(cmd.Context())
+			ctx := store.WithRideOut(cmd.Context(), timeout)
+			r, done, err := a.rolloutReader(ctx)
 			if err != nil {
 				return err
 			}
 			defer done()
-			s, err := r.Rollout(cmd.Context(), args[0])
+			s, err := r.Rollout(ctx, args[0])
 			if err != nil {
 				return noRollout(err, args[0])
 			}
@@ -179,6 +181,7 @@ percentages as counts) with the fleet file's names and forms:
 		},
 	}
 	out.add(cmd, "")
+	addReadTimeout(cmd, &timeout)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd

@@ -607,6 +607,16 @@ func addPublishTimeout(cmd *cobra.Command, d *time.Duration) {
 	cmd.Flags().DurationVar(d, "timeout", 30*time.Second, "give up publishing after this long (a cluster electing a leader after a server's crash, up to ~10 s, is waited out within it, the verb's reads of the stream as its publish)")
 }
 
+// addReadTimeout adds --timeout to a read verb (audit, rollout status,
+// fleet): how long each of its requests to the stream waits out a
+// cluster electing the stream's leader (store.WithRideOut), not a bound
+// on the whole read. 30 s as the publishing verbs' (a fresh user's
+// finding V3: they failed at a fixed 10 s with a bare "context deadline
+// exceeded").
+func addReadTimeout(cmd *cobra.Command, d *time.Duration) {
+	cmd.Flags().DurationVar(d, "timeout", store.DefaultRideOut, "give up waiting for the stream's leader after this long (a cluster electing one after a server's crash, up to ~10 s, is waited out within it)")
+}
+
 // openPublisher connects with the command's flags and opens the existing
 // stream. The caller closes the connection.
 func (a *app) openPublisher(ctx context.Context) (*nats.Conn, jetstream.JetStream, *store.Publisher, error) {
