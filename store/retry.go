@@ -105,8 +105,8 @@ func leaderless(err error) bool {
 // an ask made again. Past it the attempt is made again.
 const RideAttempt = 2 * time.Second
 
-// DefaultRideOut bounds [RideOut] when its context has no deadline (a
-// read verb without --timeout): an election after a kill -9 took up to
+// DefaultRideOut bounds [RideOut] when its context has no deadline and
+// [WithRideOut] set no bound (the read verbs' --timeout default): an election after a kill -9 took up to
 // ~10 s on a 3-server cluster, and the client's reconnect comes on top.
 const DefaultRideOut = 30 * time.Second
 
@@ -130,17 +130,16 @@ func rideOutBound(ctx context.Context, def time.Duration) time.Duration {
 }
 
 // RideOut runs op, one JetStream request or a few, until it returns nil
-// or an error that is not [Transient], or ctx ends (after
-// [DefaultRideOut] when ctx has no deadline, or [WithRideOut]'s bound):
-// each attempt's context is
-// bounded by [RideAttempt], attempts are paced 100 ms doubling to 1 s
-// (±50 %). It is what every verb of the CLI asks the stream through
+// or an error that is not [Transient], or ctx ends (when ctx has no
+// deadline: after [WithRideOut]'s bound, else [DefaultRideOut]): each
+// attempt's context is bounded by [RideAttempt], attempts are paced
+// 100 ms doubling to 1 s (±50 %). It is what every verb of the CLI asks the stream through
 // before and while it publishes, so that a cluster electing a leader is
 // waited out within the verb's --timeout, not failed at a fixed bound.
 // stream names the stream in the error ("" when unknown).
 //
 // Errors: op's error that is not transient, at once; when ctx ends
-// (its deadline, or DefaultRideOut), a [*NoLeaderError] wrapping the
+// (its deadline, or the bound), a [*NoLeaderError] wrapping the
 // last error when that said the stream had no leader (leaderless),
 // else the last error; ctx's cancellation's error as op returned it.
 func RideOut[T any](ctx context.Context, stream string, op func(context.Context) (T, error)) (T, error) {
