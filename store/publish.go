@@ -34,7 +34,9 @@ func (e *conflictError) Is(target error) bool { return target == ErrConflict }
 // ServerError returns err, a server's reply, so that it matches
 // [ErrConflict] through errors.Is when it is a wrong-last-sequence reply:
 // code 10071 on a single replica, 10164 on a replicated stream. It is the
-// one place that maps them; nil and other errors come back unchanged.
+// one place that maps them; a refusal for lack of room comes back as
+// [StorageFullError] makes it (matching [ErrStorageFull]); nil and other
+// errors come back unchanged.
 // (jetstream.ErrKeyExists must not be used for this: it matches every
 // 10071, and misses 10164. And errors.Is cannot match the raw reply to a
 // sentinel of ours: it consults the reply's own Is, which compares one
@@ -43,6 +45,9 @@ func ServerError(err error) error {
 	var apiErr *jetstream.APIError
 	if err == nil || errors.Is(err, ErrConflict) || !errors.As(err, &apiErr) {
 		return err
+	}
+	if full := StorageFullError(err); full != err {
+		return full
 	}
 	if apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant {

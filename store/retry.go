@@ -138,7 +138,8 @@ func rideOutBound(ctx context.Context, def time.Duration) time.Duration {
 // waited out within the verb's --timeout, not failed at a fixed bound.
 // stream names the stream in the error ("" when unknown).
 //
-// Errors: op's error that is not transient, at once; when ctx ends
+// Errors: op's error that is not transient, or that is [ErrStorageFull],
+// at once; when ctx ends
 // (its deadline, or the bound), a [*NoLeaderError] wrapping the
 // last error when that said the stream had no leader (leaderless),
 // else the last error; ctx's cancellation's error as op returned it.
@@ -153,7 +154,9 @@ func RideOut[T any](ctx context.Context, stream string, op func(context.Context)
 		actx, cancel := context.WithTimeout(ctx, RideAttempt)
 		v, err := op(actx)
 		cancel()
-		if err == nil || !Transient(err) {
+		// A full store is a 503 like an election's, but it lasts until an
+		// operator frees space: say so now rather than after --timeout.
+		if err == nil || !Transient(err) || errors.Is(err, ErrStorageFull) {
 			return v, err
 		}
 		if ctx.Err() == nil {

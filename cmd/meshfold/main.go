@@ -109,6 +109,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	err = explainOversized(err)
 	err = a.explainStream(err)
+	err = store.StorageFullError(err) // a KV put or a stream create refused for lack of room; appends say it already
 	fmt.Fprintln(stderr, "meshfold:", err)
 	var ce *codedError
 	if errors.As(err, &ce) {

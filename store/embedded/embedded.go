@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -92,8 +93,10 @@ func authOptions(opts *server.Options, a *store.ServerAuth) ([]string, error) {
 
 // Server is a running in-process nats-server with JetStream enabled.
 type Server struct {
-	srv  *server.Server
-	lock *os.File // the data directory's lock, released by Shutdown
+	srv   *server.Server
+	lock  *os.File // the data directory's lock, released by Shutdown
+	watch *storageWatch
+	once  sync.Once
 }
 
 // readyTimeout bounds how long Start waits for the server to accept
@@ -193,7 +196,12 @@ func Start(cfg Config) (*Server, error) {
 	}
 	started = true
 	writeHolder(lock, srv.ClientURL())
-	return &Server{srv: srv, lock: lock}, nil
+	// A full data directory stops JetStream storing until its limit is
+	// derived anew (full.go): the watch says so and restarts it once
+	// there is room.
+	w := newStorageWatch(srv, opts, cfg.DataDir, cfg.Logger)
+	go w.run(storageCheckEvery)
+	return &Server{srv: srv, lock: lock, watch: w}, nil
 }
 
 // Check reports, without creating or writing anything, what would make
@@ -391,6 +399,7 @@ func (e *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 // Shutdown stops the server and waits until it has stopped, its stores
 // flushed and closed. Safe to call twice.
 func (e *Server) Shutdown() {
+	e.once.Do(e.watch.close)
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
 	if e.lock != nil {

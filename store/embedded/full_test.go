@@ -1,0 +1,181 @@
+package embedded_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/embedded"
+)
+
+// logRecords keeps the records of a logger and wakes waiters on each.
+type logRecords struct {
+	mu   sync.Mutex
+	recs []slog.Record
+	ch   chan struct{}
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler      { return l }
+func (l *logRecords) WithGroup(string) slog.Handler           { return l }
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.recs = append(l.recs, r.Clone())
+	l.mu.Unlock()
+	select {
+	case l.ch <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// count returns how many records at level have a message starting with prefix.
+func (l *logRecords) count(level slog.Level, prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.recs {
+		if r.Level == level && strings.HasPrefix(r.Message, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor waits until count(level, prefix) > 0 or the deadline.
+func (l *logRecords) waitFor(t *testing.T, level slog.Level, prefix string, d time.Duration) {
+	t.Helper()
+	deadline := time.After(d)
+	for l.count(level, prefix) == 0 {
+		select {
+		case <-l.ch:
+		case <-deadline:
+			t.Fatalf("no %v log line %q within %s", level, prefix, d)
+		}
+	}
+}
+
+// smallFS mounts a tmpfs of size bytes under /tmp/diskfull-* and returns
+// it and a func that resizes it; it skips the test when mounting is not
+// permitted (not root, not Linux, a container without the right).
+func smallFS(t *testing.T, size string) (string, func(size string)) {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "diskfull-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		os.Remove(dir)
+		t.Skipf("a small filesystem cannot be mounted here (needs root on Linux): mount: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+			return
+		}
+		os.Remove(dir)
+	})
+	return dir, func(size string) {
+		t.Helper()
+		if out, err := exec.Command("mount", "-o", "remount,size="+size, dir).CombinedOutput(); err != nil {
+			t.Fatalf("remount %s size=%s: %v: %s", dir, size, err, out)
+		}
+	}
+}
+
+// TestFullDataDirRecoversWithoutRestart fills a real 4 MB filesystem
+// under the embedded server until it refuses a write, then grows the
+// filesystem: the refusal says the server cannot store, serve logs the
+// episode at ERROR once, and storing resumes without a restart, logged.
+func TestFullDataDirRecoversWithoutRestart(t *testing.T) {
+	dir, resize := smallFS(t, "4m")
+	logs := &logRecords{ch: make(chan struct{}, 1)}
+	e, err := embedded.Start(embedded.Config{DataDir: dir + "/data", Listen: "127.0.0.1:-1", Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 8<<10)
+	publish := func() error {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := js.Publish(pctx, "t.x", payload)
+		return store.ServerError(err)
+	}
+	var refused error
+	for i := 0; i < 2000; i++ { // 16 MB: far more than 4 MB holds
+		if refused = publish(); refused != nil {
+			break
+		}
+	}
+	if !errors.Is(refused, store.ErrStorageFull) {
+		t.Fatalf("a write to a full store: got %v, want an error matching store.ErrStorageFull", refused)
+	}
+	if !strings.HasPrefix(refused.Error(), "the server cannot store: its data directory is full (or its storage limit reached): ") {
+		t.Errorf("the refusal says %q", refused)
+	}
+	t.Logf("refused: %v", refused)
+	const stopped, resumed = "JetStream stopped storing: the data directory", "JetStream stores again"
+	logs.waitFor(t, slog.LevelError, stopped, 10*time.Second)
+	if err := publish(); !errors.Is(err, store.ErrStorageFull) {
+		t.Fatalf("a write to the still full store: got %v, want store.ErrStorageFull", err)
+	}
+
+	resize("32m")
+	freed := time.Now()
+	var first time.Duration
+	for {
+		err := publish()
+		if err == nil {
+			first = time.Since(freed)
+			break
+		}
+		if time.Since(freed) > 30*time.Second {
+			t.Fatalf("no write stored within 30 s of the filesystem growing to 32 MB: %v", err)
+		}
+		select {
+		case <-logs.ch:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Logf("first write stored %s after the filesystem grew", first.Round(time.Millisecond))
+	logs.waitFor(t, slog.LevelWarn, resumed, 10*time.Second)
+	if n := logs.count(slog.LevelError, stopped); n != 1 {
+		t.Errorf("%d ERROR lines %q for one episode, want 1", n, stopped)
+	}
+	// The stream held on through JetStream's restart.
+	s, err := js.Stream(ctx, "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs < 2 {
+		t.Errorf("stream T holds %d messages after the restart of JetStream", info.State.Msgs)
+	}
+}
