@@ -25,8 +25,8 @@ type logRecords struct {
 }
 
 func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler      { return l }
-func (l *logRecords) WithGroup(string) slog.Handler           { return l }
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logRecords) WithGroup(string) slog.Handler            { return l }
 func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	l.recs = append(l.recs, r.Clone())
