@@ -164,7 +164,7 @@ func TestStateSnapshotAndLive(t *testing.T) {
 	if err != nil || st.Source != query.SourceReconciler || st.View.Seq != 50 {
 		t.Fatalf("live: %+v, %v", st, err)
 	}
-	if _, err := r.State(ctx, "zed"); !errors.Is(err, query.ErrUnknownNode) || !strings.Contains(err.Error(), "the reconciler has folded no event of it") {
+	if _, err := r.State(ctx, "zed"); !errors.Is(err, query.ErrUnknownNode) || !strings.Contains(err.Error(), "the reconciler has folded no event of it, and the stream holds none") {
 		t.Errorf("unknown to the reconciler: %v", err)
 	}
 	d, src, err := r.DryRun(ctx, "ace", &events.Want{Modules: []events.WantModule{prov}})
@@ -204,5 +204,58 @@ func TestStateNewerSnapshotFromStream(t *testing.T) {
 	st, err := r.State(ctx, "ace")
 	if err != nil || st.Source != query.SourceStream || st.View.Seq != ack.Seq {
 		t.Fatalf("state over a newer snapshot: %+v, %v; want folded from the stream to #%d", st, err, ack.Seq)
+	}
+}
+
+// TestStateUnfoldedNotUnknown: a node whose events the stream holds but
+// the reconciler has not folded (it is behind, or its partition cannot
+// store its snapshot: a full data directory, the fresh user's V7) is
+// shown folded from the stream and said to be unfolded, never "unknown";
+// a node of no event at all stays unknown.
+func TestStateUnfoldedNotUnknown(t *testing.T) {
+	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pub := store.NewPublisher(js, cfg.Subjects())
+	for _, node := range []string{"ace", "bob"} {
+		if _, err := pub.Append(ctx, node, events.Stamp(&events.Want{Modules: []events.WantModule{prov}}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := query.New(nc, query.Config{Stream: cfg, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := r.History(ctx, "ace", query.Bounds{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ace := h.Fold(len(h.Events))
+	// The live reconciler has folded ace only: bob's partition is behind.
+	svc, err := engine.AddStateService(nc, func(node string) (*reconcile.State, bool) {
+		if node != "ace" {
+			return nil, false
+		}
+		return ace.Clone(), true
+	}, engine.StateServiceConfig{Prefix: cfg.Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.State(ctx, "bob")
+	if err != nil {
+		t.Fatalf("state of bob, in the stream but not folded: %v", err)
+	}
+	if st.Source != query.SourceUnfolded || st.View.Seq != 2 || !strings.Contains(st.Source.Text(), "has not folded") {
+		t.Errorf("state of bob: source %q (%s), seq %d; want %q at seq 2", st.Source, st.Source.Text(), st.View.Seq, query.SourceUnfolded)
+	}
+	if _, src, err := r.Fold(ctx, "bob"); err != nil || src != query.SourceUnfolded {
+		t.Errorf("fold of bob: %s, %v", src, err)
+	}
+	if _, err := r.State(ctx, "zed"); !errors.Is(err, query.ErrUnknownNode) || !strings.Contains(err.Error(), "the stream holds none") {
+		t.Errorf("a node of no event: %v", err)
 	}
 }

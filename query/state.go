@@ -24,6 +24,12 @@ const (
 	// SourceStream: no reconciler answered; the node's events, read from
 	// the stream and folded here with the reconciler's fold.
 	SourceStream Source = "stream"
+	// SourceUnfolded: the reconciler answered that it has folded no event
+	// of the node, but the stream holds some: it is behind, or cannot
+	// fold that node's partition (a session that cannot store its
+	// snapshot, a full data directory); the node's events, read from the
+	// stream and folded here.
+	SourceUnfolded Source = "stream-unfolded"
 	// SourceNone: nothing is known of the node (a dry run composes from
 	// the empty state).
 	SourceNone Source = "none"
@@ -39,6 +45,9 @@ func (s Source) Text() string {
 		return "the stored snapshot: no reconciler answered"
 	case SourceStream:
 		return "a replay of the stream: no reconciler answered"
+	case SourceUnfolded:
+		return "a replay of the stream: the reconciler has not folded this node's events yet " +
+			"(it is behind, or cannot store: a full data directory? see its log)"
 	}
 	return "nothing: no event of the node is known yet"
 }
@@ -60,14 +69,26 @@ func (r *Reader) Live(ctx context.Context, node string) (reconcile.View, reconci
 // when none answers, its stored snapshot, else its events folded from
 // the stream; Source says which.
 //
-// Errors: [ErrUnknownNode] when the reconciler has folded no event of
-// node, or none answers and neither a snapshot nor the stream holds it;
+// A node the reconciler answers it has folded no event of, while the
+// stream holds some (the reconciler is behind, or cannot fold its
+// partition: a full data directory), is folded here from the stream,
+// [SourceUnfolded]: such a node is never called unknown.
+//
+// Errors: [ErrUnknownNode] when neither the reconciler nor the stream
+// knows node (nor, when none answers, a snapshot);
 // a bad node name (matching events.ErrInvalid); an undecodable snapshot;
 // the reads' errors.
 func (r *Reader) State(ctx context.Context, node string) (NodeState, error) {
 	v, c, err := r.Live(ctx, node)
 	if err == nil {
 		return NodeState{Source: SourceReconciler, View: v, Composition: c}, nil
+	}
+	if errors.Is(err, ErrUnknownNode) {
+		st, err := r.unfolded(ctx, node)
+		if err != nil {
+			return NodeState{}, err
+		}
+		return NodeState{Source: SourceUnfolded, View: st.View(), Composition: reconcile.CompositionOf(st)}, nil
 	}
 	if err := r.notLive(node, err); err != nil {
 		return NodeState{}, err
@@ -87,6 +108,13 @@ func (r *Reader) Fold(ctx context.Context, node string) (*reconcile.State, Sourc
 	st, err := RequestFold(ctx, r.nc, r.pre, node, r.c.Timeout)
 	if err == nil {
 		return st, SourceReconciler, nil
+	}
+	if errors.Is(err, ErrUnknownNode) {
+		st, err := r.unfolded(ctx, node)
+		if err != nil {
+			return nil, "", err
+		}
+		return st, SourceUnfolded, nil
 	}
 	if err := r.notLive(node, err); err != nil {
 		return nil, "", err
@@ -115,13 +143,25 @@ func (r *Reader) DryRun(ctx context.Context, node string, w *events.Want) (recon
 // reconciler answered (the read goes on to what is stored), else the
 // error to return.
 func (r *Reader) notLive(node string, err error) error {
-	switch {
-	case errors.Is(err, ErrUnknownNode):
-		return wrap(ErrUnknownNode, "node %q is unknown: the reconciler has folded no event of it", node)
-	case errors.Is(err, ErrNoReconciler):
+	if errors.Is(err, ErrNoReconciler) {
 		return nil
 	}
 	return err
+}
+
+// unfolded is the state of a node the reconciler answered it has folded
+// no event of: folded here from the stream's events of it when there are
+// some (the reconciler is behind, or its partition cannot fold: never
+// call such a node unknown), else [ErrUnknownNode].
+func (r *Reader) unfolded(ctx context.Context, node string) (*reconcile.State, error) {
+	h, err := r.History(ctx, node, Bounds{})
+	if err != nil {
+		return nil, fmt.Errorf("the reconciler has folded no event of node %q, and its events could not be read: %w", node, err)
+	}
+	if len(h.Events) == 0 {
+		return nil, wrap(ErrUnknownNode, "node %q is unknown: the reconciler has folded no event of it, and the stream holds none", node)
+	}
+	return h.Fold(len(h.Events)), nil
 }
 
 // stored returns node's state from its snapshot, else (no snapshot, or
