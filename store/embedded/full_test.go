@@ -3,6 +3,7 @@ package embedded_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/embedded"
 )
@@ -115,18 +117,24 @@ func TestFullDataDirRecoversWithoutRestart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}}); err != nil {
+	stream, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	payload := make([]byte, 8<<10)
+	pub := store.NewPublisher(js, cfg.Subjects())
+	var mods []events.WantModule
+	for i := range 32 { // a want of ~5 kB, as the fresh user's
+		mods = append(mods, events.WantModule{Name: fmt.Sprintf("mod%d", i), Build: fmt.Sprintf("img:sha256:%064d", i), RunsAs: "nobody"})
+	}
+	want := events.Stamp(&events.Want{Modules: mods}, time.Now())
 	publish := func() error {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		_, err := js.Publish(pctx, "t.x", payload)
-		return store.ServerError(err)
+		_, err := pub.Append(pctx, "w", want)
+		return err
 	}
 	var refused error
-	for i := 0; i < 2000; i++ { // 16 MB: far more than 4 MB holds
+	for i := 0; i < 4000; i++ { // 20 MB: far more than 4 MB holds
 		if refused = publish(); refused != nil {
 			break
 		}
@@ -134,14 +142,19 @@ func TestFullDataDirRecoversWithoutRestart(t *testing.T) {
 	if !errors.Is(refused, store.ErrStorageFull) {
 		t.Fatalf("a write to a full store: got %v, want an error matching store.ErrStorageFull", refused)
 	}
-	if !strings.HasPrefix(refused.Error(), "the server cannot store: its data directory is full (or its storage limit reached): ") {
+	if !strings.HasPrefix(refused.Error(), "append mesh.w.want: the server cannot store: its data directory is full (or its storage limit reached): insufficient resources") {
 		t.Errorf("the refusal says %q", refused)
 	}
 	t.Logf("refused: %v", refused)
 	const stopped, resumed = "JetStream stopped storing: the data directory", "JetStream stores again"
 	logs.waitFor(t, slog.LevelError, stopped, 10*time.Second)
-	if err := publish(); !errors.Is(err, store.ErrStorageFull) {
-		t.Fatalf("a write to the still full store: got %v, want store.ErrStorageFull", err)
+	// A user's verb does not retry a full store until its timeout.
+	start := time.Now()
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = pub.AppendRetrying(rctx, "w", want)
+	rcancel()
+	if took := time.Since(start); !errors.Is(err, store.ErrStorageFull) || took > 10*time.Second {
+		t.Fatalf("a verb's append to the still full store: got %v after %s, want store.ErrStorageFull at once", err, took.Round(time.Millisecond))
 	}
 
 	resize("32m")
@@ -167,15 +180,11 @@ func TestFullDataDirRecoversWithoutRestart(t *testing.T) {
 		t.Errorf("%d ERROR lines %q for one episode, want 1", n, stopped)
 	}
 	// The stream held on through JetStream's restart.
-	s, err := js.Stream(ctx, "T")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
+	info, err := stream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.State.Msgs < 2 {
-		t.Errorf("stream T holds %d messages after the restart of JetStream", info.State.Msgs)
+		t.Errorf("the stream holds %d messages after the restart of JetStream", info.State.Msgs)
 	}
 }
