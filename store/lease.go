@@ -169,10 +169,11 @@ type Lease struct {
 	reclaimed chan struct{}
 	stopOnce  sync.Once
 
-	mu   sync.Mutex
-	rev  uint64
-	err  error  // why the lease was lost
-	note string // SetOutageNote's
+	mu      sync.Mutex
+	rev     uint64
+	err     error  // why the lease was lost
+	note    string // SetOutageNote's
+	outFull bool   // the outage under way is a server that cannot store (ErrStorageFull), not an unreachable one
 
 	out outage // the renewals' (only renew's goroutine)
 }
@@ -232,6 +233,8 @@ func (o *outage) renewed() (time.Time, outageSay) {
 // unrenewed says a renewal that failed with err as the outage stands.
 func (l *Lease) unrenewed(err error) {
 	now := time.Now()
+	err = StorageFullError(err)
+	full := errors.Is(err, ErrStorageFull)
 	l.mu.Lock()
 	note := l.note
 	l.mu.Unlock()
@@ -240,9 +243,22 @@ func (l *Lease) unrenewed(err error) {
 	}
 	switch l.out.fail(now) {
 	case outageStarts:
+		l.mu.Lock()
+		l.outFull = full
+		l.mu.Unlock()
+		if full { // NATS answers: it cannot store
+			l.log.Warn(fmt.Sprintf("the server cannot store since %s%s (lease not renewed; retrying every %s, said again each minute)",
+				now.Format(time.TimeOnly), note, l.ttl/4), "key", l.key, "err", err)
+			return
+		}
 		l.log.Warn(fmt.Sprintf("NATS unreachable since %s%s (lease not renewed; retrying every %s, said again each minute)",
 			now.Format(time.TimeOnly), note, l.ttl/4), "key", l.key, "err", err)
 	case outageLasts:
+		if full {
+			l.log.Warn(fmt.Sprintf("the server still cannot store since %s%s (lease not renewed for %s)",
+				l.out.since.Format(time.TimeOnly), note, now.Sub(l.out.since).Round(time.Second)), "key", l.key, "err", err)
+			return
+		}
 		l.log.Warn(fmt.Sprintf("NATS still unreachable since %s%s (lease not renewed for %s)",
 			l.out.since.Format(time.TimeOnly), note, now.Sub(l.out.since).Round(time.Second)), "key", l.key, "err", err)
 	default:
@@ -253,6 +269,14 @@ func (l *Lease) unrenewed(err error) {
 // renewedNow ends the outage a renewal that reached the server ends.
 func (l *Lease) renewedNow() {
 	if since, say := l.out.renewed(); say == outageEnds {
+		l.mu.Lock()
+		full := l.outFull
+		l.mu.Unlock()
+		if full {
+			l.log.Info(fmt.Sprintf("the server stores again, after %s unable to since %s",
+				time.Since(since).Round(time.Second), since.Format(time.TimeOnly)), "key", l.key)
+			return
+		}
 		l.log.Info(fmt.Sprintf("NATS reachable again, after %s unreachable since %s",
 			time.Since(since).Round(time.Second), since.Format(time.TimeOnly)), "key", l.key)
 	}
