@@ -55,15 +55,17 @@ const minFree = 64 << 10
 const restartRoom = 1 << 20
 
 type storageWatch struct {
-	srv      *server.Server
-	cfg      server.JetStreamConfig // what Start enabled JetStream with
-	dataDir  string
-	log      *slog.Logger
-	stop     chan struct{}
-	done     chan struct{}
-	full     bool
-	since    time.Time
-	freeFunc func(dir string) (int64, error)
+	srv     *server.Server
+	cfg     server.JetStreamConfig // what Start enabled JetStream with
+	dataDir string
+	log     *slog.Logger
+	stop    chan struct{}
+	done    chan struct{}
+	full    bool
+	since   time.Time
+	// restartFailed: a restart failed in this episode (logged once).
+	restartFailed bool
+	freeFunc      func(dir string) (int64, error)
 }
 
 func newStorageWatch(srv *server.Server, opts *server.Options, dataDir string, log *slog.Logger) *storageWatch {
@@ -161,7 +163,10 @@ func (w *storageWatch) check() {
 			return // freed too little for a restart to let a write in
 		}
 		if err := w.restartJetStream(st); err != nil {
-			w.log.Error("JetStream could not be restarted with room; retrying", "err", err, "free_bytes", st.free)
+			if !w.restartFailed { // once an episode; tried again every look
+				w.restartFailed = true
+				w.log.Error("JetStream could not be restarted with room; retrying every second", "err", err, "free_bytes", st.free)
+			}
 			return
 		}
 		st = w.look()
@@ -169,7 +174,7 @@ func (w *storageWatch) check() {
 			return
 		}
 	}
-	w.full = false
+	w.full, w.restartFailed = false, false
 	w.log.Warn(fmt.Sprintf("JetStream stores again: the data directory %s has room (%d bytes free)", w.dataDir, st.free),
 		"full_for", time.Since(w.since).Round(time.Millisecond), "free_bytes", st.free, "store_bytes", st.used,
 		"store_limit_bytes", st.max)
@@ -178,7 +183,7 @@ func (w *storageWatch) check() {
 func (st storage) why() string {
 	switch {
 	case !st.enabled:
-		return "the server disabled JetStream (out of space)"
+		return "the server disabled JetStream (out of space, or a write it was not permitted: see its log)"
 	case st.pastLimit():
 		return "the store is past the server's storage limit, set at start to 75 % of the free space"
 	}
@@ -188,8 +193,10 @@ func (st storage) why() string {
 // restartJetStream restarts the server's JetStream with the config it
 // started with: its storage limit is derived anew from the free space.
 func (w *storageWatch) restartJetStream(st storage) error {
-	w.log.Warn("restarting JetStream in the process so that its storage limit takes in the freed space",
-		"free_bytes", st.free, "store_bytes", st.used, "store_limit_bytes", st.max)
+	if !w.restartFailed {
+		w.log.Warn("restarting JetStream in the process so that its storage limit takes in the freed space",
+			"free_bytes", st.free, "store_bytes", st.used, "store_limit_bytes", st.max)
+	}
 	if st.enabled {
 		if err := w.srv.ShutdownJetStream(); err != nil {
 			return fmt.Errorf("stop JetStream: %w", err)
