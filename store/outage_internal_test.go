@@ -1,8 +1,14 @@
 package store
 
 import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // An outage is said when it starts, again at most each minute, and
@@ -35,5 +41,29 @@ func TestOutageReminderEachMinute(t *testing.T) {
 	}
 	if got := o.fail(t0.Add(time.Hour)); got != outageStarts {
 		t.Errorf("failure after the return: %d, want a new outage", got)
+	}
+}
+
+// A renewal refused because the server cannot store (a full data
+// directory, 503 10023) is said as that, not as NATS unreachable, and so
+// is its end (the fresh user's V7: "lease not renewed ... nats: nats: API
+// error ... insufficient resources").
+func TestOutageOfAFullStoreSaidAsSuch(t *testing.T) {
+	var buf bytes.Buffer
+	l := &Lease{key: "stream", ttl: 15 * time.Second, log: slog.New(slog.NewTextHandler(&buf, nil))}
+	l.unrenewed(fmt.Errorf("update: %w", &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}))
+	l.renewedNow()
+	out := buf.String()
+	for _, want := range []string{
+		`msg="the server cannot store since `,
+		`err="the server cannot store: its data directory is full (or its storage limit reached): insufficient resources, code 503, err_code 10023`,
+		`msg="the server stores again, after `,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "unreachable") || strings.Contains(out, "nats: nats:") {
+		t.Errorf("a full store said as an unreachable NATS, or raw:\n%s", out)
 	}
 }
