@@ -75,7 +75,7 @@ usage error.`,
 	cmd.Flags().BoolVar(&o.newNode, "new", false, "ack a node that has no event in the stream yet (refused without it: a mistyped name would make a phantom node)")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
-	return cmd
+	return publishes(cmd, events.KindAck)
 }
 
 // ackChangesNothing says why an ack of node through upto (0: every

@@ -97,7 +97,7 @@ several: exit 2).
 	cmd.Flags().BoolVar(&allowMissing, "allow-missing-build", false, "approve a sha256: build the builds bucket does not hold (yet); a build of no build's form is refused still")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
-	return cmd
+	return publishes(cmd, events.KindApprove)
 }
 
 // approvalNote says when node's newest want does not name module (or the

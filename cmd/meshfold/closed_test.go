@@ -96,7 +96,7 @@ func TestRevokedRolesExit(t *testing.T) {
 	// A verb the role may not publish: explained once, with no raw log
 	// lines of the violation beside it.
 	if code, _, errs := runCLI(ctx, append([]string{"poke", "ace", "--by", "x", "--new"}, as("operator-read")...)...); code == exitOK ||
-		strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "permission denied: these credentials may not publish to mesh.ace.poke; only the operator role may") {
+		strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "permission denied: the operator-read role may not poke (publish to mesh.ace.poke); only the operator role may") {
 		t.Errorf("poke as operator-read: exit %d, stderr %q", code, errs)
 	}
 	// No creds against an --auth server: the refusal says which flag and

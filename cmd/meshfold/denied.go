@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/jwt/v2"
@@ -210,7 +211,29 @@ func (a *app) explainDenied(cmd *cobra.Command, denied error) error {
 	if m[1] == "Subscription" {
 		op = "subscribe to"
 	}
-	roles := auth.AllowedRoles(m[2], m[1] == "Subscription", auth.Names{Stream: a.stream.name, Prefix: a.stream.prefix})
+	names := auth.Names{Stream: a.stream.name, Prefix: a.stream.prefix}
+	roles := auth.AllowedRoles(m[2], m[1] == "Subscription", names)
+	user, role := "", auth.Role("")
+	if path := a.conn.withEnv().creds; path != "" {
+		user, role = credsUser(path)
+	}
+	refused := "these credentials may not " + op + " " + m[2]
+	if kind, subject := verbSubject(cmd, a.stream.prefix); kind != "" {
+		// A verb's reads before its publish (is the node known, retired,
+		// paused?) are refused first to a role that may not publish it:
+		// the right that role lacks is the verb's own, not the read's,
+		// whose roles include some the verb is refused to (a fresh
+		// user's finding V4: a controller's approve named the operator,
+		// operator-read and reconciler roles that may read a retire).
+		if vroles := auth.AllowedRoles(subject, false, names); role == "" || !slices.Contains(vroles, role) {
+			roles = vroles
+			who := "these credentials"
+			if role != "" {
+				who = "the " + string(role) + " role"
+			}
+			refused = fmt.Sprintf("%s may not %s (publish to %s)", who, kind, subject)
+		}
+	}
 	who := "no meshfold role may"
 	switch len(roles) {
 	case 0:
@@ -224,14 +247,44 @@ func (a *app) explainDenied(cmd *cobra.Command, denied error) error {
 		who = "only the roles " + strings.Join(names, ", ") + " may"
 	}
 	given := ""
-	if path := a.conn.withEnv().creds; path != "" {
-		if user, role := credsUser(path); user != "" {
-			given = fmt.Sprintf("; the creds given (%s) are user %s's, of the %s role", path, user, role)
-		}
+	if user != "" {
+		given = fmt.Sprintf("; the creds given (%s) are user %s's, of the %s role", a.conn.withEnv().creds, user, role)
 	}
 	if a.deniedNeeds != "" {
 		who = a.deniedNeeds
 	}
-	return fmt.Errorf("%s (%s): permission denied: these credentials may not %s %s; %s: connect with such a user's creds (--creds, $NATS_CREDS)%s",
-		what, purpose, op, m[2], who, given)
+	return fmt.Errorf("%s (%s): permission denied: %s; %s: connect with such a user's creds (--creds, $NATS_CREDS)%s",
+		what, purpose, refused, who, given)
+}
+
+// publishesAnnotation is the cobra annotation of a verb that publishes
+// events of one kind to the nodes it names (publishes sets it).
+const publishesAnnotation = "meshfold.publishes"
+
+// publishes marks cmd as a verb that publishes events of kind: a
+// permission the server denies it is explained as the right to publish
+// kind (explainDenied), whatever read before the publish was refused.
+func publishes(cmd *cobra.Command, kind events.Kind) *cobra.Command {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[publishesAnnotation] = string(kind)
+	return cmd
+}
+
+// verbSubject returns the kind cmd publishes (publishes) and the subject
+// of it for the first node cmd names (a "*" for a verb given --all);
+// "", "" for a command that publishes no event of a node.
+func verbSubject(cmd *cobra.Command, prefix string) (events.Kind, string) {
+	if cmd == nil || cmd.Annotations[publishesAnnotation] == "" {
+		return "", ""
+	}
+	kind := events.Kind(cmd.Annotations[publishesAnnotation])
+	node := "*"
+	if f := cmd.Flags().Lookup("all"); f != nil && f.Changed {
+		// every node's: the first argument is no node
+	} else if args := cmd.Flags().Args(); len(args) > 0 && events.ValidName(args[0]) {
+		node = args[0]
+	}
+	return kind, events.Subjects{Prefix: prefix}.Event(node, kind)
 }

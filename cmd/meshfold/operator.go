@@ -367,7 +367,7 @@ func (a *app) operatorVerb(cmd *cobra.Command, o *operatorFlags, kind events.Kin
 	}
 	a.conn.add(cmd)
 	a.stream.add(cmd)
-	return cmd
+	return publishes(cmd, kind)
 }
 
 func (o *operatorFlags) context(cmd *cobra.Command) (context.Context, context.CancelFunc) {
@@ -516,8 +516,14 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 		p := events.Stamp(mk(), time.Now())
 		ack, err := pub.AppendRetrying(ctx, n, p)
 		if err != nil {
-			if errors.Is(err, nats.ErrPermissionViolation) {
-				return nil, err // run explains it once (explainDenied); every other node would be denied too
+			if errors.Is(err, nats.ErrPermissionViolation) || errors.Is(context.Cause(ctx), nats.ErrPermissionViolation) {
+				// run explains it once (explainDenied); every other node
+				// would be denied too. A read before the publish that was
+				// denied cancels ctx (watchDenied): the publish then fails
+				// "context canceled", no failure of its own to print (a
+				// fresh user's finding V4: retire printed "not published:
+				// context canceled" above the refusal).
+				return nil, err
 			}
 			failed++
 			fmt.Fprintf(a.stderr, "%s %s: not published: %v\n", kind, n, err)

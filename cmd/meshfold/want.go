@@ -157,7 +157,7 @@ module of the node's newest plan runs as (the node may have no such user).
 	_ = cmd.MarkFlagRequired("file")
 	a.conn.add(cmd)
 	a.stream.add(cmd)
-	return cmd
+	return publishes(cmd, events.KindWant)
 }
 
 func runWant(ctx context.Context, a *app, nodeName string, o wantOpts, expect *uint64) error {

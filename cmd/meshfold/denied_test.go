@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/meshfold/meshfold/store/auth"
+)
+
+// A verb a role may not publish is refused naming the verb's own right
+// and the roles that have it, in one line, even when the server refused
+// a read the verb makes before its publish first (a fresh user's finding
+// V4: a controller's approve and pause named the retire they read and
+// "the roles operator, operator-read, reconciler", as if operator-read
+// could approve; retire printed "not published: context canceled" above
+// the refusal).
+func TestDeniedVerbNamesItsRight(t *testing.T) {
+	ctx := testCtx(t)
+	base := t.TempDir()
+	dir := filepath.Join(base, "auth")
+	for _, args := range [][]string{{"auth", "init", "--dir", dir}, {"auth", "add-node", "ace", "--dir", dir}} {
+		if code, _, errs := runCLI(ctx, args...); code != exitOK {
+			t.Fatalf("%v: %d %s", args, code, errs)
+		}
+	}
+	d, err := auth.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := newNoteBuffer()
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan int, 1)
+	go func() {
+		done <- run(sctx, []string{"serve", "--auth", dir, "--data", filepath.Join(base, "data"), "--listen", "127.0.0.1:0", "--log-level", "warn"}, nil, out, out)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	out.waitText(ctx, t, "serve", "serving NATS at ")
+	url := regexp.MustCompile(`serving NATS at (\S+);`).FindStringSubmatch(out.String())[1]
+	as := func(user string) []string { return []string{"--server", url, "--creds", d.CredsPath(user)} }
+
+	if code, _, errs := runCLI(ctx, append([]string{"want", "ace", "--new", "-f", writeWantFile(t, `{"modules":[{"name":"web","build":"web:3","requires_approval":true}]}`)}, as("controller")...)...); code != exitOK {
+		t.Fatalf("want as controller: %d %s", code, errs)
+	}
+	creds := d.CredsPath("controller")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"approve", "ace", "web", "web:4", "--by", "x"}, "permission denied: the controller role may not approve (publish to mesh.ace.approve); only the operator role may"},
+		{[]string{"approve", "--all", "web", "web:4", "--by", "x"}, "permission denied: the controller role may not approve (publish to mesh.*.approve); only the operator role may"},
+		{[]string{"pause", "ace", "--by", "x"}, "permission denied: the controller role may not pause (publish to mesh.ace.pause); only the operator role may"},
+		{[]string{"retire", "ace", "--by", "x"}, "permission denied: the controller role may not retire (publish to mesh.ace.retire); only the operator role may"},
+	} {
+		code, _, errs := runCLI(ctx, append(tc.args, as("controller")...)...)
+		if code != exitError || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, tc.want) ||
+			!strings.Contains(errs, "the creds given ("+creds+") are user controller's, of the controller role") {
+			t.Errorf("%s as controller: exit %d, stderr %q; want exit %d and one line with %q", strings.Join(tc.args, " "), code, errs, exitError, tc.want)
+		}
+	}
+	// A role that may read what the verb reads is refused at the publish
+	// itself: the same words.
+	if code, _, errs := runCLI(ctx, append([]string{"poke", "ace", "--by", "x"}, as("operator-read")...)...); code != exitError || strings.Count(errs, "\n") != 1 ||
+		!strings.Contains(errs, "permission denied: the operator-read role may not poke (publish to mesh.ace.poke); only the operator role may") {
+		t.Errorf("poke as operator-read: exit %d, stderr %q", code, errs)
+	}
+}
