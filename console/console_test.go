@@ -964,6 +964,16 @@ func TestFleetNeedsPaged(t *testing.T) {
 		!strings.Contains(body, fmt.Sprintf("rows %d–%d of %d", console.MaxRows+1, console.MaxRows+3, console.MaxRows+3)) {
 		t.Errorf("page 99 of the needs: %d rows\n%s", n, body)
 	}
+	// ... and says so (a fresh user's finding V6: clamped silently).
+	for _, note := range []string{"page 99 of the nodes needing an operator is past the last: showing page 2, the last",
+		"page 99 of every node is past the last: showing page 2, the last"} {
+		if !strings.Contains(body, note) {
+			t.Errorf("page 99 does not say %q:\n%s", note, body)
+		}
+	}
+	if _, body = fx.get(t, "/?page=2"); strings.Contains(body, "past the last") {
+		t.Errorf("page 2 of 2 says it is past the last:\n%s", body)
+	}
 }
 
 // A burst of changes reaches an open page as at most one frame a second

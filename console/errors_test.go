@@ -94,6 +94,15 @@ func TestErrorPages(t *testing.T) {
 		{"/node/ace?from=400&to=300", "from 400 is after to 300: the range is inverted", `href="/node/ace?from=300&amp;to=400"`},
 		{"/node/ace?from=2026-12-04T15:50:00Z&to=2026-12-04T15:40:00Z", "the range is inverted", `href="/node/ace?from=2026-12-04T15%3A40%3A00Z&amp;to=2026-12-04T15%3A50%3A00Z"`},
 		{"/node/ace?axis=banana&from=3", `axis: &#34;banana&#34; is no axis: want seq (the default) or time`, `href="/node/ace?from=3"`},
+		// The fleet page's parameters (a fresh user's finding V6: they
+		// were ignored or clamped, 200).
+		{"/?page=abc", `page: &#34;abc&#34; is not a page number`, `class="back" href="/"`},
+		{"/?page=-1&q=ac", `page: &#34;-1&#34; is not a page number`, `href="/?q=ac"`},
+		{"/?page=0", `page: &#34;0&#34; is not a page number`, `class="back" href="/"`},
+		{"/?page=1e9", `page: &#34;1e9&#34; is not a page number`, `class="back" href="/"`},
+		{"/?npage=x&need=source", `npage: &#34;x&#34; is not a page number`, `href="/?need=source"`},
+		{"/?all=maybe", `all: &#34;maybe&#34; is neither 1`, `class="back" href="/"`},
+		{"/events?page=abc", `page: &#34;abc&#34; is not a page number`, `class="back" href="/"`},
 	} {
 		code, body := fx.get(t, c.path)
 		if code != http.StatusBadRequest || !strings.Contains(body, c.says) || !strings.Contains(body, `class="back"`) || !strings.Contains(body, c.back) {
@@ -109,5 +118,15 @@ func TestErrorPages(t *testing.T) {
 	}
 	if code, body := fx.get(t, "/?need=source"); code != http.StatusOK || !strings.Contains(body, "ace") {
 		t.Errorf("/?need=source: %d", code)
+	}
+	for _, path := range []string{"/?all=1", "/?all=0", "/?page=1&npage=1"} {
+		if code, _ := fx.get(t, path); code != http.StatusOK {
+			t.Errorf("GET %s: %d, want 200", path, code)
+		}
+	}
+	// A way back to the fleet is linked once, not as "← the fleet" and
+	// "the fleet" again (a fresh user's finding V6).
+	if _, body := fx.get(t, "/node/Ace!"); strings.Count(body, `href="/"`) != 2 { // the header's brand, and the way back
+		t.Errorf("/node/Ace! links the fleet %d times, want the header's and one way back:\n%s", strings.Count(body, `href="/"`), body)
 	}
 }

@@ -286,6 +286,9 @@ type fleetPage struct {
 	// Live is the page's live stream: the same page, as server-sent
 	// events.
 	Live string
+	// Clamped says of each page asked past its table's last that the
+	// last is shown instead.
+	Clamped []string
 }
 
 // needGroup is one line of the fleet page's summary; Calm: the nodes
@@ -316,19 +319,46 @@ type fleetQuery struct {
 	Page, NPage int
 }
 
-func parseFleetQuery(v url.Values) fleetQuery {
-	q := fleetQuery{Q: strings.TrimSpace(v.Get("q")), Need: v.Get("need"), All: v.Get("all") != "", Page: 1, NPage: 1}
+// parseFleetQuery reads the fleet page's query. A need it does not know
+// is left out (badNeed answers it first); a page or all that is no value
+// of its kind is a paramError, which badFleetQuery answers 400 (a fresh
+// user's finding V6: ?page=abc, ?page=-1 and ?all=maybe were ignored). A
+// page past the last is no error: page clamps it to the last, and says
+// so.
+func parseFleetQuery(v url.Values) (fleetQuery, error) {
+	q := fleetQuery{Q: strings.TrimSpace(v.Get("q")), Need: v.Get("need"), Page: 1, NPage: 1}
 	if !knownNeed(q.Need) {
 		q.Need = ""
 	}
-	if n, err := strconv.Atoi(v.Get("page")); err == nil && n > 1 {
-		q.Page = n
+	if s := v.Get("all"); s != "" {
+		all, err := strconv.ParseBool(s)
+		if err != nil {
+			return q, &paramError{Param: "all", Msg: fmt.Sprintf("all: %q is neither 1 (retired nodes too) nor 0", s)}
+		}
+		q.All = all
 	}
-	if n, err := strconv.Atoi(v.Get("npage")); err == nil && n > 1 {
-		q.NPage = n
+	for _, pp := range []struct {
+		param, what string
+		n           *int
+	}{{"page", "the nodes needing an operator", &q.Page}, {"npage", "every node", &q.NPage}} {
+		s := v.Get(pp.param)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return q, &paramError{Param: pp.param, Msg: fmt.Sprintf("%s: %q is not a page number (1, 2, …; ?%s=N pages %s)", pp.param, s, pp.param, pp.what)}
+		}
+		*pp.n = n
 	}
-	return q
+	return q, nil
 }
+
+// paramError is a query parameter of the fleet page that is no value of
+// its kind: Msg says so, quoting only what the request said.
+type paramError struct{ Param, Msg string }
+
+func (e *paramError) Error() string { return e.Msg }
 
 // knownNeed reports whether need is one the fleet page filters on: a
 // need of audit.FleetNeeds, or audit.NeedNothing (the nodes needing
@@ -553,9 +583,19 @@ func (f *fleet) page(q fleetQuery, now time.Time, stale time.Duration) fleetPage
 			return rows, from, total
 		}
 	}
+	asked := q
 	p.Rows, p.RowsFirst, p.Matching = keep(x.byName, &q.NPage)
 	p.More = max(0, p.Matching-p.RowsFirst-len(p.Rows))
 	p.Needs, p.NeedsFirst, p.NeedsTotal = keep(x.pressing, &q.Page)
+	// A page past the last (an old link to a fleet that shrank since, or
+	// a number typed) shows the last, saying so: the user wanted the end
+	// of the list, not an error.
+	if asked.Page != q.Page {
+		p.Clamped = append(p.Clamped, fmt.Sprintf("page %d of the nodes needing an operator is past the last: showing page %d, the last", asked.Page, q.Page))
+	}
+	if asked.NPage != q.NPage {
+		p.Clamped = append(p.Clamped, fmt.Sprintf("page %d of every node is past the last: showing page %d, the last", asked.NPage, q.NPage))
+	}
 	p.NeedsMore = max(0, p.NeedsTotal-p.NeedsFirst-len(p.Needs))
 	p.Live = q.url("/events") // of the page shown, clamped
 	p.NeedsPager = pages(q, q.Page, p.NeedsTotal, func(q *fleetQuery, n int) { q.Page = n })

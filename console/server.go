@@ -279,11 +279,35 @@ func (c *Console) badNeed(w http.ResponseWriter, r *http.Request) (ok bool) {
 	return false
 }
 
-func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request) {
+// fleetQuery returns the fleet page's query of r; ok false when it
+// answered 400 instead: a need that is none (badNeed), or a page or all
+// that is no value of its kind, with a way back to the same page without
+// it.
+func (c *Console) fleetQuery(w http.ResponseWriter, r *http.Request) (q fleetQuery, ok bool) {
 	if !c.badNeed(w, r) {
+		return q, false
+	}
+	q, err := parseFleetQuery(r.URL.Query())
+	var pe *paramError
+	if errors.As(err, &pe) {
+		v := r.URL.Query()
+		v.Del(pe.Param)
+		back := "/"
+		if e := v.Encode(); e != "" {
+			back += "?" + e
+		}
+		c.badRequest(w, "Bad request", pe.Msg, back, "the fleet page without ?"+pe.Param)
+		return q, false
+	}
+	return q, true
+}
+
+func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request) {
+	q, ok := c.fleetQuery(w, r)
+	if !ok {
 		return
 	}
-	c.render(w, "fleet.html", c.fleet.page(parseFleetQuery(r.URL.Query()), c.cfg.Now(), c.cfg.Stale))
+	c.render(w, "fleet.html", c.fleet.page(q, c.cfg.Now(), c.cfg.Stale))
 }
 
 // keepAlive is how often the live stream sends a comment, and re-renders
@@ -300,7 +324,8 @@ const minFrameGap = time.Second
 // and every keepAlive. The rows come from the fleet's shared index,
 // made at most once a second however many pages are open.
 func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request) {
-	if !c.badNeed(w, r) {
+	q, ok := c.fleetQuery(w, r)
+	if !ok {
 		return
 	}
 	fl, ok := w.(http.Flusher)
@@ -308,7 +333,6 @@ func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
-	q := parseFleetQuery(r.URL.Query())
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	ch, cancel := c.fleet.subscribe()
