@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -81,11 +82,36 @@ type HeldError struct {
 	// Key is the lease's key; Holder its holder as last read.
 	Key    string
 	Holder Holder
+	// Bucket is the lease bucket; Foreign, when not "", the key's value
+	// (cut short) that is no meshfold lease at all (foreignHolder).
+	Bucket  string
+	Foreign string
 }
 
 func (e *HeldError) Error() string {
+	if e.Foreign != "" {
+		return fmt.Sprintf("the lease key %s of %s holds a value that is no meshfold process's lease (%s: written by another tool?), and something renews it; "+
+			"delete it ('nats kv del %s %s') and start again", e.Key, e.Bucket, e.Foreign, e.Bucket, e.Key)
+	}
 	return fmt.Sprintf("%s %s is %s: host %s, pid %d, since %s", e.Holder.Role, e.Holder.Name, ErrLeaseHeld,
 		e.Holder.Host, e.Holder.PID, e.Holder.Since.Format(time.RFC3339))
+}
+
+// readHolder reads a lease key's value: its holder, and foreign "" when
+// the value is a meshfold lease holder's; otherwise (a stray 'nats kv
+// put', another tool's value) foreign is the value, quoted and cut short,
+// for messages (a fresh user's finding V5: "  is held by another live
+// process: host , pid 0, since 0001-01-01…"). Every holder meshfold
+// writes names its role.
+func readHolder(value []byte) (h Holder, foreign string) {
+	if err := json.Unmarshal(value, &h); err == nil && h.Role != "" {
+		return h, ""
+	}
+	v := string(value)
+	if len(v) > 64 {
+		v = v[:64] + "…"
+	}
+	return Holder{}, strconv.Quote(v)
 }
 
 func (e *HeldError) Unwrap() error { return ErrLeaseHeld }
@@ -369,10 +395,9 @@ func (l *Lease) claim(ctx context.Context) error {
 		case err != nil:
 			return fmt.Errorf("lease %s: %w", l.key, err)
 		}
-		var h Holder
-		_ = json.Unmarshal(e.Value(), &h)
+		h, foreign := readHolder(e.Value())
 		switch {
-		case h.Token == l.holder.Token:
+		case foreign == "" && h.Token == l.holder.Token:
 			l.rev = e.Revision() // our own create, whose reply came after its deadline
 			return nil
 		case provablyDead(h):
@@ -390,6 +415,12 @@ func (l *Lease) claim(ctx context.Context) error {
 				continue // changed since it was read: read it again
 			}
 			return fmt.Errorf("lease %s: %w", l.key, err)
+		case first == 0 && foreign != "":
+			// No process of ours holds it; a value put once expires with
+			// the bucket's TTL, as a dead holder's does.
+			first, waiting = e.Revision(), time.Now()
+			l.log.Warn("lease key holds a value that is no meshfold lease (written by another tool?): waiting for its expiry",
+				"bucket", l.kv.Bucket(), "key", l.key, "value", foreign, "ttl", l.ttl)
 		case first == 0:
 			first, other, waiting = e.Revision(), h, time.Now()
 			level := slog.LevelInfo
@@ -399,9 +430,9 @@ func (l *Lease) claim(ctx context.Context) error {
 			l.log.Log(ctx, level, "lease held: waiting for a renewal (alive) or its expiry (dead)", "key", l.key, "ttl", l.ttl,
 				"host", h.Host, "pid", h.PID, "since", h.Since)
 		case e.Revision() != first:
-			return &HeldError{Key: l.key, Holder: h} // renewed: its holder is alive
+			return &HeldError{Key: l.key, Holder: h, Bucket: l.kv.Bucket(), Foreign: foreign} // renewed: its holder is alive
 		case time.Since(waiting) > 2*l.ttl+time.Second:
-			return &HeldError{Key: l.key, Holder: h} // neither renewed nor expired: do not take it
+			return &HeldError{Key: l.key, Holder: h, Bucket: l.kv.Bucket(), Foreign: foreign} // neither renewed nor expired: do not take it
 		}
 		select {
 		case <-ctx.Done():
@@ -530,14 +561,28 @@ func (l *Lease) renewOnce() error {
 		l.unrenewed(err)
 		return nil
 	}
-	var h Holder
-	_ = json.Unmarshal(e.Value(), &h)
+	h, foreign := readHolder(e.Value())
+	if foreign != "" {
+		// Not a successor: no process of ours wrote it (a stray 'nats kv
+		// put'), so the holder is still this one, which writes its lease
+		// back over it rather than stop (a fresh user's finding V5: the
+		// agent stopped, "lease taken by another agent").
+		next, err := l.kv.Update(ctx, l.key, l.value, e.Revision())
+		if err != nil {
+			l.log.Warn("lease not renewed; retrying", "key", l.key, "err", err)
+			return nil
+		}
+		l.log.Warn("the lease key held a value that is no meshfold lease (written by another tool?): the lease is written back over it",
+			"bucket", l.kv.Bucket(), "key", l.key, "value", foreign)
+		l.setRev(next)
+		return nil
+	}
 	if h.Token == l.holder.Token {
 		l.setRev(e.Revision()) // our own renewal, whose reply was lost
 		l.renewedNow()
 		return nil
 	}
-	return &HeldError{Key: l.key, Holder: h}
+	return &HeldError{Key: l.key, Holder: h, Bucket: l.kv.Bucket()}
 }
 
 func (l *Lease) setRev(rev uint64) {

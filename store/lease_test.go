@@ -350,3 +350,61 @@ func (h *levelsSeen) take() []slog.Level {
 	h.levels = nil
 	return l
 }
+
+// A value that is no meshfold lease (a stray 'nats kv put' of the key)
+// written over a held lease is no successor: the holder writes its lease
+// back and keeps it, where it stopped before naming an empty holder (a
+// fresh user's finding V5: "  is held by another live process: host ,
+// pid 0, since 0001-01-01…"). A claim on such a key waits for its expiry
+// as for a dead holder's, and an error of one names the bucket, the key
+// and the value.
+func TestLeaseForeignValueIsNoHolder(t *testing.T) {
+	kv := leaseBucket(t)
+	ctx := testCtx(t)
+	h := store.NewHolder("node", "ace")
+	a, err := store.AcquireLease(ctx, kv, "ace", h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(ctx)
+	if _, err := kv.Put(ctx, "ace", []byte(`{"v":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, "ace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for back := false; !back; {
+		select {
+		case e := <-w.Updates():
+			var got store.Holder
+			if e != nil && json.Unmarshal(e.Value(), &got) == nil && got.Token == h.Token && e.Revision() > 1 && string(e.Value()) != `{"v":1}` {
+				back = e.Revision() > 2 // after the foreign put (revision 2)
+			}
+		case <-a.Lost():
+			t.Fatalf("the holder stopped at a foreign value: %v", a.Err())
+		case <-ctx.Done():
+			t.Fatal("the holder never wrote its lease back over the foreign value")
+		}
+	}
+	select {
+	case <-a.Lost():
+		t.Fatalf("the holder lost its lease: %v", a.Err())
+	default:
+	}
+
+	if _, err := kv.Put(ctx, "bob", []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := store.AcquireLease(ctx, kv, "bob", store.NewHolder("node", "bob"), nil)
+	if err != nil {
+		t.Fatalf("claim of a key holding a foreign value: %v, want it taken once it expires", err)
+	}
+	defer b.Release(ctx)
+
+	msg := (&store.HeldError{Key: "ace", Bucket: "MESH_NODES", Foreign: `"{\"v\":1}"`}).Error()
+	if !strings.Contains(msg, `the lease key ace of MESH_NODES holds a value that is no meshfold process's lease ("{\"v\":1}"`) || strings.Contains(msg, "pid 0") {
+		t.Errorf("HeldError of a foreign value: %q", msg)
+	}
+}

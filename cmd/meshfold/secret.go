@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
 	"github.com/meshfold/meshfold/events"
@@ -322,6 +323,17 @@ func putSecret(ctx context.Context, kv jetstream.KeyValue, node, module, path st
 	}
 	if err != nil {
 		return 0, "", err
+	}
+	if key := string(e.Value()); !nkeys.IsValidPublicCurveKey(key) {
+		// A stray put of the key (another tool's value): name the node,
+		// the key and the fix, not only the value (a fresh user's finding
+		// V5: 'store: "{\"v\":1}" is not a curve public key').
+		if len(key) > 64 {
+			key = key[:64] + "…"
+		}
+		return 0, "", fmt.Errorf("node %s's registered curve key (key %s of bucket %s) holds %q, which is no curve public key (written by another tool?); nothing was stored: "+
+			"restart node %s's provisioner ('meshfold provision %s --from sealed …'), which registers its key again at start, then put again",
+			node, store.CurveKeyName(node), kv.Bucket(), key, node, node)
 	}
 	if check != nil {
 		if err := check(); err != nil {

@@ -1086,3 +1086,35 @@ func TestMissingKeyFileRefused(t *testing.T) {
 	waitUntil(t, testCtx(t), "the new key to be registered", func() bool { return registered() != first })
 	stop()
 }
+
+// A registered curve key that is no curve public key (a stray put of the
+// key) refuses a put naming the node, the key, its bucket and the fix,
+// not only the value (a fresh user's finding V5: `store: "{\"v\":1}" is
+// not a curve public key`).
+func TestSecretPutGarbageCurveKey(t *testing.T) {
+	m := startMesh(t)
+	ctx := testCtx(t)
+	w := &events.Want{Modules: []events.WantModule{
+		{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		{Name: "app", Build: "a:1", RunsAs: "app", Files: []events.File{{Path: sealedPath, Mode: "0600"}}},
+	}}
+	if _, err := store.NewPublisher(m.js, m.cfg.Subjects()).Append(ctx, "ace", events.Stamp(w, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := store.OpenSecrets(ctx, m.js, m.cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, store.CurveKeyName("ace"), []byte(`{"v":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(file, []byte("s3cr3t"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errs, code := m.cli(t, "secret", "put", "ace", "app", sealedPath, "-f", file, "--by", "alice")
+	if code != exitError || !strings.Contains(errs, "node ace's registered curve key (key ace.curve-key of bucket "+kv.Bucket()+`) holds "{\"v\":1}", which is no curve public key`) ||
+		!strings.Contains(errs, "restart node ace's provisioner") || strings.Contains(errs, "s3cr3t") {
+		t.Errorf("secret put to a garbage curve key: exit %d, stderr %q", code, errs)
+	}
+}
