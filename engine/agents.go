@@ -718,5 +718,16 @@ func (w *agentWatch) upHolder(ctx context.Context, node string, rec *agentRecord
 func (w *agentWatch) fail(node string, err error) {
 	delete(w.last, node)
 	w.dirty[node] = true
-	w.log.Warn("agent liveness: transition not recorded yet; retrying", "node", node, "err", err)
+	w.log.Log(context.Background(), failLevel(err), "agent liveness: transition not recorded yet; retrying", "node", node, "err", err)
+}
+
+// failLevel is the level of a transition's failed append: a duplicate in
+// process is another instance of the group recording the same transition
+// (the same message id) at the same moment, no failure: the next pass
+// reads it (a fresh user's finding V9: grouped reconcilers warned of it).
+func failLevel(err error) slog.Level {
+	if store.DuplicateInProcess(err) {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }

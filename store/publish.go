@@ -53,7 +53,27 @@ func ServerError(err error) error {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant {
 		return &conflictError{err}
 	}
+	if err.Error() == "nats: "+apiErr.Error() {
+		// nats.go wraps a publish's API error in "nats: %w", and the
+		// API error's own text begins "nats: ": "nats: nats: API error"
+		// (a fresh user's finding V9). The reply alone says it all.
+		return apiErr
+	}
 	return err
+}
+
+// errCodeDuplicateInProcess is the server's reply to a publish whose
+// message id another publish of the same id, not yet stored, carries:
+// "duplicate message id is in process" (10158).
+const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
+
+// DuplicateInProcess reports whether err is the server's reply that a
+// publish of the same message id is being stored (10158): nothing failed,
+// another publisher's copy of the same message is under way, and a
+// retry's is a duplicate.
+func DuplicateInProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeDuplicateInProcess
 }
 
 // Permanent reports whether a publish or a put failed for a reason a
