@@ -462,8 +462,13 @@ func (r *Rollout) holding(n *Node) string {
 	switch {
 	case r.Phase == WaitingPromote:
 		then = "the canary batch is done and waits for a promote"
-	case n.Batch > r.Batch:
+	case n.Batch == r.Batch+1:
 		then = fmt.Sprintf("its batch %d begins after batch %d is done", n.Batch+1, r.Batch+1)
+	case n.Batch > r.Batch:
+		// Name the batch just before it, and the one running now: "after
+		// batch 1" read as if batch 3 could start right after batch 1 (a
+		// fresh user's finding V10).
+		then = fmt.Sprintf("its batch %d begins after batch %d is done (batch %d runs now)", n.Batch+1, n.Batch, r.Batch+1)
 	case r.Paused == nil:
 		return r.budget()
 	}
