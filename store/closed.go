@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 )
@@ -48,8 +49,27 @@ func WhileConnected(ctx context.Context, nc *nats.Conn, run func(context.Context
 
 // closedErr is ErrConnClosed with c's last error, if any.
 func closedErr(c *nats.Conn) error {
-	if err := c.LastError(); err != nil {
-		return fmt.Errorf("%w: %w", ErrConnClosed, err)
+	err := c.LastError()
+	switch {
+	case err == nil:
+		return ErrConnClosed
+	case authRefused(err):
+		// The server's words alone ("nats: Authorization Violation")
+		// are not those 'auth revoke' is documented with (a fresh user's
+		// finding V10): say what they mean for the process.
+		return fmt.Errorf("%w: its credentials were revoked or are not accepted (%w)", ErrConnClosed, err)
 	}
-	return ErrConnClosed
+	return fmt.Errorf("%w: %w", ErrConnClosed, err)
+}
+
+// authRefused reports whether err is the server refusing the
+// connection's user: an authorization violation (what a revoked user's
+// reconnect gets), its authentication revoked or expired.
+func authRefused(err error) bool {
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAuthExpired) {
+		return true
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "authorization violation") || strings.Contains(msg, "authentication revoked") ||
+		strings.Contains(msg, "authentication expired")
 }

@@ -152,7 +152,7 @@ func TestRevokedRolesExit(t *testing.T) {
 		select {
 		case code := <-p.done:
 			p.done <- code // for the cleanup
-			if code == exitOK || !strings.Contains(p.out.String(), "meshfold: NATS connection closed for good") {
+			if code == exitOK || !strings.Contains(p.out.String(), "meshfold: NATS connection closed for good: its credentials were revoked or are not accepted (") {
 				t.Errorf("%s after its user's revocation: exit %d, want an error saying the connection closed for good:\n%s", p.name, code, p.out.String())
 			}
 		case <-ctx.Done():
