@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -218,10 +219,26 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 			return stream, want, nil
 		}
 		if err != nil {
-			return nil, StreamConfig{}, fmt.Errorf("look up stream %s: %w", want.Name, err)
+			return nil, StreamConfig{}, lookupError(want.Name, err)
 		}
 		return adoptStream(ctx, js, stream, cfg, want)
 	}
+}
+
+// lookupError is the error of a failed lookup of the stream name. One
+// JetStream did not answer, or answered it is not available, says what
+// that likely is: a cluster just started has no JetStream meta leader
+// for its first seconds (a fresh user's finding V10: a reconcile started
+// then exited with a bare "look up stream MESH: context deadline
+// exceeded").
+func lookupError(name string, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+		errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return fmt.Errorf("look up stream %s: JetStream did not answer (%w); a cluster just started has no JetStream leader for its first seconds "+
+			"(each server's log says \"JetStream cluster new metadata leader\" once it has): start again then (a service manager's Restart= does)", name, err)
+	}
+	return fmt.Errorf("look up stream %s: %w", name, err)
 }
 
 // adoptStream checks an existing stream against cfg (raw) and want (cfg
