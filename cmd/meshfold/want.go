@@ -372,17 +372,31 @@ func warnUnfillable(out io.Writer, w *events.Want) {
 // any runtime of one's own) takes any build.
 func notBundleNote(w *events.Want) string {
 	var mods []string
+	n := 0
 	for _, m := range w.Modules {
 		if !strings.HasPrefix(m.Build, bundle.BuildScheme) {
-			mods = append(mods, fmt.Sprintf("%s (%s)", m.Name, events.Text(m.Build)))
+			n++
+			if len(mods) < notBundleNamed {
+				mods = append(mods, fmt.Sprintf("%s (%s)", m.Name, events.Text(m.Build)))
+			}
 		}
 	}
-	if len(mods) == 0 {
+	if n == 0 {
 		return ""
 	}
+	list := strings.Join(mods, ", ")
+	if n > len(mods) {
+		// Each module named on one line made a 5 kB line of a want of 32
+		// modules (a fresh user's finding V10): the first few, and where
+		// the rest are.
+		list += fmt.Sprintf(" and %d more (every module of the want whose build does not begin %s)", n-len(mods), bundle.BuildScheme)
+	}
 	return fmt.Sprintf("note: %s: no bundle build (%s…): the process runtime (meshfold node's default) runs only builds 'meshfold build push PATH' prints, and its apply of this want will fail; only an agent run with --runtime record takes such a build",
-		strings.Join(mods, ", "), bundle.BuildScheme)
+		list, bundle.BuildScheme)
 }
+
+// notBundleNamed is how many modules notBundleNote names.
+const notBundleNamed = 3
 
 // runsAsNotes says, as notes for stderr, which modules of w have no
 // runs_as (an agent run as root refuses them: node/process.ErrNoRunsAs),
