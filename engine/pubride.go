@@ -44,18 +44,12 @@ var errNoAck = errors.New("engine: no acknowledgement")
 // may or may not be stored, and sending it again with the same message
 // id and fence is safe.
 func resendable(err error) bool {
-	var apiErr *jetstream.APIError
 	return store.Unanswered(err) || errors.Is(err, errNoAck) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) ||
 		errors.Is(err, jetstream.ErrTooManyStalledMsgs) || errors.Is(err, nats.ErrReconnectBufExceeded) ||
 		// "duplicate message id is in process": the same message,
 		// sent before the loss, is proposed and not yet stored.
-		(errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMsgIDInProcess)
+		store.DuplicateInProcess(err)
 }
-
-// errCodeMsgIDInProcess is the server's JSStreamDuplicateMessageConflict
-// (nats-server v2.15.2, jetstream_errors_generated.go), which nats.go
-// does not name.
-const errCodeMsgIDInProcess jetstream.ErrorCode = 10158
 
 // pubRide is a session's ride-out of unanswered effect publishes: when it
 // began (zero: none under way) and the pause between rounds.

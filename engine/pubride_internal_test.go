@@ -326,7 +326,7 @@ func TestSendAgain(t *testing.T) {
 		}
 		return ok, errc
 	}
-	inProcess := &jetstream.APIError{Code: 409, ErrorCode: errCodeMsgIDInProcess}
+	inProcess := &jetstream.APIError{Code: 409, ErrorCode: 10158}
 	conflict := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}
 	for _, c := range []struct {
 		name      string

@@ -138,8 +138,9 @@ func rideOutBound(ctx context.Context, def time.Duration) time.Duration {
 // waited out within the verb's --timeout, not failed at a fixed bound.
 // stream names the stream in the error ("" when unknown).
 //
-// Errors: op's error that is not transient, or that is [ErrStorageFull],
-// at once; when ctx ends
+// Errors: op's error that is not transient (a [DuplicateInProcess] one
+// is asked again: the same message id is being stored), or that is
+// [ErrStorageFull], at once; when ctx ends
 // (its deadline, or the bound), a [*NoLeaderError] wrapping the
 // last error when that said the stream had no leader (leaderless),
 // else the last error; ctx's cancellation's error as op returned it.
@@ -156,7 +157,11 @@ func RideOut[T any](ctx context.Context, stream string, op func(context.Context)
 		cancel()
 		// A full store is a 503 like an election's, but it lasts until an
 		// operator frees space: say so now rather than after --timeout.
-		if err == nil || !Transient(err) || errors.Is(err, ErrStorageFull) {
+		// "duplicate message id is in process" (DuplicateInProcess): an
+		// earlier attempt of the same message id, sent before an
+		// election, is proposed and not yet stored; the next attempt is
+		// answered as its duplicate or stores it.
+		if err == nil || (!Transient(err) && !DuplicateInProcess(err)) || errors.Is(err, ErrStorageFull) {
 			return v, err
 		}
 		if ctx.Err() == nil {

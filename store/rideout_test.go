@@ -66,3 +66,23 @@ func TestRideOutSaysNoLeader(t *testing.T) {
 		t.Errorf("no leader until the deadline says %q, want %q", err, want)
 	}
 }
+
+// An attempt answered "duplicate message id is in process" (10158: the
+// same message id, sent before an election, is proposed and not yet
+// stored) is asked again, not returned: TestAppendRetryingThroughALeaderElection
+// failed on it under load (fastsign's race run, 4 December).
+func TestRideOutAsksAgainWhileTheSameIDIsInProcess(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	asks := 0
+	v, err := store.RideOut(ctx, "MESH", func(context.Context) (int, error) {
+		asks++
+		if asks == 1 {
+			return 0, &jetstream.APIError{Code: 409, ErrorCode: 10158, Description: "duplicate message id is in process"}
+		}
+		return 7, nil
+	})
+	if err != nil || v != 7 || asks != 2 {
+		t.Fatalf("RideOut = %d, %v after %d asks; want 7, nil after 2", v, err, asks)
+	}
+}
