@@ -206,24 +206,59 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 	if err := want.validate(); err != nil {
 		return nil, StreamConfig{}, fmt.Errorf("stream config: %w", err)
 	}
-	for attempt := 0; ; attempt++ {
-		stream, err := js.Stream(ctx, want.Name)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultRideOut)
+		defer cancel()
+	}
+	inUse := 0
+	for d := ensureAttemptFirst; ; d = min(2*d, ensureAttemptMost) {
+		actx, cancel := context.WithTimeout(ctx, d)
+		stream, err := js.Stream(actx, want.Name)
+		what := "look up"
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			stream, err = js.CreateStream(ctx, want.jsConfig())
-			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) && attempt < 3 {
+			what = "create"
+			stream, err = js.CreateStream(actx, want.jsConfig())
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) && inUse < 3 {
+				inUse++
+				cancel()
 				continue // created concurrently by another process: adopt it
 			}
-			if err != nil {
-				return nil, StreamConfig{}, fmt.Errorf("create stream %s: %w", want.Name, err)
-			}
-			return stream, want, nil
 		}
-		if err != nil {
+		if err != nil && Unanswered(err) && ctx.Err() == nil {
+			// No answer (no meta leader yet, a 503, an ask lost to a
+			// leader change): asked again, after the rest of the
+			// attempt's time when the refusal came at once.
+			<-actx.Done()
+			cancel()
+			continue
+		}
+		cancel()
+		switch {
+		case err != nil && what == "create":
+			return nil, StreamConfig{}, fmt.Errorf("create stream %s: %w", want.Name, err)
+		case err != nil:
 			return nil, StreamConfig{}, lookupError(want.Name, err)
+		case what == "create":
+			return stream, want, nil
 		}
 		return adoptStream(ctx, js, stream, cfg, want)
 	}
 }
+
+// EnsureStream's lookup and creation are each bounded by an attempt of
+// ensureAttemptFirst doubling to ensureAttemptMost, asked again while
+// unanswered, until ctx ends ([DefaultRideOut] without a deadline): a
+// creation asked while a cluster just started, or just lost a server,
+// has no meta leader is never answered, not even once one is elected
+// (TestEffectsRideOutTheirServersKill's three-server cluster waited its
+// whole 2 minutes on "create stream MESH" under a loaded CI, 4
+// December). A creation answered after its attempt ended is found by the
+// next attempt's lookup, or answered "already in use" and adopted.
+const (
+	ensureAttemptFirst = time.Second
+	ensureAttemptMost  = 5 * time.Second
+)
 
 // lookupError is the error of a failed lookup of the stream name. One
 // JetStream did not answer, or answered it is not available, says what
