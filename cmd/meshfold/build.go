@@ -118,15 +118,11 @@ func runBuildPush(ctx context.Context, a *app, path string, asJSON bool) error {
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	nc, err := a.conn.connect("meshfold-build", a)
+	nc, js, err := a.connectJS("meshfold-build")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	st := bundle.NewStore(js, a.stream.name)
 	start := time.Now()
 	info, existed, err := st.Push(ctx, p.Build, filepath.Base(filepath.Clean(path)), tmp)
@@ -174,15 +170,11 @@ was pushed and what was packed. An empty or missing bucket lists nothing.`,
 }
 
 func runBuildLs(ctx context.Context, a *app, format string) error {
-	nc, err := a.conn.connect("meshfold-build", a)
+	nc, js, err := a.connectJS("meshfold-build")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	st := bundle.NewStore(js, a.stream.name)
 	list, err := st.List(ctx)
 	if err != nil {
@@ -267,15 +259,11 @@ func runBuildRm(ctx context.Context, a *app, build string, force bool) error {
 	if _, err := bundle.ParseBuild(build); err != nil {
 		return withCode(exitUsage, withNearest(ctx, a, build, err))
 	}
-	nc, err := a.conn.connect("meshfold-build", a)
+	nc, js, err := a.connectJS("meshfold-build")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	st := bundle.NewStore(js, a.stream.name)
 	if _, err := st.Stat(ctx, build); errors.Is(err, bundle.ErrNotFound) || errors.Is(err, bundle.ErrNoBucket) {
 		// Not pushed (exit 1, as the table says of a build not pushed).

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/meshfold/meshfold/node/bundle"
 )
 
@@ -33,15 +31,11 @@ func (a *app) resolveBuildPrefix(ctx context.Context, build string) (string, err
 	if !ok || len(hexd) < minBuildPrefix || len(hexd) >= 64 || strings.Trim(hexd, "0123456789abcdef") != "" {
 		return build, nil
 	}
-	nc, err := a.conn.connect("meshfold-cli", a)
+	nc, js, err := a.connectJS("meshfold-cli")
 	if err != nil {
 		return "", err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return "", err
-	}
 	known, err := listBuilds(ctx, bundle.NewStore(js, a.stream.name))
 	if err != nil {
 		return "", fmt.Errorf("reading the stored builds to find the one %s begins: %w", s, err)

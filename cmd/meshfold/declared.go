@@ -194,15 +194,11 @@ func (a *app) waiveCovers(ctx context.Context, nc *nats.Conn, node, module, path
 // want that cannot be read refuses it too (exit 1), as the check could
 // not be made. --ahead skips it.
 func (a *app) refuseUndeclaredPut(ctx context.Context, node, module, path string) error {
-	nc, err := a.conn.connect("meshfold-secret", a)
+	nc, js, err := a.connectJS("meshfold-secret")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	d, err := a.newestWant(ctx, js, node)
 	if err != nil {
 		return fmt.Errorf("%w: nothing stored (--ahead stores it without this check)", err)

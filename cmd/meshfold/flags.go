@@ -90,6 +90,23 @@ func (f *connFlags) connect(name string, a *app) (*nats.Conn, error) {
 	return nc, err
 }
 
+// connectJS is [connFlags.connect] with the JetStream context on the
+// connection, for the verbs that read or write streams, buckets and
+// object stores directly. The caller closes the connection; on an error
+// nothing is left open.
+func (a *app) connectJS(name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := a.conn.connect(name, a)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
 // dial connects with the flags; name names the connection.
 func (f *connFlags) dial(name string, a *app) (*nats.Conn, error) {
 	cfg, err := f.config(name, a)

@@ -767,15 +767,11 @@ func (a *app) completeNodes(n int) cobra.CompletionFunc {
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
 		defer cancel()
-		nc, err := a.conn.connect("meshfold-complete", a)
+		nc, js, err := a.connectJS("meshfold-complete")
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
 		stream, cfg, err := a.stream.openStream(ctx, js)
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp

@@ -754,15 +754,11 @@ func putDownNote(node string, v reconcile.View, now time.Time) string {
 // fills only declared files, DESIGN.md §4). "" when it is declared, or
 // when the want cannot be read (the put itself succeeded).
 func (a *app) undeclaredNote(ctx context.Context, node, module, path string) string {
-	nc, err := a.conn.connect("meshfold-secret", a)
+	nc, js, err := a.connectJS("meshfold-secret")
 	if err != nil {
 		return ""
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return ""
-	}
 	stream, scfg, err := a.stream.openStream(ctx, js)
 	if err != nil {
 		return ""

@@ -634,13 +634,8 @@ func addReadTimeout(cmd *cobra.Command, d *time.Duration) {
 // openPublisher connects with the command's flags and opens the existing
 // stream. The caller closes the connection.
 func (a *app) openPublisher(ctx context.Context) (*nats.Conn, jetstream.JetStream, *store.Publisher, error) {
-	nc, err := a.conn.connect("meshfold-cli", a)
+	nc, js, err := a.connectJS("meshfold-cli")
 	if err != nil {
-		return nil, nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
 		return nil, nil, nil, err
 	}
 	_, scfg, err := a.stream.openStream(ctx, js)
