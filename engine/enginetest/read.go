@@ -90,6 +90,7 @@ func rawReadFirst(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig,
 	var once sync.Once
 	var wg sync.WaitGroup
 	consumers := make([]jetstream.Consumer, cfg.Partitions)
+	names := make([]string, cfg.Partitions)
 	for p := range cfg.Partitions {
 		wg.Add(1)
 		go func() {
@@ -104,6 +105,9 @@ func rawReadFirst(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig,
 			if err != nil {
 				tb.Error(err)
 				return
+			}
+			if info := cons.CachedInfo(); info != nil {
+				names[p] = info.Name
 			}
 			go func() { <-ctx.Done(); it.Stop() }()
 			for {
@@ -131,6 +135,21 @@ func rawReadFirst(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig,
 	took := time.Since(start)
 	cancel()
 	wg.Wait()
+	// A consumer the client recreated mid-read (a sequence gap, or two
+	// missed 5 s heartbeats: a pull left unanswered) is named anew: said,
+	// since such a read's time is mostly the wait.
+	var recreated []int
+	for p, cons := range consumers {
+		if cons == nil {
+			continue
+		}
+		if info := cons.CachedInfo(); info != nil && info.Name != names[p] {
+			recreated = append(recreated, p)
+		}
+	}
+	if len(recreated) > 0 {
+		tb.Logf("raw read of %d messages took %s: the consumers of partitions %v were recreated during it", want, took.Round(time.Millisecond), recreated)
+	}
 	// The client does not delete an ordered consumer on its stop: the
 	// server keeps it for its inactivity threshold (5 minutes), and a
 	// benchmark's raw reads of 16 consumers each reached the server's
@@ -299,8 +318,18 @@ func decodeStd(subj events.Subjects, m jetstream.Msg) error {
 // read, the first r×len(effects)/inputs are sent. Each reader (by
 // partition) waits for its pending acks 1,024 at a time; finish waits for
 // the rest.
+//
+// It publishes through a connection of its own to the same server, as a
+// pipeline's producer would, not through the readers' one: with both on
+// one connection, an ordered consumer's pull went unanswered now and then
+// (neither messages nor heartbeats), and its partition's read waited for
+// two missed 5 s heartbeats before the client recreated the consumer: 10 s
+// added to a read of ~3 s, in 9 of 48 runs of the bench's mix (0 of 30
+// with the connections apart; docs/benchmarks.md, "The raw pipeline's
+// 10 s stalls").
 type pacer struct {
 	tb          testing.TB
+	nc          *nats.Conn
 	pjs         jetstream.JetStream
 	effects     []*nats.Msg
 	inputs      int64
@@ -311,13 +340,18 @@ type pacer struct {
 }
 
 func newPacer(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig, effects []*nats.Msg, inputs int) *pacer {
-	// Room for every reader's window: the default (4,000 pending) would
-	// stall a publish.
-	pjs, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(cfg.Partitions*1024+1))
+	nc, err := nats.Connect(js.Conn().ConnectedUrl())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &pacer{tb: tb, pjs: pjs, effects: effects, inputs: int64(inputs), runID: time.Now().UnixNano(),
+	tb.Cleanup(nc.Close)
+	// Room for every reader's window: the default (4,000 pending) would
+	// stall a publish.
+	pjs, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.Partitions*1024+1))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &pacer{tb: tb, nc: nc, pjs: pjs, effects: effects, inputs: int64(inputs), runID: time.Now().UnixNano(),
 		pending: map[int][]jetstream.PubAckFuture{}}
 }
 
@@ -376,4 +410,5 @@ func (pc *pacer) finish() {
 	if n := pc.sent.Load(); n != int64(len(pc.effects)) {
 		pc.tb.Fatalf("raw pipeline published %d effects, want %d", n, len(pc.effects))
 	}
+	pc.nc.Close()
 }
