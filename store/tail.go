@@ -152,16 +152,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail,
 		// (~125 B and 2.7 allocations a message, 4-5 % of a catch-up's
 		// CPU), where the callback's subscription keeps one and resets
 		// it (docs/architecture.md, "Catch-up speed").
-		// One pull at a time: the next is asked once the last one's
-		// messages are all delivered (threshold 1), not when half are
-		// (the client's default). With the default's overlapping pulls
-		// on a connection that also carries the reconciler's
-		// asynchronous publishes, a pull now and then went unanswered
-		// (no message, no heartbeat) and the read waited for two missed
-		// heartbeats before reading on through a new consumer: in 3 of
-		// 12 first refolds, a partition's refold ~2 s longer than the
-		// others' (benchmarks.md, "The raw pipeline's 10 s stalls").
-		copts := []jetstream.PullConsumeOpt{jetstream.ConsumeErrHandler(t.consumeErr), jetstream.PullThresholdMessages(1)}
+		copts := []jetstream.PullConsumeOpt{jetstream.ConsumeErrHandler(t.consumeErr)}
 		if cfg.Heartbeat > 0 {
 			copts = append(copts, jetstream.PullHeartbeat(cfg.Heartbeat))
 		}
