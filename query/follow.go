@@ -22,7 +22,10 @@ func (r *Reader) Follow(ctx context.Context, started func(), fn func(events.Even
 	if err != nil {
 		return err
 	}
-	t, err := store.Follow(ctx, r.js, store.TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(), New: true})
+	// The consumer's creation rides out a meta leader's election
+	// (store.FollowRidingOut: one ask sent while there is none is never
+	// answered).
+	t, err := store.FollowRidingOut(ctx, r.js, store.TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(), New: true})
 	if err != nil {
 		return fmt.Errorf("follow: %w", err)
 	}

@@ -148,8 +148,10 @@ func (r *Reader) TailNodes(ctx context.Context, lag SnapshotLag, limit int) (nod
 		// the leader, whose count of pending messages ends before events
 		// the stream acknowledged: the read ends at p.Last, as the
 		// leader had it, and short of it only once p.Last is removed (a
-		// limit, meanwhile), as JournalWarningSeqs' read does.
-		t, err := store.Follow(ctx, r.js, store.TailConfig{Stream: cfg.Name, Subjects: subj, Filter: subj.StoredPartitionAll(p.Partition), Start: p.Checkpoint + 1})
+		// limit, meanwhile), as JournalWarningSeqs' read does. The
+		// consumer's creation rides out a meta leader's election
+		// (store.FollowRidingOut).
+		t, err := store.FollowRidingOut(ctx, r.js, store.TailConfig{Stream: cfg.Name, Subjects: subj, Filter: subj.StoredPartitionAll(p.Partition), Start: p.Checkpoint + 1})
 		if err != nil {
 			return nil, false, fmt.Errorf("partition %d past its checkpoint: %w", p.Partition, err)
 		}

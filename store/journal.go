@@ -56,7 +56,8 @@ func JournalWarningSeqs(ctx context.Context, js jetstream.JetStream, cfg StreamC
 		return counts, nil
 	}
 	end := last.Sequence
-	t, err := Follow(ctx, js, TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(), Filter: filter, StartTime: since})
+	// Its consumer's creation rides out a meta leader's election.
+	t, err := FollowRidingOut(ctx, js, TailConfig{Stream: cfg.Name, Subjects: cfg.Subjects(), Filter: filter, StartTime: since})
 	if err != nil {
 		return nil, fmt.Errorf("read journal: %w", err)
 	}

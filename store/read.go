@@ -145,7 +145,7 @@ func ReadFilter(ctx context.Context, js jetstream.JetStream, streamName string, 
 	// (a limit, meanwhile) ends the read there; otherwise the read waits
 	// for the replica to deliver up to end (LeaderReads.Removed), asking
 	// again while it waits (Tail.NextUpTo).
-	t, err := followRidingOut(ctx, js, TailConfig{Stream: streamName, Subjects: subj, Filter: filter, Start: from})
+	t, err := FollowRidingOut(ctx, js, TailConfig{Stream: streamName, Subjects: subj, Filter: filter, Start: from})
 	if err != nil {
 		return fmt.Errorf("read %s: %w", node, err)
 	}
@@ -179,7 +179,7 @@ func ReadFilter(ctx context.Context, js jetstream.JetStream, streamName string, 
 	}
 }
 
-// A read's consumer (followRidingOut) is created by the cluster's meta
+// A read's consumer (FollowRidingOut) is created by the cluster's meta
 // leader, and a creation asked while there is none (its server was
 // killed: the election takes 4–9 s) is never answered, not even once a
 // new leader is elected: a read that asked once waited out its caller's
@@ -197,19 +197,24 @@ const (
 	readAttemptMost  = 5 * time.Second
 )
 
-// followRidingOut is [Follow] whose consumer's creation is asked again
+// FollowRidingOut is [Follow] whose consumer's creation is asked again
 // while it goes unanswered ([Unanswered]: no meta leader, a 503, a
-// timeout), until it succeeds or ctx ends. A refusal (the stream not
-// found, denied) is returned at once; once ctx ends, the last attempt's
-// error, a [*NoLeaderError] when that said the stream had no leader
-// (as [RideOut]'s). A ctx without a deadline (a read verb without
-// --timeout) is bounded by [DefaultRideOut]: a server gone for good is
-// not asked forever, and an election after a kill -9 (up to ~10 s on a
-// 3-server cluster) is waited out.
-func followRidingOut(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail, error) {
+// timeout), one attempt at a time (readAttemptFirst doubling to
+// readAttemptMost), until it succeeds or ctx ends. A refusal (the stream
+// not found, denied) is returned at once; once ctx ends, the last
+// attempt's error, a [*NoLeaderError] when that said the stream had no
+// leader (as [RideOut]'s). A ctx without a deadline (a read verb, a
+// console's follow) is bounded as [RideOut]'s is: [WithRideOut]'s bound,
+// else [DefaultRideOut]: a server gone for good is not asked forever,
+// and an election after a kill -9 (up to ~10 s on a 3-server cluster) is
+// waited out. Every reader that creates its consumer once and has no
+// restart of its own (the reads of ReadFilter, JournalWarningSeqs,
+// rollout/feed's Replay, query's lag and follow) creates it through
+// this, not through Follow.
+func FollowRidingOut(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultRideOut)
+		ctx, cancel = context.WithTimeout(ctx, rideOutBound(ctx, DefaultRideOut))
 		defer cancel()
 	}
 	for d := readAttemptFirst; ; d = min(2*d, readAttemptMost) {

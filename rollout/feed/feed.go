@@ -131,9 +131,11 @@ func Replay(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig,
 		return nil, err
 	}
 	s := rollout.NewState(fleet)
-	tail, err := store.RideOut(ctx, cfg.Name, func(ctx context.Context) (*store.Tail, error) {
-		return store.Follow(ctx, js, store.TailConfig{Stream: cfg.Name, Subjects: subj, Start: start})
-	})
+	// The consumer's creation, answered by the meta leader only, asked
+	// one attempt at a time (1 s doubling to 5 s: not a fresh ask every
+	// 2 s that a merely slow server answers late, each leaving a consumer
+	// behind), as every one-shot read's is.
+	tail, err := store.FollowRidingOut(ctx, js, store.TailConfig{Stream: cfg.Name, Subjects: subj, Start: start})
 	if err != nil {
 		return nil, err
 	}

@@ -461,3 +461,57 @@ func (c *ProcCluster) MoveLeader(ctx context.Context, js jetstream.JetStream, st
 		}
 	}
 }
+
+// ConnectVia is [ProcCluster.Connect] with server i's URL first and no
+// randomizing: the connection is to server i while it runs (a test that
+// kills another server keeps its client's connection).
+func (c *ProcCluster) ConnectVia(t testing.TB, i int, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	urls := strings.Split(c.URLs(), ",")
+	urls[0], urls[i] = urls[i], urls[0]
+	all := append([]nats.Option{nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond),
+		nats.ReconnectJitter(0, 0)}, opts...)
+	nc, err := nats.Connect(strings.Join(urls, ","), all...)
+	if err != nil {
+		t.Fatalf("storetest: connect to %s: %v", c.srvs[i].name, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("storetest: jetstream: %v", err)
+	}
+	return nc, js
+}
+
+// MetaKill is a kill -9 of the server leading the cluster's meta group
+// that a client connected elsewhere rides out: Other is the server the
+// client is connected to ([ProcCluster.ConnectVia]) and the leader of
+// the streams the test moves to it, so that only requests to the meta
+// group (a consumer's or a bucket's creation) wait for an election.
+type MetaKill struct {
+	Meta, Other int
+}
+
+// PrepareMetaKill finds the meta leader (failing the test when there is
+// none) and the server after it, which a test connects to and moves its
+// streams' leaders to before [ProcCluster.KillMeta].
+func (c *ProcCluster) PrepareMetaKill(t testing.TB) MetaKill {
+	t.Helper()
+	m := c.MetaLeader()
+	if m < 0 {
+		t.Fatal("storetest: no meta leader")
+	}
+	return MetaKill{Meta: m, Other: (m + 1) % c.N()}
+}
+
+// KillMeta kills k.Meta with SIGKILL and returns when it did; the test
+// is skipped when the meta group's leader moved meanwhile (the kill would
+// not be of its leader).
+func (c *ProcCluster) KillMeta(t testing.TB, k MetaKill) time.Time {
+	t.Helper()
+	if now := c.MetaLeader(); now != k.Meta {
+		t.Skipf("storetest: the meta leader moved from %s to %s meanwhile", c.Name(k.Meta), c.Name(now))
+	}
+	c.Kill(k.Meta)
+	return time.Now()
+}
