@@ -179,60 +179,28 @@ func ReadFilter(ctx context.Context, js jetstream.JetStream, streamName string, 
 	}
 }
 
-// A read's consumer (FollowRidingOut) is created by the cluster's meta
-// leader, and a creation asked while there is none (its server was
-// killed: the election takes 4–9 s) is never answered, not even once a
-// new leader is elected: a read that asked once waited out its caller's
-// whole deadline ("ordered consumer on MESH: context deadline exceeded"
-// 40 s after the kill, 3 runs of 3, TestReadNodeRidesOutAMetaLeaderKill).
-// So the creation is asked again, one attempt at a time, each bounded
-// by readAttemptFirst doubling to readAttemptMost (the client's default
-// API timeout): the read resumes at most readAttemptMost after the meta
-// group has a leader again, and a server merely slow to answer (a loaded
-// machine) is asked at most once more than it takes, not hedged against
-// (an attempt that is answered after its deadline leaves a consumer the
-// server deletes after OrderedInactive).
-const (
-	readAttemptFirst = time.Second
-	readAttemptMost  = 5 * time.Second
-)
-
-// FollowRidingOut is [Follow] whose consumer's creation is asked again
-// while it goes unanswered ([Unanswered]: no meta leader, a 503, a
-// timeout), one attempt at a time (readAttemptFirst doubling to
-// readAttemptMost), until it succeeds or ctx ends. A refusal (the stream
-// not found, denied) is returned at once; once ctx ends, the last
-// attempt's error, a [*NoLeaderError] when that said the stream had no
-// leader (as [RideOut]'s). A ctx without a deadline (a read verb, a
-// console's follow) is bounded as [RideOut]'s is: [WithRideOut]'s bound,
-// else [DefaultRideOut]: a server gone for good is not asked forever,
-// and an election after a kill -9 (up to ~10 s on a 3-server cluster) is
-// waited out. Every reader that creates its consumer once and has no
-// restart of its own (the reads of ReadFilter, JournalWarningSeqs,
-// rollout/feed's Replay, query's lag and follow) creates it through
-// this, not through Follow.
+// FollowRidingOut is [Follow] whose consumer's creation, answered by the
+// cluster's meta leader only, is asked through [AskAgain]: again while
+// it goes unanswered ([Unanswered]: no meta leader, a 503, a timeout),
+// one attempt at a time, until it succeeds or ctx ends (bounded as
+// [RideOut] when ctx has no deadline: a read verb, a console's follow).
+// A creation asked while there is no meta leader (its server killed: the
+// election takes 4–9 s) is never answered, not even once a new one is
+// elected: a read that asked once waited out its caller's whole deadline
+// ("ordered consumer on MESH: context deadline exceeded" 40 s after the
+// kill, TestReadNodeRidesOutAMetaLeaderKill,
+// TestJournalWarningsRideOutAMetaLeaderKill). An attempt answered after
+// its deadline leaves a consumer the server deletes after
+// OrderedInactive. Every reader that creates its consumer once and has
+// no restart of its own (ReadFilter, JournalWarningSeqs, rollout/feed's
+// Replay, query's lag and follow) creates it through this, not through
+// Follow.
+//
+// Errors: as [AskAgain]'s (a [*NoLeaderError] naming cfg.Stream when the
+// meta group had no leader until ctx ended); a refusal (the stream not
+// found, denied) at once.
 func FollowRidingOut(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, rideOutBound(ctx, DefaultRideOut))
-		defer cancel()
-	}
-	for d := readAttemptFirst; ; d = min(2*d, readAttemptMost) {
-		actx, cancel := context.WithTimeout(ctx, d)
-		t, err := Follow(actx, js, cfg)
-		if err != nil && Unanswered(err) && ctx.Err() == nil {
-			// A refusal that came at once (a 503) is asked again
-			// after the rest of the attempt's time, not at once.
-			<-actx.Done()
-		}
-		cancel()
-		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && leaderless(err) {
-			return t, &NoLeaderError{Stream: cfg.Stream, Err: err}
-		}
-		if err == nil || !Unanswered(err) || ctx.Err() != nil {
-			return t, err
-		}
-	}
+	return AskAgain(ctx, cfg.Stream, func(ctx context.Context) (*Tail, error) { return Follow(ctx, js, cfg) })
 }
 
 // OrderedInactive is the inactivity threshold meshfold gives its ordered

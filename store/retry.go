@@ -180,3 +180,61 @@ func RideOut[T any](ctx context.Context, stream string, op func(context.Context)
 		}
 	}
 }
+
+// AskAgain's attempts: askAttemptFirst doubling to askAttemptMost (the
+// client's default API timeout). An ask of the meta leader sent while
+// there is none is never answered, not even once one is elected, so it is
+// asked again: the caller resumes at most askAttemptMost after the group
+// has a leader again, and a server merely slow to answer (a loaded
+// machine) is asked at most once more than it takes, never hedged
+// against with asks in parallel.
+const (
+	askAttemptFirst = time.Second
+	askAttemptMost  = 5 * time.Second
+)
+
+// AskAgain runs op, a JetStream request the cluster's meta leader (or a
+// stream's leader) answers, one attempt at a time, each bounded by 1 s
+// doubling to 5 s, asking again while its error is [Unanswered] (a
+// refusal that came at once, a 503, is asked again after the rest of its
+// attempt's time), until op succeeds or ctx ends. A ctx without a
+// deadline is bounded as [RideOut]'s: [WithRideOut]'s bound, else
+// [DefaultRideOut]. It is the one way meshfold asks for what only a meta
+// leader gives (a consumer's creation: [FollowRidingOut]; a bucket's
+// lookup or creation: [OpenSecrets], [OpenFillStatus], [OpenNodeLeases])
+// so that a meta leader's election after a kill -9 is ridden out. Unlike
+// [RideOut] (attempts of 2 s, 100 ms apart), an attempt is never cut
+// short of what a loaded server takes to answer a creation.
+// stream names the stream in the error ("" when unknown).
+//
+// Errors: op's error that is not [Unanswered], at once; when ctx ends,
+// a [*NoLeaderError] wrapping the last error when that said there was
+// no leader (leaderless) and ctx's deadline passed, else the last error.
+func AskAgain[T any](ctx context.Context, stream string, op func(context.Context) (T, error)) (T, error) {
+	return askAgain(ctx, stream, Unanswered, op)
+}
+
+// askAgain is [AskAgain] asking again while again(err).
+func askAgain[T any](ctx context.Context, stream string, again func(error) bool, op func(context.Context) (T, error)) (T, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, rideOutBound(ctx, DefaultRideOut))
+		defer cancel()
+	}
+	for d := askAttemptFirst; ; d = min(2*d, askAttemptMost) {
+		actx, cancel := context.WithTimeout(ctx, d)
+		v, err := op(actx)
+		if err != nil && again(err) && ctx.Err() == nil {
+			// A refusal that came at once (a 503) is asked again
+			// after the rest of the attempt's time, not at once.
+			<-actx.Done()
+		}
+		cancel()
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && leaderless(err) {
+			return v, &NoLeaderError{Stream: stream, Err: err}
+		}
+		if err == nil || !again(err) || ctx.Err() != nil {
+			return v, err
+		}
+	}
+}
