@@ -349,6 +349,9 @@ func startUp(ctx context.Context, js jetstream.JetStream, stream jetstream.Strea
 			}
 		})
 	}
+	// Each bucket's open asks its lookup and creation again while
+	// unanswered (store.AskAgain: a meta leader's or the bucket leader's
+	// election after a kill -9), within the 30 s.
 	bucket := func(i int, open func(ctx context.Context) error) {
 		step(i, func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)

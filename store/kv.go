@@ -7,6 +7,47 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// jsClusterNoPeers is the JetStream API's error code for "no suitable
+// peers for placement" (the server's JSClusterNoPeersErrF): a replicated
+// bucket's creation while one of its servers is offline, as for a moment
+// after a server's loss or restart. nats.go has no sentinel for it.
+const jsClusterNoPeers = 10005
+
+// errBucketRaced: a bucket's creation was answered "already in use" and
+// its lookup right after "not found" (a creation asked again after one
+// answered late, the cluster not yet showing it): asked again.
+var errBucketRaced = errors.New("store: bucket in use, then not found")
+
+// openKV looks the bucket of cfg up, creating it when missing and
+// create is true, through [askAgain]: the lookup of a bucket whose
+// leader's server was killed, and a creation (answered by the meta
+// leader only) asked while there was none, are never answered, and a
+// start that asked once ended on it ("lease bucket MESH_NODES: context
+// deadline exceeded" after its whole 30 s). Asked again also while the
+// creation finds no placement (10005, a server offline for a moment) or
+// the bucket it was told exists is not found yet. A creation asked again
+// after one answered late is answered "already in use" (10058) and
+// adopted (CreateKV): success, not an error.
+func openKV(ctx context.Context, js jetstream.JetStream, create bool, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	return askAgain(ctx, "KV_"+cfg.Bucket, bucketAgain, func(ctx context.Context) (jetstream.KeyValue, error) {
+		kv, err := js.KeyValue(ctx, cfg.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) && create {
+			kv, err = CreateKV(ctx, js, cfg)
+			if errors.Is(err, jetstream.ErrBucketNotFound) {
+				err = errBucketRaced
+			}
+		}
+		return kv, err
+	})
+}
+
+// bucketAgain reports whether [openKV] asks again after err.
+func bucketAgain(err error) bool {
+	var apiErr *jetstream.APIError
+	return Unanswered(err) || errors.Is(err, errBucketRaced) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNoPeers)
+}
+
 // CreateKV creates the KV bucket of cfg, or opens it when another process
 // created it meanwhile (two reconcilers, or a reconciler and a node agent,
 // starting at once): the create that loses the race adopts the winner's

@@ -159,11 +159,8 @@ func OpenNodeLeases(ctx context.Context, js jetstream.JetStream, streamCfg Strea
 }
 
 func openLeaseBucket(ctx context.Context, js jetstream.JetStream, bucket, desc string, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = CreateKV(ctx, js, jetstream.KeyValueConfig{Bucket: bucket, Description: desc, History: 1,
-			TTL: ttl, Storage: jetstream.FileStorage, Replicas: replicas})
-	}
+	kv, err := openKV(ctx, js, true, jetstream.KeyValueConfig{Bucket: bucket, Description: desc, History: 1,
+		TTL: ttl, Storage: jetstream.FileStorage, Replicas: replicas})
 	if err != nil {
 		return nil, fmt.Errorf("lease bucket %s: %w", bucket, err)
 	}

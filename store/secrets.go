@@ -252,10 +252,7 @@ func OpenFillStatus(ctx context.Context, js jetstream.JetStream, streamCfg Strea
 }
 
 func openBucket(ctx context.Context, js jetstream.JetStream, create bool, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) && create {
-		kv, err = CreateKV(ctx, js, cfg)
-	}
+	kv, err := openKV(ctx, js, create, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
 	}
