@@ -358,15 +358,54 @@ func AcquireLeaseTTL(ctx context.Context, kv jetstream.KeyValue, ttl time.Durati
 }
 
 // claim creates the key, waiting for a dead holder's key to expire.
+//
+// A write or read that goes unanswered ([Unanswered]: a server stalled,
+// the bucket's leader killed and its successor not yet elected) is asked
+// again, each attempt bounded by 1 s doubling to 5 s (at most the TTL),
+// until an answer comes or claimRideOut has passed without one: one
+// unanswered create ended a claim (a reconciler's HoldStream, under a
+// server's 5 s stall). The fencing is unchanged: the lease is believed
+// held only once a write of ours was answered stored. A create asked
+// again after one stored but unanswered is answered "exists" with our
+// own token in the key: that key is written again at its revision (a
+// compare and swap, which also restarts its TTL) before the claim
+// returns, so a claim is never believed from a read of a key that may be
+// about to expire, nor from a write that may not have been stored.
 func (l *Lease) claim(ctx context.Context) error {
 	poll := min(max(l.ttl/20, 50*time.Millisecond), 250*time.Millisecond)
 	var (
 		first   uint64 // the revision of the other holder's key when first seen
 		other   Holder
 		waiting time.Time
+		// unanswered is when the asks began going unanswered (zero while
+		// they are answered); attempt bounds the next write or read.
+		unanswered time.Time
+		attempt    = askAttemptFirst
 	)
+	// again reports whether err, an unanswered ask's, is asked again
+	// (after the pause): within claimRideOut of the first unanswered
+	// one. An answer resets it.
+	again := func(err error) bool {
+		if err == nil || !Unanswered(err) {
+			unanswered, attempt = time.Time{}, askAttemptFirst
+			return false
+		}
+		if unanswered.IsZero() {
+			unanswered = time.Now()
+		}
+		attempt = min(2*attempt, askAttemptMost)
+		return time.Since(unanswered) < claimRideOut
+	}
+	pause := func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(poll):
+			return nil
+		}
+	}
 	for {
-		rev, err := l.put(ctx, 0)
+		rev, err := l.put(ctx, 0, attempt)
 		if err == nil {
 			l.rev = rev
 			if first != 0 {
@@ -378,6 +417,13 @@ func (l *Lease) claim(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if again(err) {
+			// Stored or not, unknown: ask again; an "exists" then is read.
+			if err := pause(); err != nil {
+				return err
+			}
+			continue
+		}
 		// A create that lost a race with a fresh delete (the key's
 		// previous holder releasing it) comes back from a replicated
 		// bucket as the server's raw 10164, not as ErrKeyExists: the key
@@ -385,31 +431,48 @@ func (l *Lease) claim(ctx context.Context) error {
 		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(ServerError(err), ErrConflict) {
 			return fmt.Errorf("lease %s: %w", l.key, err)
 		}
-		e, err := l.kv.Get(ctx, l.key)
+		gctx, cancel := context.WithTimeout(ctx, min(attempt, l.ttl))
+		e, err := l.kv.Get(gctx, l.key)
+		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			continue // expired or released since: claim it
+		case err != nil && ctx.Err() == nil && again(err):
+			if err := pause(); err != nil {
+				return err
+			}
+			continue
 		case err != nil:
 			return fmt.Errorf("lease %s: %w", l.key, err)
 		}
 		h, foreign := readHolder(e.Value())
+		ours := foreign == "" && h.Token == l.holder.Token
 		switch {
-		case foreign == "" && h.Token == l.holder.Token:
-			l.rev = e.Revision() // our own create, whose reply came after its deadline
-			return nil
-		case provablyDead(h):
-			rev, err := l.put(ctx, e.Revision())
+		case ours, provablyDead(h):
+			// Ours: our own create, stored, whose answer was lost. It
+			// is held once written again at its revision: stored as it
+			// was read, with its TTL restarted.
+			rev, err := l.put(ctx, e.Revision(), attempt)
 			switch {
 			case err == nil:
 				l.rev = rev
-				l.log.Info("lease taken at once from a holder that died on this host", "key", l.key,
-					"previous_pid", h.PID, "previous_since", h.Since)
+				if ours {
+					l.log.Info("lease claimed by a create whose answer was lost, written again", "key", l.key)
+				} else {
+					l.log.Info("lease taken at once from a holder that died on this host", "key", l.key,
+						"previous_pid", h.PID, "previous_since", h.Since)
+				}
 				return nil
 			case ctx.Err() != nil:
 				return ctx.Err()
 			case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists),
 				errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(ServerError(err), ErrConflict):
 				continue // changed since it was read: read it again
+			case again(err):
+				if err := pause(); err != nil {
+					return err
+				}
+				continue
 			}
 			return fmt.Errorf("lease %s: %w", l.key, err)
 		case first == 0 && foreign != "":
@@ -431,22 +494,28 @@ func (l *Lease) claim(ctx context.Context) error {
 		case time.Since(waiting) > 2*l.ttl+time.Second:
 			return &HeldError{Key: l.key, Holder: h, Bucket: l.kv.Bucket(), Foreign: foreign} // neither renewed nor expired: do not take it
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(poll):
+		if err := pause(); err != nil {
+			return err
 		}
 	}
 }
 
+// claimRideOut bounds how long a claim asks again writes and reads that
+// go unanswered, from the first such without an answer since: an
+// election after a kill -9 (up to ~10 s) or a server's stall is waited
+// out; a server gone for good ends the claim with the last error (its
+// caller's retry, if any, asks again later).
+const claimRideOut = DefaultRideOut
+
 // put writes the lease's value: a create when rev is 0, else an update
-// at rev (the key of a dead holder). The write outlives a stop (bounded
-// by the TTL): one stored by the server but cancelled before its reply
-// would leave a key no one releases, for the next claimant to wait out
-// and a watcher never to see deleted. A write that succeeds after ctx
-// ended is given back (deleted at its revision) and ctx's error returned.
-func (l *Lease) put(ctx context.Context, rev uint64) (uint64, error) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
+// at rev (the key of a dead holder, or our own create's). The write is
+// bounded by bound (at most the TTL) and outlives a stop: one stored by
+// the server but cancelled before its reply would leave a key no one
+// releases, for the next claimant to wait out and a watcher never to see
+// deleted. A write that succeeds after ctx ended is given back (deleted
+// at its revision) and ctx's error returned.
+func (l *Lease) put(ctx context.Context, rev uint64, bound time.Duration) (uint64, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(bound, l.ttl))
 	var (
 		next uint64
 		err  error
