@@ -336,8 +336,9 @@ func newReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 const startRetryFor = 30 * time.Second
 
 // retryTransient runs op, each attempt bounded by ackTimeout, until it
-// succeeds, fails for a reason that is not store.Transient, ctx is done or
-// startRetryFor has passed.
+// succeeds, fails for a reason that is not store.Transient, ctx is done
+// or startRetryFor has passed. Each failure asked again is noted
+// (store.NoteWait: a start says once what it waits for).
 func retryTransient(ctx context.Context, op func(ctx context.Context) error) error {
 	deadline := time.Now().Add(startRetryFor)
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
@@ -349,6 +350,7 @@ func retryTransient(ctx context.Context, op func(ctx context.Context) error) err
 		if err == nil || !store.Transient(err) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
+		store.NoteWait(ctx, err)
 		select {
 		case <-ctx.Done():
 			return err

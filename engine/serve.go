@@ -165,7 +165,14 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// The start waits, within its bounds, for a cluster just started or
+	// electing a leader, and says so once: "waiting for …" rather than
+	// nothing until a bound's end.
+	var waitSaid sync.Once
+	startCtx := store.WithWaitNote(ctx, func(err error) {
+		waitSaid.Do(func() { log.Info("waiting for "+store.WaitingFor(err), "err", err) })
+	})
+	sctx, cancel := context.WithTimeout(startCtx, 30*time.Second)
 	stream, scfg, err := store.EnsureStream(sctx, js, c.Stream)
 	cancel()
 	if err != nil {
@@ -188,7 +195,7 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 	}
 	rcfg := ReconcilerConfig{Stream: scfg, Logger: log, Signer: c.Signer, Own: c.Own, Tracing: c.Tracing,
 		Metrics: metrics, SnapshotEvery: c.SnapshotEvery, SnapshotInterval: c.SnapshotInterval}
-	st, err := startUp(ctx, js, stream, scfg, rcfg, c)
+	st, err := startUp(startCtx, js, stream, scfg, rcfg, c)
 	if st.lease != nil {
 		lease := st.lease
 		defer func() {

@@ -119,3 +119,63 @@ func TestBucketOpenAdoptsALateCreation(t *testing.T) {
 		}
 	}
 }
+
+// noPeersFirst is a JetStream whose first stream and bucket creations
+// are refused "no suitable peers for placement" (10005), as a cluster
+// just formed (its peers not yet current) or with a server restarting
+// refuses a replicated one for a moment.
+type noPeersFirst struct {
+	jetstream.JetStream
+	mu              sync.Mutex
+	streams, bucket int
+}
+
+var errNoPeers = &jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, peer offline"}
+
+func (n *noPeersFirst) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	n.mu.Lock()
+	n.streams++
+	first := n.streams == 1
+	n.mu.Unlock()
+	if first {
+		return nil, errNoPeers
+	}
+	return n.JetStream.CreateStream(ctx, cfg)
+}
+
+func (n *noPeersFirst) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	n.mu.Lock()
+	n.bucket++
+	first := n.bucket == 1
+	n.mu.Unlock()
+	if first {
+		return nil, errNoPeers
+	}
+	return n.JetStream.CreateKeyValue(ctx, cfg)
+}
+
+// A start's stream and bucket creations refused for want of peers
+// (10005) are asked again within their bound, and succeed once the
+// cluster places them, instead of ending the start on the first refusal.
+func TestCreationsAskAgainWithoutPeers(t *testing.T) {
+	_, _, js := storetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n := &noPeersFirst{JetStream: js}
+	_, cfg, err := store.EnsureStream(ctx, n, store.StreamConfig{})
+	if err != nil {
+		t.Fatalf("EnsureStream: %v", err)
+	}
+	for suffix, open := range openers {
+		n.bucket = 0
+		if _, err := open(ctx, n, cfg); err != nil {
+			t.Fatalf("open %s%s: %v", cfg.Name, suffix, err)
+		}
+		if n.bucket != 2 {
+			t.Errorf("%s%s created after %d asks, want 2", cfg.Name, suffix, n.bucket)
+		}
+	}
+	if n.streams != 2 {
+		t.Errorf("stream created after %d asks, want 2", n.streams)
+	}
+}

@@ -43,9 +43,18 @@ func openKV(ctx context.Context, js jetstream.JetStream, create bool, cfg jetstr
 
 // bucketAgain reports whether [openKV] asks again after err.
 func bucketAgain(err error) bool {
+	return Unanswered(err) || errors.Is(err, errBucketRaced) || NoPeersYet(err)
+}
+
+// NoPeersYet reports whether err is the JetStream API's "no suitable
+// peers for placement" (10005) to a replicated stream's or bucket's
+// creation: on a cluster just formed, before its peers are current, or
+// with a server offline or restarting, it passes; a start asks again
+// within its bound (on a cluster too small for the replicas asked, the
+// bound's end says it).
+func NoPeersYet(err error) bool {
 	var apiErr *jetstream.APIError
-	return Unanswered(err) || errors.Is(err, errBucketRaced) ||
-		(errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNoPeers)
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNoPeers
 }
 
 // CreateKV creates the KV bucket of cfg, or opens it when another process

@@ -393,6 +393,7 @@ func (l *Lease) claim(ctx context.Context) error {
 		if unanswered.IsZero() {
 			unanswered = time.Now()
 		}
+		NoteWait(ctx, err)
 		attempt = min(2*attempt, askAttemptMost)
 		return time.Since(unanswered) < claimRideOut
 	}

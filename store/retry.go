@@ -227,6 +227,7 @@ func askAgain[T any](ctx context.Context, stream string, again func(error) bool,
 		if err != nil && again(err) && ctx.Err() == nil {
 			// A refusal that came at once (a 503) is asked again
 			// after the rest of the attempt's time, not at once.
+			NoteWait(ctx, err)
 			<-actx.Done()
 		}
 		cancel()
@@ -237,4 +238,33 @@ func askAgain[T any](ctx context.Context, stream string, again func(error) bool,
 			return v, err
 		}
 	}
+}
+
+// waitNoteKey keys the note [WithWaitNote] sets.
+type waitNoteKey struct{}
+
+// WithWaitNote returns ctx whose asks made again while unanswered
+// ([AskAgain], [EnsureStream], the bucket opens, [NoteWait]'s callers)
+// call note with the unanswered ask's error before each wait: a start
+// says once (note's to keep) what it waits for, instead of nothing until
+// its bound ends.
+func WithWaitNote(ctx context.Context, note func(err error)) context.Context {
+	return context.WithValue(ctx, waitNoteKey{}, note)
+}
+
+// NoteWait calls ctx's [WithWaitNote] note, if any, with err: an ask
+// unanswered, to be asked again.
+func NoteWait(ctx context.Context, err error) {
+	if note, ok := ctx.Value(waitNoteKey{}).(func(error)); ok {
+		note(err)
+	}
+}
+
+// WaitingFor says what an ask unanswered with err waits for, for a
+// start's note ([WithWaitNote]).
+func WaitingFor(err error) string {
+	if NoPeersYet(err) {
+		return "the NATS cluster's servers: a replicated stream or bucket has no room to be placed yet (a cluster just formed, or a server offline or restarting)"
+	}
+	return "the NATS cluster's JetStream leaders: the meta group or the stream has none yet (a cluster just started, or electing one after a server's loss)"
 }

@@ -225,10 +225,13 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 				continue // created concurrently by another process: adopt it
 			}
 		}
-		if err != nil && Unanswered(err) && ctx.Err() == nil {
+		if err != nil && (Unanswered(err) || NoPeersYet(err)) && ctx.Err() == nil {
 			// No answer (no meta leader yet, a 503, an ask lost to a
-			// leader change): asked again, after the rest of the
+			// leader change), or no placement yet (a cluster just
+			// formed, its peers not yet current, or a server
+			// restarting): asked again, after the rest of the
 			// attempt's time when the refusal came at once.
+			NoteWait(ctx, err)
 			<-actx.Done()
 			cancel()
 			continue
