@@ -86,7 +86,11 @@
 // or, without one, every process whose environment names the node, root
 // and module), and is reported stopped, so the agent
 // applies or removes it; a shim that dies while the agent runs is replaced
-// at once (restarts + 1). Under systemd, the agent's unit needs
+// at once (restarts + 1). A shim's module does not outlive it: every
+// process a shim starts has SIGKILL as its parent-death signal, and what
+// the module forked is the next runtime's to kill ([Others] does not list
+// such orphans of the state directory's own shims, so the agent starts).
+// Under systemd, the agent's unit needs
 // KillMode=process, or a restart of the unit kills every module with it.
 //
 // # Tests

@@ -19,6 +19,7 @@ type Other struct {
 	Module   string
 	ShimPID  int    // 0: the module's process has no shim (its shim died)
 	PID      int    // a process of the module
+	PGID     int    // PID's process group
 	StateDir string // the shim's state directory now ("" when unknown); Removed: it was deleted
 	Removed  bool
 }
@@ -31,9 +32,15 @@ type Other struct {
 // and the old shims ran on, unsupervised). A shim is stateDir's when the
 // log it writes to (its stdout, <state-dir>/process/<module>/shim.log)
 // is in stateDir, or, where that cannot be read, when its pid is the one
-// stateDir's module directory records. One entry per module and shim,
-// sorted by module. Processes whose environment cannot be read are not
-// seen (an agent that is not root reads only its own user's).
+// stateDir's module directory records. A process of a module whose shim
+// is gone is stateDir's, and not listed, when stateDir records that shim
+// (in this boot, now dead) and the process is traceable to it (see
+// [ownOrphan]): the runtime opened on stateDir kills it and reports the
+// module stopped, and the agent starts it again (a fresh user's finding
+// F3: a shim killed -9 left its module running, and the node's next agent
+// refused to start, blaming the state directory). One entry per module
+// and shim, sorted by module. Processes whose environment cannot be read
+// are not seen (an agent that is not root reads only its own user's).
 func Others(node, root, stateDir string) []Other {
 	root, _ = filepath.Abs(root)
 	stateDir, _ = filepath.Abs(stateDir)
@@ -97,6 +104,12 @@ func Others(node, root, stateDir string) []Other {
 		o := Other{Module: module, PID: pid}
 		if top != 0 && isShimOf(top, module) {
 			o.ShimPID = top
+		}
+		if o.ShimPID == 0 {
+			if ownOrphan(stateDir, module, pid) {
+				continue // its shim was this state directory's: the runtime reaps it
+			}
+			_, o.PGID = sessionOf(pid)
 		}
 		if o.ShimPID != 0 {
 			dir, removed, known := shimStateDir(o.ShimPID)
@@ -198,6 +211,70 @@ func shimOfNode(pid int, wantNode, wantRoot []byte) (Other, bool) {
 	return Other{Module: filepath.Base(modDir), ShimPID: pid, StateDir: dir}, true
 }
 
+// ownOrphan reports whether pid, a process of module that has no shim,
+// is of the module stateDir's shim ran: stateDir records that shim, in
+// this boot, and it is dead; and pid is traceable to it: in the session
+// the shim made (its sid is the shim's pid, which the kernel does not give
+// another process while the session has a member), in the process group
+// of the module's recorded main process (the same for its pid), or in
+// the module's cgroup. A process that made a session of its own (a
+// daemon) where no cgroup holds it is not traceable, and stays listed.
+func ownOrphan(stateDir, module string, pid int) bool {
+	dir := filepath.Join(stateDir, "process", module)
+	var sh shim.Identity
+	if shim.ReadJSON(dir, shim.ShimFile, &sh) != nil || sh.PID <= 0 || sh.Boot != shim.BootID() || sh.Live() {
+		return false
+	}
+	sid, pgid := sessionOf(pid)
+	if sid == sh.PID {
+		return true
+	}
+	var mod shim.Identity
+	if shim.ReadJSON(dir, shim.ModuleFile, &mod) == nil && mod.PID > 0 && mod.Boot == sh.Boot && (pgid == mod.PID || pid == mod.PID) {
+		return true
+	}
+	var sp shim.Spec
+	if shim.ReadJSON(dir, shim.SpecFile, &sp) != nil || sp.Cgroup == "" {
+		return false
+	}
+	return inCgroup(pid, "/"+filepath.Join(sp.Cgroup, shim.CgroupName(module, dir)))
+}
+
+// sessionOf returns pid's session and process group (0s when unknown).
+func sessionOf(pid int) (sid, pgid int) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, 0
+	}
+	// Fields 3 on: the state, the parent, the process group, the session.
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 4 {
+		return 0, 0
+	}
+	pgid, _ = strconv.Atoi(f[2])
+	sid, _ = strconv.Atoi(f[3])
+	return sid, pgid
+}
+
+// inCgroup reports whether pid is in the cgroup path (in any hierarchy:
+// /proc/<pid>/cgroup's lines are id:controllers:path).
+func inCgroup(pid int, path string) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return false
+	}
+	for l := range strings.SplitSeq(string(data), "\n") {
+		if f := strings.SplitN(l, ":", 3); len(f) == 3 && (f[2] == path || strings.HasSuffix(f[2], path)) {
+			return true
+		}
+	}
+	return false
+}
+
 // recordedShim is the shim pid stateDir records for module (0: none).
 func recordedShim(stateDir, module string) int {
 	var id shim.Identity
@@ -208,30 +285,82 @@ func recordedShim(stateDir, module string) int {
 }
 
 // OthersError refuses an agent's start while modules of its node run
-// under shims of another state directory ([Others]).
+// under shims of another state directory, or without a shim that its own
+// state directory records ([Others]).
 type OthersError struct {
 	Node, Root, StateDir string
 	Others               []Other
 }
 
 func (e *OthersError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "modules of node %s already run under root %s, started from another state directory than %s:", e.Node, e.Root, e.StateDir)
-	for i, o := range e.Others {
-		if i > 0 {
-			b.WriteString(";")
-		}
-		switch {
-		case o.ShimPID == 0:
-			fmt.Fprintf(&b, " %s (pid %d, without a shim)", o.Module, o.PID)
-		case o.Removed:
-			fmt.Fprintf(&b, " %s (shim pid %d, its state dir %s since removed)", o.Module, o.ShimPID, o.StateDir)
-		case o.StateDir == "":
-			fmt.Fprintf(&b, " %s (shim pid %d)", o.Module, o.ShimPID)
-		default:
-			fmt.Fprintf(&b, " %s (shim pid %d, state dir %s)", o.Module, o.ShimPID, o.StateDir)
+	var shimmed, orphans []Other
+	for _, o := range e.Others {
+		if o.ShimPID == 0 {
+			orphans = append(orphans, o)
+		} else {
+			shimmed = append(shimmed, o)
 		}
 	}
-	b.WriteString(": this agent would start each a second time. Point --state-dir at their state dir (the agent adopts them), or stop them (kill -TERM each shim pid: it stops its module) and start again")
+	var b strings.Builder
+	if len(shimmed) > 0 {
+		fmt.Fprintf(&b, "modules of node %s already run under root %s, started from another state directory than %s:", e.Node, e.Root, e.StateDir)
+		for i, o := range shimmed {
+			if i > 0 {
+				b.WriteString(";")
+			}
+			switch {
+			case o.Removed:
+				fmt.Fprintf(&b, " %s (shim pid %d, its state dir %s since removed)", o.Module, o.ShimPID, o.StateDir)
+			case o.StateDir == "":
+				fmt.Fprintf(&b, " %s (shim pid %d)", o.Module, o.ShimPID)
+			default:
+				fmt.Fprintf(&b, " %s (shim pid %d, state dir %s)", o.Module, o.ShimPID, o.StateDir)
+			}
+		}
+	}
+	// A process whose shim died (killed -9, by the OOM killer, by a stop
+	// of the shims' scope) and that this state directory cannot trace to
+	// a shim it records: no shim pid to name, nor a state directory.
+	var groups []string
+	if len(orphans) > 0 {
+		if len(shimmed) > 0 {
+			b.WriteString("; and")
+		} else {
+			fmt.Fprintf(&b, "modules of node %s already run under root %s", e.Node, e.Root)
+		}
+		fmt.Fprintf(&b, " without a shim (it was killed or crashed), not one that %s records:", e.StateDir)
+		for i, o := range orphans {
+			if i > 0 {
+				b.WriteString(";")
+			}
+			if o.PGID > 0 {
+				fmt.Fprintf(&b, " %s (pid %d, process group %d)", o.Module, o.PID, o.PGID)
+				if g := "-" + strconv.Itoa(o.PGID); !slices.Contains(groups, g) {
+					groups = append(groups, g)
+				}
+			} else {
+				fmt.Fprintf(&b, " %s (pid %d)", o.Module, o.PID)
+			}
+		}
+	}
+	b.WriteString(": this agent would start each a second time. ")
+	if len(shimmed) > 0 {
+		b.WriteString("Point --state-dir at their state dir (the agent adopts them), or stop them (kill -TERM each shim pid: it stops its module)")
+		if len(orphans) > 0 {
+			b.WriteString("; ")
+		}
+	}
+	if len(orphans) > 0 {
+		if len(shimmed) > 0 {
+			b.WriteString("nothing")
+		} else {
+			b.WriteString("Nothing")
+		}
+		b.WriteString(" supervises a module without its shim: stop it by its process group")
+		if len(groups) > 0 {
+			b.WriteString(" (kill -TERM -- " + strings.Join(groups, " ") + ")")
+		}
+	}
+	b.WriteString(" and start again")
 	return b.String()
 }

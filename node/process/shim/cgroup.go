@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
@@ -194,7 +195,9 @@ type cgroupV1 struct {
 // spawn forks from a thread of its own that it first moves into the
 // cgroup (v1 places threads, and a child is born in its parent thread's
 // cgroups), then moves back. Should the move back fail, the thread is
-// never used again: its goroutine ends locked to it, and Go ends it.
+// never used again: its goroutine stays locked to it until the child has
+// exited, then ends, and Go ends the thread (not before: the kernel sends
+// the child its parent-death signal when the thread that forked it ends).
 func (c *cgroupV1) spawn(_ *syscall.SysProcAttr, start func() (*os.Process, error)) (*os.Process, error) {
 	type result struct {
 		p   *os.Process
@@ -223,6 +226,12 @@ func (c *cgroupV1) spawn(_ *syscall.SysProcAttr, start func() (*os.Process, erro
 		ch <- result{p, err}
 		if c.own.AddTask(tid) == nil {
 			runtime.UnlockOSThread()
+			return
+		}
+		if err == nil {
+			for !WaitExit(p.Pid, time.Hour) {
+				time.Sleep(time.Second) // no pidfd to wait on: look again
+			}
 		}
 	}()
 	r := <-ch

@@ -544,9 +544,18 @@ func startError(err error, dir string) error {
 }
 
 // sysAttr is how every process of the module starts: its own process
-// group, as the module's account with exactly the account's groups.
+// group, as the module's account with exactly the account's groups, and
+// killed by the kernel should the shim die (a shim killed -9, by the OOM
+// killer or a stop of the shims' scope, cannot stop its module: without
+// this the module ran on orphaned, supervised by nothing, and the node's
+// next agent refused to start beside it; a fresh user's finding F3, see
+// docs/architecture.md "A module does not outlive its shim"). Go sets the
+// parent-death signal after the switch to the account's uid, which would
+// clear it; an exec of a set-user-ID or file-capability binary still
+// clears it, and a process the module forks does not inherit it: what
+// is left is the next agent's to kill (the runtime's reap).
 func (s *shim) sysAttr() *syscall.SysProcAttr {
-	a := &syscall.SysProcAttr{Setpgid: true}
+	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if u := s.spec.User; u != nil {
 		a.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
 	}
