@@ -118,6 +118,8 @@ get plan ace              ok        ok         ok       ok         ok           
 get plan shanks           ok        ok         ok       -          -            ok       ok
 get knock ace             ok        -          ok       -          ok           -       ok
 get settle ace            ok        -          ok       -          ok           -       ok
+get agent ace             ok        -          ok       ok         -            -       ok
+get agent shanks          ok        -          ok       -          -            ok      ok
 leader get plan ace       ok        ok         ok       -          -            -       ok
 request fill ace          -         -          -        -          ok           -        -
 subscribe fill ace        -         -          -        ok         -            -        -
@@ -287,7 +289,7 @@ func actions(cfg store.StreamConfig, w *witness) map[string]action {
 			}
 		}
 		acts["consume plan "+node] = consume(subj.Stored(node, events.KindPlan))
-		for _, k := range []events.Kind{events.KindPlan, events.KindKnock, events.KindSettle} {
+		for _, k := range []events.Kind{events.KindPlan, events.KindKnock, events.KindSettle, events.KindAgent} {
 			acts["get "+string(k)+" "+node] = func(ctx context.Context, c *cell) error {
 				stream, err := c.js.Stream(ctx, c.cfg.Name)
 				if err != nil {

@@ -319,6 +319,13 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		}
 		p.Pub.Allow.Add(api("DIRECT.GET.%s.%s", s, stored(node, "plan")),
 			api("CONSUMER.CREATE.%s.*.%s", s, stored(node, "plan")))
+		// Its own newest agent event (the reconciler's record of its
+		// liveness), which an agent that claimed its expired lease again
+		// reads to publish a have after the down (node.answerReclaim; a
+		// fresh user's finding F5: refused, it logged a permissions
+		// violation every 2.5 s after each serve restart). Never another
+		// node's.
+		p.Pub.Allow.Add(api("DIRECT.GET.%s.%s", s, stored(node, string(events.KindAgent))))
 		// Its own lease, never another node's.
 		p.Pub.Allow.Add(api("STREAM.INFO.%s", nodesKV), "$KV."+nodes+"."+node, api("DIRECT.GET.%s.$KV.%s.%s", nodesKV, nodes, node))
 		readBuilds(false) // fetch the bundles its modules run
