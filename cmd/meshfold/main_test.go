@@ -44,16 +44,34 @@ func TestMain(m *testing.M) {
 		return
 	}
 	testproc.MarkParent()
-	dir, err := os.MkdirTemp("", "meshfold-cmd-test-state")
+	// A helper process (TestHelperProcess, re-executed by a test) makes
+	// its state directory inside its test binary's: it ends with os.Exit
+	// or is killed, so it never removes its own, and the test binary's
+	// RemoveAll below takes both.
+	root := os.Getenv(stateRootEnv)
+	dir, err := os.MkdirTemp(root, "meshfold-cmd-test-state")
+	if err != nil && root != "" {
+		root = "" // its test binary's directory is gone: one of its own
+		dir, err = os.MkdirTemp("", "meshfold-cmd-test-state")
+	}
 	if err != nil {
 		panic(err)
 	}
 	os.Setenv("XDG_STATE_HOME", dir)
+	if root == "" {
+		os.Setenv(stateRootEnv, dir)
+	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	if root == "" {
+		os.RemoveAll(dir)
+	}
 	removeBenchBinary()
 	os.Exit(code)
 }
+
+// stateRootEnv names the state directory of the test binary that started
+// this one, in which a helper process makes its own.
+const stateRootEnv = "MESHFOLD_CMD_TEST_STATE_ROOT"
 
 // testSigner returns a reconciler signing key and a trust file naming it,
 // for tests that publish plans or knocks as the reconciler would.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -23,7 +24,8 @@ const helperEnv = "MESHFOLD_PROCESS_TEST_HELPER"
 // TestHelperRunsModule is not a test: re-executed by
 // TestShimsDieWithTheTest, it runs a module as the other tests do (a shim
 // in its own session, the module in its own group), prints both pids and
-// waits until its stdin closes.
+// its temporary directory (killed, it never removes it: the test does)
+// and waits until its stdin closes.
 func TestHelperRunsModule(t *testing.T) {
 	if os.Getenv(helperEnv) != "1" {
 		t.Skip("a helper process of TestShimsDieWithTheTest")
@@ -35,7 +37,7 @@ func TestHelperRunsModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := status(t, r, "web")
-	fmt.Printf("shim %d module %d\n", st.ShimPID, st.PID)
+	fmt.Printf("shim %d module %d dir %s\n", st.ShimPID, st.PID, filepath.Dir(t.TempDir()))
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 
@@ -67,13 +69,16 @@ func TestShimsDieWithTheTest(t *testing.T) {
 			_ = cmd.Wait()
 		}
 	}()
-	type pids struct{ shim, module int }
+	type pids struct {
+		shim, module int
+		dir          string
+	}
 	got := make(chan pids, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			var p pids
-			if _, err := fmt.Sscanf(sc.Text(), "shim %d module %d", &p.shim, &p.module); err == nil {
+			if _, err := fmt.Sscanf(sc.Text(), "shim %d module %d dir %s", &p.shim, &p.module, &p.dir); err == nil {
 				got <- p
 			}
 		}
@@ -86,6 +91,7 @@ func TestShimsDieWithTheTest(t *testing.T) {
 			t.Fatal("the helper exited without running a module")
 		}
 		p = v
+		testproc.RemoveChildTempDir(t, p.dir, "TestHelperRunsModule")
 	case <-time.After(deadline):
 		t.Fatalf("the helper ran no module within %s", deadline)
 	}

@@ -6,9 +6,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -24,13 +23,14 @@ const childHelperEnv = "MESHFOLD_STORETEST_CHILD_HELPER"
 
 // TestHelperStartsServer is not a test: re-executed by
 // TestChildrenDieWithTheTest, it starts a nats-server process as a test
-// does, prints its pid and waits until its stdin closes.
+// does, prints its pid and its temporary directory (killed, it never
+// removes it: the test does) and waits until its stdin closes.
 func TestHelperStartsServer(t *testing.T) {
 	if os.Getenv(childHelperEnv) != "1" {
 		t.Skip("a helper process of TestChildrenDieWithTheTest")
 	}
 	s := storetest.StartProcServer(t)
-	fmt.Printf("pid %d\n", s.Pid())
+	fmt.Printf("pid %d dir %s\n", s.Pid(), filepath.Dir(t.TempDir()))
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 
@@ -64,25 +64,29 @@ func TestChildrenDieWithTheTest(t *testing.T) {
 			_ = cmd.Wait()
 		}
 	}()
-	pids := make(chan int, 1)
+	type started struct {
+		pid int
+		dir string
+	}
+	pids := make(chan started, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "pid "); ok {
-				if pid, err := strconv.Atoi(rest); err == nil {
-					pids <- pid
-				}
+			var s started
+			if _, err := fmt.Sscanf(sc.Text(), "pid %d dir %s", &s.pid, &s.dir); err == nil {
+				pids <- s
 			}
 		}
 		close(pids)
 	}()
 	var server int
 	select {
-	case pid, ok := <-pids:
+	case s, ok := <-pids:
 		if !ok {
 			t.Fatal("the helper exited without starting a server")
 		}
-		server = pid
+		server = s.pid
+		testproc.RemoveChildTempDir(t, s.dir, "TestHelperStartsServer")
 	case <-time.After(2 * time.Minute): // the first run builds nats-server
 		t.Fatal("the helper started no server within 2 minutes")
 	}
