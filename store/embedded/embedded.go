@@ -165,6 +165,7 @@ func Start(cfg Config) (*Server, error) {
 	if err := tlsOptions(opts, cfg); err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
+	opts.AuthTimeout = authTimeout.Seconds()
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
@@ -376,6 +377,21 @@ func tlsOptions(opts *server.Options, cfg Config) error {
 // 2 s default cut handshakes on a loaded 2-core machine.
 const tlsTimeout = 5 * time.Second
 
+// authTimeout bounds how long a client may take from its connection to
+// its CONNECT (the TLS handshake included): the client's whole connect
+// (5 s, store's connectTimeout) and a second, what nats-server picks with
+// TLS. Without TLS its default was 2 s: on a loaded 2-core machine a CLI
+// that had not signed the nonce and sent its CONNECT in 2 s was cut off
+// ("write: broken pipe" at its connect) though it would have been let
+// in.
+const authTimeout = tlsTimeout + time.Second
+
+// inProcessTimeout bounds an in-process connect's exchange with the
+// server (its INFO, CONNECT, the first PING), as store's connectTimeout
+// bounds a TCP one: nats.go's default 2 s ended in-process connects
+// under load ("read pipe: i/o timeout").
+const inProcessTimeout = 5 * time.Second
+
 // ClientURL returns the URL clients in other processes connect to, with the
 // port actually bound: nats://127.0.0.1:PORT, or tls://127.0.0.1:PORT when
 // the server requires TLS.
@@ -386,9 +402,10 @@ func (e *Server) ClientURL() string { return e.srv.ClientURL() }
 func (e *Server) NATS() *server.Server { return e.srv }
 
 // Connect returns a connection to the embedded server that does not use a
-// socket (nats.InProcessServer). opts are applied after it.
+// socket (nats.InProcessServer), its connect bounded by 5 s as a TCP
+// one's (store.Connect). opts are applied after these.
 func (e *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	all := append([]nats.Option{nats.InProcessServer(e.srv), nats.Name("meshfold-inprocess")}, opts...)
+	all := append([]nats.Option{nats.InProcessServer(e.srv), nats.Name("meshfold-inprocess"), nats.Timeout(inProcessTimeout)}, opts...)
 	nc, err := nats.Connect("", all...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to embedded nats: %w", err)

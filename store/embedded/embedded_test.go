@@ -1,6 +1,7 @@
 package embedded_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/auth"
 	"github.com/meshfold/meshfold/store/embedded"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -244,5 +246,81 @@ func TestEmbeddedTLS(t *testing.T) {
 
 	if _, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", TLSCert: f.ServerCert}); err == nil {
 		t.Error("a certificate without its key was accepted")
+	}
+}
+
+// A client of a server with auth that is slow to send its CONNECT (3 s:
+// a CLI under -race on a loaded 2-core machine) is still let in to
+// authenticate: the server's own 2 s default cut it off, and the CLI's
+// connect failed with "write: broken pipe". Here the server says nothing
+// for 3 s after its INFO, and then judges the CONNECT (no creds: an
+// authorization violation) instead of having timed the client out.
+func TestSlowClientStillAuthenticates(t *testing.T) {
+	d, err := auth.Init(t.TempDir(), auth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := d.ServerAuth()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: sa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.ClientURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(info, "INFO ") {
+		t.Fatalf("the server's first line: %q, %v", info, err)
+	}
+	if err := c.SetReadDeadline(time.Now().Add(3 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := r.ReadString('\n'); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the server said %q (%v) to a client that had not sent its CONNECT for 3 s, want nothing yet", line, err)
+	}
+	if _, err := c.Write([]byte("CONNECT {\"verbose\":false,\"protocol\":1}\r\nPING\r\n")); err != nil {
+		t.Fatalf("CONNECT after 3 s: %v", err)
+	}
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := r.ReadString('\n'); err != nil || !strings.Contains(line, "Authorization Violation") {
+		t.Fatalf("the answer to a CONNECT without creds: %q, %v; want its authorization violation", line, err)
+	}
+}
+
+// An in-process connect waits for the server's answers as long as a TCP
+// one (store.Connect, 5 s), not nats.go's default 2 s: under load, 2 s
+// ended in-process connects with "read pipe: i/o timeout".
+func TestInProcessConnectTimeout(t *testing.T) {
+	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if nc.Opts.Timeout < 5*time.Second {
+		t.Errorf("in-process connect timeout %s, want 5 s as store.Connect's", nc.Opts.Timeout)
+	}
+	nc2, err := e.Connect(nats.Timeout(7 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	if nc2.Opts.Timeout != 7*time.Second {
+		t.Errorf("nats.Timeout given to Connect: %s, want it to win", nc2.Opts.Timeout)
 	}
 }
