@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -20,7 +21,17 @@ var ErrConnClosed = errors.New("NATS connection closed for good")
 // nc closed for good, it returns [ErrConnClosed] wrapping the
 // connection's last error instead, whatever run returned. It chains nc's
 // closed handler (the one set before is still called).
+//
+// When run fails while nc is reconnecting, the failure may be the lost
+// connection's (a request unanswered across a revoked user's disconnect)
+// and nc's close for good still to come: nats.go gives a refused user up
+// only after its second refused reconnect, seconds later. WhileConnected
+// then waits for nc to reconnect or close, at most [closeWait], and a
+// close is reported as such, not as the request's "context deadline
+// exceeded" (a revoked `reconcile --group` said "watch lease bucket:
+// context deadline exceeded" under load).
 func WhileConnected(ctx context.Context, nc *nats.Conn, run func(context.Context) error) error {
+	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(context.Canceled)
 	closed := func(c *nats.Conn) { cancel(closedErr(c)) }
@@ -41,10 +52,36 @@ func WhileConnected(ctx context.Context, nc *nats.Conn, run func(context.Context
 	if cerr := context.Cause(ctx); ctx.Err() != nil && errors.Is(cerr, ErrConnClosed) {
 		return cerr
 	}
+	if err != nil && parent.Err() == nil {
+		awaitFate(parent, nc, closeWait)
+	}
 	if nc.IsClosed() {
 		return closedErr(nc)
 	}
 	return err
+}
+
+// closeWait bounds how long a failed run waits for its reconnecting
+// connection's fate (WhileConnected): nats.go closes a connection after
+// the same auth error refused it twice, a reconnect wait (2 s and up to
+// 2 s of jitter) apart, each attempt within connectTimeout.
+const closeWait = 2*(reconnectWait+reconnectJitterTLS) + connectTimeout
+
+// awaitFate waits, while nc is disconnected or reconnecting, until it is
+// connected again or closed, d passes or ctx ends.
+func awaitFate(ctx context.Context, nc *nats.Conn, d time.Duration) {
+	ch := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer nc.RemoveStatusListener(ch)
+	if st := nc.Status(); st != nats.RECONNECTING && st != nats.DISCONNECTED {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // closedErr is ErrConnClosed with c's last error, if any.
