@@ -189,6 +189,23 @@ func credsUser(path string) (user string, role auth.Role) {
 	return uc.Name, auth.Role(uc.Name)
 }
 
+// commandDenied returns the permission violation that ended the command
+// whose error is err: the first the connection's error handler kept
+// (watchDenied), or else err itself when it is one. store's publishes
+// and guarded requests fail with the violation from the same handler
+// chain, and the command can return before watchDenied's handler has
+// kept it: under load a denied poke then printed the server's raw
+// "permissions violation" instead of its explanation.
+func (a *app) commandDenied(err error) error {
+	if d := a.deniedErr(); d != nil {
+		return d
+	}
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return err
+	}
+	return nil
+}
+
 func (a *app) deniedErr() error {
 	a.deniedMu.Lock()
 	defer a.deniedMu.Unlock()

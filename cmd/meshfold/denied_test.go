@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/meshfold/meshfold/store/auth"
 )
@@ -68,5 +72,33 @@ func TestDeniedVerbNamesItsRight(t *testing.T) {
 	if code, _, errs := runCLI(ctx, append([]string{"poke", "ace", "--by", "x"}, as("operator-read")...)...); code != exitError || strings.Count(errs, "\n") != 1 ||
 		!strings.Contains(errs, "permission denied: the operator-read role may not poke (publish to mesh.ace.poke); only the operator role may") {
 		t.Errorf("poke as operator-read: exit %d, stderr %q", code, errs)
+	}
+}
+
+// A command that returns the server's permission violation itself (a
+// publish store's guard failed at once) before the connection's error
+// handler kept it for run is explained all the same: under load a denied
+// poke printed the raw "nats: permissions violation: Permissions
+// Violation for Publish to ..." (TestRevokedRolesExit).
+func TestDenialExplainedWhenTheCommandSawItFirst(t *testing.T) {
+	root, a := newRootApp(nil, nil, nil)
+	cmd, rest, err := root.Find([]string{"poke", "ace", "--by", "x", "--new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		t.Fatal(err)
+	}
+	violation := fmt.Errorf("%w: %s", nats.ErrPermissionViolation, `Permissions Violation for Publish to "mesh.ace.poke"`)
+	cmdErr := fmt.Errorf("poke ace: append: %w", violation)
+	d := a.commandDenied(cmdErr)
+	if d == nil {
+		t.Fatalf("the command's own permission violation (%v) is not taken as its denial", cmdErr)
+	}
+	if got := a.explainDenied(cmd, d).Error(); !strings.Contains(got, "permission denied: these credentials may not poke (publish to mesh.ace.poke); only the operator role may") {
+		t.Errorf("explained: %s", got)
+	}
+	if d := a.commandDenied(errors.New("poke ace: context deadline exceeded")); d != nil {
+		t.Errorf("another error taken as a denial: %v", d)
 	}
 }

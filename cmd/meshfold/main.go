@@ -104,7 +104,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil {
 		return exitOK
 	}
-	if d := a.deniedErr(); d != nil {
+	if d := a.commandDenied(err); d != nil {
 		err = a.explainDenied(cmd, d)
 	}
 	err = explainOversized(err)
