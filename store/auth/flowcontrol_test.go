@@ -3,11 +3,13 @@ package auth_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
@@ -22,11 +24,13 @@ import (
 // until the reply comes. Every bucket below holds about twice that.
 const flowBytes = 4 << 20
 
-// flowDeadline bounds each read: a few MB on loopback take milliseconds;
-// a read stalled on an unanswered flow-control request never ends. The
-// node lease bucket's entries expire after store.DefaultNodeLeaseTTL, so
-// it stays under that.
-const flowDeadline = 4 * time.Second
+// flowDeadline bounds each read, a backstop only: a read stalls when the
+// server refuses its flow-control reply, and that refusal, a permissions
+// violation the server reports to the connection, ends the read at once
+// (count). A few MB on loopback take milliseconds, but seconds under
+// -race on a loaded 2-core machine, where the 4 s this was failed a read
+// that had not stalled. The buckets' entries outlive it (a minute's TTL).
+const flowDeadline = 20 * time.Second
 
 // TestReadsPastFlowControl reads every bucket each role watches through
 // nats.go's KV watch (an ordered push consumer with flow control), with
@@ -80,13 +84,24 @@ func TestReadsPastFlowControl(t *testing.T) {
 	// counted want entries (of size bytes each).
 	count := func(t *testing.T, user string, want, size int, read func(ctx context.Context, js jetstream.JetStream, n *int) error) {
 		t.Helper()
-		_, js := s.mustConnect(t, user)
+		nc, js := s.mustConnect(t, user)
 		rctx, cancel := context.WithTimeout(ctx, flowDeadline)
 		defer cancel()
+		// The stall's cause: a reply the server refused to this user.
+		rctx, refused := context.WithCancelCause(rctx)
+		defer refused(nil)
+		nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				refused(err)
+			}
+		})
 		start := time.Now()
 		n := 0
 		err := read(rctx, js, &n)
 		took := time.Since(start)
+		if cause := context.Cause(rctx); err != nil && cause != nil {
+			err = fmt.Errorf("%w (%w)", err, cause)
+		}
 		if err != nil || n != want {
 			t.Fatalf("%s read %d of %d entries in %v: %v", user, n, want, took.Round(time.Millisecond), err)
 		}
@@ -167,7 +182,14 @@ func TestReadsPastFlowControl(t *testing.T) {
 		})
 	})
 	t.Run("reconciler node leases", func(t *testing.T) {
-		// Each node puts its own lease only: few keys, large values.
+		// Each node puts its own lease only: few keys, large values. The
+		// bucket is made first with a TTL past flowDeadline (the
+		// product's, store.DefaultNodeLeaseTTL, is 5 s: entries of a
+		// slow read expired under it); OpenNodeLeases opens it as it is.
+		if _, err := rjs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Name + store.NodeLeaseBucketSuffix,
+			History: 1, TTL: time.Minute, Storage: jetstream.FileStorage}); err != nil {
+			t.Fatal(err)
+		}
 		nodeKV, err := store.OpenNodeLeases(ctx, rjs, cfg)
 		if err != nil {
 			t.Fatal(err)
