@@ -180,6 +180,16 @@ func waitComposed(t *testing.T, m *mesh, nodes ...string) {
 			out, _, code := m.cli(t, "state", n)
 			return code == 0 && strings.Contains(out, "composed ")
 		})
+		// state says the reconciler's fold, whose plan is published
+		// after it: a provisioner started before the plan is stored
+		// finds none, and sees it only at its next knock, settle or
+		// resync (TestUntrustedProvisionerSaid waited out its 2 min
+		// under load so).
+		ctx := testCtx(t)
+		waitfor.Until(t, 30*time.Second, n+"'s plan stored", func() bool {
+			_, err := store.LastMsg(ctx, store.Leader(m.js, m.cfg.Name), m.cfg.Subjects(), n, events.KindPlan)
+			return err == nil
+		})
 	}
 }
 
