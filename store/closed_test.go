@@ -41,7 +41,7 @@ func TestWhileConnectedWaitsForTheConnectionsFate(t *testing.T) {
 				t.Fatal("server not ready")
 			}
 			opts.Port = srv.Addr().(*net.TCPAddr).Port // the restart's
-			t.Cleanup(func() { srv.Shutdown() })
+			t.Cleanup(srv.Shutdown)
 			nc, err := store.Connect(store.ConnectConfig{URLs: []string{srv.ClientURL()}, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
@@ -54,7 +54,7 @@ func TestWhileConnectedWaitsForTheConnectionsFate(t *testing.T) {
 					return
 				}
 				s.Start()
-				srv = s
+				t.Cleanup(s.Shutdown)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
