@@ -189,10 +189,11 @@ func InputTargets(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig)
 
 // WaitCheckpoints waits, polling every 2 ms, until each partition's
 // checkpoint in snaps reaches its target, and returns the time since
-// start. It fails tb on a read error, and a second before the test
-// binary's deadline (as internal/waitfor does; a benchmark has none, its
-// -timeout ends it) saying which partition's checkpoint it last read
-// below which target, instead of hanging until the binary is killed.
+// start. It fails tb on a read error (one that timed out is read
+// again), and a second before the test binary's deadline (as
+// internal/waitfor does; a benchmark has none, its -timeout ends it)
+// saying which partition's checkpoint it last read below which target,
+// instead of hanging until the binary is killed.
 func WaitCheckpoints(tb testing.TB, snaps *store.Snapshots, targets map[int]uint64, start time.Time) time.Duration {
 	tb.Helper()
 	var end time.Time
@@ -204,7 +205,12 @@ func WaitCheckpoints(tb testing.TB, snaps *store.Snapshots, targets map[int]uint
 	for p, want := range targets {
 		for {
 			ck, err := snaps.Checkpoint(context.Background(), p)
-			if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+				// One read unanswered in nats.go's 5 s (a starved
+				// server: load 65 under -race) is not the checkpoint's
+				// fault: read again, within the deadline below.
+				ck = 0
+			} else if err != nil {
 				tb.Fatal(err)
 			}
 			if ck >= want {
