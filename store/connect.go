@@ -148,7 +148,7 @@ const MaxReconnectDelay = reconnectWait + reconnectJitterTLS
 // client certificate without its key or the reverse, an unreadable or
 // malformed TLS CA, certificate or key file.
 func (c ConnectConfig) Options() ([]nats.Option, error) {
-	opts, err := c.options()
+	opts, _, err := c.options()
 	if err != nil {
 		return nil, badConfig{err}
 	}
@@ -168,12 +168,12 @@ func (e badConfig) Error() string        { return e.err.Error() }
 func (e badConfig) Unwrap() error        { return e.err }
 func (e badConfig) Is(target error) bool { return target == ErrBadConfig }
 
-func (c ConnectConfig) options() ([]nats.Option, error) {
+func (c ConnectConfig) options() ([]nats.Option, func(*nats.Conn), error) {
 	var ctx natsContext
 	if c.Context != "" {
 		var err error
 		if ctx, err = loadContext(c.Context); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	log := c.Logger
@@ -260,13 +260,13 @@ func (c ConnectConfig) options() ([]nats.Option, error) {
 	switch {
 	case c.Creds != "":
 		if err := checkCreds(c.Creds); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		opts = append(opts, nats.UserCredentials(c.Creds))
 	case c.NKeySeed != "":
 		o, err := nats.NkeyOptionFromSeed(c.NKeySeed)
 		if err != nil {
-			return nil, fmt.Errorf("nkey seed %s: %w", c.NKeySeed, err)
+			return nil, nil, fmt.Errorf("nkey seed %s: %w", c.NKeySeed, err)
 		}
 		opts = append(opts, o)
 	default:
@@ -275,13 +275,13 @@ func (c ConnectConfig) options() ([]nats.Option, error) {
 			opts = append(opts, nats.UserInfo(ctx.User, ctx.Password))
 		case ctx.Creds != "":
 			if err := checkCreds(ctx.Creds); err != nil {
-				return nil, fmt.Errorf("nats context %q: %w", c.Context, err)
+				return nil, nil, fmt.Errorf("nats context %q: %w", c.Context, err)
 			}
 			opts = append(opts, nats.UserCredentials(ctx.Creds))
 		case ctx.NKey != "":
 			o, err := nats.NkeyOptionFromSeed(ctx.NKey)
 			if err != nil {
-				return nil, fmt.Errorf("nats context %q: nkey %s: %w", c.Context, ctx.NKey, err)
+				return nil, nil, fmt.Errorf("nats context %q: nkey %s: %w", c.Context, ctx.NKey, err)
 			}
 			opts = append(opts, o)
 		}
@@ -298,7 +298,7 @@ func (c ConnectConfig) options() ([]nats.Option, error) {
 	case cert != "" && key != "":
 		opts = append(opts, nats.ClientCert(cert, key))
 	case cert != "" || key != "":
-		return nil, errors.New("TLS client certificate and key must be given together")
+		return nil, nil, errors.New("TLS client certificate and key must be given together")
 	}
 	ca := ctx.CA
 	if c.TLSCA != "" {
@@ -319,7 +319,7 @@ func (c ConnectConfig) options() ([]nats.Option, error) {
 		if creds != "" {
 			p, err := CredsInboxPrefix(creds)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			inbox = p
 		}
@@ -336,10 +336,10 @@ func (c ConnectConfig) options() ([]nats.Option, error) {
 	var scratch nats.Options
 	for _, o := range opts {
 		if err := o(&scratch); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return opts, nil
+	return opts, keep, nil
 }
 
 // checkCreds reads the creds file at path and checks that it holds a
@@ -419,11 +419,20 @@ func CredsInboxPrefix(path string) (string, error) {
 //
 // Errors: those of Options, and the first connection's failure.
 func Connect(cfg ConnectConfig) (*nats.Conn, error) {
-	opts, err := cfg.Options()
+	opts, keep, err := cfg.options()
 	if err != nil {
-		return nil, err
+		return nil, badConfig{err}
 	}
 	// The error unwrapped: callers name the server they tried, and a
 	// "connect to nats:" here made their line say connect twice.
-	return nats.Connect("", opts...)
+	nc, err := nats.Connect("", opts...)
+	if err != nil {
+		return nil, err
+	}
+	// The server's URL kept at once for the disconnect's log line: the
+	// connect handler that keeps it runs asynchronously, and one that
+	// ran after a disconnect found no URL to keep (url="" logged; under
+	// load in TestDisconnectLogsLastURL).
+	keep(nc)
+	return nc, nil
 }
