@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -106,6 +107,13 @@ type agentWatch struct {
 	// loaded is closed once the reconciler's first partition loads are
 	// over (Reconciler.first): the sweep waits for it.
 	loaded <-chan struct{}
+	// folded returns the liveness record this instance's folded state
+	// holds for a lease key (the node's Agent, its provisioner's
+	// Provisioner), nil when it holds none (not its partition, no event);
+	// foldedUp lists the lease keys whose folded record says up. Both nil:
+	// no folded state (tests' watches). See agedOut.
+	folded   func(key string) *reconcile.AgentRecord
+	foldedUp func() []string
 
 	// The bucket's own availability (a fresh user's finding, G1): on a
 	// cluster, the server leading the bucket can crash while this
@@ -165,6 +173,10 @@ type agentRecord struct {
 	up    bool
 	claim string
 	why   events.AgentWhy // a down's
+	// host, pid: the holder of an up that aged out of the stream (seq 0,
+	// agedOut), for its down.
+	host string
+	pid  int
 }
 
 // watchAgents records agent transitions until ctx ends. It returns only
@@ -172,7 +184,8 @@ type agentRecord struct {
 func (r *Reconciler) watchAgents(ctx context.Context, kv jetstream.KeyValue) error {
 	w := &agentWatch{kv: kv, stream: r.stream, subj: r.subj, pub: r.pub, key: r.key, log: r.log, m: r.m,
 		leases: map[string]*nodeLease{}, last: map[string]*agentRecord{}, dirty: map[string]bool{}, now: time.Now,
-		held: map[string]bool{}, loaded: r.first.done, sweepTimeout: sweepTimeout}
+		held: map[string]bool{}, loaded: r.first.done, sweepTimeout: sweepTimeout,
+		folded: r.foldedLiveness, foldedUp: r.foldedUp}
 	if nc := r.js.Conn(); nc != nil {
 		w.reconnects = func() uint64 { return nc.Stats().Reconnects }
 		w.connected = nc.IsConnected
@@ -531,7 +544,13 @@ func (w *agentWatch) sweepDone(ctx context.Context, res sweepResult) {
 		return
 	}
 	w.swept, w.sweepAt, w.sweepPace = max(w.swept, res.grace), time.Time{}, nil
-	for _, node := range res.nodes {
+	nodes := res.nodes
+	if w.foldedUp != nil {
+		// The nodes whose up aged out of the stream (serve --max-age)
+		// are listed by no subject; their folded state still says up.
+		nodes = append(nodes, w.foldedUp()...)
+	}
+	for _, node := range nodes {
 		if ls := w.leases[node]; ls != nil {
 			continue // seen in the bucket: synced already
 		}
@@ -552,7 +571,7 @@ func (w *agentWatch) lastRecord(ctx context.Context, key string) (*agentRecord, 
 	cancel()
 	switch {
 	case errors.Is(err, store.ErrNoMessage):
-		rec := &agentRecord{}
+		rec := w.agedOut(key)
 		w.last[key] = rec
 		return rec, nil
 	case err != nil:
@@ -568,6 +587,33 @@ func (w *agentWatch) lastRecord(ctx context.Context, key string) (*agentRecord, 
 	}
 	w.last[key] = rec
 	return rec, nil
+}
+
+// agedOut returns the record of a lease key whose stream subject holds
+// no event (seq 0, so that the next transition expects none): no agent
+// event was ever recorded, or the newest aged out of the stream (serve
+// --max-age shorter than an agent's life). In the second case the claim
+// is still up as far as the reconciler's state, fleet and metrics go, and
+// its down must be recorded when its lease goes: the watch recorded
+// nothing (a fresh user's finding F6: a down expecting the aged-out up's
+// sequence met an empty subject, a conflict; read again, the subject said
+// "no event", and the down was dropped without a word, for as long as
+// serve ran). The claim up is the folded state's, when this instance
+// holds the node's state and it names one; else the lease this watch saw
+// held (a claim the stream holds no event of: up, as far as the watch
+// knows).
+func (w *agentWatch) agedOut(key string) *agentRecord {
+	rec := &agentRecord{}
+	if w.folded != nil {
+		if a := w.folded(key); a != nil && a.Up && a.Claim != "" {
+			rec.up, rec.claim, rec.host, rec.pid = true, a.Claim, a.Host, a.PID
+			return rec
+		}
+	}
+	if ls := w.leases[key]; ls != nil && ls.holder.Token != "" {
+		rec.up, rec.claim, rec.host, rec.pid = true, ls.holder.Token, ls.holder.Host, ls.holder.PID
+	}
+	return rec
 }
 
 // livenessOf returns the agent event an agent or prov payload carries.
@@ -641,6 +687,9 @@ func (w *agentWatch) sync(ctx context.Context, node string) {
 			w.held[node] = true
 			return
 		}
+		if a.State == events.AgentDown && rec.seq == 0 && a.Host == "" {
+			a.Host, a.PID = rec.host, rec.pid // its up aged out: agedOut
+		}
 		if a.State == events.AgentDown && rec.claim != "" && a.Host == "" {
 			// The down names the holder its up named.
 			if prev, ok := w.upHolder(ctx, node, rec); ok {
@@ -665,6 +714,11 @@ func (w *agentWatch) sync(ctx context.Context, node string) {
 			return
 		}
 		w.last[node] = &agentRecord{seq: ack.Seq, up: a.State == events.AgentUp, claim: a.Claim, why: a.Why}
+		if a.State == events.AgentDown && !ls.present && ls.holder.Token == a.Claim {
+			// Its down is recorded: once that ages out too, the claim
+			// is no up to record a down of again (agedOut).
+			ls.holder = store.Holder{}
+		}
 		if kind == events.KindProv {
 			w.log.Info("provisioner "+string(a.State), "node", name, "claim", a.Claim, "why", a.Why, "host", a.Host, "pid", a.PID, "seq", ack.Seq)
 			continue
@@ -730,4 +784,59 @@ func failLevel(err error) slog.Level {
 		return slog.LevelDebug
 	}
 	return slog.LevelWarn
+}
+
+// foldedLiveness returns the liveness record this instance's folded state
+// holds for a lease key (a copy), nil when it holds none.
+func (r *Reconciler) foldedLiveness(key string) *reconcile.AgentRecord {
+	node, kind, ok := store.LeaseOf(key)
+	if !ok {
+		return nil
+	}
+	r.mu.RLock()
+	p := r.parts[r.subj.Partition(node)]
+	r.mu.RUnlock()
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.states[node]
+	if st == nil {
+		return nil
+	}
+	a := st.Agent
+	if kind == events.KindProv {
+		a = st.Provisioner
+	}
+	if a == nil {
+		return nil
+	}
+	c := *a
+	return &c
+}
+
+// foldedUp returns the lease keys whose liveness record in this
+// instance's folded state says up with a claim.
+func (r *Reconciler) foldedUp() []string {
+	r.mu.RLock()
+	parts := make([]*partition, 0, len(r.parts))
+	for _, p := range r.parts {
+		parts = append(parts, p)
+	}
+	r.mu.RUnlock()
+	var out []string
+	for _, p := range parts {
+		p.mu.Lock()
+		for n, st := range p.states {
+			if a := st.Agent; a != nil && a.Up && a.Claim != "" {
+				out = append(out, n)
+			}
+			if a := st.Provisioner; a != nil && a.Up && a.Claim != "" {
+				out = append(out, store.ProvisionerLeaseKey(n))
+			}
+		}
+		p.mu.Unlock()
+	}
+	return out
 }
