@@ -417,6 +417,28 @@ func startUp(ctx context.Context, js jetstream.JetStream, stream jetstream.Strea
 	return st, first
 }
 
+// RunRollouts runs the rollout controller on nc, a connection of its own,
+// until ctx ends, as Serve does on Config.RolloutConn: for a caller that
+// replaces the connection while the reconciler runs (serve --auth, whose
+// controller user can be revoked and issued again), with Serve's
+// NoRollouts. scfg is the stream's effective configuration
+// (Reconciler.Stream); of c, Logger and Signer or Own are used.
+//
+// Errors: the controller's lease bucket not found.
+func RunRollouts(ctx context.Context, nc *nats.Conn, scfg store.StreamConfig, c Config) error {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.RolloutConn = nc
+	stop, err := startRollouts(ctx, nil, scfg, c)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stop()
+	return nil
+}
+
 // startRollouts runs the rollout controller until the returned stop,
 // which waits for it.
 func startRollouts(ctx context.Context, js jetstream.JetStream, scfg store.StreamConfig, c Config) (stop func(), err error) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/auth"
 	"github.com/meshfold/meshfold/store/embedded"
 )
 
@@ -43,6 +44,9 @@ type loopFlags struct {
 	leaseTTL         time.Duration
 	group            *groupFlags // reconcile only
 	controllerCreds  string      // reconcile only
+	// rolloutsBeside: the engine runs no rollout controller, serve runs
+	// its own beside it (serveController).
+	rolloutsBeside bool
 	// rollouts is the rollout controller's connection (nil: the
 	// reconciler's); rolloutsOff, when set, says why none runs.
 	rollouts    *nats.Conn
@@ -309,22 +313,31 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 				return err
 			}
 			lf.rolloutsOff = off
+			// The controller runs beside the reconciler, not in it: its
+			// user can be revoked (a rotation) and issued again, and
+			// serve then connects it with the new creds (serveController).
+			var ctl *serveController
 			if ctlOpts != nil {
-				var crv revocation
-				if lf.rollouts, err = srv.Connect(append(ctlOpts, crv.option())...); err != nil {
-					return fmt.Errorf("the rollout controller's connection: %w", err)
-				}
-				defer lf.rollouts.Close()
+				ctl = &serveController{log: log, srv: srv, af: af, signer: lf.signer, own: lf.own, done: make(chan struct{})}
+				lf.rolloutsBeside = true
 			}
 			lf.rolloutsOffWarn(log)
-			return rv.explain(runReconciler(cmd.Context(), a, log, nc, lf, func(ctx context.Context, cfg store.StreamConfig) {
+			rctx, stopCtl := context.WithCancel(cmd.Context())
+			defer stopCtl()
+			err = rv.explain(runReconciler(rctx, a, log, nc, lf, func(ctx context.Context, cfg store.StreamConfig) {
 				fmt.Fprintf(a.stdout, "meshfold: serving NATS at %s; stream %s (%s, prefix %q); data in %s\n",
 					srv.ClientURL(), cfg.Name, plural(cfg.Partitions, "partition"), cfg.Prefix, abs)
 				lf.printNotes(a)
+				if ctl != nil {
+					ctl.start(rctx, ctlOpts, cfg)
+				}
 				if webLn != nil {
 					serveConsole(ctx, a, log, srv, webOpts, cfg, webLn, cf)
 				}
 			}))
+			stopCtl()
+			ctl.wait()
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "meshfold-data", "directory of the JetStream file store")
@@ -463,6 +476,98 @@ func controllerConn(a *app, creds string) (nc *nats.Conn, off string, err error)
 	return nc, "", nil
 }
 
+// serveController runs serve --auth's rollout controller as the auth
+// directory's controller user, on an in-process connection of its own.
+// A revocation of that user (auth revoke controller: a rotation) closes
+// the connection for good: the controller stops, one ERROR says so and
+// names the fix, and once the user is issued again (auth add-user
+// controller) the controller connects with the new creds, without a
+// restart of serve. Before, the controller went on with its closed
+// connection: "rollout controller stopped; starting again … connection
+// closed" every second for ever, nothing said "revoked", and a re-issued
+// user changed nothing until serve restarted (a fresh user's finding F12).
+type serveController struct {
+	log     *slog.Logger
+	srv     *embedded.Server
+	af      serveAuthFlags
+	signer  *store.Signer
+	own     *store.Trust
+	done    chan struct{} // closed once run returns
+	started bool          // set by start, before Serve's Ready returns
+}
+
+// reissuePoll is how often a stopped controller reads the auth directory
+// for its user issued again.
+const reissuePoll = time.Second
+
+// run runs the controller with opts (controllerOptions) until ctx ends,
+// again with the directory's new creds after each revocation.
+func (c *serveController) run(ctx context.Context, opts []nats.Option, cfg store.StreamConfig) {
+	defer close(c.done)
+	user := string(auth.RoleController)
+	for {
+		var crv revocation
+		nc, err := c.srv.Connect(append(opts, crv.option())...)
+		if err == nil {
+			rctx, cancel := context.WithCancel(ctx)
+			ran := make(chan error, 1)
+			go func() {
+				ran <- engine.RunRollouts(rctx, nc, cfg, engine.Config{Logger: c.log, Signer: c.signer, Own: c.own})
+			}()
+			select {
+			case <-ctx.Done():
+			case <-crv.revoked():
+			case err = <-ran:
+				ran <- err
+			}
+			cancel()
+			if rerr := <-ran; err == nil {
+				err = rerr
+			}
+			nc.Close()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		fix := fmt.Sprintf("meshfold auth add-user %s --dir %s", user, c.af.dir)
+		if rerr := crv.error(); rerr != nil {
+			c.log.Error("rollout controller stopped: its user was revoked; no rollout is stepped until the user is issued again, which serve picks up without a restart",
+				"user", user, "err", rerr, "fix", fix)
+		} else {
+			c.log.Error("rollout controller stopped; starting it again once its user's creds connect", "user", user, "err", err)
+		}
+		// Wait for creds that the directory does not list as revoked,
+		// and that connect.
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(reissuePoll):
+			}
+			o, off, err := c.af.controllerOptions()
+			if err == nil && off == "" {
+				if crv.error() != nil {
+					c.log.Info("rollout controller: its user was issued again; starting with the new creds", "user", user)
+				}
+				opts = o
+				break
+			}
+		}
+	}
+}
+
+// start runs run in a goroutine; wait waits for it, once started.
+func (c *serveController) start(ctx context.Context, opts []nats.Option, cfg store.StreamConfig) {
+	c.started = true
+	go c.run(ctx, opts, cfg)
+}
+
+func (c *serveController) wait() {
+	if c != nil && c.started {
+		<-c.done
+	}
+}
+
 // revocation closes serve's in-process connection for good when the
 // server revokes (or expires) its user. nats.go gives a TCP connection up
 // once the same auth error refuses it twice, but a refused in-process
@@ -472,6 +577,7 @@ func controllerConn(a *app, creds string) (nc *nats.Conn, off string, err error)
 type revocation struct {
 	mu  sync.Mutex
 	err error
+	ch  chan struct{} // closed when err is set: revoked
 }
 
 func (r *revocation) option() nats.Option {
@@ -482,10 +588,31 @@ func (r *revocation) option() nats.Option {
 		r.mu.Lock()
 		if r.err == nil {
 			r.err = err
+			if r.ch == nil {
+				r.ch = make(chan struct{})
+			}
+			close(r.ch)
 		}
 		r.mu.Unlock()
 		c.Close()
 	})
+}
+
+// revoked is closed once the connection's user is revoked (or expired).
+func (r *revocation) revoked() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ch == nil {
+		r.ch = make(chan struct{})
+	}
+	return r.ch
+}
+
+// error returns the revocation, nil before.
+func (r *revocation) error() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // explain names the revocation as the reason of a store.ErrConnClosed.
@@ -514,7 +641,7 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 	cfg := engine.Config{Stream: lf.stream(a.stream), Logger: log, Signer: lf.signer, Own: lf.own, Tracing: tp,
 		SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval,
 		MetricsAddr: lf.metrics, Pprof: lf.pprof, LeaseTTL: lf.leaseTTL,
-		RolloutConn: lf.rollouts, NoRollouts: lf.rolloutsOff != "",
+		RolloutConn: lf.rollouts, NoRollouts: lf.rolloutsOff != "" || lf.rolloutsBeside,
 		Ready: func(ctx context.Context, r *engine.Reconciler) { ready(ctx, r.Stream()) }}
 	if lf.group.enabled() {
 		cfg.Group, cfg.Instance = lf.group.name, lf.group.instance
