@@ -20,7 +20,13 @@ func (d *Dir) ResolverConfig() (string, error) { return d.ResolverConfigFor(Defa
 // ResolverConfigFor is [Dir.ResolverConfig] with the full resolver's JWT
 // directory jwtDir. A full resolver keeps every account JWT pushed to it
 // (auth revoke) and shares it with the other servers of its cluster; the
-// preload only ever replaces a stored JWT with a newer one.
+// preload only ever replaces a stored JWT with a newer one. Its interval
+// (10s) is how often each server asks the others for what it lacks, the
+// first time one interval after its start: a server that was down during
+// a revocation accepts the revoked user for that long after it returns,
+// unless its resolver.conf (whose preload carries the new account JWT)
+// was copied before (docs/architecture.md, "A server that was down
+// during a revocation").
 //
 // Errors: unreadable JWT files.
 func (d *Dir) ResolverConfigFor(jwtDir string) (string, error) {
@@ -35,7 +41,7 @@ func (d *Dir) ResolverConfigFor(jwtDir string) (string, error) {
 	fmt.Fprintf(&b, "operator: %q\n", strings.TrimSpace(a.OperatorJWT))
 	fmt.Fprintf(&b, "system_account: %s\n", d.m.System)
 	fmt.Fprintf(&b, "max_control_line: %d # a user's JWT travels in its CONNECT line: the reconciler's is near the default 4 KiB\n", store.MaxControlLine)
-	fmt.Fprintf(&b, "resolver: {\n  type: full\n  dir: %q\n  allow_delete: false\n  interval: \"2m\"\n  timeout: \"1.9s\"\n}\n", jwtDir)
+	fmt.Fprintf(&b, "resolver: {\n  type: full\n  dir: %q\n  allow_delete: false\n  interval: \"10s\"\n  timeout: \"1.9s\"\n}\n", jwtDir)
 	b.WriteString("resolver_preload: {\n")
 	for i, name := range []string{d.m.System, d.m.Account} {
 		fmt.Fprintf(&b, "  %s: %q\n", name, strings.TrimSpace(a.AccountJWTs[i]))
