@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -208,19 +210,135 @@ func serveConsoleOptions(af serveAuthFlags) ([]nats.Option, error) {
 }
 
 // serveConsole starts the console of serve --http on its own in-process
-// connection, made with opts (serveConsoleOptions). It runs on ln (taken
+// connection, made with opts (serveConsoleOptions). It serves on ln (taken
 // before serve started, so that a busy port ends serve) until ctx is
 // done; a later failure is logged, and does not stop the reconciler.
-func serveConsole(ctx context.Context, a *app, log *slog.Logger, srv *embedded.Server, opts []nats.Option, cfg store.StreamConfig, ln net.Listener, cf consoleFlags) {
-	nc, err := srv.Connect(opts...)
-	if err != nil {
-		log.Error("console: connect", "err", err)
-		return
-	}
+//
+// A revocation of the console's user (auth revoke operator-read, a
+// rotation) closes its connection for good: the pages then answer 503,
+// saying the console lost its credentials and what issues them again,
+// one ERROR says the same, and once the user is issued again the console
+// connects with the new creds and serves live pages again. Before, the
+// pages went on answering from the frozen picture with "live" and "as of
+// <now>" (a fresh user's finding F7).
+func serveConsole(ctx context.Context, a *app, log *slog.Logger, srv *embedded.Server, af serveAuthFlags, opts []nats.Option, cfg store.StreamConfig, ln net.Listener, cf consoleFlags) {
+	h := &swapHandler{}
+	h.set(unavailable("the console is connecting to NATS"), ctx)
 	go func() {
-		defer nc.Close()
-		if err := runConsole(ctx, a, log, nc, cfg, ln, cf, nil); err != nil {
+		if err := console.Serve(ctx, ln, h); err != nil {
 			log.Error("console", "err", err)
 		}
 	}()
+	if !console.IsLoopback(ln.Addr().String()) {
+		log.Warn("the console listens beyond loopback; it has no login of its own", "addr", ln.Addr().String())
+	}
+	fmt.Fprintf(a.stdout, "meshfold: console at http://%s/ (stream %s)\n", ln.Addr(), cfg.Name)
+	go func() {
+		user := string(auth.RoleOperatorRead)
+		for {
+			var rv revocation
+			err := func() error {
+				nc, err := srv.Connect(append(opts, rv.option())...)
+				if err != nil {
+					return err
+				}
+				defer nc.Close()
+				gctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				c, err := newConsole(nc, cfg, cf, log)
+				if err != nil {
+					return err
+				}
+				ran := make(chan error, 1)
+				go func() { ran <- c.Run(gctx) }()
+				h.set(c, gctx)
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-rv.revoked():
+					return rv.error()
+				case err := <-ran:
+					return err
+				}
+			}()
+			if ctx.Err() != nil {
+				return
+			}
+			fix := fmt.Sprintf("meshfold auth add-user %s --dir %s", user, af.dir)
+			if rv.error() != nil {
+				log.Error("console stopped: its user was revoked; its pages say so until the user is issued again, which serve picks up without a restart",
+					"user", user, "err", err, "fix", fix)
+				h.set(unavailable(fmt.Sprintf("the console lost its NATS connection: its user %s was revoked (%v); "+
+					"nothing shown here is current. Issue the user again with '%s': the console reconnects by itself.", user, err, fix)), ctx)
+			} else {
+				log.Error("console stopped; connecting it again", "err", err)
+				h.set(unavailable(fmt.Sprintf("the console lost its NATS connection (%v); it is connecting again.", err)), ctx)
+			}
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(reissuePoll):
+				}
+				o, err := serveConsoleOptions(af)
+				if err == nil {
+					if rv.error() != nil {
+						log.Info("console: its user was issued again; connecting with the new creds", "user", user)
+					}
+					opts = o
+					break
+				}
+			}
+		}
+	}()
+}
+
+// newConsole makes the console of the connection nc.
+func newConsole(nc *nats.Conn, cfg store.StreamConfig, cf consoleFlags, log *slog.Logger) (*console.Console, error) {
+	r, err := query.New(nc, query.Config{Stream: cfg})
+	if err != nil {
+		return nil, err
+	}
+	warnings := cf.warnings
+	if warnings == 0 {
+		warnings = -1
+	}
+	return console.New(console.Config{Source: r, Logger: log, Stale: cf.stale, Warnings: warnings})
+}
+
+// swapHandler serves with the handler set last; a request is cancelled
+// when the handler it was given to is replaced (its context ends): a live
+// page's event stream of a console that stopped ends, and the page says
+// it is no longer live.
+type swapHandler struct {
+	mu  sync.Mutex
+	h   http.Handler
+	ctx context.Context
+}
+
+func (s *swapHandler) set(h http.Handler, ctx context.Context) {
+	s.mu.Lock()
+	s.h, s.ctx = h, ctx
+	s.mu.Unlock()
+}
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	h, hctx := s.h, s.ctx
+	s.mu.Unlock()
+	rctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(hctx, cancel)
+	defer stop()
+	h.ServeHTTP(w, r.WithContext(rctx))
+}
+
+// unavailable answers every request 503 with msg, as plain text.
+func unavailable(msg string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "meshfold console: "+msg)
+	})
 }

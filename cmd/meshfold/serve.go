@@ -332,7 +332,7 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 					ctl.start(rctx, ctlOpts, cfg)
 				}
 				if webLn != nil {
-					serveConsole(ctx, a, log, srv, webOpts, cfg, webLn, cf)
+					serveConsole(ctx, a, log, srv, af, webOpts, cfg, webLn, cf)
 				}
 			}))
 			stopCtl()
