@@ -359,6 +359,9 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 	// An outage of NATS is said once by the lease, with what matters to
 	// whoever reads the node's log: its modules do not stop.
 	lease.SetOutageNote("the modules keep running")
+	// ... and why the connection does not come back, when a server
+	// answered (a TLS handshake failing on its expired certificate).
+	lease.SetOutageCause(func() error { return store.ReconnectError(a.nc) })
 	a.mu.Lock()
 	a.root = root
 	a.mu.Unlock()

@@ -467,6 +467,7 @@ func (c *Client) claim(ctx context.Context) (*store.Lease, error) {
 		return nil, fmt.Errorf("provisioner: %w", err)
 	}
 	l.SetOutageNote("the filled files stay as they are")
+	l.SetOutageCause(func() error { return store.ReconnectError(c.nc) })
 	return l, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -194,9 +195,10 @@ type Lease struct {
 
 	mu      sync.Mutex
 	rev     uint64
-	err     error  // why the lease was lost
-	note    string // SetOutageNote's
-	outFull bool   // the outage under way is a server that cannot store (ErrStorageFull), not an unreachable one
+	err     error        // why the lease was lost
+	note    string       // SetOutageNote's
+	cause   func() error // SetOutageCause's
+	outFull bool         // the outage under way is a server that cannot store (ErrStorageFull), not an unreachable one
 
 	out outage // the renewals' (only renew's goroutine)
 }
@@ -210,6 +212,30 @@ func (l *Lease) SetOutageNote(note string) {
 	l.mu.Unlock()
 }
 
+// SetOutageCause sets what the holder's outage lines name as the cause
+// (attribute "cause"), asked each time one is said: the renewal's own
+// error is that of the bucket's request ("context deadline exceeded"),
+// while the connection's reconnect attempts hold the reason, such as a
+// TLS handshake the server's expired certificate fails (a fresh user's
+// finding F4). See [ReconnectError]. A nil answer adds nothing.
+func (l *Lease) SetOutageCause(cause func() error) {
+	l.mu.Lock()
+	l.cause = cause
+	l.mu.Unlock()
+}
+
+// ReconnectError is why nc's reconnect attempts fail, while it is not
+// connected: the error of its last attempt that reached a server (a TLS
+// handshake, the server's refusal of the credentials), or nil when the
+// last attempt reached none (nothing listens: that is all there is to
+// say) or nc is connected.
+func ReconnectError(nc *nats.Conn) error {
+	if nc == nil || nc.IsConnected() || nc.IsClosed() {
+		return nil
+	}
+	return nc.LastError()
+}
+
 // outageReminder is how often a renewal that still fails is said again.
 const outageReminder = time.Minute
 
@@ -220,6 +246,7 @@ const outageReminder = time.Minute
 // user's finding U24). The failures between go to the debug level.
 type outage struct {
 	since, said time.Time // zero: no outage
+	cause       string    // the cause last said, digits removed (causeKind)
 }
 
 type outageSay int
@@ -259,12 +286,29 @@ func (l *Lease) unrenewed(err error) {
 	err = StorageFullError(err)
 	full := errors.Is(err, ErrStorageFull)
 	l.mu.Lock()
-	note := l.note
+	note, causef := l.note, l.cause
 	l.mu.Unlock()
 	if note != "" {
 		note = "; " + note
 	}
-	switch l.out.fail(now) {
+	say := l.out.fail(now)
+	attrs := []any{"key", l.key, "err", err}
+	// The cause is asked at each failure: one that appears or changes
+	// within the minute is said at once, as a reminder (the server came
+	// back after the outage started, with a certificate that fails the
+	// handshake), not a minute later.
+	if causef != nil && !full {
+		if c := causef(); c != nil {
+			attrs = append(attrs, "cause", c)
+			if kind := causeKind(c); kind != l.out.cause {
+				l.out.cause = kind
+				if say == outageQuiet {
+					l.out.said, say = now, outageLasts
+				}
+			}
+		}
+	}
+	switch say {
 	case outageStarts:
 		l.mu.Lock()
 		l.outFull = full
@@ -275,7 +319,7 @@ func (l *Lease) unrenewed(err error) {
 			return
 		}
 		l.log.Warn(fmt.Sprintf("NATS unreachable since %s%s (lease not renewed; retrying every %s, said again each minute)",
-			now.Format(time.TimeOnly), note, l.ttl/4), "key", l.key, "err", err)
+			now.Format(time.TimeOnly), note, l.ttl/4), attrs...)
 	case outageLasts:
 		if full {
 			l.log.Warn(fmt.Sprintf("the server still cannot store since %s%s (lease not renewed for %s)",
@@ -283,10 +327,21 @@ func (l *Lease) unrenewed(err error) {
 			return
 		}
 		l.log.Warn(fmt.Sprintf("NATS still unreachable since %s%s (lease not renewed for %s)",
-			l.out.since.Format(time.TimeOnly), note, now.Sub(l.out.since).Round(time.Second)), "key", l.key, "err", err)
+			l.out.since.Format(time.TimeOnly), note, now.Sub(l.out.since).Round(time.Second)), attrs...)
 	default:
 		l.log.Debug("lease not renewed; retrying", "key", l.key, "err", err)
 	}
+}
+
+// causeKind is err's text without its digits: the same cause again
+// (another port, another "current time") is not said again.
+func causeKind(err error) string {
+	return strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return -1
+		}
+		return r
+	}, err.Error())
 }
 
 // renewedNow ends the outage a renewal that reached the server ends.

@@ -118,7 +118,7 @@ func (f *connFlags) dial(name string, a *app) (*nats.Conn, error) {
 		return nil, noServersErr{err, cfg}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w%s", serversTried(cfg), err, authHint(err, cfg))
+		return nil, fmt.Errorf("connect to NATS at %s: %w%s%s", serversTried(cfg), err, authHint(err, cfg), cfg.TLSHint(err, time.Now()))
 	}
 	return nc, nil
 }

@@ -263,6 +263,7 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 			if err := embedded.Check(ecfg); err != nil {
 				return natsPortInUse(err, listen)
 			}
+			warnServerCert(log, ecfg.TLSCert, listen, time.Now())
 			// The console's port is taken before anything is written, so
 			// a busy one ends serve at once, as a busy NATS port does.
 			var webLn net.Listener
@@ -679,4 +680,27 @@ func httpPortInUse(err error, web string) string {
 	}
 	return fmt.Sprintf(": another process listens on %s (perhaps another serve --http, or 'meshfold console'): stop it, or give --http %s",
 		web, net.JoinHostPort(host, "PORT"))
+}
+
+// warnServerCert warns, as serve starts, about a server certificate its
+// clients will refuse (expired, not valid yet, not naming the address
+// serve listens on) or soon will (store.CertSoon): serve started with an
+// expired certificate and said nothing, and every client then failed its
+// handshake (a fresh user's finding F4).
+func warnServerCert(log *slog.Logger, certFile, listen string, now time.Time) {
+	if certFile == "" {
+		return
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		host = ""
+	}
+	ws, err := store.CertWarnings(certFile, host, now)
+	if err != nil {
+		log.Warn("could not read --tls-cert to check its dates and names", "err", err)
+		return
+	}
+	for _, w := range ws {
+		log.Warn("--tls-cert: " + w)
+	}
 }

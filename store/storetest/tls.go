@@ -21,6 +21,10 @@ type TLSFiles struct {
 	CA                    string
 	ServerCert, ServerKey string
 	ClientCert, ClientKey string
+
+	dir   string
+	ca    *x509.Certificate
+	caKey *ecdsa.PrivateKey
 }
 
 // TLS writes a fresh CA, server and client certificates (ECDSA P-256,
@@ -36,7 +40,7 @@ func TLS(t testing.TB) TLSFiles {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := TLSFiles{CA: filepath.Join(dir, "ca.pem")}
+	f := TLSFiles{CA: filepath.Join(dir, "ca.pem"), dir: dir, ca: ca, caKey: caKey}
 	writePEM(t, f.CA, "CERTIFICATE", caDER)
 	for _, c := range []struct {
 		name      string
@@ -50,6 +54,7 @@ func TLS(t testing.TB) TLSFiles {
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature},
 			&f.ClientCert, &f.ClientKey},
 	} {
+		c.tmpl.NotBefore, c.tmpl.NotAfter = time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
 		key, der := mustCert(t, c.tmpl, ca, caKey)
 		*c.cert, *c.key = filepath.Join(dir, c.name+".pem"), filepath.Join(dir, c.name+"-key.pem")
 		writePEM(t, *c.cert, "CERTIFICATE", der)
@@ -73,7 +78,9 @@ func mustCert(t testing.TB, tmpl *x509.Certificate, parent *x509.Certificate, pa
 	if tmpl.SerialNumber, err = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62)); err != nil {
 		t.Fatal(err)
 	}
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	if tmpl.NotAfter.IsZero() {
+		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	}
 	if parent == nil {
 		parent, parentKey = tmpl, key
 	}
@@ -82,6 +89,46 @@ func mustCert(t testing.TB, tmpl *x509.Certificate, parent *x509.Certificate, pa
 		t.Fatal(err)
 	}
 	return key, der
+}
+
+// Issue writes a certificate signed by f's CA (or, with selfCA, by a CA
+// of its own, which f's server does not trust) and its key, as
+// name.pem and name-key.pem, valid from notBefore to notAfter: for a
+// server when hosts (DNS names or IP addresses) are given, for a client
+// otherwise. It fails the test on any error.
+func (f TLSFiles) Issue(t testing.TB, name string, notBefore, notAfter time.Time, selfCA bool, hosts ...string) (cert, key string) {
+	t.Helper()
+	tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: name}, NotBefore: notBefore, NotAfter: notAfter,
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if len(hosts) > 0 {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		for _, h := range hosts {
+			if ip := net.ParseIP(h); ip != nil {
+				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+			} else {
+				tmpl.DNSNames = append(tmpl.DNSNames, h)
+			}
+		}
+	}
+	ca, caKey := f.ca, f.caKey
+	if selfCA {
+		var der []byte
+		caKey, der = mustCert(t, &x509.Certificate{Subject: pkix.Name{CommonName: "another CA"}, IsCA: true,
+			BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}, nil, nil)
+		var err error
+		if ca, err = x509.ParseCertificate(der); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, der := mustCert(t, tmpl, ca, caKey)
+	cert, key = filepath.Join(f.dir, name+".pem"), filepath.Join(f.dir, name+"-key.pem")
+	writePEM(t, cert, "CERTIFICATE", der)
+	kb, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, key, "EC PRIVATE KEY", kb)
+	return cert, key
 }
 
 func writePEM(t testing.TB, path, typ string, der []byte) {
