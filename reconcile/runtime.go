@@ -58,12 +58,52 @@ const (
 	FlapWindow   = 10 * time.Minute
 )
 
+// FlapSettle is the least time a module that flapped must have run
+// since its last crash to count as recovered ([ModuleRuntime.FlapSettled]).
+const FlapSettle = time.Minute
+
 // Flapping reports whether the module runs now but crash-loops: it
 // crashed after running [FlapRestarts] times, the first of them less
-// than [FlapWindow] before now. A have caught between two crashes says
+// than [FlapWindow] before now, and has not outrun its loop since
+// ([ModuleRuntime.FlapSettled]). A have caught between two crashes says
 // running; this says what its history says.
 func (m ModuleRuntime) Flapping(now time.Time) bool {
+	return m.flapped(now) && !m.settled(now)
+}
+
+// FlapSettled reports whether the module flapped (three crashes after
+// running within [FlapWindow] of now) but has outrun its loop: it runs,
+// and no crash came for twice the longest gap between its recorded
+// crashes, and at least [FlapSettle]; last is its last crash. A healthy
+// module has no have to send after its last crash until the agent's
+// resync (10 min), so its newest have is the flapping one: fleet called
+// a module flapping, first of the nodes needing an operator, for ten
+// minutes after a bad secret was replaced and the module ran healthy
+// again (a fresh user's finding F9). A module that still crash-loops,
+// however slowly, crashes again within twice its gap and is flapping
+// again from that crash's have on.
+func (m ModuleRuntime) FlapSettled(now time.Time) (last time.Time, ok bool) {
+	if !m.flapped(now) || !m.settled(now) {
+		return time.Time{}, false
+	}
+	return m.Crashes[len(m.Crashes)-1], true
+}
+
+func (m ModuleRuntime) flapped(now time.Time) bool {
 	return m.State == events.Running && len(m.Crashes) >= FlapRestarts && now.Sub(m.Crashes[len(m.Crashes)-FlapRestarts]) < FlapWindow
+}
+
+// settled: no crash for twice the longest gap between the recorded
+// crashes, and at least FlapSettle.
+func (m ModuleRuntime) settled(now time.Time) bool {
+	if len(m.Crashes) == 0 {
+		return true
+	}
+	var gap time.Duration
+	for i := 1; i < len(m.Crashes); i++ {
+		gap = max(gap, m.Crashes[i].Sub(m.Crashes[i-1]))
+	}
+	return now.Sub(m.Crashes[len(m.Crashes)-1]) >= max(FlapSettle, 2*gap)
 }
 
 // RuntimeOf returns every module of s's newest have, in the have's order

@@ -21,7 +21,8 @@ import (
 // and the effects the fold returned, each at the sequence it takes on the
 // stream (plans are folded at once, as the reconciler reads its own plan
 // events). "node name=X" starts a new stream of node X. The query
-// commands print: state, dry-run, stuck at=SECONDS, judge, refold seq=N;
+// commands print: state, dry-run, stuck at=SECONDS, runtime at=SECONDS,
+// judge, refold seq=N;
 // "hold" keeps the plans emitted next out of the stream until "release
 // [n=N]" appends them (a reconciler that reads its plans back late).
 //
@@ -130,6 +131,22 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		// What is stuck, N seconds after the scripts' base time.
 		now := base.Add(time.Duration(reconciletest.U64(t, args["at"])) * time.Second)
 		return formatStuck(h.state().View().Stuck(now))
+	case "runtime":
+		// Each module of the newest have as fleet judges it N seconds
+		// after the scripts' base time: flapping, or flapped and settled.
+		now := base.Add(time.Duration(reconciletest.U64(t, args["at"])) * time.Second)
+		var b strings.Builder
+		for _, r := range reconcile.RuntimeOf(h.state()) {
+			fmt.Fprintf(&b, "%s %s %s crashes=%d", r.Module, r.Build, r.State, len(r.Crashes))
+			if r.Flapping(now) {
+				b.WriteString(" flapping")
+			}
+			if last, ok := r.FlapSettled(now); ok {
+				fmt.Fprintf(&b, " settled (last crash #%d)", last.Sub(base)/time.Second)
+			}
+			b.WriteString("\n")
+		}
+		return b.String()
 	case "state":
 		return formatState(h.state())
 	case "judge":

@@ -85,6 +85,10 @@ func runtimeText(r reconcile.ModuleRuntime, now time.Time, suffix string) string
 		// What fleet flags it for (flapping), so that the two agree.
 		c := r.Crashes[len(r.Crashes)-reconcile.FlapRestarts]
 		s += fmt.Sprintf("; flapping: %d crashes after running since %s (%s %s)", len(r.Crashes), FormatTime(c), Age(now.Sub(c)), suffix)
+	} else if last, ok := r.FlapSettled(now); ok && !r.Unhealthy() {
+		// What fleet no longer flags: the loop is history.
+		s += fmt.Sprintf("; last seen flapping %s %s (%d crashes, the last at %s; none since, so not counted as needing an operator)",
+			Age(now.Sub(last)), suffix, len(r.Crashes), FormatTime(last))
 	}
 	if len(r.Unfilled) > 0 {
 		s += "; unfilled " + strings.Join(r.Unfilled, ", ")

@@ -93,7 +93,7 @@ func TestFleetSummaryRows(t *testing.T) {
 		// Runtimes the scripts do not reach: a module that flaps, one
 		// that crashed less often, an unhealthy one, a failed one.
 		at := base.Add(time.Hour)
-		crashes := []time.Time{at.Add(-5 * time.Minute), at.Add(-4 * time.Minute), at.Add(-3 * time.Minute)}
+		crashes := []time.Time{at.Add(-3 * time.Minute), at.Add(-2 * time.Minute), at.Add(-time.Minute)}
 		v := reconcile.View{Node: "ace", Seq: 9, HaveSeq: 8, HaveTime: at, Runtime: []reconcile.ModuleRuntime{
 			{Module: "a", Build: "a:1", State: events.Running},
 			{Module: "b", Build: "b:1", State: events.Running, Restarts: 3, Crashes: crashes},
