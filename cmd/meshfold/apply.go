@@ -119,6 +119,13 @@ revert names it.`,
 			if dryRun && by == "" {
 				by = "dry-run"
 			}
+			if dryRun {
+				// A dry run publishes nothing: a read refused is
+				// explained as the read it is (operator-read may).
+				delete(cmd.Annotations, publishesRolloutAnnotation)
+			} else {
+				cmd.Annotations[rolloutFleetAnnotation] = fleet.Name
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			nc, js, _, err := a.openPublisher(ctx)
@@ -211,7 +218,7 @@ revert names it.`,
 	addPublishTimeout(cmd, &timeout)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
-	return cmd
+	return publishesRollout(cmd, string(rollout.KindStart))
 }
 
 // printPlan prints each target's want difference and the batches.

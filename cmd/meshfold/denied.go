@@ -289,10 +289,48 @@ func publishes(cmd *cobra.Command, kind events.Kind) *cobra.Command {
 	return cmd
 }
 
+// publishesRolloutAnnotation is the cobra annotation of a verb that
+// publishes a fleet's rollout event of one kind (apply: start; rollout
+// promote, pause, …): publishesRollout sets it.
+const publishesRolloutAnnotation = "meshfold.publishes-rollout"
+
+// rolloutFleetAnnotation names the fleet of a rollout verb that takes it
+// from a file (apply), once read.
+const rolloutFleetAnnotation = "meshfold.rollout-fleet"
+
+// publishesRollout marks cmd as a verb that publishes a fleet's rollout
+// events of kind (an operator's: store/auth rolloutOperator): a
+// permission the server denies it, its pre-reads included, is explained
+// as the right to publish that, naming only the roles that may run the
+// verb. apply with the controller's creds was refused a direct get of a
+// node's agent event, and the error named operator-read, which may not
+// start a rollout (a fresh user's finding F2).
+func publishesRollout(cmd *cobra.Command, kind string) *cobra.Command {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[publishesRolloutAnnotation] = kind
+	return cmd
+}
+
 // verbSubject returns the kind cmd publishes (publishes) and the subject
-// of it for the first node cmd names (a "*" for a verb given --all);
-// "", "" for a command that publishes no event of a node.
+// of it for the first node cmd names (a "*" for a verb given --all), or
+// the rollout kind and subject of a rollout verb's fleet (its first
+// argument; FLEET for apply, whose fleet is in its file); "", "" for a
+// command that publishes no event of a node or fleet.
 func verbSubject(cmd *cobra.Command, prefix string) (events.Kind, string) {
+	if cmd != nil && cmd.Annotations[publishesRolloutAnnotation] != "" {
+		kind := cmd.Annotations[publishesRolloutAnnotation]
+		fleet := cmp.Or(cmd.Annotations[rolloutFleetAnnotation], "FLEET")
+		if args := cmd.Flags().Args(); len(args) > 0 && events.ValidName(args[0]) {
+			fleet = args[0]
+		}
+		verb := cmd.Name()
+		if cmd.Parent() != nil && cmd.Parent().Name() == "rollout" {
+			verb = "rollout " + verb
+		}
+		return events.Kind(verb), events.Subjects{Prefix: prefix}.Rollout(fleet, kind)
+	}
 	if cmd == nil || cmd.Annotations[publishesAnnotation] == "" {
 		return "", ""
 	}

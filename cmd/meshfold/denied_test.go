@@ -60,12 +60,21 @@ func TestDeniedVerbNamesItsRight(t *testing.T) {
 		{[]string{"approve", "--all", "web", "web:4", "--by", "x"}, "permission denied: the controller role may not approve (publish to mesh.*.approve); only the operator role may"},
 		{[]string{"pause", "ace", "--by", "x"}, "permission denied: the controller role may not pause (publish to mesh.ace.pause); only the operator role may"},
 		{[]string{"retire", "ace", "--by", "x"}, "permission denied: the controller role may not retire (publish to mesh.ace.retire); only the operator role may"},
+		// apply starts a rollout, an operator's act: its reads before
+		// (a direct get of a node's agent event) are refused the
+		// controller first, and the error named operator-read (a fresh
+		// user's finding F2).
+		{[]string{"apply", "-f", writeFleet(t, fleetYAML), "--by", "x"}, "permission denied: the controller role may not apply (publish to mesh.rollout.web.start); only the operator role may"},
 	} {
 		code, _, errs := runCLI(ctx, append(tc.args, as("controller")...)...)
 		if code != exitError || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, tc.want) ||
 			!strings.Contains(errs, "the creds given ("+creds+") are user controller's, of the controller role") {
 			t.Errorf("%s as controller: exit %d, stderr %q; want exit %d and one line with %q", strings.Join(tc.args, " "), code, errs, exitError, tc.want)
 		}
+	}
+	// A dry run of apply publishes nothing: operator-read runs it.
+	if code, out, errs := runCLI(ctx, append([]string{"apply", "-f", writeFleet(t, fleetYAML), "--dry-run", "--new"}, as("operator-read")...)...); code != exitOK {
+		t.Errorf("apply --dry-run as operator-read: exit %d, %s%s", code, out, errs)
 	}
 	// A role that may read what the verb reads is refused at the publish
 	// itself: the same words.

@@ -433,7 +433,7 @@ anyway, and those targets' reverts fail to fetch it.`
 	addPublishTimeout(cmd, &timeout)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
-	return cmd
+	return publishesRollout(cmd, string(kind))
 }
 
 // publishRollout publishes an operator's rollout event, riding out a
