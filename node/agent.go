@@ -30,6 +30,12 @@ import (
 // longest wait before a failed plan is tried again).
 const DefaultResync = 10 * time.Minute
 
+// DefaultCheckFiles is the default interval of the look at the filled
+// files in place on the node (Config.CheckFiles): one Lstat per declared
+// file, a few microseconds each, against a credential gone unnoticed
+// under a module that never exits.
+const DefaultCheckFiles = 5 * time.Second
+
 // ErrRunning: Run was called a second time on the same Agent.
 var ErrRunning = errors.New("node agent: Run already called")
 
@@ -49,6 +55,14 @@ type Config struct {
 	Runtime Runtime
 	// Resync is the interval of the resync have; 0 means [DefaultResync].
 	Resync time.Duration
+	// CheckFiles is the interval of the look at the declared files this
+	// agent saw in place on the node (filled, or there at its start): one
+	// gone (an operator's rm, a cleanup cron) is reported missing in a
+	// have at once (events.Have.Missing), so the reconciler knocks and the
+	// provisioner fills it again while its module runs. 0 means
+	// [DefaultCheckFiles]; negative never looks (a module's exit still
+	// shows its files gone, see missingFiles).
+	CheckFiles time.Duration
 	// HaveEvery is the least interval between two haves a Supervisor
 	// runtime's changes bring; 0 means [DefaultHaveEvery].
 	HaveEvery time.Duration
@@ -164,8 +178,10 @@ type Agent struct {
 	// the node (missingFiles), looked at again by every have until they
 	// are back; saidGone is the set as last logged. lookAll: the next
 	// have with a settled plan notes every declared file in place (the
-	// agent's start). Touched under mu.
+	// agent's start). look holds the files checkFiles found gone, for
+	// the next have to look at. Touched under mu.
 	gone     map[fileRef]bool
+	look     map[fileRef]bool
 	saidGone string
 	lookAll  bool
 
@@ -246,6 +262,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 	}
 	if cfg.HaveEvery <= 0 {
 		cfg.HaveEvery = DefaultHaveEvery
+	}
+	if cfg.CheckFiles == 0 {
+		cfg.CheckFiles = DefaultCheckFiles
 	}
 	cfg.Root, cfg.StateDir, cfg.Stream = root, state, cfg.Stream.WithDefaults()
 	var pub publisher = store.NewPublisher(js, cfg.Stream.Subjects())
@@ -408,6 +427,7 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 	}
 	a.sweepTemps()
 	wg.Go(func() { a.haveLoop(ctx) })
+	wg.Go(func() { a.checkLoop(ctx) })
 	wg.Go(func() { a.answerReclaims(ctx, stream, lease) })
 	if sup, ok := a.rt.(Supervisor); ok {
 		wg.Go(func() { a.watchRuntime(ctx, sup) })

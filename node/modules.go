@@ -161,12 +161,15 @@ func (a *Agent) refitFiles(row *events.PlanModule) {
 }
 
 // heldFile records that ref is in place on the node (a fill wrote it or
-// found it, or it was there at the agent's start). Called with a.mu held.
+// found it, or it was there at the agent's start): back, if a have
+// reported it missing, so checkFiles looks at it again. Called with a.mu
+// held.
 func (a *Agent) heldFile(ref fileRef) {
 	if a.held == nil {
 		a.held = map[fileRef]bool{}
 	}
 	a.held[ref] = true
+	delete(a.gone, ref)
 }
 
 // missingFiles returns the declared files of the settled plan that were in
@@ -174,8 +177,9 @@ func (a *Agent) heldFile(ref fileRef) {
 // they were there at its start) and are missing now: deleted there (a
 // crash, an rm), of those it looks at: every file of a module that failed
 // or restarted since its apply (it exited: a module crash-looping on a
-// credential deleted on the node), and every file the previous have
-// reported missing, until it is back. The have carries them
+// credential deleted on the node), every file checkFiles found gone under
+// a module that runs on, and every file the previous have reported
+// missing, until it is back. The have carries them
 // (events.Have.Missing) and the reconciler asks the provisioner to refill
 // those it saw filled, once per report (a fresh user's finding U21: the
 // module crash-looped with nothing naming the file, and nothing refilled
@@ -205,7 +209,7 @@ func (a *Agent) missingFiles(mods []events.HaveModule) []events.MissingFile {
 		}
 		for _, f := range row.Files {
 			ref := fileRef{row.Name, f.Path}
-			if !a.lookAll && !exited[row.Name] && !a.gone[ref] || !events.ValidPath(f.Path) {
+			if !a.lookAll && !exited[row.Name] && !a.gone[ref] && !a.look[ref] || !events.ValidPath(f.Path) {
 				continue
 			}
 			_, err := a.root.Lstat(f.Path[1:])
@@ -220,6 +224,7 @@ func (a *Agent) missingFiles(mods []events.HaveModule) []events.MissingFile {
 	}
 	a.lookAll = false
 	a.gone = gone
+	a.look = nil
 	slices.SortFunc(out, func(x, y events.MissingFile) int {
 		return cmp.Or(cmp.Compare(x.Module, y.Module), cmp.Compare(x.Path, y.Path))
 	})
@@ -235,6 +240,68 @@ func (a *Agent) missingFiles(mods []events.HaveModule) []events.MissingFile {
 		}
 	}
 	return out
+}
+
+// checkLoop looks at the filled files in place on the node every
+// CheckFiles (checkFiles) and publishes a have at once when one is gone,
+// until ctx is done. Negative CheckFiles: it never looks.
+func (a *Agent) checkLoop(ctx context.Context) {
+	if a.cfg.CheckFiles < 0 {
+		return
+	}
+	tick := time.NewTicker(a.cfg.CheckFiles)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if a.checkFiles() {
+			a.kickHave()
+		}
+	}
+}
+
+// checkFiles looks (Lstat) at each declared file of the settled plan that
+// was in place on the node in this agent's life and that no have reported
+// missing yet, and returns whether one is gone: deleted under a module
+// that runs on (an operator's rm, a cleanup cron, a tmpfs emptied), which
+// no exit reveals, so missingFiles would not look at it and the module
+// would meet its loss at its next read, or its next start, with nothing
+// to refill it. The files gone are marked for the next have (look), which
+// reports them; the reconciler then knocks once (reason missing) and the
+// provisioner fills them again. A file reported once is not looked at
+// here again until a have finds it back, so a file nobody refills costs
+// one have, not one per interval. Before the first have with a settled
+// plan (lookAll) nothing is in place yet. The cost is one Lstat per
+// declared file, under the judging lock like a fill.
+func (a *Agent) checkFiles() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.root == nil || a.settled == nil || a.lookAll {
+		return false
+	}
+	found := false
+	for _, row := range a.settled.Modules {
+		if row.Build == "" {
+			continue
+		}
+		for _, f := range row.Files {
+			ref := fileRef{row.Name, f.Path}
+			if !a.held[ref] || a.gone[ref] || a.look[ref] || !events.ValidPath(f.Path) {
+				continue
+			}
+			if _, err := a.root.Lstat(f.Path[1:]); errors.Is(err, fs.ErrNotExist) {
+				if a.look == nil {
+					a.look = map[fileRef]bool{}
+				}
+				a.look[ref] = true
+				found = true
+			}
+		}
+	}
+	return found
 }
 
 // sweepTemps deletes the temporary files interrupted writes left beside

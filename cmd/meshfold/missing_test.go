@@ -18,19 +18,25 @@ import (
 	"github.com/meshfold/meshfold/store"
 )
 
-// A filled file deleted on the node while its module runs (a crash, a
-// reboot with /run on a tmpfs, an rm), then the module's process ends:
-// the node agent, seeing the module exit, reports the file missing in its
-// have, the reconciler knocks (reason missing), and the provisioner fills
-// it again, with no resync (--resync 0) and no operator: the module runs
-// again (a fresh user's finding U21: it crash-looped on its missing
-// credential, nothing named the file, and nothing refilled it until the
-// provisioner's 10-minute resync or a poke). Real processes: meshfold as
-// shipped runs the agent (its shims and modules) and the provisioner.
-func TestDeletedFileRefilled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds meshfold and runs real processes: not in -short")
-	}
+// refillMesh is a mesh of real processes for a filled file deleted on
+// the node: meshfold as shipped runs the agent of ace (its shims and
+// modules, with extra flags) and a provisioner of ace from a directory
+// with --resync 0 (no timer refills anything); the want places an app
+// that exits 1 without its file, which is filled and running when it
+// returns.
+type refillMesh struct {
+	s       *sealedMesh
+	path    string // the declared path
+	file    string // where it is on the node
+	secret  []byte
+	pid     int    // the app's process
+	last    uint64 // the stream's last sequence once it runs
+	holds   func() bool
+	running func(*events.Have) bool
+}
+
+func startRefillMesh(t *testing.T, agentFlags ...string) *refillMesh {
+	t.Helper()
 	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	s := &sealedMesh{t: t, m: startMesh(t), bin: meshfoldBinary(t)}
 	s.trust = s.m.serveSigned(t)
@@ -69,7 +75,7 @@ func TestDeletedFileRefilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	appBuild, provBuild := s.push(src), s.push(idle)
-	s.agentStart()
+	s.agent, s.agentErr = s.start(append([]string{"node", "ace", "--root", s.root, "--state-dir", s.state, "--log-level", "info"}, agentFlags...)...)
 	s.prov, s.provErr = s.start("provision", "ace", "--from", secrets, "--account", s.acct, "--resync", "0", "--log-level", "info")
 	w := &events.Want{Modules: []events.WantModule{
 		{Name: "provisioner", Build: provBuild, RunsAs: s.acct, Provisioner: true},
@@ -92,24 +98,84 @@ func TestDeletedFileRefilled(t *testing.T) {
 	pid := waitfor.Value(t, time.Minute, "the app's pid in its module record", func() (int, bool) { return readPID(s.state, "app") })
 	last := lastSeq(t, s)
 
+	return &refillMesh{s: s, path: path, file: file, secret: secret, pid: pid, last: last, holds: holds, running: running}
+}
+
+// missingKnock returns the first have after r.last that reported r's file
+// missing, and fails unless a knock with reasons [missing] was caused by it.
+func (r *refillMesh) missingKnock(t *testing.T) uint64 {
+	t.Helper()
+	var reported uint64
+	for _, ev := range readEvents(t, r.s.m, "ace", events.KindHave) {
+		if h := ev.Payload.(*events.Have); ev.Seq > r.last && slices.Contains(h.Missing, events.MissingFile{Module: "app", Path: r.path}) {
+			reported = ev.Seq
+			break
+		}
+	}
+	if reported == 0 {
+		t.Fatal("no have reported the file missing")
+	}
+	knocked := slices.ContainsFunc(readEvents(t, r.s.m, "ace", events.KindKnock), func(ev events.Event) bool {
+		k := ev.Payload.(*events.Knock)
+		return k.Cause == reported && slices.Equal(k.Reasons, []events.KnockReason{events.KnockMissing})
+	})
+	if !knocked {
+		t.Fatalf("no knock with reason missing caused by have #%d", reported)
+	}
+	return reported
+}
+
+// waitBack waits for r's file to be on the node again with its content.
+func (r *refillMesh) waitBack(t *testing.T, what string) {
+	t.Helper()
+	waitfor.Until(t, time.Minute, what, func() bool {
+		if _, err := os.Stat(r.file); errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+		return r.holds()
+	})
+}
+
+// waitStateClear waits for `state ace` to say nothing is missing.
+func (r *refillMesh) waitStateClear(t *testing.T) {
+	t.Helper()
+	waitfor.Until(t, time.Minute, "state without a missing line", func() bool {
+		out, _, code := r.s.m.cli(t, "state", "ace")
+		return code == 0 && !strings.Contains(out, "missing on the node")
+	})
+}
+
+// A filled file deleted on the node while its module runs (a crash, a
+// reboot with /run on a tmpfs, an rm), then the module's process ends:
+// the node agent, seeing the module exit, reports the file missing in its
+// have, the reconciler knocks (reason missing), and the provisioner fills
+// it again, with no resync (--resync 0) and no operator: the module runs
+// again (a fresh user's finding U21: it crash-looped on its missing
+// credential, nothing named the file, and nothing refilled it until the
+// provisioner's 10-minute resync or a poke). Real processes: meshfold as
+// shipped runs the agent (its shims and modules) and the provisioner;
+// the agent's look at its files is off (--check-files 0), so the exit
+// alone shows the file gone.
+func TestDeletedFileRefilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds meshfold and runs real processes: not in -short")
+	}
+	r := startRefillMesh(t, "--check-files", "0")
+	s, pid := r.s, r.pid
+
 	// The file goes; then the module's process ends (here TERM, by the
 	// pid the agent's module record holds).
-	if err := os.Remove(file); err != nil {
+	if err := os.Remove(r.file); err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Until(t, time.Minute, "the credential filled again, with no resync and no poke", func() bool {
-		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
-			return false
-		}
-		return holds()
-	})
+	r.waitBack(t, "the credential filled again, with no resync and no poke")
 	back := time.Since(began)
 	waitKind(t, s.m, events.KindHave, func(ev events.Event) bool {
-		return ev.Seq > last && running(ev.Payload.(*events.Have))
+		return ev.Seq > r.last && r.running(ev.Payload.(*events.Have))
 	})
 	runs := time.Since(began)
 	newPID, _ := readPID(s.state, "app")
@@ -119,31 +185,45 @@ func TestDeletedFileRefilled(t *testing.T) {
 
 	// What the stream says: a have that reported the file missing, and
 	// the knock it caused, reason missing.
-	var reported uint64
-	for _, ev := range readEvents(t, s.m, "ace", events.KindHave) {
-		if h := ev.Payload.(*events.Have); ev.Seq > last && slices.Contains(h.Missing, events.MissingFile{Module: "app", Path: path}) {
-			reported = ev.Seq
-			break
-		}
-	}
-	if reported == 0 {
-		t.Fatal("no have reported the file missing")
-	}
-	knocked := slices.ContainsFunc(readEvents(t, s.m, "ace", events.KindKnock), func(ev events.Event) bool {
-		k := ev.Payload.(*events.Knock)
-		return k.Cause == reported && slices.Equal(k.Reasons, []events.KnockReason{events.KnockMissing})
-	})
-	if !knocked {
-		t.Fatalf("no knock with reason missing caused by have #%d", reported)
-	}
+	reported := r.missingKnock(t)
 	// Filled: `state` says nothing is missing any more.
-	waitfor.Until(t, time.Minute, "state without a missing line", func() bool {
-		out, _, code := s.m.cli(t, "state", "ace")
-		return code == 0 && !strings.Contains(out, "missing on the node")
-	})
-	assertNotStored(t, s.m.e.NATS().StoreDir(), [][]byte{secret})
+	r.waitStateClear(t)
+	assertNotStored(t, s.m.e.NATS().StoreDir(), [][]byte{r.secret})
 	t.Logf("file removed, module TERMed → credential back on the node in %s, module running again (its have) in %s; have #%d reported it, knock reason missing",
 		back.Round(time.Millisecond), runs.Round(time.Millisecond), reported)
+}
+
+// A filled file deleted on the node under a module that runs on (a
+// long-running daemon whose credential a cleanup cron or an operator's rm
+// took): nothing exits, so only the agent's look at its files
+// (--check-files, default 5s, as shipped here) sees it gone; its have
+// reports it, the reconciler knocks (reason missing) and the provisioner
+// fills it again, with no resync and no poke, and the module was never
+// restarted. Twice: a file refilled is looked at again. Without the look
+// the file stays gone (the module never exits).
+func TestDeletedFileRefilledWhileRunning(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds meshfold and runs real processes: not in -short")
+	}
+	r := startRefillMesh(t)
+	s := r.s
+	for round := range 2 {
+		if err := os.Remove(r.file); err != nil {
+			t.Fatal(err)
+		}
+		began := time.Now()
+		r.waitBack(t, "the credential filled again under the running module, with no resync and no poke")
+		back := time.Since(began)
+		reported := r.missingKnock(t)
+		r.waitStateClear(t)
+		if p, _ := readPID(s.state, "app"); p != r.pid || !processAlive(r.pid) {
+			t.Fatalf("the app's process after the refill: pid %d (was %d), alive %v: it was not to restart", p, r.pid, processAlive(r.pid))
+		}
+		t.Logf("round %d: file removed under the running module → back on the node in %s; have #%d reported it, knock reason missing",
+			round, back.Round(time.Millisecond), reported)
+		r.last = lastSeq(t, s)
+	}
+	assertNotStored(t, s.m.e.NATS().StoreDir(), [][]byte{r.secret})
 }
 
 // lastSeq is the stream's last sequence.

@@ -28,6 +28,7 @@ type nodeOpts struct {
 	runtimeDir string
 	runtime    string
 	resync     time.Duration
+	checkFiles time.Duration
 	trust      trustFlag
 }
 
@@ -46,7 +47,11 @@ It serves fill requests on <prefix>.NAME.fill (a NATS micro service,
 "meshfold-node"; see 'nats micro ls'): each write is judged by the settled
 plan and written atomically under --root (a plan path /run/x/key lands in
 DIR/run/x/key with its declared mode), then reported as filled (with an
-HMAC digest, never the content) or refused.
+HMAC digest, never the content) or refused. Every --check-files (default
+5s) it looks at the filled files it saw in place: one deleted on the node
+(an rm, a cleanup cron) is reported missing in a have at once, the
+reconciler knocks, and the provisioner fills it again while its module
+runs.
 
 --runtime process (the default) runs each module as a process (DESIGN.md
 §8): its build is a bundle of the object store bucket <stream>_BUILDS
@@ -93,6 +98,7 @@ manager restarts it; the modules it runs keep running.`,
 	fl.StringVar(&o.runtime, "runtime", runtimeProcess, "how modules run: process (real processes) or record (start nothing)")
 	fl.StringVar(&o.runtimeDir, "runtime-dir", "", "where the recording runtime keeps module records (default DIR/.meshfold/modules, DIR the --root)")
 	fl.DurationVar(&o.resync, "resync", node.DefaultResync, "interval of the resync have (and of retrying a failed plan)")
+	fl.DurationVar(&o.checkFiles, "check-files", node.DefaultCheckFiles, "interval of the look at the filled files on the node: one gone (an rm) is reported and refilled while its module runs; 0 never looks")
 	o.trust.add(cmd)
 	_ = cmd.MarkFlagRequired("root")
 	a.conn.add(cmd)
@@ -121,6 +127,12 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	}
 	if o.resync <= 0 {
 		return withCode(exitUsage, fmt.Errorf("--resync %s: must be positive", o.resync))
+	}
+	if o.checkFiles < 0 {
+		return withCode(exitUsage, fmt.Errorf("--check-files %s: must be positive, or 0 to never look", o.checkFiles))
+	}
+	if o.checkFiles == 0 {
+		o.checkFiles = -1 // node.Config's "never"
 	}
 	log, err := a.logger()
 	if err != nil {
@@ -225,7 +237,7 @@ func runNodeAgent(ctx context.Context, a *app, name string, o nodeOpts, nc *nats
 	}
 	defer stopTracing()
 	agent, err := node.New(nc, js, node.Config{Name: name, Root: o.root, StateDir: o.stateDir, Runtime: rt,
-		Resync: o.resync, Logger: log, Stream: scfg, Trust: trust, TrustFrom: trustPath, Tracing: tp})
+		Resync: o.resync, CheckFiles: o.checkFiles, Logger: log, Stream: scfg, Trust: trust, TrustFrom: trustPath, Tracing: tp})
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
