@@ -59,11 +59,17 @@ func (a *app) awaitFill(ctx context.Context, sc *secretsConn, w fillWait) fillOu
 		}
 		return fillOutcome{line: fmt.Sprintf("not filled yet: %s; the file is filled when 'meshfold provision %s …' starts (it fills everything on start)", why, w.node)}
 	}
-	fills := sc.fills
-	if fills == nil { // the first provisioner creates it
-		fills, _ = store.OpenFillStatus(ctx, sc.js, sc.scfg, false)
+	if sc.fills == nil { // the first provisioner creates it
+		sc.fills, _ = store.OpenFillStatus(ctx, sc.js, sc.scfg, false)
 	}
+	fills := sc.fills
 	if fills != nil {
+		// A provisioner that refuses the node's plans for their signer
+		// knows no file to fill and reports none: said at once, with
+		// why and what to do, not after the wait.
+		if st, ok := plansUntrusted(ctx, fills, w.node); ok {
+			return fillOutcome{line: untrustedLine(ctx, fills, w, st, start)}
+		}
 		if o, ok := watchFill(ctx, fills, w); ok {
 			return o
 		}
@@ -165,6 +171,33 @@ func statusOutcome(w fillWait, st store.FillStatus) fillOutcome {
 		line += fmt.Sprintf("; the node keeps what was last filled (at %s)", audit.FormatTime(st.LastFilled))
 	}
 	return fillOutcome{line: line}
+}
+
+// plansUntrusted returns node's trust refusal (store.GetTrustStatus) when
+// it is the plans': its provisioner then holds no plan of the node,
+// fills none of its files and reports no put. A refusal of knocks alone
+// is not: a put reaches the provisioner without a knock.
+func plansUntrusted(ctx context.Context, fills jetstream.KeyValue, node string) (store.FillStatus, bool) {
+	st, ok, err := store.GetTrustStatus(ctx, fills, node)
+	if err != nil || !ok || !strings.HasPrefix(st.Why, string(events.KindPlan)+" ") {
+		return store.FillStatus{}, false
+	}
+	return st, true
+}
+
+// untrustedLine says that w's put is not filled because the node's
+// provisioner refuses its plans for their signer (st: the effect, the
+// key and why, from the provisioner's record), what to do, and what the
+// node keeps of the file (its last fill record), as of now.
+func untrustedLine(ctx context.Context, fills jetstream.KeyValue, w fillWait, st store.FillStatus, now time.Time) string {
+	line := fmt.Sprintf("not filled yet: %s's provisioner refuses the node's plans for their signer (since %s ago): %s; it fills no file of %s until it trusts them (it reads its trust when it starts: restart it)",
+		w.node, audit.Age(now.Sub(st.Since)), events.ErrorText(st.Why), w.node)
+	if e, err := fills.Get(ctx, store.FilledKey(w.node, w.module, w.path)); err == nil {
+		if r, ok := store.DecodeFillRecord(e.Value()); ok && !r.At.IsZero() {
+			line += fmt.Sprintf("; the node keeps what was last filled (at %s)", audit.FormatTime(r.At))
+		}
+	}
+	return line
 }
 
 // unfilledWhy says why nothing came within the wait: what is

@@ -183,7 +183,9 @@ NODE's provisioner did with this put, and prints it on stdout:
 "filled on NODE (digest …)" (the node holds the put: written, or it held
 that content already), or "not filled yet: <why>": the provisioner's fill
 status at this put (refused, and why: e.g. wrong-account; shadowed;
-sealed-to-other-key …), no provisioner up (no wait then), or, when nothing
+sealed-to-other-key …), no provisioner up, or one that refuses NODE's
+plans for their signer (a --trust without the reconciler's key: the key
+and what to do; no wait for either), or, when nothing
 came within the wait, what is known: a provisioner whose lease was not
 renewed for more than half its TTL (it may be down: killed, its lease not
 expired yet), the agent down, a refusal the node holds owed. A file NODE

@@ -984,6 +984,35 @@ func TestSecretPutWhileDown(t *testing.T) {
 	stopProv = prov()
 	filled("wrongaccount")
 
+	// A provisioner that refuses the node's plans for their signer (its
+	// --trust names another key: a trust file left stale by a key
+	// rotation) holds no plan, fills nothing and reports no put: the put
+	// says so at once, naming the key and what to do, instead of waiting
+	// out --wait with "did not report this put".
+	stopProv()
+	rt, err := store.ReadTrustFile(trust)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stale := testSigner(t)
+	stopProv = func() func() {
+		stop, _ := m.background(t, stale, "provision", "ace", "--from", "sealed", "--key", filepath.Join(dir, "prov", "curve.key"),
+			"--account", "prov", "--resync", "0", "--log-level", "warn")
+		return stop
+	}()
+	stateSays("its provisioner refuses the node's plans")
+	put("untrusted", "--wait", "30s")
+	says("untrusted provisioner", "not filled yet: ace's provisioner refuses the node's plans for their signer (since ",
+		"is signed by key "+rt.Keys()[0]+", which this provisioner does not trust: if it is the reconciler's, add it to --trust (MESHFOLD_TRUST)",
+		"it fills no file of ace until it trusts them (it reads its trust when it starts: restart it)",
+		"the node keeps what was last filled (at ")
+	if took >= 30*time.Second {
+		t.Errorf("a put to a provisioner that refuses the node's plans took %s: it waited out its --wait", took)
+	}
+	stopProv()
+	stopProv = prov()
+	filled("untrusted")
+
 	// The ceiling a put announces is the real one: the sealed record and
 	// the fill request carrying the content fit the server's max_payload
 	// (a fresh user's finding U23: 800,000 bytes failed with a raw "nats:
