@@ -76,6 +76,9 @@ func (c *Client) fillDeclared(ctx context.Context, m store.Msg) {
 		return // a pass already read a newer plan, or this settle was handled
 	}
 	c.settledSeen = seq
+	if seq > c.lastPlan.Event.Seq {
+		c.lastPlan = m
+	}
 	next := declaredOf(seq, plan)
 	var refs []FileRef
 	retried := 0

@@ -198,6 +198,11 @@ type Client struct {
 	refused map[FileRef]bool
 	// settledSeen is the newest plan whose settle was handled.
 	settledSeen uint64
+	// lastPlan is the newest plan this client read and trusted (guarded
+	// by passMu; zero: none): a pass fills by it when the stream no
+	// longer holds the node's plan (serve --max-age removed it), as the
+	// node still judges by it.
+	lastPlan store.Msg
 	// accountWarned is the newest plan whose provisioner account, not
 	// this client's, was warned about (checkAccount).
 	accountWarned uint64
@@ -602,16 +607,27 @@ func (c *Client) FillOnce(ctx context.Context) (Report, error) {
 	start := time.Now()
 	var r Report
 	m, err := c.newestPlan(ctx)
-	if errors.Is(err, store.ErrNoMessage) {
+	switch {
+	case errors.Is(err, store.ErrNoMessage) && c.lastPlan.Event.Seq != 0:
+		// The node's plan aged out of the stream (serve --max-age) while
+		// the node still judges by it: filled by the plan last read, or
+		// a knock asking for a file deleted on a quiet node filled
+		// nothing (provfix).
+		m = c.lastPlan
+		c.log.Info("the node's plan is no longer in the stream (--max-age?): filling by the plan last read", "plan", m.Event.Seq)
+	case errors.Is(err, store.ErrNoMessage):
 		c.log.Info("no plan yet: nothing declared to fill")
 		return r, nil
-	}
-	if err != nil {
+	case err != nil:
 		return r, fmt.Errorf("provisioner: %w", err)
+	default:
+		if err := c.checkTrust(ctx, m); err != nil {
+			return r, fmt.Errorf("provisioner: newest plan %d: %w (the reconciler publishes its own again)", m.Event.Seq, err)
+		}
 	}
 	seq, plan := m.Event.Seq, m.Event.Payload.(*events.Plan)
-	if err := c.checkTrust(ctx, m); err != nil {
-		return r, fmt.Errorf("provisioner: newest plan %d: %w (the reconciler publishes its own again)", seq, err)
+	if seq > c.lastPlan.Event.Seq {
+		c.lastPlan = m
 	}
 	r.Plan = seq
 	ctx, span := c.startSpan(ctx, start, "fill pass", m)

@@ -288,6 +288,47 @@ func TestFillOnKnock(t *testing.T) {
 	noLeak(t, e.logs.String())
 }
 
+// A knock after the node's plan aged out of the stream (serve --max-age)
+// fills by the plan the client last read, which the node still judges
+// by: with only the stream's, the pass read no plan and filled nothing,
+// so a file deleted on a quiet node was asked for (a have's missing
+// knock) and never filled (provfix).
+func TestKnockAfterPlanAgedOutFillsByLastPlan(t *testing.T) {
+	e := newEnv(t)
+	e.startNode(t)
+	p := e.plan(t, "prov", events.PlanModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}})
+	e.settled(t, p)
+	from := t.TempDir()
+	source(t, from, mbg, creds, secret)
+	rep := newReports()
+	run(t, e.client(t, from, rep).Run)
+	if got := rep.next(t); got.r.Plan != p || len(got.r.Filled) != 1 {
+		t.Fatalf("pass on start = %+v", got)
+	}
+	// The plan ages out; the file is deleted on the node; a knock.
+	stream, err := e.js.Stream(ctxT(t), e.cfg.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctxT(t), jetstream.WithPurgeSubject(e.cfg.Subjects().Stored("ace", events.KindPlan))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(e.root, creds)); err != nil {
+		t.Fatal(err)
+	}
+	k := e.append(t, &events.Knock{Cause: p + 1, Reasons: []events.KnockReason{events.KnockMissing}, Owed: []events.Owed{}})
+	got := rep.next(t)
+	if got.knock != k || got.r.Plan != p || len(got.r.Filled) != 1 || got.r.Filled[0].Path != creds {
+		t.Fatalf("pass on knock %d after the plan aged out = %+v", k, got)
+	}
+	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
+	if !strings.Contains(e.logs.String(), "filling by the plan last read") {
+		t.Errorf("the pass does not say it fills by the plan last read:\n%s", e.logs.String())
+	}
+	noLeak(t, e.logs.String())
+}
+
 // A file a new plan declares is filled once the node settles that plan,
 // with no refusal and no knock: knocks only pay refused writes, and a file
 // nobody tried to write would otherwise wait for a restart of the client.
