@@ -273,13 +273,31 @@ func (a *Agent) checkLoop(ctx context.Context) {
 // reports them; the reconciler then knocks once (reason missing) and the
 // provisioner fills them again. A file reported once is not looked at
 // here again until a have finds it back, so a file nobody refills costs
-// one have, not one per interval. Before the first have with a settled
-// plan (lookAll) nothing is in place yet. The cost is one Lstat per
-// declared file, under the judging lock like a fill.
+// one have, not one per interval. The first look with a settled plan
+// after the agent's start, when no have took note yet (lookAll), takes
+// note of the declared files in place, as that have would: an agent
+// restarted while its modules ran publishes its first have before its
+// plan settles, and the next (its resync, 10 minutes on) was the first to
+// take note, so a file deleted meanwhile went unseen. The cost is one
+// Lstat per declared file, under the judging lock like a fill.
 func (a *Agent) checkFiles() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.root == nil || a.settled == nil || a.lookAll {
+	if a.root == nil || a.settled == nil {
+		return false
+	}
+	if a.lookAll {
+		for _, row := range a.settled.Modules {
+			for _, f := range row.Files {
+				if row.Build == "" || !events.ValidPath(f.Path) {
+					continue
+				}
+				if _, err := a.root.Lstat(f.Path[1:]); err == nil {
+					a.heldFile(fileRef{row.Name, f.Path})
+				}
+			}
+		}
+		a.lookAll = false
 		return false
 	}
 	found := false

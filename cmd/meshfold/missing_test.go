@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -199,15 +200,39 @@ func TestDeletedFileRefilled(t *testing.T) {
 // (--check-files, default 5s, as shipped here) sees it gone; its have
 // reports it, the reconciler knocks (reason missing) and the provisioner
 // fills it again, with no resync and no poke, and the module was never
-// restarted. Twice: a file refilled is looked at again. Without the look
-// the file stays gone (the module never exits).
+// restarted. Three times: a file refilled is looked at again; and after
+// the agent's restart (its modules run on), whose first have went out
+// before its plan settled. Without the look the file stays gone (the
+// module never exits).
 func TestDeletedFileRefilledWhileRunning(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds meshfold and runs real processes: not in -short")
 	}
 	r := startRefillMesh(t)
 	s := r.s
-	for round := range 2 {
+	for round := range 3 {
+		if round == 2 {
+			// The agent restarts; the app runs on (adopted). Its new
+			// claim brings a knock (reason agent): once the provisioner
+			// took it, the file is removed.
+			began := time.Now()
+			if err := s.agent.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			_ = s.agent.Wait()
+			s.agent, s.agentErr = s.start("node", "ace", "--root", s.root, "--state-dir", s.state, "--log-level", "info")
+			var back uint64
+			waitKind(t, s.m, events.KindKnock, func(ev events.Event) bool {
+				back = ev.Seq
+				return ev.Seq > r.last && slices.Contains(ev.Payload.(*events.Knock).Reasons, events.KnockAgent)
+			})
+			done := fmt.Sprintf(`msg="fill pass done" node=ace account=%s knock=%d `, s.acct, back)
+			waitfor.Until(t, time.Minute, "the provisioner's pass for the agent-back knock", func() bool {
+				return strings.Contains(s.provErr.String(), done)
+			})
+			r.last = lastSeq(t, s)
+			t.Logf("agent restarted, its knock #%d taken, in %s", back, time.Since(began).Round(time.Millisecond))
+		}
 		if err := os.Remove(r.file); err != nil {
 			t.Fatal(err)
 		}
