@@ -77,6 +77,10 @@ type agentWatch struct {
 	subj   events.Subjects
 	pub    *store.Publisher
 	key    []byte // signs message ids: see store.EffectMsgID
+	// signer is the public key plans are signed with now ("" unsigned):
+	// a provisioner's up says when the node's newest plan has another
+	// (planLook).
+	signer string
 	log    *slog.Logger
 	m      *Metrics
 	ttl    time.Duration
@@ -186,6 +190,9 @@ func (r *Reconciler) watchAgents(ctx context.Context, kv jetstream.KeyValue) err
 		leases: map[string]*nodeLease{}, last: map[string]*agentRecord{}, dirty: map[string]bool{}, now: time.Now,
 		held: map[string]bool{}, loaded: r.first.done, sweepTimeout: sweepTimeout,
 		folded: r.foldedLiveness, foldedUp: r.foldedUp}
+	if r.cfg.Signer != nil {
+		w.signer = r.cfg.Signer.PublicKey()
+	}
 	if nc := r.js.Conn(); nc != nil {
 		w.reconnects = func() uint64 { return nc.Stats().Reconnects }
 		w.connected = nc.IsConnected
@@ -699,7 +706,11 @@ func (w *agentWatch) sync(ctx context.Context, node string) {
 		name, kind, _ := store.LeaseOf(node)
 		var p events.Payload = a
 		if kind == events.KindProv {
-			p = &events.Prov{Agent: *a}
+			pv := &events.Prov{Agent: *a}
+			if a.State == events.AgentUp {
+				pv.NoPlan, pv.OldKey, pv.LookedBefore = w.planLook(ctx, name)
+			}
+			p = pv
 		}
 		id := store.EffectMsgID(w.key, fmt.Sprintf("%s.%s.%d.0", name, kind, rec.seq))
 		actx, cancel := context.WithTimeout(ctx, ackTimeout)
@@ -729,6 +740,34 @@ func (w *agentWatch) sync(ctx context.Context, node string) {
 		w.log.Info("node agent "+string(a.State), "node", node, "claim", a.Claim, "why", a.Why, "host", a.Host, "pid", a.PID, "seq", ack.Seq)
 	}
 	w.dirty[node] = true
+}
+
+// planLook reads node's newest plan for a provisioner's up and reports
+// whether the stream holds none (events.Prov.NoPlan: the stream's
+// --max-age removed a quiet node's plan) or one signed by another key
+// than the one this reconciler signs with (events.Prov.OldKey: a
+// rotation's retired key, which a provisioner started after the
+// rotation's --finish refuses), with the sequence the look covered the
+// stream before (its last sequence then, plus one). The provisioner that
+// came up would find no plan to fill by; the fold publishes the plan
+// again. A failed read says neither: the up is recorded as before.
+func (w *agentWatch) planLook(ctx context.Context, node string) (noPlan, oldKey bool, looked uint64) {
+	gctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	last, err := store.StreamLastSeq(gctx, w.stream)
+	if err != nil {
+		return false, false, 0
+	}
+	m, err := store.LastMsg(gctx, w.stream, w.subj, node, events.KindPlan)
+	switch {
+	case errors.Is(err, store.ErrNoMessage):
+		return true, false, last + 1
+	case err != nil:
+		return false, false, 0
+	case w.signer != "" && m.Signer != "" && m.Signer != w.signer:
+		return false, true, last + 1
+	}
+	return false, false, 0
 }
 
 // newerLease reads node's lease directly and, when the bucket holds a put

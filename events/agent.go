@@ -113,7 +113,46 @@ const KindProv Kind = "prov"
 // status bucket are no longer current.
 type Prov struct {
 	Agent
+	// NoPlan, on an up: when the reconciler recorded the up, the stream
+	// held no plan of the node (serve --max-age removed it), so the
+	// provisioner that came up found none to fill by (optional; absent
+	// from older reconcilers). The fold answers it as a have's NoPlan:
+	// the node's last plan published again (docs/architecture.md, "A
+	// provisioner started after the plan aged out").
+	NoPlan bool `json:"no_plan,omitempty"`
+	// OldKey, on an up: the node's newest plan in the stream was signed
+	// by a key other than the one the reconciler signs with now (a
+	// rotation's retired key, which a provisioner started after the
+	// rotation's --finish no longer trusts), so the provisioner that came
+	// up may refuse it and fill nothing (optional). The fold answers it
+	// with the node's last plan published again, signed with the
+	// current key.
+	OldKey bool `json:"old_key,omitempty"`
+	// LookedBefore, with NoPlan or OldKey: the look for the node's plan
+	// covered the stream's sequences before this one (as
+	// [Have.LookedBefore]): a plan at or after it was published after
+	// the look, not lost nor of the old key.
+	LookedBefore uint64 `json:"looked_before,omitempty"`
 }
 
 // Kind implements [Payload].
 func (*Prov) Kind() Kind { return KindProv }
+
+// Validate checks the [Agent] fields, and that no_plan, old_key and
+// looked_before come only on an up, no_plan and old_key not together,
+// looked_before only with one of them.
+func (p *Prov) Validate() error {
+	if err := p.Agent.Validate(); err != nil {
+		return err
+	}
+	if p.NoPlan && p.State != AgentUp {
+		return fieldErr("no_plan", "true", ErrBadValue)
+	}
+	if p.OldKey && (p.State != AgentUp || p.NoPlan) {
+		return fieldErr("old_key", "true", ErrBadValue)
+	}
+	if p.LookedBefore != 0 && !p.NoPlan && !p.OldKey {
+		return fieldErr("looked_before", "", ErrBadValue)
+	}
+	return nil
+}

@@ -249,7 +249,7 @@ func (f *folder) have(p *events.Have) {
 	}
 	f.compose()
 	if p.NoPlan {
-		f.planAgain(p.LookedBefore)
+		f.planAgain(p.LookedBefore, "the node's agent started with no plan (the stream's --max-age removed it?)")
 	}
 	f.knock(true)
 	f.missing(p.Missing)
@@ -344,7 +344,7 @@ func (s *State) settledDeclares(module, path string) bool {
 // follow; its have sent while it applies it still says no plan, which is
 // not a lost plan (a fresh user's finding V1: the first plan of 4 nodes
 // of 8 was published twice, with this warning).
-func (f *folder) planAgain(looked uint64) {
+func (f *folder) planAgain(looked uint64, why string) {
 	s := f.s
 	last := s.Emitted()
 	if last == nil || last.Seq == 0 || s.Retire != nil && s.Retire.Retired {
@@ -356,7 +356,7 @@ func (f *folder) planAgain(looked uint64) {
 	if last.Again && slices.Contains(s.Unsettled, last) {
 		return
 	}
-	f.journal(events.LevelWarn, "plan %d published again (cause %d): the node's agent started with no plan (the stream's --max-age removed it?)", last.Seq, f.ev.Seq)
+	f.journal(events.LevelWarn, "plan %d published again (cause %d): %s", last.Seq, f.ev.Seq, why)
 	f.emitRecord(&PlanRecord{Cause: f.ev.Seq, Want: last.Want, Account: last.Account, Modules: slices.Clone(last.Modules), Again: true})
 }
 
@@ -486,9 +486,27 @@ func (f *folder) agentBack() {
 // the reconciler saw it). It emits nothing: a knock waits in the stream
 // for the next provisioner, which fills everything on start and answers
 // the newest knock (docs/design.md §11 "Liveness").
+//
+// An up recorded while the stream held no plan of the node (NoPlan: the
+// stream's --max-age removed it) is answered as an agent's have that says
+// so (planAgain, with its bounds): the provisioner that came up found no
+// plan to fill by, and while the agent runs on with its plan nothing else
+// would publish one until the want changed: a knock for a file deleted on
+// the node, a sealed put, filled nothing (provfix). An up recorded while
+// the node's newest plan was signed by a key the reconciler no longer
+// signs with (OldKey: a rotation's retired key, which a provisioner
+// started after the rotation's --finish refuses) is answered the same
+// way: the plan published again is signed with the current key.
 func (f *folder) prov(p *events.Prov) {
 	f.s.Provisioner = &AgentRecord{Up: p.State == events.AgentUp, Seq: f.ev.Seq, Time: f.ev.Time, Claim: p.Claim,
 		Host: p.Host, PID: p.PID, Why: p.Why}
+	switch {
+	case p.State != events.AgentUp:
+	case p.NoPlan:
+		f.planAgain(p.LookedBefore, "the node's provisioner started with no plan (the stream's --max-age removed it?)")
+	case p.OldKey:
+		f.planAgain(p.LookedBefore, "the node's provisioner started while the node's newest plan was signed by a key this reconciler no longer signs with (a rotated key, which it may not trust): published under the current key")
+	}
 }
 
 func (f *folder) settle(p *events.Settle) {

@@ -298,6 +298,18 @@ func summary(ev events.Event) string {
 		return fmt.Sprintf("retire by=%s force=%v", p.By, p.Force)
 	case *events.Ack:
 		return fmt.Sprintf("ack by=%s upto=%d", p.By, p.Upto)
+	case *events.Prov:
+		s := "prov"
+		if p.NoPlan {
+			s += " no_plan"
+		}
+		if p.OldKey {
+			s += " old_key"
+		}
+		if p.LookedBefore != 0 {
+			s += fmt.Sprintf(" looked=%d", p.LookedBefore)
+		}
+		return s
 	case *events.Agent:
 		s := fmt.Sprintf("agent %s claim=%s", p.State, p.Claim)
 		if p.Why != "" {

@@ -183,13 +183,17 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 		}
 		p = &events.Agent{State: events.AgentState(args["state"]), Claim: args["claim"], Host: args["host"], PID: pid,
 			Why: events.AgentWhy(args["why"])}
-	case "prov": // prov state=up|down claim=C [why=expired] [host=H pid=N]: the provisioner's lease
+	case "prov": // prov state=up|down claim=C [why=expired] [host=H pid=N] [no_plan=true|old_key=true] [looked=SEQ]: the provisioner's lease
 		pid := 0
 		if args["pid"] != "" {
 			pid = int(U64(t, args["pid"]))
 		}
-		p = &events.Prov{Agent: events.Agent{State: events.AgentState(args["state"]), Claim: args["claim"], Host: args["host"], PID: pid,
-			Why: events.AgentWhy(args["why"])}}
+		pv := &events.Prov{Agent: events.Agent{State: events.AgentState(args["state"]), Claim: args["claim"], Host: args["host"], PID: pid,
+			Why: events.AgentWhy(args["why"])}, NoPlan: args["no_plan"] == "true", OldKey: args["old_key"] == "true"}
+		if v := args["looked"]; v != "" {
+			pv.LookedBefore = U64(t, v)
+		}
+		p = pv
 	case "raw":
 		return sc.Stream.AppendRaw(sc.Node, events.Kind(args["kind"]), []byte(d.Input)), true
 	case "forged":
