@@ -695,7 +695,7 @@ func (c *Console) state(ctx context.Context, h *audit.History) (string, reconcil
 	}
 	sourcesOf := func(v reconcile.View) string {
 		// Reported by a provisioner that is down since: as it last saw them.
-		if p := audit.MarkStale(ps[h.Node], v.ProvisionerDown()); len(p) > 0 {
+		if p := audit.MarkGone(audit.MarkStale(ps[h.Node], v.ProvisionerDown()), v.Missing); len(p) > 0 {
 			return audit.SourcesHeader(p) + audit.SourcesText(h.Node, p, now)
 		}
 		return ""

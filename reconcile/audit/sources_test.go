@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
 )
 
@@ -97,6 +98,40 @@ func TestFleetSourcesTextCutsBetweenWords(t *testing.T) {
 // newer content came, never "not filled" (a fresh user's finding U10:
 // "not filled: missing" after 'secret rm' read as a file missing on the
 // node). One never filled still says "not filled"; the header says both.
+// A file the node's agent reported gone (reconcile.View.Missing) is not
+// said kept as last filled: the provisioners' record says what they last
+// had the node write, the have what the node holds (provfix).
+func TestSourcesTextGoneFromNode(t *testing.T) {
+	now := time.Date(2026, 12, 4, 15, 46, 0, 0, time.UTC)
+	last := time.Date(2026, 12, 4, 15, 40, 1, 0, time.UTC)
+	ps := []audit.SourceProblem{
+		{Module: "app", Path: "/run/app/token", State: "missing", Why: "dir /srv/x: no file", Since: now.Add(-6 * time.Second), LastFilled: last},
+		{Module: "app", Path: "/run/app/ca", State: "missing", Why: "dir /srv/x: no file", Since: now.Add(-time.Minute), LastFilled: last},
+	}
+	marked := audit.MarkGone(ps, []reconcile.MissingFile{{Module: "app", Path: "/run/app/token", Seq: 41, Time: now}})
+	if ps[0].Gone != 0 {
+		t.Fatal("MarkGone changed its argument")
+	}
+	got := strings.Join(strings.Fields(audit.SourcesText("fox", marked, now)), " ")
+	for _, want := range []string{
+		"fox app /run/app/token gone from the node (reported at #41; last filled at 2026-12-04T15:40:01.000Z); no source gives it again: missing since 6s ago",
+		"fox app /run/app/ca kept as last filled (at 2026-12-04T15:40:01.000Z)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("does not say %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "token kept") {
+		t.Errorf("a file the node reported gone is said kept:\n%s", got)
+	}
+	if h := audit.SourcesHeader(marked[:1]); strings.Contains(h, "kept") {
+		t.Errorf("header of a gone file alone says kept: %q", h)
+	}
+	if same := audit.MarkGone(ps, nil); &same[0] != &ps[0] {
+		t.Error("MarkGone with nothing missing copied ps")
+	}
+}
+
 func TestSourcesTextKeptAsLastFilled(t *testing.T) {
 	now := time.Date(2026, 12, 4, 15, 46, 0, 0, time.UTC)
 	last := time.Date(2026, 12, 4, 15, 40, 1, 0, time.UTC)

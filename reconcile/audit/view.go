@@ -543,6 +543,11 @@ type SourceProblem struct {
 	// had the node write it (store.FillStatus.LastFilled): the node keeps
 	// that content. Zero: never filled, as the provisioners recorded.
 	LastFilled time.Time `json:"last_filled,omitzero"`
+	// Gone is, of a file the node's agent reported missing on the node
+	// (reconcile.View.Missing: deleted there since it was last in
+	// place), the have that reported it ([MarkGone]): the node does not
+	// keep what was last filled. 0: not reported.
+	Gone uint64 `json:"gone,omitempty"`
 	// Stale: the provisioner that reported it is down
 	// (reconcile.View.ProvisionerDown): it is what that provisioner last
 	// saw, and nobody looks again until one runs (which fills on start,
@@ -570,6 +575,30 @@ func MarkStale(ps []SourceProblem, down *reconcile.AgentRecord) []SourceProblem 
 		if out[i].State != NoProvisioner {
 			out[i].Stale = true
 		}
+	}
+	return out
+}
+
+// MarkGone returns ps with each file's problem that missing (the node's
+// reconcile.View.Missing) names marked Gone, with the have that reported
+// it: the provisioners' record says what they last had the node write,
+// the have what the node holds, and "kept as last filled" of a file the
+// node reported gone read as held (provfix). ps itself when none is
+// marked.
+func MarkGone(ps []SourceProblem, missing []reconcile.MissingFile) []SourceProblem {
+	var out []SourceProblem
+	for i, p := range ps {
+		j := slices.IndexFunc(missing, func(m reconcile.MissingFile) bool { return m.Module == p.Module && m.Path == p.Path })
+		if j < 0 || p.Module == "" {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(ps)
+		}
+		out[i].Gone = missing[j].Seq
+	}
+	if out == nil {
+		return ps
 	}
 	return out
 }
@@ -648,7 +677,7 @@ const Shadowed = "shadowed"
 // [SourcesText]: what the lines are, shadowed files among them or not.
 func SourcesHeader(ps []SourceProblem) string {
 	kept := ""
-	if slices.ContainsFunc(ps, func(p SourceProblem) bool { return !p.LastFilled.IsZero() && p.State != Shadowed }) {
+	if slices.ContainsFunc(ps, func(p SourceProblem) bool { return !p.LastFilled.IsZero() && p.Gone == 0 && p.State != Shadowed }) {
 		kept = ", or kept as last filled"
 	}
 	for _, p := range ps {
@@ -694,6 +723,12 @@ func sourcesText(node string, ps []SourceProblem, now time.Time, cut bool) strin
 				Age(now.Sub(p.Since)), stale, why(p.Why)))
 			continue
 		}
+		if !p.LastFilled.IsZero() && p.Gone != 0 {
+			// The node's agent reported it gone: not kept.
+			t.line(0, "source", fmt.Sprintf("%s %s %s gone from the node (reported at #%d; last filled at %s); %s: %s since %s ago%s: %s", node, p.Module, events.Text(p.Path),
+				p.Gone, FormatTime(p.LastFilled), goneWhy(p.State), p.State, Age(now.Sub(p.Since)), stale, why(p.Why)))
+			continue
+		}
 		if !p.LastFilled.IsZero() {
 			// The node holds the file, with what was last filled (a
 			// fresh user's finding U10: "not filled: missing" read as
@@ -706,6 +741,16 @@ func sourcesText(node string, ps []SourceProblem, now time.Time, cut bool) strin
 			Age(now.Sub(p.Since)), stale, why(p.Why)))
 	}
 	return t.b.String()
+}
+
+// goneWhy says why a file the node reported gone is not filled again,
+// by its state (store.FillState), as [keptWhy] does for a kept one.
+func goneWhy(state string) string {
+	switch state {
+	case "refused", "not-sent":
+		return "it is not written again"
+	}
+	return "no source gives it again"
 }
 
 // keptWhy says why a file the node keeps as last filled has no newer
