@@ -361,7 +361,9 @@ func (r *Reader) rolloutUse(ctx context.Context, build string) (reverts, steps [
 		}
 		ru := RevertUse{Fleet: f, Rollout: ro.ID, Phase: ro.Phase}
 		for _, n := range s.GivesBack() {
-			if seq, ok := hits[f][n.Name]; ok && seq == n.RevertTo() {
+			seq, ok := hits[f][n.Name]
+			carried := n.RevertTo() == 0 && n.Had > 0 && n.Had <= len(ro.Wants) && wantNames(ro.Wants[n.Had-1], build)
+			if (ok && seq == n.RevertTo()) || carried {
 				ru.Nodes = append(ru.Nodes, n.Name)
 			}
 		}
@@ -425,22 +427,32 @@ func (r *Reader) RevertMissing(ctx context.Context, s *rollout.State) ([]RevertM
 	var out []RevertMissing
 	for _, n := range nodes {
 		prev := n.RevertTo()
-		raw, err := stream.GetMsg(ctx, prev)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
+		var modules []events.WantModule
+		if prev == 0 {
+			// The rollout carries it (its want aged out of the stream).
+			if n.Had == 0 || n.Had > len(s.Rollout.Wants) {
+				continue
+			}
+			prev, modules = n.HadSeq, s.Rollout.Wants[n.Had-1]
+		} else {
+			raw, err := stream.GetMsg(ctx, prev)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("node %s: previous want #%d: %w", n.Name, prev, err)
+			}
+			ev, err := cfg.Subjects().DecodeEvent(raw.Subject, raw.Data, raw.Sequence, raw.Time)
+			if err != nil {
+				continue
+			}
+			w, ok := ev.Payload.(*events.Want)
+			if !ok {
+				continue
+			}
+			modules = w.Modules
 		}
-		if err != nil {
-			return nil, fmt.Errorf("node %s: previous want #%d: %w", n.Name, prev, err)
-		}
-		ev, err := cfg.Subjects().DecodeEvent(raw.Subject, raw.Data, raw.Sequence, raw.Time)
-		if err != nil {
-			continue
-		}
-		w, ok := ev.Payload.(*events.Want)
-		if !ok {
-			continue
-		}
-		for _, m := range w.Modules {
+		for _, m := range modules {
 			mb, seen := judged[m.Build]
 			if !seen {
 				miss, err := r.MissingBuilds(ctx, &events.Want{Modules: []events.WantModule{m}})

@@ -118,6 +118,16 @@ type NodeAtStart struct {
 	// it done, and Back the want that rollout would have given back (see
 	// [State.RevertBases]).
 	Back uint64 `json:"back,omitempty"`
+	// Had, when set, is 1 + the index in the start's wants of the want a
+	// revert gives the target back, carried here because the stream no
+	// longer holds it (--max-age): apply read it, with its sequence
+	// HadSeq, from the reconciler's state (Prev is then 0: the want
+	// subject holds none), or from the superseded rollout that carried
+	// it. Never set with Back. 0: the revert copies the want at Back or
+	// Prev, or gives an empty want when both are 0 (a node with no want
+	// before).
+	Had    int    `json:"had,omitempty"`
+	HadSeq uint64 `json:"had_seq,omitempty"`
 	// Down: its agent's lease had expired. DownSince is when (its
 	// agent's down event's stream time); zero from an older apply, and
 	// then the fold takes the start's time.
@@ -250,6 +260,7 @@ var (
 	// is set on a node that is not a target.
 	ErrFilesIndex = errors.New("names no new_files list of the start")
 	ErrBack       = errors.New("must be a target's want older than its prev")
+	ErrHad        = errors.New("must name one of the start's wants, for a target with a had_seq and no back")
 )
 
 // New returns a zero payload of the rollout kind k, or nil.
@@ -439,11 +450,15 @@ func checkNodes(list []NodeAtStart, wants, files int) error {
 	return nil
 }
 
-// RevertTo is the sequence of the want a revert gives the target back:
-// Back when set, else Prev (0: none, an empty want).
+// RevertTo is the sequence of the want a revert gives the target back
+// by copy: Back when set, else Prev; 0 when the start carries it (Had)
+// or there is none (an empty want).
 func (n NodeAtStart) RevertTo() uint64 {
 	if n.Back != 0 {
 		return n.Back
+	}
+	if n.Had != 0 {
+		return 0
 	}
 	return n.Prev
 }
@@ -454,6 +469,9 @@ func checkNode(n NodeAtStart, wants, files int, seen map[string]bool) error {
 	}
 	if n.Back != 0 && (n.Want == 0 || n.Back >= n.Prev) {
 		return fieldErr("back", strconv.FormatUint(n.Back, 10), ErrBack)
+	}
+	if n.Had < 0 || (n.Had > 0 && (n.Want == 0 || n.Back != 0 || n.HadSeq == 0)) || (n.Had == 0 && n.HadSeq != 0) || (wants >= 0 && n.Had > wants) {
+		return fieldErr("had", strconv.Itoa(n.Had), ErrHad)
 	}
 	if seen[n.Node] {
 		return fieldErr("node", n.Node, events.ErrDuplicate)

@@ -182,6 +182,9 @@ func (f *folder) addNodes(list []NodeAtStart) {
 		}
 		if a.Want > 0 {
 			n.Want, n.Prev, n.Base, n.Status, n.Order = a.Want, a.Prev, a.Back, Pending, len(r.Targets)
+			if a.Had > 0 && a.Had <= len(r.Wants) && a.Back == 0 {
+				n.Had, n.HadSeq = a.Had, a.HadSeq
+			}
 			if a.NewFiles > 0 {
 				for _, ref := range r.NewFiles[a.NewFiles-1] {
 					n.Fresh = append(n.Fresh, Fresh{FileRef: ref})
@@ -971,7 +974,8 @@ func (f *folder) dropQueued() string {
 
 // GivesBack returns the targets to which a revert of the rollout would
 // still give their previous want (the want stored at their
-// [Node.RevertTo]; none when it is 0): while a revert can be asked (Ignores(KindRevert) is
+// [Node.RevertTo], or the one the rollout carries, [Node.Had]; none for
+// a node that had no want before, [Node.HadNone]): while a revert can be asked (Ignores(KindRevert) is
 // ""), those revert would give back or wait for; while reverting, those
 // whose previous want is not published yet. In target order. What
 // `meshfold build rm` must not break: their previous want's builds.
@@ -987,7 +991,7 @@ func (s *State) GivesBack() []*Node {
 	var out []*Node
 	for _, name := range r.Targets[:r.Next] {
 		n := r.Nodes[name]
-		if n.RevertTo() == 0 {
+		if n.HadNone() {
 			continue
 		}
 		if reverting {
@@ -1016,11 +1020,7 @@ func (f *folder) giveBack(n *Node) {
 	if !listed {
 		r.Reverting = append(r.Reverting, n.Name)
 	}
-	w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.RevertTo(), Expect: n.Published, Why: n.Back.Step.Reason}
-	if n.RevertTo() == 0 {
-		w.Modules = []events.WantModule{}
-	}
-	f.publish(w)
+	f.publish(r.revertWant(n))
 	f.update(n)
 }
 
@@ -1720,11 +1720,7 @@ func (s *State) Pending() []Effect {
 		n := r.Nodes[name]
 		switch {
 		case n.Back != nil && n.Back.Status == RevertPublishing:
-			w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.RevertTo(), Expect: n.Published, Why: n.Back.Step.Reason}
-			if n.RevertTo() == 0 {
-				w.Modules = []events.WantModule{}
-			}
-			out = append(out, Effect{Fleet: s.Fleet, Cause: n.Back.Step.Seq, Want: w})
+			out = append(out, Effect{Fleet: s.Fleet, Cause: n.Back.Step.Seq, Want: r.revertWant(n)})
 		case n.Status == Publishing && !r.Phase.Final():
 			out = append(out, Effect{Fleet: s.Fleet, Cause: n.Step.Seq,
 				Want: &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepForward, Modules: r.Wants[n.Want-1], Expect: n.Prev, Why: r.stepWhy(n)}})

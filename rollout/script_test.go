@@ -100,6 +100,12 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 			note = "id " + args["id"]
 		}
 		h.addWantID(t, args["node"], wantLines(t, d.Input), note, args["id"])
+	case "aged":
+		// The node's wants aged out of the stream (serve --max-age):
+		// its want subject holds none, as the server sees it for a
+		// want's expected last subject sequence.
+		delete(h.newest, args["node"])
+		return "ok"
 	case "refold":
 		// The controller restarts and refolds the stream from the start
 		// into a new state (the effects decided meanwhile are dropped:
@@ -256,6 +262,9 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 			if n.Base != 0 {
 				fmt.Fprintf(&b, " back=#%d", n.Base)
 			}
+			if n.HadSeq != 0 {
+				fmt.Fprintf(&b, " had=#%d (carried)", n.HadSeq)
+			}
 			b.WriteString("\n")
 		}
 		if b.Len() == 0 {
@@ -389,7 +398,11 @@ func (h *harness) start(t testing.TB, d *datadriven.TestData, args map[string]st
 		if n.Want == 0 || n.Want > len(p.Wants) {
 			continue
 		}
-		fresh := rollout.NewFiles(h.wants[h.newest[n.Node]], p.Wants[n.Want-1])
+		current := h.wants[h.newest[n.Node]]
+		if n.Had > 0 && n.Had <= len(p.Wants) {
+			current = p.Wants[n.Had-1] // as apply: the want the reconciler's state held
+		}
+		fresh := rollout.NewFiles(current, p.Wants[n.Want-1])
 		if len(fresh) == 0 {
 			continue
 		}
@@ -421,7 +434,7 @@ func (h *harness) start(t testing.TB, d *datadriven.TestData, args map[string]st
 }
 
 // nodeLine reads "node NAME WANT [down|down-since=+D] [paused=BY:REASON]
-// [unhealthy=M,M]".
+// [unhealthy=M,M] [had=K:SEQ]".
 func (h *harness) nodeLine(t tb, l string) rollout.NodeAtStart {
 	f := strings.Fields(l)
 	if len(f) < 3 || f[0] != "node" {
@@ -443,6 +456,13 @@ func (h *harness) nodeLine(t tb, l string) rollout.NodeAtStart {
 			n.PausedBy, n.PausedReason, _ = strings.Cut(v, ":")
 		} else if v, ok := strings.CutPrefix(o, "unhealthy="); ok {
 			n.Unhealthy = strings.Split(v, ",")
+		} else if v, ok := strings.CutPrefix(o, "had="); ok {
+			// had=K:SEQ: the want it had before, K of the start's
+			// wants, stored at SEQ, which the stream no longer holds
+			// (apply read it from the reconciler's state).
+			k, seq, _ := strings.Cut(v, ":")
+			n.Had, _ = strconv.Atoi(k)
+			n.HadSeq, _ = strconv.ParseUint(seq, 10, 64)
 		}
 	}
 	return n

@@ -33,13 +33,31 @@ type Candidate struct {
 	// Back is the want a revert gives it back instead of Prev, set by
 	// [State.RevertBases] (see [NodeAtStart].Back); 0: Prev.
 	Back uint64
+	// HadSeq, when set, is the sequence of the want a revert gives it
+	// back which the stream no longer holds, and Had its modules: the
+	// start carries them ([NodeAtStart].Had). Apply sets them for a node
+	// whose newest want aged out of the stream (--max-age; Prev is 0),
+	// from the reconciler's state, Current being that want too; and
+	// [State.RevertBases] from a superseded rollout that carried one.
+	// A target with one was never "a node with no want before": a revert
+	// must give it back this want, never an empty one (a fresh user's
+	// finding F0: the revert removed every module of the canary).
+	HadSeq uint64
+	Had    []events.WantModule
 }
 
-// Target reports whether apply rolls c out: it has no want yet, its
-// want changes, or it is retired (its want, published again, brings it
-// back).
+// Target reports whether apply rolls c out: it has no want yet (none in
+// the stream, and none the reconciler's state holds: HadSeq), its want
+// changes, or it is retired (its want, published again, brings it back).
 func (c Candidate) Target() bool {
-	return c.Prev == 0 || c.Retired || !EqualWant(c.Want, c.Current)
+	return c.New() || c.Retired || !EqualWant(c.Want, c.Current)
+}
+
+// New reports whether the node had no want before: the stream holds none
+// of it (Prev 0) and none aged out of it (HadSeq 0). A revert gives such
+// a target an empty want (every module removed), and only such a one.
+func (c Candidate) New() bool {
+	return c.Prev == 0 && c.HadSeq == 0
 }
 
 // NewStart builds the start of a rollout over the candidates: the
@@ -59,12 +77,12 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 		}
 		if c.Target() {
 			n.Back = c.Back
-			i := slices.IndexFunc(start.Wants, func(w []events.WantModule) bool { return EqualWant(w, c.Want) })
-			if i < 0 {
-				i = len(start.Wants)
-				start.Wants = append(start.Wants, c.Want)
+			n.Want = wantIndex(start, c.Want)
+			if c.HadSeq != 0 && c.Back == 0 {
+				// The want a revert gives back, carried: the stream
+				// no longer holds it.
+				n.Had, n.HadSeq = wantIndex(start, c.Had), c.HadSeq
 			}
-			n.Want = i + 1
 			if fresh := NewFiles(c.Current, c.Want); len(fresh) > 0 {
 				j := slices.IndexFunc(start.NewFiles, func(l []FileRef) bool { return slices.Equal(l, fresh) })
 				if j < 0 {
@@ -88,6 +106,17 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 	}
 	start.Pages = 1 + len(pages)
 	return start, pages
+}
+
+// wantIndex returns 1 + the index of w in the start's wants, adding it
+// when absent: each distinct want is carried once.
+func wantIndex(start *Start, w []events.WantModule) int {
+	i := slices.IndexFunc(start.Wants, func(x []events.WantModule) bool { return EqualWant(x, w) })
+	if i < 0 {
+		i = len(start.Wants)
+		start.Wants = append(start.Wants, w)
+	}
+	return i + 1
 }
 
 // NewFiles returns the files want declares that current does not declare

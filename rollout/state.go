@@ -221,7 +221,13 @@ type Node struct {
 	Prev  uint64 `json:"prev,omitempty"`
 	// Base, when set, is the want a revert gives back instead of Prev
 	// (the start's Back: Prev is an unfinished superseded rollout's).
-	Base   uint64 `json:"base,omitempty"`
+	Base uint64 `json:"base,omitempty"`
+	// Had, when set, is 1 + the index in Rollout.Wants of the want a
+	// revert gives back, which the stream no longer holds (the start's
+	// Had; HadSeq its sequence): apply read it from the reconciler's
+	// state.
+	Had    int    `json:"had,omitempty"`
+	HadSeq uint64 `json:"had_seq,omitempty"`
 	Status Status `json:"status,omitempty"`
 	// Why says why it failed, is in conflict, is unreached, or waits.
 	Why  string `json:"why,omitempty"`
@@ -385,6 +391,9 @@ func (s *State) CheckInvariants() error {
 			if n.Want > len(r.Wants) {
 				return fmt.Errorf("target %s names want %d of %d", name, n.Want, len(r.Wants))
 			}
+			if n.Had > len(r.Wants) || (n.Had > 0) != (n.HadSeq > 0) || (n.Had > 0 && n.Base != 0) {
+				return fmt.Errorf("target %s: had %d (#%d) of %d wants, base #%d", name, n.Had, n.HadSeq, len(r.Wants), n.Base)
+			}
 			if n.Order >= len(r.Targets) || r.Targets[n.Order] != name {
 				return fmt.Errorf("target %s not at its order %d", name, n.Order)
 			}
@@ -443,13 +452,46 @@ func (s *State) CheckInvariants() error {
 	return nil
 }
 
-// RevertTo is the sequence of the want a revert gives the target back:
-// Base when set, else Prev (0: none, an empty want).
+// RevertTo is the sequence of the want a revert gives the target back
+// by copy: Base when set, else Prev; 0 when the rollout carries it (Had)
+// or there is none (an empty want: [Node.HadNone]).
 func (n *Node) RevertTo() uint64 {
 	if n.Base != 0 {
 		return n.Base
 	}
+	if n.Had != 0 {
+		return 0
+	}
 	return n.Prev
+}
+
+// HadNone reports whether a revert gives the target an empty want: it
+// had no want before the rollout, neither in the stream nor aged out of
+// it.
+func (n *Node) HadNone() bool {
+	return n.RevertTo() == 0 && n.Had == 0
+}
+
+// revertWant is the want a revert of target n publishes: a copy of the
+// want at RevertTo, else the want the rollout carries (Had), else, for
+// a node that had no want before, an empty one (every module removed).
+// The one place that decides it.
+func (r *Rollout) revertWant(n *Node) *WantEffect {
+	w := &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepRevert, CopyOf: n.RevertTo(), Expect: n.Published}
+	switch {
+	case w.CopyOf != 0:
+	case n.Had > 0 && n.Had <= len(r.Wants):
+		w.Modules = cloneWants(r.Wants[n.Had-1 : n.Had])[0]
+		if w.Modules == nil {
+			w.Modules = []events.WantModule{}
+		}
+	default:
+		w.Modules = []events.WantModule{}
+	}
+	if n.Back != nil && n.Back.Step != nil {
+		w.Why = n.Back.Step.Reason
+	}
+	return w
 }
 
 // RevertBases sets each candidate's Back from s, the fleet's newest
@@ -479,6 +521,10 @@ func (s *State) RevertBases(cands []Candidate) {
 		}
 		if base := n.RevertTo(); base != 0 && base < c.Prev {
 			c.Back = base
+		} else if n.Had > 0 && n.Had <= len(r.Wants) {
+			// The want it had before that rollout aged out of the
+			// stream: the new start carries it on.
+			c.HadSeq, c.Had = n.HadSeq, r.Wants[n.Had-1]
 		}
 	}
 }

@@ -354,13 +354,21 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 	say("%s is target %d of %d, batch %d of %d: %s", node, n.Order+1, len(r.Targets), n.Batch+1, r.Batches(), st)
 	if n.Step != nil {
 		against := fmt.Sprintf("diffed against want #%d", n.Prev)
-		if n.Prev == 0 {
+		switch {
+		case n.Prev == 0 && n.HadSeq != 0:
+			// Its want aged out of the stream; apply read it from the
+			// reconciler's state (a fresh user's finding F0).
+			against = fmt.Sprintf("diffed against want #%d, which the stream no longer holds (--max-age): apply read it from the reconciler's state; a revert gives it back", n.HadSeq)
+		case n.Prev == 0:
 			against = "the node had no want before" // not "want #0" (a fresh user's finding U5)
 		}
 		say("given its new want at #%d (%s, %s), %s", n.Step.Seq, n.Step.Time.Format(time.RFC3339), n.Step.Reason, against)
 	}
 	if n.Base != 0 {
 		say("a revert gives back want #%d, its want before the rollout this one superseded, which had not finished it (#%d)", n.Base, n.Prev)
+	}
+	if n.HadSeq != 0 && n.Prev != 0 {
+		say("a revert gives back want #%d, its want before the rollout this one superseded, which had not finished it (#%d); the stream no longer holds it: the rollout carries it", n.HadSeq, n.Prev)
 	}
 	if n.Published > 0 {
 		say("want #%d published", n.Published)

@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -137,7 +136,11 @@ revert names it.`,
 			if err != nil {
 				return err
 			}
-			plan, err := feed.NewPlan(ctx, stream, scfg.Subjects(), fleet, by, reason)
+			r, err := a.stream.reader(nc, query.Config{})
+			if err != nil {
+				return err
+			}
+			plan, err := feed.NewPlanHeld(ctx, stream, scfg.Subjects(), fleet, by, reason, heldWant(r))
 			if err != nil {
 				return err
 			}
@@ -173,7 +176,7 @@ revert names it.`,
 					strings.Join(slices.Sorted(maps.Keys(owners)), ", "), stays, strings.Join(distinct(owners), ", "))
 			}
 			if plan.Start != nil {
-				if err := checkApply(ctx, a, nc, stream, scfg, plan, o, dryRun); err != nil {
+				if err := checkApply(ctx, a, r, stream, scfg, plan, o, dryRun); err != nil {
 					return err
 				}
 				if note := notBundleNote(planModules(plan)); note != "" {
@@ -199,10 +202,6 @@ revert names it.`,
 			for _, c := range plan.Cands {
 				w.Modules = append(w.Modules, c.Want...)
 			}
-			r, err := a.stream.reader(nc, query.Config{})
-			if err != nil {
-				return nil
-			}
 			return removedMeanwhile(ctx, r, w)
 		},
 	}
@@ -219,6 +218,29 @@ revert names it.`,
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return publishesRollout(cmd, string(rollout.KindStart))
+}
+
+// heldWant asks the reconciler's state (else its snapshot, else a fold
+// of the stream: query.Reader.Fold) for the newest want of a node whose
+// want subject holds none (feed.HeldWant): with --max-age, a node whose
+// want aged out is no new node, and a revert must give that want back,
+// never an empty one (a fresh user's finding F0). A node nothing knows
+// had none. A state that cannot be read refuses the apply: what a
+// revert would give back would be unknown.
+func heldWant(r *query.Reader) feed.HeldWant {
+	return func(ctx context.Context, node string) (uint64, []events.WantModule, error) {
+		st, _, err := r.Fold(ctx, node)
+		switch {
+		case errors.Is(err, query.ErrUnknownNode):
+			return 0, nil, nil
+		case err != nil:
+			return 0, nil, fmt.Errorf("refused: its want subject holds no want (aged out of the stream? --max-age), and the reconciler's state could not be read for the want it had: %w; "+
+				"a revert could not give that want back; nothing was published", err)
+		case st.Want == nil:
+			return 0, nil, nil
+		}
+		return st.Want.Seq, st.Want.Modules, nil
+	}
 }
 
 // printPlan prints each target's want difference and the batches.
@@ -255,7 +277,7 @@ func printPlan(w io.Writer, p *feed.Plan) {
 		}
 		change := feed.Diff(c.Current, c.Want)
 		switch {
-		case c.Prev == 0:
+		case c.New():
 			change = "new want: " + feed.Diff(nil, c.Want)
 		case c.Retired && rollout.EqualWant(c.Want, c.Current):
 			change = "retired: its want published again brings it back"
@@ -281,6 +303,19 @@ func printPlan(w io.Writer, p *feed.Plan) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", label, c.Node, change)
 	}
 	_ = tw.Flush()
+	// Targets whose want aged out of the stream: diffed against the want
+	// the reconciler's state holds, which the start carries for a revert
+	// (a fresh user's finding F0).
+	var aged []string
+	for _, c := range targets {
+		if c.Prev == 0 && c.HadSeq != 0 {
+			aged = append(aged, fmt.Sprintf("%s (#%d)", c.Node, c.HadSeq))
+		}
+	}
+	if len(aged) > 0 {
+		fmt.Fprintf(w, "-- %s: the want the stream no longer holds (--max-age) is read from the reconciler's state: the change is against it, and a revert gives it back\n",
+			strings.Join(aged, ", "))
+	}
 	if len(stalled) > 0 {
 		then := "it halts at healthy_deadline"
 		if r.AutoRevert {
@@ -422,18 +457,14 @@ func distinct(m map[string]string) []string {
 // the builds bucket lacks (exit 1, unless --allow-missing-build), or
 // when a target has no event in the stream (exit 2, unless --new);
 // checkOwners refuses another fleet's nodes before it.
-func checkApply(ctx context.Context, a *app, nc *nats.Conn, stream jetstream.Stream, scfg store.StreamConfig, plan *feed.Plan, o applyChecks, dryRun bool) error {
+func checkApply(ctx context.Context, a *app, r *query.Reader, stream jetstream.Stream, scfg store.StreamConfig, plan *feed.Plan, o applyChecks, dryRun bool) error {
 	subj := scfg.Subjects()
-	r, err := a.stream.reader(nc, query.Config{})
-	if err != nil {
-		return err
-	}
 	if err := checkBuilds(ctx, r, planModules(plan), o.allowMissing); err != nil {
 		return err
 	}
 	var unknown []string
 	for _, c := range plan.Cands {
-		if c.Prev != 0 {
+		if !c.New() {
 			continue
 		}
 		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subj.StoredNode(c.Node)))

@@ -241,6 +241,14 @@ func Fleets(ctx context.Context, stream jetstream.Stream, subj events.Subjects) 
 	return out, nil
 }
 
+// HeldWant returns the newest want the reconciler's state holds of node:
+// its sequence and modules (seq 0: the state holds none, the node never
+// had a want). [Candidates] asks it for a node whose want subject holds
+// none: its want may have aged out of the stream (--max-age), while the
+// reconciler's state (or snapshot) still rests on it. An error means it
+// could not be told.
+type HeldWant func(ctx context.Context, node string) (seq uint64, modules []events.WantModule, err error)
+
 // Candidates reads, for each node fleet owns, its newest want, whether
 // its newest agent event says down, whether it is paused, and its newest
 // have's unhealthy modules, and pairs them with the fleet file's
@@ -248,6 +256,17 @@ func Fleets(ctx context.Context, stream jetstream.Stream, subj events.Subjects) 
 //
 // Errors: the stream's reads.
 func Candidates(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet *fleetfile.Fleet) ([]rollout.Candidate, error) {
+	return CandidatesHeld(ctx, stream, subj, fleet, nil)
+}
+
+// CandidatesHeld is [Candidates] asking held, when not nil, for the want
+// of each node whose want subject holds none: a want it returns is the
+// candidate's current want, which the start carries for a revert
+// (rollout.Candidate.HadSeq; a fresh user's finding F0: such a node was
+// taken as new, and auto_revert gave it an empty want).
+//
+// Errors: the stream's reads; held's, naming the node.
+func CandidatesHeld(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet *fleetfile.Fleet, held HeldWant) ([]rollout.Candidate, error) {
 	var out []rollout.Candidate
 	for _, n := range fleet.Nodes {
 		want, _ := fleet.Want(n.Name)
@@ -255,6 +274,19 @@ func Candidates(ctx context.Context, stream jetstream.Stream, subj events.Subjec
 		m, err := store.LastMsg(ctx, stream, subj, n.Name, events.KindWant)
 		switch {
 		case errors.Is(err, store.ErrNoMessage):
+			if held == nil {
+				break
+			}
+			seq, modules, err := held(ctx, n.Name)
+			if err != nil {
+				return nil, fmt.Errorf("node %s: %w", n.Name, err)
+			}
+			if seq != 0 {
+				if modules == nil {
+					modules = []events.WantModule{}
+				}
+				c.HadSeq, c.Had, c.Current = seq, modules, modules
+			}
 		case err != nil:
 			return nil, err
 		default:
@@ -287,7 +319,7 @@ func Candidates(ctx context.Context, stream jetstream.Stream, subj events.Subjec
 		default:
 			// A retire newer than the newest want: retired or retiring,
 			// until a want brings it back.
-			c.Retired = rt.Event.Seq > c.Prev
+			c.Retired = rt.Event.Seq > max(c.Prev, c.HadSeq)
 		}
 		h, err := store.LastMsg(ctx, stream, subj, n.Name, events.KindHave)
 		switch {
@@ -392,7 +424,13 @@ type Plan struct {
 // NewPlan computes apply's start for fleet, reading the nodes' newest
 // wants and haves.
 func NewPlan(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet *fleetfile.Fleet, by, reason string) (*Plan, error) {
-	cands, err := Candidates(ctx, stream, subj, fleet)
+	return NewPlanHeld(ctx, stream, subj, fleet, by, reason, nil)
+}
+
+// NewPlanHeld is [NewPlan] asking held for the wants the stream no
+// longer holds ([CandidatesHeld]).
+func NewPlanHeld(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet *fleetfile.Fleet, by, reason string, held HeldWant) (*Plan, error) {
+	cands, err := CandidatesHeld(ctx, stream, subj, fleet, held)
 	if err != nil {
 		return nil, err
 	}
