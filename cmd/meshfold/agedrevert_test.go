@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/internal/waitfor"
+	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/store"
 )
@@ -117,4 +118,57 @@ func waitPlanOf(t *testing.T, stream jetstream.Stream, m *mesh, node string, wan
 		pl, ok := p.Event.Payload.(*events.Plan)
 		return p.Event.Seq, ok && pl.Want == want
 	})
+}
+
+// agedWant publishes want of node, waits for r to fold it and the plan
+// it composed, and ages every event before a later one out of the
+// stream, as serve --max-age does. It returns the want's sequence.
+func agedWant(t *testing.T, m *mesh, r interface {
+	Node(string) (*reconcile.State, bool)
+}, node string, want []events.WantModule) uint64 {
+	t.Helper()
+	ctx := testCtx(t)
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	ack, err := pub.Append(ctx, node, events.Stamp(&events.Want{Modules: want}, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 30*time.Second, "the reconciler folded "+node+"'s want and plan", func() bool {
+		st, ok := r.Node(node)
+		return ok && st.Want != nil && st.Want.Seq == ack.Seq && st.Emitted() != nil && st.Emitted().Seq != 0
+	})
+	later, err := pub.Append(ctx, "other", events.Stamp(&events.Have{Modules: []events.HaveModule{}}, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := m.js.Stream(ctx, m.cfg.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(later.Seq)); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []events.Kind{events.KindWant, events.KindPlan} {
+		if _, err := store.LastMsg(ctx, stream, m.cfg.Subjects(), node, k); err == nil {
+			t.Fatalf("%s's %s still in the stream after the purge", node, k)
+		}
+	}
+	return ack.Seq
+}
+
+// A poke of a node whose want and plan aged out of the stream (--max-age)
+// asks the reconciler's state whether a file is declared (a fresh user's
+// finding F8: it said "no provisioner is needed: neither its newest plan
+// nor its newest want declares a file", read from the stream alone).
+func TestPokeOfANodeWhosePlanAgedOut(t *testing.T) {
+	m := startMesh(t)
+	r := m.serveReconciler(t)
+	agedWant(t, m, r, "ace", []events.WantModule{
+		{Name: "provisioner", Build: "prov:1", RunsAs: "prov", Provisioner: true},
+		{Name: "web", Build: "web:1", RunsAs: "web", Files: []events.File{{Path: "/run/web/token", Mode: "0600"}}},
+	})
+	out, errs, code := m.cli(t, "poke", "ace", "--by", "alice", "--wait", "300ms")
+	if code != 0 || strings.Contains(errs, "no provisioner is needed") || strings.Contains(errs, "none is needed") || !strings.Contains(errs, "poke ace:") {
+		t.Fatalf("poke ace: code %d, want 0 and no 'no provisioner is needed' (its plan declares /run/web/token)\n%s%s", code, out, errs)
+	}
 }

@@ -51,8 +51,16 @@ func (a *app) awaitKnockAnswers(ctx context.Context, pokes map[string]uint64, wa
 	// not after the wait (a fresh user's finding: poke waited 5 s to say
 	// so).
 	pokes = maps.Clone(pokes)
+	r, rerr := a.stream.reader(nc, query.Config{})
+	held := func(ctx context.Context, node string) bool {
+		if rerr != nil {
+			return false
+		}
+		v, ok := a.stateKnows(ctx, r, node)
+		return ok && v.Files > 0
+	}
 	for _, n := range slices.Sorted(maps.Keys(pokes)) {
-		if files, err := declaresFiles(ctx, stream, scfg.Subjects(), n); err == nil && !files {
+		if files, err := declaresFiles(ctx, stream, scfg.Subjects(), n, held); err == nil && !files {
 			fmt.Fprintf(a.stderr, "poke %s: no provisioner is needed: neither its newest plan nor its newest want declares a file to fill (the poke is stored)\n", n)
 			delete(pokes, n)
 		}
@@ -119,7 +127,7 @@ func (a *app) awaitKnockAnswers(ctx context.Context, pokes map[string]uint64, wa
 				n, pokes[n], wait)
 			continue
 		}
-		if files, err := query.PlanDeclaresFiles(ctx, stream, scfg.Subjects(), n); err == nil && !files {
+		if files, err := declaresFiles(ctx, stream, scfg.Subjects(), n, held); err == nil && !files {
 			// Nothing to fill since the wait began (a want without
 			// files composed meanwhile): no provisioner is needed.
 			fmt.Fprintf(a.stderr, "poke %s: no provisioner answered within %s; none is needed: its newest plan declares no file to fill\n", n, wait)
@@ -181,15 +189,24 @@ func (a *app) sayProvisionersDown(ctx context.Context, nc *nats.Conn, pokes map[
 // declaresFiles reports whether node's newest plan or newest want
 // declares a file for a provisioner to fill (two direct gets): a want
 // not composed yet counts, so that a poke right after it still waits.
+// When the stream holds neither (both aged out: --max-age), held says,
+// from the reconciler's state.
 //
 // Errors: the gets', other than for no message.
-func declaresFiles(ctx context.Context, stream store.LastGetter, subj events.Subjects, node string) (bool, error) {
+func declaresFiles(ctx context.Context, stream store.LastGetter, subj events.Subjects, node string, held func(ctx context.Context, node string) bool) (bool, error) {
 	files, err := query.PlanDeclaresFiles(ctx, stream, subj, node)
 	if err != nil || files {
 		return files, err
 	}
 	m, err := store.LastMsg(ctx, stream, subj, node, events.KindWant)
 	if errors.Is(err, store.ErrNoMessage) {
+		// Neither a want nor (then) a plan in the stream: with
+		// --max-age both may have aged out, while the reconciler's
+		// state still holds the plan that declares the files (a fresh
+		// user's finding F8: poke said no file was declared).
+		if _, perr := store.LastMsg(ctx, stream, subj, node, events.KindPlan); errors.Is(perr, store.ErrNoMessage) && held != nil {
+			return held(ctx, node), nil
+		}
 		return false, nil
 	}
 	if err != nil {
