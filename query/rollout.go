@@ -2,6 +2,9 @@ package query
 
 import (
 	"context"
+	"errors"
+	"maps"
+	"slices"
 
 	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/rollout/feed"
@@ -19,7 +22,50 @@ func (r *Reader) Rollout(ctx context.Context, fleet string) (*rollout.State, err
 	if err != nil {
 		return nil, err
 	}
-	return feed.Replay(ctx, r.js, cfg, nil, fleet)
+	s, err := feed.Replay(ctx, r.js, cfg, nil, fleet)
+	if err != nil {
+		return nil, err
+	}
+	r.heldHaves(ctx, s)
+	return s, nil
+}
+
+// heldHaves gives each of the rollout's nodes of which neither the
+// rollout nor the stream holds a have (its haves aged out: --max-age)
+// the newest have the reconciler's state holds, when older than the
+// start (rollout.State.SetEarlierHave): what it runs, for the delivery
+// view's RUNNING and builds (a fresh user's finding F8: both were blank
+// for the nodes whose haves had aged out, while state and fleet knew
+// what they run). It asks the state service alone, one request per such
+// node, and stops asking at the first that fails (no reconciler, or
+// credentials that may not ask): the view then says what the stream
+// holds, as before.
+func (r *Reader) heldHaves(ctx context.Context, s *rollout.State) {
+	ro := s.Rollout
+	if ro == nil {
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(ro.Nodes)) {
+		n := ro.Nodes[name]
+		if n.Have != nil || n.Earlier != nil {
+			continue
+		}
+		v, _, err := r.Live(ctx, name)
+		if errors.Is(err, ErrUnknownNode) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		if v.HaveSeq == 0 || v.HaveSeq >= ro.ID {
+			continue
+		}
+		h := &rollout.Have{Modules: make([]rollout.HaveModule, len(v.Runtime))}
+		for i, m := range v.Runtime {
+			h.Modules[i] = rollout.HaveModule{Name: m.Module, Build: m.Build, State: m.State, Health: m.Health, Restarts: m.Restarts, Exit: m.Exit}
+		}
+		s.SetEarlierHave(name, v.HaveSeq, v.HaveTime, h)
+	}
 }
 
 // RolloutFleets returns the fleets the stream holds a rollout of, sorted.

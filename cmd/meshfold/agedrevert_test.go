@@ -125,7 +125,7 @@ func waitPlanOf(t *testing.T, stream jetstream.Stream, m *mesh, node string, wan
 // stream, as serve --max-age does. It returns the want's sequence.
 func agedWant(t *testing.T, m *mesh, r interface {
 	Node(string) (*reconcile.State, bool)
-}, node string, want []events.WantModule) uint64 {
+}, node string, want []events.WantModule, have ...events.HaveModule) uint64 {
 	t.Helper()
 	ctx := testCtx(t)
 	pub := store.NewPublisher(m.js, m.cfg.Subjects())
@@ -133,9 +133,18 @@ func agedWant(t *testing.T, m *mesh, r interface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Until(t, 30*time.Second, "the reconciler folded "+node+"'s want and plan", func() bool {
+	var haveSeq uint64
+	if len(have) > 0 {
+		h, err := pub.Append(ctx, node, events.Stamp(&events.Have{Modules: have}, time.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		haveSeq = h.Seq
+	}
+	waitfor.Until(t, 30*time.Second, "the reconciler folded "+node+"'s want, plan and have", func() bool {
 		st, ok := r.Node(node)
-		return ok && st.Want != nil && st.Want.Seq == ack.Seq && st.Emitted() != nil && st.Emitted().Seq != 0
+		return ok && st.Want != nil && st.Want.Seq == ack.Seq && st.Emitted() != nil && st.Emitted().Seq != 0 &&
+			(haveSeq == 0 || st.Have != nil && st.Have.Seq == haveSeq)
 	})
 	later, err := pub.Append(ctx, "other", events.Stamp(&events.Have{Modules: []events.HaveModule{}}, time.Now()))
 	if err != nil {
@@ -148,7 +157,7 @@ func agedWant(t *testing.T, m *mesh, r interface {
 	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(later.Seq)); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []events.Kind{events.KindWant, events.KindPlan} {
+	for _, k := range []events.Kind{events.KindWant, events.KindPlan, events.KindHave} {
 		if _, err := store.LastMsg(ctx, stream, m.cfg.Subjects(), node, k); err == nil {
 			t.Fatalf("%s's %s still in the stream after the purge", node, k)
 		}
@@ -170,5 +179,31 @@ func TestPokeOfANodeWhosePlanAgedOut(t *testing.T) {
 	out, errs, code := m.cli(t, "poke", "ace", "--by", "alice", "--wait", "300ms")
 	if code != 0 || strings.Contains(errs, "no provisioner is needed") || strings.Contains(errs, "none is needed") || !strings.Contains(errs, "poke ace:") {
 		t.Fatalf("poke ace: code %d, want 0 and no 'no provisioner is needed' (its plan declares /run/web/token)\n%s%s", code, out, errs)
+	}
+}
+
+// rollout status of a fleet whose nodes' haves aged out of the stream
+// (--max-age) shows what they run from the reconciler's state: RUNNING
+// and builds were blank (a fresh user's finding F8).
+func TestRolloutStatusOfNodesWhoseHavesAgedOut(t *testing.T) {
+	m := startMesh(t)
+	r := m.serveReconciler(t)
+	for _, n := range []string{"ace", "bob"} {
+		agedWant(t, m, r, n, []events.WantModule{{Name: "web", Build: "web:1"}}, events.HaveModule{Name: "web", Build: "web:1", State: events.Running})
+	}
+	file := writeFleet(t, "fleet: web\nnodes: {ace: {}, bob: {}}\ngroups: [{name: all, select: {}, modules: [{name: web, build: \"web:2\"}]}]\n"+
+		"rollout: {canary: 1, batch: 1, max_unavailable: 1, min_healthy: 0s}\n")
+	if out, errs, code := m.cli(t, "apply", "-f", file, "--by", "alice", "--allow-missing-build"); code != 0 {
+		t.Fatalf("apply: code %d\n%s%s", code, out, errs)
+	}
+	v := waitStatus(t, m, func(v rollout.View) bool { return len(v.Targets) == 2 && v.Targets[0].Published > 0 })
+	for _, tv := range v.Targets {
+		if len(tv.Running) != 1 || tv.Running[0].Build != "web:1" {
+			t.Errorf("%s runs %+v in the view, want web:1 (the reconciler's state holds its have)", tv.Node, tv.Running)
+		}
+	}
+	out, errs, code := m.cli(t, "rollout", "status", "web")
+	if code != 0 || strings.Contains(out, "none known to run yet") || !strings.Contains(out, "web:1") {
+		t.Fatalf("rollout status web: code %d, want the builds the nodes run (web:1)\n%s%s", code, out, errs)
 	}
 }
