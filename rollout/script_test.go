@@ -424,6 +424,16 @@ func (h *harness) start(t testing.TB, d *datadriven.TestData, args map[string]st
 		for i := range p.Nodes {
 			if p.Nodes[i].Want > 0 {
 				p.Nodes[i].Back = cands[i].Back
+				if c := cands[i]; c.HadSeq != 0 && c.Back == 0 {
+					// The want the superseded rollout carried, carried
+					// on (rollout.NewStart adds it to the wants).
+					j := slices.IndexFunc(p.Wants, func(w []events.WantModule) bool { return rollout.EqualWant(w, c.Had) })
+					if j < 0 {
+						j = len(p.Wants)
+						p.Wants = append(p.Wants, c.Had)
+					}
+					p.Nodes[i].Had, p.Nodes[i].HadSeq = j+1, c.HadSeq
+				}
 			}
 		}
 	}
