@@ -415,6 +415,27 @@ func (f *folder) fail(n *Node, why string) {
 	f.halt(n)
 }
 
+// failUntrusted fails a target whose agent refused its plan for the
+// reconciler's key (a settle marked Untrusted: its trust file does not
+// name the key, or it read it before the key was rotated) and halts the
+// rollout WITHOUT auto_revert (docs/architecture.md, "A target that
+// refuses the reconciler's key"): the failure is the node's trust, not
+// the build; a revert's plan is signed by the same key, which that node
+// refuses the same; and every target that took its plan runs the new
+// want well. The halt says so; `rollout revert` still reverts on
+// demand.
+func (f *folder) failUntrusted(n *Node, why string) {
+	n.Status, n.Why, n.GoodSince = Failed, why, time.Time{}
+	f.finish(n)
+	f.record(0, n.Name, string(Failed), events.LevelError, "target %s failed: %s", n.Name, why)
+	keep := ""
+	if f.r.R.AutoRevert {
+		keep = "auto_revert reverts nothing: " + n.Name + "'s agent refuses the reconciler's key, a revert's plan as well, and the targets that took their plans run them; " +
+			"restart " + n.Name + "'s agent once its trust file names the key (it takes its plan then), then apply again to go on, or 'meshfold rollout revert " + f.s.Fleet + "'"
+	}
+	f.haltWith(n.Name, "target "+n.Name+" "+string(n.Status), n.Why, keep)
+}
+
 // halt stops a running rollout after a failure; with auto_revert every
 // changed target gets its previous want back.
 func (f *folder) halt(n *Node) {
@@ -424,6 +445,12 @@ func (f *folder) halt(n *Node) {
 // haltOn halts a running rollout: what (the target and its status, or
 // the batch) failed, and why; node names the node the halt is about.
 func (f *folder) haltOn(node, what, why string) {
+	f.haltWith(node, what, why, "")
+}
+
+// haltWith is haltOn; keep, when set, says why auto_revert reverts
+// nothing (the halt's record says it, and the rollout stays halted).
+func (f *folder) haltWith(node, what, why, keep string) {
 	r := f.r
 	if r.Phase != Running && r.Phase != WaitingPromote && r.Phase != Loading {
 		return
@@ -433,6 +460,10 @@ func (f *folder) haltOn(node, what, why string) {
 	}
 	r.Phase = Halted
 	r.Halt = f.mark("", node, why)
+	if keep != "" {
+		f.record(0, node, string(Halted), events.LevelError, "rollout %d halted: %s: %s; %s", r.ID, what, why, keep)
+		return
+	}
 	f.record(0, node, string(Halted), events.LevelError, "rollout %d halted: %s: %s", r.ID, what, why)
 	if r.R.AutoRevert {
 		f.revert(f.mark("auto_revert", node, what))
@@ -472,11 +503,21 @@ func (f *folder) settle(p *events.Settle) {
 		if p.Module == "" {
 			why = fmt.Sprintf("apply of plan %d failed for the plan as a whole: %s", p.Plan, events.ErrorText(p.Error))
 		}
+		if p.Untrusted {
+			// The agent refused the plan for its signer: the node's
+			// words whole (the key, the trust file), not cut in the
+			// middle (a fresh user's finding F1).
+			why = fmt.Sprintf("its agent refused plan %d for the reconciler's key: %s", p.Plan, events.Plain(p.Error))
+		}
 		switch {
 		case n.Back != nil && n.Back.Want > 0 && n.Plan.Want == n.Back.Want && !n.Back.finished():
 			n.Back.Status, n.Back.Why = RevertFailed, why
 			f.backFinished(n, events.LevelError)
 		case n.Back == nil && n.Published > 0 && n.Plan.Want == n.Published && (n.Status == Changing || n.Status == WaitingApproval) && f.forwardWatched():
+			if p.Untrusted {
+				f.failUntrusted(n, why)
+				return
+			}
 			f.fail(n, why)
 		}
 		return

@@ -145,7 +145,8 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 			if args["plan"] != "" {
 				plan = reconciletest.U64(t, args["plan"])
 			}
-			h.node(t, node, rollout.KindSettle, &events.Settle{Module: args["module"], Op: events.SettleOp(orDefault(args["op"], "apply")), Plan: plan, Error: args["error"]})
+			h.node(t, node, rollout.KindSettle, &events.Settle{Module: args["module"], Op: events.SettleOp(orDefault(args["op"], "apply")), Plan: plan, Error: args["error"],
+				Untrusted: args["untrusted"] == "true"})
 		}
 	case "have":
 		for _, node := range strings.Split(args["node"], ",") {

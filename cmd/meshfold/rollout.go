@@ -215,7 +215,14 @@ func writeRolloutView(w io.Writer, v rollout.View) error {
 			if m.m.Node != "" {
 				fmt.Fprintf(w, " (%s)", m.m.Node)
 			}
-			if m.m.Reason != "" {
+			switch {
+			case m.m.Reason != "" && m.what == "halted":
+				// The fold's words, whose parts from a node are cut
+				// already: whole, not cut again in the middle (a fresh
+				// user's finding F1: a cut message inside a cut message
+				// left out the key and the file).
+				fmt.Fprintf(w, ": %s", events.Plain(m.m.Reason))
+			case m.m.Reason != "":
 				fmt.Fprintf(w, ": %s", events.ErrorText(m.m.Reason))
 			}
 			if m.what == "paused" && !v.Phase.Final() {
