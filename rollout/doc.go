@@ -31,8 +31,12 @@
 //   - a conflict (a want changed by hand, seen on the node's subject or
 //     reported refused by the server): checkConflict; such a target is
 //     never overwritten, not even by a revert;
-//   - a failure halts; auto_revert and the revert verb give every changed
-//     target its previous want back within the budget (a target already
+//   - a failure halts; a target's refusal of its plan for the
+//     reconciler's key halts without auto_revert (failUntrusted);
+//     auto_revert and the revert verb give every changed
+//     target its previous want back (Rollout.revertWant: the want at
+//     its back or prev, else the one the start carries when the stream
+//     no longer held it, else none) within the budget (a target already
 //     unavailable at once, the others queued until fewer than
 //     max_unavailable nodes are unavailable; a revert spends it until its
 //     previous want's plan settled and runs): revert, Rollout.allowsBack,
