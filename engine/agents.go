@@ -858,12 +858,7 @@ func (r *Reconciler) foldedLiveness(key string) *reconcile.AgentRecord {
 // foldedUp returns the lease keys whose liveness record in this
 // instance's folded state says up with a claim.
 func (r *Reconciler) foldedUp() []string {
-	r.mu.RLock()
-	parts := make([]*partition, 0, len(r.parts))
-	for _, p := range r.parts {
-		parts = append(parts, p)
-	}
-	r.mu.RUnlock()
+	parts := r.partitionsHeld()
 	var out []string
 	for _, p := range parts {
 		p.mu.Lock()

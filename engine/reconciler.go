@@ -536,14 +536,21 @@ func (r *Reconciler) Node(node string) (*reconcile.State, bool) {
 	return st.Clone(), true
 }
 
-// Nodes returns the names of the nodes whose states this instance holds.
-func (r *Reconciler) Nodes() []string {
+// partitionsHeld returns the partitions this instance holds now, copied
+// under r.mu so that a caller may lock each partition without holding it.
+func (r *Reconciler) partitionsHeld() []*partition {
 	r.mu.RLock()
+	defer r.mu.RUnlock()
 	parts := make([]*partition, 0, len(r.parts))
 	for _, p := range r.parts {
 		parts = append(parts, p)
 	}
-	r.mu.RUnlock()
+	return parts
+}
+
+// Nodes returns the names of the nodes whose states this instance holds.
+func (r *Reconciler) Nodes() []string {
+	parts := r.partitionsHeld()
 	var out []string
 	for _, p := range parts {
 		p.mu.Lock()

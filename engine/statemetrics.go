@@ -58,12 +58,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	r := c.r
-	r.mu.RLock()
-	parts := make([]*partition, 0, len(r.parts))
-	for _, p := range r.parts {
-		parts = append(parts, p)
-	}
-	r.mu.RUnlock()
+	parts := r.partitionsHeld()
 	var nodes, owed, owing, failed, unsettled, paused, agentDown, provDown, unhealthy int
 	var oldest time.Time
 	for _, p := range parts {
