@@ -80,18 +80,18 @@ func FindSnapshots(ctx context.Context, js jetstream.JetStream, streamCfg Stream
 func openSnapshots(ctx context.Context, js jetstream.JetStream, streamCfg StreamConfig, create bool) (*Snapshots, error) {
 	cfg := streamCfg.WithDefaults()
 	bucket := cfg.Name + SnapshotBucketSuffix
-	kv, err := js.KeyValue(ctx, bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		if !create {
-			return nil, fmt.Errorf("bucket %s: %w", bucket, ErrNoSnapshots)
-		}
-		kv, err = CreateKV(ctx, js, jetstream.KeyValueConfig{
-			Bucket:      bucket,
-			Description: "meshfold snapshots of stream " + cfg.Name + ": node.<p>.<node> states, checkpoint.<p> sequences",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    cfg.Replicas,
-		})
+	// Through openKV, as the other buckets: a creation answered "no
+	// suitable peers" (10005) on a cluster just formed, or a lookup a
+	// killed leader never answers, is asked again within ctx.
+	kv, err := openKV(ctx, js, create, jetstream.KeyValueConfig{
+		Bucket:      bucket,
+		Description: "meshfold snapshots of stream " + cfg.Name + ": node.<p>.<node> states, checkpoint.<p> sequences",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	})
+	if !create && errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("bucket %s: %w", bucket, ErrNoSnapshots)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("snapshot bucket %s: %w", bucket, err)
