@@ -164,6 +164,16 @@ func (r *Reader) unfolded(ctx context.Context, node string) (*reconcile.State, e
 	return h.Fold(len(h.Events)), nil
 }
 
+// Stored returns node's state as [Reader.Fold] does when no reconciler
+// answers: from its snapshot, else from its events in the stream, without
+// asking the reconciler. For credentials that may not ask the state
+// service's fold endpoint (the operator-read role: store/auth).
+//
+// Errors: as [Reader.Fold].
+func (r *Reader) Stored(ctx context.Context, node string) (*reconcile.State, Source, error) {
+	return r.stored(ctx, node)
+}
+
 // stored returns node's state from its snapshot, else (no snapshot, or
 // one of a newer format than this build reads) from its events in the
 // stream.

@@ -140,7 +140,7 @@ revert names it.`,
 			if err != nil {
 				return err
 			}
-			plan, err := feed.NewPlanHeld(ctx, stream, scfg.Subjects(), fleet, by, reason, heldWant(r))
+			plan, err := feed.NewPlanHeld(ctx, stream, scfg.Subjects(), fleet, by, reason, a.heldWant(r))
 			if err != nil {
 				return err
 			}
@@ -227,9 +227,13 @@ revert names it.`,
 // never an empty one (a fresh user's finding F0). A node nothing knows
 // had none. A state that cannot be read refuses the apply: what a
 // revert would give back would be unknown.
-func heldWant(r *query.Reader) feed.HeldWant {
+//
+// Credentials that may not ask the fold endpoint (operator-read, whose
+// dry run this is) read the snapshot instead (query.Reader.Stored): the
+// refusal ends that ask, not the verb (askRefused).
+func (a *app) heldWant(r *query.Reader) feed.HeldWant {
 	return func(ctx context.Context, node string) (uint64, []events.WantModule, error) {
-		st, _, err := r.Fold(ctx, node)
+		st, err := a.foldOrStored(ctx, r, node)
 		switch {
 		case errors.Is(err, query.ErrUnknownNode):
 			return 0, nil, nil
@@ -504,3 +508,29 @@ type fleetFileError struct {
 
 func (e fleetFileError) Error() string { return e.errs.In(e.file) }
 func (e fleetFileError) Unwrap() error { return e.errs }
+
+// foldOrStored asks the reconciler for node's folded state
+// (query.Reader.Fold) unless these credentials were refused that ask
+// before; a refused ask reads the snapshot instead (query.Reader.Stored).
+func (a *app) foldOrStored(ctx context.Context, r *query.Reader, node string) (*reconcile.State, error) {
+	a.deniedMu.Lock()
+	denied := a.askDenied
+	a.deniedMu.Unlock()
+	if denied == "" {
+		actx, cancel := context.WithCancelCause(ctx)
+		a.deniedMu.Lock()
+		a.asking = cancel
+		a.deniedMu.Unlock()
+		st, _, err := r.Fold(actx, node)
+		a.deniedMu.Lock()
+		a.asking = nil
+		denied = a.askDenied
+		a.deniedMu.Unlock()
+		cancel(nil)
+		if denied == "" || ctx.Err() != nil {
+			return st, err
+		}
+	}
+	st, _, err := r.Stored(ctx, node)
+	return st, err
+}

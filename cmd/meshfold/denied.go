@@ -127,7 +127,8 @@ func (a *app) askRefused(err error) bool {
 	a.deniedMu.Lock()
 	defer a.deniedMu.Unlock()
 	root := events.StateSubjectRoot + "." + cmp.Or(a.stream.prefix, events.DefaultPrefix) + "."
-	state := strings.HasPrefix(subject, root+events.EndpointState+".") || strings.HasPrefix(subject, root+events.EndpointComposition+".")
+	state := strings.HasPrefix(subject, root+events.EndpointState+".") || strings.HasPrefix(subject, root+events.EndpointComposition+".") ||
+		strings.HasPrefix(subject, root+events.EndpointFold+".")
 	if a.asking == nil && !state {
 		return false
 	}
