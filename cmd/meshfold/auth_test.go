@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,13 +110,18 @@ func TestAuthVerbs(t *testing.T) {
 	}
 }
 
-// lines is an io.Writer that hands each complete line to a channel.
+// lines is an io.Writer that hands each complete line to a channel; safe
+// for the concurrent writes of a process's goroutines (a lease renewal and
+// a reconnect handler log at once).
 type lines struct {
+	mu  sync.Mutex
 	buf bytes.Buffer
 	ch  chan string
 }
 
 func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.buf.Write(p)
 	for {
 		line, err := l.buf.ReadString('\n')
