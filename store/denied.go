@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A publish the server's permissions deny is dropped and reported to the
@@ -16,8 +19,10 @@ import (
 // publishes waiting on their subject, so that [Publisher.Append] fails at
 // once with the permission error.
 type denials struct {
-	mu      sync.Mutex
-	waiters map[string]map[chan error]struct{}
+	mu sync.Mutex
+	// waiters: each waiting guard's channel and which denied subjects
+	// are its own.
+	waiters map[chan error]func(subject string) bool
 }
 
 // denialsOf holds the denials of every open connection a Publisher or a
@@ -40,7 +45,7 @@ func watchDenials(nc *nats.Conn) *denials {
 	if d, ok := denialsOf.Load(nc); ok {
 		return d.(*denials)
 	}
-	d := &denials{waiters: map[string]map[chan error]struct{}{}}
+	d := &denials{waiters: map[chan error]func(string) bool{}}
 	if nc.IsClosed() {
 		return d
 	}
@@ -92,7 +97,10 @@ func (d *denials) note(err error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for ch := range d.waiters[m[1]] {
+	for ch, mine := range d.waiters {
+		if !mine(m[1]) {
+			continue
+		}
 		select {
 		case ch <- err:
 		default:
@@ -107,21 +115,23 @@ func (d *denials) note(err error) {
 // "$KV.<bucket>.<key>") then fails at once with the denial, not at its
 // timeout with nothing said of why.
 func GuardDenied(ctx context.Context, nc *nats.Conn, subject string) (context.Context, func()) {
-	return watchDenials(nc).guard(ctx, subject)
+	return watchDenials(nc).guard(ctx, subjectIs(subject))
+}
+
+// subjectIs reports a denial of subject, and of no other, as a guard's.
+func subjectIs(subject string) func(string) bool {
+	return func(s string) bool { return s == subject }
 }
 
 // guard returns a context that is cancelled with the permission error
-// when a publish to subject is denied, and its release.
-func (d *denials) guard(ctx context.Context, subject string) (context.Context, func()) {
+// when a publish to a subject mine reports is denied, and its release.
+func (d *denials) guard(ctx context.Context, mine func(subject string) bool) (context.Context, func()) {
 	if d == nil {
 		return ctx, func() {}
 	}
 	ch := make(chan error, 1)
 	d.mu.Lock()
-	if d.waiters[subject] == nil {
-		d.waiters[subject] = map[chan error]struct{}{}
-	}
-	d.waiters[subject][ch] = struct{}{}
+	d.waiters[ch] = mine
 	d.mu.Unlock()
 	gctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
@@ -136,10 +146,60 @@ func (d *denials) guard(ctx context.Context, subject string) (context.Context, f
 		close(done)
 		cancel(nil)
 		d.mu.Lock()
-		delete(d.waiters[subject], ch)
-		if len(d.waiters[subject]) == 0 {
-			delete(d.waiters, subject)
-		}
+		delete(d.waiters, ch)
 		d.mu.Unlock()
 	}
+}
+
+// ErrPermissionDenied is what an ask made again while unanswered
+// ([AskAgain], [FollowRidingOut], the bucket opens) matches with
+// errors.Is when the server denied its request's subject: NATS answers
+// a request the credentials may not publish with no reply at all (the
+// client hears of it only through the connection's error handler), so
+// without it a permissions mistake was asked again until the ask's bound
+// (--timeout, else 30 s) rather than said at once. The error is a
+// [*DeniedError], which also matches nats.ErrPermissionViolation.
+var ErrPermissionDenied = errors.New("permission denied")
+
+// DeniedError is a request the server denied: Subject is the subject the
+// credentials may not publish to, Err the server's permission error.
+type DeniedError struct {
+	Subject string
+	Err     error
+}
+
+func (e *DeniedError) Error() string {
+	return "permission denied: these credentials may not publish to " + e.Subject + ": " + e.Err.Error()
+}
+func (e *DeniedError) Unwrap() error        { return e.Err }
+func (e *DeniedError) Is(target error) bool { return target == ErrPermissionDenied }
+
+// guardAsk returns a context cancelled with the permission error as soon
+// as a JetStream API request of js's connection naming stream (a token
+// after the "API" one: "$JS.API.CONSUMER.CREATE.<stream>.…",
+// "$JS.API.STREAM.INFO.<stream>", a domain's "$JS.<domain>.API.…") is
+// denied, and its release. A nil js is not guarded.
+func guardAsk(ctx context.Context, js jetstream.JetStream, stream string) (context.Context, func()) {
+	if js == nil || stream == "" {
+		return ctx, func() {}
+	}
+	return watchDenials(js.Conn()).guard(ctx, func(subject string) bool {
+		tokens := strings.Split(subject, ".")
+		i := slices.Index(tokens, "API")
+		return i >= 0 && slices.Contains(tokens[i+1:], stream)
+	})
+}
+
+// askDenied returns the [*DeniedError] of a ctx of [guardAsk] cancelled
+// by a denial, else nil.
+func askDenied(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	if cause == nil || !errors.Is(cause, nats.ErrPermissionViolation) {
+		return nil
+	}
+	subject := ""
+	if m := deniedPublish.FindStringSubmatch(cause.Error()); m != nil {
+		subject = m[1]
+	}
+	return &DeniedError{Subject: subject, Err: cause}
 }

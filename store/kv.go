@@ -29,7 +29,7 @@ var errBucketRaced = errors.New("store: bucket in use, then not found")
 // after one answered late is answered "already in use" (10058) and
 // adopted (CreateKV): success, not an error.
 func openKV(ctx context.Context, js jetstream.JetStream, create bool, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	return askAgain(ctx, "KV_"+cfg.Bucket, bucketAgain, func(ctx context.Context) (jetstream.KeyValue, error) {
+	return askAgain(ctx, js, "KV_"+cfg.Bucket, bucketAgain, func(ctx context.Context) (jetstream.KeyValue, error) {
 		kv, err := js.KeyValue(ctx, cfg.Bucket)
 		if errors.Is(err, jetstream.ErrBucketNotFound) && create {
 			kv, err = CreateKV(ctx, js, cfg)

@@ -67,7 +67,7 @@ func EffectKey(ctx context.Context, js jetstream.JetStream, streamCfg StreamConf
 	// A reconciler whose credentials were issued before the keys bucket
 	// existed is denied it: detected at once (not as a timeout), and the
 	// snapshot bucket's key is used as before, with ErrKeysDenied.
-	gctx, release := watchDenials(js.Conn()).guard(ctx, apiPrefix(js)+"STREAM.INFO.KV_"+bucket)
+	gctx, release := watchDenials(js.Conn()).guard(ctx, subjectIs(apiPrefix(js)+"STREAM.INFO.KV_"+bucket))
 	kv, err := js.KeyValue(gctx, bucket)
 	cause := context.Cause(gctx)
 	release()

@@ -235,7 +235,7 @@ func (p *Publisher) Append(ctx context.Context, node string, payload events.Payl
 	if err != nil {
 		return Ack{}, err
 	}
-	gctx, release := p.denied.guard(ctx, msg.Subject)
+	gctx, release := p.denied.guard(ctx, subjectIs(msg.Subject))
 	defer release()
 	pa, err := p.js.PublishMsg(gctx, msg, popts...)
 	if err != nil {

@@ -198,9 +198,10 @@ func ReadFilter(ctx context.Context, js jetstream.JetStream, streamName string, 
 //
 // Errors: as [AskAgain]'s (a [*NoLeaderError] naming cfg.Stream when the
 // meta group had no leader until ctx ended); a refusal (the stream not
-// found, denied) at once.
+// found) at once; a [*DeniedError] as soon as the consumer's creation is
+// denied.
 func FollowRidingOut(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail, error) {
-	return AskAgain(ctx, cfg.Stream, func(ctx context.Context) (*Tail, error) { return Follow(ctx, js, cfg) })
+	return AskAgain(ctx, js, cfg.Stream, func(ctx context.Context) (*Tail, error) { return Follow(ctx, js, cfg) })
 }
 
 // OrderedInactive is the inactivity threshold meshfold gives its ordered

@@ -205,22 +205,29 @@ const (
 // so that a meta leader's election after a kill -9 is ridden out. Unlike
 // [RideOut] (attempts of 2 s, 100 ms apart), an attempt is never cut
 // short of what a loaded server takes to answer a creation.
-// stream names the stream in the error ("" when unknown).
+// stream names the stream in the error ("" when unknown); js, when not
+// nil, is the JetStream context op asks through: a request of its
+// connection naming stream that the server denies (NATS answers it with
+// no reply) ends the ask at once.
 //
-// Errors: op's error that is not [Unanswered], at once; when ctx ends,
+// Errors: a [*DeniedError] (matching [ErrPermissionDenied] and
+// nats.ErrPermissionViolation) as soon as a request of js naming stream
+// is denied; op's error that is not [Unanswered], at once; when ctx ends,
 // a [*NoLeaderError] wrapping the last error when that said there was
 // no leader (leaderless) and ctx's deadline passed, else the last error.
-func AskAgain[T any](ctx context.Context, stream string, op func(context.Context) (T, error)) (T, error) {
-	return askAgain(ctx, stream, Unanswered, op)
+func AskAgain[T any](ctx context.Context, js jetstream.JetStream, stream string, op func(context.Context) (T, error)) (T, error) {
+	return askAgain(ctx, js, stream, Unanswered, op)
 }
 
 // askAgain is [AskAgain] asking again while again(err).
-func askAgain[T any](ctx context.Context, stream string, again func(error) bool, op func(context.Context) (T, error)) (T, error) {
+func askAgain[T any](ctx context.Context, js jetstream.JetStream, stream string, again func(error) bool, op func(context.Context) (T, error)) (T, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, rideOutBound(ctx, DefaultRideOut))
 		defer cancel()
 	}
+	ctx, release := guardAsk(ctx, js, stream)
+	defer release()
 	for d := askAttemptFirst; ; d = min(2*d, askAttemptMost) {
 		actx, cancel := context.WithTimeout(ctx, d)
 		v, err := op(actx)
@@ -231,6 +238,11 @@ func askAgain[T any](ctx context.Context, stream string, again func(error) bool,
 			<-actx.Done()
 		}
 		cancel()
+		if err != nil {
+			if denied := askDenied(ctx); denied != nil {
+				return v, denied
+			}
+		}
 		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && leaderless(err) {
 			return v, &NoLeaderError{Stream: stream, Err: err}
 		}
