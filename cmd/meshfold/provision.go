@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -263,7 +264,13 @@ func sealedSource(ctx context.Context, js jetstream.JetStream, scfg store.Stream
 		keyFile = filepath.Join(filepath.Dir(dir), "provisioner-"+name, "curve.key")
 	}
 	kv, err := store.Retry(ctx, log, "open the sealed secrets bucket", store.Backoff(200*time.Millisecond, 5*time.Second), func() (jetstream.KeyValue, error) {
-		return store.OpenSecrets(ctx, js, scfg, true)
+		kv, err := store.OpenSecrets(ctx, js, scfg, true)
+		if errors.Is(err, store.ErrPermissionDenied) {
+			// Creds that may not open the bucket stay so: said now
+			// (run explains the denial), not retried for ever.
+			return nil, backoff.Permanent(err)
+		}
+		return kv, err
 	})
 	if err != nil {
 		return nil, err
