@@ -24,21 +24,16 @@ import (
 // service, and says so once, in one line on stderr. A node unknown to
 // the state is its answer, and says nothing.
 func (a *app) stateKnows(ctx context.Context, r *query.Reader, node string) (reconcile.View, bool) {
-	a.deniedMu.Lock()
-	denied := a.askDenied
-	a.deniedMu.Unlock()
-	if denied != "" {
+	var st query.NodeState
+	before, denied, err := a.askState(ctx, func(ctx context.Context) (err error) {
+		st, err = r.State(ctx, node)
+		return err
+	})
+	if before != "" {
 		return reconcile.View{}, false // refused before, and said
 	}
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	a.deniedMu.Lock()
-	a.asking = cancel
-	a.deniedMu.Unlock()
-	st, err := r.State(actx, node)
-	a.deniedMu.Lock()
-	a.asking = nil
-	denied, said := a.askDenied, a.askSaid
+	said := a.askSaid
 	a.askSaid = a.askSaid || err != nil && denied != ""
 	a.deniedMu.Unlock()
 	if err == nil {
@@ -54,6 +49,32 @@ func (a *app) stateKnows(ctx context.Context, r *query.Reader, node string) (rec
 		fmt.Fprintf(a.stderr, "meshfold: note: the reconciler's state did not answer for %s (%v): taken as a node it does not know\n", node, err)
 	}
 	return reconcile.View{}, false
+}
+
+// askState runs ask, a request to the reconciler's state service, under
+// the connection's refusal watch: a permission violation meanwhile
+// cancels ask's context (askRefused), ending that ask, not the verb.
+// before is the subject an earlier ask's refusal named, and then ask is
+// not run again; denied is the subject refused when this ask ran ("" when
+// none was).
+func (a *app) askState(ctx context.Context, ask func(context.Context) error) (before, denied string, err error) {
+	a.deniedMu.Lock()
+	before = a.askDenied
+	a.deniedMu.Unlock()
+	if before != "" {
+		return before, "", nil
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	a.deniedMu.Lock()
+	a.asking = cancel
+	a.deniedMu.Unlock()
+	err = ask(actx)
+	a.deniedMu.Lock()
+	a.asking = nil
+	denied = a.askDenied
+	a.deniedMu.Unlock()
+	return "", denied, err
 }
 
 // agedOutText says that node's history aged out of the stream, where the

@@ -513,24 +513,14 @@ func (e fleetFileError) Unwrap() error { return e.errs }
 // (query.Reader.Fold) unless these credentials were refused that ask
 // before; a refused ask reads the snapshot instead (query.Reader.Stored).
 func (a *app) foldOrStored(ctx context.Context, r *query.Reader, node string) (*reconcile.State, error) {
-	a.deniedMu.Lock()
-	denied := a.askDenied
-	a.deniedMu.Unlock()
-	if denied == "" {
-		actx, cancel := context.WithCancelCause(ctx)
-		a.deniedMu.Lock()
-		a.asking = cancel
-		a.deniedMu.Unlock()
-		st, _, err := r.Fold(actx, node)
-		a.deniedMu.Lock()
-		a.asking = nil
-		denied = a.askDenied
-		a.deniedMu.Unlock()
-		cancel(nil)
-		if denied == "" || ctx.Err() != nil {
-			return st, err
-		}
+	var st *reconcile.State
+	before, denied, err := a.askState(ctx, func(ctx context.Context) (err error) {
+		st, _, err = r.Fold(ctx, node)
+		return err
+	})
+	if before == "" && (denied == "" || ctx.Err() != nil) {
+		return st, err
 	}
-	st, _, err := r.Stored(ctx, node)
+	st, _, err = r.Stored(ctx, node)
 	return st, err
 }
