@@ -212,7 +212,19 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 		defer cancel()
 	}
 	inUse := 0
-	for d := ensureAttemptFirst; ; d = min(2*d, ensureAttemptMost) {
+	// The lookup and creation are each bounded by an attempt of
+	// [AskAgain]'s length (1 s doubling to 5 s), asked again while
+	// unanswered, until ctx ends ([DefaultRideOut] without a deadline): a
+	// creation asked while a cluster just started, or just lost a server,
+	// has no meta leader is never answered, not even once one is elected
+	// (TestEffectsRideOutTheirServersKill's three-server cluster waited its
+	// whole 2 minutes on "create stream MESH" under a loaded CI, 4
+	// December). A creation answered after its attempt ended is found by the
+	// next attempt's lookup, or answered "already in use" and adopted. Its
+	// loop is its own rather than [AskAgain]'s for its errors: a lookup
+	// unanswered says what a fresh cluster likely lacks (lookupError), not
+	// "no leader", and a concurrent creation is adopted at once.
+	for d := askAttemptFirst; ; d = min(2*d, askAttemptMost) {
 		actx, cancel := context.WithTimeout(ctx, d)
 		stream, err := js.Stream(actx, want.Name)
 		what := "look up"
@@ -248,20 +260,6 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 		return adoptStream(ctx, js, stream, cfg, want)
 	}
 }
-
-// EnsureStream's lookup and creation are each bounded by an attempt of
-// ensureAttemptFirst doubling to ensureAttemptMost, asked again while
-// unanswered, until ctx ends ([DefaultRideOut] without a deadline): a
-// creation asked while a cluster just started, or just lost a server,
-// has no meta leader is never answered, not even once one is elected
-// (TestEffectsRideOutTheirServersKill's three-server cluster waited its
-// whole 2 minutes on "create stream MESH" under a loaded CI, 4
-// December). A creation answered after its attempt ended is found by the
-// next attempt's lookup, or answered "already in use" and adopted.
-const (
-	ensureAttemptFirst = time.Second
-	ensureAttemptMost  = 5 * time.Second
-)
 
 // lookupError is the error of a failed lookup of the stream name. One
 // JetStream did not answer, or answered it is not available, says what
