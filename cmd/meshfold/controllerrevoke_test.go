@@ -13,6 +13,8 @@ import (
 
 	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/store/auth"
+	"github.com/meshfold/meshfold/store/embedded"
 )
 
 // A fresh user's finding F12: `auth revoke controller` (a rotation) on
@@ -24,6 +26,19 @@ import (
 // controller runs with the new creds: a rollout applied after the
 // re-issue completes, serve never restarted.
 func TestServeControllerUserRevokedAndIssuedAgain(t *testing.T) {
+	testControllerUserRevokedAndIssuedAgain(t, false)
+}
+
+// reconcile --controller-creds FILE did the same (a reviewer's finding):
+// a WARN every second for ever after the revocation. Now it stops as
+// serve's does, one ERROR, and reads FILE again when it changes: the
+// re-issued user's creds copied over it, the controller runs again,
+// reconcile never restarted.
+func TestReconcileControllerCredsRevokedAndRewritten(t *testing.T) {
+	testControllerUserRevokedAndIssuedAgain(t, true)
+}
+
+func testControllerUserRevokedAndIssuedAgain(t *testing.T, reconcile bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	base := t.TempDir()
@@ -57,10 +72,33 @@ func TestServeControllerUserRevokedAndIssuedAgain(t *testing.T) {
 			}
 		})
 	}
-	serve := newNoteBuffer()
-	background("serve", serve, "serve", "--auth", dir, "--data", filepath.Join(base, "data"), "--listen", "127.0.0.1:0", "--log-level", "info")
-	serve.waitText(ctx, t, "serve", "serving NATS at ")
-	url := regexp.MustCompile(`serving NATS at (\S+);`).FindStringSubmatch(serve.String())[1]
+	serve := newNoteBuffer() // serve's or reconcile's log
+	var url string
+	ctlCreds := filepath.Join(base, "controller.creds") // reconcile's --controller-creds
+	if reconcile {
+		d, err := auth.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sa, err := d.ServerAuth()
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := embedded.Start(embedded.Config{DataDir: filepath.Join(base, "data"), Listen: "127.0.0.1:0", Auth: sa})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Shutdown)
+		url = srv.ClientURL()
+		copyFile(t, creds("controller"), ctlCreds)
+		background("reconcile", serve, "reconcile", "--server", url, "--creds", creds("reconciler"),
+			"--controller-creds", ctlCreds, "--signing-key", filepath.Join(dir, signingKeyFile), "--log-level", "info")
+		serve.waitText(ctx, t, "reconcile", "reconciling stream ")
+	} else {
+		background("serve", serve, "serve", "--auth", dir, "--data", filepath.Join(base, "data"), "--listen", "127.0.0.1:0", "--log-level", "info")
+		serve.waitText(ctx, t, "serve", "serving NATS at ")
+		url = regexp.MustCompile(`serving NATS at (\S+);`).FindStringSubmatch(serve.String())[1]
+	}
 	as := func(user string) []string { return []string{"--server", url, "--creds", creds(user)} }
 	trust := filepath.Join(dir, trustFileName)
 	for _, n := range nodes {
@@ -79,7 +117,12 @@ func TestServeControllerUserRevokedAndIssuedAgain(t *testing.T) {
 	if code, out, errs := runCLI(ctx, "auth", "add-user", "controller", "--dir", dir); code != exitOK {
 		t.Fatalf("auth add-user controller: %d %s %s", code, out, errs)
 	}
-	serve.waitText(ctx, t, "serve", "rollout controller: its user was issued again")
+	if reconcile {
+		copyFile(t, creds("controller"), ctlCreds)
+		serve.waitText(ctx, t, "reconcile", "rollout controller: its creds file "+ctlCreds+" changed")
+	} else {
+		serve.waitText(ctx, t, "serve", "rollout controller: its user was issued again")
+	}
 
 	file := filepath.Join(base, "fleet.yaml")
 	if err := os.WriteFile(file, []byte(strings.Replace(fleetYAML, "canary: 1, ", "", 1)), 0o600); err != nil {
@@ -109,5 +152,17 @@ func TestServeControllerUserRevokedAndIssuedAgain(t *testing.T) {
 	}
 	if n := strings.Count(log, "starting again"); n > 3 {
 		t.Errorf("%d lines 'starting again': the controller retried its closed connection", n)
+	}
+}
+
+// copyFile copies the file from to to, as an operator's cp does.
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

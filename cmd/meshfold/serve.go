@@ -20,7 +20,6 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/store"
-	"github.com/meshfold/meshfold/store/auth"
 	"github.com/meshfold/meshfold/store/embedded"
 )
 
@@ -44,13 +43,11 @@ type loopFlags struct {
 	leaseTTL         time.Duration
 	group            *groupFlags // reconcile only
 	controllerCreds  string      // reconcile only
-	// rolloutsBeside: the engine runs no rollout controller, serve runs
-	// its own beside it (serveController).
+	// rolloutsBeside: the engine runs no rollout controller, serve and
+	// reconcile --controller-creds run their own beside it
+	// (controllerLoop); rolloutsOff, when set, says why none runs.
 	rolloutsBeside bool
-	// rollouts is the rollout controller's connection (nil: the
-	// reconciler's); rolloutsOff, when set, says why none runs.
-	rollouts    *nats.Conn
-	rolloutsOff string
+	rolloutsOff    string
 	// signer and own are set from signingKey before runReconciler.
 	signer *store.Signer
 	own    *store.Trust
@@ -316,10 +313,10 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 			lf.rolloutsOff = off
 			// The controller runs beside the reconciler, not in it: its
 			// user can be revoked (a rotation) and issued again, and
-			// serve then connects it with the new creds (serveController).
-			var ctl *serveController
+			// serve then connects it with the new creds (controllerLoop).
+			var ctl *controllerLoop
 			if ctlOpts != nil {
-				ctl = &serveController{log: log, srv: srv, af: af, signer: lf.signer, own: lf.own, done: make(chan struct{})}
+				ctl = serveControllerLoop(log, srv, af, ctlOpts, lf.signer, lf.own)
 				lf.rolloutsBeside = true
 			}
 			lf.rolloutsOffWarn(log)
@@ -330,7 +327,7 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 					srv.ClientURL(), cfg.Name, plural(cfg.Partitions, "partition"), cfg.Prefix, abs)
 				lf.printNotes(a)
 				if ctl != nil {
-					ctl.start(rctx, ctlOpts, cfg)
+					ctl.start(rctx, nil, nil, cfg)
 				}
 				if webLn != nil {
 					serveConsole(ctx, a, log, srv, af, webOpts, cfg, webLn, cf)
@@ -427,19 +424,32 @@ reconcile exits with status 1 when its NATS connection is closed for good
 				return err
 			}
 			defer nc.Close()
-			if lf.rollouts, lf.rolloutsOff, err = controllerConn(a, lf.controllerCreds); err != nil {
+			ctl, ctlConn, ctlWatch, off, err := controllerConn(a, log, lf)
+			if err != nil {
 				return err
 			}
-			if lf.rollouts != nil {
-				defer lf.rollouts.Close()
+			lf.rolloutsOff = off
+			if ctl != nil {
+				// Beside the reconciler, as serve's: its user can be
+				// revoked and its creds file rewritten (controllerLoop).
+				defer ctlConn.Close()
+				lf.rolloutsBeside = true
 			}
 			lf.rolloutsOffWarn(log)
-			return runReconciler(cmd.Context(), a, log, nc, lf, func(_ context.Context, cfg store.StreamConfig) {
+			rctx, stopCtl := context.WithCancel(cmd.Context())
+			defer stopCtl()
+			err = runReconciler(rctx, a, log, nc, lf, func(_ context.Context, cfg store.StreamConfig) {
 				started = true
 				fmt.Fprintf(a.stdout, "meshfold: reconciling stream %s (%s, prefix %q, %s) on %s\n",
 					cfg.Name, plural(cfg.Partitions, "partition"), cfg.Prefix, plural(cfg.Replicas, "replica"), nc.ConnectedUrlRedacted())
 				lf.printNotes(a)
+				if ctl != nil {
+					ctl.start(rctx, ctlConn, ctlWatch, cfg)
+				}
 			})
+			stopCtl()
+			ctl.wait()
+			return err
 		},
 	}
 	a.conn.add(cmd)
@@ -450,123 +460,39 @@ reconcile exits with status 1 when its NATS connection is closed for good
 	return cmd
 }
 
-// controllerConn connects the rollout controller of reconcile: as the
-// user of creds when given, with the connection flags' servers and TLS.
-// Without creds it returns no connection: the controller runs on the
-// reconciler's, unless that one is authenticated, where the reconciler's
-// user may not publish wants (store/auth), and off says so.
-func controllerConn(a *app, creds string) (nc *nats.Conn, off string, err error) {
+// controllerConn connects the rollout controller of reconcile as the
+// user of --controller-creds, with the connection flags' servers and
+// TLS, and returns the loop that runs it on that connection (and again
+// on a new one after a revocation, once the file changes). Without the
+// flag it returns no loop: the controller runs in the engine on the
+// reconciler's connection, unless that one is authenticated, where the
+// reconciler's user may not publish wants (store/auth), and off says so.
+func controllerConn(a *app, log *slog.Logger, lf loopFlags) (ctl *controllerLoop, nc *nats.Conn, rv *revocation, off string, err error) {
 	cfg, err := a.conn.config("meshfold reconcile rollouts", a)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, nil, "", err
 	}
+	creds := lf.controllerCreds
 	if creds == "" {
 		authed, err := cfg.Authenticated()
 		if err != nil || !authed {
-			return nil, "", err
+			return nil, nil, nil, "", err
 		}
-		return nil, "the reconciler connects with credentials of its own, which may not publish the rollouts' wants, and no --controller-creds FILE was given (the controller user's, e.g. an auth directory's creds/controller.creds)", nil
+		return nil, nil, nil, "the reconciler connects with credentials of its own, which may not publish the rollouts' wants, and no --controller-creds FILE was given (the controller user's, e.g. an auth directory's creds/controller.creds)", nil
 	}
-	if cfg.InboxPrefix, err = store.CredsInboxPrefix(creds); err != nil {
-		return nil, "", withCode(exitUsage, fmt.Errorf("--controller-creds: %w", err))
+	if _, err := store.CredsInboxPrefix(creds); err != nil {
+		return nil, nil, nil, "", withCode(exitUsage, fmt.Errorf("--controller-creds: %w", err))
 	}
-	cfg.Creds, cfg.NKeySeed = creds, ""
-	if nc, err = store.Connect(cfg); err != nil {
-		return nil, "", fmt.Errorf("--controller-creds: connect to NATS at %s: %w", strings.Join(cfg.URLs, ","), err)
+	authDir := "DIR"
+	if filepath.Base(filepath.Dir(creds)) == "creds" {
+		authDir = filepath.Dir(filepath.Dir(creds)) // an auth directory's own file
 	}
-	return nc, "", nil
-}
-
-// serveController runs serve --auth's rollout controller as the auth
-// directory's controller user, on an in-process connection of its own.
-// A revocation of that user (auth revoke controller: a rotation) closes
-// the connection for good: the controller stops, one ERROR says so and
-// names the fix, and once the user is issued again (auth add-user
-// controller) the controller connects with the new creds, without a
-// restart of serve. Before, the controller went on with its closed
-// connection: "rollout controller stopped; starting again … connection
-// closed" every second for ever, nothing said "revoked", and a re-issued
-// user changed nothing until serve restarted (a fresh user's finding F12).
-type serveController struct {
-	log     *slog.Logger
-	srv     *embedded.Server
-	af      serveAuthFlags
-	signer  *store.Signer
-	own     *store.Trust
-	done    chan struct{} // closed once run returns
-	started bool          // set by start, before Serve's Ready returns
-}
-
-// reissuePoll is how often a stopped controller reads the auth directory
-// for its user issued again.
-const reissuePoll = time.Second
-
-// run runs the controller with opts (controllerOptions) until ctx ends,
-// again with the directory's new creds after each revocation.
-func (c *serveController) run(ctx context.Context, opts []nats.Option, cfg store.StreamConfig) {
-	defer close(c.done)
-	user := string(auth.RoleController)
-	for {
-		var crv revocation
-		nc, err := c.srv.Connect(append(opts, crv.option())...)
-		if err == nil {
-			rctx, cancel := context.WithCancel(ctx)
-			ran := make(chan error, 1)
-			go func() {
-				ran <- engine.RunRollouts(rctx, nc, cfg, engine.Config{Logger: c.log, Signer: c.signer, Own: c.own})
-			}()
-			select {
-			case <-ctx.Done():
-			case <-crv.revoked():
-			case err = <-ran:
-				ran <- err
-			}
-			cancel()
-			if rerr := <-ran; err == nil {
-				err = rerr
-			}
-			nc.Close()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		fix := fmt.Sprintf("meshfold auth add-user %s --dir %s", user, c.af.dir)
-		if rerr := crv.error(); rerr != nil {
-			c.log.Error("rollout controller stopped: its user was revoked; no rollout is stepped until the user is issued again, which serve picks up without a restart",
-				"user", user, "err", rerr, "fix", fix)
-		} else {
-			c.log.Error("rollout controller stopped; starting it again once its user's creds connect", "user", user, "err", err)
-		}
-		// Wait for creds that the directory does not list as revoked,
-		// and that connect.
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(reissuePoll):
-			}
-			o, off, err := c.af.controllerOptions()
-			if err == nil && off == "" {
-				if crv.error() != nil {
-					c.log.Info("rollout controller: its user was issued again; starting with the new creds", "user", user)
-				}
-				opts = o
-				break
-			}
-		}
+	ctl = credsControllerLoop(log, cfg, creds, authDir, lf.signer, lf.own)
+	rv = &revocation{}
+	if nc, err = ctl.dial(rv.option()); err != nil {
+		return nil, nil, nil, "", fmt.Errorf("--controller-creds: connect to NATS at %s: %w", strings.Join(cfg.URLs, ","), err)
 	}
-}
-
-// start runs run in a goroutine; wait waits for it, once started.
-func (c *serveController) start(ctx context.Context, opts []nats.Option, cfg store.StreamConfig) {
-	c.started = true
-	go c.run(ctx, opts, cfg)
-}
-
-func (c *serveController) wait() {
-	if c != nil && c.started {
-		<-c.done
-	}
+	return ctl, nc, rv, "", nil
 }
 
 // revocation closes serve's in-process connection for good when the
@@ -576,37 +502,69 @@ func (c *serveController) wait() {
 // would retry for ever and the reconciler would hang; closed here, serve
 // exits as reconcile does (store.ErrConnClosed).
 type revocation struct {
-	mu  sync.Mutex
-	err error
-	ch  chan struct{} // closed when err is set: revoked
+	mu   sync.Mutex
+	err  error
+	ch   chan struct{} // closed when err is set: revoked
+	gone chan struct{} // closed when the connection is closed
 }
 
+// option watches a connection (the last of its options: it keeps the
+// error and closed handlers set before it, and calls them first).
 func (r *revocation) option() nats.Option {
-	return nats.ErrorHandler(func(c *nats.Conn, _ *nats.Subscription, err error) {
-		if !errors.Is(err, nats.ErrAuthRevoked) && !errors.Is(err, nats.ErrAuthExpired) {
-			return
-		}
-		r.mu.Lock()
-		if r.err == nil {
-			r.err = err
-			if r.ch == nil {
-				r.ch = make(chan struct{})
+	return func(o *nats.Options) error {
+		prevErr, prevClosed := o.AsyncErrorCB, o.ClosedCB
+		o.AsyncErrorCB = func(c *nats.Conn, s *nats.Subscription, err error) {
+			if prevErr != nil {
+				prevErr(c, s, err)
 			}
-			close(r.ch)
+			if !errors.Is(err, nats.ErrAuthRevoked) && !errors.Is(err, nats.ErrAuthExpired) {
+				return
+			}
+			r.mu.Lock()
+			if r.err == nil {
+				r.err = err
+				close(r.chans().ch)
+			}
+			r.mu.Unlock()
+			c.Close()
 		}
-		r.mu.Unlock()
-		c.Close()
-	})
+		o.ClosedCB = func(c *nats.Conn) {
+			if prevClosed != nil {
+				prevClosed(c)
+			}
+			r.mu.Lock()
+			select {
+			case <-r.chans().gone:
+			default:
+				close(r.gone)
+			}
+			r.mu.Unlock()
+		}
+		return nil
+	}
+}
+
+// chans makes the channels once; r.mu is held.
+func (r *revocation) chans() *revocation {
+	if r.ch == nil {
+		r.ch, r.gone = make(chan struct{}), make(chan struct{})
+	}
+	return r
 }
 
 // revoked is closed once the connection's user is revoked (or expired).
 func (r *revocation) revoked() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ch == nil {
-		r.ch = make(chan struct{})
-	}
-	return r.ch
+	return r.chans().ch
+}
+
+// closed is closed once the connection is closed, for good (nats.go
+// gives a connection up after the server refused the same user twice).
+func (r *revocation) closed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.chans().gone
 }
 
 // error returns the revocation, nil before.
@@ -642,8 +600,8 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 	cfg := engine.Config{Stream: lf.stream(a.stream), Logger: log, Signer: lf.signer, Own: lf.own, Tracing: tp,
 		SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval,
 		MetricsAddr: lf.metrics, Pprof: lf.pprof, LeaseTTL: lf.leaseTTL,
-		RolloutConn: lf.rollouts, NoRollouts: lf.rolloutsOff != "" || lf.rolloutsBeside,
-		Ready: func(ctx context.Context, r *engine.Reconciler) { ready(ctx, r.Stream()) }}
+		NoRollouts: lf.rolloutsOff != "" || lf.rolloutsBeside,
+		Ready:      func(ctx context.Context, r *engine.Reconciler) { ready(ctx, r.Stream()) }}
 	if lf.group.enabled() {
 		cfg.Group, cfg.Instance = lf.group.name, lf.group.instance
 	}
