@@ -39,6 +39,9 @@ type rolloutPage struct {
 	View    rollout.View
 	Batches [][]rollout.TargetView
 	Error   string
+	// Unattended says, as of the page's clock, that no controller acts
+	// on the rollout (rollout.State.Unattended); empty otherwise.
+	Unattended string
 }
 
 // rolloutsPage lists the fleets' newest rollouts (DESIGN.md §11).
@@ -93,6 +96,10 @@ func (c *Console) rolloutPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.View = s.View()
+	now := c.cfg.Now()
+	if u := s.Unattended(now); u != nil {
+		p.View.Unattended, p.Unattended = u, u.Text(now)
+	}
 	for _, t := range p.View.Targets {
 		for len(p.Batches) < t.Batch {
 			p.Batches = append(p.Batches, nil)

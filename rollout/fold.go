@@ -87,6 +87,7 @@ func (s *State) Fold(in Input) []Effect {
 	if _, ok := in.Payload.(*Tick); ok {
 		f.judgeAll()
 	}
+	f.controllerFact()
 	f.advance()
 	f.advanceBack()
 	return f.out
@@ -1788,34 +1789,40 @@ func (s *State) Idle() bool {
 // healthy_deadline ending); ok is false when no such time exists. The
 // controller publishes a tick once its clock passes it.
 func (s *State) NextWake() (t time.Time, ok bool) {
-	r := s.Rollout
-	if r == nil {
-		return time.Time{}, false
-	}
-	take := func(c time.Time) {
+	s.wakes(func(c time.Time, _, _ string) {
 		if !ok || c.Before(t) {
 			t, ok = c, true
 		}
+	})
+	return t, ok
+}
+
+// wakes calls at with each stream time at which the fold would decide
+// something with no other input, the target and what ends then (its
+// "min_healthy window", "healthy_deadline", "revert's healthy_deadline").
+func (s *State) wakes(at func(t time.Time, node, what string)) {
+	r := s.Rollout
+	if r == nil {
+		return
 	}
 	if r.Phase == Running || r.Phase == WaitingPromote || r.Phase == Halted {
 		for _, name := range r.Active {
 			n := r.Nodes[name]
 			if n.Status != WaitingApproval {
-				take(n.DeadlineFrom.Add(r.R.HealthyDeadline))
+				at(n.DeadlineFrom.Add(r.R.HealthyDeadline), name, "healthy_deadline")
 			}
 			if !n.GoodSince.IsZero() {
-				take(n.GoodSince.Add(r.R.MinHealthy))
+				at(n.GoodSince.Add(r.R.MinHealthy), name, "min_healthy window")
 			}
 		}
 	}
 	if r.Phase == Reverting {
 		for _, name := range r.Reverting {
 			if b := r.Nodes[name].Back; b.Step != nil {
-				take(b.Step.Time.Add(r.R.HealthyDeadline))
+				at(b.Step.Time.Add(r.R.HealthyDeadline), name, "revert's healthy_deadline")
 			}
 		}
 	}
-	return t, ok
 }
 
 // plural writes "1 target", "2 targets", "1 batch", "3 batches".

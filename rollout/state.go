@@ -177,6 +177,10 @@ type Rollout struct {
 	// first. An entry whose revert no longer waits (given back when its
 	// node became unavailable, or refused) is dropped when reached.
 	Queue []string `json:"queue,omitempty"`
+	// Controller is the controller's newest fact of this rollout folded
+	// (its tick, a step's outcome, a record): nil while none was.
+	// [State.Unattended] reads it.
+	Controller *ControllerFact `json:"controller,omitempty"`
 }
 
 // Node is one of the fleet's nodes: its availability, and, for a target,

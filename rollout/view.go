@@ -57,6 +57,12 @@ type View struct {
 	Counts  map[Status]int `json:"counts"`
 	Targets []TargetView   `json:"targets"`
 	Builds  []BuildCount   `json:"builds"`
+	// Controller is the controller's newest fact of the rollout (nil:
+	// none since the start). Unattended, which the reader sets from
+	// [State.Unattended] with its clock, says no controller acts on a
+	// rollout that owes a step.
+	Controller *ControllerFact `json:"controller,omitempty"`
+	Unattended *Unattended     `json:"unattended,omitempty"`
 }
 
 // TargetView is one target's line of the delivery view: want published,
@@ -133,7 +139,7 @@ func (s *State) View() View {
 	v := View{Fleet: s.Fleet, Rollout: r.ID, Phase: r.Phase, By: r.By, Started: r.Time, Paused: r.Paused, Halt: r.Halt,
 		Revert: r.Revert, End: r.End, Batch: min(r.Batch, r.Batches()-1) + 1, Batches: r.Batches(), Params: ViewParams(r.R),
 		Promoted: r.Promoted != nil, Promote: r.Promoted, Unavailable: r.Unavailable, Nodes: r.owned(), Counts: map[Status]int{}, Stalled: r.stalled(),
-		PromoteNote: r.promoteNote()}
+		PromoteNote: r.promoteNote(), Controller: r.Controller}
 	for _, name := range r.Targets {
 		n := r.Nodes[name]
 		t := TargetView{Node: name, Batch: n.Batch + 1, Status: n.Status, Why: n.Why, Step: n.Step, Prev: n.Prev, Base: n.Base,

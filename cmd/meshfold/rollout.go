@@ -57,7 +57,9 @@ Every verb is an event in the stream, with --by.`,
 	return cmd
 }
 
-func (a *app) rolloutReader(ctx context.Context) (*query.Reader, func(), error) {
+// rolloutReader connects and returns a reader of the stream on that
+// connection; close the connection when done.
+func (a *app) rolloutReader(ctx context.Context) (*query.Reader, *nats.Conn, error) {
 	nc, err := a.conn.connect("meshfold-rollout", a)
 	if err != nil {
 		return nil, nil, err
@@ -67,7 +69,7 @@ func (a *app) rolloutReader(ctx context.Context) (*query.Reader, func(), error) 
 		nc.Close()
 		return nil, nil, err
 	}
-	return r, nc.Close, nil
+	return r, nc, nil
 }
 
 func newRolloutLsCmd(a *app) *cobra.Command {
@@ -83,16 +85,17 @@ func newRolloutLsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, done, err := a.rolloutReader(cmd.Context())
+			r, nc, err := a.rolloutReader(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer done()
+			defer nc.Close()
 			fleets, err := r.RolloutFleets(cmd.Context())
 			if err != nil {
 				return err
 			}
 			var views []rollout.View
+			now := time.Now()
 			for _, f := range fleets {
 				s, err := r.Rollout(cmd.Context(), f)
 				if err != nil {
@@ -100,6 +103,7 @@ func newRolloutLsCmd(a *app) *cobra.Command {
 				}
 				v := s.View()
 				v.Targets = nil
+				v.Unattended = s.Unattended(now)
 				views = append(views, v)
 			}
 			if format != outTable {
@@ -110,15 +114,27 @@ func newRolloutLsCmd(a *app) *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "FLEET\tROLLOUT\tPHASE\tBATCH\tDONE\tTARGETS\tBY\tSTARTED")
+			var unattended []string
 			for _, v := range views {
 				total := 0
 				for _, n := range v.Counts {
 					total += n
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d/%d\t%d\t%d\t%s\t%s\n", v.Fleet, v.Rollout, v.PhaseText(), v.Batch, v.Batches,
+				phase := v.PhaseText()
+				if u := v.Unattended; u != nil {
+					phase += fmt.Sprintf(", no controller for %s", now.Sub(u.Since).Round(time.Second))
+					unattended = append(unattended, v.Fleet)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d/%d\t%d\t%d\t%s\t%s\n", v.Fleet, v.Rollout, phase, v.Batch, v.Batches,
 					v.Counts[rollout.Done], total, events.Text(v.By), v.Started.Format(time.RFC3339))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, f := range unattended {
+				fmt.Fprintf(a.stdout, "unattended: no rollout controller acts on fleet %s's rollout: 'meshfold rollout status %s' says since when and what it owes\n", f, f)
+			}
+			return nil
 		},
 	}
 	out.add(cmd, "")
@@ -164,20 +180,26 @@ percentages as counts) with the fleet file's names and forms:
 				return err
 			}
 			ctx := store.WithRideOut(cmd.Context(), timeout)
-			r, done, err := a.rolloutReader(ctx)
+			r, nc, err := a.rolloutReader(ctx)
 			if err != nil {
 				return err
 			}
-			defer done()
+			defer nc.Close()
 			s, err := r.Rollout(ctx, args[0])
 			if err != nil {
-				return noRollout(err, args[0])
+				remains := a.stdout
+				if format != outTable {
+					remains = a.stderr // stdout is for the view's JSON or YAML only
+				}
+				return a.rolloutGone(ctx, nc, remains, args[0], err)
 			}
 			v := s.View()
+			now := time.Now()
+			v.Unattended = s.Unattended(now)
 			if format != outTable {
 				return writeValue(a.stdout, format, v)
 			}
-			return writeRolloutView(a.stdout, v)
+			return writeRolloutView(a.stdout, v, now)
 		},
 	}
 	out.add(cmd, "")
@@ -196,11 +218,16 @@ func shortBuild(b string) string {
 	return events.Text(b)
 }
 
-// writeRolloutView prints the delivery view as text.
-func writeRolloutView(w io.Writer, v rollout.View) error {
+// writeRolloutView prints the delivery view as text, as of now.
+func writeRolloutView(w io.Writer, v rollout.View, now time.Time) error {
 	p := v.Params
 	fmt.Fprintf(w, "fleet %s, rollout %d by %s, started %s: %s, batch %d of %d\n", v.Fleet, v.Rollout, events.Text(v.By),
 		v.Started.Format(time.RFC3339), v.PhaseText(), v.Batch, v.Batches)
+	if v.Unattended != nil {
+		// Second, before anything it holds up: RUNNING alone had an
+		// operator wait for ever on a controller that was down.
+		fmt.Fprintf(w, "unattended: %s\n", v.Unattended.Text(now))
+	}
 	fmt.Fprintf(w, "budget: %d of max_unavailable %d unavailable (%s); canary %d, batch %d, min_healthy %s, healthy_deadline %s, auto_revert %v\n",
 		v.Unavailable, p.MaxUnavailable, plural(v.Nodes, "node"), p.Canary, p.Batch, p.MinHealthy, p.HealthyDeadline, p.AutoRevert)
 	for _, m := range []struct {
@@ -310,14 +337,14 @@ func newRolloutWhyCmd(a *app) *cobra.Command {
 		Example: `  meshfold rollout why web ace`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, done, err := a.rolloutReader(cmd.Context())
+			r, nc, err := a.rolloutReader(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer done()
+			defer nc.Close()
 			s, err := r.Rollout(cmd.Context(), args[0])
 			if err != nil {
-				return noRollout(err, args[0])
+				return a.rolloutGone(cmd.Context(), nc, a.stdout, args[0], err)
 			}
 			lines, ok := s.Why(args[1])
 			if !ok {
@@ -325,6 +352,10 @@ func newRolloutWhyCmd(a *app) *cobra.Command {
 			}
 			for _, l := range lines {
 				fmt.Fprintln(a.stdout, l)
+			}
+			now := time.Now()
+			if u := s.Unattended(now); u != nil {
+				fmt.Fprintf(a.stdout, "unattended: %s\n", u.Text(now))
 			}
 			return nil
 		},
@@ -389,7 +420,7 @@ error.`,
 			// one it would ignore is said and not published.
 			s, err := feed.Replay(cmd.Context(), js, scfg, nil, fleet)
 			if err != nil {
-				return noRollout(err, fleet)
+				return a.rolloutGone(ctx, nc, a.stderr, fleet, err)
 			}
 			if why := s.Ignores(kind, id); why != "" {
 				hint := ""

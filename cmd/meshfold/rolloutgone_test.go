@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/rollout"
+	"github.com/meshfold/meshfold/rollout/feed"
+	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
+)
+
+// A reviewer's finding: with --max-age shorter than a rollout, its start
+// aged out of the stream while its records, outcomes and ticks remained
+// (the rollout still running), and 'rollout status' said "no rollout of
+// fleet web" (exit 2, a mistyped name), 'why' and the verbs too. Now
+// each names the rollout, says its start is gone and why (what the
+// stream keeps, where it begins), lists what remains, and exits 1; once
+// nothing of it remains, "no rollout" says a rollout started before the
+// stream's beginning is gone from it. The stream's dropping is a purge
+// here: what --max-age does, at a moment the test chooses.
+func TestRolloutReadsAfterTheStartAgedOut(t *testing.T) {
+	e, nc, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{MaxAge: time.Hour})
+	m := &mesh{e: e, nc: nc, js: js, cfg: cfg}
+	ctx := testCtx(t)
+	subj := cfg.Subjects()
+	ack, err := js.Publish(ctx, subj.Rollout("web", string(rollout.KindStart)), []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ack.Sequence
+	pub := func(k rollout.Kind, p any) uint64 {
+		t.Helper()
+		seq, err := feed.Publish(ctx, js, subj, "web", k, p, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	pub(rollout.KindRecord, &rollout.Record{Rollout: id, Cause: id, What: "batch", Level: events.LevelInfo, Msg: "batch 1 of 2 begun: ace"})
+	pub(rollout.KindPublished, &rollout.Published{Rollout: id, Node: "ace", Step: rollout.StepForward, Want: 40})
+	pub(rollout.KindTick, &rollout.Tick{Rollout: id})
+	last := pub(rollout.KindRecord, &rollout.Record{Rollout: id, Cause: id + 2, Node: "ace", What: string(rollout.Done), Level: events.LevelInfo, Msg: "ace done"})
+	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(id+1)); err != nil {
+		t.Fatal(err)
+	}
+
+	gone := fmt.Sprintf("fleet web's rollout %d: its start (#%d) is gone from the stream, which keeps 1h0m0s of events (--max-age) and begins at #%d", id, id, id+1)
+	for _, args := range [][]string{{"rollout", "status", "web"}, {"rollout", "why", "web", "ace"}, {"rollout", "pause", "web", "--by", "alice"}} {
+		out, errs, code := m.cli(t, args...)
+		if code != exitError || !strings.Contains(errs, gone) || !strings.Contains(errs, "4 events of it remain") {
+			t.Errorf("%v: exit %d, want %d saying %q:\n%s%s", args, code, exitError, gone, out, errs)
+		}
+		remains := out
+		if args[1] == "pause" {
+			remains = errs
+		}
+		for _, want := range []string{"record: batch: batch 1 of 2 begun: ace", "published: ace's forward want stored at #40",
+			fmt.Sprintf("#%d ", last), "record ace: done: ace done", "(and 1 tick: the controller's clock)"} {
+			if !strings.Contains(remains, want) {
+				t.Errorf("%v: what remains does not say %q:\n%s", args, want, remains)
+			}
+		}
+	}
+	if _, errs, code := m.cli(t, "rollout", "status", "web", "-o", "json"); code != exitError || !strings.Contains(errs, gone) {
+		t.Errorf("status -o json: exit %d:\n%s", code, errs)
+	}
+
+	// Nothing of it left.
+	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(last+1)); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := m.cli(t, "rollout", "status", "web")
+	if want := fmt.Sprintf("no rollout of fleet \"web\" in the stream, which keeps 1h0m0s of events (--max-age) and begins at #%d", last+1); code != exitUsage ||
+		!strings.Contains(errs, want) || !strings.Contains(errs, "a rollout started before that is gone from it") {
+		t.Errorf("status with nothing left: exit %d, want %d saying %q:\n%s%s", code, exitUsage, want, out, errs)
+	}
+}
