@@ -165,7 +165,13 @@ longer judged (RUNNING still shows what its node runs), and the budget of
 such a rollout counts only nodes away, unhealthy or still reverting (while
 reverting, the budget the revert spends). A target
 'unreached' (its agent down at its healthy_deadline) that has taken its new
-want since, after the rollout completed, says 'arrived since'.
+want since, after the rollout completed, says 'arrived since'. An
+'unattended:' line says no rollout controller acts on the rollout: a step it
+owes (a want decided, a min_healthy window's or healthy_deadline's end) has
+waited 30s with no tick, outcome or record of a controller (serve or
+reconcile down, its controller user revoked, rollouts off). A rollout whose
+start aged out of the stream (--max-age) cannot be replayed: status says so,
+lists the events of it that remain, and exits 1.
 
 -o json and -o yaml give the rollout's params (resolved: defaults applied,
 percentages as counts) with the fleet file's names and forms:

@@ -378,7 +378,9 @@ the reconciler's user may not publish wants: give the controller user's
 credentials with --controller-creds FILE (an auth directory's
 creds/controller.creds), used on a connection of its own. Connected with
 credentials and without --controller-creds, reconcile starts with rollouts
-off and says so.
+off and says so. When the controller user is revoked, its controller stops
+with one ERROR and starts again, without a restart, once the file changes
+(copy the re-issued user's creds over it).
 
 reconcile exits with status 1 when its NATS connection is closed for good
 (its user revoked), so that its service manager restarts it.`,
