@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
@@ -82,6 +83,7 @@ type earlySent struct {
 	errc  <-chan error
 	at    time.Time
 	sends sends
+	span  trace.Span // its publish's, when tracing (recoveryTrace)
 }
 
 // earlyWindow bounds the effects earlyPub has in flight in one session:
@@ -197,12 +199,16 @@ func (s *session) probe() {
 // publishEarly takes e, an effect folded while recovering: with early
 // publishing on, it is queued behind its subject's effects and sent by
 // pump; without (false), the caller defers it.
-func (s *session) publishEarly(e reconcile.Effect) bool {
+func (s *session) publishEarly(e reconcile.Effect) bool { return s.publishEarlyCaused(e, "") }
+
+// publishEarlyCaused is publishEarly of e whose cause carried
+// traceparent tp (kept while tracing).
+func (s *session) publishEarlyCaused(e reconcile.Effect, tp string) bool {
 	ep := s.early
 	if ep == nil || !ep.on {
 		return false
 	}
-	ep.enqueue(toPublish{e: e, id: e.ID()})
+	ep.enqueue(toPublish{e: e, id: e.ID(), tp: tp})
 	return true
 }
 
@@ -282,16 +288,20 @@ func (s *session) earlySends(ctx context.Context) error {
 			return err
 		}
 		var f jetstream.PubAckFuture
+		var span trace.Span
 		if err == nil {
+			span = s.rt.publishing(x, sub.id, sub.prep)
 			f, err = r.pub.SendAsync(sub.prep, true, sub.last)
 		}
 		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
+			s.rt.stalled(sub.id, span)
 			return nil // backpressure: sent again on the next call
 		}
 		ep.ready = ep.ready[1:]
 		id, pm := sub.id, sub.prep
 		sub.queue, sub.prep, sub.id = sub.queue[1:], nil, ""
 		if store.Permanent(err) {
+			s.rt.answered(span, nil, err)
 			if len(sub.queue) > 0 {
 				ep.ready = append(ep.ready, k)
 			}
@@ -302,7 +312,7 @@ func (s *session) earlySends(ctx context.Context) error {
 			}
 			continue
 		}
-		sx := earlySent{k: k, x: x, id: id, fence: sub.last, pm: pm, at: time.Now()}
+		sx := earlySent{k: k, x: x, id: id, fence: sub.last, pm: pm, at: time.Now(), span: span}
 		switch {
 		case err == nil:
 			s.remember(f.Msg())
@@ -312,6 +322,7 @@ func (s *session) earlySends(ctx context.Context) error {
 		case resendable(err) && pm != nil:
 			sx.ok, sx.errc = failedSend(err) // sent again in its turn
 		default:
+			s.rt.answered(span, nil, err)
 			return fmt.Errorf("publish %s (fenced at %d): %w", id, sub.last, err)
 		}
 		sub.busy = true
@@ -414,6 +425,7 @@ func (s *session) earlyAnswered(ctx context.Context, x earlySent, ack *jetstream
 			ack, err = own, nil
 		}
 	}
+	s.rt.answered(x.span, ack, err)
 	sub := ep.subs[x.k]
 	sub.busy = false
 	if len(sub.queue) > 0 {

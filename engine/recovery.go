@@ -49,8 +49,12 @@ func newRecovery() *recovery {
 }
 
 // deferEffect keeps e until the read passes the session's start.
-func (r *recovery) deferEffect(e reconcile.Effect) {
-	d := toPublish{e: e, id: e.ID()}
+func (r *recovery) deferEffect(e reconcile.Effect) { r.deferCaused(e, "") }
+
+// deferCaused is deferEffect of e whose cause carried traceparent tp
+// (kept only while tracing: recoveryTrace.publishing).
+func (r *recovery) deferCaused(e reconcile.Effect, tp string) {
+	d := toPublish{e: e, id: e.ID(), tp: tp}
 	r.deferred = append(r.deferred, d)
 	if r.unstored != nil {
 		r.note(d)
@@ -156,9 +160,12 @@ func (r *recovery) stored(e reconcile.Effect) bool { return r.unstored != nil &&
 // journal entry that stands in for an effect that can never be stored
 // (session.poisonEntry): e is that entry, on its node's journal subject,
 // and id the skipped effect's, under which it is published.
+// tp is the traceparent of e's cause, kept while tracing (empty when
+// off, or the cause carried none).
 type toPublish struct {
 	e      reconcile.Effect
 	id     string
+	tp     string
 	poison bool
 }
 

@@ -86,6 +86,8 @@ type session struct {
 	// (recoveryCheckpointDue).
 	recovering bool
 	rec        *recovery
+	// rt traces the recovery (nil: tracing off, or not recovering).
+	rt *recoveryTrace
 	// early, while a first refold recovers (a read from the stream's
 	// first message, no effect of the partition stored), publishes its
 	// effects during the read (nil: every effect is deferred in rec).
@@ -384,6 +386,9 @@ func (p *partition) session(ctx context.Context) error {
 	if r.cfg.Signer != nil && r.cfg.Own.Trusts(r.cfg.Signer.PublicKey()) {
 		s.mine = map[string]minePlan{}
 	}
+	if s.recovering {
+		s.rt = newRecoveryTrace(r.tr, p.id, began, ck, last)
+	}
 	p.folded.Store(ck)
 	if first > ck+1 && last >= first {
 		// Events past the checkpoint were removed before they were
@@ -400,7 +405,15 @@ func (p *partition) session(ctx context.Context) error {
 		defer s.held.stop()
 	}
 	r.log.Debug("partition session", "partition", p.id, "checkpoint", ck, "nodes", len(states), "stream_last", last)
-	return s.consume(ctx)
+	err := s.consume(ctx)
+	if s.recovering {
+		why := err
+		if why == nil {
+			why = errSessionStopped
+		}
+		s.rt.end(0, why)
+	}
+	return err
 }
 
 // lazyTail is how many times the messages the snapshot bucket holds must
@@ -1319,10 +1332,17 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	if err := fault(r.cfg.Faults.AfterFold, p.id, seq); err != nil {
 		return err
 	}
+	tp := ""
+	if s.recovering && s.rt != nil {
+		s.rt.refolded(seq, len(effs))
+		if len(effs) > 0 {
+			tp = msg.Headers().Get(tracing.Header)
+		}
+	}
 	for _, e := range effs {
 		if s.recovering {
-			if !s.publishEarly(e) {
-				s.rec.deferEffect(e)
+			if !s.publishEarlyCaused(e, tp) {
+				s.rec.deferCaused(e, tp)
 			}
 			continue
 		}
@@ -1356,12 +1376,14 @@ func (s *session) endRecovery(ctx context.Context) error {
 		s.early = nil
 	}
 	order, queues := s.rec.unpublished()
-	r.m.Skipped.Add(float64(s.rec.skipped(countQueued(queues))))
+	skipped := s.rec.skipped(countQueued(queues))
+	r.m.Skipped.Add(float64(skipped))
 	if err := s.publishFenced(ctx, order, queues); err != nil {
 		return err
 	}
 	s.recovering = false
 	s.rec = nil
+	s.rt.end(skipped, nil)
 	return nil
 }
 
@@ -1530,6 +1552,7 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		errc  <-chan error
 		at    time.Time
 		sends sends
+		span  trace.Span // its publish's, when tracing (recoveryTrace)
 	}
 	// ready holds the subjects whose next effect may be sent (none of
 	// theirs in flight), in turn.
@@ -1597,14 +1620,18 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		}
 		err := pm.err
 		var f jetstream.PubAckFuture
+		var span trace.Span
 		if err == nil {
+			span = s.rt.publishing(x, id, pm.msg)
 			f, err = r.pub.SendAsync(pm.msg, true, fence)
 		}
 		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
+			s.rt.stalled(id, span)
 			return errStalled
 		}
 		ready = ready[1:]
 		if store.Permanent(err) {
+			s.rt.answered(span, nil, err)
 			if x.poison {
 				s.poisonLost(x, err)
 			} else {
@@ -1613,7 +1640,7 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 			next(k)
 			return nil
 		}
-		sx := sent{x: x, id: id, fence: fence, pm: pm.msg, at: time.Now()}
+		sx := sent{x: x, id: id, fence: fence, pm: pm.msg, at: time.Now(), span: span}
 		switch {
 		case err == nil:
 			s.remember(f.Msg())
@@ -1623,6 +1650,7 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		case resendable(err) && pm.msg != nil:
 			sx.ok, sx.errc = failedSend(err) // sent again in its turn
 		default:
+			s.rt.answered(span, nil, err)
 			return fmt.Errorf("publish %s (fenced at %d): %w", id, fence, err)
 		}
 		inflight = append(inflight, sx)
@@ -1675,6 +1703,7 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 				ack, err = own, nil
 			}
 		}
+		s.rt.answered(x.span, ack, err)
 		switch {
 		case err != nil:
 			err = store.ServerError(err)

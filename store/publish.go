@@ -309,6 +309,17 @@ func (p *Publisher) Prepare(ctx context.Context, node string, payload events.Pay
 	return &Prepared{msg: msg, popts: popts}, nil
 }
 
+// SetTraceparent sets pr's traceparent header (tracing.Header) to tp
+// before pr is sent: a publish whose span starts at its send (a
+// reconciler's recovery prepares its effects ahead). The signature does
+// not cover it.
+func (pr *Prepared) SetTraceparent(tp string) {
+	if pr.msg.Header == nil {
+		pr.msg.Header = nats.Header{}
+	}
+	pr.msg.Header.Set(headerTraceparent, tp)
+}
+
 // SendAsync sends pr as [Publisher.AppendAsync] would have, with the
 // expectation of [WithExpectLastSubjectSeq] when expect, and returns
 // its future. pr must not be sent twice.

@@ -34,6 +34,26 @@ const (
 	Reason = attribute.Key("meshfold.reason")
 )
 
+// The attributes of a reconciler's `recover partition` span: its
+// partition, the sequence its snapshot covered (Checkpoint) and the
+// stream's last when it began (StreamLast), the first and last sequence
+// it refolded (From, To), the messages refolded (Events), the effects
+// their folds made (Effects), those found stored and not published again
+// (Stored) and those it published (Published). Recovered marks a
+// publish span of an effect a recovery published.
+const (
+	Partition  = attribute.Key("meshfold.partition")
+	Checkpoint = attribute.Key("meshfold.checkpoint")
+	StreamLast = attribute.Key("meshfold.stream_last")
+	From       = attribute.Key("meshfold.from")
+	To         = attribute.Key("meshfold.to")
+	Events     = attribute.Key("meshfold.events")
+	Effects    = attribute.Key("meshfold.effects")
+	Stored     = attribute.Key("meshfold.stored")
+	Published  = attribute.Key("meshfold.published")
+	Recovered  = attribute.Key("meshfold.recovered")
+)
+
 // SeqAttr is the attribute k with a stream sequence as its value.
 func SeqAttr(k attribute.Key, seq uint64) attribute.KeyValue { return k.Int64(int64(seq)) }
 
@@ -62,6 +82,16 @@ func Extract(ctx context.Context, h nats.Header) context.Context {
 		return ctx
 	}
 	return propagator.Extract(ctx, carrier(h))
+}
+
+// FromTraceparent returns ctx carrying the remote span context of
+// traceparent tp (a message's, kept), or ctx unchanged when tp is empty
+// or invalid.
+func FromTraceparent(ctx context.Context, tp string) context.Context {
+	if tp == "" {
+		return ctx
+	}
+	return propagator.Extract(ctx, carrier(nats.Header{Header: []string{tp}}))
 }
 
 // Remote returns the span context of h's traceparent; not valid when h
