@@ -143,6 +143,32 @@ type NodeAtStart struct {
 	// NewFiles is 1 + the index, in the start's NewFiles, of the files
 	// its new want adds; 0: none.
 	NewFiles int `json:"new_files,omitempty"`
+	// Restarts are the restarts its newest have reported, of the modules
+	// that had any (at most events.MaxHaveModules): a module the new want
+	// leaves at its build is judged a crash loop by its restarts after
+	// these, not over its whole life (a fresh user's finding G6). Absent
+	// from an older apply's start: such a module's restarts count whole.
+	Restarts []ModuleRestarts `json:"restarts,omitempty"`
+}
+
+// ModuleRestarts is a module's restart count at a build, as a have
+// reported it.
+type ModuleRestarts struct {
+	Module   string `json:"module"`
+	Build    string `json:"build"`
+	Restarts int    `json:"restarts"`
+}
+
+// RestartsOf returns the restarts of the modules in ms that had any, in
+// their order; nil when none had.
+func RestartsOf(ms []HaveModule) []ModuleRestarts {
+	var out []ModuleRestarts
+	for _, m := range ms {
+		if m.Restarts > 0 {
+			out = append(out, ModuleRestarts{Module: m.Name, Build: m.Build, Restarts: m.Restarts})
+		}
+	}
+	return out
 }
 
 // Start begins a rollout (published by `meshfold apply`). Its stream
@@ -489,6 +515,20 @@ func checkNode(n NodeAtStart, wants, files int, seen map[string]bool) error {
 	for j, m := range n.Unhealthy {
 		if !events.ValidName(m) {
 			return fieldErr(fmt.Sprintf("unhealthy[%d]", j), m, events.ErrBadName)
+		}
+	}
+	if len(n.Restarts) > events.MaxHaveModules {
+		return fieldErr("restarts", "", &events.LimitError{Err: events.ErrTooMany, Got: len(n.Restarts), Limit: events.MaxHaveModules, Name: "MaxHaveModules"})
+	}
+	for j, m := range n.Restarts {
+		if !events.ValidName(m.Module) {
+			return fieldErr(fmt.Sprintf("restarts[%d].module", j), m.Module, events.ErrBadName)
+		}
+		if len(m.Build) > events.MaxBuild {
+			return fieldErr(fmt.Sprintf("restarts[%d].build", j), "", &events.LimitError{Err: events.ErrTooLong, Got: len(m.Build), Limit: events.MaxBuild, Name: "MaxBuild"})
+		}
+		if m.Restarts < 0 {
+			return fieldErr(fmt.Sprintf("restarts[%d].restarts", j), strconv.Itoa(m.Restarts), events.ErrBadValue)
 		}
 	}
 	if err := checkText("paused_by", n.PausedBy, n.PausedReason != "", events.MaxBy, "MaxBy"); err != nil {

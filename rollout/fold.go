@@ -186,6 +186,7 @@ func (f *folder) addNodes(list []NodeAtStart) {
 			if a.Had > 0 && a.Had <= len(r.Wants) && a.Back == 0 {
 				n.Had, n.HadSeq = a.Had, a.HadSeq
 			}
+			n.Before = slices.Clone(a.Restarts)
 			if a.NewFiles > 0 {
 				for _, ref := range r.NewFiles[a.NewFiles-1] {
 					n.Fresh = append(n.Fresh, Fresh{FileRef: ref})
@@ -1466,18 +1467,23 @@ func exitText(m *HaveModule) string {
 // added is not crash-looping (a fresh user's finding G4: a credential a
 // slow helper gives in 8 s is no bad build): it is judged at its
 // healthy_deadline, and its restarts count from the moment its files
-// were filled.
+// were filled. A module at the build it ran when the target was given
+// its new want counts from its restarts then (Node.Before; a fresh
+// user's finding G6: 7 restarts an hour earlier halted a rollout that
+// left the module as it was).
 func crashLoop(n *Node) string {
 	for _, row := range n.Plan.Rows {
 		m := haveOf(n, row.Name)
 		if m == nil || row.Build == "" || m.Build != row.Build || len(n.waitsFor(row.Name)) > 0 {
 			continue
 		}
-		base := n.crashBase(row.Name)
+		base, since := n.crashBase(row.Name), " since its files were filled"
+		if b := n.restartsBefore(row.Name, row.Build); b > base {
+			base, since = b, fmt.Sprintf(" since it was given its new want (%d before)", b)
+		}
 		if got := m.Restarts - base; got >= CrashLoopRestarts {
-			since := ""
-			if base > 0 {
-				since = " since its files were filled"
+			if base == 0 {
+				since = ""
 			}
 			return fmt.Sprintf("module %s crash-loops at build %s: %d restarts%s%s", row.Name, events.Short(row.Build), got, since, exitText(m))
 		}
@@ -1495,6 +1501,17 @@ func (n *Node) waitsFor(module string) []string {
 		}
 	}
 	return out
+}
+
+// restartsBefore is module's restarts at build when the target was given
+// its new want (Node.Before); 0 when it had none or ran another build.
+func (n *Node) restartsBefore(module, build string) int {
+	for _, b := range n.Before {
+		if b.Module == module && b.Build == build {
+			return b.Restarts
+		}
+	}
+	return 0
 }
 
 // crashBase is module's restarts when the last of its new files was
@@ -1681,6 +1698,11 @@ func (r *Rollout) allows(n *Node) bool {
 func (f *folder) step(n *Node) {
 	r := f.r
 	n.Status, n.Step, n.DeadlineFrom = Publishing, f.mark("", "", fmt.Sprintf("batch %d", n.Batch+1)), f.s.Now
+	if n.Have != nil {
+		// Newer than what the start read: the restarts its crash loop
+		// counts from (Node.Before).
+		n.Before = RestartsOf(n.Have.Modules)
+	}
 	r.Active = append(r.Active, n.Name)
 	f.update(n)
 	f.publish(&WantEffect{Rollout: r.ID, Node: n.Name, Step: StepForward, Modules: r.Wants[n.Want-1], Expect: n.Prev, Why: r.stepWhy(n)})

@@ -467,6 +467,13 @@ func (h *harness) nodeLine(t tb, l string) rollout.NodeAtStart {
 			n.PausedBy, n.PausedReason, _ = strings.Cut(v, ":")
 		} else if v, ok := strings.CutPrefix(o, "unhealthy="); ok {
 			n.Unhealthy = strings.Split(v, ",")
+		} else if v, ok := strings.CutPrefix(o, "restarts="); ok {
+			// restarts=MODULE:BUILD:N,…: as apply read its newest have.
+			for _, r := range strings.Split(v, ",") {
+				p := strings.Split(r, ":")
+				k, _ := strconv.Atoi(p[2])
+				n.Restarts = append(n.Restarts, rollout.ModuleRestarts{Module: p[0], Build: p[1], Restarts: k})
+			}
 		} else if v, ok := strings.CutPrefix(o, "had="); ok {
 			// had=K:SEQ: the want it had before, K of the start's
 			// wants, stored at SEQ, which the stream no longer holds

@@ -44,6 +44,9 @@ type Candidate struct {
 	// finding F0: the revert removed every module of the canary).
 	HadSeq uint64
 	Had    []events.WantModule
+	// Restarts are the restarts its newest have reported, of the
+	// modules that had any (see [NodeAtStart].Restarts).
+	Restarts []ModuleRestarts
 }
 
 // Target reports whether apply rolls c out: it has no want yet (none in
@@ -78,6 +81,7 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 		if c.Target() {
 			n.Back = c.Back
 			n.Want = wantIndex(start, c.Want)
+			n.Restarts = c.Restarts
 			if c.HadSeq != 0 && c.Back == 0 {
 				// The want a revert gives back, carried: the stream
 				// no longer holds it.

@@ -264,6 +264,13 @@ type Node struct {
 	Clear bool `json:"clear,omitempty"`
 	// Back is its revert, when the rollout gives it its previous want.
 	Back *Back `json:"back,omitempty"`
+	// Before are its modules' restarts when it was given its new want
+	// (its newest have folded since the start, else the start's
+	// Restarts): a module at the same build counts its crash loop from
+	// there, so a module that crash-looped before the rollout and runs
+	// again does not fail a rollout that leaves it as it is (a fresh
+	// user's finding G6).
+	Before []ModuleRestarts `json:"before,omitempty"`
 	// Fresh are the files its new want adds (the start's NewFiles): a
 	// module whose fresh file is not filled yet waits for it, and its
 	// restarts meanwhile are no crash loop (a fresh user's finding G4).

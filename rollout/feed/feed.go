@@ -333,6 +333,7 @@ func CandidatesHeld(ctx context.Context, stream jetstream.Stream, subj events.Su
 						c.Unhealthy = append(c.Unhealthy, hm.Name)
 					}
 				}
+				c.Restarts = rollout.RestartsOf(rollout.HaveOf(have).Modules)
 			}
 		}
 		out = append(out, c)
