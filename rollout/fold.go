@@ -61,7 +61,11 @@ func (s *State) Fold(in Input) []Effect {
 	case *Record:
 		f.recorded(p)
 	case *events.Plan:
-		f.plan(p)
+		if in.Unverified != "" {
+			f.unverified(p)
+		} else {
+			f.plan(p)
+		}
 	case *events.Settle:
 		f.settle(p)
 	case *Have:
@@ -347,8 +351,27 @@ func (r *Rollout) changedBy(n *Node) string {
 // again. An ended rollout decides nothing more of its own (only an
 // operator's verb moves it, as after any end), so a controller that
 // restarts, with any key, publishes nothing for it.
+//
+// A record of the current rollout's pause on a plan its controller could
+// not verify (What "paused", naming the node; folder.unverified) pauses
+// a fold that did not pause there itself the same way: a read that
+// verifies no plan (`rollout status`, which folds every plan as the
+// reconciler's) says what the controller decided, and a controller
+// restarted with the key put back stays paused until an operator
+// resumes, as the record says.
 func (f *folder) recorded(p *Record) {
 	r := f.r
+	if r != nil && p.Rollout == r.ID && p.What == "paused" && p.Node != "" {
+		if r.Unverified == nil && (r.Phase == Running || r.Phase == WaitingPromote) {
+			why, _ := strings.CutPrefix(p.Msg, fmt.Sprintf("rollout %d paused: ", r.ID))
+			why, _, _ = strings.Cut(why, pauseGuide)
+			f.pauseUnverified(p.Node, why)
+		}
+		if r.Unverified != nil && r.Unverified.Node == p.Node {
+			r.UnverifiedRecord = f.in.Seq
+		}
+		return
+	}
 	end := Phase(p.What)
 	if r == nil || p.Rollout != r.ID || p.Node != "" || !end.Final() || end == Superseded || r.Phase.Final() {
 		return
@@ -364,10 +387,155 @@ func (f *folder) recorded(p *Record) {
 	r.Reverting = nil
 }
 
+// PausedByController is the By of the pause the fold makes itself on a
+// plan its controller cannot verify ([Rollout].Unverified).
+const PausedByController = "the rollout controller"
+
+// unverified folds a plan of the node that the controller could not
+// verify against its keys (Input.Unverified says why, naming the
+// signer's key). A plan it cannot verify never moves a rollout, and a
+// rollout that goes on without it decides on what it cannot see: the
+// reconciler's plans signed with a key it no longer holds (serve
+// restarted with a new key and the old one not kept as retired) leave
+// every target changed before the restart unsettled to it, its own
+// later steps look changed by hand, and a halt's auto_revert gives
+// healthy targets their previous want back (a fresh user's finding,
+// docs/architecture.md "A rollout in progress when the key changes").
+// So a target's plan for a want at or after the rollout's (newer than
+// the one it diffed against), unverified, while the rollout runs or
+// waits for a promote, pauses it: the plan is held aside
+// ([Node].Unverified), never taken as the node's plan, and until an
+// operator's resume the rollout steps no target, judges none, calls no
+// want a conflict and reverts nothing (Rollout.fenced). The pause's
+// record names the node, the plan, the key and what to do. A forged
+// plan pauses the rollout the same way, which is the safe side: it
+// stops, the reconciler restores the node, and an operator decides.
+func (f *folder) unverified(p *events.Plan) {
+	n, r := f.node(), f.r
+	if n == nil || n.Want == 0 || n.Moved != nil || n.Status == Skipped || p.Want <= n.Prev || (n.Plan != nil && f.in.Seq <= n.Plan.Seq) {
+		return
+	}
+	if !r.fenced() && r.Phase != Running && r.Phase != WaitingPromote {
+		return // nothing it would decide on: folded as before, left out
+	}
+	rows := make([]Row, len(p.Modules))
+	for i, m := range p.Modules {
+		rows[i] = Row{Name: m.Name, Build: m.Build, Held: m.Held, Why: m.Why, Pending: m.Pending}
+	}
+	n.Unverified = &PlanSeen{Seq: f.in.Seq, Want: p.Want, Rows: rows, Prov: p.ProvisionerAccount}
+	if r.Unverified != nil {
+		return // paused already: held for the resume
+	}
+	why := fmt.Sprintf("%s's plan #%d (for want #%d) does not verify against the controller's keys (%s)", n.Name, f.in.Seq, p.Want, events.ErrorText(f.in.Unverified))
+	f.pauseUnverified(n.Name, why)
+	f.record(0, n.Name, "paused", events.LevelError, "%s", pauseRecordText(r, f.s.Fleet))
+}
+
+// pauseGuide begins what a pause on an unverified plan's record says
+// after its reason.
+const pauseGuide = ". No target is stepped, judged or reverted until the rollout is resumed. "
+
+// pauseRecordText is the record of the rollout's pause on a plan its
+// controller could not verify: the reason and what to do.
+func pauseRecordText(r *Rollout, fleet string) string {
+	return fmt.Sprintf("rollout %d paused: %s"+pauseGuide+
+		"If that key is the reconciler's old one (serve restarted with a new key, the old one not kept), put it back as retired "+
+		"(its public key in reconciler-retired.pub beside the seed, then restart serve; 'meshfold auth rotate-reconciler' changes a key and keeps the old one) and resume; "+
+		"or, once you know the plan is the reconciler's, 'meshfold rollout resume %s' takes the held plans as its own",
+		r.ID, r.Unverified.Reason, fleet)
+}
+
+// UnrecordedPause returns the record of the rollout's pause on a plan
+// its controller could not verify ([Rollout].Unverified) when the
+// controller must append it itself: the pause was decided at or below
+// recorded (the cause of the newest record on the fleet's subject when
+// its refold began, whose records at or below it the controller skips)
+// and no record of it was folded back. A refold under a new key decides
+// that pause where the fold that appended the records had decided
+// nothing; without its record, `rollout status` and a controller
+// restarted with the old key put back would not know of it. The record
+// is caused by the last input folded (State.Seq), so its message id is
+// none of the earlier records'. false when there is none to append.
+func (s *State) UnrecordedPause(recorded uint64) (Effect, bool) {
+	r := s.Rollout
+	if !r.fenced() || r.UnverifiedRecord != 0 || r.Unverified.Seq > recorded {
+		return Effect{}, false
+	}
+	rec := Stamp(&Record{Rollout: r.ID, Cause: s.Seq, Node: r.Unverified.Node, What: "paused", Level: events.LevelError, Msg: pauseRecordText(r, s.Fleet)}, s.Now)
+	return Effect{Fleet: s.Fleet, Cause: s.Seq, Record: rec}, true
+}
+
+// pauseUnverified pauses the rollout on node's plan (see
+// folder.unverified); why is the pause's reason.
+func (f *folder) pauseUnverified(node, why string) {
+	r := f.r
+	r.Unverified = f.mark(PausedByController, node, why)
+	if r.Paused == nil {
+		r.Paused = r.Unverified
+	}
+}
+
+// resumeUnverified is an operator's resume of a rollout paused on a plan
+// its controller could not verify: the operator vouches for the held
+// plans, so each target's held plan newer than its plan is taken as its
+// plan, each target in progress starts its healthy_deadline again (the
+// pause counted none of it), the conflicts not called while paused are
+// called now (a target's want that is its own step's, published by a
+// fold this one did not follow, is no conflict: its step finds it
+// stored), and every target in progress is judged.
+func (f *folder) resumeUnverified(by string) {
+	r := f.r
+	held := r.Unverified
+	r.Unverified, r.UnverifiedRecord = nil, 0
+	var took []string
+	for _, name := range r.Targets {
+		n := r.Nodes[name]
+		u := n.Unverified
+		if u == nil {
+			continue
+		}
+		n.Unverified = nil
+		if n.Plan != nil && u.Seq <= n.Plan.Seq {
+			continue
+		}
+		n.Plan = u
+		if n.Published > 0 && u.Want == n.Published {
+			n.FwdPlan, n.FwdSettledAt = u.Seq, time.Time{}
+			if n.Settled >= u.Seq {
+				n.FwdSettledAt = n.SettledAt
+			}
+		}
+		took = append(took, fmt.Sprintf("%s #%d", name, u.Seq))
+		f.update(n)
+	}
+	taken := "none newer than a plan it verified since"
+	if len(took) > 0 {
+		taken = strings.Join(took, ", ")
+	}
+	f.record(0, "", "resumed", events.LevelWarn, "resumed by %s: the plans held since #%d, which the controller could not verify, are taken as the reconciler's: %s", by, held.Seq, taken)
+	for _, name := range r.Targets {
+		n := r.Nodes[name]
+		if n.Status == Pending && n.NewestID == WantID(f.s.Fleet, r.ID, name, StepForward) {
+			continue
+		}
+		f.checkConflict(n)
+	}
+	for _, name := range r.Active {
+		r.Nodes[name].DeadlineFrom = f.s.Now
+	}
+	f.judgeAll()
+}
+
+// fenced reports whether the rollout is paused on a plan its
+// controller could not verify, in a phase it would decide in.
+func (r *Rollout) fenced() bool {
+	return r != nil && r.Unverified != nil && (r.Phase == Running || r.Phase == WaitingPromote || r.Phase == Halted)
+}
+
 // checkConflict marks a target whose newest want is none of the
 // rollout's: changed by hand (DESIGN.md §11).
 func (f *folder) checkConflict(n *Node) {
-	if n.Want == 0 || n.Moved != nil {
+	if n.Want == 0 || n.Moved != nil || f.r.fenced() {
 		return
 	}
 	switch {
@@ -462,6 +630,10 @@ func (f *folder) haltWith(node, what, why, keep string) {
 	}
 	r.Phase = Halted
 	r.Halt = f.mark("", node, why)
+	if keep == "" && r.R.AutoRevert && r.fenced() {
+		keep = fmt.Sprintf("auto_revert reverts nothing while the rollout is paused on a plan its controller cannot verify (%s's, at #%d): 'meshfold rollout revert %s' reverts on demand",
+			r.Unverified.Node, r.Unverified.Seq, f.s.Fleet)
+	}
 	if keep != "" {
 		f.record(0, node, string(Halted), events.LevelError, "rollout %d halted: %s: %s; %s", r.ID, what, why, keep)
 		return
@@ -482,6 +654,7 @@ func (f *folder) plan(p *events.Plan) {
 		rows[i] = Row{Name: m.Name, Build: m.Build, Held: m.Held, Why: m.Why, Pending: m.Pending}
 	}
 	n.Plan = &PlanSeen{Seq: f.in.Seq, Want: p.Want, Rows: rows, Prov: p.ProvisionerAccount}
+	n.Unverified = nil // a plan it verifies, newer: the held one is superseded
 	if n.Published > 0 && p.Want == n.Published {
 		n.FwdPlan, n.FwdSettledAt = f.in.Seq, time.Time{}
 	}
@@ -504,6 +677,9 @@ func (f *folder) settle(p *events.Settle) {
 		why := fmt.Sprintf("apply of plan %d failed for module %q: %s", p.Plan, p.Module, events.ErrorText(p.Error))
 		if p.Module == "" {
 			why = fmt.Sprintf("apply of plan %d failed for the plan as a whole: %s", p.Plan, events.ErrorText(p.Error))
+		}
+		if f.r.fenced() {
+			return // decided on once resumed, if its plan is the newest then
 		}
 		if p.Untrusted {
 			// The agent refused the plan for its signer: the node's
@@ -823,6 +999,10 @@ func (f *folder) operator(p *Operator) {
 		f.record(0, "", "paused", events.LevelInfo, "paused by %s: no target gets its new want until resumed", by)
 	case KindResume:
 		r.Paused = nil
+		if r.Unverified != nil {
+			f.resumeUnverified(by)
+			return
+		}
 		f.record(0, "", "resumed", events.LevelInfo, "resumed by %s", by)
 	case KindAbort:
 		queued := f.dropQueued()
@@ -1157,6 +1337,9 @@ func (f *folder) judgeAll() {
 // past its healthy_deadline; unreached when its agent is down then.
 func (f *folder) judge(n *Node) {
 	r := f.r
+	if r.fenced() {
+		return // judged once resumed (folder.resumeUnverified)
+	}
 	if n.Back != nil {
 		f.judgeBack(n)
 		return
@@ -1604,6 +1787,9 @@ func shown(d time.Duration) time.Duration { return d.Round(100 * time.Millisecon
 // the budget allows (DESIGN.md §11).
 func (f *folder) advance() {
 	r := f.r
+	if r.fenced() {
+		return
+	}
 	for r != nil && r.Phase == Running {
 		nb := r.Batches()
 		if r.Batch < nb {
@@ -1824,8 +2010,8 @@ func (s *State) NextWake() (t time.Time, ok bool) {
 // "min_healthy window", "healthy_deadline", "revert's healthy_deadline").
 func (s *State) wakes(at func(t time.Time, node, what string)) {
 	r := s.Rollout
-	if r == nil {
-		return
+	if r == nil || r.fenced() {
+		return // fenced: nothing is judged until resumed
 	}
 	if r.Phase == Running || r.Phase == WaitingPromote || r.Phase == Halted {
 		for _, name := range r.Active {

@@ -34,6 +34,14 @@ type Input struct {
 	// rollout and the step ([ParseWantID]), so a want of a rollout's own
 	// is never taken for one changed by hand. Empty for any other input.
 	ID string
+	// Unverified, set on a plan (KindPlan), says that the controller
+	// could not verify the plan's signature against its own keys, and
+	// why (the check's error, naming the signer's key): such a plan is
+	// held aside and pauses a rollout in progress, never moves it (see
+	// [State.Fold]; docs/architecture.md "A rollout in progress when the
+	// key changes"). Empty for a plan that verified, or when the caller
+	// verifies nothing.
+	Unverified string
 }
 
 // Health is a have module's health (DESIGN.md §11): empty when the

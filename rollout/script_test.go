@@ -59,7 +59,12 @@ type harness struct {
 	// want's sequence per node.
 	wants  map[uint64][]events.WantModule
 	newest map[string]uint64
-	plans  map[string]uint64 // newest plan per node
+	// newestID is the message id of each node's newest want.
+	newestID map[string]string
+	// unverified, when set, marks the next plan the harness appends as
+	// one the controller cannot verify, and why.
+	unverified string
+	plans      map[string]uint64 // newest plan per node
 	// stall, when set, keeps the controller from carrying out wants.
 	stall bool
 	// lag, when set, holds each want's outcome (published or refused)
@@ -76,7 +81,7 @@ type harness struct {
 
 func newHarness(fleet string) *harness {
 	return &harness{state: rollout.NewState(fleet), now: base, wants: map[uint64][]events.WantModule{},
-		newest: map[string]uint64{}, plans: map[string]uint64{}, out: new(strings.Builder)}
+		newest: map[string]uint64{}, newestID: map[string]string{}, plans: map[string]uint64{}, out: new(strings.Builder)}
 }
 
 func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
@@ -105,21 +110,39 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		// its want subject holds none, as the server sees it for a
 		// want's expected last subject sequence.
 		delete(h.newest, args["node"])
+		delete(h.newestID, args["node"])
 		return "ok"
 	case "refold":
 		// The controller restarts and refolds the stream from the start
 		// into a new state (the effects decided meanwhile are dropped:
 		// "carry" then publishes what it says is pending). drop=plans
-		// leaves every plan out, as a controller reads them whose
-		// signing key changed with no retired key kept: not its own.
+		// leaves every plan out, as the controller's feed did before
+		// it gave the plans it cannot verify to the fold (a signing key
+		// changed with no retired key kept: not its own); unverified=KEY
+		// gives every plan folded so far as one signed by KEY that the
+		// controller cannot verify (rollout.Input.Unverified), as its
+		// feed does now. records=append appends the records the refold
+		// decided after the newest record on the subject, as the
+		// controller does.
 		s := rollout.NewState(h.state.Fleet)
-		dropped := 0
+		dropped, lastRecord := 0, uint64(0)
+		var decided []rollout.Effect
 		for _, in := range h.stream {
 			if args["drop"] == "plans" && in.Kind == rollout.KindPlan {
 				dropped++
 				continue
 			}
-			s.Fold(in)
+			if in.Kind == rollout.KindPlan && args["unverified"] != "" {
+				in.Unverified = "effect signed by an untrusted key: " + args["unverified"]
+			}
+			if rec, ok := in.Payload.(*rollout.Record); ok {
+				lastRecord = rec.Cause
+			}
+			for _, e := range s.Fold(in) {
+				if e.Record != nil {
+					decided = append(decided, e)
+				}
+			}
 		}
 		if err := s.CheckInvariants(); err != nil {
 			t.Fatalf("%s: refold: invariant broken: %v", d.Pos, err)
@@ -127,6 +150,17 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		h.state = s
 		fmt.Fprintf(h.out, "refolded #1 to #%d (%d plans left out): rollout %d %s, %d wants pending\n",
 			len(h.stream), dropped, s.Rollout.ID, s.Rollout.Phase, len(s.Pending()))
+		if args["records"] == "append" {
+			if e, ok := s.UnrecordedPause(lastRecord); ok {
+				decided = append(decided, e)
+			}
+			for _, e := range decided {
+				if e.Record.Cause > lastRecord {
+					seq := h.append(t, rollout.Input{Kind: rollout.KindRecord, Payload: e.Record})
+					fmt.Fprintf(h.out, "  #%d %s\n", seq, formatEffect(e))
+				}
+			}
+		}
 	case "start":
 		h.start(t, d, args)
 	case "page":
@@ -136,8 +170,15 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		}
 		h.append(t, rollout.Input{Kind: rollout.KindNodes, Payload: p})
 	case "plan":
+		// unverified=KEY: a plan signed by KEY, which the controller
+		// cannot verify (a forgery, or the reconciler's old key).
 		for _, node := range strings.Split(args["node"], ",") {
+			if args["unverified"] != "" {
+				h.unverified = "effect signed by an untrusted key: " + args["unverified"]
+				h.note = " (unverified: " + args["unverified"] + ")"
+			}
 			h.plan(t, node, args["held"])
+			h.unverified = ""
 		}
 	case "settle":
 		for _, node := range strings.Split(args["node"], ",") {
@@ -338,7 +379,7 @@ func (h *harness) addWantID(t tb, node string, ms []events.WantModule, note, id 
 		h.note = " (" + note + ")"
 	}
 	seq := h.append(t, rollout.Input{Node: node, Kind: rollout.KindWant, ID: id})
-	h.wants[seq], h.newest[node] = ms, seq
+	h.wants[seq], h.newest[node], h.newestID[node] = ms, seq, id
 }
 
 // start reads "want: NAME BUILD ...; NAME BUILD" lines (the distinct
@@ -499,7 +540,7 @@ func (h *harness) plan(t tb, node, held string) {
 		}
 		p.Modules = append(p.Modules, row)
 	}
-	h.plans[node] = h.node(t, node, rollout.KindPlan, p)
+	h.plans[node] = h.append(t, rollout.Input{Node: node, Kind: rollout.KindPlan, Payload: p, Unverified: h.unverified})
 }
 
 func (h *harness) node(t tb, node string, k rollout.Kind, p any) uint64 {
@@ -544,6 +585,12 @@ func (h *harness) append(t tb, in rollout.Input) uint64 {
 func (h *harness) carry(t tb, e rollout.Effect) {
 	w := e.Want
 	if last := h.newest[w.Node]; last != w.Expect {
+		if h.newestID[w.Node] == e.ID() {
+			// Stored already by this step (the controller reads the
+			// newest want's id on a refusal).
+			h.append(t, rollout.Input{Kind: rollout.KindPublished, Payload: &rollout.Published{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Want: last}})
+			return
+		}
 		h.append(t, rollout.Input{Kind: rollout.KindRefused, Payload: &rollout.Refused{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Last: last}})
 		return
 	}
@@ -552,7 +599,7 @@ func (h *harness) carry(t tb, e rollout.Effect) {
 		ms = h.wants[w.CopyOf]
 	}
 	seq := h.append(t, rollout.Input{Node: w.Node, Kind: rollout.KindWant, ID: e.ID()})
-	h.wants[seq], h.newest[w.Node] = ms, seq
+	h.wants[seq], h.newest[w.Node], h.newestID[w.Node] = ms, seq, e.ID()
 	out := rollout.Input{Kind: rollout.KindPublished, Payload: &rollout.Published{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Want: seq}}
 	if h.lag {
 		h.outcomes = append(h.outcomes, out)

@@ -148,11 +148,20 @@ type Rollout struct {
 	// Paused is the pause in force; Promoted the promote of the canary;
 	// Halt the failure that halted it (Node, Reason); End the event that
 	// ended it (abort, revert, a new start, the last target done).
-	Paused   *Mark `json:"paused,omitempty"`
-	Promoted *Mark `json:"promoted,omitempty"`
-	Halt     *Mark `json:"halt,omitempty"`
-	Revert   *Mark `json:"revert,omitempty"`
-	End      *Mark `json:"end,omitempty"`
+	Paused *Mark `json:"paused,omitempty"`
+	// Unverified, set with Paused, is the fold's own pause on a target's
+	// plan that the controller could not verify against its keys (Node
+	// and Reason: whose, and why, naming the key): until an operator's
+	// resume, the rollout decides nothing of its own (no step, no target
+	// judged, no conflict, no revert of a halt). See folder.unverified.
+	Unverified *Mark `json:"unverified,omitempty"`
+	// UnverifiedRecord is the sequence of that pause's record folded
+	// back; 0 while none was ([State.UnrecordedPause]).
+	UnverifiedRecord uint64 `json:"unverified_record,omitempty"`
+	Promoted         *Mark  `json:"promoted,omitempty"`
+	Halt             *Mark  `json:"halt,omitempty"`
+	Revert           *Mark  `json:"revert,omitempty"`
+	End              *Mark  `json:"end,omitempty"`
 	// Nodes are the fleet's nodes, by name.
 	Nodes map[string]*Node `json:"nodes"`
 	// Targets are the targets' names in rollout order.
@@ -240,9 +249,13 @@ type Node struct {
 	Published uint64 `json:"published,omitempty"`
 	// Plan is the newest plan folded; Settled the newest plan that
 	// settled (SettledAt its first settle's time).
-	Plan      *PlanSeen `json:"plan,omitempty"`
-	Settled   uint64    `json:"settled,omitempty"`
-	SettledAt time.Time `json:"settled_at,omitzero"`
+	Plan *PlanSeen `json:"plan,omitempty"`
+	// Unverified is its newest plan the controller could not verify
+	// (newer than Plan), held aside: never taken as its plan unless an
+	// operator resumes the rollout it paused ([Rollout].Unverified).
+	Unverified *PlanSeen `json:"unverified,omitempty"`
+	Settled    uint64    `json:"settled,omitempty"`
+	SettledAt  time.Time `json:"settled_at,omitzero"`
 	// FwdPlan is the newest plan of its new want (Published) and
 	// FwdSettledAt when that plan settled (zero: not yet): what the
 	// delivery view shows once a revert's plan followed it.
@@ -256,7 +269,8 @@ type Node struct {
 	// target, kept when a later down or restart ends GoodSince.
 	HealthyFrom time.Time `json:"healthy_from,omitzero"`
 	// DeadlineFrom is when its healthy_deadline began: its step, or when
-	// it stopped waiting for an approval or came back.
+	// it stopped waiting for an approval or came back, or the resume of
+	// a rollout paused on a plan its controller could not verify.
 	DeadlineFrom time.Time `json:"deadline_from,omitzero"`
 	// Finished is when it became done, failed, in conflict or unreached.
 	Finished *Mark `json:"finished,omitempty"`
@@ -384,10 +398,16 @@ func (s *State) CheckInvariants() error {
 	if r.Loaded > r.Pages {
 		return fmt.Errorf("%d pages loaded of %d", r.Loaded, r.Pages)
 	}
+	if r.fenced() && r.Paused == nil {
+		return fmt.Errorf("paused on an unverified plan (#%d) and not paused", r.Unverified.Seq)
+	}
 	unavail, clear := 0, 0
 	for name, n := range r.Nodes {
 		if n.Name != name {
 			return fmt.Errorf("node %q filed as %q", n.Name, name)
+		}
+		if n.Unverified != nil && n.Plan != nil && n.Unverified.Seq <= n.Plan.Seq {
+			return fmt.Errorf("node %s: its held unverified plan #%d is not newer than its plan #%d", name, n.Unverified.Seq, n.Plan.Seq)
 		}
 		if n.Earlier != nil && n.Earlier.Seq >= r.ID {
 			return fmt.Errorf("node %s: its have before the start is #%d, not before %d", name, n.Earlier.Seq, r.ID)

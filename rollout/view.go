@@ -494,7 +494,12 @@ func (r *Rollout) holding(n *Node) string {
 	if p.Reason != "" {
 		s += ": " + events.ErrorText(p.Reason)
 	}
-	s += ": no target gets its new want until it is resumed"
+	if r.fenced() {
+		s += ": no target is stepped, judged or reverted until it is resumed (put that key back as the reconciler's retired one, " +
+			"or resume once you know the plan is the reconciler's: its held plans are taken as its own)"
+	} else {
+		s += ": no target gets its new want until it is resumed"
+	}
 	if then != "" {
 		s += "; then " + then
 	}

@@ -35,8 +35,10 @@ type Message struct {
 // (a node's agent event is its down or up moment), and false for a
 // message the fleet's rollout does not read: another
 // fleet's rollout event, an event of a node s's rollout does not name,
-// a kind the fold does not read, or (own set) a plan that does not verify
-// against own (folded as foreign by the reconciler).
+// or a kind the fold does not read. With own set, a plan that does not
+// verify against own (folded as foreign by the reconciler) is given with
+// [rollout.Input.Unverified] saying why: the fold never takes it as the
+// node's plan, and a rollout in progress pauses on it.
 func Input(subj events.Subjects, s *rollout.State, own *store.Trust, m Message) (rollout.Input, bool) {
 	if fleet, k, ok := subj.ParseRollout(m.Subject); ok {
 		if fleet != s.Fleet {
@@ -61,12 +63,20 @@ func Input(subj events.Subjects, s *rollout.State, own *store.Trust, m Message) 
 	if _, ok := r.Nodes[node]; !ok {
 		return rollout.Input{}, false
 	}
-	if kind == events.KindPlan && own != nil && own.Verify(node, kind, m.Header, m.Data) != nil {
-		return rollout.Input{}, false
+	var unverified error
+	if kind == events.KindPlan && own != nil {
+		unverified = own.Verify(node, kind, m.Header, m.Data)
 	}
 	ev, err := subj.DecodeEvent(m.Subject, m.Data, m.Seq, m.Time)
 	if err != nil {
 		return rollout.Input{}, false
+	}
+	if unverified != nil {
+		// Folded as foreign by the reconciler; the rollout holds it
+		// aside and pauses on it (rollout.Input.Unverified).
+		in, ok := rollout.FromNodeEvent(ev)
+		in.Unverified = unverified.Error()
+		return in, ok
 	}
 	if a, ok := ev.Payload.(*events.Agent); ok {
 		// The agent's liveness (DESIGN.md §11): its down and up moments.
