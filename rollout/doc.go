@@ -31,6 +31,10 @@
 //   - a conflict (a want changed by hand, seen on the node's subject or
 //     reported refused by the server): checkConflict; such a target is
 //     never overwritten, not even by a revert;
+//   - a target's plan its controller cannot verify (the reconciler's
+//     old key, not kept; a forgery) pauses the rollout, held aside, and
+//     nothing is stepped, judged or reverted until an operator resumes:
+//     folder.unverified;
 //   - a failure halts; a target's refusal of its plan for the
 //     reconciler's key halts without auto_revert (failUntrusted);
 //     auto_revert and the revert verb give every changed

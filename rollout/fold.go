@@ -979,6 +979,14 @@ func (f *folder) refused(p *Refused) {
 }
 
 func (f *folder) operator(p *Operator) {
+	if r := f.r; p.Kind() == KindPromote && r.fenced() && r.Phase == Running && r.R.Canary > 0 && r.Promoted == nil && (p.Rollout == 0 || p.Rollout == r.ID) {
+		// Paused on a plan it cannot verify, this fold may not see the
+		// canary done that the operator saw: the promote is taken, and
+		// the next batch begins once the canary is done after the resume.
+		r.Promoted = f.mark(p.By, "", p.Reason)
+		f.record(0, "", "promoted", events.LevelInfo, "canary promoted by %s; the rollout is paused on a plan it cannot verify: the next batch begins once it is resumed and the canary is done", events.Text(p.By))
+		return
+	}
 	if why := f.s.Ignores(p.Kind(), p.Rollout); why != "" {
 		f.ignored("%s", why)
 		return
