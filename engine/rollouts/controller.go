@@ -292,6 +292,12 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 			}
 			if !c.live && seq >= end {
 				c.live = true
+				if e, ok := c.state.UnrecordedPause(recorded); ok {
+					// Paused by this refold on a plan its keys do not
+					// verify, where the records' fold was not: recorded
+					// now, so `rollout status` says it too.
+					held = append(held, e)
+				}
 				c.log.Info("rollout controller live", "seq", seq, "records", len(held), "pending", len(c.state.Pending()))
 				c.carry(ctx, held)
 				held = nil
@@ -376,6 +382,12 @@ func (c *controller) carry(ctx context.Context, effs []rollout.Effect) {
 			return
 		}
 		if e.Record != nil {
+			if rec := e.Record; rec.What == "paused" && rec.Node != "" {
+				// The fold's own pause on a plan its keys do not verify
+				// (rollout.State.Fold): said where the operator looks.
+				c.log.Error("rollout controller paused the rollout on a plan it cannot verify", "rollout", rec.Rollout, "node", rec.Node,
+					"keys", c.cfg.Own.String(), "record", rec.Msg)
+			}
 			c.appendAsync(ctx, rollout.KindRecord, e.Record, e.ID())
 			continue
 		}
