@@ -421,6 +421,7 @@ func (l *LeaderReads) ask(ctx context.Context, req leaderGetRequest) (*jetstream
 	ctx, cancel := l.bound(ctx)
 	defer cancel()
 	nc, subj, body := l.js.Conn(), l.subject(), l.body(req)
+	start := time.Now()
 	actx, acancel := context.WithTimeout(ctx, leaderFirstAsk)
 	reply, err := nc.RequestWithContext(actx, subj, body)
 	acancel()
@@ -434,6 +435,7 @@ func (l *LeaderReads) ask(ctx context.Context, req leaderGetRequest) (*jetstream
 		return nil, l.wrap(err)
 	}
 	refused := err // the last answer that said no leader
+	noLeader := saidNoLeader(err)
 	inbox := nc.NewInbox()
 	replies := make(chan *nats.Msg, 16)
 	sub, err := nc.ChanSubscribe(inbox, replies)
@@ -452,7 +454,8 @@ func (l *LeaderReads) ask(ctx context.Context, req leaderGetRequest) (*jetstream
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				// Said as RideOut says it (a fresh user's finding V3).
-				return nil, &NoLeaderError{Stream: l.stream, Err: l.wrap(errors.Join(refused, ctx.Err()))}
+				return nil, &NoLeaderError{Stream: l.stream, Err: l.wrap(errors.Join(refused, ctx.Err())),
+					NoLeader: noLeader, Waited: time.Since(start)}
 			}
 			return nil, l.wrap(errors.Join(refused, ctx.Err()))
 		case <-timer.C:
@@ -473,6 +476,7 @@ func (l *LeaderReads) ask(ctx context.Context, req leaderGetRequest) (*jetstream
 				return m, l.wrap(err)
 			}
 			refused = err
+			noLeader = noLeader || saidNoLeader(err)
 		}
 	}
 }

@@ -56,26 +56,41 @@ func Unanswered(err error) bool {
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || (errors.As(err, &apiErr) && apiErr.Code == 503)
 }
 
-// ErrNoLeader matches the error [RideOut] gives up with when the last
-// attempt's answer said the stream had no leader, or none came
-// ([NoLeaderError]).
+// ErrNoLeader matches the error [RideOut], [AskAgain] and
+// [LeaderReads] give up with when their asks went unanswered, or were
+// answered "no leader", until the caller's deadline ([NoLeaderError]):
+// whichever of the two it was, the leader's answer did not come.
 var ErrNoLeader = errors.New("store: the stream has no leader")
 
-// jsClusterNotAvail is the JetStream API's error code for "JetStream
-// system temporarily unavailable" (the server's JSClusterNotAvailErr,
-// HTTP-like code 503): the group asked has no leader now. nats.go has no
-// sentinel for it; its 503 sentinels (jetstream not enabled) are other
+// JetStream API error codes that say the group asked has no leader now
+// (nats-server's errors.json; nats.go has no sentinels for them):
+// jsClusterNotAvail is "JetStream system temporarily unavailable"
+// (JSClusterNotAvailErr, HTTP-like code 503), which a server that knows
+// its group (a stream's, or the cluster's meta group) has no leader
+// answers; nats.go's 503 sentinels (JetStream not enabled) are other
 // codes.
 const jsClusterNotAvail = 10008
 
-// NoLeaderError is [RideOut]'s error when a stream's requests went
-// unanswered, or were answered "no leader", until the caller's deadline:
-// a cluster electing a leader after a server's loss, which takes up to
-// ~10 s after a kill -9 (docs/operations.md, "Failover"). It matches
-// [ErrNoLeader] and the last attempt's error.
+// NoLeaderError is [RideOut]'s, [AskAgain]'s and [LeaderReads]' error
+// when a stream's requests went unanswered, or were answered "no
+// leader", until the caller's deadline. Either is what a cluster
+// electing a leader after a server's loss looks like (up to ~10 s after
+// a kill -9: docs/operations.md, "Failover"); only the second says so.
+// A request that is merely never answered in time is also what a single
+// server too busy to answer looks like, so the message says which was
+// seen (NoLeader) rather than guess. It matches [ErrNoLeader] and the
+// last attempt's error.
 type NoLeaderError struct {
 	Stream string // the stream asked; "" when the caller does not know it
 	Err    error  // the last attempt's error
+	// NoLeader: an answer during the wait said there was no leader (the
+	// API's 503 with error code 10008, or no stream responding to a
+	// publish: jetstream.ErrNoStreamResponse). False when only timeouts
+	// came.
+	NoLeader bool
+	// Waited is how long the asks went without the leader's answer (the
+	// caller's bound); 0 when unknown.
+	Waited time.Duration
 }
 
 func (e *NoLeaderError) Error() string {
@@ -83,20 +98,40 @@ func (e *NoLeaderError) Error() string {
 	if e.Stream != "" {
 		what = "stream " + e.Stream
 	}
-	return what + " has no leader (a cluster electing one after a server's loss?): try again in a few seconds"
+	if e.NoLeader {
+		return what + " has no leader (a cluster electing one after a server's loss?): try again in a few seconds"
+	}
+	within := ""
+	switch {
+	case e.Waited >= time.Second:
+		// Whole seconds: the bound a user gave (--timeout 3s) less
+		// the verb's own steps before the ask began.
+		within = " within " + e.Waited.Round(time.Second).String()
+	case e.Waited > 0:
+		within = " within " + e.Waited.Round(10*time.Millisecond).String()
+	}
+	return what + " did not answer" + within + " (a server too busy to answer in time, or a cluster electing a leader after a server's loss?): try again, or allow longer"
 }
 
 func (e *NoLeaderError) Unwrap() []error { return []error{ErrNoLeader, e.Err} }
 
 // leaderless reports whether err is the JetStream API's "no leader"
-// answer, or its lack of one: the group's 503 (code 10008), no response
-// from the stream, a request timeout (nats.ErrTimeout,
-// context.DeadlineExceeded). Not a lost connection, no responders or
-// JetStream being off: those are said as they are.
+// answer ([saidNoLeader]), or its lack of one: a request timeout
+// (nats.ErrTimeout, context.DeadlineExceeded). Not a lost connection, no
+// responders to an API request or JetStream being off: those are said
+// as they are.
 func leaderless(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || saidNoLeader(err)
+}
+
+// saidNoLeader reports whether err is an answer saying the group asked
+// has no leader now: the API's 503 with error code 10008, or no stream
+// responding to a publish (jetstream.ErrNoStreamResponse: in a cluster
+// only a stream's leader listens on its subjects, so a publish to an
+// existing stream's subject with none has no leader to reach).
+func saidNoLeader(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) ||
+	return errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		(errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNotAvail)
 }
 
@@ -142,8 +177,8 @@ func rideOutBound(ctx context.Context, def time.Duration) time.Duration {
 // is asked again: the same message id is being stored), or that is
 // [ErrStorageFull], at once; when ctx ends
 // (its deadline, or the bound), a [*NoLeaderError] wrapping the
-// last error when that said the stream had no leader (leaderless),
-// else the last error; ctx's cancellation's error as op returned it.
+// last error when that said the stream had no leader or none came
+// (leaderless: its message says which was seen), else the last error; ctx's cancellation's error as op returned it.
 func RideOut[T any](ctx context.Context, stream string, op func(context.Context) (T, error)) (T, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -151,10 +186,12 @@ func RideOut[T any](ctx context.Context, stream string, op func(context.Context)
 		defer cancel()
 	}
 	b := Backoff(100*time.Millisecond, time.Second)
+	start, noLeader := time.Now(), false
 	for {
 		actx, cancel := context.WithTimeout(ctx, RideAttempt)
 		v, err := op(actx)
 		cancel()
+		noLeader = noLeader || saidNoLeader(err)
 		// A full store is a 503 like an election's, but it lasts until an
 		// operator frees space: say so now rather than after --timeout.
 		// "duplicate message id is in process" (DuplicateInProcess): an
@@ -174,7 +211,7 @@ func RideOut[T any](ctx context.Context, stream string, op func(context.Context)
 		}
 		if ctx.Err() != nil {
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) && leaderless(err) {
-				return v, &NoLeaderError{Stream: stream, Err: err}
+				return v, &NoLeaderError{Stream: stream, Err: err, NoLeader: noLeader, Waited: time.Since(start)}
 			}
 			return v, err
 		}
@@ -214,9 +251,20 @@ const (
 // nats.ErrPermissionViolation) as soon as a request of js naming stream
 // is denied; op's error that is not [Unanswered], at once; when ctx ends,
 // a [*NoLeaderError] wrapping the last error when that said there was
-// no leader (leaderless) and ctx's deadline passed, else the last error.
+// no leader or none came (leaderless: its message says which was seen)
+// and ctx's deadline passed, else the last error.
 func AskAgain[T any](ctx context.Context, js jetstream.JetStream, stream string, op func(context.Context) (T, error)) (T, error) {
 	return askAgain(ctx, js, stream, Unanswered, op)
+}
+
+// AskAgainWhile is [AskAgain] asking again while again(err) rather than
+// while [Unanswered]: for an ask whose other failures pass too (a
+// reconciler partition's read, whose stream may be missing for the
+// moment JetStream restarts in the process). A denial of js's request
+// still ends it at once; so does a ctx ended. Its attempts, bound and
+// errors are AskAgain's.
+func AskAgainWhile[T any](ctx context.Context, js jetstream.JetStream, stream string, again func(error) bool, op func(context.Context) (T, error)) (T, error) {
+	return askAgain(ctx, js, stream, again, op)
 }
 
 // askAgain is [AskAgain] asking again while again(err).
@@ -228,9 +276,11 @@ func askAgain[T any](ctx context.Context, js jetstream.JetStream, stream string,
 	}
 	ctx, release := guardAsk(ctx, js, stream)
 	defer release()
+	start, noLeader := time.Now(), false
 	for d := askAttemptFirst; ; d = min(2*d, askAttemptMost) {
 		actx, cancel := context.WithTimeout(ctx, d)
 		v, err := op(actx)
+		noLeader = noLeader || saidNoLeader(err)
 		if err != nil && again(err) && ctx.Err() == nil {
 			// A refusal that came at once (a 503) is asked again
 			// after the rest of the attempt's time, not at once.
@@ -244,7 +294,7 @@ func askAgain[T any](ctx context.Context, js jetstream.JetStream, stream string,
 			}
 		}
 		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && leaderless(err) {
-			return v, &NoLeaderError{Stream: stream, Err: err}
+			return v, &NoLeaderError{Stream: stream, Err: err, NoLeader: noLeader, Waited: time.Since(start)}
 		}
 		if err == nil || !again(err) || ctx.Err() != nil {
 			return v, err

@@ -42,7 +42,11 @@ func TestRideOutAsksAgainUntilALeaderAnswers(t *testing.T) {
 
 // A refusal is returned at once; no leader until the deadline is said
 // plainly, naming the stream (finding V3), and still matches the last
-// answer's error.
+// answer's error. "No leader" is said only when an answer said so (no
+// stream responding to a publish, the API's 503 with code 10008); asks
+// that merely went unanswered (a single server too busy to answer in
+// time looks the same) say that instead, with the wait, and match
+// ErrNoLeader all the same.
 func TestRideOutSaysNoLeader(t *testing.T) {
 	ctx := context.Background()
 	asks := 0
@@ -51,19 +55,68 @@ func TestRideOutSaysNoLeader(t *testing.T) {
 		t.Errorf("a refusal: %v after %d asks, want it at once", err, asks)
 	}
 
+	const noLeader = "stream MESH has no leader (a cluster electing one after a server's loss?): try again in a few seconds"
+	for _, c := range []struct {
+		name string
+		last error // what every ask gets
+		want string
+	}{
+		{"no stream responds", jetstream.ErrNoStreamResponse, noLeader},
+		{"the API's no leader (10008)", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, noLeader},
+		{"no answer", context.DeadlineExceeded,
+			"stream MESH did not answer within 300ms (a server too busy to answer in time, or a cluster electing a leader after a server's loss?): try again, or allow longer"},
+	} {
+		ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		t0 := time.Now()
+		_, err = store.RideOut(ctx, "MESH", func(context.Context) (int, error) { return 0, c.last })
+		cancel()
+		if d := time.Since(t0); d > 2*time.Second {
+			t.Errorf("%s: RideOut gave up %s after a 300 ms deadline", c.name, d)
+		}
+		if !errors.Is(err, store.ErrNoLeader) || !errors.Is(err, c.last) {
+			t.Fatalf("%s until the deadline: %v, want it to match ErrNoLeader and the last answer", c.name, err)
+		}
+		if err.Error() != c.want {
+			t.Errorf("%s until the deadline says %q, want %q", c.name, err, c.want)
+		}
+	}
+
+	// An answer that said no leader, then asks cut short by the
+	// deadline: the wait saw no leader, and says so.
 	ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	t0 := time.Now()
-	_, err = store.RideOut(ctx, "MESH", func(context.Context) (int, error) { return 0, jetstream.ErrNoStreamResponse })
-	if d := time.Since(t0); d > 2*time.Second {
-		t.Errorf("RideOut gave up %s after a 300 ms deadline", d)
+	asks = 0
+	_, err = store.RideOut(ctx, "MESH", func(actx context.Context) (int, error) {
+		if asks++; asks == 1 {
+			return 0, jetstream.ErrNoStreamResponse
+		}
+		<-actx.Done()
+		return 0, actx.Err()
+	})
+	if !errors.Is(err, store.ErrNoLeader) || err.Error() != noLeader {
+		t.Errorf("no leader, then no answer until the deadline: %v, want %q", err, noLeader)
 	}
-	if !errors.Is(err, store.ErrNoLeader) || !errors.Is(err, jetstream.ErrNoStreamResponse) {
-		t.Fatalf("no leader until the deadline: %v, want it to match ErrNoLeader and the last answer", err)
-	}
-	const want = "stream MESH has no leader (a cluster electing one after a server's loss?): try again in a few seconds"
-	if err.Error() != want {
-		t.Errorf("no leader until the deadline says %q, want %q", err, want)
+}
+
+// AskAgain says it the same way: "no leader" when an answer said so,
+// else that nothing answered within its wait.
+func TestAskAgainSaysWhatItSaw(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		last error
+		want string
+	}{
+		{"the API's no leader (10008)", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"},
+			"stream MESH has no leader (a cluster electing one after a server's loss?): try again in a few seconds"},
+		{"no answer", context.DeadlineExceeded,
+			"stream MESH did not answer within 300ms (a server too busy to answer in time, or a cluster electing a leader after a server's loss?): try again, or allow longer"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := store.AskAgain(ctx, nil, "MESH", func(context.Context) (int, error) { return 0, c.last })
+		cancel()
+		if !errors.Is(err, store.ErrNoLeader) || !errors.Is(err, c.last) || err.Error() != c.want {
+			t.Errorf("%s until the deadline: %q, want %q matching ErrNoLeader and the last answer", c.name, err, c.want)
+		}
 	}
 }
 

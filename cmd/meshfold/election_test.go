@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,8 @@ import (
 // whatever --timeout said, while the cluster elected a new leader
 // (~10 s); so did the read verbs (V3). Each verb here starts right
 // after such a kill and must answer as it does without one, within its
-// --timeout; a verb whose --timeout ends with no leader says so (V3).
+// --timeout; a verb whose --timeout ends with no leader says so (V3),
+// as what it saw: no answer.
 func TestVerbsRideOutElection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: kills nats-server processes")
@@ -89,7 +91,8 @@ func TestVerbsRideOutElection(t *testing.T) {
 		if !read {
 			want = 0
 		}
-		if r.code != want || strings.Contains(r.errs, "deadline exceeded") || strings.Contains(r.errs, "has no leader") {
+		if r.code != want || strings.Contains(r.errs, "deadline exceeded") || strings.Contains(r.errs, "has no leader") ||
+			strings.Contains(r.errs, "did not answer") {
 			t.Errorf("%v: exit %d after %s, want %d (the election is waited out)\nstdout: %s\nstderr: %s", r.verb, r.code, r.took.Round(10*time.Millisecond), want, r.out, r.errs)
 		}
 	}
@@ -100,17 +103,26 @@ func TestVerbsRideOutElection(t *testing.T) {
 	t.Logf("leader now %d, %s after the kill", now, time.Since(killed).Round(10*time.Millisecond))
 
 	// A verb whose --timeout ends before a leader is elected says so
-	// plainly (finding V3: a bare "context deadline exceeded"). Two of
-	// the three servers killed: no leader can be elected, so each wait
-	// for one (a read verb's --timeout bounds each) gives up.
+	// plainly (finding V3: a bare "context deadline exceeded"), and
+	// truly: two of the three servers killed, no leader can be
+	// elected, so each wait for one (a read verb's --timeout bounds
+	// each) gives up. Within 3 s of the kill the server left does not
+	// yet know its groups have no leader (it notices after its raft
+	// election timeout, 4–9 s in nats-server 2.15): it answers nothing,
+	// neither "no leader" (10008) nor no responders, so the verb says
+	// the stream did not answer within its --timeout, not that it has
+	// no leader (what it said before, true only of such an answer).
 	pc.Restart(lead)
 	if lead = pc.Leader(ctx, js, cfg.Name); lead < 0 {
 		t.Fatal("the stream has no leader before the second kill")
 	}
 	pc.Kill(lead)
 	pc.Kill((lead + 1) % pc.N())
+	// A verb that waits past that is answered "no leader", and says so.
+	const noAnswer = "stream MESH did not answer within 3s (a server too busy to answer in time, or a cluster electing a leader after a server's loss?): try again, or allow longer"
 	const noLeader = "stream MESH has no leader (a cluster electing one after a server's loss?): try again in a few seconds"
-	short := [][]string{{"ack", "hotel", "--by", "t", "--force", "--timeout", "3s"}, {"audit", "hotel", "--timeout", "3s"}}
+	short := [][]string{{"ack", "hotel", "--by", "t", "--force", "--timeout", "3s"}, {"audit", "hotel", "--timeout", "3s"},
+		{"audit", "hotel", "--timeout", "15s"}}
 	done := make(chan result, len(short))
 	for _, v := range short {
 		go func() {
@@ -121,8 +133,12 @@ func TestVerbsRideOutElection(t *testing.T) {
 	for range short {
 		r := <-done
 		t.Logf("%v with 2 of 3 servers killed: exit %d in %s: %s", r.verb, r.code, r.took.Round(10*time.Millisecond), r.errs)
-		if r.code != 1 || !strings.Contains(r.errs, noLeader) {
-			t.Errorf("%v with no leader to elect: exit %d, stderr %q; want exit 1 saying %q", r.verb, r.code, r.errs, noLeader)
+		want := noAnswer
+		if slices.Contains(r.verb, "15s") {
+			want = noLeader
+		}
+		if r.code != 1 || !strings.Contains(r.errs, want) {
+			t.Errorf("%v with no leader to elect: exit %d, stderr %q; want exit 1 saying %q", r.verb, r.code, r.errs, want)
 		}
 	}
 }
