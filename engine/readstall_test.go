@@ -123,3 +123,51 @@ func TestAFollowThatNeverAnswersEndsTheSession(t *testing.T) {
 		t.Fatalf("%d lines saying the session waits in creating its read's consumer, want 1 or more", n)
 	}
 }
+
+// TestARefollowAsksOneAtATime: a session whose read stalled asks for its
+// new consumer one request at a time, as store.AskAgain asks: here the
+// first two creations of partition 0's consumer hang for 1.5 s (past the
+// first attempt's 1 s) and fail, as creations sent into a meta leader's
+// election do. Before, a creation unanswered after 500 ms had another
+// started beside it, up to ten per partition (160 in flight for 16
+// partitions in one election, BenchmarkLeaderFailover's log), each one
+// answered late leaving a consumer on the server. The read still goes on
+// (the new want gets its plan) and no session restarts.
+func TestARefollowAsksOneAtATime(t *testing.T) {
+	t.Cleanup(engine.SetReadStallAfter(300 * time.Millisecond)) // after the reconciler's stop
+	g := newRig(t, store.StreamConfig{Partitions: 2})
+	nodes := append(nodesIn(2, 0, 1, 1), nodesIn(2, 1, 2, 1)...)
+	metrics := engine.NewMetrics(nil)
+	var hang atomic.Bool
+	var inflight, most, failed atomic.Int64
+	g.startCfg(engine.ReconcilerConfig{Metrics: metrics, SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond,
+		Logger: testLogger(t), Faults: engine.Faults{BeforeFollow: func(p int, _ uint64) error {
+			if p != 0 || !hang.Load() || failed.Load() >= 2 {
+				return nil
+			}
+			n := inflight.Add(1)
+			defer inflight.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(1500 * time.Millisecond) // a creation nobody answers
+			failed.Add(1)
+			return fmt.Errorf("consumer on MESH: %w", context.DeadlineExceeded)
+		}}})
+	for _, n := range nodes {
+		g.planFor(n, g.append(n, want("pg:1")))
+	}
+	hang.Store(true)
+	g.pauseRead(0)
+	for _, n := range nodes {
+		g.planFor(n, g.append(n, want("pg:2")))
+	}
+	if f := failed.Load(); f < 2 {
+		t.Fatalf("%d creations hung, want 2: the stalled read was not asked for again", f)
+	}
+	if m := most.Load(); m != 1 {
+		t.Errorf("%d creations of partition 0's consumer in flight at once, want 1", m)
+	}
+	if n := counter(metrics.Restarts); n != 0 {
+		t.Errorf("%v session restarts, want none: the read goes on once a creation is answered", n)
+	}
+}

@@ -1867,101 +1867,60 @@ const ackTimeout = 5 * time.Second
 // after an election or the loss of the tail's consumer. Creating a
 // consumer needs the cluster's meta leader too, which a crash may have
 // taken with it, and a request sent while there is none is never
-// answered: an attempt (bounded by followTimeout) that has not answered
-// within followAttempt is left running and another is started beside it
-// (at most followAttempts at once); the first that succeeds is used, the
-// others stopped as they return. No attempt is started past
-// followRideOut, nor on a connection closed for good: the last error is
-// returned once those running have ended (each within followTimeout),
-// and the session ends and restarts, logged. Before, attempts that each
-// timed out were started again one beside the other for as long as they
-// failed, never all ended at once, and the read waited without end and
-// without a word. A refollow still without a consumer after
-// followTimeout says so once, at warn level.
+// answered: refollow asks as every other ask of the meta leader does
+// (store.AskAgainWhile, store.AskAgain's pacing), one attempt at a time,
+// each bounded by 1 s doubling to 5 s, asking again after any failure
+// (a missing stream too: JetStream restarting in the process) until
+// followRideOut has passed. It never holds more than one creation of the
+// partition's consumer outstanding: before, an attempt unanswered after
+// 500 ms had another started beside it, up to ten per partition, and
+// every one the server answered late left a consumer until its
+// inactivity threshold (160 creations in flight for 16 partitions
+// during one election). A closed connection, or the server denying the
+// creation, ends it at once; past followRideOut the last error is
+// returned (a *store.NoLeaderError when nothing or "no leader"
+// answered), and the session ends and restarts, logged. A refollow
+// still without a consumer after followTimeout says so once, at warn
+// level.
 func (s *session) refollow(ctx context.Context, follow func(context.Context, uint64) (*store.Tail, error)) (*store.Tail, error) {
 	defer s.enter(&stepFollow)()
-	type result struct {
-		t   *store.Tail
-		err error
-	}
-	from := s.folded + 1
-	results := make(chan result, followAttempts)
-	running, started := 0, time.Now()
-	var lastErr error
-	start := func() {
-		running++
-		go func() {
-			actx, cancel := context.WithTimeout(ctx, followTimeout)
-			defer cancel()
-			t, err := follow(actx, from)
-			results <- result{t, err}
-		}()
-	}
-	// drain stops the tails of the attempts still running once they
-	// return.
-	drain := func(n int) {
-		go func() {
-			for range n {
-				if r := <-results; r.t != nil {
-					r.t.Stop()
-				}
-			}
-		}()
-	}
-	over := func() bool { return time.Since(started) > followRideOut || s.p.r.js.Conn().IsClosed() }
-	warned := false
-	start()
-	timer := time.NewTimer(followAttempt)
-	defer timer.Stop()
-	for {
-		select {
-		case r := <-results:
-			running--
-			if r.err == nil {
-				drain(running)
-				return r.t, nil
-			}
-			lastErr = r.err
-			if running == 0 && over() {
-				return nil, lastErr
-			}
-		case <-timer.C:
-			switch {
-			case !over():
-				if running < followAttempts {
-					start() // beside a slow attempt, or after failed ones
-				}
-			case running == 0:
-				return nil, lastErr
-			}
-			if !warned && time.Since(started) > followTimeout {
-				warned = true
-				s.p.r.log.Warn("partition read has no consumer yet: asking again", "partition", s.p.id, "from", from,
-					"waited", time.Since(started).Round(time.Millisecond), "attempts", running, "err", lastErr)
-			}
-			timer.Reset(followAttempt)
-		case <-ctx.Done():
-			drain(running)
-			return nil, ctx.Err()
+	from, started := s.folded+1, time.Now()
+	var (
+		mu      sync.Mutex
+		asks    int
+		lastErr error
+	)
+	warn := time.AfterFunc(followTimeout, func() {
+		mu.Lock()
+		n, err := asks, lastErr
+		mu.Unlock()
+		s.p.r.log.Warn("partition read has no consumer yet: asking again", "partition", s.p.id, "from", from,
+			"waited", time.Since(started).Round(time.Millisecond), "asks", n, "err", err)
+	})
+	defer warn.Stop()
+	rctx, cancel := context.WithTimeout(ctx, followRideOut)
+	defer cancel()
+	again := func(err error) bool { return !errors.Is(err, nats.ErrConnectionClosed) }
+	return store.AskAgainWhile(rctx, s.p.r.js, s.p.r.cfg.Stream.Name, again, func(actx context.Context) (*store.Tail, error) {
+		mu.Lock()
+		asks++
+		mu.Unlock()
+		t, err := follow(actx, from)
+		if err != nil {
+			mu.Lock()
+			lastErr = err
+			mu.Unlock()
 		}
-	}
+		return t, err
+	})
 }
 
-// followAttempt, followTimeout and followAttempts: see refollow. A new
-// attempt every followAttempt, each given the client's default API
-// timeout, with room for all of them: the read resumes at most
-// followAttempt after the meta leader is back. With one a second and four
-// at most, four requests sent into an election held every slot until the
-// first timed out (5 s after it was sent), and a read could resume up to
-// 2 s after the cluster created consumers again.
-const (
-	followAttempt  = 500 * time.Millisecond
-	followTimeout  = 5 * time.Second
-	followAttempts = int(followTimeout / followAttempt)
-)
+// followTimeout: a refollow still without a consumer after it says so
+// (refollow), the client's default API timeout.
+const followTimeout = 5 * time.Second
 
-// followRideOut bounds how long refollow starts attempts: an election's
-// length (electionRideOut). A variable for the tests (SetFollowRideOut).
+// followRideOut bounds how long refollow asks: an election's length
+// (electionRideOut). A variable for the tests (SetFollowRideOut).
 var followRideOut = electionRideOut
 
 // snapshotAttempt bounds a snapshot write's first attempt; a retry after
