@@ -85,9 +85,9 @@ func (g *rig) pauseRead(p int) {
 // consumer, and from then on every request creating its read's consumer
 // again hangs for 3 s and fails, until a session restarted: the session,
 // its read stalled, reads on (readStalled) through attempts that all
-// fail, started beside one another. It stops starting them after
-// followRideOut, ends once those running have failed, and restarts from
-// its snapshot, whose consumer is made: the new want gets its plan. Before,
+// fail, asked one after another. It stops asking after followRideOut,
+// ends, and restarts from its snapshot, whose consumer is made: the new
+// want gets its plan. Before,
 // such attempts were started for as long as they failed, never all ended
 // at once, and the session waited without end, and without a word. While
 // it waits, it says where (watchTurns): at warn level, in the step of
