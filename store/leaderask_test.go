@@ -173,3 +173,26 @@ func TestLeaderReadGivesUpAtItsDeadline(t *testing.T) {
 		}
 	}
 }
+
+// ReadFilter's first read, of the filter's newest message from the
+// stream's leader, rides out an election as long as the consumer's
+// creation after it does (DefaultRideOut, 30 s, for a ctx without a
+// deadline), not the connection's 5 s timeout: every replica answers
+// "no leader" for 6 s, then the leader answers that the filter has no
+// message, and the read ends without error. Before, it gave up after
+// 5 s with the stream's NoLeaderError.
+func TestReadFilterFirstReadRidesOutAnElection(t *testing.T) {
+	f := startFakeGets(t)
+	t0 := time.Now()
+	f.answer(0, func(n int64) any {
+		if time.Since(t0) < 6*time.Second {
+			return noLeader(n)
+		}
+		return apiError(404, int(jetstream.JSErrCodeMessageNotFound), "no message found")
+	})
+	subj := store.StreamConfig{Name: "S"}.Subjects()
+	err := store.ReadFilter(context.Background(), f.js, "S", subj, "x", "x", 0, 0, func(store.Msg) error { return nil })
+	if err != nil {
+		t.Fatalf("ReadFilter %s after the election began: %v, want nil (no message)", time.Since(t0).Round(time.Millisecond), err)
+	}
+}

@@ -126,7 +126,15 @@ func ReadFilter(ctx context.Context, js jetstream.JetStream, streamName string, 
 	// replica behind it would end the read before an event just
 	// acknowledged (an audit right after a want).
 	leader := Leader(js, streamName)
-	last, err := leader.GetLastMsgForSubject(ctx, filter)
+	// Bounded as the consumer's creation below (FollowRidingOut): a ctx
+	// without a deadline waits WithRideOut's bound, else DefaultRideOut,
+	// for the leader, not the connection's 5 s timeout, shorter than an
+	// election (4-10 s after a kill -9).
+	lctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		lctx = WithRideOut(ctx, rideOutBound(ctx, DefaultRideOut))
+	}
+	last, err := leader.GetLastMsgForSubject(lctx, filter)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}
