@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/reconcile"
@@ -40,16 +39,11 @@ import (
 var errNoAck = errors.New("engine: no acknowledgement")
 
 // resendable reports whether err, an effect publish's answer or its
-// send's refusal, leaves the publish unanswered rather than refused: it
-// may or may not be stored, and sending it again with the same message
-// id and fence is safe.
-func resendable(err error) bool {
-	return store.Unanswered(err) || errors.Is(err, errNoAck) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) ||
-		errors.Is(err, jetstream.ErrTooManyStalledMsgs) || errors.Is(err, nats.ErrReconnectBufExceeded) ||
-		// "duplicate message id is in process": the same message,
-		// sent before the loss, is proposed and not yet stored.
-		store.DuplicateInProcess(err)
-}
+// send's refusal, leaves the publish unanswered rather than refused
+// (store.Resendable, which the rollout controller's publishes share), or
+// is the session's own timeout (errNoAck): it may or may not be stored,
+// and sending it again with the same message id and fence is safe.
+func resendable(err error) bool { return store.Resendable(err) || errors.Is(err, errNoAck) }
 
 // pubRide is a session's ride-out of unanswered effect publishes: when it
 // began (zero: none under way) and the pause between rounds.
@@ -158,42 +152,16 @@ func (c *sends) again(out bool) { c.before, c.out = c.before || c.out, out }
 // of this session stored.
 func (c sends) counts(ack *jetstream.PubAck) bool { return !ack.Duplicate || c.before }
 
-// sendAgain decides, for the i-th of the effects in flight (ok and errc
-// its answer's channels) when the oldest (i 0) got cause, resendable, for
-// an answer, whether to send it again. The oldest is. An answer arrived
-// meanwhile is kept (channels that give it again: a future gives it
-// once), unless it is resendable too. One still awaited is sent again
-// only when cause is a timeout (errNoAck: the leader that had it is
-// likely gone, and waiting for each in turn would take ackTimeout each);
-// otherwise (the server's "in process", no responders for the oldest
-// alone) its answer is left to come, not doubled.
+// sendAgain is store.SendAgain (shared with the rollout controller's
+// publishes) for the i-th of the effects in flight when the oldest got
+// cause, resendable, for an answer: one still awaited is sent again only
+// when cause is the session's timeout (errNoAck).
 func sendAgain(i int, cause error, ok <-chan *jetstream.PubAck, errc <-chan error) (bool, <-chan *jetstream.PubAck, <-chan error) {
-	if i == 0 {
-		return true, ok, errc
-	}
-	select {
-	case a := <-ok:
-		c := make(chan *jetstream.PubAck, 1)
-		c <- a
-		return false, c, nil
-	case err := <-errc:
-		if resendable(err) {
-			return true, ok, errc
-		}
-		o, e := failedSend(err)
-		return false, o, e
-	default:
-		return errors.Is(cause, errNoAck), ok, errc
-	}
+	return store.SendAgain(i, errors.Is(cause, errNoAck), ok, errc)
 }
 
-// failedSend returns the channels of a publish that failed at its send
-// with err: the answer err, at once.
-func failedSend(err error) (<-chan *jetstream.PubAck, <-chan error) {
-	errc := make(chan error, 1)
-	errc <- err
-	return nil, errc
-}
+// failedSend is store.FailedSend.
+func failedSend(err error) (<-chan *jetstream.PubAck, <-chan error) { return store.FailedSend(err) }
 
 // effectSent runs the AfterEffectSent fault hook, if any.
 func (s *session) effectSent(id string) {

@@ -357,25 +357,19 @@ func (c *controller) tick(ctx context.Context) {
 // is recorded as its acknowledgement comes, in order; records are
 // appended without waiting (see drain).
 func (c *controller) carry(ctx context.Context, effs []rollout.Effect) {
-	type sent struct {
-		e   rollout.Effect
-		fut jetstream.PubAckFuture
-	}
-	var wants []sent
+	var (
+		steps []rollout.Effect
+		sends []sent
+	)
 	flush := func() {
-		for _, w := range wants {
-			var err error
-			select {
-			case ack := <-w.fut.Ok():
-				c.published(ctx, w.e.Want, ack.Sequence)
-				continue
-			case err = <-w.fut.Err():
-			case <-ctx.Done():
+		c.await(ctx, sends, func(i int, ack *jetstream.PubAck, err error) {
+			if err == nil {
+				c.published(ctx, steps[i].Want, ack.Sequence)
 				return
 			}
-			c.outcome(ctx, w.e, 0, store.ServerError(err))
-		}
-		wants = wants[:0]
+			c.outcome(ctx, steps[i], 0, store.ServerError(err))
+		})
+		steps, sends = steps[:0], sends[:0]
 	}
 	for _, e := range effs {
 		if ctx.Err() != nil {
@@ -401,8 +395,8 @@ func (c *controller) carry(ctx context.Context, effs []rollout.Effect) {
 			c.publishWant(ctx, e)
 			continue
 		}
-		wants = append(wants, sent{e, fut})
-		if len(wants) >= maxInflight {
+		steps, sends = append(steps, e), append(sends, sentOf(fut))
+		if len(sends) >= maxInflight {
 			flush()
 		}
 	}
@@ -448,13 +442,17 @@ func (c *controller) publishWant(ctx context.Context, e rollout.Effect) {
 	if err != nil {
 		return
 	}
-	var ack store.Ack
-	for attempt := 0; ; attempt++ {
+	var (
+		ack  store.Ack
+		ride ride
+	)
+	for {
 		ack, err = c.pub.Append(ctx, e.Want.Node, want, wantOpts(e)...)
-		if err == nil || !store.Transient(err) || !c.wait(ctx, attempt) {
+		if err == nil || !store.Transient(err) || !c.rideAgain(ctx, &ride, err, 1) {
 			break
 		}
 	}
+	c.answeredAgain(&ride)
 	c.outcome(ctx, e, ack.Seq, err)
 }
 
@@ -589,26 +587,25 @@ func (c *controller) appendAsync(ctx context.Context, k rollout.Kind, p any, id 
 	if !ok {
 		return
 	}
-	fut, err := c.js.PublishMsgAsync(e.msg, e.opts...)
+	fut, err := c.js.PublishMsgAsync(e.msg)
 	if err != nil {
 		c.publish(ctx, e)
 		return
 	}
-	e.fut = fut
+	e.sent = sentOf(fut)
 	c.inflight = append(c.inflight, e)
 	if len(c.inflight) >= maxInflight {
 		c.drain(ctx)
 	}
 }
 
-// pendingEvent is a rollout event ready to publish, or published and
-// not yet acknowledged (fut set).
+// pendingEvent is a rollout event ready to publish (its message id, if
+// any, in its header), or published and not yet acknowledged (sent).
 type pendingEvent struct {
 	k    rollout.Kind
 	id   string
 	msg  *nats.Msg
-	opts []jetstream.PublishOpt
-	fut  jetstream.PubAckFuture
+	sent sent
 }
 
 // message stamps p and makes its message on the fleet's subject of kind
@@ -622,7 +619,9 @@ func (c *controller) message(k rollout.Kind, p any, id string) (pendingEvent, bo
 	}
 	e := pendingEvent{k: k, id: id, msg: &nats.Msg{Subject: c.subj.Rollout(c.fleet, string(k)), Data: data}}
 	if id != "" {
-		e.opts = append(e.opts, jetstream.WithMsgID(id))
+		// In the header itself, not through a publish option: a copy
+		// sent again (await) carries it.
+		e.msg.Header = nats.Header{jetstream.MsgIDHeader: []string{id}}
 	}
 	return e, true
 }
@@ -630,38 +629,165 @@ func (c *controller) message(k rollout.Kind, p any, id string) (pendingEvent, bo
 // publish publishes e and waits for its acknowledgement, retrying what
 // passes by itself; one that cannot be stored is logged and skipped.
 func (c *controller) publish(ctx context.Context, e pendingEvent) {
-	for attempt := 0; ; attempt++ {
-		_, err := c.js.PublishMsg(ctx, e.msg, e.opts...)
+	var ride ride
+	defer c.answeredAgain(&ride)
+	for {
+		_, err := c.js.PublishMsg(ctx, e.msg)
 		err = store.ServerError(err)
 		if err == nil || ctx.Err() != nil {
 			return
 		}
-		if !store.Transient(err) || !c.wait(ctx, attempt) {
-			c.log.Error("rollout event not stored: skipped", "kind", e.k, "id", e.id, "err", events.Short(err.Error()))
+		if !store.Transient(err) || !c.rideAgain(ctx, &ride, err, 1) {
+			if ctx.Err() == nil {
+				c.log.Error("rollout event not stored: skipped", "kind", e.k, "id", e.id, "err", events.Short(err.Error()))
+			}
 			return
 		}
 	}
 }
 
-// drain waits for every event appendAsync published; one that failed for
-// a reason that passes is appended again (its id makes that safe), one
-// that cannot be stored is logged and skipped (DESIGN.md §10).
+// drain waits for every event appendAsync published (await: one whose
+// answer is lost is sent again, under its id); one that cannot be stored
+// is logged and skipped (DESIGN.md §10).
 func (c *controller) drain(ctx context.Context) {
 	pend := c.inflight
 	c.inflight = nil
-	for _, e := range pend {
+	sends := make([]sent, len(pend))
+	for i, e := range pend {
+		sends[i] = e.sent
+	}
+	c.await(ctx, sends, func(i int, _ *jetstream.PubAck, err error) {
+		if err != nil {
+			e := pend[i]
+			c.log.Error("rollout event not stored: skipped", "kind", e.k, "id", e.id, "err", events.Short(store.ServerError(err).Error()))
+		}
+	})
+}
+
+// ackWait bounds how long the controller waits for the answer to a
+// publish it sent without waiting (a step's want, a rollout event)
+// before it takes the answer as lost: a publish the stream's leader had
+// when it was killed is never answered, and nats.go keeps waiting for it
+// unless its JetStream context has a publish-async timeout (Serve's: 10
+// s; RunFleet's caller may give none). The reconciler's effects wait as
+// long (engine's ackTimeout). A variable for the tests.
+var ackWait = 5 * time.Second
+
+// errNoAnswer: a publish got no answer within ackWait.
+var errNoAnswer = errors.New("no answer from the stream")
+
+// sent is a publish sent without waiting: its message, a copy of which
+// is sent again when its answer is lost (the same subject, payload and
+// headers: its message id and, for a want, its expected last subject
+// sequence), and its answer's channels.
+type sent struct {
+	msg  *nats.Msg
+	ok   <-chan *jetstream.PubAck
+	errc <-chan error
+}
+
+func sentOf(f jetstream.PubAckFuture) sent { return sent{msg: f.Msg(), ok: f.Ok(), errc: f.Err()} }
+
+// await hands each publish of sends its answer, in order, through
+// answer (ack, or the server's refusal: pass it through
+// store.ServerError), and returns true; false when ctx ended first.
+// It rides out what the reconciler's effect publishes ride out
+// (engine's pubride, docs/architecture.md "Effect publishes ride out the
+// loss of the client's server", sharing store.Resendable and
+// store.SendAgain): when the oldest publish waiting gets no answer within
+// ackWait, or an answer that leaves it unanswered (store.Resendable: the
+// client disconnected, no responders, a 503, a timeout, the server's "in
+// process"), the controller says so once (rideAgain), paces itself, and
+// sends again a copy of it and of each later one unanswered too (one
+// still awaited only after a timeout), until the stream answers. Exactly
+// once holds: a copy of a message stored before is answered as a
+// duplicate of its sequence within the stream's dedup window, and a
+// step's want also carries the expectation it was decided against, so
+// that a copy past the window is refused as a conflict and read back as
+// its own (outcome). The controller's rollout events the fold reads
+// twice (published, refused, record) change nothing the second time.
+// There is no bound on the ride-out: the controller has nothing else to
+// do, giving up would lose what it decided, and ctx (the lease lost, the
+// process stopping) still ends it.
+func (c *controller) await(ctx context.Context, sends []sent, answer func(i int, ack *jetstream.PubAck, err error)) bool {
+	var ride ride
+	defer c.answeredAgain(&ride)
+	timer := time.NewTimer(ackWait)
+	defer timer.Stop()
+	for i := 0; i < len(sends); {
+		timer.Reset(ackWait)
+		var cause error
 		select {
-		case <-e.fut.Ok():
-		case err := <-e.fut.Err():
-			if err = store.ServerError(err); store.Transient(err) {
-				c.publish(ctx, e)
-			} else {
-				c.log.Error("rollout event not stored: skipped", "kind", e.k, "id", e.id, "err", events.Short(err.Error()))
+		case ack := <-sends[i].ok:
+			c.answeredAgain(&ride)
+			answer(i, ack, nil)
+			i++
+			continue
+		case err := <-sends[i].errc:
+			if !store.Resendable(err) {
+				c.answeredAgain(&ride)
+				answer(i, nil, err)
+				i++
+				continue
 			}
+			cause = err
+		case <-timer.C:
+			cause = errNoAnswer
 		case <-ctx.Done():
-			return
+			return false
+		}
+		if !c.rideAgain(ctx, &ride, cause, len(sends)-i) {
+			return false
+		}
+		for j := i; j < len(sends); j++ {
+			s := &sends[j]
+			var again bool
+			if again, s.ok, s.errc = store.SendAgain(j-i, cause == errNoAnswer, s.ok, s.errc); !again {
+				continue
+			}
+			f, err := c.pub.ResendMsgAsync(s.msg)
+			if err != nil {
+				s.ok, s.errc = store.FailedSend(err)
+				continue
+			}
+			s.ok, s.errc = f.Ok(), f.Err()
 		}
 	}
+	return true
+}
+
+// ride is a ride-out of publishes the stream does not answer: when it
+// began (zero: none under way) and its rounds so far.
+type ride struct {
+	started time.Time
+	rounds  int
+}
+
+// rideAgain is called when n publishes, the oldest first, got cause
+// (store.Resendable, or errNoAnswer) for an answer: the first time it
+// logs, at WARN, what the controller waits for, then it paces the
+// rounds (c.wait) and reports whether to send again: false once ctx
+// ended.
+func (c *controller) rideAgain(ctx context.Context, r *ride, cause error, n int) bool {
+	if r.started.IsZero() {
+		r.started = time.Now()
+		c.log.Warn("rollout controller: its publishes are unanswered: waiting for "+store.WaitingFor(cause)+"; sending them again until the stream answers",
+			"in_flight", n, "err", events.Short(cause.Error()))
+	}
+	ok := c.wait(ctx, r.rounds)
+	r.rounds++
+	return ok
+}
+
+// answeredAgain ends r, if under way: the stream answered (said at
+// INFO, with how long it took).
+func (c *controller) answeredAgain(r *ride) {
+	if r.started.IsZero() {
+		return
+	}
+	c.log.Info("rollout controller: the stream answers its publishes again", "after", time.Since(r.started).Round(time.Millisecond),
+		"rounds", r.rounds)
+	*r = ride{}
 }
 
 // wait sleeps before retry attempt+1 (100 ms doubling to 5 s) and
