@@ -313,6 +313,18 @@ type Back struct {
 	// recorded.
 	Want uint64 `json:"want,omitempty"`
 	Why  string `json:"why,omitempty"`
+	// From is when its previous want was recorded published: its
+	// healthy_deadline counts from then (zero: not yet).
+	From time.Time `json:"from,omitzero"`
+}
+
+// deadlineFrom is when b's healthy_deadline began: its want recorded
+// published, or its step for a revert recorded before From was kept.
+func (b *Back) deadlineFrom() time.Time {
+	if !b.From.IsZero() {
+		return b.From
+	}
+	return b.Step.Time
 }
 
 // Text says b's status for a target's status column, after a "; ":
