@@ -203,9 +203,17 @@ func (c *controller) sleep(ctx context.Context, after uint64) error {
 	defer tail.Stop()
 	c.log.Info("rollout controller idle: following only the fleet's rollout events", "rollout", c.state.Rollout.ID,
 		"phase", c.state.Rollout.Phase, "after", after)
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	elected := c.watchLeader(wctx)
 	for {
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-elected:
+			// Its consumer lived on the old leader: refold, through a
+			// new one.
+			c.log.Info("rollout controller woken: the stream has a new leader")
 			return nil
 		case x := <-tail.C():
 			if x.Err != nil {
@@ -255,11 +263,18 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	tail, err := store.Follow(ctx, c.js, store.TailConfig{Stream: c.cfg.Stream.Name, Subjects: c.subj, Start: start.Sequence})
+	follow := func(from uint64) (*store.Tail, error) {
+		return store.Follow(ctx, c.js, store.TailConfig{Stream: c.cfg.Stream.Name, Subjects: c.subj, Start: from})
+	}
+	tail, err := follow(start.Sequence)
 	if err != nil {
 		return 0, fmt.Errorf("rollout controller %s: %w", c.fleet, err)
 	}
-	defer tail.Stop()
+	defer func() { tail.Stop() }()
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	elected := c.watchLeader(wctx)
+	read := start.Sequence - 1 // the last sequence read
 	c.log.Info("rollout controller refolding", "from", start.Sequence, "to", end)
 	var held []rollout.Effect // records decided while refolding, not on the stream yet
 	timer := time.NewTimer(time.Hour)
@@ -273,11 +288,22 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 		case <-timer.C:
 			c.tick(ctx)
 			c.drain(ctx)
+		case <-elected:
+			// Its ordered consumer lived on the old leader: read on
+			// from the next message through a new one (the old one
+			// stopped aside: its deletion waits out a timeout against
+			// a dead server).
+			c.log.Info("rollout controller: the stream has a new leader; reading on through a new consumer", "from", read+1)
+			go tail.Stop()
+			if tail, err = follow(read + 1); err != nil {
+				return 0, fmt.Errorf("rollout controller %s: %w", c.fleet, err)
+			}
 		case x := <-tail.C():
 			if x.Err != nil {
 				return 0, fmt.Errorf("rollout controller %s: %w", c.fleet, x.Err)
 			}
 			seq := x.Meta.Sequence.Stream
+			read = seq
 			if in, ok := c.input(x); ok {
 				effs := c.state.Fold(in)
 				if c.live {
@@ -319,6 +345,50 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 			}
 		}
 	}
+}
+
+// leaderPoll is how often the controller reads its stream's leader
+// (watchLeader). A variable for the tests.
+var leaderPoll = time.Second
+
+// watchLeader returns a channel that gets a value each time the
+// stream's leader, read every leaderPoll until ctx ends, is another
+// server than the one read before (a read that fails or finds none is
+// skipped). The controller's ordered consumer lives on the leader and
+// dies with it; nats.go's own reset of it did not come back within 2
+// minutes when the controller's server was the leader killed with
+// SIGKILL (the controller then waited, silent, for a resume it never
+// read: TestPausedRolloutResumesAcrossTheStreamLeadersKill), as the
+// reconciler's partitions read on through a new consumer when the
+// stream has a new leader (engine's watchLeaders).
+func (c *controller) watchLeader(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	go func() {
+		var was string
+		t := time.NewTicker(leaderPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			ictx, cancel := context.WithTimeout(ctx, leaderPoll)
+			info, err := c.stream.Info(ictx)
+			cancel()
+			if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
+				continue
+			}
+			if now := info.Cluster.Leader; was != "" && now != was {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+			was = info.Cluster.Leader
+		}
+	}()
+	return ch
 }
 
 // input returns the fold's input of a tailed message, false for a message
