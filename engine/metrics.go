@@ -44,6 +44,13 @@ type Metrics struct {
 	// Agents counts the node agents' transitions this instance recorded
 	// (DESIGN.md §11 "Liveness"), by state: up, down.
 	Agents *prometheus.CounterVec
+	// ReadsMoved counts the times a partition's read moved to a new
+	// consumer, its state kept, by why: lost (the client ended the
+	// consumption: two missed heartbeats, the consumer deleted, a
+	// delivery skipped), stalled (the consumer held input it did not
+	// deliver) or elected (a new stream leader). Each lost or stalled
+	// read waited: up to two heartbeats (2 s), or readStallAfter (10 s).
+	ReadsMoved *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -80,10 +87,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Times the heap freed by loading partitions (their snapshots and the refold of their tail) was returned to the operating system, once no partition was still loading."}),
 		Agents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshfold_agent_transitions_total",
 			Help: "Node agents seen going down (lease expired, released or replaced) or coming back (lease claimed), recorded in the stream by this instance; another instance of a group may have recorded the rest."}, []string{"state"}),
+		ReadsMoved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshfold_partition_reads_moved_total",
+			Help: "Times a partition's read moved to a new consumer, its state kept, by reason: lost (two missed heartbeats, the consumer deleted, a delivery skipped), stalled (the consumer held input it did not deliver), elected (a new stream leader)."}, []string{"reason"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Folded, m.Rejected, m.BadSubject, m.Effects, m.Skipped, m.Poison, m.TooBig, m.Lag,
-			m.Folding, m.Publishing, m.Checkpoints, m.Restarts, m.Owned, m.HeapReleases, m.Agents)
+			m.Folding, m.Publishing, m.Checkpoints, m.Restarts, m.Owned, m.HeapReleases, m.Agents, m.ReadsMoved)
 	}
 	return m
 }

@@ -76,9 +76,10 @@ func (s *session) rideAgain(ctx context.Context, ride *pubRide, cause error, n i
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if r.js.Conn().IsClosed() || s.p.noRideOut() && !r.js.Conn().IsConnected() {
-		// Closed for good, or the partition is stopping and its
-		// standalone server is gone (noRideOut).
+	if wc := r.writes.Conn(); r.js.Conn().IsClosed() || wc.IsClosed() || s.p.noRideOut() && !wc.IsConnected() {
+		// Closed for good (either connection: the publishes' or the
+		// reads'), or the partition is stopping and its standalone
+		// server is gone (noRideOut).
 		return cause
 	}
 	if err := s.p.lost(); err != nil {

@@ -74,6 +74,19 @@ type ReconcilerConfig struct {
 	Logger            *slog.Logger
 	// Metrics, when set, records what the loop does.
 	Metrics *Metrics
+	// Writes, when set, is the JetStream context the reconciler writes
+	// through: its effects (plans, knocks, journal entries, the fleet's
+	// and the agents' entries) and its snapshot puts and checkpoints; it
+	// reads through the one NewReconciler is given. A context on a
+	// connection of its own (store.Companion, as [Serve] opens one) keeps
+	// the partitions' pull requests off the connection that carries
+	// thousands of asynchronous publishes at once: sharing one, a
+	// partition's pull went unanswered now and then and its read waited
+	// for two missed heartbeats (docs/architecture.md, "The reconciler
+	// writes on a connection of its own"). Create it with
+	// jetstream.WithPublishAsyncTimeout, as the reading one. Nil: the
+	// reading context writes too.
+	Writes jetstream.JetStream
 	// RestPasses bounds how many restart passes over the states a tail
 	// did not name (a lazy session's, beside the fold) read at once, for
 	// every partition of this Reconciler (one a process in `serve` and
@@ -189,7 +202,10 @@ type Reconciler struct {
 	electMu sync.Mutex
 	electCh chan struct{}
 
-	js     jetstream.JetStream
+	js jetstream.JetStream
+	// writes is the context effects and snapshots are written through
+	// (ReconcilerConfig.Writes, else js).
+	writes jetstream.JetStream
 	stream jetstream.Stream
 	snaps  *store.Snapshots
 	// replicated: the stream has more than one replica (and the snapshot
@@ -304,7 +320,12 @@ func newReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 			return nil, err
 		}
 	}
-	r := &Reconciler{electCh: make(chan struct{}), js: js, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(js, scfg.Subjects()),
+	writes := js
+	if cfg.Writes != nil {
+		writes = cfg.Writes
+		snaps.PublishOn(writes)
+	}
+	r := &Reconciler{electCh: make(chan struct{}), js: js, writes: writes, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(writes, scfg.Subjects()),
 		replicated: stream.CachedInfo().Config.Replicas > 1 || scfg.Replicas > 1,
 		cfg:        cfg, subj: scfg.Subjects(), log: cfg.Logger, tr: tracing.Tracer(cfg.Tracing), m: cfg.Metrics, parts: map[int]*partition{},
 		heap: newHeapRelease(cfg.Metrics.HeapReleases), tails: newTailGate(), passes: make(chan struct{}, restPasses(cfg.RestPasses)), first: newFirstLoads()}

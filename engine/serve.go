@@ -96,6 +96,17 @@ type Config struct {
 	// the stream, each fleet's held by a lease in the lease bucket
 	// (DESIGN.md §11).
 	NoRollouts bool
+	// WritesConn, when set, is the connection the reconciler writes its
+	// effects and snapshots on (ReconcilerConfig.Writes); Serve neither
+	// drains nor closes it, and it may be nc itself (one connection for
+	// everything, as before 5 December: its partitions' reads then now
+	// and then wait out two missed heartbeats). Nil: Serve opens one with
+	// nc's options (store.Companion), named after nc (its name and
+	// " writes": "meshfold reconcile writes"), and closes it when it
+	// returns. See docs/architecture.md, "The reconciler writes on a
+	// connection of its own".
+	WritesConn *nats.Conn
+
 	// RolloutConn, when set, is the connection the rollout controller
 	// reads the stream, holds its leases and publishes wants on: under
 	// decentralized auth, one of the controller user (store/auth's
@@ -106,7 +117,9 @@ type Config struct {
 }
 
 // Serve runs the reconciler on nc until ctx ends or a fatal error, as a
-// `meshfold serve` or `meshfold reconcile` process does (DESIGN.md §7). In
+// `meshfold serve` or `meshfold reconcile` process does (DESIGN.md §7),
+// writing its effects and snapshots on a second connection
+// (cfg.WritesConn, else one it opens with nc's options). In
 // order, it: ensures the stream (cfg.Stream); serves the metrics when
 // cfg.MetricsAddr is set; then at once opens the node agents' lease
 // bucket and the secrets' and fill statuses' buckets, joins cfg.Group or
@@ -121,7 +134,9 @@ type Config struct {
 // final snapshot was).
 //
 // Errors: store.ErrConnClosed (wrapping the connection's last error)
-// when nc closes for good, whatever else failed; [ErrStreamLeaseLost]
+// when nc or the writes' connection closes for good, whatever else
+// failed; the writes' connection's first connect failing;
+// [ErrStreamLeaseLost]
 // (wrapping the lease's error) when another process took the stream
 // lease; [ErrBesideGroup] or [ErrBesideUngrouped] when another reconciler
 // folds the stream; [ErrMetricsListen] wrapping the listen error; the
@@ -135,7 +150,34 @@ func Serve(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return store.WhileConnected(ctx, nc, func(ctx context.Context) error { return serve(ctx, nc, cfg) })
+	wc := cfg.WritesConn
+	if wc == nil {
+		// Opened before anything chains handlers of its own onto nc's
+		// (WhileConnected's, the publisher's denials): the companion
+		// takes nc's handlers as they are, the ones its caller set.
+		var err error
+		if wc, err = store.Companion(nc, writesConnName(nc)); err != nil {
+			return err
+		}
+		defer wc.Close()
+	}
+	return store.WhileConnected(ctx, nc, func(ctx context.Context) error {
+		if wc == nc {
+			return serve(ctx, nc, nc, cfg)
+		}
+		return store.WhileConnected(ctx, wc, func(ctx context.Context) error { return serve(ctx, nc, wc, cfg) })
+	})
+}
+
+// writesConnName names the connection Serve opens to write on: nc's name
+// and " writes" ("meshfold reconcile writes" beside "meshfold
+// reconcile"), so that the server's connection list tells them apart.
+func writesConnName(nc *nats.Conn) string {
+	name := nc.Opts.Name
+	if name == "" {
+		name = "meshfold"
+	}
+	return name + " writes"
 }
 
 // publishAsyncTimeout bounds how long the JetStream context Serve makes
@@ -159,11 +201,17 @@ func newJetStream(nc *nats.Conn) (jetstream.JetStream, error) {
 	return jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
 }
 
-func serve(ctx context.Context, nc *nats.Conn, c Config) error {
+func serve(ctx context.Context, nc, wc *nats.Conn, c Config) error {
 	log := c.Logger
 	js, err := newJetStream(nc)
 	if err != nil {
 		return err
+	}
+	writes := js
+	if wc != nc {
+		if writes, err = newJetStream(wc); err != nil {
+			return err
+		}
 	}
 	// The start waits, within its bounds, for a cluster just started or
 	// electing a leader, and says so once: "waiting for …" rather than
@@ -194,7 +242,7 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 		defer stop()
 	}
 	rcfg := ReconcilerConfig{Stream: scfg, Logger: log, Signer: c.Signer, Own: c.Own, Tracing: c.Tracing,
-		Metrics: metrics, SnapshotEvery: c.SnapshotEvery, SnapshotInterval: c.SnapshotInterval}
+		Metrics: metrics, SnapshotEvery: c.SnapshotEvery, SnapshotInterval: c.SnapshotInterval, Writes: writes}
 	st, err := startUp(startCtx, js, stream, scfg, rcfg, c)
 	if st.lease != nil {
 		lease := st.lease
@@ -273,7 +321,7 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 	if group != nil {
 		log.Info("reconciler running in a group", "stream", scfg.Name, "partitions", scfg.Partitions,
 			"group", c.Group, "instance", group.Instance(), "lease_ttl", group.TTL())
-		if err := runGrouped(ctx, group, r); err != nil || nc.IsClosed() {
+		if err := runGrouped(ctx, group, r); err != nil || nc.IsClosed() || wc.IsClosed() {
 			return err // a closed connection released nothing: Serve says so
 		}
 		if group.Released() {
@@ -294,7 +342,7 @@ func serve(ctx context.Context, nc *nats.Conn, c Config) error {
 		case <-rctx.Done():
 		}
 	}()
-	if err := r.Run(rctx); err != nil || nc.IsClosed() {
+	if err := r.Run(rctx); err != nil || nc.IsClosed() || wc.IsClosed() {
 		return err
 	}
 	if err := lease.Err(); err != nil {

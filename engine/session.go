@@ -874,6 +874,7 @@ func (s *session) consume(ctx context.Context) error {
 			// the cluster may hold it, not only the stream's leader),
 			// or a delivery was lost.
 			r.log.Info("partition read lost its consumer: reading on through a new one", "partition", s.p.id, "err", it.Err)
+			r.m.ReadsMoved.WithLabelValues("lost").Inc()
 			return readOn()
 		}
 		if it.Err != nil {
@@ -901,6 +902,7 @@ func (s *session) consume(ctx context.Context) error {
 		case <-tick.C:
 			s.turns.Add(1)
 			if s.readStalled(work, tail) {
+				r.m.ReadsMoved.WithLabelValues("stalled").Inc()
 				if err := readOn(); err != nil {
 					return err
 				}
@@ -939,6 +941,7 @@ func (s *session) consume(ctx context.Context) error {
 			// A new stream leader: the consumer may have died with the
 			// old one.
 			elected = r.elected()
+			r.m.ReadsMoved.WithLabelValues("elected").Inc()
 			if err := readOn(); err != nil {
 				return err
 			}

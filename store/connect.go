@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -201,15 +201,26 @@ func (c ConnectConfig) options() ([]nats.Option, func(*nats.Conn), error) {
 		servers = []string{nats.DefaultURL}
 	}
 
-	// last is the server URL the connection was last connected to (set
-	// when it connects and reconnects): once disconnected,
-	// nats.Conn.ConnectedUrl is empty, and the disconnect is logged with
-	// the URL it lost, or without one when none is known.
-	var last atomic.Pointer[string]
+	// last is the server URL each connection made with these options
+	// was last connected to (set when it connects and reconnects): once
+	// disconnected, nats.Conn.ConnectedUrl is empty, and the disconnect
+	// is logged with the URL it lost, or without one when none is known.
+	// Keyed by connection: a [Companion] shares these handlers.
+	var last sync.Map // *nats.Conn → string
 	keep := func(nc *nats.Conn) {
 		if u := nc.ConnectedUrlRedacted(); u != "" {
-			last.Store(&u)
+			last.Store(nc, u)
 		}
+	}
+	// named adds the connection's name to a line about a companion (a
+	// connection opened with nc's options and a name of its own): the
+	// lines of the connection these options were made for stay as they
+	// were.
+	named := func(nc *nats.Conn, attrs []any) []any {
+		if n := nc.Opts.Name; n != name {
+			attrs = append(attrs, "conn", n)
+		}
+		return attrs
 	}
 	opts := []nats.Option{
 		func(o *nats.Options) error { o.Servers = servers; return nil },
@@ -222,12 +233,13 @@ func (c ConnectConfig) options() ([]nats.Option, func(*nats.Conn), error) {
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			var attrs []any
 			u := nc.ConnectedUrlRedacted()
-			if p := last.Load(); u == "" && p != nil {
-				u = *p
+			if p, ok := last.Load(nc); u == "" && ok {
+				u = p.(string)
 			}
 			if u != "" {
 				attrs = append(attrs, "url", u)
 			}
+			attrs = named(nc, attrs)
 			if err != nil {
 				log.Warn("nats disconnected", append(attrs, "err", err)...)
 			} else {
@@ -236,20 +248,21 @@ func (c ConnectConfig) options() ([]nats.Option, func(*nats.Conn), error) {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			keep(nc)
-			log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+			log.Info("nats reconnected", named(nc, []any{"url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName()})...)
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
+			last.Delete(nc)
 			if err := nc.LastError(); err != nil {
-				log.Warn("nats connection closed", "err", err)
+				log.Warn("nats connection closed", named(nc, []any{"err", err})...)
 			} else {
-				log.Debug("nats connection closed")
+				log.Debug("nats connection closed", named(nc, nil)...)
 			}
 		}),
 		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
 			if sub != nil {
-				log.Error("nats async error", "subject", sub.Subject, "err", err)
+				log.Error("nats async error", named(nc, []any{"subject", sub.Subject, "err", err})...)
 			} else {
-				log.Error("nats async error", "err", err)
+				log.Error("nats async error", named(nc, []any{"err", err})...)
 			}
 		}),
 	}
@@ -435,4 +448,35 @@ func Connect(cfg ConnectConfig) (*nats.Conn, error) {
 	// load in TestDisconnectLogsLastURL).
 	keep(nc)
 	return nc, nil
+}
+
+// Companion opens a second connection to the deployment nc is connected
+// to, with nc's options as they are when it is called: its servers,
+// credentials, TLS, inbox prefix, reconnect pacing and handlers (those
+// [ConnectConfig.Options] sets log its disconnects, reconnects, close and
+// asynchronous errors as nc's, each line naming it: conn=name), named
+// name, which the server shows (its connz). The same user opens both:
+// meshfold's credentials (package store/auth) set no connection limit.
+// The caller closes it, with nc. Handlers chained onto nc after the call
+// are nc's alone.
+//
+// A companion is for a role whose reads must not share a connection with
+// its own asynchronous writes: the reconciler writes its effects and
+// snapshots on one, and its partitions' pull requests went unanswered
+// now and then while they shared one (docs/architecture.md, "The
+// reconciler writes on a connection of its own").
+//
+// Errors: nats.ErrConnectionClosed when nc is closed; the first
+// connection's failure, as nc's own first connect would fail.
+func Companion(nc *nats.Conn, name string) (*nats.Conn, error) {
+	if nc.IsClosed() {
+		return nil, nats.ErrConnectionClosed
+	}
+	o := nc.Opts
+	o.Name = name
+	c, err := o.Connect()
+	if err != nil {
+		return nil, fmt.Errorf("connection %q: %w", name, err)
+	}
+	return c, nil
 }

@@ -41,7 +41,11 @@ const putWindow = 1024
 // than the checkpoint, which a refold from the checkpoint absorbs. It is
 // safe for concurrent use.
 type Snapshots struct {
-	js   jetstream.JetStream
+	js jetstream.JetStream
+	// pub is the context the puts of PutSummarizedAt (PutNodesAt) and
+	// PutCheckpointAt are published through: js unless PublishOn set
+	// another.
+	pub  jetstream.JetStream
 	kv   jetstream.KeyValue
 	pre  string // subject prefix of a put, key appended
 	subj events.Subjects
@@ -102,7 +106,22 @@ func openSnapshots(ctx context.Context, js jetstream.JetStream, streamCfg Stream
 	if p := js.Options().APIPrefix; p != "" && p != jetstream.DefaultAPIPrefix {
 		pre = p + pre
 	}
-	return &Snapshots{js: js, kv: kv, pre: pre, subj: cfg.Subjects(), slots: make(chan struct{}, putWindow)}, nil
+	return &Snapshots{js: js, pub: js, kv: kv, pre: pre, subj: cfg.Subjects(), slots: make(chan struct{}, putWindow)}, nil
+}
+
+// PublishOn makes the puts of [Snapshots.PutNodesAt],
+// [Snapshots.PutSummarizedAt] and [Snapshots.PutCheckpointAt] go through
+// pub, a JetStream context on a connection of its own with the same
+// account (store.Companion), instead of the context the bucket was opened
+// with; reads, and the other puts, stay on that one. The reconciler writes
+// on such a connection, so that its partitions' reads do not share one
+// with its asynchronous puts (docs/architecture.md, "The reconciler
+// writes on a connection of its own"). Call it before the first put; nil
+// changes nothing.
+func (s *Snapshots) PublishOn(pub jetstream.JetStream) {
+	if pub != nil {
+		s.pub = pub
+	}
 }
 
 // Bucket returns the bucket's name.
@@ -261,7 +280,7 @@ func (s *Snapshots) PutSummarizedAt(ctx context.Context, partition int, states, 
 			if sum := summaries[node]; len(sum) > 0 {
 				msg.Header = nats.Header{SummaryHeader: []string{string(sum)}}
 			}
-			f, err := s.js.PublishMsgAsync(msg, opts...)
+			f, err := s.pub.PublishMsgAsync(msg, opts...)
 			if err == nil {
 				inflight, names = append(inflight, f), append(names, node)
 				break
@@ -304,7 +323,7 @@ func (s *Snapshots) PutSummarizedAt(ctx context.Context, partition int, states, 
 				<-s.slots
 			}
 			why := fmt.Sprintf("after %v", SettleWait)
-			if !s.js.Conn().IsConnected() {
+			if !s.pub.Conn().IsConnected() {
 				why = "with the connection down"
 			}
 			fail(fmt.Errorf("put snapshots: %d puts unanswered %s: %w", len(inflight), why, context.DeadlineExceeded))
@@ -327,7 +346,7 @@ type settleWindow struct {
 // after a ctx that timed out, or when the connection goes down.
 func (s *Snapshots) settling(ctx context.Context) settleWindow {
 	c := make(chan struct{})
-	nc := s.js.Conn()
+	nc := s.pub.Conn()
 	if errors.Is(ctx.Err(), context.Canceled) || !nc.IsConnected() {
 		close(c)
 		return settleWindow{c: c, stop: func() {}}
@@ -494,7 +513,7 @@ func (s *Snapshots) PutCheckpointAt(ctx context.Context, partition int, seq, rev
 		return 0, fmt.Errorf("put checkpoint: partition %d", partition)
 	}
 	msg := &nats.Msg{Subject: s.pre + checkpointKey(partition), Data: []byte(strconv.FormatUint(seq, 10))}
-	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev))
+	ack, err := s.pub.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev))
 	if err != nil {
 		return 0, fmt.Errorf("put checkpoint of partition %d: %w", partition, ServerError(err))
 	}
