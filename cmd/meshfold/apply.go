@@ -85,6 +85,12 @@ apply and --dry-run refuse, publishing nothing:
     phantom node; exit 2); --new rolls out to them anyway (a fleet's first
     nodes, before their agents start).
 
+--timeout (30 s) bounds the whole apply: its reads of every owned node's
+newest events (eight nodes at a time) and of the fleets' rollouts, then the
+publish. One that runs out before the publish says the step and the node it
+was reading, and that nothing was published: run it again, with a longer
+--timeout on a loaded cluster.
+
 Follow it with 'meshfold rollout status FLEET'. Exit 1 if the publish failed,
 2 on a usage error or an invalid file. A build a rollout has given out stays
 needed: 'meshfold build rm' refuses it while a want, a have or the rollout's
@@ -125,8 +131,16 @@ revert names it.`,
 			} else {
 				cmd.Annotations[rolloutFleetAnnotation] = fleet.Name
 			}
+			started := time.Now()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
+			// Every read before the publish says, when it fails, which
+			// step it was and that nothing was published (a fresh user's
+			// finding G0: "last message on 0.mesh.n03.want: context
+			// deadline exceeded", and no more).
+			before := func(step string, err error) error {
+				return applyGaveUp(err, step, len(fleet.Nodes), timeout, time.Since(started))
+			}
 			nc, js, _, err := a.openPublisher(ctx)
 			if err != nil {
 				return err
@@ -142,7 +156,7 @@ revert names it.`,
 			}
 			plan, err := feed.NewPlanHeld(ctx, stream, scfg.Subjects(), fleet, by, reason, a.heldWant(r))
 			if err != nil {
-				return err
+				return before("reading the fleet's nodes' newest events", err)
 			}
 			if plan.Start != nil {
 				// Over a rollout still going on, which the start
@@ -150,7 +164,7 @@ revert names it.`,
 				// back the want from before it, not its own.
 				prior, err := feed.Active(ctx, js, scfg, fleet.Name)
 				if err != nil {
-					return fmt.Errorf("reading fleet %s's rollout in progress: %w", fleet.Name, err)
+					return before(fmt.Sprintf("reading fleet %s's rollout in progress", fleet.Name), err)
 				}
 				plan.Over(prior)
 			}
@@ -165,7 +179,7 @@ revert names it.`,
 			// not).
 			owners, err := checkOwners(ctx, stream, scfg, plan, o.takeOver)
 			if err != nil {
-				return err
+				return before("reading the other fleets' rollouts", err)
 			}
 			if plan.Start == nil && len(owners) > 0 {
 				stays := "stays"
@@ -177,7 +191,7 @@ revert names it.`,
 			}
 			if plan.Start != nil {
 				if err := checkApply(ctx, a, r, stream, scfg, plan, o, dryRun); err != nil {
-					return err
+					return before("checking the builds and the new nodes", err)
 				}
 				if note := notBundleNote(planModules(plan)); note != "" {
 					fmt.Fprintln(a.stderr, note) // as want says it, dry run or not
@@ -188,6 +202,10 @@ revert names it.`,
 				return nil
 			}
 			id, err := plan.Apply(ctx, js, scfg.Subjects())
+			if id == 0 && timedOut(err) {
+				return fmt.Errorf("apply gave up after %s, its --timeout (%s), publishing the rollout's start: no acknowledgement came, so it may have been stored all the same: "+
+					"'meshfold rollout status %s' says whether a rollout started; run apply again only if none did: %w", roundTook(time.Since(started)), timeout, fleet.Name, err)
+			}
 			if err != nil {
 				return err
 			}
@@ -496,6 +514,53 @@ func checkApply(ctx context.Context, a *app, r *query.Reader, stream jetstream.S
 		return withCode(exitUsage, fmt.Errorf("refused (apply would refuse it too): %s; nothing was published", msg))
 	}
 	return withCode(exitUsage, fmt.Errorf("refused: %s; nothing was published", msg))
+}
+
+// applyGaveUp is apply's error for err, which ended step, a read before
+// anything is published: a refusal (a coded error) as it is; one that
+// ran out of --timeout (timeout, after took) or found no leader says
+// the step and the node it was reading, that nothing was published and
+// that a retry with a longer --timeout is safe; any other says the step
+// and that nothing was published. nodes is the fleet's node count.
+func applyGaveUp(err error, step string, nodes int, timeout, took time.Duration) error {
+	var ce *codedError
+	if errors.As(err, &ce) {
+		return err
+	}
+	var re *feed.ReadError
+	if errors.As(err, &re) {
+		step = fmt.Sprintf("reading node %s's %s (one of the %s read before anything is published)", re.Node, re.What, plural(nodes, "node"))
+	}
+	if re == nil && strings.Contains(err.Error(), "nothing was published") {
+		return err // it says so, naming its node (heldWant)
+	}
+	if timedOut(err) {
+		why := "the servers answered too slowly (a loaded cluster?)"
+		if errors.Is(err, store.ErrNoLeader) {
+			why = err.Error()
+		}
+		return &quietErr{err: err, msg: fmt.Sprintf("apply gave up after %s, its --timeout (%s), %s: %s; nothing was published, so running it again is safe: give it a longer --timeout (--timeout %s)",
+			roundTook(took), timeout, step, why, max(2*timeout, time.Minute))}
+	}
+	if re != nil {
+		return fmt.Errorf("apply: %w; nothing was published", err)
+	}
+	return fmt.Errorf("apply: %s: %w; nothing was published", step, err)
+}
+
+// timedOut reports whether err is a request that ran out of the verb's
+// --timeout, or a stream that had no leader within it.
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrNoLeader)
+}
+
+// roundTook is took as a message says it: to a tenth of a second, or to
+// a millisecond under a second.
+func roundTook(took time.Duration) time.Duration {
+	if took < time.Second {
+		return took.Round(time.Millisecond)
+	}
+	return took.Round(100 * time.Millisecond)
 }
 
 // fleetFileError is a fleet file's errors as a compiler says them,

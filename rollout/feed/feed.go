@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -275,80 +276,166 @@ func Candidates(ctx context.Context, stream jetstream.Stream, subj events.Subjec
 // (rollout.Candidate.HadSeq; a fresh user's finding F0: such a node was
 // taken as new, and auto_revert gave it an empty want).
 //
-// Errors: the stream's reads; held's, naming the node.
+// The nodes' reads (five to seven direct gets a node) are made
+// [candidateReads] nodes at a time; held is asked after them, one node
+// at a time. The first read that fails ends the others.
+//
+// Errors: a [*ReadError] naming the node and the read that failed first;
+// held's, naming the node.
 func CandidatesHeld(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet *fleetfile.Fleet, held HeldWant) ([]rollout.Candidate, error) {
-	var out []rollout.Candidate
-	for _, n := range fleet.Nodes {
-		want, _ := fleet.Want(n.Name)
-		c := rollout.Candidate{Node: n.Name, Want: want}
-		m, err := store.LastMsg(ctx, stream, subj, n.Name, events.KindWant)
-		switch {
-		case errors.Is(err, store.ErrNoMessage):
-			if held == nil {
-				break
-			}
-			seq, modules, err := held(ctx, n.Name)
-			if err != nil {
-				return nil, fmt.Errorf("node %s: %w", n.Name, err)
-			}
-			if seq != 0 {
-				if modules == nil {
-					modules = []events.WantModule{}
-				}
-				c.HadSeq, c.Had, c.Current = seq, modules, modules
-			}
-		case err != nil:
-			return nil, err
-		default:
-			c.Prev = m.Event.Seq
-			if w, ok := m.Event.Payload.(*events.Want); ok {
-				c.Current = w.Modules
-			}
-		}
-		a, err := store.LastMsg(ctx, stream, subj, n.Name, events.KindAgent)
-		switch {
-		case errors.Is(err, store.ErrNoMessage):
-		case err != nil:
-			return nil, err
-		default:
-			if ag, ok := a.Event.Payload.(*events.Agent); ok {
-				c.Down = ag.State == events.AgentDown
-				if c.Down {
-					c.DownSince = a.Event.Time
-				}
-			}
-		}
-		if err := pausedAtStart(ctx, stream, subj, &c); err != nil {
-			return nil, err
-		}
-		rt, err := store.LastMsg(ctx, stream, subj, n.Name, events.KindRetire)
-		switch {
-		case errors.Is(err, store.ErrNoMessage):
-		case err != nil:
-			return nil, err
-		default:
-			// A retire newer than the newest want: retired or retiring,
-			// until a want brings it back.
-			c.Retired = rt.Event.Seq > max(c.Prev, c.HadSeq)
-		}
-		h, err := store.LastMsg(ctx, stream, subj, n.Name, events.KindHave)
-		switch {
-		case errors.Is(err, store.ErrNoMessage):
-		case err != nil:
-			return nil, err
-		default:
-			if have, ok := h.Event.Payload.(*events.Have); ok {
-				for _, hm := range have.Modules {
-					if hm.Health == events.Unhealthy || hm.State == events.Failed {
-						c.Unhealthy = append(c.Unhealthy, hm.Name)
+	out := make([]rollout.Candidate, len(fleet.Nodes))
+	reads := make([]nodeRead, len(fleet.Nodes))
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	next := make(chan int)
+	for range min(candidateReads, len(fleet.Nodes)) {
+		wg.Go(func() {
+			for i := range next {
+				c, r, err := candidate(rctx, stream, subj, fleet, fleet.Nodes[i].Name)
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
 					}
+					mu.Unlock()
+					cancel()
+					continue
 				}
-				c.Restarts = rollout.RestartsOf(rollout.HaveOf(have).Modules)
+				out[i], reads[i] = c, r
 			}
+		})
+	}
+	// Every node is handed out: once a read failed (or ctx ended), the
+	// others fail at once on the cancelled context.
+	for i := range fleet.Nodes {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if !reads[i].noWant || held == nil {
+			continue
 		}
-		out = append(out, c)
+		c := &out[i]
+		seq, modules, err := held(ctx, c.Node)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", c.Node, err)
+		}
+		if seq != 0 {
+			if modules == nil {
+				modules = []events.WantModule{}
+			}
+			c.HadSeq, c.Had, c.Current = seq, modules, modules
+			// A retire newer than the want the state holds: retired or
+			// retiring, as below for a want the stream holds.
+			c.Retired = reads[i].retired > seq
+		}
 	}
 	return out, nil
+}
+
+// candidateReads is how many nodes [CandidatesHeld] reads at once: a
+// fleet of 60 nodes was read one request at a time, some 400 round trips
+// in a row, which on a loaded cluster (load 44 on 2 cores) took 2.9–14.4
+// s of apply's --timeout (a fresh user's finding G0). Eight keeps the
+// servers' direct-get queue short while the round trips overlap.
+const candidateReads = 8
+
+// ReadError is a read of one node's newest events that failed: what
+// [CandidatesHeld] returns, so that apply can say which node and which
+// read ended it.
+type ReadError struct {
+	Node string // the node whose event was read
+	What string // the read: "newest want", "newest have", …
+	Err  error  // the read's error (store.LastMsg's)
+}
+
+func (e *ReadError) Error() string {
+	return fmt.Sprintf("reading node %s's %s: %v", e.Node, e.What, e.Err)
+}
+
+func (e *ReadError) Unwrap() error { return e.Err }
+
+// nodeRead is what [candidate] read that the candidate does not keep.
+type nodeRead struct {
+	noWant  bool   // the node's want subject holds no want (held is asked)
+	retired uint64 // the sequence of its newest retire, 0 for none
+}
+
+// candidate reads node's newest want, agent event, pause, retire and
+// have, and pairs them with the fleet file's want.
+func candidate(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet *fleetfile.Fleet, node string) (c rollout.Candidate, r nodeRead, err error) {
+	want, _ := fleet.Want(node)
+	c = rollout.Candidate{Node: node, Want: want}
+	last := func(k events.Kind) (store.Msg, bool, error) {
+		m, err := store.LastMsg(ctx, stream, subj, node, k)
+		switch {
+		case errors.Is(err, store.ErrNoMessage):
+			return store.Msg{}, false, nil
+		case err != nil:
+			return store.Msg{}, false, &ReadError{Node: node, What: "newest " + string(k), Err: err}
+		}
+		return m, true, nil
+	}
+	m, ok, err := last(events.KindWant)
+	switch {
+	case err != nil:
+		return c, r, err
+	case !ok:
+		r.noWant = true
+	default:
+		c.Prev = m.Event.Seq
+		if w, ok := m.Event.Payload.(*events.Want); ok {
+			c.Current = w.Modules
+		}
+	}
+	a, ok, err := last(events.KindAgent)
+	if err != nil {
+		return c, r, err
+	}
+	if ag, is := a.Event.Payload.(*events.Agent); ok && is {
+		c.Down = ag.State == events.AgentDown
+		if c.Down {
+			c.DownSince = a.Event.Time
+		}
+	}
+	if err := pausedAtStart(ctx, stream, subj, &c); err != nil {
+		return c, r, &ReadError{Node: node, What: "newest pause", Err: err}
+	}
+	rt, ok, err := last(events.KindRetire)
+	if err != nil {
+		return c, r, err
+	}
+	if ok {
+		// A retire newer than the newest want: retired or retiring,
+		// until a want brings it back.
+		r.retired = rt.Event.Seq
+		c.Retired = rt.Event.Seq > c.Prev
+	}
+	h, ok, err := last(events.KindHave)
+	if err != nil {
+		return c, r, err
+	}
+	if have, is := h.Event.Payload.(*events.Have); ok && is {
+		for _, hm := range have.Modules {
+			if hm.Health == events.Unhealthy || hm.State == events.Failed {
+				c.Unhealthy = append(c.Unhealthy, hm.Name)
+			}
+		}
+		c.Restarts = rollout.RestartsOf(rollout.HaveOf(have).Modules)
+	}
+	return c, r, nil
 }
 
 // pausedAtStart sets c's pause ([Paused]).
