@@ -7,7 +7,8 @@
 //   - batches, the canary and its promote, the budget: [State.Fold]'s
 //     advance, with Rollout.allows the one budget rule (a target gets
 //     its new want only while fewer than max_unavailable of the fleet's
-//     nodes are unavailable; one already unavailable spends nothing more);
+//     nodes are unavailable; one already unavailable spends nothing more,
+//     and one only unhealthy is changed whatever the budget);
 //   - what makes a node unavailable (a target being changed, its agent
 //     down, a module unhealthy or failed): Node.unavailable;
 //   - done, failed, waiting-approval, unreached: judge, on each event of

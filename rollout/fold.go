@@ -1883,8 +1883,19 @@ func (r *Rollout) batchStart(k int) int {
 
 // allows reports whether the budget lets n be changed now: fewer than
 // max_unavailable nodes unavailable, counting n as it will be. A node
-// already unavailable (its agent down) does not spend more of it.
+// already unavailable does not spend more of it. One unavailable only
+// because a module is unhealthy or failed is changed whatever the
+// budget, as a revert gives such a target its want back (allowsBack):
+// changing it makes no node unavailable that was not, and its new want
+// may be the fix (a fresh user's finding G1: a fleet unhealthy on the
+// running build could take the fixing rollout only at max_unavailable
+// 100%). Its batch still waits for the one before, and the canary for
+// its promote. One away (agent down, paused) waits while the budget is
+// exceeded: its new want cannot make it available.
 func (r *Rollout) allows(n *Node) bool {
+	if n.Unavail && !n.away() && len(n.Unhealthy) > 0 {
+		return true
+	}
 	if n.Unavail {
 		return r.Unavailable <= r.R.MaxUnavailable
 	}
