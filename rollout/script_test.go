@@ -242,6 +242,17 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		h.stall = true
 		return "ok"
 	case "carry":
+		if node := args["node"]; node != "" {
+			// One node's pending wants carried out, the others still
+			// held (its publish answered, theirs not yet).
+			for _, e := range h.state.Pending() {
+				if e.Want != nil && e.Want.Node == node {
+					fmt.Fprintf(h.out, "pending %s\n", formatEffect(e))
+					h.carry(t, e)
+				}
+			}
+			break
+		}
 		// The controller restarts: it publishes what the state says is
 		// pending.
 		h.stall = false
