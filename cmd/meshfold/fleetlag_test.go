@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/reconciletest"
 	"github.com/meshfold/meshfold/store"
@@ -248,5 +249,22 @@ func TestFleetReadsTheCheckpointsBeforeTheSnapshots(t *testing.T) {
 	if row.Seq != after.View().Seq && !row.Behind {
 		t.Errorf("fleet -o json, ace's retirement stored and checkpointed while it read: its line at seq %d (the retirement's state: %d), not behind\n%s%s",
 			row.Seq, after.View().Seq, out, errs)
+	}
+}
+
+// TestFleetLagLineOfACheckpointJustAhead checks the table's currency
+// line when a checkpoint is stamped a fraction of a second ahead of the
+// reader's clock (the reconciler's host runs slightly ahead): it reads
+// "checkpointed 0s ago", not "-0s ago" (fresh6 m3).
+func TestFleetLagLineOfACheckpointJustAhead(t *testing.T) {
+	now := time.Date(2026, 12, 5, 2, 30, 0, 0, time.UTC)
+	f := &fleetLag{lag: query.SnapshotLag{Partitions: []query.PartitionLag{
+		{Partition: 0, Checkpoint: 10, CheckpointTime: now.Add(300 * time.Millisecond), Last: 10, LastTime: now},
+		{Partition: 1, Checkpoint: 20, CheckpointTime: now.Add(-2 * time.Minute), Last: 20, LastTime: now},
+	}}}
+	got := f.text(now)
+	want := "-- as of the reconciler's snapshots, checkpointed 0s ago (the oldest partition's 2m ago): the stream holds no newer event\n"
+	if got != want {
+		t.Errorf("text = %q, want %q", got, want)
 	}
 }

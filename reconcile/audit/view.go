@@ -335,9 +335,15 @@ func changeText(c reconcile.RowChange) string {
 	return strings.Join(parts, ", ")
 }
 
-// Age formats a duration for an operator: 45s, 12m, 3h10m, 2d4h.
+// Age formats a duration for an operator: 45s, 12m, 3h10m, 2d4h. A
+// negative duration is a time ahead of the reader's clock (the writer's
+// clock runs ahead): under a second it is "0s", as a sub-second age is,
+// never "-0s"; a larger one keeps its sign ("-5s") so the skew shows.
 func Age(d time.Duration) string {
 	if d < 0 {
+		if d > -time.Second {
+			return "0s"
+		}
 		return "-" + Age(-d)
 	}
 	switch {
