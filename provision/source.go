@@ -214,12 +214,12 @@ func firstLine(b []byte) string {
 }
 
 // notConsulted ends the why of a sealed secret that exists but does not
-// open: the file keeps what it holds.
-const notConsulted = "the sources after it are not consulted (an older content must not come back): the file keeps its content until 'meshfold secret put' seals it to this provisioner's key"
+// open: nothing is written to the file.
+const notConsulted = "the sources after it are not consulted (an older content must not come back): nothing is written to the file until 'meshfold secret put' seals it to this provisioner's key"
 
 // notConsultedUnread ends the why of a sealed source whose bucket could
 // not be read: it may hold a put.
-const notConsultedUnread = "the sources after it are not consulted while the sealed secrets cannot be read (a put there may be newer than what they hold): the file keeps its content until a pass reads them"
+const notConsultedUnread = "the sources after it are not consulted while the sealed secrets cannot be read (a put there may be newer than what they hold): nothing is written to the file until a pass reads them"
 
 // errSealedUnread marks a failed read of the sealed secrets bucket (no
 // answer: an election, a loaded server; a denial): whether it holds a
@@ -230,7 +230,7 @@ var errSealedUnread = errors.New("the sealed secrets bucket was not read")
 // helper that timed out, could not start or printed more than
 // [MaxContent]; a directory that could not be read): it may hold newer
 // content than the sources after it.
-const notConsultedFailed = "the sources after it are not consulted while it fails (it may hold newer content than theirs): the file keeps its content until it answers"
+const notConsultedFailed = "the sources after it are not consulted while it fails (it may hold newer content than theirs): nothing is written to the file until it answers"
 
 // keepsLaterOut returns the why's ending that says a failed source keeps
 // the later sources out, as a removal does. Every failure does (an error

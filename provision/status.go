@@ -78,7 +78,7 @@ func (c *Client) lookup(ctx context.Context, ref FileRef) lookup {
 		// change), a sealed bucket that cannot be read (it may hold
 		// such a put), a helper that timed out, could not start or
 		// printed too much (it may hold a newer credential: U29). The
-		// file keeps its content until the source answers.
+		// file is not written until the source answers.
 		l.whys = append(l.whys, src.String()+": "+err.Error()+"; "+keepsLaterOut(err))
 		l.state, first = errFillState(err), len(l.whys)-1
 		break

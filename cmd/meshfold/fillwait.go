@@ -168,7 +168,7 @@ func statusOutcome(w fillWait, st store.FillStatus) fillOutcome {
 	}
 	line := fmt.Sprintf("not filled yet: %s: %s", st.State, events.ErrorText(st.Why))
 	if !st.LastFilled.IsZero() {
-		line += fmt.Sprintf("; the node keeps what was last filled (at %s)", audit.FormatTime(st.LastFilled))
+		line += fmt.Sprintf("; last filled on the node at %s (gone if the node was rebooted or re-imaged since)", audit.FormatTime(st.LastFilled))
 	}
 	return fillOutcome{line: line}
 }
@@ -194,7 +194,7 @@ func untrustedLine(ctx context.Context, fills jetstream.KeyValue, w fillWait, st
 		w.node, audit.Age(now.Sub(st.Since)), events.ErrorText(st.Why), w.node)
 	if e, err := fills.Get(ctx, store.FilledKey(w.node, w.module, w.path)); err == nil {
 		if r, ok := store.DecodeFillRecord(e.Value()); ok && !r.At.IsZero() {
-			line += fmt.Sprintf("; the node keeps what was last filled (at %s)", audit.FormatTime(r.At))
+			line += fmt.Sprintf("; last filled on the node at %s (gone if the node was rebooted or re-imaged since)", audit.FormatTime(r.At))
 		}
 	}
 	return line

@@ -55,7 +55,7 @@ content wins:
                     is no source; past --exec-timeout it is killed. A helper
                     that times out, cannot start or prints more than 1 MiB
                     failed: the sources after it are not consulted for the
-                    file (it may hold newer content), which keeps its content
+                    file (it may hold newer content), which is not written
                     (source-failed). Its stdout
                     is never logged, the first line of its stderr is (at
                     warn once while it stays the same for the file).
@@ -68,7 +68,7 @@ content wins:
                     watches NAME's secrets. A secret that is stored but
                     removed ('secret rm'), sealed to another key (the key
                     changed) or that cannot be opened stops the sources
-                    after sealed: the file keeps its content ('secret rm
+                    after sealed: the file is not written ('secret rm
                     --next-source' hands the file on to them). A source
                     before sealed that has the file wins: a put of other
                     content is then reported shadowed.

@@ -189,7 +189,8 @@ and what to do; no wait for either), or, when nothing
 came within the wait, what is known: a provisioner whose lease was not
 renewed for more than half its TTL (it may be down: killed, its lease not
 expired yet), the agent down, a refusal the node holds owed. A file NODE
-held before says "the node keeps what was last filled (at …)". The exit
+held before says "last filled on the node at …" (gone if the node was
+rebooted or re-imaged since). The exit
 code is 0 either way: the put is stored, and is filled when the cause
 goes. With a provisioner and an agent up, a put returns as soon as the
 fill is reported (30 to 251 ms in all over 10 puts, median 126 ms, the same

@@ -973,13 +973,13 @@ func TestSecretPutWhileDown(t *testing.T) {
 			"--account", "nbody", "--resync", "0", "--log-level", "warn")
 		return stop
 	}()
-	// Its fill on start is refused; state says the node keeps what was
-	// last filled.
-	stateSays("kept as last filled (at ")
+	// Its fill on start is refused; state says when the file was last
+	// filled.
+	stateSays("last filled at ")
 	stateSays("a newer one is not written: refused since ")
 	put("wrongaccount")
 	says("wrong account", "not filled yet: refused: wrong-account: the node refuses writes from nbody", "start the provisioner with --account prov",
-		"the node keeps what was last filled (at ")
+		"last filled on the node at ", "(gone if the node was rebooted or re-imaged since)")
 	stopProv()
 	stopProv = prov()
 	filled("wrongaccount")
@@ -1005,7 +1005,7 @@ func TestSecretPutWhileDown(t *testing.T) {
 	says("untrusted provisioner", "not filled yet: ace's provisioner refuses the node's plans for their signer (since ",
 		"is signed by key "+rt.Keys()[0]+", which this provisioner does not trust: if it is the reconciler's, add it to --trust (MESHFOLD_TRUST)",
 		"it fills no file of ace until it trusts them (it reads its trust when it starts: restart it)",
-		"the node keeps what was last filled (at ")
+		"last filled on the node at ", "(gone if the node was rebooted or re-imaged since)")
 	if took >= 30*time.Second {
 		t.Errorf("a put to a provisioner that refuses the node's plans took %s: it waited out its --wait", took)
 	}
@@ -1051,12 +1051,12 @@ func TestSecretPutWhileDown(t *testing.T) {
 	}
 	t.Logf("a sealed secret holds at most %d bytes on a server of max_payload 1 MiB (%s %s %s, --by alice)", n, "ace", "app", sealedPath)
 
-	// secret rm: the node keeps the file; state says so, not "not filled"
-	// (a fresh user's finding U10).
+	// secret rm: the node keeps the file; state says when it was last
+	// filled, not "not filled" (a fresh user's finding U10).
 	if _, errs, code := m.cli(t, "secret", "rm", "ace", "app", sealedPath, "--by", "carol"); code != 0 {
 		t.Fatalf("secret rm: %s", errs)
 	}
-	stateSays("ace app " + sealedPath + " kept as last filled (at ")
+	stateSays("ace app " + sealedPath + " last filled at ")
 	stateSays("no source gives a newer one: missing since ")
 	if st, _, _ := m.cli(t, "state", "ace"); strings.Contains(st, "not filled: missing") {
 		t.Errorf("state says a file the node keeps is not filled:\n%s", st)

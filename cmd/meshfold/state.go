@@ -112,7 +112,7 @@ func runState(ctx context.Context, a *app, node string, format string, timeout t
 	sources, serr := r.Sources(ctx, node)
 	// Reported by a provisioner that is down since: as it last saw them.
 	ps := audit.MarkStale(sources[node], ns.View.ProvisionerDown())
-	// Reported gone by the node's agent: not kept as last filled.
+	// Reported gone by the node's agent: not "last filled at" only.
 	ps = audit.MarkGone(ps, ns.View.Missing)
 	if format != outTable {
 		return writeValue(a.stdout, format, stateReply{Source: ns.Source, View: ns.View, Composition: ns.Composition, Stuck: ns.View.Stuck(now),

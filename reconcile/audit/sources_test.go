@@ -93,13 +93,16 @@ func TestFleetSourcesTextCutsBetweenWords(t *testing.T) {
 	}
 }
 
-// A file not filled now that a provisioner filled before is kept by the
-// node with what was last filled: its line says so and when, and why no
-// newer content came, never "not filled" (a fresh user's finding U10:
-// "not filled: missing" after 'secret rm' read as a file missing on the
-// node). One never filled still says "not filled"; the header says both.
+// A file not filled now that a provisioner filled before says when it
+// was last filled and why no newer content came, never "not filled" (a
+// fresh user's finding U10: "not filled: missing" after 'secret rm' read
+// as a file missing on the node), nor that the node keeps it: an agent
+// reports no file missing at its own start, so after a reboot or a
+// re-image the file may be gone though none was reported (fresh6 M4:
+// "kept as last filled" of a file a re-image had removed). One never
+// filled still says "not filled"; the header says both.
 // A file the node's agent reported gone (reconcile.View.Missing) is not
-// said kept as last filled: the provisioners' record says what they last
+// said last filled only: the provisioners' record says what they last
 // had the node write, the have what the node holds (provfix).
 func TestSourcesTextGoneFromNode(t *testing.T) {
 	now := time.Date(2026, 12, 4, 15, 46, 0, 0, time.UTC)
@@ -115,16 +118,16 @@ func TestSourcesTextGoneFromNode(t *testing.T) {
 	got := strings.Join(strings.Fields(audit.SourcesText("fox", marked, now)), " ")
 	for _, want := range []string{
 		"fox app /run/app/token gone from the node (reported at #41; last filled at 2026-12-04T15:40:01.000Z); no source gives it again: missing since 6s ago",
-		"fox app /run/app/ca kept as last filled (at 2026-12-04T15:40:01.000Z)",
+		"fox app /run/app/ca last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone, but after a reboot or re-image it may be)",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("does not say %q:\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "token kept") {
+	if strings.Contains(got, "token last filled at") {
 		t.Errorf("a file the node reported gone is said kept:\n%s", got)
 	}
-	if h := audit.SourcesHeader(marked[:1]); strings.Contains(h, "kept") {
+	if h := audit.SourcesHeader(marked[:1]); strings.Contains(h, "last filled") {
 		t.Errorf("header of a gone file alone says kept: %q", h)
 	}
 	if same := audit.MarkGone(ps, nil); &same[0] != &ps[0] {
@@ -154,23 +157,24 @@ func TestSourcesTextKeptAsLastFilled(t *testing.T) {
 		}
 	}
 	for i, want := range []string{
-		"fox app /run/app/token kept as last filled (at 2026-12-04T15:40:01.000Z); no source gives a newer one: missing since 6s ago: sealed: removed by you",
-		"fox app /run/app/ca kept as last filled (at 2026-12-04T15:40:01.000Z); no source gives a newer one: sealed-to-other-key since 1m ago",
-		"fox app /run/app/tls kept as last filled (at 2026-12-04T15:40:01.000Z); a newer one is not written: refused since 1m ago",
+		"fox app /run/app/token last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone, but after a reboot or re-image it may be); no source gives a newer one: missing since 6s ago: sealed: removed by you",
+		"fox app /run/app/ca last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone, but after a reboot or re-image it may be); no source gives a newer one: sealed-to-other-key since 1m ago",
+		"fox app /run/app/tls last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone, but after a reboot or re-image it may be); a newer one is not written: refused since 1m ago",
 		"fox app /run/app/key not filled: missing since 1m ago",
 	} {
 		if len(lines) != 4 || !strings.Contains(lines[i], want) {
 			t.Errorf("line %d does not say %q:\n%s", i, want, got)
 		}
 	}
-	if strings.Count(got, "not filled") != 1 {
+	if strings.Count(got, "not filled") != 1 || strings.Contains(got, "kept") {
 		t.Errorf("a kept file said not filled:\n%s", got)
 	}
-	fleet := audit.FleetSourcesText([]audit.FleetRow{{Node: "fox", Sources: ps[:1]}}, now)
-	if !strings.Contains(fleet, "kept as last filled (at 2026-12-04T15:40:01.000Z)") || strings.Contains(fleet, "not filled") {
+	fleet := strings.Join(strings.Fields(audit.FleetSourcesText([]audit.FleetRow{{Node: "fox", Sources: ps[:1]}}, now)), " ")
+	if !strings.Contains(fleet, "last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone, but after a reboot or re-image it may be)") ||
+		strings.Contains(fleet, "not filled") || strings.Contains(fleet, "kept") {
 		t.Errorf("fleet's line:\n%s", fleet)
 	}
-	if h := audit.SourcesHeader(ps); h != "not filled, or kept as last filled, as the provisioner reports it:\n" {
+	if h := audit.SourcesHeader(ps); h != "not filled, or not filled again since last filled, as the provisioner reports it:\n" {
 		t.Errorf("header %q", h)
 	}
 }

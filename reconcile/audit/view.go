@@ -546,8 +546,11 @@ type SourceProblem struct {
 	// or knock the provisioner refused (empty: unsigned); empty otherwise.
 	Signer string `json:"signer,omitempty"`
 	// LastFilled is, of a file not filled now, when its provisioner last
-	// had the node write it (store.FillStatus.LastFilled): the node keeps
-	// that content. Zero: never filled, as the provisioners recorded.
+	// had the node write it (store.FillStatus.LastFilled): the node holds
+	// that content unless it lost the file since in a way its agent does
+	// not report (a reboot emptying a tmpfs, a re-image: an agent reports
+	// no file missing at its own start). Zero: never filled, as the
+	// provisioners recorded.
 	LastFilled time.Time `json:"last_filled,omitzero"`
 	// Gone is, of a file the node's agent reported missing on the node
 	// (reconcile.View.Missing: deleted there since it was last in
@@ -588,7 +591,7 @@ func MarkStale(ps []SourceProblem, down *reconcile.AgentRecord) []SourceProblem 
 // MarkGone returns ps with each file's problem that missing (the node's
 // reconcile.View.Missing) names marked Gone, with the have that reported
 // it: the provisioners' record says what they last had the node write,
-// the have what the node holds, and "kept as last filled" of a file the
+// the have what the node holds, and "last filled at" of a file the
 // node reported gone read as held (provfix). ps itself when none is
 // marked.
 func MarkGone(ps []SourceProblem, missing []reconcile.MissingFile) []SourceProblem {
@@ -684,7 +687,7 @@ const Shadowed = "shadowed"
 func SourcesHeader(ps []SourceProblem) string {
 	kept := ""
 	if slices.ContainsFunc(ps, func(p SourceProblem) bool { return !p.LastFilled.IsZero() && p.Gone == 0 && p.State != Shadowed }) {
-		kept = ", or kept as last filled"
+		kept = ", or not filled again since last filled"
 	}
 	for _, p := range ps {
 		if p.State == Shadowed {
@@ -736,10 +739,13 @@ func sourcesText(node string, ps []SourceProblem, now time.Time, cut bool) strin
 			continue
 		}
 		if !p.LastFilled.IsZero() {
-			// The node holds the file, with what was last filled (a
-			// fresh user's finding U10: "not filled: missing" read as
-			// a file missing on the node).
-			t.line(0, "source", fmt.Sprintf("%s %s %s kept as last filled (at %s); %s: %s since %s ago%s: %s", node, p.Module, events.Text(p.Path),
+			// The node was last seen holding the file, with what was
+			// last filled (a fresh user's finding U10: "not filled:
+			// missing" read as a file missing on the node). Not
+			// asserted as held: an agent reports no file missing at
+			// its own start, so a node rebooted (tmpfs /run) or
+			// re-imaged since reads the same (fresh6 M4).
+			t.line(0, "source", fmt.Sprintf("%s %s %s last filled at %s (the node has not reported it gone, but after a reboot or re-image it may be); %s: %s since %s ago%s: %s", node, p.Module, events.Text(p.Path),
 				FormatTime(p.LastFilled), keptWhy(p.State), p.State, Age(now.Sub(p.Since)), stale, why(p.Why)))
 			continue
 		}
@@ -759,7 +765,7 @@ func goneWhy(state string) string {
 	return "no source gives it again"
 }
 
-// keptWhy says why a file the node keeps as last filled has no newer
+// keptWhy says why a file last filled, not reported gone, has no newer
 // content, by its state (store.FillState): refused or not sent, a newer
 // one was found but not written; else no source gives one.
 func keptWhy(state string) string {
