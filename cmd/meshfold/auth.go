@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -200,6 +201,7 @@ func newAuthRevokeCmd(a *app) *cobra.Command {
 	var (
 		dir    string
 		noPush bool
+		wait   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "revoke USER --dir DIR",
@@ -208,8 +210,13 @@ func newAuthRevokeCmd(a *app) *cobra.Command {
 account's JWT, rewrites DIR/resolver.conf, and pushes the new account JWT to
 the server (--server, default nats://127.0.0.1:4222) as the system user
 (DIR/creds/sys.creds unless --creds says otherwise): the server closes the
-user's connections and refuses it from then on, without a restart. In a
-cluster, servers with a full resolver share the update.
+user's connections and refuses it from then on, without a restart. Every
+server of the cluster answers the push; revoke prints each one's answer
+(waiting up to --wait) and exits with status 1 when a server it knows of
+(one answering a ping, or a peer of the JetStream meta leader) did not
+apply it: one that is down refuses the user within its resolver interval
+(10 s) after it restarts, or at once if DIR/resolver.conf is copied to it
+first.
 
 A long-running command connected as the user (node, provision, reconcile, or
 serve --auth when USER is reconciler) exits with status 1, "NATS connection
@@ -259,18 +266,21 @@ NAME, any other with auth add-user ROLE.`,
 				return fmt.Errorf("revoked in %s, but not pushed: %w", d.Path(), err)
 			}
 			defer nc.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			if wait <= 0 {
+				return withCode(exitUsage, fmt.Errorf("--wait %s: must be more than 0", wait))
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), wait)
 			defer cancel()
-			msg, err := d.Push(ctx, nc)
+			rep, err := d.Push(ctx, nc)
 			if err != nil {
 				return fmt.Errorf("revoked in %s, but the push failed: %w", d.Path(), err)
 			}
-			fmt.Fprintf(a.stdout, "pushed to %s\n", msg)
-			return nil
+			return printPush(a, d, args[0], rep)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "the auth directory (required)")
 	cmd.Flags().BoolVar(&noPush, "no-push", false, "only update the files; push nothing")
+	cmd.Flags().DurationVar(&wait, "wait", 3*time.Second, "how long to wait for every server of the cluster to answer the push")
 	_ = cmd.MarkFlagRequired("dir")
 	a.conn.add(cmd)
 	return cmd
@@ -356,6 +366,42 @@ retired one, and its older plans are no longer its own.`,
 	cmd.Flags().DurationVar(&overlap, "overlap", 24*time.Hour, "how long agents with the new trust file still accept the old key's plans and knocks")
 	_ = cmd.MarkFlagRequired("dir")
 	return cmd
+}
+
+// printPush prints each server's answer to the push of user's
+// revocation, one line each, and returns an error (exit 1) when a server
+// did not apply it.
+func printPush(a *app, d *auth.Dir, user string, rep auth.PushReport) error {
+	var missed []string
+	if len(rep.Servers) == 1 {
+		fmt.Fprint(a.stdout, "pushed to ")
+	} else {
+		fmt.Fprintf(a.stdout, "pushed to %d servers:\n", len(rep.Servers))
+	}
+	for _, s := range rep.Servers {
+		if len(rep.Servers) > 1 {
+			fmt.Fprint(a.stdout, "  ")
+		}
+		switch {
+		case s.Err == nil:
+			fmt.Fprintf(a.stdout, "%s: %s\n", s.Server, s.Message)
+			continue
+		case errors.Is(s.Err, auth.ErrNoAnswer):
+			fmt.Fprintf(a.stdout, "%s: no answer (offline? once it restarts it refuses %s within its resolver interval, 10 s; or copy %s to it)\n",
+				s.Server, user, filepath.Join(d.Path(), "resolver.conf"))
+		case errors.Is(s.Err, auth.ErrPushSkipped):
+			fmt.Fprintf(a.stdout, "%s: skipped: it has not loaded the account (a MEMORY resolver: copy %s to it and reload it)\n",
+				s.Server, filepath.Join(d.Path(), "resolver.conf"))
+		default:
+			fmt.Fprintf(a.stdout, "%s: refused: %v\n", s.Server, s.Err)
+		}
+		missed = append(missed, s.Server)
+	}
+	if len(missed) > 0 {
+		return fmt.Errorf("revoked in %s, but %d of %d servers did not apply it: %s (see above)",
+			d.Path(), len(missed), len(rep.Servers), strings.Join(missed, ", "))
+	}
+	return nil
 }
 
 func printUsers(a *app, d *auth.Dir, users []auth.User) {

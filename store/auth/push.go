@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -16,6 +18,13 @@ import (
 // update: give it the new resolver.conf (and reload it), or use a full
 // resolver, which stores every pushed JWT.
 var ErrPushSkipped = errors.New("auth: the server skipped the update: it has not loaded the account")
+
+// ErrNoAnswer: a server the cluster knows did not answer the update
+// before the push's context was done: it is down or cut off, and has not
+// applied it. A full resolver fetches the update from the others one
+// resolver interval (10s) after it starts; until then it accepts the
+// revoked user, unless the new resolver.conf is copied to it first.
+var ErrNoAnswer = errors.New("auth: no answer")
 
 // claimUpdateReply is the server's reply on
 // $SYS.REQ.ACCOUNT.<account>.CLAIMS.UPDATE (server.ServerAPIClaimUpdateResponse).
@@ -35,46 +44,183 @@ type claimUpdateReply struct {
 	} `json:"error"`
 }
 
+// jszReply is a server's reply on $SYS.REQ.SERVER.PING.JSZ
+// (server.ServerAPIResponse with a server.JSInfo): its name and, in a
+// JetStream cluster, the meta group's leader and (on the leader) its
+// other peers, offline ones included.
+type jszReply struct {
+	Server struct {
+		Name string `json:"name"`
+	} `json:"server"`
+	Data struct {
+		Meta *struct {
+			Leader   string `json:"leader"`
+			Replicas []struct {
+				Name    string `json:"name"`
+				Offline bool   `json:"offline"`
+			} `json:"replicas"`
+		} `json:"meta_cluster"`
+	} `json:"data"`
+}
+
+// pingSubject is the subject every server answers with its JetStream
+// report (server.JSInfo), JetStream enabled or not.
+const pingSubject = "$SYS.REQ.SERVER.PING.JSZ"
+
 // UpdateSubject returns the subject a server takes account JWT updates
 // on: $SYS.REQ.ACCOUNT.<account>.CLAIMS.UPDATE (every resolver type
 // subscribes to it).
 func UpdateSubject(account string) string { return "$SYS.REQ.ACCOUNT." + account + ".CLAIMS.UPDATE" }
 
-// Push sends the current JWT of the mesh account to the servers nc is
-// connected to, and returns what the answering server said. nc must be a
-// connection of a system-account user (the creds of "sys"). The server
+// PushAnswer is what one server did with a pushed account JWT.
+type PushAnswer struct {
+	Server string // the server's name (server_name)
+	// Message is the server's word when it applied the update ("jwt
+	// updated"); empty otherwise.
+	Message string
+	// Err is nil when the server applied the update; else
+	// [ErrNoAnswer], [ErrPushSkipped], or the server's refusal.
+	Err error
+}
+
+// PushReport is what every known server did with a pushed account JWT.
+type PushReport struct {
+	Account string       // the account's name in the directory: "mesh"
+	Servers []PushAnswer // one per known server, by name
+}
+
+// Applied reports whether every known server applied the update.
+func (r PushReport) Applied() bool {
+	for _, a := range r.Servers {
+		if a.Err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Push sends the current JWT of the mesh account to every server of the
+// cluster nc is connected to and reports each one's answer. nc must be a
+// connection of a system-account user (the creds of "sys"). Each server
 // applies it at once: a revoked user's connections are closed and it can
-// no longer connect. In a cluster one server answers; servers with a full
-// resolver share the update, servers with a MEMORY resolver each apply it
-// to their loaded account.
+// no longer connect.
 //
-// Errors: [ErrPushSkipped]; the server's refusal (a JWT not signed by its
-// operator, say); no answer before ctx is done (nats.ErrNoResponders when
-// nc is not a system-account user).
-func (d *Dir) Push(ctx context.Context, nc *nats.Conn) (string, error) {
+// Every server answers the update on its own (each resolver type
+// subscribes to the update subject). The servers expected are those that
+// answer a ping ($SYS.REQ.SERVER.PING.JSZ) and, in a JetStream cluster,
+// the meta leader's peers, offline ones included: one of these that does
+// not answer the update before ctx is done is reported with
+// [ErrNoAnswer]. Push returns as soon as every expected server answered
+// when it knows them all (a server outside a cluster; a JetStream
+// cluster once its meta leader answered the ping); otherwise it collects
+// answers until ctx is done, so give ctx a deadline (seconds). A server
+// that is down and unknown to the meta leader (a cluster without
+// JetStream, or one without a meta leader) is missing from the report.
+//
+// Errors: an unreadable JWT file; no server answered before ctx was done
+// ([ErrNoAnswer]); nats.ErrNoResponders when nc is not a system-account
+// user. A refusal by some server is in the report, not an error.
+func (d *Dir) Push(ctx context.Context, nc *nats.Conn) (PushReport, error) {
 	return d.pushAccount(ctx, nc, MeshAccountName, d.m.Account)
 }
 
-func (d *Dir) pushAccount(ctx context.Context, nc *nats.Conn, name, pub string) (string, error) {
+func (d *Dir) pushAccount(ctx context.Context, nc *nats.Conn, name, pub string) (PushReport, error) {
+	rep := PushReport{Account: name}
 	s, err := d.AccountJWT(name)
 	if err != nil {
-		return "", err
+		return rep, err
 	}
-	msg, err := nc.RequestWithContext(ctx, UpdateSubject(pub), []byte(s))
-	if err != nil {
-		return "", fmt.Errorf("push account %s: %w", name, err)
+	fail := func(err error) (PushReport, error) { return rep, fmt.Errorf("push account %s: %w", name, err) }
+
+	answers, pings := make(chan *nats.Msg, 64), make(chan *nats.Msg, 64)
+	updInbox, pingInbox := nc.NewRespInbox(), nc.NewRespInbox()
+	for inbox, ch := range map[string]chan *nats.Msg{updInbox: answers, pingInbox: pings} {
+		sub, err := nc.ChanSubscribe(inbox, ch)
+		if err != nil {
+			return fail(err)
+		}
+		defer sub.Unsubscribe() //nolint:errcheck // the connection's end drops it too
 	}
+	// Ping first: a server's answer to the ping then never trails its
+	// answer to the update by much.
+	if err := nc.PublishRequest(pingSubject, pingInbox, nil); err != nil {
+		return fail(err)
+	}
+	if err := nc.PublishRequest(UpdateSubject(pub), updInbox, []byte(s)); err != nil {
+		return fail(err)
+	}
+
+	got := map[string]PushAnswer{}
+	known := map[string]bool{}
+	// A server outside a cluster is the only one: its answer is all.
+	allKnown := nc.ConnectedClusterName() == ""
+	for !(allKnown && len(got) > 0 && len(got) >= len(known)) {
+		select {
+		case m := <-answers:
+			if isNoResponders(m) {
+				return fail(nats.ErrNoResponders)
+			}
+			a, err := parseAnswer(m.Data)
+			if err != nil {
+				return fail(err)
+			}
+			got[a.Server], known[a.Server] = a, true
+		case m := <-pings:
+			if isNoResponders(m) {
+				continue
+			}
+			var r jszReply
+			if json.Unmarshal(m.Data, &r) != nil || r.Server.Name == "" {
+				continue // a ping answer only widens the expected set
+			}
+			known[r.Server.Name] = true
+			if meta := r.Data.Meta; meta != nil && meta.Leader == r.Server.Name {
+				for _, p := range meta.Replicas {
+					known[p.Name] = true
+				}
+				allKnown = true
+			}
+		case <-ctx.Done():
+			if len(got) == 0 {
+				return fail(fmt.Errorf("%w before %w", ErrNoAnswer, context.Cause(ctx)))
+			}
+			allKnown = true
+			for n := range known {
+				if _, ok := got[n]; !ok {
+					got[n] = PushAnswer{Server: n, Err: ErrNoAnswer}
+				}
+			}
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(got)) {
+		rep.Servers = append(rep.Servers, got[n])
+	}
+	return rep, nil
+}
+
+// isNoResponders reports whether m is the server's "no responders"
+// status (503): nobody subscribes to the subject, as for a user outside
+// the system account.
+func isNoResponders(m *nats.Msg) bool {
+	return len(m.Data) == 0 && m.Header.Get("Status") == "503"
+}
+
+// parseAnswer reads one server's answer to an account update.
+func parseAnswer(data []byte) (PushAnswer, error) {
 	var r claimUpdateReply
-	if err := json.Unmarshal(msg.Data, &r); err != nil {
-		return "", fmt.Errorf("push account %s: reply %q: %w", name, msg.Data, err)
+	if err := json.Unmarshal(data, &r); err != nil {
+		return PushAnswer{}, fmt.Errorf("reply %q: %w", data, err)
 	}
+	a := PushAnswer{Server: r.Server.Name}
 	switch {
 	case r.Error != nil:
-		return "", fmt.Errorf("push account %s: server %s: %s", name, r.Server.Name, r.Error.Description)
+		a.Err = errors.New(r.Error.Description)
 	case r.Data == nil:
-		return "", fmt.Errorf("push account %s: reply %q: no status", name, msg.Data)
+		return PushAnswer{}, fmt.Errorf("reply %q: no status", data)
 	case strings.Contains(r.Data.Message, "skipped"):
-		return "", fmt.Errorf("push account %s: server %s: %w", name, r.Server.Name, ErrPushSkipped)
+		a.Err = ErrPushSkipped
+	default:
+		a.Message = r.Data.Message
 	}
-	return r.Server.Name + ": " + name + " " + r.Data.Message, nil
+	return a, nil
 }

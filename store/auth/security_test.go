@@ -157,11 +157,13 @@ func TestRefusedCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	sys, _ := s.mustConnect(t, auth.SystemUser)
-	msg, err := s.dir.Push(ctx, sys)
+	rep, err := s.dir.Push(ctx, sys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("push: %s", msg)
+	if len(rep.Servers) != 1 || !rep.Applied() || rep.Servers[0].Message != "jwt updated" {
+		t.Errorf("push to one server: %+v, want its one answer, jwt updated", rep)
+	}
 	select {
 	case <-closed:
 	case <-ctx.Done():
@@ -255,8 +257,8 @@ func TestResolverConfigForAnExternalServer(t *testing.T) {
 	}
 	defer sys.Close()
 	must(t, d.Revoke("node-ace"))
-	if _, err := d.Push(ctx, sys); err != nil {
-		t.Fatal(err)
+	if rep, err := d.Push(ctx, sys); err != nil || !rep.Applied() {
+		t.Fatalf("push: %+v %v", rep, err)
 	}
 	if nc, err := connect("node-ace"); err == nil || !isAuthError(err) {
 		if nc != nil {
