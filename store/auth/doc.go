@@ -25,6 +25,7 @@
 // # Errors
 //
 // Sentinels: [ErrExists], [ErrNotAuthDir], [ErrUserExists],
-// [ErrUnknownUser], [ErrSystemUser], [ErrUnknownRole], [ErrPushSkipped]. A bad node name
+// [ErrUnknownUser], [ErrSystemUser], [ErrUnknownRole], [ErrPushSkipped],
+// [ErrNoAnswer]. A bad node name
 // matches events.ErrInvalid.
 package auth
