@@ -176,7 +176,9 @@ func (d *Dir) pushAccount(ctx context.Context, nc *nats.Conn, name, pub string) 
 			known[r.Server.Name] = true
 			if meta := r.Data.Meta; meta != nil && meta.Leader == r.Server.Name {
 				for _, p := range meta.Replicas {
-					known[p.Name] = true
+					if p.Name != "" { // a peer the leader has not heard from yet
+						known[p.Name] = true
+					}
 				}
 				allKnown = true
 			}
