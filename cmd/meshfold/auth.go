@@ -373,13 +373,14 @@ retired one, and its older plans are no longer its own.`,
 // did not apply it.
 func printPush(a *app, d *auth.Dir, user string, rep auth.PushReport) error {
 	var missed []string
-	if len(rep.Servers) == 1 {
-		fmt.Fprint(a.stdout, "pushed to ")
+	many := len(rep.Servers)+rep.Unnamed > 1
+	if many {
+		fmt.Fprintf(a.stdout, "pushed to %d servers:\n", len(rep.Servers)+rep.Unnamed)
 	} else {
-		fmt.Fprintf(a.stdout, "pushed to %d servers:\n", len(rep.Servers))
+		fmt.Fprint(a.stdout, "pushed to ")
 	}
 	for _, s := range rep.Servers {
-		if len(rep.Servers) > 1 {
+		if many {
 			fmt.Fprint(a.stdout, "  ")
 		}
 		switch {
@@ -397,9 +398,14 @@ func printPush(a *app, d *auth.Dir, user string, rep auth.PushReport) error {
 		}
 		missed = append(missed, s.Server)
 	}
+	if rep.Unnamed > 0 {
+		fmt.Fprintf(a.stdout, "  %d more of the JetStream cluster's %d servers: no answer, and no meta leader to name them (down? each refuses %s within its resolver interval, 10 s, after its restart; or copy %s to it)\n",
+			rep.Unnamed, len(rep.Servers)+rep.Unnamed, user, filepath.Join(d.Path(), "resolver.conf"))
+		missed = append(missed, fmt.Sprintf("%d unnamed", rep.Unnamed))
+	}
 	if len(missed) > 0 {
 		return fmt.Errorf("revoked in %s, but %d of %d servers did not apply it: %s (see above)",
-			d.Path(), len(missed), len(rep.Servers), strings.Join(missed, ", "))
+			d.Path(), len(missed)+max(0, rep.Unnamed-1), len(rep.Servers)+rep.Unnamed, strings.Join(missed, ", "))
 	}
 	return nil
 }

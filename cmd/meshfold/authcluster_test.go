@@ -89,7 +89,7 @@ func waitMetaLeader(t *testing.T, ctx context.Context, srvs []*server.Server) {
 func TestAuthRevokeReportsEveryServer(t *testing.T) {
 	ctx := testCtx(t)
 	dir := filepath.Join(t.TempDir(), "auth")
-	for _, args := range [][]string{{"auth", "init", "--dir", dir}, {"auth", "add-node", "ace", "--dir", dir}, {"auth", "add-node", "bob", "--dir", dir}} {
+	for _, args := range [][]string{{"auth", "init", "--dir", dir}, {"auth", "add-node", "ace", "--dir", dir}, {"auth", "add-node", "bob", "--dir", dir}, {"auth", "add-node", "cat", "--dir", dir}} {
 		if code, _, errs := runCLI(ctx, args...); code != exitOK {
 			t.Fatalf("%v: %d %s", args, code, errs)
 		}
@@ -139,5 +139,16 @@ func TestAuthRevokeReportsEveryServer(t *testing.T) {
 	}
 	if !strings.Contains(errs, "1 of 3 servers did not apply it: n3") {
 		t.Errorf("auth revoke node-bob with n3 down: stderr %q, want it to name n3", errs)
+	}
+
+	// n2 down too: n1 alone has no meta leader to name the others (or
+	// still leads and names them); either way both are counted missing.
+	srvs[1].Shutdown()
+	srvs[1].WaitForShutdown()
+	code, out, errs = runCLI(ctx, "auth", "revoke", "node-cat", "--dir", dir, "--server", srvs[0].ClientURL(), "--wait", "5s")
+	t.Logf("n2, n3 down:\n%s%s", out, errs)
+	if code != exitError || !strings.Contains(out, "pushed to 3 servers:") || !strings.Contains(out, "n1: jwt updated") ||
+		!strings.Contains(errs, "2 of 3 servers did not apply it") {
+		t.Errorf("auth revoke node-cat with n2, n3 down: exit %d\n%s%s\nwant exit %d, 3 servers, n1 applied it, 2 did not", code, out, errs, exitError)
 	}
 }

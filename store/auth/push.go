@@ -55,6 +55,7 @@ type jszReply struct {
 	Data struct {
 		Meta *struct {
 			Leader   string `json:"leader"`
+			Size     int    `json:"cluster_size"`
 			Replicas []struct {
 				Name    string `json:"name"`
 				Offline bool   `json:"offline"`
@@ -87,10 +88,17 @@ type PushAnswer struct {
 type PushReport struct {
 	Account string       // the account's name in the directory: "mesh"
 	Servers []PushAnswer // one per known server, by name
+	// Unnamed counts the servers of the JetStream meta group (its
+	// cluster_size as an answering server knows it) that did not answer
+	// and that no answer named: there was no meta leader to list them.
+	Unnamed int
 }
 
 // Applied reports whether every known server applied the update.
 func (r PushReport) Applied() bool {
+	if r.Unnamed > 0 {
+		return false
+	}
 	for _, a := range r.Servers {
 		if a.Err != nil {
 			return false
@@ -113,9 +121,10 @@ func (r PushReport) Applied() bool {
 // [ErrNoAnswer]. Push returns as soon as every expected server answered
 // when it knows them all (a server outside a cluster; a JetStream
 // cluster once its meta leader answered the ping); otherwise it collects
-// answers until ctx is done, so give ctx a deadline (seconds). A server
-// that is down and unknown to the meta leader (a cluster without
-// JetStream, or one without a meta leader) is missing from the report.
+// answers until ctx is done, so give ctx a deadline (seconds). Servers
+// of a JetStream cluster without a meta leader that did not answer are
+// only counted ([PushReport.Unnamed]); a server that is down in a
+// cluster without JetStream is missing from the report.
 //
 // Errors: an unreadable JWT file; no server answered before ctx was done
 // ([ErrNoAnswer]); nats.ErrNoResponders when nc is not a system-account
@@ -154,6 +163,7 @@ func (d *Dir) pushAccount(ctx context.Context, nc *nats.Conn, name, pub string) 
 	known := map[string]bool{}
 	// A server outside a cluster is the only one: its answer is all.
 	allKnown := nc.ConnectedClusterName() == ""
+	size := 0 // the meta group's size, as the answering servers know it
 	for !(allKnown && len(got) > 0 && len(got) >= len(known)) {
 		select {
 		case m := <-answers:
@@ -174,6 +184,9 @@ func (d *Dir) pushAccount(ctx context.Context, nc *nats.Conn, name, pub string) 
 				continue // a ping answer only widens the expected set
 			}
 			known[r.Server.Name] = true
+			if meta := r.Data.Meta; meta != nil {
+				size = max(size, meta.Size)
+			}
 			if meta := r.Data.Meta; meta != nil && meta.Leader == r.Server.Name {
 				for _, p := range meta.Replicas {
 					if p.Name != "" { // a peer the leader has not heard from yet
@@ -197,6 +210,7 @@ func (d *Dir) pushAccount(ctx context.Context, nc *nats.Conn, name, pub string) 
 	for _, n := range slices.Sorted(maps.Keys(got)) {
 		rep.Servers = append(rep.Servers, got[n])
 	}
+	rep.Unnamed = max(0, size-len(got))
 	return rep, nil
 }
 
