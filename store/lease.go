@@ -165,7 +165,42 @@ func openLeaseBucket(ctx context.Context, js jetstream.JetStream, bucket, desc s
 	if err != nil {
 		return nil, fmt.Errorf("lease bucket %s: %w", bucket, err)
 	}
-	return kv, nil
+	return LeaseBucket(kv, js.Conn()), nil
+}
+
+// connBucket is a lease bucket with the connection it asks through: a
+// jetstream.KeyValue does not expose its own, and a claim's or renewal's
+// write the server denies needs it to be told at once (see [LeaseBucket]).
+type connBucket struct {
+	jetstream.KeyValue
+	nc *nats.Conn
+}
+
+// LeaseBucket returns kv, a bucket nc opened, as a lease bucket whose
+// claims and renewals ([AcquireLease]) end at once when the server's
+// permissions deny their write of the key ("$KV.<bucket>.<key>"): NATS
+// answers a denied publish with no reply, and a claim took the silence
+// for an election and asked again until its bound (30 s) instead of
+// saying the denial. The claim then fails with a [*DeniedError]
+// (matching [ErrPermissionDenied] and nats.ErrPermissionViolation). A
+// bucket not passed through it (or nc nil) is asked unguarded, as
+// before. [OpenNodeLeases]' bucket is one already.
+func LeaseBucket(kv jetstream.KeyValue, nc *nats.Conn) jetstream.KeyValue {
+	if nc == nil {
+		return kv
+	}
+	if c, ok := kv.(*connBucket); ok {
+		kv = c.KeyValue
+	}
+	return &connBucket{KeyValue: kv, nc: nc}
+}
+
+// connOf returns the connection of a bucket of [LeaseBucket], else nil.
+func connOf(kv jetstream.KeyValue) *nats.Conn {
+	if c, ok := kv.(*connBucket); ok {
+		return c.nc
+	}
+	return nil
 }
 
 // heldLogged maps a lease key to the token of the holder this process
@@ -181,6 +216,7 @@ var heldLogged sync.Map
 // dies stops renewing, and the key expires after the bucket's TTL.
 type Lease struct {
 	kv     jetstream.KeyValue
+	nc     *nats.Conn // kv's, when known ([LeaseBucket]): its writes' denials end them
 	key    string
 	ttl    time.Duration
 	holder Holder
@@ -377,7 +413,10 @@ func (l *Lease) renewedNow() {
 // The lease is then renewed until [Lease.Release]; see [Lease.Lost].
 //
 // Errors: a [*HeldError] (matching [ErrLeaseHeld]); ctx's error; the
-// bucket's errors (no TTL, unreachable).
+// bucket's errors (no TTL, unreachable); a [*DeniedError] at once when
+// the server denies the key's write or read to these credentials and kv
+// carries its connection ([LeaseBucket], [OpenNodeLeases]), else the
+// unanswered ask's after the claim's ride-out.
 func AcquireLease(ctx context.Context, kv jetstream.KeyValue, key string, holder Holder, log *slog.Logger) (*Lease, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -403,7 +442,7 @@ func AcquireLeaseTTL(ctx context.Context, kv jetstream.KeyValue, ttl time.Durati
 	if err != nil {
 		return nil, err
 	}
-	l := &Lease{kv: kv, key: key, ttl: ttl, holder: holder, value: value, log: log,
+	l := &Lease{kv: kv, nc: connOf(kv), key: key, ttl: ttl, holder: holder, value: value, log: log,
 		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{}), reclaimed: make(chan struct{}, 1)}
 	if err := l.claim(ctx); err != nil {
 		return nil, err
@@ -488,7 +527,12 @@ func (l *Lease) claim(ctx context.Context) error {
 			return fmt.Errorf("lease %s: %w", l.key, err)
 		}
 		gctx, cancel := context.WithTimeout(ctx, min(attempt, l.ttl))
+		gctx, release := l.guard(gctx)
 		e, err := l.kv.Get(gctx, l.key)
+		if d := askDenied(gctx); err != nil && d != nil {
+			err = d
+		}
+		release()
 		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -572,6 +616,7 @@ const claimRideOut = DefaultRideOut
 // at its revision) and ctx's error returned.
 func (l *Lease) put(ctx context.Context, rev uint64, bound time.Duration) (uint64, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(bound, l.ttl))
+	cctx, release := l.guard(cctx)
 	var (
 		next uint64
 		err  error
@@ -581,6 +626,12 @@ func (l *Lease) put(ctx context.Context, rev uint64, bound time.Duration) (uint6
 	} else {
 		next, err = l.kv.Update(cctx, l.key, l.value, rev)
 	}
+	if err != nil {
+		if d := askDenied(cctx); d != nil {
+			err = d // not stored: the server dropped it
+		}
+	}
+	release()
 	cancel()
 	if err == nil && ctx.Err() != nil {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
@@ -591,6 +642,18 @@ func (l *Lease) put(ctx context.Context, rev uint64, bound time.Duration) (uint6
 		return 0, ctx.Err()
 	}
 	return next, err
+}
+
+// guard returns ctx cancelled with the server's permission error as
+// soon as a request of l.nc on the lease's key is denied ([GuardDenied]):
+// its write ("$KV.<bucket>.<key>", under a JetStream domain's prefix too)
+// or its direct get (that subject after "$JS.API.DIRECT.GET.KV_<bucket>."),
+// and its release. Without l.nc, ctx as it is.
+func (l *Lease) guard(ctx context.Context) (context.Context, func()) {
+	subject := "$KV." + l.kv.Bucket() + "." + l.key
+	return watchDenials(l.nc).guard(ctx, func(s string) bool {
+		return s == subject || strings.HasSuffix(s, "."+subject)
+	})
 }
 
 // renew renews the lease every TTL/4 until Release or its loss.
