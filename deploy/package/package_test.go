@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// The .deb installs the two binaries, three units and three settings files with
+// The .deb installs the two binaries, five units and five settings files with
 // the modes and owners the units expect; its units pass systemd-analyze
 // verify in a scratch root holding the package; the .rpm is written too.
 func TestPackages(t *testing.T) {
@@ -50,10 +50,14 @@ func TestPackages(t *testing.T) {
 		"./usr/lib/systemd/system/meshfold-serve.service":      "-rw-r--r-- root/root",
 		"./usr/lib/systemd/system/meshfold-node@.service":      "-rw-r--r-- root/root",
 		"./usr/lib/systemd/system/meshfold-provision@.service": "-rw-r--r-- root/root",
+		"./usr/lib/systemd/system/meshfold-reconcile@.service": "-rw-r--r-- root/root",
+		"./usr/lib/systemd/system/meshfold-console.service":    "-rw-r--r-- root/root",
 		"./etc/meshfold/":                                      "drwxr-xr-x root/root",
 		"./etc/meshfold/serve.env":                             "-rw-r--r-- root/root",
 		"./etc/meshfold/node.env":                              "-rw-r--r-- root/root",
 		"./etc/meshfold/provision.env":                         "-rw-r--r-- root/root",
+		"./etc/meshfold/reconcile.env":                         "-rw-r--r-- root/root",
+		"./etc/meshfold/console.env":                           "-rw-r--r-- root/root",
 	}
 	listing, err := exec.Command("dpkg-deb", "-c", deb).Output()
 	if err != nil {
@@ -93,7 +97,7 @@ func TestPackages(t *testing.T) {
 		}
 	}
 	conffiles, _ := os.ReadFile(filepath.Join(ctl, "conffiles"))
-	for _, w := range []string{"/etc/meshfold/serve.env", "/etc/meshfold/node.env", "/etc/meshfold/provision.env"} {
+	for _, w := range []string{"/etc/meshfold/serve.env", "/etc/meshfold/node.env", "/etc/meshfold/provision.env", "/etc/meshfold/reconcile.env", "/etc/meshfold/console.env"} {
 		if !strings.Contains(string(conffiles), w) {
 			t.Errorf("conffiles lacks %s", w)
 		}
@@ -130,7 +134,7 @@ func TestPackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := []string{"verify", "--man=no"}
-	for _, u := range []string{"meshfold-serve.service", "meshfold-node@.service", "meshfold-provision@.service"} {
+	for _, u := range []string{"meshfold-serve.service", "meshfold-node@.service", "meshfold-provision@.service", "meshfold-reconcile@.service", "meshfold-console.service"} {
 		b, err := os.ReadFile(filepath.Join(root, "usr/lib/systemd/system", u))
 		if err != nil {
 			t.Fatal(err)

@@ -70,6 +70,8 @@ var packaged = map[string]string{
 	"/etc/meshfold/serve.env":     "serve.env",
 	"/etc/meshfold/node.env":      "node.env",
 	"/etc/meshfold/provision.env": "provision.env",
+	"/etc/meshfold/reconcile.env": "reconcile.env",
+	"/etc/meshfold/console.env":   "console.env",
 }
 
 // execStart returns the ExecStart of unit (instance ace) expanded as systemd
