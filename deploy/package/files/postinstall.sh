@@ -1,6 +1,7 @@
 #!/bin/sh
 # meshfold package postinstall: the system user serve, reconcile@ and the
-# console run as, then systemd learns the new units. Idempotent (an upgrade runs it again).
+# console run as, then systemd learns the new units. Idempotent (an upgrade
+# runs it again).
 set -e
 if ! getent group meshfold >/dev/null 2>&1; then
 	groupadd --system meshfold
