@@ -287,6 +287,15 @@ func start(t *testing.T, f *fake) *fixture {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	fx.srv = httptest.NewServer(c)
+	// Until loaded the fleet page says it is loading (503): the tests ask
+	// a loaded console.
+	select {
+	case <-c.Loaded():
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the console did not load within 30 s")
+	}
 	t.Cleanup(func() {
 		fx.srv.Close()
 		cancel()

@@ -49,18 +49,51 @@ type fleet struct {
 	// due once a newer index may be made; building: one is being made.
 	idx             *fleetIndex
 	later, building bool
+	// made is closed when the index being made is in (building).
+	made chan struct{}
+	// loaded: the snapshots have been read (load); unread: why they
+	// could not be. Until loaded, no page shows the fleet: an empty
+	// picture would say "0 nodes, nothing needs an operator" (a fresh
+	// user's finding M7).
+	loaded bool
+	unread error
+	// wall is the wall clock the indexes are timed by (time.Now; tests
+	// move it).
+	wall func() time.Time
 }
 
 // indexEvery is the least wall time between two fleet indexes.
 const indexEvery = time.Second
 
+// indexMaxAge is the most wall time between a page's request and the
+// copy of the fleet its index was made of, the fleet having changed
+// since (or time having moved on): an older index is not shown, the
+// page waits for a newer one (a fresh user's finding M7: a console
+// nobody had looked at for 25 minutes answered from the index made at
+// its first request, "0 nodes · Nothing needs an operator", while 41 of
+// 60 nodes had failed).
+const indexMaxAge = 3 * indexEvery
+
 func newFleet(src Source, log *slog.Logger) *fleet {
 	return &fleet{src: src, log: log, views: map[string]NodeView{}, warnings: map[string][]uint64{},
-		dirty: map[string]uint64{}, last: map[string]uint64{}, subs: map[chan struct{}]struct{}{}, wake: make(chan struct{}, 1)}
+		dirty: map[string]uint64{}, last: map[string]uint64{}, subs: map[chan struct{}]struct{}{}, wake: make(chan struct{}, 1),
+		wall: time.Now}
 }
 
-// load reads every snapshot and the journal warnings since since.
-func (f *fleet) load(ctx context.Context, since time.Time) error {
+// load reads every snapshot and the journal warnings since since. Until
+// it has, the pages say the fleet is loading; when it fails, they say
+// the fleet could not be read, and why (fleetPage.Unread), and the
+// failure is logged.
+func (f *fleet) load(ctx context.Context, since time.Time) (err error) {
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			f.log.Error("console: the fleet could not be read; the fleet page says so", "err", err)
+			f.mu.Lock()
+			f.unread = err
+			f.changed()
+			f.mu.Unlock()
+		}
+	}()
 	nvs, err := f.src.Fleet(ctx)
 	if errors.Is(err, query.ErrNoSnapshots) {
 		nvs, err = nil, nil // no reconciler checkpointed yet: an empty fleet
@@ -71,11 +104,12 @@ func (f *fleet) load(ctx context.Context, since time.Time) error {
 	var seqs map[string][]uint64
 	if !since.IsZero() {
 		if seqs, err = f.src.WarningSeqs(ctx, since); err != nil {
-			return err
+			return fmt.Errorf("console: journal warnings: %w", err)
 		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.loaded, f.unread = true, nil
 	for _, nv := range nvs {
 		// A live view already taken in is newer than the snapshot.
 		if old, ok := f.views[nv.Node]; !ok || old.View.Seq < nv.View.Seq {
@@ -282,7 +316,14 @@ type fleetPage struct {
 	Need       string
 	Gen        uint64
 	Nodes      int
-	Now        time.Time
+	// Now is the time the rows are as of.
+	Now time.Time
+	// Loading: the snapshots have not been read yet; Unread: why they
+	// could not be. Either way the page shows no fleet, and is answered
+	// 503: never "0 nodes, nothing needs an operator" of a fleet not
+	// read (a fresh user's finding M7).
+	Loading bool
+	Unread  string
 	// Live is the page's live stream: the same page, as server-sent
 	// events.
 	Live string
@@ -430,9 +471,12 @@ func (q fleetQuery) matches(r *audit.FleetRow) bool {
 type fleetIndex struct {
 	gen uint64
 	at  time.Time
-	// built is when it was made (the wall clock: at is the console's
-	// clock when its input was copied).
-	built time.Time
+	// copied is when its input was copied, built when it was made (the
+	// wall clock: at is the console's clock when its input was copied).
+	copied, built time.Time
+	// loaded and unread are the fleet's when its input was copied.
+	loaded bool
+	unread error
 	// byName is every row, by node name; pressing the rows needing an
 	// operator, most pressing first (audit.SortFleet), retired ones too.
 	byName, pressing []audit.FleetRow
@@ -447,22 +491,28 @@ type fleetIndex struct {
 // at once; after that, one older than the fleet's last change, or a
 // second or more from now, is still returned while a newer one is made
 // in the background from a copy of the views (at 100,000 nodes making
-// one takes about a second of CPU, many more on a loaded machine: no page
-// waits for it, and the fleet's lock is not held meanwhile). Indexes are
+// one takes about a second of CPU, many more on a loaded machine: a page
+// does not wait for it, and the fleet's lock is not held meanwhile),
+// unless its copy is indexMaxAge or more old: then wait is closed once
+// the newer one is in, and the page is made of that (f.idx). Indexes are
 // made at most once per indexEvery of wall time; once a newer one is in,
 // the pages are told when the fleet changed, and their live streams send
 // it.
-func (f *fleet) index(now time.Time, stale time.Duration) *fleetIndex {
-	x := f.idx
+func (f *fleet) index(now time.Time, stale time.Duration) (x *fleetIndex, wait <-chan struct{}) {
+	x = f.idx
 	if x == nil {
 		x = f.indexInput(now).make(stale)
+		x.built = f.wall()
 		f.idx = x
-		return x
+		return x, nil
 	}
-	if x.gen == f.gen && now.Sub(x.at).Abs() < time.Second || f.building {
-		return x
+	if x.gen == f.gen && now.Sub(x.at).Abs() < time.Second {
+		return x, nil
 	}
-	if wait := indexEvery - time.Since(x.built); wait > 0 {
+	if f.building {
+		return x, f.tooOld(x)
+	}
+	if wait := indexEvery - f.wall().Sub(x.built); wait > 0 {
 		if x.gen != f.gen && !f.later {
 			f.later = true
 			time.AfterFunc(wait, func() {
@@ -472,21 +522,35 @@ func (f *fleet) index(now time.Time, stale time.Duration) *fleetIndex {
 				f.mu.Unlock()
 			})
 		}
-		return x
+		return x, nil
 	}
 	f.building = true
+	made := make(chan struct{})
+	f.made = made
 	in := f.indexInput(now)
 	go func() {
 		nx := in.make(stale)
+		nx.built = f.wall()
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.building = false
 		f.idx = nx
+		close(made)
 		if nx.gen != x.gen {
 			f.notify()
 		}
 	}()
-	return x
+	return x, f.tooOld(x)
+}
+
+// tooOld returns, when x's copy is indexMaxAge or more old, the channel
+// closed once the index being made is in (nil: x may be shown); f.mu is
+// held and an index is being made.
+func (f *fleet) tooOld(x *fleetIndex) <-chan struct{} {
+	if f.wall().Sub(x.copied) < indexMaxAge {
+		return nil
+	}
+	return f.made
 }
 
 // indexInput is what an index is made of, copied under f.mu: the views
@@ -496,6 +560,9 @@ func (f *fleet) index(now time.Time, stale time.Duration) *fleetIndex {
 type indexInput struct {
 	gen      uint64
 	now      time.Time
+	copied   time.Time
+	loaded   bool
+	unread   error
 	views    []NodeView
 	warnings map[string][]uint64
 	sources  map[string][]audit.SourceProblem
@@ -503,7 +570,7 @@ type indexInput struct {
 
 // indexInput copies what an index is made of; f.mu is held.
 func (f *fleet) indexInput(now time.Time) *indexInput {
-	in := &indexInput{gen: f.gen, now: now, views: make([]NodeView, 0, len(f.views)),
+	in := &indexInput{gen: f.gen, now: now, copied: f.wall(), loaded: f.loaded, unread: f.unread, views: make([]NodeView, 0, len(f.views)),
 		warnings: make(map[string][]uint64, len(f.warnings)), sources: f.sources}
 	for _, nv := range f.views {
 		in.views = append(in.views, nv)
@@ -517,7 +584,7 @@ func (f *fleet) indexInput(now time.Time) *indexInput {
 // make makes the index.
 func (in *indexInput) make(stale time.Duration) *fleetIndex {
 	slices.SortFunc(in.views, func(a, b NodeView) int { return strings.Compare(a.Node, b.Node) })
-	x := &fleetIndex{gen: in.gen, at: in.now, byName: make([]audit.FleetRow, 0, len(in.views))}
+	x := &fleetIndex{gen: in.gen, at: in.now, copied: in.copied, loaded: in.loaded, unread: in.unread, byName: make([]audit.FleetRow, 0, len(in.views))}
 	for _, nv := range in.views {
 		r := nv.Row(in.now, stale)
 		if nv.Err == nil {
@@ -542,7 +609,7 @@ func (in *indexInput) make(stale time.Duration) *fleetIndex {
 	}
 	x.summary, x.calm = audit.CountNeeds(live)
 	x.summaryAll, x.calmAll = audit.CountNeeds(x.byName)
-	x.built = time.Now()
+	x.built = in.copied
 	return x
 }
 
@@ -550,9 +617,23 @@ func (in *indexInput) make(stale time.Duration) *fleetIndex {
 // with q.All (they leave the fleet, DESIGN.md §9).
 func (f *fleet) page(q fleetQuery, now time.Time, stale time.Duration) fleetPage {
 	f.mu.Lock()
-	x := f.index(now, stale)
+	x, wait := f.index(now, stale)
 	f.mu.Unlock()
-	p := fleetPage{Query: q.Q, Need: q.Need, All: q.All, Gen: x.gen, Nodes: len(x.byName), Now: now}
+	if wait != nil {
+		<-wait
+		f.mu.Lock()
+		x = f.idx
+		f.mu.Unlock()
+	}
+	p := fleetPage{Query: q.Q, Need: q.Need, All: q.All, Gen: x.gen, Nodes: len(x.byName), Now: x.at, Live: q.url("/events")}
+	switch {
+	case x.unread != nil:
+		p.Unread = fmt.Sprintf("the fleet could not be read: %v. Nothing is shown rather than a fleet that may be wrong; see the console's log.", x.unread)
+		return p
+	case !x.loaded:
+		p.Loading = true
+		return p
+	}
 	p.Summary = groups(x.summary, x.calm, q)
 	if q.All {
 		p.Summary = groups(x.summaryAll, x.calmAll, q)

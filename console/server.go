@@ -71,7 +71,9 @@ type Console struct {
 }
 
 // New returns a console reading cfg.Source. Call [Console.Run] to load
-// the fleet and follow the stream; until then the fleet page is empty.
+// the fleet and follow the stream; until it has, the fleet page says the
+// fleet is loading (503), and if loading fails, that it could not be
+// read and why.
 func New(cfg Config) (*Console, error) {
 	if cfg.Source == nil {
 		return nil, errors.New("console: no source")
@@ -307,7 +309,15 @@ func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	c.render(w, "fleet.html", c.fleet.page(q, c.cfg.Now(), c.cfg.Stale))
+	p := c.fleet.page(q, c.cfg.Now(), c.cfg.Stale)
+	if p.Loading || p.Unread != "" {
+		// No fleet was read: not a page a monitor or a script may take
+		// for an answer (a fresh user's finding M7).
+		w.Header().Set("Retry-After", "2")
+		c.renderStatus(w, http.StatusServiceUnavailable, "fleet.html", p)
+		return
+	}
+	c.render(w, "fleet.html", p)
 }
 
 // keepAlive is how often the live stream sends a comment, and re-renders
