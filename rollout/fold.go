@@ -717,6 +717,7 @@ func (f *folder) have(p *Have) {
 	}
 	prev := n.Have
 	n.Have = &HaveSeen{Seq: f.in.Seq, Time: f.s.Now, Modules: slices.Clone(p.Modules)}
+	n.Before = beforeReset(n.Before, p.Modules)
 	var bad []string
 	for _, m := range p.Modules {
 		if m.Health == Unhealthy || m.State == events.Failed {
@@ -1695,6 +1696,32 @@ func (n *Node) waitsFor(module string) []string {
 		}
 	}
 	return out
+}
+
+// beforeReset drops from before the modules that ms reports at the same
+// build with fewer restarts: their count started again (the want changed
+// their files or account, and the agent applied them anew), so it no
+// longer stands on the restarts before the step. It returns before
+// itself when nothing is dropped, else a new slice (a clone of the state
+// may share before).
+func beforeReset(before []ModuleRestarts, ms []HaveModule) []ModuleRestarts {
+	for i, b := range before {
+		j := slices.IndexFunc(ms, func(m HaveModule) bool { return m.Name == b.Module && m.Build == b.Build && m.Restarts < b.Restarts })
+		if j < 0 {
+			continue
+		}
+		out := slices.Clone(before[:i])
+		for _, b := range before[i+1:] {
+			if !slices.ContainsFunc(ms, func(m HaveModule) bool { return m.Name == b.Module && m.Build == b.Build && m.Restarts < b.Restarts }) {
+				out = append(out, b)
+			}
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	}
+	return before
 }
 
 // restartsBefore is module's restarts at build when the target was given
