@@ -143,19 +143,28 @@ type NodeAtStart struct {
 	// NewFiles is 1 + the index, in the start's NewFiles, of the files
 	// its new want adds; 0: none.
 	NewFiles int `json:"new_files,omitempty"`
-	// Restarts are the restarts its newest have reported, of the modules
-	// that had any (at most events.MaxHaveModules): a module the new want
-	// leaves at its build is judged a crash loop by its restarts after
-	// these, not over its whole life (a fresh user's finding G6). Absent
-	// from an older apply's start: such a module's restarts count whole.
+	// Restarts are the restarts its newest have reported of the modules
+	// its new want leaves at their build, those that had any, without
+	// their build (the want's), as many as keep the node's entry within
+	// [RestartsNodeBytes] (at most events.MaxHaveModules): such a module is
+	// judged a crash loop by its restarts after these, not over its whole
+	// life (a fresh user's finding G6). A module left out (an older
+	// apply's start, or past the bound) counts its restarts whole.
 	Restarts []ModuleRestarts `json:"restarts,omitempty"`
 }
 
+// RestartsNodeBytes bounds a node's encoded entry in a start or page once
+// [NodeAtStart.Restarts] is added, so that the restarts never take a page
+// of [MaxNodesPerEvent] nodes past events.MaxEventBytes (2,000 × 128
+// bytes is 250 KiB of its 256).
+const RestartsNodeBytes = 128
+
 // ModuleRestarts is a module's restart count at a build, as a have
-// reported it.
+// reported it. In a start its build is empty: the target's new want
+// gives it.
 type ModuleRestarts struct {
 	Module   string `json:"module"`
-	Build    string `json:"build"`
+	Build    string `json:"build,omitempty"`
 	Restarts int    `json:"restarts"`
 }
 

@@ -190,7 +190,7 @@ func (f *folder) addNodes(list []NodeAtStart) {
 			if a.Had > 0 && a.Had <= len(r.Wants) && a.Back == 0 {
 				n.Had, n.HadSeq = a.Had, a.HadSeq
 			}
-			n.Before = slices.Clone(a.Restarts)
+			n.Before = beforeAtStart(a.Restarts, r.Wants[a.Want-1])
 			if a.NewFiles > 0 {
 				for _, ref := range r.NewFiles[a.NewFiles-1] {
 					n.Fresh = append(n.Fresh, Fresh{FileRef: ref})
@@ -1693,6 +1693,19 @@ func (n *Node) waitsFor(module string) []string {
 	for _, f := range n.Fresh {
 		if f.Module == module && !f.Filled {
 			out = append(out, f.Path)
+		}
+	}
+	return out
+}
+
+// beforeAtStart is a target's restarts from its start
+// ([NodeAtStart].Restarts), each at its module's build in the new want
+// ws; a module ws does not hold is left out.
+func beforeAtStart(rs []ModuleRestarts, ws []events.WantModule) []ModuleRestarts {
+	var out []ModuleRestarts
+	for _, r := range rs {
+		if i := slices.IndexFunc(ws, func(m events.WantModule) bool { return m.Name == r.Module }); i >= 0 && ws[i].Build != "" {
+			out = append(out, ModuleRestarts{Module: r.Module, Build: ws[i].Build, Restarts: r.Restarts})
 		}
 	}
 	return out

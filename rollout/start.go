@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"encoding/json"
 	"slices"
 	"time"
 
@@ -49,6 +50,25 @@ type Candidate struct {
 	Restarts []ModuleRestarts
 }
 
+// restartsAtStart returns c's restarts of the modules its new want
+// leaves at their build, without the build, as many as keep n's encoding
+// within [RestartsNodeBytes] ([NodeAtStart].Restarts).
+func restartsAtStart(n NodeAtStart, c Candidate) []ModuleRestarts {
+	var out []ModuleRestarts
+	for _, r := range c.Restarts {
+		same := func(m events.WantModule) bool { return m.Name == r.Module && m.Build == r.Build }
+		if !slices.ContainsFunc(c.Current, same) || !slices.ContainsFunc(c.Want, same) {
+			continue // changed by the want: applied anew, its count starts again
+		}
+		n.Restarts = append(out, ModuleRestarts{Module: r.Module, Restarts: r.Restarts})
+		if b, err := json.Marshal(n); err != nil || len(b) > RestartsNodeBytes {
+			break
+		}
+		out = n.Restarts
+	}
+	return out
+}
+
 // Target reports whether apply rolls c out: it has no want yet (none in
 // the stream, and none the reconciler's state holds: HadSeq), its want
 // changes, or it is retired (its want, published again, brings it back).
@@ -81,7 +101,7 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 		if c.Target() {
 			n.Back = c.Back
 			n.Want = wantIndex(start, c.Want)
-			n.Restarts = c.Restarts
+			n.Restarts = restartsAtStart(n, c)
 			if c.HadSeq != 0 && c.Back == 0 {
 				// The want a revert gives back, carried: the stream
 				// no longer holds it.
