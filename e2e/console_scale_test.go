@@ -148,15 +148,33 @@ func serveStandIn(t testing.TB, s *standIn) string {
 	want := strconv.Itoa(len(s.views))
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		_, body := getPage(t, hs.URL+"/?q=node-000000")
-		if strings.Contains(body, want) {
+		// 503 while the console has not read the fleet yet ("loading
+		// the fleet"): it never shows a fleet it has not read.
+		if code, body := tryPage(t, hs.URL+"/?q=node-000000"); code == http.StatusOK && strings.Contains(body, want) {
 			return hs.URL
+		} else if code != http.StatusOK && code != http.StatusServiceUnavailable {
+			t.Fatalf("GET %s while the console loads: %d", hs.URL, code)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the console did not load %s nodes", want)
 		}
 		time.Sleep(50 * time.Millisecond) // polling the page, bounded
 	}
+}
+
+// tryPage GETs url and returns its status and body.
+func tryPage(t testing.TB, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
 }
 
 // getPage GETs url and returns the time it took and its body.
