@@ -57,6 +57,10 @@ type fleet struct {
 	// user's finding M7).
 	loaded bool
 	unread error
+	// noSnapshots: the last load found no snapshot bucket (no reconciler
+	// has checkpointed the stream yet): the page says the fleet shown is
+	// partial, and Run loads it again once one has (awaitSnapshots).
+	noSnapshots bool
 	// wall is the wall clock the indexes are timed by (time.Now; tests
 	// move it).
 	wall func() time.Time
@@ -84,7 +88,11 @@ func newFleet(src Source, log *slog.Logger) *fleet {
 // it has, the pages say the fleet is loading; when it fails, they say
 // the fleet could not be read, and why (fleetPage.Unread), and the
 // failure is logged.
-func (f *fleet) load(ctx context.Context, since time.Time) (err error) {
+//
+// noSnapshots reports that the snapshot bucket does not exist yet (no
+// reconciler has checkpointed): the fleet is loaded empty then, and the
+// pages say so.
+func (f *fleet) load(ctx context.Context, since time.Time) (noSnapshots bool, err error) {
 	defer func() {
 		if err != nil && ctx.Err() == nil {
 			f.log.Error("console: the fleet could not be read; the fleet page says so", "err", err)
@@ -96,20 +104,21 @@ func (f *fleet) load(ctx context.Context, since time.Time) (err error) {
 	}()
 	nvs, err := f.src.Fleet(ctx)
 	if errors.Is(err, query.ErrNoSnapshots) {
-		nvs, err = nil, nil // no reconciler checkpointed yet: an empty fleet
+		// No reconciler checkpointed yet: an empty fleet, said partial.
+		nvs, err, noSnapshots = nil, nil, true
 	}
 	if err != nil {
-		return fmt.Errorf("console: %w", err)
+		return false, fmt.Errorf("console: %w", err)
 	}
 	var seqs map[string][]uint64
 	if !since.IsZero() {
 		if seqs, err = f.src.WarningSeqs(ctx, since); err != nil {
-			return fmt.Errorf("console: journal warnings: %w", err)
+			return false, fmt.Errorf("console: journal warnings: %w", err)
 		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.loaded, f.unread = true, nil
+	f.loaded, f.unread, f.noSnapshots = true, nil, noSnapshots
 	for _, nv := range nvs {
 		// A live view already taken in is newer than the snapshot.
 		if old, ok := f.views[nv.Node]; !ok || old.View.Seq < nv.View.Seq {
@@ -123,7 +132,7 @@ func (f *fleet) load(ctx context.Context, since time.Time) (err error) {
 		f.warnings[n] = slices.Compact(all)
 	}
 	f.changed()
-	return nil
+	return noSnapshots, nil
 }
 
 // catchUp reads which nodes have events past their partition's
@@ -324,6 +333,11 @@ type fleetPage struct {
 	// read (a fresh user's finding M7).
 	Loading bool
 	Unread  string
+	// NoSnapshots: no reconciler has checkpointed the stream yet, so the
+	// fleet shown is only the nodes folded since the console started
+	// (a fresh user's finding, M7's edge): never "Nothing needs an
+	// operator" of it.
+	NoSnapshots bool
 	// Live is the page's live stream: the same page, as server-sent
 	// events.
 	Live string
@@ -474,9 +488,11 @@ type fleetIndex struct {
 	// copied is when its input was copied, built when it was made (the
 	// wall clock: at is the console's clock when its input was copied).
 	copied, built time.Time
-	// loaded and unread are the fleet's when its input was copied.
-	loaded bool
-	unread error
+	// loaded, unread and noSnaps are the fleet's when its input was
+	// copied.
+	loaded  bool
+	unread  error
+	noSnaps bool
 	// byName is every row, by node name; pressing the rows needing an
 	// operator, most pressing first (audit.SortFleet), retired ones too.
 	byName, pressing []audit.FleetRow
@@ -563,6 +579,7 @@ type indexInput struct {
 	copied   time.Time
 	loaded   bool
 	unread   error
+	noSnaps  bool
 	views    []NodeView
 	warnings map[string][]uint64
 	sources  map[string][]audit.SourceProblem
@@ -570,7 +587,7 @@ type indexInput struct {
 
 // indexInput copies what an index is made of; f.mu is held.
 func (f *fleet) indexInput(now time.Time) *indexInput {
-	in := &indexInput{gen: f.gen, now: now, copied: f.wall(), loaded: f.loaded, unread: f.unread, views: make([]NodeView, 0, len(f.views)),
+	in := &indexInput{gen: f.gen, now: now, copied: f.wall(), loaded: f.loaded, unread: f.unread, noSnaps: f.noSnapshots, views: make([]NodeView, 0, len(f.views)),
 		warnings: make(map[string][]uint64, len(f.warnings)), sources: f.sources}
 	for _, nv := range f.views {
 		in.views = append(in.views, nv)
@@ -584,7 +601,7 @@ func (f *fleet) indexInput(now time.Time) *indexInput {
 // make makes the index.
 func (in *indexInput) make(stale time.Duration) *fleetIndex {
 	slices.SortFunc(in.views, func(a, b NodeView) int { return strings.Compare(a.Node, b.Node) })
-	x := &fleetIndex{gen: in.gen, at: in.now, copied: in.copied, loaded: in.loaded, unread: in.unread, byName: make([]audit.FleetRow, 0, len(in.views))}
+	x := &fleetIndex{gen: in.gen, at: in.now, copied: in.copied, loaded: in.loaded, unread: in.unread, noSnaps: in.noSnaps, byName: make([]audit.FleetRow, 0, len(in.views))}
 	for _, nv := range in.views {
 		r := nv.Row(in.now, stale)
 		if nv.Err == nil {
@@ -625,7 +642,7 @@ func (f *fleet) page(q fleetQuery, now time.Time, stale time.Duration) fleetPage
 		x = f.idx
 		f.mu.Unlock()
 	}
-	p := fleetPage{Query: q.Q, Need: q.Need, All: q.All, Gen: x.gen, Nodes: len(x.byName), Now: x.at, Live: q.url("/events")}
+	p := fleetPage{Query: q.Q, Need: q.Need, All: q.All, Gen: x.gen, Nodes: len(x.byName), Now: x.at, Live: q.url("/events"), NoSnapshots: x.noSnaps}
 	switch {
 	case x.unread != nil:
 		p.Unread = fmt.Sprintf("the fleet could not be read: %v. Nothing is shown rather than a fleet that may be wrong; see the console's log.", x.unread)

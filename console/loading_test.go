@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/meshfold/meshfold/console"
+	"github.com/meshfold/meshfold/query"
 )
 
 // slowFleet is a fake whose Fleet (the snapshots' read) answers once
@@ -102,4 +105,114 @@ func TestFleetPageNotReadIsNoFleet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// noSnapshotsYet is a fake whose snapshot bucket does not exist (no
+// reconciler has checkpointed) until checkpointed is called.
+type noSnapshotsYet struct {
+	*fake
+	mu   sync.Mutex
+	none bool
+}
+
+func (n *noSnapshotsYet) missing() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.none {
+		return fmt.Errorf("bucket MESH_SNAPSHOTS: %w", query.ErrNoSnapshots)
+	}
+	return nil
+}
+
+func (n *noSnapshotsYet) checkpointed() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.none = false
+}
+
+func (n *noSnapshotsYet) Fleet(ctx context.Context) ([]console.NodeView, error) {
+	if err := n.missing(); err != nil {
+		return nil, err
+	}
+	return n.fake.Fleet(ctx)
+}
+
+func (n *noSnapshotsYet) Lag(ctx context.Context) (query.SnapshotLag, error) {
+	if err := n.missing(); err != nil {
+		return query.SnapshotLag{}, err
+	}
+	return n.fake.Lag(ctx)
+}
+
+// TestFleetPageBeforeTheFirstCheckpoint: a console started before any
+// reconciler checkpointed (no snapshot bucket) says the fleet it shows is
+// partial, never "Nothing needs an operator" of it, and loads the whole
+// fleet once a reconciler has checkpointed: before, a node with no event
+// after the console's start (ace, needing an operator) was never shown
+// until the console was restarted.
+func TestFleetPageBeforeTheFirstCheckpoint(t *testing.T) {
+	f := newFake()
+	incident1(f) // ace needs an operator
+	for len(f.follow) > 0 {
+		<-f.follow // stored before the console started: not followed
+	}
+	src := &noSnapshotsYet{fake: f, none: true}
+	logged := &lockedLog{}
+	c, err := console.New(console.Config{Source: src, Logger: slog.New(slog.NewTextHandler(logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	fx := &fixture{f: f, srv: srv}
+	select {
+	case <-c.Loaded():
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the console did not load within 30 s")
+	}
+
+	code, body := fx.get(t, "/")
+	if code != 200 || !strings.Contains(body, "No reconciler has checkpointed this stream yet") {
+		t.Errorf("GET / before any checkpoint: %d; want 200 saying no reconciler has checkpointed:\n%s", code, body)
+	}
+	if strings.Contains(body, "Nothing needs an operator") {
+		t.Errorf("GET / before any checkpoint says nothing needs an operator:\n%s", body)
+	}
+	if !strings.Contains(logged.String(), "no reconciler has checkpointed the stream yet") {
+		t.Errorf("the console's log does not say it found no snapshots:\n%s", logged.String())
+	}
+
+	src.checkpointed()
+	body = fx.waitPage(t, "/", `id="need-ace"`)
+	if strings.Contains(body, "No reconciler has checkpointed") {
+		t.Errorf("GET / once a reconciler checkpointed still says none has:\n%s", body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
+}
+
+// lockedLog is a log's writer read while the console writes to it.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -152,7 +152,8 @@ func (c *Console) Run(ctx context.Context) error {
 	// The checkpoints before the load: the snapshots loaded cover at
 	// least as much.
 	lag, lagErr := c.cfg.Source.Lag(ctx)
-	if err := c.fleet.load(ctx, since); err != nil {
+	noSnapshots, err := c.fleet.load(ctx, since)
+	if err != nil {
 		return err
 	}
 	select {
@@ -174,16 +175,66 @@ func (c *Console) Run(ctx context.Context) error {
 	case lagErr == nil:
 		c.fleet.catchUp(ctx, lag)
 	case errors.Is(lagErr, query.ErrNoSnapshots):
-		// No reconciler checkpointed yet: the fleet is empty until events come.
+		noSnapshots = true
 	case ctx.Err() == nil:
 		c.log.Warn("console: how far the snapshots lag the stream could not be read; rows of nodes with events past them may be older than those events until their next one", "err", lagErr)
 	}
 	close(c.loaded)
+	if noSnapshots {
+		c.log.Warn("console: no reconciler has checkpointed the stream yet: the fleet page shows only the nodes folded since the console started, and loads the whole fleet once one has")
+		go c.awaitSnapshots(ctx, since)
+	}
 	select {
 	case <-ctx.Done():
 		return nil
 	case err := <-followed:
 		return err
+	}
+}
+
+// snapshotsPoll is how often a console that found no snapshot bucket
+// looks for it again (awaitSnapshots).
+const snapshotsPoll = 2 * time.Second
+
+// awaitSnapshots loads the fleet again, as Run does, once a reconciler
+// has checkpointed the stream: Run found no snapshot bucket, loaded an
+// empty fleet and only follows what is stored since. Before, a console
+// started ahead of the reconciler's first checkpoint never showed the
+// nodes with no event after its start (a fresh user's finding, M7's
+// edge), and said "Nothing needs an operator" of them. It looks every
+// snapshotsPoll until the load finds the bucket or ctx is done.
+func (c *Console) awaitSnapshots(ctx context.Context, since time.Time) {
+	t := time.NewTimer(snapshotsPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// As Run: the checkpoints before the load, the stream's newest
+		// events after it; the follow has long started.
+		lag, err := c.cfg.Source.Lag(ctx)
+		if err == nil {
+			var noSnapshots bool
+			if noSnapshots, err = c.fleet.load(ctx, since); err == nil && !noSnapshots {
+				var now query.SnapshotLag
+				if now, err = c.cfg.Source.Lag(ctx); err == nil {
+					lag, err = lag.Through(now)
+				}
+				if err == nil {
+					c.fleet.catchUp(ctx, lag)
+				} else if ctx.Err() == nil {
+					c.log.Warn("console: how far the snapshots lag the stream could not be read; rows of nodes with events past them may be older than those events until their next one", "err", err)
+				}
+				c.log.Info("console: a reconciler has checkpointed the stream: the whole fleet is loaded")
+				return
+			}
+		}
+		if err != nil && !errors.Is(err, query.ErrNoSnapshots) && ctx.Err() == nil {
+			c.log.Warn("console: looking for the reconciler's snapshots failed; trying again", "err", err, "in", snapshotsPoll)
+		}
+		t.Reset(snapshotsPoll)
 	}
 }
 

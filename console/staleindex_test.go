@@ -60,10 +60,10 @@ func TestFleetPageNotFromAnOldIndex(t *testing.T) {
 	f := newFleet(fleetOnly{err: query.ErrNoSnapshots}, slog.New(slog.DiscardHandler))
 	clock := &wallClock{t: time.Date(2026, 12, 5, 1, 16, 20, 0, time.UTC)}
 	f.wall = clock.now
-	if err := f.load(context.Background(), time.Time{}); err != nil {
-		t.Fatal(err)
+	if noSnaps, err := f.load(context.Background(), time.Time{}); err != nil || !noSnaps {
+		t.Fatalf("load: %v, no snapshots %v; want none found", err, noSnaps)
 	}
-	if p := f.page(fleetQuery{Page: 1, NPage: 1}, now, stale); p.Nodes != 0 || p.Loading || p.Unread != "" {
+	if p := f.page(fleetQuery{Page: 1, NPage: 1}, now, stale); p.Nodes != 0 || p.Loading || p.Unread != "" || !p.NoSnapshots {
 		t.Fatalf("before any node: %d nodes, loading %v, unread %q; want 0 nodes, loaded", p.Nodes, p.Loading, p.Unread)
 	}
 
