@@ -196,3 +196,24 @@ func TestReadFilterFirstReadRidesOutAnElection(t *testing.T) {
 		t.Fatalf("ReadFilter %s after the election began: %v, want nil (no message)", time.Since(t0).Round(time.Millisecond), err)
 	}
 }
+
+// A NoLeaderError says how long the asks waited in the unit a user reads:
+// whole seconds from a second, never "within 0s" below one (a fresh
+// user's finding: `apply --timeout 20ms` said "did not answer within 0s").
+func TestNoLeaderErrorSaysItsWait(t *testing.T) {
+	for _, tc := range []struct {
+		waited time.Duration
+		want   string
+	}{
+		{3020 * time.Millisecond, "stream MESH did not answer within 3s ("},
+		{150 * time.Millisecond, "stream MESH did not answer within 150ms ("},
+		{3 * time.Millisecond, "stream MESH did not answer within 3ms ("},
+		{200 * time.Microsecond, "stream MESH did not answer within 1ms ("},
+		{0, "stream MESH did not answer ("},
+	} {
+		got := (&store.NoLeaderError{Stream: "MESH", Waited: tc.waited}).Error()
+		if len(got) < len(tc.want) || got[:len(tc.want)] != tc.want {
+			t.Errorf("waited %v: %q; want it to start %q", tc.waited, got, tc.want)
+		}
+	}
+}

@@ -107,8 +107,12 @@ func (e *NoLeaderError) Error() string {
 		// Whole seconds: the bound a user gave (--timeout 3s) less
 		// the verb's own steps before the ask began.
 		within = " within " + e.Waited.Round(time.Second).String()
-	case e.Waited > 0:
+	case e.Waited >= 10*time.Millisecond:
 		within = " within " + e.Waited.Round(10*time.Millisecond).String()
+	case e.Waited > 0:
+		// Never "within 0s" (a fresh user's finding: --timeout 20ms left
+		// the ask a few ms).
+		within = " within " + max(e.Waited.Round(time.Millisecond), time.Millisecond).String()
 	}
 	return what + " did not answer" + within + " (a server too busy to answer in time, or a cluster electing a leader after a server's loss?): try again, or allow longer"
 }
