@@ -162,7 +162,8 @@ type HaveModule struct {
 	// Exit is the last exit of the module's process: "status N",
 	// "signal NAME" or why it could not start; optional.
 	Exit string `json:"exit,omitempty"`
-	// Since is when State last changed; optional.
+	// Since is when State last changed, or when a running module was
+	// started again for a fill (on_fill: restart); optional.
 	Since *time.Time `json:"since,omitempty"`
 	// Health is what the module's check says (DESIGN.md §11 "Health");
 	// absent when its bundle declares no check.

@@ -507,7 +507,7 @@ func TestFillGivesRunningModuleItsAction(t *testing.T) {
 		}
 		waitLog(t, r, m.Name, "credential found")
 	}
-	sigPID, rePID := status(t, r, "sig").PID, status(t, r, "re").PID
+	sigPID, rePID, reSince := status(t, r, "sig").PID, status(t, r, "re").PID, status(t, r, "re").Since
 	r.Filled(ctx(t), "sig")
 	waitLog(t, r, "sig", "reloaded")
 	if st := status(t, r, "sig"); st.PID != sigPID || st.Restarts != 0 {
@@ -522,6 +522,10 @@ func TestFillGivesRunningModuleItsAction(t *testing.T) {
 	// rotated credential must not read as a crash loop (issue 26).
 	if st := status(t, r, "re"); st.FillRestarts != 1 || st.Restarts != 0 {
 		t.Errorf("after an on_fill restart: %d on_fill restarts and %d restarts, want 1 and 0", st.FillRestarts, st.Restarts)
+	}
+	// Its since is its new process's, not the state's first running.
+	if st := status(t, r, "re"); !st.Since.After(reSince) {
+		t.Errorf("after an on_fill restart: since %v, the same as before it (%v)", st.Since, reSince)
 	}
 }
 

@@ -367,7 +367,10 @@ func (s *shim) supervise(ready *os.File) {
 				return
 			}
 			if exit == "" { // restarted for a fill (on_fill restart): not a crash
-				s.set(func(st *Status) { st.FillRestarts++ })
+				// Running still, but a new process: its since is now (a
+				// fresh user's finding: `state` said running since before
+				// the rotation, and a rotation gated on it read minutes).
+				s.set(func(st *Status) { st.FillRestarts, st.Since = st.FillRestarts+1, time.Now().UTC() })
 				continue
 			}
 			if time.Since(began) >= bo.Reset {

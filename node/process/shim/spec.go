@@ -118,7 +118,8 @@ type Status struct {
 	FillRestarts int `json:"fill_restarts,omitempty"`
 	// Exit is the last exit: "status N", "signal SIGNAME" or "start: why".
 	Exit string `json:"exit,omitempty"`
-	// Since is when State last changed.
+	// Since is when State last changed, or when a running module was
+	// started again for a fill (on_fill: restart).
 	Since time.Time `json:"since"`
 	// Backoff is the wait before the next start while State is failed.
 	Backoff time.Duration `json:"backoff,omitempty"`
