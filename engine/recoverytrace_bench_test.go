@@ -17,14 +17,17 @@ import (
 
 // countingExporter counts the spans exported, by name, and drops them.
 type countingExporter struct {
-	spans, recovers atomic.Int64
+	spans, recovers, publishes atomic.Int64
 }
 
 func (e *countingExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
 	for _, s := range spans {
 		e.spans.Add(1)
-		if s.Name() == "recover partition" {
+		switch s.Name() {
+		case "recover partition":
 			e.recovers.Add(1)
+		case "publish plan", "publish knock", "publish journal":
+			e.publishes.Add(1)
 		}
 	}
 	return nil
@@ -42,7 +45,9 @@ func (e *countingExporter) Shutdown(context.Context) error { return nil }
 //   - unstored: its inputs only (a first refold): every plan the refold
 //     makes is published, each a `publish plan` span.
 //
-// spans is what one recovery exported, for events refolded.
+// spans is what one recovery exported, for events refolded (the rest
+// of spans beyond recover-spans and publish-spans are the live `fold
+// plan` of the plans read back once the recovery ended).
 //
 //	go test ./engine -run '^$' -bench RecoveryTraced -benchtime 1x
 func BenchmarkRecoveryTraced(b *testing.B) {
@@ -79,6 +84,7 @@ func BenchmarkRecoveryTraced(b *testing.B) {
 					b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "fold-cpu-ns/event")
 					b.ReportMetric(float64(exp.spans.Load()), "spans")
 					b.ReportMetric(float64(exp.recovers.Load()), "recover-spans")
+					b.ReportMetric(float64(exp.publishes.Load()), "publish-spans")
 				}
 			})
 		}

@@ -209,6 +209,16 @@ type Have struct {
 	// (the agent's order; the fold does not depend on it), unique. The reconciler knocks once for each file newly reported
 	// (docs/architecture.md, "A file deleted on the node is refilled").
 	Missing []MissingFile `json:"missing,omitempty"`
+	// Started is the claim of the agent (its lease's token, as its
+	// Agent event's Claim) on its first have that looked at every
+	// declared file of its settled plan: the one after its start, or
+	// after its first settle. Missing then also lists the declared files
+	// gone at its start (a reboot emptied /run), not only those in place
+	// in its life. Optional: absent from older agents and from every
+	// later have. The reconciler knocks once for an agent's start, at its
+	// up or at this have, whichever it folds first (docs/architecture.md,
+	// "Files gone at the agent's start").
+	Started string `json:"started,omitempty"`
 }
 
 // MissingFile is a declared file of Module at Path that is missing on the

@@ -366,6 +366,11 @@ func (h *Have) Validate() error {
 			return at("missing", i, fieldErr("path", m.Path, ErrDuplicate))
 		}
 	}
+	if h.Started != "" {
+		if err := checkText("started", h.Started, true, true, MaxClaim, "MaxClaim"); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

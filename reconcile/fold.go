@@ -252,7 +252,7 @@ func (f *folder) have(p *events.Have) {
 		f.planAgain(p.LookedBefore, "the node's agent started with no plan (the stream's --max-age removed it?)")
 	}
 	f.knock(true)
-	f.missing(p.Missing)
+	f.missing(p.Missing, p.Started)
 }
 
 // missing takes in the files a have reports missing on the node
@@ -274,7 +274,14 @@ func (f *folder) have(p *events.Have) {
 // poke). A retiring node keeps no record and is not knocked (its plan
 // is empty); a have that knocked for owed items already knocks no second
 // time (every knock fills every file).
-func (f *folder) missing(reported []events.MissingFile) {
+//
+// A have of an agent's first look (started: its claim) also reports the
+// files gone at the agent's start (a reboot emptied /run), marked so; its
+// knock is the start's knock (startKnock): one for the agent's start,
+// at this have or at the agent's up, whichever is folded first (an
+// earlier agent reported none of them, and its have raced the up's knock
+// into a second one).
+func (f *folder) missing(reported []events.MissingFile, started string) {
 	s := f.s
 	if s.Retire != nil {
 		s.Missing = nil
@@ -289,7 +296,7 @@ func (f *folder) missing(reported []events.MissingFile) {
 		if _, filled := slices.BinarySearchFunc(s.Filled, FilledMark{Module: m.Module, Path: m.Path}, compareFilled); !filled {
 			continue
 		}
-		r := MissingFile{Module: m.Module, Path: m.Path, Seq: f.ev.Seq, Time: f.ev.Time}
+		r := MissingFile{Module: m.Module, Path: m.Path, Seq: f.ev.Seq, Time: f.ev.Time, AtStart: started != ""}
 		if i, found := slices.BinarySearchFunc(s.Missing, r, compareMissing); found {
 			r = s.Missing[i]
 		} else {
@@ -300,6 +307,9 @@ func (f *folder) missing(reported []events.MissingFile) {
 	slices.SortFunc(out, compareMissing)
 	s.Missing = slices.CompactFunc(out, func(a, b MissingFile) bool { return compareMissing(a, b) == 0 })
 	if !fresh || f.n[1] > 0 {
+		return
+	}
+	if started != "" && !f.startKnock(started) {
 		return
 	}
 	reasons := []events.KnockReason{events.KnockMissing}
@@ -439,7 +449,7 @@ func (f *folder) agent(p *events.Agent) {
 		a.Claim, a.Host, a.PID = p.Claim, p.Host, p.PID
 		f.s.AgentWas = ""
 		if was != "" && was != p.Claim {
-			f.agentBack()
+			f.agentBack(p.Claim)
 		}
 		return
 	}
@@ -447,7 +457,7 @@ func (f *folder) agent(p *events.Agent) {
 	again := up && f.s.Agent != nil && f.s.Agent.Claim != p.Claim
 	f.s.Agent = &AgentRecord{Up: up, Seq: f.ev.Seq, Time: f.ev.Time, Claim: p.Claim, Host: p.Host, PID: p.PID, Why: p.Why}
 	if again {
-		f.agentBack()
+		f.agentBack(p.Claim)
 	}
 }
 
@@ -469,7 +479,11 @@ func (f *folder) agent(p *events.Agent) {
 // asked to rewrite). A fill of content the node already holds changes
 // nothing there. It pays no owed item, as a poke; a retiring node is not
 // knocked (its plan is empty). docs/architecture.md records the rule.
-func (f *folder) agentBack() {
+//
+// claim is the new agent's: a start its first have knocked for already
+// (files gone at the start, folded before this up) knocks no second time
+// (startKnock).
+func (f *folder) agentBack(claim string) {
 	s := f.s
 	if f.n[1] > 0 {
 		return // this event knocked already: every knock fills every file
@@ -477,9 +491,25 @@ func (f *folder) agentBack() {
 	if s.Retire != nil || s.Settled == nil || !events.DeclaresFiles(s.Settled.Modules) {
 		return
 	}
+	if !f.startKnock(claim) {
+		return
+	}
 	reasons := []events.KnockReason{events.KnockAgent}
 	s.LastKnock = &KnockRecord{Cause: f.ev.Seq, Reasons: reasons, Owed: []events.Owed{}}
 	f.emit(events.KindKnock, &events.Knock{Cause: f.ev.Seq, Reasons: reasons, Owed: []events.Owed{}})
+}
+
+// startKnock reports whether the start of the agent of claim may knock,
+// and notes that it has: once an agent's start, whether its up
+// (agentBack) or its have reporting the files gone at its start
+// (missing) is folded first; every knock fills every file, so the
+// second would only fill again what the first did.
+func (f *folder) startKnock(claim string) bool {
+	if f.s.StartKnocked == claim {
+		return false
+	}
+	f.s.StartKnocked = claim
+	return true
 }
 
 // prov records the node's provisioner client up or down (its lease, as

@@ -268,6 +268,9 @@ func summary(ev events.Event) string {
 		if p.LookedBefore != 0 {
 			parts = append(parts, fmt.Sprintf("looked=%d", p.LookedBefore))
 		}
+		if p.Started != "" {
+			parts = append(parts, "started="+p.Started)
+		}
 		return "have " + strings.Join(parts, " ")
 	case *events.Approve:
 		return fmt.Sprintf("approve %s %s by=%s", p.Module, p.Build, p.By)
@@ -450,7 +453,11 @@ func formatState(s *reconcile.State) string {
 		fmt.Fprintf(&b, "failed: module=%s plan %d (#%d) error=%q\n", orNone(f.Module), f.Plan, f.Seq, f.Error)
 	}
 	for _, m := range s.Missing {
-		fmt.Fprintf(&b, "missing: %s %s reported at #%d\n", m.Module, m.Path, m.Seq)
+		at := ""
+		if m.AtStart {
+			at = " gone at the agent's start"
+		}
+		fmt.Fprintf(&b, "missing: %s %s reported at #%d%s\n", m.Module, m.Path, m.Seq, at)
 	}
 	for _, c := range s.Crashes {
 		var at []string

@@ -153,6 +153,13 @@ type State struct {
 	// state of a build that knocked at that have already.
 	AgentWas string `json:"agent_was,omitempty"`
 
+	// StartKnocked is the claim of the agent whose start knocked
+	// already: at its up (agentBack) or at its have that reported the
+	// files gone at its start (events.Have.Started), whichever was folded
+	// first; the other knocks nothing (folder.startKnock). Empty before
+	// the first such knock.
+	StartKnocked string `json:"start_knocked,omitempty"`
+
 	// Provisioner is what is known of the node's provisioner client: the
 	// newest prov event (its lease claimed, ended or taken over, as the
 	// reconciler records it); nil before the first. Unlike the agent, no
@@ -239,11 +246,14 @@ func compareFailed(a, b FailedApply) int { return cmp.Compare(a.Module, b.Module
 // reported it since it was last in place, the one whose knock asked for
 // its refill (none for a retiring node, or when that have knocked for
 // owed items already: that knock's fill covers it).
+// AtStart: the have was the agent's first look (events.Have.Started),
+// so the file was gone at the agent's start (a reboot).
 type MissingFile struct {
-	Module string    `json:"module"`
-	Path   string    `json:"path"`
-	Seq    uint64    `json:"seq"`
-	Time   time.Time `json:"time"`
+	Module  string    `json:"module"`
+	Path    string    `json:"path"`
+	Seq     uint64    `json:"seq"`
+	Time    time.Time `json:"time"`
+	AtStart bool      `json:"at_start,omitempty"`
 }
 
 func compareMissing(a, b MissingFile) int {

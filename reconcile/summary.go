@@ -25,8 +25,11 @@ import (
 // (View.ProvisionerDown); a format 2 summary (an older reconciler's,
 // whose fold knows no prov event) is read still, as a view with neither.
 // Format 4 added the files the node reported missing (View.Missing); a
-// format 3 summary is read still, as a view with none.
-const SummaryFormat = 4
+// format 3 summary is read still, as a view with none. Format 5 added,
+// to each missing file, whether it was gone at the agent's start
+// (MissingFile.AtStart); a format 4 summary is read still, as a view
+// whose missing files were not.
+const SummaryFormat = 5
 
 // summaryJSONFormat is format 1's number: JSON, read still.
 const summaryJSONFormat = 1
@@ -118,12 +121,15 @@ func UnmarshalSummary(data []byte) (View, error) {
 		}
 		return s.View, nil
 	}
-	// Format 2 sets no flag of the provisioner, and formats 2 and 3 end
-	// before the missing files: one decoder reads the three.
+	// Format 2 sets no flag of the provisioner, formats 2 and 3 end
+	// before the missing files, and format 4's carry no at_start: one
+	// decoder reads the four.
 	var format int
 	switch {
 	case bytes.HasPrefix(data, []byte(summaryPrefix)):
 		format = SummaryFormat
+	case bytes.HasPrefix(data, []byte(summaryPrefix4)):
+		format = 4
 	case bytes.HasPrefix(data, []byte(summaryPrefix3)):
 		format = 3
 	case bytes.HasPrefix(data, []byte(summaryPrefix2)):

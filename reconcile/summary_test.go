@@ -156,7 +156,7 @@ func TestSummaryFormats(t *testing.T) {
 	for _, b := range []string{
 		`{"format":3,"snapshot":1,"node":"a"}`,
 		`{"format":1,"snapshot":9,"node":"a"}`,
-		`5:AAAA`,
+		`6:AAAA`,
 		`2` + strings.Repeat("A", 8),
 	} {
 		if _, err := reconcile.UnmarshalSummary([]byte(b)); !errors.Is(err, reconcile.ErrSummaryFormat) {

@@ -28,17 +28,20 @@ import (
 // retirement, the unfilled files, the failed applies, the agent, the ack,
 // the provisioner (format 3; format 2 is the same without it, and counts
 // no files), the missing files (format 4; format 3 is the same without
-// them).
+// them), each with its at_start (format 5; format 4 is the same without
+// it).
 // A count precedes each list. TestSummaryBinaryCoversView fails when the
 // view gains a field this order leaves out: add it here and bump
 // [SummaryFormat].
 
-// summaryPrefix starts a format 4 summary, summaryPrefix3 one of format
+// summaryPrefix starts a format 5 summary, summaryPrefix4 one of format 4
+// (the same fields but each missing file's at_start), summaryPrefix3 one of format
 // 3 (the same fields but the missing files), summaryPrefix2 one of format
 // 2 (those of format 3 but the provisioner's record, and no files
 // counted); a format 1 summary is JSON: '{'.
 const (
-	summaryPrefix  = "4:"
+	summaryPrefix  = "5:"
+	summaryPrefix4 = "4:"
 	summaryPrefix3 = "3:"
 	summaryPrefix2 = "2:"
 )
@@ -83,6 +86,15 @@ type summaryEncoder struct {
 
 func (e *summaryEncoder) uint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 func (e *summaryEncoder) int(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+
+// bool writes v as a varint, 0 or 1.
+func (e *summaryEncoder) bool(v bool) {
+	if v {
+		e.uint(1)
+	} else {
+		e.uint(0)
+	}
+}
 
 // str writes s as 2·len+0 then its bytes the first time, 2·index+1 after.
 func (e *summaryEncoder) str(s string) {
@@ -261,6 +273,7 @@ func marshalSummaryBinary(v View, snapshot int) []byte {
 		e.str(m.Path)
 		e.uint(m.Seq)
 		e.time(m.Time)
+		e.bool(m.AtStart) // format 5
 	}
 	// How many strings the table holds comes first: a reader makes it
 	// once.
@@ -311,6 +324,18 @@ func (d *summaryDecoder) uint() uint64 {
 }
 
 // int reads a varint (encoding/binary's: zig-zag).
+// bool reads a varint, 0 or 1.
+func (d *summaryDecoder) bool() bool {
+	switch d.uint() {
+	case 0:
+		return false
+	case 1:
+		return true
+	}
+	d.fail()
+	return false
+}
+
 func (d *summaryDecoder) int() int64 {
 	u := d.uint()
 	v := int64(u >> 1)
@@ -531,6 +556,9 @@ func unmarshalSummaryBinary(data []byte, format int) (View, int, error) {
 			for i := range v.Missing {
 				m := &v.Missing[i]
 				m.Module, m.Path, m.Seq, m.Time = d.str(), d.str(), d.uint(), d.time()
+				if format >= 5 {
+					m.AtStart = d.bool()
+				}
 			}
 		}
 	}

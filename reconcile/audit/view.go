@@ -279,7 +279,16 @@ func writeOperator(t *textWriter, v reconcile.View, now time.Time, suffix string
 // "declared file /run/app/token of module app is missing on the node
 // (reported at #41): refill asked". `state` and `fleet` print it until
 // the file is filled, or reported back.
+//
+// A file gone at the agent's start (MissingFile.AtStart: a reboot
+// emptied /run) says so: "declared file /run/app/token of module app was
+// gone from the node at its agent's start (reported at #41): refill
+// asked".
 func MissingText(m reconcile.MissingFile) string {
+	if m.AtStart {
+		return fmt.Sprintf("declared file %s of module %s was gone from the node at its agent's start (reported at #%d): refill asked",
+			events.Text(m.Path), m.Module, m.Seq)
+	}
 	return fmt.Sprintf("declared file %s of module %s is missing on the node (reported at #%d): refill asked",
 		events.Text(m.Path), m.Module, m.Seq)
 }

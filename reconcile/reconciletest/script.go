@@ -122,7 +122,9 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 		}
 		p = w
 	case "have":
-		hv := &events.Have{NoPlan: args["no_plan"] == "true"}
+		// started=CLAIM: the agent's first look, its claim (files gone
+		// at its start among missing).
+		hv := &events.Have{NoPlan: args["no_plan"] == "true", Started: args["started"]}
 		if v := args["looked"]; v != "" {
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil {
