@@ -393,6 +393,8 @@ func fastDecode(k Kind, data []byte, d *Decoder) (Payload, bool) {
 				return 4, s.u64(&v.Plan)
 			case "digest":
 				return 5, s.str(&v.Digest)
+			case "claim":
+				return 6, s.str(&v.Claim)
 			}
 			return s.header(&v.Header, key)
 		})

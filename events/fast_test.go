@@ -25,7 +25,7 @@ func fastSeeds(t testing.TB) [][]byte {
 		&Have{Modules: []HaveModule{}},
 		&Settle{Module: "pg", Op: OpFailed, Plan: 7, Error: "boom"},
 		&Refusal{Module: "pg", Path: "/etc/x", Reason: ReasonWrongAccount, Plan: 3, Writer: "prov", Error: "e"},
-		&Filled{Module: "pg", Path: "/etc/x", Plan: 3, Digest: "ab"},
+		&Filled{Module: "pg", Path: "/etc/x", Plan: 3, Digest: "ab", Claim: "Wq3mYk0xGvJ9cJ1tXbR2aP"},
 		&Want{Modules: []WantModule{{Name: "pg", Build: "b", RunsAs: "pg", Files: []File{{Path: "/a", Mode: "0600"}, {Path: "/b", Mode: "644"}}, Provisioner: true, RequiresApproval: true, Hold: true}}},
 		&Want{Modules: []WantModule{}},
 		&Plan{Cause: 9, Want: 8, ProvisionerAccount: "prov", Modules: []PlanModule{

@@ -210,22 +210,29 @@ type Have struct {
 	// (docs/architecture.md, "A file deleted on the node is refilled").
 	Missing []MissingFile `json:"missing,omitempty"`
 	// Started is the claim of the agent (its lease's token, as its
-	// Agent event's Claim) on its first have that looked at every
-	// declared file of its settled plan: the one after its start, or
-	// after its first settle. Missing then also lists the declared files
-	// gone at its start (a reboot emptied /run), not only those in place
-	// in its life. Optional: absent from older agents and from every
-	// later have. The reconciler knocks once for an agent's start, at its
-	// up or at this have, whichever it folds first (docs/architecture.md,
-	// "Files gone at the agent's start").
+	// Agent event's Claim) whose start the files of Missing marked
+	// AtStart were gone at: set on every have that lists one, required
+	// then. Optional: absent from older agents, and from a have that
+	// lists none. The reconciler knocks once for an agent's start, at
+	// its up or at the first have reporting such a file, whichever it
+	// folds first (docs/architecture.md, "Files gone at the agent's
+	// start").
 	Started string `json:"started,omitempty"`
 }
 
 // MissingFile is a declared file of Module at Path that is missing on the
 // node (Have.Missing).
+//
+// AtStart: the file was gone at the first look of the agent (Have.Started
+// names it) at the declared files of its settled plan, and no fill of
+// that agent wrote it before that look: a reboot or a re-image emptied
+// /run, or the node never held it. The agent reports it so in every have
+// until the file is back. Optional: false from older agents, and for a
+// file deleted in the agent's life.
 type MissingFile struct {
-	Module string `json:"module"`
-	Path   string `json:"path"`
+	Module  string `json:"module"`
+	Path    string `json:"path"`
+	AtStart bool   `json:"at_start,omitempty"`
 }
 
 // SettleOp says how an apply ended.
@@ -292,6 +299,12 @@ type Filled struct {
 	// Digest is the hex HMAC-SHA256 of the content under a key only the
 	// node keeps: never the content, never a plain hash of it.
 	Digest string `json:"digest"`
+	// Claim is the claim of the agent that wrote the file (its lease's
+	// token, as its Agent event's Claim): a have of that agent reporting
+	// the file gone at its start (MissingFile.AtStart), stored after this
+	// filled, was looked before this write (docs/architecture.md, "Files
+	// gone at the agent's start"). Optional: absent from older agents.
+	Claim string `json:"claim,omitempty"`
 }
 
 // HoldReason says why a plan row is held.

@@ -362,8 +362,11 @@ func (h *Have) Validate() error {
 		if err := checkPath("path", m.Path); err != nil {
 			return at("missing", i, err)
 		}
-		if slices.Contains(h.Missing[:i], m) {
+		if slices.ContainsFunc(h.Missing[:i], func(o MissingFile) bool { return o.Module == m.Module && o.Path == m.Path }) {
 			return at("missing", i, fieldErr("path", m.Path, ErrDuplicate))
+		}
+		if m.AtStart && h.Started == "" {
+			return at("missing", i, fieldErr("started", "", ErrMissing))
 		}
 	}
 	if h.Started != "" {
@@ -466,7 +469,13 @@ func (f *Filled) Validate() error {
 	if err := checkPath("path", f.Path); err != nil {
 		return err
 	}
-	return checkText("digest", f.Digest, true, true, MaxDigest, "MaxDigest")
+	if err := checkText("digest", f.Digest, true, true, MaxDigest, "MaxDigest"); err != nil {
+		return err
+	}
+	if f.Claim != "" {
+		return checkText("claim", f.Claim, true, true, MaxClaim, "MaxClaim")
+	}
+	return nil
 }
 
 // Validate checks the plan's rows like a want's, and its limits.

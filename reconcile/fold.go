@@ -275,12 +275,18 @@ func (f *folder) have(p *events.Have) {
 // is empty); a have that knocked for owed items already knocks no second
 // time (every knock fills every file).
 //
-// A have of an agent's first look (started: its claim) also reports the
-// files gone at the agent's start (a reboot emptied /run), marked so; its
-// knock is the start's knock (startKnock): one for the agent's start,
-// at this have or at the agent's up, whichever is folded first (an
-// earlier agent reported none of them, and its have raced the up's knock
-// into a second one).
+// A file gone at the agent's start (events.MissingFile.AtStart: a
+// reboot or re-image emptied /run), reported under its claim (started),
+// is recorded marked so; when it is fresh, the have knocks only if the
+// agent's start has not (startKnock): one knock for the start, at this
+// have or at the agent's up, whichever is folded first (an earlier agent
+// reported none of them, and its have raced the up's knock into a second
+// one). Such a report of a file whose newest filled was written by the
+// same agent (FilledMark.Claim) is stale: the agent looked before that
+// write, so the file is back, or was never there before this agent (a
+// fresh node, incident 1: the settle's knock filled it); it is neither
+// recorded nor knocked for, in whatever order the up, the have and the
+// filled are folded.
 func (f *folder) missing(reported []events.MissingFile, started string) {
 	s := f.s
 	if s.Retire != nil {
@@ -288,28 +294,34 @@ func (f *folder) missing(reported []events.MissingFile, started string) {
 		return
 	}
 	var out []MissingFile
-	fresh := false
+	gone, atStart := false, false // a fresh report: deleted in the agent's life, gone at its start
 	for _, m := range reported {
 		if !s.settledDeclares(m.Module, m.Path) {
 			continue
 		}
-		if _, filled := slices.BinarySearchFunc(s.Filled, FilledMark{Module: m.Module, Path: m.Path}, compareFilled); !filled {
+		i, filled := slices.BinarySearchFunc(s.Filled, FilledMark{Module: m.Module, Path: m.Path}, compareFilled)
+		if !filled || m.AtStart && s.Filled[i].Claim == started {
 			continue
 		}
-		r := MissingFile{Module: m.Module, Path: m.Path, Seq: f.ev.Seq, Time: f.ev.Time, AtStart: started != ""}
+		r := MissingFile{Module: m.Module, Path: m.Path, Seq: f.ev.Seq, Time: f.ev.Time, AtStart: m.AtStart}
 		if i, found := slices.BinarySearchFunc(s.Missing, r, compareMissing); found {
 			r = s.Missing[i]
+		} else if m.AtStart {
+			atStart = true
 		} else {
-			fresh = true
+			gone = true
 		}
 		out = append(out, r)
 	}
 	slices.SortFunc(out, compareMissing)
 	s.Missing = slices.CompactFunc(out, func(a, b MissingFile) bool { return compareMissing(a, b) == 0 })
-	if !fresh || f.n[1] > 0 {
+	if !gone && !atStart {
 		return
 	}
-	if started != "" && !f.startKnock(started) {
+	// The start knocks once, here or by the knock this have made for
+	// owed items (every knock fills every file), unless its up did.
+	start := atStart && f.startKnock(started)
+	if f.n[1] > 0 || !gone && !start {
 		return
 	}
 	reasons := []events.KnockReason{events.KnockMissing}
@@ -828,6 +840,9 @@ func (f *folder) filled(p *events.Filled) {
 			events.Short(old.Path), events.Short(old.Module), old.Plan, s.limits().filled)
 	}
 	s.Filled = upsert(s.Filled, m, compareFilled, func(old FilledMark) bool { return old.Plan < m.Plan })
+	// Who wrote it last, at whatever plan (folder.missing).
+	i, _ := slices.BinarySearchFunc(s.Filled, m, compareFilled)
+	s.Filled[i].Claim = p.Claim
 	// Items that arrived before it, at its plan or older, are paid.
 	s.Owed = slices.DeleteFunc(s.Owed, func(it Item) bool {
 		return it.Module == p.Module && it.Path == p.Path && it.Plan <= p.Plan

@@ -263,7 +263,11 @@ func summary(ev events.Event) string {
 			parts = append(parts, "no_plan")
 		}
 		for _, m := range p.Missing {
-			parts = append(parts, "missing="+m.Module+":"+m.Path)
+			arg := "missing="
+			if m.AtStart {
+				arg = "at_start="
+			}
+			parts = append(parts, arg+m.Module+":"+m.Path)
 		}
 		if p.LookedBefore != 0 {
 			parts = append(parts, fmt.Sprintf("looked=%d", p.LookedBefore))
@@ -286,6 +290,9 @@ func summary(ev events.Event) string {
 	case *events.Refusal:
 		return fmt.Sprintf("refusal %s %s %s plan=%d writer=%s", p.Module, p.Path, p.Reason, p.Plan, p.Writer)
 	case *events.Filled:
+		if p.Claim != "" {
+			return fmt.Sprintf("filled %s %s plan=%d claim=%s", p.Module, p.Path, p.Plan, p.Claim)
+		}
 		return fmt.Sprintf("filled %s %s plan=%d", p.Module, p.Path, p.Plan)
 	case *events.Pause:
 		return fmt.Sprintf("pause by=%s reason=%s", p.By, orNone(p.Reason))
@@ -422,7 +429,11 @@ func formatState(s *reconcile.State) string {
 		fmt.Fprintf(&b, "accepting: %s %s from %s since plan %d\n", a.Module, a.Path, a.Account, a.Plan)
 	}
 	for _, f := range s.Filled {
-		fmt.Fprintf(&b, "filled: %s %s at plan %d\n", f.Module, f.Path, f.Plan)
+		by := ""
+		if f.Claim != "" {
+			by = " by " + f.Claim
+		}
+		fmt.Fprintf(&b, "filled: %s %s at plan %d%s\n", f.Module, f.Path, f.Plan, by)
 	}
 	for _, a := range s.Approvals {
 		fmt.Fprintf(&b, "approval: %s %s by %s (#%d)\n", a.Module, a.Build, a.By, a.Seq)

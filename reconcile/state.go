@@ -154,10 +154,10 @@ type State struct {
 	AgentWas string `json:"agent_was,omitempty"`
 
 	// StartKnocked is the claim of the agent whose start knocked
-	// already: at its up (agentBack) or at its have that reported the
-	// files gone at its start (events.Have.Started), whichever was folded
-	// first; the other knocks nothing (folder.startKnock). Empty before
-	// the first such knock.
+	// already: at its up (agentBack) or at its first have that reported
+	// a file gone at its start (events.MissingFile.AtStart), whichever
+	// was folded first; the other knocks nothing (folder.startKnock).
+	// Empty before the first such knock.
 	StartKnocked string `json:"start_knocked,omitempty"`
 
 	// Provisioner is what is known of the node's provisioner client: the
@@ -246,8 +246,8 @@ func compareFailed(a, b FailedApply) int { return cmp.Compare(a.Module, b.Module
 // reported it since it was last in place, the one whose knock asked for
 // its refill (none for a retiring node, or when that have knocked for
 // owed items already: that knock's fill covers it).
-// AtStart: the have was the agent's first look (events.Have.Started),
-// so the file was gone at the agent's start (a reboot).
+// AtStart: the first report said the file was gone at the start of the
+// agent (events.MissingFile.AtStart): a reboot or re-image emptied /run.
 type MissingFile struct {
 	Module  string    `json:"module"`
 	Path    string    `json:"path"`
@@ -353,11 +353,16 @@ type Accepting struct {
 	Plan    uint64 `json:"plan"`
 }
 
-// FilledMark records the newest plan a file was filled under.
+// FilledMark records the newest plan a file was filled under, and Claim,
+// the claim of the agent that wrote the newest filled of it folded
+// (events.Filled.Claim; empty from older agents): a report of the file
+// gone at that agent's start came from a look before that write
+// (folder.missing).
 type FilledMark struct {
 	Module string `json:"module"`
 	Path   string `json:"path"`
 	Plan   uint64 `json:"plan"`
+	Claim  string `json:"claim,omitempty"`
 }
 
 // Approval is an operator's yes for Module at Build; Seq and By are the

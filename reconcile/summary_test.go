@@ -188,3 +188,31 @@ func TestSummaryFormats(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryFormat4: a summary of format 4 (the build before each
+// missing file's at_start wrote it so: format4 below, a golden of that
+// build's MarshalSummaryView) reads as this build's summary of the same
+// view, its missing files not gone at the agent's start; format 5 keeps
+// one that was.
+func TestSummaryFormat4(t *testing.T) {
+	const format4 = "4:BAEGYWNlDAAAAAAAAAAACQGAsZyxDQAAAAAAAAAAAgZhcHAWL3J1bi9hcHAvY2ELAYKxnLENAAMcL3J1bi9hcHAvdG9rZW4JAYCxnLENAA"
+	at := time.Date(2026, 12, 5, 4, 0, 0, 0, time.UTC)
+	v := reconcile.View{Node: "ace", Seq: 12, HaveSeq: 9, HaveTime: at,
+		Missing: []reconcile.MissingFile{{Module: "app", Path: "/run/app/ca", Seq: 11, Time: at.Add(time.Second)}, {Module: "app", Path: "/run/app/token", Seq: 9, Time: at}}}
+	got, err := reconcile.UnmarshalSummary([]byte(format4))
+	if err != nil {
+		t.Fatalf("format 4: %v", err)
+	}
+	want, err := reconcile.UnmarshalSummary(reconcile.MarshalSummaryView(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := jsonOf(t, got), jsonOf(t, want); g != w || len(got.Missing) != 2 {
+		t.Fatalf("format 4 reads\n%s\nformat %d\n%s", g, reconcile.SummaryFormat, w)
+	}
+	v.Missing[1].AtStart = true
+	v5, err := reconcile.UnmarshalSummary(reconcile.MarshalSummaryView(v))
+	if err != nil || v5.Missing[0].AtStart || !v5.Missing[1].AtStart {
+		t.Fatalf("format %d: %+v, %v; want the token gone at the agent's start", reconcile.SummaryFormat, v5.Missing, err)
+	}
+}

@@ -96,29 +96,32 @@ func TestFleetSourcesTextCutsBetweenWords(t *testing.T) {
 // A file not filled now that a provisioner filled before says when it
 // was last filled and why no newer content came, never "not filled" (a
 // fresh user's finding U10: "not filled: missing" after 'secret rm' read
-// as a file missing on the node), nor that the node keeps it: an agent
-// reports no file missing at its own start, so after a reboot or a
-// re-image the file may be gone though none was reported (fresh6 M4:
-// "kept as last filled" of a file a re-image had removed). One never
-// filled still says "not filled"; the header says both.
+// as a file missing on the node), nor that the node keeps it, only that
+// the node has not reported it gone (fresh6 M4: "kept as last filled" of
+// a file a re-image had removed). One never filled still says "not
+// filled"; the header says both.
 // A file the node's agent reported gone (reconcile.View.Missing) is not
 // said last filled only: the provisioners' record says what they last
-// had the node write, the have what the node holds (provfix).
+// had the node write, the have what the node holds (provfix); one gone
+// at the agent's start (a reboot, a re-image) says so.
 func TestSourcesTextGoneFromNode(t *testing.T) {
 	now := time.Date(2026, 12, 4, 15, 46, 0, 0, time.UTC)
 	last := time.Date(2026, 12, 4, 15, 40, 1, 0, time.UTC)
 	ps := []audit.SourceProblem{
 		{Module: "app", Path: "/run/app/token", State: "missing", Why: "dir /srv/x: no file", Since: now.Add(-6 * time.Second), LastFilled: last},
 		{Module: "app", Path: "/run/app/ca", State: "missing", Why: "dir /srv/x: no file", Since: now.Add(-time.Minute), LastFilled: last},
+		{Module: "app", Path: "/run/app/tls", State: "missing", Why: "dir /srv/x: no file", Since: now.Add(-time.Minute), LastFilled: last},
 	}
-	marked := audit.MarkGone(ps, []reconcile.MissingFile{{Module: "app", Path: "/run/app/token", Seq: 41, Time: now}})
+	marked := audit.MarkGone(ps, []reconcile.MissingFile{{Module: "app", Path: "/run/app/token", Seq: 41, Time: now},
+		{Module: "app", Path: "/run/app/tls", Seq: 42, Time: now, AtStart: true}})
 	if ps[0].Gone != 0 {
 		t.Fatal("MarkGone changed its argument")
 	}
 	got := strings.Join(strings.Fields(audit.SourcesText("fox", marked, now)), " ")
 	for _, want := range []string{
 		"fox app /run/app/token gone from the node (reported at #41; last filled at 2026-12-04T15:40:01.000Z); no source gives it again: missing since 6s ago",
-		"fox app /run/app/ca last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone, but after a reboot or re-image it may be)",
+		"fox app /run/app/tls gone from the node at its agent's start (reported at #42; last filled at 2026-12-04T15:40:01.000Z); no source gives it again: missing since 1m ago",
+		"fox app /run/app/ca last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone)",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("does not say %q:\n%s", want, got)
@@ -157,9 +160,9 @@ func TestSourcesTextKeptAsLastFilled(t *testing.T) {
 		}
 	}
 	for i, want := range []string{
-		"fox app /run/app/token last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone, but after a reboot or re-image it may be); no source gives a newer one: missing since 6s ago: sealed: removed by you",
-		"fox app /run/app/ca last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone, but after a reboot or re-image it may be); no source gives a newer one: sealed-to-other-key since 1m ago",
-		"fox app /run/app/tls last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone, but after a reboot or re-image it may be); a newer one is not written: refused since 1m ago",
+		"fox app /run/app/token last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone); no source gives a newer one: missing since 6s ago: sealed: removed by you",
+		"fox app /run/app/ca last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone); no source gives a newer one: sealed-to-other-key since 1m ago",
+		"fox app /run/app/tls last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone); a newer one is not written: refused since 1m ago",
 		"fox app /run/app/key not filled: missing since 1m ago",
 	} {
 		if len(lines) != 4 || !strings.Contains(lines[i], want) {
@@ -170,7 +173,7 @@ func TestSourcesTextKeptAsLastFilled(t *testing.T) {
 		t.Errorf("a kept file said not filled:\n%s", got)
 	}
 	fleet := strings.Join(strings.Fields(audit.FleetSourcesText([]audit.FleetRow{{Node: "fox", Sources: ps[:1]}}, now)), " ")
-	if !strings.Contains(fleet, "last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone, but after a reboot or re-image it may be)") ||
+	if !strings.Contains(fleet, "last filled at 2026-12-04T15:40:01.000Z (the node has not reported it gone)") ||
 		strings.Contains(fleet, "not filled") || strings.Contains(fleet, "kept") {
 		t.Errorf("fleet's line:\n%s", fleet)
 	}

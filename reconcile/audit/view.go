@@ -280,13 +280,13 @@ func writeOperator(t *textWriter, v reconcile.View, now time.Time, suffix string
 // (reported at #41): refill asked". `state` and `fleet` print it until
 // the file is filled, or reported back.
 //
-// A file gone at the agent's start (MissingFile.AtStart: a reboot
-// emptied /run) says so: "declared file /run/app/token of module app was
-// gone from the node at its agent's start (reported at #41): refill
-// asked".
+// A file gone at the agent's start (MissingFile.AtStart: a reboot or a
+// re-image emptied /run) says so: "declared file /run/app/token of
+// module app is missing on the node, gone at its agent's start (reported
+// at #41): refill asked".
 func MissingText(m reconcile.MissingFile) string {
 	if m.AtStart {
-		return fmt.Sprintf("declared file %s of module %s was gone from the node at its agent's start (reported at #%d): refill asked",
+		return fmt.Sprintf("declared file %s of module %s is missing on the node, gone at its agent's start (reported at #%d): refill asked",
 			events.Text(m.Path), m.Module, m.Seq)
 	}
 	return fmt.Sprintf("declared file %s of module %s is missing on the node (reported at #%d): refill asked",
@@ -556,9 +556,9 @@ type SourceProblem struct {
 	Signer string `json:"signer,omitempty"`
 	// LastFilled is, of a file not filled now, when its provisioner last
 	// had the node write it (store.FillStatus.LastFilled): the node holds
-	// that content unless it lost the file since in a way its agent does
-	// not report (a reboot emptying a tmpfs, a re-image: an agent reports
-	// no file missing at its own start). Zero: never filled, as the
+	// that content unless its agent reported it gone (Gone), or its agent
+	// is older than the report of files gone at its start (a reboot
+	// emptying a tmpfs, a re-image). Zero: never filled, as the
 	// provisioners recorded.
 	LastFilled time.Time `json:"last_filled,omitzero"`
 	// Gone is, of a file the node's agent reported missing on the node
@@ -566,6 +566,10 @@ type SourceProblem struct {
 	// place), the have that reported it ([MarkGone]): the node does not
 	// keep what was last filled. 0: not reported.
 	Gone uint64 `json:"gone,omitempty"`
+	// GoneAtStart: the file Gone names was gone at the start of the
+	// node's agent (reconcile.MissingFile.AtStart: a reboot or a re-image
+	// emptied /run).
+	GoneAtStart bool `json:"gone_at_start,omitempty"`
 	// Stale: the provisioner that reported it is down
 	// (reconcile.View.ProvisionerDown): it is what that provisioner last
 	// saw, and nobody looks again until one runs (which fills on start,
@@ -613,7 +617,7 @@ func MarkGone(ps []SourceProblem, missing []reconcile.MissingFile) []SourceProbl
 		if out == nil {
 			out = slices.Clone(ps)
 		}
-		out[i].Gone = missing[j].Seq
+		out[i].Gone, out[i].GoneAtStart = missing[j].Seq, missing[j].AtStart
 	}
 	if out == nil {
 		return ps
@@ -743,18 +747,22 @@ func sourcesText(node string, ps []SourceProblem, now time.Time, cut bool) strin
 		}
 		if !p.LastFilled.IsZero() && p.Gone != 0 {
 			// The node's agent reported it gone: not kept.
-			t.line(0, "source", fmt.Sprintf("%s %s %s gone from the node (reported at #%d; last filled at %s); %s: %s since %s ago%s: %s", node, p.Module, events.Text(p.Path),
-				p.Gone, FormatTime(p.LastFilled), goneWhy(p.State), p.State, Age(now.Sub(p.Since)), stale, why(p.Why)))
+			at := ""
+			if p.GoneAtStart {
+				at = " at its agent's start"
+			}
+			t.line(0, "source", fmt.Sprintf("%s %s %s gone from the node%s (reported at #%d; last filled at %s); %s: %s since %s ago%s: %s", node, p.Module, events.Text(p.Path),
+				at, p.Gone, FormatTime(p.LastFilled), goneWhy(p.State), p.State, Age(now.Sub(p.Since)), stale, why(p.Why)))
 			continue
 		}
 		if !p.LastFilled.IsZero() {
 			// The node was last seen holding the file, with what was
 			// last filled (a fresh user's finding U10: "not filled:
-			// missing" read as a file missing on the node). Not
-			// asserted as held: an agent reports no file missing at
-			// its own start, so a node rebooted (tmpfs /run) or
-			// re-imaged since reads the same (fresh6 M4).
-			t.line(0, "source", fmt.Sprintf("%s %s %s last filled at %s (the node has not reported it gone, but after a reboot or re-image it may be); %s: %s since %s ago%s: %s", node, p.Module, events.Text(p.Path),
+			// missing" read as a file missing on the node), and its
+			// agent has not reported it gone, in its life or at its
+			// start (a reboot emptying a tmpfs /run, a re-image: fresh6
+			// M4, when agents reported nothing gone at their start).
+			t.line(0, "source", fmt.Sprintf("%s %s %s last filled at %s (the node has not reported it gone); %s: %s since %s ago%s: %s", node, p.Module, events.Text(p.Path),
 				FormatTime(p.LastFilled), keptWhy(p.State), p.State, Age(now.Sub(p.Since)), stale, why(p.Why)))
 			continue
 		}

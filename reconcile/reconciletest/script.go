@@ -122,8 +122,8 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 		}
 		p = w
 	case "have":
-		// started=CLAIM: the agent's first look, its claim (files gone
-		// at its start among missing).
+		// started=CLAIM: the claim of the agent whose start the files
+		// of at_start were gone at.
 		hv := &events.Have{NoPlan: args["no_plan"] == "true", Started: args["started"]}
 		if v := args["looked"]; v != "" {
 			n, err := strconv.ParseUint(v, 10, 64)
@@ -136,14 +136,18 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 			hv.Modules = append(hv.Modules, sc.haveModule(t, d, line))
 		}
 		// missing=MODULE:PATH[,MODULE:PATH…]: files the agent reports
-		// missing on the node.
-		if args["missing"] != "" {
-			for _, mp := range strings.Split(args["missing"], ",") {
+		// missing on the node; at_start=MODULE:PATH[,…]: those it
+		// reports gone at its start (MissingFile.AtStart).
+		for _, arg := range []string{"missing", "at_start"} {
+			if args[arg] == "" {
+				continue
+			}
+			for _, mp := range strings.Split(args[arg], ",") {
 				module, path, ok := strings.Cut(mp, ":")
 				if !ok {
-					t.Fatalf("%s: missing=%s: want MODULE:PATH", d.Pos, mp)
+					t.Fatalf("%s: %s=%s: want MODULE:PATH", d.Pos, arg, mp)
 				}
-				hv.Missing = append(hv.Missing, events.MissingFile{Module: module, Path: path})
+				hv.Missing = append(hv.Missing, events.MissingFile{Module: module, Path: path, AtStart: arg == "at_start"})
 			}
 		}
 		p = hv
@@ -159,7 +163,8 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 		p = &events.Refusal{Module: args["module"], Path: args["path"], Reason: events.Reason(args["reason"]),
 			Plan: U64(t, args["plan"]), Writer: args["writer"], Error: args["error"]}
 	case "filled":
-		p = &events.Filled{Module: args["module"], Path: args["path"], Plan: U64(t, args["plan"]), Digest: "hmac:not-a-secret"}
+		// claim=C: the claim of the agent that wrote it.
+		p = &events.Filled{Module: args["module"], Path: args["path"], Plan: U64(t, args["plan"]), Digest: "hmac:not-a-secret", Claim: args["claim"]}
 	case "pause":
 		p = &events.Pause{By: by(), Reason: args["reason"]}
 	case "resume":
