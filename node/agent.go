@@ -176,14 +176,24 @@ type Agent struct {
 	held map[fileRef]bool
 	// gone holds the declared files the last have reported missing on
 	// the node (missingFiles), looked at again by every have until they
-	// are back; saidGone is the set as last logged. lookAll: the next
-	// have with a settled plan notes every declared file in place (the
-	// agent's start). look holds the files checkFiles found gone, for
-	// the next have to look at. Touched under mu.
-	gone     map[fileRef]bool
-	look     map[fileRef]bool
-	saidGone string
-	lookAll  bool
+	// are back; saidGone is the set as last logged. lookAll: the first
+	// look with a settled plan (startLook) is still to come: it notes
+	// every declared file in place, and those gone then (startGone).
+	// look holds the files checkFiles found gone, for the next have to
+	// look at. startGone holds the declared files gone at that first
+	// look that no fill of this agent wrote before it (a reboot or a
+	// re-image emptied /run): every have reports them, marked so
+	// (events.MissingFile.AtStart), until they are back. Touched under mu.
+	gone      map[fileRef]bool
+	look      map[fileRef]bool
+	startGone map[fileRef]bool
+	saidGone  string
+	lookAll   bool
+	// claimed is the claim (token) of the node's lease this agent holds,
+	// set before any have or fill: a filled names it
+	// (events.Filled.Claim), as does a have reporting files gone at the
+	// agent's start (events.Have.Started).
+	claimed string
 
 	// failed is the newest plan whose apply failed, retried when retry
 	// fires (paced by retryPace, reset by a new plan); failedSaid is the
@@ -489,9 +499,15 @@ func (a *Agent) claim(ctx context.Context) (*store.Lease, error) {
 		if err != nil {
 			return nil, err
 		}
-		l, err := store.AcquireLease(ctx, kv, a.cfg.Name, store.NewHolder("node", a.cfg.Name), a.log)
+		h := store.NewHolder("node", a.cfg.Name)
+		l, err := store.AcquireLease(ctx, kv, a.cfg.Name, h, a.log)
 		if errors.Is(err, store.ErrLeaseHeld) {
 			return nil, backoff.Permanent(err)
+		}
+		if err == nil {
+			a.mu.Lock()
+			a.claimed = h.Token
+			a.mu.Unlock()
 		}
 		return l, err
 	})
@@ -701,6 +717,10 @@ func (a *Agent) handlePlan(ctx context.Context, m store.Msg) {
 		// owner or mode since the apply refitted them.
 		a.refitFiles(&p.Modules[i])
 	}
+	// The agent's first settled plan: its look at the files, before any
+	// fill it serves at its start (they wait for ready), reports what a
+	// reboot took at once, not at the next have.
+	gone := a.lookAll && a.root != nil && a.startLook()
 	a.mu.Unlock()
 
 	changed := len(changes) // the log says what the settles say: 0 for "no module changed"
@@ -714,7 +734,7 @@ func (a *Agent) handlePlan(ctx context.Context, m store.Msg) {
 		}
 	}
 	log.Info("plan settled", "changed", changed, "account", p.ProvisionerAccount)
-	if changes[0].module != "" {
+	if changes[0].module != "" || gone {
 		a.kickHave()
 	}
 }
@@ -919,6 +939,9 @@ func (a *Agent) publishHave(ctx context.Context) {
 		a.mu.Lock()
 		noPlan := a.noPlan && a.settled == nil
 		h := &events.Have{Modules: mods, NoPlan: noPlan, Missing: missing}
+		if slices.ContainsFunc(missing, func(m events.MissingFile) bool { return m.AtStart }) {
+			h.Started = a.claimed
+		}
 		if noPlan {
 			h.LookedBefore = a.lookedBefore
 		}

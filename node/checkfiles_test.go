@@ -11,11 +11,13 @@ import (
 )
 
 // checkFiles: a file in place when the agent first looks with a settled
-// plan is taken note of, even when no have did so first (an agent
-// restarted while its modules ran publishes its first have before its
-// plan settles); deleted afterwards, the look finds it gone and the next
-// have reports it, once; a fill (heldFile) makes it looked at again.
-// A file missing at the first look was never in place: never reported.
+// plan is taken note of, even when no have did so first; deleted
+// afterwards, the look finds it gone and the next have reports it, once;
+// a fill (heldFile) makes it looked at again. A file missing at the first
+// look (a reboot emptied /run) is gone at the agent's start: the first
+// look says a have is due, and every have reports it marked so
+// (events.MissingFile.AtStart) until it is back; once a fill wrote it, a
+// deletion is reported as one in the agent's life.
 func TestCheckFilesNotesThenFindsGone(t *testing.T) {
 	dir := t.TempDir()
 	for _, p := range []string{"run/app/token", "run/app/other"} {
@@ -36,9 +38,16 @@ func TestCheckFilesNotesThenFindsGone(t *testing.T) {
 			Files: []events.File{{Path: "/run/app/token", Mode: "0600"}, {Path: "/run/app/other", Mode: "0600"}}}}}}
 	running := []events.HaveModule{{Name: "app", Build: "a:1", State: events.Running}}
 	token := events.MissingFile{Module: "app", Path: "/run/app/token"}
+	other := events.MissingFile{Module: "app", Path: "/run/app/other", AtStart: true}
 
+	if !a.checkFiles() {
+		t.Fatal("the first look found other gone (the agent's start) but asks no have")
+	}
+	if got := a.missingFiles(running); !slices.Equal(got, []events.MissingFile{other}) {
+		t.Fatalf("the have after the first look reports %v, want only %v", got, other)
+	}
 	if a.checkFiles() {
-		t.Fatal("the first look (taking note) found a file gone")
+		t.Fatal("a second look with nothing deleted since found a file gone")
 	}
 	if err := root.Remove("run/app/token"); err != nil {
 		t.Fatal(err)
@@ -46,26 +55,71 @@ func TestCheckFilesNotesThenFindsGone(t *testing.T) {
 	if !a.checkFiles() {
 		t.Fatal("a file in place at the first look, then deleted, is not found gone")
 	}
-	if got := a.missingFiles(running); !slices.Equal(got, []events.MissingFile{token}) {
-		t.Fatalf("the have after the look reports %v, want only %v (other was never in place)", got, token)
+	if got := a.missingFiles(running); !slices.Equal(got, []events.MissingFile{other, token}) {
+		t.Fatalf("the have after the look reports %v, want %v (other gone at the start, token since)", got, []events.MissingFile{other, token})
 	}
 	if a.checkFiles() {
 		t.Error("a file reported missing is looked at again by the check: one have per interval")
 	}
-	if got := a.missingFiles(running); !slices.Equal(got, []events.MissingFile{token}) {
-		t.Fatalf("a later have reports %v, want %v until it is back", got, token)
+	if got := a.missingFiles(running); !slices.Equal(got, []events.MissingFile{other, token}) {
+		t.Fatalf("a later have reports %v, want %v until they are back", got, []events.MissingFile{other, token})
 	}
-	// Refilled, then deleted again before any have: seen again.
+	// Both filled: reported no more.
+	for _, f := range []events.MissingFile{token, other} {
+		if err := root.WriteFile(f.Path[1:], []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		a.mu.Lock()
+		a.heldFile(fileRef{f.Module, f.Path})
+		a.mu.Unlock()
+	}
+	if got := a.missingFiles(running); len(got) != 0 {
+		t.Fatalf("the have after the fills reports %v, want none", got)
+	}
+	// Deleted again before any have: seen again, as deletions in the
+	// agent's life (a fill of it wrote them), not gone at its start.
+	for _, f := range []events.MissingFile{token, other} {
+		if err := root.Remove(f.Path[1:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !a.checkFiles() {
+		t.Fatal("files refilled and deleted again before any have are not found gone")
+	}
+	if got, want := a.missingFiles(running), []events.MissingFile{{Module: "app", Path: "/run/app/other"}, token}; !slices.Equal(got, want) {
+		t.Fatalf("the have after the second deletion reports %v, want %v", got, want)
+	}
+}
+
+// A file gone at the agent's start that comes back by another hand than a
+// fill of this agent (an operator's copy) is reported no more.
+func TestStartGoneBackByHand(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "run/app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	a := &Agent{root: root, lookAll: true, log: slog.New(slog.DiscardHandler),
+		settled: &events.Plan{Modules: []events.PlanModule{{Name: "app", Build: "a:1", RunsAs: "app",
+			Files: []events.File{{Path: "/run/app/token", Mode: "0600"}}}}}}
+	running := []events.HaveModule{{Name: "app", Build: "a:1", State: events.Running}}
+	if got := a.missingFiles(running); !slices.Equal(got, []events.MissingFile{{Module: "app", Path: "/run/app/token", AtStart: true}}) {
+		t.Fatalf("the first have reports %v, want the token gone at the start", got)
+	}
 	if err := root.WriteFile("run/app/token", []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a.mu.Lock()
-	a.heldFile(fileRef{"app", "/run/app/token"})
-	a.mu.Unlock()
+	if got := a.missingFiles(running); len(got) != 0 {
+		t.Fatalf("a file back by hand is reported %v", got)
+	}
 	if err := root.Remove("run/app/token"); err != nil {
 		t.Fatal(err)
 	}
 	if !a.checkFiles() {
-		t.Fatal("a file refilled and deleted again before any have is not found gone")
+		t.Fatal("the file back by hand, then deleted, is not found gone")
 	}
 }

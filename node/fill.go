@@ -103,7 +103,7 @@ func (a *Agent) fill(ctx context.Context, req events.FillRequest, content []byte
 		a.mu.Unlock()
 		return events.FillReply{Error: "node agent is stopping"}
 	}
-	plan, seq := a.settled, a.settledSeq
+	plan, seq, claim := a.settled, a.settledSeq, a.claimed
 	file, reason := reconcile.JudgePlan(plan, module, path, writer)
 	ref := fileRef{module, path}
 	sum := digest(a.key, content)
@@ -178,7 +178,7 @@ func (a *Agent) fill(ctx context.Context, req events.FillRequest, content []byte
 		}
 		return reply
 	}
-	f := &events.Filled{Module: module, Path: path, Plan: seq, Digest: sum}
+	f := &events.Filled{Module: module, Path: path, Plan: seq, Digest: sum, Claim: claim}
 	if _, err := a.publish(ctx, events.Stamp(f, time.Now()), store.WithMsgID(nuid.Next())); err != nil {
 		// The file is written; only the report is missing.
 		return events.FillReply{OK: true, Error: "filled not recorded: " + err.Error()}

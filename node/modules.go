@@ -170,30 +170,80 @@ func (a *Agent) heldFile(ref fileRef) {
 	}
 	a.held[ref] = true
 	delete(a.gone, ref)
+	delete(a.startGone, ref)
 }
 
-// missingFiles returns the declared files of the settled plan that were in
-// place on the node in this agent's life (a fill wrote or found them, or
-// they were there at its start) and are missing now: deleted there (a
-// crash, an rm), of those it looks at: every file of a module that failed
-// or restarted since its apply (it exited: a module crash-looping on a
-// credential deleted on the node), every file checkFiles found gone under
-// a module that runs on, and every file the previous have reported
-// missing, until it is back. The have carries them
-// (events.Have.Missing) and the reconciler asks the provisioner to refill
-// those it saw filled, once per report (a fresh user's finding U21: the
-// module crash-looped with nothing naming the file, and nothing refilled
-// it until the provisioner's 10-minute resync). At its start the agent
-// takes note of the declared files in place: one missing then was never
-// filled (the settle's knock fills it: incident 1) or was lost with the
-// node's /run (the agent-back knock refills every file), and reporting it
-// would race that first fill into a second knock. A held row that runs
-// nothing is not looked at. The log says the set once per change.
+// startLook is the agent's first look at the declared files of its
+// settled plan (lookAll), when its first plan settles, or at the first
+// have or check after it: the files in place are noted (heldFile); those
+// gone that no fill of this agent wrote yet are gone at its start
+// (startGone: a reboot or a re-image emptied /run, or the node never
+// held them), and those gone that a fill of it wrote were deleted since
+// (look). It reports whether one is gone, for a have to say so at once.
+// Called with a.mu held, a.root and a.settled set.
+func (a *Agent) startLook() bool {
+	a.lookAll = false
+	found := false
+	for _, row := range a.settled.Modules {
+		if row.Build == "" {
+			continue
+		}
+		for _, f := range row.Files {
+			if !events.ValidPath(f.Path) {
+				continue
+			}
+			ref := fileRef{row.Name, f.Path}
+			_, err := a.root.Lstat(f.Path[1:])
+			switch {
+			case err == nil:
+				a.heldFile(ref)
+			case !errors.Is(err, fs.ErrNotExist):
+			case a.held[ref]:
+				if a.look == nil {
+					a.look = map[fileRef]bool{}
+				}
+				a.look[ref], found = true, true
+			default:
+				if a.startGone == nil {
+					a.startGone = map[fileRef]bool{}
+				}
+				a.startGone[ref], found = true, true
+			}
+		}
+	}
+	return found
+}
+
+// missingFiles returns the declared files of the settled plan that are
+// missing on the node, of those it looks at: every file of a module that
+// failed or restarted since its apply (it exited: a module crash-looping
+// on a credential deleted on the node), every file checkFiles found gone
+// under a module that runs on, every file the previous have reported
+// missing, until it is back, and every file gone at the agent's start
+// (startLook), until it is back. It reports those that were in place in
+// this agent's life (a fill wrote or found them, or they were there at
+// its first look): deleted there (a crash, an rm); and those gone at its
+// start, marked so (events.MissingFile.AtStart; the have names the
+// agent's claim). The have carries them (events.Have.Missing) and the
+// reconciler asks the provisioner to refill those it saw filled, once
+// per report, and once per agent start for those gone at the start (a
+// fresh user's finding U21: the module crash-looped with nothing naming
+// the file, and nothing refilled it until the provisioner's 10-minute
+// resync). A file gone at the start was never filled (the settle's knock
+// fills it: incident 1) or was lost with the node's /run (the agent-back
+// knock refills every file): the reconciler counts only those a fill of
+// another agent put there, and knocks once for the start, at the up or
+// at this report (docs/architecture.md, "Files gone at the agent's
+// start"). A held row that runs nothing is not looked at. The log says
+// the set once per change.
 func (a *Agent) missingFiles(mods []events.HaveModule) []events.MissingFile {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.root == nil || a.settled == nil {
 		return nil
+	}
+	if a.lookAll {
+		a.startLook()
 	}
 	exited := map[string]bool{}
 	for _, m := range mods {
@@ -209,20 +259,22 @@ func (a *Agent) missingFiles(mods []events.HaveModule) []events.MissingFile {
 		}
 		for _, f := range row.Files {
 			ref := fileRef{row.Name, f.Path}
-			if !a.lookAll && !exited[row.Name] && !a.gone[ref] && !a.look[ref] || !events.ValidPath(f.Path) {
+			if !exited[row.Name] && !a.gone[ref] && !a.look[ref] && !a.startGone[ref] || !events.ValidPath(f.Path) {
 				continue
 			}
 			_, err := a.root.Lstat(f.Path[1:])
 			switch {
-			case err == nil && a.lookAll:
-				a.heldFile(ref) // in place at the start
-			case errors.Is(err, fs.ErrNotExist) && a.held[ref]:
+			case err == nil && a.startGone[ref]:
+				a.heldFile(ref) // back, put there by another hand than a fill of this agent
+			case !errors.Is(err, fs.ErrNotExist):
+			case a.startGone[ref]:
+				out = append(out, events.MissingFile{Module: row.Name, Path: f.Path, AtStart: true})
+			case a.held[ref]:
 				out = append(out, events.MissingFile{Module: row.Name, Path: f.Path})
 				gone[ref] = true
 			}
 		}
 	}
-	a.lookAll = false
 	a.gone = gone
 	a.look = nil
 	slices.SortFunc(out, func(x, y events.MissingFile) int {
@@ -231,7 +283,11 @@ func (a *Agent) missingFiles(mods []events.HaveModule) []events.MissingFile {
 	out = slices.Compact(out)
 	var said []string
 	for _, m := range out {
-		said = append(said, m.Module+" "+m.Path)
+		at := ""
+		if m.AtStart {
+			at = " (gone at the agent's start)"
+		}
+		said = append(said, m.Module+" "+m.Path+at)
 	}
 	if s := strings.Join(said, ", "); s != a.saidGone {
 		a.saidGone = s
@@ -273,12 +329,9 @@ func (a *Agent) checkLoop(ctx context.Context) {
 // reports them; the reconciler then knocks once (reason missing) and the
 // provisioner fills them again. A file reported once is not looked at
 // here again until a have finds it back, so a file nobody refills costs
-// one have, not one per interval. The first look with a settled plan
-// after the agent's start, when no have took note yet (lookAll), takes
-// note of the declared files in place, as that have would: an agent
-// restarted while its modules ran publishes its first have before its
-// plan settles, and the next (its resync, 10 minutes on) was the first to
-// take note, so a file deleted meanwhile went unseen. The cost is one
+// one have, not one per interval. The agent's first look (startLook,
+// lookAll) is its first settle's; should it be still to come, it is this
+// one, and a file gone at the start makes a have too. The cost is one
 // Lstat per declared file, under the judging lock like a fill.
 func (a *Agent) checkFiles() bool {
 	a.mu.Lock()
@@ -287,18 +340,7 @@ func (a *Agent) checkFiles() bool {
 		return false
 	}
 	if a.lookAll {
-		for _, row := range a.settled.Modules {
-			for _, f := range row.Files {
-				if row.Build == "" || !events.ValidPath(f.Path) {
-					continue
-				}
-				if _, err := a.root.Lstat(f.Path[1:]); err == nil {
-					a.heldFile(fileRef{row.Name, f.Path})
-				}
-			}
-		}
-		a.lookAll = false
-		return false
+		return a.startLook()
 	}
 	found := false
 	for _, row := range a.settled.Modules {
