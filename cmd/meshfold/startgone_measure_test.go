@@ -5,10 +5,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 )
 
 // emptyRun empties the node's /run (its root's run directory), as a
@@ -23,7 +25,9 @@ func (r *refillMesh) emptyRun(t testing.TB) {
 // knocksSince returns the knocks after r.last, up to a poke's: the
 // reconciler publishes a node's effects in the order it folds their
 // causes, so once the poke's knock is stored every knock of the events
-// before it is.
+// before it is. It returns once the provisioner's pass for the poke is
+// done (a pass under way when the agent is killed waits out its fill
+// request's timeout, 5 s, before the next knock's).
 func (r *refillMesh) knocksSince(t *testing.T) []events.Event {
 	t.Helper()
 	if _, errs, code := r.s.m.cli(t, "poke", "ace", "--by", "test"); code != 0 {
@@ -33,6 +37,15 @@ func (r *refillMesh) knocksSince(t *testing.T) []events.Event {
 	waitKind(t, r.s.m, events.KindKnock, func(ev events.Event) bool {
 		poke = ev.Seq
 		return ev.Seq > r.last && slices.Equal(ev.Payload.(*events.Knock).Reasons, []events.KnockReason{events.KnockOperator})
+	})
+	done := " knock=" + strconv.FormatUint(poke, 10) + " "
+	waitfor.Until(t, time.Minute, "the provisioner's pass for the poke", func() bool {
+		for _, l := range strings.Split(r.s.provErr.String(), "\n") {
+			if strings.Contains(l, `msg="fill pass done"`) && strings.Contains(l, done) {
+				return true
+			}
+		}
+		return false
 	})
 	var out []events.Event
 	for _, ev := range readEvents(t, r.s.m, "ace", events.KindKnock) {
