@@ -241,5 +241,21 @@ func haveSummaryAfter(h, prev *events.Have) string {
 	if h.NoPlan {
 		s = "holds no plan (none in the stream at the agent's start); " + s
 	}
+	if len(h.Missing) > 0 {
+		s += "; missing on the node: " + missingFiles(h.Missing)
+	}
 	return s
+}
+
+// missingFiles says the files a have reports missing (events.Have.Missing):
+// "app /run/app/token (gone at the agent's start), app /run/app/ca".
+func missingFiles(ms []events.MissingFile) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = m.Module + " " + events.Text(m.Path)
+		if m.AtStart {
+			parts[i] += " (gone at the agent's start)"
+		}
+	}
+	return strings.Join(parts, ", ")
 }

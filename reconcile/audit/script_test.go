@@ -121,7 +121,8 @@ func (s *script) run(t testing.TB, d *datadriven.TestData) string {
 		st := h.Fold(len(h.Events))
 		row := audit.FleetRowOf(st, h.Events[len(h.Events)-1].Time, 10*time.Minute)
 		return audit.FleetHeader(4) + "\n" + row.Line(4) + "\nattention: " + strings.Join(row.Attention, ",") + "\n" +
-			audit.FleetFailedText([]audit.FleetRow{row}) + audit.FleetSourcesText([]audit.FleetRow{row}, h.Events[len(h.Events)-1].Time)
+			audit.FleetFailedText([]audit.FleetRow{row}) + audit.FleetMissingText([]audit.FleetRow{row}) +
+			audit.FleetSourcesText([]audit.FleetRow{row}, h.Events[len(h.Events)-1].Time)
 	case "why":
 		w, err := s.history(t).Why(reconciletest.U64(t, args["seq"]))
 		if err != nil {
