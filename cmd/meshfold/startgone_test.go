@@ -127,6 +127,8 @@ func TestFilesGoneAtAgentStartNoSource(t *testing.T) {
 	if _, err := os.Stat(r.file); err == nil {
 		t.Fatal("the file is on the node: no source was to give it")
 	}
+	out, _, _ := s.m.cli(t, "state", "ace")
+	t.Logf("state ace:\n%s", out)
 	if knocks := r.knocksSince(t); len(knocks) != 1 {
 		t.Errorf("%d knocks for the agent's start, want exactly 1: %v", len(knocks), knocks)
 	}
