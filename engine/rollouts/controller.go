@@ -102,12 +102,23 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 }
 
 // superviseFleet runs fleet's controller again after each failure, until
-// ctx ends.
+// ctx ends. A controller that finds no start of the fleet (its start
+// aged out of the stream: --max-age, --max-bytes shorter than the
+// rollout) says so once and waits for the fleet's next start, rather
+// than failing again every second.
 func superviseFleet(ctx context.Context, js jetstream.JetStream, cfg Config, fleet string) {
 	for {
 		err := RunFleet(ctx, js, cfg, fleet)
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			cfg.Logger.Warn("rollout controller: the fleet's rollout start is gone from the stream (its --max-age or --max-bytes dropped it): "+
+				"its rollout cannot be refolded and takes no further step; waiting for the fleet's next start ('meshfold apply')", "fleet", fleet)
+			if err := nextStart(ctx, js, cfg, fleet); err != nil && ctx.Err() == nil {
+				cfg.Logger.Warn("rollout controller: waiting for the fleet's next start failed; starting again", "fleet", fleet, "err", err)
+			}
+			continue
 		}
 		if errors.Is(err, store.ErrLeaseHeld) {
 			cfg.Logger.Debug("rollout controller: another process holds the fleet", "fleet", fleet, "err", err)
@@ -119,6 +130,23 @@ func superviseFleet(ctx context.Context, js jetstream.JetStream, cfg Config, fle
 			return
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// nextStart returns once the stream holds a rollout start of fleet
+// (at once when it holds one now), or ctx ended.
+func nextStart(ctx context.Context, js jetstream.JetStream, cfg Config, fleet string) error {
+	subj := cfg.Stream.Subjects()
+	tail, err := store.Follow(ctx, js, store.TailConfig{Stream: cfg.Stream.Name, Subjects: subj, Filter: subj.Rollout(fleet, string(rollout.KindStart))})
+	if err != nil {
+		return err
+	}
+	defer tail.Stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case x := <-tail.C():
+		return x.Err
 	}
 }
 
@@ -485,7 +513,7 @@ func (c *controller) wantOf(ctx context.Context, e rollout.Effect) (*events.Want
 	modules := w.Modules
 	if modules == nil && w.CopyOf > 0 {
 		var err error
-		if modules, err = c.wantAt(ctx, w.CopyOf); err != nil {
+		if modules, err = c.wantAt(ctx, w.Node, w.CopyOf); err != nil {
 			if ctx.Err() == nil {
 				c.refuse(ctx, w, 0, fmt.Sprintf("the previous want #%d could not be read: %v", w.CopyOf, err))
 			}
@@ -538,7 +566,11 @@ func wantOpts(e rollout.Effect) []store.AppendOpt {
 }
 
 // outcome records what the server answered to a step's want: stored at
-// seq (err nil), or err.
+// seq (err nil), or err. A conflict is read back from the node's newest
+// want: the step's own (published), another (refused: changed by hand),
+// or none while the step expected one: the want it was decided against
+// is gone from the stream (its limits dropped it), and the step's want
+// is published again expecting none.
 func (c *controller) outcome(ctx context.Context, e rollout.Effect, seq uint64, err error) {
 	w, id := e.Want, e.ID()
 	switch {
@@ -548,7 +580,8 @@ func (c *controller) outcome(ctx context.Context, e rollout.Effect, seq uint64, 
 		c.published(ctx, w, seq)
 	case errors.Is(err, store.ErrConflict):
 		// Stored already by this step (a restart past the duplicate
-		// window), or changed by hand: the newest want's id says which.
+		// window), changed by hand (the newest want's id says which),
+		// or the want expected gone from the stream.
 		last, lerr := c.lastWant(ctx, w.Node)
 		switch {
 		case ctx.Err() != nil:
@@ -557,8 +590,23 @@ func (c *controller) outcome(ctx context.Context, e rollout.Effect, seq uint64, 
 			c.published(ctx, w, last.Event.Seq)
 		case lerr == nil:
 			c.refuse(ctx, w, last.Event.Seq, "")
+		case errors.Is(lerr, store.ErrNoMessage) && w.Expect != 0:
+			// The want the step was decided against is gone from the
+			// stream, and no want took its place: the stream's limits
+			// dropped it (--max-age, --max-bytes: a rollout longer
+			// than the age, a node whose want did not change for
+			// longer). The fence guards against overwriting a want
+			// published since the decision; a want that is gone is no
+			// such want, and one published since would be on the
+			// subject still (a limit drops the oldest first: it would
+			// go only after the event that decided the step, just
+			// folded). Published again expecting no want: one
+			// published meanwhile is still refused.
+			c.log.Info("rollout controller: the want a step was decided against is gone from the stream (its --max-age or --max-bytes dropped it); publishing the step's want expecting the node has none",
+				"node", w.Node, "step", w.Step, "rollout", w.Rollout, "gone", w.Expect)
+			c.publishWant(ctx, expectingNone(e))
 		case errors.Is(lerr, store.ErrNoMessage):
-			c.refuse(ctx, w, 0, fmt.Sprintf("the node's want #%d is gone from the stream", w.Expect))
+			c.refuse(ctx, w, 0, "the server refused the want as a conflict, and the node holds no want now")
 		default:
 			c.refuse(ctx, w, 0, lerr.Error())
 		}
@@ -567,6 +615,15 @@ func (c *controller) outcome(ctx context.Context, e rollout.Effect, seq uint64, 
 	default:
 		c.refuse(ctx, w, 0, err.Error())
 	}
+}
+
+// expectingNone is e with its want expecting the node's want subject
+// to hold no message (Nats-Expected-Last-Subject-Sequence 0).
+func expectingNone(e rollout.Effect) rollout.Effect {
+	w := *e.Want
+	w.Expect = 0
+	e.Want = &w
+	return e
 }
 
 // leaderRideOut bounds how long the controller asks the stream's
@@ -616,15 +673,36 @@ func (c *controller) published(ctx context.Context, w *rollout.WantEffect, seq u
 // message" or an older one (store.LeaderReads).
 func (c *controller) leader() *store.LeaderReads { return store.Leader(c.js, c.cfg.Stream.Name) }
 
-// wantAt reads the modules of the want stored at seq.
-func (c *controller) wantAt(ctx context.Context, seq uint64) ([]events.WantModule, error) {
+// wantAt reads the modules of the want stored at seq (the want a revert
+// gives back, copied: the node's want before the rollout), asking again, paced by c.wait,
+// while the read fails for another reason than the message being gone
+// (the stream's leader away for longer than a read rides out, the
+// connection lost): it says once, at WARN, what it waits for, and at
+// INFO when the want was read (as the publishes' ride-out does).
+//
+// Errors: one wrapping jetstream.ErrMsgNotFound when the stream no
+// longer holds seq; the want's decoding; ctx's.
+func (c *controller) wantAt(ctx context.Context, node string, seq uint64) ([]events.WantModule, error) {
+	var since time.Time
 	for attempt := 0; ; attempt++ {
-		m, err := c.leader().GetMsg(ctx, seq)
+		m, err := leaderGetMsg(ctx, c.leader(), seq)
 		if err != nil {
-			if !errors.Is(err, jetstream.ErrMsgNotFound) && c.wait(ctx, attempt) {
-				continue
+			if errors.Is(err, jetstream.ErrMsgNotFound) || ctx.Err() != nil {
+				return nil, err
 			}
-			return nil, err
+			if since.IsZero() {
+				since = time.Now()
+				c.log.Warn("rollout controller: a revert's read of the want it gives back failed: waiting for "+waitingFor(err)+"; asking again until it is read",
+					"node", node, "want", seq, "err", events.Short(err.Error()))
+			}
+			if !c.wait(ctx, attempt) {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		if !since.IsZero() {
+			c.log.Info("rollout controller: a revert's read of the want it gives back passed", "node", node, "want", seq,
+				"after", time.Since(since).Round(time.Millisecond), "attempts", attempt+1)
 		}
 		ev, err := c.subj.DecodeEvent(m.Subject, m.Data, seq, m.Time)
 		if err != nil {
@@ -639,6 +717,22 @@ func (c *controller) wantAt(ctx context.Context, seq uint64) ([]events.WantModul
 		}
 		return want.Modules, nil
 	}
+}
+
+// leaderGetMsg is store.LeaderReads.GetMsg; a variable for the tests,
+// which count the reads.
+var leaderGetMsg = func(ctx context.Context, l *store.LeaderReads, seq uint64) (*jetstream.RawStreamMsg, error) {
+	return l.GetMsg(ctx, seq)
+}
+
+// waitingFor says what a read that failed with err waits for: the
+// stream's leader or the connection when the stream did not answer
+// (store.Unanswered), else the stream to answer the read.
+func waitingFor(err error) string {
+	if store.Unanswered(err) {
+		return store.WaitingFor(err)
+	}
+	return "the stream to answer the read"
 }
 
 // append publishes a rollout event of the fleet under id (none when
