@@ -78,3 +78,15 @@ func (r *Reader) RolloutFleets(ctx context.Context) ([]string, error) {
 	}
 	return feed.Fleets(ctx, stream, cfg.Subjects())
 }
+
+// RolloutFleetsWithoutStart returns the fleets the stream holds rollout
+// events of but no start (it aged out: feed.FleetsWithoutStart), sorted.
+//
+// Errors: the stream's lookup and info errors.
+func (r *Reader) RolloutFleetsWithoutStart(ctx context.Context) ([]string, error) {
+	stream, cfg, err := r.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return feed.FleetsWithoutStart(ctx, stream, cfg.Subjects())
+}

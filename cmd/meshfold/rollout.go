@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -77,6 +79,15 @@ func newRolloutLsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List the fleets' newest rollouts: phase, batch, targets done",
+		Long: `ls lists each fleet's newest rollout: its phase, batch, targets done, who
+applied it and when. A rollout whose start aged out of the stream (--max-age,
+--max-bytes shorter than the rollout) cannot be replayed: its row says "start
+gone", and a line under the table names its newest event that remains
+('meshfold rollout status FLEET' lists them all). In -o json and -o yaml such
+a row has an empty phase and a start_gone object:
+{"stream_begins":40,"stream_begins_at":"2026-12-05T04:48:00Z",
+"stream_keeps":"1h0m0s of events (--max-age)","events":4,
+"newest":"#43 2026-12-05T04:50:00Z record ace: done: ace done"}.`,
 		Example: `  meshfold rollout ls
   meshfold rollout ls -o json`,
 		Args: noArgs(""),
@@ -85,37 +96,69 @@ func newRolloutLsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, nc, err := a.rolloutReader(cmd.Context())
+			ctx := cmd.Context()
+			r, nc, err := a.rolloutReader(ctx)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			fleets, err := r.RolloutFleets(cmd.Context())
+			fleets, err := r.RolloutFleets(ctx)
 			if err != nil {
 				return err
 			}
-			var views []rollout.View
+			gone, err := r.RolloutFleetsWithoutStart(ctx)
+			if err != nil {
+				return err
+			}
+			rows := []lsRow{}
 			now := time.Now()
 			for _, f := range fleets {
-				s, err := r.Rollout(cmd.Context(), f)
+				s, err := r.Rollout(ctx, f)
+				if errors.Is(err, feed.ErrNoRollout) {
+					gone = append(gone, f) // its start aged out since the list
+					continue
+				}
 				if err != nil {
 					return err
 				}
 				v := s.View()
 				v.Targets = nil
 				v.Unattended = s.Unattended(now)
-				views = append(views, v)
+				rows = append(rows, lsRow{View: v})
 			}
-			if format != outTable {
-				if views == nil {
-					views = []rollout.View{}
+			for _, f := range gone {
+				g, err := readRolloutRemains(ctx, a, nc, f)
+				if err != nil {
+					return fmt.Errorf("fleet %s's rollout events, its start gone: %w", f, err)
 				}
-				return writeValue(a.stdout, format, views)
+				if !g.startGone() {
+					continue // what status calls no rollout
+				}
+				rows = append(rows, lsRow{View: rollout.View{Fleet: f, Rollout: g.id}, StartGone: g.row()})
+			}
+			slices.SortFunc(rows, func(x, y lsRow) int { return strings.Compare(x.Fleet, y.Fleet) })
+			if format != outTable {
+				return writeValue(a.stdout, format, rows)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "FLEET\tROLLOUT\tPHASE\tBATCH\tDONE\tTARGETS\tBY\tSTARTED")
-			var unattended []string
-			for _, v := range views {
+			var notes []string
+			for _, row := range rows {
+				v := row.View
+				if g := row.StartGone; g != nil {
+					started := "-"
+					if !g.StreamBeginsAt.IsZero() {
+						started = "before " + g.StreamBeginsAt.UTC().Format(time.RFC3339)
+					}
+					fmt.Fprintf(tw, "%s\t%d\tstart gone\t-\t-\t-\t-\t%s\n", v.Fleet, v.Rollout, started)
+					newest := "the newest of its events that remain: " + g.Newest
+					if g.Newest == "" {
+						newest = "only its ticks remain"
+					}
+					notes = append(notes, fmt.Sprintf("start gone: fleet %s's rollout %d: its start (#%d) is gone from the stream, which %s; %s "+
+						"('meshfold rollout status %s' lists the %s of it that remain)", v.Fleet, v.Rollout, v.Rollout, g.keeps, newest, v.Fleet, plural(g.Events, "event")))
+					continue
+				}
 				total := 0
 				for _, n := range v.Counts {
 					total += n
@@ -123,7 +166,7 @@ func newRolloutLsCmd(a *app) *cobra.Command {
 				phase := v.PhaseText()
 				if u := v.Unattended; u != nil {
 					phase += fmt.Sprintf(", no controller for %s", now.Sub(u.Since).Round(time.Second))
-					unattended = append(unattended, v.Fleet)
+					notes = append(notes, fmt.Sprintf("unattended: no rollout controller acts on fleet %s's rollout: 'meshfold rollout status %s' says since when and what it owes", v.Fleet, v.Fleet))
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%s\t%d/%d\t%d\t%d\t%s\t%s\n", v.Fleet, v.Rollout, phase, v.Batch, v.Batches,
 					v.Counts[rollout.Done], total, events.Text(v.By), v.Started.Format(time.RFC3339))
@@ -131,8 +174,8 @@ func newRolloutLsCmd(a *app) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			for _, f := range unattended {
-				fmt.Fprintf(a.stdout, "unattended: no rollout controller acts on fleet %s's rollout: 'meshfold rollout status %s' says since when and what it owes\n", f, f)
+			for _, l := range notes {
+				fmt.Fprintln(a.stdout, l)
 			}
 			return nil
 		},
@@ -141,6 +184,30 @@ func newRolloutLsCmd(a *app) *cobra.Command {
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
+}
+
+// lsRow is a row of 'rollout ls': the rollout's view without its
+// targets, or, for a rollout whose start aged out of the stream, its
+// fleet and id with StartGone set.
+type lsRow struct {
+	rollout.View
+	StartGone *startGone `json:"start_gone,omitempty"`
+}
+
+// startGone is what 'rollout ls' says of a rollout whose start the
+// stream no longer holds.
+type startGone struct {
+	// StreamBegins is the stream's first sequence, StreamBeginsAt its
+	// time; StreamKeeps what its limits keep ("1h0m0s of events
+	// (--max-age)").
+	StreamBegins   uint64    `json:"stream_begins"`
+	StreamBeginsAt time.Time `json:"stream_begins_at,omitzero"`
+	StreamKeeps    string    `json:"stream_keeps"`
+	// Events counts the rollout's events that remain; Newest is the
+	// newest of them but ticks, one line as 'rollout status' lists it.
+	Events int    `json:"events"`
+	Newest string `json:"newest"`
+	keeps  string
 }
 
 func newRolloutStatusCmd(a *app) *cobra.Command {

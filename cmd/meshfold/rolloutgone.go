@@ -22,8 +22,9 @@ import (
 // the stream (--max-age, --max-bytes) while its later events remain (its
 // records, its steps' outcomes, its ticks, the operators' verbs) is no
 // mistyped name. It printed "no rollout of fleet web" (exit 2) while the
-// rollout was still running, and `rollout ls` left the fleet out: now
-// the error says which rollout it was, why its view cannot be replayed
+// rollout was still running (and `rollout ls` left the fleet out; it
+// lists it now, its start gone: rolloutRemains.startGone): now the
+// error says which rollout it was, why its view cannot be replayed
 // (the start holds its targets, batches and wants), where the stream
 // begins, and w gets what remains of it, one line per record or verb,
 // and exit 1 (the view asked for cannot be had). A fleet none of whose
@@ -35,7 +36,7 @@ func (a *app) rolloutGone(ctx context.Context, nc *nats.Conn, w io.Writer, fleet
 		return err
 	}
 	g, gerr := readRolloutRemains(ctx, a, nc, fleet)
-	if gerr != nil || g.first <= 1 || !g.limited() {
+	if gerr != nil || !g.dropped() {
 		return noRollout(err, fleet)
 	}
 	if g.id == 0 {
@@ -67,8 +68,39 @@ type rolloutRemains struct {
 
 func (g rolloutRemains) limited() bool { return g.maxAge > 0 || g.maxBytes > 0 || g.maxMsgs > 0 }
 
+// dropped reports whether the stream's limits dropped events: it has
+// limits, and it begins past #1.
+func (g rolloutRemains) dropped() bool { return g.first > 1 && g.limited() }
+
+// startGone reports whether a rollout of the fleet remains whose start
+// the stream's limits dropped: what rolloutGone says of it, and what
+// 'rollout ls' lists as "start gone".
+func (g rolloutRemains) startGone() bool { return g.id != 0 && g.dropped() }
+
+// row is what 'rollout ls' says of a rollout whose start is gone.
+func (g rolloutRemains) row() *startGone {
+	sg := &startGone{StreamBegins: g.first, StreamBeginsAt: g.firstTime, StreamKeeps: g.limits(), Events: g.n, keeps: g.keeps()}
+	for i := len(g.lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(g.lines[i], "#") { // not the ticks' count
+			sg.Newest = g.lines[i]
+			break
+		}
+	}
+	return sg
+}
+
 // keeps says what the stream keeps and where it begins.
 func (g rolloutRemains) keeps() string {
+	begins := fmt.Sprintf("#%d", g.first)
+	if !g.firstTime.IsZero() {
+		begins += " (" + g.firstTime.UTC().Format(time.RFC3339) + ")"
+	}
+	return "keeps " + g.limits() + " and begins at " + begins
+}
+
+// limits says what the stream's limits keep: "1h0m0s of events
+// (--max-age)".
+func (g rolloutRemains) limits() string {
 	var lim []string
 	if g.maxAge > 0 {
 		lim = append(lim, g.maxAge.String()+" of events (--max-age)")
@@ -79,11 +111,7 @@ func (g rolloutRemains) keeps() string {
 	if g.maxMsgs > 0 {
 		lim = append(lim, fmt.Sprintf("%d events", g.maxMsgs))
 	}
-	begins := fmt.Sprintf("#%d", g.first)
-	if !g.firstTime.IsZero() {
-		begins += " (" + g.firstTime.UTC().Format(time.RFC3339) + ")"
-	}
-	return "keeps " + strings.Join(lim, " and ") + " and begins at " + begins
+	return strings.Join(lim, " and ")
 }
 
 // readRolloutRemains reads the stream's limits and the fleet's rollout

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -22,7 +23,8 @@ import (
 // each names the rollout, says its start is gone and why (what the
 // stream keeps, where it begins), lists what remains, and exits 1; once
 // nothing of it remains, "no rollout" says a rollout started before the
-// stream's beginning is gone from it. The stream's dropping is a purge
+// stream's beginning is gone from it. 'rollout ls' lists the rollout,
+// its start gone, until then. The stream's dropping is a purge
 // here: what --max-age does, at a moment the test chooses.
 func TestRolloutReadsAfterTheStartAgedOut(t *testing.T) {
 	e, nc, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{MaxAge: time.Hour})
@@ -70,14 +72,55 @@ func TestRolloutReadsAfterTheStartAgedOut(t *testing.T) {
 	if _, errs, code := m.cli(t, "rollout", "status", "web", "-o", "json"); code != exitError || !strings.Contains(errs, gone) {
 		t.Errorf("status -o json: exit %d:\n%s", code, errs)
 	}
+	// ls lists it (issue 27: it left the fleet out): its row says the
+	// start is gone, and a line under the table what remains.
+	out, errs, code := m.cli(t, "rollout", "ls")
+	var row []string
+	for l := range strings.Lines(out) {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == "web" {
+			row = f
+		}
+	}
+	if code != exitOK || len(row) < 8 || row[1] != fmt.Sprint(id) || row[2] != "start" || row[3] != "gone" {
+		t.Errorf("ls: exit %d, want a row 'web %d start gone …':\n%s%s", code, id, out, errs)
+	}
+	note := fmt.Sprintf("start gone: fleet web's rollout %d: its start (#%d) is gone from the stream, which keeps 1h0m0s of events (--max-age) and begins at #%d", id, id, id+1)
+	for _, want := range []string{note, fmt.Sprintf("the newest of its events that remain: #%d ", last), "record ace: done: ace done",
+		"'meshfold rollout status web' lists the 4 events of it that remain"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ls does not say %q:\n%s", want, out)
+		}
+	}
+	out, errs, code = m.cli(t, "rollout", "ls", "-o", "json")
+	var rows []struct {
+		Fleet     string
+		Rollout   uint64
+		Phase     string
+		StartGone *struct {
+			StreamBegins uint64 `json:"stream_begins"`
+			StreamKeeps  string `json:"stream_keeps"`
+			Events       int
+			Newest       string
+		} `json:"start_gone"`
+	}
+	if err := json.Unmarshal([]byte(out), &rows); code != exitOK || err != nil || len(rows) != 1 {
+		t.Fatalf("ls -o json: exit %d, %v, want one row:\n%s%s", code, err, out, errs)
+	}
+	if r := rows[0]; r.Fleet != "web" || r.Rollout != id || r.Phase != "" || r.StartGone == nil || r.StartGone.StreamBegins != id+1 ||
+		r.StartGone.StreamKeeps != "1h0m0s of events (--max-age)" || r.StartGone.Events != 4 || !strings.HasPrefix(r.StartGone.Newest, fmt.Sprintf("#%d ", last)) {
+		t.Errorf("ls -o json: %+v %+v", r, r.StartGone)
+	}
 
 	// Nothing of it left.
 	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(last+1)); err != nil {
 		t.Fatal(err)
 	}
-	out, errs, code := m.cli(t, "rollout", "status", "web")
+	out, errs, code = m.cli(t, "rollout", "status", "web")
 	if want := fmt.Sprintf("no rollout of fleet \"web\" in the stream, which keeps 1h0m0s of events (--max-age) and begins at #%d", last+1); code != exitUsage ||
 		!strings.Contains(errs, want) || !strings.Contains(errs, "a rollout started before that is gone from it") {
 		t.Errorf("status with nothing left: exit %d, want %d saying %q:\n%s%s", code, exitUsage, want, out, errs)
+	}
+	if out, errs, code := m.cli(t, "rollout", "ls", "-o", "json"); code != exitOK || strings.TrimSpace(out) != "[]" {
+		t.Errorf("ls -o json with nothing left: exit %d, want []:\n%s%s", code, out, errs)
 	}
 }

@@ -252,6 +252,35 @@ func Fleets(ctx context.Context, stream jetstream.Stream, subj events.Subjects) 
 	return out, nil
 }
 
+// FleetsWithoutStart returns the fleets the stream holds rollout events
+// of (records, outcomes, ticks, verbs) but no start, sorted: with the
+// stream's limits (--max-age, --max-bytes) shorter than a rollout, its
+// start leaves the stream before the events that follow it. One stream
+// info over every fleet's rollout subjects (a fleet has at most one per
+// kind).
+//
+// Errors: the stream info's.
+func FleetsWithoutStart(ctx context.Context, stream jetstream.Stream, subj events.Subjects) ([]string, error) {
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subj.RolloutInput()))
+	if err != nil {
+		return nil, fmt.Errorf("stream info: %w", err)
+	}
+	started := map[string]bool{}
+	for s := range info.State.Subjects {
+		if f, k, ok := subj.ParseRollout(s); ok {
+			started[f] = started[f] || rollout.Kind(k) == rollout.KindStart
+		}
+	}
+	var out []string
+	for f, ok := range started {
+		if !ok {
+			out = append(out, f)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
 // HeldWant returns the newest want the reconciler's state holds of node:
 // its sequence and modules (seq 0: the state holds none, the node never
 // had a want). [Candidates] asks it for a node whose want subject holds
