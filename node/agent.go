@@ -366,8 +366,10 @@ func (a *Agent) Settled() uint64 {
 // Errors: [ErrRunning]; the lease is held by another live agent (a
 // [*store.HeldError] naming its host, pid and since, matching
 // store.ErrLeaseHeld), also when another agent took it over while this
-// one could not renew it; the stream cannot be found; the root cannot be
-// opened; the fill service cannot be registered.
+// one could not renew it; a renewal the server's permissions denied (an
+// error matching store.ErrPermissionDenied, at once); the stream cannot
+// be found; the root cannot be opened; the fill service cannot be
+// registered.
 func (a *Agent) Run(ctx context.Context) (rerr error) {
 	if !a.started.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -417,7 +419,14 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 	wg.Go(func() {
 		select {
 		case <-lease.Lost():
-			a.log.Error("node lease taken by another agent: stopping", "err", lease.Err())
+			if err := lease.Err(); errors.Is(err, store.ErrPermissionDenied) {
+				// A denial is an answer, not an outage to ride out: the
+				// key expires whatever is asked again. The modules keep
+				// running, adopted by the next agent.
+				a.log.Error("node lease not renewed: the server denies these credentials its key; stopping (the modules keep running)", "err", err)
+			} else {
+				a.log.Error("node lease taken by another agent: stopping", "err", err)
+			}
 			cancel()
 		case <-ctx.Done():
 		}

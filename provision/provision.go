@@ -348,7 +348,11 @@ func (c *Client) Run(ctx context.Context) (rerr error) {
 			defer close(watched)
 			select {
 			case <-lease.Lost():
-				c.log.Error("provisioner lease taken by another client: stopping", "err", lease.Err())
+				if err := lease.Err(); errors.Is(err, store.ErrPermissionDenied) {
+					c.log.Error("provisioner lease not renewed: the server denies these credentials its key; stopping", "err", err)
+				} else {
+					c.log.Error("provisioner lease taken by another client: stopping", "err", err)
+				}
 				cancel()
 			case <-ctx.Done():
 			}

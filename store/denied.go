@@ -190,6 +190,12 @@ func guardAsk(ctx context.Context, js jetstream.JetStream, stream string) (conte
 	})
 }
 
+// Denial returns the [*DeniedError] of a context of [GuardDenied]
+// (or of one derived from it) that a denial cancelled, else nil: what a
+// request that failed under the guard reports instead of its
+// context.Canceled.
+func Denial(ctx context.Context) error { return askDenied(ctx) }
+
 // askDenied returns the [*DeniedError] of a ctx of [guardAsk] cancelled
 // by a denial, else nil.
 func askDenied(ctx context.Context) error {

@@ -182,9 +182,12 @@ type connBucket struct {
 // answers a denied publish with no reply, and a claim took the silence
 // for an election and asked again until its bound (30 s) instead of
 // saying the denial. The claim then fails with a [*DeniedError]
-// (matching [ErrPermissionDenied] and nats.ErrPermissionViolation). A
-// bucket not passed through it (or nc nil) is asked unguarded, as
-// before. [OpenNodeLeases]' bucket is one already.
+// (matching [ErrPermissionDenied] and nats.ErrPermissionViolation); a
+// lease held is lost at once when a renewal is denied ([Lease.Lost],
+// [Lease.Err]), and a release so denied fails with the denial. A bucket
+// not passed through it (or nc nil) is asked unguarded, as before.
+// [OpenNodeLeases]' bucket is one already, and so is every lease bucket
+// the engine opens.
 func LeaseBucket(kv jetstream.KeyValue, nc *nats.Conn) jetstream.KeyValue {
 	if nc == nil {
 		return kv
@@ -657,13 +660,27 @@ func (l *Lease) guard(ctx context.Context) (context.Context, func()) {
 }
 
 // renew renews the lease every TTL/4 until Release or its loss.
+//
+// The lease's key stays under its connection's denial watch ([LeaseBucket])
+// for as long as it is renewed, not only during each renewal: a renewal
+// the server's permissions deny (the credentials' permissions changed
+// under the holder) ends the lease at once, with the [*DeniedError] as its
+// Err, whenever the denial is reported, after the renewal's own deadline
+// too (the connection's error callback can come late on a loaded
+// machine). Before, a denied renewal timed out at TTL/4, was said as "NATS
+// unreachable", and was asked again for ever after the key had expired.
 func (l *Lease) renew() {
 	defer close(l.done)
+	watched, release := l.guard(context.Background())
+	defer release()
 	t := time.NewTicker(l.ttl / 4)
 	defer t.Stop()
 	for {
 		select {
 		case <-l.stop:
+			return
+		case <-watched.Done():
+			l.lose(fmt.Errorf("lease %s: %w", l.key, askDenied(watched)))
 			return
 		case <-t.C:
 		}
@@ -675,25 +692,39 @@ func (l *Lease) renew() {
 			return
 		default:
 		}
-		if err := l.renewOnce(); err != nil {
-			l.mu.Lock()
-			l.err = err
-			l.mu.Unlock()
-			close(l.lost)
+		if err := l.renewOnce(watched); err != nil {
+			l.lose(err)
 			return
 		}
 	}
 }
 
-// renewOnce renews the lease once. A failure to reach the server is only
-// logged (the next tick tries again); the error returned means the key
-// is another holder's now.
+// lose ends the lease with err: [Lease.Lost] is closed and [Lease.Err]
+// says err. Only renew's goroutine.
+func (l *Lease) lose(err error) {
+	l.mu.Lock()
+	l.err = err
+	l.mu.Unlock()
+	close(l.lost)
+}
+
+// renewOnce renews the lease once, under watched (renew's denial watch).
+// A failure to reach the server is only logged (the next tick tries
+// again); the error returned means the key is another holder's now (a
+// [*HeldError]), or that the server denied the renewal (a [*DeniedError]).
 //
 // Release ends a renewal under way (its ctx): one the server stored
 // unanswered leaves rev behind, which Release reads past.
-func (l *Lease) renewOnce() error {
-	ctx, cancel := context.WithTimeout(context.Background(), l.ttl/4)
+func (l *Lease) renewOnce(watched context.Context) (rerr error) {
+	ctx, cancel := context.WithTimeout(watched, l.ttl/4)
 	defer cancel()
+	defer func() {
+		// Whatever step the denial ended (the update, the read or the
+		// create after it), it ends the lease.
+		if d := askDenied(ctx); d != nil {
+			rerr = fmt.Errorf("lease %s: %w", l.key, d)
+		}
+	}()
 	go func() {
 		select {
 		case <-l.stop:
@@ -701,6 +732,13 @@ func (l *Lease) renewOnce() error {
 		case <-ctx.Done():
 		}
 	}()
+	// unrenewed says a failure to reach the server, not a denial (which
+	// the deferred check returns).
+	unrenewed := func(err error) {
+		if askDenied(ctx) == nil {
+			l.unrenewed(err)
+		}
+	}
 	l.mu.Lock()
 	rev := l.rev
 	l.mu.Unlock()
@@ -714,7 +752,7 @@ func (l *Lease) renewOnce() error {
 		return nil // released
 	}
 	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
-		l.unrenewed(err)
+		unrenewed(err)
 		return nil
 	}
 	// Not at our revision: expired while we could not renew it, or
@@ -734,16 +772,16 @@ func (l *Lease) renewOnce() error {
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
-			l.unrenewed(err)
+			unrenewed(err)
 			return nil
 		}
 		e, err = l.kv.Get(ctx, l.key)
 		if err != nil {
-			l.unrenewed(err)
+			unrenewed(err)
 			return nil
 		}
 	case err != nil:
-		l.unrenewed(err)
+		unrenewed(err)
 		return nil
 	}
 	h, foreign := readHolder(e.Value())
@@ -754,7 +792,9 @@ func (l *Lease) renewOnce() error {
 		// agent stopped, "lease taken by another agent").
 		next, err := l.kv.Update(ctx, l.key, l.value, e.Revision())
 		if err != nil {
-			l.log.Warn("lease not renewed; retrying", "key", l.key, "err", err)
+			if askDenied(ctx) == nil {
+				l.log.Warn("lease not renewed; retrying", "key", l.key, "err", err)
+			}
 			return nil
 		}
 		l.log.Warn("the lease key held a value that is no meshfold lease (written by another tool?): the lease is written back over it",
@@ -780,8 +820,11 @@ func (l *Lease) setRev(rev uint64) {
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
 // Lost is closed when another process has taken the key (this one could
-// not renew it within the TTL, and a successor claimed it); [Lease.Err]
-// then says who holds it.
+// not renew it within the TTL, and a successor claimed it), or when the
+// server's permissions denied a renewal (the holder's credentials lost
+// the key: the key expires after its TTL, and nothing this holder asks
+// again can keep it); [Lease.Err] then says which. A holder stops at
+// once: see docs/architecture.md, "A denied renewal ends the lease".
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
 // Reclaimed delivers once each time the lease expired before it was
@@ -791,7 +834,11 @@ func (l *Lease) Lost() <-chan struct{} { return l.lost }
 // bucket may have recorded the holder's death meanwhile (DESIGN.md §11).
 func (l *Lease) Reclaimed() <-chan struct{} { return l.reclaimed }
 
-// Err returns why the lease was lost (a [*HeldError]), nil while held.
+// Err returns why the lease was lost, nil while held: a [*HeldError]
+// naming the key's new holder (matching [ErrLeaseHeld]), or an error
+// wrapping the [*DeniedError] of a renewal the server denied (matching
+// [ErrPermissionDenied] and nats.ErrPermissionViolation), for a bucket of
+// [LeaseBucket].
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -810,7 +857,9 @@ func (l *Lease) Abandon() {
 // the next claimant takes it at once instead of after the TTL. Calling it
 // twice, or after the lease was lost, deletes nothing more.
 //
-// Errors: the delete's (the key then expires after the TTL).
+// Errors: the delete's (the key then expires after the TTL); a
+// [*DeniedError] at once when the server denies it (a bucket of
+// [LeaseBucket]).
 func (l *Lease) Release(ctx context.Context) error {
 	first := false
 	l.stopOnce.Do(func() { close(l.stop); first = true })
@@ -821,6 +870,16 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	rev := l.rev
 	l.mu.Unlock()
+	// A delete the server denies ends at once, with the denial, not at
+	// ctx's end.
+	ctx, release := l.guard(ctx)
+	defer release()
+	denied := func(err error) error {
+		if d := askDenied(ctx); d != nil {
+			return d
+		}
+		return err
+	}
 	// Not at the revision held: a renewal the server stored but whose
 	// reply came after its deadline left rev behind. The key is still
 	// ours if it holds our token (read again: a replica answering a
@@ -831,14 +890,14 @@ func (l *Lease) Release(ctx context.Context) error {
 			return nil
 		}
 		if attempt == 3 || !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("release lease %s: %w", l.key, err)
+			return fmt.Errorf("release lease %s: %w", l.key, denied(err))
 		}
 		e, err := l.kv.Get(ctx, l.key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			return nil // expired already
 		case err != nil:
-			return fmt.Errorf("release lease %s: %w", l.key, err)
+			return fmt.Errorf("release lease %s: %w", l.key, denied(err))
 		}
 		var h Holder
 		_ = json.Unmarshal(e.Value(), &h)

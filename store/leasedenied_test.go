@@ -3,6 +3,8 @@ package store_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // A claim whose credentials may open the lease bucket but not write its
@@ -82,5 +85,76 @@ func TestLeaseClaimDeniedEndsWithTheDenial(t *testing.T) {
 	}
 	if err := b.Release(ctx); err != nil {
 		t.Error(err)
+	}
+}
+
+// A lease held whose renewal the server comes to deny (the holder's
+// permissions changed under it: the server's config reloaded without
+// the key) is lost at the next renewal, with the denial named, and the
+// denial is not said as an outage: the renewal was not under the denial
+// watch, so it timed out, was logged "NATS unreachable since …", and was
+// asked again for ever, a timeout each time, while the key expired under
+// its holder (never Lost: no revision mismatch was ever answered).
+func TestLeaseRenewalDeniedEndsTheLease(t *testing.T) {
+	const denied = "$KV.MESH_NODES.ace"
+	dir := t.TempDir()
+	opts := func(deny ...string) *server.Options {
+		var perms *server.Permissions
+		if len(deny) > 0 {
+			perms = &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny}}
+		}
+		return &server.Options{ServerName: "renewdenied", Host: "127.0.0.1", Port: -1, JetStream: true,
+			StoreDir: dir, NoLog: true, NoSigs: true,
+			Users: []*server.User{{Username: "node", Password: "pw", Permissions: perms}}}
+	}
+	srv, err := server.NewServer(opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("node", "pw"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv, err := store.OpenNodeLeases(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs storetest.SyncBuffer
+	l, err := store.AcquireLease(ctx, kv, "ace", store.NewHolder("node", "ace"), slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Abandon()
+	if err := srv.ReloadOptions(opts(denied)); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	select {
+	case <-l.Lost():
+	case <-time.After(4 * l.TTL()):
+		t.Fatalf("the lease is still held %s after its renewals were denied; log:\n%s", 4*l.TTL(), logs.String())
+	}
+	t.Logf("lost %v after the reload (TTL %s): %v", time.Since(at).Round(time.Millisecond), l.TTL(), l.Err())
+	var de *store.DeniedError
+	if err := l.Err(); !errors.As(err, &de) || de.Subject != denied || !errors.Is(err, store.ErrPermissionDenied) || errors.Is(err, store.ErrLeaseHeld) {
+		t.Fatalf("lease lost with %v, want the denial of %s", err, denied)
+	}
+	if strings.Contains(logs.String(), "unreachable") {
+		t.Errorf("the denial was said as an outage:\n%s", logs.String())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release after the loss: %v, want nil (nothing to delete)", err)
 	}
 }
