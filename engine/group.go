@@ -164,8 +164,11 @@ type Group struct {
 	rewatching      bool      // a fresh watch is being read
 	watchNext       time.Time // when the watch is next replaced by a fresh one
 	closing         bool
-	loading         bool // applying a watch's initial values: nothing to log
-	deleting        sync.WaitGroup
+	// fatal ends Run with it (closing as when ctx ends): the server
+	// denied the member key's renewal.
+	fatal    error
+	loading  bool // applying a watch's initial values: nothing to log
+	deleting sync.WaitGroup
 	// kept: a lease or the member key was left to expire, not deleted
 	// (Released). Set by the loop and its deletions.
 	kept       atomic.Bool
@@ -230,7 +233,9 @@ func JoinGroup(ctx context.Context, js jetstream.JetStream, cfg GroupConfig) (*G
 
 // openLeaseBucket opens the lease bucket of streamCfg's stream, creating
 // it with ttl when missing, and returns it with its TTL (an existing
-// bucket's wins over ttl).
+// bucket's wins over ttl). The bucket is a store.LeaseBucket of js's
+// connection: a claim, a renewal or a release of a store.Lease in it
+// that the server's permissions deny ends at once with the denial.
 func openLeaseBucket(ctx context.Context, js jetstream.JetStream, streamCfg store.StreamConfig, ttl time.Duration, log *slog.Logger) (jetstream.KeyValue, time.Duration, error) {
 	bucket := streamCfg.Name + LeaseBucketSuffix
 	// The bucket and its stream's configuration (its TTL and limit
@@ -278,7 +283,7 @@ func openLeaseBucket(ctx context.Context, js jetstream.JetStream, streamCfg stor
 	case got != ttl:
 		log.Warn("lease bucket's TTL differs from --lease-ttl; the bucket's wins", "bucket", bucket, "ttl", got, "asked", ttl)
 	}
-	return kv, got, nil
+	return store.LeaseBucket(kv, js.Conn()), got, nil
 }
 
 // DefaultInstance is the default instance name: "<hostname>-<pid>",
@@ -353,8 +358,15 @@ func (g *Group) margin() time.Duration { return g.ttl / 10 }
 // Run the reconciler with the same ctx.
 //
 // Errors: the first member put or watch failing (the bucket is
-// unreachable); later failures are retried, and leases that cannot be
-// renewed are revoked as lost.
+// unreachable, or the put denied: a *store.DeniedError); later failures
+// are retried, and leases that cannot be renewed are revoked as lost. A
+// renewal the server's permissions deny is no failure to retry: a
+// partition lease's revokes that partition at once as lost (wrapping
+// [ErrLeaseLost] and the *store.DeniedError), and the member key's ends
+// Run, as a stop does (the partitions handed over, the keys deleted if
+// the server lets it), with an error wrapping the *store.DeniedError
+// (matching store.ErrPermissionDenied). See docs/architecture.md, "A
+// denied renewal ends the lease".
 func (g *Group) Run(ctx context.Context) error {
 	defer close(g.quit)
 	defer g.flushOwnedLog()
@@ -388,7 +400,7 @@ func (g *Group) Run(ctx context.Context) error {
 	tick := time.NewTicker(retryEvery)
 	defer tick.Stop()
 	var shutdown <-chan time.Time
-	done := ctx.Done()
+	done, stopping := ctx.Done(), false
 	for {
 		select {
 		case e, ok := <-g.w.Updates():
@@ -422,7 +434,15 @@ func (g *Group) Run(ctx context.Context) error {
 				g.rewatch(work)
 			}
 		case <-done:
-			done = nil
+			done, stopping = nil, true
+		case <-shutdown:
+			g.log.Warn("partitions did not stop in time; their leases will expire", "partitions", slices.Sorted(maps.Keys(g.mine)))
+			g.mine = map[int]*lease{}
+		}
+		if !g.closing && (stopping || g.fatal != nil) {
+			// Stopped, or the membership denied: the partitions are
+			// handed over gracefully (their leases still hold by the
+			// local clock; a denied member stops before they expire).
 			g.closing = true
 			for _, l := range g.mine {
 				l.releasing = true
@@ -430,9 +450,6 @@ func (g *Group) Run(ctx context.Context) error {
 			}
 			g.drainGrants()
 			shutdown = time.After(30*time.Second + g.ttl)
-		case <-shutdown:
-			g.log.Warn("partitions did not stop in time; their leases will expire", "partitions", slices.Sorted(maps.Keys(g.mine)))
-			g.mine = map[int]*lease{}
 		}
 		g.sweep(work)
 		if g.closing && len(g.mine) == 0 {
@@ -444,17 +461,22 @@ func (g *Group) Run(ctx context.Context) error {
 				g.kept.Store(true)
 				g.log.Warn("leaving the group: member key not deleted: its server is gone; it expires after its TTL", "ttl", g.ttl)
 				g.log.Info("left the reconciler group")
-				return nil
+				return g.fatal
 			}
 			dctx, cancel := context.WithTimeout(work, g.opTimeout())
+			dctx, release := store.GuardDenied(dctx, g.nc, g.keySubject(g.memberKey()))
 			err := g.kv.Delete(dctx, g.memberKey())
+			if d := store.Denial(dctx); err != nil && d != nil {
+				err = d // a denied delete says so at once
+			}
+			release()
 			cancel()
 			if err != nil {
 				g.kept.Store(true)
 				g.log.Warn("leaving the group: member key not deleted; it expires", "err", err)
 			}
 			g.log.Info("left the reconciler group")
-			return nil
+			return g.fatal
 		}
 		if !g.closing {
 			g.rebalance(work)
@@ -753,8 +775,21 @@ func (g *Group) flushOwnedLog() {
 func (g *Group) putMember(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, g.opTimeout())
 	defer cancel()
+	// A put the server's permissions deny fails with the denial (a
+	// *store.DeniedError), not at its timeout.
+	pctx, release := store.GuardDenied(pctx, g.nc, g.keySubject(g.memberKey()))
+	defer release()
 	if _, err := g.kv.Put(pctx, g.memberKey(), g.member); err != nil {
+		if d := store.Denial(pctx); d != nil {
+			err = d
+		}
 		return fmt.Errorf("group membership: %w", err)
 	}
 	return nil
+}
+
+// keySubject is the subject of a write of key in the lease bucket, which
+// a denial names.
+func (g *Group) keySubject(key string) string {
+	return "$KV." + g.cfg.Stream.Name + LeaseBucketSuffix + "." + key
 }

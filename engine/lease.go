@@ -350,6 +350,13 @@ func (g *Group) renew(ctx context.Context) {
 			err := g.putMember(ctx)
 			g.post(func() {
 				g.memberRev = false
+				if errors.Is(err, store.ErrPermissionDenied) && g.fatal == nil {
+					// No outage to wait out: the server answered, and
+					// the key expires whatever this member asks again.
+					g.fatal = err
+					g.log.Error("group membership not renewed: the server denies these credentials the member key; leaving the group", "err", err)
+					return
+				}
 				if err != nil {
 					g.memberNext = time.Now().Add(retryEvery)
 					if g.memberFail.IsZero() {
@@ -375,7 +382,12 @@ func (g *Group) renew(ctx context.Context) {
 		go func() {
 			sent := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, g.opTimeout())
+			// A renewal the server's permissions deny fails with the
+			// denial, not at its timeout (then retried until the deadline).
+			rctx, release := store.GuardDenied(rctx, g.nc, g.keySubject(leaseKey(l.p)))
 			nrev, err := g.kv.Update(rctx, leaseKey(l.p), l.value, rev)
+			denied := store.Denial(rctx)
+			release()
 			cancel()
 			stale := errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) ||
 				errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(store.ServerError(err), store.ErrConflict)
@@ -386,6 +398,9 @@ func (g *Group) renew(ctx context.Context) {
 			// cores was revoked as lost that way, at once.
 			var stored uint64
 			var readErr error
+			if err != nil && denied != nil {
+				err = denied
+			}
 			if stale && unanswered {
 				stored, readErr = g.ownStored(ctx, leaseKey(l.p), l.value, rev)
 			}
@@ -396,6 +411,13 @@ func (g *Group) renew(ctx context.Context) {
 					l.rev, l.unanswered, l.unansweredSince = nrev, false, time.Time{}
 					l.next = sent.Add(g.renewEvery())
 					l.extend(sent.Add(g.ttl - g.margin()))
+				case errors.Is(err, store.ErrPermissionDenied):
+					// An answer: nothing asked again keeps the key, so the
+					// partition stops now rather than at its deadline.
+					if l.ctx.Err() == nil {
+						g.log.Error("partition lease not renewed: the server denies these credentials its key; its session stops", "partition", l.p, "err", err)
+					}
+					l.revoke(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 				case stored > 0:
 					// One of the renewals that got no answer was stored, and
 					// none was sent before the first of them: the server
@@ -457,7 +479,12 @@ func (g *Group) sweep(ctx context.Context) {
 			go func() {
 				defer g.deleting.Done()
 				dctx, cancel := context.WithTimeout(ctx, g.opTimeout())
+				dctx, release := store.GuardDenied(dctx, g.nc, g.keySubject(leaseKey(p)))
 				err := g.kv.Delete(dctx, leaseKey(p), jetstream.LastRevision(l.rev))
+				if d := store.Denial(dctx); err != nil && d != nil {
+					err = d // a denied delete says so at once
+				}
+				release()
 				cancel()
 				if err != nil {
 					g.kept.Store(true)

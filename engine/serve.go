@@ -30,7 +30,9 @@ import (
 var (
 	// ErrStreamLeaseLost: another process took the stream lease of this
 	// ungrouped reconciler (it was not renewed within its TTL, as after a
-	// long pause); the reconciler stopped at once, writing nothing more.
+	// long pause), or the server's permissions denied its renewal (the
+	// error then wraps a *store.DeniedError naming the subject, and
+	// matches store.ErrPermissionDenied); the reconciler stopped at once.
 	ErrStreamLeaseLost = errors.New("stream lease lost")
 	// ErrMetricsListen: the metrics address could not be listened on.
 	ErrMetricsListen = errors.New("metrics listener")
@@ -138,7 +140,10 @@ type Config struct {
 // failed; the writes' connection's first connect failing;
 // [ErrStreamLeaseLost]
 // (wrapping the lease's error) when another process took the stream
-// lease; [ErrBesideGroup] or [ErrBesideUngrouped] when another reconciler
+// lease or the server denied its renewal (then also matching
+// store.ErrPermissionDenied); in a group, an error matching
+// store.ErrPermissionDenied when the server denied the member key's
+// renewal (see [Group.Run]); [ErrBesideGroup] or [ErrBesideUngrouped] when another reconciler
 // folds the stream; [ErrMetricsListen] wrapping the listen error; the
 // stream's (store.ErrIncompatibleStream), the buckets' and the group's
 // errors; the state service's. A ctx that ends while the stream lease
@@ -337,7 +342,15 @@ func serve(ctx context.Context, nc, wc *nats.Conn, c Config) error {
 	go func() {
 		select {
 		case <-lease.Lost():
-			log.Error("stream lease taken by another reconciler: stopping", "err", lease.Err())
+			if err := lease.Err(); errors.Is(err, store.ErrPermissionDenied) {
+				// Its key expires after the TTL whatever it does: it
+				// stops while the key still holds, rather than fold on
+				// unfenced (docs/architecture.md, "A denied renewal
+				// ends the lease").
+				log.Error("stream lease not renewed: the server denies these credentials its key; stopping", "err", err)
+			} else {
+				log.Error("stream lease taken by another reconciler: stopping", "err", err)
+			}
 			stop()
 		case <-rctx.Done():
 		}
@@ -501,6 +514,9 @@ func startRollouts(ctx context.Context, js jetstream.JetStream, scfg store.Strea
 	if err != nil {
 		return nil, fmt.Errorf("rollout controller: lease bucket: %w", err)
 	}
+	// Under the connection's denial watch: a fleet's claim or renewal the
+	// server denies ends at once with the denial (store.LeaseBucket).
+	kv = store.LeaseBucket(kv, js.Conn())
 	own := c.Own
 	if own == nil && c.Signer != nil {
 		if own, err = store.NewTrust(c.Signer.PublicKey()); err != nil {
