@@ -44,6 +44,10 @@ type Config struct {
 	// TickEvery is the least time between two ticks (0:
 	// [DefaultTickEvery]).
 	TickEvery time.Duration
+
+	// leaders is the stream leader's watch the fleets' controllers share
+	// (Run's); RunFleet called alone makes its own.
+	leaders *leaders
 }
 
 func (c Config) withDefaults() Config {
@@ -66,6 +70,9 @@ func (c Config) withDefaults() Config {
 // Errors: the follow of the start subjects failing.
 func Run(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	cfg = cfg.withDefaults()
+	// One read of the stream's leader a second for every fleet, not one
+	// per fleet.
+	cfg.leaders = newLeaders(js, cfg.Stream.Name)
 	subj := cfg.Stream.Subjects()
 	tail, err := store.Follow(ctx, js, store.TailConfig{Stream: cfg.Stream.Name, Subjects: subj,
 		Filter: subj.Rollout("*", string(rollout.KindStart))})
@@ -105,8 +112,14 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 // ctx ends. A controller that finds no start of the fleet (its start
 // aged out of the stream: --max-age, --max-bytes shorter than the
 // rollout) says so once and waits for the fleet's next start, rather
-// than failing again every second.
+// than failing again every second. A denial (a *store.DeniedError: the
+// fleet's lease, its claim or a renewal, which the server's permissions
+// deny) is said once, at error, for as long as the same subject is
+// denied again: it is no outage, and a warning a second said nothing
+// more; the controller is still started again each second, so that
+// permissions given back start it without a restart.
 func superviseFleet(ctx context.Context, js jetstream.JetStream, cfg Config, fleet string) {
+	var denied string // the denial last said
 	for {
 		err := RunFleet(ctx, js, cfg, fleet)
 		if ctx.Err() != nil {
@@ -120,9 +133,18 @@ func superviseFleet(ctx context.Context, js jetstream.JetStream, cfg Config, fle
 			}
 			continue
 		}
-		if errors.Is(err, store.ErrLeaseHeld) {
+		var de *store.DeniedError
+		switch {
+		case errors.Is(err, store.ErrLeaseHeld):
 			cfg.Logger.Debug("rollout controller: another process holds the fleet", "fleet", fleet, "err", err)
-		} else {
+		case errors.As(err, &de) && de.Subject == denied:
+			cfg.Logger.Debug("rollout controller: its lease is still denied", "fleet", fleet, "err", err)
+		case de != nil:
+			denied = de.Subject
+			cfg.Logger.Error("rollout controller stopped: the server denies these credentials what it needs (err names the subject: the fleet's lease, say); no rollout of the fleet is stepped until they may (said once; tried again every second)",
+				"fleet", fleet, "err", err)
+		default:
+			denied = ""
 			cfg.Logger.Warn("rollout controller stopped; starting again", "fleet", fleet, "err", err)
 		}
 		select {
@@ -162,9 +184,14 @@ func nextStart(ctx context.Context, js jetstream.JetStream, cfg Config, fleet st
 // Errors: store.ErrLeaseHeld (a *store.HeldError) when another process
 // holds the fleet; an error wrapping jetstream.ErrMsgNotFound when the
 // stream holds no start of the fleet; the stream's and the read's errors;
-// the lease lost while running.
+// the lease lost while running (taken by another process, or a renewal
+// the server denied: a *store.DeniedError, when cfg.Leases is a
+// store.LeaseBucket); its claim denied (the same).
 func RunFleet(ctx context.Context, js jetstream.JetStream, cfg Config, fleet string) error {
 	cfg = cfg.withDefaults()
+	if cfg.leaders == nil {
+		cfg.leaders = newLeaders(js, cfg.Stream.Name)
+	}
 	if !events.ValidName(fleet) {
 		return &events.FieldError{Field: "fleet", Value: fleet, Err: events.ErrBadName}
 	}
@@ -375,48 +402,12 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 	}
 }
 
-// leaderPoll is how often the controller reads its stream's leader
-// (watchLeader). A variable for the tests.
-var leaderPoll = time.Second
-
 // watchLeader returns a channel that gets a value each time the
-// stream's leader, read every leaderPoll until ctx ends, is another
-// server than the one read before (a read that fails or finds none is
-// skipped). The controller's ordered consumer lives on the leader and
-// dies with it; nats.go's own reset of it did not come back within 2
-// minutes when the controller's server was the leader killed with
-// SIGKILL (the controller then waited, silent, for a resume it never
-// read: TestPausedRolloutResumesAcrossTheStreamLeadersKill), as the
-// reconciler's partitions read on through a new consumer when the
-// stream has a new leader (engine's watchLeaders).
+// stream's leader changes ([leaders.watch]), until ctx ends: through the
+// watch the controllers of Run's fleets share, or one of this controller's
+// own when RunFleet was called alone.
 func (c *controller) watchLeader(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{}, 1)
-	go func() {
-		var was string
-		t := time.NewTicker(leaderPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			ictx, cancel := context.WithTimeout(ctx, leaderPoll)
-			info, err := c.stream.Info(ictx)
-			cancel()
-			if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
-				continue
-			}
-			if now := info.Cluster.Leader; was != "" && now != was {
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
-			}
-			was = info.Cluster.Leader
-		}
-	}()
-	return ch
+	return c.cfg.leaders.watch(ctx)
 }
 
 // input returns the fold's input of a tailed message, false for a message
