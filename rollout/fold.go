@@ -359,10 +359,49 @@ func (r *Rollout) changedBy(n *Node) string {
 // reconciler's) says what the controller decided, and a controller
 // restarted with the key put back stays paused until an operator
 // resumes, as the record says.
+//
+// So is a record of the current rollout's decision read back by a fold
+// paused on a plan it cannot verify, which did not decide it itself (a
+// controller restarted with a new key refolds what its predecessor
+// judged on plans it verified then): a target's outcome (done, failed,
+// unreached; its revert's), the halt, the revert. The rollout is as
+// recorded, and such a revert gives nothing back until resumed
+// (folder.revert; the publications recorded since are what it gave
+// back, folder.published). Without it the resume saw the revert's wants
+// as changed by hand and halted again, and gave the targets it had not
+// seen done their previous want back at once, past the budget (a done
+// target is available: it waits for the budget; one being changed is
+// not).
 func (f *folder) recorded(p *Record) {
 	r := f.r
+	if r != nil && p.Rollout == r.ID && r.fenced() && p.Node != "" && f.adoptOutcome(p) {
+		return
+	}
+	if r != nil && p.Rollout == r.ID && r.fenced() && r.Phase != Reverting {
+		switch {
+		case p.What == string(Halted) && r.Phase != Halted:
+			// "rollout N halted: WHAT: WHY[; auto_revert reverts
+			// nothing…]" (haltWith): the halt's reason is WHY.
+			_, why, _ := strings.Cut(p.Msg, string(Halted)+": ")
+			if _, w, ok := strings.Cut(why, ": "); ok {
+				why = w
+			}
+			why, _, _ = strings.Cut(why, "; auto_revert reverts nothing")
+			r.Phase, r.Halt = Halted, f.mark("", p.Node, why)
+			return
+		case p.What == string(Reverting):
+			by := "the rollout controller"
+			if _, after, ok := strings.Cut(p.Msg, "(by "); ok {
+				by, _, _ = strings.Cut(after, "): ")
+			}
+			keep := len(f.out)
+			f.revert(f.mark(by, "", "as recorded at #"+fmt.Sprint(f.in.Seq)))
+			f.out = f.out[:keep] // the record read is the revert's record
+			return
+		}
+	}
 	if r != nil && p.Rollout == r.ID && p.What == "paused" && p.Node != "" {
-		if r.Unverified == nil && (r.Phase == Running || r.Phase == WaitingPromote) {
+		if r.Unverified == nil && (r.Phase == Running || r.Phase == WaitingPromote || r.Phase == Halted || r.Phase == Reverting) {
 			why, _ := strings.CutPrefix(p.Msg, fmt.Sprintf("rollout %d paused: ", r.ID))
 			why, _, _ = strings.Cut(why, pauseGuide)
 			f.pauseUnverified(p.Node, why)
@@ -387,6 +426,51 @@ func (f *folder) recorded(p *Record) {
 	r.Reverting = nil
 }
 
+// adoptOutcome takes a recorded outcome of a target that the fold,
+// paused on a plan it cannot verify, did not decide itself (see
+// folder.recorded): a target being changed is done, failed or
+// unreached as recorded; a target's revert under way ends as recorded.
+// It returns false when the record is no such outcome, or the fold has
+// the target there already. It emits nothing: the record read is the
+// decision's record.
+func (f *folder) adoptOutcome(p *Record) bool {
+	r := f.r
+	n := r.Nodes[p.Node]
+	if n == nil || n.Want == 0 {
+		return false
+	}
+	_, why, _ := strings.Cut(p.Msg, ": ")
+	keep := len(f.out)
+	defer func() { f.out = f.out[:keep] }()
+	switch st := Status(p.What); {
+	case (st == Done || st == Failed || st == Unreached) && n.active() && n.Back == nil:
+		n.Status, n.Why, n.GoodSince = st, why, time.Time{}
+		if st == Done {
+			n.Why, n.HealthyFrom = "", f.s.Now
+			if _, t, ok := strings.Cut(why, " from "); ok {
+				if at, err := time.Parse(time.RFC3339, strings.TrimSpace(strings.SplitN(t, " ", 2)[0])); err == nil {
+					n.HealthyFrom = at
+				}
+			}
+		}
+		f.finish(n)
+		return true
+	case strings.HasPrefix(p.What, "revert-") && n.Back != nil && n.Back.Step != nil && !n.Back.finished():
+		switch st := Status(strings.TrimPrefix(p.What, "revert-")); st {
+		case RevertDone, RevertFailed, RevertUnreached, RevertRefused:
+			n.Back.Status, n.Back.Why = st, why
+			if st == RevertDone {
+				n.Back.Why = ""
+			}
+			r.Reverting = remove(r.Reverting, n.Name)
+			f.update(n)
+			f.revertDone()
+			return true
+		}
+	}
+	return false
+}
+
 // PausedByController is the By of the pause the fold makes itself on a
 // plan its controller cannot verify ([Rollout].Unverified).
 const PausedByController = "the rollout controller"
@@ -402,27 +486,40 @@ const PausedByController = "the rollout controller"
 // healthy targets their previous want back (a fresh user's finding,
 // docs/architecture.md "A rollout in progress when the key changes").
 // So a target's plan for a want at or after the rollout's (newer than
-// the one it diffed against), unverified, while the rollout runs or
-// waits for a promote, pauses it: the plan is held aside
-// ([Node].Unverified), never taken as the node's plan, and until an
-// operator's resume the rollout steps no target, judges none, calls no
-// want a conflict and reverts nothing (Rollout.fenced). The pause's
-// record names the node, the plan, the key and what to do. A forged
-// plan pauses the rollout the same way, which is the safe side: it
-// stops, the reconciler restores the node, and an operator decides.
+// the one it diffed against), unverified, while the rollout runs, waits
+// for a promote or is halted, or, reverting, a plan of a target whose
+// revert is not finished (a revert judges its previous want's plan: one
+// it cannot see it would call failed at the revert's deadline), pauses
+// it: the plan is held aside ([Node].Unverified), never taken as the
+// node's plan, and until an operator's resume the rollout steps no
+// target, judges none (a revert's neither), calls no want a conflict,
+// gives no target its previous want back, and keeps a failed settle for
+// the resume (Rollout.fenced, folder.holdFailure). The pause's record
+// names the node, the plan, the key and what to do. A forged plan
+// pauses the rollout the same way, which is the safe side: it stops,
+// the reconciler restores the node, and an operator decides.
 func (f *folder) unverified(p *events.Plan) {
 	n, r := f.node(), f.r
 	if n == nil || n.Want == 0 || n.Moved != nil || n.Status == Skipped || p.Want <= n.Prev || (n.Plan != nil && f.in.Seq <= n.Plan.Seq) {
 		return
 	}
-	if !r.fenced() && r.Phase != Running && r.Phase != WaitingPromote {
-		return // nothing it would decide on: folded as before, left out
+	if !r.fenced() {
+		switch r.Phase {
+		case Running, WaitingPromote, Halted:
+		case Reverting:
+			if n.Back == nil || n.Back.finished() {
+				return // its revert is decided: nothing rests on its plan
+			}
+		default:
+			return // nothing it would decide on: folded as before, left out
+		}
 	}
 	rows := make([]Row, len(p.Modules))
 	for i, m := range p.Modules {
 		rows[i] = Row{Name: m.Name, Build: m.Build, Held: m.Held, Why: m.Why, Pending: m.Pending}
 	}
 	n.Unverified = &PlanSeen{Seq: f.in.Seq, Want: p.Want, Rows: rows, Prov: p.ProvisionerAccount}
+	n.HeldFailure = nil // a failure of an older plan
 	if r.Unverified != nil {
 		return // paused already: held for the resume
 	}
@@ -515,6 +612,15 @@ func (f *folder) resumeUnverified(by string) {
 	f.record(0, "", "resumed", events.LevelWarn, "resumed by %s: the plans held since #%d, which the controller could not verify, are taken as the reconciler's: %s", by, held.Seq, taken)
 	for _, name := range r.Targets {
 		n := r.Nodes[name]
+		if fs := n.HeldFailure; fs != nil {
+			n.HeldFailure = nil
+			if n.Plan != nil && fs.Plan == n.Plan.Seq {
+				f.settleFailed(n, fs)
+			}
+		}
+	}
+	for _, name := range r.Targets {
+		n := r.Nodes[name]
 		if n.Status == Pending && n.NewestID == WantID(f.s.Fleet, r.ID, name, StepForward) {
 			continue
 		}
@@ -523,13 +629,29 @@ func (f *folder) resumeUnverified(by string) {
 	for _, name := range r.Active {
 		r.Nodes[name].DeadlineFrom = f.s.Now
 	}
+	if r.Phase == Reverting {
+		// The revert goes on as revert would have decided it: the
+		// reverts published start their deadline again, and a target
+		// unavailable already is given its previous want back at once
+		// (its forward want's outcome recorded); the others wait for
+		// the budget (advanceBack).
+		for _, name := range slices.Clone(r.Reverting) {
+			n := r.Nodes[name]
+			switch b := n.Back; {
+			case b.Status == RevertChanging:
+				b.From = f.s.Now
+			case b.Status == RevertWaiting && n.Published > 0, b.Status == RevertQueued && n.Unavail:
+				f.giveBack(n)
+			}
+		}
+	}
 	f.judgeAll()
 }
 
 // fenced reports whether the rollout is paused on a plan its
 // controller could not verify, in a phase it would decide in.
 func (r *Rollout) fenced() bool {
-	return r != nil && r.Unverified != nil && (r.Phase == Running || r.Phase == WaitingPromote || r.Phase == Halted)
+	return r != nil && r.Unverified != nil && (r.Phase == Running || r.Phase == WaitingPromote || r.Phase == Halted || r.Phase == Reverting)
 }
 
 // checkConflict marks a target whose newest want is none of the
@@ -631,7 +753,7 @@ func (f *folder) haltWith(node, what, why, keep string) {
 	r.Phase = Halted
 	r.Halt = f.mark("", node, why)
 	if keep == "" && r.R.AutoRevert && r.fenced() {
-		keep = fmt.Sprintf("auto_revert reverts nothing while the rollout is paused on a plan its controller cannot verify (%s's, at #%d): 'meshfold rollout revert %s' reverts on demand",
+		keep = fmt.Sprintf("auto_revert reverts nothing while the rollout is paused on a plan its controller cannot verify (%s's, at #%d): 'meshfold rollout revert %s' reverts on demand, giving the targets their previous want back once the rollout is resumed",
 			r.Unverified.Node, r.Unverified.Seq, f.s.Fleet)
 	}
 	if keep != "" {
@@ -654,7 +776,8 @@ func (f *folder) plan(p *events.Plan) {
 		rows[i] = Row{Name: m.Name, Build: m.Build, Held: m.Held, Why: m.Why, Pending: m.Pending}
 	}
 	n.Plan = &PlanSeen{Seq: f.in.Seq, Want: p.Want, Rows: rows, Prov: p.ProvisionerAccount}
-	n.Unverified = nil // a plan it verifies, newer: the held one is superseded
+	n.Unverified = nil  // a plan it verifies, newer: the held one is superseded
+	n.HeldFailure = nil // a failure of an older plan
 	if n.Published > 0 && p.Want == n.Published {
 		n.FwdPlan, n.FwdSettledAt = f.in.Seq, time.Time{}
 	}
@@ -668,36 +791,15 @@ func (f *folder) settle(p *events.Settle) {
 		return
 	}
 	if p.Op == events.OpFailed {
+		fs := &FailedSettle{Seq: f.in.Seq, Plan: p.Plan, Module: p.Module, Error: p.Error, Untrusted: p.Untrusted}
+		if f.r.fenced() {
+			f.holdFailure(n, fs)
+			return
+		}
 		if n.Plan == nil || p.Plan != n.Plan.Seq {
 			return // a failure of a superseded plan: the node tries the newer one
 		}
-		// A failed settle with no module is the plan's as a whole (the
-		// agent refused it, or failed before any module), worded as the
-		// node's journal words it (reconcile): no `module ""`.
-		why := fmt.Sprintf("apply of plan %d failed for module %q: %s", p.Plan, p.Module, events.ErrorText(p.Error))
-		if p.Module == "" {
-			why = fmt.Sprintf("apply of plan %d failed for the plan as a whole: %s", p.Plan, events.ErrorText(p.Error))
-		}
-		if f.r.fenced() {
-			return // decided on once resumed, if its plan is the newest then
-		}
-		if p.Untrusted {
-			// The agent refused the plan for its signer: the node's
-			// words whole (the key, the trust file), not cut in the
-			// middle (a fresh user's finding F1).
-			why = fmt.Sprintf("its agent refused plan %d for the reconciler's key: %s", p.Plan, events.Plain(p.Error))
-		}
-		switch {
-		case n.Back != nil && n.Back.Want > 0 && n.Plan.Want == n.Back.Want && !n.Back.finished():
-			n.Back.Status, n.Back.Why = RevertFailed, why
-			f.backFinished(n, events.LevelError)
-		case n.Back == nil && n.Published > 0 && n.Plan.Want == n.Published && (n.Status == Changing || n.Status == WaitingApproval) && f.forwardWatched():
-			if p.Untrusted {
-				f.failUntrusted(n, why)
-				return
-			}
-			f.fail(n, why)
-		}
+		f.settleFailed(n, fs)
 		return
 	}
 	if p.Plan > n.Settled {
@@ -708,6 +810,61 @@ func (f *folder) settle(p *events.Settle) {
 	}
 	f.update(n)
 	f.judge(n)
+}
+
+// failedWhy says a failed settle as a target's why. A failed settle
+// with no module is the plan's as a whole (the agent refused it, or
+// failed before any module), worded as the node's journal words it
+// (reconcile): no `module ""`. One the agent refused for its signer
+// keeps the node's words whole (the key, the trust file), not cut in
+// the middle (a fresh user's finding F1).
+func failedWhy(fs *FailedSettle) string {
+	switch {
+	case fs.Untrusted:
+		return fmt.Sprintf("its agent refused plan %d for the reconciler's key: %s", fs.Plan, events.Plain(fs.Error))
+	case fs.Module == "":
+		return fmt.Sprintf("apply of plan %d failed for the plan as a whole: %s", fs.Plan, events.ErrorText(fs.Error))
+	}
+	return fmt.Sprintf("apply of plan %d failed for module %q: %s", fs.Plan, fs.Module, events.ErrorText(fs.Error))
+}
+
+// settleFailed judges a failed settle of the node's plan (n.Plan): its
+// revert fails, or, while the rollout watches its new want, the target
+// fails and halts the rollout (failUntrusted when its agent refused the
+// plan's signer).
+func (f *folder) settleFailed(n *Node, fs *FailedSettle) {
+	why := failedWhy(fs)
+	switch {
+	case n.Back != nil && n.Back.Want > 0 && n.Plan.Want == n.Back.Want && !n.Back.finished():
+		n.Back.Status, n.Back.Why = RevertFailed, why
+		f.backFinished(n, events.LevelError)
+	case n.Back == nil && n.Published > 0 && n.Plan.Want == n.Published && (n.Status == Changing || n.Status == WaitingApproval) && f.forwardWatched():
+		if fs.Untrusted {
+			f.failUntrusted(n, why)
+			return
+		}
+		f.fail(n, why)
+	}
+}
+
+// holdFailure keeps a target's failed settle folded while the rollout
+// is paused on a plan its controller cannot verify (Rollout.fenced),
+// which judges nothing: dropped, it was lost, and a node that refused
+// its plan (its agent does not trust the reconciler's new key) failed
+// only at its deadline after the resume, by a halt whose auto_revert
+// gave every changed target its previous want back, where the refusal
+// halts without one (failUntrusted). Only a failure of the node's
+// newest plan, the one held aside or its plan, is kept (a failure of an
+// older one never counts: the node tries the newer one), and a newer
+// plan folded while paused drops it the same way. The operator's
+// resume judges it (folder.resumeUnverified) as it judges one folded
+// then.
+func (f *folder) holdFailure(n *Node, fs *FailedSettle) {
+	if n.Want == 0 || n.Moved != nil || fs.Plan == 0 || fs.Plan != n.newestPlan() || n.HeldFailure != nil && n.HeldFailure.Plan == fs.Plan {
+		return
+	}
+	n.HeldFailure = fs
+	f.record(0, n.Name, "failure-held", events.LevelWarn, "target %s: %s: kept, judged when the rollout is resumed (it is paused on a plan its controller cannot verify)", n.Name, failedWhy(fs))
 }
 
 func (f *folder) have(p *Have) {
@@ -903,6 +1060,13 @@ func (f *folder) published(p *Published) {
 		n.NewestWant, n.NewestID = p.Want, WantID(f.s.Fleet, p.Rollout, p.Node, p.Step)
 	}
 	if p.Step == StepRevert {
+		if n.Back != nil && n.Back.Status == RevertQueued {
+			// Given back by a fold this one did not follow (the
+			// controller before a restart, whose plans this one cannot
+			// verify: it decided from what it saw): the recorded
+			// publication is what happened, never given back again.
+			n.Back.Status, n.Back.Step = RevertPublishing, f.mark("", "", r.revertWhy())
+		}
 		if n.Back == nil || n.Back.Status != RevertPublishing {
 			return // recorded already
 		}
@@ -911,6 +1075,9 @@ func (f *folder) published(p *Published) {
 		f.checkConflict(n)
 		f.judgeBack(n)
 		return
+	}
+	if n.Status == Pending && p.Want > n.Prev && r.fenced() && r.Phase != Reverting {
+		f.adoptStep(n)
 	}
 	if n.Status != Publishing {
 		return // recorded already
@@ -932,7 +1099,9 @@ func (f *folder) published(p *Published) {
 	}
 	f.update(n)
 	if n.Back != nil && n.Back.Status == RevertWaiting {
-		f.giveBack(n)
+		if !r.fenced() {
+			f.giveBack(n) // fenced: given back once resumed
+		}
 		return
 	}
 	f.checkConflict(n)
@@ -1100,6 +1269,13 @@ func pausedText(r *Rollout) string {
 func (f *folder) revert(m *Mark) {
 	r := f.r
 	r.Phase, r.Revert = Reverting, m
+	// Paused on a plan its controller cannot verify, the fold does not
+	// know which targets run their new want (their plans are held): it
+	// gives none back until resumed, and every changed target waits
+	// (one whose forward want is not recorded published yet, as ever,
+	// for that outcome); the resume gives them back as revert would
+	// (folder.resumeUnverified).
+	fenced := r.fenced()
 	var refused, now, queued []*Node
 	for _, name := range r.Targets[:r.Next] {
 		n := r.Nodes[name]
@@ -1112,15 +1288,20 @@ func (f *folder) revert(m *Mark) {
 			// Changed by hand after it failed: never overwritten.
 			refused = append(refused, n)
 		case n.Published > 0 || n.Status == Publishing:
-			if n.Unavail {
+			if n.Unavail && (!fenced || n.Published == 0) {
 				now = append(now, n)
 			} else {
 				queued = append(queued, n)
 			}
 		}
 	}
-	f.record(0, "", string(Reverting), events.LevelWarn, "rollout %d reverting (by %s): every changed target gets its previous want, within max_unavailable %d: %d at once (unavailable already), %d as the budget allows",
-		r.ID, events.Text(m.By), r.R.MaxUnavailable, len(now), len(queued))
+	if fenced {
+		f.record(0, "", string(Reverting), events.LevelWarn, "rollout %d reverting (by %s): paused on a plan its controller cannot verify (%s's, at #%d): no target is given its previous want back until the rollout is resumed; then every changed target (%d), within max_unavailable %d",
+			r.ID, events.Text(m.By), r.Unverified.Node, r.Unverified.Seq, len(now)+len(queued), r.R.MaxUnavailable)
+	} else {
+		f.record(0, "", string(Reverting), events.LevelWarn, "rollout %d reverting (by %s): every changed target gets its previous want, within max_unavailable %d: %d at once (unavailable already), %d as the budget allows",
+			r.ID, events.Text(m.By), r.R.MaxUnavailable, len(now), len(queued))
+	}
 	for _, n := range refused {
 		n.Back = &Back{Status: RevertRefused, Why: fmt.Sprintf("its want was changed %s at #%d after the rollout's #%d: not overwritten", r.changedBy(n), n.NewestWant, n.Published)}
 		f.update(n)
@@ -1162,8 +1343,8 @@ func (r *Rollout) allowsBack(n *Node) bool {
 // unavailable.
 func (f *folder) advanceBack() {
 	r := f.r
-	if r == nil || r.Phase != Reverting {
-		return
+	if r == nil || r.Phase != Reverting || r.fenced() {
+		return // fenced: the revert gives nothing back until resumed
 	}
 	if n := f.node(); n != nil && n.Back != nil && n.Back.Status == RevertQueued && r.allowsBack(n) {
 		f.giveBack(n)
@@ -1263,8 +1444,8 @@ func (f *folder) giveBack(n *Node) {
 // unreached past its deadline.
 func (f *folder) judgeBack(n *Node) {
 	b := n.Back
-	if b == nil || b.finished() || b.Step == nil {
-		return
+	if b == nil || b.finished() || b.Step == nil || f.r.fenced() {
+		return // fenced: judged once resumed (folder.resumeUnverified)
 	}
 	if n.backRuns() {
 		b.Status = RevertDone
@@ -1945,15 +2126,45 @@ func (r *Rollout) allows(n *Node) bool {
 // step gives a target its new want.
 func (f *folder) step(n *Node) {
 	r := f.r
+	f.stepped(n)
+	f.publish(&WantEffect{Rollout: r.ID, Node: n.Name, Step: StepForward, Modules: r.Wants[n.Want-1], Expect: n.Prev, Why: r.stepWhy(n)})
+}
+
+// stepped marks a target given its new want: publishing, in progress.
+func (f *folder) stepped(n *Node) {
 	n.Status, n.Step, n.DeadlineFrom = Publishing, f.mark("", "", fmt.Sprintf("batch %d", n.Batch+1)), f.s.Now
 	if n.Have != nil {
 		// Newer than what the start read: the restarts its crash loop
 		// counts from (Node.Before).
 		n.Before = RestartsOf(n.Have.Modules)
 	}
-	r.Active = append(r.Active, n.Name)
+	f.r.Active = append(f.r.Active, n.Name)
 	f.update(n)
-	f.publish(&WantEffect{Rollout: r.ID, Node: n.Name, Step: StepForward, Modules: r.Wants[n.Want-1], Expect: n.Prev, Why: r.stepWhy(n)})
+}
+
+// adoptStep takes the step of a pending target whose new want is
+// recorded published by a fold this one did not follow (the controller
+// before a restart), while this one is paused on a plan it cannot verify
+// and steps nothing itself (advance): the target was stepped, and so was
+// every pending target before it (steps go in target order; their
+// outcomes recorded, refused, or not yet), in its batch. Without it a
+// halt or revert taken from the records (folder.recorded) left it
+// pending, never given its previous want back.
+func (f *folder) adoptStep(n *Node) {
+	r := f.r
+	if n.Batch > r.Batch {
+		r.Batch, r.Clear = n.Batch, 0
+		for i := r.batchStart(r.Batch); i < r.batchEnd(r.Batch); i++ {
+			if r.Nodes[r.Targets[i]].Clear {
+				r.Clear++
+			}
+		}
+	}
+	for ; r.Next <= n.Order; r.Next++ {
+		if m := r.Nodes[r.Targets[r.Next]]; m.Status == Pending {
+			f.stepped(m)
+		}
+	}
 }
 
 // stepWhy says why a target gets its new want, for its want's

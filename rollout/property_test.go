@@ -159,7 +159,7 @@ func revertHistory(t *rapid.T) *harness {
 	}
 	for range rapid.IntRange(1, 40).Draw(t, "steps") {
 		node := rapid.SampledFrom(names).Draw(t, "node")
-		switch rapid.IntRange(0, 11).Draw(t, "action") {
+		switch rapid.IntRange(0, 13).Draw(t, "action") {
 		case 0, 1, 2:
 			take(node, events.Running, rapid.SampledFrom([]rollout.Health{rollout.Healthy, rollout.Healthy, rollout.Starting, rollout.Unhealthy}).Draw(t, "health"), 0)
 		case 3:
@@ -184,6 +184,21 @@ func revertHistory(t *rapid.T) *harness {
 			}
 		case 9, 10, 11:
 			tick(time.Duration(rapid.IntRange(1, 40).Draw(t, "wait")) * time.Second)
+		case 12:
+			// A plan of its newest want the controller cannot verify (the
+			// reconciler's old key, or a forgery), settled, failed or not
+			// at all: the rollout pauses on it.
+			h.unverified = "effect signed by an untrusted key: NOLD"
+			h.plan(t, node, "")
+			h.unverified = ""
+			switch rapid.IntRange(0, 2).Draw(t, "its settle") {
+			case 0:
+				h.node(t, node, rollout.KindSettle, &events.Settle{Op: events.OpApply, Plan: h.plans[node]})
+			case 1:
+				h.node(t, node, rollout.KindSettle, &events.Settle{Op: events.OpFailed, Plan: h.plans[node], Error: "boom", Untrusted: rapid.Bool().Draw(t, "untrusted")})
+			}
+		case 13:
+			h.append(t, rollout.Input{Kind: rollout.KindResume, Payload: rollout.NewOperator(rollout.KindResume, 0, "ops", "")})
 		}
 	}
 	return h
@@ -369,6 +384,38 @@ func TestRevertBudget(t *testing.T) {
 		t.Fatal("no history gave an available target its previous want back")
 	}
 	t.Logf("%d reverts of available targets checked", spends)
+}
+
+// TestUnverifiedDecidesNothing: while a rollout is paused on a plan its
+// controller cannot verify, no fold but an operator's resume (or a new
+// start) publishes a want, forward or revert: it gives no target its new
+// want nor its previous want back on what it cannot see
+// (docs/architecture.md, "A rollout halted or reverting when the key
+// changes pauses too").
+func TestUnverifiedDecidesNothing(t *testing.T) {
+	paused := 0
+	rapid.Check(t, func(t *rapid.T) {
+		h := revertHistory(t)
+		s := rollout.NewState("web")
+		for _, in := range h.stream {
+			r := s.Rollout
+			fenced := r != nil && r.Unverified != nil && !r.Phase.Final()
+			effs := s.Fold(in)
+			if !fenced || in.Kind == rollout.KindResume || in.Kind == rollout.KindStart {
+				continue
+			}
+			paused++
+			for _, e := range effs {
+				if e.Want != nil {
+					t.Fatalf("#%d (%s): paused on %s's unverified plan #%d (%s), the fold gave %s its %s want", in.Seq, in.Kind, r.Unverified.Node, r.Unverified.Seq, r.Phase, e.Want.Node, e.Want.Step)
+				}
+			}
+		}
+	})
+	if paused == 0 {
+		t.Fatal("no history paused on an unverified plan")
+	}
+	t.Logf("%d folds while paused checked", paused)
 }
 
 // TestHaltedPublishesNoForwardWant: once a rollout halted (or ended), no

@@ -153,7 +153,10 @@ type Rollout struct {
 	// plan that the controller could not verify against its keys (Node
 	// and Reason: whose, and why, naming the key): until an operator's
 	// resume, the rollout decides nothing of its own (no step, no target
-	// judged, no conflict, no revert of a halt). See folder.unverified.
+	// judged, no conflict, no revert of a halt, no target given its
+	// previous want back, no revert judged; a failed settle is kept,
+	// Node.HeldFailure), and takes its controller's records of what it
+	// did not decide itself. See folder.unverified, folder.recorded.
 	Unverified *Mark `json:"unverified,omitempty"`
 	// UnverifiedRecord is the sequence of that pause's record folded
 	// back; 0 while none was ([State.UnrecordedPause]).
@@ -254,8 +257,13 @@ type Node struct {
 	// (newer than Plan), held aside: never taken as its plan unless an
 	// operator resumes the rollout it paused ([Rollout].Unverified).
 	Unverified *PlanSeen `json:"unverified,omitempty"`
-	Settled    uint64    `json:"settled,omitempty"`
-	SettledAt  time.Time `json:"settled_at,omitzero"`
+	// HeldFailure is a failed settle of its newest plan (Unverified when
+	// set, else Plan) folded while the rollout was paused on a plan its
+	// controller could not verify: the pause judges nothing, so it is
+	// kept, and the operator's resume judges it (folder.holdFailure).
+	HeldFailure *FailedSettle `json:"held_failure,omitempty"`
+	Settled     uint64        `json:"settled,omitempty"`
+	SettledAt   time.Time     `json:"settled_at,omitzero"`
 	// FwdPlan is the newest plan of its new want (Published) and
 	// FwdSettledAt when that plan settled (zero: not yet): what the
 	// delivery view shows once a revert's plan followed it.
@@ -303,6 +311,30 @@ type Fresh struct {
 	FileRef
 	Filled   bool `json:"filled,omitempty"`
 	Restarts int  `json:"restarts,omitempty"`
+}
+
+// FailedSettle is what the fold keeps of a failed settle: its stream
+// sequence, and the settle's plan, module (empty: the plan as a whole),
+// error and whether the agent refused the plan for its signer.
+type FailedSettle struct {
+	Seq       uint64 `json:"seq"`
+	Plan      uint64 `json:"plan"`
+	Module    string `json:"module,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Untrusted bool   `json:"untrusted,omitempty"`
+}
+
+// newestPlan is the sequence of the node's newest plan folded: the one
+// held aside when there is one (it is newer than Plan), else Plan; 0
+// when none.
+func (n *Node) newestPlan() uint64 {
+	switch {
+	case n.Unverified != nil:
+		return n.Unverified.Seq
+	case n.Plan != nil:
+		return n.Plan.Seq
+	}
+	return 0
 }
 
 // Back is a target's revert.
@@ -421,6 +453,9 @@ func (s *State) CheckInvariants() error {
 		if n.Unverified != nil && n.Plan != nil && n.Unverified.Seq <= n.Plan.Seq {
 			return fmt.Errorf("node %s: its held unverified plan #%d is not newer than its plan #%d", name, n.Unverified.Seq, n.Plan.Seq)
 		}
+		if hf := n.HeldFailure; hf != nil && (r.Unverified == nil || hf.Plan != n.newestPlan()) {
+			return fmt.Errorf("node %s: its failed settle of plan #%d is held, its newest plan #%d, paused on an unverified plan %v", name, hf.Plan, n.newestPlan(), r.Unverified != nil)
+		}
 		if n.Earlier != nil && n.Earlier.Seq >= r.ID {
 			return fmt.Errorf("node %s: its have before the start is #%d, not before %d", name, n.Earlier.Seq, r.ID)
 		}
@@ -483,7 +518,9 @@ func (s *State) CheckInvariants() error {
 		}
 		// A target waits for the budget only while it is spent, and
 		// never when it is unavailable itself (it spends nothing more).
-		if n.Back.Status == RevertQueued && (r.Phase != Reverting || n.Unavail || r.Unavailable < r.R.MaxUnavailable) {
+		// While paused on a plan its controller cannot verify, every
+		// target of the revert waits (folder.revert).
+		if n.Back.Status == RevertQueued && (r.Phase != Reverting || !r.fenced() && (n.Unavail || r.Unavailable < r.R.MaxUnavailable)) {
 			return fmt.Errorf("target %s queued for its revert (rollout %s, unavailable %v, %d of max_unavailable %d)", name, r.Phase, n.Unavail, r.Unavailable, r.R.MaxUnavailable)
 		}
 	}

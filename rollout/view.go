@@ -549,6 +549,10 @@ func (r *Rollout) backWaits(n *Node) string {
 	if n.Back == nil || n.Back.Status != RevertQueued {
 		return ""
 	}
+	if r.fenced() {
+		return fmt.Sprintf("its previous want waits until the rollout is resumed (paused by %s since %s: %s)",
+			events.Text(r.Paused.By), r.Paused.Time.Format(time.RFC3339), events.ErrorText(r.Unverified.Reason))
+	}
 	return "its previous want waits for " + r.budget()
 }
 
@@ -597,6 +601,9 @@ func (r *Rollout) stalled() string {
 // node that is not away (its plan settling, its modules starting), so
 // only a node's return or health, or an operator, moves it; "" otherwise.
 func (r *Rollout) revertStalled() string {
+	if r.fenced() {
+		return "" // paused: its resume moves it, not the budget
+	}
 	waiting := 0
 	for _, name := range r.Reverting {
 		o := r.Nodes[name]
