@@ -150,10 +150,14 @@ rollout: {canary: 1, batch: 1, max_unavailable: 1, min_healthy: 1s, healthy_dead
 // plans signed with A, so it pauses the rollout on ace's, says why, and
 // publishes no want: without the rule its refold found bob's want, its
 // own step, a conflict, halted, and auto_revert published ace's revert.
-// (The resume that follows is rollout/testdata/unverified_key.txt's.)
+// Then the fix its record names: serve again with key B and A put back
+// as retired (what `auth rotate-reconciler` leaves), and an operator's
+// resume: the rollout runs to its end, every target done, no revert
+// published (rollout/testdata/unverified_key.txt is the same in the
+// fold).
 func TestRestartWithNewKeyDuringRollout(t *testing.T) {
 	e, _, js := storetest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	signer := func() *store.Signer {
 		kp, err := store.NewSigningKey()
@@ -166,7 +170,8 @@ func TestRestartWithNewKeyDuringRollout(t *testing.T) {
 		}
 		return s
 	}
-	first := startServe(t, e, engine.Config{Signer: signer()})
+	keyA, keyB := signer(), signer()
+	first := startServe(t, e, engine.Config{Signer: keyA})
 	cfg := first.waitReady(t).Stream()
 	subj := cfg.Subjects()
 	stream, err := js.Stream(ctx, cfg.Name)
@@ -175,10 +180,10 @@ func TestRestartWithNewKeyDuringRollout(t *testing.T) {
 	}
 	// Stand-in agents: each plan settled and its modules running; cat's
 	// agent answers nothing while the first serve runs.
-	answer := func(skip func(string) bool) (stop func()) {
+	answerFrom := func(start uint64, skip func(string) bool) (stop func()) {
 		actx, cancel := context.WithCancel(ctx)
 		answered := make(chan error, 1)
-		go func() { answered <- rolloutstest.Answer(actx, js, cfg, 0, skip) }()
+		go func() { answered <- rolloutstest.Answer(actx, js, cfg, start, skip) }()
 		return func() {
 			cancel()
 			if err := <-answered; err != nil {
@@ -186,6 +191,7 @@ func TestRestartWithNewKeyDuringRollout(t *testing.T) {
 			}
 		}
 	}
+	answer := func(skip func(string) bool) (stop func()) { return answerFrom(0, skip) }
 	stopAgents := answer(func(node string) bool { return node == "cat" })
 	nodes := []string{"ace", "bob", "cat"}
 	pub := store.NewPublisher(js, subj)
@@ -254,7 +260,7 @@ rollout: {canary: 1, batch: 1, max_unavailable: 1, min_healthy: 1s, healthy_dead
 	// answers now.
 	defer answer(nil)()
 	logs := newLogRecords()
-	second := startServe(t, e, engine.Config{Signer: signer(), Logger: slog.New(logs)})
+	second := startServe(t, e, engine.Config{Signer: keyB, Logger: slog.New(logs)})
 	second.waitReady(t)
 	defer func() {
 		if t.Failed() {
@@ -301,5 +307,56 @@ rollout: {canary: 1, batch: 1, max_unavailable: 1, min_healthy: 1s, healthy_dead
 	}
 	if after := wants(); after != before {
 		t.Errorf("the restart with a new key published a want:\nbefore %s\nafter  %s", before, after)
+	}
+	if t.Failed() {
+		return
+	}
+
+	// The fix: serve again with key B and A retired (the old public key
+	// back in reconciler-retired.pub), then resume. The controller
+	// verifies every plan now, and is paused by the record until the
+	// resume; then it judges the targets, and cat, given its want by
+	// the first serve, completes the rollout.
+	second.cancel()
+	if err := second.wait(t); err != nil {
+		t.Fatalf("the second serve: %v", err)
+	}
+	own, err := store.NewTrust(keyB.PublicKey())
+	if err == nil {
+		_, err = own.Retire(keyA.PublicKey(), time.Now().Add(time.Hour))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	third := startServe(t, e, engine.Config{Signer: keyB, Own: own})
+	third.waitReady(t)
+	// cat's agent is back: it applies its newest plan, the first
+	// serve's (signed with A, which the third serve's keys verify).
+	defer answerFrom(1, func(node string) bool { return node != "cat" })()
+	verb(rollout.KindResume)
+	s = waitfor.Value(t, time.Minute, "the rollout completed after the resume", func() (*rollout.State, bool) {
+		s := replay()
+		return s, s != nil && s.Rollout.Phase.Final()
+	})
+	if s.Rollout.Phase != rollout.Completed {
+		t.Errorf("after the resume the rollout is %s (%v), want completed", s.Rollout.Phase, s.Rollout.End)
+	}
+	for _, n := range nodes {
+		if st := s.Rollout.Nodes[n].Status; st != rollout.Done || s.Rollout.Nodes[n].Back != nil {
+			t.Errorf("after the resume %s is %s (%s), want done, not reverted", n, st, s.Rollout.Nodes[n].Why)
+		}
+	}
+	for _, n := range nodes {
+		m, err := store.LastMsg(ctx, stream, subj, n, events.KindWant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(m.MsgID, "."+string(rollout.StepRevert)) {
+			t.Errorf("%s's newest want #%d is a revert (%s)", n, m.Event.Seq, m.MsgID)
+		}
+	}
+	third.cancel()
+	if err := third.wait(t); err != nil {
+		t.Fatalf("the third serve: %v", err)
 	}
 }
