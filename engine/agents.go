@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -650,7 +652,7 @@ func (w *agentWatch) next(rec *agentRecord, ls *nodeLease) *events.Agent {
 		(rec.why == events.WhyReleased || rec.why == events.WhyReplaced):
 		return nil
 	case ls.present && (!rec.up || rec.seq == 0):
-		return &events.Agent{State: events.AgentUp, Claim: ls.holder.Token, Host: ls.holder.Host, PID: ls.holder.PID}
+		return &events.Agent{State: events.AgentUp, Claim: ls.holder.Token, Host: ls.holder.Host, PID: ls.holder.PID, Trusts: trusts(ls.holder.Trusts)}
 	case ls.present && rec.claim != ls.holder.Token:
 		return &events.Agent{State: events.AgentDown, Claim: rec.claim, Why: events.WhyReplaced}
 	case !ls.present && rec.up:
@@ -873,4 +875,20 @@ func (r *Reconciler) foldedUp() []string {
 		p.mu.Unlock()
 	}
 	return out
+}
+
+// trusts is a lease holder's trusted keys as its up event carries them
+// (events.Agent.Trusts): none when the record lists more than the event
+// takes, or one that is no key's text (a holder record is anyone's with
+// the bucket's write permission; the up event must validate).
+func trusts(keys []string) []string {
+	if len(keys) == 0 || len(keys) > events.MaxTrusts {
+		return nil
+	}
+	for _, k := range keys {
+		if k == "" || len(k) > events.MaxKey || strings.ContainsFunc(k, func(r rune) bool { return !(r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') }) {
+			return nil
+		}
+	}
+	return slices.Clone(keys)
 }

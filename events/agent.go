@@ -59,7 +59,23 @@ type Agent struct {
 	PID  int    `json:"pid,omitempty"`
 	// Why says how the claim ended; set exactly on a down.
 	Why AgentWhy `json:"why,omitempty"`
+	// Trusts, on an up, are the reconciler public keys the claim's
+	// holder trusts, current and retired, as it read them when it
+	// started (its --trust or --trust-from file; the lease's holder
+	// record carries them): `meshfold apply` warns of a target whose
+	// agent does not trust the key the reconciler signs with. Absent
+	// from an older agent's up and from one started with no trust file:
+	// unknown, no warning. At most [MaxTrusts], each at most [MaxKey]
+	// bytes.
+	Trusts []string `json:"trusts,omitempty"`
 }
+
+// MaxTrusts bounds an agent event's trusted keys: a trust file names the
+// current key and the retired ones of a rotation or two.
+const MaxTrusts = 16
+
+// MaxKey bounds a trusted key's text: a public nkey is 56 bytes.
+const MaxKey = 64
 
 // Kind implements [Payload].
 func (*Agent) Kind() Kind { return KindAgent }
@@ -86,6 +102,14 @@ func (a *Agent) Validate() error {
 	}
 	if a.PID < 0 {
 		return fieldErr("pid", "", ErrBadValue)
+	}
+	if len(a.Trusts) > MaxTrusts || len(a.Trusts) > 0 && a.State != AgentUp {
+		return fieldErr("trusts", "", ErrBadValue)
+	}
+	for _, k := range a.Trusts {
+		if err := checkText("trusts", k, true, true, MaxKey, "MaxKey"); err != nil {
+			return err
+		}
 	}
 	switch {
 	case a.State == AgentUp && a.Why != "":

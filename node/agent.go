@@ -509,6 +509,7 @@ func (a *Agent) claim(ctx context.Context) (*store.Lease, error) {
 			return nil, err
 		}
 		h := store.NewHolder("node", a.cfg.Name)
+		h.Trusts = a.cfg.Trust.Keys() // its up event says them (events.Agent.Trusts)
 		l, err := store.AcquireLease(ctx, kv, a.cfg.Name, h, a.log)
 		if errors.Is(err, store.ErrLeaseHeld) {
 			return nil, backoff.Permanent(err)

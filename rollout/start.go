@@ -48,6 +48,16 @@ type Candidate struct {
 	// Restarts are the restarts its newest have reported, of the
 	// modules that had any (see [NodeAtStart].Restarts).
 	Restarts []ModuleRestarts
+	// Trusts are the reconciler keys its agent trusts, from its newest
+	// agent event when that is an up listing them
+	// ([events.Agent].Trusts); nil when unknown (an older agent, one
+	// that verifies nothing, or its agent down). PlanSigner and PlanSeq
+	// are its newest plan's signer (empty: unsigned) and sequence (0:
+	// none). Apply reads them only to warn ([feed.Plan.UntrustedNote]);
+	// the start carries neither.
+	Trusts     []string
+	PlanSigner string
+	PlanSeq    uint64
 }
 
 // restartsAtStart returns c's restarts of the modules its new want

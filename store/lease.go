@@ -57,6 +57,11 @@ type Holder struct {
 	Boot  string `json:"boot,omitempty"`
 	PIDNS string `json:"pid_ns,omitempty"`
 	Start uint64 `json:"start,omitempty"`
+	// Trusts are the reconciler public keys a node agent trusts, current
+	// and retired, as it read them when it started (empty: it verifies
+	// no plan, or an older agent): the reconciler copies them into the
+	// agent's up event ([events.Agent].Trusts).
+	Trusts []string `json:"trusts,omitempty"`
 }
 
 // NewHolder returns a Holder for this process: its host name, pid and

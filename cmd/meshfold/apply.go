@@ -196,6 +196,9 @@ revert names it.`,
 				if note := notBundleNote(planModules(plan)); note != "" {
 					fmt.Fprintln(a.stderr, note) // as want says it, dry run or not
 				}
+				if note := plan.UntrustedNote(); note != "" {
+					fmt.Fprintln(a.stderr, note) // dry run or not: its targets would fail
+				}
 			}
 			printPlan(a.stdout, plan)
 			if dryRun || plan.Start == nil {

@@ -437,7 +437,16 @@ func candidate(ctx context.Context, stream jetstream.Stream, subj events.Subject
 		c.Down = ag.State == events.AgentDown
 		if c.Down {
 			c.DownSince = a.Event.Time
+		} else {
+			c.Trusts = ag.Trusts
 		}
+	}
+	p, ok, err := last(events.KindPlan)
+	if err != nil {
+		return c, r, err
+	}
+	if ok {
+		c.PlanSigner, c.PlanSeq = p.Signer, p.Event.Seq
 	}
 	if err := pausedAtStart(ctx, stream, subj, &c); err != nil {
 		return c, r, &ReadError{Node: node, What: "newest pause", Err: err}
@@ -681,4 +690,64 @@ func Diff(from, to []events.WantModule) string {
 		return "(order)"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// UntrustedNote says, for `meshfold apply`, which of the plan's targets'
+// agents do not trust the key the reconciler signs its plans with now:
+// they refuse the plans of their new wants, and each such target fails
+// the rollout (docs/operations.md, "Rotate the reconciler's key"). That
+// key is the signer of the newest plan of the fleet's nodes (the
+// reconciler signs every plan it publishes with its current key); a
+// target's agent's keys are those its newest up listed (what it read
+// when it started). "" when every target's agent trusts the key, when no
+// plan names a signer (an unsigned deployment), or for targets whose
+// agent's keys are unknown: an older agent's up does not list them, and
+// a down agent reads its keys again when it starts.
+func (p *Plan) UntrustedNote() string {
+	var key, keyNode string
+	var keySeq uint64
+	for _, c := range p.Cands {
+		if c.PlanSigner != "" && c.PlanSeq > keySeq {
+			key, keyNode, keySeq = c.PlanSigner, c.Node, c.PlanSeq
+		}
+	}
+	if key == "" {
+		return ""
+	}
+	var refuse []string
+	trusted := map[string]bool{}
+	for _, c := range p.Cands {
+		if !c.Target() || len(c.Trusts) == 0 || slices.Contains(c.Trusts, key) {
+			continue
+		}
+		refuse = append(refuse, c.Node)
+		for _, k := range c.Trusts {
+			trusted[short(k)] = true
+		}
+	}
+	if len(refuse) == 0 {
+		return ""
+	}
+	slices.Sort(refuse)
+	who := refuse
+	if len(who) > 10 {
+		who = append(slices.Clone(who[:10]), fmt.Sprintf("and %d more", len(refuse)-10))
+	}
+	its, does, they, each := "its agent", "does", "it trusts", "it refuses"
+	if len(refuse) > 1 {
+		its, does, they, each = "their agents", "do", "they trust", "each refuses"
+	}
+	return fmt.Sprintf("warning: %s: %s %s not trust %s, the key the reconciler signs its plans with (its newest plan, #%d of %s): "+
+		"%s %s only, as read when started; %s its new plan and fails the rollout. "+
+		"Put the key in the trust file (reconcilers.pub; 'meshfold auth rotate-reconciler' keeps both keys through a rotation) and restart the agent before applying",
+		strings.Join(who, ", "), its, does, key, keySeq, keyNode, they, strings.Join(slices.Sorted(maps.Keys(trusted)), ", "), each)
+}
+
+// short is a key's first 8 characters and "…", as a list of keys says
+// them.
+func short(k string) string {
+	if len(k) <= 8 {
+		return k
+	}
+	return k[:8] + "…"
 }
