@@ -98,6 +98,7 @@ func TestResendable(t *testing.T) {
 		{errNoAck, true},
 		{&jetstream.APIError{Code: 503, ErrorCode: 10008}, true},
 		{&jetstream.APIError{Code: 409, ErrorCode: 10158}, true},
+		{&jetstream.APIError{Code: 500, ErrorCode: 10009}, true},
 		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}, false},
 		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamMessageExceedsMaximum}, false},
 		{nats.ErrConnectionClosed, false},
@@ -188,6 +189,39 @@ func TestLiveResend(t *testing.T) {
 		if n := testutil.ToFloat64(r.m.Effects.WithLabelValues(string(kind))); n != want {
 			t.Errorf("meshfold_effects_published_total{kind=%q} = %v, want %v", kind, n, want)
 		}
+	}
+}
+
+// TestNotLeaderAnswerResent: a live effect answered "cluster can not
+// handle request" (10009: the server it reached no longer leads the
+// stream, and stored nothing of it) is sent again with its message id
+// and stored once; before, the answer ended the session (a refold of
+// its partition). The answer is injected: the nats-server of go.mod does
+// not send it (docs/architecture.md, "A publish a deposed leader refuses
+// is sent again").
+func TestNotLeaderAnswerResent(t *testing.T) {
+	s, _, _ := singleRig(t, false, "")
+	ctx := t.Context()
+	notLeader := &jetstream.APIError{Code: 500, ErrorCode: 10009, Description: "JetStream cluster can not handle request"}
+	lost := lostLive(t, s, "cat", events.KindJournal, 1, notLeader)
+	s.pending = []pendingAck{lost}
+	if err := s.awaitAcks(ctx); err != nil {
+		t.Fatalf("awaitAcks after a 10009 answer: %v", err)
+	}
+	r := s.p.r
+	stream, err := r.js.Stream(ctx, r.cfg.Stream.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, r.subj.Stored("cat", events.KindJournal))
+	if err != nil {
+		t.Fatalf("cat's effect not sent again: %v", err)
+	}
+	if id := m.Header.Get(jetstream.MsgIDHeader); id != lost.f.Msg().Header.Get(jetstream.MsgIDHeader) {
+		t.Errorf("cat's effect stored with id %s", id)
+	}
+	if n := testutil.ToFloat64(r.m.Effects.WithLabelValues(string(events.KindJournal))); n != 1 {
+		t.Errorf("meshfold_effects_published_total{kind=journal} = %v, want 1", n)
 	}
 }
 

@@ -14,15 +14,36 @@ import (
 // errors (disconnected, reconnecting, no responders, a 503, a timeout,
 // jetstream.ErrAsyncPublishTimeout among them), the client's stall or
 // reconnect-buffer refusal (jetstream.ErrTooManyStalledMsgs,
-// nats.ErrReconnectBufExceeded), and the server's "duplicate message id
-// is in process" ([DuplicateInProcess]: the same message, sent before,
-// is proposed and not yet stored) are. The reconciler's effect publishes
+// nats.ErrReconnectBufExceeded), the server's "duplicate message id is
+// in process" ([DuplicateInProcess]: the same message, sent before, is
+// proposed and not yet stored) and its "cluster can not handle request"
+// ([NotLeader]: the server no longer leads the stream, and stored
+// nothing of it) are. The reconciler's effect publishes
 // (engine's pubride) and the rollout controller's publishes ride these
 // out by sending again; docs/architecture.md, "Effect publishes ride out
 // the loss of the client's server".
 func Resendable(err error) bool {
 	return Unanswered(err) || errors.Is(err, jetstream.ErrTooManyStalledMsgs) ||
-		errors.Is(err, nats.ErrReconnectBufExceeded) || DuplicateInProcess(err)
+		errors.Is(err, nats.ErrReconnectBufExceeded) || DuplicateInProcess(err) || NotLeader(err)
+}
+
+// errCodeNotLeader is nats-server's JSClusterNotLeaderErr (10009, a
+// 500: "JetStream cluster can not handle request").
+const errCodeNotLeader jetstream.ErrorCode = 10009
+
+// NotLeader reports whether err is the server's answer that it does not
+// lead the stream the publish is for (10009): it lost the leadership
+// (a stepdown, an election) after the publish was routed to it. The
+// server checks that before it proposes anything, so nothing of the
+// publish is stored, and its copy, sent again with the same message id
+// and expectation, goes to the new leader. nats-server v2.15.2 makes
+// that answer but does not send it (its inbound loop drops the publish,
+// which the client sees as no answer: a timeout); a server that sends
+// it is answered as an unanswered publish is. docs/architecture.md, "A
+// publish a deposed leader refuses is sent again".
+func NotLeader(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNotLeader
 }
 
 // SendAgain decides, for the i-th of a run of asynchronous publishes in

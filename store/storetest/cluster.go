@@ -169,6 +169,38 @@ func (c *Cluster) StreamLeader(stream string) *server.Server {
 	return nil
 }
 
+// StepDown asks the server leading stream (global account) to step down
+// ($JS.API.STREAM.LEADER.STEPDOWN.<stream>, through nc), asking again
+// every 2 s while no other server leads it, and returns once another
+// does: the old leader and the new one, both still running. It fails
+// the test after 30 s.
+func (c *Cluster) StepDown(nc *nats.Conn, stream string) (from, to *server.Server) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for from == nil {
+		if from = c.StreamLeader(stream); from == nil {
+			if time.Now().After(deadline) {
+				c.t.Fatalf("storetest: %s has no leader to step down after 30 s", stream)
+			}
+			time.Sleep(20 * time.Millisecond) // the pace of the looks, not a wait for an event
+		}
+	}
+	for {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("storetest: %s still led by %s 30 s after its stepdown was asked", stream, from.Name())
+		}
+		if _, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil, 2*time.Second); err != nil {
+			c.t.Logf("storetest: %s's stepdown: %v", stream, err)
+		}
+		for asked := time.Now(); time.Since(asked) < 2*time.Second; {
+			if to = c.StreamLeader(stream); to != nil && to != from {
+				return from, to
+			}
+			time.Sleep(20 * time.Millisecond) // the pace of the looks, not a wait for an event
+		}
+	}
+}
+
 // Follower returns a server of a cluster of three or more that does not
 // lead the stream now (the last server, or the one before it when the
 // last leads): a replica to hold behind its leader ([Lag.Hold]).
