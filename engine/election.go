@@ -17,14 +17,17 @@ import (
 // during the election, so its first plan came seconds after JetStream
 // answered again. Now an effect left unanswered is sent again once the
 // leaders are back (pubride.go), and a session that ended restarts as
-// soon as every leader is back. And the reads:
-// a partition's ordered consumer lives on the stream's leader and dies
-// with it, and the client noticed only after missed heartbeats and a
-// reset attempt that waited out its own timeout (~10 s after a kill
-// here, while JetStream answered again after 5–7 s). A watcher looks at
-// the stream's leader every leaderWatch; when a new one is elected, every
-// session reads on from the last sequence it folded through a new
-// consumer, its state kept: nothing is refolded.
+// soon as every leader is back. And the reads: a partition's consumer
+// lives on one of the stream's peers (any of them, not the leader), and
+// the client noticed its loss only after missed heartbeats and a reset
+// attempt that waited out its own timeout (~10 s after a kill here, while
+// JetStream answered again after 5–7 s); its tail now ends after two
+// missed heartbeats (store.ErrConsumerLost). A watcher also looks at the
+// stream's leader every leaderWatch; when a new one is elected, every
+// session asks its consumer, and one gone or unanswered reads on from
+// the last sequence it folded through a new consumer, its state kept:
+// nothing is refolded (readGone). A consumer on a server that still runs
+// reads on across the change.
 
 // leaderPoll bounds each look at a stream's leader, and the pause
 // between looks grows from electionPollMin to electionPollMax.
@@ -75,7 +78,7 @@ func (r *Reconciler) watchLeaders(ctx context.Context) {
 			continue
 		}
 		if last != "" && leader != last {
-			r.log.Info("the stream has a new leader: partitions read on through new consumers", "leader", leader)
+			r.log.Info("the stream has a new leader: partitions whose consumer is gone read on through new ones", "leader", leader)
 			r.electMu.Lock()
 			close(r.electCh)
 			r.electCh = make(chan struct{})

@@ -48,8 +48,10 @@ type Metrics struct {
 	// consumer, its state kept, by why: lost (the client ended the
 	// consumption: two missed heartbeats, the consumer deleted, a
 	// delivery skipped), stalled (the consumer held input it did not
-	// deliver) or elected (a new stream leader). Each lost or stalled
-	// read waited: up to two heartbeats (2 s), or readStallAfter (10 s).
+	// deliver) or elected (a new stream leader, and the consumer then
+	// gone or unanswered: readGone). Each lost or stalled read waited:
+	// up to two heartbeats (2 s), or readStallAfter (10 s; 2 s after an
+	// election found it holding input).
 	ReadsMoved *prometheus.CounterVec
 }
 
@@ -88,7 +90,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Agents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshfold_agent_transitions_total",
 			Help: "Node agents seen going down (lease expired, released or replaced) or coming back (lease claimed), recorded in the stream by this instance; another instance of a group may have recorded the rest."}, []string{"state"}),
 		ReadsMoved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshfold_partition_reads_moved_total",
-			Help: "Times a partition's read moved to a new consumer, its state kept, by reason: lost (two missed heartbeats, the consumer deleted, a delivery skipped), stalled (the consumer held input it did not deliver), elected (a new stream leader)."}, []string{"reason"}),
+			Help: "Times a partition's read moved to a new consumer, its state kept, by reason: lost (two missed heartbeats, the consumer deleted, a delivery skipped), stalled (the consumer held input it did not deliver), elected (a new stream leader, and the consumer then gone or unanswered)."}, []string{"reason"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Folded, m.Rejected, m.BadSubject, m.Effects, m.Skipped, m.Poison, m.TooBig, m.Lag,

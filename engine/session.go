@@ -143,9 +143,13 @@ type session struct {
 	n, tickN  uint64
 	idleTicks int
 	// quietN is n when the read was last seen delivering (readStalled),
-	// and quietSince since when it has not.
+	// and quietSince since when it has not. stallAfter, when set, is how
+	// quiet the read may be before its consumer is asked, in place of
+	// readStallAfter, until it delivers or is asked: a new stream
+	// leader's check found its consumer holding input (readGone).
 	quietN     uint64
 	quietSince time.Time
+	stallAfter time.Duration
 	// turns counts the snapshot ticks the loop took, and step names the
 	// step the session waits in, if any (enter): what watchTurns reads
 	// from a goroutine of its own.
@@ -938,12 +942,15 @@ func (s *session) consume(ctx context.Context) error {
 				}
 			}
 		case <-elected:
-			// A new stream leader: the consumer may have died with the
-			// old one.
+			// A new stream leader: the read moves only when its
+			// consumer is gone with the old one, or does not answer
+			// (readGone).
 			elected = r.elected()
-			r.m.ReadsMoved.WithLabelValues("elected").Inc()
-			if err := readOn(); err != nil {
-				return err
+			if s.readGone(work, tail) {
+				r.m.ReadsMoved.WithLabelValues("elected").Inc()
+				if err := readOn(); err != nil {
+					return err
+				}
 			}
 		case <-s.restDone():
 			if err := s.mergeRest(ctx); err != nil {
@@ -1106,14 +1113,17 @@ const readStallAsk = 2 * time.Second
 func (s *session) readStalled(ctx context.Context, tail *store.Tail) bool {
 	now := time.Now()
 	if s.n != s.quietN || len(tail.C()) > 0 {
-		s.quietN, s.quietSince = s.n, now
+		s.quietN, s.quietSince, s.stallAfter = s.n, now, 0
 		return false
 	}
-	quiet := now.Sub(s.quietSince)
-	if quiet < readStallAfter {
+	quiet, after := now.Sub(s.quietSince), readStallAfter
+	if s.stallAfter > 0 {
+		after = s.stallAfter
+	}
+	if quiet < after {
 		return false
 	}
-	s.quietSince = now // asked again a readStallAfter later, if still quiet
+	s.quietSince, s.stallAfter = now, 0 // asked again a readStallAfter later, if still quiet
 	actx, cancel := context.WithTimeout(ctx, readStallAsk)
 	pending, err := tail.Pending(actx)
 	cancel()
@@ -1128,6 +1138,47 @@ func (s *session) readStalled(ctx context.Context, tail *store.Tail) bool {
 			"partition", s.p.id, "quiet", quiet.Round(time.Millisecond), "pending", pending, "folded", s.folded)
 	}
 	return true
+}
+
+// electionStallAfter is how quiet a read may be, after a new stream
+// leader's check found its consumer holding input it had not delivered
+// yet (readGone), before the consumer is asked again (readStalled): two
+// of its heartbeats.
+const electionStallAfter = 2 * readHeartbeat
+
+// readGone reports, when the stream has a new leader, whether the
+// partition's read must move to a new consumer: its consumer does not
+// answer within readStallAsk (its server gone, as the old leader is
+// after a crash, or the client's connection with it) or is gone (not
+// found). A consumer lives on whichever server of the stream's peers
+// it was placed on, not on the leader, and one on a server that still
+// runs reads on across the change (checked on a 3-server cluster with
+// stepdowns: TestTailsReadOnAcrossStepdowns); before, every election
+// moved every partition to a new consumer, one creation and one
+// deletion each asked of the meta leader. A consumer that answers and
+// holds input the read has not handled yet is asked again once the read
+// has been quiet for electionStallAfter instead of readStallAfter
+// (readStalled): a read that stalled with the change moves within
+// seconds, as it did. A consumer lost with its server also ends its
+// read on its own after two missed heartbeats (store.ErrConsumerLost),
+// usually before the election. docs/architecture.md, "A new stream
+// leader moves only the reads it took".
+func (s *session) readGone(ctx context.Context, tail *store.Tail) bool {
+	actx, cancel := context.WithTimeout(ctx, readStallAsk)
+	pending, err := tail.Pending(actx)
+	cancel()
+	if ctx.Err() != nil {
+		return false // the session is ending: nothing to move
+	}
+	if err != nil {
+		s.p.r.log.Info("the stream has a new leader and the partition's consumer is gone or unanswered: reading on through a new one",
+			"partition", s.p.id, "folded", s.folded, "err", err)
+		return true
+	}
+	if pending > 0 {
+		s.quietN, s.quietSince, s.stallAfter = s.n, time.Now(), electionStallAfter
+	}
+	return false
 }
 
 // The steps of a session that may wait on the server (enter, watchTurns).
