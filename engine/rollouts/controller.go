@@ -325,7 +325,11 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("rollout controller %s: %w", c.fleet, err)
 	}
-	defer func() { tail.Stop() }()
+	defer func() {
+		if tail != nil {
+			tail.Stop()
+		}
+	}()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	elected := c.watchLeader(wctx)
@@ -349,9 +353,17 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 			// stopped aside: its deletion waits out a timeout against
 			// a dead server).
 			c.log.Info("rollout controller: the stream has a new leader; reading on through a new consumer", "from", read+1)
+			// A new consumer that could not be made (the cluster
+			// without a meta leader yet) ends this run, which its
+			// supervisor starts again: the old tail is stopped aside
+			// either way, and never again on return (a fresh user's
+			// finding: a nil tail stopped on return panicked a
+			// grouped reconciler, twice in eight kills -9).
+			next, err := follow(read + 1)
 			go tail.Stop()
-			if tail, err = follow(read + 1); err != nil {
-				return 0, fmt.Errorf("rollout controller %s: %w", c.fleet, err)
+			tail = next
+			if err != nil {
+				return 0, fmt.Errorf("rollout controller %s: reading on after a new stream leader: %w", c.fleet, err)
 			}
 		case x := <-tail.C():
 			if x.Err != nil {
