@@ -187,8 +187,13 @@ type Agent struct {
 	gone      map[fileRef]bool
 	look      map[fileRef]bool
 	startGone map[fileRef]bool
-	saidGone  string
-	lookAll   bool
+	// startReport holds what that first look found gone: the first have
+	// stored after it reports them all, marked so, even those back since
+	// (a fill can land before it), so the stream says what the start
+	// took (startReported clears it).
+	startReport map[fileRef]bool
+	saidGone    string
+	lookAll     bool
 	// claimed is the claim (token) of the node's lease this agent holds,
 	// set before any have or fill: a filled names it
 	// (events.Filled.Claim), as does a have reporting files gone at the
@@ -937,6 +942,7 @@ func (a *Agent) haveLoop(ctx context.Context) {
 // again) until the stream acknowledges or ctx is done.
 func (a *Agent) publishHave(ctx context.Context) {
 	id := nuid.Next()
+	atStart := false // the have stored carries what the first look found gone
 	_, err := store.Retry(ctx, a.log, "publish have", newBackoff(), func() (store.Ack, error) {
 		mods, err := a.rt.Running(ctx)
 		if err != nil {
@@ -949,7 +955,8 @@ func (a *Agent) publishHave(ctx context.Context) {
 		a.mu.Lock()
 		noPlan := a.noPlan && a.settled == nil
 		h := &events.Have{Modules: mods, NoPlan: noPlan, Missing: missing}
-		if slices.ContainsFunc(missing, func(m events.MissingFile) bool { return m.AtStart }) {
+		atStart = slices.ContainsFunc(missing, func(m events.MissingFile) bool { return m.AtStart })
+		if atStart {
 			h.Started = a.claimed
 		}
 		if noPlan {
@@ -965,6 +972,9 @@ func (a *Agent) publishHave(ctx context.Context) {
 	})
 	if err != nil && ctx.Err() == nil {
 		a.log.Error("have not published", "err", err)
+	}
+	if err == nil && atStart {
+		a.startReported()
 	}
 }
 

@@ -46,6 +46,7 @@ func TestCheckFilesNotesThenFindsGone(t *testing.T) {
 	if got := a.missingFiles(running); !slices.Equal(got, []events.MissingFile{other}) {
 		t.Fatalf("the have after the first look reports %v, want only %v", got, other)
 	}
+	a.startReported()
 	if a.checkFiles() {
 		t.Fatal("a second look with nothing deleted since found a file gone")
 	}
@@ -107,12 +108,20 @@ func TestStartGoneBackByHand(t *testing.T) {
 		settled: &events.Plan{Modules: []events.PlanModule{{Name: "app", Build: "a:1", RunsAs: "app",
 			Files: []events.File{{Path: "/run/app/token", Mode: "0600"}}}}}}
 	running := []events.HaveModule{{Name: "app", Build: "a:1", State: events.Running}}
-	if got := a.missingFiles(running); !slices.Equal(got, []events.MissingFile{{Module: "app", Path: "/run/app/token", AtStart: true}}) {
+	gone := []events.MissingFile{{Module: "app", Path: "/run/app/token", AtStart: true}}
+	if got := a.missingFiles(running); !slices.Equal(got, gone) {
 		t.Fatalf("the first have reports %v, want the token gone at the start", got)
 	}
 	if err := root.WriteFile("run/app/token", []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Back before the first have was stored: its retry says still what
+	// the first look found; once stored, the file back is reported no
+	// more.
+	if got := a.missingFiles(running); !slices.Equal(got, gone) {
+		t.Fatalf("the first have, built again, reports %v, want %v", got, gone)
+	}
+	a.startReported()
 	if got := a.missingFiles(running); len(got) != 0 {
 		t.Fatalf("a file back by hand is reported %v", got)
 	}

@@ -205,9 +205,9 @@ func (a *Agent) startLook() bool {
 				a.look[ref], found = true, true
 			default:
 				if a.startGone == nil {
-					a.startGone = map[fileRef]bool{}
+					a.startGone, a.startReport = map[fileRef]bool{}, map[fileRef]bool{}
 				}
-				a.startGone[ref], found = true, true
+				a.startGone[ref], a.startReport[ref], found = true, true, true
 			}
 		}
 	}
@@ -259,13 +259,23 @@ func (a *Agent) missingFiles(mods []events.HaveModule) []events.MissingFile {
 		}
 		for _, f := range row.Files {
 			ref := fileRef{row.Name, f.Path}
-			if !exited[row.Name] && !a.gone[ref] && !a.look[ref] && !a.startGone[ref] || !events.ValidPath(f.Path) {
+			if !exited[row.Name] && !a.gone[ref] && !a.look[ref] && !a.startGone[ref] && !a.startReport[ref] || !events.ValidPath(f.Path) {
 				continue
 			}
 			_, err := a.root.Lstat(f.Path[1:])
 			switch {
-			case err == nil && a.startGone[ref]:
-				a.heldFile(ref) // back, put there by another hand than a fill of this agent
+			case err == nil:
+				if a.startGone[ref] {
+					a.heldFile(ref) // back, put there by another hand than a fill of this agent
+				}
+				if a.startReport[ref] {
+					// Back (a fill, most often the agent-back knock's,
+					// can land before the first have): that have says
+					// still what the first look found, for the stream's
+					// record; the reconciler knows the file back
+					// (folder.missing: filled by this agent since).
+					out = append(out, events.MissingFile{Module: row.Name, Path: f.Path, AtStart: true})
+				}
 			case !errors.Is(err, fs.ErrNotExist):
 			case a.startGone[ref]:
 				out = append(out, events.MissingFile{Module: row.Name, Path: f.Path, AtStart: true})
@@ -296,6 +306,15 @@ func (a *Agent) missingFiles(mods []events.HaveModule) []events.MissingFile {
 		}
 	}
 	return out
+}
+
+// startReported notes that a have carrying what the first look found
+// gone (startReport) is stored: the next haves report those files only
+// while they are gone.
+func (a *Agent) startReported() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.startReport = nil
 }
 
 // checkLoop looks at the filled files in place on the node every

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -68,7 +69,8 @@ func TestHaveReportsFilesGoneAtStart(t *testing.T) {
 	if got := f2.Event.Payload.(*events.Filled).Claim; got != claimOf(a2) {
 		t.Fatalf("the refill names the claim %q, the new agent holds %q", got, claimOf(a2))
 	}
-	if got := a2.missingFiles(nil); len(got) != 0 {
-		t.Fatalf("after the refill the agent reports %+v", got)
-	}
+	// Once the have that reported it is stored (the agent learns so from
+	// its ack, a moment after the stream stores it), it is reported no
+	// more.
+	waitfor.Until(t, wait, "the agent reporting nothing missing after the refill", func() bool { return len(a2.missingFiles(nil)) == 0 })
 }

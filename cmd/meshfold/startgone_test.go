@@ -133,3 +133,37 @@ func TestFilesGoneAtAgentStartNoSource(t *testing.T) {
 		t.Errorf("%d knocks for the agent's start, want exactly 1: %v", len(knocks), knocks)
 	}
 }
+
+// The agent alone killed -9 and /run emptied while the provisioner runs:
+// the agent-back knock (or the new agent's report, whichever is folded
+// first) brings the file back at once, with exactly one knock; the new
+// agent's have reported it gone at its start, which `audit` tells (the
+// state's missing line lasts only until the fill's filled, milliseconds).
+func TestFilesGoneAtAgentRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds meshfold and runs real processes: not in -short")
+	}
+	r := startRefillMesh(t)
+	s := r.s
+	kill9(t, s.agent)
+	r.emptyRun(t)
+	r.last = lastSeq(t, s)
+	began := time.Now()
+	s.agentStart()
+	r.waitBack(t, "the credential filled again after the agent's restart")
+	back := time.Since(began)
+	have, _ := r.startHave(t)
+	r.waitStateClear(t)
+	if knocks := r.knocksSince(t); len(knocks) != 1 {
+		t.Fatalf("%d knocks for the agent's start, want exactly 1: %v", len(knocks), knocks)
+	}
+	// The table cuts a long line to its width: the JSON says it whole.
+	out, errs, code := s.m.cli(t, "audit", "ace", "--since", strconv.FormatUint(have.Seq, 10), "--until", strconv.FormatUint(have.Seq, 10), "-o", "json")
+	if code != 0 {
+		t.Fatalf("audit: %d %s", code, errs)
+	}
+	if !strings.Contains(out, "missing on the node: app "+r.path+" (gone at the agent's start)") {
+		t.Errorf("audit of have #%d does not say the file gone at the agent's start:\n%s", have.Seq, out)
+	}
+	t.Logf("agent restarted with /run emptied → credential back in %s; have #%d reported it gone at the start", back.Round(time.Millisecond), have.Seq)
+}
