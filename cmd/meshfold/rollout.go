@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -84,7 +85,7 @@ applied it and when. A rollout whose start aged out of the stream (--max-age,
 --max-bytes shorter than the rollout) cannot be replayed: its row says "start
 gone", and a line under the table names its newest event that remains
 ('meshfold rollout status FLEET' lists them all). In -o json and -o yaml such
-a row has an empty phase and a start_gone object:
+a row has its fleet, its rollout, an empty phase and a start_gone object:
 {"stream_begins":40,"stream_begins_at":"2026-12-05T04:48:00Z",
 "stream_keeps":"1h0m0s of events (--max-age)","events":4,
 "newest":"#43 2026-12-05T04:50:00Z record ace: done: ace done"}.`,
@@ -192,6 +193,21 @@ a row has an empty phase and a start_gone object:
 type lsRow struct {
 	rollout.View
 	StartGone *startGone `json:"start_gone,omitempty"`
+}
+
+// MarshalJSON writes the view, or for a rollout whose start is gone only
+// its fleet, id, an empty phase and start_gone: not a zero view's
+// fields (a start time of year 1, params of zeros) that say nothing.
+func (r lsRow) MarshalJSON() ([]byte, error) {
+	if r.StartGone == nil {
+		return json.Marshal(r.View)
+	}
+	return json.Marshal(struct {
+		Fleet     string        `json:"fleet"`
+		Rollout   uint64        `json:"rollout"`
+		Phase     rollout.Phase `json:"phase"`
+		StartGone *startGone    `json:"start_gone"`
+	}{r.Fleet, r.Rollout, r.Phase, r.StartGone})
 }
 
 // startGone is what 'rollout ls' says of a rollout whose start the

@@ -103,8 +103,8 @@ func TestRolloutReadsAfterTheStartAgedOut(t *testing.T) {
 			Newest       string
 		} `json:"start_gone"`
 	}
-	if err := json.Unmarshal([]byte(out), &rows); code != exitOK || err != nil || len(rows) != 1 {
-		t.Fatalf("ls -o json: exit %d, %v, want one row:\n%s%s", code, err, out, errs)
+	if err := json.Unmarshal([]byte(out), &rows); code != exitOK || err != nil || len(rows) != 1 || strings.Contains(out, `"started"`) {
+		t.Fatalf("ls -o json: exit %d, %v, want one row, no zero view's start:\n%s%s", code, err, out, errs)
 	}
 	if r := rows[0]; r.Fleet != "web" || r.Rollout != id || r.Phase != "" || r.StartGone == nil || r.StartGone.StreamBegins != id+1 ||
 		r.StartGone.StreamKeeps != "1h0m0s of events (--max-age)" || r.StartGone.Events != 4 || !strings.HasPrefix(r.StartGone.Newest, fmt.Sprintf("#%d ", last)) {
