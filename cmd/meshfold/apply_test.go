@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
@@ -400,5 +403,55 @@ func TestWantAndApplyWarnOfUnfillableFiles(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "-- warning: ace, bob, cat: "+warn) {
 			t.Errorf("apply %v: exit %d, does not warn\n%s\n%s%s", args, code, warn, out, errs)
 		}
+	}
+}
+
+// Apply warns of a target whose agent does not trust the key the
+// reconciler signs its plans with (a fresh user's finding F1: the node
+// refuses every plan of the rollout and fails it, and nothing said so
+// before the start). The key is the newest plan's signer; each agent's
+// keys are what its up listed. An older agent's up lists none: no
+// warning for it.
+func TestApplyWarnsOfAgentsThatDoNotTrustTheKey(t *testing.T) {
+	m := applyMesh(t)
+	ctx := testCtx(t)
+	subj := m.cfg.Subjects()
+	newSigner := func() *store.Signer {
+		kp, err := store.NewSigningKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := store.NewSigner(kp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	current, old := newSigner(), newSigner()
+	// The reconciler's newest plan, ace's, signed with its current key.
+	data, _ := json.Marshal(events.Stamp(&events.Plan{Cause: 1, Want: 1, Modules: []events.PlanModule{{Name: "web", Build: "web:1"}}}, time.Now()))
+	h := nats.Header{}
+	if err := current.Sign(h, "ace", events.KindPlan, "ace.plan.test", data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.js.PublishMsg(ctx, &nats.Msg{Subject: subj.Event("ace", events.KindPlan), Data: data, Header: h}); err != nil {
+		t.Fatal(err)
+	}
+	pub := store.NewPublisher(m.js, subj)
+	for node, trusts := range map[string][]string{"ace": {current.PublicKey()}, "bob": {old.PublicKey()}, "cat": nil} {
+		if _, err := pub.Append(ctx, node, events.Stamp(&events.Agent{State: events.AgentUp, Claim: "c-" + node, Trusts: trusts}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, fleetYAML), "--dry-run")
+	if code != 0 {
+		t.Fatalf("apply --dry-run: exit %d\n%s%s", code, out, errs)
+	}
+	want := "warning: bob: its agent does not trust " + current.PublicKey() + ", the key the reconciler signs its plans with"
+	if !strings.Contains(errs, want) || !strings.Contains(errs, "it trusts "+old.PublicKey()[:8]+"… only") {
+		t.Errorf("apply --dry-run does not say %q:\n%s", want, errs)
+	}
+	if strings.Contains(errs, "warning: ace") || strings.Contains(errs, "ace, ") || strings.Contains(errs, "cat") {
+		t.Errorf("apply --dry-run names ace (trusts the key) or cat (an older agent):\n%s", errs)
 	}
 }
