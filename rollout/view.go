@@ -413,7 +413,13 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		case n.Plan != nil && n.Plan.Want == n.Published && n.Settled >= n.Plan.Seq:
 			say("not healthy yet: %s", mismatch(n))
 		}
-		say("healthy_deadline at %s", n.DeadlineFrom.Add(r.R.HealthyDeadline).Format(time.RFC3339))
+		if r.fenced() {
+			// Nothing is judged while paused on an unverified plan: its
+			// healthy_deadline counts again from the resume.
+			say("not judged while the rollout is paused on a plan its controller cannot verify: its healthy_deadline %s counts from the resume", r.R.HealthyDeadline)
+		} else {
+			say("healthy_deadline at %s", n.DeadlineFrom.Add(r.R.HealthyDeadline).Format(time.RFC3339))
+		}
 	case n.Status == WaitingApproval, n.Status == Failed, n.Status == Conflict, n.Status == Unreached, n.Status == Skipped, n.Status == Moved:
 		say("%s", n.Why)
 		if a := n.arrived(); a != "" && n.Status == Unreached {
