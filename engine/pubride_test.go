@@ -61,10 +61,7 @@ func effectsRideOutTheirServersKill(t *testing.T, live, leader bool) {
 		t.Fatal(err)
 	}
 	// The reconciler connects to the server to kill first.
-	target := pc.Leader(ctx, js, cfg.Name)
-	if target < 0 {
-		t.Fatal("the stream has no leader")
-	}
+	target := pc.AwaitLeader(t, ctx, js, cfg.Name, 30*time.Second)
 	if !leader {
 		target = (target + 1) % pc.N()
 	}

@@ -57,10 +57,7 @@ func pausedRolloutResumesAcrossKill(t *testing.T, onKilled, resumeFirst bool) {
 		t.Fatal(err)
 	}
 	subj := cfg.Subjects()
-	leader := pc.Leader(ctx, js, cfg.Name)
-	if leader < 0 {
-		t.Fatal("the stream has no leader")
-	}
+	leader := pc.AwaitLeader(t, ctx, js, cfg.Name, 30*time.Second)
 	other := (leader + 1) % pc.N()
 	on := other
 	if onKilled {
