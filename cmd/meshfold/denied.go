@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -190,6 +191,24 @@ func credsUser(path string) (user string, role auth.Role) {
 	return uc.Name, auth.Role(uc.Name)
 }
 
+// urlUser returns the user name of the first of servers (a --server
+// list) that names one with a password (nats://USER:PASSWORD@HOST), ""
+// when none does: for a server whose users are in its config, not in
+// creds files. A URL's user without a password is a token, a secret, and
+// is never returned.
+func urlUser(servers string) string {
+	for s := range strings.SplitSeq(servers, ",") {
+		u, err := url.Parse(strings.TrimSpace(s))
+		if err != nil || u.User == nil {
+			continue
+		}
+		if _, hasPassword := u.User.Password(); hasPassword && u.User.Username() != "" {
+			return u.User.Username()
+		}
+	}
+	return ""
+}
+
 // commandDenied returns the permission violation that ended the command
 // whose error is err: the first the connection's error handler kept
 // (watchDenied), or else err itself when it is one. store's publishes
@@ -267,6 +286,8 @@ func (a *app) explainDenied(cmd *cobra.Command, denied error) error {
 	given := ""
 	if user != "" {
 		given = fmt.Sprintf("; the creds given (%s) are user %s's, of the %s role", a.conn.withEnv().creds, user, role)
+	} else if u := urlUser(a.conn.withEnv().server); u != "" {
+		given = fmt.Sprintf("; the user given (in the server URL) is %s", u)
 	}
 	if a.deniedNeeds != "" {
 		who = a.deniedNeeds
