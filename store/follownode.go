@@ -44,11 +44,21 @@ type NodeFollow struct {
 	Tick   <-chan time.Time
 	OnTick func(context.Context)
 	// Backoff paces recreating a failed consumer; it is reset once a
-	// message was read. Nil: [Backoff](100 ms, 5 s).
+	// consumer was made or a message read. Nil: [Backoff](100 ms, 5 s).
 	Backoff *backoff.ExponentialBackOff
+	// Heartbeat is the consumer's idle heartbeat: the follow takes its
+	// consumer as lost after two missed ones (its server stopped) and
+	// reads on through a new one. 0: [FeedHeartbeat].
+	Heartbeat time.Duration
 	// Log receives the follow's lines; nil: slog.Default().
 	Log *slog.Logger
 }
+
+// FeedHeartbeat is the default idle heartbeat of [FollowNode]'s
+// consumer: a consumer on a server that stopped is taken as lost 10 s
+// after its last heartbeat. The client's ordered consumer had the same,
+// so an idle feed costs its server what it did (one heartbeat every 5 s).
+const FeedHeartbeat = 5 * time.Second
 
 // FollowNode follows f.Node's events of kind f.Kind after f.After, in
 // stream order, until ctx is done: the one loop of the roles that act on
@@ -56,31 +66,58 @@ type NodeFollow struct {
 // and settles). Each message is decoded and verified (f.Verify) as it
 // arrives; f.Handle gets each accepted message no newer accepted one
 // supersedes (Msg.Pending, and with f.Latest a direct get), so a
-// backlog is coalesced into its newest accepted message. A failed
-// consumer is recreated, with f.Backoff, from the last message read.
-// Verify, Refused, Handle and OnTick all run on the caller's goroutine,
-// one at a time.
+// backlog is coalesced into its newest accepted message. Verify,
+// Refused, Handle and OnTick all run on the caller's goroutine, one at a
+// time.
+//
+// The feed reads through a plain ephemeral consumer that ends on its
+// loss ([TailConfig.EndOnLoss]: two missed heartbeats, its deletion, a
+// skipped delivery), created under a new name at each attempt through
+// [FollowRidingOut]; a lost feed reads on from the message after the
+// last one read, through a new consumer, with f.Backoff between
+// attempts, so no message is handed on twice or skipped (a message
+// coalesced before the loss is still handed on when every newer one is
+// refused). Not the client's ordered consumer: it re-made a lost consumer
+// under one name, asked again for as long as it failed, and when the
+// meta leader had placed that name on a server just killed (it counts a
+// server offline only later), every ask went unanswered, or answered
+// "consumer offline", until that server came back, while its reader saw
+// no error (docs/architecture.md, "A node's feed across a crash of the
+// stream's leader"). A loss is logged once (warn) with what the follow
+// does, and its end (info) once a new consumer reads.
 func FollowNode(ctx context.Context, js jetstream.JetStream, f NodeFollow) {
 	f.Stream = f.Stream.WithDefaults()
 	if f.Log == nil {
 		f.Log = slog.Default()
 	}
+	if f.Heartbeat <= 0 {
+		f.Heartbeat = FeedHeartbeat
+	}
 	b := f.Backoff
 	if b == nil {
 		b = Backoff(100*time.Millisecond, 5*time.Second)
 	}
-	from := f.After
+	st := feedState{from: f.After}
 	for ctx.Err() == nil {
-		last, err := f.once(ctx, js, from)
-		if last > from {
-			from = last
+		from := st.from
+		made, err := f.once(ctx, js, &st)
+		if made || st.from > from {
 			b.Reset()
 		}
 		if ctx.Err() != nil {
 			return
 		}
 		d := b.NextBackOff()
-		f.Log.Warn(string(f.Kind)+" consumer failed; recreating it", "after", from, "in", d, "err", err)
+		if st.lostAt.IsZero() {
+			st.lostAt = time.Now()
+			what := " feed lost; reading on through a new consumer from after the last one read"
+			if !st.started {
+				what = " feed not started; trying again"
+			}
+			f.Log.Warn(string(f.Kind)+what, "after", st.from, "in", d, "err", err)
+		} else {
+			f.Log.Debug(string(f.Kind)+" feed still lost; trying again", "after", st.from, "in", d, "err", err)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(d):
@@ -88,22 +125,38 @@ func FollowNode(ctx context.Context, js jetstream.JetStream, f NodeFollow) {
 	}
 }
 
-// once runs one ordered consumer from sequence from+1 and returns the
-// sequence of the last message it read and why it stopped.
-func (f *NodeFollow) once(ctx context.Context, js jetstream.JetStream, from uint64) (uint64, error) {
+// feedState is what [FollowNode] keeps across its consumers: the
+// sequence of the last message read, the newest accepted message skipped
+// for a newer one (handed on if every newer one is refused), whether a
+// consumer was ever made, and since when none reads (zero while one
+// does).
+type feedState struct {
+	from      uint64
+	coalesced *Msg
+	started   bool
+	lostAt    time.Time
+}
+
+// once runs one consumer from sequence st.from+1, updating st as it
+// reads, and returns whether the consumer was made and why it stopped.
+func (f *NodeFollow) once(ctx context.Context, js jetstream.JetStream, st *feedState) (bool, error) {
 	subj := f.Stream.Subjects()
-	tail, err := Follow(ctx, js, TailConfig{Stream: f.Stream.Name, Subjects: subj,
-		Filter: subj.Stored(f.Node, f.Kind), Start: from + 1})
+	tail, err := FollowRidingOut(ctx, js, TailConfig{Stream: f.Stream.Name, Subjects: subj,
+		Filter: subj.Stored(f.Node, f.Kind), Start: st.from + 1, Heartbeat: f.Heartbeat, EndOnLoss: true})
 	if err != nil {
-		return from, err
+		return false, err
 	}
-	defer tail.Stop()
-	var coalesced *Msg // the newest accepted message skipped for a newer one
+	if !st.lostAt.IsZero() {
+		f.Log.Info(string(f.Kind)+" feed reads again", "after", st.from,
+			"lost_for", time.Since(st.lostAt).Round(time.Millisecond))
+	}
+	st.started, st.lostAt = true, time.Time{}
 	for {
 		var x Tailed
 		select {
 		case <-ctx.Done():
-			return from, ctx.Err()
+			tail.Stop()
+			return true, ctx.Err()
 		case <-f.Tick:
 			if f.OnTick != nil {
 				f.OnTick(ctx)
@@ -112,36 +165,40 @@ func (f *NodeFollow) once(ctx context.Context, js jetstream.JetStream, from uint
 		case x = <-tail.C():
 		}
 		if x.Err != nil {
-			return from, x.Err
+			// Stopped aside: its deletion, asked of a server that may
+			// have stopped, waits out its timeout (5 s).
+			go tail.Stop()
+			return true, x.Err
 		}
 		m := tail.Decode(x)
-		from = m.Event.Seq
+		st.from = m.Event.Seq
 		var err error
 		switch {
 		case m.Event.Kind == "":
 			err = m.Event.Err
-			f.Log.Error("not a "+string(f.Kind)+" subject; skipped", "subject", m.Subject, "seq", from, "err", err)
+			f.Log.Error("not a "+string(f.Kind)+" subject; skipped", "subject", m.Subject, "seq", st.from, "err", err)
 		case f.Verify != nil:
 			if err = f.Verify(m); err != nil && f.Refused != nil {
 				f.Refused(ctx, m, err)
 			}
 		}
-		superseded := m.Pending > 0 || f.Latest && f.newer(ctx, js, from)
+		superseded := m.Pending > 0 || f.Latest && f.newer(ctx, js, st.from)
 		switch {
 		case err != nil:
-			if superseded || coalesced == nil {
+			if superseded || st.coalesced == nil {
 				continue
 			}
-			m, coalesced = *coalesced, nil // the newest accepted one
+			m, st.coalesced = *st.coalesced, nil // the newest accepted one
 		case superseded:
-			f.Log.Info(string(f.Kind)+" coalesced with a newer one", string(f.Kind), from)
-			coalesced = &m
+			f.Log.Info(string(f.Kind)+" coalesced with a newer one", string(f.Kind), st.from)
+			st.coalesced = &m
 			continue
 		}
-		coalesced = nil
+		st.coalesced = nil
 		f.Handle(ctx, m)
 		if ctx.Err() != nil {
-			return from, ctx.Err()
+			tail.Stop()
+			return true, ctx.Err()
 		}
 	}
 }
