@@ -157,3 +157,99 @@ func TestRolloutRidesOutAStreamLeaderKill(t *testing.T) {
 		t.Errorf("rollout %s, counts %v: want completed, %d done", s.Rollout.Phase, v.Counts, len(nodes))
 	}
 }
+
+// Node agents connected to the server leading the MESH stream apply a
+// plan published after a kill -9 of that server, which is not started
+// again (fresh7 G2: two of twenty agents read no plan until it was, and
+// said nothing). An agent whose plan feed was lost says so once and says
+// when it reads again.
+func TestAgentsReadPlansAfterTheirServersKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills a server and waits for an election: not in -short")
+	}
+	pc := storetest.StartProcCluster(t, 3)
+	y := pc.MetaLeader()
+	if y < 0 {
+		t.Fatal("no meta leader")
+	}
+	x := (y + 1) % 3 // leads the stream; killed
+	nc, js := pc.ConnectVia(t, y)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := store.OpenNodeLeases(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, mcancel := context.WithTimeout(ctx, time.Minute)
+	defer mcancel()
+	if err := pc.MoveLeader(mctx, js, "KV_"+kv.Bucket(), y); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.MoveLeader(mctx, js, cfg.Name, x); err != nil {
+		t.Fatal(err)
+	}
+	// The agents' connections go to x first, the reconciler's to y.
+	m := &mesh{t: t, nc: nc, js: js, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects()), logs: &storetest.SyncBuffer{}}
+	m.dial = func(name string) (*nats.Conn, error) {
+		first := x
+		if name == "reconciler" {
+			first = y
+		}
+		urls := strings.Split(pc.URLs(), ",")
+		urls[0], urls[first] = urls[first], urls[0]
+		opts, err := store.ConnectConfig{URLs: urls, Name: name, Logger: m.logger("conn").With("conn", name)}.Options()
+		if err != nil {
+			return nil, err
+		}
+		return nats.Connect("", append(opts, nats.DontRandomize())...)
+	}
+	kp, err := store.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.signer = must(store.NewSigner(kp))(t)
+	m.trust = must(store.NewTrust(m.signer.PublicKey()))(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", m.logs.String())
+		}
+	})
+	m.startReconciler()
+	nodes := fleetNodes(t, m, 6)
+
+	if now := pc.MetaLeader(); now != y {
+		t.Skipf("the meta leader moved from %s to %s meanwhile", pc.Name(y), pc.Name(now))
+	}
+	pc.Kill(x)
+	killed := time.Now()
+	for _, n := range nodes {
+		if _, err := m.pub.AppendRetrying(ctx, n.name, events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "web", Build: "web:2"}}}, time.Now())); err != nil {
+			t.Fatalf("want of %s after the kill: %v", n.name, err)
+		}
+	}
+	t.Logf("killed %s, the stream's leader and every agent's server; wants stored %s after", pc.Name(x), time.Since(killed).Round(time.Millisecond))
+	// An election (4–9 s), a lost feed's two missed heartbeats (10 s):
+	// 90 s is far past both, and x stays down.
+	wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
+	defer wcancel()
+	var last time.Duration
+	for _, n := range nodes {
+		if _, err := m.waitEvent(wctx, n.name, events.KindHave, func(ev events.Event) bool {
+			h := ev.Payload.(*events.Have)
+			return len(h.Modules) == 1 && h.Modules[0].Build == "web:2" && h.Modules[0].State == events.Running
+		}); err != nil {
+			t.Fatalf("%s never ran web:2, its want published after the kill of %s (not restarted): %v", n.name, pc.Name(x), err)
+		}
+		last = max(last, time.Since(killed))
+	}
+	logs := m.logs.String()
+	lost, again := strings.Count(logs, "plan feed lost"), strings.Count(logs, "plan feed reads again")
+	t.Logf("every agent ran web:2 within %s of the kill; plan feeds lost %d, read again %d", last.Round(time.Millisecond), lost, again)
+	if lost != again {
+		t.Errorf("plan feeds lost %d times, read again %d times: want each loss said, and its end", lost, again)
+	}
+}
