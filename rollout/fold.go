@@ -2103,9 +2103,9 @@ func (r *Rollout) batchStart(k int) int {
 }
 
 // allows reports whether the budget lets n be changed now: fewer than
-// max_unavailable nodes unavailable, counting n as it will be. A node
-// already unavailable does not spend more of it. One unavailable only
-// because a module is unhealthy or failed is changed whatever the
+// max_unavailable spent ([Rollout.spent]), counting n as it will be. A
+// node already unavailable does not spend more of it. One unavailable
+// only because a module is unhealthy or failed is changed whatever the
 // budget, as a revert gives such a target its want back (allowsBack):
 // changing it makes no node unavailable that was not, and its new want
 // may be the fix (a fresh user's finding G1: a fleet unhealthy on the
@@ -2114,13 +2114,49 @@ func (r *Rollout) batchStart(k int) int {
 // its promote. One away (agent down, paused) waits while the budget is
 // exceeded: its new want cannot make it available.
 func (r *Rollout) allows(n *Node) bool {
-	if n.Unavail && !n.away() && len(n.Unhealthy) > 0 {
+	if n.spendsNothing() {
 		return true
 	}
 	if n.Unavail {
-		return r.Unavailable <= r.R.MaxUnavailable
+		return r.Unavailable <= r.R.MaxUnavailable || r.spent() <= r.R.MaxUnavailable
 	}
-	return r.Unavailable < r.R.MaxUnavailable
+	return r.Unavailable < r.R.MaxUnavailable || r.spent() < r.R.MaxUnavailable
+}
+
+// spendsNothing reports whether a step to n spends none of the budget:
+// n is unavailable only because a module of it is unhealthy or failed
+// (not away, not being changed by anyone else): its new want makes no
+// node unavailable that was not.
+func (n *Node) spendsNothing() bool {
+	return n.Unavail && !n.away() && len(n.Unhealthy) > 0
+}
+
+// awaitsTurn reports whether n is a target the budget of the steps
+// before its batch's turn does not count: still pending, and a step to
+// it spends nothing (Node.spendsNothing), so it takes its new want in
+// its batch's turn whatever the budget.
+func (n *Node) awaitsTurn() bool { return n.Want > 0 && n.Status == Pending && n.spendsNothing() }
+
+// spent is how much of max_unavailable a forward step finds spent: the
+// fleet's nodes unavailable (Rollout.Unavailable), but for the targets
+// that await their batch's turn (Node.awaitsTurn). Counting those held
+// an earlier batch, the canary first, for a budget that only their own
+// turn, after that batch, frees: a fleet failing on its running build
+// stalled for good on the rollout of its fix (a fresh user's finding G1
+// of fresh7: 4 of 20 nodes unhealthy on web v1, in batch 3, with
+// max_unavailable 3, held the canary of web v3 at "4 of max_unavailable
+// 3 unavailable"). Everything else unavailable still counts: a node away
+// (agent down, paused), a target being changed, failed, or unhealthy
+// once changed, a node no target of the rollout (docs/architecture.md,
+// "A step to a target already unhealthy spends nothing").
+func (r *Rollout) spent() int {
+	c := r.Unavailable
+	for _, name := range r.Targets[min(r.Next, len(r.Targets)):] {
+		if r.Nodes[name].awaitsTurn() {
+			c--
+		}
+	}
+	return c
 }
 
 // step gives a target its new want.

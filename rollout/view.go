@@ -512,13 +512,37 @@ func (r *Rollout) holding(n *Node) string {
 	return s
 }
 
-// budget says who spends the budget: "the budget: N of max_unavailable M
-// unavailable: dan (agent down), …" (five named at most).
+// budget says who spends the budget of a forward step: "the budget: N
+// of max_unavailable M unavailable: dan (agent down), …" (five named at
+// most), counting and naming what [Rollout.spent] counts; the targets
+// awaiting their batch's turn, unhealthy already, follow it: "; not
+// counted: 2 targets unhealthy already that take their want in their
+// batch's turn whatever the budget: dan, eve".
 func (r *Rollout) budget() string {
+	s := fmt.Sprintf("the budget: %d of max_unavailable %d unavailable: %s", r.spent(), r.R.MaxUnavailable,
+		r.unavailNames(func(o *Node) bool { return !o.awaitsTurn() }, true))
+	if c := r.Unavailable - r.spent(); c > 0 {
+		s += fmt.Sprintf("; not counted: %s unhealthy already that take their want in their batch's turn whatever the budget: %s",
+			plural(c, "target"), r.unavailNames((*Node).awaitsTurn, false))
+	}
+	return s
+}
+
+// budgetBack says who spends the budget of a revert: "the budget: N of
+// max_unavailable M unavailable: dan (agent down), …" (five named at
+// most), every node unavailable.
+func (r *Rollout) budgetBack() string {
+	return fmt.Sprintf("the budget: %d of max_unavailable %d unavailable: %s", r.Unavailable, r.R.MaxUnavailable,
+		r.unavailNames(func(*Node) bool { return true }, true))
+}
+
+// unavailNames names the unavailable nodes that match, sorted, five at
+// most, each with why when asked: "dan (agent down), eve (changing), …".
+func (r *Rollout) unavailNames(match func(*Node) bool, why bool) string {
 	var who []string
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
 		for k, o := range r.Nodes {
-			if o.Unavail && !yield(k) {
+			if o.Unavail && match(o) && !yield(k) {
 				return
 			}
 		}
@@ -527,9 +551,12 @@ func (r *Rollout) budget() string {
 			who = append(who, "…")
 			break
 		}
-		who = append(who, name+" ("+unavailWhy(r.Nodes[name])+")")
+		if why {
+			name += " (" + unavailWhy(r.Nodes[name]) + ")"
+		}
+		who = append(who, name)
 	}
-	return fmt.Sprintf("the budget: %d of max_unavailable %d unavailable: %s", r.Unavailable, r.R.MaxUnavailable, strings.Join(who, ", "))
+	return strings.Join(who, ", ")
 }
 
 func unavailWhy(n *Node) string {
@@ -559,7 +586,7 @@ func (r *Rollout) backWaits(n *Node) string {
 		return fmt.Sprintf("its previous want waits until the rollout is resumed (paused by %s since %s: %s)",
 			events.Text(r.Paused.By), r.Paused.Time.Format(time.RFC3339), events.ErrorText(r.Unverified.Reason))
 	}
-	return "its previous want waits for " + r.budget()
+	return "its previous want waits for " + r.budgetBack()
 }
 
 // stalled says why a running rollout is stalled by its budget (see
@@ -628,5 +655,5 @@ func (r *Rollout) revertStalled() string {
 		verb = "wait"
 	}
 	return fmt.Sprintf("%s of the revert %s for %s; no revert step is under way: it moves on when one of them is available again (or abort: the targets not given back keep the want they have)",
-		plural(waiting, "target"), verb, r.budget())
+		plural(waiting, "target"), verb, r.budgetBack())
 }
