@@ -8,7 +8,9 @@
 //     advance, with Rollout.allows the one budget rule (a target gets
 //     its new want only while fewer than max_unavailable of the fleet's
 //     nodes are unavailable; one already unavailable spends nothing more,
-//     and one only unhealthy is changed whatever the budget);
+//     and one only unhealthy is changed whatever the budget), with
+//     Rollout.spent what it counts (not the targets only unhealthy that
+//     await their batch's turn);
 //   - what makes a node unavailable (a target being changed, its agent
 //     down, a module unhealthy or failed): Node.unavailable;
 //   - done, failed, waiting-approval, unreached: judge, on each event of

@@ -697,6 +697,9 @@ func formatEffect(e rollout.Effect) string {
 func formatView(v rollout.View) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rollout %d %s batch %d/%d unavailable %d/%d", v.Rollout, v.Phase, v.Batch, v.Batches, v.Unavailable, v.Params.MaxUnavailable)
+	if v.AwaitTurn > 0 {
+		fmt.Fprintf(&b, " not-counted %d", v.AwaitTurn)
+	}
 	if v.Paused != nil {
 		fmt.Fprintf(&b, " paused-by=%s", v.Paused.By)
 	}

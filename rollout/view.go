@@ -52,7 +52,14 @@ type View struct {
 	// Unavailable counts the fleet's nodes unavailable now, against
 	// Params.MaxUnavailable.
 	Unavailable int `json:"unavailable"`
-	Nodes       int `json:"nodes"`
+	// AwaitTurn counts the targets among Unavailable a forward step's
+	// budget does not count: pending, and unavailable only because a
+	// module is unhealthy or failed (not away), they take their new want
+	// in their batch's turn whatever the budget (DESIGN.md §11). The
+	// budget spent is Unavailable - AwaitTurn. Zero unless the rollout
+	// is running or waits for a promote.
+	AwaitTurn int `json:"await_turn,omitempty"`
+	Nodes     int `json:"nodes"`
 	// Counts are the targets per status.
 	Counts  map[Status]int `json:"counts"`
 	Targets []TargetView   `json:"targets"`
@@ -212,6 +219,9 @@ func (s *State) View() View {
 			}
 		}
 	}
+	if r.Phase == Running || r.Phase == WaitingPromote {
+		v.AwaitTurn = r.Unavailable - r.spent()
+	}
 	counts := map[[2]string]int{}
 	for _, n := range r.Nodes {
 		h := n.newestHave()
@@ -241,6 +251,20 @@ func (r *Rollout) stopped() bool {
 		return true
 	}
 	return false
+}
+
+// Budget says the budget as `rollout status` and the console's rollout
+// page print it: "2 of max_unavailable 3 unavailable (20 nodes)", and
+// when targets unhealthy already are left out (AwaitTurn) "(20 nodes;
+// not counted: 4 targets unhealthy already, 6 unavailable in all, that
+// take their want in their batch's turn whatever the budget)".
+func (v View) Budget() string {
+	s := fmt.Sprintf("%d of max_unavailable %d unavailable (%s", v.Unavailable-v.AwaitTurn, v.Params.MaxUnavailable, plural(v.Nodes, "node"))
+	if v.AwaitTurn > 0 {
+		s += fmt.Sprintf("; not counted: %s unhealthy already, %d unavailable in all, that take their want in their batch's turn whatever the budget",
+			plural(v.AwaitTurn, "target"), v.Unavailable)
+	}
+	return s + ")"
 }
 
 // owned counts the fleet's nodes that no other fleet's rollout took over

@@ -246,7 +246,10 @@ want's plan, settle and healthy window. A target given its new want and not
 done when the rollout was aborted, superseded or reverted is 'stopped': no
 longer judged (RUNNING still shows what its node runs), and the budget of
 such a rollout counts only nodes away, unhealthy or still reverting (while
-reverting, the budget the revert spends). A target
+reverting, the budget the revert spends). The budget of a running rollout
+leaves out its targets not yet given their want that are unavailable only
+because a module is unhealthy or failed: they get it in their batch's turn
+whatever the budget, so the line says how many it does not count. A target
 'unreached' (its agent down at its healthy_deadline) that has taken its new
 want since, after the rollout completed, says 'arrived since'. An
 'unattended:' line says no rollout controller acts on the rollout: a step it
@@ -317,8 +320,8 @@ func writeRolloutView(w io.Writer, v rollout.View, now time.Time) error {
 		// operator wait for ever on a controller that was down.
 		fmt.Fprintf(w, "unattended: %s\n", v.Unattended.Text(now))
 	}
-	fmt.Fprintf(w, "budget: %d of max_unavailable %d unavailable (%s); canary %d, batch %d, min_healthy %s, healthy_deadline %s, auto_revert %v\n",
-		v.Unavailable, p.MaxUnavailable, plural(v.Nodes, "node"), p.Canary, p.Batch, p.MinHealthy, p.HealthyDeadline, p.AutoRevert)
+	fmt.Fprintf(w, "budget: %s; canary %d, batch %d, min_healthy %s, healthy_deadline %s, auto_revert %v\n",
+		v.Budget(), p.Canary, p.Batch, p.MinHealthy, p.HealthyDeadline, p.AutoRevert)
 	for _, m := range []struct {
 		what string
 		m    *rollout.Mark

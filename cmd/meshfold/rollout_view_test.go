@@ -148,3 +148,21 @@ func TestRolloutStatusRunsNothing(t *testing.T) {
 		}
 	}
 }
+
+// rollout status's budget line counts what a forward step's budget
+// counts, and says which targets unhealthy already it does not (they
+// take their want in their batch's turn whatever the budget; a fresh
+// user's finding G1 of fresh7 read "4 of max_unavailable 3" while the
+// canary stalled).
+func TestRolloutStatusBudgetNotCounted(t *testing.T) {
+	v := rollout.View{Fleet: "web", Rollout: 4, Phase: rollout.Running, Batch: 1, Batches: 5, Nodes: 20,
+		Unavailable: 6, AwaitTurn: 4, Params: rollout.ViewParams{MaxUnavailable: 3, Canary: 2, Batch: 5}}
+	var b strings.Builder
+	if err := writeRolloutView(&b, v, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	want := "budget: 2 of max_unavailable 3 unavailable (20 nodes; not counted: 4 targets unhealthy already, 6 unavailable in all, that take their want in their batch's turn whatever the budget); canary 2, batch 5"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, b.String())
+	}
+}
