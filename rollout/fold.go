@@ -1331,9 +1331,12 @@ func (f *folder) revert(m *Mark) {
 // previous want back now: n is unavailable already (failed, being
 // changed, away, unhealthy: its revert spends nothing more, so a
 // failed target is never held behind the budget it spends itself), or
-// fewer than max_unavailable of the fleet's nodes are unavailable.
+// fewer than max_unavailable are spent (Rollout.spent: the targets the
+// rollout never stepped that are unavailable only because a module is
+// unhealthy or failed do not count, as they did not for the steps the
+// revert gives back; counted, they held a revert for good).
 func (r *Rollout) allowsBack(n *Node) bool {
-	return n.Unavail || r.Unavailable < r.R.MaxUnavailable
+	return n.Unavail || r.Unavailable < r.R.MaxUnavailable || r.spent() < r.R.MaxUnavailable
 }
 
 // advanceBack gives queued targets their previous want back as the
@@ -1349,7 +1352,7 @@ func (f *folder) advanceBack() {
 	if n := f.node(); n != nil && n.Back != nil && n.Back.Status == RevertQueued && r.allowsBack(n) {
 		f.giveBack(n)
 	}
-	for len(r.Queue) > 0 && r.Unavailable < r.R.MaxUnavailable {
+	for len(r.Queue) > 0 && (r.Unavailable < r.R.MaxUnavailable || r.spent() < r.R.MaxUnavailable) {
 		n := r.Nodes[r.Queue[0]]
 		r.Queue = r.Queue[1:]
 		if n.Back != nil && n.Back.Status == RevertQueued {

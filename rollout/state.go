@@ -520,8 +520,8 @@ func (s *State) CheckInvariants() error {
 		// never when it is unavailable itself (it spends nothing more).
 		// While paused on a plan its controller cannot verify, every
 		// target of the revert waits (folder.revert).
-		if n.Back.Status == RevertQueued && (r.Phase != Reverting || !r.fenced() && (n.Unavail || r.Unavailable < r.R.MaxUnavailable)) {
-			return fmt.Errorf("target %s queued for its revert (rollout %s, unavailable %v, %d of max_unavailable %d)", name, r.Phase, n.Unavail, r.Unavailable, r.R.MaxUnavailable)
+		if n.Back.Status == RevertQueued && (r.Phase != Reverting || !r.fenced() && (n.Unavail || r.spent() < r.R.MaxUnavailable)) {
+			return fmt.Errorf("target %s queued for its revert (rollout %s, unavailable %v, %d of max_unavailable %d)", name, r.Phase, n.Unavail, r.spent(), r.R.MaxUnavailable)
 		}
 	}
 	if r.Phase != Loading && r.Phase != Completed && r.Phase != Superseded {

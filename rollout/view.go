@@ -55,9 +55,10 @@ type View struct {
 	// AwaitTurn counts the targets among Unavailable a forward step's
 	// budget does not count: pending, and unavailable only because a
 	// module is unhealthy or failed (not away), they take their new want
-	// in their batch's turn whatever the budget (DESIGN.md §11). The
+	// in their batch's turn whatever the budget (DESIGN.md §11), and a
+	// revert, which never changes them, does not count them either. The
 	// budget spent is Unavailable - AwaitTurn. Zero unless the rollout
-	// is running or waits for a promote.
+	// is running, waits for a promote or reverts.
 	AwaitTurn int `json:"await_turn,omitempty"`
 	Nodes     int `json:"nodes"`
 	// Counts are the targets per status.
@@ -219,7 +220,7 @@ func (s *State) View() View {
 			}
 		}
 	}
-	if r.Phase == Running || r.Phase == WaitingPromote {
+	if r.Phase == Running || r.Phase == WaitingPromote || r.Phase == Reverting {
 		v.AwaitTurn = r.Unavailable - r.spent()
 	}
 	counts := map[[2]string]int{}
@@ -261,8 +262,11 @@ func (r *Rollout) stopped() bool {
 func (v View) Budget() string {
 	s := fmt.Sprintf("%d of max_unavailable %d unavailable (%s", v.Unavailable-v.AwaitTurn, v.Params.MaxUnavailable, plural(v.Nodes, "node"))
 	if v.AwaitTurn > 0 {
-		s += fmt.Sprintf("; not counted: %s unhealthy already, %d unavailable in all, that take their want in their batch's turn whatever the budget",
-			plural(v.AwaitTurn, "target"), v.Unavailable)
+		left := "that take their want in their batch's turn whatever the budget"
+		if v.Phase == Reverting {
+			left = "that the rollout never changed"
+		}
+		s += fmt.Sprintf("; not counted: %s unhealthy already, %d unavailable in all, %s", plural(v.AwaitTurn, "target"), v.Unavailable, left)
 	}
 	return s + ")"
 }
@@ -543,21 +547,22 @@ func (r *Rollout) holding(n *Node) string {
 // counted: 2 targets unhealthy already that take their want in their
 // batch's turn whatever the budget: dan, eve".
 func (r *Rollout) budget() string {
+	return r.budgetText("that take their want in their batch's turn whatever the budget")
+}
+
+// budgetBack says who spends the budget of a revert, as budget does; the
+// targets it does not count are ones the revert does not change.
+func (r *Rollout) budgetBack() string {
+	return r.budgetText("that the rollout never changed")
+}
+
+func (r *Rollout) budgetText(left string) string {
 	s := fmt.Sprintf("the budget: %d of max_unavailable %d unavailable: %s", r.spent(), r.R.MaxUnavailable,
 		r.unavailNames(func(o *Node) bool { return !o.awaitsTurn() }, true))
 	if c := r.Unavailable - r.spent(); c > 0 {
-		s += fmt.Sprintf("; not counted: %s unhealthy already that take their want in their batch's turn whatever the budget: %s",
-			plural(c, "target"), r.unavailNames((*Node).awaitsTurn, false))
+		s += fmt.Sprintf("; not counted: %s unhealthy already %s: %s", plural(c, "target"), left, r.unavailNames((*Node).awaitsTurn, false))
 	}
 	return s
-}
-
-// budgetBack says who spends the budget of a revert: "the budget: N of
-// max_unavailable M unavailable: dan (agent down), …" (five named at
-// most), every node unavailable.
-func (r *Rollout) budgetBack() string {
-	return fmt.Sprintf("the budget: %d of max_unavailable %d unavailable: %s", r.Unavailable, r.R.MaxUnavailable,
-		r.unavailNames(func(*Node) bool { return true }, true))
 }
 
 // unavailNames names the unavailable nodes that match, sorted, five at
