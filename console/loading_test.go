@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshfold/meshfold/console"
 	"github.com/meshfold/meshfold/query"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // slowFleet is a fake whose Fleet (the snapshots' read) answers once
@@ -157,7 +158,7 @@ func TestFleetPageBeforeTheFirstCheckpoint(t *testing.T) {
 		<-f.follow // stored before the console started: not followed
 	}
 	src := &noSnapshotsYet{fake: f, none: true}
-	logged := &lockedLog{}
+	logged := &storetest.SyncBuffer{}
 	c, err := console.New(console.Config{Source: src, Logger: slog.New(slog.NewTextHandler(logged, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -197,22 +198,4 @@ func TestFleetPageBeforeTheFirstCheckpoint(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Error(err)
 	}
-}
-
-// lockedLog is a log's writer read while the console writes to it.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
