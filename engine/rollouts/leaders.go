@@ -49,6 +49,17 @@ func newLeaders(js jetstream.JetStream, stream string) *leaders {
 // TestPausedRolloutResumesAcrossTheStreamLeadersKill), as the
 // reconciler's partitions read on through a new consumer when the stream
 // has a new leader (engine's watchLeaders).
+//
+// A watch that finds no leader read yet (the first of the process, or
+// one after a moment nobody watched) reads it at once: the caller has
+// just made its consumer, and a leader killed before the first poll
+// would otherwise be taken for the one it knew (the first read sets it),
+// and the election missed: the controller then read nothing through its
+// dead consumer until the rollout's deadline (seen in
+// TestPausedRolloutResumesAcrossTheStreamLeadersKill, a kill 0.16 s
+// after a resume woke the controller). When that read fails, the first
+// leader read later counts as a change: a needless new consumer at
+// worst.
 func (l *leaders) watch(ctx context.Context) <-chan struct{} {
 	w := &leaderWatcher{ch: make(chan struct{}, 1)}
 	l.mu.Lock()
@@ -59,7 +70,19 @@ func (l *leaders) watch(ctx context.Context) <-chan struct{} {
 		l.stop = stop
 		go l.read(rctx)
 	}
+	unread := w.was == ""
 	l.mu.Unlock()
+	if unread {
+		now := l.current(ctx)
+		if now == "" {
+			now = leaderUnknown
+		}
+		l.mu.Lock()
+		if w.was == "" { // not read by the poll meanwhile
+			w.was = now
+		}
+		l.mu.Unlock()
+	}
 	context.AfterFunc(ctx, func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -85,17 +108,10 @@ func (l *leaders) read(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		ictx, cancel := context.WithTimeout(ctx, leaderPoll)
-		s, err := l.js.Stream(ictx, l.stream) // one STREAM.INFO request: its CachedInfo is fresh
-		cancel()
-		if err != nil {
+		now := l.current(ctx)
+		if now == "" {
 			continue
 		}
-		info := s.CachedInfo()
-		if info == nil || info.Cluster == nil || info.Cluster.Leader == "" {
-			continue
-		}
-		now := info.Cluster.Leader
 		l.mu.Lock()
 		if ctx.Err() == nil { // not stopped meanwhile
 			l.leader = now
@@ -111,4 +127,24 @@ func (l *leaders) read(ctx context.Context) {
 		}
 		l.mu.Unlock()
 	}
+}
+
+// leaderUnknown is a watcher's leader when none could be read as it
+// began to watch: any leader read later differs from it.
+const leaderUnknown = "\x00unknown"
+
+// current reads the stream's leader now, within leaderPoll: "" when the
+// read fails or the stream has none.
+func (l *leaders) current(ctx context.Context) string {
+	ictx, cancel := context.WithTimeout(ctx, leaderPoll)
+	defer cancel()
+	s, err := l.js.Stream(ictx, l.stream) // one STREAM.INFO request: its CachedInfo is fresh
+	if err != nil {
+		return ""
+	}
+	info := s.CachedInfo()
+	if info == nil || info.Cluster == nil {
+		return ""
+	}
+	return info.Cluster.Leader
 }
