@@ -299,6 +299,9 @@ type controller struct {
 	live     bool
 	lastTick time.Time
 	inflight []pendingEvent
+	// stale counts, by a step's want's id, the conflicts answered to it
+	// while the want it expects was still the node's newest (outcome).
+	stale map[string]int
 }
 
 // run refolds the fleet's rollout from its newest start and carries out
@@ -570,10 +573,11 @@ func wantOpts(e rollout.Effect) []store.AppendOpt {
 
 // outcome records what the server answered to a step's want: stored at
 // seq (err nil), or err. A conflict is read back from the node's newest
-// want: the step's own (published), another (refused: changed by hand),
-// or none while the step expected one: the want it was decided against
-// is gone from the stream (its limits dropped it), and the step's want
-// is published again expecting none.
+// want: the step's own (published), the one the step expects (a stale
+// refusal: sent again, at most staleConflictsMax times), another
+// (refused: changed by hand), or none while the step expected one: the
+// want it was decided against is gone from the stream (its limits
+// dropped it), and the step's want is published again expecting none.
 func (c *controller) outcome(ctx context.Context, e rollout.Effect, seq uint64, err error) {
 	w, id := e.Want, e.ID()
 	switch {
@@ -591,6 +595,30 @@ func (c *controller) outcome(ctx context.Context, e rollout.Effect, seq uint64, 
 			return
 		case lerr == nil && last.MsgID == id:
 			c.published(ctx, w, last.Event.Seq)
+		case lerr == nil && w.Expect != 0 && last.Event.Seq == w.Expect:
+			// The want the step was decided against is still the
+			// node's newest: the refusal was not this subject's
+			// state. Seen right after a stream leader's stepdown, a
+			// new leader answering before it had applied its log
+			// (twice in ~19 runs of 6 stepdowns under fenced
+			// publishes; docs/architecture.md). Refused, it would
+			// read as a want changed by hand and halt the rollout:
+			// sent again, a copy under the same id and expectation,
+			// at most staleConflictsMax times.
+			if c.stale == nil {
+				c.stale = map[string]int{}
+			}
+			c.stale[id]++
+			if n := c.stale[id]; n <= staleConflictsMax {
+				c.log.Info("rollout controller: the server refused a step's want as a conflict while the want it was decided against is still the node's newest; sending it again",
+					"node", w.Node, "step", w.Step, "expect", w.Expect, "attempt", n)
+				if c.wait(ctx, n-1) {
+					c.publishWant(ctx, e)
+				}
+				return
+			}
+			delete(c.stale, id)
+			c.refuse(ctx, w, last.Event.Seq, fmt.Sprintf("the server refused the want as a conflict %d times while want #%d, the one the step was decided against, was the node's newest", staleConflictsMax+1, w.Expect))
 		case lerr == nil:
 			c.refuse(ctx, w, last.Event.Seq, "")
 		case errors.Is(lerr, store.ErrNoMessage) && w.Expect != 0:
@@ -619,6 +647,11 @@ func (c *controller) outcome(ctx context.Context, e rollout.Effect, seq uint64, 
 		c.refuse(ctx, w, 0, err.Error())
 	}
 }
+
+// staleConflictsMax bounds how many times a step's want refused as a
+// conflict, while the want it expects is still the node's newest, is
+// sent again before it is refused (controller.outcome).
+const staleConflictsMax = 3
 
 // expectingNone is e with its want expecting the node's want subject
 // to hold no message (Nats-Expected-Last-Subject-Sequence 0).
