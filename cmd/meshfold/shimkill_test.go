@@ -129,9 +129,12 @@ func TestNodeStartsAgainAfterItsShimsWereKilled(t *testing.T) {
 	var shim, module int
 	shim, module = shimID(state, "web"), moduleID(state, "web")
 	var child int
+	// Its `sleep 3600`, not a passing process of the script's (the
+	// `$(id -un)` subshell, a fork not yet the sleep), which exits by
+	// itself: a CI run took one for the child and found it gone.
 	waitfor.Until(t, 30*time.Second, "the module's child", func() bool {
 		for _, pid := range pidsWithEnv("MESHFOLD_MODULE=web", "MESHFOLD_ROOT="+mustAbs(t, root)) {
-			if pid != module {
+			if pid != module && commandOf(pid) == "sleep" {
 				child = pid
 			}
 		}
@@ -206,6 +209,16 @@ func pidsWithEnv(env ...string) []int {
 		}
 	}
 	return out
+}
+
+// commandOf is the base name of pid's program as its cmdline says ("":
+// gone, or a kernel thread).
+func commandOf(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(data) == 0 {
+		return ""
+	}
+	return filepath.Base(strings.SplitN(string(data), "\x00", 2)[0])
 }
 
 func mustAbs(t *testing.T, p string) string {
