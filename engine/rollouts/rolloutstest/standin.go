@@ -2,6 +2,7 @@ package rolloutstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -27,11 +28,17 @@ func Answer(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig,
 	} else {
 		tc.Start = start
 	}
-	tail, err := store.Follow(ctx, js, tc)
+	// The plans are read as a node agent reads them (store.FollowNode):
+	// through a consumer that ends on its loss, made again from after
+	// the last plan read. The client's ordered consumer, re-made under
+	// one name, can stay on a server killed -9 until it returns, and the
+	// stand-ins then answered nothing (TestPausedRolloutResumesAcrossTheStreamLeadersKill).
+	tc.EndOnLoss, tc.Heartbeat = true, time.Second
+	tail, err := store.FollowRidingOut(ctx, js, tc)
 	if err != nil {
 		return err
 	}
-	defer tail.Stop()
+	defer func() { go tail.Stop() }()
 	pub := store.NewPublisher(js, subj)
 	inflight := make(chan jetstream.PubAckFuture, 1024)
 	errc := make(chan error, 1)
@@ -61,14 +68,30 @@ func Answer(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig,
 			return nil
 		}
 	}
+	var read uint64 // the last plan read
 	for {
 		m, err := tail.Next(ctx)
+		if errors.Is(err, store.ErrConsumerLost) && ctx.Err() == nil {
+			go tail.Stop()
+			tc.New, tc.Start = false, read+1
+			if read == 0 {
+				tc.New, tc.Start = start == 0, start
+			}
+			if tail, err = store.FollowRidingOut(ctx, js, tc); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
+		read = m.Event.Seq
 		select {
 		case err := <-errc:
 			return fmt.Errorf("stand-in publish: %w", err)
