@@ -49,7 +49,13 @@ func (r *Reader) MissingBuilds(ctx context.Context, w *events.Want) ([]MissingBu
 		if !strings.HasPrefix(m.Build, bundle.BuildScheme) {
 			continue
 		}
-		_, err := st.Stat(ctx, m.Build)
+		// Asked again while unanswered (a builds bucket electing a
+		// leader after a kill -9 of the server that led it), each ask
+		// bounded: one ask of the dead leader waited out the verb's
+		// whole --timeout (a fresh user's finding).
+		_, err := store.RideOut(ctx, st.Bucket(), func(ctx context.Context) (bundle.Info, error) {
+			return st.Stat(ctx, m.Build)
+		})
 		switch {
 		case err == nil:
 		case errors.Is(err, bundle.ErrNotFound), errors.Is(err, bundle.ErrNoBucket), errors.Is(err, bundle.ErrBadBuild):
