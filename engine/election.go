@@ -91,17 +91,7 @@ func (r *Reconciler) watchLeaders(ctx context.Context) {
 // leaderOf returns the name of the server leading stream, "" when its
 // info cannot be had within leaderPoll or names none.
 func (r *Reconciler) leaderOf(ctx context.Context, stream string) string {
-	ctx, cancel := context.WithTimeout(ctx, leaderPoll)
-	defer cancel()
-	s, err := r.js.Stream(ctx, stream)
-	if err != nil {
-		return ""
-	}
-	info, err := s.Info(ctx)
-	if err != nil || info.Cluster == nil {
-		return ""
-	}
-	return info.Cluster.Leader
+	return store.StreamLeader(ctx, r.js, stream, leaderPoll)
 }
 
 // elected returns a channel closed when the stream has a new leader.

@@ -47,6 +47,24 @@ func newMsg(ev events.Event, subject string, h nats.Header, data []byte, pending
 		Pending: pending, Header: h, Data: data}
 }
 
+// StreamLeader returns the name of the server leading stream, as one
+// stream info request answers it within d: "" when none answers in time,
+// or the answer names none (an election; a standalone server's stream
+// has no cluster). What the reconciler's and the rollout controllers'
+// leader watches read.
+func StreamLeader(ctx context.Context, js jetstream.JetStream, stream string, d time.Duration) string {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	s, err := js.Stream(ctx, stream) // one STREAM.INFO request: its CachedInfo is fresh
+	if err != nil {
+		return ""
+	}
+	if info := s.CachedInfo(); info != nil && info.Cluster != nil {
+		return info.Cluster.Leader
+	}
+	return ""
+}
+
 // StreamLastSeq returns the stream's last sequence now (0 for a stream
 // that never held a message), read from a fresh stream info.
 func StreamLastSeq(ctx context.Context, stream jetstream.Stream) (uint64, error) {

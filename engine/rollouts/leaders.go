@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/store"
 )
 
 // leaderPoll is how often a process's controllers read their stream's
@@ -136,15 +138,5 @@ const leaderUnknown = "\x00unknown"
 // current reads the stream's leader now, within leaderPoll: "" when the
 // read fails or the stream has none.
 func (l *leaders) current(ctx context.Context) string {
-	ictx, cancel := context.WithTimeout(ctx, leaderPoll)
-	defer cancel()
-	s, err := l.js.Stream(ictx, l.stream) // one STREAM.INFO request: its CachedInfo is fresh
-	if err != nil {
-		return ""
-	}
-	info := s.CachedInfo()
-	if info == nil || info.Cluster == nil {
-		return ""
-	}
-	return info.Cluster.Leader
+	return store.StreamLeader(ctx, l.js, l.stream, leaderPoll)
 }
