@@ -55,6 +55,7 @@ func TestServeWaitsForAFreshClustersLeaders(t *testing.T) {
 			for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), said); {
 				select {
 				case err := <-done:
+					done <- err // for the cleanup, which waits for it
 					t.Fatalf("serve ended before saying it waits, %s after its start: %v", time.Since(t0).Round(time.Millisecond), err)
 				case <-time.After(50 * time.Millisecond): // the pace of the log's reads
 				}
@@ -72,6 +73,7 @@ func TestServeWaitsForAFreshClustersLeaders(t *testing.T) {
 			case at := <-ready:
 				t.Logf("serve ready %s after its start, %s after the first server was back", at.Sub(t0).Round(time.Millisecond), at.Sub(back).Round(time.Millisecond))
 			case err := <-done:
+				done <- err // for the cleanup, which waits for it
 				t.Fatalf("serve ended %s after its start, %s after the first server was back: %v", time.Since(t0).Round(time.Millisecond), time.Since(back).Round(time.Millisecond), err)
 			case <-time.After(60 * time.Second):
 				t.Fatalf("serve not ready 60 s after the first server was back")
