@@ -67,7 +67,15 @@ func startRefillMesh(t *testing.T, agentFlags ...string) *refillMesh {
 	if err := os.WriteFile(filepath.Join(src, "meshfold.json"), []byte(`{"command":["run.sh"],"stop_timeout":"2s"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run := "#!/bin/sh\n[ -f \"$MESHFOLD_ROOT" + path + "\" ] || { echo 'missing credential' >&2; exit 1; }\nexec sleep 3600\n"
+	// Each start appends its pid to starts (one line a start).
+	s.starts = filepath.Join(dir, "starts")
+	if err := os.WriteFile(s.starts, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(s.starts, 0o666); err != nil { // past the umask: the app may run as another user
+		t.Fatal(err)
+	}
+	run := "#!/bin/sh\necho $$ >> " + s.starts + "\n[ -f \"$MESHFOLD_ROOT" + path + "\" ] || { echo 'missing credential' >&2; exit 1; }\nexec sleep 3600\n"
 	if err := os.WriteFile(filepath.Join(src, "run.sh"), []byte(run), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -95,8 +103,22 @@ func startRefillMesh(t *testing.T, agentFlags ...string) *refillMesh {
 		return i >= 0 && h.Modules[i].State == events.Running && len(h.Missing) == 0
 	}
 	waitfor.Until(t, time.Minute, "the credential filled", holds)
-	waitHave(t, s.m, running)
-	pid := waitfor.Value(t, time.Minute, "the app's pid in its module record", func() (int, bool) { return readPID(s.state, "app") })
+	// The app runs once its recorded process is past its check (it execs
+	// sleep). Two ways lead there: it found the file, and no have follows
+	// the settle's, which reported the file gone at the agent's start
+	// (the fold clears that on the filled); or it exited first and was
+	// woken by the fill, and a have saying it runs with nothing missing
+	// follows that start: wait for it, so that no have of this start
+	// comes after last.
+	pid := waitfor.Value(t, time.Minute, "the app's process past its check", func() (int, bool) {
+		p, ok := readPID(s.state, "app")
+		return p, ok && commandOf(p) == "sleep"
+	})
+	if data, _ := os.ReadFile(s.starts); bytes.Count(data, []byte("\n")) > 1 {
+		waitHave(t, s.m, running)
+	}
+	r0 := &refillMesh{s: s}
+	r0.waitStateClear(t)
 	last := lastSeq(t, s)
 
 	return &refillMesh{s: s, path: path, file: file, secret: secret, pid: pid, last: last, holds: holds, running: running}
