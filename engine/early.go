@@ -83,6 +83,7 @@ type earlySent struct {
 	errc  <-chan error
 	at    time.Time
 	sends sends
+	stale int        // its stale conflicts (conflicted)
 	span  trace.Span // its publish's, when tracing (recoveryTrace)
 }
 
@@ -289,9 +290,12 @@ func (s *session) earlySends(ctx context.Context) error {
 		}
 		var f jetstream.PubAckFuture
 		var span trace.Span
+		var injected error
 		if err == nil {
 			span = s.rt.publishing(x, sub.id, sub.prep)
-			f, err = r.pub.SendAsync(sub.prep, true, sub.last)
+			if injected = s.injectedAnswer(sub.id); injected == nil {
+				f, err = r.pub.SendAsync(sub.prep, true, sub.last)
+			}
 		}
 		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
 			s.rt.stalled(sub.id, span)
@@ -314,6 +318,9 @@ func (s *session) earlySends(ctx context.Context) error {
 		}
 		sx := earlySent{k: k, x: x, id: id, fence: sub.last, pm: pm, at: time.Now(), span: span}
 		switch {
+		case injected != nil:
+			sx.ok, sx.errc = failedSend(injected)
+			sx.sends.out = true
 		case err == nil:
 			s.remember(f.Msg())
 			sx.ok, sx.errc = f.Ok(), f.Err()
@@ -349,6 +356,11 @@ func (s *session) earlyAgain(ctx context.Context, cause error) error {
 			continue
 		}
 		if refused == nil {
+			if injected := s.injectedAnswer(x.id); injected != nil {
+				x.ok, x.errc = failedSend(injected)
+				x.sends.again(true)
+				continue
+			}
 			var f jetstream.PubAckFuture
 			if f, refused = s.p.r.pub.ResendAsync(x.pm, true, x.fence); refused == nil {
 				x.ok, x.errc = f.Ok(), f.Err()
@@ -394,6 +406,7 @@ func (s *session) earlyAnswers(ctx context.Context, wait bool) error {
 				return werr
 			}
 		}
+		ack, err = s.judged(ctx, x.x.e, x.id, x.fence, &ep.inflight[0].stale, ack, err)
 		if err != nil && resendable(err) {
 			if err := s.earlyAgain(ctx, err); err != nil {
 				return err
@@ -414,17 +427,6 @@ func (s *session) earlyAnswers(ctx context.Context, wait bool) error {
 // moves to the sequence it was stored at, and its next effect is ready.
 func (s *session) earlyAnswered(ctx context.Context, x earlySent, ack *jetstream.PubAck, err error) error {
 	r, ep := s.p.r, s.early
-	if err != nil && errors.Is(store.ServerError(err), store.ErrConflict) {
-		// Refused by its fence: its own copy, stored by an earlier
-		// send or a predecessor, on a single replica (ownCopy)?
-		own, rerr := s.ownCopy(ctx, x.x.e, x.id)
-		if rerr != nil {
-			return fmt.Errorf("publish %s (fenced at %d): %w: %w", x.id, x.fence, err, rerr)
-		}
-		if own != nil {
-			ack, err = own, nil
-		}
-	}
 	s.rt.answered(x.span, ack, err)
 	sub := ep.subs[x.k]
 	sub.busy = false

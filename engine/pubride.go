@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -30,9 +31,11 @@ import (
 // single replica the server checks the fence first and refuses the copy
 // as a conflict, and the session reads the subject's last message from
 // the leader: when it carries the effect's own message id, it is the
-// copy (ownCopy), taken as a duplicate. A conflict on any other message
-// still ends the session (another writer), a permanent refusal is still
-// poison. docs/architecture.md, "Effect publishes ride out the loss of
+// copy, taken as a duplicate (conflicted); when it is still the message
+// the effect was fenced on, the conflict was stale (a new leader behind
+// its predecessor) and the effect is sent again, at most
+// staleConflictsMax times. A conflict on any other message still ends
+// the session (another writer), a permanent refusal is still poison. docs/architecture.md, "Effect publishes ride out the loss of
 // the client's server".
 
 // errNoAck: an effect's publish got no answer within ackTimeout.
@@ -42,8 +45,11 @@ var errNoAck = errors.New("engine: no acknowledgement")
 // send's refusal, leaves the publish unanswered rather than refused
 // (store.Resendable, which the rollout controller's publishes share), or
 // is the session's own timeout (errNoAck): it may or may not be stored,
-// and sending it again with the same message id and fence is safe.
-func resendable(err error) bool { return store.Resendable(err) || errors.Is(err, errNoAck) }
+// and sending it again with the same message id and fence is safe; or a
+// stale conflict (errStaleConflict): not stored.
+func resendable(err error) bool {
+	return store.Resendable(err) || errors.Is(err, errNoAck) || errors.Is(err, errStaleConflict)
+}
 
 // pubRide is a session's ride-out of unanswered effect publishes: when it
 // began (zero: none under way) and the pause between rounds.
@@ -68,8 +74,11 @@ func (s *session) rideAgain(ctx context.Context, ride *pubRide, cause error, n i
 		ride.started = time.Now()
 		ride.b = backoff.NewExponentialBackOff(backoff.WithInitialInterval(electionPollMin),
 			backoff.WithMaxInterval(electionPollMax), backoff.WithMaxElapsedTime(0))
-		r.log.Warn("effect publishes unanswered: sending them again once the stream answers",
-			"partition", s.p.id, "in_flight", n, "err", cause)
+		msg := "effect publishes unanswered: sending them again once the stream answers"
+		if errors.Is(cause, errStaleConflict) {
+			msg = "an effect publish refused by a stale conflict (a new stream leader behind its predecessor): sending it again once the stream answers"
+		}
+		r.log.Warn(msg, "partition", s.p.id, "in_flight", n, "err", cause)
 	} else if time.Since(ride.started) > electionRideOut {
 		return cause
 	}
@@ -109,23 +118,61 @@ func (s *session) lastOnSubject(ctx context.Context, e reconcile.Effect) (store.
 	return m, err
 }
 
-// ownCopy is called for e, sent again under message id id and refused as
-// a conflict (its fence is stale): it reads e's subject's last message
-// from the stream's leader and returns, when that message carries id, an
-// acknowledgement standing for it (a duplicate, of its sequence): the
-// copy an earlier send stored, refused by the fence before its id was
-// checked (a single replica). nil: another writer's message.
-func (s *session) ownCopy(ctx context.Context, e reconcile.Effect, id string) (*jetstream.PubAck, error) {
+// errStaleConflict: an effect's publish was refused as a conflict
+// (wrong last sequence) while the message it was fenced on was still its
+// subject's last on the stream's leader: a new leader that had not yet
+// applied what its predecessor committed (stepdowns, nats-server
+// v2.15.2; docs/architecture.md, "A publish a deposed leader refuses is
+// sent again"). Nothing of it was stored, and its copy under the same
+// message id and fence is sent again, as an unanswered publish is.
+var errStaleConflict = errors.New("engine: refused as a conflict while its fence was still its subject's last message")
+
+// staleConflictsMax bounds how many times one effect refused by a stale
+// conflict is sent again; the next such refusal ends the session, as
+// another writer's message does (its restart refolds the partition).
+const staleConflictsMax = 3
+
+// conflicted judges answer, the conflict (wrong last sequence) an
+// effect e sent under message id id and fenced at fence got, from e's
+// subject's last message on the stream's leader:
+//   - it carries id: the copy an earlier send stored, refused by the
+//     fence before its id was checked (a single replica): an
+//     acknowledgement standing for it (a duplicate, of its sequence);
+//   - it is the message fenced on (none, for fence 0): a stale conflict,
+//     errStaleConflict (resendable) while *stale, the effect's count of
+//     them, is under staleConflictsMax, which it counts;
+//   - anything else: another writer's message, answer unchanged.
+//
+// A read that fails returns its error with answer.
+func (s *session) conflicted(ctx context.Context, e reconcile.Effect, id string, fence uint64, stale *int, answer error) (*jetstream.PubAck, error) {
 	m, err := s.lastOnSubject(ctx, e)
+	var last uint64
 	switch {
 	case errors.Is(err, store.ErrNoMessage):
-		return nil, nil
 	case err != nil:
-		return nil, err
-	case m.MsgID != id:
-		return nil, nil
+		return nil, fmt.Errorf("%w (reading its subject's last message: %w)", answer, err)
+	case m.MsgID == id:
+		return &jetstream.PubAck{Stream: s.p.r.cfg.Stream.Name, Sequence: m.Event.Seq, Duplicate: true}, nil
+	default:
+		last = m.Event.Seq
 	}
-	return &jetstream.PubAck{Stream: s.p.r.cfg.Stream.Name, Sequence: m.Event.Seq, Duplicate: true}, nil
+	if last != fence {
+		return nil, answer
+	}
+	if *stale >= staleConflictsMax {
+		return nil, fmt.Errorf("%w (%d times while #%d was its subject's last message)", answer, *stale+1, fence)
+	}
+	*stale++
+	return nil, fmt.Errorf("%w: %w", errStaleConflict, answer)
+}
+
+// judged is an effect's answer (ack or err) as the fenced paths take
+// it: a conflict is judged (conflicted), anything else is as it came.
+func (s *session) judged(ctx context.Context, e reconcile.Effect, id string, fence uint64, stale *int, ack *jetstream.PubAck, err error) (*jetstream.PubAck, error) {
+	if err == nil || !errors.Is(store.ServerError(err), store.ErrConflict) {
+		return ack, err
+	}
+	return s.conflicted(ctx, e, id, fence, stale, err)
 }
 
 // sends records, for an effect in flight on a fenced path, whether the
@@ -163,6 +210,16 @@ func sendAgain(i int, cause error, ok <-chan *jetstream.PubAck, errc <-chan erro
 
 // failedSend is store.FailedSend.
 func failedSend(err error) (<-chan *jetstream.PubAck, <-chan error) { return store.FailedSend(err) }
+
+// injectedAnswer runs the EffectAnswer fault hook, if any, for the
+// effect about to be sent under message id id: an error it returns is
+// that send's answer, and nothing is sent.
+func (s *session) injectedAnswer(id string) error {
+	if hook := s.p.r.cfg.Faults.EffectAnswer; hook != nil {
+		return hook(s.p.id, id)
+	}
+	return nil
+}
 
 // effectSent runs the AfterEffectSent fault hook, if any.
 func (s *session) effectSent(id string) {

@@ -35,7 +35,7 @@ func singleRig(t *testing.T, copy bool, foreign string) (*session, []reconcile.E
 // TestRecoveryOwnCopyOnASingleReplica: on a single replica, a recovery
 // whose first effect of a subject fails its fence on that effect's own
 // copy (stored first: a predecessor's, or its own send's whose answer
-// was lost) takes the copy for a duplicate (ownCopy) and fences the
+// was lost) takes the copy for a duplicate (conflicted) and fences the
 // subject's next effect behind it. It restarted before.
 func TestRecoveryOwnCopyOnASingleReplica(t *testing.T) {
 	s, effects, journal := singleRig(t, true, "")
@@ -228,7 +228,7 @@ func TestNotLeaderAnswerResent(t *testing.T) {
 // TestResentOwnCopyCounts: a fenced effect whose first send was stored
 // and its answer lost (the client's connection dropped right after the
 // send: every answer pending is "disconnected"), sent again and answered
-// as its own copy's duplicate (ownCopy, on a single replica), counts as
+// as its own copy's duplicate (conflicted, on a single replica), counts as
 // published once, as a first send's acknowledgement does
 // (meshfold_effects_published_total); it was not counted. Recovery and
 // first-refold publishing both; the live path in TestLiveResend.

@@ -138,6 +138,12 @@ type Faults struct {
 	// AfterEffectSent runs after an effect (id, its message id) is first
 	// sent, before its acknowledgement is taken.
 	AfterEffectSent func(partition int, id string)
+	// EffectAnswer runs before each send of an effect, the first and
+	// each again, on a recovery's fenced paths (a refold's publishing
+	// and a first refold's early publishing; id, its message id); an
+	// error it returns is taken as the server's answer to that send, and
+	// the effect is not sent.
+	EffectAnswer func(partition int, id string) error
 	// BeforeFollow runs before each request creating a session's
 	// consumer (from, the first sequence it asks for); an error it
 	// returns is taken as that request's answer, not as a crash.

@@ -1606,6 +1606,7 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		errc  <-chan error
 		at    time.Time
 		sends sends
+		stale int        // its stale conflicts (conflicted)
 		span  trace.Span // its publish's, when tracing (recoveryTrace)
 	}
 	// ready holds the subjects whose next effect may be sent (none of
@@ -1675,9 +1676,12 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		err := pm.err
 		var f jetstream.PubAckFuture
 		var span trace.Span
+		var injected error
 		if err == nil {
 			span = s.rt.publishing(x, id, pm.msg)
-			f, err = r.pub.SendAsync(pm.msg, true, fence)
+			if injected = s.injectedAnswer(id); injected == nil {
+				f, err = r.pub.SendAsync(pm.msg, true, fence)
+			}
 		}
 		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
 			s.rt.stalled(id, span)
@@ -1696,6 +1700,9 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 		}
 		sx := sent{x: x, id: id, fence: fence, pm: pm.msg, at: time.Now(), span: span}
 		switch {
+		case injected != nil:
+			sx.ok, sx.errc = failedSend(injected)
+			sx.sends.out = true
 		case err == nil:
 			s.remember(f.Msg())
 			sx.ok, sx.errc = f.Ok(), f.Err()
@@ -1728,6 +1735,11 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 				continue
 			}
 			if refused == nil {
+				if injected := s.injectedAnswer(x.id); injected != nil {
+					x.ok, x.errc = failedSend(injected)
+					x.sends.again(true)
+					continue
+				}
 				var f jetstream.PubAckFuture
 				if f, refused = r.pub.ResendAsync(x.pm, true, x.fence); refused == nil {
 					x.ok, x.errc = f.Ok(), f.Err()
@@ -1745,18 +1757,6 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 	// effect in flight, and moves its subject on.
 	answered := func(x sent, ack *jetstream.PubAck, err error) error {
 		e := x.x.e
-		if err != nil && errors.Is(store.ServerError(err), store.ErrConflict) {
-			// Refused by its fence: its own copy, stored by an
-			// earlier send or a predecessor, on a single replica
-			// (ownCopy)?
-			own, rerr := s.ownCopy(ctx, e, x.id)
-			if rerr != nil {
-				return fmt.Errorf("publish %s (fenced at %d): %w: %w", x.id, x.fence, err, rerr)
-			}
-			if own != nil {
-				ack, err = own, nil
-			}
-		}
 		s.rt.answered(x.span, ack, err)
 		switch {
 		case err != nil:
@@ -1803,6 +1803,7 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 			if werr != nil {
 				return werr
 			}
+			ack, err = s.judged(ctx, x.x.e, x.id, x.fence, &inflight[0].stale, ack, err)
 			if err != nil && resendable(err) {
 				if err := again(err); err != nil {
 					return err
@@ -1827,6 +1828,7 @@ func (s *session) publishFenced(ctx context.Context, order []effectKey, queues m
 			default:
 				return nil
 			}
+			ack, err = s.judged(ctx, x.x.e, x.id, x.fence, &inflight[0].stale, ack, err)
 			if err != nil && resendable(err) {
 				return again(err)
 			}
