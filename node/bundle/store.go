@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshfold/meshfold/store"
 )
 
 // BucketSuffix names the builds bucket beside its stream: stream MESH
@@ -129,7 +131,9 @@ func (s *Store) Ensure(ctx context.Context) error {
 // is true). The bytes are hashed as they are sent; when they do not match
 // build the object is deleted and ErrMismatch returned, so the bucket
 // never keeps a bundle under another build. from is recorded as what was
-// packed.
+// packed. A bucket that answers nothing (just created on a cluster, its
+// leader lost) is asked again until ctx ends; the put too, when r is an
+// io.Seeker.
 //
 // Errors: ErrNotBundle or ErrBadBuild for build; ErrMismatch; ErrTooLarge;
 // r's or the server's.
@@ -141,7 +145,12 @@ func (s *Store) Push(ctx context.Context, build, from string, r io.Reader) (info
 	if err != nil {
 		return Info{}, false, err
 	}
-	if oi, err := obs.GetInfo(ctx, build); err == nil {
+	// A bucket just created on a cluster, or one whose leader was just
+	// lost, may answer nothing for a few seconds (no responders to its
+	// direct gets until its replicas are up): ridden out within ctx.
+	if oi, err := store.RideOut(ctx, "OBJ_"+s.bucket, func(ctx context.Context) (*jetstream.ObjectInfo, error) {
+		return obs.GetInfo(ctx, build)
+	}); err == nil {
 		return infoOf(oi), true, nil
 	} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return Info{}, false, fmt.Errorf("push %s: %w", Short(build), err)
@@ -149,6 +158,31 @@ func (s *Store) Push(ctx context.Context, build, from string, r io.Reader) (info
 	h := sha256.New()
 	lr := &io.LimitedReader{R: r, N: MaxSize + 1}
 	oi, err := obs.Put(ctx, jetstream.ObjectMeta{Name: build, Description: clip(from)}, io.TeeReader(lr, h))
+	// The same for the put, when r can be read again from its start
+	// (a file): a put that got no answer is sent again whole, after a
+	// pause, until ctx ends. A put stored whose answer was lost is
+	// stored again under the same name: the same bytes.
+	for b := store.Backoff(100*time.Millisecond, time.Second); err != nil && store.Unanswered(err) && ctx.Err() == nil; {
+		rs, ok := r.(io.Seeker)
+		if !ok {
+			break
+		}
+		t := time.NewTimer(b.NextBackOff())
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			break
+		}
+		if _, serr := rs.Seek(0, io.SeekStart); serr != nil {
+			break
+		}
+		h.Reset()
+		lr = &io.LimitedReader{R: r, N: MaxSize + 1}
+		oi, err = obs.Put(ctx, jetstream.ObjectMeta{Name: build, Description: clip(from)}, io.TeeReader(lr, h))
+	}
 	if err != nil {
 		return Info{}, false, fmt.Errorf("push %s: %w", Short(build), err)
 	}
