@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/meshfold/meshfold/events"
 )
@@ -428,5 +429,19 @@ func TestErrorText(t *testing.T) {
 	_, err := events.DecodeStrict(events.KindWant, []byte(`{"v":1,`+at+`,"modules":[],"`+field+`":1}`))
 	if err == nil || !strings.Contains(err.Error(), field) {
 		t.Errorf("DecodeStrict of a file with an unknown long field: %v", err)
+	}
+}
+
+// CutMiddle keeps an error's end, where its cause is, within its budget,
+// and never splits a rune.
+func TestCutMiddle(t *testing.T) {
+	if got := events.CutMiddle("short: cause", 96); got != "short: cause" {
+		t.Errorf("CutMiddle of a short text = %q", got)
+	}
+	long := "/run/app/key: write: write /var/lib/" + strings.Repeat("é", 60) + "/.key.meshfold-1: no space left on device"
+	got := events.CutMiddle(long, 96)
+	if len(got) > 96 || !strings.HasPrefix(got, "/run/app/key") || !strings.HasSuffix(got, ": no space left on device ("+strconv.Itoa(len(long))+" bytes)") ||
+		!strings.Contains(got, "…") || !utf8.ValidString(got) {
+		t.Errorf("CutMiddle(%d bytes, 96) = %q (%d bytes)", len(long), got, len(got))
 	}
 }

@@ -205,6 +205,21 @@ func Cut(s string, max int) string {
 	return prefix(s, max-len(suffix)) + suffix
 }
 
+// CutMiddle is [Cut] for an error, whose cause is at its end ("…: no
+// space left on device"): s unquoted, cut to at most max bytes (at UTF-8
+// boundaries), keeping about a third of the room at its head and the rest
+// at its tail, joined by "…", with " (N bytes)" appended when it was
+// longer. max must leave room for the suffix (at least 32).
+func CutMiddle(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	count := " (" + strconv.Itoa(len(s)) + " bytes)"
+	room := max - len(count) - len("…")
+	head := prefix(s, room/3)
+	return head + "…" + suffix(s, room-len(head)) + count
+}
+
 // prefix returns the longest prefix of s of at most n bytes that ends at
 // a rune boundary.
 func prefix(s string, n int) string {

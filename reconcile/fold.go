@@ -747,7 +747,11 @@ func (f *folder) refusal(p *events.Refusal) {
 	}
 	it := Item{Owed: events.Owed{Module: p.Module, Path: p.Path, Reason: p.Reason, Plan: p.Plan, Writer: p.Writer}, Seq: f.ev.Seq, Time: f.ev.Time}
 	if p.Error != "" {
-		it.Why = events.Cut(events.ErrorText(p.Error), MaxWhy)
+		// Cut in the middle: the node's cause is at the error's end
+		// ("…: no space left on device"), after a path that can take
+		// the whole budget (a fresh user's finding: `state` showed the
+		// path and cut the cause).
+		it.Why = events.CutMiddle(events.ErrorText(p.Error), MaxWhy)
 	}
 	if !f.paidByFilled(it) {
 		// An unpaid item reported again adds nothing; items are never

@@ -439,7 +439,11 @@ func formatState(s *reconcile.State) string {
 		fmt.Fprintf(&b, "approval: %s %s by %s (#%d)\n", a.Module, a.Build, a.By, a.Seq)
 	}
 	for _, it := range s.Owed {
-		fmt.Fprintf(&b, "owed: %s (#%d)\n", formatOwed(it.Owed), it.Seq)
+		if it.Why != "" {
+			fmt.Fprintf(&b, "owed: %s (#%d) why=%q\n", formatOwed(it.Owed), it.Seq, it.Why)
+		} else {
+			fmt.Fprintf(&b, "owed: %s (#%d)\n", formatOwed(it.Owed), it.Seq)
+		}
 	}
 	if s.AccountJournaled {
 		b.WriteString("account transition journaled\n")
