@@ -1983,7 +1983,11 @@ func provText(n *Node) string {
 	case n.ProvDown:
 		return "its provisioner is down since " + n.ProvDownSince.Format(time.RFC3339)
 	}
-	return "its provisioner did not fill it (`meshfold state " + n.Name + "` says why)"
+	// The fold sees no fill status nor the node's refusals: the
+	// provisioner may have sent it and the node refused the write (a
+	// full or read-only disk; a fresh user's finding: this line blamed
+	// the provisioner for a node's full /run).
+	return "`meshfold state " + n.Name + "` says why: its provisioner's fill status, or the node's refusal of the write"
 }
 
 // stuckWhy says why a target is not done at its deadline.
