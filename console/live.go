@@ -61,6 +61,14 @@ type fleet struct {
 	// has checkpointed the stream yet): the page says the fleet shown is
 	// partial, and Run loads it again once one has (awaitSnapshots).
 	noSnapshots bool
+	// silent is why the stream did not answer at the last look
+	// (watchStream), nil when it did; silentSince when it first did
+	// not. lastSeq and lastAt are the newest event the follow saw and
+	// when it was stored.
+	silent      error
+	silentSince time.Time
+	lastSeq     uint64
+	lastAt      time.Time
 	// wall is the wall clock the indexes are timed by (time.Now; tests
 	// move it).
 	wall func() time.Time
@@ -184,6 +192,9 @@ func (f *fleet) saw(ev events.Event) {
 				slices.Sort(f.warnings[ev.Node])
 			}
 		}
+	}
+	if ev.Seq > f.lastSeq {
+		f.lastSeq, f.lastAt = ev.Seq, ev.Time
 	}
 	f.dirty[ev.Node] = max(f.dirty[ev.Node], ev.Seq)
 	f.last[ev.Node] = max(f.last[ev.Node], ev.Seq)
@@ -338,6 +349,14 @@ type fleetPage struct {
 	// (a fresh user's finding, M7's edge): never "Nothing needs an
 	// operator" of it.
 	NoSnapshots bool
+	// Silent says why the stream does not answer (since SilentSince):
+	// nothing can be stored or read, and the page is as of the last
+	// event the console saw, LastSeq stored at LastAt (0: none since it
+	// started), not of Now.
+	Silent      string
+	SilentSince time.Time
+	LastSeq     uint64
+	LastAt      time.Time
 	// Live is the page's live stream: the same page, as server-sent
 	// events.
 	Live string
@@ -493,6 +512,8 @@ type fleetIndex struct {
 	loaded  bool
 	unread  error
 	noSnaps bool
+	// silence is the stream's silence when its input was copied.
+	silence silence
 	// byName is every row, by node name; pressing the rows needing an
 	// operator, most pressing first (audit.SortFleet), retired ones too.
 	byName, pressing []audit.FleetRow
@@ -569,6 +590,55 @@ func (f *fleet) tooOld(x *fleetIndex) <-chan struct{} {
 	return f.made
 }
 
+// silence is a stream that does not answer: why (empty: it answers),
+// since when, and the newest event seen before.
+type silence struct {
+	why     string
+	since   time.Time
+	lastSeq uint64
+	lastAt  time.Time
+}
+
+// streamPoll is how often the console asks whether the stream answers
+// (watchStream).
+const streamPoll = 2 * time.Second
+
+// watchStream asks chk whether the stream answers every streamPoll until
+// ctx is done, and keeps the answer for the fleet page (fleetPage.Silent):
+// a console whose stream lost its leader showed its last view as the
+// fleet now, "Nothing needs an operator" with the request's time (a fresh
+// user's finding, M2). The first silence and the answer again are logged.
+func (f *fleet) watchStream(ctx context.Context, chk StreamChecker) {
+	t := time.NewTicker(streamPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		asked := f.wall()
+		err := chk.StreamAnswers(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		f.mu.Lock()
+		switch was := f.silent; {
+		case err != nil && was == nil:
+			f.silent, f.silentSince = err, asked
+			f.changed()
+			f.log.Warn("console: the stream does not answer: the fleet page says its view is as of the last event seen", "err", err, "last_seq", f.lastSeq)
+		case err != nil:
+			f.silent = err
+		case was != nil:
+			f.log.Info("console: the stream answers again", "after", f.wall().Sub(f.silentSince).Round(time.Second))
+			f.silent, f.silentSince = nil, time.Time{}
+			f.changed()
+		}
+		f.mu.Unlock()
+	}
+}
+
 // indexInput is what an index is made of, copied under f.mu: the views
 // are replaced, never changed, so a copy of the map's entries is enough;
 // a node's warnings are appended to and sorted in place, so they are
@@ -580,6 +650,7 @@ type indexInput struct {
 	loaded   bool
 	unread   error
 	noSnaps  bool
+	silence  silence
 	views    []NodeView
 	warnings map[string][]uint64
 	sources  map[string][]audit.SourceProblem
@@ -588,7 +659,11 @@ type indexInput struct {
 // indexInput copies what an index is made of; f.mu is held.
 func (f *fleet) indexInput(now time.Time) *indexInput {
 	in := &indexInput{gen: f.gen, now: now, copied: f.wall(), loaded: f.loaded, unread: f.unread, noSnaps: f.noSnapshots, views: make([]NodeView, 0, len(f.views)),
+		silence:  silence{since: f.silentSince, lastSeq: f.lastSeq, lastAt: f.lastAt},
 		warnings: make(map[string][]uint64, len(f.warnings)), sources: f.sources}
+	if f.silent != nil {
+		in.silence.why = f.silent.Error()
+	}
 	for _, nv := range f.views {
 		in.views = append(in.views, nv)
 	}
@@ -601,7 +676,7 @@ func (f *fleet) indexInput(now time.Time) *indexInput {
 // make makes the index.
 func (in *indexInput) make(stale time.Duration) *fleetIndex {
 	slices.SortFunc(in.views, func(a, b NodeView) int { return strings.Compare(a.Node, b.Node) })
-	x := &fleetIndex{gen: in.gen, at: in.now, copied: in.copied, loaded: in.loaded, unread: in.unread, noSnaps: in.noSnaps, byName: make([]audit.FleetRow, 0, len(in.views))}
+	x := &fleetIndex{gen: in.gen, at: in.now, copied: in.copied, loaded: in.loaded, unread: in.unread, noSnaps: in.noSnaps, silence: in.silence, byName: make([]audit.FleetRow, 0, len(in.views))}
 	for _, nv := range in.views {
 		r := nv.Row(in.now, stale)
 		if nv.Err == nil {
@@ -643,6 +718,9 @@ func (f *fleet) page(q fleetQuery, now time.Time, stale time.Duration) fleetPage
 		f.mu.Unlock()
 	}
 	p := fleetPage{Query: q.Q, Need: q.Need, All: q.All, Gen: x.gen, Nodes: len(x.byName), Now: x.at, Live: q.url("/events"), NoSnapshots: x.noSnaps}
+	if x.silence.why != "" {
+		p.Silent, p.SilentSince, p.LastSeq, p.LastAt = x.silence.why, x.silence.since, x.silence.lastSeq, x.silence.lastAt
+	}
 	switch {
 	case x.unread != nil:
 		p.Unread = fmt.Sprintf("the fleet could not be read: %v. Nothing is shown rather than a fleet that may be wrong; see the console's log.", x.unread)

@@ -180,6 +180,9 @@ func (c *Console) Run(ctx context.Context) error {
 		c.log.Warn("console: how far the snapshots lag the stream could not be read; rows of nodes with events past them may be older than those events until their next one", "err", lagErr)
 	}
 	close(c.loaded)
+	if chk, ok := c.cfg.Source.(StreamChecker); ok {
+		go c.fleet.watchStream(ctx, chk)
+	}
 	if noSnapshots {
 		c.log.Warn("console: no reconciler has checkpointed the stream yet: the fleet page shows only the nodes folded since the console started, and loads the whole fleet once one has")
 		go c.awaitSnapshots(ctx, since)

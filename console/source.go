@@ -63,3 +63,16 @@ type Source interface {
 }
 
 var _ Source = (*query.Reader)(nil)
+
+// StreamChecker is a [Source] that can say whether the stream answers now
+// (a *query.Reader is one: [query.Reader.StreamAnswers]). The console asks
+// it every streamPoll, and its fleet page says when the stream does not
+// answer: what it shows is then as of the last event it saw, not of now.
+// A Source that is not one is taken to answer.
+type StreamChecker interface {
+	// StreamAnswers returns nil when the stream's leader answers, else
+	// why not.
+	StreamAnswers(ctx context.Context) error
+}
+
+var _ StreamChecker = (*query.Reader)(nil)
