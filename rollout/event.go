@@ -145,8 +145,10 @@ type NodeAtStart struct {
 	NewFiles int `json:"new_files,omitempty"`
 	// Restarts are the restarts its newest have reported of the modules
 	// its new want leaves at their build, those that had any, without
-	// their build (the want's), as many as keep the node's entry within
-	// [RestartsNodeBytes] (at most events.MaxHaveModules): such a module is
+	// their build (the want's), at most events.MaxHaveModules: all of
+	// them while its page's nodes encode within MaxNodesPerEvent ×
+	// [RestartsNodeBytes], else as many as keep the node's entry within
+	// RestartsNodeBytes (rollout's fitRestarts): such a module is
 	// judged a crash loop by its restarts after these, not over its whole
 	// life (a fresh user's finding G6). A module left out (an older
 	// apply's start, or past the bound) counts its restarts whole.

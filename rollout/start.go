@@ -62,21 +62,51 @@ type Candidate struct {
 
 // restartsAtStart returns c's restarts of the modules its new want
 // leaves at their build, without the build, as many as keep n's encoding
-// within [RestartsNodeBytes] ([NodeAtStart].Restarts).
-func restartsAtStart(n NodeAtStart, c Candidate) []ModuleRestarts {
-	var out []ModuleRestarts
+// within [RestartsNodeBytes] ([NodeAtStart].Restarts), and n's DownSince
+// as it is to be carried: a down target's time (about 50 bytes encoded)
+// is given up, zero, when it would leave out a restart count. Which is
+// worth more: without its time the fold takes the start's for when the
+// agent went down (it is said in texts only); without a module's count
+// the fold counts its restarts whole, and a module the rollout leaves
+// as it was, which crash-looped an hour before, halts the rollout and
+// reverts the fleet (a fresh user's finding: a node recorded down at
+// apply lost its count to its down_since, and its first step failed for
+// 7 restarts 24 minutes old).
+func restartsAtStart(n NodeAtStart, c Candidate) ([]ModuleRestarts, time.Time) {
+	out, all := restartsWithin(n, c)
+	if all || n.DownSince.IsZero() {
+		return out, n.DownSince
+	}
+	without := n
+	without.DownSince = time.Time{}
+	if more, _ := restartsWithin(without, c); len(more) > len(out) {
+		return more, time.Time{}
+	}
+	return out, n.DownSince
+}
+
+// restartsWithin is restartsAtStart's count for n as it is: the
+// restarts that fit, and whether every one did.
+func restartsWithin(n NodeAtStart, c Candidate) (out []ModuleRestarts, all bool) {
+	return restartsBounded(n, c, RestartsNodeBytes)
+}
+
+// restartsBounded is c's restarts of the modules its new want leaves at
+// their build, as many as keep n's encoding within bound bytes (at most
+// events.MaxHaveModules), and whether every one fit.
+func restartsBounded(n NodeAtStart, c Candidate, bound int) (out []ModuleRestarts, all bool) {
 	for _, r := range c.Restarts {
 		same := func(m events.WantModule) bool { return m.Name == r.Module && m.Build == r.Build }
 		if !slices.ContainsFunc(c.Current, same) || !slices.ContainsFunc(c.Want, same) {
 			continue // changed by the want: applied anew, its count starts again
 		}
 		n.Restarts = append(out, ModuleRestarts{Module: r.Module, Restarts: r.Restarts})
-		if b, err := json.Marshal(n); err != nil || len(b) > RestartsNodeBytes {
-			break
+		if b, err := json.Marshal(n); err != nil || len(b) > bound || len(n.Restarts) > events.MaxHaveModules {
+			return out, false
 		}
 		out = n.Restarts
 	}
-	return out
+	return out, true
 }
 
 // Target reports whether apply rolls c out: it has no want yet (none in
@@ -102,6 +132,7 @@ func (c Candidate) New() bool {
 func NewStart(by, reason string, params Params, cands []Candidate) (start *Start, pages [][]NodeAtStart) {
 	start = &Start{By: by, Reason: reason, Params: params, Wants: [][]events.WantModule{}}
 	var all []NodeAtStart
+	var of []Candidate // of[i] is all[i]'s candidate
 	targets := 0
 	for _, c := range cands {
 		n := NodeAtStart{Node: c.Node, Prev: c.Prev, Down: c.Down, Unhealthy: c.Unhealthy, PausedBy: c.PausedBy, PausedReason: c.PausedReason}
@@ -111,7 +142,9 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 		if c.Target() {
 			n.Back = c.Back
 			n.Want = wantIndex(start, c.Want)
-			n.Restarts = restartsAtStart(n, c)
+			// Every count at first: a page over its bound is cut
+			// below (fitRestarts).
+			n.Restarts, _ = restartsBounded(n, c, events.MaxEventBytes)
 			if c.HadSeq != 0 && c.Back == 0 {
 				// The want a revert gives back, carried: the stream
 				// no longer holds it.
@@ -127,10 +160,14 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 			}
 			targets++
 		}
-		all = append(all, n)
+		all, of = append(all, n), append(of, c)
 	}
 	if targets == 0 {
 		return nil, nil
+	}
+	for i := 0; i < len(all); i += MaxNodesPerEvent {
+		j := min(len(all), i+MaxNodesPerEvent)
+		fitRestarts(all[i:j], of[i:j])
 	}
 	start.Nodes = all[:min(len(all), MaxNodesPerEvent)]
 	for rest := all[len(start.Nodes):]; len(rest) > 0; {
@@ -140,6 +177,34 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 	}
 	start.Pages = 1 + len(pages)
 	return start, pages
+}
+
+// pageRestartsBytes bounds the encoded nodes of one start or page with
+// every restart count carried: MaxNodesPerEvent × RestartsNodeBytes, the
+// room the per-node bound keeps a full page within.
+const pageRestartsBytes = MaxNodesPerEvent * RestartsNodeBytes
+
+// fitRestarts keeps every target's restart counts in a page (nodes, their
+// candidates of) whose encoding is within pageRestartsBytes: most nodes
+// carry none, so a page has room for those that do. A page over it has
+// each node's counts cut to RestartsNodeBytes ([restartsAtStart]), which
+// keeps any page within it. Before, every node's entry was held to
+// RestartsNodeBytes whatever its page held, and a node whose other
+// fields were long (down at apply, with its down_since and its unhealthy
+// modules) lost its counts: a fresh user's rollout halted and reverted
+// the fleet for 7 restarts 24 minutes old of a module it left as it was.
+func fitRestarts(nodes []NodeAtStart, of []Candidate) {
+	if b, err := json.Marshal(nodes); err == nil && len(b) <= pageRestartsBytes {
+		return
+	}
+	for i := range nodes {
+		if len(nodes[i].Restarts) == 0 {
+			continue
+		}
+		n := nodes[i]
+		n.Restarts = nil
+		nodes[i].Restarts, nodes[i].DownSince = restartsAtStart(n, of[i])
+	}
 }
 
 // wantIndex returns 1 + the index of w in the start's wants, adding it

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/rollout"
@@ -59,5 +60,27 @@ func TestStartRestartsKeepAPageUnderTheEventBound(t *testing.T) {
 	}
 	if len(b) > events.MaxEventBytes {
 		t.Fatalf("a start of %d nodes with restarts is %d bytes, over events.MaxEventBytes %d", len(start.Nodes), len(b), events.MaxEventBytes)
+	}
+}
+
+// TestStartDownTargetKeepsItsRestarts: a target whose agent is down at
+// apply, with an unhealthy module, keeps its restart counts in the start
+// with its down_since, though its entry is then over RestartsNodeBytes:
+// its page has room (fitRestarts). A fresh user's finding: a node
+// recorded down at apply lost mesh-build-go's 7 restarts to the entry's
+// bound, and its step failed for a crash loop 24 minutes old.
+func TestStartDownTargetKeepsItsRestarts(t *testing.T) {
+	cur := []events.WantModule{{Name: "app", Build: "a1"}, {Name: "mesh-build-go", Build: "g1"}}
+	want := []events.WantModule{{Name: "app", Build: "a2"}, {Name: "mesh-build-go", Build: "g1"}}
+	down := time.Date(2026, 12, 5, 8, 36, 48, 123456789, time.UTC)
+	c := rollout.Candidate{Node: "n05", Prev: 1327, Current: cur, Want: want, Down: true, DownSince: down, Unhealthy: []string{"mesh-build-go"},
+		Restarts: []rollout.ModuleRestarts{{Module: "mesh-build-go", Build: "g1", Restarts: 7}}}
+	start, _ := rollout.NewStart("ops", "", rollout.Params{}, []rollout.Candidate{c})
+	n := start.Nodes[0]
+	if len(n.Restarts) != 1 || n.Restarts[0] != (rollout.ModuleRestarts{Module: "mesh-build-go", Restarts: 7}) {
+		t.Fatalf("a down target's restarts carried = %+v, want mesh-build-go's 7", n.Restarts)
+	}
+	if !n.Down || !n.DownSince.Equal(down) {
+		t.Errorf("down %v since %v: want down since %v", n.Down, n.DownSince, down)
 	}
 }
