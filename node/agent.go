@@ -510,13 +510,18 @@ func (a *Agent) logStop(ctx context.Context, released bool) {
 func (a *Agent) claim(ctx context.Context) (*store.Lease, error) {
 	l, err := store.Retry(ctx, a.log, "claim the node's lease", newBackoff(), func() (*store.Lease, error) {
 		kv, err := store.OpenNodeLeases(ctx, a.js, a.cfg.Stream)
+		if errors.Is(err, store.ErrPermissionDenied) {
+			return nil, backoff.Permanent(err)
+		}
 		if err != nil {
 			return nil, err
 		}
 		h := store.NewHolder("node", a.cfg.Name)
 		h.Trusts = a.cfg.Trust.Keys() // its up event says them (events.Agent.Trusts)
 		l, err := store.AcquireLease(ctx, kv, a.cfg.Name, h, a.log)
-		if errors.Is(err, store.ErrLeaseHeld) {
+		if errors.Is(err, store.ErrLeaseHeld) || errors.Is(err, store.ErrPermissionDenied) {
+			// A denial is the credentials' (another role's, a
+			// revoked permission): asking again gets the same.
 			return nil, backoff.Permanent(err)
 		}
 		if err == nil {
