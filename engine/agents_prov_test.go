@@ -68,6 +68,29 @@ func TestProvisionerLeaseRecorded(t *testing.T) {
 	p1 := store.Holder{Role: "provisioner", Name: "ace", Host: "h1", PID: 7, Token: "p1"}
 	put(store.ProvisionerLeaseKey("ace"), p1)
 	put("ace", store.Holder{Role: "node", Name: "ace", Host: "h1", PID: 8, Token: "a1"})
+	// The agent renews every ttl/4 on its own goroutine, as a live one
+	// does, for the whole test: renewed only from the last wait's polls,
+	// it expired on a loaded machine (CI, load ~40: a poll's stream reads
+	// outlasted the TTL) and was recorded down.
+	renewing := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		tick := time.NewTicker(ttl / 4)
+		defer tick.Stop()
+		v, _ := json.Marshal(store.Holder{Role: "node", Name: "ace", Host: "h1", PID: 8, Token: "a1"})
+		for {
+			select {
+			case <-renewing:
+				return
+			case <-ctx.Done(): // the test ended early
+				return
+			case <-tick.C:
+				_, _ = kv.Put(ctx, "ace", v)
+			}
+		}
+	}()
+
 	waitfor.Until(t, 20*time.Second, "ace's provisioner and agent up", func() bool {
 		put(store.ProvisionerLeaseKey("ace"), p1) // renewed: a put lives one TTL
 		return slices.Equal(provsOf("ace"), []string{"up p1"}) && slices.Equal(agentEventsOf(ctx, t, js, cfg, "ace"), []string{"up a1"})
@@ -83,9 +106,10 @@ func TestProvisionerLeaseRecorded(t *testing.T) {
 	// watch's grace after its start is over; the agent, renewed, stays up.
 	put(store.ProvisionerLeaseKey("ace"), store.Holder{Role: "provisioner", Name: "ace", Host: "h1", PID: 9, Token: "p2"})
 	waitfor.Until(t, AgentGrace(ttl)+20*time.Second, "ace's provisioner up, then down (expired)", func() bool {
-		put("ace", store.Holder{Role: "node", Name: "ace", Host: "h1", PID: 8, Token: "a1"})
 		return slices.Equal(provsOf("ace"), []string{"up p1", "down p1 released", "up p2", "down p2 expired"})
 	})
+	close(renewing)
+	<-renewed
 	if got := agentEventsOf(ctx, t, js, cfg, "ace"); !slices.Equal(got, []string{"up a1"}) {
 		t.Errorf("ace's agent events: %q, want only its up", got)
 	}
