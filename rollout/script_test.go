@@ -275,6 +275,9 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		return "ok"
 	case "view":
 		return formatView(h.state.View())
+	case "budget":
+		// The budget line `rollout status` and the console print.
+		return "budget: " + h.state.View().Budget()
 	case "counts":
 		// What the budget is of: the fleet's nodes (those no other
 		// fleet took over) and how many are unavailable.

@@ -60,7 +60,17 @@ type View struct {
 	// budget spent is Unavailable - AwaitTurn. Zero unless the rollout
 	// is running, waits for a promote or reverts.
 	AwaitTurn int `json:"await_turn,omitempty"`
-	Nodes     int `json:"nodes"`
+	// ChangedUnhealthy counts the targets among the budget's count
+	// (Unavailable - AwaitTurn) given their new want and not finished
+	// with it (publishing, changing, waiting for an approval) while
+	// unavailable only because a module is unhealthy or failed (not
+	// away): a step to a target unhealthy already is taken whatever the
+	// budget (DESIGN.md §11), so these are what carries the count past
+	// max_unavailable in a fixing rollout's later batches ([View.Budget]
+	// says so). Zero unless the rollout is running or waits for a
+	// promote.
+	ChangedUnhealthy int `json:"changed_unhealthy,omitempty"`
+	Nodes            int `json:"nodes"`
 	// Counts are the targets per status.
 	Counts  map[Status]int `json:"counts"`
 	Targets []TargetView   `json:"targets"`
@@ -223,6 +233,13 @@ func (s *State) View() View {
 	if r.Phase == Running || r.Phase == WaitingPromote || r.Phase == Reverting {
 		v.AwaitTurn = r.Unavailable - r.spent()
 	}
+	if r.Phase == Running || r.Phase == WaitingPromote {
+		for _, name := range r.Targets {
+			if n := r.Nodes[name]; n.Unavail && n.active() && n.spendsNothing() {
+				v.ChangedUnhealthy++
+			}
+		}
+	}
 	counts := map[[2]string]int{}
 	for _, n := range r.Nodes {
 		h := n.newestHave()
@@ -255,18 +272,49 @@ func (r *Rollout) stopped() bool {
 }
 
 // Budget says the budget as `rollout status` and the console's rollout
-// page print it: "2 of max_unavailable 3 unavailable (20 nodes)", and
-// when targets unhealthy already are left out (AwaitTurn) "(20 nodes;
-// not counted: 4 targets unhealthy already, 6 unavailable in all, that
-// take their want in their batch's turn whatever the budget)".
+// page print it: what it counts against max_unavailable, what it leaves
+// out, and, when the count is past max_unavailable, by how much, what
+// carried it there and what still waits for it. Within the budget:
+// "2 of max_unavailable 3 unavailable (20 nodes)"; with targets
+// unhealthy already left out (AwaitTurn) "(20 nodes; not counted: 4
+// targets unhealthy already, 6 unavailable in all, that take their want
+// in their batch's turn whatever the budget)". Past it, in a fixing
+// rollout's batch of such targets (ChangedUnhealthy): "3 of
+// max_unavailable 2 unavailable (10 nodes; over by 1: 3 of them are
+// targets given their new want while unhealthy, as a step to a target
+// unhealthy already is whatever the budget; a step to an available
+// target waits until fewer than 2 are unavailable)". A count past it
+// with no such target says what waits; a rollout that steps nothing
+// more says nothing waits (a fresh user's finding m1: "3 of
+// max_unavailable 2 unavailable (10 nodes)" in a fix's last batch read
+// as a budget broken).
 func (v View) Budget() string {
-	s := fmt.Sprintf("%d of max_unavailable %d unavailable (%s", v.Unavailable-v.AwaitTurn, v.Params.MaxUnavailable, plural(v.Nodes, "node"))
+	spent, most := v.Unavailable-v.AwaitTurn, v.Params.MaxUnavailable
+	s := fmt.Sprintf("%d of max_unavailable %d unavailable (%s", spent, most, plural(v.Nodes, "node"))
 	if v.AwaitTurn > 0 {
 		left := "that take their want in their batch's turn whatever the budget"
 		if v.Phase == Reverting {
 			left = "that the rollout never changed"
 		}
 		s += fmt.Sprintf("; not counted: %s unhealthy already, %d unavailable in all, %s", plural(v.AwaitTurn, "target"), v.Unavailable, left)
+	}
+	if over := spent - most; over > 0 {
+		s += fmt.Sprintf("; over by %d", over)
+		if c := v.ChangedUnhealthy; c > 0 {
+			them := fmt.Sprintf("%d of them are targets given their", c)
+			if c == 1 {
+				them = "1 of them is a target given its"
+			}
+			s += fmt.Sprintf(": %s new want while unhealthy, as a step to a target unhealthy already is whatever the budget", them)
+		}
+		switch {
+		case v.Phase == Reverting:
+			s += fmt.Sprintf("; the revert of an available target waits until fewer than %d are unavailable", most)
+		case (v.Phase == Running || v.Phase == WaitingPromote) && v.Counts[Pending] > 0:
+			s += fmt.Sprintf("; a step to an available target waits until fewer than %d are unavailable", most)
+		default:
+			s += "; no step of the rollout waits for it"
+		}
 	}
 	return s + ")"
 }
