@@ -271,8 +271,49 @@ func AskAgainWhile[T any](ctx context.Context, js jetstream.JetStream, stream st
 	return askAgain(ctx, js, stream, again, op)
 }
 
+// PromptAttempt is the length of [AskAgainPromptly]'s attempts for its
+// first [PromptFor]: an ask sent while the cluster has no meta leader is
+// never answered, so its caller sees the new leader at most this long
+// after it is elected, not at the end of an attempt of up to 5 s.
+const PromptAttempt = time.Second
+
+// PromptFor is how long [AskAgainPromptly] keeps its attempts at
+// [PromptAttempt]: an election after a kill -9 (4–10 s here) with room
+// to spare. Past it the attempts grow as [AskAgain]'s, so that a server
+// merely slower than PromptAttempt to answer (a loaded machine) is still
+// answered.
+const PromptFor = 15 * time.Second
+
+// AskAgainPromptly is [AskAgain] for an ask its caller makes right after
+// a leader's loss (a stream's new leader seen: the server that led it may
+// have led the meta group too): its attempts are [PromptAttempt] long
+// for [PromptFor], then 2 s doubling to 5 s, so that the meta leader
+// elected meanwhile answers within a second of its election. Each attempt
+// answered after its end may leave a consumer the server deletes after
+// its inactivity threshold. Its bound, denials and errors are AskAgain's.
+func AskAgainPromptly[T any](ctx context.Context, js jetstream.JetStream, stream string, op func(context.Context) (T, error)) (T, error) {
+	start := time.Now()
+	return askAgainPaced(ctx, js, stream, Unanswered, func(d time.Duration) time.Duration {
+		if d == 0 || time.Since(start) < PromptFor {
+			return PromptAttempt
+		}
+		return min(2*d, askAttemptMost)
+	}, op)
+}
+
 // askAgain is [AskAgain] asking again while again(err).
 func askAgain[T any](ctx context.Context, js jetstream.JetStream, stream string, again func(error) bool, op func(context.Context) (T, error)) (T, error) {
+	return askAgainPaced(ctx, js, stream, again, func(d time.Duration) time.Duration {
+		if d == 0 {
+			return askAttemptFirst
+		}
+		return min(2*d, askAttemptMost)
+	}, op)
+}
+
+// askAgainPaced is askAgain whose first attempt is next(0) long and
+// each attempt after one of length d next(d) long.
+func askAgainPaced[T any](ctx context.Context, js jetstream.JetStream, stream string, again func(error) bool, next func(time.Duration) time.Duration, op func(context.Context) (T, error)) (T, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, rideOutBound(ctx, DefaultRideOut))
@@ -281,7 +322,7 @@ func askAgain[T any](ctx context.Context, js jetstream.JetStream, stream string,
 	ctx, release := guardAsk(ctx, js, stream)
 	defer release()
 	start, noLeader := time.Now(), false
-	for d := askAttemptFirst; ; d = min(2*d, askAttemptMost) {
+	for d := next(0); ; d = next(d) {
 		actx, cancel := context.WithTimeout(ctx, d)
 		v, err := op(actx)
 		noLeader = noLeader || saidNoLeader(err)

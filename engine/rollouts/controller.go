@@ -250,12 +250,16 @@ func RunFleet(ctx context.Context, js jetstream.JetStream, cfg Config, fleet str
 // meanwhile are not read; the refold that follows reads them all, in
 // order, so it decides what a controller that never slept would.
 func (c *controller) sleep(ctx context.Context, after uint64) error {
-	tail, err := store.Follow(ctx, c.js, store.TailConfig{Stream: c.cfg.Stream.Name, Subjects: c.subj,
-		Filter: c.subj.Rollout(c.fleet, "*"), Start: after + 1})
+	tail, err := c.follow(ctx, store.TailConfig{Stream: c.cfg.Stream.Name, Subjects: c.subj,
+		Filter: c.subj.Rollout(c.fleet, "*"), Start: after + 1, EndOnLoss: true, Heartbeat: tailHeartbeat})
 	if err != nil {
 		return fmt.Errorf("rollout controller %s: %w", c.fleet, err)
 	}
-	defer tail.Stop()
+	// Stopped aside: its consumer's deletion is asked of the meta
+	// leader, and a wake by a new stream leader is often one whose
+	// server led the meta group too; the deletion then waited out its
+	// 5 s before the refold began (a fresh user's finding M1).
+	defer func() { go tail.Stop() }()
 	c.log.Info("rollout controller idle: following only the fleet's rollout events", "rollout", c.state.Rollout.ID,
 		"phase", c.state.Rollout.Phase, "after", after)
 	wctx, stopWatch := context.WithCancel(ctx)
@@ -271,6 +275,12 @@ func (c *controller) sleep(ctx context.Context, after uint64) error {
 			c.log.Info("rollout controller woken: the stream has a new leader")
 			return nil
 		case x := <-tail.C():
+			if errors.Is(x.Err, store.ErrConsumerLost) {
+				// Its server crashed (or the consumer was deleted):
+				// refold, through a new one.
+				c.log.Info("rollout controller woken: its consumer was lost", "err", events.Short(x.Err.Error()))
+				return nil
+			}
 			if x.Err != nil {
 				return fmt.Errorf("rollout controller %s: %w", c.fleet, x.Err)
 			}
@@ -285,6 +295,57 @@ func (c *controller) sleep(ctx context.Context, after uint64) error {
 		}
 	}
 }
+
+// follow starts a tail of tc for the controller, its consumer's
+// creation asked again while unanswered, an attempt a second
+// (store.AskAgainPromptly; the default bound, 30 s, then its error):
+// the controller makes a consumer when woken, and a wake by the stream's
+// new leader may come while the cluster's meta group, which answers a
+// creation, has none yet (its leader killed with the stream's: a
+// creation asked then is never answered). Asked once, it waited out the
+// client's 5 s API timeout silent, and the run's failure a restart a
+// second later (a fresh user's finding M1: the wants of a rollout
+// applied 9.8 s after the kill went out 11.7 s after it was stored).
+// The wait is said once, at WARN, and its end at INFO.
+func (c *controller) follow(ctx context.Context, tc store.TailConfig) (*store.Tail, error) {
+	var (
+		since time.Time
+		asks  int
+	)
+	nctx := store.WithWaitNote(ctx, func(err error) {
+		asks++
+		if since.IsZero() {
+			since = time.Now()
+			c.log.Warn("rollout controller: its consumer's creation is unanswered: waiting for "+store.WaitingFor(err)+
+				"; asking again every "+store.PromptAttempt.String(), "err", events.Short(err.Error()))
+		}
+	})
+	t, err := store.AskAgainPromptly(nctx, c.js, tc.Stream, func(ctx context.Context) (*store.Tail, error) {
+		return followTail(ctx, c.js, tc)
+	})
+	if !since.IsZero() && err == nil {
+		c.log.Info("rollout controller: its consumer's creation was answered; reading on", "after", time.Since(since).Round(time.Millisecond),
+			"attempts", asks+1)
+	}
+	return t, err
+}
+
+// tailHeartbeat is the idle heartbeat of the controller's consumers
+// (store.TailConfig.EndOnLoss: a plain consumer that ends on its loss):
+// a consumer lost with its server is seen two heartbeats later, and read
+// on through a new one. The client's ordered consumer, which the
+// controller used, re-made a lost one itself after two missed 5 s
+// heartbeats, under a name that could be placed on the dead server
+// again (docs/architecture.md, "A node's feed across a crash of the
+// stream's leader"): an idle controller read an apply stored 5.0 s
+// after such a kill 10.0 s late. The reconciler's partitions read the
+// same way, with the same heartbeat.
+const tailHeartbeat = time.Second
+
+// followTail is store.Follow; a variable for the tests, which make a
+// creation go unanswered as one sent while the cluster has no meta
+// leader does.
+var followTail = store.Follow
 
 type controller struct {
 	cfg    Config
@@ -322,7 +383,7 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	follow := func(from uint64) (*store.Tail, error) {
-		return store.Follow(ctx, c.js, store.TailConfig{Stream: c.cfg.Stream.Name, Subjects: c.subj, Start: from})
+		return c.follow(ctx, store.TailConfig{Stream: c.cfg.Stream.Name, Subjects: c.subj, Start: from, EndOnLoss: true, Heartbeat: tailHeartbeat})
 	}
 	tail, err := follow(start.Sequence)
 	if err != nil {
@@ -330,7 +391,9 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 	}
 	defer func() {
 		if tail != nil {
-			tail.Stop()
+			// Aside, as sleep's: the deletion may wait out 5 s for a
+			// meta leader, and the caller sleeps or refolds next.
+			go tail.Stop()
 		}
 	}()
 	wctx, stopWatch := context.WithCancel(ctx)
@@ -351,17 +414,18 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 			c.tick(ctx)
 			c.drain(ctx)
 		case <-elected:
-			// Its ordered consumer lived on the old leader: read on
-			// from the next message through a new one (the old one
-			// stopped aside: its deletion waits out a timeout against
-			// a dead server).
+			// Its consumer may have lived on the old leader's server:
+			// read on from the next message through a new one (the
+			// old one stopped aside: its deletion waits out a timeout
+			// against a dead server).
 			c.log.Info("rollout controller: the stream has a new leader; reading on through a new consumer", "from", read+1)
 			// A new consumer that could not be made (the cluster
-			// without a meta leader yet) ends this run, which its
-			// supervisor starts again: the old tail is stopped aside
-			// either way, and never again on return (a fresh user's
-			// finding: a nil tail stopped on return panicked a
-			// grouped reconciler, twice in eight kills -9).
+			// without a meta leader for longer than the creation's
+			// bound) ends this run, which its supervisor starts
+			// again: the old tail is stopped aside either way, and
+			// never again on return (a fresh user's finding: a nil
+			// tail stopped on return panicked a grouped reconciler,
+			// twice in eight kills -9).
 			next, err := follow(read + 1)
 			go tail.Stop()
 			tail = next
@@ -369,6 +433,20 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 				return 0, fmt.Errorf("rollout controller %s: reading on after a new stream leader: %w", c.fleet, err)
 			}
 		case x := <-tail.C():
+			if errors.Is(x.Err, store.ErrConsumerLost) {
+				// Its server crashed, whichever server led the
+				// stream (two missed heartbeats), or a delivery was
+				// skipped: read on as after a new leader.
+				c.log.Info("rollout controller: its consumer was lost; reading on through a new consumer", "from", read+1,
+					"err", events.Short(x.Err.Error()))
+				next, err := follow(read + 1)
+				go tail.Stop()
+				tail = next
+				if err != nil {
+					return 0, fmt.Errorf("rollout controller %s: reading on after its consumer was lost: %w", c.fleet, err)
+				}
+				continue
+			}
 			if x.Err != nil {
 				return 0, fmt.Errorf("rollout controller %s: %w", c.fleet, x.Err)
 			}
