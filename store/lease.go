@@ -245,6 +245,9 @@ type Lease struct {
 	outFull bool         // the outage under way is a server that cannot store (ErrStorageFull), not an unreachable one
 
 	out outage // the renewals' (only renew's goroutine)
+	// renewedAt is when the key was last written by this holder (its
+	// claim, a renewal answered); only renew's goroutine after the claim.
+	renewedAt time.Time
 }
 
 // SetOutageNote sets what the holder's outage lines add after "NATS
@@ -390,6 +393,7 @@ func causeKind(err error) string {
 
 // renewedNow ends the outage a renewal that reached the server ends.
 func (l *Lease) renewedNow() {
+	l.renewedAt = time.Now()
 	if since, say := l.out.renewed(); say == outageEnds {
 		l.mu.Lock()
 		full := l.outFull
@@ -455,6 +459,7 @@ func AcquireLeaseTTL(ctx context.Context, kv jetstream.KeyValue, ttl time.Durati
 	if err := l.claim(ctx); err != nil {
 		return nil, err
 	}
+	l.renewedAt = time.Now()
 	go l.renew()
 	return l, nil
 }
@@ -767,8 +772,9 @@ func (l *Lease) renewOnce(watched context.Context) (rerr error) {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		next, err := l.kv.Create(ctx, l.key, l.value)
 		if err == nil {
+			unrenewedFor := time.Since(l.renewedAt)
 			l.renewedNow()
-			l.log.Warn("lease expired before it was renewed; claimed again", "key", l.key)
+			l.saidReclaimed(unrenewedFor)
 			l.setRev(next)
 			select {
 			case l.reclaimed <- struct{}{}:
@@ -813,6 +819,32 @@ func (l *Lease) renewOnce(watched context.Context) (rerr error) {
 		return nil
 	}
 	return &HeldError{Key: l.key, Holder: h, Bucket: l.kv.Bucket()}
+}
+
+// saidReclaimed says that the lease expired and this holder claimed it
+// again, its key unrenewed for d (since its last renewal answered).
+// The key was gone for about d - TTL: while that is shorter than the TTL,
+// no other holder can have taken it and let it expire again meanwhile
+// (one that took it would hold it still, and the claim would have found
+// it), so the lapse is only the bucket's or the connection's outage: a
+// NATS election after a server's kill -9 (4–10 s here) outlasts a 5 s
+// node lease, and every agent's lease expired in it. That is said at
+// INFO (a fresh user's finding m3: ten WARNs a kill, none of them
+// anything to act on; a reconciler gives the lease's holder a grace
+// before it records it down). A key gone for a TTL or longer is said at
+// WARN: another holder could have held the key meanwhile (a second
+// process of the same name), and a watcher may have recorded this one
+// down.
+func (l *Lease) saidReclaimed(d time.Duration) {
+	gone := max(d-l.ttl, 0)
+	attrs := []any{"key", l.key, "unrenewed_for", d.Round(time.Millisecond), "ttl", l.ttl}
+	if gone < l.ttl {
+		l.log.Info("lease expired while NATS did not answer its renewals (a leader election, or the server away) and was claimed again; "+
+			"it was gone for less than its TTL, so no other holder took it meanwhile", attrs...)
+		return
+	}
+	l.log.Warn(fmt.Sprintf("lease expired before it was renewed and was claimed again after %s gone (longer than its TTL): "+
+		"another holder could have held it meanwhile, and a watcher may have recorded this one down", gone.Round(100*time.Millisecond)), attrs...)
 }
 
 func (l *Lease) setRev(rev uint64) {

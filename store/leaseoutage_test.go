@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -91,5 +92,78 @@ func TestLeaseOutageSaidOnce(t *testing.T) {
 	case <-l.Lost():
 		t.Fatalf("lease lost: %v", l.Err())
 	default:
+	}
+}
+
+// A lease that expired while its renewals went unanswered and was
+// claimed again says so at INFO when its key was gone for less than a
+// TTL (a NATS election outlasting a 5 s node lease: no other holder can
+// have taken it and let it go meanwhile), and at WARN when it was gone
+// for a TTL or longer (another holder could have held it). A fresh
+// user's finding m3: every agent warned at each kill of the lease
+// bucket's leader, with nothing to act on.
+func TestLeaseReclaimSaidAsTheGapWarrants(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		goneFor  int64 // failed renewals (TTL/4 apart) after the key is seen gone
+		level    slog.Level
+		contains string
+	}{
+		{"gone less than a TTL", 0, slog.LevelInfo, "no other holder took it meanwhile"},
+		{"gone longer than a TTL", 6, slog.LevelWarn, "another holder could have held it meanwhile"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			kv := &unreachable{KeyValue: leaseBucket(t)}
+			lines := make(chan slog.Record, 1000)
+			const ttl = 2 * time.Second
+			l, err := store.AcquireLeaseTTL(ctx, kv, ttl, "ace", store.NewHolder("node", "ace"), slog.New(lineHandler{lines}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(context.WithoutCancel(ctx))
+			kv.down.Store(true)
+			for {
+				if _, err := kv.KeyValue.Get(ctx, "ace"); err != nil {
+					if !errors.Is(err, jetstream.ErrKeyNotFound) {
+						t.Fatal(err)
+					}
+					break
+				}
+				select {
+				case <-ctx.Done():
+					t.Fatal("the key never expired")
+				case <-time.After(10 * time.Millisecond): // the poll's pace
+				}
+			}
+			for seen := kv.failed.Load(); kv.failed.Load() < seen+c.goneFor; {
+				select {
+				case <-ctx.Done():
+					t.Fatal("the renewals stopped")
+				case <-time.After(10 * time.Millisecond): // the poll's pace
+				}
+			}
+			kv.down.Store(false)
+			select {
+			case <-l.Reclaimed():
+			case <-ctx.Done():
+				t.Fatal("the lease was not claimed again")
+			}
+			for {
+				var r slog.Record
+				select {
+				case r = <-lines:
+				default:
+					t.Fatal("no line said the lease was claimed again")
+				}
+				if !strings.Contains(r.Message, "claimed again") {
+					continue
+				}
+				if r.Level != c.level || !strings.Contains(r.Message, c.contains) {
+					t.Errorf("the re-claim said: %s %q; want %s with %q", r.Level, r.Message, c.level, c.contains)
+				}
+				return
+			}
+		})
 	}
 }
