@@ -9,70 +9,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
-// permServer is an in-process server whose one user, "reconciler", is
-// allowed everything until the test takes a permission away: a config
-// reload, as `nats-server --signal reload` after an operator edits the
-// users' permissions in its config file. The server applies it to the
-// connections already open.
-type permServer struct {
-	srv *server.Server
-	dir string
-}
-
-func startPermServer(t *testing.T) *permServer {
+// startPermServer starts a server whose one user, "reconciler", is
+// allowed everything until the test takes a permission away
+// ([storetest.PermServer.Deny]), and connects to it as that user, named
+// as `meshfold reconcile` names its connection.
+func startPermServer(t *testing.T) (*storetest.PermServer, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	s := &permServer{dir: t.TempDir()}
-	srv, err := server.NewServer(s.options())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	s.srv = srv
-	return s
-}
-
-// options are the server's options with publishes to deny denied to the
-// reconciler user.
-func (s *permServer) options(deny ...string) *server.Options {
-	var perms *server.Permissions
-	if len(deny) > 0 {
-		perms = &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny}}
-	}
-	return &server.Options{ServerName: "leasewatch", Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: s.dir,
-		NoLog: true, NoSigs: true, Users: []*server.User{{Username: "reconciler", Password: "pw", Permissions: perms}}}
-}
-
-// deny reloads the server with publishes to subjects denied to the
-// reconciler user and returns when the reload was applied.
-func (s *permServer) deny(t *testing.T, subjects ...string) time.Time {
-	t.Helper()
-	if err := s.srv.ReloadOptions(s.options(subjects...)); err != nil {
-		t.Fatalf("reload: %v", err)
-	}
-	return time.Now()
-}
-
-func (s *permServer) connect(t *testing.T) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(s.srv.ClientURL(), nats.UserInfo("reconciler", "pw"), nats.Name("meshfold reconcile"),
-		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // quiet: the denials are expected
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	ps := storetest.StartPermServer(t, map[string]storetest.Publish{"reconciler": {}})
+	nc, js := ps.Connect(t, "reconciler", nats.Name("meshfold reconcile"))
+	return ps, nc, js
 }
 
 // deniedAfter says, for the figures, when the first line saying a
@@ -96,8 +49,7 @@ func (h logRecords) deniedAfter(at time.Time) string {
 // renewals were under the denial watch, it ran on for ever.
 func serveDenied(t *testing.T, cfg engine.Config, ready func(r *engine.Reconciler) bool) (logs logRecords, err error) {
 	t.Helper()
-	ps := startPermServer(t)
-	nc := ps.connect(t)
+	ps, nc, _ := startPermServer(t)
 	logs = newLogRecords()
 	cfg.Logger = slog.New(logs)
 	readyc := make(chan *engine.Reconciler, 1)
@@ -119,7 +71,7 @@ func serveDenied(t *testing.T, cfg engine.Config, ready func(r *engine.Reconcile
 		t.Fatal("Serve not ready within 20 s")
 	}
 	eventually(t, "the reconciler to hold what it folds", func() bool { return ready(r) })
-	at := ps.deny(t, "$KV.MESH_LEASES.>")
+	at := ps.Deny(t, "reconciler", "$KV.MESH_LEASES.>")
 	select {
 	case err := <-done:
 		took := time.Since(at)
@@ -178,12 +130,7 @@ func TestServeGroupMemberLeavesWhenItsLeaseRenewalsAreDenied(t *testing.T) {
 // TTL) and revoked then as "not renewed within its TTL", the denial
 // unsaid.
 func TestGroupPartitionRenewalDeniedStepsDown(t *testing.T) {
-	ps := startPermServer(t)
-	nc := ps.connect(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps, _, js := startPermServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{Partitions: 2})
@@ -216,7 +163,7 @@ func TestGroupPartitionRenewalDeniedStepsDown(t *testing.T) {
 			t.Fatalf("%d of %d partitions granted in 20 s", len(grants), cfg.Partitions)
 		}
 	}
-	at := ps.deny(t, "$KV.MESH_LEASES.lease.>")
+	at := ps.Deny(t, "reconciler", "$KV.MESH_LEASES.lease.>")
 	for _, gr := range grants {
 		select {
 		case <-gr.Revoked.Done():

@@ -8,13 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // deniedLease is the start of the server's denial of a lease key's put.
@@ -28,29 +25,8 @@ const deniedLease = "Permissions Violation for Publish to \"$KV.MESH_LEASES.leas
 // nothing said nothing. A warning after a denial names it, even when
 // the last creates before it timed out (their denials came late).
 func TestGroupWarnsItCannotTakeItsPartitions(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{ServerName: "leasedeny", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{{Username: "m", Password: "pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$KV.MESH_LEASES.lease.>"}},
-		}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("m", "pw"),
-		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // quiet: the denials are expected
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := storetest.StartPermServer(t, map[string]storetest.Publish{"m": {Deny: []string{"$KV.MESH_LEASES.lease.>"}}})
+	_, js := ps.Connect(t, "m")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})

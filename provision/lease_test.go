@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/provision"
 	"github.com/meshfold/meshfold/store"
@@ -24,39 +20,13 @@ import (
 // It says, at error level, that it runs without its lease and how to get
 // one. Run retried the denied claim forever and filled nothing.
 func TestProvisionerWithoutLeasePermissionStillFills(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{ServerName: "provdeny", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{
-			{Username: "all", Password: "pw"},
-			{Username: "prov", Password: "pw", Permissions: &server.Permissions{
-				// The provisioner's grants before its lease: nothing of
-				// the node lease bucket.
-				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{
-					"$KV.MESH_NODES.>", "$JS.API.STREAM.INFO.KV_MESH_NODES", "$JS.API.DIRECT.GET.KV_MESH_NODES.>"}},
-			}},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	connect := func(user string) (*nats.Conn, jetstream.JetStream) {
-		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, "pw"),
-			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // quiet: the denials are expected
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nc, js
-	}
-	nc, js := connect("all")
+	ps := storetest.StartPermServer(t, map[string]storetest.Publish{
+		"all": {},
+		// The provisioner's grants before its lease: nothing of the node
+		// lease bucket.
+		"prov": {Deny: []string{"$KV.MESH_NODES.>", "$JS.API.STREAM.INFO.KV_MESH_NODES", "$JS.API.DIRECT.GET.KV_MESH_NODES.>"}},
+	})
+	nc, js := ps.Connect(t, "all")
 	_, cfg, err := store.EnsureStream(ctxT(t), js, store.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +39,7 @@ func TestProvisionerWithoutLeasePermissionStillFills(t *testing.T) {
 	from := t.TempDir()
 	source(t, from, mbg, creds, secret)
 
-	pnc, pjs := connect("prov")
+	pnc, pjs := ps.Connect(t, "prov")
 	rep := newReports()
 	c, err := provision.New(pnc, pjs, provision.Config{Node: "ace", From: from, Account: "prov", Stream: cfg, Logger: e.logger(),
 		Timeout: time.Second, OnFill: rep.on, Resync: -1, Lease: true})

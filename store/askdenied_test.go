@@ -7,11 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // An ask made again while unanswered (FollowRidingOut's consumer
@@ -21,39 +20,13 @@ import (
 // election, asked again until its bound (30 s here) instead of saying
 // the credentials' mistake.
 func TestAskDeniedEndsAtOnce(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{ServerName: "askdenied", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{
-			{Username: "admin", Password: "pw"},
-			{Username: "node", Password: "pw", Permissions: &server.Permissions{Publish: &server.SubjectPermission{
-				Allow: []string{"$JS.API.>"},
-				Deny:  []string{"$JS.API.CONSUMER.CREATE.MESH.>", "$JS.API.STREAM.INFO.KV_MESH_SECRETS"},
-			}}},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	connect := func(user string) jetstream.JetStream {
-		t.Helper()
-		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, "pw"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return js
-	}
+	ps := storetest.StartPermServer(t, map[string]storetest.Publish{
+		"admin": {},
+		"node":  {Allow: []string{"$JS.API.>"}, Deny: []string{"$JS.API.CONSUMER.CREATE.MESH.>", "$JS.API.STREAM.INFO.KV_MESH_SECRETS"}},
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin := connect("admin")
+	_, admin := ps.Connect(t, "admin")
 	_, cfg, err := store.EnsureStream(ctx, admin, store.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +34,7 @@ func TestAskDeniedEndsAtOnce(t *testing.T) {
 	if _, err := store.OpenSecrets(ctx, admin, store.StreamConfig{}, true); err != nil {
 		t.Fatal(err)
 	}
-	js := connect("node")
+	_, js := ps.Connect(t, "node")
 	// Well under one attempt's most (5 s) and the bound (30 s): the
 	// denial is reported as soon as the server says it.
 	const within = 4 * time.Second

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,28 +20,8 @@ import (
 // error as soon as the server reports it, not when the publish times out
 // (the context here would allow 30 s; the JetStream default is 5 s).
 func TestAppendDeniedFailsAtOnce(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{ServerName: "perm", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{{Username: "ctl", Password: "pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{"$JS.API.>", "mesh.*.approve"}},
-		}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("ctl", "pw"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := storetest.StartPermServer(t, map[string]storetest.Publish{"ctl": {Allow: []string{"$JS.API.>", "mesh.*.approve"}}})
+	_, js := ps.Connect(t, "ctl")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})

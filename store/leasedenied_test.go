@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
@@ -24,42 +22,18 @@ import (
 // still claimed.
 func TestLeaseClaimDeniedEndsWithTheDenial(t *testing.T) {
 	const denied = "$KV.MESH_NODES.ace"
-	srv, err := server.NewServer(&server.Options{ServerName: "leasedenied", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{
-			{Username: "admin", Password: "pw"},
-			{Username: "node", Password: "pw", Permissions: &server.Permissions{Publish: &server.SubjectPermission{
-				Allow: []string{"$JS.API.>", "$KV.MESH_NODES.>"},
-				Deny:  []string{denied},
-			}}},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	connect := func(user string) jetstream.JetStream {
-		t.Helper()
-		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, "pw"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return js
-	}
+	ps := storetest.StartPermServer(t, map[string]storetest.Publish{
+		"admin": {},
+		"node":  {Allow: []string{"$JS.API.>", "$KV.MESH_NODES.>"}, Deny: []string{denied}},
+	})
+	_, admin := ps.Connect(t, "admin")
+	_, node := ps.Connect(t, "node")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := store.OpenNodeLeases(ctx, connect("admin"), store.StreamConfig{}); err != nil {
+	if _, err := store.OpenNodeLeases(ctx, admin, store.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := store.OpenNodeLeases(ctx, connect("node"), store.StreamConfig{})
+	kv, err := store.OpenNodeLeases(ctx, node, store.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,34 +71,8 @@ func TestLeaseClaimDeniedEndsWithTheDenial(t *testing.T) {
 // its holder (never Lost: no revision mismatch was ever answered).
 func TestLeaseRenewalDeniedEndsTheLease(t *testing.T) {
 	const denied = "$KV.MESH_NODES.ace"
-	dir := t.TempDir()
-	opts := func(deny ...string) *server.Options {
-		var perms *server.Permissions
-		if len(deny) > 0 {
-			perms = &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny}}
-		}
-		return &server.Options{ServerName: "renewdenied", Host: "127.0.0.1", Port: -1, JetStream: true,
-			StoreDir: dir, NoLog: true, NoSigs: true,
-			Users: []*server.User{{Username: "node", Password: "pw", Permissions: perms}}}
-	}
-	srv, err := server.NewServer(opts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("node", "pw"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := storetest.StartPermServer(t, map[string]storetest.Publish{"node": {}})
+	_, js := ps.Connect(t, "node")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	kv, err := store.OpenNodeLeases(ctx, js, store.StreamConfig{})
@@ -137,10 +85,7 @@ func TestLeaseRenewalDeniedEndsTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Abandon()
-	if err := srv.ReloadOptions(opts(denied)); err != nil {
-		t.Fatal(err)
-	}
-	at := time.Now()
+	at := ps.Deny(t, "node", denied)
 	select {
 	case <-l.Lost():
 	case <-time.After(4 * l.TTL()):

@@ -12,10 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -89,27 +85,8 @@ func TestEffectKeyNew(t *testing.T) {
 // ErrKeysDenied, at once rather than after a timeout.
 func TestEffectKeyDeniedKeysBucket(t *testing.T) {
 	ctx := testCtx(t)
-	srv, err := server.NewServer(&server.Options{ServerName: "denied", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{{Username: "r", Password: "p", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.*.*.KV_MESH_KEYS"}}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("r", "p"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := storetest.StartPermServer(t, map[string]storetest.Publish{"r": {Deny: []string{"$JS.API.*.*.KV_MESH_KEYS"}}})
+	_, js := ps.Connect(t, "r")
 	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // `meshfold reconcile` whose user loses its lease bucket while it runs
@@ -18,29 +18,12 @@ import (
 func TestReconcileExitsWhenItsLeaseBucketIsDenied(t *testing.T) {
 	ctx := testCtx(t)
 	dir := t.TempDir()
-	opts := func(deny ...string) *server.Options {
-		var perms *server.Permissions
-		if len(deny) > 0 {
-			perms = &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny}}
-		}
-		return &server.Options{ServerName: "leasewatch", Host: "127.0.0.1", Port: -1, JetStream: true,
-			StoreDir: filepath.Join(dir, "data"), NoLog: true, NoSigs: true,
-			Users: []*server.User{{Username: "reconciler", Password: "pw", Permissions: perms}}}
-	}
-	srv, err := server.NewServer(opts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	ps := storetest.StartPermServer(t, map[string]storetest.Publish{"reconciler": {}})
 	out := newNoteBuffer()
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan int, 1)
 	go func() {
-		done <- run(rctx, []string{"reconcile", "--server", "nats://reconciler:pw@" + srv.Addr().String(),
+		done <- run(rctx, []string{"reconcile", "--server", ps.URL("reconciler"),
 			"--signing-key", filepath.Join(dir, "reconciler-signing.nk"), "--log-level", "warn"}, nil, out, out)
 	}()
 	t.Cleanup(func() {
@@ -48,10 +31,7 @@ func TestReconcileExitsWhenItsLeaseBucketIsDenied(t *testing.T) {
 		<-done
 	})
 	out.waitText(ctx, t, "reconcile", "meshfold: reconciling stream")
-	if err := srv.ReloadOptions(opts("$KV.MESH_LEASES.>")); err != nil {
-		t.Fatal(err)
-	}
-	at := time.Now()
+	at := ps.Deny(t, "reconciler", "$KV.MESH_LEASES.>")
 	select {
 	case code := <-done:
 		done <- code // for the cleanup
@@ -59,7 +39,7 @@ func TestReconcileExitsWhenItsLeaseBucketIsDenied(t *testing.T) {
 		const want = "permission denied: these credentials may not publish to $KV.MESH_LEASES.stream"
 		const user = "the user given (in the server URL) is reconciler"
 		if code != exitError || !strings.Contains(out.String(), want) || !strings.Contains(out.String(), user) ||
-			strings.Contains(out.String(), "unreachable") || strings.Contains(out.String(), ":pw@") {
+			strings.Contains(out.String(), "unreachable") || strings.Contains(out.String(), ":"+storetest.PermPassword+"@") {
 			t.Errorf("reconcile exited %d; want %d, %q and %q, no outage said, no password:\n%s", code, exitError, want, user, out.String())
 		}
 	case <-time.After(40 * time.Second):

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/engine/rollouts"
@@ -19,6 +17,7 @@ import (
 	"github.com/meshfold/meshfold/rollout/feed"
 	"github.com/meshfold/meshfold/rollout/fleetfile"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // A fleet's controller whose lease the server denies (its user may not
@@ -27,27 +26,8 @@ import (
 // controller stopped; starting again" at warn every second, for ever.
 func TestDeniedFleetLeaseSaidOnce(t *testing.T) {
 	const denied = "$KV.MESH_LEASES.rollout.web"
-	srv, err := server.NewServer(&server.Options{ServerName: "rolloutdenied", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{{Username: "controller", Password: "pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{denied}}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("controller", "pw"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := storetest.StartPermServer(t, map[string]storetest.Publish{"controller": {Deny: []string{denied}}})
+	nc, js := ps.Connect(t, "controller")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	stream, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
