@@ -120,8 +120,12 @@ func (u *Unattended) Text(now time.Time) string {
 		since = fmt.Sprintf("#%d %s, a %s (%s ago)", u.Last.Seq, u.Last.Time.UTC().Format(time.RFC3339), u.Last.Kind, ago(u.Last.Time))
 	}
 	return fmt.Sprintf("no rollout controller has acted on this rollout since %s, and one owes it a step since %s (%s ago): %s. "+
-		"Is a 'meshfold serve' or 'meshfold reconcile' running with its rollout controller? Its log says why not "+
-		"(rollouts off: reconcile under auth needs --controller-creds; its controller user revoked: 'meshfold auth add-user controller'). "+
-		"The rollout takes the step once a controller runs",
+		ControllerCheck+" The rollout takes the step once a controller runs",
 		since, u.Due.UTC().Format(time.RFC3339), ago(u.Due), u.Owed)
 }
+
+// ControllerCheck says what to check when no rollout controller acts on
+// a rollout: [Unattended.Text] ends with it, and so does apply's note
+// when none recorded the rollout it started.
+const ControllerCheck = "Is a 'meshfold serve' or 'meshfold reconcile' running with its rollout controller? Its log says why not " +
+	"(rollouts off: reconcile under auth needs --controller-creds; its controller user revoked: 'meshfold auth add-user controller')."

@@ -34,7 +34,7 @@ func newApplyCmd(a *app) *cobra.Command {
 		dryRun           bool
 		allowEmpty       bool
 		o                applyChecks
-		timeout          time.Duration
+		timeout, wait    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "apply -f FLEET.yaml --by NAME [--dry-run] [--reason TEXT]",
@@ -91,12 +91,22 @@ publish. One that runs out before the publish says the step and the node it
 was reading, and that nothing was published: run it again, with a longer
 --timeout on a loaded cluster.
 
+Once the rollout is started, apply waits for a rollout controller to record it
+(--wait, 2 s by default; a live controller records it "running" within
+milliseconds, and apply returns then, saying nothing more). When none does, a
+note on stderr says that nothing steps the rollout until a controller runs,
+and what to check ('meshfold rollout status FLEET' says "unattended" only
+once a step has waited 30 s). The exit code is 0 either way: the start is
+stored, and a controller started later takes it.
+
 Follow it with 'meshfold rollout status FLEET'. Exit 1 if the publish failed,
 2 on a usage error or an invalid file. A build a rollout has given out stays
 needed: 'meshfold build rm' refuses it while a want, a have or the rollout's
 revert names it.`,
 		Example: `  meshfold apply -f fleet.yaml --by alice --dry-run   # refuses what apply would (a build "garbage": exit 2)
   meshfold apply -f fleet.yaml --by alice --reason "web 1.4"
+  # in a script that checks the controller otherwise: do not wait for its record
+  meshfold apply -f fleet.yaml --by alice --wait 0
   # a group whose nodes are not labelled yet, on purpose
   meshfold apply -f fleet.yaml --by alice --allow-empty-group
   meshfold rollout status web
@@ -213,17 +223,24 @@ revert names it.`,
 				return err
 			}
 			fmt.Fprintf(a.stdout, "rollout %d of fleet %s started\n", id, fleet.Name)
-			if o.allowMissing {
-				return nil
+			if !o.allowMissing {
+				// A build removed between the check and the start (a
+				// 'meshfold build rm' beside it): said (want.go,
+				// removedMeanwhile).
+				w := &events.Want{}
+				for _, c := range plan.Cands {
+					w.Modules = append(w.Modules, c.Want...)
+				}
+				if err := removedMeanwhile(ctx, r, w); err != nil {
+					return err
+				}
 			}
-			// A build removed between the check and the start (a
-			// 'meshfold build rm' beside it): said (want.go,
-			// removedMeanwhile).
-			w := &events.Want{}
-			for _, c := range plan.Cands {
-				w.Modules = append(w.Modules, c.Want...)
-			}
-			return removedMeanwhile(ctx, r, w)
+			// Nothing steps the rollout without a controller, and only
+			// 'rollout status', 30 s on, said so (a fresh user's
+			// finding m2): a controller records it within
+			// milliseconds, else a note says what to check.
+			a.awaitController(cmd.Context(), js, scfg, fleet.Name, id, wait)
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the fleet file (YAML or JSON)")
@@ -235,6 +252,7 @@ revert names it.`,
 	cmd.Flags().BoolVar(&o.allowMissing, "allow-missing-build", false, "start a rollout of sha256: builds the builds bucket does not hold (yet); a build of no build's form is refused still")
 	cmd.Flags().BoolVar(&allowEmpty, "allow-empty-group", false, "take a group whose selector matches no owned node (refused without it: a selector typo would remove the group's modules from every node)")
 	cmd.Flags().BoolVar(&o.newNodes, "new", false, "roll out to nodes that have no event in the stream yet (refused without it: a mistyped name would make a phantom node)")
+	cmd.Flags().DurationVar(&wait, "wait", DefaultControllerWait, "how long to wait for a rollout controller to record the rollout started, to say when none did (0: do not wait)")
 	addPublishTimeout(cmd, &timeout)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
