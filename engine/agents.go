@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -149,6 +150,61 @@ type agentWatch struct {
 	sweepAt       time.Time
 	sweepPace     *backoff.ExponentialBackOff
 	sweepTimeout  time.Duration
+
+	// downs delivers the lease keys whose down this instance's
+	// partitions folded (nil: none, tests' watches); doubted maps each
+	// to when it was folded, for doubtWindow: the next put the watch
+	// delivers for it is judged against the stream's newest event read
+	// again, not the cache. See doubt.
+	downs    *foldedDowns
+	doubted  map[string]time.Time
+	doubtAge time.Time // the last prune of doubted
+}
+
+// foldedDowns is the set of lease keys whose down (an agent or prov
+// event) a reconciler's partitions folded, handed to its agent liveness
+// watch: the fold adds, the watch takes them all when woken. A zero
+// value is ready.
+type foldedDowns struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+	wake chan struct{} // holds one token while keys is not empty
+}
+
+func (d *foldedDowns) init() {
+	if d.wake == nil {
+		d.keys, d.wake = map[string]struct{}{}, make(chan struct{}, 1)
+	}
+}
+
+// add notes key's down, folded; it never blocks the fold.
+func (d *foldedDowns) add(key string) {
+	d.mu.Lock()
+	d.init()
+	d.keys[key] = struct{}{}
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default: // a token already waits
+	}
+}
+
+// woken returns the channel that is ready while keys were added since
+// the last take.
+func (d *foldedDowns) woken() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.init()
+	return d.wake
+}
+
+// take returns the keys added since the last take.
+func (d *foldedDowns) take() map[string]struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	keys := d.keys
+	d.keys = map[string]struct{}{}
+	return keys
 }
 
 // sweepResult is what a sweep's stream info found: the lease keys of
@@ -191,7 +247,7 @@ func (r *Reconciler) watchAgents(ctx context.Context, kv jetstream.KeyValue) err
 	w := &agentWatch{kv: kv, stream: r.stream, subj: r.subj, pub: r.pub, key: r.key, log: r.log, m: r.m,
 		leases: map[string]*nodeLease{}, last: map[string]*agentRecord{}, dirty: map[string]bool{}, now: time.Now,
 		held: map[string]bool{}, loaded: r.first.done, sweepTimeout: sweepTimeout,
-		folded: r.foldedLiveness, foldedUp: r.foldedUp}
+		folded: r.foldedLiveness, foldedUp: r.foldedUp, downs: &r.downs, doubted: map[string]time.Time{}}
 	if r.cfg.Signer != nil {
 		w.signer = r.cfg.Signer.PublicKey()
 	}
@@ -258,6 +314,10 @@ func (w *agentWatch) run(ctx context.Context) error {
 	}()
 	tick := time.NewTicker(agentCheck)
 	defer tick.Stop()
+	var downs <-chan struct{} // never ready without a fold (tests' watches)
+	if w.downs != nil {
+		downs = w.downs.woken()
+	}
 	initial := true
 	// sweepDue is the reconciler's first loads, once the watch's initial
 	// values are in: the sweep's stream info walks every subject of the
@@ -290,8 +350,11 @@ func (w *agentWatch) run(ctx context.Context) error {
 		case res := <-w.sweeping:
 			w.sweeping = nil
 			w.sweepDone(ctx, res)
+		case <-downs:
+			w.doubt(w.downs.take())
 		case <-tick.C:
 			w.inGrace() // starts a grace when the connection reconnected
+			w.pruneDoubted()
 			if sweepOpen {
 				w.startSweep(rctx)
 			}
@@ -450,6 +513,17 @@ func (w *agentWatch) entry(ctx context.Context, e jetstream.KeyValueEntry) {
 	switch e.Operation() {
 	case jetstream.KeyValuePut:
 		ls.seen = w.now()
+		if _, ok := w.doubted[node]; ok {
+			// A put after a down of this key was folded: the lease was
+			// written since. Judged from the newest event, read again
+			// (doubt): a live agent's down is followed by its up.
+			delete(w.doubted, node)
+			delete(w.last, node)
+			if ls.present && bytes.Equal(ls.value, e.Value()) {
+				w.sync(ctx, node)
+				return
+			}
+		}
 		if ls.present && bytes.Equal(ls.value, e.Value()) {
 			return // a renewal
 		}
@@ -465,6 +539,53 @@ func (w *agentWatch) entry(ctx context.Context, e jetstream.KeyValueEntry) {
 		ls.present, ls.why = false, events.WhyExpired
 	}
 	w.sync(ctx, node)
+}
+
+// doubtWindow is how long after a down of a lease key is folded the
+// watch takes the key's next put as a reason to read its newest event
+// again (doubt): the grace after a server or the bucket's leader came
+// back (AgentGrace), twice, as the down may be folded while the bucket
+// still elects its leader.
+func doubtWindow(ttl time.Duration) time.Duration { return 2 * AgentGrace(ttl) }
+
+// doubt takes the lease keys whose down this instance's partitions
+// folded. A down can be stored after the watch last judged the key, and
+// after the lease's renewal was seen: a down appended while the stream's
+// leader had lost its quorum (2 of 3 servers killed) is taken into its
+// log unanswered, and stored when the quorum is back, seconds after the
+// watch gave up on it, read the node's newest event (still the up),
+// cached it, and saw the agent's renewal as nothing new (a fresh user's
+// finding, G1: live agents recorded down until their next have, up to
+// --resync). The cache of each key is dropped, and the key's next put
+// within doubtWindow is judged again: a live agent renews within a
+// quarter of the TTL, so its up follows its down; a dead one writes no
+// put. The cost is one map entry per down folded, and one read of the
+// newest event per doubted key the watch judges.
+func (w *agentWatch) doubt(keys map[string]struct{}) {
+	now := w.now()
+	for key := range keys {
+		if _, _, ok := store.LeaseOf(key); !ok {
+			continue
+		}
+		delete(w.last, key)
+		w.doubted[key] = now
+	}
+}
+
+// pruneDoubted drops the doubted keys whose window is over, at most once
+// per TTL.
+func (w *agentWatch) pruneDoubted() {
+	now := w.now()
+	if len(w.doubted) == 0 || now.Before(w.doubtAge) {
+		return
+	}
+	w.doubtAge = now.Add(w.ttl)
+	window := doubtWindow(w.ttl)
+	for key, at := range w.doubted {
+		if now.Sub(at) >= window {
+			delete(w.doubted, key)
+		}
+	}
 }
 
 // expire reads again every present lease unrenewed for longer than the

@@ -243,6 +243,10 @@ type Reconciler struct {
 
 	unsavedMu  sync.Mutex
 	unsavedErr map[int]error // see Unsaved
+
+	// downs are the lease keys whose agent or prov down this instance's
+	// partitions folded, for its agent liveness watch (foldedDowns).
+	downs foldedDowns
 }
 
 // publishOpts are the options an effect is published with: its message

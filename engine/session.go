@@ -1369,6 +1369,11 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	effs := st.Fold(ev)
 	s.in.folded(st, effs)
 	p.mu.Unlock()
+	if ev.Err == nil {
+		if a, ok := livenessOf(ev.Payload); ok && a.State == events.AgentDown {
+			r.downs.add(store.LeaseKey(ev.Node, ev.Kind))
+		}
+	}
 	if timed {
 		r.m.Folding.Observe(time.Since(start).Seconds())
 	}
