@@ -391,20 +391,40 @@ func causeKind(err error) string {
 	}, err.Error())
 }
 
-// renewedNow ends the outage a renewal that reached the server ends.
-func (l *Lease) renewedNow() {
+// renewedNow ends the outage a renewal that reached the server ends. It
+// reports whether the outage may have outlived the key: no renewal was
+// stored for the TTL (the last one stored came at most TTL/4 before the
+// outage's first failure), so a watcher of the bucket may have read the
+// key gone and recorded the holder down, although this renewal found it
+// (a fresh user's finding, G1: after a quorum loss the leader that kept
+// the key stored the renewal as a plain one, and a down judged from a
+// replica that had aged the key out stood until the agent's next have).
+func (l *Lease) renewedNow() (outlived bool) {
 	l.renewedAt = time.Now()
-	if since, say := l.out.renewed(); say == outageEnds {
-		l.mu.Lock()
-		full := l.outFull
-		l.mu.Unlock()
-		if full {
-			l.log.Info(fmt.Sprintf("the server stores again, after %s unable to since %s",
-				time.Since(since).Round(time.Second), since.Format(time.TimeOnly)), "key", l.key)
-			return
-		}
-		l.log.Info(fmt.Sprintf("NATS reachable again, after %s unreachable since %s",
+	since, say := l.out.renewed()
+	if say != outageEnds {
+		return false
+	}
+	outlived = time.Since(since)+l.ttl/4 >= l.ttl
+	l.mu.Lock()
+	full := l.outFull
+	l.mu.Unlock()
+	if full {
+		l.log.Info(fmt.Sprintf("the server stores again, after %s unable to since %s",
 			time.Since(since).Round(time.Second), since.Format(time.TimeOnly)), "key", l.key)
+		return outlived
+	}
+	l.log.Info(fmt.Sprintf("NATS reachable again, after %s unreachable since %s",
+		time.Since(since).Round(time.Second), since.Format(time.TimeOnly)), "key", l.key)
+	return outlived
+}
+
+// nudgeReclaimed delivers on [Lease.Reclaimed], unless one not taken yet
+// says it already.
+func (l *Lease) nudgeReclaimed() {
+	select {
+	case l.reclaimed <- struct{}{}:
+	default:
 	}
 }
 
@@ -755,7 +775,9 @@ func (l *Lease) renewOnce(watched context.Context) (rerr error) {
 	next, err := l.kv.Update(ctx, l.key, l.value, rev)
 	if err == nil {
 		l.setRev(next)
-		l.renewedNow()
+		if l.renewedNow() {
+			l.nudgeReclaimed() // as a re-claim: see renewedNow
+		}
 		return nil
 	}
 	if errors.Is(err, context.Canceled) {
@@ -776,10 +798,7 @@ func (l *Lease) renewOnce(watched context.Context) (rerr error) {
 			l.renewedNow()
 			l.saidReclaimed(unrenewedFor)
 			l.setRev(next)
-			select {
-			case l.reclaimed <- struct{}{}:
-			default: // one not taken yet says it already
-			}
+			l.nudgeReclaimed()
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -815,7 +834,9 @@ func (l *Lease) renewOnce(watched context.Context) (rerr error) {
 	}
 	if h.Token == l.holder.Token {
 		l.setRev(e.Revision()) // our own renewal, whose reply was lost
-		l.renewedNow()
+		if l.renewedNow() {
+			l.nudgeReclaimed()
+		}
 		return nil
 	}
 	return &HeldError{Key: l.key, Holder: h, Bucket: l.kv.Bucket()}
@@ -867,8 +888,11 @@ func (l *Lease) Lost() <-chan struct{} { return l.lost }
 // Reclaimed delivers once each time the lease expired before it was
 // renewed (no renewal reached the bucket for its TTL: the server or the
 // bucket's leader away) and was claimed again, by this holder, with the
-// same token; one not taken yet stands for later ones. A watcher of the
-// bucket may have recorded the holder's death meanwhile (DESIGN.md §11).
+// same token, and each time a renewal ends an outage of renewals that
+// lasted the TTL (the key kept by the bucket's leader, aged out by a
+// replica a watcher read); one not taken yet stands for later ones. A
+// watcher of the bucket may have recorded the holder's death meanwhile
+// (DESIGN.md §11).
 func (l *Lease) Reclaimed() <-chan struct{} { return l.reclaimed }
 
 // Err returns why the lease was lost, nil while held: a [*HeldError]

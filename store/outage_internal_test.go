@@ -2,7 +2,9 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -65,5 +67,53 @@ func TestOutageOfAFullStoreSaidAsSuch(t *testing.T) {
 	}
 	if strings.Contains(out, "unreachable") || strings.Contains(out, "nats: nats:") {
 		t.Errorf("a full store said as an unreachable NATS, or raw:\n%s", out)
+	}
+}
+
+// renewKV answers a renewal's update as stored, at the next revision.
+type renewKV struct {
+	jetstream.KeyValue
+}
+
+func (renewKV) Update(_ context.Context, _ string, _ []byte, rev uint64) (uint64, error) {
+	return rev + 1, nil
+}
+
+// A renewal that ends an outage of renewals as long as the TTL is
+// answered as a re-claim (Lease.Reclaimed), though the key was still the
+// holder's: a watcher may have read it gone from a replica that aged it
+// out and recorded the holder down (a fresh user's finding, G1: after a
+// quorum loss the agents said "NATS reachable again" and nothing else,
+// and stayed recorded down until their next have). A shorter outage is
+// not.
+func TestRenewalAfterAnOutageAsLongAsTheTTLIsAReclaim(t *testing.T) {
+	const ttl = 5 * time.Second
+	for _, c := range []struct {
+		outage time.Duration
+		want   bool
+	}{
+		{ttl / 8, false},
+		{ttl / 2, false},
+		{ttl - ttl/4, true}, // the last stored renewal came up to TTL/4 before the first failure
+		{41 * time.Second, true},
+	} {
+		l := &Lease{kv: renewKV{}, key: "ace", ttl: ttl, rev: 7, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			stop: make(chan struct{}), reclaimed: make(chan struct{}, 1)}
+		l.out.since, l.out.said = time.Now().Add(-c.outage), time.Now().Add(-c.outage)
+		if err := l.renewOnce(context.Background()); err != nil {
+			t.Fatalf("outage %s: %v", c.outage, err)
+		}
+		got := false
+		select {
+		case <-l.Reclaimed():
+			got = true
+		default:
+		}
+		if got != c.want {
+			t.Errorf("a renewal after an outage of %s (TTL %s) answered as a re-claim: %t, want %t", c.outage, ttl, got, c.want)
+		}
+		if l.rev != 8 {
+			t.Errorf("outage %s: revision %d after the renewal, want 8", c.outage, l.rev)
+		}
 	}
 }
