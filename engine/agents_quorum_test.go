@@ -64,13 +64,27 @@ func TestAgentLivenessAcrossAQuorumLoss(t *testing.T) {
 	}
 	sctx, scancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
+	ready := make(chan struct{}, 2)
 	for i, name := range []string{"r1", "r2"} {
 		rnc := connect(name, (leader+i)%3)
 		go func() {
-			done <- engine.Serve(sctx, rnc, engine.Config{Stream: cfg, Group: "g", Instance: name, Logger: testLogger(t).With("serve", name)})
+			done <- engine.Serve(sctx, rnc, engine.Config{Stream: cfg, Group: "g", Instance: name, Logger: testLogger(t).With("serve", name),
+				Ready: func(context.Context, *engine.Reconciler) { ready <- struct{}{} }})
 		}()
 	}
 	t.Cleanup(func() { scancel(); <-done; <-done })
+	// Both running before the kill: a start that meets the quorum loss
+	// ends within its bounds, which is not this test's subject.
+	for range 2 {
+		select {
+		case <-ready:
+		case err := <-done:
+			done <- err // for the cleanup
+			t.Fatalf("a reconciler ended as it started: %v", err)
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the reconcilers not running after 2 minutes")
+		}
+	}
 
 	var live []string
 	for i := range 8 {
