@@ -42,8 +42,8 @@
 //     reconciler's key halts without auto_revert (failUntrusted);
 //     auto_revert and the revert verb give every changed
 //     target its previous want back (Rollout.revertWant: the want at
-//     its back or prev, else the one the start carries when the stream
-//     no longer held it, else none) within the budget (a target already
+//     the start carries, which NewStart sets for every target within
+//     its bound, else its back or prev, else none) within the budget (a target already
 //     unavailable at once, the others queued until fewer than
 //     max_unavailable nodes are unavailable; a revert spends it until its
 //     previous want's plan settled and runs): revert, Rollout.allowsBack,

@@ -29,9 +29,9 @@ type WantEffect struct {
 	// Modules are the want's modules. For a revert they are nil when
 	// CopyOf names the previous want: the controller publishes the modules
 	// of the want stored at that sequence (it reads the message by
-	// sequence); a revert of a target whose previous want the stream no
-	// longer held at the start carries that want, as the start carried it
-	// ([NodeAtStart].Had); a revert of a node that had no want before
+	// sequence); a revert of a target whose previous want the start
+	// carries (every target's, within its bound; [NodeAtStart].Had)
+	// carries that want; a revert of a node that had no want before
 	// carries an empty, non-nil list (every module removed).
 	Modules []events.WantModule
 	CopyOf  uint64

@@ -119,8 +119,11 @@ type NodeAtStart struct {
 	// [State.RevertBases]).
 	Back uint64 `json:"back,omitempty"`
 	// Had, when set, is 1 + the index in the start's wants of the want a
-	// revert gives the target back, carried here because the stream no
-	// longer holds it (--max-age): apply read it, with its sequence
+	// revert gives the target back, carried here so that a revert does
+	// not depend on the stream still holding it (--max-age): its want at
+	// Prev, which apply read (HadSeq is then Prev; [NewStart] carries
+	// every target's within the start's bound), or one the stream no
+	// longer held at the apply, which apply read, with its sequence
 	// HadSeq, from the reconciler's state (Prev is then 0: the want
 	// subject holds none), or from the superseded rollout that carried
 	// it. Never set with Back. 0: the revert copies the want at Back or

@@ -112,6 +112,12 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		delete(h.newest, args["node"])
 		delete(h.newestID, args["node"])
 		return "ok"
+	case "drop":
+		// The stream's limits dropped want #seq, an older want than
+		// the node's newest (serve --max-age shorter than a rollout):
+		// a revert that copies it cannot read it (carry).
+		delete(h.wants, reconciletest.U64(t, args["seq"]))
+		return "ok"
 	case "refold":
 		// The controller restarts and refolds the stream from the start
 		// into a new state (the effects decided meanwhile are dropped:
@@ -493,6 +499,15 @@ func (h *harness) start(t testing.TB, d *datadriven.TestData, args map[string]st
 			}
 		}
 	}
+	if args["carry"] == "true" {
+		// As apply does (rollout.NewStart): each target's want before
+		// the rollout carried in the start, so that a revert does not
+		// copy it from the stream.
+		rollout.CarryBefore(p, nil, func(node string) ([]events.WantModule, bool) {
+			w, ok := h.wants[h.newest[node]]
+			return w, ok
+		})
+	}
 	if err := rollout.Stamp(p, h.now).Validate(); err != nil {
 		t.Fatalf("%s: start: %v", d.Pos, err)
 	}
@@ -610,7 +625,15 @@ func (h *harness) carry(t tb, e rollout.Effect) {
 	}
 	ms := w.Modules
 	if ms == nil {
-		ms = h.wants[w.CopyOf]
+		var ok bool
+		if ms, ok = h.wants[w.CopyOf]; !ok && w.CopyOf != 0 {
+			// Dropped by the stream's limits ("drop"): the controller
+			// cannot read it and records the step refused.
+			h.append(t, rollout.Input{Kind: rollout.KindRefused, Payload: &rollout.Refused{Rollout: w.Rollout, Node: w.Node, Step: w.Step,
+				Error: fmt.Sprintf("the previous want #%d could not be read: it is gone from the stream (its --max-age or --max-bytes dropped it) "+
+					"and the rollout's start does not carry it; give the node its want by hand ('meshfold want %s -f FILE')", w.CopyOf, w.Node)}})
+			return
+		}
 	}
 	seq := h.append(t, rollout.Input{Node: w.Node, Kind: rollout.KindWant, ID: e.ID()})
 	h.wants[seq], h.newest[w.Node], h.newestID[w.Node] = ms, seq, e.ID()
@@ -634,6 +657,9 @@ func summary(in rollout.Input) string {
 	case *rollout.Published:
 		return fmt.Sprintf("published %s %s want=#%d", p.Node, p.Step, p.Want)
 	case *rollout.Refused:
+		if p.Error != "" {
+			return fmt.Sprintf("refused %s %s last=#%d: %s", p.Node, p.Step, p.Last, p.Error)
+		}
 		return fmt.Sprintf("refused %s %s last=#%d", p.Node, p.Step, p.Last)
 	case *rollout.Operator:
 		return fmt.Sprintf("%s by %s", p.Kind(), p.By)

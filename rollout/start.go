@@ -128,7 +128,10 @@ func (c Candidate) New() bool {
 // have none, or are retired: [Candidate.Target]), in the candidates' order; each distinct want is carried
 // once. Nodes beyond [MaxNodesPerEvent] go to pages, which the caller
 // publishes after the start as [Nodes] events (Page i+1 of the start's
-// sequence). It returns a nil start when no node's want changes.
+// sequence). Each target's want before the rollout is carried too
+// ([NodeAtStart].Had), within the start's bound ([carryBefore]), so that
+// a revert gives it back whatever the stream still holds. It returns a
+// nil start when no node's want changes.
 func NewStart(by, reason string, params Params, cands []Candidate) (start *Start, pages [][]NodeAtStart) {
 	start = &Start{By: by, Reason: reason, Params: params, Wants: [][]events.WantModule{}}
 	var all []NodeAtStart
@@ -176,13 +179,25 @@ func NewStart(by, reason string, params Params, cands []Candidate) (start *Start
 		rest = rest[k:]
 	}
 	start.Pages = 1 + len(pages)
+	current := make(map[string][]events.WantModule, len(cands))
+	for _, c := range cands {
+		if c.Target() && c.Current != nil {
+			current[c.Node] = c.Current
+		}
+	}
+	carryBefore(start, pages, func(node string) ([]events.WantModule, bool) {
+		w, ok := current[node]
+		return w, ok
+	})
 	return start, pages
 }
 
 // pageRestartsBytes bounds the encoded nodes of one start or page with
-// every restart count carried: MaxNodesPerEvent × RestartsNodeBytes, the
-// room the per-node bound keeps a full page within.
-const pageRestartsBytes = MaxNodesPerEvent * RestartsNodeBytes
+// every restart count carried: 192 KiB, under what the per-node bound
+// keeps a full page within (MaxNodesPerEvent × RestartsNodeBytes), with
+// room left for the start's wants and the wants before the rollout it
+// carries ([CarryBytes]).
+const pageRestartsBytes = 192 << 10
 
 // fitRestarts keeps every target's restart counts in a page (nodes, their
 // candidates of) whose encoding is within pageRestartsBytes: most nodes
@@ -205,6 +220,87 @@ func fitRestarts(nodes []NodeAtStart, of []Candidate) {
 		n.Restarts = nil
 		nodes[i].Restarts, nodes[i].DownSince = restartsAtStart(n, of[i])
 	}
+}
+
+// CarryBytes bounds a start's or a page's encoding once the wants its
+// targets had before the rollout are carried ([carryBefore]): 16 KiB
+// under events.MaxEventBytes, for the header the publish stamps and
+// the event's subject and headers.
+const CarryBytes = 240 << 10
+
+// carryBefore makes start carry, for each target whose revert would copy
+// its want before the rollout from the stream (Prev set, no Back, none
+// carried yet), that want, before(node) (the candidate's Current, which
+// apply read at Prev; false when unknown, a want that did not decode:
+// never carried as an empty want, which would remove every module):
+// Had names it among the start's wants, each
+// distinct want carried once, and HadSeq is Prev. A revert then gives it
+// back from the start, whatever the stream still holds: with --max-age
+// shorter than a rollout the want before it ages out meanwhile, and a
+// revert that copied it was refused ("the previous want #N could not be
+// read"). A target is carried only while the start keeps at most
+// [MaxWants] wants and the start and its page stay within [CarryBytes]
+// (a fleet whose nodes had many distinct large wants): one left out
+// reverts by copy as before. Targets are taken in order, the start's
+// first; one that does not fit does not stop the next, which may share
+// a want already carried. It returns how many targets were left out.
+func carryBefore(start *Start, pages [][]NodeAtStart, before func(node string) ([]events.WantModule, bool)) (left int) {
+	size := func(v any) int {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return CarryBytes + 1
+		}
+		return len(b)
+	}
+	startBytes := size(start)
+	for pi := -1; pi < len(pages); pi++ {
+		list, bytes := start.Nodes, &startBytes
+		pageBytes := 0
+		if pi >= 0 {
+			list, pageBytes, bytes = pages[pi], size(pages[pi])+64, &pageBytes
+		}
+		for i := range list {
+			n := &list[i]
+			if n.Want == 0 || n.Prev == 0 || n.Back != 0 || n.Had != 0 {
+				continue
+			}
+			w, ok := before(n.Node)
+			if !ok {
+				left++
+				continue
+			}
+			if w == nil {
+				w = []events.WantModule{}
+			}
+			c := *n
+			c.Had, c.HadSeq = len(start.Wants)+1, n.Prev
+			j := slices.IndexFunc(start.Wants, func(x []events.WantModule) bool { return EqualWant(x, w) })
+			grow := 0 // the start's growth by a want carried anew
+			if j >= 0 {
+				c.Had = j + 1
+			} else {
+				grow = size(w) + 1
+			}
+			cost := size(c) - size(*n)
+			fits := (j >= 0 || len(start.Wants) < MaxWants) && *bytes+cost <= CarryBytes
+			if pi >= 0 {
+				fits = fits && startBytes+grow <= CarryBytes
+			} else {
+				fits = fits && startBytes+cost+grow <= CarryBytes
+			}
+			if !fits {
+				left++
+				continue
+			}
+			if j < 0 {
+				start.Wants = append(start.Wants, w)
+			}
+			startBytes += grow
+			*bytes += cost
+			*n = c
+		}
+	}
+	return left
 }
 
 // wantIndex returns 1 + the index of w in the start's wants, adding it

@@ -449,8 +449,13 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 	if n.Base != 0 {
 		say("a revert gives back want #%d, its want before the rollout this one superseded, which had not finished it (#%d)", n.Base, n.Prev)
 	}
-	if n.HadSeq != 0 && n.Prev != 0 {
-		say("a revert gives back want #%d, its want before the rollout this one superseded, which had not finished it (#%d); the stream no longer holds it: the rollout carries it", n.HadSeq, n.Prev)
+	switch {
+	case n.HadSeq != 0 && n.Prev != 0 && n.HadSeq != n.Prev:
+		say("a revert gives back want #%d, its want before the rollout this one superseded, which had not finished it (#%d): the rollout carries it, whether or not the stream still holds it", n.HadSeq, n.Prev)
+	case n.HadSeq != 0 && n.Prev != 0 && n.Step != nil:
+		// Carried by the start (NewStart): a revert does not depend
+		// on the stream still holding it (--max-age).
+		say("a revert gives back want #%d, which the rollout carries: the stream's --max-age may drop it meanwhile", n.HadSeq)
 	}
 	if n.Published > 0 {
 		say("want #%d published", n.Published)

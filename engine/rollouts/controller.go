@@ -598,7 +598,15 @@ func (c *controller) wantOf(ctx context.Context, e rollout.Effect) (*events.Want
 	if modules == nil && w.CopyOf > 0 {
 		var err error
 		if modules, err = c.wantAt(ctx, w.Node, w.CopyOf); err != nil {
-			if ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil:
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+				// Dropped by the stream's limits during the rollout,
+				// and not carried by the start (an older apply's
+				// start, or a target past its bound: rollout.CarryBytes).
+				c.refuse(ctx, w, 0, fmt.Sprintf("the previous want #%d could not be read: it is gone from the stream (its --max-age or --max-bytes dropped it) "+
+					"and the rollout's start does not carry it; give the node its want by hand ('meshfold want %s -f FILE')", w.CopyOf, w.Node))
+			default:
 				c.refuse(ctx, w, 0, fmt.Sprintf("the previous want #%d could not be read: %v", w.CopyOf, err))
 			}
 			return nil, err

@@ -69,8 +69,12 @@ rollout: {batch: 1, max_unavailable: 1}
 		t.Fatal(err)
 	}
 	_, plan := apply("web:3")
-	if n := plan.Start.Nodes[0]; n.Prev != step || n.Back != first || n.RevertTo() != first {
-		t.Fatalf("start over the unfinished rollout: bob prev #%d back #%d, want prev #%d back #%d", n.Prev, n.Back, step, first)
+	// The first rollout's start carries bob's want before it (#first),
+	// and the new start carries it on: a revert gives it back whether or
+	// not the stream still holds it.
+	old := []events.WantModule{{Name: "web", Build: "web:1"}}
+	if n := plan.Start.Nodes[0]; n.Prev != step || n.Back != 0 || n.HadSeq != first || n.Had == 0 || !rollout.EqualWant(plan.Start.Wants[n.Had-1], old) {
+		t.Fatalf("start over the unfinished rollout: bob prev #%d back #%d had %d (#%d), want prev #%d and want #%d (web:1) carried", n.Prev, n.Back, n.Had, n.HadSeq, step, first)
 	}
 	s, err := feed.Replay(ctx, js, cfg, nil, "web")
 	if err != nil {
@@ -78,7 +82,7 @@ rollout: {batch: 1, max_unavailable: 1}
 	}
 	// The fold stepped bob (its want not recorded yet): a revert would
 	// wait for it and give back its want from before the first rollout.
-	if got := s.GivesBack(); len(got) != 1 || got[0].Name != "bob" || got[0].RevertTo() != first {
+	if got := s.GivesBack(); len(got) != 1 || got[0].Name != "bob" || got[0].RevertTo() != 0 || got[0].HadSeq != first {
 		t.Fatalf("a revert gives back %+v, want bob's #%d", got, first)
 	}
 	// The controller says the newest rollout ended: no replay, no base.
