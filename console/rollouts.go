@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/meshfold/meshfold/rollout"
@@ -20,18 +22,37 @@ type RolloutSource interface {
 	Rollout(ctx context.Context, fleet string) (*rollout.State, error)
 }
 
+// RolloutGoneSource is what the rollouts page reads of the fleets whose
+// newest rollout's start the stream's limits dropped (--max-age,
+// --max-bytes shorter than the rollout), to list them as `rollout ls`
+// does, "start gone" (query.Reader is one): a source without it lists
+// none of them.
+type RolloutGoneSource interface {
+	// RolloutFleetsWithoutStart returns the fleets the stream holds
+	// rollout events of but no start, sorted.
+	RolloutFleetsWithoutStart(ctx context.Context) ([]string, error)
+	// RolloutRemains returns what the stream holds of a fleet's newest
+	// rollout whose start it dropped (feed.ReadRemains).
+	RolloutRemains(ctx context.Context, fleet string) (feed.Remains, error)
+}
+
 // The pages are live through static/refresh.js: every two seconds it
 // fetches the page again and swaps in its body, until the rollout is
 // final.
 type rolloutsPage struct {
 	Views []rolloutRow
 	Error string
+	// Notes are the lines under the table: one per rollout whose start
+	// is gone, in `rollout ls`'s words (feed.Remains.Note).
+	Notes []string
 }
 
-// rolloutRow is one fleet's line of the list.
+// rolloutRow is one fleet's line of the list: its rollout's view, or,
+// its start gone from the stream, its fleet and rollout and Gone.
 type rolloutRow struct {
 	rollout.View
 	Done int
+	Gone *feed.Remains
 }
 
 type rolloutPage struct {
@@ -58,8 +79,19 @@ func (c *Console) rolloutsPage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		p.Error = err.Error()
 	}
+	goneSrc, _ := c.cfg.Source.(RolloutGoneSource)
+	var gone []string
+	if goneSrc != nil {
+		if gone, err = goneSrc.RolloutFleetsWithoutStart(ctx); err != nil {
+			p.Error = err.Error()
+		}
+	}
 	for _, f := range fleets {
 		s, err := src.Rollout(ctx, f)
+		if errors.Is(err, feed.ErrNoRollout) && goneSrc != nil {
+			gone = append(gone, f) // its start aged out since the list
+			continue
+		}
 		if err != nil {
 			p.Error = err.Error()
 			continue
@@ -67,6 +99,23 @@ func (c *Console) rolloutsPage(w http.ResponseWriter, r *http.Request) {
 		v := s.View()
 		v.Targets = nil
 		p.Views = append(p.Views, rolloutRow{View: v, Done: v.Counts[rollout.Done]})
+	}
+	for _, f := range gone {
+		g, err := goneSrc.RolloutRemains(ctx, f)
+		if err != nil {
+			p.Error = fmt.Sprintf("fleet %s's rollout events, its start gone: %v", f, err)
+			continue
+		}
+		if !g.StartGone() {
+			continue // what `rollout status` calls no rollout
+		}
+		p.Views = append(p.Views, rolloutRow{View: rollout.View{Fleet: f, Rollout: g.ID}, Gone: &g})
+	}
+	slices.SortFunc(p.Views, func(x, y rolloutRow) int { return strings.Compare(x.Fleet, y.Fleet) })
+	for _, r := range p.Views {
+		if r.Gone != nil {
+			p.Notes = append(p.Notes, r.Gone.Note(r.Fleet))
+		}
 	}
 	c.render(w, "rollouts.html", p)
 }
@@ -85,6 +134,14 @@ func (c *Console) rolloutPage(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	s, err := src.Rollout(ctx, fleet)
+	if goneSrc, ok := c.cfg.Source.(RolloutGoneSource); ok && errors.Is(err, feed.ErrNoRollout) {
+		// Its start aged out of the stream: said as `rollout status`
+		// says it, not as a mistyped name.
+		if g, gerr := goneSrc.RolloutRemains(ctx, fleet); gerr == nil && g.StartGone() {
+			c.renderStatus(w, http.StatusGone, "error.html", errorView{Title: "Fleet " + fleet, Error: g.Gone(fleet), Lines: g.Lines})
+			return
+		}
+	}
 	if errors.Is(err, feed.ErrNoRollout) {
 		c.renderStatus(w, http.StatusNotFound, "error.html", errorView{Title: "Fleet " + fleet,
 			Error: fmt.Sprintf("fleet %s has no rollout in the stream (a mistyped name? /rollouts lists the fleets; 'meshfold apply -f FLEET.yaml' starts one)", fleet)})

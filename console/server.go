@@ -300,6 +300,7 @@ func (c *Console) renderStatus(w http.ResponseWriter, status int, name string, d
 // page without what was wrong), named BackText.
 type errorView struct {
 	Title, Error   string
+	Lines          []string // shown under the error, one each: events, not prose
 	Valid          []string
 	Base           string
 	Back, BackText string

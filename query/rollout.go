@@ -90,3 +90,16 @@ func (r *Reader) RolloutFleetsWithoutStart(ctx context.Context) ([]string, error
 	}
 	return feed.FleetsWithoutStart(ctx, stream, cfg.Subjects())
 }
+
+// RolloutRemains returns what the stream holds of fleet's newest rollout
+// whose start its limits dropped (feed.ReadRemains): what `rollout ls`
+// and the console's rollouts page list as "start gone".
+//
+// Errors: the stream's lookup, info, reads and follow.
+func (r *Reader) RolloutRemains(ctx context.Context, fleet string) (feed.Remains, error) {
+	stream, cfg, err := r.open(ctx)
+	if err != nil {
+		return feed.Remains{}, err
+	}
+	return feed.ReadRemains(ctx, r.js, stream, cfg, fleet)
+}

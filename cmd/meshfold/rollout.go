@@ -132,10 +132,10 @@ a row has its fleet, its rollout, an empty phase and a start_gone object:
 				if err != nil {
 					return fmt.Errorf("fleet %s's rollout events, its start gone: %w", f, err)
 				}
-				if !g.startGone() {
+				if !g.StartGone() {
 					continue // what status calls no rollout
 				}
-				rows = append(rows, lsRow{View: rollout.View{Fleet: f, Rollout: g.id}, StartGone: g.row()})
+				rows = append(rows, lsRow{View: rollout.View{Fleet: f, Rollout: g.ID}, StartGone: row(g)})
 			}
 			slices.SortFunc(rows, func(x, y lsRow) int { return strings.Compare(x.Fleet, y.Fleet) })
 			if format != outTable {
@@ -147,17 +147,8 @@ a row has its fleet, its rollout, an empty phase and a start_gone object:
 			for _, row := range rows {
 				v := row.View
 				if g := row.StartGone; g != nil {
-					started := "-"
-					if !g.StreamBeginsAt.IsZero() {
-						started = "before " + g.StreamBeginsAt.UTC().Format(time.RFC3339)
-					}
-					fmt.Fprintf(tw, "%s\t%d\tstart gone\t-\t-\t-\t-\t%s\n", v.Fleet, v.Rollout, started)
-					newest := "the newest of its events that remain: " + g.Newest
-					if g.Newest == "" {
-						newest = "only its ticks remain"
-					}
-					notes = append(notes, fmt.Sprintf("start gone: fleet %s's rollout %d: its start (#%d) is gone from the stream, which %s; %s "+
-						"('meshfold rollout status %s' lists the %s of it that remain)", v.Fleet, v.Rollout, v.Rollout, g.keeps, newest, v.Fleet, plural(g.Events, "event")))
+					fmt.Fprintf(tw, "%s\t%d\tstart gone\t-\t-\t-\t-\t%s\n", v.Fleet, v.Rollout, g.started)
+					notes = append(notes, g.note(v.Fleet))
 					continue
 				}
 				total := 0
@@ -221,9 +212,10 @@ type startGone struct {
 	StreamKeeps    string    `json:"stream_keeps"`
 	// Events counts the rollout's events that remain; Newest is the
 	// newest of them but ticks, one line as 'rollout status' lists it.
-	Events int    `json:"events"`
-	Newest string `json:"newest"`
-	keeps  string
+	Events  int                       `json:"events"`
+	Newest  string                    `json:"newest"`
+	started string                    // the STARTED column (feed.Remains.Started)
+	note    func(fleet string) string // the line under the table (feed.Remains.Note)
 }
 
 func newRolloutStatusCmd(a *app) *cobra.Command {

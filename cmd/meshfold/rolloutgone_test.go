@@ -3,13 +3,19 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"html"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshfold/meshfold/console"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/rollout/feed"
 	"github.com/meshfold/meshfold/store"
@@ -109,6 +115,44 @@ func TestRolloutReadsAfterTheStartAgedOut(t *testing.T) {
 	if r := rows[0]; r.Fleet != "web" || r.Rollout != id || r.Phase != "" || r.StartGone == nil || r.StartGone.StreamBegins != id+1 ||
 		r.StartGone.StreamKeeps != "1h0m0s of events (--max-age)" || r.StartGone.Events != 4 || !strings.HasPrefix(r.StartGone.Newest, fmt.Sprintf("#%d ", last)) {
 		t.Errorf("ls -o json: %+v %+v", r, r.StartGone)
+	}
+
+	// The console's rollouts page lists it too, in ls's words (it left
+	// the fleet out), and its page of the fleet says what status says
+	// (it said "a mistyped name?").
+	r, err := query.New(nc, query.Config{Stream: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := console.New(console.Config{Source: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, html.UnescapeString(string(b))
+	}
+	code, page := get("/rollouts")
+	for _, want := range []string{fmt.Sprintf(`<td><a href="/rollouts/web">web</a></td><td>%d</td><td class="phase">start gone</td>`, id), note,
+		fmt.Sprintf("the newest of its events that remain: #%d ", last), "'meshfold rollout status web' lists the 4 events of it that remain"} {
+		if code != http.StatusOK || !strings.Contains(page, want) {
+			t.Errorf("console /rollouts: %d, want it to say %q:\n%s", code, want, page)
+		}
+	}
+	code, page = get("/rollouts/web")
+	if code != http.StatusGone || !strings.Contains(page, gone) || !strings.Contains(page, "record ace: done: ace done") {
+		t.Errorf("console /rollouts/web: %d, want %d saying %q and what remains:\n%s", code, http.StatusGone, gone, page)
 	}
 
 	// Nothing of it left.
