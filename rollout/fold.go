@@ -661,7 +661,7 @@ func (f *folder) checkConflict(n *Node) {
 		return
 	}
 	switch {
-	case n.Status == Failed || n.Status == Conflict || n.Status == Skipped:
+	case n.Status == Conflict || n.Status == Skipped:
 	case n.Status == Pending:
 		if n.NewestWant > n.Prev {
 			f.conflict(n, fmt.Sprintf("its want was changed %s at #%d after the rollout diffed against #%d", f.r.changedBy(n), n.NewestWant, n.Prev))
@@ -680,6 +680,12 @@ func (f *folder) checkConflict(n *Node) {
 			b.Status, b.Why = RevertRefused, fmt.Sprintf("its want was changed %s at #%d after the revert's #%d", f.r.changedBy(n), n.NewestWant, b.Want)
 			f.backFinished(n, events.LevelError)
 		}
+	case n.Status == Failed:
+		// No want of the rollout's but its previous one, which revert
+		// refuses for a changed want. A failed target's revert is
+		// checked above, before this: one queued while the rollout was
+		// paused on a plan it could not verify is given back at the
+		// resume, which must not overwrite a want changed meanwhile.
 	case n.NewestWant > n.Published:
 		f.conflict(n, fmt.Sprintf("its want was changed %s at #%d after the rollout's #%d", f.r.changedBy(n), n.NewestWant, n.Published))
 	}
