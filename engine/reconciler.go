@@ -367,9 +367,18 @@ func newReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 const startRetryFor = 30 * time.Second
 
 // retryTransient runs op, each attempt bounded by ackTimeout, until it
-// succeeds, fails for a reason that is not store.Transient, ctx is done
-// or startRetryFor has passed. Each failure asked again is noted
-// (store.NoteWait: a start says once what it waits for).
+// succeeds, fails for a reason that is neither store.Transient nor
+// store.NoPeersYet, ctx is done or startRetryFor has passed. Each
+// failure asked again is noted (store.NoteWait: a start says once what
+// it waits for).
+//
+// store.NoPeersYet is asked again as the store's bucket opens ask it: a
+// replicated bucket's creation (the effect key's, the lease bucket's)
+// on a cluster whose meta leader is back before its other servers is
+// answered "no suitable peers for placement" (10005) until they are.
+// Taken for final, it ended a reconciler started on a fresh cluster
+// 3.6 s after a quorum was back (TestServeWaitsForAFreshClustersLeaders
+// under load), while the cluster was still coming up.
 func retryTransient(ctx context.Context, op func(ctx context.Context) error) error {
 	deadline := time.Now().Add(startRetryFor)
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
@@ -378,7 +387,8 @@ func retryTransient(ctx context.Context, op func(ctx context.Context) error) err
 		actx, cancel := context.WithTimeout(ctx, ackTimeout)
 		err := op(actx)
 		cancel()
-		if err == nil || !store.Transient(err) || ctx.Err() != nil || time.Now().After(deadline) {
+		again := store.Transient(err) || store.NoPeersYet(err)
+		if err == nil || !again || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
 		store.NoteWait(ctx, err)
