@@ -204,8 +204,12 @@ func testStreamLeaderKill(t *testing.T, meta, bucketToo bool) {
 	if s, b := leaderOf(cfg.Name), leaderOf("KV_"+bucket); s != x || b != y {
 		t.Fatalf("placement before the kill: the stream's leader is %d, the bucket's %d; want %d and %d", s, b, x, y)
 	}
-	for name := range js.StreamNames(ctx).Name() {
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
 		t.Logf("before the kill, %s is led by %d", name, leaderOf(name))
+	}
+	if err := names.Err(); err != nil {
+		t.Logf("the stream names listed: %v", err)
 	}
 	stopFox()
 	pc.Kill(x)

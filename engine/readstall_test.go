@@ -12,6 +12,7 @@ import (
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // TestAStalledReadIsReadOn pauses the consumer a partition's session
@@ -66,8 +67,12 @@ func (g *rig) pauseRead(p int) {
 	waitfor.Until(g.t, 20*time.Second, fmt.Sprintf("partition %d's consumer paused", p), func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		l := g.stream.ListConsumers(ctx)
-		for info := range l.Info() {
+		infos, err := storetest.Consumers(ctx, g.stream)
+		if err != nil {
+			g.t.Logf("list consumers: %v", err)
+			return false
+		}
+		for _, info := range infos {
 			if info.Config.FilterSubject != filter {
 				continue
 			}

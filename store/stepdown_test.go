@@ -283,7 +283,11 @@ func TestTailsReadOnAcrossStepdowns(t *testing.T) {
 	}()
 	where := func() map[string]int {
 		on := map[string]int{}
-		for info := range stream.ListConsumers(ctx).Info() {
+		infos, err := storetest.Consumers(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, info := range infos {
 			if info.Cluster != nil {
 				on[info.Cluster.Leader]++
 			}

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/meshfold/meshfold/engine/rollouts"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/internal/waitfor"
@@ -73,16 +71,16 @@ rollout: {canary: 1}
 	filters := func() [][]string {
 		t.Helper()
 		var out [][]string
-		list := stream.ListConsumers(ctx)
-		for info := range list.Info() {
+		infos, err := storetest.Consumers(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, info := range infos {
 			fs := slices.Clone(info.Config.FilterSubjects)
 			if info.Config.FilterSubject != "" {
 				fs = append(fs, info.Config.FilterSubject)
 			}
 			out = append(out, fs)
-		}
-		if err := list.Err(); err != nil && err != jetstream.ErrEndOfData {
-			t.Fatal(err)
 		}
 		return out
 	}
