@@ -111,9 +111,11 @@ func startSealedMesh(t testing.TB) *sealedMesh {
 	s.agentStart()
 	s.provStart()
 	s.waitRegistered()
-	// The secret first (--ahead: no want declares it yet), then the want:
-	// the provisioner fills it once the plan declaring it settles.
-	s.put("v0", "--ahead")
+	// The want first, then the secret once the app's first process has
+	// appended its pid: the fill restarts the app (on_fill), and a fill
+	// that came before that process ran its echo (the secret put ahead of
+	// the want, filled as the plan settles, 35 ms after the app's start in
+	// one CI run) stopped it unrecorded: two starts, one pid.
 	w := &events.Want{Modules: []events.WantModule{
 		{Name: "provisioner", Build: provBuild, RunsAs: s.acct, Provisioner: true},
 		{Name: "app", Build: appBuild, RunsAs: s.acct, Files: []events.File{{Path: sealedPath, Mode: events.Mode(fmt.Sprintf("%04o", sealedMode))}}},
@@ -121,6 +123,8 @@ func startSealedMesh(t testing.TB) *sealedMesh {
 	if _, err := store.NewPublisher(s.m.js, s.m.cfg.Subjects()).Append(testCtx(t), "ace", events.Stamp(w, time.Now())); err != nil {
 		t.Fatal(err)
 	}
+	s.waitStarts(1)
+	s.put("v0")
 	s.waitContent(content("v0"))
 	return s
 }
@@ -328,8 +332,8 @@ func readEvents(t testing.TB, m *mesh, node string, kind events.Kind) []events.E
 // server's store holds no plaintext anywhere.
 func TestSealedRotation(t *testing.T) {
 	s := startSealedMesh(t)
-	// Two starts: the app's, and its restart when v0 was filled (the
-	// fill comes after the plan settles, so after the app started). The
+	// Two starts: the app's, and its restart when v0 was filled (put
+	// once the app's first start had recorded its pid). The
 	// pid of that second start is where the rotations count from: one
 	// that took the v0 restart's process for its own would put its
 	// secret while that process starts, which then sees the file and gets
