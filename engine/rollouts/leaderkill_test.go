@@ -83,6 +83,9 @@ func pausedRolloutResumesAcrossKill(t *testing.T, onKilled, resumeFirst bool) {
 	defer func() { stopR(); <-rdone }()
 	select {
 	case <-ready:
+	case err := <-rdone:
+		rdone <- err // for the deferred stop, which waits for it
+		t.Fatalf("the reconciler ended before it was ready: %v", err)
 	case <-ctx.Done():
 		t.Fatal("the reconciler never got ready")
 	}
@@ -119,8 +122,28 @@ func pausedRolloutResumesAcrossKill(t *testing.T, onKilled, resumeFirst bool) {
 	logged := &warns{t: t}
 	cctx, stopC := context.WithCancel(ctx)
 	cdone := make(chan error, 1)
+	// The controller runs as Serve runs it (rollouts.Run's supervisor):
+	// started again a second after a run that ended. A run ends by
+	// design when the new consumer it reads on through after an
+	// election cannot be made yet (a 503 "JetStream system temporarily
+	// unavailable", 10008, while the meta group elects too); run bare,
+	// the test's controller then stopped for good and the first batch's
+	// wants were never published (2 of 15 race runs under load 20-38).
 	go func() {
-		cdone <- rollouts.RunFleet(cctx, cjs, rollouts.Config{Stream: cfg, Logger: slog.New(logged)}, "web")
+		for {
+			err := rollouts.RunFleet(cctx, cjs, rollouts.Config{Stream: cfg, Logger: slog.New(logged)}, "web")
+			if cctx.Err() != nil {
+				cdone <- err
+				return
+			}
+			t.Logf("%s RunFleet ended: %v; started again in 1 s, as Serve's supervisor does", time.Now().Format("15:04:05.000"), err)
+			select {
+			case <-cctx.Done():
+				cdone <- nil
+				return
+			case <-time.After(time.Second):
+			}
+		}
 	}()
 	defer func() {
 		stopC()
@@ -128,8 +151,59 @@ func pausedRolloutResumesAcrossKill(t *testing.T, onKilled, resumeFirst bool) {
 			t.Errorf("RunFleet: %v", err)
 		}
 	}()
+	// Each wait also fails as soon as the reconciler or the stand-ins
+	// ended: neither may, and a wait that went on would hide why the
+	// rollout stalled.
+	alive := func() {
+		t.Helper()
+		for what, done := range map[string]chan error{"the reconciler": rdone, "the stand-in agents": adone} {
+			select {
+			case err := <-done:
+				done <- err // for the deferred stop, which waits for it
+				t.Fatalf("%s ended while the rollout ran: %v", what, err)
+			default:
+			}
+		}
+	}
+	// On a failure, what each of the first batch's nodes last got and
+	// said, and where the rollout holds them.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		r := func() *rollout.State {
+			s, err := feed.Replay(dctx, js, cfg, nil, "web")
+			if err != nil {
+				t.Logf("the rollout's state: %v", err)
+				return nil
+			}
+			return s
+		}()
+		if r != nil {
+			t.Logf("the rollout: phase %v, batch %d, next %d, paused %v", r.Rollout.Phase, r.Rollout.Batch, r.Rollout.Next, r.Rollout.Paused != nil)
+		}
+		for i := range n {
+			node := fmt.Sprintf("n%02d", i)
+			var b strings.Builder
+			if r != nil && r.Rollout.Nodes[node] != nil {
+				fmt.Fprintf(&b, " status %v;", r.Rollout.Nodes[node].Status)
+			}
+			for _, k := range []events.Kind{events.KindWant, events.KindPlan, events.KindSettle, events.KindHave} {
+				m, err := store.LastMsg(dctx, store.Leader(js, cfg.Name), subj, node, k)
+				if err != nil {
+					fmt.Fprintf(&b, " %s: %v;", k, err)
+					continue
+				}
+				fmt.Fprintf(&b, " %s #%d %s (%s);", k, m.Event.Seq, m.MsgID, m.Event.Time.Format("15:04:05.000"))
+			}
+			t.Logf("%s:%s", node, b.String())
+		}
+	})
 	state := func() *rollout.State {
 		t.Helper()
+		alive()
 		s, err := feed.Replay(ctx, js, cfg, nil, "web")
 		if err != nil {
 			t.Fatal(err)
@@ -182,6 +256,7 @@ func pausedRolloutResumesAcrossKill(t *testing.T, onKilled, resumeFirst bool) {
 		t.Logf("resumed %s after the kill", time.Since(killed).Round(time.Millisecond))
 	}
 	waitfor.Until(t, 2*time.Minute, "the first batch's wants published", func() bool {
+		alive()
 		for _, node := range next {
 			m, err := store.LastMsg(ctx, store.Leader(js, cfg.Name), subj, node, events.KindWant)
 			if err != nil || m.MsgID != rollout.WantID("web", id, node, rollout.StepForward) {
