@@ -382,6 +382,16 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The fleet's events are read as the reconciler's partitions and the
+	// node agents read theirs: through a consumer that ends on its loss
+	// (two missed heartbeats: its server killed -9), read on from after
+	// the last message read through a new one, whose creation rides out
+	// a meta leader's election. The client's ordered consumer, re-made
+	// under one name after such a loss, could stay on the killed server,
+	// and the controller then read nothing and said nothing: in
+	// TestPausedRolloutResumesAcrossTheStreamLeadersKill under load, the
+	// first batch settled and healthy on the stream, the second never
+	// published, the controller silent for 2 minutes.
 	follow := func(from uint64) (*store.Tail, error) {
 		return c.follow(ctx, store.TailConfig{Stream: c.cfg.Stream.Name, Subjects: c.subj, Start: from, EndOnLoss: true, Heartbeat: tailHeartbeat})
 	}
@@ -433,7 +443,7 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 				return 0, fmt.Errorf("rollout controller %s: reading on after a new stream leader: %w", c.fleet, err)
 			}
 		case x := <-tail.C():
-			if errors.Is(x.Err, store.ErrConsumerLost) {
+			if errors.Is(x.Err, store.ErrConsumerLost) && ctx.Err() == nil {
 				// Its server crashed, whichever server led the
 				// stream (two missed heartbeats), or a delivery was
 				// skipped: read on as after a new leader.
