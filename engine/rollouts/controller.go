@@ -275,7 +275,7 @@ func (c *controller) sleep(ctx context.Context, after uint64) error {
 			c.log.Info("rollout controller woken: the stream has a new leader")
 			return nil
 		case x := <-tail.C():
-			if errors.Is(x.Err, store.ErrConsumerLost) {
+			if errors.Is(x.Err, store.ErrConsumerLost) && ctx.Err() == nil {
 				// Its server crashed (or the consumer was deleted):
 				// refold, through a new one.
 				c.log.Info("rollout controller woken: its consumer was lost", "err", events.Short(x.Err.Error()))
