@@ -164,7 +164,7 @@ revert names it.`,
 			if err != nil {
 				return err
 			}
-			plan, err := feed.NewPlanHeld(ctx, stream, scfg.Subjects(), fleet, by, reason, a.heldWant(r))
+			plan, err := feed.NewPlanHeld(ctx, feed.WithLeaderWants(stream, js), scfg.Subjects(), fleet, by, reason, a.heldWant(r))
 			if err != nil {
 				return before("reading the fleet's nodes' newest events", err)
 			}

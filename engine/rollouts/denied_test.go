@@ -42,7 +42,7 @@ func TestDeniedFleetLeaseSaidOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := feed.NewPlan(ctx, stream, subj, f, "alice", "")
+	plan, err := feed.NewPlan(ctx, feed.WithLeaderWants(stream, js), subj, f, "alice", "")
 	if err != nil {
 		t.Fatal(err)
 	}

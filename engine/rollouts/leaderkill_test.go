@@ -111,7 +111,7 @@ func pausedRolloutResumesAcrossKill(t *testing.T, onKilled, resumeFirst bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := feed.NewPlan(ctx, stream, subj, f, "alice", "")
+	plan, err := feed.NewPlan(ctx, feed.WithLeaderWants(stream, js), subj, f, "alice", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ groups: [{name: all, select: {}, modules: [{name: web, build: "web:2"}]}]
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan, err := feed.NewPlan(ctx, stream, subj, f, "alice", "")
+		plan, err := feed.NewPlan(ctx, feed.WithLeaderWants(stream, js), subj, f, "alice", "")
 		if err != nil {
 			t.Fatal(err)
 		}

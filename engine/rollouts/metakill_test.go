@@ -81,7 +81,7 @@ func TestIdleControllerReadsOnWhenTheMetaLeaderDiesWithTheStreams(t *testing.T) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := feed.NewPlan(ctx, stream, subj, f, "alice", "")
+		p, err := feed.NewPlan(ctx, feed.WithLeaderWants(stream, js), subj, f, "alice", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,7 +218,7 @@ func TestAnUnansweredConsumerCreationIsAskedAgain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan, err := feed.NewPlan(ctx, stream, subj, f, "alice", "")
+		plan, err := feed.NewPlan(ctx, feed.WithLeaderWants(stream, js), subj, f, "alice", "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -402,13 +402,38 @@ type nodeRead struct {
 	retired uint64 // the sequence of its newest retire, 0 for none
 }
 
+// leaderWants is a stream whose nodes' newest wants [Candidates] reads
+// from the stream's leader ([WithLeaderWants]).
+type leaderWants struct {
+	jetstream.Stream
+	leader store.LastGetter
+}
+
+// WithLeaderWants returns stream for [Candidates] and [NewPlan] to read
+// each node's newest want from the stream's leader (store.Leader, over
+// js), its other events with a direct get as before. The want read is
+// the step's expectation (Candidate.Prev): a direct get may be answered
+// by a replica that has not yet applied a want stored a moment before
+// (a superseding apply right after another, a want by hand), and the
+// controller's step, expecting the older one, is then refused as a
+// conflict, which fails the target and, with auto_revert, reverts a
+// healthy fleet (flakes3's finding under load). `meshfold apply` reads
+// so.
+func WithLeaderWants(stream jetstream.Stream, js jetstream.JetStream) jetstream.Stream {
+	return leaderWants{Stream: stream, leader: store.Leader(js, stream.CachedInfo().Config.Name)}
+}
+
 // candidate reads node's newest want, agent event, pause, retire and
 // have, and pairs them with the fleet file's want.
 func candidate(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet *fleetfile.Fleet, node string) (c rollout.Candidate, r nodeRead, err error) {
 	want, _ := fleet.Want(node)
 	c = rollout.Candidate{Node: node, Want: want}
 	last := func(k events.Kind) (store.Msg, bool, error) {
-		m, err := store.LastMsg(ctx, stream, subj, node, k)
+		var from store.LastGetter = stream
+		if lw, ok := stream.(leaderWants); ok && k == events.KindWant {
+			from = lw.leader
+		}
+		m, err := store.LastMsg(ctx, from, subj, node, k)
 		switch {
 		case errors.Is(err, store.ErrNoMessage):
 			return store.Msg{}, false, nil
