@@ -442,7 +442,19 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 		}
 	}()
 
-	stream, err := a.js.Stream(ctx, a.cfg.Stream.Name)
+	// Asked until it answers (each ask bounded by the client's timeout):
+	// an agent started while the cluster has no quorum (an upgrade in
+	// place during an outage) ended 28 s after taking its lease on the
+	// first unanswered ask, with "stream MESH: context deadline exceeded",
+	// and its node stayed down (a fresh user's finding M6). Its modules
+	// run on either way.
+	stream, err := store.Retry(ctx, a.log, "look up stream "+a.cfg.Stream.Name, newBackoff(), func() (jetstream.Stream, error) {
+		s, err := a.js.Stream(ctx, a.cfg.Stream.Name)
+		if errors.Is(err, store.ErrPermissionDenied) || errors.Is(err, nats.ErrPermissionViolation) {
+			return nil, backoff.Permanent(err)
+		}
+		return s, err
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
