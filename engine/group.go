@@ -372,7 +372,13 @@ func (g *Group) Run(ctx context.Context) error {
 	defer g.flushOwnedLog()
 	work := context.WithoutCancel(ctx)
 	g.member, _ = json.Marshal(leaseValue{Group: g.cfg.Name, Instance: g.cfg.Instance, Since: time.Now().UTC()})
-	if err := g.putMember(ctx); err != nil {
+	// Asked again within the start's bound while the bucket does not
+	// answer (a cluster without a quorum): the first put's one ask ended
+	// a member started during an outage after 2-6.5 s with "group
+	// membership: nats: no response from stream", where the stream and
+	// the buckets before it had waited (a fresh user's finding M4). A
+	// denial ends it at once.
+	if err := retryTransient(ctx, g.putMember); err != nil {
 		return err
 	}
 	// The claim on the stream key may wait out a dead holder's (up to
@@ -388,7 +394,14 @@ func (g *Group) Run(ctx context.Context) error {
 		return err
 	}
 	g.memberNext = time.Now().Add(g.renewEvery())
-	w, entries, err := g.watch(ctx)
+	var (
+		w       jetstream.KeyWatcher
+		entries []jetstream.KeyValueEntry
+	)
+	err = retryTransient(ctx, func(actx context.Context) (err error) {
+		w, entries, err = g.watch(ctx)
+		return err
+	})
 	if err != nil {
 		return err
 	}
