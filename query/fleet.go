@@ -144,7 +144,7 @@ func (r *Reader) fleetSummary(ctx context.Context, row func(NodeView) audit.Flee
 		}
 	}
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("load summaries: %w", err)
+		return nil, nil, nil, fmt.Errorf("load summaries: %w", store.NoLeaderAnswer("KV_"+r.c.Stream.WithDefaults().Name+store.SnapshotBucketSuffix, err))
 	}
 	bare = append(bare, retry...)
 	if len(bare) == 0 {

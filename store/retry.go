@@ -119,6 +119,21 @@ func (e *NoLeaderError) Error() string {
 
 func (e *NoLeaderError) Unwrap() []error { return []error{ErrNoLeader, e.Err} }
 
+// NoLeaderAnswer returns err as a [*NoLeaderError] of stream when it is an
+// answer saying the group asked has no leader now (the API's 503 with
+// error code 10008, no stream responding to a publish), else err as it
+// is: for a read that is not asked again, so that it says what the
+// verbs' ride-outs say ("stream X has no leader …: try again in a few
+// seconds") instead of the server's raw 503 (a fresh user's finding m3:
+// `fleet` during a quorum loss).
+func NoLeaderAnswer(stream string, err error) error {
+	var nl *NoLeaderError
+	if err == nil || errors.As(err, &nl) || !saidNoLeader(err) {
+		return err
+	}
+	return &NoLeaderError{Stream: stream, Err: err, NoLeader: true}
+}
+
 // leaderless reports whether err is the JetStream API's "no leader"
 // answer ([saidNoLeader]), or its lack of one: a request timeout
 // (nats.ErrTimeout, context.DeadlineExceeded). Not a lost connection, no
