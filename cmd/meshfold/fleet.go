@@ -647,6 +647,14 @@ func pageLine(pg fleetPaging, page []audit.FleetRow, first, total int) string {
 	if pg.needs != "" {
 		of += " needing " + pg.needs
 	}
+	if total == 0 {
+		// No row at all: no page is past anything (a fresh user's
+		// finding m7: "page 1 is past the last row (0 needing …)").
+		if pg.needs != "" {
+			return fmt.Sprintf("-- no node needs %s\n", pg.needs)
+		}
+		return "-- no node\n"
+	}
 	if len(page) == 0 {
 		return fmt.Sprintf("-- page %d is past the last row (%s)\n", pg.page, of)
 	}

@@ -80,6 +80,11 @@ func TestFleetPaged(t *testing.T) {
 	if rows := rowsOf(out); len(rows) != 8 || !strings.Contains(out, "rows 1-8 of 8 needing approval") || !strings.Contains(out, "NEEDS            NODES") {
 		t.Errorf("--needs approval: %v\n%s", rows, out)
 	}
+	// A need no node has: said so, never "page 1 is past the last row".
+	out, _, _ = m.cli(t, "fleet", "--warnings", "0", "--needs", "provisioner-down")
+	if rows := rowsOf(out); len(rows) != 0 || !strings.Contains(out, "-- no node needs provisioner-down") || strings.Contains(out, "past the last row") {
+		t.Errorf("--needs provisioner-down, which no node needs: %v\n%s", rows, out)
+	}
 	// "nothing", listed in the summary, picks the calm nodes.
 	out, errOut, code = m.cli(t, "fleet", "--warnings", "0", "--needs", "nothing")
 	if rows := rowsOf(out); code != 0 || len(rows) != 50 || rows[0] != "n000" || !strings.Contains(out, "rows 1-50 of 52 needing nothing") {
