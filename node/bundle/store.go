@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/store"
@@ -155,34 +156,28 @@ func (s *Store) Push(ctx context.Context, build, from string, r io.Reader) (info
 	} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return Info{}, false, fmt.Errorf("push %s: %w", Short(build), err)
 	}
+	// The put too, when r can be read again from its start (a file): a
+	// put that got no answer is sent again whole, after a pause, until
+	// ctx ends. A put stored whose answer was lost is stored again under
+	// the same name: the same bytes.
 	h := sha256.New()
-	lr := &io.LimitedReader{R: r, N: MaxSize + 1}
-	oi, err := obs.Put(ctx, jetstream.ObjectMeta{Name: build, Description: clip(from)}, io.TeeReader(lr, h))
-	// The same for the put, when r can be read again from its start
-	// (a file): a put that got no answer is sent again whole, after a
-	// pause, until ctx ends. A put stored whose answer was lost is
-	// stored again under the same name: the same bytes.
-	for b := store.Backoff(100*time.Millisecond, time.Second); err != nil && store.Unanswered(err) && ctx.Err() == nil; {
-		rs, ok := r.(io.Seeker)
-		if !ok {
-			break
-		}
-		t := time.NewTimer(b.NextBackOff())
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		if ctx.Err() != nil {
-			break
-		}
-		if _, serr := rs.Seek(0, io.SeekStart); serr != nil {
-			break
+	var lr *io.LimitedReader
+	rs, seekable := r.(io.Seeker)
+	tries := 0
+	oi, err := backoff.RetryWithData(func() (*jetstream.ObjectInfo, error) {
+		if tries++; tries > 1 {
+			if _, err := rs.Seek(0, io.SeekStart); err != nil {
+				return nil, backoff.Permanent(err)
+			}
 		}
 		h.Reset()
 		lr = &io.LimitedReader{R: r, N: MaxSize + 1}
-		oi, err = obs.Put(ctx, jetstream.ObjectMeta{Name: build, Description: clip(from)}, io.TeeReader(lr, h))
-	}
+		oi, err := obs.Put(ctx, jetstream.ObjectMeta{Name: build, Description: clip(from)}, io.TeeReader(lr, h))
+		if err != nil && (!seekable || !store.Unanswered(err)) {
+			return nil, backoff.Permanent(err)
+		}
+		return oi, err
+	}, backoff.WithContext(store.Backoff(100*time.Millisecond, time.Second), ctx))
 	if err != nil {
 		return Info{}, false, fmt.Errorf("push %s: %w", Short(build), err)
 	}
