@@ -2169,9 +2169,15 @@ func (s *session) awaitAcks(ctx context.Context) error {
 				return werr
 			}
 			expired = expired || errors.Is(err, errNoAck)
-			if ok, err := take(pa, i, ack, err); err != nil {
-				return err
-			} else if !ok {
+			// take's error is the session's; err, the answer, is what
+			// the ride-out acts on (it was shadowed: every lost answer
+			// recorded nil, its cause said "%!w(<nil>)", and a timed-out
+			// one was sent again without its late answer taken first).
+			ok, terr := take(pa, i, ack, err)
+			if terr != nil {
+				return terr
+			}
+			if !ok {
 				again = append(again, lost{pa: pa, i: i, err: err})
 				if cause == nil {
 					cause = fmt.Errorf("publish %s: %w", pa.f.Msg().Header.Get(jetstream.MsgIDHeader), err)
