@@ -274,12 +274,22 @@ type fixture struct {
 
 func start(t *testing.T, f *fake) *fixture {
 	t.Helper()
+	return startWith(t, f, console.Config{Source: f})
+}
+
+// startWith is start with cfg (its Now, when unset, the fake's clock):
+// a console over another source, or with a logger.
+func startWith(t *testing.T, f *fake, cfg console.Config) *fixture {
+	t.Helper()
 	fx := &fixture{f: f}
-	c, err := console.New(console.Config{Source: f, Now: func() time.Time {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.s.TimeOf(f.s.Next())
-	}})
+	if cfg.Now == nil {
+		cfg.Now = func() time.Time {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.s.TimeOf(f.s.Next())
+		}
+	}
+	c, err := console.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,14 +2,11 @@ package console_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/meshfold/meshfold/console"
 	"github.com/meshfold/meshfold/events"
@@ -51,28 +48,7 @@ func TestFleetPageSaysTheStreamDoesNotAnswer(t *testing.T) {
 	last := f.append("ace", &events.Have{Modules: []events.HaveModule{{Name: "provisioner", Build: "p:1", State: events.Running, Account: "prov"}}})
 	src := &silentStream{fake: f}
 	logged := &storetest.SyncBuffer{}
-	c, err := console.New(console.Config{Source: src, Logger: slog.New(slog.NewTextHandler(logged, nil)), Now: func() time.Time {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.s.TimeOf(f.s.Next())
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	srv := httptest.NewServer(c)
-	defer srv.Close()
-	fx := &fixture{f: f, srv: srv}
-	select {
-	case <-c.Loaded():
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the console did not load within 30 s")
-	}
+	fx := startWith(t, f, console.Config{Source: src, Logger: slog.New(slog.NewTextHandler(logged, nil))})
 	fx.waitPage(t, "/", "Nothing needs an operator")
 
 	src.set(fmt.Errorf("%w: stream MESH has no leader", query.ErrStreamSilent))
@@ -91,9 +67,5 @@ func TestFleetPageSaysTheStreamDoesNotAnswer(t *testing.T) {
 	body = fx.waitPage(t, "/", "Nothing needs an operator")
 	if strings.Contains(body, "does not answer") {
 		t.Errorf("the page still says the stream does not answer once it does:\n%s", body)
-	}
-	cancel()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-		t.Error(err)
 	}
 }

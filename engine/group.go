@@ -398,7 +398,9 @@ func (g *Group) Run(ctx context.Context) error {
 		w       jetstream.KeyWatcher
 		entries []jetstream.KeyValueEntry
 	)
-	err = retryTransient(ctx, func(actx context.Context) (err error) {
+	// Each attempt is bounded by the watch's own 4 × opTimeout (a
+	// consumer's creation), not retryTransient's per-attempt bound.
+	err = retryTransient(ctx, func(context.Context) (err error) {
 		w, entries, err = g.watch(ctx)
 		return err
 	})
