@@ -31,7 +31,7 @@ func TestSettlesPublishedAfterSwitch(t *testing.T) {
 
 	var mu sync.Mutex
 	var judged []events.FillReply
-	a.rec.before = func(p events.Payload) {
+	before := func(p events.Payload) {
 		if s, ok := p.(*events.Settle); ok && s.Op == events.OpApply {
 			r := a.fill(context.Background(), events.FillRequest{Module: mbg, Path: creds, Writer: "prov"}, []byte(secret))
 			mu.Lock()
@@ -39,6 +39,7 @@ func TestSettlesPublishedAfterSwitch(t *testing.T) {
 			mu.Unlock()
 		}
 	}
+	a.rec.before.Store(&before)
 	seq := e.publishPlan(t, "ace", "prov",
 		events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: creds, Mode: "0600"}}})
 	e.waitEvent(t, "ace", events.KindSettle, settleOf(seq))

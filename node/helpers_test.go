@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,7 +73,7 @@ type recorder struct {
 	next   publisher
 	mu     sync.Mutex
 	sent   []sent
-	before func(events.Payload) // called before each append, outside any lock
+	before atomic.Pointer[func(events.Payload)] // called before each append, outside any lock; set while the agent runs
 }
 
 type sent struct {
@@ -82,8 +83,8 @@ type sent struct {
 }
 
 func (r *recorder) Append(ctx context.Context, node string, p events.Payload, opts ...store.AppendOpt) (store.Ack, error) {
-	if r.before != nil {
-		r.before(p)
+	if before := r.before.Load(); before != nil {
+		(*before)(p)
 	}
 	ack, err := r.next.Append(ctx, node, p, opts...)
 	r.mu.Lock()
