@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/saferoot"
 	"github.com/meshfold/meshfold/internal/tracing"
 	"github.com/meshfold/meshfold/store"
 )
@@ -31,8 +32,8 @@ import (
 const DefaultResync = 10 * time.Minute
 
 // DefaultCheckFiles is the default interval of the look at the filled
-// files in place on the node (Config.CheckFiles): one Lstat per declared
-// file, a few microseconds each, against a credential gone unnoticed
+// files in place on the node (Config.CheckFiles): one fstatat per declared
+// file, through the safe walk of its directory, some microseconds each, against a credential gone unnoticed
 // under a module that never exits.
 const DefaultCheckFiles = 5 * time.Second
 
@@ -160,7 +161,7 @@ type Agent struct {
 	// lookedBefore: the stream's sequences before it were looked at when
 	// the start found no plan (events.Have.LookedBefore).
 	lookedBefore uint64
-	root         *os.Root // nil until Run opens it and after Run closes it
+	root         *saferoot.Root // nil until Run opens it and after Run closes it
 	// refused holds the files this agent refused a write of since it last
 	// wrote them: an item may be owed for them, which only a filled pays,
 	// so their next accepted fill is written and reported even when the
@@ -379,7 +380,7 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 	if !a.started.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
-	root, err := os.OpenRoot(a.cfg.Root)
+	root, err := saferoot.Open(a.cfg.Root)
 	if err != nil {
 		return fmt.Errorf("node agent: open root: %w", err)
 	}

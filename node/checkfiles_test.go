@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/saferoot"
 )
 
 // checkFiles: a file in place when the agent first looks with a settled
@@ -28,7 +29,7 @@ func TestCheckFilesNotesThenFindsGone(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "run/app/token"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	root, err := os.OpenRoot(dir)
+	root, err := saferoot.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestCheckFilesNotesThenFindsGone(t *testing.T) {
 	if a.checkFiles() {
 		t.Fatal("a second look with nothing deleted since found a file gone")
 	}
-	if err := root.Remove("run/app/token"); err != nil {
+	if err := os.Remove(filepath.Join(dir, "run/app/token")); err != nil {
 		t.Fatal(err)
 	}
 	if !a.checkFiles() {
@@ -67,7 +68,7 @@ func TestCheckFilesNotesThenFindsGone(t *testing.T) {
 	}
 	// Both filled: reported no more.
 	for _, f := range []events.MissingFile{token, other} {
-		if err := root.WriteFile(f.Path[1:], []byte("x"), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, f.Path), []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		a.mu.Lock()
@@ -80,7 +81,7 @@ func TestCheckFilesNotesThenFindsGone(t *testing.T) {
 	// Deleted again before any have: seen again, as deletions in the
 	// agent's life (a fill of it wrote them), not gone at its start.
 	for _, f := range []events.MissingFile{token, other} {
-		if err := root.Remove(f.Path[1:]); err != nil {
+		if err := os.Remove(filepath.Join(dir, f.Path)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -99,7 +100,7 @@ func TestStartGoneBackByHand(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "run/app"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	root, err := os.OpenRoot(dir)
+	root, err := saferoot.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestStartGoneBackByHand(t *testing.T) {
 	if got := a.missingFiles(running); !slices.Equal(got, gone) {
 		t.Fatalf("the first have reports %v, want the token gone at the start", got)
 	}
-	if err := root.WriteFile("run/app/token", []byte("x"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "run/app/token"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// Back before the first have was stored: its retry says still what
@@ -125,7 +126,7 @@ func TestStartGoneBackByHand(t *testing.T) {
 	if got := a.missingFiles(running); len(got) != 0 {
 		t.Fatalf("a file back by hand is reported %v", got)
 	}
-	if err := root.Remove("run/app/token"); err != nil {
+	if err := os.Remove(filepath.Join(dir, "run/app/token")); err != nil {
 		t.Fatal(err)
 	}
 	if !a.checkFiles() {

@@ -69,11 +69,19 @@
 // write goes atomically under the root: a temporary file in the target's
 // directory, fsync, chown to the module's account (only when the agent runs
 // as root and the account exists as a user), chmod to the declared mode,
-// rename, fsync of the directory. Every path is resolved inside the root
-// through an [os.Root], so a path that escapes it, through ".." or a
-// symlink, fails; so does a path inside the root's /.meshfold directory,
-// which is the agent's own ([ReservedDir]). Either is refused as
-// write-failed.
+// rename, fsync of the directory. Every path's directory is resolved
+// inside the root by a walk of held directory descriptors
+// (internal/saferoot), and every step after it goes through the held
+// directory, never by path: a symlink on the way is followed only in a
+// directory no one but root could have written (so a module account's
+// link in its own data directory redirects nothing), a path that escapes
+// the root, through ".." or a symlink, fails, and a symlink at the file
+// itself is replaced, never followed. A path inside the root's
+// /.meshfold directory, the agent's own ([ReservedDir]), fails too.
+// Each failure is refused as write-failed, the error naming its cause
+// (the link not followed, say). Deletes, owner
+// and mode changes and the looks at files in place go through the same
+// walk (DESIGN.md §8).
 //
 // The agent then publishes filled (digest = hex HMAC-SHA256 of the
 // content under a 32-byte key created once, mode 0600, in the state

@@ -123,7 +123,7 @@ func TestFillRefusals(t *testing.T) {
 	files := []events.File{
 		{Path: creds, Mode: "0600"},
 		{Path: "/escape/inner/key", Mode: "0600"}, // /escape is a symlink out of the root
-		{Path: "/run/link", Mode: "0600"},         // a symlink to a file out of the root
+		{Path: "/run/link", Mode: "0600"},         // a symlink to a file out of the root: replaced
 		{Path: ReservedDir + "/modules/x.json", Mode: "0600"},
 	}
 	p2 := e.publishPlan(t, "ace", "prov", events.PlanModule{Name: mbg, Build: "g:1", RunsAs: "mbg", Files: files})
@@ -151,8 +151,14 @@ func TestFillRefusals(t *testing.T) {
 	}
 	r, _ = e.fill(t, "ace", mbg, "/escape/inner/key", "prov", []byte(secret))
 	checkRefusal(t, e, r, "ace", mbg, "/escape/inner/key", "prov", events.ReasonWriteFailed, p2)
-	r, _ = e.fill(t, "ace", mbg, "/run/link", "prov", []byte(secret))
-	checkRefusal(t, e, r, "ace", mbg, "/run/link", "prov", events.ReasonWriteFailed, p2)
+	// A symlink at the file itself is replaced by the rename, never
+	// followed: its target is left as it was.
+	if r, _ = e.fill(t, "ace", mbg, "/run/link", "prov", []byte(secret)); !r.OK {
+		t.Fatalf("fill over a symlink: %+v, want it replaced", r)
+	}
+	if fi, err := os.Lstat(filepath.Join(a.root, "run", "link")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("the symlink at the filled path was not replaced by a file: %v, %v", fi, err)
+	}
 	r, _ = e.fill(t, "ace", mbg, ReservedDir+"/modules/x.json", "prov", []byte(secret))
 	checkRefusal(t, e, r, "ace", mbg, ReservedDir+"/modules/x.json", "prov", events.ReasonWriteFailed, p2)
 	if ents, _ := os.ReadDir(outside); len(ents) != 1 {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -81,7 +80,7 @@ func (a *Agent) noteFiles(p *events.Plan) {
 			case m.Held || a.root == nil || !events.ValidPath(old):
 				paths = append(paths, old) // deleted with the module, or once it is applied
 			default:
-				err := a.root.Remove(old[1:])
+				err := removeFile(a.root, old)
 				if err != nil && !errors.Is(err, fs.ErrNotExist) {
 					a.log.Warn("filled file no longer declared not deleted", "module", m.Name, "path", old, "err", err)
 					paths = append(paths, old) // kept on record: the module's removal tries again
@@ -130,7 +129,7 @@ func (a *Agent) forgetFiles(module string) {
 			continue
 		}
 		delete(a.held, fileRef{module, p})
-		if err := a.root.Remove(p[1:]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := removeFile(a.root, p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			a.log.Warn("filled file of a removed module not deleted", "module", module, "path", p, "err", err)
 		} else if err == nil {
 			a.log.Info("filled file of a removed module deleted", "module", module, "path", p)
@@ -193,7 +192,7 @@ func (a *Agent) startLook() bool {
 				continue
 			}
 			ref := fileRef{row.Name, f.Path}
-			_, err := a.root.Lstat(f.Path[1:])
+			err := lookFile(a.root, f.Path)
 			switch {
 			case err == nil:
 				a.heldFile(ref)
@@ -262,7 +261,7 @@ func (a *Agent) missingFiles(mods []events.HaveModule) []events.MissingFile {
 			if !exited[row.Name] && !a.gone[ref] && !a.look[ref] && !a.startGone[ref] && !a.startReport[ref] || !events.ValidPath(f.Path) {
 				continue
 			}
-			_, err := a.root.Lstat(f.Path[1:])
+			err := lookFile(a.root, f.Path)
 			switch {
 			case err == nil:
 				if a.startGone[ref] {
@@ -338,7 +337,7 @@ func (a *Agent) checkLoop(ctx context.Context) {
 	}
 }
 
-// checkFiles looks (Lstat) at each declared file of the settled plan that
+// checkFiles looks (lookFile: fstatat, through the safe walk) at each declared file of the settled plan that
 // was in place on the node in this agent's life and that no have reported
 // missing yet, and returns whether one is gone: deleted under a module
 // that runs on (an operator's rm, a cleanup cron, a tmpfs emptied), which
@@ -351,7 +350,7 @@ func (a *Agent) checkLoop(ctx context.Context) {
 // one have, not one per interval. The agent's first look (startLook,
 // lookAll) is its first settle's; should it be still to come, it is this
 // one, and a file gone at the start makes a have too. The cost is one
-// Lstat per declared file, under the judging lock like a fill.
+// walk and fstatat per declared file, under the judging lock like a fill.
 func (a *Agent) checkFiles() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -371,7 +370,7 @@ func (a *Agent) checkFiles() bool {
 			if !a.held[ref] || a.gone[ref] || a.look[ref] || !events.ValidPath(f.Path) {
 				continue
 			}
-			if _, err := a.root.Lstat(f.Path[1:]); errors.Is(err, fs.ErrNotExist) {
+			if err := lookFile(a.root, f.Path); errors.Is(err, fs.ErrNotExist) {
 				if a.look == nil {
 					a.look = map[fileRef]bool{}
 				}
@@ -402,23 +401,12 @@ func (a *Agent) sweepTemps() {
 }
 
 // sweepTemp deletes the temporary files of writes of p (see writeFile and
-// atomicfile.IsTemp: .<base>.meshfold-<16 hex> in p's directory). Called
-// with a.mu held, so no write is in flight.
+// atomicfile.IsTemp: .<base>.meshfold-<16 hex> in p's directory, resolved
+// through the safe walk, sweepFile). Called with a.mu held, so no write
+// is in flight.
 func (a *Agent) sweepTemp(p string) {
-	rel := p[1:]
-	dir := path.Dir(rel)
-	d, err := a.root.Open(dir)
-	if err != nil {
-		return
-	}
-	names, _ := d.Readdirnames(-1)
-	_ = d.Close()
-	for _, n := range names {
-		if atomicfile.IsTemp(n, path.Base(rel)) {
-			if err := a.root.Remove(path.Join(dir, n)); err == nil {
-				a.log.Warn("deleted the temporary file of an interrupted write", "path", p)
-			}
-		}
+	for range sweepFile(a.root, p) {
+		a.log.Warn("deleted the temporary file of an interrupted write", "path", p)
 	}
 }
 

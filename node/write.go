@@ -11,12 +11,12 @@ import (
 	"io/fs"
 	"os"
 	"os/user"
-	"path"
 	"strconv"
 	"syscall"
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/internal/atomicfile"
+	"github.com/meshfold/meshfold/internal/saferoot"
 )
 
 // ReservedDir is the directory under the node's root that belongs to the
@@ -32,32 +32,32 @@ var errReserved = errors.New("path is inside the agent's reserved directory " + 
 // atomicfile.WriteIn: a temporary file in the target's directory (created
 // 0600), the content, chown to account when the agent runs as root and
 // the account exists as a user, chmod to the declared mode, fsync, rename
-// over the target, fsync of the directory. Missing parent directories are
-// created 0755. Every name is resolved through root, so a path that
-// escapes it (a symlink pointing outside, in any component) fails.
+// over the target, fsync of the directory. The directory is resolved
+// once, through root's safe walk (saferoot: a symlink in a directory
+// anyone but root could write is not followed, nor one that leads out
+// of the root), and every step after it goes through that held
+// directory, never by path: a component swapped meanwhile redirects
+// nothing, and a symlink at the target is replaced, not followed.
+// Missing parent directories are created 0755.
 //
-// Errors name the declared path and the failing step, never the content.
-func writeFile(root *os.Root, file events.File, account string, data []byte) error {
+// Errors name the declared path and the failing step (a link not
+// followed: `component "sub" is a symlink in a directory writable by uid
+// 65534: not followed`), never the content.
+func writeFile(root *saferoot.Root, file events.File, account string, data []byte) error {
 	if !events.ValidPath(file.Path) || !events.ValidMode(file.Mode) {
 		return fmt.Errorf("%s: invalid path or mode %q", file.Path, file.Mode)
 	}
 	if events.InReserved(file.Path) {
 		return fmt.Errorf("%s: %w", file.Path, errReserved)
 	}
-	rel := file.Path[1:]
-	dir := path.Dir(rel)
-	if dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("%s: create parent directories: %w", file.Path, err)
-		}
+	dir, base, err := root.Parent(file.Path, true)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file.Path, err)
 	}
-	// The rename replaces whatever entry is there. A symlink there must at
-	// least resolve inside the root; a directory cannot be replaced.
-	switch fi, err := root.Lstat(rel); {
-	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
-		if _, err := root.Stat(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%s: %w", file.Path, err)
-		}
+	defer dir.Close()
+	// The rename replaces whatever entry is there, a symlink as itself;
+	// a directory cannot be replaced.
+	switch fi, err := dir.Lstat(base); {
 	case err == nil && fi.IsDir():
 		return fmt.Errorf("%s: is a directory", file.Path)
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
@@ -66,7 +66,7 @@ func writeFile(root *os.Root, file events.File, account string, data []byte) err
 
 	// After chown, which may clear set-id bits, the mode is set with
 	// fchmod (the umask does not apply).
-	err := atomicfile.WriteIn(root, rel, data, fileMode(file.Mode), func(f *os.File) error {
+	err = atomicfile.WriteIn(dir, base, data, fileMode(file.Mode), func(f *os.File) error {
 		if uid, gid, ok := ownerOf(account); ok {
 			if err := f.Chown(uid, gid); err != nil {
 				return fmt.Errorf("chown to %s: %w", account, err)
@@ -80,35 +80,82 @@ func writeFile(root *os.Root, file events.File, account string, data []byte) err
 	return nil
 }
 
+// openFilled opens the regular file p (a declared path) under root for
+// reading, through root's safe walk and with O_NOFOLLOW|O_NONBLOCK, and
+// returns it with its fstat. Anything but a regular file (a symlink, a
+// pipe, a device, a directory) is not opened, or is closed again:
+// errNotRegular. What is then done to the file is done through the
+// descriptor (fchown, fchmod, read), so a name swapped after the check
+// redirects nothing.
+func openFilled(root *saferoot.Root, p string) (*os.File, fs.FileInfo, error) {
+	dir, base, err := root.Parent(p, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer dir.Close()
+	// Looked at first so that no device or pipe is opened at all.
+	if fi, err := dir.Lstat(base); err != nil {
+		return nil, nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, nil, errNotRegular
+	}
+	f, err := dir.OpenFile(base, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err // a symlink swapped in meanwhile: ELOOP
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = errNotRegular
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// errNotRegular: a declared path holds something other than a regular
+// file.
+var errNotRegular = errors.New("not a regular file")
+
 // refitFile gives the file file.Path under root, when it exists as a
 // regular file, the owner and mode writeFile would give it now: chown to
 // account (when the agent runs as root and the account exists), then
-// chmod to the declared mode (chown may clear set-id bits). Its content is
-// not read. It returns whether it changed anything; a missing file, a
-// symlink or anything else is left alone.
-func refitFile(root *os.Root, file events.File, account string) (changed bool, err error) {
+// chmod to the declared mode (chown may clear set-id bits), both through
+// a descriptor openFilled opened. Its content is not read. It returns
+// whether it changed anything; a missing file, a symlink or anything else
+// is left alone. A path the safe walk refuses (a symlink planted on the
+// way) and a file with more than one hard link (a change would reach its
+// other names: a module account's link to a file of root's) are left
+// alone too, and said as an error.
+func refitFile(root *saferoot.Root, file events.File, account string) (changed bool, err error) {
 	if !events.ValidPath(file.Path) || !events.ValidMode(file.Mode) || events.InReserved(file.Path) {
 		return false, nil
 	}
-	rel := file.Path[1:]
-	fi, err := root.Lstat(rel)
-	if err != nil || !fi.Mode().IsRegular() {
+	f, fi, err := openFilled(root, file.Path)
+	if errors.Is(err, saferoot.ErrNotFollowed) || errors.Is(err, saferoot.ErrEscapes) {
+		return false, fmt.Errorf("%s: %w", file.Path, err)
+	}
+	if err != nil {
 		return false, nil
 	}
-	if uid, gid, ok := ownerOf(account); ok {
-		if st, isUnix := fi.Sys().(*syscall.Stat_t); isUnix && (int(st.Uid) != uid || int(st.Gid) != gid) {
-			if err := root.Lchown(rel, uid, gid); err != nil {
-				return false, fmt.Errorf("%s: chown to %s: %w", file.Path, account, err)
-			}
-			changed = true
-			if fi, err = root.Lstat(rel); err != nil || !fi.Mode().IsRegular() {
-				return changed, nil
-			}
+	defer f.Close()
+	st, isUnix := fi.Sys().(*syscall.Stat_t)
+	if isUnix && st.Nlink > 1 {
+		return false, fmt.Errorf("%s: %d hard links: owner and mode not changed, as the change would reach every name", file.Path, st.Nlink)
+	}
+	if uid, gid, ok := ownerOf(account); ok && isUnix && (int(st.Uid) != uid || int(st.Gid) != gid) {
+		if err := f.Chown(uid, gid); err != nil {
+			return false, fmt.Errorf("%s: chown to %s: %w", file.Path, account, err)
+		}
+		changed = true
+		if fi, err = f.Stat(); err != nil {
+			return changed, nil
 		}
 	}
 	want := fileMode(file.Mode)
 	if fi.Mode()&(fs.ModePerm|os.ModeSetuid|os.ModeSetgid|os.ModeSticky) != want {
-		if err := root.Chmod(rel, want); err != nil {
+		if err := f.Chmod(want); err != nil {
 			return changed, fmt.Errorf("%s: chmod %s: %w", file.Path, file.Mode, err)
 		}
 		changed = true
@@ -122,14 +169,18 @@ type fileRef struct{ module, path string }
 // sameFile reports whether file.Path under root already is what writing
 // data (whose keyed digest is sum) would make it: a regular file, not a
 // symlink, with the declared mode, owned as writeFile would own it, and
-// content of the same HMAC under key. Any error reading it says no.
-func sameFile(root *os.Root, file events.File, account string, key []byte, sum string) bool {
+// content of the same HMAC under key, all read through one descriptor
+// (openFilled). Any error reading it says no.
+func sameFile(root *saferoot.Root, file events.File, account string, key []byte, sum string) bool {
 	if !events.ValidPath(file.Path) || !events.ValidMode(file.Mode) || events.InReserved(file.Path) {
 		return false
 	}
-	rel := file.Path[1:]
-	fi, err := root.Lstat(rel)
-	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&(fs.ModePerm|os.ModeSetuid|os.ModeSetgid|os.ModeSticky) != fileMode(file.Mode) {
+	f, fi, err := openFilled(root, file.Path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if fi.Mode()&(fs.ModePerm|os.ModeSetuid|os.ModeSetgid|os.ModeSticky) != fileMode(file.Mode) {
 		return false
 	}
 	if uid, gid, ok := ownerOf(account); ok {
@@ -138,16 +189,71 @@ func sameFile(root *os.Root, file events.File, account string, key []byte, sum s
 			return false
 		}
 	}
-	f, err := root.Open(rel)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
 	m := hmac.New(sha256.New, key)
 	if _, err := io.Copy(m, f); err != nil {
 		return false
 	}
 	return hmac.Equal([]byte(hex.EncodeToString(m.Sum(nil))), []byte(sum))
+}
+
+// lookFile looks at the declared file p under root (fstatat through the
+// safe walk, a symlink at p as itself) and returns nil when something is
+// there. A path the walk refuses (a symlink planted in a directory a
+// module account can write, or one out of the root) is not the declared
+// file: it is gone, an error matching fs.ErrNotExist as well as the
+// walk's, so a have reports it missing and the refill that follows is
+// refused naming the link.
+func lookFile(root *saferoot.Root, p string) error {
+	dir, base, err := root.Parent(p, false)
+	if errors.Is(err, saferoot.ErrNotFollowed) || errors.Is(err, saferoot.ErrEscapes) {
+		return fmt.Errorf("%w: %w", fs.ErrNotExist, err)
+	}
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	_, err = dir.Lstat(base)
+	return err
+}
+
+// removeFile deletes the declared file p under root: unlinkat in its
+// directory, resolved through the safe walk, so a symlink at p is
+// deleted, not followed, and a directory is not deleted. A missing file
+// or directory is an error matching fs.ErrNotExist; a path the walk
+// refuses is the walk's error (saferoot.ErrNotFollowed,
+// saferoot.ErrEscapes), and nothing is deleted.
+func removeFile(root *saferoot.Root, p string) error {
+	dir, base, err := root.Parent(p, false)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Remove(base)
+}
+
+// sweepFile deletes the temporary files interrupted writes of the
+// declared file p left beside it, in its directory resolved through the
+// safe walk, and returns how many. A walk refused deletes nothing.
+func sweepFile(root *saferoot.Root, p string) int {
+	dir, base, err := root.Parent(p, false)
+	if err != nil {
+		return 0
+	}
+	defer dir.Close()
+	return removeTemps(dir, base)
+}
+
+// removeTemps deletes base's temporary files in dir
+// (.<base>.meshfold-<16 hex>, atomicfile.IsTemp) and returns how many.
+func removeTemps(dir *saferoot.Dir, base string) int {
+	names, _ := dir.Names()
+	n := 0
+	for _, name := range names {
+		if atomicfile.IsTemp(name, base) && dir.Remove(name) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // fileMode converts a declared mode ("0640", "4755") to an os.FileMode,

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 )
@@ -36,8 +35,8 @@ func IsTemp(name, base string) bool {
 // Errors name the failing step; a failure after the rename (the
 // directory's fsync) leaves data in place but perhaps not durable.
 func Write(path string, data []byte, perm fs.FileMode) error {
-	return inDir(path, func(root *os.Root, base string) error {
-		return WriteIn(root, base, data, perm, nil)
+	return inDir(path, func(dir Dir, base string) error {
+		return write(dir, base, data, perm, nil, true)
 	})
 }
 
@@ -46,29 +45,56 @@ func Write(path string, data []byte, perm fs.FileMode) error {
 // processes creating path at once: one wins, the other gets fs.ErrExist
 // and may read the winner's complete content.
 func Create(path string, data []byte, perm fs.FileMode) error {
-	return inDir(path, func(root *os.Root, base string) error {
-		return write(root, base, data, perm, nil, false)
+	return inDir(path, func(dir Dir, base string) error {
+		return write(dir, base, data, perm, nil, false)
 	})
 }
 
-// WriteIn is [Write] of name under root: every component of name is
-// resolved through root, so a name that escapes it (by "..", or a
-// symlink pointing outside) fails. prepare, when not nil, runs on the
+// Dir is a directory held open that [WriteIn] writes in: each method
+// takes a single name in it (no "/") and never follows a symlink at that
+// name (saferoot.Dir is one). OpenFile is called with O_CREATE|O_EXCL.
+type Dir interface {
+	OpenFile(name string, flag int, perm fs.FileMode) (*os.File, error)
+	Rename(oldname, newname string) error
+	Link(oldname, newname string) error
+	Remove(name string) error
+	Sync() error
+}
+
+// WriteIn is [Write] of the file name, a single element, in dir: the
+// temporary file is created, renamed over name and, on failure, removed
+// through dir, and dir is synced. prepare, when not nil, runs on the
 // temporary file after the data is written and before its mode is set
 // (a chown, say: after it, fchmod restores set-id bits a chown clears);
 // its error is returned as it is.
-func WriteIn(root *os.Root, name string, data []byte, perm fs.FileMode, prepare func(*os.File) error) error {
-	return write(root, name, data, perm, prepare, true)
+func WriteIn(dir Dir, name string, data []byte, perm fs.FileMode, prepare func(*os.File) error) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+		return fmt.Errorf("write %q: not a single name", name)
+	}
+	return write(dir, name, data, perm, prepare, true)
 }
 
 // inDir opens path's directory as a root and calls f with its base name.
-func inDir(p string, f func(root *os.Root, base string) error) error {
+func inDir(p string, f func(dir Dir, base string) error) error {
 	root, err := os.OpenRoot(filepath.Dir(p))
 	if err != nil {
 		return fmt.Errorf("open directory: %w", err)
 	}
 	defer root.Close()
-	return f(root, filepath.Base(p))
+	return f(rootDir{root}, filepath.Base(p))
+}
+
+// rootDir is an os.Root as a Dir: its methods, given a single name, do
+// not follow a symlink at it.
+type rootDir struct{ *os.Root }
+
+func (d rootDir) Sync() error {
+	f, err := d.Open(".")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // hook, when set (by this package's tests), is called after each step
@@ -81,14 +107,12 @@ func step(name string) {
 	}
 }
 
-func write(root *os.Root, name string, data []byte, perm fs.FileMode, prepare func(*os.File) error, replace bool) error {
-	name = filepath.ToSlash(name)
-	dir, base := path.Dir(name), path.Base(name)
+func write(dir Dir, base string, data []byte, perm fs.FileMode, prepare func(*os.File) error, replace bool) error {
 	var rnd [tempHex / 2]byte
 	_, _ = rand.Read(rnd[:])
-	tmp := path.Join(dir, "."+base+tempInfix+hex.EncodeToString(rnd[:]))
+	tmp := "." + base + tempInfix + hex.EncodeToString(rnd[:])
 	// 0600 until the end: a secret is never readable by others on the way.
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := dir.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("create temporary file: %w", err)
 	}
@@ -96,7 +120,7 @@ func write(root *os.Root, name string, data []byte, perm fs.FileMode, prepare fu
 	defer func() {
 		if !placed {
 			_ = f.Close()
-			_ = root.Remove(tmp)
+			_ = dir.Remove(tmp)
 		}
 	}()
 	step("created")
@@ -120,24 +144,19 @@ func write(root *os.Root, name string, data []byte, perm fs.FileMode, prepare fu
 	}
 	step("synced")
 	if replace {
-		if err := root.Rename(tmp, name); err != nil {
+		if err := dir.Rename(tmp, base); err != nil {
 			return fmt.Errorf("rename into place: %w", err)
 		}
 	} else {
-		err := root.Link(tmp, name)
-		_ = root.Remove(tmp)
+		err := dir.Link(tmp, base)
+		_ = dir.Remove(tmp)
 		if err != nil {
 			return fmt.Errorf("link into place: %w", err)
 		}
 	}
 	placed = true
 	step("renamed")
-	d, err := root.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory for fsync: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := dir.Sync(); err != nil {
 		return fmt.Errorf("fsync directory: %w", err)
 	}
 	return nil

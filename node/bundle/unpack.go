@@ -35,6 +35,11 @@ func Unpack(r io.Reader, dir string) (Manifest, error) {
 		return Manifest{}, fmt.Errorf("%w: not a gzip stream: %v", ErrUnsafe, err)
 	}
 	defer gz.Close()
+	// An os.Root, not internal/saferoot's walk of filled files: dir is a
+	// fresh directory the agent made in its own cache (under its state
+	// directory), which no module account can write, and every link in
+	// it is one this unpack made and checked (the rules above); so a link
+	// os.Root follows is the bundle's own, and stays inside it.
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return Manifest{}, err
