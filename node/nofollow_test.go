@@ -349,3 +349,41 @@ func TestStartLookThroughPlantedLink(t *testing.T) {
 		t.Errorf("the have reports %v, want the file gone at the start", got)
 	}
 }
+
+// A symlink swapped in for the file between refitFile's look (regular)
+// and its change is not followed: the chown and chmod are made through
+// a descriptor opened O_NOFOLLOW, which the swap makes fail, so the file
+// is left alone. By name (Lstat, then Chmod and Lchown, as before) the
+// chmod went through the link to root's file.
+func TestRefitSwapNotFollowed(t *testing.T) {
+	dir := t.TempDir()
+	nb := moduleOwned(t, dir, "srv/nb")
+	victim := filepath.Join(dir, "etc/important/tok")
+	if err := os.MkdirAll(filepath.Dir(victim), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(victim, []byte("root's own"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(nb, "tok"), []byte("filled"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	swapped := false
+	openFilledHook = func(p string) {
+		if p == "/srv/nb/tok" {
+			plant(t, filepath.Join(nb, "tok"), "../../etc/important/tok")
+			swapped = true
+		}
+	}
+	t.Cleanup(func() { openFilledHook = nil })
+	changed, err := refitFile(rootOf(t, dir), events.File{Path: "/srv/nb/tok", Mode: "0644"}, "nobody")
+	if !swapped {
+		t.Fatal("the swap was not made: the hook was not called")
+	}
+	if changed || err != nil {
+		t.Errorf("refit after the swap: changed %v, %v; want the file left alone", changed, err)
+	}
+	if mode, uid := modeOwner(t, victim); mode != 0o600 || uid != 0 {
+		t.Errorf("root's file after a refit through a swapped-in link: %v uid %d", mode, uid)
+	}
+}

@@ -99,6 +99,9 @@ func openFilled(root *saferoot.Root, p string) (*os.File, fs.FileInfo, error) {
 	} else if !fi.Mode().IsRegular() {
 		return nil, nil, errNotRegular
 	}
+	if openFilledHook != nil {
+		openFilledHook(dir.Name() + "/" + base)
+	}
 	f, err := dir.OpenFile(base, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, err // a symlink swapped in meanwhile: ELOOP
@@ -113,6 +116,11 @@ func openFilled(root *saferoot.Root, p string) (*os.File, fs.FileInfo, error) {
 	}
 	return f, fi, nil
 }
+
+// openFilledHook, when set (by this package's tests), is called by
+// openFilled between its look at the file and its open, with the path
+// under the root: where a swap would land.
+var openFilledHook func(path string)
 
 // errNotRegular: a declared path holds something other than a regular
 // file.
