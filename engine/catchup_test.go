@@ -31,6 +31,7 @@ import (
 // history once carried bare ids: their refold republished plans and
 // journaled them as another writer's, and the figure measured that.
 func TestRefoldOfStoredHistoryPublishesNothing(t *testing.T) {
+	t.Parallel()
 	h := enginetest.Simulate(6_000, 60)
 	_, _, js, st, cfg := storetest.StartStream(t, store.StreamConfig{})
 	last := sealed(t, js, cfg, h).Load(t, js)
@@ -50,7 +51,10 @@ func TestRefoldOfStoredHistoryPublishesNothing(t *testing.T) {
 // effect the pure fold of the inputs makes, once, under its keyed id, and
 // each subject's in the order the fold made them, however the
 // publishes of different subjects interleave (issue 27).
-func TestFirstRefoldStoresEveryEffectOnceInOrder(t *testing.T) { firstRefold(t, 0) }
+func TestFirstRefoldStoresEveryEffectOnceInOrder(t *testing.T) {
+	t.Parallel()
+	firstRefold(t, 0)
+}
 
 // TestFirstRefoldUnderThePendingLimit is the same refold by a reconciler
 // whose connection allows 8 asynchronous publishes pending, shared by its
@@ -58,31 +62,38 @@ func TestFirstRefoldStoresEveryEffectOnceInOrder(t *testing.T) { firstRefold(t, 
 // session for it. (A wait past the client's stall wait, 200 ms, which
 // only a server that answers nothing that long gives, is sent again:
 // errStalled; not produced here.)
-func TestFirstRefoldUnderThePendingLimit(t *testing.T) { firstRefold(t, 8) }
+func TestFirstRefoldUnderThePendingLimit(t *testing.T) {
+	t.Parallel()
+	firstRefold(t, 8)
+}
 
 // TestFirstRefoldWithASmallPrepareWindow is the same refold with its
 // effects prepared at most 4 ahead of their sends: the sends take the
 // rest themselves, and every effect is still stored once, in order.
 func TestFirstRefoldWithASmallPrepareWindow(t *testing.T) {
-	defer engine.SetPrepareWindow(4)()
-	firstRefold(t, 0)
+	t.Parallel()
+	firstRefoldOf(t, 0, store.StreamConfig{}, func(cfg *engine.ReconcilerConfig) { engine.SetPrepareWindow(cfg, 4) })
 }
 
 // firstRefold checks a cold refold of dense inputs, the reconciler's
 // connection allowing pending asynchronous publishes (0: the client's
 // default): every effect once, in order, and no session restarted.
-func firstRefold(t *testing.T, pending int) { firstRefoldOf(t, pending, store.StreamConfig{}) }
+func firstRefold(t *testing.T, pending int) {
+	firstRefoldOf(t, pending, store.StreamConfig{}, func(*engine.ReconcilerConfig) {})
+}
 
 // TestFirstRefoldAsItReadsStoresEveryEffectOnceInOrder is that refold
 // on one partition: its session has read enough of the dense inputs to
 // publish as it reads (engine/early.go), those it deferred until then
 // first; each subject's effects are still stored once, in order.
 func TestFirstRefoldAsItReadsStoresEveryEffectOnceInOrder(t *testing.T) {
-	firstRefoldOf(t, 0, store.StreamConfig{Partitions: 1})
+	t.Parallel()
+	firstRefoldOf(t, 0, store.StreamConfig{Partitions: 1}, func(*engine.ReconcilerConfig) {})
 }
 
-// firstRefoldOf is firstRefold on a stream of configuration scfg.
-func firstRefoldOf(t *testing.T, pending int, scfg store.StreamConfig) {
+// firstRefoldOf is firstRefold on a stream of configuration scfg, the
+// reconciler's configuration changed by tune.
+func firstRefoldOf(t *testing.T, pending int, scfg store.StreamConfig, tune func(*engine.ReconcilerConfig)) {
 	h := enginetest.SimulateDenseInputs(6_000, 40)
 	_, _, js, st, cfg := storetest.StartStream(t, scfg)
 	last := h.Load(t, js)
@@ -98,7 +109,9 @@ func firstRefoldOf(t *testing.T, pending int, scfg store.StreamConfig) {
 	}
 	m := engine.NewMetrics(prometheus.NewRegistry())
 	restarts := &restartLog{Handler: testLogger(t).Handler(), errs: new([]error), mu: new(sync.Mutex)}
-	foldAllStored(t, rjs, engine.ReconcilerConfig{Stream: cfg, Metrics: m, Logger: slog.New(restarts)})
+	rcfg := engine.ReconcilerConfig{Stream: cfg, Metrics: m, Logger: slog.New(restarts)}
+	tune(&rcfg)
+	foldAllStored(t, rjs, rcfg)
 	// No session restarts for the pending limit, nor for anything but a
 	// server that answered nothing within the session's ride-out (5 s,
 	// then 20 s for leaders): at load 35 (three race suites beside it)

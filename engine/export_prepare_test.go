@@ -1,10 +1,5 @@
 package engine
 
-// SetPrepareWindow sets how many effects a recovery prepares ahead of its
-// sends, until restore is called. Not concurrently with a running
-// reconciler.
-func SetPrepareWindow(n int) (restore func()) {
-	old := prepareWindow
-	prepareWindow = n
-	return func() { prepareWindow = old }
-}
+// SetPrepareWindow sets cfg's reconciler's prepareWindow (n > 0): its
+// own, not the package's, so the test runs beside others.
+func SetPrepareWindow(cfg *ReconcilerConfig, n int) { cfg.tuning.prepareWindow = n }

@@ -2,20 +2,10 @@ package engine
 
 import "time"
 
-// SetReadStallAfter sets how long a partition's read may deliver nothing
-// before its session asks its consumer whether it stalled, until restore
-// is called. Not concurrently with a running reconciler.
-func SetReadStallAfter(d time.Duration) (restore func()) {
-	old := readStallAfter
-	readStallAfter = d
-	return func() { readStallAfter = old }
-}
+// SetReadStallAfter sets cfg's reconciler's readStallAfter (d > 0): its
+// own, not the package's, so the test runs beside others.
+func SetReadStallAfter(cfg *ReconcilerConfig, d time.Duration) { cfg.tuning.readStallAfter = d }
 
-// SetFollowRideOut sets how long a session starts attempts to create its
-// read's consumer again, until restore is called. Not concurrently with a
-// running reconciler.
-func SetFollowRideOut(d time.Duration) (restore func()) {
-	old := followRideOut
-	followRideOut = d
-	return func() { followRideOut = old }
-}
+// SetFollowRideOut sets cfg's reconciler's followRideOut (d > 0): its
+// own, not the package's, so the test runs beside others.
+func SetFollowRideOut(cfg *ReconcilerConfig, d time.Duration) { cfg.tuning.followRideOut = d }

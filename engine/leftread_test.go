@@ -27,8 +27,9 @@ import (
 // next's look would read every block written since). Either way the
 // states and effects are the pure fold's.
 func TestRestartAsksNoPartitionLast(t *testing.T) {
+	t.Parallel()
 	t.Run("near", func(t *testing.T) {
-		last, next := restartGets(t)
+		last, next := restartGets(t, func(*engine.ReconcilerConfig) {})
 		for _, f := range last {
 			if slices.Contains(partitionFilters(2), f) {
 				t.Errorf("the restart asked for a partition's last message (%s): the server matches every subject of the partition for it", f)
@@ -39,8 +40,7 @@ func TestRestartAsksNoPartitionLast(t *testing.T) {
 		}
 	})
 	t.Run("far", func(t *testing.T) {
-		defer engine.SetLeftScanMax(0)()
-		last, next := restartGets(t)
+		last, next := restartGets(t, func(cfg *engine.ReconcilerConfig) { engine.SetLeftScanMax(cfg, 0) })
 		if !slices.Contains(last, partitionFilters(2)[1]) {
 			t.Errorf("the restart did not ask for partition 1's last message (gets of a last message: %v)", last)
 		}
@@ -68,8 +68,9 @@ func partitionFilters(n int) []string {
 // last message (partition 0's), restarts, checks the tail's plans and the
 // states against the pure fold, and returns the subjects of the
 // restart's message gets from the stream's leader: of a last message
-// (last_by_subj) and of a next one (next_by_subj).
-func restartGets(t *testing.T) (last, next []string) {
+// (last_by_subj) and of a next one (next_by_subj). tune changes the
+// restarted reconciler's configuration.
+func restartGets(t *testing.T, tune func(*engine.ReconcilerConfig)) (last, next []string) {
 	var gotLast, gotNext []string
 	g := newRig(t, store.StreamConfig{Partitions: 2})
 	var names [2][]string
@@ -116,7 +117,9 @@ func restartGets(t *testing.T) (last, next []string) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	rn = g.startCfg(engine.ReconcilerConfig{SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond, Logger: testLogger(t)})
+	cfg := engine.ReconcilerConfig{SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond, Logger: testLogger(t)}
+	tune(&cfg)
+	rn = g.startCfg(cfg)
 	for name, seq := range tail {
 		g.planFor(name, seq)
 	}

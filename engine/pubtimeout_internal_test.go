@@ -21,9 +21,7 @@ import (
 // pending. Without the timeout it stayed pending for good, one of the
 // connection's pending slots held each time.
 func TestALostAnswerLeavesThePendingPublishes(t *testing.T) {
-	old := publishAsyncTimeout
-	publishAsyncTimeout = 200 * time.Millisecond
-	defer func() { publishAsyncTimeout = old }()
+	t.Parallel()
 	_, nc, _, _, _ := storetest.StartStream(t, store.StreamConfig{Partitions: 1})
 	sub, err := nc.SubscribeSync("lost.answer") // receives, never answers
 	if err != nil {
@@ -33,7 +31,7 @@ func TestALostAnswerLeavesThePendingPublishes(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	js, err := newJetStream(nc)
+	js, err := newJetStreamWithin(nc, 200*time.Millisecond) // newJetStream's, shortened
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,13 +25,15 @@ import (
 // new consumer, and says so at warn level; the other partition reads on
 // untouched, and no session restarted.
 func TestAStalledReadIsReadOn(t *testing.T) {
-	t.Cleanup(engine.SetReadStallAfter(300 * time.Millisecond)) // after the reconciler's stop
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{Partitions: 2})
 	nodes := append(nodesIn(2, 0, 1, 1), nodesIn(2, 1, 2, 1)...)
 	logs := newLogRecords()
 	metrics := engine.NewMetrics(nil)
-	g.startCfg(engine.ReconcilerConfig{Metrics: metrics, SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond,
-		Logger: slog.New(slog.NewMultiHandler(testLogger(t).Handler(), logs))})
+	cfg := engine.ReconcilerConfig{Metrics: metrics, SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewMultiHandler(testLogger(t).Handler(), logs))}
+	engine.SetReadStallAfter(&cfg, 300*time.Millisecond)
+	g.startCfg(cfg)
 	for _, n := range nodes {
 		g.planFor(n, g.append(n, want("pg:1")))
 	}
@@ -98,21 +100,23 @@ func (g *rig) pauseRead(p int) {
 // it waits, it says where (watchTurns): at warn level, in the step of
 // creating its read's consumer.
 func TestAFollowThatNeverAnswersEndsTheSession(t *testing.T) {
-	t.Cleanup(engine.SetReadStallAfter(300 * time.Millisecond)) // after the reconciler's stop
-	t.Cleanup(engine.SetFollowRideOut(time.Second))
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{Partitions: 2})
 	nodes := append(nodesIn(2, 0, 1, 1), nodesIn(2, 1, 2, 1)...)
 	metrics := engine.NewMetrics(nil)
 	logs := newLogRecords()
 	var hang atomic.Bool
-	g.startCfg(engine.ReconcilerConfig{Metrics: metrics, SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond,
+	cfg := engine.ReconcilerConfig{Metrics: metrics, SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewMultiHandler(testLogger(t).Handler(), logs)), Faults: engine.Faults{BeforeFollow: func(p int, _ uint64) error {
 			if p != 0 || !hang.Load() || counter(metrics.Restarts) > 0 {
 				return nil
 			}
 			time.Sleep(3 * time.Second)
 			return fmt.Errorf("consumer on MESH: %w", context.DeadlineExceeded)
-		}}})
+		}}}
+	engine.SetReadStallAfter(&cfg, 300*time.Millisecond)
+	engine.SetFollowRideOut(&cfg, time.Second)
+	g.startCfg(cfg)
 	for _, n := range nodes {
 		g.planFor(n, g.append(n, want("pg:1")))
 	}
@@ -139,13 +143,13 @@ func TestAFollowThatNeverAnswersEndsTheSession(t *testing.T) {
 // answered late leaving a consumer on the server. The read still goes on
 // (the new want gets its plan) and no session restarts.
 func TestARefollowAsksOneAtATime(t *testing.T) {
-	t.Cleanup(engine.SetReadStallAfter(300 * time.Millisecond)) // after the reconciler's stop
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{Partitions: 2})
 	nodes := append(nodesIn(2, 0, 1, 1), nodesIn(2, 1, 2, 1)...)
 	metrics := engine.NewMetrics(nil)
 	var hang atomic.Bool
 	var inflight, most, failed atomic.Int64
-	g.startCfg(engine.ReconcilerConfig{Metrics: metrics, SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond,
+	cfg := engine.ReconcilerConfig{Metrics: metrics, SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond,
 		Logger: testLogger(t), Faults: engine.Faults{BeforeFollow: func(p int, _ uint64) error {
 			if p != 0 || !hang.Load() || failed.Load() >= 2 {
 				return nil
@@ -157,7 +161,9 @@ func TestARefollowAsksOneAtATime(t *testing.T) {
 			time.Sleep(1500 * time.Millisecond) // a creation nobody answers
 			failed.Add(1)
 			return fmt.Errorf("consumer on MESH: %w", context.DeadlineExceeded)
-		}}})
+		}}}
+	engine.SetReadStallAfter(&cfg, 300*time.Millisecond)
+	g.startCfg(cfg)
 	for _, n := range nodes {
 		g.planFor(n, g.append(n, want("pg:1")))
 	}

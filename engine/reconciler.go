@@ -116,6 +116,10 @@ type ReconcilerConfig struct {
 	// not traced. Nil traces nothing, at the cost of a nil check an
 	// event.
 	Tracing trace.TracerProvider
+
+	// tuning is this reconciler's own value of bounds tests change; the
+	// zero value is the package's.
+	tuning tuning
 }
 
 // Faults are test hooks at the loop's crash points. A hook that returns an

@@ -197,13 +197,20 @@ func writesConnName(nc *nats.Conn) string {
 // bounded by ackTimeout and sends it again, each resend adding one
 // (docs/architecture.md, "Every wait of a partition session is
 // bounded"). Twice ackTimeout, so that a session's own wait, and its
-// ride-out's rules, decide first. A variable for the tests.
-var publishAsyncTimeout = 2 * ackTimeout
+// ride-out's rules, decide first.
+const publishAsyncTimeout = 2 * ackTimeout
 
 // newJetStream returns the JetStream context Serve's roles share, with
 // the publish-async timeout (publishAsyncTimeout).
 func newJetStream(nc *nats.Conn) (jetstream.JetStream, error) {
-	return jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
+	return newJetStreamWithin(nc, publishAsyncTimeout)
+}
+
+// newJetStreamWithin is newJetStream with the publish-async timeout
+// given (a test's shorter one, its own: a package variable was every
+// test's).
+func newJetStreamWithin(nc *nats.Conn, publishAsync time.Duration) (jetstream.JetStream, error) {
+	return jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsync))
 }
 
 func serve(ctx context.Context, nc, wc *nats.Conn, c Config) error {

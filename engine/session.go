@@ -825,7 +825,7 @@ func (s *session) consume(ctx context.Context) error {
 	s.quietN, s.quietSince = s.n, time.Now()
 	watched := make(chan struct{})
 	defer close(watched)
-	go s.watchTurns(watched, readStallAfter)
+	go s.watchTurns(watched, s.p.r.cfg.tuning.readStall())
 	s.ctx = ctx
 	defer s.stopRest()
 	if s.lazy && tail.Empty() {
@@ -1024,7 +1024,7 @@ func (s *session) leftToRead(ctx context.Context) (bool, error) {
 	p := s.p
 	leader := store.Leader(p.r.js, p.r.cfg.Stream.Name)
 	filter := p.r.subj.StoredPartitionAll(p.id)
-	near := s.folded >= s.lastAtStart || s.lastAtStart-s.folded <= leftScanMax
+	near := s.folded >= s.lastAtStart || s.lastAtStart-s.folded <= s.p.r.cfg.tuning.leftScan()
 	var m *jetstream.RawStreamMsg
 	err := p.leaderRead(ctx, func(ctx context.Context) (err error) {
 		if near {
@@ -1050,9 +1050,9 @@ func (s *session) leftToRead(ctx context.Context) (bool, error) {
 // block, so a partition whose last message is far behind the stream's end
 // would have it read the blocks of everything written since. 65,536
 // messages are a few of the stream's blocks, which the partition's own
-// consumer has just gone through. A variable for tests
-// (SetLeftScanMax).
-var leftScanMax uint64 = 1 << 16
+// consumer has just gone through. A Reconciler's own in tests
+// (tuning).
+const leftScanMax uint64 = 1 << 16
 
 // recoveryIdle ends a recovery that handled no message for
 // recoveryIdleAfter (at least one snapshot tick), short of lastAtStart,
@@ -1089,9 +1089,8 @@ func (s *session) recoveryIdle(ctx context.Context) error {
 // readStallAfter is how long a partition's read may deliver nothing
 // before its session asks the read's consumer whether it holds input it
 // has not delivered (readStalled), and then how long between two asks
-// while the read stays quiet. A variable for the tests
-// (SetReadStallAfter).
-var readStallAfter = 10 * time.Second
+// while the read stays quiet. A Reconciler's own in tests (tuning).
+const readStallAfter = 10 * time.Second
 
 // readStallAsk bounds that ask.
 const readStallAsk = 2 * time.Second
@@ -1116,7 +1115,7 @@ func (s *session) readStalled(ctx context.Context, tail *store.Tail) bool {
 		s.quietN, s.quietSince, s.stallAfter = s.n, now, 0
 		return false
 	}
-	quiet, after := now.Sub(s.quietSince), readStallAfter
+	quiet, after := now.Sub(s.quietSince), s.p.r.cfg.tuning.readStall()
 	if s.stallAfter > 0 {
 		after = s.stallAfter
 	}
@@ -1465,8 +1464,8 @@ const recoveryWindow = 1024
 // that a recovery whose sends wait for acknowledgements (a node's chain
 // of fenced plans) does not hold every effect's encoded and signed
 // message at once (a first refold of 100,000 nodes makes one or more
-// plans a node). A variable for the tests.
-var prepareWindow = recoveryWindow
+// plans a node). A Reconciler's own in tests (tuning).
+const prepareWindow = recoveryWindow
 
 // errStalled: an effect was not sent because the connection's limit of
 // pending asynchronous publishes stayed full for the client's stall
@@ -1509,7 +1508,7 @@ type prepared struct {
 // stop ends it.
 func prepareAhead(ctx context.Context, r *Reconciler, order []effectKey, queues map[effectKey][]toPublish) *prepared {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &prepared{of: make(map[effectKey][]*preparedEffect, len(order)), slots: make(chan struct{}, prepareWindow),
+	p := &prepared{of: make(map[effectKey][]*preparedEffect, len(order)), slots: make(chan struct{}, r.cfg.tuning.prepare()),
 		cancel: cancel, done: make(chan struct{})}
 	depth := 0
 	for _, k := range order {
@@ -1959,7 +1958,7 @@ func (s *session) refollow(ctx context.Context, follow func(context.Context, uin
 			"waited", time.Since(started).Round(time.Millisecond), "asks", n, "err", err)
 	})
 	defer warn.Stop()
-	rctx, cancel := context.WithTimeout(ctx, followRideOut)
+	rctx, cancel := context.WithTimeout(ctx, s.p.r.cfg.tuning.followRide())
 	defer cancel()
 	again := func(err error) bool { return !errors.Is(err, nats.ErrConnectionClosed) }
 	return store.AskAgainWhile(rctx, s.p.r.js, s.p.r.cfg.Stream.Name, again, func(actx context.Context) (*store.Tail, error) {
@@ -1981,8 +1980,50 @@ func (s *session) refollow(ctx context.Context, follow func(context.Context, uin
 const followTimeout = 5 * time.Second
 
 // followRideOut bounds how long refollow asks: an election's length
-// (electionRideOut). A variable for the tests (SetFollowRideOut).
-var followRideOut = electionRideOut
+// (electionRideOut). A Reconciler's own in tests (tuning).
+const followRideOut = electionRideOut
+
+// tuning is a Reconciler's own value of the bounds above that tests
+// shorten or lengthen (ReconcilerConfig.tuning, set through
+// export_*_test.go): each test's reconciler has its own, so that a test
+// that changes one runs beside others (a package variable set by one
+// test was read by every other test's sessions). A zero field is the
+// package's bound.
+type tuning struct {
+	readStallAfter time.Duration
+	followRideOut  time.Duration
+	prepareWindow  int
+	leftScanMax    uint64
+	leftScanSet    bool // leftScanMax is set: 0 is a bound
+}
+
+func (t tuning) readStall() time.Duration {
+	if t.readStallAfter > 0 {
+		return t.readStallAfter
+	}
+	return readStallAfter
+}
+
+func (t tuning) followRide() time.Duration {
+	if t.followRideOut > 0 {
+		return t.followRideOut
+	}
+	return followRideOut
+}
+
+func (t tuning) prepare() int {
+	if t.prepareWindow > 0 {
+		return t.prepareWindow
+	}
+	return prepareWindow
+}
+
+func (t tuning) leftScan() uint64 {
+	if t.leftScanSet {
+		return t.leftScanMax
+	}
+	return leftScanMax
+}
 
 // snapshotAttempt bounds a snapshot write's first attempt; a retry after
 // an election waits twice as long, up to ackTimeout.

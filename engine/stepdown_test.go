@@ -28,6 +28,7 @@ import (
 // is stored. docs/architecture.md, "A new stream leader moves only the
 // reads it took".
 func TestStepdownsMoveNoRead(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a cluster and its elections: not in -short")
 	}
@@ -113,13 +114,15 @@ func (t *teeHandler) WithGroup(n string) slog.Handler {
 // read moved at every new leader) it moved as elected; without the
 // shorter stall check it would wait the hour.
 func TestAReadStalledAtAStepdownIsReadOn(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a cluster and its elections: not in -short")
 	}
-	t.Cleanup(engine.SetReadStallAfter(time.Hour)) // after the reconciler's stop
 	g, c := newClusterRig(t)
 	m := engine.NewMetrics(prometheus.NewRegistry())
-	g.startCfg(engine.ReconcilerConfig{Metrics: m, SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond, Logger: testLogger(t)})
+	cfg := engine.ReconcilerConfig{Metrics: m, SnapshotEvery: 3, SnapshotInterval: 20 * time.Millisecond, Logger: testLogger(t)}
+	engine.SetReadStallAfter(&cfg, time.Hour)
+	g.startCfg(cfg)
 	node := nodesIn(g.cfg.Partitions, 0, 1, 1)[0]
 	g.planFor(node, g.append(node, want("pg:1")))
 	g.pauseRead(0)
