@@ -26,6 +26,7 @@ import (
 // with the server is still recorded down, once the grace after the
 // bucket's new leader has passed.
 func TestAgentLivenessAcrossALeaseLeaderKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server and waits for an election: not in -short")
 	}

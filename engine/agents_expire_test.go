@@ -47,6 +47,7 @@ func (kv *hangingGets) Get(ctx context.Context, key string) (jetstream.KeyValueE
 // leases was read with its own 5 s deadline, and the loop was held N×5 s.
 // A read refused for another reason does not end the pass.
 func TestExpiryPassIsBounded(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		get   func(ctx context.Context) error
@@ -87,6 +88,7 @@ func TestExpiryPassIsBounded(t *testing.T) {
 // recorded at once, and the unrenewed leases are read once the
 // connection is back.
 func TestExpiryPassWaitsForTheConnection(t *testing.T) {
+	t.Parallel()
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 2})
 	ctx, cancelCtx := context.WithTimeout(context.Background(), time.Minute)
 	defer cancelCtx()

@@ -16,6 +16,7 @@ import (
 // at debug, not as a warning (a fresh user's finding V9); other failures
 // still warn.
 func TestAgentLivenessFailLevel(t *testing.T) {
+	t.Parallel()
 	dup := fmt.Errorf("append mesh.golf.agent: %w", store.ServerError(fmt.Errorf("nats: %w",
 		&jetstream.APIError{Code: 409, ErrorCode: 10158, Description: "duplicate message id is in process"})))
 	if got := failLevel(dup); got != slog.LevelDebug {

@@ -34,6 +34,7 @@ import (
 // leases expire in its election: TestAgentLivenessAcrossALeaseLeaderKill's
 // case, with the stream leaderless too).
 func TestAgentLivenessAcrossAStreamLeaderKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server and waits for an election: not in -short")
 	}

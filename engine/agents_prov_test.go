@@ -25,6 +25,7 @@ import (
 // the same node are its own (a fresh user's finding: a kill -9'd
 // provisioner went unnoticed).
 func TestProvisionerLeaseRecorded(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits out a grace after the watch's start: not in -short")
 	}

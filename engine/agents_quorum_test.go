@@ -26,6 +26,7 @@ import (
 // nodes down. An agent recorded down while it lives is recorded up again
 // once its renewals are stored.
 func TestAgentLivenessAcrossAQuorumLoss(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills two servers of three: not in -short")
 	}

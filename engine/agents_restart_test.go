@@ -22,6 +22,7 @@ import (
 // while no server ran; an agent that died meanwhile is recorded down
 // when the grace after the reconnect ends.
 func TestAgentLivenessAcrossServerRestart(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("restarts a server and waits out its lease TTL: not in -short")
 	}

@@ -25,6 +25,7 @@ import (
 // Under -race on a loaded machine TestAgentLiveness recorded "up c3"
 // after "down c3 released", then c3's release a second time.
 func TestAgentStaleViewRecordsNoSecondUp(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		why     events.AgentWhy
 		deleted bool // the bucket holds the release, not c3's lease

@@ -57,6 +57,7 @@ func (s *unansweredInfo) Info(ctx context.Context, opts ...jetstream.StreamInfoO
 // stopped under it: TestAgentLivenessAcrossServerRestart's bob had no
 // down for 27 s), and a failed sweep was not tried again.
 func TestAgentSweepOffTheLoop(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits out a grace after the watch's start: not in -short")
 	}

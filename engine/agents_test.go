@@ -98,6 +98,7 @@ func hold(t *testing.T, kv jetstream.KeyValue, node, token string, renewEvery ti
 // agent; a reconciler started while a node is down records its down
 // once, and an up it missed.
 func TestAgentLiveness(t *testing.T) {
+	t.Parallel()
 	e, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 4})
 	// Not testCtx's 30 s: the test waits out two graces, and took 46 s
 	// under -race at load 26.

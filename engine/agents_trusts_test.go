@@ -21,6 +21,7 @@ import (
 // without them, and one listing no key's text gives none (the up must
 // validate whatever a bucket writer put).
 func TestAgentUpListsTrustedKeys(t *testing.T) {
+	t.Parallel()
 	e, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx := testCtx(t)
 	s := startServe(t, e, engine.Config{Stream: cfg})

@@ -8,6 +8,7 @@ import (
 // TestAssignmentOwner: contiguous balanced blocks over the members sorted
 // by name, whatever order they are given in.
 func TestAssignmentOwner(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		members []string
@@ -45,6 +46,7 @@ func TestAssignmentOwner(t *testing.T) {
 // TestAssignmentMoves: what a member releases and acquires for what it
 // knows of each lease.
 func TestAssignmentMoves(t *testing.T) {
+	t.Parallel()
 	// Members a and b share 4 partitions: a owns 0 and 1, b owns 2 and 3.
 	a := assign([]string{"a", "b"}, 4)
 	mine := leaseSeen{mine: true, present: true}

@@ -56,6 +56,7 @@ type chaosKill struct{ what, stream string }
 // fold makes is stored exactly once, and the members' states are the
 // pure fold of the stream.
 func TestClusterChaos(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills servers and waits for elections: not in -short")
 	}

@@ -21,6 +21,7 @@ import (
 // reached, while other nodes keep the partition busy; a restart from there
 // folds to the states of the pure fold.
 func TestCheckpointPutsStatesByAge(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{})
 	// Two nodes of one partition.
 	hot, cold := "", ""

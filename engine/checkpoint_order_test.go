@@ -23,6 +23,7 @@ import (
 // before (or without waiting for) its states shows here as a checkpoint
 // that the states stored before it do not cover.
 func TestCheckpointSequenceAfterItsStates(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{})
 	var nodes []string
 	for i := 0; len(nodes) < 12; i++ {

@@ -30,6 +30,7 @@ func newClusterRig(t *testing.T) (*rig, *storetest.Cluster) {
 // ErrConflict, from Append and (as the server's raw error) from
 // AppendAsync, and so is a snapshot write over another writer's.
 func TestClusterConflictR3(t *testing.T) {
+	t.Parallel()
 	g, _ := newClusterRig(t)
 	ctx := testCtx(t)
 	a1 := g.append("ace", provOnly())
@@ -68,6 +69,7 @@ func TestClusterConflictR3(t *testing.T) {
 // cluster with the stream and snapshots at R3: one knock, every effect
 // once, the state the pure fold.
 func TestClusterIncident1R3(t *testing.T) {
+	t.Parallel()
 	g, _ := newClusterRig(t)
 	rn := g.start(engine.Faults{})
 	g.incident1("ace")
@@ -83,6 +85,7 @@ func TestClusterIncident1R3(t *testing.T) {
 // acknowledged input is still stored, and every effect is stored exactly
 // once.
 func TestClusterStreamLeaderStopped(t *testing.T) {
+	t.Parallel()
 	g, c := newClusterRig(t)
 	rn := g.start(engine.Faults{})
 	nodes := []string{"ace", "shanks", "novox", "luffy"}
@@ -163,6 +166,7 @@ func nodesIn(partitions, lo, hi, n int) []string {
 // ends with every node's state equal to the pure fold, and every effect,
 // every knock included, stored exactly once.
 func TestGroupFailoverOnCluster(t *testing.T) {
+	t.Parallel()
 	g, c := newClusterRig(t)
 	// The waits bound a failing run only: under -race at load 29 the
 	// cluster committed nothing for 20 s (a member's renewals failed for

@@ -23,6 +23,7 @@ const deadStopWait = 10 * time.Second
 // (Unsaved names the partition): no election can come for one replica,
 // and the final snapshot's write rode one out for 20 s before it gave up.
 func TestStopAgainstAKilledServer(t *testing.T) {
+	t.Parallel()
 	ps := storetest.StartProcServer(t)
 	nc, js := ps.Connect(t)
 	stream, cfg, err := store.EnsureStream(testCtx(t), js, store.StreamConfig{})
@@ -73,6 +74,7 @@ const groupDeadStopWait = 5 * time.Second
 // key (they expire after the TTL, and Released says so), and its watch is
 // stopped aside.
 func TestGroupStopAgainstAKilledServer(t *testing.T) {
+	t.Parallel()
 	ps := storetest.StartProcServer(t)
 	_, js := ps.Connect(t)
 	_, cfg, err := store.EnsureStream(testCtx(t), js, store.StreamConfig{})

@@ -29,6 +29,7 @@ var metricName = regexp.MustCompile(`\bmeshfold_[a-z0-9_]+`)
 // a dashboard or a rule naming a metric nobody exports shows nothing and
 // never fires.
 func TestDeployMetricsExported(t *testing.T) {
+	t.Parallel()
 	named := map[string][]string{}
 	for _, f := range deployFiles {
 		b, err := os.ReadFile(f)

@@ -87,6 +87,7 @@ func checkJournal(t *testing.T, s *session, stored []store.Msg, effects []reconc
 // behind that copy, rather than behind the fence it had, which the copy
 // made stale (a restart).
 func TestEarlyDuplicateMovesTheFence(t *testing.T) {
+	t.Parallel()
 	s, effects, journal := dupRig(t)
 	s.early = &earlyPub{on: true, subs: map[effectKey]*earlySubject{}, effects: map[events.Kind]prometheus.Counter{}}
 	for _, e := range effects {
@@ -101,6 +102,7 @@ func TestEarlyDuplicateMovesTheFence(t *testing.T) {
 // TestRecoveryDuplicateMovesTheFence: the same for the effects a
 // recovery publishes once its read passed its start (publishFenced).
 func TestRecoveryDuplicateMovesTheFence(t *testing.T) {
+	t.Parallel()
 	s, effects, journal := dupRig(t)
 	for _, e := range effects {
 		s.rec.deferEffect(e)

@@ -22,6 +22,7 @@ import (
 // them stored), and every effect the pure fold of the stream makes is
 // stored exactly once, every state equal to that fold.
 func TestFirstRefoldPublishesAsItReads(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{Partitions: 1})
 	last := enginetest.SimulateDenseInputs(3_000, 30).Load(t, g.js)
 	crashAt := last * 2 / 3

@@ -46,6 +46,7 @@ func checkBehindTheCopy(t *testing.T, s *session, stored []store.Msg, effects []
 // a duplicate of a copy stored before that (1), fences the subject's
 // next effect at 2, the later: at the copy it failed (a restart).
 func TestRecoveryDuplicateOlderThanTheFence(t *testing.T) {
+	t.Parallel()
 	s, effects, journal := staleCopyRig(t)
 	s.readAll = false
 	for _, e := range effects {
@@ -62,6 +63,7 @@ func TestRecoveryDuplicateOlderThanTheFence(t *testing.T) {
 // its subject's fence set at 2 by hand (a first refold's fences are its
 // own acknowledgements, in order, so no run of one meets this).
 func TestEarlyDuplicateOlderThanTheFence(t *testing.T) {
+	t.Parallel()
 	s, effects, journal := staleCopyRig(t)
 	s.early = &earlyPub{on: true, subs: map[effectKey]*earlySubject{{"ace", events.KindJournal}: {last: 2}},
 		effects: map[events.Kind]prometheus.Counter{}}
@@ -76,6 +78,7 @@ func TestEarlyDuplicateOlderThanTheFence(t *testing.T) {
 
 // TestFenceAfter: the later of the fence and the acknowledgement.
 func TestFenceAfter(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		fence, ack, want uint64
 		dup              bool

@@ -17,6 +17,7 @@ import (
 // on the key's revision instead of moving the checkpoint back; the
 // session, its lease lost by then, does not put it again.
 func TestDeposedCheckpointPutIsFenced(t *testing.T) {
+	t.Parallel()
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 1})
 	ctx := t.Context()
 	r, err := NewReconciler(ctx, js, ReconcilerConfig{Stream: cfg, Logger: slog.New(slog.DiscardHandler)})

@@ -117,6 +117,7 @@ func (g *rig) fleetEntries() (entries, counted int) {
 // restart after the checkpoint covers them notes them neither in the
 // journal nor in the log again.
 func TestBadSubjectsOnTheFleetJournal(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	g := newRig(t, store.StreamConfig{})
 	bad := []string{"mesh.ACE.want", "mesh.über.have", "mesh.-x.settle", "mesh._fleet.want"}
@@ -198,6 +199,7 @@ func TestBadSubjectsOnTheFleetJournal(t *testing.T) {
 // A rejected event is logged once, with its journal entry, and not again
 // when a restart refolds it.
 func TestRejectionLoggedOnce(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	g := newRig(t, store.StreamConfig{})
 	ack, err := g.js.Publish(ctx, "mesh.ace.have", []byte(`{"v":1,"at":"2026-12-01T12:00:00Z","modules":[{"name":"pg","state":"gone"}]}`))
@@ -239,6 +241,7 @@ func TestRejectionLoggedOnce(t *testing.T) {
 // final snapshot could not be written (the server gone), so that serve
 // says "snapshots written" only when they were.
 func TestUnsavedSnapshots(t *testing.T) {
+	t.Parallel()
 	e, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	g := &rig{t: t, js: js, stream: stream, cfg: cfg, pub: store.NewPublisher(js, cfg.Subjects())}
 	rn := g.startCfg(engine.ReconcilerConfig{SnapshotInterval: time.Hour, SnapshotEvery: 1 << 20, Logger: testLogger(t)})
@@ -261,6 +264,7 @@ func TestUnsavedSnapshots(t *testing.T) {
 // are detected when a partition's session starts (the stream begins past
 // its checkpoint + 1) and journaled on the fleet journal, once.
 func TestAgedOutDetected(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	g := newRig(t, store.StreamConfig{})
 	g.append("ace", want("pg:1"))

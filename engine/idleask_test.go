@@ -11,6 +11,7 @@ import (
 // 20 ms (each ask matches every subject of the partition on the server,
 // issue 27).
 func TestIdleTicksToAsk(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		interval time.Duration
 		want     int

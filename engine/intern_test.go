@@ -72,6 +72,7 @@ func foldFleet(evs [][]events.Event, in *interner) []*reconcile.State {
 // Interned states share one copy of equal strings across nodes, and fold
 // to the same states.
 func TestInternerShares(t *testing.T) {
+	t.Parallel()
 	plain := foldFleet(fleetEvents(2), nil)
 	interned := foldFleet(fleetEvents(2), newInterner())
 	for i := range plain {
@@ -117,6 +118,7 @@ func BenchmarkInternedStateMemory(b *testing.B) {
 // plan row and the placements among them, holds exactly its elements),
 // two nodes' equal strings are one copy, and the state is unchanged.
 func TestInternerTrimsSnapshotStates(t *testing.T) {
+	t.Parallel()
 	h := enginetest.Simulate(200, 2)
 	states := map[string]*reconcile.State{}
 	for i, m := range h.Msgs {
@@ -178,6 +180,7 @@ func TestInternerTrimsSnapshotStates(t *testing.T) {
 // of it (each string the map's copy, each slice exactly its length), so
 // the fold's loop skips interner.payload for it (issue 27, item 1).
 func TestFastDecodedIsInterned(t *testing.T) {
+	t.Parallel()
 	in := newInterner()
 	fast := 0
 	for _, node := range fleetEvents(3) {
@@ -293,6 +296,7 @@ func foldHistory(t *testing.T, h *enginetest.History, in *interner) map[string]*
 // fold to what they fold to without it, on both mixes, over several wants
 // of new builds (so that lists change while others still hold the old).
 func TestInternerSharesLists(t *testing.T) {
+	t.Parallel()
 	same := func(a, b any) bool { return reflect.ValueOf(a).Pointer() == reflect.ValueOf(b).Pointer() }
 	for name, h := range map[string]*enginetest.History{
 		"bench": enginetest.Simulate(3_000, 20),

@@ -26,6 +26,7 @@ import (
 // canary), and published that. A recorded end is final: the restarted
 // controller goes idle with the rollout completed and publishes no want.
 func TestRestartWithNewKeyAfterCompletedRollout(t *testing.T) {
+	t.Parallel()
 	e, _, js := storetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -156,6 +157,7 @@ rollout: {canary: 1, batch: 1, max_unavailable: 1, min_healthy: 1s, healthy_dead
 // published (rollout/testdata/unverified_key.txt is the same in the
 // fold).
 func TestRestartWithNewKeyDuringRollout(t *testing.T) {
+	t.Parallel()
 	e, _, js := storetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -22,6 +22,7 @@ import (
 // partitions, so that some consumers land on the held replica (all miss
 // it in 0.15 % of runs).
 func TestRecoveryEndsAtTheLeadersEnd(t *testing.T) {
+	t.Parallel()
 	c, lag := storetest.StartLaggingCluster(t, 3)
 	_, js := c.Connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -134,6 +134,7 @@ func (lp *latePut) checkpointed(t *testing.T) time.Duration {
 // refold (it restarted from its checkpoint before), and the states and
 // effects are those of the pure fold.
 func TestCheckpointPutsOverALatePutOfItsPartition(t *testing.T) {
+	t.Parallel()
 	nodes := 2
 	if v, err := strconv.Atoi(os.Getenv("MESHFOLD_LATEPUT_NODES")); err == nil && v > 0 {
 		nodes = v
@@ -175,6 +176,7 @@ func TestCheckpointPutsOverALatePutOfItsPartition(t *testing.T) {
 // second writer ahead of it) still fails the session's put: the
 // session restarts from its snapshot, and the newer state stays.
 func TestCheckpointConflictsWithANewerState(t *testing.T) {
+	t.Parallel()
 	lp := startLatePut(t, 2, func(st *reconcile.State) { st.Seq = 1 << 40 })
 	lp.checkpointed(t)
 	eventually(t, "the session's restart", func() bool { return counter(lp.m.Restarts) > 0 })
@@ -197,6 +199,7 @@ func TestCheckpointConflictsWithANewerState(t *testing.T) {
 // its own fail; with its lease held, the successor reads the key again
 // and puts over it: no restart, and the checkpoint is its own.
 func TestCheckpointPutsOverALateSequenceOfItsPartition(t *testing.T) {
+	t.Parallel()
 	var late uint64
 	lp := startLate(t, 2, func(snaps *store.Snapshots, _ string) error {
 		ck, err := snaps.Checkpoint(context.Background(), 0)

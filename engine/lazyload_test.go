@@ -18,6 +18,7 @@ import (
 // the next checkpoint writes the tail's node at the revision its
 // snapshot had.
 func TestRestartFoldsTailFirst(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{Partitions: 1})
 	const nodes = 40
 	names := make([]string, nodes)
@@ -89,6 +90,7 @@ func TestRestartFoldsTailFirst(t *testing.T) {
 // read (a wrong one would end the session in a conflict, and the later
 // plans would not come).
 func TestRestartTailOfSeveralNodes(t *testing.T) {
+	t.Parallel()
 	const nodes = 40
 	g := restRig(t, nodes)
 

@@ -22,6 +22,7 @@ import (
 // checkpoints, and no session restarts: the read failed and the session
 // refolded from its snapshot (reviewer's finding).
 func TestRecoveryEndRidesOutALeaderKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server and waits for an election: not in -short")
 	}

@@ -10,6 +10,7 @@ import (
 // this instance (which holds none) or one not renewed for 1.25 TTL is
 // looked for again (issue 13: a missed expiry left it "present" forever).
 func TestLeaseViewLive(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	const ttl = 15 * time.Second
 	cases := []struct {

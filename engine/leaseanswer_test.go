@@ -124,6 +124,7 @@ func grantOf(t *testing.T, grants <-chan Grant, p int) Grant {
 // loaded cores was revoked as lost that way (TestGroupFailoverOnCluster:
 // 8 partitions lost at once, retaken 12 s later).
 func TestLeaseRenewalStoredUnanswered(t *testing.T) {
+	t.Parallel()
 	kv, grants := leaseAnswerRig(t, func(kv *lostAnswers) {})
 	gr := grantOf(t, grants, 0)
 	kv.loseUpdate.Store(true)
@@ -146,6 +147,7 @@ func TestLeaseRenewalStoredUnanswered(t *testing.T) {
 // deadline of the last answered renewal, it was revoked a TTL later
 // while the server kept renewing the key.
 func TestLeaseRenewalsStoredUnansweredForLong(t *testing.T) {
+	t.Parallel()
 	kv, grants := leaseAnswerRig(t, func(kv *lostAnswers) {})
 	gr := grantOf(t, grants, 0)
 	kv.loseUpdates.Store(true)
@@ -170,6 +172,7 @@ func TestLeaseRenewalsStoredUnansweredForLong(t *testing.T) {
 // sent again is refused (the key exists), and the bucket holds the first
 // one's value. The member waited out the TTL of its own lease before.
 func TestLeaseCreateStoredUnanswered(t *testing.T) {
+	t.Parallel()
 	kv, grants := leaseAnswerRig(t, func(kv *lostAnswers) { kv.loseCreate.Store(true) })
 	gr := grantOf(t, grants, 0)
 	if kv.loseCreate.Load() {

@@ -92,6 +92,7 @@ func serveDenied(t *testing.T, cfg engine.Config, ready func(r *engine.Reconcile
 // unreachable", and was asked again for ever while the key expired under
 // a reconciler that folded on, unfenced.
 func TestServeStopsWhenItsStreamLeaseRenewalIsDenied(t *testing.T) {
+	t.Parallel()
 	logs, err := serveDenied(t, engine.Config{}, func(*engine.Reconciler) bool { return true })
 	var de *store.DeniedError
 	if !errors.Is(err, engine.ErrStreamLeaseLost) || !errors.As(err, &de) || de.Subject != "$KV.MESH_LEASES.stream" ||
@@ -112,6 +113,7 @@ func TestServeStopsWhenItsStreamLeaseRenewalIsDenied(t *testing.T) {
 // deadline (13.5 s), and the member then ran on for ever, holding
 // nothing, while its creates were denied.
 func TestServeGroupMemberLeavesWhenItsLeaseRenewalsAreDenied(t *testing.T) {
+	t.Parallel()
 	logs, err := serveDenied(t, engine.Config{Group: "g", Instance: "a", Stream: store.StreamConfig{Partitions: 4}},
 		func(r *engine.Reconciler) bool { return len(r.Owned()) == 4 })
 	var de *store.DeniedError
@@ -130,6 +132,7 @@ func TestServeGroupMemberLeavesWhenItsLeaseRenewalsAreDenied(t *testing.T) {
 // TTL) and revoked then as "not renewed within its TTL", the denial
 // unsaid.
 func TestGroupPartitionRenewalDeniedStepsDown(t *testing.T) {
+	t.Parallel()
 	ps, _, js := startPermServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -20,6 +20,7 @@ import (
 // (1.25 TTL) warns, once per acquireWarnEvery; a partition no longer
 // the member's share is forgotten; a lease taken after a warning says so.
 func TestWarnUnacquiredRules(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	g := &Group{cfg: GroupConfig{Instance: "a"}, ttl: time.Second, n: 2,
 		log:     slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo})),
@@ -76,6 +77,7 @@ func TestWarnUnacquiredRules(t *testing.T) {
 // exceeded"); a refusal of one partition goes before another's timeout;
 // with no refusal seen, the timeout is the cause.
 func TestWarnUnacquiredNamesTheRefusal(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	g := &Group{cfg: GroupConfig{Instance: "a"}, ttl: time.Second, n: 3,
 		log:     slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo})),

@@ -25,6 +25,7 @@ const deniedLease = "Permissions Violation for Publish to \"$KV.MESH_LEASES.leas
 // nothing said nothing. A warning after a denial names it, even when
 // the last creates before it timed out (their denials came late).
 func TestGroupWarnsItCannotTakeItsPartitions(t *testing.T) {
+	t.Parallel()
 	ps := storetest.StartPermServer(t, map[string]storetest.Publish{"m": {Deny: []string{"$KV.MESH_LEASES.lease.>"}}})
 	_, js := ps.Connect(t, "m")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

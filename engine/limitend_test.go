@@ -21,6 +21,7 @@ import (
 // message past the stream's end at its start, which may never come, its
 // effects unpublished meanwhile (reviewer's finding).
 func TestRecoveryEndsWhenALimitRemovesItsRest(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{Partitions: 2})
 	ctx := testCtx(t)
 	var futures []jetstream.PubAckFuture

@@ -15,6 +15,7 @@ import (
 // it (the time aside), at each journal level, through a handler with
 // attributes of its own, and nothing below the handler's level.
 func TestLogJournalLineUnchanged(t *testing.T) {
+	t.Parallel()
 	times := regexp.MustCompile(`(?m)^time=\S+ `)
 	for _, minLevel := range []slog.Level{slog.LevelInfo, slog.LevelWarn} {
 		for _, lv := range []events.Level{events.LevelInfo, events.LevelWarn, events.LevelError} {

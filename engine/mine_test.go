@@ -46,6 +46,7 @@ func stored(m *nats.Msg) *nats.Msg {
 // node, payload, message id, signer and signature), and only once. The
 // read-back copy carries the stored subject, with its partition token.
 func TestOwnReadTrustsOnlyTheSameBytes(t *testing.T) {
+	t.Parallel()
 	r := &Reconciler{subj: events.Subjects{}}
 	s := &session{p: &partition{r: r}, mine: map[string]minePlan{}}
 	s.remember(planMsg("id1", "sig1", `{"cause":1}`))
@@ -88,6 +89,7 @@ func TestOwnReadTrustsOnlyTheSameBytes(t *testing.T) {
 // key (docs/architecture.md, "Own plans recognised by their keyed id").
 // Anything else is left to the signature check, as before.
 func TestOwnStoredTrustsOnlyItsOwnDeferredPlan(t *testing.T) {
+	t.Parallel()
 	kp, err := store.NewSigningKey()
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 // of the current key is neither; looked_before is past the stream's last
 // sequence at the look.
 func TestPlanLook(t *testing.T) {
+	t.Parallel()
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -136,6 +136,7 @@ func (g *rig) checkpointed(node string, seq uint64) {
 // snapshot is written past it. Before the limits, each kept the partition
 // restarting forever.
 func TestWedgesDoNotStopThePartition(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"plan", "snapshot", "journal"} {
 		t.Run(name, func(t *testing.T) {
 			g := newRig(t, store.StreamConfig{})
@@ -154,6 +155,7 @@ func TestWedgesDoNotStopThePartition(t *testing.T) {
 // the reconciler on the same data directory (serve's restart) folds on
 // past them.
 func TestWedgesAcrossServeRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	boot := func() (*embedded.Server, *rig) {
 		srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0", ServerName: "wedges"})
@@ -231,6 +233,7 @@ func startSmall(t *testing.T, maxPayload int32) *rig {
 // refolds the node from the stream to the same state, and publishes the
 // skipped plan neither again nor its journal entry twice.
 func TestPoisonPlanAndSnapshotSkipped(t *testing.T) {
+	t.Parallel()
 	const maxPayload = 4096
 	g := startSmall(t, maxPayload)
 	w := &events.Want{}

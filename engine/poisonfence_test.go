@@ -114,6 +114,7 @@ func checkPoisonJournaled(t *testing.T, s *session, stored []store.Msg, effects 
 // stored (reviewer's finding: an unfenced append there made it fail its
 // fence, a restart).
 func TestEarlyPoisonJournaledInItsChain(t *testing.T) {
+	t.Parallel()
 	for name, c := range poisonCases() {
 		t.Run(name, func(t *testing.T) {
 			s, read := fenceRig(t, c.maxMsg)
@@ -132,6 +133,7 @@ func TestEarlyPoisonJournaledInItsChain(t *testing.T) {
 // TestRecoveryPoisonJournaledInItsChain: the same for the effects a
 // recovery publishes once its read passed its start (publishFenced).
 func TestRecoveryPoisonJournaledInItsChain(t *testing.T) {
+	t.Parallel()
 	for name, c := range poisonCases() {
 		t.Run(name, func(t *testing.T) {
 			s, read := fenceRig(t, c.maxMsg)

@@ -20,6 +20,7 @@ import (
 // of a 100,000-node first refold), keeps that many ready as the takes
 // go, and prepares each effect once, by itself or by the take.
 func TestPrepareAheadRunsAtMostItsWindowAhead(t *testing.T) {
+	t.Parallel()
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	key := make([]byte, 32)
 	r := &Reconciler{subj: cfg.Subjects(), key: key, pub: store.NewPublisher(js, cfg.Subjects())}

@@ -38,6 +38,7 @@ func singleRig(t *testing.T, copy bool, foreign string) (*session, []reconcile.E
 // was lost) takes the copy for a duplicate (conflicted) and fences the
 // subject's next effect behind it. It restarted before.
 func TestRecoveryOwnCopyOnASingleReplica(t *testing.T) {
+	t.Parallel()
 	s, effects, journal := singleRig(t, true, "")
 	for _, e := range effects {
 		s.rec.deferEffect(e)
@@ -52,6 +53,7 @@ func TestRecoveryOwnCopyOnASingleReplica(t *testing.T) {
 // TestEarlyOwnCopyOnASingleReplica: the same for a first refold
 // publishing as it reads.
 func TestEarlyOwnCopyOnASingleReplica(t *testing.T) {
+	t.Parallel()
 	s, effects, journal := singleRig(t, true, "")
 	s.early = &earlyPub{on: true, subs: map[effectKey]*earlySubject{}, effects: map[events.Kind]prometheus.Counter{}}
 	for _, e := range effects {
@@ -67,6 +69,7 @@ func TestEarlyOwnCopyOnASingleReplica(t *testing.T) {
 // past the fence is a conflict, as before: the session ends, nothing of
 // its is stored.
 func TestRecoveryConflictStillEnds(t *testing.T) {
+	t.Parallel()
 	s, effects, journal := singleRig(t, false, "another writer")
 	for _, e := range effects {
 		s.rec.deferEffect(e)
@@ -84,6 +87,7 @@ func TestRecoveryConflictStillEnds(t *testing.T) {
 // TestResendable pins which answers to an effect's publish are sent
 // again (pubride.go) and which are not.
 func TestResendable(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		err  error
 		want bool
@@ -150,6 +154,7 @@ func lostLive(t *testing.T, s *session, node string, kind events.Kind, cause uin
 // (stored once); a plan behind which a later plan of its node was stored
 // is not sent again (never stored after a newer one); the others are.
 func TestLiveResend(t *testing.T) {
+	t.Parallel()
 	s, effects, journal := singleRig(t, true, "")
 	ctx := t.Context()
 	// effects[0]'s copy is stored: its send is answered "disconnected".
@@ -200,6 +205,7 @@ func TestLiveResend(t *testing.T) {
 // not send it (docs/architecture.md, "A publish a deposed leader refuses
 // is sent again").
 func TestNotLeaderAnswerResent(t *testing.T) {
+	t.Parallel()
 	s, _, _ := singleRig(t, false, "")
 	ctx := t.Context()
 	notLeader := &jetstream.APIError{Code: 500, ErrorCode: 10009, Description: "JetStream cluster can not handle request"}
@@ -233,6 +239,7 @@ func TestNotLeaderAnswerResent(t *testing.T) {
 // (meshfold_effects_published_total); it was not counted. Recovery and
 // first-refold publishing both; the live path in TestLiveResend.
 func TestResentOwnCopyCounts(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{"recovery", "early"} {
 		t.Run(path, func(t *testing.T) {
 			// The drop must come before the answer: the hook runs as
@@ -318,6 +325,7 @@ func (h *onMessage) WithGroup(string) slog.Handler      { return h }
 // acknowledgement but a duplicate, and a duplicate only when an earlier
 // send of this session went out unanswered (its copy).
 func TestSendsCount(t *testing.T) {
+	t.Parallel()
 	dup, fresh := &jetstream.PubAck{Duplicate: true}, &jetstream.PubAck{}
 	first := sends{out: true}
 	resent := first
@@ -350,6 +358,7 @@ func TestSendsCount(t *testing.T) {
 // oldest is unanswered: the oldest; one answered "disconnected" too; one
 // still awaited only after a timeout; an answer arrived is kept.
 func TestSendAgain(t *testing.T) {
+	t.Parallel()
 	answer := func(ack *jetstream.PubAck, err error) (<-chan *jetstream.PubAck, <-chan error) {
 		ok, errc := make(chan *jetstream.PubAck, 1), make(chan error, 1)
 		if ack != nil {

@@ -32,6 +32,7 @@ import (
 // the session, which refolded its partition from its snapshot (the race
 // run's finding).
 func TestEffectsRideOutTheirServersKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server of a cluster: not in -short")
 	}
@@ -154,6 +155,7 @@ func effectsRideOutTheirServersKill(t *testing.T, live, leader bool) {
 // as one restart in twenty runs, when the server died as a session
 // started.
 func TestSessionStartRidesOutAnUnansweredFollow(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{Partitions: 2})
 	nodes := nodesIn(2, 0, 2, 10)
 	causes := map[string]uint64{}

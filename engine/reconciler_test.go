@@ -454,6 +454,7 @@ func (g *rig) tryKnocksOf(ctx context.Context, node string, logf func(string, ..
 }
 
 func TestReconcilerIncident1(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{})
 	rn := g.start(engine.Faults{})
 	g.incident1("ace")
@@ -474,6 +475,7 @@ var errCrash = errors.New("crash")
 // that exactly one knock and one plan per cause are stored and the state
 // equals the pure fold of the stream (DESIGN.md §5.3).
 func TestReconcilerCrashPoints(t *testing.T) {
+	t.Parallel()
 	for _, point := range []string{"after-fold", "after-publish", "after-checkpoint"} {
 		t.Run(point, func(t *testing.T) {
 			g := newRig(t, store.StreamConfig{})
@@ -526,6 +528,7 @@ func TestReconcilerCrashPoints(t *testing.T) {
 // publishing and before its checkpoint: here the snapshot is removed, so
 // the whole stream is refolded. Nothing is published twice.
 func TestReconcilerPastDedupWindow(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{Duplicates: time.Second})
 	rn := g.start(engine.Faults{})
 	g.incident1("ace")
@@ -571,6 +574,7 @@ func TestReconcilerPastDedupWindow(t *testing.T) {
 // the snapshots): no effect is published twice, and nothing is journaled
 // as an error (issue 17).
 func TestReconcilerRefoldAfterSnapshotBucketDeleted(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{Duplicates: time.Second})
 	rn := g.start(engine.Faults{})
 	for _, n := range []string{"ace", "bob"} {
@@ -633,6 +637,7 @@ func TestReconcilerRefoldAfterSnapshotBucketDeleted(t *testing.T) {
 // Nats-Msg-Id is stored once; a want with a stale expected sequence gets
 // ErrConflict.
 func TestReconcilerDuplicateAndConflict(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{})
 	ctx := context.Background()
 	w := events.Stamp(provOnly(), at0)
@@ -656,6 +661,7 @@ func TestReconcilerDuplicateAndConflict(t *testing.T) {
 // TestReconcilerMalformedBetweenGood: a message that cannot be decoded is
 // journaled for its node, counted, and the good ones around it fold.
 func TestReconcilerMalformedBetweenGood(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{})
 	w1 := g.append("ace", provOnly())
 	if _, err := g.js.Publish(context.Background(), "mesh.ace.have", []byte(`{"v":1,"at":`)); err != nil {
@@ -700,6 +706,7 @@ func TestReconcilerMalformedBetweenGood(t *testing.T) {
 // writes its snapshot; events published while none runs are folded by the
 // next one, which continues from the snapshot.
 func TestReconcilerGracefulStopAndResume(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{})
 	rn := g.start(engine.Faults{})
 	p1 := g.planFor("ace", g.append("ace", provOnly()))
@@ -724,6 +731,7 @@ func TestReconcilerGracefulStopAndResume(t *testing.T) {
 // in the end every effect is stored exactly once and every state equals
 // the pure fold (DESIGN.md §5.1, §5.3).
 func TestReconcilerRandomKills(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{})
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	nodes := []string{"ace", "shanks", "novox", "luffy"}
@@ -903,6 +911,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 // still there, and a reconciler on the restarted server folds on from its
 // snapshot to the one knock.
 func TestReconcilerServerRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	boot := func() (*embedded.Server, *rig) {
 		srv, err := embedded.Start(embedded.Config{DataDir: dir, Listen: "127.0.0.1:0", ServerName: "restart"})
@@ -954,6 +963,7 @@ func TestReconcilerServerRestart(t *testing.T) {
 // the reconciler's real effect a duplicate: effect message ids are keyed
 // (store.EffectMsgID), so the forgery takes an id nobody uses.
 func TestReconcilerForgedEffectID(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{})
 	rn := g.start(engine.Faults{})
 	p1 := g.planFor("ace", g.append("ace", provOnly()))

@@ -23,6 +23,7 @@ type read struct {
 // TestRecoveryStored: which deferred effects count as stored after the
 // messages read, and the fence of each subject.
 func TestRecoveryStored(t *testing.T) {
+	t.Parallel()
 	plan5 := eff("ace", events.KindPlan, 5, 0)
 	plan5b := eff("ace", events.KindPlan, 5, 1)
 	plan9 := eff("ace", events.KindPlan, 9, 0)
@@ -87,6 +88,7 @@ func TestRecoveryStored(t *testing.T) {
 // TestRecoveryFence: a subject's fence is its last message read, valid or
 // forged, then the last effect published on it; unknown before either.
 func TestRecoveryFence(t *testing.T) {
+	t.Parallel()
 	knock5, knock6 := eff("ace", events.KindKnock, 5, 0), eff("ace", events.KindKnock, 6, 0)
 	plan5 := eff("ace", events.KindPlan, 5, 0)
 	r := newRecovery()
@@ -113,6 +115,7 @@ func TestRecoveryFence(t *testing.T) {
 // the first effect message read with a valid id (a first refold reads
 // none and never does); effects deferred before and after it count alike.
 func TestRecoveryIndexedLate(t *testing.T) {
+	t.Parallel()
 	plan5, plan9, plan12 := eff("ace", events.KindPlan, 5, 0), eff("ace", events.KindPlan, 9, 0), eff("ace", events.KindPlan, 12, 0)
 	knock5 := eff("ace", events.KindKnock, 5, 0)
 	r := newRecovery()
@@ -155,6 +158,7 @@ func TestRecoveryIndexedLate(t *testing.T) {
 // counting them as skipped and stored; an effect deferred after that is
 // found, published and superseded as before, and the fences stay.
 func TestRecoveryCompacts(t *testing.T) {
+	t.Parallel()
 	plan5, knock5, plan9 := eff("ace", events.KindPlan, 5, 0), eff("ace", events.KindKnock, 5, 0), eff("ace", events.KindPlan, 9, 0)
 	bobPlan6, plan12 := eff("bob", events.KindPlan, 6, 0), eff("ace", events.KindPlan, 12, 0)
 	r := newRecovery()

@@ -19,6 +19,7 @@ import (
 // stored ones are not published again, the ones no run published are not
 // lost, and every state is the pure fold of the stream (issue 27).
 func TestRecoveryCheckpointResume(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{Partitions: 1})
 	ctx := context.Background()
 	// A first run folds incident 1 on a few nodes and stores every

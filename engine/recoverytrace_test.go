@@ -90,6 +90,7 @@ func strAttr(s *tracepb.Span, k string) string {
 // of a want stored while no reconciler ran, which carried none, is
 // under its recovery's span. The refolded wants get no `fold` span.
 func TestRecoveryTraced(t *testing.T) {
+	t.Parallel()
 	g := newRig(t, store.StreamConfig{})
 	col := &collector{}
 	srv := httptest.NewServer(col)

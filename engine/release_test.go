@@ -16,6 +16,7 @@ import (
 // called twice counts once; a burst that ends while a release runs gets
 // a release of its own after it.
 func TestHeapReleaseOncePerBurst(t *testing.T) {
+	t.Parallel()
 	released := make(chan struct{})
 	proceed := make(chan struct{})
 	done := prometheus.NewCounter(prometheus.CounterOpts{Name: "releases"})
@@ -64,6 +65,7 @@ func TestHeapReleaseOncePerBurst(t *testing.T) {
 // off; a load from snapshots (begin(false)) leaves it as it is, even
 // when it outlasts the cold refolds.
 func TestHeapReleaseRaisesGCWhileLoading(t *testing.T) {
+	t.Parallel()
 	for _, own := range []int{100, 50, -1} {
 		percent := own
 		h := newHeapRelease(prometheus.NewCounter(prometheus.CounterOpts{Name: "releases"}))
@@ -103,6 +105,7 @@ func TestHeapReleaseRaisesGCWhileLoading(t *testing.T) {
 // TestTailGate: the gate opens once every tail counted has ended (an end
 // called twice counts once), and a wait ends with its context.
 func TestTailGate(t *testing.T) {
+	t.Parallel()
 	g := newTailGate()
 	if err := g.wait(context.Background()); err != nil {
 		t.Fatalf("wait with no tail: %v", err)
@@ -135,6 +138,7 @@ func TestTailGate(t *testing.T) {
 // second took the first's raised percent for the process's and left it
 // raised (300 for 100) for the rest of the process.
 func TestHeapReleaseGCOfTwoReconcilers(t *testing.T) {
+	t.Parallel()
 	percent := 100
 	gc := &gcRaise{setGC: func(p int) int { prev := percent; percent = p; return prev }}
 	hs := make([]*heapRelease, 2)

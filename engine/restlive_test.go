@@ -104,6 +104,7 @@ func (h *heldRest) waitEntered(t *testing.T) {
 // an empty state, or the pass's copy taken over the session's, would
 // differ), and the later snapshot puts are at the right revisions.
 func TestRestartFoldsBesideTheRestPass(t *testing.T) {
+	t.Parallel()
 	const nodes = 40
 	g := restRig(t, nodes)
 	tail := g.append("n07", want("b2"))
@@ -139,6 +140,7 @@ func TestRestartFoldsBesideTheRestPass(t *testing.T) {
 // waited for the whole pass, ~8 s at 100,000 nodes). The pass's
 // goroutine has ended when Run returns.
 func TestRestartStopDuringRestPass(t *testing.T) {
+	t.Parallel()
 	g := restRig(t, 20)
 	tail := g.append("n03", want("b2"))
 	h := newHeldRest()
@@ -211,6 +213,7 @@ func (h *turns) hook(ctx context.Context, partition int) error {
 // stop while passes wait for their turn returns promptly, without error,
 // the passes waiting for their turn ending with it.
 func TestRestartPassesTakeTurns(t *testing.T) {
+	t.Parallel()
 	const parts, nodes = 4, 40
 	g := newRig(t, store.StreamConfig{Partitions: parts})
 	rn := g.start(engine.Faults{})

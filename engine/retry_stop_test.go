@@ -14,6 +14,7 @@ import (
 // bare context.Canceled was taken by partition.run for a stop with
 // nothing to write, so the unwritten snapshot was not in Unsaved.
 func TestRetryEndsWithItsContextsCause(t *testing.T) {
+	t.Parallel()
 	p := &partition{}
 	cause := fmt.Errorf("%w: taken by another member", ErrLeaseLost)
 	ctx, cancel := context.WithCancelCause(context.Background())

@@ -84,6 +84,7 @@ func (s *served) wait(t *testing.T) error {
 // ungrouped reconciler, and on cancel stops gracefully (nil) and releases
 // the lease, so that the next one starts at once.
 func TestServe(t *testing.T) {
+	t.Parallel()
 	e, nc, js := storetest.Start(t)
 	ctx := testCtx(t)
 	a := startServe(t, e, engine.Config{})
@@ -125,6 +126,7 @@ func TestServe(t *testing.T) {
 // A member of a group folds the partitions the group grants it; an
 // ungrouped Serve beside it is refused, naming the group.
 func TestServeGroup(t *testing.T) {
+	t.Parallel()
 	e, _, _, _, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 4})
 	a := startServe(t, e, engine.Config{Stream: cfg, Group: "g", Instance: "a", LeaseTTL: 2 * time.Second})
 	r := a.waitReady(t)
@@ -142,6 +144,7 @@ func TestServeGroup(t *testing.T) {
 // A connection closed under Serve ends it with store.ErrConnClosed; a
 // configuration that cannot be served is refused before anything starts.
 func TestServeErrors(t *testing.T) {
+	t.Parallel()
 	e, _, _ := storetest.Start(t)
 	s := startServe(t, e, engine.Config{})
 	s.waitReady(t)

@@ -39,6 +39,7 @@ func fakeLookup(t *testing.T) (func(string) (*reconcile.State, bool), *reconcile
 }
 
 func TestStateService(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, nc, _ := storetest.Start(t)
 	lookup, st := fakeLookup(t)
@@ -135,6 +136,7 @@ func TestStateService(t *testing.T) {
 // TestStateServicePartial: with Partial, an instance that does not own
 // the node stays silent and the owner answers.
 func TestStateServicePartial(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, nc, _ := storetest.Start(t)
 	lookup, _ := fakeLookup(t)

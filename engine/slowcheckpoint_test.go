@@ -20,6 +20,7 @@ import (
 // that stores nothing still ends the write, and a lost lease ends it at
 // once.
 func TestCheckpointWriteSlowIsNotGone(t *testing.T) {
+	t.Parallel()
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 1})
 	ctx := t.Context()
 	r, err := NewReconciler(ctx, js, ReconcilerConfig{Stream: cfg, Logger: slog.New(slog.DiscardHandler)})

@@ -26,6 +26,7 @@ import (
 // writer's message ends it. The refusal is injected (EffectAnswer) for
 // the subject's second effect, whose fence is the first one's sequence.
 func TestStaleConflictSentAgain(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{"recovery", "early"} {
 		for _, refusals := range []int{2, staleConflictsMax + 1} {
 			t.Run(fmt.Sprintf("%s/refused %d times", path, refusals), func(t *testing.T) {

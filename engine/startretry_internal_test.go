@@ -20,6 +20,7 @@ import (
 // ended a reconciler started on a fresh cluster 3.6 s after a quorum
 // was back (TestServeWaitsForAFreshClustersLeaders under load).
 func TestRetryTransientAsksAgainWhileNoPeers(t *testing.T) {
+	t.Parallel()
 	noPeers := fmt.Errorf("effect key: bucket MESH_KEYS: %w",
 		&jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, peer offline"})
 	var noted []error

@@ -21,6 +21,7 @@ import (
 // bucket is opened beside. Before, it said nothing until it was up or a
 // bound's end.
 func TestServeWaitsForAFreshClustersLeaders(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts and kills servers and waits for elections: not in -short")
 	}

@@ -27,6 +27,7 @@ import (
 // refusal that is not "unanswered", and a lost lease's cause, stay
 // theirs.
 func TestLeaderReadStoppedIsTheStop(t *testing.T) {
+	t.Parallel()
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 1})
 	r, err := NewReconciler(t.Context(), js, ReconcilerConfig{Stream: cfg, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

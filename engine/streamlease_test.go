@@ -16,6 +16,7 @@ import (
 // takes every partition; an ungrouped reconciler is then refused beside
 // it, naming it.
 func TestGroupWaitsOutADeadUngroupedReconciler(t *testing.T) {
+	t.Parallel()
 	e, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx := testCtx(t)
 	const ttl = time.Second

@@ -36,6 +36,7 @@ func connsNamed(t *testing.T, e *embedded.Server, name string) []*server.ConnInf
 // it when it returns (docs/architecture.md, "The reconciler writes on a
 // connection of its own"): a plan and its state's put arrive on it.
 func TestServeWritesOnAConnectionOfItsOwn(t *testing.T) {
+	t.Parallel()
 	e, _, js := storetest.Start(t)
 	ctx := testCtx(t)
 	s := startServe(t, e, engine.Config{})
@@ -68,6 +69,7 @@ func TestServeWritesOnAConnectionOfItsOwn(t *testing.T) {
 // Config.WritesConn set to the reading connection writes on that one:
 // Serve opens no other, and folds and plans as before.
 func TestServeWritesOnTheConnectionGiven(t *testing.T) {
+	t.Parallel()
 	e, _, js := storetest.Start(t)
 	ctx := testCtx(t)
 	nc, err := e.Connect(nats.Name("one"))
