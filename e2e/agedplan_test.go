@@ -20,6 +20,7 @@ import (
 // The age-out is the stream's purge of every event before a later one:
 // what max-age does, without waiting for it.
 func TestRebootAfterThePlanAgedOutRefills(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx := m.ctx()
 	n := m.newNode("kit")
@@ -70,6 +71,7 @@ func TestRebootAfterThePlanAgedOutRefills(t *testing.T) {
 // and says so (events.Prov.NoPlan); the fold publishes the plan again,
 // the agent settles it, and the provisioner fills by it.
 func TestProvisionerRestartedAfterThePlanAgedOutFills(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx := m.ctx()
 	n := m.newNode("kit")

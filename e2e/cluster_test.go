@@ -29,6 +29,7 @@ import (
 // auto_revert reverted a healthy build. Now no live agent is recorded
 // down and the rollout completes.
 func TestRolloutRidesOutALeaseLeaderKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server and waits for an election and min_healthy: not in -short")
 	}

@@ -26,6 +26,7 @@ import (
 // after the module ran healthy again). The haves are the agent's own,
 // folded as the reconciler folds them; the row is read at two times.
 func TestFlappedModuleSettles(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*rolloutDeadline)
 	defer cancel()

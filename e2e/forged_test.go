@@ -22,6 +22,7 @@ import (
 // started after it, journals it at error and publishes its own last plan
 // again under the forgery's cause, and the node settles that plan.
 func TestForgedPlanNeverApplied(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx := m.ctx()
 	n := m.newNode("ace")
@@ -120,6 +121,7 @@ func equalModules(a, b []events.PlanModule) bool {
 // (its snapshot gone), it journals no forgery and publishes no plan again.
 // Without the retired key among its own, the same refold would.
 func TestRotatedKeyRefoldsOwnPlans(t *testing.T) {
+	t.Parallel()
 	for _, keepRetired := range []bool{true, false} {
 		t.Run(fmt.Sprintf("retired key kept %v", keepRetired), func(t *testing.T) {
 			m := newMesh(t)
@@ -181,6 +183,7 @@ func TestRotatedKeyRefoldsOwnPlans(t *testing.T) {
 // every case the node converges to the genuine plan and applies the next
 // want's.
 func TestInflatedCauseWedge(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		retired bool // signed by the reconciler's retired key, else another deployment's
@@ -267,6 +270,7 @@ func TestInflatedCauseWedge(t *testing.T) {
 // again without anyone publishing it again (a fresh user's finding G2:
 // the node ran nothing until a want was published by hand).
 func TestRotatedKeysPlanIsPublishedAgainAfterARefusal(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx := m.ctx()
 	n := m.newNode("ace")

@@ -23,6 +23,7 @@ import (
 // a cycle appends, from which docs/operations.md gives the growth per day
 // at the default settings (144 cycles a day).
 func TestStreamGrowth(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx := m.ctx()
 	n := m.newNode("ace")

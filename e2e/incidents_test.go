@@ -97,6 +97,7 @@ func healed(t *testing.T, m *mesh, n *nodeT, p1, p2 uint64) {
 // Incident 1: a refused write is tried again once the apply that allows
 // it settles: one knock, and the provisioner fills the file.
 func TestIncident1RefusedWriteIsKnocked(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	n, p1, p2 := incident1(t, m, nil)
 	healed(t, m, n, p1, p2)
@@ -105,6 +106,7 @@ func TestIncident1RefusedWriteIsKnocked(t *testing.T) {
 // Incident 1 with each component restarted in turn in the middle of it:
 // the file still ends written and exactly one knock is published.
 func TestIncident1Restarts(t *testing.T) {
+	t.Parallel()
 	t.Run("node agent", func(t *testing.T) {
 		m := newMesh(t)
 		n, p1, p2 := incident1(t, m, func(n *nodeT, g *gate) {
@@ -150,6 +152,7 @@ func TestIncident1Restarts(t *testing.T) {
 // or after the settle in the stream. Every run must end with the file
 // written and at most one knock: exactly one when the write was refused.
 func TestIncident2RefusalRacesSettle(t *testing.T) {
+	t.Parallel()
 	runs, parallel := 200, 4
 	if testing.Short() {
 		runs = 40
@@ -401,6 +404,7 @@ func raceOnce(m *mesh, name string, rng *rand.Rand) (string, error) {
 // Removing it from the want makes writes refuse no-account and writes a
 // journal entry.
 func TestIncident3HeldProvisionerKeepsAccount(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx := m.ctx()
 	n := m.newNode("ace")
@@ -501,6 +505,7 @@ func TestIncident3HeldProvisionerKeepsAccount(t *testing.T) {
 // Incident 4: nats on novox waits with its new build pending; an approval
 // of another build moves nothing; the approval of that build moves it.
 func TestIncident4ApprovalMovesHeldModule(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx := m.ctx()
 	n := m.newNode("novox")

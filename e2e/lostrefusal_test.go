@@ -45,6 +45,7 @@ func (b *brokenRuntime) Running(ctx context.Context) ([]events.HaveModule, error
 // The credential must be written at P4's settle, not at the 10-minute
 // resync.
 func TestRefusedWriteIsNeverLost(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx := m.ctx()
 	n := m.newNode("ace")

@@ -268,6 +268,7 @@ func (r *realIncident) fillAndWaitRunning(t testing.TB, ctx context.Context) (ti
 // running, the have goes failed → running, the module runs as its
 // account, and its log holds its own "missing broker credential" line.
 func TestIncident1RealProcess(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx := m.ctx()
 	r := startRealIncident(t, m)
@@ -336,6 +337,7 @@ func TestIncident1RealProcess(t *testing.T) {
 // apply with a settle op failed whose error says why, and nothing of a
 // refused bundle is kept.
 func TestBundleRefusals(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx := m.ctx()
 	n := m.newNode("ace")

@@ -16,6 +16,7 @@ import (
 // at its start, reason missing, when the reconciler folds it first), and
 // the running provisioner fills the file again: no poke, no resync.
 func TestAgentBackRefillsWhatARebootTook(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx := m.ctx()
 	n := m.newNode("ace")

@@ -181,6 +181,7 @@ func (m *mesh) wantIDs(t *testing.T, node string, from uint64) []string {
 // than max_unavailable (2) targets changing at once; every node gets its
 // new want exactly once.
 func TestRolloutGoodBuildInBatches(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	nodes := fleetNodes(t, m, 12)
 	f := fleetFile(t, nodes, "web:2", "{batch: 4, max_unavailable: 2, min_healthy: 1s, healthy_deadline: 30s}")
@@ -226,6 +227,7 @@ func TestRolloutGoodBuildInBatches(t *testing.T) {
 // for the previous want to settle and run), and each node gets its new
 // want and its previous one back exactly once.
 func TestRolloutRevertKeepsBudget(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	nodes := fleetNodes(t, m, 12)
 	f := fleetFile(t, nodes, "web:2", "{batch: 12, max_unavailable: 4, min_healthy: 0s, healthy_deadline: 30s}")
@@ -272,6 +274,7 @@ func TestRolloutRevertKeepsBudget(t *testing.T) {
 // A crash-looping build is halted at the canary and reverted: only the
 // canary ever gets it, and it gets its previous want back.
 func TestRolloutCrashLoopHaltedAtCanaryAndReverted(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	nodes := fleetNodes(t, m, 12)
 	f := fleetFile(t, nodes, badBuild, "{canary: 1, batch: 4, max_unavailable: 2, min_healthy: 1s, healthy_deadline: 30s, auto_revert: true}")
@@ -304,6 +307,7 @@ func TestRolloutCrashLoopHaltedAtCanaryAndReverted(t *testing.T) {
 // again while the rollout moves), then the batches once promoted, and the
 // completed rollout in the list.
 func TestRolloutConsoleInBrowser(t *testing.T) {
+	t.Parallel()
 	exe := chromium(t)
 	m := newMesh(t)
 	nodes := fleetNodes(t, m, 4)
@@ -360,6 +364,7 @@ func TestRolloutConsoleInBrowser(t *testing.T) {
 // target holds no batch back and ends unreached when its deadline
 // passes; restarted, the agent takes its newest want.
 func TestRolloutAgentDownUnreached(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	nodes := fleetNodes(t, m, 4)
 	dan := nodes[3]
@@ -393,6 +398,7 @@ func TestRolloutAgentDownUnreached(t *testing.T) {
 // canary's process runs the previous build again; the other two never
 // get the broken build.
 func TestRolloutRealProcessesCrashLoopReverted(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*rolloutDeadline)
 	defer cancel()
@@ -456,6 +462,7 @@ rollout: {canary: 1, batch: 2, max_unavailable: 1, min_healthy: 2s, healthy_dead
 // which file it waited for. Before the fix the rollout halted on "3
 // restarts" and auto_revert reverted it.
 func TestRolloutSlowFill(t *testing.T) {
+	t.Parallel()
 	m := newMesh(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*rolloutDeadline)
 	defer cancel()

@@ -16,6 +16,7 @@ import (
 // causes its `publish plan` under it (a fresh user's finding F11: with
 // --otlp-endpoint, only the CLI's wants had them).
 func TestRolloutWantsTraced(t *testing.T) {
+	t.Parallel()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })

@@ -25,6 +25,7 @@ import (
 // crash of the stream's leader"). No live agent is recorded down and the
 // rollout completes.
 func TestRolloutRidesOutAStreamLeaderKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server and waits for an election and min_healthy: not in -short")
 	}
@@ -164,6 +165,7 @@ func TestRolloutRidesOutAStreamLeaderKill(t *testing.T) {
 // said nothing). An agent whose plan feed was lost says so once and says
 // when it reads again.
 func TestAgentsReadPlansAfterTheirServersKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server and waits for an election: not in -short")
 	}

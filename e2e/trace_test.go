@@ -24,6 +24,7 @@ import (
 // parent is the span that published what it handles, and the spans name
 // the stream sequences that link them.
 func TestIncident1Trace(t *testing.T) {
+	t.Parallel()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })

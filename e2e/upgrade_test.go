@@ -167,6 +167,7 @@ func putEffectKey(t testing.TB, ctx context.Context, js jetstream.JetStream, cfg
 // that the run covers every kind and folds to what it recorded, so that
 // the generator keeps working for the day the golden is made again.
 func TestGoldenGenerate(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if *updateGolden {
 		dir = newGoldenDir(t)
@@ -466,6 +467,7 @@ func encodeState(t testing.TB, st *reconcile.State) string {
 // of an event not folded say "not folded (x)" failed it with
 // "bo.journal.…: the fold makes … the golden stored …".
 func TestGoldenFold(t *testing.T) {
+	t.Parallel()
 	eachGolden(t, func(t *testing.T, g golden) {
 		if g.newest {
 			goldenCovers(t, g.msgs)
@@ -640,6 +642,7 @@ func publishSubject(stored string) string {
 // republished effect would be a flag day: every node would see its plans
 // again after an upgrade.
 func TestGoldenReplay(t *testing.T) {
+	t.Parallel()
 	eachGolden(t, testGoldenReplay)
 }
 
@@ -734,6 +737,7 @@ func testGoldenReplay(t *testing.T, g golden) {
 // controller's clock when it published, aside), and that every one stored
 // is decided again.
 func TestGoldenRolloutFold(t *testing.T) {
+	t.Parallel()
 	eachGolden(t, func(t *testing.T, g golden) { foldGoldenRollout(t, g.msgs) })
 }
 

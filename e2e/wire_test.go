@@ -40,6 +40,7 @@ func handMade(data []byte) bool {
 // exact bytes: a build of today writes what the build of the golden
 // wrote, so a peer one version behind reads it as it read its own.
 func TestWireRoundTrip(t *testing.T) {
+	t.Parallel()
 	eachGolden(t, func(t *testing.T, g golden) { wireRoundTrip(t, g.msgs) })
 }
 
@@ -109,6 +110,7 @@ func withNewerFields(t testing.TB, data []byte) []byte {
 // such fields in every input event to exactly the golden's effects and
 // states.
 func TestWireAgentAhead(t *testing.T) {
+	t.Parallel()
 	eachGolden(t, func(t *testing.T, g golden) { wireAgentAhead(t, g.msgs, g.snaps) })
 }
 
@@ -128,6 +130,7 @@ func wireAgentAhead(t *testing.T, msgs []goldenMsg, snaps []goldenKV) {
 // with fields added everywhere, signed by the reconciler's key), applies
 // it and settles it.
 func TestWireAgentBehind(t *testing.T) {
+	t.Parallel()
 	eachGolden(t, func(t *testing.T, g golden) { wireAgentBehind(t, g.msgs) })
 }
 
