@@ -5,6 +5,7 @@ import "testing"
 // TestAckSeqs: the consumer sequence and pending count of a reply subject
 // in both of the server's forms; anything else is refused.
 func TestAckSeqs(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		reply         string
 		cseq, pending uint64

@@ -69,6 +69,7 @@ const trimmedEvents = 3000
 // without error, soon: it waited until its context ended (reviewer's
 // finding; store.Tail.NextUpTo asks the leader again while it waits).
 func TestReadNodeEndsWhenALimitRemovesItsEnd(t *testing.T) {
+	t.Parallel()
 	js, cfg, end, trim := trimmedRead(t, trimmedEvents, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -94,6 +95,7 @@ func TestReadNodeEndsWhenALimitRemovesItsEnd(t *testing.T) {
 // limit removed it: what ReadNode, JournalWarningSeqs and
 // query.TailNodes wait with.
 func TestNextUpToEndsWhenTheEndIsRemoved(t *testing.T) {
+	t.Parallel()
 	js, cfg, end, trim := trimmedRead(t, 1, false)
 	ctx := testCtx(t)
 	// Past end: the tail delivers nothing of ace's.

@@ -33,6 +33,7 @@ var openers = map[string]func(context.Context, jetstream.JetStream, store.Stream
 // context deadline exceeded") and a provisioner went on without its
 // fill status bucket.
 func TestBucketOpensRideOutAMetaLeaderKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server and waits for an election: not in -short")
 	}
@@ -101,6 +102,7 @@ func (l *lateCreate) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueC
 // is answered "already in use"): the start goes on, instead of waiting
 // out its whole bound on the first ask.
 func TestBucketOpenAdoptsALateCreation(t *testing.T) {
+	t.Parallel()
 	_, _, js := storetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -158,6 +160,7 @@ func (n *noPeersFirst) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValu
 // (10005) are asked again within their bound, and succeed once the
 // cluster places them, instead of ending the start on the first refusal.
 func TestCreationsAskAgainWithoutPeers(t *testing.T) {
+	t.Parallel()
 	_, _, js := storetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

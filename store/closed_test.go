@@ -22,6 +22,7 @@ import (
 // Before, WhileConnected returned run's error at once ("watch lease
 // bucket: context deadline exceeded" from a revoked reconcile --group).
 func TestWhileConnectedWaitsForTheConnectionsFate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		after func(restart func(), nc *nats.Conn)

@@ -19,6 +19,7 @@ import (
 // logs the first connection's disconnect as before and the companion's
 // with conn=<its name>. A closed connection has none.
 func TestCompanion(t *testing.T) {
+	t.Parallel()
 	srv, _, _ := storetest.Start(t)
 	h := recordHandler{msg: "nats disconnected", c: make(chan slog.Record, 16)}
 	nc, err := store.Connect(store.ConnectConfig{URLs: []string{srv.ClientURL()}, Name: "t", Logger: slog.New(h)})
@@ -78,6 +79,7 @@ func TestCompanion(t *testing.T) {
 // through the context given, and nothing of them through the one the
 // bucket was opened with.
 func TestSnapshotsPublishOn(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	e, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	snaps, err := store.OpenSnapshots(ctx, js, cfg)

@@ -130,6 +130,7 @@ func TestConnectToServerThroughContext(t *testing.T) {
 // is ErrBadConfig, so that a command can say it is the command line's
 // (exit 2), not the deployment's; its text names the file.
 func TestOptionsBadConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	garbage := filepath.Join(dir, "garbage")
 	if err := os.WriteFile(garbage, []byte("not a creds file\n"), 0o600); err != nil {

@@ -20,6 +20,7 @@ import (
 // error as soon as the server reports it, not when the publish times out
 // (the context here would allow 30 s; the JetStream default is 5 s).
 func TestAppendDeniedFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	ps := storetest.StartPermServer(t, map[string]storetest.Publish{"ctl": {Allow: []string{"$JS.API.>", "mesh.*.approve"}}})
 	_, js := ps.Connect(t, "ctl")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -51,6 +52,7 @@ func TestAppendDeniedFailsAtOnce(t *testing.T) {
 // retries while a new leader is elected, within its context, and is
 // stored once.
 func TestAppendRetryingThroughALeaderElection(t *testing.T) {
+	t.Parallel()
 	c, _, js, stream, cfg := storetest.StartClusterStream(t, 3, store.StreamConfig{Replicas: 3})
 	pub := store.NewPublisher(js, cfg.Subjects())
 	leader := c.StreamLeader(cfg.Name)

@@ -13,6 +13,7 @@ import (
 // package store/embedded), directly or through any dependency, as
 // TestPure does for the core.
 func TestClientDeps(t *testing.T) {
+	t.Parallel()
 	const mod = "github.com/meshfold/meshfold/"
 	forbidden := []string{mod + "engine", "github.com/prometheus/", mod + "reconcile/audit",
 		"github.com/nats-io/nats-server/", mod + "store/embedded"}

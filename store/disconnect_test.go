@@ -30,6 +30,7 @@ func (h recordHandler) WithGroup(string) slog.Handler      { return h }
 // (nats.Conn.ConnectedUrl is empty by the time the disconnect handler
 // runs), never url="".
 func TestDisconnectLogsLastURL(t *testing.T) {
+	t.Parallel()
 	srv, _, _ := storetest.Start(t)
 	h := recordHandler{msg: "nats disconnected", c: make(chan slog.Record, 16)}
 	nc, err := store.Connect(store.ConnectConfig{URLs: []string{srv.ClientURL()}, Name: "t", Logger: slog.New(h)})

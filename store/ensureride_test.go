@@ -33,6 +33,7 @@ func (u *unansweredCreate) CreateStream(ctx context.Context, cfg jetstream.Strea
 // (TestEffectsRideOutTheirServersKill failed so in CI: "create stream
 // MESH: context deadline exceeded" after its 2 minutes).
 func TestEnsureStreamAsksAgainAnUnansweredCreate(t *testing.T) {
+	t.Parallel()
 	_, _, js := storetest.Start(t)
 	u := &unansweredCreate{JetStream: js}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -26,6 +26,7 @@ import (
 // so in its log: a warning once when its feed is lost, an info when it
 // reads again.
 func TestFollowNodeRidesOutAStreamLeaderKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server and waits for an election: not in -short")
 	}

@@ -18,6 +18,7 @@ import (
 // subject, the message id, the claimed signer and the pending count; a
 // subject that names no node comes with an empty kind and the reason.
 func TestTailNextDecodes(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	pub := store.NewPublisher(js, cfg.Subjects())
@@ -63,6 +64,7 @@ func TestTailNextDecodes(t *testing.T) {
 // accepted message of a backlog, also when the messages after it were
 // refused; later messages come one by one.
 func TestFollowNodeCoalescesToNewestAccepted(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	pub := store.NewPublisher(js, cfg.Subjects())
@@ -154,6 +156,7 @@ func knock(cause uint64) *events.Knock {
 // A tail with EndOnLoss ends, with ErrConsumerLost, when its consumer is
 // gone, instead of recreating it: its reader follows again itself.
 func TestTailEndsOnLoss(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	pub := store.NewPublisher(js, cfg.Subjects())
@@ -195,6 +198,7 @@ func TestTailEndsOnLoss(t *testing.T) {
 // count it cannot read, which its error callback reports as no error the
 // tail knew; the tail had waited, silent, until its reader's context ended.
 func TestTailEndsWhenTheClientEndsTheConsumption(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	pub := store.NewPublisher(js, cfg.Subjects())

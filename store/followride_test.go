@@ -17,6 +17,7 @@ import (
 // one creation, sent while there was no meta leader and so never
 // answered, the read waited out its caller's whole deadline.
 func TestJournalWarningsRideOutAMetaLeaderKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server and waits for an election: not in -short")
 	}

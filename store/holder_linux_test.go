@@ -72,6 +72,7 @@ func kill(t *testing.T, cmd *exec.Cmd) {
 // namespace, when its pid is no process, a zombie, or another process;
 // anything else may be alive.
 func TestProvablyDead(t *testing.T) {
+	t.Parallel()
 	live, h := child(t)
 	if store.ProvablyDead(h) {
 		t.Errorf("a live process (pid %d) was taken for dead", h.PID)
@@ -137,6 +138,7 @@ func minuteBucket(t *testing.T) jetstream.KeyValue {
 // taken at once, by an update at the revision read: no wait for its key
 // to expire (a minute here, longer than the test's context).
 func TestLeaseOfADeadProcessIsTakenAtOnce(t *testing.T) {
+	t.Parallel()
 	kv := minuteBucket(t)
 	ctx := testCtx(t)
 	cmd, h := child(t)
@@ -183,6 +185,7 @@ func (w waitingLog) Handle(ctx context.Context, r slog.Record) error {
 // host), is not taken: the claim waits for a renewal or the key's
 // expiry, and the key keeps its holder.
 func TestLeaseOfALiveOrDistantHolderIsNotTaken(t *testing.T) {
+	t.Parallel()
 	cmd, live := child(t)
 	distant := live
 	distant.Boot, distant.Token = "00000000-0000-0000-0000-000000000000", "distant"

@@ -14,6 +14,7 @@ import (
 // without being one: ReadFillStatus of every node and of the node leaves
 // it out, GetKnockAnswer and ReadKnockAnswers read it back.
 func TestKnockAnswerBesideFillStatus(t *testing.T) {
+	t.Parallel()
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -52,6 +53,7 @@ func TestKnockAnswerBesideFillStatus(t *testing.T) {
 // ReadFillStatus of every node and of the node leaves it out,
 // ReadFillRecords reads it back by the file's SecretKey.
 func TestFillRecordBesideFillStatus(t *testing.T) {
+	t.Parallel()
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

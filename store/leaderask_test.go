@@ -106,6 +106,7 @@ func theMessage(int64) any {
 // held replica of TestLeaderReadsSeeAcknowledgedWrites did on a loaded
 // machine, once its election timeout passed).
 func TestLeaderReadPrefersTheLeadersAnswer(t *testing.T) {
+	t.Parallel()
 	f := startFakeGets(t)
 	f.answer(0, noLeader)
 	f.answer(20*time.Millisecond, theMessage)
@@ -123,6 +124,7 @@ func TestLeaderReadPrefersTheLeadersAnswer(t *testing.T) {
 // A leader read rides out a stream without a leader (every replica
 // answers 503, then a leader is elected) within its deadline.
 func TestLeaderReadRidesOutAnElection(t *testing.T) {
+	t.Parallel()
 	f := startFakeGets(t)
 	f.answer(0, func(n int64) any {
 		if n < 4 {
@@ -145,6 +147,7 @@ func TestLeaderReadRidesOutAnElection(t *testing.T) {
 // and the deadline; a refusal or no message comes back at once, not
 // asked again.
 func TestLeaderReadGivesUpAtItsDeadline(t *testing.T) {
+	t.Parallel()
 	f := startFakeGets(t)
 	f.answer(0, noLeader)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -182,6 +185,7 @@ func TestLeaderReadGivesUpAtItsDeadline(t *testing.T) {
 // message, and the read ends without error. Before, it gave up after
 // 5 s with the stream's NoLeaderError.
 func TestReadFilterFirstReadRidesOutAnElection(t *testing.T) {
+	t.Parallel()
 	f := startFakeGets(t)
 	t0 := time.Now()
 	f.answer(0, func(n int64) any {
@@ -201,6 +205,7 @@ func TestReadFilterFirstReadRidesOutAnElection(t *testing.T) {
 // whole seconds from a second, never "within 0s" below one (a fresh
 // user's finding: `apply --timeout 20ms` said "did not answer within 0s").
 func TestNoLeaderErrorSaysItsWait(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		waited time.Duration
 		want   string

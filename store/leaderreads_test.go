@@ -33,6 +33,7 @@ const leaderReads = 10
 // 3-server cluster whose third server's replication is held
 // (storetest.Lag), right after the ack, from a client of any server.
 func TestLeaderReadsSeeAcknowledgedWrites(t *testing.T) {
+	t.Parallel()
 	c, lag := storetest.StartLaggingCluster(t, 3)
 	js := connectTo(t, c.Servers[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -169,6 +170,7 @@ func connectTo(t *testing.T, srv *server.Server) jetstream.JetStream {
 // messages (it reported nothing pending at the held replica's end, and
 // the read stopped there).
 func TestJournalWarningsReadToTheLeadersEnd(t *testing.T) {
+	t.Parallel()
 	c, lag := storetest.StartLaggingCluster(t, 3)
 	js := connectTo(t, c.Servers[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

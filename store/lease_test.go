@@ -33,6 +33,7 @@ func leaseBucket(t *testing.T) jetstream.KeyValue {
 // A second claim on a lease whose holder is alive (renewing it) is
 // refused with an error naming the holder's host, pid and since.
 func TestLeaseRefusesASecondHolder(t *testing.T) {
+	t.Parallel()
 	kv := leaseBucket(t)
 	ctx := testCtx(t)
 	h := store.NewHolder("node", "ace")
@@ -63,6 +64,7 @@ func TestLeaseRefusesASecondHolder(t *testing.T) {
 
 // A released lease is deleted, so the next claim takes it at once.
 func TestLeaseReleaseFreesTheKey(t *testing.T) {
+	t.Parallel()
 	kv := leaseBucket(t)
 	ctx := testCtx(t)
 	a, err := store.AcquireLease(ctx, kv, "ace", store.NewHolder("node", "ace"), nil)
@@ -90,6 +92,7 @@ func TestLeaseReleaseFreesTheKey(t *testing.T) {
 // sees it released at once, not after the TTL. The bucket's TTL is a
 // minute so that no renewal tick mends the revision first.
 func TestLeaseReleasedAfterALateRenewal(t *testing.T) {
+	t.Parallel()
 	_, _, js := storetest.Start(t)
 	ctx := testCtx(t)
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "MESH_NODES", History: 1, TTL: time.Minute})
@@ -119,6 +122,7 @@ func TestLeaseReleasedAfterALateRenewal(t *testing.T) {
 // deadline finds its own token in the key when it tries again: it holds
 // the lease, at once, instead of waiting out a "holder" that is itself.
 func TestLeaseClaimFindsItsOwnKey(t *testing.T) {
+	t.Parallel()
 	kv := leaseBucket(t)
 	ctx := testCtx(t)
 	h := store.NewHolder("node", "ace")
@@ -165,6 +169,7 @@ func (kv stopDuringCreate) Create(ctx context.Context, key string, value []byte,
 // the next claimant takes it at once and a watcher sees it released.
 // (A TTL of a minute: no expiry removes the key first.)
 func TestLeaseClaimStoppedDuringItsCreateLeavesNoKey(t *testing.T) {
+	t.Parallel()
 	_, _, js := storetest.Start(t)
 	kv, err := js.CreateKeyValue(testCtx(t), jetstream.KeyValueConfig{Bucket: "MESH_NODES", History: 1, TTL: time.Minute})
 	if err != nil {
@@ -215,6 +220,7 @@ func (kv lostToADelete) Create(ctx context.Context, key string, value []byte, op
 // cluster each check the stream key this way, and one exited with
 // "lease stream: … err_code=10164 … wrong last sequence" before this.
 func TestLeaseClaimAfterARaceWithADelete(t *testing.T) {
+	t.Parallel()
 	kv := leaseBucket(t)
 	ctx := testCtx(t)
 	var lost bool
@@ -233,6 +239,7 @@ func TestLeaseClaimAfterARaceWithADelete(t *testing.T) {
 // The lease of a holder that died (its key is never renewed) is taken
 // once the key expires, within about the bucket's TTL.
 func TestLeaseOfADeadHolderIsTakenAfterItsTTL(t *testing.T) {
+	t.Parallel()
 	kv := leaseBucket(t)
 	ctx := testCtx(t)
 	dead, _ := json.Marshal(store.Holder{Role: "node", Name: "ace", Host: "gone", PID: 1, Since: time.Now().UTC(), Token: "dead"})
@@ -261,6 +268,7 @@ func TestLeaseOfADeadHolderIsTakenAfterItsTTL(t *testing.T) {
 // the TTL) learns it at its next renewal: Lost closes, Err names the
 // successor, and Release leaves the successor's key alone.
 func TestLeaseLostToASuccessor(t *testing.T) {
+	t.Parallel()
 	kv := leaseBucket(t)
 	ctx := testCtx(t)
 	a, err := store.AcquireLease(ctx, kv, "ace", store.NewHolder("node", "ace"), nil)
@@ -298,6 +306,7 @@ func TestLeaseLostToASuccessor(t *testing.T) {
 // holder (a fresh user's finding: a group member logged the rollout
 // lease's holder every ~3.5 s, 289 lines in 18 minutes).
 func TestLeaseHeldSaidOncePerHolder(t *testing.T) {
+	t.Parallel()
 	kv := leaseBucket(t)
 	ctx := testCtx(t)
 	var rec levelsSeen
@@ -359,6 +368,7 @@ func (h *levelsSeen) take() []slog.Level {
 // as for a dead holder's, and an error of one names the bucket, the key
 // and the value.
 func TestLeaseForeignValueIsNoHolder(t *testing.T) {
+	t.Parallel()
 	kv := leaseBucket(t)
 	ctx := testCtx(t)
 	h := store.NewHolder("node", "ace")

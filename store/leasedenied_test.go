@@ -21,6 +21,7 @@ import (
 // exceeded". Another key of the same bucket, on the same connection, is
 // still claimed.
 func TestLeaseClaimDeniedEndsWithTheDenial(t *testing.T) {
+	t.Parallel()
 	const denied = "$KV.MESH_NODES.ace"
 	ps := storetest.StartPermServer(t, map[string]storetest.Publish{
 		"admin": {},
@@ -70,6 +71,7 @@ func TestLeaseClaimDeniedEndsWithTheDenial(t *testing.T) {
 // asked again for ever, a timeout each time, while the key expired under
 // its holder (never Lost: no revision mismatch was ever answered).
 func TestLeaseRenewalDeniedEndsTheLease(t *testing.T) {
+	t.Parallel()
 	const denied = "$KV.MESH_NODES.ace"
 	ps := storetest.StartPermServer(t, map[string]storetest.Publish{"node": {}})
 	_, js := ps.Connect(t, "node")

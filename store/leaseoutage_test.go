@@ -46,6 +46,7 @@ func (h lineHandler) WithGroup(string) slog.Handler      { return h }
 // lines in 16 s of a NATS outage), and once when they reach it again;
 // the renewals between are at the debug level.
 func TestLeaseOutageSaidOnce(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	kv := &unreachable{KeyValue: leaseBucket(t)}
 	lines := make(chan slog.Record, 1000)
@@ -103,6 +104,7 @@ func TestLeaseOutageSaidOnce(t *testing.T) {
 // user's finding m3: every agent warned at each kill of the lease
 // bucket's leader, with nothing to act on.
 func TestLeaseReclaimSaidAsTheGapWarrants(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name     string
 		goneFor  int64 // failed renewals (TTL/4 apart) after the key is seen gone

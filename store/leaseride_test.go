@@ -20,6 +20,7 @@ import (
 // claim ended at once or after the TTL ("lease stream: ... no response
 // from stream"), and a reconciler's HoldStream with it.
 func TestLeaseClaimRidesOutItsLeadersKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server and waits for an election: not in -short")
 	}
@@ -107,6 +108,7 @@ func (l *lostAnswers) Update(ctx context.Context, key string, value []byte, rev 
 // written again at its revision before the claim returns (held by an
 // answered write, its TTL restarted), and the lease holds that revision.
 func TestLeaseClaimAsksAgainAnUnansweredCreate(t *testing.T) {
+	t.Parallel()
 	for _, stored := range []bool{false, true} {
 		ctx := testCtx(t)
 		_, _, js := storetest.Start(t)
@@ -146,6 +148,7 @@ func TestLeaseClaimAsksAgainAnUnansweredCreate(t *testing.T) {
 // holder's create was stored is refused (a HeldError), never believed
 // held from its own asking again.
 func TestLeaseClaimUnansweredNeverTakesALiveHoldersKey(t *testing.T) {
+	t.Parallel()
 	kv := leaseBucket(t)
 	ctx := testCtx(t)
 	var rival *store.Lease

@@ -227,6 +227,7 @@ func countFiles(rows []events.PlanModule) int {
 // it, the snapshot under three quarters (the rest is for fields a newer
 // schema adds).
 func TestLargestFits(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	st, plan := largest(t)
 	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})

@@ -15,6 +15,7 @@ import (
 // exceeded" (a fresh user's finding V10); other errors are said as they
 // are.
 func TestLookupErrorOfNoLeaderYet(t *testing.T) {
+	t.Parallel()
 	for _, err := range []error{context.DeadlineExceeded, fmt.Errorf("nats: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"})} {
 		got := lookupError("MESH", err)
 		if !errors.Is(got, err) || !strings.Contains(got.Error(), "look up stream MESH: JetStream did not answer (") ||

@@ -20,6 +20,7 @@ import (
 // snapshot bucket's deletion, and a key an older deployment kept in its
 // snapshot bucket is the one used (issue 17).
 func TestEffectKeyApartFromSnapshots(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	snaps, err := store.OpenSnapshots(ctx, js, cfg)
@@ -65,6 +66,7 @@ func TestEffectKeyApartFromSnapshots(t *testing.T) {
 // TestEffectKeyNew: with no key anywhere, one is made, 32 bytes, and
 // every later call returns it.
 func TestEffectKeyNew(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	a, err := store.EffectKey(ctx, js, cfg, nil)
@@ -121,6 +123,7 @@ func TestEffectKeyDeniedKeysBucket(t *testing.T) {
 // goroutines ask at once (the hashers are pooled per key); EffectIDOf
 // takes it back and refuses any other.
 func TestEffectMsgID(t *testing.T) {
+	t.Parallel()
 	keys := [][]byte{bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)}
 	want := func(key []byte, id string) string {
 		h := hmac.New(sha256.New, key)

@@ -14,6 +14,7 @@ import (
 // A read's raw "no leader" answer (503, error code 10008) is said as the
 // verbs' ride-outs say it; any other error is left as it is.
 func TestNoLeaderAnswer(t *testing.T) {
+	t.Parallel()
 	raw := fmt.Errorf("read summaries of MESH_SNAPSHOTS: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"})
 	err := store.NoLeaderAnswer("KV_MESH_SNAPSHOTS", raw)
 	if !errors.Is(err, store.ErrNoLeader) || !strings.Contains(err.Error(), "stream KV_MESH_SNAPSHOTS has no leader") || !strings.Contains(err.Error(), "try again in a few seconds") {

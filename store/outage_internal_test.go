@@ -16,6 +16,7 @@ import (
 // An outage is said when it starts, again at most each minute, and
 // when it ends; the failures between are quiet.
 func TestOutageReminderEachMinute(t *testing.T) {
+	t.Parallel()
 	var o outage
 	t0 := time.Date(2026, 12, 4, 15, 46, 0, 0, time.UTC)
 	steps := []struct {
@@ -51,6 +52,7 @@ func TestOutageReminderEachMinute(t *testing.T) {
 // is its end (the fresh user's V7: "lease not renewed ... nats: nats: API
 // error ... insufficient resources").
 func TestOutageOfAFullStoreSaidAsSuch(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	l := &Lease{key: "stream", ttl: 15 * time.Second, log: slog.New(slog.NewTextHandler(&buf, nil))}
 	l.unrenewed(fmt.Errorf("update: %w", &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}))
@@ -87,6 +89,7 @@ func (renewKV) Update(_ context.Context, _ string, _ []byte, rev uint64) (uint64
 // and stayed recorded down until their next have). A shorter outage is
 // not.
 func TestRenewalAfterAnOutageAsLongAsTheTTLIsAReclaim(t *testing.T) {
+	t.Parallel()
 	const ttl = 5 * time.Second
 	for _, c := range []struct {
 		outage time.Duration

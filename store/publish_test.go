@@ -14,6 +14,7 @@ import (
 )
 
 func TestAppendDuplicateMsgID(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	pub := store.NewPublisher(js, cfg.Subjects())
@@ -35,6 +36,7 @@ func TestAppendDuplicateMsgID(t *testing.T) {
 }
 
 func TestAppendExpectLastSubjectSeq(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	pub := store.NewPublisher(js, cfg.Subjects())
@@ -102,6 +104,7 @@ func TestAppendExpectLastSubjectSeq(t *testing.T) {
 // wrong-last-sequence replies match ErrConflict, and the reply stays
 // reachable with errors.As.
 func TestServerErrorConflictOnlyForConflicts(t *testing.T) {
+	t.Parallel()
 	for _, err := range []error{nil, errors.New("nats: wrong last sequence"), context.Canceled,
 		&jetstream.APIError{Code: 404, ErrorCode: jetstream.JSErrCodeStreamNotFound}} {
 		if errors.Is(store.ServerError(err), store.ErrConflict) {
@@ -118,6 +121,7 @@ func TestServerErrorConflictOnlyForConflicts(t *testing.T) {
 }
 
 func TestAppendRefusesInvalidBeforePublishing(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	pub := store.NewPublisher(js, cfg.Subjects())

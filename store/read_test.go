@@ -12,6 +12,7 @@ import (
 )
 
 func TestLastMsg(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	pub := store.NewPublisher(js, cfg.Subjects())
@@ -54,6 +55,7 @@ func TestLastMsg(t *testing.T) {
 }
 
 func TestListNodes(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	pub := store.NewPublisher(js, cfg.Subjects())
@@ -83,6 +85,7 @@ func TestListNodes(t *testing.T) {
 }
 
 func TestReadNode(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	pub := store.NewPublisher(js, cfg.Subjects())

@@ -25,6 +25,7 @@ import (
 // twice under load, when the lease bucket's leader it kills led the meta
 // group too).
 func TestReadNodeRidesOutAMetaLeaderKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server and waits for an election: not in -short")
 	}

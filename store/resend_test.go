@@ -20,6 +20,7 @@ import (
 // checked first, and the answer is a conflict (the engine's ownCopy then
 // reads the subject's last message). nats-server v2.15.2.
 func TestResendOfAStoredCopy(t *testing.T) {
+	t.Parallel()
 	for _, replicas := range []int{1, 3} {
 		var js jetstream.JetStream
 		var cfg store.StreamConfig

@@ -17,6 +17,7 @@ import (
 // first answer that is not transient (a fresh user's finding V2: a
 // verb's stream lookup gave up at a fixed 10 s in an election).
 func TestRideOutAsksAgainUntilALeaderAnswers(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	asks := 0
@@ -108,6 +109,7 @@ func TestRideOutSaysNoLeader(t *testing.T) {
 // AskAgain says it the same way: "no leader" when an answer said so,
 // else that nothing answered within its wait.
 func TestAskAgainSaysWhatItSaw(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		last error
@@ -131,6 +133,7 @@ func TestAskAgainSaysWhatItSaw(t *testing.T) {
 // stored) is asked again, not returned: TestAppendRetryingThroughALeaderElection
 // failed on it under load (fastsign's race run, 4 December).
 func TestRideOutAsksAgainWhileTheSameIDIsInProcess(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	asks := 0

@@ -15,6 +15,7 @@ import (
 // was sealed for, and not once a byte of it changed; a record claiming
 // another recipient does not open with that recipient's key either.
 func TestSealedSecretOpen(t *testing.T) {
+	t.Parallel()
 	ace, _ := nkeys.CreateCurveKeys()
 	shanks, _ := nkeys.CreateCurveKeys()
 	acePub, _ := ace.PublicKey()
@@ -60,6 +61,7 @@ func TestSealedSecretOpen(t *testing.T) {
 // MaxContentIn is the real ceiling of a put: a record sealing that many
 // bytes takes at most max bytes, one sealing a byte more takes more.
 func TestSealedMaxContentIn(t *testing.T) {
+	t.Parallel()
 	ace, _ := nkeys.CreateCurveKeys()
 	pub, _ := ace.PublicKey()
 	at := time.Date(2026, 12, 4, 15, 40, 1, 0, time.UTC)

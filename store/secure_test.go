@@ -40,6 +40,7 @@ func writeCreds(t *testing.T, name string, subs ...string) string {
 // A user whose JWT allows only its own inbox connects with that inbox
 // prefix; any other user keeps NATS's default; an explicit prefix wins.
 func TestCredsInboxPrefix(t *testing.T) {
+	t.Parallel()
 	own := writeCreds(t, "node-ace", "_INBOX_node-ace.>", "mesh.ace.fill")
 	other := writeCreds(t, "someone", "_INBOX.>")
 	open := writeCreds(t, "admin")

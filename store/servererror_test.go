@@ -16,6 +16,7 @@ import (
 // finding V9), and still is the reply (errors.As, errors.Is); a duplicate
 // in process (10158) is told apart from a failure.
 func TestServerErrorSaysNatsOnce(t *testing.T) {
+	t.Parallel()
 	reply := &jetstream.APIError{Code: 409, ErrorCode: 10158, Description: "duplicate message id is in process"}
 	wrapped := fmt.Errorf("nats: %w", reply) // as jetstream's PublishMsg returns it
 	err := fmt.Errorf("append mesh.golf.agent: %w", store.ServerError(wrapped))

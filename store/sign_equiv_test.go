@@ -91,6 +91,7 @@ func checkSignerMatches(t fataler, seed []byte, node string, kind events.Kind, m
 // publish), the Signer's signatures are crypto/ed25519's and nkeys', byte
 // for byte, and verify on the nodes' path.
 func TestSignerMatchesCryptoEd25519(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		seed := rapid.SliceOfN(rapid.Byte(), ed25519.SeedSize, ed25519.SeedSize).Draw(t, "seed")
 		node := rapid.StringMatching(`[a-z0-9][a-z0-9_-]{0,40}`).Draw(t, "node")
@@ -106,6 +107,7 @@ func TestSignerMatchesCryptoEd25519(t *testing.T) {
 // A key loaded from its seed file, as `reconcile --signing-key` and
 // `serve` load it, signs as crypto/ed25519 does with the file's seed.
 func TestSignerOfSeedFileMatchesCryptoEd25519(t *testing.T) {
+	t.Parallel()
 	path := t.TempDir() + "/reconciler-signing.nk"
 	if _, created, err := store.LoadOrCreateSigningKey(path); err != nil || !created {
 		t.Fatalf("created %v: %v", created, err)

@@ -32,6 +32,7 @@ func newSigner(t testing.TB) *store.Signer {
 // A signature verifies only for the node, kind, message id and payload it
 // was made for, and only against a trusted key.
 func TestSignatureBindsNodeKindIDAndPayload(t *testing.T) {
+	t.Parallel()
 	s, other := newSigner(t), newSigner(t)
 	trust, err := store.NewTrust(s.PublicKey())
 	if err != nil {
@@ -117,6 +118,7 @@ func BenchmarkVerifyEffect(b *testing.B) {
 // ErrRetired after; the file reads back as written; a line that is
 // neither form is an error.
 func TestTrustFileRetiredKeys(t *testing.T) {
+	t.Parallel()
 	cur, old, gone := newSigner(t), newSigner(t), newSigner(t)
 	trust, err := store.NewTrust(cur.PublicKey())
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 // failure. Each write's revisions are the bucket's, so the next
 // conditional write does not conflict; a stale revision still does.
 func TestPutNodesAtSharedPendingLimit(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, nc, _, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16))

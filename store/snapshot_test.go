@@ -14,6 +14,7 @@ import (
 )
 
 func TestSnapshots(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	snaps, err := store.OpenSnapshots(ctx, js, cfg)
@@ -124,6 +125,7 @@ func TestSnapshots(t *testing.T) {
 }
 
 func TestSnapshotsEmpty(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{Name: "OTHER", Prefix: "other"})
 	snaps, err := store.OpenSnapshots(ctx, js, cfg)
@@ -146,6 +148,7 @@ func TestSnapshotsEmpty(t *testing.T) {
 // TestFindSnapshotsCreatesNothing: a reader's open of the snapshot bucket
 // says there is none, and leaves none; once the bucket exists it opens it.
 func TestFindSnapshotsCreatesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	if _, err := store.FindSnapshots(ctx, js, cfg); !errors.Is(err, store.ErrNoSnapshots) {
@@ -172,6 +175,7 @@ func TestFindSnapshotsCreatesNothing(t *testing.T) {
 // state put with its summary reads back whole; an empty bucket and a
 // done context.
 func TestScanSummaries(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	snaps, err := store.OpenSnapshots(ctx, js, cfg)
@@ -233,6 +237,7 @@ func TestScanSummaries(t *testing.T) {
 // marker revision with no state (what the next conditional put expects);
 // nothing for a key never written.
 func TestNodeAt(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	snaps, err := store.OpenSnapshots(ctx, js, cfg)
@@ -276,6 +281,7 @@ func TestNodeAt(t *testing.T) {
 // names every such node, and NodeAtLeader reads the revision that failed
 // them; the put that was not stale is stored.
 func TestPutNodesAtNamesItsConflicts(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 1})
 	snaps, err := store.OpenSnapshots(ctx, js, cfg)
@@ -318,6 +324,7 @@ func TestPutNodesAtNamesItsConflicts(t *testing.T) {
 // revision, which CheckpointRev reads with the sequence; a stale one
 // fails with ErrConflict and leaves the key.
 func TestPutCheckpointAt(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js, _, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 1})
 	snaps, err := store.OpenSnapshots(ctx, js, cfg)

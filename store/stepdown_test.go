@@ -41,6 +41,7 @@ var errNoAnswer = errors.New("no answer")
 // is what issue 27 asked (docs/architecture.md, "A publish a deposed
 // leader refuses is sent again").
 func TestPublishesRideOutStepdowns(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a cluster and its elections: not in -short")
 	}
@@ -265,6 +266,7 @@ func answerKind(err error) string {
 // it). Each tail's consumer is also asked its info after each stepdown,
 // as readGone does.
 func TestTailsReadOnAcrossStepdowns(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a cluster and its elections: not in -short")
 	}

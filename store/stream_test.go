@@ -15,6 +15,7 @@ import (
 )
 
 func TestEnsureStreamIdempotentAndPartitioned(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, nc, js := storetest.Start(t)
 
@@ -84,6 +85,7 @@ func TestEnsureStreamIdempotentAndPartitioned(t *testing.T) {
 }
 
 func TestEnsureStreamAdoptsAndRefuses(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js := storetest.Start(t)
 
@@ -144,6 +146,7 @@ func TestEnsureStreamAdoptsAndRefuses(t *testing.T) {
 // A stream an older build made, capturing fewer kinds, gains the new
 // ones (the operator kinds of DESIGN.md §9) and keeps its events.
 func TestEnsureStreamAddsNewKinds(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js := storetest.Start(t)
 	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{Partitions: 4})
@@ -174,6 +177,7 @@ func TestEnsureStreamAddsNewKinds(t *testing.T) {
 // (a rollback, or a group member not yet upgraded): it is adopted, and
 // keeps that kind, so the newer agents' events are still stored.
 func TestEnsureStreamKeepsNewerKinds(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js := storetest.Start(t)
 	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{Partitions: 4})
@@ -217,6 +221,7 @@ func partitionsOf(s jetstream.Stream) (int, error) {
 }
 
 func TestEnsureStreamRefusesForeignStream(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	_, _, js := storetest.Start(t)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MESH", Subjects: []string{"mesh.>"}, Storage: jetstream.MemoryStorage}); err != nil {

@@ -17,6 +17,7 @@ import (
 // (the rollout controller's drain skipped such an event); a closed
 // connection never reopens.
 func TestTransient(t *testing.T) {
+	t.Parallel()
 	wrap := func(err error) error { return fmt.Errorf("append x: %w", err) }
 	for _, c := range []struct {
 		err  error
