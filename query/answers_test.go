@@ -17,6 +17,7 @@ import (
 // killed -9: the cluster lost its quorum, and the console's fleet page
 // says so.
 func TestStreamAnswersSaysAQuorumLoss(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills servers: not in -short")
 	}

@@ -22,6 +22,7 @@ import (
 // holds still counts, and a snapshot older than a want the stream holds
 // does not.
 func TestBuildUse(t *testing.T) {
+	t.Parallel()
 	_, nc, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -20,6 +20,7 @@ import (
 // --timeout (a fresh user's finding: apply failed at 60 s, want at 30 s,
 // while the bucket had a new leader 3-6 s after the kill).
 func TestMissingBuildsRidesOutTheBucketLeadersKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server and waits for an election: not in -short")
 	}

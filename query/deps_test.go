@@ -10,6 +10,7 @@ import (
 // through it, link neither the engine (its loop, Prometheus) nor a NATS
 // server.
 func TestReaderDeps(t *testing.T) {
+	t.Parallel()
 	const mod = "github.com/meshfold/meshfold/"
 	forbidden := []string{mod + "engine", "github.com/prometheus/",
 		"github.com/nats-io/nats-server/", mod + "store/embedded"}

@@ -21,6 +21,7 @@ import (
 // sent while there was no meta leader and never answered, each waited out
 // its caller's whole deadline.
 func TestReadsRideOutAMetaLeaderKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server and waits for an election: not in -short")
 	}

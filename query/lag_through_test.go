@@ -10,6 +10,7 @@ import (
 // after it cover at least them) and takes the later read's newest
 // events (the follow started before it delivers every later one).
 func TestLagThrough(t *testing.T) {
+	t.Parallel()
 	before := query.SnapshotLag{Partitions: []query.PartitionLag{{Partition: 0, Checkpoint: 5, Last: 9}, {Partition: 1, Checkpoint: 7, Last: 7}}}
 	later := query.SnapshotLag{Partitions: []query.PartitionLag{{Partition: 0, Checkpoint: 9, Last: 12}, {Partition: 1, Checkpoint: 11, Last: 11}}}
 	got, err := before.Through(later)

@@ -19,6 +19,7 @@ import (
 // sequence, and fleet -o json marked a node whose snapshot was current
 // "behind":true (a reviewer's finding).
 func TestTailNodesNamesOnlyFoldedEvents(t *testing.T) {
+	t.Parallel()
 	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{Partitions: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

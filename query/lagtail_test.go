@@ -20,6 +20,7 @@ import (
 // newest. Sixteen partitions, so that some consumers land on the held
 // replica.
 func TestTailNodesReadsToTheLeadersEnd(t *testing.T) {
+	t.Parallel()
 	c, lag := storetest.StartLaggingCluster(t, 3)
 	nc, js := c.Connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -50,6 +50,7 @@ func setup(t *testing.T) (context.Context, *query.Reader) {
 }
 
 func TestHistoryPartial(t *testing.T) {
+	t.Parallel()
 	ctx, r := setup(t)
 	h, err := r.History(ctx, "ace", query.Bounds{})
 	if err != nil || len(h.Events) != 2 || h.Partial {
@@ -76,6 +77,7 @@ func TestHistoryPartial(t *testing.T) {
 // stream (no bucket, then no snapshot of the node), the snapshot, then
 // the live reconciler.
 func TestStateSources(t *testing.T) {
+	t.Parallel()
 	ctx, r := setup(t)
 	st, err := r.State(ctx, "ace")
 	if err != nil || st.Source != query.SourceStream || st.View.Seq != 3 || len(st.Composition.Modules) != 2 {
@@ -95,6 +97,7 @@ func TestStateSources(t *testing.T) {
 }
 
 func TestStateSnapshotAndLive(t *testing.T) {
+	t.Parallel()
 	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -181,6 +184,7 @@ func TestStateSnapshotAndLive(t *testing.T) {
 // is folded from the stream and says so, as a reconciler of this build
 // refolds it (docs/operations.md, "Upgrading").
 func TestStateNewerSnapshotFromStream(t *testing.T) {
+	t.Parallel()
 	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -213,6 +217,7 @@ func TestStateNewerSnapshotFromStream(t *testing.T) {
 // shown folded from the stream and said to be unfolded, never "unknown";
 // a node of no event at all stays unknown.
 func TestStateUnfoldedNotUnknown(t *testing.T) {
+	t.Parallel()
 	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -19,6 +19,7 @@ import (
 // read at most 200 and dropped the rest silently). A node whose plan
 // declares no file is still never flagged, on either path.
 func TestUnansweredPastTheGets(t *testing.T) {
+	t.Parallel()
 	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

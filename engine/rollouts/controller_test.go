@@ -23,6 +23,7 @@ import (
 // stored. A verb wakes it (a revert gives the canary its previous want
 // back), and so does a new apply.
 func TestIdleControllerFollowsOnlyItsFleet(t *testing.T) {
+	t.Parallel()
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -25,6 +25,7 @@ import (
 // subject, and is tried again each second quietly: it logged "rollout
 // controller stopped; starting again" at warn every second, for ever.
 func TestDeniedFleetLeaseSaidOnce(t *testing.T) {
+	t.Parallel()
 	const denied = "$KV.MESH_LEASES.rollout.web"
 	ps := storetest.StartPermServer(t, map[string]storetest.Publish{"controller": {Deny: []string{denied}}})
 	nc, js := ps.Connect(t, "controller")

@@ -32,6 +32,7 @@ import (
 // nothing, and the rollout halted at the resume's healthy_deadline ("its
 // want was not recorded published") and reverted a healthy fleet.
 func TestPausedRolloutResumesAcrossTheStreamLeadersKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server of a cluster: not in -short")
 	}

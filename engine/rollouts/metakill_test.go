@@ -41,6 +41,7 @@ import (
 // ends first, so the re-ask itself is asserted by
 // TestAnUnansweredConsumerCreationIsAskedAgain, which fails without it.
 func TestIdleControllerReadsOnWhenTheMetaLeaderDiesWithTheStreams(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a server of a cluster: not in -short")
 	}

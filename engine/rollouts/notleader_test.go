@@ -25,6 +25,7 @@ import (
 // nats-server of go.mod does not send it (docs/architecture.md, "A
 // publish a deposed leader refuses is sent again").
 func TestANotLeaderAnswerIsSentAgain(t *testing.T) {
+	t.Parallel()
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

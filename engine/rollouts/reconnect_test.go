@@ -48,6 +48,7 @@ func (l *lines) all() []string {
 // logged the event "not stored: skipped" and lost it, and the step's
 // want was refused with "server is disconnected".
 func TestAReconnectLosesNoRolloutEvent(t *testing.T) {
+	t.Parallel()
 	e, _, _, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	px := storetest.StartProxy(t, strings.TrimPrefix(e.ClientURL(), "nats://"))
 	nc, err := nats.Connect(px.URL(), nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))

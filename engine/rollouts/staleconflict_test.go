@@ -22,6 +22,7 @@ import (
 // want changed by hand and fails the target. The refusal is injected:
 // the server stores the copy, whose expectation holds.
 func TestAStaleConflictIsSentAgain(t *testing.T) {
+	t.Parallel()
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -27,6 +27,7 @@ import (
 // dropping is a purge, what --max-age does, at a moment the test
 // chooses.
 func TestControllerWaitsForTheNextStartOnceItsStartAgedOut(t *testing.T) {
+	t.Parallel()
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{MaxAge: time.Hour})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
