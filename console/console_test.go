@@ -349,6 +349,7 @@ var rowRE = regexp.MustCompile(`<tr class="need-row" id="need-([a-z0-9_-]+)"`)
 // first (audit.SortFleet), then every node; the filter keeps the nodes
 // whose name matches.
 func TestFleetPage(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "shanks")
 	incident1(f)
@@ -390,6 +391,7 @@ func TestFleetPage(t *testing.T) {
 // Live updates: an event folded after the page was loaded reaches an
 // open event stream as the fleet's new HTML.
 func TestFleetEvents(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	settle := incident1(f)
 	fx := start(t, f)
@@ -450,6 +452,7 @@ func TestFleetEvents(t *testing.T) {
 // marked; ?why= shows the chain the audit computes, each event a link;
 // ?as_of= shows audit --as-of's text; nothing shows the filled content.
 func TestNodePage(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	settle := incident1(f)
 	knock := settle()
@@ -525,6 +528,7 @@ func TestNodePage(t *testing.T) {
 // in the picture (its tone, its title naming the rollout, the batch and
 // why), its row of the events table, and its why.
 func TestNodePageRolloutStep(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "ace")
 	by := f.append("ace", &events.Want{Modules: []events.WantModule{{Name: "provisioner", Build: "p:2", RunsAs: "prov", Provisioner: true}}})
@@ -572,6 +576,7 @@ func template(s string) string {
 // With no reconciler answering, the node page shows the fold of the
 // stream instead, and says so.
 func TestNodePageNoReconciler(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	incident1(f)()
 	f.noLive = true
@@ -584,6 +589,7 @@ func TestNodePageNoReconciler(t *testing.T) {
 
 // The console is read-only: every other method is refused.
 func TestReadOnly(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "ace")
 	fx := start(t, f)
@@ -606,6 +612,7 @@ func TestReadOnly(t *testing.T) {
 }
 
 func TestIsLoopback(t *testing.T) {
+	t.Parallel()
 	for addr, want := range map[string]bool{"127.0.0.1:7070": true, "[::1]:7070": true, "localhost:1": true,
 		"0.0.0.0:7070": false, ":7070": false, "10.0.0.1:80": false, "bad": false} {
 		if got := console.IsLoopback(addr); got != want {
@@ -617,6 +624,7 @@ func TestIsLoopback(t *testing.T) {
 // A fleet larger than a page: each table shows at most MaxRows rows and
 // says how many more there are; the filter finds the rest.
 func TestFleetPageCap(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	for i := range console.MaxRows + 5 {
 		f.append(fmt.Sprintf("n%04d", i), &events.Want{Modules: []events.WantModule{provisioner}})
@@ -637,6 +645,7 @@ func TestFleetPageCap(t *testing.T) {
 // An open node page is told of the node's newer events, and of no other
 // node's.
 func TestNodeEvents(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "ace")
 	fx := start(t, f)
@@ -686,6 +695,7 @@ func TestNodeEvents(t *testing.T) {
 // An event that comes between a node page's render and its follow is
 // offered at once, not only after the node's next event.
 func TestNodeEventsBeforeTheFollow(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "ace")
 	fx := start(t, f)
@@ -722,6 +732,7 @@ func TestNodeEventsBeforeTheFollow(t *testing.T) {
 // A paused node needs an operator and says who paused it, as fleet says;
 // a retired node leaves the fleet page unless asked for (?all=1).
 func TestFleetPausedRetired(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "shanks")
 	f.append("shanks", &events.Pause{By: "alice", Reason: "disk swap"})
@@ -744,6 +755,7 @@ func TestFleetPausedRetired(t *testing.T) {
 // is on the fleet page (the node needs an operator: "source") and in
 // the node page's state, with no content; it clears when the report goes.
 func TestSourceProblems(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "ace")
 	healthy(f, "bob")
@@ -779,6 +791,7 @@ func TestSourceProblems(t *testing.T) {
 // the node page's state heads its line so, as `meshfold state` does
 // (audit.SourcesHeader; the F7 follow-up of a fresh user's findings).
 func TestSourceShadowedHeader(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "ace")
 	f.sources = map[string][]audit.SourceProblem{"ace": {{Module: "app", Path: "/run/app/token", State: audit.Shadowed,
@@ -796,6 +809,7 @@ func TestSourceShadowedHeader(t *testing.T) {
 // finding 2: the page said "Nothing needs an operator"), and it clears
 // once a provisioner's answer covers the knock.
 func TestUnansweredKnock(t *testing.T) {
+	t.Parallel()
 	grace := audit.KnockGrace
 	audit.KnockGrace = 0
 	t.Cleanup(func() { audit.KnockGrace = grace })
@@ -824,6 +838,7 @@ func TestUnansweredKnock(t *testing.T) {
 // page in place of the unanswered knock's "is it running?" line, as
 // `fleet` does (audit.AddUnanswered; a fresh user's finding G6).
 func TestUntrustedProvisionerReplacesUnansweredKnock(t *testing.T) {
+	t.Parallel()
 	grace := audit.KnockGrace
 	audit.KnockGrace = 0
 	t.Cleanup(func() { audit.KnockGrace = grace })
@@ -850,6 +865,7 @@ func TestUntrustedProvisionerReplacesUnansweredKnock(t *testing.T) {
 // up moments with a line across the lanes; the fleet page lists the agent
 // down under what needs an operator.
 func TestNodePageLiveness(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "ace")
 	f.append("ace", &events.Have{Modules: []events.HaveModule{{Name: "web", Build: "w:1", State: events.Failed, Exit: "status 1"}}})
@@ -873,6 +889,7 @@ func TestNodePageLiveness(t *testing.T) {
 // those nodes; the search finds nodes by a part of their name or of a
 // need; both tables page (issue 27).
 func TestFleetSummary(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	settle := incident1(f) // ace owes its credential
 	_ = settle
@@ -964,6 +981,7 @@ func TestFleetSummary(t *testing.T) {
 // Pages of the nodes needing an operator: ?page=2 shows the next
 // MaxRows, most pressing first, and says which rows they are.
 func TestFleetNeedsPaged(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	for i := range console.MaxRows + 3 {
 		f.append(fmt.Sprintf("n%04d", i), &events.Want{Modules: []events.WantModule{provisioner}})
@@ -998,6 +1016,7 @@ func TestFleetNeedsPaged(t *testing.T) {
 // A burst of changes reaches an open page as at most one frame a second
 // (and one at once), however many changes there are.
 func TestFleetEventsBounded(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "ace")
 	fx := start(t, f)
@@ -1052,6 +1071,7 @@ collect:
 // "needs an operator" and are listed apart, with who acked them; a
 // warning stored after the ack flags the node again.
 func TestFleetAcked(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "shanks")
 	f.append("shanks", &events.Journal{Level: events.LevelWarn, Msg: "something to read", Cause: 1})
@@ -1076,6 +1096,7 @@ func TestFleetAcked(t *testing.T) {
 // (query.LaggingNodes): ace's new want, bob's retirement and cid, which
 // no snapshot holds, show without another event of theirs.
 func TestFleetReadsLiveWhatTheSnapshotsLag(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "ace")
 	healthy(f, "bob")

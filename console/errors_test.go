@@ -28,6 +28,7 @@ func (noRollouts) Rollout(context.Context, string) (*rollout.State, error) {
 // need's page lists the valid needs, each a link; the live stream of a
 // bogus need is refused too.
 func TestErrorPages(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "ace")
 	c, err := console.New(console.Config{Source: noRollouts{f}, Now: time.Now})

@@ -25,6 +25,7 @@ import (
 // console, started afterwards, shows ace's newest want and bob, read live
 // from the state service, though neither has another event.
 func TestConsoleReadsLiveWhatTheSnapshotsLagOnAStream(t *testing.T) {
+	t.Parallel()
 	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -43,6 +43,7 @@ func (s *slowFleet) Fleet(ctx context.Context) ([]console.NodeView, error) {
 // Nothing needs an operator" of a fleet not read (a fresh user's finding
 // M7).
 func TestFleetPageNotReadIsNoFleet(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -152,6 +153,7 @@ func (n *noSnapshotsYet) Lag(ctx context.Context) (query.SnapshotLag, error) {
 // after the console's start (ace, needing an operator) was never shown
 // until the console was restarted.
 func TestFleetPageBeforeTheFirstCheckpoint(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	incident1(f) // ace needs an operator
 	for len(f.follow) > 0 {

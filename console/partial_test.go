@@ -23,6 +23,7 @@ import (
 // it, as `meshfold audit --as-of` does. A stream that lost its first
 // events is said so too.
 func TestAsOfPartial(t *testing.T) {
+	t.Parallel()
 	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -71,6 +71,7 @@ func revertStalled(t *testing.T) *rollout.State {
 // The rollout page says a revert waits for the budget and who spends it:
 // the stalled line, and the waiting target's WHY and status.
 func TestRolloutPageRevertWaits(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	healthy(f, "ace")
 	c, err := console.New(console.Config{Source: oneRollout{f, revertStalled(t)}, Now: time.Now})

@@ -58,6 +58,7 @@ func canaryRunningNothing(t *testing.T) *rollout.State {
 // module runs nothing now, and what a promote would do (a fresh user's
 // finding U13: "done", RUNNING empty, and nothing else).
 func TestRolloutPageRunsNothing(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	c, err := console.New(console.Config{Source: oneRollout{f, canaryRunningNothing(t)}, Now: time.Now})
 	if err != nil {

@@ -42,6 +42,7 @@ func (s *silentStream) set(err error) {
 // now again. Without the watch the page keeps saying "Nothing needs an
 // operator" throughout.
 func TestFleetPageSaysTheStreamDoesNotAnswer(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	f.append("ace", &events.Want{Modules: []events.WantModule{provisioner}})
 	f.append("ace", &events.Settle{Module: "provisioner", Op: events.OpApply, Plan: f.lastPlan("ace")})

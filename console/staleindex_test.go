@@ -49,6 +49,7 @@ func (c *wallClock) add(d time.Duration) {
 // fleet as it is: an index whose copy is indexMaxAge or more old is not
 // shown.
 func TestFleetPageNotFromAnOldIndex(t *testing.T) {
+	t.Parallel()
 	names := make([]string, 60)
 	for i := range names {
 		names[i] = fmt.Sprintf("n%02d", i+1)

@@ -53,6 +53,7 @@ func (g goneRollouts) RolloutRemains(_ context.Context, fleet string) (feed.Rema
 // says what `rollout status` says, with the events that remain, not "a
 // mistyped name?".
 func TestRolloutsPageListsAStartGone(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	begins := time.Date(2026, 12, 5, 4, 58, 39, 0, time.UTC)
 	remain := func(id uint64, lines ...string) feed.Remains {
