@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // A run that fails while its connection is reconnecting ends with
@@ -32,7 +32,10 @@ func TestWhileConnectedWaitsForTheConnectionsFate(t *testing.T) {
 		{"reconnected", func(restart func(), _ *nats.Conn) { restart() }, func(err error) bool { return errors.Is(err, errLost) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := &server.Options{ServerName: "fate", Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true}
+			// A reserved port, not the kernel's pick: the restart binds it
+			// again, and a port the kernel handed out it may hand to another
+			// test's bind or connection while the server is down.
+			opts := &server.Options{ServerName: "fate", Host: "127.0.0.1", Port: storetest.FreePort(t), NoLog: true, NoSigs: true}
 			srv, err := server.NewServer(opts)
 			if err != nil {
 				t.Fatal(err)
@@ -41,7 +44,6 @@ func TestWhileConnectedWaitsForTheConnectionsFate(t *testing.T) {
 			if !srv.ReadyForConnections(10 * time.Second) {
 				t.Fatal("server not ready")
 			}
-			opts.Port = srv.Addr().(*net.TCPAddr).Port // the restart's
 			t.Cleanup(srv.Shutdown)
 			nc, err := store.Connect(store.ConnectConfig{URLs: []string{srv.ClientURL()}, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
