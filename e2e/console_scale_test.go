@@ -287,6 +287,7 @@ func median(xs []float64) float64 {
 // 5,000 nodes (standIn) keeps it quick; BenchmarkConsoleFleet100k times
 // the same page at 100,000.
 func TestConsoleFleetAtScale(t *testing.T) {
+	// Not parallel: a Chromium, CPU-bound, and it times page loads.
 	exe := chromium(t)
 	const n = 5000
 	url := serveStandIn(t, newStandIn(n))

@@ -170,6 +170,7 @@ func (c *crashing) Filled(_ context.Context, module string) {
 // explains itself in a click (the refusal, the want, the settle). No page
 // holds the filled content.
 func TestConsoleInBrowser(t *testing.T) {
+	// Not parallel: a Chromium, CPU-bound.
 	exe := chromium(t)
 	m := newMesh(t) // its reconciler's state service answers once newMesh returns
 	var srvURL string

@@ -20,6 +20,7 @@ import (
 // settle that accepts it, timed until its knock arrives. The figures are
 // logged; the test fails only if a knock never comes. Skipped with -short.
 func TestKnockLatency(t *testing.T) {
+	// Not parallel: it measures latency.
 	if testing.Short() {
 		t.Skip("latency measurement")
 	}

@@ -12,6 +12,7 @@ import (
 // ones are appended. One buffer grown by append for all of them allocated
 // about five times their bytes (issue 27).
 func TestStateArenaAllocation(t *testing.T) {
+	// Not parallel: it measures the process's TotalAlloc.
 	const n, size = 20_000, 2_300 // a cold refold's partition at 320,000 nodes, states of ~2.3 KB
 	state := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, size+i%50) }
 	for _, avg := range []int{0, size} {

@@ -27,6 +27,7 @@ import (
 // snapshot of a newer format, and a deleted one; the nodes without a
 // usable summary read one get each, then in a whole pass.
 func TestFleetSummary(t *testing.T) {
+	// Not parallel: it sets fleetGets and fleetBatch, every reader's.
 	_, nc, js, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -20,6 +20,7 @@ import (
 // election, asked again until its bound (30 s here) instead of saying
 // the credentials' mistake.
 func TestAskDeniedEndsAtOnce(t *testing.T) {
+	// Not parallel: it times the denial against 4 s.
 	ps := storetest.StartPermServer(t, map[string]storetest.Publish{
 		"admin": {},
 		"node":  {Allow: []string{"$JS.API.>"}, Deny: []string{"$JS.API.CONSUMER.CREATE.MESH.>", "$JS.API.STREAM.INFO.KV_MESH_SECRETS"}},

@@ -44,6 +44,7 @@ func writeContext(t *testing.T, dir, name, body string) string {
 }
 
 func TestConnectContextFile(t *testing.T) {
+	// Not parallel: t.Setenv.
 	cfgHome := t.TempDir()
 	t.Setenv("XDG_CONFIG_HOME", cfgHome)
 	path := writeContext(t, cfgHome, "hub", `{
@@ -102,6 +103,7 @@ func TestConnectContextFile(t *testing.T) {
 }
 
 func TestConnectTokenAndDefault(t *testing.T) {
+	// Not parallel: t.Setenv.
 	cfgHome := t.TempDir()
 	t.Setenv("XDG_CONFIG_HOME", cfgHome)
 	writeContext(t, cfgHome, "tok", `{"token": "t0k"}`)
@@ -112,6 +114,7 @@ func TestConnectTokenAndDefault(t *testing.T) {
 }
 
 func TestConnectToServerThroughContext(t *testing.T) {
+	// Not parallel: t.Setenv.
 	e, _, _ := storetest.Start(t)
 	cfgHome := t.TempDir()
 	t.Setenv("XDG_CONFIG_HOME", cfgHome)

@@ -86,6 +86,7 @@ func TestAppendRetryingThroughALeaderElection(t *testing.T) {
 // still called; one replaced after the install leaves the entry to the
 // next install's sweep.
 func TestDenialsFreedWhenTheConnectionCloses(t *testing.T) {
+	// Not parallel: it counts the process's denial watches.
 	e, _, _, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	connect := func(opts ...nats.Option) *nats.Conn {
 		t.Helper()

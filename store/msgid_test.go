@@ -86,6 +86,7 @@ func TestEffectKeyNew(t *testing.T) {
 // the keys bucket is denied it; the snapshot bucket's key is used, with
 // ErrKeysDenied, at once rather than after a timeout.
 func TestEffectKeyDeniedKeysBucket(t *testing.T) {
+	// Not parallel: it times the denial against 4 s.
 	ctx := testCtx(t)
 	ps := storetest.StartPermServer(t, map[string]storetest.Publish{"r": {Deny: []string{"$JS.API.*.*.KV_MESH_KEYS"}}})
 	_, js := ps.Connect(t, "r")

@@ -57,6 +57,7 @@ const (
 // time looks the same) say that instead, with the wait, and match
 // ErrNoLeader all the same.
 func TestRideOutSaysNoLeader(t *testing.T) {
+	// Not parallel: it times the ride-out against 2 s.
 	ctx := context.Background()
 	asks := 0
 	_, err := store.RideOut(ctx, "MESH", func(context.Context) (int, error) { asks++; return 0, jetstream.ErrStreamNotFound })

@@ -246,6 +246,7 @@ func TestEnsureStreamRefusesForeignStream(t *testing.T) {
 // and nothing is stored; a stream made before the limit gains it at the
 // next EnsureStream (issue 25, item 4).
 func TestOversizedRefusedAtTheDoor(t *testing.T) {
+	// Not parallel: it times the refusal against 1 s.
 	ctx := testCtx(t)
 	_, _, js := storetest.Start(t)
 	s, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})

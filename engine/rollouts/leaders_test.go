@@ -26,6 +26,7 @@ import (
 // Each fleet's controller read its own, once a second: four fleets, four
 // requests a second, for as long as their controllers lived.
 func TestFleetsShareOneLeaderWatch(t *testing.T) {
+	// Not parallel: it sets leaderPoll, every controller's.
 	const fleets = 4
 	poll := 100 * time.Millisecond
 	defer rollouts.SetLeaderPoll(poll)()

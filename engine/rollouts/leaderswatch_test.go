@@ -18,6 +18,7 @@ import (
 // its rollout's deadline (TestPausedRolloutResumesAcrossTheStreamLeadersKill,
 // a kill 0.16 s after a resume woke the controller).
 func TestAWatchBegunJustBeforeAnElectionIsToldOfIt(t *testing.T) {
+	// Not parallel: it sets leaderPoll, every controller's.
 	c, nc, js, _, cfg := storetest.StartClusterStream(t, 3, store.StreamConfig{Replicas: 3})
 	defer func(p time.Duration) { leaderPoll = p }(leaderPoll)
 	leaderPoll = 3 * time.Second // the stepdown comes before the first poll

@@ -202,6 +202,7 @@ func (l *lines) has(s string) bool {
 // own 5 s timeout is not played: a controller that leaves its ask to it
 // fails the test's deadline here), and the ones after it are answered.
 func TestAnUnansweredConsumerCreationIsAskedAgain(t *testing.T) {
+	// Not parallel: it sets followTail, every controller's.
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -22,6 +22,7 @@ import (
 // asked again, for at most leaderRideOut, before the step is refused
 // with the read's error: an election no longer refuses a step's want.
 func TestConflictRidesOutALeaderElection(t *testing.T) {
+	// Not parallel: it sets leaderLastMsg and leaderRideOut, every controller's.
 	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

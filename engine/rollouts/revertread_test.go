@@ -64,6 +64,7 @@ func (s *said) all() []string {
 // read rides it out for its bound, 300 ms here) and then drops the
 // connection, which the controller's connection gets back.
 func TestRevertReadSaysWhatItWaitsFor(t *testing.T) {
+	// Not parallel: it sets leaderGetMsg, every controller's.
 	e, _, pjs, _, cfg := storetest.StartStream(t, store.StreamConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
