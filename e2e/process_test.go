@@ -270,8 +270,8 @@ func (r *realIncident) fillAndWaitRunning(t testing.TB, ctx context.Context) (ti
 func TestIncident1RealProcess(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
-	ctx := m.ctx()
 	r := startRealIncident(t, m)
+	ctx := m.ctx() // after the setup, which has its own: this one bounds what follows
 
 	d, st := r.fillAndWaitRunning(t, ctx)
 	t.Logf("fill → running: %s (restarts %d)", d.Round(time.Millisecond), st.Restarts)
