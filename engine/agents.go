@@ -138,6 +138,26 @@ type agentWatch struct {
 	bucketLeader string
 	bucketSince  time.Time
 
+	// The bucket's writes (a fresh user's finding, M3): a loaded
+	// cluster's server can stall for longer than the TTL with nothing
+	// killed and no election (7 s, a 5 s TTL): the bucket stored no
+	// renewal meanwhile and the leases of live agents expired. The watch
+	// writes its own pulse (store.NodeLeasePulseKey) every ttl/4, off the
+	// loop, as an agent renews: pulse writes it (nil: no pulse, tests'
+	// fakes). pulseSent is the send of the pulse in flight (zero: none),
+	// pulseAt when the next is due; pulses delivers its result.
+	// stallFrom is the send of the first pulse not stored on time
+	// (pulseLate) and not yet followed by one stored (zero: none).
+	// pulsed: a pulse was stored since the watch started (until then a
+	// pulse not stored, such as one a reconciler's older credentials do
+	// not grant, is no stall). See bucketStalled.
+	pulse     func(ctx context.Context) error
+	pulseSent time.Time
+	pulseAt   time.Time
+	pulses    chan pulseResult
+	stallFrom time.Time
+	pulsed    bool
+
 	// The sweep runs off the loop, once for every start of the grace
 	// (the watch's start, a reconnect), retried until it succeeds:
 	// graces counts the starts, swept is the count the last sweep that
@@ -216,6 +236,13 @@ type sweepResult struct {
 	err   error
 }
 
+// pulseResult is what a pulse's write found: sent and answered are its
+// send and its answer (or its failure), err its failure.
+type pulseResult struct {
+	sent, answered time.Time
+	err            error
+}
+
 // closedChan is a closed channel: ready at once.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
@@ -255,6 +282,11 @@ func (r *Reconciler) watchAgents(ctx context.Context, kv jetstream.KeyValue) err
 		w.reconnects = func() uint64 { return nc.Stats().Reconnects }
 		w.connected = nc.IsConnected
 	}
+	pulse, _ := json.Marshal(store.NewHolder("reconciler", r.cfg.Stream.Name))
+	w.pulse = func(ctx context.Context) error {
+		_, err := kv.Put(ctx, store.NodeLeasePulseKey, pulse)
+		return err
+	}
 	name := "KV_" + kv.Bucket()
 	w.lookBucket = func(ctx context.Context) (*jetstream.StreamInfo, error) {
 		s, err := r.js.Stream(ctx, name)
@@ -284,6 +316,7 @@ func (w *agentWatch) run(ctx context.Context) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.sweeping = nil
+	w.pulses, w.pulseSent, w.pulseAt, w.stallFrom, w.pulsed = nil, time.Time{}, time.Time{}, time.Time{}, false
 	sctx, scancel := context.WithTimeout(ctx, ackTimeout)
 	st, err := w.kv.Status(sctx)
 	scancel()
@@ -350,10 +383,14 @@ func (w *agentWatch) run(ctx context.Context) error {
 		case res := <-w.sweeping:
 			w.sweeping = nil
 			w.sweepDone(ctx, res)
+		case res := <-w.pulses:
+			w.pulses = nil
+			w.pulseDone(res)
 		case <-downs:
 			w.doubt(w.downs.take())
 		case <-tick.C:
 			w.inGrace() // starts a grace when the connection reconnected
+			w.startPulse(rctx)
 			w.pruneDoubted()
 			if sweepOpen {
 				w.startSweep(rctx)
@@ -425,6 +462,9 @@ const bucketLook = time.Second
 // look is made at most once per agentCheck; false while the bucket is
 // away, and then the held nodes are judged again at a later tick.
 func (w *agentWatch) bucketWritable(ctx context.Context) bool {
+	if w.bucketStalled() {
+		return false
+	}
 	if w.lookBucket == nil {
 		return !w.inGrace()
 	}
@@ -493,6 +533,93 @@ func minTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// pulseLate is how long a pulse's write may go unanswered before the
+// bucket is taken as stalled. A stall can expire a live agent's lease
+// only when it lasts at least three quarters of the TTL (the agent
+// renewed at most a quarter before it began), and a pulse is sent at
+// most a quarter of the TTL and a tick (agentCheck) after it began: that
+// pulse is unanswered for half the TTL less a tick (2.25 s of a 5 s TTL)
+// before any lease the stall expired can be judged, and is late then.
+// A write slower than that on a sound bucket starts a grace for nothing
+// worse than a dead agent's down recorded a grace later. Never less than
+// a quarter of the TTL (a TTL under a second).
+func pulseLate(ttl time.Duration) time.Duration { return max(ttl/2-agentCheck, ttl/4) }
+
+// startPulse sends the pulse that is due, off the loop, unless one is in
+// flight. Its write is bounded by the TTL: one unanswered for so long is
+// a stall already, and the next pulse asks again.
+func (w *agentWatch) startPulse(ctx context.Context) {
+	if w.pulse == nil || w.pulses != nil || w.now().Before(w.pulseAt) {
+		return
+	}
+	res := make(chan pulseResult, 1)
+	w.pulses = res
+	sent, ttl, pulse, now := w.now(), w.ttl, w.pulse, w.now
+	w.pulseSent = sent
+	go func() {
+		pctx, cancel := context.WithTimeout(ctx, ttl)
+		defer cancel()
+		err := pulse(pctx)
+		res <- pulseResult{sent: sent, answered: now(), err: err}
+	}()
+}
+
+// pulseDone takes a pulse's result. A pulse stored on time ends nothing;
+// one stored late, or the first stored after pulses that were not, ends
+// a stall of the bucket: a grace (stallGrace) runs from its answer, as
+// from a reconnect or an election, so a live agent whose lease expired
+// in the stall claims it again before its expiry is judged.
+func (w *agentWatch) pulseDone(res pulseResult) {
+	w.pulseSent = time.Time{}
+	w.pulseAt = res.answered.Add(w.ttl / 4) // an agent's renewal period
+	late := res.answered.Sub(res.sent) >= pulseLate(w.ttl)
+	if res.err != nil {
+		switch {
+		case !w.pulsed:
+			w.log.Debug("agent liveness: the node lease bucket took no pulse yet", "key", store.NodeLeasePulseKey, "err", res.err)
+		case w.stallFrom.IsZero():
+			w.stallFrom = res.sent
+			w.log.Info("agent liveness: the node lease bucket stores no write; expired leases are held until it does",
+				"since", res.sent, "err", res.err)
+		}
+		w.pulseAt = res.answered
+		return
+	}
+	w.pulsed = true
+	from := w.stallFrom
+	if from.IsZero() {
+		if !late {
+			return
+		}
+		from = res.sent
+	}
+	w.stallFrom = time.Time{}
+	until := res.answered.Add(stallGrace(w.ttl))
+	if until.After(w.graceUntil) {
+		w.graceUntil = until
+	}
+	w.log.Info("agent liveness: the node lease bucket stored no write for a while; leases that expired meanwhile are judged after a grace",
+		"stalled", res.answered.Sub(from).Round(time.Millisecond), "since", from, "grace_until", w.graceUntil)
+}
+
+// stallGrace is the grace after a stall of the bucket ends (a pulse
+// stored late): the TTL. No connection dropped, so no reconnect's delay
+// (store.MaxReconnectDelay) is owed: a live agent asks again every TTL/4
+// and claims its expired lease again at its first ask the bucket answers.
+// Shorter than AgentGrace, so that a dead agent's down is not put off by
+// more than the stall and a TTL on a bucket whose writes are often late.
+func stallGrace(ttl time.Duration) time.Duration { return ttl }
+
+// bucketStalled reports whether the bucket is stalled as far as the
+// watch's pulses tell: one was not stored and none was since, or the one
+// in flight is late (pulseLate). An expiry judged meanwhile is held.
+func (w *agentWatch) bucketStalled() bool {
+	if !w.pulsed {
+		return false
+	}
+	return !w.stallFrom.IsZero() || !w.pulseSent.IsZero() && w.now().Sub(w.pulseSent) >= pulseLate(w.ttl)
 }
 
 // entry takes one change of the bucket.

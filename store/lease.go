@@ -132,6 +132,16 @@ const ProvisionerLeaseSuffix = ".provisioner"
 // node lease bucket: "ace.provisioner".
 func ProvisionerLeaseKey(node string) string { return node + ProvisionerLeaseSuffix }
 
+// NodeLeasePulseKey is the key of the node lease bucket that each
+// reconciler's agent liveness watch writes every TTL/4, as an agent
+// renews its lease: a write the bucket did not store on time says that
+// no agent's renewal was stored either, and the leases that expired
+// meanwhile are judged after a grace (DESIGN.md §11 "Liveness"; see
+// docs/architecture.md, "Agent liveness across a stall of the bucket").
+// It is no node's name ([LeaseOf] says not ok), and its value names the
+// reconciler instance that wrote it last.
+const NodeLeasePulseKey = "_pulse"
+
 // LeaseOf tells whose a key of the node lease bucket is: the node and
 // events.KindAgent for a node agent's (the key is the node's name),
 // events.KindProv for its provisioner's ([ProvisionerLeaseKey]); ok is

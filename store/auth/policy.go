@@ -236,6 +236,9 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		}
 		p.Pub.Allow.Add(subj("*", "plan"), subj("*", "knock"), subj("*", "journal"), subj("*", string(events.KindAgent)), subj("*", string(events.KindProv)),
 			"$KV."+bucket+".>", "$KV."+leases+".>", "$KV."+keys+".>", api("INFO"),
+			// Its agent liveness watch's pulse (store.NodeLeasePulseKey):
+			// no node's lease.
+			"$KV."+nodes+"."+store.NodeLeasePulseKey,
 			// Its KV watches (a partition's states, the group's and
 			// the agents' leases) answer flow control.
 			snapshotsFC, "$JS.FC.KV_"+leases+".>", "$JS.FC."+nodesKV+".>")
