@@ -110,9 +110,10 @@ func (t *teeHandler) WithGroup(n string) slog.Handler {
 // consumer once it has been quiet for two heartbeats after the new
 // leader's check found its consumer holding input (readGone), not after
 // readStallAfter, set here to an hour: the plan of the want the consumer
-// holds comes, and the read moved as stalled. Before the check (every
-// read moved at every new leader) it moved as elected; without the
-// shorter stall check it would wait the hour.
+// holds comes, and the read moved (as stalled, or under load as lost or
+// elected). Without the shorter stall check it would wait the hour.
+// That no read moves at a new leader without cause is
+// TestStepdownsMoveNoRead's.
 func TestAReadStalledAtAStepdownIsReadOn(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -130,8 +131,18 @@ func TestAReadStalledAtAStepdownIsReadOn(t *testing.T) {
 	from, to := c.StepDown(g.js.Conn(), g.cfg.Name)
 	t.Logf("stepdown: %s to %s", from.Name(), to.Name())
 	g.planFor(node, seq)
-	if n := testutil.ToFloat64(m.ReadsMoved.WithLabelValues("stalled")); n < 1 {
-		t.Errorf("%v reads moved as stalled, want 1 or more", n)
+	// The read moves as stalled here, or (on a loaded machine) as lost
+	// (a heartbeat of the paused consumer missed across the stepdown:
+	// seen once in 10 -race runs at load ~50, after the stall's move) or
+	// as elected (the new leader's look at the consumer unanswered
+	// within 2 s): each is the read moved on, and the plan came well
+	// before the hour. Counting only "stalled" failed under load when
+	// one of the others moved it first.
+	stalled, lost, elected := testutil.ToFloat64(m.ReadsMoved.WithLabelValues("stalled")),
+		testutil.ToFloat64(m.ReadsMoved.WithLabelValues("lost")), testutil.ToFloat64(m.ReadsMoved.WithLabelValues("elected"))
+	t.Logf("reads moved: stalled %v, lost %v, elected %v", stalled, lost, elected)
+	if stalled+lost+elected < 1 {
+		t.Errorf("no read moved (stalled %v, lost %v, elected %v), want 1 or more", stalled, lost, elected)
 	}
 	if n := testutil.ToFloat64(m.Restarts); n != 0 {
 		t.Errorf("%v sessions restarted, want none", n)
