@@ -155,9 +155,9 @@ func FleetFailedText(rows []FleetRow) string {
 // haveChanges tells what changed from have prev to have h, module by
 // module in h's order, removals last: "+name build state" for a new
 // module, "-name" for one gone, and for a changed one its state
-// (running→failed, with the exit and restarts), build or account; a
-// failed module that restarted and failed again shows its restarts
-// (3→4).
+// (running→failed, with the exit and restarts), its check's word while
+// it runs (healthy→unhealthy), build or account; a failed module that
+// restarted and failed again shows its restarts (3→4).
 func haveChanges(prev, h *events.Have) []string {
 	old := map[string]events.HaveModule{}
 	for _, m := range prev.Modules {
@@ -178,6 +178,9 @@ func haveChanges(prev, h *events.Have) []string {
 		} else if m.FillRestarts != o.FillRestarts {
 			c = append(c, fmt.Sprintf("%s, on_fill restarts %d→%d", m.State, o.FillRestarts, m.FillRestarts))
 		}
+		if h := healthChange(o, m); h != "" {
+			c = append(c, h)
+		}
 		if o.Build != m.Build {
 			c = append(c, orNone(ShortBuild(o.Build))+"→"+orNone(ShortBuild(m.Build)))
 		}
@@ -194,6 +197,24 @@ func haveChanges(prev, h *events.Have) []string {
 		}
 	}
 	return out
+}
+
+// healthChange says how module m's check changed since o, both running
+// (DESIGN.md §11 "Health"): "healthy→unhealthy", "starting→healthy";
+// "health unhealthy" for a check first reported (a module that runs
+// with one now, not before). "" when it did not change, or when m does
+// not run: its state's change says it, and no check runs then.
+func healthChange(o, m events.HaveModule) string {
+	switch {
+	case m.State != events.Running || m.Health == o.Health || m.Health == "":
+		return ""
+	case o.State != events.Running || o.Health == "":
+		if m.Health == events.HealthStarting {
+			return "" // a start's first word, said by its state's change
+		}
+		return "health " + string(m.Health)
+	}
+	return string(o.Health) + "→" + string(m.Health)
 }
 
 // haveDetail is a module's exit and restarts in parentheses, when any.

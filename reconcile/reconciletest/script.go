@@ -80,7 +80,8 @@ func WantModule(t testing.TB, line string) events.WantModule {
 //	want                 one module a line (see [WantModule])
 //	have                 one module a line: NAME BUILD|- STATE [account=X]
 //	                     [restarts=N] [exit=X] (exit=status_1 is "status 1")
-//	                     [since=SEQ] (the stream time of SEQ); args: [no_plan=true]
+//	                     [since=SEQ] (the stream time of SEQ)
+//	                     [health=starting|healthy|unhealthy]; args: [no_plan=true]
 //	                     [looked=SEQ] (the have's LookedBefore)
 //	approve module= build= [by=ops]
 //	settle plan= [module=] [op=apply] [error=]
@@ -220,7 +221,7 @@ func (sc *Script) haveModule(t testing.TB, d *datadriven.TestData, line string) 
 	t.Helper()
 	f := strings.Fields(line)
 	if len(f) < 3 {
-		t.Fatalf("%s: have line wants NAME BUILD STATE [account=X restarts=N exit=X since=SEQ]: %q", d.Pos, line)
+		t.Fatalf("%s: have line wants NAME BUILD STATE [account=X restarts=N exit=X since=SEQ health=H]: %q", d.Pos, line)
 	}
 	m := events.HaveModule{Name: f[0], Build: f[1], State: events.RunState(f[2])}
 	if m.Build == "-" {
@@ -238,6 +239,10 @@ func (sc *Script) haveModule(t testing.TB, d *datadriven.TestData, line string) 
 		case "since": // since=SEQ: the time of that sequence
 			at := sc.Stream.TimeOf(U64(t, v))
 			m.Since = &at
+		case "health":
+			m.Health = events.Health(v)
+		default:
+			t.Fatalf("%s: have line: unknown field %q in %q", d.Pos, kv, line)
 		}
 	}
 	return m
