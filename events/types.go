@@ -186,8 +186,9 @@ type Have struct {
 	Header
 	Modules []HaveModule `json:"modules"`
 	// NoPlan: the agent holds no plan: it found none in the stream at its
-	// start and has settled none since (optional; absent from older
-	// agents). The reconciler answers it with the node's last plan
+	// start and has taken none to apply since (optional; absent from older
+	// agents; an agent older than this rule still says it while it applies
+	// its first plan, until that plan settles). The reconciler answers it with the node's last plan
 	// published again when it emitted one (docs/architecture.md, "A plan
 	// the stream's max-age removed"): the stream's max-age can have
 	// removed the node's plan while the node still needs it.

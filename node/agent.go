@@ -156,7 +156,8 @@ type Agent struct {
 	// current key's (docs/architecture.md, "Trust per deployment").
 	settledRetired bool
 	// noPlan: the start found no plan in the stream; haves say so
-	// (events.Have.NoPlan) until a plan settles.
+	// (events.Have.NoPlan) until the agent takes one to apply (handlePlan):
+	// it holds that one, applied or not yet settled.
 	noPlan bool
 	// lookedBefore: the stream's sequences before it were looked at when
 	// the start found no plan (events.Have.LookedBefore).
@@ -707,6 +708,13 @@ func (a *Agent) handlePlan(ctx context.Context, m store.Msg) {
 	if ev.Seq <= a.Settled() {
 		return
 	}
+	// From here the agent holds a plan of the stream: its haves sent while
+	// it applies it no longer say it holds none (a fresh user's finding:
+	// `audit` said "holds no plan" of the have of the modules the plan
+	// had just started, before its settle).
+	a.mu.Lock()
+	a.noPlan = false
+	a.mu.Unlock()
 	ctx, span := a.startSpan(ctx, m.Header, "apply plan", trace.SpanKindConsumer,
 		tracing.SeqAttr(tracing.Seq, ev.Seq), tracing.SeqAttr(tracing.Cause, p.Cause))
 	defer span.End()
@@ -971,7 +979,7 @@ func (a *Agent) publishHave(ctx context.Context) {
 		}
 		missing := a.missingFiles(mods)
 		a.mu.Lock()
-		noPlan := a.noPlan && a.settled == nil
+		noPlan := a.noPlan
 		h := &events.Have{Modules: mods, NoPlan: noPlan, Missing: missing}
 		atStart = slices.ContainsFunc(missing, func(m events.MissingFile) bool { return m.AtStart })
 		if atStart {

@@ -676,3 +676,39 @@ func TestHaveAfterLeaseReclaim(t *testing.T) {
 	d = down("bob")
 	haveAfter("bob", d)
 }
+
+// gatedSupRuntime is a gatedRuntime with the Supervisor interface: the
+// test says when a module's state changed.
+type gatedSupRuntime struct {
+	*gatedRuntime
+	changes chan struct{}
+}
+
+func (g *gatedSupRuntime) Changes() <-chan struct{}       { return g.changes }
+func (g *gatedSupRuntime) Filled(context.Context, string) {}
+
+// A have sent while the agent applies its first plan, after the modules
+// it started changed and before the plan settles, does not say the agent
+// holds no plan (a fresh user's finding m2: `audit` said "holds no plan
+// (none in the stream at the agent's start)" of the have listing the
+// plan's first module): the agent holds the plan it applies.
+func TestHaveWhileApplyingSaysPlanHeld(t *testing.T) {
+	e := newEnv(t)
+	dr, err := NewDirRuntime(filepath.Join(t.TempDir(), "modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedSupRuntime{gatedRuntime: &gatedRuntime{DirRuntime: dr, entered: make(chan struct{}, 1), open: make(chan struct{})},
+		changes: make(chan struct{}, 1)}
+	e.startAgent(t, "ace", g)
+	e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool { return m.Event.Payload.(*events.Have).NoPlan })
+	p := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:1"}, events.PlanModule{Name: "bravo", Build: "slow:1"})
+	<-g.entered // alpha applied, bravo's apply blocked: the plan is not settled
+	g.changes <- struct{}{}
+	h := e.waitEvent(t, "ace", events.KindHave, func(m store.Msg) bool { return len(m.Event.Payload.(*events.Have).Modules) == 1 })
+	close(g.open)
+	if h.Event.Payload.(*events.Have).NoPlan {
+		t.Errorf("have #%d, sent while plan #%d was applied (alpha running), says no_plan", h.Event.Seq, p)
+	}
+	e.waitEvent(t, "ace", events.KindSettle, settleOf(p))
+}

@@ -363,8 +363,8 @@ func (s *State) settledDeclares(module, path string) bool {
 // for a retired node, nor when the last plan was published after the
 // agent looked for one (at or after looked, the have's LookedBefore; 0
 // when the agent does not say): the agent started before it and gets it from its
-// follow; its have sent while it applies it still says no plan, which is
-// not a lost plan (a fresh user's finding V1: the first plan of 4 nodes
+// follow; its have sent before it takes that plan (an older agent's,
+// until the plan settles) still says no plan, which is not a lost plan (a fresh user's finding V1: the first plan of 4 nodes
 // of 8 was published twice, with this warning).
 func (f *folder) planAgain(looked uint64, why string) {
 	s := f.s

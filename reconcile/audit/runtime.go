@@ -246,8 +246,13 @@ func exitDetail(m events.HaveModule) string {
 // before it (nil: the first): its changes first, or "unchanged" and what
 // runs; led by "holds no plan" when the agent says it holds none (it
 // found none in the stream at its start: the reconciler publishes the
-// node's plan again).
-func haveSummaryAfter(h, prev *events.Have) string {
+// node's plan again). plan is the node's newest plan stored before the
+// have (0: none): one at or after where the agent looked
+// (events.Have.LookedBefore) is one it gets from its follow, not one it
+// lacks, and the summary says so (an agent older than the rule that its
+// haves stop saying no plan once it takes one says it until that plan
+// settles: a fresh user's finding m2).
+func haveSummaryAfter(h, prev *events.Have, plan uint64) string {
 	var s string
 	switch {
 	case prev == nil:
@@ -259,7 +264,10 @@ func haveSummaryAfter(h, prev *events.Have) string {
 			s = "unchanged: " + haveSummary(h)
 		}
 	}
-	if h.NoPlan {
+	switch {
+	case h.NoPlan && h.LookedBefore != 0 && plan >= h.LookedBefore:
+		s = fmt.Sprintf("takes plan #%d (stored after the agent's start), not settled yet; ", plan) + s
+	case h.NoPlan:
 		s = "holds no plan (none in the stream at the agent's start); " + s
 	}
 	if len(h.Missing) > 0 {

@@ -42,12 +42,15 @@ type Entry struct {
 func (h *History) Timeline(from, to int) []Entry {
 	var prev *events.Want
 	var prevHave *events.Have
+	var plan uint64 // the newest plan before the event
 	for _, ev := range h.Events[:from] {
 		switch p := ev.Payload.(type) {
 		case *events.Want:
 			prev = p
 		case *events.Have:
 			prevHave = p
+		case *events.Plan:
+			plan = ev.Seq
 		}
 	}
 	out := make([]Entry, 0, to-from)
@@ -68,9 +71,11 @@ func (h *History) Timeline(from, to int) []Entry {
 			// A have is told against the one before it: running → failed
 			// → running is a crash loop's story (DESIGN.md §8).
 			if ev.Err == nil {
-				e.Summary = haveSummaryAfter(p, prevHave)
+				e.Summary = haveSummaryAfter(p, prevHave, plan)
 			}
 			prevHave = p
+		case *events.Plan:
+			plan = ev.Seq
 		}
 		out = append(out, e)
 	}
