@@ -166,7 +166,10 @@ type HaveModule struct {
 	// started again for a fill (on_fill: restart); optional.
 	Since *time.Time `json:"since,omitempty"`
 	// Health is what the module's check says (DESIGN.md §11 "Health");
-	// absent when its bundle declares no check.
+	// absent when its bundle declares no check. A check that fell
+	// unhealthy is reported healthy again only once it has passed for the
+	// agent's hold (docs/architecture.md, "A flapping check's recoveries
+	// are held"): a have never says healthy longer than the check did.
 	Health Health `json:"health,omitempty"`
 }
 

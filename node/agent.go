@@ -67,6 +67,12 @@ type Config struct {
 	// HaveEvery is the least interval between two haves a Supervisor
 	// runtime's changes bring; 0 means [DefaultHaveEvery].
 	HaveEvery time.Duration
+	// HealthHold is how long a module's health check, reported unhealthy,
+	// must pass without a break before a have reports it healthy again in
+	// the same run; it doubles for a check that keeps flapping, up to
+	// [MaxHealthHold] (docs/architecture.md, "A flapping check's
+	// recoveries are held"). 0 means [DefaultHealthHold].
+	HealthHold time.Duration
 	// Logger receives the agent's log lines; nil uses slog.Default().
 	// Content is never logged.
 	Logger *slog.Logger
@@ -140,6 +146,8 @@ type Agent struct {
 	started    atomic.Bool
 	haveKick   chan struct{}
 	changeKick chan struct{}
+	health     *healthHold  // what the haves say of the modules' checks
+	lastHave   *events.Have // the last have stored (haveLoop's)
 	// ready is closed once the first plan has been applied (or there was
 	// none): fill requests that arrive earlier wait for it instead of
 	// being judged against plan 0 or finding no responder.
@@ -305,6 +313,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Agent, error) {
 		haveKick:   make(chan struct{}, 1),
 		ready:      make(chan struct{}),
 		changeKick: make(chan struct{}, 1),
+		health:     newHealthHold(cfg.HealthHold),
 		lookAll:    true,
 	}, nil
 }
@@ -925,13 +934,19 @@ func (a *Agent) kickHave() {
 }
 
 // haveLoop publishes a full have on start, after every applied plan
-// (kickHave: at once, the reconciler waits on it), every Resync, and on
+// (kickHave: at once, the reconciler waits on it), every Resync, on
 // every change a Supervisor runtime reports (kickChange: at most one every
-// HaveEvery, so a crash loop is bounded), until ctx is done. Changes that
-// arrive while it waits are folded into the next have.
+// HaveEvery, so a crash loop is bounded), and when a module's held
+// recovery ends (healthHold: paced as a change), until ctx is done.
+// Changes that arrive while it waits are folded into the next have.
 func (a *Agent) haveLoop(ctx context.Context) {
 	tick := time.NewTicker(a.cfg.Resync)
 	defer tick.Stop()
+	hold := time.NewTimer(time.Hour)
+	defer hold.Stop()
+	var last time.Time // when the last have was stored
+	onChange := false  // the next have is for a change: skipped when it says nothing new
+have:
 	for {
 		for _, c := range []chan struct{}{a.haveKick, a.changeKick} {
 			select {
@@ -939,17 +954,34 @@ func (a *Agent) haveLoop(ctx context.Context) {
 			default:
 			}
 		}
-		a.publishHave(ctx)
-		last := time.Now()
-		select {
-		case <-ctx.Done():
-			return
-		case <-a.haveKick:
-			continue
-		case <-tick.C:
-			continue
-		case <-a.changeKick:
+		if a.publishHave(ctx, onChange) {
+			last = time.Now()
 		}
+		onChange = false
+	wait:
+		for {
+			hold.Stop()
+			if due := a.health.due(); !due.IsZero() {
+				hold.Reset(time.Until(due))
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.haveKick:
+				continue have
+			case <-tick.C:
+				continue have
+			case <-a.changeKick:
+				break wait
+			case now := <-hold.C:
+				// A check that failed within its hold moved its end
+				// (or ended it): nothing to report yet.
+				if due := a.health.due(); !due.IsZero() && !now.Before(due) {
+					break wait
+				}
+			}
+		}
+		onChange = true
 		if wait := a.cfg.HaveEvery - time.Since(last); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
@@ -959,24 +991,29 @@ func (a *Agent) haveLoop(ctx context.Context) {
 			case <-t.C:
 			case <-a.haveKick:
 				t.Stop()
+				onChange = false
 			}
 		}
 	}
 }
 
 // publishHave reads what runs and publishes it, retrying (and reading
-// again) until the stream acknowledges or ctx is done.
-func (a *Agent) publishHave(ctx context.Context) {
+// again) until the stream acknowledges or ctx is done; it reports whether
+// a have was stored. A have for a change (onChange) that says what the
+// last have stored said is not published: a change the have does not
+// show (a process's pid, a check's recovery still held) adds nothing to
+// the stream.
+func (a *Agent) publishHave(ctx context.Context, onChange bool) bool {
 	id := nuid.Next()
-	atStart := false // the have stored carries what the first look found gone
+	skipped := false
+	atStart := false      // the have stored carries what the first look found gone
+	var said *events.Have // the have stored
 	_, err := store.Retry(ctx, a.log, "publish have", newBackoff(), func() (store.Ack, error) {
 		mods, err := a.rt.Running(ctx)
 		if err != nil {
 			return store.Ack{}, fmt.Errorf("read what runs: %w", err)
 		}
-		if mods == nil {
-			mods = []events.HaveModule{}
-		}
+		mods = a.health.report(mods, time.Now())
 		missing := a.missingFiles(mods)
 		a.mu.Lock()
 		noPlan := a.noPlan
@@ -989,19 +1026,44 @@ func (a *Agent) publishHave(ctx context.Context) {
 			h.LookedBefore = a.lookedBefore
 		}
 		a.mu.Unlock()
+		if onChange && sameHave(h, a.lastHave) {
+			skipped = true
+			return store.Ack{}, nil
+		}
 		h = events.Stamp(h, time.Now())
 		ack, err := a.pub.Append(ctx, a.cfg.Name, h, store.WithMsgID(id))
 		if errors.Is(err, events.ErrInvalid) {
 			return ack, backoff.Permanent(err)
 		}
+		said = h
 		return ack, err
 	})
 	if err != nil && ctx.Err() == nil {
 		a.log.Error("have not published", "err", err)
 	}
-	if err == nil && atStart {
+	if err != nil || skipped {
+		return false
+	}
+	a.lastHave = said
+	a.health.stored(said.Modules, time.Now())
+	if atStart {
 		a.startReported()
 	}
+	return true
+}
+
+// sameHave reports whether have h says what have last says (its modules,
+// their runtime, the files missing, the plan it holds); nil last: no.
+func sameHave(h, last *events.Have) bool {
+	if last == nil || h.NoPlan != last.NoPlan || h.LookedBefore != last.LookedBefore || h.Started != last.Started ||
+		!slices.Equal(h.Missing, last.Missing) {
+		return false
+	}
+	return slices.EqualFunc(h.Modules, last.Modules, func(a, b events.HaveModule) bool {
+		as, bs := a.Since, b.Since
+		a.Since, b.Since = nil, nil
+		return a == b && (as == nil) == (bs == nil) && (as == nil || as.Equal(*bs))
+	})
 }
 
 // publish appends p, retrying with backoff until the stream acknowledges

@@ -100,9 +100,13 @@
 // [Supervisor] reports the changes its modules make on their own (an
 // exit, a restart), and each brings a have, at most one a second
 // ([DefaultHaveEvery]: changes that come faster are folded into the next
-// have), so a crash loop shows in the stream but is bounded. The have
-// after an applied plan is never delayed: the reconciler judges what runs
-// by it.
+// have), so a crash loop shows in the stream but is bounded; a change
+// the have does not show brings none. A module's health check that fell
+// unhealthy is reported healthy again only once it has passed for the
+// hold ([Config.HealthHold], doubling while the check flaps, up to
+// [MaxHealthHold]), so a flapping check adds one have, not one per
+// transition. The have after an applied plan is never delayed: the
+// reconciler judges what runs by it.
 //
 // # Filled files of removed modules
 //

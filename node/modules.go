@@ -411,13 +411,18 @@ func (a *Agent) sweepTemp(p string) {
 }
 
 // watchRuntime publishes a have (at most one a HaveEvery) on every
-// change a Supervisor runtime reports, until ctx is done.
+// change a Supervisor runtime reports, until ctx is done. It looks at
+// what runs at each: a check that fails and passes again between two
+// haves restarts its module's held recovery (healthHold).
 func (a *Agent) watchRuntime(ctx context.Context, sup Supervisor) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-sup.Changes():
+			if mods, err := a.rt.Running(ctx); err == nil {
+				a.health.observe(mods, time.Now())
+			}
 			select {
 			case a.changeKick <- struct{}{}:
 			default:

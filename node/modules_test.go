@@ -139,8 +139,9 @@ func TestFillTellsSupervisor(t *testing.T) {
 	}
 }
 
-// Every change a Supervisor reports brings a have, and two haves are at
-// least HaveEvery apart in the stream, however fast the changes come.
+// Every change a Supervisor reports that the have shows brings a have,
+// and two haves are at least HaveEvery apart in the stream, however fast
+// the changes come.
 func TestHavesOnChangesAtMostOneAnInterval(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
@@ -156,6 +157,9 @@ func TestHavesOnChangesAtMostOneAnInterval(t *testing.T) {
 	// A burst of changes, each reported once the agent took the previous
 	// one: each is followed by a have, spaced out.
 	for i := 0; i < 4; i++ {
+		if err := dr.Apply(ctxT(t), events.PlanModule{Name: fmt.Sprintf("m%d", i), Build: "b:1"}); err != nil {
+			t.Fatal(err)
+		}
 		rt.changes <- struct{}{}
 		n := i + 2
 		e.waitEvent(t, "ace", events.KindHave, func(store.Msg) bool { n--; return n == 0 })

@@ -29,6 +29,7 @@ type nodeOpts struct {
 	runtime    string
 	resync     time.Duration
 	checkFiles time.Duration
+	healthHold time.Duration
 	trust      trustFlag
 }
 
@@ -99,6 +100,7 @@ manager restarts it; the modules it runs keep running.`,
 	fl.StringVar(&o.runtimeDir, "runtime-dir", "", "where the recording runtime keeps module records (default DIR/.meshfold/modules, DIR the --root)")
 	fl.DurationVar(&o.resync, "resync", node.DefaultResync, "interval of the resync have (and of retrying a failed plan)")
 	fl.DurationVar(&o.checkFiles, "check-files", node.DefaultCheckFiles, "interval of the look at the filled files on the node: one gone (an rm) is reported and refilled while its module runs; 0 never looks")
+	fl.DurationVar(&o.healthHold, "health-hold", node.DefaultHealthHold, "how long a module's health check, reported unhealthy, must pass before a have reports it healthy again; doubles while it flaps, up to 5m")
 	o.trust.add(cmd)
 	_ = cmd.MarkFlagRequired("root")
 	a.conn.add(cmd)
@@ -127,6 +129,9 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	}
 	if o.resync <= 0 {
 		return withCode(exitUsage, fmt.Errorf("--resync %s: must be positive", o.resync))
+	}
+	if o.healthHold <= 0 {
+		return withCode(exitUsage, fmt.Errorf("--health-hold %s: must be positive", o.healthHold))
 	}
 	if o.checkFiles < 0 {
 		return withCode(exitUsage, fmt.Errorf("--check-files %s: must be positive, or 0 to never look", o.checkFiles))
@@ -237,7 +242,7 @@ func runNodeAgent(ctx context.Context, a *app, name string, o nodeOpts, nc *nats
 	}
 	defer stopTracing()
 	agent, err := node.New(nc, js, node.Config{Name: name, Root: o.root, StateDir: o.stateDir, Runtime: rt,
-		Resync: o.resync, CheckFiles: o.checkFiles, Logger: log, Stream: scfg, Trust: trust, TrustFrom: trustPath, Tracing: tp})
+		Resync: o.resync, CheckFiles: o.checkFiles, HealthHold: o.healthHold, Logger: log, Stream: scfg, Trust: trust, TrustFrom: trustPath, Tracing: tp})
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
