@@ -241,14 +241,19 @@ func (n *nodeT) dirRuntime() node.Runtime {
 // startAgent starts the node agent with rt (nil: a DirRuntime).
 func (n *nodeT) startAgent(rt node.Runtime) { n.startAgentFaults(rt, node.Faults{}) }
 
-// startAgentFaults starts the node agent with rt and test hooks.
-func (n *nodeT) startAgentFaults(rt node.Runtime, faults node.Faults) {
+// startAgentFaults starts the node agent with rt and test hooks; mod, when
+// given, changes its configuration.
+func (n *nodeT) startAgentFaults(rt node.Runtime, faults node.Faults, mod ...func(*node.Config)) {
 	if rt == nil {
 		rt = n.dirRuntime()
 	}
 	n.agent = n.m.spawn(n.name+"-agent", func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
-		a, err := node.New(nc, js, node.Config{Name: n.name, Root: n.root, StateDir: n.state, Runtime: rt,
-			Stream: n.m.cfg, Logger: n.m.logger("node"), Faults: faults, Trust: n.m.trust, Tracing: n.m.tp})
+		cfg := node.Config{Name: n.name, Root: n.root, StateDir: n.state, Runtime: rt,
+			Stream: n.m.cfg, Logger: n.m.logger("node"), Faults: faults, Trust: n.m.trust, Tracing: n.m.tp}
+		for _, m := range mod {
+			m(&cfg)
+		}
+		a, err := node.New(nc, js, cfg)
 		if err != nil {
 			return err
 		}
