@@ -891,7 +891,7 @@ func (f *folder) have(p *Have) {
 		if prev != nil {
 			for _, o := range prev.Modules {
 				if o.Name == m.Name && o.Build == m.Build && m.Restarts > o.Restarts {
-					n.GoodSince = time.Time{}
+					n.breakGood(f.s.Now)
 				}
 			}
 		}
@@ -954,7 +954,8 @@ func (f *folder) liveness(up bool) {
 			f.up(n)
 		}
 	} else if !n.Down {
-		n.Down, n.DownSince, n.GoodSince = true, f.s.Now, time.Time{}
+		n.breakGood(f.s.Now)
+		n.Down, n.DownSince = true, f.s.Now
 		if n.Have != nil {
 			h := *n.Have // not in place: a clone of the state may share it
 			h.Stale = true
@@ -1602,7 +1603,7 @@ func (f *folder) judge(n *Node) {
 	good := settled && !n.Down && mismatch(n) == ""
 	switch {
 	case !good:
-		n.GoodSince = time.Time{}
+		n.breakGood(now)
 	case n.GoodSince.IsZero():
 		n.GoodSince = now
 	}
@@ -1647,6 +1648,29 @@ func (f *folder) judge(n *Node) {
 		return
 	}
 	f.fail(n, stuckWhy(n, ours, settled, now, r.R))
+}
+
+// breakGood ends the target's healthy window at now (if one is open),
+// keeping it as Broke when it is the longest under its healthy_deadline.
+func (n *Node) breakGood(now time.Time) {
+	if !n.GoodSince.IsZero() {
+		d := now.Sub(n.GoodSince)
+		if b := n.Broke; b == nil || !b.Deadline.Equal(n.DeadlineFrom) || d > b.For {
+			n.Broke = &Window{Deadline: n.DeadlineFrom, For: d}
+		}
+	}
+	n.GoodSince = time.Time{}
+}
+
+// brokeText says, for a why at the deadline, the target's longest healthy
+// window under its healthy_deadline when one broke: "; healthy for at
+// most 4s in a row, of min_healthy 15s"; "" when none did.
+func brokeText(n *Node, r Resolved) string {
+	b := n.Broke
+	if b == nil || !b.Deadline.Equal(n.DeadlineFrom) || b.For <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; healthy for at most %s in a row, of min_healthy %s", shown(b.For), r.MinHealthy)
 }
 
 // canaryBroken says why a done canary target, its batch not yet
@@ -2015,7 +2039,7 @@ func stuckWhy(n *Node, ours, settled bool, now time.Time, r Resolved) string {
 		}
 	}
 	if why := mismatch(n); why != "" {
-		return why + " at its healthy_deadline " + r.HealthyDeadline.String()
+		return why + " at its healthy_deadline " + r.HealthyDeadline.String() + brokeText(n, r)
 	}
 	return fmt.Sprintf("healthy for %s only, of min_healthy %s, at its healthy_deadline %s", shown(now.Sub(n.GoodSince)), r.MinHealthy, r.HealthyDeadline)
 }

@@ -272,6 +272,14 @@ type Node struct {
 	// GoodSince is when every module of its plan began to run at its
 	// build, healthy, without a break since; zero while not.
 	GoodSince time.Time `json:"good_since,omitzero"`
+	// Broke is its longest healthy window (GoodSince to the break: a
+	// module unhealthy or off its build, a restart, its agent down) that
+	// ended before min_healthy, under the healthy_deadline that began at
+	// Broke.Deadline (one of an earlier DeadlineFrom tells nothing of
+	// this one); nil when none broke. A why at the deadline says it: a
+	// flapping module was healthy, only never for min_healthy in a row.
+	// Replaced, never changed in place: a clone of the state may share it.
+	Broke *Window `json:"broke,omitempty"`
 	// HealthyFrom is when the healthy window that made it done began
 	// (GoodSince then): the delivery view's "healthy since" of a done
 	// target, kept when a later down or restart ends GoodSince.
@@ -369,6 +377,14 @@ func (b *Back) Text() string {
 		return string(b.Status)
 	}
 	return "revert " + string(b.Status)
+}
+
+// Window is a healthy window of a target that broke (Node.Broke).
+type Window struct {
+	// Deadline is the target's DeadlineFrom when the window broke.
+	Deadline time.Time `json:"deadline"`
+	// For is how long the window lasted.
+	For time.Duration `json:"for"`
 }
 
 // HaveSeen is the newest have of a node.
