@@ -215,7 +215,7 @@ func JoinGroup(ctx context.Context, js jetstream.JetStream, cfg GroupConfig) (*G
 	var ttl time.Duration
 	// A freshly formed cluster answers "no response from stream" until
 	// the bucket's leader is elected: retried, as NewReconciler does.
-	err := retryTransient(ctx, func(ctx context.Context) (err error) {
+	err := retryTransientEach(ctx, startRetryFor, func(ctx context.Context) (err error) {
 		kv, ttl, err = openLeaseBucket(ctx, js, cfg.Stream, cfg.TTL, cfg.Logger)
 		return err
 	})
@@ -251,23 +251,24 @@ func openLeaseBucket(ctx context.Context, js jetstream.JetStream, streamCfg stor
 			cfgOf = &st.CachedInfo().Config
 		}
 	})
-	kv, err := js.KeyValue(ctx, bucket)
+	// Opened and created as the other buckets are (store.OpenKV): a
+	// creation's lookup answered "not found" right after "already in
+	// use", and the status of a bucket just created answered "not found"
+	// (10059, store.KVStatus), are asked again; asked once, either ended
+	// a start under load ~50.
+	kv, err := store.OpenKV(ctx, js, jetstream.KeyValueConfig{
+		Bucket:         bucket,
+		Description:    "meshfold reconcilers of stream " + streamCfg.Name + ": member.<group>.<instance>, lease.<partition>, stream (an ungrouped reconciler)",
+		History:        1,
+		TTL:            ttl,
+		LimitMarkerTTL: ttl,
+		Storage:        jetstream.FileStorage,
+		Replicas:       streamCfg.Replicas,
+	})
 	wg.Wait()
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		cfgOf = nil
-		kv, err = store.CreateKV(ctx, js, jetstream.KeyValueConfig{
-			Bucket:         bucket,
-			Description:    "meshfold reconcilers of stream " + streamCfg.Name + ": member.<group>.<instance>, lease.<partition>, stream (an ungrouped reconciler)",
-			History:        1,
-			TTL:            ttl,
-			LimitMarkerTTL: ttl,
-			Storage:        jetstream.FileStorage,
-			Replicas:       streamCfg.Replicas,
-		})
-	}
 	if err == nil && cfgOf == nil {
 		var st jetstream.KeyValueStatus
-		if st, err = kv.Status(ctx); err == nil {
+		if st, err = store.KVStatus(ctx, js, kv); err == nil {
 			cfgOf = &jetstream.StreamConfig{MaxAge: st.TTL(), SubjectDeleteMarkerTTL: st.LimitMarkerTTL()}
 		}
 	}

@@ -303,7 +303,7 @@ func newReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 	var snaps *store.Snapshots
 	var key []byte
 	var keyErr error // the key came from the snapshot bucket: see store.ErrKeysDenied
-	err := retryTransient(ctx, func(ctx context.Context) (err error) {
+	err := retryTransientEach(ctx, startRetryFor, func(ctx context.Context) (err error) {
 		if opened != nil {
 			stream = opened
 			if scfg, err = store.OpenedStream(opened, cfg.Stream); err != nil {
@@ -384,11 +384,22 @@ const startRetryFor = 30 * time.Second
 // 3.6 s after a quorum was back (TestServeWaitsForAFreshClustersLeaders
 // under load), while the cluster was still coming up.
 func retryTransient(ctx context.Context, op func(ctx context.Context) error) error {
+	return retryTransientEach(ctx, ackTimeout, op)
+}
+
+// retryTransientEach is retryTransient whose attempts are each bounded by
+// each: startRetryFor for the opens of the stream and the buckets, which
+// ask again inside while unanswered (store.AskAgain) and so ride out an
+// election, or a loaded cluster slower than ackTimeout, within the 30 s
+// operations.md promises for each. Bounded by ackTimeout, the snapshot
+// bucket's open ended a start at load ~50 ("stream KV_MESH_SNAPSHOTS did
+// not answer within 5s").
+func retryTransientEach(ctx context.Context, each time.Duration, op func(ctx context.Context) error) error {
 	deadline := time.Now().Add(startRetryFor)
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
-		actx, cancel := context.WithTimeout(ctx, ackTimeout)
+		actx, cancel := context.WithTimeout(ctx, each)
 		err := op(actx)
 		cancel()
 		again := store.Transient(err) || store.NoPeersYet(err)

@@ -63,7 +63,7 @@ func HoldStream(ctx context.Context, js jetstream.JetStream, cfg store.StreamCon
 		kv        jetstream.KeyValue
 		bucketTTL time.Duration
 	)
-	err := retryTransient(ctx, func(ctx context.Context) (err error) {
+	err := retryTransientEach(ctx, startRetryFor, func(ctx context.Context) (err error) {
 		kv, bucketTTL, err = openLeaseBucket(ctx, js, cfg, ttl, log)
 		return err
 	})

@@ -41,6 +41,33 @@ func openKV(ctx context.Context, js jetstream.JetStream, create bool, cfg jetstr
 	})
 }
 
+// OpenKV opens the bucket of cfg, creating it when missing, as the
+// store's own buckets are opened ([OpenNodeLeases], [OpenSnapshots]):
+// a lookup or creation unanswered (an election), a creation that finds
+// no placement yet (10005), and a creation answered "already in use"
+// whose lookup right after says "not found" (the cluster not yet showing
+// the bucket) are asked again within ctx. An existing bucket is opened
+// as it is.
+//
+// Errors: as [AskAgain]'s (a [*NoLeaderError] when ctx ends unanswered);
+// the lookup's or creation's other errors.
+func OpenKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	return openKV(ctx, js, true, cfg)
+}
+
+// KVStatus returns kv's status (its stream's info), asked again within
+// ctx while unanswered or answered "not found" (10059): right after a
+// bucket's creation on a cluster, the server answering its stream's info
+// may not know the stream yet, and a start that asked once ended on it
+// ("lease bucket MESH_LEASES: … 10059 stream not found", load ~50). For a
+// bucket just opened or created: one deleted meanwhile is asked for until
+// ctx ends.
+func KVStatus(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (jetstream.KeyValueStatus, error) {
+	return askAgain(ctx, js, "KV_"+kv.Bucket(), func(err error) bool {
+		return Unanswered(err) || errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
+	}, kv.Status)
+}
+
 // bucketAgain reports whether [openKV] asks again after err.
 func bucketAgain(err error) bool {
 	return Unanswered(err) || errors.Is(err, errBucketRaced) || NoPeersYet(err)
