@@ -157,6 +157,7 @@ type agentWatch struct {
 	pulses    chan pulseResult
 	stallFrom time.Time
 	pulsed    bool
+	pulseSaid bool // the watch said once that no pulse was stored yet
 
 	// The sweep runs off the loop, once for every start of the grace
 	// (the watch's start, a reconnect), retried until it succeeds:
@@ -547,6 +548,10 @@ func minTime(a, b time.Time) time.Time {
 // a quarter of the TTL (a TTL under a second).
 func pulseLate(ttl time.Duration) time.Duration { return max(ttl/2-agentCheck, ttl/4) }
 
+// pulseUnstored paces the pulses while none has been stored since the
+// watch started (pulseDone).
+const pulseUnstored = time.Minute
+
 // startPulse sends the pulse that is due, off the loop, unless one is in
 // flight. Its write is bounded by the TTL: one unanswered for so long is
 // a stall already, and the next pulse asks again.
@@ -578,7 +583,21 @@ func (w *agentWatch) pulseDone(res pulseResult) {
 	if res.err != nil {
 		switch {
 		case !w.pulsed:
-			w.log.Debug("agent liveness: the node lease bucket took no pulse yet", "key", store.NodeLeasePulseKey, "err", res.err)
+			// Never stored since the watch started: older reconciler
+			// credentials without the pulse's grant (a denied publish is
+			// answered by nothing, and the connection logs the denial at
+			// ERROR), or a start under a stall. Asked again each minute,
+			// not each tick.
+			w.pulseAt = res.answered.Add(pulseUnstored)
+			level := slog.LevelInfo
+			if w.pulseSaid {
+				level = slog.LevelDebug
+			}
+			w.pulseSaid = true
+			w.log.Log(context.Background(), level, "agent liveness: the node lease bucket stored no pulse of this reconciler yet: a stall of the bucket is not told from an agent's death until it does "+
+				"(credentials from an older 'meshfold auth' do not grant it: issue them again); asking again each minute",
+				"key", store.NodeLeasePulseKey, "err", res.err)
+			return
 		case w.stallFrom.IsZero():
 			w.stallFrom = res.sent
 			w.log.Info("agent liveness: the node lease bucket stores no write; expired leases are held until it does",
