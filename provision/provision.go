@@ -171,6 +171,8 @@ type Client struct {
 	log     *slog.Logger
 	tr      trace.Tracer // nil: tracing off
 	started atomic.Bool
+	// ready is closed once Run has started (Ready).
+	ready chan struct{}
 	// startedAt is when Run started (set before its goroutines start);
 	// answerWarn: a failed knock answer was logged (answer).
 	startedAt  time.Time
@@ -276,9 +278,17 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Client, error) {
 	cfg.Stream = cfg.Stream.WithDefaults()
 	return &Client{nc: nc, js: js, cfg: cfg, subj: cfg.Stream.Subjects(), refused: map[FileRef]bool{}, sent: map[FileRef]uint64{},
 		sources: sources, status: map[FileRef]store.FillStatus{}, filled: map[FileRef]store.FillRecord{}, unfilled: map[FileRef]bool{}, lastWhy: map[FileRef]string{},
-		trustBad: map[events.Kind]store.FillStatus{},
-		tr:       tracing.Tracer(cfg.Tracing), log: log.With("node", cfg.Node, "account", cfg.Account)}, nil
+		trustBad: map[events.Kind]store.FillStatus{}, ready: make(chan struct{}),
+		tr: tracing.Tracer(cfg.Tracing), log: log.With("node", cfg.Node, "account", cfg.Account)}, nil
 }
+
+// Ready is closed once Run has started: its lease claimed (with
+// [Config.Lease]), the node's newest knock and settle read, the curve
+// keys of its sealed sources registered and their watches started, just
+// before the fill on start. What fails before it is a start's failure (a
+// permission the creds lack, say: the creds of another node's
+// provisioner), not a running client's.
+func (c *Client) Ready() <-chan struct{} { return c.ready }
 
 // Run fills every declared file on start and again on every knock, until
 // ctx is done; then it returns nil. It can be called once per Client.
@@ -421,6 +431,7 @@ func (c *Client) Run(ctx context.Context) (rerr error) {
 		}
 	}
 	c.log.Info("provisioner running", "sources", strings.Join(names, ", "), "knocks_after", from)
+	close(c.ready)
 	// The fill on start covers every knock up to from: answered.
 	c.startedAt = time.Now().UTC()
 	c.answer(ctx, knock.Event)

@@ -54,7 +54,7 @@ func TestRoleDeniedItsBucketsEndsAtOnce(t *testing.T) {
 	}{
 		{"controller", []string{"reconcile", "--signing-key", filepath.Join(dir, "reconciler-signing.nk")}, "permission denied: these credentials may not publish to $JS.API.STREAM.INFO.KV_MESH_"},
 		{"node-ace", []string{"provision", "ace", "--from", "sealed", "--account", "prov", "--trust-from", dir, "--key", filepath.Join(base, "curve.key")},
-			"permission denied: these credentials may not publish to $JS.API.STREAM.INFO.KV_MESH_SECRETS; only the roles operator, reconciler may"},
+			"permission denied: these credentials may not publish to $JS.API.STREAM.INFO.KV_MESH_SECRETS; 'meshfold provision ace' runs as the provisioner role, user provisioner-ace"},
 	} {
 		// Without the fix, reconcile ends at the 30 s bound and provision
 		// not at all: 40 s lets either show as too slow, not hang.

@@ -82,7 +82,7 @@ func (a *app) watchDenied(nc *nats.Conn) { a.watchDeniedUntil(nc, nil) }
 func (a *app) watchDeniedUntil(nc *nats.Conn, until <-chan struct{}) {
 	prev := nc.ErrorHandler()
 	nc.SetErrorHandler(func(c *nats.Conn, s *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) && !closedChan(until) {
+		if errors.Is(err, nats.ErrPermissionViolation) && !closedChan(until) && !a.spared(err) {
 			if a.askRefused(err) {
 				return
 			}
@@ -109,6 +109,17 @@ func (a *app) watchDeniedUntil(nc *nats.Conn, until <-chan struct{}) {
 			prevClosed(c)
 		}
 	})
+}
+
+// spared reports whether err, a permission violation, is one the
+// command carries on without (app.deniedSpared): it then goes to the
+// connection's handlers as before, not ending the command.
+func (a *app) spared(err error) bool {
+	if a.deniedSpared == nil {
+		return false
+	}
+	m := violation.FindStringSubmatch(err.Error())
+	return m != nil && a.deniedSpared(m[2])
 }
 
 // askRefused takes a permission violation that belongs to a question a

@@ -164,6 +164,10 @@ type app struct {
 	// deniedNeeds, when set, says which role the command needs, for
 	// explainDenied to add ("'meshfold node bob' runs as the node role: …").
 	deniedNeeds string
+	// deniedSpared, when set, reports the subjects whose denial the
+	// command carries on without (watchDeniedUntil): a provisioner whose
+	// own creds predate its lease fills without one.
+	deniedSpared func(subject string) bool
 	// asking, while stateKnows asks the reconciler's state, ends that ask:
 	// a violation then ends the ask, not the command. askDenied is the
 	// subject of the first such violation (or of a state service subject

@@ -21,6 +21,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/provision"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/auth"
 )
 
 func init() { register(newProvisionCmd) }
@@ -105,7 +106,9 @@ and the console flag NAME provisioner-down, and 'fleet' and 'state' say
 statuses shown are as it last saw them. Start one again: it fills every
 file on start and answers the knocks that waited, no poke needed. A client
 whose credentials do not reach its lease (issued by an older 'meshfold auth')
-says so at error level and fills without it.
+says so at error level and fills without it. Credentials that may not do
+what it does on start (another node's provisioner's: it runs as user
+provisioner-NAME) end it at once, exit 1, naming the user they are of.
 
 --account is the account this client runs as: the node accepts writes only
 from the settled plan's provisioner account. Content is never logged. Each
@@ -186,17 +189,41 @@ func runProvision(cmd *cobra.Command, a *app, name string, o provisionOpts) erro
 		return err
 	}
 	defer nc.Close()
+	// A permission the creds lack while the client starts (the curve key
+	// read, the knocks read) ends it at once, explained (exit 1), as the
+	// node agent's: the creds of another node's provisioner are no
+	// transient failure, and were retried for ever (a fresh user's
+	// finding M1 of fresh10). Once started, a violation is logged as
+	// before.
+	started := make(chan struct{})
+	own := auth.UserName(auth.RoleProvisioner, name)
+	a.watchDeniedUntil(nc, started)
+	a.deniedNeeds = fmt.Sprintf("'meshfold provision %s' runs as the provisioner role, user %s ('meshfold auth add-node %s' writes its creds file)",
+		name, own, name)
+	if user, _ := credsUser(a.conn.withEnv().creds); user == "" || user == own {
+		// The node's own provisioner creds, issued before provisioners
+		// held a lease, fill without it (provision.Client.Run says so).
+		leases := a.stream.config().WithDefaults().Name + store.NodeLeaseBucketSuffix
+		a.deniedSpared = func(subject string) bool {
+			return strings.HasPrefix(subject, "$KV."+leases+".") || strings.HasSuffix(subject, ".KV_"+leases) || strings.Contains(subject, ".KV_"+leases+".")
+		}
+	}
 	// A connection closed for good (a revoked user) ends the client with
 	// an error: it would never reconnect, and its service manager brings
 	// it back.
-	return store.WhileConnected(cmd.Context(), nc, func(ctx context.Context) error {
-		return runProvisioner(ctx, a, name, o, nc, trust, log)
+	err = store.WhileConnected(cmd.Context(), nc, func(ctx context.Context) error {
+		return runProvisioner(ctx, a, name, o, nc, trust, log, started)
 	})
+	if d := a.deniedErr(); d != nil {
+		return d // ended by the violation, which run explains
+	}
+	return err
 }
 
 // runProvisioner runs the provisioner client of node name on nc until
-// ctx is done.
-func runProvisioner(ctx context.Context, a *app, name string, o provisionOpts, nc *nats.Conn, trust *store.Trust, log *slog.Logger) error {
+// ctx is done, closing started once the client has started
+// (provision.Client.Ready).
+func runProvisioner(ctx context.Context, a *app, name string, o provisionOpts, nc *nats.Conn, trust *store.Trust, log *slog.Logger, started chan<- struct{}) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -241,6 +268,13 @@ func runProvisioner(ctx context.Context, a *app, name string, o provisionOpts, n
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
+	go func() {
+		select {
+		case <-c.Ready():
+			close(started)
+		case <-ctx.Done():
+		}
+	}()
 	return c.Run(ctx)
 }
 
