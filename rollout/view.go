@@ -3,6 +3,7 @@ package rollout
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -707,8 +708,61 @@ func (r *Rollout) stalled() string {
 	if waiting > 1 {
 		verb = "wait"
 	}
-	return fmt.Sprintf("%s of batch %d %s for %s; no step of the rollout is under way: it moves on when one of them is available again (or abort, or apply again with a larger max_unavailable)",
-		plural(waiting, "target"), r.Batch+1, verb, r.budget())
+	return fmt.Sprintf("%s of batch %d %s for %s; no step of the rollout is under way: it moves on when one of them is available again (or %sabort, or apply again with a larger max_unavailable)",
+		plural(waiting, "target"), r.Batch+1, verb, r.budget(), r.approveRemedy())
+}
+
+// approveRemedy names, for a stalled line, the approvals the unavailable
+// targets waiting for one wait for, each as the command that gives it
+// ("approve db at sha256:38f1c2d4e5f6 for n101, n102, …: 'meshfold
+// approve NODE... db sha256:38f1c2d4e5f6 --by NAME', --ahead for the
+// targets whose want does not name db yet; or "); "" when none waits. A
+// target waiting for an approval spends the budget until an operator
+// gives it, which the line's other remedies did not say (a fresh user's
+// finding M3 of fresh10: 20 such targets stalled 100 more).
+func (r *Rollout) approveRemedy() string {
+	type wait struct {
+		module, build string
+		nodes         []string
+	}
+	var waits []*wait
+	for _, name := range slices.Sorted(maps.Keys(r.Nodes)) {
+		o := r.Nodes[name]
+		if !o.Unavail || o.Status != WaitingApproval || o.Plan == nil {
+			continue
+		}
+		row := heldForApproval(o.Plan)
+		if row == nil {
+			continue
+		}
+		i := slices.IndexFunc(waits, func(w *wait) bool { return w.module == row.Name && w.build == row.Pending })
+		if i < 0 {
+			waits = append(waits, &wait{module: row.Name, build: row.Pending})
+			i = len(waits) - 1
+		}
+		waits[i].nodes = append(waits[i].nodes, name)
+	}
+	var b strings.Builder
+	for _, w := range waits {
+		nodes := w.nodes
+		if len(nodes) > 5 {
+			nodes = append(nodes[:5:5], "…")
+		}
+		build := approveBuild(w.build)
+		fmt.Fprintf(&b, "approve %s at %s for %s: 'meshfold approve NODE... %s %s --by NAME', --ahead for the targets whose want does not name %s yet; or ",
+			events.Text(w.module), build, strings.Join(nodes, ", "), events.Text(w.module), build, events.Text(w.module))
+	}
+	return b.String()
+}
+
+// approveBuild is build as 'meshfold approve' takes it in a line: a
+// sha256 build as its short form (sha256: and 12 hex digits, which
+// approve resolves to the one stored build it begins), another whole.
+func approveBuild(build string) string {
+	if h, ok := strings.CutPrefix(build, "sha256:"); ok && len(h) > 12 {
+		return "sha256:" + h[:12]
+	}
+	return events.Text(build)
 }
 
 // revertStalled says why a revert is stalled by its budget: targets wait

@@ -65,7 +65,11 @@ text is the stalled line of 'rollout status'), and a target whose new want has
 no module (it runs nothing once its step is done; 'rollout status' says "done,
 runs nothing now"), and a want that declares files but has no provisioner
 module (the node accepts no write of them: nothing fills them, and the
-rollout fails at healthy_deadline); apply and --dry-run both print them.
+rollout fails at healthy_deadline), and targets whose new want gives a
+module requires_approval at a build new to them (each waits for an
+operator's approval, spending max_unavailable: 'meshfold approve NODE...
+MODULE BUILD --by NAME --ahead' gives it before their turn); apply and
+--dry-run both print them.
 
 apply and --dry-run refuse, publishing nothing:
   - nodes the newest rollout of another fleet names, whether or not their
@@ -398,6 +402,19 @@ func printPlan(w io.Writer, p *feed.Plan) {
 	for _, u := range texts {
 		fmt.Fprintf(w, "-- warning: %s: %s\n", strings.Join(unfillable[u], ", "), u)
 	}
+	// Modules that wait for an operator's approval: each such target
+	// stays waiting-approval, spending max_unavailable, until one is
+	// given, and enough of them stall the rollout (a fresh user's
+	// finding M3 of fresh10: 20 of them held 100 more targets back).
+	for _, g := range approvalWaits(targets) {
+		nodes := g.nodes
+		if len(nodes) > 5 {
+			nodes = append(nodes[:5:5], fmt.Sprintf("… (%d targets)", len(g.nodes)))
+		}
+		fmt.Fprintf(w, "-- warning: %s: %s requires_approval at %s: each waits for an approval (waiting-approval, spending max_unavailable) unless one is given already; "+
+			"approve ahead with 'meshfold approve NODE... %s %s --by NAME --ahead'\n",
+			strings.Join(nodes, ", "), g.module, shortBuild(g.build), g.module, approveArg(g.build))
+	}
 	// Nodes already unavailable that spend max_unavailable before the
 	// first step: nothing moves, the canary included (a fresh user's
 	// finding U20); said as 'rollout status' says it once started.
@@ -412,6 +429,46 @@ func printPlan(w io.Writer, p *feed.Plan) {
 			"a user a node lacks fails its apply, which halts the rollout ('meshfold rollout why %s NODE' says why)\n",
 			strings.Join(users, ", "), p.Fleet.Name)
 	}
+}
+
+// approvalWait is a module at a build that targets' new wants require
+// an approval of, and those targets.
+type approvalWait struct {
+	module, build string
+	nodes         []string
+}
+
+// approvalWaits returns, in the targets' order, each module and build a
+// target's new want gives it with requires_approval where its current
+// want does not name that module at that build: the plan holds such a
+// module for an operator's yes, and the target waits for it. An approval
+// given already is not read here (the warning says so).
+func approvalWaits(targets []rollout.Candidate) []*approvalWait {
+	var out []*approvalWait
+	for _, c := range targets {
+		for _, m := range c.Want {
+			if !m.RequiresApproval || slices.ContainsFunc(c.Current, func(x events.WantModule) bool { return x.Name == m.Name && x.Build == m.Build }) {
+				continue
+			}
+			i := slices.IndexFunc(out, func(g *approvalWait) bool { return g.module == m.Name && g.build == m.Build })
+			if i < 0 {
+				out = append(out, &approvalWait{module: m.Name, build: m.Build})
+				i = len(out) - 1
+			}
+			out[i].nodes = append(out[i].nodes, c.Node)
+		}
+	}
+	return out
+}
+
+// approveArg is build as 'meshfold approve' takes it on a command line:
+// a sha256 build as its short form (sha256: and 12 hex digits, which
+// approve resolves to the one stored build it begins), another whole.
+func approveArg(build string) string {
+	if h, ok := strings.CutPrefix(build, "sha256:"); ok && len(h) > 12 {
+		return "sha256:" + h[:12]
+	}
+	return events.Text(build)
 }
 
 // newRunsAs returns the runs_as accounts the targets' wants give a module
