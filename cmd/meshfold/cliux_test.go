@@ -242,6 +242,23 @@ func TestStreamMismatchSaysTheFlag(t *testing.T) {
 	}
 }
 
+// --replicas above 1 against a server that is not clustered is a flag
+// that does not fit the server: one line that names the flag and what to
+// give, exit 2, not the server's bare "replicas > 1 not supported in
+// non-clustered mode" with exit 1, which the packaged reconcile.env's
+// --replicas 3 met restarted every 2 s (a fresh user's finding m1 of
+// fresh10).
+func TestReplicasOnASingleServerSaysTheFlag(t *testing.T) {
+	m := startMesh(t)
+	sk := filepath.Join(t.TempDir(), "rk.nk")
+	_, errOut, code := m.cli(t, "reconcile", "--signing-key", sk, "--replicas", "3")
+	if code != exitUsage || strings.Count(strings.TrimSpace(errOut), "\n") != 0 ||
+		!strings.Contains(errOut, "--replicas 3: the server is not clustered, and keeps one replica of a stream: give --replicas 1 (or none: 0 keeps the stream's)") ||
+		!strings.Contains(errOut, "MESHFOLD_RECONCILE_ARGS") {
+		t.Errorf("reconcile --replicas 3 on one server: exit %d, want %d with one line naming the flag:\n%s", code, exitUsage, errOut)
+	}
+}
+
 // A reconcile refused before it starts (another reconciler folds the
 // stream; flags that do not fit it) leaves no new signing key or trust
 // file behind (a fresh user's finding U24: a new reconcilers.pub beside

@@ -37,6 +37,39 @@ func explainOversized(err error) error {
 		store.MaxMsgSize, err)
 }
 
+// jsReplicasNotSupported is the server's "replicas > 1 not supported in
+// non-clustered mode" (nats-server's JSStreamReplicasNotSupportedErr;
+// nats.go has no sentinel for it).
+const jsReplicasNotSupported = 10074
+
+// explainReplicas says what to do about --replicas above 1 against a
+// server that is not clustered, which refuses the stream's (or a
+// bucket's) creation or update: a flag that does not fit the server,
+// exit 2, in one line naming the flag and, for reconcile, where the
+// packaged units set it (reconcile.env's --replicas 3 is for the
+// documented cluster of three; against one server it gave a bare NATS
+// error restarted every 2 s: a fresh user's finding m1 of fresh10).
+func (a *app) explainReplicas(cmd *cobra.Command, err error) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsReplicasNotSupported {
+		return err
+	}
+	given := "--replicas above 1"
+	if cmd != nil {
+		if f := cmd.Flags().Lookup("replicas"); f != nil && f.Changed {
+			given = "--replicas " + f.Value.String()
+		}
+	}
+	msg := given + ": the server is not clustered, and keeps one replica of a stream: give --replicas 1 (or none: 0 keeps the stream's), or connect to a cluster"
+	if cmd != nil && cmd.Name() == "reconcile" {
+		msg += "; the packaged meshfold-reconcile@ units take it from MESHFOLD_RECONCILE_ARGS in /etc/meshfold/reconcile.env (or reconcile-NAME.env), whose --replicas 3 is for a cluster of three servers"
+	}
+	if a.logLevel == "debug" {
+		msg += " (" + err.Error() + ")"
+	}
+	return withCode(exitUsage, &quietErr{msg: msg, err: err})
+}
+
 // explainStream says what to do about an existing stream the flags do
 // not fit, in the flags' terms: another prefix is one line naming the
 // stream's ("stream MESH was created with prefix "mesh": give --prefix

@@ -42,7 +42,7 @@ var exitCodeTable = []struct {
 }{
 	{exitOK, "done: printed what was asked, or published"},
 	{exitError, "failed, or refused for the state of things: the server cannot be reached, a read or a publish failed, a build is not pushed yet, a rollout verb the rollout would ignore (`promote` of a rollout not `waiting-promote`: its canary not done, or its agent down), a `pause` of a node paused already or a `resume` of one not paused, a retired node named to `poke`, `pause`, `resume` or `approve`, no agent answered (`logs`), an `auth revoke` that a server of the cluster did not apply (down, or refused it: the files are revoked, the lines say which server)"},
-	{exitUsage, "usage: the command line is wrong (a flag, an argument, a file that is missing or does not parse: a want or fleet file, the `--creds`, `--nkey`, `--context` or TLS files, a provisioner's `--key` curve key file, or one missing while its node has a registered key, unless `--new-key`), or it names a node, fleet or event the stream does not hold (`state`, `audit`, `retire`, `rollout status`, `secret put` … of a mistyped name; `want` of a node it holds no event of, unless `--new`), a module or path the node's newest want does not declare (`secret put`, `approve`, `revoke`, `waive`, unless `--ahead`), or a module the node's agent does not run (`logs NODE MODULE`); nothing was published. A dry run (`apply --dry-run`) exits as the command itself would"},
+	{exitUsage, "usage: the command line is wrong (a flag, an argument, a file that is missing or does not parse: a want or fleet file, the `--creds`, `--nkey`, `--context` or TLS files, a provisioner's `--key` curve key file, or one missing while its node has a registered key, unless `--new-key`; a `--replicas` above 1 against a server that is not clustered), or it names a node, fleet or event the stream does not hold (`state`, `audit`, `retire`, `rollout status`, `secret put` … of a mistyped name; `want` of a node it holds no event of, unless `--new`), a module or path the node's newest want does not declare (`secret put`, `approve`, `revoke`, `waive`, unless `--ahead`), or a module the node's agent does not run (`logs NODE MODULE`); nothing was published. A dry run (`apply --dry-run`) exits as the command itself would"},
 	{exitConflict, "conflict: someone else published first (a stale `want --expect`), or an `apply` over nodes another fleet's rollout names, or a `want` on a target of a running rollout (unless `--force`), or a `build rm` of a build that a node's want or have, or a rollout's next steps or revert, still names; nothing was published or removed"},
 }
 
@@ -109,6 +109,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	err = explainOversized(err)
 	err = a.explainStream(err)
+	err = a.explainReplicas(cmd, err)
 	err = store.StorageFullError(err) // a KV put or a stream create refused for lack of room; appends say it already
 	fmt.Fprintln(stderr, "meshfold:", err)
 	var ce *codedError
