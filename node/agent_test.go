@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
 )
 
@@ -312,9 +313,12 @@ func TestStartAppliesNewestPlanAndRestart(t *testing.T) {
 	p3 := e.publishPlan(t, "ace", "", events.PlanModule{Name: "alpha", Build: "a:2"})
 	e.waitEvent(t, "ace", events.KindSettle, settleOf(p3))
 	a.stop()
-	if info, err := e.stream.Info(ctxT(t)); err != nil || info.State.Consumers != 0 {
-		t.Errorf("consumers left on the server after the agent stopped: %v (%v)", info.State.Consumers, err)
-	}
+	// Asked on the way out, not awaited (store.DropOrdered): gone well
+	// before their inactivity threshold would remove them.
+	waitfor.Until(t, store.OrderedInactive/3, "no consumer left on the server after the agent stopped", func() bool {
+		info, err := e.stream.Info(ctxT(t))
+		return err == nil && info.State.Consumers == 0
+	})
 
 	e.startAgentIn(t, "ace", root, state, nil)
 	var n int

@@ -165,8 +165,9 @@ func (f *NodeFollow) once(ctx context.Context, js jetstream.JetStream, st *feedS
 		case x = <-tail.C():
 		}
 		if x.Err != nil {
-			// Stopped aside: its deletion, asked of a server that may
-			// have stopped, waits out its timeout (5 s).
+			// Stopped aside: its consumer's deletion is asked, not
+			// awaited (DropOrdered), but its reader's stop is not waited
+			// for either.
 			go tail.Stop()
 			return true, x.Err
 		}

@@ -39,9 +39,14 @@ const effectKeyName = "effect-key"
 // again until the reconciler's credentials are issued anew.
 var ErrKeysDenied = errors.New("store: the keys bucket is denied to this user: the effect key was read from the snapshot bucket")
 
-// apiPrefix is the JetStream API subject prefix of js, dot-terminated.
+// apiPrefix is the JetStream API subject prefix of js, dot-terminated:
+// its domain's, its API prefix, or the default.
 func apiPrefix(js jetstream.JetStream) string {
-	if p := js.Options().APIPrefix; p != "" {
+	opts := js.Options()
+	if opts.Domain != "" {
+		return "$JS." + opts.Domain + ".API."
+	}
+	if p := opts.APIPrefix; p != "" {
 		return strings.TrimSuffix(p, ".") + "."
 	}
 	return jetstream.DefaultAPIPrefix

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
@@ -236,22 +235,29 @@ func FollowRidingOut(ctx context.Context, js jetstream.JetStream, cfg TailConfig
 // against the server's limit.
 const OrderedInactive = 30 * time.Second
 
-// DropOrdered deletes an ordered consumer once its reader has stopped.
-// Ordered consumers are ephemeral but the client does not delete them on
-// Stop: without this, every restart would leave one on the server until
-// its inactivity threshold, and a busy process would reach the server's
-// consumer limit (JetStream error 10026). Not while the connection is
-// down: no server would answer the deletion before its 5 s timeout (a
-// stop against a kill -9'd server waited it out), and the consumer goes
-// by its inactivity threshold (OrderedInactive).
+// DropOrdered asks the server to delete an ordered consumer once its
+// reader has stopped, and does not wait for the answer. Ordered consumers
+// are ephemeral but the client does not delete them on Stop: without
+// this, every restart would leave one on the server until its inactivity
+// threshold, and a busy process would reach the server's consumer limit
+// (JetStream error 10026). The request is written to the connection (its
+// Close flushes it); the server deletes the consumer when it takes the
+// request, and a request lost on the way leaves it to its inactivity
+// threshold (OrderedInactive), as a crash does. Awaited, the answer of a
+// loaded or stalled JetStream API made every stop wait for it, up to the
+// request's 5 s bound per reader: a node agent's SIGTERM took 8.3 s
+// during an 8 s stall of the cluster (a fresh user's finding m6). Not
+// while the connection is down: nothing would carry the request.
 func DropOrdered(js jetstream.JetStream, stream string, cons jetstream.Consumer) {
 	info := cons.CachedInfo()
-	if info == nil || !js.Conn().IsConnected() {
+	nc := js.Conn()
+	if info == nil || !nc.IsConnected() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = js.DeleteConsumer(ctx, stream, info.Name) // gone already is fine
+	// A reply subject of the connection's response mux: the answer, when
+	// it comes, is dropped there (a JetStream API request without one is
+	// answered to no subject at all).
+	_ = nc.PublishRequest(apiPrefix(js)+"CONSUMER.DELETE."+stream+"."+info.Name, nc.NewRespInbox(), nil)
 }
 
 // ListNodes returns the names of the nodes the stream holds an event of
@@ -404,18 +410,7 @@ func (l *LeaderReads) bound(ctx context.Context) (context.Context, context.Cance
 // subject is the stream's message-get subject, under the context's API
 // prefix or domain.
 func (l *LeaderReads) subject() string {
-	opts := l.js.Options()
-	prefix := opts.APIPrefix
-	if opts.Domain != "" {
-		prefix = "$JS." + opts.Domain + ".API"
-	}
-	if prefix == "" {
-		prefix = jetstream.DefaultAPIPrefix
-	}
-	if !strings.HasSuffix(prefix, ".") {
-		prefix += "."
-	}
-	return prefix + "STREAM.MSG.GET." + l.stream
+	return apiPrefix(l.js) + "STREAM.MSG.GET." + l.stream
 }
 
 func (l *LeaderReads) body(req leaderGetRequest) []byte {

@@ -401,8 +401,8 @@ func (c *controller) run(ctx context.Context) (uint64, error) {
 	}
 	defer func() {
 		if tail != nil {
-			// Aside, as sleep's: the deletion may wait out 5 s for a
-			// meta leader, and the caller sleeps or refolds next.
+			// Aside, as sleep's: the caller sleeps or refolds next (the
+			// consumer's deletion is asked, not awaited: DropOrdered).
 			go tail.Stop()
 		}
 	}()
