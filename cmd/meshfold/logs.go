@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -15,6 +17,9 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/node"
+	"github.com/meshfold/meshfold/query"
+	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/reconcile/audit"
 )
 
 func init() { register(newLogsCmd) }
@@ -48,7 +53,18 @@ prefixes each line with when it was captured and its stream: out
 restarts, health).
 
 No agent answering (not running, or no reply within --timeout) exits 1 and
-says so. An agent that stops answering while --follow waits for new lines
+says so. When the stream records the node's agent down, it says since when
+and why (as 'meshfold state' does), what the node's newest have said of the
+module, and where its output is meanwhile: the module runs on under its
+supervisor, which still writes it to <state-dir>/process/MODULE/module.log
+on the node (rotated to module-*.log beside it), and only the agent serves
+it:
+
+  meshfold: node n10's agent is down since 2026-12-05T08:10:51.204Z (4m ago,
+  #812): lease expired, not renewed (agent pid 4242 on vm), and no agent of
+  it answered; its newest have (#806, 5m ago) says app running. …
+
+An agent that stops answering while --follow waits for new lines
 (restarted, upgraded, killed) is waited for, as tail -F waits for a file,
 and said on stderr:
 
@@ -130,6 +146,9 @@ func runLogs(ctx context.Context, a *app, nodeName, module string, o logsOpts) e
 				if answered {
 					return fmt.Errorf("the agent of node %s stopped answering: it is gone (is 'meshfold node %s' still running?)", nodeName, nodeName)
 				}
+				if down := a.agentDownErr(ctx, nc, nodeName, module); down != nil {
+					return down
+				}
 				return fmt.Errorf("no agent of node %s answered (is 'meshfold node %s' running?)", nodeName, nodeName)
 			}
 			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -137,6 +156,9 @@ func runLogs(ctx context.Context, a *app, nodeName, module string, o logsOpts) e
 				// replied (killed while it waited for new output, say).
 				if answered {
 					return fmt.Errorf("the agent of node %s stopped answering: no reply within %s (killed or stopped? is 'meshfold node %s' still running?)", nodeName, timeout, nodeName)
+				}
+				if down := a.agentDownErr(ctx, nc, nodeName, module); down != nil {
+					return down
 				}
 				return fmt.Errorf("no agent of node %s answered within %s (is 'meshfold node %s' running? --timeout waits longer)", nodeName, timeout, nodeName)
 			}
@@ -171,6 +193,54 @@ func runLogs(ctx context.Context, a *app, nodeName, module string, o logsOpts) e
 			return nil
 		}
 	}
+}
+
+// logsStateBound bounds agentDownErr's read of the node's state.
+const logsStateBound = 3 * time.Second
+
+// agentDownErr is the error of a logs request no agent of node answered
+// when the stream records the node's agent down (its view, read once as
+// `meshfold state` reads it, within logsStateBound): since when and why,
+// what the node's newest have said of module, and where its output is
+// while no agent serves it. nil when the agent is not recorded down, or
+// the state cannot be read in time: the caller says what it saw. A fresh
+// user's finding m5: "no agent of node n10 answered (is 'meshfold node
+// n10' running?)" of a node whose agent the stream knew down for
+// minutes, its module running on.
+func (a *app) agentDownErr(ctx context.Context, nc *nats.Conn, node, module string) error {
+	ctx, cancel := context.WithTimeout(ctx, logsStateBound)
+	defer cancel()
+	r, err := a.stream.reader(nc, query.Config{Timeout: logsStateBound})
+	if err != nil {
+		return nil
+	}
+	ns, err := r.State(ctx, node)
+	if err != nil || !ns.View.AgentDown() {
+		return nil
+	}
+	return errors.New(agentDownText(node, module, ns.View, time.Now()))
+}
+
+// agentDownText says, of node whose agent is down in its view v, why no
+// agent answers for module's output, and what to do instead. Ages are
+// told against now.
+func agentDownText(node, module string, v reconcile.View, now time.Time) string {
+	ag := v.Agent
+	how := strings.TrimPrefix(audit.AgentSummary(&events.Agent{State: events.AgentDown, Why: ag.Why, Host: ag.Host, PID: ag.PID}), "DOWN: ")
+	var b strings.Builder
+	fmt.Fprintf(&b, "node %s's agent is down since %s (%s ago, #%d): %s, and no agent of it answered", node, audit.FormatTime(ag.Time), audit.Age(now.Sub(ag.Time)), ag.Seq, how)
+	if v.HaveSeq > 0 {
+		fmt.Fprintf(&b, "; its newest have (#%d, %s ago) ", v.HaveSeq, audit.Age(now.Sub(v.HaveTime)))
+		if i := slices.IndexFunc(v.Runtime, func(m reconcile.ModuleRuntime) bool { return m.Module == module }); i >= 0 {
+			fmt.Fprintf(&b, "says %s %s", module, v.Runtime[i].State)
+		} else {
+			fmt.Fprintf(&b, "names no module %s", module)
+		}
+	}
+	fmt.Fprintf(&b, ". A module runs on under its supervisor while no agent runs, which captures its output still; only the agent serves it: "+
+		"start the agent ('meshfold node %s') and ask again, or read the files on the node, <state-dir>/process/%s/module.log and the rotated module-*.log beside it "+
+		"(each line as --timestamps prints it; the package's state dir is /var/lib/meshfold/node-%s)", node, module, node)
+	return b.String()
 }
 
 // agentAway waits for a followed agent that stopped answering.
