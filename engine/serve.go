@@ -233,10 +233,19 @@ func serve(ctx context.Context, nc, wc *nats.Conn, c Config) error {
 		waitSaid.Do(func() { log.Info("waiting for "+store.WaitingFor(err), "err", err) })
 	})
 	sctx, cancel := context.WithTimeout(startCtx, 30*time.Second)
-	stream, scfg, err := store.EnsureStream(sctx, js, c.Stream)
+	stream, scfg, was, err := store.EnsureStreamSaying(sctx, js, c.Stream)
 	cancel()
 	if err != nil {
 		return err
+	}
+	if was != nil {
+		// The stream is every reconciler's and reader's: one start's
+		// --max-age or --max-bytes changes what all of them keep, and a
+		// shorter one drops events at once (a fresh user's finding m4:
+		// a group member's --max-age changed it without a word).
+		log.Warn(fmt.Sprintf("stream %s's retention changed by this start's --max-age/--max-bytes: it kept %s, it keeps %s from now on, for every reconciler and reader of the stream; an instance started without them keeps the stream's",
+			scfg.Name, was.Keeps(), scfg.Keeps()), "stream", scfg.Name, "was_max_age", was.MaxAge, "max_age", scfg.MaxAge,
+			"was_max_bytes", was.MaxBytes, "max_bytes", scfg.MaxBytes)
 	}
 	reg := prometheus.NewRegistry()
 	// go_gc_heap_live_bytes (the heap the last collection marked live)

@@ -96,6 +96,23 @@ type StreamConfig struct {
 	MaxBytes int64
 }
 
+// Keeps says what the stream's retention keeps, as an operator reads it:
+// "all events", "2160h0m0s of events (--max-age)", "1000000 bytes
+// (--max-bytes)", or both joined by "and".
+func (c StreamConfig) Keeps() string {
+	var lim []string
+	if c.MaxAge > 0 {
+		lim = append(lim, c.MaxAge.String()+" of events (--max-age)")
+	}
+	if c.MaxBytes > 0 {
+		lim = append(lim, fmt.Sprintf("%d bytes (--max-bytes)", c.MaxBytes))
+	}
+	if len(lim) == 0 {
+		return "all events"
+	}
+	return strings.Join(lim, " and ")
+}
+
 // WithDefaults returns c with every zero field set to its default: Name
 // "MESH", Prefix "mesh", Partitions 16, Replicas 1, Duplicates 2m. MaxAge
 // and MaxBytes stay 0 (no limit).
@@ -202,9 +219,31 @@ func limitOrNone(n int64) int64 {
 // a missing partition transform is an error wrapping
 // [ErrIncompatibleStream] that lists each difference.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, StreamConfig, error) {
+	stream, eff, _, err := EnsureStreamSaying(ctx, js, cfg)
+	return stream, eff, err
+}
+
+// EnsureStreamSaying is [EnsureStream], also returning the stream's
+// retention as it was before this call changed it (was), when it did:
+// the stream is shared by every reconciler of a group and every reader,
+// and a limit one start set (a member's --max-age) drops events for all
+// of them (a fresh user's finding m4: nothing said so). was is nil when
+// the stream was created, or its retention left as it was.
+func EnsureStreamSaying(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, StreamConfig, *StreamConfig, error) {
+	stream, eff, was, err := ensureStream(ctx, js, cfg)
+	if err != nil {
+		return nil, StreamConfig{}, nil, err
+	}
+	if was != nil && was.MaxAge == eff.MaxAge && was.MaxBytes == eff.MaxBytes {
+		was = nil
+	}
+	return stream, eff, was, nil
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, StreamConfig, *StreamConfig, error) {
 	want := cfg.WithDefaults()
 	if err := want.validate(); err != nil {
-		return nil, StreamConfig{}, fmt.Errorf("stream config: %w", err)
+		return nil, StreamConfig{}, nil, fmt.Errorf("stream config: %w", err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -251,11 +290,11 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 		cancel()
 		switch {
 		case err != nil && what == "create":
-			return nil, StreamConfig{}, fmt.Errorf("create stream %s: %w", want.Name, err)
+			return nil, StreamConfig{}, nil, fmt.Errorf("create stream %s: %w", want.Name, err)
 		case err != nil:
-			return nil, StreamConfig{}, lookupError(want.Name, err)
+			return nil, StreamConfig{}, nil, lookupError(want.Name, err)
 		case what == "create":
-			return stream, want, nil
+			return stream, want, nil, nil
 		}
 		return adoptStream(ctx, js, stream, cfg, want)
 	}
@@ -279,8 +318,8 @@ func lookupError(name string, err error) error {
 
 // adoptStream checks an existing stream against cfg (raw) and want (cfg
 // with defaults), applies the allowed updates and returns the effective
-// configuration.
-func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, cfg, want StreamConfig) (jetstream.Stream, StreamConfig, error) {
+// configuration, and, when it updated the stream, the one before.
+func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, cfg, want StreamConfig) (jetstream.Stream, StreamConfig, *StreamConfig, error) {
 	have := stream.CachedInfo().Config
 	subj := events.Subjects{Prefix: want.Prefix}
 	var diffs []string
@@ -318,7 +357,7 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	}
 	if len(diffs) > 0 {
 		incompat.Diffs = diffs
-		return nil, StreamConfig{}, incompat
+		return nil, StreamConfig{}, nil, incompat
 	}
 
 	eff := StreamConfig{
@@ -330,6 +369,7 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 		MaxAge:     have.MaxAge,
 		MaxBytes:   max(have.MaxBytes, 0),
 	}
+	was := eff // before this start's changes
 	upd := have
 	changed := false
 	if addKinds {
@@ -359,13 +399,13 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 		upd.MaxMsgSize, changed = MaxMsgSize, true
 	}
 	if !changed {
-		return stream, eff, nil
+		return stream, eff, nil, nil
 	}
 	stream, err = js.UpdateStream(ctx, upd)
 	if err != nil {
-		return nil, StreamConfig{}, fmt.Errorf("update stream %s: %w", have.Name, err)
+		return nil, StreamConfig{}, nil, fmt.Errorf("update stream %s: %w", have.Name, err)
 	}
-	return stream, eff, nil
+	return stream, eff, &was, nil
 }
 
 var partitionRE = regexp.MustCompile(`^\{\{\s*partition\(\s*(\d+)\s*,\s*1\s*\)\s*\}\}\.`)

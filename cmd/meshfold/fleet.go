@@ -91,7 +91,9 @@ with events past their snapshot (one just started, just retired, a settle
 after a restart), at most 500, it reads live from the reconciler's state
 service, and names them. When no reconciler answers, it names the nodes
 whose rows (or absence) may be older than their events: 'meshfold state NODE'
-then folds one from the stream.
+then folds one from the stream. Its last line says what the stream keeps
+('-- stream MESH keeps all events', or '… keeps 2160h0m0s of events
+(--max-age)': the retention a reconcile or serve --max-age/--max-bytes set).
 
 -o json prints JSON lines, one object a node (nothing at all when no node
 has a snapshot), every node unless --limit, --page or --needs says
@@ -342,6 +344,15 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		var fl *fleetLag
 		rows, fl = refreshLagging(ctx, r, rows, lag, now, stale, annotate)
 		lagLine = fl.text(now)
+	}
+	if format == outTable {
+		// What the stream keeps (its retention: --max-age, --max-bytes
+		// of whichever reconciler set them), from the lookup the reads
+		// above made: no meshfold command said it (a fresh user's
+		// finding m4).
+		if cfg, err := r.Stream(ctx); err == nil {
+			lagLine += fmt.Sprintf("-- stream %s keeps %s\n", cfg.Name, cfg.Keeps())
+		}
 	}
 	if !all {
 		rows = slices.DeleteFunc(rows, func(r audit.FleetRow) bool { return r.Retired })

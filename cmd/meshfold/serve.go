@@ -63,8 +63,8 @@ func (f *loopFlags) add(cmd *cobra.Command) {
 	fl.IntVar(&f.partitions, "partitions", 0, "partitions of a new stream (default 16); fixed for the stream's life, 0 adopts an existing stream's")
 	fl.IntVar(&f.replicas, "replicas", 0, "stream and snapshot replicas (default 1 for a new stream; 3 on a cluster); 0 keeps an existing stream's")
 	fl.DurationVar(&f.dedup, "dedup-window", 0, "the stream's Nats-Msg-Id dedup window (default 2m)")
-	fl.DurationVar(&f.maxAge, "max-age", 0, "drop events older than this (default: keep all history for audit)")
-	fl.Int64Var(&f.maxBytes, "max-bytes", 0, "cap the stream's size in bytes, dropping the oldest events (default: no cap)")
+	fl.DurationVar(&f.maxAge, "max-age", 0, "drop events older than this (default: keep all history for audit, or an existing stream's); the stream's, shared by every reconciler: a change is logged at warn, before and after")
+	fl.Int64Var(&f.maxBytes, "max-bytes", 0, "cap the stream's size in bytes, dropping the oldest events (default: no cap, or an existing stream's); a change is logged as --max-age's")
 	fl.IntVar(&f.snapshotEvery, "snapshot-every", engine.DefaultSnapshotEvery, "write a partition's snapshot after this many events")
 	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", engine.DefaultSnapshotInterval, "write a partition's snapshot at least this often while events arrive")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on HOST:PORT at /metrics (default: off)")
@@ -323,8 +323,8 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 			rctx, stopCtl := context.WithCancel(cmd.Context())
 			defer stopCtl()
 			err = rv.explain(runReconciler(rctx, a, log, nc, lf, func(ctx context.Context, cfg store.StreamConfig) {
-				fmt.Fprintf(a.stdout, "meshfold: serving NATS at %s; stream %s (%s, prefix %q); data in %s\n",
-					srv.ClientURL(), cfg.Name, plural(cfg.Partitions, "partition"), cfg.Prefix, abs)
+				fmt.Fprintf(a.stdout, "meshfold: serving NATS at %s; stream %s (%s, prefix %q, keeps %s); data in %s\n",
+					srv.ClientURL(), cfg.Name, plural(cfg.Partitions, "partition"), cfg.Prefix, cfg.Keeps(), abs)
 				lf.printNotes(a)
 				if ctl != nil {
 					ctl.start(rctx, nil, nil, cfg)
@@ -442,8 +442,8 @@ reconcile exits with status 1 when its NATS connection is closed for good
 			defer stopCtl()
 			err = runReconciler(rctx, a, log, nc, lf, func(_ context.Context, cfg store.StreamConfig) {
 				started = true
-				fmt.Fprintf(a.stdout, "meshfold: reconciling stream %s (%s, prefix %q, %s) on %s\n",
-					cfg.Name, plural(cfg.Partitions, "partition"), cfg.Prefix, plural(cfg.Replicas, "replica"), nc.ConnectedUrlRedacted())
+				fmt.Fprintf(a.stdout, "meshfold: reconciling stream %s (%s, prefix %q, %s, keeps %s) on %s\n",
+					cfg.Name, plural(cfg.Partitions, "partition"), cfg.Prefix, plural(cfg.Replicas, "replica"), cfg.Keeps(), nc.ConnectedUrlRedacted())
 				lf.printNotes(a)
 				if ctl != nil {
 					ctl.start(rctx, ctlConn, ctlWatch, cfg)
