@@ -97,14 +97,28 @@ func (d Dir) Content(_ context.Context, _, module, path string) ([]byte, error) 
 // DefaultExecTimeout bounds one run of an exec helper.
 const DefaultExecTimeout = 10 * time.Second
 
+// ExitNothing is the one exit code by which an exec helper says it has
+// nothing for the file (DESIGN.md §12): the sources after it are asked.
+// Every other outcome that is not content (any other non-zero exit, exit
+// 0 with no output, a timeout) is a failing source, which keeps the later
+// sources out while it fails, so that an outage of the helper's backend
+// (Vault, sops' KMS) never hands the file to an older fallback. 104 is
+// used by none of curl (1–99), vault (1, 2), sops (1–8, 21–25, 49–52,
+// 61, 85, 91, 92, 100, 111, 128, 200–203), gpg, age or the shell
+// (126, 127, 128+signal), so a helper that execs one of them, or runs
+// under set -e, cannot say it by accident (docs/architecture.md, G2).
+const ExitNothing = 104
+
 // Exec is a helper command (DESIGN.md §12, as git's and docker's
 // credential helpers): run as `sh -c 'COMMAND "$@"' sh NODE MODULE PATH`,
 // with MESHFOLD_NODE, MESHFOLD_MODULE and MESHFOLD_PATH added to the
 // provisioner's environment, its stdin empty. Exit 0 with output: the
-// output is the content. Exit 0 with no output, or a non-zero exit: no
-// source. A helper that cannot start (the shell's exit 126 or 127: not
-// found, not executable), runs past Timeout (its process group is
-// killed) or prints more than [MaxContent] failed. Its stdout is
+// output is the content. Exit [ExitNothing]: no source (a
+// [*NoSourceError]). Anything else failed: a non-zero exit (a backend
+// that is down, a denied token), exit 0 with no output (a pipeline whose
+// first command failed ends so), a helper that cannot start (the shell's
+// exit 126 or 127: not found, not executable), runs past Timeout (its
+// process group is killed) or prints more than [MaxContent]. Its stdout is
 // never logged; the first line of its stderr, cut, is logged at warn
 // when it differs from the line the helper printed last for the same
 // file (at debug otherwise), so a helper failing on every retry says so
@@ -154,12 +168,17 @@ func (x *Exec) Content(ctx context.Context, node, module, path string) ([]byte, 
 		// above): a status is shown in fleet and the console.
 		why := map[int]string{126: "not executable", 127: "command not found"}[exit.ExitCode()]
 		return nil, fmt.Errorf("helper could not start: %s: %s (its stderr line is in the provisioner's log)", exit.ProcessState, why)
+	case errors.As(err, &exit) && exit.ExitCode() == ExitNothing:
+		return nil, &NoSourceError{Where: x.String(), Why: fmt.Sprintf("helper has nothing for the file (exit %d)", ExitNothing)}
 	case errors.As(err, &exit):
-		return nil, &NoSourceError{Where: x.String(), Why: "helper " + exit.ProcessState.String()}
+		// Not "nothing": vault and sops exit so for a missing key and for
+		// a backend that is down alike, and only the helper can tell them
+		// apart (by exiting ExitNothing for the former).
+		return nil, fmt.Errorf("helper failed: %s (only exit %d says it has nothing for the file; its stderr line is in the provisioner's log)", exit.ProcessState, ExitNothing)
 	case err != nil:
 		return nil, fmt.Errorf("helper: %w", err)
 	case stdout.buf.Len() == 0:
-		return nil, &NoSourceError{Where: x.String(), Why: "helper printed nothing"}
+		return nil, fmt.Errorf("helper printed nothing and exited 0 (a pipeline whose first command failed ends so): a failure; exit %d says it has nothing for the file", ExitNothing)
 	}
 	return stdout.buf.Bytes(), nil
 }
@@ -227,8 +246,9 @@ const notConsultedUnread = "the sources after it are not consulted while the sea
 var errSealedUnread = errors.New("the sealed secrets bucket was not read")
 
 // notConsultedFailed ends the why of any other source that failed (a
-// helper that timed out, could not start or printed more than
-// [MaxContent]; a directory that could not be read): it may hold newer
+// helper that timed out, could not start, printed more than
+// [MaxContent], exited non-zero but not [ExitNothing], or printed nothing;
+// a directory that could not be read): it may hold newer
 // content than the sources after it.
 const notConsultedFailed = "the sources after it are not consulted while it fails (it may hold newer content than theirs): nothing is written to the file until it answers"
 
@@ -238,8 +258,9 @@ const notConsultedFailed = "the sources after it are not consulted while it fail
 // exists but does not open with this provisioner's key
 // (store.ErrSealedToOther, store.ErrCannotOpen), a sealed source that
 // could not be read (errSealedUnread), and any other source that failed,
-// a helper that timed out, could not start or printed too much (a fresh
-// user's finding U29). What a later source holds may be older than what
+// a helper that timed out, could not start, printed too much (a fresh
+// user's finding U29) or exited non-zero but not [ExitNothing] (a
+// backend that is down: a tester's finding G2). What a later source holds may be older than what
 // the failed one holds: "the first source that has content wins" means
 // the first that answers, not the first that answers in time.
 func keepsLaterOut(err error) string {

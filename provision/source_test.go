@@ -32,9 +32,9 @@ func helper(t *testing.T, body string) string {
 }
 
 // An exec helper gets node, module and path as arguments and in its
-// environment; exit 0 with output is the content, exit 0 with none or a
-// non-zero exit is no source, a timeout is a failure; its stdout is never
-// logged and its stderr at most as one line.
+// environment; exit 0 with output is the content, exit ExitNothing is no
+// source, any other non-zero exit, exit 0 with no output and a timeout are
+// failures; its stdout is never logged and its stderr at most as one line.
 func TestExecSource(t *testing.T) {
 	logs := &storetest.SyncBuffer{}
 	log := slogTo(logs)
@@ -45,13 +45,22 @@ printf '%s' "`+secret+`-$1-$2-$3"`), Log: log}
 	if err != nil || string(got) != secret+"-ace-"+mbg+"-"+creds {
 		t.Fatalf("content %q, %v", got, err)
 	}
+	_, err = (&provision.Exec{Command: helper(t, fmt.Sprintf("echo 'No value found' >&2; exit %d", provision.ExitNothing)), Log: log}).Content(ctx, "ace", mbg, creds)
+	if !errors.Is(err, provision.ErrNoSource) {
+		t.Errorf("exit %d: %v, want no source", provision.ExitNothing, err)
+	}
+	// A backend that is down (vault and sops exit non-zero for it as for
+	// a missing key) or a pipeline whose first command failed (it ends 0
+	// with nothing printed) is a failure, never "nothing": the sources
+	// after it could hold an older content (a tester's finding G2).
 	for name, body := range map[string]string{
 		"empty":    "exit 0",
+		"pipeline": "false | cat",
 		"non-zero": "echo " + secret + "; echo 'vault: permission denied' >&2; echo second line >&2; exit 2",
 	} {
 		_, err := (&provision.Exec{Command: helper(t, body), Log: log}).Content(ctx, "ace", mbg, creds)
-		if !errors.Is(err, provision.ErrNoSource) {
-			t.Errorf("%s: %v, want no source", name, err)
+		if err == nil || errors.Is(err, provision.ErrNoSource) || !strings.Contains(err.Error(), fmt.Sprintf("exit %d", provision.ExitNothing)) {
+			t.Errorf("%s: %v, want a failure that names exit %d", name, err, provision.ExitNothing)
 		}
 	}
 	// A mistyped or non-executable helper cannot start: a failed source
@@ -99,8 +108,8 @@ func TestExecStderrWarnedOncePerChange(t *testing.T) {
 	}
 	x := &provision.Exec{Command: helper(t, `s=$(cat `+ctl+`); [ -n "$s" ] && echo "$s" >&2; exit 2`), Log: slogTo(logs)}
 	run := func(path string) {
-		if _, err := x.Content(ctx, "ace", mbg, path); !errors.Is(err, provision.ErrNoSource) {
-			t.Fatalf("%v, want no source", err)
+		if _, err := x.Content(ctx, "ace", mbg, path); err == nil || errors.Is(err, provision.ErrNoSource) {
+			t.Fatalf("%v, want a failure", err)
 		}
 	}
 	say("vault: permission denied")
@@ -135,16 +144,16 @@ func TestSourcesInOrderAndStatus(t *testing.T) {
 		Files: []events.File{{Path: creds, Mode: "0600"}}})
 	e.settled(t, p)
 	dir := t.TempDir()
-	failing := &provision.Exec{Command: helper(t, "echo boom >&2; exit 3"), Log: e.logger()}
+	nothing := &provision.Exec{Command: helper(t, fmt.Sprintf("echo 'No value found' >&2; exit %d", provision.ExitNothing)), Log: e.logger()}
 	c := e.client(t, "", nil, func(cfg *provision.Config) {
-		cfg.Sources = []provision.Source{failing, provision.Dir(dir)}
+		cfg.Sources = []provision.Source{nothing, provision.Dir(dir)}
 		cfg.Status = status
 	})
 	r, err := c.FillOnce(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Unfilled) != 1 || r.Unfilled[0].State != store.FillMissing || !strings.Contains(r.Unfilled[0].Why, "exit status 3") ||
+	if len(r.Unfilled) != 1 || r.Unfilled[0].State != store.FillMissing || !strings.Contains(r.Unfilled[0].Why, "has nothing") ||
 		!strings.Contains(r.Unfilled[0].Why, "no file") {
 		t.Fatalf("unfilled = %+v, want missing from both sources", r.Unfilled)
 	}
@@ -152,7 +161,8 @@ func TestSourcesInOrderAndStatus(t *testing.T) {
 	if err != nil || len(sts) != 1 || sts[0].State != store.FillMissing || sts[0].Path != creds {
 		t.Fatalf("status = %+v, %v", sts, err)
 	}
-	// The directory gets the file: the failing helper before it is passed over.
+	// The directory gets the file: the helper before it, which has
+	// nothing for it, is passed over.
 	source(t, dir, mbg, creds, secret)
 	r, err = c.FillOnce(ctxT(t))
 	if err != nil || len(r.Filled) != 1 {
@@ -736,9 +746,11 @@ func TestUnreadableSealedKeepsLaterSourcesOut(t *testing.T) {
 
 // A source that fails, but does not say it has nothing, keeps the later
 // sources out as a sealed secret that does not open does (a fresh user's
-// finding U29): a helper that printed more than MaxContent, timed out
-// or could not start may hold a newer credential than a directory after
-// it. The file keeps its content; the status says source-failed.
+// finding U29): a helper that printed more than MaxContent, timed out,
+// could not start or exited non-zero but not ExitNothing (its backend
+// down: a tester's finding G2) may hold a newer credential than a
+// directory after it. The file keeps its content; the status says
+// source-failed. Exit ExitNothing hands the file to the directory.
 func TestFailedExecKeepsLaterSourcesOut(t *testing.T) {
 	e := newEnv(t)
 	e.startNode(t)
@@ -762,7 +774,9 @@ func TestFailedExecKeepsLaterSourcesOut(t *testing.T) {
 good) printf '%s' "`+secret+`";;
 big) head -c 1100000 /dev/zero | tr '\0' x;;
 hang) sleep 30;;
-esac`), Timeout: time.Second, Log: e.logger()}
+down) echo 'Error making API request: dial tcp 127.0.0.1:8200: connect: connection refused' >&2; exit 2;;
+nothing) exit `+fmt.Sprint(provision.ExitNothing)+`;;
+esac`), Timeout: 3 * time.Second, Log: e.logger()} // 1 s timed "big" out under -race on a loaded machine
 	c := e.client(t, "", nil, func(cfg *provision.Config) {
 		cfg.Sources = []provision.Source{x, provision.Dir(dir)}
 		cfg.Status = status
@@ -771,7 +785,14 @@ esac`), Timeout: time.Second, Log: e.logger()}
 		t.Fatalf("report %+v, %v; want filled from the helper", r, err)
 	}
 	checkFile(t, filepath.Join(e.root, creds), secret, 0o600)
-	for _, m := range []struct{ mode, why string }{{"big", "printed more than 1048576 bytes"}, {"hang", "timed out"}} {
+	for _, m := range []struct{ mode, why string }{
+		{"big", "printed more than 1048576 bytes"},
+		{"hang", "timed out"},
+		// The backend down after the helper filled (vault exits 2 for
+		// that as for a missing key): the directory's older content
+		// must not replace the node's newer one (a tester's finding G2).
+		{"down", "helper failed: exit status 2"},
+	} {
 		write(m.mode)
 		r, err := c.FillOnce(ctxT(t))
 		if err != nil {
@@ -788,6 +809,13 @@ esac`), Timeout: time.Second, Log: e.logger()}
 			t.Fatalf("helper %s: status = %+v, %v; want source-failed", m.mode, sts, err)
 		}
 	}
+	// A helper that says it has nothing (exit ExitNothing) hands the file
+	// to the directory.
+	write("nothing")
+	if r, err := c.FillOnce(ctxT(t)); err != nil || len(r.Filled) != 1 {
+		t.Fatalf("report %+v, %v; want filled from the directory", r, err)
+	}
+	checkFile(t, filepath.Join(e.root, creds), "older-from-the-directory", 0o600)
 	noLeak(t, e.logs.String())
 }
 
@@ -820,7 +848,7 @@ func TestHungHelperHoldsNoOtherFile(t *testing.T) {
 	dir := t.TempDir()
 	hang, hung := filepath.Join(dir, "hang"), filepath.Join(dir, "hung")
 	x := &provision.Exec{Command: helper(t, `[ "$3" = `+slow+` ] && [ -e `+hang+` ] && { touch `+hung+`; sleep 60; }
-exit 2`), Timeout: 30 * time.Second, Log: e.logger()}
+exit `+fmt.Sprint(provision.ExitNothing)), Timeout: 30 * time.Second, Log: e.logger()}
 	rep := newReports()
 	c := e.client(t, "", rep, func(cfg *provision.Config) {
 		cfg.Sources = []provision.Source{x, e.sealed(t)}
@@ -876,7 +904,7 @@ func TestShadowedRetried(t *testing.T) {
 	if err := os.WriteFile(has, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	x := &provision.Exec{Command: helper(t, `[ -e `+has+` ] || exit 2
+	x := &provision.Exec{Command: helper(t, `[ -e `+has+` ] || exit `+fmt.Sprint(provision.ExitNothing)+`
 printf '%s' helper-`+secret), Log: e.logger()}
 	c := e.client(t, "", nil, func(cfg *provision.Config) {
 		cfg.Sources = []provision.Source{x, e.sealed(t)}

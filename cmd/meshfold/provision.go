@@ -52,8 +52,10 @@ content wins:
   --from exec:CMD   the helper 'sh -c "CMD \"\$@\"" sh NAME M /P' is run, with
                     MESHFOLD_NODE, MESHFOLD_MODULE and MESHFOLD_PATH in its
                     environment (as git's credential helpers): exit 0 with
-                    output is the content; exit 0 with no output, or non-zero,
-                    is no source; past --exec-timeout it is killed. A helper
+                    output is the content; exit 104 (and only it) says it has
+                    nothing for the file (no source: the next is asked); past
+                    --exec-timeout it is killed. Any other non-zero exit (a
+                    backend that is down), exit 0 with no output, a helper
                     that times out, cannot start or prints more than 1 MiB
                     failed: the sources after it are not consulted for the
                     file (it may hold newer content), which is not written

@@ -600,6 +600,7 @@ case "$(cat ` + ctl + `)" in
 fail) echo "vault: permission denied" >&2; exit 3 ;;
 hang) exec sleep 30 ;;
 empty) exit 0 ;;
+nothing) echo "No value found" >&2; exit ` + fmt.Sprint(provision.ExitNothing) + ` ;;
 ok) printf 'restored-s3cr3t-%s' "$MESHFOLD_MODULE" ;;
 esac
 `
@@ -676,7 +677,7 @@ esac
 			return len(ps) == 1 && ps[0]["state"] == state && strings.Contains(fmt.Sprint(ps[0]["why"]), why)
 		}
 	}
-	d1 := fleetShows("a failing helper", has("missing", "exit status 3"))
+	d1 := fleetShows("a failing helper", has("source-failed", "exit status 3"))
 	out, _, _ := m.cli(t, "state", "ace")
 	if !strings.Contains(out, "not filled") || !strings.Contains(out, "exit status 3") {
 		t.Errorf("state does not say why the file is unfilled:\n%s", out)
@@ -688,7 +689,9 @@ esac
 	mode("hang")
 	d2 := fleetShows("a helper timing out", has("source-failed", "timed out"))
 	mode("empty")
-	d3 := fleetShows("a missing source", has("missing", "printed nothing"))
+	fleetShows("a helper that printed nothing", has("source-failed", "printed nothing"))
+	mode("nothing")
+	d3 := fleetShows("a missing source", has("missing", "has nothing"))
 	mode("ok")
 	d4 := fleetShows("the restored source filled", func(ps []map[string]any) bool { return len(ps) == 0 })
 	b, err := os.ReadFile(filepath.Join(root, sealedPath))
