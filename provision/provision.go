@@ -415,13 +415,25 @@ func (c *Client) Run(ctx context.Context) (rerr error) {
 		if !ok {
 			continue
 		}
-		changed, err := store.Retry(ctx, c.log, "register the curve key", newBackoff(), func() (bool, error) {
+		reg, err := store.Retry(ctx, c.log, "register the curve key", newBackoff(), func() (Registration, error) {
 			return sealed.Register(ctx, c.cfg.Node)
 		})
 		if err != nil {
 			return nil // only ctx ends the retry
 		}
-		c.log.Info("sealed secrets: curve key registered", "public_key", sealed.PublicKey(), "changed", changed)
+		if reg.Replaced != "" && !sealed.Rotation {
+			// Another key was registered for this node: a rotation's old
+			// one, or one registered with this node's provisioner
+			// credential elsewhere (a tester's finding G3: at info, a
+			// thief's key was put over in silence).
+			c.log.Warn("sealed secrets: registered this provisioner's curve key over another one: if this node's key file was not replaced on purpose, "+
+				"check for a stolen provisioner credential; secrets put since that key was registered are sealed to it (put them again once the credential is revoked)",
+				"public_key", sealed.PublicKey(), "replaced_key", KeyFingerprint(reg.Replaced),
+				"replaced_key_registered_at", reg.ReplacedAt.UTC().Format(time.RFC3339))
+		} else {
+			c.log.Info("sealed secrets: curve key registered", "public_key", sealed.PublicKey(), "changed", reg.Changed,
+				"replaced_key", KeyFingerprint(reg.Replaced))
+		}
 		ready := make(chan struct{})
 		wg.Go(func() { c.watchSealed(ctx, sealed, ready) })
 		select {

@@ -22,6 +22,12 @@ import (
 // to this provisioner's curve key, opened here and nowhere else. Create
 // it with [NewSealed].
 type Sealed struct {
+	// Rotation: the key was created to replace the node's registered one
+	// (`provision --new-key`), so registering over that one is expected
+	// and logged at info; otherwise it is a warning (a tester's finding
+	// G3).
+	Rotation bool
+
 	kv  jetstream.KeyValue
 	key nkeys.KeyPair
 	pub string
@@ -108,27 +114,59 @@ func (s *Sealed) compare(ctx context.Context, node, module, path string, content
 	return rec, rev, same, true
 }
 
+// Registration is what [Sealed.Register] found and did.
+type Registration struct {
+	// Changed: the key was put (none was registered, or another was).
+	Changed bool
+	// Replaced is the other public curve key the put replaced ("" when
+	// none was registered, or this one was), and ReplacedAt when that
+	// one was registered: a rotation's old key, or one registered with
+	// this node's provisioner credential elsewhere (a tester's finding
+	// G3), so the caller warns naming both.
+	Replaced   string
+	ReplacedAt time.Time
+}
+
 // Register publishes the public key under node's name in the bucket (a
 // put only when it differs), so that `meshfold secret put` seals to it.
-func (s *Sealed) Register(ctx context.Context, node string) (changed bool, err error) {
+//
+// Errors: the bucket's read or put.
+func (s *Sealed) Register(ctx context.Context, node string) (Registration, error) {
 	name := store.CurveKeyName(node)
 	e, err := s.kv.Get(ctx, name)
 	if err == nil && string(e.Value()) == s.pub {
-		return false, nil
+		return Registration{}, nil
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, fmt.Errorf("read the registered key: %w", err)
+		return Registration{}, fmt.Errorf("read the registered key: %w", err)
+	}
+	var r Registration
+	if err == nil && len(e.Value()) > 0 {
+		r.Replaced, r.ReplacedAt = string(e.Value()), e.Created()
 	}
 	if _, err := s.kv.Put(ctx, name, []byte(s.pub)); err != nil {
-		return false, fmt.Errorf("register the curve key: %w", err)
+		return Registration{}, fmt.Errorf("register the curve key: %w", err)
 	}
-	return true, nil
+	r.Changed = true
+	return r, nil
+}
+
+// KeyFingerprint is how logs and hints name a public curve key: its
+// first 12 characters, enough to tell two apart at a glance ("XA4B…").
+// A public key is no secret; the fingerprint only keeps lines short.
+func KeyFingerprint(pub string) string {
+	if len(pub) > 12 {
+		return pub[:12] + "…"
+	}
+	return pub
 }
 
 // watch calls changed with the module and path of every secret of node
-// put or removed after the watch started, until ctx is done or the
-// watch ends. ready is closed once the watch has started.
-func (s *Sealed) watch(ctx context.Context, node string, ready chan<- struct{}, changed func(module, path string)) error {
+// put or removed after the watch started, and keyChanged with the node's
+// registered curve key ("" when deleted) and when it was written at every
+// write of it, until ctx is done or the watch ends. ready is closed once
+// the watch has started.
+func (s *Sealed) watch(ctx context.Context, node string, ready chan<- struct{}, changed func(module, path string), keyChanged func(pub string, at time.Time)) error {
 	w, err := s.kv.Watch(ctx, node+".>", jetstream.UpdatesOnly())
 	close(ready)
 	if err != nil {
@@ -144,6 +182,14 @@ func (s *Sealed) watch(ctx context.Context, node string, ready chan<- struct{}, 
 				return errors.New("watch closed")
 			}
 			if e == nil {
+				continue
+			}
+			if e.Key() == store.CurveKeyName(node) {
+				pub := ""
+				if e.Operation() == jetstream.KeyValuePut {
+					pub = string(e.Value())
+				}
+				keyChanged(pub, e.Created())
 				continue
 			}
 			if n, module, path, ok := store.ParseSecretKey(e.Key()); ok && n == node {
@@ -220,13 +266,32 @@ func LoadCurveKey(file string) (nkeys.KeyPair, error) {
 // the watch with backoff when it ends, until ctx is done.
 func (c *Client) watchSealed(ctx context.Context, s *Sealed, ready chan struct{}) {
 	b := newBackoff()
+	warned := "" // the foreign key last warned of: once per change
+	keyChanged := func(pub string, at time.Time) {
+		switch {
+		case pub == s.pub:
+			if warned != "" {
+				c.log.Info("sealed secrets: this provisioner's curve key is registered again", "public_key", s.pub)
+			}
+			warned = ""
+		case pub != warned:
+			warned = pub
+			// Someone registered another key for this node (or deleted
+			// it): puts from now on are sealed to a key this provisioner
+			// does not hold (a tester's finding G3: it said nothing).
+			c.log.Warn("sealed secrets: the node's registered curve key is no longer this provisioner's: secrets put from now on are sealed to it, "+
+				"and this provisioner cannot open them; if nobody rotated the key on purpose, check for a stolen provisioner credential "+
+				"(restarting this provisioner registers its own key again)",
+				"registered_key", KeyFingerprint(pub), "registered_at", at.UTC().Format(time.RFC3339), "public_key", s.pub)
+		}
+	}
 	for ctx.Err() == nil {
 		started := ready
 		if started == nil {
 			started = make(chan struct{})
 		}
 		ready = nil
-		err := s.watch(ctx, c.cfg.Node, started, func(module, path string) { c.sealedChanged(ctx, module, path) })
+		err := s.watch(ctx, c.cfg.Node, started, func(module, path string) { c.sealedChanged(ctx, module, path) }, keyChanged)
 		if ctx.Err() != nil {
 			return
 		}

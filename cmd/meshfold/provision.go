@@ -344,7 +344,12 @@ func sealedSource(ctx context.Context, js jetstream.JetStream, scfg store.Stream
 	// another mesh on this machine is seen to share it (the default is
 	// one per machine and NAME; a fresh user's finding L13).
 	log.Info("sealed secrets: curve key file", "key", keyFile, "created", missing, "default", defaulted)
-	return provision.NewSealed(kv, key)
+	s, err := provision.NewSealed(kv, key)
+	if err != nil {
+		return nil, err
+	}
+	s.Rotation = missing && newKey // registering over the old key is the point
+	return s, nil
 }
 
 // checkFrom refuses, at start, a --from that cannot work: empty; an
