@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -478,7 +479,10 @@ func newSecretLsCmd(a *app) *cobra.Command {
 		Long: `ls lists the sealed secrets, of NODE or of every node: node, module, path,
 revision, digest (HMAC-SHA256 under the bucket's digest key, cut), who put it
 and when, and whether it is sealed to the key NODE's provisioner registered
-("old key": put it again); a removal ('secret rm') shows as removed, with who
+("old key": put it again; when the key was registered after the put, a note
+says when it changed: unless the node's provisioner was restarted with a new
+key file, check for a stolen provisioner credential first, since a put seals
+to whatever key is registered); a removal ('secret rm') shows as removed, with who
 removed it and when. A secret the node's provisioner reports shadowed (it
 fills the file from a source given before --from sealed, holding other
 content) says by which source. Never content. The last line counts them
@@ -509,10 +513,11 @@ content) says by which source. Never content. The last line counts them
 			if err != nil {
 				return err
 			}
-			keys := map[string]string{} // node → its registered curve key
+			keys := map[string]string{}      // node → its registered curve key
+			keysAt := map[string]time.Time{} // node → when it was registered
 			for _, e := range entries {
 				if node := firstToken(e.Key()); e.Key() == store.CurveKeyName(node) {
-					keys[node] = string(e.Value())
+					keys[node], keysAt[node] = string(e.Value()), e.Created()
 				}
 			}
 			node := ""
@@ -554,11 +559,21 @@ content) says by which source. Never content. The last line counts them
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NODE\tMODULE\tPATH\tREV\tDIGEST\tBY\tAT\tKEY")
+			var changed []string // nodes whose key changed after a put: see keyChangedNote
 			for _, r := range rows {
 				key := "current"
 				switch {
 				case r.Removed:
 					key, r.Digest = "removed: no source fills it until a put", "-"
+				case !r.Current && keysAt[r.Node].After(r.At):
+					// The key was registered after this put: a rotation,
+					// or a stolen provisioner credential's key (a
+					// tester's finding G3: "put again" then re-sealed
+					// every secret to the thief).
+					key = "old key: the node's key changed since (see the note below)"
+					if !slices.Contains(changed, r.Node) {
+						changed = append(changed, r.Node)
+					}
 				case !r.Current:
 					key = "old key: put again"
 				}
@@ -575,6 +590,9 @@ content) says by which source. Never content. The last line counts them
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+			for _, n := range changed {
+				fmt.Fprintln(a.stdout, keyChangedNote(n, keysAt[n]))
+			}
 			// The count, as every list says it (a fresh user's finding
 			// U10: a node with none printed a bare header).
 			_, err = fmt.Fprintln(a.stdout, secretsCount(rows, node))
@@ -585,6 +603,18 @@ content) says by which source. Never content. The last line counts them
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
+}
+
+// keyChangedNote is what `secret ls` says of node, whose registered curve
+// key was written at at, after some of its secrets were sealed: before
+// "put again", which seals to whatever key is registered now, the
+// operator checks that the change was the node's own provisioner (a
+// rotation, --new-key) and not a stolen provisioner credential (a
+// tester's finding G3).
+func keyChangedNote(node string, at time.Time) string {
+	return fmt.Sprintf("note: %s's registered curve key changed at %s: if its provisioner did not restart with a new key file (--new-key), "+
+		"check for a stolen provisioner credential before putting again (its log warns of a key registered over its own; 'meshfold auth revoke' the credential, restart the provisioner, then put)",
+		node, at.UTC().Format(time.RFC3339))
 }
 
 // secretsCount is `secret ls`'s last line: how many secrets it listed

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
@@ -1152,5 +1153,51 @@ func TestSecretPutGarbageCurveKey(t *testing.T) {
 	if code != exitError || !strings.Contains(errs, "node ace's registered curve key (key ace.curve-key of bucket "+kv.Bucket()+`) holds "{\"v\":1}", which is no curve public key`) ||
 		!strings.Contains(errs, "restart node ace's provisioner") || strings.Contains(errs, "s3cr3t") {
 		t.Errorf("secret put to a garbage curve key: exit %d, stderr %q", code, errs)
+	}
+}
+
+// secret ls, of a secret sealed to a key registered before the node's
+// current one, says when the key changed and to check for a stolen
+// provisioner credential before putting again, not a plain "put again"
+// (a tester's finding G3: ls told the operator to re-seal every genuine
+// secret to the thief's key).
+func TestSecretLsKeyChangedSinceThePut(t *testing.T) {
+	m := startMesh(t)
+	m.serveSigned(t)
+	w := &events.Want{Modules: []events.WantModule{
+		{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true},
+		{Name: "app", Build: "a:1", RunsAs: "app", Files: []events.File{{Path: sealedPath, Mode: "0600"}}},
+	}}
+	if _, err := store.NewPublisher(m.js, m.cfg.Subjects()).Append(testCtx(t), "ace", events.Stamp(w, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := store.OpenSecrets(testCtx(t), m.js, m.cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	register := func() {
+		kp, err := nkeys.CreateCurveKeys()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _ := kp.PublicKey()
+		if _, err := kv.Put(testCtx(t), store.CurveKeyName("ace"), []byte(pub)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register() // the genuine provisioner's
+	f := filepath.Join(t.TempDir(), "v")
+	if err := os.WriteFile(f, []byte("genuine-s3cr3t"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := m.cli(t, "secret", "put", "ace", "app", sealedPath, "-f", f, "--by", "alice", "--wait", "0"); code != 0 {
+		t.Fatalf("put: exit %d: %s", code, errs)
+	}
+	register() // a thief's, with the node's provisioner credential
+	out, _, code := m.cli(t, "secret", "ls", "ace")
+	if code != 0 || strings.Contains(out, "old key: put again") ||
+		!strings.Contains(out, "registered curve key changed at") || !strings.Contains(out, "stolen provisioner credential") ||
+		strings.Contains(out, "s3cr3t") {
+		t.Errorf("secret ls after the key changed:\n%s", out)
 	}
 }
