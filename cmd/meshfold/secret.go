@@ -482,11 +482,11 @@ and when, and whether it is sealed to the key NODE's provisioner registered
 ("old key": put it again; when the key was registered after the put, a note
 says when it changed: unless the node's provisioner was restarted with a new
 key file, check for a stolen provisioner credential first, since a put seals
-to whatever key is registered); a removal ('secret rm') shows as removed, with who
-removed it and when. A secret the node's provisioner reports shadowed (it
-fills the file from a source given before --from sealed, holding other
-content) says by which source. Never content. The last line counts them
-("-- 0 secrets of ace" for a node with none).`,
+to whatever key is registered); a removal ('secret rm') shows as removed,
+with who removed it and when. A secret the node's provisioner reports
+shadowed (it fills the file from a source given before --from sealed,
+holding other content) says by which source. Never content. The last line
+counts them ("-- 0 secrets of ace" for a node with none).`,
 		Example: `  meshfold secret ls
   meshfold secret ls ace -o json`,
 		Args: cobra.MaximumNArgs(1),
