@@ -28,7 +28,6 @@ type agentRig struct {
 
 func startAgentRig(t testing.TB) *agentRig {
 	t.Helper()
-	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	m := startMesh(t)
 	m.serveReconciler(t)
 	dir := t.TempDir()
@@ -77,9 +76,11 @@ func startAgentRig(t testing.TB) *agentRig {
 // agent starts `meshfold node ace` as a process whose shims outlive it.
 func (r *agentRig) agent(t testing.TB) *meshfoldProcess {
 	t.Helper()
-	t.Setenv("MESHFOLD_HELPER_SHIMS_OUTLIVE", "1")
-	return startMeshfold(t, "node", "ace", "--root", r.root, "--state-dir", r.state, "-s", r.m.e.ClientURL(),
-		"--log-level", "info", "--trust", r.trust)
+	args := []string{"node", "ace", "--root", r.root, "--state-dir", r.state, "-s", r.m.e.ClientURL(),
+		"--log-level", "info", "--trust", r.trust}
+	cmd := helperCommand(args...)
+	cmd.Env = append(cmd.Env, "MESHFOLD_HELPER_SHIMS_OUTLIVE=1")
+	return startMeshfoldCmd(t, cmd, args)
 }
 
 // fleetRow returns ace's row of `meshfold fleet -o json`, nil when

@@ -44,6 +44,15 @@ func TestMain(m *testing.M) {
 		return
 	}
 	testproc.MarkParent()
+	// Every process this binary starts (a helper process, the shim of an
+	// in-process agent: both this binary again) exits at once under
+	// -race, not after the race runtime's second at exit (atexit_sleep_ms,
+	// default 1000): agents wait for their stopped shims, tests for their
+	// helpers. Set here, once, so that no test needs t.Setenv for it,
+	// which would keep it from running in parallel.
+	if raceBuild && !strings.Contains(os.Getenv("GORACE"), "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	}
 	// A helper process (TestHelperProcess, re-executed by a test) makes
 	// its state directory inside its test binary's: it ends with os.Exit
 	// or is killed, so it never removes its own, and the test binary's

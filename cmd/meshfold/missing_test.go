@@ -38,7 +38,6 @@ type refillMesh struct {
 
 func startRefillMesh(t *testing.T, agentFlags ...string) *refillMesh {
 	t.Helper()
-	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	s := &sealedMesh{t: t, m: startMesh(t), bin: meshfoldBinary(t)}
 	s.trust = s.m.serveSigned(t)
 	dir := t.TempDir()

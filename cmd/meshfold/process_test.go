@@ -25,9 +25,6 @@ import (
 // the process (same pid) and reports it running; a plan without the
 // module stops it.
 func TestNodeRunsBundleAndLogs(t *testing.T) {
-	// Shims are this test binary; under -race each would sleep a second
-	// at exit, and the runtime waits for a stopped shim to exit.
-	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	m := startMesh(t)
 	dir := t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {

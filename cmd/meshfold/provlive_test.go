@@ -30,7 +30,6 @@ func TestProvisionerKilledIsSeen(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills processes: not in -short")
 	}
-	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	m := startMesh(t)
 	trust := m.serveSigned(t)
 	dir := t.TempDir()

@@ -36,7 +36,6 @@ func TestNodeStartsAgainAfterItsShimsWereKilled(t *testing.T) {
 	if _, err := user.Lookup("nobody"); err != nil {
 		t.Skip("no user nobody")
 	}
-	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	m := startMesh(t)
 	dir := t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {
