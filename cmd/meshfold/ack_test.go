@@ -21,6 +21,7 @@ import (
 // warning stored after the ack flags the node again. An unknown node is
 // refused unless --new; --upto 0 is a usage error.
 func TestAck(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	m.serveReconciler(t)

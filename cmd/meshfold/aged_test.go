@@ -49,6 +49,7 @@ func agedMesh(t *testing.T) *mesh {
 // (a fresh user's finding U28: they refused it, exit 2, while `fleet`
 // and `state` listed it). A name neither holds is still refused.
 func TestVerbsTakeANodeWhoseEventsAgedOut(t *testing.T) {
+	t.Parallel()
 	m := agedMesh(t)
 	want := writeWantFile(t, `{"modules":[{"name":"web","build":"web:3"}]}`)
 	for _, args := range [][]string{
@@ -82,6 +83,7 @@ func TestVerbsTakeANodeWhoseEventsAgedOut(t *testing.T) {
 // and what the reconciler's state holds, exit 0: not "no events … (a
 // mistyped name?)".
 func TestAuditOfANodeWhoseHistoryAgedOut(t *testing.T) {
+	t.Parallel()
 	m := agedMesh(t)
 	stream, err := m.js.Stream(testCtx(t), m.cfg.Name)
 	if err != nil {

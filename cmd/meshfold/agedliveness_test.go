@@ -27,6 +27,7 @@ import (
 // effect of `auth revoke`). Real servers, serve --auth, the agent a
 // process killed by pid.
 func TestAgentDownAfterItsUpAgedOut(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a process: not in -short")
 	}

@@ -26,6 +26,7 @@ import (
 // why` says so, no file is taken for new, and the revert gives ace its
 // old want back.
 func TestApplyOverAnAgedWantRevertsToIt(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	r := m.serveReconciler(t)
 	ctx := testCtx(t)
@@ -170,6 +171,7 @@ func agedWant(t *testing.T, m *mesh, r interface {
 // finding F8: it said "no provisioner is needed: neither its newest plan
 // nor its newest want declares a file", read from the stream alone).
 func TestPokeOfANodeWhosePlanAgedOut(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	r := m.serveReconciler(t)
 	agedWant(t, m, r, "ace", []events.WantModule{
@@ -186,6 +188,7 @@ func TestPokeOfANodeWhosePlanAgedOut(t *testing.T) {
 // (--max-age) shows what they run from the reconciler's state: RUNNING
 // and builds were blank (a fresh user's finding F8).
 func TestRolloutStatusOfNodesWhoseHavesAgedOut(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	r := m.serveReconciler(t)
 	for _, n := range []string{"ace", "bob"} {

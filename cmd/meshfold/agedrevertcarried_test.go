@@ -26,6 +26,7 @@ import (
 // stream's purge of every event before the rollout's start (what
 // --max-age does, at a moment the test chooses).
 func TestRolloutRevertAfterThePreviousWantAgedOut(t *testing.T) {
+	t.Parallel()
 	e, nc, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{MaxAge: time.Hour})
 	m := &mesh{e: e, nc: nc, js: js, cfg: cfg}
 	m.serveReconciler(t)

@@ -27,6 +27,7 @@ import (
 // every event before the rollout's start (what --max-age does, at a
 // moment the test chooses); the test plays the canary's node.
 func TestRolloutStepAfterThePreviousWantAgedOut(t *testing.T) {
+	t.Parallel()
 	e, nc, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{MaxAge: time.Hour})
 	m := &mesh{e: e, nc: nc, js: js, cfg: cfg}
 	m.serveReconciler(t)

@@ -125,6 +125,7 @@ func (r *agentRig) waitFleet(t testing.TB, state string, limit time.Duration) ti
 // module is adopted with the same pid; audit's timeline shows the down
 // and the up.
 func TestAgentDownInFleet(t *testing.T) {
+	// Not parallel: it times agent-down against two lease TTLs.
 	if testing.Short() {
 		t.Skip("kills processes: not in -short")
 	}

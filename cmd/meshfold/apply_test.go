@@ -41,6 +41,7 @@ func writeFleet(t *testing.T, body string) string {
 // refused, dry run or not, naming the nodes and the fleet that owns them
 // (the newest rollout of fleet web names them); --take-over takes them.
 func TestApplyRefusesAnotherFleetsNodes(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	if out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, fleetYAML), "--by", "alice"); code != 0 {
 		t.Fatalf("apply web: code %d\n%s%s", code, out, errs)
@@ -103,6 +104,7 @@ func TestApplyRefusesAnotherFleetsNodes(t *testing.T) {
 // A never-pushed sha256: build is refused as `want` refuses it, dry run
 // or not, unless --allow-missing-build.
 func TestApplyRefusesMissingBuild(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	build := "sha256:" + strings.Repeat("ab", 32)
 	file := writeFleet(t, strings.Replace(fleetYAML, `"web:2"`, `"`+build+`"`, 1))
@@ -128,6 +130,7 @@ func TestApplyRefusesMissingBuild(t *testing.T) {
 // dry run exits as the apply would: a script checking a fleet file with
 // it must see the refusal), unless --new.
 func TestApplyUnknownNode(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	file := writeFleet(t, strings.Replace(fleetYAML, "  cat: {site: us}\n", "  cat: {site: us}\n  evee: {site: us}\n", 1))
 	out, errs, code := m.cli(t, "apply", "-f", file, "--dry-run")
@@ -154,6 +157,7 @@ func TestApplyUnknownNode(t *testing.T) {
 // target, says so, and starts a rollout, where it used to print
 // "nothing to roll out" and leave it retired.
 func TestApplyBringsRetiredNodesBack(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	same := writeFleet(t, strings.Replace(fleetYAML, `"web:2"`, `"web:1"`, 1))
 	if out, errs, code := m.cli(t, "apply", "-f", same, "--by", "alice", "--dry-run"); code != 0 || !strings.Contains(out, "nothing to roll out") {
@@ -175,6 +179,7 @@ func TestApplyBringsRetiredNodesBack(t *testing.T) {
 // what the rollout will do: skip it, give it no want; and how to bring
 // it back. A node no rollout names gets no such note.
 func TestRetireNotesFleetRollout(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	if out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, fleetYAML), "--by", "alice"); code != 0 {
 		t.Fatalf("apply web: code %d\n%s%s", code, out, errs)
@@ -209,6 +214,7 @@ func TestRetireNotesFleetRollout(t *testing.T) {
 // node when it applies, not by the dry run: runs_as nobdy passed it
 // without a word.
 func TestApplyDryRunNamesFieldsAndUsers(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	file := writeFleet(t, strings.Replace(fleetYAML, `build: "web:2"`, `build: "web:1", runs_as: nobdy`, 1))
 	out, errs, code := m.cli(t, "apply", "-f", file, "--dry-run")
@@ -230,6 +236,7 @@ func TestApplyDryRunNamesFieldsAndUsers(t *testing.T) {
 // the rollout would wait for it and halt (or revert) at healthy_deadline
 // (a fresh user's finding 4).
 func TestApplyDryRunMarksPausedAndDown(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	if out, errs, code := m.cli(t, "pause", "ace", "--by", "alice"); code != 0 {
 		t.Fatalf("pause ace: code %d\n%s%s", code, out, errs)
@@ -258,6 +265,7 @@ func TestApplyDryRunMarksPausedAndDown(t *testing.T) {
 // warn, in the words of 'rollout status' (a fresh user's finding U20: no
 // warning, and a promote loop hung for 10 minutes).
 func TestApplyWarnsOfASpentBudget(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	pub := store.NewPublisher(m.js, m.cfg.Subjects())
 	if _, err := pub.Append(testCtx(t), "cat", events.Stamp(&events.Agent{State: events.AgentDown, Claim: "c1", Why: events.WhyExpired}, time.Now())); err != nil {
@@ -282,6 +290,7 @@ func TestApplyWarnsOfASpentBudget(t *testing.T) {
 // without a word (a fresh user's finding); a canary below the targets is
 // not.
 func TestApplyWarnsOfACanaryOfEveryTarget(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	big := strings.Replace(fleetYAML, "canary: 1,", "canary: 9,", 1)
 	out, errs, code := m.cli(t, "apply", "-f", writeFleet(t, big), "--dry-run")
@@ -307,6 +316,7 @@ func TestApplyWarnsOfACanaryOfEveryTarget(t *testing.T) {
 // a node the rollout does not target, and any node once the rollout is
 // aborted, takes a want as before.
 func TestWantRefusesRolloutTarget(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	pub := store.NewPublisher(m.js, m.cfg.Subjects())
 	if _, err := pub.Append(testCtx(t), "dan", events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "web", Build: "web:1"}}}, time.Now())); err != nil {
@@ -354,6 +364,7 @@ func TestWantRefusesRolloutTarget(t *testing.T) {
 // nothing (a fresh user's finding U13: the typo rolled out the module's
 // removal to every node, exit 0, behind one warning line).
 func TestApplyRefusesAGroupSelectingNothing(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	file := writeFleet(t, strings.Replace(fleetYAML, "select: {}", "select: {site: ue}", 1))
 	for _, args := range [][]string{{"--dry-run"}, {"--by", "alice"}} {
@@ -382,6 +393,7 @@ func TestApplyRefusesAGroupSelectingNothing(t *testing.T) {
 // rollout found out at healthy_deadline); with a provisioner module they
 // do not.
 func TestWantAndApplyWarnOfUnfillableFiles(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	warn := "mesh-build-go declares /run/mesh-build-go/broker.creds but this want has no provisioner module: the node accepts no write of it"
 	creds := `{"name":"mesh-build-go","build":"mbg:1","runs_as":"nobody","files":[{"path":"/run/mesh-build-go/broker.creds","mode":"0600"}]}`
@@ -413,6 +425,7 @@ func TestWantAndApplyWarnOfUnfillableFiles(t *testing.T) {
 // keys are what its up listed. An older agent's up lists none: no
 // warning for it.
 func TestApplyWarnsOfAgentsThatDoNotTrustTheKey(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	ctx := testCtx(t)
 	subj := m.cfg.Subjects()

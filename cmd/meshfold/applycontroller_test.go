@@ -16,6 +16,7 @@ import (
 // the controller recorded the rollout, saying nothing more. The exit code
 // is 0 either way: the start is stored.
 func TestApplySaysWhetherAControllerTookIt(t *testing.T) {
+	t.Parallel()
 	started := regexp.MustCompile(`rollout (\d+) of fleet web started`)
 	apply := func(m *mesh, build string, args ...string) (id, errs string, took time.Duration) {
 		t.Helper()

@@ -17,6 +17,7 @@ import (
 // finding G0: `meshfold: last message on 0.mesh.n03.want: context
 // deadline exceeded`, exit 1).
 func TestApplySaysWhatTimedOut(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	f, _, err := fleetfile.Parse([]byte(fleetYAML))
 	if err != nil {

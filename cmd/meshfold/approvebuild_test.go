@@ -15,6 +15,7 @@ import (
 // published when refused; a stored build and another runtime's build
 // pass.
 func TestApproveRevokeCheckTheBuild(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t) // ace, bob, cat with a want each
 	stored := pushExe(t, m, "web", "one")
 	missing := "sha256:" + strings.Repeat("ab", 32)
@@ -69,6 +70,7 @@ func TestApproveRevokeCheckTheBuild(t *testing.T) {
 // says which; a prefix of no stored build, or of several, is refused
 // (exit 2) and nothing is published (a fresh user's finding L14).
 func TestBuildPrefixNamesTheStoredBuild(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	stored := pushExe(t, m, "web", "one")
 	short := stored[:len("sha256:")+12]

@@ -19,6 +19,7 @@ import (
 // provisioner with a node's creds for ever (its open retried without
 // end).
 func TestRoleDeniedItsBucketsEndsAtOnce(t *testing.T) {
+	// Not parallel: it times the exit.
 	ctx := testCtx(t)
 	base := t.TempDir()
 	dir := filepath.Join(base, "auth")

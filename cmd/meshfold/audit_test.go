@@ -23,6 +23,7 @@ import (
 // run for all 330 it was 212 s of the suite under -race on a loaded
 // machine, the same code path each time).
 func TestAuditAsOfEqualsLive(t *testing.T) {
+	t.Parallel()
 	nodes := []string{"ace", "shanks", "novox"}
 	live := map[uint64]map[string][]byte{}
 	last := map[string][]byte{}
@@ -158,6 +159,7 @@ func TestAuditAsOfEqualsLive(t *testing.T) {
 // timeline shows the refusal, the want that declared the file, the settle
 // and the knock, and --why on the knock names those events.
 func TestAuditIncident1(t *testing.T) {
+	t.Parallel()
 	s := reconciletest.New(time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC), time.Second)
 	prov := events.WantModule{Name: "provisioner", Build: "p:1", RunsAs: "prov", Provisioner: true}
 	mbg := events.WantModule{Name: "mesh-build-go", Build: "g:1", RunsAs: "mbg", Files: []events.File{{Path: "/run/mesh-build-go/broker.creds", Mode: "0600"}}}

@@ -35,6 +35,7 @@ func runCLI(ctx context.Context, args ...string) (code int, stdout, stderr strin
 }
 
 func TestAuthVerbs(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	dir := filepath.Join(t.TempDir(), "auth")
 	code, out, errs := runCLI(ctx, "auth", "init", "--dir", dir)
@@ -155,6 +156,7 @@ func (w *watchBuffer) Write(p []byte) (int, error) {
 // inside it as its user), node, provision, want (controller), audit
 // (operator), and a revocation pushed to the running server.
 func TestIncident1WithCredentialsOverTLS(t *testing.T) {
+	t.Parallel()
 	// A refused component would otherwise show only as a wait running
 	// out: a permissions violation in any component's log ends the test.
 	ctx, refused := context.WithCancel(testCtx(t))

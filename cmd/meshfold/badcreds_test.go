@@ -18,6 +18,7 @@ import (
 // parse" (a fresh user's finding: --creds /nonexistent exited 1, as an
 // unreachable server does).
 func TestBadCredsIsUsage(t *testing.T) {
+	// Not parallel: t.Setenv.
 	for _, e := range []string{"NATS_URL", "NATS_CREDS", "NATS_NKEY", "NATS_CONTEXT", "NATS_CA", "NATS_CERT", "NATS_KEY"} {
 		t.Setenv(e, "")
 	}

@@ -10,6 +10,7 @@ import (
 )
 
 func TestBuildVerbs(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "mesh-build-go")
@@ -48,6 +49,7 @@ func TestBuildVerbs(t *testing.T) {
 }
 
 func TestBuildUsageErrors(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	bad := t.TempDir()
 	if err := os.WriteFile(filepath.Join(bad, "meshfold.json"), []byte(`{"command":["run"],"stop_signal":"SIGNOPE"}`), 0o644); err != nil {

@@ -36,6 +36,7 @@ func pushExe(t testing.TB, m *mesh, name, body string) string {
 // nothing; a node retired since its want is not counted; --force removes
 // it and says what it breaks; a build nothing names is removed as before.
 func TestBuildRmRefusesANamedBuild(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	m.serveReconciler(t)
 	ctx := testCtx(t)
@@ -105,6 +106,7 @@ func TestBuildRmRefusesANamedBuild(t *testing.T) {
 // bundle build a digit off a stored one is refused as not pushed (exit
 // 1), naming the stored one.
 func TestBuildFormRefused(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	pushed := pushExe(t, m, "mesh-build-go", "1")
 	for _, tc := range []struct {
@@ -161,6 +163,7 @@ func TestBuildFormRefused(t *testing.T) {
 // controller's want of a build of no form is refused, exit 2, naming the
 // stored builds (the controller may list the bucket's metadata).
 func TestBuildGuardsWithCredentials(t *testing.T) {
+	// Not parallel: it times a denial (5 s).
 	ctx := testCtx(t)
 	base := t.TempDir()
 	dir := filepath.Join(base, "auth")
@@ -215,6 +218,7 @@ func TestBuildGuardsWithCredentials(t *testing.T) {
 // steps would then fail to fetch it. Once the rollout can no longer step
 // (aborted), the build goes (reviewer's finding).
 func TestBuildRmRefusesABuildARolloutWillGive(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t) // no controller: the rollout is never stepped
 	v2 := pushExe(t, m, "web", "2")
 	fleet := strings.Replace(fleetYAML, `"web:2"`, `"`+v2+`"`, 1)
@@ -242,6 +246,7 @@ func TestBuildRmRefusesABuildARolloutWillGive(t *testing.T) {
 // window was silent); a want published before the check is refused as
 // ever, and a want of another build meanwhile says nothing.
 func TestBuildRmSaysAWantPublishedMeanwhile(t *testing.T) {
+	// Not parallel: it sets the package-level hook buildRmChecked.
 	m := startMesh(t)
 	ctx := testCtx(t)
 	v1, v2 := pushExe(t, m, "web", "1"), pushExe(t, m, "web", "2")
@@ -272,6 +277,7 @@ func TestBuildRmSaysAWantPublishedMeanwhile(t *testing.T) {
 // want once published, with exit 1 and how to mend it: each side writes,
 // then reads what the other wrote, so one of them says it.
 func TestWantSaysABuildRemovedMeanwhile(t *testing.T) {
+	// Not parallel: it sets the package-level hook wantChecked.
 	m := startMesh(t)
 	v1 := pushExe(t, m, "web", "1")
 	wantChecked = func() {

@@ -22,6 +22,7 @@ import (
 // (the connect helper, for every command), in one line that does not say
 // "connect" three times over (a fresh user's finding U24).
 func TestNoServerHint(t *testing.T) {
+	// Not parallel: t.Setenv.
 	url := "nats://127.0.0.1:" + freePort(t)
 	t.Setenv("NATS_URL", "")
 	t.Setenv("NATS_CONTEXT", "")
@@ -43,6 +44,7 @@ func TestNoServerHint(t *testing.T) {
 // is well formed but not pushed stays a refusal for the state of things
 // (1).
 func TestMalformedBuildIsUsage(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	bad := "sha256:nothex"
 	if _, errOut, code := m.cli(t, "build", "rm", bad); code != exitUsage {
@@ -65,6 +67,7 @@ func TestMalformedBuildIsUsage(t *testing.T) {
 // serve with a --listen that is no HOST:PORT is a usage error (2), and
 // writes nothing to its data directory.
 func TestServeBadListenIsUsage(t *testing.T) {
+	t.Parallel()
 	data := t.TempDir()
 	var out bytes.Buffer
 	var errb storetest.SyncBuffer
@@ -81,6 +84,7 @@ func TestServeBadListenIsUsage(t *testing.T) {
 // busy, TLS files that do not load) fails before it writes anything: a
 // busy port once left a new signing key and trust file in --data.
 func TestServeThatCannotStartWritesNothing(t *testing.T) {
+	t.Parallel()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +124,7 @@ func TestServeThatCannotStartWritesNothing(t *testing.T) {
 // of which registered a key) exits 2 and says first that the node is
 // unknown, then how to start a new node's provisioner.
 func TestSecretPutUnknownNode(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	f := filepath.Join(t.TempDir(), "c")
 	if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
@@ -137,6 +142,7 @@ func TestSecretPutUnknownNode(t *testing.T) {
 // and says why and what to do: start the provisioner with --from sealed.
 // It said "node has no registered provisioner key", the store's words.
 func TestSecretPutNodeWithoutSealedProvisioner(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	dir := t.TempDir()
 	want := filepath.Join(dir, "want.json")
@@ -169,6 +175,7 @@ func TestSecretPutNodeWithoutSealedProvisioner(t *testing.T) {
 // stderr what it is (the bucket's sequence, not a count) and which put of
 // the file this is: "revision 3" after a refusal read as a third version.
 func TestSecretPutRevisionSaid(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	if _, errs, code := m.cli(t, "want", "ace", "--new", "-f", writeWantFile(t, `{"modules":[{"name":"app","build":"app:1","runs_as":"nobody","files":[{"path":"/run/app/c","mode":"0600"}]}]}`)); code != 0 {
@@ -206,6 +213,7 @@ func TestSecretPutRevisionSaid(t *testing.T) {
 // A --log-level that is no level names the four levels, as --log-format
 // names its two, not slog's "unknown name".
 func TestBadLogLevelNamesLevels(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	var errb storetest.SyncBuffer
 	code := run(testCtx(t), []string{"fleet", "--log-level", "verbose"}, nil, &out, &errb)
@@ -221,6 +229,7 @@ func TestBadLogLevelNamesLevels(t *testing.T) {
 // a 900-character line of transforms and subjects), another partition
 // count how to adopt the stream's. --log-level debug adds the detail.
 func TestStreamMismatchSaysTheFlag(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	sk := filepath.Join(t.TempDir(), "rk.nk")
 	for _, c := range []struct {
@@ -264,6 +273,7 @@ func TestReplicasOnASingleServerSaysTheFlag(t *testing.T) {
 // file behind (a fresh user's finding U24: a new reconcilers.pub beside
 // the operator's files); an existing key is kept.
 func TestRefusedReconcileCreatesNothing(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	m.serveReconciler(t)
 	dir := t.TempDir()
@@ -296,6 +306,7 @@ func TestRefusedReconcileCreatesNothing(t *testing.T) {
 // A --dir without a previous run is taken; one with its nats directory
 // is refused (the end-to-end refusal is TestDemo's).
 func TestDemoDirFree(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "ace-root"), 0o755); err != nil {
 		t.Fatal(err)

@@ -47,6 +47,7 @@ func (b *noteBuffer) waitText(ctx context.Context, t *testing.T, what, s string)
 // closed for good and would never come back), so that systemd's Restart=
 // starts them again.
 func TestRevokedRolesExit(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	base := t.TempDir()
 	dir := filepath.Join(base, "auth")
@@ -166,6 +167,7 @@ func TestRevokedRolesExit(t *testing.T) {
 // group, against a server of the auth directory, and `meshfold serve
 // --auth`, whose in-process reconciler connects as the same user.
 func TestRevokedReconcilerExits(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		group bool // reconcile --group

@@ -20,6 +20,7 @@ import (
 // it live, serves the node's page, and is refused nothing by the server;
 // anything but GET is refused by the console.
 func TestConsoleWithCredentials(t *testing.T) {
+	t.Parallel()
 	ctx, refused := context.WithCancel(testCtx(t))
 	defer refused()
 	base := t.TempDir()
@@ -130,6 +131,7 @@ func TestConsoleWithCredentials(t *testing.T) {
 // naming the flag, as a busy NATS port does, instead of running on
 // without its console.
 func TestServeHTTPPortBusy(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -160,6 +162,7 @@ func TestServeHTTPPortBusy(t *testing.T) {
 // serve --data naming a regular file is refused as such, before the
 // signing key (kept in the data directory) is looked for.
 func TestServeDataNotADirectory(t *testing.T) {
+	t.Parallel()
 	f := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(f, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -175,6 +178,7 @@ func TestServeDataNotADirectory(t *testing.T) {
 // revoked) refuses to start, naming the command that fixes it, rather
 // than running on without the console it was asked for.
 func TestServeHTTPWithoutConsoleUser(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		unfit func(ctx context.Context, t *testing.T, dir string)
@@ -250,6 +254,7 @@ func TestServeHTTPWithoutConsoleUser(t *testing.T) {
 // console takes serve's name for its address, --http, as --listen (a
 // fresh user's "unknown flag: --http").
 func TestConsoleHTTPIsListen(t *testing.T) {
+	t.Parallel()
 	root := newRoot(nil, io.Discard, io.Discard)
 	cmd, _, err := root.Find([]string{"console"})
 	if err != nil {

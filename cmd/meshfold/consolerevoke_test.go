@@ -19,6 +19,7 @@ import (
 // console lost its credentials and what issues them again, and once the
 // user is issued again they are live again, serve never restarted.
 func TestServeConsoleUserRevokedAndIssuedAgain(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	base := t.TempDir()

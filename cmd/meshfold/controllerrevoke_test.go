@@ -26,6 +26,7 @@ import (
 // controller runs with the new creds: a rollout applied after the
 // re-issue completes, serve never restarted.
 func TestServeControllerUserRevokedAndIssuedAgain(t *testing.T) {
+	t.Parallel()
 	testControllerUserRevokedAndIssuedAgain(t, false)
 }
 
@@ -35,6 +36,7 @@ func TestServeControllerUserRevokedAndIssuedAgain(t *testing.T) {
 // re-issued user's creds copied over it, the controller runs again,
 // reconcile never restarted.
 func TestReconcileControllerCredsRevokedAndRewritten(t *testing.T) {
+	t.Parallel()
 	testControllerUserRevokedAndIssuedAgain(t, true)
 }
 

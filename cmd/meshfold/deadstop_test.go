@@ -27,6 +27,7 @@ const deadStopLimit = 10 * time.Second
 // killed with SIGKILL, then SIGTERM: the process exits (status 0) within
 // deadStopLimit, saying its final snapshot and its lease were left.
 func TestReconcileStopsAgainstAKilledServer(t *testing.T) {
+	// Not parallel: it times the stop (deadStopLimit).
 	stopsAgainstAKilledServer(t, nil, deadStopLimit, "reconciler running", "stream lease not released")
 }
 
@@ -40,6 +41,7 @@ const groupDeadStopLimit = 5 * time.Second
 // partitions' leases and its member key to expire (nothing can delete
 // them), and says so.
 func TestGroupReconcileStopsAgainstAKilledServer(t *testing.T) {
+	// Not parallel: it times the stop (groupDeadStopLimit).
 	stopsAgainstAKilledServer(t, []string{"--group", "g", "--instance", "i1"}, groupDeadStopLimit, "partitions owned",
 		"partition leases not released: their server is gone", "member key not deleted: its server is gone",
 		"leases left to expire after their TTL")

@@ -16,6 +16,7 @@ import (
 )
 
 func TestDidYouMean(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		s     string
 		known []string
@@ -43,6 +44,7 @@ func TestDidYouMean(t *testing.T) {
 // declares and the near name; --ahead publishes them (a fresh user's
 // finding U17: published with a note, exit 0).
 func TestApproveWaiveRefuseUndeclared(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	for _, n := range []string{"ace", "bob"} {
 		if code, _, stderr := c.run(t, "", "want", n, "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
@@ -118,6 +120,7 @@ func TestApproveWaiveRefuseUndeclared(t *testing.T) {
 // declares and the near name; --ahead stores it with a note (a fresh
 // user's finding U4: stored with a warning, exit 0).
 func TestSecretPutRefusesUndeclared(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	if _, errs, code := m.cli(t, "want", "ace", "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
@@ -199,6 +202,7 @@ func TestSecretPutRefusesUndeclared(t *testing.T) {
 // name the stream holds nothing of still needs --new (a fresh user's
 // finding U15: --force was refused as "no want", and needed --new).
 func TestRetireForceOfAPhantom(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	p := &events.Prov{Agent: events.Agent{State: events.AgentUp, Claim: "c1", Host: "h", PID: 42}}
 	if _, err := store.NewPublisher(c.js, c.cfg.Subjects()).Append(context.Background(), "gus", events.Stamp(p, time.Now())); err != nil {
@@ -229,6 +233,7 @@ func TestRetireForceOfAPhantom(t *testing.T) {
 // of it (a fresh user's finding U15: exec:/nonexistent/helper started and
 // logged nothing until a file was declared). No server is reached.
 func TestProvisionChecksItsSourcesAtStart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	plain := filepath.Join(dir, "plain")
 	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {

@@ -22,6 +22,7 @@ import (
 // could approve; retire printed "not published: context canceled" above
 // the refusal).
 func TestDeniedVerbNamesItsRight(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	base := t.TempDir()
 	dir := filepath.Join(base, "auth")
@@ -90,6 +91,7 @@ func TestDeniedVerbNamesItsRight(t *testing.T) {
 // poke printed the raw "nats: permissions violation: Permissions
 // Violation for Publish to ..." (TestRevokedRolesExit).
 func TestDenialExplainedWhenTheCommandSawItFirst(t *testing.T) {
+	t.Parallel()
 	root, a := newRootApp(nil, nil, nil)
 	cmd, rest, err := root.Find([]string{"poke", "ace", "--by", "x", "--new"})
 	if err != nil {

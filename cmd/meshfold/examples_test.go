@@ -155,6 +155,7 @@ func walkCommands(c *cobra.Command, f func(*cobra.Command)) {
 // finding: the help of build, secret and auth showed none, and some
 // showed placeholders no command takes).
 func TestExamplesParse(t *testing.T) {
+	t.Parallel()
 	vars := map[string]string{"BUILD": "sha256:" + strings.Repeat("0", 64), "B": "sha256:" + strings.Repeat("0", 64)}
 	n := 0
 	walkCommands(newRoot(nil, nil, nil), func(c *cobra.Command) {
@@ -196,6 +197,7 @@ func TestExamplesParse(t *testing.T) {
 // their comment says (0 unless "refused, exit N"); only those that need
 // another machine or run for good are left to TestExamplesParse.
 func TestExamplesRun(t *testing.T) {
+	// Not parallel: t.Setenv.
 	m := startMesh(t)
 	m.serveSigned(t)
 	t.Setenv("NATS_URL", m.e.ClientURL())

@@ -13,6 +13,7 @@ import (
 // yaml: line 9: …", one line short and no column; a want file's errors
 // named no line).
 func TestFileErrorsNameLineAndColumn(t *testing.T) {
+	// Not parallel: t.Setenv.
 	t.Setenv("NATS_URL", "nats://127.0.0.1:"+freePort(t)) // never dialled
 	dir := t.TempDir()
 	write := func(name, content string) string {

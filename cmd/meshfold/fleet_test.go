@@ -20,6 +20,7 @@ import (
 // page, filter and unpage it; -o json prints every node unless paging is
 // asked for.
 func TestFleetPaged(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	snaps, err := store.OpenSnapshots(ctx, m.js, m.cfg)
@@ -120,6 +121,7 @@ func TestFleetPaged(t *testing.T) {
 // set, nodes with and without a summary, over several decoding batches;
 // retired nodes left out unless --all.
 func TestFleetJSONEveryRowInOrder(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	snaps, err := store.OpenSnapshots(ctx, m.js, m.cfg)

@@ -25,6 +25,7 @@ import (
 // from the state service, and says how current it is. -o json keeps the
 // snapshots' one pass and says on stderr that they lag.
 func TestFleetReadsLiveWhatTheSnapshotsLag(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	s := reconciletest.New(time.Now().Add(-time.Minute), time.Millisecond)
@@ -108,6 +109,7 @@ func TestFleetReadsLiveWhatTheSnapshotsLag(t *testing.T) {
 // snapshots do not hold, and that their rows may be older: never a
 // silent "0 nodes".
 func TestFleetSaysWhenTheSnapshotsLagAndNoReconcilerAnswers(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	snapsOf(t, m) // the bucket, empty: no checkpoint yet
@@ -183,6 +185,7 @@ func hasRow(out, node string) bool { return rowOf(out, node) != "" }
 // The puts happen in fleetLagRead, between the two reads, as the
 // reconciler makes them: the states, then the checkpoint.
 func TestFleetReadsTheCheckpointsBeforeTheSnapshots(t *testing.T) {
+	// Not parallel: it sets the package-level hook fleetLagRead.
 	m := startMesh(t)
 	ctx := testCtx(t)
 	s := reconciletest.New(time.Now().Add(-time.Minute), time.Millisecond)
@@ -257,6 +260,7 @@ func TestFleetReadsTheCheckpointsBeforeTheSnapshots(t *testing.T) {
 // reader's clock (the reconciler's host runs slightly ahead): it reads
 // "checkpointed 0s ago", not "-0s ago" (fresh6 m3).
 func TestFleetLagLineOfACheckpointJustAhead(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 5, 2, 30, 0, 0, time.UTC)
 	f := &fleetLag{lag: query.SnapshotLag{Partitions: []query.PartitionLag{
 		{Partition: 0, Checkpoint: 10, CheckpointTime: now.Add(300 * time.Millisecond), Last: 10, LastTime: now},

@@ -67,6 +67,7 @@ func (p *reconcileProc) stop(t *testing.T) int {
 // nodes of its half and answers `meshfold state` for them; stopping one
 // hands its partitions to the other, which folds their next events.
 func TestReconcileGroupOnCluster(t *testing.T) {
+	t.Parallel()
 	c := storetest.StartCluster(t, 3)
 	_, js := c.Connect(t)
 	// The default lease TTL: every handover here is graceful (a joins,

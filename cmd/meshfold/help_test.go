@@ -18,6 +18,7 @@ const helpWidth = 80
 // operator runs (not a group of subcommands, not a hidden internal one)
 // shows at least one example.
 func TestHelpTexts(t *testing.T) {
+	t.Parallel()
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		if c.Hidden || c.Name() == "completion" || c.Name() == "help" {

@@ -25,6 +25,7 @@ import (
 // says at start which key it trusts and from where, and applies the
 // reconciler's signed plans.
 func TestServeThenNodeTrustsFromItsDataDir(t *testing.T) {
+	// Not parallel: t.Setenv.
 	state := t.TempDir()
 	t.Setenv("XDG_STATE_HOME", state)
 	ctx, cancel := context.WithCancel(testCtx(t))
@@ -69,6 +70,7 @@ func TestServeThenNodeTrustsFromItsDataDir(t *testing.T) {
 // auth rotate-reconciler: a new key, the old one retired, and an overlap
 // where the trust file names both; --finish ends it.
 func TestAuthRotateReconciler(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	dir := filepath.Join(t.TempDir(), "auth")
 	if code, _, errs := runCLI(ctx, "auth", "init", "--dir", dir); code != exitOK {
@@ -120,6 +122,7 @@ func TestAuthRotateReconciler(t *testing.T) {
 // again with the new key. A directory that is neither is refused, naming
 // both kinds.
 func TestRotateServeDataDir(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
 	data := filepath.Join(t.TempDir(), "data")
@@ -229,6 +232,7 @@ func startServe(t *testing.T, ctx context.Context, data string) (srv *role, url,
 // restarted, and an agent given the other deployment's keys refuses them:
 // no deployment trusts another's reconciler.
 func TestTwoServesTrustOnlyTheirOwn(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	base := t.TempDir()
 	data := map[string]string{"ace": filepath.Join(base, "a"), "bob": filepath.Join(base, "b")}

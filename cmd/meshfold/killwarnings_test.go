@@ -38,6 +38,7 @@ const crashKills = 20
 // operator. At the end every effect is stored once and every snapshot
 // equals a clean fold of the stream (chaosVerify).
 func TestNoWarningsAfterKills(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a reconciler process 20 times: not in -short")
 	}

@@ -20,6 +20,7 @@ import (
 // runs, the poke says it took the knock, and the problem is gone; killed,
 // the next poke says when it last answered.
 func TestPokeSaysNoProvisionerAnswered(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	trust := m.serveSigned(t)
 	grace := audit.KnockGrace
@@ -113,6 +114,7 @@ func TestPokeSaysNoProvisionerAnswered(t *testing.T) {
 // whose plan declares a file still is flagged (reviewer's finding: every
 // node without files showed NEEDS source after 'poke --all').
 func TestPokeOfANodeWithNoFilesNeedsNoProvisioner(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	m.serveSigned(t)
 	grace := audit.KnockGrace
@@ -197,6 +199,7 @@ func waitComposed(t *testing.T, m *mesh, nodes ...string) {
 // ended, its plan declares a file) is said at once by poke, not after
 // the wait: no provisioner will take the knock until one starts again.
 func TestPokeSaysAProvisionerRecordedDownAtOnce(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	m.serveSigned(t)
 	if _, errOut, code := m.cli(t, "want", "ace", "--new", "-f", writeWantFile(t, goodWant)); code != 0 {

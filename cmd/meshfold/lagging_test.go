@@ -22,6 +22,7 @@ import (
 // replica answers, the replica behind named the want before, a third of
 // the time, and the retry it advised conflicted again.
 func TestWantExpectConflictNamesTheNewestWithAReplicaBehind(t *testing.T) {
+	t.Parallel()
 	c, lag := storetest.StartLaggingCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

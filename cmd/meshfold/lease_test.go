@@ -153,6 +153,7 @@ func nextHolder(t *testing.T, ctx context.Context, w jetstream.KeyWatcher) *stor
 // killed with SIGKILL (no release), the next agent takes the lease once it
 // expires, within the TTL; a clean stop releases it.
 func TestNodeLeaseAcrossProcesses(t *testing.T) {
+	// Not parallel: it times the takeover against the lease TTL.
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
@@ -246,6 +247,7 @@ func (p *reconcileProc) exited(t *testing.T) int {
 // member beside it is refused, and an ungrouped one beside a group is
 // refused naming the group's live members.
 func TestOneReconcilerPerStream(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	url := []string{"--server", m.e.ClientURL(), "--signing-key", filepath.Join(t.TempDir(), signingKeyFile)}
 	a := startReconcile(t, url...)

@@ -16,6 +16,7 @@ import (
 // exits 1 at its next renewal, the denial explained: it ran on for ever,
 // logging "NATS unreachable" while its stream lease expired under it.
 func TestReconcileExitsWhenItsLeaseBucketIsDenied(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	dir := t.TempDir()
 	ps := storetest.StartPermServer(t, map[string]storetest.Publish{"reconciler": {}})

@@ -11,6 +11,7 @@ import (
 // other, whether trimmed, grown past their capacity (then moved to the
 // heap by append) or handed out from several goroutines, across slabs.
 func TestLineArena(t *testing.T) {
+	t.Parallel()
 	var a lineArena
 	defer a.free()
 	const workers, each = 4, 4000

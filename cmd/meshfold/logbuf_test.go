@@ -43,6 +43,7 @@ func (l *lockedBuffer) Writes() int {
 // A logBuffer writes the lines it holds in one write, in order, on
 // Close; lines logged after Close are written at once.
 func TestLogBufferWritesEveryLineOnClose(t *testing.T) {
+	// Not parallel: it sets logFlushAge or logBufferSize.
 	defer func(age time.Duration) { logFlushAge = age }(logFlushAge)
 	logFlushAge = time.Hour // only Close writes here
 	var out lockedBuffer
@@ -75,6 +76,7 @@ func TestLogBufferWritesEveryLineOnClose(t *testing.T) {
 // A line at error level is written at once, with every line held before
 // it; a full buffer is written at once too.
 func TestLogBufferWritesOnErrorAndWhenFull(t *testing.T) {
+	// Not parallel: it sets logFlushAge or logBufferSize.
 	defer func(age time.Duration, size int) { logFlushAge, logBufferSize = age, size }(logFlushAge, logBufferSize)
 	logFlushAge, logBufferSize = time.Hour, 1<<20
 	var out lockedBuffer
@@ -102,6 +104,7 @@ func TestLogBufferWritesOnErrorAndWhenFull(t *testing.T) {
 // A line held is written logFlushAge after it was logged, without a
 // Close: what a process killed outright may lose is bounded by it.
 func TestLogBufferWritesAfterItsAge(t *testing.T) {
+	// Not parallel: it sets logFlushAge or logBufferSize.
 	defer func(age time.Duration) { logFlushAge = age }(logFlushAge)
 	logFlushAge = time.Millisecond
 	var out lockedBuffer
@@ -123,6 +126,7 @@ func TestLogBufferWritesAfterItsAge(t *testing.T) {
 // the buffer) still has its lines written, before the panic goes on: they
 // are what explains it.
 func TestLogBufferWrittenOnPanic(t *testing.T) {
+	// Not parallel: it sets logFlushAge or logBufferSize.
 	defer func(age time.Duration, cs []func(*app) *cobra.Command) { logFlushAge, commands = age, cs }(logFlushAge, commands)
 	logFlushAge = time.Hour // only the command's end writes here
 	commands = append(slices.Clip(commands), func(a *app) *cobra.Command {

@@ -17,6 +17,7 @@ import (
 )
 
 func TestParseSince(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 1, 22, 0, 0, 0, time.UTC)
 	for _, tc := range []struct{ in, want string }{
 		{"", ""},
@@ -44,6 +45,7 @@ func TestParseSince(t *testing.T) {
 // retired. Every wait is on an event, with a deadline (this test once
 // had a 200 ms timeout that failed under load).
 func TestLogsFollowAgentStops(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -78,6 +78,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// The tests of this package call t.Parallel: most of their time is spent
+// waiting on servers, agents, leases and timers, not computing. A test
+// stays serial, and says why, when it sets the environment (t.Setenv) or
+// a package-level hook, times something against a limit, or restarts a
+// server on the port it had (another test could take it meanwhile). The
+// serial ones run first, alone; then the parallel ones, -parallel at a
+// time.
+
 // stateRootEnv names the state directory of the test binary that started
 // this one, in which a helper process makes its own.
 const stateRootEnv = "MESHFOLD_CMD_TEST_STATE_ROOT"
@@ -105,6 +113,7 @@ func testSigner(t testing.TB) (*store.Signer, string) {
 // zero or less (once silently taken as the default), --pprof without
 // --metrics and a --max-age below the dedup window, with exit 2, before they start anything.
 func TestLoopFlagsRefused(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	data := filepath.Join(t.TempDir(), "data")
 	for _, c := range []struct {

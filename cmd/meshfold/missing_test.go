@@ -179,6 +179,7 @@ func (r *refillMesh) waitStateClear(t *testing.T) {
 // the agent's look at its files is off (--check-files 0), so the exit
 // alone shows the file gone.
 func TestDeletedFileRefilled(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds meshfold and runs real processes: not in -short")
 	}
@@ -226,6 +227,7 @@ func TestDeletedFileRefilled(t *testing.T) {
 // before its plan settled. Without the look the file stays gone (the
 // module never exits).
 func TestDeletedFileRefilledWhileRunning(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds meshfold and runs real processes: not in -short")
 	}

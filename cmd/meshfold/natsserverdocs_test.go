@@ -14,6 +14,7 @@ import (
 // command, the version it prints, the container image, and the compose
 // file's image of the same minor version.
 func TestDocsNameTheNatsServerGoModNames(t *testing.T) {
+	t.Parallel()
 	mod, err := os.ReadFile("../../go.mod")
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 )
 
 func TestNodeRuntimeFlag(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		msg  string
@@ -38,6 +39,7 @@ func TestNodeRuntimeFlag(t *testing.T) {
 // is made: nothing is left behind (a fresh user's finding L7: --root/st
 // was created, with the runtime's directories in it).
 func TestNodeStateDirInsideRootLeavesNothing(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "root")
 	state := filepath.Join(root, "st")
 	var out, errb strings.Builder
@@ -55,6 +57,7 @@ func TestNodeStateDirInsideRootLeavesNothing(t *testing.T) {
 // nothing in it (a fresh user's finding U19: hal adopted bob's modules,
 // then its empty want stopped them and deleted their bundles).
 func TestNodeRefusesAnotherNodesStateDir(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	root, state := filepath.Join(base, "root"), filepath.Join(base, "bob-state")
 	if err := os.MkdirAll(filepath.Join(state, "bundles", "x"), 0o700); err != nil {
@@ -84,6 +87,7 @@ func TestNodeRefusesAnotherNodesStateDir(t *testing.T) {
 // its state directory (a fresh user's finding U33: every module started
 // a second time, the old shims ran on unsupervised).
 func TestNodeRefusesWhileModulesRunFromAnotherStateDir(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	root, state, old := filepath.Join(base, "root"), filepath.Join(base, "state"), filepath.Join(base, "state.old")
 	modDir := filepath.Join(old, "process", "web")
@@ -127,6 +131,7 @@ func TestNodeRefusesWhileModulesRunFromAnotherStateDir(t *testing.T) {
 // agents on one root overwrote each other's filled files, and retiring
 // one deleted the other's credentials).
 func TestNodeRefusesAnotherNodesRoot(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	root := filepath.Join(base, "root")
 	if err := os.MkdirAll(root, 0o755); err != nil {

@@ -13,6 +13,7 @@ import (
 // whatever the want's size (a fresh user's finding V10: 5 kB on one line
 // for 32 modules); a want of a few names them all.
 func TestNotBundleNoteShort(t *testing.T) {
+	t.Parallel()
 	w := &events.Want{}
 	for i := range 32 {
 		w.Modules = append(w.Modules, events.WantModule{Name: fmt.Sprintf("mod%02d", i), Build: fmt.Sprintf("img:registry.example/team/mod%02d:1.2.3-with-a-long-tag", i)})

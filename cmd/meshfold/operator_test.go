@@ -20,6 +20,7 @@ import (
 // Each operator verb publishes its event of DESIGN.md §9, with by and the
 // other fields from the command line, and prints its stream sequence.
 func TestOperatorVerbsPublish(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	if code, _, stderr := c.run(t, "", "want", "ace", "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
 		t.Fatalf("want ace: %s", stderr)
@@ -69,6 +70,7 @@ func TestOperatorVerbsPublish(t *testing.T) {
 
 // Usage errors exit 2 and publish nothing.
 func TestOperatorVerbsUsage(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	for _, tc := range []struct {
 		name string
@@ -113,6 +115,7 @@ func TestOperatorVerbsUsage(t *testing.T) {
 // the way to approve ahead of a node's first connection (a fresh user's
 // finding: docs/operations.md said it took such a node with a note).
 func TestOperatorVerbsRefuseUnknownNode(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	if code, _, stderr := c.run(t, "", "want", "ace", "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
 		t.Fatalf("want ace: %s", stderr)
@@ -182,6 +185,7 @@ func TestOperatorVerbsRefuseUnknownNode(t *testing.T) {
 // refuse it, saying it has no want; pause still refuses a name the stream
 // holds nothing of, saying so.
 func TestPauseANodeWithNoWant(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	pub := store.NewPublisher(c.js, c.cfg.Subjects())
 	if _, err := pub.Append(context.Background(), "fresh", events.Stamp(&events.Agent{State: events.AgentUp, Claim: "c1"}, time.Now())); err != nil {
@@ -215,6 +219,7 @@ func TestPauseANodeWithNoWant(t *testing.T) {
 // --all and a list of nodes publish one event per node, each reported;
 // completion offers the stream's nodes.
 func TestOperatorVerbsManyNodes(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	for _, n := range []string{"ace", "shanks"} {
 		if code, _, stderr := c.run(t, "", "want", n, "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
@@ -299,6 +304,7 @@ func completions(out string) []string {
 // the dry run, resume and exactly one new plan; poke and its knock; waive
 // an owed file; retire.
 func TestOperatorFlow(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	r := m.serveReconciler(t)
@@ -499,6 +505,7 @@ func TestOperatorFlow(t *testing.T) {
 // by whom; -o yaml prints one document per node with the JSON's field
 // names; state -o yaml likewise.
 func TestFleetRetiredAndYAML(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	snaps, err := store.OpenSnapshots(ctx, m.js, m.cfg)
@@ -553,6 +560,7 @@ func TestFleetRetiredAndYAML(t *testing.T) {
 // paused again after a retire, is resumed; --all resumes only the paused
 // nodes and counts the others in one note, exit 1 only when none is.
 func TestResumeOfANodeNotPaused(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	for _, n := range []string{"ace", "bob", "cat"} {
 		if code, _, stderr := c.run(t, "", "want", n, "--new", "-f", writeWantFile(t, goodWant)); code != 0 {

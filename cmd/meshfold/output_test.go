@@ -14,6 +14,7 @@ import (
 // -o yaml is the JSON of the same struct: the same field names in the same
 // order, values that stay strings (a mode, a YAML 1.1 boolean word) quoted.
 func TestYAMLIsTheJSON(t *testing.T) {
+	t.Parallel()
 	v := events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "yes", Build: "on", RunsAs: "no",
 		Files: []events.File{{Path: "/etc/a", Mode: "0600"}}, RequiresApproval: true}}}, time.Date(2026, 11, 3, 20, 50, 0, 0, time.UTC))
 	b, err := toYAML(v)

@@ -15,6 +15,7 @@ import (
 // listener, /metrics carries go_gc_heap_live_bytes, and --pprof without
 // --metrics is a usage error.
 func TestReconcilePprof(t *testing.T) {
+	t.Parallel()
 	srv := storetest.StartProcServer(t)
 	key := filepath.Join(t.TempDir(), "signing.nk")
 	var out, errb storetest.SyncBuffer

@@ -25,6 +25,7 @@ import (
 // the process (same pid) and reports it running; a plan without the
 // module stops it.
 func TestNodeRunsBundleAndLogs(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	dir := t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {

@@ -27,6 +27,7 @@ import (
 // refused while the first lives; a restarted one fills the file and
 // answers the knock that waited, with no poke.
 func TestProvisionerKilledIsSeen(t *testing.T) {
+	// Not parallel: it times the down report against the lease TTL.
 	if testing.Short() {
 		t.Skip("kills processes: not in -short")
 	}

@@ -47,6 +47,7 @@ var readmeImpossible = map[string]string{
 // publishes (`nats pub --jetstream`) is done through nats.go, so that the
 // commands after it act on what it made. readmeImpossible lists the rest.
 func TestReadmeCommands(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skip("the walkthrough's node agents run modules as Linux processes")
 	}

@@ -176,6 +176,7 @@ func TestHelperReadmeSession(t *testing.T) {
 // serve, five node agents, the provisioner and six shims with their
 // modules running.
 func TestReadmeSessionEndsWithTheTest(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skip("the sweep reads /proc")
 	}

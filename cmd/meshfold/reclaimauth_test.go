@@ -19,6 +19,7 @@ import (
 // serve restart, and the have after the down came only when the reads
 // gave up).
 func TestReclaimUnderAuthReadsOwnAgentEvent(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	base := t.TempDir()
 	dir := filepath.Join(base, "auth")

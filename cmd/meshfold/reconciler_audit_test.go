@@ -21,6 +21,7 @@ import (
 // reconciler's live state of that node. The state service, wired to the
 // reconciler, answers `meshfold state` with the same view.
 func TestAuditMatchesReconciler(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	r := m.serveReconciler(t)

@@ -13,6 +13,7 @@ import (
 // published, who retired it and how to bring it back). A later want brings
 // it back into --all.
 func TestAllVerbsSkipRetiredNodes(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	for _, n := range []string{"ace", "bob", "cat"} {
 		if code, _, stderr := c.run(t, "", "want", n, "--new", "-f", writeWantFile(t, goodWant)); code != 0 {

@@ -20,6 +20,7 @@ import (
 // --allow-missing-build reverts anyway; once the build is pushed again
 // the check passes.
 func TestRevertRefusesARemovedBuild(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	m.serveReconciler(t)
 	ctx := testCtx(t)

@@ -24,6 +24,7 @@ import (
 // recording agents completes, every component within its user's
 // permissions (a violation in any log ends the test).
 func TestRolloutWithCredentials(t *testing.T) {
+	t.Parallel()
 	t.Run("serve", func(t *testing.T) { testRolloutWithCredentials(t, false) })
 	t.Run("reconcile", func(t *testing.T) { testRolloutWithCredentials(t, true) })
 }
@@ -159,6 +160,7 @@ func waitLine(ctx context.Context, t *testing.T, out *lines, text string) string
 // reconcile connected with credentials and without --controller-creds
 // says at start that rollouts are off in it, and why.
 func TestReconcileWithoutControllerCreds(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	base := t.TempDir()
 	dir := filepath.Join(base, "auth")
@@ -198,6 +200,7 @@ func TestReconcileWithoutControllerCreds(t *testing.T) {
 // serve --auth over a directory whose controller user is revoked starts,
 // saying that rollouts are off and how to issue the user again.
 func TestServeWithoutControllerUser(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	base := t.TempDir()
 	dir := filepath.Join(base, "auth")

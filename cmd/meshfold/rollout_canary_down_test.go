@@ -27,6 +27,7 @@ import (
 // batch, the rollout waited for a promote, and the promote sent the
 // build on to the others.
 func TestRolloutCanaryKilledBeforeApply(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs and kills node agent processes: not in -short")
 	}

@@ -28,6 +28,7 @@ import (
 // completes, and every node got exactly one want per rollout, under that
 // rollout's step id: no want twice for one step, none missed.
 func TestRolloutControllerKilled(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills and restarts a reconcile process: not in -short")
 	}
@@ -198,6 +199,7 @@ func TestRolloutControllerKilled(t *testing.T) {
 // completes with it unreached at its healthy_deadline. Restarted, the
 // agent takes its newest want: the rollout's.
 func TestRolloutAgentKilledMidRollout(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs and kills node agent processes: not in -short")
 	}

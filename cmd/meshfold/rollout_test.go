@@ -52,6 +52,7 @@ func waitStatus(t *testing.T, m *mesh, ok func(rollout.View) bool) rollout.View 
 // apply, its dry run, and every rollout verb, against serve's controller
 // (no agent: the canary's want is published, its plan never settles).
 func TestRolloutVerbs(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	m.serveReconciler(t)
 	ctx := testCtx(t)

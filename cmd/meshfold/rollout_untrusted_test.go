@@ -22,6 +22,7 @@ import (
 // refused by cat the same). The halt line of `rollout status` says cat's
 // words whole: its trust file, not a message cut inside a cut message.
 func TestRolloutHaltsWithoutRevertOnAnUntrustedKey(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs node agent processes: not in -short")
 	}

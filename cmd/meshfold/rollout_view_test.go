@@ -11,6 +11,7 @@ import (
 // rollout status names a node's pause in STATUS and WHY, and keeps a
 // reverted target's forward plan and settle in PLAN and SETTLED.
 func TestRolloutStatusPausedAndReverted(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
 	v := rollout.View{Fleet: "web", Rollout: 4, Phase: rollout.Reverted, Batch: 1, Batches: 2, Targets: []rollout.TargetView{
 		{Node: "bob", Batch: 1, Status: rollout.Done, Published: 6, Plan: 8, Settled: true, SettledAt: at,
@@ -41,6 +42,7 @@ func TestRolloutStatusPausedAndReverted(t *testing.T) {
 // fold already cut a long apply error, keeping its head and tail), and
 // -o json keeps its "<", ">" and "&" as they are.
 func TestRolloutStatusWhyWhole(t *testing.T) {
+	t.Parallel()
 	why := `apply of plan 8 failed for module "web": bundle sha256:0123456789ab…: exec "/srv/web/run" <no such file> & its health check "http://127.0.0.1:8080/healthz" never answered within the healthy_deadline of 1m0s`
 	if len(why) <= 200 {
 		t.Fatalf("the why is %d bytes: it must be longer than events.ErrorText keeps", len(why))
@@ -68,6 +70,7 @@ func TestRolloutStatusWhyWhole(t *testing.T) {
 // whose agent is down says so in WHY, canary or not, is the rollout's
 // view: rollout/testdata/unreached.txt.)
 func TestRolloutStatusWaitingWhole(t *testing.T) {
+	t.Parallel()
 	waiting := "canary ivy: agent down since 2026-12-01T20:00:11Z; paused by alice since 2026-12-01T20:00:12Z: disk swap: the canary batch waits for it; the rollout halts at its healthy_deadline 2026-12-01T20:05:04Z unless it is back and runs the new build healthy by then"
 	if len(waiting) <= 201 {
 		t.Fatalf("the line is %d bytes: it must be longer than events.ErrorText keeps", len(waiting))
@@ -87,6 +90,7 @@ func TestRolloutStatusWaitingWhole(t *testing.T) {
 // rollout status says in one line that a rollout is stalled by its
 // budget and why (a fresh user's finding: only 'rollout why' said it).
 func TestRolloutStatusStalled(t *testing.T) {
+	t.Parallel()
 	stalled := "2 targets of batch 2 wait for the budget: 1 of max_unavailable 1 unavailable: dan (agent down); no step of the rollout is under way: it moves on when one of them is available again (or abort, or apply again with a larger max_unavailable)"
 	v := rollout.View{Fleet: "web", Rollout: 4, Phase: rollout.Running, Batch: 2, Batches: 3, Stalled: stalled, Targets: []rollout.TargetView{
 		{Node: "cat", Batch: 2, Status: rollout.Pending},
@@ -105,6 +109,7 @@ func TestRolloutStatusStalled(t *testing.T) {
 // target its new want until resumed (a fresh user's finding: a promote
 // while paused was taken silently).
 func TestRolloutStatusPromotedWhilePaused(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
 	v := rollout.View{Fleet: "web", Rollout: 4, Phase: rollout.Running, Batch: 2, Batches: 2, Promoted: true,
 		Promote: &rollout.Mark{Seq: 9, Time: at, By: "bob"}, Paused: &rollout.Mark{Seq: 8, Time: at, By: "alice", Reason: "migration"},
@@ -126,6 +131,7 @@ func TestRolloutStatusPromotedWhilePaused(t *testing.T) {
 // how many more targets a promote empties (a fresh user's finding U13:
 // it showed plain "done").
 func TestRolloutStatusRunsNothing(t *testing.T) {
+	t.Parallel()
 	note := "canary ace runs nothing now: its new want has no module, so it was done with nothing to judge; a promote gives 2 more targets a want of no module"
 	v := rollout.View{Fleet: "web", Rollout: 4, Phase: rollout.WaitingPromote, Batch: 1, Batches: 2, PromoteNote: note, Targets: []rollout.TargetView{
 		{Node: "ace", Batch: 1, Status: rollout.Done, Published: 6, RunsNothing: true, Why: "runs nothing now: its new want #6 has no module, so every module it ran was removed"},
@@ -155,6 +161,7 @@ func TestRolloutStatusRunsNothing(t *testing.T) {
 // user's finding G1 of fresh7 read "4 of max_unavailable 3" while the
 // canary stalled).
 func TestRolloutStatusBudgetNotCounted(t *testing.T) {
+	t.Parallel()
 	v := rollout.View{Fleet: "web", Rollout: 4, Phase: rollout.Running, Batch: 1, Batches: 5, Nodes: 20,
 		Unavailable: 6, AwaitTurn: 4, Params: rollout.ViewParams{MaxUnavailable: 3, Canary: 2, Batch: 5}}
 	var b strings.Builder

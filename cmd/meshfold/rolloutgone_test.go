@@ -33,6 +33,7 @@ import (
 // its start gone, until then. The stream's dropping is a purge
 // here: what --max-age does, at a moment the test chooses.
 func TestRolloutReadsAfterTheStartAgedOut(t *testing.T) {
+	t.Parallel()
 	e, nc, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{MaxAge: time.Hour})
 	m := &mesh{e: e, nc: nc, js: js, cfg: cfg}
 	ctx := testCtx(t)

@@ -332,6 +332,7 @@ func readEvents(t testing.TB, m *mesh, node string, kind events.Kind) []events.E
 // secret unchanged: the module keeps its pid and nothing is written. The
 // server's store holds no plaintext anywhere.
 func TestSealedRotation(t *testing.T) {
+	t.Parallel()
 	s := startSealedMesh(t)
 	// Two starts: the app's, and its restart when v0 was filled (put
 	// once the app's first start had recorded its pid). The
@@ -591,6 +592,7 @@ func BenchmarkSealedPut(b *testing.B) {
 // provisioner notices, with no content, and clear once the file is
 // filled. The helper's behaviour is switched through a control file.
 func TestSourceProblemsInFleet(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	trust := m.serveSigned(t)
 	dir := t.TempDir()
@@ -735,6 +737,7 @@ func (m *mesh) background(t testing.TB, trust string, args ...string) (stop func
 // shadowed_by in -o json), as does state's header; no output holds
 // content (the F7 follow-up of a fresh user's findings).
 func TestSecretShadowedByDir(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	trust := m.serveSigned(t)
 	dir := t.TempDir()
@@ -835,6 +838,7 @@ func TestSecretShadowedByDir(t *testing.T) {
 // finding L10: such a put said nothing). A put with both up says
 // nothing of the kind.
 func TestSecretPutWhileDown(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	trust := m.serveSigned(t)
 	dir := t.TempDir()
@@ -1077,6 +1081,7 @@ func TestSecretPutWhileDown(t *testing.T) {
 // --new-key rotates. A key file that does not parse exits 2 saying what
 // to do.
 func TestMissingKeyFileRefused(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	trust := m.serveSigned(t)
 	dir := t.TempDir()
@@ -1129,6 +1134,7 @@ func TestMissingKeyFileRefused(t *testing.T) {
 // not only the value (a fresh user's finding V5: `store: "{\"v\":1}" is
 // not a curve public key`).
 func TestSecretPutGarbageCurveKey(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	w := &events.Want{Modules: []events.WantModule{

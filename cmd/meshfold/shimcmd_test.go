@@ -16,6 +16,7 @@ import (
 // this build's protocol, refused otherwise; without it (and none beside
 // the test binary) this executable as `meshfold shim`.
 func TestShimCommand(t *testing.T) {
+	// Not parallel: t.Setenv.
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ import (
 // "started from another state directory … kill -TERM each shim pid",
 // though the state directory was the same one and there was no shim).
 func TestNodeStartsAgainAfterItsShimsWereKilled(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("runs its module as nobody: needs root")
 	}

@@ -63,6 +63,7 @@ func (r *refillMesh) knocksSince(t *testing.T) []events.Event {
 //
 //	MESHFOLD_STARTGONE_RUNS=5 go test ./cmd/meshfold -run AgentStartToFileBack -v
 func TestAgentStartToFileBack(t *testing.T) {
+	// Not parallel: a measure.
 	runs, _ := strconv.Atoi(os.Getenv("MESHFOLD_STARTGONE_RUNS"))
 	if runs <= 0 || testing.Short() {
 		t.Skip("a measure: set MESHFOLD_STARTGONE_RUNS")

@@ -56,6 +56,7 @@ func (r *refillMesh) waitState(t *testing.T, what, want string) string {
 // shipped runs the agent (its shims and modules, adopted across its
 // restart) and the provisioner.
 func TestFilesGoneAtAgentStart(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds meshfold and runs real processes: not in -short")
 	}
@@ -95,6 +96,7 @@ func TestFilesGoneAtAgentStart(t *testing.T) {
 // agent's start, and why it is not filled again; `fleet` lists the node
 // as missing a file, and says which. One knock.
 func TestFilesGoneAtAgentStartNoSource(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds meshfold and runs real processes: not in -short")
 	}
@@ -140,6 +142,7 @@ func TestFilesGoneAtAgentStartNoSource(t *testing.T) {
 // agent's have reported it gone at its start, which `audit` tells (the
 // state's missing line lasts only until the fill's filled, milliseconds).
 func TestFilesGoneAtAgentRestart(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds meshfold and runs real processes: not in -short")
 	}

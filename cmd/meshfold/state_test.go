@@ -28,6 +28,7 @@ func heldState(t testing.TB) *reconcile.State {
 }
 
 func TestStateCommand(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	st := heldState(t)
 	svc, err := engine.AddStateService(m.nc, func(node string) (*reconcile.State, bool) {
@@ -99,6 +100,7 @@ func TestStateCommand(t *testing.T) {
 }
 
 func TestFleetCommand(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	snaps, err := store.OpenSnapshots(ctx, m.js, m.cfg)

@@ -16,6 +16,7 @@ import (
 // with "permission denied … $MESHFOLD.mesh.state.ghost" instead of saying
 // the node is unknown. Real --auth credentials, against serve --auth.
 func TestStateDeniedReadsAsUnknown(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	base := t.TempDir()
 	dir := filepath.Join(base, "auth")

@@ -13,6 +13,7 @@ import (
 // at this test's own executable, which exists: verify checks that
 // ExecStart names an executable file.
 func TestSystemdUnit(t *testing.T) {
+	t.Parallel()
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		t.Skip("systemd-analyze not installed")

@@ -20,6 +20,7 @@ import (
 // serve's controller, no agent: the canary ace's want is published and
 // never settles, bob waits for the promote when fleet api takes it.
 func TestTakeOverSaysMoved(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	m.serveReconciler(t)
 	ctx := testCtx(t)

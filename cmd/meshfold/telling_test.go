@@ -24,6 +24,7 @@ import (
 // settle is in state and under fleet's "needs an operator", shortened
 // (issue 25, item 1), not only in audit and the agent's log.
 func TestFailedApplyInPlainSight(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	snaps, err := store.OpenSnapshots(ctx, m.js, m.cfg)
@@ -67,6 +68,7 @@ func TestFailedApplyInPlainSight(t *testing.T) {
 // and publish nothing; --allow-missing-build publishes it; a pushed build
 // passes (issue 25, item 1).
 func TestWantRefusesMissingBuild(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	dir := t.TempDir()
 	missing := "sha256:" + strings.Repeat("0", 64)
@@ -126,6 +128,7 @@ func lastWantSeq(t *testing.T, m *mesh, node string) (uint64, error) {
 // NATS_CONTEXT as the nats CLI does, a flag taking precedence (issue 25,
 // item 3).
 func TestConnEnv(t *testing.T) {
+	// Not parallel: t.Setenv.
 	m := startMesh(t)
 	bare := func(args ...string) (string, string, int) {
 		var out bytes.Buffer
@@ -168,6 +171,7 @@ func TestConnEnv(t *testing.T) {
 // no want unless --new; the first want of a node says it created it
 // (issue 25, item 2).
 func TestNoNodeFromATypo(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	_, errOut, code := m.cli(t, "approve", "zzz-nonode", "idle", "i:1", "--by", "alice")
 	if code != exitUsage || !strings.Contains(errOut, "node zzz-nonode has no event") || !strings.Contains(errOut, "--new") {
@@ -220,6 +224,7 @@ func nodeEvents(t *testing.T, m *mesh, node string) int {
 // once (not after a request's timeout) and says that only the operator
 // role may push builds (issue 25, item 3).
 func TestDeniedExplained(t *testing.T) {
+	// Not parallel: it times the denial (3 s).
 	d, err := auth.Init(t.TempDir(), auth.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -255,6 +260,7 @@ func TestDeniedExplained(t *testing.T) {
 // told by every verb as the event limit, nothing stored (issue 25, item
 // 4).
 func TestOversizedExplained(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	_, err := m.js.Publish(testCtx(t), m.cfg.Subjects().Event("ace", events.KindWant), make([]byte, events.MaxEventBytes+1))
 	if err == nil {
@@ -269,6 +275,7 @@ func TestOversizedExplained(t *testing.T) {
 // TestWantDuplicateKeys: a want naming a key twice, at any depth, is
 // refused naming it (issue 25, item 8).
 func TestWantDuplicateKeys(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	for _, c := range []struct{ doc, key string }{
 		{`{"modules":[],"modules":[{"name":"a","build":"a:1","runs_as":"a"}]}`, `the top object: key "modules"`},
@@ -290,6 +297,7 @@ func TestWantDuplicateKeys(t *testing.T) {
 // nats CLI example publishes to a node of its own, not the walkthrough's
 // ace, whose want it would replace (issue 25, items 6 and 7).
 func TestReadmeFirstSteps(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -316,6 +324,7 @@ func TestReadmeFirstSteps(t *testing.T) {
 // the node's reason (a symlink escaping the root), not only write-failed
 // (issue 25, item 8).
 func TestWriteFailedSaysWhy(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	snaps, err := store.OpenSnapshots(ctx, m.js, m.cfg)
@@ -344,6 +353,7 @@ func TestWriteFailedSaysWhy(t *testing.T) {
 // under "needs an operator"; fleet counts it apart; a newer one still
 // flags the node (issue 25, item 5).
 func TestClearedWarningsDoNotFlag(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	ctx := testCtx(t)
 	pub := store.NewPublisher(m.js, m.cfg.Subjects())
@@ -394,6 +404,7 @@ func TestClearedWarningsDoNotFlag(t *testing.T) {
 // finding U2). Every README command of such a provisioner gives --key
 // under $W.
 func TestReadmeSealedProvisionerUnderW(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)

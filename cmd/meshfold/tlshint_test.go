@@ -22,6 +22,7 @@ import (
 // certificate says so in its outage lines, not only "context deadline
 // exceeded" (a fresh user's finding F4).
 func TestTLSErrorsNamed(t *testing.T) {
+	// Not parallel: it restarts serve on its port.
 	ctx := testCtx(t)
 	base := t.TempDir()
 	tf := storetest.TLS(t)

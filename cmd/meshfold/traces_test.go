@@ -60,6 +60,7 @@ func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // it exits, tells the trace's id, and the stored want carries the span
 // as its traceparent; without an endpoint the want carries none.
 func TestWantTraced(t *testing.T) {
+	// Not parallel: t.Setenv.
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
 	t.Setenv("OTEL_SERVICE_NAME", "")

@@ -22,6 +22,7 @@ import (
 // it is restarted with the right trust, the poke is taken and nothing is
 // said any more.
 func TestUntrustedProvisionerSaid(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	trust := m.serveSigned(t)
 	_, stale := testSigner(t) // a trust file naming another key

@@ -19,6 +19,7 @@ import (
 // are, exit 2; an argument to a verb that takes none is said to be one,
 // not an unknown command; counts agree with their nouns.
 func TestUsageMessagesAsUsersMeetThem(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	for _, args := range [][]string{{"rollout", "status", "nosuch"}, {"rollout", "why", "nosuch", "ace"}, {"rollout", "promote", "nosuch", "--by", "alice"}} {
 		out, errs, code := m.cli(t, args...)
@@ -52,6 +53,7 @@ func TestUsageMessagesAsUsersMeetThem(t *testing.T) {
 // wrong, exit 2, whether a verb or a read meets it (state and audit once
 // exited 1 where retire exited 2).
 func TestUnknownNodeExitsTheSameEverywhere(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	for _, args := range [][]string{
 		{"retire", "zed", "--by", "alice"},
@@ -99,6 +101,7 @@ func TestUnknownNodeExitsTheSameEverywhere(t *testing.T) {
 // The README's table once named `logs NODE nosuchmod`'s exit 2 and
 // --help's did not.
 func TestExitCodeTableIsTheReadmes(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -145,6 +148,7 @@ func TestExitCodeTableIsTheReadmes(t *testing.T) {
 // finish so, and what to do; of a node whose agent runs, or with
 // --force, it says nothing more.
 func TestRetireSaysWhenNoAgentRuns(t *testing.T) {
+	t.Parallel()
 	m := applyMesh(t)
 	ctx := testCtx(t)
 	kv, err := store.OpenNodeLeases(ctx, m.js, m.cfg)

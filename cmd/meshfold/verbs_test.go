@@ -96,6 +96,7 @@ const goodWant = `{"modules": [
 // Bad input is refused before anything is published, and the error names
 // the field: a typo (unknown field), a relative path, a bad node name.
 func TestWantRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	for _, tc := range []struct {
 		name, node, file, want string
@@ -134,6 +135,7 @@ func TestWantRefusesBadInput(t *testing.T) {
 // printed; a stale --expect fails with exit code 3 and names the current
 // sequence; a current one succeeds.
 func TestWantPublishAndExpect(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	before := time.Now().UTC().Add(-time.Second)
 	code, stdout, stderr := c.run(t, "", "want", "ace", "--new", "-f", writeWantFile(t, goodWant))
@@ -171,6 +173,7 @@ func TestWantPublishAndExpect(t *testing.T) {
 // approve prints the sequence it got; bad input is refused naming the
 // field.
 func TestApprove(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	code, stdout, stderr := c.run(t, "", "approve", "novox", "nats", "img:2.10", "--by", "alice", "--new")
 	if code != 0 {
@@ -222,6 +225,7 @@ func TestApprove(t *testing.T) {
 // The node and provision verbs wire the libraries: a plan's file lands
 // under --root from --from.
 func TestNodeAndProvisionVerbs(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	dir := t.TempDir()
 	root, state, from := filepath.Join(dir, "root"), filepath.Join(dir, "state"), filepath.Join(dir, "from")
@@ -285,6 +289,7 @@ func TestNodeAndProvisionVerbs(t *testing.T) {
 // directory, and how to keep one to audit (a fresh user's finding U27:
 // the --why it printed read a directory then gone); it is gone.
 func TestDemoSaysItRemovedItsDir(t *testing.T) {
+	// Not parallel: t.Setenv.
 	tmp := t.TempDir()
 	for _, d := range []string{filepath.Dir(tmp), tmp} {
 		if err := os.Chmod(d, 0o755); err != nil {
@@ -310,6 +315,7 @@ func TestDemoSaysItRemovedItsDir(t *testing.T) {
 // The demo plays incident 1 to its end: the file written, the knock that
 // caused it explained.
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// Modules may run as nobody: the test's temporary directories must let
 	// them through.
@@ -416,6 +422,7 @@ func TestDemo(t *testing.T) {
 // its NATS server waits for it, then for the reconciler's stream, then
 // runs.
 func TestNodeWaitsForTheServer(t *testing.T) {
+	t.Parallel()
 	addr := storetest.FreeAddr(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -468,6 +475,7 @@ func TestNodeWaitsForTheServer(t *testing.T) {
 // "write: broken pipe" at load 40) tries again, as it does when no
 // server listens, instead of exiting.
 func TestNodeRetriesADroppedHandshake(t *testing.T) {
+	t.Parallel()
 	addr := storetest.FreeAddr(t)
 	dir := t.TempDir()
 	// A server that drops every connection after its INFO.
@@ -533,6 +541,7 @@ func TestNodeRetriesADroppedHandshake(t *testing.T) {
 // Flag values no run could mean are usage errors (exit 2), said before
 // anything connects: no server listens on the address given.
 func TestBadFlagValues(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	for _, c := range []struct {
 		args []string
@@ -555,6 +564,7 @@ func TestBadFlagValues(t *testing.T) {
 // with a note on stderr; one in the past, or left out, gets none (a
 // fresh user's finding L11: 2036 was taken without a word).
 func TestWantAtAheadIsNoted(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	for _, tc := range []struct {
 		want string

@@ -11,6 +11,7 @@ import (
 // meshfold version prints the link-time version and commit, and the Go
 // version that built it.
 func TestVersion(t *testing.T) {
+	// Not parallel: it sets the package-level version and commit.
 	defer func(v, c string) { version, commit = v, c }(version, commit)
 	version, commit = "v1.2.3", "0123abcd"
 	var out, errb bytes.Buffer

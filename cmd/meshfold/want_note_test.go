@@ -19,6 +19,7 @@ import (
 // --dry-run says the same; a want of bundle builds gets no such note (a
 // reviewer's finding of issue 25: the node only failed later).
 func TestWantSaysWhichRuntimeTakesABuild(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "web")
@@ -59,6 +60,7 @@ func TestWantSaysWhichRuntimeTakesABuild(t *testing.T) {
 // (NAME filled in), is a real verb and flag and retires the node at once
 // (a mistyped node has no agent to settle its empty plan).
 func TestCreatedNodeHintRuns(t *testing.T) {
+	t.Parallel()
 	m := startMesh(t)
 	f := filepath.Join(t.TempDir(), "w.json")
 	if err := os.WriteFile(f, []byte(`{"modules":[{"name":"idle","build":"i:1","runs_as":"idle"}]}`), 0o644); err != nil {
@@ -89,6 +91,7 @@ func TestCreatedNodeHintRuns(t *testing.T) {
 // created; a node an agent has reported (any event) takes a want without
 // --new.
 func TestWantRefusesUnknownNode(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	f := writeWantFile(t, goodWant)
 	for _, args := range [][]string{{"want", "typoed", "-f", f}, {"want", "typoed", "-f", f, "--dry-run"}} {
@@ -120,6 +123,7 @@ func TestWantRefusesUnknownNode(t *testing.T) {
 // newest plan runs as (the node may lack that user); one whose accounts
 // the node runs already says nothing of them. want says the first too.
 func TestDryRunSaysRunsAs(t *testing.T) {
+	t.Parallel()
 	c := newVerbCLI(t)
 	if code, _, stderr := c.run(t, "", "want", "ace", "--new", "-f", writeWantFile(t, goodWant)); code != 0 {
 		t.Fatalf("want: %s", stderr)

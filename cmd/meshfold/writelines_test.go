@@ -13,6 +13,7 @@ import (
 // takes and more bytes than the pipe holds, so that writes end within a
 // line and the rest follows; empty lines among them.
 func TestWriteFileLines(t *testing.T) {
+	t.Parallel()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
