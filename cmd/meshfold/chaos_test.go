@@ -51,7 +51,7 @@ func scaleOfChaos() chaosScale {
 // clean fold of the stream's inputs, every node's snapshot equals that
 // fold, and no acknowledged event is lost.
 func TestChaos(t *testing.T) {
-	// Not parallel: it restarts serve on its port.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills and restarts a serve process: not in -short")
 	}

@@ -22,7 +22,7 @@ import (
 // --timeout; a verb whose --timeout ends with no leader says so (V3),
 // as what it saw: no answer.
 func TestVerbsRideOutElection(t *testing.T) {
-	// Not parallel: it restarts a server on its port.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: kills nats-server processes")
 	}

@@ -81,10 +81,11 @@ func TestMain(m *testing.M) {
 // The tests of this package call t.Parallel: most of their time is spent
 // waiting on servers, agents, leases and timers, not computing. A test
 // stays serial, and says why, when it sets the environment (t.Setenv) or
-// a package-level hook, times something against a limit, or restarts a
-// server on the port it had (another test could take it meanwhile). The
-// serial ones run first, alone; then the parallel ones, -parallel at a
-// time.
+// a package-level hook, or times something against a limit. The serial
+// ones run first, alone; then the parallel ones, -parallel at a time. A
+// server a test restarts on its port listens on a port reserved with
+// storetest.FreeAddr (or a storetest cluster's), which no other bind
+// takes while it is down.
 
 // stateRootEnv names the state directory of the test binary that started
 // this one, in which a helper process makes its own.

@@ -36,7 +36,7 @@ import (
 //	go test ./cmd/meshfold -run '^$' -bench RestartAfterKill -benchtime 1x
 
 func TestRestartAfterKill(t *testing.T) {
-	// Not parallel: it restarts serve on its port.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills and restarts processes: not in -short")
 	}

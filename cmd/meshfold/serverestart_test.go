@@ -225,7 +225,7 @@ func serveRestart(t testing.TB, bin string, live int) serveRestartResult {
 // only because no server ran), while an agent killed -9 just before serve
 // is recorded down when the grace after serve's return ends.
 func TestServeRestartKeepsLiveAgentsUp(t *testing.T) {
-	// Not parallel: it restarts serve on its port.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills and restarts processes: not in -short")
 	}

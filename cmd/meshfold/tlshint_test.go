@@ -22,7 +22,7 @@ import (
 // certificate says so in its outage lines, not only "context deadline
 // exceeded" (a fresh user's finding F4).
 func TestTLSErrorsNamed(t *testing.T) {
-	// Not parallel: it restarts serve on its port.
+	t.Parallel()
 	ctx := testCtx(t)
 	base := t.TempDir()
 	tf := storetest.TLS(t)
@@ -48,7 +48,9 @@ func TestTLSErrorsNamed(t *testing.T) {
 	}
 	// The fixture's server certificate lasts an hour: serve would warn.
 	goodCert, goodKey := tf.Issue(t, "server30d", now.Add(-time.Hour), now.Add(30*24*time.Hour), false, "127.0.0.1", "localhost")
-	serve := start(serveArgs("127.0.0.1:0", goodCert, goodKey)...)
+	// Its port is reserved (storetest.FreeAddr): serve comes back on it
+	// below, and no other bind may take it meanwhile.
+	serve := start(serveArgs(storetest.FreeAddr(t), goodCert, goodKey)...)
 	serve.out.waitText(ctx, t, "serve", "serving NATS at ")
 	url := regexp.MustCompile(`serving NATS at (\S+);`).FindStringSubmatch(serve.out.String())[1]
 
