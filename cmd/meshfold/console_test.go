@@ -12,6 +12,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/meshfold/meshfold/internal/waitfor"
 )
 
 // The console on an operator-mode server, both ways it runs: inside serve
@@ -77,14 +80,23 @@ func TestConsoleWithCredentials(t *testing.T) {
 	alone := line(background("console", "console", "--server", url, "--listen", "127.0.0.1:0",
 		"--creds", filepath.Join(dir, "creds", "operator-read.creds")), `console at (http://\S+)/ `)
 
-	// Each console's live stream, opened before the want.
+	// Each console's live stream, opened before the want. A console
+	// says where it listens before it has connected to NATS, and answers
+	// 503 until it has: the stream is the first 200.
 	streams := map[string]*bufio.Scanner{}
 	for name, u := range map[string]string{"serve --http": served, "console": alone} {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u+"/events", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		resp := waitfor.Value(t, time.Minute, name+"'s live stream answering 200", func() (*http.Response, bool) {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u+"/events", nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if resp.StatusCode != http.StatusOK {
+				resp.Body.Close()
+				return nil, false
+			}
+			return resp, true
+		})
 		defer resp.Body.Close()
 		sc := bufio.NewScanner(resp.Body)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
