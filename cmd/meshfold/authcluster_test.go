@@ -87,7 +87,7 @@ func waitMetaLeader(t *testing.T, ctx context.Context, srvs []*server.Server) {
 // exits 1 naming a server that is down (it has not applied the
 // revocation) with what to do about it.
 func TestAuthRevokeReportsEveryServer(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its cluster routes on fixed ports (45310 on).
 	ctx := testCtx(t)
 	dir := filepath.Join(t.TempDir(), "auth")
 	for _, args := range [][]string{{"auth", "init", "--dir", dir}, {"auth", "add-node", "ace", "--dir", dir}, {"auth", "add-node", "bob", "--dir", dir}, {"auth", "add-node", "cat", "--dir", dir}} {
