@@ -40,7 +40,7 @@ func TestAgentLivenessAcrossABucketStall(t *testing.T) {
 	// stall expired before any agent claims its lease again (on the
 	// user's cluster the downs were recorded in the same 0.1 s as the
 	// claims; here each of them is, without the grace, every time).
-	proxy, agentProxy := storetest.StartStallProxy(t, srv.URL()), storetest.StartStallProxy(t, srv.URL())
+	proxy, agentProxy := storetest.StartProxy(t, strings.TrimPrefix(srv.URL(), "nats://")), storetest.StartProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
 	_, js := srv.Connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -57,7 +57,7 @@ func TestAgentLivenessAcrossABucketStall(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttl := st.TTL()
-	connect := func(p *storetest.StallProxy) (*nats.Conn, jetstream.JetStream) {
+	connect := func(p *storetest.Proxy) (*nats.Conn, jetstream.JetStream) {
 		nc, err := nats.Connect(p.URL(), nats.MaxReconnects(-1))
 		if err != nil {
 			t.Fatal(err)

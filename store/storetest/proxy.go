@@ -12,15 +12,22 @@ import (
 // connected through it ([Proxy.URL]) sends while the proxy holds what it
 // sends ([Proxy.Hold]: received, never delivered, as a server that went
 // away does), then loses its connection ([Proxy.Drop]) and reconnects
-// through the proxy, which passes everything again. Cleanup closes it.
+// through the proxy, which passes everything again. [Proxy.Stall] holds
+// every byte in both directions, on every connection, until
+// [Proxy.Resume] sends them on in order: nothing is closed and the server
+// runs on (its timers too: a bucket's TTL expires its keys), as a server
+// whose clients are starved behind a load answers nobody for seconds
+// while its clock runs; no client reconnects for a stall shorter than its
+// ping interval (2 min by default). Cleanup resumes and closes it.
 type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	conns []net.Conn // both ends of every live connection
-	hold  bool
-	held  []byte // what clients sent while held
+	mu      sync.Mutex
+	conns   []net.Conn // both ends of every live connection
+	hold    bool
+	held    []byte        // what clients sent while held
+	stalled chan struct{} // closed on Resume; nil: not stalled
 }
 
 // StartProxy starts a proxy to target (host:port).
@@ -67,7 +74,27 @@ func (p *Proxy) Drop() {
 	}
 }
 
+// Stall holds what both ends send, on every connection, until Resume.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled == nil {
+		p.stalled = make(chan struct{})
+	}
+}
+
+// Resume sends on what the stall held, and everything after it.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled != nil {
+		close(p.stalled)
+		p.stalled = nil
+	}
+}
+
 func (p *Proxy) close() {
+	p.Resume()
 	p.ln.Close()
 	p.Drop()
 }
@@ -92,7 +119,8 @@ func (p *Proxy) accept() {
 }
 
 // pipe copies from src to dst until either closes; what a client sends
-// (fromClient) while held is kept instead.
+// (fromClient) while held is kept instead, and anything read while
+// stalled waits for Resume.
 func (p *Proxy) pipe(dst, src net.Conn, fromClient bool) {
 	defer dst.Close()
 	defer src.Close()
@@ -105,7 +133,11 @@ func (p *Proxy) pipe(dst, src net.Conn, fromClient bool) {
 			if held {
 				p.held = append(p.held, buf[:n]...)
 			}
+			stalled := p.stalled
 			p.mu.Unlock()
+			if stalled != nil {
+				<-stalled
+			}
 			if !held {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
