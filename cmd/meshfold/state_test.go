@@ -148,16 +148,20 @@ func TestFleetCommand(t *testing.T) {
 		t.Errorf("stderr does not tell the fleet journal's entry: %q", errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	// The table, its count line, how current it is, and a line naming
-	// calm's warning (a flag with no line saying what it is told nothing).
-	if len(lines) != 7 || !strings.HasPrefix(lines[0], "NODE") || !strings.HasPrefix(lines[1], "broken ") ||
+	// The table, its count line, how current it is, what the stream
+	// keeps, and a line naming calm's warning (a flag with no line saying
+	// what it is told nothing).
+	if len(lines) != 8 || !strings.HasPrefix(lines[0], "NODE") || !strings.HasPrefix(lines[1], "broken ") ||
 		!strings.HasPrefix(lines[2], "novox ") || !strings.HasPrefix(lines[3], "calm ") {
 		t.Fatalf("fleet:\n%s", out)
 	}
 	if !strings.Contains(lines[2], "owed, approve nats→n:2.11") || !strings.Contains(lines[3], "1 warning") {
 		t.Errorf("needs:\n%s", out)
 	}
-	if !regexp.MustCompile(`^journal +calm #\d+ warn: w$`).MatchString(lines[6]) {
+	if lines[6] != "-- stream MESH keeps all events" {
+		t.Errorf("the stream's retention is not said after the table:\n%s", out)
+	}
+	if !regexp.MustCompile(`^journal +calm #\d+ warn: w$`).MatchString(lines[7]) {
 		t.Errorf("the warning is not named after the table:\n%s", out)
 	}
 	out, _, code = m.cli(t, "fleet", "--json", "--warnings", "0")

@@ -184,15 +184,48 @@ const killWait = 10 * time.Second
 
 // descendants walks /proc for every live process below pid.
 func descendants(root int) []member {
+	procs, children := procTable()
+	var out []member
+	queue := []int{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, member{c, procs[c].start})
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// everyProcess lists every live process in /proc, wherever it hangs in
+// the tree. A walk from pid 1 can miss a process whose parent is exiting
+// as /proc is read: its own line still names the parent, whose line,
+// read a moment later, is already a zombie's and left out (the children
+// of a shim killed while its socket's end is seen, as KillByEnv's are).
+func everyProcess() []member {
+	procs, _ := procTable()
+	out := make([]member, 0, len(procs))
+	for pid, p := range procs {
+		out = append(out, member{pid, p.start})
+	}
+	return out
+}
+
+// procInfo is what procTable reads of a process.
+type procInfo struct {
+	ppid  int
+	start uint64
+}
+
+// procTable reads every live process of /proc (zombies left out): its
+// parent and start time, and each parent's children.
+func procTable() (map[int]procInfo, map[int][]int) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	type info struct {
-		ppid  int
-		start uint64
-	}
-	procs := make(map[int]info, len(ents))
+	procs := make(map[int]procInfo, len(ents))
 	children := map[int][]int{}
 	for _, e := range ents {
 		name := e.Name()
@@ -214,20 +247,10 @@ func descendants(root int) []member {
 		}
 		ppid, _ := strconv.Atoi(string(f[1]))
 		start, _ := strconv.ParseUint(string(f[19]), 10, 64)
-		procs[pid] = info{ppid, start}
+		procs[pid] = procInfo{ppid, start}
 		children[ppid] = append(children[ppid], pid)
 	}
-	var out []member
-	queue := []int{root}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			out = append(out, member{c, procs[c].start})
-			queue = append(queue, c)
-		}
-	}
-	return out
+	return procs, children
 }
 
 // KillCgroup SIGKILLs every process left in the module cgroup name under
@@ -258,7 +281,7 @@ func KillByEnv(env []string) int {
 	end := time.Now().Add(killWait)
 	for time.Now().Before(end) {
 		var ms []member
-		for _, m := range descendants(1) {
+		for _, m := range everyProcess() {
 			data, err := os.ReadFile("/proc/" + strconv.Itoa(m.pid) + "/environ")
 			if err != nil {
 				continue
