@@ -52,6 +52,10 @@ func browser(t testing.TB, exe string) context.Context {
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(exe),
 		chromedp.UserDataDir(profile),
+		// With disable-dev-shm-usage its shared memory files go to
+		// TMPDIR, and a browser stopped at cleanup leaves them there
+		// (/tmp/org.chromium.Chromium.*): they go with the profile.
+		chromedp.Env("TMPDIR=" + profile),
 		chromedp.WindowSize(1280, 900),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.Flag("disable-quic", true),
