@@ -266,7 +266,8 @@ func answerKind(err error) string {
 // it). Each tail's consumer is also asked its info after each stepdown,
 // as readGone does.
 func TestTailsReadOnAcrossStepdowns(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its tails end on two missed 1 s heartbeats, which
+	// tests beside it can starve (a CI run lost one before any stepdown).
 	if testing.Short() {
 		t.Skip("a cluster and its elections: not in -short")
 	}
