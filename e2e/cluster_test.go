@@ -51,10 +51,9 @@ func TestRolloutRidesOutALeaseLeaderKill(t *testing.T) {
 		defer cancel()
 		return pc.Leader(lctx, js, bucket)
 	}
-	leader := leaderOf()
-	if leader < 0 {
-		t.Fatal("the node lease bucket has no leader")
-	}
+	// A bucket just made elects its first leader within a second here,
+	// several under load (one read right after found none at -parallel 4).
+	leader := pc.AwaitLeader(t, ctx, js, bucket, 30*time.Second)
 	// Every component prefers a server other than the bucket's leader:
 	// the reconciler's connection never drops (no reconnect starts its
 	// grace), as on the user's cluster.
