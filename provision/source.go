@@ -260,9 +260,10 @@ const notConsultedFailed = "the sources after it are not consulted while it fail
 // could not be read (errSealedUnread), and any other source that failed,
 // a helper that timed out, could not start, printed too much (a fresh
 // user's finding U29) or exited non-zero but not [ExitNothing] (a
-// backend that is down: a tester's finding G2). What a later source holds may be older than what
-// the failed one holds: "the first source that has content wins" means
-// the first that answers, not the first that answers in time.
+// backend that is down: a tester's finding G2). What a later source
+// holds may be older than what the failed one holds: "the first source
+// that has content wins" means the first that answers, not the first
+// that answers in time.
 func keepsLaterOut(err error) string {
 	switch {
 	case errors.Is(err, store.ErrSealedToOther) || errors.Is(err, store.ErrCannotOpen):
