@@ -10,7 +10,9 @@ import (
 
 // stubMeshfold is a stand-in for meshfold that the rotation script calls:
 // `secret put NODE …` records the call and marks NODE put, printing
-// "filled on NODE"; `state NODE -o json` prints NODE.after.json once NODE
+// "filled on NODE" ("not filled yet: …" when NODE.unfilled exists; when
+// NODE.refuse exists it stores nothing and exits 2, as meshfold refusing
+// an empty file); `state NODE -o json` prints NODE.after.json once NODE
 // was put (when the test wrote one), NODE.json before.
 const stubMeshfold = `#!/bin/sh
 dir=$(dirname "$0")
@@ -19,10 +21,18 @@ secret)
 	shift 2
 	node=$1 file=
 	while [ $# -gt 0 ]; do [ "$1" = -f ] && file=$2; shift; done
+	if [ -e "$dir/$node.refuse" ]; then
+		echo "meshfold: empty content: nothing to seal" >&2
+		exit 2
+	fi
 	echo "put $node $(cat "$file")" >> "$dir/calls"
 	touch "$dir/$node.put"
 	echo "revision 7 digest 0000"
-	echo "filled on $node (digest 0000)"
+	if [ -e "$dir/$node.unfilled" ]; then
+		echo "not filled yet: no provisioner of $node is up"
+	else
+		echo "filled on $node (digest 0000)"
+	fi
 	;;
 state)
 	if [ -e "$dir/$2.put" ] && [ -e "$dir/$2.after.json" ]; then cat "$dir/$2.after.json"; else cat "$dir/$2.json"; fi
@@ -47,15 +57,21 @@ func TestRotateSecretScript(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		after map[string]string // node → its state once put
+		marks []string          // files NODE.refuse, NODE.unfilled: the stub's answers
 		code  int
 		calls string
 		says  string
 	}{
-		{"all healthy", nil, 0, "put a new\nput b new\nput c new\n", "rotated on a b c"},
+		{"all healthy", nil, nil, 0, "put a new\nput b new\nput c new\n", "rotated on a b c"},
+		// A put refused at once stored nothing on b: b is not put back,
+		// and the line says what happened (a fresh user's finding: it
+		// said "not filled within 10s").
+		{"b refused", nil, []string{"b.refuse"}, 1, "put a new\nput a old\n", "b: the put was refused (exit 2, see above): nothing was stored for b"},
+		{"b not filled", nil, []string{"b.unfilled"}, 1, "put a new\nput b new\nput a old\nput b old\n", "b: the put was not filled within 10s"},
 		{"b unhealthy", map[string]string{"b": `{"view":{"runtime":[{"module":"app","build":"b","state":"running","restarts":2,"health":"unhealthy"}]}}`},
-			1, "put a new\nput b new\nput a old\nput b old\n", "b: app not healthy for 1s within 3s: health unhealthy"},
+			nil, 1, "put a new\nput b new\nput a old\nput b old\n", "b: app not healthy for 1s within 3s: health unhealthy"},
 		{"b crashes", map[string]string{"b": `{"view":{"runtime":[{"module":"app","build":"b","state":"failed","restarts":3,"exit":"status 1"}]}}`},
-			1, "put a new\nput b new\nput a old\nput b old\n", "b: app restarted (3 restarts, status 1)"},
+			nil, 1, "put a new\nput b new\nput a old\nput b old\n", "b: app restarted (3 restarts, status 1)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -69,6 +85,9 @@ func TestRotateSecretScript(t *testing.T) {
 			write("old", "old", 0o600)
 			for _, n := range []string{"a", "b", "c"} {
 				write(n+".json", healthy, 0o600)
+			}
+			for _, m := range c.marks {
+				write(m, "", 0o600)
 			}
 			for n, s := range c.after {
 				write(n+".after.json", s, 0o600)

@@ -53,11 +53,14 @@ runtime() {
 }
 
 # put NODE FILE: seal FILE to NODE and wait for the fill; 0 when filled.
+# put_rc is meshfold's exit code: 0 when the put was stored (filled or
+# not), 2 when it was refused and nothing was stored (an empty or
+# oversized file, a path the want does not declare), else another failure.
 put() {
 	out=$("$MESHFOLD" secret put "$1" "$module" "$path" -f "$2" --by "$by" --wait "${PUT_WAIT}s")
-	rc=$?
+	put_rc=$?
 	echo "$out"
-	[ $rc -eq 0 ] || return 1
+	[ $put_rc -eq 0 ] || return 1
 	case $out in *"filled on $1"*) return 0 ;; esac
 	return 1
 }
@@ -99,16 +102,23 @@ for node in "$@"; do
 	rt=$(runtime "$node") || { echo "rotate-secret: cannot read $node's state" >&2; exit 1; }
 	restarts=$(echo "$rt" | jq -r '.restarts // 0')
 	echo "$node: putting $path of $module"
-	failed=
+	failed= touched=$node
 	if ! put "$node" "$new"; then
-		echo "  $node: the put was not filled within ${PUT_WAIT}s (see above)" >&2
+		case $put_rc in
+		0) echo "  $node: the put was not filled within ${PUT_WAIT}s (see above)" >&2 ;;
+		2)
+			echo "  $node: the put was refused (exit 2, see above): nothing was stored for $node" >&2
+			touched=
+			;;
+		*) echo "  $node: the put failed (exit $put_rc, see above)" >&2 ;;
+		esac
 		failed=$node
 	elif ! gate "$node" "$restarts"; then
 		failed=$node
 	fi
 	if [ -n "$failed" ]; then
 		echo "rotate-secret: stopped at $node; not touched: the nodes after it" >&2
-		for n in $done_nodes $node; do
+		for n in $done_nodes $touched; do
 			if [ -n "$old" ]; then
 				echo "rolling back $n" >&2
 				put "$n" "$old" >&2 || echo "  $n: the rollback put was not filled: see 'meshfold state $n'" >&2
