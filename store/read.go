@@ -249,15 +249,23 @@ const OrderedInactive = 30 * time.Second
 // during an 8 s stall of the cluster (a fresh user's finding m6). Not
 // while the connection is down: nothing would carry the request.
 func DropOrdered(js jetstream.JetStream, stream string, cons jetstream.Consumer) {
-	info := cons.CachedInfo()
+	if info := cons.CachedInfo(); info != nil {
+		dropConsumer(js, stream, info.Name)
+	}
+}
+
+// dropConsumer asks the server to delete stream's consumer name and does
+// not wait for the answer, as [DropOrdered] says: for a consumer with an
+// inactivity threshold, which a lost request leaves to it.
+func dropConsumer(js jetstream.JetStream, stream, name string) {
 	nc := js.Conn()
-	if info == nil || !nc.IsConnected() {
+	if !nc.IsConnected() {
 		return
 	}
 	// A reply subject of the connection's response mux: the answer, when
 	// it comes, is dropped there (a JetStream API request without one is
 	// answered to no subject at all).
-	_ = nc.PublishRequest(apiPrefix(js)+"CONSUMER.DELETE."+stream+"."+info.Name, nc.NewRespInbox(), nil)
+	_ = nc.PublishRequest(apiPrefix(js)+"CONSUMER.DELETE."+stream+"."+name, nc.NewRespInbox(), nil)
 }
 
 // ListNodes returns the names of the nodes the stream holds an event of

@@ -771,11 +771,10 @@ func (s *Snapshots) ScanSummaries(ctx context.Context, fn func(node string, summ
 	}
 	name := cons.CachedInfo().Name
 	next = "$JS.API.CONSUMER.MSG.NEXT." + stream + "." + name
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.js.DeleteConsumer(dctx, stream, name) // gone already is fine
-	}()
+	// Deleted at the end without awaiting the answer (its inactivity
+	// threshold ends one whose request is lost): awaited, a loaded API
+	// held every `fleet` up to 5 s after its last summary.
+	defer dropConsumer(s.js, stream, name)
 	left = cons.CachedInfo().NumPending
 	if left == 0 {
 		fail = errSummaryDone

@@ -7,8 +7,10 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -226,6 +228,12 @@ func TestScanSummaries(t *testing.T) {
 	if state, _, err := snaps.GetNode(ctx, "cat"); err != nil || string(state) != `{"seq":5}` {
 		t.Errorf("cat's state: %s, %v", state, err)
 	}
+	// The scans' consumers are deleted once each scan ends (not
+	// awaited, so not at once): none lingers to its inactivity threshold.
+	waitfor.Until(t, 10*time.Second, "the scans' consumers deleted", func() bool {
+		info, err := js.Stream(ctx, "KV_"+snaps.Bucket())
+		return err == nil && info.CachedInfo().State.Consumers == 0
+	})
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, _, err := scan(done); !errors.Is(err, context.Canceled) {
