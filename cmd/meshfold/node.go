@@ -148,6 +148,17 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 			return withCode(exitUsage, err)
 		}
 	}
+	// Absolute from here on: the process runtime's shims run in "/", so
+	// a relative --state-dir named bundle directories they never found
+	// (every module failed to start, "removed since the module was
+	// applied": a fresh user's finding).
+	for _, dir := range []*string{&o.root, &o.stateDir, &o.runtimeDir} {
+		if *dir != "" {
+			if *dir, err = filepath.Abs(*dir); err != nil {
+				return withCode(exitUsage, err)
+			}
+		}
+	}
 	if err := node.CheckStateDir(o.root, o.stateDir); err != nil {
 		return withCode(exitUsage, err) // before either directory is made
 	}
@@ -160,7 +171,7 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	// One node per root: another node's agent on it would overwrite its
 	// filled files, and its retire delete them (a fresh user's finding
 	// U35). Held for the agent's life.
-	root, _ := filepath.Abs(o.root)
+	root := o.root
 	releaseRoot, _, warn, err := node.LockRoot(root, name)
 	if err != nil {
 		return withCode(exitUsage, err)
@@ -185,9 +196,8 @@ func runNode(cmd *cobra.Command, a *app, name string, o nodeOpts) error {
 	// another state directory (a wiped or moved one: a fresh user's
 	// finding U33).
 	if o.runtime == runtimeProcess {
-		state, _ := filepath.Abs(o.stateDir)
-		if others := process.Others(name, root, state); len(others) > 0 {
-			return withCode(exitUsage, &process.OthersError{Node: name, Root: root, StateDir: state, Others: others})
+		if others := process.Others(name, root, o.stateDir); len(others) > 0 {
+			return withCode(exitUsage, &process.OthersError{Node: name, Root: root, StateDir: o.stateDir, Others: others})
 		}
 	}
 

@@ -81,6 +81,37 @@ func TestNodeRefusesAnotherNodesStateDir(t *testing.T) {
 	}
 }
 
+// A relative --state-dir is taken from the working directory once, at the
+// start: the process runtime's shims run in "/", and a relative one named
+// bundle directories they never found (every module failed to start,
+// "removed since the module was applied": a fresh user's finding). The
+// refusal of another node's state directory names it absolute.
+func TestNodeTakesARelativeStateDirAbsolute(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	state := filepath.Join(base, "bob-state")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "node-name"), []byte("bob\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb strings.Builder
+	code := run(testCtx(t), []string{"node", "hal", "--root", filepath.Join(base, "root"), "--state-dir", rel, "-s", "nats://127.0.0.1:1"}, nil, &out, &errb)
+	want := "state dir " + state + " belongs to node bob"
+	if code != exitUsage || !strings.Contains(errb.String(), want) {
+		t.Fatalf("node hal --state-dir %s: exit %d, %q; want 2 and %q", rel, code, errb.String(), want)
+	}
+}
+
 // An agent whose state directory holds no shim while modules of its node
 // run under its root, started from another state directory (a wiped or
 // moved one), is refused (exit 2) before it connects, naming the shim and

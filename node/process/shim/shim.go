@@ -543,6 +543,11 @@ func startError(err error, dir string) error {
 	if _, serr := os.Stat(dir); !errors.Is(serr, fs.ErrNotExist) {
 		return err
 	}
+	if !filepath.IsAbs(dir) {
+		// The shim runs in "/": a relative directory is not the one the
+		// agent made (a relative --state-dir: a fresh user's finding).
+		return fmt.Errorf("working directory %s is relative, and the shim runs in /: give the agent an absolute --state-dir: %w", dir, fs.ErrNotExist)
+	}
 	return fmt.Errorf("working directory %s does not exist (the module's bundle directory, removed since the module was applied): %w", dir, fs.ErrNotExist)
 }
 
