@@ -1,6 +1,10 @@
 package store
 
-import "github.com/nats-io/nats.go"
+import (
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
 
 // ProvablyDead exports provablyDead to the tests of package store_test.
 var ProvablyDead = provablyDead
@@ -17,3 +21,14 @@ func DenialsHeld() int {
 	denialsOf.Range(func(any, any) bool { n++; return true })
 	return n
 }
+
+// WithLossAsk returns cfg whose tail bounds its ask of the consumer after
+// missed heartbeats by d rather than lossAsk.
+func WithLossAsk(cfg TailConfig, d time.Duration) TailConfig {
+	cfg.lossAsk = d
+	return cfg
+}
+
+// HeartbeatsMissed counts the client's reports of missed heartbeats to an
+// EndOnLoss tail.
+func (t *Tail) HeartbeatsMissed() int { return int(t.missed.Load()) }

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,8 +49,12 @@ type TailConfig struct {
 	// EndOnLoss ends the tail, with an error matching
 	// [ErrConsumerLost], the first time its consumer is lost, instead of
 	// letting the client recreate it: when two idle heartbeats are
-	// missed (the server holding the consumer stopped), the consumer is
-	// deleted, or a delivery is skipped. The client's recreation sends
+	// missed and the consumer then does not answer for its info within
+	// lossAsk (the server holding it stopped), the consumer is deleted,
+	// or a delivery is skipped. Missed heartbeats of a consumer that
+	// answers are read on through: the client has pulled again on its
+	// own, and a loaded machine (a client or a server starved for two
+	// heartbeats) is no loss. The client's recreation sends
 	// its request, up to 10 s long, to whichever meta leader it finds,
 	// and after a crash of the server that led the cluster's metadata it
 	// went unanswered for the whole 10 s while a new one was elected in
@@ -58,6 +64,10 @@ type TailConfig struct {
 	// replica, in memory), checked for skipped deliveries as the
 	// client's ordered consumer is; ResetAttempts is not used.
 	EndOnLoss bool
+
+	// lossAsk: the tests' bound of the ask after missed heartbeats (0:
+	// lossAsk, the package's).
+	lossAsk time.Duration
 }
 
 // ErrConsumerLost: the consumer of a [Tail] started with
@@ -103,6 +113,18 @@ type Tail struct {
 	// sequence of the last message read (the next must be delivered+1).
 	endOnLoss bool
 	delivered uint64
+	// asking is set while an endOnLoss tail asks its consumer whether it
+	// lives after missed heartbeats (heartbeatsMissed); ctx, cancelled by
+	// Stop, bounds that ask.
+	asking  atomic.Bool
+	missed  atomic.Int32
+	lossAsk time.Duration
+	ctx     context.Context
+	cancel  context.CancelFunc
+	// empty: nothing matched the filter when the consumer was created
+	// (Empty); kept, as the consumer's cached info changes with each
+	// later ask of its info.
+	empty bool
 }
 
 // Follow starts a [Tail]. Its messages arrive on [Tail.C] (or through
@@ -145,7 +167,11 @@ func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail,
 		return nil, fmt.Errorf("%s on %s: %w", what, cfg.Stream, err)
 	}
 	t := &Tail{js: js, stream: cfg.Stream, subj: cfg.Subjects, cons: cons, ch: make(chan Tailed, tailBuffer), done: make(chan struct{}),
-		endOnLoss: cfg.EndOnLoss}
+		endOnLoss: cfg.EndOnLoss, lossAsk: cmp.Or(cfg.lossAsk, lossAsk)}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+		t.empty = true
+	}
 	if cfg.EndOnLoss {
 		// A callback per message, not an iterator: the iterator's Next
 		// arms and stops a heartbeat timer of its own at every call
@@ -157,6 +183,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail,
 			copts = append(copts, jetstream.PullHeartbeat(cfg.Heartbeat))
 		}
 		if t.cc, err = cons.Consume(t.deliver, copts...); err != nil {
+			t.cancel()
 			DropOrdered(js, cfg.Stream, cons)
 			return nil, fmt.Errorf("%s on %s: %w", what, cfg.Stream, err)
 		}
@@ -184,6 +211,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail,
 		opts = append(opts, jetstream.PullHeartbeat(cfg.Heartbeat))
 	}
 	if t.it, err = cons.Messages(opts...); err != nil {
+		t.cancel()
 		DropOrdered(js, cfg.Stream, cons)
 		return nil, fmt.Errorf("%s on %s: %w", what, cfg.Stream, err)
 	}
@@ -204,16 +232,53 @@ func (t *Tail) deliver(m jetstream.Msg) {
 
 // consumeErr is an EndOnLoss tail's error callback. It ends the tail on
 // the errors the iterator's Next returned (with missing heartbeats
-// reported): two missed heartbeats, a terminal status of the server
-// (the consumer deleted, a bad request) and the connection closed; the
-// client's other notices (a leadership change, a pull it sends again)
-// the iterator did not return either.
+// reported): a terminal status of the server (the consumer deleted, a
+// bad request) and the connection closed, and two missed heartbeats
+// once the consumer does not answer for its info (heartbeatsMissed);
+// the client's other notices (a leadership change, a pull it sends
+// again) the iterator did not return either.
 func (t *Tail) consumeErr(_ jetstream.ConsumeContext, err error) {
 	switch {
-	case errors.Is(err, jetstream.ErrNoHeartbeat), errors.Is(err, jetstream.ErrConsumerDeleted),
+	case errors.Is(err, jetstream.ErrNoHeartbeat):
+		t.heartbeatsMissed(err)
+	case errors.Is(err, jetstream.ErrConsumerDeleted),
 		errors.Is(err, jetstream.ErrBadRequest), errors.Is(err, jetstream.ErrConnectionClosed):
 		t.send(Tailed{Err: err})
 	}
+}
+
+// lossAsk bounds the ask of a consumer's info after two of its
+// heartbeats were missed (heartbeatsMissed); it is the reconciler's
+// bound for the same ask after an election (engine readStallAsk).
+const lossAsk = 2 * time.Second
+
+// heartbeatsMissed handles err, the client's report that two heartbeats
+// of an EndOnLoss tail's consumer were missed: it asks the consumer for
+// its info, within lossAsk, on a goroutine of its own (not the client's,
+// whose consumption it would hold), and ends the tail with err and the
+// ask's error unless the consumer answers. One that answers lives on its
+// server, and the client has already pulled again on its own (a plain
+// consumer's consumption reads on after missed heartbeats); the tail
+// reads on. Missed heartbeats alone were taken for a loss, and a loaded
+// machine (a client or a server starved for two heartbeats) ended reads
+// whose consumers lived: a partition, a node's feed, moved to a new
+// consumer, asked of the meta leader, logged at warn level
+// (docs/architecture.md, "Missed heartbeats are asked about"). Reports
+// while an ask is out are dropped: the ask answers them too.
+func (t *Tail) heartbeatsMissed(err error) {
+	t.missed.Add(1)
+	if !t.asking.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer t.asking.Store(false)
+		ctx, cancel := context.WithTimeout(t.ctx, t.lossAsk)
+		_, ierr := t.cons.Info(ctx)
+		cancel()
+		if ierr != nil {
+			t.send(Tailed{Err: fmt.Errorf("%w (the consumer's info: %w)", err, ierr)})
+		}
+	}()
 }
 
 // send hands x on to the reader of an EndOnLoss tail, once lost has
@@ -393,15 +458,13 @@ func (t *Tail) Pending(ctx context.Context) (uint64, error) {
 
 // Empty reports whether nothing matched the filter from the start when
 // the consumer was created.
-func (t *Tail) Empty() bool {
-	info := t.cons.CachedInfo()
-	return info != nil && info.NumPending == 0
-}
+func (t *Tail) Empty() bool { return t.empty }
 
 // Stop ends the tail and deletes its consumer. It is idempotent.
 func (t *Tail) Stop() {
 	t.once.Do(func() {
 		close(t.done)
+		t.cancel()
 		if t.cc != nil {
 			t.cc.Stop()
 			t.sendMu.Lock()
