@@ -241,13 +241,27 @@ func openLeaseBucket(ctx context.Context, js jetstream.JetStream, streamCfg stor
 	// The bucket and its stream's configuration (its TTL and limit
 	// markers) are asked for at once: a status request after the lookup
 	// was a round trip of every start (issue 27). A bucket created here
-	// is asked for its status after its creation.
+	// is asked for its status after its creation. The lookup is asked
+	// once, and waited for only a moment past the open's end
+	// (lookupGrace): a stream's info asked while the group of a stream
+	// just created elects its first leader is answered by no server
+	// (nats-server 2.15: only the stream's leader answers, and its
+	// members say "no leader" only once the group has had none for
+	// longer than its quorum-loss interval), and waited for under the
+	// attempt's whole 30 s it held a start that had opened its bucket in
+	// 250 ms for all of them, whose status ask was then left 1 ms ("did
+	// not answer within 1ms", CI, TestAgentLivenessAcrossAQuorumLoss).
 	var (
 		cfgOf *jetstream.StreamConfig
 		wg    sync.WaitGroup
 	)
+	began := time.Now()
+	lctx, stopLookup := context.WithCancel(ctx)
+	defer stopLookup()
+	looked := make(chan struct{})
 	wg.Go(func() {
-		if st, err := js.Stream(ctx, "KV_"+bucket); err == nil {
+		defer close(looked)
+		if st, err := js.Stream(lctx, "KV_"+bucket); err == nil {
 			cfgOf = &st.CachedInfo().Config
 		}
 	})
@@ -265,11 +279,20 @@ func openLeaseBucket(ctx context.Context, js jetstream.JetStream, streamCfg stor
 		Storage:        jetstream.FileStorage,
 		Replicas:       streamCfg.Replicas,
 	})
+	grace := time.NewTimer(min(time.Since(began), lookupGrace))
+	select {
+	case <-looked:
+	case <-grace.C:
+	}
+	grace.Stop()
+	stopLookup()
 	wg.Wait()
 	if err == nil && cfgOf == nil {
 		var st jetstream.KeyValueStatus
 		if st, err = store.KVStatus(ctx, js, kv); err == nil {
 			cfgOf = &jetstream.StreamConfig{MaxAge: st.TTL(), SubjectDeleteMarkerTTL: st.LimitMarkerTTL()}
+		} else {
+			err = waitedSince(err, began)
 		}
 	}
 	if err != nil {
@@ -285,6 +308,28 @@ func openLeaseBucket(ctx context.Context, js jetstream.JetStream, streamCfg stor
 		log.Warn("lease bucket's TTL differs from --lease-ttl; the bucket's wins", "bucket", bucket, "ttl", got, "asked", ttl)
 	}
 	return store.LeaseBucket(kv, js.Conn()), got, nil
+}
+
+// lookupGrace bounds how long openLeaseBucket waits, once its open is
+// done, for the lookup of the bucket's configuration sent beside it: as
+// long as the open took, at most this. A lookup that came first saves
+// the status ask's round trip; one still out is cut, and the status is
+// asked for as every ask of a bucket is (store.KVStatus: again while
+// unanswered).
+const lookupGrace = time.Second
+
+// waitedSince returns err, the error of a start's ask made after others
+// that began at began, saying the whole wait when it is a
+// *store.NoLeaderError: an ask left little time by the asks before it
+// said it "did not answer within 1ms" when the start had waited 30 s.
+func waitedSince(err error, began time.Time) error {
+	nl, ok := err.(*store.NoLeaderError) // as store.KVStatus returns it
+	if !ok {
+		return err
+	}
+	whole := *nl
+	whole.Waited = time.Since(began)
+	return &whole
 }
 
 // DefaultInstance is the default instance name: "<hostname>-<pid>",
