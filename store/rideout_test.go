@@ -43,10 +43,11 @@ func TestRideOutAsksAgainUntilALeaderAnswers(t *testing.T) {
 }
 
 // What NoLeaderError says, as patterns: the wait said is the deadline's
-// 300 ms, or a little more on a loaded machine.
+// 300 ms, or more on a loaded machine (the test bounds it by 2 s; the
+// pattern allowed 390 ms, and a run at machine load ~35 said 400ms).
 const (
 	sayNoLeader = `^stream MESH has no leader \(a cluster electing one after a server's loss\?\): try again in a few seconds$`
-	sayNoAnswer = `^stream MESH did not answer within 3[0-9]0ms \(a server too busy to answer in time, or a cluster electing a leader after a server's loss\?\): try again, or allow longer$`
+	sayNoAnswer = `^stream MESH did not answer within ([3-9][0-9]0ms|[12](\.[0-9]+)?s) \(a server too busy to answer in time, or a cluster electing a leader after a server's loss\?\): try again, or allow longer$`
 )
 
 // A refusal is returned at once; no leader until the deadline is said
