@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
+	"strconv"
 
 	"github.com/nats-io/nuid"
 
@@ -174,50 +174,63 @@ func WithExpectLastSubjectSeq(seq uint64) AppendOpt {
 	return func(o *appendOpts) { o.expect, o.expectSeq = true, seq }
 }
 
-// prepare validates and encodes one append.
-func (p *Publisher) prepare(ctx context.Context, node string, payload events.Payload, opts []AppendOpt) (*nats.Msg, []jetstream.PublishOpt, error) {
+// prepare validates and encodes one append. The message id and the
+// expectation go into the message's headers here, as the client's
+// publish options would set them (jetstream.MsgIDHeader,
+// jetstream.ExpectedLastSubjSeqHeader, the same names and values), so
+// that a publish takes no option: each option was a closure, and the
+// client made a struct of them and set the headers again on every
+// publish, ~2 % of a reconciler's CPU in an effect-dense first refold
+// (docs/architecture.md, "The publish path's headers set once").
+func (p *Publisher) prepare(ctx context.Context, node string, payload events.Payload, opts []AppendOpt) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if payload == nil {
-		return nil, nil, &events.FieldError{Field: "payload", Err: events.ErrMissing}
+		return nil, &events.FieldError{Field: "payload", Err: events.ErrMissing}
 	}
 	if !events.ValidName(node) && (node != events.FleetNode || payload.Kind() != events.KindJournal) {
-		return nil, nil, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
+		return nil, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
 	}
 	kind := payload.Kind()
 	// Validate also refuses an unstamped payload (v 0, at zero).
 	if err := payload.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("append %s %s: %w", node, kind, err)
+		return nil, fmt.Errorf("append %s %s: %w", node, kind, err)
 	}
 	data, err := events.Encode(payload)
 	if err != nil {
-		return nil, nil, fmt.Errorf("append %s %s: encode: %w", node, kind, err)
+		return nil, fmt.Errorf("append %s %s: encode: %w", node, kind, err)
 	}
 	var o appendOpts
 	for _, opt := range opts {
 		opt(&o)
 	}
-	var popts []jetstream.PublishOpt
+	msg := &nats.Msg{Subject: p.subj.Event(node, kind), Data: data, Header: o.header}
+	if o.signer != nil && o.msgID == "" {
+		return nil, fmt.Errorf("append %s %s: a signed effect needs a message id", node, kind)
+	}
+	if msg.Header == nil && (o.msgID != "" || o.expect) {
+		// The id, the expectation and the two signature headers.
+		msg.Header = make(nats.Header, 4)
+	}
 	if o.msgID != "" {
-		popts = append(popts, jetstream.WithMsgID(o.msgID))
+		msg.Header[jetstream.MsgIDHeader] = []string{o.msgID}
 	}
 	if o.expect {
-		popts = append(popts, jetstream.WithExpectLastSequencePerSubject(o.expectSeq))
+		setExpectation(msg.Header, o.expectSeq)
 	}
-	msg := &nats.Msg{Subject: p.subj.Event(node, kind), Data: data, Header: o.header}
 	if o.signer != nil {
-		if o.msgID == "" {
-			return nil, nil, fmt.Errorf("append %s %s: a signed effect needs a message id", node, kind)
-		}
-		if msg.Header == nil {
-			msg.Header = nats.Header{}
-		}
 		if err := o.signer.Sign(msg.Header, node, kind, o.msgID, data); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	return msg, popts, nil
+	return msg, nil
+}
+
+// setExpectation sets h's Nats-Expected-Last-Subject-Sequence to seq, as
+// jetstream.WithExpectLastSequencePerSubject would at the publish.
+func setExpectation(h nats.Header, seq uint64) {
+	h[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(seq, 10)}
 }
 
 // Append validates payload (it must already be stamped, see events.Stamp),
@@ -231,13 +244,13 @@ func (p *Publisher) prepare(ctx context.Context, node string, payload events.Pay
 // (not after the timeout); ctx's error; the publish's error otherwise (no
 // stream, timeout).
 func (p *Publisher) Append(ctx context.Context, node string, payload events.Payload, opts ...AppendOpt) (Ack, error) {
-	msg, popts, err := p.prepare(ctx, node, payload, opts)
+	msg, err := p.prepare(ctx, node, payload, opts)
 	if err != nil {
 		return Ack{}, err
 	}
 	gctx, release := p.denied.guard(ctx, subjectIs(msg.Subject))
 	defer release()
-	pa, err := p.js.PublishMsg(gctx, msg, popts...)
+	pa, err := p.js.PublishMsg(gctx, msg)
 	if err != nil {
 		if cause := context.Cause(gctx); errors.Is(cause, nats.ErrPermissionViolation) {
 			return Ack{}, fmt.Errorf("append %s: %w", msg.Subject, cause)
@@ -290,8 +303,7 @@ func (p *Publisher) AppendRetrying(ctx context.Context, node string, payload eve
 // by [Publisher.Prepare], not yet sent: [Publisher.SendAsync] sends it,
 // once.
 type Prepared struct {
-	msg   *nats.Msg
-	popts []jetstream.PublishOpt
+	msg *nats.Msg // its headers hold its message id and signature
 }
 
 // Prepare does the work of [Publisher.AppendAsync] before the send:
@@ -302,11 +314,11 @@ type Prepared struct {
 //
 // Errors: those AppendAsync returns before sending.
 func (p *Publisher) Prepare(ctx context.Context, node string, payload events.Payload, opts ...AppendOpt) (*Prepared, error) {
-	msg, popts, err := p.prepare(ctx, node, payload, opts)
+	msg, err := p.prepare(ctx, node, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Prepared{msg: msg, popts: popts}, nil
+	return &Prepared{msg: msg}, nil
 }
 
 // SetTraceparent sets pr's traceparent header (tracing.Header) to tp
@@ -326,11 +338,13 @@ func (pr *Prepared) SetTraceparent(tp string) {
 //
 // Errors: the client's refusal to queue (too many pending).
 func (p *Publisher) SendAsync(pr *Prepared, expect bool, seq uint64) (jetstream.PubAckFuture, error) {
-	popts := pr.popts
 	if expect {
-		popts = append(slices.Clip(popts), jetstream.WithExpectLastSequencePerSubject(seq))
+		if pr.msg.Header == nil {
+			pr.msg.Header = make(nats.Header, 1)
+		}
+		setExpectation(pr.msg.Header, seq)
 	}
-	f, err := p.js.PublishMsgAsync(pr.msg, popts...)
+	f, err := p.js.PublishMsgAsync(pr.msg)
 	if err != nil {
 		return nil, fmt.Errorf("append %s: %w", pr.msg.Subject, err)
 	}
@@ -346,11 +360,11 @@ func (p *Publisher) SendAsync(pr *Prepared, expect bool, seq uint64) (jetstream.
 // Errors (returned directly): validation errors matching events.ErrInvalid,
 // ctx's error, or the client's refusal to queue (too many pending).
 func (p *Publisher) AppendAsync(ctx context.Context, node string, payload events.Payload, opts ...AppendOpt) (jetstream.PubAckFuture, error) {
-	msg, popts, err := p.prepare(ctx, node, payload, opts)
+	msg, err := p.prepare(ctx, node, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	f, err := p.js.PublishMsgAsync(msg, popts...)
+	f, err := p.js.PublishMsgAsync(msg)
 	if err != nil {
 		return nil, fmt.Errorf("append %s: %w", msg.Subject, err)
 	}
@@ -368,7 +382,7 @@ func (p *Publisher) AppendAsync(ctx context.Context, node string, payload events
 func (p *Publisher) ResendAsync(pr *Prepared, expect bool, seq uint64) (jetstream.PubAckFuture, error) {
 	// The send sets its expectation in the header: a clone's.
 	m := &nats.Msg{Subject: pr.msg.Subject, Data: pr.msg.Data, Header: maps.Clone(pr.msg.Header)}
-	return p.SendAsync(&Prepared{msg: m, popts: pr.popts}, expect, seq)
+	return p.SendAsync(&Prepared{msg: m}, expect, seq)
 }
 
 // ResendMsgAsync sends again a copy of m, a message sent before through

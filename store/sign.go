@@ -120,8 +120,10 @@ func (s *Signer) PublicKey() string { return s.pub }
 // whose Nats-Msg-Id is msgID.
 func (s *Signer) Sign(h nats.Header, node string, kind events.Kind, msgID string, data []byte) error {
 	sig := voied25519.Sign(s.key, SignedBytes(node, kind, msgID, data))
-	h.Set(HeaderSigner, s.pub)
-	h.Set(HeaderSignature, base64.RawURLEncoding.EncodeToString(sig))
+	// Both names are in their canonical form (Header.Set's), set
+	// without canonicalizing them again for every effect.
+	h[HeaderSigner] = []string{s.pub}
+	h[HeaderSignature] = []string{base64.RawURLEncoding.EncodeToString(sig)}
 	return nil
 }
 
