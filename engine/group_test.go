@@ -3,7 +3,9 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -253,5 +255,85 @@ func TestStaleOwnerDoublesNothing(t *testing.T) {
 	})
 	if k := g.verify(fresh.r); k != 3*len(nodes) {
 		t.Fatalf("%d knocks, want %d", k, 3*len(nodes))
+	}
+}
+
+// TestStopReportsOnlyHeldPartitions: a partition whose lease was lost
+// while the reconciler ran on (its lease bucket stalled as the NATS
+// servers restarted one by one) and granted again writes its final
+// snapshot at the graceful stop, and the stop reports every snapshot
+// written: the loss earlier was not the stop's. Before, the earlier loss
+// stayed in Unsaved and serve logged "the final snapshot of some
+// partitions was not written … partition lease lost" at a stop that
+// wrote them all (fresh11 M5).
+func TestStopReportsOnlyHeldPartitions(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, store.StreamConfig{})
+	p := events.Partition("ace", g.cfg.Partitions)
+	folded := make(chan uint64, 16)
+	grants := make(chan engine.Grant, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, err := engine.NewReconciler(ctx, g.js, engine.ReconcilerConfig{Stream: g.cfg, Grants: grants, Logger: testLogger(t),
+		SnapshotInterval: time.Hour, SnapshotEvery: 1 << 20,
+		Faults: engine.Faults{AfterFold: func(_ int, seq uint64) error {
+			select {
+			case folded <- seq:
+			default:
+			}
+			return nil
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitFold := func(want uint64) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case seq := <-folded:
+				if seq >= want {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("event %d not folded", want)
+			}
+		}
+	}
+
+	// First grant: its lease is lost mid-run, past its local deadline.
+	var valid atomic.Bool
+	valid.Store(true)
+	revoked, revoke := context.WithCancelCause(context.Background())
+	stopped := make(chan struct{})
+	grants <- engine.Grant{Partition: p, Revoked: revoked, Valid: valid.Load, Stopped: func() { close(stopped) }}
+	waitFold(g.append("ace", provOnly()))
+	valid.Store(false)
+	revoke(fmt.Errorf("%w: not renewed within its TTL", engine.ErrLeaseLost))
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoked partition did not stop")
+	}
+
+	// Granted again once the bucket answers; then the graceful stop.
+	grants <- engine.Grant{Partition: p, Revoked: context.Background()}
+	last := g.append("ace", want("pg:1"))
+	waitFold(last)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if u := r.Unsaved(); len(u) != 0 {
+		t.Fatalf("the stop wrote the snapshot of the partition it held, and Unsaved is %v", u)
+	}
+	snaps, err := store.OpenSnapshots(context.Background(), g.js, g.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck, err := snaps.Checkpoint(context.Background(), p); err != nil || ck < last {
+		t.Fatalf("checkpoint %d, %v after the stop; want at least %d", ck, err, last)
 	}
 }

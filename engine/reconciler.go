@@ -665,6 +665,9 @@ func (p *partition) lost() error {
 
 func (p *partition) run(ctx context.Context) error {
 	// The partition stops when Run's ctx is done or its grant revoked.
+	// Only the first is the reconciler's stop: Unsaved reports what that
+	// stop did not write, not a partition given up while Run went on.
+	runCtx := ctx
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	defer context.AfterFunc(p.revoked, stop)()
@@ -683,14 +686,14 @@ func (p *partition) run(ctx context.Context) error {
 			// cancelled error is a session stopped while it started,
 			// which had nothing past its snapshot to write.
 			if err != nil && !errors.Is(err, context.Canceled) {
-				p.r.unsaved(p.id, err) // the final snapshot failed
+				p.unsaved(runCtx, err) // the final snapshot failed
 			}
 			return nil
 		case errors.Is(err, ErrLeaseLost):
 			// Past the lease's deadline: its revocation follows.
 			p.r.log.Warn("partition lease lost; stopped", "partition", p.id, "err", err)
-			p.r.unsaved(p.id, err)
 			<-ctx.Done()
+			p.unsaved(runCtx, err)
 			return nil
 		}
 		if time.Since(started) > time.Minute {
@@ -709,10 +712,26 @@ func (p *partition) run(ctx context.Context) error {
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
-			p.r.unsaved(p.id, err)
+			p.unsaved(runCtx, err)
 			return nil
 		}
 	}
+}
+
+// unsaved records that the partition stopped without writing its final
+// snapshot, for [Reconciler.Unsaved], when it stopped because Run's ctx
+// (runCtx) ended. A partition stopped while Run went on (its lease lost
+// or handed over, as while the NATS servers restart one by one) is not
+// the stop's to report: the group logged the loss as it came, and a
+// later grant of the same partition may well write its snapshot at the
+// stop (docs/architecture.md, "A stop reports the partitions it held").
+func (p *partition) unsaved(runCtx context.Context, err error) {
+	if runCtx.Err() == nil {
+		p.r.log.Info("partition stopped without its last snapshot; its next owner refolds from the previous one",
+			"partition", p.id, "err", err)
+		return
+	}
+	p.r.unsaved(p.id, err)
 }
 
 // unsaved records that partition p stopped without writing its final
@@ -727,8 +746,10 @@ func (r *Reconciler) unsaved(p int, err error) {
 }
 
 // Unsaved returns the partitions whose final snapshot the last Run did
-// not write (a failed write, a lost lease, a session that had failed), and
-// why; empty after a clean stop. A restart refolds those partitions from
+// not write as it stopped (a failed write, a lease lost, a session that
+// had failed), and why; empty after a clean stop. Partitions that stopped
+// earlier, while Run went on (a lease lost or handed over), are not in it:
+// they were not this instance's at the stop. A restart refolds those partitions from
 // their previous snapshot: nothing is lost, but "snapshots written" would
 // not be true.
 func (r *Reconciler) Unsaved() map[int]error {
