@@ -421,6 +421,9 @@ func (d *Dir) issue(r Role, node string) (*User, error) {
 	uc := jwt.NewUserClaims(upub)
 	uc.Name = name
 	uc.Permissions = perms
+	if r == RoleNode {
+		uc.Limits.Payload = NodeMaxPayload
+	}
 	now := time.Now().UTC().Truncate(time.Second)
 	ujwt, err := uc.Encode(akp)
 	if err != nil {

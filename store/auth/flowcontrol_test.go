@@ -49,7 +49,12 @@ const flowDeadline = 20 * time.Second
 // replies pass through its response permission; the operators', before
 // their $JS.FC grant on the snapshot bucket, stalled at 20 of 40.)
 func TestReadsPastFlowControl(t *testing.T) {
-	nodes := []string{"ace", "shanks", "n3", "n4"}
+	// Sixteen nodes: each lease at most a node user's payload bound
+	// (auth.NodeMaxPayload), together past the flow-control window.
+	nodes := []string{"ace", "shanks"}
+	for i := 3; len(nodes) < 16; i++ {
+		nodes = append(nodes, fmt.Sprintf("n%d", i))
+	}
 	s := startSecured(t, nodes[2:]...)
 	// Not testCtx's 30 s for the whole test: its 8 MiB of puts alone
 	// took longer under -race at load 55 ("context deadline exceeded"
@@ -200,6 +205,9 @@ func TestReadsPastFlowControl(t *testing.T) {
 			t.Fatal(err)
 		}
 		big := bytes.Repeat([]byte("x"), flowBytes/len(nodes))
+		if len(big) >= auth.NodeMaxPayload-1024 {
+			t.Fatalf("a lease of %d bytes is over a node user's payload bound: add nodes", len(big))
+		}
 		for _, node := range nodes {
 			_, js := s.mustConnect(t, "node-"+node)
 			kv, err := js.KeyValue(ctx, nodeKV.Bucket())

@@ -29,6 +29,25 @@ const (
 	RoleSystem       Role = "system"
 )
 
+// NodeMaxPayload is the largest message a node user may publish, in
+// bytes, headers included: its JWT's payload limit, which nats-server
+// enforces on every publish of the connection (a larger one is refused and
+// the connection closed with "maximum payload violation"), whatever the
+// subject: an event (the stream keeps none over events.MaxEventBytes; the
+// largest valid have of plain ASCII encodes to 102 KB) or a page of a
+// module's log (256 KiB as encoded), and 16 KiB for headers. Without it a
+// node credential could publish 1 MiB messages (the server's default) on
+// its lease key and its replies. It bounds a message, not a rate: nats-server
+// enforces no per-user byte or message rate (the JWT's data limit is
+// not enforced), so what bounds a flooding node's volume is the stream's
+// --max-bytes or the account's disk limit, and the reconciler's noisy
+// flag (reconcile.Noisy) is how an operator finds it (docs/operations.md,
+// "A node that floods the stream"). The provisioner has no such limit:
+// a fill request carries up to provision.MaxContent (1 MiB) of content.
+// A creds file issued before this limit carries none until reissued
+// (auth revoke, then add-node).
+const NodeMaxPayload = events.MaxEventBytes + 16<<10
+
 // SystemUser is the name of the system account's user.
 const SystemUser = "sys"
 
