@@ -469,6 +469,12 @@ type secretRow struct {
 	// from instead, tried before sealed ("dir /srv/x"), as its fill
 	// status reports it: the put is not what the node holds.
 	ShadowedBy string `json:"shadowed_by,omitempty"`
+	// KeyChanged, of a secret sealed to another key than the registered
+	// one, is when the node's registered curve key was written, if after
+	// this put: a rotation, or a stolen provisioner credential's key (a
+	// tester's finding G3). Check which before putting again: a put seals
+	// to whatever key is registered.
+	KeyChanged *time.Time `json:"key_changed,omitempty"`
 }
 
 func newSecretLsCmd(a *app) *cobra.Command {
@@ -540,6 +546,9 @@ counts them ("-- 0 secrets of ace" for a node with none).`,
 				if !rec.Removed { // a removal shadows nothing (a status not yet cleared)
 					row.ShadowedBy = shadowed[e.Key()]
 				}
+				if at := keysAt[node]; !row.Current && !rec.Removed && at.After(rec.At) {
+					row.KeyChanged = &at
+				}
 				rows = append(rows, row)
 			}
 			sort.Slice(rows, func(i, j int) bool {
@@ -565,7 +574,7 @@ counts them ("-- 0 secrets of ace" for a node with none).`,
 				switch {
 				case r.Removed:
 					key, r.Digest = "removed: no source fills it until a put", "-"
-				case !r.Current && keysAt[r.Node].After(r.At):
+				case r.KeyChanged != nil:
 					// The key was registered after this put: a rotation,
 					// or a stolen provisioner credential's key (a
 					// tester's finding G3: "put again" then re-sealed

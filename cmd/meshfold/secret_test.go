@@ -1206,4 +1206,14 @@ func TestSecretLsKeyChangedSinceThePut(t *testing.T) {
 		strings.Contains(out, "s3cr3t") {
 		t.Errorf("secret ls after the key changed:\n%s", out)
 	}
+	// -o json carries the change's time on the row, for scripts.
+	out, _, code = m.cli(t, "secret", "ls", "ace", "-o", "json")
+	var rows []struct {
+		Current    bool       `json:"current"`
+		KeyChanged *time.Time `json:"key_changed"`
+	}
+	if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil || len(rows) != 1 || rows[0].Current || rows[0].KeyChanged == nil ||
+		strings.Contains(out, "s3cr3t") {
+		t.Errorf("secret ls -o json after the key changed (%v):\n%s", err, out)
+	}
 }
