@@ -272,3 +272,31 @@ func TestFleetLagLineOfACheckpointJustAhead(t *testing.T) {
 		t.Errorf("text = %q, want %q", got, want)
 	}
 }
+
+// When the events past the checkpoints cannot be read (here the stream
+// is gone between the checkpoints' read and the tail's), the table says
+// they could not be read and why: it counted nothing, so it names no
+// count (a fresh user's finding M2: during an outage the line said
+// "more than 20000 events past a partition's checkpoint" of a stream of
+// 3,400).
+func TestFleetLagLineWhenTheTailCannotBeRead(t *testing.T) {
+	// Not parallel: it sets the package-level hook fleetLagRead.
+	m := startMesh(t)
+	ctx := testCtx(t)
+	snapsOf(t, m) // the bucket, empty: no checkpoint yet
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	if _, err := pub.Append(ctx, "ace", events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "web", Build: "web:1", RunsAs: "nobody"}}}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	fleetLagRead = func() {
+		if err := m.js.DeleteStream(ctx, m.cfg.Name); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { fleetLagRead = nil })
+	out, errs, code := m.cli(t, "fleet")
+	if code != 0 || strings.Contains(out, "more than") ||
+		!strings.Contains(out, "; which nodes have events past the checkpoints could not be read (") {
+		t.Errorf("fleet, the tail unreadable: exit %d, want it said it could not be read, and no count\n%s%s", code, out, errs)
+	}
+}
