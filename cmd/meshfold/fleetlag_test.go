@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -298,5 +299,42 @@ func TestFleetLagLineWhenTheTailCannotBeRead(t *testing.T) {
 	if code != 0 || strings.Contains(out, "more than") ||
 		!strings.Contains(out, "; which nodes have events past the checkpoints could not be read (") {
 		t.Errorf("fleet, the tail unreadable: exit %d, want it said it could not be read, and no count\n%s%s", code, out, errs)
+	}
+}
+
+// A checkpoint put while fleet waited for its reads (a reconciler
+// taking partitions over, seconds into an outage) is younger than the
+// command: its age is taken once the checkpoints are read, so the line
+// never says "checkpointed -6s ago" (a fresh user's finding m3). Here
+// the command's start is 10 s before the checkpoints are put.
+func TestFleetLagLineOfACheckpointPutWhileItRead(t *testing.T) {
+	// Not parallel: it sets the package-level clock fleetNow.
+	m := startMesh(t)
+	ctx := testCtx(t)
+	pub := store.NewPublisher(m.js, m.cfg.Subjects())
+	if _, err := pub.Append(ctx, "ace", events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "web", Build: "web:1", RunsAs: "nobody"}}}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	last, err := store.StreamLastSeq(ctx, mustStream(t, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range m.cfg.Partitions {
+		if err := snapsOf(t, m).PutCheckpoint(ctx, p, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started := false
+	fleetNow = func() time.Time {
+		if !started {
+			started = true
+			return time.Now().Add(-10 * time.Second)
+		}
+		return time.Now()
+	}
+	t.Cleanup(func() { fleetNow = time.Now })
+	out, errs, code := m.cli(t, "fleet")
+	if code != 0 || !regexp.MustCompile(`(?m)^-- as of the reconciler's snapshots, checkpointed [0-9]+s ago`).MatchString(out) {
+		t.Errorf("fleet, checkpointed after it started: exit %d, want \"checkpointed Ns ago\", N not negative\n%s%s", code, out, errs)
 	}
 }
