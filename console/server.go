@@ -847,10 +847,13 @@ var funcs = template.FuncMap{
 	},
 	"f1":  func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"add": func(a, b int) int { return a + b },
-	// stuck is what `meshfold fleet` prints after its table for a row.
+	// stuck is what `meshfold fleet` prints after its table for a row:
+	// its missing files too (the page said a file's source problem with
+	// no word of the node's report that it is gone: a fresh user's
+	// finding M6).
 	"stuck": func(r audit.FleetRow) string {
 		rows := []audit.FleetRow{r}
-		return audit.FleetStuckText(rows) + audit.FleetSourcesText(rows, time.Now())
+		return audit.FleetMissingText(rows) + audit.FleetStuckText(rows) + audit.FleetSourcesText(rows, time.Now())
 	},
 	// acked is what `meshfold fleet` prints of the acknowledged journal
 	// warnings: apart from what needs an operator.

@@ -579,9 +579,13 @@ type SourceProblem struct {
 
 // SetSources sets the source problems of r and updates what needs
 // attention. While r's provisioner is down, each reported file's problem
-// is marked Stale (p is not changed: a copy is kept).
+// is marked Stale; each file the node reported missing (r.Missing) is
+// marked Gone, as `meshfold state` marks it ([MarkGone]: fleet's "the
+// node has not reported it gone" a line after its "missing on the
+// node" line, a fresh user's finding M6). p is not changed: a copy is
+// kept.
 func (r *FleetRow) SetSources(p []SourceProblem) {
-	r.Sources = MarkStale(p, r.ProvisionerDown)
+	r.Sources = MarkGone(MarkStale(p, r.ProvisionerDown), r.Missing)
 	r.setAttention()
 }
 
