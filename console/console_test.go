@@ -47,6 +47,10 @@ type fake struct {
 	// answers are the provisioners' answers to knocks Unanswered reads
 	// (none: no provisioner ever answered).
 	answers map[string]*audit.KnockAnswer
+	// knockGrace is the grace Unanswered gives a knock (audit.KnockGrace
+	// unless a test sets it before starting the console: a test that set
+	// the package's variable raced the parallel tests reading it).
+	knockGrace time.Duration
 	// steps are the wants a rollout step published, by sequence, as
 	// query.Reader.History reads them from each want's id and header.
 	steps map[uint64]audit.RolloutStep
@@ -98,7 +102,7 @@ func (f *fake) TailNodes(_ context.Context, lag query.SnapshotLag, limit int) (m
 }
 
 func newFake() *fake {
-	return &fake{s: reconciletest.New(base, 250*time.Millisecond), follow: make(chan events.Event, 1<<14)}
+	return &fake{s: reconciletest.New(base, 250*time.Millisecond), follow: make(chan events.Event, 1<<14), knockGrace: audit.KnockGrace}
 }
 
 // append appends an input event and hands it and its effects to Follow.
@@ -158,7 +162,7 @@ func (f *fake) Unanswered(_ context.Context, nodes map[string]uint64, now time.T
 		if knock == nil {
 			continue
 		}
-		if p, ok := audit.KnockUnanswered(n, knock.Seq, knock.Payload.(*events.Knock).Cause, knock.Time, f.answers[n], now, audit.KnockGrace); ok {
+		if p, ok := audit.KnockUnanswered(n, knock.Seq, knock.Payload.(*events.Knock).Cause, knock.Time, f.answers[n], now, f.knockGrace); ok {
 			out[n] = p
 		}
 	}
@@ -810,10 +814,8 @@ func TestSourceShadowedHeader(t *testing.T) {
 // once a provisioner's answer covers the knock.
 func TestUnansweredKnock(t *testing.T) {
 	t.Parallel()
-	grace := audit.KnockGrace
-	audit.KnockGrace = 0
-	t.Cleanup(func() { audit.KnockGrace = grace })
 	f := newFake()
+	f.knockGrace = 0
 	healthy(f, "bob")
 	knock := incident1(f)()
 	if knock == 0 {
@@ -839,10 +841,8 @@ func TestUnansweredKnock(t *testing.T) {
 // `fleet` does (audit.AddUnanswered; a fresh user's finding G6).
 func TestUntrustedProvisionerReplacesUnansweredKnock(t *testing.T) {
 	t.Parallel()
-	grace := audit.KnockGrace
-	audit.KnockGrace = 0
-	t.Cleanup(func() { audit.KnockGrace = grace })
 	f := newFake()
+	f.knockGrace = 0
 	healthy(f, "bob")
 	if incident1(f)() == 0 {
 		t.Fatal("incident1 made no knock")
