@@ -30,6 +30,9 @@ func TestJournalWarningsRideOutAMetaLeaderKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The new stream's first leader, before the appends that precede the
+	// kill (one was answered "no response from stream" in CI).
+	pc.AwaitLeader(t, ctx, js, cfg.Name, 30*time.Second)
 	pub := store.NewPublisher(js, cfg.Subjects())
 	since := time.Now().Add(-time.Minute)
 	for _, lvl := range []events.Level{events.LevelWarn, events.LevelInfo, events.LevelError} {
