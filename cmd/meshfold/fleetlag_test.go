@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"regexp"
 	"strings"
@@ -127,15 +128,7 @@ func TestFleetSaysWhenTheSnapshotsLagAndNoReconcilerAnswers(t *testing.T) {
 		}
 	}
 	// Once checkpointed past every event, the table says it is current.
-	last, err := store.StreamLastSeq(ctx, mustStream(t, m))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p := range m.cfg.Partitions {
-		if err := snapsOf(t, m).PutCheckpoint(ctx, p, last); err != nil {
-			t.Fatal(err)
-		}
-	}
+	checkpointAll(ctx, t, m)
 	out, errs, code = m.cli(t, "fleet")
 	if code != 0 || !strings.Contains(out, "-- as of the reconciler's snapshots, checkpointed ") || !strings.Contains(out, ": the stream holds no newer event\n") {
 		t.Errorf("fleet, checkpointed: exit %d, want it said current\n%s%s", code, out, errs)
@@ -315,15 +308,7 @@ func TestFleetLagLineOfACheckpointPutWhileItRead(t *testing.T) {
 	if _, err := pub.Append(ctx, "ace", events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "web", Build: "web:1", RunsAs: "nobody"}}}, time.Now())); err != nil {
 		t.Fatal(err)
 	}
-	last, err := store.StreamLastSeq(ctx, mustStream(t, m))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p := range m.cfg.Partitions {
-		if err := snapsOf(t, m).PutCheckpoint(ctx, p, last); err != nil {
-			t.Fatal(err)
-		}
-	}
+	checkpointAll(ctx, t, m)
 	started := false
 	fleetNow = func() time.Time {
 		if !started {
@@ -336,5 +321,20 @@ func TestFleetLagLineOfACheckpointPutWhileItRead(t *testing.T) {
 	out, errs, code := m.cli(t, "fleet")
 	if code != 0 || !regexp.MustCompile(`(?m)^-- as of the reconciler's snapshots, checkpointed [0-9]+s ago`).MatchString(out) {
 		t.Errorf("fleet, checkpointed after it started: exit %d, want \"checkpointed Ns ago\", N not negative\n%s%s", code, out, errs)
+	}
+}
+
+// checkpointAll checkpoints every partition of m's stream at its last
+// sequence, as a reconciler that folded every event would.
+func checkpointAll(ctx context.Context, t *testing.T, m *mesh) {
+	t.Helper()
+	last, err := store.StreamLastSeq(ctx, mustStream(t, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range m.cfg.Partitions {
+		if err := snapsOf(t, m).PutCheckpoint(ctx, p, last); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
