@@ -21,8 +21,10 @@ import (
 // "is `meshfold provision ace …` running for ace?" while it ran). Once
 // it is restarted with the right trust, the poke is taken and nothing is
 // said any more.
+//
+// Not parallel: it sets audit.KnockGrace, which every state and fleet
+// run of the package's parallel tests reads.
 func TestUntrustedProvisionerSaid(t *testing.T) {
-	t.Parallel()
 	m := startMesh(t)
 	trust := m.serveSigned(t)
 	_, stale := testSigner(t) // a trust file naming another key

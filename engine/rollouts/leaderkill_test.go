@@ -79,7 +79,8 @@ func pausedRolloutResumesAcrossKill(t *testing.T, onKilled, resumeFirst bool) {
 	ready := make(chan struct{})
 	go func() {
 		rdone <- engine.Serve(rctx, rnc, engine.Config{Stream: cfg, NoRollouts: true,
-			Ready: func(context.Context, *engine.Reconciler) { close(ready) }})
+			Logger: slog.New(&warns{t: t}),
+			Ready:  func(context.Context, *engine.Reconciler) { close(ready) }})
 	}()
 	defer func() { stopR(); <-rdone }()
 	select {
