@@ -494,6 +494,18 @@ func AcquireLeaseTTL(ctx context.Context, kv jetstream.KeyValue, ttl time.Durati
 	return l, nil
 }
 
+// restamp sets the holder's Since to now and its value to match: a
+// claim that waited for another holder's key says when it took the
+// lease, not when it began to wait (a fresh user's finding: a rollout
+// controller's lease said "since" 6 s before its holder took it, and
+// before the previous holder's kill).
+func (l *Lease) restamp() {
+	l.holder.Since = time.Now().UTC().Truncate(time.Millisecond)
+	if value, err := json.Marshal(l.holder); err == nil {
+		l.value = value
+	}
+}
+
 // claim creates the key, waiting for a dead holder's key to expire.
 //
 // A write or read that goes unanswered ([Unanswered]: a server stalled,
@@ -543,6 +555,9 @@ func (l *Lease) claim(ctx context.Context) error {
 		}
 	}
 	for {
+		if !waiting.IsZero() {
+			l.restamp() // the claim, not the wait, begins the holding
+		}
 		rev, err := l.put(ctx, 0, attempt)
 		if err == nil {
 			l.rev = rev
@@ -595,6 +610,9 @@ func (l *Lease) claim(ctx context.Context) error {
 			// Ours: our own create, stored, whose answer was lost. It
 			// is held once written again at its revision: stored as it
 			// was read, with its TTL restarted.
+			if !ours {
+				l.restamp()
+			}
 			rev, err := l.put(ctx, e.Revision(), attempt)
 			switch {
 			case err == nil:

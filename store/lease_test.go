@@ -262,6 +262,15 @@ func TestLeaseOfADeadHolderIsTakenAfterItsTTL(t *testing.T) {
 	if err := json.Unmarshal(e.Value(), &h); err != nil || h.Token == "dead" {
 		t.Fatalf("key holds %s, %v; want the new holder", e.Value(), err)
 	}
+	// Its since is the take's, not the wait's start (a fresh user's
+	// finding: a controller's lease said since 6 s before it was taken,
+	// before its previous holder was killed). The dead key was
+	// written before start and expires a TTL after: nothing took it
+	// before half a TTL had passed.
+	if took := h.Since.Sub(start); took < l.TTL()/2 {
+		t.Errorf("the lease says held since %s after the claim began, want at least half the TTL (%s): "+
+			"since the wait began, not the take", took, l.TTL()/2)
+	}
 }
 
 // A holder whose key was taken by a successor (it could not renew within
