@@ -31,8 +31,9 @@ import (
 //
 // Actions: "publish K N" appends an event of kind K for node N through
 // JetStream; "consume …" creates an ordered consumer (one filter subject,
-// as node agents, provisioners and readers make them) and reads its first
-// message: over N's plan, knock or settle, all of N's events, or the
+// as node agents, provisioners and readers make them), reads its first
+// message and asks the consumer's info (as a tail does after missed
+// heartbeats): over N's plan, knock or settle, all of N's events, or the
 // whole stream; "get K N" is the direct get of N's newest K that node agents and
 // provisioners make on start; "leader get plan N" reads it from the
 // stream's leader (store.LeaderReads: the message get, by stream, which
@@ -465,6 +466,10 @@ func consume(filter string) action {
 		_, err = it.Next(jetstream.NextContext(ctx))
 		it.Stop()
 		if err != nil {
+			return err
+		}
+		// Its info, as a tail asks it after two missed heartbeats.
+		if _, err := cons.Info(ctx); err != nil {
 			return err
 		}
 		return c.js.DeleteConsumer(ctx, c.cfg.Name, cons.CachedInfo().Name)

@@ -161,9 +161,9 @@ const jsAPI = "$JS.API"
 //
 // Known limits (subjects cannot express them): every role may read the
 // stream's info, whose subject listing can name other nodes and count
-// their events (never their content); pulling from and deleting a
-// consumer are allowed by stream (consumer names are random and unlisted
-// to nodes); and any role that may create a consumer chooses its deliver
+// their events (never their content); pulling from, asking the info of
+// (its filter and counts, never a message) and deleting a consumer are
+// allowed by stream (consumer names are random and unlisted to nodes); and any role that may create a consumer chooses its deliver
 // subject and group (the server checks neither), which meshfold's
 // services meet by answering only core requests
 // (store.CoreRequestsOnly).
@@ -187,10 +187,16 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	nodes := s + store.NodeLeaseBucketSuffix // node agents' leases, keyed by node
 	nodesKV := "KV_" + nodes
 	api := func(format string, args ...any) string { return jsAPI + "." + fmt.Sprintf(format, args...) }
-	// readStream: looking the stream up, following consumers, deleting
+	// readStream: looking the stream up, following consumers, asking
+	// a consumer one follows for its info (a tail asks it after two
+	// missed heartbeats, to tell a consumer that lives from one lost
+	// with its server: store.Tail; refused, a node's and a
+	// provisioner's feeds were deaf ~12 s after every server restart
+	// and the server logged a permissions violation a feed), deleting
 	// the consumers one made.
 	readStream := func(stream string) {
-		p.Pub.Allow.Add(api("STREAM.INFO.%s", stream), api("CONSUMER.MSG.NEXT.%s.*", stream), api("CONSUMER.DELETE.%s.*", stream))
+		p.Pub.Allow.Add(api("STREAM.INFO.%s", stream), api("CONSUMER.MSG.NEXT.%s.*", stream),
+			api("CONSUMER.INFO.%s.*", stream), api("CONSUMER.DELETE.%s.*", stream))
 	}
 	subj := func(node, kind string) string { return pre + "." + node + "." + kind }
 	rolloutSubj := func(kind string) string { return events.Subjects{Prefix: pre}.Rollout("*", kind) }
