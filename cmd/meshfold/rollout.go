@@ -221,6 +221,11 @@ type startGone struct {
 func newRolloutStatusCmd(a *app) *cobra.Command {
 	var out outputFlag
 	var timeout time.Duration
+	var (
+		pg     targetPaging
+		all    bool
+		status string
+	)
 	cmd := &cobra.Command{
 		Use:   "status FLEET [-o table|json|yaml]",
 		Short: "The delivery view: each target's want, plan, settle, build, health; each build's nodes",
@@ -251,17 +256,46 @@ reconcile down, its controller user revoked, rollouts off). A rollout whose
 start aged out of the stream (--max-age) cannot be replayed: status says so,
 lists the events of it that remain, and exits 1.
 
--o json and -o yaml give the rollout's params (resolved: defaults applied,
+A 'targets:' line near the top counts the targets of each status, most
+pressing first ("300 targets: 2 failed, 20 changing, 258 pending, 20 done").
+A rollout of more targets than a page (--limit, 50 unless told) is paged:
+the page's rows are the most pressing first (failed, unreached, conflict,
+waiting-approval, publishing, changing, pending, stopped, skipped, moved,
+done; an agent down or a node paused before the others of its status), and
+a line under the table says which page and how to see the rest. --page N
+shows the Nth page, --status S[,S…] only the targets of those statuses,
+--limit 0 or --all every target in the rollout's order (batch by batch). A
+rollout that fits one page prints as it always did.
+
+-o json and -o yaml give the whole view, every target, unless --limit,
+--page or --status is given (the counts are the whole rollout's either
+way). They give the rollout's params (resolved: defaults applied,
 percentages as counts) with the fleet file's names and forms:
 {"batch":2,"max_unavailable":1,"canary":1,"min_healthy":"5s",
 "healthy_deadline":"1m0s","auto_revert":true}.`,
-		Example: `  meshfold rollout status web
+		Example: `  meshfold rollout status web                    # counts, then the 50 most pressing targets
+  meshfold rollout status web --page 2           # the next 50
+  meshfold rollout status web --status failed,unreached
+  meshfold rollout status web --all              # every target, in batch order
   meshfold rollout status web -o json | jq '.targets[] | select(.status=="failed")'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			format, err := out.get()
 			if err != nil {
 				return err
+			}
+			if pg.limit < 0 || pg.page < 1 {
+				return withCode(exitUsage, fmt.Errorf("--limit %d --page %d: a limit ≥ 0 (0: every row) and a page ≥ 1", pg.limit, pg.page))
+			}
+			if status != "" {
+				if pg.statuses, err = rollout.ParseStatuses(status); err != nil {
+					return withCode(exitUsage, fmt.Errorf("--status: %w", err))
+				}
+			}
+			fl := cmd.Flags()
+			pg.set = fl.Changed("limit") || fl.Changed("page") || status != ""
+			if all && !fl.Changed("limit") {
+				pg.limit = 0
 			}
 			ctx := store.WithRideOut(cmd.Context(), timeout)
 			r, nc, err := a.rolloutReader(ctx)
@@ -281,11 +315,21 @@ percentages as counts) with the fleet file's names and forms:
 			now := time.Now()
 			v.Unattended = s.Unattended(now)
 			if format != outTable {
+				if pg.set {
+					// Only what was asked for; the counts stay the
+					// whole rollout's.
+					v.Targets, _, _ = pg.of(v.Targets)
+				}
 				return writeValue(a.stdout, format, v)
 			}
-			return writeRolloutView(a.stdout, v, now)
+			return writeRolloutView(a.stdout, v, now, pg)
 		},
 	}
+	fl := cmd.Flags()
+	fl.IntVar(&pg.limit, "limit", 50, "targets a page of the table holds (0: every target, unpaged)")
+	fl.IntVar(&pg.page, "page", 1, "which page of the table to print (1: the most pressing targets)")
+	fl.StringVar(&status, "status", "", "only the targets with these statuses, comma-separated ("+strings.Join(statusNames(), ", ")+")")
+	fl.BoolVar(&all, "all", false, "every target, in the rollout's order, unless --limit is given")
 	out.add(cmd, "")
 	addReadTimeout(cmd, &timeout)
 	a.conn.add(cmd)
@@ -302,8 +346,90 @@ func shortBuild(b string) string {
 	return events.Text(b)
 }
 
-// writeRolloutView prints the delivery view as text, as of now.
-func writeRolloutView(w io.Writer, v rollout.View, now time.Time) error {
+// targetPaging is how much of a rollout's targets `meshfold rollout
+// status` prints, as fleetPaging is of the fleet's nodes.
+type targetPaging struct {
+	limit, page int
+	statuses    []rollout.Status // only these (none: all)
+	// set: --limit, --page or --status was given (JSON and YAML are
+	// paged only then).
+	set bool
+}
+
+// defaultTargetPaging is `rollout status` with no paging flag: the 50
+// most pressing targets when they are more.
+var defaultTargetPaging = targetPaging{limit: 50, page: 1}
+
+// statusNames are the statuses --status takes.
+func statusNames() []string {
+	names := make([]string, len(rollout.TargetStatuses))
+	for i, s := range rollout.TargetStatuses {
+		names[i] = string(s)
+	}
+	return names
+}
+
+// of returns the targets of the page asked for (those with a status
+// asked for, if any), the first's index among them and how many they
+// are. A rollout that fits one page unfiltered keeps the rollout's
+// order (batch by batch); paged or filtered, the most pressing come
+// first (rollout.SortPressing).
+func (pg targetPaging) of(targets []rollout.TargetView) (page []rollout.TargetView, first, total int) {
+	if len(pg.statuses) > 0 {
+		targets = slices.DeleteFunc(slices.Clone(targets), func(t rollout.TargetView) bool { return !slices.Contains(pg.statuses, t.Status) })
+	}
+	if pg.limit == 0 {
+		if pg.page > 1 {
+			return nil, len(targets), len(targets)
+		}
+		return targets, 0, len(targets)
+	}
+	if len(pg.statuses) > 0 || len(targets) > pg.limit || pg.page > 1 {
+		targets = slices.Clone(targets)
+		rollout.SortPressing(targets)
+	}
+	first = min(len(targets), (pg.page-1)*pg.limit)
+	return targets[first:min(len(targets), first+pg.limit)], first, len(targets)
+}
+
+// line says which targets a paged or filtered table shows and how to see
+// the rest; "" when it shows every target.
+func (pg targetPaging) line(v rollout.View, page []rollout.TargetView, first, total int) string {
+	if len(pg.statuses) == 0 && len(page) == len(v.Targets) {
+		return ""
+	}
+	of := fmt.Sprintf("%d", total)
+	if len(pg.statuses) > 0 {
+		of += " " + strings.Join(statusStrings(pg.statuses), " or ")
+	}
+	if total == 0 {
+		return fmt.Sprintf("-- no target is %s\n", strings.Join(statusStrings(pg.statuses), " or "))
+	}
+	if len(page) == 0 {
+		return fmt.Sprintf("-- page %d is past the last row (%s)\n", pg.page, of)
+	}
+	pages := 1
+	if pg.limit > 0 {
+		pages = (total + pg.limit - 1) / pg.limit
+	}
+	s := fmt.Sprintf("-- page %d of %d: targets %d-%d of %s, most pressing first", pg.page, pages, first+1, first+len(page), of)
+	if pg.page < pages {
+		s += fmt.Sprintf("; --page %d for the next", pg.page+1)
+	}
+	return s + "; --all for every target\n"
+}
+
+func statusStrings(ss []rollout.Status) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// writeRolloutView prints the delivery view as text, as of now: the
+// targets pg asks for.
+func writeRolloutView(w io.Writer, v rollout.View, now time.Time, pg targetPaging) error {
 	p := v.Params
 	fmt.Fprintf(w, "fleet %s, rollout %d by %s, started %s: %s, batch %d of %d\n", v.Fleet, v.Rollout, events.Text(v.By),
 		v.Started.Format(time.RFC3339), v.PhaseText(), v.Batch, v.Batches)
@@ -312,6 +438,9 @@ func writeRolloutView(w io.Writer, v rollout.View, now time.Time) error {
 		// operator wait for ever on a controller that was down.
 		fmt.Fprintf(w, "unattended: %s\n", v.Unattended.Text(now))
 	}
+	// How many targets have each status, whatever the page shows (a
+	// fresh user's finding M7: 300 rows, no count, counted with awk).
+	fmt.Fprintf(w, "targets: %s\n", v.CountsText())
 	fmt.Fprintf(w, "budget: %s; canary %d, batch %d, min_healthy %s, healthy_deadline %s, auto_revert %v\n",
 		v.Budget(), p.Canary, p.Batch, p.MinHealthy, p.HealthyDeadline, p.AutoRevert)
 	for _, m := range []struct {
@@ -363,7 +492,8 @@ func writeRolloutView(w io.Writer, v rollout.View, now time.Time) error {
 		}
 		return fmt.Sprintf("#%d", n)
 	}
-	for _, t := range v.Targets {
+	page, first, total := pg.of(v.Targets)
+	for _, t := range page {
 		var running []string
 		for _, m := range t.Running {
 			s := m.Module + "@" + shortBuild(m.Build) + " " + string(m.State)
@@ -402,6 +532,7 @@ func writeRolloutView(w io.Writer, v rollout.View, now time.Time) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprint(w, pg.line(v, page, first, total))
 	if len(v.Builds) == 0 {
 		// No header over nothing (a fresh user's finding L9).
 		fmt.Fprintln(w, "builds: none known to run yet (no have of the fleet's nodes)")

@@ -21,7 +21,7 @@ func TestRolloutStatusPausedAndReverted(t *testing.T) {
 		{Node: "fay", Batch: 2, Status: rollout.Skipped, Why: "the rollout is reverted: it never got its new want"},
 	}}
 	var b strings.Builder
-	if err := writeRolloutView(&b, v, time.Now()); err != nil {
+	if err := writeRolloutView(&b, v, time.Now(), defaultTargetPaging); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -50,7 +50,7 @@ func TestRolloutStatusWhyWhole(t *testing.T) {
 	v := rollout.View{Fleet: "web", Rollout: 2, Phase: rollout.Halted, Targets: []rollout.TargetView{
 		{Node: "bob", Batch: 1, Status: rollout.Failed, Why: why}}}
 	var b strings.Builder
-	if err := writeRolloutView(&b, v, time.Now()); err != nil {
+	if err := writeRolloutView(&b, v, time.Now(), defaultTargetPaging); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), why) {
@@ -79,7 +79,7 @@ func TestRolloutStatusWaitingWhole(t *testing.T) {
 		{Node: "ivy", Batch: 1, Status: rollout.Changing, Published: 6, Down: true, Why: waiting},
 	}}
 	var b strings.Builder
-	if err := writeRolloutView(&b, v, time.Now()); err != nil {
+	if err := writeRolloutView(&b, v, time.Now(), defaultTargetPaging); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "waiting: "+waiting+"\n") {
@@ -97,7 +97,7 @@ func TestRolloutStatusStalled(t *testing.T) {
 		{Node: "dan", Batch: 2, Status: rollout.Pending, Down: true},
 	}}
 	var b strings.Builder
-	if err := writeRolloutView(&b, v, time.Now()); err != nil {
+	if err := writeRolloutView(&b, v, time.Now(), defaultTargetPaging); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "\nstalled: "+stalled+"\n") {
@@ -115,7 +115,7 @@ func TestRolloutStatusPromotedWhilePaused(t *testing.T) {
 		Promote: &rollout.Mark{Seq: 9, Time: at, By: "bob"}, Paused: &rollout.Mark{Seq: 8, Time: at, By: "alice", Reason: "migration"},
 		Targets: []rollout.TargetView{{Node: "bob", Batch: 2, Status: rollout.Pending}}}
 	var b strings.Builder
-	if err := writeRolloutView(&b, v, time.Now()); err != nil {
+	if err := writeRolloutView(&b, v, time.Now(), defaultTargetPaging); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"promoted at #9 2026-12-01T20:00:00Z by bob\n",
@@ -138,7 +138,7 @@ func TestRolloutStatusRunsNothing(t *testing.T) {
 		{Node: "bob", Batch: 2, Status: rollout.Pending, RunsNothing: true},
 	}}
 	var b strings.Builder
-	if err := writeRolloutView(&b, v, time.Now()); err != nil {
+	if err := writeRolloutView(&b, v, time.Now(), defaultTargetPaging); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -165,7 +165,7 @@ func TestRolloutStatusBudgetNotCounted(t *testing.T) {
 	v := rollout.View{Fleet: "web", Rollout: 4, Phase: rollout.Running, Batch: 1, Batches: 5, Nodes: 20,
 		Unavailable: 6, AwaitTurn: 4, Params: rollout.ViewParams{MaxUnavailable: 3, Canary: 2, Batch: 5}}
 	var b strings.Builder
-	if err := writeRolloutView(&b, v, time.Now()); err != nil {
+	if err := writeRolloutView(&b, v, time.Now(), defaultTargetPaging); err != nil {
 		t.Fatal(err)
 	}
 	want := "budget: 2 of max_unavailable 3 unavailable (20 nodes; not counted: 4 targets unhealthy already, 6 unavailable in all, that take their want in their batch's turn whatever the budget); canary 2, batch 5"
