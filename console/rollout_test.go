@@ -103,3 +103,65 @@ func TestRolloutPageRevertWaits(t *testing.T) {
 		}
 	}
 }
+
+// The rollout page counts the targets of each status at the top, each a
+// link to those targets only (a fresh user's finding M7: 300 rows, no
+// count); the rollouts list says a rollout no controller acts on has
+// none, as `rollout ls` does (finding M9: the list said "running" where
+// ls said "running, no controller for 1m22s").
+func TestRolloutPagesCountAndUnattended(t *testing.T) {
+	t.Parallel()
+	f := newFake()
+	healthy(f, "ace")
+	// A rollout of ace and bob, started and never recorded by a
+	// controller: both steps decided, neither published.
+	cands := []rollout.Candidate{
+		{Node: "ace", Prev: 1, Want: []events.WantModule{{Name: "web", Build: "b2"}}, Current: []events.WantModule{{Name: "web", Build: "b1"}}},
+		{Node: "bob", Prev: 2, Want: []events.WantModule{{Name: "web", Build: "b2"}}, Current: []events.WantModule{{Name: "web", Build: "b1"}}},
+		{Node: "cat", Prev: 2, Want: []events.WantModule{{Name: "web", Build: "b2"}}, Current: []events.WantModule{{Name: "web", Build: "b1"}}},
+	}
+	start, _ := rollout.NewStart("alice", "", rollout.Params{Batch: rollout.Amount{N: 2}}, cands)
+	s := rollout.NewState("web")
+	t0 := time.Date(2026, 12, 1, 14, 0, 0, 0, time.UTC)
+	s.Fold(rollout.Input{Seq: 3, Time: t0, Kind: rollout.KindStart, Payload: start})
+	now := t0.Add(82 * time.Second)
+	c, err := console.New(console.Config{Source: oneRollout{f, s}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	fx := &fixture{f: f, srv: httptest.NewServer(c)}
+	t.Cleanup(func() {
+		fx.srv.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	u := s.Unattended(now)
+	if u == nil {
+		t.Fatal("the fixture's rollout is attended: the test needs one no controller acts on")
+	}
+	code, body := fx.get(t, "/rollouts")
+	if code != http.StatusOK || !strings.Contains(body, `<td class="phase">running, no controller for 1m22s</td>`) {
+		t.Errorf("/rollouts: %d, lacks \"running, no controller for 1m22s\":\n%s", code, body)
+	}
+	if !strings.Contains(body, `<p class="error unattended">unattended: no rollout controller acts on fleet web&#39;s rollout`) {
+		t.Errorf("/rollouts lacks the unattended line:\n%s", body)
+	}
+	code, body = fx.get(t, "/rollouts/web")
+	if code != http.StatusOK || !strings.Contains(body, `<p id="counts">3 targets: <a class="count" data-status="publishing" href="?status=publishing">1 publishing</a>, <a class="count" data-status="pending" href="?status=pending">2 pending</a></p>`) ||
+		!strings.Contains(body, `id="target-ace"`) || !strings.Contains(body, `id="target-cat"`) {
+		t.Errorf("/rollouts/web: %d, lacks the counts or a target:\n%s", code, body)
+	}
+	_, body = fx.get(t, "/rollouts/web?status=publishing")
+	if !strings.Contains(body, `id="target-ace"`) || strings.Contains(body, `id="target-bob"`) || strings.Contains(body, `id="target-cat"`) ||
+		!strings.Contains(body, "showing the 1 publishing only") {
+		t.Errorf("/rollouts/web?status=publishing: not ace alone:\n%s", body)
+	}
+	if code, body := fx.get(t, "/rollouts/web?status=broken"); code != http.StatusBadRequest {
+		t.Errorf("/rollouts/web?status=broken: %d, want 400\n%s", code, body)
+	}
+}

@@ -45,6 +45,9 @@ type rolloutsPage struct {
 	// Notes are the lines under the table: one per rollout whose start
 	// is gone, in `rollout ls`'s words (feed.Remains.Note).
 	Notes []string
+	// Unattended are the lines under the table for the rollouts no
+	// controller acts on, in `rollout ls`'s words.
+	Unattended []string
 }
 
 // rolloutRow is one fleet's line of the list: its rollout's view, or,
@@ -53,6 +56,10 @@ type rolloutRow struct {
 	rollout.View
 	Done int
 	Gone *feed.Remains
+	// NoController is how long no rollout controller has acted on a
+	// rollout that owes a step (rollout.State.Unattended), as `rollout
+	// ls` says it ("1m22s"); empty otherwise.
+	NoController string
 }
 
 type rolloutPage struct {
@@ -63,6 +70,21 @@ type rolloutPage struct {
 	// Unattended says, as of the page's clock, that no controller acts
 	// on the rollout (rollout.State.Unattended); empty otherwise.
 	Unattended string
+	// Counts are the targets of each status, most pressing first, each
+	// a link to the page of those targets only; Filter is the status
+	// the page shows (?status=), empty for every target.
+	Counts []statusCount
+	Filter rollout.Status
+	// Shown counts the targets the batches hold (all of them, or the
+	// filter's); Total says how many the rollout has ("300 targets").
+	Shown int
+	Total string
+}
+
+// statusCount is one status's count on the rollout page.
+type statusCount struct {
+	Status rollout.Status
+	N      int
 }
 
 // rolloutsPage lists the fleets' newest rollouts (DESIGN.md §11).
@@ -79,6 +101,7 @@ func (c *Console) rolloutsPage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		p.Error = err.Error()
 	}
+	now := c.cfg.Now()
 	goneSrc, _ := c.cfg.Source.(RolloutGoneSource)
 	var gone []string
 	if goneSrc != nil {
@@ -98,7 +121,15 @@ func (c *Console) rolloutsPage(w http.ResponseWriter, r *http.Request) {
 		}
 		v := s.View()
 		v.Targets = nil
-		p.Views = append(p.Views, rolloutRow{View: v, Done: v.Counts[rollout.Done]})
+		row := rolloutRow{View: v, Done: v.Counts[rollout.Done]}
+		if u := s.Unattended(now); u != nil {
+			// As `rollout ls` says it: the list said "running" where
+			// ls said "running, no controller for 1m22s" (a fresh
+			// user's finding M9).
+			row.NoController = now.Sub(u.Since).Round(time.Second).String()
+			p.Unattended = append(p.Unattended, fmt.Sprintf("unattended: no rollout controller acts on fleet %s's rollout: its page says since when and what it owes", f))
+		}
+		p.Views = append(p.Views, row)
 	}
 	for _, f := range gone {
 		g, err := goneSrc.RolloutRemains(ctx, f)
@@ -157,11 +188,32 @@ func (c *Console) rolloutPage(w http.ResponseWriter, r *http.Request) {
 	if u := s.Unattended(now); u != nil {
 		p.View.Unattended, p.Unattended = u, u.Text(now)
 	}
+	// How many targets have each status, at the top (a fresh user's
+	// finding M7: 300 rows and no count), each a link to those targets
+	// only.
+	for _, st := range rollout.TargetStatuses {
+		if n := p.View.Counts[st]; n > 0 {
+			p.Counts = append(p.Counts, statusCount{st, n})
+		}
+	}
+	p.Total, _, _ = strings.Cut(p.View.CountsText(), ":")
+	if f := r.URL.Query().Get("status"); f != "" {
+		if _, err := rollout.ParseStatuses(f); err != nil || strings.Contains(f, ",") {
+			c.renderStatus(w, http.StatusBadRequest, "error.html", errorView{Title: "Fleet " + fleet,
+				Error: fmt.Sprintf("status %q: not one target status (%v)", f, err)})
+			return
+		}
+		p.Filter = rollout.Status(f)
+	}
 	for _, t := range p.View.Targets {
+		if p.Filter != "" && t.Status != p.Filter {
+			continue
+		}
 		for len(p.Batches) < t.Batch {
 			p.Batches = append(p.Batches, nil)
 		}
 		p.Batches[t.Batch-1] = append(p.Batches[t.Batch-1], t)
+		p.Shown++
 	}
 	c.render(w, "rollout.html", p)
 }

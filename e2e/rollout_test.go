@@ -347,6 +347,19 @@ func TestRolloutConsoleInBrowser(t *testing.T) {
 	step(t, b, "the canary is done, the others pending", chromedp.Poll[chromedp.Void](
 		`document.querySelectorAll('tr.target[data-status="done"]').length === 1 && document.querySelectorAll('tr.target[data-status="pending"]').length === 3`,
 		chromedp.WithPollingTimeout(deadline)))
+	// The counts at the top, most pressing first, each a link to those
+	// targets only (a fresh user's finding M7: 300 rows, no count).
+	if got := step(t, b, "the counts", chromedp.Evaluate[string](`document.querySelector('#counts').textContent`)); got != "4 targets: 3 pending, 1 done" {
+		t.Errorf("counts %q, want \"4 targets: 3 pending, 1 done\"", got)
+	}
+	href = step(t, b, "the done count's link", chromedp.Evaluate[string](`document.querySelector('#counts a.count[data-status="done"]').href`))
+	step(t, b, "follow it", chromedp.Navigate(href))
+	step(t, b, "the done canary alone", chromedp.Poll[chromedp.Void](
+		`document.querySelectorAll('tr.target').length === 1 && document.querySelectorAll('tr.target[data-status="done"]').length === 1`,
+		chromedp.WithPollingTimeout(deadline)))
+	href = step(t, b, "every target's link", chromedp.Evaluate[string](`document.querySelector('#counts a[href="?"]').href`))
+	step(t, b, "follow it", chromedp.Navigate(href))
+	step(t, b, "every target again", chromedp.Poll[chromedp.Void](`document.querySelectorAll('tr.target').length === 4`, chromedp.WithPollingTimeout(deadline)))
 	// Promote: the open page follows, without a click, to completed.
 	if _, err := feed.Publish(m.ctx(), m.js, m.cfg.Subjects(), "web", rollout.KindPromote, rollout.NewOperator(rollout.KindPromote, id, "alice", ""), ""); err != nil {
 		t.Fatal(err)
