@@ -445,7 +445,11 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		case n.Prev == 0:
 			against = "the node had no want before" // not "want #0" (a fresh user's finding U5)
 		}
-		say("given its new want at #%d (%s, %s), %s", n.Step.Seq, n.Step.Time.Format(time.RFC3339), n.Step.Reason, against)
+		// The step's sequence is the event the rollout decided it at,
+		// not the want's, which the next line names: one line named
+		// both as "its new want" (a fresh user's finding M4: "given its
+		// new want at #6584 … want #6608 published").
+		say("its step decided at #%d (%s, %s) gives it a new want, %s", n.Step.Seq, n.Step.Time.Format(time.RFC3339), n.Step.Reason, against)
 	}
 	if n.Base != 0 {
 		say("a revert gives back want #%d, its want before the rollout this one superseded, which had not finished it (#%d)", n.Base, n.Prev)
@@ -459,7 +463,7 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		say("a revert gives back want #%d, which the rollout carries: the stream's --max-age may drop it meanwhile", n.HadSeq)
 	}
 	if n.Published > 0 {
-		say("want #%d published", n.Published)
+		say("its new want is want #%d, published", n.Published)
 	}
 	if n.Plan != nil && n.Published > 0 && n.Plan.Want == n.Published {
 		if n.Settled >= n.Plan.Seq {
