@@ -36,6 +36,15 @@ type RolloutGoneSource interface {
 	RolloutRemains(ctx context.Context, fleet string) (feed.Remains, error)
 }
 
+// NoPlanSource is what the rollout page reads to say that a target's
+// want has no plan because no live reconciler folds its partition
+// (query.Reader is one): a source without it says nothing of it.
+type NoPlanSource interface {
+	// NoPlanYet adds the reason to the WHY of each such target of v
+	// (query.Reader.NoPlanYet).
+	NoPlanYet(ctx context.Context, v *rollout.View, now time.Time) (map[string]string, error)
+}
+
 // The pages are live through static/refresh.js: every two seconds it
 // fetches the page again and swaps in its body, until the rollout is
 // final.
@@ -187,6 +196,13 @@ func (c *Console) rolloutPage(w http.ResponseWriter, r *http.Request) {
 	now := c.cfg.Now()
 	if u := s.Unattended(now); u != nil {
 		p.View.Unattended, p.Unattended = u, u.Text(now)
+	}
+	if np, ok := c.cfg.Source.(NoPlanSource); ok {
+		// A failed read leaves the WHY as the rollout says it: the page
+		// is drawn again in two seconds.
+		hctx, hcancel := context.WithTimeout(ctx, 3*time.Second)
+		_, _ = np.NoPlanYet(hctx, &p.View, now)
+		hcancel()
 	}
 	// How many targets have each status, at the top (a fresh user's
 	// finding M7: 300 rows and no count), each a link to those targets

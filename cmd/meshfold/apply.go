@@ -243,7 +243,7 @@ revert names it.`,
 			// 'rollout status', 30 s on, said so (a fresh user's
 			// finding m2): a controller records it within
 			// milliseconds, else a note says what to check.
-			a.awaitController(cmd.Context(), js, scfg, fleet.Name, id, wait)
+			a.awaitController(cmd.Context(), js, r, scfg, fleet.Name, id, wait)
 			return nil
 		},
 	}

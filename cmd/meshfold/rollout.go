@@ -314,6 +314,7 @@ percentages as counts) with the fleet file's names and forms:
 			v := s.View()
 			now := time.Now()
 			v.Unattended = s.Unattended(now)
+			noPlanYet(ctx, a, r, &v, now)
 			if format != outTable {
 				if pg.set {
 					// Only what was asked for; the counts stay the
@@ -344,6 +345,26 @@ func shortBuild(b string) string {
 		return "sha256:" + h[:12] + "…"
 	}
 	return events.Text(b)
+}
+
+// holdersWait bounds the read of the lease bucket a rollout view makes
+// to say a target's partition has no live reconciler.
+const holdersWait = 3 * time.Second
+
+// noPlanYet adds to the WHY of each target of v with a want published
+// and no plan whose partition no live reconciler folds, why no plan
+// comes (query.Reader.NoPlanYet), and returns those lines by node. A
+// read that fails says so on stderr, except for credentials that may not
+// read the lease bucket (issued before operators could) or a stream no
+// reconciler ever ran on: those say nothing, as before.
+func noPlanYet(ctx context.Context, a *app, r *query.Reader, v *rollout.View, now time.Time) map[string]string {
+	ctx, cancel := context.WithTimeout(ctx, holdersWait)
+	defer cancel()
+	lines, err := r.NoPlanYet(ctx, v, now)
+	if err != nil && !query.Unreadable(err) {
+		fmt.Fprintf(a.stderr, "note: whether the targets' partitions have a live reconciler could not be read: %v\n", err)
+	}
+	return lines
 }
 
 // targetPaging is how much of a rollout's targets `meshfold rollout
@@ -569,6 +590,10 @@ func newRolloutWhyCmd(a *app) *cobra.Command {
 				fmt.Fprintln(a.stdout, l)
 			}
 			now := time.Now()
+			v := s.View()
+			if lines := noPlanYet(cmd.Context(), a, r, &v, now); lines[args[1]] != "" {
+				fmt.Fprintln(a.stdout, lines[args[1]])
+			}
 			if u := s.Unattended(now); u != nil {
 				fmt.Fprintf(a.stdout, "unattended: %s\n", u.Text(now))
 			}

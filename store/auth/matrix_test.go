@@ -131,6 +131,7 @@ read snapshots            ok        -          ok       -          -            
 write snapshots           ok        -          -        -          -            -        -
 write leases              ok        -          -        -          -            -        -
 hold rollout lease web    ok        ok         -        -          -            -        -
+read leases               ok        -          ok       -          -            -       ok
 read effect key           ok        -          -        -          -            -        -
 hold node lease ace       -         -          -        ok         -            -        -
 hold node lease shanks    -         -          -        -          -            ok       -
@@ -358,6 +359,19 @@ func actions(cfg store.StreamConfig, w *witness) map[string]action {
 			return err
 		}
 		_, err = kv.Put(ctx, "lease.0", []byte("matrix"))
+		return err
+	}
+	// A partition's lease, as the rollout views read who holds it
+	// (query.Reader.Holders), in the bucket the reconciler made.
+	acts["read leases"] = func(ctx context.Context, c *cell) error {
+		kv, err := c.js.KeyValue(ctx, c.cfg.Name+"_LEASES")
+		if err != nil {
+			return err
+		}
+		_, err = kv.Get(ctx, "lease.0")
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil // read, and expired since
+		}
 		return err
 	}
 	// The rollout controller's lease of fleet web, in the bucket the

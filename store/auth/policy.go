@@ -253,6 +253,16 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	// (TestNodeFlowControlGrants).
 	snapshotsFC := "$JS.FC." + kv + ".>"
 
+	// readLeases: the reconcilers' and the rollout controllers' leases
+	// (<stream>_LEASES: who holds each partition and each fleet's
+	// controller, and when it last renewed), read with direct gets,
+	// never written: the rollout views say a partition or a fleet has
+	// no live holder (query.Reader.Holders; a fresh user's findings M4
+	// and m2). The values name a group, an instance, a host and a pid.
+	readLeases := func() {
+		p.Pub.Allow.Add(api("STREAM.INFO.KV_%s", leases), api("DIRECT.GET.KV_%s.$KV.%s.>", leases, leases))
+	}
+
 	switch r {
 	case RoleReconciler:
 		// It creates the secrets and fill status buckets, and reads neither.
@@ -317,6 +327,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 			api("DIRECT.GET.%s.>", kv), api("CONSUMER.CREATE.%s.>", kv), api("CONSUMER.INFO.%s.*", kv),
 			snapshotsFC, api("STREAM.INFO.%s", nodesKV), api("DIRECT.GET.%s.>", nodesKV),
 			events.StateSubjectRoot+"."+pre+".>", "$SRV.>")
+		readLeases()
 		// Bundles: push (creating the bucket on the first), list, remove.
 		readBuilds(true)
 		p.Pub.Allow.Add(api("STREAM.CREATE.%s", objStream), api("STREAM.PURGE.%s", objStream), obj+".>")
@@ -338,6 +349,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 			events.StateSubject(pre, events.EndpointState, "*"), events.StateSubject(pre, events.EndpointComposition, "*"))
 		readKV(fills, ">") // why files are unfilled; never the secrets
 		statBuilds()       // whether a want's builds were pushed
+		readLeases()
 		p.Pub.Deny.Add(subj("*", "fill"))
 		p.Sub.Deny.Add(subj("*", "fill"))
 	case RoleNode:
