@@ -256,7 +256,7 @@ revert names it.`,
 	cmd.Flags().BoolVar(&o.allowMissing, "allow-missing-build", false, "start a rollout of sha256: builds the builds bucket does not hold (yet); a build of no build's form is refused still")
 	cmd.Flags().BoolVar(&allowEmpty, "allow-empty-group", false, "take a group whose selector matches no owned node (refused without it: a selector typo would remove the group's modules from every node)")
 	cmd.Flags().BoolVar(&o.newNodes, "new", false, "roll out to nodes that have no event in the stream yet (refused without it: a mistyped name would make a phantom node)")
-	cmd.Flags().DurationVar(&wait, "wait", DefaultControllerWait, "how long to wait for a rollout controller to record the rollout started, to say when none did (0: do not wait)")
+	cmd.Flags().DurationVar(&wait, "wait", DefaultControllerWait, "how long to wait for a rollout controller to record the rollout started, to say when none did (0: do not wait); as long again when a live controller holds the fleet's lease")
 	addPublishTimeout(cmd, &timeout)
 	a.conn.add(cmd)
 	a.stream.add(cmd)

@@ -568,9 +568,21 @@ func writeRolloutView(w io.Writer, v rollout.View, now time.Time, pg targetPagin
 
 func newRolloutWhyCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "why FLEET NODE",
-		Short:   "Why a node of a fleet's rollout is where it is, event by event",
-		Example: `  meshfold rollout why web ace`,
+		Use:   "why FLEET NODE",
+		Short: "Why a node of a fleet's rollout is where it is, event by event",
+		Long: `why replays the fleet's newest rollout and says, line by line, where NODE is
+in it: its batch and status, the step that gave it its new want (the
+sequence of the event the rollout decided it at) and the want published
+(the want's own sequence), its plan and settle, its health, and what it
+waits for. A target whose want has no plan because no live reconciler folds
+its partition (a reconciler killed, its lease not yet expired: a takeover
+comes within the lease TTL) ends with a line saying so: "no plan yet of its
+want #N: partition P's reconciler, reconciler r2 of group g, has not renewed
+its lease since T …: another reconciler takes it over once the lease
+expires, at T2". An "unattended:" line says no rollout controller acts on
+the rollout. Exit 2 when NODE is not one of the fleet's nodes.`,
+		Example: `  meshfold rollout why web ace
+  meshfold rollout status web --status changing   # then why for one of them`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, nc, err := a.rolloutReader(cmd.Context())
