@@ -1325,7 +1325,7 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 			trace.WithAttributes(tracing.Node.String(node), tracing.Kind.String(string(kind)), tracing.SeqAttr(tracing.Seq, seq)))
 		defer span.End()
 	}
-	ev := events.Event{Seq: seq, Time: meta.Timestamp, Node: node, Kind: kind}
+	ev := events.Event{Seq: seq, Time: meta.Timestamp, Node: node, Kind: kind, Size: len(msg.Data())}
 	ev.Payload, ev.Err = s.in.dec.Decode(kind, msg.Data())
 	if ev.Kind == events.KindPlan && r.cfg.Own != nil && !own && !s.ownRead(node, msg) {
 		if err := r.cfg.Own.Verify(ev.Node, ev.Kind, msg.Headers(), msg.Data()); err != nil {

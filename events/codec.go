@@ -172,7 +172,7 @@ func (s Subjects) DecodeEvent(subject string, data []byte, seq uint64, t time.Ti
 	if err != nil {
 		return Event{}, err
 	}
-	ev := Event{Seq: seq, Time: t, Node: node, Kind: kind}
+	ev := Event{Seq: seq, Time: t, Node: node, Kind: kind, Size: len(data)}
 	ev.Payload, ev.Err = Decode(kind, data)
 	return ev, nil
 }

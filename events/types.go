@@ -585,6 +585,10 @@ type Event struct {
 	Time time.Time
 	Node string
 	Kind Kind
+	// Size is the message's data length in bytes, as stored (0: not
+	// known). The fold counts a node's own events' bytes with it
+	// (reconcile's noisy rule).
+	Size int
 	// Payload is nil exactly when Err is not.
 	Payload Payload
 	Err     error

@@ -46,6 +46,7 @@ func (s *State) Fold(ev events.Event) []Effect {
 	}
 	s.Seq = ev.Seq
 	f := folder{s: s, ev: ev}
+	f.traffic()
 	if ev.Foreign && ev.Kind == events.KindPlan {
 		f.foreignPlan("no valid signature of its keys")
 		return f.out

@@ -147,6 +147,8 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 			b.WriteString("\n")
 		}
 		return b.String()
+	case "flood":
+		return h.flood(t, d, args)
 	case "state":
 		return formatState(h.state())
 	case "judge":
@@ -164,6 +166,68 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 	}
 	return ""
+}
+
+// flood appends n=N events of the node's own kind=K (have, the default;
+// settle; filled) of size=BYTES each (the message's length, as a reader
+// of the stream sets it), every=DURATION apart from the last event's
+// time, with invalid=true as payloads that do not decode (junk on the
+// node's subject). It prints the range, then each event that had
+// effects, with them; the clock goes on at a second an event after it.
+func (h *harness) flood(t testing.TB, d *datadriven.TestData, args map[string]string) string {
+	n := int(reconciletest.U64(t, args["n"]))
+	size := 0
+	if args["size"] != "" {
+		size = int(reconciletest.U64(t, args["size"]))
+	}
+	every, err := time.ParseDuration(args["every"])
+	if err != nil {
+		d.Fatalf(t, "flood every=%q: %v", args["every"], err)
+	}
+	kind := events.Kind(args["kind"])
+	if kind == "" {
+		kind = events.KindHave
+	}
+	// The stream's clock: event N at Base + N×Step. Go on from the last
+	// event's time at every a step, then at a second a step again.
+	s := h.Stream
+	rebase := func(step time.Duration) {
+		last := s.Next() - 1
+		s.Base, s.Step = s.TimeOf(last).Add(-time.Duration(last)*step), step
+	}
+	rebase(every)
+	defer rebase(time.Second)
+	var out strings.Builder
+	first := s.Next()
+	var effects strings.Builder
+	for range n {
+		ev := events.Event{Node: h.Node, Kind: kind, Size: size}
+		switch kind {
+		case events.KindHave:
+			ev.Payload = &events.Have{Modules: []events.HaveModule{}}
+		case events.KindSettle:
+			ev.Payload = &events.Settle{Op: events.OpApply, Plan: max(h.state().NewestPlan, 1)}
+		case events.KindFilled:
+			ev.Payload = &events.Filled{Module: "app", Path: "/run/app/key", Plan: h.state().NewestPlan, Digest: "d"}
+		case events.KindRefusal:
+			ev.Payload = &events.Refusal{Module: "app", Path: "/run/app/key", Reason: events.ReasonNoAccount, Plan: h.state().NewestPlan, Writer: "prov"}
+		default:
+			d.Fatalf(t, "flood kind=%q: have, settle, refusal or filled", kind)
+		}
+		if args["invalid"] == "true" {
+			ev.Payload, ev.Err = nil, fmt.Errorf("%w: junk", events.ErrMalformed)
+		} else {
+			events.Stamp(ev.Payload, s.TimeOf(s.Next()))
+		}
+		ev = s.AppendEvent(ev)
+		if len(s.Effects(ev.Seq)) > 0 {
+			fmt.Fprintf(&effects, "#%d %s at +%s\n", ev.Seq, ev.Kind, ev.Time.Sub(s.TimeOf(first-1)))
+			h.effects(&effects, ev.Seq)
+		}
+	}
+	fmt.Fprintf(&out, "#%d–#%d %d %s of %d bytes, %s apart\n", first, s.Next()-1, n, kind, size, every)
+	out.WriteString(effects.String())
+	return out.String()
 }
 
 // effects prints the effects of the event at seq, each at the sequence it
@@ -483,6 +547,9 @@ func formatState(s *reconcile.State) string {
 	}
 	if p := s.Provisioner; p != nil {
 		fmt.Fprintf(&b, "provisioner: up=%v since #%d claim=%s why=%s\n", p.Up, p.Seq, p.Claim, orNone(string(p.Why)))
+	}
+	if n := s.Noisy; n != nil {
+		fmt.Fprintf(&b, "noisy: %s, from #%d through #%d (%d events, %d bytes)\n", n, n.Seq, n.LastSeq, n.Events(), n.Bytes)
 	}
 	v := s.View()
 	if p := v.ProvisionerDown(); p != nil {

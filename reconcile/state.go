@@ -128,6 +128,15 @@ type State struct {
 	// settled plan; Seq ≤ Seq. Bounded by the settled plan's files.
 	Missing []MissingFile `json:"missing,omitempty"`
 
+	// Traffic counts the node's own events (have, settle, refusal,
+	// filled) of the current window of stream time, and Noisy is its
+	// newest noisy episode (noisy.go; a tester's finding M6): nil before
+	// the first. Noisy is kept until a later one replaces it; `fleet`
+	// flags it for NoisyShow after its last event.
+	// Invariant: every sequence ≤ Seq.
+	Traffic *TrafficWindow `json:"traffic,omitempty"`
+	Noisy   *NoisyRecord   `json:"noisy,omitempty"`
+
 	// Crashes records, per module of the newest have, the stream times
 	// of its last FlapRestarts crashes after running at the build that
 	// have runs it at (a have saying it failed, or running with more
