@@ -46,6 +46,8 @@ const (
 // time: from Start, the time of its first event, for NoisyWindow.
 type TrafficWindow struct {
 	Start time.Time `json:"start"`
+	// StartSeq is the sequence of the window's first event.
+	StartSeq uint64 `json:"start_seq"`
 	Traffic
 	// Noisy: the window passed a threshold; its events after that one
 	// count in State.Noisy too.
@@ -122,10 +124,12 @@ func (t Traffic) String() string {
 // which passed a threshold, counted from the event that passed it in the
 // first (Seq, at stream time Since) through the newest (LastSeq, Last).
 type NoisyRecord struct {
-	Seq     uint64    `json:"seq"`
-	Since   time.Time `json:"since"`
-	LastSeq uint64    `json:"last_seq"`
-	Last    time.Time `json:"last"`
+	Seq   uint64    `json:"seq"`
+	Since time.Time `json:"since"`
+	// SinceSeq is the sequence of the event at Since.
+	SinceSeq uint64    `json:"since_seq"`
+	LastSeq  uint64    `json:"last_seq"`
+	Last     time.Time `json:"last"`
 	Traffic
 	// Warned is the traffic at the episode's last journal entry.
 	Warned Traffic `json:"warned"`
@@ -161,7 +165,7 @@ func (f *folder) traffic() {
 	if w == nil || t.Before(w.Start) || t.Sub(w.Start) >= NoisyWindow {
 		// A window that follows a noisy one at once continues its
 		// episode (below); any other starts afresh.
-		w = &TrafficWindow{Start: t}
+		w = &TrafficWindow{Start: t, StartSeq: f.ev.Seq}
 		s.Traffic = w
 	}
 	w.add(f.ev.Kind, f.ev.Size)
@@ -181,7 +185,7 @@ func (f *folder) traffic() {
 		f.warnNoisy(false)
 		return
 	}
-	s.Noisy = &NoisyRecord{Seq: f.ev.Seq, Since: w.Start, LastSeq: f.ev.Seq, Last: t, Traffic: w.Traffic}
+	s.Noisy = &NoisyRecord{Seq: f.ev.Seq, Since: w.Start, SinceSeq: w.StartSeq, LastSeq: f.ev.Seq, Last: t, Traffic: w.Traffic}
 	f.warnNoisy(true)
 }
 
