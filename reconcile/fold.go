@@ -46,10 +46,19 @@ func (s *State) Fold(ev events.Event) []Effect {
 	}
 	s.Seq = ev.Seq
 	f := folder{s: s, ev: ev}
+	f.fold()
+	// Last: a noisy episode's journal entry follows every other effect
+	// of the event, whose ids are then those of a fold without the rule.
 	f.traffic()
+	return f.out
+}
+
+// fold applies the rule of f.ev's kind.
+func (f *folder) fold() {
+	ev := f.ev
 	if ev.Foreign && ev.Kind == events.KindPlan {
 		f.foreignPlan("no valid signature of its keys")
-		return f.out
+		return
 	}
 	if ev.Err != nil {
 		if errors.Is(ev.Err, events.ErrNewerVersion) {
@@ -57,7 +66,7 @@ func (s *State) Fold(ev events.Event) []Effect {
 		} else {
 			f.reject("%v", ev.Err)
 		}
-		return f.out
+		return
 	}
 	switch p := ev.Payload.(type) {
 	case *events.Want:
@@ -93,7 +102,6 @@ func (s *State) Fold(ev events.Event) []Effect {
 	case *events.Ack:
 		f.ack(p)
 	}
-	return f.out
 }
 
 // folder carries one Fold call: the state, the event and the effects.

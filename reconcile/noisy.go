@@ -15,22 +15,38 @@ import (
 // audit: one node could fill the server's disk for the whole mesh. The
 // server bounds a node user's message (store/auth.NodeMaxPayload), not
 // its rate, so the fold measures it: a node whose own events pass
-// NoisyEvents or NoisyBytes within one NoisyWindow of stream time, counted
-// from the first event of the window, is noisy. The fold journals it at
-// warn when it starts, and again each time its bytes or events double (a
-// few entries for any flood: five for the tester's 400 haves), and keeps
-// the episode in [State.Noisy] for `fleet`, `state` and the console.
+// NoisyEvents or NoisyBytes within one window of stream time is noisy.
+// The fold journals it at warn when it starts, and again each time its
+// bytes or events double (a few entries for any flood: six for the
+// tester's 400 haves), and keeps the episode in [State.Noisy] for
+// `fleet`, `state` and the console. Counting changes no plan, knock or
+// other effect: the episode's journal entries come after every other
+// effect of their event, so no other effect's id moves.
 //
 // The thresholds are above what a node running the largest want does at
 // its busiest, a plan's apply: a settle per module and a refusal and a
 // filled per file, at most 32 + 2×256 events, and a few haves of a few
 // kilobytes (the largest valid have is 102 KB); and far below what fills
 // a disk (the tester's flood: 400 haves of 200 KB, 80 MB in 2.85 s).
-// Windows are fixed, each starting at its first event: a flood split
+//
+// Windows are fixed spans of stream time, aligned on multiples of
+// NoisyWindow (:00, :10, :20, … of each minute), so that where they fall
+// depends on the stream alone, not on where a fold started. A flood split
 // across two windows is seen once it passes a threshold within one, and
 // a node that stays just under them (2 MB every 10 s, 17 GB a day) is not
 // flagged; the stream's --max-bytes bounds that (docs/operations.md,
 // "A node that floods the stream").
+//
+// The window's counts live in the state's memory only (State.traffic),
+// never in its snapshot. A window is noisy exactly when the episode's
+// last event is in it, which the snapshot holds, so a fold restarted from
+// a snapshot inside a noisy window journals what an uninterrupted one
+// does; one restarted inside a window not yet noisy counts that window
+// from the restart on: what the window held before the snapshot (under
+// both thresholds) is not counted, so that window's entry may come later
+// or not at all, and that episode's totals may be short by as much. Every
+// later window counts the same (docs/architecture.md, "The noisy rule's
+// window is not in the snapshot").
 const (
 	// NoisyWindow is the span of stream time the rule counts over.
 	NoisyWindow = 10 * time.Second
@@ -42,16 +58,13 @@ const (
 	NoisyBytes = 2_000_000
 )
 
-// TrafficWindow counts the node's own events of one window of stream
-// time: from Start, the time of its first event, for NoisyWindow.
-type TrafficWindow struct {
-	Start time.Time `json:"start"`
-	// StartSeq is the sequence of the window's first event.
-	StartSeq uint64 `json:"start_seq"`
+// trafficWindow counts the node's own events of one window of stream
+// time, [start, start+NoisyWindow), from the first one this fold saw in
+// it (firstSeq, at stream time first). The zero value is no window.
+type trafficWindow struct {
+	start, first time.Time
+	firstSeq     uint64
 	Traffic
-	// Noisy: the window passed a threshold; its events after that one
-	// count in State.Noisy too.
-	Noisy bool `json:"noisy,omitempty"`
 }
 
 // Traffic counts a node's own events, by kind, and their bytes.
@@ -153,45 +166,53 @@ const NoisyShow = 24 * time.Hour
 
 // traffic counts the event, when it is one of the node's own (its kind
 // is one the node user publishes, decoded or not), and journals a noisy
-// episode's start and each doubling.
+// episode's start and each doubling. Fold calls it after every other rule
+// of the event, so that its journal entry is the event's last effect.
 func (f *folder) traffic() {
 	switch f.ev.Kind {
 	case events.KindHave, events.KindSettle, events.KindRefusal, events.KindFilled:
 	default:
 		return
 	}
-	s, t := f.s, f.ev.Time
-	w := s.Traffic
-	if w == nil || t.Before(w.Start) || t.Sub(w.Start) >= NoisyWindow {
-		// A window that follows a noisy one at once continues its
-		// episode (below); any other starts afresh.
-		w = &TrafficWindow{Start: t, StartSeq: f.ev.Seq}
-		s.Traffic = w
+	s, w, n := f.s, &f.s.traffic, f.s.Noisy
+	// Windows never go back: an event stamped before the newest one
+	// counted (a new stream leader whose clock is behind the old one's)
+	// counts at that one's time.
+	t := f.ev.Time
+	if t.Before(w.start) {
+		t = w.start
+	}
+	if n != nil && t.Before(n.Last) {
+		t = n.Last
+	}
+	if start := t.Truncate(NoisyWindow); w.start.IsZero() || start.After(w.start) {
+		*w = trafficWindow{start: start, first: t, firstSeq: f.ev.Seq}
 	}
 	w.add(f.ev.Kind, f.ev.Size)
-	if w.Noisy {
-		s.Noisy.add(f.ev)
+	if n != nil && !n.Last.Before(w.start) {
+		// The episode's last event is in this window: the window is
+		// noisy, and its every event counts in the episode.
+		n.add(f.ev.Kind, f.ev.Size, f.ev.Seq, t)
 		f.warnNoisy(false)
 		return
 	}
 	if w.Events() <= NoisyEvents && w.Bytes <= NoisyBytes {
 		return
 	}
-	w.Noisy = true
-	if n := s.Noisy; n != nil && !w.Start.After(n.Last.Add(NoisyWindow)) {
-		// The window before was noisy up to its end: one episode.
+	if n != nil && !n.Last.Before(w.start.Add(-NoisyWindow)) {
+		// The window before was noisy: one episode.
 		n.Traffic.plus(w.Traffic)
 		n.LastSeq, n.Last = f.ev.Seq, t
 		f.warnNoisy(false)
 		return
 	}
-	s.Noisy = &NoisyRecord{Seq: f.ev.Seq, Since: w.Start, SinceSeq: w.StartSeq, LastSeq: f.ev.Seq, Last: t, Traffic: w.Traffic}
+	s.Noisy = &NoisyRecord{Seq: f.ev.Seq, Since: w.first, SinceSeq: w.firstSeq, LastSeq: f.ev.Seq, Last: t, Traffic: w.Traffic}
 	f.warnNoisy(true)
 }
 
-func (n *NoisyRecord) add(ev events.Event) {
-	n.Traffic.add(ev.Kind, ev.Size)
-	n.LastSeq, n.Last = ev.Seq, ev.Time
+func (n *NoisyRecord) add(k events.Kind, size int, seq uint64, t time.Time) {
+	n.Traffic.add(k, size)
+	n.LastSeq, n.Last = seq, t
 }
 
 // warnNoisy journals the episode at its start, and when its events or

@@ -149,6 +149,20 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		return b.String()
 	case "flood":
 		return h.flood(t, d, args)
+	case "restart":
+		// The node's state as a restarted reconciler holds it: encoded
+		// as a snapshot and decoded (what the state keeps only in
+		// memory, the noisy rule's window, is gone).
+		snap, err := reconcile.MarshalState(h.state())
+		if err != nil {
+			t.Fatalf("%s: %v", d.Pos, err)
+		}
+		back, err := reconcile.UnmarshalState(snap)
+		if err != nil {
+			t.Fatalf("%s: %v", d.Pos, err)
+		}
+		*h.state() = *back
+		return fmt.Sprintf("restarted from a snapshot at #%d", back.Seq)
 	case "state":
 		return formatState(h.state())
 	case "judge":

@@ -128,14 +128,11 @@ type State struct {
 	// settled plan; Seq ≤ Seq. Bounded by the settled plan's files.
 	Missing []MissingFile `json:"missing,omitempty"`
 
-	// Traffic counts the node's own events (have, settle, refusal,
-	// filled) of the current window of stream time, and Noisy is its
-	// newest noisy episode (noisy.go; a tester's finding M6): nil before
-	// the first. Noisy is kept until a later one replaces it; `fleet`
-	// flags it for NoisyShow after its last event.
+	// Noisy is the node's newest noisy episode (noisy.go; a tester's
+	// finding M6): nil before the first, kept until a later one replaces
+	// it; `fleet` flags it for NoisyShow after its last event.
 	// Invariant: every sequence ≤ Seq.
-	Traffic *TrafficWindow `json:"traffic,omitempty"`
-	Noisy   *NoisyRecord   `json:"noisy,omitempty"`
+	Noisy *NoisyRecord `json:"noisy,omitempty"`
 
 	// Crashes records, per module of the newest have, the stream times
 	// of its last FlapRestarts crashes after running at the build that
@@ -188,6 +185,15 @@ type State struct {
 	// a test sets them (an unbounded fold to compare with); a snapshot
 	// does not carry them.
 	caps *caps
+	// traffic counts the node's own events of the current window of
+	// stream time (noisy.go). It is not part of the state's JSON, so not
+	// of its snapshot nor of its equality: a state folded from a stream
+	// written before the rule existed is the same state, and counting an
+	// event changes nothing stored but the episode it may start. A state
+	// decoded from a snapshot starts with an empty window
+	// (docs/architecture.md, "The noisy rule's window is not in the
+	// snapshot").
+	traffic trafficWindow
 }
 
 // PauseRecord is the pause in force: the pause event's sequence, stream
@@ -424,6 +430,7 @@ func (s *State) Clone() *State {
 		panic(err)
 	}
 	c.caps = s.caps
+	c.traffic = s.traffic
 	return c
 }
 
@@ -775,6 +782,14 @@ func (s *State) CheckInvariants() error {
 			return fmt.Errorf("placement of %s %s at plan %d above the settled plan", p.Module, p.Path, p.Plan)
 		}
 		if err := maxSeq("placement", p.Seq); err != nil {
+			return err
+		}
+	}
+	if n := s.Noisy; n != nil {
+		if n.SinceSeq > n.Seq || n.Seq > n.LastSeq || n.Last.Before(n.Since) {
+			return fmt.Errorf("noisy episode from #%d (window from #%d) through #%d out of order", n.Seq, n.SinceSeq, n.LastSeq)
+		}
+		if err := maxSeq("noisy episode", n.LastSeq); err != nil {
 			return err
 		}
 	}
