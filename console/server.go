@@ -853,7 +853,7 @@ var funcs = template.FuncMap{
 	// finding M6).
 	"stuck": func(r audit.FleetRow) string {
 		rows := []audit.FleetRow{r}
-		return audit.FleetMissingText(rows) + audit.FleetStuckText(rows) + audit.FleetSourcesText(rows, time.Now())
+		return audit.FleetNoisyText(rows) + audit.FleetMissingText(rows) + audit.FleetStuckText(rows) + audit.FleetSourcesText(rows, time.Now())
 	},
 	// acked is what `meshfold fleet` prints of the acknowledged journal
 	// warnings: apart from what needs an operator.

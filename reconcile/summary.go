@@ -28,8 +28,12 @@ import (
 // format 3 summary is read still, as a view with none. Format 5 added,
 // to each missing file, whether it was gone at the agent's start
 // (MissingFile.AtStart); a format 4 summary is read still, as a view
-// whose missing files were not.
-const SummaryFormat = 5
+// whose missing files were not. Format 6 added the node's noisy episode
+// (View.Noisy, without its Warned): a summary is written in format 6 only
+// when it holds one, in format 5 otherwise, so that an older reader
+// (which refuses format 6 and reads the node's snapshot instead) does so
+// only for a node that flooded.
+const SummaryFormat = 6
 
 // summaryJSONFormat is format 1's number: JSON, read still.
 const summaryJSONFormat = 1
@@ -67,6 +71,11 @@ func (v View) FleetSummary() View {
 	}
 	if v.LastKnock != nil {
 		s.LastKnock = &KnockRecord{Cause: v.LastKnock.Cause}
+	}
+	if v.Noisy != nil {
+		n := *v.Noisy
+		n.Warned = Traffic{} // the fold's, not a row's
+		s.Noisy = &n
 	}
 	return s
 }
@@ -128,6 +137,8 @@ func UnmarshalSummary(data []byte) (View, error) {
 	switch {
 	case bytes.HasPrefix(data, []byte(summaryPrefix)):
 		format = SummaryFormat
+	case bytes.HasPrefix(data, []byte(summaryPrefix5)):
+		format = 5
 	case bytes.HasPrefix(data, []byte(summaryPrefix4)):
 		format = 4
 	case bytes.HasPrefix(data, []byte(summaryPrefix3)):

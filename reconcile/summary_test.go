@@ -156,7 +156,7 @@ func TestSummaryFormats(t *testing.T) {
 	for _, b := range []string{
 		`{"format":3,"snapshot":1,"node":"a"}`,
 		`{"format":1,"snapshot":9,"node":"a"}`,
-		`6:AAAA`,
+		`7:AAAA`,
 		`2` + strings.Repeat("A", 8),
 	} {
 		if _, err := reconcile.UnmarshalSummary([]byte(b)); !errors.Is(err, reconcile.ErrSummaryFormat) {
@@ -214,5 +214,39 @@ func TestSummaryFormat4(t *testing.T) {
 	v5, err := reconcile.UnmarshalSummary(reconcile.MarshalSummaryView(v))
 	if err != nil || v5.Missing[0].AtStart || !v5.Missing[1].AtStart {
 		t.Fatalf("format %d: %+v, %v; want the token gone at the agent's start", reconcile.SummaryFormat, v5.Missing, err)
+	}
+}
+
+// TestSummaryFormat6: a view with no noisy episode is written in format 5,
+// byte for byte as the build before format 6 wrote it (format5 below, a
+// golden of that build's MarshalSummaryView), so an older reader reads it
+// as before; one with an episode is written in format 6, which an older
+// reader refuses (its TestSummaryFormats: "6:AAAA" is ErrSummaryFormat)
+// and reads the node's snapshot instead, and this build reads whole.
+func TestSummaryFormat6(t *testing.T) {
+	const format5 = "5:BAEGYWNlzQcAAAAAAAAAQM0HAYCxnLENAAAAAAAAAADeBwGAsZyxDQAGb3Bz1AcBBmFwcBYvcnVuL2FwcC9jYQkBgLGcsQ0AAQ"
+	at := time.Date(2026, 12, 5, 4, 0, 0, 0, time.UTC)
+	v := reconcile.View{Node: "ace", Seq: 973, HaveSeq: 973, HaveTime: at,
+		Missing: []reconcile.MissingFile{{Module: "app", Path: "/run/app/ca", Seq: 9, Time: at, AtStart: true}},
+		Ack:     &reconcile.AckRecord{Seq: 990, Time: at, By: "ops", Upto: 980}}
+	if got := string(reconcile.MarshalSummaryView(v)); got != format5 {
+		t.Fatalf("a view with no episode:\n%s\nthe build before wrote\n%s", got, format5)
+	}
+	v.Noisy = &reconcile.NoisyRecord{Seq: 578, Since: at.Add(-77 * time.Millisecond), SinceSeq: 568, LastSeq: 973, Last: at.Add(2800 * time.Millisecond),
+		Traffic: reconcile.Traffic{Haves: 401, Bytes: 80_000_000}, Warned: reconcile.Traffic{Haves: 353}}
+	want := v.FleetSummary()
+	if want.Noisy.Warned != (reconcile.Traffic{}) || v.Noisy.Warned.Haves != 353 {
+		t.Fatalf("FleetSummary keeps the episode's warned %+v (and the view's is %+v)", want.Noisy.Warned, v.Noisy.Warned)
+	}
+	b := reconcile.MarshalSummaryView(want)
+	if !strings.HasPrefix(string(b), "6:") {
+		t.Fatalf("a view with an episode written as %.2s", b)
+	}
+	got, err := reconcile.UnmarshalSummary(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := jsonOf(t, got), jsonOf(t, want); g != w {
+		t.Fatalf("format 6 reads\n%s\nwant\n%s", g, w)
 	}
 }

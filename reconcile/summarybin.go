@@ -29,18 +29,21 @@ import (
 // the provisioner (format 3; format 2 is the same without it, and counts
 // no files), the missing files (format 4; format 3 is the same without
 // them), each with its at_start (format 5; format 4 is the same without
-// it).
+// it), the noisy episode (format 6, when flagged; format 5 is the same
+// without it, and a summary without an episode is written in format 5).
 // A count precedes each list. TestSummaryBinaryCoversView fails when the
 // view gains a field this order leaves out: add it here and bump
 // [SummaryFormat].
 
-// summaryPrefix starts a format 5 summary, summaryPrefix4 one of format 4
+// summaryPrefix starts a format 6 summary, summaryPrefix5 one of format 5
+// (the same fields but the noisy episode), summaryPrefix4 one of format 4
 // (the same fields but each missing file's at_start), summaryPrefix3 one of format
 // 3 (the same fields but the missing files), summaryPrefix2 one of format
 // 2 (those of format 3 but the provisioner's record, and no files
 // counted); a format 1 summary is JSON: '{'.
 const (
-	summaryPrefix  = "5:"
+	summaryPrefix  = "6:"
+	summaryPrefix5 = "5:"
 	summaryPrefix4 = "4:"
 	summaryPrefix3 = "3:"
 	summaryPrefix2 = "2:"
@@ -59,6 +62,7 @@ const (
 	flagRetireRetired
 	flagProv   // format 3
 	flagProvUp // format 3
+	flagNoisy  // format 6
 )
 
 // Time kinds: a zero time, a time in UTC, a time at a zone offset.
@@ -167,6 +171,7 @@ func marshalSummaryBinary(v View, snapshot int) []byte {
 	set(v.Retire != nil && v.Retire.Retired, flagRetireRetired)
 	set(v.Provisioner != nil, flagProv)
 	set(v.Provisioner != nil && v.Provisioner.Up, flagProvUp)
+	set(v.Noisy != nil, flagNoisy)
 	e.uint(flags)
 	if v.LastKnock != nil {
 		e.uint(v.LastKnock.Cause)
@@ -275,13 +280,26 @@ func marshalSummaryBinary(v View, snapshot int) []byte {
 		e.time(m.Time)
 		e.bool(m.AtStart) // format 5
 	}
+	prefix := summaryPrefix5
+	if n := v.Noisy; n != nil {
+		prefix = summaryPrefix
+		e.uint(n.Seq)
+		e.time(n.Since)
+		e.uint(n.SinceSeq)
+		e.uint(n.LastSeq)
+		e.time(n.Last)
+		for _, c := range []int{n.Haves, n.Settles, n.Refusals, n.Filled} {
+			e.int(int64(c))
+		}
+		e.int(n.Bytes)
+	}
 	// How many strings the table holds comes first: a reader makes it
 	// once.
 	body := binary.AppendUvarint(make([]byte, 0, len(e.b)+2), uint64(len(e.seen)))
 	body = append(body, e.b...)
-	out := make([]byte, len(summaryPrefix)+base64.RawStdEncoding.EncodedLen(len(body)))
-	copy(out, summaryPrefix)
-	base64.RawStdEncoding.Encode(out[len(summaryPrefix):], body)
+	out := make([]byte, len(prefix)+base64.RawStdEncoding.EncodedLen(len(body)))
+	copy(out, prefix)
+	base64.RawStdEncoding.Encode(out[len(prefix):], body)
 	return out
 }
 
@@ -561,6 +579,12 @@ func unmarshalSummaryBinary(data []byte, format int) (View, int, error) {
 				}
 			}
 		}
+	}
+	if format >= 6 && flags&flagNoisy != 0 {
+		n := &NoisyRecord{Seq: d.uint(), Since: d.time(), SinceSeq: d.uint(), LastSeq: d.uint(), Last: d.time()}
+		n.Haves, n.Settles, n.Refusals, n.Filled = int(d.int()), int(d.int()), int(d.int()), int(d.int())
+		n.Bytes = d.int()
+		v.Noisy = n
 	}
 	if d.err == nil && len(d.s) != 0 {
 		d.err = errors.New("reconcile: fleet summary longer than its fields")

@@ -64,6 +64,9 @@ type View struct {
 	// on the node (State.Missing), each with the have that first
 	// reported it, whose knock asked for its refill.
 	Missing []MissingFile `json:"missing,omitempty"`
+	// Noisy is the node's newest noisy episode (State.Noisy; noisy.go);
+	// nil before the first.
+	Noisy *NoisyRecord `json:"noisy,omitempty"`
 	// Failed is, per module, the newest failed apply of a plan not
 	// settled yet: why the node is unsettled (module "" when the agent
 	// refused the whole plan).
@@ -189,6 +192,10 @@ func (s *State) View() View {
 	}
 	v.Unfilled = s.unfilled()
 	v.Missing = slices.Clone(s.Missing)
+	if s.Noisy != nil {
+		n := *s.Noisy
+		v.Noisy = &n
+	}
 	v.Failed = slices.Clone(s.Failed)
 	if s.Agent != nil {
 		a := *s.Agent

@@ -650,6 +650,7 @@ func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPagin
 	if cleared > 0 {
 		fmt.Fprintf(&b, "-- %s cleared: older than their node's newest settled plan, on nodes nothing else flags (JSON journal_warnings_cleared; meshfold audit NODE shows them)\n", plural(cleared, "journal warning"))
 	}
+	b.WriteString(audit.FleetNoisyText(page))
 	b.WriteString(audit.FleetWarningsText(page))
 	b.WriteString(audit.FleetAckedText(page))
 	b.WriteString(audit.FleetFailedText(page))

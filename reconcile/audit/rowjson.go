@@ -108,6 +108,11 @@ func (r *FleetRow) AppendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if r.Noisy != nil {
+		if b, err = appendMarshal(b, `,"noisy":`, r.Noisy); err != nil {
+			return nil, err
+		}
+	}
 	if len(r.Unhealthy) > 0 {
 		if b, err = appendRuntimes(b, `,"unhealthy":`, r.Unhealthy); err != nil {
 			return nil, err

@@ -105,6 +105,10 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 	}
 	t.line(1, "account", acct)
 	t.line(1, "counts", fmt.Sprintf("%s, %s, %d held", plural(v.Modules, "module"), plural(v.Files, "declared file"), v.Held))
+	if n := v.Noisy; n != nil {
+		t.line(1, "noisy", fmt.Sprintf("%s (#%d–#%d), its last event %s %s: over %d events or %s of its own events in %s (docs/operations.md, \"A node that floods the stream\")",
+			n, n.Seq, n.LastSeq, Age(now.Sub(n.Last)), suffix, reconcile.NoisyEvents, reconcile.FormatBytes(reconcile.NoisyBytes), reconcile.FormatSpan(reconcile.NoisyWindow)))
+	}
 	for _, r := range c.Modules {
 		if r.Held {
 			t.line(1, "held", HeldText(r.Name, r.Why, r.Build, r.Pending))
@@ -416,6 +420,11 @@ type FleetRow struct {
 	// on the node, whose refill the reconciler asked
 	// (reconcile.View.Missing).
 	Missing []reconcile.MissingFile `json:"missing,omitempty"`
+	// Noisy is the node's noisy episode (reconcile.NoisyRecord: its
+	// own events past 1000 or 2 MB in 10 s of stream time) while it is
+	// news: its last event less than reconcile.NoisyShow before now and
+	// after the node's acknowledgement (`meshfold ack`). Absent otherwise.
+	Noisy *reconcile.NoisyRecord `json:"noisy,omitempty"`
 	// Unhealthy are the modules alive with a failing health check;
 	// Flapping those that run but crash-loop (at least
 	// reconcile.FlapRestarts restarts, running for less than
@@ -452,7 +461,7 @@ type FleetRow struct {
 	// saw them (each Stale). Absent otherwise.
 	ProvisionerDown *reconcile.AgentRecord `json:"provisioner_down,omitempty"`
 	// Attention lists what needs an operator, most pressing first:
-	// "error", "agent-down", "provisioner-down", "failed", "apply-failed",
+	// "error", "noisy", "agent-down", "provisioner-down", "failed", "apply-failed",
 	// "unhealthy", "flapping", "missing", "unfilled", "source", "owed", "approval", "unsettled",
 	// "paused", "retiring", "account", "stale-have", "journal". A retired
 	// node needs nothing.
@@ -502,6 +511,9 @@ func FleetRowOfView(v reconcile.View, now time.Time, stale time.Duration) FleetR
 		Missing: v.Missing, Stuck: v.Stuck(now)}
 	r.Retired = r.Stuck.Retired
 	r.Ack = v.Ack
+	if n := v.Noisy; n.Shown(now) && (v.Ack == nil || v.Ack.Upto < n.LastSeq) {
+		r.Noisy = n
+	}
 	for _, h := range v.Holds {
 		if h.Why == events.HoldApproval && h.Pending != "" {
 			r.Pending = append(r.Pending, h)
@@ -965,6 +977,7 @@ func needsOf(a []string, r *FleetRow) []string {
 		return a
 	}
 	add(r.Error != "", "error")
+	add(r.Noisy != nil, "noisy")
 	add(r.Agent == "down", "agent-down")
 	add(r.ProvisionerDown != nil, "provisioner-down")
 	add(len(r.Failed) > 0, "failed")
@@ -1256,7 +1269,7 @@ func CompareFleetKeys(a, b *FleetKey) int {
 
 // FleetNeeds are the needs a [FleetRow.Attention] may list, most
 // pressing first (the order [SortFleet] ranks them in).
-var FleetNeeds = []string{"error", "agent-down", "provisioner-down", "failed", "apply-failed", "unhealthy", "flapping", "missing",
+var FleetNeeds = []string{"error", "noisy", "agent-down", "provisioner-down", "failed", "apply-failed", "unhealthy", "flapping", "missing",
 	"unfilled", "source", "owed", "approval", "unsettled", "paused", "retiring", "account",
 	"stale-have", "journal"}
 
@@ -1334,6 +1347,8 @@ func (r FleetRow) Line(nodeWidth int) string {
 			}
 		case "journal":
 			needs = append(needs, plural(r.Warnings, "warning"))
+		case "noisy":
+			needs = append(needs, "noisy "+reconcile.FormatBytes(r.Noisy.Bytes))
 		case "failed":
 			for _, f := range r.Failed {
 				needs = append(needs, failedNeed(f))
@@ -1396,6 +1411,20 @@ func FleetAppliesText(rows []FleetRow, now time.Time) string {
 	for _, r := range rows {
 		for _, f := range r.FailedApplies {
 			t.line(0, "apply-failed", r.Node+" "+FailedText(f, r.SettledPlan, now, "ago"))
+		}
+	}
+	return t.b.String()
+}
+
+// FleetNoisyText says, one line per noisy row (FleetRow.Noisy), what the
+// node published, over which sequences, and what an operator does.
+func FleetNoisyText(rows []FleetRow) string {
+	var t textWriter
+	for _, r := range rows {
+		if n := r.Noisy; n != nil {
+			t.line(0, "noisy", fmt.Sprintf("%s %s (#%d–#%d), over %d events or %s of its own events in %s: if its agent is not looping, its node credential may be stolen: "+
+				"'meshfold auth revoke node-%s' (docs/operations.md, \"A node that floods the stream\"); 'meshfold ack %s' once it is handled",
+				r.Node, n, n.Seq, n.LastSeq, reconcile.NoisyEvents, reconcile.FormatBytes(reconcile.NoisyBytes), reconcile.FormatSpan(reconcile.NoisyWindow), r.Node, r.Node))
 		}
 	}
 	return t.b.String()
