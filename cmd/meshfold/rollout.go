@@ -583,7 +583,7 @@ expires, at T2". An "unattended:" line says no rollout controller acts on
 the rollout. Exit 2 when NODE is not one of the fleet's nodes.`,
 		Example: `  meshfold rollout why web ace
   meshfold rollout status web --status changing   # then why for one of them`,
-		Args:    cobra.ExactArgs(2),
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, nc, err := a.rolloutReader(cmd.Context())
 			if err != nil {
