@@ -223,6 +223,9 @@ revert names it.`,
 				return fmt.Errorf("apply gave up after %s, its --timeout (%s), publishing the rollout's start: no acknowledgement came, so it may have been stored all the same: "+
 					"'meshfold rollout status %s' says whether a rollout started; run apply again only if none did: %w", roundTook(time.Since(started)), timeout, fleet.Name, err)
 			}
+			if errors.Is(err, feed.ErrStartedMeanwhile) {
+				return withCode(exitConflict, fmt.Errorf("conflict: %w", err))
+			}
 			if err != nil {
 				return err
 			}

@@ -27,10 +27,11 @@ func TestApplySaysWhatTimedOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The read as apply makes it, its --timeout spent.
+	// The nodes' reads as apply makes them (after the fleet's newest
+	// start), its --timeout spent.
 	past, cancel := context.WithDeadline(testCtx(t), time.Now().Add(-time.Second))
 	defer cancel()
-	_, readErr := feed.NewPlanHeld(past, stream, m.cfg.Subjects(), f, "alice", "", nil)
+	_, readErr := feed.CandidatesHeld(past, stream, m.cfg.Subjects(), f, nil)
 	if readErr == nil {
 		t.Fatal("a read past its deadline succeeded")
 	}

@@ -552,6 +552,11 @@ func Paused(ctx context.Context, stream jetstream.Stream, subj events.Subjects, 
 // Errors: a validation error (matching events.ErrInvalid); the
 // publish's (store.ServerError).
 func Publish(ctx context.Context, js jetstream.JetStream, subj events.Subjects, fleet string, k rollout.Kind, p any, id string) (uint64, error) {
+	return publish(ctx, js, subj, fleet, k, p, id)
+}
+
+// publish is [Publish] with more of the client's options (a fence).
+func publish(ctx context.Context, js jetstream.JetStream, subj events.Subjects, fleet string, k rollout.Kind, p any, id string, more ...jetstream.PublishOpt) (uint64, error) {
 	rollout.Stamp(p, time.Now())
 	if v, ok := p.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {
@@ -562,7 +567,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, subj events.Subjects, 
 	if err != nil {
 		return 0, err
 	}
-	var opts []jetstream.PublishOpt
+	opts := more
 	if id != "" {
 		opts = append(opts, jetstream.WithMsgID(id))
 	}
@@ -580,7 +585,40 @@ type Plan struct {
 	Cands []rollout.Candidate
 	Start *rollout.Start
 	Pages [][]rollout.NodeAtStart
+	// After is the stream sequence of the fleet's newest start when the
+	// plan was read, before its wants (0: the fleet had none). [Plan.Apply]
+	// publishes the start only while it is still the newest
+	// ([ErrStartedMeanwhile]).
+	After uint64
 }
+
+// ErrStartedMeanwhile is [Plan.Apply]'s error when another start of the
+// fleet was stored after the plan read the fleet: the plan diffed its
+// targets against wants that rollout may be changing, and a start
+// published over it would halt at its first step on a conflict that no
+// one made by hand (a fresh user's finding G2: two operators' applies at
+// once both said "started"; the second halted, auto-reverted, and the
+// fleet was left mixed). Nothing was published; apply again reads the
+// newer rollout.
+var ErrStartedMeanwhile = errors.New("feed: another rollout of the fleet started after the plan read it")
+
+// StartedMeanwhileError is [ErrStartedMeanwhile] with what was read.
+type StartedMeanwhileError struct {
+	Fleet string
+	After uint64 // the newest start the plan read (0: none)
+	Err   error  // the server's refusal
+}
+
+func (e *StartedMeanwhileError) Error() string {
+	read := "no rollout"
+	if e.After > 0 {
+		read = fmt.Sprintf("rollout %d as its newest", e.After)
+	}
+	return fmt.Sprintf("another rollout of fleet %s started after this apply read the fleet (it read %s): nothing was published; "+
+		"'meshfold rollout status %s' shows it, and apply again diffs against the wants it gives", e.Fleet, read, e.Fleet)
+}
+
+func (e *StartedMeanwhileError) Unwrap() []error { return []error{ErrStartedMeanwhile, e.Err} }
 
 // NewPlan computes apply's start for fleet, reading the nodes' newest
 // wants and haves.
@@ -590,13 +628,24 @@ func NewPlan(ctx context.Context, stream jetstream.Stream, subj events.Subjects,
 
 // NewPlanHeld is [NewPlan] asking held for the wants the stream no
 // longer holds ([CandidatesHeld]).
+//
+// The fleet's newest start is read first (Plan.After): a start stored
+// after it, whose steps the wants read may or may not show, refuses the
+// plan's own ([ErrStartedMeanwhile]).
 func NewPlanHeld(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet *fleetfile.Fleet, by, reason string, held HeldWant) (*Plan, error) {
+	after, err := NewestStart(ctx, stream, subj, fleet.Name)
+	if errors.Is(err, ErrNoRollout) {
+		after, err = 0, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading fleet %s's newest rollout: %w", fleet.Name, err)
+	}
 	cands, err := CandidatesHeld(ctx, stream, subj, fleet, held)
 	if err != nil {
 		return nil, err
 	}
 	start, pages := rollout.NewStart(by, reason, fleet.Rollout, cands)
-	return &Plan{Fleet: fleet, Cands: cands, Start: start, Pages: pages}, nil
+	return &Plan{Fleet: fleet, Cands: cands, Start: start, Pages: pages, After: after}, nil
 }
 
 // Over gives the plan's targets the revert bases that prior, the fleet's
@@ -668,7 +717,10 @@ func (p *Plan) Apply(ctx context.Context, js jetstream.JetStream, subj events.Su
 	if p.Start == nil {
 		return 0, errors.New("apply: no node's want changes")
 	}
-	id, err := Publish(ctx, js, subj, p.Fleet.Name, rollout.KindStart, p.Start, "")
+	id, err := publish(ctx, js, subj, p.Fleet.Name, rollout.KindStart, p.Start, "", jetstream.WithExpectLastSequencePerSubject(p.After))
+	if errors.Is(store.ServerError(err), store.ErrConflict) {
+		return 0, &StartedMeanwhileError{Fleet: p.Fleet.Name, After: p.After, Err: err}
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -2,6 +2,7 @@ package feed_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -91,5 +92,58 @@ rollout: {batch: 1, max_unavailable: 1}
 	}
 	if prior, err := feed.Active(ctx, js, cfg, "web"); err != nil || prior != nil {
 		t.Errorf("Active after the rollout's end: %v, %v; want nil", prior, err)
+	}
+}
+
+// Two applies of one fleet read at once: the first to publish starts
+// its rollout; the other, whose plan diffed against wants the first may
+// now be changing, is refused with nothing published
+// (feed.ErrStartedMeanwhile), and a plan read again starts over it (a
+// fresh user's finding G2: both said "started"; the second halted on a
+// "changed by hand" conflict that was the first's canary, auto-reverted,
+// and the fleet was left mixed). Over an existing rollout too.
+func TestApplyReadBeforeAnotherStartIsRefused(t *testing.T) {
+	_, _, js, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	subj := cfg.Subjects()
+	pub := store.NewPublisher(js, subj)
+	if _, err := pub.Append(ctx, "bob", events.Stamp(&events.Want{Modules: []events.WantModule{{Name: "web", Build: "web:1"}}}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	plan := func(build string) *feed.Plan {
+		t.Helper()
+		f, _, err := fleetfile.Parse([]byte(`fleet: web
+nodes: {bob: {}}
+groups: [{name: all, select: {}, modules: [{name: web, build: "` + build + `"}]}]
+rollout: {batch: 1, max_unavailable: 1}
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := feed.NewPlan(ctx, stream, subj, f, "alice", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for round := range 2 { // the fleet without a rollout, then with one
+		alice, bob := plan("web:2"), plan("web:3")
+		id, err := alice.Apply(ctx, js, subj)
+		if err != nil {
+			t.Fatalf("round %d: the first apply: %v", round, err)
+		}
+		_, err = bob.Apply(ctx, js, subj)
+		if !errors.Is(err, feed.ErrStartedMeanwhile) {
+			t.Fatalf("round %d: the apply read before rollout %d started: %v, want feed.ErrStartedMeanwhile", round, id, err)
+		}
+		t.Logf("round %d: %v", round, err)
+		if newest, err := feed.NewestStart(ctx, stream, subj, "web"); err != nil || newest != id {
+			t.Fatalf("round %d: newest start #%d (%v), want the first apply's #%d: the refused one published nothing", round, newest, err, id)
+		}
+		again, err := plan("web:3").Apply(ctx, js, subj)
+		if err != nil || again <= id {
+			t.Fatalf("round %d: the apply read again: rollout %d, %v; want one started over rollout %d", round, again, err, id)
+		}
 	}
 }
