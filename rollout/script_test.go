@@ -2,6 +2,7 @@ package rollout_test
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -785,7 +786,11 @@ func formatView(v rollout.View) string {
 		b.WriteString("\n")
 	}
 	for _, c := range v.Builds {
-		fmt.Fprintf(&b, "  build %s %s on %d nodes\n", c.Module, c.Build, c.Nodes)
+		fmt.Fprintf(&b, "  build %s %s on %d nodes", c.Module, c.Build, c.Nodes)
+		for _, st := range slices.Sorted(maps.Keys(c.NotRunning)) {
+			fmt.Fprintf(&b, " %s=%d", st, c.NotRunning[st])
+		}
+		b.WriteString("\n")
 	}
 	return strings.TrimSuffix(b.String(), "\n")
 }

@@ -133,7 +133,29 @@ type ModuleRunning struct {
 type BuildCount struct {
 	Module string `json:"module"`
 	Build  string `json:"build"`
-	Nodes  int    `json:"nodes"`
+	// Nodes counts the nodes running it.
+	Nodes int `json:"nodes"`
+	// NotRunning counts, by state, the nodes whose newest have holds
+	// the module at this build not running (failed: a crash loop;
+	// stopped); nil when none.
+	NotRunning map[events.RunState]int `json:"not_running,omitempty"`
+}
+
+// Text says where the build is, as `rollout status` and the console list
+// it: "web@B on 5 nodes", and of the nodes where it does not run
+// "web@B on 0 nodes, not running on 3: 3 failed".
+func (b BuildCount) Text() string {
+	s := fmt.Sprintf("%s@%s on %s", b.Module, events.Text(b.Build), plural(b.Nodes, "node"))
+	if len(b.NotRunning) == 0 {
+		return s
+	}
+	total := 0
+	var parts []string
+	for _, st := range slices.Sorted(maps.Keys(b.NotRunning)) {
+		total += b.NotRunning[st]
+		parts = append(parts, fmt.Sprintf("%d %s", b.NotRunning[st], st))
+	}
+	return s + fmt.Sprintf(", not running on %d: %s", total, strings.Join(parts, ", "))
 }
 
 // PhaseText is the phase as the text views say it: the phase, and
@@ -241,20 +263,33 @@ func (s *State) View() View {
 			}
 		}
 	}
-	counts := map[[2]string]int{}
+	builds := map[[2]string]*BuildCount{}
 	for _, n := range r.Nodes {
 		h := n.newestHave()
 		if h == nil || n.Moved != nil {
 			continue // a node another fleet took over runs its builds
 		}
 		for _, m := range h.Modules {
-			if m.State == events.Running {
-				counts[[2]string{m.Name, m.Build}]++
+			b := builds[[2]string{m.Name, m.Build}]
+			if b == nil {
+				b = &BuildCount{Module: m.Name, Build: m.Build}
+				builds[[2]string{m.Name, m.Build}] = b
 			}
+			if m.State == events.Running {
+				b.Nodes++
+				continue
+			}
+			// Failed (a crash loop of a bad build) or stopped: listed
+			// too (a fresh user's finding fresh12 M2: a build failing
+			// on 3 nodes in a halted rollout was counted nowhere).
+			if b.NotRunning == nil {
+				b.NotRunning = map[events.RunState]int{}
+			}
+			b.NotRunning[m.State]++
 		}
 	}
-	for k, c := range counts {
-		v.Builds = append(v.Builds, BuildCount{Module: k[0], Build: k[1], Nodes: c})
+	for _, b := range builds {
+		v.Builds = append(v.Builds, *b)
 	}
 	slices.SortFunc(v.Builds, func(a, b BuildCount) int {
 		return cmp.Or(cmp.Compare(a.Module, b.Module), cmp.Compare(b.Nodes, a.Nodes), cmp.Compare(a.Build, b.Build))

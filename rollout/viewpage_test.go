@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/rollout"
 )
 
@@ -52,5 +53,19 @@ func TestParseStatuses(t *testing.T) {
 	}
 	if _, err := rollout.ParseStatuses("broken"); !errors.Is(err, rollout.ErrBadStatus) {
 		t.Errorf("ParseStatuses(broken) = %v, want ErrBadStatus", err)
+	}
+}
+
+// A build that is failing on some nodes is listed with them, not left
+// out (a fresh user's finding, fresh12 M2: a halted rollout's bad build,
+// crash-looping on 3 nodes, was counted nowhere).
+func TestBuildCountText(t *testing.T) {
+	b := rollout.BuildCount{Module: "web", Build: "sha256:d23132", Nodes: 0, NotRunning: map[events.RunState]int{events.Failed: 3}}
+	if got, want := b.Text(), "web@sha256:d23132 on 0 nodes, not running on 3: 3 failed"; got != want {
+		t.Errorf("Text = %q, want %q", got, want)
+	}
+	b = rollout.BuildCount{Module: "web", Build: "b1", Nodes: 5}
+	if got, want := b.Text(), "web@b1 on 5 nodes"; got != want {
+		t.Errorf("Text = %q, want %q", got, want)
 	}
 }

@@ -561,7 +561,7 @@ func writeRolloutView(w io.Writer, v rollout.View, now time.Time, pg targetPagin
 	}
 	fmt.Fprintln(w, "builds:")
 	for _, b := range v.Builds {
-		fmt.Fprintf(w, "  %s@%s on %s (by their newest haves)\n", b.Module, events.Text(b.Build), plural(b.Nodes, "node"))
+		fmt.Fprintf(w, "  %s (by their newest haves)\n", b.Text())
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/rollout"
 )
 
@@ -123,5 +124,22 @@ func TestRolloutStatusJSONPaged(t *testing.T) {
 	}
 	if len(got.Targets) != 2 || got.Counts[rollout.Pending] != 258 {
 		t.Errorf("--status failed -o json: %d targets, counts %v", len(got.Targets), got.Counts)
+	}
+}
+
+// The builds lines list a build failing on some nodes with them (fresh12
+// M2: "web@sha256:d23132… failed" on 3 nodes was counted nowhere).
+func TestRolloutStatusBuildsFailing(t *testing.T) {
+	t.Parallel()
+	v := rollout.View{Fleet: "web", Phase: rollout.Halted, Builds: []rollout.BuildCount{
+		{Module: "web", Build: "sha256:1e15262572", Nodes: 5},
+		{Module: "web", Build: "sha256:d23132bb3b8c", NotRunning: map[events.RunState]int{events.Failed: 3}},
+	}}
+	var b strings.Builder
+	if err := writeRolloutView(&b, v, time.Now(), defaultTargetPaging); err != nil {
+		t.Fatal(err)
+	}
+	if want := "  web@sha256:d23132bb3b8c on 0 nodes, not running on 3: 3 failed (by their newest haves)\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, b.String())
 	}
 }
