@@ -755,14 +755,23 @@ func (s *Snapshots) ScanSummaries(ctx context.Context, fn func(node string, summ
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
 		return nil, fmt.Errorf("read summaries of %s: %w", bucket, err)
 	}
-	cons, err := s.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		FilterSubjects:    []string{keyPre + "node.>"},
-		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
-		AckPolicy:         jetstream.AckNonePolicy,
-		HeadersOnly:       true,
-		InactiveThreshold: OrderedInactive,
-		MemoryStorage:     true,
-		Replicas:          1,
+	// The creation is asked of the meta leader: one sent while the
+	// cluster elects one (a kill -9 of it) is never answered, and asked
+	// once it failed at the client's 5 s API timeout, a bare "context
+	// deadline exceeded" seconds after the kill (a fresh user's finding
+	// M3). Asked again as every consumer's creation is (AskAgain), it
+	// waits up to the verb's --timeout and then says the stream did not
+	// answer.
+	cons, err := AskAgain(ctx, s.js, stream, func(ctx context.Context) (jetstream.Consumer, error) {
+		return s.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			FilterSubjects:    []string{keyPre + "node.>"},
+			DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+			AckPolicy:         jetstream.AckNonePolicy,
+			HeadersOnly:       true,
+			InactiveThreshold: OrderedInactive,
+			MemoryStorage:     true,
+			Replicas:          1,
+		})
 	})
 	if err != nil {
 		stop()
