@@ -135,12 +135,82 @@ func (r *Reader) Lag(ctx context.Context) (SnapshotLag, error) {
 //
 // Errors: the stream's lookup; the reads' errors; ctx's.
 func (r *Reader) TailNodes(ctx context.Context, lag SnapshotLag, limit int) (nodes map[string]uint64, complete bool, err error) {
-	_, cfg, err := r.open(ctx)
+	nodes = map[string]uint64{}
+	complete, err = r.tailEach(ctx, lag, limit, func(_ int, t *store.Tail, x store.Tailed, node string) {
+		nodes[node] = max(nodes[node], x.Meta.Sequence.Stream)
+	})
 	if err != nil {
 		return nil, false, err
 	}
+	return nodes, complete, nil
+}
+
+// Tail is what [Reader.TailEvents] read past the checkpoints.
+type Tail struct {
+	// Events are, for each node asked for, its events past its
+	// partition's checkpoint, in stream order, decoded (an undecodable
+	// one has Err set, as the reconciler's fold takes it).
+	Events map[string][]events.Event
+	// Since is, for each partition read, the stream time of its first
+	// event past its checkpoint of a kind the reconciler folds: no
+	// reconciler folded it then, nor any event of the partition since.
+	Since map[int]time.Time
+	// Complete: every event past the checkpoints was read (none was past
+	// the limit).
+	Complete bool
+}
+
+// TailEvents is [Reader.TailNodes] reading the payloads too: the events
+// past each lagging partition's checkpoint (up to limit a partition) of
+// the nodes want says yes to, decoded, so that a reader with no
+// reconciler to ask folds them into the nodes' snapshots as the
+// reconciler would ([FoldPast]). One consumer a lagging partition, not
+// one a node: the consumers' creations are what a meta leader answers.
+//
+// Errors: as [Reader.TailNodes].
+func (r *Reader) TailEvents(ctx context.Context, lag SnapshotLag, limit int, want func(node string) bool) (Tail, error) {
+	out := Tail{Events: map[string][]events.Event{}, Since: map[int]time.Time{}}
+	var err error
+	out.Complete, err = r.tailEach(ctx, lag, limit, func(p int, t *store.Tail, x store.Tailed, node string) {
+		if _, ok := out.Since[p]; !ok {
+			out.Since[p] = x.Meta.Timestamp
+		}
+		if want(node) {
+			out.Events[node] = append(out.Events[node], t.Decode(x).Event)
+		}
+	})
+	if err != nil {
+		return Tail{}, err
+	}
+	return out, nil
+}
+
+// FoldPast folds into st, a node's stored state, its events evs (read
+// past its partition's checkpoint, in stream order) that are past st.Seq,
+// and returns how many it folded: the node's state as the reconciler
+// would have it had it folded them.
+func FoldPast(st *reconcile.State, evs []events.Event) int {
+	n := 0
+	for _, ev := range evs {
+		if ev.Seq > st.Seq {
+			st.Fold(ev)
+			n++
+		}
+	}
+	return n
+}
+
+// tailEach reads the events of each partition of lag that is behind,
+// past its checkpoint up to its newest event as Lag saw it, and calls fn
+// with each one of a node, of a kind the reconciler folds, a partition
+// at a time. A partition with more than limit events past its checkpoint is read up
+// to limit (complete is then false).
+func (r *Reader) tailEach(ctx context.Context, lag SnapshotLag, limit int, fn func(p int, t *store.Tail, x store.Tailed, node string)) (complete bool, err error) {
+	_, cfg, err := r.open(ctx)
+	if err != nil {
+		return false, err
+	}
 	subj := cfg.Subjects()
-	nodes = map[string]uint64{}
 	complete = true
 	leader := store.Leader(r.js, cfg.Name)
 	for _, p := range lag.Behind() {
@@ -153,7 +223,7 @@ func (r *Reader) TailNodes(ctx context.Context, lag SnapshotLag, limit int) (nod
 		// (store.FollowRidingOut).
 		t, err := store.FollowRidingOut(ctx, r.js, store.TailConfig{Stream: cfg.Name, Subjects: subj, Filter: subj.StoredPartitionAll(p.Partition), Start: p.Checkpoint + 1})
 		if err != nil {
-			return nil, false, fmt.Errorf("partition %d past its checkpoint: %w", p.Partition, err)
+			return false, fmt.Errorf("partition %d past its checkpoint: %w", p.Partition, err)
 		}
 		err = func() error {
 			defer t.Stop()
@@ -178,7 +248,7 @@ func (r *Reader) TailNodes(ctx context.Context, lag SnapshotLag, limit int) (nod
 				// past the checkpoint says nothing of whether the node's
 				// snapshot is behind (a reviewer's finding).
 				if node, kind, err := subj.Parse(x.Msg.Subject()); err == nil && node != events.FleetNode && kind.Input() {
-					nodes[node] = max(nodes[node], seq)
+					fn(p.Partition, t, x, node)
 				}
 				if seq >= p.Last || (x.Meta.NumPending == 0 && leader.Removed(ctx, p.Last)) {
 					return nil
@@ -186,10 +256,10 @@ func (r *Reader) TailNodes(ctx context.Context, lag SnapshotLag, limit int) (nod
 			}
 		}()
 		if err != nil {
-			return nil, false, fmt.Errorf("partition %d past its checkpoint: %w", p.Partition, err)
+			return false, fmt.Errorf("partition %d past its checkpoint: %w", p.Partition, err)
 		}
 	}
-	return nodes, complete, nil
+	return complete, nil
 }
 
 // DefaultTailMax is how many events past a partition's checkpoint a
@@ -232,4 +302,70 @@ func (r *Reader) LiveView(ctx context.Context, node string) (reconcile.View, err
 	}
 	err := request(ctx, r.nc, events.StateSubject(r.pre, events.EndpointState, node), timeout, &v)
 	return v, err
+}
+
+// SnapshotsPast returns, for each of nodes (the nodes of tail, read past
+// their partitions' checkpoints by [Reader.TailEvents]), its stored
+// snapshot with its events of tail folded in ([FoldPast]): its state as
+// the reconciler would have it, for a reader with no reconciler to ask.
+// A node no snapshot holds is folded from its events in the stream, as
+// [Reader.Stored] does. Nodes are read workers at a time; a node whose
+// state could not be read is left out, with why in errs.
+//
+// Errors: the snapshot bucket's lookup.
+func (r *Reader) SnapshotsPast(ctx context.Context, tail Tail, nodes []string, workers int) (states map[string]*reconcile.State, errs map[string]error, err error) {
+	snaps, err := r.snapshots(ctx)
+	if err != nil && !errors.Is(err, ErrNoSnapshots) {
+		return nil, nil, err
+	}
+	states, errs = make(map[string]*reconcile.State, len(nodes)), map[string]error{}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		next = make(chan string)
+	)
+	one := func(node string) (*reconcile.State, error) {
+		if snaps == nil {
+			st, _, err := r.stored(ctx, node)
+			return st, err
+		}
+		data, _, err := snaps.GetNode(ctx, node)
+		if errors.Is(err, store.ErrNoSnapshot) {
+			st, _, err := r.stored(ctx, node)
+			return st, err
+		}
+		if err != nil {
+			return nil, err
+		}
+		st, err := reconcile.UnmarshalState(data)
+		if errors.Is(err, reconcile.ErrSnapshotNewer) {
+			st, _, err := r.stored(ctx, node)
+			return st, err
+		}
+		if err != nil {
+			return nil, fmt.Errorf("snapshot of %s: %w", node, err)
+		}
+		FoldPast(st, tail.Events[node])
+		return st, nil
+	}
+	for range max(workers, 1) {
+		wg.Go(func() {
+			for node := range next {
+				st, err := one(node)
+				mu.Lock()
+				if err != nil {
+					errs[node] = err
+				} else {
+					states[node] = st
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, n := range nodes {
+		next <- n
+	}
+	close(next)
+	wg.Wait()
+	return states, errs, nil
 }

@@ -19,8 +19,15 @@ const (
 	// SourceReconciler: the reconciler's state service answered (live).
 	SourceReconciler Source = "reconciler"
 	// SourceSnapshot: no reconciler answered; the node's stored snapshot,
-	// as old as the reconciler's last checkpoint.
+	// and the stream holds no event of the node past it (it is as new as
+	// the node's events).
 	SourceSnapshot Source = "snapshot"
+	// SourceSnapshotStream: no reconciler answered; the node's stored
+	// snapshot, and its events past it read from the stream and folded
+	// here with the reconciler's fold (the snapshot lagged them: a
+	// reconciler checkpoints a changed state a few checkpoints later,
+	// and none folds while every reconciler is down).
+	SourceSnapshotStream Source = "snapshot+stream"
 	// SourceStream: no reconciler answered; the node's events, read from
 	// the stream and folded here with the reconciler's fold.
 	SourceStream Source = "stream"
@@ -42,7 +49,9 @@ func (s Source) Text() string {
 	case SourceReconciler:
 		return "the reconciler (live)"
 	case SourceSnapshot:
-		return "the stored snapshot: no reconciler answered"
+		return "the stored snapshot: no reconciler answered, and the stream holds no newer event of the node"
+	case SourceSnapshotStream:
+		return "the stored snapshot and the node's events past it, read from the stream: no reconciler answered"
 	case SourceStream:
 		return "a replay of the stream: no reconciler answered"
 	case SourceUnfolded:
@@ -174,9 +183,9 @@ func (r *Reader) Stored(ctx context.Context, node string) (*reconcile.State, Sou
 	return r.stored(ctx, node)
 }
 
-// stored returns node's state from its snapshot, else (no snapshot, or
-// one of a newer format than this build reads) from its events in the
-// stream.
+// stored returns node's state from its snapshot and its events past it
+// in the stream, else (no snapshot, or one of a newer format than this
+// build reads) from its events in the stream.
 func (r *Reader) stored(ctx context.Context, node string) (*reconcile.State, Source, error) {
 	none := "no snapshot holds it"
 	snaps, err := r.snapshots(ctx)
@@ -197,7 +206,7 @@ func (r *Reader) stored(ctx context.Context, node string) (*reconcile.State, Sou
 			case err != nil:
 				return nil, "", fmt.Errorf("snapshot of %s: %w", node, err)
 			default:
-				return st, SourceSnapshot, nil
+				return r.pastSnapshot(ctx, st)
 			}
 		} else if !errors.Is(err, store.ErrNoSnapshot) {
 			return nil, "", err
@@ -211,4 +220,36 @@ func (r *Reader) stored(ctx context.Context, node string) (*reconcile.State, Sou
 		return nil, "", wrap(ErrUnknownNode, "node %q is unknown: no reconciler answered and %s, and the stream holds no event of it", node, none)
 	}
 	return h.Fold(len(h.Events)), SourceStream, nil
+}
+
+// pastSnapshot folds into st, a node's stored snapshot, the node's events
+// the stream holds past it (st.Seq), as the reconciler does when it
+// resumes the node's partition from its snapshot: [SourceSnapshot] when
+// there are none, [SourceSnapshotStream] when some were folded. With no
+// reconciler up, the snapshot is as old as the last checkpoint before the
+// outage, and the node's haves, settles and wants since were not in it (a
+// fresh user's finding M9: `state` answered from a snapshot 2,000 events
+// behind the node's newest have while `fleet` said it "folds one from the
+// stream").
+//
+// Errors: the stream's lookup and the read's errors, saying that no
+// reconciler answered.
+func (r *Reader) pastSnapshot(ctx context.Context, st *reconcile.State) (*reconcile.State, Source, error) {
+	_, cfg, err := r.open(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("no reconciler answered, and %s's events past its snapshot (#%d) could not be read: %w", st.Node, st.Seq, err)
+	}
+	n := 0
+	err = store.ReadNode(ctx, r.js, cfg.Name, cfg.Subjects(), st.Node, st.Seq+1, 0, func(m store.Msg) error {
+		st.Fold(m.Event)
+		n++
+		return nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("no reconciler answered, and %s's events past its snapshot (#%d) could not be read: %w", st.Node, st.Seq, err)
+	}
+	if n == 0 {
+		return st, SourceSnapshot, nil
+	}
+	return st, SourceSnapshotStream, nil
 }

@@ -237,7 +237,7 @@ func BenchmarkFleet10k(b *testing.B) {
 			b.Fatalf("%d rows, %v", len(rows), err)
 		}
 		audit.SortFleet(rows)
-		if err := printFleet(io.Discard, rows, time.Now(), fleetPaging{page: 1}, ""); err != nil {
+		if err := printFleet(io.Discard, rows, time.Now(), fleetPaging{page: 1}, "", ""); err != nil {
 			b.Fatal(err)
 		}
 	}

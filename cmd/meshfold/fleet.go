@@ -89,9 +89,16 @@ The table says how old they are ('-- as of the reconciler's snapshots,
 checkpointed 3s ago') and whether the stream holds newer events; the nodes
 with events past their snapshot (one just started, just retired, a settle
 after a restart), at most 500, it reads live from the reconciler's state
-service, and names them. When no reconciler answers, it names the nodes
-whose rows (or absence) may be older than their events: 'meshfold state NODE'
-then folds one from the stream. Its last line says what the stream keeps
+service, and names them. When no reconciler answers for a partition's
+nodes (every reconciler down, or one of a group before its partitions are
+taken over), the table's first line says so, since when and for which
+partitions ('-- NO RECONCILER ANSWERS for the nodes of partitions 3, 8 (of
+16): their events since T are folded by none …'), and the rows of those
+nodes are folded here: each node's snapshot with its events past it, read
+from the stream (one read a partition), as the reconciler would fold them.
+A row still older than its node's events (past the 500, or past 20000
+events of a partition) is not counted stale-have: its have may be in
+them; 'meshfold state NODE' folds one. Its last line says what the stream keeps
 ('-- stream MESH keeps all events', or '… keeps 2160h0m0s of events
 (--max-age)': the retention a reconcile or serve --max-age/--max-bytes set).
 
@@ -346,13 +353,14 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	for i := range rows {
 		annotate(&rows[i])
 	}
-	var lagLine string
+	var lagLine, firstLine string
 	if format == outTable && lagErr == nil {
 		// The table reads live the nodes whose events are newer than
-		// their snapshot, and says how current it is (fleetlag.go).
+		// their snapshot (with no reconciler to ask, folds them here),
+		// and says how current it is (fleetlag.go).
 		var fl *fleetLag
 		rows, fl = refreshLagging(ctx, r, rows, lag, now, stale, annotate)
-		lagLine = fl.text(lagAt)
+		lagLine, firstLine = fl.text(lagAt), fl.first(fleetNow())
 	}
 	if format == outTable {
 		// What the stream keeps (its retention: --max-age, --max-bytes
@@ -400,7 +408,7 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	} else {
 		audit.SortFleet(rows)
 		noteWarnings(ctx, a, r, rows, pg)
-		err = printFleet(w, rows, now, pg, lagLine)
+		err = printFleet(w, rows, now, pg, firstLine, lagLine)
 	}
 	if err != nil {
 		return err
@@ -608,9 +616,9 @@ func noteWarnings(ctx context.Context, a *app, r *query.Reader, rows []audit.Fle
 	}
 }
 
-// printFleet prints the table; lagLine (fleetLag.text) follows its count
-// line.
-func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPaging, lagLine string) error {
+// printFleet prints the table; firstLine (fleetLag.first: no reconciler
+// answers) comes before it, lagLine (fleetLag.text) after its count line.
+func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPaging, firstLine, lagLine string) error {
 	needs := 0
 	for _, r := range rows {
 		if len(r.Attention) > 0 {
@@ -620,6 +628,7 @@ func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPagin
 	page, first, total := pg.of(rows)
 	paged := pg.needs != "" || len(page) < len(rows)
 	var b strings.Builder
+	b.WriteString(firstLine)
 	if paged {
 		// More than a page: what the whole fleet needs first, counted.
 		b.WriteString(audit.FleetSummaryText(audit.CountNeeds(rows)))
@@ -638,7 +647,13 @@ func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPagin
 	if needs == 1 {
 		verb = "needs"
 	}
-	fmt.Fprintf(&b, "-- %s, %d %s an operator\n", plural(len(rows), "node"), needs, verb)
+	fmt.Fprintf(&b, "-- %s, %d %s an operator", plural(len(rows), "node"), needs, verb)
+	if firstLine != "" {
+		// Never "0 need an operator" alone while nothing folds (the
+		// M8 bullet of a fresh user's findings).
+		b.WriteString(", and no reconciler answers (the first line)")
+	}
+	b.WriteString("\n")
 	if paged {
 		b.WriteString(pageLine(pg, page, first, total))
 	}

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/query"
+	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
 )
 
@@ -33,7 +37,22 @@ type fleetLag struct {
 	live     []string // nodes whose rows were read live, sorted
 	behind   []string // nodes with events past their stored state not read live, sorted
 	why      string   // why they were not ("" when they all were)
-	noneUp   bool     // no reconciler answered
+	// noneUp: no reconciler answered for the nodes of the partitions
+	// down (sorted): none folds their events.
+	noneUp bool
+	down   []int
+	// folded are the nodes whose rows were folded here, no reconciler
+	// answering: their snapshots with their events past them
+	// (query.Reader.SnapshotsPast), sorted.
+	folded []string
+	// since is, when no reconciler answered, the stream time of the
+	// oldest event past a lagging partition's checkpoint (zero when the
+	// events could not be read): no reconciler folded it, nor anything
+	// of those partitions since.
+	since time.Time
+	// foldErr is why the nodes no reconciler answered for could not be
+	// folded here (nil: they were, or none was to be).
+	foldErr error
 	// tailErr: the events past the checkpoints could not be read, so
 	// which nodes they name is not known (complete is false, and no
 	// count was made: the table must not say one).
@@ -79,11 +98,14 @@ func (f *fleetLag) text(now time.Time) string {
 		b.WriteString(": the stream holds no newer event\n")
 		return b.String()
 	}
-	if len(f.live) == 0 && len(f.behind) == 0 && f.complete {
+	if len(f.live) == 0 && len(f.folded) == 0 && len(f.behind) == 0 && f.complete {
 		b.WriteString("; the stream's newer events are in every row already")
 	}
 	if len(f.live) > 0 {
 		fmt.Fprintf(&b, "; %s with events past them read live from the reconciler (%s)", plural(len(f.live), "node"), nameList(f.live))
+	}
+	if len(f.folded) > 0 {
+		fmt.Fprintf(&b, "; %s with events past them folded here from the stream, no reconciler answering (%s)", plural(len(f.folded), "node"), nameList(f.folded))
 	}
 	if len(f.behind) > 0 {
 		has := "have"
@@ -110,6 +132,32 @@ func (f *fleetLag) text(now time.Time) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// first is the line the table begins with when no reconciler answered
+// ("" otherwise): the one thing to fix, before any node's row (a fresh
+// user's finding M9: with every reconciler killed, the table blamed a
+// growing count of nodes for a stale have, and nothing said that no
+// reconciler answered). Partitions are those with events past their
+// checkpoint: a partition with none has nothing waiting for a reconciler.
+func (f *fleetLag) first(now time.Time) string {
+	if !f.noneUp {
+		return ""
+	}
+	var parts []string
+	for _, p := range f.down {
+		parts = append(parts, strconv.Itoa(p))
+	}
+	since := ""
+	if !f.since.IsZero() {
+		since = fmt.Sprintf(" since %s (%s ago)", audit.FormatTime(f.since), audit.Age(max(0, now.Sub(f.since))))
+	}
+	of := "partition"
+	if len(parts) > 1 {
+		of = "partitions"
+	}
+	return fmt.Sprintf("-- NO RECONCILER ANSWERS for the nodes of %s %s (of %d): their events%s are folded by none, so no plan, knock or rollout step follows them until one runs again ('meshfold reconcile' or 'meshfold serve'; its log says why it stopped); the rows below fold them here from the snapshots and the stream\n",
+		of, strings.Join(parts, ", "), len(f.lag.Partitions), since)
 }
 
 // nameList names up to five nodes, then how many more.
@@ -151,17 +199,22 @@ func refreshLagging(ctx context.Context, r *query.Reader, rows []audit.FleetRow,
 	})
 	ask := want[:min(len(want), fleetLiveMax)]
 	views := make([]*audit.FleetRow, len(ask))
+	// A partition whose node got no answer is asked no more: with every
+	// reconciler down, each ask is another wait; with one of a group
+	// down, the others answer for their partitions.
+	parts := len(lag.Partitions)
 	var (
-		mu     sync.Mutex
-		noneUp bool // no reconciler answered: ask no more
-		wg     sync.WaitGroup
-		next   = make(chan int)
+		mu   sync.Mutex
+		down = map[int]bool{} // partitions no reconciler answered for
+		wg   sync.WaitGroup
+		next = make(chan int)
 	)
 	for range fleetLiveWorkers {
 		wg.Go(func() {
 			for i := range next {
+				p := events.Partition(ask[i], parts)
 				mu.Lock()
-				skip := noneUp
+				skip := down[p]
 				mu.Unlock()
 				if skip {
 					continue
@@ -169,7 +222,7 @@ func refreshLagging(ctx context.Context, r *query.Reader, rows []audit.FleetRow,
 				v, err := r.LiveView(ctx, ask[i])
 				if errors.Is(err, query.ErrNoReconciler) {
 					mu.Lock()
-					noneUp = true
+					down[p] = true
 					mu.Unlock()
 				}
 				if err != nil {
@@ -186,12 +239,59 @@ func refreshLagging(ctx context.Context, r *query.Reader, rows []audit.FleetRow,
 	}
 	close(next)
 	wg.Wait()
+	noneUp := len(down) > 0
+	if noneUp {
+		// No reconciler to ask for these: the nodes' snapshots with
+		// their events past them, folded here as the reconciler would
+		// (a fresh user's finding M9: their rows said "stale-have" from
+		// snapshots the command knew lagged the nodes' haves).
+		f.down = slices.Sorted(maps.Keys(down))
+		var unread []string
+		idx := make(map[string]int, len(ask))
+		for i, node := range ask {
+			idx[node] = i
+			if views[i] == nil && down[events.Partition(node, parts)] {
+				unread = append(unread, node)
+			}
+		}
+		set := make(map[string]bool, len(unread))
+		for _, n := range unread {
+			set[n] = true
+		}
+		var downLag query.SnapshotLag
+		for _, p := range lag.Partitions {
+			if !down[p.Partition] {
+				p.Last = p.Checkpoint // not read again: a reconciler answers for it
+			}
+			downLag.Partitions = append(downLag.Partitions, p)
+		}
+		t, err := r.TailEvents(ctx, downLag, fleetTailMax, func(node string) bool { return set[node] })
+		var states map[string]*reconcile.State
+		if err == nil {
+			for _, ts := range t.Since {
+				if f.since.IsZero() || ts.Before(f.since) {
+					f.since = ts
+				}
+			}
+			states, _, err = r.SnapshotsPast(ctx, t, unread, fleetLiveWorkers)
+		}
+		f.foldErr = err
+		for node, st := range states {
+			row := audit.FleetRowOf(st, now, stale)
+			annotate(&row)
+			views[idx[node]] = &row
+			f.folded = append(f.folded, node)
+		}
+		slices.Sort(f.folded)
+	}
 	for i, node := range ask {
 		if views[i] == nil {
 			f.behind = append(f.behind, node)
 			continue
 		}
-		f.live = append(f.live, node)
+		if _, ok := slices.BinarySearch(f.folded, node); !ok {
+			f.live = append(f.live, node)
+		}
 		if j, ok := at[node]; ok {
 			rows[j] = *views[i]
 		} else {
@@ -199,10 +299,20 @@ func refreshLagging(ctx context.Context, r *query.Reader, rows []audit.FleetRow,
 		}
 	}
 	f.behind = append(f.behind, want[len(ask):]...)
+	// A row left older than the node's events says so, and is not
+	// blamed for a stale have: its have may be in the events past it.
+	for _, node := range f.behind {
+		if j, ok := at[node]; ok {
+			rows[j].SetNewest(tail[node])
+		}
+	}
 	switch {
 	case noneUp:
 		f.noneUp = true
 		f.why = "and no reconciler answered to read them live"
+		if f.foldErr != nil {
+			f.why += fmt.Sprintf(" (nor could they be folded here: %v)", f.foldErr)
+		}
 	case len(want) > len(ask):
 		f.why = fmt.Sprintf("past the %d this table reads live", fleetLiveMax)
 	default:

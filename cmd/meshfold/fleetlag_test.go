@@ -107,9 +107,9 @@ func TestFleetReadsLiveWhatTheSnapshotsLag(t *testing.T) {
 	}
 }
 
-// With no reconciler to ask, the table says which nodes have events the
-// snapshots do not hold, and that their rows may be older: never a
-// silent "0 nodes".
+// With no reconciler to ask, the table says so first, and folds here the
+// nodes with events the snapshots do not hold (ace, which no snapshot
+// holds yet, from its events): never a silent "0 nodes".
 func TestFleetSaysWhenTheSnapshotsLagAndNoReconcilerAnswers(t *testing.T) {
 	t.Parallel()
 	m := startMesh(t)
@@ -120,12 +120,14 @@ func TestFleetSaysWhenTheSnapshotsLagAndNoReconcilerAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errs, code := m.cli(t, "fleet")
-	for _, want := range []string{"-- 0 nodes, 0 need an operator\n", "(no partition checkpointed yet)",
-		"the snapshots lag the stream: 1 node has events past them (ace), and no reconciler answered to read them live",
-		"'meshfold state NODE' folds one from the stream"} {
+	for _, want := range []string{"-- NO RECONCILER ANSWERS for the nodes of partition ", "-- 1 node, 1 needs an operator, and no reconciler answers (the first line)\n",
+		"(no partition checkpointed yet)", "1 node with events past them folded here from the stream, no reconciler answering (ace)"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("fleet: exit %d, does not say %q\n%s%s", code, want, out, errs)
 		}
+	}
+	if !hasRow(out, "ace") {
+		t.Errorf("fleet: no row of ace, folded from its events\n%s%s", out, errs)
 	}
 	// Once checkpointed past every event, the table says it is current.
 	checkpointAll(ctx, t, m)

@@ -20,8 +20,11 @@ func init() { register(newStateCmd) }
 
 // stateReply is what `meshfold state -o json|yaml` prints. Source says where
 // the state came from: "reconciler" (live, from the state service),
-// "snapshot" (the stored snapshot: no reconciler answered) or "stream"
-// (its events folded: no reconciler answered and no snapshot holds it).
+// "snapshot" (the stored snapshot, the stream holding no newer event of
+// the node: no reconciler answered), "snapshot+stream" (the stored
+// snapshot with the node's events past it folded: no reconciler answered)
+// or "stream" (its events folded: no reconciler answered and no snapshot
+// holds it).
 type stateReply struct {
 	Source      query.Source          `json:"source"`
 	View        reconcile.View        `json:"view"`
@@ -53,11 +56,14 @@ it last saw.
 
 It asks the reconciler's state service (NATS micro service "meshfold",
 endpoints state and composition on $MESHFOLD.<prefix>.state.<node> and
-$MESHFOLD.<prefix>.composition.<node>). When no reconciler answers it reads
-the node's stored snapshot instead, and says so: a snapshot is as old as
-the reconciler's last checkpoint. When no snapshot holds the node either,
-it folds the node's events from the stream, as audit does. Read-only; it
-holds no secret.
+$MESHFOLD.<prefix>.composition.<node>). When no reconciler answers (every
+reconciler down, or the one of the node's partition, before another takes
+it over) it reads the node's stored snapshot and folds the node's events
+the stream holds past it, as a reconciler resuming from that snapshot
+would, and says so ("from the stored snapshot and the node's events past
+it"): a snapshot alone is as old as the last checkpoint before the outage.
+When no snapshot holds the node, it folds all of its events from the
+stream, as audit does. Read-only; it holds no secret.
 
 It says what is stuck, too: a pause (by whom, since when, and what resuming
 would publish: a want or approval taken in while paused shows there as

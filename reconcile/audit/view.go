@@ -478,9 +478,15 @@ type FleetRow struct {
 
 // SetNewest records newest, the sequence of the node's newest event in
 // the stream: when it is past the row's Seq, the row is Behind.
+//
+// A row Behind needs no "stale-have": the node's newer events may hold a
+// have (a fresh user's finding M9: with every reconciler down, the rows
+// of nodes whose haves were in the stream said "stale-have", the age
+// growing with the snapshot's).
 func (r *FleetRow) SetNewest(newest uint64) {
 	if newest > r.Seq {
 		r.Behind, r.NewestSeq = true, newest
+		r.setAttention()
 	}
 }
 
@@ -993,7 +999,7 @@ func needsOf(a []string, r *FleetRow) []string {
 	add(r.Stuck.Paused != nil, "paused")
 	add(r.Stuck.Retiring, "retiring")
 	add(r.AccountWarning, "account")
-	add(r.StaleHave, "stale-have")
+	add(r.StaleHave && !r.Behind, "stale-have")
 	add(r.Warnings > 0, "journal")
 	return a
 }
