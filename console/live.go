@@ -72,6 +72,14 @@ type fleet struct {
 	// wall is the wall clock the indexes are timed by (time.Now; tests
 	// move it).
 	wall func() time.Time
+	// unanswered maps a dirty node whose live view no reconciler gave
+	// (query.ErrNoReconciler) to when it was first asked so: its row is
+	// older than its events, and stays so until a reconciler folds them
+	// (every reconciler down, or its partition's during a takeover).
+	// noneSince is when the refresh last began to find no reconciler
+	// answering any node (zero: one answered at its last round).
+	unanswered map[string]time.Time
+	noneSince  time.Time
 }
 
 // indexEvery is the least wall time between two fleet indexes.
@@ -88,7 +96,7 @@ const indexMaxAge = 3 * indexEvery
 
 func newFleet(src Source, log *slog.Logger) *fleet {
 	return &fleet{src: src, log: log, views: map[string]NodeView{}, warnings: map[string][]uint64{},
-		dirty: map[string]uint64{}, last: map[string]uint64{}, subs: map[chan struct{}]struct{}{}, wake: make(chan struct{}, 1),
+		dirty: map[string]uint64{}, unanswered: map[string]time.Time{}, last: map[string]uint64{}, subs: map[chan struct{}]struct{}{}, wake: make(chan struct{}, 1),
 		wall: time.Now}
 }
 
@@ -232,14 +240,22 @@ func (f *fleet) refresh(ctx context.Context) {
 		dirty := maps.Clone(f.dirty)
 		f.mu.Unlock()
 		again, progress := false, false
+		answered, unanswered := false, false
 		for node, seq := range dirty {
 			v, _, err := f.src.Live(ctx, node)
 			switch {
 			case errors.Is(err, query.ErrNoReconciler):
-				again = true
+				f.mu.Lock()
+				if _, ok := f.unanswered[node]; !ok && f.dirty[node] != 0 {
+					f.unanswered[node] = f.wall()
+					f.changed()
+				}
+				f.mu.Unlock()
+				again, unanswered = true, true
 				continue
 			case errors.Is(err, query.ErrUnknownNode):
-				again = true // not folded yet
+				f.answered(node)
+				again, answered = true, true // not folded yet
 				continue
 			case err != nil:
 				if ctx.Err() != nil {
@@ -249,6 +265,8 @@ func (f *fleet) refresh(ctx context.Context) {
 				again = true
 				continue
 			}
+			f.answered(node)
+			answered = true
 			f.mu.Lock()
 			if old, ok := f.views[node]; !ok || old.View.Seq < v.Seq || old.Err != nil {
 				f.views[node] = NodeView{Node: node, View: v}
@@ -262,6 +280,16 @@ func (f *fleet) refresh(ctx context.Context) {
 			}
 			f.mu.Unlock()
 		}
+		f.mu.Lock()
+		switch {
+		case answered && !f.noneSince.IsZero():
+			f.noneSince = time.Time{}
+			f.changed()
+		case unanswered && !answered && f.noneSince.IsZero():
+			f.noneSince = f.wall()
+			f.changed()
+		}
+		f.mu.Unlock()
 		// A reconciler that lags is asked again soon; one that is down or
 		// stuck, less and less often (up to refreshMaxRetry).
 		if progress {
@@ -273,6 +301,17 @@ func (f *fleet) refresh(ctx context.Context) {
 			retry.Reset(delay)
 		}
 	}
+}
+
+// answered records that a reconciler answered for node (its view, or
+// that it has folded nothing of it).
+func (f *fleet) answered(node string) {
+	f.mu.Lock()
+	if _, ok := f.unanswered[node]; ok {
+		delete(f.unanswered, node)
+		f.changed()
+	}
+	f.mu.Unlock()
 }
 
 // changed bumps the generation and wakes every subscriber; f.mu is held.
@@ -357,6 +396,14 @@ type fleetPage struct {
 	SilentSince time.Time
 	LastSeq     uint64
 	LastAt      time.Time
+	// Behind counts the rows older than their nodes' events, which no
+	// reconciler answered for since UnansweredSince: their rows say so
+	// (audit.FleetRow.Behind), and "as of" is not theirs (a fresh user's
+	// finding m1). NoReconciler is when no reconciler answered for any
+	// node (zero: one answers): the page says so first (M9).
+	Behind          int
+	UnansweredSince time.Time
+	NoReconciler    time.Time
 	// Live is the page's live stream: the same page, as server-sent
 	// events.
 	Live string
@@ -522,6 +569,11 @@ type fleetIndex struct {
 	summary, summaryAll []audit.NeedCount
 	calm, calmAll       int
 	retired             int
+	// behind counts the rows older than their nodes' events that no
+	// reconciler answered for, since unansweredSince; noneSince is
+	// when no reconciler answered any node (zero: one did).
+	behind                     int
+	unansweredSince, noneSince time.Time
 }
 
 // index returns the rows at now; f.mu is held. The first index is made
@@ -654,6 +706,13 @@ type indexInput struct {
 	views    []NodeView
 	warnings map[string][]uint64
 	sources  map[string][]audit.SourceProblem
+	// behind maps each node no reconciler answered for (fleet.unanswered)
+	// whose view is older than its events to its newest event's
+	// sequence; unansweredSince is the oldest of their asks, noneSince
+	// the fleet's.
+	behind          map[string]uint64
+	unansweredSince time.Time
+	noneSince       time.Time
 }
 
 // indexInput copies what an index is made of; f.mu is held.
@@ -670,19 +729,41 @@ func (f *fleet) indexInput(now time.Time) *indexInput {
 	for n, ws := range f.warnings {
 		in.warnings[n] = slices.Clone(ws)
 	}
+	in.noneSince = f.noneSince
+	for n, at := range f.unanswered {
+		seq := f.dirty[n]
+		if nv, ok := f.views[n]; seq == 0 || ok && nv.View.Seq >= seq {
+			continue
+		}
+		if in.behind == nil {
+			in.behind = map[string]uint64{}
+		}
+		in.behind[n] = seq
+		if in.unansweredSince.IsZero() || at.Before(in.unansweredSince) {
+			in.unansweredSince = at
+		}
+	}
 	return in
 }
 
 // make makes the index.
 func (in *indexInput) make(stale time.Duration) *fleetIndex {
 	slices.SortFunc(in.views, func(a, b NodeView) int { return strings.Compare(a.Node, b.Node) })
-	x := &fleetIndex{gen: in.gen, at: in.now, copied: in.copied, loaded: in.loaded, unread: in.unread, noSnaps: in.noSnaps, silence: in.silence, byName: make([]audit.FleetRow, 0, len(in.views))}
+	x := &fleetIndex{gen: in.gen, at: in.now, copied: in.copied, loaded: in.loaded, unread: in.unread, noSnaps: in.noSnaps, silence: in.silence, byName: make([]audit.FleetRow, 0, len(in.views)),
+		unansweredSince: in.unansweredSince, noneSince: in.noneSince}
 	for _, nv := range in.views {
 		r := nv.Row(in.now, stale)
 		if nv.Err == nil {
 			r.SetWarningSeqs(in.warnings[nv.Node])
 			if ps := in.sources[nv.Node]; len(ps) > 0 {
 				r.SetSources(ps)
+			}
+			// Older than the node's events, no reconciler having
+			// folded them: said on the row, and no stale-have blamed
+			// on it (a fresh user's findings M9 and m1).
+			if seq, ok := in.behind[nv.Node]; ok {
+				r.SetNewest(seq)
+				x.behind++
 			}
 		}
 		x.byName = append(x.byName, r)
@@ -717,7 +798,8 @@ func (f *fleet) page(q fleetQuery, now time.Time, stale time.Duration) fleetPage
 		x = f.idx
 		f.mu.Unlock()
 	}
-	p := fleetPage{Query: q.Q, Need: q.Need, All: q.All, Gen: x.gen, Nodes: len(x.byName), Now: x.at, Live: q.url("/events"), NoSnapshots: x.noSnaps}
+	p := fleetPage{Query: q.Q, Need: q.Need, All: q.All, Gen: x.gen, Nodes: len(x.byName), Now: x.at, Live: q.url("/events"), NoSnapshots: x.noSnaps,
+		Behind: x.behind, UnansweredSince: x.unansweredSince, NoReconciler: x.noneSince}
 	if x.silence.why != "" {
 		p.Silent, p.SilentSince, p.LastSeq, p.LastAt = x.silence.why, x.silence.since, x.silence.lastSeq, x.silence.lastAt
 	}
