@@ -1299,7 +1299,7 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	if timed {
 		start = time.Now()
 	}
-	node, kind, err := r.subj.Parse(msg.Subject())
+	node, kind, by, err := r.subj.ParseBy(msg.Subject())
 	if err != nil {
 		r.badSubject(ctx, seq, msg.Subject())
 		return nil
@@ -1327,6 +1327,11 @@ func (s *session) fold(ctx context.Context, msg jetstream.Msg, meta *jetstream.M
 	}
 	ev := events.Event{Seq: seq, Time: meta.Timestamp, Node: node, Kind: kind, Size: len(msg.Data())}
 	ev.Payload, ev.Err = s.in.dec.Decode(kind, msg.Data())
+	if err := events.Attribute(ev.Payload, by); err != nil {
+		// A named operator's event whose by names someone else: the
+		// server checked the subject's name, not the payload's.
+		ev.Payload, ev.Err = nil, err
+	}
 	if ev.Kind == events.KindPlan && r.cfg.Own != nil && !own && !s.ownRead(node, msg) {
 		if err := r.cfg.Own.Verify(ev.Node, ev.Kind, msg.Headers(), msg.Data()); err != nil {
 			ev.Foreign = true

@@ -166,13 +166,17 @@ func Stamp[P Payload](p P, t time.Time) P {
 // DecodeEvent decodes one stream message. It fails only when the subject
 // names no node and kind; a payload that cannot be decoded or validated
 // gives an Event with Err set and Payload nil, so that the fold can journal
-// it for its node (DESIGN.md §3).
+// it for its node (DESIGN.md §3). So does an operator event on a named
+// subject whose `by` is not the operator its subject names ([Attribute]).
 func (s Subjects) DecodeEvent(subject string, data []byte, seq uint64, t time.Time) (Event, error) {
-	node, kind, err := s.Parse(subject)
+	node, kind, by, err := s.ParseBy(subject)
 	if err != nil {
 		return Event{}, err
 	}
 	ev := Event{Seq: seq, Time: t, Node: node, Kind: kind, Size: len(data)}
 	ev.Payload, ev.Err = Decode(kind, data)
+	if err := Attribute(ev.Payload, by); err != nil {
+		ev.Payload, ev.Err = nil, err
+	}
 	return ev, nil
 }

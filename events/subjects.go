@@ -21,6 +21,8 @@ const DefaultPartitions = 16
 // Plain form (what publishers use):  <prefix>.<node>.<kind>
 // Stored form (what the stream holds): <p>.<prefix>.<node>.<kind>
 // where p = FNV-1a-32(node) mod N.
+// Named form (an operator event of a named operator, [Subjects.Named]):
+// <p>.<prefix>.<node>.<kind>.<operator>, published and stored as is.
 type Subjects struct {
 	Prefix string
 	// Partitions is the stream's partition count N (1..1024); 0 means
@@ -51,6 +53,30 @@ func ValidPrefix(p string) bool { return ValidName(p) }
 // Event returns the plain subject of node's events of kind k.
 func (s Subjects) Event(node string, k Kind) string {
 	return s.prefix() + "." + node + "." + string(k)
+}
+
+// Named returns the subject on which the operator named by publishes
+// node's event of kind k (one of [OperatorKinds]):
+// <p>.<prefix>.<node>.<kind>.<by>, the stored form with the operator's
+// name as a fifth token. The publisher computes the partition p, as the
+// stream's transform does for a plain subject (which has three tokens
+// only); the server lets a named operator's credentials publish only
+// subjects that end in its own name, so the name is one the server
+// checked (docs/architecture.md, "Operators named in the subject"). A
+// reader takes the name from the subject ([Subjects.ParseBy]).
+func (s Subjects) Named(node string, k Kind, by string) string {
+	return s.Stored(node, k) + "." + by
+}
+
+// NamedInput returns the patterns of the named operator events the
+// stream captures, one per operator kind: *.<prefix>.*.<kind>.*. They
+// have five tokens, so the partition transform leaves them as they are.
+func (s Subjects) NamedInput() []string {
+	out := make([]string, len(OperatorKinds))
+	for i, k := range OperatorKinds {
+		out[i] = "*." + s.prefix() + ".*." + string(k) + ".*"
+	}
+	return out
 }
 
 // Fill returns the subject of node's fill requests. No stream captures it:
@@ -90,29 +116,42 @@ func (s Subjects) Stored(node string, k Kind) string {
 	return strconv.Itoa(s.Partition(node)) + "." + s.prefix() + "." + node + "." + string(k)
 }
 
-// StoredNode returns the stored-subject filter of every event of node.
+// StoredNode returns the stored-subject filter of every event of node,
+// named operator events included: <p>.<prefix>.<node>.>.
 func (s Subjects) StoredNode(node string) string {
-	return strconv.Itoa(s.Partition(node)) + "." + s.prefix() + "." + node + ".*"
+	return strconv.Itoa(s.Partition(node)) + "." + s.prefix() + "." + node + ".>"
 }
 
 // StoredPartition returns the stored-subject filters of partition p for the
-// given kinds: <p>.<prefix>.*.<kind>.
+// given kinds: <p>.<prefix>.*.<kind>, and for an operator kind also its
+// named form, <p>.<prefix>.*.<kind>.*.
 func (s Subjects) StoredPartition(p int, kinds ...Kind) []string {
-	out := make([]string, len(kinds))
-	for i, k := range kinds {
-		out[i] = strconv.Itoa(p) + "." + s.prefix() + ".*." + string(k)
+	out := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		f := strconv.Itoa(p) + "." + s.prefix() + ".*." + string(k)
+		out = append(out, f)
+		if k.Operator() {
+			out = append(out, f+".*")
+		}
 	}
 	return out
 }
 
 // StoredKind returns the stored-subject filter of every node's events of
-// kind k, all partitions: *.<prefix>.*.<k>.
+// kind k, all partitions: *.<prefix>.*.<k>. An operator kind's named
+// events are [Subjects.StoredNamedKind]'s.
 func (s Subjects) StoredKind(k Kind) string { return "*." + s.prefix() + ".*." + string(k) }
 
+// StoredNamedKind returns the stored-subject filter of every named
+// operator event of kind k, all partitions and operators:
+// *.<prefix>.*.<k>.*.
+func (s Subjects) StoredNamedKind(k Kind) string { return s.StoredKind(k) + ".*" }
+
 // StoredPartitionAll returns the stored-subject filter of every event of
-// partition p: <p>.<prefix>.*.*.
+// partition p, named operator events included: <p>.<prefix>.*.>. One
+// filter: the server serves it from its subject index.
 func (s Subjects) StoredPartitionAll(p int) string {
-	return strconv.Itoa(p) + "." + s.prefix() + ".*.*"
+	return strconv.Itoa(p) + "." + s.prefix() + ".*.>"
 }
 
 // FleetNode is the node token of the fleet-wide journal,
@@ -122,18 +161,35 @@ func (s Subjects) StoredPartitionAll(p int) string {
 // accepts it for the journal kind only.
 const FleetNode = "_fleet"
 
-// Parse splits a plain or stored subject into node and kind. The partition
-// token, when there, is checked to be a number and dropped.
+// Parse splits a plain, stored or named subject into node and kind. The
+// partition token, when there, is checked to be a number and dropped;
+// a named subject's operator ([Subjects.ParseBy]) is checked and
+// dropped.
+//
+// Errors: those of [Subjects.ParseBy].
+func (s Subjects) Parse(subject string) (node string, kind Kind, err error) {
+	node, kind, _, err = s.ParseBy(subject)
+	return node, kind, err
+}
+
+// ParseBy is [Subjects.Parse] that also returns the operator a named
+// subject ([Subjects.Named]) names: the name the server checked against
+// the publisher's credentials; empty for a plain or stored subject, whose
+// payload's `by` is self-declared.
 //
 // Errors: ErrBadSubject when the subject has another shape or prefix or an
-// invalid node name ([FleetNode] is taken for the journal kind only);
-// ErrUnknownKind for an unknown last token. Errors quote the subject
-// through [Short].
-func (s Subjects) Parse(subject string) (node string, kind Kind, err error) {
+// invalid node name ([FleetNode] is taken for the journal kind only), and
+// for a named subject whose kind is no operator kind, whose operator is
+// no valid name, or whose partition token is not the node's partition
+// (the stream's transform puts a plain subject in its node's partition;
+// a named one's publisher does, and one that did not would have its
+// event folded apart from the node's others); ErrUnknownKind for an
+// unknown kind token. Errors quote the subject through [Short].
+func (s Subjects) ParseBy(subject string) (node string, kind Kind, by string, err error) {
 	// Tokens by hand, not strings.Split: the fold parses every message's
 	// subject, and the slice Split allocates was a tenth of a catch-up's
 	// allocations (issue 17).
-	var toks [4]string
+	var toks [5]string
 	n, rest := 0, subject
 	for n < len(toks) {
 		tok, more, found := strings.Cut(rest, ".")
@@ -145,30 +201,45 @@ func (s Subjects) Parse(subject string) (node string, kind Kind, err error) {
 		}
 		rest = more
 		if n == len(toks) {
-			n++ // a fifth token: too many
+			n++ // a sixth token: too many
 		}
 	}
 	t := toks[:min(n, len(toks))]
-	if n == 4 {
-		if _, err := strconv.Atoi(t[0]); err != nil {
-			return "", "", fmt.Errorf("%w: %q", ErrBadSubject, subject)
+	partition := -1
+	if n == 4 || n == 5 {
+		p, err := strconv.Atoi(t[0])
+		if err != nil {
+			return "", "", "", fmt.Errorf("%w: %s", ErrBadSubject, Short(subject))
 		}
-		t = t[1:]
+		partition, t = p, t[1:]
 	}
-	if len(t) != 3 || n > 4 || t[0] != s.prefix() {
-		return "", "", fmt.Errorf("%w: %s", ErrBadSubject, Short(subject))
+	if n == 5 {
+		by, t = t[3], t[:3]
 	}
-	if t[1] == FleetNode && t[2] == string(KindJournal) {
-		return FleetNode, KindJournal, nil
+	if len(t) != 3 || n > 5 || t[0] != s.prefix() {
+		return "", "", "", fmt.Errorf("%w: %s", ErrBadSubject, Short(subject))
+	}
+	if t[1] == FleetNode && t[2] == string(KindJournal) && by == "" {
+		return FleetNode, KindJournal, "", nil
 	}
 	if !ValidName(t[1]) {
-		return "", "", fmt.Errorf("%w: %s: node %v", ErrBadSubject, Short(subject), ErrBadName)
+		return "", "", "", fmt.Errorf("%w: %s: node %v", ErrBadSubject, Short(subject), ErrBadName)
 	}
 	kind = Kind(t[2])
 	if !kind.Known() {
-		return t[1], "", fmt.Errorf("%w %s in %s", ErrUnknownKind, Short(t[2]), Short(subject))
+		return t[1], "", "", fmt.Errorf("%w %s in %s", ErrUnknownKind, Short(t[2]), Short(subject))
 	}
-	return t[1], kind, nil
+	if by != "" {
+		switch {
+		case !kind.Operator():
+			return "", "", "", fmt.Errorf("%w: %s: %s is no operator kind", ErrBadSubject, Short(subject), kind)
+		case !ValidName(by):
+			return "", "", "", fmt.Errorf("%w: %s: operator %v", ErrBadSubject, Short(subject), ErrBadName)
+		case partition != s.Partition(t[1]):
+			return "", "", "", fmt.Errorf("%w: %s: not node %s's partition %d", ErrBadSubject, Short(subject), t[1], s.Partition(t[1]))
+		}
+	}
+	return t[1], kind, by, nil
 }
 
 // RolloutToken is the second token of a fleet's rollout subjects,
@@ -204,5 +275,8 @@ func (s Subjects) ParseRollout(subject string) (fleet, kind string, ok bool) {
 }
 
 // Captured returns every subject pattern the stream captures: the node
-// events' ([Subjects.Input]) and the fleets' rollout events'.
-func (s Subjects) Captured() []string { return append(s.Input(), s.RolloutInput()) }
+// events' ([Subjects.Input]), the fleets' rollout events' and the named
+// operator events' ([Subjects.NamedInput]).
+func (s Subjects) Captured() []string {
+	return append(append(s.Input(), s.RolloutInput()), s.NamedInput()...)
+}

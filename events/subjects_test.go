@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshfold/meshfold/events"
 )
@@ -13,11 +14,16 @@ import (
 // reference the hand tokenizer must agree with.
 func splitParse(s events.Subjects, subject string) (string, events.Kind, bool) {
 	toks := strings.Split(subject, ".")
-	if len(toks) == 4 {
-		if _, err := strconv.Atoi(toks[0]); err != nil {
+	partition, by := -1, ""
+	if len(toks) == 4 || len(toks) == 5 {
+		p, err := strconv.Atoi(toks[0])
+		if err != nil {
 			return "", "", false
 		}
-		toks = toks[1:]
+		partition, toks = p, toks[1:]
+	}
+	if len(toks) == 4 {
+		by, toks = toks[3], toks[:3]
 	}
 	prefix := s.Prefix
 	if prefix == "" {
@@ -26,13 +32,80 @@ func splitParse(s events.Subjects, subject string) (string, events.Kind, bool) {
 	if len(toks) != 3 || toks[0] != prefix {
 		return "", "", false
 	}
-	if toks[1] == events.FleetNode && toks[2] == string(events.KindJournal) {
+	if toks[1] == events.FleetNode && toks[2] == string(events.KindJournal) && by == "" {
 		return events.FleetNode, events.KindJournal, true
 	}
 	if !events.ValidName(toks[1]) || !events.Kind(toks[2]).Known() {
 		return "", "", false
 	}
+	if by != "" && (!events.Kind(toks[2]).Operator() || !events.ValidName(by) || partition != s.Partition(toks[1])) {
+		return "", "", false
+	}
 	return toks[1], events.Kind(toks[2]), true
+}
+
+// A named operator's subject: built by Named, parsed back with its
+// operator, refused outside its node's partition, for a kind no operator
+// publishes, or with a bad name; a payload whose by is not the subject's
+// operator is decoded as an invalid event.
+func TestNamedSubjects(t *testing.T) {
+	subj := events.Subjects{Partitions: 7}
+	named := subj.Named("ace", events.KindApprove, "alice")
+	if want := strconv.Itoa(subj.Partition("ace")) + ".mesh.ace.approve.alice"; named != want {
+		t.Fatalf("Named = %q, want %q", named, want)
+	}
+	node, kind, by, err := subj.ParseBy(named)
+	if err != nil || node != "ace" || kind != events.KindApprove || by != "alice" {
+		t.Fatalf("ParseBy(%q) = %q %q %q %v", named, node, kind, by, err)
+	}
+	if _, _, by, err := subj.ParseBy(subj.Stored("ace", events.KindApprove)); err != nil || by != "" {
+		t.Errorf("a stored subject: by %q, %v; want none", by, err)
+	}
+	other := strconv.Itoa((subj.Partition("ace")+1)%7) + ".mesh.ace.approve.alice"
+	for _, bad := range []string{other, subj.Stored("ace", events.KindHave) + ".alice",
+		subj.Stored("ace", events.KindApprove) + ".Alice", "mesh.ace.approve.alice", subj.Stored(events.FleetNode, events.KindJournal) + ".alice"} {
+		if _, _, _, err := subj.ParseBy(bad); !errors.Is(err, events.ErrBadSubject) {
+			t.Errorf("ParseBy(%q): %v, want ErrBadSubject", bad, err)
+		}
+	}
+	if got := subj.StoredNode("ace"); !strings.HasSuffix(got, ".mesh.ace.>") {
+		t.Errorf("StoredNode = %q: misses the named events", got)
+	}
+	for _, k := range events.OperatorKinds {
+		if !slicesContains(subj.Captured(), "*.mesh.*."+string(k)+".*") {
+			t.Errorf("Captured() %v: no named %s", subj.Captured(), k)
+		}
+	}
+
+	data := func(by string) []byte {
+		b, err := events.Encode(events.Stamp(&events.Approve{Module: "nats", Build: "img:1", By: by}, time.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ev, err := subj.DecodeEvent(named, data("alice"), 9, time.Time{})
+	if err != nil || ev.Err != nil || ev.Payload.(*events.Approve).By != "alice" {
+		t.Fatalf("alice's approval by alice: %+v %v", ev, err)
+	}
+	ev, err = subj.DecodeEvent(named, data("bob"), 10, time.Time{})
+	if err != nil || ev.Payload != nil || !errors.Is(ev.Err, events.ErrNotPublisher) || !errors.Is(ev.Err, events.ErrInvalid) {
+		t.Fatalf("alice's approval claiming bob: payload %v, err %v (%v); want ErrNotPublisher", ev.Payload, ev.Err, err)
+	}
+	t.Logf("alice's approval claiming bob: %v", ev.Err)
+	// The shared operator's plain subject: by as given (self-declared).
+	if ev, err := subj.DecodeEvent(subj.Stored("ace", events.KindApprove), data("bob"), 11, time.Time{}); err != nil || ev.Err != nil {
+		t.Errorf("a plain approval: %v %v", err, ev.Err)
+	}
+}
+
+func slicesContains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 // FuzzParseSubject: the tokenizer of Subjects.Parse accepts exactly the
@@ -41,7 +114,8 @@ func splitParse(s events.Subjects, subject string) (string, events.Kind, bool) {
 func FuzzParseSubject(f *testing.F) {
 	for _, s := range []string{"mesh.ace.want", "3.mesh.ace.plan", "mesh._fleet.journal", "3.mesh.ace.plan.x",
 		"x.mesh.ace.plan", "mesh.ace", "mesh.ace.nope", "mesh.Ace.want", "", ".", "mesh..want", "mesh.ace.want.",
-		"12.mesh.node-01.have", "other.ace.want", "1.2.3.4.5"} {
+		"12.mesh.node-01.have", "other.ace.want", "1.2.3.4.5", "12.mesh.ace.approve.alice", "2.mesh.ace.approve.alice",
+		"2.mesh.ace.have.alice", "1.2.3.4.5.6"} {
 		f.Add(s)
 	}
 	subj := events.Subjects{}

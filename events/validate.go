@@ -22,6 +22,10 @@ var (
 	ErrNewerVersion = errors.New("newer schema version than this build understands")
 	// ErrBadSubject: the subject is not of the form this package builds.
 	ErrBadSubject = errors.New("not a meshfold subject")
+	// ErrNotPublisher: an operator event on a named subject
+	// ([Subjects.Named]) whose `by` is not the operator its subject
+	// names, the one whose credentials the server let publish it.
+	ErrNotPublisher = errors.New("is not the operator whose credentials published the event")
 
 	ErrMissing      = errors.New("required")
 	ErrBadName      = errors.New("must match [a-z0-9][a-z0-9_-]{0,62}")

@@ -183,13 +183,15 @@ func (r *Reader) BuildUse(ctx context.Context, build string) (BuildUse, error) {
 	// Retires first (few): a node's newest want is then kept only for
 	// the nodes that have one, to tell a retired node.
 	retired := map[string]uint64{}
-	if err := store.LastPerSubject(ctx, r.js, cfg.Name, subj.StoredKind(events.KindRetire), func(subject string, seq uint64, _ []byte) error {
-		if node, _, err := subj.Parse(subject); err == nil {
-			retired[node] = seq
+	for _, f := range []string{subj.StoredKind(events.KindRetire), subj.StoredNamedKind(events.KindRetire)} {
+		if err := store.LastPerSubject(ctx, r.js, cfg.Name, f, func(subject string, seq uint64, _ []byte) error {
+			if node, _, err := subj.Parse(subject); err == nil {
+				retired[node] = max(retired[node], seq)
+			}
+			return nil
+		}); err != nil {
+			return u, err
 		}
-		return nil
-	}); err != nil {
-		return u, err
 	}
 	wantSeq := map[string]uint64{}
 	wants, runs := map[string]bool{}, map[string]bool{}

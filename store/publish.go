@@ -99,17 +99,34 @@ func Permanent(err error) bool {
 const headerTraceparent = "traceparent"
 
 // Publisher appends events to the stream on their plain subjects
-// (<prefix>.<node>.<kind>). It is safe for concurrent use.
+// (<prefix>.<node>.<kind>), or, one made [Publisher.As] a named
+// operator, operator events on that operator's named subjects. It is
+// safe for concurrent use.
 type Publisher struct {
-	js     jetstream.JetStream
-	subj   events.Subjects
-	denied *denials
+	js       jetstream.JetStream
+	subj     events.Subjects
+	denied   *denials
+	operator string
 }
 
 // NewPublisher returns a Publisher for the stream whose subjects subj
 // builds.
 func NewPublisher(js jetstream.JetStream, subj events.Subjects) *Publisher {
 	return &Publisher{js: js, subj: subj, denied: watchDenials(js.Conn())}
+}
+
+// As returns a Publisher that appends operator events (events.OperatorKinds)
+// on the named subjects of operator (events.Subjects.Named), the only
+// ones a named operator's credentials may publish, and refuses one whose
+// `by` is not operator before publishing it (events.ErrNotPublisher).
+// Other kinds keep their plain subjects. Empty: p itself.
+func (p *Publisher) As(operator string) *Publisher {
+	if operator == "" {
+		return p
+	}
+	q := *p
+	q.operator = operator
+	return &q
 }
 
 // Ack is the stream's acknowledgement of an append.
@@ -205,7 +222,14 @@ func (p *Publisher) prepare(ctx context.Context, node string, payload events.Pay
 	for _, opt := range opts {
 		opt(&o)
 	}
-	msg := &nats.Msg{Subject: p.subj.Event(node, kind), Data: data, Header: o.header}
+	subject := p.subj.Event(node, kind)
+	if p.operator != "" && kind.Operator() {
+		if err := events.Attribute(payload, p.operator); err != nil {
+			return nil, fmt.Errorf("append %s %s: %w", node, kind, err)
+		}
+		subject = p.subj.Named(node, kind, p.operator)
+	}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: o.header}
 	if o.signer != nil && o.msgID == "" {
 		return nil, fmt.Errorf("append %s %s: a signed effect needs a message id", node, kind)
 	}

@@ -91,6 +91,10 @@ func StreamBounds(ctx context.Context, stream jetstream.Stream) (first, last uin
 // stream's leader when it is a [LeaderReads] (a read that must see what
 // was acknowledged a moment ago).
 //
+// An operator kind's events are also stored on named subjects
+// (events.Subjects.Named), one per operator: the newest of both forms is
+// returned (two gets).
+//
 // Errors: [ErrNoMessage] when the stream holds none; a bad node name
 // (matching events.ErrInvalid); the get's error otherwise. A payload that
 // fails to decode is not an error: Msg.Event.Err says why.
@@ -100,11 +104,21 @@ func LastMsg(ctx context.Context, stream LastGetter, subj events.Subjects, node 
 	}
 	stored := subj.Stored(node, kind)
 	raw, err := stream.GetLastMsgForSubject(ctx, stored)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return Msg{}, fmt.Errorf("last message on %s: %w", stored, ErrNoMessage)
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Msg{}, fmt.Errorf("last message on %s: %w", stored, err)
+	}
+	if kind.Operator() {
+		named := stored + ".*"
+		n, nerr := stream.GetLastMsgForSubject(ctx, named)
+		switch {
+		case nerr != nil && !errors.Is(nerr, jetstream.ErrMsgNotFound):
+			return Msg{}, fmt.Errorf("last message on %s: %w", named, nerr)
+		case nerr == nil && (raw == nil || n.Sequence > raw.Sequence):
+			raw, err = n, nil
+		}
+	}
+	if raw == nil {
+		return Msg{}, fmt.Errorf("last message on %s: %w", stored, ErrNoMessage)
 	}
 	ev, err := subj.DecodeEvent(raw.Subject, raw.Data, raw.Sequence, raw.Time)
 	if err != nil {
@@ -275,15 +289,21 @@ func dropConsumer(js jetstream.JetStream, stream, name string) {
 //
 // Errors: the stream info's.
 func ListNodes(ctx context.Context, stream jetstream.Stream, subj events.Subjects, k events.Kind) ([]string, error) {
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter("*."+subj.Event("*", k)))
-	if err != nil {
-		return nil, fmt.Errorf("stream info: %w", err)
+	filters := []string{"*." + subj.Event("*", k)}
+	if k.Operator() {
+		filters = append(filters, subj.StoredNamedKind(k)) // named operators' events
 	}
 	seen := map[string]bool{}
-	for s := range info.State.Subjects {
-		if node, _, err := subj.Parse(s); err == nil || errors.Is(err, events.ErrUnknownKind) {
-			if node != "" {
-				seen[node] = true
+	for _, f := range filters {
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(f))
+		if err != nil {
+			return nil, fmt.Errorf("stream info: %w", err)
+		}
+		for s := range info.State.Subjects {
+			if node, _, err := subj.Parse(s); err == nil || errors.Is(err, events.ErrUnknownKind) {
+				if node != "" {
+					seen[node] = true
+				}
 			}
 		}
 	}

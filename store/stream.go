@@ -503,5 +503,12 @@ func OpenedStream(stream jetstream.Stream, cfg StreamConfig) (StreamConfig, erro
 // single literal token.
 func kindShaped(prefix, subject string) bool {
 	kind, ok := strings.CutPrefix(subject, prefix+".*.")
+	if !ok {
+		// A named operator kind's pattern, *.<prefix>.*.<kind>.*
+		// (events.Subjects.NamedInput).
+		named, found := strings.CutPrefix(subject, "*."+prefix+".*.")
+		kind, ok = strings.CutSuffix(named, ".*")
+		ok = ok && found
+	}
 	return ok && kind != "" && !strings.ContainsAny(kind, ".*> ")
 }

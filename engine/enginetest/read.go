@@ -95,7 +95,7 @@ func rawReadFirst(tb testing.TB, js jetstream.JetStream, cfg store.StreamConfig,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cons, err := js.OrderedConsumer(ctx, cfg.Name, jetstream.OrderedConsumerConfig{FilterSubjects: []string{fmt.Sprintf("%d.%s.*.*", p, cfg.Prefix)}})
+			cons, err := js.OrderedConsumer(ctx, cfg.Name, jetstream.OrderedConsumerConfig{FilterSubjects: []string{cfg.Subjects().StoredPartitionAll(p)}})
 			if err != nil {
 				tb.Error(err)
 				return
