@@ -69,7 +69,7 @@ usage error.`,
 			})
 		},
 	}
-	o.add(cmd, true, false)
+	o.add(a, cmd, true, false)
 	cmd.Flags().Uint64Var(&upto, "upto", 0, "acknowledge the warnings stored at or before this stream sequence (default: every one stored before the ack)")
 	cmd.Flags().BoolVar(&force, "force", false, "publish the ack even when it would change nothing")
 	cmd.Flags().BoolVar(&o.newNode, "new", false, "ack a node that has no event in the stream yet (refused without it: a mistyped name would make a phantom node)")

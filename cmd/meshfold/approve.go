@@ -91,7 +91,7 @@ several: exit 2).
 			})
 		},
 	}
-	o.add(cmd, false, true)
+	o.add(a, cmd, false, true)
 	cmd.Flags().BoolVar(&o.newNode, "new", false, "approve on a node that has no event in the stream yet (refused without it: a mistyped name would make a phantom node)")
 	cmd.Flags().BoolVar(&o.ahead, "ahead", false, aheadFlagHelp("approve"))
 	cmd.Flags().BoolVar(&allowMissing, "allow-missing-build", false, "approve a sha256: build the builds bucket does not hold (yet); a build of no build's form is refused still")

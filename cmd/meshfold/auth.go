@@ -28,6 +28,7 @@ func newAuthCmd(a *app) *cobra.Command {
   meshfold auth add-node ace --dir ./mesh-auth
   meshfold serve --auth ./mesh-auth --data ./data
   meshfold fleet --creds ./mesh-auth/creds/operator.creds
+  meshfold auth add-operator alice --dir ./mesh-auth   # alice's own creds: the audit names her, checked by the server
   meshfold auth revoke node-ace --dir ./mesh-auth --no-push   # files only: a server started later refuses it`,
 		Long: `auth manages an auth directory: a NATS operator, a system account, the mesh
 account (JetStream enabled, within limits) and one user per role, each with a
@@ -40,6 +41,9 @@ an administrator's machine; hand each role only its creds file.
       operator, operator-read (the web console's) and sys
   meshfold auth add-node ace --dir ./mesh-auth
       node-ace and provisioner-ace
+  meshfold auth add-operator alice --dir ./mesh-auth
+      operator-alice: an operator of one's own, whose approvals and
+      operator events the server lets name alice only; revoked alone
   meshfold serve --auth ./mesh-auth
       the embedded server in operator mode; its rollout controller
       publishes wants as the controller user
@@ -55,7 +59,7 @@ find that prefix in the creds file. For the nats CLI, save it in the context
 (nats context save ace --creds ... --inbox-prefix _INBOX_node-ace).
 See docs/operations.md for the policy and for external servers and clusters.`,
 	}
-	cmd.AddCommand(newAuthInitCmd(a), newAuthAddNodeCmd(a), newAuthAddUserCmd(a), newAuthRevokeCmd(a), newAuthRotateReconcilerCmd(a))
+	cmd.AddCommand(newAuthInitCmd(a), newAuthAddNodeCmd(a), newAuthAddUserCmd(a), newAuthAddOperatorCmd(a), newAuthRevokeCmd(a), newAuthRotateReconcilerCmd(a))
 	return cmd
 }
 
@@ -197,6 +201,53 @@ A user that exists and is not revoked is refused.
 	return cmd
 }
 
+func newAuthAddOperatorCmd(a *app) *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "add-operator NAME --dir DIR",
+		Short: "Issue operator-NAME: one person's operator user, whose events the server lets name NAME only",
+		Long: `add-operator issues the user operator-NAME and writes its creds file: an
+operator of one's own, for one person. It may do all the shared operator user
+does, except that it publishes approvals, operator events (pause, resume,
+poke, revoke, waive, retire) and acks only on subjects that end in NAME
+(<partition>.mesh.<node>.<kind>.NAME), never on the shared operator's. The
+server checks that against the creds' JWT, and the reconciler and the audit
+take the "by" of such an event from its subject: the audit names the person
+whose creds acted, not whom the caller said.
+
+With these creds --by defaults to NAME, and another name is refused.
+Revoking one person (meshfold auth revoke operator-NAME) leaves every other
+operator's creds working. Rollout verbs and secret puts keep a self-declared
+--by (docs/operations.md, "Named operators").
+
+NAME is a node-style name ([a-z0-9][a-z0-9_-]{0,62}); "read" is refused
+(operator-read is the console's user). A user that exists is refused unless it
+was revoked (then it is issued again with a new key).`,
+		Example: `  meshfold auth add-operator alice --dir ./mesh-auth
+  NATS_CREDS=./mesh-auth/creds/operator-alice.creds meshfold approve ace nats img:nats-2.10.24   # by alice
+  meshfold auth revoke operator-alice --dir ./mesh-auth   # alice alone`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := auth.Open(dir)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			u, err := d.AddOperator(args[0])
+			if errors.Is(err, auth.ErrUserExists) || errors.Is(err, auth.ErrReservedName) || errors.Is(err, events.ErrInvalid) {
+				return withCode(exitUsage, err)
+			}
+			if err != nil {
+				return err
+			}
+			printUsers(a, d, []auth.User{u})
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the auth directory (required)")
+	_ = cmd.MarkFlagRequired("dir")
+	return cmd
+}
+
 func newAuthRevokeCmd(a *app) *cobra.Command {
 	var (
 		dir    string
@@ -206,7 +257,7 @@ func newAuthRevokeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "revoke USER --dir DIR",
 		Short: "Revoke a user and push the account update to the running server",
-		Long: `revoke revokes USER (node-ace, provisioner-ace, controller, ...) in the mesh
+		Long: `revoke revokes USER (node-ace, provisioner-ace, operator-alice, ...) in the mesh
 account's JWT, rewrites DIR/resolver.conf, and pushes the new account JWT to
 the server (--server, default nats://127.0.0.1:4222) as the system user
 (DIR/creds/sys.creds unless --creds says otherwise): the server closes the
@@ -226,8 +277,10 @@ credentials once issued.
 With --no-push only the files change: a server started later (meshfold serve
 --auth DIR, or one whose resolver.conf is the new one) refuses the user.
 A revoked user is issued again with a new key: a node's with auth add-node
-NAME, any other with auth add-user ROLE.`,
+NAME, a named operator's with auth add-operator NAME, any other with auth
+add-user ROLE.`,
 		Example: `  meshfold auth revoke node-ace --dir ./mesh-auth
+  meshfold auth revoke operator-alice --dir ./mesh-auth   # one person's operator; the others' creds keep working
   meshfold auth revoke operator-read --dir ./mesh-auth --no-push   # files only; servers started later refuse it
   meshfold auth revoke node-ace --dir ./mesh-auth --server tls://nats.example:4222 --tls-ca ca.pem`,
 		Args: cobra.ExactArgs(1),

@@ -231,6 +231,8 @@ func credsUser(path string) (user string, role auth.Role) {
 		return uc.Name, auth.RoleNode
 	case strings.HasPrefix(uc.Name, string(auth.RoleProvisioner)+"-"):
 		return uc.Name, auth.RoleProvisioner
+	case auth.OperatorOf(uc.Name) != "":
+		return uc.Name, auth.RoleOperator
 	}
 	return uc.Name, auth.Role(uc.Name)
 }

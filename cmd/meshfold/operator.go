@@ -16,6 +16,7 @@ import (
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/rollout/feed"
 	"github.com/meshfold/meshfold/store"
+	"github.com/meshfold/meshfold/store/auth"
 )
 
 // The operator verbs of DESIGN.md §9: each publishes one event per node.
@@ -40,16 +41,46 @@ type operatorFlags struct {
 	wait    time.Duration // poke: how long to wait for the provisioners' answers
 }
 
-func (o *operatorFlags) add(cmd *cobra.Command, reason, all bool) {
+func (o *operatorFlags) add(a *app, cmd *cobra.Command, reason, all bool) {
 	addPublishTimeout(cmd, &o.timeout)
-	cmd.Flags().StringVar(&o.by, "by", "", "who acts (required); kept in the stream for the audit")
-	_ = cmd.MarkFlagRequired("by")
+	cmd.Flags().StringVar(&o.by, "by", "", "who acts (required, but a named operator's creds give their name); kept in the stream for the audit")
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error { return a.settleBy(cmd, &o.by) }
 	if reason {
 		cmd.Flags().StringVar(&o.reason, "reason", "", "why, for the audit (one line)")
 	}
 	if all {
 		cmd.Flags().BoolVar(&o.all, "all", false, "every node that has a want and is not retired, instead of naming nodes")
 	}
+}
+
+// settleBy settles an operator verb's --by against the creds it
+// connects with. A named operator's creds (user operator-<name>, from
+// 'meshfold auth add-operator') publish operator events only on
+// subjects that end in their name, which the server checks: --by
+// defaults to that name, and another name is refused here (the server
+// would refuse the publish). Any other creds (the shared operator's)
+// need --by, stored as given: self-declared.
+func (a *app) settleBy(cmd *cobra.Command, by *string) error {
+	user, _ := credsUser(a.conn.withEnv().creds)
+	named := auth.OperatorOf(user)
+	set := cmd.Flags().Changed("by")
+	switch {
+	case named == "" && !set:
+		return withCode(exitUsage, errors.New(`required flag(s) "by" not set: who acts, kept in the stream for the audit (a named operator's creds give it: 'meshfold auth add-operator')`))
+	case named != "" && !set:
+		*by = named
+	case named != "" && *by != named:
+		return withCode(exitUsage, fmt.Errorf("--by %q: these creds are operator %s's (user %s), and the server lets them act only as %s: leave --by out, or connect with %s's own creds",
+			*by, named, user, named, *by))
+	}
+	return nil
+}
+
+// namedOperator returns the name of the named operator whose creds the
+// verbs connect with (auth.OperatorOf); "" for any other creds.
+func (a *app) namedOperator() string {
+	user, _ := credsUser(a.conn.withEnv().creds)
+	return auth.OperatorOf(user)
 }
 
 // addNew adds --new, to the verbs that refuse a node with no want (a
@@ -354,7 +385,7 @@ func (a *app) operatorVerb(cmd *cobra.Command, o *operatorFlags, kind events.Kin
 		}
 		return err
 	}
-	o.add(cmd, reason, all)
+	o.add(a, cmd, reason, all)
 	if kind == events.KindPoke {
 		cmd.Flags().DurationVar(&o.wait, "wait", 5*time.Second, "how long to wait for each node's provisioner to take the knock the poke brings (0: do not wait)")
 	}
@@ -412,6 +443,9 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 		return nil, err
 	}
 	defer nc.Close()
+	// A named operator's creds publish on its named subjects, the only
+	// ones the server lets them (store.Publisher.As).
+	pub = pub.As(a.namedOperator())
 	if all {
 		if nodes, err = a.wantedNodes(ctx, js); err != nil {
 			return nil, err

@@ -38,6 +38,9 @@ var (
 	ErrSystemUser = errors.New("auth: the system user cannot be revoked: it pushes the revocations (replace the whole directory with auth init --force to rotate it)")
 	// ErrUnknownRole: a role this package does not know.
 	ErrUnknownRole = errors.New("auth: unknown role")
+	// ErrReservedName: AddOperator was asked for a name whose user name
+	// another user has by role ("read": operator-read).
+	ErrReservedName = errors.New("auth: reserved name")
 )
 
 // Account names, as the account JWTs carry them.
@@ -118,6 +121,9 @@ type User struct {
 	Role Role   `json:"role"`
 	// Node is the node of a node or provisioner user.
 	Node string `json:"node,omitempty"`
+	// Operator is the name of a named operator ([Dir.AddOperator]);
+	// empty for the shared operator user.
+	Operator string `json:"operator,omitempty"`
 	// PublicKey is the user's NKey (U...).
 	PublicKey string `json:"public_key"`
 	// Account is the public key of the user's account.
@@ -302,6 +308,32 @@ func (d *Dir) AddUser(r Role) (User, error) {
 	return *u, d.save()
 }
 
+// AddOperator issues the named operator name: the user operator-<name>,
+// with the operator's permissions except that it publishes approvals,
+// operator events and acks only on the named subjects that end in its
+// own name (events.Subjects.Named), so the server checks the `by` the
+// stream records for it; writes its creds file and returns it. One per
+// person: revoking one (meshfold auth revoke operator-<name>) leaves the
+// others' working. A revoked one is issued again with a new key.
+//
+// Errors: an invalid name (matching events.ErrInvalid);
+// [ErrReservedName] for "read"; [ErrUserExists] when the user exists and
+// is not revoked; I/O errors.
+func (d *Dir) AddOperator(name string) (User, error) {
+	if err := checkOperatorName(name); err != nil {
+		return User{}, err
+	}
+	user := UserName(RoleOperator, name)
+	if u, ok := d.m.Users[user]; ok && u.Revoked == nil {
+		return User{}, fmt.Errorf("user %s: %w (revoke it to issue it again: meshfold auth revoke %s)", user, ErrUserExists, user)
+	}
+	u, err := d.issue(RoleOperator, name)
+	if err != nil {
+		return User{}, err
+	}
+	return *u, d.save()
+}
+
 // prepare makes path an empty directory with mode 0700, or refuses.
 // Missing parents are made with mode 0755, as mkdir -p would: only the
 // auth directory itself is private, so a node's root or a state
@@ -437,6 +469,9 @@ func (d *Dir) issue(r Role, node string) (*User, error) {
 		return nil, err
 	}
 	u := &User{Name: name, Role: r, Node: node, PublicKey: upub, Account: accPub, Issued: now}
+	if !r.perNode() {
+		u.Node, u.Operator = "", node
+	}
 	d.m.Users[name] = u
 	return u, nil
 }

@@ -12,7 +12,8 @@
 // permission matrix test checks it against a real server.
 //
 // Users: "reconciler", "controller", "operator", "operator-read" ([Init],
-// [Dir.AddUser]); "node-<N>" and
+// [Dir.AddUser]); "operator-<name>" per person ([Dir.AddOperator]);
+// "node-<N>" and
 // "provisioner-<N>" per node ([Dir.AddNode]); "sys" in the system
 // account, to push account updates ([Dir.Push]). Each user may read only
 // its own inbox, _INBOX_<user>; store.Connect finds that prefix in the
@@ -25,7 +26,7 @@
 // # Errors
 //
 // Sentinels: [ErrExists], [ErrNotAuthDir], [ErrUserExists],
-// [ErrUnknownUser], [ErrSystemUser], [ErrUnknownRole], [ErrPushSkipped],
+// [ErrUnknownUser], [ErrSystemUser], [ErrUnknownRole], [ErrReservedName], [ErrPushSkipped],
 // [ErrNoAnswer]. A bad node name
 // matches events.ErrInvalid.
 package auth

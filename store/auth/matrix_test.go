@@ -56,6 +56,9 @@ import (
 // build", "list builds", "stat build" (want's check), "fetch build" and "remove build" act on the
 // builds bucket as `meshfold build` and node agents do (the bundle
 // fetched, and each one removed, were pushed by the operator first).
+// "subscribe discovery" listens on $SRV.>, every micro service's
+// discovery requests; "serve node discovery" and "serve state discovery"
+// listen on the node agents' and the reconciler's service's own.
 //
 // "deliver [group] to S" creates a push consumer over a subject the user
 // may consume (N's plan for node-N and the readers, ace's knock for
@@ -158,6 +161,9 @@ write fill status ace     -         -          -        -          ok           
 write fill status shanks  -         -          -        -          -            -        -
 read fill status          -         -          ok       -          -            -       ok
 read fill status ace      -         -          ok       -          ok           -       ok
+subscribe discovery       -         -          -        -          -            -        -
+serve node discovery      -         -          -        ok         -            ok       -
+serve state discovery     ok        -          -        -          -            -        -
 deliver to fill ace        -         -          -        -          -            -        -
 deliver group to fill ace  -         -          -        -          -            -        -
 deliver to logs ace        -         -          -        -          -            -        -
@@ -440,6 +446,15 @@ func actions(cfg store.StreamConfig, w *witness) map[string]action {
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+	// Discovery: every service's requests ($SRV.>, a fresh user's
+	// finding m4), the node agent's own service's, the reconciler's.
+	for act, subject := range map[string]string{"subscribe discovery": "$SRV.>",
+		"serve node discovery": "$SRV.INFO.meshfold-node", "serve state discovery": "$SRV.INFO." + events.StateServiceName} {
+		acts[act] = func(ctx context.Context, c *cell) error {
+			_, err := c.nc.SubscribeSync(subject)
+			return err
 		}
 	}
 	acts["request logs ace"] = func(ctx context.Context, c *cell) error {

@@ -55,15 +55,41 @@ const SystemUser = "sys"
 func (r Role) perNode() bool { return r == RoleNode || r == RoleProvisioner }
 
 // UserName returns the user name of role r (for node and provisioner, of
-// node's user): "reconciler", "node-ace", "provisioner-ace", "sys".
+// node's user; for operator, of the operator named node, or the shared
+// operator user when node is empty): "reconciler", "node-ace",
+// "provisioner-ace", "operator", "operator-alice", "sys".
 func UserName(r Role, node string) string {
 	switch {
 	case r == RoleSystem:
 		return SystemUser
-	case r.perNode():
+	case r.perNode(), r == RoleOperator && node != "":
 		return string(r) + "-" + node
 	}
 	return string(r)
+}
+
+// OperatorOf returns the name of the named operator whose user is user
+// ("operator-alice": "alice"); "" for any other user, the shared
+// "operator" and "operator-read" included.
+func OperatorOf(user string) string {
+	name, ok := strings.CutPrefix(user, string(RoleOperator)+"-")
+	if !ok || user == string(RoleOperatorRead) || !events.ValidName(name) {
+		return ""
+	}
+	return name
+}
+
+// checkOperatorName checks the name of a named operator: a valid name
+// (it is a subject token) other than "read", which would make the
+// console's user name.
+func checkOperatorName(name string) error {
+	if !events.ValidName(name) {
+		return &events.FieldError{Field: "operator", Value: name, Err: events.ErrBadName}
+	}
+	if UserName(RoleOperator, name) == string(RoleOperatorRead) {
+		return fmt.Errorf("operator name %q: %w (its user would be operator-read, the console's)", name, ErrReservedName)
+	}
+	return nil
 }
 
 // Names are the names the permissions are written for: the stream and the
@@ -116,7 +142,13 @@ const jsAPI = "$JS.API"
 //     events, reads the whole stream and holds rollout.<fleet> leases.
 //   - operator: publishes approvals, the operator events of DESIGN.md
 //     §9 (pause, resume, poke, revoke, waive, retire) and acks of a
-//     node's warnings (issue 25), and no other role may; starts rollouts and gives their verbs (a fleet's start,
+//     node's warnings (issue 25), and no other role may: the shared
+//     operator user (node empty) on their plain subjects, whose `by` is
+//     self-declared; a named operator (operator-<name>, node being the
+//     name) only on their named subjects that end in its own name
+//     (events.Subjects.Named), never on the plain ones, so the server
+//     checks the name an event's subject gives (docs/architecture.md,
+//     "Operators named in the subject"); starts rollouts and gives their verbs (a fleet's start,
 //     nodes, promote, pause, resume, abort, revert); reads everything in the stream and
 //     the snapshot bucket, asks the state service and subscribes to the
 //     live plain subjects, except the fill subjects (never: they carry
@@ -151,6 +183,13 @@ const jsAPI = "$JS.API"
 // read them.
 //   - system: no restriction inside the system account (account updates).
 //
+// Discovery (nats.go micro's $SRV subjects): the node agent and the
+// reconciler, which serve micro services, subscribe to their own
+// service's discovery subjects and to the unnamed $SRV.PING, $SRV.INFO
+// and $SRV.STATS every micro service answers, each spelled out: no user
+// may subscribe to $SRV.> (a fresh user's finding m4). Only the operator
+// sends discovery requests (`nats micro ls`).
+//
 // JetStream API access is scoped by subject: consumer creation only on
 // the filtered form $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>,
 // whose filter the server checks against the request's, and direct gets
@@ -166,7 +205,10 @@ const jsAPI = "$JS.API"
 // allowed by stream (consumer names are random and unlisted to nodes); and any role that may create a consumer chooses its deliver
 // subject and group (the server checks neither), which meshfold's
 // services meet by answering only core requests
-// (store.CoreRequestsOnly).
+// (store.CoreRequestsOnly). A node agent's service instance id is
+// random, so a node user may subscribe to the discovery subjects of
+// another agent's instance ($SRV.INFO.meshfold-node.<id>) and answer
+// them: discovery only, where no event, state or filled content flows.
 func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	n := names.withDefaults()
 	if err := n.validate(); err != nil {
@@ -174,6 +216,11 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	}
 	if r.perNode() && !events.ValidName(node) {
 		return jwt.Permissions{}, &events.FieldError{Field: "node", Value: node, Err: events.ErrBadName}
+	}
+	if r == RoleOperator && node != "" {
+		if err := checkOperatorName(node); err != nil {
+			return jwt.Permissions{}, err
+		}
 	}
 	var p jwt.Permissions
 	user := UserName(r, node)
@@ -202,8 +249,17 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 	rolloutSubj := func(kind string) string { return events.Subjects{Prefix: pre}.Rollout("*", kind) }
 	// stored is a stored-subject filter; the partition token is a wildcard.
 	stored := func(node, kind string) string { return "*." + subj(node, kind) }
+	// service: the discovery subjects a micro service named name
+	// answers ($SRV.<verb>, $SRV.<verb>.<name>, $SRV.<verb>.<name>.<id>),
+	// each verb spelled out. A "$SRV.*" would let the user subscribe to
+	// "$SRV.>" as well (the server matches a subscription's subject
+	// against the allow list token by token, "*" taking the ">"), and
+	// so take every service's discovery requests and answer them as any
+	// service (a fresh user's finding m4).
 	service := func(name string) {
-		p.Sub.Allow.Add("$SRV.*", "$SRV.*."+name, "$SRV.*."+name+".*")
+		for _, v := range discoveryVerbs {
+			p.Sub.Allow.Add("$SRV."+v, "$SRV."+v+"."+name, "$SRV."+v+"."+name+".*")
+		}
 	}
 	respond := func() { p.Resp = &jwt.ResponsePermission{MaxMsgs: 1} }
 	// The builds bucket (an object store: stream OBJ_<bucket>, chunks on
@@ -315,7 +371,14 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		readStream(s)
 		readStream(kv)
 		for _, k := range events.OperatorKinds {
-			p.Pub.Allow.Add(subj("*", string(k)))
+			if node == "" {
+				p.Pub.Allow.Add(subj("*", string(k)))
+				continue
+			}
+			// Its own name's named subjects only: *.<prefix>.*.<kind>.<name>
+			// (the partition token is the publisher's to compute; the
+			// fold refuses an event outside its node's partition).
+			p.Pub.Allow.Add(stored("*", string(k)) + "." + node)
 		}
 		for _, k := range rolloutOperator {
 			p.Pub.Allow.Add(rolloutSubj(k))
@@ -418,6 +481,10 @@ const leaseBucketSuffix = "_LEASES"
 // here so that store does not import node, and TestBuildsBucketSuffix
 // keeps the two equal).
 const buildsBucketSuffix = "_BUILDS"
+
+// discoveryVerbs are the verbs of nats.go micro's discovery subjects
+// (micro.PingVerb, StatsVerb, InfoVerb), which every service answers.
+var discoveryVerbs = []string{"PING", "INFO", "STATS"}
 
 // nodeServiceName is the micro service name of the node agent
 // (node.ServiceName; package node imports store, so it is repeated here

@@ -274,7 +274,7 @@ func TestNodeServiceName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.Sub.Allow.Contains("$SRV.*." + node.ServiceName) {
+	if !p.Sub.Allow.Contains("$SRV.INFO." + node.ServiceName) {
 		t.Errorf("node permissions %v do not name service %q", p.Sub.Allow, node.ServiceName)
 	}
 }
