@@ -69,12 +69,16 @@ func (s Subjects) Named(node string, k Kind, by string) string {
 }
 
 // NamedInput returns the patterns of the named operator events the
-// stream captures, one per operator kind: *.<prefix>.*.<kind>.*. They
-// have five tokens, so the partition transform leaves them as they are.
+// stream captures, one per partition: <p>.<prefix>.*.*.*. They have five
+// tokens, so the partition transform leaves them as they are. The
+// partition token is spelled out: the server refuses a stream subject
+// whose first token is a wildcard (it could overlap $JS.API, error
+// 10052). Only named operators may publish five-token subjects there,
+// and only of an operator kind ending in their name (store/auth).
 func (s Subjects) NamedInput() []string {
-	out := make([]string, len(OperatorKinds))
-	for i, k := range OperatorKinds {
-		out[i] = "*." + s.prefix() + ".*." + string(k) + ".*"
+	out := make([]string, s.N())
+	for p := range out {
+		out[p] = strconv.Itoa(p) + "." + s.prefix() + ".*.*.*"
 	}
 	return out
 }

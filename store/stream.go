@@ -327,6 +327,9 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	incompat := &IncompatibleError{Stream: have.Name, Asked: cmp.Or(want.Prefix, events.DefaultPrefix),
 		Prefix: otherPrefix(have.SubjectTransform, want.Prefix)}
 	n, err := partitionsOf(have.SubjectTransform, want.Prefix)
+	if err == nil {
+		subj.Partitions = n // the named operators' patterns are per partition
+	}
 	if err != nil {
 		diffs = append(diffs, err.Error())
 	} else if cfg.Partitions != 0 && cfg.Partitions != n {
@@ -504,11 +507,11 @@ func OpenedStream(stream jetstream.Stream, cfg StreamConfig) (StreamConfig, erro
 func kindShaped(prefix, subject string) bool {
 	kind, ok := strings.CutPrefix(subject, prefix+".*.")
 	if !ok {
-		// A named operator kind's pattern, *.<prefix>.*.<kind>.*
+		// A partition's named operator events, <p>.<prefix>.*.*.*
 		// (events.Subjects.NamedInput).
-		named, found := strings.CutPrefix(subject, "*."+prefix+".*.")
-		kind, ok = strings.CutSuffix(named, ".*")
-		ok = ok && found
+		p, found := strings.CutSuffix(subject, "."+prefix+".*.*.*")
+		_, err := strconv.Atoi(p)
+		return found && err == nil
 	}
 	return ok && kind != "" && !strings.ContainsAny(kind, ".*> ")
 }
