@@ -74,7 +74,9 @@ func (s Subjects) Named(node string, k Kind, by string) string {
 // partition token is spelled out: the server refuses a stream subject
 // whose first token is a wildcard (it could overlap $JS.API, error
 // 10052). Only named operators may publish five-token subjects there,
-// and only of an operator kind ending in their name (store/auth).
+// and only of an operator kind ending in their name (store/auth). A
+// stream captures them once an operator asked (store.CaptureNamed), not
+// from its creation ([Subjects.Captured]).
 func (s Subjects) NamedInput() []string {
 	out := make([]string, s.N())
 	for p := range out {
@@ -278,9 +280,11 @@ func (s Subjects) ParseRollout(subject string) (fleet, kind string, ok bool) {
 	return fleet, kind, true
 }
 
-// Captured returns every subject pattern the stream captures: the node
-// events' ([Subjects.Input]), the fleets' rollout events' and the named
-// operator events' ([Subjects.NamedInput]).
-func (s Subjects) Captured() []string {
-	return append(append(s.Input(), s.RolloutInput()), s.NamedInput()...)
-}
+// Captured returns the subject patterns every stream of this build
+// captures: the node events' ([Subjects.Input]) and the fleets' rollout
+// events'. The named operator events' ([Subjects.NamedInput]) are not
+// among them: a stream gains those only when an operator asks
+// (store.CaptureNamed, `meshfold auth add-operator`), since a build
+// before them refuses a stream that has them (docs/architecture.md,
+// "Named operators are an operator's step").
+func (s Subjects) Captured() []string { return append(s.Input(), s.RolloutInput()) }

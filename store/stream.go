@@ -327,9 +327,6 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	incompat := &IncompatibleError{Stream: have.Name, Asked: cmp.Or(want.Prefix, events.DefaultPrefix),
 		Prefix: otherPrefix(have.SubjectTransform, want.Prefix)}
 	n, err := partitionsOf(have.SubjectTransform, want.Prefix)
-	if err == nil {
-		subj.Partitions = n // the named operators' patterns are per partition
-	}
 	if err != nil {
 		diffs = append(diffs, err.Error())
 	} else if cfg.Partitions != 0 && cfg.Partitions != n {
@@ -343,7 +340,11 @@ func adoptStream(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	// made captures kinds this build does not know (a rollback, or one
 	// reconciler of a group not yet upgraded): it keeps them, since
 	// narrowing it would refuse the newer agents' events, and the fold
-	// journals each such event as an unknown kind (DESIGN.md §3).
+	// journals each such event as an unknown kind (DESIGN.md §3). The
+	// named operators' patterns (events.Subjects.NamedInput) are such
+	// extras too: kept when there, never added here, since a build
+	// before them refuses a stream that has them; an operator adds them
+	// ([CaptureNamed]).
 	extra := slices.DeleteFunc(slices.Clone(got), func(s string) bool { return slices.Contains(exp, s) })
 	missing := slices.DeleteFunc(slices.Clone(exp), func(s string) bool { return slices.Contains(got, s) })
 	prefix := cmp.Or(want.Prefix, events.DefaultPrefix)
@@ -503,7 +504,8 @@ func OpenedStream(stream jetstream.Stream, cfg StreamConfig) (StreamConfig, erro
 
 // kindShaped reports whether subject is one a build of meshfold could
 // capture for an event kind under prefix: "<prefix>.*.<kind>", the kind a
-// single literal token.
+// single literal token, or a partition's named operator events,
+// "<p>.<prefix>.*.*.*" ([CaptureNamed]).
 func kindShaped(prefix, subject string) bool {
 	kind, ok := strings.CutPrefix(subject, prefix+".*.")
 	if !ok {
@@ -514,4 +516,59 @@ func kindShaped(prefix, subject string) bool {
 		return found && err == nil
 	}
 	return ok && kind != "" && !strings.ContainsAny(kind, ".*> ")
+}
+
+// CapturesNamed reports whether stream, as its cached info has it,
+// captures the named operator events (events.Subjects.NamedInput) of
+// every one of its partitions, for cfg's prefix (default "mesh"): whether
+// a named operator's event can be stored in it. False for a stream that
+// is not meshfold's (no partition transform for that prefix).
+func CapturesNamed(stream jetstream.Stream, cfg StreamConfig) bool {
+	return len(namedMissing(stream, cfg)) == 0
+}
+
+// namedMissing returns the named operator patterns stream does not
+// capture; all of them (or one "" for a stream that is not meshfold's).
+func namedMissing(stream jetstream.Stream, cfg StreamConfig) []string {
+	eff, err := OpenedStream(stream, cfg)
+	if err != nil {
+		return []string{""}
+	}
+	have := stream.CachedInfo().Config.Subjects
+	return slices.DeleteFunc(eff.Subjects().NamedInput(), func(s string) bool { return slices.Contains(have, s) })
+}
+
+// CaptureNamed makes the existing event stream capture the named
+// operators' events: it adds, with one stream update, the patterns
+// <p>.<prefix>.*.*.* of the partitions whose pattern it lacks
+// (events.Subjects.NamedInput), and returns them; none when it captured
+// them all already. Nothing else of the stream changes, and the stream
+// is never created here (only a reconciler creates it).
+//
+// It is an operator's step, never a start's ([EnsureStream] keeps the
+// patterns and adds none): a build before named operators refuses to
+// start its reconciler on a stream that has them, and folds none of the
+// named events (docs/architecture.md, "Named operators are an
+// operator's step"). Call it once every reconciler runs a build that
+// folds them.
+//
+// Errors: [ErrNoStream] when the stream does not exist; an error
+// wrapping [ErrIncompatibleStream] when it is not meshfold's stream for
+// cfg's prefix; the lookup's or update's (a credential without
+// $JS.API.STREAM.UPDATE: a permissions violation) otherwise.
+func CaptureNamed(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) ([]string, error) {
+	stream, _, err := OpenStreamRiding(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	missing := namedMissing(stream, cfg)
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	upd := stream.CachedInfo().Config
+	upd.Subjects = append(slices.Clone(upd.Subjects), missing...)
+	if _, err := js.UpdateStream(ctx, upd); err != nil {
+		return nil, fmt.Errorf("update stream %s: %w", upd.Name, err)
+	}
+	return missing, nil
 }
