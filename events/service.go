@@ -28,6 +28,13 @@ const (
 	// EndpointFold returns the node's whole folded state (reconcile.State,
 	// the snapshot form): what `meshfold want --dry-run` composes from.
 	EndpointFold = "fold"
+	// MetaNamedOperators is the state service's metadata key that says
+	// its reconciler folds named operator events ([Subjects.Named]),
+	// value "1". A reconciler of a build before them has no such key,
+	// and refuses a stream that captures them: `meshfold auth
+	// add-operator` asks the state services before it makes the stream
+	// capture them.
+	MetaNamedOperators = "named_operators"
 )
 
 // StateSubject returns the subject of endpoint for node under prefix

@@ -59,7 +59,7 @@ find that prefix in the creds file. For the nats CLI, save it in the context
 (nats context save ace --creds ... --inbox-prefix _INBOX_node-ace).
 See docs/operations.md for the policy and for external servers and clusters.`,
 	}
-	cmd.AddCommand(newAuthInitCmd(a), newAuthAddNodeCmd(a), newAuthAddUserCmd(a), newAuthAddOperatorCmd(a), newAuthRevokeCmd(a), newAuthRotateReconcilerCmd(a))
+	cmd.AddCommand(newAuthInitCmd(a), newAuthAddNodeCmd(a), newAuthAddUserCmd(a), newAuthAddOperatorCmd(a), newAuthEnableNamedCmd(a), newAuthRevokeCmd(a), newAuthRotateReconcilerCmd(a))
 	return cmd
 }
 
@@ -202,7 +202,11 @@ A user that exists and is not revoked is refused.
 }
 
 func newAuthAddOperatorCmd(a *app) *cobra.Command {
-	var dir string
+	var (
+		dir      string
+		noStream bool
+		f        namedStreamFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "add-operator NAME --dir DIR",
 		Short: "Issue operator-NAME: one person's operator user, whose events the server lets name NAME only",
@@ -222,15 +226,28 @@ operator's creds working. Rollout verbs and secret puts keep a self-declared
 
 NAME is a node-style name ([a-z0-9][a-z0-9_-]{0,62}); "read" is refused
 (operator-read is the console's user). A user that exists is refused unless it
-was revoked (then it is issued again with a new key).`,
+was revoked (then it is issued again with a new key).
+
+The stream stores named operators' events only once asked: after issuing the
+creds, add-operator makes it store them, as auth enable-named does (connected
+as DIR/creds/reconciler.creds to --server): once, for the first named
+operator. A reconciler of a build before named operators refuses to start on
+such a stream, so upgrade every reconciler first; add-operator asks the
+reconcilers' state services for their build (as operator-NAME) and leaves the
+stream as it is when one answered from an older build, or none answered
+(exit 1; --force changes it anyway). With --no-stream only the files change.`,
 		Example: `  meshfold auth add-operator alice --dir ./mesh-auth
   NATS_CREDS=./mesh-auth/creds/operator-alice.creds meshfold approve ace nats img:nats-2.10.24   # by alice
+  meshfold auth add-operator bob --dir ./mesh-auth --no-stream   # files only (no server at hand)
   meshfold auth revoke operator-alice --dir ./mesh-auth   # alice alone`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := auth.Open(dir)
 			if err != nil {
 				return withCode(exitUsage, err)
+			}
+			if f.wait <= 0 {
+				return withCode(exitUsage, fmt.Errorf("--wait %s: must be more than 0", f.wait))
 			}
 			u, err := d.AddOperator(args[0])
 			if errors.Is(err, auth.ErrUserExists) || errors.Is(err, auth.ErrReservedName) || errors.Is(err, events.ErrInvalid) {
@@ -240,10 +257,21 @@ was revoked (then it is issued again with a new key).`,
 				return err
 			}
 			printUsers(a, d, []auth.User{u})
+			if noStream {
+				fmt.Fprintf(a.stdout, "the stream was not asked (--no-stream): %s's operator events are refused until it stores named operators' events (meshfold auth enable-named --dir %s)\n",
+					u.Operator, d.Path())
+				return nil
+			}
+			if err := a.enableNamed(cmd.Context(), d, d.CredsPath(u.Name), f); err != nil {
+				return fmt.Errorf("%s issued, but %w; then: meshfold auth enable-named --dir %s", u.Name, err, d.Path())
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "the auth directory (required)")
+	cmd.Flags().BoolVar(&noStream, "no-stream", false, "only issue the creds; leave the stream as it is")
+	f.add(cmd)
+	a.conn.add(cmd)
 	_ = cmd.MarkFlagRequired("dir")
 	return cmd
 }

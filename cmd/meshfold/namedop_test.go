@@ -2,12 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
+	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/auth"
 	"github.com/meshfold/meshfold/store/embedded"
@@ -61,6 +66,14 @@ func TestNamedOperatorVerbs(t *testing.T) {
 	if _, err := store.LastMsg(ctx, stream, cfg.Subjects(), "ace", events.KindPause); err == nil {
 		t.Fatal("the refused pause was published")
 	}
+	// Before the stream stores named operators' events (auth
+	// enable-named), alice's pause is refused, saying why.
+	if code, out := cli("operator-alice", "pause", "ace", "--new"); code != exitError || !strings.Contains(out, "does not store named operators' events yet") {
+		t.Fatalf("alice's pause before enable-named: exit %d\n%s", code, out)
+	}
+	if code, out := enableNamed(t, ctx, d, e.ClientURL()); code != 0 {
+		t.Fatalf("auth enable-named: exit %d\n%s", code, out)
+	}
 	if code, out := cli("operator-alice", "pause", "ace", "--new", "--reason", "disk swap"); code != 0 {
 		t.Fatalf("pause with alice's creds: exit %d\n%s", code, out)
 	}
@@ -76,5 +89,111 @@ func TestNamedOperatorVerbs(t *testing.T) {
 	}
 	if code, out := cli("operator", "resume", "ace", "--by", "carol"); code != 0 {
 		t.Errorf("resume by carol with the shared creds: exit %d\n%s", code, out)
+	}
+}
+
+// enableNamed runs auth enable-named against the server at url, with a
+// state service of this build answering as the reconciler.
+func enableNamed(t *testing.T, ctx context.Context, d *auth.Dir, url string) (int, string) {
+	t.Helper()
+	nc, err := store.Connect(store.ConnectConfig{URLs: []string{url}, Creds: d.CredsPath("reconciler")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	svc, err := engine.AddStateService(nc, func(string) (*reconcile.State, bool) { return nil, false }, engine.StateServiceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = svc.Stop() }()
+	var out bytes.Buffer
+	code := run(ctx, []string{"auth", "enable-named", "--dir", d.Path(), "-s", url, "--log-level", "warn"}, nil, &out, &out)
+	return code, out.String()
+}
+
+// The first named operator's step on the stream (auth add-operator): it
+// issues the creds whatever the reconcilers run, but adds the stream's
+// named subjects only when every reconciler's state service says its
+// build folds them. None answering, or one of an older build (a state
+// service without the named_operators metadata), leaves the stream as it
+// is (exit 1, saying so); a reconciler of this build lets it add them,
+// once.
+func TestAddOperatorUpgradesTheStreamLast(t *testing.T) {
+	t.Parallel()
+	d, err := auth.Init(t.TempDir(), auth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := d.ServerAuth()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: sa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	ctx := testCtx(t)
+	nc, err := store.Connect(store.ConnectConfig{URLs: []string{e.ClientURL()}, Creds: d.CredsPath("reconciler")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjects := func() []string {
+		s, err := js.Stream(ctx, cfg.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config.Subjects
+	}
+	before := subjects()
+	cli := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		code := run(ctx, append(args, "--dir", d.Path(), "-s", e.ClientURL(), "--log-level", "warn"), nil, &out, &out)
+		return code, out.String()
+	}
+
+	// No reconciler answers: alice is issued, the stream left alone.
+	code, out := cli("auth", "add-operator", "alice")
+	if code != exitError || !strings.Contains(out, "operator-alice issued") || !strings.Contains(out, "no reconciler's state service answered") {
+		t.Fatalf("add-operator with no reconciler: exit %d\n%s", code, out)
+	}
+	if d2, err := auth.Open(d.Path()); err != nil {
+		t.Fatal(err)
+	} else if _, err := d2.User("operator-alice"); err != nil {
+		t.Errorf("operator-alice not issued: %v", err)
+	}
+	// A reconciler of the build before: its state service has no
+	// named_operators metadata.
+	old, err := micro.AddService(nc, micro.Config{Name: events.StateServiceName, Version: events.StateServiceVersion, Metadata: map[string]string{"prefix": "mesh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out = cli("auth", "enable-named")
+	if code != exitError || !strings.Contains(out, "1 of 1 reconcilers run an older build") || !strings.Contains(out, "an older build: folds no named") {
+		t.Fatalf("enable-named beside an older reconciler: exit %d\n%s", code, out)
+	}
+	if got := subjects(); !slices.Equal(got, before) {
+		t.Fatalf("the refused steps changed the stream's subjects: %v, was %v", got, before)
+	}
+	_ = old.Stop()
+
+	// Every reconciler upgraded: the step adds the patterns, once.
+	if code, out := enableNamed(t, ctx, d, e.ClientURL()); code != 0 || !strings.Contains(out, "added 16 subjects") {
+		t.Fatalf("enable-named beside this build's reconciler: exit %d\n%s", code, out)
+	}
+	if got, want := len(subjects()), len(before)+16; got != want {
+		t.Errorf("after enable-named the stream captures %d subjects, want %d", got, want)
+	}
+	if code, out := cli("auth", "add-operator", "bob"); code != 0 || !strings.Contains(out, "stores named operators' events already") {
+		t.Errorf("add-operator bob on a stream that stores them: exit %d\n%s", code, out)
 	}
 }

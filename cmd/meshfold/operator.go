@@ -444,8 +444,20 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 	}
 	defer nc.Close()
 	// A named operator's creds publish on its named subjects, the only
-	// ones the server lets them (store.Publisher.As).
-	pub = pub.As(a.namedOperator())
+	// ones the server lets them (store.Publisher.As), which a stream
+	// stores once an administrator asked (auth enable-named): before,
+	// the publish would find no stream.
+	if named := a.namedOperator(); named != "" {
+		stream, scfg, err := a.stream.openStream(ctx, js)
+		if err != nil {
+			return nil, err
+		}
+		if !store.CapturesNamed(stream, scfg) {
+			return nil, fmt.Errorf("nothing published: these creds are operator %s's, and the stream %s does not store named operators' events yet: "+
+				"an administrator runs meshfold auth enable-named --dir DIR once every reconciler is upgraded (docs/operations.md, \"Named operators\")", named, scfg.Name)
+		}
+		pub = pub.As(named)
+	}
 	if all {
 		if nodes, err = a.wantedNodes(ctx, js); err != nil {
 			return nil, err

@@ -31,6 +31,11 @@ func TestNamedOperatorsActOnlyAsThemselves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The administrator's step (auth enable-named), as the reconciler:
+	// the only role that may update the stream.
+	if _, err := store.CaptureNamed(ctx, rjs, store.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
 	subj := cfg.Subjects()
 	approve := func(by string) []byte {
 		b, err := events.Encode(events.Stamp(&events.Approve{Module: "nats", Build: "img:1", By: by}, time.Now()))
