@@ -249,6 +249,11 @@ stream as it is when one answered from an older build, or none answered
 			if f.wait <= 0 {
 				return withCode(exitUsage, fmt.Errorf("--wait %s: must be more than 0", f.wait))
 			}
+			if !noStream {
+				if err := a.checkNamedConn(d); err != nil {
+					return err
+				}
+			}
 			u, err := d.AddOperator(args[0])
 			if errors.Is(err, auth.ErrUserExists) || errors.Is(err, auth.ErrReservedName) || errors.Is(err, events.ErrInvalid) {
 				return withCode(exitUsage, err)

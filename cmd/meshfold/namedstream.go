@@ -39,20 +39,21 @@ func newAuthEnableNamedCmd(a *app) *cobra.Command {
 		Use:   "enable-named --dir DIR",
 		Short: "Make the stream store named operators' events (after every reconciler is upgraded)",
 		Long: `enable-named makes the event stream store the events of named operators
-(auth add-operator NAME), on <partition>.<prefix>.<node>.<kind>.NAME: it adds one
-subject, <p>.<prefix>.*.*.*, per partition to the stream, once. Until then a
-named operator's pause, approval, ... is refused ("the stream does not store
+(auth add-operator NAME), on <partition>.<prefix>.<node>.<kind>.NAME: it adds
+one subject, <p>.<prefix>.*.*.*, per partition to the stream, once. Until then
+a named operator's pause, approval, ... is refused ("the stream does not store
 named operators' events yet"). auth add-operator does the same step; this verb
 is for a stream made after the operator was issued, or after add-operator
 --no-stream.
 
 A reconciler of a build before named operators refuses to start on a stream
 with these subjects, and folds none of the named events. So: upgrade every
-reconciler (meshfold serve/reconcile) first, then run this. Before changing the
-stream it asks every reconciler's state service for its build ($SRV.INFO.meshfold,
-as DIR/creds/operator.creds, waiting --wait) and changes nothing when one
-answered from an older build, or none answered (--force changes it anyway).
-Node agents and provisioners of an older build open the stream as before.
+reconciler (meshfold serve/reconcile) first, then run this. Before changing
+the stream it asks every reconciler's state service for its build
+($SRV.INFO.meshfold, as DIR/creds/operator.creds, waiting --wait) and changes
+nothing when one answered from an older build, or none answered (--force
+changes it anyway). Node agents and provisioners of an older build open the
+stream as before.
 
 It connects as the reconciler (DIR/creds/reconciler.creds unless --creds,
 --nkey or --context says otherwise): only the reconciler may update the
@@ -85,11 +86,7 @@ func (a *app) enableNamed(ctx context.Context, d *auth.Dir, askAs string, f name
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+f.wait)
 	defer cancel()
-	own := a.conn.creds != "" || a.conn.nkey != "" || a.conn.context != ""
-	upd := a.conn
-	if !own {
-		upd.creds = d.CredsPath(string(auth.RoleReconciler))
-	}
+	upd, own := a.namedConn(d)
 	nc, err := upd.connect("meshfold-auth-enable-named", a)
 	if err != nil {
 		return err
@@ -144,6 +141,32 @@ func (a *app) enableNamed(ctx context.Context, d *auth.Dir, askAs string, f name
 	if len(added) > 0 {
 		fmt.Fprintf(a.stdout, "the stream %s now stores named operators' events: added %d subjects (%s)\n", eff.Name, len(added), spanOf(added))
 		fmt.Fprintln(a.stdout, "a reconciler of a build before this one refuses this stream from now on: upgrade before restarting any (docs/operations.md, \"Named operators\")")
+	}
+	return nil
+}
+
+// namedConn returns the connection flags the stream step updates the
+// stream with: the command's, or, when they name no credential (--creds,
+// --nkey, --context), the reconciler's creds of d; own says which.
+func (a *app) namedConn(d *auth.Dir) (c connFlags, own bool) {
+	c = a.conn
+	if own = c.creds != "" || c.nkey != "" || c.context != ""; !own {
+		c.creds = d.CredsPath(string(auth.RoleReconciler))
+	}
+	return c, own
+}
+
+// checkNamedConn checks the stream step's credential and TLS files
+// before anything is issued: a missing or malformed one is the command
+// line's fault (exit 2), as for every command that takes --creds.
+func (a *app) checkNamedConn(d *auth.Dir) error {
+	c, _ := a.namedConn(d)
+	cfg, err := c.config("meshfold-auth-enable-named", a)
+	if err != nil {
+		return err
+	}
+	if _, err := cfg.Options(); err != nil {
+		return fmt.Errorf("nothing issued: %w", err)
 	}
 	return nil
 }
