@@ -43,7 +43,11 @@ an administrator's machine; hand each role only its creds file.
       node-ace and provisioner-ace
   meshfold auth add-operator alice --dir ./mesh-auth
       operator-alice: an operator of one's own, whose approvals and
-      operator events the server lets name alice only; revoked alone
+      operator events the server lets name alice only; revoked alone;
+      the first one makes the stream store named operators' events, once
+      every reconciler runs a build that folds them
+  meshfold auth enable-named --dir ./mesh-auth
+      that stream step alone (a stream made later, or --no-stream)
   meshfold serve --auth ./mesh-auth
       the embedded server in operator mode; its rollout controller
       publishes wants as the controller user
