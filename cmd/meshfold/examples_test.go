@@ -231,6 +231,8 @@ func TestExamplesRun(t *testing.T) {
 			return "pushes to a server in operator mode"
 		case call.args[0] == "fleet" && slices.Contains(call.args, "--creds"):
 			return "a server in operator mode"
+		case call.args[0] == "auth" && (call.args[1] == "enable-named" || call.args[1] == "add-operator" && !slices.Contains(call.args, "--no-stream")):
+			return "updates the stream on a server in operator mode (TestAddOperatorUpgradesTheStreamLast)"
 		}
 		return ""
 	}
