@@ -1,9 +1,11 @@
 package store
 
 import (
+	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ProvablyDead exports provablyDead to the tests of package store_test.
@@ -32,3 +34,12 @@ func WithLossAsk(cfg TailConfig, d time.Duration) TailConfig {
 // HeartbeatsMissed counts the client's reports of missed heartbeats to an
 // EndOnLoss tail.
 func (t *Tail) HeartbeatsMissed() int { return int(t.missed.Load()) }
+
+// PubAckReadAsJSON fails t when the reflection-free reading of a
+// publish's answer takes data and reads it other than encoding/json; it
+// reports whether it took data.
+func PubAckReadAsJSON(t testing.TB, data []byte) bool { return checkPubAck(t, data) }
+
+// DecodeAnswer reads a publish's answer as an asynchronous publish's
+// future gets it: its ack, or its error.
+func DecodeAnswer(data []byte) (*jetstream.PubAck, error) { return (&acks{}).decode(data) }

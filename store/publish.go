@@ -107,12 +107,15 @@ type Publisher struct {
 	subj     events.Subjects
 	denied   *denials
 	operator string
+	acks     *acks // the asynchronous publishes'
 }
 
 // NewPublisher returns a Publisher for the stream whose subjects subj
-// builds.
-func NewPublisher(js jetstream.JetStream, subj events.Subjects) *Publisher {
-	return &Publisher{js: js, subj: subj, denied: watchDenials(js.Conn())}
+// builds. Its asynchronous publishes go out on js's connection, each
+// awaited for its answer up to [WithAckTimeout], at most
+// [WithMaxPending] at once.
+func NewPublisher(js jetstream.JetStream, subj events.Subjects, opts ...PublisherOpt) *Publisher {
+	return &Publisher{js: js, subj: subj, denied: watchDenials(js.Conn()), acks: newAcks(js.Conn(), opts)}
 }
 
 // As returns a Publisher that appends operator events (events.OperatorKinds)
@@ -358,9 +361,11 @@ func (pr *Prepared) SetTraceparent(tp string) {
 
 // SendAsync sends pr as [Publisher.AppendAsync] would have, with the
 // expectation of [WithExpectLastSubjectSeq] when expect, and returns
-// its future. pr must not be sent twice.
+// its future, answered as [Publisher.AppendAsync]'s. pr must not be sent
+// twice.
 //
-// Errors: the client's refusal to queue (too many pending).
+// Errors: jetstream.ErrTooManyStalledMsgs or the connection's refusal,
+// as AppendAsync's.
 func (p *Publisher) SendAsync(pr *Prepared, expect bool, seq uint64) (jetstream.PubAckFuture, error) {
 	if expect {
 		if pr.msg.Header == nil {
@@ -368,7 +373,7 @@ func (p *Publisher) SendAsync(pr *Prepared, expect bool, seq uint64) (jetstream.
 		}
 		setExpectation(pr.msg.Header, seq)
 	}
-	f, err := p.js.PublishMsgAsync(pr.msg)
+	f, err := p.acks.send(pr.msg)
 	if err != nil {
 		return nil, fmt.Errorf("append %s: %w", pr.msg.Subject, err)
 	}
@@ -377,18 +382,28 @@ func (p *Publisher) SendAsync(pr *Prepared, expect bool, seq uint64) (jetstream.
 
 // AppendAsync is [Append] without waiting: it validates and publishes, and
 // the returned future yields the stream's ack or error. A stale expectation
-// arrives on the future's Err channel as the server's error: pass it
-// through [ServerError] and test it with errors.Is. Wait for every future (or js.PublishAsyncComplete) before
-// treating the appends as stored.
+// arrives on the future's Err channel as the server's error (a
+// *jetstream.APIError): pass it through [ServerError] and test it with
+// errors.Is. Wait for every future before treating the appends as
+// stored. Every future is answered: the stream's ack or API error;
+// jetstream.ErrAsyncPublishTimeout past the Publisher's ack timeout
+// ([WithAckTimeout]); nats.ErrDisconnected when the connection was lost
+// and reconnects, nats.ErrConnectionClosed when it closed;
+// jetstream.ErrNoStreamResponse when no stream listened to three sends
+// 250 ms apart; jetstream.ErrInvalidJSAck for an answer that is neither.
+// (The futures are the Publisher's own, not js's:
+// js.PublishAsyncComplete does not wait for them.)
 //
 // Errors (returned directly): validation errors matching events.ErrInvalid,
-// ctx's error, or the client's refusal to queue (too many pending).
+// ctx's error, jetstream.ErrTooManyStalledMsgs when [WithMaxPending]
+// publishes stayed pending for 200 ms, or the connection's refusal
+// (nats.ErrConnectionClosed, nats.ErrMaxPayload).
 func (p *Publisher) AppendAsync(ctx context.Context, node string, payload events.Payload, opts ...AppendOpt) (jetstream.PubAckFuture, error) {
 	msg, err := p.prepare(ctx, node, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	f, err := p.js.PublishMsgAsync(msg)
+	f, err := p.acks.send(msg)
 	if err != nil {
 		return nil, fmt.Errorf("append %s: %w", msg.Subject, err)
 	}
@@ -402,7 +417,7 @@ func (p *Publisher) AppendAsync(ctx context.Context, node string, payload events
 // expect, and returns its future. A copy stored first is answered as a
 // duplicate within the stream's dedup window.
 //
-// Errors: the client's refusal to queue (too many pending).
+// Errors: as [Publisher.SendAsync]'s.
 func (p *Publisher) ResendAsync(pr *Prepared, expect bool, seq uint64) (jetstream.PubAckFuture, error) {
 	// The send sets its expectation in the header: a clone's.
 	m := &nats.Msg{Subject: pr.msg.Subject, Data: pr.msg.Data, Header: maps.Clone(pr.msg.Header)}
@@ -415,10 +430,10 @@ func (p *Publisher) ResendAsync(pr *Prepared, expect bool, seq uint64) (jetstrea
 // a copy stored first is answered as a duplicate within the stream's
 // dedup window.
 //
-// Errors: the client's refusal to queue (too many pending).
+// Errors: as [Publisher.SendAsync]'s.
 func (p *Publisher) ResendMsgAsync(m *nats.Msg) (jetstream.PubAckFuture, error) {
 	c := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: maps.Clone(m.Header)}
-	f, err := p.js.PublishMsgAsync(c)
+	f, err := p.acks.send(c)
 	if err != nil {
 		return nil, fmt.Errorf("append %s: %w", m.Subject, err)
 	}
