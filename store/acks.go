@@ -221,13 +221,15 @@ func (a *acks) register(f *ackFuture) (uint64, error) {
 		a.mu.Unlock()
 		if stall == nil {
 			stall = time.NewTimer(stallWait)
-			defer stall.Stop()
 		}
 		select {
 		case <-room:
 		case <-stall.C:
 			return 0, jetstream.ErrTooManyStalledMsgs
 		}
+	}
+	if stall != nil {
+		stall.Stop() // not deferred: a deferred call costs every send
 	}
 	a.next++
 	tok := a.next
