@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -82,11 +83,11 @@ type acks struct {
 	timeout time.Duration
 	max     int
 
-	start    sync.Mutex // held while the subscription is made
-	started  bool
-	startErr error
-	prefix   string // the reply subjects' ("<inbox>."), a token follows
-	sub      *nats.Subscription
+	start   sync.Mutex  // held while the subscription is made
+	ready   atomic.Bool // started, without the lock: every send asks
+	started bool
+	prefix  string // the reply subjects' ("<inbox>."), a token follows
+	sub     *nats.Subscription
 
 	mu      sync.Mutex
 	next    uint64 // the last token given
@@ -126,10 +127,13 @@ func (f *ackFuture) Msg() *nats.Msg               { return f.msg }
 // ensure makes the inbox subscription and the watch of the connection's
 // status, once.
 func (a *acks) ensure() error {
+	if a.ready.Load() {
+		return nil
+	}
 	a.start.Lock()
 	defer a.start.Unlock()
 	if a.started {
-		return a.startErr
+		return nil
 	}
 	if a.nc.IsClosed() {
 		return nats.ErrConnectionClosed
@@ -148,6 +152,7 @@ func (a *acks) ensure() error {
 	a.sub = sub
 	go a.watch(status)
 	a.started = true
+	a.ready.Store(true)
 	return nil
 }
 
