@@ -110,6 +110,11 @@ func firstRefoldOf(t *testing.T, pending int, scfg store.StreamConfig, tune func
 	m := engine.NewMetrics(prometheus.NewRegistry())
 	restarts := &restartLog{Handler: testLogger(t).Handler(), errs: new([]error), mu: new(sync.Mutex)}
 	rcfg := engine.ReconcilerConfig{Stream: cfg, Metrics: m, Logger: slog.New(restarts)}
+	if pending > 0 {
+		// The effects' own limit (the Publisher's), beside the
+		// snapshot puts' (rjs's).
+		engine.SetPublishPending(&rcfg, pending)
+	}
 	tune(&rcfg)
 	foldAllStored(t, rjs, rcfg)
 	// No session restarts for the pending limit, nor for anything but a

@@ -266,9 +266,12 @@ func (r *Reconciler) publishOpts(e reconcile.Effect, id string, more ...store.Ap
 // NewReconciler opens the stream and the snapshot bucket. The stream must
 // exist: call [EnsureStream] first and pass its effective configuration.
 // Create js with jetstream.WithPublishAsyncTimeout (Serve's: 10 s): without
-// it, an effect publish whose answer was lost stays among the client's
-// pending publishes for good (the session sends it again after ackTimeout
-// either way).
+// it, a snapshot put whose answer was lost stays among the client's
+// pending publishes for good. The effects go through the reconciler's own
+// asynchronous publisher (store.Publisher), whose answers are awaited at
+// most publishAsyncTimeout whatever js says (the session sends an effect
+// again after ackTimeout either way), at most 4,000 pending
+// (store.DefaultMaxPending) beside js's own limit for the puts.
 //
 // Errors: ErrNoStream when the stream is missing; a partition out of range;
 // the snapshot bucket's errors.
@@ -339,7 +342,8 @@ func newReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 		writes = cfg.Writes
 		snaps.PublishOn(writes)
 	}
-	r := &Reconciler{electCh: make(chan struct{}), js: js, writes: writes, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(writes, scfg.Subjects()),
+	r := &Reconciler{electCh: make(chan struct{}), js: js, writes: writes, stream: stream, snaps: snaps, key: key, pub: store.NewPublisher(writes, scfg.Subjects(),
+		store.WithAckTimeout(publishAsyncTimeout), store.WithMaxPending(cfg.tuning.publishPending)),
 		replicated: stream.CachedInfo().Config.Replicas > 1 || scfg.Replicas > 1,
 		cfg:        cfg, subj: scfg.Subjects(), log: cfg.Logger, tr: tracing.Tracer(cfg.Tracing), m: cfg.Metrics, parts: map[int]*partition{},
 		heap: newHeapRelease(cfg.Metrics.HeapReleases), tails: newTailGate(), passes: make(chan struct{}, restPasses(cfg.RestPasses)), first: newFirstLoads()}

@@ -2000,6 +2000,9 @@ type tuning struct {
 	prepareWindow  int
 	leftScanMax    uint64
 	leftScanSet    bool // leftScanMax is set: 0 is a bound
+	// publishPending bounds the effects awaiting their answers at once,
+	// every session's (store.WithMaxPending); 0: the store's default.
+	publishPending int
 }
 
 func (t tuning) readStall() time.Duration {
