@@ -125,9 +125,9 @@ The permissions are written for the stream and prefix given (--stream,
 func newAuthAddNodeCmd(a *app) *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
-		Use:   "add-node NAME --dir DIR",
-		Short: "Issue the node-NAME and provisioner-NAME users",
-		Long: `add-node issues two users for node NAME and writes their creds files:
+		Use:   "add-node NAME... --dir DIR",
+		Short: "Issue the node-NAME and provisioner-NAME users of one or more nodes",
+		Long: `add-node issues two users for each node NAME and writes their creds files:
 
   node-NAME         publishes only NAME's have, settle, refusal and filled;
                     reads only NAME's plan; serves NAME's fill subject
@@ -141,19 +141,26 @@ accepted as soon as they connect. Copy DIR/` + trustFileName + ` to the node
 too (add-node prints its path): its agent and provisioner trust exactly the
 plans and knocks signed by the keys it names (--trust FILE). A user that
 exists is refused unless it was revoked (then it is issued again with a new
-key).`,
-		Example: `  meshfold auth add-node ace --dir ./mesh-auth`,
-		Args:    cobra.ExactArgs(1),
+key). Several names are issued in one call, DIR/resolver.conf and
+DIR/auth.json written once: every name is checked first, and one that is
+invalid, repeated, or whose two users both exist refuses the call with
+nothing issued (300 nodes: meshfold auth add-node $(seq -f 'n%03g' 1 300)
+--dir DIR).`,
+		Example: `  meshfold auth add-node ace --dir ./mesh-auth
+  meshfold auth add-node n001 n002 n003 --dir ./mesh-auth`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !events.ValidName(args[0]) {
-				return withCode(exitUsage, &events.FieldError{Field: "NAME", Value: args[0], Err: events.ErrBadName})
+			for _, name := range args {
+				if !events.ValidName(name) {
+					return withCode(exitUsage, &events.FieldError{Field: "NAME", Value: name, Err: events.ErrBadName})
+				}
 			}
 			d, err := auth.Open(dir)
 			if err != nil {
 				return withCode(exitUsage, err)
 			}
-			users, err := d.AddNode(args[0])
-			if errors.Is(err, auth.ErrUserExists) {
+			users, err := d.AddNodes(args...)
+			if errors.Is(err, auth.ErrUserExists) || errors.Is(err, events.ErrInvalid) {
 				return withCode(exitUsage, err)
 			}
 			if err != nil {

@@ -1,15 +1,74 @@
 package auth
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/meshfold/meshfold/store"
 )
 
 // DefaultResolverDir is the JWT directory resolver.conf names for a full
-// resolver, relative to the nats-server's working directory.
+// resolver, relative to the nats-server's working directory, when the
+// auth directory has no resolver.conf yet: a rewrite keeps the one the
+// operator set there ([ResolverDirOf]).
 const DefaultResolverDir = "jwt"
+
+// resolverDirLine matches the full resolver's `dir` line of a
+// resolver.conf: `dir: "PATH"`, `dir: 'PATH'`, `dir = PATH` or a bare
+// PATH (nats-server's configuration syntax), a comment after it allowed.
+var resolverDirLine = regexp.MustCompile(`(?:^|[\s{,])dir[ \t]*[:=][ \t]*("(?:[^"\\]|\\.)*"|'[^']*'|[^\s#;,}]+)`)
+
+// ResolverDirOf returns the full resolver's JWT directory that the
+// resolver.conf conf names (the first `dir` of its resolver block), and
+// whether it names one. `auth add-node` and `revoke` rewrite resolver.conf
+// with it, so that an operator's absolute path, as docs/operations.md
+// asks for, is not put back to [DefaultResolverDir] (a fresh user's
+// finding m5).
+func ResolverDirOf(conf string) (string, bool) {
+	i := strings.Index(conf, "resolver:")
+	if i < 0 {
+		return "", false
+	}
+	m := resolverDirLine.FindStringSubmatch(conf[i:])
+	if m == nil {
+		return "", false
+	}
+	v := m[1]
+	switch {
+	case strings.HasPrefix(v, `"`):
+		u, err := strconv.Unquote(v)
+		if err != nil {
+			return strings.Trim(v, `"`), true
+		}
+		return u, true
+	case strings.HasPrefix(v, "'"):
+		return strings.Trim(v, "'"), true
+	}
+	return v, v != ""
+}
+
+// resolverDir returns the JWT directory of the auth directory's
+// resolver.conf, [DefaultResolverDir] when it has none or names none.
+//
+// Errors: a resolver.conf that exists and cannot be read.
+func (d *Dir) resolverDir() (string, error) {
+	b, err := os.ReadFile(d.resolverPath())
+	if errors.Is(err, fs.ErrNotExist) {
+		return DefaultResolverDir, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("resolver.conf: %w", err)
+	}
+	if dir, ok := ResolverDirOf(string(b)); ok {
+		return dir, nil
+	}
+	return DefaultResolverDir, nil
+}
 
 // ResolverConfig returns resolver.conf: the operator (its JWT inline),
 // the system account and a full account resolver storing JWTs in
