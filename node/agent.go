@@ -497,7 +497,7 @@ func (a *Agent) Run(ctx context.Context) (rerr error) {
 	}
 	close(a.ready)
 	a.log.Info("node agent running", "fill_subject", a.subj.Fill(a.cfg.Name), "root", a.cfg.Root, "settled", a.Settled())
-	a.follow(ctx, from)
+	a.follow(ctx, from, lease)
 	return nil
 }
 
@@ -673,8 +673,9 @@ func (a *Agent) refusePlan(ctx context.Context, m store.Msg, err error) {
 // is applied. A skipped plan never settles, which the reconciler expects
 // of superseded plans. A plan whose apply failed is tried again, 1 s
 // after the failure doubling to 1 min (at most Resync), until it
-// settles or a newer plan replaces it.
-func (a *Agent) follow(ctx context.Context, from uint64) {
+// settles or a newer plan replaces it. While its feed is lost, its lease
+// says since when (store.Holder.FeedLost), for `fleet` and `state`.
+func (a *Agent) follow(ctx context.Context, from uint64, lease *store.Lease) {
 	defer a.retry.Stop()
 	store.FollowNode(ctx, a.js, store.NodeFollow{
 		Stream: a.cfg.Stream, Node: a.cfg.Name, Kind: events.KindPlan, After: from,
@@ -689,8 +690,12 @@ func (a *Agent) follow(ctx context.Context, from uint64) {
 				a.handlePlan(ctx, *a.failed)
 			}
 		},
-		Backoff: newBackoff(),
-		Log:     a.log,
+		// Backoff: store.FeedBackoff's, jittered, so that a fleet's
+		// agents that lost their feeds together (a meta leader lost)
+		// do not ask for new consumers together (a fresh user's
+		// finding M8).
+		Lost: lease.SetFeedLost,
+		Log:  a.log,
 	})
 }
 

@@ -549,9 +549,11 @@ func (c *Client) follow(ctx context.Context, kind events.Kind, from uint64, veri
 		Refused: func(_ context.Context, m store.Msg, err error) {
 			c.log.Error(string(kind)+" ignored: not from a trusted reconciler", string(kind), m.Event.Seq, "err", err)
 		},
-		Handle:  handle,
-		Backoff: newBackoff(),
-		Log:     c.log,
+		Handle: handle,
+		// Backoff: store.FeedBackoff's, jittered, so that a fleet's
+		// provisioners that lost their feeds together do not ask
+		// together (a fresh user's finding M8).
+		Log: c.log,
 	})
 }
 

@@ -43,9 +43,17 @@ type NodeFollow struct {
 	// OnTick, when set, runs at each value of Tick, between messages.
 	Tick   <-chan time.Time
 	OnTick func(context.Context)
-	// Backoff paces recreating a failed consumer; it is reset once a
-	// consumer was made or a message read. Nil: [Backoff](100 ms, 5 s).
+	// Backoff paces recreating a lost consumer: the wait before each
+	// attempt after a loss. It is reset once a consumer read for
+	// [FeedSteady]; a consumer lost sooner (a cluster that stalls again
+	// and again) waits the next, longer step. Nil: [FeedBackoff].
 	Backoff *backoff.ExponentialBackOff
+	// Lost, when set, is told when the feed is lost (since, the moment
+	// the loss was seen, or the follow's start when no consumer was made
+	// yet) and when it reads again (the zero time): a node agent says it
+	// in its lease, so that `fleet` and `state` show an agent that
+	// follows no plan. It runs on the caller's goroutine.
+	Lost func(since time.Time)
 	// Heartbeat is the consumer's idle heartbeat: the follow takes its
 	// consumer as lost after two missed ones (its server stopped) and
 	// reads on through a new one. 0: [FeedHeartbeat].
@@ -59,6 +67,33 @@ type NodeFollow struct {
 // after its last heartbeat. The client's ordered consumer had the same,
 // so an idle feed costs its server what it did (one heartbeat every 5 s).
 const FeedHeartbeat = 5 * time.Second
+
+// FeedSteady is how long a feed's consumer must read before its loss
+// counts as a first loss again ([NodeFollow.Backoff] reset): one lost
+// sooner (the evidence of fresh11 M8: consumers made during a stalled
+// meta layer lived 26–33 s, then were lost again) waits the backoff's
+// next step. Twelve heartbeats.
+const FeedSteady = time.Minute
+
+// FeedBackoff returns the default pacing of a lost feed's re-creation:
+// 100 ms doubling to 15 s, each wait drawn at random from none to twice
+// the step (the full jitter of a randomization factor of 1). Its first
+// wait (0–200 ms) keeps a single server's kill as quick to ride out as
+// before (50–150 ms); the jitter and the growth spread a fleet whose
+// feeds were all lost at once (a meta leader lost: every agent's
+// consumer with it) over up to 30 s, where every agent used to ask
+// again within 100 ms of each loss and then back to back, one attempt
+// after the other (a fresh user's finding M8: 300 agents, 1,100
+// re-creations in 3 min against a meta layer just elected).
+func FeedBackoff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(1),
+		backoff.WithMaxInterval(15*time.Second),
+		backoff.WithMaxElapsedTime(0),
+	)
+}
 
 // FollowNode follows f.Node's events of kind f.Kind after f.After, in
 // stream order, until ctx is done: the one loop of the roles that act on
@@ -95,13 +130,17 @@ func FollowNode(ctx context.Context, js jetstream.JetStream, f NodeFollow) {
 	}
 	b := f.Backoff
 	if b == nil {
-		b = Backoff(100*time.Millisecond, 5*time.Second)
+		b = FeedBackoff()
 	}
 	st := feedState{from: f.After}
+	begun := time.Now()
 	for ctx.Err() == nil {
-		from := st.from
-		made, err := f.once(ctx, js, &st)
-		if made || st.from > from {
+		attempt := PromptAttempt
+		if !st.lostAt.IsZero() && time.Since(st.lostAt) >= PromptFor {
+			attempt = askAttemptMost
+		}
+		made, err := f.once(ctx, js, &st, attempt)
+		if made && time.Since(st.readSince) >= FeedSteady {
 			b.Reset()
 		}
 		if ctx.Err() != nil {
@@ -114,7 +153,14 @@ func FollowNode(ctx context.Context, js jetstream.JetStream, f NodeFollow) {
 			if !st.started {
 				what = " feed not started; trying again"
 			}
-			f.Log.Warn(string(f.Kind)+what, "after", st.from, "in", d, "err", err)
+			f.Log.Warn(string(f.Kind)+what, "after", st.from, "in", d.Round(time.Millisecond), "err", err)
+			if f.Lost != nil {
+				since := st.lostAt
+				if !st.started {
+					since = begun
+				}
+				f.Lost(since)
+			}
 		} else {
 			f.Log.Debug(string(f.Kind)+" feed still lost; trying again", "after", st.from, "in", d, "err", err)
 		}
@@ -128,29 +174,39 @@ func FollowNode(ctx context.Context, js jetstream.JetStream, f NodeFollow) {
 // feedState is what [FollowNode] keeps across its consumers: the
 // sequence of the last message read, the newest accepted message skipped
 // for a newer one (handed on if every newer one is refused), whether a
-// consumer was ever made, and since when none reads (zero while one
-// does).
+// consumer was ever made, since when none reads (zero while one does),
+// and since when the newest one reads.
 type feedState struct {
 	from      uint64
 	coalesced *Msg
 	started   bool
 	lostAt    time.Time
+	readSince time.Time
 }
 
-// once runs one consumer from sequence st.from+1, updating st as it
+// once runs one consumer from sequence st.from+1, its creation asked
+// once, for up to attempt (an attempt unanswered, a 503, is not asked
+// again here: FollowNode's backoff paces the next), updating st as it
 // reads, and returns whether the consumer was made and why it stopped.
-func (f *NodeFollow) once(ctx context.Context, js jetstream.JetStream, st *feedState) (bool, error) {
+func (f *NodeFollow) once(ctx context.Context, js jetstream.JetStream, st *feedState, attempt time.Duration) (bool, error) {
 	subj := f.Stream.Subjects()
-	tail, err := FollowRidingOut(ctx, js, TailConfig{Stream: f.Stream.Name, Subjects: subj,
-		Filter: subj.Stored(f.Node, f.Kind), Start: st.from + 1, Heartbeat: f.Heartbeat, EndOnLoss: true})
+	cfg := TailConfig{Stream: f.Stream.Name, Subjects: subj,
+		Filter: subj.Stored(f.Node, f.Kind), Start: st.from + 1, Heartbeat: f.Heartbeat, EndOnLoss: true}
+	actx, cancel := context.WithTimeout(ctx, attempt)
+	tail, err := askAgainPaced(actx, js, f.Stream.Name, Unanswered, func(time.Duration) time.Duration { return attempt },
+		func(ctx context.Context) (*Tail, error) { return Follow(ctx, js, cfg) })
+	cancel()
 	if err != nil {
 		return false, err
 	}
 	if !st.lostAt.IsZero() {
 		f.Log.Info(string(f.Kind)+" feed reads again", "after", st.from,
 			"lost_for", time.Since(st.lostAt).Round(time.Millisecond))
+		if f.Lost != nil {
+			f.Lost(time.Time{})
+		}
 	}
-	st.started, st.lostAt = true, time.Time{}
+	st.started, st.lostAt, st.readSince = true, time.Time{}, time.Now()
 	for {
 		var x Tailed
 		select {

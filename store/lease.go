@@ -62,6 +62,15 @@ type Holder struct {
 	// no plan, or an older agent): the reconciler copies them into the
 	// agent's up event ([events.Agent].Trusts).
 	Trusts []string `json:"trusts,omitempty"`
+	// FeedLost, when not zero, is since when the holder reads no event
+	// of its feed (a node agent's plans: store.FollowNode lost its
+	// consumer and has not made another yet): the agent lives, but
+	// follows no plan. The holder's renewals write it ([Lease.SetFeedLost]);
+	// `fleet` and `state` show it as the need "feed-lost" (a fresh user's
+	// finding M8: 272 of 300 agents followed no plan while `fleet` said
+	// "nothing 301"). Absent from older agents' leases (never lost, as
+	// far as they tell); older readers ignore it.
+	FeedLost time.Time `json:"feed_lost,omitzero"`
 }
 
 // NewHolder returns a Holder for this process: its host name, pid and
@@ -258,6 +267,37 @@ type Lease struct {
 	// renewedAt is when the key was last written by this holder (its
 	// claim, a renewal answered); only renew's goroutine after the claim.
 	renewedAt time.Time
+}
+
+// SetFeedLost sets the holder's [Holder.FeedLost] (the zero time: its
+// feed reads) and makes its next renewal, within a quarter of the TTL,
+// write it. A renewal writes the new value in the same update as ever:
+// a reconciler's liveness watch takes a value of the same token as its
+// holder's, not as a new claim.
+func (l *Lease) SetFeedLost(since time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !since.IsZero() {
+		since = since.UTC().Truncate(time.Millisecond)
+	}
+	if l.holder.FeedLost.Equal(since) {
+		return
+	}
+	h := l.holder
+	h.FeedLost = since
+	v, err := json.Marshal(h)
+	if err != nil {
+		return // a Holder always marshals
+	}
+	// Only the field: the token, read without the lock, never changes.
+	l.holder.FeedLost, l.value = since, v
+}
+
+// valueNow returns the value the holder writes now.
+func (l *Lease) valueNow() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.value
 }
 
 // SetOutageNote sets what the holder's outage lines add after "NATS
@@ -683,9 +723,9 @@ func (l *Lease) put(ctx context.Context, rev uint64, bound time.Duration) (uint6
 		err  error
 	)
 	if rev == 0 {
-		next, err = l.kv.Create(cctx, l.key, l.value)
+		next, err = l.kv.Create(cctx, l.key, l.valueNow())
 	} else {
-		next, err = l.kv.Update(cctx, l.key, l.value, rev)
+		next, err = l.kv.Update(cctx, l.key, l.valueNow(), rev)
 	}
 	if err != nil {
 		if d := askDenied(cctx); d != nil {
@@ -800,7 +840,7 @@ func (l *Lease) renewOnce(watched context.Context) (rerr error) {
 	l.mu.Lock()
 	rev := l.rev
 	l.mu.Unlock()
-	next, err := l.kv.Update(ctx, l.key, l.value, rev)
+	next, err := l.kv.Update(ctx, l.key, l.valueNow(), rev)
 	if err == nil {
 		l.setRev(next)
 		if l.renewedNow() {
@@ -820,7 +860,7 @@ func (l *Lease) renewOnce(watched context.Context) (rerr error) {
 	e, err := l.kv.Get(ctx, l.key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		next, err := l.kv.Create(ctx, l.key, l.value)
+		next, err := l.kv.Create(ctx, l.key, l.valueNow())
 		if err == nil {
 			unrenewedFor := time.Since(l.renewedAt)
 			l.renewedNow()
@@ -848,7 +888,7 @@ func (l *Lease) renewOnce(watched context.Context) (rerr error) {
 		// put'), so the holder is still this one, which writes its lease
 		// back over it rather than stop (a fresh user's finding V5: the
 		// agent stopped, "lease taken by another agent").
-		next, err := l.kv.Update(ctx, l.key, l.value, e.Revision())
+		next, err := l.kv.Update(ctx, l.key, l.valueNow(), e.Revision())
 		if err != nil {
 			if askDenied(ctx) == nil {
 				l.log.Warn("lease not renewed; retrying", "key", l.key, "err", err)
@@ -1029,4 +1069,91 @@ func LeaseAge(ctx context.Context, js jetstream.JetStream, streamCfg StreamConfi
 	}
 	_ = json.Unmarshal(e.Value(), &holder)
 	return true, holder, max(now.Sub(e.Created()), 0), ttl, nil
+}
+
+// feedLostGets is how many leases [FeedsLost] reads at once.
+const feedLostGets = 16
+
+// FeedsLost returns, of the node agents whose lease the node lease
+// bucket of streamCfg's stream holds now, since when each whose plan feed
+// is lost has read no plan ([Holder.FeedLost]): `fleet` and `state` show
+// them as needing an operator. The bucket's keys are read with one
+// stream info (its subjects), their values a direct get each,
+// feedLostGets at a time, which the operator's and the console's users
+// may do (no consumer: they may not create one on the bucket). of, when
+// not nil, limits the read to those nodes. No bucket is none; a lease of
+// an older agent never says its feed lost.
+//
+// Errors: the bucket's lookup (other than not found), its info's, a
+// get's (other than a key gone meanwhile).
+func FeedsLost(ctx context.Context, js jetstream.JetStream, streamCfg StreamConfig, of []string) (map[string]time.Time, error) {
+	name := streamCfg.WithDefaults().Name + NodeLeaseBucketSuffix
+	kv, err := js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return map[string]time.Time{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	keys := of
+	if keys == nil {
+		s, err := js.Stream(ctx, "KV_"+name)
+		if err != nil {
+			return nil, err
+		}
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter("$KV."+name+".>"))
+		if err != nil {
+			return nil, fmt.Errorf("lease bucket %s: %w", name, err)
+		}
+		for subj := range info.State.Subjects {
+			key := strings.TrimPrefix(subj, "$KV."+name+".")
+			if _, kind, ok := LeaseOf(key); ok && kind == events.KindAgent {
+				keys = append(keys, key)
+			}
+		}
+	}
+	var (
+		mu    sync.Mutex
+		out   = map[string]time.Time{}
+		first error
+		wg    sync.WaitGroup
+		next  = make(chan string)
+	)
+	for range min(feedLostGets, len(keys)) {
+		wg.Go(func() {
+			for key := range next {
+				e, err := kv.Get(ctx, key)
+				var h Holder
+				if err == nil {
+					_ = json.Unmarshal(e.Value(), &h)
+				}
+				mu.Lock()
+				switch {
+				case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+				case err != nil:
+					if first == nil {
+						first = fmt.Errorf("lease %s: %w", key, err)
+					}
+				case !h.FeedLost.IsZero() && h.Token != "":
+					out[key] = h.FeedLost
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, k := range keys {
+		select {
+		case next <- k:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		first = ctx.Err()
+	}
+	return out, first
 }
