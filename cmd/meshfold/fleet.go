@@ -206,6 +206,8 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		sourcesErr error
 		lag        query.SnapshotLag // how current the snapshots are (fleetlag.go)
 		lagErr     error
+		feeds      map[string]time.Time // the agents that read no plan, since when (their leases)
+		feedsErr   error
 		tail       lagTail // -o json/yaml: the nodes with events past the checkpoints
 		wg         sync.WaitGroup
 	)
@@ -213,6 +215,10 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		wg.Go(func() { seqs, seqsErr = r.WarningSeqs(ctx, now.Add(-warnings)) })
 	}
 	wg.Go(func() { sources, sourcesErr = r.Sources(ctx, "") })
+	// An agent that lives and reads no plan says so in its lease, which
+	// no snapshot holds (a fresh user's finding M8: 272 of 300 agents
+	// followed no plan while fleet said "nothing 301").
+	wg.Go(func() { feeds, feedsErr = r.FeedsLost(ctx, "") })
 	// The checkpoints (and each partition's newest event) are read before
 	// the snapshots, as the console's start reads them: every state
 	// stored is put before the checkpoint that covers it, so a snapshot
@@ -249,6 +255,9 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		}
 		if ps := sources[row.Node]; len(ps) > 0 {
 			row.SetSources(ps)
+		}
+		if since, ok := feeds[row.Node]; ok {
+			row.SetFeedLost(since)
 		}
 		if len(tail.nodes) > 0 {
 			if seq, ok := tail.nodes[row.Node]; ok {
@@ -336,6 +345,9 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	// Why files are unfilled, as the provisioners report it (live).
 	if sourcesErr != nil {
 		fmt.Fprintf(a.stderr, "note: why files are unfilled (the provisioners' reports) could not be read: %v\n", sourcesErr)
+	}
+	if feedsErr != nil {
+		fmt.Fprintf(a.stderr, "note: whether the agents read their plans (their leases) could not be read: %v\n", feedsErr)
 	}
 	if lagErr != nil {
 		fmt.Fprintf(a.stderr, "note: whether the snapshots are as new as the stream could not be read: %v\n", lagErr)
@@ -666,6 +678,7 @@ func printFleet(w io.Writer, rows []audit.FleetRow, now time.Time, pg fleetPagin
 		fmt.Fprintf(&b, "-- %s cleared: older than their node's newest settled plan, on nodes nothing else flags (JSON journal_warnings_cleared; meshfold audit NODE shows them)\n", plural(cleared, "journal warning"))
 	}
 	b.WriteString(audit.FleetNoisyText(page))
+	b.WriteString(audit.FleetFeedLostText(page, now))
 	b.WriteString(audit.FleetWarningsText(page))
 	b.WriteString(audit.FleetAckedText(page))
 	b.WriteString(audit.FleetFailedText(page))

@@ -34,6 +34,9 @@ type stateReply struct {
 	// Sources are the files the node's provisioner could not fill, and
 	// why (DESIGN.md §12).
 	Sources []audit.SourceProblem `json:"source_problems,omitempty"`
+	// FeedLost, when set, is since when the node's live agent has read
+	// no plan (its lease says so: store.Holder.FeedLost).
+	FeedLost time.Time `json:"feed_lost,omitzero"`
 }
 
 func newStateCmd(a *app) *cobra.Command {
@@ -120,11 +123,24 @@ func runState(ctx context.Context, a *app, node string, format string, timeout t
 	ps := audit.MarkStale(sources[node], ns.View.ProvisionerDown())
 	// Reported gone by the node's agent: not "last filled at" only.
 	ps = audit.MarkGone(ps, ns.View.Missing)
+	// Whether its agent, alive, reads its plans: its lease says (no
+	// snapshot can: a fresh user's finding M8).
+	feeds, ferr := r.FeedsLost(ctx, node)
+	lost := feeds[node]
+	if v := ns.View; v.Agent != nil && !v.Agent.Up {
+		lost = time.Time{} // down: said as such
+	}
 	if format != outTable {
 		return writeValue(a.stdout, format, stateReply{Source: ns.Source, View: ns.View, Composition: ns.Composition, Stuck: ns.View.Stuck(now),
-			Sources: ps})
+			Sources: ps, FeedLost: lost})
 	}
 	text := audit.StateText(ns.View, ns.Composition, now, ns.Source.Text())
+	if !lost.IsZero() {
+		text += "needs an operator: " + audit.FeedLostText(lost, now) + "\n"
+	}
+	if ferr != nil {
+		text += fmt.Sprintf("note: whether the agent reads its plans (its lease) could not be read: %v\n", ferr)
+	}
 	if serr != nil {
 		text += fmt.Sprintf("note: why files are unfilled (the provisioner's reports) could not be read: %v\n", serr)
 	}

@@ -93,6 +93,11 @@ func (r *FleetRow) AppendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if !r.FeedLost.IsZero() {
+		if b, err = appendTime(b, `,"feed_lost":`, r.FeedLost); err != nil {
+			return nil, err
+		}
+	}
 	if len(r.Failed) > 0 {
 		if b, err = appendRuntimes(b, `,"failed":`, r.Failed); err != nil {
 			return nil, err

@@ -409,6 +409,11 @@ type FleetRow struct {
 	// made it so.
 	Agent      string    `json:"agent,omitempty"`
 	AgentSince time.Time `json:"agent_since,omitzero"`
+	// FeedLost, when not zero, is since when the node's live agent has
+	// read no plan: its plan feed lost its consumer and no new one reads
+	// yet, as its lease says (store.Holder.FeedLost, read live beside the
+	// snapshots: [FleetRow.SetFeedLost]). Need "feed-lost".
+	FeedLost time.Time `json:"feed_lost,omitzero"`
 	// Failed are the modules the newest have reports failed (a crash
 	// loop), with the files they wait for.
 	Failed []reconcile.ModuleRuntime `json:"failed,omitempty"`
@@ -488,6 +493,33 @@ func (r *FleetRow) SetNewest(newest uint64) {
 		r.Behind, r.NewestSeq = true, newest
 		r.setAttention()
 	}
+}
+
+// SetFeedLost sets since when the node's live agent reads no plan (its
+// lease's store.Holder.FeedLost; zero: its feed reads) and what the row
+// needs with it: a live agent that follows no plan needs an operator as
+// much as a dead one (a fresh user's finding M8).
+func (r *FleetRow) SetFeedLost(since time.Time) {
+	r.FeedLost = since
+	r.setAttention()
+}
+
+// FeedLostText says since when a node's agent follows no plan, at now.
+func FeedLostText(since, now time.Time) string {
+	return fmt.Sprintf("plan feed lost since %s (%s ago): the agent lives, reads no plan, and tries a new consumer by itself",
+		FormatTime(since), Age(now.Sub(since)))
+}
+
+// FleetFeedLostText returns, for the lines after fleet's table, each row
+// whose live agent reads no plan, and since when ([FeedLostText]).
+func FleetFeedLostText(rows []FleetRow, now time.Time) string {
+	var t textWriter
+	for _, r := range rows {
+		if slices.Contains(r.Attention, "feed-lost") {
+			t.line(0, "feed-lost", r.Node+" "+FeedLostText(r.FeedLost, now))
+		}
+	}
+	return t.b.String()
 }
 
 // FleetRowOf returns the fleet row of s at now; a have older than stale
@@ -985,6 +1017,7 @@ func needsOf(a []string, r *FleetRow) []string {
 	add(r.Error != "", "error")
 	add(r.Noisy != nil, "noisy")
 	add(r.Agent == "down", "agent-down")
+	add(r.Agent != "down" && !r.FeedLost.IsZero(), "feed-lost")
 	add(r.ProvisionerDown != nil, "provisioner-down")
 	add(len(r.Failed) > 0, "failed")
 	add(len(r.FailedApplies) > 0, "apply-failed")
@@ -1275,7 +1308,7 @@ func CompareFleetKeys(a, b *FleetKey) int {
 
 // FleetNeeds are the needs a [FleetRow.Attention] may list, most
 // pressing first (the order [SortFleet] ranks them in).
-var FleetNeeds = []string{"error", "noisy", "agent-down", "provisioner-down", "failed", "apply-failed", "unhealthy", "flapping", "missing",
+var FleetNeeds = []string{"error", "noisy", "agent-down", "feed-lost", "provisioner-down", "failed", "apply-failed", "unhealthy", "flapping", "missing",
 	"unfilled", "source", "owed", "approval", "unsettled", "paused", "retiring", "account",
 	"stale-have", "journal"}
 
@@ -1386,6 +1419,8 @@ func (r FleetRow) Line(nodeWidth int) string {
 			}
 		case "paused":
 			needs = append(needs, "paused "+Age(time.Duration(r.Stuck.PausedFor*float64(time.Second))))
+		case "feed-lost":
+			needs = append(needs, "plan feed lost")
 		default:
 			needs = append(needs, a)
 		}
