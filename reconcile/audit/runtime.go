@@ -177,6 +177,13 @@ func haveChanges(prev, h *events.Have) []string {
 			c = append(c, fmt.Sprintf("%s, restarts %d→%d", m.State, o.Restarts, m.Restarts)+exitDetail(m))
 		} else if m.FillRestarts != o.FillRestarts {
 			c = append(c, fmt.Sprintf("%s, on_fill restarts %d→%d", m.State, o.FillRestarts, m.FillRestarts))
+		} else if o.Since != nil && m.Since != nil && !o.Since.Equal(*m.Since) {
+			// Its state began again and nothing else tells it: a crash
+			// loop's run shorter than the agent's have pace (a shim
+			// older than the one that counts a restart with its start
+			// said the count first), told "unchanged" before (a fresh
+			// user's finding m4).
+			c = append(c, fmt.Sprintf("%s again since %s", m.State, m.Since.UTC().Format(time.TimeOnly))+exitDetail(m))
 		}
 		if h := healthChange(o, m); h != "" {
 			c = append(c, h)
@@ -254,15 +261,23 @@ func exitDetail(m events.HaveModule) string {
 // settles: a fresh user's finding m2).
 func haveSummaryAfter(h, prev *events.Have, plan uint64) string {
 	var s string
+	// Files newly reported missing lead: they are what the knock after
+	// the have answers, and said after the modules a line cut them off
+	// (a fresh user's finding, fresh12 m1: "have unchanged: …" for the
+	// very have that reported a file gone).
+	newMissing := len(h.Missing) > 0 && (prev == nil || !slices.Equal(h.Missing, prev.Missing))
 	switch {
 	case prev == nil:
 		s = haveSummary(h)
 	default:
 		if c := haveChanges(prev, h); len(c) > 0 {
 			s = strings.Join(c, "; ")
-		} else {
+		} else if !newMissing {
 			s = "unchanged: " + haveSummary(h)
 		}
+	}
+	if newMissing {
+		s = strings.TrimSuffix("missing on the node: "+missingFiles(h.Missing)+"; "+s, "; ")
 	}
 	switch {
 	case h.NoPlan && h.LookedBefore != 0 && plan >= h.LookedBefore:
@@ -270,7 +285,7 @@ func haveSummaryAfter(h, prev *events.Have, plan uint64) string {
 	case h.NoPlan:
 		s = "holds no plan (none in the stream at the agent's start); " + s
 	}
-	if len(h.Missing) > 0 {
+	if len(h.Missing) > 0 && !newMissing {
 		s += "; missing on the node: " + missingFiles(h.Missing)
 	}
 	return s

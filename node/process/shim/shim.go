@@ -336,6 +336,14 @@ func (s *shim) supervise(ready *os.File) {
 		backoff.WithMaxElapsedTime(0),
 	)
 	first := true
+	// restarts is what the next start adds to the restart count: 1 after
+	// a backoff. It is counted in the start's own status, not before it:
+	// counted at the backoff's end, the status said "failed, one restart
+	// more" with nothing new, and the agent's have of it was followed by
+	// one a second later that only the new failure's time told apart,
+	// which audit showed as "unchanged" after every restart of a crash
+	// loop (a fresh user's finding m4).
+	restarts := 0
 	for {
 		s.mu.Lock()
 		seen := s.wakes
@@ -345,10 +353,15 @@ func (s *shim) supervise(ready *os.File) {
 		p, err := s.start()
 		if err != nil {
 			s.note("start failed: %v", err)
-			s.set(func(st *Status) { st.State, st.PID, st.PIDStart, st.Exit = events.Failed, 0, 0, "start: "+err.Error() })
+			s.set(func(st *Status) {
+				st.State, st.PID, st.PIDStart, st.Exit, st.Restarts = events.Failed, 0, 0, "start: "+err.Error(), st.Restarts+restarts
+			})
 		} else {
-			s.set(func(st *Status) { st.State, st.PID, st.PIDStart, st.Backoff = events.Running, p.pid, p.start, 0 })
+			s.set(func(st *Status) {
+				st.State, st.PID, st.PIDStart, st.Backoff, st.Restarts = events.Running, p.pid, p.start, 0, st.Restarts+restarts
+			})
 		}
+		restarts = 0
 		if first {
 			first = false
 			if ready != nil {
@@ -399,7 +412,7 @@ func (s *shim) supervise(ready *os.File) {
 			s.set(func(st *Status) { st.State, st.Backoff, st.Health = events.Stopped, 0, "" })
 			return
 		}
-		s.set(func(st *Status) { st.Restarts++ })
+		restarts = 1
 	}
 }
 
