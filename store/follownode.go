@@ -107,10 +107,13 @@ func FeedBackoff() *backoff.ExponentialBackOff {
 //
 // The feed reads through a plain ephemeral consumer that ends on its
 // loss ([TailConfig.EndOnLoss]: two missed heartbeats, its deletion, a
-// skipped delivery), created under a new name at each attempt through
-// [FollowRidingOut]; a lost feed reads on from the message after the
-// last one read, through a new consumer, with f.Backoff between
-// attempts, so no message is handed on twice or skipped (a message
+// skipped delivery), created under a new name at each attempt, each
+// attempt one ask of the meta leader (1 s long for the first
+// [PromptFor] of a loss, then 5 s: a loaded server's answer, as
+// [AskAgain]'s) with f.Backoff's jittered wait before it ([FeedBackoff]:
+// a fleet's feeds lost together do not ask together); a lost feed reads
+// on from the message after the last one read, through a new consumer,
+// so no message is handed on twice or skipped (a message
 // coalesced before the loss is still handed on when every newer one is
 // refused). Not the client's ordered consumer: it re-made a lost consumer
 // under one name, asked again for as long as it failed, and when the
