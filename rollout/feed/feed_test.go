@@ -2,6 +2,7 @@ package feed_test
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -66,7 +67,7 @@ rollout: {canary: 1, auto_revert: true}
 		t.Fatalf("replayed %+v, want rollout %d", s.Rollout, id)
 	}
 	v := s.View()
-	if len(v.Builds) != 1 || v.Builds[0] != (rollout.BuildCount{Module: "web", Build: "web:1", Nodes: 3}) {
+	if len(v.Builds) != 1 || !reflect.DeepEqual(v.Builds[0], rollout.BuildCount{Module: "web", Build: "web:1", Nodes: 3}) {
 		t.Fatalf("builds %+v, want web@web:1 on 3 nodes", v.Builds)
 	}
 	// A target not changed yet shows what it runs.
