@@ -2,6 +2,7 @@ package feed_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -29,7 +30,12 @@ func TestOwners(t *testing.T) {
 			cands = append(cands, rollout.Candidate{Node: n, Want: []events.WantModule{{Name: "web", Build: "web:1"}}})
 		}
 		st, pages := rollout.NewStart("alice", "", rollout.Params{}, cands)
-		p := &feed.Plan{Fleet: &fleetfile.Fleet{Name: fleet}, Cands: cands, Start: st, Pages: pages}
+		// The fleet's newest start, as NewPlan reads it first.
+		after, err := feed.NewestStart(ctx, stream, subj, fleet)
+		if err != nil && !errors.Is(err, feed.ErrNoRollout) {
+			t.Fatal(err)
+		}
+		p := &feed.Plan{Fleet: &fleetfile.Fleet{Name: fleet}, Cands: cands, Start: st, Pages: pages, After: after}
 		if _, err := p.Apply(ctx, js, subj); err != nil {
 			t.Fatal(err)
 		}
