@@ -309,6 +309,11 @@ func (in *interner) state(st *reconcile.State) {
 	for i := range st.Placed {
 		st.Placed[i].Module, st.Placed[i].Path = in.s(st.Placed[i].Module), in.s(st.Placed[i].Path)
 	}
+	st.Gates = slices.Clone(st.Gates)
+	for i := range st.Gates {
+		g := &st.Gates[i]
+		g.Module, g.By = in.s(g.Module), in.s(g.By)
+	}
 	st.Waivers = slices.Clone(st.Waivers)
 	for i := range st.Waivers {
 		w := &st.Waivers[i]

@@ -33,6 +33,7 @@ const (
 	KindWaive  Kind = "waive"  // operator: pay a file's owed items without a knock
 	KindRetire Kind = "retire" // operator: remove every module, then forget the node
 	KindAck    Kind = "ack"    // operator: the node's warnings up to a sequence were read
+	KindGate   Kind = "gate"   // operator: a module needs (or, lifted, no longer needs) an approval
 
 	// KindAgent (agent.go): reconciler: the node's agent went down or came
 	// back (DESIGN.md §11).
@@ -44,19 +45,20 @@ const (
 // subject of their own (see [Subjects.Fill]) and are not an event kind: no
 // stream ever captures them.
 var Kinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan, KindKnock, KindJournal,
-	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent, KindAck, KindProv}
+	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent, KindAck, KindProv, KindGate}
 
 // InputKinds are the kinds the reconciler folds: everything published by
 // controllers, operators and nodes, its own plans (DESIGN.md §3: it folds
 // its plan events to learn each plan's sequence) and the agent and
 // provisioner transitions it records (DESIGN.md §11).
 var InputKinds = []Kind{KindWant, KindApprove, KindHave, KindSettle, KindRefusal, KindFilled, KindPlan,
-	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent, KindAck, KindProv}
+	KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAgent, KindAck, KindProv, KindGate}
 
 // OperatorKinds are the kinds only an operator publishes: the approval,
 // the operator events of DESIGN.md §9 and the acknowledgement of a
-// node's warnings (issue 25).
-var OperatorKinds = []Kind{KindApprove, KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAck}
+// node's warnings (issue 25), and the gate of a module (a fresh user's
+// finding M7: only an operator lifts an approval gate).
+var OperatorKinds = []Kind{KindApprove, KindPause, KindResume, KindPoke, KindRevoke, KindWaive, KindRetire, KindAck, KindGate}
 
 // Known reports whether k is one of [Kinds].
 func (k Kind) Known() bool { return slices.Contains(Kinds, k) }
@@ -76,7 +78,7 @@ func (h *Header) header() *Header { return h }
 // Payload is implemented by the pointer of every event type of this
 // package: *Want, *Approve, *Have, *Settle, *Refusal, *Filled, *Plan,
 // *Knock, *Journal, the operator events *Pause, *Resume, *Poke,
-// *Revoke, *Waive and *Retire, *Agent, *Ack and *Prov.
+// *Revoke, *Waive, *Retire and *Gate, *Agent, *Ack and *Prov.
 type Payload interface {
 	// Kind is the payload's event kind.
 	Kind() Kind
@@ -500,6 +502,22 @@ type Retire struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// Gate says Module needs an operator's approval on the node to move to a
+// new build, whatever its want says (DESIGN.md §4, "the gate"); Lift takes
+// that back. A want that marks a module requires_approval gates it too,
+// and a later want without the flag does not lift it: only a Gate with
+// Lift does (a fresh user's finding M7: the controller, which writes the
+// want, could otherwise lift the gate on its own modules). Lifting
+// leaves the want's own flag in force while the want carries it.
+type Gate struct {
+	Header
+	Module string `json:"module"`
+	Lift   bool   `json:"lift,omitempty"`
+	By     string `json:"by"`
+	// Reason is free text for the audit, optional.
+	Reason string `json:"reason,omitempty"`
+}
+
 // Ack says an operator has read the node's journal warnings (entries of
 // level warn or error) stored at or before stream sequence Upto: they no
 // longer flag the node as needing an operator, and are counted apart
@@ -531,6 +549,7 @@ func (*Revoke) Kind() Kind  { return KindRevoke }
 func (*Waive) Kind() Kind   { return KindWaive }
 func (*Retire) Kind() Kind  { return KindRetire }
 func (*Ack) Kind() Kind     { return KindAck }
+func (*Gate) Kind() Kind    { return KindGate }
 
 // New returns a zero payload of kind k, or nil for an unknown kind.
 func New(k Kind) Payload {
@@ -571,6 +590,8 @@ func New(k Kind) Payload {
 		return new(Ack)
 	case KindProv:
 		return new(Prov)
+	case KindGate:
+		return new(Gate)
 	}
 	return nil
 }

@@ -658,6 +658,20 @@ func (r *Revoke) Validate() error {
 	return checkBy(r.By)
 }
 
+// Validate checks module, by and the reason's text.
+func (g *Gate) Validate() error {
+	if err := g.header().validate(); err != nil {
+		return err
+	}
+	if err := checkName("module", g.Module); err != nil {
+		return err
+	}
+	if err := checkBy(g.By); err != nil {
+		return err
+	}
+	return checkFreeText("reason", g.Reason)
+}
+
 // Validate checks module, path and by.
 func (w *Waive) Validate() error {
 	if err := w.header().validate(); err != nil {

@@ -47,19 +47,32 @@ func (s *State) Approved(module, build string) bool {
 	return found
 }
 
+// Gated reports whether an operator's gate, or an earlier want's
+// requires_approval, gates module on the node (DESIGN.md §4, "the gate"),
+// and the record that does.
+func (s *State) Gated(module string) (GateRecord, bool) {
+	i, found := slices.BinarySearchFunc(s.Gates, GateRecord{Module: module}, compareGate)
+	if !found {
+		return GateRecord{}, false
+	}
+	return s.Gates[i], true
+}
+
 // Hold decides whether a wanted module is held, and why. It is the one
 // rule for it (incident 4: a second rule elsewhere is exactly the bug):
 //
 //   - held with why "want" if the want says hold;
-//   - held with why "approval" if it requires approval, the wanted build
-//     differs from the build that runs, and no approval names the wanted
-//     build (first placement included: nothing runs, so it waits);
+//   - held with why "approval" if it requires approval (the want says
+//     requires_approval, or the node's gate of the module stands: gated),
+//     the wanted build differs from the build that runs, and no approval
+//     names the wanted build (first placement included: nothing runs, so
+//     it waits);
 //   - otherwise composed.
-func Hold(m events.WantModule, runs Running, approved bool) (why events.HoldReason, held bool) {
+func Hold(m events.WantModule, runs Running, approved, gated bool) (why events.HoldReason, held bool) {
 	switch {
 	case m.Hold:
 		return events.HoldWant, true
-	case m.RequiresApproval && m.Build != runs.Build && !approved:
+	case (m.RequiresApproval || gated) && m.Build != runs.Build && !approved:
 		return events.HoldApproval, true
 	}
 	return "", false
@@ -101,7 +114,8 @@ func (s *State) Compose() (rows []events.PlanModule, account string, ok bool) {
 // is the provisioner, the account that row decides.
 func (s *State) composeRow(m events.WantModule) (row events.PlanModule, account string) {
 	runs, _ := s.Runs(m.Name)
-	why, held := Hold(m, runs, s.Approved(m.Name, m.Build))
+	_, gated := s.Gated(m.Name)
+	why, held := Hold(m, runs, s.Approved(m.Name, m.Build), gated)
 	row = events.PlanModule{Name: m.Name, Provisioner: m.Provisioner}
 	if held {
 		row.Build, row.RunsAs, row.Files = runs.Build, runs.RunsAs, runs.Files

@@ -101,6 +101,8 @@ func (f *folder) fold() {
 		f.prov(p)
 	case *events.Ack:
 		f.ack(p)
+	case *events.Gate:
+		f.gate(p)
 	}
 }
 
@@ -146,7 +148,45 @@ func (f *folder) planExists(plan uint64) bool {
 
 func (f *folder) want(p *events.Want) {
 	f.s.takeWant(f.ev.Seq, p.Modules)
+	for _, m := range p.Modules {
+		if m.RequiresApproval {
+			f.setGate(GateRecord{Module: m.Name, Seq: f.ev.Seq})
+		}
+	}
 	f.compose()
+}
+
+// gate sets or lifts an operator's gate of a module (DESIGN.md §4, "the
+// gate"; §9). Lifting a gate that is not set changes nothing; the want's
+// own requires_approval, while the want carries it, still holds the
+// module (Hold).
+func (f *folder) gate(p *events.Gate) {
+	s := f.s
+	if p.Lift {
+		s.Gates = slices.DeleteFunc(s.Gates, func(g GateRecord) bool { return g.Module == p.Module })
+	} else {
+		f.setGate(GateRecord{Module: p.Module, Seq: f.ev.Seq, By: p.By})
+	}
+	f.compose()
+}
+
+// setGate keeps g unless its module is gated already (the first gate
+// stands: who gated it, and since when). Past MaxGates it is not kept,
+// journaled at warn: a gate kept is never dropped to make room, or a
+// controller could lift one by gating others (limits.go).
+func (f *folder) setGate(g GateRecord) {
+	s := f.s
+	i, found := slices.BinarySearchFunc(s.Gates, g, compareGate)
+	if found {
+		return
+	}
+	if len(s.Gates) >= MaxGates {
+		f.journal(events.LevelWarn, "gate of %s not kept: the node keeps at most %d gates (reconcile.MaxGates) and drops none; "+
+			"a want's requires_approval still holds it while the want carries the flag; 'meshfold ungate' of a module no longer run makes room",
+			events.Short(g.Module), MaxGates)
+		return
+	}
+	s.Gates = slices.Insert(s.Gates, i, g)
 }
 
 // takeWant makes modules, the want at seq, the node's newest want: the

@@ -70,6 +70,15 @@ const (
 	// again pays it. 32 at their longest are about 10 KB of the largest
 	// state (store's TestLargestFits).
 	MaxWaivers = 32
+	// MaxGates bounds the modules gated on a node (State.Gates): twice a
+	// want's modules. Past it a new gate is not kept, journaled at warn
+	// (a want's flag still holds its module while the want carries it);
+	// a gate kept is never dropped to make room: dropping the oldest
+	// would let a controller lift a gate by gating other modules, the
+	// very thing gates stand against (a fresh user's finding M7). An
+	// operator's ungate makes room. 64 at their longest are about 14 KB
+	// of the largest state (store's TestLargestFits).
+	MaxGates = 2 * events.MaxModules
 	// MaxFailed bounds the failed-apply records, one per module of a
 	// want (and one for a whole plan): one more drops the oldest, not
 	// journaled (each failed settle is journaled at error already).

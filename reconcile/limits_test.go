@@ -245,3 +245,44 @@ func TestMaxWaivers(t *testing.T) {
 		t.Fatalf("owed after late refusals of the dropped and a kept waiver's files: %v", s.state.Owed)
 	}
 }
+
+// Gating one module more than MaxGates keeps none more, journaled at
+// warn, and drops no gate kept: were the oldest dropped, a controller
+// could lift a gate by gating other modules (a fresh user's finding M7).
+// A want's own flag still holds the module not kept; an operator's lift
+// makes room.
+func TestMaxGates(t *testing.T) {
+	s := newSim(t)
+	var last uint64
+	for i := 0; i <= reconcile.MaxGates; i += events.MaxModules {
+		w := &events.Want{}
+		for j := i; j < min(i+events.MaxModules, reconcile.MaxGates+1); j++ {
+			w.Modules = append(w.Modules, events.WantModule{Name: fmt.Sprintf("m%02d", j), Build: "b1", RequiresApproval: true})
+		}
+		last = s.add(w)
+	}
+	if len(s.state.Gates) != reconcile.MaxGates {
+		t.Fatalf("%d gates, want %d", len(s.state.Gates), reconcile.MaxGates)
+	}
+	if _, ok := s.state.Gated("m00"); !ok {
+		t.Fatal("the first gate was dropped to make room")
+	}
+	over := fmt.Sprintf("m%02d", reconcile.MaxGates)
+	if j := s.journals(last); len(j) != 1 || !strings.Contains(j[0], "reconcile.MaxGates") || !strings.Contains(j[0], over) {
+		t.Fatalf("journal of the want over the cap: %q", j)
+	}
+	if l := s.levels(last); len(l) != 1 || l[0] != events.LevelWarn {
+		t.Fatalf("journal levels %v, want warn", l)
+	}
+	// The want's flag holds the module not kept.
+	if p := s.plan(s.plans()[len(s.plans())-1]); !p.Modules[len(p.Modules)-1].Held {
+		t.Fatalf("%s composed with its want's requires_approval: %+v", over, p.Modules[len(p.Modules)-1])
+	}
+	s.add(&events.Gate{Module: "m00", Lift: true, By: "ops"})
+	if again := s.add(&events.Gate{Module: over, By: "ops"}); len(s.journals(again)) != 0 {
+		t.Fatalf("a gate after a lift: journal %q", s.journals(again))
+	}
+	if _, ok := s.state.Gated(over); !ok || len(s.state.Gates) != reconcile.MaxGates {
+		t.Fatalf("gate of %s not kept after a lift made room (%d gates)", over, len(s.state.Gates))
+	}
+}

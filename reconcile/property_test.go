@@ -446,7 +446,7 @@ func randomHistory(rt *rapid.T, s *sim, n int) {
 				Plan: rapid.SampledFrom(s.plans()).Draw(rt, "plan"), Digest: "d"})
 		case 10:
 			// The operator events of DESIGN.md §9.
-			switch rapid.IntRange(0, 5).Draw(rt, "operator") {
+			switch rapid.IntRange(0, 7).Draw(rt, "operator") {
 			case 0:
 				s.add(&events.Pause{By: "ops"})
 			case 1:
@@ -460,6 +460,8 @@ func randomHistory(rt *rapid.T, s *sim, n int) {
 					Path: fmt.Sprintf("/%d%s", rapid.IntRange(1, 2).Draw(rt, "m"), rapid.SampledFrom(paths).Draw(rt, "path")), By: "ops"})
 			case 5:
 				s.add(&events.Retire{By: "ops", Force: rapid.Bool().Draw(rt, "force")})
+			case 6, 7:
+				s.add(&events.Gate{Module: rapid.SampledFrom(modules).Draw(rt, "module"), Lift: rapid.Bool().Draw(rt, "lift"), By: "ops"})
 			}
 		case 11:
 			s.add(&events.Pause{By: "ops"})
@@ -721,6 +723,58 @@ func TestRetireSettles(t *testing.T) {
 		}
 		if st.Retire != nil || got != rows {
 			rt.Fatalf("a want did not bring the node back (paused %v): %+v, %d rows", st.Paused != nil, st.Retire, got)
+		}
+	})
+}
+
+// TestGateHoldsAgainstTheController is the gate of DESIGN.md §4 over
+// random histories (a fresh user's finding M7): a module a want ever
+// marked requires_approval, or an operator gated, with no operator's lift
+// since, is never composed at a new build without an approval of that
+// build, whatever the wants after it say. Only a plan that differs from
+// the last one emitted is a composition (an agent that lost its plan
+// gets the same plan again).
+func TestGateHoldsAgainstTheController(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := newSim(rt)
+		randomHistory(rt, s, rapid.IntRange(1, 80).Draw(rt, "events"))
+		st := reconcile.NewState("ace")
+		gated := map[string]bool{}
+		approved := map[[2]string]bool{}
+		flagged := map[string]bool{} // by the newest want
+		for _, ev := range s.Events {
+			var before []events.PlanModule
+			if e := st.Emitted(); e != nil {
+				before = slices.Clone(e.Modules)
+			}
+			effs := st.Fold(ev)
+			switch p := ev.Payload.(type) {
+			case *events.Want:
+				clear(flagged)
+				for _, m := range p.Modules {
+					if m.RequiresApproval {
+						gated[m.Name], flagged[m.Name] = true, true
+					}
+				}
+			case *events.Gate:
+				gated[p.Module] = !p.Lift
+			case *events.Approve:
+				approved[[2]string{p.Module, p.Build}] = true
+			case *events.Revoke:
+				delete(approved, [2]string{p.Module, p.Build})
+			}
+			for _, e := range effs {
+				pl, ok := e.Payload.(*events.Plan)
+				if !ok || reflect.DeepEqual(pl.Modules, before) {
+					continue
+				}
+				for _, row := range pl.Modules {
+					runs, _ := st.Runs(row.Name)
+					if !row.Held && (gated[row.Name] || flagged[row.Name]) && row.Build != runs.Build && !approved[[2]string{row.Name, row.Build}] {
+						rt.Fatalf("#%d %s: %s composed at %s (what runs: %q) with no approval while gated", ev.Seq, ev.Kind, row.Name, row.Build, runs.Build)
+					}
+				}
+			}
 		}
 	})
 }

@@ -386,6 +386,11 @@ func summary(ev events.Event) string {
 		return fmt.Sprintf("retire by=%s force=%v", p.By, p.Force)
 	case *events.Ack:
 		return fmt.Sprintf("ack by=%s upto=%d", p.By, p.Upto)
+	case *events.Gate:
+		if p.Lift {
+			return fmt.Sprintf("gate %s lift by=%s", p.Module, p.By)
+		}
+		return fmt.Sprintf("gate %s by=%s", p.Module, p.By)
 	case *events.Prov:
 		s := "prov"
 		if p.NoPlan {
@@ -515,6 +520,13 @@ func formatState(s *reconcile.State) string {
 	}
 	for _, a := range s.Approvals {
 		fmt.Fprintf(&b, "approval: %s %s by %s (#%d)\n", a.Module, a.Build, a.By, a.Seq)
+	}
+	for _, g := range s.Gates {
+		if g.By == "" {
+			fmt.Fprintf(&b, "gate: %s by want #%d\n", g.Module, g.Seq)
+		} else {
+			fmt.Fprintf(&b, "gate: %s by %s (#%d)\n", g.Module, g.By, g.Seq)
+		}
 	}
 	for _, it := range s.Owed {
 		if it.Why != "" {

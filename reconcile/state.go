@@ -72,6 +72,16 @@ type State struct {
 	// oldest dropped.
 	// Invariant: sorted by module, build; unique; at most MaxApprovals.
 	Approvals []Approval `json:"approvals,omitempty"`
+	// Gates are the modules that move to a new build on this node only
+	// with an operator's approval, whatever the newest want says
+	// (DESIGN.md §4, "the gate"): each set by the first want that marked
+	// the module requires_approval, or by an operator's gate, and lifted
+	// only by an operator's gate with lift. A want without the flag, a
+	// want that drops the module, a retire: none lifts it (a fresh user's
+	// finding M7: the controller, which writes the want, could lift it).
+	// Past MaxGates a new gate is not kept; none is ever dropped.
+	// Invariant: sorted by module; unique; at most MaxGates.
+	Gates []GateRecord `json:"gates,omitempty"`
 	// Owed are the unpaid owed items.
 	// Invariant: sorted by module, path, plan, writer; unique by those;
 	// at most MaxOwed.
@@ -217,6 +227,15 @@ type RetireRecord struct {
 	Retired     bool      `json:"retired,omitempty"`
 	RetiredSeq  uint64    `json:"retired_seq,omitempty"`
 	RetiredTime time.Time `json:"retired_time,omitzero"`
+}
+
+// GateRecord is the gate of Module: the event that set it (a want, or an
+// operator's gate) and, for an operator's, who. By is empty when a want
+// set it. An operator's reason stays in the stream, for the audit.
+type GateRecord struct {
+	Module string `json:"module"`
+	Seq    uint64 `json:"seq"`
+	By     string `json:"by,omitempty"`
 }
 
 // Waiver records a waive of Module's file at Path: refusals of it judged by
@@ -758,6 +777,14 @@ func (s *State) CheckInvariants() error {
 	if !sortedUnique(s.Waivers, compareWaiver) {
 		return fmt.Errorf("waivers not sorted and unique")
 	}
+	if !sortedUnique(s.Gates, compareGate) || len(s.Gates) > MaxGates {
+		return fmt.Errorf("gates not sorted and unique, or more than %d", MaxGates)
+	}
+	for _, g := range s.Gates {
+		if err := maxSeq("gate", g.Seq); err != nil {
+			return err
+		}
+	}
 	for _, w := range s.Waivers {
 		if err := maxSeq("waiver", w.Seq); err != nil {
 			return err
@@ -795,6 +822,8 @@ func (s *State) CheckInvariants() error {
 	}
 	return nil
 }
+
+func compareGate(a, b GateRecord) int { return cmp.Compare(a.Module, b.Module) }
 
 func compareWaiver(a, b Waiver) int {
 	return cmp.Or(cmp.Compare(a.Module, b.Module), cmp.Compare(a.Path, b.Path))

@@ -47,13 +47,14 @@ var ErrSummaryFormat = errors.New("reconcile: fleet summary of another format")
 // reconcile/audit's TestFleetSummaryRows checks): the holds waiting for
 // an approval, the modules that fail, are unhealthy or have crashed after
 // running FlapRestarts times, and whether anything is withheld. The
-// accounts, the file count, the owed items' errors and the rest of the
-// runtime and holds are left out.
+// accounts, the file count, the owed items' errors, the gates and the
+// rest of the runtime and holds are left out.
 func (v View) FleetSummary() View {
 	s := v
 	// Files stays: a row reads whether the plan declares any
 	// (View.ProvisionerDown).
 	s.ProvisionerAccount, s.RunningAccount, s.OwedWhy = "", "", nil
+	s.Gates = nil // why a module is held is for state and the audit
 	s.Holds = nil
 	for _, h := range v.Holds {
 		if h.Why == events.HoldApproval && h.Pending != "" {

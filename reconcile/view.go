@@ -81,6 +81,22 @@ type View struct {
 	// Ack is the acknowledgement of the node's journal warnings that
 	// covers the most (issue 25); nil when none.
 	Ack *AckRecord `json:"ack,omitempty"`
+	// Gates are the node's gates (State.Gates): the modules that move to
+	// a new build only with an operator's approval whatever the want
+	// says, each with whether the newest want still marks it
+	// requires_approval. Not in the fleet summary: `state`, the audit and
+	// the console say why a module is held; a fleet row, that it is.
+	Gates []Gate `json:"gates,omitempty"`
+}
+
+// Gate is one of a node's gates as an operator reads it: who or what set
+// it, and whether the newest want marks its module requires_approval too
+// (Wanted). A gate that is not Wanted holds its module on its own: the
+// want's flag was left out, and only an operator's ungate lifts it
+// (DESIGN.md §4, "the gate").
+type Gate struct {
+	GateRecord
+	Wanted bool `json:"wanted,omitempty"`
 }
 
 // AgentDown reports whether the node's agent is known to be down: its
@@ -167,6 +183,10 @@ func (s *State) View() View {
 				v.Holds = append(v.Holds, Held{Module: m.Name, Why: m.Why, Build: m.Build, Pending: m.Pending})
 			}
 		}
+	}
+	for _, g := range s.Gates {
+		wanted := s.Want != nil && slices.ContainsFunc(s.Want.Modules, func(m events.WantModule) bool { return m.Name == g.Module && m.RequiresApproval })
+		v.Gates = append(v.Gates, Gate{GateRecord: g, Wanted: wanted})
 	}
 	for _, it := range s.Owed {
 		v.Owed = append(v.Owed, it.Owed)

@@ -21,7 +21,7 @@ import (
 // files (half held, carrying the files of what runs, half composed), four
 // such plans unsettled and MaxDroppedPlans dropped, the accepting and
 // filled records, the owed items, the last knock, the approvals, the
-// waivers and the have all at their bounds. It returns the state and the
+// waivers, the gates and the have all at their bounds. It returns the state and the
 // largest plan it emitted.
 func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 	t.Helper()
@@ -109,7 +109,12 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 		t.Fatalf("the knock at the first settle does not carry %d items: %+v", reconcile.MaxOwed, st.LastKnock)
 	}
 	// Generation 1: the low half held (carrying its files), the high half
-	// composed with theirs: every row has MaxFilesPerModule files.
+	// composed with theirs: every row has MaxFilesPerModule files. The
+	// high half's gates, set by generation 0's want, an operator lifts
+	// (a want without the flag does not).
+	for i := half; i < events.MaxModules; i++ {
+		fold(&events.Gate{Module: name(i), Lift: true, By: "ops"})
+	}
 	fold(want(1, true))
 	settle(st.NewestPlan)
 	// Four more such plans, never settled, and as many again as the
@@ -182,7 +187,14 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 	for i := range reconcile.MaxWaivers + 5 {
 		fold(&events.Waive{Module: name(i % events.MaxModules), Path: path(9, i, i), By: pad(fmt.Sprintf("w%d-", i), events.MaxBy)})
 	}
+	// Gates at their bound, each an operator's with its by at its
+	// longest (a want's gate keeps no by).
+	for i := range reconcile.MaxGates + 5 {
+		fold(&events.Gate{Module: pad(fmt.Sprintf("g%03d-", i), events.MaxName), By: pad(fmt.Sprintf("g%d-", i), events.MaxBy)})
+	}
 	switch {
+	case len(st.Gates) != reconcile.MaxGates:
+		t.Fatalf("%d gates, want %d", len(st.Gates), reconcile.MaxGates)
 	case len(st.Waivers) != reconcile.MaxWaivers || st.Paused == nil:
 		t.Fatalf("%d waivers, want %d; paused %v", len(st.Waivers), reconcile.MaxWaivers, st.Paused)
 	case len(st.Unsettled) != reconcile.MaxUnsettled || len(st.Dropped) != reconcile.MaxDroppedPlans:

@@ -80,6 +80,21 @@ func StateText(v reconcile.View, c reconcile.Composition, now time.Time, source 
 	return t.b.String()
 }
 
+// GateText says what set node's gate g, and, when the newest want no
+// longer marks its module requires_approval, that the gate holds it on
+// its own and how an operator lifts it (DESIGN.md §4, "the gate").
+func GateText(node string, g reconcile.Gate) string {
+	s := fmt.Sprintf("%s: gated since want #%d marked it requires_approval", g.Module, g.Seq)
+	if g.By != "" {
+		s = fmt.Sprintf("%s: gated by %s (#%d)", g.Module, events.Text(g.By), g.Seq)
+	}
+	s += ": a new build moves only with an approval"
+	if !g.Wanted {
+		s += fmt.Sprintf("; the newest want does not mark it, and does not lift the gate: only 'meshfold ungate %s %s --by NAME' does", node, g.Module)
+	}
+	return s
+}
+
 func seqOrNone(seq uint64) string {
 	if seq == 0 {
 		return "none"
@@ -122,6 +137,9 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 			s += " (provisioner)"
 		}
 		t.line(1, "composed", s)
+	}
+	for _, g := range v.Gates {
+		t.line(1, "gate", GateText(v.Node, g))
 	}
 	for _, r := range v.Runtime {
 		t.line(1, "runs", runtimeText(r, now, suffix))

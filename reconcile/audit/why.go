@@ -371,15 +371,20 @@ func (h *History) whyPlan(w *Why, ev events.Event, p *events.Plan) {
 				rw.Approvals = append(rw.Approvals, a)
 			}
 		}
-		rw.Reason = rowReason(p.Want, row, m, runs, running, rw.Approvals)
+		gate, gated := after.Gated(row.Name)
+		if !gated {
+			gate.Seq = 0
+		}
+		rw.Reason = rowReason(p.Want, row, m, runs, running, rw.Approvals, gate)
 		w.Rows = append(w.Rows, rw)
 	}
 	w.Account = accountReason(p)
 }
 
 // rowReason says why a plan row is composed or held, in the words of the
-// one rule (reconcile.Hold).
-func rowReason(want uint64, row events.PlanModule, m events.WantModule, runs reconcile.Running, running bool, approvals []reconcile.Approval) string {
+// one rule (reconcile.Hold); gate is the node's gate of the module (Seq 0
+// when none).
+func rowReason(want uint64, row events.PlanModule, m events.WantModule, runs reconcile.Running, running bool, approvals []reconcile.Approval, gate reconcile.GateRecord) string {
 	what := "nothing runs"
 	if running && runs.Build != "" {
 		what = orNone(runs.Build) + " runs"
@@ -392,9 +397,20 @@ func rowReason(want uint64, row events.PlanModule, m events.WantModule, runs rec
 	case row.Held && row.Why == events.HoldWant:
 		return fmt.Sprintf("want #%d holds it; the row carries what runs (%s)", want, what)
 	case row.Held && row.Why == events.HoldApproval:
-		s := fmt.Sprintf("want #%d requires approval and wants %s, but %s and no approval names %s", want, row.Pending, what, row.Pending)
+		requires := fmt.Sprintf("want #%d requires approval", want)
+		if !m.RequiresApproval && gate.Seq != 0 {
+			// The gate alone holds it (DESIGN.md §4, "the gate").
+			requires = fmt.Sprintf("the gate of %s set at #%d requires approval (want #%d leaves the flag out, which lifts no gate)", row.Name, gate.Seq, want)
+			if gate.By != "" {
+				requires = fmt.Sprintf("the gate of %s set by %s at #%d requires approval", row.Name, events.Text(gate.By), gate.Seq)
+			}
+		}
+		s := fmt.Sprintf("%s and wants %s, but %s and no approval names %s", requires, row.Pending, what, row.Pending)
+		if requires != fmt.Sprintf("want #%d requires approval", want) {
+			s = fmt.Sprintf("%s; want #%d asks for %s, but %s and no approval names %s", requires, want, row.Pending, what, row.Pending)
+		}
 		if row.Pending == "" {
-			s = fmt.Sprintf("want #%d requires approval; %s and no approval names the wanted build", want, what)
+			s = fmt.Sprintf("%s; %s and no approval names the wanted build", requires, what)
 		}
 		if len(others) > 0 {
 			return s + "; approvals exist for other builds: " + strings.Join(others, ", ")

@@ -90,6 +90,7 @@ func WantModule(t testing.TB, line string) events.WantModule {
 //	pause [by=ops] [reason=]; resume [by=ops]; poke [by=ops] [reason=]
 //	revoke module= build= [by=ops]; waive module= path= [by=ops]
 //	retire [by=ops] [force=true]
+//	gate module= [lift=true] [by=ops] [reason=]
 //	raw kind=K           the input as the payload's bytes, decoded as a
 //	                     reader of the stream decodes it
 //	forged               a plan on the node's subject that the reconciler
@@ -178,6 +179,8 @@ func (sc *Script) Input(t testing.TB, d *datadriven.TestData) (events.Event, boo
 		p = &events.Waive{Module: args["module"], Path: args["path"], By: by()}
 	case "retire":
 		p = &events.Retire{By: by(), Force: args["force"] == "true"}
+	case "gate":
+		p = &events.Gate{Module: args["module"], Lift: args["lift"] == "true", By: by(), Reason: args["reason"]}
 	case "ack": // ack [upto=SEQ] [by=NAME]
 		var upto uint64
 		if args["upto"] != "" {
