@@ -542,6 +542,8 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 		notes = a.waiveNotes(ctx, nc, nodes, p)
 	case *events.Revoke:
 		notes = a.revokeNotes(ctx, nc, nodes, p)
+	case *events.Gate:
+		notes = a.gateNotes(ctx, nc, nodes, p)
 	case *events.Retire:
 		if !p.Force {
 			notes = a.retireNotes(ctx, js, nodes)

@@ -139,7 +139,9 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 		t.line(1, "composed", s)
 	}
 	for _, g := range v.Gates {
-		t.line(1, "gate", GateText(v.Node, g))
+		if g.By != "" || !g.Wanted { // a want's flag in force says it already
+			t.line(1, "gate", GateText(v.Node, g))
+		}
 	}
 	for _, r := range v.Runtime {
 		t.line(1, "runs", runtimeText(r, now, suffix))

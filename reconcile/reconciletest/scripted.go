@@ -115,7 +115,7 @@ func (g *gen) operator(node string) {
 	m, path := g.target()
 	// In turn, so that every kind shows up in a short history.
 	g.ops++
-	switch g.ops % 7 {
+	switch g.ops % 8 {
 	case 0:
 		g.s.Append(node, &events.Pause{By: "alice", Reason: "maintenance"})
 	case 1:
@@ -134,6 +134,10 @@ func (g *gen) operator(node string) {
 			upto = 1 + uint64(r.intn(int(last)))
 		}
 		g.s.Append(node, &events.Ack{By: "frank", Upto: upto})
+	case 6:
+		// A gate, or its lift (DESIGN.md §4, "the gate").
+		n := specs[r.intn(len(specs))]
+		g.s.Append(node, &events.Gate{Module: n.name, Lift: r.chance(50), By: "grace"})
 	default:
 		g.s.Append(node, &events.Retire{By: "erin", Force: r.chance(30)})
 	}
