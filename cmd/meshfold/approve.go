@@ -40,7 +40,11 @@ close). To approve ahead of the want that will name it, give --ahead. With
 --all, only a MODULE no node's newest want names is refused.
 
 The last two arguments are MODULE and BUILD; the ones before them name the
-nodes, or --all approves on every node that has a want. --by names who
+nodes, or --all approves on every node whose newest want names MODULE (a
+note on stderr counts the nodes it skipped: an approval on a node that does
+not run MODULE would let a later placement there run it with no approval
+anyone looked at). To approve ahead on such nodes, name them and give
+--ahead (--all --ahead approves on every node that has a want). --by names who
 approved (required); it is kept in the stream for audit. Prints each
 approval's stream sequence, one line per node; exit 1 if any publish failed,
 2 on a usage error.
@@ -65,7 +69,7 @@ several: exit 2).
 		Example: `  meshfold approve novox web "$BUILD" --by alice   # a bundle build (BUILD=$(meshfold build push …)): stored, or refused
   meshfold approve novox nats img:nats-2.10.24 --by alice
   meshfold approve novox ace nats img:nats-2.10.24 --by alice
-  meshfold approve --all nats img:nats-2.10.24 --by alice
+  meshfold approve --all nats img:nats-2.10.24 --by alice   # the nodes whose want names nats
   meshfold approve ace nats img:nats-2.11.0 --by alice --ahead   # before the want naming nats
   meshfold approve newbie nats img:nats-2.10.24 --by alice --new   # before newbie's first want and connection`,
 		Args:              cobra.MinimumNArgs(2),

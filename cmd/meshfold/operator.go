@@ -219,9 +219,9 @@ func newRetireCmd(a *app) *cobra.Command {
 	var o operatorFlags
 	var force bool
 	cmd := &cobra.Command{
-		Use:   "retire NODE --by NAME [--force] [--reason TEXT]",
-		Short: "Remove every module from a node, then forget it",
-		Long: `retire publishes a retire event. The node's plan becomes empty (every module
+		Use:   "retire NODE... --by NAME [--force] [--reason TEXT]",
+		Short: "Remove every module from nodes, then forget them",
+		Long: `retire publishes a retire event for each node named. The node's plan becomes empty (every module
 removed) and all its owed items are paid; once the node settles that plan it
 is retired and leaves 'meshfold fleet' ('fleet --all' still lists it). Until
 then fleet shows it as retiring. So a node no agent runs cannot finish
@@ -237,13 +237,19 @@ retired by --force; without it, retire refuses (exit 2, nothing published)
 and says so, since no agent would settle its empty plan. A name the stream
 holds no event of is refused either way (--new retires it anyway).
 
-Prints the event's stream sequence; exit 1 if the publish failed, 2 on a
-usage error.`,
+Every node named is checked before anything is published: one refused
+refuses them all (exit 2, nothing published). There is no --all: retiring
+a fleet is spelled out node by node.
+
+Prints each event's stream sequence, one line per node; exit 1 if any
+publish failed, 2 on a usage error.`,
 		Example: `  meshfold retire shanks --by alice --reason "decommissioned"
+  meshfold retire n151 n152 n153 --by alice --reason "rack 7 returned"
+  meshfold retire $(seq -f 'n%03g' 151 200) --by alice   # fifty nodes, one command
   meshfold retire shanks --by alice --force
   meshfold retire gus --by alice --force   # a provisioner once ran as gus, a typo: never a want`,
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: a.completeNodes(1),
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: a.completeNodes(-1),
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "retire at once, without waiting for the node to settle the empty plan")
 	return a.operatorVerb(cmd, &o, events.KindRetire, true, false, func(args []string) events.Payload {
@@ -354,7 +360,10 @@ func (a *app) operatorVerb(cmd *cobra.Command, o *operatorFlags, kind events.Kin
 		ctx, cancel := o.context(cmd)
 		defer cancel()
 		nodes := args
-		if !all {
+		if !all && kind != events.KindRetire {
+			// retire takes many nodes as pause and poke do (a fresh
+			// user's finding m2: fifty retires took a shell loop), but
+			// no --all.
 			nodes = args[:1]
 		}
 		check := checkWant
@@ -471,6 +480,11 @@ func (a *app) publishEachSeqs(ctx context.Context, kind events.Kind, nodes []str
 		}
 		if len(nodes) == 0 {
 			return nil, fmt.Errorf("--all: every node with a want (%d) is retired or retiring: nothing published", had)
+		}
+		if ap, ok := mk().(*events.Approve); ok && !ahead {
+			if nodes, err = a.dropNotWanting(ctx, js, nodes, ap.Module); err != nil {
+				return nil, err
+			}
 		}
 	} else {
 		switch check {
@@ -643,6 +657,41 @@ func (a *app) dropIgnored(ctx context.Context, js jetstream.JetStream, kind even
 		}
 		what := map[events.Kind]string{events.KindPause: "paused already", events.KindResume: "not paused"}[kind]
 		fmt.Fprintf(a.stderr, "note: --all skipped %s %s (%s): nothing published to them\n", plural(len(not), "node"), what, strings.Join(names, ", "))
+	}
+	return kept, nil
+}
+
+// dropNotWanting returns the nodes whose newest want names module: what
+// 'approve --all' approves on. An approval on a node whose want does not
+// name the module would let a later placement there (a relabel, a new
+// fleet group) run it with no approval anyone looked at (a fresh user's
+// finding M4). It says on stderr how many it skipped, and how to approve
+// ahead deliberately. With none left it returns nodes: refuseUndeclared
+// then refuses the whole (exit 2, nothing published).
+func (a *app) dropNotWanting(ctx context.Context, js jetstream.JetStream, nodes []string, module string) ([]string, error) {
+	var kept, skipped []string
+	for _, n := range nodes {
+		d, err := a.newestWant(ctx, js, n)
+		if err != nil {
+			return nil, err
+		}
+		if d.undeclared(module, "") == "" {
+			kept = append(kept, n)
+		} else {
+			skipped = append(skipped, n)
+		}
+	}
+	if len(kept) == 0 {
+		return nodes, nil // refuseUndeclared refuses it, naming the modules the wants name
+	}
+	if len(skipped) > 0 {
+		names := skipped
+		if len(names) > 5 {
+			names = append(slices.Clone(names[:5]), "…")
+		}
+		fmt.Fprintf(a.stderr, "note: --all approves on the %s whose newest want names %s; it skipped %s whose want does not (%s): "+
+			"an approval there would let a later placement run %s unseen; to approve ahead there, name them and give --ahead\n",
+			plural(len(kept), "node"), events.Short(module), plural(len(skipped), "node"), strings.Join(names, ", "), events.Short(module))
 	}
 	return kept, nil
 }
