@@ -178,6 +178,11 @@ func Summary(ev events.Event, prev *events.Want) string {
 		return ProvSummary(p)
 	case *events.Ack:
 		return AckSummary(p, ev.Seq)
+	case *events.Gate:
+		if p.Lift {
+			return fmt.Sprintf("%s: gate lifted by %s", p.Module, p.By) + reasonSuffix(p.Reason)
+		}
+		return fmt.Sprintf("%s: gated by %s", p.Module, p.By) + reasonSuffix(p.Reason)
 	}
 	return string(ev.Kind)
 }
