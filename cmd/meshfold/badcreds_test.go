@@ -70,6 +70,8 @@ func TestBadCredsIsUsage(t *testing.T) {
 		"reconcile":         {"--signing-key", filepath.Join(t.TempDir(), "signing.nk")},
 		"resume":            {"ace", "--by", "a"},
 		"retire":            {"ace", "--by", "a"},
+		"gate":              {"ace", "db", "--by", "a"},
+		"ungate":            {"ace", "db", "--by", "a"},
 		"revoke":            {"ace", "nats", "img:1", "--by", "a"},
 		"rollout abort":     {"web", "--by", "a"},
 		"rollout ls":        nil,

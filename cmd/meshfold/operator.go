@@ -221,10 +221,11 @@ func newRetireCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "retire NODE... --by NAME [--force] [--reason TEXT]",
 		Short: "Remove every module from nodes, then forget them",
-		Long: `retire publishes a retire event for each node named. The node's plan becomes empty (every module
-removed) and all its owed items are paid; once the node settles that plan it
-is retired and leaves 'meshfold fleet' ('fleet --all' still lists it). Until
-then fleet shows it as retiring. So a node no agent runs cannot finish
+		Long: `retire publishes a retire event for each node named. The node's plan
+becomes empty (every module removed) and all its owed items are paid; once
+the node settles that plan it is retired and leaves 'meshfold fleet' ('fleet
+--all' still lists it). Until then fleet shows it as retiring. So a node no
+agent runs cannot finish
 retiring: retire says so on stderr (the node holds no lease in the node lease
 bucket) and how to go on: start its agent, or --force. --force retires it at
 once, for a node whose agent is gone for good (the empty plan is still
