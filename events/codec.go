@@ -155,11 +155,16 @@ func checked(p Payload) (Payload, error) {
 }
 
 // Stamp sets v to [Version] and at to t in UTC, truncated to the
-// microsecond, and returns p. Publishers call it just before encoding.
+// microsecond, and, on a *[Want], Gates (this build's wants set approval
+// gates, DESIGN.md §4), and returns p. Publishers call it just before
+// encoding.
 func Stamp[P Payload](p P, t time.Time) P {
 	h := p.header()
 	h.V = Version
 	h.At = t.UTC().Truncate(time.Microsecond)
+	if w, ok := any(p).(*Want); ok {
+		w.Gates = true
+	}
 	return p
 }
 

@@ -325,8 +325,11 @@ func fastDecode(k Kind, data []byte, d *Decoder) (Payload, bool) {
 	case KindWant:
 		v := new(Want)
 		p, ok = v, s.object(func(key []byte) (int, bool) {
-			if string(key) == "modules" {
+			switch string(key) {
+			case "modules":
 				return 2, s.wantModules(&v.Modules)
+			case "gates":
+				return 3, s.bool(&v.Gates)
 			}
 			return s.header(&v.Header, key)
 		})

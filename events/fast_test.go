@@ -1,6 +1,8 @@
 package events
 
 import (
+	"bytes"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -49,6 +51,10 @@ func fastSeeds(t testing.TB) [][]byte {
 	}
 	return append(out,
 		[]byte(`{"v":1,"at":"2026-11-03T20:50:00Z","modules":null}`),
+		// A want as a build before the gate wrote it, and one with gates
+		// first.
+		[]byte(`{"v":1,"at":"2026-11-03T20:50:00Z","modules":[{"name":"a","build":"b","requires_approval":true}]}`),
+		[]byte(`{"gates":true,"v":1,"at":"2026-11-03T20:50:00Z","modules":[{"name":"a","build":"b","requires_approval":true}]}`),
 		[]byte(`{"v":1,"at":"2026-11-03T20:50:00Z","modules":[{"name":"a","files":null ,"runs_as":"x"},{"files":nul}]}`),
 		[]byte(`{"v":1,"at":"2026-11-03T20:50:00Z","modules":[{"name":"a","files":nullx}]}`),
 		[]byte(`{"v":1,"at":"2026-11-03T20:50:00Z","modules":[],"modules":[{"name":"a"}]}`),
@@ -104,6 +110,44 @@ func TestFastDecodeReadsEncoded(t *testing.T) {
 	for i, k := range kinds {
 		if _, ok := fastDecode(k, seeds[i], nil); !ok {
 			t.Errorf("%s %s: declined", k, seeds[i])
+		}
+	}
+}
+
+// TestWantGates: every want this build writes carries "gates" (Stamp sets
+// it); a want an older build wrote, without the field, decodes with Gates
+// false on the fast path and the general one alike, so its flags set no
+// gate (DESIGN.md §4, "the gate").
+func TestWantGates(t *testing.T) {
+	w := Stamp(&Want{Modules: []WantModule{{Name: "db", Build: "d:1", RequiresApproval: true}}}, time.Unix(0, 0))
+	data, err := Encode(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.Gates || !bytes.Contains(data, []byte(`"gates":true`)) {
+		t.Fatalf("a stamped want: %s, want gates true", data)
+	}
+	older := []byte(`{"v":1,"at":"2026-12-03T13:34:00Z","modules":[{"name":"db","build":"d:1","requires_approval":true}]}`)
+	for _, dec := range []struct {
+		name string
+		fn   func([]byte) (Payload, error)
+	}{
+		{"fast", func(b []byte) (Payload, error) {
+			if p, ok := fastDecode(KindWant, b, nil); ok {
+				return p, nil
+			}
+			return nil, errors.New("the fast path declined")
+		}},
+		{"general", func(b []byte) (Payload, error) { return DecodeStrict(KindWant, b) }},
+	} {
+		for _, b := range [][]byte{older, data} {
+			p, err := dec.fn(b)
+			if err != nil {
+				t.Fatalf("%s %s: %v", dec.name, b, err)
+			}
+			if got, want := p.(*Want).Gates, bytes.Equal(b, data); got != want {
+				t.Errorf("%s %s: gates %v, want %v", dec.name, b, got, want)
+			}
 		}
 	}
 }

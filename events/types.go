@@ -124,6 +124,18 @@ type WantModule struct {
 type Want struct {
 	Header
 	Modules []WantModule `json:"modules"`
+	// Gates marks a want written by a build with approval gates
+	// (DESIGN.md §4, "the gate"): each module it marks requires_approval
+	// is gated on the node from then on, and a later want without the
+	// flag does not lift the gate; only an operator's [Gate] with Lift
+	// does. [Stamp] sets it, so every want this build writes carries it.
+	// A want without it (every want a build before the gate wrote) holds
+	// a flagged module only while the newest want carries the flag, as
+	// those builds did: a stream written before the upgrade folds as it
+	// always did (docs/architecture.md, "The gate is set only by a want
+	// that says so"). The controller writes it, so it decides whether its
+	// own wants set gates; it never lifts one.
+	Gates bool `json:"gates,omitempty"`
 }
 
 // Approve is an operator's yes for one module at one build. Approvals are

@@ -148,9 +148,15 @@ func (f *folder) planExists(plan uint64) bool {
 
 func (f *folder) want(p *events.Want) {
 	f.s.takeWant(f.ev.Seq, p.Modules)
-	for _, m := range p.Modules {
-		if m.RequiresApproval {
-			f.setGate(GateRecord{Module: m.Name, Seq: f.ev.Seq})
+	// Only a want that says so sets gates (events.Want.Gates): a want an
+	// older build wrote folds as it did, so an upgrade changes no plan
+	// (docs/architecture.md, "The gate is set only by a want that says
+	// so").
+	if p.Gates {
+		for _, m := range p.Modules {
+			if m.RequiresApproval {
+				f.setGate(GateRecord{Module: m.Name, Seq: f.ev.Seq})
+			}
 		}
 	}
 	f.compose()

@@ -51,6 +51,15 @@ func newSimOf(t tb, newState func(string) *reconcile.State) *sim {
 // add appends p as the node's event and returns its sequence.
 func (s *sim) add(p events.Payload) uint64 { return s.Append("ace", p).Seq }
 
+// addOlder appends w as a build before the gate wrote it: no "gates"
+// (events.Want.Gates), which anyone holding the controller's credentials
+// may publish too.
+func (s *sim) addOlder(w *events.Want) uint64 {
+	events.Stamp(w, time.Unix(0, 0))
+	w.Gates = false
+	return s.AppendEvent(events.Event{Node: "ace", Kind: events.KindWant, Payload: w}).Seq
+}
+
 // plans returns the sequences of the node's plan events.
 func (s *sim) plans() []uint64 { return s.Plans("ace") }
 
@@ -408,7 +417,11 @@ func randomHistory(rt *rapid.T, s *sim, n int) {
 				}
 				w.Modules = append(w.Modules, wm)
 			}
-			s.add(w)
+			if rapid.IntRange(0, 3).Draw(rt, "older build") == 0 {
+				s.addOlder(w)
+			} else {
+				s.add(w)
+			}
 		case 2:
 			s.add(&events.Approve{Module: rapid.SampledFrom(modules).Draw(rt, "module"), Build: rapid.SampledFrom(builds).Draw(rt, "build"), By: "ops"})
 		case 3:
@@ -728,12 +741,16 @@ func TestRetireSettles(t *testing.T) {
 }
 
 // TestGateHoldsAgainstTheController is the gate of DESIGN.md §4 over
-// random histories (a fresh user's finding M7): a module a want ever
-// marked requires_approval, or an operator gated, with no operator's lift
-// since, is never composed at a new build without an approval of that
-// build, whatever the wants after it say. Only a plan that differs from
-// the last one emitted is a composition (an agent that lost its plan
-// gets the same plan again).
+// random histories (a fresh user's finding M7): a module a want of this
+// build (events.Want.Gates) ever marked requires_approval, or an operator
+// gated, with no operator's lift since, is never composed at a new build
+// without an approval of that build, whatever the wants after it say,
+// an older build's wants (no "gates", which the controller may publish)
+// among them. Only a plan that differs from the last one emitted is a
+// composition (an agent that lost its plan gets the same plan again).
+// The node's gates are exactly those: an older build's want never sets
+// one (an upgrade changes no plan of a stream written before it), and
+// nothing but an operator's lift takes one away.
 func TestGateHoldsAgainstTheController(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		s := newSim(rt)
@@ -753,7 +770,8 @@ func TestGateHoldsAgainstTheController(t *testing.T) {
 				clear(flagged)
 				for _, m := range p.Modules {
 					if m.RequiresApproval {
-						gated[m.Name], flagged[m.Name] = true, true
+						flagged[m.Name] = true
+						gated[m.Name] = gated[m.Name] || p.Gates
 					}
 				}
 			case *events.Gate:
@@ -774,6 +792,19 @@ func TestGateHoldsAgainstTheController(t *testing.T) {
 						rt.Fatalf("#%d %s: %s composed at %s (what runs: %q) with no approval while gated", ev.Seq, ev.Kind, row.Name, row.Build, runs.Build)
 					}
 				}
+			}
+			var want, got []string
+			for m, g := range gated {
+				if g {
+					want = append(want, m)
+				}
+			}
+			for _, g := range st.Gates {
+				got = append(got, g.Module)
+			}
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				rt.Fatalf("#%d %s: gates %v, want %v", ev.Seq, ev.Kind, got, want)
 			}
 		}
 	})

@@ -327,6 +327,9 @@ func summary(ev events.Event) string {
 		for i, m := range p.Modules {
 			names[i] = m.Name
 		}
+		if !p.Gates {
+			return "want " + strings.Join(names, " ") + " (an older build's: sets no gate)"
+		}
 		return "want " + strings.Join(names, " ")
 	case *events.Have:
 		var parts []string

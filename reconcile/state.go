@@ -74,8 +74,9 @@ type State struct {
 	Approvals []Approval `json:"approvals,omitempty"`
 	// Gates are the modules that move to a new build on this node only
 	// with an operator's approval, whatever the newest want says
-	// (DESIGN.md §4, "the gate"): each set by the first want that marked
-	// the module requires_approval, or by an operator's gate, and lifted
+	// (DESIGN.md §4, "the gate"): each set by the first want of this
+	// build's writers (events.Want.Gates) that marked the module
+	// requires_approval, or by an operator's gate, and lifted
 	// only by an operator's gate with lift. A want without the flag, a
 	// want that drops the module, a retire: none lifts it (a fresh user's
 	// finding M7: the controller, which writes the want, could lift it).

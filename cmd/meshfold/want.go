@@ -833,6 +833,9 @@ func (a *app) publishWant(ctx context.Context, pub *store.Publisher, node string
 	ctx, span := tracing.Start(ctx, tracing.Tracer(tp), "publish want", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(tracing.Node.String(node), tracing.Kind.String(string(events.KindWant))))
 	defer span.End()
+	// This build's want: its requires_approval flags set gates that only
+	// an operator lifts (events.Want.Gates), whatever the file said.
+	w.Gates = true
 	ack, err := pub.AppendRetrying(ctx, node, w, append(opts, store.WithTraceparent(tracing.Traceparent(ctx)))...)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
