@@ -159,9 +159,9 @@ func putEffectKey(t testing.TB, ctx context.Context, js jetstream.JetStream, cfg
 // node events published as the CLI and an agent publish them. The history
 // covers every event kind of package events (want, approve, have, settle,
 // refusal, filled, plan, knock, journal, pause, resume, poke, revoke,
-// waive, retire, agent, ack, prov), a fleet's rollout subjects, an event of a newer
-// schema version, an event with a field this build does not know, and one
-// that names a plan not yet made.
+// waive, retire, agent, ack, prov, gate), a fleet's rollout subjects, an
+// event of a newer schema version, an event with a field this build does
+// not know, and one that names a plan not yet made.
 //
 // Without -update-golden it writes to a temporary directory and checks
 // that the run covers every kind and folds to what it recorded, so that
@@ -177,7 +177,8 @@ func TestGoldenGenerate(t *testing.T) {
 	defer cancel()
 
 	// ace: incident 1 (a refused write, one knock, the fill), then an
-	// approval, a revoke, a pause with a want under it, a resume, a poke.
+	// approval, a revoke, a pause with a want under it (the flag dropped) and
+	// an operator's ungate of the gate the flag set, a resume, a poke.
 	ace := m.newNode("ace")
 	ace.source(mbg, creds, goldenFill)
 	g := newGate(ace.dirRuntime(), mbg)
@@ -213,6 +214,9 @@ func TestGoldenGenerate(t *testing.T) {
 	m.operator(ctx, "ace", &events.Pause{By: "ops", Reason: "golden: a change under a pause"})
 	web.Build, web.RequiresApproval = "web:3", false
 	must(m.want(ctx, "ace", provisionerMod, mbgMod, web))(t)
+	// The flagged want gated web (events.Want.Gates): only an operator's
+	// ungate lets web:3 through without an approval.
+	m.operator(ctx, "ace", &events.Gate{Module: "web", Lift: true, By: "ops", Reason: "golden: web moves without an approval"})
 	r := m.operator(ctx, "ace", &events.Resume{By: "ops"})
 	pr, _ := must2(m.planOf(ctx, "ace", r))(t)
 	must(m.settled(ctx, "ace", pr))(t)
@@ -222,7 +226,7 @@ func TestGoldenGenerate(t *testing.T) {
 	// bo: no agent; its node events are published as an agent would. An
 	// owed file waived, events the fold journals and does not fold (and
 	// an ack of its warning), a have with a field a newer agent added,
-	// then a forced retirement.
+	// an operator's gate, then a forced retirement.
 	dbPath := "/etc/db/pass"
 	w = must(m.want(ctx, "bo", events.WantModule{Name: "db", Build: "db:1", RunsAs: "db",
 		Files: []events.File{{Path: dbPath, Mode: "0600"}}}))(t)
@@ -234,6 +238,7 @@ func TestGoldenGenerate(t *testing.T) {
 	at := time.Now().UTC().Format(time.RFC3339Nano)
 	m.raw(ctx, "bo", events.KindHave, `{"v":2,"at":"`+at+`","modules":[],"from_the_future":true}`)
 	m.raw(ctx, "bo", events.KindHave, `{"v":1,"at":"`+at+`","modules":[{"name":"db","build":"","state":"stopped","added_later":1}],"added_later":"x"}`)
+	m.operator(ctx, "bo", &events.Gate{Module: "db", By: "ops", Reason: "golden: db needs an approval"})
 	m.operator(ctx, "bo", &events.Retire{By: "ops", Force: true, Reason: "golden"})
 
 	// cy: a fleet "web" of one node rolled out from web:1 to web:2.
