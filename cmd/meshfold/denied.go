@@ -338,6 +338,15 @@ func (a *app) explainDenied(cmd *cobra.Command, denied error) error {
 	if a.deniedNeeds != "" {
 		who = a.deniedNeeds
 	}
+	if role != "" && slices.Contains(roles, role) {
+		// This build grants the creds' own role what the server denied:
+		// they were issued by an older build (a user's permissions are
+		// fixed in its JWT when issued), before the role had the right
+		// (the operator's mesh.*.gate came with approval gates).
+		return fmt.Errorf("%s (%s): permission denied: %s; the %s role may in this build, but the creds given (%s, user %s's) were issued by an older build, "+
+			"and a user's permissions are fixed when it is issued: issue them again (meshfold auth revoke %s --dir DIR, then meshfold auth add-user %s --dir DIR) and use the new creds",
+			what, purpose, refused, role, a.conn.withEnv().creds, user, user, role)
+	}
 	return fmt.Errorf("%s (%s): permission denied: %s; %s: connect with such a user's creds (--creds, $NATS_CREDS)%s",
 		what, purpose, refused, who, given)
 }

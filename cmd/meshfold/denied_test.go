@@ -113,3 +113,52 @@ func TestDenialExplainedWhenTheCommandSawItFirst(t *testing.T) {
 		t.Errorf("another error taken as a denial: %v", d)
 	}
 }
+
+// Creds whose own role this build grants what the server denied were
+// issued by an older build (a JWT's permissions are fixed at issue): the
+// refusal says so and how to issue them again, instead of "only the
+// operator role may" to an operator (operator creds issued before approval
+// gates are denied mesh.*.gate; seen live on the approvals2 branch).
+func TestDeniedToItsOwnRoleSaysIssueAgain(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	dir := filepath.Join(t.TempDir(), "auth")
+	if code, _, errs := runCLI(ctx, "auth", "init", "--dir", dir); code != exitOK {
+		t.Fatalf("auth init: %d %s", code, errs)
+	}
+	d, err := auth.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := d.CredsPath("operator")
+	root, a := newRootApp(nil, nil, nil)
+	cmd, rest, err := root.Find([]string{"ungate", "ace", "db", "--by", "x", "--creds", creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		t.Fatal(err)
+	}
+	violation := fmt.Errorf("%w: %s", nats.ErrPermissionViolation, `Permissions Violation for Publish to "mesh.ace.gate"`)
+	got := a.explainDenied(cmd, a.commandDenied(violation)).Error()
+	for _, want := range []string{
+		"permission denied: these credentials may not publish to mesh.ace.gate",
+		"the operator role may in this build, but the creds given (" + creds + ", user operator's) were issued by an older build",
+		"meshfold auth revoke operator --dir DIR, then meshfold auth add-user operator --dir DIR",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("explained:\n\t%s\nwant it to hold %q", got, want)
+		}
+	}
+	// A role this build does not grant it keeps the usual words.
+	cmd, rest, err = root.Find([]string{"ungate", "ace", "db", "--by", "x", "--creds", d.CredsPath("controller")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.explainDenied(cmd, a.commandDenied(violation)).Error(); strings.Contains(got, "older build") || !strings.Contains(got, "only the operator role may") {
+		t.Errorf("the controller's denial explained: %s", got)
+	}
+}
