@@ -237,6 +237,38 @@ func credsUser(path string) (user string, role auth.Role) {
 	return uc.Name, auth.Role(uc.Name)
 }
 
+// issuedWithout reports whether the user of the creds file at path is
+// one this build grants subject (auth.Grants, for its role and node) but
+// whose JWT does not (auth.Allows): its creds were issued by an older
+// build, before its role had the right.
+func issuedWithout(path, subject string, sub bool, names auth.Names) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	tok, err := nkeys.ParseDecoratedJWT(data)
+	if err != nil {
+		return false
+	}
+	uc, err := jwt.DecodeUserClaims(tok)
+	if err != nil {
+		return false
+	}
+	user, role := credsUser(path)
+	if role == "" || role == auth.RoleSystem {
+		return false
+	}
+	node := ""
+	if role == auth.RoleNode || role == auth.RoleProvisioner {
+		node = strings.TrimPrefix(user, string(role)+"-")
+	}
+	held := uc.Pub
+	if sub {
+		held = uc.Sub
+	}
+	return auth.Grants(role, node, subject, sub, names) && !auth.Allows(held, subject)
+}
+
 // urlUser returns the user name of the first of servers (a --server
 // list) that names one with a password (nats://USER:PASSWORD@HOST), ""
 // when none does: for a server whose users are in its config, not in
@@ -338,8 +370,8 @@ func (a *app) explainDenied(cmd *cobra.Command, denied error) error {
 	if a.deniedNeeds != "" {
 		who = a.deniedNeeds
 	}
-	if role != "" && slices.Contains(roles, role) {
-		// This build grants the creds' own role what the server denied:
+	if path := a.conn.withEnv().creds; path != "" && issuedWithout(path, m[2], m[1] == "Subscription", names) {
+		// This build grants the creds' own user what the server denied:
 		// they were issued by an older build (a user's permissions are
 		// fixed in its JWT when issued), before the role had the right
 		// (the operator's mesh.*.gate came with approval gates).

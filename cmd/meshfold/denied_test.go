@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/meshfold/meshfold/store/auth"
 )
@@ -114,7 +118,7 @@ func TestDenialExplainedWhenTheCommandSawItFirst(t *testing.T) {
 	}
 }
 
-// Creds whose own role this build grants what the server denied were
+// Creds whose own user this build grants what the server denied were
 // issued by an older build (a JWT's permissions are fixed at issue): the
 // refusal says so and how to issue them again, instead of "only the
 // operator role may" to an operator (operator creds issued before approval
@@ -130,35 +134,89 @@ func TestDeniedToItsOwnRoleSaysIssueAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	creds := d.CredsPath("operator")
-	root, a := newRootApp(nil, nil, nil)
-	cmd, rest, err := root.Find([]string{"ungate", "ace", "db", "--by", "x", "--creds", creds})
+	// The operator's creds as a build before gates issued them: this
+	// build's permissions without the gate subject.
+	perms, err := auth.Permissions(auth.RoleOperator, "", auth.Names{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.ParseFlags(rest); err != nil {
-		t.Fatal(err)
-	}
+	perms.Pub.Allow = slices.DeleteFunc(slices.Clone(perms.Pub.Allow), func(s string) bool { return strings.HasSuffix(s, ".gate") })
+	older := filepath.Join(t.TempDir(), "operator-older.creds")
+	writeCreds(t, older, "operator", perms)
+
 	violation := fmt.Errorf("%w: %s", nats.ErrPermissionViolation, `Permissions Violation for Publish to "mesh.ace.gate"`)
-	got := a.explainDenied(cmd, a.commandDenied(violation)).Error()
+	explain := func(creds string) string {
+		t.Helper()
+		root, a := newRootApp(nil, nil, nil)
+		cmd, rest, err := root.Find([]string{"ungate", "ace", "db", "--by", "x", "--creds", creds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.ParseFlags(rest); err != nil {
+			t.Fatal(err)
+		}
+		return a.explainDenied(cmd, a.commandDenied(violation)).Error()
+	}
+	got := explain(older)
 	for _, want := range []string{
 		"permission denied: these credentials may not publish to mesh.ace.gate",
-		"the operator role may in this build, but the creds given (" + creds + ", user operator's) were issued by an older build",
+		"the operator role may in this build, but the creds given (" + older + ", user operator's) were issued by an older build",
 		"meshfold auth revoke operator --dir DIR, then meshfold auth add-user operator --dir DIR",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("explained:\n\t%s\nwant it to hold %q", got, want)
 		}
 	}
-	// A role this build does not grant it keeps the usual words.
-	cmd, rest, err = root.Find([]string{"ungate", "ace", "db", "--by", "x", "--creds", d.CredsPath("controller")})
+	// Creds of this build, of a role that may not, keep the usual words;
+	// so do a node's provisioner's asking for another node's subject,
+	// which its role may for that node only.
+	if code, _, errs := runCLI(ctx, "auth", "add-node", "ace", "--dir", dir); code != exitOK {
+		t.Fatalf("auth add-node: %d %s", code, errs)
+	}
+	for _, c := range []struct{ user, subject string }{
+		{"controller", "mesh.ace.gate"},
+		{"provisioner-ace", "$KV.MESH_NODES.bob.provisioner"},
+	} {
+		violation = fmt.Errorf("%w: Permissions Violation for Publish to %q", nats.ErrPermissionViolation, c.subject)
+		if got := explain(d.CredsPath(c.user)); strings.Contains(got, "older build") || !strings.Contains(got, "connect with such a user's creds") {
+			t.Errorf("%s denied %s, explained: %s", c.user, c.subject, got)
+		}
+	}
+}
+
+// writeCreds writes a creds file of a user named name with perms, signed
+// by a fresh account key: what credsUser and issuedWithout read (the
+// server, which checks the signature, never sees it).
+func writeCreds(t *testing.T, path, name string, perms jwt.Permissions) {
+	t.Helper()
+	akp, err := nkeys.CreateAccount()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.ParseFlags(rest); err != nil {
+	ukp, err := nkeys.CreateUser()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got := a.explainDenied(cmd, a.commandDenied(violation)).Error(); strings.Contains(got, "older build") || !strings.Contains(got, "only the operator role may") {
-		t.Errorf("the controller's denial explained: %s", got)
+	upub, err := ukp.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	useed, err := ukp.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc := jwt.NewUserClaims(upub)
+	uc.Name = name
+	uc.Permissions = perms
+	tok, err := uc.Encode(akp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := jwt.FormatUserConfig(tok, useed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, creds, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -42,6 +42,26 @@ func AllowedRoles(subject string, sub bool, names Names) []Role {
 	return out
 }
 
+// Grants reports whether this build's permissions of role r (for node,
+// a per-node role's) let a user publish to subject (sub false) or
+// subscribe to it (sub true). A user's JWT keeps the permissions of the
+// build that issued it: one denied what Grants allows was issued by an
+// older build (see [Allows]).
+func Grants(r Role, node, subject string, sub bool, names Names) bool {
+	p, err := Permissions(r, node, names)
+	if err != nil {
+		return false
+	}
+	if sub {
+		return allows(p.Sub, subject)
+	}
+	return allows(p.Pub, subject)
+}
+
+// Allows reports whether p, a user JWT's publish or subscribe permission,
+// lets subject through: an allow matches it and no deny does.
+func Allows(p jwt.Permission, subject string) bool { return allows(p, subject) }
+
 // allows reports whether p lets subject through: an allow matches it and
 // no deny does.
 func allows(p jwt.Permission, subject string) bool {
