@@ -102,7 +102,7 @@ func (a *app) gateVerb(cmd *cobra.Command, o *operatorFlags, lift bool) *cobra.C
 			return &events.Gate{Module: module, Lift: lift, By: o.by, Reason: o.reason}
 		})
 	}
-	o.add(cmd, true, true)
+	o.add(a, cmd, true, true)
 	o.addNew(cmd, true)
 	a.conn.add(cmd)
 	a.stream.add(cmd)
