@@ -35,12 +35,18 @@ import (
 //     (the client times out); a mirror or source, or a clustered server,
 //     disables JetStream ("JetStream out of space, will be DISABLED").
 //
+//   - A file store whose write failed keeps that error and refuses every
+//     later write with it until it is opened again (filestore.go
+//     setWriteErr: "Critical write error"): room coming back changes
+//     nothing for it until JetStream restarts.
+//
 // So the watch, once a second: JetStream disabled, or the store past its
 // limit, or the filesystem with less than [minFree] left, is full: one
 // ERROR line. Once the filesystem has room again: when the store is past
-// its limit or JetStream is disabled, JetStream is restarted with the
-// start's config (a new limit from the free space), else nothing is
-// needed; one WARN line says storing resumed.
+// its limit, JetStream is disabled, or the filesystem itself ran out in
+// the episode, JetStream is restarted with the start's config (a new
+// limit from the free space, every file store opened again), else
+// nothing is needed; one WARN line says storing resumed.
 
 // storageCheckEvery is how often the watch looks.
 const storageCheckEvery = time.Second
@@ -63,6 +69,14 @@ type storageWatch struct {
 	done    chan struct{}
 	full    bool
 	since   time.Time
+	// diskFull: the filesystem itself ran out in this episode. A file
+	// store that failed a write then ("Critical write error … no space
+	// left on device") refuses every later write with it (nats-server
+	// 2.15.2 keeps a file store's write error until the store is opened
+	// again), so JetStream is restarted once there is room, as for the
+	// limit (a fresh user's finding: "stores again" was logged and the
+	// stream took no write for 10 minutes, until serve was restarted).
+	diskFull bool
 	// restartFailed: a restart failed in this episode (logged once).
 	restartFailed bool
 	freeFunc      func(dir string) (int64, error)
@@ -153,10 +167,13 @@ func (w *storageWatch) check() {
 	if !w.full {
 		return
 	}
+	if st.diskFull() {
+		w.diskFull = true
+	}
 	if st.diskFull() || st.free < 0 {
 		return // no room yet (or the free space cannot be read)
 	}
-	if !st.enabled || st.pastLimit() {
+	if !st.enabled || st.pastLimit() || w.diskFull {
 		// The server's own rule for a limit derived from the disk.
 		newMax := st.free/4*3 + st.used/4*3
 		if st.enabled && newMax < st.used+restartRoom {
@@ -174,7 +191,7 @@ func (w *storageWatch) check() {
 			return
 		}
 	}
-	w.full, w.restartFailed = false, false
+	w.full, w.restartFailed, w.diskFull = false, false, false
 	w.log.Warn(fmt.Sprintf("JetStream stores again: the data directory %s has room (%d bytes free)", w.dataDir, st.free),
 		"full_for", time.Since(w.since).Round(time.Millisecond), "free_bytes", st.free, "store_bytes", st.used,
 		"store_limit_bytes", st.max)

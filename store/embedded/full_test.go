@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -187,4 +188,93 @@ func TestFullDataDirRecoversWithoutRestart(t *testing.T) {
 	if info.State.Msgs < 2 {
 		t.Errorf("the stream holds %d messages after the restart of JetStream", info.State.Msgs)
 	}
+}
+
+// TestFilesystemFilledByAnotherProcessRecovers is a fresh user's finding
+// G1: the store under its limit, another process fills the filesystem
+// (a file written beside the data directory) until the server fails a
+// write ("Critical write error … no space left on device"), then the
+// file is removed. A file store keeps a failed write's error and refused
+// every later write, and serve logged "stores again" while the stream
+// took none for 10 minutes: a write is stored again within 30 s of the
+// room coming back.
+func TestFilesystemFilledByAnotherProcessRecovers(t *testing.T) {
+	dir, _ := smallFS(t, "32m")
+	logs := &logRecords{ch: make(chan struct{}, 1)}
+	e, err := embedded.Start(embedded.Config{DataDir: dir + "/data", Listen: "127.0.0.1:-1", Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := store.NewPublisher(js, cfg.Subjects())
+	var mods []events.WantModule
+	for i := range 32 {
+		mods = append(mods, events.WantModule{Name: fmt.Sprintf("mod%d", i), Build: fmt.Sprintf("img:sha256:%064d", i), RunsAs: "nobody"})
+	}
+	want := events.Stamp(&events.Want{Modules: mods}, time.Now())
+	publish := func() error {
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_, err := pub.Append(pctx, "w", want)
+		return err
+	}
+	for range 5 {
+		if err := publish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another process's file takes the filesystem's room, to a few kB.
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break // no space left
+		}
+	}
+	f.Close()
+	var refused error
+	for range 200 { // a block's tail takes some writes before one fails
+		if refused = publish(); refused != nil {
+			break
+		}
+	}
+	if refused == nil {
+		t.Fatal("every write to a full filesystem was stored")
+	}
+	logs.waitFor(t, slog.LevelError, "JetStream stopped storing: the data directory", 10*time.Second)
+	t.Logf("refused: %v", refused)
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	freed := time.Now()
+	for {
+		err := publish()
+		if err == nil {
+			break
+		}
+		if time.Since(freed) > 30*time.Second {
+			t.Fatalf("no write stored within 30 s of the filler's removal: %v", err)
+		}
+	}
+	t.Logf("first write stored %s after the room came back", time.Since(freed).Round(time.Millisecond))
+	logs.waitFor(t, slog.LevelWarn, "JetStream stores again", 10*time.Second)
 }
