@@ -710,9 +710,12 @@ func Active(ctx context.Context, js jetstream.JetStream, cfg store.StreamConfig,
 }
 
 // Apply publishes the plan's start and then its pages, and returns the
-// start's sequence: the rollout's id.
+// start's sequence: the rollout's id. The start is published only while
+// the fleet's newest start is still the one the plan read (Plan.After).
 //
-// Errors: a plan with no start (nothing to change); the publishes'.
+// Errors: a plan with no start (nothing to change); a
+// [*StartedMeanwhileError] (matching [ErrStartedMeanwhile]) when another
+// start was stored since, nothing published; the publishes'.
 func (p *Plan) Apply(ctx context.Context, js jetstream.JetStream, subj events.Subjects) (uint64, error) {
 	if p.Start == nil {
 		return 0, errors.New("apply: no node's want changes")
