@@ -202,9 +202,10 @@ const jsAPI = "$JS.API"
 // stream's info, whose subject listing can name other nodes and count
 // their events (never their content); pulling from, asking the info of
 // (its filter and counts, never a message) and deleting a consumer are
-// allowed by stream (consumer names are random and unlisted to nodes); and any role that may create a consumer chooses its deliver
-// subject and group (the server checks neither), which meshfold's
-// services meet by answering only core requests
+// allowed by stream (consumer names are random and unlisted to nodes);
+// and any role that may create a consumer chooses its deliver subject
+// and group (the server checks neither), which meshfold's services meet
+// by answering only core requests
 // (store.CoreRequestsOnly). A node agent's service instance id is
 // random, so a node user may subscribe to the discovery subjects of
 // another agent's instance ($SRV.INFO.meshfold-node.<id>) and answer
