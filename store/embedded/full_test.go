@@ -101,39 +101,8 @@ func smallFS(t *testing.T, size string) (string, func(size string)) {
 // episode at ERROR once, and storing resumes without a restart, logged.
 func TestFullDataDirRecoversWithoutRestart(t *testing.T) {
 	dir, resize := smallFS(t, "4m")
-	logs := &logRecords{ch: make(chan struct{}, 1)}
-	e, err := embedded.Start(embedded.Config{DataDir: dir + "/data", Listen: "127.0.0.1:-1", Logger: slog.New(logs)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown()
-	nc, err := e.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	stream, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := store.NewPublisher(js, cfg.Subjects())
-	var mods []events.WantModule
-	for i := range 32 { // a want of ~5 kB, as the fresh user's
-		mods = append(mods, events.WantModule{Name: fmt.Sprintf("mod%d", i), Build: fmt.Sprintf("img:sha256:%064d", i), RunsAs: "nobody"})
-	}
-	want := events.Stamp(&events.Want{Modules: mods}, time.Now())
-	publish := func() error {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		_, err := pub.Append(pctx, "w", want)
-		return err
-	}
+	r := startFullRig(t, dir+"/data", 5*time.Second)
+	ctx, logs, stream, pub, want, publish := r.ctx, r.logs, r.stream, r.pub, r.want, r.publish
 	var refused error
 	for i := 0; i < 4000; i++ { // 20 MB: far more than 4 MB holds
 		if refused = publish(); refused != nil {
@@ -152,7 +121,7 @@ func TestFullDataDirRecoversWithoutRestart(t *testing.T) {
 	// A user's verb does not retry a full store until its timeout.
 	start := time.Now()
 	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err = pub.AppendRetrying(rctx, "w", want)
+	_, err := pub.AppendRetrying(rctx, "w", want)
 	rcancel()
 	if took := time.Since(start); !errors.Is(err, store.ErrStorageFull) || took > 10*time.Second {
 		t.Fatalf("a verb's append to the still full store: got %v after %s, want store.ErrStorageFull at once", err, took.Round(time.Millisecond))
@@ -200,39 +169,8 @@ func TestFullDataDirRecoversWithoutRestart(t *testing.T) {
 // room coming back.
 func TestFilesystemFilledByAnotherProcessRecovers(t *testing.T) {
 	dir, _ := smallFS(t, "32m")
-	logs := &logRecords{ch: make(chan struct{}, 1)}
-	e, err := embedded.Start(embedded.Config{DataDir: dir + "/data", Listen: "127.0.0.1:-1", Logger: slog.New(logs)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown()
-	nc, err := e.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	_, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := store.NewPublisher(js, cfg.Subjects())
-	var mods []events.WantModule
-	for i := range 32 {
-		mods = append(mods, events.WantModule{Name: fmt.Sprintf("mod%d", i), Build: fmt.Sprintf("img:sha256:%064d", i), RunsAs: "nobody"})
-	}
-	want := events.Stamp(&events.Want{Modules: mods}, time.Now())
-	publish := func() error {
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		_, err := pub.Append(pctx, "w", want)
-		return err
-	}
+	r := startFullRig(t, dir+"/data", 3*time.Second)
+	logs, publish := r.logs, r.publish
 	for range 5 {
 		if err := publish(); err != nil {
 			t.Fatal(err)
@@ -277,4 +215,58 @@ func TestFilesystemFilledByAnotherProcessRecovers(t *testing.T) {
 	}
 	t.Logf("first write stored %s after the room came back", time.Since(freed).Round(time.Millisecond))
 	logs.waitFor(t, slog.LevelWarn, "JetStream stores again", 10*time.Second)
+}
+
+// fullRig is an embedded server on a data directory whose log the test
+// reads, its stream, and a publisher of one want of ~5 kB (32 modules,
+// as the fresh user's) to node w, each publish bounded by ask.
+type fullRig struct {
+	ctx    context.Context
+	logs   *logRecords
+	stream jetstream.Stream
+	pub    *store.Publisher
+	want   *events.Want
+	ask    time.Duration
+}
+
+// startFullRig starts the server on dataDir and ensures the stream; the
+// server stops when the test ends.
+func startFullRig(t *testing.T, dataDir string, ask time.Duration) *fullRig {
+	t.Helper()
+	r := &fullRig{logs: &logRecords{ch: make(chan struct{}, 1)}, ask: ask}
+	e, err := embedded.Start(embedded.Config{DataDir: dataDir, Listen: "127.0.0.1:-1", Logger: slog.New(r.logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	stream, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mods []events.WantModule
+	for i := range 32 {
+		mods = append(mods, events.WantModule{Name: fmt.Sprintf("mod%d", i), Build: fmt.Sprintf("img:sha256:%064d", i), RunsAs: "nobody"})
+	}
+	r.ctx, r.stream, r.pub = ctx, stream, store.NewPublisher(js, cfg.Subjects())
+	r.want = events.Stamp(&events.Want{Modules: mods}, time.Now())
+	return r
+}
+
+// publish appends the rig's want to node w, within its ask.
+func (r *fullRig) publish() error {
+	ctx, cancel := context.WithTimeout(r.ctx, r.ask)
+	defer cancel()
+	_, err := r.pub.Append(ctx, "w", r.want)
+	return err
 }
