@@ -116,28 +116,19 @@ func (a *app) gateVerb(cmd *cobra.Command, o *operatorFlags, lift bool) *cobra.C
 // it held while the want carries the flag. A node whose state cannot be
 // read gets no note.
 func (a *app) gateNotes(ctx context.Context, nc *nats.Conn, nodes []string, g *events.Gate) map[string]string {
-	notes := map[string]string{}
-	r, err := a.stream.reader(nc, query.Config{})
-	if err != nil {
-		return notes
-	}
-	for _, n := range nodes {
-		ns, err := r.State(ctx, n)
-		if err != nil {
-			continue
-		}
+	return a.stateNotes(ctx, nc, nodes, func(n string, ns query.NodeState) string {
 		i := slices.IndexFunc(ns.View.Gates, func(x reconcile.Gate) bool { return x.Module == g.Module })
 		switch {
 		case !g.Lift && i >= 0:
-			notes[n] = fmt.Sprintf("%s is gated on %s already (%s): the first gate stands", events.Short(g.Module), n, gateOrigin(ns.View.Gates[i]))
+			return fmt.Sprintf("%s is gated on %s already (%s): the first gate stands", events.Short(g.Module), n, gateOrigin(ns.View.Gates[i]))
 		case g.Lift && i < 0:
-			notes[n] = fmt.Sprintf("%s has no gate of %s (mistyped? 'meshfold state %s' lists its gates): the ungate is stored and lifts nothing", n, events.Short(g.Module), n)
+			return fmt.Sprintf("%s has no gate of %s (mistyped? 'meshfold state %s' lists its gates): the ungate is stored and lifts nothing", n, events.Short(g.Module), n)
 		case g.Lift && ns.View.Gates[i].Wanted:
-			notes[n] = fmt.Sprintf("%s's newest want (#%d) marks %s requires_approval: it stays held for an approval while a want carries the flag, and a want with it gates it again",
+			return fmt.Sprintf("%s's newest want (#%d) marks %s requires_approval: it stays held for an approval while a want carries the flag, and a want with it gates it again",
 				n, ns.View.Want, events.Short(g.Module))
 		}
-	}
-	return notes
+		return ""
+	})
 }
 
 // gateOrigin says who or what set a gate.

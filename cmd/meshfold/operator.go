@@ -796,6 +796,43 @@ func nodeKinds(ctx context.Context, stream jetstream.Stream, subj events.Subject
 // in the node's state (query.Reader.State) before the waive: the waive
 // pays nothing now. A node whose state cannot be read gets no note.
 func (a *app) waiveNotes(ctx context.Context, nc *nats.Conn, nodes []string, w *events.Waive) map[string]string {
+	return a.stateNotes(ctx, nc, nodes, func(n string, ns query.NodeState) string {
+		if slices.ContainsFunc(ns.View.Owed, func(o events.Owed) bool { return o.Module == w.Module && o.Path == w.Path }) {
+			return ""
+		}
+		note := fmt.Sprintf("nothing is owed for %s's %s on %s ('meshfold state %s' lists owed items): the waive pays nothing now, and covers a refusal of that file judged by a plan that exists now",
+			events.Short(w.Module), events.Short(w.Path), n, n)
+		c := ns.Composition
+		i := slices.IndexFunc(c.Modules, func(m events.PlanModule) bool { return m.Name == w.Module })
+		switch {
+		case i < 0:
+			note += fmt.Sprintf("; %s's newest plan (#%d) has no module %s (mistyped?)", n, c.Plan, events.Short(w.Module))
+		case !slices.ContainsFunc(c.Modules[i].Files, func(f events.File) bool { return f.Path == w.Path }):
+			note += fmt.Sprintf("; %s's newest plan (#%d) declares no file %s for %s (mistyped?)", n, c.Plan, events.Short(w.Path), events.Short(w.Module))
+		}
+		return note
+	})
+}
+
+// revokeNotes says, per node, when neither the node's newest plan nor its
+// pending approvals (query.Reader.State) name r's module: the revoke takes
+// back nothing the node runs or waits for (a mistyped module, most often).
+// A node whose state cannot be read gets no note.
+func (a *app) revokeNotes(ctx context.Context, nc *nats.Conn, nodes []string, r *events.Revoke) map[string]string {
+	return a.stateNotes(ctx, nc, nodes, func(n string, ns query.NodeState) string {
+		if slices.ContainsFunc(ns.Composition.Modules, func(m events.PlanModule) bool { return m.Name == r.Module }) {
+			return ""
+		}
+		return fmt.Sprintf("%s's newest plan (#%d) has no module %s (mistyped? 'meshfold state %s' lists its modules): the revoke is stored, and takes back an approval only if one was given",
+			n, ns.Composition.Plan, events.Short(r.Module), n)
+	})
+}
+
+// stateNotes returns, per node, what note says of the node's state
+// before an operator event (query.Reader.State); a node whose state
+// cannot be read, or of which note says "", gets none, and so does every
+// node when no reader can be made.
+func (a *app) stateNotes(ctx context.Context, nc *nats.Conn, nodes []string, note func(node string, ns query.NodeState) string) map[string]string {
 	notes := map[string]string{}
 	r, err := a.stream.reader(nc, query.Config{})
 	if err != nil {
@@ -806,40 +843,8 @@ func (a *app) waiveNotes(ctx context.Context, nc *nats.Conn, nodes []string, w *
 		if err != nil {
 			continue
 		}
-		if !slices.ContainsFunc(ns.View.Owed, func(o events.Owed) bool { return o.Module == w.Module && o.Path == w.Path }) {
-			notes[n] = fmt.Sprintf("nothing is owed for %s's %s on %s ('meshfold state %s' lists owed items): the waive pays nothing now, and covers a refusal of that file judged by a plan that exists now",
-				events.Short(w.Module), events.Short(w.Path), n, n)
-			c := ns.Composition
-			i := slices.IndexFunc(c.Modules, func(m events.PlanModule) bool { return m.Name == w.Module })
-			switch {
-			case i < 0:
-				notes[n] += fmt.Sprintf("; %s's newest plan (#%d) has no module %s (mistyped?)", n, c.Plan, events.Short(w.Module))
-			case !slices.ContainsFunc(c.Modules[i].Files, func(f events.File) bool { return f.Path == w.Path }):
-				notes[n] += fmt.Sprintf("; %s's newest plan (#%d) declares no file %s for %s (mistyped?)", n, c.Plan, events.Short(w.Path), events.Short(w.Module))
-			}
-		}
-	}
-	return notes
-}
-
-// revokeNotes says, per node, when neither the node's newest plan nor its
-// pending approvals (query.Reader.State) name r's module: the revoke takes
-// back nothing the node runs or waits for (a mistyped module, most often).
-// A node whose state cannot be read gets no note.
-func (a *app) revokeNotes(ctx context.Context, nc *nats.Conn, nodes []string, r *events.Revoke) map[string]string {
-	notes := map[string]string{}
-	rd, err := a.stream.reader(nc, query.Config{})
-	if err != nil {
-		return notes
-	}
-	for _, n := range nodes {
-		ns, err := rd.State(ctx, n)
-		if err != nil {
-			continue
-		}
-		if !slices.ContainsFunc(ns.Composition.Modules, func(m events.PlanModule) bool { return m.Name == r.Module }) {
-			notes[n] = fmt.Sprintf("%s's newest plan (#%d) has no module %s (mistyped? 'meshfold state %s' lists its modules): the revoke is stored, and takes back an approval only if one was given",
-				n, ns.Composition.Plan, events.Short(r.Module), n)
+		if s := note(n, ns); s != "" {
+			notes[n] = s
 		}
 	}
 	return notes
