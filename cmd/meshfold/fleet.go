@@ -704,18 +704,26 @@ func pageLine(pg fleetPaging, page []audit.FleetRow, first, total int) string {
 		}
 		return "-- no node\n"
 	}
-	if len(page) == 0 {
-		return fmt.Sprintf("-- page %d is past the last row (%s)\n", pg.page, of)
+	return pageFooter(pg.page, pg.limit, total, first, len(page), of, "rows", "--limit 0 for every row")
+}
+
+// pageFooter is the line under a paged table (fleet's, rollout status'):
+// which rows of total the page of n rows from first shows, of saying
+// total as the reader should read it, rows naming them, and how to see
+// the next page and every row (all).
+func pageFooter(page, limit, total, first, n int, of, rows, all string) string {
+	if n == 0 {
+		return fmt.Sprintf("-- page %d is past the last row (%s)\n", page, of)
 	}
 	pages := 1
-	if pg.limit > 0 {
-		pages = (total + pg.limit - 1) / pg.limit
+	if limit > 0 {
+		pages = (total + limit - 1) / limit
 	}
-	s := fmt.Sprintf("-- page %d of %d: rows %d-%d of %s, most pressing first", pg.page, pages, first+1, first+len(page), of)
-	if pg.page < pages {
-		s += fmt.Sprintf("; --page %d for the next", pg.page+1)
+	s := fmt.Sprintf("-- page %d of %d: %s %d-%d of %s, most pressing first", page, pages, rows, first+1, first+n, of)
+	if page < pages {
+		s += fmt.Sprintf("; --page %d for the next", page+1)
 	}
-	return s + "; --limit 0 for every row\n"
+	return s + "; " + all + "\n"
 }
 
 // plural returns "1 word" or "N words".

@@ -426,18 +426,7 @@ func (pg targetPaging) line(v rollout.View, page []rollout.TargetView, first, to
 	if total == 0 {
 		return fmt.Sprintf("-- no target is %s\n", strings.Join(statusStrings(pg.statuses), " or "))
 	}
-	if len(page) == 0 {
-		return fmt.Sprintf("-- page %d is past the last row (%s)\n", pg.page, of)
-	}
-	pages := 1
-	if pg.limit > 0 {
-		pages = (total + pg.limit - 1) / pg.limit
-	}
-	s := fmt.Sprintf("-- page %d of %d: targets %d-%d of %s, most pressing first", pg.page, pages, first+1, first+len(page), of)
-	if pg.page < pages {
-		s += fmt.Sprintf("; --page %d for the next", pg.page+1)
-	}
-	return s + "; --all for every target\n"
+	return pageFooter(pg.page, pg.limit, total, first, len(page), of, "targets", "--all for every target")
 }
 
 func statusStrings(ss []rollout.Status) []string {
