@@ -234,6 +234,13 @@ func (s *readmeSession) script(c string) string {
 func (s *readmeSession) shell(c string) *exec.Cmd {
 	cmd := exec.Command("bash", "-c", s.script(c))
 	cmd.Dir = s.dir
+	// The shell itself carries the session's marker from its start, not
+	// only from the env file it sources: the watchdog's sweep reads the
+	// marker in /proc/PID/environ, which holds a process's exec-time
+	// environment. Unmarked, a shell outlived the sweep, woke from its
+	// `wait` when the sweep killed its children, and wrote env.sh into
+	// the directory the watchdog was removing (left behind in /tmp).
+	cmd.Env = append(os.Environ(), readmeSessionEnv+"="+s.dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return cmd
 }

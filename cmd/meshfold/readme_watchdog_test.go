@@ -3,8 +3,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -164,7 +167,7 @@ func TestHelperReadmeSession(t *testing.T) {
 		pids := strings.Fields(string(data))
 		return pids, len(pids) == 2
 	})
-	fmt.Printf("pids %s\n", strings.Join(pids, " "))
+	fmt.Printf("pids %s %s\n", s.dir, strings.Join(pids, " "))
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 
@@ -215,11 +218,13 @@ func TestReadmeSessionEndsWithTheTest(t *testing.T) {
 		close(lines)
 	}()
 	var pids []int
+	var dir string
 	select {
 	case l, ok := <-lines:
 		if !ok {
 			t.Fatalf("the helper exited without starting its session:\n%s", stderr.String())
 		}
+		dir, l, _ = strings.Cut(l, " ")
 		for _, f := range strings.Fields(l) {
 			pid, err := strconv.Atoi(f)
 			if err != nil {
@@ -240,5 +245,21 @@ func TestReadmeSessionEndsWithTheTest(t *testing.T) {
 			_ = syscall.Kill(pid, syscall.SIGKILL) // by the pid the helper printed: a process this test started
 			t.Errorf("process %d of the killed test's README session: %v", pid, err)
 		}
+	}
+	// And its directory: the watchdog removes it after the sweep, and no
+	// process of the session writes into it afterwards.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := waitfor.Poll(ctx, "the session's directory gone", func() (bool, bool) {
+		_, err := os.Stat(dir)
+		return true, errors.Is(err, fs.ErrNotExist)
+	}); err != nil {
+		ents, _ := os.ReadDir(dir)
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		_ = os.RemoveAll(dir) // the directory this test's helper made
+		t.Errorf("the killed test's README session left %s behind, holding %v", dir, names)
 	}
 }
