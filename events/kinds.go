@@ -21,8 +21,9 @@ func (k Kind) Input() bool { return slices.Contains(InputKinds, k) }
 func (k Kind) Operator() bool { return slices.Contains(OperatorKinds, k) }
 
 // By returns the `by` of an operator event's payload (an [Approve],
-// [Pause], [Resume], [Poke], [Revoke], [Waive], [Retire] or [Ack]);
-// ok is false for every other payload.
+// [Pause], [Resume], [Poke], [Revoke], [Waive], [Retire], [Ack] or
+// [Gate]: every kind of [OperatorKinds]); ok is false for every other
+// payload.
 func By(p Payload) (by string, ok bool) {
 	switch p := p.(type) {
 	case *Approve:
@@ -40,6 +41,8 @@ func By(p Payload) (by string, ok bool) {
 	case *Retire:
 		return p.By, true
 	case *Ack:
+		return p.By, true
+	case *Gate:
 		return p.By, true
 	}
 	return "", false

@@ -84,6 +84,21 @@ func TestNamedOperatorVerbs(t *testing.T) {
 	if p, ok := m.Event.Payload.(*events.Pause); !ok || p.By != "alice" || m.Subject != cfg.Subjects().Named("ace", events.KindPause, "alice") {
 		t.Errorf("alice's pause: %s %+v %v", m.Subject, m.Event.Payload, m.Event.Err)
 	}
+	// Every operator verb, the gate too (fresh13 G1: alice's gate and
+	// ungate were refused as "not the operator whose credentials
+	// published the event (alice)").
+	for _, verb := range []string{"gate", "ungate"} {
+		if code, out := cli("operator-alice", verb, "ace", "db", "--new", "--reason", "a DBA's yes first"); code != 0 {
+			t.Fatalf("%s with alice's creds: exit %d\n%s", verb, code, out)
+		}
+		m, err := store.LastMsg(ctx, stream, cfg.Subjects(), "ace", events.KindGate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, ok := m.Event.Payload.(*events.Gate); !ok || g.By != "alice" || g.Lift != (verb == "ungate") || m.Subject != cfg.Subjects().Named("ace", events.KindGate, "alice") {
+			t.Errorf("alice's %s: %s %+v %v", verb, m.Subject, m.Event.Payload, m.Event.Err)
+		}
+	}
 	if code, out := cli("operator", "resume", "ace"); code != exitUsage || !strings.Contains(out, `required flag(s) "by"`) {
 		t.Errorf("resume with the shared operator's creds, no --by: exit %d\n%s", code, out)
 	}
