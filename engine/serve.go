@@ -301,8 +301,9 @@ func serve(ctx context.Context, nc, wc *nats.Conn, c Config) error {
 	}
 	reg.MustRegister(r.StateCollector())
 	// In a group each instance knows only its partitions' nodes: every
-	// instance hears every request and the owner answers.
-	svc, err := AddStateService(nc, r.Node, StateServiceConfig{Prefix: scfg.Prefix, Partial: group != nil})
+	// instance hears every request and the owner answers, "unknown"
+	// too for a node it has no state of.
+	svc, err := AddStateService(nc, r.Node, StateServiceConfig{Prefix: scfg.Prefix, Partial: group != nil, Unknown: r.Unknown})
 	if err != nil {
 		return err
 	}

@@ -28,10 +28,17 @@ type StateServiceConfig struct {
 	// Partial says this reconciler owns only some nodes (a partitioned
 	// deployment): every instance then receives every request (no queue
 	// group) and only the one whose lookup knows the node answers; an
-	// unknown node gets no answer, and the client falls back to the
-	// snapshot. Without it, instances share a queue group and a lookup
-	// miss answers 404 (query.ErrUnknownNode to the client).
+	// unknown node gets no answer from the instances that do not own it,
+	// and the client falls back to the snapshot after its timeout.
+	// Without it, instances share a queue group and a lookup miss
+	// answers 404 (query.ErrUnknownNode to the client).
 	Partial bool
+	// Unknown, in a Partial service, reports whether this instance owns
+	// the node's partition and knows it holds no state of it
+	// (Reconciler.Unknown): a lookup miss is then answered 404 at once,
+	// as an unpartitioned service does. Nil: a Partial service never
+	// answers a miss.
+	Unknown func(node string) bool
 }
 
 // AddStateService starts the state service on nc. lookup returns a node's
@@ -81,7 +88,7 @@ func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, 
 			}
 			st, ok := lookup(node)
 			if !ok || st == nil {
-				if c.Partial {
+				if c.Partial && (c.Unknown == nil || !c.Unknown(node)) {
 					return // another instance may own it
 				}
 				_ = req.Error("404", fmt.Sprintf("node %q: unknown: the reconciler has folded no event of it", node), nil)

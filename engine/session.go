@@ -383,6 +383,9 @@ func (p *partition) session(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	p.states = states
+	// A lazy session holds only its tail's states until its pass over
+	// the rest is merged (mergeRest); until then a miss is no answer.
+	p.complete = !lazy
 	p.mu.Unlock()
 	s := &session{p: p, made: made, checkpoint: ck, ckRev: ckRev, folded: ck, lastAtStart: last, recovering: last > ck, readAll: ck < first, in: in,
 		rec: newRecovery(), checkpointed: time.Now(), dirty: map[string]dirtyNode{}, revs: revs, tooBig: tooBig,
@@ -707,6 +710,7 @@ func (s *session) mergeRest(ctx context.Context) error {
 		}
 	}
 	n := len(p.states)
+	p.complete = true
 	p.mu.Unlock()
 	for node, rev := range rp.revs {
 		if _, ok := s.revs[node]; !ok {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -69,7 +70,7 @@ func (p *reconcileProc) stop(t *testing.T) int {
 func TestReconcileGroupOnCluster(t *testing.T) {
 	t.Parallel()
 	c := storetest.StartCluster(t, 3)
-	_, js := c.Connect(t)
+	nc, js := c.Connect(t)
 	// The default lease TTL: every handover here is graceful (a joins,
 	// a leaves) and waits on no expiry, while a 2 s TTL was shorter than
 	// the loaded cluster's stalls (renewals timed out for 3 s), so both
@@ -161,6 +162,21 @@ func TestReconcileGroupOnCluster(t *testing.T) {
 	for _, n := range []string{low, high} {
 		if src := state(n); src != string(query.SourceReconciler) {
 			t.Errorf("state of %s from %q, want the live reconciler", n, src)
+		}
+	}
+	// A node no instance has folded an event of is answered "unknown"
+	// by the instance whose partition it is, at once: without that
+	// answer each ask waited out its timeout, and an apply of 185 new
+	// nodes ran out of its own (a fresh user's finding, fresh13 G2).
+	for _, half := range []int{0, 8} {
+		ghost := ""
+		for i := 0; ghost == ""; i++ {
+			if n := fmt.Sprintf("ghost-%d", i); events.Partition(n, cfg.Partitions)/8 == half/8 {
+				ghost = n
+			}
+		}
+		if _, _, err := query.RequestState(ctx, nc, "", ghost, 20*time.Second); !errors.Is(err, query.ErrUnknownNode) {
+			t.Errorf("state of %s, a node of no event, in partition %d: %v; want query.ErrUnknownNode from its owner", ghost, events.Partition(ghost, cfg.Partitions), err)
 		}
 	}
 
