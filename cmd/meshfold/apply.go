@@ -283,6 +283,10 @@ func (a *app) heldWant(r *query.Reader) feed.HeldWant {
 		switch {
 		case errors.Is(err, query.ErrUnknownNode):
 			return 0, nil, nil
+		case err != nil && ctx.Err() != nil:
+			// apply's --timeout ran out: said as such (applyGaveUp), not
+			// as a want that aged out (a fresh user's finding, fresh13 G2).
+			return 0, nil, fmt.Errorf("asking the reconciler for a want of it older than the stream holds: %w", err)
 		case err != nil:
 			return 0, nil, fmt.Errorf("refused: its want subject holds no want (aged out of the stream? --max-age), and the reconciler's state could not be read for the want it had: %w; "+
 				"a revert could not give that want back; nothing was published", err)

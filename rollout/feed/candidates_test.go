@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,5 +102,56 @@ func TestCandidatesReadEachNodeAndNameAFailedRead(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "reading node "+re.Node+"'s newest want") {
 		t.Errorf("the error does not say the node and the read: %v", err)
+	}
+}
+
+// The held wants of the nodes whose want subject holds none are asked
+// several at a time: held here answers only once four asks are in
+// flight at once, which asks made one after another never reach (a
+// fresh user's finding, fresh13 G2: an apply of 185 nodes new to a
+// reconciler group asked them one by one, each waiting for its answer,
+// and ran out of its --timeout).
+func TestCandidatesAskTheHeldWantsAtOnce(t *testing.T) {
+	t.Parallel()
+	_, _, _, stream, cfg := storetest.StartStream(t, store.StreamConfig{})
+	var file strings.Builder
+	file.WriteString("fleet: web\nnodes:\n")
+	for i := range 12 {
+		fmt.Fprintf(&file, "  new-%d: {}\n", i)
+	}
+	file.WriteString("groups: [{name: all, select: {}, modules: [{name: web, build: \"web:2\"}]}]\n")
+	f, _, err := fleetfile.Parse([]byte(file.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const together = 4
+	var (
+		mu      sync.Mutex
+		waiting int
+		asked   = map[string]bool{}
+	)
+	all := make(chan struct{})
+	held := func(ctx context.Context, node string) (uint64, []events.WantModule, error) {
+		mu.Lock()
+		asked[node] = true
+		if waiting++; waiting == together {
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+			return 0, nil, nil
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cands, err := feed.CandidatesHeld(ctx, stream, cfg.Subjects(), f, held)
+	if err != nil {
+		t.Fatalf("no %d held wants asked at once: %v", together, err)
+	}
+	if len(cands) != 12 || len(asked) != 12 {
+		t.Errorf("%d candidates, %d nodes asked; want 12 of each", len(cands), len(asked))
 	}
 }

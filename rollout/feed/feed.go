@@ -306,8 +306,8 @@ func Candidates(ctx context.Context, stream jetstream.Stream, subj events.Subjec
 // taken as new, and auto_revert gave it an empty want).
 //
 // The nodes' reads (five to seven direct gets a node) are made
-// [candidateReads] nodes at a time; held is asked after them, one node
-// at a time. The first read that fails ends the others.
+// [candidateReads] nodes at a time; held is asked after them, as many
+// at a time (askHeld). The first read that fails ends the others.
 //
 // Errors: a [*ReadError] naming the node and the read that failed first;
 // held's, naming the node.
@@ -352,26 +352,66 @@ func CandidatesHeld(ctx context.Context, stream jetstream.Stream, subj events.Su
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	for i := range out {
-		if !reads[i].noWant || held == nil {
-			continue
-		}
-		c := &out[i]
-		seq, modules, err := held(ctx, c.Node)
-		if err != nil {
-			return nil, fmt.Errorf("node %s: %w", c.Node, err)
-		}
-		if seq != 0 {
-			if modules == nil {
-				modules = []events.WantModule{}
-			}
-			c.HadSeq, c.Had, c.Current = seq, modules, modules
-			// A retire newer than the want the state holds: retired or
-			// retiring, as below for a want the stream holds.
-			c.Retired = reads[i].retired > seq
-		}
+	if held == nil {
+		return out, nil
+	}
+	if err := askHeld(ctx, out, reads, held); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// askHeld asks held for each candidate whose want subject holds none,
+// [candidateReads] nodes at a time (a fresh user's finding: an apply of
+// 185 nodes new to a reconciler group asked them one after another, each
+// waiting for its answer, and ran out of its --timeout). The first error
+// ends the others.
+func askHeld(ctx context.Context, out []rollout.Candidate, reads []nodeRead, held HeldWant) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	next := make(chan int)
+	for range candidateReads {
+		wg.Go(func() {
+			for i := range next {
+				c := &out[i]
+				seq, modules, err := held(ctx, c.Node)
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("node %s: %w", c.Node, err)
+					}
+					mu.Unlock()
+					cancel()
+					continue
+				}
+				if seq != 0 {
+					if modules == nil {
+						modules = []events.WantModule{}
+					}
+					c.HadSeq, c.Had, c.Current = seq, modules, modules
+					// A retire newer than the want the state holds: retired
+					// or retiring, as below for a want the stream holds.
+					c.Retired = reads[i].retired > seq
+				}
+			}
+		})
+	}
+	for i := range out {
+		if reads[i].noWant {
+			next <- i
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
 }
 
 // candidateReads is how many nodes [CandidatesHeld] reads at once: a
