@@ -479,8 +479,16 @@ func crashes(old []Crashes, prev, h *HaveRecord) []Crashes {
 
 // healthSince returns, for each module of the new have h, the stream
 // time since which its health says what it says: the previous have's
-// time for it when that have said the same, else h's; nil when no module
-// of h reports health.
+// time for it when that have said the same of the same run of the module
+// ([sameRun]), else h's; nil when no module of h reports health. A new
+// process is not healthy until its own check says so: a have that
+// reports a restarted module healthy (an on_fill restart whose first
+// check passed before the agent's next have) starts its stretch afresh,
+// at that have, where it read "healthy since" the previous process's
+// stretch (a fresh user's finding m4: "healthy … 7m ago" the moment the
+// process started). The have's time, not the run's since, starts it:
+// the run's since is the agent's clock and comes before its first pass,
+// and the stretch never says healthy longer than a have did.
 func healthSince(prev, h *HaveRecord) []time.Time {
 	if !slices.ContainsFunc(h.Modules, func(m events.HaveModule) bool { return m.Health != "" }) {
 		return nil
@@ -495,11 +503,20 @@ func healthSince(prev, h *HaveRecord) []time.Time {
 			continue
 		}
 		if j := slices.IndexFunc(prev.Modules, func(o events.HaveModule) bool { return o.Name == m.Name }); j >= 0 &&
-			prev.Modules[j].Health == m.Health && !prev.HealthSince[j].IsZero() {
+			prev.Modules[j].Health == m.Health && sameRun(prev.Modules[j], m) && !prev.HealthSince[j].IsZero() {
 			out[i] = prev.HealthSince[j]
 		}
 	}
 	return out
+}
+
+// sameRun reports whether have module b is the process a was: the same
+// build, the same since (a crash's restart and an on_fill restart each
+// set a new one) and neither restart count grown (an agent older than
+// the on_fill since rule only counted its fill restarts).
+func sameRun(a, b events.HaveModule) bool {
+	sameSince := a.Since == nil && b.Since == nil || a.Since != nil && b.Since != nil && a.Since.Equal(*b.Since)
+	return a.Build == b.Build && sameSince && b.Restarts <= a.Restarts && b.FillRestarts <= a.FillRestarts
 }
 
 // agent records the node's agent up or down (DESIGN.md §11 "Liveness"):

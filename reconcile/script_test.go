@@ -133,11 +133,18 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 		return formatStuck(h.state().View().Stuck(now))
 	case "runtime":
 		// Each module of the newest have as fleet judges it N seconds
-		// after the scripts' base time: flapping, or flapped and settled.
+		// after the scripts' base time: flapping, or flapped and settled;
+		// its health and the event since which it says it.
 		now := base.Add(time.Duration(reconciletest.U64(t, args["at"])) * time.Second)
 		var b strings.Builder
 		for _, r := range reconcile.RuntimeOf(h.state()) {
 			fmt.Fprintf(&b, "%s %s %s crashes=%d", r.Module, r.Build, r.State, len(r.Crashes))
+			if r.Health != "" {
+				fmt.Fprintf(&b, " %s", r.Health)
+				if r.HealthSince != nil {
+					fmt.Fprintf(&b, " since #%d", r.HealthSince.Sub(base)/time.Second)
+				}
+			}
 			if r.Flapping(now) {
 				b.WriteString(" flapping")
 			}

@@ -79,7 +79,8 @@ func WantModule(t testing.TB, line string) events.WantModule {
 //
 //	want                 one module a line (see [WantModule])
 //	have                 one module a line: NAME BUILD|- STATE [account=X]
-//	                     [restarts=N] [exit=X] (exit=status_1 is "status 1")
+//	                     [restarts=N] [fill_restarts=N]
+//	                     [exit=X] (exit=status_1 is "status 1")
 //	                     [since=SEQ] (the stream time of SEQ)
 //	                     [health=starting|healthy|unhealthy]; args: [no_plan=true]
 //	                     [looked=SEQ] (the have's LookedBefore)
@@ -224,7 +225,7 @@ func (sc *Script) haveModule(t testing.TB, d *datadriven.TestData, line string) 
 	t.Helper()
 	f := strings.Fields(line)
 	if len(f) < 3 {
-		t.Fatalf("%s: have line wants NAME BUILD STATE [account=X restarts=N exit=X since=SEQ health=H]: %q", d.Pos, line)
+		t.Fatalf("%s: have line wants NAME BUILD STATE [account=X restarts=N fill_restarts=N exit=X since=SEQ health=H]: %q", d.Pos, line)
 	}
 	m := events.HaveModule{Name: f[0], Build: f[1], State: events.RunState(f[2])}
 	if m.Build == "-" {
@@ -237,6 +238,8 @@ func (sc *Script) haveModule(t testing.TB, d *datadriven.TestData, line string) 
 			m.Account = v
 		case "restarts":
 			m.Restarts = int(U64(t, v))
+		case "fill_restarts":
+			m.FillRestarts = int(U64(t, v))
 		case "exit": // exit=status_1 is "status 1"
 			m.Exit = strings.ReplaceAll(v, "_", " ")
 		case "since": // since=SEQ: the time of that sequence
