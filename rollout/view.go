@@ -204,6 +204,14 @@ func (s *State) View() View {
 			// finding L9: a paused rollout's pending targets had an
 			// empty WHY).
 			t.Why = r.holding(n)
+		} else if w := notHealthyYet(n); w != "" && t.Why == "" && n.Status == Changing {
+			// What it waits for, and until when, as `rollout why` says
+			// (fresh12 m5: a canary changing with its module unhealthy
+			// had an empty WHY).
+			t.Why = w
+			if !r.fenced() {
+				t.Why += "; " + r.deadlineText(n)
+			}
 		}
 		if n.Plan != nil && n.Published > 0 && n.Plan.Want == n.Published {
 			t.Plan = n.Plan.Seq
@@ -531,15 +539,15 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 			say("its agent is down since %s: it takes its want when it returns", n.DownSince.Format(time.RFC3339))
 		case !n.GoodSince.IsZero():
 			say("healthy since %s (%s of min_healthy %s)", n.GoodSince.Format(time.RFC3339), shown(s.Now.Sub(n.GoodSince)), r.R.MinHealthy)
-		case n.Plan != nil && n.Plan.Want == n.Published && n.Settled >= n.Plan.Seq:
-			say("not healthy yet: %s", mismatch(n))
+		case notHealthyYet(n) != "":
+			say("%s", notHealthyYet(n))
 		}
 		if r.fenced() {
 			// Nothing is judged while paused on an unverified plan: its
 			// healthy_deadline counts again from the resume.
 			say("not judged while the rollout is paused on a plan its controller cannot verify: its healthy_deadline %s counts from the resume", r.R.HealthyDeadline)
 		} else {
-			say("healthy_deadline at %s", n.DeadlineFrom.Add(r.R.HealthyDeadline).Format(time.RFC3339))
+			say("%s", r.deadlineText(n))
 		}
 	case n.Status == WaitingApproval, n.Status == Failed, n.Status == Conflict, n.Status == Unreached, n.Status == Skipped, n.Status == Moved:
 		say("%s", n.Why)
@@ -583,6 +591,27 @@ func availText(n *Node) string {
 		return ""
 	}
 	return "; " + strings.Join(parts, "; ")
+}
+
+// notHealthyYet says what a changing target whose plan of its new want
+// settled, and which is not counting min_healthy, waits for: "not healthy
+// yet: module web is unhealthy"; "" otherwise (a target that runs its plan
+// healthy, not judged yet). `rollout why` and the
+// delivery view's WHY both read it.
+func notHealthyYet(n *Node) string {
+	if !n.GoodSince.IsZero() || n.Plan == nil || n.Plan.Want != n.Published || n.Settled < n.Plan.Seq {
+		return ""
+	}
+	if m := mismatch(n); m != "" {
+		return "not healthy yet: " + m
+	}
+	return "" // it runs its plan healthy: a tick or a have judges it
+}
+
+// deadlineText is when a changing target's healthy_deadline ends:
+// "healthy_deadline at 2026-12-05T17:19:22Z".
+func (r *Rollout) deadlineText(n *Node) string {
+	return "healthy_deadline at " + n.DeadlineFrom.Add(r.R.HealthyDeadline).Format(time.RFC3339)
 }
 
 // holding says what keeps a pending target from its new want: the

@@ -232,29 +232,30 @@ func newRolloutStatusCmd(a *app) *cobra.Command {
 		Long: `status replays the fleet's newest rollout and prints the delivery view: the
 rollout's phase, batch and budget; per target its batch and status, the want
 published, its plan and whether it settled, the builds it runs, healthy since
-when, and why it failed or waits (a target whose agent is down or whose node
-is paused says so, canary or not); per build, on how many of the fleet's
-nodes it runs. A 'waiting:' line says what holds the whole rollout (a canary
-away), whole; a 'stalled:' line says why a rollout whose budget is spent by
-nodes none of its steps changes (an agent down, a node paused, a module
-unhealthy) takes no step, or why a revert's targets wait for the budget and
-none of its steps is under way. After a revert each target's row keeps its new
-want's plan, settle and healthy window. A target given its new want and not
-done when the rollout was aborted, superseded or reverted is 'stopped': no
-longer judged (RUNNING still shows what its node runs), and the budget of
-such a rollout counts only nodes away, unhealthy or still reverting (while
-reverting, the budget the revert spends). The budget of a running rollout
+when, and why it failed or waits (a target whose agent is down or whose node is
+paused says so, canary or not; one changing whose plan settled says what is not
+healthy yet and its healthy_deadline, as 'rollout why' does); per build, on how
+many of the fleet's nodes it runs. A 'waiting:' line says what holds the whole
+rollout (a canary away), whole; a 'stalled:' line says why a rollout whose
+budget is spent by nodes none of its steps changes (an agent down, a node
+paused, a module unhealthy) takes no step, or why a revert's targets wait for
+the budget and none of its steps is under way. After a revert each target's row
+keeps its new want's plan, settle and healthy window. A target given its new
+want and not done when the rollout was aborted, superseded or reverted is
+'stopped': no longer judged (RUNNING still shows what its node runs), and the
+budget of such a rollout counts only nodes away, unhealthy or still reverting
+(while reverting, the budget the revert spends). The budget of a running rollout
 leaves out its targets not yet given their want that are unavailable only
 because a module is unhealthy or failed: they get it in their batch's turn
 whatever the budget, so the line says how many it does not count. A target
-'unreached' (its agent down at its healthy_deadline) that has taken its new
-want since, after the rollout completed, says 'arrived since'. An
-'unattended:' line says no rollout controller acts on the rollout: a step it
-owes (a want decided, a min_healthy window's or healthy_deadline's end) has
-waited 30s with no tick, outcome or record of a controller (serve or
-reconcile down, its controller user revoked, rollouts off). A rollout whose
-start aged out of the stream (--max-age) cannot be replayed: status says so,
-lists the events of it that remain, and exits 1.
+'unreached' (its agent down at its healthy_deadline) that has taken its new want
+since, after the rollout completed, says 'arrived since'. An 'unattended:' line
+says no rollout controller acts on the rollout: a step it owes (a want decided,
+a min_healthy window's or healthy_deadline's end) has waited 30s with no tick,
+outcome or record of a controller (serve or reconcile down, its controller user
+revoked, rollouts off). A rollout whose start aged out of the stream (--max-age)
+cannot be replayed: status says so, lists the events of it that remain, and
+exits 1.
 
 A 'targets:' line near the top counts the targets of each status, most
 pressing first ("300 targets: 2 failed, 20 changing, 258 pending, 20 done").
