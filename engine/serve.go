@@ -98,6 +98,11 @@ type Config struct {
 	// the stream, each fleet's held by a lease in the lease bucket
 	// (DESIGN.md §11).
 	NoRollouts bool
+	// StoreStatus, when set, is what the state service answers on
+	// events.StateSubject(prefix, events.EndpointState,
+	// store.StoreStatusName): the embedded server's watch of its data
+	// directory (meshfold serve). Nil: it answers {"watched": false}.
+	StoreStatus func() store.StoreStatus
 	// WritesConn, when set, is the connection the reconciler writes its
 	// effects and snapshots on (ReconcilerConfig.Writes); Serve neither
 	// drains nor closes it, and it may be nc itself (one connection for
@@ -303,7 +308,7 @@ func serve(ctx context.Context, nc, wc *nats.Conn, c Config) error {
 	// In a group each instance knows only its partitions' nodes: every
 	// instance hears every request and the owner answers, "unknown"
 	// too for a node it has no state of.
-	svc, err := AddStateService(nc, r.Node, StateServiceConfig{Prefix: scfg.Prefix, Partial: group != nil, Unknown: r.Unknown})
+	svc, err := AddStateService(nc, r.Node, StateServiceConfig{Prefix: scfg.Prefix, Partial: group != nil, Unknown: r.Unknown, StoreStatus: c.StoreStatus})
 	if err != nil {
 		return err
 	}

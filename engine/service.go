@@ -39,6 +39,13 @@ type StateServiceConfig struct {
 	// as an unpartitioned service does. Nil: a Partial service never
 	// answers a miss.
 	Unknown func(node string) bool
+	// StoreStatus, when set, answers the state endpoint's reserved name
+	// store.StoreStatusName ($MESHFOLD.<prefix>.state._store) with what
+	// the embedded server knows of its store: a write the store does not
+	// answer leaves the client only a timeout, and this names the cause
+	// (a fresh user's finding G1). Nil: {"watched": false}, or, with
+	// Partial, no answer (another instance may watch).
+	StoreStatus func() store.StoreStatus
 }
 
 // AddStateService starts the state service on nc. lookup returns a node's
@@ -82,6 +89,15 @@ func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, 
 		h := func(req micro.Request) {
 			subj := req.Subject()
 			node := subj[strings.LastIndexByte(subj, '.')+1:]
+			if node == store.StoreStatusName && ep.name == events.EndpointState {
+				switch {
+				case c.StoreStatus != nil:
+					_ = req.RespondJSON(c.StoreStatus())
+				case !c.Partial:
+					_ = req.RespondJSON(store.StoreStatus{})
+				}
+				return
+			}
 			if !events.ValidName(node) {
 				_ = req.Error("400", fmt.Sprintf("node %q: %v", node, events.ErrBadName), nil)
 				return

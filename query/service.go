@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/store"
 )
 
 // Errors of the state service's client, and of a [Reader].
@@ -88,10 +89,42 @@ func request(ctx context.Context, nc *nats.Conn, subject string, timeout time.Du
 		if code == "404" {
 			return fmt.Errorf("%s: %w", subject, ErrUnknownNode)
 		}
-		return fmt.Errorf("%s: service error %s: %s", subject, code, desc)
+		return &serviceError{subject: subject, code: code, desc: desc}
 	}
 	if err := json.Unmarshal(msg.Data, into); err != nil {
 		return fmt.Errorf("%s: decode reply: %w", subject, err)
 	}
 	return nil
+}
+
+// RequestStoreStatus asks the state service what serve's embedded server
+// knows of its store (store.StoreStatus, on the state endpoint's reserved
+// name store.StoreStatusName): whether it takes writes, since when not,
+// and why. timeout bounds the request (0: [DefaultTimeout]). A reconciler
+// on an external server, or of a build before it (which answers 400, a
+// bad node name), knows nothing: the status is then the zero one
+// (Watched false), with no error.
+//
+// Errors: [ErrNoReconciler] when no service answers; another service
+// error or an undecodable reply.
+func RequestStoreStatus(ctx context.Context, nc *nats.Conn, prefix string, timeout time.Duration) (store.StoreStatus, error) {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	var s store.StoreStatus
+	err := request(ctx, nc, events.StateSubject(prefix, events.EndpointState, store.StoreStatusName), timeout, &s)
+	var se *serviceError
+	if errors.As(err, &se) && se.code == "400" {
+		return store.StoreStatus{}, nil
+	}
+	return s, err
+}
+
+// serviceError is a state service's error reply other than 404.
+type serviceError struct {
+	subject, code, desc string
+}
+
+func (e *serviceError) Error() string {
+	return fmt.Sprintf("%s: service error %s: %s", e.subject, e.code, e.desc)
 }

@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,17 +30,27 @@ const (
 )
 
 type storageFullError struct {
-	err  error
-	what string
+	err    error
+	what   string
+	source string // whose answer what is; "" is the server's refusal
 }
 
 func (e *storageFullError) Error() string {
-	return fmt.Sprintf("%v: %s (the server's answer); free space under the server's data directory "+
+	source := e.source
+	if source == "" {
+		source = "the server's answer"
+	}
+	return fmt.Sprintf("%v: %s (%s); free space under the server's data directory "+
 		"(meshfold serve takes writes again by itself once there is room; see docs/operations.md, \"Disk full\")",
-		ErrStorageFull, e.what)
+		ErrStorageFull, e.what, source)
 }
 
-func (e *storageFullError) Unwrap() []error { return []error{ErrStorageFull, e.err} }
+func (e *storageFullError) Unwrap() []error {
+	if e.err == nil {
+		return []error{ErrStorageFull}
+	}
+	return []error{ErrStorageFull, e.err}
+}
 
 // StorageFullError returns err, wrapped so that it says in words that
 // the server cannot store (and matches [ErrStorageFull]), when err is the
@@ -65,4 +77,61 @@ func StorageFullError(err error) error {
 		return &storageFullError{err: err, what: fmt.Sprintf("%s, code %d, err_code %d", desc, status, code)}
 	}
 	return err
+}
+
+// StoreStatus is what an embedded server's watch of its data directory
+// knows of its store (meshfold serve; store/embedded), as the state
+// service answers it on events.StateSubject(prefix, events.EndpointState,
+// [StoreStatusName]): the only way a client learns why its write went
+// unanswered, since a file store that failed a write ("no space left on
+// device") keeps that error and answers no later write (nats-server
+// 2.15: no refusal is sent, the client times out). JSON; no path, no
+// secret.
+type StoreStatus struct {
+	// Watched: the server answering watches its store (serve's embedded
+	// server). False: a reconciler on an external nats-server, which
+	// knows nothing of its disk; the other fields are then zero.
+	Watched bool `json:"watched"`
+	// Stores: JetStream takes writes. False from Since on.
+	Stores bool `json:"stores"`
+	// Since is when the store stopped taking writes (zero while Stores).
+	Since time.Time `json:"since,omitzero"`
+	// Why says why, in words: "the filesystem has no room", "the store
+	// is past the server's storage limit …", "the server disabled
+	// JetStream …", or a file store's kept write error.
+	Why string `json:"why,omitempty"`
+	// Refusing names the streams and buckets whose file store holds a
+	// write error (MESH, KV_MESH_NODES …): none of them stores or
+	// answers a write until serve opens them again.
+	Refusing []string `json:"refusing,omitempty"`
+}
+
+// StoreStatusName is the state service's reserved last token that asks
+// for the [StoreStatus] instead of a node's state: no node can be named
+// it (a name starts with a letter or digit), so a build before it answers
+// 400 (a bad node name) and an operator's credentials that may ask a
+// node's state may ask it.
+const StoreStatusName = "_store"
+
+// Err returns nil while the store takes writes, else an error matching
+// [ErrStorageFull] that says since when and why, for a write that went
+// unanswered (err, which it wraps too; may be nil):
+//
+//	the server cannot store: its data directory is full (or its storage limit reached): serve's store has taken no write since 17:53:14 UTC (4m10s): the filesystem has no room (MESH, KV_MESH_NODES refuse every write) (serve's answer); free space under …
+func (s StoreStatus) Err(err error, now time.Time) error {
+	if !s.Watched || s.Stores {
+		return nil
+	}
+	what := "serve's store takes no write"
+	if !s.Since.IsZero() {
+		what = fmt.Sprintf("serve's store has taken no write since %s (%s)", s.Since.UTC().Format("15:04:05 MST"),
+			max(now.Sub(s.Since), 0).Round(time.Second))
+	}
+	if s.Why != "" {
+		what += ": " + s.Why
+	}
+	if len(s.Refusing) > 0 {
+		what += " (" + strings.Join(s.Refusing, ", ") + " refuse every write)"
+	}
+	return &storageFullError{err: err, what: what, source: "serve's answer"}
 }

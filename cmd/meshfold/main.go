@@ -111,6 +111,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	err = a.explainStream(err)
 	err = a.explainReplicas(cmd, err)
 	err = store.StorageFullError(err) // a KV put or a stream create refused for lack of room; appends say it already
+	err = a.explainUnanswered(ctx, err)
 	fmt.Fprintln(stderr, "meshfold:", err)
 	var ce *codedError
 	if errors.As(err, &ce) {

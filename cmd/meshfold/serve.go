@@ -47,7 +47,10 @@ type loopFlags struct {
 	// reconcile --controller-creds run their own beside it
 	// (controllerLoop); rolloutsOff, when set, says why none runs.
 	rolloutsBeside bool
-	rolloutsOff    string
+	// storeStatus: serve's embedded server's watch of its data
+	// directory, which the state service answers (engine.Config).
+	storeStatus func() store.StoreStatus
+	rolloutsOff string
 	// signer and own are set from signingKey before runReconciler.
 	signer *store.Signer
 	own    *store.Trust
@@ -320,6 +323,7 @@ good (the reconciler user revoked), so that its service manager restarts it.`,
 				lf.rolloutsBeside = true
 			}
 			lf.rolloutsOffWarn(log)
+			lf.storeStatus = srv.StoreStatus
 			rctx, stopCtl := context.WithCancel(cmd.Context())
 			defer stopCtl()
 			err = rv.explain(runReconciler(rctx, a, log, nc, lf, func(ctx context.Context, cfg store.StreamConfig) {
@@ -602,8 +606,8 @@ func runReconciler(ctx context.Context, a *app, log *slog.Logger, nc *nats.Conn,
 	cfg := engine.Config{Stream: lf.stream(a.stream), Logger: log, Signer: lf.signer, Own: lf.own, Tracing: tp,
 		SnapshotEvery: lf.snapshotEvery, SnapshotInterval: lf.snapshotInterval,
 		MetricsAddr: lf.metrics, Pprof: lf.pprof, LeaseTTL: lf.leaseTTL,
-		NoRollouts: lf.rolloutsOff != "" || lf.rolloutsBeside,
-		Ready:      func(ctx context.Context, r *engine.Reconciler) { ready(ctx, r.Stream()) }}
+		NoRollouts: lf.rolloutsOff != "" || lf.rolloutsBeside, StoreStatus: lf.storeStatus,
+		Ready: func(ctx context.Context, r *engine.Reconciler) { ready(ctx, r.Stream()) }}
 	if lf.group.enabled() {
 		cfg.Group, cfg.Instance = lf.group.name, lf.group.instance
 	}

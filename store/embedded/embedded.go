@@ -401,6 +401,13 @@ func (e *Server) ClientURL() string { return e.srv.ClientURL() }
 // not expose.
 func (e *Server) NATS() *server.Server { return e.srv }
 
+// StoreStatus returns what the watch of the data directory saw at its
+// last look (once a second): whether JetStream takes writes and, if not,
+// since when and why, and which streams' file stores keep a write error
+// (those answer no write: the client times out). meshfold serve's state
+// service answers it (store.StoreStatusName).
+func (e *Server) StoreStatus() store.StoreStatus { return e.watch.storeStatus() }
+
 // Connect returns a connection to the embedded server that does not use a
 // socket (nats.InProcessServer), its connect bounded by 5 s as a TCP
 // one's (store.Connect). opts are applied after these.

@@ -3,10 +3,15 @@ package embedded
 import (
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/meshfold/meshfold/store"
 )
 
 // What nats-server v2.15 does when its data directory fills up (read in
@@ -80,6 +85,11 @@ type storageWatch struct {
 	// restartFailed: a restart failed in this episode (logged once).
 	restartFailed bool
 	freeFunc      func(dir string) (int64, error)
+
+	// mu guards status, what the last look saw, for [Server.StoreStatus]
+	// (the state service's goroutines read it).
+	mu     sync.Mutex
+	status store.StoreStatus
 }
 
 func newStorageWatch(srv *server.Server, opts *server.Options, dataDir string, log *slog.Logger) *storageWatch {
@@ -104,6 +114,7 @@ func newStorageWatch(srv *server.Server, opts *server.Options, dataDir string, l
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		freeFunc: freeBytes,
+		status:   store.StoreStatus{Watched: true, Stores: true},
 	}
 }
 
@@ -133,6 +144,11 @@ type storage struct {
 	used, max  int64 // the store's bytes and its limit (enabled only)
 	free       int64 // the filesystem's free bytes for unprivileged use
 	freeErrMsg string
+	// refusing: the streams whose file store keeps a write error
+	// (Healthz's "write error"), sorted, and the first one's error, its
+	// last part ("no space left on device"): none answers a write.
+	refusing []string
+	werr     string
 }
 
 func (w *storageWatch) look() storage {
@@ -148,8 +164,55 @@ func (w *storageWatch) look() storage {
 		if info, err := w.srv.Jsz(&server.JSzOptions{}); err == nil && info != nil {
 			st.used, st.max = int64(info.Store), info.Config.MaxStore
 		}
+		// A single server's health names each stream whose file store
+		// failed a write: such a stream answers no later write until
+		// JetStream opens it again (the client times out).
+		if h := w.srv.Healthz(&server.HealthzOptions{Details: true}); h != nil {
+			for _, e := range h.Errors {
+				if e.Type != server.HealthzErrorStream || !strings.Contains(e.Error, "write error") {
+					continue
+				}
+				st.refusing = append(st.refusing, e.Stream)
+				if st.werr == "" {
+					st.werr = e.Error[strings.LastIndex(e.Error, ": ")+2:]
+				}
+			}
+			slices.Sort(st.refusing)
+		}
 	}
 	return st
+}
+
+// setStatus records what a look saw for [Server.StoreStatus].
+func (w *storageWatch) setStatus(st storage) {
+	s := store.StoreStatus{Watched: true, Stores: !w.full && len(st.refusing) == 0, Refusing: st.refusing}
+	if !s.Stores {
+		s.Why = st.why()
+		if !w.full && st.werr != "" {
+			s.Why = "a file store failed a write: " + st.werr
+		}
+		w.mu.Lock()
+		s.Since = w.status.Since
+		w.mu.Unlock()
+		switch {
+		case w.full:
+			s.Since = w.since
+		case s.Since.IsZero():
+			s.Since = time.Now()
+		}
+	}
+	w.mu.Lock()
+	w.status = s
+	w.mu.Unlock()
+}
+
+// storeStatus returns what the last look saw.
+func (w *storageWatch) storeStatus() store.StoreStatus {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.status
+	s.Refusing = slices.Clone(s.Refusing)
+	return s
 }
 
 func (st storage) pastLimit() bool { return st.enabled && st.max > 0 && st.used > st.max }
@@ -158,6 +221,7 @@ func (st storage) diskFull() bool { return st.free >= 0 && st.free < minFree }
 
 func (w *storageWatch) check() {
 	st := w.look()
+	defer func() { w.setStatus(st) }()
 	full := !st.enabled || st.pastLimit() || st.diskFull()
 	if full && !w.full {
 		w.full, w.since = true, time.Now()
