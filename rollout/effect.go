@@ -64,15 +64,15 @@ func ParseWantID(id string) (fleet string, rollout uint64, node string, step Ste
 		return "", 0, "", "", false
 	}
 	switch Step(parts[4]) {
-	case StepForward, StepRevert:
+	case StepForward, StepRevert, StepOver:
 		return parts[0], n, parts[3], Step(parts[4]), true
 	}
 	return "", 0, "", "", false
 }
 
 // ID is the effect's message id. A want's is
-// `<fleet>.rollout.<rollout>.<node>.<step>`: one forward want and one
-// revert per target and rollout, whatever event caused it, so a replay, a
+// `<fleet>.rollout.<rollout>.<node>.<step>`: one forward want (and, at
+// most once, its [StepOver] again) and one revert per target and rollout, whatever event caused it, so a replay, a
 // restart or a second controller makes the same id. A record's is
 // `<fleet>.record.<cause>.<n>`.
 func (e Effect) ID() string {

@@ -99,6 +99,13 @@ type Step string
 const (
 	StepForward Step = "forward"
 	StepRevert  Step = "revert"
+	// StepOver gives a target its new want again, once, after its
+	// forward step was refused because the rollout this one superseded
+	// ([Start].Supersedes) stored a want of its own on the node after
+	// apply read it: the new want then expects that one (see
+	// folder.overSuperseded). A step of its own, so its want and its
+	// outcome have message ids of their own ([WantID], [OutcomeID]).
+	StepOver Step = "over"
 )
 
 // NodeAtStart is one of the fleet's nodes as `apply` saw it when it
@@ -207,6 +214,14 @@ type Start struct {
 	// fail); a node names its list by [NodeAtStart].NewFiles. Absent
 	// from an older apply's start: no file is waited for.
 	NewFiles [][]FileRef `json:"new_files,omitempty"`
+	// Supersedes is the fleet's newest start when apply read the fleet
+	// (0: none), which apply publishes this start over (its expected
+	// last subject sequence, so no start came between). A want that
+	// rollout stored on a target after apply read the target is no hand
+	// change: the target's step expects it instead ([Node].Adopted,
+	// [StepOver]), whether or not the fold saw that rollout. Absent
+	// from an older apply's start: such a want is a conflict, as before.
+	Supersedes uint64 `json:"supersedes,omitempty"`
 }
 
 // Nodes is page Page (1-based, from 1 to the start's Pages-1; the start
@@ -230,15 +245,20 @@ type Published struct {
 
 // Refused is the controller's record that the want of a step could not
 // be published: the node's newest want was Last, not the one the step
-// expected (a want changed by hand: a conflict), or, Last 0, the
-// previous want to give back could not be read (Error says why).
+// expected (a want changed by hand, or by another rollout's step: a
+// conflict), or, Last 0, the previous want to give back could not be
+// read (Error says why).
 type Refused struct {
 	events.Header
 	Rollout uint64 `json:"rollout"`
 	Node    string `json:"node"`
 	Step    Step   `json:"step"`
 	Last    uint64 `json:"last,omitempty"`
-	Error   string `json:"error,omitempty"`
+	// LastID is the message id of want Last (empty: it has none, a want
+	// published by hand, or an older controller's record): a rollout
+	// step's names its writer ([ParseWantID]).
+	LastID string `json:"last_id,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // Operator is an operator's verb on the fleet's rollout: promote, pause,
@@ -459,7 +479,7 @@ func checkBy(by, reason string) error {
 
 func checkStep(s Step) error {
 	switch s {
-	case StepForward, StepRevert:
+	case StepForward, StepRevert, StepOver:
 		return nil
 	case "":
 		return fieldErr("step", "", events.ErrMissing)
@@ -648,6 +668,11 @@ func (r *Refused) Validate() error {
 	// its control characters escaped (DESIGN.md §10).
 	if len(r.Error) > events.MaxText {
 		return fieldErr("error", r.Error, &events.LimitError{Err: events.ErrTooLong, Got: len(r.Error), Limit: events.MaxText, Name: "MaxText"})
+	}
+	// A message id anyone may have set on a want: read only through
+	// ParseWantID, bounded as free text.
+	if len(r.LastID) > events.MaxText {
+		return fieldErr("last_id", r.LastID, &events.LimitError{Err: events.ErrTooLong, Got: len(r.LastID), Limit: events.MaxText, Name: "MaxText"})
 	}
 	return nil
 }

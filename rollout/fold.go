@@ -137,6 +137,13 @@ func (f *folder) start(p *Start) {
 	}
 	r := &Rollout{ID: f.in.Seq, Time: f.s.Now, By: p.By, Reason: p.Reason, Params: p.Params,
 		Wants: cloneWants(p.Wants), NewFiles: p.NewFiles, Pages: p.Pages, Phase: Loading, Nodes: make(map[string]*Node, len(p.Nodes))}
+	if p.Supersedes < f.in.Seq {
+		// The fleet's newest rollout as apply read it, superseded
+		// knowingly (its fence: no start came between). A fold may
+		// begin at this start (the controller's, `rollout status`'s)
+		// and never see that rollout: the start says it.
+		r.Over = p.Supersedes
+	}
 	f.s.Rollout, f.r = r, r
 	f.addNodes(p.Nodes)
 	r.Loaded = 1
@@ -335,8 +342,10 @@ func (r *Rollout) changedBy(n *Node) string {
 		return "by hand"
 	case id == r.ID:
 		return fmt.Sprintf("by rollout %d's own %s (want id %s), which this fold did not decide,", id, step, n.NewestID)
+	case id == r.Over:
+		return fmt.Sprintf("by rollout %d's %s step (want id %s), the rollout this one superseded,", id, step, n.NewestID)
 	}
-	return fmt.Sprintf("by rollout %d's %s (want id %s)", id, step, n.NewestID)
+	return fmt.Sprintf("by rollout %d's %s step (want id %s)", id, step, n.NewestID)
 }
 
 // recorded folds a record read back from the fleet's rollout subject.
@@ -621,7 +630,7 @@ func (f *folder) resumeUnverified(by string) {
 	}
 	for _, name := range r.Targets {
 		n := r.Nodes[name]
-		if n.Status == Pending && n.NewestID == WantID(f.s.Fleet, r.ID, name, StepForward) {
+		if n.Status == Pending && n.NewestID == WantID(f.s.Fleet, r.ID, name, n.forwardStep()) {
 			continue
 		}
 		f.checkConflict(n)
@@ -654,6 +663,43 @@ func (r *Rollout) fenced() bool {
 	return r != nil && r.Unverified != nil && (r.Phase == Running || r.Phase == WaitingPromote || r.Phase == Halted || r.Phase == Reverting)
 }
 
+// overSuperseded takes want seq (message id id), newer than the one a
+// target not yet published was diffed against, as the want its step
+// expects, and reports true, when it is a step of the rollout this one
+// superseded ([Rollout].Over) on the target: that rollout's controller
+// stored it after apply read the node and before it folded this
+// rollout's start (a fresh user's finding G2: the superseding rollout
+// halted at its first step, "changed by hand", on the superseded
+// rollout's canary step, and auto-reverted). No hand changed it: the
+// operator who applied meant to supersede that rollout, and the new
+// want is the fleet file's whatever that step gave. A revert still
+// gives back [Node.RevertTo], the want before the unfinished rollouts,
+// as [State.RevertBases] decides for a step apply did read. The one
+// place that decides it; a want of any other writer, or a second one
+// after a forward step was refused for the first, is a conflict.
+func (f *folder) overSuperseded(n *Node, seq uint64, id string) bool {
+	r := f.r
+	fleet, rollout, node, step, ok := ParseWantID(id)
+	if !ok || r.Over == 0 || rollout != r.Over || fleet != f.s.Fleet || node != n.Name || n.Again || seq <= n.Expect() {
+		return false
+	}
+	n.Adopted = seq
+	n.NewestWant, n.NewestID = max(n.NewestWant, seq), id
+	back := fmt.Sprintf("a revert gives back #%d", n.RevertTo())
+	if n.HadNone() {
+		back = "a revert gives back no want, as the node had none"
+	} else if n.RevertTo() == 0 {
+		back = fmt.Sprintf("a revert gives back #%d, which the rollout carries", n.HadSeq)
+	}
+	again := "its step expects it"
+	if n.Status == Publishing {
+		again = "its new want is published again expecting it (step over)"
+	}
+	f.record(0, n.Name, "adopted", events.LevelInfo, "target %s: its want #%d is rollout %d's %s step (want id %s), the rollout this one superseded, stored after apply read #%d: no hand change; %s, and %s",
+		n.Name, seq, rollout, step, id, n.Prev, again, back)
+	return true
+}
+
 // checkConflict marks a target whose newest want is none of the
 // rollout's: changed by hand (DESIGN.md §11).
 func (f *folder) checkConflict(n *Node) {
@@ -663,7 +709,7 @@ func (f *folder) checkConflict(n *Node) {
 	switch {
 	case n.Status == Conflict || n.Status == Skipped:
 	case n.Status == Pending:
-		if n.NewestWant > n.Prev {
+		if n.NewestWant > n.Expect() && !f.overSuperseded(n, n.NewestWant, n.NewestID) {
 			f.conflict(n, fmt.Sprintf("its want was changed %s at #%d after the rollout diffed against #%d", f.r.changedBy(n), n.NewestWant, n.Prev))
 		}
 	case n.Published == 0:
@@ -1089,8 +1135,8 @@ func (f *folder) published(p *Published) {
 	if n.Status != Publishing {
 		return // recorded already
 	}
-	if p.Want <= n.Prev {
-		f.record(0, n.Name, "rejected", events.LevelError, "published %d not folded: want %d is not after the want the step diffed against (%d)", f.in.Seq, p.Want, n.Prev)
+	if p.Want <= n.Expect() {
+		f.record(0, n.Name, "rejected", events.LevelError, "published %d not folded: want %d is not after the want the step expected (%d)", f.in.Seq, p.Want, n.Expect())
 		return
 	}
 	n.Published, n.Status, n.DeadlineFrom = p.Want, Changing, f.s.Now
@@ -1130,8 +1176,15 @@ func (f *folder) refused(p *Refused) {
 	if p.Last > 0 {
 		if p.Last > n.NewestWant {
 			n.NewestWant, n.NewestID = p.Last, ""
+			if _, _, node, _, ok := ParseWantID(p.LastID); ok && node == n.Name {
+				n.NewestID = p.LastID // a rollout's step: changedBy names it
+			}
 		}
-		why = fmt.Sprintf("its want was changed by hand: the newest is #%d", p.Last)
+		by := "by hand"
+		if p.Last == n.NewestWant {
+			by = r.changedBy(n)
+		}
+		why = fmt.Sprintf("its want was changed %s: the newest is #%d", by, p.Last)
 	}
 	if p.Step == StepRevert {
 		if n.Back != nil && n.Back.Status == RevertPublishing {
@@ -1140,7 +1193,18 @@ func (f *folder) refused(p *Refused) {
 		}
 		return
 	}
-	if n.Status != Publishing {
+	if n.Status != Publishing || p.Step != n.forwardStep() {
+		return // recorded already, or the outcome of its forward step read again after its step over
+	}
+	if p.Last > 0 && p.Last == n.NewestWant && (r.Phase == Running || r.Phase == WaitingPromote) && !r.fenced() && f.overSuperseded(n, p.Last, n.NewestID) {
+		// Refused for a want of the rollout this one superseded, stored
+		// after apply read the node: its new want again, expecting it.
+		// Only while the rollout steps forward: halted or reverting, no
+		// target gets its new want, and this one, never changed by it,
+		// keeps the superseded rollout's want as a conflict does (never
+		// overwritten, the halt naming that rollout's step).
+		n.Again, n.DeadlineFrom = true, f.s.Now
+		f.publish(&WantEffect{Rollout: r.ID, Node: n.Name, Step: StepOver, Modules: r.Wants[n.Want-1], Expect: n.Expect(), Why: r.stepWhy(n)})
 		return
 	}
 	if n.Back != nil { // its revert waited for this outcome: nothing to give back
@@ -1148,7 +1212,7 @@ func (f *folder) refused(p *Refused) {
 		r.Reverting = remove(r.Reverting, n.Name)
 	}
 	if p.Last > 0 {
-		f.conflict(n, why+fmt.Sprintf(", the rollout diffed against #%d", n.Prev))
+		f.conflict(n, why+fmt.Sprintf(", the rollout diffed against #%d", n.Expect()))
 	} else {
 		f.fail(n, why)
 	}
@@ -2200,7 +2264,7 @@ func (r *Rollout) spent() int {
 func (f *folder) step(n *Node) {
 	r := f.r
 	f.stepped(n)
-	f.publish(&WantEffect{Rollout: r.ID, Node: n.Name, Step: StepForward, Modules: r.Wants[n.Want-1], Expect: n.Prev, Why: r.stepWhy(n)})
+	f.publish(&WantEffect{Rollout: r.ID, Node: n.Name, Step: n.forwardStep(), Modules: r.Wants[n.Want-1], Expect: n.Expect(), Why: r.stepWhy(n)})
 }
 
 // stepped marks a target given its new want: publishing, in progress.
@@ -2319,7 +2383,7 @@ func (s *State) Pending() []Effect {
 			out = append(out, Effect{Fleet: s.Fleet, Cause: n.Back.Step.Seq, Want: r.revertWant(n)})
 		case n.Status == Publishing && !r.Phase.Final():
 			out = append(out, Effect{Fleet: s.Fleet, Cause: n.Step.Seq,
-				Want: &WantEffect{Rollout: r.ID, Node: n.Name, Step: StepForward, Modules: r.Wants[n.Want-1], Expect: n.Prev, Why: r.stepWhy(n)}})
+				Want: &WantEffect{Rollout: r.ID, Node: n.Name, Step: n.forwardStep(), Modules: r.Wants[n.Want-1], Expect: n.Expect(), Why: r.stepWhy(n)}})
 		}
 	}
 	return out

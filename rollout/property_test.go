@@ -3,6 +3,7 @@ package rollout_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -37,14 +38,43 @@ func history(t *rapid.T) *harness {
 		HealthyDeadline: rollout.Duration(time.Duration(rapid.IntRange(30, 300).Draw(t, "healthy_deadline")) * time.Second),
 		AutoRevert:      rapid.Bool().Draw(t, "auto_revert"),
 	}
+	// read, when set, is what an apply read of the nodes' newest wants
+	// while rollout readOver was the fleet's newest: its start, later,
+	// diffs against them and names readOver as the rollout it
+	// supersedes (rollout.Start.Supersedes), as apply does; steps stored
+	// meanwhile are newer than what it read (a fresh user's finding G2).
+	var (
+		read     map[string]uint64
+		readOver uint64
+	)
+	newest := func() uint64 {
+		if h.state.Rollout == nil {
+			return 0
+		}
+		return h.state.Rollout.ID
+	}
 	begin := func() {
 		sp := *p // each start its own: the stream keeps the payload
+		seen := h.newest
+		if read != nil && readOver == newest() {
+			seen = read // read before: apply's fence lets it start
+		}
+		sp.Supersedes, read = newest(), nil
 		for _, name := range names {
-			n := rollout.NodeAtStart{Node: name, Want: rapid.IntRange(0, 2).Draw(t, "want "+name), Prev: h.newest[name]}
+			n := rollout.NodeAtStart{Node: name, Want: rapid.IntRange(0, 2).Draw(t, "want "+name), Prev: seen[name]}
 			n.Down = rapid.IntRange(0, 9).Draw(t, "down "+name) == 0
 			sp.Nodes = append(sp.Nodes, n)
 		}
 		h.append(t, rollout.Input{Kind: rollout.KindStart, Payload: rollout.Stamp(&sp, h.now)})
+		if len(h.held) > 0 && rapid.Bool().Draw(t, "in flight") {
+			// The wants the controller decided while stalled, the
+			// superseded rollout's first, reach the server now.
+			held := h.held
+			h.stall, h.held = false, nil
+			for _, e := range held {
+				h.carry(t, e)
+			}
+		}
 	}
 	begin()
 	steps := rapid.IntRange(1, 80).Draw(t, "steps")
@@ -100,9 +130,12 @@ func history(t *rapid.T) *harness {
 			h.node(t, node, rollout.KindSettle, &events.Settle{Op: events.OpApply, Plan: h.plans[node]})
 		case 16:
 			// Now and then a new apply, which supersedes an active
-			// rollout.
-			if rapid.IntRange(0, 4).Draw(t, "again") == 0 {
+			// rollout; or an apply's read of the fleet, started later.
+			switch rapid.IntRange(0, 4).Draw(t, "again") {
+			case 0:
 				begin()
+			case 1:
+				read, readOver = maps.Clone(h.newest), newest()
 			}
 		}
 	}
@@ -497,8 +530,10 @@ func TestNeverOverwritten(t *testing.T) {
 					if w.Expect != s.Rollout.Nodes[w.Node].Published || w.Expect < n.NewestWant {
 						t.Fatalf("#%d: revert of %s expects #%d; the rollout's want is #%d, the newest known #%d", in.Seq, w.Node, w.Expect, n.Published, n.NewestWant)
 					}
-				} else if w.Expect != n.Prev || n.NewestWant != n.Prev {
-					t.Fatalf("#%d: %s's want expects #%d; diffed against #%d, newest known #%d", in.Seq, w.Node, w.Expect, n.Prev, n.NewestWant)
+				} else if after := s.Rollout.Nodes[w.Node]; w.Expect != after.Expect() || after.NewestWant != after.Expect() || (after.Adopted == 0 && w.Expect != n.Prev) {
+					// Prev, or a want of the rollout it superseded
+					// (Node.Adopted), which may be taken in that fold.
+					t.Fatalf("#%d: %s's want expects #%d; diffed against #%d, adopted #%d, newest known #%d", in.Seq, w.Node, w.Expect, n.Prev, after.Adopted, after.NewestWant)
 				}
 			}
 		}
@@ -602,6 +637,40 @@ func TestGivesBackNamesEveryRevert(t *testing.T) {
 			for _, e := range s.Fold(in) {
 				if w := e.Want; w != nil && w.Step == rollout.StepRevert && w.CopyOf != 0 && !named[w.Node] {
 					t.Fatalf("#%d (%s): %s given its previous want #%d back; GivesBack named %v", in.Seq, in.Kind, w.Node, w.CopyOf, named)
+				}
+			}
+		}
+	})
+}
+
+// TestSupersededStepIsNoConflict: a want the rollout that a start
+// supersedes knowingly (rollout.Start.Supersedes, as apply reads it)
+// stored on a target after apply read the target is never the target's
+// conflict, nor what halts the new rollout; the target's step expects
+// it instead (a fresh user's finding G2). The one exception: a step
+// refused for it once the rollout halted or reverts, which gives no
+// target its new want. Any other writer's want still
+// is a conflict (TestNeverOverwritten). Histories where an apply read
+// the fleet before the current rollout's steps landed, and where the
+// superseded rollout's wants were in flight when the new start was
+// stored, are both drawn (history).
+func TestSupersededStepIsNoConflict(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		h := history(t)
+		s := rollout.NewState("web")
+		for _, in := range h.stream {
+			forward := s.Rollout != nil && (s.Rollout.Phase == rollout.Running || s.Rollout.Phase == rollout.WaitingPromote) && s.Rollout.Unverified == nil
+			for _, e := range s.Fold(in) {
+				rec := e.Record
+				if rec == nil || rec.What != string(rollout.Conflict) || s.Rollout == nil || s.Rollout.Over == 0 || !forward && in.Kind == rollout.KindRefused {
+					// Halted or reverting, a target whose step was
+					// refused gets no new want: it keeps the
+					// superseded rollout's, as a conflict does.
+					continue
+				}
+				n := s.Rollout.Nodes[rec.Node]
+				if _, id, node, _, ok := rollout.ParseWantID(n.NewestID); ok && id == s.Rollout.Over && node == n.Name && !n.Again {
+					t.Fatalf("#%d: %s in conflict over rollout %d's own step (%s), which rollout %d superseded: %s", in.Seq, n.Name, id, n.NewestID, s.Rollout.ID, rec.Msg)
 				}
 			}
 		}

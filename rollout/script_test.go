@@ -268,6 +268,17 @@ func (h *harness) run(t testing.TB, d *datadriven.TestData) string {
 			fmt.Fprintf(h.out, "pending %s\n", formatEffect(e))
 			h.carry(t, e)
 		}
+	case "carry-held":
+		// The wants the controller decided while stalled reach the
+		// server now, in the order decided, whatever the fold folded
+		// since (a superseded rollout's step in flight when a new
+		// start was stored).
+		held := h.held
+		h.stall, h.held = false, nil
+		for _, e := range held {
+			fmt.Fprintf(h.out, "held %s\n", formatEffect(e))
+			h.carry(t, e)
+		}
 	case "lag":
 		h.lag = args["on"] != "false"
 		return "ok"
@@ -407,7 +418,12 @@ func (h *harness) addWantID(t tb, node string, ms []events.WantModule, note, id 
 // wants, numbered from 1) and "node NAME WANT [down] [unhealthy=M,M]"
 // lines (WANT 0: not a target); prev is the node's newest want.
 func (h *harness) start(t testing.TB, d *datadriven.TestData, args map[string]string) {
+	// supersedes=N: the fleet's newest start as apply read it
+	// (rollout.Start.Supersedes; an older apply's start has none).
 	p := &rollout.Start{By: orDefault(args["by"], "ops"), Pages: 1}
+	if args["supersedes"] != "" {
+		p.Supersedes = reconciletest.U64(t, args["supersedes"])
+	}
 	if args["pages"] != "" {
 		p.Pages, _ = strconv.Atoi(args["pages"])
 	}
@@ -545,6 +561,10 @@ func (h *harness) nodeLine(t tb, l string) rollout.NodeAtStart {
 				k, _ := strconv.Atoi(p[2])
 				n.Restarts = append(n.Restarts, rollout.ModuleRestarts{Module: p[0], Build: p[1], Restarts: k})
 			}
+		} else if v, ok := strings.CutPrefix(o, "read=#"); ok {
+			// read=#SEQ: apply read want SEQ as the node's newest, an
+			// older one than the stream's newest now.
+			n.Prev, _ = strconv.ParseUint(v, 10, 64)
 		} else if v, ok := strings.CutPrefix(o, "had="); ok {
 			// had=K:SEQ: the want it had before, K of the start's
 			// wants, stored at SEQ, which the stream no longer holds
@@ -621,7 +641,9 @@ func (h *harness) carry(t tb, e rollout.Effect) {
 			h.append(t, rollout.Input{Kind: rollout.KindPublished, Payload: &rollout.Published{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Want: last}})
 			return
 		}
-		h.append(t, rollout.Input{Kind: rollout.KindRefused, Payload: &rollout.Refused{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Last: last}})
+		// The controller reads the newest want back: its sequence and
+		// its message id (a rollout step's names its writer).
+		h.append(t, rollout.Input{Kind: rollout.KindRefused, Payload: &rollout.Refused{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Last: last, LastID: h.newestID[w.Node]}})
 		return
 	}
 	ms := w.Modules
@@ -660,6 +682,9 @@ func summary(in rollout.Input) string {
 	case *rollout.Refused:
 		if p.Error != "" {
 			return fmt.Sprintf("refused %s %s last=#%d: %s", p.Node, p.Step, p.Last, p.Error)
+		}
+		if p.LastID != "" {
+			return fmt.Sprintf("refused %s %s last=#%d (id %s)", p.Node, p.Step, p.Last, p.LastID)
 		}
 		return fmt.Sprintf("refused %s %s last=#%d", p.Node, p.Step, p.Last)
 	case *rollout.Operator:

@@ -193,6 +193,11 @@ type Rollout struct {
 	// (its tick, a step's outcome, a record): nil while none was.
 	// [State.Unattended] reads it.
 	Controller *ControllerFact `json:"controller,omitempty"`
+	// Over is the fleet's newest rollout when apply read the fleet, as
+	// its start names it ([Start].Supersedes); 0 for none, or an older
+	// apply's start. A want that rollout stored on a target after apply
+	// read the target is no hand change (folder.overSuperseded).
+	Over uint64 `json:"over,omitempty"`
 }
 
 // Node is one of the fleet's nodes: its availability, and, for a target,
@@ -238,6 +243,16 @@ type Node struct {
 	// Base, when set, is the want a revert gives back instead of Prev
 	// (the start's Back: Prev is an unfinished superseded rollout's).
 	Base uint64 `json:"base,omitempty"`
+	// Adopted, when set, is a want the superseded rollout
+	// ([Rollout].Over) stored on the target after apply read it (Prev):
+	// the target's step expects it instead of Prev ([Node.Expect]), as
+	// [StepOver] when its forward step was refused for it. A revert
+	// still gives back [Node.RevertTo]: the want before the unfinished
+	// rollouts.
+	Adopted uint64 `json:"adopted,omitempty"`
+	// Again: its forward step was refused for Adopted, and it is given
+	// its new want again as [StepOver].
+	Again bool `json:"again,omitempty"`
 	// Had, when set, is 1 + the index in Rollout.Wants of the want a
 	// revert gives back, which the stream no longer holds (the start's
 	// Had; HadSeq its sequence): apply read it from the reconciler's
@@ -546,6 +561,25 @@ func (s *State) CheckInvariants() error {
 		}
 	}
 	return nil
+}
+
+// Expect is the want the target's step expects on its subject: Adopted
+// when set, else Prev.
+func (n *Node) Expect() uint64 {
+	if n.Adopted != 0 {
+		return n.Adopted
+	}
+	return n.Prev
+}
+
+// forwardStep is the step that gives the target its new want: StepOver
+// once its forward step was refused for a want of the superseded
+// rollout, else StepForward.
+func (n *Node) forwardStep() Step {
+	if n.Again {
+		return StepOver
+	}
+	return StepForward
 }
 
 // RevertTo is the sequence of the want a revert gives the target back

@@ -494,6 +494,13 @@ func (s *State) Why(node string) (lines []string, ok bool) {
 		// new want at #6584 … want #6608 published").
 		say("its step decided at #%d (%s, %s) gives it a new want, %s", n.Step.Seq, n.Step.Time.Format(time.RFC3339), n.Step.Reason, against)
 	}
+	if n.Adopted != 0 {
+		again := ""
+		if n.Again {
+			again = ": its forward step was refused for it, and its new want published again expecting it"
+		}
+		say("want #%d, rollout %d's step stored after apply read the node, is no hand change: this rollout superseded rollout %d, and its step expects #%d%s", n.Adopted, r.Over, r.Over, n.Adopted, again)
+	}
 	if n.Base != 0 {
 		say("a revert gives back want #%d, its want before the rollout this one superseded, which had not finished it (#%d)", n.Base, n.Prev)
 	}

@@ -614,10 +614,10 @@ func (c *controller) wantOf(ctx context.Context, e rollout.Effect) (*events.Want
 				// Dropped by the stream's limits during the rollout,
 				// and not carried by the start (an older apply's
 				// start, or a target past its bound: rollout.CarryBytes).
-				c.refuse(ctx, w, 0, fmt.Sprintf("the previous want #%d could not be read: it is gone from the stream (its --max-age or --max-bytes dropped it) "+
+				c.refuse(ctx, w, 0, "", fmt.Sprintf("the previous want #%d could not be read: it is gone from the stream (its --max-age or --max-bytes dropped it) "+
 					"and the rollout's start does not carry it; give the node its want by hand ('meshfold want %s -f FILE')", w.CopyOf, w.Node))
 			default:
-				c.refuse(ctx, w, 0, fmt.Sprintf("the previous want #%d could not be read: %v", w.CopyOf, err))
+				c.refuse(ctx, w, 0, "", fmt.Sprintf("the previous want #%d could not be read: %v", w.CopyOf, err))
 			}
 			return nil, err
 		}
@@ -628,10 +628,29 @@ func (c *controller) wantOf(ctx context.Context, e rollout.Effect) (*events.Want
 	return events.Stamp(&events.Want{Modules: modules}, time.Now()), nil
 }
 
-func (c *controller) refuse(ctx context.Context, w *rollout.WantEffect, last uint64, why string) {
-	c.log.Warn("rollout want refused", "node", w.Node, "step", w.Step, "last", last, "why", events.Short(why))
-	c.appendAsync(ctx, rollout.KindRefused, &rollout.Refused{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Last: last,
+// refuse records a step's want refused: the node's newest want was
+// last (0: none read), whose message id is lastID, and why says so.
+func (c *controller) refuse(ctx context.Context, w *rollout.WantEffect, last uint64, lastID, why string) {
+	c.log.Warn("rollout want refused", "node", w.Node, "step", w.Step, "last", last, "why", events.ErrorText(why))
+	c.appendAsync(ctx, rollout.KindRefused, &rollout.Refused{Rollout: w.Rollout, Node: w.Node, Step: w.Step, Last: last, LastID: lastID,
 		Error: events.ErrorText(why)}, rollout.OutcomeID(c.fleet, w.Rollout, w.Node, w.Step))
+}
+
+// changedWhy says why a step's want was refused as a conflict: the
+// node's newest want, seq with message id id, is not the one the step
+// expected, and who wrote it (a rollout's step names itself in its id).
+// It was the empty string, and serve logged why="\"\"" (a fresh user's
+// finding G2).
+func changedWhy(w *rollout.WantEffect, seq uint64, id string) string {
+	by := "published by hand (its message id names no rollout's step)"
+	if fleet, r, node, step, ok := rollout.ParseWantID(id); ok && node == w.Node {
+		by = fmt.Sprintf("published by rollout %d of fleet %s, its %s step (message id %s)", r, fleet, step, id)
+	}
+	expected := fmt.Sprintf("#%d, the one the step was decided against", w.Expect)
+	if w.Expect == 0 {
+		expected = "none, as the step was decided when the node had no want"
+	}
+	return fmt.Sprintf("the node's newest want is #%d, not %s: #%d was %s", seq, expected, seq, by)
 }
 
 // publishWant publishes a step's want with its message id, expecting the
@@ -714,9 +733,9 @@ func (c *controller) outcome(ctx context.Context, e rollout.Effect, seq uint64, 
 				return
 			}
 			delete(c.stale, id)
-			c.refuse(ctx, w, last.Event.Seq, fmt.Sprintf("the server refused the want as a conflict %d times while want #%d, the one the step was decided against, was the node's newest", staleConflictsMax+1, w.Expect))
+			c.refuse(ctx, w, last.Event.Seq, last.MsgID, fmt.Sprintf("the server refused the want as a conflict %d times while want #%d, the one the step was decided against, was the node's newest", staleConflictsMax+1, w.Expect))
 		case lerr == nil:
-			c.refuse(ctx, w, last.Event.Seq, "")
+			c.refuse(ctx, w, last.Event.Seq, last.MsgID, changedWhy(w, last.Event.Seq, last.MsgID))
 		case errors.Is(lerr, store.ErrNoMessage) && w.Expect != 0:
 			// The want the step was decided against is gone from the
 			// stream, and no want took its place: the stream's limits
@@ -733,14 +752,14 @@ func (c *controller) outcome(ctx context.Context, e rollout.Effect, seq uint64, 
 				"node", w.Node, "step", w.Step, "rollout", w.Rollout, "gone", w.Expect)
 			c.publishWant(ctx, expectingNone(e))
 		case errors.Is(lerr, store.ErrNoMessage):
-			c.refuse(ctx, w, 0, "the server refused the want as a conflict, and the node holds no want now")
+			c.refuse(ctx, w, 0, "", "the server refused the want as a conflict, and the node holds no want now")
 		default:
-			c.refuse(ctx, w, 0, lerr.Error())
+			c.refuse(ctx, w, 0, "", lerr.Error())
 		}
 	case store.Transient(err):
 		c.publishWant(ctx, e) // retried until it passes
 	default:
-		c.refuse(ctx, w, 0, err.Error())
+		c.refuse(ctx, w, 0, "", err.Error())
 	}
 }
 

@@ -760,6 +760,10 @@ func (p *Plan) Apply(ctx context.Context, js jetstream.JetStream, subj events.Su
 	if p.Start == nil {
 		return 0, errors.New("apply: no node's want changes")
 	}
+	// The rollout it supersedes knowingly: a want that rollout stores
+	// on a target after this plan read the target is no hand change
+	// (rollout.Start.Supersedes).
+	p.Start.Supersedes = p.After
 	id, err := publish(ctx, js, subj, p.Fleet.Name, rollout.KindStart, p.Start, "", jetstream.WithExpectLastSequencePerSubject(p.After))
 	if errors.Is(store.ServerError(err), store.ErrConflict) {
 		return 0, &StartedMeanwhileError{Fleet: p.Fleet.Name, After: p.After, Err: err}
