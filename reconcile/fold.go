@@ -170,10 +170,35 @@ func (f *folder) gate(p *events.Gate) {
 	s := f.s
 	if p.Lift {
 		s.Gates = slices.DeleteFunc(s.Gates, func(g GateRecord) bool { return g.Module == p.Module })
+		f.gateAccounted(p.Module, p.By, false) // an operator's word: it needs none
 	} else {
 		f.setGate(GateRecord{Module: p.Module, Seq: f.ev.Seq, By: p.By})
 	}
 	f.compose()
+}
+
+// gateAccounted takes module off the node's full gates
+// (State.GatesFull): gated after all, or ungated by an operator. Once
+// no module whose gate was not kept is left, the gates are kept again;
+// past the list's bound (Unnamed), only with an operator's gate kept
+// (kept set), whose operator read the journal's warnings.
+func (f *folder) gateAccounted(module, by string, kept bool) {
+	g := f.s.GatesFull
+	if g == nil {
+		return
+	}
+	if i, found := slices.BinarySearch(g.Modules, module); found {
+		g.Modules = slices.Delete(g.Modules, i, i+1)
+	}
+	if len(g.Modules) > 0 || g.Unnamed > 0 && !(kept && by != "") {
+		return
+	}
+	f.s.GatesFull = nil
+	unnamed := ""
+	if g.Unnamed > 0 {
+		unnamed = fmt.Sprintf("; %d more gates were not kept, named only in this journal's warnings since #%d: gate each that needs approval", g.Unnamed, g.Seq)
+	}
+	f.journal(events.LevelWarn, "gates no longer full (since #%d): every module whose gate was not kept is gated or ungated now, so modules move without an approval again unless gated%s", g.Seq, unnamed)
 }
 
 // setGate keeps g unless its module is gated already (the first gate
@@ -184,15 +209,31 @@ func (f *folder) setGate(g GateRecord) {
 	s := f.s
 	i, found := slices.BinarySearchFunc(s.Gates, g, compareGate)
 	if found {
+		f.gateAccounted(g.Module, g.By, true)
 		return
 	}
 	if len(s.Gates) >= MaxGates {
+		// Fail closed: every module is held for an approval until each
+		// whose gate was not kept is gated or ungated (State.GatesFull).
+		full := s.GatesFull
+		if full == nil {
+			full = &GatesFull{Seq: g.Seq, By: g.By}
+			s.GatesFull = full
+		}
+		switch j, lost := slices.BinarySearch(full.Modules, g.Module); {
+		case lost:
+		case len(full.Modules) < events.MaxModules:
+			full.Modules = slices.Insert(full.Modules, j, g.Module)
+		default:
+			full.Unnamed++
+		}
 		f.journal(events.LevelWarn, "gate of %s not kept: the node keeps at most %d gates (reconcile.MaxGates) and drops none; "+
-			"a want's requires_approval still holds it while the want carries the flag; 'meshfold ungate' of a module no longer run makes room",
-			events.Short(g.Module), MaxGates)
+			"so its gates are full and every module of the node is held for an approval of its build until this one is gated or ungated: 'meshfold ungate' of a module that needs no approval makes room, then 'meshfold gate' of %s",
+			events.Short(g.Module), MaxGates, events.Short(g.Module))
 		return
 	}
 	s.Gates = slices.Insert(s.Gates, i, g)
+	f.gateAccounted(g.Module, g.By, true)
 }
 
 // takeWant makes modules, the want at seq, the node's newest want: the

@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -278,11 +279,24 @@ func TestMaxGates(t *testing.T) {
 	if p := s.plan(s.plans()[len(s.plans())-1]); !p.Modules[len(p.Modules)-1].Held {
 		t.Fatalf("%s composed with its want's requires_approval: %+v", over, p.Modules[len(p.Modules)-1])
 	}
-	s.add(&events.Gate{Module: "m00", Lift: true, By: "ops"})
-	if again := s.add(&events.Gate{Module: over, By: "ops"}); len(s.journals(again)) != 0 {
-		t.Fatalf("a gate after a lift: journal %q", s.journals(again))
+	// And so do the gates full (fail closed), once the flag is left out.
+	if g := s.state.GatesFull; g == nil || !slices.Equal(g.Modules, []string{over}) || g.Unnamed != 0 {
+		t.Fatalf("gates full: %+v; want the gate of %s not kept, once", g, over)
 	}
-	if _, ok := s.state.Gated(over); !ok || len(s.state.Gates) != reconcile.MaxGates {
-		t.Fatalf("gate of %s not kept after a lift made room (%d gates)", over, len(s.state.Gates))
+	s.add(&events.Want{Modules: []events.WantModule{{Name: over, Build: "b1"}}})
+	if p := s.plan(s.plans()[len(s.plans())-1]); !p.Modules[0].Held {
+		t.Fatalf("%s, whose gate was not kept, composed once a want left its flag out: %+v", over, p.Modules[0])
+	}
+	// A lift makes room and ends nothing; an operator's gate kept does.
+	s.add(&events.Gate{Module: "m00", Lift: true, By: "ops"})
+	if s.state.GatesFull == nil {
+		t.Fatal("an ungate ended the gates full")
+	}
+	again := s.add(&events.Gate{Module: over, By: "ops"})
+	if j := s.journals(again); len(j) != 1 || !strings.Contains(j[0], "gates no longer full") {
+		t.Fatalf("a gate after a lift: journal %q", j)
+	}
+	if _, ok := s.state.Gated(over); !ok || len(s.state.Gates) != reconcile.MaxGates || s.state.GatesFull != nil {
+		t.Fatalf("gate of %s not kept after a lift made room (%d gates), or the gates still full: %+v", over, len(s.state.Gates), s.state.GatesFull)
 	}
 }

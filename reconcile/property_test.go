@@ -752,60 +752,83 @@ func TestRetireSettles(t *testing.T) {
 // one (an upgrade changes no plan of a stream written before it), and
 // nothing but an operator's lift takes one away.
 func TestGateHoldsAgainstTheController(t *testing.T) {
-	rapid.Check(t, func(rt *rapid.T) {
-		s := newSim(rt)
-		randomHistory(rt, s, rapid.IntRange(1, 80).Draw(rt, "events"))
-		st := reconcile.NewState("ace")
-		gated := map[string]bool{}
-		approved := map[[2]string]bool{}
-		flagged := map[string]bool{} // by the newest want
-		for _, ev := range s.Events {
-			var before []events.PlanModule
-			if e := st.Emitted(); e != nil {
-				before = slices.Clone(e.Modules)
-			}
-			effs := st.Fold(ev)
-			switch p := ev.Payload.(type) {
-			case *events.Want:
-				clear(flagged)
-				for _, m := range p.Modules {
-					if m.RequiresApproval {
-						flagged[m.Name] = true
-						gated[m.Name] = gated[m.Name] || p.Gates
-					}
+	rapid.Check(t, func(rt *rapid.T) { gatesHold(rt, 0) })
+}
+
+// TestFullGatesFailClosed: a controller fills the node's gates with
+// modules of no use, to MaxGates or to one or two short of it, before
+// the random history of TestGateHoldsAgainstTheController: a module
+// whose gate then finds no room still never moves to a new build
+// without an approval, whatever later wants leave out (the fold's gates
+// are full, State.GatesFull, and hold every module).
+func TestFullGatesFailClosed(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) { gatesHold(rt, reconcile.MaxGates-rapid.IntRange(0, 2).Draw(rt, "room")) })
+}
+
+// gatesHold checks that no module the controller's wants or an operator
+// gated (as a model with no cap has it) is composed at a new build
+// without an approval, over junk gates of no use and a random history.
+// With no junk the node's gates are exactly the model's.
+func gatesHold(rt *rapid.T, junk int) {
+	s := newSim(rt)
+	for i := 0; i < junk; i += events.MaxModules {
+		w := &events.Want{}
+		for j := i; j < min(i+events.MaxModules, junk); j++ {
+			w.Modules = append(w.Modules, events.WantModule{Name: fmt.Sprintf("junk%02d", j), Build: "b1", RequiresApproval: true})
+		}
+		s.add(w)
+	}
+	randomHistory(rt, s, rapid.IntRange(1, 80).Draw(rt, "events"))
+	st := reconcile.NewState("ace")
+	gated := map[string]bool{}
+	approved := map[[2]string]bool{}
+	flagged := map[string]bool{} // by the newest want
+	for _, ev := range s.Events {
+		var before []events.PlanModule
+		if e := st.Emitted(); e != nil {
+			before = slices.Clone(e.Modules)
+		}
+		effs := st.Fold(ev)
+		switch p := ev.Payload.(type) {
+		case *events.Want:
+			clear(flagged)
+			for _, m := range p.Modules {
+				if m.RequiresApproval {
+					flagged[m.Name] = true
+					gated[m.Name] = gated[m.Name] || p.Gates
 				}
-			case *events.Gate:
-				gated[p.Module] = !p.Lift
-			case *events.Approve:
-				approved[[2]string{p.Module, p.Build}] = true
-			case *events.Revoke:
-				delete(approved, [2]string{p.Module, p.Build})
 			}
-			for _, e := range effs {
-				pl, ok := e.Payload.(*events.Plan)
-				if !ok || reflect.DeepEqual(pl.Modules, before) {
-					continue
+		case *events.Gate:
+			gated[p.Module] = !p.Lift
+		case *events.Approve:
+			approved[[2]string{p.Module, p.Build}] = true
+		case *events.Revoke:
+			delete(approved, [2]string{p.Module, p.Build})
+		}
+		for _, e := range effs {
+			pl, ok := e.Payload.(*events.Plan)
+			if !ok || reflect.DeepEqual(pl.Modules, before) {
+				continue
+			}
+			for _, row := range pl.Modules {
+				runs, _ := st.Runs(row.Name)
+				if !row.Held && (gated[row.Name] || flagged[row.Name]) && row.Build != runs.Build && !approved[[2]string{row.Name, row.Build}] {
+					rt.Fatalf("#%d %s: %s composed at %s (what runs: %q) with no approval while gated", ev.Seq, ev.Kind, row.Name, row.Build, runs.Build)
 				}
-				for _, row := range pl.Modules {
-					runs, _ := st.Runs(row.Name)
-					if !row.Held && (gated[row.Name] || flagged[row.Name]) && row.Build != runs.Build && !approved[[2]string{row.Name, row.Build}] {
-						rt.Fatalf("#%d %s: %s composed at %s (what runs: %q) with no approval while gated", ev.Seq, ev.Kind, row.Name, row.Build, runs.Build)
-					}
-				}
-			}
-			var want, got []string
-			for m, g := range gated {
-				if g {
-					want = append(want, m)
-				}
-			}
-			for _, g := range st.Gates {
-				got = append(got, g.Module)
-			}
-			slices.Sort(want)
-			if !slices.Equal(got, want) {
-				rt.Fatalf("#%d %s: gates %v, want %v", ev.Seq, ev.Kind, got, want)
 			}
 		}
-	})
+		var want, got []string
+		for m, g := range gated {
+			if g {
+				want = append(want, m)
+			}
+		}
+		for _, g := range st.Gates {
+			got = append(got, g.Module)
+		}
+		slices.Sort(want)
+		if junk == 0 && !slices.Equal(got, want) {
+			rt.Fatalf("#%d %s: gates %v, want %v", ev.Seq, ev.Kind, got, want)
+		}
+	}
 }

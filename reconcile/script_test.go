@@ -538,6 +538,9 @@ func formatState(s *reconcile.State) string {
 			fmt.Fprintf(&b, "gate: %s by %s (#%d)\n", g.Module, g.By, g.Seq)
 		}
 	}
+	if g := s.GatesFull; g != nil {
+		fmt.Fprintf(&b, "gates full since #%d: not kept %v, %d unnamed\n", g.Seq, g.Modules, g.Unnamed)
+	}
 	for _, it := range s.Owed {
 		if it.Why != "" {
 			fmt.Fprintf(&b, "owed: %s (#%d) why=%q\n", formatOwed(it.Owed), it.Seq, it.Why)

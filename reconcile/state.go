@@ -83,6 +83,18 @@ type State struct {
 	// Past MaxGates a new gate is not kept; none is ever dropped.
 	// Invariant: sorted by module; unique; at most MaxGates.
 	Gates []GateRecord `json:"gates,omitempty"`
+	// GatesFull, set when a gate was not kept for want of room (a want's
+	// first requires_approval of a module, or an operator's gate, while
+	// the node had MaxGates gates), holds every module of the node for
+	// an approval of its build, gated or not (Hold, composeRow): fail
+	// closed, since the module whose gate was not kept would otherwise
+	// move without one as soon as a want left its flag out (a
+	// controller that filled the gates with modules of no use could do
+	// just that). It ends once every module whose gate was not kept is
+	// gated after all (room made with an operator's ungate) or ungated by
+	// an operator (GatesFull.Modules); past the list's bound, only with
+	// an operator's gate kept. Nil otherwise.
+	GatesFull *GatesFull `json:"gates_full,omitempty"`
 	// Owed are the unpaid owed items.
 	// Invariant: sorted by module, path, plan, writer; unique by those;
 	// at most MaxOwed.
@@ -237,6 +249,19 @@ type GateRecord struct {
 	Module string `json:"module"`
 	Seq    uint64 `json:"seq"`
 	By     string `json:"by,omitempty"`
+}
+
+// GatesFull records the gates a node could not keep (State.GatesFull):
+// since event Seq (the first gate not kept; an operator's when By is
+// set, else a want's), Modules are the modules whose gate was not kept
+// and that are neither gated since nor ungated by an operator, sorted,
+// at most MaxModules; Unnamed counts those past that bound, whose names
+// only the journal's warnings keep.
+type GatesFull struct {
+	Seq     uint64   `json:"seq"`
+	By      string   `json:"by,omitempty"`
+	Modules []string `json:"modules,omitempty"`
+	Unnamed int      `json:"unnamed,omitempty"`
 }
 
 // Waiver records a waive of Module's file at Path: refusals of it judged by
@@ -784,6 +809,14 @@ func (s *State) CheckInvariants() error {
 	for _, g := range s.Gates {
 		if err := maxSeq("gate", g.Seq); err != nil {
 			return err
+		}
+	}
+	if g := s.GatesFull; g != nil {
+		if err := maxSeq("gates full", g.Seq); err != nil {
+			return err
+		}
+		if !slices.IsSorted(g.Modules) || len(slices.Compact(slices.Clone(g.Modules))) != len(g.Modules) || len(g.Modules) > events.MaxModules || len(g.Modules)+g.Unnamed == 0 {
+			return fmt.Errorf("gates full: modules %v not sorted and unique, or more than %d, or none lost (%d unnamed)", g.Modules, events.MaxModules, g.Unnamed)
 		}
 	}
 	for _, w := range s.Waivers {

@@ -54,7 +54,7 @@ func (v View) FleetSummary() View {
 	// Files stays: a row reads whether the plan declares any
 	// (View.ProvisionerDown).
 	s.ProvisionerAccount, s.RunningAccount, s.OwedWhy = "", "", nil
-	s.Gates = nil // why a module is held is for state and the audit
+	s.Gates, s.GatesFull = nil, nil // why a module is held is for state and the audit
 	s.Holds = nil
 	for _, h := range v.Holds {
 		if h.Why == events.HoldApproval && h.Pending != "" {

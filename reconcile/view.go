@@ -87,6 +87,11 @@ type View struct {
 	// requires_approval. Not in the fleet summary: `state`, the audit and
 	// the console say why a module is held; a fleet row, that it is.
 	Gates []Gate `json:"gates,omitempty"`
+	// GatesFull is State.GatesFull: a gate was not kept for want of
+	// room, and every module of the node is held for an approval of its
+	// build until an operator gates one again. Not in the fleet summary
+	// (as Gates): a fleet row says a module waits for an approval.
+	GatesFull *GatesFull `json:"gates_full,omitempty"`
 }
 
 // Gate is one of a node's gates as an operator reads it: who or what set
@@ -183,6 +188,11 @@ func (s *State) View() View {
 				v.Holds = append(v.Holds, Held{Module: m.Name, Why: m.Why, Build: m.Build, Pending: m.Pending})
 			}
 		}
+	}
+	if g := s.GatesFull; g != nil {
+		full := *g
+		full.Modules = slices.Clone(g.Modules)
+		v.GatesFull = &full
 	}
 	for _, g := range s.Gates {
 		wanted := s.Want != nil && slices.ContainsFunc(s.Want.Modules, func(m events.WantModule) bool { return m.Name == g.Module && m.RequiresApproval })

@@ -188,13 +188,15 @@ func largest(t *testing.T) (*reconcile.State, *events.Plan) {
 		fold(&events.Waive{Module: name(i % events.MaxModules), Path: path(9, i, i), By: pad(fmt.Sprintf("w%d-", i), events.MaxBy)})
 	}
 	// Gates at their bound, each an operator's with its by at its
-	// longest (a want's gate keeps no by).
-	for i := range reconcile.MaxGates + 5 {
+	// longest (a want's gate keeps no by); the ones past it mark the
+	// gates full, naming as many modules not kept as it keeps, the
+	// first one's by with them (State.GatesFull).
+	for i := range reconcile.MaxGates + events.MaxModules + 5 {
 		fold(&events.Gate{Module: pad(fmt.Sprintf("g%03d-", i), events.MaxName), By: pad(fmt.Sprintf("g%d-", i), events.MaxBy)})
 	}
 	switch {
-	case len(st.Gates) != reconcile.MaxGates:
-		t.Fatalf("%d gates, want %d", len(st.Gates), reconcile.MaxGates)
+	case len(st.Gates) != reconcile.MaxGates || st.GatesFull == nil || len(st.GatesFull.Modules) != events.MaxModules:
+		t.Fatalf("%d gates, want %d; gates full %+v", len(st.Gates), reconcile.MaxGates, st.GatesFull)
 	case len(st.Waivers) != reconcile.MaxWaivers || st.Paused == nil:
 		t.Fatalf("%d waivers, want %d; paused %v", len(st.Waivers), reconcile.MaxWaivers, st.Paused)
 	case len(st.Unsettled) != reconcile.MaxUnsettled || len(st.Dropped) != reconcile.MaxDroppedPlans:

@@ -95,6 +95,27 @@ func GateText(node string, g reconcile.Gate) string {
 	return s
 }
 
+// GatesFullText says that node's gates are full and what that holds
+// (reconcile.State.GatesFull): every module moves only with an approval
+// until an operator gates one again.
+func GatesFullText(node string, g reconcile.GatesFull) string {
+	lost := make([]string, len(g.Modules))
+	for i, m := range g.Modules {
+		lost[i] = events.Text(m)
+	}
+	names := strings.Join(lost, ", ")
+	if g.Unnamed > 0 {
+		names += fmt.Sprintf(" and %d more (named in the journal's warnings since #%d)", g.Unnamed, g.Seq)
+	}
+	gate := "MODULE"
+	if len(g.Modules) > 0 {
+		gate = events.Text(g.Modules[0])
+	}
+	return fmt.Sprintf("FULL since #%d: %d gates kept, and the gates of %s were not: so every module of the node moves to a new build only with an approval, "+
+		"until each of them is gated or ungated: 'meshfold ungate %s MODULE --by NAME' of a module that needs none makes room, then 'meshfold gate %s %s --by NAME'",
+		g.Seq, reconcile.MaxGates, names, node, node, gate)
+}
+
 func seqOrNone(seq uint64) string {
 	if seq == 0 {
 		return "none"
@@ -137,6 +158,9 @@ func writeState(t *textWriter, v reconcile.View, c reconcile.Composition, now ti
 			s += " (provisioner)"
 		}
 		t.line(1, "composed", s)
+	}
+	if g := v.GatesFull; g != nil {
+		t.line(1, "gates", GatesFullText(v.Node, *g))
 	}
 	for _, g := range v.Gates {
 		if g.By != "" || !g.Wanted { // a want's flag in force says it already

@@ -375,7 +375,7 @@ func (h *History) whyPlan(w *Why, ev events.Event, p *events.Plan) {
 		if !gated {
 			gate.Seq = 0
 		}
-		rw.Reason = rowReason(p.Want, row, m, runs, running, rw.Approvals, gate)
+		rw.Reason = rowReason(p.Want, row, m, runs, running, rw.Approvals, gate, after.GatesFull)
 		w.Rows = append(w.Rows, rw)
 	}
 	w.Account = accountReason(p)
@@ -383,8 +383,9 @@ func (h *History) whyPlan(w *Why, ev events.Event, p *events.Plan) {
 
 // rowReason says why a plan row is composed or held, in the words of the
 // one rule (reconcile.Hold); gate is the node's gate of the module (Seq 0
-// when none).
-func rowReason(want uint64, row events.PlanModule, m events.WantModule, runs reconcile.Running, running bool, approvals []reconcile.Approval, gate reconcile.GateRecord) string {
+// when none); full, when set, says the node's gates are full
+// (reconcile.State.GatesFull).
+func rowReason(want uint64, row events.PlanModule, m events.WantModule, runs reconcile.Running, running bool, approvals []reconcile.Approval, gate reconcile.GateRecord, full *reconcile.GatesFull) string {
 	what := "nothing runs"
 	if running && runs.Build != "" {
 		what = orNone(runs.Build) + " runs"
@@ -404,6 +405,10 @@ func rowReason(want uint64, row events.PlanModule, m events.WantModule, runs rec
 			if gate.By != "" {
 				requires = fmt.Sprintf("the gate of %s set by %s at #%d requires approval", row.Name, events.Text(gate.By), gate.Seq)
 			}
+		}
+		if !m.RequiresApproval && gate.Seq == 0 && full != nil {
+			// Fail closed: the gates are full (reconcile.State.GatesFull).
+			requires = fmt.Sprintf("the node's gates are full since #%d (a gate was not kept), so every module requires approval until each module whose gate was not kept is gated or ungated", full.Seq)
 		}
 		s := fmt.Sprintf("%s and wants %s, but %s and no approval names %s", requires, row.Pending, what, row.Pending)
 		if requires != fmt.Sprintf("want #%d requires approval", want) {
