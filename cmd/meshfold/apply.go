@@ -106,7 +106,9 @@ stored, and a controller started later takes it.
 Follow it with 'meshfold rollout status FLEET'. Exit 1 if the publish failed,
 2 on a usage error or an invalid file. A build a rollout has given out stays
 needed: 'meshfold build rm' refuses it while a want, a have or the rollout's
-revert names it.`,
+revert names it.
+
+` + byUncheckedHelp,
 		Example: `  meshfold apply -f fleet.yaml --by alice --dry-run   # refuses what apply would (a build "garbage": exit 2)
   meshfold apply -f fleet.yaml --by alice --reason "web 1.4"
   # in a script that checks the controller otherwise: do not wait for its record
@@ -118,6 +120,11 @@ revert names it.`,
   meshfold apply -f api.yaml --by alice --take-over --reason "ace moves to api"`,
 		Args: noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dryRun && !cmd.Flags().Changed("by") && a.namedOperator() == "" {
+				by = "dry-run"
+			} else if err := a.settleByFor(cmd, &by, rolloutUnchecked); err != nil {
+				return err
+			}
 			data, err := os.ReadFile(file)
 			if err != nil {
 				return withCode(exitUsage, err)
@@ -131,12 +138,6 @@ revert names it.`,
 			}
 			if err != nil {
 				return withCode(exitUsage, fmt.Errorf("%s: %w", file, err))
-			}
-			if !dryRun && by == "" {
-				return withCode(exitUsage, errors.New("--by is required (who applies, kept for the audit)"))
-			}
-			if dryRun && by == "" {
-				by = "dry-run"
 			}
 			if dryRun {
 				// A dry run publishes nothing: a read refused is
@@ -252,7 +253,7 @@ revert names it.`,
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the fleet file (YAML or JSON)")
 	_ = cmd.MarkFlagRequired("file")
-	cmd.Flags().StringVar(&by, "by", "", "who applies (required unless --dry-run); kept in the stream for the audit")
+	cmd.Flags().StringVar(&by, "by", "", "who applies (required unless --dry-run, but a named operator's creds give their name); kept in the stream for the audit")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit (one line)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print each target's want difference and the batches; publish nothing")
 	cmd.Flags().BoolVar(&o.takeOver, "take-over", false, "roll over nodes the newest rollout of another fleet names (refused without it: two fleet files would fight over them)")

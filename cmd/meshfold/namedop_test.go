@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -210,5 +211,98 @@ func TestAddOperatorUpgradesTheStreamLast(t *testing.T) {
 	}
 	if code, out := cli("auth", "add-operator", "bob"); code != 0 || !strings.Contains(out, "stores named operators' events already") {
 		t.Errorf("add-operator bob on a stream that stores them: exit %d\n%s", code, out)
+	}
+}
+
+// Alice's creds acting as bob, verb by verb: refused with the reason,
+// exit 2, nothing published. Where the event's subject carries the name
+// (gate, ungate: the node's operator kinds) the reason is the server's
+// rule; where the server cannot check it (a fleet's rollout subjects
+// and apply, sealed secrets' keys) meshfold refuses it and says that
+// the server does not check it. The shared operator's creds still need
+// --by on each.
+func TestNamedOperatorIsNobodyElse(t *testing.T) {
+	t.Parallel()
+	d, err := auth.Init(t.TempDir(), auth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.AddOperator("alice"); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := d.ServerAuth()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: sa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	ctx := testCtx(t)
+	nc, err := store.Connect(store.ConnectConfig{URLs: []string{e.ClientURL()}, Creds: d.CredsPath("reconciler")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, _, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out := enableNamed(t, ctx, d, e.ClientURL()); code != 0 {
+		t.Fatalf("auth enable-named: exit %d\n%s", code, out)
+	}
+	fleetFile := writeFleet(t, fleetYAML)
+	cli := func(creds string, args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := run(ctx, append(args, "-s", e.ClientURL(), "--creds", d.CredsPath(creds), "--log-level", "warn"), strings.NewReader("s3cret"), &out, &errb)
+		return code, out.String() + errb.String()
+	}
+	const (
+		server  = "the server lets them act only as alice"
+		cliOnly = "the server does not check the name"
+	)
+	for _, c := range []struct {
+		args []string
+		why  string
+	}{
+		{[]string{"gate", "ace", "db", "--new"}, server},
+		{[]string{"ungate", "ace", "db", "--new"}, server},
+		{[]string{"approve", "ace", "db", "img:2", "--new"}, server},
+		{[]string{"rollout", "pause", "web"}, cliOnly},
+		{[]string{"rollout", "resume", "web"}, cliOnly},
+		{[]string{"rollout", "promote", "web"}, cliOnly},
+		{[]string{"rollout", "abort", "web"}, cliOnly},
+		{[]string{"rollout", "revert", "web"}, cliOnly},
+		{[]string{"apply", "-f", fleetFile}, cliOnly},
+		{[]string{"apply", "-f", fleetFile, "--dry-run"}, cliOnly},
+		{[]string{"secret", "put", "ace", "db", "/etc/db/pass"}, cliOnly},
+		{[]string{"secret", "rm", "ace", "db", "/etc/db/pass"}, cliOnly},
+	} {
+		name := strings.Join(c.args[:2], " ")
+		code, out := cli("operator-alice", append(c.args, "--by", "bob")...)
+		if code != exitUsage || !strings.Contains(out, `--by "bob": these creds are operator alice's`) || !strings.Contains(out, c.why) {
+			t.Errorf("%s --by bob with alice's creds: exit %d, want %d saying %q\n%s", name, code, exitUsage, c.why, out)
+		}
+		if slices.Contains(c.args, "--dry-run") {
+			continue // a dry run needs no --by
+		}
+		if code, out := cli("operator", c.args...); code != exitUsage || !strings.Contains(out, `required flag(s) "by"`) {
+			t.Errorf("%s with the shared operator's creds, no --by: exit %d, want %d\n%s", name, code, exitUsage, out)
+		}
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Errorf("the refused verbs published: the stream holds %d messages", info.State.Msgs)
+	}
+	if _, err := js.KeyValue(ctx, store.DefaultStreamName+store.SecretsBucketSuffix); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Errorf("the refused secret verbs made or found the secrets bucket: %v", err)
 	}
 }

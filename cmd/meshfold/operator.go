@@ -60,21 +60,47 @@ func (o *operatorFlags) add(a *app, cmd *cobra.Command, reason, all bool) {
 // defaults to that name, and another name is refused here (the server
 // would refuse the publish). Any other creds (the shared operator's)
 // need --by, stored as given: self-declared.
-func (a *app) settleBy(cmd *cobra.Command, by *string) error {
+func (a *app) settleBy(cmd *cobra.Command, by *string) error { return a.settleByFor(cmd, by, "") }
+
+// settleByFor is settleBy for a verb whose record the server does not
+// check the name of (unchecked says what records it and why: "a sealed
+// secret's record (the bucket's key names no operator)"): a named
+// operator's creds record their name, and another --by is refused here,
+// saying that meshfold refuses it because the server could not. ""
+// unchecked is settleBy.
+func (a *app) settleByFor(cmd *cobra.Command, by *string, unchecked string) error {
 	user, _ := credsUser(a.conn.withEnv().creds)
 	named := auth.OperatorOf(user)
 	set := cmd.Flags().Changed("by")
 	switch {
 	case named == "" && !set:
-		return withCode(exitUsage, errors.New(`required flag(s) "by" not set: who acts, kept in the stream for the audit (a named operator's creds give it: 'meshfold auth add-operator')`))
+		return withCode(exitUsage, errors.New(`required flag(s) "by" not set: --by NAME says who acts, kept for the audit (a named operator's creds give it: 'meshfold auth add-operator')`))
 	case named != "" && !set:
 		*by = named
-	case named != "" && *by != named:
+	case named != "" && *by != named && unchecked == "":
 		return withCode(exitUsage, fmt.Errorf("--by %q: these creds are operator %s's (user %s), and the server lets them act only as %s: leave --by out, or connect with %s's own creds",
 			*by, named, user, named, *by))
+	case named != "" && *by != named:
+		return withCode(exitUsage, fmt.Errorf("--by %q: these creds are operator %s's (user %s): the server does not check the name %s records, so meshfold records only %s with them: leave --by out, or connect with %s's own creds",
+			*by, named, user, unchecked, named, *by))
 	}
 	return nil
 }
+
+// What records a verb's name where the server cannot check it
+// (settleByFor): a fleet's rollout subjects and the sealed secrets'
+// keys have no token a permission could pin to the operator.
+const (
+	rolloutUnchecked = "a rollout's event records (its subject, <prefix>.rollout.FLEET.KIND, names no operator)"
+	secretUnchecked  = "a sealed secret's record keeps (its key, NODE.MODULE.PATH, names no operator)"
+)
+
+// byUncheckedHelp is the paragraph of the --help of the verbs whose
+// --by the server cannot check (settleByFor).
+const byUncheckedHelp = `--by: a named operator's creds ('meshfold auth add-operator NAME') give
+their name, and another --by is refused (exit 2, nothing published): the
+server does not check this name, so meshfold does. The shared operator's
+creds need --by, kept as typed.`
 
 // namedOperator returns the name of the named operator whose creds the
 // verbs connect with (auth.OperatorOf); "" for any other creds.

@@ -635,7 +635,9 @@ as after a new apply). Prints the event's stream sequence. When the rollout
 would ignore the verb (a promote before the canary is done, a resume of a
 rollout not paused, anything on a finished rollout but revert) it says why,
 publishes nothing and exits 1; exit 1 also if the publish failed, 2 on a usage
-error.`,
+error.
+
+` + byUncheckedHelp,
 		Example: "  meshfold rollout " + string(kind) + " web --by alice --reason \"" + verbReasons[kind] + "\"",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -695,8 +697,8 @@ error.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&by, "by", "", "who acts (required); kept in the stream for the audit")
-	_ = cmd.MarkFlagRequired("by")
+	cmd.Flags().StringVar(&by, "by", "", "who acts (required, but a named operator's creds give their name); kept in the stream for the audit")
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error { return a.settleByFor(cmd, &by, rolloutUnchecked) }
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit (one line)")
 	cmd.Flags().Uint64Var(&id, "rollout", 0, "the rollout meant (its id, the start's sequence); 0: whichever is newest when the verb runs")
 	if kind == rollout.KindRevert {

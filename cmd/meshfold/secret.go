@@ -210,7 +210,9 @@ of at most about 786,100 bytes (786,113 for ace mesh-build-go
 /run/mesh-build-go/broker.creds --by you, measured; a few bytes less for
 longer names). Content above it is refused before anything is stored,
 exit 2, saying the ceiling: "content is 900000 bytes; a sealed secret holds
-at most 786113 bytes on this server (max_payload 1 MiB)".`,
+at most 786113 bytes on this server (max_payload 1 MiB)".
+
+` + byUncheckedHelp,
 		Example: `  meshfold secret put ace mesh-build-go /run/mesh-build-go/broker.creds -f broker.creds --by alice
   vault kv get -field=token kv/ace/mbg | meshfold secret put ace mesh-build-go /run/mbg/token --by alice
   meshfold secret put ace web /run/web/tls.key -f tls.key --by alice --ahead   # before the want naming it`,
@@ -300,11 +302,11 @@ at most 786113 bytes on this server (max_payload 1 MiB)".`,
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "read the content from FILE (default: stdin)")
-	cmd.Flags().StringVar(&by, "by", "", "who puts it (required); kept beside the ciphertext")
+	cmd.Flags().StringVar(&by, "by", "", "who puts it (required, but a named operator's creds give their name); kept beside the ciphertext")
 	cmd.Flags().BoolVar(&ahead, "ahead", false, aheadFlagHelp("store the secret"))
 	cmd.Flags().DurationVar(&wait, "wait", 2*time.Second, "how long to wait for NODE's provisioner to fill the put, to say whether the node got it (0: do not wait)")
 	addPublishTimeout(cmd, &timeout)
-	_ = cmd.MarkFlagRequired("by")
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error { return a.settleByFor(cmd, &by, secretUnchecked) }
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
@@ -670,7 +672,9 @@ older content there must not come back on its own. 'meshfold fleet' and
 --next-source deletes the secret instead: the provisioner's next source fills
 the file at once, when it has one for it (the module gets its on_fill action
 if the content differs); without one, the file is left as it is and reported
-as having no source.`,
+as having no source.
+
+` + byUncheckedHelp,
 		Example: `  meshfold secret rm ace mesh-build-go /run/mesh-build-go/broker.creds --by alice
   meshfold secret rm ace mesh-build-go /run/mesh-build-go/broker.creds --by alice --next-source   # hand the file to the next --from`,
 		Args: cobra.ExactArgs(3),
@@ -717,9 +721,9 @@ as having no source.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&by, "by", "", "who removes it (required); kept in the removal")
+	cmd.Flags().StringVar(&by, "by", "", "who removes it (required, but a named operator's creds give their name); kept in the removal")
 	cmd.Flags().BoolVar(&nextSource, "next-source", false, "delete the secret: the provisioner's next source (--from after sealed) fills the file")
-	_ = cmd.MarkFlagRequired("by")
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error { return a.settleByFor(cmd, &by, secretUnchecked) }
 	a.conn.add(cmd)
 	a.stream.add(cmd)
 	return cmd
