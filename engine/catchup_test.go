@@ -111,8 +111,8 @@ func firstRefoldOf(t *testing.T, pending int, scfg store.StreamConfig, tune func
 	restarts := &restartLog{Handler: testLogger(t).Handler(), errs: new([]error), mu: new(sync.Mutex)}
 	rcfg := engine.ReconcilerConfig{Stream: cfg, Metrics: m, Logger: slog.New(restarts)}
 	if pending > 0 {
-		// The effects' own limit (the Publisher's), beside the
-		// snapshot puts' (rjs's).
+		// The Publisher's limit: the effects' and the snapshot
+		// puts' (Snapshots.PublishThrough); rjs's is its reads'.
 		engine.SetPublishPending(&rcfg, pending)
 	}
 	tune(&rcfg)

@@ -347,6 +347,9 @@ func newReconciler(ctx context.Context, js jetstream.JetStream, cfg ReconcilerCo
 		replicated: stream.CachedInfo().Config.Replicas > 1 || scfg.Replicas > 1,
 		cfg:        cfg, subj: scfg.Subjects(), log: cfg.Logger, tr: tracing.Tracer(cfg.Tracing), m: cfg.Metrics, parts: map[int]*partition{},
 		heap: newHeapRelease(cfg.Metrics.HeapReleases), tails: newTailGate(), passes: make(chan struct{}, restPasses(cfg.RestPasses)), first: newFirstLoads()}
+	// The snapshot puts go out beside the effects, through the same
+	// asynchronous publisher (its pending limit and ack timeout).
+	snaps.PublishThrough(r.pub)
 	if cfg.Grants != nil {
 		return r, nil
 	}

@@ -45,7 +45,11 @@ type Snapshots struct {
 	// pub is the context the puts of PutSummarizedAt (PutNodesAt) and
 	// PutCheckpointAt are published through: js unless PublishOn set
 	// another.
-	pub  jetstream.JetStream
+	pub jetstream.JetStream
+	// acks, when PublishThrough set it, sends the puts of
+	// PutSummarizedAt instead of pub's PublishMsgAsync: a Publisher's
+	// asynchronous publisher, on its connection.
+	acks *acks
 	kv   jetstream.KeyValue
 	pre  string // subject prefix of a put, key appended
 	subj events.Subjects
@@ -122,6 +126,31 @@ func (s *Snapshots) PublishOn(pub jetstream.JetStream) {
 	if pub != nil {
 		s.pub = pub
 	}
+}
+
+// PublishThrough makes the puts of [Snapshots.PutNodesAt] and
+// [Snapshots.PutSummarizedAt] go through p's asynchronous publisher
+// instead of the JetStream context's (PublishOn's, or the one the bucket
+// was opened with): on p's connection, beside p's appends, under p's
+// pending limit ([WithMaxPending]) and ack timeout ([WithAckTimeout]).
+// The reconciler's snapshot puts were the last of its publishes through
+// the client's PublishMsgAsync (a channel pair, a timer and
+// encoding/json of each acknowledgement: 2 % of its CPU folding live on
+// the dense mix, issue 27). Give a Publisher on the connection of
+// PublishOn's context, if any. Call it before the first put; nil
+// changes nothing.
+func (s *Snapshots) PublishThrough(p *Publisher) {
+	if p != nil {
+		s.acks = p.acks
+	}
+}
+
+// putConn is the connection the puts of PutSummarizedAt go out on.
+func (s *Snapshots) putConn() *nats.Conn {
+	if s.acks != nil {
+		return s.acks.nc
+	}
+	return s.pub.Conn()
 }
 
 // Bucket returns the bucket's name.
@@ -270,7 +299,7 @@ func (s *Snapshots) PutSummarizedAt(ctx context.Context, partition int, states, 
 			break
 		}
 		var opts []jetstream.PublishOpt
-		if revs != nil {
+		if revs != nil && s.acks == nil {
 			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(revs[node]))
 		}
 		for {
@@ -280,7 +309,7 @@ func (s *Snapshots) PutSummarizedAt(ctx context.Context, partition int, states, 
 			if sum := summaries[node]; len(sum) > 0 {
 				msg.Header = nats.Header{SummaryHeader: []string{string(sum)}}
 			}
-			f, err := s.pub.PublishMsgAsync(msg, opts...)
+			f, err := s.putAsync(msg, revs != nil, revs[node], opts)
 			if err == nil {
 				inflight, names = append(inflight, f), append(names, node)
 				break
@@ -323,7 +352,7 @@ func (s *Snapshots) PutSummarizedAt(ctx context.Context, partition int, states, 
 				<-s.slots
 			}
 			why := fmt.Sprintf("after %v", SettleWait)
-			if !s.pub.Conn().IsConnected() {
+			if !s.putConn().IsConnected() {
 				why = "with the connection down"
 			}
 			fail(fmt.Errorf("put snapshots: %d puts unanswered %s: %w", len(inflight), why, context.DeadlineExceeded))
@@ -336,6 +365,26 @@ func (s *Snapshots) PutSummarizedAt(ctx context.Context, partition int, states, 
 	return firstErr
 }
 
+// putAsync sends one put of PutSummarizedAt: through acks when set, its
+// fence (expect: on revision rev) set in its header as the client's
+// option would; otherwise pub's PublishMsgAsync with opts.
+func (s *Snapshots) putAsync(msg *nats.Msg, expect bool, rev uint64, opts []jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if s.acks == nil {
+		return s.pub.PublishMsgAsync(msg, opts...)
+	}
+	if expect {
+		if msg.Header == nil {
+			msg.Header = make(nats.Header, 1)
+		}
+		setExpectation(msg.Header, rev)
+	}
+	f, err := s.acks.send(msg)
+	if err != nil {
+		return nil, err // not a nil *ackFuture in the interface
+	}
+	return f, nil
+}
+
 // settleWindow is how long PutNodesAt still waits for its puts in flight.
 type settleWindow struct {
 	c    chan struct{}
@@ -346,7 +395,7 @@ type settleWindow struct {
 // after a ctx that timed out, or when the connection goes down.
 func (s *Snapshots) settling(ctx context.Context) settleWindow {
 	c := make(chan struct{})
-	nc := s.pub.Conn()
+	nc := s.putConn()
 	if errors.Is(ctx.Err(), context.Canceled) || !nc.IsConnected() {
 		close(c)
 		return settleWindow{c: c, stop: func() {}}

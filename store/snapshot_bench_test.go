@@ -100,3 +100,37 @@ func BenchmarkPutNode(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkPutNodesAt: a checkpoint's fenced puts of 256 states of ~600
+// bytes (each at its revision), through the JetStream context's
+// PublishMsgAsync ("client") and through a Publisher
+// (Snapshots.PublishThrough, "publisher"); one op is one put.
+func BenchmarkPutNodesAt(b *testing.B) {
+	for _, through := range []string{"client", "publisher"} {
+		b.Run(through, func(b *testing.B) {
+			ctx := context.Background()
+			_, _, js, _, cfg := storetest.StartStream(b, store.StreamConfig{})
+			snaps, err := store.OpenSnapshots(ctx, js, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if through == "publisher" {
+				snaps.PublishThrough(store.NewPublisher(js, cfg.Subjects()))
+			}
+			state := make([]byte, 600)
+			const n = 256
+			states := make(map[string][]byte, n)
+			for i := range n {
+				states[fmt.Sprintf("node-%05d", i)] = state
+			}
+			revs := make(map[string]uint64, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i += n {
+				if err := snaps.PutNodesAt(ctx, 3, states, revs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
