@@ -41,8 +41,34 @@ func digits(u uint64) int {
 	return n
 }
 
-// quoted is the length of s quoted when s needs no escape.
-func quoted(s string) int { return len(s) + 2 }
+// quoted is the length of s quoted as appendString quotes it, exact
+// for ASCII (a journal entry's message quotes names: `module "db"`);
+// U+2028/9 and invalid UTF-8, which grow when escaped, are counted as
+// their bytes, and the append grows for them.
+func quoted(s string) int {
+	n := len(s) + 2
+	for i := 0; i < len(s); i++ {
+		n += int(escapeGrowth[s[i]])
+	}
+	return n
+}
+
+// escapeGrowth[c] is how many bytes more than one json.AppendEscape
+// writes for the ASCII byte c: \" and \\ and the short escapes of
+// control bytes one, \u00XX six less one for <, >, & (HTML) and the
+// other control bytes.
+var escapeGrowth = func() (t [256]uint8) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = 5
+	}
+	for _, c := range []byte{'"', '\\', '\b', '\f', '\n', '\r', '\t'} {
+		t[c] = 1
+	}
+	for _, c := range []byte{'<', '>', '&'} {
+		t[c] = 5
+	}
+	return t
+}()
 
 // list is the length of a list of n items of l bytes in all: null for a
 // nil one.
@@ -76,8 +102,8 @@ func (p *Plan) appendBody(b []byte) []byte {
 	return append(b, '}')
 }
 
-// size is the length of p's JSON after its header when no string needs
-// escaping.
+// size is the length of p's JSON after its header (exact when its
+// strings are ASCII).
 func (p *Plan) size() int {
 	rows := 0
 	for i := range p.Modules {

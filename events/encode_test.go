@@ -172,8 +172,8 @@ func TestEncodeStampedEffects(t *testing.T) {
 }
 
 // TestEncodeOneAllocation: a plan, knock or journal entry whose strings
-// need no escape is written into one allocation of its length (size is
-// exact), whatever its times and numbers.
+// are ASCII, escaped or not, is written into one allocation of its
+// length (size is exact), whatever its times and numbers.
 func TestEncodeOneAllocation(t *testing.T) {
 	for _, at := range []time.Time{{}, time.Date(2026, 12, 5, 20, 15, 0, 123456000, time.UTC), time.Date(-3, 1, 2, 3, 4, 5, 6, time.FixedZone("x", -3*3600-1800))} {
 		for _, p := range []Payload{
@@ -186,6 +186,10 @@ func TestEncodeOneAllocation(t *testing.T) {
 			&Knock{Cause: 1 << 63, Reasons: []KnockReason{KnockAccount, KnockDeclared}, Owed: []Owed{{Module: "pg", Path: "/a", Reason: ReasonNoAccount, Plan: 2, Writer: "w"}, {}}},
 			&Knock{}, &Knock{Reasons: []KnockReason{}, Owed: []Owed{}},
 			&Journal{Level: LevelWarn, Msg: "plan held", Cause: 3}, &Journal{},
+			&Journal{Level: LevelWarn, Msg: `plan names no provisioner account while what runs names "prov"`, Cause: 3},
+			&Journal{Msg: "<a> & \\ \"b\"\b\f\n\r\t\x00\x01\x1f\x7f"},
+			&Plan{ProvisionerAccount: `p"`, Modules: []PlanModule{{Name: "<x>", Files: []File{{Path: "/a&b", Mode: "\n"}}, Why: `"`, Pending: `\`}}},
+			&Knock{Reasons: []KnockReason{`"`}, Owed: []Owed{{Module: "<", Path: ">", Reason: "&", Writer: "\t"}}},
 		} {
 			HeaderOf(p).At = at
 			HeaderOf(p).V = Version
