@@ -230,3 +230,28 @@ func TestPokeSaysAProvisionerRecordedDownAtOnce(t *testing.T) {
 		t.Errorf("poke ace --wait 1m: exit %d after %s:\n%s%s", code, took, out, errOut)
 	}
 }
+
+// TestPokeSaysNoSharedWaitAsEachNodesTime: the time poke waited for
+// several nodes' provisioners is one wait for all (answers stored before
+// its watch are seen at once), so it is said once, for the batch, and no
+// node's line carries it as its own (a fresh user's finding m2: 'poke
+// --all' said "in 487ms" for each of 8 nodes). One node's line says
+// within how long.
+func TestPokeSaysNoSharedWaitAsEachNodesTime(t *testing.T) {
+	answers := map[string]store.KnockAnswer{"n01": {Knock: 331}, "n02": {Knock: 333}, "n03": {Knock: 335}}
+	took := map[string]time.Duration{"n01": 487 * time.Millisecond, "n02": 487 * time.Millisecond, "n03": 512 * time.Millisecond}
+	var b strings.Builder
+	missing := sayKnocksTaken(&b, []string{"n01", "n02", "n03", "n04"}, answers, took)
+	want := "poke n01: its provisioner took knock #331\n" +
+		"poke n02: its provisioner took knock #333\n" +
+		"poke n03: its provisioner took knock #335\n" +
+		"poke: 3 of 4 provisioners took their knocks, all within 512ms of the pokes (one wait for all: no figure of each)\n"
+	if b.String() != want || !slices.Equal(missing, []string{"n04"}) {
+		t.Errorf("several nodes: missing %v, said:\n%s\nwant:\n%s", missing, b.String(), want)
+	}
+	b.Reset()
+	missing = sayKnocksTaken(&b, []string{"n01"}, answers, took)
+	if want := "poke n01: its provisioner took knock #331 within 487ms of the poke\n"; b.String() != want || len(missing) != 0 {
+		t.Errorf("one node: missing %v, said %q, want %q", missing, b.String(), want)
+	}
+}

@@ -216,8 +216,11 @@ Prints each event's stream sequence, one line per node; exit 1 if any
 publish failed, 2 on a usage error.
 
 Then it waits (--wait, 5s; 0 does not wait) for each node's provisioner to
-take the knock, and says so on stderr ("its provisioner took knock #N"); past
-half a second it says what it waits for. A node whose newest plan and newest
+take the knock, and says so on stderr ("its provisioner took knock #N within
+5ms of the poke"; for several nodes, one line each and then one for all of
+them: "8 of 8 provisioners took their knocks, all within 487ms of the pokes",
+one wait for all, no figure of each); past half a second it says what it
+waits for. A node whose newest plan and newest
 want declare no file needs no provisioner: poke says so at once and waits
 for none; nor for a node whose provisioner is recorded down
 (provisioner-down in 'meshfold fleet'): it says at once since when. Otherwise,
