@@ -77,7 +77,8 @@ whose agent is gone). Retired nodes are left out; --all lists them too.
 A fleet longer than one page (--limit rows, 50 unless told) is paged: a
 summary comes first, how many nodes share each need (a node counts under
 each of its needs; 'nothing' counts the calm ones), then the page's rows,
-most pressing first, and the lines after the table for those rows only.
+most pressing first (the calm ones last, by name), and the lines after the
+table for those rows only.
 --page N shows the Nth page, --needs NEED only the nodes with that need
 (a name of the summary), --limit 0 or --all every row. A fleet that fits
 one page prints as it always did.

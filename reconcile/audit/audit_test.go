@@ -293,6 +293,37 @@ func TestFleetOrder(t *testing.T) {
 	}
 }
 
+// The rows that need nothing come last, by name alone, whatever their
+// haves' ages (fresh12 m3: `fleet` listed them n05, n07, n06, n02, n01…,
+// each after the one whose have was older), as the console's "Every
+// node" table lists them; the radix sort of many rows the same.
+func TestFleetCalmRowsByName(t *testing.T) {
+	for _, n := range []int{8, 600} {
+		rng := rand.New(rand.NewPCG(7, uint64(n)))
+		var rows []audit.FleetRow
+		var calm []string
+		for i := range n {
+			r := audit.FleetRow{Node: fmt.Sprintf("n%04d", i), HaveAge: float64(rng.IntN(30)), Attention: []string{}}
+			if i%3 == 0 {
+				r.Attention = []string{"unsettled"}
+				r.Unsettled = 1
+			} else {
+				calm = append(calm, r.Node)
+			}
+			rows = append(rows, r)
+		}
+		rng.Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
+		audit.SortFleet(rows)
+		var got []string
+		for _, r := range rows[len(rows)-len(calm):] {
+			got = append(got, r.Node)
+		}
+		if !slices.Equal(got, calm) {
+			t.Errorf("%d rows: the calm rows are not by name: %v", n, got[:min(10, len(got))])
+		}
+	}
+}
+
 // FleetNeeds names every need attention may list, in rank order, and
 // CountNeeds counts a row under each of its needs.
 func TestCountNeeds(t *testing.T) {
@@ -324,7 +355,8 @@ func TestFleetLineWarningsPlural(t *testing.T) {
 // CompareFleetKeys, which compares the counts packed in one number when
 // they fit, orders rows as SortFleet documents it: by the first need,
 // then more needs, more restarts, more owed items, more pending
-// approvals, more unsettled plans, an older have, the name; counts past
+// approvals, more unsettled plans, an older have (of a row that needs
+// something), the name; counts past
 // what a packed field holds (and negative ones) compared one by one.
 func TestCompareFleetKeys(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -371,9 +403,15 @@ func TestCompareFleetKeys(t *testing.T) {
 			b = a // equal counts, ties broken by age and name
 			b.Node, b.HaveAge = fmt.Sprintf("n%d", rng.IntN(3)), float64(rng.IntN(3))
 		}
+		age := func(r *audit.FleetRow) float64 {
+			if len(r.Attention) == 0 {
+				return 0 // a row that needs nothing: by name alone
+			}
+			return r.HaveAge
+		}
 		want := cmp.Or(cmp.Compare(first(&a), first(&b)), -cmp.Compare(len(a.Attention), len(b.Attention)),
 			-cmp.Compare(restarts(&a), restarts(&b)), -cmp.Compare(a.Owed, b.Owed), -cmp.Compare(len(a.Pending), len(b.Pending)),
-			-cmp.Compare(a.Unsettled, b.Unsettled), -cmp.Compare(a.HaveAge, b.HaveAge), cmp.Compare(a.Node, b.Node))
+			-cmp.Compare(a.Unsettled, b.Unsettled), -cmp.Compare(age(&a), age(&b)), cmp.Compare(a.Node, b.Node))
 		ka, kb := audit.FleetKeyOf(&a), audit.FleetKeyOf(&b)
 		if got := audit.CompareFleetKeys(&ka, &kb); got != want {
 			t.Fatalf("compare %+v\nwith %+v:\n got %d, want %d", a, b, got, want)

@@ -1106,7 +1106,8 @@ var rank = func() map[string]int {
 // unsettled plans, a pause, a retirement under way, the account warning,
 // a stale have, journal warnings), then by how many needs they have, then by the
 // counts (more owed items, more pending approvals, more unsettled plans,
-// an older have first), then by node name.
+// an older have first), then by node name. Rows that need nothing come
+// last, by node name alone.
 func SortFleet(rows []FleetRow) {
 	order := FleetOrder(rows)
 	sorted := make([]FleetRow, len(rows))
@@ -1301,6 +1302,13 @@ func FleetKeyOf(r *FleetRow) FleetKey {
 	}
 	k := FleetKey{first: first, needs: len(r.Attention), restarts: restarts(r.Failed), owed: r.Owed,
 		pending: len(r.Pending), unsettled: r.Unsettled, haveAge: r.HaveAge, node: r.Node}
+	if len(r.Attention) == 0 {
+		// A row that needs nothing is placed by its name alone, as the
+		// console's "Every node" table is: its have's age is no need
+		// (an old one is, stale-have), and ordering by it left the calm
+		// rows in no order a reader sees (fresh12 m3: n05, n07, n06, n02…).
+		k.haveAge = 0
+	}
 	// The first need ascending, the others descending (their
 	// complement within the field).
 	k.packs = true
