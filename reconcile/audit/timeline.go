@@ -134,7 +134,7 @@ func Summary(ev events.Event, prev *events.Want) string {
 	case *events.Want:
 		return wantSummary(p, prev)
 	case *events.Approve:
-		return fmt.Sprintf("%s %s by %s", p.Module, p.Build, p.By)
+		return fmt.Sprintf("%s %s by %s", p.Module, ShortBuild(p.Build), p.By)
 	case *events.Have:
 		return haveSummary(p)
 	case *events.Settle:
@@ -164,7 +164,7 @@ func Summary(ev events.Event, prev *events.Want) string {
 	case *events.Poke:
 		return "by " + p.By + reasonSuffix(p.Reason)
 	case *events.Revoke:
-		return fmt.Sprintf("%s %s by %s", p.Module, p.Build, p.By)
+		return fmt.Sprintf("%s %s by %s", p.Module, ShortBuild(p.Build), p.By)
 	case *events.Waive:
 		return fmt.Sprintf("%s (%s) by %s", p.Path, p.Module, p.By)
 	case *events.Retire:
