@@ -50,7 +50,8 @@ now, as 10m, or an RFC 3339 time); with both, the later start wins.
 --follow then keeps printing new lines until interrupted. --timestamps
 prefixes each line with when it was captured and its stream: out
 (stdout), err (stderr) or meshfold (the module's supervisor: exits,
-restarts, health).
+restarts, health; an exec check's fall with the check's own output, its
+last 512 bytes, left out when it holds a declared file's content).
 
 No agent answering (not running, or no reply within --timeout) exits 1 and
 says so. When the stream records the node's agent down, it says since when

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -371,5 +372,45 @@ func TestHealthGoesOnWithoutTheAgent(t *testing.T) {
 	r2 := e.open()
 	if st := status(t, r2, "web"); st.Health != events.Healthy || st.State != events.Running {
 		t.Errorf("adopted status %+v, want running and healthy", st)
+	}
+}
+
+// An exec check's own words go into the module's log with the note of
+// its fall (fresh12: `meshfold logs` said only "unhealthy after 3 failed
+// exec checks: exec: status 1", not the check's "ready marker absent"),
+// on one line; a check whose output holds a declared file's content has
+// it left out, said so, and the content is in no line of the log.
+func TestCheckOutputInTheLogNeverAFilledFile(t *testing.T) {
+	e := newEnv(t, Backoff{})
+	const secret = "tok-9f8e7d6c5b4a"
+	if err := os.WriteFile(filepath.Join(e.cfg.Root, "token"), []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.script("sha256:a", sleeper, bundle.Manifest{Health: &bundle.Health{
+		Exec: []string{"/bin/sh", "-c", "echo checking; echo ready marker absent >&2; exit 1"}, Interval: "100ms", Failures: 2}})
+	e.script("sha256:b", sleeper, bundle.Manifest{Health: &bundle.Health{
+		Exec: []string{"/bin/sh", "-c", "echo token is $(cat " + filepath.Join(e.cfg.Root, "token") + ") >&2; exit 1"}, Interval: "100ms", Failures: 2}})
+	r := e.open()
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "web", Build: "sha256:a", RunsAs: self}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Apply(ctx(t), events.PlanModule{Name: "leak", Build: "sha256:b", RunsAs: self,
+		Files: []events.File{{Path: "/token", Mode: "0600"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitLogFunc(t, r, "web", func(l string) bool {
+		return strings.Contains(l, "unhealthy after 2 failed exec checks: exec: status 1; its output: checking / ready marker absent")
+	})
+	waitLogFunc(t, r, "leak", func(l string) bool {
+		return strings.Contains(l, "unhealthy after 2 failed exec checks: exec: status 1; its output left out: it holds part of a file the module declares")
+	})
+	page, err := r.Logs(ctx(t), "leak", node.LogQuery{Tail: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range page.Lines {
+		if strings.Contains(l, secret) || strings.Contains(l, secret[:8]) {
+			t.Errorf("the declared file's content is in the log: %q", l)
+		}
 	}
 }

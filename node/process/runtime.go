@@ -481,6 +481,17 @@ func (r *Runtime) Apply(ctx context.Context, row events.PlanModule) error {
 	cur, live := m.spec, m.conn != nil
 	r.mu.Unlock()
 	if live && cur.Same(sp) {
+		if !slices.Equal(cur.Files, sp.Files) {
+			// The files it declares changed: its shim reads them from
+			// spec.json to keep their content out of its log.
+			cur.Files = sp.Files
+			if err := shim.WriteJSON(m.dir, shim.SpecFile, cur); err != nil {
+				return fmt.Errorf("apply %s: %w", row.Name, err)
+			}
+			r.mu.Lock()
+			m.spec = cur
+			r.mu.Unlock()
+		}
 		return nil // the shim runs it (or restarts it with backoff)
 	}
 	if live {
@@ -534,6 +545,9 @@ func (r *Runtime) spec(row events.PlanModule, dir string, man bundle.Manifest, a
 		OnFillRestart: restart, OnFillSignal: int(sig),
 		Backoff: r.cfg.Backoff, LogMaxMB: r.cfg.LogMaxMB, LogBackups: r.cfg.LogBackups,
 		Cgroup: r.cgroup, Limits: man.Limits, Health: man.Health,
+	}
+	for _, f := range row.Files {
+		sp.Files = append(sp.Files, filepath.Join(r.cfg.Root, f.Path))
 	}
 	if r.asRoot {
 		sp.User = &acct

@@ -244,24 +244,42 @@ func (c *checker) exec(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	attr := &os.ProcAttr{Dir: sp.Dir, Env: sp.Env, Files: []*os.File{null, null, null}, Sys: c.s.sysAttr()}
-	pr, ws, err := c.s.spawn(attr, argv0, c.h.Exec)
-	_ = null.Close()
+	defer null.Close()
+	// Its output, stdout and stderr together, for the note of a fall
+	// (checkoutput.go): bounded, never a declared file's content.
+	pr0, pw, err := os.Pipe()
 	if err != nil {
+		return err
+	}
+	attr := &os.ProcAttr{Dir: sp.Dir, Env: sp.Env, Files: []*os.File{null, pw, pw}, Sys: c.s.sysAttr()}
+	pr, ws, err := c.s.spawn(attr, argv0, c.h.Exec)
+	_ = pw.Close()
+	exited := make(chan struct{})
+	output := capture(pr0, exited)
+	said := func(e error) error {
+		close(exited)
+		out, cut := output()
+		return fmt.Errorf("%w%s", e, outputText(out, cut, c.s.declaredFiles()))
+	}
+	if err != nil {
+		close(exited)
+		output()
 		return startError(err, sp.Dir)
 	}
 	defer pr.Release()
 	select {
 	case st := <-ws:
 		if st.Exited() && st.ExitStatus() == 0 {
+			close(exited)
+			output()
 			return nil
 		}
-		return fmt.Errorf("exec: %s", describeStatus(st))
+		return said(fmt.Errorf("exec: %s", describeStatus(st)))
 	case <-ctx.Done():
 		// Not reaped yet, so the group's id is still its own.
 		_ = syscall.Kill(-pr.Pid, syscall.SIGKILL)
 		<-ws
-		return fmt.Errorf("exec: timed out after %s", c.timeout)
+		return said(fmt.Errorf("exec: timed out after %s", c.timeout))
 	}
 }
 

@@ -64,6 +64,14 @@ type Spec struct {
 	Limits *runspec.Limits `json:"limits,omitempty"`
 	Health *runspec.Health `json:"health,omitempty"`
 	Since  time.Time       `json:"since"`
+	// Files are the paths on the node of the files the module's plan row
+	// declares (filled files): an exec check's output holding their
+	// content is left out of the module's log. The runtime rewrites
+	// spec.json when they change and the shim runs on; the shim reads
+	// them from there when it judges an output. Optional: a spec without
+	// it (an older runtime's) leaves nothing out, and an older shim logs
+	// no check output.
+	Files []string `json:"files,omitempty"`
 }
 
 // Same reports whether s and o run the same thing (what a re-apply of an
