@@ -17,6 +17,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/store"
 )
 
 // fleet is the console's picture of every node: the views loaded from
@@ -67,8 +68,11 @@ type fleet struct {
 	// when it was stored.
 	silent      error
 	silentSince time.Time
-	lastSeq     uint64
-	lastAt      time.Time
+	// store is what serve said of its store at the last look
+	// (watchStream): the fleet page opens with it when it takes no write.
+	store   store.StoreStatus
+	lastSeq uint64
+	lastAt  time.Time
 	// wall is the wall clock the indexes are timed by (time.Now; tests
 	// move it).
 	wall func() time.Time
@@ -394,8 +398,11 @@ type fleetPage struct {
 	// started), not of Now.
 	Silent      string
 	SilentSince time.Time
-	LastSeq     uint64
-	LastAt      time.Time
+	// StoreFull, when set, is serve's word that its store takes no
+	// write (store.StoreStatus.Headline): since when, why, what to do.
+	StoreFull string
+	LastSeq   uint64
+	LastAt    time.Time
 	// Behind counts the rows older than their nodes' events, which no
 	// reconciler answered for since UnansweredSince: their rows say so
 	// (audit.FleetRow.Behind), and "as of" is not theirs (a fresh user's
@@ -649,6 +656,8 @@ type silence struct {
 	since   time.Time
 	lastSeq uint64
 	lastAt  time.Time
+	// store is serve's store's status (store.StoreStatus.Headline).
+	store store.StoreStatus
 }
 
 // streamPoll is how often the console asks whether the stream answers
@@ -674,7 +683,18 @@ func (f *fleet) watchStream(ctx context.Context, chk StreamChecker) {
 		if ctx.Err() != nil {
 			return
 		}
+		var st store.StoreStatus
+		if sc, ok := chk.(StoreChecker); ok && err == nil {
+			st, _ = sc.StoreStatus(ctx) // no answer: nothing known
+		}
 		f.mu.Lock()
+		if st.Stores != f.store.Stores || st.Watched != f.store.Watched || !slices.Equal(st.Refusing, f.store.Refusing) {
+			if st.Watched && !st.Stores {
+				f.log.Warn("console: serve's store takes no write: the fleet page opens with it", "since", st.Since, "why", st.Why)
+			}
+			f.store = st
+			f.changed()
+		}
 		switch was := f.silent; {
 		case err != nil && was == nil:
 			f.silent, f.silentSince = err, asked
@@ -718,7 +738,7 @@ type indexInput struct {
 // indexInput copies what an index is made of; f.mu is held.
 func (f *fleet) indexInput(now time.Time) *indexInput {
 	in := &indexInput{gen: f.gen, now: now, copied: f.wall(), loaded: f.loaded, unread: f.unread, noSnaps: f.noSnapshots, views: make([]NodeView, 0, len(f.views)),
-		silence:  silence{since: f.silentSince, lastSeq: f.lastSeq, lastAt: f.lastAt},
+		silence:  silence{since: f.silentSince, lastSeq: f.lastSeq, lastAt: f.lastAt, store: f.store},
 		warnings: make(map[string][]uint64, len(f.warnings)), sources: f.sources}
 	if f.silent != nil {
 		in.silence.why = f.silent.Error()
@@ -803,6 +823,7 @@ func (f *fleet) page(q fleetQuery, now time.Time, stale time.Duration) fleetPage
 	if x.silence.why != "" {
 		p.Silent, p.SilentSince, p.LastSeq, p.LastAt = x.silence.why, x.silence.since, x.silence.lastSeq, x.silence.lastAt
 	}
+	p.StoreFull = x.silence.store.Headline(x.at)
 	switch {
 	case x.unread != nil:
 		p.Unread = fmt.Sprintf("the fleet could not be read: %v. Nothing is shown rather than a fleet that may be wrong; see the console's log.", x.unread)

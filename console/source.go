@@ -8,6 +8,7 @@ import (
 	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/reconcile"
 	"github.com/meshfold/meshfold/reconcile/audit"
+	"github.com/meshfold/meshfold/store"
 )
 
 // NodeView is one node of the fleet as a [Source] loads it: its view, or
@@ -76,3 +77,15 @@ type StreamChecker interface {
 }
 
 var _ StreamChecker = (*query.Reader)(nil)
+
+// StoreChecker is a [StreamChecker] that can say whether serve's store
+// takes writes (a *query.Reader is one: [query.Reader.StoreStatus]). A
+// store that takes none still answers every read, so the stream answers
+// while nothing is stored: the console asks it beside StreamAnswers, and
+// its fleet page opens with it (a fresh user's finding G1: fleet said
+// all was well while the stream took no write for 10 minutes).
+type StoreChecker interface {
+	StoreStatus(ctx context.Context) (store.StoreStatus, error)
+}
+
+var _ StoreChecker = (*query.Reader)(nil)

@@ -43,8 +43,7 @@ type StateServiceConfig struct {
 	// store.StoreStatusName ($MESHFOLD.<prefix>.state._store) with what
 	// the embedded server knows of its store: a write the store does not
 	// answer leaves the client only a timeout, and this names the cause
-	// (a fresh user's finding G1). Nil: {"watched": false}, or, with
-	// Partial, no answer (another instance may watch).
+	// (a fresh user's finding G1). Nil: {"watched": false}.
 	StoreStatus func() store.StoreStatus
 }
 
@@ -90,12 +89,14 @@ func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, 
 			subj := req.Subject()
 			node := subj[strings.LastIndexByte(subj, '.')+1:]
 			if node == store.StoreStatusName && ep.name == events.EndpointState {
-				switch {
-				case c.StoreStatus != nil:
-					_ = req.RespondJSON(c.StoreStatus())
-				case !c.Partial:
-					_ = req.RespondJSON(store.StoreStatus{})
+				// Every instance of a group answers (the first answer is
+				// taken): one that watches no store says so at once, so
+				// that fleet never waits out the ask.
+				st := store.StoreStatus{}
+				if c.StoreStatus != nil {
+					st = c.StoreStatus()
 				}
+				_ = req.RespondJSON(st)
 				return
 			}
 			if !events.ValidName(node) {

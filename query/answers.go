@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/meshfold/meshfold/store"
 )
 
 // StreamAnswerTimeout bounds [Reader.StreamAnswers]' one request.
@@ -37,4 +39,13 @@ func (r *Reader) StreamAnswers(ctx context.Context) error {
 		return fmt.Errorf("%w: stream %s has no leader", ErrStreamSilent, info.Config.Name)
 	}
 	return nil
+}
+
+// StoreStatus asks serve what it knows of its store
+// ([RequestStoreStatus], within [DefaultTimeout]): whether it takes
+// writes, since when not, and why. The console asks it beside
+// [Reader.StreamAnswers]: a stream whose store takes no write still
+// answers every read (a fresh user's finding G1).
+func (r *Reader) StoreStatus(ctx context.Context) (store.StoreStatus, error) {
+	return RequestStoreStatus(ctx, r.nc, r.pre, DefaultTimeout)
 }

@@ -122,16 +122,42 @@ func (s StoreStatus) Err(err error, now time.Time) error {
 	if !s.Watched || s.Stores {
 		return nil
 	}
+	return &storageFullError{err: err, what: s.said(now), source: "serve's answer"}
+}
+
+// said is what the status says of a store that takes no write: "serve's
+// store has taken no write since 17:53:14 UTC (4m10s): the filesystem has
+// no room (MESH, KV_MESH_NODES refuse every write)".
+func (s StoreStatus) said(now time.Time) string {
 	what := "serve's store takes no write"
 	if !s.Since.IsZero() {
-		what = fmt.Sprintf("serve's store has taken no write since %s (%s)", s.Since.UTC().Format("15:04:05 MST"),
+		what = fmt.Sprintf("serve's store has taken no write since %s (%s ago)", s.Since.UTC().Format("15:04:05 MST"),
 			max(now.Sub(s.Since), 0).Round(time.Second))
 	}
 	if s.Why != "" {
 		what += ": " + s.Why
 	}
 	if len(s.Refusing) > 0 {
-		what += " (" + strings.Join(s.Refusing, ", ") + " refuse every write)"
+		verb := " refuse every write)"
+		if len(s.Refusing) == 1 {
+			verb = " refuses every write)"
+		}
+		what += " (" + strings.Join(s.Refusing, ", ") + verb
 	}
-	return &storageFullError{err: err, what: what, source: "serve's answer"}
+	return what
+}
+
+// Headline returns "" while the store takes writes (or is not watched),
+// else the line fleet and the console's fleet page open with: what
+// stopped, since when, why, what it means and what to do (a fresh user's
+// finding G1: the stream took no write for 10 minutes while fleet said
+// all was well):
+//
+//	serve's store has taken no write since 17:53:14 UTC (11m3s): the filesystem has no room (MESH refuses every write): no want, have, plan, lease or snapshot is stored until it has room, so what follows may be older than the fleet; free space under serve's --data (serve takes writes again by itself; docs/operations.md, "Disk full")
+func (s StoreStatus) Headline(now time.Time) string {
+	if !s.Watched || s.Stores {
+		return ""
+	}
+	return s.said(now) + ": no want, have, plan, lease or snapshot is stored until it has room, so what follows may be older than the fleet; " +
+		"free space under serve's --data (serve takes writes again by itself; docs/operations.md, \"Disk full\")"
 }

@@ -216,6 +216,14 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 		wg.Go(func() { seqs, seqsErr = r.WarningSeqs(ctx, now.Add(-warnings)) })
 	}
 	wg.Go(func() { sources, sourcesErr = r.Sources(ctx, "") })
+	// Whether serve's store takes writes: a store that took none for 10
+	// minutes showed a fleet all well (a fresh user's finding G1).
+	var storeLine string
+	wg.Go(func() {
+		if st, err := query.RequestStoreStatus(ctx, nc, a.stream.prefix, storeAskTimeout); err == nil {
+			storeLine = st.Headline(fleetNow())
+		}
+	})
 	// An agent that lives and reads no plan says so in its lease, which
 	// no snapshot holds (a fresh user's finding M8: 272 of 300 agents
 	// followed no plan while fleet said "nothing 301").
@@ -350,6 +358,9 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	if feedsErr != nil {
 		fmt.Fprintf(a.stderr, "note: whether the agents read their plans (their leases) could not be read: %v\n", feedsErr)
 	}
+	if storeLine != "" && format != outTable {
+		fmt.Fprintf(a.stderr, "note: %s\n", storeLine)
+	}
 	if lagErr != nil {
 		fmt.Fprintf(a.stderr, "note: whether the snapshots are as new as the stream could not be read: %v\n", lagErr)
 	} else if format != outTable {
@@ -421,6 +432,9 @@ func runFleet(ctx context.Context, a *app, format string, all bool, stale, warni
 	} else {
 		audit.SortFleet(rows)
 		noteWarnings(ctx, a, r, rows, pg)
+		if storeLine != "" {
+			w.WriteString("-- NOTHING IS STORED: " + storeLine + "\n")
+		}
 		err = printFleet(w, rows, now, pg, firstLine, lagLine)
 	}
 	if err != nil {

@@ -3,12 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshfold/meshfold/internal/waitfor"
 )
 
 // mountSmallFS mounts a tmpfs of size on a new directory under /tmp (the
@@ -113,5 +118,79 @@ func TestWantOnFullFilesystemNamesTheCause(t *testing.T) {
 	if strings.Contains(errs, "too busy") {
 		t.Errorf("the refused want's error still guesses a busy server:\n%s", errs)
 	}
-	_ = time.Second
+}
+
+// fleet while serve's store takes no write opens with it: since when,
+// why, and what to do (a fresh user's finding G1: the stream was
+// unwritable for more than 10 minutes while fleet said all was well).
+func TestFleetSaysTheStoreTakesNoWrite(t *testing.T) {
+	ctx := testCtx(t)
+	r := startStoreFullRig(t, ctx)
+	want := writeWantFile(t, goodWant)
+	fleet := func() (string, string) {
+		t.Helper()
+		var out, errb strings.Builder
+		if code := run(ctx, []string{"fleet", "-s", r.url}, nil, &out, &errb); code != exitOK {
+			t.Fatalf("fleet: exit %d: %s", code, errb.String())
+		}
+		return out.String(), errb.String()
+	}
+	var out, errb strings.Builder
+	if code := run(ctx, []string{"want", "first", "--new", "-f", want, "-s", r.url}, nil, &out, &errb); code != exitOK {
+		t.Fatalf("want before the fill: exit %d: %s", code, errb.String())
+	}
+	if o, _ := fleet(); strings.Contains(o, "NOTHING IS STORED") {
+		t.Fatalf("fleet says the store is full before it is:\n%s", o)
+	}
+	cons := startRole(ctx, "console", "--server", r.url, "--listen", "127.0.0.1:0")
+	t.Cleanup(func() {
+		cons.cancel()
+		<-cons.done
+	})
+	m := regexp.MustCompile(`console at (http://\S+)/ `).FindStringSubmatch(cons.line(t, ctx))
+	if m == nil {
+		t.Fatal("the console's first line names no URL")
+	}
+	page := func() string {
+		resp, err := http.Get(m[1] + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	waitfor.Until(t, time.Minute, "the console's fleet page", func() bool { return strings.Contains(page(), `id="summary"`) })
+	if p := page(); strings.Contains(p, "Nothing is stored") {
+		t.Fatalf("the console says the store is full before it is:\n%s", p)
+	}
+	fillFS(t, r.dir)
+	r.wantUntilUnanswered(t, ctx)
+	o, _ := fleet()
+	first, _, _ := strings.Cut(o, "\n")
+	t.Logf("first line: %s", first)
+	for _, s := range []string{"-- NOTHING IS STORED: serve's store has taken no write since ", "the filesystem has no room",
+		"refuse", "free space under serve's --data", `"Disk full"`} {
+		if !strings.Contains(first, s) {
+			t.Errorf("fleet's first line does not say %q:\n%s", s, o)
+		}
+	}
+	// The console's fleet page opens with it too (it asks every 2 s).
+	p := waitfor.Value(t, time.Minute, "the console's fleet page saying the store takes no write", func() (string, bool) {
+		p := page()
+		return p, strings.Contains(p, "Nothing is stored: serve&#39;s store has taken no write since ")
+	})
+	for _, s := range []string{"the filesystem has no room", "free space under serve&#39;s --data"} {
+		if !strings.Contains(p, s) {
+			t.Errorf("the console's fleet page does not say %q", s)
+		}
+	}
+	// -o json keeps stdout to the rows: the line is a note on stderr.
+	var jout, jerr strings.Builder
+	if code := run(ctx, []string{"fleet", "-s", r.url, "-o", "json"}, nil, &jout, &jerr); code != exitOK {
+		t.Fatalf("fleet -o json: exit %d: %s", code, jerr.String())
+	}
+	if !strings.Contains(jerr.String(), "note: serve's store has taken no write since ") || strings.Contains(jout.String(), "taken no write") {
+		t.Errorf("fleet -o json: the store's line not (only) on stderr:\nstdout %s\nstderr %s", jout.String(), jerr.String())
+	}
 }
