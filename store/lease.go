@@ -594,11 +594,40 @@ func (l *Lease) claim(ctx context.Context) error {
 			return nil
 		}
 	}
+	// stalled is when the claim's writes began going unanswered (or
+	// refused for lack of room), said is when that was last logged. A
+	// claim of a dead holder's key whose write the server never answers
+	// (a file store that failed a write answers none: a full data
+	// directory) asks again for as long as it takes, each create answered
+	// "exists" at once: an agent started then waited 11 minutes with
+	// nothing in its log but "lease held: waiting" (a fresh user's
+	// finding G1). It says why it waits, at once and each minute.
+	var stalled, said time.Time
+	noteWrite := func(err error) {
+		if err == nil || !Unanswered(err) {
+			return
+		}
+		now := time.Now()
+		if stalled.IsZero() {
+			stalled = now
+		}
+		if !said.IsZero() && now.Sub(said) < claimSayEvery {
+			return
+		}
+		said = now
+		why := "the server did not answer it (a server that cannot store: a full data directory? see its log; or one too busy)"
+		if errors.Is(err, ErrStorageFull) {
+			why = "the server cannot store: its data directory is full (or its storage limit reached)"
+		}
+		l.log.Warn(fmt.Sprintf("lease %s not claimed yet: its write has not been stored since %s: %s; asking again until it is, said again each minute",
+			l.key, stalled.Format("15:04:05"), why), "key", l.key, "waited", now.Sub(stalled).Round(time.Second), "err", err)
+	}
 	for {
 		if !waiting.IsZero() {
 			l.restamp() // the claim, not the wait, begins the holding
 		}
 		rev, err := l.put(ctx, 0, attempt)
+		noteWrite(err)
 		if err == nil {
 			l.rev = rev
 			if first != 0 {
@@ -654,6 +683,7 @@ func (l *Lease) claim(ctx context.Context) error {
 				l.restamp()
 			}
 			rev, err := l.put(ctx, e.Revision(), attempt)
+			noteWrite(err)
 			switch {
 			case err == nil:
 				l.rev = rev
@@ -707,6 +737,10 @@ func (l *Lease) claim(ctx context.Context) error {
 // out; a server gone for good ends the claim with the last error (its
 // caller's retry, if any, asks again later).
 const claimRideOut = DefaultRideOut
+
+// claimSayEvery is how often a claim whose writes are not stored says
+// so again.
+const claimSayEvery = time.Minute
 
 // put writes the lease's value: a create when rev is 0, else an update
 // at rev (the key of a dead holder, or our own create's). The write is

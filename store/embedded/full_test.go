@@ -2,6 +2,7 @@ package embedded_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -227,6 +228,7 @@ type fullRig struct {
 	pub    *store.Publisher
 	want   *events.Want
 	ask    time.Duration
+	js     jetstream.JetStream
 }
 
 // startFullRig starts the server on dataDir and ensures the stream; the
@@ -258,7 +260,7 @@ func startFullRig(t *testing.T, dataDir string, ask time.Duration) *fullRig {
 	for i := range 32 {
 		mods = append(mods, events.WantModule{Name: fmt.Sprintf("mod%d", i), Build: fmt.Sprintf("img:sha256:%064d", i), RunsAs: "nobody"})
 	}
-	r.ctx, r.stream, r.pub = ctx, stream, store.NewPublisher(js, cfg.Subjects())
+	r.ctx, r.stream, r.pub, r.js = ctx, stream, store.NewPublisher(js, cfg.Subjects()), js
 	r.want = events.Stamp(&events.Want{Modules: mods}, time.Now())
 	return r
 }
@@ -269,4 +271,105 @@ func (r *fullRig) publish() error {
 	defer cancel()
 	_, err := r.pub.Append(ctx, "w", r.want)
 	return err
+}
+
+// An agent that claims its node's lease while the filesystem is full
+// (another process filled it): the previous agent's key names a process
+// that is gone, so the claim writes it again, and the server, whose file
+// store failed a write, answers none. The claim waited for as long as it
+// took with nothing in its log past "lease held: waiting" (a fresh
+// user's finding G1: 11 minutes): it says why it waits, at once.
+func TestLeaseClaimSaysItsWriteIsNotStored(t *testing.T) {
+	dir, _ := smallFS(t, "32m")
+	r := startFullRig(t, dir+"/data", 3*time.Second)
+	kv, err := store.OpenNodeLeases(r.ctx, r.js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The previous agent of ace: a process of this host that is gone.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	h := store.NewHolder("node", "ace")
+	h.PID = gone.Process.Pid
+	value, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(r.ctx, "ace", value); err != nil {
+		t.Fatal(err)
+	}
+	fillFS(t, dir)
+	// Writes to the bucket until one fails: its file store keeps the
+	// error (a block's tail takes some writes first).
+	pad := make([]byte, 1024)
+	for i := 0; ; i++ {
+		pctx, cancel := context.WithTimeout(r.ctx, 2*time.Second)
+		_, err := kv.Put(pctx, fmt.Sprintf("pad%d", i), pad)
+		cancel()
+		if err != nil {
+			break
+		}
+		if i == 5000 {
+			t.Fatal("every write to a full filesystem was stored")
+		}
+	}
+	logs := &logRecords{ch: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(r.ctx)
+	claimed := make(chan error, 1)
+	go func() {
+		l, err := store.AcquireLease(ctx, kv, "ace", store.NewHolder("node", "ace"), slog.New(logs))
+		if err == nil {
+			l.Release(context.Background())
+		}
+		claimed <- err
+	}()
+	defer func() {
+		cancel()
+		<-claimed
+	}()
+	defer func() {
+		if t.Failed() {
+			logs.mu.Lock()
+			for _, rec := range logs.recs {
+				t.Logf("claim said: %s", rec.Message)
+			}
+			logs.mu.Unlock()
+			select {
+			case err := <-claimed:
+				t.Logf("claim: %v", err)
+				claimed <- err
+			default:
+			}
+		}
+	}()
+	logs.waitFor(t, slog.LevelWarn, "lease ace not claimed yet: its write has not been stored since ", 20*time.Second)
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for _, rec := range logs.recs {
+		if strings.HasPrefix(rec.Message, "lease ace not claimed yet") {
+			t.Logf("said: %s", rec.Message)
+			if !strings.Contains(rec.Message, "a full data directory?") || !strings.Contains(rec.Message, "said again each minute") {
+				t.Errorf("the claim's line does not say why it waits, or when it says it again: %s", rec.Message)
+			}
+		}
+	}
+}
+
+// fillFS writes a file beside the data directory until the filesystem
+// under dir has no room.
+func fillFS(t *testing.T, dir string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			return
+		}
+	}
 }
