@@ -64,7 +64,8 @@ func (s *State) Gated(module string) (GateRecord, bool) {
 //   - held with why "want" if the want says hold;
 //   - held with why "approval" if it requires approval (the want says
 //     requires_approval, or the node's gate of the module stands, or the
-//     node's gates are full, State.GatesFull: gated),
+//     node's gates are full, State.GatesFull, or a gated module was
+//     dropped from the want, GateRecord.Dropped: gated),
 //     the wanted build differs from the build that runs, and no approval
 //     names the wanted build (first placement included: nothing runs, so
 //     it waits);
@@ -116,8 +117,12 @@ func (s *State) Compose() (rows []events.PlanModule, account string, ok bool) {
 func (s *State) composeRow(m events.WantModule) (row events.PlanModule, account string) {
 	runs, _ := s.Runs(m.Name)
 	_, gated := s.Gated(m.Name)
-	// Gates full: every module is held as a gated one (State.GatesFull).
-	gated = gated || s.GatesFull != nil
+	// Gates full, or a gated module dropped from the want: every module
+	// is held as a gated one (State.GatesFull, GateRecord.Dropped).
+	if !gated {
+		_, dropped := s.droppedGate()
+		gated = s.GatesFull != nil || dropped
+	}
 	why, held := Hold(m, runs, s.Approved(m.Name, m.Build), gated)
 	row = events.PlanModule{Name: m.Name, Provisioner: m.Provisioner}
 	if held {

@@ -147,6 +147,7 @@ func (f *folder) planExists(plan uint64) bool {
 }
 
 func (f *folder) want(p *events.Want) {
+	f.dropGates(p.Modules)
 	f.s.takeWant(f.ev.Seq, p.Modules)
 	// Only a want that says so sets gates (events.Want.Gates): a want an
 	// older build wrote folds as it did, so an upgrade changes no plan
@@ -160,6 +161,41 @@ func (f *folder) want(p *events.Want) {
 		}
 	}
 	f.compose()
+}
+
+// dropGates marks the gates whose module the node's newest want names
+// and modules, the new want, does not (GateRecord.Dropped), and unmarks
+// those modules names again. A gated module renamed (dropped, and its
+// workload placed under a new name) would otherwise move unapproved (a
+// fresh user's finding M2). A gate no want ever named (an operator's
+// gate of a module ahead of any want) is never dropped.
+func (f *folder) dropGates(modules []events.WantModule) {
+	s := f.s
+	if len(s.Gates) == 0 {
+		return
+	}
+	names := func(ms []events.WantModule, name string) bool {
+		return slices.ContainsFunc(ms, func(m events.WantModule) bool { return m.Name == name })
+	}
+	var gates []GateRecord
+	for i, g := range s.Gates {
+		was := g.Dropped
+		switch {
+		case names(modules, g.Module):
+			g.Dropped = 0
+		case s.Want != nil && names(s.Want.Modules, g.Module):
+			g.Dropped = f.ev.Seq
+		}
+		if g.Dropped != was {
+			if gates == nil {
+				gates = slices.Clone(s.Gates) // never changed in place
+			}
+			gates[i] = g
+		}
+	}
+	if gates != nil {
+		s.Gates = gates
+	}
 }
 
 // gate sets or lifts an operator's gate of a module (DESIGN.md §4, "the

@@ -537,6 +537,9 @@ func formatState(s *reconcile.State) string {
 		} else {
 			fmt.Fprintf(&b, "gate: %s by %s (#%d)\n", g.Module, g.By, g.Seq)
 		}
+		if g.Dropped != 0 {
+			fmt.Fprintf(&b, "gate: %s dropped by want #%d\n", g.Module, g.Dropped)
+		}
 	}
 	if g := s.GatesFull; g != nil {
 		fmt.Fprintf(&b, "gates full since #%d: not kept %v, %d unnamed\n", g.Seq, g.Modules, g.Unnamed)

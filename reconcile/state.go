@@ -249,7 +249,29 @@ type GateRecord struct {
 	Module string `json:"module"`
 	Seq    uint64 `json:"seq"`
 	By     string `json:"by,omitempty"`
+	// Dropped is the want that dropped the gated module (the want
+	// before it named the module), while no want since names it again;
+	// 0 otherwise. While a gate is dropped, every module of the node is
+	// held for an approval of a new build (composeRow): the gate holds
+	// the workload, not only its name, or a want could ship it unapproved
+	// under another name (a fresh user's finding M2).
+	Dropped uint64 `json:"dropped,omitempty"`
 }
+
+// droppedGate returns the first gate whose module a want dropped
+// (GateRecord.Dropped), and false when none is.
+func (s *State) droppedGate() (GateRecord, bool) {
+	for _, g := range s.Gates {
+		if g.Dropped != 0 {
+			return g, true
+		}
+	}
+	return GateRecord{}, false
+}
+
+// DroppedGate is droppedGate, for the audit: the gate whose module a
+// want dropped, which holds every module of the node.
+func (s *State) DroppedGate() (GateRecord, bool) { return s.droppedGate() }
 
 // GatesFull records the gates a node could not keep (State.GatesFull):
 // since event Seq (the first gate not kept; an operator's when By is

@@ -89,6 +89,10 @@ func GateText(node string, g reconcile.Gate) string {
 		s = fmt.Sprintf("%s: gated by %s (#%d)", g.Module, events.Text(g.By), g.Seq)
 	}
 	s += ": a new build moves only with an approval"
+	if g.Dropped != 0 {
+		return s + fmt.Sprintf("; want #%d dropped it, so every module of the node moves to a new build only with an approval (it could run %s's workload under another name) until a want names %s again or 'meshfold ungate %s %s --by NAME' lifts the gate",
+			g.Dropped, g.Module, g.Module, node, g.Module)
+	}
 	if !g.Wanted {
 		s += fmt.Sprintf("; the newest want does not mark it, and does not lift the gate: only 'meshfold ungate %s %s --by NAME' does", node, g.Module)
 	}

@@ -375,7 +375,8 @@ func (h *History) whyPlan(w *Why, ev events.Event, p *events.Plan) {
 		if !gated {
 			gate.Seq = 0
 		}
-		rw.Reason = rowReason(p.Want, row, m, runs, running, rw.Approvals, gate, after.GatesFull)
+		dropped, _ := after.DroppedGate()
+		rw.Reason = rowReason(p.Want, row, m, runs, running, rw.Approvals, gate, after.GatesFull, dropped)
 		w.Rows = append(w.Rows, rw)
 	}
 	w.Account = accountReason(p)
@@ -384,8 +385,9 @@ func (h *History) whyPlan(w *Why, ev events.Event, p *events.Plan) {
 // rowReason says why a plan row is composed or held, in the words of the
 // one rule (reconcile.Hold); gate is the node's gate of the module (Seq 0
 // when none); full, when set, says the node's gates are full
-// (reconcile.State.GatesFull).
-func rowReason(want uint64, row events.PlanModule, m events.WantModule, runs reconcile.Running, running bool, approvals []reconcile.Approval, gate reconcile.GateRecord, full *reconcile.GatesFull) string {
+// (reconcile.State.GatesFull); dropped is a gate whose module a want
+// dropped (Dropped 0 when none).
+func rowReason(want uint64, row events.PlanModule, m events.WantModule, runs reconcile.Running, running bool, approvals []reconcile.Approval, gate reconcile.GateRecord, full *reconcile.GatesFull, dropped reconcile.GateRecord) string {
 	what := "nothing runs"
 	if running && runs.Build != "" {
 		what = orNone(runs.Build) + " runs"
@@ -409,6 +411,9 @@ func rowReason(want uint64, row events.PlanModule, m events.WantModule, runs rec
 		if !m.RequiresApproval && gate.Seq == 0 && full != nil {
 			// Fail closed: the gates are full (reconcile.State.GatesFull).
 			requires = fmt.Sprintf("the node's gates are full since #%d (a gate was not kept), so every module requires approval until each module whose gate was not kept is gated or ungated", full.Seq)
+		} else if !m.RequiresApproval && gate.Seq == 0 && dropped.Dropped != 0 {
+			// A gated module dropped from the want (GateRecord.Dropped).
+			requires = fmt.Sprintf("the gate of %s, which want #%d dropped, holds every module of the node (it could run %s's workload under another name)", dropped.Module, dropped.Dropped, dropped.Module)
 		}
 		s := fmt.Sprintf("%s and wants %s, but %s and no approval names %s", requires, row.Pending, what, row.Pending)
 		if requires != fmt.Sprintf("want #%d requires approval", want) {
