@@ -69,7 +69,7 @@ func AddStateService(nc *nats.Conn, lookup func(node string) (*reconcile.State, 
 		Name:               events.StateServiceName,
 		Version:            events.StateServiceVersion,
 		Description:        "meshfold: each node's folded state and composition, read-only",
-		Metadata:           map[string]string{"prefix": c.Prefix, events.MetaNamedOperators: "1"},
+		Metadata:           map[string]string{"prefix": c.Prefix, events.MetaNamedOperators: "1", events.MetaNamedRollouts: "1"},
 		QueueGroupDisabled: c.Partial,
 	})
 	if err != nil {

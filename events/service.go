@@ -35,6 +35,15 @@ const (
 	// add-operator` asks the state services before it makes the stream
 	// capture them.
 	MetaNamedOperators = "named_operators"
+	// MetaNamedRollouts is the state service's metadata key that says its
+	// process folds named operators' rollout verbs
+	// ([Subjects.NamedRollout]: its rollout controller reads them, and its
+	// reconciler starts on a stream that captures them), value "1". A
+	// build before them (which may say [MetaNamedOperators]) refuses a
+	// stream that captures <prefix>.rollout.*.*.*, and its controller
+	// does not see the verbs: `meshfold auth enable-named` asks for this
+	// key before it adds that pattern.
+	MetaNamedRollouts = "named_rollouts"
 )
 
 // StateSubject returns the subject of endpoint for node under prefix

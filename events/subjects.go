@@ -266,18 +266,54 @@ func (s Subjects) Rollout(fleet, k string) string {
 // stream captures: <prefix>.rollout.*.*.
 func (s Subjects) RolloutInput() string { return s.Rollout("*", "*") }
 
-// ParseRollout splits a rollout subject into fleet and kind; ok is false
-// for any other subject (the kind is not checked: package rollout does).
+// NamedRollout returns the subject on which the operator named by
+// publishes fleet's rollout verb k (promote, pause, resume, abort,
+// revert): <prefix>.rollout.<fleet>.<k>.<by>, the rollout subject with
+// the operator's name as a fifth token. As for [Subjects.Named], the
+// server lets a named operator's credentials publish a verb only on the
+// subjects that end in its own name, and readers take the name from the
+// subject ([Subjects.ParseRolloutBy]). A stream stores them once an
+// operator asked ([Subjects.NamedRolloutInput]).
+func (s Subjects) NamedRollout(fleet, k, by string) string {
+	return s.Rollout(fleet, k) + "." + by
+}
+
+// NamedRolloutInput returns the pattern of every fleet's named rollout
+// verbs: <prefix>.rollout.*.*.*. Five tokens: the partition transform
+// (<prefix>.*.*) leaves them as they are, outside every partition, as
+// the plain rollout subjects. Not in [Subjects.Captured]: a build before
+// them refuses a stream that captures it (store.CaptureNamed adds it).
+func (s Subjects) NamedRolloutInput() string { return s.RolloutInput() + ".*" }
+
+// ParseRollout splits a rollout subject, plain or named
+// ([Subjects.NamedRollout]), into fleet and kind; ok is false for any
+// other subject (the kind is not checked: package rollout does).
 func (s Subjects) ParseRollout(subject string) (fleet, kind string, ok bool) {
+	fleet, kind, _, ok = s.ParseRolloutBy(subject)
+	return fleet, kind, ok
+}
+
+// ParseRolloutBy is [Subjects.ParseRollout] that also returns the
+// operator a named rollout subject names: the name the server checked
+// against the publisher's credentials; empty for a plain rollout
+// subject, whose payload's `by` is self-declared. A fifth token that is
+// no valid name is no rollout subject (ok false).
+func (s Subjects) ParseRolloutBy(subject string) (fleet, kind, by string, ok bool) {
 	rest, found := strings.CutPrefix(subject, s.prefix()+"."+RolloutToken+".")
 	if !found {
-		return "", "", false
+		return "", "", "", false
 	}
 	fleet, kind, found = strings.Cut(rest, ".")
-	if !found || !ValidName(fleet) || kind == "" || strings.Contains(kind, ".") {
-		return "", "", false
+	if !found || !ValidName(fleet) || kind == "" {
+		return "", "", "", false
 	}
-	return fleet, kind, true
+	if k, name, named := strings.Cut(kind, "."); named {
+		if k == "" || !ValidName(name) {
+			return "", "", "", false
+		}
+		kind, by = k, name
+	}
+	return fleet, kind, by, true
 }
 
 // Captured returns the subject patterns every stream of this build

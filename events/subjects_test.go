@@ -168,3 +168,35 @@ func TestEveryOperatorKindHasItsBy(t *testing.T) {
 		}
 	}
 }
+
+// A named operator's rollout verb, <prefix>.rollout.<fleet>.<verb>.<name>:
+// parsed with the name; a plain rollout subject has none; a fifth token
+// that is no name, or a sixth, is no rollout subject. The pattern is not
+// among what every stream captures.
+func TestNamedRolloutSubjects(t *testing.T) {
+	subj := events.Subjects{Prefix: "mesh", Partitions: 7}
+	named := subj.NamedRollout("web", "pause", "alice")
+	if named != "mesh.rollout.web.pause.alice" {
+		t.Fatalf("NamedRollout = %q", named)
+	}
+	if fleet, kind, by, ok := subj.ParseRolloutBy(named); !ok || fleet != "web" || kind != "pause" || by != "alice" {
+		t.Errorf("ParseRolloutBy(%q) = %q %q %q %v", named, fleet, kind, by, ok)
+	}
+	if fleet, kind, ok := subj.ParseRollout(named); !ok || fleet != "web" || kind != "pause" {
+		t.Errorf("ParseRollout(%q) = %q %q %v", named, fleet, kind, ok)
+	}
+	if _, kind, by, ok := subj.ParseRolloutBy(subj.Rollout("web", "pause")); !ok || kind != "pause" || by != "" {
+		t.Errorf("a plain rollout subject: kind %q by %q %v", kind, by, ok)
+	}
+	for _, bad := range []string{"mesh.rollout.web.pause.Alice", "mesh.rollout.web.pause.alice.x", "mesh.rollout.web..alice", "mesh.rollout.web.pause."} {
+		if _, _, _, ok := subj.ParseRolloutBy(bad); ok {
+			t.Errorf("ParseRolloutBy(%q): ok, want not a rollout subject", bad)
+		}
+	}
+	if got := subj.NamedRolloutInput(); got != "mesh.rollout.*.*.*" {
+		t.Errorf("NamedRolloutInput = %q", got)
+	}
+	if slicesContains(subj.Captured(), subj.NamedRolloutInput()) {
+		t.Errorf("Captured() %v holds the named rollouts' pattern", subj.Captured())
+	}
+}

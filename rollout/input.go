@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/meshfold/meshfold/events"
@@ -129,5 +130,29 @@ func FromNodeEvent(ev events.Event) (Input, bool) {
 func FromRolloutEvent(k Kind, data []byte, seq uint64, t time.Time) Input {
 	in := Input{Seq: seq, Time: t, Kind: k}
 	in.Payload, in.Err = Decode(k, data)
+	return in
+}
+
+// FromNamedRolloutEvent is [FromRolloutEvent] of an event stored on a
+// named operator's rollout subject (events.Subjects.NamedRollout): by is
+// the name the subject gives, which the server checked against the
+// publisher's credentials. Only an operator's verb ([Operator]) whose
+// payload names by is taken; any other payload on such a subject gives
+// an input with Err wrapping events.ErrNotPublisher, which the fold
+// records as rejected and never acts on: alice's creds cannot pause a
+// rollout as bob. An empty by is [FromRolloutEvent].
+func FromNamedRolloutEvent(k Kind, data []byte, seq uint64, t time.Time, by string) Input {
+	in := FromRolloutEvent(k, data, seq, t)
+	if by == "" || in.Err != nil {
+		return in
+	}
+	got := ""
+	if op, ok := in.Payload.(*Operator); ok {
+		if op.By == by {
+			return in
+		}
+		got = op.By
+	}
+	in.Payload, in.Err = nil, &events.FieldError{Field: "by", Value: got, Err: fmt.Errorf("%w (%s)", events.ErrNotPublisher, by)}
 	return in
 }

@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,10 +96,11 @@ func TestNamedOperatorsAreAnOperatorsStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := subj.NamedInput(); !slices.Equal(added, want) {
-		t.Errorf("CaptureNamed added %v, want %v", added, want)
+	named := append(subj.NamedInput(), subj.NamedRolloutInput())
+	if !slices.Equal(added, named) {
+		t.Errorf("CaptureNamed added %v, want %v", added, named)
 	}
-	if got, want := subjects(), sortedStrings(append(slices.Clone(older), subj.NamedInput()...)); !slices.Equal(got, want) {
+	if got, want := subjects(), sortedStrings(append(slices.Clone(older), named...)); !slices.Equal(got, want) {
 		t.Errorf("after CaptureNamed the stream captures\n %v\nwant %v", got, want)
 	}
 	if again, err := store.CaptureNamed(ctx, js, store.StreamConfig{}); err != nil || len(again) != 0 {
@@ -108,7 +110,7 @@ func TestNamedOperatorsAreAnOperatorsStep(t *testing.T) {
 	if err != nil {
 		t.Fatalf("EnsureStream on a stream with the named patterns: %v", err)
 	}
-	if !store.CapturesNamed(stream, cfg) {
+	if !store.CapturesNamed(stream, cfg) || !store.CapturesNamedRollouts(stream, cfg) {
 		t.Errorf("EnsureStream dropped the named patterns: %v", subjects())
 	}
 	ack, err := alice.Append(ctx, "ace", pause("alice"))
@@ -146,4 +148,95 @@ func sortedStrings(s []string) []string {
 	c := slices.Clone(s)
 	slices.Sort(c)
 	return c
+}
+
+// previousBuildAccepts is the subject check of the build before named
+// rollout verbs (main at db00347, store.adoptStream and kindShaped): a
+// newer build's kind, "<prefix>.*.<kind>", or a partition's named
+// operator events, "<p>.<prefix>.*.*.*"; "<prefix>.rollout.*.*.*" is
+// neither.
+func previousBuildAccepts(prefix string, have, own []string) bool {
+	for _, s := range have {
+		if slices.Contains(own, s) {
+			continue
+		}
+		kind, ok := strings.CutPrefix(s, prefix+".*.")
+		if !ok {
+			p, found := strings.CutSuffix(s, "."+prefix+".*.*.*")
+			if _, err := strconv.Atoi(p); !found || err != nil {
+				return false
+			}
+			continue
+		}
+		if kind == "" || strings.ContainsAny(kind, ".*> ") {
+			return false
+		}
+	}
+	return len(have) > 0
+}
+
+// A stream whose step the build before named rollout verbs took (the
+// partitions' named patterns, not the rollouts'): this build's
+// EnsureStream and OpenStream leave it as it is, so that build's
+// reconciler still adopts it; it captures named operator events and not
+// named rollout verbs (a named verb's publish is not stored); the step
+// taken again adds the rollouts' pattern alone, which that build's check
+// refuses: the reason enable-named asks every reconciler for
+// named_rollouts first.
+func TestNamedRolloutsAreAStepOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	_, _, js := storetest.Start(t)
+	subj := events.Subjects{Prefix: "mesh", Partitions: 4}
+	previous := append(append(subj.Input(), subj.RolloutInput()), subj.NamedInput()...)
+	src, dst := subj.Transform()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "MESH", Subjects: previous, SubjectTransform: &jetstream.SubjectTransformConfig{Source: src, Destination: dst},
+		Storage: jetstream.FileStorage, AllowDirect: true, Duplicates: 2 * time.Minute, MaxMsgSize: store.MaxMsgSize,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	subjects := func() []string {
+		s, err := js.Stream(ctx, "MESH")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sortedStrings(s.CachedInfo().Config.Subjects)
+	}
+	own := append(subj.Input(), subj.RolloutInput())
+	if !previousBuildAccepts("mesh", subjects(), own) {
+		t.Fatalf("the previous build's check refuses the stream its own step made: %v", subjects())
+	}
+	stream, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatalf("EnsureStream on the previous build's stepped stream: %v", err)
+	}
+	if got := subjects(); !slices.Equal(got, sortedStrings(previous)) {
+		t.Fatalf("this build's start changed the stream's subjects:\n got %v\nwant %v", got, sortedStrings(previous))
+	}
+	if !store.CapturesNamed(stream, cfg) || store.CapturesNamedRollouts(stream, cfg) {
+		t.Errorf("CapturesNamed %v, CapturesNamedRollouts %v: want true, false", store.CapturesNamed(stream, cfg), store.CapturesNamedRollouts(stream, cfg))
+	}
+	if _, err := js.Publish(ctx, subj.NamedRollout("web", "pause", "alice"), []byte(`{}`)); !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Errorf("a named rollout verb before the step: %v, want no stream response (not captured)", err)
+	}
+	added, err := store.CaptureNamed(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{subj.NamedRolloutInput()}; !slices.Equal(added, want) {
+		t.Errorf("CaptureNamed added %v, want %v", added, want)
+	}
+	if stream, cfg, err = store.EnsureStream(ctx, js, store.StreamConfig{}); err != nil {
+		t.Fatalf("EnsureStream with the named rollouts' pattern: %v", err)
+	}
+	if !store.CapturesNamedRollouts(stream, cfg) {
+		t.Errorf("EnsureStream dropped the named rollouts' pattern: %v", subjects())
+	}
+	if _, err := js.Publish(ctx, subj.NamedRollout("web", "pause", "alice"), []byte(`{}`)); err != nil {
+		t.Errorf("a named rollout verb after the step: %v", err)
+	}
+	if previousBuildAccepts("mesh", subjects(), own) {
+		t.Error("the previous build's check accepts the rollouts' pattern: enable-named's named_rollouts ask would not matter")
+	}
 }

@@ -504,9 +504,13 @@ func OpenedStream(stream jetstream.Stream, cfg StreamConfig) (StreamConfig, erro
 
 // kindShaped reports whether subject is one a build of meshfold could
 // capture for an event kind under prefix: "<prefix>.*.<kind>", the kind a
-// single literal token, or a partition's named operator events,
-// "<p>.<prefix>.*.*.*" ([CaptureNamed]).
+// single literal token, a partition's named operator events,
+// "<p>.<prefix>.*.*.*", or the fleets' named rollout verbs,
+// "<prefix>.rollout.*.*.*" ([CaptureNamed]).
 func kindShaped(prefix, subject string) bool {
+	if subject == (events.Subjects{Prefix: prefix}).NamedRolloutInput() {
+		return true
+	}
 	kind, ok := strings.CutPrefix(subject, prefix+".*.")
 	if !ok {
 		// A partition's named operator events, <p>.<prefix>.*.*.*
@@ -524,25 +528,48 @@ func kindShaped(prefix, subject string) bool {
 // a named operator's event can be stored in it. False for a stream that
 // is not meshfold's (no partition transform for that prefix).
 func CapturesNamed(stream jetstream.Stream, cfg StreamConfig) bool {
-	return len(namedMissing(stream, cfg)) == 0
+	missing := namedMissing(stream, cfg)
+	return !slices.ContainsFunc(missing, func(s string) bool { return !isNamedRollouts(s, cfg) })
 }
 
-// namedMissing returns the named operator patterns stream does not
-// capture; all of them (or one "" for a stream that is not meshfold's).
+// CapturesNamedRollouts reports whether stream, as its cached info has
+// it, captures the fleets' named rollout verbs
+// (events.Subjects.NamedRolloutInput, <prefix>.rollout.*.*.*): whether a
+// named operator's rollout verb can be stored in it. A stream whose step
+// an older build took ([CaptureNamed] before named rollout verbs)
+// captures the named operator events and not these. False for a stream
+// that is not meshfold's.
+func CapturesNamedRollouts(stream jetstream.Stream, cfg StreamConfig) bool {
+	missing := namedMissing(stream, cfg)
+	return !slices.ContainsFunc(missing, func(s string) bool { return s == "" || isNamedRollouts(s, cfg) })
+}
+
+// isNamedRollouts reports whether pattern is the named rollout verbs'
+// pattern of cfg's prefix.
+func isNamedRollouts(pattern string, cfg StreamConfig) bool {
+	return pattern == (events.Subjects{Prefix: cfg.Prefix}).NamedRolloutInput()
+}
+
+// namedMissing returns the named patterns stream does not capture, the
+// partitions' named operator events' and the named rollout verbs'; all
+// of them (or one "" for a stream that is not meshfold's).
 func namedMissing(stream jetstream.Stream, cfg StreamConfig) []string {
 	eff, err := OpenedStream(stream, cfg)
 	if err != nil {
 		return []string{""}
 	}
 	have := stream.CachedInfo().Config.Subjects
-	return slices.DeleteFunc(eff.Subjects().NamedInput(), func(s string) bool { return slices.Contains(have, s) })
+	subj := eff.Subjects()
+	return slices.DeleteFunc(append(subj.NamedInput(), subj.NamedRolloutInput()), func(s string) bool { return slices.Contains(have, s) })
 }
 
 // CaptureNamed makes the existing event stream capture the named
 // operators' events: it adds, with one stream update, the patterns
 // <p>.<prefix>.*.*.* of the partitions whose pattern it lacks
-// (events.Subjects.NamedInput), and returns them; none when it captured
-// them all already. Nothing else of the stream changes, and the stream
+// (events.Subjects.NamedInput) and the named rollout verbs' pattern
+// <prefix>.rollout.*.*.* when it lacks it
+// (events.Subjects.NamedRolloutInput), and returns those added; none
+// when it captured them all already. Nothing else of the stream changes, and the stream
 // is never created here (only a reconciler creates it).
 //
 // It is an operator's step, never a start's ([EnsureStream] keeps the

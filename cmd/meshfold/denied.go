@@ -207,6 +207,28 @@ func closedChan(c <-chan struct{}) bool {
 	}
 }
 
+// credsMayPublish reports whether the user JWT of the creds file at
+// path lets its user publish on subject (auth.Allows over its publish
+// permissions); false when the file cannot be read as creds. What the
+// server will say, read ahead from the creds themselves: the creds of a
+// named operator issued before its rollout verbs were named allow the
+// plain rollout subjects only.
+func credsMayPublish(path, subject string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	tok, err := nkeys.ParseDecoratedJWT(data)
+	if err != nil {
+		return false
+	}
+	uc, err := jwt.DecodeUserClaims(tok)
+	if err != nil {
+		return false
+	}
+	return auth.Allows(uc.Permissions.Pub, subject)
+}
+
 // credsUser returns the user name in the creds file at path and the role
 // it is of (auth.UserName's names: "node-ace" is a node's, "operator" the
 // operator's); "" when the file has no readable user JWT. Decoded, not

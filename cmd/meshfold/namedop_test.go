@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -14,6 +16,7 @@ import (
 	"github.com/meshfold/meshfold/engine"
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/reconcile"
+	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/auth"
 	"github.com/meshfold/meshfold/store/embedded"
@@ -203,10 +206,10 @@ func TestAddOperatorUpgradesTheStreamLast(t *testing.T) {
 	_ = old.Stop()
 
 	// Every reconciler upgraded: the step adds the patterns, once.
-	if code, out := enableNamed(t, ctx, d, e.ClientURL()); code != 0 || !strings.Contains(out, "added 16 subjects") {
+	if code, out := enableNamed(t, ctx, d, e.ClientURL()); code != 0 || !strings.Contains(out, "added 17 subjects") {
 		t.Fatalf("enable-named beside this build's reconciler: exit %d\n%s", code, out)
 	}
-	if got, want := len(subjects()), len(before)+16; got != want {
+	if got, want := len(subjects()), len(before)+17; got != want {
 		t.Errorf("after enable-named the stream captures %d subjects, want %d", got, want)
 	}
 	if code, out := cli("auth", "add-operator", "bob"); code != 0 || !strings.Contains(out, "stores named operators' events already") {
@@ -216,10 +219,10 @@ func TestAddOperatorUpgradesTheStreamLast(t *testing.T) {
 
 // Alice's creds acting as bob, verb by verb: refused with the reason,
 // exit 2, nothing published. Where the event's subject carries the name
-// (gate, ungate: the node's operator kinds) the reason is the server's
-// rule; where the server cannot check it (a fleet's rollout subjects
-// and apply, sealed secrets' keys) meshfold refuses it and says that
-// the server does not check it. The shared operator's creds still need
+// (gate, ungate, approve: the node's operator kinds; the rollout verbs:
+// the fleets' named subjects) the reason is the server's rule; where the
+// server cannot check it (apply's start, sealed secrets' keys) meshfold
+// refuses it and says that the server does not check it. The shared operator's creds still need
 // --by on each.
 func TestNamedOperatorIsNobodyElse(t *testing.T) {
 	t.Parallel()
@@ -273,11 +276,11 @@ func TestNamedOperatorIsNobodyElse(t *testing.T) {
 		{[]string{"gate", "ace", "db", "--new"}, server},
 		{[]string{"ungate", "ace", "db", "--new"}, server},
 		{[]string{"approve", "ace", "db", "img:2", "--new"}, server},
-		{[]string{"rollout", "pause", "web"}, cliOnly},
-		{[]string{"rollout", "resume", "web"}, cliOnly},
-		{[]string{"rollout", "promote", "web"}, cliOnly},
-		{[]string{"rollout", "abort", "web"}, cliOnly},
-		{[]string{"rollout", "revert", "web"}, cliOnly},
+		{[]string{"rollout", "pause", "web"}, server},
+		{[]string{"rollout", "resume", "web"}, server},
+		{[]string{"rollout", "promote", "web"}, server},
+		{[]string{"rollout", "abort", "web"}, server},
+		{[]string{"rollout", "revert", "web"}, server},
 		{[]string{"apply", "-f", fleetFile}, cliOnly},
 		{[]string{"apply", "-f", fleetFile, "--dry-run"}, cliOnly},
 		{[]string{"secret", "put", "ace", "db", "/etc/db/pass"}, cliOnly},
@@ -304,5 +307,194 @@ func TestNamedOperatorIsNobodyElse(t *testing.T) {
 	}
 	if _, err := js.KeyValue(ctx, store.DefaultStreamName+store.SecretsBucketSuffix); !errors.Is(err, jetstream.ErrBucketNotFound) {
 		t.Errorf("the refused secret verbs made or found the secrets bucket: %v", err)
+	}
+}
+
+// A named operator's rollout verbs go on its named subject
+// (<prefix>.rollout.<fleet>.<verb>.alice), the only one alice's creds may
+// publish a verb on: the rollout's history names alice because the
+// server checked it. alice's creds publishing by hand, on her own
+// subject, a verb whose payload names bob: stored, and folded as
+// rejected (the rollout stays paused by alice). The shared operator's
+// verb stays plain and self-declared.
+func TestNamedOperatorRolloutVerbs(t *testing.T) {
+	t.Parallel()
+	d, err := auth.Init(t.TempDir(), auth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.AddOperator("alice"); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := d.ServerAuth()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: sa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	ctx := testCtx(t)
+	connect := func(user string) jetstream.JetStream {
+		nc, err := store.Connect(store.ConnectConfig{URLs: []string{e.ClientURL()}, Creds: d.CredsPath(user)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	js := connect("reconciler")
+	stream, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := cfg.Subjects()
+	cli := func(creds string, args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(ctx, append(args, "-s", e.ClientURL(), "--creds", d.CredsPath(creds), "--log-level", "warn"), nil, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	status := func() rollout.View {
+		t.Helper()
+		code, out, errs := cli("operator-alice", "rollout", "status", "web", "-o", "json")
+		var v rollout.View
+		if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
+			t.Fatalf("rollout status: exit %d\n%s%s", code, out, errs)
+		}
+		return v
+	}
+	if code, out, errs := cli("operator-alice", "apply", "-f", writeFleet(t, fleetYAML), "--new", "--wait", "0"); code != 0 {
+		t.Fatalf("apply with alice's creds: exit %d\n%s%s", code, out, errs)
+	}
+	if start, err := stream.GetLastMsgForSubject(ctx, subj.Rollout("web", "start")); err != nil || !strings.Contains(string(start.Data), `"by":"alice"`) {
+		t.Fatalf("apply's start: %v %s", err, start.Data)
+	}
+
+	// Before the stream stores named rollout verbs: refused, saying why.
+	if code, out, errs := cli("operator-alice", "rollout", "pause", "web"); code != exitError || !strings.Contains(errs, "does not store named operators' rollout verbs yet") {
+		t.Fatalf("alice's rollout pause before enable-named: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out := enableNamed(t, ctx, d, e.ClientURL()); code != 0 || !strings.Contains(out, "added 17 subjects") {
+		t.Fatalf("auth enable-named: exit %d\n%s", code, out)
+	}
+	if code, out, errs := cli("operator-alice", "rollout", "pause", "web", "--by", "bob"); code != exitUsage || !strings.Contains(errs, "the server lets them act only as alice") {
+		t.Errorf("alice's rollout pause --by bob: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs := cli("operator-alice", "rollout", "pause", "web", "--reason", "db migrates"); code != 0 {
+		t.Fatalf("alice's rollout pause: exit %d\n%s%s", code, out, errs)
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, subj.NamedRollout("web", "pause", "alice"))
+	if err != nil {
+		t.Fatalf("alice's pause on her named subject: %v", err)
+	}
+	if v := status(); v.Paused == nil || v.Paused.By != "alice" {
+		t.Fatalf("after alice's pause #%d the rollout is paused by %+v, want alice", m.Sequence, v.Paused)
+	}
+
+	// alice's creds, by hand: a resume naming bob on her own subject is
+	// stored (the server checks the subject, not the payload) and
+	// folded as rejected; on bob's subject the server refuses it.
+	ajs := connect("operator-alice")
+	forged, err := json.Marshal(rollout.Stamp(rollout.NewOperator(rollout.KindResume, status().Rollout, "bob", ""), time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ajs.Publish(ctx, subj.NamedRollout("web", "resume", "alice"), forged); err != nil {
+		t.Fatal(err)
+	}
+	if v := status(); v.Paused == nil || v.Paused.By != "alice" {
+		t.Errorf("a resume naming bob on alice's subject was taken: paused %+v", v.Paused)
+	}
+	for _, s := range []string{subj.NamedRollout("web", "resume", "bob"), subj.Rollout("web", "resume")} {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := connect("operator-alice").Publish(pctx, s, forged) // a violation closes the connection
+		cancel()
+		if _, got := stream.GetLastMsgForSubject(ctx, s); err == nil || !errors.Is(got, jetstream.ErrMsgNotFound) {
+			t.Errorf("alice's creds publishing a resume on %s: %v, stored: %v", s, err, got)
+		}
+	}
+
+	// The shared operator's resume: plain, by as given.
+	if code, out, errs := cli("operator", "rollout", "resume", "web", "--by", "carol"); code != 0 {
+		t.Fatalf("the shared operator's resume: exit %d\n%s%s", code, out, errs)
+	}
+	if _, err := stream.GetLastMsgForSubject(ctx, subj.Rollout("web", "resume")); err != nil {
+		t.Errorf("the shared operator's resume on the plain subject: %v", err)
+	}
+	if v := status(); v.Paused != nil {
+		t.Errorf("after carol's resume: paused %+v", v.Paused)
+	}
+}
+
+// A stream whose step the build before named rollout verbs took (the
+// partitions' named patterns only) gains the rollouts' pattern from
+// enable-named only once every reconciler says named_rollouts: beside a
+// state service of that build (named_operators, no named_rollouts) the
+// stream is left as it is, exit 1; beside this build's, the one pattern
+// is added.
+func TestEnableNamedAddsRolloutsAfterThePreviousBuildsStep(t *testing.T) {
+	t.Parallel()
+	d, err := auth.Init(t.TempDir(), auth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := d.ServerAuth()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: sa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	ctx := testCtx(t)
+	nc, err := store.Connect(store.ConnectConfig{URLs: []string{e.ClientURL()}, Creds: d.CredsPath("reconciler")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The previous build's step: the partitions' patterns alone.
+	upd := stream.CachedInfo().Config
+	upd.Subjects = append(upd.Subjects, cfg.Subjects().NamedInput()...)
+	if _, err := js.UpdateStream(ctx, upd); err != nil {
+		t.Fatal(err)
+	}
+	subjects := func() []string {
+		s, err := js.Stream(ctx, cfg.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config.Subjects
+	}
+	before := subjects()
+	previous, err := micro.AddService(nc, micro.Config{Name: events.StateServiceName, Version: events.StateServiceVersion,
+		Metadata: map[string]string{"prefix": "mesh", events.MetaNamedOperators: "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	code := run(ctx, []string{"auth", "enable-named", "--dir", d.Path(), "-s", e.ClientURL(), "--log-level", "warn"}, nil, &out, &out)
+	if code != exitError || !strings.Contains(out.String(), "folds no named operator's rollout verb") || !strings.Contains(out.String(), "1 of 1 reconcilers run an older build") {
+		t.Fatalf("enable-named beside the previous build's reconciler: exit %d\n%s", code, out.String())
+	}
+	if got := subjects(); !slices.Equal(got, before) {
+		t.Fatalf("the refused step changed the stream's subjects: %v, was %v", got, before)
+	}
+	_ = previous.Stop()
+	if code, out := enableNamed(t, ctx, d, e.ClientURL()); code != 0 || !strings.Contains(out, "added 1 subject (mesh.rollout.*.*.*)") {
+		t.Fatalf("enable-named beside this build's reconciler: exit %d\n%s", code, out)
 	}
 }

@@ -39,10 +39,13 @@ func newAuthEnableNamedCmd(a *app) *cobra.Command {
 		Use:   "enable-named --dir DIR",
 		Short: "Make the stream store named operators' events (after every reconciler is upgraded)",
 		Long: `enable-named makes the event stream store the events of named operators
-(auth add-operator NAME), on <partition>.<prefix>.<node>.<kind>.NAME: it adds
-one subject, <p>.<prefix>.*.*.*, per partition to the stream, once. Until then
-a named operator's pause, approval, ... is refused ("the stream does not store
-named operators' events yet"). auth add-operator does the same step; this verb
+(auth add-operator NAME), on <partition>.<prefix>.<node>.<kind>.NAME, and
+their rollout verbs, on <prefix>.rollout.<fleet>.<verb>.NAME: it adds one
+subject, <p>.<prefix>.*.*.*, per partition and <prefix>.rollout.*.*.* to the
+stream, once. Until then a named operator's pause, approval, rollout pause,
+... is refused ("the stream does not store named operators' events yet"). A
+stream an older build took this step on lacks the rollout verbs' subject:
+run it again once every reconciler is upgraded. auth add-operator does the same step; this verb
 is for a stream made after the operator was issued, or after add-operator
 --no-stream.
 
@@ -105,10 +108,15 @@ func (a *app) enableNamed(ctx context.Context, d *auth.Dir, askAs string, f name
 	if err != nil {
 		return err
 	}
-	if store.CapturesNamed(stream, scfg) {
+	if store.CapturesNamed(stream, scfg) && store.CapturesNamedRollouts(stream, scfg) {
 		fmt.Fprintf(a.stdout, "the stream %s stores named operators' events already\n", eff.Name)
 		return nil
 	}
+	// A stream whose step a build before named rollout verbs took
+	// captures the partitions' patterns and not the rollouts' one, which
+	// that build's reconciler refuses: it is added only once every
+	// reconciler says it folds them too.
+	rollouts := !store.CapturesNamedRollouts(stream, scfg)
 
 	ask := a.conn
 	if !own {
@@ -117,9 +125,12 @@ func (a *app) enableNamed(ctx context.Context, d *auth.Dir, askAs string, f name
 	infos, err := askReconcilers(ctx, &ask, a, eff.Prefix, f.wait)
 	older := 0
 	for _, in := range infos {
-		what := "folds named operators' events"
-		if in.Metadata[events.MetaNamedOperators] == "" {
+		what := "folds named operators' events and rollout verbs"
+		switch {
+		case in.Metadata[events.MetaNamedOperators] == "":
 			what, older = "an older build: folds no named operator's event, refuses a stream that stores them", older+1
+		case rollouts && in.Metadata[events.MetaNamedRollouts] == "":
+			what, older = "an older build: folds no named operator's rollout verb, refuses a stream that stores them", older+1
 		}
 		fmt.Fprintf(a.stdout, "  reconciler %s (state service %s): %s\n", in.ID, in.Version, what)
 	}
@@ -139,7 +150,7 @@ func (a *app) enableNamed(ctx context.Context, d *auth.Dir, askAs string, f name
 		return fmt.Errorf("the stream was not changed: %w", err)
 	}
 	if len(added) > 0 {
-		fmt.Fprintf(a.stdout, "the stream %s now stores named operators' events: added %d subjects (%s)\n", eff.Name, len(added), spanOf(added))
+		fmt.Fprintf(a.stdout, "the stream %s now stores named operators' events and rollout verbs: added %s (%s)\n", eff.Name, plural(len(added), "subject"), spanOf(added))
 		fmt.Fprintln(a.stdout, "a reconciler of a build before this one refuses this stream from now on: upgrade before restarting any (docs/operations.md, \"Named operators\")")
 	}
 	return nil

@@ -38,7 +38,8 @@ func newRolloutCmd(a *app) *cobra.Command {
 		Long: `rollout reads a fleet's rollouts, which 'meshfold apply' starts, and steers
 them. Every read replays the rollout from the stream (its start, its events and
 its targets' events), so what it shows is what the controller decided, and why.
-Every verb is an event in the stream, with --by.`,
+Every verb is an event in the stream, with --by (a named operator's creds give
+it, on a subject the server checks).`,
 		Example: `  meshfold rollout ls
   meshfold rollout status web
   meshfold rollout why web ace
@@ -637,7 +638,13 @@ rollout not paused, anything on a finished rollout but revert) it says why,
 publishes nothing and exits 1; exit 1 also if the publish failed, 2 on a usage
 error.
 
-` + byUncheckedHelp,
+--by: a named operator's creds ('meshfold auth add-operator NAME') give their
+name, and the verb goes on the fleet's subject that ends in it,
+<prefix>.rollout.FLEET.` + string(kind) + `.NAME, the only one the server lets them
+publish it on: another --by is refused (exit 2), and the rollout's history
+names who held the creds. The stream stores those subjects once an
+administrator ran 'meshfold auth enable-named' (refused, saying so, before).
+The shared operator's creds need --by, kept as typed.`,
 		Example: "  meshfold rollout " + string(kind) + " web --by alice --reason \"" + verbReasons[kind] + "\"",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -656,7 +663,7 @@ error.
 				return err
 			}
 			defer nc.Close()
-			_, scfg, err := a.stream.openStream(ctx, js)
+			stream, scfg, err := a.stream.openStream(ctx, js)
 			if err != nil {
 				return err
 			}
@@ -681,7 +688,19 @@ error.
 			// Bound to the rollout checked: a newer apply meanwhile makes
 			// the controller ignore it (DESIGN.md §11).
 			op.Rollout = s.Rollout.ID
-			seq, err := publishRollout(ctx, js, scfg.Subjects(), fleet, kind, op)
+			var seq uint64
+			if a.namedRolloutCreds(kind) {
+				// On the named operator's subject, the only one its
+				// creds may publish a verb on: the server checks the
+				// name the rollout's history gives.
+				if !store.CapturesNamedRollouts(stream, scfg) {
+					return fmt.Errorf("%s %s: nothing published: these creds are operator %s's, and the stream %s does not store named operators' rollout verbs yet: "+
+						"an administrator runs meshfold auth enable-named --dir DIR once every reconciler is upgraded (docs/operations.md, \"Named operators\")", kind, fleet, op.By, scfg.Name)
+				}
+				seq, err = publishRolloutNamed(ctx, js, scfg.Subjects(), fleet, op)
+			} else {
+				seq, err = publishRollout(ctx, js, scfg.Subjects(), fleet, kind, op)
+			}
 			if err != nil {
 				return err
 			}
@@ -698,7 +717,12 @@ error.
 		},
 	}
 	cmd.Flags().StringVar(&by, "by", "", "who acts (required, but a named operator's creds give their name); kept in the stream for the audit")
-	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error { return a.settleByFor(cmd, &by, rolloutUnchecked) }
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if a.namedRolloutCreds(kind) {
+			return a.settleBy(cmd, &by) // the server checks it
+		}
+		return a.settleByFor(cmd, &by, rolloutUnchecked)
+	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit (one line)")
 	cmd.Flags().Uint64Var(&id, "rollout", 0, "the rollout meant (its id, the start's sequence); 0: whichever is newest when the verb runs")
 	if kind == rollout.KindRevert {
@@ -727,6 +751,28 @@ func publishRollout(ctx context.Context, js jetstream.JetStream, subj events.Sub
 	return store.RideOut(ctx, "", func(ctx context.Context) (uint64, error) {
 		return feed.Publish(ctx, js, subj, fleet, k, p, id)
 	})
+}
+
+// publishRolloutNamed is publishRollout of a named operator's verb, on
+// its named subject (feed.PublishNamed).
+func publishRolloutNamed(ctx context.Context, js jetstream.JetStream, subj events.Subjects, fleet string, op *rollout.Operator) (uint64, error) {
+	id := nuid.Next()
+	return store.RideOut(ctx, "", func(ctx context.Context) (uint64, error) {
+		return feed.PublishNamed(ctx, js, subj, fleet, op, id)
+	})
+}
+
+// namedRolloutCreds reports whether the verbs connect with a named
+// operator's creds that may publish rollout verbs of kind on its named
+// subjects only (events.Subjects.NamedRollout): creds issued by a build
+// that names them. A named operator's creds issued before allow the
+// plain subject, where the CLI's rule stands (settleByFor).
+func (a *app) namedRolloutCreds(kind rollout.Kind) bool {
+	named := a.namedOperator()
+	if named == "" {
+		return false
+	}
+	return credsMayPublish(a.conn.withEnv().creds, events.Subjects{Prefix: a.stream.prefix}.NamedRollout("fleet", string(kind), named))
 }
 
 // refuseRevertMissing refuses (exit 1: refused for the state of things,

@@ -243,7 +243,8 @@ func RunFleet(ctx context.Context, js jetstream.JetStream, cfg Config, fleet str
 	return err
 }
 
-// sleep follows only the fleet's rollout subjects after sequence after,
+// sleep follows only the fleet's rollout subjects (named operators'
+// verbs too: <prefix>.rollout.<fleet>.>) after sequence after,
 // while the rollout is idle (rollout.State.Idle: final, nothing pending),
 // and returns nil once a start, a page or an operator's verb is stored:
 // the only events that can make the rollout act again. The nodes' events
@@ -251,7 +252,7 @@ func RunFleet(ctx context.Context, js jetstream.JetStream, cfg Config, fleet str
 // order, so it decides what a controller that never slept would.
 func (c *controller) sleep(ctx context.Context, after uint64) error {
 	tail, err := c.follow(ctx, store.TailConfig{Stream: c.cfg.Stream.Name, Subjects: c.subj,
-		Filter: c.subj.Rollout(c.fleet, "*"), Start: after + 1, EndOnLoss: true, Heartbeat: tailHeartbeat})
+		Filter: c.subj.Rollout(c.fleet, ">"), Start: after + 1, EndOnLoss: true, Heartbeat: tailHeartbeat})
 	if err != nil {
 		return fmt.Errorf("rollout controller %s: %w", c.fleet, err)
 	}

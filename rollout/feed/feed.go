@@ -41,11 +41,13 @@ type Message struct {
 // [rollout.Input.Unverified] saying why: the fold never takes it as the
 // node's plan, and a rollout in progress pauses on it.
 func Input(subj events.Subjects, s *rollout.State, own *store.Trust, m Message) (rollout.Input, bool) {
-	if fleet, k, ok := subj.ParseRollout(m.Subject); ok {
+	if fleet, k, by, ok := subj.ParseRolloutBy(m.Subject); ok {
 		if fleet != s.Fleet {
 			return rollout.Input{}, false
 		}
-		return rollout.FromRolloutEvent(rollout.Kind(k), m.Data, m.Seq, m.Time), true
+		// A named operator's verb: taken only as the operator its
+		// subject names (rollout.FromNamedRolloutEvent).
+		return rollout.FromNamedRolloutEvent(rollout.Kind(k), m.Data, m.Seq, m.Time, by), true
 	}
 	r := s.Rollout
 	if r == nil {
@@ -595,8 +597,25 @@ func Publish(ctx context.Context, js jetstream.JetStream, subj events.Subjects, 
 	return publish(ctx, js, subj, fleet, k, p, id)
 }
 
+// PublishNamed is [Publish] of a named operator's verb, on the subject
+// that ends in its name (events.Subjects.NamedRollout, op.By being the
+// name): the only rollout verb subject such creds of this build may
+// publish on, so the name is one the server checked. The stream stores
+// it once an operator asked (store.CapturesNamedRollouts); before, the
+// publish finds no stream.
+//
+// Errors: as [Publish].
+func PublishNamed(ctx context.Context, js jetstream.JetStream, subj events.Subjects, fleet string, op *rollout.Operator, id string) (uint64, error) {
+	return publishOn(ctx, js, subj.NamedRollout(fleet, string(op.Kind()), op.By), fleet, op.Kind(), op, id)
+}
+
 // publish is [Publish] with more of the client's options (a fence).
 func publish(ctx context.Context, js jetstream.JetStream, subj events.Subjects, fleet string, k rollout.Kind, p any, id string, more ...jetstream.PublishOpt) (uint64, error) {
+	return publishOn(ctx, js, subj.Rollout(fleet, string(k)), fleet, k, p, id, more...)
+}
+
+// publishOn is publish on subject.
+func publishOn(ctx context.Context, js jetstream.JetStream, subject, fleet string, k rollout.Kind, p any, id string, more ...jetstream.PublishOpt) (uint64, error) {
 	rollout.Stamp(p, time.Now())
 	if v, ok := p.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {
@@ -611,7 +630,7 @@ func publish(ctx context.Context, js jetstream.JetStream, subj events.Subjects, 
 	if id != "" {
 		opts = append(opts, jetstream.WithMsgID(id))
 	}
-	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subj.Rollout(fleet, string(k)), Data: data}, opts...)
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data}, opts...)
 	if err != nil {
 		return 0, fmt.Errorf("publish rollout %s of %s: %w", k, fleet, store.ServerError(err))
 	}

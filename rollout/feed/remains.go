@@ -139,7 +139,7 @@ func ReadRemains(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	g.First, g.FirstTime = info.State.FirstSeq, info.State.FirstTime
 	g.MaxAge, g.MaxBytes, g.MaxMsgs = info.Config.MaxAge, info.Config.MaxBytes, info.Config.MaxMsgs
 	subj := cfg.Subjects()
-	filter := subj.Rollout(fleet, "*")
+	filter := subj.Rollout(fleet, ">") // named operators' verbs too
 	last, err := stream.GetLastMsgForSubject(ctx, filter)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return g, nil

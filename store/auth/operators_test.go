@@ -63,6 +63,18 @@ func TestNamedOperatorsActOnlyAsThemselves(t *testing.T) {
 		{"operator", "approval as alice", subj.Named("ace", events.KindApprove, "alice"), "alice", "-"},
 		{"operator", "approval, self-declared", subj.Event("ace", events.KindApprove), "carol", "ok"},
 		{"node-ace", "approval as alice", subj.Named("ace", events.KindApprove, "alice"), "alice", "-"},
+		// The fleets' rollout verbs (a named operator's on its named
+		// subjects only), and apply's start, plain for every operator.
+		{"operator-alice", "rollout pause as alice", subj.NamedRollout("web", "pause", "alice"), "alice", "ok"},
+		{"operator-alice", "rollout revert as alice", subj.NamedRollout("web", "revert", "alice"), "alice", "ok"},
+		{"operator-alice", "rollout pause as bob", subj.NamedRollout("web", "pause", "bob"), "bob", "-"},
+		{"operator-alice", "rollout pause on the plain subject", subj.Rollout("web", "pause"), "bob", "-"},
+		{"operator-alice", "rollout promote on the plain subject", subj.Rollout("web", "promote"), "bob", "-"},
+		{"operator-alice", "rollout start (apply)", subj.Rollout("web", "start"), "alice", "ok"},
+		{"operator-alice", "rollout tick as alice", subj.NamedRollout("web", "tick", "alice"), "alice", "-"},
+		{"operator", "rollout pause as alice", subj.NamedRollout("web", "pause", "alice"), "alice", "-"},
+		{"operator", "rollout pause, self-declared", subj.Rollout("web", "pause"), "carol", "ok"},
+		{"controller", "rollout pause as alice", subj.NamedRollout("web", "pause", "alice"), "alice", "-"},
 	} {
 		got, err := run(s, cfg, tc.user, publish(tc.subject, approve(tc.by)))
 		if err != nil {

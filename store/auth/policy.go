@@ -2,6 +2,7 @@ package auth
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/jwt/v2"
@@ -149,7 +150,9 @@ const jsAPI = "$JS.API"
 //     (events.Subjects.Named), never on the plain ones, so the server
 //     checks the name an event's subject gives (docs/architecture.md,
 //     "Operators named in the subject"); starts rollouts and gives their verbs (a fleet's start,
-//     nodes, promote, pause, resume, abort, revert); reads everything in the stream and
+//     nodes, promote, pause, resume, abort, revert; a named operator its verbs only on the
+//     fleets' named subjects that end in its name, events.Subjects.NamedRollout, while
+//     start and nodes, apply's, stay plain); reads everything in the stream and
 //     the snapshot bucket, asks the state service and subscribes to the
 //     live plain subjects, except the fill subjects (never: they carry
 //     secrets); pushes, lists and removes module bundles in the builds
@@ -382,7 +385,14 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 			p.Pub.Allow.Add(stored("*", string(k)) + "." + node)
 		}
 		for _, k := range rolloutOperator {
-			p.Pub.Allow.Add(rolloutSubj(k))
+			if node == "" || !slices.Contains(rolloutVerbs, k) {
+				p.Pub.Allow.Add(rolloutSubj(k))
+				continue
+			}
+			// A named operator's rollout verbs: on the fleets' named
+			// subjects that end in its name only,
+			// <prefix>.rollout.*.<kind>.<name> (events.Subjects.NamedRollout).
+			p.Pub.Allow.Add(rolloutSubj(k) + "." + node)
 		}
 		p.Pub.Allow.Add(api("INFO"), api("STREAM.NAMES"), api("STREAM.LIST"),
 			api("STREAM.MSG.GET.%s", s), api("DIRECT.GET.%s", s), api("DIRECT.GET.%s.>", s),
@@ -469,6 +479,7 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 // records the server's answers, the ticks and the fold's records.
 var (
 	rolloutOperator   = []string{"start", "nodes", "promote", "pause", "resume", "abort", "revert"}
+	rolloutVerbs      = []string{"promote", "pause", "resume", "abort", "revert"} // rolloutOperator's verbs: named for a named operator
 	rolloutController = []string{"published", "refused", "tick", "record"}
 )
 
