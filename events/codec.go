@@ -207,5 +207,6 @@ func (s Subjects) DecodeEvent(subject string, data []byte, seq uint64, t time.Ti
 	if err := Attribute(ev.Payload, by); err != nil {
 		ev.Payload, ev.Err = nil, err
 	}
+	ev.Checked = by != "" && ev.Err == nil
 	return ev, nil
 }

@@ -635,6 +635,13 @@ type Event struct {
 	// key, issue 24): the fold takes it as foreign when its cause binds to
 	// no plan it emitted. The shell that read the message sets it.
 	OldKey bool
+	// Checked marks an operator event stored on a named operator's
+	// subject ([Subjects.Named]) whose payload's `by` is that name
+	// ([Attribute]): a `by` the server checked against the publisher's
+	// credentials. False for a plain subject's event, whose `by` is
+	// self-declared (the shared operator's creds), and for every other
+	// kind. [Subjects.DecodeEvent] sets it.
+	Checked bool
 }
 
 // At returns the publisher's `at` of the event, or the stream time when the

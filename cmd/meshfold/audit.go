@@ -41,6 +41,9 @@ with the reconciler down.
 
 Without --as-of or --why it prints the timeline, one event a line: stream
 sequence, stream time, kind and a short summary (effects start with ←#cause).
+An operator's name the server checked (a named operator's creds, 'meshfold
+auth add-operator') reads "by alice (checked)", and "by_checked": true in
+-o json; a name with no mark is self-declared (the shared operator's creds).
 
 Bounds (--since, --until, --as-of) are a stream sequence or an RFC 3339 time.
 A time covers the unit it is written in ("…T20:50:05Z" is that whole second),

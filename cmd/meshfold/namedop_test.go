@@ -109,6 +109,21 @@ func TestNamedOperatorVerbs(t *testing.T) {
 	if code, out := cli("operator", "resume", "ace", "--by", "carol"); code != 0 {
 		t.Errorf("resume by carol with the shared creds: exit %d\n%s", code, out)
 	}
+	// The audit tells alice's checked name from carol's self-declared
+	// one (a fresh user's finding M3): in the line and in -o json.
+	code, out := cli("operator", "audit", "ace")
+	if code != 0 || !strings.Contains(out, "pause   by alice (checked): disk swap") || !strings.Contains(out, "resume  by carol\n") {
+		t.Errorf("audit ace: exit %d, want alice's pause checked and carol's resume not\n%s", code, out)
+	}
+	code, out = cli("operator", "audit", "ace", "-o", "json")
+	var entries []struct {
+		Kind      events.Kind `json:"kind"`
+		ByChecked bool        `json:"by_checked"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &entries) != nil || len(entries) != 2 ||
+		!entries[0].ByChecked || entries[0].Kind != events.KindPause || entries[1].ByChecked {
+		t.Errorf("audit ace -o json: exit %d, want by_checked on the pause only: %+v\n%s", code, entries, out)
+	}
 }
 
 // enableNamed runs auth enable-named against the server at url, with a

@@ -34,6 +34,12 @@ type Entry struct {
 	// Rollout is the rollout step that published a want; the summary
 	// begins with it.
 	Rollout *RolloutStep `json:"rollout,omitempty"`
+	// ByChecked marks an operator event whose `by` the server checked:
+	// a named operator's, published on its named subject
+	// (events.Event.Checked); the summary says "by NAME (checked)".
+	// Absent: the `by` is self-declared (the shared operator's creds),
+	// or the kind has none.
+	ByChecked bool `json:"by_checked,omitempty"`
 }
 
 // Timeline returns the entries of the events at positions [from, to).
@@ -55,7 +61,7 @@ func (h *History) Timeline(from, to int) []Entry {
 	}
 	out := make([]Entry, 0, to-from)
 	for _, ev := range h.Events[from:to] {
-		e := Entry{Seq: ev.Seq, Time: ev.Time, Node: ev.Node, Kind: ev.Kind, Event: ev.Payload}
+		e := Entry{Seq: ev.Seq, Time: ev.Time, Node: ev.Node, Kind: ev.Kind, Event: ev.Payload, ByChecked: ev.Checked}
 		if ev.Err != nil {
 			e.Error = ev.Err.Error()
 		}
@@ -130,11 +136,19 @@ func Summary(ev events.Event, prev *events.Want) string {
 	if ev.Err != nil {
 		return "not folded, cannot be decoded: " + ev.Err.Error() // values inside are events.Short
 	}
+	// who is an operator's name as the line tells it: "(checked)" when
+	// the server checked it (a named operator's subject).
+	who := func(by string) string {
+		if ev.Checked {
+			return by + " (checked)"
+		}
+		return by
+	}
 	switch p := ev.Payload.(type) {
 	case *events.Want:
 		return wantSummary(p, prev)
 	case *events.Approve:
-		return fmt.Sprintf("%s %s by %s", p.Module, ShortBuild(p.Build), p.By)
+		return fmt.Sprintf("%s %s by %s", p.Module, ShortBuild(p.Build), who(p.By))
 	case *events.Have:
 		return haveSummary(p)
 	case *events.Settle:
@@ -158,31 +172,33 @@ func Summary(ev events.Event, prev *events.Want) string {
 		// user's finding U6); the timeline's one line clips it.
 		return fmt.Sprintf("←#%d %s: %s", p.Cause, p.Level, events.Plain(p.Msg))
 	case *events.Pause:
-		return "by " + p.By + reasonSuffix(p.Reason)
+		return "by " + who(p.By) + reasonSuffix(p.Reason)
 	case *events.Resume:
-		return "by " + p.By + reasonSuffix(p.Reason)
+		return "by " + who(p.By) + reasonSuffix(p.Reason)
 	case *events.Poke:
-		return "by " + p.By + reasonSuffix(p.Reason)
+		return "by " + who(p.By) + reasonSuffix(p.Reason)
 	case *events.Revoke:
-		return fmt.Sprintf("%s %s by %s", p.Module, ShortBuild(p.Build), p.By)
+		return fmt.Sprintf("%s %s by %s", p.Module, ShortBuild(p.Build), who(p.By))
 	case *events.Waive:
-		return fmt.Sprintf("%s (%s) by %s", p.Path, p.Module, p.By)
+		return fmt.Sprintf("%s (%s) by %s", p.Path, p.Module, who(p.By))
 	case *events.Retire:
 		if p.Force {
-			return "by " + p.By + ", forced" + reasonSuffix(p.Reason)
+			return "by " + who(p.By) + ", forced" + reasonSuffix(p.Reason)
 		}
-		return "by " + p.By + reasonSuffix(p.Reason)
+		return "by " + who(p.By) + reasonSuffix(p.Reason)
 	case *events.Agent:
 		return AgentSummary(p)
 	case *events.Prov:
 		return ProvSummary(p)
 	case *events.Ack:
-		return AckSummary(p, ev.Seq)
+		a := *p
+		a.By = who(p.By)
+		return AckSummary(&a, ev.Seq)
 	case *events.Gate:
 		if p.Lift {
-			return fmt.Sprintf("%s: gate lifted by %s", p.Module, p.By) + reasonSuffix(p.Reason)
+			return fmt.Sprintf("%s: gate lifted by %s", p.Module, who(p.By)) + reasonSuffix(p.Reason)
 		}
-		return fmt.Sprintf("%s: gated by %s", p.Module, p.By) + reasonSuffix(p.Reason)
+		return fmt.Sprintf("%s: gated by %s", p.Module, who(p.By)) + reasonSuffix(p.Reason)
 	}
 	return string(ev.Kind)
 }
