@@ -107,7 +107,7 @@ type folder struct {
 }
 
 func (f *folder) mark(by, node, reason string) *Mark {
-	return &Mark{Seq: f.in.Seq, Time: f.s.Now, By: by, Node: node, Reason: reason}
+	return &Mark{Seq: f.in.Seq, Time: f.s.Now, By: by, Node: node, Reason: reason, Checked: f.in.Checked && by != ""}
 }
 
 // record emits a record of rollout id (0: the current one).

@@ -43,6 +43,11 @@ type Input struct {
 	// key changes"). Empty for a plan that verified, or when the caller
 	// verifies nothing.
 	Unverified string
+	// Checked marks an operator's verb or node event whose `by` the
+	// server checked: it came on a named operator's subject naming the
+	// payload's by ([FromNamedRolloutEvent], events.Event.Checked). The
+	// marks the fold makes of it say so ([Mark.Checked]).
+	Checked bool
 }
 
 // Health is a have module's health (DESIGN.md §11): empty when the
@@ -91,7 +96,7 @@ func HaveOf(h *events.Have) *Have {
 // controller as Input{Kind: KindDown or KindUp} from wherever liveness
 // records them.
 func FromNodeEvent(ev events.Event) (Input, bool) {
-	in := Input{Seq: ev.Seq, Time: ev.Time, Node: ev.Node}
+	in := Input{Seq: ev.Seq, Time: ev.Time, Node: ev.Node, Checked: ev.Checked}
 	if ev.Err != nil || ev.Payload == nil || ev.Foreign {
 		return in, false
 	}
@@ -149,6 +154,7 @@ func FromNamedRolloutEvent(k Kind, data []byte, seq uint64, t time.Time, by stri
 	got := ""
 	if op, ok := in.Payload.(*Operator); ok {
 		if op.By == by {
+			in.Checked = true
 			return in
 		}
 		got = op.By

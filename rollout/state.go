@@ -125,6 +125,9 @@ type Mark struct {
 	By     string    `json:"by,omitempty"`
 	Node   string    `json:"node,omitempty"`
 	Reason string    `json:"reason,omitempty"`
+	// Checked: the server checked By (a named operator's subject,
+	// [Input.Checked]); false when By is self-declared or empty.
+	Checked bool `json:"by_checked,omitempty"`
 }
 
 // Rollout is one rollout: its start, its phase, its fleet's nodes and its

@@ -407,8 +407,11 @@ func TestNamedOperatorRolloutVerbs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("alice's pause on her named subject: %v", err)
 	}
-	if v := status(); v.Paused == nil || v.Paused.By != "alice" {
-		t.Fatalf("after alice's pause #%d the rollout is paused by %+v, want alice", m.Sequence, v.Paused)
+	if v := status(); v.Paused == nil || v.Paused.By != "alice" || !v.Paused.Checked {
+		t.Fatalf("after alice's pause #%d the rollout is paused by %+v, want alice, checked", m.Sequence, v.Paused)
+	}
+	if code, out, errs := cli("operator", "rollout", "status", "web"); code != 0 || !strings.Contains(out, "by alice (checked): db migrates") {
+		t.Errorf("rollout status: exit %d, want the pause by alice (checked)\n%s%s", code, out, errs)
 	}
 
 	// alice's creds, by hand: a resume naming bob on her own subject is

@@ -463,6 +463,9 @@ func writeRolloutView(w io.Writer, v rollout.View, now time.Time, pg targetPagin
 			fmt.Fprintf(w, "%s at #%d %s", m.what, m.m.Seq, m.m.Time.Format(time.RFC3339))
 			if m.m.By != "" {
 				fmt.Fprintf(w, " by %s", events.Text(m.m.By))
+				if m.m.Checked {
+					fmt.Fprint(w, " (checked)") // a named operator's verb: the server checked the name
+				}
 			}
 			if m.m.Node != "" {
 				fmt.Fprintf(w, " (%s)", m.m.Node)
