@@ -45,9 +45,9 @@ subject, <p>.<prefix>.*.*.*, per partition and <prefix>.rollout.*.*.* to the
 stream, once. Until then a named operator's pause, approval, rollout pause,
 ... is refused ("the stream does not store named operators' events yet"). A
 stream an older build took this step on lacks the rollout verbs' subject:
-run it again once every reconciler is upgraded. auth add-operator does the same step; this verb
-is for a stream made after the operator was issued, or after add-operator
---no-stream.
+run it again once every reconciler is upgraded. auth add-operator does the
+same step; this verb is for a stream made after the operator was issued, or
+after add-operator --no-stream.
 
 A reconciler of a build before named operators refuses to start on a stream
 with these subjects, and folds none of the named events. So: upgrade every
