@@ -85,7 +85,7 @@ rollout: {canary: 1}
 		}
 		return out
 	}
-	onlyFleet := fmt.Sprint([][]string{{subj.Rollout("web", "*")}})
+	onlyFleet := fmt.Sprint([][]string{{subj.Rollout("web", ">")}}) // named operators' verbs too
 
 	id := apply("web:2")
 	cctx, stop := context.WithCancel(ctx)
