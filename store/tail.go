@@ -121,6 +121,11 @@ type Tail struct {
 	lossAsk time.Duration
 	ctx     context.Context
 	cancel  context.CancelFunc
+	// nc and status: an endOnLoss tail's connection and its listener of
+	// the connection's reconnects (watchReconnects); nil when js has no
+	// connection.
+	nc     *nats.Conn
+	status chan nats.Status
 	// empty: nothing matched the filter when the consumer was created
 	// (Empty); kept, as the consumer's cached info changes with each
 	// later ask of its info.
@@ -193,6 +198,12 @@ func Follow(ctx context.Context, js jetstream.JetStream, cfg TailConfig) (*Tail,
 		// Next returned it. Without this watch the tail would then wait,
 		// silent, until its reader's context ended.
 		closed := t.cc.Closed()
+		if nc := js.Conn(); nc != nil {
+			// Registered before Follow returns: a reconnect from now on
+			// is seen (nats.go sends each status to every listener).
+			t.nc, t.status = nc, nc.StatusChanged(nats.CONNECTED)
+			go t.watchReconnects()
+		}
 		go func() {
 			select {
 			case <-closed:
@@ -279,6 +290,70 @@ func (t *Tail) heartbeatsMissed(err error) {
 			t.send(Tailed{Err: fmt.Errorf("%w (the consumer's info: %w)", err, ierr)})
 		}
 	}()
+}
+
+// reconnectAsks bounds how many times an EndOnLoss tail asks its
+// consumer's info after its connection reconnected while the answers
+// say only that JetStream does not answer yet (no responders, a 503);
+// reconnectAskAgain is the wait between those asks. Variables for the
+// tests.
+var (
+	reconnectAsks     = 5
+	reconnectAskAgain = 250 * time.Millisecond
+)
+
+// watchReconnects runs for an EndOnLoss tail while it lasts: each time
+// its connection reconnects, it asks the consumer for its info at once
+// (reconnected). A consumer lost with its server (a restarted server
+// holds no ephemeral consumer of before: an embedded `serve`'s, a
+// standalone nats-server's) was otherwise seen only after two missed
+// heartbeats, which the client counts from the reconnect: every feed of
+// every agent read nothing for 10–12 s after its connection came back
+// (a fresh user's finding M4, docs/architecture.md "A feed asks for its
+// consumer when its connection comes back").
+func (t *Tail) watchReconnects() {
+	for {
+		select {
+		case _, ok := <-t.status:
+			if !ok {
+				return
+			}
+			t.reconnected()
+		case <-t.done:
+			return
+		}
+	}
+}
+
+// reconnected asks the consumer of an EndOnLoss tail whose connection
+// has just reconnected for its info, each ask within lossAsk, and ends
+// the tail (an error matching ErrConsumerLost and
+// jetstream.ErrConsumerNotFound) when the server says it does not hold
+// it. A consumer that answers lives (the connection alone was lost) and
+// the tail reads on. An ask unanswered (a denied CONSUMER.INFO, a
+// cluster electing its meta leader) leaves the loss to the missed
+// heartbeats, as before; an answer that JetStream is not up yet is
+// asked again, up to reconnectAsks times. The re-creation that follows
+// a loss is its reader's, paced with jitter ([FeedBackoff]), so a fleet
+// that reconnects at once does not re-create at once.
+func (t *Tail) reconnected() {
+	for i := 0; i < reconnectAsks; i++ {
+		ctx, cancel := context.WithTimeout(t.ctx, t.lossAsk)
+		_, err := t.cons.Info(ctx)
+		cancel()
+		switch {
+		case err == nil, t.ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):
+			return
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			t.send(Tailed{Err: fmt.Errorf("gone when the connection came back: %w", err)})
+			return
+		}
+		select {
+		case <-time.After(reconnectAskAgain):
+		case <-t.done:
+			return
+		}
+	}
 }
 
 // send hands x on to the reader of an EndOnLoss tail, once lost has
@@ -466,6 +541,9 @@ func (t *Tail) Stop() {
 		close(t.done)
 		t.cancel()
 		if t.cc != nil {
+			if t.status != nil {
+				t.nc.RemoveStatusListener(t.status)
+			}
 			t.cc.Stop()
 			t.sendMu.Lock()
 			t.ended = true

@@ -31,6 +31,8 @@ type ProcServer struct {
 	monitor int
 	prof    int // the server's pprof port (prof_port)
 	log     string
+	bin     string
+	conf    string
 }
 
 // StartProcServer builds nats-server as [StartProcCluster] does (once;
@@ -49,24 +51,33 @@ func StartProcServer(t testing.TB) *ProcServer {
 	}
 	ports := freePorts(t, 3)
 	dir := t.TempDir()
-	s := &ProcServer{t: t, url: fmt.Sprintf("nats://127.0.0.1:%d", ports[0]), monitor: ports[1], prof: ports[2],
-		log: filepath.Join(dir, "server.log")}
 	conf := filepath.Join(dir, "server.conf")
+	s := &ProcServer{t: t, url: fmt.Sprintf("nats://127.0.0.1:%d", ports[0]), monitor: ports[1], prof: ports[2],
+		log: filepath.Join(dir, "server.log"), bin: bin, conf: conf}
 	if err := os.WriteFile(conf, fmt.Appendf(nil, "server_name: solo\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\nprof_port: %d\njetstream: { store_dir: %q }\n",
 		ports[0], ports[1], ports[2], filepath.Join(dir, "js")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(s.log)
+	t.Cleanup(s.Stop)
+	s.start()
+	return s
+}
+
+// start starts the server process on its configuration (appending to
+// its log) and waits until /healthz answers 200 (up to 30 s).
+func (s *ProcServer) start() {
+	t := s.t
+	t.Helper()
+	logf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	s.cmd = exec.Command(bin, "-c", conf)
+	s.cmd = exec.Command(s.bin, "-c", s.conf)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := testproc.StartChild(s.cmd); err != nil {
 		t.Fatalf("storetest: start nats-server: %v", err)
 	}
-	t.Cleanup(s.Stop)
 	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", s.monitor)
 	hc := &http.Client{Timeout: time.Second}
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -82,7 +93,18 @@ func StartProcServer(t testing.TB) *ProcServer {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return s
+}
+
+// Restart starts the server again, after [ProcServer.Stop] (a kill -9),
+// on the same port and store directory, and returns once it is healthy
+// (up to 30 s). What it held in memory (ephemeral consumers) is gone, as
+// after any server restart; what it stored on disk is recovered.
+func (s *ProcServer) Restart() {
+	s.t.Helper()
+	if s.cmd != nil && s.cmd.ProcessState == nil {
+		s.t.Fatal("storetest: restart of a server that runs")
+	}
+	s.start()
 }
 
 // URL is the server's client URL, nats://127.0.0.1:PORT.
