@@ -56,7 +56,9 @@ type NodeFollow struct {
 	Lost func(since time.Time)
 	// Heartbeat is the consumer's idle heartbeat: the follow takes its
 	// consumer as lost after two missed ones (its server stopped) and
-	// reads on through a new one. 0: [FeedHeartbeat].
+	// reads on through a new one; when the connection itself comes back
+	// (its server restarted), the consumer is asked for at once instead
+	// ([TailConfig.EndOnLoss]). 0: [FeedHeartbeat].
 	Heartbeat time.Duration
 	// Log receives the follow's lines; nil: slog.Default().
 	Log *slog.Logger

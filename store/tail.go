@@ -60,6 +60,9 @@ type TailConfig struct {
 	// went unanswered for the whole 10 s while a new one was elected in
 	// 5–8 s. For a reader that follows again itself from its last
 	// message, with attempts of its own (the reconciler's partitions).
+	// When the tail's connection reconnects, the consumer is asked for
+	// at once, and one the server does not hold (it restarted) ends the
+	// tail too, without waiting for the heartbeats (watchReconnects).
 	// The consumer is a plain ephemeral one (no acknowledgements, one
 	// replica, in memory), checked for skipped deliveries as the
 	// client's ordered consumer is; ResetAttempts is not used.
