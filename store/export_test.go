@@ -35,6 +35,10 @@ func WithLossAsk(cfg TailConfig, d time.Duration) TailConfig {
 // EndOnLoss tail.
 func (t *Tail) HeartbeatsMissed() int { return int(t.missed.Load()) }
 
+// Reasked counts the reconnects of an EndOnLoss tail's connection whose
+// asks of the consumer are done.
+func (t *Tail) Reasked() int { return int(t.reasked.Load()) }
+
 // PubAckReadAsJSON fails t when the reflection-free reading of a
 // publish's answer takes data and reads it other than encoding/json; it
 // reports whether it took data.

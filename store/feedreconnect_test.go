@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/internal/waitfor"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/storetest"
 )
@@ -105,5 +106,29 @@ func TestFollowNodeReadsAtOnceAfterItsServerRestarts(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "gone when the connection came back") {
 		t.Errorf("the feed's loss does not say its consumer was gone when the connection came back:\n%s", log)
+	}
+}
+
+// An EndOnLoss tail whose connection alone dropped (its server and its
+// consumer live on) reads on after the reconnect: the consumer answers
+// the ask the reconnect makes, and the tail does not end. Taking every
+// reconnect for a loss would move every feed of a fleet to a new
+// consumer at a network blip.
+func TestTailReadsOnAfterAReconnectToALiveConsumer(t *testing.T) {
+	t.Parallel()
+	ctx, proxy, pub, tail := stalledTail(t, 0)
+	if m, err := tail.Next(ctx); err != nil || m.Event.Seq != 1 {
+		t.Fatalf("first message: %+v, %v", m.Event, err)
+	}
+	proxy.Drop()
+	waitfor.Until(t, time.Minute, "the reconnect's ask of the consumer", func() bool { return tail.Reasked() > 0 })
+	if _, err := pub.Append(ctx, "ace", knock(2)); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	m, err := tail.Next(rctx)
+	if err != nil || m.Event.Seq != 2 {
+		t.Fatalf("after %d reconnects: %+v, %v; want message 2", tail.Reasked(), m.Event, err)
 	}
 }

@@ -119,8 +119,10 @@ type Tail struct {
 	// asking is set while an endOnLoss tail asks its consumer whether it
 	// lives after missed heartbeats (heartbeatsMissed); ctx, cancelled by
 	// Stop, bounds that ask.
-	asking  atomic.Bool
-	missed  atomic.Int32
+	asking atomic.Bool
+	missed atomic.Int32
+	// reasked counts the reconnects whose asks are done (the tests).
+	reasked atomic.Int32
 	lossAsk time.Duration
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -322,6 +324,7 @@ func (t *Tail) watchReconnects() {
 				return
 			}
 			t.reconnected()
+			t.reasked.Add(1)
 		case <-t.done:
 			return
 		}
