@@ -12,9 +12,8 @@ import (
 // SetLeaderPoll sets how often the stream's leader is read, until the
 // returned restore.
 func SetLeaderPoll(d time.Duration) (restore func()) {
-	was := leaderPoll
-	leaderPoll = d
-	return func() { leaderPoll = was }
+	was := leaderPoll.Swap(int64(d))
+	return func() { leaderPoll.Store(was) }
 }
 
 // SetFollowTail sets the controller's consumer creation (store.Follow),

@@ -3,6 +3,7 @@ package rollouts
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,8 +12,15 @@ import (
 )
 
 // leaderPoll is how often a process's controllers read their stream's
-// leader (leaders). A variable for the tests.
-var leaderPoll = time.Second
+// leader (leaders), in nanoseconds: atomic, since a test sets it while a
+// controller an earlier test started may still read it (a data race
+// under -race, TestFleetsShareOneLeaderWatch).
+var leaderPoll atomic.Int64
+
+func init() { leaderPoll.Store(int64(time.Second)) }
+
+// pollEvery returns leaderPoll as a duration.
+func pollEvery() time.Duration { return time.Duration(leaderPoll.Load()) }
 
 // leaders reads one stream's leader every leaderPoll for all the
 // controllers of a process ([Run]'s fleets), and tells each watcher when
@@ -102,7 +110,7 @@ func (l *leaders) watch(ctx context.Context) <-chan struct{} {
 // read reads the leader every leaderPoll until ctx ends and tells the
 // watchers of each change.
 func (l *leaders) read(ctx context.Context) {
-	t := time.NewTicker(leaderPoll)
+	t := time.NewTicker(pollEvery())
 	defer t.Stop()
 	for {
 		select {
@@ -138,5 +146,5 @@ const leaderUnknown = "\x00unknown"
 // current reads the stream's leader now, within leaderPoll: "" when the
 // read fails or the stream has none.
 func (l *leaders) current(ctx context.Context) string {
-	return store.StreamLeader(ctx, l.js, l.stream, leaderPoll)
+	return store.StreamLeader(ctx, l.js, l.stream, pollEvery())
 }

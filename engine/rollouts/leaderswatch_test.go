@@ -20,8 +20,7 @@ import (
 func TestAWatchBegunJustBeforeAnElectionIsToldOfIt(t *testing.T) {
 	// Not parallel: it sets leaderPoll, every controller's.
 	c, nc, js, _, cfg := storetest.StartClusterStream(t, 3, store.StreamConfig{Replicas: 3})
-	defer func(p time.Duration) { leaderPoll = p }(leaderPoll)
-	leaderPoll = 3 * time.Second // the stepdown comes before the first poll
+	defer SetLeaderPoll(3 * time.Second)() // the stepdown comes before the first poll
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// A stream just created elects its leader (1 of 2 race runs under
