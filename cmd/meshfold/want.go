@@ -124,7 +124,9 @@ the sequence that state was folded through and the newest want's, to pin
 with --expect when publishing. On stderr it notes a module with no runs_as
 (an agent run as root refuses it; want notes that too) and a runs_as no
 module of the node's newest plan runs as (the node may have no such user).
--o json or yaml prints the same as one document.`,
+-o json or yaml prints the same as one document. The controller's creds may
+dry-run (a CI job checks its want before publishing it); controller creds
+issued before 5 December are refused it at once, told to issue them again.`,
 		Example: `  meshfold want ace -f ace.json
   meshfold want newnode -f newnode.json --new   # before newnode's agent ever ran
   meshfold want ace -f ace.json --dry-run
@@ -719,18 +721,16 @@ func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format 
 			return err
 		}
 	}
-	d, source, err := r.DryRun(ctx, node, w)
+	st, source, err := a.dryRunState(ctx, r, node)
 	if err != nil {
 		return err
 	}
+	d := st.DryRun(w.Modules)
 	if note := notBundleNote(w); note != "" {
 		fmt.Fprintln(a.stderr, note)
 	}
 	warnUnfillable(a.stderr, w)
-	var runs []events.PlanModule
-	if st, err := r.State(ctx, node); err == nil {
-		runs = st.Composition.Modules
-	}
+	runs := reconcile.CompositionOf(st).Modules
 	for _, note := range runsAsNotes(w, runs, node) {
 		fmt.Fprintln(a.stderr, note)
 	}
@@ -739,6 +739,38 @@ func runDryRun(ctx context.Context, a *app, node string, w *events.Want, format 
 	}
 	_, err = io.WriteString(a.stdout, audit.DryRunText(d, source.Text()))
 	return err
+}
+
+// dryRunState is node's folded state a dry run composes from, and where
+// it came from: the reconciler's (its state service's fold endpoint),
+// else the stored snapshot and the node's events past it, else the
+// node's events folded; a node nothing is known of is the empty state
+// (query.SourceNone). The controller and operator roles may read each
+// (store/auth). Creds that may not ask the fold endpoint (operator-read,
+// or controller creds issued before the controller's dry run) read what
+// is stored at once, not after the request's timeout: a refusal there,
+// as the snapshot's for such controller creds, ends the command at once
+// with the reason (explainDenied; a fresh user's finding M12: 2.3–15 s,
+// then a denial that named no way on).
+func (a *app) dryRunState(ctx context.Context, r *query.Reader, node string) (*reconcile.State, query.Source, error) {
+	var (
+		st     *reconcile.State
+		source query.Source
+	)
+	before, denied, err := a.askState(ctx, func(ctx context.Context) (err error) {
+		st, source, err = r.Fold(ctx, node)
+		return err
+	})
+	if before != "" || (denied != "" && ctx.Err() == nil) {
+		st, source, err = r.Stored(ctx, node)
+	}
+	if errors.Is(err, query.ErrUnknownNode) {
+		return reconcile.NewState(node), query.SourceNone, nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return st, source, nil
 }
 
 // checkBuilds refuses w when a module's build has no build's form

@@ -41,6 +41,8 @@ import (
 // ace's agent and reads its reply; "subscribe fill" listens on ace's fill
 // subject (fill requests carry secrets); "read snapshots" opens the
 // snapshot bucket, gets ace's state and lists every state (state, fleet);
+// "get snapshot ace" finds the bucket and gets ace's state by key, as
+// want --dry-run does when no reconciler answers;
 // "write snapshots" puts ace's state; "write leases" opens (creating it
 // the first time) the lease bucket of reconciler groups and puts a lease;
 // "hold rollout lease web" claims and releases the rollout controller's
@@ -131,6 +133,7 @@ subscribe fill ace        -         -          -        ok         -            
 request logs ace          -         -          ok       -          -            -        -
 serve logs ace            -         -          -        ok         -            -        -
 read snapshots            ok        -          ok       -          -            -       ok
+get snapshot ace          ok        ok         ok       -          -            -       ok
 write snapshots           ok        -          -        -          -            -        -
 write leases              ok        -          -        -          -            -        -
 hold rollout lease web    ok        ok         -        -          -            -        -
@@ -143,7 +146,7 @@ hold prov lease shanks    -         -          -        -          -            
 get node lease ace        ok        -          ok       ok         -            -        -
 watch node leases         ok        -          -        -          -            -        -
 ask state ace             -         -          ok       -          -            -       ok
-ask fold ace              -         -          ok       -          -            -        -
+ask fold ace              -         ok         ok       -          -            -        -
 push build                -         -          ok       -          -            -        -
 list builds               -         ok         ok       -          -            -        -
 stat build                -         ok         ok       ok         -            ok       ok
@@ -342,6 +345,14 @@ func actions(cfg store.StreamConfig, w *witness) map[string]action {
 			return err
 		}
 		return snaps.LoadAll(ctx, func(string, []byte) error { return nil })
+	}
+	acts["get snapshot ace"] = func(ctx context.Context, c *cell) error {
+		snaps, err := store.FindSnapshots(ctx, c.js, c.cfg)
+		if err != nil {
+			return err
+		}
+		_, _, err = snaps.GetNode(ctx, "ace")
+		return err
 	}
 	acts["write snapshots"] = func(ctx context.Context, c *cell) error {
 		snaps, err := store.OpenSnapshots(ctx, c.js, c.cfg)

@@ -137,7 +137,10 @@ const jsAPI = "$JS.API"
 //     bucket and the lease bucket of reconciler groups (never deletes or
 //     purges them); serves the state service.
 //   - controller: publishes wants; reads wants and plans (direct gets,
-//     consumers filtered to plans); tells whether a build is in the
+//     consumers filtered to plans); asks the state service's fold
+//     endpoint and gets a node's stored snapshot by key (want
+//     --dry-run), never the state or composition endpoints nor a list of
+//     the snapshot bucket; tells whether a build is in the
 //     builds bucket and lists it (its metadata, never its bytes); as the rollout controller (DESIGN.md
 //     §11), publishes a fleet's published, refused, tick and record
 //     events, reads the whole stream and holds rollout.<fleet> leases.
@@ -371,6 +374,17 @@ func Permissions(r Role, node string, names Names) (jwt.Permissions, error) {
 		p.Pub.Allow.Add(subj("*", "want"),
 			api("DIRECT.GET.%s.%s", s, stored("*", "want")), api("DIRECT.GET.%s.%s", s, stored("*", "plan")),
 			api("CONSUMER.CREATE.%s.*.%s", s, stored("*", "plan")))
+		// want --dry-run (a CI job checks its want before publishing
+		// it): the reconciler's state service's fold endpoint, else,
+		// with no reconciler answering, a node's stored snapshot, read
+		// by key (never listed, never written). A state is the fold of
+		// the node's events, which this role already reads whole from
+		// the stream (above), and holds no filled-file content: the
+		// grant adds no knowledge, only the node's history past
+		// --max-age (docs/architecture.md, "The controller's dry run";
+		// a fresh user's finding M12).
+		p.Pub.Allow.Add(events.StateSubject(pre, events.EndpointFold, "*"),
+			api("STREAM.INFO.%s", kv), api("DIRECT.GET.%s.$KV.%s.node.>", kv, bucket))
 	case RoleOperator:
 		readStream(s)
 		readStream(kv)
