@@ -126,7 +126,11 @@ a row has its fleet, its rollout, an empty phase and a start_gone object:
 				v := s.View()
 				v.Targets = nil
 				v.Unattended = s.Unattended(now)
-				rows = append(rows, lsRow{View: v})
+				row := lsRow{View: v}
+				if !v.Phase.Final() {
+					row.NoController = controllerGone(ctx, r, f, now)
+				}
+				rows = append(rows, row)
 			}
 			for _, f := range gone {
 				g, err := readRolloutRemains(ctx, a, nc, f)
@@ -157,7 +161,10 @@ a row has its fleet, its rollout, an empty phase and a start_gone object:
 					total += n
 				}
 				phase := v.PhaseText()
-				if u := v.Unattended; u != nil {
+				if row.NoController != "" {
+					phase += ", no controller"
+					notes = append(notes, row.NoController)
+				} else if u := v.Unattended; u != nil {
 					phase += fmt.Sprintf(", no controller for %s", now.Sub(u.Since).Round(time.Second))
 					notes = append(notes, fmt.Sprintf("unattended: no rollout controller acts on fleet %s's rollout: 'meshfold rollout status %s' says since when and what it owes", v.Fleet, v.Fleet))
 				}
@@ -185,6 +192,9 @@ a row has its fleet, its rollout, an empty phase and a start_gone object:
 type lsRow struct {
 	rollout.View
 	StartGone *startGone `json:"start_gone,omitempty"`
+	// NoController says no live controller holds the fleet's lease
+	// (controllerGone); "" when one does.
+	NoController string `json:"no_controller,omitempty"`
 }
 
 // MarshalJSON writes the view, or for a rollout whose start is gone only
@@ -249,14 +259,19 @@ budget of such a rollout counts only nodes away, unhealthy or still reverting
 leaves out its targets not yet given their want that are unavailable only
 because a module is unhealthy or failed: they get it in their batch's turn
 whatever the budget, so the line says how many it does not count. A target
-'unreached' (its agent down at its healthy_deadline) that has taken its new want
-since, after the rollout completed, says 'arrived since'. An 'unattended:' line
-says no rollout controller acts on the rollout: a step it owes (a want decided,
-a min_healthy window's or healthy_deadline's end) has waited 30s with no tick,
-outcome or record of a controller (serve or reconcile down, its controller user
-revoked, rollouts off). A rollout whose start aged out of the stream (--max-age)
-cannot be replayed: status says so, lists the events of it that remain, and
-exits 1.
+'unreached' (its agent down at its healthy_deadline) that has taken its new
+want since, after the rollout completed, says 'arrived since'. An
+'unattended:' line says no rollout controller acts on the rollout: a step it
+owes (a want decided, a min_healthy window's or healthy_deadline's end) has
+waited 30s with no tick, outcome or record of a controller (serve or
+reconcile down, its controller user revoked, rollouts off). Sooner, read
+from the fleet's controller lease in the reconcilers' lease bucket, a first
+line says no live controller holds it: "-- no controller holds fleet web's
+lease since T (…ago; … last renewed it at …)", measured from the lease's
+expiry; 'rollout ls' says "running, no controller" with the same line, and a
+rollout verb given meanwhile is published with a warning. A rollout whose
+start aged out of the stream (--max-age) cannot be replayed: status says so,
+lists the events of it that remain, and exits 1.
 
 A 'targets:' line near the top counts the targets of each status, most
 pressing first ("300 targets: 2 failed, 20 changing, 258 pending, 20 done").
@@ -317,6 +332,10 @@ percentages as counts) with the fleet file's names and forms:
 			now := time.Now()
 			v.Unattended = s.Unattended(now)
 			noPlanYet(ctx, a, r, &v, now)
+			gone := ""
+			if !v.Phase.Final() {
+				gone = controllerGone(ctx, r, args[0], now)
+			}
 			if format != outTable {
 				if pg.set {
 					// Only what was asked for; the counts stay the
@@ -324,6 +343,9 @@ percentages as counts) with the fleet file's names and forms:
 					v.Targets, _, _ = pg.of(v.Targets)
 				}
 				return writeValue(a.stdout, format, v)
+			}
+			if gone != "" {
+				fmt.Fprintf(a.stdout, "-- %s\n", gone)
 			}
 			return writeRolloutView(a.stdout, v, now, pg)
 		},
@@ -600,7 +622,9 @@ the rollout. Exit 2 when NODE is not one of the fleet's nodes.`,
 			if lines := noPlanYet(cmd.Context(), a, r, &v, now); lines[args[1]] != "" {
 				fmt.Fprintln(a.stdout, lines[args[1]])
 			}
-			if u := s.Unattended(now); u != nil {
+			if gone := controllerGone(cmd.Context(), r, args[0], now); gone != "" && !v.Phase.Final() {
+				fmt.Fprintln(a.stdout, gone)
+			} else if u := s.Unattended(now); u != nil {
 				fmt.Fprintf(a.stdout, "unattended: %s\n", u.Text(now))
 			}
 			return nil
@@ -708,6 +732,11 @@ The shared operator's creds need --by, kept as typed.`,
 				return err
 			}
 			fmt.Fprintf(a.stdout, "%s %s: #%d\n", kind, fleet, seq)
+			if r, err := a.stream.reader(nc, query.Config{}); err == nil {
+				if gone := controllerGone(ctx, r, fleet, time.Now()); gone != "" {
+					fmt.Fprintf(a.stderr, "warning: %s %s is published, but %s: nothing acts on it until a controller runs again, which reads it then\n", kind, fleet, gone)
+				}
+			}
 			if kind == rollout.KindPromote {
 				if note := s.View().PromoteNote; note != "" {
 					fmt.Fprintf(a.stderr, "note: %s\n", note) // promoted all the same: status said it before
