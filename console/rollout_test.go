@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshfold/meshfold/console"
 	"github.com/meshfold/meshfold/events"
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/rollout"
 )
 
@@ -22,6 +23,18 @@ type oneRollout struct {
 func (o oneRollout) RolloutFleets(context.Context) ([]string, error) { return []string{o.s.Fleet}, nil }
 func (o oneRollout) Rollout(context.Context, string) (*rollout.State, error) {
 	return o.s, nil
+}
+
+// leasedRollout is oneRollout whose fleet's controller lease was last
+// renewed at renewed, with a TTL of ttl.
+type leasedRollout struct {
+	oneRollout
+	renewed time.Time
+	ttl     time.Duration
+}
+
+func (l leasedRollout) ControllerHolder(_ context.Context, fleet string) (query.LeaseHolder, time.Duration, error) {
+	return query.LeaseHolder{Key: "rollout." + fleet, Held: true, Who: "reconciler r1", Renewed: l.renewed}, l.ttl, nil
 }
 
 // revertStalled folds a rollout of ace and bob (max_unavailable 1): ace
@@ -163,5 +176,49 @@ func TestRolloutPagesCountAndUnattended(t *testing.T) {
 	}
 	if code, body := fx.get(t, "/rollouts/web?status=broken"); code != http.StatusBadRequest {
 		t.Errorf("/rollouts/web?status=broken: %d, want 400\n%s", code, body)
+	}
+}
+
+// The rollouts list measures "no controller for" from the controller
+// lease's expiry when the source reads the lease: a rollout quiet since
+// its start, whose controller renewed its lease 40 s after it and then
+// died, has had no controller for 27 s at 82 s (40 s + a 15 s TTL), not
+// 1m22s (a fresh user's finding M8: "no controller for 5m37s" 82 s
+// after the kill -9 of the last reconciler).
+func TestRolloutsListCountsNoControllerFromTheLease(t *testing.T) {
+	t.Parallel()
+	f := newFake()
+	healthy(f, "ace")
+	cands := []rollout.Candidate{
+		{Node: "ace", Prev: 1, Want: []events.WantModule{{Name: "web", Build: "b2"}}, Current: []events.WantModule{{Name: "web", Build: "b1"}}},
+		{Node: "bob", Prev: 2, Want: []events.WantModule{{Name: "web", Build: "b2"}}, Current: []events.WantModule{{Name: "web", Build: "b1"}}},
+	}
+	start, _ := rollout.NewStart("alice", "", rollout.Params{Batch: rollout.Amount{N: 2}}, cands)
+	s := rollout.NewState("web")
+	t0 := time.Date(2026, 12, 1, 14, 0, 0, 0, time.UTC)
+	s.Fold(rollout.Input{Seq: 3, Time: t0, Kind: rollout.KindStart, Payload: start})
+	now := t0.Add(82 * time.Second)
+	if s.Unattended(now) == nil {
+		t.Fatal("the fixture's rollout is attended: the test needs one no controller acts on")
+	}
+	src := leasedRollout{oneRollout{f, s}, t0.Add(40 * time.Second), 15 * time.Second}
+	c, err := console.New(console.Config{Source: src, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	fx := &fixture{f: f, srv: httptest.NewServer(c)}
+	t.Cleanup(func() {
+		fx.srv.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	code, body := fx.get(t, "/rollouts")
+	if code != http.StatusOK || !strings.Contains(body, `<td class="phase">running, no controller for 27s</td>`) {
+		t.Errorf("/rollouts: %d, lacks \"running, no controller for 27s\":\n%s", code, body)
 	}
 }

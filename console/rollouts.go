@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshfold/meshfold/query"
 	"github.com/meshfold/meshfold/rollout"
 	"github.com/meshfold/meshfold/rollout/feed"
 )
@@ -20,6 +21,17 @@ type RolloutSource interface {
 	RolloutFleets(ctx context.Context) ([]string, error)
 	// Rollout returns a fleet's newest rollout, refolded from its start.
 	Rollout(ctx context.Context, fleet string) (*rollout.State, error)
+}
+
+// ControllerLeaseSource is what the rollouts page reads of a fleet's
+// rollout controller lease (the reconcilers' lease bucket; query.Reader
+// is one), to measure "no controller for" from the lease's expiry: a
+// source without it, or one whose creds may not read the bucket,
+// measures from the rollout's last record, as before.
+type ControllerLeaseSource interface {
+	// ControllerHolder returns who holds fleet's controller lease, and
+	// the bucket's TTL (query.Reader.ControllerHolder).
+	ControllerHolder(ctx context.Context, fleet string) (query.LeaseHolder, time.Duration, error)
 }
 
 // RolloutGoneSource is what the rollouts page reads of the fleets whose
@@ -134,8 +146,20 @@ func (c *Console) rolloutsPage(w http.ResponseWriter, r *http.Request) {
 		if u := s.Unattended(now); u != nil {
 			// As `rollout ls` says it: the list said "running" where
 			// ls said "running, no controller for 1m22s" (a fresh
-			// user's finding M9).
-			row.NoController = now.Sub(u.Since).Round(time.Second).String()
+			// user's finding M9). Measured from the controller lease's
+			// expiry when the lease says when: the rollout's last record
+			// of a quiet rollout came minutes before the controller died
+			// ("no controller for 5m37s" 82 s after a kill -9, a fresh
+			// user's finding M8).
+			since := u.Since
+			if ls, ok := c.cfg.Source.(ControllerLeaseSource); ok {
+				if h, ttl, err := ls.ControllerHolder(ctx, f); err == nil && h.Held {
+					if expiry := h.Renewed.Add(ttl); !expiry.After(now) {
+						since = expiry
+					}
+				}
+			}
+			row.NoController = now.Sub(since).Round(time.Second).String()
 			p.Unattended = append(p.Unattended, fmt.Sprintf("unattended: no rollout controller acts on fleet %s's rollout: its page says since when and what it owes", f))
 		}
 		p.Views = append(p.Views, row)
