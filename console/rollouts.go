@@ -34,6 +34,8 @@ type ControllerLeaseSource interface {
 	ControllerHolder(ctx context.Context, fleet string) (query.LeaseHolder, time.Duration, error)
 }
 
+var _ ControllerLeaseSource = (*query.Reader)(nil)
+
 // RolloutGoneSource is what the rollouts page reads of the fleets whose
 // newest rollout's start the stream's limits dropped (--max-age,
 // --max-bytes shorter than the rollout), to list them as `rollout ls`
