@@ -309,66 +309,65 @@ func Candidates(ctx context.Context, stream jetstream.Stream, subj events.Subjec
 //
 // The nodes' reads (five to seven direct gets a node) are made
 // [candidateReads] nodes at a time; held is asked after them, as many
-// at a time (askHeld). The first read that fails ends the others.
+// at a time (atOnce). The first read that fails ends the others.
 //
 // Errors: a [*ReadError] naming the node and the read that failed first;
 // held's, naming the node.
 func CandidatesHeld(ctx context.Context, stream jetstream.Stream, subj events.Subjects, fleet *fleetfile.Fleet, held HeldWant) ([]rollout.Candidate, error) {
 	out := make([]rollout.Candidate, len(fleet.Nodes))
 	reads := make([]nodeRead, len(fleet.Nodes))
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-	)
-	next := make(chan int)
-	for range min(candidateReads, len(fleet.Nodes)) {
-		wg.Go(func() {
-			for i := range next {
-				c, r, err := candidate(rctx, stream, subj, fleet, fleet.Nodes[i].Name)
-				if err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-					cancel()
-					continue
-				}
-				out[i], reads[i] = c, r
-			}
-		})
+	every := make([]int, len(fleet.Nodes))
+	for i := range every {
+		every[i] = i
 	}
-	// Every node is handed out: once a read failed (or ctx ended), the
-	// others fail at once on the cancelled context.
-	for i := range fleet.Nodes {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	if first != nil {
-		return nil, first
-	}
-	if err := ctx.Err(); err != nil {
+	err := atOnce(ctx, every, func(ctx context.Context, i int) (err error) {
+		out[i], reads[i], err = candidate(ctx, stream, subj, fleet, fleet.Nodes[i].Name)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	if held == nil {
 		return out, nil
 	}
-	if err := askHeld(ctx, out, reads, held); err != nil {
+	// The held wants of the nodes whose want subject holds none, as many
+	// at a time (a fresh user's finding: an apply of 185 nodes new to a
+	// reconciler group asked them one after another, each waiting for
+	// its answer, and ran out of its --timeout).
+	var noWant []int
+	for i := range out {
+		if reads[i].noWant {
+			noWant = append(noWant, i)
+		}
+	}
+	err = atOnce(ctx, noWant, func(ctx context.Context, i int) error {
+		c := &out[i]
+		seq, modules, err := held(ctx, c.Node)
+		if err != nil {
+			return fmt.Errorf("node %s: %w", c.Node, err)
+		}
+		if seq != 0 {
+			if modules == nil {
+				modules = []events.WantModule{}
+			}
+			c.HadSeq, c.Had, c.Current = seq, modules, modules
+			// A retire newer than the want the state holds: retired or
+			// retiring, as below for a want the stream holds.
+			c.Retired = reads[i].retired > seq
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// askHeld asks held for each candidate whose want subject holds none,
-// [candidateReads] nodes at a time (a fresh user's finding: an apply of
-// 185 nodes new to a reconciler group asked them one after another, each
-// waiting for its answer, and ran out of its --timeout). The first error
-// ends the others.
-func askHeld(ctx context.Context, out []rollout.Candidate, reads []nodeRead, held HeldWant) error {
+// atOnce calls fn for each index of idx, [candidateReads] at a time, and
+// returns the first error: it cancels the context the others run under,
+// so that they fail at once (every index is still handed out), or ctx's
+// error when it ended first.
+func atOnce(ctx context.Context, idx []int, fn func(ctx context.Context, i int) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -377,36 +376,22 @@ func askHeld(ctx context.Context, out []rollout.Candidate, reads []nodeRead, hel
 		wg    sync.WaitGroup
 	)
 	next := make(chan int)
-	for range candidateReads {
+	for range min(candidateReads, len(idx)) {
 		wg.Go(func() {
 			for i := range next {
-				c := &out[i]
-				seq, modules, err := held(ctx, c.Node)
-				if err != nil {
+				if err := fn(ctx, i); err != nil {
 					mu.Lock()
 					if first == nil {
-						first = fmt.Errorf("node %s: %w", c.Node, err)
+						first = err
 					}
 					mu.Unlock()
 					cancel()
-					continue
-				}
-				if seq != 0 {
-					if modules == nil {
-						modules = []events.WantModule{}
-					}
-					c.HadSeq, c.Had, c.Current = seq, modules, modules
-					// A retire newer than the want the state holds: retired
-					// or retiring, as below for a want the stream holds.
-					c.Retired = reads[i].retired > seq
 				}
 			}
 		})
 	}
-	for i := range out {
-		if reads[i].noWant {
-			next <- i
-		}
+	for _, i := range idx {
+		next <- i
 	}
 	close(next)
 	wg.Wait()
