@@ -202,21 +202,7 @@ func TestRolloutsListCountsNoControllerFromTheLease(t *testing.T) {
 		t.Fatal("the fixture's rollout is attended: the test needs one no controller acts on")
 	}
 	src := leasedRollout{oneRollout{f, s}, t0.Add(40 * time.Second), 15 * time.Second}
-	c, err := console.New(console.Config{Source: src, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	fx := &fixture{f: f, srv: httptest.NewServer(c)}
-	t.Cleanup(func() {
-		fx.srv.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	fx := startWith(t, f, console.Config{Source: src, Now: func() time.Time { return now }})
 	code, body := fx.get(t, "/rollouts")
 	if code != http.StatusOK || !strings.Contains(body, `<td class="phase">running, no controller for 27s</td>`) {
 		t.Errorf("/rollouts: %d, lacks \"running, no controller for 27s\":\n%s", code, body)
