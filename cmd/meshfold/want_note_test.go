@@ -44,9 +44,11 @@ func TestWantSaysWhichRuntimeTakesABuild(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%v: exit %d %s", args, code, errOut)
 		}
-		if !strings.Contains(errOut, "img (img:1): no bundle build") || strings.Contains(errOut, "web (") ||
+		if !strings.Contains(errOut, "img (img:1): no bundle build") || strings.Contains(errOut, "note: web (") ||
 			!strings.Contains(errOut, "process runtime") || !strings.Contains(errOut, "--runtime record") {
-			t.Errorf("%v: stderr does not say the process runtime cannot run img:1:\n%s", args, errOut)
+			// "note: web (": the bundle build named as none (the runs_as
+			// note names the module as "runs_as web (web)").
+			t.Errorf("%v: stderr does not say the process runtime cannot run img:1 alone:\n%s", args, errOut)
 		}
 	}
 	bundles := write("bundles.json", `{"modules":[{"name":"web","build":"`+pushed+`","runs_as":"web"}]}`)
