@@ -187,7 +187,10 @@ func TestThousandOrphansReaped(t *testing.T) {
 	if err := r.Apply(ctx(t), events.PlanModule{Name: "many", Build: "sha256:a", RunsAs: self}); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Until(t, deadline, "the 1,000 forks", func() bool { return slices.Contains(marks(t, mark), "forked") })
+	// The forks' pace is the machine's: 1,000 fork+execs took more than
+	// 30 s with two race-detector suites beside them (a landing CI); what
+	// the test asserts is the reaping, not the pace.
+	waitfor.Until(t, 4*deadline, "the 1,000 forks", func() bool { return slices.Contains(marks(t, mark), "forked") })
 	shim := status(t, r, "many").ShimPID
 	waitfor.Until(t, deadline, "no zombie below the shim", func() bool { return len(zombiesOf(shim)) == 0 })
 	if err := r.Remove(ctx(t), "many"); err != nil {
