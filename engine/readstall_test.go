@@ -74,11 +74,12 @@ func (g *rig) pauseRead(p int) {
 			g.t.Logf("list consumers: %v", err)
 			return false
 		}
-		// Every consumer of the partition's filter: a session's start
-		// can leave a second one beside its read for a moment (one
-		// made at the start, one asking whether effects are held), and
-		// pausing only the first listed left the read running: the plan
-		// came with no read moved (CI, load ~60).
+		// Every consumer of the partition's filter: another one can
+		// stand beside the read for a moment (a read moved earlier,
+		// whose consumer's deletion is asked aside, or left to its
+		// inactive threshold). Pausing only the first listed is the
+		// likeliest way the read ran on in a landing CI: the plan came
+		// with no read moved.
 		paused := 0
 		for _, info := range infos {
 			if info.Config.FilterSubject != filter {
