@@ -28,32 +28,7 @@ import (
 // --by (a fresh user's finding M5).
 func TestNamedOperatorVerbs(t *testing.T) {
 	t.Parallel()
-	d, err := auth.Init(t.TempDir(), auth.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.AddOperator("alice"); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := d.ServerAuth()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: sa})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Shutdown)
-	ctx := testCtx(t)
-	nc, err := store.Connect(store.ConnectConfig{URLs: []string{e.ClientURL()}, Creds: d.CredsPath("reconciler")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, e, ctx, js := aliceMesh(t)
 	stream, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +108,46 @@ func TestNamedOperatorVerbs(t *testing.T) {
 	if !ok {
 		t.Errorf("audit ace -o json: exit %d, want by_checked on alice's pause and gates only: %+v\n%s", code, entries, out)
 	}
+}
+
+// aliceMesh starts a secured embedded server whose auth directory has a
+// named operator, alice, and returns the directory, the server, the
+// test's context and a JetStream client of the reconciler user.
+func aliceMesh(t *testing.T) (*auth.Dir, *embedded.Server, context.Context, jetstream.JetStream) {
+	t.Helper()
+	d, err := auth.Init(t.TempDir(), auth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.AddOperator("alice"); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := d.ServerAuth()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: sa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	return d, e, testCtx(t), connectAs(t, d, e, "reconciler")
+}
+
+// connectAs is a JetStream client of user's creds in d, closed at the
+// test's end.
+func connectAs(t *testing.T, d *auth.Dir, e *embedded.Server, user string) jetstream.JetStream {
+	t.Helper()
+	nc, err := store.Connect(store.ConnectConfig{URLs: []string{e.ClientURL()}, Creds: d.CredsPath(user)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // enableNamed runs auth enable-named against the server at url, with a
@@ -250,32 +265,7 @@ func TestAddOperatorUpgradesTheStreamLast(t *testing.T) {
 // --by on each.
 func TestNamedOperatorIsNobodyElse(t *testing.T) {
 	t.Parallel()
-	d, err := auth.Init(t.TempDir(), auth.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.AddOperator("alice"); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := d.ServerAuth()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: sa})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Shutdown)
-	ctx := testCtx(t)
-	nc, err := store.Connect(store.ConnectConfig{URLs: []string{e.ClientURL()}, Creds: d.CredsPath("reconciler")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, e, ctx, js := aliceMesh(t)
 	stream, _, err := store.EnsureStream(ctx, js, store.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -343,36 +333,8 @@ func TestNamedOperatorIsNobodyElse(t *testing.T) {
 // verb stays plain and self-declared.
 func TestNamedOperatorRolloutVerbs(t *testing.T) {
 	t.Parallel()
-	d, err := auth.Init(t.TempDir(), auth.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.AddOperator("alice"); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := d.ServerAuth()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: sa})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Shutdown)
-	ctx := testCtx(t)
-	connect := func(user string) jetstream.JetStream {
-		nc, err := store.Connect(store.ConnectConfig{URLs: []string{e.ClientURL()}, Creds: d.CredsPath(user)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return js
-	}
-	js := connect("reconciler")
+	d, e, ctx, js := aliceMesh(t)
+	connect := func(user string) jetstream.JetStream { return connectAs(t, d, e, user) }
 	stream, cfg, err := store.EnsureStream(ctx, js, store.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
