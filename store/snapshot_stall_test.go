@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -49,29 +50,7 @@ func TestPutNodesAtSharedPendingLimit(t *testing.T) {
 		}
 	}
 	const partitions, nodes, rounds = 6, 300, 2
-	revs := make([]map[string]uint64, partitions)
-	errc := make(chan error, partitions)
-	for p := range partitions {
-		revs[p] = map[string]uint64{}
-		go func() {
-			for round := range rounds {
-				states := make(map[string][]byte, nodes)
-				for i := range nodes {
-					states[fmt.Sprintf("n%d-%d", p, i)] = fmt.Appendf(nil, "state %d", round)
-				}
-				if err := snaps.PutNodesAt(ctx, p, states, revs[p]); err != nil {
-					errc <- fmt.Errorf("partition %d round %d: %w", p, round, err)
-					return
-				}
-			}
-			errc <- nil
-		}()
-	}
-	for range partitions {
-		if err := <-errc; err != nil {
-			t.Fatal(err)
-		}
-	}
+	revs := putRounds(t, ctx, snaps, partitions, nodes, rounds)
 	for p := range partitions {
 		if len(revs[p]) != nodes {
 			t.Fatalf("partition %d: %d revisions recorded, want %d", p, len(revs[p]), nodes)
@@ -134,6 +113,31 @@ func TestPutNodesThroughPublisher(t *testing.T) {
 		}
 	}
 	const partitions, nodes, rounds = 4, 200, 2
+	revs := putRounds(t, ctx, snaps, partitions, nodes, rounds)
+	for p := range partitions {
+		for node, rev := range revs[p] {
+			got, at, err := snaps.NodeAt(ctx, p, node)
+			if err != nil || at != rev || string(got) != "state 1" {
+				t.Fatalf("%s: %q at %d (%v), want %q at %d", node, got, at, err, "state 1", rev)
+			}
+		}
+		if len(revs[p]) != nodes {
+			t.Fatalf("partition %d: %d revisions recorded, want %d", p, len(revs[p]), nodes)
+		}
+	}
+	node := "n0-0"
+	stale := map[string]uint64{node: revs[0][node] - 1}
+	err = snaps.PutNodesAt(ctx, 0, map[string][]byte{node: []byte("stale")}, stale)
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale put: %v, want ErrConflict", err)
+	}
+}
+
+// putRounds puts rounds of nodes' states ("state <round>") in each of
+// partitions, the partitions at once, and returns each partition's
+// revisions as PutNodesAt recorded them.
+func putRounds(t *testing.T, ctx context.Context, snaps *store.Snapshots, partitions, nodes, rounds int) []map[string]uint64 {
+	t.Helper()
 	revs := make([]map[string]uint64, partitions)
 	errc := make(chan error, partitions)
 	for p := range partitions {
@@ -157,21 +161,5 @@ func TestPutNodesThroughPublisher(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for p := range partitions {
-		for node, rev := range revs[p] {
-			got, at, err := snaps.NodeAt(ctx, p, node)
-			if err != nil || at != rev || string(got) != "state 1" {
-				t.Fatalf("%s: %q at %d (%v), want %q at %d", node, got, at, err, "state 1", rev)
-			}
-		}
-		if len(revs[p]) != nodes {
-			t.Fatalf("partition %d: %d revisions recorded, want %d", p, len(revs[p]), nodes)
-		}
-	}
-	node := "n0-0"
-	stale := map[string]uint64{node: revs[0][node] - 1}
-	err = snaps.PutNodesAt(ctx, 0, map[string][]byte{node: []byte("stale")}, stale)
-	if !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("stale put: %v, want ErrConflict", err)
-	}
+	return revs
 }
