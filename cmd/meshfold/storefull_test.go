@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -14,28 +13,13 @@ import (
 	"time"
 
 	"github.com/meshfold/meshfold/internal/waitfor"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
-// mountSmallFS mounts a tmpfs of size on a new directory under /tmp (the
-// test is skipped where that needs a root it does not have) and unmounts
-// it at the end, after the cleanups registered later (serve's stop).
+// mountSmallFS is storetest.SmallFS under /tmp/storefull-*.
 func mountSmallFS(t *testing.T, size string) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "storefull-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		os.Remove(dir)
-		t.Skipf("a small filesystem cannot be mounted here (needs root on Linux): mount: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-			return
-		}
-		os.Remove(dir)
-	})
+	dir, _ := storetest.SmallFS(t, "storefull-", size)
 	return dir
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/meshfold/meshfold/events"
 	"github.com/meshfold/meshfold/store"
 	"github.com/meshfold/meshfold/store/embedded"
+	"github.com/meshfold/meshfold/store/storetest"
 )
 
 // logRecords keeps the records of a logger and wakes waiters on each.
@@ -68,32 +69,10 @@ func (l *logRecords) waitFor(t *testing.T, level slog.Level, prefix string, d ti
 	}
 }
 
-// smallFS mounts a tmpfs of size bytes under /tmp/diskfull-* and returns
-// it and a func that resizes it; it skips the test when mounting is not
-// permitted (not root, not Linux, a container without the right).
+// smallFS is storetest.SmallFS under /tmp/diskfull-*.
 func smallFS(t *testing.T, size string) (string, func(size string)) {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "diskfull-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		os.Remove(dir)
-		t.Skipf("a small filesystem cannot be mounted here (needs root on Linux): mount: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-			return
-		}
-		os.Remove(dir)
-	})
-	return dir, func(size string) {
-		t.Helper()
-		if out, err := exec.Command("mount", "-o", "remount,size="+size, dir).CombinedOutput(); err != nil {
-			t.Fatalf("remount %s size=%s: %v: %s", dir, size, err, out)
-		}
-	}
+	return storetest.SmallFS(t, "diskfull-", size)
 }
 
 // TestFullDataDirRecoversWithoutRestart fills a real 4 MB filesystem
